@@ -1,0 +1,37 @@
+# The front door: make build | test | train | bench | asan | format.
+BUILD ?= build
+JOBS ?= 2
+PY := .venv/bin/python
+
+.PHONY: deps build test train bench asan format clean
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# ctest's summary is the last thing printed.
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The default demo: train the debug model on Tiny Shakespeare (byte tokens) for a few hundred steps.
+train: build
+	@$(BUILD)/titan train --flavor debugmodel --data ../shared/data/tinyshakespeare/input.txt \
+		--steps 200 --batch 8 --seq-len 128 --lr 3e-3 --warmup 20 --out runs/debug
+
+bench: build
+	@bash bench/bench_train.sh
+
+# The whole suite under AddressSanitizer + UBSan (slow: the parity tests run too).
+asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTITAN_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	@rm -rf $(BUILD) build-asan

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The one install step: Debian packages for the build and tests, and the pinned test-only
+# Python packages in a git-ignored virtual environment (.venv). Idempotent and quick when
+# everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBS=(build-essential cmake pkg-config python3 python3-venv
+      libopenblas-dev libopenblas0-openmp libjansson-dev
+      libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin)
+
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[deps] apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+REQ=tests/reference/requirements.txt
+STAMP=.venv/.requirements.stamp
+PYTHON=${TITAN_PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[deps] creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+if ! cmp -s "$REQ" "$STAMP" 2>/dev/null; then
+  echo "[deps] pip install -r $REQ (torch is large: a few minutes on first run)"
+  .venv/bin/pip install -q --disable-pip-version-check -r "$REQ"
+  cp "$REQ" "$STAMP"
+fi

@@ -1,0 +1,130 @@
+#define _GNU_SOURCE
+#include "base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+int base_fail(base_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static base_log_level g_level = BASE_LOG_INFO;
+static int g_rank = -1;
+
+void base_log_set_level(base_log_level level) {
+    g_level = level;
+}
+
+void base_log_set_rank(int rank) {
+    g_rank = rank;
+}
+
+void base_log(base_log_level level, const char *fmt, ...) {
+    if (level < g_level) return;
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    char line[4096];
+    int n = 0;
+    if (g_rank >= 0) n = snprintf(line, sizeof line, "[rank%d] ", g_rank);
+    n += snprintf(line + n, sizeof line - (size_t)n, "[titan %s] ", names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    FILE *f = level >= BASE_LOG_WARN ? stderr : stdout;
+    fprintf(f, "%s\n", line);
+    fflush(f);
+}
+
+void *base_alloc(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+void base_free(void *p) {
+    free(p);
+}
+
+double base_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+size_t base_peak_rss(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (size_t)ru.ru_maxrss * 1024;
+}
+
+size_t base_total_ram(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+/* splitmix64 finaliser: a bijective mixer with full avalanche. Three rounds over the
+ * (seed, stream, index) triple give a stateless generator in the spirit of Philox. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t base_rng_u64(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t z = mix64(seed + 0x9e3779b97f4a7c15ULL);
+    z = mix64(z ^ (stream + 0x632be59bd9b4e019ULL));
+    return mix64(z ^ (index * 0x9e3779b97f4a7c15ULL + 0x8cb92ba72f3d8dd7ULL));
+}
+
+float base_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+    return (float)(base_rng_u64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
+}
+
+float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t r = base_rng_u64(seed, stream, index);
+    /* u1 in (0, 1] so log() is finite; u2 in [0, 1). */
+    double u1 = ((double)(r >> 32) + 1.0) * (1.0 / 4294967296.0);
+    double u2 = (double)(r & 0xffffffffu) * (1.0 / 4294967296.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+uint64_t base_hash_str(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+int base_parse_i64(const char *s, int64_t *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int base_parse_f64(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}

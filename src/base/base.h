@@ -1,0 +1,49 @@
+/* base: errors, logging, aligned allocation, counter-based RNG, timers.
+ * Everything else in titan depends on this module; it depends on nothing. */
+#ifndef TITAN_BASE_H
+#define TITAN_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Library code never exits: a failing function returns a non-zero status and fills
+ * a base_err with a message naming the file, field, key or line at fault. */
+typedef struct {
+    char msg[1024];
+} base_err;
+
+/* Formats into err (if non-NULL) and returns -1, so callers can `return base_fail(...)`. */
+int base_fail(base_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef enum { BASE_LOG_DEBUG, BASE_LOG_INFO, BASE_LOG_WARN, BASE_LOG_ERROR } base_log_level;
+void base_log(base_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void base_log_set_level(base_log_level level);
+/* Rank shown in every log line once a run has more than one process (-1 hides it). */
+void base_log_set_rank(int rank);
+
+/* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
+void *base_alloc(size_t bytes);
+void base_free(void *p);
+
+/* Seconds on a monotonic clock. */
+double base_now(void);
+/* Peak resident set size of this process in bytes (getrusage). */
+size_t base_peak_rss(void);
+/* Physical memory of the machine in bytes. */
+size_t base_total_ram(void);
+
+/* Counter-based RNG: every value is a pure function of (seed, stream, index), so the
+ * same seed gives the same numbers whatever the thread count or parallel layout. */
+uint64_t base_rng_u64(uint64_t seed, uint64_t stream, uint64_t index);
+/* Uniform in [0, 1) with 24 random bits (exactly representable as float). */
+float base_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+/* Standard normal (Box-Muller on two 32-bit halves of one u64). */
+float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
+/* FNV-1a of a string: the stream id of a named parameter. */
+uint64_t base_hash_str(const char *s);
+
+/* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input. */
+int base_parse_i64(const char *s, int64_t *out);
+int base_parse_f64(const char *s, double *out);
+
+#endif

@@ -1,0 +1,117 @@
+/* model: Qwen3 arguments, the flavor registry, the parameter layout, init, and the
+ * forward and hand-written backward of the dense model.
+ *
+ * Parameters live in one contiguous fp32 allocation split into units: unit 0 is the
+ * token embedding, units 1..L the transformer blocks, unit L+1 the final norm and (when
+ * untied) the lm_head. Each unit is a flat buffer (the FSDP shard unit later); named views
+ * into it come from a size table, in this fixed order per block:
+ *   attention_norm[D], wq[H*hd,D], wk[G*hd,D], wv[G*hd,D], q_norm[hd], k_norm[hd],
+ *   wo[D,H*hd], ffn_norm[D], w1[F,D], w3[F,D], w2[D,F]
+ * Gradients mirror the parameters exactly (same offsets). */
+#ifndef TITAN_MODEL_H
+#define TITAN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../ops/ops.h"
+
+typedef struct {
+    char flavor[64];
+    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
+    double rope_theta, norm_eps;
+    int tie_embeddings;
+    int max_seq_len; /* RoPE context of the flavor (informational) */
+} model_args;
+
+/* Fills *out with a registered flavor: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B. */
+int model_flavor(const char *name, model_args *out, base_err *err);
+/* NULL-terminated list of flavor names. */
+const char *const *model_flavor_names(void);
+/* Overrides one field by name: dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim,
+ * vocab_size, rope_theta, norm_eps, tie_embeddings. */
+int model_args_set(model_args *a, const char *key, const char *value, base_err *err);
+int model_args_validate(const model_args *a, base_err *err);
+
+typedef struct {
+    char name[96];    /* torchtitan name, e.g. "layers.3.attention.wq.weight" */
+    char hf_name[96]; /* Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight" */
+    int unit;         /* which unit's buffer holds it */
+    size_t offset;    /* float offset within the whole parameter allocation */
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+    int is_norm; /* RMSNorm weight (init ones) */
+} model_param;
+
+typedef struct {
+    char name[32]; /* "tok_embeddings", "layers.3", "head" */
+    size_t offset, numel;
+} model_unit;
+
+/* Per-component parameter counts (for titan inspect). */
+typedef struct {
+    int64_t embedding, attention, qk_norm, ffn, norms, lm_head, total;
+} model_counts;
+void model_count_params(const model_args *a, model_counts *c);
+
+typedef enum { MODEL_AC_NONE, MODEL_AC_FULL } model_ac_mode;
+
+typedef struct model_acts model_acts; /* activation buffers (private) */
+
+typedef struct {
+    model_args args;
+    int n_params, n_units;
+    model_param *params;
+    model_unit *units;
+    size_t n_floats;   /* total parameter count */
+    float *w;          /* [n_floats] parameters */
+    float *g;          /* [n_floats] gradients (allocated by model_build when training) */
+    ops_table *ops;    /* [n_layers + 2]: tok_embeddings, layers.0.., head */
+    int batch, seq_len;
+    model_ac_mode ac;
+    int ce_chunk;      /* tokens per lm_head+CE chunk */
+    float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
+    model_acts *acts;
+} model;
+
+typedef struct {
+    int batch, seq_len;
+    model_ac_mode ac;
+    int with_grads;             /* allocate gradients and backward scratch */
+    const ops_override *overrides;
+    int n_overrides;
+} model_build_opts;
+
+/* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
+ * of [batch, seq_len], and resolves the ops table. */
+int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err);
+void model_free(model *m);
+
+/* torchtitan HEAD init for dense flavors: normal(0, 0.02) for every matrix (the tied
+ * embedding/lm_head once), ones for every RMSNorm weight. Element e of parameter p is
+ * drawn from base_rng_normal(seed, hash(p.name), e): independent of any layout. */
+void model_init_weights(model *m, uint64_t seed);
+
+const model_param *model_find_param(const model *m, const char *name);
+const model_param *model_find_hf_param(const model *m, const char *hf_name);
+
+void model_zero_grad(model *m);
+
+/* One microbatch: tokens/targets [batch*seq_len] (targets may hold OPS_IGNORE_INDEX).
+ * Runs forward, the fused lm_head + CE, and (when grad_scale != 0 and the model has
+ * gradients) the backward, ACCUMULATING into m->g the gradient of grad_scale * loss_sum.
+ * grad_scale is 1 / (global number of valid targets of the whole step).
+ * Returns the loss SUM over valid targets; *n_valid receives their count. */
+double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
+                             float grad_scale, int64_t *n_valid);
+
+/* Logits for tokens [batch*seq_len] into logits[batch*seq_len, vocab] (inference/tests). */
+void model_logits(model *m, const int32_t *tokens, float *logits);
+
+/* FLOPs per token, torchtitan HEAD formula: 6 * P_matmul + 12 * L * H * hd * seq_len,
+ * P_matmul = all parameters except the (untied) embedding; the tied matrix counts once. */
+double model_flops_per_token(const model_args *a, int seq_len);
+
+#endif

@@ -1,0 +1,43 @@
+/* Default CPU implementations of the ops (internal to the ops module; others use ops.h).
+ * Signatures are those of the ops_*_fn types in ops.h. */
+#ifndef TITAN_OPS_CPU_H
+#define TITAN_OPS_CPU_H
+
+#include "../ops.h"
+
+void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
+void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);
+
+void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         float eps);
+void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C);
+
+void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
+void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                        const float *w, int N, int C, int OC);
+
+void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin, int B,
+                      int T, int nh, int hd);
+void ops_cpu_rope_bwd(float *dinp, const float *dout, const float *cos, const float *sin, int B,
+                      int T, int nh, int hd);
+
+/* Tiled causal attention with online softmax (flash-attention style). */
+void ops_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                           int B, int T, int H, int G, int hd);
+void ops_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, int B,
+                           int T, int H, int G, int hd);
+
+void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F);
+void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                        const float *up, int N, int F);
+
+double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
+                         const int32_t *targets, int N, int D, int V, float grad_scale,
+                         float *scratch, int chunk, int64_t *n_valid);
+
+void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+                   float beta2, float eps, float wd, int64_t t);
+
+#endif

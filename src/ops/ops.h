@@ -1,0 +1,160 @@
+/* ops: the kernel registry and the ops of the Qwen3 model.
+ *
+ * Every op has a default implementation (forward + hand-written backward) and may have
+ * more. Implementations register by name with a constraint check. At model build time
+ * ops_resolve() picks one implementation per op for a layer path
+ * ("layers.3.attention") and fills an ops_table of typed function pointers: the hot path
+ * calls through that table, never through a lookup.
+ *
+ * Conventions (llm.c style): outputs first, then saved activations, inputs, weights,
+ * sizes. Row-major. Backward functions ACCUMULATE (+=) into every gradient they write,
+ * input gradients included, so callers zero what must start from zero.
+ * All tensors fp32. Token-major activations: [N, C] with N = B*T tokens. */
+#ifndef TITAN_OPS_H
+#define TITAN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+
+#define OPS_IGNORE_INDEX (-100)
+
+/* ---- op signatures ---------------------------------------------------------------- */
+
+/* out[N,D] = wte[tokens[n], :].  bwd: dwte[V,D] += scatter of dout (deterministic order). */
+typedef void (*ops_embedding_fwd_fn)(float *out, const int32_t *tokens, const float *wte, int N,
+                                     int D);
+typedef void (*ops_embedding_bwd_fn)(float *dwte, const float *dout, const int32_t *tokens, int N,
+                                     int D);
+
+/* out[N,C] = inp * rsqrt(mean(inp^2) + eps) * w[C]; rstd[N] saved for backward.
+ * Used for the block norms (C = dim) and per-head q/k norms (N = tokens*heads, C = head_dim). */
+typedef void (*ops_rmsnorm_fwd_fn)(float *out, float *rstd, const float *inp, const float *w, int N,
+                                   int C, float eps);
+typedef void (*ops_rmsnorm_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
+                                   const float *w, const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias).
+ * bwd: dinp[N,C] += dout @ w (skipped when dinp is NULL); dw[OC,C] += dout^T @ inp. */
+typedef void (*ops_matmul_fwd_fn)(float *out, const float *inp, const float *w, int N, int C,
+                                  int OC);
+typedef void (*ops_matmul_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, int N, int C, int OC);
+
+/* RoPE, HF rotate_half convention, on x[B,T,nh,hd] at positions 0..T-1 of each window.
+ * cos/sin: [T, hd/2] tables (ops_rope_table). out may alias inp.
+ * bwd: dinp += R^T dout (the rotation by -angle). dinp may alias dout only if it was zero. */
+typedef void (*ops_rope_fwd_fn)(float *out, const float *inp, const float *cos, const float *sin,
+                                int B, int T, int nh, int hd);
+typedef void (*ops_rope_bwd_fn)(float *dinp, const float *dout, const float *cos, const float *sin,
+                                int B, int T, int nh, int hd);
+
+/* Causal GQA attention, scale 1/sqrt(hd). q[B,T,H,hd], k,v[B,T,G,hd], out[B,T,H,hd];
+ * query head h uses kv head h / (H/G). lse[B,H,T] = log-sum-exp of each scaled score row,
+ * saved so backward can recompute probabilities tile by tile (no [T,T] matrix is kept).
+ * bwd: dq, dk, dv += gradients. */
+typedef void (*ops_attention_fwd_fn)(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, int B, int T, int H, int G, int hd);
+typedef void (*ops_attention_bwd_fn)(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *out, const float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int H, int G,
+                                     int hd);
+
+/* out[N,F] = silu(gate) * up.  bwd: dgate, dup += . */
+typedef void (*ops_swiglu_fwd_fn)(float *out, const float *gate, const float *up, int N, int F);
+typedef void (*ops_swiglu_bwd_fn)(float *dgate, float *dup, const float *dout, const float *gate,
+                                  const float *up, int N, int F);
+
+/* Fused lm_head + fp32 cross-entropy over x[N,D], w[V,D], targets[N] (OPS_IGNORE_INDEX skipped).
+ * Returns the SUM of the per-token losses (double). Logits are computed `chunk` tokens at a
+ * time into scratch[chunk, V], so [N, V] logits never exist. When dx is non-NULL, also
+ * dx[N,D] += grad_scale * (softmax - onehot) @ w and dw[V,D] += grad_scale * (...)^T @ x,
+ * where grad_scale is 1 / (global count of valid tokens), supplied by the caller.
+ * *n_valid (if non-NULL) receives the number of non-ignored targets. */
+typedef double (*ops_lmhead_ce_fn)(float *dx, float *dw, const float *x, const float *w,
+                                   const int32_t *targets, int N, int D, int V, float grad_scale,
+                                   float *scratch, int chunk, int64_t *n_valid);
+
+/* AdamW (torch.optim.AdamW semantics, decoupled decay) on n elements, step t >= 1:
+ * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward. */
+typedef void (*ops_adamw_fn)(float *p, float *m, float *v, const float *g, size_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, int64_t t);
+
+/* ---- registry --------------------------------------------------------------------- */
+
+typedef enum {
+    OPS_EMBEDDING,
+    OPS_RMSNORM,
+    OPS_MATMUL,
+    OPS_ROPE,
+    OPS_ATTENTION,
+    OPS_SWIGLU,
+    OPS_LMHEAD_CE,
+    OPS_ADAMW,
+    OPS_COUNT
+} ops_kind;
+
+/* What a constraint check may look at: the shapes of the model and job. */
+typedef struct {
+    int batch, seq_len, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
+} ops_ctx;
+
+typedef void (*ops_fn)(void); /* any op function, cast to its typed signature on use */
+
+typedef struct {
+    ops_kind op;
+    const char *name;        /* "default", "flash", ... */
+    const char *constraints; /* human-readable, e.g. "seq_len % 64 == 0"; "" when none */
+    /* Returns 0 when the implementation can serve ctx, else fills err with the rule broken. */
+    int (*check)(const ops_ctx *ctx, base_err *err);
+    ops_fn fwd, bwd; /* bwd NULL for ops without one (adamw) */
+} ops_impl;
+
+/* The resolved implementations for one layer path. */
+typedef struct {
+    const ops_impl *impl[OPS_COUNT];
+    ops_embedding_fwd_fn embedding_fwd;
+    ops_embedding_bwd_fn embedding_bwd;
+    ops_rmsnorm_fwd_fn rmsnorm_fwd;
+    ops_rmsnorm_bwd_fn rmsnorm_bwd;
+    ops_matmul_fwd_fn matmul_fwd;
+    ops_matmul_bwd_fn matmul_bwd;
+    ops_rope_fwd_fn rope_fwd;
+    ops_rope_bwd_fn rope_bwd;
+    ops_attention_fwd_fn attention_fwd;
+    ops_attention_bwd_fn attention_bwd;
+    ops_swiglu_fwd_fn swiglu_fwd;
+    ops_swiglu_bwd_fn swiglu_bwd;
+    ops_lmhead_ce_fn lmhead_ce;
+    ops_adamw_fn adamw;
+} ops_table;
+
+/* An override "op name or layer glob" -> implementation (filled from [kernels] later). */
+typedef struct {
+    const char *pattern; /* op name ("attention") or path glob ("layers.*.attention") */
+    const char *impl;
+} ops_override;
+
+const char *ops_kind_name(ops_kind k);
+/* Registers an implementation; the first one registered for an op is its default. */
+int ops_register(const ops_impl *impl, base_err *err);
+/* Registers the built-in CPU implementations (idempotent). */
+void ops_register_builtin(void);
+const ops_impl *ops_find(ops_kind op, const char *name);
+/* All registered implementations, in registration order. */
+int ops_list(const ops_impl **out, int max);
+
+/* Resolves every op for `layer_path` (e.g. "layers.3") from defaults and overrides,
+ * checks each implementation's constraints against ctx, and logs every non-default choice.
+ * An override applies to an op when its pattern equals the op name or glob-matches
+ * "<layer_path>.<op name>". */
+int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
+                const ops_override *overrides, int n_overrides, base_err *err);
+
+/* RoPE tables for positions 0..T-1: cos/sin[T, hd/2] in fp32, computed as HF does
+ * (inv_freq = 1/theta^(2i/hd) in fp32, angle = pos*inv_freq in fp32). */
+void ops_rope_table(float *cos, float *sin, int T, int hd, double theta);
+
+#endif

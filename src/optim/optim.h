@@ -1,0 +1,53 @@
+/* optim: AdamW over flat buffers, global-norm gradient clipping, and torchtitan's
+ * warmup-stable-decay LR schedule. */
+#ifndef TITAN_OPTIM_H
+#define TITAN_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../ops/ops.h"
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+} optim_adamw_cfg;
+
+/* Defaults: lr 8e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 (torchtitan). */
+optim_adamw_cfg optim_adamw_defaults(void);
+
+typedef struct {
+    size_t n;
+    float *m, *v; /* [n] first and second moments, mirroring the (sharded) parameters */
+    int64_t step; /* optimizer steps taken */
+    ops_adamw_fn kernel;
+} optim_adamw;
+
+int optim_adamw_init(optim_adamw *o, size_t n, base_err *err);
+void optim_adamw_free(optim_adamw *o);
+/* One AdamW step on params[n] with grads[n] at learning rate lr (weight decay on all). */
+void optim_adamw_step(optim_adamw *o, float *params, const float *grads, const optim_adamw_cfg *c,
+                      double lr);
+
+/* Sum of squares of g[n] in double, in a fixed order independent of the thread count. */
+double optim_sumsq(const float *g, size_t n);
+/* Scales g by min(1, max_norm / (norm + 1e-6)) where norm = sqrt(sumsq_total), the global
+ * L2 norm (summed over all shards by the caller). Returns norm (the pre-clip norm). */
+double optim_clip_apply(float *g, size_t n, double sumsq_total, double max_norm);
+
+typedef enum { OPTIM_DECAY_LINEAR, OPTIM_DECAY_SQRT, OPTIM_DECAY_COSINE } optim_decay_type;
+
+typedef struct {
+    int64_t warmup_steps;
+    int64_t total_steps;  /* N: lr_scheduler.total_steps or training.steps */
+    double decay_ratio;   /* < 0 means None (decay over all steps after warmup) */
+    optim_decay_type decay_type;
+    double min_lr_factor;
+} optim_lr_cfg;
+
+/* torchtitan linear_warmup_stable_decay factor f(s) for scheduler step s = 0, 1, ...
+ * Optimizer step k (1-based) uses f(k-1). */
+double optim_lr_factor(const optim_lr_cfg *c, int64_t s);
+int optim_decay_type_parse(const char *s, optim_decay_type *out);
+
+#endif
