@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "base.h"
 
 #include <errno.h>

@@ -1,0 +1,263 @@
+/* titan: command-line entry point. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "optim/optim.h"
+#include "train/train.h"
+
+/* Debian's OpenBLAS 0.3.21 does not recognise recent CPUs and falls back to its SSE3
+ * "Prescott" kernels (~7x slower here). It reads OPENBLAS_CORETYPE once, when the library
+ * loads, so titan sets it from the CPU's features and re-executes itself before any BLAS
+ * call. A value already in the environment is respected. */
+static void ensure_blas_coretype(char **argv) {
+#if defined(__x86_64__)
+    if (getenv("OPENBLAS_CORETYPE") || getenv("TITAN_NO_REEXEC")) return;
+    __builtin_cpu_init();
+    const char *core = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                         : NULL;
+    if (!core) return;
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    setenv("TITAN_NO_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with whatever kernels OpenBLAS chose. */
+#else
+    (void)argv;
+#endif
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: titan <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train     train a Qwen3 model (see `titan train --help`)\n"
+            "  inspect   print a flavor's arguments and parameter counts\n"
+            "  kernels   list the registered op implementations\n"
+            "\n"
+            "model options (train, inspect):\n"
+            "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
+            "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
+            "                       n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta,\n"
+            "                       norm_eps, tie_embeddings\n");
+}
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: titan train [--flavor NAME] [--set KEY=VALUE]... [options]\n"
+            "  --data FILE          train on the bytes of a text file (one token per byte)\n"
+            "  --random-tokens      train on uniformly random tokens (default without --data)\n"
+            "  --steps N            optimizer steps (100)\n"
+            "  --batch B            sequences per microbatch (8)\n"
+            "  --seq-len T          tokens per sequence (128)\n"
+            "  --grad-accum K       microbatches per step (1)\n"
+            "  --lr X               peak learning rate (8e-4)\n"
+            "  --warmup N           warmup steps (10)\n"
+            "  --decay-ratio R      fraction of steps spent decaying (default: all after warmup)\n"
+            "  --decay-type T       linear | sqrt | cosine (linear)\n"
+            "  --min-lr-factor F    final LR as a fraction of the peak (0)\n"
+            "  --weight-decay W     AdamW decoupled weight decay (0.1)\n"
+            "  --max-norm X         gradient clipping threshold (1.0)\n"
+            "  --seed S             weight init and data seed (42)\n"
+            "  --ac none|full       activation checkpointing (none)\n"
+            "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
+            "  --log-freq N         console line every N steps (1)\n"
+            "  --metrics FILE       per-step metrics as JSON lines\n"
+            "  --sample N           after training, sample N tokens from the model\n"
+            "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n");
+}
+
+typedef struct {
+    int argc;
+    char **argv;
+    int i;
+    base_err *err;
+} args_iter;
+
+static const char *need_value(args_iter *it) {
+    if (it->i + 1 >= it->argc) {
+        base_fail(it->err, "option %s needs a value", it->argv[it->i]);
+        return NULL;
+    }
+    return it->argv[++it->i];
+}
+
+static int parse_int(args_iter *it, int *out, int min) {
+    const char *opt = it->argv[it->i], *v = need_value(it);
+    int64_t x;
+    if (!v) return -1;
+    if (base_parse_i64(v, &x) || x < min || x > 1 << 30)
+        return base_fail(it->err, "option %s: '%s' is not an integer >= %d", opt, v, min);
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_dbl(args_iter *it, double *out, double min) {
+    const char *opt = it->argv[it->i], *v = need_value(it);
+    if (!v) return -1;
+    if (base_parse_f64(v, out) || *out < min)
+        return base_fail(it->err, "option %s: '%s' is not a number >= %g", opt, v, min);
+    return 0;
+}
+
+/* --flavor and --set, shared by train and inspect. Returns 1 if the option was consumed. */
+static int parse_model_opt(args_iter *it, model_args *a, int *status) {
+    const char *o = it->argv[it->i];
+    *status = 0;
+    if (!strcmp(o, "--flavor")) {
+        const char *v = need_value(it);
+        *status = !v || model_flavor(v, a, it->err) ? -1 : 0;
+        return 1;
+    }
+    if (!strcmp(o, "--set")) {
+        const char *v = need_value(it);
+        if (!v) return *status = -1, 1;
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v) return *status = base_fail(it->err, "--set wants KEY=VALUE, got '%s'", v), 1;
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
+        *status = model_args_set(a, key, eq + 1, it->err);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_inspect(int argc, char **argv, base_err *err) {
+    model_args a;
+    model_flavor("debugmodel", &a, err);
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        int st;
+        if (parse_model_opt(&it, &a, &st)) {
+            if (st) return -1;
+            continue;
+        }
+        return base_fail(err, "inspect: unknown option '%s'", argv[it.i]);
+    }
+    if (model_args_validate(&a, err)) return -1;
+    model_counts c;
+    model_count_params(&a, &c);
+    printf("flavor %s: dim %d, n_layers %d, n_heads %d, n_kv_heads %d, head_dim %d, ffn_dim %d, "
+           "vocab_size %d, rope_theta %g, norm_eps %g, tie_embeddings %d\n",
+           a.flavor, a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.ffn_dim,
+           a.vocab_size, a.rope_theta, a.norm_eps, a.tie_embeddings);
+    printf("%-22s %16s\n", "component", "parameters");
+    printf("%-22s %16lld%s\n", "embedding", (long long)c.embedding,
+           a.tie_embeddings ? "  (tied with lm_head, counted once)" : "");
+    printf("%-22s %16lld\n", "attention (q,k,v,o)", (long long)c.attention);
+    printf("%-22s %16lld\n", "q_norm/k_norm", (long long)c.qk_norm);
+    printf("%-22s %16lld\n", "feed_forward", (long long)c.ffn);
+    printf("%-22s %16lld\n", "rmsnorm (block+final)", (long long)c.norms);
+    printf("%-22s %16lld\n", "lm_head", (long long)c.lm_head);
+    printf("%-22s %16lld  (%.3fB)\n", "total", (long long)c.total, c.total / 1e9);
+    return 0;
+}
+
+static int cmd_kernels(void) {
+    ops_register_builtin();
+    const ops_impl *impls[128];
+    int n = ops_list(impls, 128);
+    printf("%-12s %-12s %s\n", "op", "impl", "constraints");
+    for (int i = 0; i < n; i++)
+        printf("%-12s %-12s %s\n", ops_kind_name(impls[i]->op), impls[i]->name,
+               impls[i]->constraints[0] ? impls[i]->constraints : "-");
+    return 0;
+}
+
+static int cmd_train(int argc, char **argv, base_err *err) {
+    train_opts o;
+    train_opts_defaults(&o);
+    int threads = 0;
+    double peak_tflops = 0;
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        const char *a = argv[it.i];
+        int st = 0;
+        if (parse_model_opt(&it, &o.model, &st)) {
+            if (st) return -1;
+            continue;
+        }
+#define IS(x) (!strcmp(a, x))
+        if (IS("--help") || IS("-h")) {
+            train_usage(stdout);
+            exit(0);
+        } else if (IS("--data")) {
+            if (!(o.data_path = need_value(&it))) return -1;
+        } else if (IS("--random-tokens")) {
+            o.data_path = NULL;
+        } else if (IS("--steps")) st = parse_int(&it, &o.steps, 1);
+        else if (IS("--batch")) st = parse_int(&it, &o.batch, 1);
+        else if (IS("--seq-len")) st = parse_int(&it, &o.seq_len, 1);
+        else if (IS("--grad-accum")) st = parse_int(&it, &o.grad_accum, 1);
+        else if (IS("--lr")) st = parse_dbl(&it, &o.adamw.lr, 0);
+        else if (IS("--weight-decay")) st = parse_dbl(&it, &o.adamw.weight_decay, 0);
+        else if (IS("--max-norm")) st = parse_dbl(&it, &o.max_norm, 0);
+        else if (IS("--min-lr-factor")) st = parse_dbl(&it, &o.lr.min_lr_factor, 0);
+        else if (IS("--decay-ratio")) st = parse_dbl(&it, &o.lr.decay_ratio, 0);
+        else if (IS("--peak-tflops")) st = parse_dbl(&it, &peak_tflops, 0);
+        else if (IS("--warmup")) {
+            int w;
+            st = parse_int(&it, &w, 0);
+            o.lr.warmup_steps = w;
+        } else if (IS("--decay-type")) {
+            const char *v = need_value(&it);
+            if (!v || optim_decay_type_parse(v, &o.lr.decay_type))
+                return base_fail(err, "--decay-type: '%s' is not linear, sqrt or cosine",
+                                 v ? v : "");
+        } else if (IS("--seed")) {
+            int s;
+            st = parse_int(&it, &s, 0);
+            o.seed = (uint64_t)s;
+        } else if (IS("--ac")) {
+            const char *v = need_value(&it);
+            if (v && !strcmp(v, "none")) o.ac = MODEL_AC_NONE;
+            else if (v && !strcmp(v, "full")) o.ac = MODEL_AC_FULL;
+            else return base_fail(err, "--ac: '%s' is not none or full", v ? v : "");
+        } else if (IS("--threads")) st = parse_int(&it, &threads, 1);
+        else if (IS("--log-freq")) st = parse_int(&it, &o.log_freq, 1);
+        else if (IS("--metrics")) {
+            if (!(o.jsonl_path = need_value(&it))) return -1;
+        } else if (IS("--sample")) st = parse_int(&it, &o.sample_tokens, 0);
+        else {
+            train_usage(stderr);
+            return base_fail(err, "train: unknown option '%s'", a);
+        }
+#undef IS
+        if (st) return -1;
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    o.peak_flops = peak_tflops * 1e12;
+    return train_run(&o, err);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    base_err err = {{0}};
+    int rc;
+    if (!strcmp(argv[1], "train")) {
+        ensure_blas_coretype(argv);
+        rc = cmd_train(argc, argv, &err);
+    } else if (!strcmp(argv[1], "inspect")) {
+        rc = cmd_inspect(argc, argv, &err);
+    } else if (!strcmp(argv[1], "kernels")) {
+        rc = cmd_kernels();
+    } else {
+        usage(stderr);
+        base_fail(&err, "unknown command '%s'", argv[1]);
+        rc = -1;
+    }
+    if (rc) {
+        fprintf(stderr, "titan: error: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

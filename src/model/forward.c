@@ -1,0 +1,347 @@
+/* Qwen3 dense forward and hand-written backward over flat parameter buffers.
+ *
+ * Saved per layer (ac = none): the layer input x, the residual after attention, the q/k/v
+ * projections before the q/k norms, q and k after norm + RoPE, the attention output and
+ * its log-sum-exp, the FFN gate and up projections, and the RMSNorm reciprocal std devs.
+ * Cheap elementwise results (the block norms' outputs, silu(gate)*up) are recomputed in
+ * backward instead of kept. With ac = full only each layer's input x is kept and the
+ * whole block forward is recomputed in its backward. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct {
+    float *x;               /* [N,D] layer input (residual stream) */
+    float *xm;              /* [N,D] residual after attention */
+    float *qp, *kp, *v;     /* [N,H*hd], [N,G*hd] x2: projections before q/k norm */
+    float *q, *k;           /* after q/k norm and RoPE */
+    float *o;               /* [N,H*hd] attention output */
+    float *lse;             /* [B,H,T] */
+    float *gate, *up;       /* [N,F] */
+    float *rstd1, *rstd2;   /* [N] */
+    float *q_rstd, *k_rstd; /* [N*H], [N*G] */
+} layer_acts;
+
+struct model_acts {
+    layer_acts *layers; /* [L]; under ac=full all but .x point at `scratch` */
+    layer_acts scratch;
+    float *xf;      /* [N,D] output of the last block */
+    float *xn;      /* [N,D] final norm output */
+    float *rstd_f;  /* [N] */
+    float *norm_out; /* [N,D] block norm output (recomputed; shared) */
+    float *hact;     /* [N,F] silu(gate)*up (recomputed; shared) */
+    float *ce_scratch; /* [ce_chunk, V] */
+    /* backward scratch */
+    float *dres, *dnorm, *dhact, *dgate, *dup, *dqk_o, *dq, *dk, *dv, *dqn, *dkn, *dxn;
+    float *mem;
+    size_t mem_floats;
+};
+
+/* Carves named buffers out of one allocation: first a sizing pass, then the real one. */
+typedef struct {
+    float *base;
+    size_t used;
+} carver;
+
+static float *carve(carver *c, size_t n) {
+    float *p = c->base ? c->base + c->used : NULL;
+    c->used += (n + 15) / 16 * 16; /* keep every buffer 64-byte aligned */
+    return p;
+}
+
+static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, int B, int T,
+                        int with_x_only) {
+    const size_t D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
+                 KV = (size_t)a->n_kv_heads * a->head_dim, F = a->ffn_dim;
+    la->x = carve(c, N * D);
+    if (with_x_only) return;
+    la->xm = carve(c, N * D);
+    la->qp = carve(c, N * Q);
+    la->kp = carve(c, N * KV);
+    la->v = carve(c, N * KV);
+    la->q = carve(c, N * Q);
+    la->k = carve(c, N * KV);
+    la->o = carve(c, N * Q);
+    la->lse = carve(c, (size_t)B * a->n_heads * T);
+    la->gate = carve(c, N * F);
+    la->up = carve(c, N * F);
+    la->rstd1 = carve(c, N);
+    la->rstd2 = carve(c, N);
+    la->q_rstd = carve(c, N * a->n_heads);
+    la->k_rstd = carve(c, N * a->n_kv_heads);
+}
+
+static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) {
+    const model_args *a = &m->args;
+    const int B = m->batch, T = m->seq_len, L = a->n_layers;
+    const size_t N = (size_t)B * T, D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
+                 KV = (size_t)a->n_kv_heads * a->head_dim, F = a->ffn_dim;
+    for (int l = 0; l < L; l++) {
+        layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
+        carve_layer(c, la, a, N, B, T, m->ac == MODEL_AC_FULL);
+    }
+    if (m->ac == MODEL_AC_FULL) carve_layer(c, &A->scratch, a, N, B, T, 0);
+    A->xf = carve(c, N * D);
+    A->xn = carve(c, N * D);
+    A->rstd_f = carve(c, N);
+    A->norm_out = carve(c, N * D);
+    A->hact = carve(c, N * F);
+    A->ce_scratch = carve(c, (size_t)m->ce_chunk * a->vocab_size);
+    if (!with_grads) return;
+    A->dres = carve(c, N * D);
+    A->dnorm = carve(c, N * D);
+    A->dhact = carve(c, N * F);
+    A->dgate = carve(c, N * F);
+    A->dup = carve(c, N * F);
+    A->dqk_o = carve(c, N * Q);
+    A->dq = carve(c, N * Q);
+    A->dk = carve(c, N * KV);
+    A->dv = carve(c, N * KV);
+    A->dqn = carve(c, N * Q);
+    A->dkn = carve(c, N * KV);
+    A->dxn = carve(c, N * D);
+}
+
+/* Pointers to one block's parameters (or gradients) inside a flat buffer. */
+typedef struct {
+    float *attn_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wo, *ffn_norm, *w1, *w3, *w2;
+} block_view;
+
+static block_view block_at(const model *m, float *base, int l) {
+    /* 11 parameters per block, in size-table order after tok_embeddings. */
+    const model_param *p = &m->params[1 + 11 * l];
+    block_view v = {base + p[0].offset, base + p[1].offset, base + p[2].offset,
+                    base + p[3].offset, base + p[4].offset, base + p[5].offset,
+                    base + p[6].offset, base + p[7].offset, base + p[8].offset,
+                    base + p[9].offset, base + p[10].offset};
+    return v;
+}
+
+static float *embed_at(const model *m, float *base) {
+    return base + m->params[0].offset;
+}
+static float *final_norm_at(const model *m, float *base) {
+    return base + m->params[1 + 11 * m->args.n_layers].offset;
+}
+static float *head_at(const model *m, float *base) {
+    return m->args.tie_embeddings ? embed_at(m, base)
+                                  : base + m->params[2 + 11 * m->args.n_layers].offset;
+}
+
+int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+    memset(m, 0, sizeof *m);
+    if (model_args_validate(a, err)) return -1;
+    if (o->batch <= 0 || o->seq_len <= 0)
+        return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch,
+                         o->seq_len);
+    if ((double)o->batch * o->seq_len * (a->n_heads > a->ffn_dim ? a->n_heads : 1) > 2147483647.0)
+        return base_fail(err, "batch*seq_len too large");
+    m->args = *a;
+    m->batch = o->batch;
+    m->seq_len = o->seq_len;
+    m->ac = o->ac;
+    if (model_layout(m, err)) return -1;
+    const int N = o->batch * o->seq_len;
+    /* lm_head + CE in chunks: keep [chunk, V] logits near 32M floats (128 MiB). */
+    long chunk = (32L << 20) / a->vocab_size;
+    if (chunk < 16) chunk = 16;
+    if (chunk > N) chunk = N;
+    m->ce_chunk = (int)chunk;
+
+    m->w = base_alloc(m->n_floats * sizeof(float));
+    if (!m->w) return base_fail(err, "out of memory: %zu parameters", m->n_floats);
+    if (o->with_grads) {
+        m->g = base_alloc(m->n_floats * sizeof(float));
+        if (!m->g) return base_fail(err, "out of memory: %zu gradients", m->n_floats);
+    }
+    model_acts *A = base_alloc(sizeof *A);
+    if (!A) return base_fail(err, "out of memory");
+    m->acts = A;
+    carver sz = {NULL, 0};
+    carve_all(&sz, A, m, o->with_grads);
+    A->layers = base_alloc(sizeof(layer_acts) * (size_t)a->n_layers);
+    A->mem = base_alloc(sz.used * sizeof(float));
+    if (!A->layers || !A->mem)
+        return base_fail(err, "out of memory: activations need %.2f GiB",
+                         (double)sz.used * 4 / (1 << 30));
+    A->mem_floats = sz.used;
+    carver real = {A->mem, 0};
+    carve_all(&real, A, m, o->with_grads);
+    if (m->ac == MODEL_AC_FULL)
+        for (int l = 0; l < a->n_layers; l++) {
+            float *x = A->layers[l].x;
+            A->layers[l] = A->scratch;
+            A->layers[l].x = x;
+        }
+
+    m->rope_cos = base_alloc(sizeof(float) * (size_t)o->seq_len * a->head_dim / 2);
+    m->rope_sin = base_alloc(sizeof(float) * (size_t)o->seq_len * a->head_dim / 2);
+    if (!m->rope_cos || !m->rope_sin) return base_fail(err, "out of memory");
+    ops_rope_table(m->rope_cos, m->rope_sin, o->seq_len, a->head_dim, a->rope_theta);
+
+    ops_register_builtin();
+    m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
+    if (!m->ops) return base_fail(err, "out of memory");
+    ops_ctx ctx = {o->batch, o->seq_len, a->dim, a->n_heads, a->n_kv_heads,
+                   a->head_dim, a->ffn_dim, a->vocab_size};
+    for (int u = 0; u < m->n_units; u++)
+        if (ops_resolve(&m->ops[u], m->units[u].name, &ctx, o->overrides, o->n_overrides, err))
+            return -1;
+    return 0;
+}
+
+void model_free(model *m) {
+    if (m->acts) {
+        base_free(m->acts->layers);
+        base_free(m->acts->mem);
+        base_free(m->acts);
+    }
+    base_free(m->params);
+    base_free(m->units);
+    base_free(m->w);
+    base_free(m->g);
+    base_free(m->ops);
+    base_free(m->rope_cos);
+    base_free(m->rope_sin);
+    memset(m, 0, sizeof *m);
+}
+
+void model_zero_grad(model *m) {
+    if (m->g) memset(m->g, 0, m->n_floats * sizeof(float));
+}
+
+static void add_inplace(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void zero(float *p, size_t n) {
+    memset(p, 0, n * sizeof(float));
+}
+
+/* Block l forward from la->x; writes the block output into `out` [N,D]. */
+static void block_forward(model *m, int l, layer_acts *la, float *out) {
+    const model_args *a = &m->args;
+    const ops_table *t = &m->ops[1 + l];
+    model_acts *A = m->acts;
+    const int B = m->batch, T = m->seq_len, N = B * T, D = a->dim, H = a->n_heads,
+              G = a->n_kv_heads, hd = a->head_dim, F = a->ffn_dim;
+    const float eps = (float)a->norm_eps;
+    block_view w = block_at(m, m->w, l);
+
+    t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, N, D, eps);
+    t->matmul_fwd(la->qp, A->norm_out, w.wq, N, D, H * hd);
+    t->matmul_fwd(la->kp, A->norm_out, w.wk, N, D, G * hd);
+    t->matmul_fwd(la->v, A->norm_out, w.wv, N, D, G * hd);
+    t->rmsnorm_fwd(la->q, la->q_rstd, la->qp, w.q_norm, N * H, hd, eps);
+    t->rmsnorm_fwd(la->k, la->k_rstd, la->kp, w.k_norm, N * G, hd, eps);
+    t->rope_fwd(la->q, la->q, m->rope_cos, m->rope_sin, B, T, H, hd);
+    t->rope_fwd(la->k, la->k, m->rope_cos, m->rope_sin, B, T, G, hd);
+    t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
+    t->matmul_fwd(la->xm, la->o, w.wo, N, H * hd, D);
+    add_inplace(la->xm, la->x, (size_t)N * D);
+
+    t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
+    t->matmul_fwd(la->gate, A->norm_out, w.w1, N, D, F);
+    t->matmul_fwd(la->up, A->norm_out, w.w3, N, D, F);
+    t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
+    t->matmul_fwd(out, A->hact, w.w2, N, F, D);
+    add_inplace(out, la->xm, (size_t)N * D);
+}
+
+/* Block l backward: A->dres holds dL/d(block output) on entry, dL/d(block input) on exit. */
+static void block_backward(model *m, int l, layer_acts *la) {
+    const model_args *a = &m->args;
+    const ops_table *t = &m->ops[1 + l];
+    model_acts *A = m->acts;
+    const int B = m->batch, T = m->seq_len, N = B * T, D = a->dim, H = a->n_heads,
+              G = a->n_kv_heads, hd = a->head_dim, F = a->ffn_dim;
+    const size_t ND = (size_t)N * D, NF = (size_t)N * F, NQ = (size_t)N * H * hd,
+                 NKV = (size_t)N * G * hd;
+    const float eps = (float)a->norm_eps;
+    block_view w = block_at(m, m->w, l), g = block_at(m, m->g, l);
+    float *dres = A->dres;
+
+    /* Full AC: recompute the block's saved activations into the shared scratch. The block
+     * output is not needed; A->xn (the final norm output) is free scratch by now. */
+    if (m->ac == MODEL_AC_FULL) block_forward(m, l, la, A->xn);
+
+    /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm). */
+    t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
+    t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
+    zero(A->dhact, NF);
+    t->matmul_bwd(A->dhact, g.w2, dres, A->hact, w.w2, N, F, D);
+    zero(A->dgate, NF);
+    zero(A->dup, NF);
+    t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
+    zero(A->dnorm, ND);
+    t->matmul_bwd(A->dnorm, g.w1, A->dgate, A->norm_out, w.w1, N, D, F);
+    t->matmul_bwd(A->dnorm, g.w3, A->dup, A->norm_out, w.w3, N, D, F);
+    t->rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, N, D);
+
+    /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
+    zero(A->dqk_o, NQ);
+    t->matmul_bwd(A->dqk_o, g.wo, dres, la->o, w.wo, N, H * hd, D);
+    zero(A->dq, NQ);
+    zero(A->dk, NKV);
+    zero(A->dv, NKV);
+    t->attention_bwd(A->dq, A->dk, A->dv, A->dqk_o, la->o, la->lse, la->q, la->k, la->v, B, T, H,
+                     G, hd);
+    zero(A->dqn, NQ);
+    zero(A->dkn, NKV);
+    t->rope_bwd(A->dqn, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
+    t->rope_bwd(A->dkn, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
+    zero(A->dq, NQ); /* reused as d(qp) */
+    zero(A->dk, NKV);
+    t->rmsnorm_bwd(A->dq, g.q_norm, A->dqn, la->qp, w.q_norm, la->q_rstd, N * H, hd);
+    t->rmsnorm_bwd(A->dk, g.k_norm, A->dkn, la->kp, w.k_norm, la->k_rstd, N * G, hd);
+    t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, N, D, eps);
+    zero(A->dnorm, ND);
+    t->matmul_bwd(A->dnorm, g.wq, A->dq, A->norm_out, w.wq, N, D, H * hd);
+    t->matmul_bwd(A->dnorm, g.wk, A->dk, A->norm_out, w.wk, N, D, G * hd);
+    t->matmul_bwd(A->dnorm, g.wv, A->dv, A->norm_out, w.wv, N, D, G * hd);
+    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, N, D);
+}
+
+/* Embedding and all blocks: leaves the final hidden state in A->xf and its norm in A->xn. */
+static void forward_trunk(model *m, const int32_t *tokens) {
+    const model_args *a = &m->args;
+    model_acts *A = m->acts;
+    const int N = m->batch * m->seq_len, L = a->n_layers;
+    m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
+    for (int l = 0; l < L; l++)
+        block_forward(m, l, &A->layers[l], l + 1 < L ? A->layers[l + 1].x : A->xf);
+    m->ops[L + 1].rmsnorm_fwd(A->xn, A->rstd_f, A->xf, final_norm_at(m, m->w), N, a->dim,
+                              (float)a->norm_eps);
+}
+
+double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
+                             float grad_scale, int64_t *n_valid) {
+    const model_args *a = &m->args;
+    model_acts *A = m->acts;
+    const int N = m->batch * m->seq_len, L = a->n_layers, D = a->dim;
+    const ops_table *th = &m->ops[L + 1];
+    const int backward = m->g != NULL && grad_scale != 0.0f;
+
+    forward_trunk(m, tokens);
+    if (backward) zero(A->dxn, (size_t)N * D);
+    double loss = th->lmhead_ce(backward ? A->dxn : NULL, backward ? head_at(m, m->g) : NULL,
+                                A->xn, head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
+                                A->ce_scratch, m->ce_chunk, n_valid);
+    if (!backward) return loss;
+
+    zero(A->dres, (size_t)N * D);
+    th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
+                    A->rstd_f, N, D);
+    for (int l = L - 1; l >= 0; l--) block_backward(m, l, &A->layers[l]);
+    m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
+    return loss;
+}
+
+void model_logits(model *m, const int32_t *tokens, float *logits) {
+    const int N = m->batch * m->seq_len;
+    forward_trunk(m, tokens);
+    m->ops[m->args.n_layers + 1].matmul_fwd(logits, m->acts->xn, head_at(m, m->w), N,
+                                            m->args.dim, m->args.vocab_size);
+}

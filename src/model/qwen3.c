@@ -1,0 +1,266 @@
+/* Qwen3 arguments, flavor registry, parameter layout and init. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab, tied, max_seq_len;
+} flavor_row;
+
+/* torchtitan HEAD qwen3_configs (spec §1.6): head_dim 128, eps 1e-6, theta 1e6 throughout. */
+static const flavor_row g_flavors[] = {
+    {"debugmodel", 256, 8, 16, 8, 3072, 2048, 1, 4096},
+    {"0.6B", 1024, 28, 16, 8, 3072, 151936, 1, 40960},
+    {"1.7B", 2048, 28, 16, 8, 6144, 151936, 1, 40960},
+    {"4B", 2560, 36, 32, 8, 9728, 151936, 1, 40960},
+    {"8B", 4096, 36, 32, 8, 12288, 151936, 0, 40960},
+    {"14B", 5120, 40, 40, 8, 17408, 151936, 0, 40960},
+    {"32B", 5120, 64, 64, 8, 25600, 151936, 0, 40960},
+};
+#define N_FLAVORS ((int)(sizeof g_flavors / sizeof g_flavors[0]))
+
+const char *const *model_flavor_names(void) {
+    static const char *names[N_FLAVORS + 1];
+    for (int i = 0; i < N_FLAVORS; i++) names[i] = g_flavors[i].name;
+    names[N_FLAVORS] = NULL;
+    return names;
+}
+
+int model_flavor(const char *name, model_args *out, base_err *err) {
+    for (int i = 0; i < N_FLAVORS; i++) {
+        const flavor_row *f = &g_flavors[i];
+        if (strcmp(f->name, name) != 0) continue;
+        memset(out, 0, sizeof *out);
+        snprintf(out->flavor, sizeof out->flavor, "%s", f->name);
+        out->dim = f->dim;
+        out->n_layers = f->n_layers;
+        out->n_heads = f->n_heads;
+        out->n_kv_heads = f->n_kv_heads;
+        out->head_dim = 128;
+        out->ffn_dim = f->ffn_dim;
+        out->vocab_size = f->vocab;
+        out->rope_theta = 1e6;
+        out->norm_eps = 1e-6;
+        out->tie_embeddings = f->tied;
+        out->max_seq_len = f->max_seq_len;
+        return 0;
+    }
+    char list[512] = "";
+    for (int i = 0; i < N_FLAVORS; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, g_flavors[i].name, sizeof list - strlen(list) - 1);
+    }
+    return base_fail(err, "unknown model flavor '%s' (known: %s)", name, list);
+}
+
+int model_args_set(model_args *a, const char *key, const char *value, base_err *err) {
+    struct {
+        const char *key;
+        int *field;
+    } ints[] = {{"dim", &a->dim},
+                {"n_layers", &a->n_layers},
+                {"n_heads", &a->n_heads},
+                {"n_kv_heads", &a->n_kv_heads},
+                {"head_dim", &a->head_dim},
+                {"ffn_dim", &a->ffn_dim},
+                {"vocab_size", &a->vocab_size},
+                {"tie_embeddings", &a->tie_embeddings},
+                {"max_seq_len", &a->max_seq_len}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (strcmp(key, ints[i].key) != 0) continue;
+        int64_t v;
+        if (base_parse_i64(value, &v) != 0 || v < 0 || v > 1 << 30)
+            return base_fail(err, "model argument %s: '%s' is not a non-negative integer", key,
+                             value);
+        if (!strcmp(key, "tie_embeddings") && v > 1)
+            return base_fail(err, "model argument tie_embeddings: '%s' must be 0 or 1", value);
+        *ints[i].field = (int)v;
+        return 0;
+    }
+    double *dbl = !strcmp(key, "rope_theta") ? &a->rope_theta
+                  : !strcmp(key, "norm_eps") ? &a->norm_eps
+                                             : NULL;
+    if (dbl) {
+        double v;
+        if (base_parse_f64(value, &v) != 0 || v <= 0)
+            return base_fail(err, "model argument %s: '%s' is not a positive number", key, value);
+        *dbl = v;
+        return 0;
+    }
+    return base_fail(err,
+                     "unknown model argument '%s' (known: dim, n_layers, n_heads, n_kv_heads, "
+                     "head_dim, ffn_dim, vocab_size, rope_theta, norm_eps, tie_embeddings, "
+                     "max_seq_len)",
+                     key);
+}
+
+int model_args_validate(const model_args *a, base_err *err) {
+    const struct {
+        const char *name;
+        int v;
+    } pos[] = {{"dim", a->dim},           {"n_layers", a->n_layers},
+               {"n_heads", a->n_heads},   {"n_kv_heads", a->n_kv_heads},
+               {"head_dim", a->head_dim}, {"ffn_dim", a->ffn_dim},
+               {"vocab_size", a->vocab_size}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0)
+            return base_fail(err, "model argument %s must be positive (got %d)", pos[i].name,
+                             pos[i].v);
+    if (a->n_heads % a->n_kv_heads != 0)
+        return base_fail(err, "n_heads (%d) must be a multiple of n_kv_heads (%d)", a->n_heads,
+                         a->n_kv_heads);
+    if (a->head_dim % 2 != 0)
+        return base_fail(err, "head_dim (%d) must be even for RoPE", a->head_dim);
+    if (!(a->rope_theta > 0) || !(a->norm_eps > 0))
+        return base_fail(err, "rope_theta and norm_eps must be positive");
+    if (a->tie_embeddings != 0 && a->tie_embeddings != 1)
+        return base_fail(err, "tie_embeddings must be 0 or 1");
+    /* Every buffer is indexed with size_t, but per-op sizes are int: keep each matrix < 2^31. */
+    const double big = 2147483647.0;
+    if ((double)a->vocab_size * a->dim > big || (double)a->n_heads * a->head_dim * a->dim > big ||
+        (double)a->ffn_dim * a->dim > big)
+        return base_fail(err, "model too large: a single weight matrix exceeds 2^31 elements");
+    return 0;
+}
+
+/* The size table: every parameter of the model in its fixed order. `emit` is called once
+ * per parameter; the same walk serves counting, layout and inspection. */
+typedef void (*param_emit)(void *ctx, int unit, const char *name, const char *hf_name, int64_t d0,
+                           int64_t d1, int is_norm);
+
+static void walk_params(const model_args *a, param_emit emit, void *ctx) {
+    const int64_t D = a->dim, q = (int64_t)a->n_heads * a->head_dim,
+                  kv = (int64_t)a->n_kv_heads * a->head_dim, hd = a->head_dim, F = a->ffn_dim,
+                  V = a->vocab_size;
+    emit(ctx, 0, "tok_embeddings.weight", "model.embed_tokens.weight", V, D, 0);
+    for (int l = 0; l < a->n_layers; l++) {
+        char n[96], h[96];
+        const int u = 1 + l;
+#define P(tt, hf, d0, d1, norm)                                                                    \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "layers.%d." tt, l);                                                 \
+        snprintf(h, sizeof h, "model.layers.%d." hf, l);                                           \
+        emit(ctx, u, n, h, d0, d1, norm);                                                          \
+    } while (0)
+        P("attention_norm.weight", "input_layernorm.weight", D, 0, 1);
+        P("attention.wq.weight", "self_attn.q_proj.weight", q, D, 0);
+        P("attention.wk.weight", "self_attn.k_proj.weight", kv, D, 0);
+        P("attention.wv.weight", "self_attn.v_proj.weight", kv, D, 0);
+        P("attention.q_norm.weight", "self_attn.q_norm.weight", hd, 0, 1);
+        P("attention.k_norm.weight", "self_attn.k_norm.weight", hd, 0, 1);
+        P("attention.wo.weight", "self_attn.o_proj.weight", D, q, 0);
+        P("ffn_norm.weight", "post_attention_layernorm.weight", D, 0, 1);
+        P("feed_forward.w1.weight", "mlp.gate_proj.weight", F, D, 0);
+        P("feed_forward.w3.weight", "mlp.up_proj.weight", F, D, 0);
+        P("feed_forward.w2.weight", "mlp.down_proj.weight", D, F, 0);
+#undef P
+    }
+    emit(ctx, 1 + a->n_layers, "norm.weight", "model.norm.weight", D, 0, 1);
+    if (!a->tie_embeddings) emit(ctx, 1 + a->n_layers, "output.weight", "lm_head.weight", V, D, 0);
+}
+
+static void count_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
+                       int64_t d1, int is_norm) {
+    model_counts *c = ctx;
+    int64_t n = d0 * (d1 ? d1 : 1);
+    c->total += n;
+    if (!strcmp(name, "tok_embeddings.weight")) c->embedding += n;
+    else if (!strcmp(name, "output.weight")) c->lm_head += n;
+    else if (strstr(name, "q_norm") || strstr(name, "k_norm")) c->qk_norm += n;
+    else if (is_norm) c->norms += n;
+    else if (strstr(name, ".attention.")) c->attention += n;
+    else c->ffn += n;
+}
+
+void model_count_params(const model_args *a, model_counts *c) {
+    memset(c, 0, sizeof *c);
+    walk_params(a, count_emit, c);
+}
+
+typedef struct {
+    model *m;
+    size_t offset;
+} layout_ctx;
+
+static void layout_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
+                        int64_t d1, int is_norm) {
+    layout_ctx *lc = ctx;
+    model *m = lc->m;
+    model_param *p = &m->params[m->n_params++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->hf_name, sizeof p->hf_name, "%s", hf);
+    p->unit = unit;
+    p->offset = lc->offset;
+    p->ndim = d1 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    p->is_norm = is_norm;
+    model_unit *u = &m->units[unit];
+    if (u->numel == 0) u->offset = lc->offset;
+    u->numel += p->numel;
+    lc->offset += p->numel;
+}
+
+static void count_only(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
+                       int64_t d1, int is_norm) {
+    (*(int *)ctx)++;
+}
+
+/* Fills m->params / m->units (allocated here) from the size table. */
+int model_layout(model *m, base_err *err) {
+    int n = 0;
+    walk_params(&m->args, count_only, &n);
+    m->n_units = m->args.n_layers + 2;
+    m->params = base_alloc(sizeof(model_param) * (size_t)n);
+    m->units = base_alloc(sizeof(model_unit) * (size_t)m->n_units);
+    if (!m->params || !m->units) return base_fail(err, "out of memory laying out parameters");
+    snprintf(m->units[0].name, sizeof m->units[0].name, "tok_embeddings");
+    for (int l = 0; l < m->args.n_layers; l++)
+        snprintf(m->units[1 + l].name, sizeof m->units[1 + l].name, "layers.%d", l);
+    snprintf(m->units[m->n_units - 1].name, sizeof m->units[0].name, "head");
+    layout_ctx lc = {m, 0};
+    m->n_params = 0;
+    walk_params(&m->args, layout_emit, &lc);
+    m->n_floats = lc.offset;
+    return 0;
+}
+
+const model_param *model_find_param(const model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return &m->params[i];
+    return NULL;
+}
+
+const model_param *model_find_hf_param(const model *m, const char *hf_name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].hf_name, hf_name)) return &m->params[i];
+    return NULL;
+}
+
+void model_init_weights(model *m, uint64_t seed) {
+    for (int i = 0; i < m->n_params; i++) {
+        const model_param *p = &m->params[i];
+        float *w = m->w + p->offset;
+        const uint64_t stream = base_hash_str(p->name);
+        const size_t n = p->numel;
+        if (p->is_norm) {
+            for (size_t e = 0; e < n; e++) w[e] = 1.0f;
+            continue;
+        }
+#pragma omp parallel for schedule(static)
+        for (size_t e = 0; e < n; e++) w[e] = 0.02f * base_rng_normal(seed, stream, e);
+    }
+}
+
+double model_flops_per_token(const model_args *a, int seq_len) {
+    model_counts c;
+    model_count_params(a, &c);
+    /* Untied: the embedding is a lookup, not a matmul. Tied: the shared matrix is the lm_head
+     * matmul and is counted once (c.total holds it once). */
+    double p_matmul = (double)(a->tie_embeddings ? c.total : c.total - c.embedding);
+    return 6.0 * p_matmul + 12.0 * a->n_layers * a->n_heads * a->head_dim * (double)seq_len;
+}

@@ -1,0 +1,103 @@
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+optim_adamw_cfg optim_adamw_defaults(void) {
+    optim_adamw_cfg c = {8e-4, 0.9, 0.95, 1e-8, 0.1};
+    return c;
+}
+
+int optim_adamw_init(optim_adamw *o, size_t n, base_err *err) {
+    memset(o, 0, sizeof *o);
+    o->n = n;
+    o->m = base_alloc(n * sizeof(float));
+    o->v = base_alloc(n * sizeof(float));
+    if (!o->m || !o->v) {
+        optim_adamw_free(o);
+        return base_fail(err, "out of memory: AdamW state for %zu parameters", n);
+    }
+    ops_register_builtin();
+    o->kernel = (ops_adamw_fn)ops_find(OPS_ADAMW, "default")->fwd;
+    return 0;
+}
+
+void optim_adamw_free(optim_adamw *o) {
+    base_free(o->m);
+    base_free(o->v);
+    o->m = o->v = NULL;
+}
+
+void optim_adamw_step(optim_adamw *o, float *params, const float *grads, const optim_adamw_cfg *c,
+                      double lr) {
+    o->step++;
+    o->kernel(params, o->m, o->v, grads, o->n, (float)lr, (float)c->beta1, (float)c->beta2,
+              (float)c->eps, (float)c->weight_decay, o->step);
+}
+
+/* Fixed 16K-element blocks summed in block order: the same bits for any thread count. */
+#define SUMSQ_BLOCK 16384
+
+double optim_sumsq(const float *g, size_t n) {
+    const size_t nb = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
+    double *part = base_alloc(nb * sizeof(double));
+    if (!part) { /* serial fallback, same block order */
+        double s = 0;
+        for (size_t b = 0; b < nb; b++) {
+            double p = 0;
+            for (size_t i = b * SUMSQ_BLOCK; i < n && i < (b + 1) * SUMSQ_BLOCK; i++)
+                p += (double)g[i] * g[i];
+            s += p;
+        }
+        return s;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * SUMSQ_BLOCK, hi = lo + SUMSQ_BLOCK < n ? lo + SUMSQ_BLOCK : n;
+        double p = 0;
+        for (size_t i = lo; i < hi; i++) p += (double)g[i] * g[i];
+        part[b] = p;
+    }
+    double s = 0;
+    for (size_t b = 0; b < nb; b++) s += part[b];
+    base_free(part);
+    return s;
+}
+
+double optim_clip_apply(float *g, size_t n, double sumsq_total, double max_norm) {
+    const double norm = sqrt(sumsq_total);
+    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1. */
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+        const float c = (float)coef;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) g[i] *= c;
+    }
+    return norm;
+}
+
+double optim_lr_factor(const optim_lr_cfg *c, int64_t s) {
+    const int64_t N = c->total_steps;
+    const int64_t W = c->warmup_steps < N ? c->warmup_steps : N;
+    int64_t Dk = c->decay_ratio >= 0 ? (int64_t)nearbyint((double)N * c->decay_ratio) /* Python round(): half to even */ : N - W;
+    if (W + Dk > N) Dk = N - W;
+    const int64_t S = N + 1 - W - Dk; /* the "virtual last step": LR never reaches 0 at N */
+    if (s < W) return (double)(s + 1) / (double)W;
+    if (s < W + S || Dk <= 0) return 1.0;
+    const double p = (double)(s + 1 - (W + S)) / (double)Dk;
+    double g;
+    switch (c->decay_type) {
+    case OPTIM_DECAY_SQRT: g = 1.0 - sqrt(p); break;
+    case OPTIM_DECAY_COSINE: g = 0.5 * (1.0 + cos(M_PI * p)); break;
+    default: g = 1.0 - p; break;
+    }
+    return c->min_lr_factor + (1.0 - c->min_lr_factor) * g;
+}
+
+int optim_decay_type_parse(const char *s, optim_decay_type *out) {
+    if (!strcmp(s, "linear")) *out = OPTIM_DECAY_LINEAR;
+    else if (!strcmp(s, "sqrt")) *out = OPTIM_DECAY_SQRT;
+    else if (!strcmp(s, "cosine")) *out = OPTIM_DECAY_COSINE;
+    else return -1;
+    return 0;
+}

@@ -1,0 +1,247 @@
+#include "train.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void train_opts_defaults(train_opts *o) {
+    memset(o, 0, sizeof *o);
+    base_err e;
+    model_flavor("debugmodel", &o->model, &e);
+    o->steps = 100;
+    o->batch = 8;
+    o->seq_len = 128;
+    o->grad_accum = 1;
+    o->adamw = optim_adamw_defaults();
+    o->lr.warmup_steps = 10;
+    o->lr.decay_ratio = -1;
+    o->lr.decay_type = OPTIM_DECAY_LINEAR;
+    o->max_norm = 1.0;
+    o->seed = 42;
+    o->log_freq = 1;
+}
+
+double train_measure_peak_flops(void) {
+    /* A square-ish GEMM big enough to reach the BLAS steady state (~0.3 s). */
+    const int n = 1536;
+    float *a = base_alloc(sizeof(float) * n * n), *b = base_alloc(sizeof(float) * n * n),
+          *c = base_alloc(sizeof(float) * n * n);
+    if (!a || !b || !c) return 0;
+    for (int i = 0; i < n * n; i++) a[i] = b[i] = base_rng_uniform(1, 0, (uint64_t)i) - 0.5f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = base_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double rate = 2.0 * n * n * (double)n / (base_now() - t0);
+        if (rate > best) best = rate;
+    }
+    base_free(a);
+    base_free(b);
+    base_free(c);
+    return best;
+}
+
+/* Token source: bytes of a text file in disjoint windows of seq_len+1, or random tokens. */
+typedef struct {
+    unsigned char *text;
+    size_t len, pos;
+    uint64_t seed, counter;
+    int vocab;
+} token_source;
+
+static int source_open(token_source *s, const train_opts *o, base_err *err) {
+    memset(s, 0, sizeof *s);
+    s->seed = o->seed;
+    s->vocab = o->model.vocab_size;
+    if (!o->data_path) return 0;
+    if (o->model.vocab_size < 256)
+        return base_fail(err, "%s: byte tokens need vocab_size >= 256 (got %d)", o->data_path,
+                         o->model.vocab_size);
+    FILE *f = fopen(o->data_path, "rb");
+    if (!f) return base_fail(err, "%s: cannot open data file", o->data_path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < (long)o->seq_len + 1) {
+        fclose(f);
+        return base_fail(err, "%s: %ld bytes is shorter than one window of seq_len+1 = %d",
+                         o->data_path, n, o->seq_len + 1);
+    }
+    s->text = malloc((size_t)n);
+    if (!s->text || fread(s->text, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(s->text);
+        return base_fail(err, "%s: read failed", o->data_path);
+    }
+    fclose(f);
+    s->len = (size_t)n;
+    return 0;
+}
+
+/* Fills one [B, T] microbatch of inputs and next-token targets. */
+static void source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        int32_t *x = tok + (size_t)b * T, *y = tgt + (size_t)b * T;
+        if (!s->text) {
+            for (int t = 0; t <= T; t++) {
+                int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, s->counter++) % s->vocab);
+                if (t < T) x[t] = v;
+                if (t > 0) y[t - 1] = v;
+            }
+            continue;
+        }
+        if (s->pos + T + 1 > s->len) s->pos = 0; /* next epoch */
+        for (int t = 0; t < T; t++) {
+            x[t] = s->text[s->pos + t];
+            y[t] = s->text[s->pos + t + 1];
+        }
+        s->pos += (size_t)T + 1;
+    }
+}
+
+static void sample(model *m, const train_opts *o, const token_source *src) {
+    const int T = m->seq_len, V = m->args.vocab_size;
+    int32_t *tok = base_alloc(sizeof(int32_t) * T);
+    float *logits = base_alloc(sizeof(float) * (size_t)T * V);
+    if (!tok || !logits) goto done;
+    int n = 1;
+    tok[0] = src->text ? '\n' : 0;
+    printf("sample (temperature 0.8):\n");
+    int limit = o->sample_tokens + 1 < T ? o->sample_tokens + 1 : T;
+    for (; n < limit; n++) {
+        /* Causal: logits at position n-1 depend only on tokens 0..n-1; the rest is padding. */
+        model_logits(m, tok, logits);
+        const float *row = logits + (size_t)(n - 1) * V;
+        double mx = -INFINITY, z = 0;
+        for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < V; v++) z += exp((row[v] - mx) / 0.8);
+        double u = base_rng_uniform(o->seed, 0x5a3e, (uint64_t)n) * z, acc = 0;
+        int pick = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp((row[v] - mx) / 0.8);
+            if (acc >= u) {
+                pick = v;
+                break;
+            }
+        }
+        tok[n] = pick;
+        if (src->text) putchar(pick < 256 ? pick : '?');
+        else printf("%d ", pick);
+    }
+    printf("\n");
+done:
+    base_free(tok);
+    base_free(logits);
+}
+
+int train_run(const train_opts *o, base_err *err) {
+    int rc = -1;
+    if (o->steps <= 0 || o->grad_accum <= 0)
+        return base_fail(err, "steps and grad_accum must be positive");
+    token_source src;
+    if (source_open(&src, o, err)) return -1;
+    model m;
+    model_build_opts bo = {o->batch, o->seq_len, o->ac, 1, NULL, 0};
+    optim_adamw opt = {0};
+    FILE *jl = NULL;
+    int32_t *tok = NULL, *tgt = NULL;
+    if (model_build(&m, &o->model, &bo, err)) goto out;
+    model_init_weights(&m, o->seed);
+    if (optim_adamw_init(&opt, m.n_floats, err)) goto out;
+    const size_t NT = (size_t)o->batch * o->seq_len;
+    tok = base_alloc(NT * o->grad_accum * sizeof(int32_t));
+    tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t));
+    if (!tok || !tgt) {
+        base_fail(err, "out of memory");
+        goto out;
+    }
+    if (o->jsonl_path && !(jl = fopen(o->jsonl_path, "w"))) {
+        base_fail(err, "%s: cannot open metrics file for writing", o->jsonl_path);
+        goto out;
+    }
+    const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
+    const double fpt = model_flops_per_token(&o->model, o->seq_len);
+    model_counts cnt;
+    model_count_params(&o->model, &cnt);
+    base_log(BASE_LOG_INFO,
+             "model %s: %lld parameters, %d layers, dim %d; batch %d x seq %d x accum %d; "
+             "%d threads; fp32 GEMM peak %.1f GFLOP/s; %.3f GFLOP/token",
+             o->model.flavor, (long long)cnt.total, o->model.n_layers, o->model.dim, o->batch,
+             o->seq_len, o->grad_accum, omp_get_max_threads(), peak / 1e9, fpt / 1e9);
+
+    optim_lr_cfg lrc = o->lr;
+    if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
+    double t_total = 0;
+    int64_t tokens_total = 0;
+    for (int step = 1; step <= o->steps; step++) {
+        double t0 = base_now();
+        int64_t valid = 0;
+        for (int mb = 0; mb < o->grad_accum; mb++) {
+            source_next(&src, tok + mb * NT, tgt + mb * NT, o->batch, o->seq_len);
+            for (size_t i = 0; i < NT; i++) valid += tgt[mb * NT + i] != OPS_IGNORE_INDEX;
+        }
+        double t_data = base_now() - t0;
+        model_zero_grad(&m);
+        double loss_sum = 0;
+        for (int mb = 0; mb < o->grad_accum; mb++)
+            loss_sum += model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
+                                              valid ? 1.0f / (float)valid : 0.0f, NULL);
+        const double loss = valid ? loss_sum / (double)valid : 0.0;
+        const double sumsq = optim_sumsq(m.g, m.n_floats);
+        if (!isfinite(loss) || !isfinite(sumsq)) {
+            base_fail(err, "step %d: non-finite %s (loss %g, grad sumsq %g)", step,
+                      isfinite(loss) ? "gradient norm" : "loss", loss, sumsq);
+            goto out;
+        }
+        const double norm = optim_clip_apply(m.g, m.n_floats, sumsq, o->max_norm);
+        const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
+        optim_adamw_step(&opt, m.w, m.g, &o->adamw, lr);
+        const double dt = base_now() - t0;
+        const int64_t ntok = (int64_t)NT * o->grad_accum;
+        if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
+            t_total += dt;
+            tokens_total += ntok;
+        }
+        const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak;
+        const double mem = (double)base_peak_rss() / (1 << 30);
+        if (step % o->log_freq == 0 || step == o->steps)
+            printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
+                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs\n",
+                   step, loss, norm, lr, mem,
+                   100.0 * base_peak_rss() / (double)base_total_ram(), tps, fpt * tps / 1e12, mfu,
+                   t_data);
+        fflush(stdout);
+        if (jl) {
+            fprintf(jl,
+                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                    "\"tps\": %.6g, \"tflops\": %.6g, \"mfu\": %.6g, \"memory_gib\": %.6g, "
+                    "\"data_s\": %.6g}\n",
+                    step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
+            fflush(jl);
+        }
+    }
+    const double tps = t_total > 0 ? tokens_total / t_total : 0;
+    printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
+           100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
+    if (o->sample_tokens > 0) {
+        model gm;
+        model_build_opts go = {1, o->seq_len, MODEL_AC_NONE, 0, NULL, 0};
+        if (model_build(&gm, &o->model, &go, err)) goto out;
+        memcpy(gm.w, m.w, m.n_floats * sizeof(float));
+        sample(&gm, o, &src);
+        model_free(&gm);
+    }
+    rc = 0;
+out:
+    if (jl) fclose(jl);
+    base_free(tok);
+    base_free(tgt);
+    optim_adamw_free(&opt);
+    model_free(&m);
+    free(src.text);
+    return rc;
+}

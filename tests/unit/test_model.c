@@ -1,0 +1,153 @@
+/* Model arguments, the flavor registry, the parameter layout and init. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void expect_invalid(const char *key, const char *value, const char *needle) {
+    model_args a;
+    base_err e = {{0}};
+    model_flavor("debugmodel", &a, &e);
+    int rc = model_args_set(&a, key, value, &e);
+    if (rc == 0) rc = model_args_validate(&a, &e);
+    CHECK(rc != 0, "%s=%s accepted", key, value);
+    CHECK(strstr(e.msg, needle) != NULL, "%s=%s: message '%s' lacks '%s'", key, value, e.msg,
+          needle);
+    printf("invalid %s=%s -> %s\n", key, value, e.msg);
+}
+
+int main(void) {
+    base_err e = {{0}};
+    model_args a;
+
+    /* Registry shapes (spec §1.6). */
+    struct {
+        const char *name;
+        int dim, L, H, G, F, V, tied;
+    } want[] = {{"debugmodel", 256, 8, 16, 8, 3072, 2048, 1},
+                {"0.6B", 1024, 28, 16, 8, 3072, 151936, 1},
+                {"1.7B", 2048, 28, 16, 8, 6144, 151936, 1},
+                {"4B", 2560, 36, 32, 8, 9728, 151936, 1},
+                {"8B", 4096, 36, 32, 8, 12288, 151936, 0},
+                {"14B", 5120, 40, 40, 8, 17408, 151936, 0},
+                {"32B", 5120, 64, 64, 8, 25600, 151936, 0}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CHECK(model_flavor(want[i].name, &a, &e) == 0, "flavor %s: %s", want[i].name, e.msg);
+        CHECK(a.dim == want[i].dim && a.n_layers == want[i].L && a.n_heads == want[i].H &&
+                  a.n_kv_heads == want[i].G && a.ffn_dim == want[i].F &&
+                  a.vocab_size == want[i].V && a.tie_embeddings == want[i].tied &&
+                  a.head_dim == 128 && a.rope_theta == 1e6 && a.norm_eps == 1e-6,
+              "flavor %s shapes", want[i].name);
+        CHECK(model_args_validate(&a, &e) == 0, "flavor %s invalid: %s", want[i].name, e.msg);
+    }
+    CHECK(model_flavor("7B", &a, &e) != 0 && strstr(e.msg, "debugmodel"), "unknown flavor: %s",
+          e.msg);
+
+    expect_invalid("n_kv_heads", "5", "multiple of n_kv_heads");
+    expect_invalid("head_dim", "127", "even");
+    expect_invalid("dim", "0", "dim must be positive");
+    expect_invalid("ffn_dim", "0", "ffn_dim must be positive");
+    expect_invalid("vocab_size", "-3", "vocab_size");
+    expect_invalid("n_layers", "abc", "n_layers");
+    expect_invalid("rope_theta", "0", "rope_theta");
+    expect_invalid("tie_embeddings", "2", "tie_embeddings");
+    expect_invalid("hidden", "3", "unknown model argument 'hidden'");
+
+    /* A small untied model: layout, views, init. */
+    model_flavor("debugmodel", &a, &e);
+    model_args_set(&a, "dim", "64", &e);
+    model_args_set(&a, "n_layers", "2", &e);
+    model_args_set(&a, "n_heads", "4", &e);
+    model_args_set(&a, "n_kv_heads", "2", &e);
+    model_args_set(&a, "head_dim", "32", &e);
+    model_args_set(&a, "ffn_dim", "96", &e);
+    model_args_set(&a, "vocab_size", "300", &e);
+    model_args_set(&a, "tie_embeddings", "0", &e);
+    model m;
+    model_build_opts bo = {2, 8, MODEL_AC_NONE, 1, NULL, 0};
+    CHECK(model_build(&m, &a, &bo, &e) == 0, "build: %s", e.msg);
+    model_counts c;
+    model_count_params(&a, &c);
+    CHECK((int64_t)m.n_floats == c.total, "layout %zu vs count %lld", m.n_floats,
+          (long long)c.total);
+    CHECK(m.n_params == 1 + 11 * 2 + 2, "n_params %d", m.n_params);
+    size_t off = 0;
+    for (int i = 0; i < m.n_params; i++) {
+        CHECK(m.params[i].offset == off, "param %s not contiguous", m.params[i].name);
+        off += m.params[i].numel;
+    }
+    for (int u = 0, next = 0; u < m.n_units; u++) {
+        CHECK((int)m.units[u].offset == next, "unit %s offset", m.units[u].name);
+        next += (int)m.units[u].numel;
+    }
+    const model_param *wq = model_find_param(&m, "layers.1.attention.wq.weight");
+    CHECK(wq && wq->shape[0] == 128 && wq->shape[1] == 64 && wq->unit == 2, "wq view");
+    CHECK(model_find_hf_param(&m, "lm_head.weight") != NULL, "untied has lm_head");
+    CHECK(model_find_hf_param(&m, "model.layers.0.self_attn.k_norm.weight")->numel == 32,
+          "k_norm");
+
+    /* Init: norms are ones, matrices N(0, 0.02), same seed same bits, any thread count. */
+    omp_set_num_threads(1);
+    model_init_weights(&m, 7);
+    static float copy[1 << 20];
+    CHECK(m.n_floats < sizeof copy / sizeof copy[0], "copy buffer");
+    memcpy(copy, m.w, m.n_floats * sizeof(float));
+    omp_set_num_threads(2);
+    model_init_weights(&m, 7);
+    CHECK(memcmp(copy, m.w, m.n_floats * sizeof(float)) == 0, "init depends on threads");
+    model_init_weights(&m, 8);
+    CHECK(memcmp(copy, m.w, m.n_floats * sizeof(float)) != 0, "seed has no effect");
+    model_init_weights(&m, 7);
+    for (int i = 0; i < m.n_params; i++) {
+        const model_param *p = &m.params[i];
+        const float *w = m.w + p->offset;
+        double s = 0, s2 = 0;
+        for (size_t j = 0; j < p->numel; j++) s += w[j], s2 += (double)w[j] * w[j];
+        double mean = s / p->numel, sd = sqrt(s2 / p->numel - mean * mean);
+        if (p->is_norm) {
+            CHECK(mean == 1.0 && sd == 0, "%s not ones", p->name);
+        } else {
+            /* 4 sigma bounds for the sample mean and std of a normal(0, 0.02). */
+            double n = (double)p->numel;
+            CHECK(fabs(mean) < 4 * 0.02 / sqrt(n), "%s mean %g", p->name, mean);
+            CHECK(fabs(sd - 0.02) < 4 * 0.02 / sqrt(2 * n), "%s std %g", p->name, sd);
+        }
+    }
+    /* Two parameters never share a stream: wk of layer 0 and 1 differ. */
+    const model_param *k0 = model_find_param(&m, "layers.0.attention.wk.weight"),
+                      *k1 = model_find_param(&m, "layers.1.attention.wk.weight");
+    CHECK(memcmp(m.w + k0->offset, m.w + k1->offset, 64 * sizeof(float)) != 0, "streams");
+    model_free(&m);
+
+    /* Tied: no separate lm_head; counted once. */
+    model_args_set(&a, "tie_embeddings", "1", &e);
+    CHECK(model_build(&m, &a, &bo, &e) == 0, "build tied: %s", e.msg);
+    CHECK(model_find_hf_param(&m, "lm_head.weight") == NULL, "tied has no lm_head");
+    model_count_params(&a, &c);
+    CHECK(c.lm_head == 0 && c.embedding == 300 * 64, "tied counts");
+    model_free(&m);
+
+    /* FLOPs per token: 6 * P_matmul + 12 * L * H * hd * T (torchtitan HEAD). */
+    model_flavor("0.6B", &a, &e);
+    model_count_params(&a, &c);
+    double f = model_flops_per_token(&a, 4096);
+    CHECK(fabs(f - (6.0 * c.total + 12.0 * 28 * 16 * 128 * 4096)) < 1, "flops %g", f);
+    printf("0.6B flops/token at 4096: %.3f GFLOP (spec: ~6.39)\n", f / 1e9);
+    CHECK(fabs(f / 1e9 - 6.39) < 0.01, "0.6B flops/token");
+
+    printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
+    return failures != 0;
+}

@@ -1,0 +1,84 @@
+/* LR schedule (torchtitan's worked example and formula cases), clipping, sum of squares. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "optim/optim.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void check_schedule(const char *name, optim_lr_cfg c, const double *want, int n) {
+    double worst = 0;
+    for (int s = 0; s < n; s++) {
+        double f = optim_lr_factor(&c, s);
+        worst = fmax(worst, fabs(f - want[s]));
+        CHECK(fabs(f - want[s]) < 1e-12, "%s: f(%d) = %.15g, want %.15g", name, s, f, want[s]);
+    }
+    printf("lr %-28s max |err| %.2e\n", name, worst);
+}
+
+int main(void) {
+    /* Spec §4.3 worked example: N=10, W=2, decay_ratio 0.8 (or None), linear, min 0. */
+    const double ex[10] = {0.5, 1, 1, .875, .75, .625, .5, .375, .25, .125};
+    check_schedule("worked example (ratio 0.8)",
+                   (optim_lr_cfg){2, 10, 0.8, OPTIM_DECAY_LINEAR, 0.0}, ex, 10);
+    check_schedule("worked example (ratio None)",
+                   (optim_lr_cfg){2, 10, -1, OPTIM_DECAY_LINEAR, 0.0}, ex, 10);
+
+    /* N=10, W=2, ratio 0.5 -> Dk=5, S=4: warmup 0.5, 1; stable s=2..5; decay p=(s-5)/5. */
+    double want[10];
+    for (int s = 0; s < 10; s++) {
+        double p = (s + 1 - 6) / 5.0;
+        double f = s < 2 ? (s + 1) / 2.0 : s < 6 ? 1.0 : 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * p));
+        want[s] = f;
+    }
+    check_schedule("cosine, ratio 0.5, min 0.1",
+                   (optim_lr_cfg){2, 10, 0.5, OPTIM_DECAY_COSINE, 0.1}, want, 10);
+    for (int s = 0; s < 10; s++) {
+        double p = (s + 1 - 6) / 5.0;
+        want[s] = s < 2 ? (s + 1) / 2.0 : s < 6 ? 1.0 : 1 - sqrt(p);
+    }
+    check_schedule("sqrt, ratio 0.5", (optim_lr_cfg){2, 10, 0.5, OPTIM_DECAY_SQRT, 0.0}, want, 10);
+    /* Python round() is half-to-even: N=10, ratio 0.25 -> round(2.5) = 2 decay steps, S = 7. */
+    for (int s = 0; s < 10; s++) want[s] = s < 2 ? (s + 1) / 2.0 : s < 9 ? 1.0 : 0.5;
+    check_schedule("round half to even", (optim_lr_cfg){2, 10, 0.25, OPTIM_DECAY_LINEAR, 0}, want,
+                   10);
+    /* Warmup + decay longer than the run: decay is cut to N - W. */
+    for (int s = 0; s < 4; s++) want[s] = s < 3 ? (s + 1) / 3.0 : 1.0;
+    check_schedule("warmup+decay > N", (optim_lr_cfg){3, 4, 0.9, OPTIM_DECAY_LINEAR, 0}, want, 4);
+
+    /* Clipping: coef = max_norm / (norm + 1e-6), capped at 1; pre-clip norm returned. */
+    float g[4] = {3, 4, 0, 0};
+    double ss = optim_sumsq(g, 4);
+    CHECK(ss == 25.0, "sumsq %g", ss);
+    double norm = optim_clip_apply(g, 4, ss, 1.0);
+    CHECK(norm == 5.0, "norm %g", norm);
+    CHECK(fabsf(g[0] - (float)(3 * (1.0 / (5 + 1e-6)))) < 1e-7, "clipped g0 %g", g[0]);
+    float h[2] = {0.3f, 0.4f};
+    optim_clip_apply(h, 2, optim_sumsq(h, 2), 1.0);
+    CHECK(h[0] == 0.3f && h[1] == 0.4f, "no clip below max_norm");
+
+    /* sumsq over a long vector is exact enough and independent of the thread count. */
+    size_t n = 1000003;
+    float *v = malloc(n * sizeof(float));
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = (float)((i % 97) - 48) / 64.0f;
+        ref += (double)v[i] * v[i];
+    }
+    double s1 = optim_sumsq(v, n);
+    CHECK(fabs(s1 - ref) / ref < 1e-12, "sumsq %.17g vs %.17g", s1, ref);
+    free(v);
+
+    printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
+    return failures != 0;
+}
