@@ -217,7 +217,7 @@ int train_run(const train_opts *o, base_err *err) {
         fflush(stdout);
         if (jl) {
             fprintf(jl,
-                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                    "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
                     "\"tps\": %.6g, \"tflops\": %.6g, \"mfu\": %.6g, \"memory_gib\": %.6g, "
                     "\"data_s\": %.6g}\n",
                     step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
