@@ -1,0 +1,701 @@
+/* safetensors reader (mmap + validation) and atomic writer. See checkpoint.h. */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "titan's safetensors code assumes a little-endian host"
+#endif
+
+/* The reference implementation refuses headers over 100 MB; so do we. */
+#define CKPT_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
+
+static const char *const g_dtype_names[CKPT_DTYPE_COUNT] = {"F32", "F64",  "I32",
+                                                            "I64", "BF16", "F16"};
+static const size_t g_dtype_sizes[CKPT_DTYPE_COUNT] = {4, 8, 4, 8, 2, 2};
+
+const char *ckpt_dtype_name(ckpt_dtype d) {
+    return (unsigned)d < CKPT_DTYPE_COUNT ? g_dtype_names[d] : "?";
+}
+
+size_t ckpt_dtype_size(ckpt_dtype d) {
+    return (unsigned)d < CKPT_DTYPE_COUNT ? g_dtype_sizes[d] : 0;
+}
+
+int ckpt_dtype_parse(const char *s, ckpt_dtype *out) {
+    for (int i = 0; i < CKPT_DTYPE_COUNT; i++) {
+        if (strcmp(s, g_dtype_names[i]) == 0) {
+            *out = (ckpt_dtype)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* ---- scalar conversions ------------------------------------------------------------ */
+
+float ckpt_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float ckpt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13); /* inf / nan */
+    } else if (exp != 0) {
+        u = sign | ((exp + 112) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
+    } else if (man == 0) {
+        u = sign; /* +-0 */
+    } else {
+        /* subnormal: man * 2^-24, exact in fp32 */
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ckpt_f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* ---- reader ------------------------------------------------------------------------ */
+
+static uint64_t load_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static void file_clear(ckpt_file *f) {
+    memset(f, 0, sizeof *f);
+}
+
+void ckpt_close(ckpt_file *f) {
+    if (!f) return;
+    if (f->tensors) {
+        for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+        free(f->tensors);
+    }
+    if (f->meta) {
+        for (int i = 0; i < f->n_meta; i++) {
+            free((char *)f->meta[i].key);
+            free((char *)f->meta[i].value);
+        }
+        free(f->meta);
+    }
+    if (f->map) munmap(f->map, f->size);
+    free(f->path);
+    file_clear(f);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* begin offsets for the coverage check, sorted by (begin, end) */
+typedef struct {
+    uint64_t begin, end;
+    int idx;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+static int parse_metadata(ckpt_file *f, json_t *obj, base_err *err) {
+    const char *path = f->path;
+    if (json_is_null(obj)) return 0; /* "__metadata__": null (Option::None in the reference) */
+    if (!json_is_object(obj))
+        return base_fail(err, "%s: __metadata__ is not a JSON object of strings", path);
+    size_t n = json_object_size(obj);
+    f->meta = calloc(n ? n : 1, sizeof *f->meta);
+    if (!f->meta) return base_fail(err, "%s: out of memory for __metadata__", path);
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        if (!json_is_string(val))
+            return base_fail(err, "%s: __metadata__ field '%s' is not a string", path, key);
+        ckpt_kv *kv = &f->meta[f->n_meta];
+        kv->key = dup_str(key);
+        kv->value = dup_str(json_string_value(val));
+        f->n_meta++;
+        if (!kv->key || !kv->value)
+            return base_fail(err, "%s: out of memory for __metadata__", path);
+    }
+    return 0;
+}
+
+static int get_offset(json_t *v, uint64_t *out) {
+    if (!json_is_integer(v)) return -1;
+    json_int_t x = json_integer_value(v);
+    if (x < 0) return -1;
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static int parse_tensor(ckpt_file *f, const char *name, json_t *obj, uint64_t data_size,
+                        ckpt_tensor *t, span *sp, base_err *err) {
+    const char *path = f->path;
+    if (!json_is_object(obj))
+        return base_fail(err, "%s: tensor '%s': header entry is not a JSON object", path, name);
+
+    json_t *jd = json_object_get(obj, "dtype");
+    if (!jd) return base_fail(err, "%s: tensor '%s': missing field 'dtype'", path, name);
+    if (!json_is_string(jd))
+        return base_fail(err, "%s: tensor '%s': field 'dtype' is not a string", path, name);
+    if (ckpt_dtype_parse(json_string_value(jd), &t->dtype) != 0)
+        return base_fail(err,
+                         "%s: tensor '%s': unsupported dtype '%s' (supported: F32, F64, I32, I64, "
+                         "BF16, F16)",
+                         path, name, json_string_value(jd));
+
+    json_t *js = json_object_get(obj, "shape");
+    if (!js) return base_fail(err, "%s: tensor '%s': missing field 'shape'", path, name);
+    if (!json_is_array(js))
+        return base_fail(err, "%s: tensor '%s': field 'shape' is not an array", path, name);
+    size_t nd = json_array_size(js);
+    if (nd > CKPT_MAX_DIMS)
+        return base_fail(err, "%s: tensor '%s': shape has %zu dimensions (at most %d supported)",
+                         path, name, nd, CKPT_MAX_DIMS);
+    t->ndim = (int)nd;
+    int64_t numel = 1;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(js, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return base_fail(err, "%s: tensor '%s': shape[%zu] is not a non-negative integer", path,
+                             name, i);
+        t->shape[i] = (int64_t)json_integer_value(d);
+        if (__builtin_mul_overflow(numel, t->shape[i], &numel))
+            return base_fail(err, "%s: tensor '%s': shape product overflows 64 bits", path, name);
+    }
+    t->numel = numel;
+    uint64_t nbytes;
+    if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)ckpt_dtype_size(t->dtype), &nbytes))
+        return base_fail(err, "%s: tensor '%s': byte size of the shape overflows 64 bits", path,
+                         name);
+
+    json_t *jo = json_object_get(obj, "data_offsets");
+    if (!jo) return base_fail(err, "%s: tensor '%s': missing field 'data_offsets'", path, name);
+    uint64_t b, e;
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || get_offset(json_array_get(jo, 0), &b) ||
+        get_offset(json_array_get(jo, 1), &e))
+        return base_fail(err,
+                         "%s: tensor '%s': field 'data_offsets' is not an array of two "
+                         "non-negative integers",
+                         path, name);
+    if (e < b)
+        return base_fail(err, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", path,
+                         name, (unsigned long long)b, (unsigned long long)e);
+    if (e > data_size)
+        return base_fail(err,
+                         "%s: tensor '%s': data_offsets [%llu, %llu] out of bounds of the data "
+                         "section (%llu bytes)",
+                         path, name, (unsigned long long)b, (unsigned long long)e,
+                         (unsigned long long)data_size);
+    if (e - b != nbytes)
+        return base_fail(err,
+                         "%s: tensor '%s': data_offsets span %llu bytes but shape x %s needs %llu",
+                         path, name, (unsigned long long)(e - b), ckpt_dtype_name(t->dtype),
+                         (unsigned long long)nbytes);
+    t->nbytes = (size_t)nbytes;
+    sp->begin = b;
+    sp->end = e;
+    return 0;
+}
+
+/* Best effort: the key jansson rejected as a duplicate ends just before `pos`. */
+static void duplicate_key_near(const char *hdr, size_t len, int pos, char *out, size_t cap) {
+    out[0] = 0;
+    if (pos <= 0 || (size_t)pos > len) return;
+    int end = pos - 1;
+    while (end >= 0 && hdr[end] != '"') end--;
+    if (end <= 0) return;
+    int beg = end - 1;
+    while (beg >= 0 && !(hdr[beg] == '"' && (beg == 0 || hdr[beg - 1] != '\\'))) beg--;
+    if (beg < 0) return;
+    size_t n = (size_t)(end - beg - 1);
+    if (n >= cap) n = cap - 1;
+    memcpy(out, hdr + beg + 1, n);
+    out[n] = 0;
+}
+
+int ckpt_open(ckpt_file *f, const char *path, base_err *err) {
+    file_clear(f);
+    f->path = dup_str(path);
+    if (!f->path) return base_fail(err, "%s: out of memory", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        base_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        base_fail(err, "%s: not a regular file", path);
+        goto fail;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size < 8) {
+        close(fd);
+        base_fail(err, "%s: file is %zu bytes, too short for the 8-byte header length", path, size);
+        goto fail;
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    f->map = map;
+    f->size = size;
+
+    uint64_t hlen = load_le64(f->map);
+    if (hlen > size - 8) {
+        base_fail(err, "%s: header length %llu exceeds the file size (%zu bytes)", path,
+                  (unsigned long long)hlen, size);
+        goto fail;
+    }
+    if (hlen > CKPT_MAX_HEADER) {
+        base_fail(err, "%s: header length %llu exceeds the limit of %llu bytes", path,
+                  (unsigned long long)hlen, (unsigned long long)CKPT_MAX_HEADER);
+        goto fail;
+    }
+    if (hlen < 2 || f->map[8] != '{') {
+        base_fail(err, "%s: invalid JSON header: does not start with '{'", path);
+        goto fail;
+    }
+    uint64_t data_size = size - 8 - hlen;
+    const unsigned char *data = f->map + 8 + hlen;
+
+    json_error_t jerr;
+    const char *hdr = (const char *)f->map + 8;
+    json_t *root = json_loadb(hdr, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_duplicate_key) {
+            char key[256];
+            duplicate_key_near(hdr, (size_t)hlen, jerr.position, key, sizeof key);
+            base_fail(err,
+                      "%s: invalid JSON header: duplicate tensor name '%s' (line %d column %d)",
+                      path, key, jerr.line, jerr.column);
+        } else {
+            base_fail(err, "%s: invalid JSON header: %s (line %d column %d)", path, jerr.text,
+                      jerr.line, jerr.column);
+        }
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        base_fail(err, "%s: JSON header is not an object", path);
+        goto fail;
+    }
+
+    size_t n_entries = json_object_size(root);
+    f->tensors = calloc(n_entries ? n_entries : 1, sizeof *f->tensors);
+    span *spans = calloc(n_entries ? n_entries : 1, sizeof *spans);
+    if (!f->tensors || !spans) {
+        free(spans);
+        json_decref(root);
+        base_fail(err, "%s: out of memory for %zu header entries", path, n_entries);
+        goto fail;
+    }
+    const char *key;
+    json_t *val;
+    int rc = 0;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if ((rc = parse_metadata(f, val, err)) != 0) break;
+            continue;
+        }
+        ckpt_tensor *t = &f->tensors[f->n_tensors];
+        span *sp = &spans[f->n_tensors];
+        if ((rc = parse_tensor(f, key, val, data_size, t, sp, err)) != 0) break;
+        t->name = dup_str(key);
+        if (!t->name) {
+            rc = base_fail(err, "%s: out of memory", path);
+            break;
+        }
+        t->data = data + sp->begin;
+        sp->idx = f->n_tensors;
+        f->n_tensors++;
+    }
+    json_decref(root);
+
+    /* The tensors must tile the data section exactly: no gaps, no overlaps, no tail. */
+    if (rc == 0) {
+        qsort(spans, (size_t)f->n_tensors, sizeof *spans, span_cmp);
+        uint64_t cursor = 0;
+        for (int i = 0; i < f->n_tensors && rc == 0; i++) {
+            const char *nm = f->tensors[spans[i].idx].name;
+            if (spans[i].begin > cursor)
+                rc = base_fail(err,
+                               "%s: tensor '%s': data begins at byte %llu but the previous tensor "
+                               "ends at %llu (gap in the data section)",
+                               path, nm, (unsigned long long)spans[i].begin,
+                               (unsigned long long)cursor);
+            else if (spans[i].begin < cursor)
+                rc = base_fail(err,
+                               "%s: tensor '%s': data begins at byte %llu, overlapping the "
+                               "previous tensor (which ends at %llu)",
+                               path, nm, (unsigned long long)spans[i].begin,
+                               (unsigned long long)cursor);
+            cursor = spans[i].end;
+        }
+        if (rc == 0 && cursor != data_size)
+            rc = base_fail(err,
+                           "%s: tensors cover %llu bytes of the data section but it has %llu "
+                           "(trailing bytes)",
+                           path, (unsigned long long)cursor, (unsigned long long)data_size);
+    }
+    free(spans);
+    if (rc != 0) goto fail;
+    return 0;
+
+fail:
+    ckpt_close(f);
+    return -1;
+}
+
+const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name) {
+    for (int i = 0; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+const char *ckpt_meta_get(const ckpt_file *f, const char *key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
+    return NULL;
+}
+
+int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, base_err *err) {
+    const unsigned char *p = t->data;
+    size_t n = (size_t)t->numel;
+    switch (t->dtype) {
+    case CKPT_F32:
+        memcpy(out, p, n * 4);
+        return 0;
+    case CKPT_F64:
+        for (size_t i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, p + 8 * i, 8);
+            out[i] = (float)d;
+        }
+        return 0;
+    case CKPT_BF16:
+    case CKPT_F16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = t->dtype == CKPT_BF16 ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
+        }
+        return 0;
+    default:
+        return base_fail(err, "%s: tensor '%s': dtype %s is not a floating type", f->path, t->name,
+                         ckpt_dtype_name(t->dtype));
+    }
+}
+
+int ckpt_tensor_to_f64(const ckpt_file *f, const ckpt_tensor *t, double *out, base_err *err) {
+    const unsigned char *p = t->data;
+    size_t n = (size_t)t->numel;
+    for (size_t i = 0; i < n; i++) {
+        switch (t->dtype) {
+        case CKPT_F32: {
+            float x;
+            memcpy(&x, p + 4 * i, 4);
+            out[i] = x;
+        } break;
+        case CKPT_F64:
+            memcpy(&out[i], p + 8 * i, 8);
+            break;
+        case CKPT_I32: {
+            int32_t x;
+            memcpy(&x, p + 4 * i, 4);
+            out[i] = x;
+        } break;
+        case CKPT_I64: {
+            int64_t x;
+            memcpy(&x, p + 8 * i, 8);
+            out[i] = (double)x;
+        } break;
+        case CKPT_BF16:
+        case CKPT_F16: {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = t->dtype == CKPT_BF16 ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
+        } break;
+        default:
+            return base_fail(err, "%s: tensor '%s': unsupported dtype", f->path, t->name);
+        }
+    }
+    return 0;
+}
+
+int ckpt_tensor_to_i32(const ckpt_file *f, const ckpt_tensor *t, int32_t *out, base_err *err) {
+    const unsigned char *p = t->data;
+    size_t n = (size_t)t->numel;
+    if (t->dtype == CKPT_I32) {
+        memcpy(out, p, n * 4);
+        return 0;
+    }
+    if (t->dtype != CKPT_I64)
+        return base_fail(err, "%s: tensor '%s': dtype %s is not an integer type (I64 or I32)",
+                         f->path, t->name, ckpt_dtype_name(t->dtype));
+    for (size_t i = 0; i < n; i++) {
+        int64_t x;
+        memcpy(&x, p + 8 * i, 8);
+        if (x < INT32_MIN || x > INT32_MAX)
+            return base_fail(err, "%s: tensor '%s': element %zu = %lld does not fit in int32",
+                             f->path, t->name, i, (long long)x);
+        out[i] = (int32_t)x;
+    }
+    return 0;
+}
+
+static void *get_converted(const ckpt_file *f, const char *name, size_t elsize, int kind,
+                           int64_t *numel, base_err *err) {
+    const ckpt_tensor *t = ckpt_find(f, name);
+    if (!t) {
+        base_fail(err, "%s: no tensor '%s'", f->path, name);
+        return NULL;
+    }
+    void *out = base_alloc((size_t)t->numel * elsize);
+    if (!out) {
+        base_fail(err, "%s: tensor '%s': out of memory", f->path, name);
+        return NULL;
+    }
+    int rc = kind == 0   ? ckpt_tensor_to_f32(f, t, out, err)
+             : kind == 1 ? ckpt_tensor_to_f64(f, t, out, err)
+                         : ckpt_tensor_to_i32(f, t, out, err);
+    if (rc != 0) {
+        base_free(out);
+        return NULL;
+    }
+    if (numel) *numel = t->numel;
+    return out;
+}
+
+float *ckpt_get_f32(const ckpt_file *f, const char *name, int64_t *numel, base_err *err) {
+    return get_converted(f, name, sizeof(float), 0, numel, err);
+}
+
+double *ckpt_get_f64(const ckpt_file *f, const char *name, int64_t *numel, base_err *err) {
+    return get_converted(f, name, sizeof(double), 1, numel, err);
+}
+
+int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base_err *err) {
+    return get_converted(f, name, sizeof(int32_t), 2, numel, err);
+}
+
+/* ---- writer ------------------------------------------------------------------------ */
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = buf;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void fsync_parent_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        strcpy(dir, ".");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n == 0) n = 1; /* "/file" */
+        if (n >= sizeof dir) return;
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Builds the compact JSON header; sizes[i] receives each tensor's byte count. */
+static char *build_header(const char *path, const ckpt_wtensor *ts, int n, const ckpt_kv *meta,
+                          int n_meta, size_t *sizes, base_err *err) {
+    json_t *root = json_object();
+    if (!root) {
+        base_fail(err, "%s: out of memory", path);
+        return NULL;
+    }
+    char *out = NULL;
+    if (n_meta > 0) {
+        json_t *m = json_object();
+        if (!m || json_object_set_new(root, "__metadata__", m) != 0) {
+            base_fail(err, "%s: out of memory", path);
+            goto done;
+        }
+        for (int i = 0; i < n_meta; i++) {
+            if (!meta[i].key || !meta[i].value) {
+                base_fail(err, "%s: __metadata__ entry %d has a NULL key or value", path, i);
+                goto done;
+            }
+            json_t *s = json_string(meta[i].value);
+            if (!s || json_object_set_new(m, meta[i].key, s) != 0) {
+                base_fail(err, "%s: __metadata__ field '%s': not valid UTF-8", path, meta[i].key);
+                goto done;
+            }
+        }
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const ckpt_wtensor *t = &ts[i];
+        if (!t->name) {
+            base_fail(err, "%s: tensor %d has no name", path, i);
+            goto done;
+        }
+        if (strcmp(t->name, "__metadata__") == 0 || json_object_get(root, t->name)) {
+            base_fail(err, "%s: tensor '%s': duplicate or reserved name", path, t->name);
+            goto done;
+        }
+        if ((unsigned)t->dtype >= CKPT_DTYPE_COUNT || t->ndim < 0 || t->ndim > CKPT_MAX_DIMS) {
+            base_fail(err, "%s: tensor '%s': bad dtype or ndim %d", path, t->name, t->ndim);
+            goto done;
+        }
+        uint64_t numel = 1;
+        json_t *shape = json_array();
+        json_t *ent = json_object();
+        json_t *offs = json_array();
+        if (!shape || !ent || !offs) {
+            json_decref(shape);
+            json_decref(ent);
+            json_decref(offs);
+            base_fail(err, "%s: out of memory", path);
+            goto done;
+        }
+        json_object_set_new(ent, "dtype", json_string(ckpt_dtype_name(t->dtype)));
+        json_object_set_new(ent, "shape", shape);
+        json_object_set_new(ent, "data_offsets", offs);
+        if (json_object_set_new(root, t->name, ent) != 0) {
+            base_fail(err, "%s: tensor '%s': name is not valid UTF-8", path, t->name);
+            goto done;
+        }
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel)) {
+                base_fail(err, "%s: tensor '%s': bad shape[%d] = %lld", path, t->name, d,
+                          (long long)t->shape[d]);
+                goto done;
+            }
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        }
+        uint64_t nbytes;
+        if (__builtin_mul_overflow(numel, (uint64_t)ckpt_dtype_size(t->dtype), &nbytes) ||
+            nbytes > (uint64_t)LLONG_MAX - offset) {
+            base_fail(err, "%s: tensor '%s': size overflows", path, t->name);
+            goto done;
+        }
+        if (nbytes > 0 && !t->data) {
+            base_fail(err, "%s: tensor '%s': NULL data", path, t->name);
+            goto done;
+        }
+        json_array_append_new(offs, json_integer((json_int_t)offset));
+        json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes)));
+        offset += nbytes;
+        sizes[i] = (size_t)nbytes;
+    }
+    out = json_dumps(root, JSON_COMPACT);
+    if (!out) base_fail(err, "%s: cannot serialise the JSON header", path);
+done:
+    json_decref(root);
+    return out;
+}
+
+int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, const ckpt_kv *meta,
+               int n_meta, base_err *err) {
+    if (n_tensors < 0 || n_meta < 0 || (n_tensors > 0 && !tensors) || (n_meta > 0 && !meta))
+        return base_fail(err, "%s: bad tensor or metadata list", path);
+    size_t *sizes = calloc((size_t)(n_tensors > 0 ? n_tensors : 1), sizeof *sizes);
+    if (!sizes) return base_fail(err, "%s: out of memory", path);
+    char *hdr = build_header(path, tensors, n_tensors, meta, n_meta, sizes, err);
+    if (!hdr) {
+        free(sizes);
+        return -1;
+    }
+    size_t hlen = strlen(hdr);
+    size_t padded = (hlen + 7) / 8 * 8;
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    if (!tmp) {
+        free(hdr);
+        free(sizes);
+        return base_fail(err, "%s: out of memory", path);
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+
+    int rc = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = base_fail(err, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+        goto out;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    static const char spaces[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+    if (write_all(fd, len8, 8) || write_all(fd, hdr, hlen) ||
+        write_all(fd, spaces, padded - hlen)) {
+        rc = base_fail(err, "%s: write to %s failed: %s", path, tmp, strerror(errno));
+    }
+    for (int i = 0; i < n_tensors && rc == 0; i++) {
+        if (sizes[i] && write_all(fd, tensors[i].data, sizes[i]))
+            rc = base_fail(err, "%s: tensor '%s': write to %s failed: %s", path, tensors[i].name,
+                           tmp, strerror(errno));
+    }
+    if (rc == 0 && fsync(fd) != 0)
+        rc = base_fail(err, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = base_fail(err, "%s: close of %s failed: %s", path, tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = base_fail(err, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
+    if (rc != 0)
+        unlink(tmp);
+    else
+        fsync_parent_dir(path);
+out:
+    free(tmp);
+    free(hdr);
+    free(sizes);
+    return rc;
+}

@@ -1,0 +1,301 @@
+/* Numerical parity of titan against Hugging Face transformers' Qwen3ForCausalLM.
+ *
+ * Usage: test_hf_parity DIR, where DIR holds weights.safetensors and ref.safetensors written by
+ * tests/reference/hf_reference.py. Checks, from the same initial weights:
+ *   - logits:            max |titan - HF| <= 1e-4
+ *   - loss:              relative error <= 1e-5 (and the same count of valid targets)
+ *   - every gradient:    ||g - g_ref|| / ||g_ref|| <= 1e-4 (a per-tensor table is printed)
+ *   - 10 training steps (clip + AdamW + warmup-stable-decay LR): losses within 1e-4 relative,
+ *     pre-clip grad norms within 1e-3 relative, LRs within 1e-12.
+ * Also writes titan's gradients to DIR/titan_grads.safetensors (checked by
+ * tests/reference/check_safetensors.py --grads with the Python safetensors package).
+ * Exits non-zero on any failure, naming each one. */
+#include "checkpoint/checkpoint.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_LOGITS 1e-4
+#define TOL_LOSS 1e-5
+#define TOL_GRAD 1e-4
+#define TOL_TRAIN_LOSS 1e-4
+#define TOL_TRAIN_NORM 1e-3
+#define TOL_LR 1e-12
+
+static int g_fail = 0;
+static char g_failures[4096];
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "FAIL: %s\n", line);
+    size_t n = strlen(g_failures);
+    if (n + strlen(line) + 3 < sizeof g_failures)
+        snprintf(g_failures + n, sizeof g_failures - n, "  %s\n", line);
+    g_fail++;
+}
+
+static void die(const char *what, const base_err *err) {
+    fprintf(stderr, "FAIL: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+static const char *meta(const ckpt_file *f, const char *key) {
+    const char *v = ckpt_meta_get(f, key);
+    if (!v) {
+        fprintf(stderr, "FAIL: %s: __metadata__ has no '%s'\n", f->path, key);
+        exit(1);
+    }
+    return v;
+}
+
+static int64_t meta_i64(const ckpt_file *f, const char *key) {
+    int64_t v;
+    if (base_parse_i64(meta(f, key), &v) != 0) {
+        fprintf(stderr, "FAIL: %s: __metadata__ '%s' = '%s' is not an integer\n", f->path, key,
+                meta(f, key));
+        exit(1);
+    }
+    return v;
+}
+
+static double meta_f64(const ckpt_file *f, const char *key) {
+    double v;
+    if (base_parse_f64(meta(f, key), &v) != 0) {
+        fprintf(stderr, "FAIL: %s: __metadata__ '%s' = '%s' is not a number\n", f->path, key,
+                meta(f, key));
+        exit(1);
+    }
+    return v;
+}
+
+/* A tensor converted to the wanted type; dies unless it has exactly `want` elements. */
+static void *need(const ckpt_file *f, const char *name, int64_t want, char type) {
+    base_err err;
+    int64_t n = 0;
+    void *p = type == 'f'   ? (void *)ckpt_get_f32(f, name, &n, &err)
+              : type == 'd' ? (void *)ckpt_get_f64(f, name, &n, &err)
+                            : (void *)ckpt_get_i32(f, name, &n, &err);
+    if (!p) die(name, &err);
+    if (n != want) {
+        fprintf(stderr, "FAIL: %s: tensor '%s' has %lld elements, expected %lld\n", f->path, name,
+                (long long)n, (long long)want);
+        exit(1);
+    }
+    return p;
+}
+
+static int64_t count_valid(const int32_t *targets, int64_t n) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += targets[i] != OPS_IGNORE_INDEX;
+    return c;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR (written by tests/reference/hf_reference.py)\n", argv[0]);
+        return 2;
+    }
+    const char *dir = argv[1];
+    char ref_path[1024], w_path[1024], g_path[1024];
+    snprintf(ref_path, sizeof ref_path, "%s/ref.safetensors", dir);
+    snprintf(w_path, sizeof w_path, "%s/weights.safetensors", dir);
+    snprintf(g_path, sizeof g_path, "%s/titan_grads.safetensors", dir);
+
+    base_err err;
+    ckpt_file ref;
+    if (ckpt_open(&ref, ref_path, &err) != 0) die("reference", &err);
+
+    /* ---- the model, from the reference's arguments --------------------------------- */
+    model_args a;
+    if (model_flavor("debugmodel", &a, &err) != 0) die("model_flavor", &err);
+    static const char *const keys[] = {"dim",      "n_layers",      "n_heads",    "n_kv_heads",
+                                       "head_dim", "ffn_dim",       "vocab_size", "rope_theta",
+                                       "norm_eps", "tie_embeddings"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (model_args_set(&a, keys[i], meta(&ref, keys[i]), &err) != 0)
+            die("model_args_set", &err);
+    if (model_args_validate(&a, &err) != 0) die("model_args_validate", &err);
+    const int B = (int)meta_i64(&ref, "batch"), T = (int)meta_i64(&ref, "seq_len");
+    const int V = a.vocab_size;
+    const int64_t BT = (int64_t)B * T;
+    printf("config %s: dim %d, layers %d, heads %d/%d, head_dim %d, ffn %d, vocab %d, %s, "
+           "theta %g, eps %g, batch %d x %d\n",
+           meta(&ref, "config"), a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.ffn_dim,
+           a.vocab_size, a.tie_embeddings ? "tied" : "untied", a.rope_theta, a.norm_eps, B, T);
+
+    model m;
+    model_build_opts bo = {.batch = B, .seq_len = T, .ac = MODEL_AC_NONE, .with_grads = 1};
+    if (model_build(&m, &a, &bo, &err) != 0) die("model_build", &err);
+    if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("load weights", &err);
+
+    /* ---- logits --------------------------------------------------------------------- */
+    int32_t *tokens = need(&ref, "input_ids", BT, 'i');
+    int32_t *targets = need(&ref, "targets", BT, 'i');
+    float *ref_logits = need(&ref, "logits", BT * V, 'f');
+    float *logits = base_alloc((size_t)(BT * V) * sizeof(float));
+    model_logits(&m, tokens, logits);
+    double max_diff = 0, max_ref = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < BT * V; i++) {
+        double d = fabs((double)logits[i] - ref_logits[i]);
+        if (!(d <= max_diff)) max_diff = d, at = i; /* NaN sticks */
+        if (fabs(ref_logits[i]) > max_ref) max_ref = fabs(ref_logits[i]);
+    }
+    printf("logits: max |titan - HF| = %.3e at [token %lld, vocab %lld] (max |HF| %.3f)\n",
+           max_diff, (long long)(at / V), (long long)(at % V), max_ref);
+    if (!(max_diff <= TOL_LOGITS))
+        fail("logits: max abs diff %.3e > %.0e (token %lld, vocab %lld: titan %.6f HF %.6f)",
+             max_diff, TOL_LOGITS, (long long)(at / V), (long long)(at % V), logits[at],
+             ref_logits[at]);
+
+    /* ---- loss and gradients --------------------------------------------------------- */
+    double *nvd = need(&ref, "n_valid", 1, 'd');
+    const int64_t nv_ref = (int64_t)nvd[0];
+    base_free(nvd);
+    double *ref_loss = need(&ref, "loss", 1, 'd');
+    model_zero_grad(&m);
+    int64_t nv = -1;
+    double loss_sum = model_step_microbatch(&m, tokens, targets, 1.0f / (float)nv_ref, &nv);
+    double loss = loss_sum / (double)nv;
+    double loss_rel = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
+    printf("loss: titan %.8f HF %.8f rel err %.2e (valid targets titan %lld, HF %lld)\n", loss,
+           ref_loss[0], loss_rel, (long long)nv, (long long)nv_ref);
+    if (nv != nv_ref || nv != count_valid(targets, BT))
+        fail("n_valid: titan %lld, HF %lld", (long long)nv, (long long)nv_ref);
+    if (!(loss_rel <= TOL_LOSS))
+        fail("loss: titan %.8f HF %.8f rel err %.2e > %.0e", loss, ref_loss[0], loss_rel, TOL_LOSS);
+    base_free(ref_loss);
+
+    printf("%-48s %12s %12s %10s\n", "gradient (HF name)", "|g_ref|", "|g-g_ref|", "rel err");
+    double worst = 0;
+    int n_grads = 0;
+    for (int p = 0; p < m.n_params; p++) {
+        const model_param *mp = &m.params[p];
+        char name[160];
+        snprintf(name, sizeof name, "grad.%s", mp->hf_name);
+        float *gr = need(&ref, name, (int64_t)mp->numel, 'f');
+        const float *g = m.g + mp->offset;
+        double s_ref = 0, s_diff = 0;
+        for (size_t i = 0; i < mp->numel; i++) {
+            double d = (double)g[i] - gr[i];
+            s_diff += d * d;
+            s_ref += (double)gr[i] * gr[i];
+        }
+        double rel = sqrt(s_diff) / sqrt(s_ref);
+        printf("%-48s %12.4e %12.4e %10.2e%s\n", mp->hf_name, sqrt(s_ref), sqrt(s_diff), rel,
+               rel <= TOL_GRAD ? "" : "  <-- FAIL");
+        if (!(rel <= TOL_GRAD))
+            fail("gradient %s: rel err %.2e > %.0e", mp->hf_name, rel, TOL_GRAD);
+        if (!(rel <= worst)) worst = rel;
+        base_free(gr);
+        n_grads++;
+    }
+    int n_ref_grads = 0;
+    for (int i = 0; i < ref.n_tensors; i++)
+        if (strncmp(ref.tensors[i].name, "grad.", 5) == 0) {
+            n_ref_grads++;
+            if (!model_find_hf_param(&m, ref.tensors[i].name + 5))
+                fail("reference gradient %s has no titan parameter", ref.tensors[i].name);
+        }
+    printf("gradients: %d tensors, worst rel err %.2e\n", n_grads, worst);
+    if (n_ref_grads != n_grads)
+        fail("reference has %d gradients, titan %d parameters", n_ref_grads, n_grads);
+
+    ckpt_kv gmeta[2] = {{"writer", "titan test_hf_parity"}, {"config", meta(&ref, "config")}};
+    if (ckpt_save_model(&m, m.g, g_path, gmeta, 2, &err) != 0) fail("%s", err.msg);
+
+    /* ---- training steps ------------------------------------------------------------- */
+    const int steps = (int)meta_i64(&ref, "steps");
+    const double max_norm = meta_f64(&ref, "max_norm");
+    optim_adamw_cfg cfg = {.lr = meta_f64(&ref, "lr"),
+                           .beta1 = meta_f64(&ref, "beta1"),
+                           .beta2 = meta_f64(&ref, "beta2"),
+                           .eps = meta_f64(&ref, "eps"),
+                           .weight_decay = meta_f64(&ref, "weight_decay")};
+    optim_lr_cfg lrc = {.warmup_steps = meta_i64(&ref, "warmup_steps"),
+                        .total_steps = steps,
+                        .decay_ratio = meta_f64(&ref, "decay_ratio"),
+                        .min_lr_factor = meta_f64(&ref, "min_lr_factor")};
+    if (optim_decay_type_parse(meta(&ref, "decay_type"), &lrc.decay_type) != 0) {
+        fprintf(stderr, "FAIL: unknown decay_type '%s'\n", meta(&ref, "decay_type"));
+        return 1;
+    }
+    int32_t *t_ids = need(&ref, "train_input_ids", steps * BT, 'i');
+    int32_t *t_tgt = need(&ref, "train_targets", steps * BT, 'i');
+    double *r_loss = need(&ref, "train_losses", steps, 'd');
+    double *r_norm = need(&ref, "train_grad_norms", steps, 'd');
+    double *r_lr = need(&ref, "train_lrs", steps, 'd');
+
+    if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("reload weights", &err);
+    optim_adamw opt;
+    if (optim_adamw_init(&opt, m.n_floats, &err) != 0) die("optim_adamw_init", &err);
+    printf("train: lr %g betas %g/%g eps %g wd %g max_norm %g warmup %lld decay %g %s min %g\n",
+           cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, max_norm,
+           (long long)lrc.warmup_steps, lrc.decay_ratio, meta(&ref, "decay_type"),
+           lrc.min_lr_factor);
+    printf("%4s %12s %12s %9s %10s %10s %9s %12s %12s\n", "step", "loss titan", "loss HF",
+           "rel err", "norm titan", "norm HF", "rel err", "lr titan", "lr HF");
+    int n_clipped = 0;
+    for (int k = 1; k <= steps; k++) {
+        const int32_t *ids = t_ids + (int64_t)(k - 1) * BT;
+        const int32_t *tgt = t_tgt + (int64_t)(k - 1) * BT;
+        int64_t want_nv = count_valid(tgt, BT);
+        model_zero_grad(&m);
+        int64_t nvk = -1;
+        double ls = model_step_microbatch(&m, ids, tgt, 1.0f / (float)want_nv, &nvk);
+        double lk = ls / (double)nvk;
+        double sumsq = optim_sumsq(m.g, m.n_floats);
+        double norm = optim_clip_apply(m.g, m.n_floats, sumsq, max_norm);
+        double lr = cfg.lr * optim_lr_factor(&lrc, k - 1);
+        optim_adamw_step(&opt, m.w, m.g, &cfg, lr);
+        n_clipped += norm > max_norm;
+
+        const double el = fabs(lk - r_loss[k - 1]) / fabs(r_loss[k - 1]);
+        const double en = fabs(norm - r_norm[k - 1]) / fabs(r_norm[k - 1]);
+        const double elr = fabs(lr - r_lr[k - 1]);
+        printf("%4d %12.8f %12.8f %9.2e %10.6f %10.6f %9.2e %12.6e %12.6e%s\n", k, lk,
+               r_loss[k - 1], el, norm, r_norm[k - 1], en, lr, r_lr[k - 1],
+               (el <= TOL_TRAIN_LOSS && en <= TOL_TRAIN_NORM && elr <= TOL_LR) ? "" : "  <-- FAIL");
+        if (nvk != want_nv)
+            fail("step %d: n_valid titan %lld, expected %lld", k, (long long)nvk,
+                 (long long)want_nv);
+        if (!(el <= TOL_TRAIN_LOSS))
+            fail("step %d: loss titan %.8f HF %.8f rel err %.2e > %.0e", k, lk, r_loss[k - 1], el,
+                 TOL_TRAIN_LOSS);
+        if (!(en <= TOL_TRAIN_NORM))
+            fail("step %d: grad norm titan %.6f HF %.6f rel err %.2e > %.0e", k, norm,
+                 r_norm[k - 1], en, TOL_TRAIN_NORM);
+        if (!(elr <= TOL_LR)) fail("step %d: lr titan %.17g HF %.17g", k, lr, r_lr[k - 1]);
+    }
+    printf("train: clipping active in %d of %d steps\n", n_clipped, steps);
+
+    optim_adamw_free(&opt);
+    base_free(t_ids);
+    base_free(t_tgt);
+    base_free(r_loss);
+    base_free(r_norm);
+    base_free(r_lr);
+    base_free(tokens);
+    base_free(targets);
+    base_free(ref_logits);
+    base_free(logits);
+    model_free(&m);
+    ckpt_close(&ref);
+
+    if (g_fail) {
+        fprintf(stderr, "test_hf_parity %s: %d failure(s):\n%s", dir, g_fail, g_failures);
+        return 1;
+    }
+    printf("test_hf_parity %s: PASS\n", dir);
+    return 0;
+}

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Reference outputs of Hugging Face transformers' Qwen3ForCausalLM (PyTorch, CPU, fp32,
+eager attention) for titan's parity test (tests/parity/test_hf_parity.c).
+
+Writes to --out DIR:
+  weights.safetensors  initial weights under HF names (F32; a tied model has no lm_head)
+  ref.safetensors      input_ids/targets [B,T] (I64), logits [B,T,V] (F32), loss_sum, loss
+                       (F64 scalars), n_valid (I64 scalar), grad.<hf name> (F32) for every
+                       parameter of one forward/backward of loss_sum / n_valid; then 10
+                       AdamW training steps from the same initial weights:
+                       train_input_ids/train_targets [steps,B,T] (I64), train_losses,
+                       train_grad_norms (pre-clip), train_lrs [steps] (F64).
+  __metadata__ (in both files): the model args, batch, seq_len, optimizer and schedule.
+"""
+import argparse
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+CONFIGS = {
+    # GQA, head_dim != dim / n_heads, tied embeddings
+    "gqa_tied": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, ffn_dim=96,
+                     vocab_size=512, tie_embeddings=1, rope_theta=1e6, norm_eps=1e-6,
+                     batch=2, seq_len=33, max_norm=2.0),
+    # untied lm_head, 3 kv groups of 3 heads, the classic rope_theta
+    "untied": dict(dim=96, n_layers=3, n_heads=6, n_kv_heads=2, head_dim=16, ffn_dim=160,
+                   vocab_size=384, tie_embeddings=0, rope_theta=10000.0, norm_eps=1e-6,
+                   batch=3, seq_len=20, max_norm=3.0),
+    # plain MHA (n_kv_heads == n_heads), longer windows that cross attention tiles, a vocab
+    # that is no power of two and a different norm eps
+    "mha_long": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, ffn_dim=112,
+                     vocab_size=1000, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-5,
+                     batch=1, seq_len=150, max_norm=1.2),
+}
+
+# Each config's max_norm sits inside the range of its pre-clip gradient norms, so clipping is
+# active in some of the training steps and not in others.
+
+# Optimizer / schedule of the 10-step training check (torchtitan qwen3_debugmodel schedule:
+# warmup 2, decay_ratio 0.8 linear; min_lr_factor 0.1 so the floor is exercised).
+TRAIN = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
+             warmup_steps=2, decay_ratio=0.8, decay_type="linear", min_lr_factor=0.1, steps=10)
+
+
+def lr_factor(s, n, warmup, decay_ratio, decay_type, min_lr_factor):
+    """torchtitan linear_warmup_stable_decay: factor for scheduler step s (0-based)."""
+    w = min(warmup, n)
+    dk = round(n * decay_ratio) if decay_ratio is not None else n - w
+    if w + dk > n:
+        dk = n - w
+    stable = n + 1 - w - dk
+    if s < w:
+        return (s + 1) / w
+    if s < w + stable:
+        return 1.0
+    p = (s + 1 - (w + stable)) / dk
+    if decay_type == "linear":
+        g = 1 - p
+    elif decay_type == "sqrt":
+        g = 1 - math.sqrt(p)
+    elif decay_type == "cosine":
+        g = 0.5 * (1 + math.cos(math.pi * p))
+    else:
+        raise ValueError(decay_type)
+    return min_lr_factor + (1 - min_lr_factor) * g
+
+
+def self_check_schedule():
+    got = [lr_factor(s, 10, 2, 0.8, "linear", 0.0) for s in range(10)]
+    want = [0.5, 1, 1, .875, .75, .625, .5, .375, .25, .125]
+    assert all(abs(a - b) < 1e-15 for a, b in zip(got, want)), got
+
+
+def build_model(c):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        vocab_size=c["vocab_size"], hidden_size=c["dim"], intermediate_size=c["ffn_dim"],
+        num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
+        num_key_value_heads=c["n_kv_heads"], head_dim=c["head_dim"], hidden_act="silu",
+        max_position_embeddings=max(2048, c["seq_len"]), rms_norm_eps=c["norm_eps"],
+        tie_word_embeddings=bool(c["tie_embeddings"]),
+        rope_parameters={"rope_type": "default", "rope_theta": float(c["rope_theta"])},
+        attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
+        attn_implementation="eager", use_cache=False)
+    model = Qwen3ForCausalLM(cfg).to(torch.float32)
+    model.train()  # dropout is 0; train mode only matters for the cache
+    assert model.config._attn_implementation == "eager"
+    tied = model.lm_head.weight is model.model.embed_tokens.weight
+    assert tied == bool(c["tie_embeddings"]), "HF did not tie/untie as asked"
+    return model
+
+
+def init_weights(model, seed):
+    """std 0.02 for matrices, 1 + 0.1*randn for the RMSNorm weights."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+
+
+def random_batch(g, c, n_ignore):
+    b, t, v = c["batch"], c["seq_len"], c["vocab_size"]
+    ids = torch.randint(0, v, (b, t), generator=g)
+    tgt = torch.randint(0, v, (b, t), generator=g)
+    flat = tgt.view(-1)
+    idx = torch.randperm(b * t, generator=g)[:n_ignore]
+    flat[idx] = -100
+    return ids, tgt
+
+
+def loss_of(model, ids, tgt, v):
+    logits = model(input_ids=ids).logits
+    loss_sum = F.cross_entropy(logits.reshape(-1, v).float(), tgt.reshape(-1), ignore_index=-100,
+                               reduction="sum")
+    n_valid = int((tgt != -100).sum())
+    return logits, loss_sum, n_valid
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, choices=sorted(CONFIGS))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args()
+    self_check_schedule()
+
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True)
+    c = CONFIGS[a.config]
+    v = c["vocab_size"]
+    max_norm = c["max_norm"]
+    os.makedirs(a.out, exist_ok=True)
+
+    model = build_model(c)
+    init_weights(model, a.seed)
+    params = dict(model.named_parameters())  # tied: lm_head.weight is deduplicated away
+    assert ("lm_head.weight" in params) == (not c["tie_embeddings"])
+    init = {k: p.detach().clone().contiguous() for k, p in params.items()}
+
+    meta = {k: (repr(float(x)) if isinstance(x, float) else str(x)) for k, x in c.items()}
+    meta.update({k: (repr(float(x)) if isinstance(x, float) else str(x))
+                 for k, x in TRAIN.items()})
+    meta["config"] = a.config
+    meta["seed"] = str(a.seed)
+    meta["reference"] = f"transformers {__import__('transformers').__version__} " \
+                        f"torch {torch.__version__} Qwen3ForCausalLM eager fp32"
+
+    # ---- one forward/backward --------------------------------------------------------
+    g = torch.Generator().manual_seed(a.seed + 1)
+    n_ignore = max(1, c["batch"] * c["seq_len"] // 10)
+    ids, tgt = random_batch(g, c, n_ignore)
+    model.zero_grad(set_to_none=False)
+    logits, loss_sum, n_valid = loss_of(model, ids, tgt, v)
+    loss = loss_sum / n_valid
+    loss.backward()
+    ref = {
+        "input_ids": ids.contiguous(),
+        "targets": tgt.contiguous(),
+        "logits": logits.detach().float().contiguous(),
+        "loss_sum": torch.tensor(loss_sum.item(), dtype=torch.float64),
+        "loss": torch.tensor(loss.item(), dtype=torch.float64),
+        "n_valid": torch.tensor(n_valid, dtype=torch.int64),
+    }
+    for k, p in params.items():
+        ref["grad." + k] = p.grad.detach().clone().contiguous()
+
+    # ---- training steps from the same initial weights ---------------------------------
+    with torch.no_grad():
+        for k, p in params.items():
+            p.copy_(init[k])
+    plist = list(params.values())
+    opt = torch.optim.AdamW(plist, lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]),
+                            eps=TRAIN["eps"], weight_decay=TRAIN["weight_decay"], foreach=False,
+                            fused=False)
+    n = TRAIN["steps"]
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, n, TRAIN["warmup_steps"], TRAIN["decay_ratio"],
+                                 TRAIN["decay_type"], TRAIN["min_lr_factor"]))
+    t_ids, t_tgt, losses, norms, lrs = [], [], [], [], []
+    for step in range(1, n + 1):
+        ids, tgt = random_batch(g, c, n_ignore + step % 3)
+        opt.zero_grad(set_to_none=False)
+        _, loss_sum, n_valid = loss_of(model, ids, tgt, v)
+        loss = loss_sum / n_valid
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(plist, max_norm, foreach=False)
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        t_ids.append(ids)
+        t_tgt.append(tgt)
+        losses.append(loss.item())
+        norms.append(norm.item())
+    ref["train_input_ids"] = torch.stack(t_ids).contiguous()
+    ref["train_targets"] = torch.stack(t_tgt).contiguous()
+    ref["train_losses"] = torch.tensor(losses, dtype=torch.float64)
+    ref["train_grad_norms"] = torch.tensor(norms, dtype=torch.float64)
+    ref["train_lrs"] = torch.tensor(lrs, dtype=torch.float64)
+    n_clipped = sum(x > max_norm for x in norms)
+    if not 0 < n_clipped < n:
+        print(f"warning: clipping active in {n_clipped} of {n} steps", file=sys.stderr)
+
+    save_file(init, os.path.join(a.out, "weights.safetensors"), metadata=meta)
+    save_file(ref, os.path.join(a.out, "ref.safetensors"), metadata=meta)
+    print(f"{a.config}: loss {ref['loss'].item():.6f} over {ref['n_valid'].item()} targets; "
+          f"train losses {losses[0]:.5f} -> {losses[-1]:.5f}; grad norms "
+          f"{min(norms):.3f}..{max(norms):.3f} (clipped in {n_clipped}/{n} steps); "
+          f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
