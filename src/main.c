@@ -69,6 +69,7 @@ static void train_usage(FILE *f) {
             "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
             "  --log-freq N         console line every N steps (1)\n"
             "  --metrics FILE       per-step metrics as JSON lines\n"
+            "  --out DIR            export the trained model as a Hugging Face folder\n"
             "  --sample N           after training, sample N tokens from the model\n"
             "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n");
 }
@@ -223,6 +224,8 @@ static int cmd_train(int argc, char **argv, base_err *err) {
         else if (IS("--log-freq")) st = parse_int(&it, &o.log_freq, 1);
         else if (IS("--metrics")) {
             if (!(o.jsonl_path = need_value(&it))) return -1;
+        } else if (IS("--out")) {
+            if (!(o.out_dir = need_value(&it))) return -1;
         } else if (IS("--sample")) st = parse_int(&it, &o.sample_tokens, 0);
         else {
             train_usage(stderr);

@@ -3,3 +3,20 @@ add_test(NAME train_determinism
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/determinism.sh $<TARGET_FILE:titan>
           ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
 set_tests_properties(train_determinism PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# `titan train --out` writes a Hugging Face folder that transformers loads cleanly.
+foreach(tie 0 1)
+  set(dir ${CMAKE_BINARY_DIR}/export_tie${tie})
+  add_test(NAME train_export_tie${tie}
+    COMMAND $<TARGET_FILE:titan> train --flavor debugmodel --set n_layers=2 --set dim=64
+            --set n_heads=4 --set n_kv_heads=2 --set head_dim=32 --set ffn_dim=128
+            --set tie_embeddings=${tie} --data ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+            --steps 30 --batch 4 --seq-len 64 --lr 3e-3 --warmup 5 --peak-tflops 1
+            --log-freq 10 --metrics ${dir}/metrics.jsonl --out ${dir})
+  set_tests_properties(train_export_tie${tie} PROPERTIES FIXTURES_SETUP export_tie${tie}
+                       ENVIRONMENT "OMP_NUM_THREADS=2")
+  add_test(NAME hf_loads_export_tie${tie}
+    COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_hf_export.py ${dir}
+            ${dir}/metrics.jsonl ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
+  set_tests_properties(hf_loads_export_tie${tie} PROPERTIES FIXTURES_REQUIRED export_tie${tie})
+endforeach()

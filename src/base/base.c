@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,4 +127,29 @@ int base_parse_f64(const char *s, double *out) {
     if (errno || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
+}
+
+int base_mkdir_p(const char *dir, base_err *err) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return base_fail(err, "%s: path too long", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return base_fail(err, "%s: cannot create directory: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return base_fail(err, "%s: cannot create directory: %s", path, strerror(errno));
+    return 0;
+}
+
+int base_mkdir_parent(const char *file, base_err *err) {
+    const char *slash = strrchr(file, '/');
+    if (!slash || slash == file) return 0;
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - file), file) >= (int)sizeof dir)
+        return base_fail(err, "%s: path too long", file);
+    return base_mkdir_p(dir, err);
 }

@@ -42,6 +42,11 @@ float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
 /* FNV-1a of a string: the stream id of a named parameter. */
 uint64_t base_hash_str(const char *s);
 
+/* Creates a directory and its missing parents (mkdir -p). */
+int base_mkdir_p(const char *dir, base_err *err);
+/* Creates the directory that will hold `file` (no-op for a bare file name). */
+int base_mkdir_parent(const char *file, base_err *err);
+
 /* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input. */
 int base_parse_i64(const char *s, int64_t *out);
 int base_parse_f64(const char *s, double *out);

@@ -117,4 +117,9 @@ int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_e
 int ckpt_save_model(const model *m, const float *base, const char *path, const ckpt_kv *meta,
                     int n_meta, base_err *err);
 
+/* Writes a Hugging Face model folder: DIR/config.json (Qwen3ForCausalLM, the fields that
+ * define the math) and DIR/model.safetensors (F32, HF names, no lm_head when tied), creating
+ * DIR if needed. Full HF interop (sharding, dtypes, tokenizer files) is a later issue. */
+int ckpt_export_hf(const model *m, const char *dir, base_err *err);
+
 #endif

@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <cblas.h>
+#include "../checkpoint/checkpoint.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -159,7 +160,7 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    if (o->jsonl_path && !(jl = fopen(o->jsonl_path, "w"))) {
+    if (o->jsonl_path && (base_mkdir_parent(o->jsonl_path, err) || !(jl = fopen(o->jsonl_path, "w")))) {
         base_fail(err, "%s: cannot open metrics file for writing", o->jsonl_path);
         goto out;
     }
@@ -227,6 +228,11 @@ int train_run(const train_opts *o, base_err *err) {
     const double tps = t_total > 0 ? tokens_total / t_total : 0;
     printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
            100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
+    if (o->out_dir) {
+        if (ckpt_export_hf(&m, o->out_dir, err)) goto out;
+        base_log(BASE_LOG_INFO, "exported Hugging Face model to %s (config.json, model.safetensors)",
+                 o->out_dir);
+    }
     if (o->sample_tokens > 0) {
         model gm;
         model_build_opts go = {1, o->seq_len, MODEL_AC_NONE, 0, NULL, 0};
