@@ -79,8 +79,10 @@ typedef double (*ops_lmhead_ce_fn)(float *dx, float *dw, const float *x, const f
 /* AdamW (torch.optim.AdamW semantics, decoupled decay) on n elements, step t >= 1:
  * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward. */
-typedef void (*ops_adamw_fn)(float *p, float *m, float *v, const float *g, size_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, int64_t t);
+/* Hyperparameters are doubles, as Python holds them: the kernel derives its fp32 scalars
+ * from them exactly as torch does (1 - 0.9 in double, then rounded once). */
+typedef void (*ops_adamw_fn)(float *p, float *m, float *v, const float *g, size_t n, double lr,
+                             double beta1, double beta2, double eps, double wd, int64_t t);
 
 /* ---- registry --------------------------------------------------------------------- */
 

@@ -31,8 +31,8 @@ void optim_adamw_free(optim_adamw *o) {
 void optim_adamw_step(optim_adamw *o, float *params, const float *grads, const optim_adamw_cfg *c,
                       double lr) {
     o->step++;
-    o->kernel(params, o->m, o->v, grads, o->n, (float)lr, (float)c->beta1, (float)c->beta2,
-              (float)c->eps, (float)c->weight_decay, o->step);
+    o->kernel(params, o->m, o->v, grads, o->n, lr, c->beta1, c->beta2, c->eps, c->weight_decay,
+              o->step);
 }
 
 /* Fixed 16K-element blocks summed in block order: the same bits for any thread count. */

@@ -1,0 +1,110 @@
+/* Fused lm_head + cross-entropy: logits are computed `chunk` tokens at a time into scratch
+ * and turned in place into the logit gradient, so [N, V] logits never exist.
+ *
+ * Per chunk of rows:
+ *   scratch[rows, V] = x_chunk @ w^T                                    (sgemm)
+ *   per row (parallel over rows): max, sum of exp(l - max) (vm_expf, double sum),
+ *     loss = max + log(sum) - l[target]; with dx: row = grad_scale * (softmax - onehot)
+ *   dx_chunk += scratch @ w,  dw += scratch^T @ x_chunk                   (sgemm, beta = 1)
+ * Each row is handled whole by one thread and the per-row losses are summed in row order,
+ * so the result is bitwise independent of the OpenMP thread count (given a deterministic
+ * sgemm).
+ *
+ * Targets: OPS_IGNORE_INDEX (-100) is skipped. A target outside [0, V) (data corruption,
+ * which this void-error signature cannot report) is treated like -100: it adds no loss and
+ * no gradient and is not counted in *n_valid, so callers computing grad_scale must count
+ * valid targets the same way (0 <= target < V). */
+#include "cpu.h"
+#include "vmath.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Rows per parallel block: the per-row losses of a block are summed in order. */
+#define CE_ROW_BLOCK 64
+/* Elements per float partial sum of exp (then summed in double). */
+#define CE_SUM_BLOCK 1024
+
+static inline int ce_valid(int32_t t, int V) {
+    return t >= 0 && t < V;
+}
+
+/* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row is
+ * overwritten with grad_scale * (softmax - onehot), or zeros for an ignored target. */
+static double ce_row(float *restrict row, int32_t target, int V, float grad_scale, int grad) {
+    int valid = ce_valid(target, V);
+    if (!valid) {
+        if (grad) memset(row, 0, (size_t)V * sizeof(float));
+        return 0.0;
+    }
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int i = 0; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+    float target_logit = row[target];
+    /* exp sums in float over blocks of CE_SUM_BLOCK (vector lanes), blocks summed in double */
+    double sum = 0.0;
+    for (int b0 = 0; b0 < V; b0 += CE_SUM_BLOCK) {
+        int b1 = V - b0 < CE_SUM_BLOCK ? V : b0 + CE_SUM_BLOCK;
+        float bsum = 0.0f;
+        if (grad) {
+#pragma omp simd reduction(+ : bsum)
+            for (int i = b0; i < b1; i++) {
+                float e = vm_expf(row[i] - mx);
+                row[i] = e;
+                bsum += e;
+            }
+        } else {
+#pragma omp simd reduction(+ : bsum)
+            for (int i = b0; i < b1; i++) bsum += vm_expf(row[i] - mx);
+        }
+        sum += (double)bsum;
+    }
+    double lse = (double)mx + log(sum);
+    if (grad) {
+        float scale = (float)((double)grad_scale / sum);
+#pragma omp simd
+        for (int i = 0; i < V; i++) row[i] *= scale;
+        row[target] -= grad_scale;
+    }
+    return lse - (double)target_logit;
+}
+
+double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
+                         const int32_t *targets, int N, int D, int V, float grad_scale,
+                         float *scratch, int chunk, int64_t *n_valid) {
+    int64_t valid = 0;
+    for (int n = 0; n < N; n++) valid += ce_valid(targets[n], V);
+    if (n_valid) *n_valid = valid;
+    if (N <= 0 || V <= 0 || D <= 0 || chunk <= 0) return N > 0 && chunk <= 0 ? NAN : 0.0;
+    int grad = dx != NULL;
+    double total = 0.0;
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+        int rows = N - n0 < chunk ? N - n0 : chunk;
+        const float *xc = x + (size_t)n0 * D;
+        const int32_t *tc = targets + n0;
+        int any = 0;
+        for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], V);
+        if (!any) continue; /* nothing to add: no loss, zero gradient */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, D, 1.0f, xc, D, w, D, 0.0f,
+                    scratch, V);
+        for (int r0 = 0; r0 < rows; r0 += CE_ROW_BLOCK) {
+            int nb = rows - r0 < CE_ROW_BLOCK ? rows - r0 : CE_ROW_BLOCK;
+            double loss[CE_ROW_BLOCK];
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < nb; r++) {
+                loss[r] = ce_row(scratch + (size_t)(r0 + r) * V, tc[r0 + r], V, grad_scale, grad);
+            }
+            for (int r = 0; r < nb; r++) total += loss[r];
+        }
+        if (grad) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, V, 1.0f, scratch, V, w,
+                        D, 1.0f, dx + (size_t)n0 * D, D);
+            if (dw) {
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, D, rows, 1.0f, scratch, V,
+                            xc, D, 1.0f, dw, D);
+            }
+        }
+    }
+    return total;
+}

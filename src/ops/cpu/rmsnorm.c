@@ -1,0 +1,69 @@
+/* RMSNorm: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps), as torch's Qwen3RMSNorm
+ * (x * rsqrt(var + eps), then the weight multiply). Row reductions are accumulated in double. */
+#include "cpu.h"
+
+#include <math.h>
+
+/* Column tile of the dw reduction: one AVX-512 vector of floats. */
+#define RMS_COL_TILE 16
+
+void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        float *restrict o = out + (size_t)n * C;
+        double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+        float var = (float)(ss / (double)C);
+        float r = 1.0f / sqrtf(var + eps);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
+        rstd[n] = r;
+    }
+}
+
+/* With xhat = x * rstd and g = dout * w:
+ *   dinp += rstd * (g - xhat * mean(g * xhat)),   dw += sum over rows of dout * xhat.
+ * dinp is parallel over rows; dw over column tiles, each walking the rows in order with
+ * double accumulators, so both are bitwise independent of the thread count. */
+void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C) {
+    if (dinp) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *restrict x = inp + (size_t)n * C;
+            const float *restrict dy = dout + (size_t)n * C;
+            float *restrict dx = dinp + (size_t)n * C;
+            float r = rstd[n];
+            double dot = 0.0; /* sum of g * xhat */
+#pragma omp simd reduction(+ : dot)
+            for (int c = 0; c < C; c++) dot += (double)(dy[c] * w[c]) * (double)(x[c] * r);
+            float mean = (float)(dot / (double)C);
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float xhat = x[c] * r;
+                float g = dy[c] * w[c];
+                dx[c] += r * (g - xhat * mean);
+            }
+        }
+    }
+    if (dw) {
+        int ntiles = (C + RMS_COL_TILE - 1) / RMS_COL_TILE;
+#pragma omp parallel for schedule(static)
+        for (int tile = 0; tile < ntiles; tile++) {
+            int c0 = tile * RMS_COL_TILE;
+            int width = C - c0 < RMS_COL_TILE ? C - c0 : RMS_COL_TILE;
+            double acc[RMS_COL_TILE] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *restrict x = inp + (size_t)n * C + c0;
+                const float *restrict dy = dout + (size_t)n * C + c0;
+                float r = rstd[n];
+#pragma omp simd
+                for (int j = 0; j < width; j++) acc[j] += (double)dy[j] * (double)(x[j] * r);
+            }
+            for (int j = 0; j < width; j++) dw[c0 + j] += (float)acc[j];
+        }
+    }
+}

@@ -1,0 +1,32 @@
+/* SwiGLU: out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) (torch's CPU formula).
+ * exp is vm_expf (vmath.h), so the loops vectorise. Elementwise, hence deterministic. */
+#include "cpu.h"
+#include "vmath.h"
+
+void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F) {
+    long n = (long)N * F;
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float g = gate[i];
+        float silu = g / (1.0f + vm_expf(-g));
+        out[i] = silu * up[i];
+    }
+}
+
+/* sig = sigmoid(g), silu = g * sig, silu' = sig * (1 + g * (1 - sig)):
+ * dgate += dout * up * silu',  dup += dout * silu. */
+void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                        const float *up, int N, int F) {
+    long n = (long)N * F;
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) {
+        float g = gate[i];
+        float den = 1.0f + vm_expf(-g);
+        float sig = 1.0f / den;
+        float silu = g / den; /* the forward's silu, bit for bit */
+        float dsilu = sig * (1.0f + g * (1.0f - sig));
+        float dy = dout[i];
+        dgate[i] += dy * up[i] * dsilu;
+        dup[i] += dy * silu;
+    }
+}

@@ -1,0 +1,734 @@
+/* Unit tests of the CPU ops (all but attention) and of the kernel registry:
+ *   finite-difference gradient checks of every backward (double central differences of
+ *   L = sum(out * R)), forward checks against naive double-precision formulas, AdamW against
+ *   a scalar restatement of torch.optim.AdamW, the registry's resolution and errors,
+ *   accumulation (+=) of every backward, bitwise determinism across thread counts, and the
+ *   accuracy of vm_expf. One line per check; exit status 0 when all pass. */
+#include "ops/ops.h"
+#include "ops/cpu/cpu.h"
+#include "ops/cpu/vmath.h"
+
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- reporting ------------------------------------------------------------------- */
+
+static int g_failures, g_checks;
+
+enum { E_EMB, E_RMS, E_MM, E_ROPE, E_SWIGLU, E_CE, E_ADAMW, E_EXP, E_NCAT };
+static const char *const g_cat_names[E_NCAT] = {"embedding", "rmsnorm",   "matmul", "rope",
+                                                "swiglu",    "lmhead_ce", "adamw",  "vm_expf"};
+static double g_cat_max[E_NCAT];
+
+static void check(int cat, const char *what, double err, double tol) {
+    int ok = err <= tol; /* NaN fails */
+    g_checks++;
+    if (!ok) g_failures++;
+    if (cat >= 0 && (err > g_cat_max[cat] || isnan(err))) g_cat_max[cat] = err;
+    printf("%s  %-58s err %.3e  (tol %.1e)\n", ok ? "PASS" : "FAIL", what, err, tol);
+}
+
+static void check_true(const char *what, int cond, const char *detail) {
+    g_checks++;
+    if (!cond) g_failures++;
+    printf("%s  %s%s%s\n", cond ? "PASS" : "FAIL", what, detail ? ": " : "", detail ? detail : "");
+}
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+static float *randn(size_t n, uint64_t stream, float scale, float shift) {
+    float *p = base_alloc(n * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < n; i++) p[i] = shift + scale * base_rng_normal(1234, stream, i);
+    return p;
+}
+
+static float *zeros(size_t n) {
+    return randn(n, 0, 0.0f, 0.0f);
+}
+
+static double dot_d(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+/* max |a - b| / (max |b| + 1e-30) */
+static double rel_err_f(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > md || isnan(d)) md = d;
+        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+    }
+    return md / (mb + 1e-30);
+}
+
+static double rel_err_d(const float *a, const double *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md || isnan(d)) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return md / (mb + 1e-30);
+}
+
+/* Central differences of f w.r.t. every element of param, against analytic:
+ * returns max |analytic - numeric| / (max |numeric| + 1e-6). The step actually taken is
+ * what fp32 could represent of param +- eps. */
+typedef double (*loss_fn)(void *ctx);
+static double fd_check(float *param, size_t n, const float *analytic, loss_fn f, void *ctx,
+                       double eps) {
+    double md = 0, mn = 0;
+    for (size_t i = 0; i < n; i++) {
+        float save = param[i];
+        param[i] = (float)(save + eps);
+        double hp = param[i];
+        double lp = f(ctx);
+        param[i] = (float)(save - eps);
+        double hm = param[i];
+        double lm = f(ctx);
+        param[i] = save;
+        double num = (lp - lm) / (hp - hm);
+        double d = fabs((double)analytic[i] - num);
+        if (d > md || isnan(d)) md = d;
+        if (fabs(num) > mn) mn = fabs(num);
+    }
+    return md / (mn + 1e-6);
+}
+
+#define FD_EPS 1e-2
+#define FD_TOL 2e-3
+
+/* ---- embedding ------------------------------------------------------------------- */
+
+typedef struct {
+    float *out, *wte, *R;
+    const int32_t *tok;
+    int N, D;
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    ops_cpu_embedding_fwd(c->out, c->tok, c->wte, c->N, c->D);
+    return dot_d(c->out, c->R, (size_t)c->N * c->D);
+}
+
+static void test_embedding(void) {
+    enum { V = 7, D = 5, N = 11 };
+    const int32_t tok[N] = {3, 1, 3, 6, 0, 3, 2, 1, 5, 6, 3};
+    float *wte = randn(V * D, 1, 1, 0), *R = randn(N * D, 2, 1, 0), *out = zeros(N * D);
+    float *dwte = zeros(V * D), *dwte2 = zeros(V * D);
+    emb_ctx c = {out, wte, R, tok, N, D};
+    emb_loss(&c);
+    double md = 0;
+    for (int n = 0; n < N; n++) {
+        for (int d = 0; d < D; d++) {
+            md = fmax(md, fabs(out[n * D + d] - wte[tok[n] * D + d]));
+        }
+    }
+    check(E_EMB, "embedding fwd == gathered rows", md, 0);
+    ops_cpu_embedding_bwd(dwte, R, tok, N, D);
+    check(E_EMB, "embedding bwd dwte finite differences",
+          fd_check(wte, V * D, dwte, emb_loss, &c, FD_EPS), FD_TOL);
+    memcpy(dwte2, dwte, sizeof(float) * V * D);
+    ops_cpu_embedding_bwd(dwte2, R, tok, N, D);
+    for (int i = 0; i < V * D; i++) dwte[i] *= 2;
+    check(E_EMB, "embedding bwd accumulates (twice == 2x)", rel_err_f(dwte2, dwte, V * D), 1e-6);
+    base_free(wte), base_free(R), base_free(out), base_free(dwte), base_free(dwte2);
+}
+
+/* ---- rmsnorm --------------------------------------------------------------------- */
+
+typedef struct {
+    float *out, *rstd, *inp, *w, *R;
+    int N, C;
+    float eps;
+} rms_ctx;
+
+static double rms_loss(void *p) {
+    rms_ctx *c = p;
+    ops_cpu_rmsnorm_fwd(c->out, c->rstd, c->inp, c->w, c->N, c->C, c->eps);
+    return dot_d(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_rmsnorm(void) {
+    enum { N = 6, C = 37 };
+    float eps = 1e-6f;
+    float *inp = randn(N * C, 3, 1, 0.2f), *w = randn(C, 4, 0.3f, 1), *R = randn(N * C, 5, 1, 0);
+    float *out = zeros(N * C), *rstd = zeros(N), *dinp = zeros(N * C), *dw = zeros(C);
+    rms_ctx c = {out, rstd, inp, w, R, N, C, eps};
+    rms_loss(&c);
+    double *ref = malloc(sizeof(double) * N * C);
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += (double)inp[n * C + i] * inp[n * C + i];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) ref[n * C + i] = (double)w[i] * inp[n * C + i] * r;
+    }
+    check(E_RMS, "rmsnorm fwd vs double formula", rel_err_d(out, ref, N * C), 1e-6);
+    ops_cpu_rmsnorm_bwd(dinp, dw, R, inp, w, rstd, N, C);
+    check(E_RMS, "rmsnorm bwd dinp finite differences",
+          fd_check(inp, N * C, dinp, rms_loss, &c, FD_EPS), FD_TOL);
+    check(E_RMS, "rmsnorm bwd dw finite differences", fd_check(w, C, dw, rms_loss, &c, FD_EPS),
+          FD_TOL);
+    rms_loss(&c);
+    float *dinp2 = zeros(N * C), *dw2 = zeros(C);
+    memcpy(dinp2, dinp, sizeof(float) * N * C);
+    memcpy(dw2, dw, sizeof(float) * C);
+    ops_cpu_rmsnorm_bwd(dinp2, dw2, R, inp, w, rstd, N, C);
+    for (int i = 0; i < N * C; i++) dinp[i] *= 2;
+    for (int i = 0; i < C; i++) dw[i] *= 2;
+    check(E_RMS, "rmsnorm bwd dinp accumulates", rel_err_f(dinp2, dinp, N * C), 1e-6);
+    check(E_RMS, "rmsnorm bwd dw accumulates", rel_err_f(dw2, dw, C), 1e-6);
+    free(ref);
+    base_free(inp), base_free(w), base_free(R), base_free(out), base_free(rstd);
+    base_free(dinp), base_free(dw), base_free(dinp2), base_free(dw2);
+}
+
+/* ---- matmul ---------------------------------------------------------------------- */
+
+typedef struct {
+    float *out, *inp, *w, *R;
+    int N, C, OC;
+} mm_ctx;
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    ops_cpu_matmul_fwd(c->out, c->inp, c->w, c->N, c->C, c->OC);
+    return dot_d(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+static void test_matmul(void) {
+    enum { N = 5, C = 9, OC = 7 };
+    float *inp = randn(N * C, 6, 1, 0), *w = randn(OC * C, 7, 1, 0), *R = randn(N * OC, 8, 1, 0);
+    float *out = zeros(N * OC), *dinp = zeros(N * C), *dw = zeros(OC * C);
+    mm_ctx c = {out, inp, w, R, N, C, OC};
+    mm_loss(&c);
+    double ref[N * OC];
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int i = 0; i < C; i++) s += (double)inp[n * C + i] * w[o * C + i];
+            ref[n * OC + o] = s;
+        }
+    }
+    check(E_MM, "matmul fwd vs double formula", rel_err_d(out, ref, N * OC), 1e-6);
+    ops_cpu_matmul_bwd(dinp, dw, R, inp, w, N, C, OC);
+    check(E_MM, "matmul bwd dinp finite differences",
+          fd_check(inp, N * C, dinp, mm_loss, &c, FD_EPS), FD_TOL);
+    check(E_MM, "matmul bwd dw finite differences", fd_check(w, OC * C, dw, mm_loss, &c, FD_EPS),
+          FD_TOL);
+    float *dinp2 = zeros(N * C), *dw2 = zeros(OC * C), *dw3 = zeros(OC * C);
+    memcpy(dinp2, dinp, sizeof(float) * N * C);
+    memcpy(dw2, dw, sizeof(float) * OC * C);
+    ops_cpu_matmul_bwd(dinp2, dw2, R, inp, w, N, C, OC);
+    ops_cpu_matmul_bwd(NULL, dw3, R, inp, w, N, C, OC); /* dinp NULL: dw only */
+    check(E_MM, "matmul bwd dinp == NULL skips dinp, dw still right", rel_err_f(dw3, dw, OC * C),
+          0);
+    for (int i = 0; i < N * C; i++) dinp[i] *= 2;
+    for (int i = 0; i < OC * C; i++) dw[i] *= 2;
+    check(E_MM, "matmul bwd dinp accumulates", rel_err_f(dinp2, dinp, N * C), 1e-6);
+    check(E_MM, "matmul bwd dw accumulates", rel_err_f(dw2, dw, OC * C), 1e-6);
+    base_free(inp), base_free(w), base_free(R), base_free(out), base_free(dinp), base_free(dw);
+    base_free(dinp2), base_free(dw2), base_free(dw3);
+}
+
+/* ---- rope ------------------------------------------------------------------------ */
+
+typedef struct {
+    float *out, *inp, *R, *cos, *sin;
+    int B, T, nh, hd;
+} rope_ctx;
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    ops_cpu_rope_fwd(c->out, c->inp, c->cos, c->sin, c->B, c->T, c->nh, c->hd);
+    return dot_d(c->out, c->R, (size_t)c->B * c->T * c->nh * c->hd);
+}
+
+static void test_rope(void) {
+    /* tables against the double-precision formula theta^(-2i/hd) * pos */
+    {
+        enum { T = 64, HD = 128 };
+        double theta = 1e6;
+        float *cs = zeros(T * HD / 2), *sn = zeros(T * HD / 2);
+        ops_rope_table(cs, sn, T, HD, theta);
+        double md = 0;
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < HD / 2; i++) {
+                double a = t * pow(theta, -2.0 * i / HD);
+                md = fmax(md, fabs(cs[t * HD / 2 + i] - cos(a)));
+                md = fmax(md, fabs(sn[t * HD / 2 + i] - sin(a)));
+            }
+        }
+        check(E_ROPE, "rope table (T=64, hd=128, theta=1e6) vs double, abs", md, 1e-5);
+        base_free(cs), base_free(sn);
+    }
+    enum { B = 2, T = 5, NH = 3, HD = 8, H = HD / 2, NE = B * T * NH * HD };
+    float *cs = zeros(T * H), *sn = zeros(T * H);
+    ops_rope_table(cs, sn, T, HD, 10000.0);
+    float *inp = randn(NE, 9, 1, 0), *R = randn(NE, 10, 1, 0), *out = zeros(NE);
+    float *dinp = zeros(NE);
+    rope_ctx c = {out, inp, R, cs, sn, B, T, NH, HD};
+    rope_loss(&c);
+    double ref[NE];
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float *x = inp + ((b * T + t) * NH + h) * HD;
+                double *o = ref + ((b * T + t) * NH + h) * HD;
+                for (int j = 0; j < H; j++) {
+                    double co = cs[t * H + j], si = sn[t * H + j];
+                    o[j] = (double)x[j] * co - (double)x[j + H] * si;
+                    o[j + H] = (double)x[j + H] * co + (double)x[j] * si;
+                }
+            }
+        }
+    }
+    check(E_ROPE, "rope fwd vs explicit rotate_half formula", rel_err_d(out, ref, NE), 1e-6);
+    float *inplace = zeros(NE);
+    memcpy(inplace, inp, sizeof(float) * NE);
+    ops_cpu_rope_fwd(inplace, inplace, cs, sn, B, T, NH, HD);
+    check(E_ROPE, "rope fwd in place == out of place (bitwise)", rel_err_f(inplace, out, NE), 0);
+    ops_cpu_rope_bwd(dinp, R, cs, sn, B, T, NH, HD);
+    check(E_ROPE, "rope bwd dinp finite differences",
+          fd_check(inp, NE, dinp, rope_loss, &c, FD_EPS), FD_TOL);
+    /* bwd is the inverse rotation: bwd(fwd(x)) == x */
+    float *back = zeros(NE);
+    rope_loss(&c); /* out again for the unperturbed inp */
+    ops_cpu_rope_bwd(back, out, cs, sn, B, T, NH, HD);
+    check(E_ROPE, "rope bwd(fwd(x)) == x", rel_err_f(back, inp, NE), 1e-6);
+    float *rin = zeros(NE);
+    memcpy(rin, R, sizeof(float) * NE);
+    ops_cpu_rope_bwd(rin, rin, cs, sn, B, T, NH, HD); /* aliased: replaces */
+    check(E_ROPE, "rope bwd in place (dinp == dout) == into zeros", rel_err_f(rin, dinp, NE), 0);
+    float *d2 = zeros(NE);
+    memcpy(d2, dinp, sizeof(float) * NE);
+    ops_cpu_rope_bwd(d2, R, cs, sn, B, T, NH, HD);
+    for (int i = 0; i < NE; i++) dinp[i] *= 2;
+    check(E_ROPE, "rope bwd accumulates", rel_err_f(d2, dinp, NE), 1e-6);
+    base_free(cs), base_free(sn), base_free(inp), base_free(R), base_free(out), base_free(dinp);
+    base_free(inplace), base_free(back), base_free(rin), base_free(d2);
+}
+
+/* ---- swiglu ---------------------------------------------------------------------- */
+
+typedef struct {
+    float *out, *gate, *up, *R;
+    int N, F;
+} sw_ctx;
+
+static double sw_loss(void *p) {
+    sw_ctx *c = p;
+    ops_cpu_swiglu_fwd(c->out, c->gate, c->up, c->N, c->F);
+    return dot_d(c->out, c->R, (size_t)c->N * c->F);
+}
+
+static void test_swiglu(void) {
+    enum { N = 4, F = 29, NE = N * F };
+    float *gate = randn(NE, 11, 2.5f, 0), *up = randn(NE, 12, 1, 0), *R = randn(NE, 13, 1, 0);
+    float *out = zeros(NE), *dg = zeros(NE), *du = zeros(NE);
+    gate[0] = -120.0f, gate[1] = 95.0f, gate[2] = 0.0f; /* exp overflow / underflow paths */
+    sw_ctx c = {out, gate, up, R, N, F};
+    sw_loss(&c);
+    double ref[NE];
+    for (int i = 0; i < NE; i++) ref[i] = (double)gate[i] / (1 + exp(-(double)gate[i])) * up[i];
+    check(E_SWIGLU, "swiglu fwd vs double formula", rel_err_d(out, ref, NE), 1e-6);
+    ops_cpu_swiglu_bwd(dg, du, R, gate, up, N, F);
+    check(E_SWIGLU, "swiglu bwd dgate finite differences",
+          fd_check(gate, NE, dg, sw_loss, &c, FD_EPS), FD_TOL);
+    check(E_SWIGLU, "swiglu bwd dup finite differences", fd_check(up, NE, du, sw_loss, &c, FD_EPS),
+          FD_TOL);
+    float *dg2 = zeros(NE), *du2 = zeros(NE);
+    memcpy(dg2, dg, sizeof(float) * NE);
+    memcpy(du2, du, sizeof(float) * NE);
+    ops_cpu_swiglu_bwd(dg2, du2, R, gate, up, N, F);
+    for (int i = 0; i < NE; i++) dg[i] *= 2, du[i] *= 2;
+    check(E_SWIGLU, "swiglu bwd dgate accumulates", rel_err_f(dg2, dg, NE), 1e-6);
+    check(E_SWIGLU, "swiglu bwd dup accumulates", rel_err_f(du2, du, NE), 1e-6);
+    base_free(gate), base_free(up), base_free(R), base_free(out), base_free(dg), base_free(du);
+    base_free(dg2), base_free(du2);
+}
+
+/* ---- lm_head + cross-entropy ----------------------------------------------------- */
+
+typedef struct {
+    float *x, *w, *scratch;
+    const int32_t *tg;
+    int N, D, V, chunk;
+    float scale;
+} ce_ctx;
+
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    return c->scale * ops_cpu_lmhead_ce(NULL, NULL, c->x, c->w, c->tg, c->N, c->D, c->V, c->scale,
+                                        c->scratch, c->chunk, NULL);
+}
+
+static void test_lmhead_ce(void) {
+    enum { N = 7, D = 16, V = 53 };
+    /* -100 ignored, 53 (== V) and -5 out of range: counted as ignored */
+    const int32_t tg[N] = {4, OPS_IGNORE_INDEX, 52, 0, V, 17, -5};
+    const int n_valid_expected = 4;
+    float *x = randn(N * D, 14, 1, 0), *w = randn(V * D, 15, 0.5f, 0);
+    float *scratch = zeros(N * V), *dx = zeros(N * D), *dw = zeros(V * D);
+    float scale = 1.0f / n_valid_expected;
+    ce_ctx c = {x, w, scratch, tg, N, D, V, 3, scale};
+    int64_t nv = -1;
+    double loss = ops_cpu_lmhead_ce(NULL, NULL, x, w, tg, N, D, V, scale, scratch, 3, &nv);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%lld (expected %d)", (long long)nv, n_valid_expected);
+    check_true("lmhead_ce n_valid skips -100 and out-of-range targets", nv == n_valid_expected,
+               buf);
+    double ref = 0;
+    for (int n = 0; n < N; n++) {
+        if (tg[n] < 0 || tg[n] >= V) continue;
+        double lg[V], mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) {
+            lg[v] = 0;
+            for (int i = 0; i < D; i++) lg[v] += (double)x[n * D + i] * w[v * D + i];
+            mx = fmax(mx, lg[v]);
+        }
+        for (int v = 0; v < V; v++) s += exp(lg[v] - mx);
+        ref += mx + log(s) - lg[tg[n]];
+    }
+    check(E_CE, "lmhead_ce loss vs double logsumexp - logit", fabs(loss - ref) / fabs(ref), 1e-6);
+
+    double loss_g = ops_cpu_lmhead_ce(dx, dw, x, w, tg, N, D, V, scale, scratch, 3, NULL);
+    check(E_CE, "lmhead_ce loss with grad == loss without", fabs(loss_g - loss), 0);
+    check(E_CE, "lmhead_ce dx finite differences", fd_check(x, N * D, dx, ce_loss, &c, FD_EPS),
+          FD_TOL);
+    check(E_CE, "lmhead_ce dw finite differences", fd_check(w, V * D, dw, ce_loss, &c, FD_EPS),
+          FD_TOL);
+    double md = 0;
+    for (int i = 0; i < D; i++) {
+        md = fmax(md, fabs(dx[1 * D + i])), md = fmax(md, fabs(dx[4 * D + i]));
+        md = fmax(md, fabs(dx[6 * D + i]));
+    }
+    check(E_CE, "lmhead_ce dx rows of ignored targets are zero", md, 0);
+
+    /* chunk sizes 3 (does not divide 7), 1 and 16 (> N) against chunk = N */
+    float *dxN = zeros(N * D), *dwN = zeros(V * D);
+    double lossN = ops_cpu_lmhead_ce(dxN, dwN, x, w, tg, N, D, V, scale, scratch, N, NULL);
+    const int chunks[] = {3, 1, 16};
+    for (int k = 0; k < 3; k++) {
+        float *dxk = zeros(N * D), *dwk = zeros(V * D);
+        float *scr = zeros((size_t)chunks[k] * V);
+        double lk = ops_cpu_lmhead_ce(dxk, dwk, x, w, tg, N, D, V, scale, scr, chunks[k], NULL);
+        double e = fmax(fabs(lk - lossN) / fabs(lossN),
+                        fmax(rel_err_f(dxk, dxN, N * D), rel_err_f(dwk, dwN, V * D)));
+        snprintf(buf, sizeof buf, "lmhead_ce chunk=%d == chunk=N (loss, dx, dw)", chunks[k]);
+        check(E_CE, buf, e, 1e-6);
+        base_free(dxk), base_free(dwk), base_free(scr);
+    }
+
+    float *dx2 = zeros(N * D), *dw2 = zeros(V * D);
+    memcpy(dx2, dx, sizeof(float) * N * D);
+    memcpy(dw2, dw, sizeof(float) * V * D);
+    ops_cpu_lmhead_ce(dx2, dw2, x, w, tg, N, D, V, scale, scratch, 3, NULL);
+    for (int i = 0; i < N * D; i++) dx[i] *= 2;
+    for (int i = 0; i < V * D; i++) dw[i] *= 2;
+    check(E_CE, "lmhead_ce dx accumulates", rel_err_f(dx2, dx, N * D), 1e-6);
+    check(E_CE, "lmhead_ce dw accumulates", rel_err_f(dw2, dw, V * D), 1e-6);
+
+    /* extreme logits: no overflow, finite loss, softmax rows still sum to 0 with the onehot */
+    float *xb = zeros(N * D);
+    for (int i = 0; i < N * D; i++) xb[i] = 60.0f * x[i];
+    float *dxb = zeros(N * D), *dwb = zeros(V * D);
+    double lb = ops_cpu_lmhead_ce(dxb, dwb, xb, w, tg, N, D, V, scale, scratch, 3, NULL);
+    int finite = isfinite(lb);
+    for (int i = 0; i < N * D; i++) finite &= isfinite(dxb[i]);
+    for (int i = 0; i < V * D; i++) finite &= isfinite(dwb[i]);
+    check_true("lmhead_ce with logits ~1e3 stays finite", finite, NULL);
+    base_free(x), base_free(w), base_free(scratch), base_free(dx), base_free(dw);
+    base_free(dxN), base_free(dwN), base_free(dx2), base_free(dw2);
+    base_free(xb), base_free(dxb), base_free(dwb);
+}
+
+/* ---- adamw ----------------------------------------------------------------------- */
+
+static void test_adamw(void) {
+    enum { NP = 1003 };
+    /* doubles, as Python holds them; torch rounds each derived scalar to fp32 once */
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    float *p = randn(NP, 16, 1, 0), *m = zeros(NP), *v = zeros(NP);
+    float *pf = zeros(NP), *mf = zeros(NP), *vf = zeros(NP);
+    double *pd = malloc(sizeof(double) * NP), *md = malloc(sizeof(double) * NP);
+    double *vd = malloc(sizeof(double) * NP);
+    memcpy(pf, p, sizeof(float) * NP);
+    for (int i = 0; i < NP; i++) pd[i] = p[i], md[i] = 0, vd[i] = 0;
+    for (int64_t t = 1; t <= 3; t++) {
+        float *g = randn(NP, 100 + (uint64_t)t, 0.1f, 0);
+        g[0] = 0; /* denom == eps path */
+        g[1] = 1e-3f * (float)t;
+        ops_cpu_adamw(p, m, v, g, NP, lr, b1, b2, eps, wd, t);
+        /* (1) torch.optim.AdamW, literally, in double from the same hyperparameters */
+        double bc1 = 1 - pow(b1, (double)t), bc2 = 1 - pow(b2, (double)t);
+        for (int i = 0; i < NP; i++) {
+            pd[i] *= 1 - (double)lr * wd;
+            md[i] = (double)b1 * md[i] + (1 - (double)b1) * g[i];
+            vd[i] = (double)b2 * vd[i] + (1 - (double)b2) * g[i] * g[i];
+            double denom = sqrt(vd[i]) / sqrt(bc2) + eps;
+            pd[i] -= (double)lr / bc1 * md[i] / denom;
+        }
+        /* (2) the same statements in torch's fp32 operation order, scalars cast as torch does */
+        float decay = (float)(1 - (double)lr * wd), w1 = (float)(1 - (double)b1);
+        float w2 = (float)(1 - (double)b2), nstep = (float)(-((double)lr / bc1));
+        float bc2s = (float)sqrt(bc2);
+        for (int i = 0; i < NP; i++) {
+            pf[i] = pf[i] * decay;
+#ifdef __FMA__
+            mf[i] = fmaf(w1, g[i] - mf[i], mf[i]); /* lerp_, weight < 0.5 */
+#else
+            mf[i] = w1 * (g[i] - mf[i]) + mf[i];
+#endif
+            vf[i] = vf[i] * (float)b2;
+            vf[i] = vf[i] + w2 * g[i] * g[i];
+            float denom = sqrtf(vf[i]) / bc2s + (float)eps;
+            pf[i] = pf[i] + nstep * mf[i] / denom;
+        }
+        base_free(g);
+    }
+    check(E_ADAMW, "adamw 3 steps: p vs double torch formula", rel_err_d(p, pd, NP), 1e-6);
+    check(E_ADAMW, "adamw 3 steps: m vs double torch formula", rel_err_d(m, md, NP), 1e-6);
+    check(E_ADAMW, "adamw 3 steps: v vs double torch formula", rel_err_d(v, vd, NP), 1e-6);
+    double e = fmax(rel_err_f(p, pf, NP), fmax(rel_err_f(m, mf, NP), rel_err_f(v, vf, NP)));
+    check(E_ADAMW, "adamw 3 steps: p, m, v == fp32 torch-order restatement", e, 0);
+    base_free(p), base_free(m), base_free(v), base_free(pf), base_free(mf), base_free(vf);
+    free(pd), free(md), free(vd);
+}
+
+/* ---- vm_expf --------------------------------------------------------------------- */
+
+static void test_vm_expf(void) {
+    enum { NS = 1 << 20 };
+    float *xs = zeros(NS), *ys = zeros(NS);
+    double worst = 0;
+    for (int range = 0; range < 3; range++) {
+        float lo = range == 0 ? -87.33f : range == 1 ? -1.0f : 0.0f;
+        float hi = range == 0 ? 0.0f : range == 1 ? 1.0f : 88.37f;
+        for (int i = 0; i < NS; i++) xs[i] = lo + (hi - lo) * (float)i / NS;
+#pragma omp simd
+        for (int i = 0; i < NS; i++) ys[i] = vm_expf(xs[i]);
+        for (int i = 0; i < NS; i++) {
+            double r = exp((double)xs[i]);
+            if (r < FLT_MIN) continue;
+            int ex;
+            frexp(r, &ex);
+            worst = fmax(worst, fabs(ys[i] - r) / ldexp(1.0, ex - 24));
+        }
+    }
+    check(E_EXP, "vm_expf max ulp error on [-87.33, 88.37]", worst, 2.0);
+    int ok = vm_expf(-INFINITY) == 0.0f && vm_expf(-1e30f) == 0.0f && vm_expf(-100.0f) == 0.0f &&
+             vm_expf(0.0f) == 1.0f && isinf(vm_expf(INFINITY)) && isnan(vm_expf(NAN)) &&
+             vm_expf(-87.0f) > 0.0f;
+    check_true("vm_expf special values (-inf, -1e30, -100 -> 0; inf -> inf; NaN -> NaN)", ok, NULL);
+    base_free(xs), base_free(ys);
+}
+
+/* ---- registry -------------------------------------------------------------------- */
+
+static int dummy_check_fail(const ops_ctx *ctx, base_err *err) {
+    if (ctx->seq_len % 64 != 0)
+        return base_fail(err, "seq_len %% 64 == 0 (seq_len = %d)", ctx->seq_len);
+    return 0;
+}
+
+static int dummy_check_ok(const ops_ctx *ctx, base_err *err) {
+    return 0;
+}
+
+static void dummy_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                           int B, int T, int H, int G, int hd) {}
+static void dummy_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, int B,
+                           int T, int H, int G, int hd) {}
+
+static void test_registry(void) {
+    ops_ctx ctx = {.batch = 2,
+                   .seq_len = 100,
+                   .dim = 64,
+                   .n_heads = 4,
+                   .n_kv_heads = 2,
+                   .head_dim = 16,
+                   .ffn_dim = 128,
+                   .vocab = 256};
+    base_err err;
+    ops_table t;
+    ops_register_builtin();
+    ops_register_builtin(); /* idempotent */
+    const ops_impl *list[128];
+    int n = ops_list(list, 128);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%d implementations", n);
+    check_true("registry: builtins registered once (8 defaults)", n == OPS_COUNT, buf);
+
+    int rc = ops_resolve(&t, "layers.0", &ctx, NULL, 0, &err);
+    int ok = rc == 0;
+    for (int k = 0; ok && k < OPS_COUNT; k++) {
+        ok = t.impl[k] == ops_find((ops_kind)k, "default") &&
+             strcmp(t.impl[k]->name, "default") == 0;
+    }
+    ok = ok && t.embedding_fwd == ops_cpu_embedding_fwd && t.embedding_bwd == ops_cpu_embedding_bwd;
+    ok = ok && t.rmsnorm_fwd == ops_cpu_rmsnorm_fwd && t.rmsnorm_bwd == ops_cpu_rmsnorm_bwd;
+    ok = ok && t.matmul_fwd == ops_cpu_matmul_fwd && t.matmul_bwd == ops_cpu_matmul_bwd;
+    ok = ok && t.rope_fwd == ops_cpu_rope_fwd && t.rope_bwd == ops_cpu_rope_bwd;
+    ok = ok && t.attention_fwd == ops_cpu_attention_fwd && t.attention_bwd == ops_cpu_attention_bwd;
+    ok = ok && t.swiglu_fwd == ops_cpu_swiglu_fwd && t.swiglu_bwd == ops_cpu_swiglu_bwd;
+    ok = ok && t.lmhead_ce == ops_cpu_lmhead_ce && t.adamw == ops_cpu_adamw;
+    check_true("registry: resolve without overrides gives the CPU defaults", ok,
+               rc ? err.msg : NULL);
+    check_true("registry: op names",
+               strcmp(ops_kind_name(OPS_LMHEAD_CE), "lmhead_ce") == 0 &&
+                   strcmp(ops_kind_name(OPS_ATTENTION), "attention") == 0,
+               NULL);
+
+    ops_override o1 = {"attention", "nope"};
+    err.msg[0] = 0;
+    rc = ops_resolve(&t, "layers.0", &ctx, &o1, 1, &err);
+    check_true("registry: override by op name to unknown impl fails",
+               rc != 0 && strstr(err.msg, "nope") && strstr(err.msg, "attention") &&
+                   strstr(err.msg, "default"),
+               err.msg);
+    ops_override o2 = {"layers.*.attention", "nope"};
+    err.msg[0] = 0;
+    rc = ops_resolve(&t, "layers.3", &ctx, &o2, 1, &err);
+    check_true("registry: override by glob to unknown impl fails",
+               rc != 0 && strstr(err.msg, "layers.*.attention") && strstr(err.msg, "nope"),
+               err.msg);
+    rc = ops_resolve(&t, "head", &ctx, &o2, 1, &err);
+    check_true("registry: glob 'layers.*.attention' does not apply to 'head'", rc == 0,
+               rc ? err.msg : NULL);
+    ops_override o3 = {"atention", "default"};
+    rc = ops_resolve(&t, "layers.0", &ctx, &o3, 1, &err);
+    check_true("registry: plain pattern that is no op name fails", rc != 0, err.msg);
+
+    ops_impl bad = {OPS_ATTENTION,          "dummy_bad",
+                    "seq_len % 64 == 0",    dummy_check_fail,
+                    (ops_fn)dummy_attn_fwd, (ops_fn)dummy_attn_bwd};
+    rc = ops_register(&bad, &err);
+    check_true("registry: register dummy impl", rc == 0, rc ? err.msg : NULL);
+    rc = ops_register(&bad, &err);
+    check_true("registry: duplicate registration fails", rc != 0, err.msg);
+    check_true("registry: first registered stays the default",
+               ops_resolve(&t, "layers.0", &ctx, NULL, 0, &err) == 0 &&
+                   strcmp(t.impl[OPS_ATTENTION]->name, "default") == 0,
+               NULL);
+    ops_override o4 = {"layers.*.attention", "dummy_bad"};
+    err.msg[0] = 0;
+    rc = ops_resolve(&t, "layers.2", &ctx, &o4, 1, &err);
+    check_true("registry: failing check names op/impl, layer and rule",
+               rc != 0 &&
+                   strstr(err.msg, "kernel attention/dummy_bad at layers.2: seq_len % 64 == 0"),
+               err.msg);
+
+    ops_impl good = {OPS_ATTENTION,         "dummy_ok", "", dummy_check_ok, (ops_fn)dummy_attn_fwd,
+                     (ops_fn)dummy_attn_bwd};
+    rc = ops_register(&good, &err);
+    ops_override o5[2] = {{"attention", "dummy_ok"}, {"layers.1.attention", "default"}};
+    rc = ops_resolve(&t, "layers.2", &ctx, o5, 2, &err);
+    ok = rc == 0 && t.attention_fwd == dummy_attn_fwd && t.attention_bwd == dummy_attn_bwd &&
+         t.rmsnorm_fwd == ops_cpu_rmsnorm_fwd;
+    check_true("registry: override selects a registered impl", ok, rc ? err.msg : NULL);
+    rc = ops_resolve(&t, "layers.1", &ctx, o5, 2, &err);
+    check_true("registry: later override wins (layers.1 back to default)",
+               rc == 0 && t.attention_fwd == ops_cpu_attention_fwd, rc ? err.msg : NULL);
+    ops_ctx odd = ctx;
+    odd.head_dim = 15;
+    rc = ops_resolve(&t, "layers.0", &odd, NULL, 0, &err);
+    check_true("registry: default rope rejects odd head_dim",
+               rc != 0 && strstr(err.msg, "kernel rope/default at layers.0"), err.msg);
+}
+
+/* ---- determinism across thread counts -------------------------------------------- */
+
+static uint64_t hash_f(const float *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t run_all_ops(void) {
+    enum { N = 300, D = 200, V = 97, F = 130, VC = 1500, NC = 70, DC = 32 };
+    uint64_t h = 0;
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(base_rng_u64(7, 1, (uint64_t)i) % V);
+    float *x = randn(N * D, 20, 1, 0), *dy = randn(N * D, 21, 1, 0), *w = randn(D, 22, 0.2f, 1);
+    float *out = zeros(N * D), *rstd = zeros(N), *dx = zeros(N * D), *dw = zeros(V * D);
+    ops_cpu_embedding_bwd(dw, dy, tok, N, D);
+    h = h * 31 + hash_f(dw, V * D);
+    ops_cpu_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-6f);
+    memset(dw, 0, sizeof(float) * D);
+    ops_cpu_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, D);
+    h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3 + hash_f(dw, D) * 5;
+    float *g = randn(N * F, 23, 2, 0), *u = randn(N * F, 24, 1, 0), *dyf = randn(N * F, 25, 1, 0);
+    float *o2 = zeros(N * F), *dg = zeros(N * F), *du = zeros(N * F);
+    ops_cpu_swiglu_fwd(o2, g, u, N, F);
+    ops_cpu_swiglu_bwd(dg, du, dyf, g, u, N, F);
+    h = h * 31 + hash_f(o2, N * F) + hash_f(dg, N * F) * 3 + hash_f(du, N * F) * 5;
+    float *cs = zeros(10 * 20), *sn = zeros(10 * 20);
+    ops_rope_table(cs, sn, 10, 40, 1e4);
+    ops_cpu_rope_fwd(out, x, cs, sn, 3, 10, 5, 40); /* 3*10*5*40 == N*D */
+    ops_cpu_rope_bwd(dx, dy, cs, sn, 3, 10, 5, 40);
+    h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3;
+    float *xc = randn(NC * DC, 26, 1, 0), *wc = randn(VC * DC, 27, 1, 0), *scr = zeros(16 * VC);
+    float *dxc = zeros(NC * DC), *dwc = zeros(VC * DC);
+    int32_t tc[NC];
+    for (int i = 0; i < NC; i++) tc[i] = (int32_t)(base_rng_u64(7, 2, (uint64_t)i) % VC);
+    tc[5] = OPS_IGNORE_INDEX;
+    double l = ops_cpu_lmhead_ce(dxc, dwc, xc, wc, tc, NC, DC, VC, 1.0f / 69, scr, 16, NULL);
+    h = h * 31 + hash_f(dxc, NC * DC) + hash_f(dwc, VC * DC) * 3;
+    h = h * 31 + (uint64_t)(l * 1e12);
+    float *m = zeros(N * D), *v = zeros(N * D);
+    for (int t = 1; t <= 2; t++)
+        ops_cpu_adamw(x, m, v, dy, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    h = h * 31 + hash_f(x, N * D) + hash_f(m, N * D) * 3 + hash_f(v, N * D) * 5;
+    base_free(x), base_free(dy), base_free(w), base_free(out), base_free(rstd), base_free(dx);
+    base_free(dw), base_free(g), base_free(u), base_free(dyf), base_free(o2), base_free(dg);
+    base_free(du), base_free(cs), base_free(sn), base_free(xc), base_free(wc), base_free(scr);
+    base_free(dxc), base_free(dwc), base_free(m), base_free(v);
+    return h;
+}
+
+static void test_determinism(void) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    uint64_t h1 = run_all_ops();
+    omp_set_num_threads(2);
+    uint64_t h2 = run_all_ops();
+    omp_set_num_threads(3);
+    uint64_t h3 = run_all_ops();
+    omp_set_num_threads(saved);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%016llx %016llx %016llx", (unsigned long long)h1,
+             (unsigned long long)h2, (unsigned long long)h3);
+    check_true("all ops bitwise identical with 1, 2 and 3 threads", h1 == h2 && h1 == h3, buf);
+}
+
+int main(void) {
+    test_embedding();
+    test_rmsnorm();
+    test_matmul();
+    test_rope();
+    test_swiglu();
+    test_lmhead_ce();
+    test_adamw();
+    test_vm_expf();
+    test_registry();
+    test_determinism();
+    printf("max error per op:");
+    for (int c = 0; c < E_NCAT; c++)
+        printf(" %s %.2e%s", g_cat_names[c], g_cat_max[c], c + 1 < E_NCAT ? "," : "\n");
+    printf("%d/%d checks passed\n", g_checks - g_failures, g_checks);
+    return g_failures ? 1 : 0;
+}
