@@ -71,7 +71,8 @@ static void train_usage(FILE *f) {
             "  --metrics FILE       per-step metrics as JSON lines\n"
             "  --out DIR            export the trained model as a Hugging Face folder\n"
             "  --sample N           after training, sample N tokens from the model\n"
-            "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n");
+            "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n"
+            "  --ce-chunk N         tokens per fused lm_head+CE chunk (default: ~128 MiB logits)\n");
 }
 
 typedef struct {
@@ -221,6 +222,7 @@ static int cmd_train(int argc, char **argv, base_err *err) {
             else if (v && !strcmp(v, "full")) o.ac = MODEL_AC_FULL;
             else return base_fail(err, "--ac: '%s' is not none or full", v ? v : "");
         } else if (IS("--threads")) st = parse_int(&it, &threads, 1);
+        else if (IS("--ce-chunk")) st = parse_int(&it, &o.ce_chunk, 1);
         else if (IS("--log-freq")) st = parse_int(&it, &o.log_freq, 1);
         else if (IS("--metrics")) {
             if (!(o.jsonl_path = need_value(&it))) return -1;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -48,11 +49,21 @@ void base_log(base_log_level level, const char *fmt, ...) {
     fflush(f);
 }
 
+/* Buffers of 4 MiB and more are 2 MiB aligned and asked to be backed by transparent huge
+ * pages: the GEMMs stream hundreds of MiB of weights and logits, and 4 KiB pages cost TLB
+ * misses there. */
+#define BASE_HUGE (2u << 20)
+
 void *base_alloc(size_t bytes) {
-    size_t rounded = (bytes + 63) / 64 * 64;
+    const int huge = bytes >= 2 * (size_t)BASE_HUGE;
+    const size_t align = huge ? BASE_HUGE : 64;
+    size_t rounded = (bytes + align - 1) / align * align;
     if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
+    if (rounded < bytes) return NULL; /* overflow */
+    void *p = aligned_alloc(align, rounded);
+    if (!p) return NULL;
+    if (huge) madvise(p, rounded, MADV_HUGEPAGE);
+    memset(p, 0, rounded);
     return p;
 }
 

@@ -1,11 +1,15 @@
 /* Qwen3 dense forward and hand-written backward over flat parameter buffers.
  *
  * Saved per layer (ac = none): the layer input x, the residual after attention, the q/k/v
- * projections before the q/k norms, q and k after norm + RoPE, the attention output and
- * its log-sum-exp, the FFN gate and up projections, and the RMSNorm reciprocal std devs.
- * Cheap elementwise results (the block norms' outputs, silu(gate)*up) are recomputed in
+ * projections before the q/k norms, the attention output and its log-sum-exp, the FFN gate
+ * and up projections, and the RMSNorm reciprocal std devs. Cheap elementwise results (the
+ * block norms' outputs, q and k after norm + RoPE, silu(gate)*up) are recomputed in
  * backward instead of kept. With ac = full only each layer's input x is kept and the
- * whole block forward is recomputed in its backward. */
+ * whole block forward is recomputed in its backward.
+ *
+ * Buffers that are never live at the same time share memory: the lm_head+CE logits chunk
+ * (live only inside the loss) overlays the per-block working set (norm outputs, q/k,
+ * silu(gate)*up and the backward scratch). */
 #include <math.h>
 #include <string.h>
 
@@ -15,7 +19,7 @@ typedef struct {
     float *x;               /* [N,D] layer input (residual stream) */
     float *xm;              /* [N,D] residual after attention */
     float *qp, *kp, *v;     /* [N,H*hd], [N,G*hd] x2: projections before q/k norm */
-    float *q, *k;           /* after q/k norm and RoPE */
+    float *q, *k;           /* after q/k norm and RoPE (shared, recomputed in backward) */
     float *o;               /* [N,H*hd] attention output */
     float *lse;             /* [B,H,T] */
     float *gate, *up;       /* [N,F] */
@@ -30,6 +34,7 @@ struct model_acts {
     float *xn;      /* [N,D] final norm output */
     float *rstd_f;  /* [N] */
     float *norm_out; /* [N,D] block norm output (recomputed; shared) */
+    float *q, *k;    /* [N,H*hd], [N,G*hd] q and k after norm + RoPE (recomputed; shared) */
     float *hact;     /* [N,F] silu(gate)*up (recomputed; shared) */
     float *ce_scratch; /* [ce_chunk, V] */
     /* backward scratch */
@@ -60,8 +65,6 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     la->qp = carve(c, N * Q);
     la->kp = carve(c, N * KV);
     la->v = carve(c, N * KV);
-    la->q = carve(c, N * Q);
-    la->k = carve(c, N * KV);
     la->o = carve(c, N * Q);
     la->lse = carve(c, (size_t)B * a->n_heads * T);
     la->gate = carve(c, N * F);
@@ -85,22 +88,32 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     A->xf = carve(c, N * D);
     A->xn = carve(c, N * D);
     A->rstd_f = carve(c, N);
+    if (with_grads) {
+        A->dres = carve(c, N * D);
+        A->dxn = carve(c, N * D);
+    }
+    /* The union: the CE logits chunk, then (from the same start) the block working set. */
+    const size_t start = c->used;
+    A->ce_scratch = carve(c, (size_t)m->ce_chunk * a->vocab_size);
+    const size_t ce_end = c->used;
+    c->used = start;
     A->norm_out = carve(c, N * D);
     A->hact = carve(c, N * F);
-    A->ce_scratch = carve(c, (size_t)m->ce_chunk * a->vocab_size);
-    if (!with_grads) return;
-    A->dres = carve(c, N * D);
-    A->dnorm = carve(c, N * D);
-    A->dhact = carve(c, N * F);
-    A->dgate = carve(c, N * F);
-    A->dup = carve(c, N * F);
-    A->dqk_o = carve(c, N * Q);
-    A->dq = carve(c, N * Q);
-    A->dk = carve(c, N * KV);
-    A->dv = carve(c, N * KV);
-    A->dqn = carve(c, N * Q);
-    A->dkn = carve(c, N * KV);
-    A->dxn = carve(c, N * D);
+    A->q = carve(c, N * Q);
+    A->k = carve(c, N * KV);
+    if (with_grads) {
+        A->dnorm = carve(c, N * D);
+        A->dhact = carve(c, N * F);
+        A->dgate = carve(c, N * F);
+        A->dup = carve(c, N * F);
+        A->dqk_o = carve(c, N * Q);
+        A->dq = carve(c, N * Q);
+        A->dk = carve(c, N * KV);
+        A->dv = carve(c, N * KV);
+        A->dqn = carve(c, N * Q);
+        A->dkn = carve(c, N * KV);
+    }
+    if (c->used < ce_end) c->used = ce_end;
 }
 
 /* Pointers to one block's parameters (or gradients) inside a flat buffer. */
@@ -143,9 +156,11 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     m->ac = o->ac;
     if (model_layout(m, err)) return -1;
     const int N = o->batch * o->seq_len;
-    /* lm_head + CE in chunks: keep [chunk, V] logits near 32M floats (128 MiB). */
-    long chunk = (32L << 20) / a->vocab_size;
-    if (chunk < 16) chunk = 16;
+    /* lm_head + CE in chunks: about 32M logits (128 MiB) per chunk, rounded up to a multiple
+     * of 64 tokens (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost
+     * memory; this is the knee for vocab 151936). */
+    long chunk = ((32L << 20) / a->vocab_size + 63) / 64 * 64;
+    if (o->ce_chunk > 0) chunk = o->ce_chunk;
     if (chunk > N) chunk = N;
     m->ce_chunk = (int)chunk;
 
@@ -174,6 +189,10 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
             A->layers[l] = A->scratch;
             A->layers[l].x = x;
         }
+    for (int l = 0; l < a->n_layers; l++) {
+        A->layers[l].q = A->q;
+        A->layers[l].k = A->k;
+    }
 
     m->rope_cos = base_alloc(sizeof(float) * (size_t)o->seq_len * a->head_dim / 2);
     m->rope_sin = base_alloc(sizeof(float) * (size_t)o->seq_len * a->head_dim / 2);
@@ -283,6 +302,11 @@ static void block_backward(model *m, int l, layer_acts *la) {
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
     zero(A->dqk_o, NQ);
     t->matmul_bwd(A->dqk_o, g.wo, dres, la->o, w.wo, N, H * hd, D);
+    /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
+    t->rmsnorm_fwd(la->q, la->q_rstd, la->qp, w.q_norm, N * H, hd, eps);
+    t->rmsnorm_fwd(la->k, la->k_rstd, la->kp, w.k_norm, N * G, hd, eps);
+    t->rope_fwd(la->q, la->q, m->rope_cos, m->rope_sin, B, T, H, hd);
+    t->rope_fwd(la->k, la->k, m->rope_cos, m->rope_sin, B, T, G, hd);
     zero(A->dq, NQ);
     zero(A->dk, NKV);
     zero(A->dv, NKV);

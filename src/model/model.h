@@ -82,6 +82,7 @@ typedef struct {
     int with_grads;             /* allocate gradients and backward scratch */
     const ops_override *overrides;
     int n_overrides;
+    int ce_chunk; /* tokens per lm_head+CE chunk; 0 = about 32M logits (128 MiB) per chunk */
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches

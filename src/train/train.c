@@ -146,7 +146,7 @@ int train_run(const train_opts *o, base_err *err) {
     token_source src;
     if (source_open(&src, o, err)) return -1;
     model m;
-    model_build_opts bo = {o->batch, o->seq_len, o->ac, 1, NULL, 0};
+    model_build_opts bo = {o->batch, o->seq_len, o->ac, 1, NULL, 0, o->ce_chunk};
     optim_adamw opt = {0};
     FILE *jl = NULL;
     int32_t *tok = NULL, *tgt = NULL;
@@ -235,7 +235,7 @@ int train_run(const train_opts *o, base_err *err) {
     }
     if (o->sample_tokens > 0) {
         model gm;
-        model_build_opts go = {1, o->seq_len, MODEL_AC_NONE, 0, NULL, 0};
+        model_build_opts go = {1, o->seq_len, MODEL_AC_NONE, 0, NULL, 0, 0};
         if (model_build(&gm, &o->model, &go, err)) goto out;
         memcpy(gm.w, m.w, m.n_floats * sizeof(float));
         sample(&gm, o, &src);

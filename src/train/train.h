@@ -23,6 +23,7 @@ typedef struct {
     const char *out_dir;    /* final weights as safetensors with HF names (NULL = none) */
     int sample_tokens;      /* after training, sample this many tokens (0 = none) */
     double peak_flops;      /* fp32 FLOP/s for MFU; <= 0 = measure */
+    int ce_chunk;           /* tokens per fused lm_head+CE chunk (0 = automatic) */
 } train_opts;
 
 void train_opts_defaults(train_opts *o);
