@@ -16,13 +16,16 @@ build: deps
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The default demo: train the debug model on Tiny Shakespeare (byte tokens) for a few hundred steps.
+# The default demo: train the debug model on Tiny Shakespeare (byte tokens), export it as a
+# Hugging Face folder, and sample from it. About 5 minutes on 2 cores.
 train: build
 	@$(BUILD)/titan train --flavor debugmodel --data ../shared/data/tinyshakespeare/input.txt \
-		--steps 200 --batch 8 --seq-len 128 --lr 3e-3 --warmup 20 --out runs/debug
+		--steps 200 --batch 8 --seq-len 128 --lr 3e-3 --warmup 20 --decay-ratio 0.5 \
+		--log-freq 10 --metrics runs/debug/metrics.jsonl --out runs/debug/hf --sample 300
 
 bench: build
-	@bash bench/bench_train.sh
+	@bash scripts/deps.sh --bench
+	@SKIP_BUILD=1 bash bench/bench_train.sh
 
 # The whole suite under AddressSanitizer + UBSan (slow: the parity tests run too).
 asan: deps

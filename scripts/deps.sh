@@ -2,13 +2,22 @@
 # The one install step: Debian packages for the build and tests, and the pinned test-only
 # Python packages in a git-ignored virtual environment (.venv). Idempotent and quick when
 # everything is already there.
+#
+#   scripts/deps.sh           build + test dependencies
+#   scripts/deps.sh --bench   also the benchmark's peers: tcmalloc for PyTorch, and torchtitan
+#                             (its PyPI release pins a `datasets` that conflicts with the
+#                             venv's fsspec, so it goes in without dependencies, plus the few
+#                             it needs to import its Qwen3 model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BENCH=0
+[ "${1:-}" = "--bench" ] && BENCH=1
 
 DEBS=(build-essential cmake pkg-config python3 python3-venv
-      libopenblas-dev libopenblas0-openmp libjansson-dev
+      libopenblas-dev libopenblas0-openmp libdnnl-dev libjansson-dev
       libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin)
 
+[ $BENCH = 1 ] && DEBS+=(libtcmalloc-minimal4)
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,4 +40,11 @@ if ! cmp -s "$REQ" "$STAMP" 2>/dev/null; then
   echo "[deps] pip install -r $REQ (torch is large: a few minutes on first run)"
   .venv/bin/pip install -q --disable-pip-version-check -r "$REQ"
   cp "$REQ" "$STAMP"
+fi
+
+if [ $BENCH = 1 ] && ! .venv/bin/python -c "import torchtitan.models.qwen3" >/dev/null 2>&1; then
+  echo "[deps] pip install torchtitan (benchmark peer)"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps torchtitan==0.3.0 \
+    spmd_types==0.2.3 tyro==1.0.17 docstring_parser==0.18.0 typeguard==4.6.1 || \
+    echo "[deps] torchtitan could not be installed: the benchmark will skip it"
 fi

@@ -104,38 +104,44 @@ static void source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int 
     }
 }
 
+/* Samples o->sample_tokens tokens at temperature 0.8, starting from a newline (byte data)
+ * or token 0. The model sees the last seq_len tokens: past seq_len the window slides, as
+ * training windows start at arbitrary offsets. */
 static void sample(model *m, const train_opts *o, const token_source *src) {
-    const int T = m->seq_len, V = m->args.vocab_size;
-    int32_t *tok = base_alloc(sizeof(int32_t) * T);
+    const int T = m->seq_len, V = m->args.vocab_size, total = o->sample_tokens + 1;
+    const double temp = 0.8;
+    int32_t *seq = base_alloc(sizeof(int32_t) * (size_t)total);
+    int32_t *win = base_alloc(sizeof(int32_t) * (size_t)T);
     float *logits = base_alloc(sizeof(float) * (size_t)T * V);
-    if (!tok || !logits) goto done;
-    int n = 1;
-    tok[0] = src->text ? '\n' : 0;
-    printf("sample (temperature 0.8):\n");
-    int limit = o->sample_tokens + 1 < T ? o->sample_tokens + 1 : T;
-    for (; n < limit; n++) {
-        /* Causal: logits at position n-1 depend only on tokens 0..n-1; the rest is padding. */
-        model_logits(m, tok, logits);
-        const float *row = logits + (size_t)(n - 1) * V;
+    if (!seq || !win || !logits) goto done;
+    seq[0] = src->text ? '\n' : 0;
+    printf("sample (temperature %.1f):\n", temp);
+    for (int n = 1; n < total; n++) {
+        const int len = n < T ? n : T;
+        memcpy(win, seq + (n - len), sizeof(int32_t) * (size_t)len);
+        /* Causal: logits at position len-1 depend only on win[0..len-1]; the rest is padding. */
+        model_logits(m, win, logits);
+        const float *row = logits + (size_t)(len - 1) * V;
         double mx = -INFINITY, z = 0;
         for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-        for (int v = 0; v < V; v++) z += exp((row[v] - mx) / 0.8);
+        for (int v = 0; v < V; v++) z += exp((row[v] - mx) / temp);
         double u = base_rng_uniform(o->seed, 0x5a3e, (uint64_t)n) * z, acc = 0;
         int pick = V - 1;
         for (int v = 0; v < V; v++) {
-            acc += exp((row[v] - mx) / 0.8);
+            acc += exp((row[v] - mx) / temp);
             if (acc >= u) {
                 pick = v;
                 break;
             }
         }
-        tok[n] = pick;
+        seq[n] = pick;
         if (src->text) putchar(pick < 256 ? pick : '?');
         else printf("%d ", pick);
     }
     printf("\n");
 done:
-    base_free(tok);
+    base_free(seq);
+    base_free(win);
     base_free(logits);
 }
 

@@ -5,6 +5,11 @@
 
 #include "../ops.h"
 
+/* Row-major SGEMM, C[M,N] = alpha * op(A) @ op(B) + beta * C (see gemm.c for the library
+ * choice). ta / tb: 1 = transposed. */
+void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
+
 void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
 void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);
 

@@ -17,7 +17,6 @@
 #include "cpu.h"
 #include "vmath.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -86,8 +85,7 @@ double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
         int any = 0;
         for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], V);
         if (!any) continue; /* nothing to add: no loss, zero gradient */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, D, 1.0f, xc, D, w, D, 0.0f,
-                    scratch, V);
+        ops_cpu_sgemm(0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
         for (int r0 = 0; r0 < rows; r0 += CE_ROW_BLOCK) {
             int nb = rows - r0 < CE_ROW_BLOCK ? rows - r0 : CE_ROW_BLOCK;
             double loss[CE_ROW_BLOCK];
@@ -98,11 +96,9 @@ double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
             for (int r = 0; r < nb; r++) total += loss[r];
         }
         if (grad) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, V, 1.0f, scratch, V, w,
-                        D, 1.0f, dx + (size_t)n0 * D, D);
+            ops_cpu_sgemm(0, 0, rows, D, V, 1.0f, scratch, V, w, D, 1.0f, dx + (size_t)n0 * D, D);
             if (dw) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, D, rows, 1.0f, scratch, V,
-                            xc, D, 1.0f, dw, D);
+                ops_cpu_sgemm(1, 0, V, D, rows, 1.0f, scratch, V, xc, D, 1.0f, dw, D);
             }
         }
     }

@@ -1,7 +1,6 @@
-/* nn.Linear without bias, through OpenBLAS sgemm. */
+/* nn.Linear without bias, through ops_cpu_sgemm. */
 #include "cpu.h"
 
-#include <cblas.h>
 #include <string.h>
 
 /* out[N,OC] = inp[N,C] @ w[OC,C]^T */
@@ -11,8 +10,7 @@ void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int
         memset(out, 0, (size_t)N * (size_t)OC * sizeof(float));
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out,
-                OC);
+    ops_cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
 }
 
 /* dinp[N,C] += dout[N,OC] @ w[OC,C] (skipped when dinp is NULL);
@@ -21,11 +19,9 @@ void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *
                         int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     if (dinp) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
-                    dinp, C);
+        ops_cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
     }
     if (dw) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                    dw, C);
+        ops_cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
 }

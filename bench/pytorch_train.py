@@ -1,0 +1,159 @@
+"""PyTorch baseline for bench/bench_train.sh: HF Qwen3ForCausalLM trained on random tokens, CPU, fp32.
+
+Same model and step as titan's benchmark run: dim 512, 8 layers, 8 heads, 4 kv heads, head_dim 64,
+ffn 1536, vocab 151936 with tied embeddings; batch 4 x seq 512 of uniformly random token ids
+(seeded; a fresh batch every step); loss = mean cross-entropy of next-token prediction over all
+batch*seq positions; AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1) after
+clipping the global grad norm to 1.0.
+
+Run it with PyTorch's best CPU settings (bench_train.sh does): OMP_NUM_THREADS=2,
+OMP_WAIT_POLICY=PASSIVE, LD_PRELOAD=libtcmalloc_minimal.so.4. The script reports what it saw.
+
+Prints progress to stderr and, last, one JSON line on stdout:
+  {"name":..., "tokens_per_s":..., "step_s":..., "peak_rss_gib":..., ...}
+Warm-up steps (--warmup-steps; under --compile they include compilation) are not timed.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def build_model():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        attn_implementation="eager",
+        use_cache=False,
+    )
+    model = Qwen3ForCausalLM(cfg).float().train()
+    assert model.lm_head.weight is model.model.embed_tokens.weight, "embeddings not tied"
+    return model, cfg
+
+
+def tcmalloc_loaded():
+    try:
+        with open("/proc/self/maps") as f:
+            return "tcmalloc" in f.read()
+    except OSError:
+        return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps")
+    ap.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--optim-impl", choices=["fused", "foreach", "for-loop"], default="fused",
+                    help="AdamW implementation (fused is the fastest on CPU)")
+    ap.add_argument("--name", default=None, help="label in the JSON line")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    cap = torch.backends.cpu.get_cpu_capability()
+    if cap != "AVX512":
+        log(f"warning: torch CPU capability is {cap}, not AVX512 (ATEN_CPU_CAPABILITY set?)")
+    tcm = tcmalloc_loaded()
+    log(f"torch {torch.__version__}, cpu capability {cap}, threads {torch.get_num_threads()}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, tcmalloc {'yes' if tcm else 'no'}")
+
+    model, cfg = build_model()
+    n_params = sum(p.numel() for p in model.parameters())  # parameters() counts the tied matrix once
+    log(f"Qwen3ForCausalLM: {n_params:,} parameters, attn {model.config._attn_implementation}")
+
+    opt_kw = dict(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    if args.optim_impl == "fused":
+        opt_kw["fused"] = True
+    else:
+        opt_kw["foreach"] = args.optim_impl == "foreach"
+    opt = torch.optim.AdamW(model.parameters(), **opt_kw)
+
+    V = cfg.vocab_size
+
+    def loss_fn(inputs, targets):
+        logits = model(input_ids=inputs).logits
+        return F.cross_entropy(logits.view(-1, V), targets.reshape(-1))
+
+    step_loss = torch.compile(loss_fn) if args.compile else loss_fn
+
+    gen = torch.Generator().manual_seed(args.seed)
+    B, T = args.batch, args.seq_len
+
+    def train_step():
+        tokens = torch.randint(0, V, (B, T + 1), generator=gen)
+        loss = step_loss(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item(), float(gnorm)
+
+    def cpu_s():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    times, cpu_times, losses = [], [], []
+    for i in range(args.warmup_steps + args.steps):
+        t0, c0 = time.perf_counter(), cpu_s()
+        loss, gnorm = train_step()
+        dt, dc = time.perf_counter() - t0, cpu_s() - c0
+        warm = i < args.warmup_steps
+        if not warm:
+            times.append(dt)
+            cpu_times.append(dc)
+        losses.append(loss)
+        log(f"step {i + 1}{' (warm-up)' if warm else ''}: loss {loss:.4f} grad_norm {gnorm:.3f} "
+            f"{dt:.2f} s  {B * T / dt:.1f} tok/s")
+
+    total = sum(times)
+    name = args.name or ("pytorch-compile" if args.compile else "pytorch-eager")
+    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # ru_maxrss is KiB
+    out = {
+        "name": name,
+        "tokens_per_s": B * T * len(times) / total if times else 0.0,
+        "step_s": total / len(times) if times else 0.0,
+        "best_step_s": min(times) if times else 0.0,
+        # CPU seconds per wall second over the timed steps; well under --threads means the
+        # process waited for a CPU (another job on the machine) or for memory.
+        "cpu_util": sum(cpu_times) / total if times else 0.0,
+        "peak_rss_gib": rss_gib,
+        "steps": len(times),
+        "warmup_steps": args.warmup_steps,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "params": n_params,
+        "torch": torch.__version__,
+        "cpu_capability": cap,
+        "threads": torch.get_num_threads(),
+        "tcmalloc": tcm,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "optim": args.optim_impl,
+        "compile": args.compile,
+    }
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
