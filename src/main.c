@@ -33,46 +33,45 @@ static void ensure_blas_coretype(char **argv) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: titan <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  train     train a Qwen3 model (see `titan train --help`)\n"
-            "  inspect   print a flavor's arguments and parameter counts\n"
-            "  kernels   list the registered op implementations\n"
-            "\n"
-            "model options (train, inspect):\n"
-            "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
-            "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
-            "                       n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta,\n"
-            "                       norm_eps, tie_embeddings\n");
+    fprintf(f, "usage: titan <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  train     train a Qwen3 model (see `titan train --help`)\n"
+               "  inspect   print a flavor's arguments and parameter counts\n"
+               "  kernels   list the registered op implementations\n"
+               "\n"
+               "model options (train, inspect):\n"
+               "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
+               "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
+               "                       n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta,\n"
+               "                       norm_eps, tie_embeddings\n");
 }
 
 static void train_usage(FILE *f) {
-    fprintf(f,
-            "usage: titan train [--flavor NAME] [--set KEY=VALUE]... [options]\n"
-            "  --data FILE          train on the bytes of a text file (one token per byte)\n"
-            "  --random-tokens      train on uniformly random tokens (default without --data)\n"
-            "  --steps N            optimizer steps (100)\n"
-            "  --batch B            sequences per microbatch (8)\n"
-            "  --seq-len T          tokens per sequence (128)\n"
-            "  --grad-accum K       microbatches per step (1)\n"
-            "  --lr X               peak learning rate (8e-4)\n"
-            "  --warmup N           warmup steps (10)\n"
-            "  --decay-ratio R      fraction of steps spent decaying (default: all after warmup)\n"
-            "  --decay-type T       linear | sqrt | cosine (linear)\n"
-            "  --min-lr-factor F    final LR as a fraction of the peak (0)\n"
-            "  --weight-decay W     AdamW decoupled weight decay (0.1)\n"
-            "  --max-norm X         gradient clipping threshold (1.0)\n"
-            "  --seed S             weight init and data seed (42)\n"
-            "  --ac none|full       activation checkpointing (none)\n"
-            "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
-            "  --log-freq N         console line every N steps (1)\n"
-            "  --metrics FILE       per-step metrics as JSON lines\n"
-            "  --out DIR            export the trained model as a Hugging Face folder\n"
-            "  --sample N           after training, sample N tokens from the model\n"
-            "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n"
-            "  --ce-chunk N         tokens per fused lm_head+CE chunk (default: ~128 MiB logits)\n");
+    fprintf(
+        f, "usage: titan train [--flavor NAME] [--set KEY=VALUE]... [options]\n"
+           "  --data FILE          train on the bytes of a text file (one token per byte)\n"
+           "  --random-tokens      train on uniformly random tokens (default without --data)\n"
+           "  --steps N            optimizer steps (100)\n"
+           "  --batch B            sequences per microbatch (8)\n"
+           "  --seq-len T          tokens per sequence (128)\n"
+           "  --grad-accum K       microbatches per step (1)\n"
+           "  --lr X               peak learning rate (8e-4)\n"
+           "  --warmup N           warmup steps (10)\n"
+           "  --decay-ratio R      fraction of steps spent decaying (default: all after warmup)\n"
+           "  --decay-type T       linear | sqrt | cosine (linear)\n"
+           "  --min-lr-factor F    final LR as a fraction of the peak (0)\n"
+           "  --weight-decay W     AdamW decoupled weight decay (0.1)\n"
+           "  --max-norm X         gradient clipping threshold (1.0)\n"
+           "  --seed S             weight init and data seed (42)\n"
+           "  --ac none|full       activation checkpointing (none)\n"
+           "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
+           "  --log-freq N         console line every N steps (1)\n"
+           "  --metrics FILE       per-step metrics as JSON lines\n"
+           "  --out DIR            export the trained model as a Hugging Face folder\n"
+           "  --sample N           after training, sample N tokens from the model\n"
+           "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n"
+           "  --ce-chunk N         tokens per fused lm_head+CE chunk (default: ~128 MiB logits)\n");
 }
 
 typedef struct {
@@ -121,7 +120,8 @@ static int parse_model_opt(args_iter *it, model_args *a, int *status) {
         const char *v = need_value(it);
         if (!v) return *status = -1, 1;
         const char *eq = strchr(v, '=');
-        if (!eq || eq == v) return *status = base_fail(it->err, "--set wants KEY=VALUE, got '%s'", v), 1;
+        if (!eq || eq == v)
+            return *status = base_fail(it->err, "--set wants KEY=VALUE, got '%s'", v), 1;
         char key[64];
         snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
         *status = model_args_set(a, key, eq + 1, it->err);
@@ -193,16 +193,26 @@ static int cmd_train(int argc, char **argv, base_err *err) {
             if (!(o.data_path = need_value(&it))) return -1;
         } else if (IS("--random-tokens")) {
             o.data_path = NULL;
-        } else if (IS("--steps")) st = parse_int(&it, &o.steps, 1);
-        else if (IS("--batch")) st = parse_int(&it, &o.batch, 1);
-        else if (IS("--seq-len")) st = parse_int(&it, &o.seq_len, 1);
-        else if (IS("--grad-accum")) st = parse_int(&it, &o.grad_accum, 1);
-        else if (IS("--lr")) st = parse_dbl(&it, &o.adamw.lr, 0);
-        else if (IS("--weight-decay")) st = parse_dbl(&it, &o.adamw.weight_decay, 0);
-        else if (IS("--max-norm")) st = parse_dbl(&it, &o.max_norm, 0);
-        else if (IS("--min-lr-factor")) st = parse_dbl(&it, &o.lr.min_lr_factor, 0);
-        else if (IS("--decay-ratio")) st = parse_dbl(&it, &o.lr.decay_ratio, 0);
-        else if (IS("--peak-tflops")) st = parse_dbl(&it, &peak_tflops, 0);
+        } else if (IS("--steps"))
+            st = parse_int(&it, &o.steps, 1);
+        else if (IS("--batch"))
+            st = parse_int(&it, &o.batch, 1);
+        else if (IS("--seq-len"))
+            st = parse_int(&it, &o.seq_len, 1);
+        else if (IS("--grad-accum"))
+            st = parse_int(&it, &o.grad_accum, 1);
+        else if (IS("--lr"))
+            st = parse_dbl(&it, &o.adamw.lr, 0);
+        else if (IS("--weight-decay"))
+            st = parse_dbl(&it, &o.adamw.weight_decay, 0);
+        else if (IS("--max-norm"))
+            st = parse_dbl(&it, &o.max_norm, 0);
+        else if (IS("--min-lr-factor"))
+            st = parse_dbl(&it, &o.lr.min_lr_factor, 0);
+        else if (IS("--decay-ratio"))
+            st = parse_dbl(&it, &o.lr.decay_ratio, 0);
+        else if (IS("--peak-tflops"))
+            st = parse_dbl(&it, &peak_tflops, 0);
         else if (IS("--warmup")) {
             int w;
             st = parse_int(&it, &w, 0);
@@ -218,17 +228,24 @@ static int cmd_train(int argc, char **argv, base_err *err) {
             o.seed = (uint64_t)s;
         } else if (IS("--ac")) {
             const char *v = need_value(&it);
-            if (v && !strcmp(v, "none")) o.ac = MODEL_AC_NONE;
-            else if (v && !strcmp(v, "full")) o.ac = MODEL_AC_FULL;
-            else return base_fail(err, "--ac: '%s' is not none or full", v ? v : "");
-        } else if (IS("--threads")) st = parse_int(&it, &threads, 1);
-        else if (IS("--ce-chunk")) st = parse_int(&it, &o.ce_chunk, 1);
-        else if (IS("--log-freq")) st = parse_int(&it, &o.log_freq, 1);
+            if (v && !strcmp(v, "none"))
+                o.ac = MODEL_AC_NONE;
+            else if (v && !strcmp(v, "full"))
+                o.ac = MODEL_AC_FULL;
+            else
+                return base_fail(err, "--ac: '%s' is not none or full", v ? v : "");
+        } else if (IS("--threads"))
+            st = parse_int(&it, &threads, 1);
+        else if (IS("--ce-chunk"))
+            st = parse_int(&it, &o.ce_chunk, 1);
+        else if (IS("--log-freq"))
+            st = parse_int(&it, &o.log_freq, 1);
         else if (IS("--metrics")) {
             if (!(o.jsonl_path = need_value(&it))) return -1;
         } else if (IS("--out")) {
             if (!(o.out_dir = need_value(&it))) return -1;
-        } else if (IS("--sample")) st = parse_int(&it, &o.sample_tokens, 0);
+        } else if (IS("--sample"))
+            st = parse_int(&it, &o.sample_tokens, 0);
         else {
             train_usage(stderr);
             return base_fail(err, "train: unknown option '%s'", a);

@@ -30,12 +30,12 @@ typedef struct {
 struct model_acts {
     layer_acts *layers; /* [L]; under ac=full all but .x point at `scratch` */
     layer_acts scratch;
-    float *xf;      /* [N,D] output of the last block */
-    float *xn;      /* [N,D] final norm output */
-    float *rstd_f;  /* [N] */
-    float *norm_out; /* [N,D] block norm output (recomputed; shared) */
-    float *q, *k;    /* [N,H*hd], [N,G*hd] q and k after norm + RoPE (recomputed; shared) */
-    float *hact;     /* [N,F] silu(gate)*up (recomputed; shared) */
+    float *xf;         /* [N,D] output of the last block */
+    float *xn;         /* [N,D] final norm output */
+    float *rstd_f;     /* [N] */
+    float *norm_out;   /* [N,D] block norm output (recomputed; shared) */
+    float *q, *k;      /* [N,H*hd], [N,G*hd] q and k after norm + RoPE (recomputed; shared) */
+    float *hact;       /* [N,F] silu(gate)*up (recomputed; shared) */
     float *ce_scratch; /* [ce_chunk, V] */
     /* backward scratch */
     float *dres, *dnorm, *dhact, *dgate, *dup, *dqk_o, *dq, *dk, *dv, *dqn, *dkn, *dxn;
@@ -124,10 +124,9 @@ typedef struct {
 static block_view block_at(const model *m, float *base, int l) {
     /* 11 parameters per block, in size-table order after tok_embeddings. */
     const model_param *p = &m->params[1 + 11 * l];
-    block_view v = {base + p[0].offset, base + p[1].offset, base + p[2].offset,
-                    base + p[3].offset, base + p[4].offset, base + p[5].offset,
-                    base + p[6].offset, base + p[7].offset, base + p[8].offset,
-                    base + p[9].offset, base + p[10].offset};
+    block_view v = {base + p[0].offset, base + p[1].offset, base + p[2].offset, base + p[3].offset,
+                    base + p[4].offset, base + p[5].offset, base + p[6].offset, base + p[7].offset,
+                    base + p[8].offset, base + p[9].offset, base + p[10].offset};
     return v;
 }
 
@@ -146,8 +145,7 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
     if (o->batch <= 0 || o->seq_len <= 0)
-        return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch,
-                         o->seq_len);
+        return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch, o->seq_len);
     if ((double)o->batch * o->seq_len * (a->n_heads > a->ffn_dim ? a->n_heads : 1) > 2147483647.0)
         return base_fail(err, "batch*seq_len too large");
     m->args = *a;
@@ -202,8 +200,8 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
-    ops_ctx ctx = {o->batch, o->seq_len, a->dim, a->n_heads, a->n_kv_heads,
-                   a->head_dim, a->ffn_dim, a->vocab_size};
+    ops_ctx ctx = {o->batch,      o->seq_len,  a->dim,     a->n_heads,
+                   a->n_kv_heads, a->head_dim, a->ffn_dim, a->vocab_size};
     for (int u = 0; u < m->n_units; u++)
         if (ops_resolve(&m->ops[u], m->units[u].name, &ctx, o->overrides, o->n_overrides, err))
             return -1;
@@ -310,8 +308,8 @@ static void block_backward(model *m, int l, layer_acts *la) {
     zero(A->dq, NQ);
     zero(A->dk, NKV);
     zero(A->dv, NKV);
-    t->attention_bwd(A->dq, A->dk, A->dv, A->dqk_o, la->o, la->lse, la->q, la->k, la->v, B, T, H,
-                     G, hd);
+    t->attention_bwd(A->dq, A->dk, A->dv, A->dqk_o, la->o, la->lse, la->q, la->k, la->v, B, T, H, G,
+                     hd);
     zero(A->dqn, NQ);
     zero(A->dkn, NKV);
     t->rope_bwd(A->dqn, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
@@ -350,8 +348,8 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
 
     forward_trunk(m, tokens);
     if (backward) zero(A->dxn, (size_t)N * D);
-    double loss = th->lmhead_ce(backward ? A->dxn : NULL, backward ? head_at(m, m->g) : NULL,
-                                A->xn, head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
+    double loss = th->lmhead_ce(backward ? A->dxn : NULL, backward ? head_at(m, m->g) : NULL, A->xn,
+                                head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
                                 A->ce_scratch, m->ce_chunk, n_valid);
     if (!backward) return loss;
 
@@ -366,6 +364,6 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
 void model_logits(model *m, const int32_t *tokens, float *logits) {
     const int N = m->batch * m->seq_len;
     forward_trunk(m, tokens);
-    m->ops[m->args.n_layers + 1].matmul_fwd(logits, m->acts->xn, head_at(m, m->w), N,
-                                            m->args.dim, m->args.vocab_size);
+    m->ops[m->args.n_layers + 1].matmul_fwd(logits, m->acts->xn, head_at(m, m->w), N, m->args.dim,
+                                            m->args.vocab_size);
 }

@@ -65,13 +65,13 @@ typedef struct {
     int n_params, n_units;
     model_param *params;
     model_unit *units;
-    size_t n_floats;   /* total parameter count */
-    float *w;          /* [n_floats] parameters */
-    float *g;          /* [n_floats] gradients (allocated by model_build when training) */
-    ops_table *ops;    /* [n_layers + 2]: tok_embeddings, layers.0.., head */
+    size_t n_floats; /* total parameter count */
+    float *w;        /* [n_floats] parameters */
+    float *g;        /* [n_floats] gradients (allocated by model_build when training) */
+    ops_table *ops;  /* [n_layers + 2]: tok_embeddings, layers.0.., head */
     int batch, seq_len;
     model_ac_mode ac;
-    int ce_chunk;      /* tokens per lm_head+CE chunk */
+    int ce_chunk;               /* tokens per lm_head+CE chunk */
     float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
     model_acts *acts;
 } model;
@@ -79,7 +79,7 @@ typedef struct {
 typedef struct {
     int batch, seq_len;
     model_ac_mode ac;
-    int with_grads;             /* allocate gradients and backward scratch */
+    int with_grads; /* allocate gradients and backward scratch */
     const ops_override *overrides;
     int n_overrides;
     int ce_chunk; /* tokens per lm_head+CE chunk; 0 = about 32M logits (128 MiB) per chunk */

@@ -101,9 +101,12 @@ int model_args_validate(const model_args *a, base_err *err) {
     const struct {
         const char *name;
         int v;
-    } pos[] = {{"dim", a->dim},           {"n_layers", a->n_layers},
-               {"n_heads", a->n_heads},   {"n_kv_heads", a->n_kv_heads},
-               {"head_dim", a->head_dim}, {"ffn_dim", a->ffn_dim},
+    } pos[] = {{"dim", a->dim},
+               {"n_layers", a->n_layers},
+               {"n_heads", a->n_heads},
+               {"n_kv_heads", a->n_kv_heads},
+               {"head_dim", a->head_dim},
+               {"ffn_dim", a->ffn_dim},
                {"vocab_size", a->vocab_size}};
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v <= 0)
@@ -167,12 +170,18 @@ static void count_emit(void *ctx, int unit, const char *name, const char *hf, in
     model_counts *c = ctx;
     int64_t n = d0 * (d1 ? d1 : 1);
     c->total += n;
-    if (!strcmp(name, "tok_embeddings.weight")) c->embedding += n;
-    else if (!strcmp(name, "output.weight")) c->lm_head += n;
-    else if (strstr(name, "q_norm") || strstr(name, "k_norm")) c->qk_norm += n;
-    else if (is_norm) c->norms += n;
-    else if (strstr(name, ".attention.")) c->attention += n;
-    else c->ffn += n;
+    if (!strcmp(name, "tok_embeddings.weight"))
+        c->embedding += n;
+    else if (!strcmp(name, "output.weight"))
+        c->lm_head += n;
+    else if (strstr(name, "q_norm") || strstr(name, "k_norm"))
+        c->qk_norm += n;
+    else if (is_norm)
+        c->norms += n;
+    else if (strstr(name, ".attention."))
+        c->attention += n;
+    else
+        c->ffn += n;
 }
 
 void model_count_params(const model_args *a, model_counts *c) {

@@ -79,7 +79,10 @@ double optim_clip_apply(float *g, size_t n, double sumsq_total, double max_norm)
 double optim_lr_factor(const optim_lr_cfg *c, int64_t s) {
     const int64_t N = c->total_steps;
     const int64_t W = c->warmup_steps < N ? c->warmup_steps : N;
-    int64_t Dk = c->decay_ratio >= 0 ? (int64_t)nearbyint((double)N * c->decay_ratio) /* Python round(): half to even */ : N - W;
+    int64_t Dk =
+        c->decay_ratio >= 0
+            ? (int64_t)nearbyint((double)N * c->decay_ratio) /* Python round(): half to even */
+            : N - W;
     if (W + Dk > N) Dk = N - W;
     const int64_t S = N + 1 - W - Dk; /* the "virtual last step": LR never reaches 0 at N */
     if (s < W) return (double)(s + 1) / (double)W;
@@ -87,17 +90,27 @@ double optim_lr_factor(const optim_lr_cfg *c, int64_t s) {
     const double p = (double)(s + 1 - (W + S)) / (double)Dk;
     double g;
     switch (c->decay_type) {
-    case OPTIM_DECAY_SQRT: g = 1.0 - sqrt(p); break;
-    case OPTIM_DECAY_COSINE: g = 0.5 * (1.0 + cos(M_PI * p)); break;
-    default: g = 1.0 - p; break;
+    case OPTIM_DECAY_SQRT:
+        g = 1.0 - sqrt(p);
+        break;
+    case OPTIM_DECAY_COSINE:
+        g = 0.5 * (1.0 + cos(M_PI * p));
+        break;
+    default:
+        g = 1.0 - p;
+        break;
     }
     return c->min_lr_factor + (1.0 - c->min_lr_factor) * g;
 }
 
 int optim_decay_type_parse(const char *s, optim_decay_type *out) {
-    if (!strcmp(s, "linear")) *out = OPTIM_DECAY_LINEAR;
-    else if (!strcmp(s, "sqrt")) *out = OPTIM_DECAY_SQRT;
-    else if (!strcmp(s, "cosine")) *out = OPTIM_DECAY_COSINE;
-    else return -1;
+    if (!strcmp(s, "linear"))
+        *out = OPTIM_DECAY_LINEAR;
+    else if (!strcmp(s, "sqrt"))
+        *out = OPTIM_DECAY_SQRT;
+    else if (!strcmp(s, "cosine"))
+        *out = OPTIM_DECAY_COSINE;
+    else
+        return -1;
     return 0;
 }

@@ -39,8 +39,8 @@ typedef enum { OPTIM_DECAY_LINEAR, OPTIM_DECAY_SQRT, OPTIM_DECAY_COSINE } optim_
 
 typedef struct {
     int64_t warmup_steps;
-    int64_t total_steps;  /* N: lr_scheduler.total_steps or training.steps */
-    double decay_ratio;   /* < 0 means None (decay over all steps after warmup) */
+    int64_t total_steps; /* N: lr_scheduler.total_steps or training.steps */
+    double decay_ratio;  /* < 0 means None (decay over all steps after warmup) */
     optim_decay_type decay_type;
     double min_lr_factor;
 } optim_lr_cfg;

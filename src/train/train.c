@@ -135,8 +135,10 @@ static void sample(model *m, const train_opts *o, const token_source *src) {
             }
         }
         seq[n] = pick;
-        if (src->text) putchar(pick < 256 ? pick : '?');
-        else printf("%d ", pick);
+        if (src->text)
+            putchar(pick < 256 ? pick : '?');
+        else
+            printf("%d ", pick);
     }
     printf("\n");
 done:
@@ -166,7 +168,8 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    if (o->jsonl_path && (base_mkdir_parent(o->jsonl_path, err) || !(jl = fopen(o->jsonl_path, "w")))) {
+    if (o->jsonl_path &&
+        (base_mkdir_parent(o->jsonl_path, err) || !(jl = fopen(o->jsonl_path, "w")))) {
         base_fail(err, "%s: cannot open metrics file for writing", o->jsonl_path);
         goto out;
     }
@@ -218,9 +221,8 @@ int train_run(const train_opts *o, base_err *err) {
         if (step % o->log_freq == 0 || step == o->steps)
             printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
                    "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs\n",
-                   step, loss, norm, lr, mem,
-                   100.0 * base_peak_rss() / (double)base_total_ram(), tps, fpt * tps / 1e12, mfu,
-                   t_data);
+                   step, loss, norm, lr, mem, 100.0 * base_peak_rss() / (double)base_total_ram(),
+                   tps, fpt * tps / 1e12, mfu, t_data);
         fflush(stdout);
         if (jl) {
             fprintf(jl,
@@ -236,8 +238,8 @@ int train_run(const train_opts *o, base_err *err) {
            100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
     if (o->out_dir) {
         if (ckpt_export_hf(&m, o->out_dir, err)) goto out;
-        base_log(BASE_LOG_INFO, "exported Hugging Face model to %s (config.json, model.safetensors)",
-                 o->out_dir);
+        base_log(BASE_LOG_INFO,
+                 "exported Hugging Face model to %s (config.json, model.safetensors)", o->out_dir);
     }
     if (o->sample_tokens > 0) {
         model gm;

@@ -10,13 +10,15 @@ int main(void) {
     base_err e = {{0}};
     model_args a;
     model_flavor("debugmodel", &a, &e);
-    const char *kv[][2] = {{"dim", "64"},      {"n_layers", "2"},   {"n_heads", "4"},
-                           {"n_kv_heads", "1"}, {"head_dim", "16"}, {"ffn_dim", "80"},
+    const char *kv[][2] = {{"dim", "64"},        {"n_layers", "2"},  {"n_heads", "4"},
+                           {"n_kv_heads", "1"},  {"head_dim", "16"}, {"ffn_dim", "80"},
                            {"vocab_size", "200"}};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) model_args_set(&a, kv[i][0], kv[i][1], &e);
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        model_args_set(&a, kv[i][0], kv[i][1], &e);
     const int T = 24;
     model big, small;
-    model_build_opts ob = {4, T, MODEL_AC_NONE, 1, NULL, 0, 0}, os = {2, T, MODEL_AC_FULL, 1, NULL, 0, 0};
+    model_build_opts ob = {4, T, MODEL_AC_NONE, 1, NULL, 0, 0},
+                     os = {2, T, MODEL_AC_FULL, 1, NULL, 0, 0};
     if (model_build(&big, &a, &ob, &e) || model_build(&small, &a, &os, &e)) {
         printf("build: %s\n", e.msg);
         return 1;

@@ -37,13 +37,11 @@ int main(void) {
     struct {
         const char *name;
         int dim, L, H, G, F, V, tied;
-    } want[] = {{"debugmodel", 256, 8, 16, 8, 3072, 2048, 1},
-                {"0.6B", 1024, 28, 16, 8, 3072, 151936, 1},
-                {"1.7B", 2048, 28, 16, 8, 6144, 151936, 1},
-                {"4B", 2560, 36, 32, 8, 9728, 151936, 1},
-                {"8B", 4096, 36, 32, 8, 12288, 151936, 0},
-                {"14B", 5120, 40, 40, 8, 17408, 151936, 0},
-                {"32B", 5120, 64, 64, 8, 25600, 151936, 0}};
+    } want[] = {
+        {"debugmodel", 256, 8, 16, 8, 3072, 2048, 1}, {"0.6B", 1024, 28, 16, 8, 3072, 151936, 1},
+        {"1.7B", 2048, 28, 16, 8, 6144, 151936, 1},   {"4B", 2560, 36, 32, 8, 9728, 151936, 1},
+        {"8B", 4096, 36, 32, 8, 12288, 151936, 0},    {"14B", 5120, 40, 40, 8, 17408, 151936, 0},
+        {"32B", 5120, 64, 64, 8, 25600, 151936, 0}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         CHECK(model_flavor(want[i].name, &a, &e) == 0, "flavor %s: %s", want[i].name, e.msg);
         CHECK(a.dim == want[i].dim && a.n_layers == want[i].L && a.n_heads == want[i].H &&
@@ -96,8 +94,7 @@ int main(void) {
     const model_param *wq = model_find_param(&m, "layers.1.attention.wq.weight");
     CHECK(wq && wq->shape[0] == 128 && wq->shape[1] == 64 && wq->unit == 2, "wq view");
     CHECK(model_find_hf_param(&m, "lm_head.weight") != NULL, "untied has lm_head");
-    CHECK(model_find_hf_param(&m, "model.layers.0.self_attn.k_norm.weight")->numel == 32,
-          "k_norm");
+    CHECK(model_find_hf_param(&m, "model.layers.0.self_attn.k_norm.weight")->numel == 32, "k_norm");
 
     /* Init: norms are ones, matrices N(0, 0.02), same seed same bits, any thread count. */
     omp_set_num_threads(1);

@@ -690,8 +690,7 @@ static uint64_t run_all_ops(void) {
     h = h * 31 + hash_f(dxc, NC * DC) + hash_f(dwc, VC * DC) * 3;
     h = h * 31 + (uint64_t)(l * 1e12);
     float *m = zeros(N * D), *v = zeros(N * D);
-    for (int t = 1; t <= 2; t++)
-        ops_cpu_adamw(x, m, v, dy, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    for (int t = 1; t <= 2; t++) ops_cpu_adamw(x, m, v, dy, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
     h = h * 31 + hash_f(x, N * D) + hash_f(m, N * D) * 3 + hash_f(v, N * D) * 5;
     base_free(x), base_free(dy), base_free(w), base_free(out), base_free(rstd), base_free(dx);
     base_free(dw), base_free(g), base_free(u), base_free(dyf), base_free(o2), base_free(dg);

@@ -21,8 +21,8 @@
 #define ADAMW_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr,
-                   double beta1, double beta2, double eps, double wd, int64_t t) {
+void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr, double beta1,
+                   double beta2, double eps, double wd, int64_t t) {
     const double dlr = lr, db1 = beta1, db2 = beta2;
     float decay = (float)(1.0 - dlr * wd);
     float w1 = (float)(1.0 - db1); /* lerp weight */

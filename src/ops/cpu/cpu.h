@@ -19,8 +19,8 @@ void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float 
                          const float *w, const float *rstd, int N, int C);
 
 void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
-void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                        const float *w, int N, int C, int OC);
+void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        int N, int C, int OC);
 
 void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin, int B,
                       int T, int nh, int hd);
@@ -42,7 +42,7 @@ double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
                          float *scratch, int chunk, int64_t *n_valid);
 
-void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr,
-                   double beta1, double beta2, double eps, double wd, int64_t t);
+void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr, double beta1,
+                   double beta2, double eps, double wd, int64_t t);
 
 #endif

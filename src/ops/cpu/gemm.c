@@ -21,7 +21,8 @@ void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float
     if (K <= 0) { /* empty reduction: BLAS rejects it; C = beta * C */
         for (int i = 0; i < M; i++) {
             float *c = C + (size_t)i * ldc;
-            if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof(float));
+            if (beta == 0.0f)
+                memset(c, 0, (size_t)N * sizeof(float));
             else
                 for (int j = 0; j < N; j++) c[j] *= beta;
         }
@@ -32,6 +33,6 @@ void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float
                    dnnl_success)
         return;
 #endif
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
