@@ -16,16 +16,13 @@ Warm-up steps (--warmup-steps; under --compile they include compilation) are not
 import argparse
 import json
 import os
-import resource
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import log, run_steps, tcmalloc_loaded  # noqa: E402
 
 
 def build_model():
@@ -46,14 +43,6 @@ def build_model():
     model = Qwen3ForCausalLM(cfg).float().train()
     assert model.lm_head.weight is model.model.embed_tokens.weight, "embeddings not tied"
     return model, cfg
-
-
-def tcmalloc_loaded():
-    try:
-        with open("/proc/self/maps") as f:
-            return "tcmalloc" in f.read()
-    except OSError:
-        return False
 
 
 def main():
@@ -110,45 +99,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss.item(), float(gnorm)
 
-    def cpu_s():
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
-    times, cpu_times, losses = [], [], []
-    for i in range(args.warmup_steps + args.steps):
-        t0, c0 = time.perf_counter(), cpu_s()
-        loss, gnorm = train_step()
-        dt, dc = time.perf_counter() - t0, cpu_s() - c0
-        warm = i < args.warmup_steps
-        if not warm:
-            times.append(dt)
-            cpu_times.append(dc)
-        losses.append(loss)
-        log(f"step {i + 1}{' (warm-up)' if warm else ''}: loss {loss:.4f} grad_norm {gnorm:.3f} "
-            f"{dt:.2f} s  {B * T / dt:.1f} tok/s")
-
-    total = sum(times)
+    res = run_steps(train_step, args.warmup_steps, args.steps, B * T)
     name = args.name or ("pytorch-compile" if args.compile else "pytorch-eager")
-    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # ru_maxrss is KiB
     out = {
         "name": name,
-        "tokens_per_s": B * T * len(times) / total if times else 0.0,
-        "step_s": total / len(times) if times else 0.0,
-        "best_step_s": min(times) if times else 0.0,
-        # CPU seconds per wall second over the timed steps; well under --threads means the
-        # process waited for a CPU (another job on the machine) or for memory.
-        "cpu_util": sum(cpu_times) / total if times else 0.0,
-        "peak_rss_gib": rss_gib,
-        "steps": len(times),
-        "warmup_steps": args.warmup_steps,
-        "first_loss": losses[0] if losses else None,
-        "last_loss": losses[-1] if losses else None,
+        **res,
         "params": n_params,
-        "torch": torch.__version__,
-        "cpu_capability": cap,
-        "threads": torch.get_num_threads(),
-        "tcmalloc": tcm,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "optim": args.optim_impl,
         "compile": args.compile,
     }
