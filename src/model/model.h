@@ -86,7 +86,8 @@ typedef struct {
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
- * of [batch, seq_len], and resolves the ops table. */
+ * of [batch, seq_len], and resolves the ops table. Call model_free afterwards whether or not
+ * it succeeded (a failed build may hold partial allocations). */
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 void model_free(model *m);
 

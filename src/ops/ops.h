@@ -44,7 +44,8 @@ typedef void (*ops_matmul_bwd_fn)(float *dinp, float *dw, const float *dout, con
 
 /* RoPE, HF rotate_half convention, on x[B,T,nh,hd] at positions 0..T-1 of each window.
  * cos/sin: [T, hd/2] tables (ops_rope_table). out may alias inp.
- * bwd: dinp += R^T dout (the rotation by -angle). dinp may alias dout only if it was zero. */
+ * bwd: dinp += R^T dout (the rotation by -angle). When dinp == dout the rotated gradient
+ * replaces dout in place. */
 typedef void (*ops_rope_fwd_fn)(float *out, const float *inp, const float *cos, const float *sin,
                                 int B, int T, int nh, int hd);
 typedef void (*ops_rope_bwd_fn)(float *dinp, const float *dout, const float *cos, const float *sin,
@@ -151,7 +152,8 @@ int ops_list(const ops_impl **out, int max);
 /* Resolves every op for `layer_path` (e.g. "layers.3") from defaults and overrides,
  * checks each implementation's constraints against ctx, and logs every non-default choice.
  * An override applies to an op when its pattern equals the op name or glob-matches
- * "<layer_path>.<op name>". */
+ * ('*', '?') "<layer_path>.<op name>"; when several apply, the last one wins. A pattern
+ * without '.' or a wildcard must be an op name (typos are errors, not silent no-ops). */
 int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
                 const ops_override *overrides, int n_overrides, base_err *err);
 
