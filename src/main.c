@@ -1,4 +1,5 @@
 /* titan: command-line entry point. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,11 +100,11 @@ static int parse_int(args_iter *it, int *out, int min) {
     return 0;
 }
 
-static int parse_dbl(args_iter *it, double *out, double min) {
+static int parse_dbl(args_iter *it, double *out, double min, double max) {
     const char *opt = it->argv[it->i], *v = need_value(it);
     if (!v) return -1;
-    if (base_parse_f64(v, out) || *out < min)
-        return base_fail(it->err, "option %s: '%s' is not a number >= %g", opt, v, min);
+    if (base_parse_f64(v, out) || *out < min || *out > max)
+        return base_fail(it->err, "option %s: '%s' is not a number in [%g, %g]", opt, v, min, max);
     return 0;
 }
 
@@ -202,17 +203,17 @@ static int cmd_train(int argc, char **argv, base_err *err) {
         else if (IS("--grad-accum"))
             st = parse_int(&it, &o.grad_accum, 1);
         else if (IS("--lr"))
-            st = parse_dbl(&it, &o.adamw.lr, 0);
+            st = parse_dbl(&it, &o.adamw.lr, 0, HUGE_VAL);
         else if (IS("--weight-decay"))
-            st = parse_dbl(&it, &o.adamw.weight_decay, 0);
+            st = parse_dbl(&it, &o.adamw.weight_decay, 0, HUGE_VAL);
         else if (IS("--max-norm"))
-            st = parse_dbl(&it, &o.max_norm, 0);
+            st = parse_dbl(&it, &o.max_norm, 0, HUGE_VAL);
         else if (IS("--min-lr-factor"))
-            st = parse_dbl(&it, &o.lr.min_lr_factor, 0);
+            st = parse_dbl(&it, &o.lr.min_lr_factor, 0, 1);
         else if (IS("--decay-ratio"))
-            st = parse_dbl(&it, &o.lr.decay_ratio, 0);
+            st = parse_dbl(&it, &o.lr.decay_ratio, 0, 1);
         else if (IS("--peak-tflops"))
-            st = parse_dbl(&it, &peak_tflops, 0);
+            st = parse_dbl(&it, &peak_tflops, 0, HUGE_VAL);
         else if (IS("--warmup")) {
             int w;
             st = parse_int(&it, &w, 0);

@@ -36,7 +36,8 @@ static json_t *hf_config(const model_args *a) {
 int ckpt_export_hf(const model *m, const char *dir, base_err *err) {
     if (base_mkdir_p(dir, err)) return -1;
     char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (snprintf(path, sizeof path, "%s/model.safetensors", dir) >= (int)sizeof path)
+        return base_fail(err, "%s: path too long", dir);
     const ckpt_kv meta[] = {{"format", "pt"}};
     if (ckpt_save_model(m, m->w, path, meta, 1, err)) return -1;
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -44,7 +45,8 @@ int ckpt_export_hf(const model *m, const char *dir, base_err *err) {
     json_t *c = hf_config(&m->args);
     int rc = json_dump_file(c, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(c);
-    if (rc != 0 || rename(tmp, path) != 0)
-        return base_fail(err, "%s: cannot write config: %s", path, strerror(errno));
+    if (rc != 0) return base_fail(err, "%s: cannot write %s", path, tmp);
+    if (rename(tmp, path) != 0)
+        return base_fail(err, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
     return 0;
 }

@@ -146,8 +146,10 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     if (model_args_validate(a, err)) return -1;
     if (o->batch <= 0 || o->seq_len <= 0)
         return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch, o->seq_len);
-    if ((double)o->batch * o->seq_len * (a->n_heads > a->ffn_dim ? a->n_heads : 1) > 2147483647.0)
-        return base_fail(err, "batch*seq_len too large");
+    /* Row counts up to tokens * n_heads (the per-head q norm) are passed to ops as int. */
+    if ((double)o->batch * o->seq_len * a->n_heads > 2147483647.0)
+        return base_fail(err, "batch*seq_len*n_heads (%d*%d*%d) exceeds 2^31", o->batch, o->seq_len,
+                         a->n_heads);
     m->args = *a;
     m->batch = o->batch;
     m->seq_len = o->seq_len;

@@ -121,6 +121,13 @@ int model_args_validate(const model_args *a, base_err *err) {
         return base_fail(err, "rope_theta and norm_eps must be positive");
     if (a->tie_embeddings != 0 && a->tie_embeddings != 1)
         return base_fail(err, "tie_embeddings must be 0 or 1");
+    /* Bounds far above any real Qwen3 (94 layers, 64 heads) that keep the parameter table's
+     * int counts and every size product in range. */
+    if (a->n_layers > 65536 || a->n_heads > 65536 || a->n_kv_heads > 65536)
+        return base_fail(err,
+                         "n_layers, n_heads and n_kv_heads must be at most 65536 (got %d, "
+                         "%d, %d)",
+                         a->n_layers, a->n_heads, a->n_kv_heads);
     /* Every buffer is indexed with size_t, but per-op sizes are int: keep each matrix < 2^31. */
     const double big = 2147483647.0;
     if ((double)a->vocab_size * a->dim > big || (double)a->n_heads * a->head_dim * a->dim > big ||

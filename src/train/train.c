@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include "../checkpoint/checkpoint.h"
 #include <math.h>
 #include <omp.h>
@@ -171,12 +172,20 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    if (o->jsonl_path &&
-        (base_mkdir_parent(o->jsonl_path, err) || !(jl = fopen(o->jsonl_path, "w")))) {
-        base_fail(err, "%s: cannot open metrics file for writing", o->jsonl_path);
-        goto out;
+    if (o->jsonl_path) {
+        if (base_mkdir_parent(o->jsonl_path, err)) goto out;
+        if (!(jl = fopen(o->jsonl_path, "w"))) {
+            base_fail(err, "%s: cannot open metrics file for writing: %s", o->jsonl_path,
+                      strerror(errno));
+            goto out;
+        }
     }
     const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
+    if (!(peak > 0)) {
+        base_fail(err,
+                  "could not measure the GEMM peak for MFU (out of memory?); pass --peak-tflops");
+        goto out;
+    }
     const double fpt = model_flops_per_token(&o->model, o->seq_len);
     model_counts cnt;
     model_count_params(&o->model, &cnt);
@@ -247,7 +256,10 @@ int train_run(const train_opts *o, base_err *err) {
     if (o->sample_tokens > 0) {
         model gm;
         model_build_opts go = {1, o->seq_len, MODEL_AC_NONE, 0, NULL, 0, 0};
-        if (model_build(&gm, &o->model, &go, err)) goto out;
+        if (model_build(&gm, &o->model, &go, err)) {
+            model_free(&gm);
+            goto out;
+        }
         memcpy(gm.w, m.w, m.n_floats * sizeof(float));
         sample(&gm, o, &src);
         model_free(&gm);

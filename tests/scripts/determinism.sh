@@ -11,6 +11,12 @@ common=(train --flavor debugmodel --set n_layers=2 --set dim=128 --set n_heads=4
 "$titan" "${common[@]}" --metrics "$out/c.jsonl" --ac full >/dev/null
 "$titan" "${common[@]}" --metrics "$out/d.jsonl" --seed 99 >/dev/null
 field() { grep -o "\"$2\": [^,]*" "$1"; }
+for run in a b c d; do
+  for f in loss grad_norm; do
+    n=$(field "$out/$run.jsonl" $f | grep -c .)
+    if [ "$n" -ne 6 ]; then echo "FAIL: run $run logged $n values of $f, want 6"; exit 1; fi
+  done
+done
 for f in loss grad_norm; do
   if ! diff <(field "$out/a.jsonl" $f) <(field "$out/b.jsonl" $f); then
     echo "FAIL: two runs with the same seed differ in $f"; exit 1; fi

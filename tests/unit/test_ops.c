@@ -24,6 +24,11 @@ static const char *const g_cat_names[E_NCAT] = {"embedding", "rmsnorm",   "matmu
                                                 "swiglu",    "lmhead_ce", "adamw",  "vm_expf"};
 static double g_cat_max[E_NCAT];
 
+/* max that propagates NaN (fmax drops it, which would let a NaN result pass a check) */
+static double max_nan(double a, double b) {
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
 static void check(int cat, const char *what, double err, double tol) {
     int ok = err <= tol; /* NaN fails */
     g_checks++;
@@ -132,7 +137,7 @@ static void test_embedding(void) {
     double md = 0;
     for (int n = 0; n < N; n++) {
         for (int d = 0; d < D; d++) {
-            md = fmax(md, fabs(out[n * D + d] - wte[tok[n] * D + d]));
+            md = max_nan(md, fabs(out[n * D + d] - wte[tok[n] * D + d]));
         }
     }
     check(E_EMB, "embedding fwd == gathered rows", md, 0);
@@ -266,8 +271,8 @@ static void test_rope(void) {
         for (int t = 0; t < T; t++) {
             for (int i = 0; i < HD / 2; i++) {
                 double a = t * pow(theta, -2.0 * i / HD);
-                md = fmax(md, fabs(cs[t * HD / 2 + i] - cos(a)));
-                md = fmax(md, fabs(sn[t * HD / 2 + i] - sin(a)));
+                md = max_nan(md, fabs(cs[t * HD / 2 + i] - cos(a)));
+                md = max_nan(md, fabs(sn[t * HD / 2 + i] - sin(a)));
             }
         }
         check(E_ROPE, "rope table (T=64, hd=128, theta=1e6) vs double, abs", md, 1e-5);
@@ -396,7 +401,7 @@ static void test_lmhead_ce(void) {
         for (int v = 0; v < V; v++) {
             lg[v] = 0;
             for (int i = 0; i < D; i++) lg[v] += (double)x[n * D + i] * w[v * D + i];
-            mx = fmax(mx, lg[v]);
+            mx = max_nan(mx, lg[v]);
         }
         for (int v = 0; v < V; v++) s += exp(lg[v] - mx);
         ref += mx + log(s) - lg[tg[n]];
@@ -411,8 +416,8 @@ static void test_lmhead_ce(void) {
           FD_TOL);
     double md = 0;
     for (int i = 0; i < D; i++) {
-        md = fmax(md, fabs(dx[1 * D + i])), md = fmax(md, fabs(dx[4 * D + i]));
-        md = fmax(md, fabs(dx[6 * D + i]));
+        md = max_nan(md, fabs(dx[1 * D + i])), md = max_nan(md, fabs(dx[4 * D + i]));
+        md = max_nan(md, fabs(dx[6 * D + i]));
     }
     check(E_CE, "lmhead_ce dx rows of ignored targets are zero", md, 0);
 
@@ -424,8 +429,8 @@ static void test_lmhead_ce(void) {
         float *dxk = zeros(N * D), *dwk = zeros(V * D);
         float *scr = zeros((size_t)chunks[k] * V);
         double lk = ops_cpu_lmhead_ce(dxk, dwk, x, w, tg, N, D, V, scale, scr, chunks[k], NULL);
-        double e = fmax(fabs(lk - lossN) / fabs(lossN),
-                        fmax(rel_err_f(dxk, dxN, N * D), rel_err_f(dwk, dwN, V * D)));
+        double e = max_nan(fabs(lk - lossN) / fabs(lossN),
+                           max_nan(rel_err_f(dxk, dxN, N * D), rel_err_f(dwk, dwN, V * D)));
         snprintf(buf, sizeof buf, "lmhead_ce chunk=%d == chunk=N (loss, dx, dw)", chunks[k]);
         check(E_CE, buf, e, 1e-6);
         base_free(dxk), base_free(dwk), base_free(scr);
@@ -501,7 +506,7 @@ static void test_adamw(void) {
     check(E_ADAMW, "adamw 3 steps: p vs double torch formula", rel_err_d(p, pd, NP), 1e-6);
     check(E_ADAMW, "adamw 3 steps: m vs double torch formula", rel_err_d(m, md, NP), 1e-6);
     check(E_ADAMW, "adamw 3 steps: v vs double torch formula", rel_err_d(v, vd, NP), 1e-6);
-    double e = fmax(rel_err_f(p, pf, NP), fmax(rel_err_f(m, mf, NP), rel_err_f(v, vf, NP)));
+    double e = max_nan(rel_err_f(p, pf, NP), max_nan(rel_err_f(m, mf, NP), rel_err_f(v, vf, NP)));
     check(E_ADAMW, "adamw 3 steps: p, m, v == fp32 torch-order restatement", e, 0);
     base_free(p), base_free(m), base_free(v), base_free(pf), base_free(mf), base_free(vf);
     free(pd), free(md), free(vd);
@@ -524,7 +529,7 @@ static void test_vm_expf(void) {
             if (r < FLT_MIN) continue;
             int ex;
             frexp(r, &ex);
-            worst = fmax(worst, fabs(ys[i] - r) / ldexp(1.0, ex - 24));
+            worst = max_nan(worst, fabs(ys[i] - r) / ldexp(1.0, ex - 24));
         }
     }
     check(E_EXP, "vm_expf max ulp error on [-87.33, 88.37]", worst, 2.0);
