@@ -1,0 +1,23 @@
+# Tokenizer parity with Hugging Face `tokenizers` (tests/reference/tokenizer_parity.py) for
+# the Qwen3 tokenizer and the small ByteLevel test tokenizer in ../shared/data.
+# Included by tests/CMakeLists.txt, which sets TITAN_PYTHON and TITAN_SHARED.
+
+if(TARGET test_tokenizer)
+  # the unit test reads ../shared/data/{qwen3_tokenizer,test_tokenizer,tokenizer_vectors}
+  target_compile_definitions(test_tokenizer PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
+
+  set(TITAN_TOK_DIR ${CMAKE_BINARY_DIR}/tokenizer)
+  file(MAKE_DIRECTORY ${TITAN_TOK_DIR})
+  foreach(tok qwen3_tokenizer test_tokenizer)
+    set(ref ${TITAN_TOK_DIR}/${tok}.bin)
+    add_test(NAME tokenizer_reference_${tok}
+      COMMAND ${TITAN_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/tokenizer_parity.py
+              --tokenizer ${TITAN_SHARED}/data/${tok} --shared ${TITAN_SHARED} --out ${ref})
+    set_tests_properties(tokenizer_reference_${tok} PROPERTIES
+      FIXTURES_SETUP tok_ref_${tok} ENVIRONMENT "OMP_NUM_THREADS=2;RAYON_NUM_THREADS=2" TIMEOUT 300)
+    add_test(NAME tokenizer_parity_${tok}
+      COMMAND test_tokenizer --parity ${TITAN_SHARED}/data/${tok} ${ref})
+    set_tests_properties(tokenizer_parity_${tok} PROPERTIES
+      FIXTURES_REQUIRED tok_ref_${tok} TIMEOUT 300)
+  endforeach()
+endif()
