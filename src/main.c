@@ -1,12 +1,15 @@
 /* titan: command-line entry point. */
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "data/tokenizer.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optim/optim.h"
@@ -40,6 +43,8 @@ static void usage(FILE *f) {
                "  train     train a Qwen3 model (see `titan train --help`)\n"
                "  inspect   print a flavor's arguments and parameter counts\n"
                "  kernels   list the registered op implementations\n"
+               "  encode    text -> token ids: --tokenizer DIR [--file F] (default stdin)\n"
+               "  decode    token ids -> text: --tokenizer DIR [--file F] [--skip-special]\n"
                "\n"
                "model options (train, inspect):\n"
                "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
@@ -173,6 +178,111 @@ static int cmd_kernels(void) {
     return 0;
 }
 
+/* Reads a whole file (or stdin when path is NULL) into a malloc'ed buffer. */
+static char *read_all(const char *path, size_t *len, base_err *err) {
+    FILE *f = path ? fopen(path, "rb") : stdin;
+    if (!f) {
+        base_fail(err, "%s: cannot open", path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += r;
+        if (n == cap) {
+            char *nb = cap > ((size_t)1 << 40) ? NULL : realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    if (path) fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        base_fail(err, "%s: read failed", path ? path : "stdin");
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* titan encode / decode: the tokenizer on the command line (ids space-separated, one line). */
+static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
+    const char *dir = NULL, *file = NULL;
+    int skip_special = 0;
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        const char *a = argv[it.i];
+        if (!strcmp(a, "--tokenizer")) {
+            if (!(dir = need_value(&it))) return -1;
+        } else if (!strcmp(a, "--file")) {
+            if (!(file = need_value(&it))) return -1;
+        } else if (!encode && !strcmp(a, "--skip-special")) {
+            skip_special = 1;
+        } else if (encode && !strcmp(a, "--chat")) {
+            return base_fail(err, "encode --chat: the chat template is not implemented yet");
+        } else {
+            return base_fail(err, "%s: unknown option '%s'", argv[1], a);
+        }
+    }
+    if (!dir) return base_fail(err, "%s: --tokenizer DIR is required", argv[1]);
+    data_tok *tok = NULL;
+    if (data_tok_load(dir, &tok, err)) return -1;
+    size_t len = 0;
+    char *in = read_all(file, &len, err);
+    int rc = in ? 0 : -1;
+    if (!rc && encode) {
+        data_tok_ids ids = {0};
+        rc = data_tok_encode(tok, in, len, &ids, err);
+        for (size_t i = 0; !rc && i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+        if (!rc) printf("\n");
+        data_tok_ids_free(&ids);
+    } else if (!rc) {
+        data_tok_ids ids = {0};
+        char *p = in, *end = in + len;
+        while (!rc) {
+            while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+            if (p >= end) break;
+            char *q = p;
+            while (q < end && *q != ' ' && *q != '\n' && *q != '\t' && *q != '\r') q++;
+            char word[32];
+            int64_t v;
+            if (q - p >= (ptrdiff_t)sizeof word) {
+                rc =
+                    base_fail(err, "%s: token id '%.20s...' is too long", file ? file : "stdin", p);
+                break;
+            }
+            memcpy(word, p, (size_t)(q - p));
+            word[q - p] = 0;
+            if (base_parse_i64(word, &v) || v < 0 || v > INT32_MAX) {
+                rc = base_fail(err, "%s: '%s' is not a token id", file ? file : "stdin", word);
+                break;
+            }
+            if (ids.n == ids.cap) {
+                size_t cap = ids.cap ? ids.cap * 2 : 1024;
+                int32_t *nid = realloc(ids.ids, cap * sizeof(int32_t));
+                if (!nid) {
+                    rc = base_fail(err, "out of memory");
+                    break;
+                }
+                ids.ids = nid;
+                ids.cap = cap;
+            }
+            ids.ids[ids.n++] = (int32_t)v;
+            p = q;
+        }
+        char *text = NULL;
+        size_t tlen = 0;
+        if (!rc) rc = data_tok_decode(tok, ids.ids, ids.n, skip_special, &text, &tlen, err);
+        if (!rc) fwrite(text, 1, tlen, stdout);
+        free(text);
+        data_tok_ids_free(&ids);
+    }
+    free(in);
+    data_tok_free(tok);
+    return rc;
+}
+
 static int cmd_train(int argc, char **argv, base_err *err) {
     train_opts o;
     train_opts_defaults(&o);
@@ -271,6 +381,8 @@ int main(int argc, char **argv) {
         rc = cmd_train(argc, argv, &err);
     } else if (!strcmp(argv[1], "inspect")) {
         rc = cmd_inspect(argc, argv, &err);
+    } else if (!strcmp(argv[1], "encode") || !strcmp(argv[1], "decode")) {
+        rc = cmd_codec(argc, argv, !strcmp(argv[1], "encode"), &err);
     } else if (!strcmp(argv[1], "kernels")) {
         rc = cmd_kernels();
     } else {

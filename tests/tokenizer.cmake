@@ -21,3 +21,9 @@ if(TARGET test_tokenizer)
       FIXTURES_REQUIRED tok_ref_${tok} TIMEOUT 300)
   endforeach()
 endif()
+
+# The command line: titan encode / decode against the HF Rust tokenizer.
+add_test(NAME tokenizer_cli_qwen3
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_codec_cli.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/qwen3_tokenizer
+          ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
