@@ -4,7 +4,8 @@
 # everything is already there.
 #
 #   scripts/deps.sh           build + test dependencies
-#   scripts/deps.sh --bench   also the benchmark's peers: tcmalloc for PyTorch, and torchtitan
+#   scripts/deps.sh --bench   also the benchmark's peers: tcmalloc for PyTorch, bpe-qwen (a Rust
+#                             Qwen BPE, for the tokenizer benchmark) and torchtitan
 #                             (its PyPI release pins a `datasets` that conflicts with the
 #                             venv's fsspec, so it goes in without dependencies, plus the few
 #                             it needs to import its Qwen3 model)
@@ -47,4 +48,8 @@ if [ $BENCH = 1 ] && ! .venv/bin/python -c "import torchtitan.models.qwen3" >/de
   .venv/bin/pip install -q --disable-pip-version-check --no-deps torchtitan==0.3.0 \
     spmd_types==0.2.3 tyro==1.0.17 docstring_parser==0.18.0 typeguard==4.6.1 || \
     echo "[deps] torchtitan could not be installed: the benchmark will skip it"
+fi
+if [ $BENCH = 1 ] && ! .venv/bin/python -c "import bpe_qwen" >/dev/null 2>&1; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps bpe-qwen==0.1.5 || \
+    echo "[deps] bpe-qwen could not be installed: the tokenizer benchmark will skip it"
 fi
