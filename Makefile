@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
 
-.PHONY: deps build test train bench asan format clean
+.PHONY: deps build test train bench bench-tokenizer asan format clean
 
 deps:
 	@bash scripts/deps.sh
@@ -26,6 +26,10 @@ train: build
 bench: build
 	@bash scripts/deps.sh --bench
 	@SKIP_BUILD=1 bash bench/bench_train.sh
+
+bench-tokenizer: build
+	@bash scripts/deps.sh --bench
+	@BUILD=$(BUILD) SKIP_BUILD=1 bash bench/bench_tokenizer.sh
 
 # The whole suite under AddressSanitizer + UBSan (slow: the parity tests run too).
 asan: deps
