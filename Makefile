@@ -29,7 +29,7 @@ bench: build
 
 bench-tokenizer: build
 	@bash scripts/deps.sh --bench
-	@BUILD=$(BUILD) SKIP_BUILD=1 bash bench/bench_tokenizer.sh
+	@BUILD=$(BUILD) bash bench/bench_tokenizer.sh
 
 # The whole suite under AddressSanitizer + UBSan (slow: the parity tests run too).
 asan: deps
