@@ -121,20 +121,29 @@ def bench_impl(impl, label, text, docs, doc_bytes, load, enc, reps):
         return e, [i for ids in out for i in ids]
 
     for name, fn, nb in (("whole", whole, nbytes), ("docs", per_doc, doc_bytes)):
-        best, ids = 1e30, None
-        for _ in range(reps):
-            tok = load()
-            e, ids = fn(tok)
-            best = min(best, e)
-            del tok
-        emit(impl, label, name + "-cold", nb, best, len(ids), fnv(ids))
+        (cold, ids_c), (warm, ids_w) = cold_warm(load, fn, reps)
+        emit(impl, label, name + "-cold", nb, cold, len(ids_c), fnv(ids_c))
+        emit(impl, label, name + "-warm", nb, warm, len(ids_w), fnv(ids_w))
+
+
+def cold_warm(load, fn, reps):
+    """Best time of fn(tok) -> (seconds, ids) over reps runs, each on a freshly loaded
+    tokenizer (cold cache), then over reps runs on one tokenizer after a first run (warm).
+    Returns ((cold_s, ids), (warm_s, ids))."""
+    best, ids = 1e30, None
+    for _ in range(reps):
         tok = load()
-        fn(tok)
-        best = 1e30
-        for _ in range(reps):
-            e, ids = fn(tok)
-            best = min(best, e)
-        emit(impl, label, name + "-warm", nb, best, len(ids), fnv(ids))
+        e, ids = fn(tok)
+        best = min(best, e)
+        del tok
+    cold = (best, ids)
+    tok = load()
+    fn(tok)
+    best = 1e30
+    for _ in range(reps):
+        e, ids = fn(tok)
+        best = min(best, e)
+    return cold, (best, ids)
 
 
 def split_docs(text):
@@ -177,19 +186,9 @@ def cmd_batch(tokdir, path, label, threads, reps):
         return e, [i for en in encs for i in en.ids]
 
     def run(impl, load, fn):
-        best, ids = 1e30, None
-        for _ in range(reps):
-            tok = load()
-            e, ids = fn(tok)
-            best = min(best, e)
-        emit(impl, label, mode + "-cold", doc_bytes, best, len(ids), 0)
-        tok = load()
-        fn(tok)
-        best = 1e30
-        for _ in range(reps):
-            e, ids = fn(tok)
-            best = min(best, e)
-        emit(impl, label, mode + "-warm", doc_bytes, best, len(ids), 0)
+        (cold, ids_c), (warm, ids_w) = cold_warm(load, fn, reps)
+        emit(impl, label, mode + "-cold", doc_bytes, cold, len(ids_c), 0)
+        emit(impl, label, mode + "-warm", doc_bytes, warm, len(ids_w), 0)
 
     run("hf", lambda: Tokenizer.from_file(tj), hf_batch)
     try:
