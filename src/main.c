@@ -37,20 +37,23 @@ static void ensure_blas_coretype(char **argv) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: titan <command> [options]\n"
-               "\n"
-               "commands:\n"
-               "  train     train a Qwen3 model (see `titan train --help`)\n"
-               "  inspect   print a flavor's arguments and parameter counts\n"
-               "  kernels   list the registered op implementations\n"
-               "  encode    text -> token ids: --tokenizer DIR [--file F] (default stdin)\n"
-               "  decode    token ids -> text: --tokenizer DIR [--file F] [--skip-special]\n"
-               "\n"
-               "model options (train, inspect):\n"
-               "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
-               "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
-               "                       n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta,\n"
-               "                       norm_eps, tie_embeddings\n");
+    fprintf(f,
+            "usage: titan <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train     train a Qwen3 model (see `titan train --help`)\n"
+            "  inspect   print a flavor's arguments and parameter counts\n"
+            "  kernels   list the registered op implementations\n"
+            "  encode    text -> token ids: --tokenizer DIR [--file F] (default stdin);\n"
+            "            --chat: the input is a JSON list of {role, content} messages, rendered\n"
+            "            with the Qwen3 chat template [--no-generation-prompt] [--no-thinking]\n"
+            "  decode    token ids -> text: --tokenizer DIR [--file F] [--skip-special]\n"
+            "\n"
+            "model options (train, inspect):\n"
+            "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
+            "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
+            "                       n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta,\n"
+            "                       norm_eps, tie_embeddings\n");
 }
 
 static void train_usage(FILE *f) {
@@ -209,7 +212,7 @@ static char *read_all(const char *path, size_t *len, base_err *err) {
 /* titan encode / decode: the tokenizer on the command line (ids space-separated, one line). */
 static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
     const char *dir = NULL, *file = NULL;
-    int skip_special = 0;
+    int skip_special = 0, chat = 0, gen_prompt = 1, thinking = 1;
     args_iter it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
         const char *a = argv[it.i];
@@ -220,7 +223,11 @@ static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
         } else if (!encode && !strcmp(a, "--skip-special")) {
             skip_special = 1;
         } else if (encode && !strcmp(a, "--chat")) {
-            return base_fail(err, "encode --chat: the chat template is not implemented yet");
+            chat = 1;
+        } else if (encode && !strcmp(a, "--no-generation-prompt")) {
+            gen_prompt = 0;
+        } else if (encode && !strcmp(a, "--no-thinking")) {
+            thinking = 0;
         } else {
             return base_fail(err, "%s: unknown option '%s'", argv[1], a);
         }
@@ -231,6 +238,21 @@ static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
     size_t len = 0;
     char *in = read_all(file, &len, err);
     int rc = in ? 0 : -1;
+    if (!rc && encode && chat) { /* the input is a JSON list of messages: render it first */
+        data_chat_msg *msgs = NULL;
+        int n = 0;
+        char *text = NULL;
+        rc = data_chat_parse_json(in, len, &msgs, &n, err);
+        if (!rc) rc = data_chat_render(msgs, n, gen_prompt, thinking, &text, err);
+        data_chat_msgs_free(msgs);
+        if (!rc) {
+            free(in);
+            in = text;
+            len = strlen(text);
+        } else {
+            free(text);
+        }
+    }
     if (!rc && encode) {
         data_tok_ids ids = {0};
         rc = data_tok_encode(tok, in, len, &ids, err);

@@ -27,3 +27,8 @@ add_test(NAME tokenizer_cli_qwen3
   COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_codec_cli.py
           $<TARGET_FILE:titan> ${TITAN_SHARED}/data/qwen3_tokenizer
           ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
+
+if(TARGET test_chat)
+  # the chat template test reads ../shared/data/{qwen3_tokenizer,tokenizer_vectors}
+  target_compile_definitions(test_chat PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
+endif()

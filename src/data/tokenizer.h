@@ -70,4 +70,36 @@ int32_t data_tok_bos_id(const data_tok *t);
 int32_t data_tok_eos_id(const data_tok *t);
 int32_t data_tok_pad_id(const data_tok *t);
 
+/* ---- chat template (src/data/chat.c) ----
+ * The Qwen3 chat template (tokenizer_config.json "chat_template") rendered in C for the
+ * plain cases: messages with role "system" / "user" / "assistant" and string content,
+ * add_generation_prompt and enable_thinking. Matches the Jinja template byte for byte:
+ * a leading system message goes first; assistant turns have their <think>...</think>
+ * reasoning taken out of content (or from reasoning_content when non-NULL); turns after the
+ * last real user query keep the reasoning as "<think>\n...\n</think>\n\n" (the final
+ * assistant turn always does), earlier ones drop it; enable_thinking == 0 with
+ * add_generation_prompt appends an empty think block.
+ * Not supported (an error names the feature): tools, tool calls, role "tool",
+ * non-string content, any other role (the Jinja template silently drops unknown roles;
+ * here they are refused). The rendered text still has to be encoded with data_tok_encode
+ * (the special tokens <|im_start|> etc. are added tokens, matched there). */
+typedef struct {
+    const char *role;
+    const char *content;
+    const char *reasoning_content; /* optional: NULL means absent */
+} data_chat_msg;
+
+/* Renders msgs[0..n) (n >= 1: the template reads messages[0]) to a malloc'ed NUL-terminated
+ * string *out (free with free()). */
+int data_chat_render(const data_chat_msg *msgs, int n, int add_generation_prompt,
+                     int enable_thinking, char **out, base_err *err);
+
+/* Parses a JSON array of {"role": string, "content": string[, "reasoning_content": string
+ * or null]} objects (other keys ignored; a non-empty "tool_calls" is refused). *msgs is one
+ * allocation holding the strings too; free with data_chat_msgs_free. Errors name the index
+ * and field. */
+int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs, int *n,
+                         base_err *err);
+void data_chat_msgs_free(data_chat_msg *msgs);
+
 #endif

@@ -1,11 +1,14 @@
 """`titan encode` / `titan decode` against the HF Rust tokenizer (PyPI `tokenizers`): the
 ids printed for a text (from --file and from stdin) equal HF's, and decoding them gives the
-text back.
+text back. `titan encode --chat` gives the ids of the chat cases in
+tokenizer_vectors/qwen3_generated_vectors.json (rendered by a Jinja engine, ids by HF).
 
 usage: check_codec_cli.py TITAN_BINARY TOKENIZER_DIR TEXT_FILE
 """
 import subprocess
 import sys
+import json
+import os
 import tempfile
 import unicodedata
 
@@ -38,6 +41,21 @@ def main():
         skip = run([titan, "decode", "--tokenizer", tok_dir, "--skip-special"], " ".join(map(str, want)).encode())
         assert skip.decode("utf-8") == hf.decode(want, skip_special_tokens=True), f"sample {i}: --skip-special"
         print(f"sample {i}: {len(want)} tokens identical to HF; decode round-trips")
+    vectors = os.path.join(os.path.dirname(os.path.abspath(tok_dir)), "tokenizer_vectors",
+                           "qwen3_generated_vectors.json")
+    for case in json.load(open(vectors))["chat_template"]:
+        opts = case.get("options", {})
+        cmd = [titan, "encode", "--tokenizer", tok_dir, "--chat"]
+        if not opts.get("add_generation_prompt", False):
+            cmd.append("--no-generation-prompt")
+        if opts.get("enable_thinking", True) is False:
+            cmd.append("--no-thinking")
+        got = [int(x) for x in run(cmd, json.dumps(case["messages"]).encode()).split()]
+        assert got == case["ids"], f"chat case {case['name']}: ids differ"
+        print(f"chat {case['name']}: {len(got)} ids identical")
+    bad_chat = subprocess.run([titan, "encode", "--tokenizer", tok_dir, "--chat"],
+                              input=b'[{"role": "user"}]', capture_output=True)
+    assert bad_chat.returncode != 0 and b"content" in bad_chat.stderr, "chat without content must fail"
     bad = subprocess.run([titan, "decode", "--tokenizer", tok_dir], input=b"12 abc", capture_output=True)
     assert bad.returncode != 0 and b"abc" in bad.stderr, "bad id input must fail naming the token"
     print("ok")
