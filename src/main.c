@@ -181,34 +181,6 @@ static int cmd_kernels(void) {
     return 0;
 }
 
-/* Reads a whole file (or stdin when path is NULL) into a malloc'ed buffer. */
-static char *read_all(const char *path, size_t *len, base_err *err) {
-    FILE *f = path ? fopen(path, "rb") : stdin;
-    if (!f) {
-        base_fail(err, "%s: cannot open", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += r;
-        if (n == cap) {
-            char *nb = cap > ((size_t)1 << 40) ? NULL : realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    if (path) fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        base_fail(err, "%s: read failed", path ? path : "stdin");
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* titan encode / decode: the tokenizer on the command line (ids space-separated, one line). */
 static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
     const char *dir = NULL, *file = NULL;
@@ -236,7 +208,7 @@ static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
     data_tok *tok = NULL;
     if (data_tok_load(dir, &tok, err)) return -1;
     size_t len = 0;
-    char *in = read_all(file, &len, err);
+    char *in = base_read_file(file, (size_t)1 << 40, &len, err);
     int rc = in ? 0 : -1;
     if (!rc && encode && chat) { /* the input is a JSON list of messages: render it first */
         data_chat_msg *msgs = NULL;

@@ -164,3 +164,40 @@ int base_mkdir_parent(const char *file, base_err *err) {
         return base_fail(err, "%s: path too long", file);
     return base_mkdir_p(dir, err);
 }
+
+char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *err) {
+    const char *name = path ? path : "stdin";
+    FILE *f = path ? fopen(path, "rb") : stdin;
+    if (!f) {
+        base_fail(err, "%s: cannot open: %s", name, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    int too_big = 0;
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += r;
+        if (n > max_bytes) {
+            too_big = 1;
+            break;
+        }
+        if (n == cap) {
+            char *nb = realloc(buf, (cap *= 2) + 1);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    const int bad = ferror(f);
+    if (path) fclose(f);
+    if (!buf || bad || too_big) {
+        free(buf);
+        if (too_big)
+            base_fail(err, "%s: larger than %zu bytes", name, max_bytes);
+        else
+            base_fail(err, "%s: read failed%s", name, buf ? "" : " (out of memory)");
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}

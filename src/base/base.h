@@ -47,6 +47,11 @@ int base_mkdir_p(const char *dir, base_err *err);
 /* Creates the directory that will hold `file` (no-op for a bare file name). */
 int base_mkdir_parent(const char *file, base_err *err);
 
+/* Reads a whole file (stdin when path is NULL), pipes included, into a malloc'ed,
+ * NUL-terminated buffer (free with free()); *len receives the byte count (without the NUL).
+ * Fails, naming the file, when it cannot be opened or read or exceeds max_bytes. */
+char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *err);
+
 /* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input. */
 int base_parse_i64(const char *s, int64_t *out);
 int base_parse_f64(const char *s, double *out);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <utf8proc.h>
 
 #define TOK_MAX_ID (1 << 24)
@@ -309,27 +310,12 @@ static size_t unmap_nul(const char *s, size_t len, char *buf) {
 static int read_json(const char *path, int required, json_t **out, base_err *err) {
     json_error_t je;
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (!required) return 0;
-        return base_fail(err, "%s: cannot open", path);
-    }
-    char *raw = NULL;
-    long sz = -1;
-    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
-    if (sz < 0 || sz > (1L << 30) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return base_fail(err, "%s: cannot read (or larger than 1 GiB)", path);
-    }
-    raw = malloc((size_t)sz + 1);
-    if (!raw || fread(raw, 1, (size_t)sz, f) != (size_t)sz) {
-        free(raw);
-        fclose(f);
-        return base_fail(err, "%s: cannot read", path);
-    }
-    fclose(f);
+    if (!required && access(path, F_OK) != 0) return 0; /* optional file absent */
+    size_t sz;
+    char *raw = base_read_file(path, (size_t)1 << 30, &sz, err);
+    if (!raw) return -1;
     size_t rn;
-    char *txt = rewrite_nul(raw, (size_t)sz, &rn, path, err);
+    char *txt = rewrite_nul(raw, sz, &rn, path, err);
     free(raw);
     if (!txt) return -1;
     json_t *j = json_loadb(txt, rn, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);

@@ -66,24 +66,16 @@ static int source_open(token_source *s, const train_opts *o, base_err *err) {
     if (o->model.vocab_size < 256)
         return base_fail(err, "%s: byte tokens need vocab_size >= 256 (got %d)", o->data_path,
                          o->model.vocab_size);
-    FILE *f = fopen(o->data_path, "rb");
-    if (!f) return base_fail(err, "%s: cannot open data file", o->data_path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < (long)o->seq_len + 1) {
-        fclose(f);
-        return base_fail(err, "%s: %ld bytes is shorter than one window of seq_len+1 = %d",
+    size_t n = 0;
+    s->text = (unsigned char *)base_read_file(o->data_path, (size_t)1 << 40, &n, err);
+    if (!s->text) return -1;
+    if (n < (size_t)o->seq_len + 1) {
+        free(s->text);
+        s->text = NULL;
+        return base_fail(err, "%s: %zu bytes is shorter than one window of seq_len+1 = %d",
                          o->data_path, n, o->seq_len + 1);
     }
-    s->text = malloc((size_t)n);
-    if (!s->text || fread(s->text, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(s->text);
-        return base_fail(err, "%s: read failed", o->data_path);
-    }
-    fclose(f);
-    s->len = (size_t)n;
+    s->len = n;
     return 0;
 }
 
