@@ -239,6 +239,19 @@ static void zero(float *p, size_t n) {
     memset(p, 0, n * sizeof(float));
 }
 
+/* q, k = RoPE(per-head RMSNorm(qp, kp)): in forward, and again in backward where q and k are
+ * recomputed from the saved projections instead of kept. */
+static void qk_norm_rope(const model *m, const ops_table *t, layer_acts *la, const block_view *w) {
+    const model_args *a = &m->args;
+    const int B = m->batch, T = m->seq_len, N = B * T, H = a->n_heads, G = a->n_kv_heads,
+              hd = a->head_dim;
+    const float eps = (float)a->norm_eps;
+    t->rmsnorm_fwd(la->q, la->q_rstd, la->qp, w->q_norm, N * H, hd, eps);
+    t->rmsnorm_fwd(la->k, la->k_rstd, la->kp, w->k_norm, N * G, hd, eps);
+    t->rope_fwd(la->q, la->q, m->rope_cos, m->rope_sin, B, T, H, hd);
+    t->rope_fwd(la->k, la->k, m->rope_cos, m->rope_sin, B, T, G, hd);
+}
+
 /* Block l forward from la->x; writes the block output into `out` [N,D]. */
 static void block_forward(model *m, int l, layer_acts *la, float *out) {
     const model_args *a = &m->args;
@@ -253,10 +266,7 @@ static void block_forward(model *m, int l, layer_acts *la, float *out) {
     t->matmul_fwd(la->qp, A->norm_out, w.wq, N, D, H * hd);
     t->matmul_fwd(la->kp, A->norm_out, w.wk, N, D, G * hd);
     t->matmul_fwd(la->v, A->norm_out, w.wv, N, D, G * hd);
-    t->rmsnorm_fwd(la->q, la->q_rstd, la->qp, w.q_norm, N * H, hd, eps);
-    t->rmsnorm_fwd(la->k, la->k_rstd, la->kp, w.k_norm, N * G, hd, eps);
-    t->rope_fwd(la->q, la->q, m->rope_cos, m->rope_sin, B, T, H, hd);
-    t->rope_fwd(la->k, la->k, m->rope_cos, m->rope_sin, B, T, G, hd);
+    qk_norm_rope(m, t, la, &w);
     t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
     t->matmul_fwd(la->xm, la->o, w.wo, N, H * hd, D);
     add_inplace(la->xm, la->x, (size_t)N * D);
@@ -303,10 +313,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     zero(A->dqk_o, NQ);
     t->matmul_bwd(A->dqk_o, g.wo, dres, la->o, w.wo, N, H * hd, D);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
-    t->rmsnorm_fwd(la->q, la->q_rstd, la->qp, w.q_norm, N * H, hd, eps);
-    t->rmsnorm_fwd(la->k, la->k_rstd, la->kp, w.k_norm, N * G, hd, eps);
-    t->rope_fwd(la->q, la->q, m->rope_cos, m->rope_sin, B, T, H, hd);
-    t->rope_fwd(la->k, la->k, m->rope_cos, m->rope_sin, B, T, G, hd);
+    qk_norm_rope(m, t, la, &w);
     zero(A->dq, NQ);
     zero(A->dk, NKV);
     zero(A->dv, NKV);
