@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "data/tokenizer.h"
+#include "data/data.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optim/optim.h"
@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "            --chat: the input is a JSON list of {role, content} messages, rendered\n"
             "            with the Qwen3 chat template [--no-generation-prompt] [--no-thinking]\n"
             "  decode    token ids -> text: --tokenizer DIR [--file F] [--skip-special]\n"
+            "  tokenize  text / JSONL dataset -> token shards (see `titan tokenize --help`)\n"
+            "  data      print the training windows the loader makes (`titan data --help`)\n"
             "\n"
             "model options (train, inspect):\n"
             "  --flavor NAME        debugmodel (default), 0.6B, 1.7B, 4B, 8B, 14B, 32B\n"
@@ -59,7 +61,12 @@ static void usage(FILE *f) {
 static void train_usage(FILE *f) {
     fprintf(
         f, "usage: titan train [--flavor NAME] [--set KEY=VALUE]... [options]\n"
-           "  --data FILE          train on the bytes of a text file (one token per byte)\n"
+           "  --data PATH          dataset: a file, folder or glob of text, JSONL or token\n"
+           "                       shards (see `titan data --help`)\n"
+           "  --tokenizer DIR      HF tokenizer folder (default: one token per byte)\n"
+           "  --data-format F      auto (default), text, jsonl or tokens\n"
+           "  --data-field NAME    JSONL field holding the text (text)\n"
+           "  --skip-bad-lines     skip (count, log) malformed JSONL lines instead of failing\n"
            "  --random-tokens      train on uniformly random tokens (default without --data)\n"
            "  --steps N            optimizer steps (100)\n"
            "  --batch B            sequences per microbatch (8)\n"
@@ -296,6 +303,17 @@ static int cmd_train(int argc, char **argv, base_err *err) {
             exit(0);
         } else if (IS("--data")) {
             if (!(o.data_path = need_value(&it))) return -1;
+        } else if (IS("--tokenizer")) {
+            if (!(o.tokenizer_dir = need_value(&it))) return -1;
+        } else if (IS("--data-format")) {
+            const char *v = need_value(&it);
+            if (!v || data_format_parse(v, &o.data_format))
+                return base_fail(err, "--data-format: '%s' is not auto, text, jsonl or tokens",
+                                 v ? v : "");
+        } else if (IS("--data-field")) {
+            if (!(o.data_field = need_value(&it))) return -1;
+        } else if (IS("--skip-bad-lines")) {
+            o.skip_bad_lines = 1;
         } else if (IS("--random-tokens")) {
             o.data_path = NULL;
         } else if (IS("--steps"))
@@ -363,6 +381,179 @@ static int cmd_train(int argc, char **argv, base_err *err) {
     return train_run(&o, err);
 }
 
+/* Dataset options shared by tokenize and data. Returns 1 if the option was consumed. */
+typedef struct {
+    const char *path, *field, *tokenizer;
+    data_format format;
+    int skip_bad;
+} data_args;
+
+static int parse_data_opt(args_iter *it, data_args *d, int *status) {
+    const char *o = it->argv[it->i], *v;
+    *status = 0;
+    if (!strcmp(o, "--skip-bad-lines")) {
+        d->skip_bad = 1;
+        return 1;
+    }
+    if (strcmp(o, "--data") && strcmp(o, "--field") && strcmp(o, "--format") &&
+        strcmp(o, "--tokenizer"))
+        return 0;
+    if (!(v = need_value(it))) return *status = -1, 1;
+    if (!strcmp(o, "--data")) d->path = v;
+    if (!strcmp(o, "--field")) d->field = v;
+    if (!strcmp(o, "--tokenizer")) d->tokenizer = v;
+    if (!strcmp(o, "--format") && data_format_parse(v, &d->format))
+        *status = base_fail(it->err, "--format: '%s' is not auto, text, jsonl or tokens", v);
+    return 1;
+}
+
+static const char data_opts_help[] =
+    "  --data PATH        a file, a folder (its files, sorted) or a quoted glob\n"
+    "  --format F         auto (default: shard magic, .jsonl/.json/.ndjson, else text), text\n"
+    "                     (one document per file), jsonl, tokens (titan token shards)\n"
+    "  --field NAME       JSONL field holding the text (text)\n"
+    "  --skip-bad-lines   skip (count, log) malformed JSONL lines instead of failing\n";
+
+/* titan tokenize: dataset -> token shards, on all cores. */
+static int cmd_tokenize(int argc, char **argv, base_err *err) {
+    data_args d = {0};
+    data_tokenize_cfg c = {0};
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        const char *a = argv[it.i];
+        int st = 0;
+        if (parse_data_opt(&it, &d, &st)) {
+            if (st) return -1;
+        } else if (!strcmp(a, "--out")) {
+            if (!(c.out_dir = need_value(&it))) return -1;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(&it, &c.threads, 1)) return -1;
+        } else if (!strcmp(a, "--shard-tokens")) {
+            int n;
+            if (parse_int(&it, &n, 1)) return -1;
+            c.shard_tokens = n;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: titan tokenize --tokenizer DIR --data PATH --out DIR [options]\n"
+                   "Encodes every document (order kept) into OUT/shard-00000.tok, ...\n%s"
+                   "  --out DIR          output folder (must not hold .tok files yet)\n"
+                   "  --shard-tokens N   start a new shard after N tokens (2^28)\n"
+                   "  --threads N        encoding threads (default: all cores)\n",
+                   data_opts_help);
+            return 0;
+        } else {
+            return base_fail(err, "tokenize: unknown option '%s'", a);
+        }
+    }
+    if (!d.path || !d.tokenizer || !c.out_dir)
+        return base_fail(err, "tokenize: --data, --tokenizer and --out are required");
+    c.path = d.path;
+    c.format = d.format;
+    c.field = d.field;
+    c.skip_bad_lines = d.skip_bad;
+    c.tokenizer = d.tokenizer;
+    int64_t docs, tokens;
+    const double t0 = base_now();
+    if (data_tokenize(&c, &docs, &tokens, err)) return -1;
+    printf("tokenized %lld documents into %lld tokens in %s (%.2f s)\n", (long long)docs,
+           (long long)tokens, c.out_dir, base_now() - t0);
+    return 0;
+}
+
+/* titan data: prints the loader's windows ([seq_len + 1] ids per line) and its final state. */
+static int cmd_data(int argc, char **argv, base_err *err) {
+    data_args d = {0};
+    data_loader_cfg c = {0};
+    c.seq_len = 128;
+    c.batch = 1;
+    c.dp_size = 1;
+    c.infinite = 1;
+    c.enc.vocab_size = INT32_MAX;
+    int batches = 1;
+    const char *state = NULL;
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        const char *a = argv[it.i];
+        int st = 0;
+        if (parse_data_opt(&it, &d, &st)) {
+        } else if (!strcmp(a, "--seq-len")) {
+            st = parse_int(&it, &c.seq_len, 1);
+        } else if (!strcmp(a, "--batch")) {
+            st = parse_int(&it, &c.batch, 1);
+        } else if (!strcmp(a, "--batches")) {
+            st = parse_int(&it, &batches, 0);
+        } else if (!strcmp(a, "--dp-rank")) {
+            st = parse_int(&it, &c.dp_rank, 0);
+        } else if (!strcmp(a, "--dp-size")) {
+            st = parse_int(&it, &c.dp_size, 1);
+        } else if (!strcmp(a, "--vocab-size")) {
+            st = parse_int(&it, &c.enc.vocab_size, 1);
+        } else if (!strcmp(a, "--finite")) {
+            c.infinite = 0;
+        } else if (!strcmp(a, "--state")) {
+            st = (state = need_value(&it)) ? 0 : -1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: titan data --data PATH [--tokenizer DIR] [options]\n"
+                   "Prints the loader's windows, one line of seq_len + 1 ids each (input =\n"
+                   "window[:-1], labels = window[1:]), batch after batch, then its state\n"
+                   "as JSON on stderr (`state: {...}`).\n%s"
+                   "  --tokenizer DIR    HF tokenizer folder (default: one token per byte)\n"
+                   "  --seq-len T        tokens per window, without the extra label (128)\n"
+                   "  --batch B          windows per batch (1)\n"
+                   "  --batches N        batches to print (1)\n"
+                   "  --dp-rank R, --dp-size N   this rank's share of the documents (0, 1)\n"
+                   "  --vocab-size V     model vocabulary the ids must fit (no limit)\n"
+                   "  --finite           stop at the end of the data instead of restarting\n"
+                   "  --state JSON       resume from a state printed by an earlier run\n",
+                   data_opts_help);
+            return 0;
+        } else {
+            return base_fail(err, "data: unknown option '%s'", a);
+        }
+        if (st) return -1;
+    }
+    if (!d.path) return base_fail(err, "data: --data PATH is required");
+    base_log_all_to_stderr(1); /* stdout is the windows */
+    c.path = d.path;
+    c.format = d.format;
+    c.field = d.field;
+    c.skip_bad_lines = d.skip_bad;
+    if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
+    data_loader *l = NULL;
+    const size_t n = (size_t)c.batch * (size_t)c.seq_len;
+    int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    int rc = !x || !y ? base_fail(err, "out of memory") : data_loader_open(&l, &c, err);
+    if (!rc && state) {
+        data_loader_state s;
+        rc = data_loader_state_parse(state, &s, err);
+        if (!rc) rc = data_loader_set_state(l, &s, err);
+    }
+    for (int b = 0; !rc && b < batches; b++) {
+        int got = data_loader_next(l, x, y, err);
+        if (got <= 0) {
+            rc = got;
+            break;
+        }
+        for (int w = 0; w < c.batch; w++) {
+            const int32_t *xw = x + (size_t)w * c.seq_len, *yw = y + (size_t)w * c.seq_len;
+            for (int t = 0; t < c.seq_len; t++) printf("%d ", xw[t]);
+            printf("%d\n", yw[c.seq_len - 1]);
+        }
+    }
+    if (!rc) {
+        data_loader_state s;
+        char buf[512];
+        data_loader_get_state(l, &s);
+        data_loader_state_format(&s, buf, sizeof buf);
+        fflush(stdout);
+        fprintf(stderr, "state: %s\n", buf);
+    }
+    data_loader_free(l);
+    data_tok_free(c.enc.tok);
+    free(x);
+    free(y);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
@@ -377,6 +568,10 @@ int main(int argc, char **argv) {
         rc = cmd_inspect(argc, argv, &err);
     } else if (!strcmp(argv[1], "encode") || !strcmp(argv[1], "decode")) {
         rc = cmd_codec(argc, argv, !strcmp(argv[1], "encode"), &err);
+    } else if (!strcmp(argv[1], "tokenize")) {
+        rc = cmd_tokenize(argc, argv, &err);
+    } else if (!strcmp(argv[1], "data")) {
+        rc = cmd_data(argc, argv, &err);
     } else if (!strcmp(argv[1], "kernels")) {
         rc = cmd_kernels();
     } else {

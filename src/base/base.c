@@ -33,6 +33,12 @@ void base_log_set_rank(int rank) {
     g_rank = rank;
 }
 
+static int g_all_stderr;
+
+void base_log_all_to_stderr(int on) {
+    g_all_stderr = on;
+}
+
 void base_log(base_log_level level, const char *fmt, ...) {
     if (level < g_level) return;
     static const char *names[] = {"debug", "info", "warn", "error"};
@@ -44,7 +50,7 @@ void base_log(base_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
-    FILE *f = level >= BASE_LOG_WARN ? stderr : stdout;
+    FILE *f = level >= BASE_LOG_WARN || g_all_stderr ? stderr : stdout;
     fprintf(f, "%s\n", line);
     fflush(f);
 }
@@ -114,10 +120,14 @@ float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-uint64_t base_hash_str(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+uint64_t base_hash_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
     return h;
+}
+
+uint64_t base_hash_str(const char *s) {
+    return base_hash_bytes(BASE_HASH_INIT, s, strlen(s));
 }
 
 int base_parse_i64(const char *s, int64_t *out) {

@@ -18,6 +18,8 @@ int base_fail(base_err *err, const char *fmt, ...) __attribute__((format(printf,
 typedef enum { BASE_LOG_DEBUG, BASE_LOG_INFO, BASE_LOG_WARN, BASE_LOG_ERROR } base_log_level;
 void base_log(base_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void base_log_set_level(base_log_level level);
+/* Debug and info lines go to stdout unless this is on (commands whose stdout is data). */
+void base_log_all_to_stderr(int on);
 /* Rank shown in every log line once a run has more than one process (-1 hides it). */
 void base_log_set_rank(int rank);
 
@@ -41,6 +43,9 @@ float base_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
 /* FNV-1a of a string: the stream id of a named parameter. */
 uint64_t base_hash_str(const char *s);
+/* FNV-1a continued over n more bytes (start from BASE_HASH_INIT): fingerprints. */
+#define BASE_HASH_INIT 0xcbf29ce484222325ULL
+uint64_t base_hash_bytes(uint64_t h, const void *p, size_t n);
 
 /* Creates a directory and its missing parents (mkdir -p). */
 int base_mkdir_p(const char *dir, base_err *err);

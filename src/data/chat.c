@@ -1,9 +1,9 @@
-/* data: the Qwen3 chat template in C (see the chat section of tokenizer.h). */
+/* data: the Qwen3 chat template in C (see the chat section of data.h). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/tokenizer.h"
+#include "data/data.h"
 
 typedef struct {
     char *p;

@@ -1,6 +1,6 @@
-/* Byte-level BPE tokenizer (see tokenizer.h). */
+/* Byte-level BPE tokenizer (see data.h). */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "data/tokenizer.h"
+#include "data/data.h"
 
 #include <jansson.h>
 #include <pcre2.h>

@@ -50,59 +50,60 @@ double train_measure_peak_flops(void) {
     return best;
 }
 
-/* Token source: bytes of a text file in disjoint windows of seq_len+1, or random tokens. */
+/* Token source: the packing loader over a dataset, or uniformly random tokens. */
 typedef struct {
-    unsigned char *text;
-    size_t len, pos;
+    data_tok *tok;
+    data_loader *loader;
     uint64_t seed, counter;
     int vocab;
 } token_source;
+
+static void source_close(token_source *s) {
+    data_loader_free(s->loader);
+    data_tok_free(s->tok);
+    memset(s, 0, sizeof *s);
+}
 
 static int source_open(token_source *s, const train_opts *o, base_err *err) {
     memset(s, 0, sizeof *s);
     s->seed = o->seed;
     s->vocab = o->model.vocab_size;
     if (!o->data_path) return 0;
-    if (o->model.vocab_size < 256)
-        return base_fail(err, "%s: byte tokens need vocab_size >= 256 (got %d)", o->data_path,
-                         o->model.vocab_size);
-    size_t n = 0;
-    s->text = (unsigned char *)base_read_file(o->data_path, (size_t)1 << 40, &n, err);
-    if (!s->text) return -1;
-    if (n < (size_t)o->seq_len + 1) {
-        free(s->text);
-        s->text = NULL;
-        return base_fail(err, "%s: %zu bytes is shorter than one window of seq_len+1 = %d",
-                         o->data_path, n, o->seq_len + 1);
+    if (o->tokenizer_dir && data_tok_load(o->tokenizer_dir, &s->tok, err)) return -1;
+    data_loader_cfg c = {.path = o->data_path,
+                         .format = o->data_format,
+                         .field = o->data_field,
+                         .skip_bad_lines = o->skip_bad_lines,
+                         .enc = {s->tok, o->model.vocab_size},
+                         .seq_len = o->seq_len,
+                         .batch = o->batch,
+                         .dp_rank = 0,
+                         .dp_size = 1,
+                         .infinite = 1};
+    if (data_loader_open(&s->loader, &c, err)) {
+        source_close(s);
+        return -1;
     }
-    s->len = n;
     return 0;
 }
 
 /* Fills one [B, T] microbatch of inputs and next-token targets. */
-static void source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int T) {
+static int source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err) {
+    if (s->loader) return data_loader_next(s->loader, tok, tgt, err) == 1 ? 0 : -1;
     for (int b = 0; b < B; b++) {
         int32_t *x = tok + (size_t)b * T, *y = tgt + (size_t)b * T;
-        if (!s->text) {
-            for (int t = 0; t <= T; t++) {
-                int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, s->counter++) % s->vocab);
-                if (t < T) x[t] = v;
-                if (t > 0) y[t - 1] = v;
-            }
-            continue;
+        for (int t = 0; t <= T; t++) {
+            int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, s->counter++) % s->vocab);
+            if (t < T) x[t] = v;
+            if (t > 0) y[t - 1] = v;
         }
-        if (s->pos + T + 1 > s->len) s->pos = 0; /* next epoch */
-        for (int t = 0; t < T; t++) {
-            x[t] = s->text[s->pos + t];
-            y[t] = s->text[s->pos + t + 1];
-        }
-        s->pos += (size_t)T + 1;
     }
+    return 0;
 }
 
-/* Samples o->sample_tokens tokens at temperature 0.8, starting from a newline (byte data)
- * or token 0. The model sees the last seq_len tokens: past seq_len the window slides, as
- * training windows start at arbitrary offsets. */
+/* Samples o->sample_tokens tokens at temperature 0.8, starting from the tokenizer's eos (a
+ * document boundary), a newline (byte data) or token 0. The model sees the last seq_len tokens:
+ * past seq_len the window slides, as training windows start at arbitrary offsets. */
 static void sample(model *m, const train_opts *o, const token_source *src) {
     const int T = m->seq_len, V = m->args.vocab_size, total = o->sample_tokens + 1;
     const double temp = 0.8;
@@ -110,7 +111,8 @@ static void sample(model *m, const train_opts *o, const token_source *src) {
     int32_t *win = base_alloc(sizeof(int32_t) * (size_t)T);
     float *logits = base_alloc(sizeof(float) * (size_t)T * V);
     if (!seq || !win || !logits) goto done;
-    seq[0] = src->text ? '\n' : 0;
+    const int32_t eos = src->tok ? data_tok_eos_id(src->tok) : -1;
+    seq[0] = src->tok ? (eos >= 0 ? eos : 0) : src->loader ? '\n' : 0;
     printf("sample (temperature %.1f):\n", temp);
     for (int n = 1; n < total; n++) {
         const int len = n < T ? n : T;
@@ -131,10 +133,20 @@ static void sample(model *m, const train_opts *o, const token_source *src) {
             }
         }
         seq[n] = pick;
-        if (src->text)
+        if (!src->tok && src->loader)
             putchar(pick < 256 ? pick : '?');
-        else
+        else if (!src->tok)
             printf("%d ", pick);
+    }
+    if (src->tok) { /* decode at the end: a character may span several tokens */
+        char *text = NULL;
+        size_t len = 0;
+        base_err e;
+        if (data_tok_decode(src->tok, seq + 1, (size_t)total - 1, 0, &text, &len, &e) == 0)
+            fwrite(text, 1, len, stdout);
+        else
+            printf("(cannot decode: %s)", e.msg);
+        free(text);
     }
     printf("\n");
 done:
@@ -195,7 +207,8 @@ int train_run(const train_opts *o, base_err *err) {
         double t0 = base_now();
         int64_t valid = 0;
         for (int mb = 0; mb < o->grad_accum; mb++) {
-            source_next(&src, tok + mb * NT, tgt + mb * NT, o->batch, o->seq_len);
+            if (source_next(&src, tok + mb * NT, tgt + mb * NT, o->batch, o->seq_len, err))
+                goto out;
             for (size_t i = 0; i < NT; i++) valid += tgt[mb * NT + i] != OPS_IGNORE_INDEX;
         }
         double t_data = base_now() - t0;
@@ -263,6 +276,6 @@ out:
     base_free(tgt);
     optim_adamw_free(&opt);
     model_free(&m);
-    free(src.text);
+    source_close(&src);
     return rc;
 }

@@ -6,12 +6,17 @@
 #include <stdint.h>
 
 #include "../base/base.h"
+#include "../data/data.h"
 #include "../model/model.h"
 #include "../optim/optim.h"
 
 typedef struct {
     model_args model;
-    const char *data_path; /* text file, one token per byte; NULL = random tokens */
+    const char *data_path;     /* dataset (file, folder, glob); NULL = random tokens */
+    const char *tokenizer_dir; /* HF tokenizer folder; NULL = one token per byte */
+    data_format data_format;
+    const char *data_field; /* JSONL text field (NULL = "text") */
+    int skip_bad_lines;
     int steps, batch, seq_len, grad_accum;
     optim_adamw_cfg adamw;
     optim_lr_cfg lr;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "data/tokenizer.h"
+#include "data/data.h"
 
 #ifndef TITAN_SHARED_DIR
 #define TITAN_SHARED_DIR "../shared"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
-#include "data/tokenizer.h"
+#include "data/data.h"
 
 #ifndef TITAN_SHARED_DIR
 #define TITAN_SHARED_DIR "../shared"

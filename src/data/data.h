@@ -1,0 +1,214 @@
+/* data: the tokenizer, the chat template, dataset sources and the packing loader.
+ *
+ * ---- tokenizer (src/data/tokenizer.c) ----
+ * Byte-level BPE tokenizer loaded from a Hugging Face tokenizer folder
+ * (tokenizer.json + tokenizer_config.json), encoding exactly as HF `tokenizers` does for
+ * the Qwen3 tokenizer and for plain GPT-2-style ByteLevel tokenizers.
+ *
+ * Supported tokenizer.json (anything else is refused with an error naming file and field):
+ *   model:          type "BPE", vocab {token: id}, merges as "a b" strings or ["a", "b"] pairs,
+ *                   dropout null, unk_token null, byte_fallback false, ignore_merges false,
+ *                   continuing_subword_prefix / end_of_word_suffix null or "".
+ *   normalizer:     null or {"type": "NFC"} (utf8proc).
+ *   pre_tokenizer:  Sequence[Split(Regex, Isolated, invert false),
+ *                            ByteLevel(add_prefix_space false, use_regex false)]
+ *                   or ByteLevel(add_prefix_space false, use_regex true) (GPT-2 regex).
+ *                   Regexes run on PCRE2 (UTF + UCP, JIT).
+ *   added_tokens:   lstrip, rstrip, single_word and normalized must be false; special any.
+ * tokenizer_config.json is optional; bos_token / eos_token / pad_token may be a string,
+ * null, or an object with "content"; the token must exist (id -1 when null or absent).
+ *
+ * Encode pipeline: split on added tokens (leftmost, longest match; never split further),
+ * NFC the other segments, pre-tokenize, map bytes to the GPT-2 byte-level alphabet, apply
+ * rank-ordered BPE merges (pair -> rank hash map, heap; pre-token -> ids cache).
+ * No special tokens are added (Qwen3 adds none: like add_special_tokens=False).
+ *
+ * Invalid UTF-8 input: each byte that does not start a valid UTF-8 sequence (overlong,
+ * surrogate, > U+10FFFF, truncated) is replaced by U+FFFD before anything else, then the
+ * text is encoded as usual. Encode never fails on content; it only fails on allocation.
+ *
+ * A data_tok is not safe for concurrent data_tok_encode calls (the cache is shared);
+ * data_tok_decode and the lookups are read-only. */
+#ifndef TITAN_DATA_H
+#define TITAN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+typedef struct data_tok data_tok;
+
+/* Growable id list: data_tok_encode appends to it. Zero-initialise; free with
+ * data_tok_ids_free. */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} data_tok_ids;
+
+void data_tok_ids_free(data_tok_ids *v);
+
+/* Loads dir/tokenizer.json and (if present) dir/tokenizer_config.json. */
+int data_tok_load(const char *dir, data_tok **out, base_err *err);
+void data_tok_free(data_tok *t);
+
+/* Appends the ids of text[0..len) to out. */
+int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out, base_err *err);
+
+/* Decodes ids to bytes (reverse byte-level mapping; a token with a character outside the
+ * byte-level alphabet contributes its raw UTF-8). Added tokens marked special are skipped
+ * when skip_special is non-zero. Output is NUL-terminated raw bytes (not repaired to valid
+ * UTF-8); *out is malloc'ed, free with free(). Fails on an id outside the vocabulary. */
+int data_tok_decode(const data_tok *t, const int32_t *ids, size_t n, int skip_special, char **out,
+                    size_t *out_len, base_err *err);
+
+/* One more than the largest id (vocab and added tokens). */
+int32_t data_tok_vocab_size(const data_tok *t);
+/* Token string of an id (NULL when none); id of a token string (-1 when none). */
+const char *data_tok_token(const data_tok *t, int32_t id);
+int32_t data_tok_token_id(const data_tok *t, const char *token);
+int data_tok_is_special(const data_tok *t, int32_t id);
+/* From tokenizer_config.json; -1 when unset. */
+int32_t data_tok_bos_id(const data_tok *t);
+int32_t data_tok_eos_id(const data_tok *t);
+int32_t data_tok_pad_id(const data_tok *t);
+
+/* ---- chat template (src/data/chat.c) ----
+ * The Qwen3 chat template (tokenizer_config.json "chat_template") rendered in C for the
+ * plain cases: messages with role "system" / "user" / "assistant" and string content,
+ * add_generation_prompt and enable_thinking. Matches the Jinja template byte for byte:
+ * a leading system message goes first; assistant turns have their <think>...</think>
+ * reasoning taken out of content (or from reasoning_content when non-NULL); turns after the
+ * last real user query keep the reasoning as "<think>\n...\n</think>\n\n" (the final
+ * assistant turn always does), earlier ones drop it; enable_thinking == 0 with
+ * add_generation_prompt appends an empty think block.
+ * Not supported (an error names the feature): tools, tool calls, role "tool",
+ * non-string content, any other role (the Jinja template silently drops unknown roles;
+ * here they are refused). The rendered text still has to be encoded with data_tok_encode
+ * (the special tokens <|im_start|> etc. are added tokens, matched there). */
+typedef struct {
+    const char *role;
+    const char *content;
+    const char *reasoning_content; /* optional: NULL means absent */
+} data_chat_msg;
+
+/* Renders msgs[0..n) (n >= 1: the template reads messages[0]) to a malloc'ed NUL-terminated
+ * string *out (free with free()). */
+int data_chat_render(const data_chat_msg *msgs, int n, int add_generation_prompt,
+                     int enable_thinking, char **out, base_err *err);
+
+/* Parses a JSON array of {"role": string, "content": string[, "reasoning_content": string
+ * or null]} objects (other keys ignored; a non-empty "tool_calls" is refused). *msgs is one
+ * allocation holding the strings too; free with data_chat_msgs_free. Errors name the index
+ * and field. */
+int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs, int *n,
+                         base_err *err);
+void data_chat_msgs_free(data_chat_msg *msgs);
+
+/* ---- datasets (src/data/dataset.c) ----
+ * A dataset is an ordered list of files, each holding documents:
+ *   text    one document per file (the whole file);
+ *   jsonl   one document per non-blank line, a JSON object whose string field `field`
+ *           (default "text") is the document; streamed line by line, never read whole;
+ *   tokens  a titan token shard (below): pre-tokenized documents, mmap'ed.
+ * A path is a file, a directory (its regular files, sorted by name, hidden files skipped) or
+ * a glob(3) pattern (matches sorted). Format "auto" decides per file: the shard magic ->
+ * tokens, extension .jsonl / .json / .ndjson -> jsonl, anything else -> text.
+ * Documents are numbered globally across the files in order, starting at 0.
+ *
+ * Token shard format (little endian), version 1:
+ *   0   char[8]  magic "TITANTOK"
+ *   8   u32      version (1)
+ *   12  u32      dtype (1 = uint32 token ids; the only one defined)
+ *   16  u64      n_docs
+ *   24  u64      n_tokens
+ *   32  i32      vocab_size of the tokenizer that wrote it (ids are < vocab_size)
+ *   36  i32      bos_id, 40 i32 eos_id (-1 = none): the loader adds them, they are not stored
+ *   44  u32      reserved (0)
+ *   48  u64      doc_offsets[n_docs + 1]   token offsets: [0] = 0, non-decreasing,
+ *                                          [n_docs] = n_tokens
+ *   48 + 8 (n_docs + 1): u32 tokens[n_tokens]; the file ends there exactly.
+ * The header and offsets are validated on open; token ids are checked as documents are read. */
+typedef enum { DATA_FMT_AUTO, DATA_FMT_TEXT, DATA_FMT_JSONL, DATA_FMT_TOKENS } data_format;
+
+/* "auto", "text", "jsonl", "tokens"; -1 when unknown. */
+int data_format_parse(const char *s, data_format *out);
+const char *data_format_name(data_format f);
+
+#define DATA_SHARD_MAGIC "TITANTOK"
+#define DATA_SHARD_VERSION 1u
+#define DATA_SHARD_HEADER_BYTES 48
+
+/* How text becomes ids: a tokenizer (bos if it has one + tokens + eos from
+ * tokenizer_config.json, as torchtitan's HF dataset), or, when tok is NULL, raw bytes
+ * (id = byte value, no bos/eos: the byte-level demo). */
+typedef struct {
+    data_tok *tok;
+    int32_t vocab_size; /* ids must be < this: the model's vocabulary */
+} data_encoder;
+
+/* Writes token shards from a dataset, using `threads` threads (<= 0: all cores; each has
+ * its own tokenizer). Documents keep their order; a shard is closed once it holds at least
+ * shard_tokens tokens (documents are never split), so out_dir gets shard-00000.tok, ...
+ * Prints nothing; fills *n_docs and *n_tokens (may be NULL). */
+typedef struct {
+    const char *path; /* input dataset (text or jsonl; tokens refused) */
+    data_format format;
+    const char *field;     /* JSONL text field; NULL = "text" */
+    int skip_bad_lines;    /* skip (count, log) malformed JSONL lines instead of failing */
+    const char *tokenizer; /* tokenizer folder */
+    const char *out_dir;
+    int64_t shard_tokens; /* <= 0: 1 << 28 */
+    int threads;
+} data_tokenize_cfg;
+int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs, int64_t *n_tokens, base_err *err);
+
+/* ---- the packing loader (src/data/loader.c) ----
+ * Exactly torchtitan v0.2.2's HuggingFaceTextDataset: document i goes to data-parallel
+ * rank i mod dp_size; each document of this rank becomes [bos] + tokens + [eos] and is
+ * appended to one stream; the stream is cut into consecutive, non-overlapping windows of
+ * seq_len + 1 tokens (input = window[:-1], labels = window[1:]; windows cross document
+ * boundaries); a batch is `batch` consecutive windows. When the dataset is exhausted it
+ * restarts from document 0 (epoch + 1, logged once per restart), keeping the partial
+ * window; a non-infinite loader (validation) ends instead, dropping the partial batch. */
+typedef struct {
+    const char *path;
+    data_format format;
+    const char *field;  /* NULL = "text" */
+    int skip_bad_lines; /* skip (count, log) malformed JSONL lines instead of failing */
+    data_encoder enc;
+    int seq_len, batch;
+    int dp_rank, dp_size; /* dp_size 0 = 1 */
+    int infinite;
+} data_loader_cfg;
+
+/* Where the next window starts: everything needed to resume exactly. Restoring re-reads
+ * the documents from `doc` on and drops the first `doc_tokens` tokens of that one. */
+typedef struct {
+    int64_t epoch;        /* 0-based */
+    int64_t doc;          /* global document index (this epoch) holding the next token */
+    int64_t doc_tokens;   /* tokens of that document ([bos] + ids + [eos]) already consumed */
+    int32_t file;         /* index of the file holding it */
+    int64_t file_doc;     /* document index within that file */
+    int64_t byte_off;     /* byte offset of its line (jsonl; 0 otherwise) */
+    int64_t line;         /* lines before it in that file (jsonl; 0 otherwise) */
+    int64_t bad_lines;    /* malformed JSONL lines skipped so far */
+    uint64_t fingerprint; /* hash of the file list, sizes and encoding settings */
+} data_loader_state;
+
+typedef struct data_loader data_loader;
+
+int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *err);
+void data_loader_free(data_loader *l);
+/* Fills inputs[batch * seq_len] and labels[batch * seq_len]. Returns 1 with a batch, 0 at
+ * the end of a non-infinite loader, -1 on error (err names the file, line or document). */
+int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err);
+void data_loader_get_state(const data_loader *l, data_loader_state *s);
+/* Repositions the loader; fails if the state does not fit this dataset (other files,
+ * sizes or encoding: the fingerprint differs) or points outside it. */
+int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
+/* The state as one line of JSON ({"epoch": 0, ...}, < 512 bytes) and back. */
+int data_loader_state_format(const data_loader_state *s, char *buf, size_t n);
+int data_loader_state_parse(const char *json, data_loader_state *s, base_err *err);
+
+#endif

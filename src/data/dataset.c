@@ -1,0 +1,500 @@
+/* data: dataset files (text, JSON Lines, token shards) and a sequential document reader
+ * (see the datasets section of data.h). */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/internal.h"
+
+/* A text document (one whole file) may be at most this large. */
+#define TEXT_DOC_MAX ((size_t)1 << 34)
+/* A JSONL line may be at most this long. */
+#define JSONL_LINE_MAX ((size_t)1 << 30)
+/* Skipped bad lines are logged one by one up to this many, then only counted. */
+#define BAD_LINES_LOGGED 20
+
+static const char *const format_names[] = {"auto", "text", "jsonl", "tokens"};
+
+int data_format_parse(const char *s, data_format *out) {
+    for (int i = 0; i < 4; i++)
+        if (s && strcmp(s, format_names[i]) == 0) {
+            *out = (data_format)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *data_format_name(data_format f) {
+    return (unsigned)f < 4 ? format_names[f] : "?";
+}
+
+/* ---- token shards ---- */
+
+static uint32_t rd_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd_u64(const unsigned char *p) {
+    return (uint64_t)rd_u32(p) | (uint64_t)rd_u32(p + 4) << 32;
+}
+
+uint64_t data_shard_offset(const data_shard *s, uint64_t i) {
+    return rd_u64(s->offsets + 8 * i);
+}
+
+void data_shard_close(data_shard *s) {
+    if (s->map) munmap(s->map, s->size);
+    memset(s, 0, sizeof *s);
+}
+
+int data_shard_open(data_shard *s, const char *path, base_err *err) {
+    memset(s, 0, sizeof *s);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return base_fail(err, "%s: not a regular file", path);
+    }
+    const size_t size = (size_t)st.st_size;
+    if (size < DATA_SHARD_HEADER_BYTES) {
+        close(fd);
+        return base_fail(err, "%s: token shard truncated: %zu bytes, the header alone is %d", path,
+                         size, DATA_SHARD_HEADER_BYTES);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
+    const unsigned char *h = map;
+    s->map = map;
+    s->size = size;
+    if (memcmp(h, DATA_SHARD_MAGIC, 8) != 0) {
+        data_shard_close(s);
+        return base_fail(err, "%s: not a titan token shard (bad magic)", path);
+    }
+    const uint32_t version = rd_u32(h + 8), dtype = rd_u32(h + 12);
+    if (version != DATA_SHARD_VERSION) {
+        data_shard_close(s);
+        return base_fail(err, "%s: token shard version %u is not supported (this titan reads %u)",
+                         path, version, DATA_SHARD_VERSION);
+    }
+    if (dtype != 1) {
+        data_shard_close(s);
+        return base_fail(err, "%s: token shard dtype %u is not supported (1 = uint32)", path,
+                         dtype);
+    }
+    s->n_docs = rd_u64(h + 16);
+    s->n_tokens = rd_u64(h + 24);
+    s->vocab_size = (int32_t)rd_u32(h + 32);
+    s->bos = (int32_t)rd_u32(h + 36);
+    s->eos = (int32_t)rd_u32(h + 40);
+    const char *bad = NULL;
+    if (rd_u32(h + 44) != 0)
+        bad = "reserved field is not 0";
+    else if (s->vocab_size <= 0)
+        bad = "vocab_size must be positive";
+    else if (s->bos < -1 || s->bos >= s->vocab_size)
+        bad = "bos_id out of range";
+    else if (s->eos < -1 || s->eos >= s->vocab_size)
+        bad = "eos_id out of range";
+    if (bad) {
+        data_shard_close(s);
+        return base_fail(err, "%s: bad token shard header: %s", path, bad);
+    }
+    /* Exact size: header, tokens, padding to 8, offsets; every product checked. */
+    const uint64_t lim = (uint64_t)1 << 60, nd = s->n_docs, nt = s->n_tokens;
+    if (nt > lim / 4 || nd > lim / 8) {
+        data_shard_close(s);
+        return base_fail(err,
+                         "%s: token shard header counts are out of range (n_docs %llu, "
+                         "n_tokens %llu)",
+                         path, (unsigned long long)nd, (unsigned long long)nt);
+    }
+    const uint64_t off_start = (DATA_SHARD_HEADER_BYTES + 4 * nt + 7) / 8 * 8;
+    const uint64_t want = off_start + 8 * (nd + 1);
+    if (want != size) {
+        data_shard_close(s);
+        return base_fail(err,
+                         "%s: token shard %s: header says %llu documents and %llu tokens "
+                         "(%llu bytes), the file has %zu bytes",
+                         path, want > size ? "truncated" : "has trailing bytes",
+                         (unsigned long long)nd, (unsigned long long)nt, (unsigned long long)want,
+                         size);
+    }
+    s->tokens = h + DATA_SHARD_HEADER_BYTES;
+    s->offsets = h + off_start;
+    uint64_t prev = data_shard_offset(s, 0);
+    if (prev != 0) {
+        data_shard_close(s);
+        return base_fail(err, "%s: token shard doc_offsets[0] is %llu, not 0", path,
+                         (unsigned long long)prev);
+    }
+    for (uint64_t i = 1; i <= nd; i++) {
+        uint64_t o = data_shard_offset(s, i);
+        if (o < prev || o > nt) {
+            data_shard_close(s);
+            return base_fail(err,
+                             "%s: token shard doc_offsets[%llu] = %llu is out of order or past "
+                             "n_tokens %llu",
+                             path, (unsigned long long)i, (unsigned long long)o,
+                             (unsigned long long)nt);
+        }
+        prev = o;
+    }
+    if (prev != nt) {
+        data_shard_close(s);
+        return base_fail(err, "%s: token shard doc_offsets[n_docs] = %llu, not n_tokens %llu", path,
+                         (unsigned long long)prev, (unsigned long long)nt);
+    }
+    return 0;
+}
+
+/* ---- file lists ---- */
+
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Resolves the format of one file and records its size. */
+static int file_init(data_file *f, const char *path, data_format format, base_err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) return base_fail(err, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return base_fail(err, "%s: not a regular file", path);
+    f->path = strdup(path);
+    if (!f->path) return base_fail(err, "out of memory");
+    f->size = (int64_t)st.st_size;
+    f->format = format;
+    if (format == DATA_FMT_AUTO) {
+        char magic[8] = {0};
+        FILE *fp = fopen(path, "rb");
+        if (!fp) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        size_t got = fread(magic, 1, 8, fp);
+        fclose(fp);
+        if (got == 8 && memcmp(magic, DATA_SHARD_MAGIC, 8) == 0)
+            f->format = DATA_FMT_TOKENS;
+        else if (has_suffix(path, ".jsonl") || has_suffix(path, ".json") ||
+                 has_suffix(path, ".ndjson"))
+            f->format = DATA_FMT_JSONL;
+        else
+            f->format = DATA_FMT_TEXT;
+    }
+    if (f->format == DATA_FMT_TOKENS) { /* validate the header and offsets now */
+        data_shard s;
+        if (data_shard_open(&s, path, err)) return -1;
+        data_shard_close(&s);
+    }
+    return 0;
+}
+
+static int list_paths(const char *path, char ***out, int *n, base_err *err) {
+    *out = NULL;
+    *n = 0;
+    struct stat st;
+    if (strpbrk(path, "*?[")) {
+        glob_t g;
+        int rc = glob(path, GLOB_ERR, NULL, &g);
+        if (rc == GLOB_NOMATCH) return base_fail(err, "%s: no files match", path);
+        if (rc != 0) return base_fail(err, "%s: glob failed", path);
+        char **v = calloc(g.gl_pathc ? g.gl_pathc : 1, sizeof *v);
+        int k = 0;
+        for (size_t i = 0; v && i < g.gl_pathc; i++) {
+            if (stat(g.gl_pathv[i], &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            if (!(v[k] = strdup(g.gl_pathv[i]))) break;
+            k++;
+        }
+        globfree(&g);
+        *out = v;
+        *n = k;
+        if (!v) return base_fail(err, "out of memory");
+        return k ? 0 : base_fail(err, "%s: no regular files match", path);
+    }
+    if (stat(path, &st) != 0) return base_fail(err, "%s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        *out = calloc(1, sizeof **out);
+        if (!*out || !((*out)[0] = strdup(path))) return base_fail(err, "out of memory");
+        *n = 1;
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode)) return base_fail(err, "%s: not a file or directory", path);
+    DIR *d = opendir(path);
+    if (!d) return base_fail(err, "%s: cannot open directory: %s", path, strerror(errno));
+    int cap = 16, k = 0;
+    char **v = malloc(sizeof *v * (size_t)cap);
+    struct dirent *e;
+    while (v && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        size_t len = strlen(path) + strlen(e->d_name) + 2;
+        char *full = malloc(len);
+        if (!full) break;
+        snprintf(full, len, "%s/%s", path, e->d_name);
+        if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(full);
+            continue;
+        }
+        if (k == cap) {
+            char **nv = realloc(v, sizeof *v * (size_t)(cap *= 2));
+            if (!nv) {
+                free(full);
+                break;
+            }
+            v = nv;
+        }
+        v[k++] = full;
+    }
+    closedir(d);
+    *out = v;
+    *n = k;
+    if (!v) return base_fail(err, "out of memory");
+    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    return k ? 0 : base_fail(err, "%s: directory has no data files", path);
+}
+
+/* ---- the reader ---- */
+
+int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,
+                     int skip_bad, base_err *err) {
+    memset(r, 0, sizeof *r);
+    r->fp_file = r->shard_file = -1;
+    if (!path || !*path) return base_fail(err, "no dataset path given");
+    r->field = strdup(field && *field ? field : "text");
+    r->skip_bad = skip_bad;
+    char **paths;
+    int n;
+    int rc = list_paths(path, &paths, &n, err);
+    if (rc == 0 && !(r->files = calloc((size_t)n, sizeof *r->files))) rc = base_fail(err, "oom");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        rc = file_init(&r->files[i], paths[i], format, err);
+        r->n_files = i + 1;
+    }
+    for (int i = 0; paths && i < n; i++) free(paths[i]);
+    free(paths);
+    if (rc == 0 && !r->field) rc = base_fail(err, "out of memory");
+    if (rc) data_reader_close(r);
+    return rc;
+}
+
+static void release_doc(data_reader *r) {
+    free(r->text);
+    r->text = NULL;
+    if (r->json) json_decref((json_t *)r->json);
+    r->json = NULL;
+}
+
+void data_reader_close(data_reader *r) {
+    release_doc(r);
+    if (r->fp) fclose(r->fp);
+    data_shard_close(&r->shard);
+    for (int i = 0; i < r->n_files; i++) free(r->files[i].path);
+    free(r->files);
+    free(r->field);
+    free(r->line);
+    memset(r, 0, sizeof *r);
+    r->fp_file = r->shard_file = -1;
+}
+
+static void close_file(data_reader *r) {
+    if (r->fp) fclose(r->fp);
+    r->fp = NULL;
+    r->fp_file = -1;
+    data_shard_close(&r->shard);
+    r->shard_file = -1;
+}
+
+static void next_file(data_reader *r) {
+    close_file(r);
+    r->next.file++;
+    r->next.file_doc = 0;
+    r->next.byte_off = 0;
+    r->next.line = 0;
+}
+
+/* A bad JSONL line: an error, or a counted and logged skip. Returns 0 to skip, -1 to fail. */
+static int bad_line(data_reader *r, const data_file *f, int64_t line, base_err *err,
+                    const char *fmt, const char *detail) {
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, r->field, detail ? detail : "");
+    if (!r->skip_bad)
+        return base_fail(err, "%s:%lld: %s (set skip_bad_lines to skip such lines)", f->path,
+                         (long long)line, msg);
+    r->bad_lines++;
+    if (r->bad_lines <= BAD_LINES_LOGGED)
+        base_log(BASE_LOG_WARN, "%s:%lld: %s; skipped%s", f->path, (long long)line, msg,
+                 r->bad_lines == BAD_LINES_LOGGED ? " (further bad lines are only counted)" : "");
+    return 0;
+}
+
+static int blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isspace((unsigned char)s[i])) return 0;
+    return 1;
+}
+
+int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *arg, data_doc *d,
+                     base_err *err) {
+    release_doc(r);
+    memset(d, 0, sizeof *d);
+    for (;;) {
+        if (r->next.file >= r->n_files) return 0;
+        const data_file *f = &r->files[r->next.file];
+        if (f->format == DATA_FMT_TEXT) {
+            if (r->next.file_doc > 0) {
+                next_file(r);
+                continue;
+            }
+            d->pos = r->next;
+            r->next.doc++;
+            r->next.file_doc++;
+            if (want && !want(d->pos.doc, arg)) continue;
+            size_t len;
+            r->text = base_read_file(f->path, TEXT_DOC_MAX, &len, err);
+            if (!r->text) return -1;
+            d->text = r->text;
+            d->len = len;
+            return 1;
+        }
+        if (f->format == DATA_FMT_TOKENS) {
+            if (r->shard_file != r->next.file) {
+                close_file(r);
+                if (data_shard_open(&r->shard, f->path, err)) return -1;
+                r->shard_file = r->next.file;
+            }
+            if ((uint64_t)r->next.file_doc >= r->shard.n_docs) {
+                next_file(r);
+                continue;
+            }
+            d->pos = r->next;
+            r->next.doc++;
+            r->next.file_doc++;
+            if (want && !want(d->pos.doc, arg)) continue;
+            d->shard = &r->shard;
+            d->first = data_shard_offset(&r->shard, (uint64_t)d->pos.file_doc);
+            d->n_ids = data_shard_offset(&r->shard, (uint64_t)d->pos.file_doc + 1) - d->first;
+            return 1;
+        }
+        /* JSON Lines */
+        if (r->fp_file != r->next.file) {
+            close_file(r);
+            r->fp = fopen(f->path, "rb");
+            if (!r->fp) return base_fail(err, "%s: cannot open: %s", f->path, strerror(errno));
+            if (fseeko(r->fp, (off_t)r->next.byte_off, SEEK_SET) != 0)
+                return base_fail(err, "%s: cannot seek to byte %lld", f->path,
+                                 (long long)r->next.byte_off);
+            r->fp_file = r->next.file;
+        }
+        errno = 0;
+        ssize_t got = getline(&r->line, &r->line_cap, r->fp);
+        if (got < 0) {
+            if (ferror(r->fp))
+                return base_fail(err, "%s:%lld: read error: %s", f->path,
+                                 (long long)r->next.line + 1, strerror(errno ? errno : EIO));
+            next_file(r);
+            continue;
+        }
+        const int64_t line_no = r->next.line + 1;
+        const data_pos pos = r->next; /* pos.line: lines before this one */
+        r->next.byte_off += got;
+        r->next.line = line_no;
+        size_t len = (size_t)got;
+        if (len > JSONL_LINE_MAX)
+            return base_fail(err, "%s:%lld: line of %zu bytes is longer than the %zu limit",
+                             f->path, (long long)line_no, len, JSONL_LINE_MAX);
+        if (blank(r->line, len)) continue; /* blank lines are not documents */
+        r->next.doc++;
+        r->next.file_doc++;
+        if (want && !want(pos.doc, arg)) continue;
+        json_error_t je;
+        json_t *j = json_loadb(r->line, len,
+                               JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
+        if (!j) {
+            char detail[256];
+            snprintf(detail, sizeof detail, "column %d: %s", je.column, je.text);
+            if (bad_line(r, f, line_no, err, "invalid JSON (%.0s%s)", detail)) return -1;
+            continue;
+        }
+        json_t *v = json_is_object(j) ? json_object_get(j, r->field) : NULL;
+        const char *why = !json_is_object(j)   ? "the line is not a JSON object%.0s%s"
+                          : !v                 ? "no \"%s\" field%s"
+                          : !json_is_string(v) ? "field \"%s\" is not a string%s"
+                                               : NULL;
+        if (why) {
+            json_decref(j);
+            if (bad_line(r, f, line_no, err, why, NULL)) return -1;
+            continue;
+        }
+        r->json = j;
+        d->pos = pos;
+        d->text = json_string_value(v);
+        d->len = json_string_length(v);
+        return 1;
+    }
+}
+
+int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
+    release_doc(r);
+    close_file(r);
+    if (p->file < 0 || p->file > r->n_files || p->doc < 0 || p->file_doc < 0 || p->byte_off < 0 ||
+        p->line < 0)
+        return base_fail(err, "data position out of range (file %d of %d)", p->file, r->n_files);
+    if (p->file < r->n_files) {
+        const data_file *f = &r->files[p->file];
+        if (f->format == DATA_FMT_TEXT && p->file_doc > 1)
+            return base_fail(err, "%s: data position names document %lld of a one-document file",
+                             f->path, (long long)p->file_doc);
+        if (f->format == DATA_FMT_TOKENS) {
+            data_shard s;
+            if (data_shard_open(&s, f->path, err)) return -1;
+            uint64_t nd = s.n_docs;
+            data_shard_close(&s);
+            if ((uint64_t)p->file_doc > nd)
+                return base_fail(err, "%s: data position names document %lld of %llu", f->path,
+                                 (long long)p->file_doc, (unsigned long long)nd);
+        }
+        if (f->format == DATA_FMT_JSONL) {
+            if (p->byte_off > f->size)
+                return base_fail(err, "%s: data position byte %lld is past the end (%lld bytes)",
+                                 f->path, (long long)p->byte_off, (long long)f->size);
+            if (p->byte_off > 0) { /* must be a line start */
+                char c = 0;
+                int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+                ssize_t got = fd >= 0 ? pread(fd, &c, 1, (off_t)p->byte_off - 1) : -1;
+                if (fd >= 0) close(fd);
+                if (got != 1 || c != '\n')
+                    return base_fail(err, "%s: data position byte %lld is not a line start",
+                                     f->path, (long long)p->byte_off);
+            }
+        }
+    }
+    r->next = *p;
+    return 0;
+}
+
+void data_reader_rewind(data_reader *r) {
+    release_doc(r);
+    close_file(r);
+    memset(&r->next, 0, sizeof r->next);
+}
+
+uint64_t data_reader_fingerprint(const data_reader *r) {
+    uint64_t h = BASE_HASH_INIT;
+    for (int i = 0; i < r->n_files; i++) {
+        const data_file *f = &r->files[i];
+        const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
+        h = base_hash_bytes(h, base, strlen(base) + 1); /* the folder may move */
+        h = base_hash_bytes(h, &f->size, sizeof f->size);
+        h = base_hash_bytes(h, &f->format, sizeof f->format);
+    }
+    return base_hash_bytes(h, r->field, strlen(r->field) + 1);
+}

@@ -1,0 +1,81 @@
+/* data: internals shared by the dataset reader (dataset.c), the packing loader (loader.c)
+ * and the shard writer (tokenize.c). Not a public header. */
+#ifndef TITAN_DATA_INTERNAL_H
+#define TITAN_DATA_INTERNAL_H
+
+#include <stdio.h>
+
+#include "data/data.h"
+
+typedef struct {
+    char *path;
+    data_format format; /* resolved: never AUTO */
+    int64_t size;       /* bytes, at open */
+} data_file;
+
+/* A validated, mmap'ed token shard. */
+typedef struct {
+    unsigned char *map;
+    size_t size;
+    uint64_t n_docs, n_tokens;
+    int32_t vocab_size, bos, eos;
+    const unsigned char *tokens;  /* u32 LE [n_tokens] */
+    const unsigned char *offsets; /* u64 LE [n_docs + 1] */
+} data_shard;
+
+int data_shard_open(data_shard *s, const char *path, base_err *err);
+void data_shard_close(data_shard *s);
+uint64_t data_shard_offset(const data_shard *s, uint64_t i);
+
+/* Position of a document in the dataset (also the reader's "next document"). */
+typedef struct {
+    int64_t doc;      /* global index */
+    int32_t file;     /* == n_files: past the end */
+    int64_t file_doc; /* index within the file */
+    int64_t byte_off; /* line start (jsonl) */
+    int64_t line;     /* lines before it in the file (jsonl) */
+} data_pos;
+
+/* One document as read: text (text, jsonl) or stored ids (tokens). */
+typedef struct {
+    data_pos pos;
+    const char *text;
+    size_t len;
+    const data_shard *shard; /* tokens: ids are shard tokens [first, first + n_ids) */
+    uint64_t first, n_ids;
+} data_doc;
+
+/* Sequential reader over a dataset's documents. */
+typedef struct {
+    data_file *files;
+    int n_files;
+    char *field;
+    int skip_bad;
+    data_pos next;
+    int64_t bad_lines;
+    FILE *fp;    /* open jsonl file */
+    int fp_file; /* which file fp is (-1 none) */
+    data_shard shard;
+    int shard_file; /* which file shard is (-1 none) */
+    char *line;
+    size_t line_cap;
+    char *text; /* current text document (text format) */
+    void *json; /* current JSONL object (json_t *) */
+} data_reader;
+
+int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,
+                     int skip_bad, base_err *err);
+void data_reader_close(data_reader *r);
+/* Reads the next document. When want (NULL = all) returns 0 for a document index the document is
+ * only counted (not parsed or loaded: other ranks' documents). Returns 1 with *d filled for a
+ * wanted document, 0 at the end of the dataset, -1 on error. */
+int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *arg, data_doc *d,
+                     base_err *err);
+/* Positions the reader so the next document read is the one at p (validated). */
+int data_reader_seek(data_reader *r, const data_pos *p, base_err *err);
+/* Back to document 0 (next epoch). */
+void data_reader_rewind(data_reader *r);
+/* Hash of the file list (base names, sizes, formats) and the JSONL field. */
+uint64_t data_reader_fingerprint(const data_reader *r);
+
+#endif

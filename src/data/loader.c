@@ -1,0 +1,338 @@
+/* data: the packing loader (see the loader section of data.h). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/internal.h"
+
+/* A document (of this rank) whose tokens are in the buffer. */
+typedef struct {
+    data_pos pos;
+    int64_t epoch;
+    int64_t ntok;
+} seg;
+
+struct data_loader {
+    data_loader_cfg cfg;
+    char *path;
+    data_reader rd;
+    int64_t epoch;
+    int from_start;       /* this epoch's reading began at document 0 */
+    int64_t epoch_tokens; /* tokens this rank got in this epoch */
+    int32_t *buf;         /* pending tokens buf[head .. len) */
+    size_t head, len, cap;
+    seg *q; /* documents in the buffer, oldest first: q[qh .. qn) */
+    size_t qh, qn, qcap;
+    int64_t front_used; /* tokens of q[qh] already consumed */
+    uint64_t fingerprint;
+    data_tok_ids ids;
+};
+
+static int want_doc(int64_t doc, void *arg) {
+    const data_loader *l = arg;
+    return doc % l->cfg.dp_size == l->cfg.dp_rank;
+}
+
+static int reserve(data_loader *l, size_t extra) {
+    if (l->head > 0 && l->head >= l->len / 2) { /* compact */
+        memmove(l->buf, l->buf + l->head, (l->len - l->head) * sizeof *l->buf);
+        l->len -= l->head;
+        l->head = 0;
+    }
+    if (l->len + extra <= l->cap) return 0;
+    size_t cap = l->cap ? l->cap : 4096;
+    while (cap < l->len + extra) cap *= 2;
+    int32_t *nb = realloc(l->buf, cap * sizeof *nb);
+    if (!nb) return -1;
+    l->buf = nb;
+    l->cap = cap;
+    return 0;
+}
+
+static int push(data_loader *l, int32_t id) {
+    if (reserve(l, 1)) return -1;
+    l->buf[l->len++] = id;
+    return 0;
+}
+
+/* Appends one document's [bos] + ids + [eos] to the buffer. */
+static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
+    const data_file *f = &l->rd.files[d->pos.file];
+    const size_t start = l->len - l->head;
+    int32_t bos = -1, eos = -1;
+    if (l->cfg.enc.tok) {
+        bos = data_tok_bos_id(l->cfg.enc.tok);
+        eos = data_tok_eos_id(l->cfg.enc.tok);
+    }
+    if (d->shard) {
+        const data_shard *s = d->shard;
+        data_tok *t = l->cfg.enc.tok;
+        if (t && (s->vocab_size != data_tok_vocab_size(t) || s->bos != bos || s->eos != eos))
+            return base_fail(err,
+                             "%s: shard was written by another tokenizer (vocab_size %d, bos "
+                             "%d, eos %d; this one has %d, %d, %d)",
+                             f->path, s->vocab_size, s->bos, s->eos, data_tok_vocab_size(t), bos,
+                             eos);
+        if (s->vocab_size > l->cfg.enc.vocab_size)
+            return base_fail(err, "%s: shard vocab_size %d is larger than the model's %d", f->path,
+                             s->vocab_size, l->cfg.enc.vocab_size);
+        bos = s->bos;
+        eos = s->eos;
+        if (bos >= 0 && push(l, bos)) goto oom;
+        if (reserve(l, (size_t)d->n_ids)) goto oom;
+        for (uint64_t i = 0; i < d->n_ids; i++) {
+            const unsigned char *p = s->tokens + 4 * (d->first + i);
+            uint32_t v =
+                (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+            if (v >= (uint32_t)s->vocab_size)
+                return base_fail(err, "%s: document %lld, token %llu: id %u >= vocab_size %d",
+                                 f->path, (long long)d->pos.file_doc, (unsigned long long)i, v,
+                                 s->vocab_size);
+            l->buf[l->len++] = (int32_t)v;
+        }
+    } else {
+        if (bos >= 0 && push(l, bos)) goto oom;
+        if (l->cfg.enc.tok) {
+            l->ids.n = 0;
+            if (data_tok_encode(l->cfg.enc.tok, d->text, d->len, &l->ids, err)) return -1;
+            if (reserve(l, l->ids.n)) goto oom;
+            memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
+            l->len += l->ids.n;
+        } else { /* byte tokens */
+            if (reserve(l, d->len)) goto oom;
+            for (size_t i = 0; i < d->len; i++) l->buf[l->len++] = (unsigned char)d->text[i];
+        }
+    }
+    if (eos >= 0 && push(l, eos)) goto oom;
+    const int64_t n = (int64_t)(l->len - l->head - start);
+    if (n == 0) return 0; /* an empty document of byte tokens adds nothing */
+    if (l->qn == l->qcap) {
+        if (l->qh > 0) {
+            memmove(l->q, l->q + l->qh, (l->qn - l->qh) * sizeof *l->q);
+            l->qn -= l->qh;
+            l->qh = 0;
+        } else {
+            size_t cap = l->qcap ? 2 * l->qcap : 64;
+            seg *nq = realloc(l->q, cap * sizeof *nq);
+            if (!nq) goto oom;
+            l->q = nq;
+            l->qcap = cap;
+        }
+    }
+    l->q[l->qn++] = (seg){d->pos, l->epoch, n};
+    l->epoch_tokens += n;
+    return 0;
+oom:
+    return base_fail(err, "%s: out of memory buffering document %lld", f->path,
+                     (long long)d->pos.doc);
+}
+
+/* Reads this rank's next document into the buffer, restarting at the end of the dataset
+ * when infinite. Returns 1, 0 at the end (not infinite), -1 on error. */
+static int read_doc(data_loader *l, base_err *err) {
+    for (;;) {
+        data_doc d;
+        int rc = data_reader_next(&l->rd, want_doc, l, &d, err);
+        if (rc < 0) return -1;
+        if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
+        if (!l->cfg.infinite) return 0;
+        if (l->from_start && l->epoch_tokens == 0)
+            return base_fail(err,
+                             "%s: no tokens for data-parallel rank %d of %d (the dataset has %lld "
+                             "documents)",
+                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc);
+        base_log(BASE_LOG_INFO,
+                 "data: %s exhausted after %lld documents (epoch %lld); restarting from the "
+                 "beginning",
+                 l->path, (long long)l->rd.next.doc, (long long)l->epoch);
+        data_reader_rewind(&l->rd);
+        l->epoch++;
+        l->from_start = 1;
+        l->epoch_tokens = 0;
+    }
+}
+
+static void consume(data_loader *l, int64_t k) {
+    l->head += (size_t)k;
+    while (k > 0 && l->qh < l->qn) {
+        const int64_t rem = l->q[l->qh].ntok - l->front_used;
+        if (k >= rem) {
+            k -= rem;
+            l->qh++;
+            l->front_used = 0;
+        } else {
+            l->front_used += k;
+            k = 0;
+        }
+    }
+}
+
+int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *err) {
+    *out = NULL;
+    if (cfg->seq_len < 1 || cfg->batch < 1)
+        return base_fail(err, "data loader: seq_len (%d) and batch (%d) must be >= 1", cfg->seq_len,
+                         cfg->batch);
+    const int dp = cfg->dp_size ? cfg->dp_size : 1;
+    if (dp < 1 || cfg->dp_rank < 0 || cfg->dp_rank >= dp)
+        return base_fail(err, "data loader: dp_rank %d is not in [0, dp_size %d)", cfg->dp_rank,
+                         dp);
+    data_loader *l = calloc(1, sizeof *l);
+    if (!l) return base_fail(err, "out of memory");
+    l->cfg = *cfg;
+    l->cfg.dp_size = dp;
+    l->path = strdup(cfg->path ? cfg->path : "");
+    l->from_start = 1;
+    if (!l->path ||
+        data_reader_open(&l->rd, cfg->path, cfg->format, cfg->field, cfg->skip_bad_lines, err)) {
+        if (!l->path) base_fail(err, "out of memory");
+        data_loader_free(l);
+        return -1;
+    }
+    l->cfg.path = l->path;
+    l->cfg.field = l->rd.field;
+    const int32_t V = cfg->enc.vocab_size;
+    data_tok *t = cfg->enc.tok;
+    if (t && data_tok_vocab_size(t) > V) {
+        base_fail(err,
+                  "%s: the tokenizer has %d ids but the model's vocab_size is %d (set the model's "
+                  "vocab_size to at least %d)",
+                  cfg->path, data_tok_vocab_size(t), V, data_tok_vocab_size(t));
+        data_loader_free(l);
+        return -1;
+    }
+    for (int i = 0; !t && i < l->rd.n_files; i++)
+        if (l->rd.files[i].format != DATA_FMT_TOKENS && V < 256) {
+            base_fail(err, "%s: byte tokens (no tokenizer) need vocab_size >= 256 (got %d)",
+                      l->rd.files[i].path, V);
+            data_loader_free(l);
+            return -1;
+        }
+    int32_t enc[4] = {t ? data_tok_vocab_size(t) : 0, t ? data_tok_bos_id(t) : -1,
+                      t ? data_tok_eos_id(t) : -1, dp * 65536 + cfg->dp_rank};
+    l->fingerprint = base_hash_bytes(data_reader_fingerprint(&l->rd), enc, sizeof enc);
+    *out = l;
+    return 0;
+}
+
+void data_loader_free(data_loader *l) {
+    if (!l) return;
+    data_reader_close(&l->rd);
+    free(l->path);
+    free(l->buf);
+    free(l->q);
+    data_tok_ids_free(&l->ids);
+    free(l);
+}
+
+int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err) {
+    const int T = l->cfg.seq_len;
+    const size_t need = (size_t)l->cfg.batch * (size_t)(T + 1);
+    while (l->len - l->head < need) {
+        int rc = read_doc(l, err);
+        if (rc <= 0) return rc;
+    }
+    for (int b = 0; b < l->cfg.batch; b++) {
+        const int32_t *w = l->buf + l->head + (size_t)b * (T + 1);
+        memcpy(inputs + (size_t)b * T, w, (size_t)T * sizeof *w);
+        memcpy(labels + (size_t)b * T, w + 1, (size_t)T * sizeof *w);
+    }
+    consume(l, (int64_t)need);
+    return 1;
+}
+
+void data_loader_get_state(const data_loader *l, data_loader_state *s) {
+    memset(s, 0, sizeof *s);
+    if (l->qh < l->qn) {
+        const seg *f = &l->q[l->qh];
+        s->epoch = f->epoch;
+        s->doc = f->pos.doc;
+        s->doc_tokens = l->front_used;
+        s->file = f->pos.file;
+        s->file_doc = f->pos.file_doc;
+        s->byte_off = f->pos.byte_off;
+        s->line = f->pos.line;
+    } else {
+        s->epoch = l->epoch;
+        s->doc = l->rd.next.doc;
+        s->file = l->rd.next.file;
+        s->file_doc = l->rd.next.file_doc;
+        s->byte_off = l->rd.next.byte_off;
+        s->line = l->rd.next.line;
+    }
+    s->bad_lines = l->rd.bad_lines;
+    s->fingerprint = l->fingerprint;
+}
+
+int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
+    if (s->fingerprint != l->fingerprint)
+        return base_fail(err,
+                         "%s: the saved data-loader state belongs to another dataset or setup "
+                         "(files, sizes, tokenizer or data-parallel rank changed)",
+                         l->path);
+    if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0)
+        return base_fail(err, "%s: data-loader state has negative fields", l->path);
+    data_pos p = {s->doc, s->file, s->file_doc, s->byte_off, s->line};
+    if (data_reader_seek(&l->rd, &p, err)) return -1;
+    l->rd.bad_lines = s->bad_lines;
+    l->epoch = s->epoch;
+    l->from_start = s->doc == 0 && s->doc_tokens == 0;
+    l->epoch_tokens = 0;
+    l->head = l->len = 0;
+    l->qh = l->qn = 0;
+    l->front_used = 0;
+    if (s->doc_tokens == 0) return 0;
+    const int64_t epoch = l->epoch;
+    int rc = read_doc(l, err);
+    if (rc < 0) return -1;
+    if (rc == 0 || l->qh == l->qn || l->q[l->qh].pos.doc != s->doc || l->q[l->qh].epoch != epoch ||
+        l->q[l->qh].ntok <= s->doc_tokens)
+        return base_fail(err,
+                         "%s: data-loader state does not fit the data (document %lld, token %lld)",
+                         l->path, (long long)s->doc, (long long)s->doc_tokens);
+    consume(l, s->doc_tokens);
+    return 0;
+}
+
+int data_loader_state_format(const data_loader_state *s, char *buf, size_t n) {
+    int k = snprintf(buf, n,
+                     "{\"epoch\": %lld, \"doc\": %lld, \"doc_tokens\": %lld, \"file\": %d, "
+                     "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
+                     "%lld, \"fingerprint\": \"%016llx\"}",
+                     (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
+                     (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
+                     (long long)s->bad_lines, (unsigned long long)s->fingerprint);
+    return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+int data_loader_state_parse(const char *text, data_loader_state *s, base_err *err) {
+    memset(s, 0, sizeof *s);
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (!j || !json_is_object(j)) {
+        if (j) json_decref(j);
+        return base_fail(err, "data-loader state: not a JSON object (%s)", j ? "" : je.text);
+    }
+    static const char *const keys[] = {"epoch",    "doc",      "doc_tokens", "file",
+                                       "file_doc", "byte_off", "line",       "bad_lines"};
+    int64_t v[8];
+    for (int i = 0; i < 8; i++) {
+        json_t *x = json_object_get(j, keys[i]);
+        if (!json_is_integer(x) || json_integer_value(x) < 0) {
+            json_decref(j);
+            return base_fail(err, "data-loader state: \"%s\" must be a non-negative integer",
+                             keys[i]);
+        }
+        v[i] = json_integer_value(x);
+    }
+    json_t *fp = json_object_get(j, "fingerprint");
+    const char *hex = json_is_string(fp) ? json_string_value(fp) : "";
+    char *end = NULL;
+    unsigned long long h = strtoull(hex, &end, 16);
+    if (strlen(hex) != 16 || !end || *end || v[3] > INT32_MAX) {
+        json_decref(j);
+        return base_fail(err, "data-loader state: bad \"fingerprint\" or \"file\"");
+    }
+    json_decref(j);
+    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6], v[7], h};
+    return 0;
+}

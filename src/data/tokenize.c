@@ -1,0 +1,226 @@
+/* data: `titan tokenize`, text / JSONL datasets to token shards (format in data.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/internal.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token shards are written with the host byte order, which must be little endian"
+#endif
+
+/* Documents are read in chunks of this many (or this many bytes of text), then encoded in
+ * parallel, then written in order. */
+#define CHUNK_DOCS 4096
+#define CHUNK_BYTES ((size_t)16 << 20)
+
+typedef struct {
+    const char *dir;
+    int index; /* next shard number */
+    char path[4096], tmp[4200];
+    FILE *fp;
+    uint64_t n_tokens;
+    uint64_t *offs; /* [n_docs + 1] */
+    size_t n_docs, cap;
+    int32_t vocab, bos, eos;
+} shard_writer;
+
+static int sw_open(shard_writer *w, base_err *err) {
+    snprintf(w->path, sizeof w->path, "%s/shard-%05d.tok", w->dir, w->index++);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", w->path);
+    w->fp = fopen(w->tmp, "wb");
+    if (!w->fp) return base_fail(err, "%s: cannot create: %s", w->tmp, strerror(errno));
+    static const unsigned char zero[DATA_SHARD_HEADER_BYTES];
+    if (fwrite(zero, 1, sizeof zero, w->fp) != sizeof zero)
+        return base_fail(err, "%s: write failed: %s", w->tmp, strerror(errno));
+    w->n_tokens = 0;
+    w->n_docs = 0;
+    w->offs[0] = 0;
+    return 0;
+}
+
+static int sw_add(shard_writer *w, const data_tok_ids *ids, base_err *err) {
+    if (w->n_docs + 2 > w->cap) {
+        size_t cap = w->cap * 2;
+        uint64_t *no = realloc(w->offs, cap * sizeof *no);
+        if (!no) return base_fail(err, "out of memory");
+        w->offs = no;
+        w->cap = cap;
+    }
+    if (ids->n && fwrite(ids->ids, sizeof *ids->ids, ids->n, w->fp) != ids->n)
+        return base_fail(err, "%s: write failed: %s", w->tmp, strerror(errno));
+    w->n_tokens += ids->n;
+    w->offs[++w->n_docs] = w->n_tokens;
+    return 0;
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+    memcpy(p, &v, 4);
+}
+
+static void put64(unsigned char *p, uint64_t v) {
+    memcpy(p, &v, 8);
+}
+
+/* Pads, writes the offsets and the header, fsyncs and renames into place. */
+static int sw_close(shard_writer *w, base_err *err) {
+    static const unsigned char pad[8];
+    unsigned char h[DATA_SHARD_HEADER_BYTES] = {0};
+    memcpy(h, DATA_SHARD_MAGIC, 8);
+    put32(h + 8, DATA_SHARD_VERSION);
+    put32(h + 12, 1);
+    put64(h + 16, w->n_docs);
+    put64(h + 24, w->n_tokens);
+    put32(h + 32, (uint32_t)w->vocab);
+    put32(h + 36, (uint32_t)w->bos);
+    put32(h + 40, (uint32_t)w->eos);
+    const size_t npad = (size_t)(w->n_tokens % 2) * 4;
+    int ok = (!npad || fwrite(pad, 1, npad, w->fp) == npad) &&
+             fwrite(w->offs, 8, w->n_docs + 1, w->fp) == w->n_docs + 1 &&
+             fseek(w->fp, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->fp) == sizeof h &&
+             fflush(w->fp) == 0 && fsync(fileno(w->fp)) == 0;
+    ok = (fclose(w->fp) == 0) && ok;
+    w->fp = NULL;
+    if (!ok || rename(w->tmp, w->path) != 0) {
+        int e = errno;
+        unlink(w->tmp);
+        return base_fail(err, "%s: write failed: %s", w->path, strerror(e));
+    }
+    return 0;
+}
+
+static int dir_has_shards(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        found = n > 4 && strcmp(e->d_name + n - 4, ".tok") == 0;
+    }
+    closedir(d);
+    return found;
+}
+
+int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_tokens_out,
+                  base_err *err) {
+    const int nt = cfg->threads > 0 ? cfg->threads : omp_get_num_procs();
+    const uint64_t shard_tokens =
+        cfg->shard_tokens > 0 ? (uint64_t)cfg->shard_tokens : (uint64_t)1 << 28;
+    data_tok **toks = calloc((size_t)nt, sizeof *toks);
+    data_tok_ids *ids = calloc(CHUNK_DOCS, sizeof *ids);
+    size_t *text_off = malloc(sizeof(size_t) * (CHUNK_DOCS + 1));
+    char *arena = NULL;
+    size_t arena_cap = 0;
+    data_reader rd;
+    memset(&rd, 0, sizeof rd);
+    shard_writer w = {.dir = cfg->out_dir, .cap = 1024};
+    w.offs = malloc(w.cap * sizeof *w.offs);
+    int64_t docs = 0, tokens = 0;
+    int rc = -1;
+    if (!toks || !ids || !text_off || !w.offs) {
+        base_fail(err, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nt; i++) /* one per thread: a tokenizer's cache is not shared */
+        if (data_tok_load(cfg->tokenizer, &toks[i], err)) goto done;
+    w.vocab = data_tok_vocab_size(toks[0]);
+    w.bos = data_tok_bos_id(toks[0]);
+    w.eos = data_tok_eos_id(toks[0]);
+    if (data_reader_open(&rd, cfg->path, cfg->format, cfg->field, cfg->skip_bad_lines, err))
+        goto done;
+    for (int i = 0; i < rd.n_files; i++)
+        if (rd.files[i].format == DATA_FMT_TOKENS) {
+            base_fail(err, "%s: already a token shard", rd.files[i].path);
+            goto done;
+        }
+    if (!cfg->out_dir || base_mkdir_p(cfg->out_dir, err)) {
+        if (!cfg->out_dir) base_fail(err, "tokenize: no output folder given");
+        goto done;
+    }
+    if (dir_has_shards(cfg->out_dir)) {
+        base_fail(err, "%s: already holds .tok shards; remove them or choose another folder",
+                  cfg->out_dir);
+        goto done;
+    }
+    for (int end = 0; !end;) {
+        /* read a chunk of documents (their text copied: the reader reuses its buffers) */
+        int n = 0;
+        size_t used = 0;
+        while (n < CHUNK_DOCS && used < CHUNK_BYTES) {
+            data_doc d;
+            int r = data_reader_next(&rd, NULL, NULL, &d, err);
+            if (r < 0) goto done;
+            if (r == 0) {
+                end = 1;
+                break;
+            }
+            if (used + d.len > arena_cap) {
+                size_t cap = arena_cap ? arena_cap : (size_t)1 << 20;
+                while (cap < used + d.len) cap *= 2;
+                char *na = realloc(arena, cap);
+                if (!na) {
+                    base_fail(err, "out of memory");
+                    goto done;
+                }
+                arena = na;
+                arena_cap = cap;
+            }
+            if (d.len) memcpy(arena + used, d.text, d.len);
+            text_off[n++] = used;
+            used += d.len;
+        }
+        text_off[n] = used;
+        int failed = 0;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            ids[i].n = 0;
+            base_err e;
+            if (data_tok_encode(toks[omp_get_thread_num()], arena + text_off[i],
+                                text_off[i + 1] - text_off[i], &ids[i], &e)) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+        if (failed) {
+            base_fail(err, "tokenize: out of memory while encoding");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) {
+            if (!w.fp && sw_open(&w, err)) goto done;
+            if (sw_add(&w, &ids[i], err)) goto done;
+            docs++;
+            tokens += (int64_t)ids[i].n;
+            if (w.n_tokens >= shard_tokens && sw_close(&w, err)) goto done;
+        }
+    }
+    if (w.fp && sw_close(&w, err)) goto done;
+    if (docs == 0) {
+        base_fail(err, "%s: no documents", cfg->path);
+        goto done;
+    }
+    if (rd.bad_lines)
+        base_log(BASE_LOG_WARN, "tokenize: skipped %lld malformed JSONL lines",
+                 (long long)rd.bad_lines);
+    if (n_docs_out) *n_docs_out = docs;
+    if (n_tokens_out) *n_tokens_out = tokens;
+    rc = 0;
+done:
+    if (w.fp) {
+        fclose(w.fp);
+        unlink(w.tmp);
+    }
+    data_reader_close(&rd);
+    for (int i = 0; toks && i < nt; i++) data_tok_free(toks[i]);
+    for (int i = 0; ids && i < CHUNK_DOCS; i++) data_tok_ids_free(&ids[i]);
+    free(toks);
+    free(ids);
+    free(text_off);
+    free(arena);
+    free(w.offs);
+    return rc;
+}

@@ -1,0 +1,12 @@
+# The data pipeline: titan tokenize / titan data against torchtitan v0.2.2's packing over the
+# Hugging Face Rust tokenizer (tests/reference/check_loader.py).
+# Included by tests/CMakeLists.txt, which sets TITAN_PYTHON and TITAN_SHARED.
+add_test(NAME loader_reference
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_loader.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED} ${CMAKE_BINARY_DIR}/loader_reference)
+set_tests_properties(loader_reference PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;RAYON_NUM_THREADS=2" TIMEOUT 300)
+
+if(TARGET test_loader)
+  target_compile_definitions(test_loader PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
+endif()

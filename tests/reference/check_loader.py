@@ -1,0 +1,210 @@
+"""The data pipeline (`titan tokenize`, `titan data`) against an independent reference:
+torchtitan v0.2.2's HuggingFaceTextDataset packing written out in Python over the Hugging
+Face Rust tokenizer (PyPI `tokenizers`).
+
+Reference semantics (shared/research/torchtitan_qwen3.md §6.2, issue 3): document i goes to
+data-parallel rank i mod dp; a document is [bos if the tokenizer config has one] + ids +
+[eos from tokenizer_config.json]; the stream is cut into disjoint windows of seq_len + 1;
+a batch is `batch` consecutive windows; at the end the data restarts from document 0 and
+the partial window carries over. JSONL documents are the non-blank lines; a bad line is
+still a document slot (it is skipped by the rank that owns it).
+
+usage: check_loader.py TITAN SHARED_DIR WORK_DIR
+"""
+
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+
+from tokenizers import Tokenizer
+
+TITAN, SHARED, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+QWEN = os.path.join(SHARED, "data", "qwen3_tokenizer")
+TEST_TOK = os.path.join(SHARED, "data", "test_tokenizer")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+class Tok:
+    def __init__(self, folder):
+        self.tk = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+        cfg_path = os.path.join(folder, "tokenizer_config.json")
+        cfg = json.load(open(cfg_path, encoding="utf-8")) if os.path.exists(cfg_path) else {}
+
+        def tid(key):
+            v = cfg.get(key)
+            if isinstance(v, dict):
+                v = v.get("content")
+            return None if v is None else self.tk.token_to_id(v)
+
+        self.bos, self.eos = tid("bos_token"), tid("eos_token")
+
+    def doc(self, text):
+        ids = self.tk.encode(text, add_special_tokens=False).ids
+        return ([self.bos] if self.bos is not None else []) + ids + (
+            [self.eos] if self.eos is not None else [])
+
+
+def reference(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
+    """docs: list of str or None (a bad slot). Returns `batches` lists of `batch` windows."""
+    mine = [tok.doc(d) for i, d in enumerate(docs) if i % dp_size == dp_rank and d is not None]
+    assert sum(map(len, mine)) > 0
+    buf, out, i = [], [], 0
+    while len(out) < batches * batch:
+        while len(buf) < seq_len + 1:
+            buf += mine[i % len(mine)]
+            i += 1
+        out.append(buf[: seq_len + 1])
+        buf = buf[seq_len + 1:]
+    return [out[b * batch:(b + 1) * batch] for b in range(batches)]
+
+
+def titan_data(args, expect_ok=True):
+    p = subprocess.run([TITAN, "data"] + args, capture_output=True, text=True)
+    if not expect_ok:
+        return p
+    if p.returncode != 0:
+        raise SystemExit("titan data failed: %s\n%s" % (args, p.stderr))
+    rows = [list(map(int, line.split())) for line in p.stdout.splitlines()]
+    state = [l[len("state: "):] for l in p.stderr.splitlines() if l.startswith("state: ")][-1]
+    return rows, state
+
+
+def flat(batches):
+    return [w for b in batches for w in b]
+
+
+def main():
+    if os.path.isdir(WORK):
+        shutil.rmtree(WORK)
+    os.makedirs(WORK)
+    qwen, ttok = Tok(QWEN), Tok(TEST_TOK)
+    text = open(os.path.join(SHARED, "data", "tinyshakespeare", "input.txt"), encoding="utf-8").read()
+    paras = [p for p in text.split("\n\n") if p.strip()][:300]
+    rnd = random.Random(7)
+    extra = ["", "emoji 🙂👍🏽 and CJK 漢字かなカナ 한국어", "e\u0301 combining, Ünïcödé  tabs\t\tand    spaces",
+             "DON'T WON'T I'M 12345 67.89", "\u00a0nbsp\u2003em space", "x" * 3000]
+    docs = []
+    for p in paras:
+        docs.append(p)
+        if rnd.random() < 0.05:
+            docs.append(rnd.choice(extra))
+
+    # A JSONL file with extra keys, blank lines (not documents) and non-ASCII escapes.
+    jsonl = os.path.join(WORK, "docs.jsonl")
+    with open(jsonl, "w", encoding="utf-8") as f:
+        for i, d in enumerate(docs):
+            f.write(json.dumps({"id": i, "text": d, "meta": {"k": [1, 2]}},
+                               ensure_ascii=(i % 2 == 0)) + "\n")
+            if i % 50 == 7:
+                f.write("\n   \n")
+    total = sum(len(qwen.doc(d)) for d in docs)
+    T, B = 64, 3
+    per_epoch = total // ((T + 1) * B)
+    n = per_epoch + per_epoch // 2 + 3  # crosses the restart
+    ref = reference(docs, qwen, T, B, n)
+    rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", str(n)])
+    check(rows == flat(ref), "jsonl + Qwen3 tokenizer: %d batches (%.1f epochs) equal the reference"
+          % (n, n / per_epoch))
+
+    # Data-parallel sharding: rank r gets documents r, r + dp, ...
+    for r in range(3):
+        ref3 = reference(docs, qwen, T, B, 20, r, 3)
+        rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                              str(B), "--batches", "20", "--dp-rank", str(r), "--dp-size", "3"])
+        check(rows == flat(ref3), "dp_size 3, rank %d equals the reference" % r)
+
+    # Resume: stop after k batches, restart from the printed state, across the epoch restart.
+    k = per_epoch - 4
+    _, state = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                           str(B), "--batches", str(k)])
+    rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", str(n - k), "--state", state])
+    check(rows == flat(ref[k:]), "resume after %d batches sees exactly batches %d..%d" % (k, k, n))
+
+    # Token shards from `titan tokenize` (2 threads, several shards) load to the same stream,
+    # and each stored document is HF's encoding of it.
+    shards = os.path.join(WORK, "shards")
+    p = subprocess.run([TITAN, "tokenize", "--data", jsonl, "--tokenizer", QWEN, "--out", shards,
+                        "--threads", "2", "--shard-tokens", "3000"], capture_output=True, text=True)
+    check(p.returncode == 0, "titan tokenize jsonl: " + (p.stdout.strip() or p.stderr.strip()))
+    stored = []
+    for name in sorted(os.listdir(shards)):
+        b = open(os.path.join(shards, name), "rb").read()
+        magic, ver, dtype, nd, nt, vocab, bos, eos, res = struct.unpack_from("<8sIIQQiiiI", b, 0)
+        assert magic == b"TITANTOK" and ver == 1 and dtype == 1 and res == 0, name
+        toks = struct.unpack_from("<%dI" % nt, b, 48)
+        off0 = (48 + 4 * nt + 7) // 8 * 8
+        offs = struct.unpack_from("<%dQ" % (nd + 1), b, off0)
+        assert len(b) == off0 + 8 * (nd + 1), name
+        assert (vocab, bos, eos) == (qwen.tk.get_vocab_size(True), -1, qwen.eos), (vocab, bos, eos)
+        stored += [list(toks[offs[i]:offs[i + 1]]) for i in range(nd)]
+    check(len(os.listdir(shards)) > 3, "tokenize wrote %d shards" % len(os.listdir(shards)))
+    check(stored == [qwen.tk.encode(d, add_special_tokens=False).ids for d in docs],
+          "every stored document is the HF encoding (%d documents)" % len(docs))
+    rows, _ = titan_data(["--data", shards, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", str(n)])
+    check(rows == flat(ref), "token shards load to the same windows as the jsonl")
+    ref2 = reference(docs, qwen, T, B, 30, 1, 2)
+    _, state = titan_data(["--data", shards, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                           str(B), "--batches", "11", "--dp-rank", "1", "--dp-size", "2"])
+    rows, _ = titan_data(["--data", shards, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", "19", "--dp-rank", "1", "--dp-size", "2", "--state",
+                          state])
+    check(rows == flat(ref2[11:]), "token shards, dp rank 1 of 2: resume after 11 batches")
+
+    # Plain text: a folder of files, one document each, with the test tokenizer (bos + eos).
+    tdir = os.path.join(WORK, "text")
+    os.makedirs(tdir)
+    tdocs = ["\n\n".join(paras[i * 20:(i + 1) * 20]) for i in range(6)]
+    for i, d in enumerate(tdocs):
+        open(os.path.join(tdir, "part%02d.txt" % i), "w", encoding="utf-8").write(d)
+    open(os.path.join(tdir, ".hidden"), "w").write("not a document")
+    check(ttok.bos is not None and ttok.eos is not None, "test tokenizer has bos and eos")
+    ref = reference(tdocs, ttok, 32, 2, 60, 1, 2)
+    rows, _ = titan_data(["--data", tdir, "--tokenizer", TEST_TOK, "--seq-len", "32", "--batch",
+                          "2", "--batches", "60", "--dp-rank", "1", "--dp-size", "2"])
+    check(rows == flat(ref), "text folder + test tokenizer (bos/eos), dp rank 1 of 2")
+    rows, _ = titan_data(["--data", os.path.join(tdir, "part0[0-2].txt"), "--tokenizer", TEST_TOK,
+                          "--seq-len", "32", "--batch", "2", "--batches", "20"])
+    check(rows == flat(reference(tdocs[:3], ttok, 32, 2, 20)), "a glob of text files")
+
+    # Another JSONL field, and bad lines: an error naming file:line, or a counted skip.
+    bad = os.path.join(WORK, "bad.jsonl")
+    bdocs = docs[:40]
+    lines = [json.dumps({"content": d}) for d in bdocs]
+    lines[5] = '{"content": "unterminated'
+    lines[10] = '{"other": 1}'
+    lines[13] = '{"content": 7}'
+    lines[18] = '[1, 2]'
+    open(bad, "w", encoding="utf-8").write("\n".join(lines) + "\n")
+    p = titan_data(["--data", bad, "--field", "content", "--tokenizer", QWEN], expect_ok=False)
+    check(p.returncode != 0 and "bad.jsonl:6:" in p.stderr and "invalid JSON" in p.stderr,
+          "malformed line -> error naming file:line: " + p.stderr.strip().splitlines()[-1])
+    slots = [None if i in (5, 10, 13, 18) else d for i, d in enumerate(bdocs)]
+    for r in range(2):
+        p = subprocess.run([TITAN, "data", "--data", bad, "--field", "content", "--tokenizer",
+                            QWEN, "--skip-bad-lines", "--seq-len", "16", "--batches", "40",
+                            "--dp-rank", str(r), "--dp-size", "2"], capture_output=True, text=True)
+        rows = [list(map(int, l.split())) for l in p.stdout.splitlines()]
+        warned = sum("skipped" in l for l in p.stderr.splitlines())
+        check(p.returncode == 0 and rows == flat(reference(slots, qwen, 16, 1, 40, r, 2)) and
+              warned >= 2, "--skip-bad-lines, rank %d: skips and logs its 2 bad lines" % r)
+
+    if failures:
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    print("all loader checks passed")
+
+
+main()

@@ -1,0 +1,363 @@
+/* Data loader tests: packing and data-parallel sharding on byte tokens (expected windows
+ * written out by hand), exact resume from every batch boundary for JSONL, text and token
+ * shards (across epoch restarts), and hostile input: bad JSONL lines, bad shards and bad
+ * states get errors naming the file and line, never a crash. The comparison with HF
+ * `tokenizers` and torchtitan's packing is tests/reference/check_loader.py. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "data/data.h"
+
+#ifndef TITAN_SHARED_DIR
+#define TITAN_SHARED_DIR "../shared"
+#endif
+
+static char dir[256];
+
+static const char *path_of(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void write_file(const char *name, const void *data, size_t n) {
+    FILE *f = fopen(path_of(name), "wb");
+    if (f) {
+        fwrite(data, 1, n, f);
+        fclose(f);
+    }
+}
+
+static void write_str(const char *name, const char *s) {
+    write_file(name, s, strlen(s));
+}
+
+static data_loader_cfg cfg(const char *name, int T, int B) {
+    data_loader_cfg c = {0};
+    c.path = path_of(name);
+    c.seq_len = T;
+    c.batch = B;
+    c.dp_size = 1;
+    c.infinite = 1;
+    c.enc.vocab_size = 256;
+    return c;
+}
+
+/* Runs the loader for n batches; returns the windows as a string of bytes (byte tokens). */
+static int run_bytes(data_loader_cfg c, int n, char *out, base_err *err) {
+    data_loader *l;
+    if (data_loader_open(&l, &c, err)) return -1;
+    int32_t x[64], y[64];
+    int k = 0;
+    for (int b = 0; b < n; b++) {
+        int rc = data_loader_next(l, x, y, err);
+        if (rc <= 0) {
+            data_loader_free(l);
+            return rc < 0 ? -1 : b;
+        }
+        for (int w = 0; w < c.batch; w++) {
+            for (int t = 0; t < c.seq_len; t++) out[k++] = (char)x[w * c.seq_len + t];
+            out[k++] = (char)y[w * c.seq_len + c.seq_len - 1];
+            out[k++] = '|';
+            for (int t = 1; t < c.seq_len; t++) /* labels are the inputs shifted by one */
+                CHECK(y[w * c.seq_len + t - 1] == x[w * c.seq_len + t], "labels not shifted");
+        }
+    }
+    out[k] = 0;
+    data_loader_free(l);
+    return n;
+}
+
+static void test_packing(void) {
+    base_err err;
+    char out[4096];
+    /* three documents, blank lines are not documents, other keys are ignored */
+    write_str("p.jsonl", "{\"text\": \"abc\"}\n\n{\"x\": 1, \"text\": \"defgh\"}\n  \n"
+                         "{\"text\": \"ij\"}\n");
+    CHECK(run_bytes(cfg("p.jsonl", 3, 2), 3, out, &err) == 3, "%s", err.msg);
+    CHECK(!strcmp(out, "abcd|efgh|ijab|cdef|ghij|abcd|"), "packing: got %s", out);
+    data_loader_cfg c = cfg("p.jsonl", 3, 1);
+    c.dp_size = 2;
+    c.dp_rank = 1; /* document 1 only */
+    CHECK(run_bytes(c, 3, out, &err) == 3, "%s", err.msg);
+    CHECK(!strcmp(out, "defg|hdef|ghde|"), "rank 1 of 2: got %s", out);
+    c.dp_rank = 0; /* documents 0 and 2 */
+    CHECK(run_bytes(c, 2, out, &err) == 2, "%s", err.msg);
+    CHECK(!strcmp(out, "abci|jabc|"), "rank 0 of 2: got %s", out);
+    c = cfg("p.jsonl", 3, 2); /* not infinite: 10 tokens give one batch of 2 x 4 */
+    c.infinite = 0;
+    CHECK(run_bytes(c, 5, out, &err) == 1, "finite loader should stop after 1 batch");
+    c = cfg("p.jsonl", 3, 1);
+    c.dp_size = 5;
+    c.dp_rank = 4;
+    CHECK(run_bytes(c, 1, out, &err) < 0 && strstr(err.msg, "no tokens for data-parallel rank 4"),
+          "empty rank: %s", err.msg);
+    c.dp_rank = 5;
+    CHECK(run_bytes(c, 1, out, &err) < 0 && strstr(err.msg, "dp_rank"), "rank >= dp_size");
+}
+
+/* Uninterrupted run vs. resuming from the state after every batch. */
+static void check_resume(data_loader_cfg c, int n, const char *what) {
+    base_err err;
+    const int per = c.batch * c.seq_len;
+    int32_t *ref = malloc(sizeof(int32_t) * (size_t)(n * per)), x[512], y[512];
+    char(*states)[512] = malloc((size_t)n * 512);
+    data_loader *l;
+    if (data_loader_open(&l, &c, &err)) {
+        CHECK(0, "%s: %s", what, err.msg);
+        free(ref);
+        free(states);
+        return;
+    }
+    int64_t epochs = 0;
+    for (int b = 0; b < n; b++) {
+        data_loader_state s;
+        data_loader_get_state(l, &s);
+        data_loader_state_format(&s, states[b], 512);
+        epochs = s.epoch;
+        CHECK(data_loader_next(l, ref + b * per, y, &err) == 1, "%s: %s", what, err.msg);
+    }
+    data_loader_free(l);
+    CHECK(epochs >= 2, "%s: only %lld epochs covered", what, (long long)epochs);
+    for (int k = 0; k < n; k++) {
+        data_loader_state s;
+        int ok = data_loader_open(&l, &c, &err) == 0;
+        ok = ok && data_loader_state_parse(states[k], &s, &err) == 0;
+        ok = ok && data_loader_set_state(l, &s, &err) == 0;
+        CHECK(ok, "%s: resume at %d: %s", what, k, err.msg);
+        for (int b = k; ok && b < n; b++) {
+            ok = data_loader_next(l, x, y, &err) == 1 &&
+                 memcmp(x, ref + b * per, sizeof(int32_t) * (size_t)per) == 0;
+            CHECK(ok, "%s: resumed at batch %d, batch %d differs", what, k, b);
+        }
+        if (l) data_loader_free(l);
+        l = NULL;
+    }
+    free(ref);
+    free(states);
+}
+
+static void test_resume(data_tok *tok) {
+    write_str("r.jsonl", "{\"text\": \"The first document.\"}\n\n{\"text\": \"second, longer, "
+                         "with \\u00e9 and \\ud83d\\ude42\"}\n{\"text\": \"\"}\n"
+                         "{\"text\": \"3\"}\n{\"text\": \"a fourth one here\"}\n");
+    data_loader_cfg c = cfg("r.jsonl", 7, 2);
+    check_resume(c, 30, "jsonl bytes");
+    c.dp_size = 2;
+    c.dp_rank = 1;
+    check_resume(c, 20, "jsonl bytes rank 1/2");
+    if (tok) {
+        c = cfg("r.jsonl", 5, 3);
+        c.enc.tok = tok;
+        c.enc.vocab_size = data_tok_vocab_size(tok);
+        check_resume(c, 20, "jsonl test tokenizer");
+        /* the same through token shards (one document per shard) */
+        data_tokenize_cfg tc = {0};
+        base_err err;
+        int64_t nd = 0, nt = 0;
+        tc.path = path_of("r.jsonl");
+        tc.tokenizer = TITAN_SHARED_DIR "/data/test_tokenizer";
+        tc.out_dir = path_of("shards");
+        tc.shard_tokens = 1;
+        tc.threads = 2;
+        CHECK(data_tokenize(&tc, &nd, &nt, &err) == 0 && nd == 5, "tokenize: %s", err.msg);
+        CHECK(data_tokenize(&tc, &nd, &nt, &err) != 0 && strstr(err.msg, "already holds"),
+              "tokenize into a folder with shards must refuse");
+        c.path = path_of("shards");
+        check_resume(c, 20, "token shards");
+    }
+    base_mkdir_p(path_of("txt"), NULL);
+    write_str("txt/a", "one document");
+    write_str("txt/b", "");
+    write_str("txt/c", "and a third, the last of them");
+    c = cfg("txt", 6, 2);
+    check_resume(c, 20, "text folder bytes");
+}
+
+static void expect_error(data_loader_cfg c, const char *needle, const char *what) {
+    base_err err = {{0}};
+    data_loader *l = NULL;
+    int32_t x[256], y[256];
+    int rc = data_loader_open(&l, &c, &err);
+    for (int b = 0; rc == 0 && b < 8; b++) rc = data_loader_next(l, x, y, &err) == 1 ? 0 : -1;
+    data_loader_free(l);
+    CHECK(rc != 0 && strstr(err.msg, needle), "%s: want an error with '%s', got '%s'", what, needle,
+          rc ? err.msg : "success");
+}
+
+static void test_bad_jsonl(void) {
+    write_str("b1.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
+    expect_error(cfg("b1.jsonl", 4, 1), "b1.jsonl:2: invalid JSON", "malformed line");
+    write_str("b2.jsonl", "{\"text\": \"ok\"}\n\n{\"body\": \"x\"}\n");
+    expect_error(cfg("b2.jsonl", 4, 1), "b2.jsonl:3: no \"text\" field", "missing field");
+    write_str("b3.jsonl", "{\"text\": [1]}\n");
+    expect_error(cfg("b3.jsonl", 4, 1), "b3.jsonl:1: field \"text\" is not a string", "type");
+    write_str("b4.jsonl", "\"just a string\"\n");
+    expect_error(cfg("b4.jsonl", 4, 1), "b4.jsonl:1: the line is not a JSON object", "object");
+    write_str("b5.jsonl", "{\"text\": \"a\", \"text\": \"b\"}\n");
+    expect_error(cfg("b5.jsonl", 4, 1), "b5.jsonl:1: invalid JSON", "duplicate key");
+    write_file("b6.jsonl", "{\"text\": \"a\0b\"}\n", 16); /* raw NUL inside the line */
+    expect_error(cfg("b6.jsonl", 4, 1), "b6.jsonl:1: invalid JSON", "raw NUL");
+    expect_error(cfg("missing.jsonl", 4, 1), "missing.jsonl: No such file", "missing file");
+    expect_error(cfg("nomatch*.jsonl", 4, 1), "no files match", "glob without matches");
+    data_loader_cfg c = cfg("b2.jsonl", 4, 1);
+    c.field = "body";
+    expect_error(c, "b2.jsonl:1: no \"body\" field", "custom field");
+    /* skip mode: bad lines are counted in the state */
+    write_str("s.jsonl", "{\"text\": \"abcdef\"}\n{bad\n{\"text\": 5}\n{\"text\": \"ghij\"}\n");
+    c = cfg("s.jsonl", 4, 1);
+    c.skip_bad_lines = 1;
+    char out[256];
+    base_err err;
+    CHECK(run_bytes(c, 2, out, &err) == 2 && !strcmp(out, "abcde|fghij|"), "skip: %s", out);
+    data_loader *l;
+    int32_t x[8], y[8];
+    if (data_loader_open(&l, &c, &err) == 0) {
+        data_loader_state s;
+        CHECK(data_loader_next(l, x, y, &err) == 1 && data_loader_next(l, x, y, &err) == 1, "skip");
+        data_loader_get_state(l, &s);
+        CHECK(s.bad_lines == 2, "bad lines counted: %lld", (long long)s.bad_lines);
+        data_loader_free(l);
+    }
+}
+
+static void test_bad_shards(data_tok *tok) {
+    if (!tok) return;
+    size_t n;
+    base_err err;
+    char *good = base_read_file(path_of("shards/shard-00000.tok"), 1 << 20, &n, &err);
+    CHECK(good != NULL && n > 56, "no shard to corrupt: %s", err.msg);
+    if (!good) return;
+    data_loader_cfg c = cfg("bad.tok", 4, 1);
+    c.format = DATA_FMT_TOKENS;
+    c.enc.tok = tok;
+    c.enc.vocab_size = data_tok_vocab_size(tok);
+    char *b = malloc(n + 8);
+    struct {
+        size_t off;
+        uint32_t val;
+        const char *needle;
+    } cases[] = {{0, 0x4e415449, "bad magic"},
+                 {8, 2, "version 2 is not supported"},
+                 {12, 2, "dtype 2 is not supported"},
+                 {44, 1, "reserved field"},
+                 {32, 0, "vocab_size must be positive"},
+                 {40, 99999, "eos_id out of range"},
+                 {24, 3, "header says"},
+                 {16, 0xffffffffu, "truncated"},
+                 {28, 0x7fffffff, "out of range"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        memcpy(b, good, n);
+        memcpy(b + cases[i].off, &cases[i].val, 4);
+        write_file("bad.tok", b, n);
+        expect_error(c, cases[i].needle, cases[i].needle);
+    }
+    write_file("bad.tok", good, n - 4);
+    expect_error(c, "truncated", "short file");
+    memcpy(b, good, n);
+    memset(b + n, 0, 8);
+    write_file("bad.tok", b, n + 8);
+    expect_error(c, "trailing bytes", "long file");
+    write_file("bad.tok", good, 20);
+    expect_error(c, "header alone", "file shorter than the header");
+    memcpy(b, good, n); /* doc_offsets[1] past n_tokens */
+    uint64_t nt, nd;
+    memcpy(&nd, good + 16, 8);
+    memcpy(&nt, good + 24, 8);
+    uint64_t big = nt + 1, off_start = (48 + 4 * nt + 7) / 8 * 8;
+    memcpy(b + off_start + 8, &big, 8);
+    write_file("bad.tok", b, n);
+    expect_error(c, "out of order or past n_tokens", "offsets");
+    memcpy(b, good, n); /* a token id >= vocab_size */
+    uint32_t id = (uint32_t)data_tok_vocab_size(tok) + 5;
+    memcpy(b + 48, &id, 4);
+    write_file("bad.tok", b, n);
+    expect_error(c, "document 0, token 0: id", "token id out of range");
+    c.enc.vocab_size = 100; /* the model's vocabulary is smaller than the tokenizer's */
+    c.path = path_of("shards");
+    c.format = DATA_FMT_AUTO;
+    expect_error(c, "vocab_size is 100", "model vocab too small");
+    c.enc.tok = NULL; /* byte tokens with shards of a bigger vocabulary */
+    expect_error(c, "larger than the model's 100", "shard vocab vs model");
+    free(b);
+    free(good);
+}
+
+static void test_bad_state(void) {
+    base_err err;
+    data_loader *l, *l2;
+    data_loader_cfg c = cfg("r.jsonl", 4, 1), c2 = cfg("p.jsonl", 4, 1);
+    if (data_loader_open(&l, &c, &err) || data_loader_open(&l2, &c2, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    data_loader_state s, s2;
+    int32_t x[4], y[4];
+    CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    data_loader_get_state(l, &s);
+    data_loader_get_state(l2, &s2);
+    CHECK(data_loader_set_state(l, &s2, &err) != 0 && strstr(err.msg, "another dataset"),
+          "state of another dataset: %s", err.msg);
+    data_loader_state t = s;
+    t.byte_off += 1;
+    CHECK(data_loader_set_state(l, &t, &err) != 0 && strstr(err.msg, "not a line start"),
+          "byte offset inside a line: %s", err.msg);
+    t = s;
+    t.byte_off = 1 << 20;
+    CHECK(data_loader_set_state(l, &t, &err) != 0 && strstr(err.msg, "past the end"),
+          "byte offset past the end: %s", err.msg);
+    t = s;
+    t.doc_tokens = 1000;
+    CHECK(data_loader_set_state(l, &t, &err) != 0 && strstr(err.msg, "does not fit"),
+          "token offset past the document: %s", err.msg);
+    t = s;
+    t.file = 7;
+    CHECK(data_loader_set_state(l, &t, &err) != 0, "file index out of range");
+    const char *bad[] = {"", "[]", "{\"epoch\": 0}", "{\"epoch\": -1, \"doc\": 0}",
+                         "{\"epoch\": 0, \"doc\": 0, \"doc_tokens\": 0, \"file\": 0, \"file_doc\": "
+                         "0, \"byte_off\": 0, \"line\": 0, \"bad_lines\": 0, \"fingerprint\": 5}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(data_loader_state_parse(bad[i], &t, &err) != 0, "state '%s' accepted", bad[i]);
+    char buf[512];
+    CHECK(data_loader_state_format(&s, buf, sizeof buf) == 0 &&
+              data_loader_state_parse(buf, &t, &err) == 0 && !memcmp(&t, &s, sizeof s),
+          "state format/parse round trip");
+    CHECK(data_loader_set_state(l, &s, &err) == 0, "own state: %s", err.msg);
+    data_loader_free(l);
+    data_loader_free(l2);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/titan_test_loader_%d", (int)getpid());
+    base_err err;
+    if (base_mkdir_p(dir, &err)) {
+        printf("FAIL %s\n", err.msg);
+        return 1;
+    }
+    base_log_set_level(BASE_LOG_ERROR); /* epoch restarts and skips would flood the log */
+    data_tok *tok = NULL;
+    if (data_tok_load(TITAN_SHARED_DIR "/data/test_tokenizer", &tok, &err)) {
+        printf("FAIL test tokenizer: %s\n", err.msg);
+        failures++;
+    }
+    test_packing();
+    test_resume(tok);
+    test_bad_jsonl();
+    test_bad_shards(tok);
+    test_bad_state();
+    data_tok_free(tok);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    if (failures) {
+        printf("%d failures\n", failures);
+        return 1;
+    }
+    printf("loader tests passed\n");
+    return 0;
+}
