@@ -1,4 +1,4 @@
-/* Encode throughput of titan's byte-level BPE tokenizer (src/data/tokenizer.h).
+/* Encode throughput of titan's byte-level BPE tokenizer (src/data/data.h).
  *
  *   tokenizer_speed TOKENIZER_DIR INPUT_FILE LABEL [REPS]
  *
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "data/tokenizer.h"
+#include "data/data.h"
 
 static double now_s(void) {
     struct timespec ts;
