@@ -85,6 +85,16 @@ static void train_usage(FILE *f) {
            "  --log-freq N         console line every N steps (1)\n"
            "  --metrics FILE       per-step metrics as JSON lines\n"
            "  --out DIR            export the trained model as a Hugging Face folder\n"
+           "  --dump-folder DIR    job output folder (./outputs); checkpoints go under it\n"
+           "  --checkpoint-interval N  save a checkpoint every N steps (and at the end) to\n"
+           "                       DUMP/checkpoint/step-N; resumes from the newest one\n"
+           "  --checkpoint-folder F    checkpoint folder under the dump folder (checkpoint)\n"
+           "  --keep-latest-k K    keep the newest K checkpoints (10; 0 = all)\n"
+           "  --load-step N        resume from step N instead of the newest\n"
+           "  --initial-load-path P    start from these weights (HF names, safetensors)\n"
+           "  --last-save-full     the last checkpoint keeps optimizer state (default: weights)\n"
+           "  --sync-checkpoint    save in the training thread (default: in the background)\n"
+           "  --stop-after-step N  exit after step N (the LR schedule still spans --steps)\n"
            "  --sample N           after training, sample N tokens from the model\n"
            "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n"
            "  --ce-chunk N         tokens per fused lm_head+CE chunk (default: ~128 MiB logits)\n");
@@ -314,6 +324,29 @@ static int cmd_train(int argc, char **argv, base_err *err) {
             if (!(o.data_field = need_value(&it))) return -1;
         } else if (IS("--skip-bad-lines")) {
             o.skip_bad_lines = 1;
+        } else if (IS("--dump-folder")) {
+            if (!(o.dump_folder = need_value(&it))) return -1;
+        } else if (IS("--checkpoint-interval")) {
+            st = parse_int(&it, &o.ckpt.interval, 1);
+            o.ckpt.enable = 1;
+        } else if (IS("--checkpoint-folder")) {
+            if (!(o.ckpt.folder = need_value(&it))) return -1;
+            o.ckpt.enable = 1;
+        } else if (IS("--keep-latest-k")) {
+            st = parse_int(&it, &o.ckpt.keep_latest_k, 0);
+        } else if (IS("--load-step")) {
+            int v;
+            st = parse_int(&it, &v, 0);
+            o.ckpt.load_step = v;
+        } else if (IS("--initial-load-path")) {
+            if (!(o.ckpt.initial_load_path = need_value(&it))) return -1;
+            o.ckpt.enable = 1;
+        } else if (IS("--last-save-full")) {
+            o.ckpt.last_save_model_only = 0;
+        } else if (IS("--sync-checkpoint")) {
+            o.ckpt.async = 0;
+        } else if (IS("--stop-after-step")) {
+            st = parse_int(&it, &o.stop_after_step, 1);
         } else if (IS("--random-tokens")) {
             o.data_path = NULL;
         } else if (IS("--steps"))

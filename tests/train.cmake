@@ -20,3 +20,13 @@ foreach(tie 0 1)
             ${dir}/metrics.jsonl ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
   set_tests_properties(hf_loads_export_tie${tie} PROPERTIES FIXTURES_REQUIRED export_tie${tie})
 endforeach()
+
+# Exact resume from training checkpoints (bitwise-identical losses), pruning, refusals.
+add_test(NAME train_resume
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/resume.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
+set_tests_properties(train_resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# SIGKILL during checkpoint writes: the newest complete checkpoint always loads.
+add_test(NAME checkpoint_kill
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_kill.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_kill PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

@@ -122,4 +122,46 @@ int ckpt_save_model(const model *m, const float *base, const char *path, const c
  * DIR if needed. Full HF interop (sharding, dtypes, tokenizer files) is a later issue. */
 int ckpt_export_hf(const model *m, const char *dir, base_err *err);
 
+/* ---- training checkpoints (src/checkpoint/step.c) -------------------------------------
+ * FOLDER/step-N/ holds everything needed to continue a run exactly:
+ *   rank-RRRRR.safetensors  one per rank: each named fp32 buffer's slice that rank owns, as a
+ *                           1-D F32 tensor, with __metadata__ "<name>.offset" and
+ *                           "<name>.global_numel" (the slice's place in the whole buffer)
+ *   metadata.json           {"format": "titan-checkpoint", "version": 1, "step": N,
+ *                            "world_size": W, "shards": [...], "train": {...}} where "train"
+ *                           is the trainer's own state (schedule, data loader, RNG, args)
+ * A save writes into step-N.tmp/ (every file fsynced), writes metadata.json last, fsyncs the
+ * folder and renames it to step-N: a step-N folder with metadata.json is complete by
+ * construction, and nothing else is ever loaded. Because slices carry their offsets, a
+ * checkpoint written by W ranks loads into any other number of ranks (ckpt_step_load
+ * gathers each wanted range from every shard that overlaps it). */
+typedef struct {
+    const char *name;  /* "model", "adam_m", ... */
+    const float *data; /* save: this rank's slice */
+    float *dst;        /* load: where this rank's slice goes */
+    size_t offset;     /* slice start within the whole buffer (elements) */
+    size_t numel;      /* slice length */
+    size_t global_numel;
+} ckpt_step_buf;
+
+/* Save, in three parts so many ranks can share it: rank 0 creates step-N.tmp/ (removing one
+ * left by a crash); every rank writes its shard; after all shards are written (a barrier
+ * when distributed), rank 0 commits: metadata.json with train_json (a JSON object), fsync,
+ * rename to step-N, then deletes all but the newest keep_latest_k complete checkpoints
+ * (0 = keep all; deleted folders are renamed away first). */
+int ckpt_step_begin(const char *folder, int64_t step, int rank, base_err *err);
+int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt_step_buf *bufs,
+                          int n, base_err *err);
+int ckpt_step_commit(const char *folder, int64_t step, int world, const char *train_json,
+                     int keep_latest_k, base_err *err);
+int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err);
+/* The newest complete checkpoint's step; -1 (and *step = -1) when there is none. */
+int ckpt_step_latest(const char *folder, int64_t *step);
+/* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */
+int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
+                        base_err *err);
+/* Fills each bufs[i].dst with elements [offset, offset + numel) of buffer bufs[i].name. */
+int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
+                   base_err *err);
+
 #endif

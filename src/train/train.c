@@ -2,12 +2,15 @@
 
 #include <cblas.h>
 #include <errno.h>
-#include "../checkpoint/checkpoint.h"
+#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "checkpoint/checkpoint.h"
+#include "train/internal.h"
 
 void train_opts_defaults(train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -24,6 +27,13 @@ void train_opts_defaults(train_opts *o) {
     o->max_norm = 1.0;
     o->seed = 42;
     o->log_freq = 1;
+    o->dump_folder = "./outputs";
+    o->ckpt.folder = "checkpoint";
+    o->ckpt.interval = 500;
+    o->ckpt.keep_latest_k = 10;
+    o->ckpt.load_step = -1;
+    o->ckpt.last_save_model_only = 1;
+    o->ckpt.async = 1;
 }
 
 double train_measure_peak_flops(void) {
@@ -155,6 +165,93 @@ done:
     base_free(logits);
 }
 
+/* The arguments that must match for a checkpoint to load into this model. */
+static json_t *args_json(const model_args *a) {
+    return json_pack("{si si si si si si si sf sf si}", "dim", a->dim, "n_layers", a->n_layers,
+                     "n_heads", a->n_heads, "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim,
+                     "ffn_dim", a->ffn_dim, "vocab_size", a->vocab_size, "rope_theta",
+                     a->rope_theta, "norm_eps", a->norm_eps, "tie_embeddings", a->tie_embeddings);
+}
+
+/* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. */
+static char *train_state_json(const train_opts *o, const token_source *src, const optim_adamw *opt,
+                              int64_t step, int model_only, int64_t tokens_seen) {
+    json_t *root = json_object();
+    json_object_set_new(root, "step", json_integer(step));
+    json_object_set_new(root, "model_only", json_boolean(model_only));
+    json_object_set_new(root, "adam_step", json_integer(opt->step));
+    json_object_set_new(root, "random_tokens_counter", json_integer((json_int_t)src->counter));
+    json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
+    json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+    json_object_set_new(root, "model", args_json(&o->model));
+    if (src->loader) {
+        data_loader_state ds;
+        char buf[512];
+        data_loader_get_state(src->loader, &ds);
+        data_loader_state_format(&ds, buf, sizeof buf);
+        json_object_set_new(root, "data_loader", json_loads(buf, 0, NULL));
+    } else {
+        json_object_set_new(root, "data_loader", json_null());
+    }
+    char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(root);
+    return text;
+}
+
+/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
+ * Returns the step to continue after, or -1 with err. */
+static int64_t resume(const train_opts *o, const char *dir, int64_t step, model *m,
+                      optim_adamw *opt, token_source *src, int64_t *tokens_seen, base_err *err) {
+    char *tj = NULL;
+    int world;
+    if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
+    json_t *t = json_loads(tj, 0, NULL), *want = args_json(&o->model);
+    free(tj);
+    int64_t rc = -1;
+    json_t *dl = json_object_get(t, "data_loader");
+    const int model_only = json_is_true(json_object_get(t, "model_only"));
+    if (!json_equal(json_object_get(t, "model"), want)) {
+        char *have = json_dumps(json_object_get(t, "model"), JSON_COMPACT | JSON_SORT_KEYS);
+        char *need = json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS);
+        base_fail(err, "%s/step-%lld: the checkpoint's model %s is not this run's %s", dir,
+                  (long long)step, have ? have : "?", need ? need : "?");
+        free(have);
+        free(need);
+        goto out;
+    }
+    ckpt_step_buf b[3] = {{"model", NULL, m->w, 0, m->n_floats, m->n_floats},
+                          {"adam_m", NULL, opt->m, 0, m->n_floats, m->n_floats},
+                          {"adam_v", NULL, opt->v, 0, m->n_floats, m->n_floats}};
+    if (ckpt_step_load(dir, step, b, model_only ? 1 : 3, err)) goto out;
+    if (model_only) { /* weights only: a fresh start from them */
+        base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
+                 (long long)step);
+        rc = 0;
+        goto out;
+    }
+    opt->step = json_integer_value(json_object_get(t, "adam_step"));
+    src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
+    *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
+    if (src->loader != NULL) {
+        data_loader_state ds;
+        char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
+        int bad = !text || data_loader_state_parse(text, &ds, err) ||
+                  data_loader_set_state(src->loader, &ds, err);
+        free(text);
+        if (bad) {
+            if (!text)
+                base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
+            goto out;
+        }
+    }
+    base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld", dir, (long long)step);
+    rc = step;
+out:
+    json_decref(t);
+    json_decref(want);
+    return rc;
+}
+
 int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
@@ -166,6 +263,8 @@ int train_run(const train_opts *o, base_err *err) {
     optim_adamw opt = {0};
     FILE *jl = NULL;
     int32_t *tok = NULL, *tgt = NULL;
+    train_saver *saver = NULL;
+    char *state = NULL;
     if (model_build(&m, &o->model, &bo, err)) goto out;
     model_init_weights(&m, o->seed);
     if (optim_adamw_init(&opt, m.n_floats, err)) goto out;
@@ -183,6 +282,27 @@ int train_run(const train_opts *o, base_err *err) {
                       strerror(errno));
             goto out;
         }
+    }
+    /* checkpoints: resume from the newest (or load_step), else start from initial_load_path */
+    char ckdir[4096] = "";
+    int64_t start = 0, tokens_seen = 0;
+    if (o->ckpt.enable) {
+        const char *f = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
+        if (f[0] == '/' || !o->dump_folder)
+            snprintf(ckdir, sizeof ckdir, "%s", f);
+        else
+            snprintf(ckdir, sizeof ckdir, "%s/%s", o->dump_folder, f);
+        int64_t step = o->ckpt.load_step;
+        if (step < 0) ckpt_step_latest(ckdir, &step);
+        if (step >= 0 && (start = resume(o, ckdir, step, &m, &opt, &src, &tokens_seen, err)) < 0)
+            goto out;
+        if (step < 0 && o->ckpt.initial_load_path) {
+            if (ckpt_load_model(&m, m.w, o->ckpt.initial_load_path, err)) goto out;
+            base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s",
+                     o->ckpt.initial_load_path);
+        }
+        if (train_saver_init(&saver, ckdir, m.n_floats, o->ckpt.async, o->ckpt.keep_latest_k, err))
+            goto out;
     }
     const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
     if (!(peak > 0)) {
@@ -203,7 +323,9 @@ int train_run(const train_opts *o, base_err *err) {
     if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
     double t_total = 0;
     int64_t tokens_total = 0;
-    for (int step = 1; step <= o->steps; step++) {
+    const int last =
+        o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
+    for (int step = (int)start + 1; step <= last; step++) {
         double t0 = base_now();
         int64_t valid = 0;
         for (int mb = 0; mb < o->grad_accum; mb++) {
@@ -229,6 +351,7 @@ int train_run(const train_opts *o, base_err *err) {
         optim_adamw_step(&opt, m.w, m.g, &o->adamw, lr);
         const double dt = base_now() - t0;
         const int64_t ntok = (int64_t)NT * o->grad_accum;
+        tokens_seen += ntok;
         if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
             t_total += dt;
             tokens_total += ntok;
@@ -249,7 +372,15 @@ int train_run(const train_opts *o, base_err *err) {
                     step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
             fflush(jl);
         }
+        if (saver && (step % o->ckpt.interval == 0 || step == last)) {
+            const int model_only = step == o->steps && o->ckpt.last_save_model_only;
+            free(state);
+            state = train_state_json(o, &src, &opt, step, model_only, tokens_seen);
+            if (!state || train_saver_save(saver, step, m.w, opt.m, opt.v, model_only, state, err))
+                goto out;
+        }
     }
+    if (train_saver_finish(saver, err)) goto out;
     const double tps = t_total > 0 ? tokens_total / t_total : 0;
     printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
            100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
@@ -275,6 +406,12 @@ out:
     base_free(tok);
     base_free(tgt);
     optim_adamw_free(&opt);
+    if (rc != 0) { /* report the original error; a background save still finishes */
+        base_err e2;
+        if (train_saver_finish(saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
+    }
+    train_saver_free(saver);
+    free(state);
     model_free(&m);
     source_close(&src);
     return rc;

@@ -10,14 +10,31 @@
 #include "../model/model.h"
 #include "../optim/optim.h"
 
+/* [checkpoint] as torchtitan v0.2.2 (shared/research/torchtitan_qwen3.md §4.1). */
+typedef struct {
+    int enable;
+    const char *folder;            /* under dump_folder unless absolute ("checkpoint") */
+    int interval;                  /* save every this many steps, and at the last step */
+    int keep_latest_k;             /* keep the newest k complete checkpoints (0 = all) */
+    int64_t load_step;             /* resume from this step; -1 = the latest complete one */
+    const char *initial_load_path; /* weights to start from when there is nothing to resume */
+    int initial_load_model_only;   /* (titan loads only weights from initial_load_path) */
+    int initial_load_in_hf;        /* initial_load_path is a Hugging Face folder or file */
+    int last_save_model_only;      /* the save at the last step holds only the weights */
+    int async;                     /* save in a background thread (when memory allows) */
+} train_ckpt_opts;
+
 typedef struct {
     model_args model;
+    const char *dump_folder; /* job.dump_folder: checkpoints (and outputs) go under it */
+    train_ckpt_opts ckpt;
     const char *data_path;     /* dataset (file, folder, glob); NULL = random tokens */
     const char *tokenizer_dir; /* HF tokenizer folder; NULL = one token per byte */
     data_format data_format;
     const char *data_field; /* JSONL text field (NULL = "text") */
     int skip_bad_lines;
     int steps, batch, seq_len, grad_accum;
+    int stop_after_step; /* > 0: exit cleanly after this step (the schedule still spans steps) */
     optim_adamw_cfg adamw;
     optim_lr_cfg lr;
     double max_norm;

@@ -1,0 +1,24 @@
+/* train: internals shared by the loop (train.c) and the checkpoint saver (saver.c). */
+#ifndef TITAN_TRAIN_INTERNAL_H
+#define TITAN_TRAIN_INTERNAL_H
+
+#include "train/train.h"
+
+/* Writes training checkpoints, in a background thread when that is safe: a save copies the
+ * buffers into a snapshot and returns; the thread writes and commits it while training goes
+ * on. The next save (or finish) waits for the previous one and reports its error. */
+typedef struct train_saver train_saver;
+
+/* dir: the checkpoint folder; n: elements per buffer; async: use the thread when the
+ * snapshot fits in memory (3 n floats <= a quarter of RAM; otherwise saves are synchronous). */
+int train_saver_init(train_saver **out, const char *dir, size_t n, int async, int keep_latest_k,
+                     base_err *err);
+/* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then).
+ * train_json is the trainer's state object (copied). */
+int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
+                     int model_only, const char *train_json, base_err *err);
+/* Waits for the save in flight; returns its error if it failed. */
+int train_saver_finish(train_saver *s, base_err *err);
+void train_saver_free(train_saver *s);
+
+#endif

@@ -1,0 +1,120 @@
+/* train: the checkpoint saver (see internal.h). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/checkpoint.h"
+#include "train/internal.h"
+
+struct train_saver {
+    char *dir;
+    size_t n;
+    int async, keep;
+    float *snap[3]; /* model, adam_m, adam_v copies (async only) */
+    pthread_t thread;
+    int running;
+    /* the job of the thread */
+    int64_t step;
+    int model_only;
+    const float *buf[3];
+    char *train_json;
+    int rc;
+    base_err err;
+    double seconds;
+};
+
+static int write_step(train_saver *s) {
+    static const char *const names[3] = {"model", "adam_m", "adam_v"};
+    ckpt_step_buf b[3];
+    const int nb = s->model_only ? 1 : 3;
+    for (int i = 0; i < nb; i++) b[i] = (ckpt_step_buf){names[i], s->buf[i], NULL, 0, s->n, s->n};
+    const double t0 = base_now();
+    int rc = ckpt_step_begin(s->dir, s->step, 0, &s->err) ||
+             ckpt_step_write_shard(s->dir, s->step, 0, b, nb, &s->err) ||
+             ckpt_step_commit(s->dir, s->step, 1, s->train_json, s->keep, &s->err);
+    s->seconds = base_now() - t0;
+    return rc ? -1 : 0;
+}
+
+static void *thread_main(void *arg) {
+    train_saver *s = arg;
+    s->rc = write_step(s);
+    return NULL;
+}
+
+int train_saver_init(train_saver **out, const char *dir, size_t n, int async, int keep_latest_k,
+                     base_err *err) {
+    *out = NULL;
+    train_saver *s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = strdup(dir))) {
+        free(s);
+        return base_fail(err, "out of memory");
+    }
+    s->n = n;
+    s->keep = keep_latest_k;
+    const double bytes = 3.0 * (double)n * sizeof(float);
+    s->async = async && bytes <= (double)base_total_ram() / 4;
+    if (async && !s->async)
+        base_log(BASE_LOG_INFO,
+                 "checkpoint: a %.2f GiB snapshot would not fit comfortably in memory; saving "
+                 "synchronously",
+                 bytes / (1 << 30));
+    for (int i = 0; s->async && i < 3; i++)
+        if (!(s->snap[i] = base_alloc(n * sizeof(float)))) {
+            train_saver_free(s);
+            return base_fail(err, "out of memory for the checkpoint snapshot");
+        }
+    *out = s;
+    return 0;
+}
+
+int train_saver_finish(train_saver *s, base_err *err) {
+    if (!s || !s->running) return 0;
+    pthread_join(s->thread, NULL);
+    s->running = 0;
+    if (s->rc)
+        return base_fail(err, "checkpoint at step %lld failed: %s", (long long)s->step, s->err.msg);
+    base_log(BASE_LOG_INFO, "checkpoint: step %lld saved to %s/step-%lld in %.2f s (background)",
+             (long long)s->step, s->dir, (long long)s->step, s->seconds);
+    return 0;
+}
+
+int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
+                     int model_only, const char *train_json, base_err *err) {
+    if (train_saver_finish(s, err)) return -1;
+    free(s->train_json);
+    if (!(s->train_json = strdup(train_json))) return base_fail(err, "out of memory");
+    s->step = step;
+    s->model_only = model_only;
+    const float *src[3] = {w, m, v};
+    if (!s->async) {
+        for (int i = 0; i < 3; i++) s->buf[i] = src[i];
+        if (write_step(s))
+            return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step,
+                             s->err.msg);
+        base_log(BASE_LOG_INFO, "checkpoint: step %lld saved to %s/step-%lld in %.2f s",
+                 (long long)step, s->dir, (long long)step, s->seconds);
+        return 0;
+    }
+    for (int i = 0; i < (model_only ? 1 : 3); i++) {
+        memcpy(s->snap[i], src[i], s->n * sizeof(float));
+        s->buf[i] = s->snap[i];
+    }
+    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) { /* fall back: write now */
+        if (write_step(s))
+            return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step,
+                             s->err.msg);
+        return 0;
+    }
+    s->running = 1;
+    return 0;
+}
+
+void train_saver_free(train_saver *s) {
+    if (!s) return;
+    if (s->running) pthread_join(s->thread, NULL);
+    for (int i = 0; i < 3; i++) base_free(s->snap[i]);
+    free(s->train_json);
+    free(s->dir);
+    free(s);
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Exact resume: 12 steps straight against 6 steps, stop, resume from the step-6 checkpoint,
+# 6 more: the losses and gradient norms of steps 7..12 must be bitwise identical (%.17g).
+# Covered: JSONL + tokenizer data that restarts its epoch mid-run, with gradient
+# accumulation; random tokens; background and synchronous saves; keep_latest_k pruning;
+# a last save that is weights-only (the default) restarting from step 0.
+set -euo pipefail
+titan=$1; shared=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+printf '{"text": "%s"}\n' "The quick brown fox jumps over the lazy dog." "Pack my box with five \
+dozen liquor jugs." "How vexingly quick daft zebras jump!" "Sphinx of black quartz, judge my vow." \
+  > "$out/docs.jsonl"
+model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --steps 12 --batch 2 --seq-len 24 --lr 3e-3 --warmup 3 --seed 7
+       --peak-tflops 1 --log-freq 100)
+field() { grep -o "\"$2\": [^,}]*" "$1"; }
+check() { # name, straight metrics, first part, second part
+  for f in loss grad_norm; do
+    if ! diff <(field "$2" $f) <(cat <(field "$3" $f) <(field "$4" $f)); then
+      echo "FAIL $1: resumed run differs in $f"; exit 1; fi
+  done
+  n=$(field "$4" loss | grep -c .)
+  [ "$n" -eq 6 ] || { echo "FAIL $1: resumed run logged $n steps, want 6"; exit 1; }
+  echo "ok $1: steps 7..12 identical after resume"
+}
+run() { # name, extra args...
+  local name=$1; shift
+  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-full.jsonl" \
+      --dump-folder "$out/$name-full" >/dev/null
+  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-a.jsonl" --dump-folder "$out/$name" \
+      --checkpoint-interval 3 --stop-after-step 6 >/dev/null
+  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-b.jsonl" --dump-folder "$out/$name" \
+      --checkpoint-interval 3 --keep-latest-k 2 > "$out/$name.log"
+  grep -q "resumed from $out/$name/checkpoint/step-6" "$out/$name.log" ||
+    { echo "FAIL $name: did not resume from step 6"; cat "$out/$name.log"; exit 1; }
+  check "$name" "$out/$name-full.jsonl" "$out/$name-a.jsonl" "$out/$name-b.jsonl"
+}
+run jsonl --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2
+run random --random-tokens --set vocab_size=300 --sync-checkpoint
+# keep_latest_k 2 after saves at 3, 6, 9, 12: only 9 and 12 remain
+left=$(ls "$out/jsonl/checkpoint" | tr '\n' ' ')
+[ "$left" = "step-12 step-9 " ] || { echo "FAIL keep_latest_k: left $left"; exit 1; }
+# the last save (step 12) is weights-only: resuming from it starts a fresh run at step 1
+"$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+    --grad-accum 2 --dump-folder "$out/jsonl" --checkpoint-interval 3 --steps 1 \
+    --metrics "$out/fresh.jsonl" > "$out/fresh.log"
+grep -q "loaded weights of .*step-12 (model only)" "$out/fresh.log" &&
+  [ "$(field "$out/fresh.jsonl" step)" = '"step": 1' ] ||
+  { echo "FAIL weights-only resume"; cat "$out/fresh.log"; exit 1; }
+echo "ok weights-only last checkpoint starts a fresh run from its weights"
+# a checkpoint of another model is refused with both shapes named
+if "$titan" train "${model[@]}" --set dim=32 --random-tokens --set vocab_size=300 \
+    --dump-folder "$out/random" --checkpoint-interval 3 > "$out/other.log" 2>&1; then
+  echo "FAIL: a checkpoint of another model was accepted"; exit 1; fi
+grep -q "is not this run's" "$out/other.log" || { cat "$out/other.log"; exit 1; }
+echo "ok a checkpoint of another model is refused"
