@@ -944,9 +944,13 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     if (c->model.rope_theta.set) a->rope_theta = c->model.rope_theta.v;
     if (c->model.norm_eps.set) a->norm_eps = c->model.norm_eps.v;
     if (model_args_validate(a, err)) {
+        /* Blame the first override the message names, else the flavor. */
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        return fail_field(c, "model", "flavor", err, "%s with the [model] overrides: %s",
+        const char *key = "flavor";
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !strcmp(key, "flavor"); i++)
+            if (ints[i].v->set && strstr(msg, ints[i].key)) key = ints[i].key;
+        return fail_field(c, "model", key, err, "%s with the [model] overrides: %s",
                           c->model.flavor, msg);
     }
     return 0;
@@ -963,6 +967,9 @@ int train_config_validate(const train_config *c, base_err *err) {
                                   "layer %lld does not exist (the model has %d)",
                                   (long long)c->model.mlp_only_layers.v[i], a.n_layers);
     }
+    if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
+        return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
+                          (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
     if (c->checkpoint.initial_load_in_hf && !c->checkpoint.initial_load_model_only)
         return fail_field(c, "checkpoint", "initial_load_in_hf", err,
                           "needs checkpoint.initial_load_model_only = true");
@@ -1005,9 +1012,14 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                        "%s is a mixture-of-experts flavor: MoE is not implemented "
                        "yet (the config parses and validates)",
                        c->model.flavor);
-    if (c->model.num_experts.set || c->model.top_k.set || c->model.moe_inter_dim.set ||
-        c->model.mlp_only_layers.n)
-        return NOT_YET(model, num_experts, "MoE settings need MoE support (not implemented yet)");
+    const char *moe_key = c->model.num_experts.set     ? "num_experts"
+                          : c->model.top_k.set         ? "top_k"
+                          : c->model.moe_inter_dim.set ? "moe_inter_dim"
+                          : c->model.mlp_only_layers.n ? "mlp_only_layers"
+                                                       : NULL;
+    if (moe_key)
+        return fail_field(c, "model", moe_key, err,
+                          "MoE settings need MoE support (not implemented yet)");
     if (c->model.config_path[0])
         return NOT_YET(model, config_path,
                        "building the model from a Hugging Face config.json is not implemented "
