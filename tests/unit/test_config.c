@@ -481,7 +481,37 @@ static void debug_config_is_make_train(void) {
     train_config_free(&b);
 }
 
+/* Hostile input: single-byte corruptions of a shipped config load or fail cleanly (ASan). */
+static void mutations(void) {
+    size_t n = 0;
+    base_err err;
+    char *text = base_read_file(TITAN_SOURCE_DIR "/configs/qwen3_debug.toml", 1 << 20, &n, &err);
+    CHECK(text != NULL, "%s", err.msg);
+    if (!text) return;
+    const char bytes[] = {'"', '=', '[', ']', '\n', '.', '0', 'x', '-', ',', '#', 0, (char)0x80};
+    char *copy = malloc(n);
+    int ok = 0;
+    for (uint64_t i = 0; i < 3000; i++) {
+        memcpy(copy, text, n);
+        const size_t at = base_rng_u64(7, 1, i) % n;
+        copy[at] = bytes[base_rng_u64(7, 2, i) % sizeof bytes];
+        train_config c;
+        train_config_defaults(&c);
+        if (train_config_load_text(&c, copy, n, "m.toml", &err) == 0 &&
+            train_config_validate(&c, &err) == 0)
+            ok++;
+        else
+            CHECK(!strncmp(err.msg, "m.toml:", 7), "mutation %llu: error without position: %s",
+                  (unsigned long long)i, err.msg);
+        train_config_free(&c);
+    }
+    free(copy);
+    free(text);
+    CHECK(ok > 0, "no mutation loaded");
+}
+
 int main(void) {
+    mutations();
     defaults();
     exact_values();
     errors();
