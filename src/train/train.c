@@ -259,7 +259,8 @@ int train_run(const train_opts *o, base_err *err) {
     token_source src;
     if (source_open(&src, o, err)) return -1;
     model m;
-    model_build_opts bo = {o->batch, o->seq_len, o->ac, 1, NULL, 0, o->ce_chunk};
+    model_build_opts bo = {
+        o->batch, o->seq_len, o->ac, 1, o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
     optim_adamw opt = {0};
     FILE *jl = NULL;
     int32_t *tok = NULL, *tgt = NULL;
@@ -391,7 +392,8 @@ int train_run(const train_opts *o, base_err *err) {
     }
     if (o->sample_tokens > 0) {
         model gm;
-        model_build_opts go = {1, o->seq_len, MODEL_AC_NONE, 0, NULL, 0, 0};
+        model_build_opts go = {
+            1, o->seq_len, MODEL_AC_NONE, 0, o->kernel_overrides, o->n_kernel_overrides, 0};
         if (model_build(&gm, &o->model, &go, err)) {
             model_free(&gm);
             goto out;
