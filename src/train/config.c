@@ -160,14 +160,14 @@ static const field g_fields[] = {
          "selective: every N-th block, or 'op'"),
 
     INT(metrics, log_freq, 10, 1, BIG, "console line every N steps"),
-    BOOL(metrics, enable_tensorboard, 0, "write TensorBoard events (not implemented yet)"),
+    BOOL(metrics, enable_tensorboard, 0, "write TensorBoard scalars (torchtitan's tags)"),
     STR(metrics, save_tb_folder, "tb", NULL, "TensorBoard folder, under job.dump_folder"),
     BOOL(metrics, save_for_all_ranks, 0, "every rank writes metrics"),
     BOOL(metrics, enable_jsonl, 0, "write every step's metrics as JSON lines (titan)"),
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0, "fp32 peak for MFU; 0 = measure (titan)"),
 
-    BOOL(validation, enable, 0, "evaluate on a validation set (not implemented yet)"),
+    BOOL(validation, enable, 0, "evaluate the loss on held-out data every freq steps"),
     STR(validation, dataset, "c4_validation", NULL, "validation dataset name"),
     STR(validation, dataset_path, "", NULL, "validation dataset file"),
     INT(validation, freq, 10, 1, BIG, "validate every N steps"),
@@ -1078,10 +1078,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (!strcmp(c->activation_checkpoint.mode, "selective"))
         return NOT_YET(activation_checkpoint, mode,
                        "selective activation checkpointing is not implemented yet (none or full)");
-    if (c->metrics.enable_tensorboard)
-        return NOT_YET(metrics, enable_tensorboard, "TensorBoard output is not implemented yet");
-    if (c->validation.enable)
-        return NOT_YET(validation, enable, "validation is not implemented yet");
     if (c->checkpoint.last_save_in_hf)
         return NOT_YET(checkpoint, last_save_in_hf,
                        "not implemented yet: use checkpoint.hf_export_folder");
@@ -1131,6 +1127,17 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->sample_tokens = (int)c->job.sample_tokens;
     if (c->metrics.enable_jsonl && !(o->jsonl_path = output_path(c, c->metrics.save_jsonl_file)))
         return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
+    if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
+        return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
+    if (c->validation.enable) {
+        if (!c->validation.dataset_path[0])
+            return NOT_YET(validation, dataset_path, "must name the held-out data");
+        o->val.path = c->validation.dataset_path;
+        o->val.freq = (int)c->validation.freq;
+        o->val.steps = (int)c->validation.steps;
+        o->val.batch = (int)c->validation.local_batch_size;
+        o->val.seq_len = (int)c->validation.seq_len;
+    }
     if (c->checkpoint.hf_export_folder[0] &&
         !(o->out_dir = output_path(c, c->checkpoint.hf_export_folder)))
         return base_fail(err, "out of memory");

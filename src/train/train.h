@@ -43,10 +43,15 @@ typedef struct {
     model_ac_mode ac;
     int log_freq;
     const char *jsonl_path; /* per-step metrics, one JSON object per line (NULL = none) */
-    const char *out_dir;    /* final weights as safetensors with HF names (NULL = none) */
-    int sample_tokens;      /* after training, sample this many tokens (0 = none) */
-    double peak_flops;      /* fp32 FLOP/s for MFU; <= 0 = measure */
-    int ce_chunk;           /* tokens per fused lm_head+CE chunk (0 = automatic) */
+    const char *tb_dir;     /* TensorBoard event folder (NULL = none) */
+    struct {                /* [validation]: held-out loss every freq steps (path NULL = off) */
+        const char *path;
+        int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
+    } val;
+    const char *out_dir; /* final weights as safetensors with HF names (NULL = none) */
+    int sample_tokens;   /* after training, sample this many tokens (0 = none) */
+    double peak_flops;   /* fp32 FLOP/s for MFU; <= 0 = measure */
+    int ce_chunk;        /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
 } train_opts;

@@ -376,11 +376,10 @@ static void command_line(void) {
         {{"--activation_checkpoint.mode", "selective"},
          "command line: --activation_checkpoint.mode: selective activation checkpointing is not "
          "implemented yet"},
-        {{"--validation.enable"}, "command line: --validation.enable: validation is not"},
+        {{"--validation.enable"},
+         "validation.dataset_path (default): must name the held-out data"},
         {{"--checkpoint.last_save_in_hf", "true"},
          "command line: --checkpoint.last_save_in_hf: not implemented yet"},
-        {{"--metrics.enable_tensorboard=1"},
-         "command line: --metrics.enable_tensorboard: TensorBoard output is not"},
         {{"--model.flavor", "debugmodel_moe"},
          "command line: --model.flavor: debugmodel_moe is a "
          "mixture-of-experts flavor"},
