@@ -207,6 +207,9 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s);
 /* Repositions the loader; fails if the state does not fit this dataset (other files,
  * sizes or encoding: the fingerprint differs) or points outside it. */
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
+/* One line for logs: files, formats and what is known up front (token shards: documents and
+ * tokens; text: documents = files; JSON Lines: streamed, counted as read). */
+void data_loader_describe(const data_loader *l, char *buf, size_t n);
 /* The state as one line of JSON ({"epoch": 0, ...}, < 512 bytes) and back. */
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n);
 int data_loader_state_parse(const char *json, data_loader_state *s, base_err *err);

@@ -240,6 +240,37 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err 
     return 1;
 }
 
+void data_loader_describe(const data_loader *l, char *buf, size_t n) {
+    int count[4] = {0};
+    uint64_t docs = 0, toks = 0;
+    for (int i = 0; i < l->rd.n_files; i++) {
+        const data_file *f = &l->rd.files[i];
+        count[f->format]++;
+        data_shard s;
+        base_err e;
+        if (f->format == DATA_FMT_TOKENS && data_shard_open(&s, f->path, &e) == 0) {
+            docs += s.n_docs;
+            toks += s.n_tokens;
+            data_shard_close(&s);
+        }
+    }
+    size_t k = (size_t)snprintf(buf, n, "%s: %d file%s", l->path, l->rd.n_files,
+                                l->rd.n_files == 1 ? "" : "s");
+    if (count[DATA_FMT_TEXT] && k < n)
+        k +=
+            (size_t)snprintf(buf + k, n - k, ", %d text (one document each)", count[DATA_FMT_TEXT]);
+    if (count[DATA_FMT_JSONL] && k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", %d JSONL (field \"%s\", streamed)",
+                              count[DATA_FMT_JSONL], l->rd.field);
+    if (count[DATA_FMT_TOKENS] && k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", %d token shards (%llu documents, %llu tokens)",
+                              count[DATA_FMT_TOKENS], (unsigned long long)docs,
+                              (unsigned long long)toks);
+    if (k < n)
+        snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
+                 l->cfg.enc.tok ? "tokenizer" : "byte tokens", l->cfg.dp_rank, l->cfg.dp_size);
+}
+
 void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     memset(s, 0, sizeof *s);
     if (l->qh < l->qn) {

@@ -370,6 +370,10 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     return loss;
 }
 
+size_t model_activation_bytes(const model *m) {
+    return m->acts ? m->acts->mem_floats * sizeof(float) : 0;
+}
+
 void model_logits(model *m, const int32_t *tokens, float *logits) {
     const int N = m->batch * m->seq_len;
     forward_trunk(m, tokens);

@@ -109,6 +109,9 @@ void model_zero_grad(model *m);
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
                              float grad_scale, int64_t *n_valid);
 
+/* Bytes of the activation buffers model_build allocated (for memory estimates). */
+size_t model_activation_bytes(const model *m);
+
 /* Logits for tokens [batch*seq_len] into logits[batch*seq_len, vocab] (inference/tests). */
 void model_logits(model *m, const int32_t *tokens, float *logits);
 

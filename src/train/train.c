@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "train/internal.h"
@@ -304,6 +305,38 @@ static int validate(const train_opts *o, const token_source *src, model *train, 
     return rc;
 }
 
+/* The header `titan train` prints before the first step. */
+static void print_header(const train_opts *o, const model *m, const token_source *src, double peak,
+                         double fpt) {
+    model_counts cnt;
+    model_count_params(&o->model, &cnt);
+    const model_args *a = &o->model;
+    printf("titan train: model %s: %.2fM parameters (%d layers, dim %d, %d/%d heads x %d, ffn "
+           "%d, vocab %d, %s embeddings), %.3f GFLOP/token\n",
+           a->flavor, cnt.total / 1e6, a->n_layers, a->dim, a->n_heads, a->n_kv_heads, a->head_dim,
+           a->ffn_dim, a->vocab_size, a->tie_embeddings ? "tied" : "untied", fpt / 1e9);
+    char desc[1024] = "uniform random tokens";
+    if (src->loader) data_loader_describe(src->loader, desc, sizeof desc);
+    printf("  data: %s\n  step: %d x %d tokens x %d microbatches = %lld tokens; %d steps\n", desc,
+           o->batch, o->seq_len, o->grad_accum, (long long)o->batch * o->seq_len * o->grad_accum,
+           o->steps);
+    const double gib = 1 << 30, pb = (double)m->n_floats * sizeof(float);
+    const double act = (double)model_activation_bytes(m);
+    printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
+           omp_get_max_threads(), o->ac == MODEL_AC_FULL ? "full" : "none");
+    printf("  memory estimate: %.2f GiB = weights %.2f + gradients %.2f + AdamW %.2f + "
+           "activations %.2f (of %.1f GiB RAM)\n",
+           (4 * pb + act) / gib, pb / gib, pb / gib, 2 * pb / gib, act / gib,
+           (double)base_total_ram() / gib);
+    printf("  kernels (layers.0):");
+    const ops_table *t = &m->ops[1 < m->n_units ? 1 : 0];
+    for (int k = 0; k < OPS_COUNT; k++)
+        if (t->impl[k]) printf(" %s=%s", ops_kind_name((ops_kind)k), t->impl[k]->name);
+    printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak / 1e9,
+           o->peak_flops > 0 ? "configured" : "measured");
+    fflush(stdout);
+}
+
 int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
@@ -339,6 +372,14 @@ int train_run(const train_opts *o, base_err *err) {
             goto out;
         }
     }
+    const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
+    if (!(peak > 0)) {
+        base_fail(err,
+                  "could not measure the GEMM peak for MFU (out of memory?); pass --peak-tflops");
+        goto out;
+    }
+    const double fpt = model_flops_per_token(&o->model, o->seq_len);
+    print_header(o, &m, &src, peak, fpt);
     if (o->tb_dir && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = {o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
@@ -367,27 +408,14 @@ int train_run(const train_opts *o, base_err *err) {
         if (train_saver_init(&saver, ckdir, m.n_floats, o->ckpt.async, o->ckpt.keep_latest_k, err))
             goto out;
     }
-    const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
-    if (!(peak > 0)) {
-        base_fail(err,
-                  "could not measure the GEMM peak for MFU (out of memory?); pass --peak-tflops");
-        goto out;
-    }
-    const double fpt = model_flops_per_token(&o->model, o->seq_len);
-    model_counts cnt;
-    model_count_params(&o->model, &cnt);
-    base_log(BASE_LOG_INFO,
-             "model %s: %lld parameters, %d layers, dim %d; batch %d x seq %d x accum %d; "
-             "%d threads; fp32 GEMM peak %.1f GFLOP/s; %.3f GFLOP/token",
-             o->model.flavor, (long long)cnt.total, o->model.n_layers, o->model.dim, o->batch,
-             o->seq_len, o->grad_accum, omp_get_max_threads(), peak / 1e9, fpt / 1e9);
-
     optim_lr_cfg lrc = o->lr;
     if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
     double t_total = 0;
     int64_t tokens_total = 0;
     const int last =
         o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
+    const int tty = isatty(STDOUT_FILENO); /* a progress line on terminals, plain lines else */
+    const double t_run = base_now();
     for (int step = (int)start + 1; step <= last; step++) {
         double t0 = base_now();
         int64_t valid = 0;
@@ -428,6 +456,7 @@ int train_run(const train_opts *o, base_err *err) {
         const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak;
         const double mem = (double)base_peak_rss() / (1 << 30);
         const double mem_pct = 100.0 * base_peak_rss() / (double)base_total_ram();
+        if (tty) printf("\r\033[K"); /* erase the progress line */
         double val_loss = NAN;
         int64_t val_tok = 0;
         if (o->val.path && (step % o->val.freq == 0 || step == last)) {
@@ -440,6 +469,13 @@ int train_run(const train_opts *o, base_err *err) {
             printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
                    "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs\n",
                    step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data);
+        if (tty && step < last) { /* progress: steps done, ETA, tokens/s */
+            const double avg = (base_now() - t_run) / (step - start);
+            const int w = 30, done = (int)((double)w * step / last);
+            printf("  [%.*s%*s] step %d/%d  eta %.0fs  %.0f tok/s", done,
+                   "##############################", w - done, "", step, last, avg * (last - step),
+                   ntok / avg);
+        }
         fflush(stdout);
         if (jl) {
             fprintf(jl,
