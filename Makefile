@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
 
-.PHONY: deps build test train bench bench-tokenizer asan format clean
+.PHONY: deps build test train bench bench-tokenizer asan fuzz format clean
 
 deps:
 	@bash scripts/deps.sh
@@ -36,6 +36,16 @@ asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTITAN_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer on the safetensors reader for FUZZ_SECONDS (clang with -fsanitize=fuzzer; ctest
+# runs the same target through the standalone driver with any compiler).
+FUZZ_SECONDS ?= 60
+fuzz:
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target libfuzzer_safetensors
+	@mkdir -p build-fuzz/corpus-safetensors
+	@build-fuzz/tests/libfuzzer_safetensors -max_total_time=$(FUZZ_SECONDS) \
+		build-fuzz/corpus-safetensors tests/fuzz/corpus/safetensors
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

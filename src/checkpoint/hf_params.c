@@ -45,10 +45,6 @@ static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
     if (len < cap) snprintf(out + len, cap - len, "]");
 }
 
-static int is_float_dtype(ckpt_dtype d) {
-    return d == CKPT_F32 || d == CKPT_F64 || d == CKPT_BF16 || d == CKPT_F16;
-}
-
 int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_err *err) {
     problems p;
     memset(&p, 0, sizeof p);
@@ -69,7 +65,7 @@ int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_e
             shape_str(a, sizeof a, t->ndim, t->shape);
             shape_str(b, sizeof b, mp->ndim, mp->shape);
             add_problem(&p, "'%s' has shape %s, model expects %s", mp->hf_name, a, b);
-        } else if (!is_float_dtype(t->dtype)) {
+        } else if (!ckpt_dtype_is_float(t->dtype)) {
             add_problem(&p, "'%s' has non-floating dtype %s", mp->hf_name,
                         ckpt_dtype_name(t->dtype));
         }
@@ -99,7 +95,7 @@ int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_e
     if (head) {
         const model_param *emb = model_find_hf_param(m, HF_EMBED);
         if (!emb) return base_fail(err, "%s: tied model has no parameter '%s'", f->path, HF_EMBED);
-        int same = head->ndim == emb->ndim && is_float_dtype(head->dtype);
+        int same = head->ndim == emb->ndim && ckpt_dtype_is_float(head->dtype);
         for (int d = 0; same && d < head->ndim; d++) same = head->shape[d] == emb->shape[d];
         if (!same)
             return base_fail(err,
