@@ -218,6 +218,7 @@ void ckpt_close(ckpt_file *f) {
         free(f->meta);
     }
     if (f->map && f->mapped) munmap(f->map, f->size);
+    free(f->by_name);
     free(f->path);
     file_clear(f);
 }
@@ -362,6 +363,13 @@ static void duplicate_key_near(const char *hdr, size_t len, int pos, char *out, 
     out[n] = 0;
 }
 
+/* f->by_name: tensor indices sorted by name, for ckpt_find's binary search (a 30B MoE file
+ * holds thousands of tensors, looked up one by one). */
+static int by_name_cmp(const void *a, const void *b, void *ctx) {
+    const ckpt_file *f = ctx;
+    return strcmp(f->tensors[*(const int *)a].name, f->tensors[*(const int *)b].name);
+}
+
 int ckpt_open(ckpt_file *f, const char *path, base_err *err) {
     file_clear(f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -499,6 +507,13 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
     }
     free(spans);
     if (rc != 0) goto fail;
+    f->by_name = malloc(sizeof *f->by_name * (size_t)(f->n_tensors ? f->n_tensors : 1));
+    if (!f->by_name) {
+        base_fail(err, "%s: out of memory", path);
+        goto fail;
+    }
+    for (int i = 0; i < f->n_tensors; i++) f->by_name[i] = i;
+    qsort_r(f->by_name, (size_t)f->n_tensors, sizeof *f->by_name, by_name_cmp, f);
     return 0;
 
 fail:
@@ -507,8 +522,17 @@ fail:
 }
 
 const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name) {
-    for (int i = 0; i < f->n_tensors; i++)
-        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    int lo = 0, hi = f->n_tensors - 1;
+    while (lo <= hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const ckpt_tensor *t = &f->tensors[f->by_name[mid]];
+        const int c = strcmp(name, t->name);
+        if (c == 0) return t;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
     return NULL;
 }
 
