@@ -157,21 +157,33 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
     qsort(ts, (size_t)n, sizeof *ts, state_dict_cmp);
 
     /* huggingface_hub split_torch_state_dict_into_shards: greedy in state_dict order; a
-     * tensor larger than the limit gets a shard of its own (numbered when it is met) */
-    int n_shards = 0, cur = -1;
+     * tensor larger than the limit gets a shard of its own. Shards are numbered in the order
+     * they are completed: an oversized tensor's at once, the running shard when it is full
+     * (or at the end). `bins` counts provisional shards, number[] maps them to final ones. */
+    int n_shards = 0, bins = 0, cur = -1;
+    int *number = malloc(sizeof *number * (size_t)(n + 1));
+    if (!number) {
+        rc = base_fail(err, "%s: out of memory", dir);
+        goto out;
+    }
     uint64_t cur_bytes = 0;
     for (int i = 0; i < n; i++) {
         if (ts[i].bytes > max_bytes) {
-            ts[i].shard = n_shards++;
+            ts[i].shard = bins;
+            number[bins++] = n_shards++;
             continue;
         }
         if (cur < 0 || cur_bytes + ts[i].bytes > max_bytes) {
-            cur = n_shards++;
+            if (cur >= 0) number[cur] = n_shards++;
+            cur = bins++;
             cur_bytes = 0;
         }
         ts[i].shard = cur;
         cur_bytes += ts[i].bytes;
     }
+    if (cur >= 0) number[cur] = n_shards++;
+    for (int i = 0; i < n; i++) ts[i].shard = number[ts[i].shard];
+    free(number);
     if (n_shards > 99999) {
         rc = base_fail(err, "%s: %d shards (at most 99999); raise the shard size", dir, n_shards);
         goto out;
