@@ -16,6 +16,9 @@ safetensors).
                          HF -> titan training checkpoint -> HF gives byte-identical weight files
                          and index
 
+  inspect TITAN CORPUS   `titan inspect` exits non-zero naming the file for every bad_* file of
+                         the safetensors fuzz corpus, and lists the tensors of every good_* one
+
 HELPER is the test_hf_io binary (tests/parity/test_hf_io.c), TITAN the titan binary.
 """
 import json
@@ -197,12 +200,29 @@ def import_(helper, titan, work):
                       f"logits diff {diff:.2e}, round trip byte-identical ({len(files)} files)")
 
 
+def inspect(titan, corpus):
+    for fn in sorted(os.listdir(corpus)):
+        path = f"{corpus}/{fn}"
+        r = subprocess.run([titan, "inspect", path], capture_output=True, text=True)
+        if fn.startswith("bad_"):
+            check(r.returncode != 0 and path in r.stderr and "error" in r.stderr,
+                  f"inspect {fn}: rc {r.returncode}, stderr {r.stderr!r}")
+        else:
+            with safe_open(path, "np") as f:
+                keys = list(f.keys())
+            check(r.returncode == 0 and all(k in r.stdout for k in keys),
+                  f"inspect {fn}: rc {r.returncode}, {r.stdout!r}")
+    print(f"ok  titan inspect on {len(os.listdir(corpus))} corpus files")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "counts":
         counts(*sys.argv[2:4])
     elif mode == "export":
         export(*sys.argv[2:4])
+    elif mode == "inspect":
+        inspect(*sys.argv[2:4])
     elif mode == "import":
         import_(*sys.argv[2:5])
     else:
