@@ -214,28 +214,45 @@ int ckpt_inspect(const char *path, base_err *err) {
 
 /* ---- titan convert ------------------------------------------------------------------ */
 
+/* Bytes of weight data in a checkpoint folder's safetensors files (for the throughput line). */
+static double data_gb(const ckpt_set *s) {
+    double b = 0;
+    for (int i = 0; i < s->n_files; i++) b += (double)s->files[i].size;
+    return b / 1e9;
+}
+
 int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
     const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
     model m;
     int rc;
-    if (exists(src, "config.json")) {
-        rc = ckpt_load_hf(&m, src, &bo, err);
-        if (rc == 0) rc = ckpt_train_save_model(&m, dst, err);
-        if (rc == 0)
-            printf("converted Hugging Face folder %s -> training checkpoint %s (%zu parameters)\n",
-                   src, dst, m.n_floats);
-    } else if (exists(src, ARGS_FILE)) {
-        rc = ckpt_train_load_model(&m, src, &bo, err);
-        if (rc == 0) rc = ckpt_export_hf(&m, dst, opts, err);
-        if (rc == 0)
-            printf("converted training checkpoint %s -> Hugging Face folder %s (%s)\n", src, dst,
-                   ckpt_dtype_name(opts ? opts->dtype : CKPT_F32));
-    } else {
+    const int from_hf = exists(src, "config.json");
+    if (!from_hf && !exists(src, ARGS_FILE))
         return base_fail(err,
                          "%s: neither a Hugging Face folder (no config.json) nor a training "
                          "checkpoint (no %s)",
                          src, ARGS_FILE);
+    double t0 = base_now(), gb = 0;
+    ckpt_set s;
+    char p[4096];
+    /* the input's size, from its headers (opening is cheap: nothing is read yet) */
+    if ((from_hf
+             ? ckpt_set_open_dir(&s, src, err)
+             : join(p, sizeof p, src, MODEL_FILE, err) || ckpt_set_open_file(&s, p, err)) == 0) {
+        gb = data_gb(&s);
+        ckpt_set_close(&s);
     }
+    rc = from_hf ? ckpt_load_hf(&m, src, &bo, err) : ckpt_train_load_model(&m, src, &bo, err);
+    const double t1 = base_now();
+    if (rc == 0)
+        printf("loaded %s: %.3f GB in %.2f s (%.2f GB/s), peak RSS %.2f GiB\n", src, gb, t1 - t0,
+               gb / (t1 - t0), (double)base_peak_rss() / (1 << 30));
+    if (rc == 0)
+        rc = from_hf ? ckpt_train_save_model(&m, dst, err) : ckpt_export_hf(&m, dst, opts, err);
+    if (rc == 0)
+        printf("wrote %s (%s) in %.2f s, %zu parameters, peak RSS %.2f GiB\n", dst,
+               from_hf ? "training checkpoint, F32"
+                       : ckpt_dtype_name(opts ? opts->dtype : CKPT_F32),
+               base_now() - t1, m.n_floats, (double)base_peak_rss() / (1 << 30));
     model_free(&m);
     return rc;
 }
