@@ -21,6 +21,7 @@ cfg = Qwen3Config(**json.load(open(sys.argv[1])))
 with torch.device("meta"):
     m = Qwen3ForCausalLM(cfg)
 m = m.to_empty(device="cpu").to(torch.bfloat16)
+m.tie_weights()  # to_empty unties the shared embedding/lm_head
 g = torch.Generator().manual_seed(0)
 with torch.no_grad():
     for p in m.parameters():

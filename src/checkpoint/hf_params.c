@@ -304,8 +304,17 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
         for (int i = 0; i < n && rc == 0; i++) {
             const ckpt_tensor *t = ckpt_find(file, es[i].name);
             if (!t) continue;
-            rc = ckpt_tensor_to_f32(file, t, base + es[i].offset, err);
-            ckpt_tensor_release(file, t);
+            /* in chunks of 16M elements, each released once converted: a 1.2 GB embedding
+             * never sits in memory twice */
+            const size_t chunk = (size_t)1 << 24, esz = ckpt_dtype_size(t->dtype);
+            for (size_t c = 0; c < (size_t)t->numel && rc == 0; c += chunk) {
+                ckpt_tensor part = *t;
+                part.numel = (int64_t)((size_t)t->numel - c < chunk ? (size_t)t->numel - c : chunk);
+                part.nbytes = (size_t)part.numel * esz;
+                part.data = (const unsigned char *)t->data + c * esz;
+                rc = ckpt_tensor_to_f32(file, &part, base + es[i].offset + c, err);
+                ckpt_tensor_release(file, &part);
+            }
         }
     }
     free(es);
