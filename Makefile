@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
 
-.PHONY: deps build test train bench bench-tokenizer asan format clean
+.PHONY: deps build test train bench bench-tokenizer asan fuzz format clean
 
 deps:
 	@bash scripts/deps.sh
@@ -34,6 +34,20 @@ asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTITAN_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer on each fuzz target (safetensors, tokenizer, dataset) for FUZZ_SECONDS each
+# (clang with -fsanitize=fuzzer; ctest runs the same targets through the standalone driver
+# with any compiler).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= safetensors tokenizer dataset
+fuzz:
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@for t in $(FUZZ_TARGETS); do \
+		cmake --build build-fuzz -j $(JOBS) --target libfuzzer_$$t && \
+		mkdir -p build-fuzz/corpus-$$t && \
+		build-fuzz/tests/libfuzzer_$$t -max_total_time=$(FUZZ_SECONDS) \
+			build-fuzz/corpus-$$t tests/fuzz/corpus/$$t || exit 1; \
+	done
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "checkpoint/checkpoint.h"
 #include "data/data.h"
 #include "model/model.h"
 #include "ops/ops.h"
@@ -42,7 +43,13 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train     train a Qwen3 model (see `titan train --help`)\n"
-            "  inspect   print a flavor's arguments and parameter counts\n"
+            "  inspect   print a flavor's arguments and parameter counts (--flavor, --set), or\n"
+            "            inspect PATH: validate a .safetensors file, a HF config.json, a HF model\n"
+            "            folder or a training checkpoint; list its tensors, model and counts\n"
+            "  convert   convert SRC DST: HF folder -> training checkpoint, or training\n"
+            "            checkpoint -> HF folder [--dtype float32|bfloat16|float16]\n"
+            "            [--max-shard-size 5GB] [--assets DIR (tokenizer files)]\n"
+            "            [--generation-config FILE]\n"
             "  kernels   list the registered op implementations\n"
             "  encode    text -> token ids: --tokenizer DIR [--file F] (default stdin);\n"
             "            --chat: the input is a JSON list of {role, content} messages, rendered\n"
@@ -106,7 +113,9 @@ static int parse_model_opt(args_iter *it, model_args *a, int *status) {
     return 0;
 }
 
+/* titan inspect [--flavor NAME] [--set K=V]... | titan inspect PATH */
 static int cmd_inspect(int argc, char **argv, base_err *err) {
+    if (argc == 3 && argv[2][0] != '-') return ckpt_inspect(argv[2], err);
     model_args a;
     model_flavor("debugmodel", &a, err);
     args_iter it = {argc, argv, 0, err};
@@ -119,22 +128,51 @@ static int cmd_inspect(int argc, char **argv, base_err *err) {
         return base_fail(err, "inspect: unknown option '%s'", argv[it.i]);
     }
     if (model_args_validate(&a, err)) return -1;
-    model_counts c;
-    model_count_params(&a, &c);
-    printf("flavor %s: dim %d, n_layers %d, n_heads %d, n_kv_heads %d, head_dim %d, ffn_dim %d, "
-           "vocab_size %d, rope_theta %g, norm_eps %g, tie_embeddings %d\n",
-           a.flavor, a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.ffn_dim,
-           a.vocab_size, a.rope_theta, a.norm_eps, a.tie_embeddings);
-    printf("%-22s %16s\n", "component", "parameters");
-    printf("%-22s %16lld%s\n", "embedding", (long long)c.embedding,
-           a.tie_embeddings ? "  (tied with lm_head, counted once)" : "");
-    printf("%-22s %16lld\n", "attention (q,k,v,o)", (long long)c.attention);
-    printf("%-22s %16lld\n", "q_norm/k_norm", (long long)c.qk_norm);
-    printf("%-22s %16lld\n", "feed_forward", (long long)c.ffn);
-    printf("%-22s %16lld\n", "rmsnorm (block+final)", (long long)c.norms);
-    printf("%-22s %16lld\n", "lm_head", (long long)c.lm_head);
-    printf("%-22s %16lld  (%.3fB)\n", "total", (long long)c.total, c.total / 1e9);
+    ckpt_print_model(&a);
     return 0;
+}
+
+/* Export options shared by convert: --dtype, --max-shard-size, --assets, --generation-config.
+ * Returns 1 if the option was consumed (*status: 0 or -1). */
+static int parse_export_opt(args_iter *it, ckpt_export_opts *o, int *status) {
+    const char *a = it->argv[it->i], *v;
+    *status = 0;
+    if (strcmp(a, "--dtype") && strcmp(a, "--max-shard-size") && strcmp(a, "--assets") &&
+        strcmp(a, "--generation-config"))
+        return 0;
+    if (!(v = need_value(it))) return *status = -1, 1;
+    if (!strcmp(a, "--dtype") && ckpt_export_dtype_parse(v, &o->dtype))
+        *status = base_fail(it->err, "--dtype: '%s' is not float32, bfloat16 or float16", v);
+    else if (!strcmp(a, "--max-shard-size") && ckpt_size_parse(v, &o->max_shard_bytes))
+        *status = base_fail(it->err,
+                            "--max-shard-size: '%s' is not a size (5GB, 200MB, 1GiB, "
+                            "bytes)",
+                            v);
+    else if (!strcmp(a, "--assets"))
+        o->assets_dir = v;
+    else if (!strcmp(a, "--generation-config"))
+        o->generation_config = v;
+    return 1;
+}
+
+/* titan convert SRC DST [export options] */
+static int cmd_convert(int argc, char **argv, base_err *err) {
+    ckpt_export_opts o = {.dtype = CKPT_F32};
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0;
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        int st;
+        if (parse_export_opt(&it, &o, &st)) {
+            if (st) return -1;
+        } else if (argv[it.i][0] != '-' && n_pos < 2) {
+            pos[n_pos++] = argv[it.i];
+        } else {
+            return base_fail(err, "convert: unexpected argument '%s'", argv[it.i]);
+        }
+    }
+    if (n_pos != 2) return base_fail(err, "convert: usage: titan convert SRC DST [options]");
+    return ckpt_convert(pos[0], pos[1], &o, err);
 }
 
 static int cmd_kernels(void) {
@@ -448,6 +486,8 @@ int main(int argc, char **argv) {
         rc = cmd_train(argc, argv, &err);
     } else if (!strcmp(argv[1], "inspect")) {
         rc = cmd_inspect(argc, argv, &err);
+    } else if (!strcmp(argv[1], "convert")) {
+        rc = cmd_convert(argc, argv, &err);
     } else if (!strcmp(argv[1], "encode") || !strcmp(argv[1], "decode")) {
         rc = cmd_codec(argc, argv, !strcmp(argv[1], "encode"), &err);
     } else if (!strcmp(argv[1], "tokenize")) {

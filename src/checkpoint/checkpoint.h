@@ -1,14 +1,15 @@
-/* checkpoint: a single-file safetensors reader and writer, and loading / saving the
- * parameters (or gradients) of a titan model under their Hugging Face names.
+/* checkpoint: safetensors reader and writer, the Hugging Face adapter (config.json <-> model
+ * arguments, HF names, sharded folders with model.safetensors.index.json, export dtypes,
+ * tokenizer files), the training-checkpoint model file, and `titan inspect` / `titan convert`.
  *
  * safetensors layout: u64 little-endian header length n, n bytes of JSON
  *   {"__metadata__": {str: str}, "<name>": {"dtype": "F32", "shape": [..],
  *    "data_offsets": [begin, end]}, ...}
  * then the data section; offsets are relative to its start. The reader treats the file as
  * hostile: every size, offset and shape is checked (the tensors must cover the data section
- * exactly, without gaps or overlaps), and every error names the file and the tensor or field.
- * The writer pads the header with spaces to a multiple of 8 bytes (so the data section is
- * 8-byte aligned) and writes atomically ("<path>.tmp", fsync, rename). */
+ * exactly, without gaps or overlaps, in any order), and every error names the file and the
+ * tensor or field. The writer pads the header with spaces to a multiple of 8 bytes (so the
+ * data section is 8-byte aligned) and writes atomically ("<path>.tmp", fsync, rename). */
 #ifndef TITAN_CHECKPOINT_H
 #define TITAN_CHECKPOINT_H
 
@@ -20,6 +21,8 @@
 
 #define CKPT_MAX_DIMS 8
 
+/* Every dtype of the safetensors format that titan can hold. F4, F6_*, C64 and the FNUZ
+ * float8 variants are recognised and refused by name. */
 typedef enum {
     CKPT_F32,
     CKPT_F64,
@@ -27,14 +30,26 @@ typedef enum {
     CKPT_I64,
     CKPT_BF16,
     CKPT_F16,
+    CKPT_BOOL,
+    CKPT_U8,
+    CKPT_I8,
+    CKPT_I16,
+    CKPT_U16,
+    CKPT_U32,
+    CKPT_U64,
+    CKPT_F8_E4M3, /* torch.float8_e4m3fn */
+    CKPT_F8_E5M2,
+    CKPT_F8_E8M0,
     CKPT_DTYPE_COUNT
 } ckpt_dtype;
 
-/* "F32", "F64", "I32", "I64", "BF16", "F16". */
+/* The format's names ("F32", "BF16", "F8_E4M3", ...) and element sizes in bytes. */
 const char *ckpt_dtype_name(ckpt_dtype d);
 size_t ckpt_dtype_size(ckpt_dtype d);
 /* Parses a dtype name; -1 when unknown. */
 int ckpt_dtype_parse(const char *s, ckpt_dtype *out);
+/* F32, F64, BF16, F16 and the float8 types. */
+int ckpt_dtype_is_float(ckpt_dtype d);
 
 typedef struct {
     char *name;
@@ -52,27 +67,40 @@ typedef struct {
 
 typedef struct {
     char *path;
-    unsigned char *map; /* read-only mapping of the whole file */
+    unsigned char *map; /* the whole file: a read-only mapping, or the caller's buffer */
     size_t size;
+    int mapped;    /* map is ours (ckpt_open): unmapped by ckpt_close */
     int n_tensors; /* in header order */
     ckpt_tensor *tensors;
     int n_meta;
     ckpt_kv *meta; /* __metadata__, strings owned by the file */
+    int *by_name;  /* [n_tensors] tensor indices sorted by name (ckpt_find) */
 } ckpt_file;
 
 /* Maps and validates a safetensors file. On failure *f is left empty (ckpt_close is safe). */
 int ckpt_open(ckpt_file *f, const char *path, base_err *err);
+/* Validates a safetensors image already in memory (buf[size], kept by the caller until
+ * ckpt_close); path only names it in messages. */
+int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, base_err *err);
 void ckpt_close(ckpt_file *f);
 
 const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name);
 /* The __metadata__ value for key, or NULL. */
 const char *ckpt_meta_get(const ckpt_file *f, const char *key);
 
-/* Converts a tensor of a floating dtype (F32, F64, BF16, F16) into out[t->numel]. */
+/* Zero copy: the tensor's data as floats when it is F32 and 4-byte aligned (always so in a
+ * file whose header length is a multiple of 8, as the writer makes it), else NULL. */
+const float *ckpt_tensor_f32(const ckpt_tensor *t);
+/* Drops the tensor's pages from this process's memory (madvise DONTNEED on the mapping):
+ * loaders call it after copying a tensor out, so a whole-file mapping never costs its size
+ * in resident memory. The data stays readable (it is read again from the file). */
+void ckpt_tensor_release(const ckpt_file *f, const ckpt_tensor *t);
+
+/* Converts a tensor of a floating dtype (F32, F64, BF16, F16, F8_*) into out[t->numel]. */
 int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, base_err *err);
 /* Converts any floating or integer tensor into out[t->numel] as double. */
 int ckpt_tensor_to_f64(const ckpt_file *f, const ckpt_tensor *t, double *out, base_err *err);
-/* Converts an I64 or I32 tensor into out[t->numel]; values must fit in int32. */
+/* Converts an integer or BOOL tensor into out[t->numel]; values must fit in int32. */
 int ckpt_tensor_to_i32(const ckpt_file *f, const ckpt_tensor *t, int32_t *out, base_err *err);
 
 /* Look up `name` and return a freshly base_alloc'ed converted copy (base_free it), or NULL
@@ -86,41 +114,149 @@ int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base
 float ckpt_bf16_to_f32(uint16_t h);
 float ckpt_f16_to_f32(uint16_t h);
 uint16_t ckpt_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
+uint16_t ckpt_f32_to_f16(float x);  /* round to nearest even, overflow to inf, subnormals */
 
-/* One tensor to write: raw little-endian elements of `dtype`, numel = product of shape. */
+/* One tensor to write: raw little-endian elements of `dtype`, numel = product of shape; or,
+ * with from_f32, fp32 values written as `dtype` (F32, BF16 or F16; round to nearest even),
+ * converted a chunk at a time while writing. */
 typedef struct {
     const char *name;
     ckpt_dtype dtype;
     int ndim;
     int64_t shape[CKPT_MAX_DIMS];
     const void *data;
+    int from_f32;
 } ckpt_wtensor;
 
 /* Writes tensors in the given order (data contiguous, in that order) with optional
  * __metadata__ (n_meta may be 0), atomically: "<path>.tmp", fsync, rename. */
 int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, const ckpt_kv *meta,
                int n_meta, base_err *err);
+/* Writes n bytes to path atomically ("<path>.tmp", fsync, rename). */
+int ckpt_write_bytes(const char *path, const void *buf, size_t n, base_err *err);
 
-/* ---- model parameters under Hugging Face names (src/checkpoint/hf_params.c) ---------- */
+/* ---- checkpoint sets: a model in one or many safetensors files (hf_params.c) -------- */
 
-/* Loads every parameter of m from the safetensors file at path into base (m->w, or any
- * buffer with the same layout), converting F32/F64/BF16/F16 to fp32. The file must hold
- * exactly the model's tensors under their HF names with matching shapes; all missing keys,
- * unexpected keys and shape mismatches are listed in one error. For a tied model, a
- * "lm_head.weight" in the file is accepted only if it equals "model.embed_tokens.weight". */
+/* Files read as one checkpoint: one file, or a Hugging Face folder (model.safetensors, or
+ * model.safetensors.index.json + the shards it names). */
+typedef struct {
+    char dir[4096]; /* the folder ("" for a single file) */
+    int n_files;
+    ckpt_file *files;
+} ckpt_set;
+
+int ckpt_set_open_file(ckpt_set *s, const char *path, base_err *err);
+/* DIR/model.safetensors if present (as transformers, it wins over an index), else the index
+ * and every shard it names, validated: each file fully (ckpt_open), the index against the
+ * shards (every indexed tensor in its shard, every shard tensor indexed there, no name in two
+ * shards, no file names outside DIR). Only headers are read; data pages are mapped lazily. */
+int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err);
+void ckpt_set_close(ckpt_set *s);
+const ckpt_tensor *ckpt_set_find(const ckpt_set *s, const char *name, const ckpt_file **file);
+
+/* Which names a checkpoint uses: Hugging Face ("model.layers.0.self_attn.q_proj.weight",
+ * experts one tensor each) or titan's (torchtitan v0.2.2: "layers.0.attention.wq.weight",
+ * experts stacked [E, out, in]). */
+typedef enum { CKPT_NAMES_HF, CKPT_NAMES_TITAN } ckpt_names;
+
+/* One tensor a model expects in a checkpoint, and where it goes in the parameter buffer. */
+typedef struct {
+    char name[112];
+    int ndim;
+    int64_t shape[3];
+    size_t offset, numel; /* floats */
+} ckpt_entry;
+
+/* The tensors of m under `names`, in layout order (malloc'ed; free()). */
+int ckpt_expected(const model *m, ckpt_names names, ckpt_entry **out, int *n, base_err *err);
+/* Strict check of a set against a model (headers only): every missing key, unexpected key,
+ * shape mismatch and non-floating dtype is listed in one error. A tied model accepts (does
+ * not require) an lm_head ("lm_head.weight" / "output.weight"). */
+int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_err *err);
+/* Checks, then loads every parameter into base (m->w or a buffer of the same layout),
+ * converting any floating dtype to fp32, file by file, dropping each tensor's pages once
+ * copied (resident memory stays near the model's fp32 size). A tied model's lm_head in the
+ * files must equal the embedding. */
+int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_names names,
+                        base_err *err);
+/* One file under HF names (the two forms: a path, an opened file). */
 int ckpt_load_model(const model *m, float *base, const char *path, base_err *err);
-/* Same, from an already opened file. */
 int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_err *err);
 /* Writes every parameter of m, read from base (m->w for weights, m->g for gradients), as F32
- * under its HF name in layout order (the tied lm_head is not written), with optional
- * __metadata__. */
+ * under its `names` name in layout order (the tied lm_head is not written), with optional
+ * __metadata__. ckpt_save_model: HF names. */
+int ckpt_save_model_names(const model *m, const float *base, const char *path, ckpt_names names,
+                          const ckpt_kv *meta, int n_meta, base_err *err);
 int ckpt_save_model(const model *m, const float *base, const char *path, const ckpt_kv *meta,
                     int n_meta, base_err *err);
+/* "[a,b,c]" */
+void ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape);
 
-/* Writes a Hugging Face model folder: DIR/config.json (Qwen3ForCausalLM, the fields that
- * define the math) and DIR/model.safetensors (F32, HF names, no lm_head when tied), creating
- * DIR if needed. Full HF interop (sharding, dtypes, tokenizer files) is a later issue. */
-int ckpt_export_hf(const model *m, const char *dir, base_err *err);
+/* ---- Hugging Face config.json (hf_config.c) ------------------------------------------- */
+
+/* Builds model arguments from a HF config.json: Qwen3ForCausalLM (model_type qwen3) or
+ * Qwen3MoeForCausalLM (qwen3_moe), every field that affects the math (hidden_size,
+ * num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+ * vocab_size, rope_theta or rope_parameters.rope_theta, rms_norm_eps, tie_word_embeddings;
+ * MoE: num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob,
+ * router_aux_loss_coef), HF's defaults for omitted optional fields. Refused with an error
+ * naming the file and field: other architectures, rope_scaling / non-default RoPE, sliding
+ * windows in use, activations other than silu, attention bias, MoE with dense layers
+ * (decoder_sparse_step != 1, mlp_only_layers), and arguments model_args_validate rejects. */
+int ckpt_hf_config_read(const char *path, model_args *a, base_err *err);
+/* Writes config.json for a (Qwen3ForCausalLM, or Qwen3MoeForCausalLM when a->n_experts > 0),
+ * torch_dtype from dtype, atomically. */
+int ckpt_hf_config_write(const model_args *a, ckpt_dtype dtype, const char *path, base_err *err);
+
+/* ---- Hugging Face folders (hf_export.c) -------------------------------------------- */
+
+typedef struct {
+    ckpt_dtype dtype;              /* CKPT_F32 (default), CKPT_BF16 or CKPT_F16 */
+    uint64_t max_shard_bytes;      /* 0: CKPT_DEFAULT_SHARD_BYTES */
+    const char *assets_dir;        /* tokenizer files and generation_config.json copied from here */
+    const char *generation_config; /* a generation_config.json to copy (wins over assets) */
+} ckpt_export_opts;
+
+#define CKPT_DEFAULT_SHARD_BYTES ((uint64_t)5000000000) /* "5GB", transformers 4's default */
+
+/* Writes a Hugging Face model folder DIR (created if needed) from m's weights m->w:
+ * config.json; the weights in opts->dtype under HF names, as transformers' save_pretrained
+ * does: tensors in its state_dict order, split greedily into shards of at most
+ * max_shard_bytes (a tensor larger than that alone), model.safetensors when one shard holds
+ * everything, else model-0000i-of-0000n.safetensors + model.safetensors.index.json; each file's
+ * tensors sorted by name, __metadata__ {"format": "pt"}; no lm_head for a tied model (so no
+ * empty shard either). Then the tokenizer files and generation_config.json found in
+ * opts->assets_dir, and stale weight files of an earlier export are removed. opts may be NULL. */
+int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts, base_err *err);
+/* "float32" / "fp32" / "F32", "bfloat16" / "bf16", "float16" / "fp16" / "half". */
+int ckpt_export_dtype_parse(const char *s, ckpt_dtype *out);
+/* A size as transformers writes it: "5GB", "200MB", "10KB" (decimal), "2GiB" (binary), or bytes. */
+int ckpt_size_parse(const char *s, uint64_t *out);
+
+/* Builds and loads a model from a Hugging Face folder: config.json -> arguments, then every
+ * weight (ckpt_load_model_set, HF names). m is built with opts (batch, seq_len, ...). */
+int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_err *err);
+
+/* ---- training checkpoints' model part, titan names (hf_export.c) ------------------------ */
+
+/* A folder with model.safetensors (every parameter, F32, titan names) and model_args.json
+ * (the model arguments under their --set names, plus "flavor"). It is the model part of a
+ * training checkpoint: the step-N/ layout points these two functions at its folder. */
+int ckpt_train_save_model(const model *m, const char *dir, base_err *err);
+int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opts, base_err *err);
+int ckpt_train_read_args(const char *dir, model_args *a, base_err *err);
+
+/* ---- the command line's checkpoint commands (inspect.c) ------------------------------ */
+
+/* Prints model arguments and per-component parameter counts (titan inspect). */
+void ckpt_print_model(const model_args *a);
+/* titan inspect PATH: a .safetensors file, a config.json, a HF folder or a training
+ * checkpoint folder; validates it and prints its tensors (name, dtype, shape), the model it
+ * describes and its parameter count, checked against the tensors. */
+int ckpt_inspect(const char *path, base_err *err);
+/* titan convert SRC DST: an HF folder -> a training checkpoint folder, or a training
+ * checkpoint -> an HF folder (opts: dtype, shard size, assets); the kind of SRC decides. */
+int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err);
 
 /* ---- training checkpoints (src/checkpoint/step.c) -------------------------------------
  * FOLDER/step-N/ holds everything needed to continue a run exactly:

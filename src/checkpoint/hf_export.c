@@ -1,52 +1,306 @@
-/* A minimal Hugging Face export: config.json + one F32 model.safetensors. */
+/* Hugging Face folders: export (config.json, sharded safetensors + index in an export dtype,
+ * tokenizer files, generation_config.json) and building a model from one. */
+#include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "checkpoint.h"
+#include "internal.h"
 
-static json_t *hf_config(const model_args *a) {
-    json_t *c = json_object();
-    json_object_set_new(c, "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
-    json_object_set_new(c, "model_type", json_string("qwen3"));
-    json_object_set_new(c, "hidden_size", json_integer(a->dim));
-    json_object_set_new(c, "num_hidden_layers", json_integer(a->n_layers));
-    json_object_set_new(c, "num_attention_heads", json_integer(a->n_heads));
-    json_object_set_new(c, "num_key_value_heads", json_integer(a->n_kv_heads));
-    json_object_set_new(c, "head_dim", json_integer(a->head_dim));
-    json_object_set_new(c, "intermediate_size", json_integer(a->ffn_dim));
-    json_object_set_new(c, "vocab_size", json_integer(a->vocab_size));
-    json_object_set_new(c, "rope_theta", json_real(a->rope_theta));
-    json_object_set_new(c, "rms_norm_eps", json_real(a->norm_eps));
-    json_object_set_new(c, "tie_word_embeddings", json_boolean(a->tie_embeddings));
-    json_object_set_new(c, "max_position_embeddings",
-                        json_integer(a->max_seq_len > 0 ? a->max_seq_len : 4096));
-    json_object_set_new(c, "hidden_act", json_string("silu"));
-    json_object_set_new(c, "attention_bias", json_false());
-    json_object_set_new(c, "attention_dropout", json_real(0.0));
-    json_object_set_new(c, "use_sliding_window", json_false());
-    json_object_set_new(c, "sliding_window", json_null());
-    json_object_set_new(c, "rope_scaling", json_null());
-    json_object_set_new(c, "initializer_range", json_real(0.02));
-    json_object_set_new(c, "torch_dtype", json_string("float32"));
-    return c;
+int ckpt_export_dtype_parse(const char *s, ckpt_dtype *out) {
+    static const struct {
+        const char *name;
+        ckpt_dtype d;
+    } names[] = {{"float32", CKPT_F32},   {"fp32", CKPT_F32},  {"F32", CKPT_F32},
+                 {"bfloat16", CKPT_BF16}, {"bf16", CKPT_BF16}, {"BF16", CKPT_BF16},
+                 {"float16", CKPT_F16},   {"fp16", CKPT_F16},  {"F16", CKPT_F16},
+                 {"half", CKPT_F16}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) return *out = names[i].d, 0;
+    return -1;
 }
 
-int ckpt_export_hf(const model *m, const char *dir, base_err *err) {
-    if (base_mkdir_p(dir, err)) return -1;
-    char path[4096], tmp[4200];
-    if (snprintf(path, sizeof path, "%s/model.safetensors", dir) >= (int)sizeof path)
+int ckpt_size_parse(const char *s, uint64_t *out) {
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"B", 1},
+                 {"", 1}};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0)) return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) != 0) continue;
+        double b = v * units[i].mult;
+        if (b >= 1.8e19) return -1;
+        *out = (uint64_t)b; /* int(value * multiplier), as transformers */
+        return *out > 0 ? 0 : -1;
+    }
+    return -1;
+}
+
+/* Rank of a block tensor in transformers' state_dict order (module registration order of
+ * Qwen3DecoderLayer: self_attn q,k,v,o,q_norm,k_norm; mlp gate,up,down; the two norms). */
+static int hf_block_rank(const char *suffix) {
+    static const char *const order[] = {"self_attn.q_proj.weight",
+                                        "self_attn.k_proj.weight",
+                                        "self_attn.v_proj.weight",
+                                        "self_attn.o_proj.weight",
+                                        "self_attn.q_norm.weight",
+                                        "self_attn.k_norm.weight",
+                                        "mlp.gate_proj.weight",
+                                        "mlp.up_proj.weight",
+                                        "mlp.down_proj.weight",
+                                        "mlp.gate.weight",
+                                        "mlp.experts.",
+                                        "input_layernorm.weight",
+                                        "post_attention_layernorm.weight"};
+    for (int i = 0; i < (int)(sizeof order / sizeof order[0]); i++)
+        if (!strncmp(suffix, order[i], strlen(order[i]))) return i;
+    return 100;
+}
+
+typedef struct {
+    const ckpt_entry *e;
+    int group, rank, idx; /* embed 0, layer l -> 1 + l, final norm L + 1, lm_head L + 2 */
+    size_t bytes;
+    int shard;
+} out_tensor;
+
+static int state_dict_cmp(const void *a, const void *b) {
+    const out_tensor *x = a, *y = b;
+    if (x->group != y->group) return x->group - y->group;
+    if (x->rank != y->rank) return x->rank - y->rank;
+    return x->idx - y->idx;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp((*(const out_tensor *const *)a)->e->name,
+                  (*(const out_tensor *const *)b)->e->name);
+}
+
+static void shard_name(char *out, size_t cap, int i, int n) {
+    if (n == 1)
+        snprintf(out, cap, "model.safetensors");
+    else
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
+}
+
+/* Is name a weight file of an HF folder (model.safetensors, the index, a shard)? */
+static int is_weight_file(const char *name) {
+    int a, b, len = 0;
+    if (!strcmp(name, "model.safetensors") || !strcmp(name, "model.safetensors.index.json"))
+        return 1;
+    return sscanf(name, "model-%5d-of-%5d.safetensors%n", &a, &b, &len) == 2 &&
+           len == (int)strlen(name) && strlen(name) == strlen("model-00001-of-00001.safetensors");
+}
+
+/* Copies src to dst atomically (small text files: tokenizer, generation config). */
+static int copy_file(const char *src, const char *dst, base_err *err) {
+    size_t len;
+    char *buf = base_read_file(src, (size_t)1 << 30, &len, err);
+    if (!buf) return -1;
+    int rc = ckpt_write_bytes(dst, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+static int join(char *out, size_t cap, const char *dir, const char *name, base_err *err) {
+    if (snprintf(out, cap, "%s/%s", dir, name) >= (int)cap)
         return base_fail(err, "%s: path too long", dir);
-    const ckpt_kv meta[] = {{"format", "pt"}};
-    if (ckpt_save_model(m, m->w, path, meta, 1, err)) return -1;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    json_t *c = hf_config(&m->args);
-    int rc = json_dump_file(c, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(c);
-    if (rc != 0) return base_fail(err, "%s: cannot write %s", path, tmp);
-    if (rename(tmp, path) != 0)
-        return base_fail(err, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
     return 0;
+}
+
+/* Writes the weight files; *keep receives their names (malloc'ed, *n_keep of them). */
+static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint64_t max_bytes,
+                         char (**keep_out)[64], int *n_keep, base_err *err) {
+    ckpt_entry *es;
+    int n;
+    if (ckpt_expected(m, CKPT_NAMES_HF, &es, &n, err)) return -1;
+    char(*keep)[64] = calloc((size_t)n + 2, 64); /* shards <= tensors, + the index */
+    *keep_out = keep;
+    out_tensor *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
+    out_tensor **file_ts = calloc((size_t)(n ? n : 1), sizeof *file_ts);
+    ckpt_wtensor *wts = calloc((size_t)(n ? n : 1), sizeof *wts);
+    int rc = 0;
+    if (!ts || !file_ts || !wts || !keep) {
+        rc = base_fail(err, "%s: out of memory", dir);
+        goto out;
+    }
+    const int L = m->args.n_layers;
+    for (int i = 0; i < n; i++) {
+        out_tensor *t = &ts[i];
+        t->e = &es[i];
+        t->idx = i;
+        t->bytes = es[i].numel * ckpt_dtype_size(dtype);
+        int layer, pos = 0;
+        if (sscanf(es[i].name, "model.layers.%d.%n", &layer, &pos) == 1 && pos > 0) {
+            t->group = 1 + layer;
+            t->rank = hf_block_rank(es[i].name + pos);
+        } else {
+            t->group = !strcmp(es[i].name, "model.embed_tokens.weight") ? 0
+                       : !strcmp(es[i].name, "lm_head.weight")          ? L + 2
+                                                                        : L + 1;
+        }
+    }
+    qsort(ts, (size_t)n, sizeof *ts, state_dict_cmp);
+
+    /* huggingface_hub split_torch_state_dict_into_shards: greedy in state_dict order; a
+     * tensor larger than the limit gets a shard of its own. Shards are numbered in the order
+     * they are completed: an oversized tensor's at once, the running shard when it is full
+     * (or at the end). `bins` counts provisional shards, number[] maps them to final ones. */
+    int n_shards = 0, bins = 0, cur = -1;
+    int *number = malloc(sizeof *number * (size_t)(n + 1));
+    if (!number) {
+        rc = base_fail(err, "%s: out of memory", dir);
+        goto out;
+    }
+    uint64_t cur_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        if (ts[i].bytes > max_bytes) {
+            ts[i].shard = bins;
+            number[bins++] = n_shards++;
+            continue;
+        }
+        if (cur < 0 || cur_bytes + ts[i].bytes > max_bytes) {
+            if (cur >= 0) number[cur] = n_shards++;
+            cur = bins++;
+            cur_bytes = 0;
+        }
+        ts[i].shard = cur;
+        cur_bytes += ts[i].bytes;
+    }
+    if (cur >= 0) number[cur] = n_shards++;
+    for (int i = 0; i < n; i++) ts[i].shard = number[ts[i].shard];
+    free(number);
+    if (n_shards > 99999) {
+        rc = base_fail(err, "%s: %d shards (at most 99999); raise the shard size", dir, n_shards);
+        goto out;
+    }
+
+    char path[4096], fname[64];
+    const ckpt_kv meta[] = {{"format", "pt"}};
+    json_t *wm = json_object();
+    uint64_t total = 0;
+    for (int s = 0; s < n_shards && rc == 0; s++) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (ts[i].shard == s) file_ts[k++] = &ts[i];
+        /* the Rust safetensors writer orders a file's tensors by name (all share one dtype) */
+        qsort(file_ts, (size_t)k, sizeof *file_ts, name_cmp);
+        shard_name(fname, sizeof fname, s, n_shards);
+        for (int i = 0; i < k; i++) {
+            const ckpt_entry *e = file_ts[i]->e;
+            wts[i] = (ckpt_wtensor){.name = e->name,
+                                    .dtype = dtype,
+                                    .ndim = e->ndim,
+                                    .data = m->w + e->offset,
+                                    .from_f32 = 1};
+            for (int d = 0; d < e->ndim; d++) wts[i].shape[d] = e->shape[d];
+            json_object_set_new(wm, e->name, json_string(fname));
+            total += file_ts[i]->bytes;
+        }
+        if ((rc = join(path, sizeof path, dir, fname, err)) == 0)
+            rc = ckpt_write(path, wts, k, meta, 1, err);
+        snprintf(keep[(*n_keep)++], 64, "%s", fname);
+    }
+    if (rc == 0 && n_shards > 1) {
+        model_counts c;
+        model_count_params(&m->args, &c);
+        json_t *idx =
+            json_pack("{s:{s:I,s:I},s:O}", "metadata", "total_parameters", (json_int_t)c.total,
+                      "total_size", (json_int_t)total, "weight_map", wm);
+        if ((rc = join(path, sizeof path, dir, "model.safetensors.index.json", err)) == 0)
+            rc = ckpt_write_json(path, idx, err);
+        json_decref(idx);
+        snprintf(keep[(*n_keep)++], 64, "model.safetensors.index.json");
+    }
+    json_decref(wm);
+out:
+    free(wts);
+    free(file_ts);
+    free(ts);
+    free(es);
+    return rc;
+}
+
+/* Tokenizer and generation files an HF folder carries, copied when the assets folder has them. */
+static const char *const g_asset_files[] = {
+    "tokenizer.json",      "tokenizer_config.json",   "vocab.json",
+    "merges.txt",          "special_tokens_map.json", "added_tokens.json",
+    "chat_template.jinja", "generation_config.json"};
+
+int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts, base_err *err) {
+    ckpt_export_opts o = {.dtype = CKPT_F32};
+    if (opts) o = *opts;
+    if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD_BYTES;
+    if (o.dtype != CKPT_F32 && o.dtype != CKPT_BF16 && o.dtype != CKPT_F16)
+        return base_fail(err, "%s: export dtype %s is not float32, bfloat16 or float16", dir,
+                         ckpt_dtype_name(o.dtype));
+    if (base_mkdir_p(dir, err)) return -1;
+
+    /* the weights, and the names of the weight files this export wrote */
+    char(*keep)[64] = NULL;
+    int n_keep = 0;
+    char path[4096];
+    int rc = write_weights(m, dir, o.dtype, o.max_shard_bytes, &keep, &n_keep, err);
+    if (rc == 0 && (rc = join(path, sizeof path, dir, "config.json", err)) == 0)
+        rc = ckpt_hf_config_write(&m->args, o.dtype, path, err);
+
+    /* tokenizer files and the generation config */
+    for (size_t i = 0; rc == 0 && o.assets_dir && i < sizeof g_asset_files / sizeof *g_asset_files;
+         i++) {
+        char src[4096];
+        if ((rc = join(src, sizeof src, o.assets_dir, g_asset_files[i], err))) break;
+        if (access(src, R_OK) != 0) continue;
+        if ((rc = join(path, sizeof path, dir, g_asset_files[i], err)) == 0)
+            rc = copy_file(src, path, err);
+    }
+    if (rc == 0 && o.generation_config &&
+        (rc = join(path, sizeof path, dir, "generation_config.json", err)) == 0)
+        rc = copy_file(o.generation_config, path, err);
+
+    /* weight files of an earlier export that this one did not rewrite would mislead loaders
+     * (transformers prefers a model.safetensors over an index) */
+    DIR *d = rc == 0 ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!is_weight_file(de->d_name)) continue;
+        int kept = 0;
+        for (int i = 0; i < n_keep && !kept; i++) kept = !strcmp(keep[i], de->d_name);
+        if (!kept && join(path, sizeof path, dir, de->d_name, NULL) == 0) unlink(path);
+    }
+    if (d) closedir(d);
+    free(keep);
+    return rc;
+}
+
+int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_err *err) {
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    model_args a;
+    if (join(path, sizeof path, dir, "config.json", err) || ckpt_hf_config_read(path, &a, err))
+        return -1;
+    ckpt_set s;
+    if (ckpt_set_open_dir(&s, dir, err)) return -1;
+    /* check names and shapes before allocating the model */
+    model desc;
+    int rc = model_describe(&desc, &a, err);
+    if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_HF, err);
+    model_free(&desc);
+    if (rc == 0) rc = model_build(m, &a, opts, err);
+    if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_HF, err);
+    ckpt_set_close(&s);
+    return rc;
 }

@@ -1,13 +1,158 @@
-/* Loading and saving a titan model's parameters under Hugging Face names. */
-#include "checkpoint.h"
-
+/* A model's parameters in safetensors files: checkpoint sets (one file, or an HF folder with
+ * model.safetensors or index + shards), the name maps (HF / titan), the strict key check and
+ * streaming loads. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
 
 #define HF_LM_HEAD "lm_head.weight"
 #define HF_EMBED "model.embed_tokens.weight"
+
+/* ---- checkpoint sets --------------------------------------------------------------- */
+
+void ckpt_set_close(ckpt_set *s) {
+    for (int i = 0; i < s->n_files; i++) ckpt_close(&s->files[i]);
+    free(s->files);
+    memset(s, 0, sizeof *s);
+}
+
+static int set_add(ckpt_set *s, const char *path, base_err *err) {
+    ckpt_file *nf = realloc(s->files, sizeof *nf * (size_t)(s->n_files + 1));
+    if (!nf) return base_fail(err, "%s: out of memory", path);
+    s->files = nf;
+    if (ckpt_open(&s->files[s->n_files], path, err) != 0) return -1;
+    s->n_files++;
+    return 0;
+}
+
+const ckpt_tensor *ckpt_set_find(const ckpt_set *s, const char *name, const ckpt_file **file) {
+    for (int i = 0; i < s->n_files; i++) {
+        const ckpt_tensor *t = ckpt_find(&s->files[i], name);
+        if (t) {
+            if (file) *file = &s->files[i];
+            return t;
+        }
+    }
+    return NULL;
+}
+
+int ckpt_set_open_file(ckpt_set *s, const char *path, base_err *err) {
+    memset(s, 0, sizeof *s);
+    if (set_add(s, path, err) != 0) {
+        ckpt_set_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Reads DIR/model.safetensors.index.json, opens each shard it names once, and checks that
+ * the index and the shards agree: every indexed tensor is in its shard, every shard tensor is
+ * indexed to that shard, no name twice. */
+static int open_index(ckpt_set *s, const char *dir, const char *ipath, base_err *err) {
+    json_error_t jerr;
+    json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return base_fail(err, "%s: invalid JSON: %s (line %d column %d)", ipath, jerr.text,
+                         jerr.line, jerr.column);
+    int rc = 0;
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(root) || !json_is_object(wm)) {
+        rc = base_fail(err, "%s: no 'weight_map' object", ipath);
+        goto out;
+    }
+    const char *key;
+    json_t *v;
+    char path[4096];
+    json_object_foreach(wm, key, v) {
+        const char *fn = json_is_string(v) ? json_string_value(v) : NULL;
+        if (!fn || !*fn || strchr(fn, '/') || !strcmp(fn, ".") || !strcmp(fn, "..")) {
+            rc =
+                base_fail(err, "%s: weight_map['%s'] is not a file name in the folder", ipath, key);
+            goto out;
+        }
+        if (snprintf(path, sizeof path, "%s/%s", dir, fn) >= (int)sizeof path) {
+            rc = base_fail(err, "%s: path too long", dir);
+            goto out;
+        }
+        int seen = 0;
+        for (int i = 0; i < s->n_files && !seen; i++) seen = !strcmp(s->files[i].path, path);
+        if (seen) continue;
+        if (!is_file(path)) {
+            rc = base_fail(err, "%s: weight_map['%s'] names %s, which does not exist", ipath, key,
+                           fn);
+            goto out;
+        }
+        if ((rc = set_add(s, path, err)) != 0) goto out;
+    }
+    /* index <-> shards agreement */
+    json_object_foreach(wm, key, v) {
+        const ckpt_file *f = NULL;
+        const char *fn = json_string_value(v);
+        if (!ckpt_set_find(s, key, &f)) {
+            rc = base_fail(err, "%s: tensor '%s' is indexed to %s but no shard holds it", ipath,
+                           key, fn);
+            goto out;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, fn);
+        if (strcmp(f->path, path) != 0) {
+            rc = base_fail(err, "%s: tensor '%s' is indexed to %s but is in %s", ipath, key, fn,
+                           f->path);
+            goto out;
+        }
+    }
+    for (int i = 0; i < s->n_files; i++) {
+        const ckpt_file *f = &s->files[i];
+        for (int t = 0; t < f->n_tensors; t++) {
+            const char *name = f->tensors[t].name;
+            if (!json_object_get(wm, name)) {
+                rc = base_fail(err, "%s: tensor '%s' is not in the index %s", f->path, name, ipath);
+                goto out;
+            }
+            const ckpt_file *g = NULL;
+            ckpt_set_find(s, name, &g);
+            if (g != f) {
+                rc = base_fail(err, "%s: tensor '%s' is also in %s", f->path, name, g->path);
+                goto out;
+            }
+        }
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
+    memset(s, 0, sizeof *s);
+    char single[4096], index[4096];
+    if (snprintf(single, sizeof single, "%s/model.safetensors", dir) >= (int)sizeof single ||
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir) >= (int)sizeof index)
+        return base_fail(err, "%s: path too long", dir);
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    int rc;
+    if (is_file(single))
+        rc = set_add(s, single, err); /* as transformers: the single file wins */
+    else if (is_file(index))
+        rc = open_index(s, dir, index, err);
+    else
+        rc = base_fail(err,
+                       "%s: no model.safetensors or model.safetensors.index.json (not a Hugging "
+                       "Face model folder)",
+                       dir);
+    if (rc != 0) ckpt_set_close(s);
+    return rc;
+}
+
+/* ---- the expected tensors of a model ---------------------------------------------------- */
 
 /* Collects problems into one message; entries past the buffer are counted, not lost. */
 typedef struct {
@@ -37,108 +182,211 @@ static void add_problem(problems *p, const char *fmt, ...) {
     p->n++;
 }
 
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
-    size_t len = 0;
-    len += (size_t)snprintf(out + len, cap - len, "[");
+void ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+    size_t len = (size_t)snprintf(out, cap, "[");
     for (int i = 0; i < ndim && len < cap; i++)
         len += (size_t)snprintf(out + len, cap - len, i ? ",%lld" : "%lld", (long long)shape[i]);
     if (len < cap) snprintf(out + len, cap - len, "]");
 }
 
-static int is_float_dtype(ckpt_dtype d) {
-    return d == CKPT_F32 || d == CKPT_F64 || d == CKPT_BF16 || d == CKPT_F16;
-}
-
-int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_err *err) {
-    problems p;
-    memset(&p, 0, sizeof p);
-    const int tied = m->args.tie_embeddings;
-
-    /* missing keys and shape / dtype mismatches */
+int ckpt_expected(const model *m, ckpt_names names, ckpt_entry **out, int *n_out, base_err *err) {
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++)
+        n += names == CKPT_NAMES_HF && strchr(m->params[i].hf_name, '*')
+                 ? (int)m->params[i].shape[0]
+                 : 1;
+    ckpt_entry *es = calloc((size_t)(n ? n : 1), sizeof *es);
+    if (!es) return base_fail(err, "out of memory for %d tensor names", n);
+    int k = 0;
     for (int i = 0; i < m->n_params; i++) {
-        const model_param *mp = &m->params[i];
-        const ckpt_tensor *t = ckpt_find(f, mp->hf_name);
-        if (!t) {
-            add_problem(&p, "missing '%s'", mp->hf_name);
+        const model_param *p = &m->params[i];
+        const char *star = names == CKPT_NAMES_HF ? strchr(p->hf_name, '*') : NULL;
+        if (!star) {
+            ckpt_entry *e = &es[k++];
+            snprintf(e->name, sizeof e->name, "%s", names == CKPT_NAMES_HF ? p->hf_name : p->name);
+            e->ndim = p->ndim;
+            memcpy(e->shape, p->shape, sizeof e->shape);
+            e->offset = p->offset;
+            e->numel = p->numel;
             continue;
         }
-        int same = t->ndim == mp->ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == mp->shape[d];
+        /* an expert stack [E, a, b]: HF has E tensors [a, b], "*" = the expert index */
+        const size_t per = p->numel / (size_t)p->shape[0];
+        for (int64_t x = 0; x < p->shape[0]; x++) {
+            ckpt_entry *e = &es[k++];
+            snprintf(e->name, sizeof e->name, "%.*s%lld%s", (int)(star - p->hf_name), p->hf_name,
+                     (long long)x, star + 1);
+            e->ndim = p->ndim - 1;
+            e->shape[0] = p->shape[1];
+            e->shape[1] = p->shape[2];
+            e->offset = p->offset + (size_t)x * per;
+            e->numel = per;
+        }
+    }
+    *out = es;
+    *n_out = n;
+    return 0;
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    return strcmp(((const ckpt_entry *)a)->name, ((const ckpt_entry *)b)->name);
+}
+static int entry_key_cmp(const void *key, const void *b) {
+    return strcmp(key, ((const ckpt_entry *)b)->name);
+}
+
+static const char *set_name(const ckpt_set *s) {
+    return s->n_files == 1 ? s->files[0].path : s->dir[0] ? s->dir : "checkpoint";
+}
+
+/* The name a tied model's lm_head may appear under (accepted if equal to the embedding). */
+static const char *tied_alias(ckpt_names names) {
+    return names == CKPT_NAMES_HF ? HF_LM_HEAD : "output.weight";
+}
+static const char *embed_name(ckpt_names names) {
+    return names == CKPT_NAMES_HF ? HF_EMBED : "tok_embeddings.weight";
+}
+
+int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_err *err) {
+    ckpt_entry *es;
+    int n;
+    if (ckpt_expected(m, names, &es, &n, err)) return -1;
+    problems p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < n; i++) {
+        const ckpt_tensor *t = ckpt_set_find(s, es[i].name, NULL);
+        if (!t) {
+            add_problem(&p, "missing '%s'", es[i].name);
+            continue;
+        }
+        int same = t->ndim == es[i].ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == es[i].shape[d];
         if (!same) {
             char a[96], b[96];
-            shape_str(a, sizeof a, t->ndim, t->shape);
-            shape_str(b, sizeof b, mp->ndim, mp->shape);
-            add_problem(&p, "'%s' has shape %s, model expects %s", mp->hf_name, a, b);
-        } else if (!is_float_dtype(t->dtype)) {
-            add_problem(&p, "'%s' has non-floating dtype %s", mp->hf_name,
+            ckpt_shape_str(a, sizeof a, t->ndim, t->shape);
+            ckpt_shape_str(b, sizeof b, es[i].ndim, es[i].shape);
+            add_problem(&p, "'%s' has shape %s, model expects %s", es[i].name, a, b);
+        } else if (!ckpt_dtype_is_float(t->dtype)) {
+            add_problem(&p, "'%s' has non-floating dtype %s", es[i].name,
                         ckpt_dtype_name(t->dtype));
         }
     }
-    /* unexpected keys */
-    for (int i = 0; i < f->n_tensors; i++) {
-        const char *name = f->tensors[i].name;
-        if (model_find_hf_param(m, name)) continue;
-        if (tied && strcmp(name, HF_LM_HEAD) == 0) continue; /* checked below */
-        add_problem(&p, "unexpected '%s'", name);
+    qsort(es, (size_t)n, sizeof *es, entry_cmp);
+    for (int f = 0; f < s->n_files; f++) {
+        for (int t = 0; t < s->files[f].n_tensors; t++) {
+            const char *name = s->files[f].tensors[t].name;
+            if (bsearch(name, es, (size_t)n, sizeof *es, entry_key_cmp)) continue;
+            if (m->args.tie_embeddings && !strcmp(name, tied_alias(names))) continue;
+            add_problem(&p, "unexpected '%s'", name);
+        }
     }
+    free(es);
     if (p.n > 0) {
         if (p.n_dropped)
             return base_fail(err, "%s: %d problem(s) loading the model: %s; ... and %d more",
-                             f->path, p.n, p.buf, p.n_dropped);
-        return base_fail(err, "%s: %d problem(s) loading the model: %s", f->path, p.n, p.buf);
-    }
-
-    for (int i = 0; i < m->n_params; i++) {
-        const model_param *mp = &m->params[i];
-        if (ckpt_tensor_to_f32(f, ckpt_find(f, mp->hf_name), base + mp->offset, err) != 0)
-            return -1;
-    }
-
-    /* A tied model has no lm_head: a file copy is fine only if it equals the embedding. */
-    const ckpt_tensor *head = tied ? ckpt_find(f, HF_LM_HEAD) : NULL;
-    if (head) {
-        const model_param *emb = model_find_hf_param(m, HF_EMBED);
-        if (!emb) return base_fail(err, "%s: tied model has no parameter '%s'", f->path, HF_EMBED);
-        int same = head->ndim == emb->ndim && is_float_dtype(head->dtype);
-        for (int d = 0; same && d < head->ndim; d++) same = head->shape[d] == emb->shape[d];
-        if (!same)
-            return base_fail(err,
-                             "%s: '%s' does not match '%s' (shape or dtype) but the model ties "
-                             "its embeddings",
-                             f->path, HF_LM_HEAD, HF_EMBED);
-        float *tmp = base_alloc(emb->numel * sizeof(float));
-        if (!tmp) return base_fail(err, "%s: out of memory", f->path);
-        int rc = ckpt_tensor_to_f32(f, head, tmp, err);
-        if (rc == 0 && memcmp(tmp, base + emb->offset, emb->numel * sizeof(float)) != 0)
-            rc = base_fail(err, "%s: '%s' differs from '%s' but the model ties its embeddings",
-                           f->path, HF_LM_HEAD, HF_EMBED);
-        base_free(tmp);
-        if (rc != 0) return rc;
+                             set_name(s), p.n, p.buf, p.n_dropped);
+        return base_fail(err, "%s: %d problem(s) loading the model: %s", set_name(s), p.n, p.buf);
     }
     return 0;
 }
 
+int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_names names,
+                        base_err *err) {
+    if (ckpt_check_model(m, s, names, err)) return -1;
+    ckpt_entry *es;
+    int n;
+    if (ckpt_expected(m, names, &es, &n, err)) return -1;
+    int rc = 0;
+    /* file by file, in file order: each shard is read once, front to back, and its pages are
+     * dropped as soon as a tensor is copied, so resident memory stays near the model's size */
+    for (int f = 0; f < s->n_files && rc == 0; f++) {
+        const ckpt_file *file = &s->files[f];
+        for (int i = 0; i < n && rc == 0; i++) {
+            const ckpt_tensor *t = ckpt_find(file, es[i].name);
+            if (!t) continue;
+            /* in chunks of 16M elements, each released once converted: a 1.2 GB embedding
+             * never sits in memory twice */
+            const size_t chunk = (size_t)1 << 24, esz = ckpt_dtype_size(t->dtype);
+            for (size_t c = 0; c < (size_t)t->numel && rc == 0; c += chunk) {
+                ckpt_tensor part = *t;
+                part.numel = (int64_t)((size_t)t->numel - c < chunk ? (size_t)t->numel - c : chunk);
+                part.nbytes = (size_t)part.numel * esz;
+                part.data = (const unsigned char *)t->data + c * esz;
+                rc = ckpt_tensor_to_f32(file, &part, base + es[i].offset + c, err);
+                ckpt_tensor_release(file, &part);
+            }
+        }
+    }
+    free(es);
+    if (rc) return rc;
+
+    /* A tied model has no lm_head: a file copy is fine only if it equals the embedding. */
+    const ckpt_file *hf = NULL;
+    const ckpt_tensor *head =
+        m->args.tie_embeddings ? ckpt_set_find(s, tied_alias(names), &hf) : NULL;
+    if (!head) return 0;
+    const model_param *emb = model_find_hf_param(m, HF_EMBED);
+    const char *en = embed_name(names), *hn = tied_alias(names);
+    if (!emb) return base_fail(err, "%s: tied model has no parameter '%s'", hf->path, en);
+    int same = head->ndim == emb->ndim && ckpt_dtype_is_float(head->dtype);
+    for (int d = 0; same && d < head->ndim; d++) same = head->shape[d] == emb->shape[d];
+    if (!same)
+        return base_fail(err,
+                         "%s: '%s' does not match '%s' (shape or dtype) but the model ties "
+                         "its embeddings",
+                         hf->path, hn, en);
+    float *tmp = base_alloc(emb->numel * sizeof(float));
+    if (!tmp) return base_fail(err, "%s: out of memory", hf->path);
+    rc = ckpt_tensor_to_f32(hf, head, tmp, err);
+    ckpt_tensor_release(hf, head);
+    if (rc == 0 && memcmp(tmp, base + emb->offset, emb->numel * sizeof(float)) != 0)
+        rc = base_fail(err, "%s: '%s' differs from '%s' but the model ties its embeddings",
+                       hf->path, hn, en);
+    base_free(tmp);
+    return rc;
+}
+
+int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_err *err) {
+    /* a one-file set that borrows f (not closed here) */
+    ckpt_set s;
+    memset(&s, 0, sizeof s);
+    s.files = (ckpt_file *)f;
+    s.n_files = 1;
+    return ckpt_load_model_set(m, base, &s, CKPT_NAMES_HF, err);
+}
+
 int ckpt_load_model(const model *m, float *base, const char *path, base_err *err) {
-    ckpt_file f;
-    if (ckpt_open(&f, path, err) != 0) return -1;
-    int rc = ckpt_load_model_file(m, base, &f, err);
-    ckpt_close(&f);
+    ckpt_set s;
+    if (ckpt_set_open_file(&s, path, err) != 0) return -1;
+    int rc = ckpt_load_model_set(m, base, &s, CKPT_NAMES_HF, err);
+    ckpt_set_close(&s);
+    return rc;
+}
+
+int ckpt_save_model_names(const model *m, const float *base, const char *path, ckpt_names names,
+                          const ckpt_kv *meta, int n_meta, base_err *err) {
+    ckpt_entry *es;
+    int n;
+    if (ckpt_expected(m, names, &es, &n, err)) return -1;
+    ckpt_wtensor *ts = calloc((size_t)(n > 0 ? n : 1), sizeof *ts);
+    if (!ts) {
+        free(es);
+        return base_fail(err, "%s: out of memory", path);
+    }
+    for (int i = 0; i < n; i++) {
+        ts[i].name = es[i].name;
+        ts[i].dtype = CKPT_F32;
+        ts[i].ndim = es[i].ndim;
+        for (int d = 0; d < es[i].ndim; d++) ts[i].shape[d] = es[i].shape[d];
+        ts[i].data = base + es[i].offset;
+    }
+    int rc = ckpt_write(path, ts, n, meta, n_meta, err);
+    free(ts);
+    free(es);
     return rc;
 }
 
 int ckpt_save_model(const model *m, const float *base, const char *path, const ckpt_kv *meta,
                     int n_meta, base_err *err) {
-    ckpt_wtensor *ts = calloc((size_t)(m->n_params > 0 ? m->n_params : 1), sizeof *ts);
-    if (!ts) return base_fail(err, "%s: out of memory", path);
-    for (int i = 0; i < m->n_params; i++) {
-        const model_param *mp = &m->params[i];
-        ts[i].name = mp->hf_name;
-        ts[i].dtype = CKPT_F32;
-        ts[i].ndim = mp->ndim;
-        for (int d = 0; d < mp->ndim; d++) ts[i].shape[d] = mp->shape[d];
-        ts[i].data = base + mp->offset;
-    }
-    int rc = ckpt_write(path, ts, m->n_params, meta, n_meta, err);
-    free(ts);
-    return rc;
+    return ckpt_save_model_names(m, base, path, CKPT_NAMES_HF, meta, n_meta, err);
 }

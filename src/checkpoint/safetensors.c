@@ -20,26 +20,49 @@
 /* The reference implementation refuses headers over 100 MB; so do we. */
 #define CKPT_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
 
-static const char *const g_dtype_names[CKPT_DTYPE_COUNT] = {"F32", "F64",  "I32",
-                                                            "I64", "BF16", "F16"};
-static const size_t g_dtype_sizes[CKPT_DTYPE_COUNT] = {4, 8, 4, 8, 2, 2};
+/* Every dtype of the format (safetensors 0.8) with its element size in bytes; 0 marks the
+ * ones titan names but cannot hold (sub-byte F4/F6 packing, complex). Indexed by ckpt_dtype. */
+static const struct {
+    const char *name;
+    size_t size;
+} g_dtypes[CKPT_DTYPE_COUNT] = {
+    [CKPT_F32] = {"F32", 4},         [CKPT_F64] = {"F64", 8},
+    [CKPT_I32] = {"I32", 4},         [CKPT_I64] = {"I64", 8},
+    [CKPT_BF16] = {"BF16", 2},       [CKPT_F16] = {"F16", 2},
+    [CKPT_BOOL] = {"BOOL", 1},       [CKPT_U8] = {"U8", 1},
+    [CKPT_I8] = {"I8", 1},           [CKPT_I16] = {"I16", 2},
+    [CKPT_U16] = {"U16", 2},         [CKPT_U32] = {"U32", 4},
+    [CKPT_U64] = {"U64", 8},         [CKPT_F8_E4M3] = {"F8_E4M3", 1},
+    [CKPT_F8_E5M2] = {"F8_E5M2", 1}, [CKPT_F8_E8M0] = {"F8_E8M0", 1},
+};
+
+/* Names the format defines that titan refuses, with the reason (for the error message). */
+static const char *const g_refused[][2] = {
+    {"F4", "4-bit packed"}, {"F6_E2M3", "6-bit packed"},     {"F6_E3M2", "6-bit packed"},
+    {"C64", "complex"},     {"F8_E4M3FNUZ", "FNUZ variant"}, {"F8_E5M2FNUZ", "FNUZ variant"},
+};
 
 const char *ckpt_dtype_name(ckpt_dtype d) {
-    return (unsigned)d < CKPT_DTYPE_COUNT ? g_dtype_names[d] : "?";
+    return (unsigned)d < CKPT_DTYPE_COUNT ? g_dtypes[d].name : "?";
 }
 
 size_t ckpt_dtype_size(ckpt_dtype d) {
-    return (unsigned)d < CKPT_DTYPE_COUNT ? g_dtype_sizes[d] : 0;
+    return (unsigned)d < CKPT_DTYPE_COUNT ? g_dtypes[d].size : 0;
 }
 
 int ckpt_dtype_parse(const char *s, ckpt_dtype *out) {
     for (int i = 0; i < CKPT_DTYPE_COUNT; i++) {
-        if (strcmp(s, g_dtype_names[i]) == 0) {
+        if (strcmp(s, g_dtypes[i].name) == 0) {
             *out = (ckpt_dtype)i;
             return 0;
         }
     }
     return -1;
+}
+
+int ckpt_dtype_is_float(ckpt_dtype d) {
+    return d == CKPT_F32 || d == CKPT_F64 || d == CKPT_BF16 || d == CKPT_F16 || d == CKPT_F8_E4M3 ||
+           d == CKPT_F8_E5M2 || d == CKPT_F8_E8M0;
 }
 
 /* ---- scalar conversions ------------------------------------------------------------ */
@@ -80,6 +103,95 @@ uint16_t ckpt_f32_to_bf16(float x) {
     return (uint16_t)(u >> 16);
 }
 
+uint16_t ckpt_f32_to_f16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (a < 0x38800000u) {
+        /* below 2^-14: a subnormal half, |x| * 2^24 rounded to an integer (ties to even;
+         * the scaling is exact), 1024 being the smallest normal's encoding */
+        float f;
+        memcpy(&f, &a, 4);
+        return (uint16_t)(sign | (uint32_t)lrintf(f * 16777216.0f));
+    }
+    /* normal: round the 13 dropped mantissa bits to nearest even, rebias 127 -> 15 */
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - (112u << 23);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+/* float8 e4m3fn (torch.float8_e4m3fn): bias 7, no infinities, S.1111.111 is NaN. */
+static float f8_e4m3_to_f32(uint8_t b) {
+    const int exp = (b >> 3) & 0xf, man = b & 7;
+    float v;
+    if (exp == 15 && man == 7)
+        v = NAN;
+    else if (exp == 0)
+        v = ldexpf((float)man, -9);
+    else
+        v = ldexpf((float)(8 + man), exp - 10);
+    return (b & 0x80) ? -v : v;
+}
+
+/* float8 e8m0 (MX scales): 2^(e-127), 0xff is NaN. */
+static float f8_e8m0_to_f32(uint8_t b) {
+    return b == 0xff ? NAN : ldexpf(1.0f, (int)b - 127);
+}
+
+/* Element i of a tensor's raw bytes as double (any dtype of the table). */
+static double elem_f64(ckpt_dtype d, const unsigned char *p, size_t i) {
+    union {
+        float f;
+        double d;
+        int8_t i8;
+        uint8_t u8;
+        int16_t i16;
+        uint16_t u16;
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint64_t u64;
+    } v;
+    memcpy(&v, p + i * g_dtypes[d].size, g_dtypes[d].size);
+    switch (d) {
+    case CKPT_F32:
+        return v.f;
+    case CKPT_F64:
+        return v.d;
+    case CKPT_BF16:
+        return ckpt_bf16_to_f32(v.u16);
+    case CKPT_F16:
+        return ckpt_f16_to_f32(v.u16);
+    case CKPT_F8_E4M3:
+        return f8_e4m3_to_f32(v.u8);
+    case CKPT_F8_E5M2:
+        return ckpt_f16_to_f32((uint16_t)(v.u8 << 8)); /* the top byte of f16 */
+    case CKPT_F8_E8M0:
+        return f8_e8m0_to_f32(v.u8);
+    case CKPT_BOOL:
+        return v.u8 != 0;
+    case CKPT_U8:
+        return v.u8;
+    case CKPT_I8:
+        return v.i8;
+    case CKPT_I16:
+        return v.i16;
+    case CKPT_U16:
+        return v.u16;
+    case CKPT_I32:
+        return v.i32;
+    case CKPT_U32:
+        return v.u32;
+    case CKPT_I64:
+        return (double)v.i64;
+    case CKPT_U64:
+        return (double)v.u64;
+    default:
+        return NAN;
+    }
+}
+
 /* ---- reader ------------------------------------------------------------------------ */
 
 static uint64_t load_le64(const unsigned char *p) {
@@ -105,7 +217,8 @@ void ckpt_close(ckpt_file *f) {
         }
         free(f->meta);
     }
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && f->mapped) munmap(f->map, f->size);
+    free(f->by_name);
     free(f->path);
     file_clear(f);
 }
@@ -171,11 +284,14 @@ static int parse_tensor(ckpt_file *f, const char *name, json_t *obj, uint64_t da
     if (!jd) return base_fail(err, "%s: tensor '%s': missing field 'dtype'", path, name);
     if (!json_is_string(jd))
         return base_fail(err, "%s: tensor '%s': field 'dtype' is not a string", path, name);
-    if (ckpt_dtype_parse(json_string_value(jd), &t->dtype) != 0)
-        return base_fail(err,
-                         "%s: tensor '%s': unsupported dtype '%s' (supported: F32, F64, I32, I64, "
-                         "BF16, F16)",
-                         path, name, json_string_value(jd));
+    const char *dname = json_string_value(jd);
+    if (ckpt_dtype_parse(dname, &t->dtype) != 0) {
+        for (size_t i = 0; i < sizeof g_refused / sizeof g_refused[0]; i++)
+            if (strcmp(dname, g_refused[i][0]) == 0)
+                return base_fail(err, "%s: tensor '%s': dtype %s (%s) is not supported", path, name,
+                                 dname, g_refused[i][1]);
+        return base_fail(err, "%s: tensor '%s': unknown dtype '%s'", path, name, dname);
+    }
 
     json_t *js = json_object_get(obj, "shape");
     if (!js) return base_fail(err, "%s: tensor '%s': missing field 'shape'", path, name);
@@ -247,34 +363,49 @@ static void duplicate_key_near(const char *hdr, size_t len, int pos, char *out, 
     out[n] = 0;
 }
 
+/* f->by_name: tensor indices sorted by name, for ckpt_find's binary search (a 30B MoE file
+ * holds thousands of tensors, looked up one by one). */
+static int by_name_cmp(const void *a, const void *b, void *ctx) {
+    const ckpt_file *f = ctx;
+    return strcmp(f->tensors[*(const int *)a].name, f->tensors[*(const int *)b].name);
+}
+
 int ckpt_open(ckpt_file *f, const char *path, base_err *err) {
     file_clear(f);
-    f->path = dup_str(path);
-    if (!f->path) return base_fail(err, "%s: out of memory", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        base_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    if (fd < 0) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        base_fail(err, "%s: not a regular file", path);
-        goto fail;
+        return base_fail(err, "%s: not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
+    void *map = NULL;
+    if (size >= 8) {
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            close(fd);
+            return base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
+        }
+    }
+    close(fd);
+    if (ckpt_open_mem(f, path, map, size, err) != 0) {
+        if (map) munmap(map, size);
+        return -1;
+    }
+    f->mapped = map != NULL;
+    return 0;
+}
+
+int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, base_err *err) {
+    file_clear(f);
+    f->path = dup_str(path);
+    if (!f->path) return base_fail(err, "%s: out of memory", path);
     if (size < 8) {
-        close(fd);
         base_fail(err, "%s: file is %zu bytes, too short for the 8-byte header length", path, size);
         goto fail;
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
-        goto fail;
-    }
-    f->map = map;
+    f->map = (unsigned char *)buf;
     f->size = size;
 
     uint64_t hlen = load_le64(f->map);
@@ -376,6 +507,13 @@ int ckpt_open(ckpt_file *f, const char *path, base_err *err) {
     }
     free(spans);
     if (rc != 0) goto fail;
+    f->by_name = malloc(sizeof *f->by_name * (size_t)(f->n_tensors ? f->n_tensors : 1));
+    if (!f->by_name) {
+        base_fail(err, "%s: out of memory", path);
+        goto fail;
+    }
+    for (int i = 0; i < f->n_tensors; i++) f->by_name[i] = i;
+    qsort_r(f->by_name, (size_t)f->n_tensors, sizeof *f->by_name, by_name_cmp, f);
     return 0;
 
 fail:
@@ -384,8 +522,17 @@ fail:
 }
 
 const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name) {
-    for (int i = 0; i < f->n_tensors; i++)
-        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    int lo = 0, hi = f->n_tensors - 1;
+    while (lo <= hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const ckpt_tensor *t = &f->tensors[f->by_name[mid]];
+        const int c = strcmp(name, t->name);
+        if (c == 0) return t;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
     return NULL;
 }
 
@@ -395,67 +542,47 @@ const char *ckpt_meta_get(const ckpt_file *f, const char *key) {
     return NULL;
 }
 
+const float *ckpt_tensor_f32(const ckpt_tensor *t) {
+    return t->dtype == CKPT_F32 && ((uintptr_t)t->data & 3) == 0 ? (const float *)t->data : NULL;
+}
+
+void ckpt_tensor_release(const ckpt_file *f, const ckpt_tensor *t) {
+    if (!f->mapped || t->nbytes == 0) return;
+    /* only the pages wholly inside the tensor: neighbours may still be wanted */
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+    uintptr_t e = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
+    if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
 int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, base_err *err) {
     const unsigned char *p = t->data;
-    size_t n = (size_t)t->numel;
-    switch (t->dtype) {
-    case CKPT_F32:
+    const size_t n = (size_t)t->numel;
+    if (!ckpt_dtype_is_float(t->dtype))
+        return base_fail(err, "%s: tensor '%s': dtype %s is not a floating type", f->path, t->name,
+                         ckpt_dtype_name(t->dtype));
+    /* the common dtypes get their own loops (a big model is mostly these); the rest go
+     * through the generic element reader */
+    if (t->dtype == CKPT_F32) {
         memcpy(out, p, n * 4);
-        return 0;
-    case CKPT_F64:
-        for (size_t i = 0; i < n; i++) {
-            double d;
-            memcpy(&d, p + 8 * i, 8);
-            out[i] = (float)d;
-        }
-        return 0;
-    case CKPT_BF16:
-    case CKPT_F16:
+    } else if (t->dtype == CKPT_BF16 || t->dtype == CKPT_F16) {
+        const int bf = t->dtype == CKPT_BF16;
+#pragma omp parallel for schedule(static) if (n > (1 << 20))
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            out[i] = t->dtype == CKPT_BF16 ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
+            out[i] = bf ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
         }
-        return 0;
-    default:
-        return base_fail(err, "%s: tensor '%s': dtype %s is not a floating type", f->path, t->name,
-                         ckpt_dtype_name(t->dtype));
+    } else {
+        for (size_t i = 0; i < n; i++) out[i] = (float)elem_f64(t->dtype, p, i);
     }
+    return 0;
 }
 
 int ckpt_tensor_to_f64(const ckpt_file *f, const ckpt_tensor *t, double *out, base_err *err) {
-    const unsigned char *p = t->data;
-    size_t n = (size_t)t->numel;
-    for (size_t i = 0; i < n; i++) {
-        switch (t->dtype) {
-        case CKPT_F32: {
-            float x;
-            memcpy(&x, p + 4 * i, 4);
-            out[i] = x;
-        } break;
-        case CKPT_F64:
-            memcpy(&out[i], p + 8 * i, 8);
-            break;
-        case CKPT_I32: {
-            int32_t x;
-            memcpy(&x, p + 4 * i, 4);
-            out[i] = x;
-        } break;
-        case CKPT_I64: {
-            int64_t x;
-            memcpy(&x, p + 8 * i, 8);
-            out[i] = (double)x;
-        } break;
-        case CKPT_BF16:
-        case CKPT_F16: {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = t->dtype == CKPT_BF16 ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
-        } break;
-        default:
-            return base_fail(err, "%s: tensor '%s': unsupported dtype", f->path, t->name);
-        }
-    }
+    if ((unsigned)t->dtype >= CKPT_DTYPE_COUNT)
+        return base_fail(err, "%s: tensor '%s': unsupported dtype", f->path, t->name);
+    for (size_t i = 0; i < (size_t)t->numel; i++) out[i] = elem_f64(t->dtype, t->data, i);
     return 0;
 }
 
@@ -466,15 +593,15 @@ int ckpt_tensor_to_i32(const ckpt_file *f, const ckpt_tensor *t, int32_t *out, b
         memcpy(out, p, n * 4);
         return 0;
     }
-    if (t->dtype != CKPT_I64)
-        return base_fail(err, "%s: tensor '%s': dtype %s is not an integer type (I64 or I32)",
-                         f->path, t->name, ckpt_dtype_name(t->dtype));
+    if (ckpt_dtype_is_float(t->dtype))
+        return base_fail(err, "%s: tensor '%s': dtype %s is not an integer type", f->path, t->name,
+                         ckpt_dtype_name(t->dtype));
     for (size_t i = 0; i < n; i++) {
-        int64_t x;
-        memcpy(&x, p + 8 * i, 8);
-        if (x < INT32_MIN || x > INT32_MAX)
-            return base_fail(err, "%s: tensor '%s': element %zu = %lld does not fit in int32",
-                             f->path, t->name, i, (long long)x);
+        /* integers up to 2^53 are exact in double; larger ones fail the range check anyway */
+        double x = elem_f64(t->dtype, p, i);
+        if (!(x >= INT32_MIN && x <= INT32_MAX))
+            return base_fail(err, "%s: tensor '%s': element %zu = %.17g does not fit in int32",
+                             f->path, t->name, i, x);
         out[i] = (int32_t)x;
     }
     return 0;
@@ -530,6 +657,27 @@ static int write_all(int fd, const void *buf, size_t n) {
         n -= (size_t)w;
     }
     return 0;
+}
+
+/* A tensor's bytes: raw, or fp32 values converted to its dtype a chunk at a time (so a
+ * bf16 export of a large model never holds a converted copy). */
+static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes) {
+    if (!t->from_f32 || t->dtype == CKPT_F32) return write_all(fd, t->data, nbytes);
+    enum { CHUNK = 1 << 20 }; /* elements per conversion chunk (2 MiB of output) */
+    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) return errno = 0, -1;
+    const float *src = t->data;
+    const size_t n = nbytes / 2;
+    const int bf = t->dtype == CKPT_BF16;
+    int rc = 0;
+    for (size_t c = 0; c < n && rc == 0; c += CHUNK) {
+        const size_t m = n - c < CHUNK ? n - c : CHUNK;
+        for (size_t i = 0; i < m; i++)
+            buf[i] = bf ? ckpt_f32_to_bf16(src[c + i]) : ckpt_f32_to_f16(src[c + i]);
+        rc = write_all(fd, buf, m * sizeof *buf);
+    }
+    free(buf);
+    return rc;
 }
 
 static void fsync_parent_dir(const char *path) {
@@ -589,7 +737,9 @@ static char *build_header(const char *path, const ckpt_wtensor *ts, int n, const
             base_fail(err, "%s: tensor '%s': duplicate or reserved name", path, t->name);
             goto done;
         }
-        if ((unsigned)t->dtype >= CKPT_DTYPE_COUNT || t->ndim < 0 || t->ndim > CKPT_MAX_DIMS) {
+        if ((unsigned)t->dtype >= CKPT_DTYPE_COUNT || t->ndim < 0 || t->ndim > CKPT_MAX_DIMS ||
+            (t->from_f32 && t->dtype != CKPT_F32 && t->dtype != CKPT_BF16 &&
+             t->dtype != CKPT_F16)) {
             base_fail(err, "%s: tensor '%s': bad dtype or ndim %d", path, t->name, t->ndim);
             goto done;
         }
@@ -641,6 +791,48 @@ done:
     return out;
 }
 
+/* Atomic file writes: everything goes to "<path>.tmp"; atomic_finish fsyncs it and renames it
+ * over path (or removes it when rc != 0). *tmp is malloc'ed for atomic_finish to free. */
+static int atomic_open(const char *path, char **tmp, base_err *err) {
+    size_t plen = strlen(path);
+    *tmp = malloc(plen + 5);
+    if (!*tmp) return base_fail(err, "%s: out of memory", path), -1;
+    memcpy(*tmp, path, plen);
+    memcpy(*tmp + plen, ".tmp", 5);
+    int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        base_fail(err, "%s: cannot create %s: %s", path, *tmp, strerror(errno));
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return fd;
+}
+
+static int atomic_finish(int fd, const char *path, char *tmp, int rc, base_err *err) {
+    if (rc == 0 && fsync(fd) != 0)
+        rc = base_fail(err, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = base_fail(err, "%s: close of %s failed: %s", path, tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = base_fail(err, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
+    if (rc != 0)
+        unlink(tmp);
+    else
+        fsync_parent_dir(path);
+    free(tmp);
+    return rc;
+}
+
+int ckpt_write_bytes(const char *path, const void *buf, size_t n, base_err *err) {
+    char *tmp;
+    int fd = atomic_open(path, &tmp, err);
+    if (fd < 0) return -1;
+    int rc = 0;
+    if (write_all(fd, buf, n))
+        rc = base_fail(err, "%s: write to %s failed: %s", path, tmp, strerror(errno));
+    return atomic_finish(fd, path, tmp, rc, err);
+}
+
 int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, const ckpt_kv *meta,
                int n_meta, base_err *err) {
     if (n_tensors < 0 || n_meta < 0 || (n_tensors > 0 && !tensors) || (n_meta > 0 && !meta))
@@ -653,22 +845,13 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
         return -1;
     }
     size_t hlen = strlen(hdr);
-    size_t padded = (hlen + 7) / 8 * 8;
+    size_t padded = (hlen + 7) / 8 * 8; /* the data section starts 8-byte aligned */
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
-        free(hdr);
-        free(sizes);
-        return base_fail(err, "%s: out of memory", path);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
+    char *tmp;
     int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = atomic_open(path, &tmp, err);
     if (fd < 0) {
-        rc = base_fail(err, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+        rc = -1;
         goto out;
     }
     unsigned char len8[8];
@@ -679,22 +862,13 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
         rc = base_fail(err, "%s: write to %s failed: %s", path, tmp, strerror(errno));
     }
     for (int i = 0; i < n_tensors && rc == 0; i++) {
-        if (sizes[i] && write_all(fd, tensors[i].data, sizes[i]))
+        errno = 0;
+        if (sizes[i] && write_tensor_data(fd, &tensors[i], sizes[i]))
             rc = base_fail(err, "%s: tensor '%s': write to %s failed: %s", path, tensors[i].name,
-                           tmp, strerror(errno));
+                           tmp, errno ? strerror(errno) : "out of memory");
     }
-    if (rc == 0 && fsync(fd) != 0)
-        rc = base_fail(err, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
-    if (close(fd) != 0 && rc == 0)
-        rc = base_fail(err, "%s: close of %s failed: %s", path, tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = base_fail(err, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
-    if (rc != 0)
-        unlink(tmp);
-    else
-        fsync_parent_dir(path);
+    rc = atomic_finish(fd, path, tmp, rc, err);
 out:
-    free(tmp);
     free(hdr);
     free(sizes);
     return rc;

@@ -81,7 +81,7 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
                       bufs[i].global_numel);
             goto done;
         }
-        t[i] = (ckpt_wtensor){bufs[i].name, CKPT_F32, 1, {(int64_t)bufs[i].numel}, bufs[i].data};
+        t[i] = (ckpt_wtensor){bufs[i].name, CKPT_F32, 1, {(int64_t)bufs[i].numel}, bufs[i].data, 0};
         snprintf(keys[2 * i], 160, "%s.offset", bufs[i].name);
         snprintf(vals[2 * i], 64, "%zu", bufs[i].offset);
         snprintf(keys[2 * i + 1], 160, "%s.global_numel", bufs[i].name);

@@ -144,6 +144,11 @@ static float *head_at(const model *m, float *base) {
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
+    if (a->n_experts > 0)
+        return base_fail(err,
+                         "MoE training is not yet supported (n_experts = %d); dense Qwen3 "
+                         "models only for now",
+                         a->n_experts);
     if (o->batch <= 0 || o->seq_len <= 0)
         return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch, o->seq_len);
     /* Row counts up to tokens * n_heads (the per-head q norm) are passed to ops as int. */

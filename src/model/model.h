@@ -23,6 +23,13 @@ typedef struct {
     double rope_theta, norm_eps;
     int tie_embeddings;
     int max_seq_len; /* RoPE context of the flavor (informational) */
+    /* Mixture of experts (Qwen3-MoE: every block's FFN is an MoE, no shared experts). Arguments
+     * and parameter counts exist; training does not yet (model_build refuses n_experts > 0). */
+    int n_experts;               /* routed experts per block; 0 = dense */
+    int top_k;                   /* experts per token */
+    int moe_ffn_dim;             /* hidden size of one expert's SwiGLU */
+    int norm_topk_prob;          /* renormalise the top-k gate weights to sum to 1 */
+    double router_aux_loss_coef; /* load-balancing loss coefficient (HF: 0.001) */
 } model_args;
 
 /* Fills *out with a registered flavor: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B. */
@@ -30,18 +37,21 @@ int model_flavor(const char *name, model_args *out, base_err *err);
 /* NULL-terminated list of flavor names. */
 const char *const *model_flavor_names(void);
 /* Overrides one field by name: dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim,
- * vocab_size, rope_theta, norm_eps, tie_embeddings. */
+ * vocab_size, rope_theta, norm_eps, tie_embeddings, max_seq_len, n_experts, top_k, moe_ffn_dim,
+ * norm_topk_prob, router_aux_loss_coef. */
 int model_args_set(model_args *a, const char *key, const char *value, base_err *err);
 int model_args_validate(const model_args *a, base_err *err);
 
 typedef struct {
     char name[96];    /* torchtitan name, e.g. "layers.3.attention.wq.weight" */
-    char hf_name[96]; /* Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight" */
+    char hf_name[96]; /* Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"; an
+                         expert stack [E, ..] has one HF tensor per expert: "*" stands for the
+                         expert index ("model.layers.3.mlp.experts.*.gate_proj.weight") */
     int unit;         /* which unit's buffer holds it */
     size_t offset;    /* float offset within the whole parameter allocation */
     size_t numel;
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
     int is_norm; /* RMSNorm weight (init ones) */
 } model_param;
 
@@ -52,7 +62,8 @@ typedef struct {
 
 /* Per-component parameter counts (for titan inspect). */
 typedef struct {
-    int64_t embedding, attention, qk_norm, ffn, norms, lm_head, total;
+    int64_t embedding, attention, qk_norm, ffn, router, experts, norms, lm_head, total;
+    int64_t active; /* per token: total minus the experts a token does not use (MoE) */
 } model_counts;
 void model_count_params(const model_args *a, model_counts *c);
 
@@ -86,10 +97,15 @@ typedef struct {
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
- * of [batch, seq_len], and resolves the ops table. Call model_free afterwards whether or not
- * it succeeded (a failed build may hold partial allocations). */
+ * of [batch, seq_len], and resolves the ops table. Refuses MoE arguments (not yet supported). Call
+ * model_free afterwards whether or not it succeeded (a failed build may hold partial allocations).
+ */
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 void model_free(model *m);
+/* The parameter table only (args, params, units, n_floats; nothing allocated for weights,
+ * no ops): what a checkpoint holds, for checking and listing files. MoE arguments are
+ * accepted. Release with model_free. */
+int model_describe(model *m, const model_args *a, base_err *err);
 
 /* torchtitan HEAD init for dense flavors: normal(0, 0.02) for every matrix (the tied
  * embedding/lm_head once), ones for every RMSNorm weight. Element e of parameter p is

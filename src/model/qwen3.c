@@ -1,5 +1,5 @@
 /* Qwen3 arguments, flavor registry, parameter layout and init. */
-#include "model.h"
+#include "internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -68,32 +68,40 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
                 {"ffn_dim", &a->ffn_dim},
                 {"vocab_size", &a->vocab_size},
                 {"tie_embeddings", &a->tie_embeddings},
-                {"max_seq_len", &a->max_seq_len}};
+                {"max_seq_len", &a->max_seq_len},
+                {"n_experts", &a->n_experts},
+                {"top_k", &a->top_k},
+                {"moe_ffn_dim", &a->moe_ffn_dim},
+                {"norm_topk_prob", &a->norm_topk_prob}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         if (strcmp(key, ints[i].key) != 0) continue;
         int64_t v;
         if (base_parse_i64(value, &v) != 0 || v < 0 || v > 1 << 30)
             return base_fail(err, "model argument %s: '%s' is not a non-negative integer", key,
                              value);
-        if (!strcmp(key, "tie_embeddings") && v > 1)
-            return base_fail(err, "model argument tie_embeddings: '%s' must be 0 or 1", value);
+        if ((!strcmp(key, "tie_embeddings") || !strcmp(key, "norm_topk_prob")) && v > 1)
+            return base_fail(err, "model argument %s: '%s' must be 0 or 1", key, value);
         *ints[i].field = (int)v;
         return 0;
     }
+    const int aux = !strcmp(key, "router_aux_loss_coef");
     double *dbl = !strcmp(key, "rope_theta") ? &a->rope_theta
                   : !strcmp(key, "norm_eps") ? &a->norm_eps
+                  : aux                      ? &a->router_aux_loss_coef
                                              : NULL;
     if (dbl) {
         double v;
-        if (base_parse_f64(value, &v) != 0 || v <= 0)
-            return base_fail(err, "model argument %s: '%s' is not a positive number", key, value);
+        if (base_parse_f64(value, &v) != 0 || !(aux ? v >= 0 : v > 0))
+            return base_fail(err, "model argument %s: '%s' is not a %s number", key, value,
+                             aux ? "non-negative" : "positive");
         *dbl = v;
         return 0;
     }
     return base_fail(err,
                      "unknown model argument '%s' (known: dim, n_layers, n_heads, n_kv_heads, "
                      "head_dim, ffn_dim, vocab_size, rope_theta, norm_eps, tie_embeddings, "
-                     "max_seq_len)",
+                     "max_seq_len, n_experts, top_k, moe_ffn_dim, norm_topk_prob, "
+                     "router_aux_loss_coef)",
                      key);
 }
 
@@ -128,54 +136,75 @@ int model_args_validate(const model_args *a, base_err *err) {
                          "n_layers, n_heads and n_kv_heads must be at most 65536 (got %d, "
                          "%d, %d)",
                          a->n_layers, a->n_heads, a->n_kv_heads);
+    if (a->n_experts < 0 || a->n_experts > 65536)
+        return base_fail(err, "n_experts must be in [0, 65536] (got %d)", a->n_experts);
+    if (a->n_experts > 0 && (a->top_k < 1 || a->top_k > a->n_experts || a->moe_ffn_dim <= 0))
+        return base_fail(err,
+                         "MoE arguments: top_k (%d) must be in [1, n_experts = %d] and "
+                         "moe_ffn_dim (%d) positive",
+                         a->top_k, a->n_experts, a->moe_ffn_dim);
+    if (a->norm_topk_prob != 0 && a->norm_topk_prob != 1)
+        return base_fail(err, "norm_topk_prob must be 0 or 1");
+    if (!(a->router_aux_loss_coef >= 0))
+        return base_fail(err, "router_aux_loss_coef must be non-negative");
     /* Every buffer is indexed with size_t, but per-op sizes are int: keep each matrix < 2^31. */
     const double big = 2147483647.0;
     if ((double)a->vocab_size * a->dim > big || (double)a->n_heads * a->head_dim * a->dim > big ||
-        (double)a->ffn_dim * a->dim > big)
+        (double)a->ffn_dim * a->dim > big || (double)a->moe_ffn_dim * a->dim > big)
         return base_fail(err, "model too large: a single weight matrix exceeds 2^31 elements");
     return 0;
 }
 
 /* The size table: every parameter of the model in its fixed order. `emit` is called once
- * per parameter; the same walk serves counting, layout and inspection. */
+ * per parameter with its shape (d1 = 0: 1-D; d2 = 0: at most 2-D); the same walk serves
+ * counting, layout and inspection. */
 typedef void (*param_emit)(void *ctx, int unit, const char *name, const char *hf_name, int64_t d0,
-                           int64_t d1, int is_norm);
+                           int64_t d1, int64_t d2, int is_norm);
 
 static void walk_params(const model_args *a, param_emit emit, void *ctx) {
     const int64_t D = a->dim, q = (int64_t)a->n_heads * a->head_dim,
                   kv = (int64_t)a->n_kv_heads * a->head_dim, hd = a->head_dim, F = a->ffn_dim,
-                  V = a->vocab_size;
-    emit(ctx, 0, "tok_embeddings.weight", "model.embed_tokens.weight", V, D, 0);
+                  V = a->vocab_size, E = a->n_experts, Fe = a->moe_ffn_dim;
+    emit(ctx, 0, "tok_embeddings.weight", "model.embed_tokens.weight", V, D, 0, 0);
     for (int l = 0; l < a->n_layers; l++) {
         char n[96], h[96];
         const int u = 1 + l;
-#define P(tt, hf, d0, d1, norm)                                                                    \
+#define P(tt, hf, d0, d1, d2, norm)                                                                \
     do {                                                                                           \
         snprintf(n, sizeof n, "layers.%d." tt, l);                                                 \
         snprintf(h, sizeof h, "model.layers.%d." hf, l);                                           \
-        emit(ctx, u, n, h, d0, d1, norm);                                                          \
+        emit(ctx, u, n, h, d0, d1, d2, norm);                                                      \
     } while (0)
-        P("attention_norm.weight", "input_layernorm.weight", D, 0, 1);
-        P("attention.wq.weight", "self_attn.q_proj.weight", q, D, 0);
-        P("attention.wk.weight", "self_attn.k_proj.weight", kv, D, 0);
-        P("attention.wv.weight", "self_attn.v_proj.weight", kv, D, 0);
-        P("attention.q_norm.weight", "self_attn.q_norm.weight", hd, 0, 1);
-        P("attention.k_norm.weight", "self_attn.k_norm.weight", hd, 0, 1);
-        P("attention.wo.weight", "self_attn.o_proj.weight", D, q, 0);
-        P("ffn_norm.weight", "post_attention_layernorm.weight", D, 0, 1);
-        P("feed_forward.w1.weight", "mlp.gate_proj.weight", F, D, 0);
-        P("feed_forward.w3.weight", "mlp.up_proj.weight", F, D, 0);
-        P("feed_forward.w2.weight", "mlp.down_proj.weight", D, F, 0);
+        P("attention_norm.weight", "input_layernorm.weight", D, 0, 0, 1);
+        P("attention.wq.weight", "self_attn.q_proj.weight", q, D, 0, 0);
+        P("attention.wk.weight", "self_attn.k_proj.weight", kv, D, 0, 0);
+        P("attention.wv.weight", "self_attn.v_proj.weight", kv, D, 0, 0);
+        P("attention.q_norm.weight", "self_attn.q_norm.weight", hd, 0, 0, 1);
+        P("attention.k_norm.weight", "self_attn.k_norm.weight", hd, 0, 0, 1);
+        P("attention.wo.weight", "self_attn.o_proj.weight", D, q, 0, 0);
+        P("ffn_norm.weight", "post_attention_layernorm.weight", D, 0, 0, 1);
+        if (E > 0) {
+            /* torchtitan v0.2.2 names; experts stacked [E, out, in] (spec §3.1, §3.2) */
+            P("moe.router.gate.weight", "mlp.gate.weight", E, D, 0, 0);
+            P("moe.experts.w1", "mlp.experts.*.gate_proj.weight", E, Fe, D, 0);
+            P("moe.experts.w3", "mlp.experts.*.up_proj.weight", E, Fe, D, 0);
+            P("moe.experts.w2", "mlp.experts.*.down_proj.weight", E, D, Fe, 0);
+        } else {
+            P("feed_forward.w1.weight", "mlp.gate_proj.weight", F, D, 0, 0);
+            P("feed_forward.w3.weight", "mlp.up_proj.weight", F, D, 0, 0);
+            P("feed_forward.w2.weight", "mlp.down_proj.weight", D, F, 0, 0);
+        }
 #undef P
     }
-    emit(ctx, 1 + a->n_layers, "norm.weight", "model.norm.weight", D, 0, 1);
-    if (!a->tie_embeddings) emit(ctx, 1 + a->n_layers, "output.weight", "lm_head.weight", V, D, 0);
+    emit(ctx, 1 + a->n_layers, "norm.weight", "model.norm.weight", D, 0, 0, 1);
+    if (!a->tie_embeddings)
+        emit(ctx, 1 + a->n_layers, "output.weight", "lm_head.weight", V, D, 0, 0);
 }
 
 static void count_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
-                       int64_t d1, int is_norm) {
+                       int64_t d1, int64_t d2, int is_norm) {
     model_counts *c = ctx;
-    int64_t n = d0 * (d1 ? d1 : 1);
+    int64_t n = d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1);
     c->total += n;
     if (!strcmp(name, "tok_embeddings.weight"))
         c->embedding += n;
@@ -187,6 +216,10 @@ static void count_emit(void *ctx, int unit, const char *name, const char *hf, in
         c->norms += n;
     else if (strstr(name, ".attention."))
         c->attention += n;
+    else if (strstr(name, ".moe.router."))
+        c->router += n;
+    else if (strstr(name, ".moe.experts."))
+        c->experts += n;
     else
         c->ffn += n;
 }
@@ -194,6 +227,9 @@ static void count_emit(void *ctx, int unit, const char *name, const char *hf, in
 void model_count_params(const model_args *a, model_counts *c) {
     memset(c, 0, sizeof *c);
     walk_params(a, count_emit, c);
+    /* a token runs top_k of the n_experts experts of each block */
+    c->active =
+        c->total - (a->n_experts > 0 ? c->experts / a->n_experts * (a->n_experts - a->top_k) : 0);
 }
 
 typedef struct {
@@ -202,7 +238,7 @@ typedef struct {
 } layout_ctx;
 
 static void layout_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
-                        int64_t d1, int is_norm) {
+                        int64_t d1, int64_t d2, int is_norm) {
     layout_ctx *lc = ctx;
     model *m = lc->m;
     model_param *p = &m->params[m->n_params++];
@@ -210,10 +246,11 @@ static void layout_emit(void *ctx, int unit, const char *name, const char *hf, i
     snprintf(p->hf_name, sizeof p->hf_name, "%s", hf);
     p->unit = unit;
     p->offset = lc->offset;
-    p->ndim = d1 ? 2 : 1;
+    p->ndim = d2 ? 3 : d1 ? 2 : 1;
     p->shape[0] = d0;
     p->shape[1] = d1;
-    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    p->shape[2] = d2;
+    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
     p->is_norm = is_norm;
     model_unit *u = &m->units[unit];
     if (u->numel == 0) u->offset = lc->offset;
@@ -222,7 +259,7 @@ static void layout_emit(void *ctx, int unit, const char *name, const char *hf, i
 }
 
 static void count_only(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
-                       int64_t d1, int is_norm) {
+                       int64_t d1, int64_t d2, int is_norm) {
     (*(int *)ctx)++;
 }
 
@@ -243,6 +280,13 @@ int model_layout(model *m, base_err *err) {
     walk_params(&m->args, layout_emit, &lc);
     m->n_floats = lc.offset;
     return 0;
+}
+
+int model_describe(model *m, const model_args *a, base_err *err) {
+    memset(m, 0, sizeof *m);
+    if (model_args_validate(a, err)) return -1;
+    m->args = *a;
+    return model_layout(m, err);
 }
 
 const model_param *model_find_param(const model *m, const char *name) {
@@ -277,6 +321,6 @@ double model_flops_per_token(const model_args *a, int seq_len) {
     model_count_params(a, &c);
     /* Untied: the embedding is a lookup, not a matmul. Tied: the shared matrix is the lm_head
      * matmul and is counted once (c.total holds it once). */
-    double p_matmul = (double)(a->tie_embeddings ? c.total : c.total - c.embedding);
+    double p_matmul = (double)(a->tie_embeddings ? c.active : c.active - c.embedding);
     return 6.0 * p_matmul + 12.0 * a->n_layers * a->n_heads * a->head_dim * (double)seq_len;
 }

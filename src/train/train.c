@@ -519,7 +519,7 @@ int train_run(const train_opts *o, base_err *err) {
     printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
            100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
     if (o->out_dir) {
-        if (ckpt_export_hf(&m, o->out_dir, err)) goto out;
+        if (ckpt_export_hf(&m, o->out_dir, NULL, err)) goto out;
         base_log(BASE_LOG_INFO,
                  "exported Hugging Face model to %s (config.json, model.safetensors)", o->out_dir);
     }

@@ -3,8 +3,8 @@
 
   --check PATH   PATH was written by `test_safetensors --write-fixture PATH` (titan's writer):
                  it must load with safetensors and hold exactly the fixture's tensors/metadata.
-  --make PATH    writes a file with the Python package (BF16, F16, F32, F64, I64, I32 tensors
-                 and metadata) for `test_safetensors --check-python PATH` (titan's reader).
+  --make PATH    writes a file with the Python package (BF16, F16, F32, F64, F8_E4M3, F8_E5M2,
+                 every integer type, BOOL, and metadata) for `test_safetensors --check-python PATH` (titan's reader).
   --grads DIR    DIR/titan_grads.safetensors (titan's gradients, written by test_hf_parity)
                  must load with safetensors and match DIR/ref.safetensors' grad.* within 1e-4.
 """
@@ -37,14 +37,14 @@ def check_layout(path):
 
 def check_fixture(path):
     check_layout(path)
-    t = load_file(path)
-    with safe_open(path, "np") as f:
+    with safe_open(path, "np") as f:  # numpy has no bfloat16: only the other tensors here
         meta = f.metadata()
         keys = list(f.keys())
+        t = {k: f.get_tensor(k) for k in keys if k != "edges_bf16"}
     want_meta = {"format": "pt", "note": 'quote " backslash \\ unicode \u00e9'}
     if meta != want_meta:
         fail(f"{path}: metadata {meta!r} != {want_meta!r}")
-    if sorted(keys) != sorted(["f32", "i64", "i32", "scalar", "empty"]):
+    if sorted(keys) != sorted(["f32", "i64", "i32", "scalar", "empty", "edges_bf16", "edges_f16"]):
         fail(f"{path}: tensors {keys}")
     want = {
         "f32": np.array([[-1.0, -0.5, 0.0], [0.5, 1.0, 1.5]], dtype=np.float32),
@@ -53,6 +53,17 @@ def check_fixture(path):
         "scalar": np.array(3.25, dtype=np.float32),
         "empty": np.zeros((0, 3), dtype=np.float32),
     }
+    # titan's fp32 -> BF16/F16 conversion against torch's casts (round to nearest even)
+    import torch
+    from safetensors.torch import load_file as load_torch
+    tt = load_torch(path)
+    edges = torch.tensor([1.00390625, 1.01171875, 65519.0, 65520.0, 1e-8, 2.0 ** -25,
+                          3 * 2.0 ** -25, 1e5, -0.0, 0.1, 1 / 3, -65504.0, 6.097555e-05,
+                          3.4028235e38], dtype=torch.float32)
+    for k, dt in (("edges_bf16", torch.bfloat16), ("edges_f16", torch.float16)):
+        ref = edges.to(dt)
+        if tt[k].dtype != dt or not torch.equal(tt[k].view(torch.int16), ref.view(torch.int16)):
+            fail(f"{path}: {k}: titan {tt[k].tolist()} != torch {ref.tolist()}")
     for k, w in want.items():
         got = t[k]
         if got.dtype != w.dtype or got.shape != w.shape or not np.array_equal(got, w):
@@ -73,6 +84,17 @@ def make(path):
         "f16_special": torch.tensor([65504.0, 2.0 ** -24, float("inf")], dtype=torch.float16),
         "i64": torch.tensor([0, -100, 151935, 2147483647], dtype=torch.int64),
         "i32": torch.tensor([-1, 7, -2147483648], dtype=torch.int32),
+        "f8_e4m3": torch.tensor(vals, dtype=torch.float8_e4m3fn),
+        "f8_e5m2": torch.tensor(vals, dtype=torch.float8_e5m2),
+        "f8_e4m3_special": torch.tensor([448.0, 2.0 ** -9, -(2.0 ** -6)]).to(torch.float8_e4m3fn),
+        "f8_e5m2_special": torch.tensor([57344.0, 2.0 ** -16, float("-inf")]).to(torch.float8_e5m2),
+        "u8": torch.tensor([0, 255, 7], dtype=torch.uint8),
+        "i8": torch.tensor([-128, 127, -1], dtype=torch.int8),
+        "i16": torch.tensor([-32768, 32767, 5], dtype=torch.int16),
+        "u16": torch.tensor([0, 65535, 9], dtype=torch.uint16),
+        "u32": torch.tensor([0, 4294967295, 11], dtype=torch.uint32),
+        "u64": torch.tensor([0, 2 ** 40, 13], dtype=torch.uint64),
+        "bool": torch.tensor([True, False, True]),
     }
     save_file(t, path, metadata={"format": "pt", "writer": "python safetensors"})
     print(f"wrote {path}")

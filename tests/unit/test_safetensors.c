@@ -119,16 +119,45 @@ static const int64_t k_i64[4] = {0, -1, 1099511627776LL, -9223372036854775807LL}
 static const int32_t k_i32[4] = {1, -2, 2147483647, -2147483647 - 1};
 static const float k_scalar = 3.25f;
 
+/* fp32 values around the BF16/F16 rounding edges (ties, overflow, subnormals), written by
+ * titan's converting writer; check_safetensors.py --check compares them with torch's casts. */
+static const float k_edges[14] = {1.00390625f,
+                                  1.01171875f,
+                                  65519.0f,
+                                  65520.0f,
+                                  1e-8f,
+                                  2.98023224e-08f /* 2^-25 */,
+                                  8.94069672e-08f /* 3*2^-25 */,
+                                  1e5f,
+                                  -0.0f,
+                                  0.1f,
+                                  0.333333343f,
+                                  -65504.0f,
+                                  6.097555e-05f,
+                                  3.4028235e38f};
+
 static int write_fixture(const char *path, base_err *err) {
-    ckpt_wtensor ts[5] = {
+    ckpt_wtensor ts[7] = {
         {.name = "f32", .dtype = CKPT_F32, .ndim = 2, .shape = {2, 3}, .data = k_f32},
         {.name = "i64", .dtype = CKPT_I64, .ndim = 1, .shape = {4}, .data = k_i64},
         {.name = "i32", .dtype = CKPT_I32, .ndim = 2, .shape = {2, 2}, .data = k_i32},
         {.name = "scalar", .dtype = CKPT_F32, .ndim = 0, .data = &k_scalar},
         {.name = "empty", .dtype = CKPT_F32, .ndim = 2, .shape = {0, 3}, .data = NULL},
+        {.name = "edges_bf16",
+         .dtype = CKPT_BF16,
+         .ndim = 1,
+         .shape = {14},
+         .data = k_edges,
+         .from_f32 = 1},
+        {.name = "edges_f16",
+         .dtype = CKPT_F16,
+         .ndim = 1,
+         .shape = {14},
+         .data = k_edges,
+         .from_f32 = 1},
     };
     ckpt_kv meta[2] = {{"format", "pt"}, {"note", "quote \" backslash \\ unicode \xc3\xa9"}};
-    return ckpt_write(path, ts, 5, meta, 2, err);
+    return ckpt_write(path, ts, 7, meta, 2, err);
 }
 
 static void test_round_trip(void) {
@@ -143,9 +172,9 @@ static void test_round_trip(void) {
     int rc = ckpt_open(&f, path, &err);
     CHECK(rc == 0, "open: %s", err.msg);
     if (rc != 0) return;
-    CHECK(f.n_tensors == 5, "n_tensors %d", f.n_tensors);
-    const char *order[5] = {"f32", "i64", "i32", "scalar", "empty"};
-    for (int i = 0; i < 5 && i < f.n_tensors; i++)
+    CHECK(f.n_tensors == 7, "n_tensors %d", f.n_tensors);
+    const char *order[7] = {"f32", "i64", "i32", "scalar", "empty", "edges_bf16", "edges_f16"};
+    for (int i = 0; i < 7 && i < f.n_tensors; i++)
         CHECK(strcmp(f.tensors[i].name, order[i]) == 0, "order %d: %s", i, f.tensors[i].name);
     CHECK(f.n_meta == 2, "n_meta %d", f.n_meta);
     const char *fm = ckpt_meta_get(&f, "format");
@@ -162,6 +191,18 @@ static void test_round_trip(void) {
     int64_t n = 0;
     float *x = ckpt_get_f32(&f, "f32", &n, &err);
     CHECK(x && n == 6 && memcmp(x, k_f32, sizeof k_f32) == 0, "f32 values");
+    base_free(x);
+    /* zero copy: an F32 tensor of a file titan wrote is a float pointer into the mapping */
+    const float *view = ckpt_tensor_f32(t);
+    CHECK(view == t->data && memcmp(view, k_f32, sizeof k_f32) == 0, "f32 zero-copy view");
+    CHECK(ckpt_tensor_f32(ckpt_find(&f, "i64")) == NULL, "no f32 view of I64");
+    ckpt_tensor_release(&f, t); /* the data stays readable afterwards */
+    CHECK(memcmp(view, k_f32, sizeof k_f32) == 0, "f32 readable after release");
+    const ckpt_tensor *eb = ckpt_find(&f, "edges_bf16"), *eh = ckpt_find(&f, "edges_f16");
+    CHECK(eb && eb->dtype == CKPT_BF16 && eb->nbytes == 28 && eh && eh->dtype == CKPT_F16,
+          "converted tensors");
+    x = ckpt_get_f32(&f, "edges_f16", &n, &err);
+    CHECK(x && x[2] == 65504.0f && isinf(x[3]) && x[8] == 0.0f && signbit(x[8]), "f16 edges");
     base_free(x);
 
     double *d = ckpt_get_f64(&f, "i64", &n, &err);
@@ -280,6 +321,26 @@ static void test_conversions(void) {
     CHECK(ckpt_f32_to_bf16(1.0f + ldexpf(1.0f, -8)) == 0x3F80, "bf16 tie to even (down)");
     CHECK(ckpt_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)) == 0x3F82, "bf16 tie to even (up)");
     CHECK(isnan(ckpt_bf16_to_f32(ckpt_f32_to_bf16(NAN))), "bf16 nan");
+    /* f32 -> f16, against the IEEE half encodings */
+    CHECK(ckpt_f32_to_f16(1.0f) == 0x3C00 && ckpt_f32_to_f16(-2.5f) == 0xC100, "to f16");
+    CHECK(ckpt_f32_to_f16(65504.0f) == 0x7BFF, "to f16 max");
+    CHECK(ckpt_f32_to_f16(65519.0f) == 0x7BFF && ckpt_f32_to_f16(65520.0f) == 0x7C00,
+          "to f16 overflow edge");
+    CHECK(ckpt_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001, "to f16 smallest subnormal");
+    CHECK(ckpt_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000, "to f16 2^-25 ties to even (0)");
+    CHECK(ckpt_f32_to_f16(ldexpf(3.0f, -25)) == 0x0002, "to f16 3*2^-25 ties to even (2)");
+    CHECK(ckpt_f32_to_f16(ldexpf(1023.0f, -24)) == 0x03FF, "to f16 largest subnormal");
+    CHECK(ckpt_f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3C00, "to f16 tie to even (down)");
+    CHECK(ckpt_f32_to_f16(1.0f + ldexpf(3.0f, -11)) == 0x3C02, "to f16 tie to even (up)");
+    CHECK(ckpt_f32_to_f16(-0.0f) == 0x8000 && ckpt_f32_to_f16(INFINITY) == 0x7C00, "f16 -0 inf");
+    CHECK((ckpt_f32_to_f16(NAN) & 0x7E00) == 0x7E00, "f16 nan");
+    for (uint32_t h = 0; h < 0x10000; h++) { /* every finite half survives f16 -> f32 -> f16 */
+        if ((h & 0x7C00) == 0x7C00) continue;
+        if (ckpt_f32_to_f16(ckpt_f16_to_f32((uint16_t)h)) != h) {
+            CHECK(0, "f16 round trip of 0x%04x", h);
+            break;
+        }
+    }
 
     /* BF16 / F16 / F64 tensors in a hand-made file, read via ckpt_get_f32 */
     char path[512];
@@ -343,8 +404,7 @@ static void test_malformed(void) {
     bad_hdr("missing dtype", T1("\"shape\":[1],\"data_offsets\":[0,4]"), 4, "'dtype'");
     bad_hdr("missing shape", T1("\"dtype\":\"F32\",\"data_offsets\":[0,4]"), 4, "'shape'");
     bad_hdr("missing data_offsets", T1("\"dtype\":\"F32\",\"shape\":[1]"), 4, "'data_offsets'");
-    bad_hdr("unknown dtype", T1("\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]"), 1,
-            "F8_E4M3");
+    bad_hdr("unknown dtype", T1("\"dtype\":\"F7\",\"shape\":[1],\"data_offsets\":[0,1]"), 1, "F7");
     bad_hdr("dtype not a string", T1("\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]"), 4,
             "'dtype'");
     bad_hdr("shape not an array", T1("\"dtype\":\"F32\",\"shape\":1,\"data_offsets\":[0,4]"), 4,
@@ -748,9 +808,9 @@ static int check_python_file(const char *path) {
     CHECK(who && strcmp(who, "python safetensors") == 0, "metadata writer");
     /* every float tensor holds [1.0, -2.5, 0.15625, 0.0, 3.0, -0.0] in its dtype */
     const float want[6] = {1.0f, -2.5f, 0.15625f, 0.0f, 3.0f, -0.0f};
-    const char *names[4] = {"bf16", "f16", "f32", "f64"};
-    const ckpt_dtype dts[4] = {CKPT_BF16, CKPT_F16, CKPT_F32, CKPT_F64};
-    for (int i = 0; i < 4; i++) {
+    const char *names[6] = {"bf16", "f16", "f32", "f64", "f8_e4m3", "f8_e5m2"};
+    const ckpt_dtype dts[6] = {CKPT_BF16, CKPT_F16, CKPT_F32, CKPT_F64, CKPT_F8_E4M3, CKPT_F8_E5M2};
+    for (int i = 0; i < 6; i++) {
         const ckpt_tensor *t = ckpt_find(&f, names[i]);
         CHECK(t && t->dtype == dts[i] && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3,
               "%s descriptor", names[i]);
@@ -763,8 +823,40 @@ static int check_python_file(const char *path) {
     float *x = ckpt_get_f32(&f, "f16_special", NULL, &err);
     CHECK(t && x && x[0] == 65504.0f && x[1] == ldexpf(1.0f, -24) && isinf(x[2]), "f16 specials");
     base_free(x);
+    x = ckpt_get_f32(&f, "f8_e4m3_special", NULL, &err);
+    CHECK(x && x[0] == 448.0f && x[1] == ldexpf(1.0f, -9) && x[2] == -ldexpf(1.0f, -6),
+          "f8_e4m3 specials");
+    base_free(x);
+    x = ckpt_get_f32(&f, "f8_e5m2_special", NULL, &err);
+    CHECK(x && x[0] == 57344.0f && x[1] == ldexpf(1.0f, -16) && isinf(x[2]) && x[2] < 0,
+          "f8_e5m2 specials");
+    base_free(x);
+    /* every integer type (and BOOL) as double, in the order they were written */
+    const struct {
+        const char *name;
+        ckpt_dtype dt;
+        double v[3];
+    } ints[] = {{"u8", CKPT_U8, {0, 255, 7}},
+                {"i8", CKPT_I8, {-128, 127, -1}},
+                {"i16", CKPT_I16, {-32768, 32767, 5}},
+                {"u16", CKPT_U16, {0, 65535, 9}},
+                {"u32", CKPT_U32, {0, 4294967295.0, 11}},
+                {"u64", CKPT_U64, {0, 1099511627776.0, 13}},
+                {"bool", CKPT_BOOL, {1, 0, 1}}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        const ckpt_tensor *ti = ckpt_find(&f, ints[i].name);
+        double *d = ckpt_get_f64(&f, ints[i].name, NULL, &err);
+        CHECK(ti && ti->dtype == ints[i].dt && d && d[0] == ints[i].v[0] && d[1] == ints[i].v[1] &&
+                  d[2] == ints[i].v[2],
+              "%s values", ints[i].name);
+        base_free(d);
+    }
+    CHECK(ckpt_get_f32(&f, "u8", NULL, &err) == NULL && strstr(err.msg, "'u8'"), "u8 as float");
     int64_t n;
-    int32_t *ids = ckpt_get_i32(&f, "i64", &n, &err);
+    int32_t *ids = ckpt_get_i32(&f, "u32", &n, &err);
+    CHECK(ids == NULL && strstr(err.msg, "4294967295"), "u32 beyond int32: %s", err.msg);
+    base_free(ids);
+    ids = ckpt_get_i32(&f, "i64", &n, &err);
     CHECK(ids && n == 4 && ids[0] == 0 && ids[1] == -100 && ids[2] == 151935 &&
               ids[3] == 2147483647,
           "i64 token ids");

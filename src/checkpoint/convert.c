@@ -1,0 +1,258 @@
+/* The training checkpoint's model part (titan names + model_args.json), and the command
+ * line's checkpoint commands: titan inspect PATH and titan convert SRC DST. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+
+#define ARGS_FILE "model_args.json"
+#define MODEL_FILE "model.safetensors"
+
+static int join(char *out, size_t cap, const char *dir, const char *name, base_err *err) {
+    if (snprintf(out, cap, "%s/%s", dir, name) >= (int)cap)
+        return base_fail(err, "%s: path too long", dir);
+    return 0;
+}
+
+static int exists(const char *dir, const char *name) {
+    char p[4096];
+    struct stat st;
+    return join(p, sizeof p, dir, name, NULL) == 0 && stat(p, &st) == 0;
+}
+
+/* ---- training checkpoint: the model part -------------------------------------------- */
+
+int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
+    if (base_mkdir_p(dir, err)) return -1;
+    char path[4096];
+    const ckpt_kv meta[] = {{"format", "titan"}};
+    if (join(path, sizeof path, dir, MODEL_FILE, err) ||
+        ckpt_save_model_names(m, m->w, path, CKPT_NAMES_TITAN, meta, 1, err))
+        return -1;
+    const model_args *a = &m->args;
+    json_t *j =
+        json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "flavor",
+                  a->flavor, "dim", a->dim, "n_layers", a->n_layers, "n_heads", a->n_heads,
+                  "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim, "ffn_dim", a->ffn_dim,
+                  "vocab_size", a->vocab_size, "rope_theta", a->rope_theta, "norm_eps", a->norm_eps,
+                  "tie_embeddings", a->tie_embeddings, "max_seq_len", a->max_seq_len, "n_experts",
+                  a->n_experts, "top_k", a->top_k, "moe_ffn_dim", a->moe_ffn_dim, "norm_topk_prob",
+                  a->norm_topk_prob, "router_aux_loss_coef", a->router_aux_loss_coef);
+    if (!j) return base_fail(err, "%s: cannot build %s", dir, ARGS_FILE);
+    int rc = join(path, sizeof path, dir, ARGS_FILE, err);
+    if (rc == 0) rc = ckpt_write_json(path, j, err);
+    json_decref(j);
+    return rc;
+}
+
+int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
+    char path[4096];
+    if (join(path, sizeof path, dir, ARGS_FILE, err)) return -1;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return base_fail(err, "%s: invalid JSON: %s (line %d column %d)", path, jerr.text,
+                         jerr.line, jerr.column);
+    memset(a, 0, sizeof *a);
+    int rc = json_is_object(root) ? 0 : base_fail(err, "%s: not a JSON object", path);
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (rc) break;
+        char val[64];
+        if (!strcmp(key, "flavor") && json_is_string(v)) {
+            snprintf(a->flavor, sizeof a->flavor, "%s", json_string_value(v));
+            continue;
+        }
+        if (json_is_integer(v))
+            snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(val, sizeof val, "%.17g", json_real_value(v));
+        else {
+            rc = base_fail(err, "%s: field '%s' is not a number", path, key);
+            break;
+        }
+        base_err e2;
+        if (model_args_set(a, key, val, &e2)) rc = base_fail(err, "%s: %s", path, e2.msg);
+    }
+    json_decref(root);
+    if (rc == 0 && model_args_validate(a, err)) {
+        base_err e2 = *err;
+        rc = base_fail(err, "%s: %s", path, e2.msg);
+    }
+    return rc;
+}
+
+int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opts, base_err *err) {
+    memset(m, 0, sizeof *m);
+    model_args a;
+    char path[4096];
+    if (ckpt_train_read_args(dir, &a, err) || join(path, sizeof path, dir, MODEL_FILE, err))
+        return -1;
+    ckpt_set s;
+    if (ckpt_set_open_file(&s, path, err)) return -1;
+    model desc;
+    int rc = model_describe(&desc, &a, err);
+    if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_TITAN, err);
+    model_free(&desc);
+    if (rc == 0) rc = model_build(m, &a, opts, err);
+    if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_TITAN, err);
+    ckpt_set_close(&s);
+    return rc;
+}
+
+/* ---- titan inspect ------------------------------------------------------------------ */
+
+void ckpt_print_model(const model_args *a) {
+    model_counts c;
+    model_count_params(a, &c);
+    printf("model %s: dim %d, n_layers %d, n_heads %d, n_kv_heads %d, head_dim %d, ffn_dim %d, "
+           "vocab_size %d, rope_theta %g, norm_eps %g, tie_embeddings %d\n",
+           a->flavor, a->dim, a->n_layers, a->n_heads, a->n_kv_heads, a->head_dim, a->ffn_dim,
+           a->vocab_size, a->rope_theta, a->norm_eps, a->tie_embeddings);
+    if (a->n_experts > 0)
+        printf("MoE: n_experts %d, top_k %d, moe_ffn_dim %d, norm_topk_prob %d, "
+               "router_aux_loss_coef %g (MoE training is not yet supported)\n",
+               a->n_experts, a->top_k, a->moe_ffn_dim, a->norm_topk_prob, a->router_aux_loss_coef);
+    printf("%-22s %16s\n", "component", "parameters");
+    printf("%-22s %16lld%s\n", "embedding", (long long)c.embedding,
+           a->tie_embeddings ? "  (tied with lm_head, counted once)" : "");
+    printf("%-22s %16lld\n", "attention (q,k,v,o)", (long long)c.attention);
+    printf("%-22s %16lld\n", "q_norm/k_norm", (long long)c.qk_norm);
+    if (a->n_experts > 0) {
+        printf("%-22s %16lld\n", "moe router", (long long)c.router);
+        printf("%-22s %16lld\n", "moe experts", (long long)c.experts);
+    } else {
+        printf("%-22s %16lld\n", "feed_forward", (long long)c.ffn);
+    }
+    printf("%-22s %16lld\n", "rmsnorm (block+final)", (long long)c.norms);
+    printf("%-22s %16lld\n", "lm_head", (long long)c.lm_head);
+    printf("%-22s %16lld  (%.3fB)\n", "total", (long long)c.total, c.total / 1e9);
+    if (a->n_experts > 0)
+        printf("%-22s %16lld  (%.3fB)\n", "active per token", (long long)c.active, c.active / 1e9);
+}
+
+static void print_tensors(const ckpt_set *s) {
+    for (int i = 0; i < s->n_files; i++) {
+        const ckpt_file *f = &s->files[i];
+        uint64_t bytes = 0;
+        for (int t = 0; t < f->n_tensors; t++) bytes += f->tensors[t].nbytes;
+        printf("file %s: %d tensors, %llu bytes of data\n", f->path, f->n_tensors,
+               (unsigned long long)bytes);
+        for (int k = 0; k < f->n_meta; k++)
+            printf("  __metadata__ %s = %s\n", f->meta[k].key, f->meta[k].value);
+        for (int t = 0; t < f->n_tensors; t++) {
+            const ckpt_tensor *x = &f->tensors[t];
+            char sh[128];
+            ckpt_shape_str(sh, sizeof sh, x->ndim, x->shape);
+            printf("  %-64s %-8s %s\n", x->name, ckpt_dtype_name(x->dtype), sh);
+        }
+    }
+}
+
+/* Prints the tensors of s and the model of a, then checks one against the other. */
+static int inspect_set(const ckpt_set *s, const model_args *a, ckpt_names names, base_err *err) {
+    print_tensors(s);
+    int64_t numel = 0, n = 0;
+    for (int i = 0; i < s->n_files; i++)
+        for (int t = 0; t < s->files[i].n_tensors; t++, n++) numel += s->files[i].tensors[t].numel;
+    printf("%lld tensors, %lld elements in %d file(s)\n", (long long)n, (long long)numel,
+           s->n_files);
+    if (!a) return 0;
+    ckpt_print_model(a);
+    model desc;
+    int rc = model_describe(&desc, a, err);
+    if (rc == 0) rc = ckpt_check_model(&desc, s, names, err);
+    model_free(&desc);
+    if (rc == 0) printf("ok: the tensors match the model (names, shapes, floating dtypes)\n");
+    return rc;
+}
+
+int ckpt_inspect(const char *path, base_err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) return base_fail(err, "%s: no such file or folder", path);
+    char p[4096];
+    model_args a;
+    ckpt_set s;
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        if (exists(path, "config.json")) {
+            printf("Hugging Face folder %s\n", path);
+            if (join(p, sizeof p, path, "config.json", err) || ckpt_hf_config_read(p, &a, err) ||
+                ckpt_set_open_dir(&s, path, err))
+                return -1;
+            rc = inspect_set(&s, &a, CKPT_NAMES_HF, err);
+        } else if (exists(path, ARGS_FILE)) {
+            printf("training checkpoint %s\n", path);
+            if (ckpt_train_read_args(path, &a, err) || join(p, sizeof p, path, MODEL_FILE, err) ||
+                ckpt_set_open_file(&s, p, err))
+                return -1;
+            rc = inspect_set(&s, &a, CKPT_NAMES_TITAN, err);
+        } else {
+            return base_fail(err,
+                             "%s: neither a Hugging Face folder (no config.json) nor a training "
+                             "checkpoint (no %s)",
+                             path, ARGS_FILE);
+        }
+        ckpt_set_close(&s);
+        return rc;
+    }
+    size_t len = strlen(path);
+    if (len >= 5 && !strcmp(path + len - 5, ".json")) {
+        if (ckpt_hf_config_read(path, &a, err)) return -1;
+        printf("Hugging Face config %s\n", path);
+        ckpt_print_model(&a);
+        return 0;
+    }
+    if (ckpt_set_open_file(&s, path, err)) return -1;
+    rc = inspect_set(&s, NULL, CKPT_NAMES_HF, err);
+    ckpt_set_close(&s);
+    return rc;
+}
+
+/* ---- titan convert ------------------------------------------------------------------ */
+
+/* Bytes of weight data in a checkpoint folder's safetensors files (for the throughput line). */
+static double data_gb(const ckpt_set *s) {
+    double b = 0;
+    for (int i = 0; i < s->n_files; i++) b += (double)s->files[i].size;
+    return b / 1e9;
+}
+
+int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
+    const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
+    model m;
+    int rc;
+    const int from_hf = exists(src, "config.json");
+    if (!from_hf && !exists(src, ARGS_FILE))
+        return base_fail(err,
+                         "%s: neither a Hugging Face folder (no config.json) nor a training "
+                         "checkpoint (no %s)",
+                         src, ARGS_FILE);
+    double t0 = base_now(), gb = 0;
+    ckpt_set s;
+    char p[4096];
+    /* the input's size, from its headers (opening is cheap: nothing is read yet) */
+    if ((from_hf
+             ? ckpt_set_open_dir(&s, src, err)
+             : join(p, sizeof p, src, MODEL_FILE, err) || ckpt_set_open_file(&s, p, err)) == 0) {
+        gb = data_gb(&s);
+        ckpt_set_close(&s);
+    }
+    rc = from_hf ? ckpt_load_hf(&m, src, &bo, err) : ckpt_train_load_model(&m, src, &bo, err);
+    const double t1 = base_now();
+    if (rc == 0)
+        printf("loaded %s: %.3f GB in %.2f s (%.2f GB/s), peak RSS %.2f GiB\n", src, gb, t1 - t0,
+               gb / (t1 - t0), (double)base_peak_rss() / (1 << 30));
+    if (rc == 0)
+        rc = from_hf ? ckpt_train_save_model(&m, dst, err) : ckpt_export_hf(&m, dst, opts, err);
+    if (rc == 0)
+        printf("wrote %s (%s) in %.2f s, %zu parameters, peak RSS %.2f GiB\n", dst,
+               from_hf ? "training checkpoint, F32"
+                       : ckpt_dtype_name(opts ? opts->dtype : CKPT_F32),
+               base_now() - t1, m.n_floats, (double)base_peak_rss() / (1 << 30));
+    model_free(&m);
+    return rc;
+}

@@ -1,0 +1,31 @@
+# Hugging Face interop (issue 4): config.json, sharded folders, export dtypes, inspect/convert,
+# checked against transformers and the safetensors package (tests/reference/hf_interop.py).
+# Included by tests/CMakeLists.txt, which sets TITAN_PYTHON and TITAN_SHARED.
+
+if(TARGET test_hf)
+  # the unit test reads ../shared/data/{qwen3_configs,tiny_qwen3}
+  target_compile_definitions(test_hf PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
+endif()
+
+add_executable(test_hf_io ${CMAKE_SOURCE_DIR}/tests/parity/test_hf_io.c)
+target_link_libraries(test_hf_io PRIVATE titan_core)
+
+set(TITAN_HF_DIR ${CMAKE_BINARY_DIR}/hf_interop)
+set(TITAN_HF_PY ${CMAKE_SOURCE_DIR}/tests/reference/hf_interop.py)
+# titan inspect of every official config (dense and MoE) = HF's parameter count
+add_test(NAME hf_config_param_counts
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} counts $<TARGET_FILE:titan> ${TITAN_SHARED}/data)
+# titan's exports, read by transformers and safetensors
+add_test(NAME hf_export_transformers
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} export $<TARGET_FILE:test_hf_io> ${TITAN_HF_DIR}/export)
+# transformers' save_pretrained, read by titan; HF -> titan -> HF byte-identical
+add_test(NAME hf_import_transformers
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} import $<TARGET_FILE:test_hf_io> $<TARGET_FILE:titan>
+          ${TITAN_HF_DIR}/import)
+# titan inspect PATH: malformed files exit non-zero with the error, good ones list tensors
+add_test(NAME hf_inspect_cli
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} inspect $<TARGET_FILE:titan>
+          ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/safetensors)
+set_tests_properties(hf_config_param_counts hf_export_transformers hf_import_transformers
+  hf_inspect_cli
+  PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

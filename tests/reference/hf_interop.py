@@ -1,0 +1,237 @@
+"""Hugging Face interop of titan against the real readers and writers (transformers,
+safetensors).
+
+  counts TITAN DATA      `titan inspect CONFIG` of every official config.json (dense and MoE)
+                         prints HF's parameter count (Qwen3ForCausalLM / Qwen3MoeForCausalLM
+                         built on the meta device)
+  export HELPER WORK     titan exports (F32/BF16/F16, one file and sharded, tied and untied):
+                         the safetensors package opens every file, the index matches the
+                         shards (no empty shard, no lm_head when tied), transformers'
+                         from_pretrained reports no missing/unexpected keys, holds titan's
+                         weights (cast to the export dtype by torch), and its logits equal
+                         titan's (max abs diff <= 1e-5)
+  import HELPER TITAN WORK
+                         transformers saves models (save_pretrained, sharded, fp32 and bf16,
+                         tied and untied): titan loads them with the same logits (<= 1e-5), and
+                         HF -> titan training checkpoint -> HF gives byte-identical weight files
+                         and index
+
+  inspect TITAN CORPUS   `titan inspect` exits non-zero naming the file for every bad_* file of
+                         the safetensors fuzz corpus, and lists the tensors of every good_* one
+
+HELPER is the test_hf_io binary (tests/parity/test_hf_io.c), TITAN the titan binary.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import (AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
+
+torch.manual_seed(0)
+TOL = 1e-5
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print(f"FAIL {msg}")
+
+
+def run(*cmd):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        raise SystemExit(f"command failed: {' '.join(map(str, cmd))}")
+    return r.stdout
+
+
+def counts(titan, data):
+    cfgdir = f"{data}/qwen3_configs"
+    for name in sorted(os.listdir(cfgdir)):
+        if not name.startswith("Qwen3-") or not name.endswith(".json"):
+            continue
+        with open(f"{cfgdir}/{name}") as f:
+            raw = json.load(f)
+        moe = raw["architectures"][0] == "Qwen3MoeForCausalLM"
+        cfg = (Qwen3MoeConfig if moe else Qwen3Config)(**raw)
+        with torch.device("meta"):
+            m = (Qwen3MoeForCausalLM if moe else Qwen3ForCausalLM)(cfg)
+        want = sum(p.numel() for p in m.parameters())  # a tied tensor once
+        out = run(titan, "inspect", f"{cfgdir}/{name}")
+        got = int(re.search(r"^total\s+(\d+)", out, re.M).group(1))
+        check(got == want, f"{name}: titan {got} != HF {want}")
+        print(f"{name:32s} titan {got:>16,d}  HF {want:>16,d}  {'ok' if got == want else 'MISMATCH'}")
+
+
+def tokens_file(path, vocab):
+    g = torch.Generator().manual_seed(5)
+    toks = torch.randint(0, vocab, (2, 12), generator=g)
+    save_file({"tokens": toks}, path)
+    return toks
+
+
+def hf_logits(folder, toks):
+    model, info = AutoModelForCausalLM.from_pretrained(
+        folder, output_loading_info=True, attn_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():
+        return model, info, model(toks).logits
+
+
+def titan_logits(helper, folder, tok_path, out):
+    run(helper, "logits", folder, tok_path, out)
+    with safe_open(out, "pt") as f:
+        return f.get_tensor("logits")
+
+
+def weight_files(folder):
+    return sorted(f for f in os.listdir(folder)
+                  if f == "model.safetensors" or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", f))
+
+
+def check_folder_files(folder, tied):
+    """Every weight file opens with safetensors; the index (if any) matches them exactly."""
+    files = weight_files(folder)
+    names = {}
+    for fn in files:
+        with safe_open(f"{folder}/{fn}", "pt") as f:
+            check(f.metadata() == {"format": "pt"}, f"{folder}/{fn}: metadata {f.metadata()}")
+            keys = list(f.keys())
+            check(len(keys) > 0, f"{folder}/{fn}: empty shard")
+            for k in keys:
+                check(k not in names, f"{folder}: {k} in two files")
+                names[k] = (fn, f.get_slice(k).get_shape(), f.get_slice(k).get_dtype())
+    index = f"{folder}/model.safetensors.index.json"
+    if len(files) > 1:
+        with open(index) as f:
+            idx = json.load(f)
+        check({k: v[0] for k, v in names.items()} == idx["weight_map"], f"{folder}: index != files")
+        esize = {"F32": 4, "BF16": 2, "F16": 2}
+        total = sum(esize[d] * torch.Size(s).numel() for _, s, d in names.values())
+        check(idx["metadata"]["total_size"] == total, f"{folder}: total_size")
+    else:
+        check(not os.path.exists(index), f"{folder}: index next to a single file")
+    check(("lm_head.weight" in names) != tied, f"{folder}: lm_head.weight present={not tied}")
+    return names
+
+
+def export(helper, work):
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tok_path = f"{work}/tokens.safetensors"
+    toks = tokens_file(tok_path, 128)
+    for tie in (0, 1):
+        ref = f"{work}/tie{tie}_float32_single"
+        run(helper, "export", ref, "float32", "5GB", tie)
+        with safe_open(f"{ref}/model.safetensors", "pt") as f:
+            master = {k: f.get_tensor(k) for k in f.keys()}  # titan's fp32 weights
+        for dtype in ("float32", "bfloat16", "float16"):
+            for shard in ("5GB", "20KB"):
+                d = f"{work}/tie{tie}_{dtype}_{shard}"
+                if d != ref:
+                    run(helper, "export", d, dtype, shard, tie)
+                names = check_folder_files(d, tie)
+                if shard == "20KB":
+                    check(len(weight_files(d)) > 2, f"{d}: expected several shards")
+                model, info, lh = hf_logits(d, toks)
+                bad = {k: v for k, v in info.items() if v}
+                check(not bad, f"{d}: loading info {bad}")
+                tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+                check(tied == bool(tie), f"{d}: tied {tied}")
+                # HF holds titan's weights, rounded to the export dtype by torch
+                tdt = getattr(torch, dtype)
+                sd = model.state_dict()
+                for k, v in master.items():
+                    check(torch.equal(sd[k], v.to(tdt).float()), f"{d}: {k} differs from torch's cast")
+                lt = titan_logits(helper, d, tok_path, f"{d}.logits.safetensors")
+                diff = (lt - lh).abs().max().item()
+                check(diff <= TOL, f"{d}: logits max abs diff {diff:.3g}")
+                print(f"{'ok ' if not FAILS else 'see'} export {os.path.basename(d):28s} {len(weight_files(d))} file(s), "
+                      f"{len(names)} tensors, logits diff {diff:.2e}")
+
+
+def import_(helper, titan, work):
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tok_path = f"{work}/tokens.safetensors"
+    toks = tokens_file(tok_path, 160)
+    for tie in (False, True):
+        cfg = Qwen3Config(vocab_size=160, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                          tie_word_embeddings=tie, rope_theta=10000.0, rms_norm_eps=1e-6,
+                          max_position_embeddings=512)
+        torch.manual_seed(11 + tie)
+        model = Qwen3ForCausalLM(cfg).eval()
+        with torch.no_grad():  # non-trivial norms
+            for n, p in model.named_parameters():
+                if "norm" in n:
+                    p.add_(0.1 * torch.randn_like(p))
+        for dtype, flag in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+            for shard in ("20KB", "50GB"):
+                d = f"{work}/hf_tie{int(tie)}_{flag}_{shard}"
+                model.to(dtype).save_pretrained(d, max_shard_size=shard)
+                model.float()
+                # the reference: HF's own model loaded back from what it saved, in fp32
+                _, info, lh = hf_logits(d, toks)
+                lt = titan_logits(helper, d, tok_path, f"{d}.logits.safetensors")
+                diff = (lt - lh).abs().max().item()
+                check(diff <= TOL, f"{d}: titan logits differ by {diff:.3g}")
+                # HF -> titan training checkpoint -> HF: the same bytes
+                ck, back = f"{d}.titan", f"{d}.back"
+                run(titan, "convert", d, ck)
+                run(titan, "convert", ck, back, "--dtype", flag, "--max-shard-size", shard)
+                files = weight_files(d)
+                check(files == weight_files(back), f"{back}: files {weight_files(back)} != {files}")
+                if len(files) > 1:
+                    files.append("model.safetensors.index.json")
+                n_fail = len(FAILS)
+                for fn in files:
+                    with open(f"{d}/{fn}", "rb") as a, open(f"{back}/{fn}", "rb") as b:
+                        check(a.read() == b.read(), f"{back}/{fn} is not byte-identical to {d}/{fn}")
+                if len(FAILS) == n_fail:
+                    print(f"ok  import {os.path.basename(d):28s} {len(weight_files(d))} file(s), "
+                      f"logits diff {diff:.2e}, round trip byte-identical ({len(files)} files)")
+
+
+def inspect(titan, corpus):
+    for fn in sorted(os.listdir(corpus)):
+        path = f"{corpus}/{fn}"
+        r = subprocess.run([titan, "inspect", path], capture_output=True, text=True)
+        if fn.startswith("bad_"):
+            check(r.returncode != 0 and path in r.stderr and "error" in r.stderr,
+                  f"inspect {fn}: rc {r.returncode}, stderr {r.stderr!r}")
+        else:
+            with safe_open(path, "np") as f:
+                keys = list(f.keys())
+            check(r.returncode == 0 and all(k in r.stdout for k in keys),
+                  f"inspect {fn}: rc {r.returncode}, {r.stdout!r}")
+    print(f"ok  titan inspect on {len(os.listdir(corpus))} corpus files")
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "counts":
+        counts(*sys.argv[2:4])
+    elif mode == "export":
+        export(*sys.argv[2:4])
+    elif mode == "inspect":
+        inspect(*sys.argv[2:4])
+    elif mode == "import":
+        import_(*sys.argv[2:5])
+    else:
+        raise SystemExit(__doc__)
+    if FAILS:
+        print(f"{len(FAILS)} failure(s)")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
