@@ -89,6 +89,9 @@ int model_infer_len(const model_infer *s) {
 int model_infer_max_len(const model_infer *s) {
     return s->max_len;
 }
+int model_infer_vocab(const model_infer *s) {
+    return s->m->args.vocab_size;
+}
 void model_infer_reset(model_infer *s) {
     s->len = 0;
 }

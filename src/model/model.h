@@ -128,6 +128,8 @@ void model_infer_free(model_infer *s);
 /* Positions filled / capacity. */
 int model_infer_len(const model_infer *s);
 int model_infer_max_len(const model_infer *s);
+/* The model's vocabulary size (the length of a logits row). */
+int model_infer_vocab(const model_infer *s);
 /* Forgets the sequence (the next token is position 0 again). */
 void model_infer_reset(model_infer *s);
 /* Appends tokens[0..n) at positions len..len+n-1 and writes logits: [n, V] of every new
