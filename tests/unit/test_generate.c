@@ -10,13 +10,17 @@
  * 2. Sampling: temperature 0 and top_k 1 are the argmax; top-k picks only the k best; top-p
  *    picks only inside the nucleus of a known distribution and matches a brute-force HF-style
  *    reference (full sort) draw for draw; same seed -> same draws, another seed -> others.
- * 3. Bad input: tokens outside the vocabulary and cache overflow are refused. */
+ * 3. Bad input: tokens outside the vocabulary and cache overflow are refused.
+ * 4. Streaming text (train_stream_token): with the Qwen3 tokenizer, text whose tokens end
+ *    inside UTF-8 characters is written one token at a time, and after every token the output
+ *    so far is complete UTF-8 and a prefix of the text; at the end it is the text. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
+#include "train/train.h"
 
 #include "check.h"
 
@@ -206,12 +210,70 @@ static void check_sampling(void) {
     free(l);
 }
 
+/* 1 when b[0..n) is complete, valid UTF-8 */
+static int utf8_ok(const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const int k = b[i] < 0x80             ? 1
+                      : (b[i] & 0xE0) == 0xC0 ? 2
+                      : (b[i] & 0xF0) == 0xE0 ? 3
+                      : (b[i] & 0xF8) == 0xF0 ? 4
+                                              : 0;
+        if (!k || i + k > n) return 0;
+        for (int j = 1; j < k; j++)
+            if ((b[i + j] & 0xC0) != 0x80) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static void check_stream(void) {
+#ifdef TITAN_SHARED_DIR
+    base_err e = {{0}};
+    data_tok *tok = NULL;
+    if (data_tok_load(TITAN_SHARED_DIR "/data/qwen3_tokenizer", &tok, &e)) {
+        CHECK(0, "tokenizer: %s", e.msg);
+        return;
+    }
+    const char *text = "caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd\xf0\x9f\xa4\x96\xf0\x9f\xa6\x80 "
+                       "\xe2\x88\x80x\xe2\x88\x88\xe2\x84\x9d \xf0\x9f\xab\xa0\xf0\x9d\x94\x98"
+                       "\xea\x99\xae\xe9\xbe\x98!"; /* rare ones split: U+1FAE0, U+1D518, ... */
+    data_tok_ids ids = {0};
+    CHECK(data_tok_encode(tok, text, strlen(text), &ids, &e) == 0, "encode: %s", e.msg);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    train_text_stream ts = {tok, 0, f, {0}, 0};
+    int split = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        char *piece = NULL;
+        size_t plen = 0;
+        data_tok_decode(tok, &ids.ids[i], 1, 0, &piece, &plen, &e);
+        split += !utf8_ok((const unsigned char *)piece, plen);
+        free(piece);
+        CHECK(train_stream_token(&ts, ids.ids[i], &e) == 0, "stream: %s", e.msg);
+        fflush(f);
+        CHECK(utf8_ok((const unsigned char *)buf, len) && strncmp(buf, text, len) == 0,
+              "after token %zu the output is not a complete UTF-8 prefix", i);
+    }
+    train_stream_finish(&ts);
+    fclose(f);
+    CHECK(split > 0, "no token of the test text ends inside a character (test premise)");
+    CHECK(len == strlen(text) && memcmp(buf, text, len) == 0, "streamed text differs");
+    printf("stream: %zu tokens, %d end inside a character; output complete UTF-8 throughout\n",
+           ids.n, split);
+    free(buf);
+    data_tok_ids_free(&ids);
+    data_tok_free(tok);
+#endif
+}
+
 int main(void) {
     check_model(4, 2, 1, 40, 17, 5);   /* GQA, tied */
     check_model(4, 4, 0, 40, 1, 12);   /* MHA, untied; prefill of one token */
     check_model(4, 1, 0, 33, 33, 0);   /* MQA, untied, whole sequence in one prefill */
     check_model(2, 1, 1, 300, 290, 3); /* more than one 256-row chunk, then steps */
     check_sampling();
+    check_stream();
     if (failures) printf("%d failures\n", failures);
     return failures != 0;
 }
