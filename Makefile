@@ -17,11 +17,9 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The default demo: train the debug model on Tiny Shakespeare (byte tokens), export it as a
-# Hugging Face folder, and sample from it. About 5 minutes on 2 cores.
+# Hugging Face folder, and sample from it (configs/qwen3_debug.toml). About 5 minutes on 2 cores.
 train: build
-	@$(BUILD)/titan train --flavor debugmodel --data ../shared/data/tinyshakespeare/input.txt \
-		--steps 200 --batch 8 --seq-len 128 --lr 3e-3 --warmup 20 --decay-ratio 0.5 \
-		--log-freq 10 --metrics runs/debug/metrics.jsonl --out runs/debug/hf --sample 300
+	@$(BUILD)/titan train --config configs/qwen3_debug.toml
 
 bench: build
 	@bash scripts/deps.sh --bench

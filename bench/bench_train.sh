@@ -123,7 +123,7 @@ for run in $RUNS; do
     if [ -x "$BUILD/titan" ] && "$BUILD/titan" train --flavor debugmodel --set dim=$DIM --set n_layers=$LAYERS \
       --set n_heads=$HEADS --set n_kv_heads=$KV_HEADS --set head_dim=$HEAD_DIM --set ffn_dim=$FFN \
       --set vocab_size=$VOCAB --set tie_embeddings=1 --random-tokens --batch $BATCH --seq-len $SEQ \
-      --steps $((STEPS + WARMUP)) --threads "$THREADS" >"$LOGDIR/titan.out" 2>"$LOGDIR/titan.err"; then
+      --steps $((STEPS + WARMUP)) --log-freq 1 --threads "$THREADS" >"$LOGDIR/titan.out" 2>"$LOGDIR/titan.err"; then
       line=$(grep -h '^summary:' "$LOGDIR/titan.out" "$LOGDIR/titan.err" | tail -1)
       tps=$(echo "$line" | grep -o 'tokens_per_s=[0-9.eE+-]*' | cut -d= -f2)
       rss=$(echo "$line" | grep -o 'peak_rss_gib=[0-9.eE+-]*' | cut -d= -f2)

@@ -59,48 +59,6 @@ static void usage(FILE *f) {
             "                       norm_eps, tie_embeddings\n");
 }
 
-static void train_usage(FILE *f) {
-    fprintf(
-        f, "usage: titan train [--flavor NAME] [--set KEY=VALUE]... [options]\n"
-           "  --data PATH          dataset: a file, folder or glob of text, JSONL or token\n"
-           "                       shards (see `titan data --help`)\n"
-           "  --tokenizer DIR      HF tokenizer folder (default: one token per byte)\n"
-           "  --data-format F      auto (default), text, jsonl or tokens\n"
-           "  --data-field NAME    JSONL field holding the text (text)\n"
-           "  --skip-bad-lines     skip (count, log) malformed JSONL lines instead of failing\n"
-           "  --random-tokens      train on uniformly random tokens (default without --data)\n"
-           "  --steps N            optimizer steps (100)\n"
-           "  --batch B            sequences per microbatch (8)\n"
-           "  --seq-len T          tokens per sequence (128)\n"
-           "  --grad-accum K       microbatches per step (1)\n"
-           "  --lr X               peak learning rate (8e-4)\n"
-           "  --warmup N           warmup steps (10)\n"
-           "  --decay-ratio R      fraction of steps spent decaying (default: all after warmup)\n"
-           "  --decay-type T       linear | sqrt | cosine (linear)\n"
-           "  --min-lr-factor F    final LR as a fraction of the peak (0)\n"
-           "  --weight-decay W     AdamW decoupled weight decay (0.1)\n"
-           "  --max-norm X         gradient clipping threshold (1.0)\n"
-           "  --seed S             weight init and data seed (42)\n"
-           "  --ac none|full       activation checkpointing (none)\n"
-           "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
-           "  --log-freq N         console line every N steps (1)\n"
-           "  --metrics FILE       per-step metrics as JSON lines\n"
-           "  --out DIR            export the trained model as a Hugging Face folder\n"
-           "  --dump-folder DIR    job output folder (./outputs); checkpoints go under it\n"
-           "  --checkpoint-interval N  save a checkpoint every N steps (and at the end) to\n"
-           "                       DUMP/checkpoint/step-N; resumes from the newest one\n"
-           "  --checkpoint-folder F    checkpoint folder under the dump folder (checkpoint)\n"
-           "  --keep-latest-k K    keep the newest K checkpoints (10; 0 = all)\n"
-           "  --load-step N        resume from step N instead of the newest\n"
-           "  --initial-load-path P    start from these weights (HF names, safetensors)\n"
-           "  --last-save-full     the last checkpoint keeps optimizer state (default: weights)\n"
-           "  --sync-checkpoint    save in the training thread (default: in the background)\n"
-           "  --stop-after-step N  exit after step N (the LR schedule still spans --steps)\n"
-           "  --sample N           after training, sample N tokens from the model\n"
-           "  --peak-tflops X      fp32 peak for MFU (default: measured at start)\n"
-           "  --ce-chunk N         tokens per fused lm_head+CE chunk (default: ~128 MiB logits)\n");
-}
-
 typedef struct {
     int argc;
     char **argv;
@@ -134,7 +92,7 @@ static int parse_dbl(args_iter *it, double *out, double min, double max) {
     return 0;
 }
 
-/* --flavor and --set, shared by train and inspect. Returns 1 if the option was consumed. */
+/* --flavor and --set, shared by inspect and generate. Returns 1 if the option was consumed. */
 static int parse_model_opt(args_iter *it, model_args *a, int *status) {
     const char *o = it->argv[it->i];
     *status = 0;
@@ -295,124 +253,23 @@ static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
     return rc;
 }
 
+/* titan train: a job config (defaults, --config FILE, then command-line overrides). */
 static int cmd_train(int argc, char **argv, base_err *err) {
+    train_config c;
+    train_config_defaults(&c);
+    train_cli cli;
     train_opts o;
-    train_opts_defaults(&o);
-    int threads = 0;
-    double peak_tflops = 0;
-    args_iter it = {argc, argv, 0, err};
-    for (it.i = 2; it.i < argc; it.i++) {
-        const char *a = argv[it.i];
-        int st = 0;
-        if (parse_model_opt(&it, &o.model, &st)) {
-            if (st) return -1;
-            continue;
-        }
-#define IS(x) (!strcmp(a, x))
-        if (IS("--help") || IS("-h")) {
-            train_usage(stdout);
-            exit(0);
-        } else if (IS("--data")) {
-            if (!(o.data_path = need_value(&it))) return -1;
-        } else if (IS("--tokenizer")) {
-            if (!(o.tokenizer_dir = need_value(&it))) return -1;
-        } else if (IS("--data-format")) {
-            const char *v = need_value(&it);
-            if (!v || data_format_parse(v, &o.data_format))
-                return base_fail(err, "--data-format: '%s' is not auto, text, jsonl or tokens",
-                                 v ? v : "");
-        } else if (IS("--data-field")) {
-            if (!(o.data_field = need_value(&it))) return -1;
-        } else if (IS("--skip-bad-lines")) {
-            o.skip_bad_lines = 1;
-        } else if (IS("--dump-folder")) {
-            if (!(o.dump_folder = need_value(&it))) return -1;
-        } else if (IS("--checkpoint-interval")) {
-            st = parse_int(&it, &o.ckpt.interval, 1);
-            o.ckpt.enable = 1;
-        } else if (IS("--checkpoint-folder")) {
-            if (!(o.ckpt.folder = need_value(&it))) return -1;
-            o.ckpt.enable = 1;
-        } else if (IS("--keep-latest-k")) {
-            st = parse_int(&it, &o.ckpt.keep_latest_k, 0);
-        } else if (IS("--load-step")) {
-            int v;
-            st = parse_int(&it, &v, 0);
-            o.ckpt.load_step = v;
-        } else if (IS("--initial-load-path")) {
-            if (!(o.ckpt.initial_load_path = need_value(&it))) return -1;
-            o.ckpt.enable = 1;
-        } else if (IS("--last-save-full")) {
-            o.ckpt.last_save_model_only = 0;
-        } else if (IS("--sync-checkpoint")) {
-            o.ckpt.async = 0;
-        } else if (IS("--stop-after-step")) {
-            st = parse_int(&it, &o.stop_after_step, 1);
-        } else if (IS("--random-tokens")) {
-            o.data_path = NULL;
-        } else if (IS("--steps"))
-            st = parse_int(&it, &o.steps, 1);
-        else if (IS("--batch"))
-            st = parse_int(&it, &o.batch, 1);
-        else if (IS("--seq-len"))
-            st = parse_int(&it, &o.seq_len, 1);
-        else if (IS("--grad-accum"))
-            st = parse_int(&it, &o.grad_accum, 1);
-        else if (IS("--lr"))
-            st = parse_dbl(&it, &o.adamw.lr, 0, HUGE_VAL);
-        else if (IS("--weight-decay"))
-            st = parse_dbl(&it, &o.adamw.weight_decay, 0, HUGE_VAL);
-        else if (IS("--max-norm"))
-            st = parse_dbl(&it, &o.max_norm, 0, HUGE_VAL);
-        else if (IS("--min-lr-factor"))
-            st = parse_dbl(&it, &o.lr.min_lr_factor, 0, 1);
-        else if (IS("--decay-ratio"))
-            st = parse_dbl(&it, &o.lr.decay_ratio, 0, 1);
-        else if (IS("--peak-tflops"))
-            st = parse_dbl(&it, &peak_tflops, 0, HUGE_VAL);
-        else if (IS("--warmup")) {
-            int w;
-            st = parse_int(&it, &w, 0);
-            o.lr.warmup_steps = w;
-        } else if (IS("--decay-type")) {
-            const char *v = need_value(&it);
-            if (!v || optim_decay_type_parse(v, &o.lr.decay_type))
-                return base_fail(err, "--decay-type: '%s' is not linear, sqrt or cosine",
-                                 v ? v : "");
-        } else if (IS("--seed")) {
-            int s;
-            st = parse_int(&it, &s, 0);
-            o.seed = (uint64_t)s;
-        } else if (IS("--ac")) {
-            const char *v = need_value(&it);
-            if (v && !strcmp(v, "none"))
-                o.ac = MODEL_AC_NONE;
-            else if (v && !strcmp(v, "full"))
-                o.ac = MODEL_AC_FULL;
-            else
-                return base_fail(err, "--ac: '%s' is not none or full", v ? v : "");
-        } else if (IS("--threads"))
-            st = parse_int(&it, &threads, 1);
-        else if (IS("--ce-chunk"))
-            st = parse_int(&it, &o.ce_chunk, 1);
-        else if (IS("--log-freq"))
-            st = parse_int(&it, &o.log_freq, 1);
-        else if (IS("--metrics")) {
-            if (!(o.jsonl_path = need_value(&it))) return -1;
-        } else if (IS("--out")) {
-            if (!(o.out_dir = need_value(&it))) return -1;
-        } else if (IS("--sample"))
-            st = parse_int(&it, &o.sample_tokens, 0);
-        else {
-            train_usage(stderr);
-            return base_fail(err, "train: unknown option '%s'", a);
-        }
-#undef IS
-        if (st) return -1;
+    int rc = train_config_from_args(&c, argc, argv, 2, &cli, err);
+    if (!rc && cli.help) {
+        train_config_usage(stdout);
+    } else if (!rc && cli.print_config) {
+        train_config_print(&c, stdout);
+    } else if (!rc && !(rc = train_config_to_opts(&c, &o, err))) {
+        if (c.training.threads > 0) omp_set_num_threads((int)c.training.threads);
+        rc = train_run(&o, err);
     }
-    if (threads > 0) omp_set_num_threads(threads);
-    o.peak_flops = peak_tflops * 1e12;
-    return train_run(&o, err);
+    train_config_free(&c);
+    return rc;
 }
 
 static void generate_usage(FILE *f) {

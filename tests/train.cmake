@@ -30,3 +30,12 @@ set_tests_properties(train_resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIM
 add_test(NAME checkpoint_kill
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_kill.sh $<TARGET_FILE:titan>)
 set_tests_properties(checkpoint_kill PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
+# TensorBoard events (TensorBoard's reader), metrics.jsonl, validation loss against
+# transformers on the exported model; divergence stops with its step, microbatch and
+# parameter named and the last checkpoint intact.
+add_test(NAME train_outputs
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_outputs.sh $<TARGET_FILE:titan>
+          ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}
+          ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
+set_tests_properties(train_outputs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)

@@ -61,4 +61,65 @@ char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *
 int base_parse_i64(const char *s, int64_t *out);
 int base_parse_f64(const char *s, double *out);
 
+/* ---- TOML subset (base/toml.c) --------------------------------------------------------
+ * A strict parser for the part of TOML 1.0 that job configs use: comments, bare and quoted
+ * keys, dotted keys, [table] headers, single-line basic strings (escapes \b \t \n \f \r
+ * \" \\ \uXXXX \UXXXXXXXX) and literal strings, integers (decimal with '_' separators,
+ * 0x / 0o / 0b), floats (fraction and/or exponent, inf, nan), booleans, and arrays of those
+ * (one level deep, may span lines). The rest of TOML (multi-line strings, dates and times,
+ * inline tables, arrays of tables, nested arrays) is refused with "... is not supported by
+ * titan's TOML subset". Input is hostile: it must be UTF-8 without NUL bytes, sizes are
+ * capped, and every error reads "FILE:LINE:COLUMN: message" (columns count bytes from 1).
+ *
+ * The document is flattened into tables named by their dotted path ("" is the root,
+ * "training" for [training], "a.b" for [a.b] or for the `b.x = 1` keys of [a]), each with
+ * its key/value pairs in file order. TOML's definition rules are enforced: duplicate keys
+ * and tables are errors, and a key is a value or a table, never both. */
+typedef enum {
+    BASE_TOML_STRING,
+    BASE_TOML_INT,
+    BASE_TOML_FLOAT,
+    BASE_TOML_BOOL,
+    BASE_TOML_ARRAY
+} base_toml_type;
+
+typedef struct base_toml_value {
+    base_toml_type type;
+    int line, col;                 /* where the value starts */
+    char *s;                       /* STRING: UTF-8, NUL-terminated (\u0000 is refused) */
+    int64_t i;                     /* INT; BOOL as 0 / 1 */
+    double f;                      /* FLOAT */
+    struct base_toml_value *items; /* ARRAY: [n_items] scalars */
+    int n_items;
+} base_toml_value;
+
+typedef struct {
+    char *key; /* the last part of a dotted key */
+    int line, col;
+    base_toml_value val;
+} base_toml_kv;
+
+typedef struct {
+    char *name; /* dotted path; "" = root */
+    int line, col;
+    int defined_by, owner; /* private: how the table was defined, and from which section */
+    base_toml_kv *kv;
+    int n_kv, cap_kv;
+} base_toml_table;
+
+typedef struct {
+    base_toml_table *tables; /* [n_tables]; tables[0] is the root */
+    int n_tables, cap;
+} base_toml_doc;
+
+/* Parses text[len] (`file` names it in errors). On failure *doc is left empty. */
+int base_toml_parse(const char *text, size_t len, const char *file, base_toml_doc *doc,
+                    base_err *err);
+void base_toml_free(base_toml_doc *doc);
+/* Parses one whole value ("3e-4", "[1, 2]", "'x'"), e.g. from a command line. */
+int base_toml_parse_value(const char *text, base_toml_value *v, base_err *err);
+void base_toml_value_free(base_toml_value *v);
+/* "a string", "an integer", "a float", "a boolean", "an array". */
+const char *base_toml_type_name(base_toml_type type);
+
 #endif

@@ -21,4 +21,12 @@ int train_saver_save(train_saver *s, int64_t step, const float *w, const float *
 int train_saver_finish(train_saver *s, base_err *err);
 void train_saver_free(train_saver *s);
 
+/* TensorBoard scalars (tb.c): DIR/events.out.tfevents.<time>.<host>.<pid>, readable by
+ * TensorBoard's own reader. One event per call holds n (tag, value) pairs at one step. */
+typedef struct train_tb train_tb;
+int train_tb_open(train_tb **out, const char *dir, base_err *err);
+int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const double *values,
+                     int n, base_err *err);
+void train_tb_close(train_tb *t);
+
 #endif

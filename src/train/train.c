@@ -222,6 +222,58 @@ out:
     return rc;
 }
 
+/* Names the first parameter with a non-finite gradient (for the error message). */
+static const char *first_nonfinite_param(const model *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        const float *g = m->g + m->params[i].offset;
+        for (size_t k = 0; k < m->params[i].numel; k++)
+            if (!isfinite(g[k])) return m->params[i].name;
+    }
+    return "(none found)";
+}
+
+/* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
+ * `train`: on the training model itself when the shapes match, else on `ev`, a forward-only
+ * model of the validation shape. Returns 0 and fills *loss, *ntok. */
+static int validate(const train_opts *o, const token_source *src, model *train, model *ev,
+                    double *loss, int64_t *ntok, base_err *err) {
+    data_loader_cfg c = {.path = o->val.path,
+                         .format = o->data_format,
+                         .field = o->data_field,
+                         .skip_bad_lines = o->skip_bad_lines,
+                         .enc = {src->tok, o->model.vocab_size},
+                         .seq_len = o->val.seq_len,
+                         .batch = o->val.batch,
+                         .dp_size = 1,
+                         .infinite = 0};
+    model *m = ev ? ev : train;
+    if (ev) memcpy(ev->w, train->w, train->n_floats * sizeof(float));
+    data_loader *l;
+    if (data_loader_open(&l, &c, err)) return -1;
+    const size_t n = (size_t)c.batch * (size_t)c.seq_len;
+    int32_t *x = base_alloc(n * sizeof *x), *y = base_alloc(n * sizeof *y);
+    double sum = 0;
+    int64_t valid = 0;
+    int rc = x && y ? 0 : base_fail(err, "out of memory");
+    for (int b = 0; !rc && (o->val.steps <= 0 || b < o->val.steps); b++) {
+        int got = data_loader_next(l, x, y, err);
+        if (got < 0) rc = -1;
+        if (got <= 0) break;
+        int64_t v = 0;
+        sum += model_step_microbatch(m, x, y, 0.0f, &v); /* grad_scale 0: forward only */
+        valid += v;
+    }
+    if (!rc && valid == 0)
+        rc = base_fail(err, "%s: validation data is shorter than one batch of %d x %d tokens",
+                       o->val.path, c.batch, c.seq_len + 1);
+    data_loader_free(l);
+    base_free(x);
+    base_free(y);
+    *loss = valid ? sum / (double)valid : 0;
+    *ntok = valid;
+    return rc;
+}
+
 int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
@@ -229,11 +281,15 @@ int train_run(const train_opts *o, base_err *err) {
     token_source src;
     if (source_open(&src, o, err)) return -1;
     model m;
-    model_build_opts bo = {o->batch, o->seq_len, o->ac, 1, NULL, 0, o->ce_chunk};
+    model_build_opts bo = {
+        o->batch, o->seq_len, o->ac, 1, o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
     optim_adamw opt = {0};
     FILE *jl = NULL;
     int32_t *tok = NULL, *tgt = NULL;
     train_saver *saver = NULL;
+    train_tb *tb = NULL;
+    model ev = {0};
+    int have_ev = 0;
     char *state = NULL;
     if (model_build(&m, &o->model, &bo, err)) goto out;
     model_init_weights(&m, o->seed);
@@ -252,6 +308,13 @@ int train_run(const train_opts *o, base_err *err) {
                       strerror(errno));
             goto out;
         }
+    }
+    if (o->tb_dir && train_tb_open(&tb, o->tb_dir, err)) goto out;
+    if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
+        model_build_opts vo = {o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
+                               o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
+        have_ev = 1;
+        if (model_build(&ev, &o->model, &vo, err)) goto out;
     }
     /* checkpoints: resume from the newest (or load_step), else start from initial_load_path */
     char ckdir[4096] = "";
@@ -305,17 +368,23 @@ int train_run(const train_opts *o, base_err *err) {
         }
         double t_data = base_now() - t0;
         model_zero_grad(&m);
-        double loss_sum = 0;
-        for (int mb = 0; mb < o->grad_accum; mb++)
-            loss_sum += model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
-                                              valid ? 1.0f / (float)valid : 0.0f, NULL);
-        const double loss = valid ? loss_sum / (double)valid : 0.0;
-        const double sumsq = optim_sumsq(m.g, m.n_floats);
-        if (!isfinite(loss) || !isfinite(sumsq)) {
-            base_fail(err, "step %d: non-finite %s (loss %g, grad sumsq %g)", step,
-                      isfinite(loss) ? "gradient norm" : "loss", loss, sumsq);
-            goto out;
+        double loss_sum = 0, sumsq = 0;
+        for (int mb = 0; mb < o->grad_accum; mb++) {
+            const double l = model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
+                                                   valid ? 1.0f / (float)valid : 0.0f, NULL);
+            loss_sum += l;
+            /* checked per microbatch (cumulative gradients) so the error names the one */
+            sumsq = optim_sumsq(m.g, m.n_floats);
+            if (!isfinite(l) || !isfinite(sumsq)) {
+                base_fail(err,
+                          "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
+                          "non-finite gradient: %s; stopping (the last checkpoint is intact)",
+                          step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
+                          l / (valid ? (double)valid : 1.0), first_nonfinite_param(&m));
+                goto out;
+            }
         }
+        const double loss = valid ? loss_sum / (double)valid : 0.0;
         const double norm = optim_clip_apply(m.g, m.n_floats, sumsq, o->max_norm);
         const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
         optim_adamw_step(&opt, m.w, m.g, &o->adamw, lr);
@@ -328,19 +397,48 @@ int train_run(const train_opts *o, base_err *err) {
         }
         const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak;
         const double mem = (double)base_peak_rss() / (1 << 30);
-        if (step % o->log_freq == 0 || step == o->steps)
+        const double mem_pct = 100.0 * base_peak_rss() / (double)base_total_ram();
+        double val_loss = NAN;
+        int64_t val_tok = 0;
+        if (o->val.path && (step % o->val.freq == 0 || step == last)) {
+            if (validate(o, &src, &m, have_ev ? &ev : NULL, &val_loss, &val_tok, err)) goto out;
+            printf("validate: step %d  loss: %.5f  perplexity: %.3f  (%lld tokens)\n", step,
+                   val_loss, exp(val_loss), (long long)val_tok);
+        }
+        const int log_now = step % o->log_freq == 0 || step == last;
+        if (log_now)
             printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
                    "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs\n",
-                   step, loss, norm, lr, mem, 100.0 * base_peak_rss() / (double)base_total_ram(),
-                   tps, fpt * tps / 1e12, mfu, t_data);
+                   step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data);
         fflush(stdout);
         if (jl) {
             fprintf(jl,
                     "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
-                    "\"tps\": %.6g, \"tflops\": %.6g, \"mfu\": %.6g, \"memory_gib\": %.6g, "
-                    "\"data_s\": %.6g}\n",
+                    "\"tps\": %.17g, \"tflops\": %.17g, \"mfu\": %.17g, \"memory_gib\": %.17g, "
+                    "\"data_s\": %.17g",
                     step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
+            if (isfinite(val_loss)) fprintf(jl, ", \"val_loss\": %.17g", val_loss);
+            fprintf(jl, "}\n");
             fflush(jl);
+        }
+        if (tb && (log_now || isfinite(val_loss))) { /* torchtitan's tag names */
+            const char *tags[] = {"loss_metrics/global_avg_loss",
+                                  "loss_metrics/global_max_loss",
+                                  "grad_norm",
+                                  "lr",
+                                  "throughput(tps)",
+                                  "tflops",
+                                  "mfu(%)",
+                                  "memory/max_reserved(GiB)",
+                                  "memory/max_reserved(%)",
+                                  "time_metrics/data_loading(s)",
+                                  "time_metrics/end_to_end(s)",
+                                  "n_tokens_seen",
+                                  "validation_metrics/loss"};
+            const double vals[] = {loss,    loss, norm,    lr,     tps, fpt * tps / 1e12,
+                                   mfu,     mem,  mem_pct, t_data, dt,  (double)tokens_seen,
+                                   val_loss};
+            if (train_tb_scalars(tb, step, tags, vals, isfinite(val_loss) ? 13 : 12, err)) goto out;
         }
         if (saver && (step % o->ckpt.interval == 0 || step == last)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
@@ -371,6 +469,8 @@ out:
         if (train_saver_finish(saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
     }
     train_saver_free(saver);
+    train_tb_close(tb);
+    if (have_ev) model_free(&ev);
     free(state);
     model_free(&m);
     source_close(&src);

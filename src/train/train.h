@@ -1,5 +1,5 @@
-/* train: the training loop (a first version driven by command-line options; TOML job
- * configs come with the trainer issue), metrics, and sampling. */
+/* train: job configs (TOML files + command-line overrides), the training loop, metrics,
+ * and sampling. */
 #ifndef TITAN_TRAIN_H
 #define TITAN_TRAIN_H
 
@@ -43,12 +43,152 @@ typedef struct {
     model_ac_mode ac;
     int log_freq;
     const char *jsonl_path; /* per-step metrics, one JSON object per line (NULL = none) */
-    const char *out_dir;    /* final weights as safetensors with HF names (NULL = none) */
-    int sample_tokens;      /* after training, sample this many tokens (0 = none) */
-    double peak_flops;      /* fp32 FLOP/s for MFU; <= 0 = measure */
-    int ce_chunk;           /* tokens per fused lm_head+CE chunk (0 = automatic) */
+    const char *tb_dir;     /* TensorBoard event folder (NULL = none) */
+    struct {                /* [validation]: held-out loss every freq steps (path NULL = off) */
+        const char *path;
+        int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
+    } val;
+    const char *out_dir; /* final weights as safetensors with HF names (NULL = none) */
+    int sample_tokens;   /* after training, sample this many tokens (0 = none) */
+    double peak_flops;   /* fp32 FLOP/s for MFU; <= 0 = measure */
+    int ce_chunk;        /* tokens per fused lm_head+CE chunk (0 = automatic) */
+    const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
+    int n_kernel_overrides;
 } train_opts;
 
+/* ---- job configs (train/config.c) -------------------------------------------------------
+ * torchtitan v0.2.2's JobConfig sections and field names ([job], [model], [training],
+ * [optimizer], [lr_scheduler], [checkpoint], [parallelism], [activation_checkpoint],
+ * [metrics], [validation]) plus titan's [kernels] and a few titan extras, described by one
+ * schema table in config.c (type, default, range, help per field). Values come from the
+ * defaults, then a TOML file, then command-line overrides (`--section.key value`,
+ * `--section.key=value`, or one of the older flags such as --steps, each an alias of one
+ * field); the last setting wins. Every error names where the value came from (file:line:col
+ * or the command-line option) and suggests the nearest valid name.
+ *
+ * Strings are never NULL ("" = None); optional numbers use train_opt_*, whose `set` = 0 is
+ * torchtitan's None. All strings and lists are owned by the config (train_config_free). */
+typedef struct {
+    int set;
+    int64_t v;
+} train_opt_int;
+typedef struct {
+    int set;
+    double v;
+} train_opt_float;
+typedef struct {
+    const char *const *v;
+    int n;
+} train_str_list;
+typedef struct {
+    const int64_t *v;
+    int n;
+} train_int_list;
+
+#define TRAIN_CONFIG_MAX_FIELDS 128
+
+typedef struct {
+    struct {
+        const char *dump_folder, *description;
+        int64_t sample_tokens;
+    } job;
+    struct {
+        const char *name, *flavor, *hf_assets_path, *config_path;
+        /* overrides of the flavor's arguments (unset = the flavor's value) */
+        train_opt_int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size,
+            max_seq_len, tie_embeddings;
+        train_opt_float rope_theta, norm_eps;
+        train_opt_int num_experts, top_k, moe_inter_dim; /* MoE (not implemented yet) */
+        train_int_list mlp_only_layers;
+    } model;
+    struct {
+        const char *dataset, *dataset_path, *dataset_format, *dataset_field;
+        int64_t local_batch_size, global_batch_size, seq_len, steps, seed, threads, ce_chunk,
+            stop_after_step;
+        int skip_bad_lines;
+        double max_norm;
+    } training;
+    struct {
+        const char *name, *implementation;
+        double lr, beta1, beta2, eps, weight_decay;
+    } optimizer;
+    struct {
+        int64_t warmup_steps;
+        train_opt_int total_steps;
+        train_opt_float decay_ratio;
+        const char *decay_type;
+        double min_lr_factor;
+    } lr_scheduler;
+    struct {
+        int enable, initial_load_in_hf, initial_load_model_only, last_save_model_only,
+            last_save_in_hf;
+        const char *folder, *initial_load_path, *export_dtype, *async_mode, *hf_export_folder;
+        int64_t interval, keep_latest_k, load_step;
+    } checkpoint;
+    struct {
+        int64_t data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree,
+            pipeline_parallel_degree, context_parallel_degree, expert_parallel_degree;
+        const char *fsdp_reshard_after_forward;
+    } parallelism;
+    struct {
+        const char *mode, *selective_ac_option;
+    } activation_checkpoint;
+    struct {
+        int64_t log_freq;
+        int enable_tensorboard, save_for_all_ranks, enable_jsonl;
+        const char *save_tb_folder, *save_jsonl_file;
+        double peak_tflops;
+    } metrics;
+    struct {
+        int enable;
+        const char *dataset, *dataset_path;
+        int64_t freq, steps, local_batch_size, seq_len;
+    } validation;
+    struct {
+        train_str_list overrides; /* "op=impl" or "layer.glob.op=impl", ops_resolve's rules */
+    } kernels;
+
+    /* private: where each schema field was last set, and the config's allocations */
+    struct {
+        const char *where; /* file name or command-line option; NULL = default */
+        int line, col;     /* line 0 = the command line */
+    } origin[TRAIN_CONFIG_MAX_FIELDS];
+    const char *file; /* the last file loaded (in the pool) */
+    void **pool;
+    int n_pool, cap_pool;
+    ops_override *ovr;
+} train_config;
+
+/* What `titan train` was asked for besides a config. */
+typedef struct {
+    int help, print_config;
+} train_cli;
+
+void train_config_defaults(train_config *c);
+void train_config_free(train_config *c);
+/* Applies a TOML file / text over the current values. */
+int train_config_load_file(train_config *c, const char *path, base_err *err);
+int train_config_load_text(train_config *c, const char *text, size_t len, const char *name,
+                           base_err *err);
+/* One override: name "section.key", value as on a command line (NULL = a bare boolean flag;
+ * "none" unsets an optional number); `where` names it in errors. */
+int train_config_set(train_config *c, const char *name, const char *value, const char *where,
+                     base_err *err);
+/* argv[first..argc-1] of `titan train`: --config FILE (applied first, wherever it is), then
+ * every override and alias in order, then train_config_validate. */
+int train_config_from_args(train_config *c, int argc, char **argv, int first, train_cli *cli,
+                           base_err *err);
+/* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides). */
+int train_config_validate(const train_config *c, base_err *err);
+/* The whole config as TOML that train_config_load_text reads back to the same config. */
+void train_config_print(const train_config *c, FILE *f);
+/* `titan train --help`: options, aliases, and every field with its default and help. */
+void train_config_usage(FILE *f);
+/* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
+ * setting titan cannot honour yet (MPI parallelism, checkpointing, MoE, ...). */
+int train_config_to_opts(train_config *c, train_opts *o, base_err *err);
+
+/* ---- the training loop (train/train.c) --------------------------------------------------- */
 void train_opts_defaults(train_opts *o);
 int train_run(const train_opts *o, base_err *err);
 

@@ -1,0 +1,14 @@
+# Job configs. test_config (tests/unit) reads configs/ from the source tree.
+target_compile_definitions(test_config PRIVATE TITAN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+
+# Every shipped config loads through the command line, and --print-config's output reads
+# back to the same config (print -> load -> print is a fixed point).
+add_test(NAME config_print_roundtrip
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/config_roundtrip.sh $<TARGET_FILE:titan>
+          ${CMAKE_SOURCE_DIR}/configs)
+# A misspelt override names the option and suggests the field.
+add_test(NAME config_cli_suggests
+  COMMAND $<TARGET_FILE:titan> train --config ${CMAKE_SOURCE_DIR}/configs/qwen3_debug.toml
+          --training.stpes 3)
+set_tests_properties(config_cli_suggests PROPERTIES PASS_REGULAR_EXPRESSION
+  "unknown option '--training.stpes'; did you mean '--training.steps'\\?")

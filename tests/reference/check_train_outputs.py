@@ -1,0 +1,67 @@
+"""A training run's outputs read by independent tools: the TensorBoard event files through
+TensorBoard's own reader (EventAccumulator) must hold torchtitan's tags at the logged steps
+with the values of metrics.jsonl (as float32), and the last validation loss must equal the
+mean cross-entropy that Hugging Face transformers computes with the exported model on the
+same held-out windows (byte tokens: windows of seq_len + 1 consecutive bytes).
+
+usage: check_train_outputs.py DUMP_DIR VAL_FILE SEQ_LEN BATCH VAL_STEPS LOG_FREQ VAL_FREQ STEPS
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from transformers import Qwen3ForCausalLM
+
+dump, val_file = sys.argv[1], sys.argv[2]
+T, B, vsteps, log_freq, val_freq, steps = map(int, sys.argv[3:9])
+fails = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        fails.append(what)
+
+
+rows = [json.loads(l) for l in open(os.path.join(dump, "metrics.jsonl"))]
+by_step = {r["step"]: r for r in rows}
+acc = EventAccumulator(os.path.join(dump, "tb"), size_guidance={"scalars": 0})
+acc.Reload()
+tags = set(acc.Tags()["scalars"])
+want = {"loss_metrics/global_avg_loss", "grad_norm", "lr", "throughput(tps)", "tflops", "mfu(%)",
+        "memory/max_reserved(GiB)", "time_metrics/data_loading(s)", "n_tokens_seen",
+        "validation_metrics/loss"}
+check(want <= tags, "TensorBoard tags present: missing %s" % sorted(want - tags))
+logged = sorted({s for s in range(1, steps + 1) if s % log_freq == 0 or s % val_freq == 0 or s == steps})
+for tag, key in [("loss_metrics/global_avg_loss", "loss"), ("grad_norm", "grad_norm"), ("lr", "lr"),
+                 ("throughput(tps)", "tps"), ("mfu(%)", "mfu"), ("memory/max_reserved(GiB)", "memory_gib")]:
+    ev = acc.Scalars(tag)
+    check([e.step for e in ev] == logged, "%s logged at steps %s" % (tag, [e.step for e in ev]))
+    ok = all(np.float32(e.value) == np.float32(by_step[e.step][key]) for e in ev)
+    check(ok, "%s values equal metrics.jsonl %s (float32)" % (tag, key))
+vev = acc.Scalars("validation_metrics/loss")
+vsteps_logged = [s for s in range(1, steps + 1) if s % val_freq == 0 or s == steps]
+check([e.step for e in vev] == vsteps_logged, "validation loss at steps %s" % [e.step for e in vev])
+check(all(np.float32(e.value) == np.float32(by_step[e.step]["val_loss"]) for e in vev),
+      "validation values equal metrics.jsonl val_loss")
+
+# The last validation loss against transformers on the exported weights.
+data = open(val_file, "rb").read()
+n_windows = (len(data) // (T + 1)) // B * B
+if vsteps > 0:
+    n_windows = min(n_windows, vsteps * B)
+w = torch.tensor([list(data[i * (T + 1):(i + 1) * (T + 1)]) for i in range(n_windows)])
+model = Qwen3ForCausalLM.from_pretrained(os.path.join(dump, "hf"), torch_dtype=torch.float32).eval()
+with torch.no_grad():
+    logits = model(w[:, :-1]).logits.double()
+ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
+ref = ce.item()
+got = by_step[steps]["val_loss"]
+check(abs(got - ref) <= 1e-5 * abs(ref), "val_loss %.9f vs transformers %.9f (%d windows)" % (got, ref, n_windows))
+check(abs(math.exp(got) - math.exp(ref)) / math.exp(ref) < 1e-4, "perplexity %.4f" % math.exp(got))
+if fails:
+    sys.exit(1)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A short run with TensorBoard, JSONL metrics, validation and an HF export, checked by
+# tests/reference/check_train_outputs.py (TensorBoard's reader, transformers); then a run
+# that diverges must stop with the step, microbatch and first non-finite gradient named and
+# leave its last checkpoint as it was.
+set -euo pipefail
+titan=$1; python=$2; here=$3; text=$4; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+head -c 1000000 "$text" > "$out/train.txt"
+tail -c 100000 "$text" > "$out/val.txt"
+model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --data "$out/train.txt" --batch 4 --seq-len 64 --peak-tflops 1)
+"$titan" train "${model[@]}" --steps 6 --log-freq 2 --dump-folder "$out/run" \
+    --metrics.enable_tensorboard --metrics.enable_jsonl --validation.enable \
+    --validation.dataset_path "$out/val.txt" --validation.freq 3 --validation.steps 5 \
+    --validation.seq_len 32 --validation.local_batch_size 2 --out hf > "$out/log"
+"$python" "$here/reference/check_train_outputs.py" "$out/run" "$out/val.txt" 32 2 5 2 3 6
+# divergence: a huge learning rate makes step 2's loss non-finite
+if "$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --grad-accum 2 \
+    --dump-folder "$out/div" --checkpoint-interval 1 --sync-checkpoint > "$out/div.log" 2>&1; then
+  echo "FAIL: a diverging run exited 0"; exit 1; fi
+grep -E "step [0-9]+, microbatch 1 of 2: non-finite .*first non-finite gradient: [a-z_.0-9]+" \
+  "$out/div.log" || { echo "FAIL: divergence message"; cat "$out/div.log"; exit 1; }
+bad=$(grep -oE "step [0-9]+, microbatch" "$out/div.log" | grep -oE "[0-9]+" | head -1)
+good=$((bad - 1))
+ls "$out/div/checkpoint"
+[ -f "$out/div/checkpoint/step-$good/metadata.json" ] && [ ! -e "$out/div/checkpoint/step-$bad" ] ||
+  { echo "FAIL: checkpoint step-$good should be the last one"; exit 1; }
+"$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --grad-accum 2 \
+  --dump-folder "$out/div" --checkpoint-interval 1 --stop-after-step "$good" > "$out/reload.log"
+grep -q "resumed from .*step-$good" "$out/reload.log" || { cat "$out/reload.log"; exit 1; }
+echo "ok: divergence named, checkpoint step-$good intact and loadable"
