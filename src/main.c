@@ -55,6 +55,7 @@ static void usage(FILE *f) {
             "            --chat: the input is a JSON list of {role, content} messages, rendered\n"
             "            with the Qwen3 chat template [--no-generation-prompt] [--no-thinking]\n"
             "  decode    token ids -> text: --tokenizer DIR [--file F] [--skip-special]\n"
+            "  generate  sample text from a model (see `titan generate --help`)\n"
             "  tokenize  text / JSONL dataset -> token shards (see `titan tokenize --help`)\n"
             "  data      print the training windows the loader makes (`titan data --help`)\n"
             "\n"
@@ -80,7 +81,6 @@ static const char *need_value(args_iter *it) {
     return it->argv[++it->i];
 }
 
-/* --flavor and --set, shared by train and inspect. Returns 1 if the option was consumed. */
 static int parse_int(args_iter *it, int *out, int min) {
     const char *opt = it->argv[it->i], *v = need_value(it);
     int64_t x;
@@ -91,6 +91,15 @@ static int parse_int(args_iter *it, int *out, int min) {
     return 0;
 }
 
+static int parse_dbl(args_iter *it, double *out, double min, double max) {
+    const char *opt = it->argv[it->i], *v = need_value(it);
+    if (!v) return -1;
+    if (base_parse_f64(v, out) || *out < min || *out > max)
+        return base_fail(it->err, "option %s: '%s' is not a number in [%g, %g]", opt, v, min, max);
+    return 0;
+}
+
+/* --flavor and --set, shared by inspect and generate. Returns 1 if the option was consumed. */
 static int parse_model_opt(args_iter *it, model_args *a, int *status) {
     const char *o = it->argv[it->i];
     *status = 0;
@@ -301,6 +310,219 @@ static int cmd_train(int argc, char **argv, base_err *err) {
     return rc;
 }
 
+static void generate_usage(FILE *f) {
+    fprintf(
+        f, "usage: titan generate --model PATH [options]\n"
+           "Streams the model's continuation of a prompt to stdout as tokens are produced (KV\n"
+           "cache), stopping at max-new-tokens or the tokenizer's eos / <|im_end|> /\n"
+           "<|endoftext|>; speed on stderr.\n"
+           "  --model PATH         a training checkpoint (FOLDER/step-N, or FOLDER: its newest\n"
+           "                       step), or a folder with model.safetensors (HF names; its\n"
+           "                       arguments from --flavor / --set) or such a file\n"
+           "  --flavor NAME, --set KEY=VALUE   model arguments for a model.safetensors\n"
+           "  --tokenizer DIR      HF tokenizer folder (default: the model folder when it has\n"
+           "                       tokenizer.json, else one token per byte)\n"
+           "  --prompt TEXT        the prompt (default: stdin)\n"
+           "  --chat JSON|FILE     a JSON list of {role, content} messages (or a file holding\n"
+           "                       it), rendered with the Qwen3 chat template + generation prompt\n"
+           "  --no-thinking        with --chat: an empty <think></think> block (enable_thinking\n"
+           "                       false)\n"
+           "  --max-new-tokens N   tokens to generate at most (256)\n"
+           "  --temperature T      0 = greedy (0.6)\n"
+           "  --top-k K            keep the K most likely tokens, 0 = all (20)\n"
+           "  --top-p P            nucleus: the smallest set with probability >= P (0.95)\n"
+           "  --seed S             sampling seed (0): same seed, same text\n"
+           "  --max-seq-len N      context; the KV cache holds min(N, prompt + new tokens)\n"
+           "                       positions (default: the flavor's, 4096 for checkpoints)\n"
+           "  --threads N          OpenMP/BLAS threads (default: all cores)\n");
+}
+
+/* Adds id to stop[] when it exists (>= 0) and is not there yet. */
+static void add_stop(int32_t id, int32_t *stop, int *n) {
+    if (id < 0) return;
+    for (int i = 0; i < *n; i++)
+        if (stop[i] == id) return;
+    stop[(*n)++] = id;
+}
+
+/* titan generate: prompt -> streamed continuation. */
+static int cmd_generate(int argc, char **argv, base_err *err) {
+    model_args a;
+    model_flavor("debugmodel", &a, err);
+    const char *path = NULL, *tok_dir = NULL, *prompt = NULL, *chat = NULL;
+    int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0;
+    model_sampler smp = {0.6, 20, 0.95, 0};
+    args_iter it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        const char *o = argv[it.i];
+        int st = 0;
+        if (parse_model_opt(&it, &a, &st)) {
+            if (st) return -1;
+            continue;
+        }
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            generate_usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--model")) {
+            st = (path = need_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--tokenizer")) {
+            st = (tok_dir = need_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--prompt")) {
+            st = (prompt = need_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--chat")) {
+            st = (chat = need_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--no-thinking")) {
+            thinking = 0;
+        } else if (!strcmp(o, "--ids")) {
+            as_ids = 1;
+        } else if (!strcmp(o, "--max-new-tokens")) {
+            st = parse_int(&it, &max_new, 0);
+        } else if (!strcmp(o, "--temperature")) {
+            st = parse_dbl(&it, &smp.temperature, 0, 1e6);
+        } else if (!strcmp(o, "--top-k")) {
+            st = parse_int(&it, &smp.top_k, 0);
+        } else if (!strcmp(o, "--top-p")) {
+            st = parse_dbl(&it, &smp.top_p, 1e-9, 1);
+        } else if (!strcmp(o, "--seed")) {
+            st = parse_int(&it, &seed, 0);
+        } else if (!strcmp(o, "--max-seq-len")) {
+            st = parse_int(&it, &max_seq, 1);
+        } else if (!strcmp(o, "--threads")) {
+            st = parse_int(&it, &threads, 1);
+        } else {
+            generate_usage(stderr);
+            return base_fail(err, "generate: unknown option '%s'", o);
+        }
+        if (st) return -1;
+    }
+    if (!path) return base_fail(err, "generate: --model PATH is required");
+    if (prompt && chat) return base_fail(err, "generate: --prompt and --chat exclude each other");
+    smp.seed = (uint64_t)seed;
+    if (threads > 0) omp_set_num_threads(threads);
+    base_log_all_to_stderr(1); /* stdout is the generated text */
+
+    char tj[4200];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", path);
+    if (!tok_dir && access(tj, R_OK) == 0) tok_dir = path;
+    data_tok *tok = NULL;
+    model m = {0};
+    model_infer *s = NULL;
+    char *text = NULL, *in = NULL;
+    data_tok_ids ids = {0};
+    train_gen_result r = {0};
+    int rc = -1;
+    if (tok_dir && data_tok_load(tok_dir, &tok, err)) goto out;
+    if (chat && !tok) {
+        base_fail(err, "generate: --chat needs a tokenizer (--tokenizer DIR)");
+        goto out;
+    }
+    /* the prompt text: --prompt, the rendered --chat messages, or stdin */
+    size_t len = 0;
+    if (chat) {
+        const char *j = chat;
+        while (*j == ' ' || *j == '\n' || *j == '\t') j++;
+        if (*j == '[') {
+            len = strlen(chat);
+        } else {
+            if (!(in = base_read_file(chat, (size_t)1 << 30, &len, err))) goto out;
+        }
+        data_chat_msg *msgs = NULL;
+        int n = 0;
+        int bad = data_chat_parse_json(in ? in : chat, in ? len : strlen(chat), &msgs, &n, err) ||
+                  data_chat_render(msgs, n, 1, thinking, &text, err);
+        data_chat_msgs_free(msgs);
+        if (bad) goto out;
+    } else if (prompt) {
+        text = strdup(prompt);
+    } else if (!(text = base_read_file(NULL, (size_t)1 << 30, &len, err))) {
+        goto out;
+    }
+    if (!text) {
+        base_fail(err, "out of memory");
+        goto out;
+    }
+    len = strlen(text);
+    if (train_load_model(&m, path, &a, err)) goto out;
+    const int V = m.args.vocab_size;
+    if (tok) {
+        if (data_tok_encode(tok, text, len, &ids, err)) goto out;
+        if (data_tok_vocab_size(tok) > V)
+            base_log(BASE_LOG_WARN, "the tokenizer has %d ids, the model %d",
+                     data_tok_vocab_size(tok), V);
+    } else { /* one token per byte */
+        if (V < 256) {
+            base_fail(err,
+                      "generate: without a tokenizer the model needs a vocabulary of at "
+                      "least 256 (bytes), it has %d",
+                      V);
+            goto out;
+        }
+        ids.ids = malloc(len * sizeof(int32_t) + 4);
+        if (!ids.ids) {
+            base_fail(err, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < len; i++) ids.ids[i] = (unsigned char)text[i];
+        ids.n = len;
+    }
+    if (ids.n == 0) {
+        if (tok && data_tok_eos_id(tok) >= 0) { /* an empty prompt starts a new document */
+            ids.ids = realloc(ids.ids, sizeof(int32_t));
+            ids.ids[0] = data_tok_eos_id(tok);
+            ids.n = 1;
+        } else {
+            base_fail(err, "generate: the prompt is empty");
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.ids[i] >= V) {
+            base_fail(err, "generate: prompt token %d is outside the model's vocabulary (%d)",
+                      ids.ids[i], V);
+            goto out;
+        }
+    int ctx = max_seq > 0 ? max_seq : m.args.max_seq_len > 0 ? m.args.max_seq_len : 4096;
+    if ((int64_t)ids.n > ctx) {
+        base_fail(err,
+                  "generate: the prompt has %zu tokens, more than the context of %d "
+                  "(--max-seq-len)",
+                  ids.n, ctx);
+        goto out;
+    }
+    const int64_t want = (int64_t)ids.n + max_new;
+    if (model_infer_new(&s, &m, want < ctx ? (int)want : ctx, err)) goto out;
+    int32_t stop[3];
+    int n_stop = 0;
+    if (tok) {
+        add_stop(data_tok_eos_id(tok), stop, &n_stop);
+        add_stop(data_tok_token_id(tok, "<|im_end|>"), stop, &n_stop);
+        add_stop(data_tok_token_id(tok, "<|endoftext|>"), stop, &n_stop);
+    }
+    train_text_stream ts = {as_ids ? NULL : tok, as_ids, stdout, {0}, 0};
+    train_gen_opts go = {smp, max_new, stop, n_stop, &ts};
+    rc = train_generate(s, ids.ids, (int)ids.n, &go, &r, err);
+    train_stream_finish(&ts);
+    if (!rc) {
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr,
+                "prompt: %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s "
+                "(%.2f tokens/s)%s\n",
+                r.n_prompt, r.prefill_s, r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, r.n_new,
+                r.decode_s, r.decode_s > 0 ? r.n_new / r.decode_s : 0.0,
+                r.stopped ? "; stopped at a stop token" : "");
+    }
+out:
+    free(r.tokens);
+    model_infer_free(s);
+    model_free(&m);
+    data_tok_ids_free(&ids);
+    data_tok_free(tok);
+    free(text);
+    free(in);
+    return rc;
+}
+
 /* Dataset options shared by tokenize and data. Returns 1 if the option was consumed. */
 typedef struct {
     const char *path, *field, *tokenizer;
@@ -484,6 +706,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train")) {
         ensure_blas_coretype(argv);
         rc = cmd_train(argc, argv, &err);
+    } else if (!strcmp(argv[1], "generate")) {
+        ensure_blas_coretype(argv);
+        rc = cmd_generate(argc, argv, &err);
     } else if (!strcmp(argv[1], "inspect")) {
         rc = cmd_inspect(argc, argv, &err);
     } else if (!strcmp(argv[1], "convert")) {

@@ -15,18 +15,6 @@
 
 #include "internal.h"
 
-typedef struct {
-    float *x;               /* [N,D] layer input (residual stream) */
-    float *xm;              /* [N,D] residual after attention */
-    float *qp, *kp, *v;     /* [N,H*hd], [N,G*hd] x2: projections before q/k norm */
-    float *q, *k;           /* after q/k norm and RoPE (shared, recomputed in backward) */
-    float *o;               /* [N,H*hd] attention output */
-    float *lse;             /* [B,H,T] */
-    float *gate, *up;       /* [N,F] */
-    float *rstd1, *rstd2;   /* [N] */
-    float *q_rstd, *k_rstd; /* [N*H], [N*G] */
-} layer_acts;
-
 struct model_acts {
     layer_acts *layers; /* [L]; under ac=full all but .x point at `scratch` */
     layer_acts scratch;
@@ -114,31 +102,6 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
         A->dkn = carve(c, N * KV);
     }
     if (c->used < ce_end) c->used = ce_end;
-}
-
-/* Pointers to one block's parameters (or gradients) inside a flat buffer. */
-typedef struct {
-    float *attn_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wo, *ffn_norm, *w1, *w3, *w2;
-} block_view;
-
-static block_view block_at(const model *m, float *base, int l) {
-    /* 11 parameters per block, in size-table order after tok_embeddings. */
-    const model_param *p = &m->params[1 + 11 * l];
-    block_view v = {base + p[0].offset, base + p[1].offset, base + p[2].offset, base + p[3].offset,
-                    base + p[4].offset, base + p[5].offset, base + p[6].offset, base + p[7].offset,
-                    base + p[8].offset, base + p[9].offset, base + p[10].offset};
-    return v;
-}
-
-static float *embed_at(const model *m, float *base) {
-    return base + m->params[0].offset;
-}
-static float *final_norm_at(const model *m, float *base) {
-    return base + m->params[1 + 11 * m->args.n_layers].offset;
-}
-static float *head_at(const model *m, float *base) {
-    return m->args.tie_embeddings ? embed_at(m, base)
-                                  : base + m->params[2 + 11 * m->args.n_layers].offset;
 }
 
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
@@ -244,44 +207,62 @@ static void zero(float *p, size_t n) {
     memset(p, 0, n * sizeof(float));
 }
 
+/* The geometry of a training microbatch: B windows of T tokens at positions 0..T-1. */
+static block_geom train_geom(const model *m) {
+    block_geom g = {m->batch, m->seq_len, m->rope_cos,       m->rope_sin,  0,
+                    NULL,     NULL,       m->acts->norm_out, m->acts->hact};
+    return g;
+}
+
 /* q, k = RoPE(per-head RMSNorm(qp, kp)): in forward, and again in backward where q and k are
  * recomputed from the saved projections instead of kept. */
-static void qk_norm_rope(const model *m, const ops_table *t, layer_acts *la, const block_view *w) {
+static void qk_norm_rope(const model *m, const ops_table *t, layer_acts *la, const block_view *w,
+                         const block_geom *g) {
     const model_args *a = &m->args;
-    const int B = m->batch, T = m->seq_len, N = B * T, H = a->n_heads, G = a->n_kv_heads,
-              hd = a->head_dim;
+    const int B = g->B, T = g->T, N = B * T, H = a->n_heads, G = a->n_kv_heads, hd = a->head_dim;
     const float eps = (float)a->norm_eps;
     t->rmsnorm_fwd(la->q, la->q_rstd, la->qp, w->q_norm, N * H, hd, eps);
     t->rmsnorm_fwd(la->k, la->k_rstd, la->kp, w->k_norm, N * G, hd, eps);
-    t->rope_fwd(la->q, la->q, m->rope_cos, m->rope_sin, B, T, H, hd);
-    t->rope_fwd(la->k, la->k, m->rope_cos, m->rope_sin, B, T, G, hd);
+    t->rope_fwd(la->q, la->q, g->cos, g->sin, B, T, H, hd);
+    t->rope_fwd(la->k, la->k, g->cos, g->sin, B, T, G, hd);
 }
 
-/* Block l forward from la->x; writes the block output into `out` [N,D]. */
-static void block_forward(model *m, int l, layer_acts *la, float *out) {
+void model_block_forward(const model *m, int l, layer_acts *la, const block_geom *g, float *out) {
     const model_args *a = &m->args;
     const ops_table *t = &m->ops[1 + l];
-    model_acts *A = m->acts;
-    const int B = m->batch, T = m->seq_len, N = B * T, D = a->dim, H = a->n_heads,
-              G = a->n_kv_heads, hd = a->head_dim, F = a->ffn_dim;
+    const int B = g->B, T = g->T, N = B * T, D = a->dim, H = a->n_heads, G = a->n_kv_heads,
+              hd = a->head_dim, F = a->ffn_dim;
     const float eps = (float)a->norm_eps;
     block_view w = block_at(m, m->w, l);
 
-    t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, N, D, eps);
-    t->matmul_fwd(la->qp, A->norm_out, w.wq, N, D, H * hd);
-    t->matmul_fwd(la->kp, A->norm_out, w.wk, N, D, G * hd);
-    t->matmul_fwd(la->v, A->norm_out, w.wv, N, D, G * hd);
-    qk_norm_rope(m, t, la, &w);
-    t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
+    t->rmsnorm_fwd(g->norm_out, la->rstd1, la->x, w.attn_norm, N, D, eps);
+    t->matmul_fwd(la->qp, g->norm_out, w.wq, N, D, H * hd);
+    t->matmul_fwd(la->kp, g->norm_out, w.wk, N, D, G * hd);
+    t->matmul_fwd(la->v, g->norm_out, w.wv, N, D, G * hd);
+    qk_norm_rope(m, t, la, &w, g);
+    if (!g->k_cache || g->pos0 == 0) /* windows from position 0: the cache rows are [1,T,G,hd] */
+        t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
+    else
+        t->attention_kv(la->o, la->q, g->k_cache, g->v_cache, T, g->pos0, H, G, hd);
     t->matmul_fwd(la->xm, la->o, w.wo, N, H * hd, D);
     add_inplace(la->xm, la->x, (size_t)N * D);
 
-    t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
-    t->matmul_fwd(la->gate, A->norm_out, w.w1, N, D, F);
-    t->matmul_fwd(la->up, A->norm_out, w.w3, N, D, F);
-    t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
-    t->matmul_fwd(out, A->hact, w.w2, N, F, D);
+    t->rmsnorm_fwd(g->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
+    t->matmul_fwd(la->gate, g->norm_out, w.w1, N, D, F);
+    t->matmul_fwd(la->up, g->norm_out, w.w3, N, D, F);
+    t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
+    t->matmul_fwd(out, g->hact, w.w2, N, F, D);
     add_inplace(out, la->xm, (size_t)N * D);
+}
+
+void model_final_norm(const model *m, float *xn, float *rstd, const float *x, int N) {
+    m->ops[m->args.n_layers + 1].rmsnorm_fwd(xn, rstd, x, final_norm_at(m, m->w), N, m->args.dim,
+                                             (float)m->args.norm_eps);
+}
+
+void model_lm_head(const model *m, float *logits, const float *xn, int N) {
+    m->ops[m->args.n_layers + 1].matmul_fwd(logits, xn, head_at(m, m->w), N, m->args.dim,
+                                            m->args.vocab_size);
 }
 
 /* Block l backward: A->dres holds dL/d(block output) on entry, dL/d(block input) on exit. */
@@ -295,11 +276,12 @@ static void block_backward(model *m, int l, layer_acts *la) {
                  NKV = (size_t)N * G * hd;
     const float eps = (float)a->norm_eps;
     block_view w = block_at(m, m->w, l), g = block_at(m, m->g, l);
+    const block_geom geom = train_geom(m);
     float *dres = A->dres;
 
     /* Full AC: recompute the block's saved activations into the shared scratch. The block
      * output is not needed; A->xn (the final norm output) is free scratch by now. */
-    if (m->ac == MODEL_AC_FULL) block_forward(m, l, la, A->xn);
+    if (m->ac == MODEL_AC_FULL) model_block_forward(m, l, la, &geom, A->xn);
 
     /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm). */
     t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
@@ -318,7 +300,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     zero(A->dqk_o, NQ);
     t->matmul_bwd(A->dqk_o, g.wo, dres, la->o, w.wo, N, H * hd, D);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
-    qk_norm_rope(m, t, la, &w);
+    qk_norm_rope(m, t, la, &w, &geom);
     zero(A->dq, NQ);
     zero(A->dk, NKV);
     zero(A->dv, NKV);
@@ -345,11 +327,11 @@ static void forward_trunk(model *m, const int32_t *tokens) {
     const model_args *a = &m->args;
     model_acts *A = m->acts;
     const int N = m->batch * m->seq_len, L = a->n_layers;
+    const block_geom geom = train_geom(m);
     m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
     for (int l = 0; l < L; l++)
-        block_forward(m, l, &A->layers[l], l + 1 < L ? A->layers[l + 1].x : A->xf);
-    m->ops[L + 1].rmsnorm_fwd(A->xn, A->rstd_f, A->xf, final_norm_at(m, m->w), N, a->dim,
-                              (float)a->norm_eps);
+        model_block_forward(m, l, &A->layers[l], &geom, l + 1 < L ? A->layers[l + 1].x : A->xf);
+    model_final_norm(m, A->xn, A->rstd_f, A->xf, N);
 }
 
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
@@ -380,8 +362,6 @@ size_t model_activation_bytes(const model *m) {
 }
 
 void model_logits(model *m, const int32_t *tokens, float *logits) {
-    const int N = m->batch * m->seq_len;
     forward_trunk(m, tokens);
-    m->ops[m->args.n_layers + 1].matmul_fwd(logits, m->acts->xn, head_at(m, m->w), N, m->args.dim,
-                                            m->args.vocab_size);
+    model_lm_head(m, logits, m->acts->xn, m->batch * m->seq_len);
 }

@@ -131,6 +131,48 @@ size_t model_activation_bytes(const model *m);
 /* Logits for tokens [batch*seq_len] into logits[batch*seq_len, vocab] (inference/tests). */
 void model_logits(model *m, const int32_t *tokens, float *logits);
 
+/* ---- cached inference (src/model/generate.c) ------------------------------------------
+ * An inference state runs ONE sequence through the same block forward as training
+ * (model_block_forward with a KV-cache geometry), keeping k (after q/k norm + RoPE) and v of
+ * every past position per layer: [L, max_len, G, hd] fp32 each. Tokens are appended in calls
+ * of any length (split internally into chunks of at most 256 rows); the logits of a position
+ * equal model_logits' at that position up to fp32 summation order (GEMMs of other row counts,
+ * attention_kv instead of the tiled kernel). The model must stay alive and unchanged; its
+ * own activations are not used (a model built with batch 1, seq_len 1 is enough). */
+typedef struct model_infer model_infer;
+
+/* Allocates the cache for max_len positions (RoPE tables included). */
+int model_infer_new(model_infer **out, const model *m, int max_len, base_err *err);
+void model_infer_free(model_infer *s);
+/* Positions filled / capacity. */
+int model_infer_len(const model_infer *s);
+int model_infer_max_len(const model_infer *s);
+/* The model's vocabulary size (the length of a logits row). */
+int model_infer_vocab(const model_infer *s);
+/* Forgets the sequence (the next token is position 0 again). */
+void model_infer_reset(model_infer *s);
+/* Appends tokens[0..n) at positions len..len+n-1 and writes logits: [n, V] of every new
+ * position when all_logits, else [V] of the last one (logits may be NULL for none). Fails,
+ * changing nothing, when the cache would overflow or a token is outside [0, vocab). */
+int model_infer_forward(model_infer *s, const int32_t *tokens, int n, float *logits, int all_logits,
+                        base_err *err);
+
+/* Next-token sampling, Hugging Face generate() semantics and order: logits / temperature,
+ * then top-k (keep the k largest; ties broken by lower id), then top-p on the softmax of what
+ * is left (keep the smallest prefix, by decreasing probability, whose cumulative probability
+ * reaches top_p; always at least one token), then a draw from the renormalised survivors with
+ * u = base_rng_uniform(seed, MODEL_SAMPLE_STREAM, index): the same (seed, index) and logits
+ * give the same token. temperature 0 (or top_k 1) is greedy: the argmax, lowest id on ties. */
+typedef struct {
+    double temperature; /* >= 0; 0 = greedy */
+    int top_k;          /* 0 = off */
+    double top_p;       /* (0, 1]; 1 = off */
+    uint64_t seed;
+} model_sampler;
+#define MODEL_SAMPLE_STREAM 0x5a3e
+/* Returns the token id, or -1 when out of memory (it allocates V pairs for top-k / top-p). */
+int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_t index);
+
 /* FLOPs per token, torchtitan HEAD formula: 6 * P_matmul + 12 * L * H * hd * seq_len,
  * P_matmul = all parameters except the (untied) embedding; the tied matrix counts once. */
 double model_flops_per_token(const model_args *a, int seq_len);

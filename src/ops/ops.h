@@ -62,6 +62,15 @@ typedef void (*ops_attention_bwd_fn)(float *dq, float *dk, float *dv, const floa
                                      const float *k, const float *v, int B, int T, int H, int G,
                                      int hd);
 
+/* Inference only (no backward): T new queries of ONE sequence attending to a KV cache.
+ * q[T,H,hd] holds positions pos0..pos0+T-1; k, v [>= pos0+T, G, hd] are the cache rows of
+ * positions 0..pos0+T-1 (the new tokens' rows already written); out[T,H,hd]. Query t sees
+ * keys 0..pos0+t (causal), scale 1/sqrt(hd), query head h reads kv head h / (H/G), softmax
+ * with the row max subtracted. Used for decode steps and prefill chunks after the first; a
+ * prefill from position 0 runs the training attention_fwd on the cache rows instead. */
+typedef void (*ops_attention_kv_fn)(float *out, const float *q, const float *k, const float *v,
+                                    int T, int pos0, int H, int G, int hd);
+
 /* out[N,F] = silu(gate) * up.  bwd: dgate, dup += . */
 typedef void (*ops_swiglu_fwd_fn)(float *out, const float *gate, const float *up, int N, int F);
 typedef void (*ops_swiglu_bwd_fn)(float *dgate, float *dup, const float *dout, const float *gate,
@@ -96,6 +105,7 @@ typedef enum {
     OPS_SWIGLU,
     OPS_LMHEAD_CE,
     OPS_ADAMW,
+    OPS_ATTENTION_KV,
     OPS_COUNT
 } ops_kind;
 
@@ -132,6 +142,7 @@ typedef struct {
     ops_swiglu_bwd_fn swiglu_bwd;
     ops_lmhead_ce_fn lmhead_ce;
     ops_adamw_fn adamw;
+    ops_attention_kv_fn attention_kv;
 } ops_table;
 
 /* An override "op name or layer glob" -> implementation (filled from [kernels] later). */

@@ -17,9 +17,15 @@ static int g_n_impls;
 static int g_builtin_done;
 
 static const char *const g_kind_names[OPS_COUNT] = {
-    [OPS_EMBEDDING] = "embedding", [OPS_RMSNORM] = "rmsnorm",     [OPS_MATMUL] = "matmul",
-    [OPS_ROPE] = "rope",           [OPS_ATTENTION] = "attention", [OPS_SWIGLU] = "swiglu",
-    [OPS_LMHEAD_CE] = "lmhead_ce", [OPS_ADAMW] = "adamw",
+    [OPS_EMBEDDING] = "embedding",
+    [OPS_RMSNORM] = "rmsnorm",
+    [OPS_MATMUL] = "matmul",
+    [OPS_ROPE] = "rope",
+    [OPS_ATTENTION] = "attention",
+    [OPS_SWIGLU] = "swiglu",
+    [OPS_LMHEAD_CE] = "lmhead_ce",
+    [OPS_ADAMW] = "adamw",
+    [OPS_ATTENTION_KV] = "attention_kv",
 };
 
 const char *ops_kind_name(ops_kind k) {
@@ -29,7 +35,7 @@ const char *ops_kind_name(ops_kind k) {
 
 /* Ops whose whole computation is the one `fwd` function (no separate backward). */
 static int ops_has_bwd(ops_kind k) {
-    return k != OPS_LMHEAD_CE && k != OPS_ADAMW;
+    return k != OPS_LMHEAD_CE && k != OPS_ADAMW && k != OPS_ATTENTION_KV;
 }
 
 static int ops_register_impl(const ops_impl *impl, base_err *err) {
@@ -96,6 +102,8 @@ void ops_register_builtin(void) {
         {OPS_SWIGLU, "default", "", NULL, (ops_fn)ops_cpu_swiglu_fwd, (ops_fn)ops_cpu_swiglu_bwd},
         {OPS_LMHEAD_CE, "default", "", NULL, (ops_fn)ops_cpu_lmhead_ce, NULL},
         {OPS_ADAMW, "default", "", NULL, (ops_fn)ops_cpu_adamw, NULL},
+        {OPS_ATTENTION_KV, "default", "n_heads % n_kv_heads == 0", check_attention_default,
+         (ops_fn)ops_cpu_attention_kv, NULL},
     };
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         /* cannot fail: distinct ops, valid fields, an empty table */
@@ -184,7 +192,8 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
         if (!strpbrk(pat, ".*?") && !ops_is_kind_name(pat)) {
             return base_fail(err,
                              "kernel override '%s' = '%s': '%s' is not an op name (embedding, "
-                             "rmsnorm, matmul, rope, attention, swiglu, lmhead_ce, adamw) or a "
+                             "rmsnorm, matmul, rope, attention, swiglu, lmhead_ce, adamw, "
+                             "attention_kv) or a "
                              "layer glob such as 'layers.*.attention'",
                              pat, overrides[i].impl, pat);
         }
@@ -243,6 +252,7 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
     t->swiglu_bwd = (ops_swiglu_bwd_fn)t->impl[OPS_SWIGLU]->bwd;
     t->lmhead_ce = (ops_lmhead_ce_fn)t->impl[OPS_LMHEAD_CE]->fwd;
     t->adamw = (ops_adamw_fn)t->impl[OPS_ADAMW]->fwd;
+    t->attention_kv = (ops_attention_kv_fn)t->impl[OPS_ATTENTION_KV]->fwd;
     return 0;
 }
 

@@ -112,58 +112,28 @@ static int source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int T
     return 0;
 }
 
-/* Samples o->sample_tokens tokens at temperature 0.8, starting from the tokenizer's eos (a
- * document boundary), a newline (byte data) or token 0. The model sees the last seq_len tokens:
- * past seq_len the window slides, as training windows start at arbitrary offsets. */
-static void sample(model *m, const train_opts *o, const token_source *src) {
-    const int T = m->seq_len, V = m->args.vocab_size, total = o->sample_tokens + 1;
-    const double temp = 0.8;
-    int32_t *seq = base_alloc(sizeof(int32_t) * (size_t)total);
-    int32_t *win = base_alloc(sizeof(int32_t) * (size_t)T);
-    float *logits = base_alloc(sizeof(float) * (size_t)T * V);
-    if (!seq || !win || !logits) goto done;
+/* Samples o->sample_tokens tokens at temperature 0.8 with the cached generator, starting from
+ * the tokenizer's eos (a document boundary), a newline (byte data) or token 0. The context is
+ * the training seq_len: past it the generator slides (keeps the last half), as training windows
+ * start at arbitrary offsets. Prints bytes (byte data), decoded text (tokenizer) or ids. */
+static int sample(const model *m, const train_opts *o, const token_source *src, base_err *err) {
     const int32_t eos = src->tok ? data_tok_eos_id(src->tok) : -1;
-    seq[0] = src->tok ? (eos >= 0 ? eos : 0) : src->loader ? '\n' : 0;
-    printf("sample (temperature %.1f):\n", temp);
-    for (int n = 1; n < total; n++) {
-        const int len = n < T ? n : T;
-        memcpy(win, seq + (n - len), sizeof(int32_t) * (size_t)len);
-        /* Causal: logits at position len-1 depend only on win[0..len-1]; the rest is padding. */
-        model_logits(m, win, logits);
-        const float *row = logits + (size_t)(len - 1) * V;
-        double mx = -INFINITY, z = 0;
-        for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-        for (int v = 0; v < V; v++) z += exp((row[v] - mx) / temp);
-        double u = base_rng_uniform(o->seed, 0x5a3e, (uint64_t)n) * z, acc = 0;
-        int pick = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp((row[v] - mx) / temp);
-            if (acc >= u) {
-                pick = v;
-                break;
-            }
-        }
-        seq[n] = pick;
-        if (!src->tok && src->loader)
-            putchar(pick < 256 ? pick : '?');
-        else if (!src->tok)
-            printf("%d ", pick);
-    }
-    if (src->tok) { /* decode at the end: a character may span several tokens */
-        char *text = NULL;
-        size_t len = 0;
-        base_err e;
-        if (data_tok_decode(src->tok, seq + 1, (size_t)total - 1, 0, &text, &len, &e) == 0)
-            fwrite(text, 1, len, stdout);
-        else
-            printf("(cannot decode: %s)", e.msg);
-        free(text);
-    }
+    const int32_t start = src->tok ? (eos >= 0 ? eos : 0) : src->loader ? '\n' : 0;
+    train_text_stream ts = {src->tok, !src->tok && !src->loader, stdout, {0}, 0};
+    train_gen_opts go = {{0.8, 0, 1.0, o->seed}, o->sample_tokens, NULL, 0, &ts};
+    train_gen_result r;
+    model_infer *s = NULL;
+    if (model_infer_new(&s, m, o->seq_len, err)) return -1;
+    printf("sample (temperature %.1f):\n", go.sampler.temperature);
+    int rc = train_generate(s, &start, 1, &go, &r, err);
+    train_stream_finish(&ts);
     printf("\n");
-done:
-    base_free(seq);
-    base_free(win);
-    base_free(logits);
+    if (!rc)
+        base_log(BASE_LOG_INFO, "sampled %d tokens at %.1f tokens/s", r.n_new,
+                 r.decode_s > 0 ? r.n_new / r.decode_s : 0.0);
+    free(r.tokens);
+    model_infer_free(s);
+    return rc;
 }
 
 /* The arguments that must match for a checkpoint to load into this model. */
@@ -523,18 +493,7 @@ int train_run(const train_opts *o, base_err *err) {
         base_log(BASE_LOG_INFO,
                  "exported Hugging Face model to %s (config.json, model.safetensors)", o->out_dir);
     }
-    if (o->sample_tokens > 0) {
-        model gm;
-        model_build_opts go = {
-            1, o->seq_len, MODEL_AC_NONE, 0, o->kernel_overrides, o->n_kernel_overrides, 0};
-        if (model_build(&gm, &o->model, &go, err)) {
-            model_free(&gm);
-            goto out;
-        }
-        memcpy(gm.w, m.w, m.n_floats * sizeof(float));
-        sample(&gm, o, &src);
-        model_free(&gm);
-    }
+    if (o->sample_tokens > 0 && sample(&m, o, &src, err)) goto out;
     rc = 0;
 out:
     if (jl) fclose(jl);

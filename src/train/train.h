@@ -192,6 +192,58 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err);
 void train_opts_defaults(train_opts *o);
 int train_run(const train_opts *o, base_err *err);
 
+/* ---- generation (src/train/generate.c) ------------------------------------------------ */
+
+/* Builds m (batch 1, seq_len 1: inference keeps its own buffers) and loads its weights from
+ * path, which is one of:
+ *   - a training checkpoint step folder FOLDER/step-N (metadata.json; the arguments from its
+ *     "train"."model" object, the weights from buffer "model", any number of rank shards);
+ *   - a training checkpoint folder holding step-N folders: its newest complete one;
+ *   - a folder with model.safetensors (HF names), or such a .safetensors file: the arguments
+ *     are *fallback (--flavor / --set), checked against every tensor's shape.
+ * Errors name the file at fault. Call model_free afterwards whether or not it succeeded. */
+int train_load_model(model *m, const char *path, const model_args *fallback, base_err *err);
+
+/* Decoded text to a FILE as tokens arrive: with a tokenizer, each token's bytes are appended
+ * and only complete UTF-8 characters are written (a token may end inside a character; an
+ * invalid sequence is written as it is); without one, ids < 256 are bytes and others '?' (the
+ * byte-level models) or, with as_ids, every id is written in decimal followed by a space. */
+typedef struct {
+    const data_tok *tok;
+    int as_ids;
+    FILE *out;
+    unsigned char pending[8]; /* bytes of an unfinished UTF-8 character */
+    int n_pending;
+} train_text_stream;
+
+int train_stream_token(train_text_stream *ts, int32_t id, base_err *err);
+/* Writes what is pending (an incomplete character at the end of the text) and flushes. */
+void train_stream_finish(train_text_stream *ts);
+
+typedef struct {
+    model_sampler sampler;
+    int max_new_tokens;
+    const int32_t *stop; /* generation ends after producing one of these (not streamed) */
+    int n_stop;
+    train_text_stream *stream; /* NULL: nothing is printed */
+} train_gen_opts;
+
+typedef struct {
+    int n_prompt, n_new; /* prompt tokens fed, tokens generated (stop token included) */
+    int stopped;         /* ended on a stop token */
+    double prefill_s, decode_s;
+    int32_t *tokens; /* malloc'ed (free()): the prompt and the generated tokens */
+    int n_tokens;
+} train_gen_result;
+
+/* Generates from prompt[0..n_prompt) (n_prompt >= 1) with s (reset first): one prefill,
+ * then one cached step per token, each sampled with index = its position in the sequence.
+ * When the cache is full, the sequence's last max_len / 2 tokens are prefilled again and
+ * generation goes on (a sliding context, as training windows start anywhere); a prompt longer
+ * than the cache keeps its last max_len tokens. */
+int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const train_gen_opts *o,
+                   train_gen_result *r, base_err *err);
+
 /* Measures this machine's fp32 GEMM rate (FLOP/s) with the linked BLAS. */
 double train_measure_peak_flops(void);
 

@@ -34,6 +34,10 @@ void ops_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, c
                            const float *lse, const float *q, const float *k, const float *v, int B,
                            int T, int H, int G, int hd);
 
+/* Attention of new queries over a KV cache (inference; attention_kv.c). */
+void ops_cpu_attention_kv(float *out, const float *q, const float *k, const float *v, int T,
+                          int pos0, int H, int G, int hd);
+
 void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F);
 void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                         const float *up, int N, int F);

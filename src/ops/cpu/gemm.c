@@ -28,6 +28,12 @@ void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float
         }
         return;
     }
+    /* One row times a transposed matrix (a decode step's x @ W^T): a matrix-vector product.
+     * sgemm would pack all of W first, tripling the memory traffic of a memory-bound product. */
+    if (M == 1 && !ta && tb) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, A, 1, beta, C, 1);
+        return;
+    }
 #ifdef TITAN_HAVE_DNNL
     if (!tb && dnnl_sgemm(ta ? 'T' : 'N', 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) ==
                    dnnl_success)

@@ -1,0 +1,173 @@
+"""titan generate against Hugging Face transformers and on the command line.
+
+usage: check_generate.py TITAN SHARED_DIR WORK_DIR EXPORT_DIR...
+
+1. Greedy parity: for each EXPORT_DIR (a byte-level model written by `titan train --out`),
+   `titan generate --temperature 0` produces exactly the token ids of transformers'
+   Qwen3ForCausalLM.generate(do_sample=False) from the same byte prompt.
+2. Sampling on the command line: the same seed gives the same ids, another seed others, and
+   --top-k 1 at temperature 1 is the greedy output.
+3. A training checkpoint (step-N folder, and its parent folder) generates exactly what the HF
+   export of the same weights generates.
+4. --chat with the Qwen3 tokenizer: a crafted model (every position's hidden state is the same,
+   its lm_head prefers <|im_end|> with "Hello" second) renders the template (the prompt has
+   `titan encode --chat`'s token count, with and without --no-thinking), streams "Hello"s
+   and stops at <|im_end|> before max-new-tokens.
+5. Hostile input: a missing model, a corrupt metadata.json, a truncated safetensors file and
+   bad --chat JSON fail with exit status 1 and a message naming the culprit (no crash).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import Qwen3ForCausalLM
+
+TITAN = None
+
+
+def run(args, ok=True, stdin=None):
+    p = subprocess.run([TITAN] + args, capture_output=True, text=True, input=stdin)
+    if ok and p.returncode != 0:
+        raise AssertionError(f"titan {' '.join(args)} failed ({p.returncode}): {p.stderr}")
+    return p
+
+
+def set_args(cfg):
+    m = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+         "num_key_value_heads": "n_kv_heads", "head_dim": "head_dim",
+         "intermediate_size": "ffn_dim", "vocab_size": "vocab_size", "rope_theta": "rope_theta",
+         "rms_norm_eps": "norm_eps"}
+    out = []
+    for k, v in m.items():
+        out += ["--set", f"{v}={cfg[k]}"]
+    out += ["--set", f"tie_embeddings={int(cfg.get('tie_word_embeddings', False))}"]
+    return out
+
+
+def ids_of(p):
+    return [int(x) for x in p.stdout.split()]
+
+
+def greedy_parity(d, prompt, n_new):
+    cfg = json.load(open(f"{d}/config.json"))
+    model = Qwen3ForCausalLM.from_pretrained(d, attn_implementation="eager").eval()
+    x = torch.tensor([list(prompt.encode())])
+    with torch.no_grad():
+        out = model.generate(x, do_sample=False, max_new_tokens=n_new, min_new_tokens=n_new,
+                             eos_token_id=None, pad_token_id=0)
+    want = out[0, x.shape[1]:].tolist()
+    base = ["generate", "--model", d, "--prompt", prompt, "--max-new-tokens", str(n_new), "--ids"]
+    got = ids_of(run(base + set_args(cfg) + ["--temperature", "0"]))
+    assert got == want, f"{d}: titan greedy {got} != HF {want}"
+    print(f"{d}: {n_new} greedy tokens identical to transformers generate(do_sample=False)")
+    s = ["--temperature", "0.9", "--top-k", "40", "--top-p", "0.9"]
+    a = ids_of(run(base + set_args(cfg) + s + ["--seed", "3"]))
+    b = ids_of(run(base + set_args(cfg) + s + ["--seed", "3"]))
+    c = ids_of(run(base + set_args(cfg) + s + ["--seed", "4"]))
+    k1 = ids_of(run(base + set_args(cfg) + ["--temperature", "1", "--top-k", "1", "--seed", "9"]))
+    assert a == b, "same seed, different samples"
+    assert a != c, "seeds 3 and 4 gave the same 40 samples"
+    assert k1 == want, "--top-k 1 differs from greedy"
+    print(f"{d}: same seed -> same ids, other seed -> other ids, top-k 1 == greedy")
+
+
+def checkpoint_parity(work, shared):
+    d = f"{work}/ckpt_run"
+    flags = ["--set", "n_layers=2", "--set", "dim=64", "--set", "n_heads=4", "--set",
+             "n_kv_heads=1", "--set", "head_dim=16", "--set", "ffn_dim=96", "--set",
+             "tie_embeddings=0"]
+    run(["train", "--flavor", "debugmodel"] + flags +
+        ["--data", f"{shared}/data/tinyshakespeare/input.txt", "--steps", "4", "--batch", "2",
+         "--seq-len", "32", "--peak-tflops", "1", "--dump-folder", d, "--checkpoint-interval",
+         "4", "--out", f"{d}/hf"])
+    g = ["generate", "--prompt", "KING:", "--max-new-tokens", "20", "--ids", "--temperature", "0"]
+    hf = ids_of(run(g + ["--model", f"{d}/hf"] + flags))
+    step = ids_of(run(g + ["--model", f"{d}/checkpoint/step-4"]))
+    folder = ids_of(run(g + ["--model", f"{d}/checkpoint"]))
+    assert hf == step == folder, f"checkpoint {step} / {folder} != export {hf}"
+    print("training checkpoint (step folder and its parent) generates as the HF export")
+    return d, flags
+
+
+def chat_smoke(work, shared):
+    tok = f"{shared}/data/qwen3_tokenizer"
+    d = f"{work}/chat_model"
+    os.makedirs(d, exist_ok=True)
+    D, F, V, hd = 64, 64, 151936, 32
+    g = torch.Generator().manual_seed(0)
+    t = {"model.embed_tokens.weight": torch.ones(V, D), "model.norm.weight": torch.ones(D)}
+    p = "model.layers.0."
+    for n, shape in [("self_attn.q_proj", (2 * hd, D)), ("self_attn.k_proj", (hd, D)),
+                     ("self_attn.v_proj", (hd, D)), ("mlp.gate_proj", (F, D)),
+                     ("mlp.up_proj", (F, D))]:
+        t[p + n + ".weight"] = torch.randn(*shape, generator=g) * 0.1
+    t[p + "self_attn.o_proj.weight"] = torch.zeros(D, 2 * hd)  # blocks add nothing: every
+    t[p + "mlp.down_proj.weight"] = torch.zeros(D, F)  # position's state is the embedding (ones)
+    for n in ["input_layernorm", "post_attention_layernorm"]:
+        t[p + n + ".weight"] = torch.ones(D)
+    t[p + "self_attn.q_norm.weight"] = torch.ones(hd)
+    t[p + "self_attn.k_norm.weight"] = torch.ones(hd)
+    head = torch.zeros(V, D)
+    head[151645] = 1.0  # <|im_end|>: logit 64
+    head[9707] = 0.99  # "Hello": logit 63.36, p = 0.35 among the top 2
+    t["lm_head.weight"] = head
+    save_file({k: v.contiguous() for k, v in t.items()}, f"{d}/model.safetensors")
+    flags = ["--set", "n_layers=1", "--set", f"dim={D}", "--set", "n_heads=2", "--set",
+             "n_kv_heads=1", "--set", f"head_dim={hd}", "--set", f"ffn_dim={F}", "--set",
+             f"vocab_size={V}", "--set", "tie_embeddings=0"]
+    msgs = '[{"role": "user", "content": "Hi there"}]'
+    for think in [[], ["--no-thinking"]]:
+        want_n = len(run(["encode", "--chat", "--tokenizer", tok] + think, stdin=msgs).stdout.split())
+        best = None
+        for seed in range(3):
+            r = run(["generate", "--model", d, "--tokenizer", tok, "--chat", msgs, "--top-k", "2",
+                     "--top-p", "1", "--temperature", "1", "--seed", str(seed),
+                     "--max-new-tokens", "60"] + flags + think)
+            assert f"prompt: {want_n} tokens" in r.stderr, f"chat prompt count: {r.stderr}"
+            assert "stopped at a stop token" in r.stderr, r.stderr
+            text = r.stdout.rstrip("\n")
+            assert text == "Hello" * (len(text) // 5), f"unexpected text {text!r}"
+            best = max(best or 0, len(text) // 5)
+        assert best and best > 0, "no seed produced any Hello before <|im_end|>"
+        print(f"--chat{' --no-thinking' if think else ''}: template ({want_n} tokens), "
+              f"streamed up to {best} Hellos, stopped at <|im_end|>")
+    return d, flags
+
+
+def hostile(work, ckpt_dir, flags):
+    def fails(args, needle, stdin=None):
+        r = run(args, ok=False, stdin=stdin)
+        assert r.returncode == 1, f"{args}: exit {r.returncode} {r.stderr}"
+        assert needle in r.stderr, f"{args}: {r.stderr!r} lacks {needle!r}"
+    fails(["generate", "--model", f"{work}/nope", "--prompt", "x"], f"{work}/nope")
+    bad = f"{work}/bad_ckpt/step-2"
+    os.makedirs(bad, exist_ok=True)
+    open(f"{bad}/metadata.json", "w").write('{"format": ')
+    fails(["generate", "--model", bad, "--prompt", "x"], "metadata.json")
+    trunc = f"{work}/trunc"
+    os.makedirs(trunc, exist_ok=True)
+    data = open(f"{ckpt_dir}/hf/model.safetensors", "rb").read()
+    open(f"{trunc}/model.safetensors", "wb").write(data[: len(data) // 2])
+    fails(["generate", "--model", trunc, "--prompt", "x"] + flags, "model.safetensors")
+    fails(["generate", "--model", f"{ckpt_dir}/hf", "--prompt", "x", "--chat", "[", ] + flags,
+          "exclude")
+    print("hostile input: clear errors, exit status 1")
+
+
+def main():
+    global TITAN
+    TITAN, shared, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    torch.manual_seed(0)
+    for d in sys.argv[4:]:
+        greedy_parity(d, "ROMEO:\nWhat say", 40)
+    ckpt_dir, flags = checkpoint_parity(work, shared)
+    chat_smoke(work, shared)
+    hostile(work, ckpt_dir, flags)
+
+
+if __name__ == "__main__":
+    main()
