@@ -39,3 +39,12 @@ add_test(NAME train_outputs
           ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}
           ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
 set_tests_properties(train_outputs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# End to end: an HF folder saved by transformers -> titan train (config_path +
+# initial_load_path) -> HF export -> transformers; losses and weights equal PyTorch's.
+add_test(NAME finetune_from_hf_e2e
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+          ${CMAKE_BINARY_DIR}/finetune_e2e)
+set_tests_properties(finetune_from_hf_e2e PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)

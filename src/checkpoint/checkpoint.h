@@ -246,6 +246,28 @@ int ckpt_train_save_model(const model *m, const char *dir, base_err *err);
 int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opts, base_err *err);
 int ckpt_train_read_args(const char *dir, model_args *a, base_err *err);
 
+/* ---- model sources (source.c): where weights can be loaded from ------------------------
+ * One resolver for `titan generate --model`, checkpoint.initial_load_path and `titan convert`:
+ *   CKPT_SRC_STEP         a training checkpoint FOLDER/step-N (metadata.json), or a checkpoint
+ *                         folder (its newest complete step-N): arguments from metadata.json,
+ *                         weights from buffer "model"
+ *   CKPT_SRC_HF           a Hugging Face folder (config.json + model.safetensors or index)
+ *   CKPT_SRC_TITAN_MODEL  a titan model folder (model_args.json + model.safetensors)
+ *   CKPT_SRC_FILE         one .safetensors file (HF or titan names; no arguments in it) */
+typedef enum { CKPT_SRC_FILE, CKPT_SRC_HF, CKPT_SRC_TITAN_MODEL, CKPT_SRC_STEP } ckpt_src_kind;
+typedef struct {
+    ckpt_src_kind kind;
+    char path[4096];   /* the file or folder */
+    char folder[4096]; /* STEP: the checkpoint folder */
+    int64_t step;      /* STEP: N */
+} ckpt_source;
+int ckpt_source_open(ckpt_source *s, const char *path, base_err *err);
+/* The model arguments the source describes (fails for a bare file). */
+int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err);
+/* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors). */
+int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err);
+const char *ckpt_source_kind_name(ckpt_src_kind k);
+
 /* ---- the command line's checkpoint commands (inspect.c) ------------------------------ */
 
 /* Prints model arguments and per-component parameter counts (titan inspect). */

@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint/checkpoint.h"
 
 typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS } ftype;
 
@@ -950,7 +953,20 @@ static int is_moe_flavor(const char *flavor) {
 
 /* The model the config describes: the flavor with the [model] overrides applied. */
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
-    if (model_flavor(c->model.flavor, a, err)) return -1;
+    if (c->model.config_path[0]) { /* a HF config.json (or a folder holding one) */
+        char p[4200];
+        struct stat st;
+        const char *cp = c->model.config_path;
+        if (stat(cp, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(p, sizeof p, "%s/config.json", cp);
+            cp = p;
+        }
+        base_err why;
+        if (ckpt_hf_config_read(cp, a, &why))
+            return fail_field(c, "model", "config_path", err, "%s", why.msg);
+    } else if (model_flavor(c->model.flavor, a, err)) {
+        return -1;
+    }
     const struct {
         const char *key;
         const train_opt_int *v;
@@ -1045,10 +1061,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (moe_key)
         return fail_field(c, "model", moe_key, err,
                           "MoE settings need MoE support (not implemented yet)");
-    if (c->model.config_path[0])
-        return NOT_YET(model, config_path,
-                       "building the model from a Hugging Face config.json is not implemented "
-                       "yet; use model.flavor and the [model] overrides");
     if (!c->training.dataset_path[0] && strcmp(c->training.dataset, "random"))
         return NOT_YET(training, dataset,
                        "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
@@ -1071,16 +1083,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                               "%lld needs MPI support (not yet implemented); titan runs one "
                               "process",
                               (long long)degrees[i].v);
-    if (c->checkpoint.hf_export_folder[0] && strcmp(c->checkpoint.export_dtype, "float32"))
-        return NOT_YET(checkpoint, export_dtype,
-                       "%s: the Hugging Face export writes float32 only for now",
-                       c->checkpoint.export_dtype);
     if (!strcmp(c->activation_checkpoint.mode, "selective"))
         return NOT_YET(activation_checkpoint, mode,
                        "selective activation checkpointing is not implemented yet (none or full)");
-    if (c->checkpoint.last_save_in_hf)
-        return NOT_YET(checkpoint, last_save_in_hf,
-                       "not implemented yet: use checkpoint.hf_export_folder");
     if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable)
         return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
 
@@ -1103,6 +1108,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.initial_load_model_only = c->checkpoint.initial_load_model_only;
     o->ckpt.last_save_model_only = c->checkpoint.last_save_model_only;
     o->ckpt.async = strcmp(c->checkpoint.async_mode, "disabled") != 0;
+    o->ckpt.last_save_in_hf = c->checkpoint.last_save_in_hf;
+    o->export_dtype = c->checkpoint.export_dtype;
+    o->assets_dir = o->tokenizer_dir;
     if (o->ckpt.enable && !o->ckpt.folder) return base_fail(err, "out of memory");
     o->batch = (int)c->training.local_batch_size;
     o->seq_len = (int)c->training.seq_len;

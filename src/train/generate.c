@@ -1,120 +1,25 @@
 /* train: loading a model for inference, the generation loop and the streaming text output. */
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
 #include "train/train.h"
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Model arguments from a training checkpoint's "train"."model" object (written by train.c). */
-static int args_from_json(const char *where, const json_t *j, model_args *a, base_err *err) {
-    static const char *const ints[] = {"dim",      "n_layers", "n_heads",    "n_kv_heads",
-                                       "head_dim", "ffn_dim",  "vocab_size", "tie_embeddings"};
-    static const char *const reals[] = {"rope_theta", "norm_eps"};
-    if (!json_is_object(j)) return base_fail(err, "%s: \"train\" has no \"model\" object", where);
-    model_flavor("debugmodel", a, err);
-    snprintf(a->flavor, sizeof a->flavor, "checkpoint");
-    char buf[64];
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        const json_t *v = json_object_get(j, ints[i]);
-        if (!json_is_integer(v))
-            return base_fail(err, "%s: train.model.%s is missing or not an integer", where,
-                             ints[i]);
-        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
-        if (model_args_set(a, ints[i], buf, err)) return -1;
-    }
-    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
-        const json_t *v = json_object_get(j, reals[i]);
-        if (!json_is_number(v))
-            return base_fail(err, "%s: train.model.%s is missing or not a number", where, reals[i]);
-        snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
-        if (model_args_set(a, reals[i], buf, err)) return -1;
-    }
-    base_err why;
-    if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
-    return 0;
-}
-
-/* FOLDER/step-N: the folder and N, when the last path component is step-<digits>. */
-static int split_step_dir(const char *path, char *folder, size_t n, int64_t *step) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    size_t len = strlen(tmp);
-    while (len > 1 && tmp[len - 1] == '/') tmp[--len] = 0;
-    char *slash = strrchr(tmp, '/');
-    const char *base = slash ? slash + 1 : tmp;
-    if (strncmp(base, "step-", 5) || base_parse_i64(base + 5, step) || *step < 0) return -1;
-    if (slash == tmp)
-        snprintf(folder, n, "/");
-    else if (slash) {
-        *slash = 0;
-        snprintf(folder, n, "%s", tmp);
-    } else
-        snprintf(folder, n, ".");
-    return 0;
-}
-
-static int load_step(model *m, const char *folder, int64_t step, base_err *err) {
-    char *tj = NULL, where[4200];
-    int world = 0;
-    snprintf(where, sizeof where, "%s/step-%lld/metadata.json", folder, (long long)step);
-    if (ckpt_step_read_meta(folder, step, &tj, &world, err)) return -1;
-    json_error_t je;
-    json_t *t = json_loads(tj, 0, &je);
-    free(tj);
-    model_args a;
-    int rc = args_from_json(where, json_object_get(t, "model"), &a, err);
-    json_decref(t);
-    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0};
-    if (!rc) rc = model_build(m, &a, &bo, err);
-    if (!rc) {
-        ckpt_step_buf b = {"model", NULL, m->w, 0, m->n_floats, m->n_floats};
-        rc = ckpt_step_load(folder, step, &b, 1, err);
-    }
-    return rc;
-}
-
+/* Any model source (checkpoint.h): arguments from it, or from fallback for a bare file. */
 int train_load_model(model *m, const char *path, const model_args *fallback, base_err *err) {
     memset(m, 0, sizeof *m);
-    char p[4096], folder[4096];
-    int64_t step;
-    snprintf(p, sizeof p, "%s/metadata.json", path);
-    if (is_file(p)) {
-        if (split_step_dir(path, folder, sizeof folder, &step))
-            return base_fail(err, "%s: a checkpoint step folder must be named step-N", path);
-        return load_step(m, folder, step, err);
-    }
-    const char *weights = path;
-    if (is_dir(path)) {
-        snprintf(p, sizeof p, "%s/model.safetensors", path);
-        if (!is_file(p)) {
-            if (ckpt_step_latest(path, &step) == 0 && step >= 0)
-                return load_step(m, path, step, err);
-            return base_fail(err,
-                             "%s: not a model folder (no model.safetensors, no metadata.json, no "
-                             "complete step-N checkpoint)",
-                             path);
-        }
-        weights = p;
-    } else if (!is_file(path)) {
-        return base_fail(err, "%s: no such model file or folder", path);
-    }
+    ckpt_source src;
+    model_args a = *fallback;
+    if (ckpt_source_open(&src, path, err)) return -1;
+    if (src.kind != CKPT_SRC_FILE && ckpt_source_args(&src, &a, err)) return -1;
     model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0};
-    if (model_build(m, fallback, &bo, err)) return -1;
+    if (model_build(m, &a, &bo, err)) return -1;
     base_err why;
-    if (ckpt_load_model(m, m->w, weights, &why))
-        return base_fail(err, "%s (model arguments from --flavor %s / --set)", why.msg,
-                         fallback->flavor);
+    if (ckpt_source_load(&src, m, m->w, &why))
+        return src.kind == CKPT_SRC_FILE
+                   ? base_fail(err, "%s (model arguments from --flavor %s / --set)", why.msg,
+                               fallback->flavor)
+                   : base_fail(err, "%s", why.msg);
     return 0;
 }
 

@@ -275,6 +275,48 @@ static int validate(const train_opts *o, const token_source *src, model *train, 
     return rc;
 }
 
+/* checkpoint.initial_load_path: weights from an HF folder, a titan checkpoint or model
+ * folder, or a safetensors file; a source that names its model must name this one. */
+static int initial_load(const train_opts *o, model *m, base_err *err) {
+    ckpt_source s;
+    model_args a;
+    const char *p = o->ckpt.initial_load_path;
+    if (ckpt_source_open(&s, p, err)) return -1;
+    if (s.kind != CKPT_SRC_FILE) {
+        if (ckpt_source_args(&s, &a, err)) return -1;
+        const model_args *b = &o->model;
+        if (a.dim != b->dim || a.n_layers != b->n_layers || a.n_heads != b->n_heads ||
+            a.n_kv_heads != b->n_kv_heads || a.head_dim != b->head_dim || a.ffn_dim != b->ffn_dim ||
+            a.vocab_size != b->vocab_size || a.tie_embeddings != b->tie_embeddings ||
+            a.rope_theta != b->rope_theta || a.norm_eps != b->norm_eps)
+            return base_fail(err,
+                             "%s describes another model (dim %d, %d layers, %d/%d heads x %d, "
+                             "ffn %d, vocab %d, tied %d, rope_theta %g, eps %g) than this run's "
+                             "(%d, %d, %d/%d x %d, %d, %d, %d, %g, %g): set model.config_path "
+                             "to it",
+                             p, a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.ffn_dim,
+                             a.vocab_size, a.tie_embeddings, a.rope_theta, a.norm_eps, b->dim,
+                             b->n_layers, b->n_heads, b->n_kv_heads, b->head_dim, b->ffn_dim,
+                             b->vocab_size, b->tie_embeddings, b->rope_theta, b->norm_eps);
+    }
+    if (ckpt_source_load(&s, m, m->w, err)) return -1;
+    base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s (%s)", p,
+             ckpt_source_kind_name(s.kind));
+    return 0;
+}
+
+/* A Hugging Face folder of the current weights (export_dtype, tokenizer files from assets). */
+static int export_hf(const train_opts *o, const model *m, const char *dir, base_err *err) {
+    ckpt_export_opts eo = {CKPT_F32, 0, o->assets_dir, NULL};
+    if (o->export_dtype && ckpt_export_dtype_parse(o->export_dtype, &eo.dtype))
+        return base_fail(err, "export_dtype '%s' is not float32, bfloat16 or float16",
+                         o->export_dtype);
+    if (ckpt_export_hf(m, dir, &eo, err)) return -1;
+    base_log(BASE_LOG_INFO, "exported Hugging Face model to %s (%s%s)", dir,
+             ckpt_dtype_name(eo.dtype), o->assets_dir ? ", tokenizer files" : "");
+    return 0;
+}
+
 /* The header `titan train` prints before the first step. */
 static void print_header(const train_opts *o, const model *m, const token_source *src, double peak,
                          double fpt) {
@@ -370,11 +412,7 @@ int train_run(const train_opts *o, base_err *err) {
         if (step < 0) ckpt_step_latest(ckdir, &step);
         if (step >= 0 && (start = resume(o, ckdir, step, &m, &opt, &src, &tokens_seen, err)) < 0)
             goto out;
-        if (step < 0 && o->ckpt.initial_load_path) {
-            if (ckpt_load_model(&m, m.w, o->ckpt.initial_load_path, err)) goto out;
-            base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s",
-                     o->ckpt.initial_load_path);
-        }
+        if (step < 0 && o->ckpt.initial_load_path && initial_load(o, &m, err)) goto out;
         if (train_saver_init(&saver, ckdir, m.n_floats, o->ckpt.async, o->ckpt.keep_latest_k, err))
             goto out;
     }
@@ -476,7 +514,11 @@ int train_run(const train_opts *o, base_err *err) {
                                    val_loss};
             if (train_tb_scalars(tb, step, tags, vals, isfinite(val_loss) ? 13 : 12, err)) goto out;
         }
-        if (saver && (step % o->ckpt.interval == 0 || step == last)) {
+        if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
+            char dir[4200];
+            snprintf(dir, sizeof dir, "%s/step-%d", ckdir, step);
+            if (train_saver_finish(saver, err) || export_hf(o, &m, dir, err)) goto out;
+        } else if (saver && (step % o->ckpt.interval == 0 || step == last)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
             free(state);
             state = train_state_json(o, &src, &opt, step, model_only, tokens_seen);
@@ -488,11 +530,7 @@ int train_run(const train_opts *o, base_err *err) {
     const double tps = t_total > 0 ? tokens_total / t_total : 0;
     printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
            100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
-    if (o->out_dir) {
-        if (ckpt_export_hf(&m, o->out_dir, NULL, err)) goto out;
-        base_log(BASE_LOG_INFO,
-                 "exported Hugging Face model to %s (config.json, model.safetensors)", o->out_dir);
-    }
+    if (o->out_dir && export_hf(o, &m, o->out_dir, err)) goto out;
     if (o->sample_tokens > 0 && sample(&m, o, &src, err)) goto out;
     rc = 0;
 out:

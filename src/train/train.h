@@ -22,6 +22,7 @@ typedef struct {
     int initial_load_model_only;   /* (titan loads only weights from initial_load_path) */
     int initial_load_in_hf;        /* initial_load_path is a Hugging Face folder or file */
     int last_save_model_only;      /* the save at the last step holds only the weights */
+    int last_save_in_hf;           /* ... written as a Hugging Face folder, step-N/ */
     int async;                     /* save in a background thread (when memory allows) */
 } train_ckpt_opts;
 
@@ -48,10 +49,12 @@ typedef struct {
         const char *path;
         int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
     } val;
-    const char *out_dir; /* final weights as safetensors with HF names (NULL = none) */
-    int sample_tokens;   /* after training, sample this many tokens (0 = none) */
-    double peak_flops;   /* fp32 FLOP/s for MFU; <= 0 = measure */
-    int ce_chunk;        /* tokens per fused lm_head+CE chunk (0 = automatic) */
+    const char *out_dir;      /* final weights as safetensors with HF names (NULL = none) */
+    const char *export_dtype; /* HF exports: float32 (NULL), bfloat16, float16 */
+    const char *assets_dir;   /* HF exports copy the tokenizer files from here (NULL = none) */
+    int sample_tokens;        /* after training, sample this many tokens (0 = none) */
+    double peak_flops;        /* fp32 FLOP/s for MFU; <= 0 = measure */
+    int ce_chunk;             /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
 } train_opts;

@@ -378,8 +378,8 @@ static void command_line(void) {
          "implemented yet"},
         {{"--validation.enable"},
          "validation.dataset_path (default): must name the held-out data"},
-        {{"--checkpoint.last_save_in_hf", "true"},
-         "command line: --checkpoint.last_save_in_hf: not implemented yet"},
+        {{"--checkpoint.initial_load_path", "x"},
+         "command line: --checkpoint.initial_load_path: needs checkpoint.enable = true"},
         {{"--model.flavor", "debugmodel_moe"},
          "command line: --model.flavor: debugmodel_moe is a "
          "mixture-of-experts flavor"},

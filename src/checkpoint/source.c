@@ -1,0 +1,162 @@
+/* checkpoint: where model weights come from (see the "model sources" section of
+ * checkpoint.h): one resolver for titan generate --model, checkpoint.initial_load_path and
+ * titan convert. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int has(const char *dir, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return is_file(p);
+}
+
+/* FOLDER/step-N: the folder and N, when the last path component is step-<digits>. */
+static int split_step_dir(const char *path, char *folder, size_t n, int64_t *step) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    size_t len = strlen(tmp);
+    while (len > 1 && tmp[len - 1] == '/') tmp[--len] = 0;
+    char *slash = strrchr(tmp, '/');
+    const char *base = slash ? slash + 1 : tmp;
+    if (strncmp(base, "step-", 5) || base_parse_i64(base + 5, step) || *step < 0) return -1;
+    if (slash == tmp)
+        snprintf(folder, n, "/");
+    else if (slash) {
+        *slash = 0;
+        snprintf(folder, n, "%s", tmp);
+    } else
+        snprintf(folder, n, ".");
+    return 0;
+}
+
+int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
+    memset(s, 0, sizeof *s);
+    if (!path || !*path) return base_fail(err, "no model path given");
+    snprintf(s->path, sizeof s->path, "%s", path);
+    if (is_file(path)) {
+        s->kind = CKPT_SRC_FILE;
+        return 0;
+    }
+    if (!is_dir(path)) return base_fail(err, "%s: no such model file or folder", path);
+    if (has(path, "metadata.json")) {
+        if (split_step_dir(path, s->folder, sizeof s->folder, &s->step))
+            return base_fail(err, "%s: a checkpoint step folder must be named step-N", path);
+        s->kind = CKPT_SRC_STEP;
+        return 0;
+    }
+    if (has(path, "config.json")) {
+        s->kind = CKPT_SRC_HF;
+        return 0;
+    }
+    if (has(path, "model_args.json")) {
+        s->kind = CKPT_SRC_TITAN_MODEL;
+        return 0;
+    }
+    if (ckpt_step_latest(path, &s->step) == 0) {
+        snprintf(s->folder, sizeof s->folder, "%s", path);
+        s->kind = CKPT_SRC_STEP;
+        return 0;
+    }
+    if (has(path, "model.safetensors")) {
+        snprintf(s->path, sizeof s->path, "%s/model.safetensors", path);
+        s->kind = CKPT_SRC_FILE;
+        return 0;
+    }
+    return base_fail(err,
+                     "%s: not a model: no config.json (Hugging Face), metadata.json or complete "
+                     "step-N (titan checkpoint), model_args.json or model.safetensors",
+                     path);
+}
+
+/* Model arguments from a checkpoint's "train.model" object. */
+static int args_from_json(const char *where, const json_t *j, model_args *a, base_err *err) {
+    static const char *const ints[] = {"dim",      "n_layers", "n_heads",    "n_kv_heads",
+                                       "head_dim", "ffn_dim",  "vocab_size", "tie_embeddings"};
+    static const char *const reals[] = {"rope_theta", "norm_eps"};
+    if (!json_is_object(j)) return base_fail(err, "%s: \"train\" has no \"model\" object", where);
+    model_flavor("debugmodel", a, err);
+    snprintf(a->flavor, sizeof a->flavor, "checkpoint");
+    char buf[64];
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        const json_t *v = json_object_get(j, ints[i]);
+        if (!json_is_integer(v))
+            return base_fail(err, "%s: train.model.%s is missing or not an integer", where,
+                             ints[i]);
+        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+        if (model_args_set(a, ints[i], buf, err)) return -1;
+    }
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        const json_t *v = json_object_get(j, reals[i]);
+        if (!json_is_number(v))
+            return base_fail(err, "%s: train.model.%s is missing or not a number", where, reals[i]);
+        snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
+        if (model_args_set(a, reals[i], buf, err)) return -1;
+    }
+    base_err why;
+    if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
+    return 0;
+}
+
+int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
+    char p[4200];
+    switch (s->kind) {
+    case CKPT_SRC_HF:
+        snprintf(p, sizeof p, "%s/config.json", s->path);
+        return ckpt_hf_config_read(p, a, err);
+    case CKPT_SRC_TITAN_MODEL:
+        return ckpt_train_read_args(s->path, a, err);
+    case CKPT_SRC_STEP: {
+        char *tj = NULL;
+        int world = 0;
+        snprintf(p, sizeof p, "%s/step-%lld/metadata.json", s->folder, (long long)s->step);
+        if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
+        json_t *t = json_loads(tj, 0, NULL);
+        free(tj);
+        int rc = args_from_json(p, json_object_get(t, "model"), a, err);
+        json_decref(t);
+        return rc;
+    }
+    default:
+        return base_fail(err,
+                         "%s: a bare safetensors file does not say which model it holds (give the "
+                         "model arguments: flavor / overrides, or use an HF folder)",
+                         s->path);
+    }
+}
+
+int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err) {
+    char p[4200];
+    if (s->kind == CKPT_SRC_STEP) {
+        ckpt_step_buf b = {"model", NULL, base, 0, m->n_floats, m->n_floats};
+        return ckpt_step_load(s->folder, s->step, &b, 1, err);
+    }
+    if (s->kind == CKPT_SRC_FILE) return ckpt_load_model(m, base, s->path, err);
+    ckpt_set set;
+    const int hf = s->kind == CKPT_SRC_HF;
+    if (!hf) snprintf(p, sizeof p, "%s/model.safetensors", s->path);
+    if (hf ? ckpt_set_open_dir(&set, s->path, err) : ckpt_set_open_file(&set, p, err)) return -1;
+    int rc = ckpt_load_model_set(m, base, &set, hf ? CKPT_NAMES_HF : CKPT_NAMES_TITAN, err);
+    ckpt_set_close(&set);
+    return rc;
+}
+
+const char *ckpt_source_kind_name(ckpt_src_kind k) {
+    static const char *const names[] = {"safetensors file", "Hugging Face folder",
+                                        "titan model folder", "titan training checkpoint"};
+    return (unsigned)k < 4 ? names[k] : "?";
+}
