@@ -225,12 +225,33 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
     const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
     model m;
     int rc;
-    const int from_hf = exists(src, "config.json");
-    if (!from_hf && !exists(src, ARGS_FILE))
+    ckpt_source cs;
+    if (ckpt_source_open(&cs, src, err)) return -1;
+    if (cs.kind == CKPT_SRC_FILE)
         return base_fail(err,
                          "%s: neither a Hugging Face folder (no config.json) nor a training "
-                         "checkpoint (no %s)",
+                         "checkpoint (no metadata.json, step-N or %s)",
                          src, ARGS_FILE);
+    const int from_hf = cs.kind == CKPT_SRC_HF;
+    if (cs.kind == CKPT_SRC_STEP) { /* a step-N checkpoint: arguments from its metadata */
+        model_args a;
+        const double t0 = base_now();
+        rc = ckpt_source_args(&cs, &a, err) || model_build(&m, &a, &bo, err) ||
+                     ckpt_source_load(&cs, &m, m.w, err)
+                 ? -1
+                 : 0;
+        if (rc == 0)
+            printf("loaded %s/step-%lld: %.3f GB in %.2f s\n", cs.folder, (long long)cs.step,
+                   (double)m.n_floats * 4 / 1e9, base_now() - t0);
+        const double t1 = base_now();
+        if (rc == 0) rc = ckpt_export_hf(&m, dst, opts, err);
+        if (rc == 0)
+            printf("wrote %s (%s) in %.2f s, %zu parameters, peak RSS %.2f GiB\n", dst,
+                   ckpt_dtype_name(opts ? opts->dtype : CKPT_F32), base_now() - t1, m.n_floats,
+                   (double)base_peak_rss() / (1 << 30));
+        model_free(&m);
+        return rc;
+    }
     double t0 = base_now(), gb = 0;
     ckpt_set s;
     char p[4096];

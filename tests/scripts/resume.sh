@@ -53,3 +53,7 @@ if "$titan" train "${model[@]}" --set dim=32 --random-tokens --set vocab_size=30
   echo "FAIL: a checkpoint of another model was accepted"; exit 1; fi
 grep -q "is not this run's" "$out/other.log" || { cat "$out/other.log"; exit 1; }
 echo "ok a checkpoint of another model is refused"
+# a step checkpoint converts to a Hugging Face folder that titan inspect validates
+"$titan" convert "$out/jsonl/checkpoint/step-9" "$out/hf9" --dtype bfloat16 > /dev/null
+"$titan" inspect "$out/hf9" > "$out/inspect.log" || { cat "$out/inspect.log"; exit 1; }
+echo "ok step-9 converts to an HF folder (bf16) that inspects clean"
