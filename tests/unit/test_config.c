@@ -376,8 +376,7 @@ static void command_line(void) {
         {{"--activation_checkpoint.mode", "selective"},
          "command line: --activation_checkpoint.mode: selective activation checkpointing is not "
          "implemented yet"},
-        {{"--validation.enable"},
-         "validation.dataset_path (default): must name the held-out data"},
+        {{"--validation.enable"}, "validation.dataset_path (default): must name the held-out data"},
         {{"--checkpoint.initial_load_path", "x"},
          "command line: --checkpoint.initial_load_path: needs checkpoint.enable = true"},
         {{"--model.flavor", "debugmodel_moe"},
@@ -424,12 +423,30 @@ static void shipped_configs(void) {
     CHECK(n >= 6, "only %d configs in %s", n, dir);
 }
 
-/* configs/qwen3_debug.toml is exactly what the Makefile's `train` target passed before. */
+/* configs/qwen3_debug.toml is exactly the same job as these flags (the demo of `make train`). */
 static void debug_config_is_make_train(void) {
     char *old[] = {"--flavor",
                    "debugmodel",
+                   "--tokenizer",
+                   "../shared/data/qwen3_tokenizer",
+                   "--set",
+                   "vocab_size=151936",
+                   "--set",
+                   "dim=128",
+                   "--set",
+                   "n_layers=4",
+                   "--set",
+                   "n_heads=4",
+                   "--set",
+                   "n_kv_heads=2",
+                   "--set",
+                   "head_dim=32",
+                   "--set",
+                   "ffn_dim=384",
+                   "--set",
+                   "tie_embeddings=1",
                    "--data",
-                   "../shared/data/tinyshakespeare/input.txt",
+                   "runs/data/shakespeare_train.txt",
                    "--steps",
                    "200",
                    "--batch",
@@ -444,12 +461,29 @@ static void debug_config_is_make_train(void) {
                    "0.5",
                    "--log-freq",
                    "10",
+                   "--dump-folder",
+                   "runs/debug",
                    "--metrics",
-                   "runs/debug/metrics.jsonl",
+                   "metrics.jsonl",
                    "--out",
-                   "runs/debug/hf",
+                   "hf",
                    "--sample",
-                   "300",
+                   "120",
+                   "--checkpoint-interval",
+                   "100",
+                   "--keep-latest-k",
+                   "2",
+                   "--last-save-full",
+                   "--metrics.enable_tensorboard",
+                   "--validation.enable",
+                   "--validation.dataset_path",
+                   "runs/data/shakespeare_val.txt",
+                   "--validation.freq",
+                   "50",
+                   "--validation.steps",
+                   "20",
+                   "--validation.seq_len",
+                   "128",
                    NULL};
     char *cfg[] = {"--config", TITAN_SOURCE_DIR "/configs/qwen3_debug.toml", NULL};
     train_config a, b;
@@ -474,8 +508,19 @@ static void debug_config_is_make_train(void) {
     CHECK(!memcmp(&oa.adamw, &ob.adamw, sizeof oa.adamw) && !memcmp(&oa.lr, &ob.lr, sizeof oa.lr),
           "optimizer or schedule differ");
     CHECK(ob.steps == 200 && ob.adamw.lr == 3e-3 && ob.lr.decay_ratio == 0.5 &&
-              ob.lr.warmup_steps == 20 && ob.sample_tokens == 300,
+              ob.lr.warmup_steps == 20 && ob.sample_tokens == 120,
           "qwen3_debug.toml values");
+    CHECK(oa.tokenizer_dir && ob.tokenizer_dir && !strcmp(oa.tokenizer_dir, ob.tokenizer_dir) &&
+              oa.tb_dir && ob.tb_dir && !strcmp(oa.tb_dir, ob.tb_dir) && ob.val.path &&
+              oa.val.path && !strcmp(oa.val.path, ob.val.path) && oa.val.freq == ob.val.freq &&
+              oa.val.steps == ob.val.steps && oa.val.batch == ob.val.batch &&
+              oa.val.seq_len == ob.val.seq_len,
+          "tokenizer, TensorBoard or validation differ");
+    CHECK(oa.ckpt.enable && ob.ckpt.enable && !strcmp(oa.ckpt.folder, ob.ckpt.folder) &&
+              oa.ckpt.interval == ob.ckpt.interval &&
+              oa.ckpt.keep_latest_k == ob.ckpt.keep_latest_k &&
+              oa.ckpt.last_save_model_only == ob.ckpt.last_save_model_only,
+          "checkpoint settings differ");
     train_config_free(&a);
     train_config_free(&b);
 }
