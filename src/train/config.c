@@ -999,7 +999,7 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
 
 int train_config_validate(const train_config *c, base_err *err) {
     const int moe = is_moe_flavor(c->model.flavor);
-    if (!moe) {
+    if (!moe && !c->model.config_path[0]) { /* a config.json is read when training starts */
         model_args a;
         if (resolve_model(c, &a, err)) return -1;
         for (int i = 0; i < c->model.mlp_only_layers.n; i++)
