@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optim/optim.h"
@@ -705,7 +706,9 @@ int main(int argc, char **argv) {
     int rc;
     if (!strcmp(argv[1], "train")) {
         ensure_blas_coretype(argv);
-        rc = cmd_train(argc, argv, &err);
+        /* under mpirun every rank runs this; one plain process otherwise */
+        rc = dist_init(&argc, &argv, &err);
+        if (!rc) rc = cmd_train(argc, argv, &err);
     } else if (!strcmp(argv[1], "generate")) {
         ensure_blas_coretype(argv);
         rc = cmd_generate(argc, argv, &err);
@@ -727,8 +730,15 @@ int main(int argc, char **argv) {
         rc = -1;
     }
     if (rc) {
+        if (dist_world_size() > 1) { /* one rank's error stops them all (MPI_Abort) */
+            fprintf(stderr, "titan: error (rank %d of %d): %s\n", dist_world_rank(),
+                    dist_world_size(), err.msg);
+            dist_abort(1);
+        }
         fprintf(stderr, "titan: error: %s\n", err.msg);
+        dist_finalize();
         return 1;
     }
+    dist_finalize();
     return 0;
 }

@@ -104,7 +104,8 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     if (c->used < ce_end) c->used = ce_end;
 }
 
-int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+static int build(model *m, const model_args *a, const model_build_opts *o, int external,
+                 base_err *err) {
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
     if (a->n_experts > 0)
@@ -132,9 +133,10 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     if (chunk > N) chunk = N;
     m->ce_chunk = (int)chunk;
 
-    m->w = base_alloc(m->n_floats * sizeof(float));
-    if (!m->w) return base_fail(err, "out of memory: %zu parameters", m->n_floats);
-    if (o->with_grads) {
+    m->external = external;
+    if (!m->external && !(m->w = base_alloc(m->n_floats * sizeof(float))))
+        return base_fail(err, "out of memory: %zu parameters", m->n_floats);
+    if (o->with_grads && !m->external) {
         m->g = base_alloc(m->n_floats * sizeof(float));
         if (!m->g) return base_fail(err, "out of memory: %zu gradients", m->n_floats);
     }
@@ -178,6 +180,14 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     return 0;
 }
 
+int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+    return build(m, a, o, 0, err);
+}
+
+int model_build_external(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+    return build(m, a, o, 1, err);
+}
+
 void model_free(model *m) {
     if (m->acts) {
         base_free(m->acts->layers);
@@ -186,8 +196,10 @@ void model_free(model *m) {
     }
     base_free(m->params);
     base_free(m->units);
-    base_free(m->w);
-    base_free(m->g);
+    if (!m->external) {
+        base_free(m->w);
+        base_free(m->g);
+    }
     base_free(m->ops);
     base_free(m->rope_cos);
     base_free(m->rope_sin);
@@ -201,6 +213,10 @@ void model_zero_grad(model *m) {
 static void add_inplace(float *y, const float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void hook(const model *m, int unit, model_phase p) {
+    if (m->hook) m->hook(m->hook_ctx, unit, p);
 }
 
 static void zero(float *p, size_t n) {
@@ -328,9 +344,15 @@ static void forward_trunk(model *m, const int32_t *tokens) {
     model_acts *A = m->acts;
     const int N = m->batch * m->seq_len, L = a->n_layers;
     const block_geom geom = train_geom(m);
+    hook(m, 0, MODEL_FWD_BEGIN);
     m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
-    for (int l = 0; l < L; l++)
+    hook(m, 0, MODEL_FWD_END);
+    for (int l = 0; l < L; l++) {
+        hook(m, 1 + l, MODEL_FWD_BEGIN);
         model_block_forward(m, l, &A->layers[l], &geom, l + 1 < L ? A->layers[l + 1].x : A->xf);
+        hook(m, 1 + l, MODEL_FWD_END);
+    }
+    hook(m, L + 1, MODEL_FWD_BEGIN);
     model_final_norm(m, A->xn, A->rstd_f, A->xf, N);
 }
 
@@ -343,17 +365,30 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const int backward = m->g != NULL && grad_scale != 0.0f;
 
     forward_trunk(m, tokens);
-    if (backward) zero(A->dxn, (size_t)N * D);
+    if (backward) {
+        zero(A->dxn, (size_t)N * D);
+        hook(m, L + 1, MODEL_BWD_BEGIN);
+    }
     double loss = th->lmhead_ce(backward ? A->dxn : NULL, backward ? head_at(m, m->g) : NULL, A->xn,
                                 head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
                                 A->ce_scratch, m->ce_chunk, n_valid);
-    if (!backward) return loss;
+    if (!backward) {
+        hook(m, L + 1, MODEL_FWD_END);
+        return loss;
+    }
 
     zero(A->dres, (size_t)N * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
                     A->rstd_f, N, D);
-    for (int l = L - 1; l >= 0; l--) block_backward(m, l, &A->layers[l]);
+    hook(m, L + 1, MODEL_BWD_END);
+    for (int l = L - 1; l >= 0; l--) {
+        hook(m, 1 + l, MODEL_BWD_BEGIN);
+        block_backward(m, l, &A->layers[l]);
+        hook(m, 1 + l, MODEL_BWD_END);
+    }
+    hook(m, 0, MODEL_BWD_BEGIN);
     m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
+    hook(m, 0, MODEL_BWD_END);
     return loss;
 }
 
@@ -364,4 +399,5 @@ size_t model_activation_bytes(const model *m) {
 void model_logits(model *m, const int32_t *tokens, float *logits) {
     forward_trunk(m, tokens);
     model_lm_head(m, logits, m->acts->xn, m->batch * m->seq_len);
+    hook(m, m->args.n_layers + 1, MODEL_FWD_END);
 }

@@ -8,6 +8,7 @@
 
 #include "../base/base.h"
 #include "../data/data.h"
+#include "../dist/dist.h"
 #include "../model/model.h"
 #include "../optim/optim.h"
 
@@ -54,6 +55,8 @@ typedef struct {
     int ce_chunk;        /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
+    dist_mesh_cfg par;    /* [parallelism] degrees (dp_shard resolved against the world) */
+    dist_reshard reshard; /* parallelism.fsdp_reshard_after_forward */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -185,7 +188,9 @@ void train_config_print(const train_config *c, FILE *f);
 /* `titan train --help`: options, aliases, and every field with its default and help. */
 void train_config_usage(FILE *f);
 /* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
- * setting titan cannot honour yet (MPI parallelism, checkpointing, MoE, ...). */
+ * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
+ * The parallel degrees are checked against dist_world_size() (the ranks of this run);
+ * grad_accum = global_batch_size / (local_batch_size x dp_replicate x dp_shard). */
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err);
 
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
