@@ -104,6 +104,31 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     if (c->used < ce_end) c->used = ce_end;
 }
 
+/* lm_head + CE in chunks: about 32M logits (128 MiB) per chunk, rounded up to a multiple of
+ * 64 tokens (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost memory;
+ * this is the knee for vocab 151936). */
+static int ce_chunk_for(const model_args *a, const model_build_opts *o) {
+    const long N = (long)o->batch * o->seq_len;
+    long chunk = ((32L << 20) / a->vocab_size + 63) / 64 * 64;
+    if (o->ce_chunk > 0) chunk = o->ce_chunk;
+    return (int)(chunk > N ? N : chunk);
+}
+
+size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o) {
+    model m;
+    memset(&m, 0, sizeof m);
+    m.args = *a;
+    m.batch = o->batch;
+    m.seq_len = o->seq_len;
+    m.ac = o->ac;
+    m.ce_chunk = ce_chunk_for(a, o);
+    model_acts A;
+    memset(&A, 0, sizeof A);
+    carver sz = {NULL, 0};
+    carve_all(&sz, &A, &m, o->with_grads);
+    return sz.used * sizeof(float);
+}
+
 static int build(model *m, const model_args *a, const model_build_opts *o, int external,
                  base_err *err) {
     memset(m, 0, sizeof *m);
@@ -124,14 +149,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
     m->seq_len = o->seq_len;
     m->ac = o->ac;
     if (model_layout(m, err)) return -1;
-    const int N = o->batch * o->seq_len;
-    /* lm_head + CE in chunks: about 32M logits (128 MiB) per chunk, rounded up to a multiple
-     * of 64 tokens (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost
-     * memory; this is the knee for vocab 151936). */
-    long chunk = ((32L << 20) / a->vocab_size + 63) / 64 * 64;
-    if (o->ce_chunk > 0) chunk = o->ce_chunk;
-    if (chunk > N) chunk = N;
-    m->ce_chunk = (int)chunk;
+    m->ce_chunk = ce_chunk_for(a, o);
 
     m->external = external;
     if (!m->external && !(m->w = base_alloc(m->n_floats * sizeof(float))))

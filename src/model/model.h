@@ -146,6 +146,9 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
 
 /* Bytes of the activation buffers model_build allocated (for memory estimates). */
 size_t model_activation_bytes(const model *m);
+/* The same without building: what model_build(a, o) would allocate (titan plan). Dense
+ * blocks: an MoE's expert activations are not counted. */
+size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o);
 
 /* Logits for tokens [batch*seq_len] into logits[batch*seq_len, vocab] (inference/tests). */
 void model_logits(model *m, const int32_t *tokens, float *logits);

@@ -949,8 +949,32 @@ static int is_moe_flavor(const char *flavor) {
 }
 
 /* The model the config describes: the flavor with the [model] overrides applied. */
+static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
+#define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
+
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     if (model_flavor(c->model.flavor, a, err)) return -1;
+    return apply_model_overrides(c, a, err);
+}
+
+int train_config_model_args(const train_config *c, const model_args *base, model_args *a,
+                            base_err *err) {
+    if (!base) {
+        if (is_moe_flavor(c->model.flavor))
+            return NOT_YET(model, flavor,
+                           "%s is a mixture-of-experts flavor without a registry entry yet: "
+                           "give its Hugging Face config.json",
+                           c->model.flavor);
+        return resolve_model(c, a, err);
+    }
+    *a = *base;
+    if (c->model.num_experts.set) a->n_experts = (int)c->model.num_experts.v;
+    if (c->model.top_k.set) a->top_k = (int)c->model.top_k.v;
+    if (c->model.moe_inter_dim.set) a->moe_ffn_dim = (int)c->model.moe_inter_dim.v;
+    return apply_model_overrides(c, a, err);
+}
+
+static int apply_model_overrides(const train_config *c, model_args *a, base_err *err) {
     const struct {
         const char *key;
         const train_opt_int *v;
@@ -1025,8 +1049,6 @@ static const char *output_path(train_config *c, const char *p) {
     sprintf(s, "%s%s%s", d, d[strlen(d) - 1] == '/' ? "" : "/", p);
     return pool_keep(c, s);
 }
-
-#define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
 
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
