@@ -292,7 +292,9 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
  * folder and renames it to step-N: a step-N folder with metadata.json is complete by
  * construction, and nothing else is ever loaded. Because slices carry their offsets, a
  * checkpoint written by W ranks loads into any other number of ranks (ckpt_step_load
- * gathers each wanted range from every shard that overlaps it). */
+ * gathers each wanted range from every shard that overlaps it). A rank whose slice is several
+ * ranges (FSDP: its shard of every unit) writes them as buffers "NAME", "NAME@1", "NAME@2",
+ * ... (each with its own offset); loading NAME reads all of them. */
 typedef struct {
     const char *name;  /* "model", "adam_m", ... */
     const float *data; /* save: this rank's slice */

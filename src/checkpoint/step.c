@@ -270,6 +270,13 @@ static int meta_size(const ckpt_file *f, const char *buf, const char *what, size
     return 0;
 }
 
+/* A shard file holds a buffer as one tensor "NAME" or, when its rank's slice is several
+ * ranges (FSDP shards of every unit), as "NAME", "NAME@1", "NAME@2", ... */
+static int piece_of(const char *tensor, const char *buf) {
+    const size_t k = strlen(buf);
+    return !strncmp(tensor, buf, k) && (tensor[k] == 0 || tensor[k] == '@');
+}
+
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err) {
     char *train;
@@ -290,35 +297,37 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
             break;
         }
         for (int i = 0; rc == 0 && i < n; i++) {
-            const ckpt_tensor *t = ckpt_find(&f, bufs[i].name);
-            size_t off, gn;
-            if (!t) {
-                rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
-                break;
+            int found = 0;
+            for (int j = 0; rc == 0 && j < f.n_tensors; j++) {
+                const ckpt_tensor *t = &f.tensors[j];
+                if (!piece_of(t->name, bufs[i].name)) continue;
+                found++;
+                size_t off, gn;
+                if (meta_size(&f, t->name, "offset", &off, err) ||
+                    meta_size(&f, t->name, "global_numel", &gn, err)) {
+                    rc = -1;
+                    break;
+                }
+                if (t->dtype != CKPT_F32 || t->ndim != 1 || gn != bufs[i].global_numel ||
+                    off + (size_t)t->numel > gn) {
+                    rc = base_fail(err,
+                                   "%s: tensor \"%s\" (%s, %lld elements at %zu of %zu) does not "
+                                   "fit the model's %zu elements",
+                                   path, t->name, ckpt_dtype_name(t->dtype), (long long)t->numel,
+                                   off, gn, bufs[i].global_numel);
+                    break;
+                }
+                /* the overlap of [off, off + numel) with the wanted [o, o + k) */
+                const size_t o = bufs[i].offset, k = bufs[i].numel;
+                const size_t lo = off > o ? off : o;
+                const size_t hi = off + (size_t)t->numel < o + k ? off + (size_t)t->numel : o + k;
+                if (lo < hi) {
+                    memcpy(bufs[i].dst + (lo - o), (const char *)t->data + 4 * (lo - off),
+                           4 * (hi - lo));
+                    covered[i] += hi - lo;
+                }
             }
-            if (meta_size(&f, bufs[i].name, "offset", &off, err) ||
-                meta_size(&f, bufs[i].name, "global_numel", &gn, err)) {
-                rc = -1;
-                break;
-            }
-            if (t->dtype != CKPT_F32 || t->ndim != 1 || gn != bufs[i].global_numel ||
-                off + (size_t)t->numel > gn) {
-                rc = base_fail(err,
-                               "%s: tensor \"%s\" (%s, %lld elements at %zu of %zu) does not fit "
-                               "the model's %zu elements",
-                               path, bufs[i].name, ckpt_dtype_name(t->dtype), (long long)t->numel,
-                               off, gn, bufs[i].global_numel);
-                break;
-            }
-            /* the overlap of [off, off + numel) with the wanted [o, o + k) */
-            const size_t o = bufs[i].offset, k = bufs[i].numel;
-            const size_t lo = off > o ? off : o;
-            const size_t hi = off + (size_t)t->numel < o + k ? off + (size_t)t->numel : o + k;
-            if (lo < hi) {
-                memcpy(bufs[i].dst + (lo - o), (const char *)t->data + 4 * (lo - off),
-                       4 * (hi - lo));
-                covered[i] += hi - lo;
-            }
+            if (rc == 0 && !found) rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
         }
         ckpt_close(&f);
     }

@@ -104,7 +104,33 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     if (c->used < ce_end) c->used = ce_end;
 }
 
-int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+/* lm_head + CE in chunks: about 32M logits (128 MiB) per chunk, rounded up to a multiple of
+ * 64 tokens (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost memory;
+ * this is the knee for vocab 151936). */
+static int ce_chunk_for(const model_args *a, const model_build_opts *o) {
+    const long N = (long)o->batch * o->seq_len;
+    long chunk = ((32L << 20) / a->vocab_size + 63) / 64 * 64;
+    if (o->ce_chunk > 0) chunk = o->ce_chunk;
+    return (int)(chunk > N ? N : chunk);
+}
+
+size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o) {
+    model m;
+    memset(&m, 0, sizeof m);
+    m.args = *a;
+    m.batch = o->batch;
+    m.seq_len = o->seq_len;
+    m.ac = o->ac;
+    m.ce_chunk = ce_chunk_for(a, o);
+    model_acts A;
+    memset(&A, 0, sizeof A);
+    carver sz = {NULL, 0};
+    carve_all(&sz, &A, &m, o->with_grads);
+    return sz.used * sizeof(float);
+}
+
+static int build(model *m, const model_args *a, const model_build_opts *o, int external,
+                 base_err *err) {
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
     if (a->n_experts > 0)
@@ -123,18 +149,12 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     m->seq_len = o->seq_len;
     m->ac = o->ac;
     if (model_layout(m, err)) return -1;
-    const int N = o->batch * o->seq_len;
-    /* lm_head + CE in chunks: about 32M logits (128 MiB) per chunk, rounded up to a multiple
-     * of 64 tokens (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost
-     * memory; this is the knee for vocab 151936). */
-    long chunk = ((32L << 20) / a->vocab_size + 63) / 64 * 64;
-    if (o->ce_chunk > 0) chunk = o->ce_chunk;
-    if (chunk > N) chunk = N;
-    m->ce_chunk = (int)chunk;
+    m->ce_chunk = ce_chunk_for(a, o);
 
-    m->w = base_alloc(m->n_floats * sizeof(float));
-    if (!m->w) return base_fail(err, "out of memory: %zu parameters", m->n_floats);
-    if (o->with_grads) {
+    m->external = external;
+    if (!m->external && !(m->w = base_alloc(m->n_floats * sizeof(float))))
+        return base_fail(err, "out of memory: %zu parameters", m->n_floats);
+    if (o->with_grads && !m->external) {
         m->g = base_alloc(m->n_floats * sizeof(float));
         if (!m->g) return base_fail(err, "out of memory: %zu gradients", m->n_floats);
     }
@@ -178,6 +198,14 @@ int model_build(model *m, const model_args *a, const model_build_opts *o, base_e
     return 0;
 }
 
+int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+    return build(m, a, o, 0, err);
+}
+
+int model_build_external(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+    return build(m, a, o, 1, err);
+}
+
 void model_free(model *m) {
     if (m->acts) {
         base_free(m->acts->layers);
@@ -186,8 +214,10 @@ void model_free(model *m) {
     }
     base_free(m->params);
     base_free(m->units);
-    base_free(m->w);
-    base_free(m->g);
+    if (!m->external) {
+        base_free(m->w);
+        base_free(m->g);
+    }
     base_free(m->ops);
     base_free(m->rope_cos);
     base_free(m->rope_sin);
@@ -201,6 +231,10 @@ void model_zero_grad(model *m) {
 static void add_inplace(float *y, const float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void hook(const model *m, int unit, model_phase p) {
+    if (m->hook) m->hook(m->hook_ctx, unit, p);
 }
 
 static void zero(float *p, size_t n) {
@@ -328,9 +362,15 @@ static void forward_trunk(model *m, const int32_t *tokens) {
     model_acts *A = m->acts;
     const int N = m->batch * m->seq_len, L = a->n_layers;
     const block_geom geom = train_geom(m);
+    hook(m, 0, MODEL_FWD_BEGIN);
     m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
-    for (int l = 0; l < L; l++)
+    hook(m, 0, MODEL_FWD_END);
+    for (int l = 0; l < L; l++) {
+        hook(m, 1 + l, MODEL_FWD_BEGIN);
         model_block_forward(m, l, &A->layers[l], &geom, l + 1 < L ? A->layers[l + 1].x : A->xf);
+        hook(m, 1 + l, MODEL_FWD_END);
+    }
+    hook(m, L + 1, MODEL_FWD_BEGIN);
     model_final_norm(m, A->xn, A->rstd_f, A->xf, N);
 }
 
@@ -343,17 +383,30 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const int backward = m->g != NULL && grad_scale != 0.0f;
 
     forward_trunk(m, tokens);
-    if (backward) zero(A->dxn, (size_t)N * D);
+    if (backward) {
+        zero(A->dxn, (size_t)N * D);
+        hook(m, L + 1, MODEL_BWD_BEGIN);
+    }
     double loss = th->lmhead_ce(backward ? A->dxn : NULL, backward ? head_at(m, m->g) : NULL, A->xn,
                                 head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
                                 A->ce_scratch, m->ce_chunk, n_valid);
-    if (!backward) return loss;
+    if (!backward) {
+        hook(m, L + 1, MODEL_FWD_END);
+        return loss;
+    }
 
     zero(A->dres, (size_t)N * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
                     A->rstd_f, N, D);
-    for (int l = L - 1; l >= 0; l--) block_backward(m, l, &A->layers[l]);
+    hook(m, L + 1, MODEL_BWD_END);
+    for (int l = L - 1; l >= 0; l--) {
+        hook(m, 1 + l, MODEL_BWD_BEGIN);
+        block_backward(m, l, &A->layers[l]);
+        hook(m, 1 + l, MODEL_BWD_END);
+    }
+    hook(m, 0, MODEL_BWD_BEGIN);
     m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
+    hook(m, 0, MODEL_BWD_END);
     return loss;
 }
 
@@ -364,4 +417,5 @@ size_t model_activation_bytes(const model *m) {
 void model_logits(model *m, const int32_t *tokens, float *logits) {
     forward_trunk(m, tokens);
     model_lm_head(m, logits, m->acts->xn, m->batch * m->seq_len);
+    hook(m, m->args.n_layers + 1, MODEL_FWD_END);
 }

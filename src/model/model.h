@@ -71,6 +71,17 @@ typedef enum { MODEL_AC_NONE, MODEL_AC_FULL } model_ac_mode;
 
 typedef struct model_acts model_acts; /* activation buffers (private) */
 
+/* Unit hooks: the model calls hook(ctx, unit, phase) around every use of a unit's
+ * parameters, so a caller can keep them elsewhere (FSDP: all-gather before, release after,
+ * reduce-scatter the gradients after the unit's backward). Order per training microbatch:
+ * FWD_BEGIN/END of units 0..L (embedding, blocks), FWD_BEGIN of the head unit L+1, then
+ * BWD_BEGIN(L+1) (its forward and backward are fused in the loss), BWD_END(L+1), and
+ * BWD_BEGIN/END of units L..0. Forward-only passes end with FWD_END(L+1). A tied head reads
+ * unit 0's parameters and accumulates into its gradients between FWD_BEGIN(L+1) and
+ * BWD_END(L+1). */
+typedef enum { MODEL_FWD_BEGIN, MODEL_FWD_END, MODEL_BWD_BEGIN, MODEL_BWD_END } model_phase;
+typedef void (*model_hook_fn)(void *ctx, int unit, model_phase phase);
+
 typedef struct {
     model_args args;
     int n_params, n_units;
@@ -85,6 +96,9 @@ typedef struct {
     int ce_chunk;               /* tokens per lm_head+CE chunk */
     float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
     model_acts *acts;
+    model_hook_fn hook; /* NULL: parameters are always in w */
+    void *hook_ctx;
+    int external; /* w and g belong to the caller (model_build_external) */
 } model;
 
 typedef struct {
@@ -102,6 +116,9 @@ typedef struct {
  */
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 void model_free(model *m);
+/* model_build without allocating w or g: the caller sets m->w (and m->g when training) to
+ * buffers it owns (FSDP's sparse resident buffers) and model_free leaves them alone. */
+int model_build_external(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 /* The parameter table only (args, params, units, n_floats; nothing allocated for weights,
  * no ops): what a checkpoint holds, for checking and listing files. MoE arguments are
  * accepted. Release with model_free. */
@@ -111,6 +128,8 @@ int model_describe(model *m, const model_args *a, base_err *err);
  * embedding/lm_head once), ones for every RMSNorm weight. Element e of parameter p is
  * drawn from base_rng_normal(seed, hash(p.name), e): independent of any layout. */
 void model_init_weights(model *m, uint64_t seed);
+/* The same for the parameters of one unit only (FSDP initialises unit by unit). */
+void model_init_unit_weights(model *m, int unit, uint64_t seed);
 
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);
@@ -127,6 +146,9 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
 
 /* Bytes of the activation buffers model_build allocated (for memory estimates). */
 size_t model_activation_bytes(const model *m);
+/* The same without building: what model_build(a, o) would allocate (titan plan). Dense
+ * blocks: an MoE's expert activations are not counted. */
+size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o);
 
 /* Logits for tokens [batch*seq_len] into logits[batch*seq_len, vocab] (inference/tests). */
 void model_logits(model *m, const int32_t *tokens, float *logits);

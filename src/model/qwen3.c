@@ -301,9 +301,10 @@ const model_param *model_find_hf_param(const model *m, const char *hf_name) {
     return NULL;
 }
 
-void model_init_weights(model *m, uint64_t seed) {
+void model_init_unit_weights(model *m, int unit, uint64_t seed) {
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
+        if (p->unit != unit) continue;
         float *w = m->w + p->offset;
         const uint64_t stream = base_hash_str(p->name);
         const size_t n = p->numel;
@@ -314,6 +315,10 @@ void model_init_weights(model *m, uint64_t seed) {
 #pragma omp parallel for schedule(static)
         for (size_t e = 0; e < n; e++) w[e] = 0.02f * base_rng_normal(seed, stream, e);
     }
+}
+
+void model_init_weights(model *m, uint64_t seed) {
+    for (int u = 0; u < m->n_units; u++) model_init_unit_weights(m, u, seed);
 }
 
 double model_flops_per_token(const model_args *a, int seq_len) {

@@ -952,6 +952,9 @@ static int is_moe_flavor(const char *flavor) {
 }
 
 /* The model the config describes: the flavor with the [model] overrides applied. */
+static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
+#define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
+
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     if (c->model.config_path[0]) { /* a HF config.json (or a folder holding one) */
         char p[4200];
@@ -967,6 +970,27 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     } else if (model_flavor(c->model.flavor, a, err)) {
         return -1;
     }
+    return apply_model_overrides(c, a, err);
+}
+
+int train_config_model_args(const train_config *c, const model_args *base, model_args *a,
+                            base_err *err) {
+    if (!base) {
+        if (is_moe_flavor(c->model.flavor))
+            return NOT_YET(model, flavor,
+                           "%s is a mixture-of-experts flavor without a registry entry yet: "
+                           "give its Hugging Face config.json",
+                           c->model.flavor);
+        return resolve_model(c, a, err);
+    }
+    *a = *base;
+    if (c->model.num_experts.set) a->n_experts = (int)c->model.num_experts.v;
+    if (c->model.top_k.set) a->top_k = (int)c->model.top_k.v;
+    if (c->model.moe_inter_dim.set) a->moe_ffn_dim = (int)c->model.moe_inter_dim.v;
+    return apply_model_overrides(c, a, err);
+}
+
+static int apply_model_overrides(const train_config *c, model_args *a, base_err *err) {
     const struct {
         const char *key;
         const train_opt_int *v;
@@ -1042,8 +1066,6 @@ static const char *output_path(train_config *c, const char *p) {
     return pool_keep(c, s);
 }
 
-#define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
-
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     train_opts_defaults(o);
@@ -1067,22 +1089,36 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                        c->training.dataset);
     if (strcmp(c->optimizer.name, "AdamW"))
         return NOT_YET(optimizer, name, "%s is not implemented (AdamW is)", c->optimizer.name);
-    const struct {
-        const char *key;
-        int64_t v;
-    } degrees[] = {
-        {"data_parallel_replicate_degree", c->parallelism.data_parallel_replicate_degree},
-        {"data_parallel_shard_degree", c->parallelism.data_parallel_shard_degree},
-        {"tensor_parallel_degree", c->parallelism.tensor_parallel_degree},
-        {"pipeline_parallel_degree", c->parallelism.pipeline_parallel_degree},
-        {"context_parallel_degree", c->parallelism.context_parallel_degree},
-        {"expert_parallel_degree", c->parallelism.expert_parallel_degree}};
-    for (size_t i = 0; i < sizeof degrees / sizeof degrees[0]; i++)
-        if (degrees[i].v > 1)
-            return fail_field(c, "parallelism", degrees[i].key, err,
-                              "%lld needs MPI support (not yet implemented); titan runs one "
-                              "process",
-                              (long long)degrees[i].v);
+    if (c->parallelism.pipeline_parallel_degree > 1)
+        return NOT_YET(parallelism, pipeline_parallel_degree,
+                       "%lld: pipeline parallelism is not supported (use 1)",
+                       (long long)c->parallelism.pipeline_parallel_degree);
+    if (c->parallelism.context_parallel_degree > 1)
+        return NOT_YET(parallelism, context_parallel_degree,
+                       "%lld: context parallelism is not supported (use 1)",
+                       (long long)c->parallelism.context_parallel_degree);
+    if (c->parallelism.expert_parallel_degree > 1)
+        return NOT_YET(parallelism, expert_parallel_degree,
+                       "%lld: expert parallelism needs MoE support (not implemented yet)",
+                       (long long)c->parallelism.expert_parallel_degree);
+    if (c->parallelism.tensor_parallel_degree > 1)
+        return NOT_YET(parallelism, tensor_parallel_degree,
+                       "%lld: tensor parallelism is not implemented yet (FSDP and HSDP are)",
+                       (long long)c->parallelism.tensor_parallel_degree);
+    o->par = (dist_mesh_cfg){(int)c->parallelism.data_parallel_replicate_degree,
+                             (int)c->parallelism.data_parallel_shard_degree,
+                             (int)c->parallelism.tensor_parallel_degree, 1, 1};
+    dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
+                       &o->reshard); /* checked by the schema */
+    if (dist_mesh_resolve(&o->par, dist_world_size(), err)) return -1;
+    const int64_t dp = (int64_t)o->par.dp_replicate * o->par.dp_shard;
+    if (c->training.global_batch_size > 0 &&
+        c->training.global_batch_size % (c->training.local_batch_size * dp))
+        return fail_field(c, "training", "global_batch_size", err,
+                          "%lld is not a multiple of local_batch_size %lld x %lld data-parallel "
+                          "ranks",
+                          (long long)c->training.global_batch_size,
+                          (long long)c->training.local_batch_size, (long long)dp);
     if (!strcmp(c->activation_checkpoint.mode, "selective"))
         return NOT_YET(activation_checkpoint, mode,
                        "selective activation checkpointing is not implemented yet (none or full)");
@@ -1115,9 +1151,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->batch = (int)c->training.local_batch_size;
     o->seq_len = (int)c->training.seq_len;
     o->steps = (int)c->training.steps;
-    /* One data-parallel rank: global = local x accumulation steps. */
+    /* global = local x data-parallel ranks x accumulation steps */
     o->grad_accum = c->training.global_batch_size > 0
-                        ? (int)(c->training.global_batch_size / c->training.local_batch_size)
+                        ? (int)(c->training.global_batch_size / c->training.local_batch_size / dp)
                         : 1;
     o->max_norm = c->training.max_norm;
     o->seed = (uint64_t)c->training.seed;

@@ -9,10 +9,23 @@
  * on. The next save (or finish) waits for the previous one and reports its error. */
 typedef struct train_saver train_saver;
 
-/* dir: the checkpoint folder; n: elements per buffer; async: use the thread when the
- * snapshot fits in memory (3 n floats <= a quarter of RAM; otherwise saves are synchronous). */
-int train_saver_init(train_saver **out, const char *dir, size_t n, int async, int keep_latest_k,
-                     base_err *err);
+/* Where this rank's buffers go in a checkpoint: the pieces of its shard vector (n elements)
+ * in the global buffers of global_n elements; rank 0 creates and commits the step, every
+ * writer writes shard file `writer` (HSDP replicas other than the first write none: -1);
+ * with several ranks, barriers on comm separate the three (and saves are synchronous). */
+typedef struct {
+    dist_comm *comm;
+    int rank, writer, n_writers;
+    const dist_range *ranges;
+    int n_ranges;
+    size_t global_n;
+} train_saver_layout;
+
+/* dir: the checkpoint folder; n: elements per buffer (the shard vector); async: use the
+ * thread when the snapshot fits in memory (3 n floats <= a quarter of RAM) and there is one
+ * rank; otherwise saves are synchronous. */
+int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
+                     int async, int keep_latest_k, base_err *err);
 /* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then).
  * train_json is the trainer's state object (copied). */
 int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,

@@ -1,5 +1,6 @@
 /* train: the checkpoint saver (see internal.h). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 struct train_saver {
     char *dir;
     size_t n;
+    train_saver_layout lay;
     int async, keep;
     float *snap[3]; /* model, adam_m, adam_v copies (async only) */
     pthread_t thread;
@@ -25,14 +27,37 @@ struct train_saver {
 
 static int write_step(train_saver *s) {
     static const char *const names[3] = {"model", "adam_m", "adam_v"};
-    ckpt_step_buf b[3];
-    const int nb = s->model_only ? 1 : 3;
-    for (int i = 0; i < nb; i++) b[i] = (ckpt_step_buf){names[i], s->buf[i], NULL, 0, s->n, s->n};
+    const train_saver_layout *L = &s->lay;
+    const int nb = s->model_only ? 1 : 3, nr = L->n_ranges;
+    ckpt_step_buf *b = calloc((size_t)(nb * nr) + 1, sizeof *b);
+    char(*nm)[32] = calloc((size_t)(nb * nr) + 1, 32);
+    if (!b || !nm) {
+        free(b);
+        free(nm);
+        return base_fail(&s->err, "out of memory");
+    }
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < nr; k++) { /* piece k of buffer i: "model", "model@1", ... */
+            char *name = nm[i * nr + k];
+            if (k)
+                snprintf(name, 32, "%s@%d", names[i], k);
+            else
+                snprintf(name, 32, "%s", names[i]);
+            const dist_range *r = &L->ranges[k];
+            b[i * nr + k] = (ckpt_step_buf){
+                name, s->buf[i] + r->shard_off, NULL, r->global_off, r->len, L->global_n};
+        }
     const double t0 = base_now();
-    int rc = ckpt_step_begin(s->dir, s->step, 0, &s->err) ||
-             ckpt_step_write_shard(s->dir, s->step, 0, b, nb, &s->err) ||
-             ckpt_step_commit(s->dir, s->step, 1, s->train_json, s->keep, &s->err);
+    int rc = L->rank == 0 && ckpt_step_begin(s->dir, s->step, 0, &s->err);
+    if (!rc) dist_barrier(L->comm); /* the step folder exists */
+    rc = rc ||
+         (L->writer >= 0 && ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * nr, &s->err));
+    if (!rc) dist_barrier(L->comm); /* every shard is written */
+    rc = rc || (L->rank == 0 &&
+                ckpt_step_commit(s->dir, s->step, L->n_writers, s->train_json, s->keep, &s->err));
     s->seconds = base_now() - t0;
+    free(b);
+    free(nm);
     return rc ? -1 : 0;
 }
 
@@ -42,8 +67,8 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-int train_saver_init(train_saver **out, const char *dir, size_t n, int async, int keep_latest_k,
-                     base_err *err) {
+int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
+                     int async, int keep_latest_k, base_err *err) {
     *out = NULL;
     train_saver *s = calloc(1, sizeof *s);
     if (!s || !(s->dir = strdup(dir))) {
@@ -51,8 +76,14 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, int async, in
         return base_fail(err, "out of memory");
     }
     s->n = n;
+    s->lay = *lay;
     s->keep = keep_latest_k;
     const double bytes = 3.0 * (double)n * sizeof(float);
+    /* a background thread may not join the barriers of a multi-rank save */
+    if (async && dist_comm_size(lay->comm) > 1) {
+        async = 0;
+        base_log(BASE_LOG_INFO, "checkpoint: saving synchronously (several ranks)");
+    }
     s->async = async && bytes <= (double)base_total_ram() / 4;
     if (async && !s->async)
         base_log(BASE_LOG_INFO,

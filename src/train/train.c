@@ -35,6 +35,8 @@ void train_opts_defaults(train_opts *o) {
     o->ckpt.load_step = -1;
     o->ckpt.last_save_model_only = 1;
     o->ckpt.async = 1;
+    o->par = (dist_mesh_cfg){1, -1, 1, 1, 1};
+    o->reshard = DIST_RESHARD_DEFAULT;
 }
 
 double train_measure_peak_flops(void) {
@@ -67,6 +69,7 @@ typedef struct {
     data_loader *loader;
     uint64_t seed, counter;
     int vocab;
+    int dp_rank, dp_size; /* this rank's share of the data */
 } token_source;
 
 static void source_close(token_source *s) {
@@ -75,10 +78,12 @@ static void source_close(token_source *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int source_open(token_source *s, const train_opts *o, base_err *err) {
+static int source_open(token_source *s, const train_opts *o, const dist_mesh *mesh, base_err *err) {
     memset(s, 0, sizeof *s);
     s->seed = o->seed;
     s->vocab = o->model.vocab_size;
+    s->dp_rank = mesh->dp_rank;
+    s->dp_size = mesh->dp_size;
     if (!o->data_path) return 0;
     if (o->tokenizer_dir && data_tok_load(o->tokenizer_dir, &s->tok, err)) return -1;
     data_loader_cfg c = {.path = o->data_path,
@@ -88,8 +93,8 @@ static int source_open(token_source *s, const train_opts *o, base_err *err) {
                          .enc = {s->tok, o->model.vocab_size},
                          .seq_len = o->seq_len,
                          .batch = o->batch,
-                         .dp_rank = 0,
-                         .dp_size = 1,
+                         .dp_rank = mesh->dp_rank,
+                         .dp_size = mesh->dp_size,
                          .infinite = 1};
     if (data_loader_open(&s->loader, &c, err)) {
         source_close(s);
@@ -98,17 +103,24 @@ static int source_open(token_source *s, const train_opts *o, base_err *err) {
     return 0;
 }
 
-/* Fills one [B, T] microbatch of inputs and next-token targets. */
+/* Fills one [B, T] microbatch of inputs and next-token targets. Random tokens: the windows
+ * of T + 1 tokens come from one counter stream; each round of microbatches takes dp_size * B
+ * windows, this rank's B starting dp_rank * B windows in. Any split of the same global batch
+ * over ranks and accumulation steps therefore draws the same windows (equivalence tests,
+ * resuming on another number of ranks). */
 static int source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err) {
     if (s->loader) return data_loader_next(s->loader, tok, tgt, err) == 1 ? 0 : -1;
+    const uint64_t window = (uint64_t)B * (uint64_t)(T + 1);
+    uint64_t at = s->counter + (uint64_t)s->dp_rank * window;
     for (int b = 0; b < B; b++) {
         int32_t *x = tok + (size_t)b * T, *y = tgt + (size_t)b * T;
         for (int t = 0; t <= T; t++) {
-            int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, s->counter++) % s->vocab);
+            int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, at++) % s->vocab);
             if (t < T) x[t] = v;
             if (t > 0) y[t - 1] = v;
         }
     }
+    s->counter += (uint64_t)s->dp_size * window;
     return 0;
 }
 
@@ -145,8 +157,13 @@ static json_t *args_json(const model_args *a) {
 }
 
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. */
+/* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
+#define LOADER_STATE_BYTES 512
+
+/* states: every data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
 static char *train_state_json(const train_opts *o, const token_source *src, const optim_adamw *opt,
-                              int64_t step, int model_only, int64_t tokens_seen) {
+                              int64_t step, int model_only, int64_t tokens_seen,
+                              const char *states) {
     json_t *root = json_object();
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "model_only", json_boolean(model_only));
@@ -155,12 +172,15 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(root, "model", args_json(&o->model));
-    if (src->loader) {
-        data_loader_state ds;
-        char buf[512];
-        data_loader_get_state(src->loader, &ds);
-        data_loader_state_format(&ds, buf, sizeof buf);
-        json_object_set_new(root, "data_loader", json_loads(buf, 0, NULL));
+    if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
+        json_object_set_new(root, "data_loader", json_loads(states, 0, NULL));
+        if (src->dp_size > 1) {
+            json_t *all = json_array();
+            for (int r = 0; r < src->dp_size; r++)
+                json_array_append_new(all,
+                                      json_loads(states + (size_t)r * LOADER_STATE_BYTES, 0, NULL));
+            json_object_set_new(root, "data_loaders", all);
+        }
     } else {
         json_object_set_new(root, "data_loader", json_null());
     }
@@ -171,8 +191,25 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
 
 /* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
  * Returns the step to continue after, or -1 with err. */
+/* Loads buffer `name` of dir/step-N into this rank's pieces of the shard vector dst. */
+static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
+                       int nb, const dist_fsdp *f, size_t n_floats, base_err *err) {
+    int nr;
+    const dist_range *r = dist_fsdp_ranges(f, &nr);
+    ckpt_step_buf *b = calloc((size_t)(nb * nr) + 1, sizeof *b);
+    if (!b) return base_fail(err, "out of memory");
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < nr; k++)
+            b[i * nr + k] = (ckpt_step_buf){names[i],        NULL,     dst[i] + r[k].shard_off,
+                                            r[k].global_off, r[k].len, n_floats};
+    int rc = ckpt_step_load(dir, step, b, nb * nr, err);
+    free(b);
+    return rc;
+}
+
 static int64_t resume(const train_opts *o, const char *dir, int64_t step, model *m,
-                      optim_adamw *opt, token_source *src, int64_t *tokens_seen, base_err *err) {
+                      const dist_fsdp *f, optim_adamw *opt, token_source *src, int64_t *tokens_seen,
+                      base_err *err) {
     char *tj = NULL;
     int world;
     if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
@@ -190,10 +227,10 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
         free(need);
         goto out;
     }
-    ckpt_step_buf b[3] = {{"model", NULL, m->w, 0, m->n_floats, m->n_floats},
-                          {"adam_m", NULL, opt->m, 0, m->n_floats, m->n_floats},
-                          {"adam_v", NULL, opt->v, 0, m->n_floats, m->n_floats}};
-    if (ckpt_step_load(dir, step, b, model_only ? 1 : 3, err)) goto out;
+    /* this rank's shard of every buffer, from any number of shard files */
+    static const char *const names[3] = {"model", "adam_m", "adam_v"};
+    float *const dst[3] = {dist_fsdp_shard_params(f), opt->m, opt->v};
+    if (load_pieces(dir, step, names, dst, model_only ? 1 : 3, f, m->n_floats, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
         base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
                  (long long)step);
@@ -203,6 +240,17 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
     opt->step = json_integer_value(json_object_get(t, "adam_step"));
     src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
     *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
+    json_t *dls = json_object_get(t, "data_loaders");
+    const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
+    if (src->loader != NULL && saved_dp != src->dp_size) {
+        base_fail(err,
+                  "%s/step-%lld: the data loaders' positions belong to %d data-parallel ranks, "
+                  "this run has %d: resume a dataset on the same data-parallel size (random "
+                  "tokens reshard freely)",
+                  dir, (long long)step, saved_dp, src->dp_size);
+        goto out;
+    }
+    if (src->loader != NULL && src->dp_size > 1) dl = json_array_get(dls, (size_t)src->dp_rank);
     if (src->loader != NULL) {
         data_loader_state ds;
         char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
@@ -223,8 +271,15 @@ out:
     return rc;
 }
 
-/* Names the first parameter with a non-finite gradient (for the error message). */
-static const char *first_nonfinite_param(const model *m) {
+/* Names the first parameter with a non-finite gradient (for the error message): by
+ * parameter when this rank's shard is the whole buffer, else by unit. */
+static const char *first_nonfinite_param(const model *m, const dist_fsdp *f) {
+    const float *gs = dist_fsdp_shard_grads(f);
+    if (gs != m->g) {
+        for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
+            if (!isfinite(gs[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
+        return "(none found)";
+    }
     for (int i = 0; i < m->n_params; i++) {
         const float *g = m->g + m->params[i].offset;
         for (size_t k = 0; k < m->params[i].numel; k++)
@@ -236,8 +291,8 @@ static const char *first_nonfinite_param(const model *m) {
 /* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
  * `train`: on the training model itself when the shapes match, else on `ev`, a forward-only
  * model of the validation shape. Returns 0 and fills *loss, *ntok. */
-static int validate(const train_opts *o, const token_source *src, model *train, model *ev,
-                    double *loss, int64_t *ntok, base_err *err) {
+static int validate(const train_opts *o, const token_source *src, model *train, dist_fsdp *f,
+                    model *ev, double *loss, int64_t *ntok, base_err *err) {
     data_loader_cfg c = {.path = o->val.path,
                          .format = o->data_format,
                          .field = o->data_field,
@@ -247,8 +302,14 @@ static int validate(const train_opts *o, const token_source *src, model *train, 
                          .batch = o->val.batch,
                          .dp_size = 1,
                          .infinite = 0};
+    /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
+     * gathers whatever the documents' split. */
     model *m = ev ? ev : train;
-    if (ev) memcpy(ev->w, train->w, train->n_floats * sizeof(float));
+    if (ev) {
+        dist_fsdp_gather_all(f);
+        memcpy(ev->w, train->w, train->n_floats * sizeof(float));
+        dist_fsdp_release_all(f);
+    }
     data_loader *l;
     if (data_loader_open(&l, &c, err)) return -1;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
@@ -318,8 +379,8 @@ static int export_hf(const train_opts *o, const model *m, const char *dir, base_
 }
 
 /* The header `titan train` prints before the first step. */
-static void print_header(const train_opts *o, const model *m, const token_source *src, double peak,
-                         double fpt) {
+static void print_header(const train_opts *o, const model *m, const token_source *src,
+                         const dist_mesh *mesh, double peak, double fpt) {
     model_counts cnt;
     model_count_params(&o->model, &cnt);
     const model_args *a = &o->model;
@@ -329,17 +390,26 @@ static void print_header(const train_opts *o, const model *m, const token_source
            a->ffn_dim, a->vocab_size, a->tie_embeddings ? "tied" : "untied", fpt / 1e9);
     char desc[1024] = "uniform random tokens";
     if (src->loader) data_loader_describe(src->loader, desc, sizeof desc);
-    printf("  data: %s\n  step: %d x %d tokens x %d microbatches = %lld tokens; %d steps\n", desc,
-           o->batch, o->seq_len, o->grad_accum, (long long)o->batch * o->seq_len * o->grad_accum,
-           o->steps);
-    const double gib = 1 << 30, pb = (double)m->n_floats * sizeof(float);
+    printf("  data: %s\n  step: %d x %d tokens x %d microbatches x %d data-parallel ranks = %lld "
+           "tokens; %d steps\n",
+           desc, o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
+           (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->steps);
+    /* per rank: parameters, gradients and AdamW state are sharded over dp_shard (FSDP) */
+    const double gib = 1 << 30, pb = (double)m->n_floats * sizeof(float) / mesh->dp_shard;
     const double act = (double)model_activation_bytes(m);
-    printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
-           omp_get_max_threads(), o->ac == MODEL_AC_FULL ? "full" : "none");
-    printf("  memory estimate: %.2f GiB = weights %.2f + gradients %.2f + AdamW %.2f + "
+    static const char *const reshard[] = {"default", "always", "never"};
+    if (mesh->world > 1)
+        printf("  parallelism: %d processes = dp_replicate %d x dp_shard %d x tp %d, %d threads "
+               "each; FSDP reshard_after_forward %s; activation checkpointing %s\n",
+               mesh->world, mesh->dp_replicate, mesh->dp_shard, mesh->tp, omp_get_max_threads(),
+               reshard[o->reshard], o->ac == MODEL_AC_FULL ? "full" : "none");
+    else
+        printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
+               omp_get_max_threads(), o->ac == MODEL_AC_FULL ? "full" : "none");
+    printf("  memory estimate%s: %.2f GiB = weights %.2f + gradients %.2f + AdamW %.2f + "
            "activations %.2f (of %.1f GiB RAM)\n",
-           (4 * pb + act) / gib, pb / gib, pb / gib, 2 * pb / gib, act / gib,
-           (double)base_total_ram() / gib);
+           mesh->world > 1 ? " per rank (titan plan for details)" : "", (4 * pb + act) / gib,
+           pb / gib, pb / gib, 2 * pb / gib, act / gib, (double)base_total_ram() / gib);
     printf("  kernels (layers.0):");
     const ops_table *t = &m->ops[1 < m->n_units ? 1 : 0];
     for (int k = 0; k < OPS_COUNT; k++)
@@ -349,34 +419,94 @@ static void print_header(const train_opts *o, const model *m, const token_source
     fflush(stdout);
 }
 
+/* Tokens one rank trains on per step. */
+static double ntok_per_step(const train_opts *o) {
+    return (double)o->batch * o->seq_len * o->grad_accum;
+}
+
+_Static_assert((int)MODEL_FWD_BEGIN == (int)DIST_FWD_BEGIN &&
+                   (int)MODEL_FWD_END == (int)DIST_FWD_END &&
+                   (int)MODEL_BWD_BEGIN == (int)DIST_BWD_BEGIN &&
+                   (int)MODEL_BWD_END == (int)DIST_BWD_END,
+               "model and dist phases agree");
+
+static void fsdp_hook(void *ctx, int unit, model_phase p) {
+    dist_fsdp_hook(ctx, unit, (dist_phase)p);
+}
+
+/* FSDP over the model's units: the model computes on the full (virtual) buffers, the
+ * optimizer and checkpoints see this rank's shard vector. */
+static int setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
+                      base_err *err) {
+    dist_unit *u = calloc((size_t)m->n_units, sizeof *u);
+    if (!u) return base_fail(err, "out of memory");
+    for (int i = 0; i < m->n_units; i++) u[i] = (dist_unit){m->units[i].offset, m->units[i].numel};
+    dist_fsdp_cfg c = {
+        u,    m->n_units, m->n_floats, o->reshard, m->n_units - 1, o->model.tie_embeddings ? 0 : -1,
+        m->w, m->g};
+    int rc = dist_fsdp_new(f, mesh, &c, err);
+    free(u);
+    if (rc) return -1;
+    m->w = dist_fsdp_full_params(*f);
+    m->g = dist_fsdp_full_grads(*f);
+    m->hook = fsdp_hook;
+    m->hook_ctx = *f;
+    return 0;
+}
+
 int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
         return base_fail(err, "steps and grad_accum must be positive");
+    dist_mesh mesh;
+    if (dist_mesh_init(&mesh, &o->par, err)) return -1;
+    const int lead = mesh.rank == 0; /* writes the console, metrics and the HF export */
+    if (mesh.world > 1) {
+        base_log_set_rank(mesh.rank);
+        if (!lead) { /* other ranks log to stderr only, with their rank */
+            base_log_all_to_stderr(1);
+            if (!freopen("/dev/null", "w", stdout)) base_log(BASE_LOG_WARN, "stdout stays open");
+        }
+    }
     token_source src;
-    if (source_open(&src, o, err)) return -1;
+    if (source_open(&src, o, &mesh, err)) {
+        dist_mesh_free(&mesh);
+        return -1;
+    }
     model m;
     model_build_opts bo = {
         o->batch, o->seq_len, o->ac, 1, o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
     optim_adamw opt = {0};
+    dist_fsdp *f = NULL;
     FILE *jl = NULL;
     int32_t *tok = NULL, *tgt = NULL;
     train_saver *saver = NULL;
     train_tb *tb = NULL;
     model ev = {0};
     int have_ev = 0;
-    char *state = NULL;
-    if (model_build(&m, &o->model, &bo, err)) goto out;
-    model_init_weights(&m, o->seed);
-    if (optim_adamw_init(&opt, m.n_floats, err)) goto out;
+    char *state = NULL, *states = NULL;
+    /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
+    if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
+                           : model_build(&m, &o->model, &bo, err)) ||
+        setup_fsdp(&m, &mesh, o, &f, err))
+        goto out;
+    /* unit by unit: with FSDP only one unit is ever whole in memory */
+    for (int u = 0; u < m.n_units; u++) {
+        model_init_unit_weights(&m, u, o->seed);
+        dist_fsdp_store_unit(f, u);
+    }
+    float *const ws = dist_fsdp_shard_params(f), *const gs = dist_fsdp_shard_grads(f);
+    const size_t ns = dist_fsdp_shard_len(f);
+    if (optim_adamw_init(&opt, ns, err)) goto out;
     const size_t NT = (size_t)o->batch * o->seq_len;
     tok = base_alloc(NT * o->grad_accum * sizeof(int32_t));
     tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t));
-    if (!tok || !tgt) {
+    states = calloc((size_t)mesh.dp_size, LOADER_STATE_BYTES);
+    if (!tok || !tgt || !states) {
         base_fail(err, "out of memory");
         goto out;
     }
-    if (o->jsonl_path) {
+    if (o->jsonl_path && lead) {
         if (base_mkdir_parent(o->jsonl_path, err)) goto out;
         if (!(jl = fopen(o->jsonl_path, "w"))) {
             base_fail(err, "%s: cannot open metrics file for writing: %s", o->jsonl_path,
@@ -391,8 +521,8 @@ int train_run(const train_opts *o, base_err *err) {
         goto out;
     }
     const double fpt = model_flops_per_token(&o->model, o->seq_len);
-    print_header(o, &m, &src, peak, fpt);
-    if (o->tb_dir && train_tb_open(&tb, o->tb_dir, err)) goto out;
+    print_header(o, &m, &src, &mesh, peak, fpt);
+    if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = {o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
                                o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
@@ -403,86 +533,113 @@ int train_run(const train_opts *o, base_err *err) {
     char ckdir[4096] = "";
     int64_t start = 0, tokens_seen = 0;
     if (o->ckpt.enable) {
-        const char *f = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
-        if (f[0] == '/' || !o->dump_folder)
-            snprintf(ckdir, sizeof ckdir, "%s", f);
+        const char *fo = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
+        if (fo[0] == '/' || !o->dump_folder)
+            snprintf(ckdir, sizeof ckdir, "%s", fo);
         else
-            snprintf(ckdir, sizeof ckdir, "%s/%s", o->dump_folder, f);
+            snprintf(ckdir, sizeof ckdir, "%s/%s", o->dump_folder, fo);
         int64_t step = o->ckpt.load_step;
         if (step < 0) ckpt_step_latest(ckdir, &step);
-        if (step >= 0 && (start = resume(o, ckdir, step, &m, &opt, &src, &tokens_seen, err)) < 0)
+        if (step >= 0 && (start = resume(o, ckdir, step, &m, f, &opt, &src, &tokens_seen, err)) < 0)
             goto out;
-        if (step < 0 && o->ckpt.initial_load_path && initial_load(o, &m, err)) goto out;
-        if (train_saver_init(&saver, ckdir, m.n_floats, o->ckpt.async, o->ckpt.keep_latest_k, err))
+        if (step < 0 && o->ckpt.initial_load_path) {
+            if (initial_load(o, &m, err)) goto out;
+            for (int u = 0; u < m.n_units; u++) dist_fsdp_store_unit(f, u);
+        }
+        int nr;
+        const dist_range *ranges = dist_fsdp_ranges(f, &nr);
+        train_saver_layout lay = {
+            mesh.world_comm,
+            mesh.rank,
+            mesh.replicate_rank == 0 ? mesh.shard_rank * mesh.tp + mesh.tp_rank : -1,
+            mesh.dp_shard * mesh.tp,
+            ranges,
+            nr,
+            m.n_floats};
+        if (train_saver_init(&saver, ckdir, ns, &lay, o->ckpt.async, o->ckpt.keep_latest_k, err))
             goto out;
     }
     optim_lr_cfg lrc = o->lr;
     if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
-    double t_total = 0;
+    double t_total = 0, comm_total = 0;
     int64_t tokens_total = 0;
     const int last =
         o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
-    const int tty = isatty(STDOUT_FILENO); /* a progress line on terminals, plain lines else */
+    /* a progress line on terminals (not under mpirun: its ranks write to a pty) */
+    const int tty = mesh.world == 1 && isatty(STDOUT_FILENO);
     const double t_run = base_now();
     for (int step = (int)start + 1; step <= last; step++) {
         double t0 = base_now();
+        const double comm0 = dist_comm_seconds();
         int64_t valid = 0;
         for (int mb = 0; mb < o->grad_accum; mb++) {
             if (source_next(&src, tok + mb * NT, tgt + mb * NT, o->batch, o->seq_len, err))
                 goto out;
             for (size_t i = 0; i < NT; i++) valid += tgt[mb * NT + i] != OPS_IGNORE_INDEX;
         }
+        /* the loss is normalised by the valid targets of the whole step on all ranks */
+        dist_allreduce_i64(mesh.dp_comm, &valid, 1);
         double t_data = base_now() - t0;
-        model_zero_grad(&m);
+        dist_fsdp_begin_step(f);
         double loss_sum = 0, sumsq = 0;
         for (int mb = 0; mb < o->grad_accum; mb++) {
             const double l = model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
                                                    valid ? 1.0f / (float)valid : 0.0f, NULL);
             loss_sum += l;
             /* checked per microbatch (cumulative gradients) so the error names the one */
-            sumsq = optim_sumsq(m.g, m.n_floats);
+            sumsq = optim_sumsq(gs, ns);
             if (!isfinite(l) || !isfinite(sumsq)) {
                 base_fail(err,
                           "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
                           "non-finite gradient: %s; stopping (the last checkpoint is intact)",
                           step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
-                          l / (valid ? (double)valid : 1.0), first_nonfinite_param(&m));
+                          l / (valid ? (double)valid : 1.0), first_nonfinite_param(&m, f));
                 goto out;
             }
         }
+        if (mesh.dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
+            dist_fsdp_sync_replicas(f);
+            sumsq = optim_sumsq(gs, ns);
+        }
+        /* the global norm: every shard once (replicas hold the same shard) */
+        dist_allreduce_f64(mesh.shard_comm, &sumsq, 1);
+        dist_allreduce_f64(mesh.dp_comm, &loss_sum, 1);
         const double loss = valid ? loss_sum / (double)valid : 0.0;
-        const double norm = optim_clip_apply(m.g, m.n_floats, sumsq, o->max_norm);
+        const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
         const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
-        optim_adamw_step(&opt, m.w, m.g, &o->adamw, lr);
-        const double dt = base_now() - t0;
-        const int64_t ntok = (int64_t)NT * o->grad_accum;
-        tokens_seen += ntok;
+        optim_adamw_step(&opt, ws, gs, &o->adamw, lr);
+        const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
+        const int64_t ntok = (int64_t)NT * o->grad_accum; /* this rank's tokens */
+        tokens_seen += ntok * mesh.dp_size;
         if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
             t_total += dt;
+            comm_total += comm;
             tokens_total += ntok;
         }
-        const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak;
+        const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak; /* per rank */
         const double mem = (double)base_peak_rss() / (1 << 30);
         const double mem_pct = 100.0 * base_peak_rss() / (double)base_total_ram();
         if (tty) printf("\r\033[K"); /* erase the progress line */
         double val_loss = NAN;
         int64_t val_tok = 0;
         if (o->val.path && (step % o->val.freq == 0 || step == last)) {
-            if (validate(o, &src, &m, have_ev ? &ev : NULL, &val_loss, &val_tok, err)) goto out;
+            if (validate(o, &src, &m, f, have_ev ? &ev : NULL, &val_loss, &val_tok, err)) goto out;
             printf("validate: step %d  loss: %.5f  perplexity: %.3f  (%lld tokens)\n", step,
                    val_loss, exp(val_loss), (long long)val_tok);
         }
         const int log_now = step % o->log_freq == 0 || step == last;
         if (log_now)
             printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
-                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs\n",
-                   step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data);
+                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs%s",
+                   step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data,
+                   mesh.world > 1 ? "" : "\n");
+        if (log_now && mesh.world > 1) printf("  comm: %.3fs\n", comm);
         if (tty && step < last) { /* progress: steps done, ETA, tokens/s */
             const double avg = (base_now() - t_run) / (step - start);
             const int w = 30, done = (int)((double)w * step / last);
             printf("  [%.*s%*s] step %d/%d  eta %.0fs  %.0f tok/s", done,
                    "##############################", w - done, "", step, last, avg * (last - step),
-                   ntok / avg);
+                   ntok * mesh.dp_size / avg);
         }
         fflush(stdout);
         if (jl) {
@@ -491,6 +648,7 @@ int train_run(const train_opts *o, base_err *err) {
                     "\"tps\": %.17g, \"tflops\": %.17g, \"mfu\": %.17g, \"memory_gib\": %.17g, "
                     "\"data_s\": %.17g",
                     step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
+            if (mesh.world > 1) fprintf(jl, ", \"comm_s\": %.17g, \"step_s\": %.17g", comm, dt);
             if (isfinite(val_loss)) fprintf(jl, ", \"val_loss\": %.17g", val_loss);
             fprintf(jl, "}\n");
             fflush(jl);
@@ -517,26 +675,48 @@ int train_run(const train_opts *o, base_err *err) {
         if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
             char dir[4200];
             snprintf(dir, sizeof dir, "%s/step-%d", ckdir, step);
-            if (train_saver_finish(saver, err) || export_hf(o, &m, dir, err)) goto out;
+            if (train_saver_finish(saver, err)) goto out;
+            dist_fsdp_gather_all(f); /* whole weights on every rank; rank 0 writes them */
+            if (lead && export_hf(o, &m, dir, err)) goto out;
         } else if (saver && (step % o->ckpt.interval == 0 || step == last)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
+            if (src.loader) { /* every data-parallel rank's position */
+                char mine[LOADER_STATE_BYTES] = {0};
+                data_loader_state ds;
+                data_loader_get_state(src.loader, &ds);
+                data_loader_state_format(&ds, mine, sizeof mine);
+                dist_allgather_bytes(mesh.dp_comm, mine, states, LOADER_STATE_BYTES);
+            }
             free(state);
-            state = train_state_json(o, &src, &opt, step, model_only, tokens_seen);
-            if (!state || train_saver_save(saver, step, m.w, opt.m, opt.v, model_only, state, err))
+            state = train_state_json(o, &src, &opt, step, model_only, tokens_seen, states);
+            if (!state || train_saver_save(saver, step, ws, opt.m, opt.v, model_only, state, err))
                 goto out;
         }
     }
     if (train_saver_finish(saver, err)) goto out;
     const double tps = t_total > 0 ? tokens_total / t_total : 0;
-    printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
-           100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
-    if (o->out_dir && export_hf(o, &m, o->out_dir, err)) goto out;
-    if (o->sample_tokens > 0 && sample(&m, o, &src, err)) goto out;
+    if (mesh.world > 1) {
+        dist_fsdp_stats st;
+        dist_fsdp_get_stats(f, &st);
+        printf("summary: steps=%d tokens_per_s=%.2f tokens_per_s_per_rank=%.2f mfu=%.2f "
+               "peak_rss_gib=%.3f comm_s_per_step=%.4f step_s=%.4f ranks=%d\n",
+               o->steps, tps * mesh.dp_size, tps, 100.0 * fpt * tps / peak,
+               (double)base_peak_rss() / (1 << 30),
+               tokens_total ? comm_total * ntok_per_step(o) / tokens_total : 0,
+               tokens_total ? t_total * ntok_per_step(o) / tokens_total : 0, mesh.world);
+    } else {
+        printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
+               100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
+    }
+    if (o->out_dir || o->sample_tokens > 0) dist_fsdp_gather_all(f); /* whole weights */
+    if (o->out_dir && lead && export_hf(o, &m, o->out_dir, err)) goto out;
+    if (o->sample_tokens > 0 && lead && sample(&m, o, &src, err)) goto out;
     rc = 0;
 out:
     if (jl) fclose(jl);
     base_free(tok);
     base_free(tgt);
+    free(states);
     optim_adamw_free(&opt);
     if (rc != 0) { /* report the original error; a background save still finishes */
         base_err e2;
@@ -547,6 +727,8 @@ out:
     if (have_ev) model_free(&ev);
     free(state);
     model_free(&m);
+    dist_fsdp_free(f);
     source_close(&src);
+    dist_mesh_free(&mesh);
     return rc;
 }

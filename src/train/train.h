@@ -8,6 +8,7 @@
 
 #include "../base/base.h"
 #include "../data/data.h"
+#include "../dist/dist.h"
 #include "../model/model.h"
 #include "../optim/optim.h"
 
@@ -57,6 +58,8 @@ typedef struct {
     int ce_chunk;             /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
+    dist_mesh_cfg par;    /* [parallelism] degrees (dp_shard resolved against the world) */
+    dist_reshard reshard; /* parallelism.fsdp_reshard_after_forward */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -188,8 +191,15 @@ void train_config_print(const train_config *c, FILE *f);
 /* `titan train --help`: options, aliases, and every field with its default and help. */
 void train_config_usage(FILE *f);
 /* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
- * setting titan cannot honour yet (MPI parallelism, checkpointing, MoE, ...). */
+ * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
+ * The parallel degrees are checked against dist_world_size() (the ranks of this run);
+ * grad_accum = global_batch_size / (local_batch_size x dp_replicate x dp_shard). */
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err);
+
+/* The model a config describes: its flavor (base NULL; a MoE flavor then needs a base) or
+ * *base (a Hugging Face config.json's arguments), with the [model] overrides applied. */
+int train_config_model_args(const train_config *c, const model_args *base, model_args *a,
+                            base_err *err);
 
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
 void train_opts_defaults(train_opts *o);
@@ -246,6 +256,35 @@ typedef struct {
  * than the cache keeps its last max_len tokens. */
 int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const train_gen_opts *o,
                    train_gen_result *r, base_err *err);
+
+/* ---- titan plan (src/train/plan.c) ---------------------------------------------------
+ * Per-rank memory and per-step traffic of a training run on `world` ranks, from the shapes
+ * alone (nothing of the model is allocated). fp32 everywhere; bytes. */
+typedef struct {
+    model_args model;
+    int world, batch, seq_len, grad_accum;
+    dist_mesh_cfg par; /* dp_shard may be -1 */
+    dist_reshard reshard;
+    model_ac_mode ac; /* the configured mode (both are reported) */
+} train_plan_in;
+
+typedef struct {
+    dist_mesh_cfg par; /* resolved */
+    int64_t n_params;
+    double params, grads, adam; /* this rank's shards */
+    double gathered;            /* peak of whole units in flight (FSDP), params + grads */
+    double comm_buffers;        /* reduce-scatter receive buffer */
+    double act_none, act_full;  /* activations without / with full activation checkpointing */
+    double runtime;             /* libraries, MPI, thread stacks: a measured constant */
+    double total_none, total_full;
+    /* per step, per rank */
+    double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;
+    int64_t allgathers, reduce_scatters;
+} train_plan;
+
+int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err);
+/* The table `titan plan` prints; budget_gib > 0 adds whether the run fits. */
+void train_plan_print(const train_plan_in *in, const train_plan *p, double budget_gib, FILE *f);
 
 /* Measures this machine's fp32 GEMM rate (FLOP/s) with the linked BLAS. */
 double train_measure_peak_flops(void);

@@ -371,8 +371,17 @@ static void command_line(void) {
         const char *want;
     } refused[] = {
         {{"--parallelism.tensor_parallel_degree", "2"},
-         "command line: --parallelism.tensor_parallel_degree: 2 needs MPI support (not yet "
-         "implemented)"},
+         "command line: --parallelism.tensor_parallel_degree: 2: tensor parallelism is not "
+         "implemented yet"},
+        {{"--parallelism.pipeline_parallel_degree", "2"},
+         "command line: --parallelism.pipeline_parallel_degree: 2: pipeline parallelism is not "
+         "supported"},
+        {{"--parallelism.context_parallel_degree", "4"},
+         "command line: --parallelism.context_parallel_degree: 4: context parallelism is not "
+         "supported"},
+        {{"--parallelism.data_parallel_shard_degree", "2"},
+         "parallelism: data_parallel_replicate_degree 1 x data_parallel_shard_degree 2 x "
+         "tensor_parallel_degree 1 = 2, but there are 1 ranks (mpirun -np)"},
         {{"--activation_checkpoint.mode", "selective"},
          "command line: --activation_checkpoint.mode: selective activation checkpointing is not "
          "implemented yet"},

@@ -336,7 +336,7 @@ static void test_folders(void) {
     /* convert refuses what it cannot read; inspect names the problem */
     snprintf(cmd, sizeof cmd, "rm %s/config.json", empty);
     CHECK(system(cmd) == 0, "rm");
-    CHECK(ckpt_convert(empty, dir, NULL, &e) != 0 && strstr(e.msg, "neither"), "convert: %s",
+    CHECK(ckpt_convert(empty, dir, NULL, &e) != 0 && strstr(e.msg, "not a model"), "convert: %s",
           e.msg);
     CHECK(ckpt_inspect("/nonexistent/x", &e) != 0 && strstr(e.msg, "/nonexistent/x"), "inspect");
 

@@ -1,0 +1,316 @@
+/* dist: processes, communicators, collectives and the mesh (see dist.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int g_mpi; /* MPI initialised by dist_init */
+static int g_rank, g_world = 1;
+static double g_comm_s; /* seconds inside collectives */
+
+int dist_have_mpi(void) {
+#ifdef TITAN_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Started by an MPI launcher: OpenMPI's mpirun, or a PMI/PMIx one (MPICH, Slurm). */
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+int dist_init(int *argc, char ***argv, base_err *err) {
+    if (g_mpi) return 0;
+#ifdef TITAN_HAVE_MPI
+    if (launched_by_mpi()) {
+        int provided;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return base_fail(err, "MPI_Init failed");
+        g_mpi = 1;
+        /* the default, said explicitly: an MPI error stops every rank, never a hang */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+    }
+#else
+    (void)argc;
+    (void)argv;
+    if (launched_by_mpi() && getenv("OMPI_COMM_WORLD_SIZE") &&
+        atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1)
+        return base_fail(err,
+                         "started by mpirun with %s ranks, but this titan was built without "
+                         "MPI (install libopenmpi-dev and rebuild)",
+                         getenv("OMPI_COMM_WORLD_SIZE"));
+#endif
+    return 0;
+}
+
+void dist_finalize(void) {
+#ifdef TITAN_HAVE_MPI
+    if (g_mpi) MPI_Finalize();
+#endif
+    g_mpi = 0;
+}
+
+int dist_world_rank(void) {
+    return g_rank;
+}
+
+int dist_world_size(void) {
+    return g_world;
+}
+
+_Noreturn void dist_abort(int code) {
+    fflush(stdout);
+    fflush(stderr);
+#ifdef TITAN_HAVE_MPI
+    if (g_mpi && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+    exit(code);
+}
+
+double dist_comm_seconds(void) {
+    return g_comm_s;
+}
+
+/* ---- communicators -------------------------------------------------------------------- */
+
+static dist_comm *comm_single(void) {
+    dist_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+#ifdef TITAN_HAVE_MPI
+    c->comm = MPI_COMM_NULL;
+#endif
+    c->size = 1;
+    return c;
+}
+
+/* The group of ranks sharing `color`, ordered by key (MPI_Comm_split). */
+static dist_comm *comm_split(int color, int key) {
+#ifdef TITAN_HAVE_MPI
+    if (g_mpi) {
+        dist_comm *c = calloc(1, sizeof *c);
+        if (!c) return NULL;
+        MPI_Comm_split(MPI_COMM_WORLD, color, key, &c->comm);
+        MPI_Comm_size(c->comm, &c->size);
+        MPI_Comm_rank(c->comm, &c->rank);
+        return c;
+    }
+#endif
+    (void)color;
+    (void)key;
+    return comm_single();
+}
+
+static void comm_free(dist_comm *c) {
+    if (!c) return;
+#ifdef TITAN_HAVE_MPI
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+#endif
+    free(c);
+}
+
+int dist_comm_size(const dist_comm *c) {
+    return c->size;
+}
+
+int dist_comm_rank(const dist_comm *c) {
+    return c->rank;
+}
+
+#ifdef TITAN_HAVE_MPI
+#define MULTI(c) ((c)->size > 1)
+#endif
+
+void dist_barrier(dist_comm *c) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Barrier(c->comm);
+        g_comm_s += base_now() - t0;
+    }
+#else
+    (void)c;
+#endif
+}
+
+#ifdef TITAN_HAVE_MPI
+static void allreduce(dist_comm *c, void *x, int n, MPI_Datatype t, MPI_Op op) {
+    double t0 = base_now();
+    MPI_Allreduce(MPI_IN_PLACE, x, n, t, op, c->comm);
+    g_comm_s += base_now() - t0;
+}
+#endif
+
+void dist_allreduce_f64(dist_comm *c, double *x, int n) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) allreduce(c, x, n, MPI_DOUBLE, MPI_SUM);
+#else
+    (void)c, (void)x, (void)n;
+#endif
+}
+
+void dist_allreduce_max_f64(dist_comm *c, double *x, int n) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) allreduce(c, x, n, MPI_DOUBLE, MPI_MAX);
+#else
+    (void)c, (void)x, (void)n;
+#endif
+}
+
+void dist_allreduce_i64(dist_comm *c, int64_t *x, int n) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) allreduce(c, x, n, MPI_INT64_T, MPI_SUM);
+#else
+    (void)c, (void)x, (void)n;
+#endif
+}
+
+void dist_allreduce_f32(dist_comm *c, float *x, size_t n) {
+#ifdef TITAN_HAVE_MPI
+    const size_t chunk = (size_t)1 << 30; /* MPI counts are int */
+    for (size_t i = 0; MULTI(c) && i < n; i += chunk)
+        allreduce(c, x + i, (int)(n - i < chunk ? n - i : chunk), MPI_FLOAT, MPI_SUM);
+#else
+    (void)c, (void)x, (void)n;
+#endif
+}
+
+void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
+        g_comm_s += base_now() - t0;
+        return;
+    }
+#endif
+    if (recv != send) memcpy(recv, send, bytes);
+}
+
+void dist_iallgatherv_f32(dist_comm *c, const float *send, float *recv, const int *counts,
+                          const int *displs, dist_req *r) {
+    r->active = 0;
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Iallgatherv(send, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm,
+                        &r->req);
+        g_comm_s += base_now() - t0;
+        r->active = 1;
+        return;
+    }
+#endif
+    if (recv + displs[0] != send) memcpy(recv + displs[0], send, sizeof(float) * (size_t)counts[0]);
+}
+
+double dist_wait(dist_req *r) {
+    if (!r->active) return 0;
+    double t = 0;
+#ifdef TITAN_HAVE_MPI
+    double t0 = base_now();
+    MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    t = base_now() - t0;
+    g_comm_s += t;
+#endif
+    r->active = 0;
+    return t;
+}
+
+double dist_reduce_scatter_f32(dist_comm *c, const float *send, float *recv, const int *counts) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->comm);
+        double t = base_now() - t0;
+        g_comm_s += t;
+        return t;
+    }
+#endif
+    if (recv != send) memcpy(recv, send, sizeof(float) * (size_t)counts[0]);
+    return 0;
+}
+
+/* ---- the mesh ------------------------------------------------------------------------- */
+
+int dist_mesh_resolve(dist_mesh_cfg *c, int world, base_err *err) {
+    if (c->pp > 1)
+        return base_fail(err,
+                         "parallelism.pipeline_parallel_degree: %d: pipeline parallelism is "
+                         "not supported (use 1)",
+                         c->pp);
+    if (c->cp > 1)
+        return base_fail(err,
+                         "parallelism.context_parallel_degree: %d: context parallelism is "
+                         "not supported (use 1)",
+                         c->cp);
+    if (c->dp_replicate < 1 || c->tp < 1 || c->dp_shard == 0 || c->dp_shard < -1)
+        return base_fail(err, "parallelism: degrees must be positive (data_parallel_shard_degree "
+                              "may be -1)");
+    const long rest = (long)c->dp_replicate * c->tp;
+    if (c->dp_shard == -1) {
+        if (world % rest)
+            return base_fail(err,
+                             "parallelism: %d ranks do not divide into "
+                             "data_parallel_replicate_degree %d x tensor_parallel_degree %d",
+                             world, c->dp_replicate, c->tp);
+        c->dp_shard = (int)(world / rest);
+    }
+    if (rest * c->dp_shard != world)
+        return base_fail(err,
+                         "parallelism: data_parallel_replicate_degree %d x "
+                         "data_parallel_shard_degree %d x tensor_parallel_degree %d = %ld, "
+                         "but there are %d ranks (mpirun -np)",
+                         c->dp_replicate, c->dp_shard, c->tp, rest * c->dp_shard, world);
+    return 0;
+}
+
+int dist_mesh_init(dist_mesh *m, const dist_mesh_cfg *cfg, base_err *err) {
+    memset(m, 0, sizeof *m);
+    dist_mesh_cfg c = *cfg;
+    if (dist_mesh_resolve(&c, g_world, err)) return -1;
+    m->rank = g_rank;
+    m->world = g_world;
+    m->dp_replicate = c.dp_replicate;
+    m->dp_shard = c.dp_shard;
+    m->tp = c.tp;
+    m->tp_rank = g_rank % c.tp;
+    m->shard_rank = g_rank / c.tp % c.dp_shard;
+    m->replicate_rank = g_rank / c.tp / c.dp_shard;
+    m->dp_rank = m->replicate_rank * c.dp_shard + m->shard_rank;
+    m->dp_size = c.dp_replicate * c.dp_shard;
+    m->world_comm = comm_split(0, g_rank);
+    m->shard_comm = comm_split(m->replicate_rank * c.tp + m->tp_rank, m->shard_rank);
+    m->replicate_comm = comm_split(m->shard_rank * c.tp + m->tp_rank, m->replicate_rank);
+    m->dp_comm = comm_split(m->tp_rank, m->dp_rank);
+    m->tp_comm = comm_split(m->dp_rank, m->tp_rank);
+    if (!m->world_comm || !m->shard_comm || !m->replicate_comm || !m->dp_comm || !m->tp_comm) {
+        dist_mesh_free(m);
+        return base_fail(err, "out of memory");
+    }
+    return 0;
+}
+
+void dist_mesh_free(dist_mesh *m) {
+    comm_free(m->world_comm);
+    comm_free(m->shard_comm);
+    comm_free(m->replicate_comm);
+    comm_free(m->dp_comm);
+    comm_free(m->tp_comm);
+    memset(m, 0, sizeof *m);
+}
+
+int dist_reshard_parse(const char *s, dist_reshard *out) {
+    if (!strcmp(s, "default"))
+        *out = DIST_RESHARD_DEFAULT;
+    else if (!strcmp(s, "always"))
+        *out = DIST_RESHARD_ALWAYS;
+    else if (!strcmp(s, "never"))
+        *out = DIST_RESHARD_NEVER;
+    else
+        return -1;
+    return 0;
+}

@@ -1,0 +1,173 @@
+/* dist: the process mesh, collectives and FSDP (ZeRO-3) over flat parameter buffers.
+ *
+ * Built with MPI (TITAN_HAVE_MPI) and launched by mpirun, every rank runs the same program;
+ * built without MPI, or run as one plain process, the mesh has one rank and every collective
+ * is trivial (a copy or nothing): the same calls serve 1 and N ranks.
+ *
+ * Mesh: world = dp_replicate x dp_shard x tp, tp innermost (ranks of one TP group are
+ * adjacent, so they share a machine under a by-slot hostfile), then dp_shard, then
+ * dp_replicate: rank = (replicate_rank * dp_shard + shard_rank) * tp + tp_rank.
+ * The data-parallel index (which documents / windows a rank reads) is
+ * dp_rank = replicate_rank * dp_shard + shard_rank of dp_size = dp_replicate * dp_shard.
+ *
+ * dist moves flat float buffers it is given; it never includes model internals. */
+#ifndef TITAN_DIST_H
+#define TITAN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+
+/* ---- processes ---------------------------------------------------------------------- */
+
+/* Initialises MPI when titan was built with it and started by an MPI launcher (mpirun sets
+ * OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK); otherwise one process. Idempotent. */
+int dist_init(int *argc, char ***argv, base_err *err);
+/* MPI_Finalize when dist_init started MPI. */
+void dist_finalize(void);
+int dist_world_rank(void);
+int dist_world_size(void);
+/* 1 when built with MPI. */
+int dist_have_mpi(void);
+/* Stops every rank (MPI_Abort) after this one has printed its error; exit(code) alone. */
+_Noreturn void dist_abort(int code);
+
+/* ---- communicators and collectives ---------------------------------------------------
+ * A dist_comm is a group of ranks (an MPI communicator, or the single process). Every
+ * collective is called by all ranks of the group in the same order; an MPI error stops all
+ * ranks (MPI_ERRORS_ARE_FATAL), never a hang. Sums are in place. */
+typedef struct dist_comm dist_comm;
+
+int dist_comm_size(const dist_comm *c);
+int dist_comm_rank(const dist_comm *c);
+void dist_barrier(dist_comm *c);
+void dist_allreduce_f64(dist_comm *c, double *x, int n);
+void dist_allreduce_max_f64(dist_comm *c, double *x, int n);
+void dist_allreduce_i64(dist_comm *c, int64_t *x, int n);
+/* Sum of x[n] over the group, in place (chunked: n may exceed 2^31). */
+void dist_allreduce_f32(dist_comm *c, float *x, size_t n);
+/* recv[size * bytes] = every rank's send[bytes], in rank order. */
+void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes);
+/* Seconds this process has spent inside collectives (waiting included) since the start. */
+double dist_comm_seconds(void);
+
+/* ---- the mesh ------------------------------------------------------------------------- */
+typedef struct {
+    int dp_replicate; /* >= 1 */
+    int dp_shard;     /* >= 1, or -1: the ranks left over, world / (dp_replicate * tp) */
+    int tp;           /* >= 1 */
+    int pp, cp;       /* must be 1: pipeline and context parallelism are not supported */
+} dist_mesh_cfg;
+
+typedef struct {
+    int rank, world;
+    int dp_replicate, dp_shard, tp;
+    int replicate_rank, shard_rank, tp_rank;
+    int dp_rank, dp_size;
+    dist_comm *world_comm;
+    dist_comm *shard_comm;     /* the dp_shard ranks holding one model's shards (FSDP) */
+    dist_comm *replicate_comm; /* the dp_replicate ranks holding the same shard (HSDP) */
+    dist_comm *dp_comm;        /* dp_replicate x dp_shard: token counts, loss */
+    dist_comm *tp_comm;        /* the tp ranks of one tensor-parallel group */
+} dist_mesh;
+
+/* Checks the degrees against the world size (errors name the field) and splits the
+ * communicators (MPI_Comm_split). */
+int dist_mesh_init(dist_mesh *m, const dist_mesh_cfg *c, base_err *err);
+/* Resolves dp_shard = -1 and checks the product against world (no communicators): what
+ * dist_mesh_init and `titan plan` agree on. */
+int dist_mesh_resolve(dist_mesh_cfg *c, int world, base_err *err);
+void dist_mesh_free(dist_mesh *m);
+
+/* ---- FSDP ------------------------------------------------------------------------------
+ * A model's parameters are one flat fp32 buffer of n floats split into units (contiguous
+ * ranges). Each unit is sharded evenly over the dp_shard ranks: shard length
+ * S_u = ceil(numel_u / dp_shard) (padded, so any size divides), rank r owning elements
+ * [r S_u, min((r + 1) S_u, numel_u)) of the unit. This rank's shards of all units, in unit
+ * order, form its flat shard vector (parameters, gradients; the optimizer's moments mirror
+ * it); padding elements stay zero.
+ *
+ * The full buffers (parameters and gradients, n floats each) are virtual: a unit's range is
+ * resident only between its gather and its release (pages returned with madvise), so a rank
+ * holds the shards plus the few units in flight. With dp_shard = 1 the shard IS the full
+ * buffer (the model's own allocation), and gather, release and reduce-scatter do nothing.
+ *
+ * Per unit, driven by the model's hooks (dist_fsdp_hook):
+ *   forward begin  : wait for / do the all-gather of its parameters, then start the next
+ *                    unit's all-gather (non-blocking: prefetch while this one computes)
+ *   forward end    : release its parameters (reshard_after_forward; see dist_reshard)
+ *   backward begin : gather again if released; prefetch the previous unit
+ *   backward end   : reduce-scatter its gradients with SUM into the shard (the loss is
+ *                    already divided by the global token count), release grads and params
+ * HSDP (dp_replicate > 1): dist_fsdp_sync_replicas all-reduces the shard gradients over the
+ * replicas once per step. */
+typedef enum {
+    DIST_RESHARD_DEFAULT, /* blocks and an untied embedding after forward; the head stays */
+    DIST_RESHARD_ALWAYS,  /* every unit after its forward */
+    DIST_RESHARD_NEVER    /* parameters stay gathered from forward until their backward */
+} dist_reshard;
+int dist_reshard_parse(const char *s, dist_reshard *out); /* "default" | "always" | "never" */
+
+typedef enum { DIST_FWD_BEGIN, DIST_FWD_END, DIST_BWD_BEGIN, DIST_BWD_END } dist_phase;
+
+typedef struct {
+    size_t offset, numel; /* the unit's range in the flat buffer */
+} dist_unit;
+
+typedef struct {
+    size_t shard_off, global_off, len; /* a piece of the shard vector and where it belongs */
+} dist_range;
+
+typedef struct dist_fsdp dist_fsdp;
+
+typedef struct {
+    const dist_unit *units; /* [n_units], in buffer order, covering [0, n_floats) */
+    int n_units;
+    size_t n_floats;
+    dist_reshard reshard;
+    int head_unit;   /* the unit whose parameters stay by default (the last) */
+    int pinned_unit; /* a unit kept gathered from forward to backward (tied embedding
+                        used by the head), or -1 */
+    float *w, *g;    /* dp_shard = 1: the model's own buffers (aliased as the shard) */
+} dist_fsdp_cfg;
+
+int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c, base_err *err);
+void dist_fsdp_free(dist_fsdp *f);
+/* The full (virtual) parameter and gradient buffers [n_floats]: what the model computes on. */
+float *dist_fsdp_full_params(const dist_fsdp *f);
+float *dist_fsdp_full_grads(const dist_fsdp *f);
+/* This rank's shard vector: parameters and gradients [dist_fsdp_shard_len]. */
+float *dist_fsdp_shard_params(const dist_fsdp *f);
+float *dist_fsdp_shard_grads(const dist_fsdp *f);
+size_t dist_fsdp_shard_len(const dist_fsdp *f);
+/* The shard vector's pieces (adjacent ones merged; one piece when dp_shard = 1). */
+const dist_range *dist_fsdp_ranges(const dist_fsdp *f, int *n);
+/* The unit holding shard-vector element i (for error messages). */
+int dist_fsdp_unit_of(const dist_fsdp *f, size_t i);
+
+/* One model hook call: unit u reached phase p. */
+void dist_fsdp_hook(dist_fsdp *f, int unit, dist_phase p);
+/* Start of a step: zero the shard gradients; forget gathered parameters (they are stale
+ * after the optimizer step). */
+void dist_fsdp_begin_step(dist_fsdp *f);
+/* Copies this rank's shard of unit u out of the full buffer (written there by the caller:
+ * initialisation, loading) and releases the unit. */
+void dist_fsdp_store_unit(dist_fsdp *f, int unit);
+/* All-gathers every unit into the full buffer (HF export, sampling, a second model). */
+void dist_fsdp_gather_all(dist_fsdp *f);
+/* Releases every gathered unit. */
+void dist_fsdp_release_all(dist_fsdp *f);
+/* HSDP: sums the shard gradients over the dp_replicate ranks. */
+void dist_fsdp_sync_replicas(dist_fsdp *f);
+
+/* Traffic of this rank since creation: bytes received by all-gathers, bytes sent into
+ * reduce-scatters and replica all-reduces, and the seconds spent waiting for them. */
+typedef struct {
+    double gather_bytes, reduce_bytes, allreduce_bytes;
+    double gather_s, reduce_s, allreduce_s;
+    int64_t gathers, reduces;
+} dist_fsdp_stats;
+void dist_fsdp_get_stats(const dist_fsdp *f, dist_fsdp_stats *s);
+
+#endif

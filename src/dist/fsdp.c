@@ -1,0 +1,282 @@
+/* dist: FSDP (ZeRO-3) over a flat parameter buffer split into units (see dist.h). */
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct dist_fsdp {
+    dist_comm *shard, *rep;
+    int n, P, me; /* units, dp_shard ranks, this rank's index among them */
+    dist_unit *units;
+    size_t *S;        /* [n] shard length of each unit: ceil(numel / P) */
+    size_t *soff;     /* [n] where each unit's shard starts in the shard vector */
+    int *cnt, *displ; /* [n * P] elements rank r owns of unit u, and where they start */
+    size_t n_floats, shard_len, max_S;
+    float *w, *g;     /* full (virtual) buffers [n_floats] */
+    size_t map_bytes; /* > 0: w and g are our mappings */
+    float *ws, *gs;   /* the shard vectors [shard_len] (P = 1: w and g themselves) */
+    float *tmp;       /* [max_S] reduce-scatter result */
+    unsigned char *gathered;
+    dist_req *req;
+    dist_reshard reshard;
+    int head, pinned;
+    dist_range *ranges;
+    int n_ranges;
+    size_t page;
+    dist_fsdp_stats st;
+};
+
+int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c, base_err *err) {
+    *out = NULL;
+    dist_fsdp *f = calloc(1, sizeof *f);
+    if (!f) return base_fail(err, "out of memory");
+    f->shard = mesh->shard_comm;
+    f->rep = mesh->replicate_comm;
+    f->n = c->n_units;
+    f->P = mesh->dp_shard;
+    f->me = mesh->shard_rank;
+    f->n_floats = c->n_floats;
+    f->reshard = c->reshard;
+    f->head = c->head_unit;
+    f->pinned = c->pinned_unit;
+    f->page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t n = (size_t)f->n, P = (size_t)f->P;
+    f->units = calloc(n, sizeof *f->units);
+    f->S = calloc(n, sizeof *f->S);
+    f->soff = calloc(n, sizeof *f->soff);
+    f->cnt = calloc(n * P, sizeof *f->cnt);
+    f->displ = calloc(n * P, sizeof *f->displ);
+    f->gathered = calloc(n, 1);
+    f->req = calloc(n, sizeof *f->req);
+    f->ranges = calloc(n, sizeof *f->ranges);
+    if (!f->units || !f->S || !f->soff || !f->cnt || !f->displ || !f->gathered || !f->req ||
+        !f->ranges) {
+        dist_fsdp_free(f);
+        return base_fail(err, "out of memory");
+    }
+    size_t at = 0;
+    for (size_t u = 0; u < n; u++) {
+        const dist_unit *x = &c->units[u];
+        if (x->offset != at || x->numel > INT_MAX) {
+            dist_fsdp_free(f);
+            return base_fail(err,
+                             "fsdp: unit %zu ([%zu, +%zu)) must follow the previous one and hold "
+                             "at most 2^31 elements",
+                             u, x->offset, x->numel);
+        }
+        at += x->numel;
+        f->units[u] = *x;
+        f->S[u] = (x->numel + P - 1) / P;
+        f->soff[u] = f->shard_len;
+        f->shard_len += f->S[u];
+        if (f->S[u] > f->max_S) f->max_S = f->S[u];
+        for (size_t r = 0; r < P; r++) {
+            const size_t lo = r * f->S[u] < x->numel ? r * f->S[u] : x->numel;
+            const size_t hi = lo + f->S[u] < x->numel ? lo + f->S[u] : x->numel;
+            f->cnt[u * P + r] = (int)(hi - lo);
+            f->displ[u * P + r] = (int)lo;
+        }
+        /* this rank's piece, merged with the previous one when both sides are adjacent */
+        const size_t len = (size_t)f->cnt[u * P + f->me], g0 = x->offset + (size_t)f->me * f->S[u];
+        dist_range *prev = f->n_ranges ? &f->ranges[f->n_ranges - 1] : NULL;
+        if (!len) continue;
+        if (prev && prev->shard_off + prev->len == f->soff[u] && prev->global_off + prev->len == g0)
+            prev->len += len;
+        else
+            f->ranges[f->n_ranges++] = (dist_range){f->soff[u], g0, len};
+    }
+    if (at != c->n_floats) {
+        dist_fsdp_free(f);
+        return base_fail(err, "fsdp: the units cover %zu of %zu elements", at, c->n_floats);
+    }
+    if (f->P == 1) { /* the shard is the whole buffer: the model's own */
+        f->w = f->ws = c->w;
+        f->g = f->gs = c->g;
+        *out = f;
+        return 0;
+    }
+    f->map_bytes = (c->n_floats * sizeof(float) + f->page - 1) / f->page * f->page;
+    /* untouched anonymous pages cost nothing until a unit is gathered into them */
+    void *w = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *g = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    f->w = w == MAP_FAILED ? NULL : w;
+    f->g = g == MAP_FAILED ? NULL : g;
+    f->ws = base_alloc(f->shard_len * sizeof(float));
+    f->gs = base_alloc(f->shard_len * sizeof(float));
+    f->tmp = base_alloc(f->max_S * sizeof(float));
+    if (!f->w || !f->g || !f->ws || !f->gs || !f->tmp) {
+        dist_fsdp_free(f);
+        return base_fail(err, "out of memory: FSDP buffers for %zu parameters", c->n_floats);
+    }
+    *out = f;
+    return 0;
+}
+
+void dist_fsdp_free(dist_fsdp *f) {
+    if (!f) return;
+    if (f->P > 1) {
+        dist_fsdp_release_all(f);
+        if (f->w) munmap(f->w, f->map_bytes);
+        if (f->g) munmap(f->g, f->map_bytes);
+        base_free(f->ws);
+        base_free(f->gs);
+    }
+    base_free(f->tmp);
+    free(f->units);
+    free(f->S);
+    free(f->soff);
+    free(f->cnt);
+    free(f->displ);
+    free(f->gathered);
+    free(f->req);
+    free(f->ranges);
+    free(f);
+}
+
+float *dist_fsdp_full_params(const dist_fsdp *f) {
+    return f->w;
+}
+float *dist_fsdp_full_grads(const dist_fsdp *f) {
+    return f->g;
+}
+float *dist_fsdp_shard_params(const dist_fsdp *f) {
+    return f->ws;
+}
+float *dist_fsdp_shard_grads(const dist_fsdp *f) {
+    return f->gs;
+}
+size_t dist_fsdp_shard_len(const dist_fsdp *f) {
+    return f->shard_len;
+}
+const dist_range *dist_fsdp_ranges(const dist_fsdp *f, int *n) {
+    *n = f->n_ranges;
+    return f->ranges;
+}
+
+int dist_fsdp_unit_of(const dist_fsdp *f, size_t i) {
+    for (int u = 0; u < f->n; u++)
+        if (i < f->soff[u] + f->S[u]) return u;
+    return f->n - 1;
+}
+
+/* Returns the pages of base[off, off + n) to the system (they read as zeros afterwards).
+ * Only whole pages inside the range: its first and last page may hold a neighbour unit.
+ * zero: the partial pages at the edges are zeroed too (gradients must read as zero). */
+static void drop(const dist_fsdp *f, float *base, size_t off, size_t n, int zero) {
+    char *lo = (char *)(base + off), *hi = (char *)(base + off + n);
+    char *a = (char *)(((uintptr_t)lo + f->page - 1) & ~(uintptr_t)(f->page - 1));
+    char *b = (char *)((uintptr_t)hi & ~(uintptr_t)(f->page - 1));
+    if (a >= b) {
+        if (zero) memset(lo, 0, (size_t)(hi - lo));
+        return;
+    }
+    if (zero) {
+        memset(lo, 0, (size_t)(a - lo));
+        memset(b, 0, (size_t)(hi - b));
+    }
+    madvise(a, (size_t)(b - a), MADV_DONTNEED);
+}
+
+static void start_gather(dist_fsdp *f, int u) {
+    if (f->gathered[u] || f->req[u].active) return;
+    const int *cnt = f->cnt + (size_t)u * f->P, *displ = f->displ + (size_t)u * f->P;
+    dist_iallgatherv_f32(f->shard, f->ws + f->soff[u], f->w + f->units[u].offset, cnt, displ,
+                         &f->req[u]);
+    f->st.gathers++;
+    f->st.gather_bytes += (double)f->units[u].numel * sizeof(float);
+}
+
+/* Unit u's parameters complete in the full buffer. */
+static void ensure(dist_fsdp *f, int u) {
+    start_gather(f, u);
+    f->st.gather_s += dist_wait(&f->req[u]);
+    f->gathered[u] = 1;
+}
+
+static void release_params(dist_fsdp *f, int u) {
+    f->st.gather_s += dist_wait(&f->req[u]);
+    if (!f->gathered[u]) return;
+    drop(f, f->w, f->units[u].offset, f->units[u].numel, 0);
+    f->gathered[u] = 0;
+}
+
+/* Sums unit u's gradients over the shard group into this rank's shard, then zeroes them. */
+static void reduce(dist_fsdp *f, int u) {
+    const int *cnt = f->cnt + (size_t)u * f->P;
+    f->st.reduce_s += dist_reduce_scatter_f32(f->shard, f->g + f->units[u].offset, f->tmp, cnt);
+    f->st.reduces++;
+    f->st.reduce_bytes += (double)f->units[u].numel * sizeof(float);
+    float *gs = f->gs + f->soff[u];
+    const int k = cnt[f->me];
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < k; i++) gs[i] += f->tmp[i];
+    drop(f, f->g, f->units[u].offset, f->units[u].numel, 1);
+}
+
+static int release_after_forward(const dist_fsdp *f, int u) {
+    if (u == f->pinned || f->reshard == DIST_RESHARD_NEVER) return 0;
+    return f->reshard == DIST_RESHARD_ALWAYS || u != f->head;
+}
+
+void dist_fsdp_hook(dist_fsdp *f, int u, dist_phase p) {
+    if (f->P == 1) return;
+    switch (p) {
+    case DIST_FWD_BEGIN:
+        ensure(f, u);
+        if (u + 1 < f->n) start_gather(f, u + 1); /* prefetch while u computes */
+        break;
+    case DIST_FWD_END:
+        if (release_after_forward(f, u)) release_params(f, u);
+        break;
+    case DIST_BWD_BEGIN:
+        ensure(f, u);
+        if (u > 0) start_gather(f, u - 1);
+        break;
+    case DIST_BWD_END:
+        reduce(f, u);
+        release_params(f, u);
+        break;
+    }
+}
+
+void dist_fsdp_release_all(dist_fsdp *f) {
+    if (f->P == 1) return;
+    for (int u = 0; u < f->n; u++) release_params(f, u);
+}
+
+void dist_fsdp_begin_step(dist_fsdp *f) {
+    memset(f->gs, 0, f->shard_len * sizeof(float));
+    dist_fsdp_release_all(f);
+}
+
+void dist_fsdp_store_unit(dist_fsdp *f, int u) {
+    if (f->P == 1) return;
+    const size_t S = f->S[u], k = (size_t)f->cnt[(size_t)u * f->P + f->me];
+    memcpy(f->ws + f->soff[u], f->w + f->units[u].offset + (size_t)f->me * S, k * sizeof(float));
+    f->gathered[u] = 1; /* whatever is there goes */
+    release_params(f, u);
+}
+
+void dist_fsdp_gather_all(dist_fsdp *f) {
+    if (f->P == 1) return;
+    for (int u = 0; u < f->n; u++) start_gather(f, u);
+    for (int u = 0; u < f->n; u++) ensure(f, u);
+}
+
+void dist_fsdp_sync_replicas(dist_fsdp *f) {
+    if (dist_comm_size(f->rep) == 1) return;
+    const double t0 = base_now();
+    dist_allreduce_f32(f->rep, f->gs, f->shard_len);
+    f->st.allreduce_s += base_now() - t0;
+    f->st.allreduce_bytes += (double)f->shard_len * sizeof(float);
+}
+
+void dist_fsdp_get_stats(const dist_fsdp *f, dist_fsdp_stats *s) {
+    *s = f->st;
+}

@@ -1,0 +1,148 @@
+/* train: `titan plan`, per-rank memory and traffic of a run from its shapes (see train.h).
+ *
+ * The model follows what train_run + dist_fsdp do:
+ *   - parameters, gradients and AdamW m, v: this rank's shard of every unit, ceil(numel /
+ *     dp_shard) floats each (the whole buffer with dp_shard = 1);
+ *   - with dp_shard > 1, whole units in flight: the unit computing and the one prefetched,
+ *     the gradients of the unit in backward, a tied embedding (parameters and gradients)
+ *     from the head's forward to the end of backward, or, with reshard "never", every
+ *     unit's parameters from its forward to its backward; plus the reduce-scatter receive
+ *     buffer (the largest unit shard) and MPI's own temporary for a reduce-scatter (about
+ *     one whole unit: OpenMPI's tuned algorithms copy the send buffer; measured,
+ *     bench/RESULTS.md);
+ *   - activations: exactly what model_build allocates (model_activation_bytes_for);
+ *   - traffic per rank (ring algorithms): an all-gather of n floats over k ranks receives
+ *     n (k-1)/k of them, a reduce-scatter sends as much, an all-reduce twice that. */
+#include <stdio.h>
+#include <string.h>
+
+#include "train.h"
+
+/* RSS of titan itself (code, BLAS, OpenMP and MPI libraries, thread stacks), measured with a
+ * 100K-parameter model: 20 MiB as one process, 27 MiB per rank under mpirun. */
+#define RUNTIME_ONE (20.0 * (1 << 20))
+#define RUNTIME_MPI (27.0 * (1 << 20))
+
+static double dmax(double a, double b) {
+    return a > b ? a : b;
+}
+
+int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
+    memset(p, 0, sizeof *p);
+    p->par = in->par;
+    if (dist_mesh_resolve(&p->par, in->world, err)) return -1;
+    if (p->par.tp > 1)
+        return base_fail(err,
+                         "parallelism.tensor_parallel_degree: %d: tensor parallelism is not "
+                         "implemented yet, so titan plan does not model it",
+                         p->par.tp);
+    model m;
+    if (model_describe(&m, &in->model, err)) {
+        model_free(&m);
+        return -1;
+    }
+    const double F = sizeof(float);
+    const int ds = p->par.dp_shard, dr = p->par.dp_replicate, L = in->model.n_layers;
+    const int tied = in->model.tie_embeddings;
+    double blk = 0, shard = 0, max_shard = 0, max_unit = 0;
+    for (int u = 0; u < m.n_units; u++) {
+        const double n = (double)m.units[u].numel, s = (double)((m.units[u].numel + ds - 1) / ds);
+        shard += s;
+        max_shard = dmax(max_shard, s);
+        max_unit = dmax(max_unit, n);
+        if (u >= 1 && u <= L) blk = dmax(blk, n);
+    }
+    const double emb = (double)m.units[0].numel, head = (double)m.units[L + 1].numel;
+    p->n_params = (int64_t)m.n_floats;
+    p->params = p->grads = shard * F;
+    p->adam = 2 * shard * F;
+    if (ds > 1) {
+        const double pin = tied ? 2 * emb : 0; /* tied embedding: parameters + gradients */
+        double peak;
+        if (in->reshard == DIST_RESHARD_NEVER) { /* everything gathered by the loss */
+            peak = (double)m.n_floats + dmax(head, blk) + (tied ? emb : 0);
+        } else {
+            const double fwd = 2 * blk + (tied ? emb : 0) + (tied ? 0 : emb);
+            const double loss = (tied ? 2 * emb + head : 2 * head) + blk; /* + prefetch */
+            const double bwd = 3 * blk + pin;                             /* u, u-1, grads u */
+            const double first = 2 * emb + blk;
+            peak = dmax(dmax(fwd, loss), dmax(bwd, first));
+        }
+        p->gathered = peak * F;
+        p->comm_buffers = (max_shard + max_unit) * F;
+        /* gathers per microbatch: released units twice (forward, backward), others once */
+        double ag = 0;
+        int64_t n_ag = 0;
+        for (int u = 0; u < m.n_units; u++) {
+            const int pinned = tied && u == 0, is_head = u == L + 1;
+            int times = 2;
+            if (in->reshard == DIST_RESHARD_NEVER || pinned || is_head) times = 1;
+            ag += times * (double)m.units[u].numel;
+            n_ag += times;
+        }
+        p->allgather_bytes = ag * F * (ds - 1) / ds * in->grad_accum;
+        p->allgathers = n_ag * in->grad_accum;
+        p->reduce_scatter_bytes = (double)m.n_floats * F * (ds - 1) / ds * in->grad_accum;
+        p->reduce_scatters = (int64_t)m.n_units * in->grad_accum;
+    }
+    if (dr > 1) p->allreduce_bytes = 2.0 * shard * F * (dr - 1) / dr;
+    if (in->world > 1) p->scalar_bytes = 3 * 8 * 2; /* tokens, loss, grad norm */
+    model_build_opts o = {.batch = in->batch, .seq_len = in->seq_len, .with_grads = 1};
+    o.ac = MODEL_AC_NONE;
+    p->act_none = (double)model_activation_bytes_for(&in->model, &o);
+    o.ac = MODEL_AC_FULL;
+    p->act_full = (double)model_activation_bytes_for(&in->model, &o);
+    p->runtime = in->world > 1 ? RUNTIME_MPI : RUNTIME_ONE;
+    const double fixed =
+        p->params + p->grads + p->adam + p->gathered + p->comm_buffers + p->runtime;
+    p->total_none = fixed + p->act_none;
+    p->total_full = fixed + p->act_full;
+    model_free(&m);
+    return 0;
+}
+
+void train_plan_print(const train_plan_in *in, const train_plan *p, double budget_gib, FILE *f) {
+    const double G = 1 << 30;
+    const model_args *a = &in->model;
+    static const char *const reshard[] = {"default", "always", "never"};
+    fprintf(f,
+            "titan plan: %s, %.3fB parameters (%d layers, dim %d%s), %d ranks = dp_replicate %d x "
+            "dp_shard %d x tp %d; reshard_after_forward %s\n",
+            a->flavor[0] ? a->flavor : "model", p->n_params / 1e9, a->n_layers, a->dim,
+            a->n_experts ? ", MoE" : "", in->world, p->par.dp_replicate, p->par.dp_shard, p->par.tp,
+            reshard[in->reshard]);
+    fprintf(f, "  step: %d x %d tokens x %d microbatches per rank (%lld tokens per step)\n",
+            in->batch, in->seq_len, in->grad_accum,
+            (long long)in->batch * in->seq_len * in->grad_accum * p->par.dp_replicate *
+                p->par.dp_shard);
+    fprintf(f, "memory per rank                          GiB\n");
+    fprintf(f, "  parameters (fp32 shard)          %10.3f\n", p->params / G);
+    fprintf(f, "  gradients (fp32 shard)           %10.3f\n", p->grads / G);
+    fprintf(f, "  AdamW m + v (fp32 shard)         %10.3f\n", p->adam / G);
+    fprintf(f, "  whole units in flight (FSDP)     %10.3f\n", p->gathered / G);
+    fprintf(f, "  communication buffers            %10.3f\n", p->comm_buffers / G);
+    fprintf(f, "  activations, no checkpointing    %10.3f\n", p->act_none / G);
+    fprintf(f, "  activations, full checkpointing  %10.3f\n", p->act_full / G);
+    fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
+    fprintf(f, "  total, no checkpointing          %10.3f", p->total_none / G);
+    if (budget_gib > 0)
+        fprintf(f, "   %s %.0f GiB", p->total_none / G <= budget_gib ? "fits" : "exceeds",
+                budget_gib);
+    fprintf(f, "\n  total, full checkpointing        %10.3f", p->total_full / G);
+    if (budget_gib > 0)
+        fprintf(f, "   %s %.0f GiB", p->total_full / G <= budget_gib ? "fits" : "exceeds",
+                budget_gib);
+    fprintf(f, "%s\n", in->ac == MODEL_AC_FULL ? "   (configured)" : "");
+    fprintf(f, "traffic per rank per step                GiB\n");
+    fprintf(f, "  all-gather parameters            %10.3f   (%lld collectives)\n",
+            p->allgather_bytes / G, (long long)p->allgathers);
+    fprintf(f, "  reduce-scatter gradients         %10.3f   (%lld collectives)\n",
+            p->reduce_scatter_bytes / G, (long long)p->reduce_scatters);
+    fprintf(f, "  all-reduce gradients (HSDP)      %10.3f\n", p->allreduce_bytes / G);
+    fprintf(f, "  all-reduce scalars               %10.0f B\n", p->scalar_bytes);
+    if (a->n_experts)
+        fprintf(f,
+                "note: MoE activations are counted as a dense FFN of ffn_dim %d (MoE training "
+                "is not implemented yet)\n",
+                a->ffn_dim);
+}

@@ -1,0 +1,13 @@
+# Multi-process training under mpirun (FSDP/HSDP equivalence, checkpoint resharding, failure
+# of one rank): tests/scripts/dist.sh. Skipped, with a message, without MPI or mpirun.
+find_program(TITAN_MPIRUN NAMES mpirun mpiexec)
+if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
+  add_executable(param_diff ${CMAKE_CURRENT_SOURCE_DIR}/dist/param_diff.c)
+  target_link_libraries(param_diff PRIVATE titan_core)
+  add_test(NAME dist_fsdp
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
+            $<TARGET_FILE:param_diff>)
+  set_tests_properties(dist_fsdp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+else()
+  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp) are skipped")
+endif()

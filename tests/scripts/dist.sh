@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Multi-process training under mpirun (tests/dist.cmake). Small model, fp32, random tokens.
+#  1. FSDP equivalence: the same global batch split over ranks agrees with one rank using
+#     gradient accumulation: dp_shard=2 (2 ranks) and dp_shard=4, dp_replicate=2 x dp_shard=2
+#     (HSDP, 4 ranks) against 1 rank x 2 microbatches: the losses of 5 steps within 1e-5
+#     relative, the final parameters within 1e-5 relative L2.
+#  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
+#     steps 6..10 match a straight 1-rank run within 1e-5.
+#  3. A rank that fails alone stops every rank with its error (no hang).
+set -euo pipefail
+titan=$1; mpirun=$2; diff_tool=$3
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+# root in containers; more ranks than cores
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+mpi() { local np=$1; shift; timeout 120 "$mpirun" -np "$np" -x OMP_NUM_THREADS "$titan" train "$@"; }
+model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --set vocab_size=300 --random-tokens --seq-len 32 --lr 3e-3 --warmup 2
+       --seed 5 --peak-tflops 1 --log-freq 100)
+losses() { grep -o '"loss": [^,}]*' "$1" | cut -d' ' -f2; }
+# same_losses NAME A B [FIRST_STEP_OF_B]: every loss of B equals A's same step within 1e-5
+same_losses() {
+  local skip=${4:-0}
+  paste <(losses "$2" | tail -n +$((skip + 1))) <(losses "$3") | awk -v name="$1" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r }
+    END { if (n == 0) { print "FAIL " name ": no losses"; exit 1 }
+          printf "%s: %d losses, worst relative difference %.2e\n", name, n, worst
+          if (worst > 1e-5) { print "FAIL " name; exit 1 } }'
+}
+for tie in 1 0; do
+  m=("${model[@]}" --set tie_embeddings=$tie --steps 5)
+  "$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/ref$tie.jsonl" \
+      --dump-folder "$out/ref$tie" --checkpoint-interval 5 > "$out/ref$tie.log"
+  mpi 2 "${m[@]}" --batch 2 --metrics "$out/fsdp2_$tie.jsonl" --dump-folder "$out/fsdp2_$tie" \
+      --checkpoint-interval 5 > "$out/fsdp2_$tie.log"
+  grep -q "dp_shard 2" "$out/fsdp2_$tie.log" || { cat "$out/fsdp2_$tie.log"; exit 1; }
+  same_losses "dp_shard=2 vs 1 rank x 2 microbatches (tie=$tie)" "$out/ref$tie.jsonl" \
+      "$out/fsdp2_$tie.jsonl"
+  "$diff_tool" "$out/fsdp2_$tie/checkpoint" "$out/ref$tie/checkpoint" 1e-5
+done
+m=("${model[@]}" --set tie_embeddings=1 --steps 5)
+mpi 4 "${m[@]}" --batch 1 --metrics "$out/fsdp4.jsonl" --dump-folder "$out/fsdp4" \
+    --checkpoint-interval 5 --parallelism.fsdp_reshard_after_forward always > "$out/fsdp4.log"
+same_losses "dp_shard=4 (reshard always) vs 1 rank" "$out/ref1.jsonl" "$out/fsdp4.jsonl"
+"$diff_tool" "$out/fsdp4/checkpoint" "$out/ref1/checkpoint" 1e-5
+mpi 4 "${m[@]}" --batch 1 --metrics "$out/hsdp.jsonl" --dump-folder "$out/hsdp" \
+    --checkpoint-interval 5 --parallelism.data_parallel_replicate_degree 2 \
+    --parallelism.fsdp_reshard_after_forward never > "$out/hsdp.log"
+grep -q "dp_replicate 2 x dp_shard 2" "$out/hsdp.log" || { cat "$out/hsdp.log"; exit 1; }
+same_losses "HSDP 2 x 2 (reshard never) vs 1 rank" "$out/ref1.jsonl" "$out/hsdp.jsonl"
+"$diff_tool" "$out/hsdp/checkpoint" "$out/ref1/checkpoint" 1e-5
+
+# 2. resharding: 2 ranks write step 5 (two shard files), 1 and 4 ranks continue
+m=("${model[@]}" --steps 10 --checkpoint-interval 5)
+"$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/straight.jsonl" \
+    --dump-folder "$out/straight" > /dev/null
+mpi 2 "${m[@]}" --batch 2 --metrics "$out/w2.jsonl" --dump-folder "$out/w2" \
+    --stop-after-step 5 > /dev/null
+ls "$out/w2/checkpoint/step-5/rank-00001.safetensors" > /dev/null
+cp -r "$out/w2" "$out/w2b"
+"$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/r1.jsonl" \
+    --dump-folder "$out/w2" > "$out/r1.log"
+grep -q "resumed from $out/w2/checkpoint/step-5" "$out/r1.log" || { cat "$out/r1.log"; exit 1; }
+same_losses "2-rank checkpoint resumed on 1 rank, steps 6..10" "$out/straight.jsonl" \
+    "$out/r1.jsonl" 5
+mpi 4 "${m[@]}" --batch 1 --metrics "$out/r4.jsonl" --dump-folder "$out/w2b" > "$out/r4.log"
+grep -q "resumed from $out/w2b/checkpoint/step-5" "$out/r4.log" || { cat "$out/r4.log"; exit 1; }
+same_losses "2-rank checkpoint resumed on 4 ranks, steps 6..10" "$out/straight.jsonl" \
+    "$out/r4.jsonl" 5
+
+# 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
+printf '{"text": "only one document here"}\n' > "$out/one.jsonl"
+start=$(date +%s)
+if mpi 2 "${model[@]}" --steps 3 --batch 1 --data "$out/one.jsonl" > "$out/fail.log" 2>&1; then
+  echo "FAIL: a rank without data did not fail the run"; cat "$out/fail.log"; exit 1; fi
+grep -q "titan: error (rank 1 of 2)" "$out/fail.log" || { cat "$out/fail.log"; exit 1; }
+echo "ok a failing rank stops all ranks with its error in $(( $(date +%s) - start )) s:"
+grep "titan: error" "$out/fail.log" | head -1
