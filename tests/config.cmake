@@ -12,3 +12,8 @@ add_test(NAME config_cli_suggests
           --training.stpes 3)
 set_tests_properties(config_cli_suggests PROPERTIES PASS_REGULAR_EXPRESSION
   "unknown option '--training.stpes'; did you mean '--training.steps'\\?")
+
+# docs/config.md (the config reference) is the current `titan train --help`.
+add_test(NAME config_reference_current
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/config_doc.sh $<TARGET_FILE:titan>
+          ${CMAKE_SOURCE_DIR}/docs/config.md)
