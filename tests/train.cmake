@@ -48,3 +48,8 @@ add_test(NAME finetune_from_hf_e2e
           ${CMAKE_BINARY_DIR}/finetune_e2e)
 set_tests_properties(finetune_from_hf_e2e PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# Bad job inputs are one-line errors before any step runs.
+add_test(NAME train_bad_input
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bad_input.sh $<TARGET_FILE:titan>
+          ${TITAN_SHARED})

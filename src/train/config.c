@@ -965,6 +965,10 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
             cp = p;
         }
         base_err why;
+        if (stat(cp, &st) != 0)
+            return fail_field(c, "model", "config_path", err,
+                              "%s: no such file (a Hugging Face config.json, or a folder with one)",
+                              cp);
         if (ckpt_hf_config_read(cp, a, &why))
             return fail_field(c, "model", "config_path", err, "%s", why.msg);
     } else if (model_flavor(c->model.flavor, a, err)) {
@@ -1126,6 +1130,11 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
 
     if (resolve_model(c, &o->model, err)) return -1;
+    if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
+        return fail_field(c, "training", "seq_len", err,
+                          "%lld is above the model's max_seq_len %d (its RoPE context; "
+                          "model.max_seq_len raises it)",
+                          (long long)c->training.seq_len, o->model.max_seq_len);
     o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */
