@@ -53,3 +53,9 @@ set_tests_properties(finetune_from_hf_e2e PROPERTIES
 add_test(NAME train_bad_input
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bad_input.sh $<TARGET_FILE:titan>
           ${TITAN_SHARED})
+
+# A full disk (a 2 MB tmpfs) during a save: clear error, previous checkpoint intact.
+add_test(NAME checkpoint_full_disk
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_full_disk.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_full_disk PROPERTIES SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=2")
