@@ -75,7 +75,7 @@ static int load_step(model *m, const char *folder, int64_t step, base_err *err) 
     model_args a;
     int rc = args_from_json(where, json_object_get(t, "model"), &a, err);
     json_decref(t);
-    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0};
+    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0, MODEL_BALANCE_NONE, 0};
     if (!rc) rc = model_build(m, &a, &bo, err);
     if (!rc) {
         ckpt_step_buf b = {"model", NULL, m->w, 0, m->n_floats, m->n_floats};
@@ -109,7 +109,7 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
     } else if (!is_file(path)) {
         return base_fail(err, "%s: no such model file or folder", path);
     }
-    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0};
+    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0, MODEL_BALANCE_NONE, 0};
     if (model_build(m, fallback, &bo, err)) return -1;
     base_err why;
     if (ckpt_load_model(m, m->w, weights, &why))

@@ -314,8 +314,9 @@ int train_run(const train_opts *o, base_err *err) {
     token_source src;
     if (source_open(&src, o, err)) return -1;
     model m;
-    model_build_opts bo = {
-        o->batch, o->seq_len, o->ac, 1, o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
+    model_build_opts bo = {o->batch,    o->seq_len,          o->ac,
+                           1,           o->kernel_overrides, o->n_kernel_overrides,
+                           o->ce_chunk, o->moe_balance,      o->moe_bias_rate};
     optim_adamw opt = {0};
     FILE *jl = NULL;
     int32_t *tok = NULL, *tgt = NULL;
@@ -352,8 +353,10 @@ int train_run(const train_opts *o, base_err *err) {
     print_header(o, &m, &src, peak, fpt);
     if (o->tb_dir && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
-        model_build_opts vo = {o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
-                               o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
+        model_build_opts vo = {
+            o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
+            o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk,   o->moe_balance,
+            o->moe_bias_rate};
         have_ev = 1;
         if (model_build(&ev, &o->model, &vo, err)) goto out;
     }

@@ -54,6 +54,8 @@ typedef struct {
     int ce_chunk;        /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
+    model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
+    double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
