@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
-#include "train/train.h"
+#include "train/internal.h"
 
 static int is_dir(const char *p) {
     struct stat st;
@@ -40,6 +40,7 @@ static int args_from_json(const char *where, const json_t *j, model_args *a, bas
         snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
         if (model_args_set(a, reals[i], buf, err)) return -1;
     }
+    if (train_moe_args_from_json(j, a, where, err)) return -1;
     base_err why;
     if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
     return 0;
@@ -74,13 +75,23 @@ static int load_step(model *m, const char *folder, int64_t step, base_err *err) 
     free(tj);
     model_args a;
     int rc = args_from_json(where, json_object_get(t, "model"), &a, err);
-    json_decref(t);
-    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0, MODEL_BALANCE_NONE, 0};
+    /* an MoE trained with the expert bias routes with it */
+    model_build_opts bo = {1,
+                           1,
+                           MODEL_AC_NONE,
+                           0,
+                           NULL,
+                           0,
+                           0,
+                           json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
+                                                             : MODEL_BALANCE_NONE,
+                           0};
     if (!rc) rc = model_build(m, &a, &bo, err);
     if (!rc) {
         ckpt_step_buf b = {"model", NULL, m->w, 0, m->n_floats, m->n_floats};
-        rc = ckpt_step_load(folder, step, &b, 1, err);
+        rc = ckpt_step_load(folder, step, &b, 1, err) || train_moe_bias_load(m, t, where, err);
     }
+    json_decref(t);
     return rc;
 }
 

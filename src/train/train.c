@@ -138,15 +138,18 @@ static int sample(const model *m, const train_opts *o, const token_source *src, 
 
 /* The arguments that must match for a checkpoint to load into this model. */
 static json_t *args_json(const model_args *a) {
-    return json_pack("{si si si si si si si sf sf si}", "dim", a->dim, "n_layers", a->n_layers,
-                     "n_heads", a->n_heads, "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim,
-                     "ffn_dim", a->ffn_dim, "vocab_size", a->vocab_size, "rope_theta",
-                     a->rope_theta, "norm_eps", a->norm_eps, "tie_embeddings", a->tie_embeddings);
+    json_t *j =
+        json_pack("{si si si si si si si sf sf si}", "dim", a->dim, "n_layers", a->n_layers,
+                  "n_heads", a->n_heads, "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim,
+                  "ffn_dim", a->ffn_dim, "vocab_size", a->vocab_size, "rope_theta", a->rope_theta,
+                  "norm_eps", a->norm_eps, "tie_embeddings", a->tie_embeddings);
+    train_moe_args_json(j, a);
+    return j;
 }
 
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. */
 static char *train_state_json(const train_opts *o, const token_source *src, const optim_adamw *opt,
-                              int64_t step, int model_only, int64_t tokens_seen) {
+                              const model *m, int64_t step, int model_only, int64_t tokens_seen) {
     json_t *root = json_object();
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "model_only", json_boolean(model_only));
@@ -155,6 +158,7 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(root, "model", args_json(&o->model));
+    train_moe_bias_json(root, m);
     if (src->loader) {
         data_loader_state ds;
         char buf[512];
@@ -194,6 +198,7 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
                           {"adam_m", NULL, opt->m, 0, m->n_floats, m->n_floats},
                           {"adam_v", NULL, opt->v, 0, m->n_floats, m->n_floats}};
     if (ckpt_step_load(dir, step, b, model_only ? 1 : 3, err)) goto out;
+    if (train_moe_bias_load(m, t, dir, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
         base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
                  (long long)step);
@@ -327,6 +332,10 @@ int train_run(const train_opts *o, base_err *err) {
     char *state = NULL;
     if (model_build(&m, &o->model, &bo, err)) goto out;
     model_init_weights(&m, o->seed);
+    /* the step's aux loss is the mean over its microbatches */
+    if (m.balance == MODEL_BALANCE_AUX_LOSS)
+        m.aux_scale = (float)(o->model.router_aux_loss_coef / o->grad_accum);
+    const int aux_on = m.balance == MODEL_BALANCE_AUX_LOSS;
     if (optim_adamw_init(&opt, m.n_floats, err)) goto out;
     const size_t NT = (size_t)o->batch * o->seq_len;
     tok = base_alloc(NT * o->grad_accum * sizeof(int32_t));
@@ -399,11 +408,12 @@ int train_run(const train_opts *o, base_err *err) {
         }
         double t_data = base_now() - t0;
         model_zero_grad(&m);
-        double loss_sum = 0, sumsq = 0;
+        double loss_sum = 0, sumsq = 0, aux_sum = 0;
         for (int mb = 0; mb < o->grad_accum; mb++) {
             const double l = model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
                                                    valid ? 1.0f / (float)valid : 0.0f, NULL);
             loss_sum += l;
+            aux_sum += m.moe_aux_loss;
             /* checked per microbatch (cumulative gradients) so the error names the one */
             sumsq = optim_sumsq(m.g, m.n_floats);
             if (!isfinite(l) || !isfinite(sumsq)) {
@@ -415,9 +425,12 @@ int train_run(const train_opts *o, base_err *err) {
                 goto out;
             }
         }
-        const double loss = valid ? loss_sum / (double)valid : 0.0;
+        const double aux = aux_sum / o->grad_accum; /* MoE aux loss (0 when off) */
+        const double loss =
+            (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
         const double norm = optim_clip_apply(m.g, m.n_floats, sumsq, o->max_norm);
         const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
+        model_moe_update_bias(&m, NULL); /* expert bias (no-op unless balancing by bias) */
         optim_adamw_step(&opt, m.w, m.g, &o->adamw, lr);
         const double dt = base_now() - t0;
         const int64_t ntok = (int64_t)NT * o->grad_accum;
@@ -438,10 +451,14 @@ int train_run(const train_opts *o, base_err *err) {
                    val_loss, exp(val_loss), (long long)val_tok);
         }
         const int log_now = step % o->log_freq == 0 || step == last;
-        if (log_now)
+        if (log_now) {
             printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
-                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs\n",
+                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs",
                    step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data);
+            if (aux_on) printf("  aux_loss: %.5f", aux);
+            printf("\n");
+            train_moe_log(&m, stdout, NULL);
+        }
         if (tty && step < last) { /* progress: steps done, ETA, tokens/s */
             const double avg = (base_now() - t_run) / (step - start);
             const int w = 30, done = (int)((double)w * step / last);
@@ -457,6 +474,8 @@ int train_run(const train_opts *o, base_err *err) {
                     "\"data_s\": %.17g",
                     step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
             if (isfinite(val_loss)) fprintf(jl, ", \"val_loss\": %.17g", val_loss);
+            if (aux_on) fprintf(jl, ", \"aux_loss\": %.17g", aux);
+            train_moe_log(&m, NULL, jl);
             fprintf(jl, "}\n");
             fflush(jl);
         }
@@ -478,11 +497,13 @@ int train_run(const train_opts *o, base_err *err) {
                                    mfu,     mem,  mem_pct, t_data, dt,  (double)tokens_seen,
                                    val_loss};
             if (train_tb_scalars(tb, step, tags, vals, isfinite(val_loss) ? 13 : 12, err)) goto out;
+            const char *aux_tag = "loss_metrics/aux_loss";
+            if (aux_on && train_tb_scalars(tb, step, &aux_tag, &aux, 1, err)) goto out;
         }
         if (saver && (step % o->ckpt.interval == 0 || step == last)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
             free(state);
-            state = train_state_json(o, &src, &opt, step, model_only, tokens_seen);
+            state = train_state_json(o, &src, &opt, &m, step, model_only, tokens_seen);
             if (!state || train_saver_save(saver, step, m.w, opt.m, opt.v, model_only, state, err))
                 goto out;
         }
