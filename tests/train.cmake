@@ -39,3 +39,12 @@ add_test(NAME train_outputs
           ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}
           ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
 set_tests_properties(train_outputs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# The same for an MoE, with each load-balancing mode that changes the numbers.
+foreach(balance aux_loss bias)
+  add_test(NAME train_determinism_moe_${balance}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/determinism.sh $<TARGET_FILE:titan>
+            ${TITAN_SHARED}/data/tinyshakespeare/input.txt ${balance})
+  set_tests_properties(train_determinism_moe_${balance} PROPERTIES
+    ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+endforeach()
