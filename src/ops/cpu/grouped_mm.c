@@ -7,7 +7,7 @@
  * "grouped" makes one parallel pass over all groups: the output of every group is cut into
  * tiles (rows x columns), the tiles of all experts form one list, and threads take tiles
  * dynamically. Each tile is a single-threaded GEMM (the BLAS runs sequentially inside an
- * OpenMP parallel region) whose weight panel fits in the L2 cache (TILE_BYTES). A tile is
+ * OpenMP parallel region) over a weight panel of about TILE_BYTES. A tile is
  * computed by exactly one thread with the BLAS's fixed blocking, so the result does not depend
  * on which thread takes it nor on the thread count. The weight gradient of expert e reduces
  * over that expert's rows inside one tile (no cross-thread sums). */
@@ -15,10 +15,12 @@
 
 #include <stdlib.h>
 
-/* Weight-panel bytes per tile: half of this machine class's 1 MiB per-core L2, leaving room
- * for the activation rows streaming through. */
-#define TILE_BYTES (512 * 1024)
-#define TILE_ROWS 256 /* rows of a group per tile */
+/* Weight-panel bytes per tile and rows per tile. Measured (bench/RESULTS.md): L2-sized panels
+ * (512 KiB, 256 rows) made the single-threaded BLAS re-pack the same rows for many narrow
+ * column tiles (64% of the dense GEMM rate); panels of a few MiB leave the cache blocking to
+ * the BLAS and still give dozens of tiles per pass for two threads. */
+#define TILE_BYTES (3 * 1024 * 1024)
+#define TILE_ROWS 512 /* rows of a group per tile */
 
 /* ---- default: one GEMM per group ---------------------------------------------------- */
 
