@@ -22,10 +22,14 @@ add_test(NAME hf_export_transformers
 add_test(NAME hf_import_transformers
   COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} import $<TARGET_FILE:test_hf_io> $<TARGET_FILE:titan>
           ${TITAN_HF_DIR}/import)
+# the same for an MoE: per-expert HF tensors <-> titan's [E, out, in] stacks
+add_test(NAME hf_import_moe_transformers
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} import_moe $<TARGET_FILE:test_hf_io> $<TARGET_FILE:titan>
+          ${TITAN_HF_DIR}/import_moe)
 # titan inspect PATH: malformed files exit non-zero with the error, good ones list tensors
 add_test(NAME hf_inspect_cli
   COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} inspect $<TARGET_FILE:titan>
           ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/safetensors)
 set_tests_properties(hf_config_param_counts hf_export_transformers hf_import_transformers
-  hf_inspect_cli
+  hf_import_moe_transformers hf_inspect_cli
   PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

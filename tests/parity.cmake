@@ -13,7 +13,7 @@ target_link_libraries(test_hf_parity PRIVATE titan_core)
 # One fixture per config: hf_reference_<cfg> writes weights + reference outputs,
 # hf_parity_<cfg> compares titan against them (and writes titan's gradients), and
 # hf_parity_grads_<cfg>_safetensors loads those gradients with the Python package.
-foreach(cfg gqa_tied untied mha_long)
+foreach(cfg gqa_tied untied mha_long moe moe_aux)
   set(dir ${TITAN_PARITY_DIR}/${cfg})
   add_test(NAME hf_reference_${cfg}
     COMMAND ${TITAN_PYTHON} ${TITAN_REF_DIR}/hf_reference.py --config ${cfg} --out ${dir})

@@ -59,3 +59,12 @@ add_test(NAME checkpoint_full_disk
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_full_disk.sh $<TARGET_FILE:titan>)
 set_tests_properties(checkpoint_full_disk PROPERTIES SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# The same for an MoE, with each load-balancing mode that changes the numbers.
+foreach(balance aux_loss bias)
+  add_test(NAME train_determinism_moe_${balance}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/determinism.sh $<TARGET_FILE:titan>
+            ${TITAN_SHARED}/data/tinyshakespeare/input.txt ${balance})
+  set_tests_properties(train_determinism_moe_${balance} PROPERTIES
+    ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+endforeach()

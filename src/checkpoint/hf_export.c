@@ -50,8 +50,45 @@ int ckpt_size_parse(const char *s, uint64_t *out) {
     return -1;
 }
 
-/* Rank of a block tensor in transformers' state_dict order (module registration order of
- * Qwen3DecoderLayer: self_attn q,k,v,o,q_norm,k_norm; mlp gate,up,down; the two norms). */
+/* Rank of a block tensor in the order transformers writes it.
+ * Dense (Qwen3ForCausalLM has no weight conversions): the state_dict order, i.e. module
+ * registration order of Qwen3DecoderLayer: self_attn q,k,v,o,q_norm,k_norm; mlp gate,up,down;
+ * the two norms.
+ * MoE (transformers 5 fuses the experts in memory and reverts that on save,
+ * core_model_loading.revert_weight_conversion): the in-memory state dict sorted by
+ * dot_natural_key (names split on ".", numbers numerically), each fused tensor then expanded
+ * to its per-expert tensors in expert order: lm_head, embed_tokens, then per block
+ * input_layernorm, experts.down_proj (mlp.experts.down_proj sorts before gate_up_proj),
+ * experts.gate_proj, experts.up_proj (gate_up_proj splits into all gates, then all ups),
+ * mlp.gate, post_attention_layernorm, self_attn k_norm, k_proj, o_proj, q_norm, q_proj,
+ * v_proj; then model.norm. */
+static int hf_moe_block_rank(const char *suffix) {
+    static const char *const order[] = {"input_layernorm.weight",
+                                        "mlp.experts.*.down_proj.weight",
+                                        "mlp.experts.*.gate_proj.weight",
+                                        "mlp.experts.*.up_proj.weight",
+                                        "mlp.gate.weight",
+                                        "post_attention_layernorm.weight",
+                                        "self_attn.k_norm.weight",
+                                        "self_attn.k_proj.weight",
+                                        "self_attn.o_proj.weight",
+                                        "self_attn.q_norm.weight",
+                                        "self_attn.q_proj.weight",
+                                        "self_attn.v_proj.weight"};
+    int expert_pos = 0;
+    if (!strncmp(suffix, "mlp.experts.", 12)) /* skip the expert index */
+        sscanf(suffix + 12, "%*d.%n", &expert_pos);
+    for (int i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {
+        const char *o = order[i];
+        if (expert_pos > 0 && !strncmp(o, "mlp.experts.*.", 14)) {
+            if (!strcmp(suffix + 12 + expert_pos, o + 14)) return i;
+        } else if (!strcmp(suffix, o)) {
+            return i;
+        }
+    }
+    return 100;
+}
+
 static int hf_block_rank(const char *suffix) {
     static const char *const order[] = {"self_attn.q_proj.weight",
                                         "self_attn.k_proj.weight",
@@ -76,6 +113,7 @@ typedef struct {
     int group, rank, idx; /* embed 0, layer l -> 1 + l, final norm L + 1, lm_head L + 2 */
     size_t bytes;
     int shard;
+    int follows; /* an expert of a stack after expert 0: shares its storage and shard */
 } out_tensor;
 
 static int state_dict_cmp(const void *a, const void *b) {
@@ -138,23 +176,33 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
         rc = base_fail(err, "%s: out of memory", dir);
         goto out;
     }
-    const int L = m->args.n_layers;
+    const int L = m->args.n_layers, moe = m->args.n_experts > 0;
     for (int i = 0; i < n; i++) {
         out_tensor *t = &ts[i];
         t->e = &es[i];
-        t->idx = i;
+        t->idx = i; /* experts of one stack are consecutive, in expert order */
         t->bytes = es[i].numel * ckpt_dtype_size(dtype);
         int layer, pos = 0;
         if (sscanf(es[i].name, "model.layers.%d.%n", &layer, &pos) == 1 && pos > 0) {
             t->group = 1 + layer;
-            t->rank = hf_block_rank(es[i].name + pos);
+            t->rank = moe ? hf_moe_block_rank(es[i].name + pos) : hf_block_rank(es[i].name + pos);
         } else {
             t->group = !strcmp(es[i].name, "model.embed_tokens.weight") ? 0
-                       : !strcmp(es[i].name, "lm_head.weight")          ? L + 2
+                       : !strcmp(es[i].name, "lm_head.weight")          ? (moe ? -1 : L + 2)
                                                                         : L + 1;
         }
     }
     qsort(ts, (size_t)n, sizeof *ts, state_dict_cmp);
+    /* transformers 5 hands huggingface_hub one [E, out, in] storage per expert projection,
+     * viewed as E tensors: the split counts the storage once, at expert 0 (all E tensors'
+     * bytes), and puts every tensor of that storage into expert 0's shard. */
+    for (int i = n - 1; moe && i > 0; i--)
+        if (ts[i].group == ts[i - 1].group && ts[i].rank == ts[i - 1].rank &&
+            strstr(ts[i].e->name, ".mlp.experts.")) {
+            ts[i].follows = 1;
+            ts[i - 1].bytes += ts[i].bytes;
+            ts[i].bytes = 0;
+        }
 
     /* huggingface_hub split_torch_state_dict_into_shards: greedy in state_dict order; a
      * tensor larger than the limit gets a shard of its own. Shards are numbered in the order
@@ -168,6 +216,10 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
     }
     uint64_t cur_bytes = 0;
     for (int i = 0; i < n; i++) {
+        if (ts[i].follows) {
+            ts[i].shard = ts[i - 1].shard;
+            continue;
+        }
         if (ts[i].bytes > max_bytes) {
             ts[i].shard = bins;
             number[bins++] = n_shards++;

@@ -107,6 +107,18 @@ static int args_from_json(const char *where, const json_t *j, model_args *a, bas
         snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
         if (model_args_set(a, reals[i], buf, err)) return -1;
     }
+    if (json_object_get(j, "n_experts")) { /* an MoE (written by train_moe_args_json) */
+        static const char *const moe[] = {"n_experts", "top_k", "moe_ffn_dim", "norm_topk_prob",
+                                          "router_aux_loss_coef"};
+        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+            const json_t *v = json_object_get(j, moe[i]);
+            if (!json_is_number(v))
+                return base_fail(err, "%s: train.model.%s is missing or not a number", where,
+                                 moe[i]);
+            snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
+            if (model_args_set(a, moe[i], buf, err)) return -1;
+        }
+    }
     base_err why;
     if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
     return 0;

@@ -27,6 +27,10 @@ struct model_acts {
     float *ce_scratch; /* [ce_chunk, V] */
     /* backward scratch */
     float *dres, *dnorm, *dhact, *dgate, *dup, *dqk_o, *dq, *dk, *dv, *dqn, *dkn, *dxn;
+    /* MoE: routed rows [R,D] (forward and backward), their gradient [R,D], the router-logit
+     * gradient [N,E]; aux [3E] doubles: accumulated counts and probabilities, d aux / d p */
+    float *xs, *dy, *dlog;
+    double *aux;
     float *mem;
     size_t mem_floats;
 };
@@ -43,10 +47,15 @@ static float *carve(carver *c, size_t n) {
     return p;
 }
 
+/* Floats of one FFN activation: [N,F] dense, [R,Fe] for an MoE (R = N*top_k routed rows). */
+static size_t ffn_floats(const model_args *a, size_t N) {
+    return a->n_experts > 0 ? N * a->top_k * a->moe_ffn_dim : N * a->ffn_dim;
+}
+
 static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, int B, int T,
                         int with_x_only) {
     const size_t D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
-                 KV = (size_t)a->n_kv_heads * a->head_dim, F = a->ffn_dim;
+                 KV = (size_t)a->n_kv_heads * a->head_dim, F = ffn_floats(a, N) / N;
     la->x = carve(c, N * D);
     if (with_x_only) return;
     la->xm = carve(c, N * D);
@@ -61,13 +70,18 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     la->rstd2 = carve(c, N);
     la->q_rstd = carve(c, N * a->n_heads);
     la->k_rstd = carve(c, N * a->n_kv_heads);
+    if (a->n_experts > 0) {
+        float *p = carve(c, model_moe_saved_floats(a, N));
+        if (p) model_moe_carve(a, N, p, &la->moe);
+    }
 }
 
 static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) {
     const model_args *a = &m->args;
     const int B = m->batch, T = m->seq_len, L = a->n_layers;
     const size_t N = (size_t)B * T, D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
-                 KV = (size_t)a->n_kv_heads * a->head_dim, F = a->ffn_dim;
+                 KV = (size_t)a->n_kv_heads * a->head_dim, NF = ffn_floats(a, N),
+                 R = N * (size_t)a->top_k, E = (size_t)a->n_experts;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
         carve_layer(c, la, a, N, B, T, m->ac == MODEL_AC_FULL);
@@ -86,14 +100,19 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t ce_end = c->used;
     c->used = start;
     A->norm_out = carve(c, N * D);
-    A->hact = carve(c, N * F);
+    A->hact = carve(c, NF);
     A->q = carve(c, N * Q);
     A->k = carve(c, N * KV);
+    if (E > 0) A->xs = carve(c, R * D);
     if (with_grads) {
         A->dnorm = carve(c, N * D);
-        A->dhact = carve(c, N * F);
-        A->dgate = carve(c, N * F);
-        A->dup = carve(c, N * F);
+        A->dhact = carve(c, NF);
+        A->dgate = carve(c, NF);
+        A->dup = carve(c, NF);
+        if (E > 0) {
+            A->dy = carve(c, R * D);
+            A->dlog = carve(c, N * E);
+        }
         A->dqk_o = carve(c, N * Q);
         A->dq = carve(c, N * Q);
         A->dk = carve(c, N * KV);
@@ -133,17 +152,24 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
                  base_err *err) {
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
-    if (a->n_experts > 0)
-        return base_fail(err,
-                         "MoE training is not yet supported (n_experts = %d); dense Qwen3 "
-                         "models only for now",
-                         a->n_experts);
     if (o->batch <= 0 || o->seq_len <= 0)
         return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch, o->seq_len);
     /* Row counts up to tokens * n_heads (the per-head q norm) are passed to ops as int. */
     if ((double)o->batch * o->seq_len * a->n_heads > 2147483647.0)
         return base_fail(err, "batch*seq_len*n_heads (%d*%d*%d) exceeds 2^31", o->batch, o->seq_len,
                          a->n_heads);
+    if (a->n_experts > 0) {
+        /* routed rows (and their offsets) are int32; the MoE backward keeps K gate gradients
+         * of a token on the stack */
+        if ((double)o->batch * o->seq_len * a->top_k * a->dim > 9.2e18 ||
+            (double)o->batch * o->seq_len * a->top_k > 2147483647.0)
+            return base_fail(err, "batch*seq_len*top_k (%d*%d*%d) exceeds 2^31", o->batch,
+                             o->seq_len, a->top_k);
+        if (a->top_k > 64) return base_fail(err, "top_k (%d) must be at most 64", a->top_k);
+        if (o->balance != MODEL_BALANCE_NONE && o->balance != MODEL_BALANCE_AUX_LOSS &&
+            o->balance != MODEL_BALANCE_BIAS)
+            return base_fail(err, "unknown MoE load-balancing mode %d", (int)o->balance);
+    }
     m->args = *a;
     m->batch = o->batch;
     m->seq_len = o->seq_len;
@@ -182,6 +208,19 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
         A->layers[l].k = A->k;
     }
 
+    if (a->n_experts > 0) {
+        const size_t LE = (size_t)a->n_layers * a->n_experts;
+        m->balance = o->balance;
+        m->bias_rate = o->bias_rate > 0 ? o->bias_rate : 1e-3;
+        m->aux_scale = o->balance == MODEL_BALANCE_AUX_LOSS ? (float)a->router_aux_loss_coef : 0;
+        m->moe_bias = base_alloc(LE * sizeof(float));
+        m->moe_counts = base_alloc(LE * sizeof(int64_t));
+        A->aux = base_alloc(3 * (size_t)a->n_experts * sizeof(double));
+        if (!m->moe_bias || !m->moe_counts || !A->aux) return base_fail(err, "out of memory");
+        memset(m->moe_bias, 0, LE * sizeof(float));
+        memset(m->moe_counts, 0, LE * sizeof(int64_t));
+    }
+
     m->rope_cos = base_alloc(sizeof(float) * (size_t)o->seq_len * a->head_dim / 2);
     m->rope_sin = base_alloc(sizeof(float) * (size_t)o->seq_len * a->head_dim / 2);
     if (!m->rope_cos || !m->rope_sin) return base_fail(err, "out of memory");
@@ -190,8 +229,8 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
-    ops_ctx ctx = {o->batch,      o->seq_len,  a->dim,     a->n_heads,
-                   a->n_kv_heads, a->head_dim, a->ffn_dim, a->vocab_size};
+    ops_ctx ctx = {o->batch,   o->seq_len,    a->dim,       a->n_heads, a->n_kv_heads, a->head_dim,
+                   a->ffn_dim, a->vocab_size, a->n_experts, a->top_k,   a->moe_ffn_dim};
     for (int u = 0; u < m->n_units; u++)
         if (ops_resolve(&m->ops[u], m->units[u].name, &ctx, o->overrides, o->n_overrides, err))
             return -1;
@@ -210,6 +249,7 @@ void model_free(model *m) {
     if (m->acts) {
         base_free(m->acts->layers);
         base_free(m->acts->mem);
+        base_free(m->acts->aux);
         base_free(m->acts);
     }
     base_free(m->params);
@@ -221,11 +261,16 @@ void model_free(model *m) {
     base_free(m->ops);
     base_free(m->rope_cos);
     base_free(m->rope_sin);
+    base_free(m->moe_bias);
+    base_free(m->moe_counts);
     memset(m, 0, sizeof *m);
 }
 
 void model_zero_grad(model *m) {
     if (m->g) memset(m->g, 0, m->n_floats * sizeof(float));
+    if (m->moe_counts)
+        memset(m->moe_counts, 0,
+               (size_t)m->args.n_layers * m->args.n_experts * sizeof(*m->moe_counts));
 }
 
 static void add_inplace(float *y, const float *x, size_t n) {
@@ -243,8 +288,13 @@ static void zero(float *p, size_t n) {
 
 /* The geometry of a training microbatch: B windows of T tokens at positions 0..T-1. */
 static block_geom train_geom(const model *m) {
-    block_geom g = {m->batch, m->seq_len, m->rope_cos,       m->rope_sin,  0,
-                    NULL,     NULL,       m->acts->norm_out, m->acts->hact};
+    block_geom g = {.B = m->batch,
+                    .T = m->seq_len,
+                    .cos = m->rope_cos,
+                    .sin = m->rope_sin,
+                    .norm_out = m->acts->norm_out,
+                    .hact = m->acts->hact,
+                    .xs = m->acts->xs};
     return g;
 }
 
@@ -282,10 +332,14 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     add_inplace(la->xm, la->x, (size_t)N * D);
 
     t->rmsnorm_fwd(g->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
-    t->matmul_fwd(la->gate, g->norm_out, w.w1, N, D, F);
-    t->matmul_fwd(la->up, g->norm_out, w.w3, N, D, F);
-    t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
-    t->matmul_fwd(out, g->hact, w.w2, N, F, D);
+    if (a->n_experts > 0) {
+        model_moe_forward(m, l, la, g, g->norm_out, out);
+    } else {
+        t->matmul_fwd(la->gate, g->norm_out, w.w1, N, D, F);
+        t->matmul_fwd(la->up, g->norm_out, w.w3, N, D, F);
+        t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
+        t->matmul_fwd(out, g->hact, w.w2, N, F, D);
+    }
     add_inplace(out, la->xm, (size_t)N * D);
 }
 
@@ -317,17 +371,30 @@ static void block_backward(model *m, int l, layer_acts *la) {
      * output is not needed; A->xn (the final norm output) is free scratch by now. */
     if (m->ac == MODEL_AC_FULL) model_block_forward(m, l, la, &geom, A->xn);
 
-    /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm). */
+    /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm); or out = xm + MoE(f). */
     t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
-    t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
-    zero(A->dhact, NF);
-    t->matmul_bwd(A->dhact, g.w2, dres, A->hact, w.w2, N, F, D);
-    zero(A->dgate, NF);
-    zero(A->dup, NF);
-    t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
     zero(A->dnorm, ND);
-    t->matmul_bwd(A->dnorm, g.w1, A->dgate, A->norm_out, w.w1, N, D, F);
-    t->matmul_bwd(A->dnorm, g.w3, A->dup, A->norm_out, w.w3, N, D, F);
+    if (a->n_experts > 0) {
+        const model_moe_scratch s = {
+            A->xs,
+            A->dy,
+            A->hact,
+            A->dhact,
+            A->dgate,
+            A->dup,
+            A->dlog,
+            m->balance == MODEL_BALANCE_AUX_LOSS ? A->aux + 2 * (size_t)a->n_experts : NULL};
+        model_moe_backward(m, l, la, A->norm_out, dres, A->dnorm, &s);
+    } else {
+        t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
+        zero(A->dhact, NF);
+        t->matmul_bwd(A->dhact, g.w2, dres, A->hact, w.w2, N, F, D);
+        zero(A->dgate, NF);
+        zero(A->dup, NF);
+        t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
+        t->matmul_bwd(A->dnorm, g.w1, A->dgate, A->norm_out, w.w1, N, D, F);
+        t->matmul_bwd(A->dnorm, g.w3, A->dup, A->norm_out, w.w3, N, D, F);
+    }
     t->rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, N, D);
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
@@ -356,12 +423,19 @@ static void block_backward(model *m, int l, layer_acts *la) {
     t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, N, D);
 }
 
-/* Embedding and all blocks: leaves the final hidden state in A->xf and its norm in A->xn. */
-static void forward_trunk(model *m, const int32_t *tokens) {
+/* Embedding and all blocks: leaves the final hidden state in A->xf and its norm in A->xn.
+ * training: a forward that backward follows (MoE routing is counted in m->moe_counts). */
+static void forward_trunk(model *m, const int32_t *tokens, int training) {
     const model_args *a = &m->args;
     model_acts *A = m->acts;
     const int N = m->batch * m->seq_len, L = a->n_layers;
-    const block_geom geom = train_geom(m);
+    block_geom geom = train_geom(m);
+    const int aux = a->n_experts > 0 && m->balance == MODEL_BALANCE_AUX_LOSS;
+    if (a->n_experts > 0 && training) geom.counts = m->moe_counts;
+    if (aux) {
+        memset(A->aux, 0, 2 * (size_t)a->n_experts * sizeof(double));
+        geom.aux_acc = A->aux;
+    }
     hook(m, 0, MODEL_FWD_BEGIN);
     m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
     hook(m, 0, MODEL_FWD_END);
@@ -370,6 +444,7 @@ static void forward_trunk(model *m, const int32_t *tokens) {
         model_block_forward(m, l, &A->layers[l], &geom, l + 1 < L ? A->layers[l + 1].x : A->xf);
         hook(m, 1 + l, MODEL_FWD_END);
     }
+    if (aux) model_moe_aux_finish(m, A->aux, A->aux + 2 * (size_t)a->n_experts);
     hook(m, L + 1, MODEL_FWD_BEGIN);
     model_final_norm(m, A->xn, A->rstd_f, A->xf, N);
 }
@@ -382,7 +457,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const ops_table *th = &m->ops[L + 1];
     const int backward = m->g != NULL && grad_scale != 0.0f;
 
-    forward_trunk(m, tokens);
+    forward_trunk(m, tokens, backward);
     if (backward) {
         zero(A->dxn, (size_t)N * D);
         hook(m, L + 1, MODEL_BWD_BEGIN);
@@ -415,7 +490,7 @@ size_t model_activation_bytes(const model *m) {
 }
 
 void model_logits(model *m, const int32_t *tokens, float *logits) {
-    forward_trunk(m, tokens);
+    forward_trunk(m, tokens, 0);
     model_lm_head(m, logits, m->acts->xn, m->batch * m->seq_len);
     hook(m, m->args.n_layers + 1, MODEL_FWD_END);
 }

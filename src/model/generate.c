@@ -18,7 +18,8 @@ struct model_infer {
     layer_acts la;              /* [chunk] rows; la.k / la.v are set per layer to cache rows */
     float *xa, *xb;             /* [chunk, D] residual stream, ping-pong between blocks */
     float *xn, *rstd_f;         /* [chunk, D], [chunk] final norm */
-    float *norm_out, *hact;     /* [chunk, D], [chunk, F] block scratch */
+    float *norm_out, *hact;     /* [chunk, D], [chunk, F] block scratch (MoE: [chunk*K, Fe]) */
+    float *moe, *xs;            /* MoE: the saved routing state, routed rows [chunk*K, D] */
 };
 
 void model_infer_free(model_infer *s) {
@@ -26,7 +27,7 @@ void model_infer_free(model_infer *s) {
     float *bufs[] = {s->k,        s->v,        s->rope_cos,  s->rope_sin,  s->la.xm,   s->la.qp,
                      s->la.kp,    s->la.q,     s->la.o,      s->la.lse,    s->la.gate, s->la.up,
                      s->la.rstd1, s->la.rstd2, s->la.q_rstd, s->la.k_rstd, s->xa,      s->xb,
-                     s->xn,       s->rstd_f,   s->norm_out,  s->hact};
+                     s->xn,       s->rstd_f,   s->norm_out,  s->hact,      s->moe,     s->xs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) base_free(bufs[i]);
     free(s);
 }
@@ -37,7 +38,8 @@ int model_infer_new(model_infer **out, const model *m, int max_len, base_err *er
     if (max_len <= 0)
         return base_fail(err, "inference: max_len must be positive (got %d)", max_len);
     const size_t L = (size_t)a->n_layers, D = (size_t)a->dim, Q = (size_t)a->n_heads * a->head_dim,
-                 KV = (size_t)a->n_kv_heads * a->head_dim, F = (size_t)a->ffn_dim;
+                 KV = (size_t)a->n_kv_heads * a->head_dim,
+                 F = a->n_experts > 0 ? (size_t)a->top_k * a->moe_ffn_dim : (size_t)a->ffn_dim;
     const double cache_bytes = 2.0 * L * (double)max_len * KV * sizeof(float);
     if (cache_bytes > (double)(SIZE_MAX / 2))
         return base_fail(err, "inference: a KV cache of %d positions is too large", max_len);
@@ -69,6 +71,15 @@ int model_infer_new(model_infer **out, const model *m, int max_len, base_err *er
     s->rstd_f = base_alloc(C * sizeof(float));
     s->norm_out = base_alloc(C * D * sizeof(float));
     s->hact = base_alloc(C * F * sizeof(float));
+    if (a->n_experts > 0) {
+        s->moe = base_alloc(model_moe_saved_floats(a, C) * sizeof(float));
+        s->xs = base_alloc(C * a->top_k * D * sizeof(float));
+        if (!s->moe || !s->xs) {
+            model_infer_free(s);
+            return base_fail(err, "out of memory");
+        }
+        model_moe_carve(a, C, s->moe, &s->la.moe);
+    }
     if (!s->k || !s->v || !s->rope_cos || !s->rope_sin || !s->la.xm || !s->la.qp || !s->la.kp ||
         !s->la.q || !s->la.o || !s->la.lse || !s->la.gate || !s->la.up || !s->la.rstd1 ||
         !s->la.rstd2 || !s->la.q_rstd || !s->la.k_rstd || !s->xa || !s->xb || !s->xn ||
@@ -116,15 +127,16 @@ int model_infer_forward(model_infer *s, const int32_t *tokens, int n, float *log
         m->ops[0].embedding_fwd(x, tokens + done, embed_at(m, m->w), c, D);
         for (int l = 0; l < L; l++) {
             float *kc = s->k + l * layer, *vc = s->v + l * layer;
-            block_geom g = {1,
-                            c,
-                            s->rope_cos + (size_t)pos0 * h,
-                            s->rope_sin + (size_t)pos0 * h,
-                            pos0,
-                            kc,
-                            vc,
-                            s->norm_out,
-                            s->hact};
+            block_geom g = {.B = 1,
+                            .T = c,
+                            .cos = s->rope_cos + (size_t)pos0 * h,
+                            .sin = s->rope_sin + (size_t)pos0 * h,
+                            .pos0 = pos0,
+                            .k_cache = kc,
+                            .v_cache = vc,
+                            .norm_out = s->norm_out,
+                            .hact = s->hact,
+                            .xs = s->xs};
             s->la.x = x;
             s->la.k = kc + (size_t)pos0 * KV;
             s->la.v = vc + (size_t)pos0 * KV;

@@ -7,6 +7,18 @@
 
 int model_layout(model *m, base_err *err);
 
+/* MoE state of one block, saved by forward for backward (N token rows, K = top_k, E experts,
+ * R = N*K routed rows; "sorted" = grouped by expert, stable in token order). */
+typedef struct {
+    float *probs;  /* [N,E] softmax of the router logits (fp32) */
+    float *gates;  /* [N,K] gate weight of each chosen expert (renormalised if norm_topk_prob) */
+    int32_t *topi; /* [N,K] chosen experts by decreasing (biased) score, ties to the lower id */
+    int32_t *slot; /* [N,K] sorted row of assignment (n, k) */
+    int32_t *tok;  /* [R] token of each sorted row */
+    int32_t *offs; /* [E+1] first sorted row of each expert; offs[E] = R */
+    float *y;      /* [R,D] expert outputs (unweighted), sorted */
+} moe_acts;
+
 /* One block's activations for N = B*T token rows (training keeps one per layer; inference
  * one scratch set, with k and v pointing into the KV cache). */
 typedef struct {
@@ -16,22 +28,53 @@ typedef struct {
     float *q, *k;           /* after q/k norm and RoPE (shared, recomputed in backward) */
     float *o;               /* [N,H*hd] attention output */
     float *lse;             /* [B,H,T] */
-    float *gate, *up;       /* [N,F] */
+    float *gate, *up;       /* [N,F]; MoE: [R,moe_ffn_dim] expert gate/up projections, sorted */
     float *rstd1, *rstd2;   /* [N] */
     float *q_rstd, *k_rstd; /* [N*H], [N*G] */
+    moe_acts moe;           /* MoE blocks only */
 } layer_acts;
 
-/* Pointers to one block's parameters (or gradients) inside a flat buffer. */
+/* Pointers to one block's parameters (or gradients) inside a flat buffer. Dense blocks use
+ * w1, w3, w2 [F,D], [F,D], [D,F]; MoE blocks router [E,D] and the expert stacks ew1, ew3
+ * [E,Fe,D] and ew2 [E,D,Fe] (the others NULL). */
 typedef struct {
     float *attn_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wo, *ffn_norm, *w1, *w3, *w2;
+    float *router, *ew1, *ew3, *ew2;
 } block_view;
 
+/* Parameters per block in the size table: 8 (norms, attention) + 3 (dense FFN) or + 4 (router
+ * and three expert stacks). */
+static inline int block_nparams(const model_args *a) {
+    return a->n_experts > 0 ? 12 : 11;
+}
+
 static inline block_view block_at(const model *m, float *base, int l) {
-    /* 11 parameters per block, in size-table order after tok_embeddings. */
-    const model_param *p = &m->params[1 + 11 * l];
-    block_view v = {base + p[0].offset, base + p[1].offset, base + p[2].offset, base + p[3].offset,
-                    base + p[4].offset, base + p[5].offset, base + p[6].offset, base + p[7].offset,
-                    base + p[8].offset, base + p[9].offset, base + p[10].offset};
+    const model_param *p = &m->params[1 + block_nparams(&m->args) * l];
+    block_view v = {base + p[0].offset,
+                    base + p[1].offset,
+                    base + p[2].offset,
+                    base + p[3].offset,
+                    base + p[4].offset,
+                    base + p[5].offset,
+                    base + p[6].offset,
+                    base + p[7].offset,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL};
+    if (m->args.n_experts > 0) {
+        v.router = base + p[8].offset;
+        v.ew1 = base + p[9].offset;
+        v.ew3 = base + p[10].offset;
+        v.ew2 = base + p[11].offset;
+    } else {
+        v.w1 = base + p[8].offset;
+        v.w3 = base + p[9].offset;
+        v.w2 = base + p[10].offset;
+    }
     return v;
 }
 
@@ -39,11 +82,12 @@ static inline float *embed_at(const model *m, float *base) {
     return base + m->params[0].offset;
 }
 static inline float *final_norm_at(const model *m, float *base) {
-    return base + m->params[1 + 11 * m->args.n_layers].offset;
+    return base + m->params[1 + block_nparams(&m->args) * m->args.n_layers].offset;
 }
 static inline float *head_at(const model *m, float *base) {
-    return m->args.tie_embeddings ? embed_at(m, base)
-                                  : base + m->params[2 + 11 * m->args.n_layers].offset;
+    return m->args.tie_embeddings
+               ? embed_at(m, base)
+               : base + m->params[2 + block_nparams(&m->args) * m->args.n_layers].offset;
 }
 
 /* Where one block forward runs. Training: B windows of T tokens at positions 0..T-1,
@@ -56,8 +100,36 @@ typedef struct {
     const float *cos, *sin; /* RoPE tables [T, hd/2] from the first token's position */
     int pos0;
     const float *k_cache, *v_cache; /* [max_len, G, hd] this layer's cache; NULL in training */
-    float *norm_out, *hact;         /* scratch [B*T, D] and [B*T, F] */
+    float *norm_out, *hact;         /* scratch [B*T, D] and [B*T, F] (MoE: [R, Fe]) */
+    float *xs;                      /* MoE scratch [R, D]: the routed rows, sorted by expert */
+    int64_t *counts;                /* MoE, training forward: += rows per expert [L,E]; or NULL */
+    double *aux_acc;                /* MoE aux loss: += counts and probability sums [2E]; NULL */
 } block_geom;
+
+/* ---- MoE (moe.c) ---- */
+/* Floats of one block's saved MoE state (moe_acts, y) for N token rows. */
+size_t model_moe_saved_floats(const model_args *a, size_t N);
+/* Carves la->moe out of p (model_moe_saved_floats(a, N) floats, 64-byte aligned pieces). */
+void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma);
+/* out[N,D] = MoE(h[N,D]) of block l: route, dispatch, experts, combine (no residual). Uses
+ * g->xs and g->hact as scratch; adds to g->counts and g->aux_acc when they are set. */
+void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *g, const float *h,
+                       float *out);
+/* Backward scratch of an MoE block (R = N*K routed rows). */
+typedef struct {
+    float *xs, *dy;                    /* [R,D] */
+    float *hact, *dhact, *dgate, *dup; /* [R,Fe] */
+    float *dlog;                       /* [N,E] */
+    const double *aux_grad;            /* [E] d aux / d p (model_moe_aux_finish); NULL: no aux */
+} model_moe_scratch;
+/* Given dout[N,D] = dL/d(MoE output) and h the block's normed input: dh[N,D] += dL/dh, and the
+ * router and expert gradients accumulate into m->g (plus m->aux_scale * d aux when
+ * s->aux_grad is set). */
+void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const float *dout,
+                        float *dh, const model_moe_scratch *s);
+/* After the forward of all blocks, from acc [2E] (summed counts, summed probabilities over all
+ * blocks): m->moe_aux_loss (HF's aux loss of this microbatch) and aux_grad [E]. */
+void model_moe_aux_finish(model *m, const double *acc, double *aux_grad);
 
 /* Block l forward from la->x; writes the block output into out [N,D]. */
 void model_block_forward(const model *m, int l, layer_acts *la, const block_geom *g, float *out);

@@ -23,8 +23,7 @@ typedef struct {
     double rope_theta, norm_eps;
     int tie_embeddings;
     int max_seq_len; /* RoPE context of the flavor (informational) */
-    /* Mixture of experts (Qwen3-MoE: every block's FFN is an MoE, no shared experts). Arguments
-     * and parameter counts exist; training does not yet (model_build refuses n_experts > 0). */
+    /* Mixture of experts (Qwen3-MoE: every block's FFN is an MoE, no shared experts). */
     int n_experts;               /* routed experts per block; 0 = dense */
     int top_k;                   /* experts per token */
     int moe_ffn_dim;             /* hidden size of one expert's SwiGLU */
@@ -32,7 +31,8 @@ typedef struct {
     double router_aux_loss_coef; /* load-balancing loss coefficient (HF: 0.001) */
 } model_args;
 
-/* Fills *out with a registered flavor: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B. */
+/* Fills *out with a registered flavor: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B, and the MoE
+ * flavors debugmodel_moe, 30B-A3B, 30B-A3B-reduced (4 blocks, 64 experts, top-4), 235B-A22B. */
 int model_flavor(const char *name, model_args *out, base_err *err);
 /* NULL-terminated list of flavor names. */
 const char *const *model_flavor_names(void);
@@ -69,6 +69,16 @@ void model_count_params(const model_args *a, model_counts *c);
 
 typedef enum { MODEL_AC_NONE, MODEL_AC_FULL } model_ac_mode;
 
+/* MoE load balancing:
+ *   NONE      plain top-k routing.
+ *   AUX_LOSS  Hugging Face Qwen3-MoE's auxiliary loss (Switch-style load_balancing_loss_func
+ *             over all blocks of a microbatch: E * sum_e f_e * P_e, f_e = share of routed rows
+ *             to expert e, P_e = mean router probability), weighted by router_aux_loss_coef.
+ *   BIAS      torchtitan's auxiliary-loss-free expert bias (DeepSeek-V3): a per-block [E] bias
+ *             added to the scores for top-k selection only (gates use the un-biased scores),
+ *             updated once per optimizer step by model_moe_update_bias. */
+typedef enum { MODEL_BALANCE_NONE, MODEL_BALANCE_AUX_LOSS, MODEL_BALANCE_BIAS } model_balance;
+
 typedef struct model_acts model_acts; /* activation buffers (private) */
 
 /* Unit hooks: the model calls hook(ctx, unit, phase) around every use of a unit's
@@ -99,6 +109,18 @@ typedef struct {
     model_hook_fn hook; /* NULL: parameters are always in w */
     void *hook_ctx;
     int external; /* w and g belong to the caller (model_build_external) */
+    /* MoE (n_experts > 0; all NULL / 0 for a dense model) */
+    model_balance balance;
+    double bias_rate;    /* BIAS: update step (torchtitan load_balance_coeff) */
+    float *moe_bias;     /* [L,E] expert bias for selection (BIAS; zeros otherwise). Not a
+                            parameter: no gradient, no AdamW, not in HF exports; the trainer
+                            keeps it in the training checkpoint's state */
+    int64_t *moe_counts; /* [L,E] rows routed to each expert by the training forwards since
+                            model_zero_grad (the AC recompute is not counted) */
+    double moe_aux_loss; /* AUX_LOSS: the last microbatch's auxiliary loss, before the coef */
+    float aux_scale;     /* AUX_LOSS: gradient weight of one microbatch's auxiliary loss;
+                            model_build sets router_aux_loss_coef (one microbatch per step); a
+                            trainer with n microbatches (x dp ranks) sets coef / n */
 } model;
 
 typedef struct {
@@ -108,12 +130,13 @@ typedef struct {
     const ops_override *overrides;
     int n_overrides;
     int ce_chunk; /* tokens per lm_head+CE chunk; 0 = about 32M logits (128 MiB) per chunk */
+    model_balance balance; /* MoE load balancing (ignored by dense models) */
+    double bias_rate;      /* BIAS update step; 0 = torchtitan's 1e-3 */
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
- * of [batch, seq_len], and resolves the ops table. Refuses MoE arguments (not yet supported). Call
- * model_free afterwards whether or not it succeeded (a failed build may hold partial allocations).
- */
+ * of [batch, seq_len], and resolves the ops table. Call model_free afterwards whether or not
+ * it succeeded (a failed build may hold partial allocations). */
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 void model_free(model *m);
 /* model_build without allocating w or g: the caller sets m->w (and m->g when training) to
@@ -134,13 +157,44 @@ void model_init_unit_weights(model *m, int unit, uint64_t seed);
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);
 
+/* Zeroes the gradients and the MoE routing counts (a new optimizer step begins). */
 void model_zero_grad(model *m);
+
+/* ---- MoE load balancing and statistics (model/moe.c) --------------------------------- */
+/* torchtitan's expert-bias update, once per optimizer step, before AdamW: per block l,
+ * d = bias_rate * sign(mean(c_l) - c_l), d -= mean(d) (the bias stays zero-mean), bias_l += d.
+ * counts: [L,E] rows per expert summed over the data-parallel ranks (an all-reduce of every
+ * rank's m->moe_counts); NULL = this process's m->moe_counts. No-op unless balance is BIAS. */
+void model_moe_update_bias(model *m, const int64_t *counts);
+/* Rows routed to each expert of block l since model_zero_grad: min, mean and max over the
+ * experts. */
+void model_moe_stats(const model *m, int l, double *min, double *mean, double *max);
+
+/* MoE memory, for planning (bytes; fp32 throughout). Parameters: the expert stacks and
+ * routers of all blocks (each costs 4x: weights, gradients, two AdamW moments). Activations
+ * per microbatch of N = batch*seq_len tokens and R = N*top_k routed rows, per block kept for
+ * backward (ac none; with ac full one block's set): router probabilities [N,E], gates, expert
+ * ids and sorted positions [N,K] each, group offsets [E+1], the expert gate/up projections
+ * [R,Fe] x2 and the unweighted expert outputs [R,D]. Shared block scratch: the routed rows
+ * [R,D] and the expert activation [R,Fe]; with gradients also d(routed rows) [R,D],
+ * three [R,Fe] gradients and the router-logit gradient [N,E]. */
+typedef struct {
+    double expert_params, router_params; /* parameter bytes (weights only) */
+    double per_block_saved;              /* bytes kept per block for backward */
+    double saved;                        /* all blocks (ac none) or one (ac full) + inputs */
+    double scratch;                      /* the shared routed-token scratch */
+    double total_train;                  /* 4 x params + saved + scratch */
+} model_moe_mem;
+void model_moe_memory(const model_args *a, int batch, int seq_len, model_ac_mode ac, int with_grads,
+                      model_moe_mem *out);
 
 /* One microbatch: tokens/targets [batch*seq_len] (targets may hold OPS_IGNORE_INDEX).
  * Runs forward, the fused lm_head + CE, and (when grad_scale != 0 and the model has
- * gradients) the backward, ACCUMULATING into m->g the gradient of grad_scale * loss_sum.
+ * gradients) the backward, ACCUMULATING into m->g the gradient of grad_scale * loss_sum
+ * (+ m->aux_scale * m->moe_aux_loss for an MoE model trained with AUX_LOSS).
  * grad_scale is 1 / (global number of valid targets of the whole step).
- * Returns the loss SUM over valid targets; *n_valid receives their count. */
+ * Returns the cross-entropy loss SUM over valid targets (the auxiliary loss is in
+ * m->moe_aux_loss); *n_valid receives their count. */
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
                              float grad_scale, int64_t *n_valid);
 
@@ -196,7 +250,8 @@ typedef struct {
 int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_t index);
 
 /* FLOPs per token, torchtitan HEAD formula: 6 * P_matmul + 12 * L * H * hd * seq_len,
- * P_matmul = all parameters except the (untied) embedding; the tied matrix counts once. */
+ * P_matmul = all parameters except the (untied) embedding; the tied matrix counts once; MoE:
+ * the active parameters (router + top_k / n_experts of the experts, spec §4.6). */
 double model_flops_per_token(const model_args *a, int seq_len);
 
 #endif

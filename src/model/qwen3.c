@@ -8,17 +8,27 @@
 typedef struct {
     const char *name;
     int dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab, tied, max_seq_len;
+    int n_experts, top_k, moe_ffn_dim; /* 0: dense */
 } flavor_row;
 
-/* torchtitan HEAD qwen3_configs (spec §1.6): head_dim 128, eps 1e-6, theta 1e6 throughout. */
+/* torchtitan HEAD qwen3_configs (spec §1.6): head_dim 128, eps 1e-6, theta 1e6 throughout.
+ * MoE flavors: every block is MoE (no dense layers, no shared experts), norm_topk_prob 1,
+ * router_aux_loss_coef 0.001 (HF's config.json values); ffn_dim is HF's intermediate_size
+ * (unused by an all-MoE model, kept so config.json round-trips). 235B-A22B: theta 1e6 as in
+ * HF's Qwen3-235B-A22B config.json (torchtitan says 5e6, the later 2507 checkpoints' value).
+ * 30B-A3B-reduced: the source article's reduced 30B-A3B (4 blocks, 64 experts, top-4). */
 static const flavor_row g_flavors[] = {
-    {"debugmodel", 256, 8, 16, 8, 3072, 2048, 1, 4096},
-    {"0.6B", 1024, 28, 16, 8, 3072, 151936, 1, 40960},
-    {"1.7B", 2048, 28, 16, 8, 6144, 151936, 1, 40960},
-    {"4B", 2560, 36, 32, 8, 9728, 151936, 1, 40960},
-    {"8B", 4096, 36, 32, 8, 12288, 151936, 0, 40960},
-    {"14B", 5120, 40, 40, 8, 17408, 151936, 0, 40960},
-    {"32B", 5120, 64, 64, 8, 25600, 151936, 0, 40960},
+    {"debugmodel", 256, 8, 16, 8, 3072, 2048, 1, 4096, 0, 0, 0},
+    {"0.6B", 1024, 28, 16, 8, 3072, 151936, 1, 40960, 0, 0, 0},
+    {"1.7B", 2048, 28, 16, 8, 6144, 151936, 1, 40960, 0, 0, 0},
+    {"4B", 2560, 36, 32, 8, 9728, 151936, 1, 40960, 0, 0, 0},
+    {"8B", 4096, 36, 32, 8, 12288, 151936, 0, 40960, 0, 0, 0},
+    {"14B", 5120, 40, 40, 8, 17408, 151936, 0, 40960, 0, 0, 0},
+    {"32B", 5120, 64, 64, 8, 25600, 151936, 0, 40960, 0, 0, 0},
+    {"debugmodel_moe", 256, 8, 16, 8, 3072, 2048, 0, 4096, 64, 8, 768},
+    {"30B-A3B", 2048, 48, 32, 4, 6144, 151936, 0, 40960, 128, 8, 768},
+    {"30B-A3B-reduced", 2048, 4, 32, 4, 6144, 151936, 0, 40960, 64, 4, 768},
+    {"235B-A22B", 4096, 94, 64, 4, 12288, 151936, 0, 40960, 128, 8, 1536},
 };
 #define N_FLAVORS ((int)(sizeof g_flavors / sizeof g_flavors[0]))
 
@@ -46,9 +56,14 @@ int model_flavor(const char *name, model_args *out, base_err *err) {
         out->norm_eps = 1e-6;
         out->tie_embeddings = f->tied;
         out->max_seq_len = f->max_seq_len;
+        out->n_experts = f->n_experts;
+        out->top_k = f->top_k;
+        out->moe_ffn_dim = f->moe_ffn_dim;
+        out->norm_topk_prob = f->n_experts > 0;
+        out->router_aux_loss_coef = f->n_experts > 0 ? 0.001 : 0.0;
         return 0;
     }
-    char list[512] = "";
+    char list[1024] = "";
     for (int i = 0; i < N_FLAVORS; i++) {
         strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
         strncat(list, g_flavors[i].name, sizeof list - strlen(list) - 1);

@@ -86,6 +86,17 @@ typedef double (*ops_lmhead_ce_fn)(float *dx, float *dw, const float *x, const f
                                    const int32_t *targets, int N, int D, int V, float grad_scale,
                                    float *scratch, int chunk, int64_t *n_valid);
 
+/* Grouped expert GEMM (MoE): the rows of inp are sorted by expert, expert e owning rows
+ * [offs[e], offs[e+1]) (offs[E+1], offs[0] = 0, non-decreasing; a group may be empty).
+ *   out[r, OC] = inp[r, C] @ w[e]^T  for r in group e,  w [E, OC, C] (one nn.Linear per expert)
+ * bwd: dinp[r] += dout[r] @ w[e] (skipped when dinp is NULL); dw[e] += dout_e^T @ inp_e.
+ * Results must not depend on the thread count's scheduling: each output element is written by
+ * one thread with a fixed reduction order (the reduction over a group's rows included). */
+typedef void (*ops_grouped_mm_fwd_fn)(float *out, const float *inp, const float *w,
+                                      const int32_t *offs, int E, int C, int OC);
+typedef void (*ops_grouped_mm_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
+                                      const float *w, const int32_t *offs, int E, int C, int OC);
+
 /* AdamW (torch.optim.AdamW semantics, decoupled decay) on n elements, step t >= 1:
  * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward. */
@@ -106,12 +117,14 @@ typedef enum {
     OPS_LMHEAD_CE,
     OPS_ADAMW,
     OPS_ATTENTION_KV,
+    OPS_GROUPED_MM,
     OPS_COUNT
 } ops_kind;
 
 /* What a constraint check may look at: the shapes of the model and job. */
 typedef struct {
     int batch, seq_len, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
+    int n_experts, top_k, moe_ffn_dim; /* 0 for a dense model */
 } ops_ctx;
 
 typedef void (*ops_fn)(void); /* any op function, cast to its typed signature on use */
@@ -143,6 +156,8 @@ typedef struct {
     ops_lmhead_ce_fn lmhead_ce;
     ops_adamw_fn adamw;
     ops_attention_kv_fn attention_kv;
+    ops_grouped_mm_fwd_fn grouped_mm_fwd;
+    ops_grouped_mm_bwd_fn grouped_mm_bwd;
 } ops_table;
 
 /* An override "op name or layer glob" -> implementation (filled from [kernels] later). */

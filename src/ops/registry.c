@@ -26,6 +26,7 @@ static const char *const g_kind_names[OPS_COUNT] = {
     [OPS_LMHEAD_CE] = "lmhead_ce",
     [OPS_ADAMW] = "adamw",
     [OPS_ATTENTION_KV] = "attention_kv",
+    [OPS_GROUPED_MM] = "grouped_mm",
 };
 
 const char *ops_kind_name(ops_kind k) {
@@ -104,6 +105,10 @@ void ops_register_builtin(void) {
         {OPS_ADAMW, "default", "", NULL, (ops_fn)ops_cpu_adamw, NULL},
         {OPS_ATTENTION_KV, "default", "n_heads % n_kv_heads == 0", check_attention_default,
          (ops_fn)ops_cpu_attention_kv, NULL},
+        {OPS_GROUPED_MM, "default", "", NULL, (ops_fn)ops_cpu_grouped_mm_fwd,
+         (ops_fn)ops_cpu_grouped_mm_bwd},
+        {OPS_GROUPED_MM, "grouped", "", NULL, (ops_fn)ops_cpu_grouped_mm_tiled_fwd,
+         (ops_fn)ops_cpu_grouped_mm_tiled_bwd},
     };
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         /* cannot fail: distinct ops, valid fields, an empty table */
@@ -193,7 +198,7 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
             return base_fail(err,
                              "kernel override '%s' = '%s': '%s' is not an op name (embedding, "
                              "rmsnorm, matmul, rope, attention, swiglu, lmhead_ce, adamw, "
-                             "attention_kv) or a "
+                             "attention_kv, grouped_mm) or a "
                              "layer glob such as 'layers.*.attention'",
                              pat, overrides[i].impl, pat);
         }
@@ -253,6 +258,8 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
     t->lmhead_ce = (ops_lmhead_ce_fn)t->impl[OPS_LMHEAD_CE]->fwd;
     t->adamw = (ops_adamw_fn)t->impl[OPS_ADAMW]->fwd;
     t->attention_kv = (ops_attention_kv_fn)t->impl[OPS_ATTENTION_KV]->fwd;
+    t->grouped_mm_fwd = (ops_grouped_mm_fwd_fn)t->impl[OPS_GROUPED_MM]->fwd;
+    t->grouped_mm_bwd = (ops_grouped_mm_bwd_fn)t->impl[OPS_GROUPED_MM]->bwd;
     return 0;
 }
 

@@ -87,9 +87,15 @@ static const field g_fields[] = {
     OBOOL(model, tie_embeddings, "override: lm_head shares the embedding (titan)"),
     OFLT(model, rope_theta, 0, INFINITY, 1, "override: RoPE base (titan)"),
     OFLT(model, norm_eps, 0, 1, 1, "override: RMSNorm epsilon (titan)"),
-    OINT(model, num_experts, 1, 65536, "override: MoE routed experts (titan; MoE not yet)"),
-    OINT(model, top_k, 1, 65536, "override: MoE experts per token (titan; MoE not yet)"),
+    OINT(model, num_experts, 1, 65536, "override: MoE routed experts (titan)"),
+    OINT(model, top_k, 1, 64, "override: MoE experts per token (titan)"),
     OINT(model, moe_inter_dim, 1, BIG, "override: MoE expert hidden width (titan)"),
+    OFLT(model, router_aux_loss_coef, 0, INFINITY, 0,
+         "override: weight of the aux loss (moe_load_balance = aux_loss; HF, titan)"),
+    STR(model, moe_load_balance, "none", "none|aux_loss|bias",
+        "MoE load balancing: none, HF's auxiliary loss, or torchtitan's expert bias (titan)"),
+    FLT(model, moe_bias_update_rate, 1e-3, 0, 1, 1,
+        "expert-bias step per optimizer step (torchtitan load_balance_coeff; titan)"),
     INTS(model, mlp_only_layers, 0, BIG, "MoE: blocks with a dense MLP (HF mlp_only_layers)"),
 
     STR(training, dataset, "random", NULL,
@@ -184,9 +190,6 @@ static const field g_fields[] = {
 #define N_FIELDS ((int)(sizeof g_fields / sizeof g_fields[0]))
 _Static_assert(sizeof g_fields / sizeof g_fields[0] <= TRAIN_CONFIG_MAX_FIELDS,
                "raise TRAIN_CONFIG_MAX_FIELDS");
-
-/* Flavors torchtitan registers that titan does not build yet (MoE). */
-static const char *const g_moe_flavors[] = {"debugmodel_moe", "30B-A3B", "235B-A22B", NULL};
 
 /* ---- names and suggestions -------------------------------------------------------- */
 
@@ -326,12 +329,10 @@ static int check_not_one(const base_toml_value *v, char *why, size_t n) {
 static int check_flavor(const base_toml_value *v, char *why, size_t n) {
     char all[512] = "";
     const char *const *names = model_flavor_names();
-    for (int pass = 0; pass < 2; pass++, names = g_moe_flavors) {
-        for (int i = 0; names[i]; i++) {
-            if (!strcmp(v->s, names[i])) return 0;
-            size_t l = strlen(all);
-            snprintf(all + l, sizeof all - l, "%s%s", l ? "|" : "", names[i]);
-        }
+    for (int i = 0; names[i]; i++) {
+        if (!strcmp(v->s, names[i])) return 0;
+        size_t l = strlen(all);
+        snprintf(all + l, sizeof all - l, "%s%s", l ? "|" : "", names[i]);
     }
     char best[64], list[600];
     suggest_choice(all, v->s, best, sizeof best);
@@ -945,12 +946,6 @@ static int fail_field(const train_config *c, const char *section, const char *ke
     return base_fail(err, "%s: %s", pre, msg);
 }
 
-static int is_moe_flavor(const char *flavor) {
-    for (int i = 0; g_moe_flavors[i]; i++)
-        if (!strcmp(flavor, g_moe_flavors[i])) return 1;
-    return 0;
-}
-
 /* The model the config describes: the flavor with the [model] overrides applied. */
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
 #define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
@@ -979,14 +974,7 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
 
 int train_config_model_args(const train_config *c, const model_args *base, model_args *a,
                             base_err *err) {
-    if (!base) {
-        if (is_moe_flavor(c->model.flavor))
-            return NOT_YET(model, flavor,
-                           "%s is a mixture-of-experts flavor without a registry entry yet: "
-                           "give its Hugging Face config.json",
-                           c->model.flavor);
-        return resolve_model(c, a, err);
-    }
+    if (!base) return resolve_model(c, a, err);
     *a = *base;
     if (c->model.num_experts.set) a->n_experts = (int)c->model.num_experts.v;
     if (c->model.top_k.set) a->top_k = (int)c->model.top_k.v;
@@ -1007,18 +995,26 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
                 {"ffn_dim", &c->model.ffn_dim, &a->ffn_dim},
                 {"vocab_size", &c->model.vocab_size, &a->vocab_size},
                 {"max_seq_len", &c->model.max_seq_len, &a->max_seq_len},
-                {"tie_embeddings", &c->model.tie_embeddings, &a->tie_embeddings}};
+                {"tie_embeddings", &c->model.tie_embeddings, &a->tie_embeddings},
+                {"num_experts", &c->model.num_experts, &a->n_experts},
+                {"top_k", &c->model.top_k, &a->top_k},
+                {"moe_inter_dim", &c->model.moe_inter_dim, &a->moe_ffn_dim}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v->set) *ints[i].dst = (int)ints[i].v->v;
     if (c->model.rope_theta.set) a->rope_theta = c->model.rope_theta.v;
     if (c->model.norm_eps.set) a->norm_eps = c->model.norm_eps.v;
+    if (c->model.router_aux_loss_coef.set)
+        a->router_aux_loss_coef = c->model.router_aux_loss_coef.v;
     if (model_args_validate(a, err)) {
         /* Blame the first override the message names, else the flavor. */
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         const char *key = "flavor";
         for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !strcmp(key, "flavor"); i++)
-            if (ints[i].v->set && strstr(msg, ints[i].key)) key = ints[i].key;
+            if (ints[i].v->set && strstr(msg, ints[i].key == ints[9].key    ? "n_experts"
+                                              : ints[i].key == ints[11].key ? "moe_ffn_dim"
+                                                                            : ints[i].key))
+                key = ints[i].key;
         return fail_field(c, "model", key, err, "%s with the [model] overrides: %s",
                           c->model.flavor, msg);
     }
@@ -1026,19 +1022,22 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
 }
 
 int train_config_validate(const train_config *c, base_err *err) {
-    const int moe = is_moe_flavor(c->model.flavor);
-    if (!moe && !c->model.config_path[0]) { /* a config.json is read when training starts */
-        model_args a;
+    if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
+        return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
+                          (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
+    model_args a;
+    if (!c->model.config_path[0]) { /* a config.json is read when training starts */
         if (resolve_model(c, &a, err)) return -1;
         for (int i = 0; i < c->model.mlp_only_layers.n; i++)
             if (c->model.mlp_only_layers.v[i] >= a.n_layers)
                 return fail_field(c, "model", "mlp_only_layers", err,
                                   "layer %lld does not exist (the model has %d)",
                                   (long long)c->model.mlp_only_layers.v[i], a.n_layers);
+        if (a.n_experts == 0 && strcmp(c->model.moe_load_balance, "none"))
+            return fail_field(c, "model", "moe_load_balance", err,
+                              "'%s' needs a mixture-of-experts model (%s is dense)",
+                              c->model.moe_load_balance, c->model.flavor);
     }
-    if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
-        return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
-                          (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
     if (c->checkpoint.initial_load_in_hf && !c->checkpoint.initial_load_model_only)
         return fail_field(c, "checkpoint", "initial_load_in_hf", err,
                           "needs checkpoint.initial_load_model_only = true");
@@ -1074,19 +1073,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     train_opts_defaults(o);
     /* What titan cannot do yet is refused by name rather than ignored. */
-    if (is_moe_flavor(c->model.flavor))
-        return NOT_YET(model, flavor,
-                       "%s is a mixture-of-experts flavor: MoE is not implemented "
-                       "yet (the config parses and validates)",
-                       c->model.flavor);
-    const char *moe_key = c->model.num_experts.set     ? "num_experts"
-                          : c->model.top_k.set         ? "top_k"
-                          : c->model.moe_inter_dim.set ? "moe_inter_dim"
-                          : c->model.mlp_only_layers.n ? "mlp_only_layers"
-                                                       : NULL;
-    if (moe_key)
-        return fail_field(c, "model", moe_key, err,
-                          "MoE settings need MoE support (not implemented yet)");
+    if (c->model.mlp_only_layers.n)
+        return NOT_YET(model, mlp_only_layers,
+                       "MoE models with dense blocks are not implemented (every block is MoE)");
     if (!c->training.dataset_path[0] && strcmp(c->training.dataset, "random"))
         return NOT_YET(training, dataset,
                        "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
@@ -1135,6 +1124,10 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                           "%lld is above the model's max_seq_len %d (its RoPE context; "
                           "model.max_seq_len raises it)",
                           (long long)c->training.seq_len, o->model.max_seq_len);
+    o->moe_balance = !strcmp(c->model.moe_load_balance, "aux_loss") ? MODEL_BALANCE_AUX_LOSS
+                     : !strcmp(c->model.moe_load_balance, "bias")   ? MODEL_BALANCE_BIAS
+                                                                    : MODEL_BALANCE_NONE;
+    o->moe_bias_rate = c->model.moe_bias_update_rate;
     o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */

@@ -1,19 +1,42 @@
 /* train: loading a model for inference, the generation loop and the streaming text output. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
-#include "train/train.h"
+#include "train/internal.h"
 
-/* Any model source (checkpoint.h): arguments from it, or from fallback for a bare file. */
+/* Any model source (checkpoint.h): arguments from it, or from fallback for a bare file. A
+ * training checkpoint of an MoE trained with the expert bias also restores the bias (the
+ * model routes with it). */
 int train_load_model(model *m, const char *path, const model_args *fallback, base_err *err) {
     memset(m, 0, sizeof *m);
     ckpt_source src;
     model_args a = *fallback;
+    json_t *t = NULL; /* a training checkpoint's "train" state */
     if (ckpt_source_open(&src, path, err)) return -1;
     if (src.kind != CKPT_SRC_FILE && ckpt_source_args(&src, &a, err)) return -1;
-    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0};
-    if (model_build(m, &a, &bo, err)) return -1;
+    if (src.kind == CKPT_SRC_STEP) {
+        char *tj = NULL;
+        int world = 0;
+        if (ckpt_step_read_meta(src.folder, src.step, &tj, &world, err)) return -1;
+        t = json_loads(tj, 0, NULL);
+        free(tj);
+    }
+    model_build_opts bo = {1,
+                           1,
+                           MODEL_AC_NONE,
+                           0,
+                           NULL,
+                           0,
+                           0,
+                           json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
+                                                             : MODEL_BALANCE_NONE,
+                           0};
+    int rc = model_build(m, &a, &bo, err);
+    if (!rc && t) rc = train_moe_bias_load(m, t, path, err);
+    json_decref(t);
+    if (rc) return -1;
     base_err why;
     if (ckpt_source_load(&src, m, m->w, &why))
         return src.kind == CKPT_SRC_FILE

@@ -42,4 +42,20 @@ int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const d
                      int n, base_err *err);
 void train_tb_close(train_tb *t);
 
+/* MoE pieces of the trainer (moe.c). The expert bias is trainer state, not a parameter: it
+ * goes into the checkpoint's "train" object as "expert_bias" ([L*E] numbers, exact: fp32
+ * values printed with 17 digits), never into the parameter buffers nor HF exports. */
+struct json_t;
+/* Adds the MoE arguments (n_experts, top_k, moe_ffn_dim, norm_topk_prob, router_aux_loss_coef)
+ * to a checkpoint's "model" object when a is an MoE; a dense model's object is unchanged. */
+void train_moe_args_json(struct json_t *obj, const model_args *a);
+/* (Read back by ckpt_source_args, src/checkpoint/source.c.) */
+/* "expert_bias" into / from a "train" object (no-op for dense models; absent = zeros). */
+void train_moe_bias_json(struct json_t *train, const model *m);
+int train_moe_bias_load(model *m, const struct json_t *train, const char *where, base_err *err);
+/* Tokens per expert of each block this step (min/mean/max over the experts): one line to
+ * console, and/or JSONL keys "tokens_per_expert_min" / "_mean" / "_max" (arrays over blocks)
+ * to jl, written inside the step's object after a comma. Either may be NULL. */
+void train_moe_log(const model *m, FILE *console, FILE *jl);
+
 #endif

@@ -150,10 +150,13 @@ static int sample(const model *m, const train_opts *o, const token_source *src, 
 
 /* The arguments that must match for a checkpoint to load into this model. */
 static json_t *args_json(const model_args *a) {
-    return json_pack("{si si si si si si si sf sf si}", "dim", a->dim, "n_layers", a->n_layers,
-                     "n_heads", a->n_heads, "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim,
-                     "ffn_dim", a->ffn_dim, "vocab_size", a->vocab_size, "rope_theta",
-                     a->rope_theta, "norm_eps", a->norm_eps, "tie_embeddings", a->tie_embeddings);
+    json_t *j =
+        json_pack("{si si si si si si si sf sf si}", "dim", a->dim, "n_layers", a->n_layers,
+                  "n_heads", a->n_heads, "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim,
+                  "ffn_dim", a->ffn_dim, "vocab_size", a->vocab_size, "rope_theta", a->rope_theta,
+                  "norm_eps", a->norm_eps, "tie_embeddings", a->tie_embeddings);
+    train_moe_args_json(j, a);
+    return j;
 }
 
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. */
@@ -162,7 +165,7 @@ static json_t *args_json(const model_args *a) {
 
 /* states: every data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
 static char *train_state_json(const train_opts *o, const token_source *src, const optim_adamw *opt,
-                              int64_t step, int model_only, int64_t tokens_seen,
+                              const model *m, int64_t step, int model_only, int64_t tokens_seen,
                               const char *states) {
     json_t *root = json_object();
     json_object_set_new(root, "step", json_integer(step));
@@ -172,6 +175,7 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(root, "model", args_json(&o->model));
+    train_moe_bias_json(root, m);
     if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
         json_object_set_new(root, "data_loader", json_loads(states, 0, NULL));
         if (src->dp_size > 1) {
@@ -231,6 +235,7 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
     static const char *const names[3] = {"model", "adam_m", "adam_v"};
     float *const dst[3] = {dist_fsdp_shard_params(f), opt->m, opt->v};
     if (load_pieces(dir, step, names, dst, model_only ? 1 : 3, f, m->n_floats, err)) goto out;
+    if (train_moe_bias_load(m, t, dir, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
         base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
                  (long long)step);
@@ -474,8 +479,9 @@ int train_run(const train_opts *o, base_err *err) {
         return -1;
     }
     model m;
-    model_build_opts bo = {
-        o->batch, o->seq_len, o->ac, 1, o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
+    model_build_opts bo = {o->batch,    o->seq_len,          o->ac,
+                           1,           o->kernel_overrides, o->n_kernel_overrides,
+                           o->ce_chunk, o->moe_balance,      o->moe_bias_rate};
     optim_adamw opt = {0};
     dist_fsdp *f = NULL;
     FILE *jl = NULL;
@@ -498,6 +504,10 @@ int train_run(const train_opts *o, base_err *err) {
     float *const ws = dist_fsdp_shard_params(f), *const gs = dist_fsdp_shard_grads(f);
     const size_t ns = dist_fsdp_shard_len(f);
     if (optim_adamw_init(&opt, ns, err)) goto out;
+    /* MoE aux loss: the step's is the mean over its microbatches and data-parallel ranks */
+    const int aux_on = m.balance == MODEL_BALANCE_AUX_LOSS;
+    if (aux_on)
+        m.aux_scale = (float)(o->model.router_aux_loss_coef / (o->grad_accum * mesh.dp_size));
     const size_t NT = (size_t)o->batch * o->seq_len;
     tok = base_alloc(NT * o->grad_accum * sizeof(int32_t));
     tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t));
@@ -524,8 +534,10 @@ int train_run(const train_opts *o, base_err *err) {
     print_header(o, &m, &src, &mesh, peak, fpt);
     if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
-        model_build_opts vo = {o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
-                               o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk};
+        model_build_opts vo = {
+            o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
+            o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk,   o->moe_balance,
+            o->moe_bias_rate};
         have_ev = 1;
         if (model_build(&ev, &o->model, &vo, err)) goto out;
     }
@@ -581,11 +593,15 @@ int train_run(const train_opts *o, base_err *err) {
         dist_allreduce_i64(mesh.dp_comm, &valid, 1);
         double t_data = base_now() - t0;
         dist_fsdp_begin_step(f);
-        double loss_sum = 0, sumsq = 0;
+        if (m.moe_counts) /* MoE: tokens per expert, counted afresh each step */
+            memset(m.moe_counts, 0,
+                   (size_t)m.args.n_layers * m.args.n_experts * sizeof(*m.moe_counts));
+        double loss_sum = 0, sumsq = 0, aux_sum = 0;
         for (int mb = 0; mb < o->grad_accum; mb++) {
             const double l = model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
                                                    valid ? 1.0f / (float)valid : 0.0f, NULL);
             loss_sum += l;
+            aux_sum += m.moe_aux_loss;
             /* checked per microbatch (cumulative gradients) so the error names the one */
             sumsq = optim_sumsq(gs, ns);
             if (!isfinite(l) || !isfinite(sumsq)) {
@@ -604,9 +620,17 @@ int train_run(const train_opts *o, base_err *err) {
         /* the global norm: every shard once (replicas hold the same shard) */
         dist_allreduce_f64(mesh.shard_comm, &sumsq, 1);
         dist_allreduce_f64(mesh.dp_comm, &loss_sum, 1);
-        const double loss = valid ? loss_sum / (double)valid : 0.0;
+        dist_allreduce_f64(mesh.dp_comm, &aux_sum, 1);
+        const double aux = aux_sum / ((double)o->grad_accum * mesh.dp_size); /* 0 when off */
+        const double loss =
+            (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
         const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
         const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
+        if (m.balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
+            dist_allreduce_i64(mesh.dp_comm, m.moe_counts,
+                               (size_t)m.args.n_layers * m.args.n_experts);
+            model_moe_update_bias(&m, NULL);
+        }
         optim_adamw_step(&opt, ws, gs, &o->adamw, lr);
         const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
         const int64_t ntok = (int64_t)NT * o->grad_accum; /* this rank's tokens */
@@ -628,12 +652,15 @@ int train_run(const train_opts *o, base_err *err) {
                    val_loss, exp(val_loss), (long long)val_tok);
         }
         const int log_now = step % o->log_freq == 0 || step == last;
-        if (log_now)
+        if (log_now) {
             printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
-                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs%s",
-                   step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data,
-                   mesh.world > 1 ? "" : "\n");
-        if (log_now && mesh.world > 1) printf("  comm: %.3fs\n", comm);
+                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs",
+                   step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data);
+            if (aux_on) printf("  aux_loss: %.5f", aux);
+            if (mesh.world > 1) printf("  comm: %.3fs", comm);
+            printf("\n");
+            train_moe_log(&m, stdout, NULL);
+        }
         if (tty && step < last) { /* progress: steps done, ETA, tokens/s */
             const double avg = (base_now() - t_run) / (step - start);
             const int w = 30, done = (int)((double)w * step / last);
@@ -650,6 +677,8 @@ int train_run(const train_opts *o, base_err *err) {
                     step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
             if (mesh.world > 1) fprintf(jl, ", \"comm_s\": %.17g, \"step_s\": %.17g", comm, dt);
             if (isfinite(val_loss)) fprintf(jl, ", \"val_loss\": %.17g", val_loss);
+            if (aux_on) fprintf(jl, ", \"aux_loss\": %.17g", aux);
+            train_moe_log(&m, NULL, jl);
             fprintf(jl, "}\n");
             fflush(jl);
         }
@@ -671,6 +700,8 @@ int train_run(const train_opts *o, base_err *err) {
                                    mfu,     mem,  mem_pct, t_data, dt,  (double)tokens_seen,
                                    val_loss};
             if (train_tb_scalars(tb, step, tags, vals, isfinite(val_loss) ? 13 : 12, err)) goto out;
+            const char *aux_tag = "loss_metrics/aux_loss";
+            if (aux_on && train_tb_scalars(tb, step, &aux_tag, &aux, 1, err)) goto out;
         }
         if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
             char dir[4200];
@@ -688,7 +719,7 @@ int train_run(const train_opts *o, base_err *err) {
                 dist_allgather_bytes(mesh.dp_comm, mine, states, LOADER_STATE_BYTES);
             }
             free(state);
-            state = train_state_json(o, &src, &opt, step, model_only, tokens_seen, states);
+            state = train_state_json(o, &src, &opt, &m, step, model_only, tokens_seen, states);
             if (!state || train_saver_save(saver, step, ws, opt.m, opt.v, model_only, state, err))
                 goto out;
         }

@@ -58,8 +58,10 @@ typedef struct {
     int ce_chunk;             /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
-    dist_mesh_cfg par;    /* [parallelism] degrees (dp_shard resolved against the world) */
-    dist_reshard reshard; /* parallelism.fsdp_reshard_after_forward */
+    dist_mesh_cfg par;         /* [parallelism] degrees (dp_shard resolved against the world) */
+    dist_reshard reshard;      /* parallelism.fsdp_reshard_after_forward */
+    model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
+    double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -104,7 +106,10 @@ typedef struct {
         train_opt_int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size,
             max_seq_len, tie_embeddings;
         train_opt_float rope_theta, norm_eps;
-        train_opt_int num_experts, top_k, moe_inter_dim; /* MoE (not implemented yet) */
+        train_opt_int num_experts, top_k, moe_inter_dim; /* MoE overrides */
+        train_opt_float router_aux_loss_coef;
+        const char *moe_load_balance; /* none | aux_loss | bias */
+        double moe_bias_update_rate;
         train_int_list mlp_only_layers;
     } model;
     struct {

@@ -1,4 +1,6 @@
-/* Numerical parity of titan against Hugging Face transformers' Qwen3ForCausalLM.
+/* Numerical parity of titan against Hugging Face transformers' Qwen3ForCausalLM and
+ * Qwen3MoeForCausalLM (MoE: every expert and the router; with the auxiliary load-balancing loss
+ * on or off: loss = CE mean + router_aux_loss_coef * aux, aux also compared on its own).
  *
  * Usage: test_hf_parity DIR, where DIR holds weights.safetensors and ref.safetensors written by
  * tests/reference/hf_reference.py. Checks, from the same initial weights:
@@ -94,6 +96,11 @@ static void *need(const ckpt_file *f, const char *name, int64_t want, char type)
     return p;
 }
 
+/* An optional __metadata__ integer (dense references have no MoE keys). */
+static int64_t meta_i64_or(const ckpt_file *f, const char *key, int64_t dflt) {
+    return ckpt_meta_get(f, key) ? meta_i64(f, key) : dflt;
+}
+
 static int64_t count_valid(const int32_t *targets, int64_t n) {
     int64_t c = 0;
     for (int64_t i = 0; i < n; i++) c += targets[i] != OPS_IGNORE_INDEX;
@@ -124,6 +131,14 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (model_args_set(&a, keys[i], meta(&ref, keys[i]), &err) != 0)
             die("model_args_set", &err);
+    static const char *const moe_keys[] = {"n_experts", "top_k", "moe_ffn_dim", "norm_topk_prob",
+                                           "router_aux_loss_coef"};
+    const int moe = meta_i64_or(&ref, "n_experts", 0) > 0;
+    for (size_t i = 0; moe && i < sizeof moe_keys / sizeof moe_keys[0]; i++)
+        if (model_args_set(&a, moe_keys[i], meta(&ref, moe_keys[i]), &err) != 0)
+            die("model_args_set", &err);
+    const int aux_on = moe && meta_i64_or(&ref, "aux", 0) != 0;
+    const double coef = aux_on ? a.router_aux_loss_coef : 0.0;
     if (model_args_validate(&a, &err) != 0) die("model_args_validate", &err);
     const int B = (int)meta_i64(&ref, "batch"), T = (int)meta_i64(&ref, "seq_len");
     const int V = a.vocab_size;
@@ -134,7 +149,15 @@ int main(int argc, char **argv) {
            a.vocab_size, a.tie_embeddings ? "tied" : "untied", a.rope_theta, a.norm_eps, B, T);
 
     model m;
-    model_build_opts bo = {.batch = B, .seq_len = T, .ac = MODEL_AC_NONE, .with_grads = 1};
+    if (moe)
+        printf(
+            "MoE: %d experts, top-%d, expert width %d, norm_topk_prob %d, aux loss %s (coef %g)\n",
+            a.n_experts, a.top_k, a.moe_ffn_dim, a.norm_topk_prob, aux_on ? "on" : "off", coef);
+    model_build_opts bo = {.batch = B,
+                           .seq_len = T,
+                           .ac = MODEL_AC_NONE,
+                           .with_grads = 1,
+                           .balance = aux_on ? MODEL_BALANCE_AUX_LOSS : MODEL_BALANCE_NONE};
     if (model_build(&m, &a, &bo, &err) != 0) die("model_build", &err);
     if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("load weights", &err);
 
@@ -166,7 +189,16 @@ int main(int argc, char **argv) {
     model_zero_grad(&m);
     int64_t nv = -1;
     double loss_sum = model_step_microbatch(&m, tokens, targets, 1.0f / (float)nv_ref, &nv);
-    double loss = loss_sum / (double)nv;
+    double loss = loss_sum / (double)nv + coef * m.moe_aux_loss;
+    if (aux_on) {
+        double *ref_aux = need(&ref, "aux_loss", 1, 'd');
+        const double ea = fabs(m.moe_aux_loss - ref_aux[0]) / fabs(ref_aux[0]);
+        printf("aux loss: titan %.8f HF %.8f rel err %.2e\n", m.moe_aux_loss, ref_aux[0], ea);
+        if (!(ea <= TOL_LOSS))
+            fail("aux loss: titan %.8f HF %.8f rel err %.2e > %.0e", m.moe_aux_loss, ref_aux[0], ea,
+                 TOL_LOSS);
+        base_free(ref_aux);
+    }
     double loss_rel = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
     printf("loss: titan %.8f HF %.8f rel err %.2e (valid targets titan %lld, HF %lld)\n", loss,
            ref_loss[0], loss_rel, (long long)nv, (long long)nv_ref);
@@ -179,10 +211,14 @@ int main(int argc, char **argv) {
     printf("%-48s %12s %12s %10s\n", "gradient (HF name)", "|g_ref|", "|g-g_ref|", "rel err");
     double worst = 0;
     int n_grads = 0;
-    for (int p = 0; p < m.n_params; p++) {
-        const model_param *mp = &m.params[p];
+    /* one entry per HF tensor: an expert stack [E, out, in] is E tensors */
+    ckpt_entry *es;
+    int n_es;
+    if (ckpt_expected(&m, CKPT_NAMES_HF, &es, &n_es, &err) != 0) die("ckpt_expected", &err);
+    for (int p = 0; p < n_es; p++) {
+        const ckpt_entry *mp = &es[p];
         char name[160];
-        snprintf(name, sizeof name, "grad.%s", mp->hf_name);
+        snprintf(name, sizeof name, "grad.%s", mp->name);
         float *gr = need(&ref, name, (int64_t)mp->numel, 'f');
         const float *g = m.g + mp->offset;
         double s_ref = 0, s_diff = 0;
@@ -192,10 +228,9 @@ int main(int argc, char **argv) {
             s_ref += (double)gr[i] * gr[i];
         }
         double rel = sqrt(s_diff) / sqrt(s_ref);
-        printf("%-48s %12.4e %12.4e %10.2e%s\n", mp->hf_name, sqrt(s_ref), sqrt(s_diff), rel,
+        printf("%-48s %12.4e %12.4e %10.2e%s\n", mp->name, sqrt(s_ref), sqrt(s_diff), rel,
                rel <= TOL_GRAD ? "" : "  <-- FAIL");
-        if (!(rel <= TOL_GRAD))
-            fail("gradient %s: rel err %.2e > %.0e", mp->hf_name, rel, TOL_GRAD);
+        if (!(rel <= TOL_GRAD)) fail("gradient %s: rel err %.2e > %.0e", mp->name, rel, TOL_GRAD);
         if (!(rel <= worst)) worst = rel;
         base_free(gr);
         n_grads++;
@@ -204,9 +239,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ref.n_tensors; i++)
         if (strncmp(ref.tensors[i].name, "grad.", 5) == 0) {
             n_ref_grads++;
-            if (!model_find_hf_param(&m, ref.tensors[i].name + 5))
-                fail("reference gradient %s has no titan parameter", ref.tensors[i].name);
+            int found = 0;
+            for (int k = 0; k < n_es && !found; k++)
+                found = !strcmp(es[k].name, ref.tensors[i].name + 5);
+            if (!found) fail("reference gradient %s has no titan parameter", ref.tensors[i].name);
         }
+    free(es);
     printf("gradients: %d tensors, worst rel err %.2e\n", n_grads, worst);
     if (n_ref_grads != n_grads)
         fail("reference has %d gradients, titan %d parameters", n_ref_grads, n_grads);
@@ -235,6 +273,7 @@ int main(int argc, char **argv) {
     double *r_loss = need(&ref, "train_losses", steps, 'd');
     double *r_norm = need(&ref, "train_grad_norms", steps, 'd');
     double *r_lr = need(&ref, "train_lrs", steps, 'd');
+    double *r_aux = aux_on ? need(&ref, "train_aux_losses", steps, 'd') : NULL;
 
     if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("reload weights", &err);
     optim_adamw opt;
@@ -253,7 +292,9 @@ int main(int argc, char **argv) {
         model_zero_grad(&m);
         int64_t nvk = -1;
         double ls = model_step_microbatch(&m, ids, tgt, 1.0f / (float)want_nv, &nvk);
-        double lk = ls / (double)nvk;
+        double lk = ls / (double)nvk + coef * m.moe_aux_loss;
+        if (r_aux && !(fabs(m.moe_aux_loss - r_aux[k - 1]) <= TOL_TRAIN_LOSS * fabs(r_aux[k - 1])))
+            fail("step %d: aux loss titan %.8f HF %.8f", k, m.moe_aux_loss, r_aux[k - 1]);
         double sumsq = optim_sumsq(m.g, m.n_floats);
         double norm = optim_clip_apply(m.g, m.n_floats, sumsq, max_norm);
         double lr = cfg.lr * optim_lr_factor(&lrc, k - 1);
@@ -285,6 +326,7 @@ int main(int argc, char **argv) {
     base_free(r_loss);
     base_free(r_norm);
     base_free(r_lr);
+    base_free(r_aux);
     base_free(tokens);
     base_free(targets);
     base_free(ref_logits);

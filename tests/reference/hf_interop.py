@@ -11,6 +11,7 @@ safetensors).
                          weights (cast to the export dtype by torch), and its logits equal
                          titan's (max abs diff <= 1e-5)
   import HELPER TITAN WORK
+  import_moe HELPER TITAN WORK   the same for Qwen3MoeForCausalLM (experts saved per expert)
                          transformers saves models (save_pretrained, sharded, fp32 and bf16,
                          tied and untied): titan loads them with the same logits (<= 1e-5), and
                          HF -> titan training checkpoint -> HF gives byte-identical weight files
@@ -173,31 +174,61 @@ def import_(helper, titan, work):
             for n, p in model.named_parameters():
                 if "norm" in n:
                     p.add_(0.1 * torch.randn_like(p))
-        for dtype, flag in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
-            for shard in ("20KB", "50GB"):
-                d = f"{work}/hf_tie{int(tie)}_{flag}_{shard}"
-                model.to(dtype).save_pretrained(d, max_shard_size=shard)
-                model.float()
-                # the reference: HF's own model loaded back from what it saved, in fp32
-                _, info, lh = hf_logits(d, toks)
-                lt = titan_logits(helper, d, tok_path, f"{d}.logits.safetensors")
-                diff = (lt - lh).abs().max().item()
-                check(diff <= TOL, f"{d}: titan logits differ by {diff:.3g}")
-                # HF -> titan training checkpoint -> HF: the same bytes
-                ck, back = f"{d}.titan", f"{d}.back"
-                run(titan, "convert", d, ck)
-                run(titan, "convert", ck, back, "--dtype", flag, "--max-shard-size", shard)
-                files = weight_files(d)
-                check(files == weight_files(back), f"{back}: files {weight_files(back)} != {files}")
-                if len(files) > 1:
-                    files.append("model.safetensors.index.json")
-                n_fail = len(FAILS)
-                for fn in files:
-                    with open(f"{d}/{fn}", "rb") as a, open(f"{back}/{fn}", "rb") as b:
-                        check(a.read() == b.read(), f"{back}/{fn} is not byte-identical to {d}/{fn}")
-                if len(FAILS) == n_fail:
-                    print(f"ok  import {os.path.basename(d):28s} {len(weight_files(d))} file(s), "
-                      f"logits diff {diff:.2e}, round trip byte-identical ({len(files)} files)")
+        roundtrip(model, f"{work}/hf_tie{int(tie)}", helper, titan, tok_path, toks, ("20KB", "50GB"))
+
+
+def import_moe(helper, titan, work):
+    """Qwen3MoeForCausalLM: transformers 5 fuses the experts in memory and saves them per
+    expert (mlp.experts.j.{gate,up,down}_proj.weight) in its own order; 11 blocks and 12
+    experts so that numeric (not string) ordering of block and expert indices matters."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tok_path = f"{work}/tokens.safetensors"
+    toks = tokens_file(tok_path, 96)
+    cfg = Qwen3MoeConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=11,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         num_experts=12, num_experts_per_tok=3, moe_intermediate_size=16,
+                         norm_topk_prob=True, tie_word_embeddings=False, rope_theta=1e6,
+                         rms_norm_eps=1e-6, max_position_embeddings=512)
+    torch.manual_seed(21)
+    model = Qwen3MoeForCausalLM(cfg).eval()
+    with torch.no_grad():  # non-trivial norms, a router that is not all ties
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+            if n.endswith("mlp.gate.weight"):
+                p.normal_(0, 0.5)
+    roundtrip(model, f"{work}/hf_moe", helper, titan, tok_path, toks, ("30KB", "50GB"))
+
+
+def roundtrip(model, prefix, helper, titan, tok_path, toks, shards):
+    """save_pretrained (fp32, bf16; each shard size): titan's logits equal HF's, and
+    HF -> titan training checkpoint -> HF gives byte-identical weight files and index."""
+    for dtype, flag in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+        for shard in shards:
+            d = f"{prefix}_{flag}_{shard}"
+            model.to(dtype).save_pretrained(d, max_shard_size=shard)
+            model.float()
+            # the reference: HF's own model loaded back from what it saved, in fp32
+            _, info, lh = hf_logits(d, toks)
+            lt = titan_logits(helper, d, tok_path, f"{d}.logits.safetensors")
+            diff = (lt - lh).abs().max().item()
+            check(diff <= TOL, f"{d}: titan logits differ by {diff:.3g}")
+            # HF -> titan training checkpoint -> HF: the same bytes
+            ck, back = f"{d}.titan", f"{d}.back"
+            run(titan, "convert", d, ck)
+            run(titan, "convert", ck, back, "--dtype", flag, "--max-shard-size", shard)
+            files = weight_files(d)
+            check(files == weight_files(back), f"{back}: files {weight_files(back)} != {files}")
+            if len(files) > 1:
+                files.append("model.safetensors.index.json")
+            n_fail = len(FAILS)
+            for fn in files:
+                with open(f"{d}/{fn}", "rb") as a, open(f"{back}/{fn}", "rb") as b:
+                    check(a.read() == b.read(), f"{back}/{fn} is not byte-identical to {d}/{fn}")
+            if len(FAILS) == n_fail:
+                print(f"ok  import {os.path.basename(d):28s} {len(weight_files(d))} file(s), "
+                  f"logits diff {diff:.2e}, round trip byte-identical ({len(files)} files)")
 
 
 def inspect(titan, corpus):
@@ -225,6 +256,8 @@ def main():
         inspect(*sys.argv[2:4])
     elif mode == "import":
         import_(*sys.argv[2:5])
+    elif mode == "import_moe":
+        import_moe(*sys.argv[2:5])
     else:
         raise SystemExit(__doc__)
     if FAILS:

@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
-"""Reference outputs of Hugging Face transformers' Qwen3ForCausalLM (PyTorch, CPU, fp32,
-eager attention) for titan's parity test (tests/parity/test_hf_parity.c).
+"""Reference outputs of Hugging Face transformers' Qwen3ForCausalLM / Qwen3MoeForCausalLM
+(PyTorch, CPU, fp32, eager attention) for titan's parity test (tests/parity/test_hf_parity.c).
+
+MoE configs write experts as HF checkpoints hold them on disk, one tensor per expert
+(model.layers.i.mlp.experts.j.{gate,up,down}_proj.weight; transformers 5 fuses them in memory
+into gate_up_proj [E, 2F, D] and down_proj [E, D, F]), gradients likewise. With aux = 1 the model
+runs with output_router_logits=True: loss = CE mean + router_aux_loss_coef * aux_loss
+(load_balancing_loss_func), and ref also holds aux_loss and train_aux_losses.
 
 Writes to --out DIR:
   weights.safetensors  initial weights under HF names (F32; a tied model has no lm_head)
@@ -35,6 +41,16 @@ CONFIGS = {
     "mha_long": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, ffn_dim=112,
                      vocab_size=1000, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-5,
                      batch=1, seq_len=150, max_norm=1.2),
+    # MoE: 8 experts, top-2, renormalised gates, no aux loss
+    "moe": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,
+                vocab_size=256, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-6,
+                n_experts=8, top_k=2, moe_ffn_dim=32, norm_topk_prob=1, router_aux_loss_coef=0.0,
+                aux=0, batch=2, seq_len=24, max_norm=2.5),
+    # MoE with HF's auxiliary load-balancing loss, un-normalised gates, top-3 of 6, 3 blocks
+    "moe_aux": dict(dim=48, n_layers=3, n_heads=4, n_kv_heads=4, head_dim=12, ffn_dim=64,
+                    vocab_size=200, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-6,
+                    n_experts=6, top_k=3, moe_ffn_dim=24, norm_topk_prob=0,
+                    router_aux_loss_coef=0.05, aux=1, batch=2, seq_len=20, max_norm=2.2),
 }
 
 # Each config's max_norm sits inside the range of its pre-clip gradient norms, so clipping is
@@ -76,7 +92,26 @@ def self_check_schedule():
 
 
 def build_model(c):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    if c.get("n_experts"):
+        cfg = Qwen3MoeConfig(
+            vocab_size=c["vocab_size"], hidden_size=c["dim"], intermediate_size=c["ffn_dim"],
+            num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
+            num_key_value_heads=c["n_kv_heads"], head_dim=c["head_dim"], hidden_act="silu",
+            max_position_embeddings=max(2048, c["seq_len"]), rms_norm_eps=c["norm_eps"],
+            tie_word_embeddings=bool(c["tie_embeddings"]),
+            rope_parameters={"rope_type": "default", "rope_theta": float(c["rope_theta"])},
+            attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
+            num_experts=c["n_experts"], num_experts_per_tok=c["top_k"],
+            moe_intermediate_size=c["moe_ffn_dim"], norm_topk_prob=bool(c["norm_topk_prob"]),
+            router_aux_loss_coef=c["router_aux_loss_coef"], output_router_logits=bool(c["aux"]),
+            decoder_sparse_step=1, mlp_only_layers=[],
+            attn_implementation="eager", use_cache=False)
+        model = Qwen3MoeForCausalLM(cfg).to(torch.float32)
+        model.train()
+        assert model.config._attn_implementation == "eager"
+        return model
 
     cfg = Qwen3Config(
         vocab_size=c["vocab_size"], hidden_size=c["dim"], intermediate_size=c["ffn_dim"],
@@ -117,11 +152,34 @@ def random_batch(g, c, n_ignore):
 
 
 def loss_of(model, ids, tgt, v):
-    logits = model(input_ids=ids).logits
+    """logits, CE loss sum, valid targets, aux loss (0 when off)."""
+    out = model(input_ids=ids)
+    logits = out.logits
     loss_sum = F.cross_entropy(logits.reshape(-1, v).float(), tgt.reshape(-1), ignore_index=-100,
                                reduction="sum")
     n_valid = int((tgt != -100).sum())
-    return logits, loss_sum, n_valid
+    aux = getattr(out, "aux_loss", None)
+    return logits, loss_sum, n_valid, (aux if aux is not None else torch.tensor(0.0))
+
+
+def disk_form(name, t):
+    """HF's on-disk tensors for one in-memory parameter: fused experts split per expert."""
+    if name.endswith("mlp.experts.gate_up_proj"):
+        pre, f = name[: -len("gate_up_proj")], t.shape[1] // 2
+        for j in range(t.shape[0]):
+            yield f"{pre}{j}.gate_proj.weight", t[j, :f]
+            yield f"{pre}{j}.up_proj.weight", t[j, f:]
+    elif name.endswith("mlp.experts.down_proj"):
+        pre = name[: -len("down_proj")]
+        for j in range(t.shape[0]):
+            yield f"{pre}{j}.down_proj.weight", t[j]
+    else:
+        yield name, t
+
+
+def disk_dict(named, prefix=""):
+    return {prefix + k: x.detach().clone().contiguous()
+            for n, t in named for k, x in disk_form(n, t)}
 
 
 def main():
@@ -144,6 +202,7 @@ def main():
     params = dict(model.named_parameters())  # tied: lm_head.weight is deduplicated away
     assert ("lm_head.weight" in params) == (not c["tie_embeddings"])
     init = {k: p.detach().clone().contiguous() for k, p in params.items()}
+    coef = c.get("router_aux_loss_coef", 0.0) if c.get("aux") else 0.0
 
     meta = {k: (repr(float(x)) if isinstance(x, float) else str(x)) for k, x in c.items()}
     meta.update({k: (repr(float(x)) if isinstance(x, float) else str(x))
@@ -158,8 +217,8 @@ def main():
     n_ignore = max(1, c["batch"] * c["seq_len"] // 10)
     ids, tgt = random_batch(g, c, n_ignore)
     model.zero_grad(set_to_none=False)
-    logits, loss_sum, n_valid = loss_of(model, ids, tgt, v)
-    loss = loss_sum / n_valid
+    logits, loss_sum, n_valid, aux = loss_of(model, ids, tgt, v)
+    loss = loss_sum / n_valid + coef * aux
     loss.backward()
     ref = {
         "input_ids": ids.contiguous(),
@@ -168,9 +227,9 @@ def main():
         "loss_sum": torch.tensor(loss_sum.item(), dtype=torch.float64),
         "loss": torch.tensor(loss.item(), dtype=torch.float64),
         "n_valid": torch.tensor(n_valid, dtype=torch.int64),
+        "aux_loss": torch.tensor(float(aux.item()), dtype=torch.float64),
     }
-    for k, p in params.items():
-        ref["grad." + k] = p.grad.detach().clone().contiguous()
+    ref.update(disk_dict(((k, p.grad) for k, p in params.items()), "grad."))
 
     # ---- training steps from the same initial weights ---------------------------------
     with torch.no_grad():
@@ -184,13 +243,14 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, n, TRAIN["warmup_steps"], TRAIN["decay_ratio"],
                                  TRAIN["decay_type"], TRAIN["min_lr_factor"]))
-    t_ids, t_tgt, losses, norms, lrs = [], [], [], [], []
+    t_ids, t_tgt, losses, norms, lrs, auxes = [], [], [], [], [], []
     for step in range(1, n + 1):
         ids, tgt = random_batch(g, c, n_ignore + step % 3)
         opt.zero_grad(set_to_none=False)
-        _, loss_sum, n_valid = loss_of(model, ids, tgt, v)
-        loss = loss_sum / n_valid
+        _, loss_sum, n_valid, aux = loss_of(model, ids, tgt, v)
+        loss = loss_sum / n_valid + coef * aux
         loss.backward()
+        auxes.append(float(aux.item()))
         norm = torch.nn.utils.clip_grad_norm_(plist, max_norm, foreach=False)
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
@@ -204,11 +264,12 @@ def main():
     ref["train_losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["train_grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     ref["train_lrs"] = torch.tensor(lrs, dtype=torch.float64)
+    ref["train_aux_losses"] = torch.tensor(auxes, dtype=torch.float64)
     n_clipped = sum(x > max_norm for x in norms)
     if not 0 < n_clipped < n:
         print(f"warning: clipping active in {n_clipped} of {n} steps", file=sys.stderr)
 
-    save_file(init, os.path.join(a.out, "weights.safetensors"), metadata=meta)
+    save_file(disk_dict(init.items()), os.path.join(a.out, "weights.safetensors"), metadata=meta)
     save_file(ref, os.path.join(a.out, "ref.safetensors"), metadata=meta)
     print(f"{a.config}: loss {ref['loss'].item():.6f} over {ref['n_valid'].item()} targets; "
           f"train losses {losses[0]:.5f} -> {losses[-1]:.5f}; grad norms "

@@ -290,8 +290,8 @@ static void command_line(void) {
     CHECK(c.model.mlp_only_layers.n == 2 && c.model.mlp_only_layers.v[1] == 2, "TOML array");
     train_opts o;
     rc = train_config_to_opts(&c, &o, &err);
-    CHECK(rc != 0 && !strcmp(err.msg, "command line: --model.mlp_only_layers: MoE settings need "
-                                      "MoE support (not implemented yet)"),
+    CHECK(rc != 0 && !strcmp(err.msg, "command line: --model.mlp_only_layers: MoE models with "
+                                      "dense blocks are not implemented (every block is MoE)"),
           "refusal names the option: %s", err.msg);
     train_config_free(&c);
 
@@ -388,9 +388,8 @@ static void command_line(void) {
         {{"--validation.enable"}, "validation.dataset_path (default): must name the held-out data"},
         {{"--checkpoint.initial_load_path", "x"},
          "command line: --checkpoint.initial_load_path: needs checkpoint.enable = true"},
-        {{"--model.flavor", "debugmodel_moe"},
-         "command line: --model.flavor: debugmodel_moe is a "
-         "mixture-of-experts flavor"},
+        {{"--model.mlp_only_layers", "1"},
+         "command line: --model.mlp_only_layers: MoE models with dense blocks"},
         {{"--training.dataset", "c4"}, "command line: --training.dataset: 'c4' is not built in"},
         {{"--optimizer.name", "Adam"}, "command line: --optimizer.name: Adam is not implemented"},
     };

@@ -97,12 +97,30 @@ static void test_configs(void) {
               a.moe_ffn_dim == 768 && a.norm_topk_prob == 1 && a.router_aux_loss_coef == 0.001 &&
               a.n_kv_heads == 4 && a.tie_embeddings == 0,
           "30B-A3B fields");
-    /* MoE: arguments and counts exist, building a trainable model does not yet */
+    /* MoE: the official config.json and the 30B-A3B flavor are the same model */
     model m;
-    model_build_opts o = {.batch = 1, .seq_len = 1};
-    CHECK(model_build(&m, &a, &o, &e) != 0 && strstr(e.msg, "MoE training is not yet supported"),
-          "MoE build: %s", e.msg);
-    model_free(&m);
+    model_args fl;
+    CHECK(model_flavor("30B-A3B", &fl, &e) == 0 && fl.dim == a.dim && fl.n_layers == a.n_layers &&
+              fl.n_heads == a.n_heads && fl.n_kv_heads == a.n_kv_heads &&
+              fl.head_dim == a.head_dim && fl.ffn_dim == a.ffn_dim &&
+              fl.vocab_size == a.vocab_size && fl.rope_theta == a.rope_theta &&
+              fl.norm_eps == a.norm_eps && fl.tie_embeddings == a.tie_embeddings &&
+              fl.n_experts == a.n_experts && fl.top_k == a.top_k &&
+              fl.moe_ffn_dim == a.moe_ffn_dim && fl.norm_topk_prob == a.norm_topk_prob &&
+              fl.router_aux_loss_coef == a.router_aux_loss_coef,
+          "30B-A3B flavor == Qwen3-30B-A3B config.json");
+    {
+        model_args b2;
+        char p2[1024];
+        snprintf(p2, sizeof p2, "%s/data/qwen3_configs/Qwen3-235B-A22B.json", TITAN_SHARED_DIR);
+        CHECK(ckpt_hf_config_read(p2, &b2, &e) == 0 && model_flavor("235B-A22B", &fl, &e) == 0 &&
+                  fl.dim == b2.dim && fl.n_layers == b2.n_layers && fl.n_heads == b2.n_heads &&
+                  fl.n_kv_heads == b2.n_kv_heads && fl.ffn_dim == b2.ffn_dim &&
+                  fl.rope_theta == b2.rope_theta && fl.n_experts == b2.n_experts &&
+                  fl.top_k == b2.top_k && fl.moe_ffn_dim == b2.moe_ffn_dim &&
+                  fl.norm_topk_prob == b2.norm_topk_prob && fl.tie_embeddings == b2.tie_embeddings,
+              "235B-A22B flavor == Qwen3-235B-A22B config.json (theta %g)", b2.rope_theta);
+    }
     CHECK(model_describe(&m, &a, &e) == 0 && m.n_floats == 30532122624ULL, "MoE describe");
     model_free(&m);
 

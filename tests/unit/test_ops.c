@@ -19,9 +19,10 @@
 
 static int g_failures, g_checks;
 
-enum { E_EMB, E_RMS, E_MM, E_ROPE, E_SWIGLU, E_CE, E_ADAMW, E_EXP, E_NCAT };
-static const char *const g_cat_names[E_NCAT] = {"embedding", "rmsnorm",   "matmul", "rope",
-                                                "swiglu",    "lmhead_ce", "adamw",  "vm_expf"};
+enum { E_EMB, E_RMS, E_MM, E_ROPE, E_SWIGLU, E_CE, E_ADAMW, E_EXP, E_GMM, E_NCAT };
+static const char *const g_cat_names[E_NCAT] = {"embedding", "rmsnorm", "matmul",
+                                                "rope",      "swiglu",  "lmhead_ce",
+                                                "adamw",     "vm_expf", "grouped_mm"};
 static double g_cat_max[E_NCAT];
 
 /* max that propagates NaN (fmax drops it, which would let a NaN result pass a check) */
@@ -542,6 +543,84 @@ static void test_vm_expf(void) {
 
 /* ---- registry -------------------------------------------------------------------- */
 
+/* grouped_mm: both implementations against a double-precision per-row reference, on groups
+ * that are empty, tiny and larger than a tile (rows and columns split into several tiles),
+ * with gradients accumulating into non-zero buffers; and against each other. */
+static void test_grouped_mm(void) {
+    enum { E = 6, C = 1100, OC = 150 };
+    const int32_t sizes[E] = {0, 300, 1, 0, 37, 513};
+    int32_t offs[E + 1] = {0};
+    for (int e = 0; e < E; e++) offs[e + 1] = offs[e] + sizes[e];
+    const int R = offs[E];
+    float *x = randn((size_t)R * C, 301, 1.0f, 0), *w = randn((size_t)E * OC * C, 302, 0.05f, 0);
+    float *dy = randn((size_t)R * OC, 303, 1.0f, 0);
+    double *ref = base_alloc(sizeof(double) * (size_t)R * OC);
+    double *rdx = base_alloc(sizeof(double) * (size_t)R * C);
+    double *rdw = base_alloc(sizeof(double) * (size_t)E * OC * C);
+    const float *init_dx = randn((size_t)R * C, 304, 1.0f, 0);
+    const float *init_dw = randn((size_t)E * OC * C, 305, 1.0f, 0);
+    for (int e = 0; e < E; e++)
+        for (int r = offs[e]; r < offs[e + 1]; r++)
+            for (int o = 0; o < OC; o++) {
+                double acc = 0;
+                for (int c = 0; c < C; c++)
+                    acc += (double)x[(size_t)r * C + c] * w[((size_t)e * OC + o) * C + c];
+                ref[(size_t)r * OC + o] = acc;
+            }
+    for (size_t i = 0; i < (size_t)R * C; i++) rdx[i] = init_dx[i];
+    for (size_t i = 0; i < (size_t)E * OC * C; i++) rdw[i] = init_dw[i];
+    for (int e = 0; e < E; e++)
+        for (int r = offs[e]; r < offs[e + 1]; r++)
+            for (int o = 0; o < OC; o++) {
+                const double g = dy[(size_t)r * OC + o];
+                for (int c = 0; c < C; c++) {
+                    rdx[(size_t)r * C + c] += g * w[((size_t)e * OC + o) * C + c];
+                    rdw[((size_t)e * OC + o) * C + c] += g * x[(size_t)r * C + c];
+                }
+            }
+    float *out[2], *dx[2], *dw[2];
+    const char *names[2] = {"default", "grouped"};
+    for (int k = 0; k < 2; k++) {
+        const ops_impl *impl = ops_find(OPS_GROUPED_MM, names[k]);
+        out[k] = zeros((size_t)R * OC);
+        dx[k] = zeros((size_t)R * C);
+        dw[k] = zeros((size_t)E * OC * C);
+        memcpy(dx[k], init_dx, sizeof(float) * (size_t)R * C);
+        memcpy(dw[k], init_dw, sizeof(float) * (size_t)E * OC * C);
+        if (!impl) {
+            check_true("grouped_mm implementation registered", 0, names[k]);
+            continue;
+        }
+        ((ops_grouped_mm_fwd_fn)impl->fwd)(out[k], x, w, offs, E, C, OC);
+        ((ops_grouped_mm_bwd_fn)impl->bwd)(dx[k], dw[k], dy, x, w, offs, E, C, OC);
+        char what[96];
+        snprintf(what, sizeof what, "grouped_mm/%s forward vs fp64 (groups 0,300,1,0,37,513)",
+                 names[k]);
+        check(E_GMM, what, rel_err_d(out[k], ref, (size_t)R * OC), 1e-5);
+        snprintf(what, sizeof what, "grouped_mm/%s d(input) += vs fp64", names[k]);
+        check(E_GMM, what, rel_err_d(dx[k], rdx, (size_t)R * C), 1e-5);
+        snprintf(what, sizeof what, "grouped_mm/%s d(weight) += vs fp64", names[k]);
+        check(E_GMM, what, rel_err_d(dw[k], rdw, (size_t)E * OC * C), 1e-5);
+    }
+    check(E_GMM, "grouped_mm grouped vs default: forward",
+          rel_err_f(out[1], out[0], (size_t)R * OC), 1e-6);
+    check(E_GMM, "grouped_mm grouped vs default: d(weight) of the empty expert untouched",
+          rel_err_f(dw[1] + (size_t)3 * OC * C, init_dw + (size_t)3 * OC * C, (size_t)OC * C), 0);
+    for (int k = 0; k < 2; k++) {
+        base_free(out[k]);
+        base_free(dx[k]);
+        base_free(dw[k]);
+    }
+    base_free(x);
+    base_free(w);
+    base_free(dy);
+    base_free(ref);
+    base_free(rdx);
+    base_free(rdw);
+    base_free((void *)init_dx);
+    base_free((void *)init_dw);
+}
+
 static int dummy_check_fail(const ops_ctx *ctx, base_err *err) {
     if (ctx->seq_len % 64 != 0)
         return base_fail(err, "seq_len %% 64 == 0 (seq_len = %d)", ctx->seq_len);
@@ -575,7 +654,8 @@ static void test_registry(void) {
     int n = ops_list(list, 128);
     char buf[256];
     snprintf(buf, sizeof buf, "%d implementations", n);
-    check_true("registry: builtins registered once (one default per op)", n == OPS_COUNT, buf);
+    /* one default per op, plus grouped_mm's second built-in ("grouped") */
+    check_true("registry: builtins registered once (one default per op)", n == OPS_COUNT + 1, buf);
 
     int rc = ops_resolve(&t, "layers.0", &ctx, NULL, 0, &err);
     int ok = rc == 0;
@@ -728,6 +808,7 @@ int main(void) {
     test_lmhead_ce();
     test_adamw();
     test_vm_expf();
+    test_grouped_mm();
     test_registry();
     test_determinism();
     printf("max error per op:");

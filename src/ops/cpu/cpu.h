@@ -46,6 +46,19 @@ double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
                          float *scratch, int chunk, int64_t *n_valid);
 
+/* Grouped expert GEMM (grouped_mm.c). "default": one multi-threaded GEMM per expert group.
+ * "grouped": one parallel pass over tiles of all groups (expert x row block x column block,
+ * each tile a single-threaded GEMM sized for the L2 cache), so both cores stay busy when
+ * groups are small or empty; bitwise independent of the thread count. */
+void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                            int E, int C, int OC);
+void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const int32_t *offs, int E, int C, int OC);
+void ops_cpu_grouped_mm_tiled_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                                  int E, int C, int OC);
+void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, const int32_t *offs, int E, int C, int OC);
+
 void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr, double beta1,
                    double beta2, double eps, double wd, int64_t t);
 

@@ -1,0 +1,62 @@
+/* train: the MoE parts of the trainer and of checkpoints (see internal.h). */
+#include <jansson.h>
+#include <string.h>
+
+#include "train/internal.h"
+
+void train_moe_args_json(json_t *obj, const model_args *a) {
+    if (a->n_experts <= 0) return;
+    json_object_set_new(obj, "n_experts", json_integer(a->n_experts));
+    json_object_set_new(obj, "top_k", json_integer(a->top_k));
+    json_object_set_new(obj, "moe_ffn_dim", json_integer(a->moe_ffn_dim));
+    json_object_set_new(obj, "norm_topk_prob", json_integer(a->norm_topk_prob));
+    json_object_set_new(obj, "router_aux_loss_coef", json_real(a->router_aux_loss_coef));
+}
+
+void train_moe_bias_json(json_t *train, const model *m) {
+    if (m->args.n_experts <= 0 || !m->moe_bias) return;
+    const size_t n = (size_t)m->args.n_layers * m->args.n_experts;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_real(m->moe_bias[i]));
+    json_object_set_new(train, "expert_bias", arr);
+}
+
+int train_moe_bias_load(model *m, const json_t *train, const char *where, base_err *err) {
+    const json_t *arr = json_object_get(train, "expert_bias");
+    if (m->args.n_experts <= 0 || !m->moe_bias || !arr) return 0;
+    const size_t n = (size_t)m->args.n_layers * m->args.n_experts;
+    if (!json_is_array(arr) || json_array_size(arr) != n)
+        return base_fail(err, "%s: train.expert_bias is not an array of %zu numbers", where, n);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(arr, i);
+        if (!json_is_number(v))
+            return base_fail(err, "%s: train.expert_bias[%zu] is not a number", where, i);
+        m->moe_bias[i] = (float)json_number_value(v);
+    }
+    return 0;
+}
+
+void train_moe_log(const model *m, FILE *console, FILE *jl) {
+    const int L = m->args.n_layers;
+    if (m->args.n_experts <= 0) return;
+    if (console) {
+        fprintf(console, "      moe tokens/expert per block (min/mean/max):");
+        for (int l = 0; l < L; l++) {
+            double lo, mean, hi;
+            model_moe_stats(m, l, &lo, &mean, &hi);
+            fprintf(console, " %s%.0f/%.1f/%.0f", l ? "| " : "", lo, mean, hi);
+        }
+        fprintf(console, "\n");
+    }
+    if (!jl) return;
+    static const char *const keys[3] = {"min", "mean", "max"};
+    for (int k = 0; k < 3; k++) {
+        fprintf(jl, ", \"tokens_per_expert_%s\": [", keys[k]);
+        for (int l = 0; l < L; l++) {
+            double v[3];
+            model_moe_stats(m, l, &v[0], &v[1], &v[2]);
+            fprintf(jl, "%s%.17g", l ? ", " : "", v[k]);
+        }
+        fprintf(jl, "]");
+    }
+}
