@@ -36,6 +36,11 @@ int model_infer_new(model_infer **out, const model *m, int max_len, base_err *er
     const model_args *a = &m->args;
     if (max_len <= 0)
         return base_fail(err, "inference: max_len must be positive (got %d)", max_len);
+    if (m->tp.size > 1)
+        return base_fail(err,
+                         "inference: the model is tensor-parallel (tp %d); gather a full "
+                         "model first",
+                         m->tp.size);
     const size_t L = (size_t)a->n_layers, D = (size_t)a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim, F = (size_t)a->ffn_dim;
     const double cache_bytes = 2.0 * L * (double)max_len * KV * sizeof(float);
@@ -124,7 +129,9 @@ int model_infer_forward(model_infer *s, const int32_t *tokens, int n, float *log
                             kc,
                             vc,
                             s->norm_out,
-                            s->hact};
+                            s->hact,
+                            NULL,
+                            NULL};
             s->la.x = x;
             s->la.k = kc + (size_t)pos0 * KV;
             s->la.v = vc + (size_t)pos0 * KV;

@@ -12,7 +12,7 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
     model_args a = *fallback;
     if (ckpt_source_open(&src, path, err)) return -1;
     if (src.kind != CKPT_SRC_FILE && ckpt_source_args(&src, &a, err)) return -1;
-    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0};
+    model_build_opts bo = {1, 1, MODEL_AC_NONE, 0, NULL, 0, 0, NULL};
     if (model_build(m, &a, &bo, err)) return -1;
     base_err why;
     if (ckpt_source_load(&src, m, m->w, &why))
