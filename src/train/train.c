@@ -516,10 +516,12 @@ static void tp_pieces_free(tp_pieces *t) {
  * rows or its heads only) over the TP group, packed into one all-reduce; returns the sum of
  * their squares afterwards (for the global norm). */
 static double tp_sync_replicated(const tp_pieces *t, float *gs, float *buf, dist_comm *c) {
-    for (int i = 0, at = 0; i < t->n_rep; at += (int)t->rep[i].len, i++)
+    size_t at = 0;
+    for (int i = 0; i < t->n_rep; at += t->rep[i++].len)
         memcpy(buf + at, gs + t->rep[i].shard_off, t->rep[i].len * sizeof(float));
     dist_allreduce_f32(c, buf, t->rep_len);
-    for (int i = 0, at = 0; i < t->n_rep; at += (int)t->rep[i].len, i++)
+    at = 0;
+    for (int i = 0; i < t->n_rep; at += t->rep[i++].len)
         memcpy(gs + t->rep[i].shard_off, buf + at, t->rep[i].len * sizeof(float));
     return optim_sumsq(buf, t->rep_len);
 }
