@@ -8,6 +8,11 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
             $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_fsdp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # tensor + sequence parallelism, with FSDP, and resharding tp=2 -> 1 rank
+  add_test(NAME dist_tp
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_tp.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
+            $<TARGET_FILE:param_diff>)
+  set_tests_properties(dist_tp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 else()
-  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp) are skipped")
+  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp) are skipped")
 endif()

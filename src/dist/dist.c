@@ -191,6 +191,30 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
     if (recv != send) memcpy(recv, send, bytes);
 }
 
+void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Allgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->comm);
+        g_comm_s += base_now() - t0;
+        return;
+    }
+#endif
+    if (recv != send) memcpy(recv, send, n * sizeof(float));
+}
+
+void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv, size_t n) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->comm);
+        g_comm_s += base_now() - t0;
+        return;
+    }
+#endif
+    if (recv != send) memcpy(recv, send, n * sizeof(float));
+}
+
 void dist_iallgatherv_f32(dist_comm *c, const float *send, float *recv, const int *counts,
                           const int *displs, dist_req *r) {
     r->active = 0;

@@ -47,6 +47,10 @@ void dist_allreduce_max_f64(dist_comm *c, double *x, int n);
 void dist_allreduce_i64(dist_comm *c, int64_t *x, int n);
 /* Sum of x[n] over the group, in place (chunked: n may exceed 2^31). */
 void dist_allreduce_f32(dist_comm *c, float *x, size_t n);
+/* Tensor/sequence parallelism: recv[size * n] = every rank's send[n], in rank order. */
+void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n);
+/* recv[n] = the sum over ranks of their send[rank * n, (rank + 1) * n) (send: size * n). */
+void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv, size_t n);
 /* recv[size * bytes] = every rank's send[bytes], in rank order. */
 void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes);
 /* Seconds this process has spent inside collectives (waiting included) since the start. */

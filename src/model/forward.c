@@ -15,22 +15,30 @@
 
 #include "internal.h"
 
+/* Row counts: N = B*T token rows, n = N/tp the sequence shard (n = N without TP). */
 struct model_acts {
     layer_acts *layers; /* [L]; under ac=full all but .x point at `scratch` */
     layer_acts scratch;
-    float *xf;         /* [N,D] output of the last block */
-    float *xn;         /* [N,D] final norm output */
-    float *rstd_f;     /* [N] */
-    float *norm_out;   /* [N,D] block norm output (recomputed; shared) */
+    float *xf;         /* [n,D] output of the last block */
+    float *xn;         /* [n,D] final norm output */
+    float *rstd_f;     /* [n] */
+    float *norm_out;   /* [n,D] block norm output (recomputed; shared) */
     float *q, *k;      /* [N,H*hd], [N,G*hd] q and k after norm + RoPE (recomputed; shared) */
     float *hact;       /* [N,F] silu(gate)*up (recomputed; shared) */
     float *ce_scratch; /* [ce_chunk, V] */
-    /* backward scratch */
+    /* backward scratch; dres, dnorm, dxn: [n,D] */
     float *dres, *dnorm, *dhact, *dgate, *dup, *dqk_o, *dq, *dk, *dv, *dqn, *dkn, *dxn;
     /* MoE: routed rows [R,D] (forward and backward), their gradient [R,D], the router-logit
      * gradient [N,E]; aux [3E] doubles: accumulated counts and probabilities, d aux / d p */
     float *xs, *dy, *dlog;
     double *aux;
+    /* tensor parallelism only (NULL when tp = 1, where the [n,D] buffers serve): [N,D] the
+     * all-gathered norm output, the partial sums before a reduce-scatter (also the embedding
+     * lookup), the all-gathered residual gradient, the partial norm-input gradient, and the
+     * all-gathered final norm output and its partial gradient (live across the loss); the
+     * local vocabulary ids of the tokens [N] */
+    float *norm_full, *part, *dfull, *dnorm_full, *xn_full, *dxn_full;
+    int32_t *tok_local;
     float *mem;
     size_t mem_floats;
 };
@@ -52,13 +60,13 @@ static size_t ffn_floats(const model_args *a, size_t N) {
     return a->n_experts > 0 ? N * a->top_k * a->moe_ffn_dim : N * a->ffn_dim;
 }
 
-static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, int B, int T,
-                        int with_x_only) {
+static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
+                        int T, int with_x_only) {
     const size_t D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim, F = ffn_floats(a, N) / N;
-    la->x = carve(c, N * D);
+    la->x = carve(c, n * D);
     if (with_x_only) return;
-    la->xm = carve(c, N * D);
+    la->xm = carve(c, n * D);
     la->qp = carve(c, N * Q);
     la->kp = carve(c, N * KV);
     la->v = carve(c, N * KV);
@@ -66,8 +74,8 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     la->lse = carve(c, (size_t)B * a->n_heads * T);
     la->gate = carve(c, N * F);
     la->up = carve(c, N * F);
-    la->rstd1 = carve(c, N);
-    la->rstd2 = carve(c, N);
+    la->rstd1 = carve(c, n);
+    la->rstd2 = carve(c, n);
     la->q_rstd = carve(c, N * a->n_heads);
     la->k_rstd = carve(c, N * a->n_kv_heads);
     if (a->n_experts > 0) {
@@ -82,30 +90,45 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t N = (size_t)B * T, D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim, NF = ffn_floats(a, N),
                  R = N * (size_t)a->top_k, E = (size_t)a->n_experts;
+    const int tp = m->tp.size > 1;
+    const size_t n = N / (size_t)m->tp.size;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
-        carve_layer(c, la, a, N, B, T, m->ac == MODEL_AC_FULL);
+        carve_layer(c, la, a, N, n, B, T, m->ac == MODEL_AC_FULL);
     }
-    if (m->ac == MODEL_AC_FULL) carve_layer(c, &A->scratch, a, N, B, T, 0);
-    A->xf = carve(c, N * D);
-    A->xn = carve(c, N * D);
-    A->rstd_f = carve(c, N);
+    if (m->ac == MODEL_AC_FULL) carve_layer(c, &A->scratch, a, N, n, B, T, 0);
+    A->xf = carve(c, n * D);
+    A->xn = carve(c, n * D);
+    A->rstd_f = carve(c, n);
     if (with_grads) {
-        A->dres = carve(c, N * D);
-        A->dxn = carve(c, N * D);
+        A->dres = carve(c, n * D);
+        A->dxn = carve(c, n * D);
+    }
+    if (tp) { /* live across the loss: outside the union below */
+        A->xn_full = carve(c, N * D);
+        A->dxn_full = with_grads ? carve(c, N * D) : NULL;
+        A->tok_local = (int32_t *)carve(c, N); /* int32 and float have the same size */
     }
     /* The union: the CE logits chunk, then (from the same start) the block working set. */
     const size_t start = c->used;
     A->ce_scratch = carve(c, (size_t)m->ce_chunk * a->vocab_size);
     const size_t ce_end = c->used;
     c->used = start;
-    A->norm_out = carve(c, N * D);
+    A->norm_out = carve(c, n * D);
     A->hact = carve(c, NF);
+    if (tp) {
+        A->norm_full = carve(c, N * D);
+        A->part = carve(c, N * D);
+    }
     A->q = carve(c, N * Q);
     A->k = carve(c, N * KV);
     if (E > 0) A->xs = carve(c, R * D);
     if (with_grads) {
-        A->dnorm = carve(c, N * D);
+        A->dnorm = carve(c, n * D);
+        if (tp) {
+            A->dfull = carve(c, N * D);
+            A->dnorm_full = carve(c, N * D);
+        }
         A->dhact = carve(c, NF);
         A->dgate = carve(c, NF);
         A->dup = carve(c, NF);
@@ -136,7 +159,9 @@ static int ce_chunk_for(const model_args *a, const model_build_opts *o) {
 size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o) {
     model m;
     memset(&m, 0, sizeof m);
-    m.args = *a;
+    m.tp.size = o->tp ? o->tp->size : 1;
+    base_err e;
+    if (model_tp_local_args(a, m.tp.size, &m.args, &e)) return 0;
     m.batch = o->batch;
     m.seq_len = o->seq_len;
     m.ac = o->ac;
@@ -154,6 +179,14 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
     if (model_args_validate(a, err)) return -1;
     if (o->batch <= 0 || o->seq_len <= 0)
         return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch, o->seq_len);
+    m->tp = o->tp && o->tp->size > 1 ? *o->tp : (model_tp){.size = 1};
+    model_args local;
+    if (model_tp_local_args(a, m->tp.size, &local, err)) return -1;
+    if ((long)o->batch * o->seq_len % m->tp.size)
+        return base_fail(err,
+                         "sequence parallelism: batch x seq_len (%d x %d) must be a multiple of "
+                         "tensor_parallel_degree (%d)",
+                         o->batch, o->seq_len, m->tp.size);
     /* Row counts up to tokens * n_heads (the per-head q norm) are passed to ops as int. */
     if ((double)o->batch * o->seq_len * a->n_heads > 2147483647.0)
         return base_fail(err, "batch*seq_len*n_heads (%d*%d*%d) exceeds 2^31", o->batch, o->seq_len,
@@ -170,7 +203,9 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
             o->balance != MODEL_BALANCE_BIAS)
             return base_fail(err, "unknown MoE load-balancing mode %d", (int)o->balance);
     }
-    m->args = *a;
+    m->full_args = *a;
+    m->args = local;
+    a = &m->args; /* from here on: this rank's shapes */
     m->batch = o->batch;
     m->seq_len = o->seq_len;
     m->ac = o->ac;
@@ -294,8 +329,19 @@ static block_geom train_geom(const model *m) {
                     .sin = m->rope_sin,
                     .norm_out = m->acts->norm_out,
                     .hact = m->acts->hact,
+                    .norm_full = m->acts->norm_full,
+                    .part = m->acts->part,
                     .xs = m->acts->xs};
     return g;
+}
+
+/* Sequence parallelism over the TP group (nothing when tp = 1, where full and local alias):
+ * full[N,D] = the ranks' local[n,D] stacked; local[n,D] = this rank's rows of the sum. */
+static void tp_gather(const model *m, float *full, const float *local, size_t n) {
+    if (m->tp.size > 1) m->tp.allgather(m->tp.ctx, full, local, n);
+}
+static void tp_scatter(const model *m, float *local, const float *full, size_t n) {
+    if (m->tp.size > 1) m->tp.reduce_scatter(m->tp.ctx, local, full, n);
 }
 
 /* q, k = RoPE(per-head RMSNorm(qp, kp)): in forward, and again in backward where q and k are
@@ -315,32 +361,42 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     const model_args *a = &m->args;
     const ops_table *t = &m->ops[1 + l];
     const int B = g->B, T = g->T, N = B * T, D = a->dim, H = a->n_heads, G = a->n_kv_heads,
-              hd = a->head_dim, F = a->ffn_dim;
+              hd = a->head_dim, F = a->ffn_dim, n = N / m->tp.size;
+    const size_t nD = (size_t)n * D;
     const float eps = (float)a->norm_eps;
     block_view w = block_at(m, m->w, l);
+    float *nf = g->norm_full ? g->norm_full : g->norm_out; /* [N,D] the gathered norm */
 
-    t->rmsnorm_fwd(g->norm_out, la->rstd1, la->x, w.attn_norm, N, D, eps);
-    t->matmul_fwd(la->qp, g->norm_out, w.wq, N, D, H * hd);
-    t->matmul_fwd(la->kp, g->norm_out, w.wk, N, D, G * hd);
-    t->matmul_fwd(la->v, g->norm_out, w.wv, N, D, G * hd);
+    /* x[n] -> norm -> all-gather -> column-parallel q, k, v over all N rows (local heads) */
+    t->rmsnorm_fwd(g->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
+    tp_gather(m, nf, g->norm_out, nD);
+    t->matmul_fwd(la->qp, nf, w.wq, N, D, H * hd);
+    t->matmul_fwd(la->kp, nf, w.wk, N, D, G * hd);
+    t->matmul_fwd(la->v, nf, w.wv, N, D, G * hd);
     qk_norm_rope(m, t, la, &w, g);
     if (!g->k_cache || g->pos0 == 0) /* windows from position 0: the cache rows are [1,T,G,hd] */
         t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
     else
         t->attention_kv(la->o, la->q, g->k_cache, g->v_cache, T, g->pos0, H, G, hd);
-    t->matmul_fwd(la->xm, la->o, w.wo, N, H * hd, D);
-    add_inplace(la->xm, la->x, (size_t)N * D);
+    /* row-parallel wo: partial sums over the local heads, reduce-scattered to x's rows */
+    float *po = g->part ? g->part : la->xm;
+    t->matmul_fwd(po, la->o, w.wo, N, H * hd, D);
+    tp_scatter(m, la->xm, po, nD);
+    add_inplace(la->xm, la->x, nD);
 
-    t->rmsnorm_fwd(g->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
-    if (a->n_experts > 0) {
+    t->rmsnorm_fwd(g->norm_out, la->rstd2, la->xm, w.ffn_norm, n, D, eps);
+    if (a->n_experts > 0) { /* MoE: tensor parallelism is refused for it, so n = N */
         model_moe_forward(m, l, la, g, g->norm_out, out);
     } else {
-        t->matmul_fwd(la->gate, g->norm_out, w.w1, N, D, F);
-        t->matmul_fwd(la->up, g->norm_out, w.w3, N, D, F);
+        tp_gather(m, nf, g->norm_out, nD);
+        t->matmul_fwd(la->gate, nf, w.w1, N, D, F);
+        t->matmul_fwd(la->up, nf, w.w3, N, D, F);
         t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
-        t->matmul_fwd(out, g->hact, w.w2, N, F, D);
+        float *pf = g->part ? g->part : out;
+        t->matmul_fwd(pf, g->hact, w.w2, N, F, D);
+        tp_scatter(m, out, pf, nD);
     }
-    add_inplace(out, la->xm, (size_t)N * D);
+    add_inplace(out, la->xm, nD);
 }
 
 void model_final_norm(const model *m, float *xn, float *rstd, const float *x, int N) {
@@ -359,9 +415,13 @@ static void block_backward(model *m, int l, layer_acts *la) {
     const ops_table *t = &m->ops[1 + l];
     model_acts *A = m->acts;
     const int B = m->batch, T = m->seq_len, N = B * T, D = a->dim, H = a->n_heads,
-              G = a->n_kv_heads, hd = a->head_dim, F = a->ffn_dim;
-    const size_t ND = (size_t)N * D, NF = (size_t)N * F, NQ = (size_t)N * H * hd,
-                 NKV = (size_t)N * G * hd;
+              G = a->n_kv_heads, hd = a->head_dim, F = a->ffn_dim, n = N / m->tp.size;
+    const size_t ND = (size_t)N * D, nD = (size_t)n * D, NF = (size_t)N * F,
+                 NQ = (size_t)N * H * hd, NKV = (size_t)N * G * hd;
+    /* [N,D] views: the gathered norm output, the gathered dres, the partial d(norm output);
+     * the [n,D] buffers themselves when tp = 1 */
+    float *nf = A->norm_full ? A->norm_full : A->norm_out, *df = A->dfull ? A->dfull : A->dres,
+          *dnf = A->dnorm_full ? A->dnorm_full : A->dnorm;
     const float eps = (float)a->norm_eps;
     block_view w = block_at(m, m->w, l), g = block_at(m, m->g, l);
     const block_geom geom = train_geom(m);
@@ -372,9 +432,11 @@ static void block_backward(model *m, int l, layer_acts *la) {
     if (m->ac == MODEL_AC_FULL) model_block_forward(m, l, la, &geom, A->xn);
 
     /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm); or out = xm + MoE(f). */
-    t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, N, D, eps);
-    zero(A->dnorm, ND);
-    if (a->n_experts > 0) {
+    /* (TP: the mirror of forward: all-gather dres where forward reduce-scattered, and
+     * reduce-scatter the norm-input gradient where forward all-gathered the norm output) */
+    t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, n, D, eps);
+    if (a->n_experts > 0) { /* MoE (tp = 1, n = N) */
+        zero(A->dnorm, ND);
         const model_moe_scratch s = {
             A->xs,
             A->dy,
@@ -386,20 +448,25 @@ static void block_backward(model *m, int l, layer_acts *la) {
             m->balance == MODEL_BALANCE_AUX_LOSS ? A->aux + 2 * (size_t)a->n_experts : NULL};
         model_moe_backward(m, l, la, A->norm_out, dres, A->dnorm, &s);
     } else {
+        tp_gather(m, nf, A->norm_out, nD);
         t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
+        tp_gather(m, df, dres, nD);
         zero(A->dhact, NF);
-        t->matmul_bwd(A->dhact, g.w2, dres, A->hact, w.w2, N, F, D);
+        t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D);
         zero(A->dgate, NF);
         zero(A->dup, NF);
         t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
-        t->matmul_bwd(A->dnorm, g.w1, A->dgate, A->norm_out, w.w1, N, D, F);
-        t->matmul_bwd(A->dnorm, g.w3, A->dup, A->norm_out, w.w3, N, D, F);
+        zero(dnf, ND);
+        t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F);
+        t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F);
+        tp_scatter(m, A->dnorm, dnf, nD);
     }
-    t->rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, N, D);
+    t->rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D);
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
+    tp_gather(m, df, dres, nD);
     zero(A->dqk_o, NQ);
-    t->matmul_bwd(A->dqk_o, g.wo, dres, la->o, w.wo, N, H * hd, D);
+    t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
     qk_norm_rope(m, t, la, &w, &geom);
     zero(A->dq, NQ);
@@ -415,12 +482,34 @@ static void block_backward(model *m, int l, layer_acts *la) {
     zero(A->dk, NKV);
     t->rmsnorm_bwd(A->dq, g.q_norm, A->dqn, la->qp, w.q_norm, la->q_rstd, N * H, hd);
     t->rmsnorm_bwd(A->dk, g.k_norm, A->dkn, la->kp, w.k_norm, la->k_rstd, N * G, hd);
-    t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, N, D, eps);
-    zero(A->dnorm, ND);
-    t->matmul_bwd(A->dnorm, g.wq, A->dq, A->norm_out, w.wq, N, D, H * hd);
-    t->matmul_bwd(A->dnorm, g.wk, A->dk, A->norm_out, w.wk, N, D, G * hd);
-    t->matmul_bwd(A->dnorm, g.wv, A->dv, A->norm_out, w.wv, N, D, G * hd);
-    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, N, D);
+    t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
+    tp_gather(m, nf, A->norm_out, nD);
+    zero(dnf, ND);
+    t->matmul_bwd(dnf, g.wq, A->dq, nf, w.wq, N, D, H * hd);
+    t->matmul_bwd(dnf, g.wk, A->dk, nf, w.wk, N, D, G * hd);
+    t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd);
+    tp_scatter(m, A->dnorm, dnf, nD);
+    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, n, D);
+}
+
+/* Vocab-parallel embedding: A->tok_local[N] = the tokens' ids in this rank's shard, 0 for
+ * tokens of other shards (whose rows zero_foreign_rows then clears). */
+static void embed_tokens_local(model *m, const int32_t *tokens) {
+    const int N = m->batch * m->seq_len, V = m->args.vocab_size, v0 = m->tp.rank * V;
+    for (int i = 0; i < N; i++)
+        m->acts->tok_local[i] = tokens[i] >= v0 && tokens[i] < v0 + V ? tokens[i] - v0 : 0;
+}
+
+static void zero_foreign_rows(model *m, float *x, const int32_t *tokens) {
+    const int N = m->batch * m->seq_len, V = m->args.vocab_size, v0 = m->tp.rank * V;
+    const size_t D = (size_t)m->args.dim;
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < v0 || tokens[i] >= v0 + V) zero(x + (size_t)i * D, D);
+}
+
+static void allreduce_vocab(void *ctx, double *x, int n, int max) {
+    const model *m = ctx;
+    m->tp.allreduce(m->tp.ctx, x, n, max);
 }
 
 /* Embedding and all blocks: leaves the final hidden state in A->xf and its norm in A->xn.
@@ -428,7 +517,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
 static void forward_trunk(model *m, const int32_t *tokens, int training) {
     const model_args *a = &m->args;
     model_acts *A = m->acts;
-    const int N = m->batch * m->seq_len, L = a->n_layers;
+    const int N = m->batch * m->seq_len, L = a->n_layers, n = N / m->tp.size;
     block_geom geom = train_geom(m);
     const int aux = a->n_experts > 0 && m->balance == MODEL_BALANCE_AUX_LOSS;
     if (a->n_experts > 0 && training) geom.counts = m->moe_counts;
@@ -437,7 +526,14 @@ static void forward_trunk(model *m, const int32_t *tokens, int training) {
         geom.aux_acc = A->aux;
     }
     hook(m, 0, MODEL_FWD_BEGIN);
-    m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
+    if (m->tp.size == 1) {
+        m->ops[0].embedding_fwd(A->layers[0].x, tokens, embed_at(m, m->w), N, a->dim);
+    } else { /* vocab-parallel: this shard's rows, zeros elsewhere, summed into x's rows */
+        embed_tokens_local(m, tokens);
+        m->ops[0].embedding_fwd(A->part, A->tok_local, embed_at(m, m->w), N, a->dim);
+        zero_foreign_rows(m, A->part, tokens);
+        tp_scatter(m, A->layers[0].x, A->part, (size_t)n * a->dim);
+    }
     hook(m, 0, MODEL_FWD_END);
     for (int l = 0; l < L; l++) {
         hook(m, 1 + l, MODEL_FWD_BEGIN);
@@ -446,33 +542,39 @@ static void forward_trunk(model *m, const int32_t *tokens, int training) {
     }
     if (aux) model_moe_aux_finish(m, A->aux, A->aux + 2 * (size_t)a->n_experts);
     hook(m, L + 1, MODEL_FWD_BEGIN);
-    model_final_norm(m, A->xn, A->rstd_f, A->xf, N);
+    model_final_norm(m, A->xn, A->rstd_f, A->xf, n);
+    if (A->xn_full) tp_gather(m, A->xn_full, A->xn, (size_t)n * a->dim);
 }
 
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
                              float grad_scale, int64_t *n_valid) {
     const model_args *a = &m->args;
     model_acts *A = m->acts;
-    const int N = m->batch * m->seq_len, L = a->n_layers, D = a->dim;
+    const int N = m->batch * m->seq_len, L = a->n_layers, D = a->dim, n = N / m->tp.size;
     const ops_table *th = &m->ops[L + 1];
     const int backward = m->g != NULL && grad_scale != 0.0f;
+    /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard */
+    float *xn = A->xn_full ? A->xn_full : A->xn, *dxn = A->dxn_full ? A->dxn_full : A->dxn;
+    const ops_vocab_shard vs = {m->tp.rank * a->vocab_size, m->full_args.vocab_size,
+                                allreduce_vocab, m};
 
     forward_trunk(m, tokens, backward);
     if (backward) {
-        zero(A->dxn, (size_t)N * D);
+        zero(dxn, (size_t)N * D);
         hook(m, L + 1, MODEL_BWD_BEGIN);
     }
-    double loss = th->lmhead_ce(backward ? A->dxn : NULL, backward ? head_at(m, m->g) : NULL, A->xn,
+    double loss = th->lmhead_ce(backward ? dxn : NULL, backward ? head_at(m, m->g) : NULL, xn,
                                 head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
-                                A->ce_scratch, m->ce_chunk, n_valid);
+                                A->ce_scratch, m->ce_chunk, n_valid, m->tp.size > 1 ? &vs : NULL);
     if (!backward) {
         hook(m, L + 1, MODEL_FWD_END);
         return loss;
     }
 
-    zero(A->dres, (size_t)N * D);
+    tp_scatter(m, A->dxn, dxn, (size_t)n * D);
+    zero(A->dres, (size_t)n * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
-                    A->rstd_f, N, D);
+                    A->rstd_f, n, D);
     hook(m, L + 1, MODEL_BWD_END);
     for (int l = L - 1; l >= 0; l--) {
         hook(m, 1 + l, MODEL_BWD_BEGIN);
@@ -480,7 +582,13 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
         hook(m, 1 + l, MODEL_BWD_END);
     }
     hook(m, 0, MODEL_BWD_BEGIN);
-    m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
+    if (m->tp.size == 1) {
+        m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
+    } else { /* all N rows' gradients, those of this shard's tokens only */
+        tp_gather(m, A->dfull, A->dres, (size_t)n * D);
+        zero_foreign_rows(m, A->dfull, tokens);
+        m->ops[0].embedding_bwd(embed_at(m, m->g), A->dfull, A->tok_local, N, D);
+    }
     hook(m, 0, MODEL_BWD_END);
     return loss;
 }

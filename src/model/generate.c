@@ -37,6 +37,11 @@ int model_infer_new(model_infer **out, const model *m, int max_len, base_err *er
     const model_args *a = &m->args;
     if (max_len <= 0)
         return base_fail(err, "inference: max_len must be positive (got %d)", max_len);
+    if (m->tp.size > 1)
+        return base_fail(err,
+                         "inference: the model is tensor-parallel (tp %d); gather a full "
+                         "model first",
+                         m->tp.size);
     const size_t L = (size_t)a->n_layers, D = (size_t)a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim,
                  F = a->n_experts > 0 ? (size_t)a->top_k * a->moe_ffn_dim : (size_t)a->ffn_dim;

@@ -21,15 +21,17 @@ typedef struct {
 
 /* One block's activations for N = B*T token rows (training keeps one per layer; inference
  * one scratch set, with k and v pointing into the KV cache). */
+/* N = B*T rows; n = N/tp: the sequence shard of a tensor-parallel rank (n = N when tp = 1).
+ * H, G, F: this rank's heads, kv heads and FFN columns. */
 typedef struct {
-    float *x;               /* [N,D] layer input (residual stream) */
-    float *xm;              /* [N,D] residual after attention */
+    float *x;               /* [n,D] layer input (residual stream) */
+    float *xm;              /* [n,D] residual after attention */
     float *qp, *kp, *v;     /* [N,H*hd], [N,G*hd] x2: projections before q/k norm */
     float *q, *k;           /* after q/k norm and RoPE (shared, recomputed in backward) */
     float *o;               /* [N,H*hd] attention output */
     float *lse;             /* [B,H,T] */
     float *gate, *up;       /* [N,F]; MoE: [R,moe_ffn_dim] expert gate/up projections, sorted */
-    float *rstd1, *rstd2;   /* [N] */
+    float *rstd1, *rstd2;   /* [n] */
     float *q_rstd, *k_rstd; /* [N*H], [N*G] */
     moe_acts moe;           /* MoE blocks only */
 } layer_acts;
@@ -100,10 +102,14 @@ typedef struct {
     const float *cos, *sin; /* RoPE tables [T, hd/2] from the first token's position */
     int pos0;
     const float *k_cache, *v_cache; /* [max_len, G, hd] this layer's cache; NULL in training */
-    float *norm_out, *hact;         /* scratch [B*T, D] and [B*T, F] (MoE: [R, Fe]) */
-    float *xs;                      /* MoE scratch [R, D]: the routed rows, sorted by expert */
-    int64_t *counts;                /* MoE, training forward: += rows per expert [L,E]; or NULL */
-    double *aux_acc;                /* MoE aux loss: += counts and probability sums [2E]; NULL */
+    float *norm_out, *hact;         /* scratch [B*T/tp, D] and [B*T, F] (MoE: [R, Fe]) */
+    /* Tensor parallelism (NULL when tp = 1: norm_out serves, the outputs are written in
+     * place): [B*T, D] scratch for the all-gathered norm output and the partial sums of the
+     * row-parallel wo / w2 before their reduce-scatter. */
+    float *norm_full, *part;
+    float *xs;       /* MoE scratch [R, D]: the routed rows, sorted by expert */
+    int64_t *counts; /* MoE, training forward: += rows per expert [L,E]; or NULL */
+    double *aux_acc; /* MoE aux loss: += counts and probability sums [2E]; NULL */
 } block_geom;
 
 /* ---- MoE (moe.c) ---- */
@@ -131,7 +137,9 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
  * blocks): m->moe_aux_loss (HF's aux loss of this microbatch) and aux_grad [E]. */
 void model_moe_aux_finish(model *m, const double *acc, double *aux_grad);
 
-/* Block l forward from la->x; writes the block output into out [N,D]. */
+/* Block l forward from la->x; writes the block output into out [N,D]. Under tensor
+ * parallelism la->x and out hold this rank's N/tp sequence rows, the projections all N rows
+ * of the local heads / FFN columns. */
 void model_block_forward(const model *m, int l, layer_acts *la, const block_geom *g, float *out);
 /* xn[N,D] = final RMSNorm of x[N,D] (rstd[N] saved). */
 void model_final_norm(const model *m, float *xn, float *rstd, const float *x, int N);

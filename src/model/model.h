@@ -7,7 +7,26 @@
  * into it come from a size table, in this fixed order per block:
  *   attention_norm[D], wq[H*hd,D], wk[G*hd,D], wv[G*hd,D], q_norm[hd], k_norm[hd],
  *   wo[D,H*hd], ffn_norm[D], w1[F,D], w3[F,D], w2[D,F]
- * Gradients mirror the parameters exactly (same offsets). */
+ * Gradients mirror the parameters exactly (same offsets).
+ *
+ * Tensor parallelism (model_build_opts.tp, Megatron style with sequence parallelism): each
+ * rank of a TP group of size tp builds the model with LOCAL shapes, so every kernel runs
+ * unchanged: n_heads/tp and n_kv_heads/tp whole heads (wq, wk, wv rows; wo columns), ffn_dim/tp
+ * FFN columns (w1, w3 rows; w2 columns) and vocab/tp vocabulary rows of the embedding and the
+ * lm_head (rank r: ids [r V/tp, (r+1) V/tp)). Norm weights (block, q/k, final) are replicated.
+ * m->args holds the local shapes, m->full_args the model's; every parameter records where it
+ * sits in the full (tp = 1) layout (model_param.full_offset, tp_split), for init (bitwise the
+ * tp = 1 weights), checkpoints and exports (model_tp_runs).
+ * The residual stream and the block/final RMSNorms are sharded on the sequence: a rank keeps
+ * token rows [r N/tp, (r+1) N/tp) of the N = batch*seq_len rows. Each parallel region
+ * (attention, FFN, lm_head+CE) all-gathers its normed input over the group and
+ * reduce-scatters its output (partial sums of the row-parallel wo / w2, or of the
+ * vocab-parallel embedding) back to the sequence shard; backward swaps the two. The CE is
+ * loss-parallel (ops_vocab_shard). n_heads, n_kv_heads (no kv-head replication: refused),
+ * ffn_dim, vocab_size and batch*seq_len must divide by tp. The gradients of the replicated
+ * norm weights are partial on each rank: the caller sums them over the group once per step
+ * (model_tp_runs marks them). Training only: cached inference and model_logits need tp = 1
+ * (gather a full model for those). */
 #ifndef TITAN_MODEL_H
 #define TITAN_MODEL_H
 
@@ -53,7 +72,29 @@ typedef struct {
     int ndim;
     int64_t shape[3];
     int is_norm; /* RMSNorm weight (init ones) */
+    /* Tensor parallelism: where this (local) parameter sits in the full layout. tp_split:
+     * MODEL_TP_REPLICATED (the whole tensor on every rank), MODEL_TP_ROWS (rank r holds rows
+     * [r d0, (r+1) d0) of the full tensor's tp d0 rows) or MODEL_TP_COLS (columns
+     * [r d1, (r+1) d1) of every row). tp = 1: full_offset = offset, replicated. */
+    size_t full_offset;
+    int tp_split;
 } model_param;
+
+enum { MODEL_TP_REPLICATED, MODEL_TP_ROWS, MODEL_TP_COLS };
+
+/* A tensor-parallel group as the model sees it: its size, this rank's index, and the three
+ * collectives it needs (every rank of the group calls them in the same order). NULL
+ * (or size 1): no tensor parallelism. */
+typedef struct {
+    int size, rank;
+    /* full[size * n] = every rank's local[n], in rank order */
+    void (*allgather)(void *ctx, float *full, const float *local, size_t n);
+    /* local[n] = the sum over ranks of their full[rank n, (rank + 1) n) */
+    void (*reduce_scatter)(void *ctx, float *local, const float *full, size_t n);
+    /* x[n] = max (max = 1) or sum of the ranks' x[n] */
+    void (*allreduce)(void *ctx, double *x, int n, int max);
+    void *ctx;
+} model_tp;
 
 typedef struct {
     char name[32]; /* "tok_embeddings", "layers.3", "head" */
@@ -93,7 +134,10 @@ typedef enum { MODEL_FWD_BEGIN, MODEL_FWD_END, MODEL_BWD_BEGIN, MODEL_BWD_END } 
 typedef void (*model_hook_fn)(void *ctx, int unit, model_phase phase);
 
 typedef struct {
-    model_args args;
+    model_args args;      /* this rank's shapes (the model's when tp = 1) */
+    model_args full_args; /* the model's */
+    model_tp tp;          /* size 1 when not tensor-parallel */
+    size_t full_floats;   /* parameters of the full layout (n_floats when tp = 1) */
     int n_params, n_units;
     model_param *params;
     model_unit *units;
@@ -132,6 +176,7 @@ typedef struct {
     int ce_chunk; /* tokens per lm_head+CE chunk; 0 = about 32M logits (128 MiB) per chunk */
     model_balance balance; /* MoE load balancing (ignored by dense models) */
     double bias_rate;      /* BIAS update step; 0 = torchtitan's 1e-3 */
+    const model_tp *tp;    /* NULL: no tensor parallelism */
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
@@ -153,6 +198,19 @@ int model_describe(model *m, const model_args *a, base_err *err);
 void model_init_weights(model *m, uint64_t seed);
 /* The same for the parameters of one unit only (FSDP initialises unit by unit). */
 void model_init_unit_weights(model *m, int unit, uint64_t seed);
+
+/* Tensor parallelism: splits the local parameter range [off, off + len) into runs that are
+ * contiguous in both layouts (one per parameter for replicated and row-split tensors, one
+ * per row for column-split ones). Writes at most max runs to out (NULL: count only) and
+ * returns how many there are. */
+typedef struct {
+    size_t offset, full_offset, len;
+    int replicated; /* a norm weight: the same on every rank of the group */
+} model_run;
+size_t model_tp_runs(const model *m, size_t off, size_t len, model_run *out, size_t max);
+/* Checks that a_full can be split over tp ranks (divisibility, dense) and fills *local with
+ * the per-rank shapes. */
+int model_tp_local_args(const model_args *a_full, int tp, model_args *local, base_err *err);
 
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);

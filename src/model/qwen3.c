@@ -273,6 +273,19 @@ static void layout_emit(void *ctx, int unit, const char *name, const char *hf, i
     lc->offset += p->numel;
 }
 
+/* The full layout's walk (same order as the local one): records each parameter's full
+ * offset and how the local tensor slices it. */
+static void full_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0, int64_t d1,
+                      int64_t d2, int is_norm) {
+    layout_ctx *lc = ctx;
+    model_param *p = &lc->m->params[lc->m->n_params++];
+    p->full_offset = lc->offset;
+    p->tp_split = d0 != p->shape[0]   ? MODEL_TP_ROWS
+                  : d1 != p->shape[1] ? MODEL_TP_COLS
+                                      : MODEL_TP_REPLICATED;
+    lc->offset += (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
+}
+
 static void count_only(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
                        int64_t d1, int64_t d2, int is_norm) {
     (*(int *)ctx)++;
@@ -294,13 +307,18 @@ int model_layout(model *m, base_err *err) {
     m->n_params = 0;
     walk_params(&m->args, layout_emit, &lc);
     m->n_floats = lc.offset;
+    layout_ctx fc = {m, 0};
+    m->n_params = 0;
+    walk_params(&m->full_args, full_emit, &fc);
+    m->full_floats = fc.offset;
     return 0;
 }
 
 int model_describe(model *m, const model_args *a, base_err *err) {
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
-    m->args = *a;
+    m->args = m->full_args = *a;
+    m->tp.size = 1;
     return model_layout(m, err);
 }
 
@@ -316,6 +334,70 @@ const model_param *model_find_hf_param(const model *m, const char *hf_name) {
     return NULL;
 }
 
+int model_tp_local_args(const model_args *a, int tp, model_args *l, base_err *err) {
+    *l = *a;
+    if (tp == 1) return 0;
+    if (a->n_experts > 0)
+        return base_fail(err,
+                         "tensor parallelism (tp %d) is not supported for MoE models "
+                         "(n_experts %d): dense Qwen3 only",
+                         tp, a->n_experts);
+    const struct {
+        const char *name;
+        int v;
+        int *out;
+    } d[] = {{"n_heads", a->n_heads, &l->n_heads},
+             {"n_kv_heads", a->n_kv_heads, &l->n_kv_heads},
+             {"ffn_dim", a->ffn_dim, &l->ffn_dim},
+             {"vocab_size", a->vocab_size, &l->vocab_size}};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        if (d[i].v % tp)
+            return base_fail(err,
+                             "tensor parallelism: %s (%d) must be a multiple of "
+                             "tensor_parallel_degree (%d)%s",
+                             d[i].name, d[i].v, tp,
+                             i == 1 ? ": kv heads are split, never replicated" : "");
+        *d[i].out = d[i].v / tp;
+    }
+    return 0;
+}
+
+/* Index in the full tensor of element e of this rank's slice of parameter p. */
+static size_t full_index(const model *m, const model_param *p, size_t e) {
+    const size_t r = (size_t)m->tp.rank;
+    switch (p->tp_split) {
+    case MODEL_TP_ROWS:
+        return r * p->numel + e; /* the rows are contiguous */
+    case MODEL_TP_COLS: {
+        const size_t c = (size_t)p->shape[1], row = e / c;
+        return row * c * (size_t)m->tp.size + r * c + e % c;
+    }
+    default:
+        return e;
+    }
+}
+
+size_t model_tp_runs(const model *m, size_t off, size_t len, model_run *out, size_t max) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params && len; i++) {
+        const model_param *p = &m->params[i];
+        if (off >= p->offset + p->numel || off + len <= p->offset) continue;
+        const size_t lo = off > p->offset ? off - p->offset : 0;
+        const size_t hi = off + len < p->offset + p->numel ? off + len - p->offset : p->numel;
+        /* column splits: one run per row; otherwise the whole overlap is one run */
+        const size_t step = p->tp_split == MODEL_TP_COLS ? (size_t)p->shape[1] : p->numel;
+        for (size_t e = lo; e < hi;) {
+            const size_t end = (e / step + 1) * step < hi ? (e / step + 1) * step : hi;
+            if (out && n < max)
+                out[n] = (model_run){p->offset + e, p->full_offset + full_index(m, p, e), end - e,
+                                     p->tp_split == MODEL_TP_REPLICATED};
+            n++;
+            e = end;
+        }
+    }
+    return n;
+}
+
 void model_init_unit_weights(model *m, int unit, uint64_t seed) {
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
@@ -328,7 +410,8 @@ void model_init_unit_weights(model *m, int unit, uint64_t seed) {
             continue;
         }
 #pragma omp parallel for schedule(static)
-        for (size_t e = 0; e < n; e++) w[e] = 0.02f * base_rng_normal(seed, stream, e);
+        for (size_t e = 0; e < n; e++) /* drawn at its index in the full tensor (TP) */
+            w[e] = 0.02f * base_rng_normal(seed, stream, full_index(m, p, e));
     }
 }
 

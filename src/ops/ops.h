@@ -81,10 +81,26 @@ typedef void (*ops_swiglu_bwd_fn)(float *dgate, float *dup, const float *dout, c
  * time into scratch[chunk, V], so [N, V] logits never exist. When dx is non-NULL, also
  * dx[N,D] += grad_scale * (softmax - onehot) @ w and dw[V,D] += grad_scale * (...)^T @ x,
  * where grad_scale is 1 / (global count of valid tokens), supplied by the caller.
- * *n_valid (if non-NULL) receives the number of non-ignored targets. */
+ * *n_valid (if non-NULL) receives the number of non-ignored targets.
+ *
+ * Loss-parallel (vs non-NULL): w[V,D] is this rank's shard, vocabulary ids
+ * [vs->v0, vs->v0 + V) of vs->v_total; targets are global ids (valid: 0 <= t < v_total) and
+ * x holds the same N rows on every rank of the group. Per chunk the row maxima are
+ * all-reduced (max), then the exp sums and the target logits (from the rank owning the
+ * target, 0 elsewhere) are all-reduced (sum): every rank returns the same total loss, dw is
+ * the gradient of its shard, and dx receives this shard's PART of the input gradient (the
+ * caller sums it over the group). vs NULL: the whole vocabulary, no reductions. */
+typedef struct {
+    int v0, v_total;
+    /* in place over the ranks holding the other shards; every rank calls it in the same
+     * order: x[n] = max (max = 1) or sum (max = 0) of the ranks' x[n] */
+    void (*allreduce)(void *ctx, double *x, int n, int max);
+    void *ctx;
+} ops_vocab_shard;
 typedef double (*ops_lmhead_ce_fn)(float *dx, float *dw, const float *x, const float *w,
                                    const int32_t *targets, int N, int D, int V, float grad_scale,
-                                   float *scratch, int chunk, int64_t *n_valid);
+                                   float *scratch, int chunk, int64_t *n_valid,
+                                   const ops_vocab_shard *vs);
 
 /* Grouped expert GEMM (MoE): the rows of inp are sorted by expert, expert e owning rows
  * [offs[e], offs[e+1]) (offs[E+1], offs[0] = 0, non-decreasing; a group may be empty).

@@ -1094,10 +1094,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         return NOT_YET(parallelism, expert_parallel_degree,
                        "%lld: expert parallelism needs MoE support (not implemented yet)",
                        (long long)c->parallelism.expert_parallel_degree);
-    if (c->parallelism.tensor_parallel_degree > 1)
-        return NOT_YET(parallelism, tensor_parallel_degree,
-                       "%lld: tensor parallelism is not implemented yet (FSDP and HSDP are)",
-                       (long long)c->parallelism.tensor_parallel_degree);
     o->par = (dist_mesh_cfg){(int)c->parallelism.data_parallel_replicate_degree,
                              (int)c->parallelism.data_parallel_shard_degree,
                              (int)c->parallelism.tensor_parallel_degree, 1, 1};

@@ -12,7 +12,13 @@
  *     bench/RESULTS.md);
  *   - activations: exactly what model_build allocates (model_activation_bytes_for);
  *   - traffic per rank (ring algorithms): an all-gather of n floats over k ranks receives
- *     n (k-1)/k of them, a reduce-scatter sends as much, an all-reduce twice that. */
+ *     n (k-1)/k of them, a reduce-scatter sends as much, an all-reduce twice that;
+ *   - tensor parallelism (tp > 1): every unit is the rank's slice (model_tp_local_args: heads,
+ *     FFN columns and vocabulary rows over tp, norm weights whole), FSDP shards those; the
+ *     activations are model_build's for the local shapes and sequence shard; the TP traffic
+ *     counts the [N, D] (N = batch*seq_len) all-gathers and reduce-scatters of forward_trunk,
+ *     the blocks and their backward (model.h), the CE's 3 doubles per row and the norm
+ *     weights' gradient all-reduce. */
 #include <stdio.h>
 #include <string.h>
 
@@ -31,13 +37,11 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     memset(p, 0, sizeof *p);
     p->par = in->par;
     if (dist_mesh_resolve(&p->par, in->world, err)) return -1;
-    if (p->par.tp > 1)
-        return base_fail(err,
-                         "parallelism.tensor_parallel_degree: %d: tensor parallelism is not "
-                         "implemented yet, so titan plan does not model it",
-                         p->par.tp);
+    const int tp = p->par.tp;
+    model_args local;
+    if (model_tp_local_args(&in->model, tp, &local, err)) return -1;
     model m;
-    if (model_describe(&m, &in->model, err)) {
+    if (model_describe(&m, &local, err)) {
         model_free(&m);
         return -1;
     }
@@ -53,7 +57,9 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         if (u >= 1 && u <= L) blk = dmax(blk, n);
     }
     const double emb = (double)m.units[0].numel, head = (double)m.units[L + 1].numel;
-    p->n_params = (int64_t)m.n_floats;
+    model_counts cnt; /* the whole model's (m holds one TP rank's slices) */
+    model_count_params(&in->model, &cnt);
+    p->n_params = cnt.total;
     p->params = p->grads = shard * F;
     p->adam = 2 * shard * F;
     if (ds > 1) {
@@ -87,7 +93,22 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     }
     if (dr > 1) p->allreduce_bytes = 2.0 * shard * F * (dr - 1) / dr;
     if (in->world > 1) p->scalar_bytes = 3 * 8 * 2; /* tokens, loss, grad norm */
+    if (tp > 1) {
+        const double N = (double)in->batch * in->seq_len, nd = N * in->model.dim * F,
+                     ring = (double)(tp - 1) / tp;
+        /* per block: forward 2 AG + 2 RS; backward 4 AG + 2 RS (+ the forward again under
+         * full AC); embedding RS + AG, final norm AG + RS */
+        const int per_block = in->ac == MODEL_AC_FULL ? 14 : 10;
+        const int64_t n = (int64_t)per_block * L + 4;
+        double rep = 0; /* replicated (norm) weights */
+        for (int i = 0; i < m.n_params; i++)
+            if (m.params[i].is_norm) rep += (double)m.params[i].numel;
+        p->tp_collectives = (n + 2) * in->grad_accum + 1;
+        p->tp_bytes = (n * nd * ring + 3 * N * 8 * 2 * ring) * in->grad_accum + 2 * rep * F * ring;
+    }
     model_build_opts o = {.batch = in->batch, .seq_len = in->seq_len, .with_grads = 1};
+    const model_tp tpo = {.size = tp};
+    o.tp = &tpo;
     o.ac = MODEL_AC_NONE;
     p->act_none = (double)model_activation_bytes_for(&in->model, &o);
     o.ac = MODEL_AC_FULL;
@@ -140,6 +161,9 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
             p->reduce_scatter_bytes / G, (long long)p->reduce_scatters);
     fprintf(f, "  all-reduce gradients (HSDP)      %10.3f\n", p->allreduce_bytes / G);
     fprintf(f, "  all-reduce scalars               %10.0f B\n", p->scalar_bytes);
+    if (p->par.tp > 1)
+        fprintf(f, "  tensor parallel (SP, CE, norms)  %10.3f   (%lld collectives)\n",
+                p->tp_bytes / G, (long long)p->tp_collectives);
     if (a->n_experts)
         fprintf(f,
                 "note: MoE activations are counted as a dense FFN of ffn_dim %d (MoE training "

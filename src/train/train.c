@@ -195,11 +195,10 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
 
 /* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
  * Returns the step to continue after, or -1 with err. */
-/* Loads buffer `name` of dir/step-N into this rank's pieces of the shard vector dst. */
+/* Loads buffer `name` of dir/step-N into this rank's pieces r[nr] of the shard vector dst
+ * (global offsets in the full layout of n_floats). */
 static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
-                       int nb, const dist_fsdp *f, size_t n_floats, base_err *err) {
-    int nr;
-    const dist_range *r = dist_fsdp_ranges(f, &nr);
+                       int nb, const dist_range *r, int nr, size_t n_floats, base_err *err) {
     ckpt_step_buf *b = calloc((size_t)(nb * nr) + 1, sizeof *b);
     if (!b) return base_fail(err, "out of memory");
     for (int i = 0; i < nb; i++)
@@ -212,8 +211,8 @@ static int load_pieces(const char *dir, int64_t step, const char *const *names, 
 }
 
 static int64_t resume(const train_opts *o, const char *dir, int64_t step, model *m,
-                      const dist_fsdp *f, optim_adamw *opt, token_source *src, int64_t *tokens_seen,
-                      base_err *err) {
+                      const dist_fsdp *f, const dist_range *pieces, int n_pieces, optim_adamw *opt,
+                      token_source *src, int64_t *tokens_seen, base_err *err) {
     char *tj = NULL;
     int world;
     if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
@@ -234,7 +233,9 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
     /* this rank's shard of every buffer, from any number of shard files */
     static const char *const names[3] = {"model", "adam_m", "adam_v"};
     float *const dst[3] = {dist_fsdp_shard_params(f), opt->m, opt->v};
-    if (load_pieces(dir, step, names, dst, model_only ? 1 : 3, f, m->n_floats, err)) goto out;
+    if (load_pieces(dir, step, names, dst, model_only ? 1 : 3, pieces, n_pieces, m->full_floats,
+                    err))
+        goto out;
     if (train_moe_bias_load(m, t, dir, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
         base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
@@ -439,6 +440,132 @@ static void fsdp_hook(void *ctx, int unit, model_phase p) {
     dist_fsdp_hook(ctx, unit, (dist_phase)p);
 }
 
+/* ---- tensor parallelism ------------------------------------------------------------------
+ * The model's collectives over the TP group (mesh.tp_comm). */
+static void tp_allgather(void *ctx, float *full, const float *local, size_t n) {
+    dist_allgather_f32(ctx, local, full, n);
+}
+static void tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
+    dist_reduce_scatter_block_f32(ctx, full, local, n);
+}
+static void tp_allreduce(void *ctx, double *x, int n, int max) {
+    if (max)
+        dist_allreduce_max_f64(ctx, x, n);
+    else
+        dist_allreduce_f64(ctx, x, n);
+}
+
+/* Where this rank's shard vector goes in the full (tp = 1) layout: `all` every piece (what a
+ * resume loads), `save` those this rank writes (replicated norm weights by TP rank 0 only),
+ * `rep` the pieces of replicated parameters (their gradients are summed over the group).
+ * Adjacent pieces are merged. Without TP, all = save = the FSDP ranges and rep is empty. */
+typedef struct {
+    dist_range *all, *save, *rep;
+    int n_all, n_save, n_rep;
+    size_t rep_len; /* elements in rep */
+} tp_pieces;
+
+static void piece_add(dist_range *v, int *n, size_t shard_off, size_t global_off, size_t len) {
+    dist_range *p = *n ? &v[*n - 1] : NULL;
+    if (p && p->shard_off + p->len == shard_off && p->global_off + p->len == global_off)
+        p->len += len;
+    else
+        v[(*n)++] = (dist_range){shard_off, global_off, len};
+}
+
+static int tp_pieces_init(tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
+                          base_err *err) {
+    memset(t, 0, sizeof *t);
+    int nr;
+    const dist_range *r = dist_fsdp_ranges(f, &nr);
+    size_t n = 0;
+    for (int k = 0; k < nr; k++) n += model_tp_runs(m, r[k].global_off, r[k].len, NULL, 0);
+    t->all = calloc(n + 1, sizeof *t->all);
+    t->save = calloc(n + 1, sizeof *t->save);
+    t->rep = calloc(n + 1, sizeof *t->rep);
+    model_run *runs = calloc(n + 1, sizeof *runs);
+    if (!t->all || !t->save || !t->rep || !runs) {
+        free(runs);
+        return base_fail(err, "out of memory");
+    }
+    for (int k = 0; k < nr; k++) {
+        const size_t nk = model_tp_runs(m, r[k].global_off, r[k].len, runs, n);
+        for (size_t i = 0; i < nk; i++) {
+            const model_run *u = &runs[i];
+            const size_t so = r[k].shard_off + (u->offset - r[k].global_off);
+            piece_add(t->all, &t->n_all, so, u->full_offset, u->len);
+            if (m->tp.size == 1) continue;
+            if (!u->replicated || tp_rank == 0)
+                piece_add(t->save, &t->n_save, so, u->full_offset, u->len);
+            if (u->replicated) {
+                piece_add(t->rep, &t->n_rep, so, u->offset, u->len);
+                t->rep_len += u->len;
+            }
+        }
+    }
+    if (m->tp.size == 1) {
+        memcpy(t->save, t->all, sizeof *t->all * (size_t)t->n_all);
+        t->n_save = t->n_all;
+    }
+    free(runs);
+    return 0;
+}
+
+static void tp_pieces_free(tp_pieces *t) {
+    free(t->all);
+    free(t->save);
+    free(t->rep);
+}
+
+/* Sums the gradients of the replicated parameters (norm weights: each rank saw its sequence
+ * rows or its heads only) over the TP group, packed into one all-reduce; returns the sum of
+ * their squares afterwards (for the global norm). */
+static double tp_sync_replicated(const tp_pieces *t, float *gs, float *buf, dist_comm *c) {
+    size_t at = 0;
+    for (int i = 0; i < t->n_rep; at += t->rep[i++].len)
+        memcpy(buf + at, gs + t->rep[i].shard_off, t->rep[i].len * sizeof(float));
+    dist_allreduce_f32(c, buf, t->rep_len);
+    at = 0;
+    for (int i = 0; i < t->n_rep; at += t->rep[i++].len)
+        memcpy(gs + t->rep[i].shard_off, buf + at, t->rep[i].len * sizeof(float));
+    return optim_sumsq(buf, t->rep_len);
+}
+
+/* Copies between this rank's slices (m->w, local layout) and a full model's weights:
+ * to_full = 1 writes them into full (replicated ones from TP rank 0 only), 0 reads them. */
+static int tp_copy(const model *m, float *full, int to_full, base_err *err) {
+    const size_t n = model_tp_runs(m, 0, m->n_floats, NULL, 0);
+    model_run *runs = calloc(n + 1, sizeof *runs);
+    if (!runs) return base_fail(err, "out of memory");
+    model_tp_runs(m, 0, m->n_floats, runs, n);
+    for (size_t i = 0; i < n; i++) {
+        const model_run *u = &runs[i];
+        if (!to_full)
+            memcpy(m->w + u->offset, full + u->full_offset, u->len * sizeof(float));
+        else if (!u->replicated || m->tp.rank == 0)
+            memcpy(full + u->full_offset, m->w + u->offset, u->len * sizeof(float));
+    }
+    free(runs);
+    return 0;
+}
+
+/* *full = the whole model (built for batch 1, seq_len 1: exports, sampling, loading)
+ * assembled from every TP rank's slices: all ranks of the group call it, with the
+ * parameters gathered over FSDP. */
+static int tp_full_model(model *full, const model *m, const train_opts *o, dist_comm *tp_comm,
+                         base_err *err) {
+    model_build_opts bo = {.batch = 1,
+                           .seq_len = 1,
+                           .ac = MODEL_AC_NONE,
+                           .overrides = o->kernel_overrides,
+                           .n_overrides = o->n_kernel_overrides};
+    if (model_build(full, &o->model, &bo, err)) return -1;
+    memset(full->w, 0, full->n_floats * sizeof(float));
+    if (tp_copy(m, full->w, 1, err)) return -1;
+    dist_allreduce_f32(tp_comm, full->w, full->n_floats);
+    return 0;
+}
+
 /* FSDP over the model's units: the model computes on the full (virtual) buffers, the
  * optimizer and checkpoints see this rank's shard vector. */
 static int setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
@@ -479,9 +606,16 @@ int train_run(const train_opts *o, base_err *err) {
         return -1;
     }
     model m;
+    const model_tp tpg = {mesh.tp,           mesh.tp_rank, tp_allgather,
+                          tp_reduce_scatter, tp_allreduce, mesh.tp_comm};
     model_build_opts bo = {o->batch,    o->seq_len,          o->ac,
                            1,           o->kernel_overrides, o->n_kernel_overrides,
-                           o->ce_chunk, o->moe_balance,      o->moe_bias_rate};
+                           o->ce_chunk, o->moe_balance,      o->moe_bias_rate,
+                           &tpg};
+    tp_pieces tpp = {0};
+    float *rep_buf = NULL;
+    model full = {0}; /* tp > 1: the whole model, for exports and sampling */
+    const model *whole = &m;
     optim_adamw opt = {0};
     dist_fsdp *f = NULL;
     FILE *jl = NULL;
@@ -494,8 +628,12 @@ int train_run(const train_opts *o, base_err *err) {
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
                            : model_build(&m, &o->model, &bo, err)) ||
-        setup_fsdp(&m, &mesh, o, &f, err))
+        setup_fsdp(&m, &mesh, o, &f, err) || tp_pieces_init(&tpp, &m, f, mesh.tp_rank, err))
         goto out;
+    if (tpp.rep_len && !(rep_buf = base_alloc(tpp.rep_len * sizeof(float)))) {
+        base_fail(err, "out of memory");
+        goto out;
+    }
     /* unit by unit: with FSDP only one unit is ever whole in memory */
     for (int u = 0; u < m.n_units; u++) {
         model_init_unit_weights(&m, u, o->seed);
@@ -534,10 +672,11 @@ int train_run(const train_opts *o, base_err *err) {
     print_header(o, &m, &src, &mesh, peak, fpt);
     if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
-        model_build_opts vo = {
-            o->val.batch,        o->val.seq_len,        MODEL_AC_NONE, 0,
-            o->kernel_overrides, o->n_kernel_overrides, o->ce_chunk,   o->moe_balance,
-            o->moe_bias_rate};
+        model_build_opts vo = {o->val.batch,        o->val.seq_len,
+                               MODEL_AC_NONE,       0,
+                               o->kernel_overrides, o->n_kernel_overrides,
+                               o->ce_chunk,         o->moe_balance,
+                               o->moe_bias_rate,    &tpg};
         have_ev = 1;
         if (model_build(&ev, &o->model, &vo, err)) goto out;
     }
@@ -552,22 +691,28 @@ int train_run(const train_opts *o, base_err *err) {
             snprintf(ckdir, sizeof ckdir, "%s/%s", o->dump_folder, fo);
         int64_t step = o->ckpt.load_step;
         if (step < 0) ckpt_step_latest(ckdir, &step);
-        if (step >= 0 && (start = resume(o, ckdir, step, &m, f, &opt, &src, &tokens_seen, err)) < 0)
+        if (step >= 0 && (start = resume(o, ckdir, step, &m, f, tpp.all, tpp.n_all, &opt, &src,
+                                         &tokens_seen, err)) < 0)
             goto out;
         if (step < 0 && o->ckpt.initial_load_path) {
-            if (initial_load(o, &m, err)) goto out;
+            if (mesh.tp == 1 && initial_load(o, &m, err)) goto out;
+            if (mesh.tp > 1) { /* the whole model, then this rank's slices of it */
+                if (tp_full_model(&full, &m, o, mesh.tp_comm, err) || initial_load(o, &full, err))
+                    goto out;
+                if (tp_copy(&m, full.w, 0, err)) goto out;
+                model_free(&full);
+            }
             for (int u = 0; u < m.n_units; u++) dist_fsdp_store_unit(f, u);
         }
-        int nr;
-        const dist_range *ranges = dist_fsdp_ranges(f, &nr);
+        /* TP: a rank's slices are pieces of the full layout (checkpoints reshard to any tp) */
         train_saver_layout lay = {
             mesh.world_comm,
             mesh.rank,
             mesh.replicate_rank == 0 ? mesh.shard_rank * mesh.tp + mesh.tp_rank : -1,
             mesh.dp_shard * mesh.tp,
-            ranges,
-            nr,
-            m.n_floats};
+            tpp.save,
+            tpp.n_save,
+            m.full_floats};
         if (train_saver_init(&saver, ckdir, ns, &lay, o->ckpt.async, o->ckpt.keep_latest_k, err))
             goto out;
     }
@@ -616,6 +761,12 @@ int train_run(const train_opts *o, base_err *err) {
         if (mesh.dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
             dist_fsdp_sync_replicas(f);
             sumsq = optim_sumsq(gs, ns);
+        }
+        if (mesh.tp > 1) { /* replicated norm weights: sum their gradients over the group */
+            const double rep_sq = tp_sync_replicated(&tpp, gs, rep_buf, mesh.tp_comm);
+            /* the group's squares, the replicated ones counted once */
+            sumsq = optim_sumsq(gs, ns) - rep_sq * (mesh.tp - 1) / mesh.tp;
+            dist_allreduce_f64(mesh.tp_comm, &sumsq, 1);
         }
         /* the global norm: every shard once (replicas hold the same shard) */
         dist_allreduce_f64(mesh.shard_comm, &sumsq, 1);
@@ -708,7 +859,11 @@ int train_run(const train_opts *o, base_err *err) {
             snprintf(dir, sizeof dir, "%s/step-%d", ckdir, step);
             if (train_saver_finish(saver, err)) goto out;
             dist_fsdp_gather_all(f); /* whole weights on every rank; rank 0 writes them */
-            if (lead && export_hf(o, &m, dir, err)) goto out;
+            if (mesh.tp > 1 && whole == &m) {
+                if (tp_full_model(&full, &m, o, mesh.tp_comm, err)) goto out;
+                whole = &full;
+            }
+            if (lead && export_hf(o, whole, dir, err)) goto out;
         } else if (saver && (step % o->ckpt.interval == 0 || step == last)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
             if (src.loader) { /* every data-parallel rank's position */
@@ -739,9 +894,15 @@ int train_run(const train_opts *o, base_err *err) {
         printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
                100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
     }
-    if (o->out_dir || o->sample_tokens > 0) dist_fsdp_gather_all(f); /* whole weights */
-    if (o->out_dir && lead && export_hf(o, &m, o->out_dir, err)) goto out;
-    if (o->sample_tokens > 0 && lead && sample(&m, o, &src, err)) goto out;
+    if (o->out_dir || o->sample_tokens > 0) {
+        dist_fsdp_gather_all(f); /* whole weights */
+        if (mesh.tp > 1 && whole == &m) {
+            if (tp_full_model(&full, &m, o, mesh.tp_comm, err)) goto out;
+            whole = &full;
+        }
+    }
+    if (o->out_dir && lead && export_hf(o, whole, o->out_dir, err)) goto out;
+    if (o->sample_tokens > 0 && lead && sample(whole, o, &src, err)) goto out;
     rc = 0;
 out:
     if (jl) fclose(jl);
@@ -758,6 +919,9 @@ out:
     if (have_ev) model_free(&ev);
     free(state);
     model_free(&m);
+    model_free(&full);
+    tp_pieces_free(&tpp);
+    base_free(rep_buf);
     dist_fsdp_free(f);
     source_close(&src);
     dist_mesh_free(&mesh);

@@ -285,6 +285,10 @@ typedef struct {
     /* per step, per rank */
     double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;
     int64_t allgathers, reduce_scatters;
+    /* tensor parallelism (tp > 1): the sequence-parallel all-gathers / reduce-scatters of
+     * [batch*seq_len, dim] activations and the loss-parallel CE's row reductions, per step */
+    double tp_bytes;
+    int64_t tp_collectives;
 } train_plan;
 
 int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err);

@@ -371,8 +371,8 @@ static void command_line(void) {
         const char *want;
     } refused[] = {
         {{"--parallelism.tensor_parallel_degree", "2"},
-         "command line: --parallelism.tensor_parallel_degree: 2: tensor parallelism is not "
-         "implemented yet"},
+         "parallelism: 1 ranks do not divide into data_parallel_replicate_degree 1 x "
+         "tensor_parallel_degree 2"},
         {{"--parallelism.pipeline_parallel_degree", "2"},
          "command line: --parallelism.pipeline_parallel_degree: 2: pipeline parallelism is not "
          "supported"},

@@ -377,7 +377,7 @@ typedef struct {
 static double ce_loss(void *p) {
     ce_ctx *c = p;
     return c->scale * ops_cpu_lmhead_ce(NULL, NULL, c->x, c->w, c->tg, c->N, c->D, c->V, c->scale,
-                                        c->scratch, c->chunk, NULL);
+                                        c->scratch, c->chunk, NULL, NULL);
 }
 
 static void test_lmhead_ce(void) {
@@ -390,7 +390,7 @@ static void test_lmhead_ce(void) {
     float scale = 1.0f / n_valid_expected;
     ce_ctx c = {x, w, scratch, tg, N, D, V, 3, scale};
     int64_t nv = -1;
-    double loss = ops_cpu_lmhead_ce(NULL, NULL, x, w, tg, N, D, V, scale, scratch, 3, &nv);
+    double loss = ops_cpu_lmhead_ce(NULL, NULL, x, w, tg, N, D, V, scale, scratch, 3, &nv, NULL);
     char buf[128];
     snprintf(buf, sizeof buf, "%lld (expected %d)", (long long)nv, n_valid_expected);
     check_true("lmhead_ce n_valid skips -100 and out-of-range targets", nv == n_valid_expected,
@@ -409,7 +409,7 @@ static void test_lmhead_ce(void) {
     }
     check(E_CE, "lmhead_ce loss vs double logsumexp - logit", fabs(loss - ref) / fabs(ref), 1e-6);
 
-    double loss_g = ops_cpu_lmhead_ce(dx, dw, x, w, tg, N, D, V, scale, scratch, 3, NULL);
+    double loss_g = ops_cpu_lmhead_ce(dx, dw, x, w, tg, N, D, V, scale, scratch, 3, NULL, NULL);
     check(E_CE, "lmhead_ce loss with grad == loss without", fabs(loss_g - loss), 0);
     check(E_CE, "lmhead_ce dx finite differences", fd_check(x, N * D, dx, ce_loss, &c, FD_EPS),
           FD_TOL);
@@ -424,12 +424,13 @@ static void test_lmhead_ce(void) {
 
     /* chunk sizes 3 (does not divide 7), 1 and 16 (> N) against chunk = N */
     float *dxN = zeros(N * D), *dwN = zeros(V * D);
-    double lossN = ops_cpu_lmhead_ce(dxN, dwN, x, w, tg, N, D, V, scale, scratch, N, NULL);
+    double lossN = ops_cpu_lmhead_ce(dxN, dwN, x, w, tg, N, D, V, scale, scratch, N, NULL, NULL);
     const int chunks[] = {3, 1, 16};
     for (int k = 0; k < 3; k++) {
         float *dxk = zeros(N * D), *dwk = zeros(V * D);
         float *scr = zeros((size_t)chunks[k] * V);
-        double lk = ops_cpu_lmhead_ce(dxk, dwk, x, w, tg, N, D, V, scale, scr, chunks[k], NULL);
+        double lk =
+            ops_cpu_lmhead_ce(dxk, dwk, x, w, tg, N, D, V, scale, scr, chunks[k], NULL, NULL);
         double e = max_nan(fabs(lk - lossN) / fabs(lossN),
                            max_nan(rel_err_f(dxk, dxN, N * D), rel_err_f(dwk, dwN, V * D)));
         snprintf(buf, sizeof buf, "lmhead_ce chunk=%d == chunk=N (loss, dx, dw)", chunks[k]);
@@ -440,7 +441,7 @@ static void test_lmhead_ce(void) {
     float *dx2 = zeros(N * D), *dw2 = zeros(V * D);
     memcpy(dx2, dx, sizeof(float) * N * D);
     memcpy(dw2, dw, sizeof(float) * V * D);
-    ops_cpu_lmhead_ce(dx2, dw2, x, w, tg, N, D, V, scale, scratch, 3, NULL);
+    ops_cpu_lmhead_ce(dx2, dw2, x, w, tg, N, D, V, scale, scratch, 3, NULL, NULL);
     for (int i = 0; i < N * D; i++) dx[i] *= 2;
     for (int i = 0; i < V * D; i++) dw[i] *= 2;
     check(E_CE, "lmhead_ce dx accumulates", rel_err_f(dx2, dx, N * D), 1e-6);
@@ -450,7 +451,7 @@ static void test_lmhead_ce(void) {
     float *xb = zeros(N * D);
     for (int i = 0; i < N * D; i++) xb[i] = 60.0f * x[i];
     float *dxb = zeros(N * D), *dwb = zeros(V * D);
-    double lb = ops_cpu_lmhead_ce(dxb, dwb, xb, w, tg, N, D, V, scale, scratch, 3, NULL);
+    double lb = ops_cpu_lmhead_ce(dxb, dwb, xb, w, tg, N, D, V, scale, scratch, 3, NULL, NULL);
     int finite = isfinite(lb);
     for (int i = 0; i < N * D; i++) finite &= isfinite(dxb[i]);
     for (int i = 0; i < V * D; i++) finite &= isfinite(dwb[i]);
@@ -771,7 +772,7 @@ static uint64_t run_all_ops(void) {
     int32_t tc[NC];
     for (int i = 0; i < NC; i++) tc[i] = (int32_t)(base_rng_u64(7, 2, (uint64_t)i) % VC);
     tc[5] = OPS_IGNORE_INDEX;
-    double l = ops_cpu_lmhead_ce(dxc, dwc, xc, wc, tc, NC, DC, VC, 1.0f / 69, scr, 16, NULL);
+    double l = ops_cpu_lmhead_ce(dxc, dwc, xc, wc, tc, NC, DC, VC, 1.0f / 69, scr, 16, NULL, NULL);
     h = h * 31 + hash_f(dxc, NC * DC) + hash_f(dwc, VC * DC) * 3;
     h = h * 31 + (uint64_t)(l * 1e12);
     float *m = zeros(N * D), *v = zeros(N * D);

@@ -44,7 +44,7 @@ void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float
 
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                         float *scratch, int chunk, int64_t *n_valid);
+                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs);
 
 /* Grouped expert GEMM (grouped_mm.c). "default": one multi-threaded GEMM per expert group.
  * "grouped": one parallel pass over tiles of all groups (expert x row block x column block,

@@ -18,6 +18,7 @@
 #include "vmath.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Rows per parallel block: the per-row losses of a block are summed in order. */
@@ -29,18 +30,17 @@ static inline int ce_valid(int32_t t, int V) {
     return t >= 0 && t < V;
 }
 
-/* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row is
- * overwritten with grad_scale * (softmax - onehot), or zeros for an ignored target. */
-static double ce_row(float *restrict row, int32_t target, int V, float grad_scale, int grad) {
-    int valid = ce_valid(target, V);
-    if (!valid) {
-        if (grad) memset(row, 0, (size_t)V * sizeof(float));
-        return 0.0;
-    }
+/* The three passes over one row of logits, shared by the whole-vocabulary and the
+ * loss-parallel paths (the latter all-reduces between them). */
+static float row_max(const float *restrict row, int V) {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int i = 0; i < V; i++) mx = row[i] > mx ? row[i] : mx;
-    float target_logit = row[target];
+    return mx;
+}
+
+/* Sum of exp(row - mx); with grad the row is overwritten with those exponentials. */
+static double row_sumexp(float *restrict row, int V, float mx, int grad) {
     /* exp sums in float over blocks of CE_SUM_BLOCK (vector lanes), blocks summed in double */
     double sum = 0.0;
     for (int b0 = 0; b0 < V; b0 += CE_SUM_BLOCK) {
@@ -59,34 +59,93 @@ static double ce_row(float *restrict row, int32_t target, int V, float grad_scal
         }
         sum += (double)bsum;
     }
-    double lse = (double)mx + log(sum);
-    if (grad) {
-        float scale = (float)((double)grad_scale / sum);
+    return sum;
+}
+
+/* exp row -> grad_scale * (softmax - onehot); target -1: the one-hot is on another shard. */
+static void row_grad(float *restrict row, int V, int target, double sum, float grad_scale) {
+    float scale = (float)((double)grad_scale / sum);
 #pragma omp simd
-        for (int i = 0; i < V; i++) row[i] *= scale;
-        row[target] -= grad_scale;
+    for (int i = 0; i < V; i++) row[i] *= scale;
+    if (target >= 0) row[target] -= grad_scale;
+}
+
+/* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row is
+ * overwritten with grad_scale * (softmax - onehot), or zeros for an ignored target. */
+static double ce_row(float *restrict row, int32_t target, int V, float grad_scale, int grad) {
+    int valid = ce_valid(target, V);
+    if (!valid) {
+        if (grad) memset(row, 0, (size_t)V * sizeof(float));
+        return 0.0;
     }
+    float mx = row_max(row, V);
+    float target_logit = row[target];
+    double sum = row_sumexp(row, V, mx, grad);
+    double lse = (double)mx + log(sum);
+    if (grad) row_grad(row, V, target, sum, grad_scale);
     return lse - (double)target_logit;
+}
+
+/* Loss-parallel rows [rows, V] of a chunk (see ops.h): red[3 * rows] is scratch (the row
+ * maxima, then exp sums and target logits); loss[rows] receives each row's loss. */
+static void ce_rows_sharded(float *scratch, const int32_t *tc, int rows, int V, float grad_scale,
+                            int grad, const ops_vocab_shard *vs, double *red, double *loss) {
+    double *mx = red, *st = red + rows; /* st[2r]: exp sum, st[2r + 1]: target logit */
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        mx[r] = ce_valid(tc[r], vs->v_total) ? row_max(scratch + (size_t)r * V, V) : 0.0;
+    vs->allreduce(vs->ctx, mx, rows, 1);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *row = scratch + (size_t)r * V;
+        const int t = tc[r] - vs->v0, mine = t >= 0 && t < V;
+        st[2 * r] = st[2 * r + 1] = 0.0;
+        if (!ce_valid(tc[r], vs->v_total)) continue;
+        st[2 * r + 1] = mine ? (double)row[t] : 0.0;
+        st[2 * r] = row_sumexp(row, V, (float)mx[r], grad);
+    }
+    vs->allreduce(vs->ctx, st, 2 * rows, 0);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *row = scratch + (size_t)r * V;
+        const int t = tc[r] - vs->v0;
+        loss[r] = 0.0;
+        if (!ce_valid(tc[r], vs->v_total)) {
+            if (grad) memset(row, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        loss[r] = (double)(float)mx[r] + log(st[2 * r]) - st[2 * r + 1];
+        if (grad) row_grad(row, V, t >= 0 && t < V ? t : -1, st[2 * r], grad_scale);
+    }
 }
 
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                         float *scratch, int chunk, int64_t *n_valid) {
+                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs) {
+    const int Vv = vs ? vs->v_total : V; /* valid targets are ids of the whole vocabulary */
     int64_t valid = 0;
-    for (int n = 0; n < N; n++) valid += ce_valid(targets[n], V);
+    for (int n = 0; n < N; n++) valid += ce_valid(targets[n], Vv);
     if (n_valid) *n_valid = valid;
     if (N <= 0 || V <= 0 || D <= 0 || chunk <= 0) return N > 0 && chunk <= 0 ? NAN : 0.0;
     int grad = dx != NULL;
     double total = 0.0;
+    const int cr = N < chunk ? N : chunk;
+    double *red = vs ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL; /* red[3 cr], loss[cr] */
+    if (vs && !red) return NAN; /* out of memory: reported as a non-finite loss */
     for (int n0 = 0; n0 < N; n0 += chunk) {
         int rows = N - n0 < chunk ? N - n0 : chunk;
         const float *xc = x + (size_t)n0 * D;
         const int32_t *tc = targets + n0;
         int any = 0;
-        for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], V);
-        if (!any) continue; /* nothing to add: no loss, zero gradient */
+        for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], Vv);
+        if (!any) continue; /* nothing to add: no loss, zero gradient (the same on every rank) */
         ops_cpu_sgemm(0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
-        for (int r0 = 0; r0 < rows; r0 += CE_ROW_BLOCK) {
+        if (vs) {
+            double *loss = red + 3 * (size_t)cr;
+            ce_rows_sharded(scratch, tc, rows, V, grad_scale, grad, vs, red, loss);
+            for (int r = 0; r < rows; r++) total += loss[r];
+        }
+        for (int r0 = 0; !vs && r0 < rows; r0 += CE_ROW_BLOCK) {
             int nb = rows - r0 < CE_ROW_BLOCK ? rows - r0 : CE_ROW_BLOCK;
             double loss[CE_ROW_BLOCK];
 #pragma omp parallel for schedule(static)
@@ -102,5 +161,6 @@ double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
             }
         }
     }
+    free(red);
     return total;
 }
