@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
     }
     const int T = n_prompt + n_new, V = a.vocab_size;
     model m;
-    model_build_opts o = {1, T, MODEL_AC_NONE, 0, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL};
+    model_build_opts o = {1, T, MODEL_AC_NONE, 0, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
     if (model_build(&m, &a, &o, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
     model_init_weights(&m, 1);
     int32_t *tok = malloc(sizeof(int32_t) * T);

@@ -396,7 +396,8 @@ static int cmd_plan(int argc, char **argv, base_err *err) {
                                  (int)c.parallelism.data_parallel_shard_degree,
                                  (int)c.parallelism.tensor_parallel_degree,
                                  (int)c.parallelism.pipeline_parallel_degree,
-                                 (int)c.parallelism.context_parallel_degree};
+                                 (int)c.parallelism.context_parallel_degree,
+                                 (int)c.parallelism.expert_parallel_degree};
         dist_reshard_parse(c.parallelism.fsdp_reshard_after_forward, &in.reshard);
         in.ac = !strcmp(c.activation_checkpoint.mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
         dist_mesh_cfg r = in.par;

@@ -13,6 +13,11 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_tp.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
             $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_tp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # expert parallelism (MoE token dispatch over MPI_Alltoallv) with FSDP, resuming on 1 rank
+  add_test(NAME dist_ep
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_ep.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
+            $<TARGET_FILE:param_diff>)
+  set_tests_properties(dist_ep PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
 else()
-  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp) are skipped")
+  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep) are skipped")
 endif()

@@ -191,6 +191,46 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
     if (recv != send) memcpy(recv, send, bytes);
 }
 
+void dist_alltoall_i32(dist_comm *c, const int32_t *send, int32_t *recv, int n) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        double t0 = base_now();
+        MPI_Alltoall(send, n, MPI_INT32_T, recv, n, MPI_INT32_T, c->comm);
+        g_comm_s += base_now() - t0;
+        return;
+    }
+#endif
+    if (recv != send) memcpy(recv, send, sizeof(int32_t) * (size_t)n);
+}
+
+void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, void *recv,
+                         const int32_t *rcount, size_t row) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        /* counts and displacements in rows of a contiguous type: int rows, not int bytes */
+        const int P = c->size;
+        int *sc = malloc(sizeof(int) * 4 * (size_t)P), *sd = sc + P, *rc = sd + P, *rd = rc + P;
+        if (!sc) {
+            fprintf(stderr, "dist: out of memory in alltoallv\n");
+            dist_abort(1);
+        }
+        for (int r = 0, s = 0, q = 0; r < P; s += scount[r], q += rcount[r], r++)
+            sc[r] = scount[r], sd[r] = s, rc[r] = rcount[r], rd[r] = q;
+        MPI_Datatype t;
+        MPI_Type_contiguous((int)row, MPI_BYTE, &t);
+        MPI_Type_commit(&t);
+        double t0 = base_now();
+        MPI_Alltoallv(send, sc, sd, t, recv, rc, rd, t, c->comm);
+        g_comm_s += base_now() - t0;
+        MPI_Type_free(&t);
+        free(sc);
+        return;
+    }
+#endif
+    if (recv != send) memcpy(recv, send, row * (size_t)scount[0]);
+    (void)rcount;
+}
+
 void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
@@ -271,6 +311,7 @@ int dist_mesh_resolve(dist_mesh_cfg *c, int world, base_err *err) {
                          "parallelism.context_parallel_degree: %d: context parallelism is "
                          "not supported (use 1)",
                          c->cp);
+    if (c->ep <= 0) c->ep = 1;
     if (c->dp_replicate < 1 || c->tp < 1 || c->dp_shard == 0 || c->dp_shard < -1)
         return base_fail(err, "parallelism: degrees must be positive (data_parallel_shard_degree "
                               "may be -1)");
@@ -289,6 +330,22 @@ int dist_mesh_resolve(dist_mesh_cfg *c, int world, base_err *err) {
                          "data_parallel_shard_degree %d x tensor_parallel_degree %d = %ld, "
                          "but there are %d ranks (mpirun -np)",
                          c->dp_replicate, c->dp_shard, c->tp, rest * c->dp_shard, world);
+    if (c->ep > 1 && c->tp > 1)
+        return base_fail(err,
+                         "parallelism.expert_parallel_degree %d with tensor_parallel_degree %d: "
+                         "expert parallelism needs tp = 1 (TP does not support MoE)",
+                         c->ep, c->tp);
+    if (c->ep > 1 && c->dp_shard % c->ep)
+        return base_fail(err,
+                         "parallelism.expert_parallel_degree %d must divide "
+                         "data_parallel_shard_degree %d (EP is carved from the FSDP ranks)",
+                         c->ep, c->dp_shard);
+    if (c->ep > 1 && c->ep != c->dp_shard)
+        return base_fail(err,
+                         "parallelism.expert_parallel_degree %d: must equal "
+                         "data_parallel_shard_degree %d (experts further FSDP-sharded over "
+                         "dp_shard / ep ranks are not supported yet)",
+                         c->ep, c->dp_shard);
     return 0;
 }
 
@@ -311,7 +368,12 @@ int dist_mesh_init(dist_mesh *m, const dist_mesh_cfg *cfg, base_err *err) {
     m->replicate_comm = comm_split(m->shard_rank * c.tp + m->tp_rank, m->replicate_rank);
     m->dp_comm = comm_split(m->tp_rank, m->dp_rank);
     m->tp_comm = comm_split(m->dp_rank, m->tp_rank);
-    if (!m->world_comm || !m->shard_comm || !m->replicate_comm || !m->dp_comm || !m->tp_comm) {
+    m->ep = c.ep;
+    m->ep_rank = m->shard_rank % c.ep;
+    m->ep_comm = comm_split(
+        (m->replicate_rank * c.dp_shard + m->shard_rank / c.ep) * c.tp + m->tp_rank, m->ep_rank);
+    if (!m->world_comm || !m->shard_comm || !m->replicate_comm || !m->dp_comm || !m->tp_comm ||
+        !m->ep_comm) {
         dist_mesh_free(m);
         return base_fail(err, "out of memory");
     }
@@ -324,6 +386,7 @@ void dist_mesh_free(dist_mesh *m) {
     comm_free(m->replicate_comm);
     comm_free(m->dp_comm);
     comm_free(m->tp_comm);
+    comm_free(m->ep_comm);
     memset(m, 0, sizeof *m);
 }
 

@@ -51,6 +51,13 @@ void dist_allreduce_f32(dist_comm *c, float *x, size_t n);
 void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n);
 /* recv[n] = the sum over ranks of their send[rank * n, (rank + 1) * n) (send: size * n). */
 void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv, size_t n);
+/* Expert parallelism: recv[size * n] = the n ints every rank sent to this one (send[r * n ..]
+ * goes to rank r), in rank order. */
+void dist_alltoall_i32(dist_comm *c, const int32_t *send, int32_t *recv, int n);
+/* Rows of `row` bytes: send holds scount[r] rows for each rank r in rank order, recv gets
+ * rcount[r] rows from each rank in rank order (the counts exchanged beforehand). */
+void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, void *recv,
+                         const int32_t *rcount, size_t row);
 /* recv[size * bytes] = every rank's send[bytes], in rank order. */
 void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes);
 /* Seconds this process has spent inside collectives (waiting included) since the start. */
@@ -62,6 +69,8 @@ typedef struct {
     int dp_shard;     /* >= 1, or -1: the ranks left over, world / (dp_replicate * tp) */
     int tp;           /* >= 1 */
     int pp, cp;       /* must be 1: pipeline and context parallelism are not supported */
+    int ep;           /* expert parallelism (0 reads as 1): carved from dp_shard, which it must
+                         equal for now (experts whole on their owner, not FSDP-sharded); tp = 1 */
 } dist_mesh_cfg;
 
 typedef struct {
@@ -74,6 +83,10 @@ typedef struct {
     dist_comm *replicate_comm; /* the dp_replicate ranks holding the same shard (HSDP) */
     dist_comm *dp_comm;        /* dp_replicate x dp_shard: token counts, loss */
     dist_comm *tp_comm;        /* the tp ranks of one tensor-parallel group */
+    /* Expert parallelism: the ep consecutive shard ranks of one group split the experts
+     * (ep_rank = shard_rank % ep); ep = 1: ep_comm is the one-process group. */
+    int ep, ep_rank;
+    dist_comm *ep_comm;
 } dist_mesh;
 
 /* Checks the degrees against the world size (errors name the field) and splits the
@@ -104,6 +117,10 @@ void dist_mesh_free(dist_mesh *m);
  *   backward begin : gather again if released; prefetch the previous unit
  *   backward end   : reduce-scatter its gradients with SUM into the shard (the loss is
  *                    already divided by the global token count), release grads and params
+ * Expert parallelism: a unit's last `local` elements (its blocks' expert stacks) are this
+ * rank's own (its experts): not sharded, whole in its shard vector after the unit's sharded
+ * part, copied into the full buffer by the gather and their gradients kept as they are (each
+ * expert's owner saw every token routed to it).
  * HSDP (dp_replicate > 1): dist_fsdp_sync_replicas all-reduces the shard gradients over the
  * replicas once per step. */
 typedef enum {
@@ -117,6 +134,7 @@ typedef enum { DIST_FWD_BEGIN, DIST_FWD_END, DIST_BWD_BEGIN, DIST_BWD_END } dist
 
 typedef struct {
     size_t offset, numel; /* the unit's range in the flat buffer */
+    size_t local;         /* its last `local` elements are not sharded (EP experts) */
 } dist_unit;
 
 typedef struct {

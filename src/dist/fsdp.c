@@ -12,7 +12,8 @@ struct dist_fsdp {
     dist_comm *shard, *rep;
     int n, P, me; /* units, dp_shard ranks, this rank's index among them */
     dist_unit *units;
-    size_t *S;        /* [n] shard length of each unit: ceil(numel / P) */
+    size_t *S;        /* [n] shard length of each unit: ceil((numel - local) / P) + local */
+    size_t *Sh;       /* [n] its sharded part: ceil((numel - local) / P) */
     size_t *soff;     /* [n] where each unit's shard starts in the shard vector */
     int *cnt, *displ; /* [n * P] elements rank r owns of unit u, and where they start */
     size_t n_floats, shard_len, max_S;
@@ -29,6 +30,16 @@ struct dist_fsdp {
     size_t page;
     dist_fsdp_stats st;
 };
+
+static void add_range(dist_fsdp *f, size_t shard_off, size_t global_off, size_t len) {
+    dist_range *prev = f->n_ranges ? &f->ranges[f->n_ranges - 1] : NULL;
+    if (!len) return;
+    if (prev && prev->shard_off + prev->len == shard_off &&
+        prev->global_off + prev->len == global_off)
+        prev->len += len;
+    else
+        f->ranges[f->n_ranges++] = (dist_range){shard_off, global_off, len};
+}
 
 int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c, base_err *err) {
     *out = NULL;
@@ -47,47 +58,47 @@ int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c
     const size_t n = (size_t)f->n, P = (size_t)f->P;
     f->units = calloc(n, sizeof *f->units);
     f->S = calloc(n, sizeof *f->S);
+    f->Sh = calloc(n, sizeof *f->Sh);
     f->soff = calloc(n, sizeof *f->soff);
     f->cnt = calloc(n * P, sizeof *f->cnt);
     f->displ = calloc(n * P, sizeof *f->displ);
     f->gathered = calloc(n, 1);
     f->req = calloc(n, sizeof *f->req);
-    f->ranges = calloc(n, sizeof *f->ranges);
-    if (!f->units || !f->S || !f->soff || !f->cnt || !f->displ || !f->gathered || !f->req ||
-        !f->ranges) {
+    f->ranges = calloc(2 * n, sizeof *f->ranges);
+    if (!f->units || !f->S || !f->Sh || !f->soff || !f->cnt || !f->displ || !f->gathered ||
+        !f->req || !f->ranges) {
         dist_fsdp_free(f);
         return base_fail(err, "out of memory");
     }
     size_t at = 0;
     for (size_t u = 0; u < n; u++) {
         const dist_unit *x = &c->units[u];
-        if (x->offset != at || x->numel > INT_MAX) {
+        if (x->offset != at || x->numel > INT_MAX || x->local > x->numel) {
             dist_fsdp_free(f);
             return base_fail(err,
                              "fsdp: unit %zu ([%zu, +%zu)) must follow the previous one and hold "
-                             "at most 2^31 elements",
+                             "at most 2^31 elements (its local part inside it)",
                              u, x->offset, x->numel);
         }
         at += x->numel;
         f->units[u] = *x;
-        f->S[u] = (x->numel + P - 1) / P;
+        const size_t head = x->numel - x->local; /* the sharded part */
+        f->Sh[u] = (head + P - 1) / P;
+        f->S[u] = f->Sh[u] + x->local;
         f->soff[u] = f->shard_len;
         f->shard_len += f->S[u];
-        if (f->S[u] > f->max_S) f->max_S = f->S[u];
+        if (f->Sh[u] > f->max_S) f->max_S = f->Sh[u];
         for (size_t r = 0; r < P; r++) {
-            const size_t lo = r * f->S[u] < x->numel ? r * f->S[u] : x->numel;
-            const size_t hi = lo + f->S[u] < x->numel ? lo + f->S[u] : x->numel;
+            const size_t lo = r * f->Sh[u] < head ? r * f->Sh[u] : head;
+            const size_t hi = lo + f->Sh[u] < head ? lo + f->Sh[u] : head;
             f->cnt[u * P + r] = (int)(hi - lo);
             f->displ[u * P + r] = (int)lo;
         }
-        /* this rank's piece, merged with the previous one when both sides are adjacent */
-        const size_t len = (size_t)f->cnt[u * P + f->me], g0 = x->offset + (size_t)f->me * f->S[u];
-        dist_range *prev = f->n_ranges ? &f->ranges[f->n_ranges - 1] : NULL;
-        if (!len) continue;
-        if (prev && prev->shard_off + prev->len == f->soff[u] && prev->global_off + prev->len == g0)
-            prev->len += len;
-        else
-            f->ranges[f->n_ranges++] = (dist_range){f->soff[u], g0, len};
+        /* this rank's pieces (its shard, its local part), merged with the previous one when
+         * both sides are adjacent */
+        add_range(f, f->soff[u], x->offset + (size_t)f->me * f->Sh[u],
+                  (size_t)f->cnt[u * P + f->me]);
+        add_range(f, f->soff[u] + f->Sh[u], x->offset + head, x->local);
     }
     if (at != c->n_floats) {
         dist_fsdp_free(f);
@@ -130,6 +141,7 @@ void dist_fsdp_free(dist_fsdp *f) {
     base_free(f->tmp);
     free(f->units);
     free(f->S);
+    free(f->Sh);
     free(f->soff);
     free(f->cnt);
     free(f->displ);
@@ -186,10 +198,13 @@ static void drop(const dist_fsdp *f, float *base, size_t off, size_t n, int zero
 static void start_gather(dist_fsdp *f, int u) {
     if (f->gathered[u] || f->req[u].active) return;
     const int *cnt = f->cnt + (size_t)u * f->P, *displ = f->displ + (size_t)u * f->P;
-    dist_iallgatherv_f32(f->shard, f->ws + f->soff[u], f->w + f->units[u].offset, cnt, displ,
-                         &f->req[u]);
+    const dist_unit *x = &f->units[u];
+    dist_iallgatherv_f32(f->shard, f->ws + f->soff[u], f->w + x->offset, cnt, displ, &f->req[u]);
+    if (x->local) /* this rank's own experts: whole in the shard */
+        memcpy(f->w + x->offset + x->numel - x->local, f->ws + f->soff[u] + f->Sh[u],
+               x->local * sizeof(float));
     f->st.gathers++;
-    f->st.gather_bytes += (double)f->units[u].numel * sizeof(float);
+    f->st.gather_bytes += (double)(x->numel - x->local) * sizeof(float);
 }
 
 /* Unit u's parameters complete in the full buffer. */
@@ -211,11 +226,18 @@ static void reduce(dist_fsdp *f, int u) {
     const int *cnt = f->cnt + (size_t)u * f->P;
     f->st.reduce_s += dist_reduce_scatter_f32(f->shard, f->g + f->units[u].offset, f->tmp, cnt);
     f->st.reduces++;
-    f->st.reduce_bytes += (double)f->units[u].numel * sizeof(float);
+    const dist_unit *x = &f->units[u];
+    f->st.reduce_bytes += (double)(x->numel - x->local) * sizeof(float);
     float *gs = f->gs + f->soff[u];
     const int k = cnt[f->me];
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < k; i++) gs[i] += f->tmp[i];
+    /* the local part: complete here (EP: the expert's owner served all its tokens) */
+    const float *gl = f->g + x->offset + x->numel - x->local;
+    float *sl = gs + f->Sh[u];
+    const size_t nl = x->local;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nl; i++) sl[i] += gl[i];
     drop(f, f->g, f->units[u].offset, f->units[u].numel, 1);
 }
 
@@ -257,8 +279,11 @@ void dist_fsdp_begin_step(dist_fsdp *f) {
 
 void dist_fsdp_store_unit(dist_fsdp *f, int u) {
     if (f->P == 1) return;
-    const size_t S = f->S[u], k = (size_t)f->cnt[(size_t)u * f->P + f->me];
-    memcpy(f->ws + f->soff[u], f->w + f->units[u].offset + (size_t)f->me * S, k * sizeof(float));
+    const dist_unit *x = &f->units[u];
+    const size_t S = f->Sh[u], k = (size_t)f->cnt[(size_t)u * f->P + f->me];
+    memcpy(f->ws + f->soff[u], f->w + x->offset + (size_t)f->me * S, k * sizeof(float));
+    memcpy(f->ws + f->soff[u] + S, f->w + x->offset + x->numel - x->local,
+           x->local * sizeof(float));
     f->gathered[u] = 1; /* whatever is there goes */
     release_params(f, u);
 }

@@ -32,6 +32,7 @@ struct model_acts {
      * gradient [N,E]; aux [3E] doubles: accumulated counts and probabilities, d aux / d p */
     float *xs, *dy, *dlog;
     double *aux;
+    float *ep_buf; /* expert parallelism: [R*ep, D] x2 (moe.c) */
     /* tensor parallelism only (NULL when tp = 1, where the [n,D] buffers serve): [N,D] the
      * all-gathered norm output, the partial sums before a reduce-scatter (also the embedding
      * lookup), the all-gathered residual gradient, the partial norm-input gradient, and the
@@ -55,9 +56,10 @@ static float *carve(carver *c, size_t n) {
     return p;
 }
 
-/* Floats of one FFN activation: [N,F] dense, [R,Fe] for an MoE (R = N*top_k routed rows). */
+/* Floats of one FFN activation: [N,F] dense, [R,Fe] for an MoE (R = N*top_k routed rows);
+ * under expert parallelism [R*ep,Fe]: the most rows this rank's experts can receive. */
 static size_t ffn_floats(const model_args *a, size_t N) {
-    return a->n_experts > 0 ? N * a->top_k * a->moe_ffn_dim : N * a->ffn_dim;
+    return a->n_experts > 0 ? N * a->top_k * model_moe_ep(a) * a->moe_ffn_dim : N * a->ffn_dim;
 }
 
 static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
@@ -123,6 +125,7 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     A->q = carve(c, N * Q);
     A->k = carve(c, N * KV);
     if (E > 0) A->xs = carve(c, R * D);
+    if (E > 0 && model_moe_ep(a) > 1) A->ep_buf = carve(c, 2 * R * model_moe_ep(a) * D);
     if (with_grads) {
         A->dnorm = carve(c, n * D);
         if (tp) {
@@ -156,12 +159,33 @@ static int ce_chunk_for(const model_args *a, const model_build_opts *o) {
     return (int)(chunk > N ? N : chunk);
 }
 
+/* This rank's shapes: TP's (model_tp_local_args), and under expert parallelism its E/ep
+ * experts' stacks. */
+static int local_args(const model_args *a, int tp, int ep, model_args *l, base_err *err) {
+    if (model_tp_local_args(a, tp, l, err)) return -1;
+    if (ep <= 1) return 0;
+    if (a->n_experts <= 0)
+        return base_fail(err, "expert parallelism (ep %d) needs an MoE model (n_experts is 0)", ep);
+    if (tp > 1)
+        return base_fail(err,
+                         "expert parallelism (ep %d) with tensor parallelism (tp %d) is "
+                         "not supported",
+                         ep, tp);
+    if (a->n_experts % ep)
+        return base_fail(err,
+                         "expert parallelism: n_experts (%d) must be a multiple of "
+                         "expert_parallel_degree (%d)",
+                         a->n_experts, ep);
+    l->n_local_experts = a->n_experts / ep;
+    return 0;
+}
+
 size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o) {
     model m;
     memset(&m, 0, sizeof m);
     m.tp.size = o->tp ? o->tp->size : 1;
     base_err e;
-    if (model_tp_local_args(a, m.tp.size, &m.args, &e)) return 0;
+    if (local_args(a, m.tp.size, o->ep ? o->ep->size : 1, &m.args, &e)) return 0;
     m.batch = o->batch;
     m.seq_len = o->seq_len;
     m.ac = o->ac;
@@ -180,8 +204,9 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
     if (o->batch <= 0 || o->seq_len <= 0)
         return base_fail(err, "batch (%d) and seq_len (%d) must be positive", o->batch, o->seq_len);
     m->tp = o->tp && o->tp->size > 1 ? *o->tp : (model_tp){.size = 1};
+    m->ep = o->ep && o->ep->size > 1 ? *o->ep : (model_ep){.size = 1};
     model_args local;
-    if (model_tp_local_args(a, m->tp.size, &local, err)) return -1;
+    if (local_args(a, m->tp.size, m->ep.size, &local, err)) return -1;
     if ((long)o->batch * o->seq_len % m->tp.size)
         return base_fail(err,
                          "sequence parallelism: batch x seq_len (%d x %d) must be a multiple of "
@@ -195,7 +220,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
         /* routed rows (and their offsets) are int32; the MoE backward keeps K gate gradients
          * of a token on the stack */
         if ((double)o->batch * o->seq_len * a->top_k * a->dim > 9.2e18 ||
-            (double)o->batch * o->seq_len * a->top_k > 2147483647.0)
+            (double)o->batch * o->seq_len * a->top_k * m->ep.size > 2147483647.0)
             return base_fail(err, "batch*seq_len*top_k (%d*%d*%d) exceeds 2^31", o->batch,
                              o->seq_len, a->top_k);
         if (a->top_k > 64) return base_fail(err, "top_k (%d) must be at most 64", a->top_k);
@@ -331,7 +356,8 @@ static block_geom train_geom(const model *m) {
                     .hact = m->acts->hact,
                     .norm_full = m->acts->norm_full,
                     .part = m->acts->part,
-                    .xs = m->acts->xs};
+                    .xs = m->acts->xs,
+                    .ep_buf = m->acts->ep_buf};
     return g;
 }
 
@@ -444,6 +470,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
             A->dhact,
             A->dgate,
             A->dup,
+            A->ep_buf,
             A->dlog,
             m->balance == MODEL_BALANCE_AUX_LOSS ? A->aux + 2 * (size_t)a->n_experts : NULL};
         model_moe_backward(m, l, la, A->norm_out, dres, A->dnorm, &s);

@@ -17,7 +17,23 @@ typedef struct {
     int32_t *tok;  /* [R] token of each sorted row */
     int32_t *offs; /* [E+1] first sorted row of each expert; offs[E] = R */
     float *y;      /* [R,D] expert outputs (unweighted), sorted */
+    /* Expert parallelism only (ep > 1; NULL otherwise). El = E/ep local experts, C = R*ep the
+     * most rows this rank's experts can receive (every rank routing all rows here), Rl the
+     * rows received this step (loffs[El]). Received rows arrive by source rank, and within a
+     * source by expert; the local order groups them by local expert, then source rank, then
+     * the source's order (deterministic). */
+    float *xl;      /* [C,D] the received rows in local order (the experts' input) */
+    int32_t *perm;  /* [C] received row i (arrival order) -> its local row */
+    int32_t *loffs; /* [El+1] first local row of each local expert; loffs[El] = Rl */
+    int32_t *cnt;   /* [2 ep El + 2 ep]: rows sent to rank p for its local expert e [ep,El],
+                       rows received from rank q for local expert e [ep,El], then the rows sent
+                       to / received from each rank [ep] x2 (the alltoallv counts) */
 } moe_acts;
+
+/* Expert parallelism degree of a (local) model_args: n_experts / n_local_experts. */
+static inline int model_moe_ep(const model_args *a) {
+    return a->n_local_experts > 0 ? a->n_experts / a->n_local_experts : 1;
+}
 
 /* One block's activations for N = B*T token rows (training keeps one per layer; inference
  * one scratch set, with k and v pointing into the KV cache). */
@@ -108,12 +124,14 @@ typedef struct {
      * row-parallel wo / w2 before their reduce-scatter. */
     float *norm_full, *part;
     float *xs;       /* MoE scratch [R, D]: the routed rows, sorted by expert */
+    float *ep_buf;   /* EP only: [R*ep, D] x2 scratch: rows in arrival order, expert output */
     int64_t *counts; /* MoE, training forward: += rows per expert [L,E]; or NULL */
     double *aux_acc; /* MoE aux loss: += counts and probability sums [2E]; NULL */
 } block_geom;
 
 /* ---- MoE (moe.c) ---- */
-/* Floats of one block's saved MoE state (moe_acts, y) for N token rows. */
+/* Floats of one block's saved MoE state (moe_acts, y; EP: xl, perm, loffs, cnt) for N token
+ * rows (a: the local args, whose n_local_experts gives the EP degree). */
 size_t model_moe_saved_floats(const model_args *a, size_t N);
 /* Carves la->moe out of p (model_moe_saved_floats(a, N) floats, 64-byte aligned pieces). */
 void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma);
@@ -124,7 +142,8 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
 /* Backward scratch of an MoE block (R = N*K routed rows). */
 typedef struct {
     float *xs, *dy;                    /* [R,D] */
-    float *hact, *dhact, *dgate, *dup; /* [R,Fe] */
+    float *hact, *dhact, *dgate, *dup; /* [R,Fe]; EP: [R*ep,Fe] (the experts' rows) */
+    float *ep_buf;                     /* EP only: [R*ep,D] x2 */
     float *dlog;                       /* [N,E] */
     const double *aux_grad;            /* [E] d aux / d p (model_moe_aux_finish); NULL: no aux */
 } model_moe_scratch;

@@ -48,6 +48,9 @@ typedef struct {
     int moe_ffn_dim;             /* hidden size of one expert's SwiGLU */
     int norm_topk_prob;          /* renormalise the top-k gate weights to sum to 1 */
     double router_aux_loss_coef; /* load-balancing loss coefficient (HF: 0.001) */
+    /* Expert parallelism: experts whose stacks this rank holds (n_experts / ep); 0 = all.
+     * Set by model_build in m->args only (never in a config, a checkpoint or full_args). */
+    int n_local_experts;
 } model_args;
 
 /* Fills *out with a registered flavor: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B, and the MoE
@@ -80,7 +83,8 @@ typedef struct {
     int tp_split;
 } model_param;
 
-enum { MODEL_TP_REPLICATED, MODEL_TP_ROWS, MODEL_TP_COLS };
+/* MODEL_EP_EXPERTS: an expert stack [E/ep, ..] of EP rank r: experts [r E/ep, (r+1) E/ep). */
+enum { MODEL_TP_REPLICATED, MODEL_TP_ROWS, MODEL_TP_COLS, MODEL_EP_EXPERTS };
 
 /* A tensor-parallel group as the model sees it: its size, this rank's index, and the three
  * collectives it needs (every rank of the group calls them in the same order). NULL
@@ -95,6 +99,21 @@ typedef struct {
     void (*allreduce)(void *ctx, double *x, int n, int max);
     void *ctx;
 } model_tp;
+
+/* Expert parallelism as the model sees it (NULL or size 1: none). The ep ranks of a group
+ * each route their own tokens over all n_experts; rank r holds the expert stacks of experts
+ * [r E/ep, (r+1) E/ep) of every MoE block and runs them on the rows every rank routed to
+ * them. Two collectives (every rank of the group calls them in the same order):
+ *   alltoall: recv[size * n] = the n ints each rank sent this one (send[r n ..] goes to r)
+ *   alltoallv: rows of `row` bytes, scount[r] of them to rank r (send in rank order); recv
+ *              gets rcount[r] rows from each rank r, in rank order */
+typedef struct {
+    int size, rank;
+    void (*alltoall)(void *ctx, const int32_t *send, int32_t *recv, int n);
+    void (*alltoallv)(void *ctx, const void *send, const int32_t *scount, void *recv,
+                      const int32_t *rcount, size_t row);
+    void *ctx;
+} model_ep;
 
 typedef struct {
     char name[32]; /* "tok_embeddings", "layers.3", "head" */
@@ -137,6 +156,7 @@ typedef struct {
     model_args args;      /* this rank's shapes (the model's when tp = 1) */
     model_args full_args; /* the model's */
     model_tp tp;          /* size 1 when not tensor-parallel */
+    model_ep ep;          /* size 1 when not expert-parallel */
     size_t full_floats;   /* parameters of the full layout (n_floats when tp = 1) */
     int n_params, n_units;
     model_param *params;
@@ -177,6 +197,7 @@ typedef struct {
     model_balance balance; /* MoE load balancing (ignored by dense models) */
     double bias_rate;      /* BIAS update step; 0 = torchtitan's 1e-3 */
     const model_tp *tp;    /* NULL: no tensor parallelism */
+    const model_ep *ep;    /* NULL: no expert parallelism (MoE models only; not with tp) */
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches

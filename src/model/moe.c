@@ -14,7 +14,17 @@
  * Backward runs the same steps in reverse: the gate gradients <dout[n], y[slot]>, the experts
  * (grouped_mm backward), the gather's transpose (again per token in k order), the top-k
  * renormalisation, the softmax and the router. Expert ids and the sort are constants of the
- * forward (no gradient), as in PyTorch. */
+ * forward (no gradient), as in PyTorch.
+ *
+ * Expert parallelism (m->ep.size = P > 1; torchtitan's all-to-all token dispatch): every
+ * rank routes its own tokens over all E experts as above; rank p owns experts
+ * [p El, (p+1) El), El = E/P, so the sorted rows xs are already grouped by destination.
+ * The ranks exchange their [P,El] row counts (alltoall), then the rows (alltoallv); each runs
+ * its El experts on what it received (regrouped by local expert, then source rank, then the
+ * source's order) and sends the outputs back the same way (the reverse alltoallv), so y holds
+ * exactly the rows a local run would have produced and the combine is unchanged. Backward
+ * sends d y to the owners and the d xs rows back. Expert gradients are complete on their
+ * owner (it saw every row routed to its experts); nothing else changes. */
 #include <math.h>
 #include <string.h>
 
@@ -24,20 +34,111 @@ static size_t al16(size_t n) {
     return (n + 15) / 16 * 16;
 }
 
+/* EP saved state: xl [C,D], perm [C], loffs [El+1], cnt [2 P El + 2 P] (C = R P). */
+static size_t ep_floats(const model_args *a, size_t R) {
+    const size_t P = (size_t)model_moe_ep(a), El = (size_t)a->n_experts / P, C = R * P;
+    return P > 1 ? al16(C * a->dim) + al16(C) + al16(El + 1) + al16(2 * P * El + 2 * P) : 0;
+}
+
 size_t model_moe_saved_floats(const model_args *a, size_t N) {
     const size_t E = a->n_experts, K = a->top_k, R = N * K;
-    return al16(N * E) + 3 * al16(N * K) + al16(R) + al16(E + 1) + al16(R * a->dim);
+    return al16(N * E) + 3 * al16(N * K) + al16(R) + al16(E + 1) + al16(R * a->dim) +
+           ep_floats(a, R);
 }
 
 void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma) {
-    const size_t E = a->n_experts, K = a->top_k, R = N * K;
+    const size_t E = a->n_experts, K = a->top_k, R = N * K, P = (size_t)model_moe_ep(a);
     ma->probs = p, p += al16(N * E);
     ma->gates = p, p += al16(N * K);
     ma->topi = (int32_t *)p, p += al16(N * K);
     ma->slot = (int32_t *)p, p += al16(N * K);
     ma->tok = (int32_t *)p, p += al16(R);
     ma->offs = (int32_t *)p, p += al16(E + 1);
-    ma->y = p;
+    ma->y = p, p += al16(R * a->dim);
+    ma->xl = NULL, ma->perm = ma->loffs = ma->cnt = NULL;
+    if (P == 1) return;
+    const size_t C = R * P, El = E / P;
+    ma->xl = p, p += al16(C * a->dim);
+    ma->perm = (int32_t *)p, p += al16(C);
+    ma->loffs = (int32_t *)p, p += al16(El + 1);
+    ma->cnt = (int32_t *)p;
+}
+
+/* The expert SwiGLUs on R sorted rows x[R,D] in nE groups offs[nE+1]: gate, up [R,Fe] (saved),
+ * hact [R,Fe] (scratch), y[R,D] = down(silu(gate) * up). */
+static void experts_fwd(const ops_table *t, const block_view *w, const float *x,
+                        const int32_t *offs, int nE, int R, int D, int Fe, float *gate, float *up,
+                        float *hact, float *y) {
+    t->grouped_mm_fwd(gate, x, w->ew1, offs, nE, D, Fe);
+    t->grouped_mm_fwd(up, x, w->ew3, offs, nE, D, Fe);
+    t->swiglu_fwd(hact, gate, up, R, Fe);
+    t->grouped_mm_fwd(y, hact, w->ew2, offs, nE, Fe, D);
+}
+
+/* Their backward: dy[R,D] = dL/dy on entry, dL/dx on exit (dy is consumed first); the expert
+ * gradients accumulate into gw. x: the rows the forward ran on. */
+static void experts_bwd(const ops_table *t, const block_view *w, const block_view *gw,
+                        const float *x, const int32_t *offs, int nE, int R, int D, int Fe,
+                        const float *gate, const float *up, float *dy, const model_moe_scratch *s) {
+    const size_t RF = (size_t)R * Fe;
+    t->swiglu_fwd(s->hact, gate, up, R, Fe);
+    memset(s->dhact, 0, RF * sizeof(float));
+    t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D);
+    memset(s->dgate, 0, RF * sizeof(float));
+    memset(s->dup, 0, RF * sizeof(float));
+    t->swiglu_bwd(s->dgate, s->dup, s->dhact, gate, up, R, Fe);
+    float *dx = dy; /* dy is consumed: reuse it for d(x) */
+    memset(dx, 0, (size_t)R * D * sizeof(float));
+    t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe);
+    t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe);
+}
+
+/* EP dispatch plan of block state ma, from the global group offsets offs[E+1] of this rank's
+ * sorted rows: exchanges the [P,El] counts and fills ma->cnt, ma->loffs and ma->perm. */
+static void ep_plan(const model *m, moe_acts *ma, const int32_t *offs) {
+    const int P = m->ep.size, El = m->args.n_experts / P;
+    int32_t *sc = ma->cnt, *rc = sc + (size_t)P * El, *srows = rc + (size_t)P * El,
+            *rrows = srows + P;
+    for (int i = 0; i < P * El; i++) sc[i] = offs[i + 1] - offs[i]; /* expert p El + e */
+    m->ep.alltoall(m->ep.ctx, sc, rc, El);
+    for (int p = 0; p < P; p++) {
+        srows[p] = rrows[p] = 0;
+        for (int e = 0; e < El; e++) srows[p] += sc[p * El + e], rrows[p] += rc[p * El + e];
+    }
+    ma->loffs[0] = 0;
+    for (int e = 0; e < El; e++) {
+        ma->loffs[e + 1] = ma->loffs[e];
+        for (int q = 0; q < P; q++) ma->loffs[e + 1] += rc[q * El + e];
+    }
+    /* arrival order: source q, then expert e; local order: expert e, then source q */
+    int32_t i = 0;
+    for (int q = 0; q < P; q++)
+        for (int e = 0; e < El; e++) {
+            int32_t at = ma->loffs[e];
+            for (int q2 = 0; q2 < q; q2++) at += rc[q2 * El + e];
+            for (int32_t j = 0; j < rc[q * El + e]; j++) ma->perm[i++] = at + j;
+        }
+}
+
+/* Rows [n, D]: to_local = 1: dst[perm[i]] = src[i] (arrival -> local), else dst[i] =
+ * src[perm[i]]. */
+static void ep_permute(float *dst, const float *src, const int32_t *perm, int n, int D,
+                       int to_local) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const size_t a = (size_t)i * D, b = (size_t)perm[i] * D;
+        memcpy(dst + (to_local ? b : a), src + (to_local ? a : b), sizeof(float) * (size_t)D);
+    }
+}
+
+/* rows: 1 = send this rank's sorted rows to the expert owners (send[R,D] -> recv[Rl,D]),
+ * 0 = send the owners' rows back (send[Rl,D] -> recv[R,D]). */
+static void ep_exchange(const model *m, const moe_acts *ma, const float *send, float *recv,
+                        int to_owners) {
+    const int P = m->ep.size, El = m->args.n_experts / P;
+    const int32_t *srows = ma->cnt + 2 * (size_t)P * El, *rrows = srows + P;
+    m->ep.alltoallv(m->ep.ctx, send, to_owners ? srows : rrows, recv, to_owners ? rrows : srows,
+                    sizeof(float) * (size_t)m->args.dim);
 }
 
 /* Top-k of one score row s[E] (+ bias), by decreasing value, ties to the lower id. */
@@ -113,10 +214,19 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < R; i++)
         memcpy(g->xs + (size_t)i * D, h + (size_t)ma->tok[i] * D, sizeof(float) * (size_t)D);
-    t->grouped_mm_fwd(la->gate, g->xs, w.ew1, offs, E, D, Fe);
-    t->grouped_mm_fwd(la->up, g->xs, w.ew3, offs, E, D, Fe);
-    t->swiglu_fwd(g->hact, la->gate, la->up, R, Fe);
-    t->grouped_mm_fwd(ma->y, g->hact, w.ew2, offs, E, Fe, D);
+    if (m->ep.size > 1) { /* to the owners, their experts, and back into y */
+        const int El = E / m->ep.size;
+        float *arrived = g->ep_buf, *yl = g->ep_buf + (size_t)R * m->ep.size * D;
+        ep_plan(m, ma, offs);
+        const int Rl = ma->loffs[El];
+        ep_exchange(m, ma, g->xs, arrived, 1);
+        ep_permute(ma->xl, arrived, ma->perm, Rl, D, 1);
+        experts_fwd(t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, g->hact, yl);
+        ep_permute(arrived, yl, ma->perm, Rl, D, 0);
+        ep_exchange(m, ma, arrived, ma->y, 0);
+    } else {
+        experts_fwd(t, &w, g->xs, offs, E, R, D, Fe, la->gate, la->up, g->hact, ma->y);
+    }
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * D;
@@ -135,7 +245,6 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
     const ops_table *t = &m->ops[1 + l];
     const int N = m->batch * m->seq_len, D = a->dim, E = a->n_experts, K = a->top_k,
               Fe = a->moe_ffn_dim, R = N * K;
-    const size_t RF = (size_t)R * Fe;
     moe_acts *ma = &la->moe;
     block_view w = block_at(m, m->w, l), gw = block_at(m, m->g, l);
     float *dlog = s->dlog;
@@ -175,20 +284,22 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
         for (int e = 0; e < E; e++) dp[e] = p[e] * (dp[e] - dot);
     }
 
-    /* experts: y = w2(silu(w1 xs) * w3 xs) per group */
-    t->swiglu_fwd(s->hact, la->gate, la->up, R, Fe);
-    memset(s->dhact, 0, RF * sizeof(float));
-    t->grouped_mm_bwd(s->dhact, gw.ew2, s->dy, s->hact, w.ew2, ma->offs, E, Fe, D);
-    memset(s->dgate, 0, RF * sizeof(float));
-    memset(s->dup, 0, RF * sizeof(float));
-    t->swiglu_bwd(s->dgate, s->dup, s->dhact, la->gate, la->up, R, Fe);
+    /* experts: y = w2(silu(w1 xs) * w3 xs) per group; dxs = d(xs) [R,D] afterwards */
+    float *dxs = s->dy;
+    if (m->ep.size > 1) { /* d y to the owners, their backward, d xs rows back */
+        const int El = E / m->ep.size, Rl = ma->loffs[El];
+        float *arrived = s->ep_buf, *dyl = s->ep_buf + (size_t)R * m->ep.size * D;
+        ep_exchange(m, ma, s->dy, arrived, 1);
+        ep_permute(dyl, arrived, ma->perm, Rl, D, 1);
+        experts_bwd(t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, dyl, s);
+        ep_permute(arrived, dyl, ma->perm, Rl, D, 0);
+        ep_exchange(m, ma, arrived, dxs, 0);
+    } else {
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < R; i++)
-        memcpy(s->xs + (size_t)i * D, h + (size_t)ma->tok[i] * D, sizeof(float) * (size_t)D);
-    float *dxs = s->dy; /* dy is consumed: reuse it for d(xs) */
-    memset(dxs, 0, (size_t)R * D * sizeof(float));
-    t->grouped_mm_bwd(dxs, gw.ew1, s->dgate, s->xs, w.ew1, ma->offs, E, D, Fe);
-    t->grouped_mm_bwd(dxs, gw.ew3, s->dup, s->xs, w.ew3, ma->offs, E, D, Fe);
+        for (int i = 0; i < R; i++)
+            memcpy(s->xs + (size_t)i * D, h + (size_t)ma->tok[i] * D, sizeof(float) * (size_t)D);
+        experts_bwd(t, &w, &gw, s->xs, ma->offs, E, R, D, Fe, la->gate, la->up, s->dy, s);
+    }
     /* dispatch's transpose: dh[n] += sum_k dxs[slot[n,k]], in k order, one thread per token */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {

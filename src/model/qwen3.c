@@ -179,7 +179,8 @@ typedef void (*param_emit)(void *ctx, int unit, const char *name, const char *hf
 static void walk_params(const model_args *a, param_emit emit, void *ctx) {
     const int64_t D = a->dim, q = (int64_t)a->n_heads * a->head_dim,
                   kv = (int64_t)a->n_kv_heads * a->head_dim, hd = a->head_dim, F = a->ffn_dim,
-                  V = a->vocab_size, E = a->n_experts, Fe = a->moe_ffn_dim;
+                  V = a->vocab_size, E = a->n_experts, Fe = a->moe_ffn_dim,
+                  El = a->n_local_experts > 0 ? a->n_local_experts : E; /* EP: this rank's */
     emit(ctx, 0, "tok_embeddings.weight", "model.embed_tokens.weight", V, D, 0, 0);
     for (int l = 0; l < a->n_layers; l++) {
         char n[96], h[96];
@@ -201,9 +202,9 @@ static void walk_params(const model_args *a, param_emit emit, void *ctx) {
         if (E > 0) {
             /* torchtitan v0.2.2 names; experts stacked [E, out, in] (spec §3.1, §3.2) */
             P("moe.router.gate.weight", "mlp.gate.weight", E, D, 0, 0);
-            P("moe.experts.w1", "mlp.experts.*.gate_proj.weight", E, Fe, D, 0);
-            P("moe.experts.w3", "mlp.experts.*.up_proj.weight", E, Fe, D, 0);
-            P("moe.experts.w2", "mlp.experts.*.down_proj.weight", E, D, Fe, 0);
+            P("moe.experts.w1", "mlp.experts.*.gate_proj.weight", El, Fe, D, 0);
+            P("moe.experts.w3", "mlp.experts.*.up_proj.weight", El, Fe, D, 0);
+            P("moe.experts.w2", "mlp.experts.*.down_proj.weight", El, D, Fe, 0);
         } else {
             P("feed_forward.w1.weight", "mlp.gate_proj.weight", F, D, 0, 0);
             P("feed_forward.w3.weight", "mlp.up_proj.weight", F, D, 0, 0);
@@ -280,9 +281,10 @@ static void full_emit(void *ctx, int unit, const char *name, const char *hf, int
     layout_ctx *lc = ctx;
     model_param *p = &lc->m->params[lc->m->n_params++];
     p->full_offset = lc->offset;
-    p->tp_split = d0 != p->shape[0]   ? MODEL_TP_ROWS
-                  : d1 != p->shape[1] ? MODEL_TP_COLS
-                                      : MODEL_TP_REPLICATED;
+    p->tp_split = d2 && d0 != p->shape[0] ? MODEL_EP_EXPERTS /* only expert stacks are 3-D */
+                  : d0 != p->shape[0]     ? MODEL_TP_ROWS
+                  : d1 != p->shape[1]     ? MODEL_TP_COLS
+                                          : MODEL_TP_REPLICATED;
     lc->offset += (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
 }
 
@@ -366,7 +368,8 @@ int model_tp_local_args(const model_args *a, int tp, model_args *l, base_err *er
 static size_t full_index(const model *m, const model_param *p, size_t e) {
     const size_t r = (size_t)m->tp.rank;
     switch (p->tp_split) {
-    case MODEL_TP_ROWS:
+    case MODEL_EP_EXPERTS: /* this rank's experts are contiguous in the stack */
+        return (size_t)m->ep.rank * p->numel + e;
         return r * p->numel + e; /* the rows are contiguous */
     case MODEL_TP_COLS: {
         const size_t c = (size_t)p->shape[1], row = e / c;

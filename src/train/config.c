@@ -1090,13 +1090,10 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         return NOT_YET(parallelism, context_parallel_degree,
                        "%lld: context parallelism is not supported (use 1)",
                        (long long)c->parallelism.context_parallel_degree);
-    if (c->parallelism.expert_parallel_degree > 1)
-        return NOT_YET(parallelism, expert_parallel_degree,
-                       "%lld: expert parallelism needs MoE support (not implemented yet)",
-                       (long long)c->parallelism.expert_parallel_degree);
     o->par = (dist_mesh_cfg){(int)c->parallelism.data_parallel_replicate_degree,
                              (int)c->parallelism.data_parallel_shard_degree,
-                             (int)c->parallelism.tensor_parallel_degree, 1, 1};
+                             (int)c->parallelism.tensor_parallel_degree, 1, 1,
+                             (int)c->parallelism.expert_parallel_degree};
     dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
                        &o->reshard); /* checked by the schema */
     if (dist_mesh_resolve(&o->par, dist_world_size(), err)) return -1;

@@ -33,6 +33,7 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
                            json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
                                                              : MODEL_BALANCE_NONE,
                            0,
+                           NULL,
                            NULL};
     int rc = model_build(m, &a, &bo, err);
     if (!rc && t) rc = train_moe_bias_load(m, t, path, err);

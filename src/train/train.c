@@ -35,7 +35,7 @@ void train_opts_defaults(train_opts *o) {
     o->ckpt.load_step = -1;
     o->ckpt.last_save_model_only = 1;
     o->ckpt.async = 1;
-    o->par = (dist_mesh_cfg){1, -1, 1, 1, 1};
+    o->par = (dist_mesh_cfg){1, -1, 1, 1, 1, 1};
     o->reshard = DIST_RESHARD_DEFAULT;
 }
 
@@ -400,15 +400,23 @@ static void print_header(const train_opts *o, const model *m, const token_source
            "tokens; %d steps\n",
            desc, o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
            (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->steps);
-    /* per rank: parameters, gradients and AdamW state are sharded over dp_shard (FSDP) */
-    const double gib = 1 << 30, pb = (double)m->n_floats * sizeof(float) / mesh->dp_shard;
+    /* per rank: parameters, gradients and AdamW state are sharded over dp_shard (FSDP), but
+     * for this rank's own experts under EP (MODEL_EP_EXPERTS: whole here) */
+    size_t own = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].tp_split == MODEL_EP_EXPERTS) own += m->params[i].numel;
+    const double gib = 1 << 30,
+                 pb = ((double)(m->n_floats - own) / mesh->dp_shard + (double)own) * sizeof(float);
     const double act = (double)model_activation_bytes(m);
     static const char *const reshard[] = {"default", "always", "never"};
+    char epd[32] = ""; /* expert parallelism is carved from dp_shard */
+    if (mesh->ep > 1) snprintf(epd, sizeof epd, " x ep %d", mesh->ep);
     if (mesh->world > 1)
-        printf("  parallelism: %d processes = dp_replicate %d x dp_shard %d x tp %d, %d threads "
+        printf("  parallelism: %d processes = dp_replicate %d x dp_shard %d x tp %d%s, %d threads "
                "each; FSDP reshard_after_forward %s; activation checkpointing %s\n",
-               mesh->world, mesh->dp_replicate, mesh->dp_shard, mesh->tp, omp_get_max_threads(),
-               reshard[o->reshard], o->ac == MODEL_AC_FULL ? "full" : "none");
+               mesh->world, mesh->dp_replicate, mesh->dp_shard, mesh->tp, epd,
+               omp_get_max_threads(), reshard[o->reshard],
+               o->ac == MODEL_AC_FULL ? "full" : "none");
     else
         printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
                omp_get_max_threads(), o->ac == MODEL_AC_FULL ? "full" : "none");
@@ -453,6 +461,22 @@ static void tp_allreduce(void *ctx, double *x, int n, int max) {
         dist_allreduce_max_f64(ctx, x, n);
     else
         dist_allreduce_f64(ctx, x, n);
+}
+
+/* ---- expert parallelism ----------------------------------------------------------------
+ * The MoE token dispatch over the EP group (mesh.ep_comm). */
+static void ep_alltoall(void *ctx, const int32_t *send, int32_t *recv, int n) {
+    dist_alltoall_i32(ctx, send, recv, n);
+}
+static void ep_alltoallv(void *ctx, const void *send, const int32_t *scount, void *recv,
+                         const int32_t *rcount, size_t row) {
+    dist_alltoallv_rows(ctx, send, scount, recv, rcount, row);
+}
+
+/* The group whose ranks hold slices of one model: TP's, or EP's (they never combine). A
+ * parameter the model_run marks replicated is the same on all of its ranks. */
+static int slice_rank(const model *m) {
+    return m->tp.size > 1 ? m->tp.rank : m->ep.rank;
 }
 
 /* Where this rank's shard vector goes in the full (tp = 1) layout: `all` every piece (what a
@@ -542,7 +566,7 @@ static int tp_copy(const model *m, float *full, int to_full, base_err *err) {
         const model_run *u = &runs[i];
         if (!to_full)
             memcpy(m->w + u->offset, full + u->full_offset, u->len * sizeof(float));
-        else if (!u->replicated || m->tp.rank == 0)
+        else if (!u->replicated || slice_rank(m) == 0)
             memcpy(full + u->full_offset, m->w + u->offset, u->len * sizeof(float));
     }
     free(runs);
@@ -550,9 +574,9 @@ static int tp_copy(const model *m, float *full, int to_full, base_err *err) {
 }
 
 /* *full = the whole model (built for batch 1, seq_len 1: exports, sampling, loading)
- * assembled from every TP rank's slices: all ranks of the group call it, with the
- * parameters gathered over FSDP. */
-static int tp_full_model(model *full, const model *m, const train_opts *o, dist_comm *tp_comm,
+ * assembled from every TP (or EP) rank's slices: all ranks of the group (group) call it,
+ * with the parameters gathered over FSDP. */
+static int tp_full_model(model *full, const model *m, const train_opts *o, dist_comm *group,
                          base_err *err) {
     model_build_opts bo = {.batch = 1,
                            .seq_len = 1,
@@ -562,7 +586,7 @@ static int tp_full_model(model *full, const model *m, const train_opts *o, dist_
     if (model_build(full, &o->model, &bo, err)) return -1;
     memset(full->w, 0, full->n_floats * sizeof(float));
     if (tp_copy(m, full->w, 1, err)) return -1;
-    dist_allreduce_f32(tp_comm, full->w, full->n_floats);
+    dist_allreduce_f32(group, full->w, full->n_floats);
     return 0;
 }
 
@@ -572,7 +596,13 @@ static int setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist
                       base_err *err) {
     dist_unit *u = calloc((size_t)m->n_units, sizeof *u);
     if (!u) return base_fail(err, "out of memory");
-    for (int i = 0; i < m->n_units; i++) u[i] = (dist_unit){m->units[i].offset, m->units[i].numel};
+    for (int i = 0; i < m->n_units; i++) {
+        u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0};
+        /* EP: a block's expert stacks (its last parameters) are this rank's own */
+        for (int k = 0; k < m->n_params; k++)
+            if (m->params[k].unit == i && m->params[k].tp_split == MODEL_EP_EXPERTS)
+                u[i].local += m->params[k].numel;
+    }
     dist_fsdp_cfg c = {
         u,    m->n_units, m->n_floats, o->reshard, m->n_units - 1, o->model.tie_embeddings ? 0 : -1,
         m->w, m->g};
@@ -608,10 +638,21 @@ int train_run(const train_opts *o, base_err *err) {
     model m;
     const model_tp tpg = {mesh.tp,           mesh.tp_rank, tp_allgather,
                           tp_reduce_scatter, tp_allreduce, mesh.tp_comm};
-    model_build_opts bo = {o->batch,    o->seq_len,          o->ac,
-                           1,           o->kernel_overrides, o->n_kernel_overrides,
-                           o->ce_chunk, o->moe_balance,      o->moe_bias_rate,
-                           &tpg};
+    const model_ep epg = {mesh.ep, mesh.ep_rank, ep_alltoall, ep_alltoallv, mesh.ep_comm};
+    model_build_opts bo = {o->batch,
+                           o->seq_len,
+                           o->ac,
+                           1,
+                           o->kernel_overrides,
+                           o->n_kernel_overrides,
+                           o->ce_chunk,
+                           o->moe_balance,
+                           o->moe_bias_rate,
+                           &tpg,
+                           &epg};
+    /* the group holding one model's slices (tp and ep never combine) */
+    dist_comm *slices = mesh.tp > 1 ? mesh.tp_comm : mesh.ep_comm;
+    const int sliced = mesh.tp > 1 || mesh.ep > 1;
     tp_pieces tpp = {0};
     float *rep_buf = NULL;
     model full = {0}; /* tp > 1: the whole model, for exports and sampling */
@@ -672,11 +713,17 @@ int train_run(const train_opts *o, base_err *err) {
     print_header(o, &m, &src, &mesh, peak, fpt);
     if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
-        model_build_opts vo = {o->val.batch,        o->val.seq_len,
-                               MODEL_AC_NONE,       0,
-                               o->kernel_overrides, o->n_kernel_overrides,
-                               o->ce_chunk,         o->moe_balance,
-                               o->moe_bias_rate,    &tpg};
+        model_build_opts vo = {o->val.batch,
+                               o->val.seq_len,
+                               MODEL_AC_NONE,
+                               0,
+                               o->kernel_overrides,
+                               o->n_kernel_overrides,
+                               o->ce_chunk,
+                               o->moe_balance,
+                               o->moe_bias_rate,
+                               &tpg,
+                               &epg};
         have_ev = 1;
         if (model_build(&ev, &o->model, &vo, err)) goto out;
     }
@@ -695,9 +742,9 @@ int train_run(const train_opts *o, base_err *err) {
                                          &tokens_seen, err)) < 0)
             goto out;
         if (step < 0 && o->ckpt.initial_load_path) {
-            if (mesh.tp == 1 && initial_load(o, &m, err)) goto out;
-            if (mesh.tp > 1) { /* the whole model, then this rank's slices of it */
-                if (tp_full_model(&full, &m, o, mesh.tp_comm, err) || initial_load(o, &full, err))
+            if (!sliced && initial_load(o, &m, err)) goto out;
+            if (sliced) { /* the whole model, then this rank's slices of it */
+                if (tp_full_model(&full, &m, o, slices, err) || initial_load(o, &full, err))
                     goto out;
                 if (tp_copy(&m, full.w, 0, err)) goto out;
                 model_free(&full);
@@ -859,8 +906,8 @@ int train_run(const train_opts *o, base_err *err) {
             snprintf(dir, sizeof dir, "%s/step-%d", ckdir, step);
             if (train_saver_finish(saver, err)) goto out;
             dist_fsdp_gather_all(f); /* whole weights on every rank; rank 0 writes them */
-            if (mesh.tp > 1 && whole == &m) {
-                if (tp_full_model(&full, &m, o, mesh.tp_comm, err)) goto out;
+            if (sliced && whole == &m) {
+                if (tp_full_model(&full, &m, o, slices, err)) goto out;
                 whole = &full;
             }
             if (lead && export_hf(o, whole, dir, err)) goto out;
@@ -896,8 +943,8 @@ int train_run(const train_opts *o, base_err *err) {
     }
     if (o->out_dir || o->sample_tokens > 0) {
         dist_fsdp_gather_all(f); /* whole weights */
-        if (mesh.tp > 1 && whole == &m) {
-            if (tp_full_model(&full, &m, o, mesh.tp_comm, err)) goto out;
+        if (sliced && whole == &m) {
+            if (tp_full_model(&full, &m, o, slices, err)) goto out;
             whole = &full;
         }
     }

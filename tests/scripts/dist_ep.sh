@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Expert parallelism under mpirun (tests/dist.cmake). Small MoE model (4 experts, top-2), fp32,
+# random tokens, 1 thread per rank.
+#  1. ep=2 (2 ranks, dp_shard=2: each rank owns 2 of the 4 experts of every block, tokens
+#     dispatched with MPI_Alltoallv) against 1 rank x 2 microbatches, for each load-balancing
+#     mode (none, the HF aux loss, the expert bias) and with full activation checkpointing:
+#     the losses of 5 steps within 1e-5 relative, the final parameters (checkpoints, full
+#     layout) within 1e-5 relative L2.
+#  2. An ep=2 checkpoint written at step 5 resumes on 1 rank; steps 6..10 match a straight
+#     1-rank run x 2 microbatches within 1e-5.
+#  3. Refusals, by name: ep that does not divide n_experts, ep that does not divide dp_shard,
+#     ep with tensor parallelism, ep on a dense model.
+# AdamW eps is 1e-6, as in dist_tp.sh (summation-order differences of ~1e-7 in gradients of
+# ~1e-8 would otherwise become visible update differences).
+set -euo pipefail
+titan=$1; mpirun=$2; diff_tool=$3
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+mpi() { local np=$1; shift; timeout 120 "$mpirun" -np "$np" -x OMP_NUM_THREADS "$titan" train "$@"; }
+dense=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --set vocab_size=300 --set tie_embeddings=0 --random-tokens
+       --seq-len 32 --lr 3e-3 --warmup 2 --seed 5 --peak-tflops 1 --log-freq 100
+       --optimizer.eps 1e-6)
+model=("${dense[@]}" --set num_experts=4 --set top_k=2 --set moe_inter_dim=32)
+losses() { grep -o '"loss": [^,}]*' "$1" | cut -d' ' -f2; }
+same_losses() {
+  local skip=${4:-0}
+  paste <(losses "$2" | tail -n +$((skip + 1))) <(losses "$3") | awk -v name="$1" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r }
+    END { if (n == 0) { print "FAIL " name ": no losses"; exit 1 }
+          printf "%s: %d losses, worst relative difference %.2e\n", name, n, worst
+          if (worst > 1e-5) { print "FAIL " name; exit 1 } }'
+}
+ep2=(--parallelism.expert_parallel_degree 2)
+
+# 1. ep=2 (dp_shard=2) against one rank with 2 microbatches
+for mode in none aux_loss bias full_ac; do
+  aux=(--model.moe_load_balance aux_loss --model.router_aux_loss_coef 0.01)
+  extra=(--model.moe_load_balance "$mode"); ac=none
+  [ "$mode" = aux_loss ] && extra=("${aux[@]}")
+  [ "$mode" = full_ac ] && extra=("${aux[@]}") && ac=full
+  m=("${model[@]}" "${extra[@]}" --steps 5 --checkpoint-interval 5 --batch 2 --ac $ac)
+  "$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/ref_$mode.jsonl" \
+      --dump-folder "$out/ref_$mode" > /dev/null
+  mpi 2 "${m[@]}" "${ep2[@]}" --metrics "$out/ep_$mode.jsonl" --dump-folder "$out/ep_$mode" \
+      > "$out/ep_$mode.log"
+  grep -q "dp_shard 2 x tp 1 x ep 2" "$out/ep_$mode.log" || { cat "$out/ep_$mode.log"; exit 1; }
+  case $mode in aux_loss|full_ac) grep -q '"aux_loss"' "$out/ep_$mode.jsonl" ;; esac
+  same_losses "ep=2 vs 1 rank x 2 microbatches ($mode)" "$out/ref_$mode.jsonl" \
+      "$out/ep_$mode.jsonl"
+  "$diff_tool" "$out/ep_$mode/checkpoint" "$out/ref_$mode/checkpoint" 1e-5
+done
+
+# 2. an ep=2 checkpoint resumes on one rank
+m=("${model[@]}" "${aux[@]}" --steps 10 --checkpoint-interval 5 --batch 2)
+"$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/straight.jsonl" \
+    --dump-folder "$out/straight" > /dev/null
+mpi 2 "${m[@]}" "${ep2[@]}" --metrics "$out/w.jsonl" --dump-folder "$out/w" \
+    --stop-after-step 5 > /dev/null
+ls "$out/w/checkpoint/step-5/rank-00001.safetensors" > /dev/null
+"$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/r1.jsonl" --dump-folder "$out/w" \
+    > "$out/r1.log"
+grep -q "resumed from $out/w/checkpoint/step-5" "$out/r1.log" || { cat "$out/r1.log"; exit 1; }
+same_losses "ep=2 checkpoint resumed on 1 rank, steps 6..10" "$out/straight.jsonl" \
+    "$out/r1.jsonl" 5
+
+# 3. refusals
+refused() { # name, expected message, np, args...
+  local name=$1 msg=$2 np=$3; shift 3
+  if mpi "$np" "$@" --steps 1 > "$out/refuse.log" 2>&1; then
+    echo "FAIL: $name was accepted"; exit 1; fi
+  grep -qF "$msg" "$out/refuse.log" || { cat "$out/refuse.log"; exit 1; }
+  echo "ok $name is refused"
+}
+refused "ep=4 with 2 ranks" "expert_parallel_degree 4 must divide data_parallel_shard_degree 2" \
+    2 "${model[@]}" --parallelism.expert_parallel_degree 4
+refused "n_experts=3 with ep=2" "n_experts (3) must be a multiple of expert_parallel_degree (2)" \
+    2 "${model[@]}" --set num_experts=3 "${ep2[@]}"
+refused "ep=2 with tp=2" "expert parallelism needs tp = 1" \
+    4 "${model[@]}" "${ep2[@]}" --parallelism.tensor_parallel_degree 2
+refused "ep=2 on a dense model" "needs an MoE model" \
+    2 "${dense[@]}" "${ep2[@]}"
