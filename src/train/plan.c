@@ -18,7 +18,11 @@
  *     activations are model_build's for the local shapes and sequence shard; the TP traffic
  *     counts the [N, D] (N = batch*seq_len) all-gathers and reduce-scatters of forward_trunk,
  *     the blocks and their backward (model.h), the CE's 3 doubles per row and the norm
- *     weights' gradient all-reduce. */
+ *     weights' gradient all-reduce;
+ *   - expert parallelism (ep > 1, = dp_shard): each rank holds E/ep experts of every block
+ *     whole (not FSDP-sharded, not gathered); the expert-side activations are sized for the
+ *     worst case of every rank routing all its rows here (R ep rows, R = batch*seq_len*top_k),
+ *     and the all-to-all traffic is the balanced-routing expectation. */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +44,13 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     const int tp = p->par.tp;
     model_args local;
     if (model_tp_local_args(&in->model, tp, &local, err)) return -1;
+    const int ep = p->par.ep;
+    if (ep > 1 && (in->model.n_experts <= 0 || in->model.n_experts % ep))
+        return base_fail(err,
+                         "expert parallelism: n_experts (%d) must be a positive multiple of "
+                         "expert_parallel_degree (%d)",
+                         in->model.n_experts, ep);
+    if (ep > 1) local.n_local_experts = in->model.n_experts / ep;
     model m;
     if (model_describe(&m, &local, err)) {
         model_free(&m);
@@ -48,13 +59,19 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     const double F = sizeof(float);
     const int ds = p->par.dp_shard, dr = p->par.dp_replicate, L = in->model.n_layers;
     const int tied = in->model.tie_embeddings;
-    double blk = 0, shard = 0, max_shard = 0, max_unit = 0;
+    double blk = 0, shard = 0, max_shard = 0, max_unit = 0, own = 0;
     for (int u = 0; u < m.n_units; u++) {
-        const double n = (double)m.units[u].numel, s = (double)((m.units[u].numel + ds - 1) / ds);
+        size_t loc = 0; /* EP: this rank's expert stacks, whole and never gathered */
+        for (int i = 0; ep > 1 && i < m.n_params; i++)
+            if (m.params[i].unit == u && strstr(m.params[i].name, ".moe.experts."))
+                loc += m.params[i].numel;
+        own += (double)loc;
+        const double n = (double)(m.units[u].numel - loc),
+                     s = (double)((m.units[u].numel - loc + ds - 1) / ds + loc);
         shard += s;
-        max_shard = dmax(max_shard, s);
-        max_unit = dmax(max_unit, n);
-        if (u >= 1 && u <= L) blk = dmax(blk, n);
+        max_shard = dmax(max_shard, s - (double)loc);   /* the reduce-scatter result */
+        max_unit = dmax(max_unit, n);                   /* MPI's reduce-scatter copy */
+        if (u >= 1 && u <= L) blk = dmax(blk, n + loc); /* in flight: the own experts too */
     }
     const double emb = (double)m.units[0].numel, head = (double)m.units[L + 1].numel;
     model_counts cnt; /* the whole model's (m holds one TP rank's slices) */
@@ -86,9 +103,10 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
             ag += times * (double)m.units[u].numel;
             n_ag += times;
         }
+        ag -= 2 * own; /* EP: the own experts are copied, not gathered */
         p->allgather_bytes = ag * F * (ds - 1) / ds * in->grad_accum;
         p->allgathers = n_ag * in->grad_accum;
-        p->reduce_scatter_bytes = (double)m.n_floats * F * (ds - 1) / ds * in->grad_accum;
+        p->reduce_scatter_bytes = ((double)m.n_floats - own) * F * (ds - 1) / ds * in->grad_accum;
         p->reduce_scatters = (int64_t)m.n_units * in->grad_accum;
     }
     if (dr > 1) p->allreduce_bytes = 2.0 * shard * F * (dr - 1) / dr;
@@ -106,13 +124,31 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->tp_collectives = (n + 2) * in->grad_accum + 1;
         p->tp_bytes = (n * nd * ring + 3 * N * 8 * 2 * ring) * in->grad_accum + 2 * rep * F * ring;
     }
+    if (ep > 1) {
+        const double R = (double)in->batch * in->seq_len * in->model.top_k,
+                     rows = R * in->model.dim * F, ring = (double)(ep - 1) / ep;
+        const int per_block = in->ac == MODEL_AC_FULL ? 6 : 4,
+                  counts = in->ac == MODEL_AC_FULL ? 2 : 1;
+        p->ep_experts = own * F;
+        p->ep_collectives = (int64_t)(per_block + counts) * L * in->grad_accum;
+        p->ep_bytes = per_block * L * rows * ring * in->grad_accum;
+    }
     model_build_opts o = {.batch = in->batch, .seq_len = in->seq_len, .with_grads = 1};
     const model_tp tpo = {.size = tp};
+    const model_ep epo = {.size = ep};
     o.tp = &tpo;
+    o.ep = &epo;
     o.ac = MODEL_AC_NONE;
     p->act_none = (double)model_activation_bytes_for(&in->model, &o);
     o.ac = MODEL_AC_FULL;
     p->act_full = (double)model_activation_bytes_for(&in->model, &o);
+    if (ep > 1) { /* what EP adds to the configured mode's activations: the all-to-all
+                     buffers, the received rows and the expert-side rows sized R ep */
+        o.ac = in->ac;
+        const double with = (double)model_activation_bytes_for(&in->model, &o);
+        o.ep = NULL;
+        p->ep_buffers = with - (double)model_activation_bytes_for(&in->model, &o);
+    }
     p->runtime = in->world > 1 ? RUNTIME_MPI : RUNTIME_ONE;
     const double fixed =
         p->params + p->grads + p->adam + p->gathered + p->comm_buffers + p->runtime;
@@ -128,10 +164,10 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     static const char *const reshard[] = {"default", "always", "never"};
     fprintf(f,
             "titan plan: %s, %.3fB parameters (%d layers, dim %d%s), %d ranks = dp_replicate %d x "
-            "dp_shard %d x tp %d; reshard_after_forward %s\n",
+            "dp_shard %d x tp %d (ep %d); reshard_after_forward %s\n",
             a->flavor[0] ? a->flavor : "model", p->n_params / 1e9, a->n_layers, a->dim,
             a->n_experts ? ", MoE" : "", in->world, p->par.dp_replicate, p->par.dp_shard, p->par.tp,
-            reshard[in->reshard]);
+            p->par.ep, reshard[in->reshard]);
     fprintf(f, "  step: %d x %d tokens x %d microbatches per rank (%lld tokens per step)\n",
             in->batch, in->seq_len, in->grad_accum,
             (long long)in->batch * in->seq_len * in->grad_accum * p->par.dp_replicate *
@@ -140,10 +176,18 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     fprintf(f, "  parameters (fp32 shard)          %10.3f\n", p->params / G);
     fprintf(f, "  gradients (fp32 shard)           %10.3f\n", p->grads / G);
     fprintf(f, "  AdamW m + v (fp32 shard)         %10.3f\n", p->adam / G);
+    if (p->par.ep > 1)
+        fprintf(f, "    of which own experts (EP)      %10.3f   (parameters; whole, not sharded)\n",
+                p->ep_experts / G);
     fprintf(f, "  whole units in flight (FSDP)     %10.3f\n", p->gathered / G);
     fprintf(f, "  communication buffers            %10.3f\n", p->comm_buffers / G);
     fprintf(f, "  activations, no checkpointing    %10.3f\n", p->act_none / G);
     fprintf(f, "  activations, full checkpointing  %10.3f\n", p->act_full / G);
+    if (p->par.ep > 1)
+        fprintf(f,
+                "    of which EP all-to-all         %10.3f   (configured mode; sized for all "
+                "rows routed to one rank)\n",
+                p->ep_buffers / G);
     fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
     fprintf(f, "  total, no checkpointing          %10.3f", p->total_none / G);
     if (budget_gib > 0)
@@ -164,6 +208,10 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     if (p->par.tp > 1)
         fprintf(f, "  tensor parallel (SP, CE, norms)  %10.3f   (%lld collectives)\n",
                 p->tp_bytes / G, (long long)p->tp_collectives);
+    if (p->par.ep > 1)
+        fprintf(
+            f, "  all-to-all tokens (EP)           %10.3f   (%lld collectives; balanced routing)\n",
+            p->ep_bytes / G, (long long)p->ep_collectives);
     if (a->n_experts)
         fprintf(f,
                 "note: MoE activations are counted as a dense FFN of ffn_dim %d (MoE training "

@@ -289,6 +289,13 @@ typedef struct {
      * [batch*seq_len, dim] activations and the loss-parallel CE's row reductions, per step */
     double tp_bytes;
     int64_t tp_collectives;
+    /* expert parallelism (ep > 1): this rank's expert stacks (whole, inside params), the
+     * all-to-all buffers (inside the activations: [R ep, D] x2 plus the expert-side rows),
+     * and the token dispatch per step: 4 alltoallv of [R, D] routed rows per MoE block and
+     * microbatch (6 under full AC) sending (ep-1)/ep of them when the routing is balanced,
+     * plus the [ep, E/ep] count exchange */
+    double ep_experts, ep_buffers, ep_bytes;
+    int64_t ep_collectives;
 } train_plan;
 
 int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err);
