@@ -1092,7 +1092,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                        (long long)c->parallelism.context_parallel_degree);
     o->par = (dist_mesh_cfg){(int)c->parallelism.data_parallel_replicate_degree,
                              (int)c->parallelism.data_parallel_shard_degree,
-                             (int)c->parallelism.tensor_parallel_degree, 1, 1,
+                             (int)c->parallelism.tensor_parallel_degree,
+                             1,
+                             1,
                              (int)c->parallelism.expert_parallel_degree};
     dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
                        &o->reshard); /* checked by the schema */
