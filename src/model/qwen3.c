@@ -370,6 +370,7 @@ static size_t full_index(const model *m, const model_param *p, size_t e) {
     switch (p->tp_split) {
     case MODEL_EP_EXPERTS: /* this rank's experts are contiguous in the stack */
         return (size_t)m->ep.rank * p->numel + e;
+    case MODEL_TP_ROWS:
         return r * p->numel + e; /* the rows are contiguous */
     case MODEL_TP_COLS: {
         const size_t c = (size_t)p->shape[1], row = e / c;
