@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Crash safety: a run saving a ~100 MB checkpoint every step is killed with SIGKILL at random
-# moments (often mid-write); after every kill the newest complete checkpoint must load and
+# moments once it is saving (often mid-write); after every kill the newest complete checkpoint must load and
 # resume, and no partial folder may ever be taken for one. Delays are printed (and seeded by
 # SEED) so a failure can be replayed.
 set -euo pipefail
@@ -12,9 +12,16 @@ args=(train --set n_layers=1 --set dim=256 --set n_heads=4 --set n_kv_heads=2 --
       --checkpoint-interval 1 --keep-latest-k 2 --sync-checkpoint --last-save-full)
 last=-1
 for i in 1 2 3 4 5; do
-  delay=$(printf '%d.%03d' $((1 + RANDOM % 2)) $((RANDOM % 1000)))
+  delay=$(printf '0.%03d' $((RANDOM % 1000)))
+  before=$(ls "$out/run/checkpoint" 2>/dev/null | tr '\n' ' ' || true)
   "$titan" "${args[@]}" > "$out/log$i" 2>&1 &
   pid=$!
+  # wait (up to 60 s, however loaded the machine) until this run is saving, then the delay
+  for _ in $(seq 600); do
+    [ "$(ls "$out/run/checkpoint" 2>/dev/null | tr '\n' ' ' || true)" != "$before" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
   sleep "$delay"
   kill -9 $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
