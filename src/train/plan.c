@@ -212,9 +212,4 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
         fprintf(
             f, "  all-to-all tokens (EP)           %10.3f   (%lld collectives; balanced routing)\n",
             p->ep_bytes / G, (long long)p->ep_collectives);
-    if (a->n_experts)
-        fprintf(f,
-                "note: MoE activations are counted as a dense FFN of ffn_dim %d (MoE training "
-                "is not implemented yet)\n",
-                a->ffn_dim);
 }
