@@ -299,9 +299,11 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx 
                                  why.msg[0] ? why.msg : impl->constraints);
             }
         }
-        if (impl != ops_default((ops_kind)k)) {
-            base_log(BASE_LOG_INFO, "kernel %s/%s at %s (override '%s')", opname, impl->name,
-                     path[0] ? path : "(model)", chosen ? chosen->pattern : "?");
+        if (ctx && impl != ops_default((ops_kind)k)) { /* ctx NULL: a config check */
+            const char *origin = ops_impl_origin(impl);
+            base_log(BASE_LOG_INFO, "kernel %s/%s at %s (override '%s'%s%s)", opname, impl->name,
+                     path[0] ? path : "(model)", chosen ? chosen->pattern : "?",
+                     origin ? ", plugin " : "", origin ? origin : "");
         }
         t->impl[k] = impl;
     }
