@@ -36,7 +36,8 @@ static int rope_check(const titan_model_shape *s, char *why, size_t n) {
     return 1;
 }
 
-/* out = R(table) in, over the planes of [B*nh, T, hd]; sign -1 rotates by -angle. */
+/* out = R in over the planes [B*nh, T, hd], R the rotation by the table's angles (backward:
+ * by minus the angles, the transpose). */
 static void rope_apply(float *out, const float *in, const float *tab, int planes, int T, int hd,
                        int backward) {
     const int h = hd / 2;

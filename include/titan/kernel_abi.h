@@ -79,6 +79,7 @@ extern "C" {
 
 /* The version symbol titan checks before it calls into a plugin. */
 #define TITAN_KERNEL_PLUGIN_ABI                                                                    \
+    TITAN_KERNEL_EXPORT extern const uint32_t titan_kernel_abi_version;                            \
     TITAN_KERNEL_EXPORT const uint32_t titan_kernel_abi_version = TITAN_KERNEL_ABI_VERSION
 
 typedef enum {
@@ -129,7 +130,7 @@ typedef struct titan_kernel_host {
     uint32_t abi_version; /* the host's TITAN_KERNEL_ABI_VERSION */
     /* Registers one implementation; 0 = ok, else the reason is reported by titan. */
     int (*register_kernel)(const struct titan_kernel_host *host, const titan_kernel_desc *desc);
-    /* Reports why init fails (printf-style message, shown with the plugin path). */
+    /* Reports why init fails (a message, shown after the plugin's path). */
     void (*error)(const struct titan_kernel_host *host, const char *msg);
     void *host_private;
 } titan_kernel_host;

@@ -33,7 +33,7 @@
 
 #define PLG_MAX_LIBS 16
 #define PLG_MAX_KERNELS 64
-#define PLG_SLOTS 100 /* units per op served by one plugin kernel at a time (see PLG_LIST) */
+#define PLG_SLOTS 200 /* units per op served by plugin kernels at a time (see PLG_LIST) */
 
 typedef struct {
     titan_kernel_desc d;
@@ -302,12 +302,13 @@ static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, 
 
 /* ---- trampolines: one function per (op, direction, slot) ----------------------------- */
 
-/* PLG_LIST(M) expands M(0) M(1) ... M(99): ten digit runs with prefixes "" and 1..9. */
+/* PLG_LIST(M) expands M(0) M(1) ... M(199): runs of ten with prefixes "", 1 .. 19. */
 #define PLG_D(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7) M(p##8) M(p##9)
 #define PLG_LIST(M)                                                                                \
     PLG_D(M, )                                                                                     \
     PLG_D(M, 1) PLG_D(M, 2) PLG_D(M, 3) PLG_D(M, 4) PLG_D(M, 5) PLG_D(M, 6) PLG_D(M, 7)            \
-        PLG_D(M, 8) PLG_D(M, 9)
+        PLG_D(M, 8) PLG_D(M, 9) PLG_D(M, 10) PLG_D(M, 11) PLG_D(M, 12) PLG_D(M, 13) PLG_D(M, 14)   \
+            PLG_D(M, 15) PLG_D(M, 16) PLG_D(M, 17) PLG_D(M, 18) PLG_D(M, 19)
 
 #define PLG_TR_rope_fwd(i)                                                                         \
     static void plg_rope_fwd_##i(float *a, const float *b, const float *c, const float *d, int e,  \
@@ -380,16 +381,18 @@ PLG_LIST(PLG_TR_matmul_bwd)
 #define PLG_ADDR_swiglu_bwd(i) plg_swiglu_bwd_##i,
 #define PLG_ADDR_matmul_fwd(i) plg_matmul_fwd_##i,
 #define PLG_ADDR_matmul_bwd(i) plg_matmul_bwd_##i,
-static const ops_rope_fwd_fn g_rope_fwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_rope_fwd)};
-static const ops_rope_bwd_fn g_rope_bwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_rope_bwd)};
-static const ops_attention_fwd_fn g_attention_fwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_attention_fwd)};
-static const ops_attention_bwd_fn g_attention_bwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_attention_bwd)};
-static const ops_rmsnorm_fwd_fn g_rmsnorm_fwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_rmsnorm_fwd)};
-static const ops_rmsnorm_bwd_fn g_rmsnorm_bwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_rmsnorm_bwd)};
-static const ops_swiglu_fwd_fn g_swiglu_fwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_swiglu_fwd)};
-static const ops_swiglu_bwd_fn g_swiglu_bwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_swiglu_bwd)};
-static const ops_matmul_fwd_fn g_matmul_fwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_matmul_fwd)};
-static const ops_matmul_bwd_fn g_matmul_bwd[PLG_SLOTS] = {PLG_LIST(PLG_ADDR_matmul_bwd)};
+static const ops_rope_fwd_fn g_rope_fwd[] = {PLG_LIST(PLG_ADDR_rope_fwd)};
+static const ops_rope_bwd_fn g_rope_bwd[] = {PLG_LIST(PLG_ADDR_rope_bwd)};
+static const ops_attention_fwd_fn g_attention_fwd[] = {PLG_LIST(PLG_ADDR_attention_fwd)};
+static const ops_attention_bwd_fn g_attention_bwd[] = {PLG_LIST(PLG_ADDR_attention_bwd)};
+static const ops_rmsnorm_fwd_fn g_rmsnorm_fwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_fwd)};
+static const ops_rmsnorm_bwd_fn g_rmsnorm_bwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_bwd)};
+static const ops_swiglu_fwd_fn g_swiglu_fwd[] = {PLG_LIST(PLG_ADDR_swiglu_fwd)};
+static const ops_swiglu_bwd_fn g_swiglu_bwd[] = {PLG_LIST(PLG_ADDR_swiglu_bwd)};
+static const ops_matmul_fwd_fn g_matmul_fwd[] = {PLG_LIST(PLG_ADDR_matmul_fwd)};
+static const ops_matmul_bwd_fn g_matmul_bwd[] = {PLG_LIST(PLG_ADDR_matmul_bwd)};
+
+_Static_assert(sizeof g_rope_fwd / sizeof g_rope_fwd[0] == PLG_SLOTS, "PLG_LIST != PLG_SLOTS");
 
 /* ---- binding ----------------------------------------------------------------------- */
 
