@@ -322,7 +322,8 @@ static cf_fn cf_of(ops_kind k) {
 
 /* ---- selection ---------------------------------------------------------------------- */
 
-/* "op/impl" or "impl" -> the implementations to run (NULL name: every non-reference one). */
+/* "op/impl", "impl" or "op" (all of its implementations) -> the implementations to run (NULL
+ * name: every non-reference one). */
 static int cf_select(const char *name, const ops_impl **out, int max, base_err *err) {
     const ops_impl *all[128];
     const int n = ops_list(all, 128);
@@ -340,6 +341,10 @@ static int cf_select(const char *name, const ops_impl **out, int max, base_err *
                 : !strcmp(all[i]->name, impl) && (!op[0] || !strcmp(ops_kind_name(all[i]->op), op)))
             out[m++] = all[i];
     }
+    const int kind = name && !op[0] ? ops_kind_from_name(name) : -1;
+    if (m == 0 && kind >= 0) /* an op name: all of its implementations */
+        for (int i = 0; i < n && m < max; i++)
+            if ((int)all[i]->op == kind) out[m++] = all[i];
     if (name && m == 0)
         return base_fail(err, "kernels: no implementation '%s' (titan kernels lists them)", name);
     return m;
