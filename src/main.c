@@ -51,7 +51,9 @@ static void usage(FILE *f) {
             "            checkpoint -> HF folder [--dtype float32|bfloat16|float16]\n"
             "            [--max-shard-size 5GB] [--assets DIR (tokenizer files)]\n"
             "            [--generation-config FILE]\n"
-            "  kernels   list the registered op implementations\n"
+            "  kernels   list the registered op implementations; `kernels test [NAME]` checks\n"
+            "            them against the defaults, `kernels bench [NAME]` times them\n"
+            "            [--plugin PATH.so] (see `titan kernels --help`)\n"
             "  encode    text -> token ids: --tokenizer DIR [--file F] (default stdin);\n"
             "            --chat: the input is a JSON list of {role, content} messages, rendered\n"
             "            with the Qwen3 chat template [--no-generation-prompt] [--no-thinking]\n"
@@ -186,14 +188,78 @@ static int cmd_convert(int argc, char **argv, base_err *err) {
     return ckpt_convert(pos[0], pos[1], &o, err);
 }
 
-static int cmd_kernels(void) {
+/* titan kernels [list|test|bench] [NAME] [--plugin PATH]...: the registry, conformance
+ * against the default implementations, and timings (ops/conform.c). */
+static int cmd_kernels(int argc, char **argv, base_err *err) {
     ops_register_builtin();
+    const char *mode = "list", *name = NULL;
+    ops_conform_opts o = {0, 1, 0, 0.3};
+    /* bench shape: bench/bench_train.sh's model and batch, or a small one for smoke tests */
+    ops_ctx ctx = {4, 512, 512, 8, 4, 64, 1536, 151936, 64, 4, 768};
+    args_iter it = {argc, argv, 0, err};
+    int i = 2;
+    if (i < argc &&
+        (!strcmp(argv[i], "list") || !strcmp(argv[i], "test") || !strcmp(argv[i], "bench")))
+        mode = argv[i++];
+    for (it.i = i; it.i < argc; it.i++) {
+        const char *a = argv[it.i];
+        if (!strcmp(a, "--plugin")) {
+            const char *v = need_value(&it);
+            if (!v || ops_plugin_load(v, err)) return -1;
+        } else if (!strcmp(a, "--shapes")) {
+            if (parse_int(&it, &o.shapes, 1)) return -1;
+        } else if (!strcmp(a, "--seed")) {
+            int seed;
+            if (parse_int(&it, &seed, 0)) return -1;
+            o.seed = (uint64_t)seed + 1;
+        } else if (!strcmp(a, "--min-time")) {
+            if (parse_dbl(&it, &o.min_sec, 0, 60)) return -1;
+        } else if (!strcmp(a, "--shape")) {
+            const char *v = need_value(&it);
+            if (!v) return -1;
+            if (!strcmp(v, "small"))
+                ctx = (ops_ctx){1, 64, 64, 4, 2, 16, 128, 512, 8, 2, 32};
+            else if (strcmp(v, "bench"))
+                return base_fail(err, "kernels: --shape is 'bench' or 'small', not '%s'", v);
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            o.verbose = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: titan kernels [list]                     registered implementations\n"
+                   "       titan kernels test [NAME] [--shapes N] [--seed S] [-v]\n"
+                   "       titan kernels bench [NAME] [--shape bench|small] [--min-time SEC]\n"
+                   "NAME: IMPL or OP/IMPL (default: every implementation). test compares\n"
+                   "forward outputs and input gradients with the op's default (the default\n"
+                   "with 'reference') on random shapes; bench times it against the default.\n"
+                   "--plugin PATH (repeatable) loads a kernel plugin first.\n");
+            return 0;
+        } else if (a[0] != '-' && !name && strcmp(mode, "list")) {
+            name = a;
+        } else {
+            return base_fail(err, "kernels: unexpected argument '%s' (titan kernels --help)", a);
+        }
+    }
+    /* the per-call "kernel X at conformance" replacement lines would drown the results */
+    if (strcmp(mode, "list")) base_log_set_level(BASE_LOG_WARN);
+    if (!strcmp(mode, "test")) {
+        const int failed = ops_conform_test(name, &o, err);
+        if (failed < 0) return -1;
+        if (failed) return base_fail(err, "kernels test: %d implementation(s) failed", failed);
+        return 0;
+    }
+    if (!strcmp(mode, "bench")) return ops_conform_bench(name, &ctx, &o, err) ? -1 : 0;
     const ops_impl *impls[128];
     int n = ops_list(impls, 128);
-    printf("%-12s %-12s %s\n", "op", "impl", "constraints");
-    for (int i = 0; i < n; i++)
-        printf("%-12s %-12s %s\n", ops_kind_name(impls[i]->op), impls[i]->name,
-               impls[i]->constraints[0] ? impls[i]->constraints : "-");
+    printf("%-12s %-12s %-8s %s\n", "op", "impl", "default", "constraints");
+    for (int k = 0; k < n; k++) {
+        const char *origin = ops_impl_origin(impls[k]);
+        int is_default = 1; /* the first registered for its op */
+        for (int j = 0; j < k; j++) is_default &= impls[j]->op != impls[k]->op;
+        char where[300] = "";
+        if (origin) snprintf(where, sizeof where, "  (plugin %s)", origin);
+        printf("%-12s %-12s %-8s %s%s\n", ops_kind_name(impls[k]->op), impls[k]->name,
+               is_default ? "yes" : "", impls[k]->constraints[0] ? impls[k]->constraints : "-",
+               where);
+    }
     return 0;
 }
 
@@ -831,7 +897,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[1], "data")) {
         rc = cmd_data(argc, argv, &err);
     } else if (!strcmp(argv[1], "kernels")) {
-        rc = cmd_kernels();
+        rc = cmd_kernels(argc, argv, &err);
     } else {
         usage(stderr);
         base_fail(&err, "unknown command '%s'", argv[1]);

@@ -375,9 +375,13 @@ static int is_bare(char ch) {
            ch == '_' || ch == '-';
 }
 
-/* key = part ('.' part)*, part = bare | "basic" | 'literal'. Parts are malloc'ed. */
-static int key_path(parser *t, char **parts, int *n) {
+/* key = part ('.' part)*, part = bare | "basic" | 'literal'. Parts are malloc'ed.
+ * A quoted part may contain '.' only as the last part of a key/value key (last_may_dot):
+ * tables are named by their dotted paths, so a dot inside a table-path part would be
+ * ambiguous; a final key part is stored whole (e.g. [kernels] "layers.*.rope" = "x"). */
+static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
     *n = 0;
+    int dot_line = 0, dot_col = 0, dot_part = -1;
     for (;;) {
         skip_ws(t);
         if (*n == TOML_MAX_PARTS) return FAIL(t, "key has more than %d parts", TOML_MAX_PARTS);
@@ -385,9 +389,10 @@ static int key_path(parser *t, char **parts, int *n) {
         const int c = col(t);
         if (t->p < t->end && (*t->p == '"' || *t->p == '\'')) {
             if (string(t, &part)) return -1;
-            if (strchr(part, '.')) {
-                free(part);
-                return fail_at(t, t->line, c, "quoted keys containing '.'" UNSUPPORTED);
+            if (strchr(part, '.') && dot_part < 0) {
+                dot_line = t->line;
+                dot_col = c;
+                dot_part = *n;
             }
         } else {
             const char *s = t->p;
@@ -402,7 +407,13 @@ static int key_path(parser *t, char **parts, int *n) {
         }
         parts[(*n)++] = part;
         skip_ws(t);
-        if (t->p >= t->end || *t->p != '.') return 0;
+        if (t->p >= t->end || *t->p != '.') {
+            if (dot_part >= 0 && (!last_may_dot || dot_part != *n - 1))
+                return fail_at(
+                    t, dot_line, dot_col,
+                    "quoted keys containing '.' (except as the last part of a key)" UNSUPPORTED);
+            return 0;
+        }
         t->p++;
     }
 }
@@ -620,7 +631,7 @@ static int key_value(parser *t) {
     char *parts[TOML_MAX_PARTS];
     int n;
     const int line = t->line, c = col(t);
-    if (key_path(t, parts, &n)) {
+    if (key_path(t, parts, &n, 1)) {
         free_parts(parts, n);
         return -1;
     }
@@ -684,7 +695,7 @@ static int header(parser *t) {
     t->p++;
     char *parts[TOML_MAX_PARTS];
     int n;
-    int rc = key_path(t, parts, &n);
+    int rc = key_path(t, parts, &n, 0);
     if (!rc && (t->p >= t->end || *t->p != ']')) rc = FAIL(t, "expected ']' to close the header");
     if (!rc) {
         t->p++;

@@ -291,10 +291,16 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
     if (!m->ops) return base_fail(err, "out of memory");
     ops_ctx ctx = {o->batch,   o->seq_len,    a->dim,       a->n_heads, a->n_kv_heads, a->head_dim,
                    a->ffn_dim, a->vocab_size, a->n_experts, a->top_k,   a->moe_ffn_dim};
-    for (int u = 0; u < m->n_units; u++)
-        if (ops_resolve(&m->ops[u], m->units[u].name, &ctx, o->overrides, o->n_overrides, err))
-            return -1;
-    return 0;
+    const char **paths = base_alloc(sizeof(char *) * (size_t)m->n_units);
+    if (!paths) return base_fail(err, "out of memory");
+    for (int u = 0; u < m->n_units; u++) paths[u] = m->units[u].name;
+    int rc = ops_resolve_units(m->ops, paths, m->n_units, &ctx, o->overrides, o->n_overrides, err);
+    base_free(paths);
+    if (rc) { /* nothing stays bound; model_free must not release twice */
+        base_free(m->ops);
+        m->ops = NULL;
+    }
+    return rc;
 }
 
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
@@ -318,6 +324,8 @@ void model_free(model *m) {
         base_free(m->w);
         base_free(m->g);
     }
+    if (m->ops)
+        for (int u = 0; u < m->n_units; u++) ops_release(&m->ops[u]);
     base_free(m->ops);
     base_free(m->rope_cos);
     base_free(m->rope_sin);

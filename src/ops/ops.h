@@ -174,6 +174,7 @@ typedef struct {
     ops_attention_kv_fn attention_kv;
     ops_grouped_mm_fwd_fn grouped_mm_fwd;
     ops_grouped_mm_bwd_fn grouped_mm_bwd;
+    int plugin_slot[OPS_COUNT]; /* 1 + the plugin slot bound for an op; 0 = none */
 } ops_table;
 
 /* An override "op name or layer glob" -> implementation (filled from [kernels] later). */
@@ -198,6 +199,49 @@ int ops_list(const ops_impl **out, int max);
  * without '.' or a wildcard must be an op name (typos are errors, not silent no-ops). */
 int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
                 const ops_override *overrides, int n_overrides, base_err *err);
+
+/* Resolves the tables of every unit of a model (paths[i] -> tables[i]) with ops_resolve's
+ * rules, and also fails when an override matches no op of any unit (a mistyped glob such as
+ * "layers.*.attention.rop" or a range past the last layer), naming the override. Every op
+ * matches "<unit>.<op>", and some also a module sub-path (rope: "<unit>.attention.rope",
+ * swiglu: "<unit>.feed_forward.swiglu"). Globs: '*' any run, '?' one character, and a
+ * "N-M" run of digits matches an integer in [N, M] ("layers.0-3.attention"). On failure the
+ * tables already resolved are released. */
+int ops_resolve_units(ops_table *tables, const char *const *paths, int n, const ops_ctx *ctx,
+                      const ops_override *overrides, int n_overrides, base_err *err);
+/* Releases what resolving bound to a table (plugin slots and their saved state). */
+void ops_release(ops_table *t);
+
+/* Loads a kernel plugin (include/titan/kernel_abi.h): dlopen, ABI version check, then its
+ * init registers its implementations. Fails with a message naming the path for a missing
+ * file, a missing symbol, another ABI version, an invalid descriptor or a failed init;
+ * nothing of a failed plugin stays registered. Loading the same path twice is a no-op. */
+int ops_plugin_load(const char *path, base_err *err);
+/* The plugin path an implementation came from, or NULL for a built-in. A plugin
+ * implementation is called only through a resolved ops_table (its fwd/bwd in the registry
+ * are placeholders): the table's entries are per-layer trampolines that carry the layer's
+ * saved state and convert layouts. */
+const char *ops_impl_origin(const ops_impl *impl);
+
+/* ---- conformance (ops/conform.c) ----------------------------------------------------
+ * `titan kernels test|bench`: an implementation against its op's default (the default
+ * against the "reference" implementation) on random shapes that satisfy its constraints:
+ * forward outputs and every input gradient, each within the op's documented relative
+ * tolerance (max |a - b| / max(max |b|, tiny) over the tensor). */
+typedef struct {
+    int shapes;     /* random shapes per implementation (test), default 6 */
+    uint64_t seed;  /* default 1 */
+    int verbose;    /* print one line per shape */
+    double min_sec; /* bench: time per measurement, default 0.3 s */
+} ops_conform_opts;
+/* Tests impl (name "op/impl", "impl" when unique, or NULL for every registered non-reference
+ * implementation). Prints a line per implementation to stdout; returns the number that
+ * failed, or -1 with err set for a bad name. */
+int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err);
+/* Times impl against the default on a model-sized shape (dims from ctx), printing ms per call,
+ * the ratio to the default, and GB/s or GFLOP/s against the op's traffic or FLOPs. */
+int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_opts *o,
+                      base_err *err);
 
 /* RoPE tables for positions 0..T-1: cos/sin[T, hd/2] in fp32, computed as HF does
  * (inv_freq = 1/theta^(2i/hd) in fp32, angle = pos*inv_freq in fp32). */

@@ -2,9 +2,11 @@
  * plus the RoPE tables. */
 #include "ops.h"
 #include "cpu/cpu.h"
+#include "internal.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define OPS_MAX_IMPLS 64
@@ -73,6 +75,24 @@ int ops_register(const ops_impl *impl, base_err *err) {
     return ops_register_impl(impl, err);
 }
 
+int ops_register_nobuiltin(const ops_impl *impl, base_err *err) {
+    return ops_register_impl(impl, err);
+}
+
+int ops_registry_mark(void) {
+    return g_n_impls;
+}
+
+void ops_registry_rollback(int mark) {
+    if (mark >= 0 && mark < g_n_impls) g_n_impls = mark;
+}
+
+int ops_kind_from_name(const char *s) {
+    for (int k = 0; s && k < OPS_COUNT; k++)
+        if (g_kind_names[k] && strcmp(s, g_kind_names[k]) == 0) return k;
+    return -1;
+}
+
 static int check_rope_default(const ops_ctx *ctx, base_err *err) {
     if (ctx->head_dim % 2 != 0)
         return base_fail(err, "head_dim %% 2 == 0 (head_dim = %d)", ctx->head_dim);
@@ -114,6 +134,7 @@ void ops_register_builtin(void) {
         /* cannot fail: distinct ops, valid fields, an empty table */
         (void)ops_register_impl(&builtin[i], NULL);
     }
+    ops_cpu_register_extra(ops_register_impl);
 }
 
 const ops_impl *ops_find(ops_kind op, const char *name) {
@@ -139,26 +160,66 @@ static const ops_impl *ops_default(ops_kind op) {
     return NULL;
 }
 
+const ops_impl *ops_default_impl(ops_kind op) {
+    ops_register_builtin();
+    return ops_default(op);
+}
+
+/* A decimal run at *s (at most 9 digits) into *v, advancing *s; 0 when there is none. */
+static int ops_digits(const char **s, long *v) {
+    const char *p = *s;
+    long x = 0;
+    int n = 0;
+    while (*p >= '0' && *p <= '9' && n < 9) x = x * 10 + (*p++ - '0'), n++;
+    if (n == 0 || (*p >= '0' && *p <= '9')) return 0;
+    *s = p;
+    *v = x;
+    return 1;
+}
+
 /* Glob match of the whole string: '*' matches any run of characters (dots included),
- * '?' any one character; everything else matches itself. */
+ * '?' any one character, "N-M" (digits, dash, digits) a whole decimal number in [N, M];
+ * everything else matches itself. Recursion depth is bounded by the number of '*'s and
+ * ranges in the pattern (patterns come from configs: a few of each). */
 static int ops_glob(const char *pat, const char *s) {
-    const char *star = NULL, *resume = NULL;
-    while (*s) {
+    for (;;) {
         if (*pat == '*') {
-            star = pat++;
-            resume = s;
-        } else if (*pat == '?' || *pat == *s) {
-            pat++;
-            s++;
-        } else if (star) {
-            pat = star + 1;
-            s = ++resume;
-        } else {
-            return 0;
+            while (*pat == '*') pat++;
+            for (const char *t = s;; t++) {
+                if (ops_glob(pat, t)) return 1;
+                if (!*t) return 0;
+            }
         }
+        const char *p = pat;
+        long lo, hi, v;
+        if (ops_digits(&p, &lo) && *p == '-' && (p++, ops_digits(&p, &hi))) {
+            const char *t = s;
+            if (!ops_digits(&t, &v) || v < lo || v > hi) return 0;
+            pat = p;
+            s = t;
+            continue;
+        }
+        if (!*pat) return !*s;
+        if (!*s || (*pat != '?' && *pat != *s)) return 0;
+        pat++;
+        s++;
     }
-    while (*pat == '*') pat++;
-    return *pat == '\0';
+}
+
+/* Module sub-paths an op also answers to, besides "<unit>.<op>" (torchtitan's module
+ * names). Only ops that have one call site per block get one: a per-call-site name for
+ * rmsnorm or matmul would suggest a finer choice than the per-unit table makes. */
+static const char *ops_subpath(ops_kind k) {
+    switch (k) {
+    case OPS_ROPE:
+        return "attention.rope";
+    case OPS_SWIGLU:
+        return "feed_forward.swiglu";
+    case OPS_ATTENTION_KV:
+        return "attention.kv";
+    default:
+        return NULL;
+    }
 }
 
 static int ops_is_kind_name(const char *s) {
@@ -182,8 +243,9 @@ static void ops_names_of(ops_kind op, char *buf, size_t size) {
 
 /* Later overrides take precedence over earlier ones (the last matching entry wins), so a
  * config can set an op globally and then single out layers. */
-int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
-                const ops_override *overrides, int n_overrides, base_err *err) {
+static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx *ctx,
+                            const ops_override *overrides, int n_overrides, int *hits,
+                            base_err *err) {
     ops_register_builtin();
     memset(t, 0, sizeof *t);
     const char *path = layer_path ? layer_path : "";
@@ -206,14 +268,19 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
 
     for (int k = 0; k < OPS_COUNT; k++) {
         const char *opname = g_kind_names[k];
-        char full[512];
+        char full[512], sub[512];
         snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "." : "", opname);
+        const char *alias = ops_subpath((ops_kind)k);
+        snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", alias ? alias : "");
         const ops_impl *impl = ops_default((ops_kind)k);
         if (!impl) return base_fail(err, "kernel %s: no implementation registered", opname);
         const ops_override *chosen = NULL;
         for (int i = 0; i < n_overrides; i++) {
             const char *pat = overrides[i].pattern;
-            if (strcmp(pat, opname) == 0 || ops_glob(pat, full)) chosen = &overrides[i];
+            if (strcmp(pat, opname) == 0 || ops_glob(pat, full) || (alias && ops_glob(pat, sub))) {
+                chosen = &overrides[i];
+                if (hits) hits[i] = 1;
+            }
         }
         if (chosen) {
             const ops_impl *found = ops_find((ops_kind)k, chosen->impl);
@@ -227,18 +294,21 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
             }
             impl = found;
         }
-        if (ctx && impl->check) {
+        if (ctx && (impl->check || ops_plugin_is(impl))) {
             base_err why;
             why.msg[0] = '\0';
-            if (impl->check(ctx, &why) != 0) {
+            if ((ops_plugin_is(impl) ? ops_plugin_check(impl, ctx, &why)
+                                     : impl->check(ctx, &why)) != 0) {
                 return base_fail(err, "kernel %s/%s at %s: %s", opname, impl->name,
                                  path[0] ? path : "(model)",
                                  why.msg[0] ? why.msg : impl->constraints);
             }
         }
-        if (impl != ops_default((ops_kind)k)) {
-            base_log(BASE_LOG_INFO, "kernel %s/%s at %s (override '%s')", opname, impl->name,
-                     path[0] ? path : "(model)", chosen ? chosen->pattern : "?");
+        if (ctx && impl != ops_default((ops_kind)k)) { /* ctx NULL: a config check */
+            const char *origin = ops_impl_origin(impl);
+            base_log(BASE_LOG_INFO, "kernel %s/%s at %s (override '%s'%s%s)", opname, impl->name,
+                     path[0] ? path : "(model)", chosen ? chosen->pattern : "?",
+                     origin ? ", plugin " : "", origin ? origin : "");
         }
         t->impl[k] = impl;
     }
@@ -260,7 +330,49 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
     t->attention_kv = (ops_attention_kv_fn)t->impl[OPS_ATTENTION_KV]->fwd;
     t->grouped_mm_fwd = (ops_grouped_mm_fwd_fn)t->impl[OPS_GROUPED_MM]->fwd;
     t->grouped_mm_bwd = (ops_grouped_mm_bwd_fn)t->impl[OPS_GROUPED_MM]->bwd;
+    for (int k = 0; k < OPS_COUNT; k++) {
+        if (!ops_plugin_is(t->impl[k])) continue;
+        if (ops_plugin_bind(t, (ops_kind)k, t->impl[k], path[0] ? path : "(model)", err)) {
+            ops_release(t);
+            return -1;
+        }
+    }
     return 0;
+}
+
+int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
+                const ops_override *overrides, int n_overrides, base_err *err) {
+    return ops_resolve_hits(t, layer_path, ctx, overrides, n_overrides, NULL, err);
+}
+
+void ops_release(ops_table *t) {
+    if (t) ops_plugin_unbind(t);
+}
+
+int ops_resolve_units(ops_table *tables, const char *const *paths, int n, const ops_ctx *ctx,
+                      const ops_override *overrides, int n_overrides, base_err *err) {
+    int *hits = n_overrides > 0 ? calloc((size_t)n_overrides, sizeof *hits) : NULL;
+    if (n_overrides > 0 && !hits) return base_fail(err, "out of memory");
+    int rc = 0, done = 0;
+    for (; done < n && !rc; done++)
+        rc = ops_resolve_hits(&tables[done], paths[done], ctx, overrides, n_overrides, hits, err);
+    if (!rc)
+        done = n;
+    else
+        done--; /* the failed table released itself */
+    for (int i = 0; i < n_overrides && !rc; i++) {
+        if (hits[i]) continue;
+        rc = base_fail(err,
+                       "kernel override '%s' = '%s' matches no op of the model (op paths read "
+                       "'%s.<op>', e.g. layers.0.attention, layers.*.attention.rope, "
+                       "layers.0-3.rmsnorm, head.lmhead_ce; units: %s .. %s)",
+                       overrides[i].pattern, overrides[i].impl, n > 1 ? paths[1] : "layers.N",
+                       n ? paths[0] : "-", n ? paths[n - 1] : "-");
+    }
+    if (rc)
+        for (int i = 0; i < done; i++) ops_release(&tables[i]);
+    free(hits);
+    return rc;
 }
 
 /* Hugging Face's default RoPE init and forward, in fp32:

@@ -36,6 +36,7 @@ static int check_not_one(const base_toml_value *v, char *why, size_t n);
 static int check_flavor(const base_toml_value *v, char *why, size_t n);
 static int check_sac_option(const base_toml_value *v, char *why, size_t n);
 static int check_kernel_override(const base_toml_value *v, char *why, size_t n);
+static int check_plugin_path(const base_toml_value *v, char *why, size_t n);
 
 #define OFF(sec, key) offsetof(train_config, sec.key)
 #define BIG 1073741824.0 /* 2^30: sizes and counts */
@@ -186,6 +187,8 @@ static const field g_fields[] = {
 
     STRS(kernels, overrides, check_kernel_override,
          "'op=impl' or 'layers.*.op=impl' (titan kernels lists impls); the last match wins"),
+    STRS(kernels, plugins, check_plugin_path,
+         "kernel plugin .so files (include/titan/kernel_abi.h), loaded before the overrides"),
 };
 #define N_FIELDS ((int)(sizeof g_fields / sizeof g_fields[0]))
 _Static_assert(sizeof g_fields / sizeof g_fields[0] <= TRAIN_CONFIG_MAX_FIELDS,
@@ -348,7 +351,9 @@ static int check_sac_option(const base_toml_value *v, char *why, size_t n) {
     return -1;
 }
 
-/* "pattern=impl" with ops_resolve's rules: pattern is an op name or a layer glob. */
+/* "pattern=impl" with ops_resolve's rules: pattern is an op name or a layer glob. Only the
+ * pattern is checked here: the implementation may come from a plugin of kernels.plugins, so
+ * train_config_validate checks it once the plugins are loaded. */
 static int check_kernel_override(const base_toml_value *v, char *why, size_t n) {
     const char *eq = strchr(v->s, '=');
     if (!eq || eq == v->s || !eq[1]) {
@@ -357,18 +362,44 @@ static int check_kernel_override(const base_toml_value *v, char *why, size_t n) 
     }
     char pattern[256];
     snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - v->s), v->s);
+    const ops_override ov = {pattern, "default"}; /* every op has a default */
+    ops_table t;
+    base_err e;
+    if (ops_resolve(&t, "layers.0", NULL, &ov, 1, &e)) {
+        /* name the implementation the user wrote, not the placeholder */
+        char *at = strstr(e.msg, "= 'default'");
+        snprintf(why, n, "%.*s= '%s'%s", at ? (int)(at - e.msg) : (int)strlen(e.msg), e.msg, eq + 1,
+                 at ? at + strlen("= 'default'") : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* An implementation some op has (after the plugins are loaded), and that the pattern's ops
+ * have when it applies to a block; "" when fine, else the reason in why. */
+static int check_kernel_impl(const char *s, char *why, size_t n) {
+    const char *eq = strchr(s, '=');
+    char pattern[256];
+    snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - s), s);
     const ops_override ov = {pattern, eq + 1};
     ops_table t;
     base_err e;
-    /* Resolving one block path checks the op name and, where the pattern applies there,
-     * that the implementation exists; the model build resolves every path again. */
+    /* Resolving one block path checks, where the pattern applies there, that the
+     * implementation exists for the op; the model build resolves every path again. */
     if (ops_resolve(&t, "layers.0", NULL, &ov, 1, &e)) {
-        snprintf(why, n, "%s", e.msg);
+        snprintf(why, n, "%.590s", e.msg);
         return -1;
     }
+    ops_release(&t);
     for (int k = 0; k < OPS_COUNT; k++)
         if (ops_find((ops_kind)k, eq + 1)) return 0;
     snprintf(why, n, "no op has an implementation named '%s' (see titan kernels)", eq + 1);
+    return -1;
+}
+
+static int check_plugin_path(const base_toml_value *v, char *why, size_t n) {
+    if (v->s[0]) return 0;
+    snprintf(why, n, "must name a shared object (e.g. \"./libmykernels.so\")");
     return -1;
 }
 
@@ -601,6 +632,56 @@ static int assign(train_config *c, int fi, base_toml_value *v, const char *where
 
 /* ---- files ------------------------------------------------------------------------ */
 
+/* [kernels] table entries collected while loading a file. */
+typedef struct {
+    const char **v;
+    int n;
+} kern_pending;
+
+/* [kernels] "pattern" = "impl" (the table form of kernels.overrides; `prefix` is the table
+ * path after "kernels." when a bare dotted key made a sub-table): checked like a list item
+ * and collected in file order into *pending (items owned by the config's pool). */
+static int kernel_table_entry(train_config *c, const char *prefix, const base_toml_kv *kv,
+                              kern_pending *pending, base_err *err) {
+    const size_t len = (prefix ? strlen(prefix) + 1 : 0) + strlen(kv->key) + strlen(kv->val.s) + 2;
+    char *item = pool_keep(c, malloc(len));
+    const char **grown = realloc(pending->v, sizeof *grown * (size_t)(pending->n + 1));
+    if (!item || !grown) {
+        if (grown) pending->v = grown;
+        return base_fail(err, "out of memory");
+    }
+    pending->v = grown;
+    snprintf(item, len, "%s%s%s=%s", prefix ? prefix : "", prefix ? "." : "", kv->key, kv->val.s);
+    base_toml_value v = kv->val;
+    v.s = item;
+    char why[600];
+    if (strchr(kv->key, '=') || check_kernel_override(&v, why, sizeof why)) {
+        if (strchr(kv->key, '=')) snprintf(why, sizeof why, "a pattern cannot contain '='");
+        return base_fail(err, "%s:%d:%d: kernels.\"%s%s%s\": %s", c->file, kv->line, kv->col,
+                         prefix ? prefix : "", prefix ? "." : "", kv->key, why);
+    }
+    pending->v[pending->n++] = item;
+    return 0;
+}
+
+/* kernels.overrides += pending: the list's entries first, then the table's. */
+static int kernel_table_append(train_config *c, const kern_pending *pending, int line, int col,
+                               base_err *err) {
+    const int fi = find_field("kernels", "overrides"), n0 = c->kernels.overrides.n;
+    const char **items = pool_keep(c, calloc((size_t)(n0 + pending->n + 1), sizeof *items));
+    if (!items) return base_fail(err, "out of memory");
+    for (int i = 0; i < n0; i++) items[i] = c->kernels.overrides.v[i];
+    for (int i = 0; i < pending->n; i++) items[n0 + i] = pending->v[i];
+    c->kernels.overrides = (train_str_list){items, n0 + pending->n};
+    if (!c->origin[fi].where || c->origin[fi].where != c->file) {
+        /* errors about the merged list point at the first table entry */
+        c->origin[fi].where = c->file;
+        c->origin[fi].line = line;
+        c->origin[fi].col = col;
+    }
+    return 0;
+}
+
 int train_config_load_text(train_config *c, const char *text, size_t len, const char *name,
                            base_err *err) {
     /* The name errors and origins refer to; kept until train_config_free. */
@@ -609,6 +690,8 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
     base_toml_doc doc;
     if (base_toml_parse(text, len, c->file, &doc, err)) return -1;
     int rc = 0;
+    kern_pending pending = {NULL, 0};  /* [kernels] "pattern" = "impl" entries, file order */
+    int first_line = 0, first_col = 0; /* of the first of them */
     for (int t = 0; t < doc.n_tables && !rc; t++) {
         base_toml_table *tb = &doc.tables[t];
         char hint[160];
@@ -624,7 +707,8 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
                            kv->line, kv->col, kv->key, hint);
             break;
         }
-        if (!is_section(tb->name)) {
+        const int kern_sub = !strncmp(tb->name, "kernels.", 8); /* from a bare dotted key */
+        if (!is_section(tb->name) && !kern_sub) {
             suggest_section(tb->name, hint, sizeof hint);
             rc = base_fail(err, "%s:%d:%d: unknown section [%.100s]%s", c->file, tb->line, tb->col,
                            tb->name, hint);
@@ -632,8 +716,12 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
         }
         for (int k = 0; k < tb->n_kv && !rc; k++) {
             base_toml_kv *kv = &tb->kv[k];
-            const int fi = find_field(tb->name, kv->key);
-            if (fi < 0) {
+            const int fi = kern_sub ? -1 : find_field(tb->name, kv->key);
+            if (fi < 0 && (kern_sub || !strcmp(tb->name, "kernels")) &&
+                kv->val.type == BASE_TOML_STRING) {
+                if (!pending.n) first_line = kv->line, first_col = kv->col;
+                rc = kernel_table_entry(c, kern_sub ? tb->name + 8 : NULL, kv, &pending, err);
+            } else if (fi < 0) {
                 const field *g = &g_fields[suggest_field(tb->name, kv->key)];
                 if (strcmp(g->section, tb->name))
                     snprintf(hint, sizeof hint, "; did you mean '%s' in [%s]?", g->key, g->section);
@@ -647,6 +735,8 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
         }
     }
     base_toml_free(&doc);
+    if (!rc && pending.n) rc = kernel_table_append(c, &pending, first_line, first_col, err);
+    free((void *)pending.v);
     return rc;
 }
 
@@ -1022,6 +1112,17 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
 }
 
 int train_config_validate(const train_config *c, base_err *err) {
+    /* Plugins first: the overrides may name their kernels. */
+    for (int i = 0; i < c->kernels.plugins.n; i++) {
+        base_err e;
+        if (ops_plugin_load(c->kernels.plugins.v[i], &e))
+            return fail_field(c, "kernels", "plugins", err, "item %d: %s", i + 1, e.msg);
+    }
+    for (int i = 0; i < c->kernels.overrides.n; i++) {
+        char why[600];
+        if (check_kernel_impl(c->kernels.overrides.v[i], why, sizeof why))
+            return fail_field(c, "kernels", "overrides", err, "item %d: %s", i + 1, why);
+    }
     if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
         return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
                           (long long)c->model.top_k.v, (long long)c->model.num_experts.v);

@@ -156,7 +156,9 @@ typedef struct {
         int64_t freq, steps, local_batch_size, seq_len;
     } validation;
     struct {
-        train_str_list overrides; /* "op=impl" or "layer.glob.op=impl", ops_resolve's rules */
+        train_str_list overrides; /* "op=impl" or "layer.glob.op=impl", ops_resolve's rules;
+                                     then the [kernels] "pattern" = "impl" table entries */
+        train_str_list plugins;   /* kernel plugin paths, loaded by train_config_validate */
     } kernels;
 
     /* private: where each schema field was last set, and the config's allocations */

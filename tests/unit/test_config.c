@@ -228,8 +228,18 @@ static void errors(void) {
          "x.toml:3:3: kernels.overrides: item 2: kernel override 'atention' = 'default': "
          "'atention' is not an op name"},
         {"[kernels]\noverrides = [\"attention=flash\"]\n",
-         "x.toml:2:14: kernels.overrides: item 1: kernel override 'attention' = 'flash' at "
+         "x.toml:2:13: kernels.overrides: item 1: kernel override 'attention' = 'flash' at "
          "layers.0.attention: no implementation 'flash' of attention"},
+        {"[kernels]\natention = \"reference\"\n",
+         "x.toml:2:1: kernels.\"atention\": kernel override 'atention' = 'reference': "
+         "'atention' is not an op name"},
+        {"[kernels]\n\"layers.*.rope\" = \"flash\"\n",
+         "x.toml:2:1: kernels.overrides: item 1: kernel override 'layers.*.rope' = 'flash' at "
+         "layers.0.rope: no implementation 'flash' of rope"},
+        {"[kernels]\nplugins = [\"/nonexistent/libk.so\"]\n",
+         "x.toml:2:11: kernels.plugins: item 1: kernel plugin /nonexistent/libk.so: cannot load"},
+        {"[kernels]\nplugins = [\"\"]\n",
+         "x.toml:2:12: kernels.plugins: item 1: must name a shared object"},
         {"[kernels]\noverrides = [\"attention\"]\n",
          "x.toml:2:14: kernels.overrides: item 1: must read 'op=impl'"},
         {"[kernels]\noverrides = [1]\n", "x.toml:2:14: kernels.overrides: item 1: expected "
@@ -249,6 +259,33 @@ static void errors(void) {
                   "case %zu:\n  got  %s\n  want %s...", i, err.msg, cases[i].want);
         train_config_free(&c);
     }
+}
+
+/* The table form of [kernels]: "pattern" = "impl" entries after the overrides list, in
+ * file order; bare dotted keys (attention.rope = ...) make a sub-table, read the same. */
+static void kernels_table(void) {
+    train_config c;
+    base_err err;
+    const char *text = "[kernels]\n\"layers.0-3.attention.rope\" = \"reference\"\n"
+                       "overrides = [\"rope=default\"]\nattention = \"reference\"\n"
+                       "layers.rope = \"default\"\n";
+    int rc = load(&c, text, &err);
+    CHECK(rc == 0, "kernels table: %s", err.msg);
+    const char *want[] = {"rope=default", "layers.0-3.attention.rope=reference",
+                          "attention=reference", "layers.rope=default"};
+    CHECK(!rc && c.kernels.overrides.n == 4, "kernels table: %d overrides", c.kernels.overrides.n);
+    for (int i = 0; !rc && i < 4 && i < c.kernels.overrides.n; i++)
+        CHECK(!strcmp(c.kernels.overrides.v[i], want[i]), "override %d: %s, want %s", i,
+              c.kernels.overrides.v[i], want[i]);
+    train_opts o;
+    if (!rc) {
+        rc = train_config_to_opts(&c, &o, &err);
+        CHECK(rc == 0 && o.n_kernel_overrides == 4 &&
+                  !strcmp(o.kernel_overrides[1].pattern, "layers.0-3.attention.rope") &&
+                  !strcmp(o.kernel_overrides[1].impl, "reference"),
+              "kernels table reaches train_opts: %s", rc ? err.msg : "");
+    }
+    train_config_free(&c);
 }
 
 static void command_line(void) {
@@ -563,6 +600,7 @@ static void mutations(void) {
 }
 
 int main(void) {
+    kernels_table();
     mutations();
     defaults();
     exact_values();

@@ -176,7 +176,9 @@ static void malformed(void) {
         {"a = \"\xe0\x80\xaf\"\n", "t.toml:1:6: invalid UTF-8"}, /* overlong */
         {"a = \"\xf8\x88\x80\x80\"\n", "t.toml:1:6: invalid UTF-8"},
         {"\n\na = \"\xff\"\n", "t.toml:3:6: invalid UTF-8"},
-        {"\"a.b\" = 1\n", "t.toml:1:1: quoted keys containing '.' is not supported"},
+        {"\"a.b\".c = 1\n", "t.toml:1:1: quoted keys containing '.' (except as the last part "
+                            "of a key) is not supported"},
+        {"[x.\"a.b\"]\n", "t.toml:1:4: quoted keys containing '.' (except as the last part"},
         {"a.b.c.d.e.f.g.h.i = 1\n", "t.toml:1:17: key has more than 8 parts"},
         {"a = truex\n", "t.toml:1:5: expected a value"},
         {"a = +0x10\n", "t.toml:1:7: invalid number"},

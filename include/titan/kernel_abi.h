@@ -1,0 +1,145 @@
+/* titan kernel plugin ABI, version 1.
+ *
+ * A plugin is a shared object that titan loads with dlopen (`[kernels] plugins = ["x.so"]`
+ * in a job config, or `titan kernels --plugin x.so ...`). It registers implementations of
+ * titan's ops by op name; a job then selects them like any built-in implementation
+ * (`[kernels] "layers.*.attention.rope" = "rope_bhsd"`). This header is all a plugin needs:
+ * it depends on nothing else from titan and only on the C standard library.
+ *
+ * A plugin defines, with the macros below:
+ *
+ *     #include <titan/kernel_abi.h>
+ *     TITAN_KERNEL_PLUGIN_ABI;     // exports titan_kernel_abi_version = this header's version
+ *     TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) {
+ *         static const titan_kernel_desc k = {TITAN_KERNEL_ABI_VERSION, sizeof k, "rope",
+ *                                             "rope_bhsd", ...};
+ *         return host->register_kernel(host, &k);
+ *     }
+ *
+ * Loading: titan reads `titan_kernel_abi_version` BEFORE it calls anything; a plugin built
+ * against another version is refused with a message naming both versions (rebuild it against
+ * this titan's header). Then `titan_kernel_plugin_init` runs once; it returns 0, or non-zero
+ * after host->error() said why, and then nothing it registered stays registered.
+ *
+ * Calls: titan calls a kernel from one thread at a time (the kernel may use its own threads,
+ * e.g. OpenMP). Every tensor is fp32, row-major, contiguous, 64-byte aligned, and no two
+ * pointers of one call alias (titan copies where its own call was in place).
+ *
+ * Forward writes (=) its outputs. Backward WRITES (=) the gradients of its inputs; titan adds
+ * them into its accumulated gradients. An output pointer may be NULL: that result is not
+ * wanted (e.g. matmul's input gradient for the first layer); skip it.
+ *
+ * Layout: tensors with a heads axis ("[B,T,nh,hd]" below, BSHD: titan's token-major layout)
+ * are given in the layout the kernel declares: TITAN_LAYOUT_BHSD means [B,nh,T,hd] and titan
+ * transposes on the way in and out. lse [B,H,T] is the same in both layouts.
+ *
+ * Saved state: a kernel that wants memory kept from its forward to its backward declares
+ * saved_bytes(); titan keeps one such buffer per layer and op (the same buffer for every call
+ * of that op in that layer, e.g. RoPE's q and k calls), preserves its content between calls,
+ * and passes it as args->saved to forward and backward. Backward always follows a forward of
+ * the same layer with the same shapes (titan recomputes forwards before backwards where it
+ * does not keep activations). Scratch for one call: workspace_bytes(), args->workspace.
+ *
+ * Ops of ABI v1 (args->dims, args->in[], args->out[]; forward / backward):
+ *   rope       dims B,T,nh,hd        rotate_half RoPE at positions pos0..pos0+T-1 of each window
+ *              fwd  in: x[B,T,nh,hd], cos[T,hd/2], sin[T,hd/2]   out: y[B,T,nh,hd]
+ *              bwd  in: dy, cos, sin                             out: dx
+ *   attention  dims B,T,H,G,hd       causal GQA, scale 1/sqrt(hd), query head h uses kv h/(H/G)
+ *              fwd  in: q[B,T,H,hd], k[B,T,G,hd], v[B,T,G,hd]    out: o[B,T,H,hd], lse[B,H,T]
+ *              bwd  in: do, o, lse, q, k, v                      out: dq, dk, dv
+ *   rmsnorm    dims N,C; args->eps   y = x * rsqrt(mean(x^2) + eps) * w
+ *              fwd  in: x[N,C], w[C]                             out: y[N,C], rstd[N]
+ *              bwd  in: dy, x, w, rstd                           out: dx, dw
+ *   swiglu     dims N,F              y = silu(gate) * up
+ *              fwd  in: gate[N,F], up[N,F]                       out: y[N,F]
+ *              bwd  in: dy, gate, up                             out: dgate, dup
+ *   matmul     dims N,C,OC           y = x @ w^T (nn.Linear without bias)
+ *              fwd  in: x[N,C], w[OC,C]                          out: y[N,OC]
+ *              bwd  in: dy[N,OC], x, w                           out: dx (may be NULL), dw
+ * Each op's exact semantics and tolerances are titan's built-in op's (docs/kernels.md);
+ * `titan kernels test NAME --plugin x.so` checks a plugin kernel against them. */
+#ifndef TITAN_KERNEL_ABI_H
+#define TITAN_KERNEL_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change of this header. */
+#define TITAN_KERNEL_ABI_VERSION 1u
+
+#if defined(__GNUC__)
+#define TITAN_KERNEL_EXPORT __attribute__((visibility("default")))
+#else
+#define TITAN_KERNEL_EXPORT
+#endif
+
+/* The version symbol titan checks before it calls into a plugin. */
+#define TITAN_KERNEL_PLUGIN_ABI                                                                    \
+    TITAN_KERNEL_EXPORT extern const uint32_t titan_kernel_abi_version;                            \
+    TITAN_KERNEL_EXPORT const uint32_t titan_kernel_abi_version = TITAN_KERNEL_ABI_VERSION
+
+typedef enum {
+    TITAN_LAYOUT_BSHD = 0, /* [B,T,nh,hd]: titan's own, no copies */
+    TITAN_LAYOUT_BHSD = 1  /* [B,nh,T,hd]: titan transposes heads tensors in and out */
+} titan_layout;
+
+/* The model and job a kernel is checked against (one per layer it may serve). */
+typedef struct {
+    int batch, seq_len; /* microbatch sequences, tokens per sequence */
+    int dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
+} titan_model_shape;
+
+/* One call. dims[] per op as listed above; unused entries 0. */
+typedef struct {
+    int dims[8];
+    float eps; /* rmsnorm */
+    const float *in[8];
+    float *out[4];   /* forward: outputs; backward: input gradients (written, not added) */
+    void *saved;     /* saved_bytes() bytes kept from forward to backward (NULL if 0) */
+    void *workspace; /* workspace_bytes() bytes of scratch for this call (NULL if 0) */
+    size_t saved_size, workspace_size;
+} titan_kernel_args;
+
+typedef int (*titan_kernel_fn)(const titan_kernel_args *args); /* 0 = ok */
+
+typedef struct {
+    uint32_t abi_version;    /* TITAN_KERNEL_ABI_VERSION */
+    uint32_t struct_size;    /* sizeof(titan_kernel_desc) */
+    const char *op;          /* "rope", "attention", "rmsnorm", "swiglu", "matmul" */
+    const char *name;        /* implementation name, unique per op ("rope_bhsd") */
+    const char *constraints; /* human readable, shown by `titan kernels`; may be NULL */
+    /* 0 when the kernel can serve shape; else non-zero with the broken rule written to why
+     * (e.g. "head_dim % 16 == 0 (head_dim = 40)"). NULL = no constraints. */
+    int (*check)(const titan_model_shape *shape, char *why, size_t why_size);
+    titan_layout layout; /* of the heads tensors */
+    titan_kernel_fn forward, backward;
+    /* Bytes wanted for a call with these dims (phase 0 forward, 1 backward); NULL = none. */
+    size_t (*workspace_bytes)(int phase, const int dims[8]);
+    /* Bytes kept per layer from forward to backward, given a forward call's dims; NULL = none. */
+    size_t (*saved_bytes)(const int dims[8]);
+} titan_kernel_desc;
+
+/* What titan gives a plugin's init function. Strings are copied by titan as needed; the
+ * descriptor itself (and the strings it points to) must stay valid while the plugin is
+ * loaded, i.e. be static. */
+typedef struct titan_kernel_host {
+    uint32_t abi_version; /* the host's TITAN_KERNEL_ABI_VERSION */
+    /* Registers one implementation; 0 = ok, else the reason is reported by titan. */
+    int (*register_kernel)(const struct titan_kernel_host *host, const titan_kernel_desc *desc);
+    /* Reports why init fails (a message, shown after the plugin's path). */
+    void (*error)(const struct titan_kernel_host *host, const char *msg);
+    void *host_private;
+} titan_kernel_host;
+
+/* The plugin's entry point: `TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(...)`. */
+typedef int (*titan_kernel_plugin_init_fn)(const titan_kernel_host *host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

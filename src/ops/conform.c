@@ -1,0 +1,656 @@
+/* Kernel conformance and timing: `titan kernels test|bench [NAME]`.
+ *
+ * test: each implementation against a baseline of the same op (its default; for the default
+ * itself the textbook "reference"), both called through tables resolved with an override on
+ * the path "conformance" (so plugin kernels run through their trampolines, layouts and saved
+ * state exactly as in training). Per implementation, `shapes` random shapes are drawn until
+ * each satisfies the constraints of both implementations (their check functions, via
+ * ops_resolve); inputs are uniform in [-1, 1) from a seeded generator, gradient buffers start
+ * from the same random values in both runs (so += accumulation is checked too), and every
+ * forward output and every input gradient is compared:
+ *     err = max |cand - base| / max(max |base|, 1e-30)   must be <= the op's tolerance
+ * Tolerances (relative to the tensor's largest magnitude; fp32 kernels against fp32 or
+ * double-accumulated baselines, shapes up to T = 130, K up to ~300):
+ *     embedding 1e-6, rope 1e-6, swiglu 1e-5, adamw 1e-5, rmsnorm 1e-5 (fwd) 1e-4 (grads),
+ *     matmul 1e-5, attention / attention_kv 2e-5 (fwd) 1e-4 (grads),
+ *     lmhead_ce 1e-5 (loss) 1e-4 (grads)
+ * bench: the implementation and the default on one model-sized shape, best of repeated
+ * calls (each measurement runs for at least min_sec), with the traffic or FLOPs of the op:
+ * GB/s for memory-bound ops (minimum bytes each must read and write), GFLOP/s for matmul,
+ * attention and lmhead_ce; and a STREAM-triad bandwidth measured first, the bound of the
+ * memory-bound ones. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static uint64_t cf_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int cf_int(uint64_t *s, int lo, int hi) { /* [lo, hi] */
+    return lo + (int)(cf_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+static int cf_pick(uint64_t *s, const int *v, int n) {
+    return v[cf_next(s) % (uint64_t)n];
+}
+
+static float *cf_rand(uint64_t *s, size_t n, float scale) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    if (!p) return NULL;
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * ((float)(cf_next(s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
+    return p;
+}
+
+static float *cf_dup(const float *x, size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    if (p && n) memcpy(p, x, sizeof(float) * n);
+    return p;
+}
+
+static double cf_err(const float *a, const float *b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (e > d || e != e) d = e != e ? INFINITY : e;
+        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+    }
+    if (!(d == d)) return INFINITY;
+    return d / (m > 1e-30 ? m : 1e-30);
+}
+
+static double cf_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One comparison result: the worst error relative to its tolerance. */
+typedef struct {
+    double ratio;   /* max over tensors of err / tol */
+    char what[160]; /* the tensor that set it, with its error */
+} cf_result;
+
+static void cf_cmp(cf_result *r, const char *name, const float *a, const float *b, size_t n,
+                   double tol) {
+    const double e = cf_err(a, b, n);
+    if (e / tol > r->ratio || !(e == e)) {
+        r->ratio = e == e ? e / tol : INFINITY;
+        snprintf(r->what, sizeof r->what, "%s err %.3g (tol %.0e)", name, e, tol);
+    }
+}
+
+/* ---- per-op checks: cand vs base on the shape in c ------------------------------------ */
+
+#define CF_FREE(...)                                                                               \
+    do {                                                                                           \
+        void *cf_ptrs_[] = {__VA_ARGS__};                                                          \
+        for (size_t i_ = 0; i_ < sizeof cf_ptrs_ / sizeof cf_ptrs_[0]; i_++) free(cf_ptrs_[i_]);   \
+    } while (0)
+
+static int cf_embedding(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                        cf_result *r) {
+    const int N = c->batch * c->seq_len, D = c->dim, V = c->vocab;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)N);
+    float *w = cf_rand(s, (size_t)V * D, 1), *o1 = malloc(sizeof(float) * (size_t)N * D),
+          *o2 = malloc(sizeof(float) * (size_t)N * D), *dy = cf_rand(s, (size_t)N * D, 1),
+          *g1 = cf_rand(s, (size_t)V * D, 1), *g2 = cf_dup(g1, (size_t)V * D);
+    if (!tok || !w || !o1 || !o2 || !dy || !g1 || !g2) return -1;
+    for (int n = 0; n < N; n++) tok[n] = cf_int(s, 0, V - 1);
+    x->embedding_fwd(o1, tok, w, N, D);
+    y->embedding_fwd(o2, tok, w, N, D);
+    cf_cmp(r, "out", o1, o2, (size_t)N * D, 1e-6);
+    x->embedding_bwd(g1, dy, tok, N, D);
+    y->embedding_bwd(g2, dy, tok, N, D);
+    cf_cmp(r, "dwte", g1, g2, (size_t)V * D, 1e-6);
+    CF_FREE(tok, w, o1, o2, dy, g1, g2);
+    return 0;
+}
+
+static int cf_rmsnorm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                      cf_result *r) {
+    const int N = c->batch * c->seq_len, C = c->dim;
+    const size_t n = (size_t)N * C;
+    float *in = cf_rand(s, n, 2), *w = cf_rand(s, (size_t)C, 1), *o1 = malloc(sizeof(float) * n),
+          *o2 = malloc(sizeof(float) * n), *r1 = malloc(sizeof(float) * (size_t)N),
+          *r2 = malloc(sizeof(float) * (size_t)N), *dy = cf_rand(s, n, 1), *dx1 = cf_rand(s, n, 1),
+          *dx2 = cf_dup(dx1, n), *dw1 = cf_rand(s, (size_t)C, 1), *dw2 = cf_dup(dw1, (size_t)C);
+    if (!in || !w || !o1 || !o2 || !r1 || !r2 || !dy || !dx1 || !dx2 || !dw1 || !dw2) return -1;
+    x->rmsnorm_fwd(o1, r1, in, w, N, C, 1e-6f);
+    y->rmsnorm_fwd(o2, r2, in, w, N, C, 1e-6f);
+    cf_cmp(r, "out", o1, o2, n, 1e-5);
+    cf_cmp(r, "rstd", r1, r2, (size_t)N, 1e-5);
+    x->rmsnorm_bwd(dx1, dw1, dy, in, w, r1, N, C);
+    y->rmsnorm_bwd(dx2, dw2, dy, in, w, r2, N, C);
+    cf_cmp(r, "dinp", dx1, dx2, n, 1e-4);
+    cf_cmp(r, "dw", dw1, dw2, (size_t)C, 1e-4);
+    CF_FREE(in, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2);
+    return 0;
+}
+
+static int cf_matmul(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                     cf_result *r) {
+    const int N = c->batch * c->seq_len, C = c->dim, OC = c->ffn_dim;
+    float *in = cf_rand(s, (size_t)N * C, 1), *w = cf_rand(s, (size_t)OC * C, 1),
+          *o1 = malloc(sizeof(float) * (size_t)N * OC),
+          *o2 = malloc(sizeof(float) * (size_t)N * OC), *dy = cf_rand(s, (size_t)N * OC, 1),
+          *dx1 = cf_rand(s, (size_t)N * C, 1), *dx2 = cf_dup(dx1, (size_t)N * C),
+          *dw1 = cf_rand(s, (size_t)OC * C, 1), *dw2 = cf_dup(dw1, (size_t)OC * C);
+    if (!in || !w || !o1 || !o2 || !dy || !dx1 || !dx2 || !dw1 || !dw2) return -1;
+    x->matmul_fwd(o1, in, w, N, C, OC);
+    y->matmul_fwd(o2, in, w, N, C, OC);
+    cf_cmp(r, "out", o1, o2, (size_t)N * OC, 1e-5);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC);
+    cf_cmp(r, "dinp", dx1, dx2, (size_t)N * C, 1e-5);
+    cf_cmp(r, "dw", dw1, dw2, (size_t)OC * C, 1e-5);
+    CF_FREE(in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
+    return 0;
+}
+
+static int cf_rope(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                   cf_result *r) {
+    const int B = c->batch, T = c->seq_len, nh = c->n_heads, hd = c->head_dim;
+    const size_t n = (size_t)B * T * nh * hd;
+    float *cs = malloc(sizeof(float) * (size_t)T * (hd / 2 + 1)),
+          *sn = malloc(sizeof(float) * (size_t)T * (hd / 2 + 1)), *in = cf_rand(s, n, 1),
+          *o1 = malloc(sizeof(float) * n), *o2 = malloc(sizeof(float) * n), *dy = cf_rand(s, n, 1),
+          *dx1 = cf_rand(s, n, 1), *dx2 = cf_dup(dx1, n);
+    if (!cs || !sn || !in || !o1 || !o2 || !dy || !dx1 || !dx2) return -1;
+    ops_rope_table(cs, sn, T, hd, 10000.0);
+    x->rope_fwd(o1, in, cs, sn, B, T, nh, hd);
+    y->rope_fwd(o2, in, cs, sn, B, T, nh, hd);
+    cf_cmp(r, "out", o1, o2, n, 1e-6);
+    x->rope_bwd(dx1, dy, cs, sn, B, T, nh, hd);
+    y->rope_bwd(dx2, dy, cs, sn, B, T, nh, hd);
+    cf_cmp(r, "dinp", dx1, dx2, n, 1e-6);
+    /* in place, as the model calls it: out == inp, and dinp == dout (replaced) */
+    memcpy(o1, in, sizeof(float) * n);
+    x->rope_fwd(o1, o1, cs, sn, B, T, nh, hd);
+    cf_cmp(r, "out (in place)", o1, o2, n, 1e-6);
+    memcpy(dx1, dy, sizeof(float) * n);
+    memcpy(dx2, dy, sizeof(float) * n);
+    x->rope_bwd(dx1, dx1, cs, sn, B, T, nh, hd);
+    y->rope_bwd(dx2, dx2, cs, sn, B, T, nh, hd);
+    cf_cmp(r, "dinp (in place)", dx1, dx2, n, 1e-6);
+    CF_FREE(cs, sn, in, o1, o2, dy, dx1, dx2);
+    return 0;
+}
+
+static int cf_attention(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                        cf_result *r) {
+    const int B = c->batch, T = c->seq_len, H = c->n_heads, G = c->n_kv_heads, hd = c->head_dim;
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * G * hd, nl = (size_t)B * H * T;
+    float *q = cf_rand(s, nq, 2), *k = cf_rand(s, nkv, 2), *v = cf_rand(s, nkv, 1),
+          *o1 = malloc(sizeof(float) * nq), *o2 = malloc(sizeof(float) * nq),
+          *l1 = malloc(sizeof(float) * nl), *l2 = malloc(sizeof(float) * nl),
+          *dy = cf_rand(s, nq, 1), *dq1 = cf_rand(s, nq, 1), *dq2 = cf_dup(dq1, nq),
+          *dk1 = cf_rand(s, nkv, 1), *dk2 = cf_dup(dk1, nkv), *dv1 = cf_rand(s, nkv, 1),
+          *dv2 = cf_dup(dv1, nkv);
+    if (!q || !k || !v || !o1 || !o2 || !l1 || !l2 || !dy || !dq1 || !dq2 || !dk1 || !dk2 || !dv1 ||
+        !dv2)
+        return -1;
+    x->attention_fwd(o1, l1, q, k, v, B, T, H, G, hd);
+    y->attention_fwd(o2, l2, q, k, v, B, T, H, G, hd);
+    cf_cmp(r, "out", o1, o2, nq, 2e-5);
+    cf_cmp(r, "lse", l1, l2, nl, 2e-5);
+    x->attention_bwd(dq1, dk1, dv1, dy, o1, l1, q, k, v, B, T, H, G, hd);
+    y->attention_bwd(dq2, dk2, dv2, dy, o2, l2, q, k, v, B, T, H, G, hd);
+    cf_cmp(r, "dq", dq1, dq2, nq, 1e-4);
+    cf_cmp(r, "dk", dk1, dk2, nkv, 1e-4);
+    cf_cmp(r, "dv", dv1, dv2, nkv, 1e-4);
+    CF_FREE(q, k, v, o1, o2, l1, l2, dy, dq1, dq2, dk1, dk2, dv1, dv2);
+    return 0;
+}
+
+static int cf_attention_kv(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                           cf_result *r) {
+    const int T = c->seq_len, H = c->n_heads, G = c->n_kv_heads, hd = c->head_dim;
+    const int pos0 = cf_int(s, 0, 70);
+    const size_t nq = (size_t)T * H * hd, nkv = (size_t)(pos0 + T) * G * hd;
+    float *q = cf_rand(s, nq, 2), *k = cf_rand(s, nkv, 2), *v = cf_rand(s, nkv, 1),
+          *o1 = malloc(sizeof(float) * nq), *o2 = malloc(sizeof(float) * nq);
+    if (!q || !k || !v || !o1 || !o2) return -1;
+    x->attention_kv(o1, q, k, v, T, pos0, H, G, hd);
+    y->attention_kv(o2, q, k, v, T, pos0, H, G, hd);
+    cf_cmp(r, "out", o1, o2, nq, 2e-5);
+    CF_FREE(q, k, v, o1, o2);
+    return 0;
+}
+
+static int cf_swiglu(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                     cf_result *r) {
+    const int N = c->batch * c->seq_len, F = c->ffn_dim;
+    const size_t n = (size_t)N * F;
+    float *g = cf_rand(s, n, 6), *u = cf_rand(s, n, 1), *o1 = malloc(sizeof(float) * n),
+          *o2 = malloc(sizeof(float) * n), *dy = cf_rand(s, n, 1), *dg1 = cf_rand(s, n, 1),
+          *dg2 = cf_dup(dg1, n), *du1 = cf_rand(s, n, 1), *du2 = cf_dup(du1, n);
+    if (!g || !u || !o1 || !o2 || !dy || !dg1 || !dg2 || !du1 || !du2) return -1;
+    x->swiglu_fwd(o1, g, u, N, F);
+    y->swiglu_fwd(o2, g, u, N, F);
+    cf_cmp(r, "out", o1, o2, n, 1e-5);
+    x->swiglu_bwd(dg1, du1, dy, g, u, N, F);
+    y->swiglu_bwd(dg2, du2, dy, g, u, N, F);
+    cf_cmp(r, "dgate", dg1, dg2, n, 1e-5);
+    cf_cmp(r, "dup", du1, du2, n, 1e-5);
+    CF_FREE(g, u, o1, o2, dy, dg1, dg2, du1, du2);
+    return 0;
+}
+
+static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                        cf_result *r) {
+    const int N = c->batch * c->seq_len, D = c->dim, V = c->vocab, chunk = cf_int(s, 1, N);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
+    float *in = cf_rand(s, (size_t)N * D, 1), *w = cf_rand(s, (size_t)V * D, 0.5f),
+          *sc = malloc(sizeof(float) * (size_t)chunk * V), *dx1 = cf_rand(s, (size_t)N * D, 1),
+          *dx2 = cf_dup(dx1, (size_t)N * D), *dw1 = cf_rand(s, (size_t)V * D, 1),
+          *dw2 = cf_dup(dw1, (size_t)V * D);
+    if (!tg || !in || !w || !sc || !dx1 || !dx2 || !dw1 || !dw2) return -1;
+    for (int n = 0; n < N; n++)
+        tg[n] = cf_int(s, 0, 9) == 0 ? OPS_IGNORE_INDEX : cf_int(s, 0, V - 1);
+    int64_t v1 = 0, v2 = 0;
+    const float gs = 1.0f / (float)N;
+    float l1 = (float)x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, &v1, NULL);
+    float l2 = (float)y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc, chunk, &v2, NULL);
+    cf_cmp(r, "loss", &l1, &l2, 1, 1e-5);
+    if (v1 != v2) {
+        r->ratio = INFINITY;
+        snprintf(r->what, sizeof r->what, "n_valid %lld vs %lld", (long long)v1, (long long)v2);
+    }
+    cf_cmp(r, "dx", dx1, dx2, (size_t)N * D, 1e-4);
+    cf_cmp(r, "dw", dw1, dw2, (size_t)V * D, 1e-4);
+    l1 = (float)x->lmhead_ce(NULL, NULL, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL);
+    cf_cmp(r, "loss (no grad)", &l1, &l2, 1, 1e-5);
+    CF_FREE(tg, in, w, sc, dx1, dx2, dw1, dw2);
+    return 0;
+}
+
+static int cf_adamw(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                    cf_result *r) {
+    const size_t n = (size_t)c->dim * c->ffn_dim + 3;
+    const int64_t t = cf_int(s, 1, 20);
+    float *p1 = cf_rand(s, n, 1), *p2 = cf_dup(p1, n), *m1 = cf_rand(s, n, 0.1f),
+          *m2 = cf_dup(m1, n), *v1 = cf_rand(s, n, 0.01f), *v2, *g = cf_rand(s, n, 1);
+    if (!p1 || !p2 || !m1 || !m2 || !v1 || !g) return -1;
+    for (size_t i = 0; i < n; i++) v1[i] = fabsf(v1[i]);
+    if (!(v2 = cf_dup(v1, n))) return -1;
+    x->adamw(p1, m1, v1, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    y->adamw(p2, m2, v2, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    cf_cmp(r, "p", p1, p2, n, 1e-5);
+    cf_cmp(r, "m", m1, m2, n, 1e-5);
+    cf_cmp(r, "v", v1, v2, n, 1e-5);
+    CF_FREE(p1, p2, m1, m2, v1, v2, g);
+    return 0;
+}
+
+typedef int (*cf_fn)(const ops_table *, const ops_table *, const ops_ctx *, uint64_t *,
+                     cf_result *);
+static cf_fn cf_of(ops_kind k) {
+    switch (k) {
+    case OPS_EMBEDDING:
+        return cf_embedding;
+    case OPS_RMSNORM:
+        return cf_rmsnorm;
+    case OPS_MATMUL:
+        return cf_matmul;
+    case OPS_ROPE:
+        return cf_rope;
+    case OPS_ATTENTION:
+        return cf_attention;
+    case OPS_SWIGLU:
+        return cf_swiglu;
+    case OPS_LMHEAD_CE:
+        return cf_lmhead_ce;
+    case OPS_ADAMW:
+        return cf_adamw;
+    case OPS_ATTENTION_KV:
+        return cf_attention_kv;
+    default:
+        return NULL; /* an op without a conformance check yet */
+    }
+}
+
+/* ---- selection ---------------------------------------------------------------------- */
+
+/* "op/impl", "impl" or "op" (all of its implementations) -> the implementations to run (NULL
+ * name: every non-reference one). */
+static int cf_select(const char *name, const ops_impl **out, int max, base_err *err) {
+    const ops_impl *all[128];
+    const int n = ops_list(all, 128);
+    char op[64] = "";
+    const char *impl = name;
+    if (name && strchr(name, '/')) {
+        snprintf(op, sizeof op, "%.*s", (int)(strchr(name, '/') - name), name);
+        impl = strchr(name, '/') + 1;
+        if (ops_kind_from_name(op) < 0) return base_fail(err, "kernels: '%s' is not an op", op);
+    }
+    int m = 0;
+    for (int i = 0; i < n && m < max; i++) {
+        if (!name
+                ? strcmp(all[i]->name, "reference") != 0
+                : !strcmp(all[i]->name, impl) && (!op[0] || !strcmp(ops_kind_name(all[i]->op), op)))
+            out[m++] = all[i];
+    }
+    const int kind = name && !op[0] ? ops_kind_from_name(name) : -1;
+    if (m == 0 && kind >= 0) /* an op name: all of its implementations */
+        for (int i = 0; i < n && m < max; i++)
+            if ((int)all[i]->op == kind) out[m++] = all[i];
+    if (name && m == 0)
+        return base_fail(err, "kernels: no implementation '%s' (titan kernels lists them)", name);
+    return m;
+}
+
+/* The baseline of impl: its op's default, or "reference" when impl is the default. */
+static const ops_impl *cf_baseline(const ops_impl *impl) {
+    const ops_impl *d = ops_default_impl(impl->op);
+    return d != impl ? d : ops_find(impl->op, "reference");
+}
+
+static int cf_resolve(ops_table *t, const ops_impl *impl, const ops_ctx *c, base_err *err) {
+    const ops_override ov = {ops_kind_name(impl->op), impl->name};
+    return ops_resolve(t, "conformance", c, &ov, 1, err);
+}
+
+/* A random shape both implementations accept (up to 200 draws). */
+static int cf_shape(uint64_t *s, const ops_impl *a, const ops_impl *b, ops_ctx *c, base_err *err) {
+    static const int Ts[] = {1, 3, 7, 16, 17, 33, 64, 65, 96, 128, 130};
+    static const int hds[] = {2, 4, 8, 16, 24, 32, 64};
+    for (int tries = 0; tries < 200; tries++) {
+        c->batch = cf_int(s, 1, 2);
+        c->seq_len = cf_pick(s, Ts, (int)(sizeof Ts / sizeof Ts[0]));
+        c->n_kv_heads = cf_int(s, 1, 3);
+        c->n_heads = c->n_kv_heads * cf_int(s, 1, 3);
+        c->head_dim = cf_pick(s, hds, (int)(sizeof hds / sizeof hds[0]));
+        c->dim = cf_int(s, 1, 40) * (cf_int(s, 0, 1) ? 8 : 1);
+        c->ffn_dim = cf_int(s, 1, 48) * (cf_int(s, 0, 1) ? 8 : 1);
+        c->vocab = cf_int(s, 2, 300);
+        ops_table ta, tb;
+        if (cf_resolve(&ta, a, c, err)) continue;
+        ops_release(&ta);
+        if (cf_resolve(&tb, b, c, err)) continue;
+        ops_release(&tb);
+        return 0;
+    }
+    return -1; /* err: the last rule broken */
+}
+
+int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err) {
+    const ops_impl *sel[128];
+    const int n = cf_select(name, sel, 128, err);
+    if (n < 0) return -1;
+    const int shapes = o && o->shapes > 0 ? o->shapes : 6;
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        const ops_impl *impl = sel[i], *base = cf_baseline(impl);
+        const char *op = ops_kind_name(impl->op);
+        const cf_fn fn = cf_of(impl->op);
+        if (!base || !fn) {
+            printf("SKIP %s/%s: no %s to compare against\n", op, impl->name,
+                   base ? "conformance check" : "baseline");
+            continue;
+        }
+        uint64_t seed = (o && o->seed ? o->seed : 1) * 1000003u + (uint64_t)impl->op * 7919u;
+        cf_result worst = {0, ""};
+        int ok = 1;
+        for (int k = 0; k < shapes && ok; k++) {
+            ops_ctx c;
+            ops_table tx, ty;
+            base_err why;
+            if (cf_shape(&seed, impl, base, &c, &why)) {
+                printf("FAIL %s/%s: no random shape satisfies its constraints (%s)\n", op,
+                       impl->name, why.msg);
+                ok = 0;
+                break;
+            }
+            if (cf_resolve(&tx, impl, &c, err)) return -1;
+            if (cf_resolve(&ty, base, &c, err)) {
+                ops_release(&tx);
+                return -1;
+            }
+            cf_result r = {0, ""};
+            uint64_t data_seed = seed;
+            const int rc = fn(&tx, &ty, &c, &data_seed, &r);
+            ops_release(&tx);
+            ops_release(&ty);
+            if (rc) return base_fail(err, "kernels test: out of memory");
+            if (o && o->verbose)
+                printf("  %s/%s B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d: %s\n", op, impl->name,
+                       c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.ffn_dim,
+                       c.vocab, r.what);
+            if (r.ratio > worst.ratio || !(r.ratio == r.ratio)) worst = r;
+            if (!(r.ratio <= 1.0)) {
+                printf("FAIL %s/%s vs %s at B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d: %s\n", op,
+                       impl->name, base->name, c.batch, c.seq_len, c.n_heads, c.n_kv_heads,
+                       c.head_dim, c.dim, c.ffn_dim, c.vocab, r.what);
+                ok = 0;
+            }
+        }
+        if (ok)
+            printf("ok   %-12s %-12s vs %-10s %d shapes, worst %s\n", op, impl->name, base->name,
+                   shapes, worst.what[0] ? worst.what : "exact");
+        failed += !ok;
+    }
+    return failed;
+}
+
+/* ---- bench --------------------------------------------------------------------------- */
+
+/* Seconds per call of run(arg), best of repeats until min_sec has passed (at least 3). */
+typedef struct {
+    ops_kind k;
+    const ops_table *t;
+    ops_ctx c;
+    float *buf[16];
+    int32_t *tok;
+    int phase; /* 0 forward, 1 backward */
+} cf_bench;
+
+static void cf_bench_run(cf_bench *b) {
+    const ops_table *t = b->t;
+    float **f = b->buf;
+    const int B = b->c.batch, T = b->c.seq_len, N = B * T, D = b->c.dim, H = b->c.n_heads,
+              G = b->c.n_kv_heads, hd = b->c.head_dim, F = b->c.ffn_dim, V = b->c.vocab;
+    switch (b->k) {
+    case OPS_EMBEDDING:
+        if (!b->phase)
+            t->embedding_fwd(f[0], b->tok, f[1], N, D);
+        else
+            t->embedding_bwd(f[1], f[0], b->tok, N, D);
+        break;
+    case OPS_RMSNORM:
+        if (!b->phase)
+            t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
+        else
+            t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+        break;
+    case OPS_MATMUL:
+        if (!b->phase)
+            t->matmul_fwd(f[0], f[1], f[2], N, D, F);
+        else
+            t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F);
+        break;
+    case OPS_ROPE:
+        if (!b->phase)
+            t->rope_fwd(f[0], f[1], f[2], f[3], B, T, H, hd);
+        else
+            t->rope_bwd(f[4], f[0], f[2], f[3], B, T, H, hd);
+        break;
+    case OPS_ATTENTION:
+        if (!b->phase)
+            t->attention_fwd(f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
+        else
+            t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
+        break;
+    case OPS_SWIGLU:
+        if (!b->phase)
+            t->swiglu_fwd(f[0], f[1], f[2], N, F);
+        else
+            t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
+        break;
+    case OPS_LMHEAD_CE: {
+        const int chunk = N < 256 ? N : 256;
+        t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL);
+        break;
+    }
+    case OPS_ADAMW:
+        t->adamw(f[0], f[1], f[2], f[3], (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
+        break;
+    case OPS_ATTENTION_KV: /* one decode step at the last position of the window */
+        t->attention_kv(f[0], f[1], f[2], f[3], 1, T - 1, H, G, hd);
+        break;
+    default:
+        break;
+    }
+}
+
+static double cf_time(cf_bench *b, double min_sec) {
+    double best = INFINITY, start = cf_now();
+    for (int rep = 0; rep < 3 || cf_now() - start < min_sec; rep++) {
+        const double t0 = cf_now();
+        cf_bench_run(b);
+        const double dt = cf_now() - t0;
+        if (dt < best) best = dt;
+        if (rep > 10000) break;
+    }
+    return best;
+}
+
+/* Bytes (memory-bound ops) or FLOPs of one call; *flops = 1 for FLOPs. */
+static double cf_work(ops_kind k, const ops_ctx *c, int phase, int *flops) {
+    const double B = c->batch, T = c->seq_len, N = B * T, D = c->dim, H = c->n_heads,
+                 G = c->n_kv_heads, hd = c->head_dim, F = c->ffn_dim, V = c->vocab;
+    *flops = 0;
+    switch (k) {
+    case OPS_EMBEDDING:
+        return 4 * N * D * (phase ? 3 : 2);
+    case OPS_RMSNORM:
+        return 4 * N * D * (phase ? 4 : 2);
+    case OPS_ROPE:
+        return 4 * N * H * hd * (phase ? 3 : 2);
+    case OPS_SWIGLU:
+        return 4 * N * F * (phase ? 7 : 3);
+    case OPS_ADAMW:
+        return 4 * D * F * 7;
+    case OPS_ATTENTION_KV:
+        return 4 * T * G * hd * 2;
+    case OPS_MATMUL:
+        *flops = 1;
+        return 2 * N * D * F * (phase ? 2 : 1);
+    case OPS_ATTENTION:
+        *flops = 1;
+        return B * H * T * T * hd * (phase ? 5 : 2);
+    case OPS_LMHEAD_CE:
+        *flops = 1;
+        return 6 * N * D * V;
+    default:
+        return 0;
+    }
+    (void)G;
+}
+
+/* STREAM triad a = b + s*c over 3 x 32 MiB, GB/s (best of 5). */
+static double cf_triad(void) {
+    const size_t n = (size_t)8 << 20;
+    float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
+    if (!a || !b || !c) {
+        CF_FREE(a, b, c);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) b[i] = c[i] = 1.0f, a[i] = 0;
+    double best = INFINITY;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = cf_now();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+        const double dt = cf_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    const double gbs = 3.0 * n * 4 / best / 1e9;
+    CF_FREE(a, b, c);
+    return gbs;
+}
+
+int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_opts *o,
+                      base_err *err) {
+    const ops_impl *sel[128];
+    const int n = cf_select(name, sel, 128, err);
+    if (n < 0) return -1;
+    const double min_sec = o && o->min_sec > 0 ? o->min_sec : 0.3;
+    printf("shape: batch %d seq %d dim %d heads %d/%d head_dim %d ffn %d vocab %d\n", ctx->batch,
+           ctx->seq_len, ctx->dim, ctx->n_heads, ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim,
+           ctx->vocab);
+    printf("memory bandwidth (STREAM triad, this process's threads): %.1f GB/s\n", cf_triad());
+    printf("%-12s %-12s %-5s %10s %10s %8s %12s\n", "op", "impl", "pass", "ms", "default ms",
+           "speedup", "rate");
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        const ops_impl *impl = sel[i], *def = ops_default_impl(impl->op);
+        if (impl->op == OPS_LMHEAD_CE && ctx->vocab > 50000 && !strcmp(impl->name, "reference"))
+            continue; /* the textbook lm_head takes minutes at a real vocabulary */
+        cf_bench b;
+        memset(&b, 0, sizeof b);
+        b.k = impl->op;
+        b.c = *ctx;
+        uint64_t seed = 7;
+        /* every buffer as large as the op's largest tensor */
+        const size_t N = (size_t)ctx->batch * ctx->seq_len,
+                     HD = (size_t)ctx->n_heads * ctx->head_dim;
+        size_t big = N * (HD > (size_t)ctx->ffn_dim ? HD : (size_t)ctx->ffn_dim);
+        if (big < N * ctx->dim) big = N * ctx->dim;
+        if (impl->op == OPS_MATMUL || impl->op == OPS_ADAMW) big += (size_t)ctx->dim * ctx->ffn_dim;
+        if (impl->op == OPS_EMBEDDING || impl->op == OPS_LMHEAD_CE)
+            big += (size_t)ctx->vocab * ctx->dim + (size_t)256 * ctx->vocab;
+        int ok = 1;
+        for (int j = 0; j < 9 && ok; j++) ok = (b.buf[j] = cf_rand(&seed, big, 0.5f)) != NULL;
+        b.tok = malloc(sizeof(int32_t) * (size_t)ctx->batch * ctx->seq_len);
+        if (!ok || !b.tok) {
+            for (int j = 0; j < 9; j++) free(b.buf[j]);
+            free(b.tok);
+            return base_fail(err, "kernels bench: out of memory");
+        }
+        for (int j = 0; j < ctx->batch * ctx->seq_len; j++)
+            b.tok[j] = cf_int(&seed, 0, ctx->vocab - 1);
+        if (impl->op == OPS_ADAMW) /* v >= 0 */
+            for (size_t j = 0; j < big; j++) b.buf[2][j] = fabsf(b.buf[2][j]);
+        ops_table ti, td;
+        if (cf_resolve(&ti, impl, ctx, err) || cf_resolve(&td, def, ctx, err)) {
+            printf("%-12s %-12s skipped: %s\n", ops_kind_name(impl->op), impl->name, err->msg);
+            ops_release(&ti);
+            for (int j = 0; j < 9; j++) free(b.buf[j]);
+            free(b.tok);
+            continue;
+        }
+        const int phases = impl->bwd && impl->op != OPS_LMHEAD_CE ? 2 : 1;
+        for (int ph = 0; ph < phases; ph++) {
+            b.phase = ph;
+            b.t = &ti;
+            const double ti_s = cf_time(&b, min_sec);
+            b.t = &td;
+            const double td_s = impl == def ? ti_s : cf_time(&b, min_sec);
+            int fl;
+            const double w = cf_work(impl->op, ctx, ph, &fl);
+            printf("%-12s %-12s %-5s %10.3f %10.3f %7.2fx %8.1f %s\n", ops_kind_name(impl->op),
+                   impl->name,
+                   phases == 1 ? "step"
+                   : ph        ? "bwd"
+                               : "fwd",
+                   ti_s * 1e3, td_s * 1e3, td_s / ti_s, w / ti_s / 1e9, fl ? "GFLOP/s" : "GB/s");
+        }
+        ops_release(&ti);
+        ops_release(&td);
+        for (int j = 0; j < 9; j++) free(b.buf[j]);
+        free(b.tok);
+    }
+    fflush(stdout);
+    return failed;
+}

@@ -1,0 +1,614 @@
+/* Kernel plugins: shared objects speaking include/titan/kernel_abi.h.
+ *
+ * Loading (ops_plugin_load): dlopen(RTLD_NOW | RTLD_LOCAL), read the data symbol
+ * titan_kernel_abi_version and refuse another version before calling any plugin code, then
+ * call titan_kernel_plugin_init with a host whose register_kernel validates each descriptor
+ * and registers an ops_impl carrying the kernel (ops_impl.plugin). A failed init rolls the
+ * registry back to where it was and closes the library.
+ *
+ * Calling: the hot path calls typed function pointers with no context argument, so a plugin
+ * implementation is bound, per unit (layer) that resolves to it, to a SLOT: a numbered
+ * trampoline per op and direction (macro-generated below) that knows its slot, and through
+ * it the kernel, the unit's path and the unit's saved-state buffer. The trampoline packs the
+ * typed arguments into titan_kernel_args (plg_call):
+ *   - inputs with a heads axis are transposed BSHD -> BHSD into scratch when the kernel asks
+ *     for BHSD; other inputs are passed as they are;
+ *   - every output goes to scratch first and is then copied (forward outputs, and a gradient
+ *     that aliases the titan input it replaces) or added (gradients) into titan's buffer,
+ *     converting the layout back; so the kernel never sees aliasing pointers, and in-place
+ *     calls of titan's (rope) still work;
+ *   - the slot's saved buffer (saved_bytes, kept across calls, grown preserving content) and
+ *     a workspace (workspace_bytes) are passed along.
+ * Scratch is one arena shared by all slots (calls are sequential), grown on demand.
+ * The typed signatures return void, so a kernel returning an error, or an allocation failure
+ * here, is reported and aborts the process, like the built-in kernels' allocation failures. */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "titan/kernel_abi.h"
+
+#define PLG_MAX_LIBS 16
+#define PLG_MAX_KERNELS 64
+#define PLG_SLOTS 200 /* units per op served by plugin kernels at a time (see PLG_LIST) */
+
+typedef struct {
+    titan_kernel_desc d;
+    ops_kind kind;
+    char name[64], constraints[160], path[256];
+} plg_kernel;
+
+typedef struct {
+    const plg_kernel *k;
+    char path[64]; /* the unit, for messages */
+    void *saved;
+    size_t saved_size;
+    int used;
+} plg_slot;
+
+static struct {
+    void *handle;
+    char path[256];
+} g_libs[PLG_MAX_LIBS];
+static int g_n_libs;
+static plg_kernel g_kernels[PLG_MAX_KERNELS];
+static int g_n_kernels;
+static plg_slot g_slots[OPS_COUNT][PLG_SLOTS];
+static void *g_arena;
+static size_t g_arena_size;
+
+/* The plugin kernel registered as impl (same op and name), or NULL for a built-in. */
+static const plg_kernel *plg_of(const ops_impl *impl) {
+    for (int i = 0; impl && i < g_n_kernels; i++)
+        if (g_kernels[i].kind == impl->op && !strcmp(g_kernels[i].name, impl->name))
+            return &g_kernels[i];
+    return NULL;
+}
+
+int ops_plugin_is(const ops_impl *impl) {
+    return plg_of(impl) != NULL;
+}
+
+const char *ops_impl_origin(const ops_impl *impl) {
+    const plg_kernel *k = plg_of(impl);
+    return k ? k->path : NULL;
+}
+
+int ops_plugin_op_supported(ops_kind k) {
+    return k == OPS_ROPE || k == OPS_ATTENTION || k == OPS_RMSNORM || k == OPS_SWIGLU ||
+           k == OPS_MATMUL;
+}
+
+static void *plg_alloc(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * (bytes == 0));
+    if (!p) {
+        base_log(BASE_LOG_ERROR, "kernel plugin: out of memory allocating %zu bytes", bytes);
+        abort();
+    }
+    return p;
+}
+
+/* ---- layouts ------------------------------------------------------------------------- */
+
+/* x[B,T,nh,hd] <-> [B,nh,T,hd]. to_bhsd: dst BHSD from src BSHD; else the reverse. With acc
+ * the converted values are added to dst. */
+static void plg_convert(float *dst, const float *src, int B, int T, int nh, int hd, int to_bhsd,
+                        int acc) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++) {
+                const size_t s = (((size_t)b * T + t) * nh + h) * hd; /* BSHD offset */
+                const size_t d = (((size_t)b * nh + h) * T + t) * hd; /* BHSD offset */
+                float *o = dst + (to_bhsd ? d : s);
+                const float *in = src + (to_bhsd ? s : d);
+                if (acc)
+                    for (int j = 0; j < hd; j++) o[j] += in[j];
+                else
+                    for (int j = 0; j < hd; j++) o[j] = in[j];
+            }
+}
+
+static void plg_put(float *dst, const float *src, size_t n, int acc) {
+    if (!acc) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* ---- the call adapter -------------------------------------------------------------- */
+
+typedef struct {
+    const float *p;
+    size_t n;
+    int nh; /* heads of a [B,T,nh,hd] tensor; 0 = no heads axis */
+} plg_in;
+
+typedef struct {
+    float *p; /* titan's buffer; NULL = not wanted */
+    size_t n;
+    int nh;
+    int acc; /* add into p (gradients) rather than write */
+} plg_out;
+
+static size_t plg_round(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
+/* B, T, hd: the sizes of heads tensors (unused when no tensor has nh > 0). */
+static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], float eps, int B, int T,
+                     int hd, const plg_in *in, int nin, const plg_out *out, int nout) {
+    plg_slot *s = &g_slots[kind][slot];
+    const plg_kernel *k = s->k;
+    const int bhsd = k->d.layout == TITAN_LAYOUT_BHSD;
+    titan_kernel_args a;
+    memset(&a, 0, sizeof a);
+    memcpy(a.dims, dims, sizeof a.dims);
+    a.eps = eps;
+    if (phase == 0 && k->d.saved_bytes) {
+        size_t want = k->d.saved_bytes(dims);
+        if (want > s->saved_size) {
+            void *p = plg_alloc(want);
+            if (s->saved) memcpy(p, s->saved, s->saved_size);
+            free(s->saved);
+            s->saved = p;
+            s->saved_size = want;
+        }
+    }
+    a.saved = s->saved;
+    a.saved_size = s->saved_size;
+    a.workspace_size = k->d.workspace_bytes ? k->d.workspace_bytes(phase, dims) : 0;
+    /* arena: converted inputs, then outputs, then the workspace */
+    size_t need = plg_round(a.workspace_size);
+    for (int i = 0; i < nin; i++)
+        if (bhsd && in[i].nh) need += plg_round(in[i].n * sizeof(float));
+    for (int i = 0; i < nout; i++)
+        if (out[i].p) need += plg_round(out[i].n * sizeof(float));
+    if (need > g_arena_size) {
+        free(g_arena);
+        g_arena = plg_alloc(need);
+        g_arena_size = need;
+    }
+    char *cur = g_arena;
+    for (int i = 0; i < nin; i++) {
+        a.in[i] = in[i].p;
+        if (!(bhsd && in[i].nh)) continue;
+        float *t = (float *)cur;
+        cur += plg_round(in[i].n * sizeof(float));
+        plg_convert(t, in[i].p, B, T, in[i].nh, hd, 1, 0);
+        a.in[i] = t;
+    }
+    for (int i = 0; i < nout; i++) {
+        if (!out[i].p) continue;
+        a.out[i] = (float *)cur;
+        cur += plg_round(out[i].n * sizeof(float));
+    }
+    a.workspace = a.workspace_size ? cur : NULL;
+    const int rc = (phase ? k->d.backward : k->d.forward)(&a);
+    if (rc != 0) {
+        base_log(BASE_LOG_ERROR, "kernel %s/%s (plugin %s) at %s: %s returned %d",
+                 ops_kind_name(kind), k->name, k->path, s->path, phase ? "backward" : "forward",
+                 rc);
+        abort();
+    }
+    for (int i = 0; i < nout; i++) {
+        if (!out[i].p) continue;
+        int acc = out[i].acc;
+        for (int j = 0; j < nin; j++) /* a gradient replacing its own input (rope in place) */
+            if (in[j].p == out[i].p) acc = 0;
+        if (bhsd && out[i].nh)
+            plg_convert(out[i].p, a.out[i], B, T, out[i].nh, hd, 0, acc);
+        else
+            plg_put(out[i].p, a.out[i], out[i].n, acc);
+    }
+}
+
+/* ---- per-op adapters (typed signature + slot -> plg_call) --------------------------- */
+
+static void plg_rope_fwd(int slot, float *out, const float *inp, const float *cos, const float *sin,
+                         int B, int T, int nh, int hd) {
+    const size_t n = (size_t)B * T * nh * hd, tab = (size_t)T * (hd / 2);
+    const int dims[8] = {B, T, nh, hd};
+    const plg_in in[] = {{inp, n, nh}, {cos, tab, 0}, {sin, tab, 0}};
+    const plg_out o[] = {{out, n, nh, 0}};
+    plg_call(OPS_ROPE, slot, 0, dims, 0, B, T, hd, in, 3, o, 1);
+}
+
+static void plg_rope_bwd(int slot, float *dinp, const float *dout, const float *cos,
+                         const float *sin, int B, int T, int nh, int hd) {
+    const size_t n = (size_t)B * T * nh * hd, tab = (size_t)T * (hd / 2);
+    const int dims[8] = {B, T, nh, hd};
+    const plg_in in[] = {{dout, n, nh}, {cos, tab, 0}, {sin, tab, 0}};
+    const plg_out o[] = {{dinp, n, nh, 1}};
+    plg_call(OPS_ROPE, slot, 1, dims, 0, B, T, hd, in, 3, o, 1);
+}
+
+static void plg_attention_fwd(int slot, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int G, int hd) {
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * G * hd;
+    const int dims[8] = {B, T, H, G, hd};
+    const plg_in in[] = {{q, nq, H}, {k, nkv, G}, {v, nkv, G}};
+    const plg_out o[] = {{out, nq, H, 0}, {lse, (size_t)B * H * T, 0, 0}};
+    plg_call(OPS_ATTENTION, slot, 0, dims, 0, B, T, hd, in, 3, o, 2);
+}
+
+static void plg_attention_bwd(int slot, float *dq, float *dk, float *dv, const float *dout,
+                              const float *out, const float *lse, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int G, int hd) {
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * G * hd;
+    const int dims[8] = {B, T, H, G, hd};
+    const plg_in in[] = {{dout, nq, H}, {out, nq, H}, {lse, (size_t)B * H * T, 0},
+                         {q, nq, H},    {k, nkv, G},  {v, nkv, G}};
+    const plg_out o[] = {{dq, nq, H, 1}, {dk, nkv, G, 1}, {dv, nkv, G, 1}};
+    plg_call(OPS_ATTENTION, slot, 1, dims, 0, B, T, hd, in, 6, o, 3);
+}
+
+static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp, const float *w,
+                            int N, int C, float eps) {
+    const size_t n = (size_t)N * C;
+    const int dims[8] = {N, C};
+    const plg_in in[] = {{inp, n, 0}, {w, (size_t)C, 0}};
+    const plg_out o[] = {{out, n, 0, 0}, {rstd, (size_t)N, 0, 0}};
+    plg_call(OPS_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 2, o, 2);
+}
+
+static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const float *rstd, int N, int C) {
+    const size_t n = (size_t)N * C;
+    const int dims[8] = {N, C};
+    const plg_in in[] = {{dout, n, 0}, {inp, n, 0}, {w, (size_t)C, 0}, {rstd, (size_t)N, 0}};
+    const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, 1}};
+    plg_call(OPS_RMSNORM, slot, 1, dims, 0, 0, 0, 0, in, 4, o, 2);
+}
+
+static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float *up, int N, int F) {
+    const size_t n = (size_t)N * F;
+    const int dims[8] = {N, F};
+    const plg_in in[] = {{gate, n, 0}, {up, n, 0}};
+    const plg_out o[] = {{out, n, 0, 0}};
+    plg_call(OPS_SWIGLU, slot, 0, dims, 0, 0, 0, 0, in, 2, o, 1);
+}
+
+static void plg_swiglu_bwd(int slot, float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, int N, int F) {
+    const size_t n = (size_t)N * F;
+    const int dims[8] = {N, F};
+    const plg_in in[] = {{dout, n, 0}, {gate, n, 0}, {up, n, 0}};
+    const plg_out o[] = {{dgate, n, 0, 1}, {dup, n, 0, 1}};
+    plg_call(OPS_SWIGLU, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
+}
+
+static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *w, int N, int C,
+                           int OC) {
+    const int dims[8] = {N, C, OC};
+    const plg_in in[] = {{inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
+    const plg_out o[] = {{out, (size_t)N * OC, 0, 0}};
+    plg_call(OPS_MATMUL, slot, 0, dims, 0, 0, 0, 0, in, 2, o, 1);
+}
+
+static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
+                           const float *w, int N, int C, int OC) {
+    const int dims[8] = {N, C, OC};
+    const plg_in in[] = {
+        {dout, (size_t)N * OC, 0}, {inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
+    const plg_out o[] = {{dinp, (size_t)N * C, 0, 1}, {dw, (size_t)OC * C, 0, 1}};
+    plg_call(OPS_MATMUL, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
+}
+
+/* ---- trampolines: one function per (op, direction, slot) ----------------------------- */
+
+/* PLG_LIST(M) expands M(0) M(1) ... M(199): runs of ten with prefixes "", 1 .. 19. */
+#define PLG_D(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7) M(p##8) M(p##9)
+#define PLG_LIST(M)                                                                                \
+    PLG_D(M, )                                                                                     \
+    PLG_D(M, 1) PLG_D(M, 2) PLG_D(M, 3) PLG_D(M, 4) PLG_D(M, 5) PLG_D(M, 6) PLG_D(M, 7)            \
+        PLG_D(M, 8) PLG_D(M, 9) PLG_D(M, 10) PLG_D(M, 11) PLG_D(M, 12) PLG_D(M, 13) PLG_D(M, 14)   \
+            PLG_D(M, 15) PLG_D(M, 16) PLG_D(M, 17) PLG_D(M, 18) PLG_D(M, 19)
+
+#define PLG_TR_rope_fwd(i)                                                                         \
+    static void plg_rope_fwd_##i(float *a, const float *b, const float *c, const float *d, int e,  \
+                                 int f, int g, int h) {                                            \
+        plg_rope_fwd(i, a, b, c, d, e, f, g, h);                                                   \
+    }
+#define PLG_TR_rope_bwd(i)                                                                         \
+    static void plg_rope_bwd_##i(float *a, const float *b, const float *c, const float *d, int e,  \
+                                 int f, int g, int h) {                                            \
+        plg_rope_bwd(i, a, b, c, d, e, f, g, h);                                                   \
+    }
+#define PLG_TR_attention_fwd(i)                                                                    \
+    static void plg_attention_fwd_##i(float *a, float *b, const float *c, const float *d,          \
+                                      const float *e, int f, int g, int h, int j, int k) {         \
+        plg_attention_fwd(i, a, b, c, d, e, f, g, h, j, k);                                        \
+    }
+#define PLG_TR_attention_bwd(i)                                                                    \
+    static void plg_attention_bwd_##i(                                                             \
+        float *a, float *b, float *c, const float *d, const float *e, const float *f,              \
+        const float *g, const float *h, const float *j, int k, int l, int m, int n, int o) {       \
+        plg_attention_bwd(i, a, b, c, d, e, f, g, h, j, k, l, m, n, o);                            \
+    }
+#define PLG_TR_rmsnorm_fwd(i)                                                                      \
+    static void plg_rmsnorm_fwd_##i(float *a, float *b, const float *c, const float *d, int e,     \
+                                    int f, float g) {                                              \
+        plg_rmsnorm_fwd(i, a, b, c, d, e, f, g);                                                   \
+    }
+#define PLG_TR_rmsnorm_bwd(i)                                                                      \
+    static void plg_rmsnorm_bwd_##i(float *a, float *b, const float *c, const float *d,            \
+                                    const float *e, const float *f, int g, int h) {                \
+        plg_rmsnorm_bwd(i, a, b, c, d, e, f, g, h);                                                \
+    }
+#define PLG_TR_swiglu_fwd(i)                                                                       \
+    static void plg_swiglu_fwd_##i(float *a, const float *b, const float *c, int d, int e) {       \
+        plg_swiglu_fwd(i, a, b, c, d, e);                                                          \
+    }
+#define PLG_TR_swiglu_bwd(i)                                                                       \
+    static void plg_swiglu_bwd_##i(float *a, float *b, const float *c, const float *d,             \
+                                   const float *e, int f, int g) {                                 \
+        plg_swiglu_bwd(i, a, b, c, d, e, f, g);                                                    \
+    }
+#define PLG_TR_matmul_fwd(i)                                                                       \
+    static void plg_matmul_fwd_##i(float *a, const float *b, const float *c, int d, int e,         \
+                                   int f) {                                                        \
+        plg_matmul_fwd(i, a, b, c, d, e, f);                                                       \
+    }
+#define PLG_TR_matmul_bwd(i)                                                                       \
+    static void plg_matmul_bwd_##i(float *a, float *b, const float *c, const float *d,             \
+                                   const float *e, int f, int g, int h) {                          \
+        plg_matmul_bwd(i, a, b, c, d, e, f, g, h);                                                 \
+    }
+PLG_LIST(PLG_TR_rope_fwd)
+PLG_LIST(PLG_TR_rope_bwd)
+PLG_LIST(PLG_TR_attention_fwd)
+PLG_LIST(PLG_TR_attention_bwd)
+PLG_LIST(PLG_TR_rmsnorm_fwd)
+PLG_LIST(PLG_TR_rmsnorm_bwd)
+PLG_LIST(PLG_TR_swiglu_fwd)
+PLG_LIST(PLG_TR_swiglu_bwd)
+PLG_LIST(PLG_TR_matmul_fwd)
+PLG_LIST(PLG_TR_matmul_bwd)
+
+#define PLG_ADDR_rope_fwd(i) plg_rope_fwd_##i,
+#define PLG_ADDR_rope_bwd(i) plg_rope_bwd_##i,
+#define PLG_ADDR_attention_fwd(i) plg_attention_fwd_##i,
+#define PLG_ADDR_attention_bwd(i) plg_attention_bwd_##i,
+#define PLG_ADDR_rmsnorm_fwd(i) plg_rmsnorm_fwd_##i,
+#define PLG_ADDR_rmsnorm_bwd(i) plg_rmsnorm_bwd_##i,
+#define PLG_ADDR_swiglu_fwd(i) plg_swiglu_fwd_##i,
+#define PLG_ADDR_swiglu_bwd(i) plg_swiglu_bwd_##i,
+#define PLG_ADDR_matmul_fwd(i) plg_matmul_fwd_##i,
+#define PLG_ADDR_matmul_bwd(i) plg_matmul_bwd_##i,
+static const ops_rope_fwd_fn g_rope_fwd[] = {PLG_LIST(PLG_ADDR_rope_fwd)};
+static const ops_rope_bwd_fn g_rope_bwd[] = {PLG_LIST(PLG_ADDR_rope_bwd)};
+static const ops_attention_fwd_fn g_attention_fwd[] = {PLG_LIST(PLG_ADDR_attention_fwd)};
+static const ops_attention_bwd_fn g_attention_bwd[] = {PLG_LIST(PLG_ADDR_attention_bwd)};
+static const ops_rmsnorm_fwd_fn g_rmsnorm_fwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_fwd)};
+static const ops_rmsnorm_bwd_fn g_rmsnorm_bwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_bwd)};
+static const ops_swiglu_fwd_fn g_swiglu_fwd[] = {PLG_LIST(PLG_ADDR_swiglu_fwd)};
+static const ops_swiglu_bwd_fn g_swiglu_bwd[] = {PLG_LIST(PLG_ADDR_swiglu_bwd)};
+static const ops_matmul_fwd_fn g_matmul_fwd[] = {PLG_LIST(PLG_ADDR_matmul_fwd)};
+static const ops_matmul_bwd_fn g_matmul_bwd[] = {PLG_LIST(PLG_ADDR_matmul_bwd)};
+
+_Static_assert(sizeof g_rope_fwd / sizeof g_rope_fwd[0] == PLG_SLOTS, "PLG_LIST != PLG_SLOTS");
+
+/* ---- binding ----------------------------------------------------------------------- */
+
+int ops_plugin_bind(ops_table *t, ops_kind k, const ops_impl *impl, const char *path,
+                    base_err *err) {
+    const plg_kernel *pk = plg_of(impl);
+    int slot = -1;
+    for (int i = 0; i < PLG_SLOTS && slot < 0; i++)
+        if (!g_slots[k][i].used) slot = i;
+    if (slot < 0)
+        return base_fail(err,
+                         "kernel %s/%s at %s: more than %d units use plugin kernels of %s at "
+                         "once (select it for fewer layers)",
+                         ops_kind_name(k), impl->name, path, PLG_SLOTS, ops_kind_name(k));
+    plg_slot *s = &g_slots[k][slot];
+    memset(s, 0, sizeof *s);
+    s->k = pk;
+    s->used = 1;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    switch (k) {
+    case OPS_ROPE:
+        t->rope_fwd = g_rope_fwd[slot];
+        t->rope_bwd = g_rope_bwd[slot];
+        break;
+    case OPS_ATTENTION:
+        t->attention_fwd = g_attention_fwd[slot];
+        t->attention_bwd = g_attention_bwd[slot];
+        break;
+    case OPS_RMSNORM:
+        t->rmsnorm_fwd = g_rmsnorm_fwd[slot];
+        t->rmsnorm_bwd = g_rmsnorm_bwd[slot];
+        break;
+    case OPS_SWIGLU:
+        t->swiglu_fwd = g_swiglu_fwd[slot];
+        t->swiglu_bwd = g_swiglu_bwd[slot];
+        break;
+    case OPS_MATMUL:
+        t->matmul_fwd = g_matmul_fwd[slot];
+        t->matmul_bwd = g_matmul_bwd[slot];
+        break;
+    default: /* registration refuses other ops */
+        s->used = 0;
+        return base_fail(err, "kernel %s/%s: op cannot come from a plugin", ops_kind_name(k),
+                         impl->name);
+    }
+    t->plugin_slot[k] = slot + 1;
+    return 0;
+}
+
+void ops_plugin_unbind(ops_table *t) {
+    for (int k = 0; k < OPS_COUNT; k++) {
+        if (!t->plugin_slot[k]) continue;
+        plg_slot *s = &g_slots[k][t->plugin_slot[k] - 1];
+        free(s->saved);
+        memset(s, 0, sizeof *s);
+        t->plugin_slot[k] = 0;
+    }
+}
+
+int ops_plugin_check(const ops_impl *impl, const ops_ctx *ctx, base_err *err) {
+    const plg_kernel *pk = plg_of(impl);
+    if (!pk->d.check) return 0;
+    const titan_model_shape sh = {ctx->batch,      ctx->seq_len,  ctx->dim,     ctx->n_heads,
+                                  ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim, ctx->vocab};
+    char why[256] = "";
+    if (pk->d.check(&sh, why, sizeof why) == 0) return 0;
+    why[sizeof why - 1] = '\0';
+    return base_fail(err, "%s", why[0] ? why : pk->constraints);
+}
+
+/* The registry entry's fwd/bwd of a plugin implementation: only reached if something calls
+ * an implementation without resolving it into a table first (a titan bug). */
+static void plg_direct_call(void) {
+    base_log(BASE_LOG_ERROR, "kernel plugin: implementation called without ops_resolve");
+    abort();
+}
+
+/* ---- loading ----------------------------------------------------------------------- */
+
+typedef struct {
+    const char *path;
+    base_err *err;
+    int failed; /* an error is already in err */
+} plg_load;
+
+static int plg_name_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        const char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    return n > 0 && n < 64;
+}
+
+static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *d) {
+    plg_load *L = host->host_private;
+    if (L->failed) return -1;
+    L->failed = 1;
+    if (!d) return base_fail(L->err, "kernel plugin %s: register_kernel(NULL)", L->path);
+    if (d->abi_version != TITAN_KERNEL_ABI_VERSION)
+        return base_fail(L->err,
+                         "kernel plugin %s: a kernel descriptor says ABI version %u; this titan "
+                         "speaks version %u (rebuild the plugin against its "
+                         "include/titan/kernel_abi.h)",
+                         L->path, d->abi_version, TITAN_KERNEL_ABI_VERSION);
+    if (d->struct_size < sizeof(titan_kernel_desc))
+        return base_fail(L->err, "kernel plugin %s: descriptor of %u bytes, expected %zu", L->path,
+                         d->struct_size, sizeof(titan_kernel_desc));
+    const char *nm = d->name ? d->name : "(null)";
+    const int kind = ops_kind_from_name(d->op);
+    if (kind < 0 || !ops_plugin_op_supported((ops_kind)kind))
+        return base_fail(L->err,
+                         "kernel plugin %s: kernel '%s' is for op '%s'; plugins can provide "
+                         "rope, attention, rmsnorm, swiglu, matmul",
+                         L->path, nm, d->op ? d->op : "(null)");
+    if (!d->name || !plg_name_ok(d->name))
+        return base_fail(L->err,
+                         "kernel plugin %s: %s kernel name '%s' must be 1-63 characters of "
+                         "[A-Za-z0-9_-]",
+                         L->path, d->op, nm);
+    if (!d->forward || !d->backward)
+        return base_fail(L->err, "kernel plugin %s: kernel %s/%s has no %s function", L->path,
+                         d->op, nm, d->forward ? "backward" : "forward");
+    if (d->layout != TITAN_LAYOUT_BSHD && d->layout != TITAN_LAYOUT_BHSD)
+        return base_fail(L->err, "kernel plugin %s: kernel %s/%s: unknown layout %d", L->path,
+                         d->op, nm, (int)d->layout);
+    if (g_n_kernels >= PLG_MAX_KERNELS)
+        return base_fail(L->err, "kernel plugin %s: more than %d plugin kernels", L->path,
+                         PLG_MAX_KERNELS);
+    plg_kernel *k = &g_kernels[g_n_kernels];
+    memset(k, 0, sizeof *k);
+    k->d = *d;
+    k->kind = (ops_kind)kind;
+    snprintf(k->name, sizeof k->name, "%s", d->name);
+    snprintf(k->constraints, sizeof k->constraints, "%s", d->constraints ? d->constraints : "");
+    snprintf(k->path, sizeof k->path, "%s", L->path);
+    /* fwd/bwd of the registry entry are never called for a plugin (the table gets
+     * trampolines); they must be non-NULL for ops_register's checks. */
+    const ops_impl impl = {(ops_kind)kind, k->name,         k->constraints,
+                           NULL,           plg_direct_call, plg_direct_call};
+    base_err e;
+    if (ops_register_nobuiltin(&impl, &e))
+        return base_fail(L->err, "kernel plugin %s: %s", L->path, e.msg);
+    g_n_kernels++; /* after the registry accepted it: plg_of() finds it from now on */
+    L->failed = 0;
+    return 0;
+}
+
+static void plg_error(const titan_kernel_host *host, const char *msg) {
+    plg_load *L = host->host_private;
+    if (L->failed) return; /* keep the first reason */
+    L->failed = 1;
+    base_fail(L->err, "kernel plugin %s: %s", L->path, msg ? msg : "init failed");
+}
+
+int ops_plugin_load(const char *path, base_err *err) {
+    ops_register_builtin();
+    if (!path || !path[0]) return base_fail(err, "kernel plugin: empty path");
+    if (strlen(path) >= sizeof g_libs[0].path)
+        return base_fail(err, "kernel plugin: path too long (%zu bytes)", strlen(path));
+    for (int i = 0; i < g_n_libs; i++)
+        if (!strcmp(g_libs[i].path, path)) return 0;
+    if (g_n_libs >= PLG_MAX_LIBS)
+        return base_fail(err, "kernel plugin %s: more than %d plugins", path, PLG_MAX_LIBS);
+    /* A bare name would make dlopen search the library path; a plugin is a file. */
+    char file[300];
+    snprintf(file, sizeof file, "%s%s", strchr(path, '/') ? "" : "./", path);
+    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return base_fail(err, "kernel plugin %s: cannot load: %s", path, why ? why : "?");
+    }
+    const uint32_t *ver = dlsym(h, "titan_kernel_abi_version");
+    if (!ver) {
+        dlclose(h);
+        return base_fail(err,
+                         "kernel plugin %s: not a titan kernel plugin (no symbol "
+                         "titan_kernel_abi_version; declare TITAN_KERNEL_PLUGIN_ABI from "
+                         "include/titan/kernel_abi.h)",
+                         path);
+    }
+    if (*ver != TITAN_KERNEL_ABI_VERSION) {
+        const uint32_t v = *ver;
+        dlclose(h);
+        return base_fail(err,
+                         "kernel plugin %s: built against kernel ABI version %u; this titan "
+                         "speaks version %u (rebuild the plugin against this titan's "
+                         "include/titan/kernel_abi.h)",
+                         path, v, TITAN_KERNEL_ABI_VERSION);
+    }
+    titan_kernel_plugin_init_fn init;
+    void *sym = dlsym(h, "titan_kernel_plugin_init");
+    if (!sym) {
+        dlclose(h);
+        return base_fail(err,
+                         "kernel plugin %s: missing symbol titan_kernel_plugin_init (the entry "
+                         "point that registers its kernels)",
+                         path);
+    }
+    memcpy(&init, &sym, sizeof init); /* object pointer -> function pointer, as POSIX allows */
+    const int mark = ops_registry_mark(), kmark = g_n_kernels;
+    plg_load L = {path, err, 0};
+    const titan_kernel_host host = {TITAN_KERNEL_ABI_VERSION, plg_register, plg_error, &L};
+    const int rc = init(&host);
+    if (rc != 0 || L.failed) {
+        if (!L.failed) base_fail(err, "kernel plugin %s: init returned %d", path, rc);
+        ops_registry_rollback(mark);
+        g_n_kernels = kmark;
+        dlclose(h);
+        return -1;
+    }
+    g_libs[g_n_libs].handle = h;
+    snprintf(g_libs[g_n_libs].path, sizeof g_libs[g_n_libs].path, "%s", path);
+    g_n_libs++;
+    base_log(BASE_LOG_DEBUG, "kernel plugin %s: %d kernel(s)", path, g_n_kernels - kmark);
+    return 0;
+}

@@ -1,0 +1,35 @@
+# Kernel plugins: the shipped example (examples/kernels/rope_bhsd.c, built into
+# build/examples/) and the test plugins of tests/plugins/test_plugin.c, one per case; then
+# the plugin/override unit test and the conformance runs of `titan kernels test`.
+add_library(rope_bhsd MODULE ${CMAKE_SOURCE_DIR}/examples/kernels/rope_bhsd.c)
+set_target_properties(rope_bhsd PROPERTIES PREFIX "lib"
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/examples)
+target_include_directories(rope_bhsd PRIVATE ${CMAKE_SOURCE_DIR}/include)
+target_link_libraries(rope_bhsd PRIVATE OpenMP::OpenMP_C)
+
+set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
+foreach(case good version nosym noinit badop nobwd initfail dup badlayout)
+  add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
+  set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
+    LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
+  target_compile_definitions(test_plugin_${case} PRIVATE PLUGIN_CASE_${case})
+  target_include_directories(test_plugin_${case} PRIVATE ${CMAKE_SOURCE_DIR}/include)
+  target_link_libraries(test_plugin_${case} PRIVATE m)
+  add_dependencies(test_kernels test_plugin_${case})
+endforeach()
+add_dependencies(test_kernels rope_bhsd)
+target_compile_definitions(test_kernels PRIVATE
+  TITAN_TEST_PLUGIN_DIR="${TITAN_TEST_PLUGIN_DIR}"
+  TITAN_EXAMPLE_PLUGIN="${CMAKE_BINARY_DIR}/examples/librope_bhsd.so")
+
+# Conformance: every registered implementation against its op's default (defaults against
+# the reference implementations), then the example plugin and the test plugin.
+add_test(NAME kernels_conformance COMMAND titan kernels test)
+add_test(NAME kernels_conformance_plugin COMMAND titan kernels test rope_bhsd
+  --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
+add_test(NAME kernels_conformance_plugin_ws COMMAND titan kernels test swiglu_ws
+  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
+add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
+  --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
+set_tests_properties(kernels_conformance kernels_conformance_plugin kernels_conformance_plugin_ws
+  kernels_bench_smoke PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

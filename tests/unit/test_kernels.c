@@ -1,0 +1,268 @@
+/* Custom kernels: override syntax (op names, globs, N-M ranges, module sub-paths, last wins,
+ * overrides that match nothing), constraint errors through model_build, kernel plugins
+ * (hostile plugins refused with clear messages and rolled back; the example BHSD RoPE plugin
+ * bit-identical to the default through layout conversion and its saved table; a BSHD plugin
+ * with workspace and saved state inside a training step), and the conformance harness
+ * catching a wrong kernel. Plugin paths come from tests/kernels.cmake. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "model/model.h"
+#include "ops/cpu/cpu.h"
+#include "ops/ops.h"
+
+#define PLUGIN(c) TITAN_TEST_PLUGIN_DIR "/libtest_plugin_" c ".so"
+
+static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0};
+
+static int has(const char *msg, const char *a, const char *b) {
+    return strstr(msg, a) && (!b || strstr(msg, b));
+}
+
+static const char *impl_at(const char *path, const ops_override *o, int n, ops_kind k) {
+    ops_table t;
+    base_err e;
+    if (ops_resolve(&t, path, &g_ctx, o, n, &e)) return "(error)";
+    const char *name = t.impl[k]->name;
+    ops_release(&t);
+    return name;
+}
+
+static void test_override_syntax(void) {
+    const ops_override range[] = {{"layers.0-3.attention", "reference"}};
+    CHECK(!strcmp(impl_at("layers.0", range, 1, OPS_ATTENTION), "reference"), "range: layer 0");
+    CHECK(!strcmp(impl_at("layers.3", range, 1, OPS_ATTENTION), "reference"), "range: layer 3");
+    CHECK(!strcmp(impl_at("layers.4", range, 1, OPS_ATTENTION), "default"), "range: layer 4");
+    CHECK(!strcmp(impl_at("layers.12", range, 1, OPS_ATTENTION), "default"),
+          "range: '0-3' does not match the prefix of 12");
+    const ops_override wide[] = {{"layers.10-12.*", "reference"}};
+    CHECK(!strcmp(impl_at("layers.11", wide, 1, OPS_SWIGLU), "reference") &&
+              !strcmp(impl_at("layers.1", wide, 1, OPS_SWIGLU), "default"),
+          "range with a glob after it");
+
+    const ops_override sub[] = {{"layers.*.attention.rope", "reference"},
+                                {"layers.*.feed_forward.swiglu", "reference"}};
+    CHECK(!strcmp(impl_at("layers.5", sub, 2, OPS_ROPE), "reference") &&
+              !strcmp(impl_at("layers.5", sub, 2, OPS_SWIGLU), "reference") &&
+              !strcmp(impl_at("layers.5", sub, 2, OPS_ATTENTION), "default"),
+          "sub-paths attention.rope / feed_forward.swiglu select only their op");
+    const ops_override last[] = {{"rope", "reference"}, {"layers.2.attention.rope", "default"}};
+    CHECK(!strcmp(impl_at("layers.2", last, 2, OPS_ROPE), "default") &&
+              !strcmp(impl_at("layers.1", last, 2, OPS_ROPE), "reference"),
+          "the last matching override wins");
+
+    /* over a whole model: an override that matches no op is an error naming it */
+    const char *paths[] = {"tok_embeddings", "layers.0", "layers.1", "head"};
+    ops_table t[4];
+    base_err e = {{0}};
+    const ops_override typo[] = {{"layers.*.attention.rop", "reference"}};
+    CHECK(ops_resolve_units(t, paths, 4, &g_ctx, typo, 1, &e) != 0 &&
+              has(e.msg, "'layers.*.attention.rop' = 'reference' matches no op", NULL),
+          "typo in a sub-path: %s", e.msg);
+    const ops_override past[] = {{"rope", "reference"}, {"layers.2-9.rope", "default"}};
+    CHECK(ops_resolve_units(t, paths, 4, &g_ctx, past, 2, &e) != 0 &&
+              has(e.msg, "'layers.2-9.rope'", "matches no op"),
+          "range past the last layer: %s", e.msg);
+    const ops_override fine[] = {{"layers.0-1.attention.rope", "reference"}};
+    CHECK(ops_resolve_units(t, paths, 4, &g_ctx, fine, 1, &e) == 0 &&
+              !strcmp(t[2].impl[OPS_ROPE]->name, "reference"),
+          "resolve_units: %s", e.msg);
+    for (int i = 0; i < 4; i++) ops_release(&t[i]);
+}
+
+/* A constrained implementation refused by model_build with kernel, layer and rule. */
+static int check_seq64(const ops_ctx *c, base_err *err) {
+    if (c->seq_len % 64 == 0) return 0;
+    return base_fail(err, "seq_len %% 64 == 0 (seq_len = %d)", c->seq_len);
+}
+
+static void tiny_args(model_args *a) {
+    base_err e;
+    model_flavor("debugmodel", a, &e);
+    a->dim = 32;
+    a->n_layers = 2;
+    a->n_heads = 4;
+    a->n_kv_heads = 2;
+    a->head_dim = 8;
+    a->ffn_dim = 48;
+    a->vocab_size = 64;
+}
+
+static void test_constraint_errors(void) {
+    const ops_impl seq64 = {OPS_ATTENTION,
+                            "seq64",
+                            "seq_len % 64 == 0",
+                            check_seq64,
+                            (ops_fn)ops_cpu_attention_fwd,
+                            (ops_fn)ops_cpu_attention_bwd};
+    base_err e = {{0}};
+    CHECK(ops_register(&seq64, &e) == 0, "register: %s", e.msg);
+    model_args a;
+    tiny_args(&a);
+    const ops_override ov[] = {{"layers.1.attention", "seq64"}};
+    model_build_opts bo = {2, 48, MODEL_AC_NONE, 0, ov, 1, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    model m;
+    CHECK(model_build(&m, &a, &bo, &e) != 0 &&
+              has(e.msg, "kernel attention/seq64 at layers.1: seq_len % 64 == 0 (seq_len = 48)",
+                  NULL),
+          "constraint error names kernel, layer and rule: %s", e.msg);
+    model_free(&m);
+    bo.seq_len = 64;
+    CHECK(model_build(&m, &a, &bo, &e) == 0 &&
+              !strcmp(m.ops[2].impl[OPS_ATTENTION]->name, "seq64") &&
+              !strcmp(m.ops[1].impl[OPS_ATTENTION]->name, "default"),
+          "constraint met: %s", e.msg);
+    model_free(&m);
+}
+
+static void test_hostile_plugins(void) {
+    base_err e = {{0}};
+    CHECK(ops_plugin_load("/nonexistent/libx.so", &e) != 0 &&
+              has(e.msg, "kernel plugin /nonexistent/libx.so: cannot load", NULL),
+          "bad path: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("version"), &e) != 0 &&
+              has(e.msg, "built against kernel ABI version 999", "speaks version 1"),
+          "ABI mismatch: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("nosym"), &e) != 0 &&
+              has(e.msg, "not a titan kernel plugin", "titan_kernel_abi_version"),
+          "no version symbol: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("noinit"), &e) != 0 &&
+              has(e.msg, "missing symbol titan_kernel_plugin_init", NULL),
+          "no init: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("badop"), &e) != 0 && has(e.msg, "op 'grouped_mm'", "rope"),
+          "unsupported op: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("nobwd"), &e) != 0 && has(e.msg, "swiglu/swiglu_ws", "backward"),
+          "no backward: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("initfail"), &e) != 0 &&
+              has(e.msg, "lacks the instructions", NULL),
+          "init error: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("badlayout"), &e) != 0 && has(e.msg, "unknown layout 7", NULL),
+          "bad layout: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("dup"), &e) != 0 && has(e.msg, "rope/default", "already"),
+          "name clash: %s", e.msg);
+    CHECK(!ops_find(OPS_SWIGLU, "swiglu_ws"), "a failed plugin's kernels are rolled back");
+}
+
+/* The example plugin (BHSD layout, cached table) against the default RoPE, bit for bit. */
+static void test_example_plugin(void) {
+    base_err e = {{0}};
+    CHECK(ops_plugin_load(TITAN_EXAMPLE_PLUGIN, &e) == 0, "load example: %s", e.msg);
+    CHECK(ops_plugin_load(TITAN_EXAMPLE_PLUGIN, &e) == 0, "loading twice is a no-op: %s", e.msg);
+    const ops_impl *impl = ops_find(OPS_ROPE, "rope_bhsd");
+    CHECK(impl && ops_impl_origin(impl) && !strcmp(ops_impl_origin(impl), TITAN_EXAMPLE_PLUGIN),
+          "registered with its origin");
+    const ops_override ov = {"layers.*.attention.rope", "rope_bhsd"};
+    ops_table t;
+    CHECK(ops_resolve(&t, "layers.0", &g_ctx, &ov, 1, &e) == 0 && t.rope_fwd != ops_cpu_rope_fwd,
+          "resolve binds a trampoline: %s", e.msg);
+    ops_ctx odd = g_ctx;
+    odd.head_dim = 7;
+    ops_table t2;
+    CHECK(
+        ops_resolve(&t2, "layers.3", &odd, &ov, 1, &e) != 0 &&
+            has(e.msg, "kernel rope/rope_bhsd at layers.3: head_dim % 2 == 0 (head_dim = 7)", NULL),
+        "plugin constraint error: %s", e.msg);
+    const int B = 2, T = 9, nh = 3, hd = 8;
+    const size_t n = (size_t)B * T * nh * hd;
+    float cs[9 * 4], sn[9 * 4], x[2 * 9 * 3 * 8], y1[2 * 9 * 3 * 8], y2[2 * 9 * 3 * 8],
+        d1[2 * 9 * 3 * 8], d2[2 * 9 * 3 * 8];
+    ops_rope_table(cs, sn, T, hd, 10000.0);
+    for (size_t i = 0; i < n; i++) x[i] = sinf((float)i * 0.37f) + 0.1f;
+    t.rope_fwd(y1, x, cs, sn, B, T, nh, hd);
+    ops_cpu_rope_fwd(y2, x, cs, sn, B, T, nh, hd);
+    CHECK(!memcmp(y1, y2, sizeof y1), "plugin forward == default (bits)");
+    for (size_t i = 0; i < n; i++) d1[i] = d2[i] = 0.5f;
+    t.rope_bwd(d1, x, cs, sn, B, T, nh, hd); /* accumulates into 0.5 */
+    ops_cpu_rope_bwd(d2, x, cs, sn, B, T, nh, hd);
+    CHECK(!memcmp(d1, d2, sizeof d1), "plugin backward accumulates like the default");
+    memcpy(d1, x, sizeof d1);
+    t.rope_fwd(d1, d1, cs, sn, B, T, nh, hd);
+    CHECK(!memcmp(d1, y2, sizeof d1), "plugin forward in place");
+    ops_release(&t);
+    CHECK(ops_conform_test("rope/rope_bhsd", NULL, &e) == 0, "conformance: %s", e.msg);
+}
+
+/* One training microbatch with and without overrides: losses and gradients agree. */
+static double grad_diff(const ops_override *ov, int n_ov, double *loss_a, double *loss_b) {
+    model_args a;
+    tiny_args(&a);
+    base_err e = {{0}};
+    model ma, mb;
+    model_build_opts bo = {2, 16, MODEL_AC_NONE, 1, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    if (model_build(&ma, &a, &bo, &e)) return printf("%s\n", e.msg), INFINITY;
+    bo.overrides = ov;
+    bo.n_overrides = n_ov;
+    if (model_build(&mb, &a, &bo, &e)) return printf("%s\n", e.msg), INFINITY;
+    model_init_weights(&ma, 3);
+    model_init_weights(&mb, 3);
+    int32_t tok[32], tgt[32];
+    for (int i = 0; i < 32; i++) tok[i] = (i * 7) % 64, tgt[i] = (i * 5 + 1) % 64;
+    model_zero_grad(&ma);
+    model_zero_grad(&mb);
+    int64_t nv;
+    *loss_a = model_step_microbatch(&ma, tok, tgt, 1.0f / 32, &nv);
+    *loss_b = model_step_microbatch(&mb, tok, tgt, 1.0f / 32, &nv);
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < ma.n_floats; i++) {
+        d = fmax(d, fabs((double)ma.g[i] - mb.g[i]));
+        mx = fmax(mx, fabs((double)ma.g[i]));
+    }
+    model_free(&ma);
+    model_free(&mb);
+    return d / mx;
+}
+
+static void test_plugins_in_training(void) {
+    base_err e = {{0}};
+    CHECK(ops_plugin_load(PLUGIN("good"), &e) == 0, "load BSHD test plugin: %s", e.msg);
+    double la, lb;
+    const ops_override rope[] = {{"layers.*.attention.rope", "rope_bhsd"}};
+    double d = grad_diff(rope, 1, &la, &lb);
+    CHECK(la == lb && d == 0, "rope_bhsd in training: loss %.9g vs %.9g, grad rel diff %g", la, lb,
+          d);
+    const ops_override sw[] = {{"layers.1.feed_forward.swiglu", "swiglu_ws"}};
+    d = grad_diff(sw, 1, &la, &lb);
+    CHECK(fabs(la - lb) <= 1e-6 * fabs(la) && d < 1e-5,
+          "swiglu_ws (workspace + saved) in training: loss %.9g vs %.9g, grad rel diff %g", la, lb,
+          d);
+    const ops_override refs[] = {{"*", "reference"}};
+    d = grad_diff(refs, 1, &la, &lb);
+    CHECK(fabs(la - lb) <= 1e-5 * fabs(la) && d < 1e-4,
+          "every op 'reference': loss %.9g vs %.9g, grad rel diff %g", la, lb, d);
+}
+
+/* The harness must catch a wrong kernel: silu(g) * up with the wrong sign of the gradient. */
+static void wrong_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                      const float *up, int N, int F) {
+    ops_cpu_swiglu_bwd(dgate, dup, dout, gate, up, N, F);
+    dgate[0] += 1.0f;
+}
+
+static void test_conformance_catches(void) {
+    const ops_impl bad = {OPS_SWIGLU,       "wrong", "", NULL, (ops_fn)ops_cpu_swiglu_fwd,
+                          (ops_fn)wrong_bwd};
+    base_err e = {{0}};
+    CHECK(ops_register(&bad, &e) == 0, "register: %s", e.msg);
+    ops_conform_opts o = {2, 5, 0, 0};
+    CHECK(ops_conform_test("swiglu/wrong", &o, &e) == 1, "a wrong gradient fails the test");
+    CHECK(ops_conform_test("swiglu_ws", &o, &e) == 0, "the BSHD test plugin passes");
+    CHECK(ops_conform_test("nope", &o, &e) < 0 && has(e.msg, "no implementation 'nope'", NULL),
+          "unknown name: %s", e.msg);
+}
+
+int main(void) {
+    ops_register_builtin();
+    test_override_syntax();
+    test_constraint_errors();
+    test_hostile_plugins();
+    test_example_plugin();
+    test_plugins_in_training();
+    test_conformance_catches();
+    if (failures)
+        printf("%d check(s) failed\n", failures);
+    else
+        printf("test_kernels: all passed\n");
+    return failures != 0;
+}
