@@ -295,6 +295,40 @@ static int cf_adamw(const ops_table *x, const ops_table *y, const ops_ctx *c, ui
 
 typedef int (*cf_fn)(const ops_table *, const ops_table *, const ops_ctx *, uint64_t *,
                      cf_result *);
+/* MoE experts: N*top_k routed rows split over n_experts groups at random (empty groups
+ * included), C = dim, OC = moe_ffn_dim (ffn_dim when the shape has none). */
+static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                         cf_result *r) {
+    const int E = c->n_experts > 0 ? c->n_experts : cf_int(s, 1, 9);
+    const int R = c->batch * c->seq_len * (c->top_k > 0 ? c->top_k : 2), C = c->dim;
+    const int OC = c->moe_ffn_dim > 0 ? c->moe_ffn_dim : c->ffn_dim;
+    int32_t *offs = malloc(sizeof(int32_t) * (size_t)(E + 1));
+    float *in = cf_rand(s, (size_t)R * C, 1), *w = cf_rand(s, (size_t)E * OC * C, 1),
+          *o1 = malloc(sizeof(float) * (size_t)R * OC),
+          *o2 = malloc(sizeof(float) * (size_t)R * OC), *dy = cf_rand(s, (size_t)R * OC, 1),
+          *dx1 = cf_rand(s, (size_t)R * C, 1), *dx2 = cf_dup(dx1, (size_t)R * C),
+          *dw1 = cf_rand(s, (size_t)E * OC * C, 1), *dw2 = cf_dup(dw1, (size_t)E * OC * C);
+    if (!offs || !in || !w || !o1 || !o2 || !dy || !dx1 || !dx2 || !dw1 || !dw2) return -1;
+    offs[0] = 0; /* random non-decreasing cut points: some groups empty, some large */
+    for (int e = 1; e < E; e++) offs[e] = cf_int(s, 0, R);
+    offs[E] = R;
+    for (int e = 1; e < E; e++) /* insertion sort of the cut points */
+        for (int k = e; k > 1 && offs[k - 1] > offs[k]; k--) {
+            int32_t t = offs[k];
+            offs[k] = offs[k - 1];
+            offs[k - 1] = t;
+        }
+    x->grouped_mm_fwd(o1, in, w, offs, E, C, OC);
+    y->grouped_mm_fwd(o2, in, w, offs, E, C, OC);
+    cf_cmp(r, "out", o1, o2, (size_t)R * OC, 1e-5);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC);
+    cf_cmp(r, "dinp", dx1, dx2, (size_t)R * C, 1e-5);
+    cf_cmp(r, "dw", dw1, dw2, (size_t)E * OC * C, 1e-5);
+    CF_FREE(offs, in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
+    return 0;
+}
+
 static cf_fn cf_of(ops_kind k) {
     switch (k) {
     case OPS_EMBEDDING:
@@ -315,6 +349,8 @@ static cf_fn cf_of(ops_kind k) {
         return cf_adamw;
     case OPS_ATTENTION_KV:
         return cf_attention_kv;
+    case OPS_GROUPED_MM:
+        return cf_grouped_mm;
     default:
         return NULL; /* an op without a conformance check yet */
     }
@@ -403,7 +439,7 @@ int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err)
         cf_result worst = {0, ""};
         int ok = 1;
         for (int k = 0; k < shapes && ok; k++) {
-            ops_ctx c;
+            ops_ctx c = {0};
             ops_table tx, ty;
             base_err why;
             if (cf_shape(&seed, impl, base, &c, &why)) {
