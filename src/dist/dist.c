@@ -340,12 +340,6 @@ int dist_mesh_resolve(dist_mesh_cfg *c, int world, base_err *err) {
                          "parallelism.expert_parallel_degree %d must divide "
                          "data_parallel_shard_degree %d (EP is carved from the FSDP ranks)",
                          c->ep, c->dp_shard);
-    if (c->ep > 1 && c->ep != c->dp_shard)
-        return base_fail(err,
-                         "parallelism.expert_parallel_degree %d: must equal "
-                         "data_parallel_shard_degree %d (experts further FSDP-sharded over "
-                         "dp_shard / ep ranks are not supported yet)",
-                         c->ep, c->dp_shard);
     return 0;
 }
 
@@ -372,8 +366,12 @@ int dist_mesh_init(dist_mesh *m, const dist_mesh_cfg *cfg, base_err *err) {
     m->ep_rank = m->shard_rank % c.ep;
     m->ep_comm = comm_split(
         (m->replicate_rank * c.dp_shard + m->shard_rank / c.ep) * c.tp + m->tp_rank, m->ep_rank);
+    m->efsdp = c.dp_shard / c.ep;
+    m->efsdp_rank = m->shard_rank / c.ep;
+    m->efsdp_comm =
+        comm_split((m->replicate_rank * c.ep + m->ep_rank) * c.tp + m->tp_rank, m->efsdp_rank);
     if (!m->world_comm || !m->shard_comm || !m->replicate_comm || !m->dp_comm || !m->tp_comm ||
-        !m->ep_comm) {
+        !m->ep_comm || !m->efsdp_comm) {
         dist_mesh_free(m);
         return base_fail(err, "out of memory");
     }
@@ -387,6 +385,7 @@ void dist_mesh_free(dist_mesh *m) {
     comm_free(m->dp_comm);
     comm_free(m->tp_comm);
     comm_free(m->ep_comm);
+    comm_free(m->efsdp_comm);
     memset(m, 0, sizeof *m);
 }
 

@@ -70,7 +70,7 @@ typedef struct {
     int tp;           /* >= 1 */
     int pp, cp;       /* must be 1: pipeline and context parallelism are not supported */
     int ep;           /* expert parallelism (0 reads as 1): carved from dp_shard, which it must
-                         equal for now (experts whole on their owner, not FSDP-sharded); tp = 1 */
+                         divide (experts FSDP-sharded over dp_shard / ep ranks); tp = 1 */
 } dist_mesh_cfg;
 
 typedef struct {
@@ -87,6 +87,10 @@ typedef struct {
      * (ep_rank = shard_rank % ep); ep = 1: ep_comm is the one-process group. */
     int ep, ep_rank;
     dist_comm *ep_comm;
+    /* The dp_shard / ep shard ranks with this ep_rank (the same experts): FSDP shards the
+     * expert stacks over them (efsdp_rank = shard_rank / ep); ep = dp_shard: one process. */
+    int efsdp, efsdp_rank;
+    dist_comm *efsdp_comm;
 } dist_mesh;
 
 /* Checks the degrees against the world size (errors name the field) and splits the
@@ -117,10 +121,12 @@ void dist_mesh_free(dist_mesh *m);
  *   backward begin : gather again if released; prefetch the previous unit
  *   backward end   : reduce-scatter its gradients with SUM into the shard (the loss is
  *                    already divided by the global token count), release grads and params
- * Expert parallelism: a unit's last `local` elements (its blocks' expert stacks) are this
- * rank's own (its experts): not sharded, whole in its shard vector after the unit's sharded
- * part, copied into the full buffer by the gather and their gradients kept as they are (each
- * expert's owner saw every token routed to it).
+ * Expert parallelism: a unit's last `local` elements (its blocks' expert stacks, this EP
+ * rank's experts) are sharded the same way but over the efsdp ranks (those holding the same
+ * experts) instead: shard length L_u = ceil(local_u / efsdp), after the unit's dp_shard part
+ * in the shard vector; gathered and reduce-scattered over efsdp alongside the rest (each EP
+ * group's owner saw every token of its group routed to the expert; efsdp sums the groups).
+ * ep = dp_shard: efsdp = 1, the local part whole in the shard, copied and kept as it is.
  * HSDP (dp_replicate > 1): dist_fsdp_sync_replicas all-reduces the shard gradients over the
  * replicas once per step. */
 typedef enum {
@@ -134,7 +140,7 @@ typedef enum { DIST_FWD_BEGIN, DIST_FWD_END, DIST_BWD_BEGIN, DIST_BWD_END } dist
 
 typedef struct {
     size_t offset, numel; /* the unit's range in the flat buffer */
-    size_t local;         /* its last `local` elements are not sharded (EP experts) */
+    size_t local;         /* its last `local` elements are sharded over efsdp (EP experts) */
 } dist_unit;
 
 typedef struct {

@@ -8,21 +8,30 @@
 
 #include "internal.h"
 
+/* One part of every unit, sharded over its own group: the dense part (elements
+ * [0, numel - local)) over dp_shard, the expert part ([numel - local, numel)) over efsdp. */
+enum { PART_DENSE, PART_EXPERT, N_PARTS };
+typedef struct {
+    dist_comm *comm;
+    int P, me;        /* the group's ranks, this rank's index among them */
+    size_t *S;        /* [n] shard length of the part of each unit: ceil(len / P) */
+    int *cnt, *displ; /* [n * P] elements rank r owns of the part, and where they start in it */
+} fsdp_part;
+
 struct dist_fsdp {
-    dist_comm *shard, *rep;
-    int n, P, me; /* units, dp_shard ranks, this rank's index among them */
+    dist_comm *rep;
+    int n, P; /* units, dp_shard ranks */
+    fsdp_part part[N_PARTS];
     dist_unit *units;
-    size_t *S;        /* [n] shard length of each unit: ceil((numel - local) / P) + local */
-    size_t *Sh;       /* [n] its sharded part: ceil((numel - local) / P) */
-    size_t *soff;     /* [n] where each unit's shard starts in the shard vector */
-    int *cnt, *displ; /* [n * P] elements rank r owns of unit u, and where they start */
+    size_t *S;    /* [n] shard length of each unit: the parts' together */
+    size_t *soff; /* [n] where each unit's shard starts in the shard vector */
     size_t n_floats, shard_len, max_S;
     float *w, *g;     /* full (virtual) buffers [n_floats] */
     size_t map_bytes; /* > 0: w and g are our mappings */
     float *ws, *gs;   /* the shard vectors [shard_len] (P = 1: w and g themselves) */
     float *tmp;       /* [max_S] reduce-scatter result */
     unsigned char *gathered;
-    dist_req *req;
+    dist_req *req; /* [n * N_PARTS] the gathers in flight */
     dist_reshard reshard;
     int head, pinned;
     dist_range *ranges;
@@ -41,32 +50,50 @@ static void add_range(dist_fsdp *f, size_t shard_off, size_t global_off, size_t 
         f->ranges[f->n_ranges++] = (dist_range){shard_off, global_off, len};
 }
 
+/* Part k of unit x: its length and where it starts in the unit. */
+static size_t part_len(const dist_unit *x, int k) {
+    return k == PART_DENSE ? x->numel - x->local : x->local;
+}
+static size_t part_at(const dist_unit *x, int k) {
+    return k == PART_DENSE ? 0 : x->numel - x->local;
+}
+/* Where part k of unit u starts in the shard vector. */
+static size_t part_soff(const dist_fsdp *f, int u, int k) {
+    return f->soff[u] + (k == PART_DENSE ? 0 : f->part[PART_DENSE].S[u]);
+}
+
 int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c, base_err *err) {
     *out = NULL;
     dist_fsdp *f = calloc(1, sizeof *f);
     if (!f) return base_fail(err, "out of memory");
-    f->shard = mesh->shard_comm;
     f->rep = mesh->replicate_comm;
     f->n = c->n_units;
     f->P = mesh->dp_shard;
-    f->me = mesh->shard_rank;
     f->n_floats = c->n_floats;
     f->reshard = c->reshard;
     f->head = c->head_unit;
     f->pinned = c->pinned_unit;
     f->page = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t n = (size_t)f->n, P = (size_t)f->P;
+    const size_t n = (size_t)f->n;
+    f->part[PART_DENSE] =
+        (fsdp_part){.comm = mesh->shard_comm, .P = mesh->dp_shard, .me = mesh->shard_rank};
+    f->part[PART_EXPERT] =
+        (fsdp_part){.comm = mesh->efsdp_comm, .P = mesh->efsdp, .me = mesh->efsdp_rank};
+    int oom = 0;
+    for (int k = 0; k < N_PARTS; k++) {
+        fsdp_part *q = &f->part[k];
+        q->S = calloc(n, sizeof *q->S);
+        q->cnt = calloc(n * (size_t)q->P, sizeof *q->cnt);
+        q->displ = calloc(n * (size_t)q->P, sizeof *q->displ);
+        oom |= !q->S || !q->cnt || !q->displ;
+    }
     f->units = calloc(n, sizeof *f->units);
     f->S = calloc(n, sizeof *f->S);
-    f->Sh = calloc(n, sizeof *f->Sh);
     f->soff = calloc(n, sizeof *f->soff);
-    f->cnt = calloc(n * P, sizeof *f->cnt);
-    f->displ = calloc(n * P, sizeof *f->displ);
     f->gathered = calloc(n, 1);
-    f->req = calloc(n, sizeof *f->req);
-    f->ranges = calloc(2 * n, sizeof *f->ranges);
-    if (!f->units || !f->S || !f->Sh || !f->soff || !f->cnt || !f->displ || !f->gathered ||
-        !f->req || !f->ranges) {
+    f->req = calloc(n * N_PARTS, sizeof *f->req);
+    f->ranges = calloc(N_PARTS * n, sizeof *f->ranges);
+    if (oom || !f->units || !f->S || !f->soff || !f->gathered || !f->req || !f->ranges) {
         dist_fsdp_free(f);
         return base_fail(err, "out of memory");
     }
@@ -82,23 +109,24 @@ int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c
         }
         at += x->numel;
         f->units[u] = *x;
-        const size_t head = x->numel - x->local; /* the sharded part */
-        f->Sh[u] = (head + P - 1) / P;
-        f->S[u] = f->Sh[u] + x->local;
         f->soff[u] = f->shard_len;
-        f->shard_len += f->S[u];
-        if (f->Sh[u] > f->max_S) f->max_S = f->Sh[u];
-        for (size_t r = 0; r < P; r++) {
-            const size_t lo = r * f->Sh[u] < head ? r * f->Sh[u] : head;
-            const size_t hi = lo + f->Sh[u] < head ? lo + f->Sh[u] : head;
-            f->cnt[u * P + r] = (int)(hi - lo);
-            f->displ[u * P + r] = (int)lo;
+        for (int k = 0; k < N_PARTS; k++) {
+            fsdp_part *q = &f->part[k];
+            const size_t P = (size_t)q->P, len = part_len(x, k), S = (len + P - 1) / P;
+            q->S[u] = S;
+            if (S > f->max_S) f->max_S = S;
+            for (size_t r = 0; r < P; r++) {
+                const size_t lo = r * S < len ? r * S : len, hi = lo + S < len ? lo + S : len;
+                q->cnt[u * P + r] = (int)(hi - lo);
+                q->displ[u * P + r] = (int)lo;
+            }
+            /* this rank's piece of the part, merged with the previous one when both sides
+             * are adjacent */
+            add_range(f, f->soff[u] + f->S[u], x->offset + part_at(x, k) + (size_t)q->me * S,
+                      (size_t)q->cnt[u * P + (size_t)q->me]);
+            f->S[u] += S;
         }
-        /* this rank's pieces (its shard, its local part), merged with the previous one when
-         * both sides are adjacent */
-        add_range(f, f->soff[u], x->offset + (size_t)f->me * f->Sh[u],
-                  (size_t)f->cnt[u * P + f->me]);
-        add_range(f, f->soff[u] + f->Sh[u], x->offset + head, x->local);
+        f->shard_len += f->S[u];
     }
     if (at != c->n_floats) {
         dist_fsdp_free(f);
@@ -139,12 +167,14 @@ void dist_fsdp_free(dist_fsdp *f) {
         base_free(f->gs);
     }
     base_free(f->tmp);
+    for (int k = 0; k < N_PARTS; k++) {
+        free(f->part[k].S);
+        free(f->part[k].cnt);
+        free(f->part[k].displ);
+    }
     free(f->units);
     free(f->S);
-    free(f->Sh);
     free(f->soff);
-    free(f->cnt);
-    free(f->displ);
     free(f->gathered);
     free(f->req);
     free(f->ranges);
@@ -195,50 +225,67 @@ static void drop(const dist_fsdp *f, float *base, size_t off, size_t n, int zero
     madvise(a, (size_t)(b - a), MADV_DONTNEED);
 }
 
+static int in_flight(const dist_fsdp *f, int u) {
+    for (int k = 0; k < N_PARTS; k++)
+        if (f->req[u * N_PARTS + k].active) return 1;
+    return 0;
+}
+
+/* Waits for unit u's gathers. */
+static void wait_gather(dist_fsdp *f, int u) {
+    for (int k = 0; k < N_PARTS; k++) f->st.gather_s += dist_wait(&f->req[u * N_PARTS + k]);
+}
+
+/* Starts the all-gather of each part of unit u over its group (a copy in a one-rank group:
+ * the experts whole here under ep = dp_shard). */
 static void start_gather(dist_fsdp *f, int u) {
-    if (f->gathered[u] || f->req[u].active) return;
-    const int *cnt = f->cnt + (size_t)u * f->P, *displ = f->displ + (size_t)u * f->P;
+    if (f->gathered[u] || in_flight(f, u)) return;
     const dist_unit *x = &f->units[u];
-    dist_iallgatherv_f32(f->shard, f->ws + f->soff[u], f->w + x->offset, cnt, displ, &f->req[u]);
-    if (x->local) /* this rank's own experts: whole in the shard */
-        memcpy(f->w + x->offset + x->numel - x->local, f->ws + f->soff[u] + f->Sh[u],
-               x->local * sizeof(float));
+    for (int k = 0; k < N_PARTS; k++) {
+        const fsdp_part *q = &f->part[k];
+        const size_t len = part_len(x, k), at = (size_t)u * (size_t)q->P;
+        if (!len) continue;
+        dist_iallgatherv_f32(q->comm, f->ws + part_soff(f, u, k), f->w + x->offset + part_at(x, k),
+                             q->cnt + at, q->displ + at, &f->req[u * N_PARTS + k]);
+        if (q->P > 1) f->st.gather_bytes += (double)len * sizeof(float);
+    }
     f->st.gathers++;
-    f->st.gather_bytes += (double)(x->numel - x->local) * sizeof(float);
 }
 
 /* Unit u's parameters complete in the full buffer. */
 static void ensure(dist_fsdp *f, int u) {
     start_gather(f, u);
-    f->st.gather_s += dist_wait(&f->req[u]);
+    wait_gather(f, u);
     f->gathered[u] = 1;
 }
 
 static void release_params(dist_fsdp *f, int u) {
-    f->st.gather_s += dist_wait(&f->req[u]);
+    wait_gather(f, u);
     if (!f->gathered[u]) return;
     drop(f, f->w, f->units[u].offset, f->units[u].numel, 0);
     f->gathered[u] = 0;
 }
 
-/* Sums unit u's gradients over the shard group into this rank's shard, then zeroes them. */
+/* Sums each part of unit u's gradients over its group into this rank's shard (a copy in a
+ * one-rank group: under ep = dp_shard the expert owner served all its tokens), then zeroes
+ * them. */
 static void reduce(dist_fsdp *f, int u) {
-    const int *cnt = f->cnt + (size_t)u * f->P;
-    f->st.reduce_s += dist_reduce_scatter_f32(f->shard, f->g + f->units[u].offset, f->tmp, cnt);
-    f->st.reduces++;
     const dist_unit *x = &f->units[u];
-    f->st.reduce_bytes += (double)(x->numel - x->local) * sizeof(float);
-    float *gs = f->gs + f->soff[u];
-    const int k = cnt[f->me];
+    for (int k = 0; k < N_PARTS; k++) {
+        const fsdp_part *q = &f->part[k];
+        const size_t len = part_len(x, k);
+        if (!len) continue;
+        const int *cnt = q->cnt + (size_t)u * (size_t)q->P;
+        f->st.reduce_s +=
+            dist_reduce_scatter_f32(q->comm, f->g + x->offset + part_at(x, k), f->tmp, cnt);
+        if (q->P > 1) f->st.reduce_bytes += (double)len * sizeof(float);
+        float *gs = f->gs + part_soff(f, u, k);
+        const int nk = cnt[q->me];
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < k; i++) gs[i] += f->tmp[i];
-    /* the local part: complete here (EP: the expert's owner served all its tokens) */
-    const float *gl = f->g + x->offset + x->numel - x->local;
-    float *sl = gs + f->Sh[u];
-    const size_t nl = x->local;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < nl; i++) sl[i] += gl[i];
-    drop(f, f->g, f->units[u].offset, f->units[u].numel, 1);
+        for (int i = 0; i < nk; i++) gs[i] += f->tmp[i];
+    }
+    f->st.reduces++;
+    drop(f, f->g, x->offset, x->numel, 1);
 }
 
 static int release_after_forward(const dist_fsdp *f, int u) {
@@ -280,10 +327,12 @@ void dist_fsdp_begin_step(dist_fsdp *f) {
 void dist_fsdp_store_unit(dist_fsdp *f, int u) {
     if (f->P == 1) return;
     const dist_unit *x = &f->units[u];
-    const size_t S = f->Sh[u], k = (size_t)f->cnt[(size_t)u * f->P + f->me];
-    memcpy(f->ws + f->soff[u], f->w + x->offset + (size_t)f->me * S, k * sizeof(float));
-    memcpy(f->ws + f->soff[u] + S, f->w + x->offset + x->numel - x->local,
-           x->local * sizeof(float));
+    for (int k = 0; k < N_PARTS; k++) {
+        const fsdp_part *q = &f->part[k];
+        const size_t S = q->S[u], nk = (size_t)q->cnt[(size_t)u * (size_t)q->P + (size_t)q->me];
+        memcpy(f->ws + part_soff(f, u, k), f->w + x->offset + part_at(x, k) + (size_t)q->me * S,
+               nk * sizeof(float));
+    }
     f->gathered[u] = 1; /* whatever is there goes */
     release_params(f, u);
 }

@@ -401,12 +401,13 @@ static void print_header(const train_opts *o, const model *m, const token_source
            desc, o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
            (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->steps);
     /* per rank: parameters, gradients and AdamW state are sharded over dp_shard (FSDP), but
-     * for this rank's own experts under EP (MODEL_EP_EXPERTS: whole here) */
+     * for this rank's own experts under EP (MODEL_EP_EXPERTS), sharded over efsdp */
     size_t own = 0;
     for (int i = 0; i < m->n_params; i++)
         if (m->params[i].tp_split == MODEL_EP_EXPERTS) own += m->params[i].numel;
     const double gib = 1 << 30,
-                 pb = ((double)(m->n_floats - own) / mesh->dp_shard + (double)own) * sizeof(float);
+                 pb = ((double)(m->n_floats - own) / mesh->dp_shard + (double)own / mesh->efsdp) *
+                      sizeof(float);
     const double act = (double)model_activation_bytes(m);
     static const char *const reshard[] = {"default", "always", "never"};
     char epd[32] = ""; /* expert parallelism is carved from dp_shard */

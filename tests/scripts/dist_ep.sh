@@ -8,7 +8,10 @@
 #     layout) within 1e-5 relative L2.
 #  2. An ep=2 checkpoint written at step 5 resumes on 1 rank; steps 6..10 match a straight
 #     1-rank run x 2 microbatches within 1e-5.
-#  3. Refusals, by name: ep that does not divide n_experts, ep that does not divide dp_shard,
+#  3. ep=2 with dp_shard=4 (4 ranks: two EP groups, each expert stack FSDP-sharded over the
+#     2 ranks with the same ep_rank) against 1 rank x 4 microbatches, with the HF aux loss:
+#     losses and final parameters within 1e-5 as in 1.
+#  4. Refusals, by name: ep that does not divide n_experts, ep that does not divide dp_shard,
 #     ep with tensor parallelism, ep on a dense model.
 # AdamW eps is 1e-6, as in dist_tp.sh (summation-order differences of ~1e-7 in gradients of
 # ~1e-8 would otherwise become visible update differences).
@@ -65,7 +68,17 @@ grep -q "resumed from $out/w/checkpoint/step-5" "$out/r1.log" || { cat "$out/r1.
 same_losses "ep=2 checkpoint resumed on 1 rank, steps 6..10" "$out/straight.jsonl" \
     "$out/r1.jsonl" 5
 
-# 3. refusals
+# 3. ep=2 carved from dp_shard=4: experts FSDP-sharded over efsdp = 2
+m=("${model[@]}" "${aux[@]}" --steps 5 --checkpoint-interval 5 --batch 2)
+"$titan" train "${m[@]}" --grad-accum 4 --metrics "$out/ref4.jsonl" --dump-folder "$out/ref4" \
+    > /dev/null
+mpi 4 "${m[@]}" "${ep2[@]}" --metrics "$out/efsdp.jsonl" --dump-folder "$out/efsdp" \
+    > "$out/efsdp.log"
+grep -q "dp_shard 4 x tp 1 x ep 2" "$out/efsdp.log" || { cat "$out/efsdp.log"; exit 1; }
+same_losses "ep=2 x efsdp=2 vs 1 rank x 4 microbatches" "$out/ref4.jsonl" "$out/efsdp.jsonl"
+"$diff_tool" "$out/efsdp/checkpoint" "$out/ref4/checkpoint" 1e-5
+
+# 4. refusals
 refused() { # name, expected message, np, args...
   local name=$1 msg=$2 np=$3; shift 3
   if mpi "$np" "$@" --steps 1 > "$out/refuse.log" 2>&1; then
