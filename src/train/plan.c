@@ -19,8 +19,9 @@
  *     counts the [N, D] (N = batch*seq_len) all-gathers and reduce-scatters of forward_trunk,
  *     the blocks and their backward (model.h), the CE's 3 doubles per row and the norm
  *     weights' gradient all-reduce;
- *   - expert parallelism (ep > 1, = dp_shard): each rank holds E/ep experts of every block
- *     whole (not FSDP-sharded, not gathered); the expert-side activations are sized for the
+ *   - expert parallelism (ep > 1, dividing dp_shard): each rank holds E/ep experts of every
+ *     block, FSDP-sharded over the es = dp_shard / ep ranks with the same experts (efsdp;
+ *     es = 1: whole, copied instead of gathered); the expert-side activations are sized for the
  *     worst case of every rank routing all its rows here (R ep rows, R = batch*seq_len*top_k),
  *     and the all-to-all traffic is the balanced-routing expectation. */
 #include <stdio.h>
@@ -58,19 +59,21 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     }
     const double F = sizeof(float);
     const int ds = p->par.dp_shard, dr = p->par.dp_replicate, L = in->model.n_layers;
+    const int es = ep > 1 ? ds / ep : 1; /* efsdp: the ranks sharding one rank's experts */
     const int tied = in->model.tie_embeddings;
     double blk = 0, shard = 0, max_shard = 0, max_unit = 0, own = 0;
     for (int u = 0; u < m.n_units; u++) {
-        size_t loc = 0; /* EP: this rank's expert stacks, whole and never gathered */
+        size_t loc = 0; /* EP: this rank's expert stacks, sharded over efsdp */
         for (int i = 0; ep > 1 && i < m.n_params; i++)
             if (m.params[i].unit == u && strstr(m.params[i].name, ".moe.experts."))
                 loc += m.params[i].numel;
         own += (double)loc;
         const double n = (double)(m.units[u].numel - loc),
-                     s = (double)((m.units[u].numel - loc + ds - 1) / ds + loc);
-        shard += s;
-        max_shard = dmax(max_shard, s - (double)loc);   /* the reduce-scatter result */
-        max_unit = dmax(max_unit, n);                   /* MPI's reduce-scatter copy */
+                     sd = (double)((m.units[u].numel - loc + ds - 1) / ds),
+                     sl = (double)((loc + es - 1) / es);
+        shard += sd + sl;
+        max_shard = dmax(max_shard, dmax(sd, sl)); /* the reduce-scatter result */
+        max_unit = dmax(max_unit, dmax(n, es > 1 ? (double)loc : 0)); /* MPI's copy */
         if (u >= 1 && u <= L) blk = dmax(blk, n + loc); /* in flight: the own experts too */
     }
     const double emb = (double)m.units[0].numel, head = (double)m.units[L + 1].numel;
@@ -103,10 +106,12 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
             ag += times * (double)m.units[u].numel;
             n_ag += times;
         }
-        ag -= 2 * own; /* EP: the own experts are copied, not gathered */
-        p->allgather_bytes = ag * F * (ds - 1) / ds * in->grad_accum;
+        ag -= 2 * own; /* EP: the own experts are gathered over efsdp, not dp_shard */
+        p->allgather_bytes =
+            (ag * F * (ds - 1) / ds + 2 * own * F * (es - 1) / es) * in->grad_accum;
         p->allgathers = n_ag * in->grad_accum;
-        p->reduce_scatter_bytes = ((double)m.n_floats - own) * F * (ds - 1) / ds * in->grad_accum;
+        p->reduce_scatter_bytes =
+            (((double)m.n_floats - own) * (ds - 1) / ds + own * (es - 1) / es) * F * in->grad_accum;
         p->reduce_scatters = (int64_t)m.n_units * in->grad_accum;
     }
     if (dr > 1) p->allreduce_bytes = 2.0 * shard * F * (dr - 1) / dr;
@@ -129,7 +134,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
                      rows = R * in->model.dim * F, ring = (double)(ep - 1) / ep;
         const int per_block = in->ac == MODEL_AC_FULL ? 6 : 4,
                   counts = in->ac == MODEL_AC_FULL ? 2 : 1;
-        p->ep_experts = own * F;
+        p->ep_experts = own / es * F;
         p->ep_collectives = (int64_t)(per_block + counts) * L * in->grad_accum;
         p->ep_bytes = per_block * L * rows * ring * in->grad_accum;
     }
@@ -177,7 +182,7 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     fprintf(f, "  gradients (fp32 shard)           %10.3f\n", p->grads / G);
     fprintf(f, "  AdamW m + v (fp32 shard)         %10.3f\n", p->adam / G);
     if (p->par.ep > 1)
-        fprintf(f, "    of which own experts (EP)      %10.3f   (parameters; whole, not sharded)\n",
+        fprintf(f, "    of which own experts (EP)      %10.3f   (parameters; sharded over efsdp)\n",
                 p->ep_experts / G);
     fprintf(f, "  whole units in flight (FSDP)     %10.3f\n", p->gathered / G);
     fprintf(f, "  communication buffers            %10.3f\n", p->comm_buffers / G);
