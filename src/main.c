@@ -241,6 +241,7 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
     /* the per-call "kernel X at conformance" replacement lines would drown the results */
     if (strcmp(mode, "list")) base_log_set_level(BASE_LOG_WARN);
     if (!strcmp(mode, "test")) {
+        printf("CPU kernels ISA: %s\n", ops_cpu_isa());
         const int failed = ops_conform_test(name, &o, err);
         if (failed < 0) return -1;
         if (failed) return base_fail(err, "kernels test: %d implementation(s) failed", failed);
@@ -249,6 +250,8 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
     if (!strcmp(mode, "bench")) return ops_conform_bench(name, &ctx, &o, err) ? -1 : 0;
     const ops_impl *impls[128];
     int n = ops_list(impls, 128);
+    /* which compiled copy the built-in CPU kernels run (TITAN_ISA=default forces the baseline) */
+    printf("CPU kernels ISA: %s\n", ops_cpu_isa());
     printf("%-12s %-12s %-8s %s\n", "op", "impl", "default", "constraints");
     for (int k = 0; k < n; k++) {
         const char *origin = ops_impl_origin(impls[k]);

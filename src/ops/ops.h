@@ -223,6 +223,11 @@ int ops_plugin_load(const char *path, base_err *err);
  * saved state and convert layouts. */
 const char *ops_impl_origin(const ops_impl *impl);
 
+/* The instruction set the built-in CPU kernels run with in this process, chosen at run time
+ * (ops/cpu/dispatch.c): "avx512 (x86-64-v4)" or "default (<build baseline>)". The
+ * environment variable TITAN_ISA=default forces the baseline. */
+const char *ops_cpu_isa(void);
+
 /* ---- conformance (ops/conform.c) ----------------------------------------------------
  * `titan kernels test|bench`: an implementation against its op's default (the default
  * against the "reference" implementation) on random shapes that satisfy its constraints:

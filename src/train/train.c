@@ -429,6 +429,7 @@ static void print_header(const train_opts *o, const model *m, const token_source
     const ops_table *t = &m->ops[1 < m->n_units ? 1 : 0];
     for (int k = 0; k < OPS_COUNT; k++)
         if (t->impl[k]) printf(" %s=%s", ops_kind_name((ops_kind)k), t->impl[k]->name);
+    printf("; CPU kernels ISA %s", ops_cpu_isa());
     printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak / 1e9,
            o->peak_flops > 0 ? "configured" : "measured");
     fflush(stdout);

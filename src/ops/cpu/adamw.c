@@ -10,7 +10,7 @@
  *   param.addcdiv_(exp_avg, denom, value=-step_size)
  * Python computes the scalars in double; torch casts each to float where it meets an fp32
  * tensor, and so does this kernel. Elementwise, so bitwise independent of the thread count. */
-#include "cpu.h"
+#include "isa.h"
 
 #include <math.h>
 
@@ -21,8 +21,8 @@
 #define ADAMW_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr, double beta1,
-                   double beta2, double eps, double wd, int64_t t) {
+void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, size_t n, double lr,
+                        double beta1, double beta2, double eps, double wd, int64_t t) {
     const double dlr = lr, db1 = beta1, db2 = beta2;
     float decay = (float)(1.0 - dlr * wd);
     float w1 = (float)(1.0 - db1); /* lerp weight */

@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "isa.h"
 #include "vmath.h"
 
 #define ATT_BQ 64 /* queries per tile */
@@ -307,8 +307,8 @@ static void att_fwd_tile(float *out, float *lse, const float *q, const float *k,
     }
 }
 
-void ops_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
-                           int B, int T, int H, int G, int hd) {
+void KFN(ops_cpu_attention_fwd)(float *out, float *lse, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int hd) {
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nqt = (T + ATT_BQ - 1) / ATT_BQ;
@@ -413,9 +413,9 @@ static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_d
     }
 }
 
-void ops_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const float *lse, const float *q, const float *k, const float *v, int B,
-                           int T, int H, int G, int hd) {
+void KFN(ops_cpu_attention_bwd)(float *dq, float *dk, float *dv, const float *dout,
+                                const float *out, const float *lse, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int hd) {
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
     const float scale = 1.0f / sqrtf((float)hd);
     const int rep = H / G;

@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "isa.h"
 #include "vmath.h"
 
-void ops_cpu_attention_kv(float *out, const float *q, const float *k, const float *v, int T,
-                          int pos0, int H, int G, int hd) {
+void KFN(ops_cpu_attention_kv)(float *out, const float *q, const float *k, const float *v, int T,
+                               int pos0, int H, int G, int hd) {
     if (T <= 0 || H <= 0) return;
     const int rep = H / G, n_max = pos0 + T;
     const float scale = 1.0f / sqrtf((float)hd);

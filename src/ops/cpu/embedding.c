@@ -1,5 +1,5 @@
 /* Token embedding: a row gather forward, a deterministic scatter-add backward. */
-#include "cpu.h"
+#include "isa.h"
 
 #include <string.h>
 
@@ -8,7 +8,7 @@
 
 /* Tokens are not bounds-checked here (the signature carries no vocabulary size): the data
  * loader guarantees 0 <= token < V. */
-void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D) {
+void KFN(ops_cpu_embedding_fwd)(float *out, const int32_t *tokens, const float *wte, int N, int D) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         memcpy(out + (size_t)n * D, wte + (size_t)tokens[n] * D, (size_t)D * sizeof(float));
@@ -18,7 +18,8 @@ void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, 
 /* dwte[tokens[n], :] += dout[n, :]. Parallel over column tiles of D: each thread owns whole
  * columns and walks the tokens in order, so every element of dwte receives its additions
  * in token order whatever the thread count (bitwise deterministic, no atomics). */
-void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D) {
+void KFN(ops_cpu_embedding_bwd)(float *dwte, const float *dout, const int32_t *tokens, int N,
+                                int D) {
     int ntiles = (D + EMB_COL_TILE - 1) / EMB_COL_TILE;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < ntiles; tile++) {

@@ -14,7 +14,7 @@
  * which this void-error signature cannot report) is treated like -100: it adds no loss and
  * no gradient and is not counted in *n_valid, so callers computing grad_scale must count
  * valid targets the same way (0 <= target < V). */
-#include "cpu.h"
+#include "isa.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -119,9 +119,10 @@ static void ce_rows_sharded(float *scratch, const int32_t *tc, int rows, int V, 
     }
 }
 
-double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
-                         const int32_t *targets, int N, int D, int V, float grad_scale,
-                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs) {
+double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float *w,
+                              const int32_t *targets, int N, int D, int V, float grad_scale,
+                              float *scratch, int chunk, int64_t *n_valid,
+                              const ops_vocab_shard *vs) {
     const int Vv = vs ? vs->v_total : V; /* valid targets are ids of the whole vocabulary */
     int64_t valid = 0;
     for (int n = 0; n < N; n++) valid += ce_valid(targets[n], Vv);

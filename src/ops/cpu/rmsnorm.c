@@ -1,14 +1,14 @@
 /* RMSNorm: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps), as torch's Qwen3RMSNorm
  * (x * rsqrt(var + eps), then the weight multiply). Row reductions are accumulated in double. */
-#include "cpu.h"
+#include "isa.h"
 
 #include <math.h>
 
 /* Column tile of the dw reduction: one AVX-512 vector of floats. */
 #define RMS_COL_TILE 16
 
-void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                         float eps) {
+void KFN(ops_cpu_rmsnorm_fwd)(float *out, float *rstd, const float *inp, const float *w, int N,
+                              int C, float eps) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
@@ -28,8 +28,8 @@ void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float 
  *   dinp += rstd * (g - xhat * mean(g * xhat)),   dw += sum over rows of dout * xhat.
  * dinp is parallel over rows; dw over column tiles, each walking the rows in order with
  * double accumulators, so both are bitwise independent of the thread count. */
-void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                         const float *w, const float *rstd, int N, int C) {
+void KFN(ops_cpu_rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const float *inp,
+                              const float *w, const float *rstd, int N, int C) {
     if (dinp) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {

@@ -3,13 +3,13 @@
  *   out[j + h]  = x[j + h] * cos[j] + x[j] * sin[j]        (h = hd / 2, j < h)
  * which is x * cat(cos, cos) + rotate_half(x) * cat(sin, sin) evaluated in the same fp32
  * operations as torch (two products, then one add or subtract; no FMA contraction). */
-#include "cpu.h"
+#include "isa.h"
 
 /* out may equal inp (in place): iteration j reads and writes only elements j and j + h,
  * so the loops carry no dependency and `omp simd` is valid under that exact aliasing.
  * Partially overlapping buffers are not supported. */
-void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin, int B,
-                      int T, int nh, int hd) {
+void KFN(ops_cpu_rope_fwd)(float *out, const float *inp, const float *cos, const float *sin, int B,
+                           int T, int nh, int hd) {
     int h = hd / 2;
     long rows = (long)B * T * nh;
 #pragma omp parallel for schedule(static)
@@ -33,8 +33,8 @@ void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const floa
  *   dinp[j + h] += dout[j + h] * cos[j] - dout[j] * sin[j]
  * When dinp == dout (in place) the rotated gradient REPLACES dout: that is the accumulate
  * semantics for a dinp that was zero, the only case in which ops.h allows the aliasing. */
-void ops_cpu_rope_bwd(float *dinp, const float *dout, const float *cos, const float *sin, int B,
-                      int T, int nh, int hd) {
+void KFN(ops_cpu_rope_bwd)(float *dinp, const float *dout, const float *cos, const float *sin,
+                           int B, int T, int nh, int hd) {
     int h = hd / 2;
     long rows = (long)B * T * nh;
     int inplace = dinp == dout;

@@ -1,9 +1,9 @@
 /* SwiGLU: out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) (torch's CPU formula).
  * exp is vm_expf (vmath.h), so the loops vectorise. Elementwise, hence deterministic. */
-#include "cpu.h"
+#include "isa.h"
 #include "vmath.h"
 
-void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F) {
+void KFN(ops_cpu_swiglu_fwd)(float *out, const float *gate, const float *up, int N, int F) {
     long n = (long)N * F;
 #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) {
@@ -15,8 +15,8 @@ void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, i
 
 /* sig = sigmoid(g), silu = g * sig, silu' = sig * (1 + g * (1 - sig)):
  * dgate += dout * up * silu',  dup += dout * silu. */
-void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                        const float *up, int N, int F) {
+void KFN(ops_cpu_swiglu_bwd)(float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, int N, int F) {
     long n = (long)N * F;
 #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) {
