@@ -715,17 +715,11 @@ int train_run(const train_opts *o, base_err *err) {
     print_header(o, &m, &src, &mesh, peak, fpt);
     if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
-        model_build_opts vo = {o->val.batch,
-                               o->val.seq_len,
-                               MODEL_AC_NONE,
-                               0,
-                               o->kernel_overrides,
-                               o->n_kernel_overrides,
-                               o->ce_chunk,
-                               o->moe_balance,
-                               o->moe_bias_rate,
-                               &tpg,
-                               &epg};
+        model_build_opts vo = bo; /* the training model's, at the validation shape */
+        vo.batch = o->val.batch;
+        vo.seq_len = o->val.seq_len;
+        vo.ac = MODEL_AC_NONE;
+        vo.with_grads = 0;
         have_ev = 1;
         if (model_build(&ev, &o->model, &vo, err)) goto out;
     }

@@ -16,21 +16,10 @@
 set -euo pipefail
 titan=$1; mpirun=$2; diff_tool=$3
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-mpi() { local np=$1; shift; timeout 120 "$mpirun" -np "$np" -x OMP_NUM_THREADS "$titan" train "$@"; }
+source "$(dirname "$0")/dist_common.sh" # mpi, losses, same_losses
 model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
        --set ffn_dim=128 --set vocab_size=300 --random-tokens --seq-len 32 --lr 3e-3 --warmup 2
        --seed 5 --peak-tflops 1 --log-freq 100 --optimizer.eps 1e-6)
-losses() { grep -o '"loss": [^,}]*' "$1" | cut -d' ' -f2; }
-same_losses() {
-  local skip=${4:-0}
-  paste <(losses "$2" | tail -n +$((skip + 1))) <(losses "$3") | awk -v name="$1" '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r }
-    END { if (n == 0) { print "FAIL " name ": no losses"; exit 1 }
-          printf "%s: %d losses, worst relative difference %.2e\n", name, n, worst
-          if (worst > 1e-5) { print "FAIL " name; exit 1 } }'
-}
 tp2=(--parallelism.tensor_parallel_degree 2)
 # 1. tp=2 against one rank
 for tie in 1 0; do
