@@ -178,6 +178,41 @@ static int inspect_set(const ckpt_set *s, const model_args *a, ckpt_names names,
     return rc;
 }
 
+/* A training checkpoint step-N: its model, each rank's shard, and the weights buffer's size
+ * against the model's parameter count. */
+static int inspect_step(const ckpt_source *src, base_err *err) {
+    char *train = NULL, p[4200];
+    int world = 0;
+    model_args a;
+    if (ckpt_step_read_meta(src->folder, src->step, &train, &world, err)) return -1;
+    free(train);
+    if (ckpt_source_args(src, &a, err)) return -1;
+    printf("training checkpoint %s/step-%lld (%d rank shard%s)\n", src->folder,
+           (long long)src->step, world, world == 1 ? "" : "s");
+    model desc;
+    if (model_describe(&desc, &a, err)) return -1;
+    const size_t want = desc.n_floats;
+    model_free(&desc);
+    int rc = 0;
+    for (int r = 0; rc == 0 && r < world; r++) {
+        ckpt_set s;
+        snprintf(p, sizeof p, "%s/step-%lld/rank-%05d.safetensors", src->folder,
+                 (long long)src->step, r);
+        if (ckpt_set_open_file(&s, p, err)) return -1;
+        print_tensors(&s);
+        const char *gn = ckpt_meta_get(&s.files[0], "model.global_numel");
+        int64_t n;
+        if (!gn || base_parse_i64(gn, &n) || (size_t)n != want)
+            rc = base_fail(err, "%s: buffer \"model\" holds %s elements, the model has %zu", p,
+                           gn ? gn : "(unknown)", want);
+        ckpt_set_close(&s);
+    }
+    if (rc) return rc;
+    ckpt_print_model(&a);
+    printf("ok: every shard opens and the weights buffer fits the model\n");
+    return 0;
+}
+
 int ckpt_inspect(const char *path, base_err *err) {
     struct stat st;
     if (stat(path, &st) != 0) return base_fail(err, "%s: no such file or folder", path);
@@ -199,10 +234,13 @@ int ckpt_inspect(const char *path, base_err *err) {
                 return -1;
             rc = inspect_set(&s, &a, CKPT_NAMES_TITAN, err);
         } else {
-            return base_fail(err,
-                             "%s: neither a Hugging Face folder (no config.json) nor a training "
-                             "checkpoint (no %s)",
-                             path, ARGS_FILE);
+            ckpt_source src; /* a training checkpoint step-N (or its folder: the newest) */
+            if (ckpt_source_open(&src, path, err) || src.kind != CKPT_SRC_STEP)
+                return base_fail(err,
+                                 "%s: neither a Hugging Face folder (no config.json) nor a "
+                                 "training checkpoint (no %s, metadata.json or step-N)",
+                                 path, ARGS_FILE);
+            return inspect_step(&src, err);
         }
         ckpt_set_close(&s);
         return rc;

@@ -57,3 +57,8 @@ echo "ok a checkpoint of another model is refused"
 "$titan" convert "$out/jsonl/checkpoint/step-9" "$out/hf9" --dtype bfloat16 > /dev/null
 "$titan" inspect "$out/hf9" > "$out/inspect.log" || { cat "$out/inspect.log"; exit 1; }
 echo "ok step-9 converts to an HF folder (bf16) that inspects clean"
+# titan inspect validates a step checkpoint against the model it names
+"$titan" inspect "$out/jsonl/checkpoint/step-9" > "$out/inspect9.log" &&
+  grep -q "ok: every shard opens and the weights buffer fits the model" "$out/inspect9.log" ||
+  { echo "FAIL inspect step-9"; cat "$out/inspect9.log"; exit 1; }
+echo "ok titan inspect step-9"
