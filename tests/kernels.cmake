@@ -29,6 +29,8 @@ add_test(NAME kernels_conformance_plugin COMMAND titan kernels test rope_bhsd
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
 add_test(NAME kernels_conformance_plugin_ws COMMAND titan kernels test swiglu_ws
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
+add_test(NAME kernels_conformance_plugin_norm COMMAND titan kernels test add_rmsnorm_plain
+  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
 # The same conformance run on the baseline (non-AVX-512) kernel copies, forced through the
 # dispatcher (src/ops/cpu/dispatch.c): the fallback must meet the same tolerances.
 add_test(NAME kernels_conformance_isa_default COMMAND titan kernels test)
@@ -38,4 +40,4 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
 set_tests_properties(kernels_conformance kernels_conformance_plugin kernels_conformance_plugin_ws
-  kernels_bench_smoke PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+  kernels_conformance_plugin_norm kernels_bench_smoke PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

@@ -50,6 +50,10 @@
  *   rmsnorm    dims N,C; args->eps   y = x * rsqrt(mean(x^2) + eps) * w
  *              fwd  in: x[N,C], w[C]                             out: y[N,C], rstd[N]
  *              bwd  in: dy, x, w, rstd                           out: dx, dw
+ *   add_rmsnorm dims N,C; args->eps  residual add fused with the norm: h = x + y, then rmsnorm(h)
+ *              fwd  in: x[N,C], y[N,C], w[C]                     out: h[N,C], y[N,C], rstd[N]
+ *              bwd  in: dy, h, w, rstd                           out: dh, dw
+ *              (the add's gradient is dh for both x and y; titan routes it)
  *   swiglu     dims N,F              y = silu(gate) * up
  *              fwd  in: gate[N,F], up[N,F]                       out: y[N,F]
  *              bwd  in: dy, gate, up                             out: dgate, dup
@@ -109,7 +113,7 @@ typedef int (*titan_kernel_fn)(const titan_kernel_args *args); /* 0 = ok */
 typedef struct {
     uint32_t abi_version;    /* TITAN_KERNEL_ABI_VERSION */
     uint32_t struct_size;    /* sizeof(titan_kernel_desc) */
-    const char *op;          /* "rope", "attention", "rmsnorm", "swiglu", "matmul" */
+    const char *op;          /* "rope", "attention", "rmsnorm", "add_rmsnorm", "swiglu", "matmul" */
     const char *name;        /* implementation name, unique per op ("rope_bhsd") */
     const char *constraints; /* human readable, shown by `titan kernels`; may be NULL */
     /* 0 when the kernel can serve shape; else non-zero with the broken rule written to why

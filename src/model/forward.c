@@ -416,9 +416,8 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     float *po = g->part ? g->part : la->xm;
     t->matmul_fwd(po, la->o, w.wo, N, H * hd, D);
     tp_scatter(m, la->xm, po, nD);
-    add_inplace(la->xm, la->x, nD);
-
-    t->rmsnorm_fwd(g->norm_out, la->rstd2, la->xm, w.ffn_norm, n, D, eps);
+    /* xm = x + attention output, and the FFN norm of xm, in one pass */
+    t->add_rmsnorm_fwd(la->xm, g->norm_out, la->rstd2, la->xm, la->x, w.ffn_norm, n, D, eps);
     if (a->n_experts > 0) { /* MoE: tensor parallelism is refused for it, so n = N */
         model_moe_forward(m, l, la, g, g->norm_out, out);
     } else {
@@ -496,7 +495,8 @@ static void block_backward(model *m, int l, layer_acts *la) {
         t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F);
         tp_scatter(m, A->dnorm, dnf, nD);
     }
-    t->rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D);
+    /* dres: dL/d(out) on entry, dL/dxm after; the add passes it on to x unchanged */
+    t->add_rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D);
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
     tp_gather(m, df, dres, nD);

@@ -12,6 +12,7 @@
  * Tolerances (relative to the tensor's largest magnitude; fp32 kernels against fp32 or
  * double-accumulated baselines, shapes up to T = 130, K up to ~300):
  *     embedding 1e-6, rope 1e-6, swiglu 1e-5, adamw 1e-5, rmsnorm 1e-5 (fwd) 1e-4 (grads),
+ *     add_rmsnorm 1e-6 (h) 1e-5 (out, rstd) 1e-4 (grads),
  *     matmul 1e-5, attention / attention_kv 2e-5 (fwd) 1e-4 (grads),
  *     lmhead_ce 1e-5 (loss) 1e-4 (grads)
  * bench: the implementation and the default on one model-sized shape, best of repeated
@@ -329,6 +330,32 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     return 0;
 }
 
+/* h = x + y in place over x (as the model calls it), out, rstd; then the backward into the
+ * residual stream's gradient. */
+static int cf_add_rmsnorm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                          cf_result *r) {
+    const int N = c->batch * c->seq_len, C = c->dim;
+    const size_t n = (size_t)N * C;
+    float *h1 = cf_rand(s, n, 2), *h2 = cf_dup(h1, n), *b = cf_rand(s, n, 2),
+          *w = cf_rand(s, (size_t)C, 1), *o1 = malloc(sizeof(float) * n),
+          *o2 = malloc(sizeof(float) * n), *r1 = malloc(sizeof(float) * (size_t)N),
+          *r2 = malloc(sizeof(float) * (size_t)N), *dy = cf_rand(s, n, 1), *dx1 = cf_rand(s, n, 1),
+          *dx2 = cf_dup(dx1, n), *dw1 = cf_rand(s, (size_t)C, 1), *dw2 = cf_dup(dw1, (size_t)C);
+    if (!h1 || !h2 || !b || !w || !o1 || !o2 || !r1 || !r2 || !dy || !dx1 || !dx2 || !dw1 || !dw2)
+        return -1;
+    x->add_rmsnorm_fwd(h1, o1, r1, h1, b, w, N, C, 1e-6f);
+    y->add_rmsnorm_fwd(h2, o2, r2, h2, b, w, N, C, 1e-6f);
+    cf_cmp(r, "h", h1, h2, n, 1e-6);
+    cf_cmp(r, "out", o1, o2, n, 1e-5);
+    cf_cmp(r, "rstd", r1, r2, (size_t)N, 1e-5);
+    x->add_rmsnorm_bwd(dx1, dw1, dy, h1, w, r1, N, C);
+    y->add_rmsnorm_bwd(dx2, dw2, dy, h2, w, r2, N, C);
+    cf_cmp(r, "dh", dx1, dx2, n, 1e-4);
+    cf_cmp(r, "dw", dw1, dw2, (size_t)C, 1e-4);
+    CF_FREE(h1, h2, b, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2);
+    return 0;
+}
+
 static cf_fn cf_of(ops_kind k) {
     switch (k) {
     case OPS_EMBEDDING:
@@ -351,6 +378,8 @@ static cf_fn cf_of(ops_kind k) {
         return cf_attention_kv;
     case OPS_GROUPED_MM:
         return cf_grouped_mm;
+    case OPS_ADD_RMSNORM:
+        return cf_add_rmsnorm;
     default:
         return NULL; /* an op without a conformance check yet */
     }
@@ -509,6 +538,12 @@ static void cf_bench_run(cf_bench *b) {
         else
             t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
         break;
+    case OPS_ADD_RMSNORM: /* in place over the residual stream f[2], as the model calls it */
+        if (!b->phase)
+            t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
+        else
+            t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+        break;
     case OPS_MATMUL:
         if (!b->phase)
             t->matmul_fwd(f[0], f[1], f[2], N, D, F);
@@ -571,6 +606,8 @@ static double cf_work(ops_kind k, const ops_ctx *c, int phase, int *flops) {
         return 4 * N * D * (phase ? 3 : 2);
     case OPS_RMSNORM:
         return 4 * N * D * (phase ? 4 : 2);
+    case OPS_ADD_RMSNORM: /* fwd: read x, y; write h, out. bwd: rmsnorm's */
+        return 4 * N * D * 4;
     case OPS_ROPE:
         return 4 * N * H * hd * (phase ? 3 : 2);
     case OPS_SWIGLU:

@@ -35,6 +35,18 @@ typedef void (*ops_rmsnorm_fwd_fn)(float *out, float *rstd, const float *inp, co
 typedef void (*ops_rmsnorm_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
                                    const float *w, const float *rstd, int N, int C);
 
+/* Fused residual add + RMSNorm: h[N,C] = x + y (the residual stream), out = rmsnorm(h) * w[C],
+ * rstd[N] saved; one pass over memory instead of an add pass and a norm pass. h may alias x
+ * or y (the stream is updated in place). The block calls it where attention's output joins
+ * the residual, before the FFN norm. out must equal rmsnorm_fwd(h) of the same ISA copy
+ * bitwise (backward recomputes the norm with rmsnorm_fwd from the saved h).
+ * bwd: an add passes its output gradient unchanged to both inputs, so the only work is the
+ * norm's: dh += d(rmsnorm)/dh . dout, dw += ..., exactly rmsnorm_bwd's contract; the caller
+ * passes the residual stream's gradient as dh (it already holds dL/dh from downstream). */
+typedef void (*ops_add_rmsnorm_fwd_fn)(float *h, float *out, float *rstd, const float *x,
+                                       const float *y, const float *w, int N, int C, float eps);
+typedef ops_rmsnorm_bwd_fn ops_add_rmsnorm_bwd_fn;
+
 /* out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias).
  * bwd: dinp[N,C] += dout @ w (skipped when dinp is NULL); dw[OC,C] += dout^T @ inp. */
 typedef void (*ops_matmul_fwd_fn)(float *out, const float *inp, const float *w, int N, int C,
@@ -134,6 +146,7 @@ typedef enum {
     OPS_ADAMW,
     OPS_ATTENTION_KV,
     OPS_GROUPED_MM,
+    OPS_ADD_RMSNORM,
     OPS_COUNT
 } ops_kind;
 
@@ -174,6 +187,8 @@ typedef struct {
     ops_attention_kv_fn attention_kv;
     ops_grouped_mm_fwd_fn grouped_mm_fwd;
     ops_grouped_mm_bwd_fn grouped_mm_bwd;
+    ops_add_rmsnorm_fwd_fn add_rmsnorm_fwd;
+    ops_add_rmsnorm_bwd_fn add_rmsnorm_bwd;
     int plugin_slot[OPS_COUNT]; /* 1 + the plugin slot bound for an op; 0 = none */
 } ops_table;
 

@@ -79,7 +79,7 @@ const char *ops_impl_origin(const ops_impl *impl) {
 
 int ops_plugin_op_supported(ops_kind k) {
     return k == OPS_ROPE || k == OPS_ATTENTION || k == OPS_RMSNORM || k == OPS_SWIGLU ||
-           k == OPS_MATMUL;
+           k == OPS_MATMUL || k == OPS_ADD_RMSNORM;
 }
 
 static void *plg_alloc(size_t bytes) {
@@ -257,13 +257,23 @@ static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp,
     plg_call(OPS_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 2, o, 2);
 }
 
-static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const float *rstd, int N, int C) {
+/* rmsnorm's backward, also add_rmsnorm's (kind): the same call. */
+static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const float *dout,
+                         const float *inp, const float *w, const float *rstd, int N, int C) {
     const size_t n = (size_t)N * C;
     const int dims[8] = {N, C};
     const plg_in in[] = {{dout, n, 0}, {inp, n, 0}, {w, (size_t)C, 0}, {rstd, (size_t)N, 0}};
     const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, 1}};
-    plg_call(OPS_RMSNORM, slot, 1, dims, 0, 0, 0, 0, in, 4, o, 2);
+    plg_call(kind, slot, 1, dims, 0, 0, 0, 0, in, 4, o, 2);
+}
+
+static void plg_add_rmsnorm_fwd(int slot, float *h, float *out, float *rstd, const float *x,
+                                const float *y, const float *w, int N, int C, float eps) {
+    const size_t n = (size_t)N * C;
+    const int dims[8] = {N, C};
+    const plg_in in[] = {{x, n, 0}, {y, n, 0}, {w, (size_t)C, 0}};
+    const plg_out o[] = {{h, n, 0, 0}, {out, n, 0, 0}, {rstd, (size_t)N, 0, 0}};
+    plg_call(OPS_ADD_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 3, o, 3);
 }
 
 static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float *up, int N, int F) {
@@ -339,7 +349,17 @@ static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, 
 #define PLG_TR_rmsnorm_bwd(i)                                                                      \
     static void plg_rmsnorm_bwd_##i(float *a, float *b, const float *c, const float *d,            \
                                     const float *e, const float *f, int g, int h) {                \
-        plg_rmsnorm_bwd(i, a, b, c, d, e, f, g, h);                                                \
+        plg_norm_bwd(OPS_RMSNORM, i, a, b, c, d, e, f, g, h);                                      \
+    }
+#define PLG_TR_add_rmsnorm_fwd(i)                                                                  \
+    static void plg_add_rmsnorm_fwd_##i(float *a, float *b, float *c, const float *d,              \
+                                        const float *e, const float *f, int g, int h, float j) {   \
+        plg_add_rmsnorm_fwd(i, a, b, c, d, e, f, g, h, j);                                         \
+    }
+#define PLG_TR_add_rmsnorm_bwd(i)                                                                  \
+    static void plg_add_rmsnorm_bwd_##i(float *a, float *b, const float *c, const float *d,        \
+                                        const float *e, const float *f, int g, int h) {            \
+        plg_norm_bwd(OPS_ADD_RMSNORM, i, a, b, c, d, e, f, g, h);                                  \
     }
 #define PLG_TR_swiglu_fwd(i)                                                                       \
     static void plg_swiglu_fwd_##i(float *a, const float *b, const float *c, int d, int e) {       \
@@ -366,6 +386,8 @@ PLG_LIST(PLG_TR_attention_fwd)
 PLG_LIST(PLG_TR_attention_bwd)
 PLG_LIST(PLG_TR_rmsnorm_fwd)
 PLG_LIST(PLG_TR_rmsnorm_bwd)
+PLG_LIST(PLG_TR_add_rmsnorm_fwd)
+PLG_LIST(PLG_TR_add_rmsnorm_bwd)
 PLG_LIST(PLG_TR_swiglu_fwd)
 PLG_LIST(PLG_TR_swiglu_bwd)
 PLG_LIST(PLG_TR_matmul_fwd)
@@ -377,6 +399,8 @@ PLG_LIST(PLG_TR_matmul_bwd)
 #define PLG_ADDR_attention_bwd(i) plg_attention_bwd_##i,
 #define PLG_ADDR_rmsnorm_fwd(i) plg_rmsnorm_fwd_##i,
 #define PLG_ADDR_rmsnorm_bwd(i) plg_rmsnorm_bwd_##i,
+#define PLG_ADDR_add_rmsnorm_fwd(i) plg_add_rmsnorm_fwd_##i,
+#define PLG_ADDR_add_rmsnorm_bwd(i) plg_add_rmsnorm_bwd_##i,
 #define PLG_ADDR_swiglu_fwd(i) plg_swiglu_fwd_##i,
 #define PLG_ADDR_swiglu_bwd(i) plg_swiglu_bwd_##i,
 #define PLG_ADDR_matmul_fwd(i) plg_matmul_fwd_##i,
@@ -387,6 +411,8 @@ static const ops_attention_fwd_fn g_attention_fwd[] = {PLG_LIST(PLG_ADDR_attenti
 static const ops_attention_bwd_fn g_attention_bwd[] = {PLG_LIST(PLG_ADDR_attention_bwd)};
 static const ops_rmsnorm_fwd_fn g_rmsnorm_fwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_fwd)};
 static const ops_rmsnorm_bwd_fn g_rmsnorm_bwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_bwd)};
+static const ops_add_rmsnorm_fwd_fn g_add_rmsnorm_fwd[] = {PLG_LIST(PLG_ADDR_add_rmsnorm_fwd)};
+static const ops_add_rmsnorm_bwd_fn g_add_rmsnorm_bwd[] = {PLG_LIST(PLG_ADDR_add_rmsnorm_bwd)};
 static const ops_swiglu_fwd_fn g_swiglu_fwd[] = {PLG_LIST(PLG_ADDR_swiglu_fwd)};
 static const ops_swiglu_bwd_fn g_swiglu_bwd[] = {PLG_LIST(PLG_ADDR_swiglu_bwd)};
 static const ops_matmul_fwd_fn g_matmul_fwd[] = {PLG_LIST(PLG_ADDR_matmul_fwd)};
@@ -424,6 +450,10 @@ int ops_plugin_bind(ops_table *t, ops_kind k, const ops_impl *impl, const char *
     case OPS_RMSNORM:
         t->rmsnorm_fwd = g_rmsnorm_fwd[slot];
         t->rmsnorm_bwd = g_rmsnorm_bwd[slot];
+        break;
+    case OPS_ADD_RMSNORM:
+        t->add_rmsnorm_fwd = g_add_rmsnorm_fwd[slot];
+        t->add_rmsnorm_bwd = g_add_rmsnorm_bwd[slot];
         break;
     case OPS_SWIGLU:
         t->swiglu_fwd = g_swiglu_fwd[slot];
@@ -508,7 +538,7 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     if (kind < 0 || !ops_plugin_op_supported((ops_kind)kind))
         return base_fail(L->err,
                          "kernel plugin %s: kernel '%s' is for op '%s'; plugins can provide "
-                         "rope, attention, rmsnorm, swiglu, matmul",
+                         "rope, attention, rmsnorm, add_rmsnorm, swiglu, matmul",
                          L->path, nm, d->op ? d->op : "(null)");
     if (!d->name || !plg_name_ok(d->name))
         return base_fail(L->err,

@@ -29,6 +29,7 @@ static const char *const g_kind_names[OPS_COUNT] = {
     [OPS_ADAMW] = "adamw",
     [OPS_ATTENTION_KV] = "attention_kv",
     [OPS_GROUPED_MM] = "grouped_mm",
+    [OPS_ADD_RMSNORM] = "add_rmsnorm",
 };
 
 const char *ops_kind_name(ops_kind k) {
@@ -107,6 +108,16 @@ static int check_attention_default(const ops_ctx *ctx, base_err *err) {
     return 0;
 }
 
+/* add_rmsnorm "unfused": the residual add as its own pass, then the default rmsnorm; the
+ * baseline that `titan kernels bench add_rmsnorm` measures the fusion against. */
+static void add_rmsnorm_unfused(float *h, float *out, float *rstd, const float *x, const float *y,
+                                const float *w, int N, int C, float eps) {
+    const size_t n = (size_t)N * C;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) h[i] = x[i] + y[i];
+    ops_cpu_rmsnorm_fwd(out, rstd, h, w, N, C, eps);
+}
+
 void ops_register_builtin(void) {
     if (g_builtin_done) return;
     g_builtin_done = 1;
@@ -129,6 +140,11 @@ void ops_register_builtin(void) {
          (ops_fn)ops_cpu_grouped_mm_bwd},
         {OPS_GROUPED_MM, "grouped", "", NULL, (ops_fn)ops_cpu_grouped_mm_tiled_fwd,
          (ops_fn)ops_cpu_grouped_mm_tiled_bwd},
+        /* the add's backward is the identity: the backward is rmsnorm's (ops.h) */
+        {OPS_ADD_RMSNORM, "default", "", NULL, (ops_fn)ops_cpu_add_rmsnorm_fwd,
+         (ops_fn)ops_cpu_rmsnorm_bwd},
+        {OPS_ADD_RMSNORM, "unfused", "", NULL, (ops_fn)add_rmsnorm_unfused,
+         (ops_fn)ops_cpu_rmsnorm_bwd},
     };
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         /* cannot fail: distinct ops, valid fields, an empty table */
@@ -217,6 +233,8 @@ static const char *ops_subpath(ops_kind k) {
         return "feed_forward.swiglu";
     case OPS_ATTENTION_KV:
         return "attention.kv";
+    case OPS_ADD_RMSNORM:
+        return "ffn_norm";
     default:
         return NULL;
     }
@@ -260,7 +278,7 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx 
             return base_fail(err,
                              "kernel override '%s' = '%s': '%s' is not an op name (embedding, "
                              "rmsnorm, matmul, rope, attention, swiglu, lmhead_ce, adamw, "
-                             "attention_kv, grouped_mm) or a "
+                             "attention_kv, grouped_mm, add_rmsnorm) or a "
                              "layer glob such as 'layers.*.attention'",
                              pat, overrides[i].impl, pat);
         }
@@ -330,6 +348,8 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx 
     t->attention_kv = (ops_attention_kv_fn)t->impl[OPS_ATTENTION_KV]->fwd;
     t->grouped_mm_fwd = (ops_grouped_mm_fwd_fn)t->impl[OPS_GROUPED_MM]->fwd;
     t->grouped_mm_bwd = (ops_grouped_mm_bwd_fn)t->impl[OPS_GROUPED_MM]->bwd;
+    t->add_rmsnorm_fwd = (ops_add_rmsnorm_fwd_fn)t->impl[OPS_ADD_RMSNORM]->fwd;
+    t->add_rmsnorm_bwd = (ops_add_rmsnorm_bwd_fn)t->impl[OPS_ADD_RMSNORM]->bwd;
     for (int k = 0; k < OPS_COUNT; k++) {
         if (!ops_plugin_is(t->impl[k])) continue;
         if (ops_plugin_bind(t, (ops_kind)k, t->impl[k], path[0] ? path : "(model)", err)) {

@@ -1,7 +1,8 @@
 /* Test plugins for tests/unit/test_kernels.c: one source, one shared object per case
  * (tests/kernels.cmake defines PLUGIN_CASE_<name>):
  *   good      swiglu/swiglu_ws: a correct BSHD kernel that uses a workspace and the saved
- *             buffer (it saves silu(gate) in forward and reads it back in backward)
+ *             buffer (it saves silu(gate) in forward and reads it back in backward); and
+ *             add_rmsnorm/add_rmsnorm_plain: the fused residual add + norm, plain loops
  *   version   declares ABI version 999           nosym   no titan_kernel_abi_version
  *   noinit    no titan_kernel_plugin_init         badop   a kernel for op "grouped_mm"
  *   nobwd     a kernel without backward           initfail init reports an error
@@ -47,6 +48,42 @@ static int swiglu_bwd(const titan_kernel_args *a) {
     return 0;
 }
 
+#if defined(PLUGIN_CASE_good)
+/* add_rmsnorm: h = x + y, out = w * h * rstd, rstd = 1/sqrt(mean(h^2) + eps) (float sums,
+ * unlike titan's double ones: within the op's tolerance, not bitwise). */
+static int add_rmsnorm_fwd(const titan_kernel_args *a) {
+    const int N = a->dims[0], C = a->dims[1];
+    const float *x = a->in[0], *y = a->in[1], *w = a->in[2];
+    for (int n = 0; n < N; n++) {
+        float *h = a->out[0] + (size_t)n * C, *o = a->out[1] + (size_t)n * C, ss = 0;
+        for (int c = 0; c < C; c++) {
+            h[c] = x[(size_t)n * C + c] + y[(size_t)n * C + c];
+            ss += h[c] * h[c];
+        }
+        const float r = 1.0f / sqrtf(ss / (float)C + a->eps);
+        for (int c = 0; c < C; c++) o[c] = w[c] * (h[c] * r);
+        a->out[2][n] = r;
+    }
+    return 0;
+}
+/* dh = r * (g - hhat * mean(g * hhat)), g = dy * w; dw = sum over rows of dy * hhat */
+static int add_rmsnorm_bwd(const titan_kernel_args *a) {
+    const int N = a->dims[0], C = a->dims[1];
+    const float *dy = a->in[0], *h = a->in[1], *w = a->in[2], *rstd = a->in[3];
+    if (a->out[1]) memset(a->out[1], 0, sizeof(float) * (size_t)C);
+    for (int n = 0; n < N; n++) {
+        const float *d = dy + (size_t)n * C, *x = h + (size_t)n * C, r = rstd[n];
+        float dot = 0;
+        for (int c = 0; c < C; c++) dot += d[c] * w[c] * x[c] * r;
+        for (int c = 0; c < C; c++) {
+            if (a->out[0]) a->out[0][(size_t)n * C + c] = r * (d[c] * w[c] - x[c] * r * dot / C);
+            if (a->out[1]) a->out[1][c] += d[c] * x[c] * r;
+        }
+    }
+    return 0;
+}
+#endif
+
 #if defined(PLUGIN_CASE_noinit)
 /* the kernels exist, the entry point does not */
 TITAN_KERNEL_EXPORT const void *test_plugin_kernels[] = {swiglu_fwd, swiglu_bwd, ws_bytes,
@@ -78,6 +115,20 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
 #endif
     keep = d;
     if (host->register_kernel(host, &keep)) return 1;
+#if defined(PLUGIN_CASE_good)
+    static const titan_kernel_desc norm = {TITAN_KERNEL_ABI_VERSION,
+                                           sizeof(titan_kernel_desc),
+                                           "add_rmsnorm",
+                                           "add_rmsnorm_plain",
+                                           "",
+                                           NULL,
+                                           TITAN_LAYOUT_BSHD,
+                                           add_rmsnorm_fwd,
+                                           add_rmsnorm_bwd,
+                                           NULL,
+                                           NULL};
+    if (host->register_kernel(host, &norm)) return 1;
+#endif
 #if defined(PLUGIN_CASE_dup)
     static titan_kernel_desc dup;
     dup = d;

@@ -87,6 +87,16 @@ static void compare_copies(void) {
         ops_cpu_rmsnorm_bwd_default(db, wb, dy, x, w, rb, N, C);
         check("rmsnorm bwd dinp", da, db, n, 0);
         check("rmsnorm bwd dw", wa, wb, (size_t)C, 0);
+        /* each copy's fused add + norm equals its own rmsnorm of the sum, bit for bit */
+        float *ha = rnd(n, 1), *hb = dup(ha, n);
+        ops_cpu_add_rmsnorm_fwd_avx512(ha, oa, ra, ha, x, w, N, C, 1e-6f);
+        ops_cpu_rmsnorm_fwd_avx512(ob, rb, ha, w, N, C, 1e-6f);
+        check("add_rmsnorm fwd == rmsnorm fwd of the sum (avx512)", oa, ob, n, 1);
+        ops_cpu_add_rmsnorm_fwd_default(hb, oa, ra, hb, x, w, N, C, 1e-6f);
+        ops_cpu_rmsnorm_fwd_default(ob, rb, hb, w, N, C, 1e-6f);
+        check("add_rmsnorm fwd == rmsnorm fwd of the sum (default)", oa, ob, n, 1);
+        check("add_rmsnorm h", ha, hb, n, 1);
+        free(ha), free(hb);
         free(x), free(w), free(dy), free(oa), free(ob), free(da), free(db), free(wa), free(wb);
     }
     {

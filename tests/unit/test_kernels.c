@@ -227,6 +227,18 @@ static void test_plugins_in_training(void) {
     CHECK(fabs(la - lb) <= 1e-6 * fabs(la) && d < 1e-5,
           "swiglu_ws (workspace + saved) in training: loss %.9g vs %.9g, grad rel diff %g", la, lb,
           d);
+    /* the fused residual add + norm: the plugin's float sums vs titan's double ones; the
+     * built-in unfused pair is the same arithmetic in two passes, so bitwise */
+    const ops_override nrm[] = {{"layers.*.ffn_norm", "add_rmsnorm_plain"}};
+    d = grad_diff(nrm, 1, &la, &lb);
+    CHECK(fabs(la - lb) <= 1e-6 * fabs(la) && d < 1e-5,
+          "add_rmsnorm_plain (plugin, in place over the residual) in training: loss %.9g vs "
+          "%.9g, grad rel diff %g",
+          la, lb, d);
+    const ops_override unf[] = {{"add_rmsnorm", "unfused"}};
+    d = grad_diff(unf, 1, &la, &lb);
+    CHECK(la == lb && d == 0, "add_rmsnorm unfused: loss %.9g vs %.9g, grad rel diff %g", la, lb,
+          d);
     const ops_override refs[] = {{"*", "reference"}};
     d = grad_diff(refs, 1, &la, &lb);
     CHECK(fabs(la - lb) <= 1e-5 * fabs(la) && d < 1e-4,

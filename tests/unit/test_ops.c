@@ -200,6 +200,35 @@ static void test_rmsnorm(void) {
     base_free(dinp), base_free(dw), base_free(dinp2), base_free(dw2);
 }
 
+/* Fused residual add + RMSNorm: h is exactly x + y, out and rstd are rmsnorm_fwd(h)'s bit for
+ * bit (the model's backward recomputes the norm with rmsnorm_fwd from h), with h written over
+ * x or over y as the block calls it; the backward is rmsnorm's. */
+static void test_add_rmsnorm(void) {
+    enum { N = 7, C = 301 };
+    const size_t n = (size_t)N * C;
+    float *x = randn(n, 11, 1, 0.1f), *y = randn(n, 12, 1, 0), *w = randn(C, 13, 0.3f, 1);
+    float *h = zeros(n), *out = zeros(n), *rstd = zeros(N), *out2 = zeros(n), *rstd2 = zeros(N);
+    float *hx = zeros(n), *hy = zeros(n), *o3 = zeros(n), *r3 = zeros(N);
+    double bad_sum = 0, bad_norm = 0, bad_alias = 0;
+    ops_cpu_add_rmsnorm_fwd(h, out, rstd, x, y, w, N, C, 1e-6f);
+    for (size_t i = 0; i < n; i++) bad_sum += h[i] != x[i] + y[i];
+    ops_cpu_rmsnorm_fwd(out2, rstd2, h, w, N, C, 1e-6f);
+    for (size_t i = 0; i < n; i++) bad_norm += memcmp(&out[i], &out2[i], sizeof(float)) != 0;
+    for (int i = 0; i < N; i++) bad_norm += memcmp(&rstd[i], &rstd2[i], sizeof(float)) != 0;
+    memcpy(hx, x, n * sizeof(float));
+    memcpy(hy, y, n * sizeof(float));
+    ops_cpu_add_rmsnorm_fwd(hx, o3, r3, hx, y, w, N, C, 1e-6f); /* h over x */
+    bad_alias += memcmp(hx, h, n * sizeof(float)) != 0 || memcmp(o3, out, n * sizeof(float)) != 0;
+    ops_cpu_add_rmsnorm_fwd(hy, o3, r3, x, hy, w, N, C, 1e-6f); /* h over y */
+    bad_alias += memcmp(hy, h, n * sizeof(float)) != 0 || memcmp(o3, out, n * sizeof(float)) != 0;
+    check(E_RMS, "add_rmsnorm: h == x + y (elements differing)", bad_sum, 0);
+    check(E_RMS, "add_rmsnorm: out, rstd == rmsnorm_fwd(h) bitwise (elements differing)",
+          bad_norm, 0);
+    check(E_RMS, "add_rmsnorm: in place over x and over y (calls differing)", bad_alias, 0);
+    base_free(x), base_free(y), base_free(w), base_free(h), base_free(out), base_free(rstd);
+    base_free(out2), base_free(rstd2), base_free(hx), base_free(hy), base_free(o3), base_free(r3);
+}
+
 /* ---- matmul ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -661,9 +690,9 @@ static void test_registry(void) {
     }
     snprintf(buf, sizeof buf, "%d implementations, %d defaults, %d references", n, n_default,
              n_ref);
-    /* plus grouped_mm's second built-in ("grouped") */
+    /* plus grouped_mm's "grouped" and add_rmsnorm's "unfused" */
     check_true("registry: builtins registered once (one default per op, plus references)",
-               n_default == OPS_COUNT && n == n_default + n_ref + 1, buf);
+               n_default == OPS_COUNT && n == n_default + n_ref + 2, buf);
 
     int rc = ops_resolve(&t, "layers.0", &ctx, NULL, 0, &err);
     int ok = rc == 0;
@@ -673,6 +702,8 @@ static void test_registry(void) {
     }
     ok = ok && t.embedding_fwd == ops_cpu_embedding_fwd && t.embedding_bwd == ops_cpu_embedding_bwd;
     ok = ok && t.rmsnorm_fwd == ops_cpu_rmsnorm_fwd && t.rmsnorm_bwd == ops_cpu_rmsnorm_bwd;
+    ok = ok && t.add_rmsnorm_fwd == ops_cpu_add_rmsnorm_fwd &&
+         t.add_rmsnorm_bwd == ops_cpu_rmsnorm_bwd;
     ok = ok && t.matmul_fwd == ops_cpu_matmul_fwd && t.matmul_bwd == ops_cpu_matmul_bwd;
     ok = ok && t.rope_fwd == ops_cpu_rope_fwd && t.rope_bwd == ops_cpu_rope_bwd;
     ok = ok && t.attention_fwd == ops_cpu_attention_fwd && t.attention_bwd == ops_cpu_attention_bwd;
@@ -810,6 +841,7 @@ static void test_determinism(void) {
 int main(void) {
     test_embedding();
     test_rmsnorm();
+    test_add_rmsnorm();
     test_matmul();
     test_rope();
     test_swiglu();

@@ -17,6 +17,8 @@ void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float 
                          float eps);
 void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                          const float *w, const float *rstd, int N, int C);
+void ops_cpu_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *x, const float *y,
+                             const float *w, int N, int C, float eps);
 
 void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
 void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,

@@ -31,6 +31,10 @@
       (float *dinp, float *dw, const float *dout, const float *inp, const float *w,                \
        const float *rstd, int N, int C),                                                           \
       (dinp, dw, dout, inp, w, rstd, N, C))                                                        \
+    X(ops_cpu_add_rmsnorm_fwd,                                                                     \
+      (float *h, float *out, float *rstd, const float *x, const float *y, const float *w, int N,   \
+       int C, float eps),                                                                          \
+      (h, out, rstd, x, y, w, N, C, eps))                                                          \
     X(ops_cpu_rope_fwd,                                                                            \
       (float *out, const float *inp, const float *cos, const float *sin, int B, int T, int nh,     \
        int hd),                                                                                    \

@@ -33,6 +33,13 @@ static void ref_rmsnorm_fwd(float *out, float *rstd, const float *inp, const flo
     }
 }
 
+/* Unfused: the add, then the norm. */
+static void ref_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *x, const float *y,
+                                const float *w, int N, int C, float eps) {
+    for (size_t i = 0; i < (size_t)N * C; i++) h[i] = x[i] + y[i];
+    ref_rmsnorm_fwd(out, rstd, h, w, N, C, eps);
+}
+
 /* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w; dw = sum_n dy * xhat. */
 static void ref_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                             const float *w, const float *rstd, int N, int C) {
@@ -358,6 +365,7 @@ void ops_cpu_register_extra(int (*reg)(const ops_impl *impl, base_err *err)) {
         REF(OPS_ADAMW, "", NULL, ref_adamw, NULL),
         REF(OPS_ATTENTION_KV, "n_heads % n_kv_heads == 0", ref_check_heads, ref_attention_kv, NULL),
         REF(OPS_GROUPED_MM, "", NULL, ref_grouped_mm_fwd, ref_grouped_mm_bwd),
+        REF(OPS_ADD_RMSNORM, "", NULL, ref_add_rmsnorm_fwd, ref_rmsnorm_bwd),
     };
 #undef REF
     for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) (void)reg(&ref[i], NULL);

@@ -7,20 +7,39 @@
 /* Column tile of the dw reduction: one AVX-512 vector of floats. */
 #define RMS_COL_TILE 16
 
+/* One row: o = w * (x * rstd). Both forwards go through it, so add_rmsnorm's out is
+ * rmsnorm_fwd(h) bit for bit (backward recomputes the norm with rmsnorm_fwd). */
+static inline float rms_row(float *restrict o, const float *restrict x, const float *restrict w,
+                            int C, float eps) {
+    double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+    float var = (float)(ss / (double)C);
+    float r = 1.0f / sqrtf(var + eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
+    return r;
+}
+
 void KFN(ops_cpu_rmsnorm_fwd)(float *out, float *rstd, const float *inp, const float *w, int N,
                               int C, float eps) {
 #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        rstd[n] = rms_row(out + (size_t)n * C, inp + (size_t)n * C, w, C, eps);
+}
+
+/* h = x + y, then the norm of h while its row is still in L1: the residual add and the
+ * norm touch memory once (read x, y; write h, out) instead of twice. x or y may be h. */
+void KFN(ops_cpu_add_rmsnorm_fwd)(float *h, float *out, float *rstd, const float *x,
+                                  const float *y, const float *w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        float *restrict o = out + (size_t)n * C;
-        double ss = 0.0;
-#pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
-        float var = (float)(ss / (double)C);
-        float r = 1.0f / sqrtf(var + eps);
+        const size_t o = (size_t)n * C;
+        float *hr = h + o;
+        const float *xr = x + o, *yr = y + o;
 #pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
-        rstd[n] = r;
+        for (int c = 0; c < C; c++) hr[c] = xr[c] + yr[c];
+        rstd[n] = rms_row(out + o, hr, w, C, eps);
     }
 }
 
