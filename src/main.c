@@ -194,7 +194,9 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
     ops_register_builtin();
     const char *mode = "list", *name = NULL;
     ops_conform_opts o = {0, 1, 0, 0.3};
-    /* bench shape: bench/bench_train.sh's model and batch, or a small one for smoke tests */
+    /* bench shape: bench/bench_train.sh's model and batch; a small one for smoke tests; a
+     * large one (Qwen3-1.7B's block at 2 x 2048 tokens) whose activations do not fit in the
+     * caches, where memory-bound kernels meet DRAM bandwidth */
     ops_ctx ctx = {4, 512, 512, 8, 4, 64, 1536, 151936, 64, 4, 768};
     args_iter it = {argc, argv, 0, err};
     int i = 2;
@@ -219,14 +221,17 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
             if (!v) return -1;
             if (!strcmp(v, "small"))
                 ctx = (ops_ctx){1, 64, 64, 4, 2, 16, 128, 512, 8, 2, 32};
+            else if (!strcmp(v, "large"))
+                ctx = (ops_ctx){2, 2048, 2048, 16, 8, 128, 6144, 151936, 64, 4, 768};
             else if (strcmp(v, "bench"))
-                return base_fail(err, "kernels: --shape is 'bench' or 'small', not '%s'", v);
+                return base_fail(err, "kernels: --shape is 'bench', 'small' or 'large', not '%s'",
+                                 v);
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             o.verbose = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: titan kernels [list]                     registered implementations\n"
                    "       titan kernels test [NAME] [--shapes N] [--seed S] [-v]\n"
-                   "       titan kernels bench [NAME] [--shape bench|small] [--min-time SEC]\n"
+                   "       titan kernels bench [NAME] [--shape bench|small|large] [--min-time S]\n"
                    "NAME: IMPL or OP/IMPL (default: every implementation). test compares\n"
                    "forward outputs and input gradients with the op's default (the default\n"
                    "with 'reference') on random shapes; bench times it against the default.\n"
