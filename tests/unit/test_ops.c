@@ -222,8 +222,8 @@ static void test_add_rmsnorm(void) {
     ops_cpu_add_rmsnorm_fwd(hy, o3, r3, x, hy, w, N, C, 1e-6f); /* h over y */
     bad_alias += memcmp(hy, h, n * sizeof(float)) != 0 || memcmp(o3, out, n * sizeof(float)) != 0;
     check(E_RMS, "add_rmsnorm: h == x + y (elements differing)", bad_sum, 0);
-    check(E_RMS, "add_rmsnorm: out, rstd == rmsnorm_fwd(h) bitwise (elements differing)",
-          bad_norm, 0);
+    check(E_RMS, "add_rmsnorm: out, rstd == rmsnorm_fwd(h) bitwise (elements differing)", bad_norm,
+          0);
     check(E_RMS, "add_rmsnorm: in place over x and over y (calls differing)", bad_alias, 0);
     base_free(x), base_free(y), base_free(w), base_free(h), base_free(out), base_free(rstd);
     base_free(out2), base_free(rstd2), base_free(hx), base_free(hy), base_free(o3), base_free(r3);
