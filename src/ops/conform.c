@@ -118,25 +118,49 @@ static int cf_embedding(const ops_table *x, const ops_table *y, const ops_ctx *c
     return 0;
 }
 
-static int cf_rmsnorm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
-                      cf_result *r) {
+/* rmsnorm, or (fused) add_rmsnorm with h = in + b written over in, as the model calls it; the
+ * backward of both is the norm's, into the input's (the residual stream's) gradient. */
+static int cf_norm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                   cf_result *r, int fused) {
     const int N = c->batch * c->seq_len, C = c->dim;
     const size_t n = (size_t)N * C;
-    float *in = cf_rand(s, n, 2), *w = cf_rand(s, (size_t)C, 1), *o1 = malloc(sizeof(float) * n),
-          *o2 = malloc(sizeof(float) * n), *r1 = malloc(sizeof(float) * (size_t)N),
-          *r2 = malloc(sizeof(float) * (size_t)N), *dy = cf_rand(s, n, 1), *dx1 = cf_rand(s, n, 1),
-          *dx2 = cf_dup(dx1, n), *dw1 = cf_rand(s, (size_t)C, 1), *dw2 = cf_dup(dw1, (size_t)C);
-    if (!in || !w || !o1 || !o2 || !r1 || !r2 || !dy || !dx1 || !dx2 || !dw1 || !dw2) return -1;
-    x->rmsnorm_fwd(o1, r1, in, w, N, C, 1e-6f);
-    y->rmsnorm_fwd(o2, r2, in, w, N, C, 1e-6f);
+    float *h1 = cf_rand(s, n, 2), *h2 = cf_dup(h1, n), *w = cf_rand(s, (size_t)C, 1),
+          *o1 = malloc(sizeof(float) * n), *o2 = malloc(sizeof(float) * n),
+          *r1 = malloc(sizeof(float) * (size_t)N), *r2 = malloc(sizeof(float) * (size_t)N),
+          *dy = cf_rand(s, n, 1), *dx1 = cf_rand(s, n, 1), *dx2 = cf_dup(dx1, n),
+          *dw1 = cf_rand(s, (size_t)C, 1), *dw2 = cf_dup(dw1, (size_t)C),
+          *b = fused ? cf_rand(s, n, 2) : NULL;
+    if (!h1 || !h2 || !w || !o1 || !o2 || !r1 || !r2 || !dy || !dx1 || !dx2 || !dw1 || !dw2 ||
+        (fused && !b))
+        return -1;
+    if (fused) {
+        x->add_rmsnorm_fwd(h1, o1, r1, h1, b, w, N, C, 1e-6f);
+        y->add_rmsnorm_fwd(h2, o2, r2, h2, b, w, N, C, 1e-6f);
+        cf_cmp(r, "h", h1, h2, n, 1e-6);
+    } else {
+        x->rmsnorm_fwd(o1, r1, h1, w, N, C, 1e-6f);
+        y->rmsnorm_fwd(o2, r2, h2, w, N, C, 1e-6f);
+    }
     cf_cmp(r, "out", o1, o2, n, 1e-5);
     cf_cmp(r, "rstd", r1, r2, (size_t)N, 1e-5);
-    x->rmsnorm_bwd(dx1, dw1, dy, in, w, r1, N, C);
-    y->rmsnorm_bwd(dx2, dw2, dy, in, w, r2, N, C);
-    cf_cmp(r, "dinp", dx1, dx2, n, 1e-4);
+    const ops_rmsnorm_bwd_fn bx = fused ? x->add_rmsnorm_bwd : x->rmsnorm_bwd,
+                             by = fused ? y->add_rmsnorm_bwd : y->rmsnorm_bwd;
+    bx(dx1, dw1, dy, h1, w, r1, N, C);
+    by(dx2, dw2, dy, h2, w, r2, N, C);
+    cf_cmp(r, fused ? "dh" : "dinp", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw", dw1, dw2, (size_t)C, 1e-4);
-    CF_FREE(in, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2);
+    CF_FREE(h1, h2, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2, b);
     return 0;
+}
+
+static int cf_rmsnorm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                      cf_result *r) {
+    return cf_norm(x, y, c, s, r, 0);
+}
+
+static int cf_add_rmsnorm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
+                          cf_result *r) {
+    return cf_norm(x, y, c, s, r, 1);
 }
 
 static int cf_matmul(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
@@ -327,32 +351,6 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     cf_cmp(r, "dinp", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw", dw1, dw2, (size_t)E * OC * C, 1e-5);
     CF_FREE(offs, in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
-    return 0;
-}
-
-/* h = x + y in place over x (as the model calls it), out, rstd; then the backward into the
- * residual stream's gradient. */
-static int cf_add_rmsnorm(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
-                          cf_result *r) {
-    const int N = c->batch * c->seq_len, C = c->dim;
-    const size_t n = (size_t)N * C;
-    float *h1 = cf_rand(s, n, 2), *h2 = cf_dup(h1, n), *b = cf_rand(s, n, 2),
-          *w = cf_rand(s, (size_t)C, 1), *o1 = malloc(sizeof(float) * n),
-          *o2 = malloc(sizeof(float) * n), *r1 = malloc(sizeof(float) * (size_t)N),
-          *r2 = malloc(sizeof(float) * (size_t)N), *dy = cf_rand(s, n, 1), *dx1 = cf_rand(s, n, 1),
-          *dx2 = cf_dup(dx1, n), *dw1 = cf_rand(s, (size_t)C, 1), *dw2 = cf_dup(dw1, (size_t)C);
-    if (!h1 || !h2 || !b || !w || !o1 || !o2 || !r1 || !r2 || !dy || !dx1 || !dx2 || !dw1 || !dw2)
-        return -1;
-    x->add_rmsnorm_fwd(h1, o1, r1, h1, b, w, N, C, 1e-6f);
-    y->add_rmsnorm_fwd(h2, o2, r2, h2, b, w, N, C, 1e-6f);
-    cf_cmp(r, "h", h1, h2, n, 1e-6);
-    cf_cmp(r, "out", o1, o2, n, 1e-5);
-    cf_cmp(r, "rstd", r1, r2, (size_t)N, 1e-5);
-    x->add_rmsnorm_bwd(dx1, dw1, dy, h1, w, r1, N, C);
-    y->add_rmsnorm_bwd(dx2, dw2, dy, h2, w, r2, N, C);
-    cf_cmp(r, "dh", dx1, dx2, n, 1e-4);
-    cf_cmp(r, "dw", dw1, dw2, (size_t)C, 1e-4);
-    CF_FREE(h1, h2, b, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2);
     return 0;
 }
 
