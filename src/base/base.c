@@ -150,6 +150,27 @@ int base_parse_f64(const char *s, double *out) {
     return 0;
 }
 
+int base_path_join(char *out, size_t cap, const char *dir, const char *name, base_err *err) {
+    if (snprintf(out, cap, "%s/%s", dir, name) >= (int)cap)
+        return base_fail(err, "%s: path too long", dir);
+    return 0;
+}
+
+int base_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int base_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int base_has_file(const char *dir, const char *name) {
+    char p[4096];
+    return base_path_join(p, sizeof p, dir, name, NULL) == 0 && base_is_file(p);
+}
+
 int base_mkdir_p(const char *dir, base_err *err) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -50,11 +49,6 @@ int ckpt_set_open_file(ckpt_set *s, const char *path, base_err *err) {
     return 0;
 }
 
-static int is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Reads DIR/model.safetensors.index.json, opens each shard it names once, and checks that
  * the index and the shards agree: every indexed tensor is in its shard, every shard tensor is
  * indexed to that shard, no name twice. */
@@ -87,7 +81,7 @@ static int open_index(ckpt_set *s, const char *dir, const char *ipath, base_err 
         int seen = 0;
         for (int i = 0; i < s->n_files && !seen; i++) seen = !strcmp(s->files[i].path, path);
         if (seen) continue;
-        if (!is_file(path)) {
+        if (!base_is_file(path)) {
             rc = base_fail(err, "%s: weight_map['%s'] names %s, which does not exist", ipath, key,
                            fn);
             goto out;
@@ -139,9 +133,9 @@ int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
         return base_fail(err, "%s: path too long", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     int rc;
-    if (is_file(single))
+    if (base_is_file(single))
         rc = set_add(s, single, err); /* as transformers: the single file wins */
-    else if (is_file(index))
+    else if (base_is_file(index))
         rc = open_index(s, dir, index, err);
     else
         rc = base_fail(err,

@@ -58,7 +58,7 @@ static void write_str(const char *path, const char *s) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/titan_test_ckpt_step_%d", (int)getpid());
+    check_tmpdir(dir, sizeof dir, "titan_test_ckpt_step");
     char folder[300], path[400];
     snprintf(folder, sizeof folder, "%s/ck", dir);
     base_err err;
@@ -124,13 +124,6 @@ int main(void) {
     CHECK(save(path, 13, n, 1, 1) != 0, "saving under a file must fail");
     CHECK(load_check(folder, 11, n, 1), "step 11 still loads");
 
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("could not remove %s\n", dir);
-    if (failures) {
-        printf("%d failures\n", failures);
-        return 1;
-    }
-    printf("checkpoint step tests passed\n");
-    return 0;
+    check_tmpdir_remove(dir);
+    return check_report("test_ckpt_step");
 }

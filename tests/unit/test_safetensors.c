@@ -10,23 +10,13 @@
  * safetensors package. */
 #include "checkpoint/checkpoint.h"
 
+#include "check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int g_fail = 0;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static char g_tmpdir[256];
 
@@ -865,7 +855,7 @@ static int check_python_file(const char *path) {
     CHECK(ids && n == 3 && ids[0] == -1 && ids[1] == 7 && ids[2] == -2147483647 - 1, "i32");
     base_free(ids);
     ckpt_close(&f);
-    if (g_fail) return 1;
+    if (failures) return 1;
     printf("ok   %s (written by Python safetensors) reads back exactly\n", path);
     return 0;
 }
@@ -885,8 +875,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [--write-fixture PATH | --check-python PATH]\n", argv[0]);
         return 2;
     }
-    const char *td = getenv("TMPDIR");
-    snprintf(g_tmpdir, sizeof g_tmpdir, "%s", td && *td ? td : "/tmp");
+    check_tmpdir(g_tmpdir, sizeof g_tmpdir, "test_safetensors");
 
     test_round_trip();
     test_layout();
@@ -896,10 +885,6 @@ int main(int argc, char **argv) {
     test_corruption_sweep();
     test_tiny_qwen3();
     test_model_io();
-    if (g_fail) {
-        fprintf(stderr, "test_safetensors: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_safetensors: all checks passed\n");
-    return 0;
+    check_tmpdir_remove(g_tmpdir);
+    return check_report("test_safetensors");
 }
