@@ -60,16 +60,27 @@ void base_log(base_log_level level, const char *fmt, ...) {
  * misses there. */
 #define BASE_HUGE (2u << 20)
 
-void *base_alloc(size_t bytes) {
+/* The aligned allocation; *rounded receives its size (bytes rounded up to the alignment). */
+static void *alloc_aligned(size_t bytes, size_t *rounded) {
     const int huge = bytes >= 2 * (size_t)BASE_HUGE;
     const size_t align = huge ? BASE_HUGE : 64;
-    size_t rounded = (bytes + align - 1) / align * align;
-    if (rounded == 0) rounded = 64;
-    if (rounded < bytes) return NULL; /* overflow */
-    void *p = aligned_alloc(align, rounded);
-    if (!p) return NULL;
-    if (huge) madvise(p, rounded, MADV_HUGEPAGE);
-    memset(p, 0, rounded);
+    *rounded = (bytes + align - 1) / align * align;
+    if (*rounded == 0) *rounded = 64;
+    if (*rounded < bytes) return NULL; /* overflow */
+    void *p = aligned_alloc(align, *rounded);
+    if (p && huge) madvise(p, *rounded, MADV_HUGEPAGE);
+    return p;
+}
+
+void *base_alloc_uninit(size_t bytes) {
+    size_t rounded;
+    return alloc_aligned(bytes, &rounded);
+}
+
+void *base_alloc(size_t bytes) {
+    size_t rounded;
+    void *p = alloc_aligned(bytes, &rounded);
+    if (p) memset(p, 0, rounded);
     return p;
 }
 

@@ -25,6 +25,9 @@ void base_log_set_rank(int rank);
 
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
 void *base_alloc(size_t bytes);
+/* base_alloc without the zero fill, for a buffer its caller writes whole before reading it
+ * (a checkpoint load): the fill is a pass over the memory that faults every page in. */
+void *base_alloc_uninit(size_t bytes);
 void base_free(void *p);
 
 /* Seconds on a monotonic clock. */

@@ -86,7 +86,7 @@ int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opt
     int rc = model_describe(&desc, &a, err);
     if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_TITAN, err);
     model_free(&desc);
-    if (rc == 0) rc = model_build(m, &a, opts, err);
+    if (rc == 0) rc = model_build_unset(m, &a, opts, err); /* loaded whole next */
     if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_TITAN, err);
     ckpt_set_close(&s);
     return rc;
@@ -259,7 +259,7 @@ static double data_gb(const ckpt_set *s) {
 
 int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
     const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
-    model m;
+    model m = {0}; /* freed below even when the arguments fail to read */
     int rc;
     ckpt_source cs;
     if (ckpt_source_open(&cs, src, err)) return -1;
@@ -272,7 +272,7 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
     if (cs.kind == CKPT_SRC_STEP) { /* a step-N checkpoint: arguments from its metadata */
         model_args a;
         const double t0 = base_now();
-        rc = ckpt_source_args(&cs, &a, err) || model_build(&m, &a, &bo, err) ||
+        rc = ckpt_source_args(&cs, &a, err) || model_build_unset(&m, &a, &bo, err) ||
                      ckpt_source_load(&cs, &m, m.w, err)
                  ? -1
                  : 0;

@@ -346,7 +346,7 @@ int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_e
     int rc = model_describe(&desc, &a, err);
     if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_HF, err);
     model_free(&desc);
-    if (rc == 0) rc = model_build(m, &a, opts, err);
+    if (rc == 0) rc = model_build_unset(m, &a, opts, err); /* loaded whole next */
     if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_HF, err);
     ckpt_set_close(&s);
     return rc;

@@ -290,6 +290,16 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
     ckpt_entry *es;
     int n;
     if (ckpt_expected(m, names, &es, &n, err)) return -1;
+    /* the parameters tile [0, n_floats) (model_layout lays them end to end): checked, as the
+     * caller may pass an unzeroed buffer and rely on every element being written */
+    size_t end = 0;
+    for (int i = 0; i < n && end != SIZE_MAX; i++)
+        end = es[i].offset == end ? end + es[i].numel : SIZE_MAX;
+    if (end != m->n_floats) {
+        free(es);
+        return base_fail(err, "%s: the model's parameters do not tile its %zu weights", set_name(s),
+                         m->n_floats);
+    }
     int rc = 0;
     /* file by file, in file order: each shard is read once, front to back, and its pages are
      * dropped as soon as a tensor is copied, so resident memory stays near the model's size */
@@ -329,7 +339,7 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
                          "%s: '%s' does not match '%s' (shape or dtype) but the model ties "
                          "its embeddings",
                          hf->path, hn, en);
-    float *tmp = base_alloc(emb->numel * sizeof(float));
+    float *tmp = base_alloc_uninit(emb->numel * sizeof(float)); /* written whole next */
     if (!tmp) return base_fail(err, "%s: out of memory", hf->path);
     rc = ckpt_tensor_to_f32(hf, head, tmp, err);
     ckpt_tensor_release(hf, head);

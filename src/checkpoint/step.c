@@ -277,15 +277,50 @@ static int piece_of(const char *tensor, const char *buf) {
     return !strncmp(tensor, buf, k) && (tensor[k] == 0 || tensor[k] == '@');
 }
 
+/* The part [lo, hi) of bufs[buf]'s range that one shard tensor filled. */
+typedef struct {
+    size_t lo, hi;
+    int buf;
+} filled;
+
+static int filled_cmp(const void *a, const void *b) {
+    const filled *x = a, *y = b;
+    if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Whether the filled parts cover each buffer's range exactly once: a hostile or mixed-up
+ * checkpoint (two ranks claiming the same elements) must not leave elements unwritten. */
+static int check_filled(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
+                        filled *fs, size_t nf, base_err *err) {
+    qsort(fs, nf, sizeof *fs, filled_cmp);
+    size_t j = 0;
+    for (int i = 0; i < n; i++) {
+        size_t at = bufs[i].offset, got = 0;
+        const size_t end = bufs[i].offset + bufs[i].numel;
+        for (; j < nf && fs[j].buf == i; j++) {
+            if (fs[j].lo < at)
+                return base_fail(
+                    err, "%s/step-%lld: buffer \"%s\": two pieces hold elements %zu..%zu", folder,
+                    (long long)step, bufs[i].name, fs[j].lo, (at < fs[j].hi ? at : fs[j].hi) - 1);
+            if (fs[j].lo == at) at = fs[j].hi;
+            got += fs[j].hi - fs[j].lo;
+        }
+        if (at != end || got != bufs[i].numel)
+            return base_fail(err, "%s/step-%lld: buffer \"%s\" is incomplete (%zu of %zu elements)",
+                             folder, (long long)step, bufs[i].name, got, bufs[i].numel);
+    }
+    return 0;
+}
+
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err) {
     char *train;
     int world;
     if (ckpt_step_read_meta(folder, step, &train, &world, err)) return -1;
     free(train);
-    /* covered[i]: elements of bufs[i]'s range found so far (ranges of ranks do not overlap) */
-    size_t *covered = calloc((size_t)n + 1, sizeof *covered);
-    if (!covered) return base_fail(err, "out of memory");
+    filled *fs = NULL;
+    size_t nf = 0, cap = 0;
     int rc = 0;
     for (int r = 0; rc == 0 && r < world; r++) {
         char name[64], path[4300];
@@ -322,19 +357,25 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
                 const size_t lo = off > o ? off : o;
                 const size_t hi = off + (size_t)t->numel < o + k ? off + (size_t)t->numel : o + k;
                 if (lo < hi) {
+                    if (nf == cap) {
+                        cap = cap ? 2 * cap : 16;
+                        filled *g = realloc(fs, cap * sizeof *g);
+                        if (!g) {
+                            rc = base_fail(err, "out of memory");
+                            break;
+                        }
+                        fs = g;
+                    }
+                    fs[nf++] = (filled){lo, hi, i};
                     memcpy(bufs[i].dst + (lo - o), (const char *)t->data + 4 * (lo - off),
                            4 * (hi - lo));
-                    covered[i] += hi - lo;
                 }
             }
             if (rc == 0 && !found) rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
         }
         ckpt_close(&f);
     }
-    for (int i = 0; rc == 0 && i < n; i++)
-        if (covered[i] != bufs[i].numel)
-            rc = base_fail(err, "%s/step-%lld: buffer \"%s\" is incomplete (%zu of %zu elements)",
-                           folder, (long long)step, bufs[i].name, covered[i], bufs[i].numel);
-    free(covered);
+    if (rc == 0) rc = check_filled(folder, step, bufs, n, fs, nf, err);
+    free(fs);
     return rc;
 }
