@@ -1,5 +1,5 @@
 /* safetensors reader (mmap + validation) and atomic writer. See checkpoint.h. */
-#include "checkpoint.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -233,17 +233,23 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* begin offsets for the coverage check, sorted by (begin, end) */
-typedef struct {
-    uint64_t begin, end;
-    int idx;
-} span;
-
 static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
+    const ckpt_span *x = a, *y = b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return x->idx - y->idx;
+}
+
+ckpt_spans ckpt_spans_tile(ckpt_span *s, size_t n, uint64_t begin, uint64_t end, size_t *at,
+                           uint64_t *cursor) {
+    qsort(s, n, sizeof *s, span_cmp);
+    *cursor = begin;
+    for (*at = 0; *at < n; (*at)++) {
+        if (s[*at].begin != *cursor)
+            return s[*at].begin > *cursor ? CKPT_SPANS_GAP : CKPT_SPANS_OVERLAP;
+        *cursor = s[*at].end;
+    }
+    return *cursor == end ? CKPT_SPANS_OK : CKPT_SPANS_SHORT;
 }
 
 static int parse_metadata(ckpt_file *f, json_t *obj, base_err *err) {
@@ -278,7 +284,7 @@ static int get_offset(json_t *v, uint64_t *out) {
 }
 
 static int parse_tensor(ckpt_file *f, const char *name, json_t *obj, uint64_t data_size,
-                        ckpt_tensor *t, span *sp, base_err *err) {
+                        ckpt_tensor *t, ckpt_span *sp, base_err *err) {
     const char *path = f->path;
     if (!json_is_object(obj))
         return base_fail(err, "%s: tensor '%s': header entry is not a JSON object", path, name);
@@ -453,7 +459,7 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
 
     size_t n_entries = json_object_size(root);
     f->tensors = calloc(n_entries ? n_entries : 1, sizeof *f->tensors);
-    span *spans = calloc(n_entries ? n_entries : 1, sizeof *spans);
+    ckpt_span *spans = calloc(n_entries ? n_entries : 1, sizeof *spans);
     if (!f->tensors || !spans) {
         free(spans);
         json_decref(root);
@@ -469,7 +475,7 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
             continue;
         }
         ckpt_tensor *t = &f->tensors[f->n_tensors];
-        span *sp = &spans[f->n_tensors];
+        ckpt_span *sp = &spans[f->n_tensors];
         if ((rc = parse_tensor(f, key, val, data_size, t, sp, err)) != 0) break;
         t->name = dup_str(key);
         if (!t->name) {
@@ -483,31 +489,22 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
     json_decref(root);
 
     /* The tensors must tile the data section exactly: no gaps, no overlaps, no tail. */
-    if (rc == 0) {
-        qsort(spans, (size_t)f->n_tensors, sizeof *spans, span_cmp);
-        uint64_t cursor = 0;
-        for (int i = 0; i < f->n_tensors && rc == 0; i++) {
-            const char *nm = f->tensors[spans[i].idx].name;
-            if (spans[i].begin > cursor)
-                rc = base_fail(err,
-                               "%s: tensor '%s': data begins at byte %llu but the previous tensor "
-                               "ends at %llu (gap in the data section)",
-                               path, nm, (unsigned long long)spans[i].begin,
-                               (unsigned long long)cursor);
-            else if (spans[i].begin < cursor)
-                rc = base_fail(err,
-                               "%s: tensor '%s': data begins at byte %llu, overlapping the "
-                               "previous tensor (which ends at %llu)",
-                               path, nm, (unsigned long long)spans[i].begin,
-                               (unsigned long long)cursor);
-            cursor = spans[i].end;
-        }
-        if (rc == 0 && cursor != data_size)
-            rc = base_fail(err,
-                           "%s: tensors cover %llu bytes of the data section but it has %llu "
-                           "(trailing bytes)",
-                           path, (unsigned long long)cursor, (unsigned long long)data_size);
-    }
+    size_t at;
+    uint64_t cur;
+    const ckpt_spans tiled =
+        rc ? CKPT_SPANS_OK : ckpt_spans_tile(spans, (size_t)f->n_tensors, 0, data_size, &at, &cur);
+    if (tiled == CKPT_SPANS_GAP || tiled == CKPT_SPANS_OVERLAP)
+        rc = base_fail(err,
+                       "%s: tensor '%s': data begins at byte %llu, %s the previous tensor, "
+                       "which ends at %llu%s",
+                       path, f->tensors[spans[at].idx].name, (unsigned long long)spans[at].begin,
+                       tiled == CKPT_SPANS_GAP ? "after" : "overlapping", (unsigned long long)cur,
+                       tiled == CKPT_SPANS_GAP ? " (a gap in the data section)" : "");
+    else if (tiled == CKPT_SPANS_SHORT)
+        rc = base_fail(err,
+                       "%s: tensors cover %llu bytes of the data section but it has %llu "
+                       "(trailing bytes)",
+                       path, (unsigned long long)cur, (unsigned long long)data_size);
     free(spans);
     if (rc != 0) goto fail;
     f->by_name = malloc(sizeof *f->by_name * (size_t)(f->n_tensors ? f->n_tensors : 1));

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "internal.h"
 
 #define STEP_META "metadata.json"
 
@@ -277,40 +277,35 @@ static int piece_of(const char *tensor, const char *buf) {
     return !strncmp(tensor, buf, k) && (tensor[k] == 0 || tensor[k] == '@');
 }
 
-/* The part [lo, hi) of bufs[buf]'s range that one shard tensor filled. */
-typedef struct {
-    size_t lo, hi;
-    int buf;
-} filled;
-
-static int filled_cmp(const void *a, const void *b) {
-    const filled *x = a, *y = b;
-    if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
-/* Whether the filled parts cover each buffer's range exactly once: a hostile or mixed-up
- * checkpoint (two ranks claiming the same elements) must not leave elements unwritten. */
+/* Whether the pieces filled (fs[nf], idx = the buffer) cover each buffer's range exactly once:
+ * a hostile or mixed-up checkpoint (two ranks claiming the same elements) must not leave
+ * elements unwritten. */
 static int check_filled(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
-                        filled *fs, size_t nf, base_err *err) {
-    qsort(fs, nf, sizeof *fs, filled_cmp);
-    size_t j = 0;
-    for (int i = 0; i < n; i++) {
-        size_t at = bufs[i].offset, got = 0;
-        const size_t end = bufs[i].offset + bufs[i].numel;
-        for (; j < nf && fs[j].buf == i; j++) {
-            if (fs[j].lo < at)
-                return base_fail(
-                    err, "%s/step-%lld: buffer \"%s\": two pieces hold elements %zu..%zu", folder,
-                    (long long)step, bufs[i].name, fs[j].lo, (at < fs[j].hi ? at : fs[j].hi) - 1);
-            if (fs[j].lo == at) at = fs[j].hi;
-            got += fs[j].hi - fs[j].lo;
-        }
-        if (at != end || got != bufs[i].numel)
-            return base_fail(err, "%s/step-%lld: buffer \"%s\" is incomplete (%zu of %zu elements)",
-                             folder, (long long)step, bufs[i].name, got, bufs[i].numel);
+                        const ckpt_span *fs, size_t nf, base_err *err) {
+    ckpt_span *mine = malloc((nf ? nf : 1) * sizeof *mine);
+    if (!mine) return base_fail(err, "out of memory");
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        size_t k = 0, at;
+        uint64_t cur;
+        for (size_t j = 0; j < nf; j++)
+            if (fs[j].idx == i) mine[k++] = fs[j];
+        const uint64_t end = bufs[i].offset + bufs[i].numel;
+        const ckpt_spans t = ckpt_spans_tile(mine, k, bufs[i].offset, end, &at, &cur);
+        if (t == CKPT_SPANS_OVERLAP)
+            rc =
+                base_fail(err, "%s/step-%lld: buffer \"%s\": two pieces hold elements %llu..%llu",
+                          folder, (long long)step, bufs[i].name, (unsigned long long)mine[at].begin,
+                          (unsigned long long)(cur < mine[at].end ? cur : mine[at].end) - 1);
+        else if (t != CKPT_SPANS_OK)
+            rc = base_fail(err,
+                           "%s/step-%lld: buffer \"%s\" is incomplete: no shard holds elements "
+                           "%llu..%llu",
+                           folder, (long long)step, bufs[i].name, (unsigned long long)cur,
+                           (unsigned long long)(t == CKPT_SPANS_GAP ? mine[at].begin : end) - 1);
     }
-    return 0;
+    free(mine);
+    return rc;
 }
 
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
@@ -319,7 +314,7 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
     int world;
     if (ckpt_step_read_meta(folder, step, &train, &world, err)) return -1;
     free(train);
-    filled *fs = NULL;
+    ckpt_span *fs = NULL;
     size_t nf = 0, cap = 0;
     int rc = 0;
     for (int r = 0; rc == 0 && r < world; r++) {
@@ -359,14 +354,14 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
                 if (lo < hi) {
                     if (nf == cap) {
                         cap = cap ? 2 * cap : 16;
-                        filled *g = realloc(fs, cap * sizeof *g);
+                        ckpt_span *g = realloc(fs, cap * sizeof *g);
                         if (!g) {
                             rc = base_fail(err, "out of memory");
                             break;
                         }
                         fs = g;
                     }
-                    fs[nf++] = (filled){lo, hi, i};
+                    fs[nf++] = (ckpt_span){lo, hi, i};
                     memcpy(bufs[i].dst + (lo - o), (const char *)t->data + 4 * (lo - off),
                            4 * (hi - lo));
                 }
