@@ -32,6 +32,11 @@ fi
 t() { /usr/bin/time -f "%e s, peak RSS %M KiB" "$@"; }
 echo "== cat (warm)"; cat "$WORK"/hf/*.safetensors > /dev/null
 t cat "$WORK"/hf/*.safetensors > /dev/null
+# the other ceiling of a load: writing the fp32 model's 6.9 GB into fresh memory (every page
+# faulted in and zeroed by the kernel; slow and very variable on a VM)
+echo "== first touch of 6.9 GB of fresh memory"
+.venv/bin/python -c "import numpy as np, time; t = time.time(); a = np.ones(1720574976, np.float32); \
+print(f'{time.time() - t:.2f} s ({a.nbytes / 1e9 / (time.time() - t):.2f} GB/s)')"
 echo "== HF bf16 -> training checkpoint (fp32)"; rm -rf "$WORK/ckpt"
 t "$BUILD/titan" convert "$WORK/hf" "$WORK/ckpt"
 echo "== cat training checkpoint (warm)"; t cat "$WORK/ckpt/model.safetensors" > /dev/null

@@ -582,9 +582,7 @@ static int cmd_generate(int argc, char **argv, base_err *err) {
     if (threads > 0) omp_set_num_threads(threads);
     base_log_all_to_stderr(1); /* stdout is the generated text */
 
-    char tj[4200];
-    snprintf(tj, sizeof tj, "%s/tokenizer.json", path);
-    if (!tok_dir && access(tj, R_OK) == 0) tok_dir = path;
+    if (!tok_dir && base_has_file(path, "tokenizer.json")) tok_dir = path;
     data_tok *tok = NULL;
     model m = {0};
     model_infer *s = NULL;

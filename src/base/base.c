@@ -60,16 +60,27 @@ void base_log(base_log_level level, const char *fmt, ...) {
  * misses there. */
 #define BASE_HUGE (2u << 20)
 
-void *base_alloc(size_t bytes) {
+/* The aligned allocation; *rounded receives its size (bytes rounded up to the alignment). */
+static void *alloc_aligned(size_t bytes, size_t *rounded) {
     const int huge = bytes >= 2 * (size_t)BASE_HUGE;
     const size_t align = huge ? BASE_HUGE : 64;
-    size_t rounded = (bytes + align - 1) / align * align;
-    if (rounded == 0) rounded = 64;
-    if (rounded < bytes) return NULL; /* overflow */
-    void *p = aligned_alloc(align, rounded);
-    if (!p) return NULL;
-    if (huge) madvise(p, rounded, MADV_HUGEPAGE);
-    memset(p, 0, rounded);
+    *rounded = (bytes + align - 1) / align * align;
+    if (*rounded == 0) *rounded = 64;
+    if (*rounded < bytes) return NULL; /* overflow */
+    void *p = aligned_alloc(align, *rounded);
+    if (p && huge) madvise(p, *rounded, MADV_HUGEPAGE);
+    return p;
+}
+
+void *base_alloc_uninit(size_t bytes) {
+    size_t rounded;
+    return alloc_aligned(bytes, &rounded);
+}
+
+void *base_alloc(size_t bytes) {
+    size_t rounded;
+    void *p = alloc_aligned(bytes, &rounded);
+    if (p) memset(p, 0, rounded);
     return p;
 }
 
@@ -148,6 +159,27 @@ int base_parse_f64(const char *s, double *out) {
     if (errno || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
+}
+
+int base_path_join(char *out, size_t cap, const char *dir, const char *name, base_err *err) {
+    if (snprintf(out, cap, "%s/%s", dir, name) >= (int)cap)
+        return base_fail(err, "%s: path too long", dir);
+    return 0;
+}
+
+int base_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int base_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int base_has_file(const char *dir, const char *name) {
+    char p[4096];
+    return base_path_join(p, sizeof p, dir, name, NULL) == 0 && base_is_file(p);
 }
 
 int base_mkdir_p(const char *dir, base_err *err) {

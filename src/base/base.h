@@ -25,6 +25,9 @@ void base_log_set_rank(int rank);
 
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
 void *base_alloc(size_t bytes);
+/* base_alloc without the zero fill, for a buffer its caller writes whole before reading it
+ * (a checkpoint load): the fill is a pass over the memory that faults every page in. */
+void *base_alloc_uninit(size_t bytes);
 void base_free(void *p);
 
 /* Seconds on a monotonic clock. */
@@ -46,6 +49,14 @@ uint64_t base_hash_str(const char *s);
 /* FNV-1a continued over n more bytes (start from BASE_HASH_INIT): fingerprints. */
 #define BASE_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t base_hash_bytes(uint64_t h, const void *p, size_t n);
+
+/* DIR "/" NAME into out[cap]; fails, naming dir, when it does not fit. */
+int base_path_join(char *out, size_t cap, const char *dir, const char *name, base_err *err);
+/* Whether path is a regular file / a directory (links followed; false when absent). */
+int base_is_file(const char *path);
+int base_is_dir(const char *path);
+/* Whether DIR/NAME is a regular file (false too when the joined path is too long). */
+int base_has_file(const char *dir, const char *name);
 
 /* Creates a directory and its missing parents (mkdir -p). */
 int base_mkdir_p(const char *dir, base_err *err);
@@ -69,8 +80,9 @@ int base_parse_f64(const char *s, double *out);
  * (one level deep, may span lines). The rest of TOML (multi-line strings, dates and times,
  * inline tables, arrays of tables, nested arrays) is refused with "... is not supported by
  * titan's TOML subset", as is a quoted key part containing '.' anywhere but as the last
- * part of a key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not). Input is hostile: it must be UTF-8 without NUL bytes, sizes are
- * capped, and every error reads "FILE:LINE:COLUMN: message" (columns count bytes from 1).
+ * part of a key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not). Input is hostile: it
+ * must be UTF-8 without NUL bytes, sizes are capped, and every error reads "FILE:LINE:COLUMN:
+ * message" (columns count bytes from 1).
  *
  * The document is flattened into tables named by their dotted path ("" is the root,
  * "training" for [training], "a.b" for [a.b] or for the `b.x = 1` keys of [a]), each with

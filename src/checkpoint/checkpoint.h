@@ -176,7 +176,9 @@ int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_e
 /* Checks, then loads every parameter into base (m->w or a buffer of the same layout),
  * converting any floating dtype to fp32, file by file, dropping each tensor's pages once
  * copied (resident memory stays near the model's fp32 size). A tied model's lm_head in the
- * files must equal the embedding. */
+ * files must equal the embedding. On success every element of base[0, m->n_floats) has been
+ * written (the check finds every parameter, and the parameters tile the buffer), so base may
+ * come unzeroed (model_build_unset); after a failure its contents are undefined. */
 int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_names names,
                         base_err *err);
 /* One file under HF names (the two forms: a path, an opened file). */
@@ -264,7 +266,9 @@ typedef struct {
 int ckpt_source_open(ckpt_source *s, const char *path, base_err *err);
 /* The model arguments the source describes (fails for a bare file). */
 int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err);
-/* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors). */
+/* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors, a
+ * step checkpoint's pieces overlapping or leaving a gap); on success every element of
+ * base[0, m->n_floats) has been written (see ckpt_load_model_set). */
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err);
 const char *ckpt_source_kind_name(ckpt_src_kind k);
 
@@ -320,7 +324,9 @@ int ckpt_step_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */
 int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
                         base_err *err);
-/* Fills each bufs[i].dst with elements [offset, offset + numel) of buffer bufs[i].name. */
+/* Fills each bufs[i].dst with elements [offset, offset + numel) of buffer bufs[i].name; fails
+ * unless the shards' pieces cover that range exactly once (no gap, no overlap), so on
+ * success every element of dst has been written. */
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err);
 

@@ -10,25 +10,13 @@
 #define ARGS_FILE "model_args.json"
 #define MODEL_FILE "model.safetensors"
 
-static int join(char *out, size_t cap, const char *dir, const char *name, base_err *err) {
-    if (snprintf(out, cap, "%s/%s", dir, name) >= (int)cap)
-        return base_fail(err, "%s: path too long", dir);
-    return 0;
-}
-
-static int exists(const char *dir, const char *name) {
-    char p[4096];
-    struct stat st;
-    return join(p, sizeof p, dir, name, NULL) == 0 && stat(p, &st) == 0;
-}
-
 /* ---- training checkpoint: the model part -------------------------------------------- */
 
 int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
     if (base_mkdir_p(dir, err)) return -1;
     char path[4096];
     const ckpt_kv meta[] = {{"format", "titan"}};
-    if (join(path, sizeof path, dir, MODEL_FILE, err) ||
+    if (base_path_join(path, sizeof path, dir, MODEL_FILE, err) ||
         ckpt_save_model_names(m, m->w, path, CKPT_NAMES_TITAN, meta, 1, err))
         return -1;
     const model_args *a = &m->args;
@@ -41,7 +29,7 @@ int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
                   a->n_experts, "top_k", a->top_k, "moe_ffn_dim", a->moe_ffn_dim, "norm_topk_prob",
                   a->norm_topk_prob, "router_aux_loss_coef", a->router_aux_loss_coef);
     if (!j) return base_fail(err, "%s: cannot build %s", dir, ARGS_FILE);
-    int rc = join(path, sizeof path, dir, ARGS_FILE, err);
+    int rc = base_path_join(path, sizeof path, dir, ARGS_FILE, err);
     if (rc == 0) rc = ckpt_write_json(path, j, err);
     json_decref(j);
     return rc;
@@ -49,7 +37,7 @@ int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
 
 int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
     char path[4096];
-    if (join(path, sizeof path, dir, ARGS_FILE, err)) return -1;
+    if (base_path_join(path, sizeof path, dir, ARGS_FILE, err)) return -1;
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -89,7 +77,8 @@ int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opt
     memset(m, 0, sizeof *m);
     model_args a;
     char path[4096];
-    if (ckpt_train_read_args(dir, &a, err) || join(path, sizeof path, dir, MODEL_FILE, err))
+    if (ckpt_train_read_args(dir, &a, err) ||
+        base_path_join(path, sizeof path, dir, MODEL_FILE, err))
         return -1;
     ckpt_set s;
     if (ckpt_set_open_file(&s, path, err)) return -1;
@@ -97,7 +86,7 @@ int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opt
     int rc = model_describe(&desc, &a, err);
     if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_TITAN, err);
     model_free(&desc);
-    if (rc == 0) rc = model_build(m, &a, opts, err);
+    if (rc == 0) rc = model_build_unset(m, &a, opts, err); /* loaded whole next */
     if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_TITAN, err);
     ckpt_set_close(&s);
     return rc;
@@ -221,15 +210,16 @@ int ckpt_inspect(const char *path, base_err *err) {
     ckpt_set s;
     int rc;
     if (S_ISDIR(st.st_mode)) {
-        if (exists(path, "config.json")) {
+        if (base_has_file(path, "config.json")) {
             printf("Hugging Face folder %s\n", path);
-            if (join(p, sizeof p, path, "config.json", err) || ckpt_hf_config_read(p, &a, err) ||
-                ckpt_set_open_dir(&s, path, err))
+            if (base_path_join(p, sizeof p, path, "config.json", err) ||
+                ckpt_hf_config_read(p, &a, err) || ckpt_set_open_dir(&s, path, err))
                 return -1;
             rc = inspect_set(&s, &a, CKPT_NAMES_HF, err);
-        } else if (exists(path, ARGS_FILE)) {
+        } else if (base_has_file(path, ARGS_FILE)) {
             printf("training checkpoint %s\n", path);
-            if (ckpt_train_read_args(path, &a, err) || join(p, sizeof p, path, MODEL_FILE, err) ||
+            if (ckpt_train_read_args(path, &a, err) ||
+                base_path_join(p, sizeof p, path, MODEL_FILE, err) ||
                 ckpt_set_open_file(&s, p, err))
                 return -1;
             rc = inspect_set(&s, &a, CKPT_NAMES_TITAN, err);
@@ -269,7 +259,7 @@ static double data_gb(const ckpt_set *s) {
 
 int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
     const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
-    model m;
+    model m = {0}; /* freed below even when the arguments fail to read */
     int rc;
     ckpt_source cs;
     if (ckpt_source_open(&cs, src, err)) return -1;
@@ -282,7 +272,7 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
     if (cs.kind == CKPT_SRC_STEP) { /* a step-N checkpoint: arguments from its metadata */
         model_args a;
         const double t0 = base_now();
-        rc = ckpt_source_args(&cs, &a, err) || model_build(&m, &a, &bo, err) ||
+        rc = ckpt_source_args(&cs, &a, err) || model_build_unset(&m, &a, &bo, err) ||
                      ckpt_source_load(&cs, &m, m.w, err)
                  ? -1
                  : 0;
@@ -302,9 +292,9 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
     ckpt_set s;
     char p[4096];
     /* the input's size, from its headers (opening is cheap: nothing is read yet) */
-    if ((from_hf
-             ? ckpt_set_open_dir(&s, src, err)
-             : join(p, sizeof p, src, MODEL_FILE, err) || ckpt_set_open_file(&s, p, err)) == 0) {
+    if ((from_hf ? ckpt_set_open_dir(&s, src, err)
+                 : base_path_join(p, sizeof p, src, MODEL_FILE, err) ||
+                       ckpt_set_open_file(&s, p, err)) == 0) {
         gb = data_gb(&s);
         ckpt_set_close(&s);
     }

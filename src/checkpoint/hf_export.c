@@ -154,12 +154,6 @@ static int copy_file(const char *src, const char *dst, base_err *err) {
     return rc;
 }
 
-static int join(char *out, size_t cap, const char *dir, const char *name, base_err *err) {
-    if (snprintf(out, cap, "%s/%s", dir, name) >= (int)cap)
-        return base_fail(err, "%s: path too long", dir);
-    return 0;
-}
-
 /* Writes the weight files; *keep receives their names (malloc'ed, *n_keep of them). */
 static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint64_t max_bytes,
                          char (**keep_out)[64], int *n_keep, base_err *err) {
@@ -263,7 +257,7 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
             json_object_set_new(wm, e->name, json_string(fname));
             total += file_ts[i]->bytes;
         }
-        if ((rc = join(path, sizeof path, dir, fname, err)) == 0)
+        if ((rc = base_path_join(path, sizeof path, dir, fname, err)) == 0)
             rc = ckpt_write(path, wts, k, meta, 1, err);
         snprintf(keep[(*n_keep)++], 64, "%s", fname);
     }
@@ -273,7 +267,7 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
         json_t *idx =
             json_pack("{s:{s:I,s:I},s:O}", "metadata", "total_parameters", (json_int_t)c.total,
                       "total_size", (json_int_t)total, "weight_map", wm);
-        if ((rc = join(path, sizeof path, dir, "model.safetensors.index.json", err)) == 0)
+        if ((rc = base_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)) == 0)
             rc = ckpt_write_json(path, idx, err);
         json_decref(idx);
         snprintf(keep[(*n_keep)++], 64, "model.safetensors.index.json");
@@ -307,20 +301,20 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
     int n_keep = 0;
     char path[4096];
     int rc = write_weights(m, dir, o.dtype, o.max_shard_bytes, &keep, &n_keep, err);
-    if (rc == 0 && (rc = join(path, sizeof path, dir, "config.json", err)) == 0)
+    if (rc == 0 && (rc = base_path_join(path, sizeof path, dir, "config.json", err)) == 0)
         rc = ckpt_hf_config_write(&m->args, o.dtype, path, err);
 
     /* tokenizer files and the generation config */
     for (size_t i = 0; rc == 0 && o.assets_dir && i < sizeof g_asset_files / sizeof *g_asset_files;
          i++) {
         char src[4096];
-        if ((rc = join(src, sizeof src, o.assets_dir, g_asset_files[i], err))) break;
+        if ((rc = base_path_join(src, sizeof src, o.assets_dir, g_asset_files[i], err))) break;
         if (access(src, R_OK) != 0) continue;
-        if ((rc = join(path, sizeof path, dir, g_asset_files[i], err)) == 0)
+        if ((rc = base_path_join(path, sizeof path, dir, g_asset_files[i], err)) == 0)
             rc = copy_file(src, path, err);
     }
     if (rc == 0 && o.generation_config &&
-        (rc = join(path, sizeof path, dir, "generation_config.json", err)) == 0)
+        (rc = base_path_join(path, sizeof path, dir, "generation_config.json", err)) == 0)
         rc = copy_file(o.generation_config, path, err);
 
     /* weight files of an earlier export that this one did not rewrite would mislead loaders
@@ -331,7 +325,7 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
         if (!is_weight_file(de->d_name)) continue;
         int kept = 0;
         for (int i = 0; i < n_keep && !kept; i++) kept = !strcmp(keep[i], de->d_name);
-        if (!kept && join(path, sizeof path, dir, de->d_name, NULL) == 0) unlink(path);
+        if (!kept && base_path_join(path, sizeof path, dir, de->d_name, NULL) == 0) unlink(path);
     }
     if (d) closedir(d);
     free(keep);
@@ -342,7 +336,8 @@ int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_e
     memset(m, 0, sizeof *m);
     char path[4096];
     model_args a;
-    if (join(path, sizeof path, dir, "config.json", err) || ckpt_hf_config_read(path, &a, err))
+    if (base_path_join(path, sizeof path, dir, "config.json", err) ||
+        ckpt_hf_config_read(path, &a, err))
         return -1;
     ckpt_set s;
     if (ckpt_set_open_dir(&s, dir, err)) return -1;
@@ -351,7 +346,7 @@ int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_e
     int rc = model_describe(&desc, &a, err);
     if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_HF, err);
     model_free(&desc);
-    if (rc == 0) rc = model_build(m, &a, opts, err);
+    if (rc == 0) rc = model_build_unset(m, &a, opts, err); /* loaded whole next */
     if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_HF, err);
     ckpt_set_close(&s);
     return rc;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -50,11 +49,6 @@ int ckpt_set_open_file(ckpt_set *s, const char *path, base_err *err) {
     return 0;
 }
 
-static int is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Reads DIR/model.safetensors.index.json, opens each shard it names once, and checks that
  * the index and the shards agree: every indexed tensor is in its shard, every shard tensor is
  * indexed to that shard, no name twice. */
@@ -87,7 +81,7 @@ static int open_index(ckpt_set *s, const char *dir, const char *ipath, base_err 
         int seen = 0;
         for (int i = 0; i < s->n_files && !seen; i++) seen = !strcmp(s->files[i].path, path);
         if (seen) continue;
-        if (!is_file(path)) {
+        if (!base_is_file(path)) {
             rc = base_fail(err, "%s: weight_map['%s'] names %s, which does not exist", ipath, key,
                            fn);
             goto out;
@@ -139,9 +133,9 @@ int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
         return base_fail(err, "%s: path too long", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     int rc;
-    if (is_file(single))
+    if (base_is_file(single))
         rc = set_add(s, single, err); /* as transformers: the single file wins */
-    else if (is_file(index))
+    else if (base_is_file(index))
         rc = open_index(s, dir, index, err);
     else
         rc = base_fail(err,
@@ -296,6 +290,16 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
     ckpt_entry *es;
     int n;
     if (ckpt_expected(m, names, &es, &n, err)) return -1;
+    /* the parameters tile [0, n_floats) (model_layout lays them end to end): checked, as the
+     * caller may pass an unzeroed buffer and rely on every element being written */
+    size_t end = 0;
+    for (int i = 0; i < n && end != SIZE_MAX; i++)
+        end = es[i].offset == end ? end + es[i].numel : SIZE_MAX;
+    if (end != m->n_floats) {
+        free(es);
+        return base_fail(err, "%s: the model's parameters do not tile its %zu weights", set_name(s),
+                         m->n_floats);
+    }
     int rc = 0;
     /* file by file, in file order: each shard is read once, front to back, and its pages are
      * dropped as soon as a tensor is copied, so resident memory stays near the model's size */
@@ -335,7 +339,7 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
                          "%s: '%s' does not match '%s' (shape or dtype) but the model ties "
                          "its embeddings",
                          hf->path, hn, en);
-    float *tmp = base_alloc(emb->numel * sizeof(float));
+    float *tmp = base_alloc_uninit(emb->numel * sizeof(float)); /* written whole next */
     if (!tmp) return base_fail(err, "%s: out of memory", hf->path);
     rc = ckpt_tensor_to_f32(hf, head, tmp, err);
     ckpt_tensor_release(hf, head);

@@ -11,4 +11,17 @@
  * reals with the fewest digits that read back exactly. */
 int ckpt_write_json(const char *path, json_t *v, base_err *err);
 
+/* [begin, end) of a range that one piece claims; idx: the caller's tag for the piece. */
+typedef struct {
+    uint64_t begin, end;
+    int idx;
+} ckpt_span;
+
+typedef enum { CKPT_SPANS_OK, CKPT_SPANS_GAP, CKPT_SPANS_OVERLAP, CKPT_SPANS_SHORT } ckpt_spans;
+/* Sorts s[n] by (begin, end, idx) and checks that they tile [begin, end) exactly. On a fault,
+ * *at is the piece it is found at (GAP: it begins after, OVERLAP: before, *cursor, where the
+ * pieces before it end); SHORT: the pieces end at *cursor, before `end`. */
+ckpt_spans ckpt_spans_tile(ckpt_span *s, size_t n, uint64_t begin, uint64_t end, size_t *at,
+                           uint64_t *cursor);
+
 #endif

@@ -1,5 +1,5 @@
 /* safetensors reader (mmap + validation) and atomic writer. See checkpoint.h. */
-#include "checkpoint.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +12,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "titan's safetensors code assumes a little-endian host"
@@ -79,8 +82,8 @@ float ckpt_f16_to_f32(uint16_t h) {
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t man = h & 0x3ff;
     uint32_t u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (man << 13); /* inf / nan */
+    if (exp == 0x1f) { /* inf / nan: a NaN comes out quiet, payload kept, as vcvtph2ps does */
+        u = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0);
     } else if (exp != 0) {
         u = sign | ((exp + 112) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
     } else if (man == 0) {
@@ -230,17 +233,23 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* begin offsets for the coverage check, sorted by (begin, end) */
-typedef struct {
-    uint64_t begin, end;
-    int idx;
-} span;
-
 static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
+    const ckpt_span *x = a, *y = b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return x->idx - y->idx;
+}
+
+ckpt_spans ckpt_spans_tile(ckpt_span *s, size_t n, uint64_t begin, uint64_t end, size_t *at,
+                           uint64_t *cursor) {
+    qsort(s, n, sizeof *s, span_cmp);
+    *cursor = begin;
+    for (*at = 0; *at < n; (*at)++) {
+        if (s[*at].begin != *cursor)
+            return s[*at].begin > *cursor ? CKPT_SPANS_GAP : CKPT_SPANS_OVERLAP;
+        *cursor = s[*at].end;
+    }
+    return *cursor == end ? CKPT_SPANS_OK : CKPT_SPANS_SHORT;
 }
 
 static int parse_metadata(ckpt_file *f, json_t *obj, base_err *err) {
@@ -275,7 +284,7 @@ static int get_offset(json_t *v, uint64_t *out) {
 }
 
 static int parse_tensor(ckpt_file *f, const char *name, json_t *obj, uint64_t data_size,
-                        ckpt_tensor *t, span *sp, base_err *err) {
+                        ckpt_tensor *t, ckpt_span *sp, base_err *err) {
     const char *path = f->path;
     if (!json_is_object(obj))
         return base_fail(err, "%s: tensor '%s': header entry is not a JSON object", path, name);
@@ -450,7 +459,7 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
 
     size_t n_entries = json_object_size(root);
     f->tensors = calloc(n_entries ? n_entries : 1, sizeof *f->tensors);
-    span *spans = calloc(n_entries ? n_entries : 1, sizeof *spans);
+    ckpt_span *spans = calloc(n_entries ? n_entries : 1, sizeof *spans);
     if (!f->tensors || !spans) {
         free(spans);
         json_decref(root);
@@ -466,7 +475,7 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
             continue;
         }
         ckpt_tensor *t = &f->tensors[f->n_tensors];
-        span *sp = &spans[f->n_tensors];
+        ckpt_span *sp = &spans[f->n_tensors];
         if ((rc = parse_tensor(f, key, val, data_size, t, sp, err)) != 0) break;
         t->name = dup_str(key);
         if (!t->name) {
@@ -480,31 +489,22 @@ int ckpt_open_mem(ckpt_file *f, const char *path, const void *buf, size_t size, 
     json_decref(root);
 
     /* The tensors must tile the data section exactly: no gaps, no overlaps, no tail. */
-    if (rc == 0) {
-        qsort(spans, (size_t)f->n_tensors, sizeof *spans, span_cmp);
-        uint64_t cursor = 0;
-        for (int i = 0; i < f->n_tensors && rc == 0; i++) {
-            const char *nm = f->tensors[spans[i].idx].name;
-            if (spans[i].begin > cursor)
-                rc = base_fail(err,
-                               "%s: tensor '%s': data begins at byte %llu but the previous tensor "
-                               "ends at %llu (gap in the data section)",
-                               path, nm, (unsigned long long)spans[i].begin,
-                               (unsigned long long)cursor);
-            else if (spans[i].begin < cursor)
-                rc = base_fail(err,
-                               "%s: tensor '%s': data begins at byte %llu, overlapping the "
-                               "previous tensor (which ends at %llu)",
-                               path, nm, (unsigned long long)spans[i].begin,
-                               (unsigned long long)cursor);
-            cursor = spans[i].end;
-        }
-        if (rc == 0 && cursor != data_size)
-            rc = base_fail(err,
-                           "%s: tensors cover %llu bytes of the data section but it has %llu "
-                           "(trailing bytes)",
-                           path, (unsigned long long)cursor, (unsigned long long)data_size);
-    }
+    size_t at;
+    uint64_t cur;
+    const ckpt_spans tiled =
+        rc ? CKPT_SPANS_OK : ckpt_spans_tile(spans, (size_t)f->n_tensors, 0, data_size, &at, &cur);
+    if (tiled == CKPT_SPANS_GAP || tiled == CKPT_SPANS_OVERLAP)
+        rc = base_fail(err,
+                       "%s: tensor '%s': data begins at byte %llu, %s the previous tensor, "
+                       "which ends at %llu%s",
+                       path, f->tensors[spans[at].idx].name, (unsigned long long)spans[at].begin,
+                       tiled == CKPT_SPANS_GAP ? "after" : "overlapping", (unsigned long long)cur,
+                       tiled == CKPT_SPANS_GAP ? " (a gap in the data section)" : "");
+    else if (tiled == CKPT_SPANS_SHORT)
+        rc = base_fail(err,
+                       "%s: tensors cover %llu bytes of the data section but it has %llu "
+                       "(trailing bytes)",
+                       path, (unsigned long long)cur, (unsigned long long)data_size);
     free(spans);
     if (rc != 0) goto fail;
     f->by_name = malloc(sizeof *f->by_name * (size_t)(f->n_tensors ? f->n_tensors : 1));
@@ -555,6 +555,37 @@ void ckpt_tensor_release(const ckpt_file *f, const ckpt_tensor *t) {
     if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
+/* n bf16 / f16 values at p (any alignment) to fp32, 8 at a time where the baseline ISA has
+ * the instructions (AVX2's widening shift; F16C's vcvtph2ps, exact like the scalar
+ * conversion), the rest one by one. */
+static void bf16_to_f32_n(const unsigned char *p, float *out, size_t n) {
+    size_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 8 <= n; i += 8) {
+        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+#endif
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        out[i] = ckpt_bf16_to_f32(h);
+    }
+}
+
+static void f16_to_f32_n(const unsigned char *p, float *out, size_t n) {
+    size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
+#endif
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        out[i] = ckpt_f16_to_f32(h);
+    }
+}
+
 int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, base_err *err) {
     const unsigned char *p = t->data;
     const size_t n = (size_t)t->numel;
@@ -566,12 +597,14 @@ int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, bas
     if (t->dtype == CKPT_F32) {
         memcpy(out, p, n * 4);
     } else if (t->dtype == CKPT_BF16 || t->dtype == CKPT_F16) {
+        /* in blocks of 64K elements over the threads: the first touch of a fresh output
+         * buffer page-faults, and the faults then run in parallel too */
+        const size_t block = (size_t)1 << 16, nb = (n + block - 1) / block;
         const int bf = t->dtype == CKPT_BF16;
 #pragma omp parallel for schedule(static) if (n > (1 << 20))
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = bf ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
+        for (size_t b = 0; b < nb; b++) {
+            const size_t lo = b * block, m = n - lo < block ? n - lo : block;
+            (bf ? bf16_to_f32_n : f16_to_f32_n)(p + 2 * lo, out + lo, m);
         }
     } else {
         for (size_t i = 0; i < n; i++) out[i] = (float)elem_f64(t->dtype, p, i);
@@ -614,7 +647,7 @@ static void *get_converted(const ckpt_file *f, const char *name, size_t elsize, 
         base_fail(err, "%s: no tensor '%s'", f->path, name);
         return NULL;
     }
-    void *out = base_alloc((size_t)t->numel * elsize);
+    void *out = base_alloc_uninit((size_t)t->numel * elsize); /* written whole, or freed */
     if (!out) {
         base_fail(err, "%s: tensor '%s': out of memory", f->path, name);
         return NULL;

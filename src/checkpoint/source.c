@@ -5,25 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoint.h"
-
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int has(const char *dir, const char *name) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return is_file(p);
-}
 
 /* FOLDER/step-N: the folder and N, when the last path component is step-<digits>. */
 static int split_step_dir(const char *path, char *folder, size_t n, int64_t *step) {
@@ -48,22 +31,22 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     memset(s, 0, sizeof *s);
     if (!path || !*path) return base_fail(err, "no model path given");
     snprintf(s->path, sizeof s->path, "%s", path);
-    if (is_file(path)) {
+    if (base_is_file(path)) {
         s->kind = CKPT_SRC_FILE;
         return 0;
     }
-    if (!is_dir(path)) return base_fail(err, "%s: no such model file or folder", path);
-    if (has(path, "metadata.json")) {
+    if (!base_is_dir(path)) return base_fail(err, "%s: no such model file or folder", path);
+    if (base_has_file(path, "metadata.json")) {
         if (split_step_dir(path, s->folder, sizeof s->folder, &s->step))
             return base_fail(err, "%s: a checkpoint step folder must be named step-N", path);
         s->kind = CKPT_SRC_STEP;
         return 0;
     }
-    if (has(path, "config.json")) {
+    if (base_has_file(path, "config.json")) {
         s->kind = CKPT_SRC_HF;
         return 0;
     }
-    if (has(path, "model_args.json")) {
+    if (base_has_file(path, "model_args.json")) {
         s->kind = CKPT_SRC_TITAN_MODEL;
         return 0;
     }
@@ -72,7 +55,7 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
         s->kind = CKPT_SRC_STEP;
         return 0;
     }
-    if (has(path, "model.safetensors")) {
+    if (base_has_file(path, "model.safetensors")) {
         snprintf(s->path, sizeof s->path, "%s/model.safetensors", path);
         s->kind = CKPT_SRC_FILE;
         return 0;

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "internal.h"
 
 #define STEP_META "metadata.json"
 
@@ -277,15 +277,45 @@ static int piece_of(const char *tensor, const char *buf) {
     return !strncmp(tensor, buf, k) && (tensor[k] == 0 || tensor[k] == '@');
 }
 
+/* Whether the pieces filled (fs[nf], idx = the buffer) cover each buffer's range exactly once:
+ * a hostile or mixed-up checkpoint (two ranks claiming the same elements) must not leave
+ * elements unwritten. */
+static int check_filled(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
+                        const ckpt_span *fs, size_t nf, base_err *err) {
+    ckpt_span *mine = malloc((nf ? nf : 1) * sizeof *mine);
+    if (!mine) return base_fail(err, "out of memory");
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        size_t k = 0, at;
+        uint64_t cur;
+        for (size_t j = 0; j < nf; j++)
+            if (fs[j].idx == i) mine[k++] = fs[j];
+        const uint64_t end = bufs[i].offset + bufs[i].numel;
+        const ckpt_spans t = ckpt_spans_tile(mine, k, bufs[i].offset, end, &at, &cur);
+        if (t == CKPT_SPANS_OVERLAP)
+            rc =
+                base_fail(err, "%s/step-%lld: buffer \"%s\": two pieces hold elements %llu..%llu",
+                          folder, (long long)step, bufs[i].name, (unsigned long long)mine[at].begin,
+                          (unsigned long long)(cur < mine[at].end ? cur : mine[at].end) - 1);
+        else if (t != CKPT_SPANS_OK)
+            rc = base_fail(err,
+                           "%s/step-%lld: buffer \"%s\" is incomplete: no shard holds elements "
+                           "%llu..%llu",
+                           folder, (long long)step, bufs[i].name, (unsigned long long)cur,
+                           (unsigned long long)(t == CKPT_SPANS_GAP ? mine[at].begin : end) - 1);
+    }
+    free(mine);
+    return rc;
+}
+
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err) {
     char *train;
     int world;
     if (ckpt_step_read_meta(folder, step, &train, &world, err)) return -1;
     free(train);
-    /* covered[i]: elements of bufs[i]'s range found so far (ranges of ranks do not overlap) */
-    size_t *covered = calloc((size_t)n + 1, sizeof *covered);
-    if (!covered) return base_fail(err, "out of memory");
+    ckpt_span *fs = NULL;
+    size_t nf = 0, cap = 0;
     int rc = 0;
     for (int r = 0; rc == 0 && r < world; r++) {
         char name[64], path[4300];
@@ -322,19 +352,25 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
                 const size_t lo = off > o ? off : o;
                 const size_t hi = off + (size_t)t->numel < o + k ? off + (size_t)t->numel : o + k;
                 if (lo < hi) {
+                    if (nf == cap) {
+                        cap = cap ? 2 * cap : 16;
+                        ckpt_span *g = realloc(fs, cap * sizeof *g);
+                        if (!g) {
+                            rc = base_fail(err, "out of memory");
+                            break;
+                        }
+                        fs = g;
+                    }
+                    fs[nf++] = (ckpt_span){lo, hi, i};
                     memcpy(bufs[i].dst + (lo - o), (const char *)t->data + 4 * (lo - off),
                            4 * (hi - lo));
-                    covered[i] += hi - lo;
                 }
             }
             if (rc == 0 && !found) rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
         }
         ckpt_close(&f);
     }
-    for (int i = 0; rc == 0 && i < n; i++)
-        if (covered[i] != bufs[i].numel)
-            rc = base_fail(err, "%s/step-%lld: buffer \"%s\" is incomplete (%zu of %zu elements)",
-                           folder, (long long)step, bufs[i].name, covered[i], bufs[i].numel);
-    free(covered);
+    if (rc == 0) rc = check_filled(folder, step, bufs, n, fs, nf, err);
+    free(fs);
     return rc;
 }

@@ -197,7 +197,11 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     return sz.used * sizeof(float);
 }
 
-static int build(model *m, const model_args *a, const model_build_opts *o, int external,
+/* How build provides the parameters: zeroed, by the caller (external), or allocated and left
+ * unwritten for a loader. */
+typedef enum { BUILD_ZEROED, BUILD_EXTERNAL, BUILD_UNSET } build_weights;
+
+static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
                  base_err *err) {
     memset(m, 0, sizeof *m);
     if (model_args_validate(a, err)) return -1;
@@ -237,8 +241,10 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
     if (model_layout(m, err)) return -1;
     m->ce_chunk = ce_chunk_for(a, o);
 
-    m->external = external;
-    if (!m->external && !(m->w = base_alloc(m->n_floats * sizeof(float))))
+    m->external = bw == BUILD_EXTERNAL;
+    const size_t wbytes = m->n_floats * sizeof(float);
+    if (!m->external &&
+        !(m->w = bw == BUILD_UNSET ? base_alloc_uninit(wbytes) : base_alloc(wbytes)))
         return base_fail(err, "out of memory: %zu parameters", m->n_floats);
     if (o->with_grads && !m->external) {
         m->g = base_alloc(m->n_floats * sizeof(float));
@@ -304,11 +310,15 @@ static int build(model *m, const model_args *a, const model_build_opts *o, int e
 }
 
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
-    return build(m, a, o, 0, err);
+    return build(m, a, o, BUILD_ZEROED, err);
+}
+
+int model_build_unset(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
+    return build(m, a, o, BUILD_UNSET, err);
 }
 
 int model_build_external(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
-    return build(m, a, o, 1, err);
+    return build(m, a, o, BUILD_EXTERNAL, err);
 }
 
 void model_free(model *m) {

@@ -205,6 +205,10 @@ typedef struct {
  * it succeeded (a failed build may hold partial allocations). */
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 void model_free(model *m);
+/* model_build with the parameters left unwritten, not zeroed, for a caller that loads every
+ * one next (ckpt_load_model_set, ckpt_source_load): zeroing 4 bytes per parameter first
+ * doubled the memory traffic of a load. Their values are undefined until then. */
+int model_build_unset(model *m, const model_args *a, const model_build_opts *o, base_err *err);
 /* model_build without allocating w or g: the caller sets m->w (and m->g when training) to
  * buffers it owns (FSDP's sparse resident buffers) and model_free leaves them alone. */
 int model_build_external(model *m, const model_args *a, const model_build_opts *o, base_err *err);

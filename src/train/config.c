@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
 
@@ -1043,14 +1042,13 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     if (c->model.config_path[0]) { /* a HF config.json (or a folder holding one) */
         char p[4200];
-        struct stat st;
         const char *cp = c->model.config_path;
-        if (stat(cp, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (base_is_dir(cp)) {
             snprintf(p, sizeof p, "%s/config.json", cp);
             cp = p;
         }
         base_err why;
-        if (stat(cp, &st) != 0)
+        if (!base_is_file(cp))
             return fail_field(c, "model", "config_path", err,
                               "%s: no such file (a Hugging Face config.json, or a folder with one)",
                               cp);

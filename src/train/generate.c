@@ -35,7 +35,7 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
                            0,
                            NULL,
                            NULL};
-    int rc = model_build(m, &a, &bo, err);
+    int rc = model_build_unset(m, &a, &bo, err); /* ckpt_source_load writes every weight */
     if (!rc && t) rc = train_moe_bias_load(m, t, path, err);
     json_decref(t);
     if (rc) return -1;

@@ -58,7 +58,7 @@ static void write_str(const char *path, const char *s) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/titan_test_ckpt_step_%d", (int)getpid());
+    check_tmpdir(dir, sizeof dir, "titan_test_ckpt_step");
     char folder[300], path[400];
     snprintf(folder, sizeof folder, "%s/ck", dir);
     base_err err;
@@ -116,6 +116,22 @@ int main(void) {
                     "\"world_size\": 4, \"train\": {}}");
     CHECK(!load_check(folder, 12, n, 1), "a missing rank-00003 shard must fail");
     CHECK(!load_check(folder, 11, n + 1, 1), "a buffer of another size must fail");
+    /* two ranks claiming the same elements: [0, 600) and [0, 401) add up to n but leave
+     * [600, n) unwritten */
+    const size_t ends[2] = {600, 401};
+    float *a = calloc(n, sizeof *a);
+    int rc = ckpt_step_begin(folder, 14, 0, &err);
+    for (int r = 0; rc == 0 && r < 2; r++) {
+        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n};
+        rc = ckpt_step_write_shard(folder, 14, r, &b, 1, &err);
+    }
+    if (rc == 0) rc = ckpt_step_commit(folder, 14, 2, "{}", 0, &err);
+    CHECK(rc == 0, "save overlapping: %s", err.msg);
+    ckpt_step_buf want = {"a", NULL, a, 0, n, n};
+    CHECK(ckpt_step_load(folder, 14, &want, 1, &err) != 0 && strstr(err.msg, "step-14") &&
+              strstr(err.msg, "two pieces hold elements 0..400"),
+          "overlapping pieces accepted or unclear: %s", err.msg);
+    free(a);
 
     /* an unwritable folder (a path through a regular file) fails and leaves 11 intact */
     snprintf(path, sizeof path, "%s/file", dir);
@@ -124,13 +140,6 @@ int main(void) {
     CHECK(save(path, 13, n, 1, 1) != 0, "saving under a file must fail");
     CHECK(load_check(folder, 11, n, 1), "step 11 still loads");
 
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("could not remove %s\n", dir);
-    if (failures) {
-        printf("%d failures\n", failures);
-        return 1;
-    }
-    printf("checkpoint step tests passed\n");
-    return 0;
+    check_tmpdir_remove(dir);
+    return check_report("test_ckpt_step");
 }

@@ -9,18 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "checkpoint/checkpoint.h"
-
-static int g_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static char g_dir[512];
 
@@ -379,21 +369,9 @@ static void test_folders(void) {
 }
 
 int main(void) {
-    const char *td = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/test_hf_XXXXXX", td && *td ? td : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    check_tmpdir(g_dir, sizeof g_dir, "test_hf");
     test_configs();
     test_folders();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    if (g_fail) {
-        fprintf(stderr, "test_hf: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_hf: all checks passed\n");
-    return 0;
+    check_tmpdir_remove(g_dir);
+    return check_report("test_hf");
 }

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "check.h"
 #include "data/data.h"
@@ -333,12 +332,8 @@ static void test_bad_state(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/titan_test_loader_%d", (int)getpid());
+    check_tmpdir(dir, sizeof dir, "titan_test_loader");
     base_err err;
-    if (base_mkdir_p(dir, &err)) {
-        printf("FAIL %s\n", err.msg);
-        return 1;
-    }
     base_log_set_level(BASE_LOG_ERROR); /* epoch restarts and skips would flood the log */
     data_tok *tok = NULL;
     if (data_tok_load(TITAN_SHARED_DIR "/data/test_tokenizer", &tok, &err)) {
@@ -351,13 +346,6 @@ int main(void) {
     test_bad_shards(tok);
     test_bad_state();
     data_tok_free(tok);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("could not remove %s\n", dir);
-    if (failures) {
-        printf("%d failures\n", failures);
-        return 1;
-    }
-    printf("loader tests passed\n");
-    return 0;
+    check_tmpdir_remove(dir);
+    return check_report("test_loader");
 }

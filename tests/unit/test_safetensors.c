@@ -10,23 +10,13 @@
  * safetensors package. */
 #include "checkpoint/checkpoint.h"
 
+#include "check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int g_fail = 0;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static char g_tmpdir[256];
 
@@ -375,6 +365,75 @@ static void test_conversions(void) {
     printf("ok   BF16/F16/F64 conversions\n");
 }
 
+/* The fp32 bits of a 16-bit float with `ebits` exponent bits (bf16: 8, f16: 5), from its
+ * value (computed in double, exact) rather than by moving bits; a NaN keeps its payload in
+ * the top mantissa bits, quiet when `quiet` (f16, as vcvtph2ps gives it). */
+static uint32_t half_bits_ref(uint16_t h, int ebits, int quiet) {
+    const int mbits = 15 - ebits, bias = (1 << (ebits - 1)) - 1;
+    const uint32_t man = h & ((1u << mbits) - 1), exp = (h >> mbits) & ((1u << ebits) - 1);
+    const uint32_t sign = (uint32_t)(h >> 15) << 31;
+    if (exp == (1u << ebits) - 1) /* inf / NaN */
+        return sign | 0x7f800000u | (man << (23 - mbits)) | (man && quiet ? 0x400000u : 0);
+    double v = exp ? ldexp((double)((1u << mbits) + man), (int)exp - bias - mbits)
+                   : ldexp((double)man, 1 - bias - mbits);
+    float f = (float)(sign ? -v : v);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Every BF16 and F16 bit pattern through the bulk loader (vector body, scalar tail, several
+ * threads' blocks, unaligned data) and the scalar conversion, against half_bits_ref. */
+static void test_widening_exhaustive(void) {
+    enum { REPS = 17, TAIL = 5, N = REPS * 65536 + TAIL };
+    static const uint16_t tail[TAIL] = {0x0001, 0x7c01, 0x8000, 0x3c00, 0xfe00};
+    uint16_t *v = malloc((size_t)N * 2);
+    unsigned char *data = malloc(1 + 4 * (size_t)N);
+    for (size_t i = 0; i < N; i++) v[i] = i < REPS * 65536 ? (uint16_t)i : tail[i - REPS * 65536];
+    data[0] = 7; /* one byte first: the 16-bit data is unaligned */
+    memcpy(data + 1, v, (size_t)N * 2);
+    memcpy(data + 1 + 2 * (size_t)N, v, (size_t)N * 2);
+    char hdr[512], path[512];
+    snprintf(hdr, sizeof hdr,
+             "{\"pad\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+             "\"b\":{\"dtype\":\"BF16\",\"shape\":[%d],\"data_offsets\":[1,%d]},"
+             "\"h\":{\"dtype\":\"F16\",\"shape\":[%d],\"data_offsets\":[%d,%d]}}",
+             N, 1 + 2 * N, N, 1 + 2 * N, 1 + 4 * N);
+    temp_path(path, sizeof path, "widen");
+    make_file(path, hdr, data, 1 + 4 * (size_t)N);
+    ckpt_file f;
+    base_err err;
+    int rc = ckpt_open(&f, path, &err);
+    CHECK(rc == 0, "open: %s", err.msg);
+    float *b = rc ? NULL : ckpt_get_f32(&f, "b", NULL, &err);
+    float *h = rc ? NULL : ckpt_get_f32(&f, "h", NULL, &err);
+    CHECK(b && h, "read: %s", err.msg);
+    int bad_b = 0, bad_h = 0, bad_s = 0;
+    for (size_t i = 0; b && h && i < N; i++) {
+        uint32_t ub, uh, us;
+        const float s = ckpt_f16_to_f32(v[i]);
+        memcpy(&ub, &b[i], 4);
+        memcpy(&uh, &h[i], 4);
+        memcpy(&us, &s, 4);
+        if (ub != half_bits_ref(v[i], 8, 0) && bad_b++ < 3)
+            CHECK(0, "bf16 0x%04x [%zu] -> 0x%08x, want 0x%08x", v[i], i, ub,
+                  half_bits_ref(v[i], 8, 0));
+        if (uh != half_bits_ref(v[i], 5, 1) && bad_h++ < 3)
+            CHECK(0, "f16 0x%04x [%zu] -> 0x%08x, want 0x%08x", v[i], i, uh,
+                  half_bits_ref(v[i], 5, 1));
+        if (us != half_bits_ref(v[i], 5, 1) && bad_s++ < 3)
+            CHECK(0, "scalar f16 0x%04x -> 0x%08x, want 0x%08x", v[i], us,
+                  half_bits_ref(v[i], 5, 1));
+    }
+    base_free(b);
+    base_free(h);
+    if (rc == 0) ckpt_close(&f);
+    unlink(path);
+    free(v);
+    free(data);
+    printf("ok   every BF16 / F16 value widens exactly (%d elements each)\n", N);
+}
+
 /* ---- malformed files --------------------------------------------------------------- */
 
 #define T1(body) "{\"x\":{" body "}}"
@@ -668,8 +727,10 @@ static void test_model_io(void) {
     if (tiny_model(&m, 0, 1) != 0) return;
     float *buf = base_alloc(m.n_floats * sizeof(float));
 
-    /* save -> load round trip, bit exact, HF names in layout order */
+    /* save -> load round trip, bit exact, HF names in layout order; the buffer holds junk
+     * first: a load writes every element (model_build_unset relies on it) */
     CHECK(ckpt_save_model(&m, m.w, path, NULL, 0, &err) == 0, "save: %s", err.msg);
+    memset(buf, 0xA5, m.n_floats * sizeof(float));
     CHECK(ckpt_load_model(&m, buf, path, &err) == 0, "load: %s", err.msg);
     CHECK(memcmp(buf, m.w, m.n_floats * sizeof(float)) == 0, "round trip not bit exact");
     ckpt_file f;
@@ -725,6 +786,7 @@ static void test_model_io(void) {
         bad[i].data = b16 + m.params[i].offset;
     }
     CHECK(ckpt_write(path, bad, m.n_params, NULL, 0, &err) == 0, "write bf16: %s", err.msg);
+    memset(buf, 0xA5, m.n_floats * sizeof(float));
     CHECK(ckpt_load_model(&m, buf, path, &err) == 0, "load bf16: %s", err.msg);
     int same = 1;
     for (size_t i = 0; i < m.n_floats; i++) same &= buf[i] == ckpt_bf16_to_f32(b16[i]);
@@ -865,7 +927,7 @@ static int check_python_file(const char *path) {
     CHECK(ids && n == 3 && ids[0] == -1 && ids[1] == 7 && ids[2] == -2147483647 - 1, "i32");
     base_free(ids);
     ckpt_close(&f);
-    if (g_fail) return 1;
+    if (failures) return 1;
     printf("ok   %s (written by Python safetensors) reads back exactly\n", path);
     return 0;
 }
@@ -885,21 +947,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [--write-fixture PATH | --check-python PATH]\n", argv[0]);
         return 2;
     }
-    const char *td = getenv("TMPDIR");
-    snprintf(g_tmpdir, sizeof g_tmpdir, "%s", td && *td ? td : "/tmp");
+    check_tmpdir(g_tmpdir, sizeof g_tmpdir, "test_safetensors");
 
     test_round_trip();
     test_layout();
     test_conversions();
+    test_widening_exhaustive();
     test_malformed();
     test_writer_errors();
     test_corruption_sweep();
     test_tiny_qwen3();
     test_model_io();
-    if (g_fail) {
-        fprintf(stderr, "test_safetensors: %d check(s) failed\n", g_fail);
-        return 1;
-    }
-    printf("test_safetensors: all checks passed\n");
-    return 0;
+    check_tmpdir_remove(g_tmpdir);
+    return check_report("test_safetensors");
 }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "check.h"
 #include "data/data.h"
@@ -123,10 +122,8 @@ static void check_invalid_utf8(data_tok *t) {
 }
 
 /* Writes `json` as DIR/tokenizer.json and checks the load fails mentioning `field`. */
-static void check_hostile(const char *json, const char *field) {
-    const char *dir = "/tmp/titan_tok_hostile";
-    mkdir(dir, 0755);
-    char path[256];
+static void check_hostile(const char *dir, const char *json, const char *field) {
+    char path[600];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return;
@@ -148,40 +145,49 @@ static void check_hostile(const char *json, const char *field) {
     "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
 
 static void check_hostile_files(void) {
-    check_hostile("[1,2]", "top level");
-    check_hostile("{\"model\": ", "invalid JSON");
-    check_hostile("{\"normalizer\":{\"type\":\"NFKC\"}," PT_OK "," MODEL_OK "}", "normalizer");
-    check_hostile("{\"pre_tokenizer\":{\"type\":\"Whitespace\"}," MODEL_OK "}",
+    char dir[512];
+    check_tmpdir(dir, sizeof dir, "titan_tok_hostile");
+    check_hostile(dir, "[1,2]", "top level");
+    check_hostile(dir, "{\"model\": ", "invalid JSON");
+    check_hostile(dir, "{\"normalizer\":{\"type\":\"NFKC\"}," PT_OK "," MODEL_OK "}", "normalizer");
+    check_hostile(dir, "{\"pre_tokenizer\":{\"type\":\"Whitespace\"}," MODEL_OK "}",
                   "pre_tokenizer.type");
-    check_hostile("{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true}," MODEL_OK
-                  "}",
-                  "add_prefix_space");
     check_hostile(
+        dir, "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true}," MODEL_OK "}",
+        "add_prefix_space");
+    check_hostile(
+        dir,
         "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
         "\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\",\"invert\":false},"
         "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}," MODEL_OK "}",
         "regex");
-    check_hostile("{" PT_OK ",\"model\":{\"type\":\"WordPiece\"}}", "model.type");
-    check_hostile("{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}",
+    check_hostile(dir, "{" PT_OK ",\"model\":{\"type\":\"WordPiece\"}}", "model.type");
+    check_hostile(dir,
+                  "{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}",
                   "model.vocab");
-    check_hostile("{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}",
+    check_hostile(dir,
+                  "{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}",
                   "model.vocab");
-    check_hostile("{" PT_OK
-                  ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a c\"]}}",
+    check_hostile(
+        dir, "{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a c\"]}}",
+        "model.merges[0]");
+    check_hostile(dir,
+                  "{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[1,2]]}}",
                   "model.merges[0]");
-    check_hostile("{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[1,2]]}}",
-                  "model.merges[0]");
-    check_hostile("{" PT_OK
-                  ",\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[],\"dropout\":0.1}}",
-                  "model.dropout");
-    check_hostile("{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":5,\"content\":\"<x>\","
+    check_hostile(
+        dir, "{" PT_OK ",\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[],\"dropout\":0.1}}",
+        "model.dropout");
+    check_hostile(dir,
+                  "{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":5,\"content\":\"<x>\","
                   "\"lstrip\":true}]}",
                   "added_tokens[0].lstrip");
-    check_hostile("{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":\"5\",\"content\":\"<x>\"}]}",
+    check_hostile(dir,
+                  "{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":\"5\",\"content\":\"<x>\"}]}",
                   "added_tokens[0].id");
-    check_hostile("{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":3,\"content\":\"\"}]}",
+    check_hostile(dir, "{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":3,\"content\":\"\"}]}",
                   "added_tokens[0].content");
-    check_hostile("{" PT_OK "," MODEL_OK ",\"decoder\":{\"type\":\"WordPiece\"}}", "decoder");
+    check_hostile(dir, "{" PT_OK "," MODEL_OK ",\"decoder\":{\"type\":\"WordPiece\"}}", "decoder");
+    check_tmpdir_remove(dir);
 }
 
 static int unit_tests(void) {
