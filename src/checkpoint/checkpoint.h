@@ -73,7 +73,7 @@ typedef struct {
     int n_tensors; /* in header order */
     ckpt_tensor *tensors;
     int n_meta;
-    ckpt_kv *meta; /* __metadata__, strings owned by the file */
+    ckpt_kv *meta; /* __metadata__ sorted by key, strings owned by the file */
     int *by_name;  /* [n_tensors] tensor indices sorted by name (ckpt_find) */
 } ckpt_file;
 

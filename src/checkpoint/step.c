@@ -340,6 +340,7 @@ static int tensor_piece(const ckpt_file *f, const ckpt_tensor *t, int version, p
         return -1;
     p->stride = p->row_len;
     if (strided && meta_size(f, t->name, "stride", &p->stride, err)) return -1;
+    if (p->rows == 1) p->stride = p->row_len; /* unused for one row; never a zero divisor */
     char why[200];
     if (p->row_len && p->rows && piece_bad(p, why, sizeof why))
         return base_fail(err, "%s: tensor \"%s\": %s", f->path, t->name, why);

@@ -254,6 +254,19 @@ static void test_strided(const char *folder) {
           "tp3 rank 1: one [6, 4] tensor with stride 12 (%d tensors)", f.n_tensors);
     ckpt_close(&f);
 
+    /* the writer refuses what the reader would */
+    {
+        float d[12] = {0};
+        ckpt_step_buf w[2] = {{"a", d, NULL, 0, 12, GN, 2, 5}, {"b", d, NULL, 80, 6, GN, 1, 0}};
+        CHECK(ckpt_step_begin(folder, 130, 0, &err) == 0, "begin: %s", err.msg);
+        for (int i = 0; i < 2; i++) {
+            CHECK(ckpt_step_write_shard(folder, 130, 0, &w[i], 1, &err) != 0 &&
+                      has(err.msg, "rank-00000.safetensors", i ? "buffer b" : "buffer a",
+                          i ? "exceed" : "stride 5 is smaller"),
+                  "writing a bad piece %d: %s", i, err.msg);
+        }
+    }
+
     /* version 1: the same columns as one 1-D tensor per row still load everywhere */
     {
         tlayout v1 = {"version 1, one tensor per row", 2, {{0}}};
@@ -298,6 +311,7 @@ static void test_strided(const char *folder) {
         {"no stride", 2, R, 6, "5", "84", NULL, "a@1.stride"},
         {"another buffer size", 2, R, 6, "5", "85", "12", "85"},
         {"a row missing", 2, R - 1, 6, "5", "84", "12", "incomplete"},
+        {"one row, stride 0: a row missing", 2, 1, 6, "5", "84", "0", "incomplete"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_raw(folder, 120, bad[i].ndim, bad[i].rows, bad[i].row_len, bad[i].off, bad[i].gn,
