@@ -73,7 +73,7 @@ typedef struct {
     int n_tensors; /* in header order */
     ckpt_tensor *tensors;
     int n_meta;
-    ckpt_kv *meta; /* __metadata__, strings owned by the file */
+    ckpt_kv *meta; /* __metadata__ sorted by key, strings owned by the file */
     int *by_name;  /* [n_tensors] tensor indices sorted by name (ckpt_find) */
 } ckpt_file;
 
@@ -286,26 +286,36 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
 
 /* ---- training checkpoints (src/checkpoint/step.c) -------------------------------------
  * FOLDER/step-N/ holds everything needed to continue a run exactly:
- *   rank-RRRRR.safetensors  one per rank: each named fp32 buffer's slice that rank owns, as a
- *                           1-D F32 tensor, with __metadata__ "<name>.offset" and
- *                           "<name>.global_numel" (the slice's place in the whole buffer)
- *   metadata.json           {"format": "titan-checkpoint", "version": 1, "step": N,
+ *   rank-RRRRR.safetensors  one per rank: each named fp32 buffer's slice that rank owns, with
+ *                           its place in the whole flat buffer in __metadata__:
+ *                           "<name>.offset" and "<name>.global_numel"; a 1-D F32 tensor is a
+ *                           contiguous range at offset, a 2-D F32 tensor [rows, row_len] is
+ *                           strided: row i holds elements [offset + i * stride, + row_len)
+ *                           with "<name>.stride" >= row_len (a TP rank's column slice of a
+ *                           row-parallel [D, F] weight: one tensor, not one per row)
+ *   metadata.json           {"format": "titan-checkpoint", "version": 2, "step": N,
  *                            "world_size": W, "shards": [...], "train": {...}} where "train"
  *                           is the trainer's own state (schedule, data loader, RNG, args)
- * A save writes into step-N.tmp/ (every file fsynced), writes metadata.json last, fsyncs the
- * folder and renames it to step-N: a step-N folder with metadata.json is complete by
- * construction, and nothing else is ever loaded. Because slices carry their offsets, a
- * checkpoint written by W ranks loads into any other number of ranks (ckpt_step_load
- * gathers each wanted range from every shard that overlaps it). A rank whose slice is several
- * ranges (FSDP: its shard of every unit) writes them as buffers "NAME", "NAME@1", "NAME@2",
- * ... (each with its own offset); loading NAME reads all of them. */
+ * Version 1 (before strided pieces: 1-D tensors only, a column slice written one row per
+ * tensor) is still read. A save writes into step-N.tmp/ (every file fsynced), writes
+ * metadata.json last, fsyncs the folder and renames it to step-N: a step-N folder with
+ * metadata.json is complete by construction, and nothing else is ever loaded. Because pieces
+ * carry their offsets, a checkpoint written by W ranks loads into any other number of ranks
+ * and any other TP split (ckpt_step_load gathers each wanted piece from every shard piece that
+ * overlaps it, and fails naming the file and tensor for pieces that overlap each other or
+ * leave the buffer, and naming the buffer and element where a wanted piece is not covered).
+ * A rank whose slice is several pieces (FSDP: its shard of every unit; TP: its slice of every
+ * tensor) writes them as buffers "NAME", "NAME@1", "NAME@2", ... (each with its own offset);
+ * loading NAME reads all of them. */
 typedef struct {
     const char *name;  /* "model", "adam_m", ... */
-    const float *data; /* save: this rank's slice */
-    float *dst;        /* load: where this rank's slice goes */
+    const float *data; /* save: this rank's slice (numel contiguous elements) */
+    float *dst;        /* load: where this rank's slice goes (numel contiguous elements) */
     size_t offset;     /* slice start within the whole buffer (elements) */
-    size_t numel;      /* slice length */
+    size_t numel;      /* slice length: rows x (numel / rows) */
     size_t global_numel;
+    size_t rows;   /* 0 or 1: contiguous; else numel / rows elements per row */
+    size_t stride; /* rows > 1: distance between row starts in the whole buffer */
 } ckpt_step_buf;
 
 /* Save, in three parts so many ranks can share it: rank 0 creates step-N.tmp/ (removing one
@@ -324,9 +334,9 @@ int ckpt_step_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */
 int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
                         base_err *err);
-/* Fills each bufs[i].dst with elements [offset, offset + numel) of buffer bufs[i].name; fails
- * unless the shards' pieces cover that range exactly once (no gap, no overlap), so on
- * success every element of dst has been written. */
+/* Fills each bufs[i].dst with its piece (offset, rows, stride) of buffer bufs[i].name; fails
+ * unless the shards' pieces cover that piece exactly once (no gap, no overlap), so on success
+ * every element of dst has been written. */
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err);
 

@@ -252,6 +252,12 @@ ckpt_spans ckpt_spans_tile(ckpt_span *s, size_t n, uint64_t begin, uint64_t end,
     return *cursor == end ? CKPT_SPANS_OK : CKPT_SPANS_SHORT;
 }
 
+static int kv_cmp(const void *a, const void *b) {
+    return strcmp(((const ckpt_kv *)a)->key, ((const ckpt_kv *)b)->key);
+}
+
+/* f->meta, sorted by key for ckpt_meta_get's binary search (a training checkpoint's shard
+ * holds a few keys per tensor). */
 static int parse_metadata(ckpt_file *f, json_t *obj, base_err *err) {
     const char *path = f->path;
     if (json_is_null(obj)) return 0; /* "__metadata__": null (Option::None in the reference) */
@@ -272,6 +278,7 @@ static int parse_metadata(ckpt_file *f, json_t *obj, base_err *err) {
         if (!kv->key || !kv->value)
             return base_fail(err, "%s: out of memory for __metadata__", path);
     }
+    qsort(f->meta, (size_t)f->n_meta, sizeof *f->meta, kv_cmp);
     return 0;
 }
 
@@ -537,9 +544,10 @@ const ckpt_tensor *ckpt_find(const ckpt_file *f, const char *name) {
 }
 
 const char *ckpt_meta_get(const ckpt_file *f, const char *key) {
-    for (int i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
-    return NULL;
+    const ckpt_kv k = {key, NULL};
+    const ckpt_kv *kv =
+        f->n_meta ? bsearch(&k, f->meta, (size_t)f->n_meta, sizeof k, kv_cmp) : NULL;
+    return kv ? kv->value : NULL;
 }
 
 const float *ckpt_tensor_f32(const ckpt_tensor *t) {

@@ -13,6 +13,8 @@
 #include "internal.h"
 
 #define STEP_META "metadata.json"
+/* 2: strided pieces (2-D tensors with "<name>.stride"); 1: 1-D pieces only */
+#define CKPT_STEP_VERSION 2
 
 static void step_dir(char *buf, size_t n, const char *folder, int64_t step, const char *suffix) {
     snprintf(buf, n, "%s/step-%lld%s", folder, (long long)step, suffix);
@@ -59,6 +61,40 @@ int ckpt_step_begin(const char *folder, int64_t step, int rank, base_err *err) {
     return 0;
 }
 
+/* A piece of a flat buffer of gn elements: rows x row_len elements, row i at
+ * off + i * stride. */
+typedef struct {
+    size_t off, row_len, rows, stride, gn;
+} piece;
+
+/* Why p is not a piece of its buffer, or NULL. */
+static const char *piece_bad(const piece *p, char *buf, size_t cap) {
+    if (p->rows > 1 && p->stride < p->row_len)
+        snprintf(buf, cap, "row stride %zu is smaller than the row length %zu", p->stride,
+                 p->row_len);
+    else if (p->row_len > p->gn || p->off > p->gn - p->row_len ||
+             (p->rows > 1 && p->rows - 1 > (p->gn - p->row_len - p->off) / p->stride))
+        snprintf(buf, cap, "%zu row%s of %zu at %zu, stride %zu, exceed the buffer's %zu elements",
+                 p->rows, p->rows == 1 ? "" : "s", p->row_len, p->off, p->stride, p->gn);
+    else
+        return NULL;
+    return buf;
+}
+
+/* The piece a caller's buffer describes (rows 0 or 1: one contiguous row). */
+static int buf_piece(const ckpt_step_buf *b, piece *p, const char *where, base_err *err) {
+    const size_t rows = b->rows > 1 ? b->rows : 1;
+    if (b->numel % rows)
+        return base_fail(err, "%s: buffer %s: %zu elements are not %zu whole rows", where, b->name,
+                         b->numel, rows);
+    *p = (piece){b->offset, b->numel / rows, rows, rows > 1 ? b->stride : b->numel / rows,
+                 b->global_numel};
+    char why[200];
+    if (p->row_len && piece_bad(p, why, sizeof why))
+        return base_fail(err, "%s: buffer %s: %s", where, b->name, why);
+    return 0;
+}
+
 int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt_step_buf *bufs,
                           int n, base_err *err) {
     char tmp[4096], name[64], path[4200];
@@ -66,30 +102,33 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
     shard_name(name, sizeof name, rank);
     snprintf(path, sizeof path, "%s/%s", tmp, name);
     ckpt_wtensor *t = calloc((size_t)n + 1, sizeof *t);
-    ckpt_kv *kv = calloc(2 * (size_t)n + 1, sizeof *kv);
-    char(*vals)[64] = calloc(2 * (size_t)n + 1, 64);
-    char(*keys)[160] = calloc(2 * (size_t)n + 1, 160);
-    int rc = -1;
+    ckpt_kv *kv = calloc(3 * (size_t)n + 1, sizeof *kv);
+    char(*vals)[64] = calloc(3 * (size_t)n + 1, 64);
+    char(*keys)[160] = calloc(3 * (size_t)n + 1, 160);
+    int rc = -1, nkv = 0;
     if (!t || !kv || !vals || !keys) {
         base_fail(err, "out of memory");
         goto done;
     }
     for (int i = 0; i < n; i++) {
-        if (bufs[i].offset + bufs[i].numel > bufs[i].global_numel) {
-            base_fail(err, "%s: buffer %s range [%zu, %zu) exceeds its size %zu", path,
-                      bufs[i].name, bufs[i].offset, bufs[i].offset + bufs[i].numel,
-                      bufs[i].global_numel);
-            goto done;
+        piece p;
+        if (buf_piece(&bufs[i], &p, path, err)) goto done;
+        /* strided: [rows, row_len] and its stride; contiguous: 1-D as in version 1 */
+        t[i] =
+            p.rows > 1
+                ? (ckpt_wtensor){bufs[i].name, CKPT_F32, 2, {(int64_t)p.rows, (int64_t)p.row_len},
+                                 bufs[i].data, 0}
+                : (ckpt_wtensor){bufs[i].name, CKPT_F32, 1, {(int64_t)bufs[i].numel},
+                                 bufs[i].data, 0};
+        const char *what[3] = {"offset", "global_numel", "stride"};
+        const size_t val[3] = {p.off, p.gn, p.stride};
+        for (int k = 0; k < (p.rows > 1 ? 3 : 2); k++, nkv++) {
+            snprintf(keys[nkv], 160, "%s.%s", bufs[i].name, what[k]);
+            snprintf(vals[nkv], 64, "%zu", val[k]);
+            kv[nkv] = (ckpt_kv){keys[nkv], vals[nkv]};
         }
-        t[i] = (ckpt_wtensor){bufs[i].name, CKPT_F32, 1, {(int64_t)bufs[i].numel}, bufs[i].data, 0};
-        snprintf(keys[2 * i], 160, "%s.offset", bufs[i].name);
-        snprintf(vals[2 * i], 64, "%zu", bufs[i].offset);
-        snprintf(keys[2 * i + 1], 160, "%s.global_numel", bufs[i].name);
-        snprintf(vals[2 * i + 1], 64, "%zu", bufs[i].global_numel);
-        kv[2 * i] = (ckpt_kv){keys[2 * i], vals[2 * i]};
-        kv[2 * i + 1] = (ckpt_kv){keys[2 * i + 1], vals[2 * i + 1]};
     }
-    rc = ckpt_write(path, t, n, kv, 2 * n, err);
+    rc = ckpt_write(path, t, n, kv, nkv, err);
 done:
     free(t);
     free(kv);
@@ -112,7 +151,7 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
     }
     json_t *root = json_object(), *files = json_array();
     json_object_set_new(root, "format", json_string("titan-checkpoint"));
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(CKPT_STEP_VERSION));
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "world_size", json_integer(world));
     for (int r = 0; r < world; r++) {
@@ -218,8 +257,9 @@ int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err) {
     return 0;
 }
 
-int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
-                        base_err *err) {
+/* ckpt_step_read_meta, and the format version (1 or 2). */
+static int read_meta(const char *folder, int64_t step, char **train_json, int *world, int *version,
+                     base_err *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/step-%lld/%s", folder, (long long)step, STEP_META);
     *train_json = NULL;
@@ -239,8 +279,9 @@ int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int
         bad = je.text;
     else if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "titan-checkpoint"))
         bad = "\"format\" is not \"titan-checkpoint\"";
-    else if (!json_is_integer(ver) || json_integer_value(ver) != 1)
-        bad = "\"version\" is not 1";
+    else if (!json_is_integer(ver) || json_integer_value(ver) < 1 ||
+             json_integer_value(ver) > CKPT_STEP_VERSION)
+        bad = "\"version\" is not 1 or 2 (a newer titan's checkpoint?)";
     else if (!json_is_integer(st) || json_integer_value(st) != step)
         bad = "\"step\" does not match the folder name";
     else if (!json_is_integer(ws) || json_integer_value(ws) < 1 || json_integer_value(ws) > 1 << 20)
@@ -252,9 +293,16 @@ int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int
         return base_fail(err, "%s: %s", path, bad);
     }
     *world = (int)json_integer_value(ws);
+    *version = (int)json_integer_value(ver);
     *train_json = json_dumps(tr, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(root);
     return *train_json ? 0 : base_fail(err, "out of memory");
+}
+
+int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
+                        base_err *err) {
+    int version;
+    return read_meta(folder, step, train_json, world, &version, err);
 }
 
 /* Reads one size_t from a shard's __metadata__. */
@@ -271,106 +319,226 @@ static int meta_size(const ckpt_file *f, const char *buf, const char *what, size
 }
 
 /* A shard file holds a buffer as one tensor "NAME" or, when its rank's slice is several
- * ranges (FSDP shards of every unit), as "NAME", "NAME@1", "NAME@2", ... */
+ * pieces (FSDP shards of every unit, TP slices of every tensor), as "NAME", "NAME@1", ... */
 static int piece_of(const char *tensor, const char *buf) {
     const size_t k = strlen(buf);
     return !strncmp(tensor, buf, k) && (tensor[k] == 0 || tensor[k] == '@');
 }
 
-/* Whether the pieces filled (fs[nf], idx = the buffer) cover each buffer's range exactly once:
- * a hostile or mixed-up checkpoint (two ranks claiming the same elements) must not leave
- * elements unwritten. */
-static int check_filled(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
-                        const ckpt_span *fs, size_t nf, base_err *err) {
-    ckpt_span *mine = malloc((nf ? nf : 1) * sizeof *mine);
-    if (!mine) return base_fail(err, "out of memory");
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        size_t k = 0, at;
-        uint64_t cur;
-        for (size_t j = 0; j < nf; j++)
-            if (fs[j].idx == i) mine[k++] = fs[j];
-        const uint64_t end = bufs[i].offset + bufs[i].numel;
-        const ckpt_spans t = ckpt_spans_tile(mine, k, bufs[i].offset, end, &at, &cur);
-        if (t == CKPT_SPANS_OVERLAP)
-            rc =
-                base_fail(err, "%s/step-%lld: buffer \"%s\": two pieces hold elements %llu..%llu",
-                          folder, (long long)step, bufs[i].name, (unsigned long long)mine[at].begin,
-                          (unsigned long long)(cur < mine[at].end ? cur : mine[at].end) - 1);
-        else if (t != CKPT_SPANS_OK)
-            rc = base_fail(err,
-                           "%s/step-%lld: buffer \"%s\" is incomplete: no shard holds elements "
-                           "%llu..%llu",
-                           folder, (long long)step, bufs[i].name, (unsigned long long)cur,
-                           (unsigned long long)(t == CKPT_SPANS_GAP ? mine[at].begin : end) - 1);
-    }
-    free(mine);
-    return rc;
+/* The piece a shard tensor holds: version 1 1-D only; version 2 also 2-D [rows, row_len]
+ * with a stride. Errors name the file and the tensor. */
+static int tensor_piece(const ckpt_file *f, const ckpt_tensor *t, int version, piece *p,
+                        base_err *err) {
+    if (t->dtype != CKPT_F32 || t->ndim < 1 || t->ndim > (version >= 2 ? 2 : 1))
+        return base_fail(err, "%s: tensor \"%s\" is %s with %d dimension%s, not a %s F32 piece",
+                         f->path, t->name, ckpt_dtype_name(t->dtype), t->ndim,
+                         t->ndim == 1 ? "" : "s", version >= 2 ? "1-D or 2-D" : "1-D");
+    const int strided = t->ndim == 2;
+    *p = (piece){0, (size_t)t->shape[strided], strided ? (size_t)t->shape[0] : 1, 0, 0};
+    if (meta_size(f, t->name, "offset", &p->off, err) ||
+        meta_size(f, t->name, "global_numel", &p->gn, err))
+        return -1;
+    p->stride = p->row_len;
+    if (strided && meta_size(f, t->name, "stride", &p->stride, err)) return -1;
+    if (p->rows == 1) p->stride = p->row_len; /* unused for one row; never a zero divisor */
+    char why[200];
+    if (p->row_len && p->rows && piece_bad(p, why, sizeof why))
+        return base_fail(err, "%s: tensor \"%s\": %s", f->path, t->name, why);
+    return 0;
 }
+
+/* Rows r of p with p.off + r * stride < hi and p.off + r * stride + row_len > lo: [*r0, *r1). */
+static void rows_within(const piece *p, size_t lo, size_t hi, size_t *r0, size_t *r1) {
+    *r0 = lo < p->off + p->row_len ? 0 : (lo - p->off - p->row_len) / p->stride + 1;
+    *r1 = hi <= p->off ? 0 : (hi - p->off - 1) / p->stride + 1;
+    if (*r1 > p->rows) *r1 = p->rows;
+}
+
+/* Elements [lo, hi) of a wanted piece's data (its own order) and the shard tensor (an index
+ * into the load's source table) that filled them. */
+typedef struct {
+    size_t lo, hi;
+    int src;
+} span;
+
+typedef struct {
+    span *v;
+    size_t n, cap;
+} spans;
+
+static int spans_add(spans *s, size_t lo, size_t hi, int src) {
+    if (s->n && s->v[s->n - 1].hi == lo && s->v[s->n - 1].src == src) {
+        s->v[s->n - 1].hi = hi; /* the next row of the same tensor: one span */
+        return 0;
+    }
+    if (s->n == s->cap) {
+        const size_t cap = s->cap ? 2 * s->cap : 16;
+        span *v = realloc(s->v, cap * sizeof *v);
+        if (!v) return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (span){lo, hi, src};
+    return 0;
+}
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Copies the overlap of shard piece a (data: its rows, row after row) into wanted piece b
+ * (dst), recording the elements of b it filled in s. */
+static int copy_overlap(const piece *a, const unsigned char *data, const piece *b, float *dst,
+                        spans *s, int src) {
+    const size_t blo = b->off, bhi = b->off + (b->rows - 1) * b->stride + b->row_len;
+    size_t ra0, ra1;
+    rows_within(a, blo, bhi, &ra0, &ra1);
+    for (size_t ra = ra0; ra < ra1; ra++) {
+        const size_t a0 = a->off + ra * a->stride, a1 = a0 + a->row_len;
+        size_t rb0, rb1;
+        rows_within(b, a0, a1, &rb0, &rb1);
+        for (size_t rb = rb0; rb < rb1; rb++) {
+            const size_t b0 = b->off + rb * b->stride;
+            const size_t lo = a0 > b0 ? a0 : b0;
+            const size_t hi = a1 < b0 + b->row_len ? a1 : b0 + b->row_len;
+            if (lo >= hi) continue;
+            const size_t at = rb * b->row_len + (lo - b0);
+            memcpy(dst + at, data + 4 * (ra * a->row_len + (lo - a0)), 4 * (hi - lo));
+            if (spans_add(s, at, at + (hi - lo), src)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* Element `at` of wanted piece p's data: its index in the whole buffer. */
+static size_t global_index(const piece *p, size_t at) {
+    return p->off + at / p->row_len * p->stride + at % p->row_len;
+}
+
+typedef struct {
+    int rank;
+    char *tensor;
+} source;
 
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err) {
-    char *train;
-    int world;
-    if (ckpt_step_read_meta(folder, step, &train, &world, err)) return -1;
+    char *train, where[4200];
+    int world, version;
+    if (read_meta(folder, step, &train, &world, &version, err)) return -1;
     free(train);
-    ckpt_span *fs = NULL;
-    size_t nf = 0, cap = 0;
-    int rc = 0;
+    snprintf(where, sizeof where, "%s/step-%lld", folder, (long long)step);
+    piece *want = calloc((size_t)n + 1, sizeof *want);
+    spans *got = calloc((size_t)n + 1, sizeof *got);
+    int *name_id = calloc((size_t)n + 1, sizeof *name_id); /* bufs[i]'s first same-name index */
+    int *found = calloc((size_t)n + 1, sizeof *found);
+    source *srcs = NULL;
+    int n_srcs = 0, cap_srcs = 0, rc = 0;
+    if (!want || !got || !name_id || !found) rc = base_fail(err, "out of memory");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        rc = buf_piece(&bufs[i], &want[i], where, err);
+        name_id[i] = i;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(bufs[j].name, bufs[i].name)) {
+                name_id[i] = name_id[j];
+                break;
+            }
+    }
     for (int r = 0; rc == 0 && r < world; r++) {
         char name[64], path[4300];
         shard_name(name, sizeof name, r);
-        snprintf(path, sizeof path, "%s/step-%lld/%s", folder, (long long)step, name);
+        snprintf(path, sizeof path, "%s/%s", where, name);
         ckpt_file f;
         if (ckpt_open(&f, path, err)) {
             rc = -1;
             break;
         }
-        for (int i = 0; rc == 0 && i < n; i++) {
-            int found = 0;
-            for (int j = 0; rc == 0 && j < f.n_tensors; j++) {
-                const ckpt_tensor *t = &f.tensors[j];
-                if (!piece_of(t->name, bufs[i].name)) continue;
-                found++;
-                size_t off, gn;
-                if (meta_size(&f, t->name, "offset", &off, err) ||
-                    meta_size(&f, t->name, "global_numel", &gn, err)) {
-                    rc = -1;
-                    break;
-                }
-                if (t->dtype != CKPT_F32 || t->ndim != 1 || gn != bufs[i].global_numel ||
-                    off + (size_t)t->numel > gn) {
-                    rc = base_fail(err,
-                                   "%s: tensor \"%s\" (%s, %lld elements at %zu of %zu) does not "
-                                   "fit the model's %zu elements",
-                                   path, t->name, ckpt_dtype_name(t->dtype), (long long)t->numel,
-                                   off, gn, bufs[i].global_numel);
-                    break;
-                }
-                /* the overlap of [off, off + numel) with the wanted [o, o + k) */
-                const size_t o = bufs[i].offset, k = bufs[i].numel;
-                const size_t lo = off > o ? off : o;
-                const size_t hi = off + (size_t)t->numel < o + k ? off + (size_t)t->numel : o + k;
-                if (lo < hi) {
-                    if (nf == cap) {
-                        cap = cap ? 2 * cap : 16;
-                        ckpt_span *g = realloc(fs, cap * sizeof *g);
-                        if (!g) {
-                            rc = base_fail(err, "out of memory");
-                            break;
-                        }
-                        fs = g;
-                    }
-                    fs[nf++] = (ckpt_span){lo, hi, i};
-                    memcpy(bufs[i].dst + (lo - o), (const char *)t->data + 4 * (lo - off),
-                           4 * (hi - lo));
-                }
+        memset(found, 0, sizeof *found * (size_t)n);
+        for (int j = 0; rc == 0 && j < f.n_tensors; j++) {
+            const ckpt_tensor *t = &f.tensors[j];
+            int id = -1;
+            for (int i = 0; id < 0 && i < n; i++)
+                if (name_id[i] == i && piece_of(t->name, bufs[i].name)) id = i;
+            if (id < 0) continue; /* another buffer's */
+            found[id] = 1;
+            piece a;
+            if (tensor_piece(&f, t, version, &a, err)) {
+                rc = -1;
+                break;
             }
-            if (rc == 0 && !found) rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
+            if (a.gn != bufs[id].global_numel) {
+                rc = base_fail(err,
+                               "%s: tensor \"%s\" is a piece of a %zu-element buffer, the model's "
+                               "\"%s\" has %zu elements",
+                               path, t->name, a.gn, bufs[id].name, bufs[id].global_numel);
+                break;
+            }
+            if (!a.row_len || !a.rows) continue;
+            if (n_srcs == cap_srcs) {
+                cap_srcs = cap_srcs ? 2 * cap_srcs : 64;
+                source *ns = realloc(srcs, sizeof *ns * (size_t)cap_srcs);
+                if (!ns) {
+                    rc = base_fail(err, "out of memory");
+                    break;
+                }
+                srcs = ns;
+            }
+            if (!(srcs[n_srcs].tensor = strdup(t->name))) {
+                rc = base_fail(err, "out of memory");
+                break;
+            }
+            srcs[n_srcs++].rank = r;
+            const size_t alo = a.off, ahi = a.off + (a.rows - 1) * a.stride + a.row_len;
+            for (int i = 0; rc == 0 && i < n; i++) {
+                const piece *b = &want[i];
+                if (name_id[i] != id || !b->row_len || !b->rows) continue;
+                const size_t blo = b->off, bhi = b->off + (b->rows - 1) * b->stride + b->row_len;
+                if (ahi <= blo || bhi <= alo) continue;
+                if (copy_overlap(&a, t->data, b, bufs[i].dst, &got[i], n_srcs - 1))
+                    rc = base_fail(err, "out of memory");
+            }
         }
+        for (int i = 0; rc == 0 && i < n; i++)
+            if (name_id[i] == i && !found[i])
+                rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
         ckpt_close(&f);
     }
-    if (rc == 0) rc = check_filled(folder, step, bufs, n, fs, nf, err);
-    free(fs);
+    /* every wanted element exactly once: the spans, sorted, neither overlap nor leave gaps */
+    for (int i = 0; rc == 0 && i < n; i++) {
+        spans *s = &got[i];
+        if (s->n) qsort(s->v, s->n, sizeof *s->v, span_cmp);
+        size_t at = 0, last = 0; /* covered: [0, at), its end by span `last` */
+        for (size_t k = 0; rc == 0 && k <= s->n; k++) {
+            const size_t lo = k < s->n ? s->v[k].lo : bufs[i].numel;
+            if (lo > at)
+                rc = base_fail(err,
+                               "%s: buffer \"%s\" is incomplete: no shard holds its element %zu "
+                               "(%zu of the %zu elements wanted there are missing)",
+                               where, bufs[i].name, global_index(&want[i], at), lo - at,
+                               bufs[i].numel);
+            else if (lo < at) {
+                const source *x = &srcs[s->v[k].src], *y = &srcs[s->v[last].src];
+                char nx[64], ny[64];
+                shard_name(nx, sizeof nx, x->rank);
+                shard_name(ny, sizeof ny, y->rank);
+                rc = base_fail(err,
+                               "%s: %s tensor \"%s\" and %s tensor \"%s\" overlap: both hold "
+                               "element %zu of buffer \"%s\"",
+                               where, nx, x->tensor, ny, y->tensor, global_index(&want[i], lo),
+                               bufs[i].name);
+            }
+            if (k < s->n && s->v[k].hi > at) {
+                at = s->v[k].hi;
+                last = k;
+            }
+        }
+    }
+    for (int i = 0; got && i < n; i++) free(got[i].v);
+    for (int k = 0; k < n_srcs; k++) free(srcs[k].tensor);
+    free(srcs);
+    free(want);
+    free(got);
+    free(name_id);
+    free(found);
     return rc;
 }

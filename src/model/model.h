@@ -224,13 +224,17 @@ void model_init_weights(model *m, uint64_t seed);
 /* The same for the parameters of one unit only (FSDP initialises unit by unit). */
 void model_init_unit_weights(model *m, int unit, uint64_t seed);
 
-/* Tensor parallelism: splits the local parameter range [off, off + len) into runs that are
- * contiguous in both layouts (one per parameter for replicated and row-split tensors, one
- * per row for column-split ones). Writes at most max runs to out (NULL: count only) and
- * returns how many there are. */
+/* Tensor parallelism: splits the local parameter range [off, off + len) into runs whose rows
+ * are contiguous in the local layout and equally spaced in the full one: one run per
+ * parameter for replicated and row-split tensors; for column-split ones ([rows, cols/tp] of
+ * a full [rows, cols]) one strided run of the whole rows (full_stride = cols) plus a 1-row
+ * run for a partial first or last row when the range cuts one. Writes at most max runs to out
+ * (NULL: count only) and returns how many there are. */
 typedef struct {
-    size_t offset, full_offset, len;
-    int replicated; /* a norm weight: the same on every rank of the group */
+    size_t offset, full_offset; /* first element, local and full layouts */
+    size_t row_len, rows;       /* rows x row_len elements, contiguous locally */
+    size_t full_stride;         /* between row starts in the full layout (row_len if 1 row) */
+    int replicated;             /* a norm weight: the same on every rank of the group */
 } model_run;
 size_t model_tp_runs(const model *m, size_t off, size_t len, model_run *out, size_t max);
 /* Checks that a_full can be split over tp ranks (divisibility, dense) and fills *local with

@@ -388,15 +388,22 @@ size_t model_tp_runs(const model *m, size_t off, size_t len, model_run *out, siz
         if (off >= p->offset + p->numel || off + len <= p->offset) continue;
         const size_t lo = off > p->offset ? off - p->offset : 0;
         const size_t hi = off + len < p->offset + p->numel ? off + len - p->offset : p->numel;
-        /* column splits: one run per row; otherwise the whole overlap is one run */
-        const size_t step = p->tp_split == MODEL_TP_COLS ? (size_t)p->shape[1] : p->numel;
+        const size_t c = p->tp_split == MODEL_TP_COLS ? (size_t)p->shape[1] : p->numel;
+        const size_t full_stride = p->tp_split == MODEL_TP_COLS ? c * (size_t)m->tp.size : c;
         for (size_t e = lo; e < hi;) {
-            const size_t end = (e / step + 1) * step < hi ? (e / step + 1) * step : hi;
+            /* whole rows as one strided run; a cut row (or a non-column tensor) alone */
+            const size_t whole = e % c == 0 ? (hi - e) / c : 0;
+            const size_t row_len = whole ? c : ((e / c + 1) * c < hi ? (e / c + 1) * c : hi) - e;
+            const size_t rows = whole ? whole : 1;
             if (out && n < max)
-                out[n] = (model_run){p->offset + e, p->full_offset + full_index(m, p, e), end - e,
+                out[n] = (model_run){p->offset + e,
+                                     p->full_offset + full_index(m, p, e),
+                                     row_len,
+                                     rows,
+                                     rows > 1 ? full_stride : row_len,
                                      p->tp_split == MODEL_TP_REPLICATED};
             n++;
-            e = end;
+            e += rows * row_len;
         }
     }
     return n;

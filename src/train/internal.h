@@ -2,12 +2,28 @@
 #ifndef TITAN_TRAIN_INTERNAL_H
 #define TITAN_TRAIN_INTERNAL_H
 
+#include "checkpoint/checkpoint.h"
 #include "train/train.h"
 
 /* Writes training checkpoints, in a background thread when that is safe: a save copies the
  * buffers into a snapshot and returns; the thread writes and commits it while training goes
  * on. The next save (or finish) waits for the previous one and reports its error. */
 typedef struct train_saver train_saver;
+
+/* A piece of this rank's shard vector in a checkpoint buffer: rows x row_len elements,
+ * contiguous at shard_off in the shard, rows global_off + i * stride in the global buffer
+ * (a TP rank's column slice of a row-parallel weight is one piece, not one per row). */
+typedef struct {
+    size_t shard_off, global_off, row_len, rows, stride;
+} train_piece;
+
+/* One checkpoint buffer per (name, piece) for nb buffers x np pieces (malloc'ed, free()):
+ * names[i], or "names[i]@k" for piece k > 0 when piece_names ([nb * np][32], filled here) is
+ * given (a save's shard tensors); data = src[i] + shard_off (src may be NULL) and
+ * dst = dst[i] + shard_off (dst may be NULL). */
+ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_piece *p, int np,
+                                size_t global_n, const float *const *src, float *const *dst,
+                                char (*piece_names)[32]);
 
 /* Where this rank's buffers go in a checkpoint: the pieces of its shard vector (n elements)
  * in the global buffers of global_n elements; rank 0 creates and commits the step, every
@@ -16,8 +32,8 @@ typedef struct train_saver train_saver;
 typedef struct {
     dist_comm *comm;
     int rank, writer, n_writers;
-    const dist_range *ranges;
-    int n_ranges;
+    const train_piece *pieces;
+    int n_pieces;
     size_t global_n;
 } train_saver_layout;
 

@@ -25,33 +25,51 @@ struct train_saver {
     double seconds;
 };
 
+ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_piece *p, int np,
+                                size_t global_n, const float *const *src, float *const *dst,
+                                char (*piece_names)[32]) {
+    ckpt_step_buf *b = calloc((size_t)nb * (size_t)np + 1, sizeof *b);
+    if (!b) return NULL;
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < np; k++) {
+            const size_t j = (size_t)i * (size_t)np + (size_t)k;
+            const char *name = names[i];
+            if (piece_names) { /* piece k of buffer i: "model", "model@1", ... */
+                if (k)
+                    snprintf(piece_names[j], 32, "%s@%d", names[i], k);
+                else
+                    snprintf(piece_names[j], 32, "%s", names[i]);
+                name = piece_names[j];
+            }
+            b[j] = (ckpt_step_buf){name,
+                                   src ? src[i] + p[k].shard_off : NULL,
+                                   dst ? dst[i] + p[k].shard_off : NULL,
+                                   p[k].global_off,
+                                   p[k].row_len * p[k].rows,
+                                   global_n,
+                                   p[k].rows,
+                                   p[k].stride};
+        }
+    return b;
+}
+
 static int write_step(train_saver *s) {
     static const char *const names[3] = {"model", "adam_m", "adam_v"};
     const train_saver_layout *L = &s->lay;
-    const int nb = s->model_only ? 1 : 3, nr = L->n_ranges;
-    ckpt_step_buf *b = calloc((size_t)(nb * nr) + 1, sizeof *b);
-    char(*nm)[32] = calloc((size_t)(nb * nr) + 1, 32);
+    const int nb = s->model_only ? 1 : 3, np = L->n_pieces;
+    char(*nm)[32] = calloc((size_t)(nb * np) + 1, 32);
+    ckpt_step_buf *b =
+        nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL, nm) : NULL;
     if (!b || !nm) {
         free(b);
         free(nm);
         return base_fail(&s->err, "out of memory");
     }
-    for (int i = 0; i < nb; i++)
-        for (int k = 0; k < nr; k++) { /* piece k of buffer i: "model", "model@1", ... */
-            char *name = nm[i * nr + k];
-            if (k)
-                snprintf(name, 32, "%s@%d", names[i], k);
-            else
-                snprintf(name, 32, "%s", names[i]);
-            const dist_range *r = &L->ranges[k];
-            b[i * nr + k] = (ckpt_step_buf){
-                name, s->buf[i] + r->shard_off, NULL, r->global_off, r->len, L->global_n};
-        }
     const double t0 = base_now();
     int rc = L->rank == 0 && ckpt_step_begin(s->dir, s->step, 0, &s->err);
     if (!rc) dist_barrier(L->comm); /* the step folder exists */
     rc = rc ||
-         (L->writer >= 0 && ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * nr, &s->err));
+         (L->writer >= 0 && ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * np, &s->err));
     if (!rc) dist_barrier(L->comm); /* every shard is written */
     rc = rc || (L->rank == 0 &&
                 ckpt_step_commit(s->dir, s->step, L->n_writers, s->train_json, s->keep, &s->err));

@@ -195,23 +195,19 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
 
 /* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
  * Returns the step to continue after, or -1 with err. */
-/* Loads buffer `name` of dir/step-N into this rank's pieces r[nr] of the shard vector dst
- * (global offsets in the full layout of n_floats). */
+/* Loads buffers names[nb] of dir/step-N into this rank's pieces p[np] of the shard vectors
+ * dst[nb] (global offsets in the full layout of n_floats). */
 static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
-                       int nb, const dist_range *r, int nr, size_t n_floats, base_err *err) {
-    ckpt_step_buf *b = calloc((size_t)(nb * nr) + 1, sizeof *b);
+                       int nb, const train_piece *p, int np, size_t n_floats, base_err *err) {
+    ckpt_step_buf *b = train_piece_bufs(names, nb, p, np, n_floats, NULL, dst, NULL);
     if (!b) return base_fail(err, "out of memory");
-    for (int i = 0; i < nb; i++)
-        for (int k = 0; k < nr; k++)
-            b[i * nr + k] = (ckpt_step_buf){names[i],        NULL,     dst[i] + r[k].shard_off,
-                                            r[k].global_off, r[k].len, n_floats};
-    int rc = ckpt_step_load(dir, step, b, nb * nr, err);
+    int rc = ckpt_step_load(dir, step, b, nb * np, err);
     free(b);
     return rc;
 }
 
 static int64_t resume(const train_opts *o, const char *dir, int64_t step, model *m,
-                      const dist_fsdp *f, const dist_range *pieces, int n_pieces, optim_adamw *opt,
+                      const dist_fsdp *f, const train_piece *pieces, int n_pieces, optim_adamw *opt,
                       token_source *src, int64_t *tokens_seen, base_err *err) {
     char *tj = NULL;
     int world;
@@ -484,19 +480,25 @@ static int slice_rank(const model *m) {
 /* Where this rank's shard vector goes in the full (tp = 1) layout: `all` every piece (what a
  * resume loads), `save` those this rank writes (replicated norm weights by TP rank 0 only),
  * `rep` the pieces of replicated parameters (their gradients are summed over the group).
- * Adjacent pieces are merged. Without TP, all = save = the FSDP ranges and rep is empty. */
+ * Adjacent contiguous pieces are merged; a column slice's rows stay one strided piece.
+ * Without TP, all = save = the FSDP ranges and rep is empty. */
 typedef struct {
-    dist_range *all, *save, *rep;
+    train_piece *all, *save, *rep; /* rep: global_off in the local layout, one row each */
     int n_all, n_save, n_rep;
     size_t rep_len; /* elements in rep */
 } tp_pieces;
 
-static void piece_add(dist_range *v, int *n, size_t shard_off, size_t global_off, size_t len) {
-    dist_range *p = *n ? &v[*n - 1] : NULL;
-    if (p && p->shard_off + p->len == shard_off && p->global_off + p->len == global_off)
-        p->len += len;
-    else
-        v[(*n)++] = (dist_range){shard_off, global_off, len};
+/* Appends piece x to v[*n], merged into the last one when both are single rows that are
+ * adjacent in both layouts. */
+static void piece_add(train_piece *v, int *n, train_piece x) {
+    train_piece *p = *n ? &v[*n - 1] : NULL;
+    if (p && p->rows == 1 && x.rows == 1 && p->shard_off + p->row_len == x.shard_off &&
+        p->global_off + p->row_len == x.global_off) {
+        p->row_len += x.row_len;
+        p->stride = p->row_len;
+    } else {
+        v[(*n)++] = x;
+    }
 }
 
 static int tp_pieces_init(tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
@@ -519,13 +521,14 @@ static int tp_pieces_init(tp_pieces *t, const model *m, const dist_fsdp *f, int 
         for (size_t i = 0; i < nk; i++) {
             const model_run *u = &runs[i];
             const size_t so = r[k].shard_off + (u->offset - r[k].global_off);
-            piece_add(t->all, &t->n_all, so, u->full_offset, u->len);
+            const train_piece x = {so, u->full_offset, u->row_len, u->rows, u->full_stride};
+            piece_add(t->all, &t->n_all, x);
             if (m->tp.size == 1) continue;
-            if (!u->replicated || tp_rank == 0)
-                piece_add(t->save, &t->n_save, so, u->full_offset, u->len);
-            if (u->replicated) {
-                piece_add(t->rep, &t->n_rep, so, u->offset, u->len);
-                t->rep_len += u->len;
+            if (!u->replicated || tp_rank == 0) piece_add(t->save, &t->n_save, x);
+            if (u->replicated) { /* norm weights: never column-split, so one row */
+                piece_add(t->rep, &t->n_rep,
+                          (train_piece){so, u->offset, u->row_len, 1, u->row_len});
+                t->rep_len += u->row_len;
             }
         }
     }
@@ -548,12 +551,12 @@ static void tp_pieces_free(tp_pieces *t) {
  * their squares afterwards (for the global norm). */
 static double tp_sync_replicated(const tp_pieces *t, float *gs, float *buf, dist_comm *c) {
     size_t at = 0;
-    for (int i = 0; i < t->n_rep; at += t->rep[i++].len)
-        memcpy(buf + at, gs + t->rep[i].shard_off, t->rep[i].len * sizeof(float));
+    for (int i = 0; i < t->n_rep; at += t->rep[i++].row_len)
+        memcpy(buf + at, gs + t->rep[i].shard_off, t->rep[i].row_len * sizeof(float));
     dist_allreduce_f32(c, buf, t->rep_len);
     at = 0;
-    for (int i = 0; i < t->n_rep; at += t->rep[i++].len)
-        memcpy(gs + t->rep[i].shard_off, buf + at, t->rep[i].len * sizeof(float));
+    for (int i = 0; i < t->n_rep; at += t->rep[i++].row_len)
+        memcpy(gs + t->rep[i].shard_off, buf + at, t->rep[i].row_len * sizeof(float));
     return optim_sumsq(buf, t->rep_len);
 }
 
@@ -566,10 +569,14 @@ static int tp_copy(const model *m, float *full, int to_full, base_err *err) {
     model_tp_runs(m, 0, m->n_floats, runs, n);
     for (size_t i = 0; i < n; i++) {
         const model_run *u = &runs[i];
-        if (!to_full)
-            memcpy(m->w + u->offset, full + u->full_offset, u->len * sizeof(float));
-        else if (!u->replicated || slice_rank(m) == 0)
-            memcpy(full + u->full_offset, m->w + u->offset, u->len * sizeof(float));
+        for (size_t k = 0; k < u->rows; k++) {
+            float *local = m->w + u->offset + k * u->row_len;
+            float *whole = full + u->full_offset + k * u->full_stride;
+            if (!to_full)
+                memcpy(local, whole, u->row_len * sizeof(float));
+            else if (!u->replicated || slice_rank(m) == 0)
+                memcpy(whole, local, u->row_len * sizeof(float));
+        }
     }
     free(runs);
     return 0;

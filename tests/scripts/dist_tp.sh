@@ -6,7 +6,8 @@
 #     (the checkpoints, full layout) within 1e-5 relative L2.
 #  2. dp_shard=2 x tp=2 (4 ranks) against 1 rank x 2 microbatches: the same bounds.
 #  3. A checkpoint written by tp=2 at step 5 resumes on 1 rank; steps 6..10 match a
-#     straight 1-rank run within 1e-5.
+#     straight 1-rank run within 1e-5. Its shards hold one tensor per parameter and buffer
+#     at most (a column slice of wo / w2 is one strided tensor, not one per row).
 #  4. n_kv_heads that tp does not divide is refused by name.
 # AdamW eps is 1e-6 here: with the default 1e-8 the first steps' updates are
 # lr * g / (|g| + 1e-8), which turns the ~1e-7 relative summation-order differences of TP's
@@ -50,6 +51,16 @@ m=("${model[@]}" --steps 10 --checkpoint-interval 5 --batch 2)
 mpi 2 "${m[@]}" "${tp2[@]}" --metrics "$out/w.jsonl" --dump-folder "$out/w" --stop-after-step 5 \
     > /dev/null
 ls "$out/w/checkpoint/step-5/rank-00001.safetensors" > /dev/null
+# the safetensors header (u64 length, JSON): 3 buffers x 25 parameter tensors (2 blocks x 11,
+# embedding, final norm, lm_head) at most; one piece per row would be over 3 x 2 x (64 + 64)
+for r in 0 1; do
+  f="$out/w/checkpoint/step-5/rank-0000$r.safetensors"
+  hl=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+  nt=$(head -c $((8 + hl)) "$f" | tail -c "$hl" | grep -o '"data_offsets"' | wc -l)
+  [ "$nt" -ge 3 ] && [ "$nt" -le 75 ] ||
+    { echo "FAIL: rank $r of a tp=2 save holds $nt tensors (header $hl bytes)"; exit 1; }
+  echo "ok tp=2 shard $r: $nt tensors, header $hl bytes"
+done
 "$titan" train "${m[@]}" --metrics "$out/r1.jsonl" --dump-folder "$out/w" > "$out/r1.log"
 grep -q "resumed from $out/w/checkpoint/step-5" "$out/r1.log" || { cat "$out/r1.log"; exit 1; }
 same_losses "tp=2 checkpoint resumed on 1 rank, steps 6..10" "$out/straight.jsonl" \

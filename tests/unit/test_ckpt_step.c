@@ -2,7 +2,12 @@
  * into 1 and 3 ranks (resharding), incomplete folders are never picked, keep_latest_k
  * prunes only complete old ones, saving the same step twice replaces it, malformed
  * metadata and shards give errors naming the file, and an unwritable folder fails cleanly
- * leaving the previous checkpoint loadable. */
+ * leaving the previous checkpoint loadable. Strided pieces: a 2-D tensor inside a flat buffer
+ * written as TP-like column slices (one tensor per rank, not one per row) reads back into
+ * every other layout (whole, row ranges, other column splits, 2-D blocks, FSDP-cut rows), a
+ * version-1 checkpoint (one 1-D tensor per row) still loads, and hostile shards (overlapping
+ * pieces, pieces past the buffer, a stride below the row length, a missing stride, 2-D in
+ * version 1, a gap) fail naming the file and the tensor. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +27,7 @@ static int save(const char *folder, int64_t step, size_t n, int world, int keep)
     int rc = ckpt_step_begin(folder, step, 0, &err);
     for (int r = 0; rc == 0 && r < world; r++) {
         size_t lo = n * (size_t)r / (size_t)world, hi = n * (size_t)(r + 1) / (size_t)world;
-        ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n};
+        ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo};
         rc = ckpt_step_write_shard(folder, step, r, &b, 1, &err);
     }
     if (rc == 0) rc = ckpt_step_commit(folder, step, world, "{\"x\": 1}", keep, &err);
@@ -37,7 +42,7 @@ static int load_check(const char *folder, int64_t step, size_t n, int world) {
     int ok = 1;
     for (int r = 0; r < world; r++) {
         size_t lo = n * (size_t)r / (size_t)world, hi = n * (size_t)(r + 1) / (size_t)world;
-        ckpt_step_buf b = {"a", NULL, a + lo, lo, hi - lo, n};
+        ckpt_step_buf b = {"a", NULL, a + lo, lo, hi - lo, n, 1, hi - lo};
         base_err err;
         if (ckpt_step_load(folder, step, &b, 1, &err)) {
             printf("load step %lld as %d ranks: %s\n", (long long)step, world, err.msg);
@@ -54,6 +59,273 @@ static void write_str(const char *path, const char *s) {
     if (f) {
         fputs(s, f);
         fclose(f);
+    }
+}
+
+/* ---- strided pieces ------------------------------------------------------------------
+ * Buffer "a" of GN elements: a prefix of P, a [R, C] matrix, a suffix of S; element i is
+ * 1000 + i (the reference every load is compared with). */
+enum { P = 5, R = 6, C = 12, S = 7, GN = P + R * C + S };
+
+typedef struct {
+    size_t off, row_len, rows, stride;
+} tpiece;
+typedef struct {
+    int n;
+    tpiece p[6];
+} trank;
+typedef struct {
+    const char *name;
+    int world;
+    trank r[6];
+} tlayout;
+
+/* rows [r0, r0 + nr) x columns [c0, c0 + nc) of the matrix; a contiguous range [lo, hi) */
+#define BLOCK(r0, nr, c0, nc)                                                                      \
+    { P + (r0)*C + (c0), (nc), (nr), C }
+#define RANGE(lo, hi)                                                                              \
+    { (lo), (hi) - (lo), 1, (hi) - (lo) }
+#define PREFIX RANGE(0, P)
+#define SUFFIX RANGE(P + R * C, GN)
+
+static const tlayout layouts[] = {
+    {"tp3 columns",
+     3,
+     {{2, {PREFIX, BLOCK(0, R, 0, 4)}},
+      {1, {BLOCK(0, R, 4, 4)}},
+      {2, {BLOCK(0, R, 8, 4), SUFFIX}}}},
+    {"dp2 x tp2 blocks",
+     4,
+     {{2, {PREFIX, BLOCK(0, 3, 0, 6)}},
+      {1, {BLOCK(0, 3, 6, 6)}},
+      {1, {BLOCK(3, 3, 0, 6)}},
+      {2, {BLOCK(3, 3, 6, 6), SUFFIX}}}},
+    /* tp2 column slices cut by FSDP in the middle of row 2: a partial row alone */
+    {"fsdp-cut tp2",
+     4,
+     {{3, {PREFIX, BLOCK(0, 2, 0, 6), BLOCK(2, 1, 0, 3)}},
+      {2, {BLOCK(0, 2, 6, 6), BLOCK(2, 1, 6, 3)}},
+      {2, {BLOCK(2, 1, 3, 3), BLOCK(3, 3, 0, 6)}},
+      {3, {BLOCK(2, 1, 9, 3), BLOCK(3, 3, 6, 6), SUFFIX}}}},
+    {"whole", 1, {{1, {RANGE(0, GN)}}}},
+    {"3 row ranges", 3, {{1, {RANGE(0, 28)}}, {1, {RANGE(28, 56)}}, {1, {RANGE(56, GN)}}}},
+    {"tp2 columns", 2, {{3, {PREFIX, BLOCK(0, R, 0, 6), SUFFIX}}, {1, {BLOCK(0, R, 6, 6)}}}},
+    {"tp4 columns",
+     4,
+     {{2, {PREFIX, BLOCK(0, R, 0, 3)}},
+      {1, {BLOCK(0, R, 3, 3)}},
+      {1, {BLOCK(0, R, 6, 3)}},
+      {2, {BLOCK(0, R, 9, 3), SUFFIX}}}},
+    {"tp6 columns, 1 row each",
+     6,
+     {{2, {PREFIX, BLOCK(0, R, 0, 2)}},
+      {1, {BLOCK(0, R, 2, 2)}},
+      {1, {BLOCK(0, R, 4, 2)}},
+      {1, {BLOCK(0, R, 6, 2)}},
+      {1, {BLOCK(0, R, 8, 2)}},
+      {2, {BLOCK(0, R, 10, 2), SUFFIX}}}},
+};
+enum { N_SAVE_LAYOUTS = 3, N_LAYOUTS = sizeof layouts / sizeof *layouts };
+
+static float ref(size_t i) {
+    return 1000.0f + (float)i;
+}
+
+/* Rank r's pieces of layout L as buffers "a", "a@1", ... (rows > 1: strided); data (save)
+ * holds each piece's elements packed from the reference, dst (load) gets room for them. */
+static int rank_bufs(const trank *tr, ckpt_step_buf *b, char (*names)[16], float **mem, int save) {
+    size_t total = 0;
+    for (int k = 0; k < tr->n; k++) total += tr->p[k].rows * tr->p[k].row_len;
+    float *m = calloc(total + 1, sizeof *m);
+    *mem = m;
+    for (int k = 0; k < tr->n; k++) {
+        const tpiece *p = &tr->p[k];
+        snprintf(names[k], 16, k ? "a@%d" : "a", k);
+        for (size_t i = 0; save && i < p->rows; i++)
+            for (size_t c = 0; c < p->row_len; c++)
+                m[i * p->row_len + c] = ref(p->off + i * p->stride + c);
+        b[k] = (ckpt_step_buf){save ? names[k] : "a",
+                               save ? m : NULL,
+                               save ? NULL : m,
+                               p->off,
+                               p->rows * p->row_len,
+                               GN,
+                               p->rows,
+                               p->stride};
+        m += p->rows * p->row_len;
+    }
+    return 0;
+}
+
+static int save_layout(const char *folder, int64_t step, const tlayout *L) {
+    base_err err;
+    int rc = ckpt_step_begin(folder, step, 0, &err);
+    for (int r = 0; rc == 0 && r < L->world; r++) {
+        ckpt_step_buf b[6];
+        char names[6][16];
+        float *mem;
+        rank_bufs(&L->r[r], b, names, &mem, 1);
+        rc = ckpt_step_write_shard(folder, step, r, b, L->r[r].n, &err);
+        free(mem);
+    }
+    if (rc == 0) rc = ckpt_step_commit(folder, step, L->world, "{}", 0, &err);
+    if (rc) printf("save %s: %s\n", L->name, err.msg);
+    return rc;
+}
+
+/* Loads every rank of L and compares each element with the reference; err (if given) gets
+ * the first load error. Returns 1 when all loads succeed and every element matches. */
+static int load_layout(const char *folder, int64_t step, const tlayout *L, base_err *first) {
+    int ok = 1;
+    for (int r = 0; r < L->world; r++) {
+        ckpt_step_buf b[6];
+        char names[6][16];
+        float *mem;
+        rank_bufs(&L->r[r], b, names, &mem, 0);
+        base_err err;
+        if (ckpt_step_load(folder, step, b, L->r[r].n, &err)) {
+            if (ok && first) *first = err;
+            ok = 0;
+        }
+        for (int k = 0; ok && k < L->r[r].n; k++) {
+            const tpiece *p = &L->r[r].p[k];
+            for (size_t i = 0; ok && i < p->rows; i++)
+                for (size_t c = 0; ok && c < p->row_len; c++)
+                    if (b[k].dst[i * p->row_len + c] != ref(p->off + i * p->stride + c)) {
+                        printf("%s rank %d: element %zu is %g\n", L->name, r,
+                               p->off + i * p->stride + c, b[k].dst[i * p->row_len + c]);
+                        ok = 0;
+                    }
+        }
+        free(mem);
+    }
+    return ok;
+}
+
+/* Writes rank-00000.safetensors of step-N by hand: "a" (the prefix), "a@1" (F32, shape
+ * [rows, row_len] when ndim is 2, else [rows * row_len]) with the given __metadata__ values
+ * (NULL: omitted), "a@2" (the suffix). */
+static void write_raw(const char *folder, int64_t step, int ndim, size_t rows, size_t row_len,
+                      const char *off, const char *gn, const char *stride) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/step-%lld/rank-00000.safetensors", folder, (long long)step);
+    float *d = calloc(rows * row_len + GN, sizeof *d);
+    for (size_t i = 0; i < GN; i++) d[i] = ref(i);
+    ckpt_wtensor t[3] = {{"a", CKPT_F32, 1, {P}, d, 0},
+                         {"a@1", CKPT_F32, ndim, {0}, d + GN, 0},
+                         {"a@2", CKPT_F32, 1, {S}, d + P + R * C, 0}};
+    t[1].shape[0] = (int64_t)(ndim == 2 ? rows : rows * row_len);
+    t[1].shape[1] = (int64_t)row_len;
+    ckpt_kv kv[7] = {{"a.offset", "0"},
+                     {"a.global_numel", "84"},
+                     {"a@2.offset", "77"},
+                     {"a@2.global_numel", "84"}};
+    int n = 4;
+    if (off) kv[n++] = (ckpt_kv){"a@1.offset", off};
+    if (gn) kv[n++] = (ckpt_kv){"a@1.global_numel", gn};
+    if (stride) kv[n++] = (ckpt_kv){"a@1.stride", stride};
+    base_err err;
+    if (ckpt_write(path, t, 3, kv, n, &err)) printf("write_raw: %s\n", err.msg);
+    free(d);
+}
+
+static int has(const char *msg, const char *a, const char *b, const char *c) {
+    return strstr(msg, a) && strstr(msg, b) && (!c || strstr(msg, c));
+}
+
+static void test_strided(const char *folder) {
+    char meta[400], path[400];
+    base_err err;
+    /* every save layout reads back into every layout */
+    for (int s = 0; s < N_SAVE_LAYOUTS; s++) {
+        CHECK(save_layout(folder, 100 + s, &layouts[s]) == 0, "save %s", layouts[s].name);
+        for (int l = 0; l < N_LAYOUTS; l++) {
+            err.msg[0] = 0;
+            CHECK(load_layout(folder, 100 + s, &layouts[l], &err), "%s -> %s: %s", layouts[s].name,
+                  layouts[l].name, err.msg);
+        }
+    }
+    /* one tensor per piece: the tp3 save's rank 1 holds its [R, C/3] slice as one 2-D tensor */
+    ckpt_file f;
+    snprintf(path, sizeof path, "%s/step-100/rank-00001.safetensors", folder);
+    CHECK(ckpt_open(&f, path, &err) == 0 && f.n_tensors == 1 && f.tensors[0].ndim == 2 &&
+              f.tensors[0].shape[0] == R && f.tensors[0].shape[1] == 4 &&
+              !strcmp(ckpt_meta_get(&f, "a.stride"), "12"),
+          "tp3 rank 1: one [6, 4] tensor with stride 12 (%d tensors)", f.n_tensors);
+    ckpt_close(&f);
+
+    /* the writer refuses what the reader would */
+    {
+        float d[12] = {0};
+        ckpt_step_buf w[2] = {{"a", d, NULL, 0, 12, GN, 2, 5}, {"b", d, NULL, 80, 6, GN, 1, 0}};
+        CHECK(ckpt_step_begin(folder, 130, 0, &err) == 0, "begin: %s", err.msg);
+        for (int i = 0; i < 2; i++) {
+            CHECK(ckpt_step_write_shard(folder, 130, 0, &w[i], 1, &err) != 0 &&
+                      has(err.msg, "rank-00000.safetensors", i ? "buffer b" : "buffer a",
+                          i ? "exceed" : "stride 5 is smaller"),
+                  "writing a bad piece %d: %s", i, err.msg);
+        }
+    }
+
+    /* version 1: the same columns as one 1-D tensor per row still load everywhere */
+    {
+        tlayout v1 = {"version 1, one tensor per row", 2, {{0}}};
+        for (int r = 0; r < 2; r++) {
+            trank *t = &v1.r[r];
+            for (int i = 0; i < R; i++)
+                t->p[t->n++] = (tpiece)RANGE(P + i * C + 6 * r, P + i * C + 6 * r + 6);
+        }
+        /* prefix and suffix as a third rank, to stay within 6 pieces a rank */
+        v1.world = 3;
+        v1.r[2] = (trank){2, {PREFIX, SUFFIX}};
+        CHECK(save_layout(folder, 110, &v1) == 0, "save version 1 layout");
+        snprintf(meta, sizeof meta, "%s/step-110/metadata.json", folder);
+        write_str(meta, "{\"format\": \"titan-checkpoint\", \"version\": 1, \"step\": 110, "
+                        "\"world_size\": 3, \"train\": {}}");
+        for (int l = 0; l < N_LAYOUTS; l++) {
+            err.msg[0] = 0;
+            CHECK(load_layout(folder, 110, &layouts[l], &err), "version 1 -> %s: %s",
+                  layouts[l].name, err.msg);
+        }
+        /* a 2-D tensor has no meaning in version 1 */
+        write_raw(folder, 110, 2, R, 6, "5", "84", "12");
+        CHECK(!load_layout(folder, 110, &layouts[3], &err) &&
+                  has(err.msg, "rank-00000.safetensors", "\"a@1\"", "1-D"),
+              "version 1 with a 2-D tensor: %s", err.msg);
+    }
+
+    /* hostile shards, in a copy of the tp2 save (rank 0: a, a@1 = its columns, a@2) */
+    CHECK(save_layout(folder, 120, &layouts[5]) == 0, "save tp2");
+    CHECK(load_layout(folder, 120, &layouts[3], NULL), "tp2 loads before tampering");
+    struct {
+        const char *what;
+        int ndim;
+        size_t rows, row_len;
+        const char *off, *gn, *stride, *expect;
+    } bad[] = {
+        /* rank 0's columns one wider: they overlap rank 1's first column */
+        {"overlap", 2, R, 7, "5", "84", "12", "overlap"},
+        {"past the buffer", 2, R, 6, "20", "84", "12", "exceed"},
+        {"offset past the buffer", 1, 1, 6, "84", "84", NULL, "exceed"},
+        {"stride below the row length", 2, R, 6, "5", "84", "5", "stride 5 is smaller"},
+        {"no stride", 2, R, 6, "5", "84", NULL, "a@1.stride"},
+        {"another buffer size", 2, R, 6, "5", "85", "12", "85"},
+        {"a row missing", 2, R - 1, 6, "5", "84", "12", "incomplete"},
+        {"one row, stride 0: a row missing", 2, 1, 6, "5", "84", "0", "incomplete"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_raw(folder, 120, bad[i].ndim, bad[i].rows, bad[i].row_len, bad[i].off, bad[i].gn,
+                  bad[i].stride);
+        err.msg[0] = 0;
+        const int loaded = load_layout(folder, 120, &layouts[3], &err);
+        printf("%s: %s\n", bad[i].what, err.msg);
+        CHECK(!loaded && strstr(err.msg, bad[i].expect), "%s: %s", bad[i].what, err.msg);
+        if (strcmp(bad[i].expect, "incomplete") != 0)
+            CHECK(has(err.msg, "rank-00000.safetensors", "a@1", NULL), "%s: names: %s", bad[i].what,
+                  err.msg);
+        else
+            CHECK(has(err.msg, "step-120", "buffer \"a\"", NULL), "%s: names: %s", bad[i].what,
+                  err.msg);
     }
 }
 
@@ -100,7 +372,8 @@ int main(void) {
     const char *bad[] = {"{",
                          "[]",
                          "{\"format\": \"x\"}",
-                         "{\"format\": \"titan-checkpoint\", \"version\": 2}",
+                         "{\"format\": \"titan-checkpoint\", \"version\": 3, \"step\": 12, "
+                         "\"world_size\": 3, \"train\": {}}",
                          "{\"format\": \"titan-checkpoint\", \"version\": 1, \"step\": 13, "
                          "\"world_size\": 3, \"train\": {}}",
                          "{\"format\": \"titan-checkpoint\", \"version\": 1, \"step\": 12, "
@@ -122,14 +395,14 @@ int main(void) {
     float *a = calloc(n, sizeof *a);
     int rc = ckpt_step_begin(folder, 14, 0, &err);
     for (int r = 0; rc == 0 && r < 2; r++) {
-        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n};
+        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n, 0, 0};
         rc = ckpt_step_write_shard(folder, 14, r, &b, 1, &err);
     }
     if (rc == 0) rc = ckpt_step_commit(folder, 14, 2, "{}", 0, &err);
     CHECK(rc == 0, "save overlapping: %s", err.msg);
-    ckpt_step_buf want = {"a", NULL, a, 0, n, n};
+    ckpt_step_buf want = {"a", NULL, a, 0, n, n, 0, 0};
     CHECK(ckpt_step_load(folder, 14, &want, 1, &err) != 0 && strstr(err.msg, "step-14") &&
-              strstr(err.msg, "two pieces hold elements 0..400"),
+              strstr(err.msg, "overlap: both hold element 0"),
           "overlapping pieces accepted or unclear: %s", err.msg);
     free(a);
 
@@ -139,6 +412,8 @@ int main(void) {
     snprintf(path, sizeof path, "%s/file/ck", dir);
     CHECK(save(path, 13, n, 1, 1) != 0, "saving under a file must fail");
     CHECK(load_check(folder, 11, n, 1), "step 11 still loads");
+
+    test_strided(folder);
 
     check_tmpdir_remove(dir);
     return check_report("test_ckpt_step");
