@@ -5,9 +5,11 @@
 #include "checkpoint/checkpoint.h"
 #include "train/train.h"
 
-/* Writes training checkpoints, in a background thread when that is safe: a save copies the
- * buffers into a snapshot and returns; the thread writes and commits it while training goes
- * on. The next save (or finish) waits for the previous one and reports its error. */
+/* Writes training checkpoints, in a background thread when that is safe: a save creates the
+ * step folder (collective), copies this rank's buffers into a snapshot and returns; the thread
+ * writes this rank's shard while training goes on; the commit (every rank's shard written,
+ * then rank 0's metadata and rename) is collective and happens in the training thread, at the
+ * first train_saver_poll after every rank's write is done, or at the next save or finish. */
 typedef struct train_saver train_saver;
 
 /* A piece of this rank's shard vector in a checkpoint buffer: rows x row_len elements,
@@ -28,7 +30,7 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_pi
 /* Where this rank's buffers go in a checkpoint: the pieces of its shard vector (n elements)
  * in the global buffers of global_n elements; rank 0 creates and commits the step, every
  * writer writes shard file `writer` (HSDP replicas other than the first write none: -1);
- * with several ranks, barriers on comm separate the three (and saves are synchronous). */
+ * all-reduces on comm separate the three, so a failure on one rank fails the save on all. */
 typedef struct {
     dist_comm *comm;
     int rank, writer, n_writers;
@@ -38,16 +40,23 @@ typedef struct {
 } train_saver_layout;
 
 /* dir: the checkpoint folder; n: elements per buffer (the shard vector); async: use the
- * thread when the snapshot fits in memory (3 n floats <= a quarter of RAM) and there is one
- * rank; otherwise saves are synchronous. */
+ * thread when every rank's snapshot fits in memory (ranks x 3 n floats <= a quarter of this
+ * machine's RAM); otherwise saves are synchronous. */
 int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
                      int async, int keep_latest_k, base_err *err);
 /* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then).
  * train_json is the trainer's state object (copied). */
 int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
                      int model_only, const char *train_json, base_err *err);
-/* Waits for the save in flight; returns its error if it failed. */
+/* Every rank calls these at the same points (they are collective while a save is in flight).
+ * finish: waits for the save in flight and commits it; returns its error if it failed.
+ * poll (once per step): commits the save in flight if every rank has written its shard, else
+ * returns at once (one small all-reduce while a save is in flight, nothing otherwise). */
 int train_saver_finish(train_saver *s, base_err *err);
+int train_saver_poll(train_saver *s, base_err *err);
+/* After an error on this rank (no collectives): waits for the write in flight; commits it
+ * only with one rank, else leaves step-N.tmp, which is never loaded, and says so in err. */
+int train_saver_abandon(train_saver *s, base_err *err);
 void train_saver_free(train_saver *s);
 
 /* TensorBoard scalars (tb.c): DIR/events.out.tfevents.<time>.<host>.<pid>, readable by

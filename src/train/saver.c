@@ -20,9 +20,9 @@ struct train_saver {
     int model_only;
     const float *buf[3];
     char *train_json;
-    int rc;
+    int rc, written; /* written: the thread's write is done (atomic) */
     base_err err;
-    double seconds;
+    double t0, seconds;
 };
 
 ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_piece *p, int np,
@@ -53,35 +53,53 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_pi
     return b;
 }
 
-static int write_step(train_saver *s) {
+/* Whether every rank's part of a save succeeded: an all-reduce, so a failure on one rank fails
+ * the save on all and no rank waits in a collective for one that gave up. */
+static int all_ok(train_saver *s, int rc, const char *elsewhere) {
+    int64_t bad = rc != 0;
+    dist_allreduce_i64(s->lay.comm, &bad, 1);
+    if (bad && !rc) base_fail(&s->err, "%s", elsewhere);
+    return bad == 0;
+}
+
+/* A save in three parts. begin and commit are collective over the layout's ranks and run in
+ * the training thread; write touches only this rank's shard file and may run in the
+ * background thread while training goes on. */
+static int save_begin(train_saver *s) {
+    s->t0 = base_now();
+    const int rc = s->lay.rank == 0 && ckpt_step_begin(s->dir, s->step, 0, &s->err);
+    return all_ok(s, rc, "rank 0 could not create the step folder") ? 0 : -1;
+}
+
+static int save_write(train_saver *s) {
     static const char *const names[3] = {"model", "adam_m", "adam_v"};
     const train_saver_layout *L = &s->lay;
+    if (L->writer < 0) return 0; /* an HSDP replica other than the first */
     const int nb = s->model_only ? 1 : 3, np = L->n_pieces;
     char(*nm)[32] = calloc((size_t)(nb * np) + 1, 32);
     ckpt_step_buf *b =
         nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL, nm) : NULL;
-    if (!b || !nm) {
-        free(b);
-        free(nm);
-        return base_fail(&s->err, "out of memory");
-    }
-    const double t0 = base_now();
-    int rc = L->rank == 0 && ckpt_step_begin(s->dir, s->step, 0, &s->err);
-    if (!rc) dist_barrier(L->comm); /* the step folder exists */
-    rc = rc ||
-         (L->writer >= 0 && ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * np, &s->err));
-    if (!rc) dist_barrier(L->comm); /* every shard is written */
-    rc = rc || (L->rank == 0 &&
-                ckpt_step_commit(s->dir, s->step, L->n_writers, s->train_json, s->keep, &s->err));
-    s->seconds = base_now() - t0;
+    int rc = !b || !nm ? base_fail(&s->err, "out of memory")
+                       : ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * np, &s->err);
     free(b);
     free(nm);
-    return rc ? -1 : 0;
+    return rc;
+}
+
+/* write_rc: this rank's save_write result. Rank 0 commits once every shard is written. */
+static int save_commit(train_saver *s, int write_rc) {
+    if (!all_ok(s, write_rc, "another rank could not write its shard")) return -1;
+    const int rc = s->lay.rank == 0 && ckpt_step_commit(s->dir, s->step, s->lay.n_writers,
+                                                        s->train_json, s->keep, &s->err);
+    if (!all_ok(s, rc, "rank 0 could not commit the step")) return -1;
+    s->seconds = base_now() - s->t0;
+    return 0;
 }
 
 static void *thread_main(void *arg) {
     train_saver *s = arg;
-    s->rc = write_step(s);
+    s->rc = save_write(s);
+    __atomic_store_n(&s->written, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -96,18 +114,16 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
     s->n = n;
     s->lay = *lay;
     s->keep = keep_latest_k;
+    /* every rank keeps a snapshot of its shard; ranks may share a machine, so the budget is a
+     * quarter of this machine's RAM split over all of them (conservative across machines) */
+    const int ranks = dist_comm_size(lay->comm);
     const double bytes = 3.0 * (double)n * sizeof(float);
-    /* a background thread may not join the barriers of a multi-rank save */
-    if (async && dist_comm_size(lay->comm) > 1) {
-        async = 0;
-        base_log(BASE_LOG_INFO, "checkpoint: saving synchronously (several ranks)");
-    }
-    s->async = async && bytes <= (double)base_total_ram() / 4;
+    s->async = async && bytes * ranks <= (double)base_total_ram() / 4;
     if (async && !s->async)
         base_log(BASE_LOG_INFO,
-                 "checkpoint: a %.2f GiB snapshot would not fit comfortably in memory; saving "
-                 "synchronously",
-                 bytes / (1 << 30));
+                 "checkpoint: %d snapshot(s) of %.2f GiB would not fit comfortably in memory; "
+                 "saving synchronously",
+                 ranks, bytes / (1 << 30));
     for (int i = 0; s->async && i < 3; i++)
         if (!(s->snap[i] = base_alloc(n * sizeof(float)))) {
             train_saver_free(s);
@@ -117,15 +133,37 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
     return 0;
 }
 
-int train_saver_finish(train_saver *s, base_err *err) {
-    if (!s || !s->running) return 0;
+/* Joins the background write and commits it (collective). */
+static int finish(train_saver *s, base_err *err) {
     pthread_join(s->thread, NULL);
     s->running = 0;
-    if (s->rc)
+    if (save_commit(s, s->rc))
         return base_fail(err, "checkpoint at step %lld failed: %s", (long long)s->step, s->err.msg);
     base_log(BASE_LOG_INFO, "checkpoint: step %lld saved to %s/step-%lld in %.2f s (background)",
              (long long)s->step, s->dir, (long long)s->step, s->seconds);
     return 0;
+}
+
+int train_saver_finish(train_saver *s, base_err *err) {
+    return s && s->running ? finish(s, err) : 0;
+}
+
+int train_saver_poll(train_saver *s, base_err *err) {
+    if (!s || !s->running) return 0;
+    int64_t pending = !__atomic_load_n(&s->written, __ATOMIC_ACQUIRE);
+    dist_allreduce_i64(s->lay.comm, &pending, 1);
+    return pending ? 0 : finish(s, err);
+}
+
+int train_saver_abandon(train_saver *s, base_err *err) {
+    if (!s || !s->running) return 0;
+    if (dist_comm_size(s->lay.comm) == 1) return finish(s, err);
+    pthread_join(s->thread, NULL);
+    s->running = 0;
+    return base_fail(err,
+                     "checkpoint at step %lld left uncommitted (%s/step-%lld.tmp): training "
+                     "stopped on an error before every rank had written its shard",
+                     (long long)s->step, s->dir, (long long)s->step);
 }
 
 int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
@@ -136,26 +174,25 @@ int train_saver_save(train_saver *s, int64_t step, const float *w, const float *
     s->step = step;
     s->model_only = model_only;
     const float *src[3] = {w, m, v};
-    if (!s->async) {
+    if (save_begin(s))
+        return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step, s->err.msg);
+    if (s->async) {
+        for (int i = 0; i < (model_only ? 1 : 3); i++) {
+            memcpy(s->snap[i], src[i], s->n * sizeof(float));
+            s->buf[i] = s->snap[i];
+        }
+        s->written = 0;
+        if (pthread_create(&s->thread, NULL, thread_main, s) == 0) {
+            s->running = 1;
+            return 0;
+        }
+    } else { /* (or the thread could not start: write from the snapshot now) */
         for (int i = 0; i < 3; i++) s->buf[i] = src[i];
-        if (write_step(s))
-            return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step,
-                             s->err.msg);
-        base_log(BASE_LOG_INFO, "checkpoint: step %lld saved to %s/step-%lld in %.2f s",
-                 (long long)step, s->dir, (long long)step, s->seconds);
-        return 0;
     }
-    for (int i = 0; i < (model_only ? 1 : 3); i++) {
-        memcpy(s->snap[i], src[i], s->n * sizeof(float));
-        s->buf[i] = s->snap[i];
-    }
-    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) { /* fall back: write now */
-        if (write_step(s))
-            return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step,
-                             s->err.msg);
-        return 0;
-    }
-    s->running = 1;
+    if (save_commit(s, save_write(s)))
+        return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step, s->err.msg);
+    base_log(BASE_LOG_INFO, "checkpoint: step %lld saved to %s/step-%lld in %.2f s",
+             (long long)step, s->dir, (long long)step, s->seconds);
     return 0;
 }
 

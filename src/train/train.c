@@ -904,6 +904,7 @@ int train_run(const train_opts *o, base_err *err) {
             const char *aux_tag = "loss_metrics/aux_loss";
             if (aux_on && train_tb_scalars(tb, step, &aux_tag, &aux, 1, err)) goto out;
         }
+        if (train_saver_poll(saver, err)) goto out; /* commits a finished background save */
         if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
             char dir[4200];
             snprintf(dir, sizeof dir, "%s/step-%d", ckdir, step);
@@ -962,7 +963,7 @@ out:
     optim_adamw_free(&opt);
     if (rc != 0) { /* report the original error; a background save still finishes */
         base_err e2;
-        if (train_saver_finish(saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
+        if (train_saver_abandon(saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
     }
     train_saver_free(saver);
     train_tb_close(tb);

@@ -6,7 +6,10 @@
 #     relative, the final parameters within 1e-5 relative L2.
 #  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
 #     steps 6..10 match a straight 1-rank run within 1e-5.
-#  3. A rank that fails alone stops every rank with its error (no hang).
+#     The 2-rank save is written in the background (the commit waits for every rank's shard);
+#     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
+#  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
+#     folder rank 0 cannot create.
 set -euo pipefail
 titan=$1; mpirun=$2; diff_tool=$3
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -32,7 +35,7 @@ same_losses "dp_shard=4 (reshard always) vs 1 rank" "$out/ref1.jsonl" "$out/fsdp
 "$diff_tool" "$out/fsdp4/checkpoint" "$out/ref1/checkpoint" 1e-5
 mpi 4 "${m[@]}" --batch 1 --metrics "$out/hsdp.jsonl" --dump-folder "$out/hsdp" \
     --checkpoint-interval 5 --parallelism.data_parallel_replicate_degree 2 \
-    --parallelism.fsdp_reshard_after_forward never > "$out/hsdp.log"
+    --parallelism.fsdp_reshard_after_forward never --sync-checkpoint > "$out/hsdp.log"
 grep -q "dp_replicate 2 x dp_shard 2" "$out/hsdp.log" || { cat "$out/hsdp.log"; exit 1; }
 same_losses "HSDP 2 x 2 (reshard never) vs 1 rank" "$out/ref1.jsonl" "$out/hsdp.jsonl"
 "$diff_tool" "$out/hsdp/checkpoint" "$out/ref1/checkpoint" 1e-5
@@ -42,7 +45,8 @@ m=("${model[@]}" --steps 10 --checkpoint-interval 5)
 "$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/straight.jsonl" \
     --dump-folder "$out/straight" > /dev/null
 mpi 2 "${m[@]}" --batch 2 --metrics "$out/w2.jsonl" --dump-folder "$out/w2" \
-    --stop-after-step 5 > /dev/null
+    --stop-after-step 5 > "$out/w2.log"
+grep -q "step 5 saved to .* (background)" "$out/w2.log" || { cat "$out/w2.log"; exit 1; }
 ls "$out/w2/checkpoint/step-5/rank-00001.safetensors" > /dev/null
 cp -r "$out/w2" "$out/w2b"
 "$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/r1.jsonl" \
@@ -63,3 +67,12 @@ if mpi 2 "${model[@]}" --steps 3 --batch 1 --data "$out/one.jsonl" > "$out/fail.
 grep -q "titan: error (rank 1 of 2)" "$out/fail.log" || { cat "$out/fail.log"; exit 1; }
 echo "ok a failing rank stops all ranks with its error in $(( $(date +%s) - start )) s:"
 grep "titan: error" "$out/fail.log" | head -1
+
+# a checkpoint folder under a regular file: rank 0 cannot create it, both ranks stop with it
+touch "$out/afile"
+if mpi 2 "${model[@]}" --steps 2 --batch 1 --checkpoint-interval 1 \
+    --checkpoint.folder "$out/afile/ck" > "$out/ckfail.log" 2>&1; then
+  echo "FAIL: an uncreatable checkpoint folder did not fail the run"; cat "$out/ckfail.log"; exit 1; fi
+grep -q "checkpoint at step 1 failed" "$out/ckfail.log" || { cat "$out/ckfail.log"; exit 1; }
+echo "ok an uncreatable checkpoint folder stops both ranks:"
+grep "titan: error" "$out/ckfail.log" | head -2
