@@ -54,6 +54,9 @@ _Static_assert(ATT_BQ == ATT_BK, "attention tiles must be square");
 
 #define ATT_MR 4  /* att_gemm register block: rows */
 #define ATT_NR 16 /* att_gemm register block: columns (one 512-bit or two 256-bit vectors) */
+#define ATT_VW OPS_CPU_VEC_FLOATS
+#define ATT_NV (ATT_NR / ATT_VW)
+#define ATT_UNROLL_NV _Pragma("GCC unroll 4")
 
 /* 64-byte aligned, NOT zeroed (the big dk/dv scratch is fully written before it is read, and
  * base_alloc's serial memset would cost as much as reading it). Freed with free().
@@ -105,34 +108,44 @@ static void att_gemm(float *restrict C, size_t cs, const float *restrict A, size
         const int ke = att_min(K, i + ATT_MR - 1 + khi);
         const int nb = i + nlo > 0 ? (i + nlo) / ATT_NR * ATT_NR : 0;
         for (int n = nb; n < N0; n += ATT_NR) {
-            float r0[ATT_NR], r1[ATT_NR], r2[ATT_NR], r3[ATT_NR];
-            if (acc) {
-                for (int j = 0; j < ATT_NR; j++) {
-                    r0[j] = c0[n + j];
-                    r1[j] = c1[n + j];
-                    r2[j] = c2[n + j];
-                    r3[j] = c3[n + j];
+            float r0[ATT_NV][ATT_VW], r1[ATT_NV][ATT_VW], r2[ATT_NV][ATT_VW], r3[ATT_NV][ATT_VW];
+            ATT_UNROLL_NV
+            for (int v = 0; v < ATT_NV; v++) {
+                const int c = n + v * ATT_VW;
+#pragma omp simd
+                for (int j = 0; j < ATT_VW; j++) {
+                    r0[v][j] = acc ? c0[c + j] : 0.0f;
+                    r1[v][j] = acc ? c1[c + j] : 0.0f;
+                    r2[v][j] = acc ? c2[c + j] : 0.0f;
+                    r3[v][j] = acc ? c3[c + j] : 0.0f;
                 }
-            } else {
-                for (int j = 0; j < ATT_NR; j++) r0[j] = r1[j] = r2[j] = r3[j] = 0.0f;
             }
             for (int k = kb; k < ke; k++) {
                 const float *restrict b = Bm + (size_t)k * bs + n;
                 const float x0 = a0[(size_t)k * ac], x1 = a1[(size_t)k * ac];
                 const float x2 = a2[(size_t)k * ac], x3 = a3[(size_t)k * ac];
+                ATT_UNROLL_NV
+                for (int v = 0; v < ATT_NV; v++) {
+                    const float *restrict bv = b + v * ATT_VW;
 #pragma omp simd
-                for (int j = 0; j < ATT_NR; j++) {
-                    r0[j] = fmaf(x0, b[j], r0[j]);
-                    r1[j] = fmaf(x1, b[j], r1[j]);
-                    r2[j] = fmaf(x2, b[j], r2[j]);
-                    r3[j] = fmaf(x3, b[j], r3[j]);
+                    for (int j = 0; j < ATT_VW; j++) {
+                        r0[v][j] = fmaf(x0, bv[j], r0[v][j]);
+                        r1[v][j] = fmaf(x1, bv[j], r1[v][j]);
+                        r2[v][j] = fmaf(x2, bv[j], r2[v][j]);
+                        r3[v][j] = fmaf(x3, bv[j], r3[v][j]);
+                    }
                 }
             }
-            for (int j = 0; j < ATT_NR; j++) {
-                c0[n + j] = r0[j];
-                c1[n + j] = r1[j];
-                c2[n + j] = r2[j];
-                c3[n + j] = r3[j];
+            ATT_UNROLL_NV
+            for (int v = 0; v < ATT_NV; v++) {
+                const int c = n + v * ATT_VW;
+#pragma omp simd
+                for (int j = 0; j < ATT_VW; j++) {
+                    c0[c + j] = r0[v][j];
+                    c1[c + j] = r1[v][j];
+                    c2[c + j] = r2[v][j];
+                    c3[c + j] = r3[v][j];
+                }
             }
         }
     }
