@@ -74,6 +74,8 @@ static inline int att_min(int a, int b) {
     return a < b ? a : b;
 }
 
+static const float att_zeros[ATT_NR] = {0}; /* initial accumulators when acc == 0 */
+
 /* Bounds that leave att_gemm's k and n ranges unrestricted. */
 #define ATT_ALL (1 << 29)
 
@@ -109,15 +111,19 @@ static void att_gemm(float *restrict C, size_t cs, const float *restrict A, size
         const int nb = i + nlo > 0 ? (i + nlo) / ATT_NR * ATT_NR : 0;
         for (int n = nb; n < N0; n += ATT_NR) {
             float r0[ATT_NV][ATT_VW], r1[ATT_NV][ATT_VW], r2[ATT_NV][ATT_VW], r3[ATT_NV][ATT_VW];
+            /* initial values: the C block (aliases c0..c3, hence no restrict) or zeros */
+            const float *s0 = acc ? c0 + n : att_zeros;
+            const float *s1 = acc ? c1 + n : att_zeros;
+            const float *s2 = acc ? c2 + n : att_zeros;
+            const float *s3 = acc ? c3 + n : att_zeros;
             ATT_UNROLL_NV
             for (int v = 0; v < ATT_NV; v++) {
-                const int c = n + v * ATT_VW;
 #pragma omp simd
                 for (int j = 0; j < ATT_VW; j++) {
-                    r0[v][j] = acc ? c0[c + j] : 0.0f;
-                    r1[v][j] = acc ? c1[c + j] : 0.0f;
-                    r2[v][j] = acc ? c2[c + j] : 0.0f;
-                    r3[v][j] = acc ? c3[c + j] : 0.0f;
+                    r0[v][j] = s0[v * ATT_VW + j];
+                    r1[v][j] = s1[v * ATT_VW + j];
+                    r2[v][j] = s2[v * ATT_VW + j];
+                    r3[v][j] = s3[v * ATT_VW + j];
                 }
             }
             for (int k = kb; k < ke; k++) {
