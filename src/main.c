@@ -194,10 +194,11 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
     ops_register_builtin();
     const char *mode = "list", *name = NULL;
     ops_conform_opts o = {0, 1, 0, 0.3};
-    /* bench shape: bench/bench_train.sh's model and batch; a small one for smoke tests; a
-     * large one (Qwen3-1.7B's block at 2 x 2048 tokens) whose activations do not fit in the
-     * caches, where memory-bound kernels meet DRAM bandwidth */
+    /* bench shape: bench/bench_train.sh's model and batch, or a small one for smoke tests */
     ops_ctx ctx = {4, 512, 512, 8, 4, 64, 1536, 151936, 64, 4, 768};
+    /* --flavor replaces the model dims of --shape, --batch and --seq its batch and sequence */
+    const char *flavor = NULL;
+    int batch = 0, seq = 0;
     args_iter it = {argc, argv, 0, err};
     int i = 2;
     if (i < argc &&
@@ -221,20 +222,27 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
             if (!v) return -1;
             if (!strcmp(v, "small"))
                 ctx = (ops_ctx){1, 64, 64, 4, 2, 16, 128, 512, 8, 2, 32};
-            else if (!strcmp(v, "large"))
-                ctx = (ops_ctx){2, 2048, 2048, 16, 8, 128, 6144, 151936, 64, 4, 768};
             else if (strcmp(v, "bench"))
-                return base_fail(err, "kernels: --shape is 'bench', 'small' or 'large', not '%s'",
-                                 v);
+                return base_fail(err, "kernels: --shape is 'bench' or 'small', not '%s'", v);
+        } else if (!strcmp(a, "--flavor")) {
+            if (!(flavor = need_value(&it))) return -1;
+        } else if (!strcmp(a, "--batch")) {
+            if (parse_int(&it, &batch, 1)) return -1;
+        } else if (!strcmp(a, "--seq")) {
+            if (parse_int(&it, &seq, 1)) return -1;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             o.verbose = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: titan kernels [list]                     registered implementations\n"
                    "       titan kernels test [NAME] [--shapes N] [--seed S] [-v]\n"
-                   "       titan kernels bench [NAME] [--shape bench|small|large] [--min-time S]\n"
+                   "       titan kernels bench [NAME] [--shape bench|small] [--min-time SEC]\n"
+                   "                           [--flavor FLAVOR] [--batch N] [--seq N]\n"
                    "NAME: IMPL or OP/IMPL (default: every implementation). test compares\n"
                    "forward outputs and input gradients with the op's default (the default\n"
                    "with 'reference') on random shapes; bench times it against the default.\n"
+                   "bench shapes: --shape bench (bench_train.sh's model, batch 4, seq 512) or\n"
+                   "small; --flavor takes the model dims from a registry flavor (0.6B, ...),\n"
+                   "--batch and --seq replace the batch size and sequence length.\n"
                    "--plugin PATH (repeatable) loads a kernel plugin first.\n");
             return 0;
         } else if (a[0] != '-' && !name && strcmp(mode, "list")) {
@@ -243,6 +251,21 @@ static int cmd_kernels(int argc, char **argv, base_err *err) {
             return base_fail(err, "kernels: unexpected argument '%s' (titan kernels --help)", a);
         }
     }
+    if (flavor) {
+        model_args ma;
+        if (model_flavor(flavor, &ma, err)) return -1;
+        ctx.dim = ma.dim;
+        ctx.n_heads = ma.n_heads;
+        ctx.n_kv_heads = ma.n_kv_heads;
+        ctx.head_dim = ma.head_dim;
+        ctx.ffn_dim = ma.ffn_dim;
+        ctx.vocab = ma.vocab_size;
+        ctx.n_experts = ma.n_experts;
+        ctx.top_k = ma.top_k;
+        ctx.moe_ffn_dim = ma.moe_ffn_dim;
+    }
+    if (batch) ctx.batch = batch;
+    if (seq) ctx.seq_len = seq;
     /* the per-call "kernel X at conformance" replacement lines would drown the results */
     if (strcmp(mode, "list")) base_log_set_level(BASE_LOG_WARN);
     if (!strcmp(mode, "test")) {

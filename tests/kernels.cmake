@@ -39,5 +39,15 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
   PASS_REGULAR_EXPRESSION "CPU kernels ISA: default")
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
+# Bench shapes from the flavor registry, with batch and sequence replaced; an unknown flavor is
+# refused with the known ones listed.
+add_test(NAME kernels_bench_flavor COMMAND titan kernels bench rope/default --flavor debugmodel
+  --batch 1 --seq 64 --min-time 0)
+set_tests_properties(kernels_bench_flavor PROPERTIES PASS_REGULAR_EXPRESSION
+  "shape: batch 1 seq 64 dim 256 heads 16/8 head_dim 128 ffn 3072 vocab 2048\n.*rope +default +fwd")
+add_test(NAME kernels_bench_flavor_unknown COMMAND titan kernels bench --flavor 0.5B)
+set_tests_properties(kernels_bench_flavor_unknown PROPERTIES PASS_REGULAR_EXPRESSION
+  "unknown model flavor '0.5B' \\(known: debugmodel, 0.6B")
 set_tests_properties(kernels_conformance kernels_conformance_plugin kernels_conformance_plugin_ws
-  kernels_conformance_plugin_norm kernels_bench_smoke PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+  kernels_conformance_plugin_norm kernels_bench_smoke kernels_bench_flavor
+  kernels_bench_flavor_unknown PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

@@ -27,17 +27,18 @@
  * by the shapes alone, so results are bitwise identical for any OpenMP thread count.
  *
  * Causal skipping: key tiles above the diagonal are never visited; inside a diagonal tile the
- * products skip the zero side of the mask in blocks of 4 rows x 16 columns (att_gemm bounds),
- * and exp is evaluated only for visible (query, key) pairs.
+ * products skip the zero side of the mask in whole register blocks (att_gemm bounds), and exp
+ * is evaluated only for visible (query, key) pairs.
  *
  * Vectorisation: all tile products go through att_gemm, whose inner loops run over a
  * contiguous output row with explicit fmaf (ISO C mode does not contract a*b+c on its own);
- * GCC -O2 turns them into vector FMAs and keeps the 4 x 16 accumulator block in registers.
+ * GCC -O2 turns them into vector FMAs and keeps the 4-row accumulator block in registers.
  * fmaf and vm_expf are exactly specified per element, so vector and scalar remainder
  * iterations agree bit for bit, and no reduction depends on data alignment.
  *
- * Memory: per thread, one workspace of a few tiles (~130 KiB at hd = 128), allocated once per
- * call; backward with H > G also allocates 2 * B*(H-G)*T*hd floats of dk/dv scratch.
+ * Memory: per thread, one workspace of a few tiles (~115 KiB forward, ~230 KiB backward at
+ * hd = 128), allocated once per call; backward with H > G also allocates 2 * B*(H-G)*T*hd
+ * floats of dk/dv scratch.
  * Requires H % G == 0 (G <= H). */
 #include <math.h>
 #include <stdlib.h>
@@ -52,8 +53,23 @@
  * (k0 <= q0), so each online-softmax step has a finite row max. */
 _Static_assert(ATT_BQ == ATT_BK, "attention tiles must be square");
 
-#define ATT_MR 4  /* att_gemm register block: rows */
-#define ATT_NR 16 /* att_gemm register block: columns (one 512-bit or two 256-bit vectors) */
+/* att_gemm register block: ATT_MR rows x ATT_NR columns, each row ATT_NV vectors of ATT_VW
+ * floats (the copy's vector width, isa.h): 8 accumulator registers in every copy (8 ymm for
+ * x86-64-v3, 8 zmm for AVX-512), enough independent FMA chains to cover the FMA latency, with
+ * room left in AVX2's 16 registers for the row's B vectors and the 4 broadcasts.
+ * The accumulators are arrays indexed [vector][lane] with an `omp simd` loop over exactly one
+ * vector's lanes, which GCC -O2 keeps in registers across the k loop. Written as one loop over
+ * ATT_NR lanes, the AVX2 copy's vector loop had two iterations, which -O2 does not unroll, so
+ * its accumulators stayed on the stack (a load-FMA-store per FMA): the baseline ran 2-2.5x
+ * slower than the AVX-512 copy. The blocking changes no result: each C element is the same fmaf
+ * chain over k whatever the block shape, and the k range of a row block depends on ATT_MR only,
+ * which is the same in every copy. */
+#define ATT_MR 4
+#define ATT_VW OPS_CPU_VEC_FLOATS
+#define ATT_NV 2
+#define ATT_NR (ATT_NV * ATT_VW)
+#define ATT_UNROLL_NV _Pragma("GCC unroll 2")
+_Static_assert(ATT_BQ % ATT_NR == 0, "score tiles must hold whole register blocks");
 
 /* 64-byte aligned, NOT zeroed (the big dk/dv scratch is fully written before it is read, and
  * base_alloc's serial memset would cost as much as reading it). Freed with free().
@@ -70,6 +86,8 @@ static void *att_alloc(size_t bytes) {
 static inline int att_min(int a, int b) {
     return a < b ? a : b;
 }
+
+static const float att_zeros[ATT_NR] = {0}; /* initial accumulators when acc == 0 */
 
 /* Bounds that leave att_gemm's k and n ranges unrestricted. */
 #define ATT_ALL (1 << 29)
@@ -105,34 +123,48 @@ static void att_gemm(float *restrict C, size_t cs, const float *restrict A, size
         const int ke = att_min(K, i + ATT_MR - 1 + khi);
         const int nb = i + nlo > 0 ? (i + nlo) / ATT_NR * ATT_NR : 0;
         for (int n = nb; n < N0; n += ATT_NR) {
-            float r0[ATT_NR], r1[ATT_NR], r2[ATT_NR], r3[ATT_NR];
-            if (acc) {
-                for (int j = 0; j < ATT_NR; j++) {
-                    r0[j] = c0[n + j];
-                    r1[j] = c1[n + j];
-                    r2[j] = c2[n + j];
-                    r3[j] = c3[n + j];
+            float r0[ATT_NV][ATT_VW], r1[ATT_NV][ATT_VW], r2[ATT_NV][ATT_VW], r3[ATT_NV][ATT_VW];
+            /* initial values: the C block (aliases c0..c3, hence no restrict) or zeros */
+            const float *s0 = acc ? c0 + n : att_zeros;
+            const float *s1 = acc ? c1 + n : att_zeros;
+            const float *s2 = acc ? c2 + n : att_zeros;
+            const float *s3 = acc ? c3 + n : att_zeros;
+            ATT_UNROLL_NV
+            for (int v = 0; v < ATT_NV; v++) {
+#pragma omp simd
+                for (int j = 0; j < ATT_VW; j++) {
+                    r0[v][j] = s0[v * ATT_VW + j];
+                    r1[v][j] = s1[v * ATT_VW + j];
+                    r2[v][j] = s2[v * ATT_VW + j];
+                    r3[v][j] = s3[v * ATT_VW + j];
                 }
-            } else {
-                for (int j = 0; j < ATT_NR; j++) r0[j] = r1[j] = r2[j] = r3[j] = 0.0f;
             }
             for (int k = kb; k < ke; k++) {
                 const float *restrict b = Bm + (size_t)k * bs + n;
                 const float x0 = a0[(size_t)k * ac], x1 = a1[(size_t)k * ac];
                 const float x2 = a2[(size_t)k * ac], x3 = a3[(size_t)k * ac];
+                ATT_UNROLL_NV
+                for (int v = 0; v < ATT_NV; v++) {
+                    const float *restrict bv = b + v * ATT_VW;
 #pragma omp simd
-                for (int j = 0; j < ATT_NR; j++) {
-                    r0[j] = fmaf(x0, b[j], r0[j]);
-                    r1[j] = fmaf(x1, b[j], r1[j]);
-                    r2[j] = fmaf(x2, b[j], r2[j]);
-                    r3[j] = fmaf(x3, b[j], r3[j]);
+                    for (int j = 0; j < ATT_VW; j++) {
+                        r0[v][j] = fmaf(x0, bv[j], r0[v][j]);
+                        r1[v][j] = fmaf(x1, bv[j], r1[v][j]);
+                        r2[v][j] = fmaf(x2, bv[j], r2[v][j]);
+                        r3[v][j] = fmaf(x3, bv[j], r3[v][j]);
+                    }
                 }
             }
-            for (int j = 0; j < ATT_NR; j++) {
-                c0[n + j] = r0[j];
-                c1[n + j] = r1[j];
-                c2[n + j] = r2[j];
-                c3[n + j] = r3[j];
+            ATT_UNROLL_NV
+            for (int v = 0; v < ATT_NV; v++) {
+                const int c = n + v * ATT_VW;
+#pragma omp simd
+                for (int j = 0; j < ATT_VW; j++) {
+                    c0[c + j] = r0[v][j];
+                    c1[c + j] = r1[v][j];
+                    c2[c + j] = r2[v][j];
+                    c3[c + j] = r3[v][j];
+                }
             }
         }
     }
@@ -143,23 +175,32 @@ static void att_gemm(float *restrict C, size_t cs, const float *restrict A, size
         const int ke = att_min(K, i + khi);
         const int nb = i + nlo > 0 ? (i + nlo) / ATT_NR * ATT_NR : 0;
         for (int n = nb; n < N0; n += ATT_NR) {
-            float r0[ATT_NR];
-            if (acc) {
-                for (int j = 0; j < ATT_NR; j++) r0[j] = c0[n + j];
-            } else {
-                for (int j = 0; j < ATT_NR; j++) r0[j] = 0.0f;
+            float r0[ATT_NV][ATT_VW];
+            const float *s0 = acc ? c0 + n : att_zeros;
+            ATT_UNROLL_NV
+            for (int v = 0; v < ATT_NV; v++) {
+#pragma omp simd
+                for (int j = 0; j < ATT_VW; j++) r0[v][j] = s0[v * ATT_VW + j];
             }
             for (int k = kb; k < ke; k++) {
                 const float *restrict b = Bm + (size_t)k * bs + n;
                 const float x0 = a0[(size_t)k * ac];
+                ATT_UNROLL_NV
+                for (int v = 0; v < ATT_NV; v++) {
 #pragma omp simd
-                for (int j = 0; j < ATT_NR; j++) r0[j] = fmaf(x0, b[j], r0[j]);
+                    for (int j = 0; j < ATT_VW; j++)
+                        r0[v][j] = fmaf(x0, b[v * ATT_VW + j], r0[v][j]);
+                }
             }
-            for (int j = 0; j < ATT_NR; j++) c0[n + j] = r0[j];
+            ATT_UNROLL_NV
+            for (int v = 0; v < ATT_NV; v++) {
+#pragma omp simd
+                for (int j = 0; j < ATT_VW; j++) c0[n + v * ATT_VW + j] = r0[v][j];
+            }
         }
     }
     if (N0 == N) return;
-    /* Remaining N % ATT_NR columns (head dims that are not a multiple of 16): same sums in the
+    /* Remaining N % ATT_NR columns (head dims that are not a multiple of ATT_NR): same sums in the
      * same order, accumulated in place, every column written. */
     for (i = 0; i < M; i++) {
         const float *restrict a0 = A + (size_t)i * ar;
@@ -198,6 +239,15 @@ static void att_transpose(float *restrict xt, const float *restrict x, size_t xs
             for (int c = n; c < ATT_BQ; c++) xt[(size_t)d * ATT_BQ + c] = 0.0f;
 }
 
+/* xp[i*hd + d] = x[i*xs + d] for i < n, d < hd: n rows of a strided tensor copied contiguous.
+ * Used for the tiles that att_gemm reads as its B operand (every row re-read by each row block):
+ * in the tensors their rows are H*hd or G*hd floats apart, a multiple of 4 KiB for the Qwen3
+ * shapes (16/8 heads x 128), so a tile's rows all fall into the same few L1 sets and evict
+ * each other; contiguous, they spread over the whole cache. */
+static void att_pack(float *restrict xp, const float *restrict x, size_t xs, int n, int hd) {
+    for (int i = 0; i < n; i++) memcpy(xp + (size_t)i * hd, x + (size_t)i * xs, sizeof(float) * hd);
+}
+
 /* x . y over n floats with 16 interleaved partial sums (lane r takes the elements d = r mod
  * 16), combined in a fixed order: vectorisable, and the same rounding whatever the alignment
  * of x and y. */
@@ -221,10 +271,10 @@ static inline int att_ncols(int nq) {
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-/* Per-thread forward workspace, in floats: qt[hd*BQ], st[BK*BQ], o[BQ*hd], m, l, mx, alpha
- * [BQ] each. */
+/* Per-thread forward workspace, in floats: qt[hd*BQ], st[BK*BQ], o[BQ*hd], vp[BK*hd], m, l,
+ * mx, alpha [BQ] each. */
 static size_t att_fwd_ws_floats(int hd) {
-    return (size_t)hd * ATT_BQ + (size_t)ATT_BK * ATT_BQ + (size_t)ATT_BQ * hd + 4 * ATT_BQ;
+    return (size_t)hd * ATT_BQ + (size_t)ATT_BK * ATT_BQ + 2 * (size_t)ATT_BQ * hd + 4 * ATT_BQ;
 }
 
 /* out/lse rows q0 .. q0+nq-1 of query head h of batch b. */
@@ -234,7 +284,8 @@ static void att_fwd_tile(float *out, float *lse, const float *q, const float *k,
     float *restrict qt = ws;                          /* [hd, BQ] query tile transposed */
     float *restrict st = qt + (size_t)hd * ATT_BQ;    /* [BK, BQ] scores, then probs P^T */
     float *restrict o = st + (size_t)ATT_BK * ATT_BQ; /* [BQ, hd] unnormalised output */
-    float *restrict m = o + (size_t)ATT_BQ * hd;      /* [BQ] running max of scaled scores */
+    float *restrict vp = o + (size_t)ATT_BQ * hd;     /* [BK, hd] value tile, contiguous */
+    float *restrict m = vp + (size_t)ATT_BK * hd;     /* [BQ] running max of scaled scores */
     float *restrict l = m + ATT_BQ;                   /* [BQ] running sum of exp(s - m) */
     float *restrict mx = l + ATT_BQ;                  /* [BQ] max of the current tile */
     float *restrict alpha = mx + ATT_BQ;              /* [BQ] exp(m_old - m_new) */
@@ -294,8 +345,9 @@ static void att_fwd_tile(float *out, float *lse, const float *q, const float *k,
             for (int d = 0; d < hd; d++) oi[d] *= a;
         }
         /* o[i][:] += sum_j P^T[j][i] * v_{k0+j} */
-        att_gemm(o, (size_t)hd, st, 1, ATT_BQ, vb + (size_t)k0 * kvs, kvs, nq, hd, nk, 1, -ATT_ALL,
-                 off + 1, -ATT_ALL);
+        att_pack(vp, vb + (size_t)k0 * kvs, kvs, nk, hd);
+        att_gemm(o, (size_t)hd, st, 1, ATT_BQ, vp, (size_t)hd, nq, hd, nk, 1, -ATT_ALL, off + 1,
+                 -ATT_ALL);
     }
     for (int i = 0; i < nq; i++) {
         const float inv = 1.0f / l[i]; /* l >= 1: the row max contributes exp(0) */
@@ -329,9 +381,10 @@ void KFN(ops_cpu_attention_fwd)(float *out, float *lse, const float *q, const fl
 /* ---- backward ----------------------------------------------------------------------- */
 
 /* Per-thread backward workspace, in floats: qt, dot [hd*BQ] each, st, dst [BK*BQ] each,
- * dqa [BQ*hd], dvec, lrow [BQ] each. */
+ * dqa, qp, dop [BQ*hd] each, kp [BK*hd], dvec, lrow [BQ] each. */
 static size_t att_bwd_ws_floats(int hd) {
-    return 2 * (size_t)hd * ATT_BQ + 2 * (size_t)ATT_BK * ATT_BQ + (size_t)ATT_BQ * hd + 2 * ATT_BQ;
+    return 2 * (size_t)hd * ATT_BQ + 2 * (size_t)ATT_BK * ATT_BQ + 4 * (size_t)ATT_BQ * hd +
+           2 * ATT_BQ;
 }
 
 /* Gradients of query head h of batch b over all T queries. dq is accumulated in place; dk/dv
@@ -346,7 +399,10 @@ static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_d
     float *restrict st = dot + (size_t)hd * ATT_BQ;      /* [BK, BQ] scores, then P^T */
     float *restrict dst = st + (size_t)ATT_BK * ATT_BQ;  /* [BK, BQ] dP^T, then dS^T * scale */
     float *restrict dqa = dst + (size_t)ATT_BK * ATT_BQ; /* [BQ, hd] dq of the query tile */
-    float *restrict dvec = dqa + (size_t)ATT_BQ * hd;    /* [BQ] D_i = rowsum(dO_i * O_i) */
+    float *restrict qp = dqa + (size_t)ATT_BQ * hd;      /* [BQ, hd] query tile, contiguous */
+    float *restrict dop = qp + (size_t)ATT_BQ * hd;      /* [BQ, hd] dout tile, contiguous */
+    float *restrict kp = dop + (size_t)ATT_BQ * hd;      /* [BK, hd] key tile, contiguous */
+    float *restrict dvec = kp + (size_t)ATT_BK * hd;     /* [BQ] D_i = rowsum(dO_i * O_i) */
     float *restrict lrow = dvec + ATT_BQ;                /* [BQ] lse of the tile's queries */
     const int g = h / (H / G);
     const size_t qs = (size_t)H * hd, kvs = (size_t)G * hd;
@@ -359,6 +415,8 @@ static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_d
         const float *qb = q + row0, *dob = dout + row0, *ob = out + row0;
         att_transpose(qt, qb, qs, nq, hd);
         att_transpose(dot, dob, qs, nq, hd);
+        att_pack(qp, qb, qs, nq, hd);
+        att_pack(dop, dob, qs, nq, hd);
         for (int i = 0; i < ATT_BQ; i++) {
             float acc = 0.0f, li = 0.0f;
             if (i < nq) {
@@ -396,13 +454,14 @@ static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_d
                 }
             }
             /* dq[i] += sum_j dS^T[j][i] k_{k0+j} */
-            att_gemm(dqa, (size_t)hd, dst, 1, ATT_BQ, kt0, kvs, nq, hd, nk, 1, -ATT_ALL, off + 1,
-                     -ATT_ALL);
+            att_pack(kp, kt0, kvs, nk, hd);
+            att_gemm(dqa, (size_t)hd, dst, 1, ATT_BQ, kp, (size_t)hd, nq, hd, nk, 1, -ATT_ALL,
+                     off + 1, -ATT_ALL);
             /* dk[k0+j] += sum_i dS^T[j][i] q_i;  dv[k0+j] += sum_i P^T[j][i] dout_i */
-            att_gemm(dkh + (size_t)k0 * dks, dks, dst, ATT_BQ, 1, qb, qs, nk, hd, nq, acc_kv, -off,
-                     ATT_ALL, -ATT_ALL);
-            att_gemm(dvh + (size_t)k0 * dks, dks, st, ATT_BQ, 1, dob, qs, nk, hd, nq, acc_kv, -off,
-                     ATT_ALL, -ATT_ALL);
+            att_gemm(dkh + (size_t)k0 * dks, dks, dst, ATT_BQ, 1, qp, (size_t)hd, nk, hd, nq,
+                     acc_kv, -off, ATT_ALL, -ATT_ALL);
+            att_gemm(dvh + (size_t)k0 * dks, dks, st, ATT_BQ, 1, dop, (size_t)hd, nk, hd, nq,
+                     acc_kv, -off, ATT_ALL, -ATT_ALL);
         }
         for (int i = 0; i < nq; i++) {
             float *restrict dqi = dq + row0 + (size_t)i * qs;

@@ -79,6 +79,16 @@ OPS_CPU_ISA_VOID_KERNELS(OPS_CPU_ISA_DECLARE)
 double ops_cpu_lmhead_ce_default OPS_CPU_LMHEAD_CE_PARAMS;
 double ops_cpu_lmhead_ce_avx512 OPS_CPU_LMHEAD_CE_PARAMS;
 
+/* Floats per vector register in the copy being compiled (the AVX-512 copy is built with
+ * -mprefer-vector-width=512). */
+#if defined(__AVX512F__)
+#define OPS_CPU_VEC_FLOATS 16
+#elif defined(__AVX__)
+#define OPS_CPU_VEC_FLOATS 8
+#else
+#define OPS_CPU_VEC_FLOATS 4
+#endif
+
 /* KFN(NAME): the name a kernel source gives its entry point NAME in the copy being built
  * (TITAN_KERNEL_ISA is default or avx512, set by CMake). */
 #define KFN_CAT_(name, isa) name##_##isa
