@@ -354,37 +354,27 @@ static void rows_within(const piece *p, size_t lo, size_t hi, size_t *r0, size_t
     if (*r1 > p->rows) *r1 = p->rows;
 }
 
-/* Elements [lo, hi) of a wanted piece's data (its own order) and the shard tensor (an index
- * into the load's source table) that filled them. */
+/* The elements of a wanted piece's data (its own order) that shard tensors filled: spans
+ * [begin, end) tagged (idx) with the tensor's index in the load's source table. */
 typedef struct {
-    size_t lo, hi;
-    int src;
-} span;
-
-typedef struct {
-    span *v;
+    ckpt_span *v;
     size_t n, cap;
 } spans;
 
 static int spans_add(spans *s, size_t lo, size_t hi, int src) {
-    if (s->n && s->v[s->n - 1].hi == lo && s->v[s->n - 1].src == src) {
-        s->v[s->n - 1].hi = hi; /* the next row of the same tensor: one span */
+    if (s->n && s->v[s->n - 1].end == lo && s->v[s->n - 1].idx == src) {
+        s->v[s->n - 1].end = hi; /* the next row of the same tensor: one span */
         return 0;
     }
     if (s->n == s->cap) {
         const size_t cap = s->cap ? 2 * s->cap : 16;
-        span *v = realloc(s->v, cap * sizeof *v);
+        ckpt_span *v = realloc(s->v, cap * sizeof *v);
         if (!v) return -1;
         s->v = v;
         s->cap = cap;
     }
-    s->v[s->n++] = (span){lo, hi, src};
+    s->v[s->n++] = (ckpt_span){lo, hi, src};
     return 0;
-}
-
-static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
 /* Copies the overlap of shard piece a (data: its rows, row after row) into wanted piece b
@@ -503,34 +493,29 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
                 rc = base_fail(err, "%s: no tensor \"%s\"", path, bufs[i].name);
         ckpt_close(&f);
     }
-    /* every wanted element exactly once: the spans, sorted, neither overlap nor leave gaps */
+    /* every wanted element exactly once: the spans tile [0, numel) */
     for (int i = 0; rc == 0 && i < n; i++) {
         spans *s = &got[i];
-        if (s->n) qsort(s->v, s->n, sizeof *s->v, span_cmp);
-        size_t at = 0, last = 0; /* covered: [0, at), its end by span `last` */
-        for (size_t k = 0; rc == 0 && k <= s->n; k++) {
-            const size_t lo = k < s->n ? s->v[k].lo : bufs[i].numel;
-            if (lo > at)
-                rc = base_fail(err,
-                               "%s: buffer \"%s\" is incomplete: no shard holds its element %zu "
-                               "(%zu of the %zu elements wanted there are missing)",
-                               where, bufs[i].name, global_index(&want[i], at), lo - at,
-                               bufs[i].numel);
-            else if (lo < at) {
-                const source *x = &srcs[s->v[k].src], *y = &srcs[s->v[last].src];
-                char nx[64], ny[64];
-                shard_name(nx, sizeof nx, x->rank);
-                shard_name(ny, sizeof ny, y->rank);
-                rc = base_fail(err,
-                               "%s: %s tensor \"%s\" and %s tensor \"%s\" overlap: both hold "
-                               "element %zu of buffer \"%s\"",
-                               where, nx, x->tensor, ny, y->tensor, global_index(&want[i], lo),
-                               bufs[i].name);
-            }
-            if (k < s->n && s->v[k].hi > at) {
-                at = s->v[k].hi;
-                last = k;
-            }
+        size_t at;
+        uint64_t cur;
+        const ckpt_spans t = ckpt_spans_tile(s->v, s->n, 0, bufs[i].numel, &at, &cur);
+        if (t == CKPT_SPANS_GAP || t == CKPT_SPANS_SHORT) {
+            const uint64_t upto = t == CKPT_SPANS_GAP ? s->v[at].begin : bufs[i].numel;
+            rc = base_fail(err,
+                           "%s: buffer \"%s\" is incomplete: no shard holds its element %zu "
+                           "(%llu of the %zu elements wanted there are missing)",
+                           where, bufs[i].name, global_index(&want[i], (size_t)cur),
+                           (unsigned long long)(upto - cur), bufs[i].numel);
+        } else if (t == CKPT_SPANS_OVERLAP) { /* s->v[at] begins inside s->v[at - 1] */
+            const source *x = &srcs[s->v[at].idx], *y = &srcs[s->v[at - 1].idx];
+            char nx[64], ny[64];
+            shard_name(nx, sizeof nx, x->rank);
+            shard_name(ny, sizeof ny, y->rank);
+            rc = base_fail(err,
+                           "%s: %s tensor \"%s\" and %s tensor \"%s\" overlap: both hold "
+                           "element %zu of buffer \"%s\"",
+                           where, nx, x->tensor, ny, y->tensor,
+                           global_index(&want[i], (size_t)s->v[at].begin), bufs[i].name);
         }
     }
     for (int i = 0; got && i < n; i++) free(got[i].v);
