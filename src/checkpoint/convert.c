@@ -82,14 +82,7 @@ int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opt
         return -1;
     ckpt_set s;
     if (ckpt_set_open_file(&s, path, err)) return -1;
-    model desc;
-    int rc = model_describe(&desc, &a, err);
-    if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_TITAN, err);
-    model_free(&desc);
-    if (rc == 0) rc = model_build_unset(m, &a, opts, err); /* loaded whole next */
-    if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_TITAN, err);
-    ckpt_set_close(&s);
-    return rc;
+    return ckpt_build_from_set(m, &a, &s, CKPT_NAMES_TITAN, opts, err);
 }
 
 /* ---- titan inspect ------------------------------------------------------------------ */

@@ -341,13 +341,5 @@ int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_e
         return -1;
     ckpt_set s;
     if (ckpt_set_open_dir(&s, dir, err)) return -1;
-    /* check names and shapes before allocating the model */
-    model desc;
-    int rc = model_describe(&desc, &a, err);
-    if (rc == 0) rc = ckpt_check_model(&desc, &s, CKPT_NAMES_HF, err);
-    model_free(&desc);
-    if (rc == 0) rc = model_build_unset(m, &a, opts, err); /* loaded whole next */
-    if (rc == 0) rc = ckpt_load_model_set(m, m->w, &s, CKPT_NAMES_HF, err);
-    ckpt_set_close(&s);
-    return rc;
+    return ckpt_build_from_set(m, &a, &s, CKPT_NAMES_HF, opts, err);
 }

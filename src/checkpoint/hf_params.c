@@ -350,6 +350,19 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
     return rc;
 }
 
+int ckpt_build_from_set(model *m, const model_args *a, ckpt_set *s, ckpt_names names,
+                        const model_build_opts *opts, base_err *err) {
+    /* check names and shapes before allocating the model */
+    model desc;
+    int rc = model_describe(&desc, a, err);
+    if (rc == 0) rc = ckpt_check_model(&desc, s, names, err);
+    model_free(&desc);
+    if (rc == 0) rc = model_build_unset(m, a, opts, err); /* loaded whole next */
+    if (rc == 0) rc = ckpt_load_model_set(m, m->w, s, names, err);
+    ckpt_set_close(s);
+    return rc;
+}
+
 int ckpt_load_model_file(const model *m, float *base, const ckpt_file *f, base_err *err) {
     /* a one-file set that borrows f (not closed here) */
     ckpt_set s;

@@ -11,6 +11,11 @@
  * reals with the fewest digits that read back exactly. */
 int ckpt_write_json(const char *path, json_t *v, base_err *err);
 
+/* Builds m from a (with opts, parameters not zeroed) and loads every weight from s, after
+ * checking s holds exactly the model's tensors with its shapes (before allocating); closes s. */
+int ckpt_build_from_set(model *m, const model_args *a, ckpt_set *s, ckpt_names names,
+                        const model_build_opts *opts, base_err *err);
+
 /* [begin, end) of a range that one piece claims; idx: the caller's tag for the piece. */
 typedef struct {
     uint64_t begin, end;
