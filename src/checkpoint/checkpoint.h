@@ -115,6 +115,9 @@ float ckpt_bf16_to_f32(uint16_t h);
 float ckpt_f16_to_f32(uint16_t h);
 uint16_t ckpt_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
 uint16_t ckpt_f32_to_f16(float x);  /* round to nearest even, overflow to inf, subnormals */
+/* n values: dst[i] = ckpt_f32_to_bf16(src[i]) (bf16 != 0) or ckpt_f32_to_f16(src[i]), bit for
+ * bit, 8 at a time where the build's ISA has AVX2 (bf16) or F16C (f16). */
+void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16);
 
 /* One tensor to write: raw little-endian elements of `dtype`, numel = product of shape; or,
  * with from_f32, fp32 values written as `dtype` (F32, BF16 or F16; round to nearest even),

@@ -291,6 +291,30 @@ static void test_layout(void) {
 /* ---- conversions ------------------------------------------------------------------- */
 
 static void test_conversions(void) {
+    { /* the 8-wide narrowing against the scalar one, bit for bit: every sign, exponent and
+       * top mantissa bits, with low bits that hit ties, round-ups, NaN payloads; an odd count
+       * so the scalar tail runs too */
+        static const uint32_t low[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff,
+                                       0x0fff, 0x1000, 0x1001, 0x17ff, 0x1800, 0x2345};
+        const size_t nlow = sizeof low / sizeof low[0], n = ((size_t)1 << 16) * nlow + 5;
+        float *x = malloc(n * sizeof *x);
+        uint16_t *got = malloc(n * sizeof *got);
+        int bad_bf = 0, bad_f16 = 0;
+        if (x && got) {
+            for (size_t k = 0; k < n; k++) {
+                const uint32_t u = (uint32_t)((k / nlow) & 0xffff) << 16 | low[k % nlow];
+                memcpy(&x[k], &u, 4);
+            }
+            ckpt_f32_to_half_n(x, got, n, 1);
+            for (size_t k = 0; k < n; k++) bad_bf += got[k] != ckpt_f32_to_bf16(x[k]);
+            ckpt_f32_to_half_n(x, got, n, 0);
+            for (size_t k = 0; k < n; k++) bad_f16 += got[k] != ckpt_f32_to_f16(x[k]);
+        }
+        CHECK(x && got && bad_bf == 0, "bf16 narrowing, 8-wide vs scalar: %d differ", bad_bf);
+        CHECK(x && got && bad_f16 == 0, "f16 narrowing, 8-wide vs scalar: %d differ", bad_f16);
+        free(x);
+        free(got);
+    }
     CHECK(ckpt_bf16_to_f32(0x3F80) == 1.0f, "bf16 1.0");
     CHECK(ckpt_bf16_to_f32(0xC020) == -2.5f, "bf16 -2.5");
     CHECK(ckpt_bf16_to_f32(0x0000) == 0.0f, "bf16 0");
