@@ -769,6 +769,7 @@ int train_run(const train_opts *o, base_err *err) {
     optim_lr_cfg lrc = o->lr;
     if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
     double t_total = 0, comm_total = 0;
+    int mfu_warned = 0;
     int64_t tokens_total = 0;
     const int last =
         o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
@@ -842,6 +843,20 @@ int train_run(const train_opts *o, base_err *err) {
             tokens_total += ntok;
         }
         const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak; /* per rank */
+        if (mfu > 100.0 && !mfu_warned) { /* the peak was measured while the CPU was busy */
+            mfu_warned = 1;
+            if (o->peak_flops > 0)
+                base_log(BASE_LOG_WARN,
+                         "MFU above 100%%: the configured peak (%.1f GFLOP/s, --peak-tflops) is "
+                         "below what this run computes",
+                         peak / 1e9);
+            else
+                base_log(BASE_LOG_WARN,
+                         "MFU above 100%%: the fp32 GEMM peak measured at start (%.1f GFLOP/s) "
+                         "was lowered by other load on the machine; MFU figures are not "
+                         "meaningful in this run (--peak-tflops sets the peak)",
+                         peak / 1e9);
+        }
         const double mem = (double)base_peak_rss() / (1 << 30);
         const double mem_pct = 100.0 * base_peak_rss() / (double)base_total_ram();
         if (tty) printf("\r\033[K"); /* erase the progress line */
