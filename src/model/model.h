@@ -193,7 +193,7 @@ typedef struct {
     int with_grads; /* allocate gradients and backward scratch */
     const ops_override *overrides;
     int n_overrides;
-    int ce_chunk; /* tokens per lm_head+CE chunk; 0 = about 32M logits (128 MiB) per chunk */
+    int ce_chunk; /* tokens per lm_head+CE chunk; 0 = about 64M logits (256 MiB) per chunk */
     model_balance balance; /* MoE load balancing (ignored by dense models) */
     double bias_rate;      /* BIAS update step; 0 = torchtitan's 1e-3 */
     const model_tp *tp;    /* NULL: no tensor parallelism */
