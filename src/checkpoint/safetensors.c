@@ -563,34 +563,28 @@ void ckpt_tensor_release(const ckpt_file *f, const ckpt_tensor *t) {
     if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
-/* n bf16 / f16 values at p (any alignment) to fp32, 8 at a time where the baseline ISA has
- * the instructions (AVX2's widening shift; F16C's vcvtph2ps, exact like the scalar
- * conversion), the rest one by one. */
-static void bf16_to_f32_n(const unsigned char *p, float *out, size_t n) {
+/* n bf16 (bf16 != 0) or f16 values at p (any alignment) to fp32, 8 at a time where the
+ * baseline ISA has the instructions (AVX2's widening shift; F16C's vcvtph2ps, exact like the
+ * scalar conversion), the rest one by one. */
+static void half_to_f32_n(const unsigned char *p, float *out, size_t n, int bf16) {
     size_t i = 0;
 #if defined(__AVX2__)
-    for (; i + 8 <= n; i += 8) {
-        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
-        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-    }
+    if (bf16)
+        for (; i + 8 <= n; i += 8) {
+            const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
+            _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+        }
 #endif
-    for (; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        out[i] = ckpt_bf16_to_f32(h);
-    }
-}
-
-static void f16_to_f32_n(const unsigned char *p, float *out, size_t n) {
-    size_t i = 0;
 #if defined(__F16C__) && defined(__AVX__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
+    if (!bf16)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(out + i,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
 #endif
     for (; i < n; i++) {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
-        out[i] = ckpt_f16_to_f32(h);
+        out[i] = bf16 ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
     }
 }
 
@@ -612,7 +606,7 @@ int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, bas
 #pragma omp parallel for schedule(static) if (n > (1 << 20))
         for (size_t b = 0; b < nb; b++) {
             const size_t lo = b * block, m = n - lo < block ? n - lo : block;
-            (bf ? bf16_to_f32_n : f16_to_f32_n)(p + 2 * lo, out + lo, m);
+            half_to_f32_n(p + 2 * lo, out + lo, m, bf);
         }
     } else {
         for (size_t i = 0; i < n; i++) out[i] = (float)elem_f64(t->dtype, p, i);
