@@ -94,26 +94,7 @@ def self_check_schedule():
 def build_model(c):
     from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    if c.get("n_experts"):
-        cfg = Qwen3MoeConfig(
-            vocab_size=c["vocab_size"], hidden_size=c["dim"], intermediate_size=c["ffn_dim"],
-            num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
-            num_key_value_heads=c["n_kv_heads"], head_dim=c["head_dim"], hidden_act="silu",
-            max_position_embeddings=max(2048, c["seq_len"]), rms_norm_eps=c["norm_eps"],
-            tie_word_embeddings=bool(c["tie_embeddings"]),
-            rope_parameters={"rope_type": "default", "rope_theta": float(c["rope_theta"])},
-            attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
-            num_experts=c["n_experts"], num_experts_per_tok=c["top_k"],
-            moe_intermediate_size=c["moe_ffn_dim"], norm_topk_prob=bool(c["norm_topk_prob"]),
-            router_aux_loss_coef=c["router_aux_loss_coef"], output_router_logits=bool(c["aux"]),
-            decoder_sparse_step=1, mlp_only_layers=[],
-            attn_implementation="eager", use_cache=False)
-        model = Qwen3MoeForCausalLM(cfg).to(torch.float32)
-        model.train()
-        assert model.config._attn_implementation == "eager"
-        return model
-
-    cfg = Qwen3Config(
+    common = dict(
         vocab_size=c["vocab_size"], hidden_size=c["dim"], intermediate_size=c["ffn_dim"],
         num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
         num_key_value_heads=c["n_kv_heads"], head_dim=c["head_dim"], hidden_act="silu",
@@ -122,11 +103,21 @@ def build_model(c):
         rope_parameters={"rope_type": "default", "rope_theta": float(c["rope_theta"])},
         attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
         attn_implementation="eager", use_cache=False)
-    model = Qwen3ForCausalLM(cfg).to(torch.float32)
+    moe = bool(c.get("n_experts"))
+    if moe:
+        cfg = Qwen3MoeConfig(
+            **common, num_experts=c["n_experts"], num_experts_per_tok=c["top_k"],
+            moe_intermediate_size=c["moe_ffn_dim"], norm_topk_prob=bool(c["norm_topk_prob"]),
+            router_aux_loss_coef=c["router_aux_loss_coef"], output_router_logits=bool(c["aux"]),
+            decoder_sparse_step=1, mlp_only_layers=[])
+        model = Qwen3MoeForCausalLM(cfg).to(torch.float32)
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(**common)).to(torch.float32)
     model.train()  # dropout is 0; train mode only matters for the cache
     assert model.config._attn_implementation == "eager"
-    tied = model.lm_head.weight is model.model.embed_tokens.weight
-    assert tied == bool(c["tie_embeddings"]), "HF did not tie/untie as asked"
+    if not moe:
+        tied = model.lm_head.weight is model.model.embed_tokens.weight
+        assert tied == bool(c["tie_embeddings"]), "HF did not tie/untie as asked"
     return model
 
 
