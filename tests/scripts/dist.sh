@@ -11,12 +11,8 @@
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
 #     folder rank 0 cannot create.
 set -euo pipefail
-titan=$1; mpirun=$2; diff_tool=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-source "$(dirname "$0")/dist_common.sh" # mpi, losses, same_losses
-model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
-       --set ffn_dim=128 --set vocab_size=300 --random-tokens --seq-len 32 --lr 3e-3 --warmup 2
-       --seed 5 --peak-tflops 1 --log-freq 100)
+source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
+model=("${small[@]}")
 for tie in 1 0; do
   m=("${model[@]}" --set tie_embeddings=$tie --steps 5)
   "$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/ref$tie.jsonl" \

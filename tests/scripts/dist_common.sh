@@ -1,5 +1,12 @@
-# Shared by the mpirun tests (dist.sh, dist_tp.sh, dist_ep.sh); sourced after they set
-# titan, mpirun and out. Runs as root in containers and with more ranks than cores.
+# Shared by the mpirun tests (dist.sh, dist_tp.sh, dist_ep.sh), sourced with the script's
+# arguments (TITAN MPIRUN DIFF_TOOL): sets titan, mpirun, diff_tool, a scratch folder out
+# (removed on exit) and small, the tiny dense model every script trains. Runs as root in
+# containers and with more ranks than cores.
+titan=$1; mpirun=$2; diff_tool=$3
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+small=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --set vocab_size=300 --random-tokens --seq-len 32 --lr 3e-3 --warmup 2
+       --seed 5 --peak-tflops 1 --log-freq 100)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 # mpi NP ARGS...: titan train on NP ranks, one thread each, killed after 120 s (never a hang)

@@ -16,13 +16,8 @@
 # AdamW eps is 1e-6, as in dist_tp.sh (summation-order differences of ~1e-7 in gradients of
 # ~1e-8 would otherwise become visible update differences).
 set -euo pipefail
-titan=$1; mpirun=$2; diff_tool=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-source "$(dirname "$0")/dist_common.sh" # mpi, losses, same_losses
-dense=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
-       --set ffn_dim=128 --set vocab_size=300 --set tie_embeddings=0 --random-tokens
-       --seq-len 32 --lr 3e-3 --warmup 2 --seed 5 --peak-tflops 1 --log-freq 100
-       --optimizer.eps 1e-6)
+source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
+dense=("${small[@]}" --set tie_embeddings=0 --optimizer.eps 1e-6)
 model=("${dense[@]}" --set num_experts=4 --set top_k=2 --set moe_inter_dim=32)
 ep2=(--parallelism.expert_parallel_degree 2)
 

@@ -15,12 +15,8 @@
 # 3e-6 to 6e-6 relative L2 after 5 steps; with eps 1e-3 the parameter difference after one
 # step is 9e-8, the same as gradient accumulation's 8.6e-8).
 set -euo pipefail
-titan=$1; mpirun=$2; diff_tool=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-source "$(dirname "$0")/dist_common.sh" # mpi, losses, same_losses
-model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
-       --set ffn_dim=128 --set vocab_size=300 --random-tokens --seq-len 32 --lr 3e-3 --warmup 2
-       --seed 5 --peak-tflops 1 --log-freq 100 --optimizer.eps 1e-6)
+source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
+model=("${small[@]}" --optimizer.eps 1e-6)
 tp2=(--parallelism.tensor_parallel_degree 2)
 # 1. tp=2 against one rank
 for tie in 1 0; do
