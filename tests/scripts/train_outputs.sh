@@ -2,7 +2,8 @@
 # A short run with TensorBoard, JSONL metrics, validation and an HF export, checked by
 # tests/reference/check_train_outputs.py (TensorBoard's reader, transformers); then a run
 # that diverges must stop with the step, microbatch and first non-finite gradient named and
-# leave its last checkpoint as it was.
+# leave its last checkpoint as it was; and a peak below what the run computes (MFU > 100%)
+# gets one warning.
 set -euo pipefail
 titan=$1; python=$2; here=$3; text=$4; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 head -c 1000000 "$text" > "$out/train.txt"
@@ -29,3 +30,8 @@ ls "$out/div/checkpoint"
   --dump-folder "$out/div" --checkpoint-interval 1 --stop-after-step "$good" > "$out/reload.log"
 grep -q "resumed from .*step-$good" "$out/reload.log" || { cat "$out/reload.log"; exit 1; }
 echo "ok: divergence named, checkpoint step-$good intact and loadable"
+# a peak far below what the run computes: MFU above 100%, warned about once
+"$titan" train "${model[@]}" --steps 3 --log-freq 1 --peak-tflops 0.000001 \
+    --dump-folder "$out/mfu" > "$out/mfu.log" 2>&1
+[ "$(grep -c 'MFU above 100%: the configured peak' "$out/mfu.log")" = 1 ] ||
+  { echo "FAIL: one MFU warning expected"; cat "$out/mfu.log"; exit 1; }
