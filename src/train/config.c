@@ -11,7 +11,14 @@
 
 #include "checkpoint/checkpoint.h"
 
-typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS } ftype;
+/* T_ANY: any TOML value, checked and stored nowhere (torchtitan keys whose types titan has no
+ * slot for, such as list[list[str]]; only ever P_INERT). */
+typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS, T_ANY } ftype;
+
+/* What titan does with a field. torchtitan keys for features titan lacks are accepted at
+ * their default (inert) value; set otherwise, P_NOTE logs that the setting has no effect on
+ * the run and P_REFUSE stops train_config_to_opts with the field's name. */
+typedef enum { P_USED, P_INERT, P_NOTE, P_REFUSE } fpolicy;
 
 /* Extra per-value check: returns 0, or -1 with the reason in why. */
 typedef int (*fcheck)(const base_toml_value *v, char *why, size_t n);
@@ -28,6 +35,7 @@ typedef struct {
     const char *choices; /* T_STR: "a|b|c", or NULL for any string */
     fcheck check;
     const char *help;
+    fpolicy policy; /* P_USED unless a torchtitan-compatibility entry says otherwise */
 } field;
 
 static int check_not_zero(const base_toml_value *v, char *why, size_t n);
@@ -40,27 +48,42 @@ static int check_plugin_path(const base_toml_value *v, char *why, size_t n);
 #define OFF(sec, key) offsetof(train_config, sec.key)
 #define BIG 1073741824.0 /* 2^30: sizes and counts */
 #define STR(sec, key, def, choices, help)                                                          \
-    { #sec, #key, T_STR, 0, OFF(sec, key), def, 0, 0, 0, 0, choices, NULL, help }
+    { #sec, #key, T_STR, 0, OFF(sec, key), def, 0, 0, 0, 0, choices, NULL, help, P_USED }
 #define STRC(sec, key, def, check, help)                                                           \
-    { #sec, #key, T_STR, 0, OFF(sec, key), def, 0, 0, 0, 0, NULL, check, help }
+    { #sec, #key, T_STR, 0, OFF(sec, key), def, 0, 0, 0, 0, NULL, check, help, P_USED }
 #define INT(sec, key, def, lo, hi, help)                                                           \
-    { #sec, #key, T_INT, 0, OFF(sec, key), NULL, def, lo, hi, 0, NULL, NULL, help }
+    { #sec, #key, T_INT, 0, OFF(sec, key), NULL, def, lo, hi, 0, NULL, NULL, help, P_USED }
 #define INTC(sec, key, def, lo, hi, check, help)                                                   \
-    { #sec, #key, T_INT, 0, OFF(sec, key), NULL, def, lo, hi, 0, NULL, check, help }
+    { #sec, #key, T_INT, 0, OFF(sec, key), NULL, def, lo, hi, 0, NULL, check, help, P_USED }
 #define FLT(sec, key, def, lo, hi, open, help)                                                     \
-    { #sec, #key, T_FLOAT, 0, OFF(sec, key), NULL, def, lo, hi, open, NULL, NULL, help }
+    { #sec, #key, T_FLOAT, 0, OFF(sec, key), NULL, def, lo, hi, open, NULL, NULL, help, P_USED }
 #define BOOL(sec, key, def, help)                                                                  \
-    { #sec, #key, T_BOOL, 0, OFF(sec, key), NULL, def, 0, 1, 0, NULL, NULL, help }
+    { #sec, #key, T_BOOL, 0, OFF(sec, key), NULL, def, 0, 1, 0, NULL, NULL, help, P_USED }
 #define OINT(sec, key, lo, hi, help)                                                               \
-    { #sec, #key, T_INT, 1, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help }
+    { #sec, #key, T_INT, 1, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help, P_USED }
 #define OFLT(sec, key, lo, hi, open, help)                                                         \
-    { #sec, #key, T_FLOAT, 1, OFF(sec, key), NULL, 0, lo, hi, open, NULL, NULL, help }
+    { #sec, #key, T_FLOAT, 1, OFF(sec, key), NULL, 0, lo, hi, open, NULL, NULL, help, P_USED }
 #define OBOOL(sec, key, help)                                                                      \
-    { #sec, #key, T_BOOL, 1, OFF(sec, key), NULL, 0, 0, 1, 0, NULL, NULL, help }
+    { #sec, #key, T_BOOL, 1, OFF(sec, key), NULL, 0, 0, 1, 0, NULL, NULL, help, P_USED }
 #define STRS(sec, key, check, help)                                                                \
-    { #sec, #key, T_STRS, 0, OFF(sec, key), NULL, 0, 0, 0, 0, NULL, check, help }
+    { #sec, #key, T_STRS, 0, OFF(sec, key), NULL, 0, 0, 0, 0, NULL, check, help, P_USED }
 #define INTS(sec, key, lo, hi, help)                                                               \
-    { #sec, #key, T_INTS, 0, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help }
+    { #sec, #key, T_INTS, 0, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help, P_USED }
+/* torchtitan keys with a policy (fpolicy): the same shapes, one more argument */
+#define PSTR(sec, key, def, choices, pol, help)                                                    \
+    { #sec, #key, T_STR, 0, OFF(sec, key), def, 0, 0, 0, 0, choices, NULL, help, pol }
+#define PINT(sec, key, def, lo, hi, pol, help)                                                     \
+    { #sec, #key, T_INT, 0, OFF(sec, key), NULL, def, lo, hi, 0, NULL, NULL, help, pol }
+#define PFLT(sec, key, def, lo, hi, pol, help)                                                     \
+    { #sec, #key, T_FLOAT, 0, OFF(sec, key), NULL, def, lo, hi, 0, NULL, NULL, help, pol }
+#define PBOOL(sec, key, def, pol, help)                                                            \
+    { #sec, #key, T_BOOL, 0, OFF(sec, key), NULL, def, 0, 1, 0, NULL, NULL, help, pol }
+#define POINT(sec, key, lo, hi, pol, help)                                                         \
+    { #sec, #key, T_INT, 1, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help, pol }
+#define PSTRS(sec, key, pol, help)                                                                 \
+    { #sec, #key, T_STRS, 0, OFF(sec, key), NULL, 0, 0, 0, 0, NULL, NULL, help, pol }
+#define ANY(sec, key, help)                                                                        \
+    { #sec, #key, T_ANY, 0, 0, NULL, 0, 0, 0, 0, NULL, NULL, help, P_INERT }
 
 /* Defaults are torchtitan v0.2.2's (research notes §4.1) except where titan cannot do what
  * torchtitan's default asks (activation_checkpoint.mode: no selective AC yet) or has no
@@ -70,8 +93,15 @@ static const field g_fields[] = {
         "folder for this job's outputs; relative output paths below are joined to it"),
     STR(job, description, "titan job", NULL, "a description of the job"),
     INT(job, sample_tokens, 0, 0, BIG, "after training, sample this many tokens (titan)"),
+    PSTR(job, config_file, "", NULL, P_INERT,
+         "the TOML file: --job.config_file FILE is --config FILE (torchtitan's run script)"),
+    PBOOL(job, print_config, 0, P_USED, "print the resolved config, then train"),
+    PSTR(job, save_config_file, "", NULL, P_NOTE,
+         "torchtitan writes its JSON config here; titan does not (use --print-config)"),
+    PSTR(job, custom_config_module, "", NULL, P_REFUSE,
+         "a Python module extending JobConfig (titan has no Python)"),
 
-    STR(model, name, "qwen3", "qwen3", "model family"),
+    STR(model, name, "qwen3", NULL, "model family (qwen3; others are refused by name)"),
     STRC(model, flavor, "debugmodel", check_flavor, "registry flavor (titan inspect lists one)"),
     STR(model, hf_assets_path, "", NULL,
         "Hugging Face folder whose tokenizer encodes the dataset; none = one token per byte"),
@@ -97,6 +127,11 @@ static const field g_fields[] = {
     FLT(model, moe_bias_update_rate, 1e-3, 0, 1, 1,
         "expert-bias step per optimizer step (torchtitan load_balance_coeff; titan)"),
     INTS(model, mlp_only_layers, 0, BIG, "MoE: blocks with a dense MLP (HF mlp_only_layers)"),
+    PSTR(model, tokenizer_path, "", NULL, P_USED,
+         "deprecated (torchtitan): sets hf_assets_path, with torchtitan's warning"),
+    PSTRS(model, converters, P_REFUSE,
+          "torchtitan model converters (float8, mx): not implemented, titan trains in fp32"),
+    PBOOL(model, print_after_conversion, 0, P_INERT, "print the model after converters"),
 
     STR(training, dataset, "random", NULL,
         "dataset name; 'random' without dataset_path = uniform random tokens"),
@@ -117,6 +152,22 @@ static const field g_fields[] = {
     INT(training, seed, 42, 0, 9.2e18, "weight init and data seed (titan keeps one, default 42)"),
     INT(training, threads, 0, 0, 4096, "OpenMP/BLAS threads; 0 = all cores (titan)"),
     INT(training, ce_chunk, 0, 0, BIG, "tokens per fused lm_head+CE chunk; 0 = auto (titan)"),
+    PBOOL(training, enable_cpu_offload, 0, P_REFUSE,
+          "offload parameters, gradients and optimizer state to host memory (not implemented)"),
+    PSTR(training, dtype, "float32", "float32|bfloat16", P_REFUSE,
+         "parameter dtype without FSDP: titan keeps fp32 parameters"),
+    PSTR(training, mixed_precision_param, "bfloat16", "bfloat16|float32", P_INERT,
+         "FSDP all-gather dtype in torchtitan; titan computes in fp32"),
+    PSTR(training, mixed_precision_reduce, "float32", "float32", P_INERT,
+         "gradient reduce dtype (fp32, as titan's)"),
+    PINT(training, gc_freq, 50, 1, BIG, P_INERT, "Python garbage collection interval (no GC)"),
+    PBOOL(training, gc_debug, 0, P_INERT, "Python garbage collection debugging (no GC)"),
+
+    PINT(training.dataloader, num_workers, 0, 0, BIG, P_INERT,
+         "torch DataLoader workers (titan's loader is in-process)"),
+    PBOOL(training.dataloader, persistent_workers, 0, P_INERT, "torch DataLoader option"),
+    PBOOL(training.dataloader, pin_memory, 0, P_INERT, "torch DataLoader option"),
+    POINT(training.dataloader, prefetch_factor, 1, BIG, P_INERT, "torch DataLoader option"),
 
     STR(optimizer, name, "AdamW", "AdamW|Adam", "optimizer"),
     FLT(optimizer, lr, 8e-4, 0, INFINITY, 0, "peak learning rate"),
@@ -126,6 +177,8 @@ static const field g_fields[] = {
     FLT(optimizer, weight_decay, 0.1, 0, INFINITY, 0, "decoupled weight decay (all params)"),
     STR(optimizer, implementation, "fused", "fused|foreach|for-loop",
         "torch's variants; titan has one AdamW kernel for all three"),
+    PBOOL(optimizer, early_step_in_backward, 0, P_REFUSE,
+          "step each parameter during backward (not implemented)"),
 
     INT(lr_scheduler, warmup_steps, 200, 0, BIG, "linear warmup steps"),
     OINT(lr_scheduler, total_steps, 1, BIG, "schedule length; unset = training.steps"),
@@ -152,6 +205,15 @@ static const field g_fields[] = {
         "default; torchtitan's is disabled)"),
     STR(checkpoint, hf_export_folder, "", NULL,
         "after training, export the model as a Hugging Face folder here (titan)"),
+    PBOOL(checkpoint, enable_ft_dataloader_checkpoints, 1, P_INERT,
+          "fault tolerance: dataloader state per replica (no fault tolerance)"),
+    PBOOL(checkpoint, initial_load_in_hf_quantized, 0, P_REFUSE,
+          "initial_load_path holds quantized HF weights (not implemented)"),
+    PSTRS(checkpoint, exclude_from_loading, P_USED, "state not restored on resume (model, ...)"),
+    PBOOL(checkpoint, enable_first_step_checkpoint, 0, P_USED, "also save after step 1"),
+    PBOOL(checkpoint, create_seed_checkpoint, 0, P_USED,
+          "write the initial weights as step-0 and exit"),
+    PBOOL(checkpoint, load_only, 0, P_USED, "load checkpoints, never save them"),
 
     INT(parallelism, data_parallel_replicate_degree, 1, 1, BIG, "DDP/HSDP replicas"),
     INTC(parallelism, data_parallel_shard_degree, -1, -1, BIG, check_not_zero,
@@ -162,11 +224,50 @@ static const field g_fields[] = {
     INT(parallelism, expert_parallel_degree, 1, 1, BIG, "expert parallel ranks"),
     STR(parallelism, fsdp_reshard_after_forward, "default", "default|always|never",
         "free gathered block weights after forward"),
+    PBOOL(parallelism, disable_loss_parallel, 0, P_USED,
+          "tensor parallel: gather the logits before the loss"),
+    PBOOL(parallelism, enable_async_tensor_parallel, 0, P_REFUSE,
+          "async tensor parallel (torch.compile micro-pipelining; not implemented)"),
+    ANY(parallelism, module_fqns_per_model_part,
+        "pipeline stages' modules (used only when pipeline_parallel_degree > 1)"),
+    PINT(parallelism, pipeline_parallel_first_stage_less_layers, 1, 0, BIG, P_INERT,
+         "pipeline (degree > 1 only)"),
+    PINT(parallelism, pipeline_parallel_last_stage_less_layers, 1, 0, BIG, P_INERT,
+         "pipeline (degree > 1 only)"),
+    POINT(parallelism, pipeline_parallel_layers_per_stage, 1, BIG, P_INERT,
+          "pipeline (degree > 1 only)"),
+    PSTR(parallelism, pipeline_parallel_schedule, "1F1B", NULL, P_INERT,
+         "pipeline (degree > 1 only)"),
+    PSTR(parallelism, pipeline_parallel_schedule_csv, "", NULL, P_INERT,
+         "pipeline (degree > 1 only)"),
+    PINT(parallelism, pipeline_parallel_microbatch_size, 1, 1, BIG, P_INERT,
+         "pipeline (degree > 1 only)"),
+    PBOOL(parallelism, pipeline_parallel_expert_parallel_overlap, 1, P_INERT,
+          "pipeline (degree > 1 only)"),
+    PSTR(parallelism, context_parallel_load_balancer, "headtail", NULL, P_INERT,
+         "context parallel (degree > 1 only)"),
+    PSTR(parallelism, context_parallel_rotate_method, "allgather", "allgather|alltoall", P_INERT,
+         "context parallel (degree > 1 only)"),
+    PINT(parallelism, expert_tensor_parallel_degree, 1, 1, BIG, P_REFUSE,
+         "tensor parallel inside experts (not implemented: 1)"),
+    PSTR(parallelism, expert_parallel_comm_backend, "standard", "standard|deepep", P_REFUSE,
+         "expert all-to-all: titan's own (standard)"),
 
-    STR(activation_checkpoint, mode, "none", "none|full|selective",
+    STR(activation_checkpoint, mode, "none", "none|full|selective|memory_budget",
         "recompute activations in backward (torchtitan's default is selective)"),
     STRC(activation_checkpoint, selective_ac_option, "2", check_sac_option,
          "selective: every N-th block, or 'op'"),
+    PSTRS(activation_checkpoint, per_op_sac_force_recompute_mm_shapes_by_fqns, P_INERT,
+          "selective 'op' tuning of torchtitan"),
+    PBOOL(activation_checkpoint, early_stop, 0, P_INERT, "torch checkpoint tuning"),
+    PFLT(activation_checkpoint, memory_budget, 0.5, 0, 1, P_INERT, "memory_budget mode only"),
+    PBOOL(activation_checkpoint, visualize_memory_budget_pareto, 0, P_INERT,
+          "memory_budget mode only"),
+    PBOOL(activation_checkpoint, preserve_rng_state, 1, P_INERT,
+          "torch checkpoint option (titan's recompute uses no RNG)"),
+    PSTR(activation_checkpoint, determinism_check, "default", NULL, P_INERT,
+         "torch checkpoint option"),
+    PBOOL(activation_checkpoint, debug, 0, P_INERT, "torch checkpoint option"),
 
     INT(metrics, log_freq, 10, 1, BIG, "console line every N steps"),
     BOOL(metrics, enable_tensorboard, 0, "write TensorBoard scalars (torchtitan's tags)"),
@@ -175,6 +276,9 @@ static const field g_fields[] = {
     BOOL(metrics, enable_jsonl, 0, "write every step's metrics as JSON lines (titan)"),
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0, "fp32 peak for MFU; 0 = measure (titan)"),
+    PBOOL(metrics, enable_wandb, 0, P_NOTE,
+          "Weights & Biases logging: titan has none (TensorBoard and JSON lines)"),
+    PBOOL(metrics, disable_color_printing, 0, P_INERT, "titan's logs have no colour"),
 
     BOOL(validation, enable, 0, "evaluate the loss on held-out data every freq steps"),
     STR(validation, dataset, "c4_validation", NULL, "validation dataset name"),
@@ -184,10 +288,77 @@ static const field g_fields[] = {
     INT(validation, local_batch_size, 8, 1, BIG, "validation sequences per microbatch"),
     INT(validation, seq_len, 2048, 1, BIG, "validation tokens per sequence"),
 
+    PINT(validation.dataloader, num_workers, 0, 0, BIG, P_INERT,
+         "torch DataLoader workers (titan's loader is in-process)"),
+    PBOOL(validation.dataloader, persistent_workers, 0, P_INERT, "torch DataLoader option"),
+    PBOOL(validation.dataloader, pin_memory, 0, P_INERT, "torch DataLoader option"),
+    POINT(validation.dataloader, prefetch_factor, 1, BIG, P_INERT, "torch DataLoader option"),
+
     STRS(kernels, overrides, check_kernel_override,
          "'op=impl' or 'layers.*.op=impl' (titan kernels lists impls); the last match wins"),
     STRS(kernels, plugins, check_plugin_path,
          "kernel plugin .so files (include/titan/kernel_abi.h), loaded before the overrides"),
+
+    /* torchtitan v0.2.2 sections of features titan does not have (docs/config.md) */
+    PBOOL(profiling, enable_profiling, 0, P_NOTE, "torch profiler traces: titan has no profiler"),
+    PSTR(profiling, save_traces_folder, "profile_traces", NULL, P_INERT, "profiler traces"),
+    PINT(profiling, profile_freq, 10, 1, BIG, P_INERT, "profiler interval"),
+    PINT(profiling, profiler_active, 1, 1, BIG, P_INERT, "profiler steps"),
+    PINT(profiling, profiler_warmup, 3, 0, BIG, P_INERT, "profiler warmup"),
+    PBOOL(profiling, enable_memory_snapshot, 0, P_NOTE,
+          "CUDA memory snapshots: none (titan plan gives the memory)"),
+    PSTR(profiling, save_memory_snapshot_folder, "memory_snapshot", NULL, P_INERT,
+         "memory snapshots"),
+
+    PBOOL(compile, enable, 0, P_NOTE, "torch.compile: titan is compiled code already"),
+    PSTRS(compile, components, P_INERT, "torch.compile's components"),
+    PSTR(compile, backend, "inductor", NULL, P_INERT, "torch.compile's backend"),
+
+    PBOOL(quantize.linear.float8, enable_fsdp_float8_all_gather, 0, P_INERT,
+          "float8 (needs model.converters)"),
+    PBOOL(quantize.linear.float8, precompute_float8_dynamic_scale_for_fsdp, 0, P_INERT,
+          "float8 (needs model.converters)"),
+    PSTR(quantize.linear.float8, recipe_name, "", NULL, P_INERT, "float8 (needs model.converters)"),
+    PSTRS(quantize.linear.float8, filter_fqns, P_INERT, "float8 (needs model.converters)"),
+    PBOOL(quantize.linear.float8, emulate, 0, P_INERT, "float8 (needs model.converters)"),
+    PSTR(quantize.linear.mx, mxfp8_dim1_cast_kernel_choice, "triton", "triton|cuda|torch", P_INERT,
+         "MX (needs model.converters)"),
+    PSTR(quantize.linear.mx, recipe_name, "mxfp8_cublas", NULL, P_INERT,
+         "MX (needs model.converters)"),
+    PSTRS(quantize.linear.mx, filter_fqns, P_INERT, "MX (needs model.converters)"),
+    ANY(quantize.grouped_mm.float8, fqns, "float8 grouped GEMMs (needs model.converters)"),
+    PSTR(quantize.grouped_mm.mx, recipe_name, "mxfp8", "mxfp8", P_INERT,
+         "MX grouped GEMMs (needs model.converters)"),
+    ANY(quantize.grouped_mm.mx, fqns, "MX grouped GEMMs (needs model.converters)"),
+
+    PINT(comm, init_timeout_seconds, 300, 1, BIG, P_USED,
+         "collective timeout during setup and the first step, seconds"),
+    PINT(comm, train_timeout_seconds, 100, 1, BIG, P_USED, "collective timeout afterwards"),
+    PINT(comm, trace_buf_size, 20000, 0, BIG, P_USED, "flight recorder entries; 0 = off"),
+    PSTR(comm, save_traces_folder, "comm_traces", NULL, P_USED, "flight recorder folder"),
+    PSTR(comm, save_traces_file_prefix, "rank_", NULL, P_USED, "flight recorder file prefix"),
+    PSTR(comm, mode, "default", "default|fake_backend|local_tensor", P_REFUSE,
+         "torch's fake / local-tensor process groups (not implemented)"),
+
+    PBOOL(memory_estimation, enable, 0, P_USED, "print titan plan's memory figures at start"),
+    PBOOL(memory_estimation, disable_fake_mode, 0, P_INERT, "torch FakeTensorMode (none)"),
+
+    PBOOL(fault_tolerance, enable, 0, P_REFUSE, "TorchFT replicas (not implemented)"),
+    PSTR(fault_tolerance, process_group, "gloo", NULL, P_INERT, "fault tolerance"),
+    PINT(fault_tolerance, process_group_timeout_ms, 10000, 1, BIG, P_INERT, "fault tolerance"),
+    PINT(fault_tolerance, replica_id, 0, 0, BIG, P_INERT, "fault tolerance"),
+    PINT(fault_tolerance, group_size, 0, 0, BIG, P_INERT, "fault tolerance"),
+    PINT(fault_tolerance, min_replica_size, 1, 1, BIG, P_INERT, "fault tolerance"),
+    PSTR(fault_tolerance, semi_sync_method, "", NULL, P_INERT, "fault tolerance"),
+
+    PSTR(experimental, custom_import, "", NULL, P_REFUSE, "a Python module to import"),
+    PSTR(experimental, custom_args_module, "", NULL, P_REFUSE,
+         "a Python module extending JobConfig"),
+
+    POINT(debug, seed, 0, 9.2e18, P_USED, "the seed (torchtitan's key): overrides training.seed"),
+    PBOOL(debug, deterministic, 0, P_INERT, "titan is always deterministic"),
+    PBOOL(debug, deterministic_warn_only, 0, P_INERT, "titan is always deterministic"),
+    PBOOL(debug, moe_force_load_balance, 0, P_USED, "route MoE tokens round-robin (testing)"),
 };
 #define N_FIELDS ((int)(sizeof g_fields / sizeof g_fields[0]))
 _Static_assert(sizeof g_fields / sizeof g_fields[0] <= TRAIN_CONFIG_MAX_FIELDS,
@@ -242,9 +413,24 @@ static int is_section(const char *s) {
     return 0;
 }
 
-/* The valid field nearest to section.key: in a known section, its nearest key, unless that
- * is more than one edit away and the key exists in another section (seed in [job] ->
- * training.seed); otherwise the nearest "section.key" overall. Returns the field index. */
+/* [quantize] and [quantize.linear]: the tables above [quantize.linear.float8]. */
+static int is_parent_section(const char *s) {
+    const size_t n = strlen(s);
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strncmp(g_fields[i].section, s, n) && g_fields[i].section[n] == '.') return 1;
+    return 0;
+}
+
+/* Whether a name d edits from `word` is close enough to suggest: a typo, not another name
+ * ([profiling] is 5 edits from [training]). */
+static int near_enough(const char *word, int d) {
+    const int len = (int)strnlen(word, 63);
+    return d <= (len / 3 > 2 ? len / 3 : 2);
+}
+
+/* The valid field to suggest for section.key, or -1: in a known section, its nearest key when
+ * that is a typo away; else the same key in another section (seed in [job] ->
+ * training.seed). In an unknown section: the nearest "section.key" a typo away. */
 static int suggest_field(const char *section, const char *key) {
     int best = -1, dist = 1 << 30;
     if (is_section(section)) {
@@ -256,7 +442,7 @@ static int suggest_field(const char *section, const char *key) {
         if (dist > 1)
             for (int i = 0; i < N_FIELDS; i++)
                 if (!strcmp(g_fields[i].key, key)) return i;
-        return best;
+        return best >= 0 && near_enough(key, dist) ? best : -1;
     }
     char want[200];
     snprintf(want, sizeof want, "%s.%s", section, key);
@@ -266,13 +452,17 @@ static int suggest_field(const char *section, const char *key) {
         const int d = edit_distance(want, full);
         if (d < dist) best = i, dist = d;
     }
-    return best;
+    return near_enough(want, dist) ? best : -1;
 }
 
+/* "; did you mean [x]?" for the section a typo away, else "". */
 static void suggest_section(const char *section, char *out, size_t n) {
     nearest nr = {section, "", 0};
     for (int i = 0; i < N_FIELDS; i++) consider(&nr, g_fields[i].section);
-    snprintf(out, n, "; did you mean [%s]?", nr.best);
+    if (near_enough(section, nr.dist))
+        snprintf(out, n, "; did you mean [%s]?", nr.best);
+    else
+        out[0] = 0;
 }
 
 /* "a|b|c" -> "a, b, c" */
@@ -445,6 +635,7 @@ void train_config_defaults(train_config *c) {
             break;
         case T_STRS:
         case T_INTS:
+        case T_ANY:
             break; /* empty */
         }
     }
@@ -489,6 +680,8 @@ static const char *type_name(const field *f) {
         return "an array of strings";
     case T_INTS:
         return "an array of integers";
+    case T_ANY:
+        return "any value";
     }
     return "?";
 }
@@ -593,6 +786,8 @@ static int store(train_config *c, int fi, const base_toml_value *v) {
         *(train_int_list *)s = (train_int_list){items, v->n_items};
         break;
     }
+    case T_ANY:
+        break; /* accepted, kept nowhere */
     }
     return 0;
 }
@@ -603,7 +798,9 @@ static int assign(train_config *c, int fi, base_toml_value *v, const char *where
     const field *f = &g_fields[fi];
     char why[600] = "", pre[300];
     const int is_list = f->type == T_STRS || f->type == T_INTS;
-    if (is_list && v->type != BASE_TOML_ARRAY)
+    if (f->type == T_ANY)
+        ; /* any value */
+    else if (is_list && v->type != BASE_TOML_ARRAY)
         snprintf(why, sizeof why, "expected %s, got %s", type_name(f),
                  base_toml_type_name(v->type));
     else if (!is_list && v->type == BASE_TOML_ARRAY)
@@ -681,6 +878,27 @@ static int kernel_table_append(train_config *c, const kern_pending *pending, int
     return 0;
 }
 
+/* The unknown names of one file, gathered so one error lists them all. */
+typedef struct {
+    char text[sizeof(((base_err *)0)->msg) - 64];
+    int n, shown;
+} unknowns;
+
+static void unknown_add(unknowns *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void unknown_add(unknowns *u, const char *fmt, ...) {
+    char line[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    const size_t len = strlen(u->text);
+    if (len + strlen(line) + 3 < sizeof u->text) {
+        snprintf(u->text + len, sizeof u->text - len, "%s%s", u->n ? "\n  " : "", line);
+        u->shown++;
+    }
+    u->n++;
+}
+
 int train_config_load_text(train_config *c, const char *text, size_t len, const char *name,
                            base_err *err) {
     /* The name errors and origins refer to; kept until train_config_free. */
@@ -691,27 +909,30 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
     int rc = 0;
     kern_pending pending = {NULL, 0};  /* [kernels] "pattern" = "impl" entries, file order */
     int first_line = 0, first_col = 0; /* of the first of them */
+    unknowns unk = {"", 0, 0};
     for (int t = 0; t < doc.n_tables && !rc; t++) {
         base_toml_table *tb = &doc.tables[t];
         char hint[160];
         if (!tb->name[0]) { /* root: keys outside any [section] */
-            if (tb->n_kv == 0) continue;
-            const base_toml_kv *kv = &tb->kv[0];
-            hint[0] = 0;
-            for (int i = 0; i < N_FIELDS && !hint[0]; i++)
-                if (!strcmp(g_fields[i].key, kv->key))
-                    snprintf(hint, sizeof hint, "; did you mean '%s' in [%s]?", kv->key,
-                             g_fields[i].section);
-            rc = base_fail(err, "%s:%d:%d: key '%.100s' is outside any [section]%s", c->file,
-                           kv->line, kv->col, kv->key, hint);
-            break;
+            for (int k = 0; k < tb->n_kv; k++) {
+                const base_toml_kv *kv = &tb->kv[k];
+                hint[0] = 0;
+                for (int i = 0; i < N_FIELDS && !hint[0]; i++)
+                    if (!strcmp(g_fields[i].key, kv->key))
+                        snprintf(hint, sizeof hint, "; did you mean '%s' in [%s]?", kv->key,
+                                 g_fields[i].section);
+                unknown_add(&unk, "%s:%d:%d: key '%.100s' is outside any [section]%s", c->file,
+                            kv->line, kv->col, kv->key, hint);
+            }
+            continue;
         }
         const int kern_sub = !strncmp(tb->name, "kernels.", 8); /* from a bare dotted key */
+        if (!tb->n_kv && is_parent_section(tb->name)) continue;
         if (!is_section(tb->name) && !kern_sub) {
             suggest_section(tb->name, hint, sizeof hint);
-            rc = base_fail(err, "%s:%d:%d: unknown section [%.100s]%s", c->file, tb->line, tb->col,
-                           tb->name, hint);
-            break;
+            unknown_add(&unk, "%s:%d:%d: unknown section [%.100s]%s", c->file, tb->line, tb->col,
+                        tb->name, hint);
+            continue;
         }
         for (int k = 0; k < tb->n_kv && !rc; k++) {
             base_toml_kv *kv = &tb->kv[k];
@@ -721,19 +942,26 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
                 if (!pending.n) first_line = kv->line, first_col = kv->col;
                 rc = kernel_table_entry(c, kern_sub ? tb->name + 8 : NULL, kv, &pending, err);
             } else if (fi < 0) {
-                const field *g = &g_fields[suggest_field(tb->name, kv->key)];
-                if (strcmp(g->section, tb->name))
+                const int gi = suggest_field(tb->name, kv->key);
+                const field *g = gi >= 0 ? &g_fields[gi] : NULL;
+                if (!g)
+                    hint[0] = 0;
+                else if (strcmp(g->section, tb->name))
                     snprintf(hint, sizeof hint, "; did you mean '%s' in [%s]?", g->key, g->section);
                 else
                     snprintf(hint, sizeof hint, "; did you mean '%s'?", g->key);
-                rc = base_fail(err, "%s:%d:%d: unknown key '%.100s' in [%s]%s", c->file, kv->line,
-                               kv->col, kv->key, tb->name, hint);
+                unknown_add(&unk, "%s:%d:%d: unknown key '%.100s' in [%s]%s", c->file, kv->line,
+                            kv->col, kv->key, tb->name, hint);
             } else {
                 rc = assign(c, fi, &kv->val, c->file, kv->val.line, kv->val.col, err);
             }
         }
     }
     base_toml_free(&doc);
+    if (!rc && unk.n == 1) rc = base_fail(err, "%s", unk.text);
+    if (!rc && unk.n > 1)
+        rc = base_fail(err, "%s: %d unknown names:\n  %s%s", c->file, unk.n, unk.text,
+                       unk.shown < unk.n ? "\n  ..." : "");
     if (!rc && pending.n) rc = kernel_table_append(c, &pending, first_line, first_col, err);
     free((void *)pending.v);
     return rc;
@@ -756,8 +984,13 @@ int train_config_load_file(train_config *c, const char *path, base_err *err) {
 static int cli_value(const field *f, const char *text, base_toml_value *v, char *why, size_t n) {
     memset(v, 0, sizeof *v);
     v->type = BASE_TOML_STRING;
-    if (f->type == T_STR) return (v->s = strdup(text)) ? 0 : -1;
     base_err e;
+    if (f->type == T_ANY) { /* a TOML value, else the text as a string */
+        if (base_toml_parse_value(text, v, &e) == 0) return 0;
+        memset(v, 0, sizeof *v);
+        v->type = BASE_TOML_STRING;
+    }
+    if (f->type == T_STR || f->type == T_ANY) return (v->s = strdup(text)) ? 0 : -1;
     if (f->type == T_STRS || f->type == T_INTS) {
         if (text[0] == '[') {
             if (base_toml_parse_value(text, v, &e) == 0) return 0;
@@ -818,9 +1051,14 @@ int train_config_set(train_config *c, const char *name, const char *value, const
         fi = find_field(sec, dot + 1);
     }
     if (fi < 0) {
-        const field *g = &g_fields[suggest_field(dot ? sec : "", dot ? dot + 1 : name)];
+        const int gi = suggest_field(dot ? sec : "", dot ? dot + 1 : name);
+        if (gi < 0)
+            return base_fail(err,
+                             "command line: unknown option '--%.100s' (titan train --help "
+                             "lists them)",
+                             name);
         return base_fail(err, "command line: unknown option '--%.100s'; did you mean '--%s.%s'?",
-                         name, g->section, g->key);
+                         name, g_fields[gi].section, g_fields[gi].key);
     }
     const field *f = &g_fields[fi];
     describe(f, where, 0, 0, pre, sizeof pre);
@@ -1362,10 +1600,13 @@ static void print_value(FILE *out, const field *fd, const void *s) {
         fputc(']', out);
         break;
     }
+    case T_ANY:
+        break; /* is_unset: printed as a comment */
     }
 }
 
 static int is_unset(const field *fd, const void *s) {
+    if (fd->type == T_ANY) return 1;
     if (!fd->optional) return 0;
     return fd->type == T_FLOAT ? !((const train_opt_float *)s)->set
                                : !((const train_opt_int *)s)->set;
@@ -1378,7 +1619,9 @@ void train_config_print(const train_config *c, FILE *f) {
         if (i == 0 || strcmp(fd->section, g_fields[i - 1].section))
             fprintf(f, "%s[%s]\n", i ? "\n" : "", fd->section);
         const void *s = slot(c, fd);
-        if (is_unset(fd, s))
+        if (fd->type == T_ANY)
+            fprintf(f, "# %s = (any value, not kept)  # %s\n", fd->key, fd->help);
+        else if (is_unset(fd, s))
             fprintf(f, "# %s = (unset)  # %s\n", fd->key, fd->help);
         else {
             fprintf(f, "%s = ", fd->key);

@@ -93,12 +93,16 @@ typedef struct {
     int n;
 } train_int_list;
 
-#define TRAIN_CONFIG_MAX_FIELDS 128
+#define TRAIN_CONFIG_MAX_FIELDS 256
 
 typedef struct {
     struct {
         const char *dump_folder, *description;
         int64_t sample_tokens;
+        /* torchtitan's: config_file (= --config), print_config (print, then train),
+         * save_config_file, custom_config_module (refused when set) */
+        const char *config_file, *save_config_file, *custom_config_module;
+        int print_config;
     } job;
     struct {
         const char *name, *flavor, *hf_assets_path, *config_path;
@@ -111,6 +115,9 @@ typedef struct {
         const char *moe_load_balance; /* none | aux_loss | bias */
         double moe_bias_update_rate;
         train_int_list mlp_only_layers;
+        const char *tokenizer_path; /* torchtitan's deprecated alias of hf_assets_path */
+        train_str_list converters;  /* torchtitan's model converters: refused when set */
+        int print_after_conversion;
     } model;
     struct {
         const char *dataset, *dataset_path, *dataset_format, *dataset_field;
@@ -118,10 +125,20 @@ typedef struct {
             stop_after_step;
         int skip_bad_lines;
         double max_norm;
+        /* torchtitan keys for features titan does not have (train_config_compat) */
+        int enable_cpu_offload, gc_debug;
+        int64_t gc_freq;
+        const char *dtype, *mixed_precision_param, *mixed_precision_reduce;
+        struct {
+            int64_t num_workers;
+            int persistent_workers, pin_memory;
+            train_opt_int prefetch_factor;
+        } dataloader;
     } training;
     struct {
         const char *name, *implementation;
         double lr, beta1, beta2, eps, weight_decay;
+        int early_step_in_backward;
     } optimizer;
     struct {
         int64_t warmup_steps;
@@ -135,31 +152,110 @@ typedef struct {
             last_save_in_hf;
         const char *folder, *initial_load_path, *export_dtype, *async_mode, *hf_export_folder;
         int64_t interval, keep_latest_k, load_step;
+        int enable_ft_dataloader_checkpoints, initial_load_in_hf_quantized,
+            enable_first_step_checkpoint, create_seed_checkpoint, load_only;
+        train_str_list exclude_from_loading;
     } checkpoint;
     struct {
         int64_t data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree,
             pipeline_parallel_degree, context_parallel_degree, expert_parallel_degree;
         const char *fsdp_reshard_after_forward;
+        int disable_loss_parallel, enable_async_tensor_parallel;
+        /* pipeline / context parallel tuning: used only when their degree > 1 */
+        int64_t pipeline_parallel_first_stage_less_layers, pipeline_parallel_last_stage_less_layers,
+            pipeline_parallel_microbatch_size;
+        train_opt_int pipeline_parallel_layers_per_stage;
+        const char *pipeline_parallel_schedule, *pipeline_parallel_schedule_csv,
+            *context_parallel_load_balancer, *context_parallel_rotate_method;
+        int pipeline_parallel_expert_parallel_overlap;
+        int64_t expert_tensor_parallel_degree;
+        const char *expert_parallel_comm_backend;
     } parallelism;
     struct {
         const char *mode, *selective_ac_option;
+        /* torchtitan's tuning of selective / memory_budget AC (accepted, no effect) */
+        train_str_list per_op_sac_force_recompute_mm_shapes_by_fqns;
+        int early_stop, visualize_memory_budget_pareto, preserve_rng_state, debug;
+        double memory_budget;
+        const char *determinism_check;
     } activation_checkpoint;
     struct {
         int64_t log_freq;
         int enable_tensorboard, save_for_all_ranks, enable_jsonl;
         const char *save_tb_folder, *save_jsonl_file;
         double peak_tflops;
+        int enable_wandb, disable_color_printing;
     } metrics;
     struct {
         int enable;
         const char *dataset, *dataset_path;
         int64_t freq, steps, local_batch_size, seq_len;
+        struct {
+            int64_t num_workers;
+            int persistent_workers, pin_memory;
+            train_opt_int prefetch_factor;
+        } dataloader;
     } validation;
     struct {
         train_str_list overrides; /* "op=impl" or "layer.glob.op=impl", ops_resolve's rules;
                                      then the [kernels] "pattern" = "impl" table entries */
         train_str_list plugins;   /* kernel plugin paths, loaded by train_config_validate */
     } kernels;
+
+    /* torchtitan v0.2.2 sections for features titan does not have: accepted at their inert
+     * values, refused (or noted) by name otherwise (train_config_compat) */
+    struct {
+        int enable_profiling, enable_memory_snapshot;
+        const char *save_traces_folder, *save_memory_snapshot_folder;
+        int64_t profile_freq, profiler_active, profiler_warmup;
+    } profiling;
+    struct {
+        int enable;
+        train_str_list components;
+        const char *backend;
+    } compile;
+    struct {
+        struct {
+            struct {
+                int enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp,
+                    emulate;
+                const char *recipe_name;
+                train_str_list filter_fqns;
+            } float8;
+            struct {
+                const char *mxfp8_dim1_cast_kernel_choice, *recipe_name;
+                train_str_list filter_fqns;
+            } mx;
+        } linear;
+        struct {
+            struct {
+                train_str_list fqns;
+            } float8;
+            struct {
+                const char *recipe_name;
+                train_str_list fqns;
+            } mx;
+        } grouped_mm;
+    } quantize;
+    struct {
+        int64_t init_timeout_seconds, train_timeout_seconds, trace_buf_size;
+        const char *save_traces_folder, *save_traces_file_prefix, *mode;
+    } comm;
+    struct {
+        int enable, disable_fake_mode; /* enable: print titan plan's figures at start */
+    } memory_estimation;
+    struct {
+        int enable;
+        const char *process_group, *semi_sync_method;
+        int64_t process_group_timeout_ms, replica_id, group_size, min_replica_size;
+    } fault_tolerance;
+    struct {
+        const char *custom_import, *custom_args_module;
+    } experimental;
+    struct {
+        train_opt_int seed; /* torchtitan's seed: overrides training.seed when set */
+        int deterministic, deterministic_warn_only, moe_force_load_balance;
+    } debug;
 
     /* private: where each schema field was last set, and the config's allocations */
     struct {
