@@ -403,7 +403,9 @@ static int cmd_train(int argc, char **argv, base_err *err) {
         train_config_print(&c, stdout);
     } else if (!rc && !(rc = train_config_to_opts(&c, &o, err))) {
         if (c.training.threads > 0) omp_set_num_threads((int)c.training.threads);
-        rc = train_run(&o, err);
+        if (c.job.print_config && dist_world_rank() == 0) train_config_print(&c, stdout);
+        if (o.memory_estimation) rc = train_plan_print_for(&o, stdout, err);
+        if (!rc) rc = train_run(&o, err);
     }
     train_config_free(&c);
     return rc;

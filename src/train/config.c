@@ -361,6 +361,8 @@ static const field g_fields[] = {
     PBOOL(debug, moe_force_load_balance, 0, P_USED, "route MoE tokens round-robin (testing)"),
 };
 #define N_FIELDS ((int)(sizeof g_fields / sizeof g_fields[0]))
+static int is_unset(const field *fd, const void *s);
+static int64_t lr_decay_steps(const train_config *c);
 _Static_assert(sizeof g_fields / sizeof g_fields[0] <= TRAIN_CONFIG_MAX_FIELDS,
                "raise TRAIN_CONFIG_MAX_FIELDS");
 
@@ -1177,26 +1179,40 @@ static int is_alias(const char *flag) {
     return 0;
 }
 
+/* The length of the flag naming the config file: --config, or torchtitan's --job.config_file
+ * (its run script's) and --job.config-file; followed by "=FILE" or nothing. 0: not one. */
+static size_t config_flag(const char *a) {
+    static const char *const flags[] = {"--config", "--job.config_file", "--job.config-file"};
+    for (int i = 0; i < 3; i++) {
+        const size_t k = strlen(flags[i]);
+        if (!strncmp(a, flags[i], k) && (!a[k] || a[k] == '=')) return k;
+    }
+    return 0;
+}
+
 int train_config_from_args(train_config *c, int argc, char **argv, int first, train_cli *cli,
                            base_err *err) {
     memset(cli, 0, sizeof *cli);
     const char *config = NULL;
     for (int i = first; i < argc; i++) { /* the file first: the command line overrides it */
         const char *a = argv[i];
-        if (strcmp(a, "--config") && strncmp(a, "--config=", 9)) continue;
+        const size_t k = config_flag(a);
+        if (!k) continue;
         if (config) return base_fail(err, "command line: --config given twice");
-        config = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
-        if (!config || !config[0]) return base_fail(err, "command line: --config needs a file");
+        config = a[k] == '=' ? a + k + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!config || !config[0])
+            return base_fail(err, "command line: %.*s needs a file", (int)k, a);
     }
     if (config && train_config_load_file(c, config, err)) return -1;
+    if (config && train_config_set(c, "job.config_file", config, "--config", err)) return -1;
     int64_t grad_accum = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--config")) {
-            i++;
+        const size_t k = config_flag(a);
+        if (k) {
+            i += !a[k];
             continue;
         }
-        if (!strncmp(a, "--config=", 9)) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             cli->help = 1;
             continue;
@@ -1224,6 +1240,8 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         const char *eq = strchr(a, '=');
         char name[160];
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+        for (char *p = name; *p; p++) /* torchtitan's CLI (tyro) also spells keys with '-' */
+            if (*p == '-') *p = '_';
         const char *value = eq ? eq + 1 : NULL;
         if (!strchr(name, '.')) { /* neither an alias nor section.key: suggest either */
             nearest nr = {a, "", 0};
@@ -1386,10 +1404,79 @@ int train_config_validate(const train_config *c, base_err *err) {
         return fail_field(c, "training", "global_batch_size", err,
                           "%lld is not a multiple of training.local_batch_size (%lld)",
                           (long long)gbs, (long long)lbs);
-    if (c->lr_scheduler.total_steps.set && c->lr_scheduler.total_steps.v < c->training.steps)
+    if (c->lr_scheduler.total_steps.set && c->lr_scheduler.total_steps.v < c->training.steps &&
+        lr_decay_steps(c) == 0 && c->training.steps > c->lr_scheduler.total_steps.v + 1)
         return fail_field(c, "lr_scheduler", "total_steps", err,
-                          "%lld is shorter than training.steps (%lld)",
-                          (long long)c->lr_scheduler.total_steps.v, (long long)c->training.steps);
+                          "%lld is shorter than training.steps (%lld) and leaves no decay steps: "
+                          "torchtitan's schedule stops with an assertion after step %lld",
+                          (long long)c->lr_scheduler.total_steps.v, (long long)c->training.steps,
+                          (long long)c->lr_scheduler.total_steps.v + 1);
+    return 0;
+}
+
+/* Decay steps of the LR schedule, as torchtitan's build_lr_schedulers counts them. */
+static int64_t lr_decay_steps(const train_config *c) {
+    const int64_t n =
+        c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
+    const int64_t w = c->lr_scheduler.warmup_steps < n ? c->lr_scheduler.warmup_steps : n;
+    int64_t d = c->lr_scheduler.decay_ratio.set
+                    ? (int64_t)nearbyint((double)n * c->lr_scheduler.decay_ratio.v)
+                    : n - w;
+    return w + d > n ? n - w : d;
+}
+
+/* Whether field f holds its default: for torchtitan keys titan does not act on, the value
+ * that asks for nothing. */
+static int at_default(const train_config *c, const field *f) {
+    const void *s = slot(c, f);
+    if (f->optional || f->type == T_ANY) return is_unset(f, s);
+    switch (f->type) {
+    case T_STR:
+        return !strcmp(*(const char *const *)s, f->def_s);
+    case T_INT:
+        return *(const int64_t *)s == (int64_t)f->def;
+    case T_BOOL:
+        return *(const int *)s == (int)f->def;
+    case T_FLOAT:
+        return *(const double *)s == f->def;
+    case T_STRS:
+        return ((const train_str_list *)s)->n == 0;
+    case T_INTS:
+        return ((const train_int_list *)s)->n == 0;
+    case T_ANY:
+        break;
+    }
+    return 1;
+}
+
+/* torchtitan keys for features titan lacks: a P_REFUSE field away from its default is refused
+ * by name, a P_NOTE one is logged (the run goes on); torchtitan's deprecated and renamed keys
+ * are applied with its warnings. */
+static int compat_check(train_config *c, base_err *err) {
+    if (strcmp(c->model.name, "qwen3"))
+        return NOT_YET(model, name, "'%s' is not implemented (qwen3 is)", c->model.name);
+    if (!strcmp(c->activation_checkpoint.mode, "memory_budget"))
+        return NOT_YET(activation_checkpoint, mode,
+                       "memory_budget (torch's min-cut recomputation) is not implemented (none, "
+                       "full or selective)");
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &g_fields[i];
+        if ((f->policy != P_REFUSE && f->policy != P_NOTE) || at_default(c, f)) continue;
+        if (f->policy == P_REFUSE)
+            return fail_field(c, f->section, f->key, err, "not supported by titan: %s", f->help);
+        base_log(BASE_LOG_WARN, "%s.%s is set but has no effect in titan: %s", f->section, f->key,
+                 f->help);
+    }
+    if (c->model.tokenizer_path[0]) { /* torchtitan's manager.py: the same warning */
+        base_log(BASE_LOG_WARN, "tokenizer_path is deprecated, use model.hf_assets_path instead. "
+                                "Setting hf_assets_path to tokenizer_path temporarily.");
+        c->model.hf_assets_path = c->model.tokenizer_path;
+    }
+    if (c->lr_scheduler.total_steps.set && c->lr_scheduler.total_steps.v < c->training.steps)
+        base_log(BASE_LOG_WARN,
+                 "lr_scheduler.total_steps %lld < training.steps %lld: as in torchtitan, the "
+                 "decay curve continues past its end (linear and sqrt go below min_lr_factor)",
+                 (long long)c->lr_scheduler.total_steps.v, (long long)c->training.steps);
     return 0;
 }
 
@@ -1409,6 +1496,7 @@ static const char *output_path(train_config *c, const char *p) {
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     train_opts_defaults(o);
+    if (compat_check(c, err)) return -1;
     /* What titan cannot do yet is refused by name rather than ignored. */
     if (c->model.mlp_only_layers.n)
         return NOT_YET(model, mlp_only_layers,
@@ -1490,7 +1578,7 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                         ? (int)(c->training.global_batch_size / c->training.local_batch_size / dp)
                         : 1;
     o->max_norm = c->training.max_norm;
-    o->seed = (uint64_t)c->training.seed;
+    o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
     o->ce_chunk = (int)c->training.ce_chunk;
     o->adamw = (optim_adamw_cfg){c->optimizer.lr, c->optimizer.beta1, c->optimizer.beta2,
                                  c->optimizer.eps, c->optimizer.weight_decay};
@@ -1531,6 +1619,19 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     }
     o->kernel_overrides = c->ovr;
     o->n_kernel_overrides = n;
+    o->ckpt.exclude_from_loading = c->checkpoint.exclude_from_loading.v;
+    o->ckpt.n_exclude_from_loading = c->checkpoint.exclude_from_loading.n;
+    o->ckpt.load_only = c->checkpoint.load_only;
+    o->ckpt.enable_first_step_checkpoint = c->checkpoint.enable_first_step_checkpoint;
+    o->ckpt.create_seed_checkpoint = c->checkpoint.create_seed_checkpoint;
+    o->moe_force_load_balance = c->debug.moe_force_load_balance;
+    o->disable_loss_parallel = c->parallelism.disable_loss_parallel;
+    o->comm.init_timeout_s = (int)c->comm.init_timeout_seconds;
+    o->comm.train_timeout_s = (int)c->comm.train_timeout_seconds;
+    o->comm.trace_buf_size = (int)c->comm.trace_buf_size;
+    o->comm.traces_folder = output_path(c, c->comm.save_traces_folder);
+    o->comm.traces_file_prefix = c->comm.save_traces_file_prefix;
+    o->memory_estimation = c->memory_estimation.enable;
     return 0;
 }
 

@@ -218,3 +218,19 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
             f, "  all-to-all tokens (EP)           %10.3f   (%lld collectives; balanced routing)\n",
             p->ep_bytes / G, (long long)p->ep_collectives);
 }
+
+int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {
+    train_plan_in in = {0};
+    in.model = o->model;
+    in.world = dist_world_size();
+    in.batch = o->batch;
+    in.seq_len = o->seq_len;
+    in.grad_accum = o->grad_accum;
+    in.par = o->par;
+    in.reshard = o->reshard;
+    in.ac = o->ac;
+    train_plan p;
+    if (train_plan_compute(&in, &p, err)) return -1;
+    if (dist_world_rank() == 0) train_plan_print(&in, &p, 0, f);
+    return 0;
+}

@@ -25,6 +25,10 @@ typedef struct {
     int last_save_model_only;      /* the save at the last step holds only the weights */
     int last_save_in_hf;           /* ... written as a Hugging Face folder, step-N/ */
     int async;                     /* save in a background thread (when memory allows) */
+    /* torchtitan's; parsed, for the checkpoint code to honour */
+    const char *const *exclude_from_loading; /* state names not restored on resume */
+    int n_exclude_from_loading;
+    int load_only, enable_first_step_checkpoint, create_seed_checkpoint;
 } train_ckpt_opts;
 
 typedef struct {
@@ -62,6 +66,14 @@ typedef struct {
     dist_reshard reshard;      /* parallelism.fsdp_reshard_after_forward */
     model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
+    /* torchtitan keys parsed for the parts that honour them */
+    int moe_force_load_balance; /* debug.moe_force_load_balance */
+    int disable_loss_parallel;  /* parallelism.disable_loss_parallel */
+    struct {                    /* [comm] */
+        int init_timeout_s, train_timeout_s, trace_buf_size;
+        const char *traces_folder, *traces_file_prefix; /* under job.dump_folder */
+    } comm;
+    int memory_estimation; /* memory_estimation.enable: print titan plan's figures at start */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -397,6 +409,9 @@ typedef struct {
 } train_plan;
 
 int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err);
+/* memory_estimation.enable: the plan of the run o describes on this run's ranks, printed to
+ * f (rank 0 only). */
+int train_plan_print_for(const train_opts *o, FILE *f, base_err *err);
 /* The table `titan plan` prints; budget_gib > 0 adds whether the run fits. */
 void train_plan_print(const train_plan_in *in, const train_plan *p, double budget_gib, FILE *f);
 
