@@ -17,3 +17,10 @@ set_tests_properties(config_cli_suggests PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME config_reference_current
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/config_doc.sh $<TARGET_FILE:titan>
           ${CMAKE_SOURCE_DIR}/docs/config.md)
+
+# torchtitan v0.2.2's Qwen3 and Llama3-debug TOMLs, unmodified (tests/fixtures/torchtitan):
+# --print-config round-trips, 2 steps train on a shrunk model; job.print_config,
+# memory_estimation.enable and lr_scheduler.total_steps < training.steps as torchtitan.
+add_test(NAME config_torchtitan_tomls
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/torchtitan_configs.sh $<TARGET_FILE:titan>
+          ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/torchtitan ${TITAN_SHARED}/data)

@@ -32,3 +32,12 @@ if(TARGET test_chat)
   # the chat template test reads ../shared/data/{qwen3_tokenizer,tokenizer_vectors}
   target_compile_definitions(test_chat PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
 endif()
+
+# tokenizer_config.json's added_tokens_decoder is vocabulary (torchtitan's test tokenizer lists
+# its special tokens only there): titan encode / decode against transformers' AutoTokenizer.
+add_test(NAME tokenizer_added_tokens_decoder
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_added_tokens_decoder.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/test_tokenizer
+          ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
+set_tests_properties(tokenizer_added_tokens_decoder PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;RAYON_NUM_THREADS=2" TIMEOUT 300)

@@ -487,31 +487,34 @@ static int parse_model(data_tok *t, json_t *model, const char *path, base_err *e
     return 0;
 }
 
-static int parse_added(data_tok *t, json_t *arr, const char *path, base_err *err) {
+/* Appends the added tokens of arr (objects with id, content, special and the flags) to t;
+ * `field` names arr in errors ("added_tokens"). */
+static int parse_added(data_tok *t, json_t *arr, const char *path, const char *field,
+                       base_err *err) {
     if (!arr || json_is_null(arr)) return 0;
-    if (!json_is_array(arr)) return base_fail(err, "%s: added_tokens: not an array", path);
+    if (!json_is_array(arr)) return base_fail(err, "%s: %s: not an array", path, field);
     size_t n = json_array_size(arr);
-    t->added = calloc(n ? n : 1, sizeof *t->added);
-    if (!t->added) return base_fail(err, "out of memory");
+    added_tok *grown = realloc(t->added, (t->n_added + n + 1) * sizeof *t->added);
+    if (!grown) return base_fail(err, "out of memory");
+    t->added = grown;
     size_t i;
     json_t *a;
     json_array_foreach(arr, i, a) {
-        if (!json_is_object(a))
-            return base_fail(err, "%s: added_tokens[%zu]: not an object", path, i);
+        if (!json_is_object(a)) return base_fail(err, "%s: %s[%zu]: not an object", path, field, i);
         json_t *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= TOK_MAX_ID)
-            return base_fail(err, "%s: added_tokens[%zu].id: not an integer in range", path, i);
+            return base_fail(err, "%s: %s[%zu].id: not an integer in range", path, field, i);
         if (!json_is_string(c) || json_string_length(c) == 0)
-            return base_fail(err, "%s: added_tokens[%zu].content: not a non-empty string", path, i);
+            return base_fail(err, "%s: %s[%zu].content: not a non-empty string", path, field, i);
         static const char *const flags[] = {"lstrip", "rstrip", "single_word", "normalized"};
         for (int f = 0; f < 4; f++)
             if (!false_or_absent(json_object_get(a, flags[f])))
-                return base_fail(err, "%s: added_tokens[%zu].%s: only false is supported", path, i,
+                return base_fail(err, "%s: %s[%zu].%s: only false is supported", path, field, i,
                                  flags[f]);
         json_t *sp = json_object_get(a, "special");
         if (sp && !json_is_boolean(sp))
-            return base_fail(err, "%s: added_tokens[%zu].special: not a boolean", path, i);
+            return base_fail(err, "%s: %s[%zu].special: not a boolean", path, field, i);
         added_tok *at = &t->added[t->n_added++];
         at->content = malloc(json_string_length(c) + 1);
         if (!at->content) return base_fail(err, "out of memory");
@@ -526,12 +529,52 @@ static int parse_added(data_tok *t, json_t *arr, const char *path, base_err *err
         while (k < t->n_added_lens && t->added_lens[k] > at->len) k++;
         if (k < t->n_added_lens && t->added_lens[k] == at->len) continue;
         if (t->n_added_lens == sizeof t->added_lens / sizeof t->added_lens[0])
-            return base_fail(err, "%s: added_tokens: too many distinct lengths", path);
+            return base_fail(err, "%s: %s: too many distinct lengths", path, field);
         memmove(&t->added_lens[k + 1], &t->added_lens[k], (t->n_added_lens - k) * sizeof(size_t));
         t->added_lens[k] = at->len;
         t->n_added_lens++;
     }
     return 0;
+}
+
+/* tokenizer_config.json's added_tokens_decoder ({"id": {content, special, ...}}), as
+ * transformers' AutoTokenizer reads it: entries whose id and content tokenizer.json's
+ * added_tokens do not already have become added tokens (torchtitan's test tokenizer lists its
+ * special tokens only there). */
+static int parse_added_decoder(data_tok *t, json_t *cfg, const char *cpath, base_err *err) {
+    json_t *dec = cfg ? json_object_get(cfg, "added_tokens_decoder") : NULL;
+    if (!dec || json_is_null(dec)) return 0;
+    if (!json_is_object(dec))
+        return base_fail(err, "%s: added_tokens_decoder: not an object", cpath);
+    json_t *arr = json_array();
+    if (!arr) return base_fail(err, "out of memory");
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(dec, key, v) {
+        int64_t id;
+        if (base_parse_i64(key, &id) || id < 0 || id >= TOK_MAX_ID || !json_is_object(v)) {
+            rc =
+                base_fail(err, "%s: added_tokens_decoder[\"%.32s\"]: wants a token id -> {content}",
+                          cpath, key);
+            break;
+        }
+        json_t *c = json_object_get(v, "content");
+        int known = 0;
+        for (size_t i = 0; i < t->n_added && !known; i++)
+            known = t->added[i].id == (int32_t)id ||
+                    (json_is_string(c) && t->added[i].len == json_string_length(c) &&
+                     !memcmp(t->added[i].content, json_string_value(c), t->added[i].len));
+        if (known) continue;
+        json_t *e = json_deep_copy(v);
+        if (!e || json_object_set_new(e, "id", json_integer(id)) || json_array_append_new(arr, e)) {
+            rc = base_fail(err, "out of memory");
+            break;
+        }
+    }
+    if (!rc) rc = parse_added(t, arr, cpath, "added_tokens_decoder", err);
+    json_decref(arr);
+    return rc;
 }
 
 static int config_token(data_tok *t, json_t *cfg, const char *field, const char *path, int32_t *out,
@@ -570,7 +613,8 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
     }
     if (parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), path, err)) goto done;
     if (parse_model(t, json_object_get(root, "model"), path, err)) goto done;
-    if (parse_added(t, json_object_get(root, "added_tokens"), path, err)) goto done;
+    if (parse_added(t, json_object_get(root, "added_tokens"), path, "added_tokens", err)) goto done;
+    if (read_json(cpath, 0, &cfg, err) || parse_added_decoder(t, cfg, cpath, err)) goto done;
     json_t *dec = json_object_get(root, "decoder");
     if (dec && !json_is_null(dec)) {
         const char *dt =
@@ -604,7 +648,6 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
         smap_slot *s = smap_find(&t->vocab, t->byte_str[b], strlen(t->byte_str[b]));
         t->byte_id[b] = s ? s->val : -1;
     }
-    if (read_json(cpath, 0, &cfg, err)) goto done;
     if (config_token(t, cfg, "bos_token", cpath, &t->bos, err) ||
         config_token(t, cfg, "eos_token", cpath, &t->eos, err) ||
         config_token(t, cfg, "pad_token", cpath, &t->pad, err))

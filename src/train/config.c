@@ -1204,7 +1204,6 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
             return base_fail(err, "command line: %.*s needs a file", (int)k, a);
     }
     if (config && train_config_load_file(c, config, err)) return -1;
-    if (config && train_config_set(c, "job.config_file", config, "--config", err)) return -1;
     int64_t grad_accum = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -1737,6 +1736,7 @@ void train_config_usage(FILE *f) {
                "                   [--print-config] [--help]\n"
                "  --config FILE       a TOML job config (see configs/); the command line "
                "overrides it\n"
+               "                      (torchtitan's --job.config_file FILE is the same)\n"
                "  --print-config      print the resolved config as TOML and exit\n"
                "  --section.key V     set one field (booleans: a bare --section.key means true;\n"
                "                      optional numbers: 'none' unsets; lists: [\"a\", \"b\"] or "
@@ -1786,7 +1786,9 @@ void train_config_usage(FILE *f) {
             choices_list(fd->choices, range, sizeof range);
         else if (fd->type == T_INT || fd->type == T_FLOAT || fd->type == T_INTS)
             range_text(fd, range, sizeof range);
-        fprintf(f, "  %-30s %-14s %s%s%s%s\n", fd->key, def, fd->help, range[0] ? " (" : "", range,
-                range[0] ? ")" : "");
+        static const char *const tag[] = {"", " [inert]", " [no effect: noted when set]",
+                                          " [refused when set]"};
+        fprintf(f, "  %-30s %-14s %s%s%s%s%s\n", fd->key, def, fd->help, range[0] ? " (" : "",
+                range, range[0] ? ")" : "", tag[fd->policy]);
     }
 }

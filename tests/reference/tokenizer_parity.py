@@ -14,7 +14,7 @@ import os
 import random
 import struct
 
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 
 
 def vector_texts(shared):
@@ -93,6 +93,19 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     tok = Tokenizer.from_file(os.path.join(a.tokenizer, "tokenizer.json"))
+    # The vocabulary as transformers' AutoTokenizer loads the folder: tokenizer_config.json's
+    # added_tokens_decoder entries missing from tokenizer.json are added tokens too (torchtitan's
+    # test tokenizer lists its special tokens only there).
+    cfg_path = os.path.join(a.tokenizer, "tokenizer_config.json")
+    if os.path.exists(cfg_path):
+        with open(cfg_path, encoding="utf-8") as f:
+            decoder = json.load(f).get("added_tokens_decoder") or {}
+        have = tok.get_added_tokens_decoder()
+        new = [AddedToken(e["content"], special=e.get("special", False), normalized=False)
+               for i, e in sorted(decoder.items(), key=lambda kv: int(kv[0]))
+               if int(i) not in have and e["content"] not in {t.content for t in have.values()}]
+        tok.add_special_tokens([t for t in new if t.special])
+        tok.add_tokens([t for t in new if not t.special])
     texts = vector_texts(a.shared) + shakespeare(a.shared) + generated(tok)
     encs = tok.encode_batch(texts, add_special_tokens=False)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
