@@ -62,4 +62,15 @@ got=$(sed 's/.*"lr": \([^,]*\),.*/\1/' "$out/run/metrics.jsonl" | tr '\n' ' ')
 awk -v w="$want" -v g="$got" 'BEGIN { n = split(w, a, " "); m = split(g, b, " ");
   if (n != m) exit 1; for (i = 1; i <= n; i++) { d = a[i] - b[i]; if (d > 1e-12 || d < -1e-12) exit 1 } }' ||
   fail "lr past total_steps: got $got, want $want"
+# Every v0.2.2 JobConfig key at torchtitan's default loads; the printed config differs from
+# titan's defaults only where titan's defaults are deliberately its own (docs/config.md) or a
+# list default has no schema form (torchtitan's non-empty list defaults).
+"$titan" train --config "$fixtures/defaults/job_config_v0.2.2.toml" --print-config > "$out/tt" ||
+  fail "torchtitan's JobConfig defaults do not load"
+"$titan" train --print-config > "$out/titan"
+got=$({ diff "$out/titan" "$out/tt" || true; } | sed -n 's/^> \([a-z_0-9]*\) = .*/\1/p' |
+  LC_ALL=C sort | tr '\n' ' ')
+want="async_mode components dataset description dump_folder filter_fqns hf_assets_path mode name "
+want+="per_op_sac_force_recompute_mm_shapes_by_fqns "
+[ "$got" = "$want" ] || fail "defaults differ from torchtitan's in: $got (expected: $want)"
 echo "torchtitan configs ok: $n fixtures"
