@@ -77,8 +77,8 @@ int base_parse_f64(const char *s, double *out);
  * keys, dotted keys, [table] headers, single-line basic strings (escapes \b \t \n \f \r
  * \" \\ \uXXXX \UXXXXXXXX) and literal strings, integers (decimal with '_' separators,
  * 0x / 0o / 0b), floats (fraction and/or exponent, inf, nan), booleans, and arrays of those
- * (one level deep, may span lines). The rest of TOML (multi-line strings, dates and times,
- * inline tables, arrays of tables, nested arrays) is refused with "... is not supported by
+ * (nested up to 8 deep, may span lines). The rest of TOML (multi-line strings, dates and
+ * times, inline tables, arrays of tables) is refused with "... is not supported by
  * titan's TOML subset", as is a quoted key part containing '.' anywhere but as the last
  * part of a key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not). Input is hostile: it
  * must be UTF-8 without NUL bytes, sizes are capped, and every error reads "FILE:LINE:COLUMN:

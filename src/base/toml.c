@@ -15,6 +15,7 @@
 #define TOML_MAX_TABLES 1024
 #define TOML_MAX_KEYS 8192
 #define TOML_MAX_ITEMS 65536
+#define TOML_MAX_DEPTH 8 /* nested arrays */
 #define TOML_MAX_PARTS 8 /* key path components: a.b.c */
 
 enum { DEF_IMPLICIT, DEF_HEADER, DEF_DOTTED }; /* how a table came to exist */
@@ -524,9 +525,10 @@ static int number(parser *t, base_toml_value *v) {
     return 0;
 }
 
-static int value(parser *t, base_toml_value *v, int in_array);
+static int value(parser *t, base_toml_value *v, int depth);
 
-static int array(parser *t, base_toml_value *v) {
+/* depth: of the arrays around this one (0 for a key's value). */
+static int array(parser *t, base_toml_value *v, int depth) {
     v->type = BASE_TOML_ARRAY;
     int cap = 0;
     t->p++;
@@ -545,7 +547,7 @@ static int array(parser *t, base_toml_value *v) {
         base_toml_value *it = &v->items[v->n_items];
         memset(it, 0, sizeof *it);
         v->n_items++;
-        if (value(t, it, 1)) return -1;
+        if (value(t, it, depth + 1)) return -1;
         if (skip_blank(t)) return -1;
         if (t->p < t->end && *t->p == ',') {
             t->p++;
@@ -565,7 +567,8 @@ static int word(const parser *t, const char *w) {
            (t->p + n == t->end || !is_bare(t->p[n]));
 }
 
-static int value(parser *t, base_toml_value *v, int in_array) {
+/* depth: arrays around the value; nesting is capped (recursion on hostile input). */
+static int value(parser *t, base_toml_value *v, int depth) {
     v->line = t->line;
     v->col = col(t);
     if (t->p >= t->end || at_eol(t)) return FAIL(t, "expected a value");
@@ -581,8 +584,9 @@ static int value(parser *t, base_toml_value *v, int in_array) {
         return 0;
     }
     if (ch == '[') {
-        if (in_array) return FAIL(t, "nested arrays" UNSUPPORTED);
-        return array(t, v);
+        if (depth >= TOML_MAX_DEPTH)
+            return FAIL(t, "arrays nested more than %d deep", TOML_MAX_DEPTH);
+        return array(t, v, depth);
     }
     if (ch == '{') return FAIL(t, "inline tables ({...})" UNSUPPORTED);
     if ((ch >= '0' && ch <= '9') || ch == '+' || ch == '-' || word(t, "inf") || word(t, "nan"))

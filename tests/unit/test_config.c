@@ -176,8 +176,14 @@ static void errors(void) {
                         "in [training]?"},
         {"training.steps = 5\ntraining.stepz = 1\n",
          "x.toml:2:1: unknown key 'stepz' in [training]; did you mean 'steps'?"},
-        {"[training.dataloader]\nnum_workers = 1\n", "x.toml:1:1: unknown section "
-                                                     "[training.dataloader]"},
+        {"[training.dataloadr]\nnum_workers = 1\n", "x.toml:1:1: unknown section "
+                                                    "[training.dataloadr]; did you mean "
+                                                    "[training.dataloader]?"},
+        /* suggestions only a typo away: [profiling] once suggested [training] */
+        {"[profilling_x]\nenable = 1\n", "x.toml:1:1: unknown section [profilling_x]; did you "
+                                         "mean [profiling]?"},
+        {"[tracing]\nenable = 1\n", "x.toml:1:1: unknown section [tracing]"},
+        {"[compile]\nbackend_name = 1\n", "x.toml:2:1: unknown key 'backend_name' in [compile]"},
         {"[training]\nsteps = \"10\"\n", "x.toml:2:9: training.steps: expected an integer, got a "
                                          "string"},
         {"[training]\nsteps = 1.5\n",
@@ -389,8 +395,9 @@ static void command_line(void) {
         {{"--config", "/nonexistent.toml"}, "/nonexistent.toml: "},
         {{"--config", "a", "--config=b"}, "command line: --config given twice"},
         {{"stray"}, "command line: unexpected argument 'stray'"},
-        {{"--lr_scheduler.total_steps", "5", "--steps", "10"},
-         "command line: --lr_scheduler.total_steps: 5 is shorter than training.steps (10)"},
+        {{"--lr_scheduler.total_steps", "5", "--steps", "10"}, /* warmup 200: cut to 5 */
+         "command line: --lr_scheduler.total_steps: 5 is shorter than training.steps (10) and "
+         "leaves no decay steps"},
         {{"--model.num_experts", "4", "--model.top_k", "8"},
          "command line: --model.top_k: 8 is more than model.num_experts (4)"},
     };
@@ -599,9 +606,131 @@ static void mutations(void) {
     CHECK(ok > 0, "no mutation loaded");
 }
 
+/* One error per file for all its unknown names, each with its place; the no-suggestion and the
+ * suggestion forms both appear. */
+static void unknown_names_at_once(void) {
+    train_config c;
+    base_err err;
+    const char *text = "stray = 1\n[profilin]\na = 1\n[job]\nfoo = 2\n[training]\nstpes = 3\n"
+                       "[quantize.linear.float9]\nx = 1\n";
+    CHECK(load(&c, text, &err) != 0, "unknown names accepted");
+    const char *want = "x.toml: 5 unknown names:\n"
+                       "  x.toml:1:1: key 'stray' is outside any [section]\n"
+                       "  x.toml:2:1: unknown section [profilin]; did you mean [profiling]?\n"
+                       "  x.toml:5:1: unknown key 'foo' in [job]\n"
+                       "  x.toml:7:1: unknown key 'stpes' in [training]; did you mean 'steps'?\n"
+                       "  x.toml:8:1: unknown section [quantize.linear.float9]; did you mean "
+                       "[quantize.linear.float8]?";
+    CHECK(!strcmp(err.msg, want), "unknown names:\n  got  %s\n  want %s", err.msg, want);
+    train_config_free(&c);
+}
+
+/* torchtitan v0.2.2 keys: every section parses; keys for features titan lacks are accepted at
+ * their defaults and refused by name when set otherwise; the renamed / deprecated ones map. */
+static void torchtitan_compat(void) {
+    train_config c;
+    base_err err;
+    train_opts o;
+    /* torchtitan's defaults (and non-defaults of inert keys) load and translate */
+    const char *inert =
+        "[profiling]\nenable_profiling = false\nprofile_freq = 100\n"
+        "[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n"
+        "[quantize.linear.float8]\nfilter_fqns = [\"output\"]\n"
+        "[quantize.grouped_mm.float8]\nfqns = \"experts\"\n"
+        "[parallelism]\nmodule_fqns_per_model_part = [[\"tok_embeddings\"]]\n"
+        "pipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+        "[training]\ngc_freq = 7\n[training.dataloader]\nnum_workers = 4\n"
+        "[validation.dataloader]\npin_memory = true\n"
+        "[metrics]\nenable_wandb = true\ndisable_color_printing = true\n"
+        "[fault_tolerance]\nreplica_id = 3\n[comm]\ninit_timeout_seconds = 60\n"
+        "[debug]\nseed = 1234\ndeterministic = true\nmoe_force_load_balance = true\n"
+        "[memory_estimation]\nenable = true\n[job]\nprint_config = true\n"
+        "[checkpoint]\nexclude_from_loading = [\"optimizer\"]\nload_only = true\n"
+        "[model]\ntokenizer_path = \"/tok\"\n";
+    int rc = load(&c, inert, &err);
+    CHECK(rc == 0, "torchtitan keys: %s", err.msg);
+    if (!rc) {
+        check_round_trip(&c, "torchtitan keys");
+        rc = train_config_to_opts(&c, &o, &err);
+        CHECK(rc == 0, "torchtitan keys to opts: %s", err.msg);
+        CHECK(!rc && o.seed == 1234, "debug.seed is the seed");
+        CHECK(!rc && o.tokenizer_dir && !strcmp(o.tokenizer_dir, "/tok"),
+              "model.tokenizer_path sets hf_assets_path");
+        CHECK(!rc && o.moe_force_load_balance && o.memory_estimation && o.ckpt.load_only &&
+                  o.ckpt.n_exclude_from_loading == 1 &&
+                  !strcmp(o.ckpt.exclude_from_loading[0], "optimizer") &&
+                  o.comm.init_timeout_s == 60 && o.comm.train_timeout_s == 100,
+              "parsed keys reach train_opts");
+        CHECK(c.job.print_config == 1, "job.print_config");
+    }
+    train_config_free(&c);
+
+    /* set to something that would change training: refused, naming the key */
+    static const struct {
+        const char *text, *want;
+    } refused[] = {
+        {"[model]\nconverters = [\"float8\"]\n", "x.toml:2:14: model.converters: not supported"},
+        {"[model]\nname = \"llama3\"\n", "x.toml:2:8: model.name: 'llama3' is not implemented"},
+        {"[training]\nenable_cpu_offload = true\n",
+         "x.toml:2:22: training.enable_cpu_offload: not supported"},
+        {"[fault_tolerance]\nenable = true\n",
+         "x.toml:2:10: fault_tolerance.enable: not supported"},
+        {"[experimental]\ncustom_import = \"m\"\n",
+         "x.toml:2:17: experimental.custom_import: not supported"},
+        {"[job]\ncustom_config_module = \"m\"\n",
+         "x.toml:2:24: job.custom_config_module: not supported"},
+        {"[parallelism]\nexpert_tensor_parallel_degree = 2\n",
+         "x.toml:2:33: parallelism.expert_tensor_parallel_degree: not supported"},
+        {"[parallelism]\nexpert_parallel_comm_backend = \"deepep\"\n",
+         "x.toml:2:32: parallelism.expert_parallel_comm_backend: not supported"},
+        {"[parallelism]\nenable_async_tensor_parallel = true\n",
+         "x.toml:2:32: parallelism.enable_async_tensor_parallel: not supported"},
+        {"[optimizer]\nearly_step_in_backward = true\n",
+         "x.toml:2:26: optimizer.early_step_in_backward: not supported"},
+        {"[comm]\nmode = \"fake_backend\"\n", "x.toml:2:8: comm.mode: not supported"},
+        {"[activation_checkpoint]\nmode = \"memory_budget\"\n",
+         "x.toml:2:8: activation_checkpoint.mode: memory_budget"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        rc = load(&c, refused[i].text, &err);
+        CHECK(rc == 0, "refused case %zu must load: %s", i, err.msg);
+        if (!rc) rc = train_config_to_opts(&c, &o, &err);
+        CHECK(rc != 0, "refused case %zu translated:\n%s", i, refused[i].text);
+        if (rc)
+            CHECK(!strncmp(err.msg, refused[i].want, strlen(refused[i].want)),
+                  "refused case %zu:\n  got  %s\n  want %s...", i, err.msg, refused[i].want);
+        train_config_free(&c);
+    }
+
+    /* torchtitan's run script passes --job.config_file; tyro spells keys with '-' too */
+    const char *path = "/tmp/titan_test_config_tt.toml";
+    FILE *f = fopen(path, "w");
+    fprintf(f, "[training]\nsteps = 33\n");
+    fclose(f);
+    char *a1[] = {"--job.config_file", (char *)path, "--training.local-batch-size", "3", NULL};
+    char *a2[] = {"--job.config-file=/tmp/titan_test_config_tt.toml", NULL};
+    rc = from_args(&c, a1, &err);
+    CHECK(rc == 0 && c.training.steps == 33 && c.training.local_batch_size == 3,
+          "--job.config_file FILE: %s", err.msg);
+    train_config_free(&c);
+    rc = from_args(&c, a2, &err);
+    CHECK(rc == 0 && c.training.steps == 33, "--job.config-file=FILE: %s", err.msg);
+    train_config_free(&c);
+    remove(path);
+
+    /* total_steps < steps: allowed (the schedule runs on past its end, as torchtitan's) */
+    char *a3[] = {"--lr_scheduler.total_steps", "5", "--steps", "10", "--warmup", "1", NULL};
+    rc = from_args(&c, a3, &err);
+    if (!rc) rc = train_config_to_opts(&c, &o, &err);
+    CHECK(rc == 0 && o.lr.total_steps == 5 && o.steps == 10, "total_steps < steps: %s", err.msg);
+    train_config_free(&c);
+}
+
 int main(void) {
     kernels_table();
     mutations();
+    unknown_names_at_once();
+    torchtitan_compat();
     defaults();
     exact_values();
     errors();

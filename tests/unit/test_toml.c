@@ -117,6 +117,13 @@ static void valid_subset(void) {
     CHECK(base_toml_parse_value(" [\"x\", 'y'] ", &one, &err) == 0 && one.n_items == 2,
           "parse_value array: %s", err.msg);
     base_toml_value_free(&one);
+    /* nested arrays (torchtitan's parallelism.module_fqns_per_model_part: list[list[str]]) */
+    CHECK(base_toml_parse_value("[[\"a\", \"b\"], [], [\"c\"]]", &one, &err) == 0 &&
+              one.n_items == 3 && one.items[0].type == BASE_TOML_ARRAY &&
+              one.items[0].n_items == 2 && !strcmp(one.items[0].items[1].s, "b") &&
+              one.items[1].n_items == 0 && !strcmp(one.items[2].items[0].s, "c"),
+          "nested arrays: %s", err.msg);
+    base_toml_value_free(&one);
     CHECK(base_toml_parse_value("1 2", &one, &err) != 0 && strstr(err.msg, "after the value"),
           "parse_value trailing junk: %s", err.msg);
 }
@@ -133,7 +140,7 @@ static void malformed(void) {
         {"a = 07:32:00\n", "t.toml:1:5: dates and times"},
         {"a = {x = 1}\n", "t.toml:1:5: inline tables ({...}) is not supported"},
         {"[[runs]]\n", "t.toml:1:1: arrays of tables ([[...]]) is not supported"},
-        {"a = [[1], [2]]\n", "t.toml:1:6: nested arrays is not supported"},
+        {"a = [[[[[[[[[1]]]]]]]]]\n", "t.toml:1:13: arrays nested more than 8 deep"},
         {"a = 1\na = 2\n", "t.toml:2:1: 'a' is defined twice (first at line 1)"},
         {"[x]\n[x]\n", "t.toml:2:1: table [x] is defined twice (first at line 1)"},
         {"[x]\na.b = 1\n[x.a]\n", "t.toml:3:1: table [x.a] was already defined by dotted keys"},
