@@ -14,4 +14,35 @@ titan=${1:-build/titan}
   echo '```'
   "$titan" train --help
   echo '```'
+  cat <<'MD'
+
+## torchtitan compatibility
+
+torchtitan v0.2.2's job configs load unmodified (`titan train --config F` or, as
+torchtitan's run script passes it, `--job.config_file F`; keys may also be spelt with `-`
+as tyro allows). Every `JobConfig` section and key parses; the tags above say what titan
+does with each. A file's unknown keys and sections are reported together in one error.
+
+| keys | titan |
+|---|---|
+| `[job]` `[model]` `[optimizer]` `[lr_scheduler]` `[training]` `[parallelism]` `[checkpoint]` `[activation_checkpoint]` `[metrics]` `[validation]`: the keys without a tag | honoured |
+| `job.print_config` | honoured: prints the resolved config, then trains |
+| `job.config_file` | the file itself is `--job.config_file`; the key in a file is inert |
+| `model.tokenizer_path` | honoured: sets `hf_assets_path` with torchtitan's deprecation warning |
+| `model.name` | `qwen3` only; `llama3` (and others) refused by name |
+| `debug.seed` | honoured: the seed (over `training.seed`) |
+| `debug.deterministic`, `debug.deterministic_warn_only` | inert: titan is always deterministic |
+| `lr_scheduler.total_steps` < `training.steps` | honoured as torchtitan: the decay formula continues past its end (linear and sqrt below `min_lr_factor`, even negative; cosine rises again), with a warning; refused when the schedule has no decay steps (torchtitan's assertion) |
+| `memory_estimation.enable` | honoured: prints `titan plan`'s table at start |
+| `[comm]` timeouts and flight recorder keys, `debug.moe_force_load_balance`, `parallelism.disable_loss_parallel`, `checkpoint.exclude_from_loading` / `load_only` / `enable_first_step_checkpoint` / `create_seed_checkpoint`, `metrics.save_for_all_ranks` | parsed into `train_opts` for the parts that honour them |
+| `[profiling]` (`enable_profiling`, `enable_memory_snapshot`), `compile.enable`, `metrics.enable_wandb`, `job.save_config_file` | no effect: a warning names the key when it is set (titan is compiled code; no profiler, W&B or JSON config) |
+| `[quantize.*]`, `[training.dataloader]`, `[validation.dataloader]`, `training.gc_freq` / `gc_debug` / `mixed_precision_param` / `mixed_precision_reduce`, `metrics.disable_color_printing`, `model.print_after_conversion`, `checkpoint.enable_ft_dataloader_checkpoints`, AC tuning keys (`per_op_sac_*`, `early_stop`, `memory_budget`, `preserve_rng_state`, ...), pipeline- and context-parallel tuning keys, `[fault_tolerance]` other than `enable`, `profiling.*` folders and frequencies, `compile.components` / `backend` | inert: accepted at any value |
+| `model.converters` (non-empty), `training.enable_cpu_offload`, `training.dtype = "bfloat16"`, `optimizer.early_step_in_backward`, `checkpoint.initial_load_in_hf_quantized`, `parallelism.enable_async_tensor_parallel`, `expert_tensor_parallel_degree` (≠ 1), `expert_parallel_comm_backend` (≠ "standard"), `comm.mode` (≠ "default"), `fault_tolerance.enable`, `experimental.custom_import` / `custom_args_module`, `job.custom_config_module`, `activation_checkpoint.mode = "memory_budget"`, pipeline / context parallel degree > 1 | refused by name when set |
+
+titan's own defaults differ from torchtitan's for `job.dump_folder`, `job.description`,
+`model.name`, `model.hf_assets_path`, `training.dataset`, `checkpoint.async_mode` and
+`activation_checkpoint.mode`; list defaults (`compile.components`, the AC and float8/MX
+filters) print as `[]` (they are inert). `tests/fixtures/torchtitan/` holds the Qwen3 and
+Llama3-debug TOMLs that the test `config_torchtitan_tomls` trains.
+MD
 } > docs/config.md
