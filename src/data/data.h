@@ -16,7 +16,10 @@
  *                   Regexes run on PCRE2 (UTF + UCP, JIT).
  *   added_tokens:   lstrip, rstrip, single_word and normalized must be false; special any.
  * tokenizer_config.json is optional; bos_token / eos_token / pad_token may be a string,
- * null, or an object with "content"; the token must exist (id -1 when null or absent).
+ * null, or an object with "content"; the token must exist (id -1 when null or absent). Its
+ * added_tokens_decoder ({"id": {content, special, flags}}) entries whose id and content
+ * tokenizer.json's added_tokens lack are added tokens too, as transformers' AutoTokenizer
+ * loads them (torchtitan's test tokenizer lists its special tokens only there).
  *
  * Encode pipeline: split on added tokens (leftmost, longest match; never split further),
  * NFC the other segments, pre-tokenize, map bytes to the GPT-2 byte-level alphabet, apply
