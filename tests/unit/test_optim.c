@@ -47,6 +47,17 @@ int main(void) {
     for (int s = 0; s < 4; s++) want[s] = s < 3 ? (s + 1) / 3.0 : 1.0;
     check_schedule("warmup+decay > N", (optim_lr_cfg){3, 4, 0.9, OPTIM_DECAY_LINEAR, 0}, want, 4);
 
+    /* Past total_steps (lr_scheduler.total_steps < training.steps): torchtitan's LambdaLR
+     * evaluates the same formula beyond its end, unclamped. N=3, W=1 -> Dk=2, S=1: decay
+     * p = (s+1-2)/2, so linear goes 0.5, 0, -0.5, -1 and cosine (min 0.1) 0.55, 0.1, 0.55, 1
+     * (torchtitan v0.2.2 with torch gives these factors). */
+    const double lin[6] = {1, 1, 0.5, 0, -0.5, -1};
+    check_schedule("linear past total_steps", (optim_lr_cfg){1, 3, -1, OPTIM_DECAY_LINEAR, 0}, lin,
+                   6);
+    const double cosv[6] = {1, 1, 0.55, 0.1, 0.55, 1};
+    check_schedule("cosine past total_steps", (optim_lr_cfg){1, 3, -1, OPTIM_DECAY_COSINE, 0.1},
+                   cosv, 6);
+
     /* Clipping: coef = max_norm / (norm + 1e-6), capped at 1; pre-clip norm returned. */
     float g[4] = {3, 4, 0, 0};
     double ss = optim_sumsq(g, 4);
