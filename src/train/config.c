@@ -1190,9 +1190,56 @@ static size_t config_flag(const char *a) {
     return 0;
 }
 
+/* "--section.key[=v]" as a field name: section.key, with tyro's '-' spelling as '_'. */
+static void cli_name(const char *a, char *name, size_t n) {
+    const char *eq = strchr(a, '=');
+    snprintf(name, n, "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+    for (char *p = name; *p; p++) /* torchtitan's CLI (tyro) also spells keys with '-' */
+        if (*p == '-') *p = '_';
+}
+
+/* Whether option a ("--...") names neither an alias nor a field; if so, why says so with
+ * the nearest name (an alias or --section.key for a bare word, a field for section.key). */
+static int cli_unknown(const char *a, char *why, size_t n) {
+    char name[160], sec[96];
+    if (is_alias(a) || config_flag(a)) return 0;
+    cli_name(a, name, sizeof name);
+    const char *dot = strchr(name, '.');
+    if (!dot) { /* neither an alias nor section.key: suggest either */
+        nearest nr = {a, "", 0};
+        for (int k = 0; k < N_ALIASES; k++) consider(&nr, g_aliases[k].flag);
+        for (int k = 0; k < N_FIELDS; k++) {
+            char full[128];
+            snprintf(full, sizeof full, "--%s.%s", g_fields[k].section, g_fields[k].key);
+            consider(&nr, full);
+        }
+        snprintf(why, n, "unknown option '%.100s'; did you mean '%s'?", a, nr.best);
+        return 1;
+    }
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
+    if (find_field(sec, dot + 1) >= 0) return 0;
+    const int gi = suggest_field(sec, dot + 1);
+    if (gi < 0)
+        snprintf(why, n, "unknown option '--%.100s' (titan train --help lists them)", name);
+    else
+        snprintf(why, n, "unknown option '--%.100s'; did you mean '--%s.%s'?", name,
+                 g_fields[gi].section, g_fields[gi].key);
+    return 1;
+}
+
 int train_config_from_args(train_config *c, int argc, char **argv, int first, train_cli *cli,
                            base_err *err) {
     memset(cli, 0, sizeof *cli);
+    unknowns unk = {"", 0, 0}; /* every unknown option, in one error */
+    for (int i = first; i < argc; i++) {
+        char why[400];
+        if (!strncmp(argv[i], "--", 2) && argv[i][2] && strcmp(argv[i], "--help") &&
+            strcmp(argv[i], "--print-config") && cli_unknown(argv[i], why, sizeof why))
+            unknown_add(&unk, "%s", why);
+    }
+    if (unk.n > 1)
+        return base_fail(err, "command line: %d unknown options:\n  %s%s", unk.n, unk.text,
+                         unk.shown < unk.n ? "\n  ..." : "");
     const char *config = NULL;
     for (int i = first; i < argc; i++) { /* the file first: the command line overrides it */
         const char *a = argv[i];
@@ -1238,21 +1285,10 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         /* --section.key=value, --section.key value, or a bare boolean --section.key */
         const char *eq = strchr(a, '=');
         char name[160];
-        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
-        for (char *p = name; *p; p++) /* torchtitan's CLI (tyro) also spells keys with '-' */
-            if (*p == '-') *p = '_';
+        cli_name(a, name, sizeof name);
         const char *value = eq ? eq + 1 : NULL;
-        if (!strchr(name, '.')) { /* neither an alias nor section.key: suggest either */
-            nearest nr = {a, "", 0};
-            for (int k = 0; k < N_ALIASES; k++) consider(&nr, g_aliases[k].flag);
-            for (int k = 0; k < N_FIELDS; k++) {
-                char full[128];
-                snprintf(full, sizeof full, "--%s.%s", g_fields[k].section, g_fields[k].key);
-                consider(&nr, full);
-            }
-            return base_fail(err, "command line: unknown option '%.100s'; did you mean '%s'?", a,
-                             nr.best);
-        }
+        char why[400];
+        if (cli_unknown(a, why, sizeof why)) return base_fail(err, "command line: %s", why);
         if (!eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
             const char *d = strchr(name, '.');
             char sec[96];

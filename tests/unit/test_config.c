@@ -623,6 +623,22 @@ static void unknown_names_at_once(void) {
                        "[quantize.linear.float8]?";
     CHECK(!strcmp(err.msg, want), "unknown names:\n  got  %s\n  want %s", err.msg, want);
     train_config_free(&c);
+    /* the command line's too, before anything is applied */
+    char *argv[] = {"--profilin.enable_profiling",
+                    "--training.stpes",
+                    "3",
+                    "--steps",
+                    "2",
+                    "--tracing.x=1",
+                    NULL};
+    CHECK(from_args(&c, argv, &err) != 0, "unknown options accepted");
+    const char *want_cli = "command line: 3 unknown options:\n"
+                           "  unknown option '--profilin.enable_profiling'; did you mean "
+                           "'--profiling.enable_profiling'?\n"
+                           "  unknown option '--training.stpes'; did you mean '--training.steps'?\n"
+                           "  unknown option '--tracing.x' (titan train --help lists them)";
+    CHECK(!strcmp(err.msg, want_cli), "unknown options:\n  got  %s\n  want %s", err.msg, want_cli);
+    train_config_free(&c);
 }
 
 /* torchtitan v0.2.2 keys: every section parses; keys for features titan lacks are accepted at
