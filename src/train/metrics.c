@@ -71,13 +71,11 @@ static int write_atomic(const char *path, const char *text, base_err *err) {
     FILE *f = fopen(tmp, "w");
     if (!f) return base_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
     const size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n;
-    bad |= fflush(f) != 0;
-    const int e = errno;
-    bad |= fclose(f) != 0;
-    if (bad) {
+    int e = fwrite(text, 1, n, f) != n || fflush(f) ? errno : 0;
+    if (fclose(f) && !e) e = errno;
+    if (e) {
         unlink(tmp);
-        return base_fail(err, "%s: write failed: %s", path, strerror(bad && e ? e : errno));
+        return base_fail(err, "%s: write failed: %s", tmp, strerror(e));
     }
     if (rename(tmp, path)) {
         const int e2 = errno;
