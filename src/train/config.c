@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
 
@@ -168,10 +169,12 @@ static const field g_fields[] = {
     STRC(activation_checkpoint, selective_ac_option, "2", check_sac_option,
          "selective: every N-th block, or 'op'"),
 
-    INT(metrics, log_freq, 10, 1, BIG, "console line every N steps"),
+    INT(metrics, log_freq, 10, 1, BIG, "console/TensorBoard at step 1 and every N steps"),
     BOOL(metrics, enable_tensorboard, 0, "write TensorBoard scalars (torchtitan's tags)"),
-    STR(metrics, save_tb_folder, "tb", NULL, "TensorBoard folder, under job.dump_folder"),
-    BOOL(metrics, save_for_all_ranks, 0, "every rank writes metrics"),
+    STR(metrics, save_tb_folder, "tb", NULL,
+        "TensorBoard folder, under job.dump_folder; a run folder YYYYmmdd-HHMM per run"),
+    BOOL(metrics, save_for_all_ranks, 0,
+         "every rank writes its own metrics (rank_N/) with its memory"),
     BOOL(metrics, enable_jsonl, 0, "write every step's metrics as JSON lines (titan)"),
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0, "fp32 peak for MFU; 0 = measure (titan)"),
@@ -1168,6 +1171,29 @@ static const char *output_path(train_config *c, const char *p) {
     return pool_keep(c, s);
 }
 
+/* The resolved config (train_config_print's TOML, which --config loads back) for the trainer
+ * to save as {dump_folder}/config.toml, as torchtitan saves its job config; never over the
+ * --config file itself, which would replace the user's file and its comments. */
+static int config_to_save(train_config *c, train_opts *o, base_err *err) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return base_fail(err, "out of memory");
+    train_config_print(c, f);
+    const char *path = fclose(f) ? NULL : output_path(c, "config.toml");
+    if (!pool_keep(c, text) || !path) return base_fail(err, "out of memory");
+    struct stat a, b;
+    if (c->file && !stat(c->file, &a) && !stat(path, &b) && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
+        base_log(BASE_LOG_INFO, "%s is this job's --config: the resolved config is not saved",
+                 path);
+        return 0;
+    }
+    o->config_toml = text;
+    o->config_path = path;
+    return 0;
+}
+
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     train_opts_defaults(o);
@@ -1269,6 +1295,8 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
         return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
+    o->metrics_all_ranks = c->metrics.save_for_all_ranks;
+    if (config_to_save(c, o, err)) return -1;
     if (c->validation.enable) {
         if (!c->validation.dataset_path[0])
             return NOT_YET(validation, dataset_path, "must name the held-out data");

@@ -45,8 +45,11 @@ typedef struct {
     model_ac_mode ac;
     int log_freq;
     const char *jsonl_path; /* per-step metrics, one JSON object per line (NULL = none) */
-    const char *tb_dir;     /* TensorBoard event folder (NULL = none) */
-    struct {                /* [validation]: held-out loss every freq steps (path NULL = off) */
+    const char *tb_dir;     /* TensorBoard folder: each run in tb_dir/YYYYmmdd-HHMM (NULL = none) */
+    int metrics_all_ranks;  /* every rank writes metrics (under rank_N/), not rank 0 alone */
+    const char *config_toml; /* the resolved job config, saved at start as config_path */
+    const char *config_path; /* (NULL = not saved) */
+    struct {                 /* [validation]: held-out loss every freq steps (path NULL = off) */
         const char *path;
         int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
     } val;
