@@ -4,8 +4,9 @@
  * projections before the q/k norms, the attention output and its log-sum-exp, the FFN gate
  * and up projections, and the RMSNorm reciprocal std devs. Cheap elementwise results (the
  * block norms' outputs, q and k after norm + RoPE, silu(gate)*up) are recomputed in
- * backward instead of kept. With ac = full only each layer's input x is kept and the
- * whole block forward is recomputed in its backward.
+ * backward instead of kept. A checkpointed block (every block under ac = full, every N-th
+ * under selective: model_ac_block) keeps only its input x and recomputes its whole forward in
+ * its backward, into one set of buffers shared by all checkpointed blocks.
  *
  * Buffers that are never live at the same time share memory: the lm_head+CE logits chunk
  * (live only inside the loss) overlays the per-block working set (norm outputs, q/k,
@@ -17,7 +18,7 @@
 
 /* Row counts: N = B*T token rows, n = N/tp the sequence shard (n = N without TP). */
 struct model_acts {
-    layer_acts *layers; /* [L]; under ac=full all but .x point at `scratch` */
+    layer_acts *layers; /* [L]; a checkpointed block's all but .x point at `scratch` */
     layer_acts scratch;
     float *xf;         /* [n,D] output of the last block */
     float *xn;         /* [n,D] final norm output */
@@ -62,12 +63,14 @@ static size_t ffn_floats(const model_args *a, size_t N) {
     return a->n_experts > 0 ? N * a->top_k * model_moe_ep(a) * a->moe_ffn_dim : N * a->ffn_dim;
 }
 
+/* A block's saved activations: its input x when with_x, the rest when with_rest (a
+ * checkpointed block keeps x only; the scratch they share holds the rest). */
 static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
-                        int T, int with_x_only) {
+                        int T, int with_x, int with_rest) {
     const size_t D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim, F = ffn_floats(a, N) / N;
-    la->x = carve(c, n * D);
-    if (with_x_only) return;
+    la->x = with_x ? carve(c, n * D) : NULL;
+    if (!with_rest) return;
     la->xm = carve(c, n * D);
     la->qp = carve(c, N * Q);
     la->kp = carve(c, N * KV);
@@ -96,9 +99,10 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t n = N / (size_t)m->tp.size;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
-        carve_layer(c, la, a, N, n, B, T, m->ac == MODEL_AC_FULL);
+        carve_layer(c, la, a, N, n, B, T, 1, !model_ac_block(m->ac, m->ac_every, l));
     }
-    if (m->ac == MODEL_AC_FULL) carve_layer(c, &A->scratch, a, N, n, B, T, 0);
+    if (model_ac_blocks(m->ac, m->ac_every, L) > 0)
+        carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
     A->rstd_f = carve(c, n);
@@ -180,6 +184,18 @@ static int local_args(const model_args *a, int tp, int ep, model_args *l, base_e
     return 0;
 }
 
+int model_ac_block(model_ac_mode ac, int ac_every, int l) {
+    /* torchtitan's _apply_layer_sac: a counter incremented before the test, so 1-based */
+    return ac == MODEL_AC_FULL ||
+           (ac == MODEL_AC_SELECTIVE && (ac_every <= 0 || (l + 1) % ac_every == 0));
+}
+
+int model_ac_blocks(model_ac_mode ac, int ac_every, int n_layers) {
+    int n = 0;
+    for (int l = 0; l < n_layers; l++) n += model_ac_block(ac, ac_every, l);
+    return n;
+}
+
 size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o) {
     model m;
     memset(&m, 0, sizeof m);
@@ -189,6 +205,7 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     m.batch = o->batch;
     m.seq_len = o->seq_len;
     m.ac = o->ac;
+    m.ac_every = o->ac_every;
     m.ce_chunk = ce_chunk_for(a, o);
     model_acts A;
     memset(&A, 0, sizeof A);
@@ -238,6 +255,13 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     m->batch = o->batch;
     m->seq_len = o->seq_len;
     m->ac = o->ac;
+    m->ac_every = o->ac_every;
+    if (o->ac != MODEL_AC_NONE && o->ac != MODEL_AC_FULL && o->ac != MODEL_AC_SELECTIVE)
+        return base_fail(err, "unknown activation checkpointing mode %d", (int)o->ac);
+    if (o->ac == MODEL_AC_SELECTIVE && o->ac_every < 0)
+        return base_fail(err,
+                         "selective activation checkpointing: every %d-th block (must be >= 0)",
+                         o->ac_every);
     if (model_layout(m, err)) return -1;
     m->ce_chunk = ce_chunk_for(a, o);
 
@@ -263,8 +287,8 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     A->mem_floats = sz.used;
     carver real = {A->mem, 0};
     carve_all(&real, A, m, o->with_grads);
-    if (m->ac == MODEL_AC_FULL)
-        for (int l = 0; l < a->n_layers; l++) {
+    for (int l = 0; l < a->n_layers; l++)
+        if (model_ac_block(m->ac, m->ac_every, l)) {
             float *x = A->layers[l].x;
             A->layers[l] = A->scratch;
             A->layers[l].x = x;
@@ -278,6 +302,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
         const size_t LE = (size_t)a->n_layers * a->n_experts;
         m->balance = o->balance;
         m->bias_rate = o->bias_rate > 0 ? o->bias_rate : 1e-3;
+        m->force_balance = o->moe_force_balance;
         m->aux_scale = o->balance == MODEL_BALANCE_AUX_LOSS ? (float)a->router_aux_loss_coef : 0;
         m->moe_bias = base_alloc(LE * sizeof(float));
         m->moe_counts = base_alloc(LE * sizeof(int64_t));
@@ -470,9 +495,9 @@ static void block_backward(model *m, int l, layer_acts *la) {
     const block_geom geom = train_geom(m);
     float *dres = A->dres;
 
-    /* Full AC: recompute the block's saved activations into the shared scratch. The block
-     * output is not needed; A->xn (the final norm output) is free scratch by now. */
-    if (m->ac == MODEL_AC_FULL) model_block_forward(m, l, la, &geom, A->xn);
+    /* A checkpointed block: recompute its saved activations into the shared scratch. The
+     * block output is not needed; A->xn (the final norm output) is free scratch by now. */
+    if (model_ac_block(m->ac, m->ac_every, l)) model_block_forward(m, l, la, &geom, A->xn);
 
     /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm); or out = xm + MoE(f). */
     /* (TP: the mirror of forward: all-gather dres where forward reduce-scattered, and

@@ -127,7 +127,15 @@ typedef struct {
 } model_counts;
 void model_count_params(const model_args *a, model_counts *c);
 
-typedef enum { MODEL_AC_NONE, MODEL_AC_FULL } model_ac_mode;
+/* Activation checkpointing: a checkpointed block keeps only its input and recomputes its
+ * forward in backward (bitwise the same values). FULL: every block. SELECTIVE: torchtitan's
+ * layer-selective AC, every ac_every-th block, counting from 1: block l (0-based) when
+ * (l + 1) % ac_every == 0; ac_every = 0 checkpoints every block. */
+typedef enum { MODEL_AC_NONE, MODEL_AC_FULL, MODEL_AC_SELECTIVE } model_ac_mode;
+/* Whether block l is checkpointed under (ac, ac_every). */
+int model_ac_block(model_ac_mode ac, int ac_every, int l);
+/* How many of n_layers blocks are. */
+int model_ac_blocks(model_ac_mode ac, int ac_every, int n_layers);
 
 /* MoE load balancing:
  *   NONE      plain top-k routing.
@@ -167,6 +175,7 @@ typedef struct {
     ops_table *ops;  /* [n_layers + 2]: tok_embeddings, layers.0.., head */
     int batch, seq_len;
     model_ac_mode ac;
+    int ac_every;               /* SELECTIVE: checkpoint every ac_every-th block */
     int ce_chunk;               /* tokens per lm_head+CE chunk */
     float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
     model_acts *acts;
@@ -176,6 +185,7 @@ typedef struct {
     /* MoE (n_experts > 0; all NULL / 0 for a dense model) */
     model_balance balance;
     double bias_rate;    /* BIAS: update step (torchtitan load_balance_coeff) */
+    int force_balance;   /* route round-robin (model_build_opts.moe_force_balance) */
     float *moe_bias;     /* [L,E] expert bias for selection (BIAS; zeros otherwise). Not a
                             parameter: no gradient, no AdamW, not in HF exports; the trainer
                             keeps it in the training checkpoint's state */
@@ -198,6 +208,12 @@ typedef struct {
     double bias_rate;      /* BIAS update step; 0 = torchtitan's 1e-3 */
     const model_tp *tp;    /* NULL: no tensor parallelism */
     const model_ep *ep;    /* NULL: no expert parallelism (MoE models only; not with tp) */
+    int ac_every;          /* SELECTIVE: checkpoint every ac_every-th block (0 = every block) */
+    /* torchtitan's debug.moe_force_load_balance (benchmarking): assignment k of token n (in
+     * this rank's microbatch) goes to expert (n*K + k) mod E whatever the scores; the gates
+     * are still the router probabilities of those experts (renormalised when norm_topk_prob),
+     * so gradients flow as usual. Every expert gets N*K/E rows when E divides N*K. */
+    int moe_force_balance;
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
@@ -272,6 +288,7 @@ typedef struct {
     double scratch;                      /* the shared routed-token scratch */
     double total_train;                  /* 4 x params + saved + scratch */
 } model_moe_mem;
+/* ac: NONE or FULL (SELECTIVE is counted as NONE, an upper bound). */
 void model_moe_memory(const model_args *a, int batch, int seq_len, model_ac_mode ac, int with_grads,
                       model_moe_mem *out);
 
