@@ -41,6 +41,9 @@ struct model_acts {
      * local vocabulary ids of the tokens [N] */
     float *norm_full, *part, *dfull, *dnorm_full, *xn_full, *dxn_full;
     int32_t *tok_local;
+    /* loss parallel off (tp > 1): the gathered lm_head weight [V,D] and its gradient (whole
+     * vocabulary), live across the loss */
+    float *head_full, *dhead_full;
     float *mem;
     size_t mem_floats;
 };
@@ -115,9 +118,14 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
         A->dxn_full = with_grads ? carve(c, N * D) : NULL;
         A->tok_local = (int32_t *)carve(c, N); /* int32 and float have the same size */
     }
+    const size_t Vce = (size_t)(m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size);
+    if (m->loss_parallel_off) {
+        A->head_full = carve(c, Vce * D);
+        A->dhead_full = with_grads ? carve(c, Vce * D) : NULL;
+    }
     /* The union: the CE logits chunk, then (from the same start) the block working set. */
     const size_t start = c->used;
-    A->ce_scratch = carve(c, (size_t)m->ce_chunk * a->vocab_size);
+    A->ce_scratch = carve(c, (size_t)m->ce_chunk * Vce);
     const size_t ce_end = c->used;
     c->used = start;
     A->norm_out = carve(c, n * D);
@@ -206,6 +214,8 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     m.seq_len = o->seq_len;
     m.ac = o->ac;
     m.ac_every = o->ac_every;
+    m.full_args = *a;
+    m.loss_parallel_off = o->loss_parallel_off && m.tp.size > 1;
     m.ce_chunk = ce_chunk_for(a, o);
     model_acts A;
     memset(&A, 0, sizeof A);
@@ -256,6 +266,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     m->seq_len = o->seq_len;
     m->ac = o->ac;
     m->ac_every = o->ac_every;
+    m->loss_parallel_off = o->loss_parallel_off && m->tp.size > 1;
     if (o->ac != MODEL_AC_NONE && o->ac != MODEL_AC_FULL && o->ac != MODEL_AC_SELECTIVE)
         return base_fail(err, "unknown activation checkpointing mode %d", (int)o->ac);
     if (o->ac == MODEL_AC_SELECTIVE && o->ac_every < 0)
@@ -623,7 +634,8 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const int N = m->batch * m->seq_len, L = a->n_layers, D = a->dim, n = N / m->tp.size;
     const ops_table *th = &m->ops[L + 1];
     const int backward = m->g != NULL && grad_scale != 0.0f;
-    /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard */
+    /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard (or,
+     * loss parallel off, against the whole vocabulary) */
     float *xn = A->xn_full ? A->xn_full : A->xn, *dxn = A->dxn_full ? A->dxn_full : A->dxn;
     const ops_vocab_shard vs = {m->tp.rank * a->vocab_size, m->full_args.vocab_size,
                                 allreduce_vocab, m};
@@ -633,15 +645,30 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
         zero(dxn, (size_t)N * D);
         hook(m, L + 1, MODEL_BWD_BEGIN);
     }
-    double loss = th->lmhead_ce(backward ? dxn : NULL, backward ? head_at(m, m->g) : NULL, xn,
-                                head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
-                                A->ce_scratch, m->ce_chunk, n_valid, m->tp.size > 1 ? &vs : NULL);
+    /* loss parallel off: the whole vocabulary's weight [V,D] and gradient on every rank */
+    const size_t VlD = (size_t)a->vocab_size * D;
+    const float *hw = head_at(m, m->w);
+    float *hg = backward ? head_at(m, m->g) : NULL;
+    if (m->loss_parallel_off) {
+        tp_gather(m, A->head_full, hw, VlD);
+        hw = A->head_full;
+        if (hg) zero(hg = A->dhead_full, VlD * m->tp.size);
+    }
+    double loss = th->lmhead_ce(backward ? dxn : NULL, hg, xn, hw, targets, N, D,
+                                m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size,
+                                grad_scale, A->ce_scratch, m->ce_chunk, n_valid,
+                                m->tp.size > 1 && !m->loss_parallel_off ? &vs : NULL);
     if (!backward) {
         hook(m, L + 1, MODEL_FWD_END);
         return loss;
     }
 
-    tp_scatter(m, A->dxn, dxn, (size_t)n * D);
+    if (m->loss_parallel_off) { /* complete gradients: keep this rank's rows */
+        add_inplace(head_at(m, m->g), A->dhead_full + (size_t)m->tp.rank * VlD, VlD);
+        memcpy(A->dxn, dxn + (size_t)m->tp.rank * n * D, sizeof(float) * (size_t)n * D);
+    } else {
+        tp_scatter(m, A->dxn, dxn, (size_t)n * D);
+    }
     zero(A->dres, (size_t)n * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
                     A->rstd_f, n, D);

@@ -22,11 +22,15 @@
  * (attention, FFN, lm_head+CE) all-gathers its normed input over the group and
  * reduce-scatters its output (partial sums of the row-parallel wo / w2, or of the
  * vocab-parallel embedding) back to the sequence shard; backward swaps the two. The CE is
- * loss-parallel (ops_vocab_shard). n_heads, n_kv_heads (no kv-head replication: refused),
- * ffn_dim, vocab_size and batch*seq_len must divide by tp. The gradients of the replicated
- * norm weights are partial on each rank: the caller sums them over the group once per step
- * (model_tp_runs marks them). Training only: cached inference and model_logits need tp = 1
- * (gather a full model for those). */
+ * loss-parallel (ops_vocab_shard), unless model_build_opts.loss_parallel_off: then every
+ * rank all-gathers the lm_head weight, computes the logits and the CE over the whole
+ * vocabulary (torchtitan's disable_loss_parallel: replicated logits) and keeps its vocabulary
+ * rows of the weight gradient and its sequence rows of the (then complete) input gradient.
+ * n_heads, n_kv_heads (no kv-head replication: refused), ffn_dim, vocab_size and
+ * batch*seq_len must divide by tp. The gradients of the replicated norm weights are partial
+ * on each rank: the caller sums them over the group once per step (model_tp_runs marks
+ * them). Training only: cached inference and model_logits need tp = 1 (gather a full model
+ * for those). */
 #ifndef TITAN_MODEL_H
 #define TITAN_MODEL_H
 
@@ -176,6 +180,7 @@ typedef struct {
     int batch, seq_len;
     model_ac_mode ac;
     int ac_every;               /* SELECTIVE: checkpoint every ac_every-th block */
+    int loss_parallel_off;      /* tp > 1 and model_build_opts.loss_parallel_off */
     int ce_chunk;               /* tokens per lm_head+CE chunk */
     float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
     model_acts *acts;
@@ -214,6 +219,7 @@ typedef struct {
      * are still the router probabilities of those experts (renormalised when norm_topk_prob),
      * so gradients flow as usual. Every expert gets N*K/E rows when E divides N*K. */
     int moe_force_balance;
+    int loss_parallel_off; /* tp > 1: the CE on the whole vocabulary (see the top) */
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches

@@ -1273,6 +1273,7 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         base_log(BASE_LOG_INFO, "activation_checkpoint.selective_ac_option 'op': titan has no "
                                 "per-op recompute; every block is checkpointed (full)");
     o->moe_force_balance = c->debug.moe_force_load_balance;
+    o->loss_parallel_off = c->parallelism.disable_loss_parallel;
     o->log_freq = (int)c->metrics.log_freq;
     o->peak_flops = c->metrics.peak_tflops * 1e12;
     o->sample_tokens = (int)c->job.sample_tokens;

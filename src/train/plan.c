@@ -127,7 +127,12 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         for (int i = 0; i < m.n_params; i++)
             if (m.params[i].is_norm) rep += (double)m.params[i].numel;
         p->tp_collectives = (n + 2) * in->grad_accum + 1;
-        p->tp_bytes = (n * nd * ring + 3 * N * 8 * 2 * ring) * in->grad_accum + 2 * rep * F * ring;
+        /* the CE: 3 doubles per row all-reduced, or (loss parallel off) the lm_head weight
+         * all-gathered */
+        const double ce = in->loss_parallel_off
+                              ? (double)in->model.vocab_size * in->model.dim * F * ring
+                              : 3 * N * 8 * 2 * ring;
+        p->tp_bytes = (n * nd * ring + ce) * in->grad_accum + 2 * rep * F * ring;
     }
     if (ep > 1) {
         const double R = (double)in->batch * in->seq_len * in->model.top_k,
@@ -143,6 +148,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     const model_ep epo = {.size = ep};
     o.tp = &tpo;
     o.ep = &epo;
+    o.loss_parallel_off = in->loss_parallel_off;
     o.ac = MODEL_AC_NONE;
     p->act_none = (double)model_activation_bytes_for(&in->model, &o);
     o.ac = MODEL_AC_FULL;
@@ -192,7 +198,7 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     fprintf(f, "  activations, no checkpointing    %10.3f\n", p->act_none / G);
     fprintf(f, "  activations, full checkpointing  %10.3f\n", p->act_full / G);
     if (in->ac == MODEL_AC_SELECTIVE)
-        fprintf(f, "  activations, selective AC        %10.3f   (every %d-th block: %d of %d)\n",
+        fprintf(f, "  activations, selective AC        %10.3f   (every %d blocks: %d of %d)\n",
                 p->act_conf / G, in->ac_every, model_ac_blocks(in->ac, in->ac_every, a->n_layers),
                 a->n_layers);
     if (p->par.ep > 1)

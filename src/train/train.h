@@ -64,6 +64,7 @@ typedef struct {
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
     int ac_every;              /* selective AC: every N-th block (model_build_opts.ac_every) */
     int moe_force_balance;     /* debug.moe_force_load_balance (model_build_opts) */
+    int loss_parallel_off;     /* parallelism.disable_loss_parallel (model_build_opts) */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -281,8 +282,9 @@ typedef struct {
     int world, batch, seq_len, grad_accum;
     dist_mesh_cfg par; /* dp_shard may be -1 */
     dist_reshard reshard;
-    model_ac_mode ac; /* the configured mode (none and full are always reported) */
-    int ac_every;     /* SELECTIVE: every N-th block (model_build_opts.ac_every) */
+    model_ac_mode ac;      /* the configured mode (none and full are always reported) */
+    int ac_every;          /* SELECTIVE: every N-th block (model_build_opts.ac_every) */
+    int loss_parallel_off; /* tp > 1: parallelism.disable_loss_parallel */
 } train_plan_in;
 
 typedef struct {

@@ -440,29 +440,32 @@ static void command_line(void) {
     remove(path);
 }
 
-/* [activation_checkpoint] selective and [debug] reach train_opts: torchtitan's layer SAC
- * (selective_ac_option N, 0 = every block), 'op' as full. */
+/* [activation_checkpoint] selective, [debug] and parallelism.disable_loss_parallel reach
+ * train_opts: torchtitan's layer SAC (selective_ac_option N, 0 = every block), 'op' as full. */
 static void ac_and_debug(void) {
     static const struct {
         char *argv[6];
         model_ac_mode ac;
-        int every, force;
+        int every, force, lp; /* lp: loss parallel off */
     } cases[] = {
-        {{"--ac", "selective"}, MODEL_AC_SELECTIVE, 2, 0}, /* torchtitan's default option */
+        {{"--ac", "selective"}, MODEL_AC_SELECTIVE, 2, 0, 0}, /* torchtitan's default option */
         {{"--ac", "selective", "--activation_checkpoint.selective_ac_option", "3"},
          MODEL_AC_SELECTIVE,
          3,
+         0,
          0},
         {{"--ac", "selective", "--activation_checkpoint.selective_ac_option", "0"},
          MODEL_AC_SELECTIVE,
+         0,
          0,
          0},
         {{"--ac", "selective", "--activation_checkpoint.selective_ac_option", "op"},
          MODEL_AC_FULL,
          0,
+         0,
          0},
-        {{"--ac", "full", "--debug.moe_force_load_balance"}, MODEL_AC_FULL, 0, 1},
-        {{"--parallelism.disable_loss_parallel"}, MODEL_AC_NONE, 0, 0},
+        {{"--ac", "full", "--debug.moe_force_load_balance"}, MODEL_AC_FULL, 0, 1, 0},
+        {{"--parallelism.disable_loss_parallel"}, MODEL_AC_NONE, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         train_config c;
@@ -472,9 +475,9 @@ static void ac_and_debug(void) {
         if (!rc) rc = train_config_to_opts(&c, &o, &err);
         CHECK(rc == 0, "ac case %zu: %s", i, err.msg);
         CHECK(!rc && o.ac == cases[i].ac && o.ac_every == cases[i].every &&
-                  o.moe_force_balance == cases[i].force,
-              "ac case %zu: ac %d every %d force %d", i, (int)o.ac, o.ac_every,
-              o.moe_force_balance);
+                  o.moe_force_balance == cases[i].force && o.loss_parallel_off == cases[i].lp,
+              "ac case %zu: ac %d every %d force %d loss parallel off %d", i, (int)o.ac, o.ac_every,
+              o.moe_force_balance, o.loss_parallel_off);
         train_config_free(&c);
     }
 }
