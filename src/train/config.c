@@ -63,9 +63,10 @@ static int check_plugin_path(const base_toml_value *v, char *why, size_t n);
 #define INTS(sec, key, lo, hi, help)                                                               \
     { #sec, #key, T_INTS, 0, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help }
 
-/* Defaults are torchtitan v0.2.2's (research notes §4.1) except where titan cannot do what
- * torchtitan's default asks (activation_checkpoint.mode: no selective AC yet) or has no
- * counterpart (dataset "random", paths that name assets torchtitan ships). */
+/* Defaults are torchtitan v0.2.2's (research notes §4.1) except where titan chooses otherwise
+ * (activation_checkpoint.mode none: recomputing blocks costs time that a run with the memory
+ * to spare need not pay) or has no counterpart (dataset "random", paths that name assets
+ * torchtitan ships). */
 static const field g_fields[] = {
     STR(job, dump_folder, ".", NULL,
         "folder for this job's outputs; relative output paths below are joined to it"),
@@ -163,11 +164,19 @@ static const field g_fields[] = {
     INT(parallelism, expert_parallel_degree, 1, 1, BIG, "expert parallel ranks"),
     STR(parallelism, fsdp_reshard_after_forward, "default", "default|always|never",
         "free gathered block weights after forward"),
+    BOOL(parallelism, disable_loss_parallel, 0,
+         "tp > 1: gather the lm_head weight and compute the loss on the whole vocabulary on "
+         "every rank instead of on vocabulary shards"),
 
     STR(activation_checkpoint, mode, "none", "none|full|selective",
-        "recompute activations in backward (torchtitan's default is selective)"),
+        "recompute activations in backward: full = every block, selective = per "
+        "selective_ac_option (torchtitan's default is selective)"),
     STRC(activation_checkpoint, selective_ac_option, "2", check_sac_option,
-         "selective: every N-th block, or 'op'"),
+         "selective: checkpoint every N-th block (blocks N, 2N, .. counting from 1; 0 = "
+         "all), or 'op' (runs as full: titan has no per-op recompute)"),
+
+    BOOL(debug, moe_force_load_balance, 0,
+         "MoE: route token n's k-th choice to expert (n*top_k + k) mod n_experts (benchmarking)"),
 
     INT(metrics, log_freq, 10, 1, BIG, "console/TensorBoard at step 1 and every N steps"),
     BOOL(metrics, enable_tensorboard, 0, "write TensorBoard scalars (torchtitan's tags)"),
@@ -348,8 +357,8 @@ static int check_flavor(const base_toml_value *v, char *why, size_t n) {
 
 static int check_sac_option(const base_toml_value *v, char *why, size_t n) {
     int64_t k;
-    if (!strcmp(v->s, "op") || (base_parse_i64(v->s, &k) == 0 && k >= 1)) return 0;
-    snprintf(why, n, "must be 'op' or a positive integer N (every N-th block)");
+    if (!strcmp(v->s, "op") || (base_parse_i64(v->s, &k) == 0 && k >= 0 && k <= BIG)) return 0;
+    snprintf(why, n, "must be 'op' or an integer N >= 0 (every N-th block; 0 = all)");
     return -1;
 }
 
@@ -1232,9 +1241,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                           "ranks",
                           (long long)c->training.global_batch_size,
                           (long long)c->training.local_batch_size, (long long)dp);
-    if (!strcmp(c->activation_checkpoint.mode, "selective"))
-        return NOT_YET(activation_checkpoint, mode,
-                       "selective activation checkpointing is not implemented yet (none or full)");
     if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable)
         return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
 
@@ -1287,7 +1293,13 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
     optim_decay_type_parse(c->lr_scheduler.decay_type, &o->lr.decay_type);
     o->lr.min_lr_factor = c->lr_scheduler.min_lr_factor;
-    o->ac = !strcmp(c->activation_checkpoint.mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
+    train_config_ac(c, &o->ac, &o->ac_every);
+    if (!strcmp(c->activation_checkpoint.mode, "selective") &&
+        !strcmp(c->activation_checkpoint.selective_ac_option, "op"))
+        base_log(BASE_LOG_INFO, "activation_checkpoint.selective_ac_option 'op': titan has no "
+                                "per-op recompute; every block is checkpointed (full)");
+    o->moe_force_balance = c->debug.moe_force_load_balance;
+    o->loss_parallel_off = c->parallelism.disable_loss_parallel;
     o->log_freq = (int)c->metrics.log_freq;
     o->peak_flops = c->metrics.peak_tflops * 1e12;
     o->sample_tokens = (int)c->job.sample_tokens;
@@ -1322,6 +1334,22 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->kernel_overrides = c->ovr;
     o->n_kernel_overrides = n;
     return 0;
+}
+
+void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every) {
+    const char *mode = c->activation_checkpoint.mode,
+               *opt = c->activation_checkpoint.selective_ac_option;
+    int64_t k = 0;
+    *ac_every = 0;
+    *ac = !strcmp(mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
+    if (strcmp(mode, "selective")) return;
+    if (!strcmp(opt, "op")) { /* torchtitan's per-op SAC: titan recomputes whole blocks */
+        *ac = MODEL_AC_FULL;
+        return;
+    }
+    base_parse_i64(opt, &k); /* checked by the schema */
+    *ac = MODEL_AC_SELECTIVE;
+    *ac_every = (int)k;
 }
 
 /* ---- printing and help -------------------------------------------------------------- */

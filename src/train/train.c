@@ -380,6 +380,14 @@ static int export_hf(const train_opts *o, const model *m, const char *dir, base_
     return 0;
 }
 
+/* "none", "full", or "selective (every 2 blocks: 4 of 8)". */
+static const char *ac_name(const train_opts *o, char *buf, size_t n) {
+    if (o->ac != MODEL_AC_SELECTIVE) return o->ac == MODEL_AC_FULL ? "full" : "none";
+    snprintf(buf, n, "selective (every %d blocks: %d of %d)", o->ac_every,
+             model_ac_blocks(o->ac, o->ac_every, o->model.n_layers), o->model.n_layers);
+    return buf;
+}
+
 /* The header `titan train` prints before the first step. */
 static void print_header(const train_opts *o, const model *m, const token_source *src,
                          const dist_mesh *mesh, double peak, double fpt) {
@@ -405,18 +413,20 @@ static void print_header(const train_opts *o, const model *m, const token_source
                  pb = ((double)(m->n_floats - own) / mesh->dp_shard + (double)own / mesh->efsdp) *
                       sizeof(float);
     const double act = (double)model_activation_bytes(m);
+    char acn[64];
     static const char *const reshard[] = {"default", "always", "never"};
     char epd[32] = ""; /* expert parallelism is carved from dp_shard */
     if (mesh->ep > 1) snprintf(epd, sizeof epd, " x ep %d", mesh->ep);
     if (mesh->world > 1)
         printf("  parallelism: %d processes = dp_replicate %d x dp_shard %d x tp %d%s, %d threads "
-               "each; FSDP reshard_after_forward %s; activation checkpointing %s\n",
+               "each; FSDP reshard_after_forward %s; activation checkpointing %s%s\n",
                mesh->world, mesh->dp_replicate, mesh->dp_shard, mesh->tp, epd,
-               omp_get_max_threads(), reshard[o->reshard],
-               o->ac == MODEL_AC_FULL ? "full" : "none");
+               omp_get_max_threads(), reshard[o->reshard], ac_name(o, acn, sizeof acn),
+               mesh->tp > 1 && o->loss_parallel_off ? "; loss parallel off (whole-vocabulary CE)"
+                                                    : "");
     else
         printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
-               omp_get_max_threads(), o->ac == MODEL_AC_FULL ? "full" : "none");
+               omp_get_max_threads(), ac_name(o, acn, sizeof acn));
     printf("  memory estimate%s: %.2f GiB = weights %.2f + gradients %.2f + AdamW %.2f + "
            "activations %.2f (of %.1f GiB RAM)\n",
            mesh->world > 1 ? " per rank (titan plan for details)" : "", (4 * pb + act) / gib,
@@ -658,7 +668,10 @@ int train_run(const train_opts *o, base_err *err) {
                            o->moe_balance,
                            o->moe_bias_rate,
                            &tpg,
-                           &epg};
+                           &epg,
+                           o->ac_every,
+                           o->moe_force_balance,
+                           o->loss_parallel_off};
     /* the group holding one model's slices (tp and ep never combine) */
     dist_comm *slices = mesh.tp > 1 ? mesh.tp_comm : mesh.ep_comm;
     const int sliced = mesh.tp > 1 || mesh.ep > 1;

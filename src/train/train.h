@@ -65,6 +65,9 @@ typedef struct {
     dist_reshard reshard;      /* parallelism.fsdp_reshard_after_forward */
     model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
+    int ac_every;              /* selective AC: every N-th block (model_build_opts.ac_every) */
+    int moe_force_balance;     /* debug.moe_force_load_balance (model_build_opts) */
+    int loss_parallel_off;     /* parallelism.disable_loss_parallel (model_build_opts) */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -143,10 +146,14 @@ typedef struct {
         int64_t data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree,
             pipeline_parallel_degree, context_parallel_degree, expert_parallel_degree;
         const char *fsdp_reshard_after_forward;
+        int disable_loss_parallel;
     } parallelism;
     struct {
         const char *mode, *selective_ac_option;
     } activation_checkpoint;
+    struct {
+        int moe_force_load_balance;
+    } debug;
     struct {
         int64_t log_freq;
         int enable_tensorboard, save_for_all_ranks, enable_jsonl;
@@ -200,6 +207,9 @@ int train_config_validate(const train_config *c, base_err *err);
 void train_config_print(const train_config *c, FILE *f);
 /* `titan train --help`: options, aliases, and every field with its default and help. */
 void train_config_usage(FILE *f);
+/* The activation checkpointing of c's [activation_checkpoint] (selective 'op' runs as full;
+ * the schema has checked the fields). */
+void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
 /* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
  * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
  * The parallel degrees are checked against dist_world_size() (the ranks of this run);
@@ -275,17 +285,20 @@ typedef struct {
     int world, batch, seq_len, grad_accum;
     dist_mesh_cfg par; /* dp_shard may be -1 */
     dist_reshard reshard;
-    model_ac_mode ac; /* the configured mode (both are reported) */
+    model_ac_mode ac;      /* the configured mode (none and full are always reported) */
+    int ac_every;          /* SELECTIVE: every N-th block (model_build_opts.ac_every) */
+    int loss_parallel_off; /* tp > 1: parallelism.disable_loss_parallel */
 } train_plan_in;
 
 typedef struct {
     dist_mesh_cfg par; /* resolved */
     int64_t n_params;
-    double params, grads, adam; /* this rank's shards */
-    double gathered;            /* peak of whole units in flight (FSDP), params + grads */
-    double comm_buffers;        /* reduce-scatter receive buffer */
-    double act_none, act_full;  /* activations without / with full activation checkpointing */
-    double runtime;             /* libraries, MPI, thread stacks: a measured constant */
+    double params, grads, adam;  /* this rank's shards */
+    double gathered;             /* peak of whole units in flight (FSDP), params + grads */
+    double comm_buffers;         /* reduce-scatter receive buffer */
+    double act_none, act_full;   /* activations without / with full activation checkpointing */
+    double act_conf, total_conf; /* the configured mode's (= one of the above unless selective) */
+    double runtime;              /* libraries, MPI, thread stacks: a measured constant */
     double total_none, total_full;
     /* per step, per rank */
     double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;
