@@ -498,7 +498,8 @@ static int cmd_plan(int argc, char **argv, base_err *err) {
                                  (int)c.parallelism.context_parallel_degree,
                                  (int)c.parallelism.expert_parallel_degree};
         dist_reshard_parse(c.parallelism.fsdp_reshard_after_forward, &in.reshard);
-        in.ac = !strcmp(c.activation_checkpoint.mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
+        train_config_ac(&c, &in.ac, &in.ac_every);
+        in.loss_parallel_off = c.parallelism.disable_loss_parallel;
         dist_mesh_cfg r = in.par;
         rc = dist_mesh_resolve(&r, world, err);
         const int64_t dp = (int64_t)r.dp_replicate * r.dp_shard, g = c.training.global_batch_size;

@@ -68,3 +68,15 @@ foreach(balance aux_loss bias)
   set_tests_properties(train_determinism_moe_${balance} PROPERTIES
     ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 endforeach()
+
+# Metrics output: metrics.jsonl appended on resume (no lost or repeated steps), the logging
+# window's averages, a TensorBoard folder per run, config.toml, the MoE summary line.
+add_test(NAME train_metrics
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics.sh $<TARGET_FILE:titan> ${TITAN_PYTHON})
+set_tests_properties(train_metrics PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
+# A full disk (a 64 KB tmpfs) under metrics.jsonl: clear error naming it, checkpoint intact.
+add_test(NAME metrics_full_disk
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics_full_disk.sh $<TARGET_FILE:titan>)
+set_tests_properties(metrics_full_disk PROPERTIES SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=2")

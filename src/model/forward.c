@@ -4,8 +4,9 @@
  * projections before the q/k norms, the attention output and its log-sum-exp, the FFN gate
  * and up projections, and the RMSNorm reciprocal std devs. Cheap elementwise results (the
  * block norms' outputs, q and k after norm + RoPE, silu(gate)*up) are recomputed in
- * backward instead of kept. With ac = full only each layer's input x is kept and the
- * whole block forward is recomputed in its backward.
+ * backward instead of kept. A checkpointed block (every block under ac = full, every N-th
+ * under selective: model_ac_block) keeps only its input x and recomputes its whole forward in
+ * its backward, into one set of buffers shared by all checkpointed blocks.
  *
  * Buffers that are never live at the same time share memory: the lm_head+CE logits chunk
  * (live only inside the loss) overlays the per-block working set (norm outputs, q/k,
@@ -17,7 +18,7 @@
 
 /* Row counts: N = B*T token rows, n = N/tp the sequence shard (n = N without TP). */
 struct model_acts {
-    layer_acts *layers; /* [L]; under ac=full all but .x point at `scratch` */
+    layer_acts *layers; /* [L]; a checkpointed block's all but .x point at `scratch` */
     layer_acts scratch;
     float *xf;         /* [n,D] output of the last block */
     float *xn;         /* [n,D] final norm output */
@@ -40,6 +41,9 @@ struct model_acts {
      * local vocabulary ids of the tokens [N] */
     float *norm_full, *part, *dfull, *dnorm_full, *xn_full, *dxn_full;
     int32_t *tok_local;
+    /* loss parallel off (tp > 1): the gathered lm_head weight [V,D] and its gradient (whole
+     * vocabulary), live across the loss */
+    float *head_full, *dhead_full;
     float *mem;
     size_t mem_floats;
 };
@@ -62,12 +66,14 @@ static size_t ffn_floats(const model_args *a, size_t N) {
     return a->n_experts > 0 ? N * a->top_k * model_moe_ep(a) * a->moe_ffn_dim : N * a->ffn_dim;
 }
 
+/* A block's saved activations: its input x when with_x, the rest when with_rest (a
+ * checkpointed block keeps x only; the scratch they share holds the rest). */
 static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
-                        int T, int with_x_only) {
+                        int T, int with_x, int with_rest) {
     const size_t D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim, F = ffn_floats(a, N) / N;
-    la->x = carve(c, n * D);
-    if (with_x_only) return;
+    la->x = with_x ? carve(c, n * D) : NULL;
+    if (!with_rest) return;
     la->xm = carve(c, n * D);
     la->qp = carve(c, N * Q);
     la->kp = carve(c, N * KV);
@@ -96,9 +102,10 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t n = N / (size_t)m->tp.size;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
-        carve_layer(c, la, a, N, n, B, T, m->ac == MODEL_AC_FULL);
+        carve_layer(c, la, a, N, n, B, T, 1, !model_ac_block(m->ac, m->ac_every, l));
     }
-    if (m->ac == MODEL_AC_FULL) carve_layer(c, &A->scratch, a, N, n, B, T, 0);
+    if (model_ac_blocks(m->ac, m->ac_every, L) > 0)
+        carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
     A->rstd_f = carve(c, n);
@@ -111,9 +118,14 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
         A->dxn_full = with_grads ? carve(c, N * D) : NULL;
         A->tok_local = (int32_t *)carve(c, N); /* int32 and float have the same size */
     }
+    const size_t Vce = (size_t)(m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size);
+    if (m->loss_parallel_off) {
+        A->head_full = carve(c, Vce * D);
+        A->dhead_full = with_grads ? carve(c, Vce * D) : NULL;
+    }
     /* The union: the CE logits chunk, then (from the same start) the block working set. */
     const size_t start = c->used;
-    A->ce_scratch = carve(c, (size_t)m->ce_chunk * a->vocab_size);
+    A->ce_scratch = carve(c, (size_t)m->ce_chunk * Vce);
     const size_t ce_end = c->used;
     c->used = start;
     A->norm_out = carve(c, n * D);
@@ -180,6 +192,18 @@ static int local_args(const model_args *a, int tp, int ep, model_args *l, base_e
     return 0;
 }
 
+int model_ac_block(model_ac_mode ac, int ac_every, int l) {
+    /* torchtitan's _apply_layer_sac: a counter incremented before the test, so 1-based */
+    return ac == MODEL_AC_FULL ||
+           (ac == MODEL_AC_SELECTIVE && (ac_every <= 0 || (l + 1) % ac_every == 0));
+}
+
+int model_ac_blocks(model_ac_mode ac, int ac_every, int n_layers) {
+    int n = 0;
+    for (int l = 0; l < n_layers; l++) n += model_ac_block(ac, ac_every, l);
+    return n;
+}
+
 size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o) {
     model m;
     memset(&m, 0, sizeof m);
@@ -189,6 +213,9 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     m.batch = o->batch;
     m.seq_len = o->seq_len;
     m.ac = o->ac;
+    m.ac_every = o->ac_every;
+    m.full_args = *a;
+    m.loss_parallel_off = o->loss_parallel_off && m.tp.size > 1;
     m.ce_chunk = ce_chunk_for(a, o);
     model_acts A;
     memset(&A, 0, sizeof A);
@@ -238,6 +265,14 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     m->batch = o->batch;
     m->seq_len = o->seq_len;
     m->ac = o->ac;
+    m->ac_every = o->ac_every;
+    m->loss_parallel_off = o->loss_parallel_off && m->tp.size > 1;
+    if (o->ac != MODEL_AC_NONE && o->ac != MODEL_AC_FULL && o->ac != MODEL_AC_SELECTIVE)
+        return base_fail(err, "unknown activation checkpointing mode %d", (int)o->ac);
+    if (o->ac == MODEL_AC_SELECTIVE && o->ac_every < 0)
+        return base_fail(err,
+                         "selective activation checkpointing: every %d-th block (must be >= 0)",
+                         o->ac_every);
     if (model_layout(m, err)) return -1;
     m->ce_chunk = ce_chunk_for(a, o);
 
@@ -263,8 +298,8 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     A->mem_floats = sz.used;
     carver real = {A->mem, 0};
     carve_all(&real, A, m, o->with_grads);
-    if (m->ac == MODEL_AC_FULL)
-        for (int l = 0; l < a->n_layers; l++) {
+    for (int l = 0; l < a->n_layers; l++)
+        if (model_ac_block(m->ac, m->ac_every, l)) {
             float *x = A->layers[l].x;
             A->layers[l] = A->scratch;
             A->layers[l].x = x;
@@ -278,6 +313,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
         const size_t LE = (size_t)a->n_layers * a->n_experts;
         m->balance = o->balance;
         m->bias_rate = o->bias_rate > 0 ? o->bias_rate : 1e-3;
+        m->force_balance = o->moe_force_balance;
         m->aux_scale = o->balance == MODEL_BALANCE_AUX_LOSS ? (float)a->router_aux_loss_coef : 0;
         m->moe_bias = base_alloc(LE * sizeof(float));
         m->moe_counts = base_alloc(LE * sizeof(int64_t));
@@ -470,9 +506,9 @@ static void block_backward(model *m, int l, layer_acts *la) {
     const block_geom geom = train_geom(m);
     float *dres = A->dres;
 
-    /* Full AC: recompute the block's saved activations into the shared scratch. The block
-     * output is not needed; A->xn (the final norm output) is free scratch by now. */
-    if (m->ac == MODEL_AC_FULL) model_block_forward(m, l, la, &geom, A->xn);
+    /* A checkpointed block: recompute its saved activations into the shared scratch. The
+     * block output is not needed; A->xn (the final norm output) is free scratch by now. */
+    if (model_ac_block(m->ac, m->ac_every, l)) model_block_forward(m, l, la, &geom, A->xn);
 
     /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm); or out = xm + MoE(f). */
     /* (TP: the mirror of forward: all-gather dres where forward reduce-scattered, and
@@ -598,7 +634,8 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const int N = m->batch * m->seq_len, L = a->n_layers, D = a->dim, n = N / m->tp.size;
     const ops_table *th = &m->ops[L + 1];
     const int backward = m->g != NULL && grad_scale != 0.0f;
-    /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard */
+    /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard (or,
+     * loss parallel off, against the whole vocabulary) */
     float *xn = A->xn_full ? A->xn_full : A->xn, *dxn = A->dxn_full ? A->dxn_full : A->dxn;
     const ops_vocab_shard vs = {m->tp.rank * a->vocab_size, m->full_args.vocab_size,
                                 allreduce_vocab, m};
@@ -608,15 +645,30 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
         zero(dxn, (size_t)N * D);
         hook(m, L + 1, MODEL_BWD_BEGIN);
     }
-    double loss = th->lmhead_ce(backward ? dxn : NULL, backward ? head_at(m, m->g) : NULL, xn,
-                                head_at(m, m->w), targets, N, D, a->vocab_size, grad_scale,
-                                A->ce_scratch, m->ce_chunk, n_valid, m->tp.size > 1 ? &vs : NULL);
+    /* loss parallel off: the whole vocabulary's weight [V,D] and gradient on every rank */
+    const size_t VlD = (size_t)a->vocab_size * D;
+    const float *hw = head_at(m, m->w);
+    float *hg = backward ? head_at(m, m->g) : NULL;
+    if (m->loss_parallel_off) {
+        tp_gather(m, A->head_full, hw, VlD);
+        hw = A->head_full;
+        if (hg) zero(hg = A->dhead_full, VlD * m->tp.size);
+    }
+    double loss = th->lmhead_ce(backward ? dxn : NULL, hg, xn, hw, targets, N, D,
+                                m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size,
+                                grad_scale, A->ce_scratch, m->ce_chunk, n_valid,
+                                m->tp.size > 1 && !m->loss_parallel_off ? &vs : NULL);
     if (!backward) {
         hook(m, L + 1, MODEL_FWD_END);
         return loss;
     }
 
-    tp_scatter(m, A->dxn, dxn, (size_t)n * D);
+    if (m->loss_parallel_off) { /* complete gradients: keep this rank's rows */
+        add_inplace(head_at(m, m->g), A->dhead_full + (size_t)m->tp.rank * VlD, VlD);
+        memcpy(A->dxn, dxn + (size_t)m->tp.rank * n * D, sizeof(float) * (size_t)n * D);
+    } else {
+        tp_scatter(m, A->dxn, dxn, (size_t)n * D);
+    }
     zero(A->dres, (size_t)n * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
                     A->rstd_f, n, D);

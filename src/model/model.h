@@ -22,11 +22,15 @@
  * (attention, FFN, lm_head+CE) all-gathers its normed input over the group and
  * reduce-scatters its output (partial sums of the row-parallel wo / w2, or of the
  * vocab-parallel embedding) back to the sequence shard; backward swaps the two. The CE is
- * loss-parallel (ops_vocab_shard). n_heads, n_kv_heads (no kv-head replication: refused),
- * ffn_dim, vocab_size and batch*seq_len must divide by tp. The gradients of the replicated
- * norm weights are partial on each rank: the caller sums them over the group once per step
- * (model_tp_runs marks them). Training only: cached inference and model_logits need tp = 1
- * (gather a full model for those). */
+ * loss-parallel (ops_vocab_shard), unless model_build_opts.loss_parallel_off: then every
+ * rank all-gathers the lm_head weight, computes the logits and the CE over the whole
+ * vocabulary (torchtitan's disable_loss_parallel: replicated logits) and keeps its vocabulary
+ * rows of the weight gradient and its sequence rows of the (then complete) input gradient.
+ * n_heads, n_kv_heads (no kv-head replication: refused), ffn_dim, vocab_size and
+ * batch*seq_len must divide by tp. The gradients of the replicated norm weights are partial
+ * on each rank: the caller sums them over the group once per step (model_tp_runs marks
+ * them). Training only: cached inference and model_logits need tp = 1 (gather a full model
+ * for those). */
 #ifndef TITAN_MODEL_H
 #define TITAN_MODEL_H
 
@@ -127,7 +131,15 @@ typedef struct {
 } model_counts;
 void model_count_params(const model_args *a, model_counts *c);
 
-typedef enum { MODEL_AC_NONE, MODEL_AC_FULL } model_ac_mode;
+/* Activation checkpointing: a checkpointed block keeps only its input and recomputes its
+ * forward in backward (bitwise the same values). FULL: every block. SELECTIVE: torchtitan's
+ * layer-selective AC, every ac_every-th block, counting from 1: block l (0-based) when
+ * (l + 1) % ac_every == 0; ac_every = 0 checkpoints every block. */
+typedef enum { MODEL_AC_NONE, MODEL_AC_FULL, MODEL_AC_SELECTIVE } model_ac_mode;
+/* Whether block l is checkpointed under (ac, ac_every). */
+int model_ac_block(model_ac_mode ac, int ac_every, int l);
+/* How many of n_layers blocks are. */
+int model_ac_blocks(model_ac_mode ac, int ac_every, int n_layers);
 
 /* MoE load balancing:
  *   NONE      plain top-k routing.
@@ -167,6 +179,8 @@ typedef struct {
     ops_table *ops;  /* [n_layers + 2]: tok_embeddings, layers.0.., head */
     int batch, seq_len;
     model_ac_mode ac;
+    int ac_every;               /* SELECTIVE: checkpoint every ac_every-th block */
+    int loss_parallel_off;      /* tp > 1 and model_build_opts.loss_parallel_off */
     int ce_chunk;               /* tokens per lm_head+CE chunk */
     float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
     model_acts *acts;
@@ -176,6 +190,7 @@ typedef struct {
     /* MoE (n_experts > 0; all NULL / 0 for a dense model) */
     model_balance balance;
     double bias_rate;    /* BIAS: update step (torchtitan load_balance_coeff) */
+    int force_balance;   /* route round-robin (model_build_opts.moe_force_balance) */
     float *moe_bias;     /* [L,E] expert bias for selection (BIAS; zeros otherwise). Not a
                             parameter: no gradient, no AdamW, not in HF exports; the trainer
                             keeps it in the training checkpoint's state */
@@ -198,6 +213,13 @@ typedef struct {
     double bias_rate;      /* BIAS update step; 0 = torchtitan's 1e-3 */
     const model_tp *tp;    /* NULL: no tensor parallelism */
     const model_ep *ep;    /* NULL: no expert parallelism (MoE models only; not with tp) */
+    int ac_every;          /* SELECTIVE: checkpoint every ac_every-th block (0 = every block) */
+    /* torchtitan's debug.moe_force_load_balance (benchmarking): assignment k of token n (in
+     * this rank's microbatch) goes to expert (n*K + k) mod E whatever the scores; the gates
+     * are still the router probabilities of those experts (renormalised when norm_topk_prob),
+     * so gradients flow as usual. Every expert gets N*K/E rows when E divides N*K. */
+    int moe_force_balance;
+    int loss_parallel_off; /* tp > 1: the CE on the whole vocabulary (see the top) */
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
@@ -272,6 +294,7 @@ typedef struct {
     double scratch;                      /* the shared routed-token scratch */
     double total_train;                  /* 4 x params + saved + scratch */
 } model_moe_mem;
+/* ac: NONE or FULL (SELECTIVE is counted as NONE, an upper bound). */
 void model_moe_memory(const model_args *a, int batch, int seq_len, model_ac_mode ac, int with_grads,
                       model_moe_mem *out);
 

@@ -4,7 +4,7 @@
  * Forward, for h = ffn_norm(x) [N,D] (spec §2.1-2.4; HF Qwen3MoeSparseMoeBlock):
  *   logits = h @ router^T [N,E]; p = softmax(logits) in fp32
  *   ids    = top-k of p (+ expert bias when balancing by bias), by decreasing score, ties to the
- *            lower expert id
+ *            lower expert id; or round-robin, (n*K + k) mod E, when forced to balance
  *   gates  = p[ids], divided by their sum when norm_topk_prob (the bias never enters the gates)
  *   the N*K assignments (n, k) are sorted stably by expert (a counting sort: within an expert in
  *   token order), giving R = N*K rows xs[i] = h[tok[i]] in groups offs[e]..offs[e+1]
@@ -180,7 +180,10 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
         for (int e = 0; e < E; e++) p[e] *= inv;
         int32_t *ids = ma->topi + (size_t)n * K;
         float *gt = ma->gates + (size_t)n * K;
-        top_k(ids, p, bias, E, K);
+        if (m->force_balance) /* torchtitan's _debug_force_load_balance_routing */
+            for (int k = 0; k < K; k++) ids[k] = (int32_t)(((int64_t)n * K + k) % E);
+        else
+            top_k(ids, p, bias, E, K);
         float gs = 0;
         for (int k = 0; k < K; k++) gs += gt[k] = p[ids[k]];
         if (a->norm_topk_prob)

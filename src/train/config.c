@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
 
@@ -85,9 +86,10 @@ static int check_plugin_path(const base_toml_value *v, char *why, size_t n);
 #define ANY(sec, key, help)                                                                        \
     { #sec, #key, T_ANY, 0, 0, NULL, 0, 0, 0, 0, NULL, NULL, help, P_INERT }
 
-/* Defaults are torchtitan v0.2.2's (research notes §4.1) except where titan cannot do what
- * torchtitan's default asks (activation_checkpoint.mode: no selective AC yet) or has no
- * counterpart (dataset "random", paths that name assets torchtitan ships). */
+/* Defaults are torchtitan v0.2.2's (research notes §4.1) except where titan chooses otherwise
+ * (activation_checkpoint.mode none: recomputing blocks costs time that a run with the memory
+ * to spare need not pay) or has no counterpart (dataset "random", paths that name assets
+ * torchtitan ships). */
 static const field g_fields[] = {
     STR(job, dump_folder, ".", NULL,
         "folder for this job's outputs; relative output paths below are joined to it"),
@@ -97,7 +99,8 @@ static const field g_fields[] = {
          "the TOML file: --job.config_file FILE is --config FILE (torchtitan's run script)"),
     PBOOL(job, print_config, 0, P_USED, "print the resolved config, then train"),
     PSTR(job, save_config_file, "", NULL, P_NOTE,
-         "torchtitan writes its JSON config here; titan does not (use --print-config)"),
+         "torchtitan's JSON copy of the config; titan writes the resolved TOML to "
+         "job.dump_folder/config.toml instead"),
     PSTR(job, custom_config_module, "", NULL, P_REFUSE,
          "a Python module extending JobConfig (titan has no Python)"),
 
@@ -224,8 +227,10 @@ static const field g_fields[] = {
     INT(parallelism, expert_parallel_degree, 1, 1, BIG, "expert parallel ranks"),
     STR(parallelism, fsdp_reshard_after_forward, "default", "default|always|never",
         "free gathered block weights after forward"),
-    PBOOL(parallelism, disable_loss_parallel, 0, P_USED,
-          "tensor parallel: gather the logits before the loss"),
+    BOOL(parallelism, disable_loss_parallel, 0,
+         "tp > 1: gather the lm_head weight and compute the loss on the whole vocabulary on "
+         "every rank instead of on vocabulary shards"),
+
     PBOOL(parallelism, enable_async_tensor_parallel, 0, P_REFUSE,
           "async tensor parallel (torch.compile micro-pipelining; not implemented)"),
     ANY(parallelism, module_fqns_per_model_part,
@@ -254,9 +259,11 @@ static const field g_fields[] = {
          "expert all-to-all: titan's own (standard)"),
 
     STR(activation_checkpoint, mode, "none", "none|full|selective|memory_budget",
-        "recompute activations in backward (torchtitan's default is selective)"),
+        "recompute activations in backward: full = every block, selective = per "
+        "selective_ac_option (torchtitan's default is selective)"),
     STRC(activation_checkpoint, selective_ac_option, "2", check_sac_option,
-         "selective: every N-th block, or 'op'"),
+         "selective: checkpoint every N-th block (blocks N, 2N, .. counting from 1; 0 = "
+         "all), or 'op' (runs as full: titan has no per-op recompute)"),
     PSTRS(activation_checkpoint, per_op_sac_force_recompute_mm_shapes_by_fqns, P_INERT,
           "selective 'op' tuning of torchtitan"),
     PBOOL(activation_checkpoint, early_stop, 0, P_INERT, "torch checkpoint tuning"),
@@ -269,10 +276,18 @@ static const field g_fields[] = {
          "torch checkpoint option"),
     PBOOL(activation_checkpoint, debug, 0, P_INERT, "torch checkpoint option"),
 
-    INT(metrics, log_freq, 10, 1, BIG, "console line every N steps"),
+    BOOL(debug, moe_force_load_balance, 0,
+         "MoE: route token n's k-th choice to expert (n*top_k + k) mod n_experts (benchmarking)"),
+    POINT(debug, seed, 0, 9.2e18, P_USED, "the seed (torchtitan's key): overrides training.seed"),
+    PBOOL(debug, deterministic, 0, P_INERT, "titan is always deterministic"),
+    PBOOL(debug, deterministic_warn_only, 0, P_INERT, "titan is always deterministic"),
+
+    INT(metrics, log_freq, 10, 1, BIG, "console/TensorBoard at step 1 and every N steps"),
     BOOL(metrics, enable_tensorboard, 0, "write TensorBoard scalars (torchtitan's tags)"),
-    STR(metrics, save_tb_folder, "tb", NULL, "TensorBoard folder, under job.dump_folder"),
-    BOOL(metrics, save_for_all_ranks, 0, "every rank writes metrics"),
+    STR(metrics, save_tb_folder, "tb", NULL,
+        "TensorBoard folder, under job.dump_folder; a run folder YYYYmmdd-HHMM per run"),
+    BOOL(metrics, save_for_all_ranks, 0,
+         "every rank writes its own metrics (rank_N/) with its memory"),
     BOOL(metrics, enable_jsonl, 0, "write every step's metrics as JSON lines (titan)"),
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0, "fp32 peak for MFU; 0 = measure (titan)"),
@@ -355,10 +370,6 @@ static const field g_fields[] = {
     PSTR(experimental, custom_args_module, "", NULL, P_REFUSE,
          "a Python module extending JobConfig"),
 
-    POINT(debug, seed, 0, 9.2e18, P_USED, "the seed (torchtitan's key): overrides training.seed"),
-    PBOOL(debug, deterministic, 0, P_INERT, "titan is always deterministic"),
-    PBOOL(debug, deterministic_warn_only, 0, P_INERT, "titan is always deterministic"),
-    PBOOL(debug, moe_force_load_balance, 0, P_USED, "route MoE tokens round-robin (testing)"),
 };
 #define N_FIELDS ((int)(sizeof g_fields / sizeof g_fields[0]))
 static int is_unset(const field *fd, const void *s);
@@ -537,8 +548,8 @@ static int check_flavor(const base_toml_value *v, char *why, size_t n) {
 
 static int check_sac_option(const base_toml_value *v, char *why, size_t n) {
     int64_t k;
-    if (!strcmp(v->s, "op") || (base_parse_i64(v->s, &k) == 0 && k >= 1)) return 0;
-    snprintf(why, n, "must be 'op' or a positive integer N (every N-th block)");
+    if (!strcmp(v->s, "op") || (base_parse_i64(v->s, &k) == 0 && k >= 0 && k <= BIG)) return 0;
+    snprintf(why, n, "must be 'op' or an integer N >= 0 (every N-th block; 0 = all)");
     return -1;
 }
 
@@ -1528,6 +1539,29 @@ static const char *output_path(train_config *c, const char *p) {
     return pool_keep(c, s);
 }
 
+/* The resolved config (train_config_print's TOML, which --config loads back) for the trainer
+ * to save as {dump_folder}/config.toml, as torchtitan saves its job config; never over the
+ * --config file itself, which would replace the user's file and its comments. */
+static int config_to_save(train_config *c, train_opts *o, base_err *err) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return base_fail(err, "out of memory");
+    train_config_print(c, f);
+    const char *path = fclose(f) ? NULL : output_path(c, "config.toml");
+    if (!pool_keep(c, text) || !path) return base_fail(err, "out of memory");
+    struct stat a, b;
+    if (c->file && !stat(c->file, &a) && !stat(path, &b) && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
+        base_log(BASE_LOG_INFO, "%s is this job's --config: the resolved config is not saved",
+                 path);
+        return 0;
+    }
+    o->config_toml = text;
+    o->config_path = path;
+    return 0;
+}
+
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     train_opts_defaults(o);
@@ -1567,9 +1601,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                           "ranks",
                           (long long)c->training.global_batch_size,
                           (long long)c->training.local_batch_size, (long long)dp);
-    if (!strcmp(c->activation_checkpoint.mode, "selective"))
-        return NOT_YET(activation_checkpoint, mode,
-                       "selective activation checkpointing is not implemented yet (none or full)");
     if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable)
         return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
 
@@ -1622,7 +1653,13 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
     optim_decay_type_parse(c->lr_scheduler.decay_type, &o->lr.decay_type);
     o->lr.min_lr_factor = c->lr_scheduler.min_lr_factor;
-    o->ac = !strcmp(c->activation_checkpoint.mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
+    train_config_ac(c, &o->ac, &o->ac_every);
+    if (!strcmp(c->activation_checkpoint.mode, "selective") &&
+        !strcmp(c->activation_checkpoint.selective_ac_option, "op"))
+        base_log(BASE_LOG_INFO, "activation_checkpoint.selective_ac_option 'op': titan has no "
+                                "per-op recompute; every block is checkpointed (full)");
+    o->moe_force_balance = c->debug.moe_force_load_balance;
+    o->loss_parallel_off = c->parallelism.disable_loss_parallel;
     o->log_freq = (int)c->metrics.log_freq;
     o->peak_flops = c->metrics.peak_tflops * 1e12;
     o->sample_tokens = (int)c->job.sample_tokens;
@@ -1630,6 +1667,8 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
         return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
+    o->metrics_all_ranks = c->metrics.save_for_all_ranks;
+    if (config_to_save(c, o, err)) return -1;
     if (c->validation.enable) {
         if (!c->validation.dataset_path[0])
             return NOT_YET(validation, dataset_path, "must name the held-out data");
@@ -1659,8 +1698,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.load_only = c->checkpoint.load_only;
     o->ckpt.enable_first_step_checkpoint = c->checkpoint.enable_first_step_checkpoint;
     o->ckpt.create_seed_checkpoint = c->checkpoint.create_seed_checkpoint;
-    o->moe_force_load_balance = c->debug.moe_force_load_balance;
-    o->disable_loss_parallel = c->parallelism.disable_loss_parallel;
     o->comm.init_timeout_s = (int)c->comm.init_timeout_seconds;
     o->comm.train_timeout_s = (int)c->comm.train_timeout_seconds;
     o->comm.trace_buf_size = (int)c->comm.trace_buf_size;
@@ -1668,6 +1705,22 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->comm.traces_file_prefix = c->comm.save_traces_file_prefix;
     o->memory_estimation = c->memory_estimation.enable;
     return 0;
+}
+
+void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every) {
+    const char *mode = c->activation_checkpoint.mode,
+               *opt = c->activation_checkpoint.selective_ac_option;
+    int64_t k = 0;
+    *ac_every = 0;
+    *ac = !strcmp(mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
+    if (strcmp(mode, "selective")) return;
+    if (!strcmp(opt, "op")) { /* torchtitan's per-op SAC: titan recomputes whole blocks */
+        *ac = MODEL_AC_FULL;
+        return;
+    }
+    base_parse_i64(opt, &k); /* checked by the schema */
+    *ac = MODEL_AC_SELECTIVE;
+    *ac_every = (int)k;
 }
 
 /* ---- printing and help -------------------------------------------------------------- */

@@ -23,18 +23,10 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
         t = json_loads(tj, 0, NULL);
         free(tj);
     }
-    model_build_opts bo = {1,
-                           1,
-                           MODEL_AC_NONE,
-                           0,
-                           NULL,
-                           0,
-                           0,
-                           json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
-                                                             : MODEL_BALANCE_NONE,
-                           0,
-                           NULL,
-                           NULL};
+    model_build_opts bo = {.batch = 1,
+                           .seq_len = 1,
+                           .balance = json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
+                                                                        : MODEL_BALANCE_NONE};
     int rc = model_build_unset(m, &a, &bo, err); /* ckpt_source_load writes every weight */
     if (!rc && t) rc = train_moe_bias_load(m, t, path, err);
     json_decref(t);

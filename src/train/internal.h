@@ -78,9 +78,43 @@ void train_moe_args_json(struct json_t *obj, const model_args *a);
 /* "expert_bias" into / from a "train" object (no-op for dense models; absent = zeros). */
 void train_moe_bias_json(struct json_t *train, const model *m);
 int train_moe_bias_load(model *m, const struct json_t *train, const char *where, base_err *err);
-/* Tokens per expert of each block this step (min/mean/max over the experts): one line to
- * console, and/or JSONL keys "tokens_per_expert_min" / "_mean" / "_max" (arrays over blocks)
- * to jl, written inside the step's object after a comma. Either may be NULL. */
-void train_moe_log(const model *m, FILE *console, FILE *jl);
+/* Tokens per expert of each block this step (min/mean/max over the experts) as JSONL keys
+ * "tokens_per_expert_min" / "_mean" / "_max" (arrays over blocks), written inside the step's
+ * object after a comma (nothing for a dense model). */
+void train_moe_jsonl(const model *m, FILE *jl);
+/* The step's expert load in one console line into buf: min / mean / max tokens per expert
+ * over all blocks, and the most loaded block. Returns 0 (buf untouched) for a dense model. */
+int train_moe_summary(const model *m, char *buf, size_t n);
+
+/* Metrics output (metrics.c), its one home: the console's step / validate / MoE lines,
+ * metrics.jsonl, TensorBoard, and {dump_folder}/config.toml. Every rank calls every function
+ * (open is collective); rank 0 writes the console, and the files unless
+ * o->metrics_all_ranks, where every rank writes its own under rank_N/. */
+typedef struct train_metrics train_metrics;
+/* One step's figures. Per rank: ntokens (this rank's tokens), step_s, data_s, comm_s;
+ * global: loss (token mean), max_loss (max over data-parallel ranks of their own mean),
+ * tokens_seen (all ranks). val_loss is NAN on steps without validation. */
+typedef struct {
+    int step, dp_size;
+    double loss, max_loss, grad_norm, lr, aux;
+    int64_t ntokens, tokens_seen;
+    double step_s, data_s, comm_s;
+    double val_loss, val_s; /* validation: mean loss, seconds; val_tokens tokens */
+    int64_t val_tokens;
+} train_step_metrics;
+/* start: the step resumed after (0 = a fresh run: a new metrics.jsonl; else the file keeps
+ * its lines up to start and is appended to); last: the run's last step. TensorBoard goes to
+ * a new run folder o->tb_dir/YYYYmmdd-HHMM[-k]. */
+int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh *mesh,
+                       int64_t start, int last, double peak_flops, double flops_per_token,
+                       int aux_on, base_err *err);
+/* Every step: the console (step 1, every log_freq steps and the last; the validate line when
+ * val_loss is set), the JSONL line (every step), TensorBoard (logged and validation steps).
+ * tps / tflops / mfu / data loading of logged steps are averages over the window of steps
+ * since the last logged one. A failed write is an error naming the file. */
+int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const model *m,
+                           base_err *err);
+/* Closes the files (NULL ok); err (may be NULL) gets a failed final write. */
+int train_metrics_close(train_metrics *t, base_err *err);
 
 #endif

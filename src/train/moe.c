@@ -1,5 +1,6 @@
 /* train: the MoE parts of the trainer and of checkpoints (see internal.h). */
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 
 #include "train/internal.h"
@@ -36,19 +37,9 @@ int train_moe_bias_load(model *m, const json_t *train, const char *where, base_e
     return 0;
 }
 
-void train_moe_log(const model *m, FILE *console, FILE *jl) {
+void train_moe_jsonl(const model *m, FILE *jl) {
     const int L = m->args.n_layers;
     if (m->args.n_experts <= 0) return;
-    if (console) {
-        fprintf(console, "      moe tokens/expert per block (min/mean/max):");
-        for (int l = 0; l < L; l++) {
-            double lo, mean, hi;
-            model_moe_stats(m, l, &lo, &mean, &hi);
-            fprintf(console, " %s%.0f/%.1f/%.0f", l ? "| " : "", lo, mean, hi);
-        }
-        fprintf(console, "\n");
-    }
-    if (!jl) return;
     static const char *const keys[3] = {"min", "mean", "max"};
     for (int k = 0; k < 3; k++) {
         fprintf(jl, ", \"tokens_per_expert_%s\": [", keys[k]);
@@ -59,4 +50,26 @@ void train_moe_log(const model *m, FILE *console, FILE *jl) {
         }
         fprintf(jl, "]");
     }
+}
+
+int train_moe_summary(const model *m, char *buf, size_t n) {
+    const int L = m->args.n_layers;
+    if (m->args.n_experts <= 0 || L <= 0) return 0;
+    double lo = INFINITY, sum = 0, hi = -INFINITY;
+    int top = 0;
+    for (int l = 0; l < L; l++) {
+        double a, mean, b;
+        model_moe_stats(m, l, &a, &mean, &b);
+        if (a < lo) lo = a;
+        if (b > hi) {
+            hi = b;
+            top = l;
+        }
+        sum += mean; /* every block routes the same tokens: the mean of means is the mean */
+    }
+    snprintf(buf, n,
+             "moe tokens/expert over %d blocks: min %.0f  mean %.1f  max %.0f  (most loaded: "
+             "block %d)",
+             L, lo, sum / L, hi, top);
+    return 1;
 }

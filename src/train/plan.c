@@ -61,6 +61,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     const int ds = p->par.dp_shard, dr = p->par.dp_replicate, L = in->model.n_layers;
     const int es = ep > 1 ? ds / ep : 1; /* efsdp: the ranks sharding one rank's experts */
     const int tied = in->model.tie_embeddings;
+    const int n_ckpt = model_ac_blocks(in->ac, in->ac_every, L); /* blocks recomputed */
     double blk = 0, shard = 0, max_shard = 0, max_unit = 0, own = 0;
     for (int u = 0; u < m.n_units; u++) {
         size_t loc = 0; /* EP: this rank's expert stacks, sharded over efsdp */
@@ -119,37 +120,44 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     if (tp > 1) {
         const double N = (double)in->batch * in->seq_len, nd = N * in->model.dim * F,
                      ring = (double)(tp - 1) / tp;
-        /* per block: forward 2 AG + 2 RS; backward 4 AG + 2 RS (+ the forward again under
-         * full AC); embedding RS + AG, final norm AG + RS */
-        const int per_block = in->ac == MODEL_AC_FULL ? 14 : 10;
-        const int64_t n = (int64_t)per_block * L + 4;
+        /* per block: forward 2 AG + 2 RS; backward 4 AG + 2 RS (+ the forward again in a
+         * checkpointed block); embedding RS + AG, final norm AG + RS */
+        const int64_t n = 10 * (int64_t)L + 4 * (int64_t)n_ckpt + 4;
         double rep = 0; /* replicated (norm) weights */
         for (int i = 0; i < m.n_params; i++)
             if (m.params[i].is_norm) rep += (double)m.params[i].numel;
         p->tp_collectives = (n + 2) * in->grad_accum + 1;
-        p->tp_bytes = (n * nd * ring + 3 * N * 8 * 2 * ring) * in->grad_accum + 2 * rep * F * ring;
+        /* the CE: 3 doubles per row all-reduced, or (loss parallel off) the lm_head weight
+         * all-gathered */
+        const double ce = in->loss_parallel_off
+                              ? (double)in->model.vocab_size * in->model.dim * F * ring
+                              : 3 * N * 8 * 2 * ring;
+        p->tp_bytes = (n * nd * ring + ce) * in->grad_accum + 2 * rep * F * ring;
     }
     if (ep > 1) {
         const double R = (double)in->batch * in->seq_len * in->model.top_k,
                      rows = R * in->model.dim * F, ring = (double)(ep - 1) / ep;
-        const int per_block = in->ac == MODEL_AC_FULL ? 6 : 4,
-                  counts = in->ac == MODEL_AC_FULL ? 2 : 1;
+        /* per block 4 alltoallv + 1 count exchange; a checkpointed block's recompute 2 + 1 */
+        const double xchg = 4.0 * L + 2.0 * n_ckpt;
         p->ep_experts = own / es * F;
-        p->ep_collectives = (int64_t)(per_block + counts) * L * in->grad_accum;
-        p->ep_bytes = per_block * L * rows * ring * in->grad_accum;
+        p->ep_collectives = (int64_t)(5 * L + 3 * n_ckpt) * in->grad_accum;
+        p->ep_bytes = xchg * rows * ring * in->grad_accum;
     }
     model_build_opts o = {.batch = in->batch, .seq_len = in->seq_len, .with_grads = 1};
     const model_tp tpo = {.size = tp};
     const model_ep epo = {.size = ep};
     o.tp = &tpo;
     o.ep = &epo;
+    o.loss_parallel_off = in->loss_parallel_off;
     o.ac = MODEL_AC_NONE;
     p->act_none = (double)model_activation_bytes_for(&in->model, &o);
     o.ac = MODEL_AC_FULL;
     p->act_full = (double)model_activation_bytes_for(&in->model, &o);
+    o.ac = in->ac;
+    o.ac_every = in->ac_every;
+    p->act_conf = (double)model_activation_bytes_for(&in->model, &o);
     if (ep > 1) { /* what EP adds to the configured mode's activations: the all-to-all
                      buffers, the received rows and the expert-side rows sized R ep */
-        o.ac = in->ac;
         const double with = (double)model_activation_bytes_for(&in->model, &o);
         o.ep = NULL;
         p->ep_buffers = with - (double)model_activation_bytes_for(&in->model, &o);
@@ -159,6 +167,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->params + p->grads + p->adam + p->gathered + p->comm_buffers + p->runtime;
     p->total_none = fixed + p->act_none;
     p->total_full = fixed + p->act_full;
+    p->total_conf = fixed + p->act_conf;
     model_free(&m);
     return 0;
 }
@@ -188,6 +197,10 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     fprintf(f, "  communication buffers            %10.3f\n", p->comm_buffers / G);
     fprintf(f, "  activations, no checkpointing    %10.3f\n", p->act_none / G);
     fprintf(f, "  activations, full checkpointing  %10.3f\n", p->act_full / G);
+    if (in->ac == MODEL_AC_SELECTIVE)
+        fprintf(f, "  activations, selective AC        %10.3f   (every %d blocks: %d of %d)\n",
+                p->act_conf / G, in->ac_every, model_ac_blocks(in->ac, in->ac_every, a->n_layers),
+                a->n_layers);
     if (p->par.ep > 1)
         fprintf(f,
                 "    of which EP all-to-all         %10.3f   (configured mode; sized for all "
@@ -203,6 +216,13 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
         fprintf(f, "   %s %.0f GiB", p->total_full / G <= budget_gib ? "fits" : "exceeds",
                 budget_gib);
     fprintf(f, "%s\n", in->ac == MODEL_AC_FULL ? "   (configured)" : "");
+    if (in->ac == MODEL_AC_SELECTIVE) {
+        fprintf(f, "  total, selective AC              %10.3f", p->total_conf / G);
+        if (budget_gib > 0)
+            fprintf(f, "   %s %.0f GiB", p->total_conf / G <= budget_gib ? "fits" : "exceeds",
+                    budget_gib);
+        fprintf(f, "   (configured)\n");
+    }
     fprintf(f, "traffic per rank per step                GiB\n");
     fprintf(f, "  all-gather parameters            %10.3f   (%lld collectives)\n",
             p->allgather_bytes / G, (long long)p->allgathers);
@@ -229,6 +249,8 @@ int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {
     in.par = o->par;
     in.reshard = o->reshard;
     in.ac = o->ac;
+    in.ac_every = o->ac_every;
+    in.loss_parallel_off = o->loss_parallel_off;
     train_plan p;
     if (train_plan_compute(&in, &p, err)) return -1;
     if (dist_world_rank() == 0) train_plan_print(&in, &p, 0, f);

@@ -380,6 +380,14 @@ static int export_hf(const train_opts *o, const model *m, const char *dir, base_
     return 0;
 }
 
+/* "none", "full", or "selective (every 2 blocks: 4 of 8)". */
+static const char *ac_name(const train_opts *o, char *buf, size_t n) {
+    if (o->ac != MODEL_AC_SELECTIVE) return o->ac == MODEL_AC_FULL ? "full" : "none";
+    snprintf(buf, n, "selective (every %d blocks: %d of %d)", o->ac_every,
+             model_ac_blocks(o->ac, o->ac_every, o->model.n_layers), o->model.n_layers);
+    return buf;
+}
+
 /* The header `titan train` prints before the first step. */
 static void print_header(const train_opts *o, const model *m, const token_source *src,
                          const dist_mesh *mesh, double peak, double fpt) {
@@ -405,18 +413,20 @@ static void print_header(const train_opts *o, const model *m, const token_source
                  pb = ((double)(m->n_floats - own) / mesh->dp_shard + (double)own / mesh->efsdp) *
                       sizeof(float);
     const double act = (double)model_activation_bytes(m);
+    char acn[64];
     static const char *const reshard[] = {"default", "always", "never"};
     char epd[32] = ""; /* expert parallelism is carved from dp_shard */
     if (mesh->ep > 1) snprintf(epd, sizeof epd, " x ep %d", mesh->ep);
     if (mesh->world > 1)
         printf("  parallelism: %d processes = dp_replicate %d x dp_shard %d x tp %d%s, %d threads "
-               "each; FSDP reshard_after_forward %s; activation checkpointing %s\n",
+               "each; FSDP reshard_after_forward %s; activation checkpointing %s%s\n",
                mesh->world, mesh->dp_replicate, mesh->dp_shard, mesh->tp, epd,
-               omp_get_max_threads(), reshard[o->reshard],
-               o->ac == MODEL_AC_FULL ? "full" : "none");
+               omp_get_max_threads(), reshard[o->reshard], ac_name(o, acn, sizeof acn),
+               mesh->tp > 1 && o->loss_parallel_off ? "; loss parallel off (whole-vocabulary CE)"
+                                                    : "");
     else
         printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
-               omp_get_max_threads(), o->ac == MODEL_AC_FULL ? "full" : "none");
+               omp_get_max_threads(), ac_name(o, acn, sizeof acn));
     printf("  memory estimate%s: %.2f GiB = weights %.2f + gradients %.2f + AdamW %.2f + "
            "activations %.2f (of %.1f GiB RAM)\n",
            mesh->world > 1 ? " per rank (titan plan for details)" : "", (4 * pb + act) / gib,
@@ -658,7 +668,10 @@ int train_run(const train_opts *o, base_err *err) {
                            o->moe_balance,
                            o->moe_bias_rate,
                            &tpg,
-                           &epg};
+                           &epg,
+                           o->ac_every,
+                           o->moe_force_balance,
+                           o->loss_parallel_off};
     /* the group holding one model's slices (tp and ep never combine) */
     dist_comm *slices = mesh.tp > 1 ? mesh.tp_comm : mesh.ep_comm;
     const int sliced = mesh.tp > 1 || mesh.ep > 1;
@@ -668,10 +681,9 @@ int train_run(const train_opts *o, base_err *err) {
     const model *whole = &m;
     optim_adamw opt = {0};
     dist_fsdp *f = NULL;
-    FILE *jl = NULL;
+    train_metrics *mx = NULL;
     int32_t *tok = NULL, *tgt = NULL;
     train_saver *saver = NULL;
-    train_tb *tb = NULL;
     model ev = {0};
     int have_ev = 0;
     char *state = NULL, *states = NULL;
@@ -704,14 +716,6 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    if (o->jsonl_path && lead) {
-        if (base_mkdir_parent(o->jsonl_path, err)) goto out;
-        if (!(jl = fopen(o->jsonl_path, "w"))) {
-            base_fail(err, "%s: cannot open metrics file for writing: %s", o->jsonl_path,
-                      strerror(errno));
-            goto out;
-        }
-    }
     const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
     if (!(peak > 0)) {
         base_fail(err,
@@ -720,7 +724,6 @@ int train_run(const train_opts *o, base_err *err) {
     }
     const double fpt = model_flops_per_token(&o->model, o->seq_len);
     print_header(o, &m, &src, &mesh, peak, fpt);
-    if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = bo; /* the training model's, at the validation shape */
         vo.batch = o->val.batch;
@@ -769,13 +772,10 @@ int train_run(const train_opts *o, base_err *err) {
     optim_lr_cfg lrc = o->lr;
     if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
     double t_total = 0, comm_total = 0;
-    int mfu_warned = 0;
     int64_t tokens_total = 0;
     const int last =
         o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
-    /* a progress line on terminals (not under mpirun: its ranks write to a pty) */
-    const int tty = mesh.world == 1 && isatty(STDOUT_FILENO);
-    const double t_run = base_now();
+    if (train_metrics_open(&mx, o, &mesh, start, last, peak, fpt, aux_on, err)) goto out;
     for (int step = (int)start + 1; step <= last; step++) {
         double t0 = base_now();
         const double comm0 = dist_comm_seconds();
@@ -785,6 +785,7 @@ int train_run(const train_opts *o, base_err *err) {
                 goto out;
             for (size_t i = 0; i < NT; i++) valid += tgt[mb * NT + i] != OPS_IGNORE_INDEX;
         }
+        const int64_t local_valid = valid; /* for this rank's own mean (max_loss) */
         /* the loss is normalised by the valid targets of the whole step on all ranks */
         dist_allreduce_i64(mesh.dp_comm, &valid, 1);
         double t_data = base_now() - t0;
@@ -821,11 +822,14 @@ int train_run(const train_opts *o, base_err *err) {
         }
         /* the global norm: every shard once (replicas hold the same shard) */
         dist_allreduce_f64(mesh.shard_comm, &sumsq, 1);
+        double max_loss = local_valid ? loss_sum / (double)local_valid : 0.0;
+        dist_allreduce_max_f64(mesh.dp_comm, &max_loss, 1);
         dist_allreduce_f64(mesh.dp_comm, &loss_sum, 1);
         dist_allreduce_f64(mesh.dp_comm, &aux_sum, 1);
         const double aux = aux_sum / ((double)o->grad_accum * mesh.dp_size); /* 0 when off */
         const double loss =
             (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
+        max_loss += o->model.router_aux_loss_coef * aux * aux_on;
         const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
         const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
         if (m.balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
@@ -842,83 +846,17 @@ int train_run(const train_opts *o, base_err *err) {
             comm_total += comm;
             tokens_total += ntok;
         }
-        const double tps = ntok / dt, mfu = 100.0 * fpt * tps / peak; /* per rank */
-        if (mfu > 100.0 && !mfu_warned) { /* the peak was measured while the CPU was busy */
-            mfu_warned = 1;
-            if (o->peak_flops > 0)
-                base_log(BASE_LOG_WARN,
-                         "MFU above 100%%: the configured peak (%.1f GFLOP/s, --peak-tflops) is "
-                         "below what this run computes",
-                         peak / 1e9);
-            else
-                base_log(BASE_LOG_WARN,
-                         "MFU above 100%%: the fp32 GEMM peak measured at start (%.1f GFLOP/s) "
-                         "was lowered by other load on the machine; MFU figures are not "
-                         "meaningful in this run (--peak-tflops sets the peak)",
-                         peak / 1e9);
-        }
-        const double mem = (double)base_peak_rss() / (1 << 30);
-        const double mem_pct = 100.0 * base_peak_rss() / (double)base_total_ram();
-        if (tty) printf("\r\033[K"); /* erase the progress line */
-        double val_loss = NAN;
+        double val_loss = NAN, val_s = 0;
         int64_t val_tok = 0;
         if (o->val.path && (step % o->val.freq == 0 || step == last)) {
+            val_s = base_now();
             if (validate(o, &src, &m, f, have_ev ? &ev : NULL, &val_loss, &val_tok, err)) goto out;
-            printf("validate: step %d  loss: %.5f  perplexity: %.3f  (%lld tokens)\n", step,
-                   val_loss, exp(val_loss), (long long)val_tok);
+            val_s = base_now() - val_s;
         }
-        const int log_now = step % o->log_freq == 0 || step == last;
-        if (log_now) {
-            printf("step: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
-                   "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs",
-                   step, loss, norm, lr, mem, mem_pct, tps, fpt * tps / 1e12, mfu, t_data);
-            if (aux_on) printf("  aux_loss: %.5f", aux);
-            if (mesh.world > 1) printf("  comm: %.3fs", comm);
-            printf("\n");
-            train_moe_log(&m, stdout, NULL);
-        }
-        if (tty && step < last) { /* progress: steps done, ETA, tokens/s */
-            const double avg = (base_now() - t_run) / (step - start);
-            const int w = 30, done = (int)((double)w * step / last);
-            printf("  [%.*s%*s] step %d/%d  eta %.0fs  %.0f tok/s", done,
-                   "##############################", w - done, "", step, last, avg * (last - step),
-                   ntok * mesh.dp_size / avg);
-        }
-        fflush(stdout);
-        if (jl) {
-            fprintf(jl,
-                    "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
-                    "\"tps\": %.17g, \"tflops\": %.17g, \"mfu\": %.17g, \"memory_gib\": %.17g, "
-                    "\"data_s\": %.17g",
-                    step, loss, norm, lr, tps, fpt * tps / 1e12, mfu, mem, t_data);
-            if (mesh.world > 1) fprintf(jl, ", \"comm_s\": %.17g, \"step_s\": %.17g", comm, dt);
-            if (isfinite(val_loss)) fprintf(jl, ", \"val_loss\": %.17g", val_loss);
-            if (aux_on) fprintf(jl, ", \"aux_loss\": %.17g", aux);
-            train_moe_log(&m, NULL, jl);
-            fprintf(jl, "}\n");
-            fflush(jl);
-        }
-        if (tb && (log_now || isfinite(val_loss))) { /* torchtitan's tag names */
-            const char *tags[] = {"loss_metrics/global_avg_loss",
-                                  "loss_metrics/global_max_loss",
-                                  "grad_norm",
-                                  "lr",
-                                  "throughput(tps)",
-                                  "tflops",
-                                  "mfu(%)",
-                                  "memory/max_reserved(GiB)",
-                                  "memory/max_reserved(%)",
-                                  "time_metrics/data_loading(s)",
-                                  "time_metrics/end_to_end(s)",
-                                  "n_tokens_seen",
-                                  "validation_metrics/loss"};
-            const double vals[] = {loss,    loss, norm,    lr,     tps, fpt * tps / 1e12,
-                                   mfu,     mem,  mem_pct, t_data, dt,  (double)tokens_seen,
-                                   val_loss};
-            if (train_tb_scalars(tb, step, tags, vals, isfinite(val_loss) ? 13 : 12, err)) goto out;
-            const char *aux_tag = "loss_metrics/aux_loss";
-            if (aux_on && train_tb_scalars(tb, step, &aux_tag, &aux, 1, err)) goto out;
-        }
+        const train_step_metrics sm = {step,   mesh.dp_size, loss,     max_loss,    norm,
+                                       lr,     aux,          ntok,     tokens_seen, dt,
+                                       t_data, comm,         val_loss, val_s,       val_tok};
+        if (train_metrics_log_step(mx, &sm, &m, err)) goto out;
         if (train_saver_poll(saver, err)) goto out; /* commits a finished background save */
         if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
             char dir[4200];
@@ -971,7 +909,7 @@ int train_run(const train_opts *o, base_err *err) {
     if (o->sample_tokens > 0 && lead && sample(whole, o, &src, err)) goto out;
     rc = 0;
 out:
-    if (jl) fclose(jl);
+    if (train_metrics_close(mx, rc ? NULL : err)) rc = -1;
     base_free(tok);
     base_free(tgt);
     free(states);
@@ -981,7 +919,6 @@ out:
         if (train_saver_abandon(saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
     }
     train_saver_free(saver);
-    train_tb_close(tb);
     if (have_ev) model_free(&ev);
     free(state);
     model_free(&m);

@@ -49,8 +49,11 @@ typedef struct {
     model_ac_mode ac;
     int log_freq;
     const char *jsonl_path; /* per-step metrics, one JSON object per line (NULL = none) */
-    const char *tb_dir;     /* TensorBoard event folder (NULL = none) */
-    struct {                /* [validation]: held-out loss every freq steps (path NULL = off) */
+    const char *tb_dir;     /* TensorBoard folder: each run in tb_dir/YYYYmmdd-HHMM (NULL = none) */
+    int metrics_all_ranks;  /* every rank writes metrics (under rank_N/), not rank 0 alone */
+    const char *config_toml; /* the resolved job config, saved at start as config_path */
+    const char *config_path; /* (NULL = not saved) */
+    struct {                 /* [validation]: held-out loss every freq steps (path NULL = off) */
         const char *path;
         int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
     } val;
@@ -66,10 +69,10 @@ typedef struct {
     dist_reshard reshard;      /* parallelism.fsdp_reshard_after_forward */
     model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
-    /* torchtitan keys parsed for the parts that honour them */
-    int moe_force_load_balance; /* debug.moe_force_load_balance */
-    int disable_loss_parallel;  /* parallelism.disable_loss_parallel */
-    struct {                    /* [comm] */
+    int ac_every;              /* selective AC: every N-th block (model_build_opts.ac_every) */
+    int moe_force_balance;     /* debug.moe_force_load_balance (model_build_opts) */
+    int loss_parallel_off;     /* parallelism.disable_loss_parallel (model_build_opts) */
+    struct {                   /* [comm], parsed for the collectives' watchdog */
         int init_timeout_s, train_timeout_s, trace_buf_size;
         const char *traces_folder, *traces_file_prefix; /* under job.dump_folder */
     } comm;
@@ -192,6 +195,11 @@ typedef struct {
         const char *determinism_check;
     } activation_checkpoint;
     struct {
+        int moe_force_load_balance;
+        train_opt_int seed; /* torchtitan's seed: overrides training.seed when set */
+        int deterministic, deterministic_warn_only;
+    } debug;
+    struct {
         int64_t log_freq;
         int enable_tensorboard, save_for_all_ranks, enable_jsonl;
         const char *save_tb_folder, *save_jsonl_file;
@@ -264,10 +272,6 @@ typedef struct {
     struct {
         const char *custom_import, *custom_args_module;
     } experimental;
-    struct {
-        train_opt_int seed; /* torchtitan's seed: overrides training.seed when set */
-        int deterministic, deterministic_warn_only, moe_force_load_balance;
-    } debug;
 
     /* private: where each schema field was last set, and the config's allocations */
     struct {
@@ -305,6 +309,9 @@ int train_config_validate(const train_config *c, base_err *err);
 void train_config_print(const train_config *c, FILE *f);
 /* `titan train --help`: options, aliases, and every field with its default and help. */
 void train_config_usage(FILE *f);
+/* The activation checkpointing of c's [activation_checkpoint] (selective 'op' runs as full;
+ * the schema has checked the fields). */
+void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
 /* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
  * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
  * The parallel degrees are checked against dist_world_size() (the ranks of this run);
@@ -380,17 +387,20 @@ typedef struct {
     int world, batch, seq_len, grad_accum;
     dist_mesh_cfg par; /* dp_shard may be -1 */
     dist_reshard reshard;
-    model_ac_mode ac; /* the configured mode (both are reported) */
+    model_ac_mode ac;      /* the configured mode (none and full are always reported) */
+    int ac_every;          /* SELECTIVE: every N-th block (model_build_opts.ac_every) */
+    int loss_parallel_off; /* tp > 1: parallelism.disable_loss_parallel */
 } train_plan_in;
 
 typedef struct {
     dist_mesh_cfg par; /* resolved */
     int64_t n_params;
-    double params, grads, adam; /* this rank's shards */
-    double gathered;            /* peak of whole units in flight (FSDP), params + grads */
-    double comm_buffers;        /* reduce-scatter receive buffer */
-    double act_none, act_full;  /* activations without / with full activation checkpointing */
-    double runtime;             /* libraries, MPI, thread stacks: a measured constant */
+    double params, grads, adam;  /* this rank's shards */
+    double gathered;             /* peak of whole units in flight (FSDP), params + grads */
+    double comm_buffers;         /* reduce-scatter receive buffer */
+    double act_none, act_full;   /* activations without / with full activation checkpointing */
+    double act_conf, total_conf; /* the configured mode's (= one of the above unless selective) */
+    double runtime;              /* libraries, MPI, thread stacks: a measured constant */
     double total_none, total_full;
     /* per step, per rank */
     double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;

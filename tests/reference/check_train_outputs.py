@@ -1,6 +1,8 @@
 """A training run's outputs read by independent tools: the TensorBoard event files through
-TensorBoard's own reader (EventAccumulator) must hold torchtitan's tags at the logged steps
-with the values of metrics.jsonl (as float32), and the last validation loss must equal the
+TensorBoard's own reader (EventAccumulator) must hold torchtitan's tags in the run's folder
+tb/YYYYmmdd-HHMM at the logged steps (1, every LOG_FREQ, the last) with the values of
+metrics.jsonl (as float32; throughput and MFU are the logging window's), the validation tags
+at the validation steps, and the last validation loss must equal the
 mean cross-entropy that Hugging Face transformers computes with the exported model on the
 same held-out windows (byte tokens: windows of seq_len + 1 consecutive bytes).
 
@@ -29,16 +31,21 @@ def check(cond, what):
 
 rows = [json.loads(l) for l in open(os.path.join(dump, "metrics.jsonl"))]
 by_step = {r["step"]: r for r in rows}
-acc = EventAccumulator(os.path.join(dump, "tb"), size_guidance={"scalars": 0})
+runs = os.listdir(os.path.join(dump, "tb"))
+check(len(runs) == 1 and len(runs[0]) == 13 and runs[0][8] == "-", "one TensorBoard run folder %s" % runs)
+acc = EventAccumulator(os.path.join(dump, "tb", runs[0]), size_guidance={"scalars": 0})
 acc.Reload()
 tags = set(acc.Tags()["scalars"])
 want = {"loss_metrics/global_avg_loss", "grad_norm", "lr", "throughput(tps)", "tflops", "mfu(%)",
         "memory/max_reserved(GiB)", "time_metrics/data_loading(s)", "n_tokens_seen",
-        "validation_metrics/loss"}
+        "time_metrics/data_loading(%)", "memory/max_active(GiB)", "memory/max_active(%)",
+        "loss_metrics/global_max_loss", "validation_metrics/loss", "validation_metrics/perplexity",
+        "validation_metrics/throughput(tps)"}
 check(want <= tags, "TensorBoard tags present: missing %s" % sorted(want - tags))
-logged = sorted({s for s in range(1, steps + 1) if s % log_freq == 0 or s % val_freq == 0 or s == steps})
+logged = sorted({s for s in range(1, steps + 1) if s == 1 or s % log_freq == 0 or s == steps})
 for tag, key in [("loss_metrics/global_avg_loss", "loss"), ("grad_norm", "grad_norm"), ("lr", "lr"),
-                 ("throughput(tps)", "tps"), ("mfu(%)", "mfu"), ("memory/max_reserved(GiB)", "memory_gib")]:
+                 ("throughput(tps)", "window_tps"), ("mfu(%)", "window_mfu"), ("memory/max_reserved(GiB)", "memory_gib"),
+                 ("loss_metrics/global_max_loss", "max_loss")]:
     ev = acc.Scalars(tag)
     check([e.step for e in ev] == logged, "%s logged at steps %s" % (tag, [e.step for e in ev]))
     ok = all(np.float32(e.value) == np.float32(by_step[e.step][key]) for e in ev)
@@ -48,6 +55,10 @@ vsteps_logged = [s for s in range(1, steps + 1) if s % val_freq == 0 or s == ste
 check([e.step for e in vev] == vsteps_logged, "validation loss at steps %s" % [e.step for e in vev])
 check(all(np.float32(e.value) == np.float32(by_step[e.step]["val_loss"]) for e in vev),
       "validation values equal metrics.jsonl val_loss")
+pev = acc.Scalars("validation_metrics/perplexity")
+check(len(pev) == len(vev) and all(abs(p.value - math.exp(v.value)) <= 1e-6 * p.value
+                                   for p, v in zip(pev, vev)),
+      "validation perplexity = exp(validation loss)")
 
 # The last validation loss against transformers on the exported weights.
 data = open(val_file, "rb").read()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Same seed, same config: bitwise-identical losses and gradient norms (printed with %.17g).
-# Also: full activation checkpointing recomputes the same numbers bit for bit.
+# Also: full and selective activation checkpointing (torchtitan's layer SAC, every 2nd of the
+# 2 blocks) recompute the same numbers bit for bit.
 # A third argument BALANCE (none | aux_loss | bias) runs an MoE (8 experts, top-2) instead,
 # with that load balancing (aux_loss also compares the logged aux loss).
 set -euo pipefail
@@ -16,8 +17,10 @@ fi
 "$titan" "${common[@]}" --metrics "$out/b.jsonl" >/dev/null
 "$titan" "${common[@]}" --metrics "$out/c.jsonl" --ac full >/dev/null
 "$titan" "${common[@]}" --metrics "$out/d.jsonl" --seed 99 >/dev/null
+"$titan" "${common[@]}" --metrics "$out/e.jsonl" --ac selective \
+  --activation_checkpoint.selective_ac_option 2 >/dev/null
 field() { grep -o "\"$2\": [^,]*" "$1"; }
-for run in a b c d; do
+for run in a b c d e; do
   for f in loss grad_norm; do
     n=$(field "$out/$run.jsonl" $f | grep -c .)
     if [ "$n" -ne 6 ]; then echo "FAIL: run $run logged $n values of $f, want 6"; exit 1; fi
@@ -30,6 +33,8 @@ for f in "${fields[@]}"; do
     echo "FAIL: two runs with the same seed differ in $f"; exit 1; fi
   if ! diff <(field "$out/a.jsonl" $f) <(field "$out/c.jsonl" $f); then
     echo "FAIL: --ac full differs from --ac none in $f"; exit 1; fi
+  if ! diff <(field "$out/a.jsonl" $f) <(field "$out/e.jsonl" $f); then
+    echo "FAIL: --ac selective differs from --ac none in $f"; exit 1; fi
 done
 if diff -q <(field "$out/a.jsonl" loss) <(field "$out/d.jsonl" loss) >/dev/null; then
   echo "FAIL: a different seed gave the same losses"; exit 1; fi

@@ -9,6 +9,10 @@
 #     straight 1-rank run within 1e-5. Its shards hold one tensor per parameter and buffer
 #     at most (a column slice of wo / w2 is one strided tensor, not one per row).
 #  4. n_kv_heads that tp does not divide is refused by name.
+#  5. (in 1.) loss parallel off (parallelism.disable_loss_parallel: every rank gathers the
+#     lm_head weight and computes the CE over the whole vocabulary) meets the same bounds
+#     against the same 1-rank runs; the untied one with selective activation checkpointing
+#     (block 1 of 2 recomputed, its collectives again).
 # AdamW eps is 1e-6 here: with the default 1e-8 the first steps' updates are
 # lr * g / (|g| + 1e-8), which turns the ~1e-7 relative summation-order differences of TP's
 # split GEMMs into visible update differences on elements whose gradient is ~1e-8 (measured:
@@ -29,6 +33,14 @@ for tie in 1 0; do
   grep -q "dp_shard 1 x tp 2" "$out/tp$tie.log" || { cat "$out/tp$tie.log"; exit 1; }
   same_losses "tp=2 vs 1 rank (tie=$tie, ac=$ac)" "$out/ref$tie.jsonl" "$out/tp$tie.jsonl"
   "$diff_tool" "$out/tp$tie/checkpoint" "$out/ref$tie/checkpoint" 1e-5
+  # 5. loss parallel off
+  [ $tie = 0 ] && m+=(--ac selective --activation_checkpoint.selective_ac_option 2)
+  mpi 2 "${m[@]}" "${tp2[@]}" --parallelism.disable_loss_parallel \
+      --metrics "$out/nlp$tie.jsonl" --dump-folder "$out/nlp$tie" > "$out/nlp$tie.log"
+  grep -q "loss parallel off" "$out/nlp$tie.log" || { cat "$out/nlp$tie.log"; exit 1; }
+  same_losses "tp=2 loss parallel off vs 1 rank (tie=$tie)" "$out/ref$tie.jsonl" \
+      "$out/nlp$tie.jsonl"
+  "$diff_tool" "$out/nlp$tie/checkpoint" "$out/ref$tie/checkpoint" 1e-5
 done
 
 # 2. dp_shard=2 x tp=2 against one rank with 2 microbatches

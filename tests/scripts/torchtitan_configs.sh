@@ -30,8 +30,6 @@ for f in "$fixtures"/*.toml; do
     grep -q "model.name: 'llama3' is not implemented" "$out/log" || { cat "$out/log"; fail "$name"; }
     extra+=(--model.name qwen3)
   fi
-  # selective activation checkpointing is refused until it is implemented: full instead.
-  grep -q '^mode = "selective"' "$f" && extra+=(--activation_checkpoint.mode full)
   # dense flavors have no experts to override
   grep -q 'flavor = "debugmodel_moe"' "$f" || extra+=(--model.num_experts none --model.top_k none
     --model.moe_inter_dim none)

@@ -226,7 +226,8 @@ static void errors(void) {
          "x.toml:2:30: parallelism.fsdp_reshard_after_forward: 'alway' is not one of default, "
          "always, never; did you mean 'always'?"},
         {"[activation_checkpoint]\nselective_ac_option = \"ops\"\n",
-         "x.toml:2:23: activation_checkpoint.selective_ac_option: must be 'op' or a positive"},
+         "x.toml:2:23: activation_checkpoint.selective_ac_option: must be 'op' or an integer N "
+         ">= 0"},
         {"[training]\nlocal_batch_size = 3\nglobal_batch_size = 8\n",
          "x.toml:3:21: training.global_batch_size: 8 is not a multiple of "
          "training.local_batch_size (3)"},
@@ -426,9 +427,6 @@ static void command_line(void) {
         {{"--parallelism.data_parallel_shard_degree", "2"},
          "parallelism: data_parallel_replicate_degree 1 x data_parallel_shard_degree 2 x "
          "tensor_parallel_degree 1 = 2, but there are 1 ranks (mpirun -np)"},
-        {{"--activation_checkpoint.mode", "selective"},
-         "command line: --activation_checkpoint.mode: selective activation checkpointing is not "
-         "implemented yet"},
         {{"--validation.enable"}, "validation.dataset_path (default): must name the held-out data"},
         {{"--checkpoint.initial_load_path", "x"},
          "command line: --checkpoint.initial_load_path: needs checkpoint.enable = true"},
@@ -447,6 +445,48 @@ static void command_line(void) {
         train_config_free(&c);
     }
     remove(path);
+}
+
+/* [activation_checkpoint] selective, [debug] and parallelism.disable_loss_parallel reach
+ * train_opts: torchtitan's layer SAC (selective_ac_option N, 0 = every block), 'op' as full. */
+static void ac_and_debug(void) {
+    static const struct {
+        char *argv[6];
+        model_ac_mode ac;
+        int every, force, lp; /* lp: loss parallel off */
+    } cases[] = {
+        {{"--ac", "selective"}, MODEL_AC_SELECTIVE, 2, 0, 0}, /* torchtitan's default option */
+        {{"--ac", "selective", "--activation_checkpoint.selective_ac_option", "3"},
+         MODEL_AC_SELECTIVE,
+         3,
+         0,
+         0},
+        {{"--ac", "selective", "--activation_checkpoint.selective_ac_option", "0"},
+         MODEL_AC_SELECTIVE,
+         0,
+         0,
+         0},
+        {{"--ac", "selective", "--activation_checkpoint.selective_ac_option", "op"},
+         MODEL_AC_FULL,
+         0,
+         0,
+         0},
+        {{"--ac", "full", "--debug.moe_force_load_balance"}, MODEL_AC_FULL, 0, 1, 0},
+        {{"--parallelism.disable_loss_parallel"}, MODEL_AC_NONE, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        train_config c;
+        train_opts o;
+        base_err err;
+        int rc = from_args(&c, (char **)cases[i].argv, &err);
+        if (!rc) rc = train_config_to_opts(&c, &o, &err);
+        CHECK(rc == 0, "ac case %zu: %s", i, err.msg);
+        CHECK(!rc && o.ac == cases[i].ac && o.ac_every == cases[i].every &&
+                  o.moe_force_balance == cases[i].force && o.loss_parallel_off == cases[i].lp,
+              "ac case %zu: ac %d every %d force %d loss parallel off %d", i, (int)o.ac, o.ac_every,
+              o.moe_force_balance, o.loss_parallel_off);
+        train_config_free(&c);
+    }
 }
 
 /* Every shipped config loads, validates and round-trips; qwen3_debug.toml trains. */
@@ -672,7 +712,7 @@ static void torchtitan_compat(void) {
         CHECK(!rc && o.seed == 1234, "debug.seed is the seed");
         CHECK(!rc && o.tokenizer_dir && !strcmp(o.tokenizer_dir, "/tok"),
               "model.tokenizer_path sets hf_assets_path");
-        CHECK(!rc && o.moe_force_load_balance && o.memory_estimation && o.ckpt.load_only &&
+        CHECK(!rc && o.moe_force_balance && o.memory_estimation && o.ckpt.load_only &&
                   o.ckpt.n_exclude_from_loading == 1 &&
                   !strcmp(o.ckpt.exclude_from_loading[0], "optimizer") &&
                   o.comm.init_timeout_s == 60 && o.comm.train_timeout_s == 100,
@@ -751,6 +791,7 @@ int main(void) {
     exact_values();
     errors();
     command_line();
+    ac_and_debug();
     shipped_configs();
     debug_config_is_make_train();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);

@@ -38,7 +38,7 @@ static double check_model(int H, int G, int tied, int T, int n_prefill, int n_se
     a.tie_embeddings = tied;
     a.rope_theta = 10000;
     model m;
-    model_build_opts o = {1, T, MODEL_AC_NONE, 0, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    model_build_opts o = {.batch = 1, .seq_len = T};
     double worst = 0;
     int rc = model_build(&m, &a, &o, &e);
     CHECK(rc == 0, "build: %s", e.msg);

@@ -17,8 +17,8 @@ int main(void) {
         model_args_set(&a, kv[i][0], kv[i][1], &e);
     const int T = 24;
     model big, small;
-    model_build_opts ob = {4, T, MODEL_AC_NONE, 1, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL},
-                     os = {2, T, MODEL_AC_FULL, 1, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    model_build_opts ob = {.batch = 4, .seq_len = T, .with_grads = 1},
+                     os = {.batch = 2, .seq_len = T, .ac = MODEL_AC_FULL, .with_grads = 1};
     if (model_build(&big, &a, &ob, &e) || model_build(&small, &a, &os, &e)) {
         printf("build: %s\n", e.msg);
         return 1;

@@ -102,7 +102,7 @@ static void test_constraint_errors(void) {
     model_args a;
     tiny_args(&a);
     const ops_override ov[] = {{"layers.1.attention", "seq64"}};
-    model_build_opts bo = {2, 48, MODEL_AC_NONE, 0, ov, 1, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    model_build_opts bo = {.batch = 2, .seq_len = 48, .overrides = ov, .n_overrides = 1};
     model m;
     CHECK(model_build(&m, &a, &bo, &e) != 0 &&
               has(e.msg, "kernel attention/seq64 at layers.1: seq_len % 64 == 0 (seq_len = 48)",
@@ -190,7 +190,7 @@ static double grad_diff(const ops_override *ov, int n_ov, double *loss_a, double
     tiny_args(&a);
     base_err e = {{0}};
     model ma, mb;
-    model_build_opts bo = {2, 16, MODEL_AC_NONE, 1, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    model_build_opts bo = {.batch = 2, .seq_len = 16, .with_grads = 1};
     if (model_build(&ma, &a, &bo, &e)) return printf("%s\n", e.msg), INFINITY;
     bo.overrides = ov;
     bo.n_overrides = n_ov;

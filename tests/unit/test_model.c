@@ -66,7 +66,7 @@ int main(void) {
     model_args_set(&a, "vocab_size", "300", &e);
     model_args_set(&a, "tie_embeddings", "0", &e);
     model m;
-    model_build_opts bo = {2, 8, MODEL_AC_NONE, 1, NULL, 0, 0, MODEL_BALANCE_NONE, 0, NULL, NULL};
+    model_build_opts bo = {.batch = 2, .seq_len = 8, .with_grads = 1};
     CHECK(model_build(&m, &a, &bo, &e) == 0, "build: %s", e.msg);
     model_counts c;
     model_count_params(&a, &c);

@@ -782,8 +782,9 @@ static uint64_t hash_f(const float *p, size_t n) {
     return h;
 }
 
+/* The ops whose reductions titan orders itself (no BLAS call inside). */
 static uint64_t run_all_ops(void) {
-    enum { N = 300, D = 200, V = 97, F = 130, VC = 1500, NC = 70, DC = 32 };
+    enum { N = 300, D = 200, V = 97, F = 130 };
     uint64_t h = 0;
     int32_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (int32_t)(base_rng_u64(7, 1, (uint64_t)i) % V);
@@ -805,22 +806,53 @@ static uint64_t run_all_ops(void) {
     ops_cpu_rope_fwd(out, x, cs, sn, 3, 10, 5, 40); /* 3*10*5*40 == N*D */
     ops_cpu_rope_bwd(dx, dy, cs, sn, 3, 10, 5, 40);
     h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3;
-    float *xc = randn(NC * DC, 26, 1, 0), *wc = randn(VC * DC, 27, 1, 0), *scr = zeros(16 * VC);
-    float *dxc = zeros(NC * DC), *dwc = zeros(VC * DC);
-    int32_t tc[NC];
-    for (int i = 0; i < NC; i++) tc[i] = (int32_t)(base_rng_u64(7, 2, (uint64_t)i) % VC);
-    tc[5] = OPS_IGNORE_INDEX;
-    double l = ops_cpu_lmhead_ce(dxc, dwc, xc, wc, tc, NC, DC, VC, 1.0f / 69, scr, 16, NULL, NULL);
-    h = h * 31 + hash_f(dxc, NC * DC) + hash_f(dwc, VC * DC) * 3;
-    h = h * 31 + (uint64_t)(l * 1e12);
     float *m = zeros(N * D), *v = zeros(N * D);
     for (int t = 1; t <= 2; t++) ops_cpu_adamw(x, m, v, dy, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
     h = h * 31 + hash_f(x, N * D) + hash_f(m, N * D) * 3 + hash_f(v, N * D) * 5;
     base_free(x), base_free(dy), base_free(w), base_free(out), base_free(rstd), base_free(dx);
     base_free(dw), base_free(g), base_free(u), base_free(dyf), base_free(o2), base_free(dg);
-    base_free(du), base_free(cs), base_free(sn), base_free(xc), base_free(wc), base_free(scr);
-    base_free(dxc), base_free(dwc), base_free(m), base_free(v);
+    base_free(du), base_free(cs), base_free(sn), base_free(m), base_free(v);
     return h;
+}
+
+/* The fused lm_head + CE: its row passes are thread-count independent by construction, but
+ * its three GEMMs are the BLAS library's. out[NC*DC + VC*DC + 1]: dx, dw, loss. */
+enum { CE_NC = 70, CE_DC = 32, CE_VC = 1500, CE_OUT = CE_NC * CE_DC + CE_VC * CE_DC + 1 };
+static void run_lmhead_ce(float *out) {
+    float *xc = randn(CE_NC * CE_DC, 26, 1, 0), *wc = randn(CE_VC * CE_DC, 27, 1, 0);
+    float *scr = zeros(16 * CE_VC);
+    memset(out, 0, sizeof(float) * CE_OUT);
+    int32_t tc[CE_NC];
+    for (int i = 0; i < CE_NC; i++) tc[i] = (int32_t)(base_rng_u64(7, 2, (uint64_t)i) % CE_VC);
+    tc[5] = OPS_IGNORE_INDEX;
+    out[CE_OUT - 1] = (float)ops_cpu_lmhead_ce(out, out + CE_NC * CE_DC, xc, wc, tc, CE_NC, CE_DC,
+                                               CE_VC, 1.0f / 69, scr, 16, NULL, NULL);
+    base_free(xc), base_free(wc), base_free(scr);
+}
+
+/* Whether this machine's sgemm gives the same bits at 1, 2 and 3 threads for the shapes the
+ * CE check uses. OpenBLAS's Haswell/Zen kernels and oneDNN's AVX2 sgemm do not (measured on
+ * an AVX2-only AMD EPYC: edge kernels and K splits move with the partition); the AVX-512
+ * ones do. */
+static int sgemm_thread_invariant(void) {
+    const int shapes[3][5] = {{0, 1, CE_NC, CE_VC, CE_DC}, /* ta, tb, M, N, K */
+                              {0, 0, CE_NC, CE_DC, CE_VC},
+                              {1, 0, CE_VC, CE_DC, CE_NC}};
+    int same = 1;
+    for (int s = 0; s < 3; s++) {
+        const int ta = shapes[s][0], tb = shapes[s][1], M = shapes[s][2], N = shapes[s][3],
+                  K = shapes[s][4];
+        float *a = randn(M * K, 28, 1, 0), *b = randn(K * N, 29, 1, 0), *c = zeros(M * N);
+        uint64_t h[3];
+        for (int t = 1; t <= 3; t++) {
+            omp_set_num_threads(t);
+            ops_cpu_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, 0.0f, c, N);
+            h[t - 1] = hash_f(c, (size_t)M * N);
+        }
+        same &= h[0] == h[1] && h[0] == h[2];
+        base_free(a), base_free(b), base_free(c);
+    }
+    return same;
 }
 
 static void test_determinism(void) {
@@ -835,7 +867,32 @@ static void test_determinism(void) {
     char buf[128];
     snprintf(buf, sizeof buf, "%016llx %016llx %016llx", (unsigned long long)h1,
              (unsigned long long)h2, (unsigned long long)h3);
-    check_true("all ops bitwise identical with 1, 2 and 3 threads", h1 == h2 && h1 == h3, buf);
+    check_true("all ops without BLAS bitwise identical with 1, 2 and 3 threads",
+               h1 == h2 && h1 == h3, buf);
+    /* lmhead_ce: bitwise where the BLAS is, else within fp32 rounding of a K-split */
+    const int blas_same = sgemm_thread_invariant();
+    float *ce[3];
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        run_lmhead_ce(ce[t - 1] = zeros(CE_OUT));
+    }
+    omp_set_num_threads(saved);
+    float *again = zeros(CE_OUT);
+    omp_set_num_threads(2);
+    run_lmhead_ce(again);
+    omp_set_num_threads(saved);
+    check_true("lmhead_ce rerun at the same thread count: bitwise",
+               !memcmp(ce[1], again, sizeof(float) * CE_OUT), NULL);
+    double d = 0; /* dx, dw and the loss, each relative to its own scale */
+    const size_t part[4] = {0, CE_NC * CE_DC, CE_NC * CE_DC + CE_VC * CE_DC, CE_OUT};
+    for (int t = 1; t < 3; t++)
+        for (int p = 0; p < 3; p++)
+            d = max_nan(d, rel_err_f(ce[t] + part[p], ce[0] + part[p], part[p + 1] - part[p]));
+    snprintf(buf, sizeof buf, "lmhead_ce with 1, 2 and 3 threads (%s)",
+             blas_same ? "sgemm thread-invariant here: bitwise" : "sgemm varies with threads here");
+    check(-1, buf, d, blas_same ? 0.0 : 1e-5);
+    for (int t = 0; t < 3; t++) base_free(ce[t]);
+    base_free(again);
 }
 
 int main(void) {

@@ -1,0 +1,363 @@
+/* train: the one home of metrics output (see internal.h): the console lines, metrics.jsonl,
+ * TensorBoard, the saved config.toml, and the logging window's averages. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "train/internal.h"
+
+struct train_metrics {
+    const train_opts *o;
+    int lead;      /* writes the console (rank 0) */
+    int tty;       /* a progress line on terminals */
+    int world;     /* ranks in the run (comm figures when > 1) */
+    int aux_on;    /* MoE aux loss in the step's loss */
+    int last;      /* the run's last step */
+    int64_t start; /* the step resumed after (0: a fresh run) */
+    double peak, fpt, t_run;
+    int mfu_warned;
+    FILE *jl;
+    char *jl_path;
+    train_tb *tb;
+    /* the logging window: the steps since the last logged one (this rank's figures) */
+    int64_t w_tokens;
+    double w_step_s, w_data_s, w_rss;
+    int w_steps;
+};
+
+/* "[titan] 2026-12-01 12:03:38,123 - " (local time, torchtitan's logger's prefix), into buf. */
+static void stamp(char *buf, size_t n) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    localtime_r(&tv.tv_sec, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf, n, "[titan] %s,%03d - ", day, (int)(tv.tv_usec / 1000));
+}
+
+/* This process's resident memory now (bytes; 0 when /proc is not there). */
+static double rss_now(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (double)resident * (double)sysconf(_SC_PAGE_SIZE);
+}
+
+/* path with "rank_N/" inserted before its last component: dir/rank_N/name. */
+static char *rank_path(const char *path, int rank) {
+    const char *slash = strrchr(path, '/');
+    const size_t dir = slash ? (size_t)(slash - path + 1) : 0;
+    const size_t n = strlen(path) + 32;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%.*srank_%d/%s", (int)dir, path, rank, path + dir);
+    return s;
+}
+
+/* text to path through path.tmp and rename, so a reader sees the old file or the new one. */
+static int write_atomic(const char *path, const char *text, base_err *err) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (base_mkdir_parent(path, err)) return -1;
+    FILE *f = fopen(tmp, "w");
+    if (!f) return base_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
+    const size_t n = strlen(text);
+    int e = fwrite(text, 1, n, f) != n || fflush(f) ? errno : 0;
+    if (fclose(f) && !e) e = errno;
+    if (e) {
+        unlink(tmp);
+        return base_fail(err, "%s: write failed: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path)) {
+        const int e2 = errno;
+        unlink(tmp);
+        return base_fail(err, "%s: cannot rename %s into place: %s", path, tmp, strerror(e2));
+    }
+    return 0;
+}
+
+/* Opens metrics.jsonl: a fresh run starts a new file; a resumed one keeps the lines of
+ * steps <= start (a crash between a checkpoint and later log lines leaves lines past it,
+ * and a crash mid-line a partial one: both are cut off at their byte offset) and appends. */
+static int open_jsonl(train_metrics *t, base_err *err) {
+    const char *p = t->jl_path;
+    if (base_mkdir_parent(p, err)) return -1;
+    if (t->start > 0) {
+        FILE *f = fopen(p, "r");
+        long keep = 0;
+        if (f) {
+            char *line = NULL;
+            size_t cap = 0;
+            ssize_t len;
+            while ((len = getline(&line, &cap, f)) > 0) {
+                long long step;
+                if (line[len - 1] != '\n' || sscanf(line, "{\"step\": %lld", &step) != 1 ||
+                    step > t->start)
+                    break;
+                keep += (long)len;
+            }
+            free(line);
+            fclose(f);
+            if (truncate(p, keep))
+                return base_fail(err, "%s: cannot cut the metrics after step %lld: %s", p,
+                                 (long long)t->start, strerror(errno));
+        }
+    }
+    if (!(t->jl = fopen(p, t->start > 0 ? "a" : "w")))
+        return base_fail(err, "%s: cannot open metrics file for writing: %s", p, strerror(errno));
+    return 0;
+}
+
+/* Rank 0 names the TensorBoard run folder DIR/YYYYmmdd-HHMM (local time, torchtitan's), with
+ * "-2", "-3"... when a run of the same minute has it already, so two runs never share a
+ * series; every rank gets rank 0's name. */
+static int tb_run_dir(train_metrics *t, const dist_mesh *mesh, char *out, size_t n, base_err *err) {
+    char mine[512] = "", *all = NULL;
+    int rc = 0;
+    if (mesh->rank == 0) {
+        const time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        char when[32];
+        strftime(when, sizeof when, "%Y%m%d-%H%M", &tm);
+        base_err e;
+        if (base_mkdir_p(t->o->tb_dir, &e)) {
+            snprintf(mine, sizeof mine, "!%.500s", e.msg);
+        } else {
+            for (int k = 1; k < 1000; k++) {
+                if (k == 1)
+                    snprintf(mine, sizeof mine, "%s", when);
+                else
+                    snprintf(mine, sizeof mine, "%s-%d", when, k);
+                char dir[4600];
+                snprintf(dir, sizeof dir, "%s/%s", t->o->tb_dir, mine);
+                if (mkdir(dir, 0777) == 0) break;
+                if (errno != EEXIST) {
+                    snprintf(mine, sizeof mine, "!%.380s: %.100s", dir, strerror(errno));
+                    break;
+                }
+            }
+        }
+    }
+    if (mesh->world > 1) { /* rank 0's name to every rank (all of them open the same way) */
+        if (!(all = calloc((size_t)mesh->world, sizeof mine)))
+            return base_fail(err, "out of memory");
+        dist_allgather_bytes(mesh->world_comm, mine, all, sizeof mine);
+        memcpy(mine, all, sizeof mine);
+        free(all);
+    }
+    if (mine[0] == '!')
+        rc = base_fail(err, "TensorBoard folder: %s", mine + 1);
+    else
+        snprintf(out, n, "%s/%s", t->o->tb_dir, mine);
+    return rc;
+}
+
+int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh *mesh,
+                       int64_t start, int last, double peak_flops, double flops_per_token,
+                       int aux_on, base_err *err) {
+    *out = NULL;
+    train_metrics *t = calloc(1, sizeof *t);
+    if (!t) return base_fail(err, "out of memory");
+    t->o = o;
+    t->lead = mesh->rank == 0;
+    t->world = mesh->world;
+    t->tty = mesh->world == 1 && isatty(STDOUT_FILENO);
+    t->aux_on = aux_on;
+    t->start = start;
+    t->last = last;
+    t->peak = peak_flops;
+    t->fpt = flops_per_token;
+    t->t_run = base_now();
+    /* every rank writes its own files with save_for_all_ranks, else rank 0 alone */
+    const int writes = t->lead || o->metrics_all_ranks;
+    char tbdir[5200] = "";
+    int rc = 0;
+    if (o->tb_dir) { /* collective: every rank calls it */
+        rc = tb_run_dir(t, mesh, tbdir, sizeof tbdir, err);
+        if (!rc && o->metrics_all_ranks) {
+            const size_t at = strlen(tbdir);
+            snprintf(tbdir + at, sizeof tbdir - at, "/rank_%d", mesh->rank);
+        }
+    }
+    if (!rc && writes && o->tb_dir) rc = train_tb_open(&t->tb, tbdir, err);
+    if (!rc && writes && o->jsonl_path) {
+        t->jl_path =
+            o->metrics_all_ranks ? rank_path(o->jsonl_path, mesh->rank) : strdup(o->jsonl_path);
+        rc = t->jl_path ? open_jsonl(t, err) : base_fail(err, "out of memory");
+    }
+    if (!rc && t->lead && o->config_path && o->config_toml)
+        rc = write_atomic(o->config_path, o->config_toml, err);
+    if (rc) {
+        train_metrics_close(t, NULL);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+/* The JSONL line's fields for step s: this step's own figures (bitwise as before), the
+ * window's averages on logged steps, validation when it ran. */
+static void jsonl_line(train_metrics *t, const train_step_metrics *s, const model *m, double tps,
+                       double mfu, double mem, int log_now, const double *win) {
+    FILE *jl = t->jl;
+    fprintf(jl,
+            "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
+            "\"tps\": %.17g, \"tflops\": %.17g, \"mfu\": %.17g, \"memory_gib\": %.17g, "
+            "\"data_s\": %.17g, \"max_loss\": %.17g, \"ntokens\": %lld, \"step_s\": %.17g",
+            s->step, s->loss, s->grad_norm, s->lr, tps, t->fpt * tps / 1e12, mfu, mem, s->data_s,
+            s->max_loss, (long long)s->ntokens, s->step_s);
+    if (t->world > 1) fprintf(jl, ", \"comm_s\": %.17g", s->comm_s);
+    if (log_now)
+        fprintf(jl,
+                ", \"window_tps\": %.17g, \"window_tflops\": %.17g, \"window_mfu\": %.17g, "
+                "\"window_data_s\": %.17g, \"window_data_pct\": %.17g, \"window_step_s\": %.17g, "
+                "\"memory_active_gib\": %.17g",
+                win[0], win[1], win[2], win[3], win[4], win[5], win[6]);
+    if (isfinite(s->val_loss))
+        fprintf(jl, ", \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_tps\": %.17g", s->val_loss,
+                (long long)s->val_tokens, s->val_s > 0 ? s->val_tokens / s->val_s : 0.0);
+    if (t->aux_on) fprintf(jl, ", \"aux_loss\": %.17g", s->aux);
+    train_moe_jsonl(m, jl);
+    fprintf(jl, "}\n");
+}
+
+int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const model *m,
+                           base_err *err) {
+    const train_opts *o = t->o;
+    const double tps = (double)s->ntokens / s->step_s, mfu = 100.0 * t->fpt * tps / t->peak;
+    if (t->lead && mfu > 100.0 && !t->mfu_warned) { /* the peak was measured while busy */
+        t->mfu_warned = 1;
+        if (o->peak_flops > 0)
+            base_log(BASE_LOG_WARN,
+                     "MFU above 100%%: the configured peak (%.1f GFLOP/s, --peak-tflops) is "
+                     "below what this run computes",
+                     t->peak / 1e9);
+        else
+            base_log(BASE_LOG_WARN,
+                     "MFU above 100%%: the fp32 GEMM peak measured at start (%.1f GFLOP/s) "
+                     "was lowered by other load on the machine; MFU figures are not "
+                     "meaningful in this run (--peak-tflops sets the peak)",
+                     t->peak / 1e9);
+    }
+    /* the window: tokens over the time of its steps (not the logging, validation and
+     * checkpoint time between them) */
+    t->w_tokens += s->ntokens;
+    t->w_step_s += s->step_s;
+    t->w_data_s += s->data_s;
+    t->w_steps++;
+    const double rss = rss_now();
+    if (rss > t->w_rss) t->w_rss = rss;
+    const double gib = (double)(1 << 30), ram = (double)base_total_ram();
+    const double mem = (double)base_peak_rss() / gib, mem_pct = 100.0 * base_peak_rss() / ram;
+    /* torchtitan's rule (step 1 and every log_freq), and the last step */
+    const int log_now = s->step == 1 || s->step % o->log_freq == 0 || s->step == t->last;
+    const int val = isfinite(s->val_loss);
+    double win[7] = {0};
+    if (log_now) {
+        win[0] = (double)t->w_tokens / t->w_step_s; /* tps */
+        win[1] = t->fpt * win[0] / 1e12;            /* tflops */
+        win[2] = 100.0 * t->fpt * win[0] / t->peak; /* mfu (%) */
+        win[3] = t->w_data_s / t->w_steps;          /* data loading (s per step) */
+        win[4] = 100.0 * t->w_data_s / t->w_step_s; /* data loading (%) */
+        win[5] = t->w_step_s / t->w_steps;          /* end to end (s per step) */
+        win[6] = t->w_rss / gib;                    /* max active (GiB) */
+    }
+    const double val_tps = val && s->val_s > 0 ? s->val_tokens / s->val_s : 0.0;
+    char ts[64];
+    if (t->lead && (log_now || val)) {
+        if (t->tty) printf("\r\033[K"); /* erase the progress line */
+        stamp(ts, sizeof ts);
+    }
+    if (t->lead && log_now) {
+        printf("%sstep: %4d  loss: %8.5f  grad_norm: %8.4f  lr: %.3e  memory: %.2fGiB(%.1f%%)  "
+               "tps: %.1f  tflops: %.3f  mfu: %.1f%%  data: %.3fs",
+               ts, s->step, s->loss, s->grad_norm, s->lr, mem, mem_pct, win[0], win[1], win[2],
+               win[3]);
+        if (t->aux_on) printf("  aux_loss: %.5f", s->aux);
+        if (t->world > 1) printf("  comm: %.3fs", s->comm_s);
+        printf("\n");
+        char moe[256];
+        if (train_moe_summary(m, moe, sizeof moe)) printf("%s%s\n", ts, moe);
+    }
+    if (t->lead && val) /* torchtitan's "validate step:" line, after the step's */
+        printf("%svalidate step: %4d  loss: %8.5f  perplexity: %.3f  memory: %.2fGiB(%.1f%%)  "
+               "tps: %.1f  (%lld tokens)\n",
+               ts, s->step, s->val_loss, exp(s->val_loss), mem, mem_pct, val_tps,
+               (long long)s->val_tokens);
+    if (t->lead && t->tty && s->step < t->last) { /* progress: steps done, ETA, tokens/s */
+        const double avg = (base_now() - t->t_run) / (double)(s->step - t->start);
+        const int w = 30, done = (int)((double)w * s->step / t->last);
+        printf("  [%.*s%*s] step %d/%d  eta %.0fs  %.0f tok/s", done,
+               "##############################", w - done, "", s->step, t->last,
+               avg * (t->last - s->step), (double)s->ntokens * s->dp_size / avg);
+    }
+    if (t->lead) fflush(stdout);
+    if (t->jl) {
+        jsonl_line(t, s, m, tps, mfu, mem, log_now, win);
+        if (ferror(t->jl) || fflush(t->jl))
+            return base_fail(err, "%s: cannot write the metrics of step %d: %s", t->jl_path,
+                             s->step, strerror(errno));
+    }
+    if (t->tb && log_now) { /* torchtitan's tag names */
+        const char *tags[] = {"loss_metrics/global_avg_loss",
+                              "loss_metrics/global_max_loss",
+                              "grad_norm",
+                              "lr",
+                              "throughput(tps)",
+                              "tflops",
+                              "mfu(%)",
+                              "memory/max_active(GiB)",
+                              "memory/max_active(%)",
+                              "memory/max_reserved(GiB)",
+                              "memory/max_reserved(%)",
+                              "time_metrics/data_loading(s)",
+                              "time_metrics/data_loading(%)",
+                              "time_metrics/end_to_end(s)",
+                              "n_tokens_seen",
+                              "loss_metrics/aux_loss"};
+        const double vals[] = {s->loss, s->max_loss, s->grad_norm,           s->lr, win[0],  win[1],
+                               win[2],  win[6],      100.0 * t->w_rss / ram, mem,   mem_pct, win[3],
+                               win[4],  win[5],      (double)s->tokens_seen, s->aux};
+        if (train_tb_scalars(t->tb, s->step, tags, vals, t->aux_on ? 16 : 15, err)) return -1;
+    }
+    if (t->tb && val) {
+        const char *tags[] = {"validation_metrics/loss",
+                              "validation_metrics/perplexity",
+                              "validation_metrics/throughput(tps)",
+                              "validation_metrics/memory/max_active(GiB)",
+                              "validation_metrics/memory/max_active(%)",
+                              "validation_metrics/memory/max_reserved(GiB)",
+                              "validation_metrics/memory/max_reserved(%)"};
+        const double now = rss_now();
+        const double vals[] = {s->val_loss, exp(s->val_loss), val_tps, now / gib, 100.0 * now / ram,
+                               mem,         mem_pct};
+        if (train_tb_scalars(t->tb, s->step, tags, vals, 7, err)) return -1;
+    }
+    if (log_now) { /* a new window */
+        t->w_tokens = 0;
+        t->w_step_s = t->w_data_s = t->w_rss = 0;
+        t->w_steps = 0;
+    }
+    return 0;
+}
+
+int train_metrics_close(train_metrics *t, base_err *err) {
+    if (!t) return 0;
+    int rc = 0;
+    if (t->jl && fclose(t->jl) && err)
+        rc = base_fail(err, "%s: cannot write the metrics: %s", t->jl_path, strerror(errno));
+    train_tb_close(t->tb);
+    free(t->jl_path);
+    free(t);
+    return rc;
+}
