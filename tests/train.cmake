@@ -68,3 +68,9 @@ foreach(balance aux_loss bias)
   set_tests_properties(train_determinism_moe_${balance} PROPERTIES
     ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 endforeach()
+
+# Preemption: SIGTERM / SIGINT / job.preemption_signal finish the step, save it, exit 128 + N;
+# the resumed run is bitwise the uninterrupted one; a second signal exits at once.
+add_test(NAME train_stop_signal
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stop_signal.sh $<TARGET_FILE:titan>)
+set_tests_properties(train_stop_signal PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

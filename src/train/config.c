@@ -70,6 +70,9 @@ static const field g_fields[] = {
         "folder for this job's outputs; relative output paths below are joined to it"),
     STR(job, description, "titan job", NULL, "a description of the job"),
     INT(job, sample_tokens, 0, 0, BIG, "after training, sample this many tokens (titan)"),
+    STR(job, preemption_signal, "none", "none|SIGUSR1|SIGUSR2|SIGHUP|SIGXCPU",
+        "besides SIGTERM and SIGINT: finish the step, save a checkpoint, exit 128 + its "
+        "number (Slurm --signal=USR1@120) (titan)"),
 
     STR(model, name, "qwen3", "qwen3", "model family"),
     STRC(model, flavor, "debugmodel", check_flavor, "registry flavor (titan inspect lists one)"),
@@ -167,6 +170,11 @@ static const field g_fields[] = {
         "recompute activations in backward (torchtitan's default is selective)"),
     STRC(activation_checkpoint, selective_ac_option, "2", check_sac_option,
          "selective: every N-th block, or 'op'"),
+
+    INT(comm, init_timeout_seconds, 300, 0, BIG,
+        "a collective not done in this time before step 1 ends stops every rank; 0 = never"),
+    INT(comm, train_timeout_seconds, 100, 0, BIG,
+        "the same after step 1 (the watchdog names the ranks that did not arrive); 0 = never"),
 
     INT(metrics, log_freq, 10, 1, BIG, "console line every N steps"),
     BOOL(metrics, enable_tensorboard, 0, "write TensorBoard scalars (torchtitan's tags)"),
@@ -1265,6 +1273,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->log_freq = (int)c->metrics.log_freq;
     o->peak_flops = c->metrics.peak_tflops * 1e12;
     o->sample_tokens = (int)c->job.sample_tokens;
+    train_stop_signal_parse(c->job.preemption_signal, &o->preemption_signal); /* schema-checked */
+    o->comm_init_timeout = (double)c->comm.init_timeout_seconds;
+    o->comm_train_timeout = (double)c->comm.train_timeout_seconds;
     if (c->metrics.enable_jsonl && !(o->jsonl_path = output_path(c, c->metrics.save_jsonl_file)))
         return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))

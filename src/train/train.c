@@ -36,6 +36,8 @@ void train_opts_defaults(train_opts *o) {
     o->ckpt.last_save_model_only = 1;
     o->ckpt.async = 1;
     o->par = (dist_mesh_cfg){1, -1, 1, 1, 1, 1};
+    o->comm_init_timeout = 300; /* torchtitan's [comm] defaults */
+    o->comm_train_timeout = 100;
     o->reshard = DIST_RESHARD_DEFAULT;
 }
 
@@ -675,6 +677,7 @@ int train_run(const train_opts *o, base_err *err) {
     model ev = {0};
     int have_ev = 0;
     char *state = NULL, *states = NULL;
+    if (train_stop_install(o->preemption_signal, err)) goto out;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
                            : model_build(&m, &o->model, &bo, err)) ||
@@ -919,6 +922,7 @@ int train_run(const train_opts *o, base_err *err) {
             const char *aux_tag = "loss_metrics/aux_loss";
             if (aux_on && train_tb_scalars(tb, step, &aux_tag, &aux, 1, err)) goto out;
         }
+        const int stop_sig = train_stop_agree(mesh.world_comm); /* save this step, then stop */
         if (train_saver_poll(saver, err)) goto out; /* commits a finished background save */
         if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
             char dir[4200];
@@ -930,7 +934,7 @@ int train_run(const train_opts *o, base_err *err) {
                 whole = &full;
             }
             if (lead && export_hf(o, whole, dir, err)) goto out;
-        } else if (saver && (step % o->ckpt.interval == 0 || step == last)) {
+        } else if (saver && (step % o->ckpt.interval == 0 || step == last || stop_sig)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
             if (src.loader) { /* every data-parallel rank's position */
                 char mine[LOADER_STATE_BYTES] = {0};
@@ -943,6 +947,10 @@ int train_run(const train_opts *o, base_err *err) {
             state = train_state_json(o, &src, &opt, &m, step, model_only, tokens_seen, states);
             if (!state || train_saver_save(saver, step, ws, opt.m, opt.v, model_only, state, err))
                 goto out;
+        }
+        if (stop_sig) {
+            rc = train_stop_finish(saver, stop_sig, step, ckdir, err);
+            goto out;
         }
     }
     if (train_saver_finish(saver, err)) goto out;
@@ -971,6 +979,7 @@ int train_run(const train_opts *o, base_err *err) {
     if (o->sample_tokens > 0 && lead && sample(whole, o, &src, err)) goto out;
     rc = 0;
 out:
+    train_stop_uninstall();
     if (jl) fclose(jl);
     base_free(tok);
     base_free(tgt);

@@ -62,6 +62,9 @@ typedef struct {
     dist_reshard reshard;      /* parallelism.fsdp_reshard_after_forward */
     model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
+    int preemption_signal;     /* job.preemption_signal: a signal number, 0 = none */
+    double comm_init_timeout;  /* [comm] watchdog timeouts, seconds (0 = off): until step 1 */
+    double comm_train_timeout; /* ... ends, and after it */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -97,7 +100,7 @@ typedef struct {
 
 typedef struct {
     struct {
-        const char *dump_folder, *description;
+        const char *dump_folder, *description, *preemption_signal;
         int64_t sample_tokens;
     } job;
     struct {
@@ -144,6 +147,9 @@ typedef struct {
     struct {
         const char *mode, *selective_ac_option;
     } activation_checkpoint;
+    struct {
+        int64_t init_timeout_seconds, train_timeout_seconds;
+    } comm;
     struct {
         int64_t log_freq;
         int enable_tensorboard, save_for_all_ranks, enable_jsonl;
@@ -210,7 +216,11 @@ int train_config_model_args(const train_config *c, const model_args *base, model
 
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
 void train_opts_defaults(train_opts *o);
+/* Returns 0; -1 with err; or 128 + N after stopping cleanly on signal N (SIGTERM, SIGINT or
+ * job.preemption_signal: the step finished, a checkpoint saved when enabled): the exit status. */
 int train_run(const train_opts *o, base_err *err);
+/* "none" -> 0, "SIGUSR1" -> SIGUSR1, ... (job.preemption_signal's choices); -1 if unknown. */
+int train_stop_signal_parse(const char *name, int *sig);
 
 /* ---- generation (src/train/generate.c) ------------------------------------------------ */
 
