@@ -631,8 +631,10 @@ int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
         return base_fail(err, "steps and grad_accum must be positive");
-    dist_mesh mesh;
-    if (dist_mesh_init(&mesh, &o->par, err)) return -1;
+    dist_mesh mesh; /* the watchdog first: it covers start-up's collectives too */
+    if (dist_watchdog_start(o->comm_init_timeout, "comm.init_timeout_seconds", err) ||
+        dist_mesh_init(&mesh, &o->par, err))
+        return -1;
     const int lead = mesh.rank == 0; /* writes the console, metrics and the HF export */
     if (mesh.world > 1) {
         base_log_set_rank(mesh.rank);
@@ -952,7 +954,10 @@ int train_run(const train_opts *o, base_err *err) {
             rc = train_stop_finish(saver, stop_sig, step, ckdir, err);
             goto out;
         }
+        if (step == (int)start + 1)
+            dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
     }
+    dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     if (train_saver_finish(saver, err)) goto out;
     const double tps = t_total > 0 ? tokens_total / t_total : 0;
     if (mesh.world > 1) {
@@ -980,6 +985,7 @@ int train_run(const train_opts *o, base_err *err) {
     rc = 0;
 out:
     train_stop_uninstall();
+    dist_watchdog_stop();
     if (jl) fclose(jl);
     base_free(tok);
     base_free(tgt);

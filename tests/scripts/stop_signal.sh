@@ -9,7 +9,7 @@ model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set he
        --set ffn_dim=128 --set vocab_size=300 --random-tokens --steps 100000 --batch 2
        --seq-len 24 --lr 3e-3 --warmup 3 --seed 7 --peak-tflops 1 --log-freq 100000)
 field() { grep -o "\"$2\": [^,}]*" "$1"; }
-steps_in() { grep -c . "$1" 2>/dev/null || true; }
+steps_in() { cat "$1" 2>/dev/null | grep -c . || true; }
 # start NAME ARGS...: titan train in the background (pid in $pid), once it has logged 3 steps
 start() {
   local name=$1; shift
