@@ -91,3 +91,15 @@ grep -q "again: exiting at once" "$out/twice.log" && ! grep -q "stopped after st
   [ -z "$(ls "$out/twice/checkpoint" 2>/dev/null)" ] ||
   { echo "FAIL twice: did not exit at once"; cat "$out/twice.log"; exit 1; }
 echo "ok twice: a second signal exits at once ($rc), nothing saved"
+
+# what an interrupted save or prune leaves (step-N.tmp, step-N.deleting) is removed by the next
+# run's saver; a symlink named like one is not followed
+mkdir -p "$out/clean/checkpoint/step-7.tmp" "$out/clean/checkpoint/step-3.deleting" "$out/keep"
+touch "$out/clean/checkpoint/step-7.tmp/rank-00000.safetensors" "$out/keep/precious"
+ln -s "$out/keep" "$out/clean/checkpoint/step-9.tmp"
+"$titan" train "${model[@]}" --steps 1 --dump-folder "$out/clean" --checkpoint-interval 1 \
+  > "$out/clean.log"
+[ "$(ls "$out/clean/checkpoint" | tr '\n' ' ')" = "step-1 step-9.tmp " ] && [ -e "$out/keep/precious" ] &&
+  grep -q "removed 2 unfinished" "$out/clean.log" ||
+  { echo "FAIL clean: $(ls "$out/clean/checkpoint" | tr '\n' ' ')"; cat "$out/clean.log"; exit 1; }
+echo "ok clean: leftover step-7.tmp and step-3.deleting removed, a symlink left alone"
