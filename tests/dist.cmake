@@ -19,9 +19,11 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
             $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_ep PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # a SIGSTOPped rank: the watchdog names it within the timeout; SIGUSR1 to one rank stops all
+  add_executable(watchdog_stall ${CMAKE_CURRENT_SOURCE_DIR}/dist/watchdog_stall.c)
+  target_link_libraries(watchdog_stall PRIVATE titan_core)
   add_test(NAME dist_watchdog
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_watchdog.sh $<TARGET_FILE:titan>
-            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff>)
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> $<TARGET_FILE:watchdog_stall>)
   set_tests_properties(dist_watchdog PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
   # at exit; leak checking stays on for every single-process test, off for these.
