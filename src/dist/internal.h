@@ -39,7 +39,6 @@ enum {
     DIST_WD_TP,
     DIST_WD_EP,
     DIST_WD_EFSDP,
-    DIST_WD_OTHER,
     DIST_WD_SLOTS
 };
 typedef enum {

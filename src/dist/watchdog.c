@@ -27,11 +27,14 @@ typedef struct {
 
 static const char *const g_slot_names[DIST_WD_SLOTS] = {
     "world",           "dp_shard (FSDP)", "dp_replicate (HSDP)", "data-parallel",
-    "tensor-parallel", "expert-parallel", "expert-FSDP",         "other"};
+    "tensor-parallel", "expert-parallel", "expert-FSDP"};
 static const char *const g_op_names[] = {"communicator split", "barrier",
                                          "all-reduce",         "all-gather",
                                          "all-to-all",         "all-to-all-v (MoE dispatch)",
                                          "reduce-scatter",     "all-gather (FSDP parameters)"};
+
+_Static_assert(sizeof g_op_names / sizeof g_op_names[0] == DIST_OP_IALLGATHER + 1,
+               "a name per dist_wd_op");
 
 static wd_rec g_local; /* the record when there is no window (one process, no MPI) */
 static wd_rec *g_rec = &g_local;
@@ -51,7 +54,7 @@ double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq) {
     const double t = base_now();
     if (seq <= 0) seq = ++g_rec->count[c->slot]; /* a blocking collective starts now */
     __atomic_store(&g_since, &t, __ATOMIC_RELAXED);
-    g_cur = c;
+    __atomic_store_n(&g_cur, c, __ATOMIC_RELAXED);
     __atomic_store_n(&g_rec->slot, c->slot, __ATOMIC_RELAXED);
     __atomic_store_n(&g_rec->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&g_rec->op, (int64_t)op + 1, __ATOMIC_RELEASE);
@@ -101,7 +104,7 @@ static void read_records(const dist_comm *c, wd_rec *recs, int *ok, MPI_Request 
 
 /* Prints what this rank waits for and who has not arrived, then stops every rank. */
 static _Noreturn void fire(double waited, double timeout) {
-    dist_comm *c = g_cur;
+    dist_comm *c = __atomic_load_n(&g_cur, __ATOMIC_RELAXED);
     const int me = dist_world_rank(), slot = (int)g_rec->slot;
     const int64_t seq = g_rec->seq, op = g_rec->op - 1;
     char who[2048] = "";
