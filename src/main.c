@@ -935,6 +935,10 @@ int main(int argc, char **argv) {
         base_fail(&err, "unknown command '%s'", argv[1]);
         rc = -1;
     }
+    if (rc > 0) { /* train stopped on a signal after saving: 128 + its number */
+        dist_finalize();
+        return rc;
+    }
     if (rc) {
         if (dist_world_size() > 1) { /* one rank's error stops them all (MPI_Abort) */
             fprintf(stderr, "titan: error (rank %d of %d): %s\n", dist_world_rank(),

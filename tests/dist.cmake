@@ -18,6 +18,13 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_ep.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
             $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_ep PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # a SIGSTOPped rank: the watchdog names it within the timeout; SIGUSR1 to one rank stops all
+  add_executable(watchdog_stall ${CMAKE_CURRENT_SOURCE_DIR}/dist/watchdog_stall.c)
+  target_link_libraries(watchdog_stall PRIVATE titan_core)
+  add_test(NAME dist_watchdog
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_watchdog.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> $<TARGET_FILE:watchdog_stall>)
+  set_tests_properties(dist_watchdog PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # metrics on 2 ranks: global_max_loss over ranks, metrics.save_for_all_ranks
   add_test(NAME dist_metrics
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_metrics.sh $<TARGET_FILE:titan>
@@ -26,9 +33,9 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
   # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
   # at exit; leak checking stays on for every single-process test, off for these.
   if(TITAN_SANITIZE)
-    set_tests_properties(dist_fsdp dist_tp dist_ep dist_metrics PROPERTIES
+    set_tests_properties(dist_fsdp dist_tp dist_ep dist_watchdog dist_metrics PROPERTIES
                          ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endif()
 else()
-  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_metrics) are skipped")
+  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_watchdog, dist_metrics) are skipped")
 endif()

@@ -80,3 +80,9 @@ add_test(NAME metrics_full_disk
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics_full_disk.sh $<TARGET_FILE:titan>)
 set_tests_properties(metrics_full_disk PROPERTIES SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# Preemption: SIGTERM / SIGINT / job.preemption_signal finish the step, save it, exit 128 + N;
+# the resumed run is bitwise the uninterrupted one; a second signal exits at once.
+add_test(NAME train_stop_signal
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stop_signal.sh $<TARGET_FILE:titan>)
+set_tests_properties(train_stop_signal PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

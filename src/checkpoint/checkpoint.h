@@ -332,6 +332,9 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
 int ckpt_step_commit(const char *folder, int64_t step, int world, const char *train_json,
                      int keep_latest_k, base_err *err);
 int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err);
+/* Removes the step-N.tmp and step-N.deleting folders (real folders, not symlinks) an
+ * interrupted save or prune left in folder; returns how many. */
+int ckpt_step_clean(const char *folder);
 /* The newest complete checkpoint's step; -1 (and *step = -1) when there is none. */
 int ckpt_step_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */

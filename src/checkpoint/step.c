@@ -229,6 +229,27 @@ static int list_steps(const char *folder, int64_t **steps, int *n) {
     return 0;
 }
 
+int ckpt_step_clean(const char *folder) {
+    DIR *d = opendir(folder);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *s = e->d_name, *p = s + 5;
+        if (strncmp(s, "step-", 5) != 0) continue;
+        while (*p >= '0' && *p <= '9') p++;
+        if (p == s + 5 || (strcmp(p, ".tmp") != 0 && strcmp(p, ".deleting") != 0)) continue;
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", folder, s);
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue; /* never via a symlink */
+        remove_tree(path);
+        removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
 int ckpt_step_latest(const char *folder, int64_t *step) {
     int64_t *s;
     int n;

@@ -26,8 +26,8 @@ int dist_init(int *argc, char ***argv, base_err *err) {
     if (g_mpi) return 0;
 #ifdef TITAN_HAVE_MPI
     if (launched_by_mpi()) {
-        int provided;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        int provided; /* MULTIPLE: the watchdog thread reads the other ranks' records */
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return base_fail(err, "MPI_Init failed");
         g_mpi = 1;
         /* the default, said explicitly: an MPI error stops every rank, never a hang */
@@ -50,6 +50,7 @@ int dist_init(int *argc, char ***argv, base_err *err) {
 
 void dist_finalize(void) {
 #ifdef TITAN_HAVE_MPI
+    if (g_mpi) dist_wd_finalize();
     if (g_mpi) MPI_Finalize();
 #endif
     g_mpi = 0;
@@ -78,31 +79,56 @@ double dist_comm_seconds(void) {
 
 /* ---- communicators -------------------------------------------------------------------- */
 
-static dist_comm *comm_single(void) {
+static dist_comm *comm_single(int slot) {
     dist_comm *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c || !(c->members = malloc(sizeof(int)))) {
+        free(c);
+        return NULL;
+    }
 #ifdef TITAN_HAVE_MPI
     c->comm = MPI_COMM_NULL;
 #endif
     c->size = 1;
+    c->slot = slot;
+    c->members[0] = g_rank;
     return c;
 }
 
-/* The group of ranks sharing `color`, ordered by key (MPI_Comm_split). */
-static dist_comm *comm_split(int color, int key) {
+/* The group of ranks sharing `color`, ordered by key (MPI_Comm_split); slot: which of the
+ * mesh's groups it is (the watchdog counts collectives per slot). */
+static dist_comm *comm_split(int color, int key, int slot) {
 #ifdef TITAN_HAVE_MPI
     if (g_mpi) {
         dist_comm *c = calloc(1, sizeof *c);
-        if (!c) return NULL;
+        if (!c || !(c->members = malloc(sizeof(int) * (size_t)g_world))) {
+            free(c);
+            return NULL;
+        }
+        /* the world as a group, for the watchdog's record of the split itself */
+        int *everyone = c->members;
+        for (int r = 0; r < g_world; r++) everyone[r] = r;
+        dist_comm world = {MPI_COMM_WORLD, g_world, g_rank, DIST_WD_WORLD, everyone};
+        const double t0 = dist_wd_enter(&world, DIST_OP_SPLIT, 0);
         MPI_Comm_split(MPI_COMM_WORLD, color, key, &c->comm);
+        g_comm_s += dist_wd_leave(t0);
         MPI_Comm_size(c->comm, &c->size);
         MPI_Comm_rank(c->comm, &c->rank);
+        c->slot = slot;
+        MPI_Group wg, cg;
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        MPI_Comm_group(c->comm, &cg);
+        int *mine = malloc(sizeof(int) * (size_t)c->size);
+        for (int i = 0; mine && i < c->size; i++) mine[i] = i;
+        if (mine) MPI_Group_translate_ranks(cg, c->size, mine, wg, c->members);
+        MPI_Group_free(&wg);
+        MPI_Group_free(&cg);
+        free(mine);
         return c;
     }
 #endif
     (void)color;
     (void)key;
-    return comm_single();
+    return comm_single(slot);
 }
 
 static void comm_free(dist_comm *c) {
@@ -110,6 +136,7 @@ static void comm_free(dist_comm *c) {
 #ifdef TITAN_HAVE_MPI
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
 #endif
+    free(c->members);
     free(c);
 }
 
@@ -128,9 +155,9 @@ int dist_comm_rank(const dist_comm *c) {
 void dist_barrier(dist_comm *c) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_BARRIER, 0);
         MPI_Barrier(c->comm);
-        g_comm_s += base_now() - t0;
+        g_comm_s += dist_wd_leave(t0);
     }
 #else
     (void)c;
@@ -139,9 +166,9 @@ void dist_barrier(dist_comm *c) {
 
 #ifdef TITAN_HAVE_MPI
 static void allreduce(dist_comm *c, void *x, int n, MPI_Datatype t, MPI_Op op) {
-    double t0 = base_now();
+    const double t0 = dist_wd_enter(c, DIST_OP_ALLREDUCE, 0);
     MPI_Allreduce(MPI_IN_PLACE, x, n, t, op, c->comm);
-    g_comm_s += base_now() - t0;
+    g_comm_s += dist_wd_leave(t0);
 }
 #endif
 
@@ -182,9 +209,9 @@ void dist_allreduce_f32(dist_comm *c, float *x, size_t n) {
 void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0);
         MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
-        g_comm_s += base_now() - t0;
+        g_comm_s += dist_wd_leave(t0);
         return;
     }
 #endif
@@ -194,9 +221,9 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
 void dist_alltoall_i32(dist_comm *c, const int32_t *send, int32_t *recv, int n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLTOALL, 0);
         MPI_Alltoall(send, n, MPI_INT32_T, recv, n, MPI_INT32_T, c->comm);
-        g_comm_s += base_now() - t0;
+        g_comm_s += dist_wd_leave(t0);
         return;
     }
 #endif
@@ -219,9 +246,9 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
         MPI_Datatype t;
         MPI_Type_contiguous((int)row, MPI_BYTE, &t);
         MPI_Type_commit(&t);
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLTOALLV, 0);
         MPI_Alltoallv(send, sc, sd, t, recv, rc, rd, t, c->comm);
-        g_comm_s += base_now() - t0;
+        g_comm_s += dist_wd_leave(t0);
         MPI_Type_free(&t);
         free(sc);
         return;
@@ -234,9 +261,9 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
 void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0);
         MPI_Allgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->comm);
-        g_comm_s += base_now() - t0;
+        g_comm_s += dist_wd_leave(t0);
         return;
     }
 #endif
@@ -246,9 +273,9 @@ void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) 
 void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv, size_t n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_REDUCE_SCATTER, 0);
         MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->comm);
-        g_comm_s += base_now() - t0;
+        g_comm_s += dist_wd_leave(t0);
         return;
     }
 #endif
@@ -261,6 +288,8 @@ void dist_iallgatherv_f32(dist_comm *c, const float *send, float *recv, const in
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
         double t0 = base_now();
+        r->comm = c;
+        r->seq = dist_wd_start(c);
         MPI_Iallgatherv(send, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm,
                         &r->req);
         g_comm_s += base_now() - t0;
@@ -275,9 +304,9 @@ double dist_wait(dist_req *r) {
     if (!r->active) return 0;
     double t = 0;
 #ifdef TITAN_HAVE_MPI
-    double t0 = base_now();
+    const double t0 = dist_wd_enter(r->comm, DIST_OP_IALLGATHER, r->seq);
     MPI_Wait(&r->req, MPI_STATUS_IGNORE);
-    t = base_now() - t0;
+    t = dist_wd_leave(t0);
     g_comm_s += t;
 #endif
     r->active = 0;
@@ -287,9 +316,9 @@ double dist_wait(dist_req *r) {
 double dist_reduce_scatter_f32(dist_comm *c, const float *send, float *recv, const int *counts) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        double t0 = base_now();
+        const double t0 = dist_wd_enter(c, DIST_OP_REDUCE_SCATTER, 0);
         MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->comm);
-        double t = base_now() - t0;
+        const double t = dist_wd_leave(t0);
         g_comm_s += t;
         return t;
     }
@@ -357,19 +386,21 @@ int dist_mesh_init(dist_mesh *m, const dist_mesh_cfg *cfg, base_err *err) {
     m->replicate_rank = g_rank / c.tp / c.dp_shard;
     m->dp_rank = m->replicate_rank * c.dp_shard + m->shard_rank;
     m->dp_size = c.dp_replicate * c.dp_shard;
-    m->world_comm = comm_split(0, g_rank);
-    m->shard_comm = comm_split(m->replicate_rank * c.tp + m->tp_rank, m->shard_rank);
-    m->replicate_comm = comm_split(m->shard_rank * c.tp + m->tp_rank, m->replicate_rank);
-    m->dp_comm = comm_split(m->tp_rank, m->dp_rank);
-    m->tp_comm = comm_split(m->dp_rank, m->tp_rank);
+    m->world_comm = comm_split(0, g_rank, DIST_WD_WORLD);
+    m->shard_comm = comm_split(m->replicate_rank * c.tp + m->tp_rank, m->shard_rank, DIST_WD_SHARD);
+    m->replicate_comm =
+        comm_split(m->shard_rank * c.tp + m->tp_rank, m->replicate_rank, DIST_WD_REPLICATE);
+    m->dp_comm = comm_split(m->tp_rank, m->dp_rank, DIST_WD_DP);
+    m->tp_comm = comm_split(m->dp_rank, m->tp_rank, DIST_WD_TP);
     m->ep = c.ep;
     m->ep_rank = m->shard_rank % c.ep;
-    m->ep_comm = comm_split(
-        (m->replicate_rank * c.dp_shard + m->shard_rank / c.ep) * c.tp + m->tp_rank, m->ep_rank);
+    m->ep_comm =
+        comm_split((m->replicate_rank * c.dp_shard + m->shard_rank / c.ep) * c.tp + m->tp_rank,
+                   m->ep_rank, DIST_WD_EP);
     m->efsdp = c.dp_shard / c.ep;
     m->efsdp_rank = m->shard_rank / c.ep;
-    m->efsdp_comm =
-        comm_split((m->replicate_rank * c.ep + m->ep_rank) * c.tp + m->tp_rank, m->efsdp_rank);
+    m->efsdp_comm = comm_split((m->replicate_rank * c.ep + m->ep_rank) * c.tp + m->tp_rank,
+                               m->efsdp_rank, DIST_WD_EFSDP);
     if (!m->world_comm || !m->shard_comm || !m->replicate_comm || !m->dp_comm || !m->tp_comm ||
         !m->ep_comm || !m->efsdp_comm) {
         dist_mesh_free(m);

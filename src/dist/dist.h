@@ -63,6 +63,22 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
 /* Seconds this process has spent inside collectives (waiting included) since the start. */
 double dist_comm_seconds(void);
 
+/* ---- the collective watchdog ----------------------------------------------------------
+ * With several MPI ranks, a thread per rank stops every rank (MPI_Abort, exit 3) once this
+ * rank has waited in one collective longer than the timeout, after printing the collective,
+ * its group, and which of the group's ranks did not arrive and whether their processes run
+ * (their records, read through an MPI window: see watchdog.c). A collective costs a few
+ * plain stores. Naming the ranks needs MPI_THREAD_MULTIPLE (dist_init asks for it); without
+ * it the message names the collective and the group only. One process: nothing runs. */
+/* Collective over the world (an MPI window): call on every rank, early. timeout_s 0 = off;
+ * setting names where it comes from in the message (a static string). */
+int dist_watchdog_start(double timeout_s, const char *setting, base_err *err);
+/* The timeout from now on (torchtitan's init timeout until step 1 ends, then its train
+ * timeout); 0 = off; setting NULL keeps the last name. */
+void dist_watchdog_set_timeout(double timeout_s, const char *setting);
+/* Stops the thread (not collective; the window stays until dist_finalize). */
+void dist_watchdog_stop(void);
+
 /* ---- the mesh ------------------------------------------------------------------------- */
 typedef struct {
     int dp_replicate; /* >= 1 */

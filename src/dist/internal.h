@@ -14,6 +14,8 @@ struct dist_comm {
     MPI_Comm comm; /* MPI_COMM_NULL: the one-process group */
 #endif
     int size, rank;
+    int slot;     /* which of the mesh's groups (dist_wd_slot): the watchdog's counters */
+    int *members; /* [size] world ranks, in group rank order */
 };
 
 /* A non-blocking collective in flight (active = 0: none). */
@@ -22,7 +24,42 @@ typedef struct {
     MPI_Request req;
 #endif
     int active;
+    dist_comm *comm;
+    int64_t seq; /* its number on comm's slot (the watchdog's) */
 } dist_req;
+
+/* ---- the watchdog's record of this rank (watchdog.c) -------------------------------------
+ * Slots: the mesh's groups in the order dist_mesh_init splits them (the same on every rank;
+ * a rank belongs to one group per slot). */
+enum {
+    DIST_WD_WORLD,
+    DIST_WD_SHARD,
+    DIST_WD_REPLICATE,
+    DIST_WD_DP,
+    DIST_WD_TP,
+    DIST_WD_EP,
+    DIST_WD_EFSDP,
+    DIST_WD_SLOTS
+};
+typedef enum {
+    DIST_OP_SPLIT,
+    DIST_OP_BARRIER,
+    DIST_OP_ALLREDUCE,
+    DIST_OP_ALLGATHER,
+    DIST_OP_ALLTOALL,
+    DIST_OP_ALLTOALLV,
+    DIST_OP_REDUCE_SCATTER,
+    DIST_OP_IALLGATHER
+} dist_wd_op;
+/* Entering collective op on c: seq 0 for a blocking one (counted now), or the number
+ * dist_wd_start gave a non-blocking one when it started. Returns base_now(). */
+double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq);
+/* A non-blocking collective starts on c: its number there. */
+int64_t dist_wd_start(dist_comm *c);
+/* Left the collective entered at t0: returns the seconds spent in it. */
+double dist_wd_leave(double t0);
+/* Stops the thread and frees the window (collective over the world; dist_finalize). */
+void dist_wd_finalize(void);
 
 /* recv[displs[r] .. + counts[r]) = rank r's send[counts[r]]: started, finished by
  * dist_wait. With one rank: a copy (nothing when send == recv). */

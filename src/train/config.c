@@ -103,6 +103,9 @@ static const field g_fields[] = {
          "job.dump_folder/config.toml instead"),
     PSTR(job, custom_config_module, "", NULL, P_REFUSE,
          "a Python module extending JobConfig (titan has no Python)"),
+    STR(job, preemption_signal, "none", "none|SIGUSR1|SIGUSR2|SIGHUP|SIGXCPU",
+        "besides SIGTERM and SIGINT: finish the step, save a checkpoint, exit 128 + its "
+        "number (Slurm --signal=USR1@120) (titan)"),
 
     STR(model, name, "qwen3", NULL, "model family (qwen3; others are refused by name)"),
     STRC(model, flavor, "debugmodel", check_flavor, "registry flavor (titan inspect lists one)"),
@@ -346,12 +349,13 @@ static const field g_fields[] = {
          "MX grouped GEMMs (needs model.converters)"),
     ANY(quantize.grouped_mm.mx, fqns, "MX grouped GEMMs (needs model.converters)"),
 
-    PINT(comm, init_timeout_seconds, 300, 1, BIG, P_USED,
+    PINT(comm, init_timeout_seconds, 300, 0, BIG, P_USED,
          "collective timeout during setup and the first step, seconds"),
-    PINT(comm, train_timeout_seconds, 100, 1, BIG, P_USED, "collective timeout afterwards"),
-    PINT(comm, trace_buf_size, 20000, 0, BIG, P_USED, "flight recorder entries; 0 = off"),
-    PSTR(comm, save_traces_folder, "comm_traces", NULL, P_USED, "flight recorder folder"),
-    PSTR(comm, save_traces_file_prefix, "rank_", NULL, P_USED, "flight recorder file prefix"),
+    PINT(comm, train_timeout_seconds, 100, 0, BIG, P_USED,
+         "the same after step 1 (the watchdog names the ranks that did not arrive); 0 = never"),
+    PINT(comm, trace_buf_size, 20000, 0, BIG, P_INERT, "NCCL flight recorder entries (no NCCL)"),
+    PSTR(comm, save_traces_folder, "comm_traces", NULL, P_INERT, "flight recorder folder"),
+    PSTR(comm, save_traces_file_prefix, "rank_", NULL, P_INERT, "flight recorder file prefix"),
     PSTR(comm, mode, "default", "default|fake_backend|local_tensor", P_REFUSE,
          "torch's fake / local-tensor process groups (not implemented)"),
 
@@ -1663,6 +1667,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->log_freq = (int)c->metrics.log_freq;
     o->peak_flops = c->metrics.peak_tflops * 1e12;
     o->sample_tokens = (int)c->job.sample_tokens;
+    train_stop_signal_parse(c->job.preemption_signal, &o->preemption_signal); /* schema-checked */
+    o->comm_init_timeout = (double)c->comm.init_timeout_seconds;
+    o->comm_train_timeout = (double)c->comm.train_timeout_seconds;
     if (c->metrics.enable_jsonl && !(o->jsonl_path = output_path(c, c->metrics.save_jsonl_file)))
         return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
@@ -1698,11 +1705,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.load_only = c->checkpoint.load_only;
     o->ckpt.enable_first_step_checkpoint = c->checkpoint.enable_first_step_checkpoint;
     o->ckpt.create_seed_checkpoint = c->checkpoint.create_seed_checkpoint;
-    o->comm.init_timeout_s = (int)c->comm.init_timeout_seconds;
-    o->comm.train_timeout_s = (int)c->comm.train_timeout_seconds;
-    o->comm.trace_buf_size = (int)c->comm.trace_buf_size;
-    o->comm.traces_folder = output_path(c, c->comm.save_traces_folder);
-    o->comm.traces_file_prefix = c->comm.save_traces_file_prefix;
     o->memory_estimation = c->memory_estimation.enable;
     return 0;
 }

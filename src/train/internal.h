@@ -59,6 +59,19 @@ int train_saver_poll(train_saver *s, base_err *err);
 int train_saver_abandon(train_saver *s, base_err *err);
 void train_saver_free(train_saver *s);
 
+/* Stopping on a signal (stop.c). SIGTERM, SIGINT and extra_sig (job.preemption_signal, 0 =
+ * none) set a flag and print one line; a second one exits at once (_exit(128 + N)). The loop
+ * asks at the end of every step whether any rank got one (train_stop_agree, one 8-byte
+ * all-reduce over the world with several ranks), so every rank stops after the same step. */
+int train_stop_install(int extra_sig, base_err *err);
+void train_stop_uninstall(void); /* the dispositions train_stop_install replaced */
+/* 0, or the signal all ranks stop on (the highest number any of them received). Collective. */
+int train_stop_agree(dist_comm *world);
+/* After step `step` saved its checkpoint (or with s NULL: checkpointing disabled): commits the
+ * save in flight, says what the last complete checkpoint is, and returns 128 + sig, or -1 with
+ * err if the save failed. Collective over the saver's ranks. */
+int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base_err *err);
+
 /* TensorBoard scalars (tb.c): DIR/events.out.tfevents.<time>.<host>.<pid>, readable by
  * TensorBoard's own reader. One event per call holds n (tag, value) pairs at one step. */
 typedef struct train_tb train_tb;

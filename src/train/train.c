@@ -36,6 +36,8 @@ void train_opts_defaults(train_opts *o) {
     o->ckpt.last_save_model_only = 1;
     o->ckpt.async = 1;
     o->par = (dist_mesh_cfg){1, -1, 1, 1, 1, 1};
+    o->comm_init_timeout = 300; /* torchtitan's [comm] defaults */
+    o->comm_train_timeout = 100;
     o->reshard = DIST_RESHARD_DEFAULT;
 }
 
@@ -639,8 +641,10 @@ int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
         return base_fail(err, "steps and grad_accum must be positive");
-    dist_mesh mesh;
-    if (dist_mesh_init(&mesh, &o->par, err)) return -1;
+    dist_mesh mesh; /* the watchdog first: it covers start-up's collectives too */
+    if (dist_watchdog_start(o->comm_init_timeout, "comm.init_timeout_seconds", err) ||
+        dist_mesh_init(&mesh, &o->par, err))
+        return -1;
     const int lead = mesh.rank == 0; /* writes the console, metrics and the HF export */
     if (mesh.world > 1) {
         base_log_set_rank(mesh.rank);
@@ -687,6 +691,7 @@ int train_run(const train_opts *o, base_err *err) {
     model ev = {0};
     int have_ev = 0;
     char *state = NULL, *states = NULL;
+    if (train_stop_install(o->preemption_signal, err)) goto out;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
                            : model_build(&m, &o->model, &bo, err)) ||
@@ -857,6 +862,7 @@ int train_run(const train_opts *o, base_err *err) {
                                        lr,     aux,          ntok,     tokens_seen, dt,
                                        t_data, comm,         val_loss, val_s,       val_tok};
         if (train_metrics_log_step(mx, &sm, &m, err)) goto out;
+        const int stop_sig = train_stop_agree(mesh.world_comm); /* save this step, then stop */
         if (train_saver_poll(saver, err)) goto out; /* commits a finished background save */
         if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
             char dir[4200];
@@ -868,7 +874,7 @@ int train_run(const train_opts *o, base_err *err) {
                 whole = &full;
             }
             if (lead && export_hf(o, whole, dir, err)) goto out;
-        } else if (saver && (step % o->ckpt.interval == 0 || step == last)) {
+        } else if (saver && (step % o->ckpt.interval == 0 || step == last || stop_sig)) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
             if (src.loader) { /* every data-parallel rank's position */
                 char mine[LOADER_STATE_BYTES] = {0};
@@ -882,7 +888,14 @@ int train_run(const train_opts *o, base_err *err) {
             if (!state || train_saver_save(saver, step, ws, opt.m, opt.v, model_only, state, err))
                 goto out;
         }
+        if (stop_sig) {
+            rc = train_stop_finish(saver, stop_sig, step, ckdir, err);
+            goto out;
+        }
+        if (step == (int)start + 1)
+            dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
     }
+    dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     if (train_saver_finish(saver, err)) goto out;
     const double tps = t_total > 0 ? tokens_total / t_total : 0;
     if (mesh.world > 1) {
@@ -909,7 +922,9 @@ int train_run(const train_opts *o, base_err *err) {
     if (o->sample_tokens > 0 && lead && sample(whole, o, &src, err)) goto out;
     rc = 0;
 out:
-    if (train_metrics_close(mx, rc ? NULL : err)) rc = -1;
+    if (train_metrics_close(mx, rc ? NULL : err) && rc <= 0) rc = -1;
+    train_stop_uninstall();
+    dist_watchdog_stop();
     base_free(tok);
     base_free(tgt);
     free(states);

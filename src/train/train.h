@@ -72,11 +72,10 @@ typedef struct {
     int ac_every;              /* selective AC: every N-th block (model_build_opts.ac_every) */
     int moe_force_balance;     /* debug.moe_force_load_balance (model_build_opts) */
     int loss_parallel_off;     /* parallelism.disable_loss_parallel (model_build_opts) */
-    struct {                   /* [comm], parsed for the collectives' watchdog */
-        int init_timeout_s, train_timeout_s, trace_buf_size;
-        const char *traces_folder, *traces_file_prefix; /* under job.dump_folder */
-    } comm;
-    int memory_estimation; /* memory_estimation.enable: print titan plan's figures at start */
+    int memory_estimation;     /* memory_estimation.enable: print titan plan's figures at start */
+    int preemption_signal;     /* job.preemption_signal: a signal number, 0 = none */
+    double comm_init_timeout;  /* [comm] watchdog timeouts, seconds (0 = off): until step 1 */
+    double comm_train_timeout; /* ... ends, and after it */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -112,7 +111,7 @@ typedef struct {
 
 typedef struct {
     struct {
-        const char *dump_folder, *description;
+        const char *dump_folder, *description, *preemption_signal;
         int64_t sample_tokens;
         /* torchtitan's: config_file (= --config), print_config (print, then train),
          * save_config_file, custom_config_module (refused when set) */
@@ -325,7 +324,11 @@ int train_config_model_args(const train_config *c, const model_args *base, model
 
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
 void train_opts_defaults(train_opts *o);
+/* Returns 0; -1 with err; or 128 + N after stopping cleanly on signal N (SIGTERM, SIGINT or
+ * job.preemption_signal: the step finished, a checkpoint saved when enabled): the exit status. */
 int train_run(const train_opts *o, base_err *err);
+/* "none" -> 0, "SIGUSR1" -> SIGUSR1, ... (job.preemption_signal's choices); -1 if unknown. */
+int train_stop_signal_parse(const char *name, int *sig);
 
 /* ---- generation (src/train/generate.c) ------------------------------------------------ */
 

@@ -715,7 +715,7 @@ static void torchtitan_compat(void) {
         CHECK(!rc && o.moe_force_balance && o.memory_estimation && o.ckpt.load_only &&
                   o.ckpt.n_exclude_from_loading == 1 &&
                   !strcmp(o.ckpt.exclude_from_loading[0], "optimizer") &&
-                  o.comm.init_timeout_s == 60 && o.comm.train_timeout_s == 100,
+                  o.comm_init_timeout == 60 && o.comm_train_timeout == 100,
               "parsed keys reach train_opts");
         CHECK(c.job.print_config == 1, "job.print_config");
     }

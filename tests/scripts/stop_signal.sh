@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Preemption: a run sent SIGTERM (SIGINT, job.preemption_signal) finishes its step, saves a
+# checkpoint of it, says where, and exits 128 + the signal's number; resuming from that
+# checkpoint gives bitwise the losses of a run never stopped. A second signal exits at once.
+# The runs have 100000 steps, so every signal lands mid-run however loaded the machine.
+set -euo pipefail
+titan=$1; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --set vocab_size=300 --random-tokens --steps 100000 --batch 2
+       --seq-len 24 --lr 3e-3 --warmup 3 --seed 7 --peak-tflops 1 --log-freq 100000)
+field() { grep -o "\"$2\": [^,}]*" "$1"; }
+steps_in() { cat "$1" 2>/dev/null | grep -c . || true; }
+# start NAME ARGS...: titan train in the background (pid in $pid), once it has logged 3 steps
+start() {
+  local name=$1; shift
+  "$titan" train "${model[@]}" --metrics "$out/$name.jsonl" "$@" > "$out/$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1200); do
+    [ "$(steps_in "$out/$name.jsonl")" -ge 3 ] && return 0
+    kill -0 $pid 2>/dev/null || { echo "FAIL $name: exited early"; cat "$out/$name.log"; exit 1; }
+    sleep 0.05
+  done
+  echo "FAIL $name: no 3 steps in 60 s"; exit 1
+}
+# finish NAME WANT_RC: waits for $pid, checks its exit status
+finish() {
+  local rc=0; wait $pid || rc=$?
+  [ $rc -eq "$2" ] || { echo "FAIL $1: exit status $rc, want $2"; cat "$out/$1.log"; exit 1; }
+}
+last_step() { field "$1" step | tail -1 | cut -d' ' -f2; }
+# stopped NAME SIGNAL RC: the run stopped after its last logged step N, with step-N saved and
+# named, and nothing else in its checkpoint folder (no step-N.tmp, no .deleting)
+stopped() {
+  local n; n=$(last_step "$out/$1.jsonl")
+  [ "$(ls "$out/$1/checkpoint" | tr '\n' ' ')" = "step-$n " ] ||
+    { echo "FAIL $1: checkpoint folder holds $(ls "$out/$1/checkpoint" | tr '\n' ' '), want step-$n"
+      cat "$out/$1.log"; exit 1; }
+  grep -q "$2: stopped after step $n; the last complete checkpoint is $out/$1/checkpoint/step-$n" \
+    "$out/$1.log" || { echo "FAIL $1: the stop is not reported"; cat "$out/$1.log"; exit 1; }
+  echo "ok $1: $2 -> exit $3 after step $n, checkpoint step-$n complete"
+}
+
+# SIGTERM with a background (async) save: exit 143, then resume == never stopped
+start term --dump-folder "$out/term" --checkpoint-interval 100000
+kill -TERM $pid; finish term 143; stopped term SIGTERM 143
+n=$(last_step "$out/term.jsonl")
+"$titan" train "${model[@]}" --metrics "$out/straight.jsonl" --stop-after-step $((n + 5)) \
+  > /dev/null
+"$titan" train "${model[@]}" --metrics "$out/resumed.jsonl" --dump-folder "$out/term" \
+  --checkpoint-interval 100000 --stop-after-step $((n + 5)) > "$out/resumed.log"
+grep -q "resumed from $out/term/checkpoint/step-$n" "$out/resumed.log" ||
+  { echo "FAIL: did not resume from step $n"; cat "$out/resumed.log"; exit 1; }
+for f in loss grad_norm; do
+  diff <(field "$out/straight.jsonl" $f | tail -5) <(field "$out/resumed.jsonl" $f) ||
+    { echo "FAIL: resumed run differs in $f"; exit 1; }
+done
+[ "$(steps_in "$out/resumed.jsonl")" -eq 5 ] || { echo "FAIL: resumed run logged other steps"; exit 1; }
+echo "ok resume after SIGTERM: steps $((n + 1))..$((n + 5)) bitwise identical"
+
+# SIGINT (Ctrl-C) while saving synchronously every step with pruning: exit 130, the newest
+# checkpoint complete, nothing half-written or half-deleted left
+start int --dump-folder "$out/int" --checkpoint-interval 1 --keep-latest-k 2 --sync-checkpoint
+kill -INT $pid; finish int 130
+n=$(last_step "$out/int.jsonl")
+left=$(ls "$out/int/checkpoint" | grep -vE '^step-[0-9]+$' | tr '\n' ' ' || true)
+[ -z "$left" ] && [ -d "$out/int/checkpoint/step-$n" ] ||
+  { echo "FAIL int: left ${left:-nothing partial}, step-$n present?"; cat "$out/int.log"; exit 1; }
+grep -q "SIGINT: stopped after step $n; the last complete checkpoint is .*/step-$n" "$out/int.log" ||
+  { echo "FAIL int: not reported"; cat "$out/int.log"; exit 1; }
+echo "ok int: SIGINT -> exit 130 after step $n, step-$n complete, no .tmp or .deleting"
+
+# SIGINT without checkpointing: says nothing was saved, exit 130
+start nock --dump-folder "$out/nock"
+kill -INT $pid; finish nock 130
+grep -q "SIGINT: stopped after step [0-9]*; checkpointing is disabled" "$out/nock.log" ||
+  { echo "FAIL nock: not reported"; cat "$out/nock.log"; exit 1; }
+[ ! -e "$out/nock/checkpoint" ] || { echo "FAIL nock: a checkpoint folder appeared"; exit 1; }
+echo "ok nock: SIGINT without checkpointing -> exit 130, says nothing was saved"
+
+# job.preemption_signal = SIGUSR1 (Slurm --signal=USR1@120): exit 138 with a checkpoint
+start usr1 --dump-folder "$out/usr1" --checkpoint-interval 100000 --job.preemption_signal SIGUSR1
+kill -USR1 $pid; finish usr1 138; stopped usr1 SIGUSR1 138
+
+# a second signal exits at once: both are pending before either is handled (the process is
+# stopped meanwhile), so the step cannot end in between; no checkpoint, no stop report
+start twice --dump-folder "$out/twice" --checkpoint-interval 100000
+kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid
+rc=0; wait $pid || rc=$?
+[ $rc -eq 130 ] || [ $rc -eq 143 ] || { echo "FAIL twice: exit $rc"; cat "$out/twice.log"; exit 1; }
+grep -q "again: exiting at once" "$out/twice.log" && ! grep -q "stopped after step" "$out/twice.log" &&
+  [ -z "$(ls "$out/twice/checkpoint" 2>/dev/null)" ] ||
+  { echo "FAIL twice: did not exit at once"; cat "$out/twice.log"; exit 1; }
+echo "ok twice: a second signal exits at once ($rc), nothing saved"
+
+# what an interrupted save or prune leaves (step-N.tmp, step-N.deleting) is removed by the next
+# run's saver; a symlink named like one is not followed
+mkdir -p "$out/clean/checkpoint/step-7.tmp" "$out/clean/checkpoint/step-3.deleting" "$out/keep"
+touch "$out/clean/checkpoint/step-7.tmp/rank-00000.safetensors" "$out/keep/precious"
+ln -s "$out/keep" "$out/clean/checkpoint/step-9.tmp"
+"$titan" train "${model[@]}" --steps 1 --dump-folder "$out/clean" --checkpoint-interval 1 \
+  > "$out/clean.log"
+[ "$(ls "$out/clean/checkpoint" | tr '\n' ' ')" = "step-1 step-9.tmp " ] && [ -e "$out/keep/precious" ] &&
+  grep -q "removed 2 unfinished" "$out/clean.log" ||
+  { echo "FAIL clean: $(ls "$out/clean/checkpoint" | tr '\n' ' ')"; cat "$out/clean.log"; exit 1; }
+echo "ok clean: leftover step-7.tmp and step-3.deleting removed, a symlink left alone"
