@@ -158,7 +158,7 @@ typedef struct {
     struct {
         train_str_list overrides; /* "op=impl" or "layer.glob.op=impl", ops_resolve's rules;
                                      then the [kernels] "pattern" = "impl" table entries */
-        train_str_list plugins;   /* kernel plugin paths, loaded by train_config_validate */
+        train_str_list plugins;   /* kernel plugin paths, loaded by train_config_to_opts */
     } kernels;
 
     /* private: where each schema field was last set, and the config's allocations */
@@ -191,13 +191,19 @@ int train_config_set(train_config *c, const char *name, const char *value, const
  * every override and alias in order, then train_config_validate. */
 int train_config_from_args(train_config *c, int argc, char **argv, int first, train_cli *cli,
                            base_err *err);
+/* Whether the config says what to train: a file was loaded, or some [model] field, a
+ * training.dataset* field or a [checkpoint] field was set. A bare `titan train` (none of them)
+ * prints its usage instead of a random-token run of the default flavor. */
+int train_config_names_job(const train_config *c);
 /* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides). */
 int train_config_validate(const train_config *c, base_err *err);
 /* The whole config as TOML that train_config_load_text reads back to the same config. */
 void train_config_print(const train_config *c, FILE *f);
 /* `titan train --help`: options, aliases, and every field with its default and help. */
 void train_config_usage(FILE *f);
-/* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
+/* Fills *o for train_run (o points into c: keep c alive). Loads the kernels.plugins (the
+ * only step that runs code from outside titan: validation, printing and plans do not). Refuses,
+ * naming the field, any
  * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
  * The parallel degrees are checked against dist_world_size() (the ranks of this run);
  * grad_accum = global_batch_size / (local_batch_size x dp_replicate x dp_shard). */
