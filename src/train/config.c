@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +118,8 @@ static const field g_fields[] = {
     INT(training, seed, 42, 0, 9.2e18, "weight init and data seed (titan keeps one, default 42)"),
     INT(training, threads, 0, 0, 4096, "OpenMP/BLAS threads; 0 = all cores (titan)"),
     INT(training, ce_chunk, 0, 0, BIG, "tokens per fused lm_head+CE chunk; 0 = auto (titan)"),
+    BOOL(training, ignore_memory_check, 0,
+         "start even when titan plan's memory estimate exceeds the available memory (titan)"),
 
     STR(optimizer, name, "AdamW", "AdamW|Adam", "optimizer"),
     FLT(optimizer, lr, 8e-4, 0, INFINITY, 0, "peak learning rate"),
@@ -900,6 +903,7 @@ static const struct {
     {"--initial-load-path", "checkpoint.initial_load_path", NULL, ALIAS_FIELD},
     {"--last-save-full", "checkpoint.last_save_model_only", "false", ALIAS_FIELD},
     {"--sync-checkpoint", "checkpoint.async_mode", "disabled", ALIAS_FIELD},
+    {"--force", "training.ignore_memory_check", "true", ALIAS_FIELD},
 };
 #define N_ALIASES ((int)(sizeof g_aliases / sizeof g_aliases[0]))
 
@@ -1185,6 +1189,19 @@ static const char *output_path(train_config *c, const char *p) {
     return pool_keep(c, s);
 }
 
+/* FNV-1a of the config as --print-config writes it: what every rank of a run must share. */
+static int config_hash(const train_config *c, uint64_t *h, base_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return base_fail(err, "out of memory");
+    train_config_print(c, f);
+    fclose(f);
+    *h = base_hash_bytes(BASE_HASH_INIT, text, len);
+    free(text);
+    return 0;
+}
+
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     for (int i = 0; i < c->kernels.plugins.n; i++) { /* before the overrides that use them */
@@ -1321,7 +1338,8 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     }
     o->kernel_overrides = c->ovr;
     o->n_kernel_overrides = n;
-    return 0;
+    o->ignore_memory_check = c->training.ignore_memory_check;
+    return config_hash(c, &o->config_hash, err);
 }
 
 /* ---- printing and help -------------------------------------------------------------- */

@@ -59,6 +59,12 @@ int train_saver_poll(train_saver *s, base_err *err);
 int train_saver_abandon(train_saver *s, base_err *err);
 void train_saver_free(train_saver *s);
 
+/* The trainer's state object of dir/step-N (metadata.json "train", state_check.c): every
+ * field present, of its type and in range (0 <= adam_step <= step, counts >= 0, ...).
+ * Errors name the file and the field. */
+struct json_t;
+int train_state_check(const struct json_t *t, const char *dir, int64_t step, base_err *err);
+
 /* TensorBoard scalars (tb.c): DIR/events.out.tfevents.<time>.<host>.<pid>, readable by
  * TensorBoard's own reader. One event per call holds n (tag, value) pairs at one step. */
 typedef struct train_tb train_tb;

@@ -62,6 +62,8 @@ typedef struct {
     dist_reshard reshard;      /* parallelism.fsdp_reshard_after_forward */
     model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
+    int ignore_memory_check;   /* training.ignore_memory_check: skip train_preflight's memory */
+    uint64_t config_hash;      /* fingerprint of the resolved config: ranks must agree */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -116,7 +118,7 @@ typedef struct {
         const char *dataset, *dataset_path, *dataset_format, *dataset_field;
         int64_t local_batch_size, global_batch_size, seq_len, steps, seed, threads, ce_chunk,
             stop_after_step;
-        int skip_bad_lines;
+        int skip_bad_lines, ignore_memory_check;
         double max_norm;
     } training;
     struct {
@@ -217,6 +219,23 @@ int train_config_model_args(const train_config *c, const model_args *base, model
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
 void train_opts_defaults(train_opts *o);
 int train_run(const train_opts *o, base_err *err);
+
+/* ---- before a run (src/train/preflight.c) ---------------------------------------------
+ * What train_run checks before it opens data or builds the model, so that a run that cannot
+ * finish fails in seconds, naming the config field at fault:
+ *   - every rank runs the same config (o->config_hash against rank 0's; names the first rank
+ *     that differs);
+ *   - inputs exist: training / validation dataset (file, folder or a glob matching something),
+ *     tokenizer folder, checkpoint.initial_load_path;
+ *   - output folders can be created and written (base_check_output_dir): checkpoint folder,
+ *     TensorBoard folder, the metrics file's folder, the HF export folder;
+ *   - memory: titan plan's per-rank estimate (train_plan_compute; times the ranks on this
+ *     machine under OpenMPI) against base_available_ram(), refused with both figures and what
+ *     would fit (full activation checkpointing, batch 1, more ranks) unless
+ *     o->ignore_memory_check. */
+int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err);
+/* The checkpoint folder of a run: ckpt.folder, under dump_folder unless absolute. */
+void train_ckpt_dir(const train_opts *o, char *out, size_t n);
 
 /* ---- generation (src/train/generate.c) ------------------------------------------------ */
 
