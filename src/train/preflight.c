@@ -74,9 +74,11 @@ static int output_dir(const char *field, const char *dir, base_err *err) {
 }
 
 static int paths(const train_opts *o, base_err *err) {
+    char tok[4200]; /* the tokenizer folder's tokenizer.json */
+    if (o->tokenizer_dir) snprintf(tok, sizeof tok, "%s/tokenizer.json", o->tokenizer_dir);
     if (input_exists("training.dataset_path", o->data_path, err) ||
         input_exists("validation.dataset_path", o->val.path, err) ||
-        input_exists("model.hf_assets_path", o->tokenizer_dir, err) ||
+        input_exists("model.hf_assets_path", o->tokenizer_dir ? tok : NULL, err) ||
         (o->ckpt.enable &&
          input_exists("checkpoint.initial_load_path", o->ckpt.initial_load_path, err)))
         return -1;
@@ -88,6 +90,15 @@ static int paths(const train_opts *o, base_err *err) {
         output_dir("checkpoint.hf_export_folder", o->out_dir, err))
         return -1;
     return 0;
+}
+
+/* bytes as "12.3 GiB", or "45.6 MiB" below a GiB (test-sized runs). */
+static const char *size_text(double bytes, char *buf, size_t n) {
+    if (bytes >= (1 << 30))
+        snprintf(buf, n, "%.1f GiB", bytes / (1 << 30));
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / (1 << 20));
+    return buf;
 }
 
 /* titan plan's total for the configured mode with one setting changed. */
@@ -110,7 +121,8 @@ static int memory(const train_opts *o, int world, base_err *err) {
     /* ranks sharing this machine (OpenMPI says how many); one process otherwise */
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
-    const double G = 1 << 30, avail = (double)base_available_ram();
+    const double avail = (double)base_available_ram();
+    char b1[32], b2[32];
     if (need * local <= avail) return 0;
     /* what would fit: full activation checkpointing, a smaller batch, more ranks (FSDP) */
     char alt[600] = "";
@@ -121,15 +133,16 @@ static int memory(const train_opts *o, int world, base_err *err) {
         const double t = plan_total(&a, &e);
         if (t > 0)
             at += (size_t)snprintf(alt + at, sizeof alt - at,
-                                   "; activation_checkpoint.mode = \"full\": %.1f GiB", t / G);
+                                   "; activation_checkpoint.mode = \"full\": %s",
+                                   size_text(t, b1, sizeof b1));
     }
     if (o->batch > 1) {
         train_plan_in a = in;
         a.batch = 1;
         const double t = plan_total(&a, &e);
         if (t > 0 && at < sizeof alt)
-            at += (size_t)snprintf(alt + at, sizeof alt - at,
-                                   "; training.local_batch_size = 1: %.1f GiB", t / G);
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; training.local_batch_size = 1: %s",
+                                   size_text(t, b1, sizeof b1));
     }
     /* more ranks shard the weights and AdamW state (FSDP), not the activations: with the
      * configured settings, else with both savings above */
@@ -147,16 +160,17 @@ static int memory(const train_opts *o, int world, base_err *err) {
             if ((t = plan_total(&a, &e)) > 0 && t <= avail / local) break;
         }
         if (w <= 1024 && at < sizeof alt) {
-            at += (size_t)snprintf(alt + at, sizeof alt - at, "; %d ranks%s: %.1f GiB per rank", w,
-                                   cheap ? " with both" : "", t / G);
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; %d ranks%s: %s per rank", w,
+                                   cheap ? " with both" : "", size_text(t, b1, sizeof b1));
             break;
         }
     }
     return base_fail(err,
-                     "memory: this run needs about %.1f GiB%s (titan plan's estimate) but %.1f "
-                     "GiB is available (MemAvailable, and the cgroup limit when there is "
-                     "one)%s; training.ignore_memory_check = true (--force) tries anyway",
-                     need * local / G, local > 1 ? " for this machine's ranks" : "", avail / G,
+                     "memory: this run needs about %s%s (titan plan's estimate) but %s is "
+                     "available (MemAvailable, and the cgroup limit when there is one)%s; "
+                     "training.ignore_memory_check = true (--force) tries anyway",
+                     size_text(need * local, b1, sizeof b1),
+                     local > 1 ? " for this machine's ranks" : "", size_text(avail, b2, sizeof b2),
                      alt);
 }
 
