@@ -17,3 +17,10 @@ set_tests_properties(config_cli_suggests PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME config_reference_current
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/config_doc.sh $<TARGET_FILE:titan>
           ${CMAKE_SOURCE_DIR}/docs/config.md)
+
+# Command-line guards: bare train, --alias=value, argument checks, messages, thread bound,
+# process name.
+add_test(NAME cli_guards
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_guards.sh $<TARGET_FILE:titan>
+          ${TITAN_SHARED}/data/test_tokenizer)
+set_tests_properties(cli_guards PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120)

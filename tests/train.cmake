@@ -68,3 +68,8 @@ foreach(balance aux_loss bias)
   set_tests_properties(train_determinism_moe_${balance} PROPERTIES
     ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 endforeach()
+
+# Out-of-range trainer state in a checkpoint (negative adam_step, ...) is refused by name.
+add_test(NAME checkpoint_meta_bounds
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_meta_bounds PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
