@@ -24,3 +24,7 @@ add_test(NAME cli_guards
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_guards.sh $<TARGET_FILE:titan>
           ${TITAN_SHARED}/data/test_tokenizer)
 set_tests_properties(cli_guards PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120)
+
+# make train / make build install the build dependencies only; make test everything.
+add_test(NAME make_deps_modes
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/make_deps.sh ${CMAKE_SOURCE_DIR})

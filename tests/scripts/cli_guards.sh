@@ -9,7 +9,7 @@ fail=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; cat "$out/o" 2>/dev/null; fail=1; }
 
-"$titan" train > "$out/o" 2>&1; rc=$?
+timeout 20 "$titan" train > "$out/o" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "^usage: titan train" "$out/o" && ! grep -q "^step:" "$out/o" &&
   ok "bare titan train: usage, exit 2" || bad "bare titan train (rc $rc)"
 
