@@ -283,9 +283,24 @@ size_t base_available_ram(void) {
     if (env && !base_parse_i64(env, &x) && x >= 0) return (size_t)x;
     int64_t avail = read_number("/proc/meminfo", "MemAvailable:");
     avail = avail >= 0 ? avail * 1024 : (int64_t)base_total_ram();
-    /* cgroup v2, then v1: what the limit leaves (a v1 "no limit" is a huge number) */
-    int64_t lim = read_number("/sys/fs/cgroup/memory.max", ""),
-            used = read_number("/sys/fs/cgroup/memory.current", "");
+    /* cgroup v2 (this process's group, from /proc/self/cgroup's "0::/path"; inside a cgroup
+     * namespace that is "/"), then v1: what the limit leaves (v1's "no limit" is huge) */
+    char grp[512] = "", path[700];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "0::", 3)) {
+                snprintf(grp, sizeof grp, "%s", line + 3);
+                grp[strcspn(grp, "\n")] = 0;
+            }
+        fclose(f);
+    }
+    if (!strcmp(grp, "/")) grp[0] = 0;
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", grp);
+    int64_t lim = read_number(path, "");
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", grp);
+    int64_t used = read_number(path, "");
     if (lim < 0) {
         lim = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", "");
         used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", "");
