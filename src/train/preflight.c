@@ -54,8 +54,11 @@ static int input_exists(const char *field, const char *path, base_err *err) {
     return 0;
 }
 
-/* The folder that will hold file (its directory part; "." for a bare name). */
+/* file is not a folder, and the folder that will hold it (its directory part; "." for a bare
+ * name) can be created and written. */
 static int output_parent(const char *field, const char *file, base_err *err) {
+    if (base_is_dir(file))
+        return base_fail(err, "%s: %s is a folder, a file is expected here", field, file);
     char dir[4096];
     const char *slash = strrchr(file, '/');
     if (!slash)

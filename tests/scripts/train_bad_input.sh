@@ -40,6 +40,8 @@ expect "TensorBoard folder under a regular file" "metrics.save_tb_folder: .*t.tx
   --metrics.enable_tensorboard --metrics.save_tb_folder "$out/t.txt/tb"
 expect "metrics file under a regular file" "metrics.save_jsonl_file: .*t.txt is not a folder" \
   --metrics "$out/t.txt/m.jsonl"
+expect "metrics file that is a folder" "metrics.save_jsonl_file: .*/nocfg is a folder, a file is expected" \
+  --metrics "$out/nocfg"
 expect "HF export folder under a regular file" "checkpoint.hf_export_folder: .*t.txt is not a folder" \
   --out "$out/t.txt/hf"
 expect "missing validation set" "validation.dataset_path: /nonexistent/val.txt: No such file" \
