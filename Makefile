@@ -3,17 +3,22 @@ BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
 
-.PHONY: deps build test train demo-data bench bench-tokenizer asan fuzz format clean
+.PHONY: deps deps-build build test train demo-data bench bench-tokenizer asan fuzz format clean
 
+# Everything the tests need (the Python references: PyTorch, transformers; several GB).
 deps:
 	@bash scripts/deps.sh
 
-build: deps
+# What building and training need: the Debian packages only.
+deps-build:
+	@bash scripts/deps.sh --build
+
+build: deps-build
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # ctest's summary is the last thing printed.
-test: build
+test: deps build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The default demo (configs/qwen3_debug.toml): a small Qwen3 with the Qwen3 tokenizer on

@@ -3,7 +3,9 @@
 # Python packages in a git-ignored virtual environment (.venv). Idempotent and quick when
 # everything is already there.
 #
-#   scripts/deps.sh           build + test dependencies
+#   scripts/deps.sh --build   build dependencies only (the Debian packages): what `make build`
+#                             and `make train` need; no Python, no PyTorch
+#   scripts/deps.sh           build + test dependencies (make test, .ci/run)
 #   scripts/deps.sh --bench   also the benchmark's peers: tcmalloc for PyTorch, bpe-qwen (a Rust
 #                             Qwen BPE, for the tokenizer benchmark) and torchtitan
 #                             (its PyPI release pins a `datasets` that conflicts with the
@@ -11,8 +13,13 @@
 #                             it needs to import its Qwen3 model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BENCH=0
-[ "${1:-}" = "--bench" ] && BENCH=1
+BENCH=0 BUILD_ONLY=0
+case "${1:-}" in
+  --bench) BENCH=1 ;;
+  --build) BUILD_ONLY=1 ;;
+  "") ;;
+  *) echo "usage: scripts/deps.sh [--build | --bench]" >&2; exit 2 ;;
+esac
 
 DEBS=(build-essential cmake pkg-config python3 python3-venv
       libopenblas-dev libopenblas0-openmp libdnnl-dev libjansson-dev
@@ -29,6 +36,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+[ $BUILD_ONLY = 1 ] && exit 0 # the Python test references are for make test / make bench
 
 REQ=tests/reference/requirements.txt
 STAMP=.venv/.requirements.stamp

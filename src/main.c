@@ -31,7 +31,13 @@ static void ensure_blas_coretype(char **argv) {
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
     setenv("TITAN_NO_REEXEC", "1", 1);
-    execv("/proc/self/exe", argv);
+    /* the binary's own path, not /proc/self/exe: the kernel names the process (ps, top) after
+     * the file executed, which would be "exe" */
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    self[n] = 0;
+    execv(self, argv);
     /* exec failed: carry on with whatever kernels OpenBLAS chose. */
 #else
     (void)argv;
@@ -129,6 +135,8 @@ static int parse_model_opt(args_iter *it, model_args *a, int *status) {
 /* titan inspect [--flavor NAME] [--set K=V]... | titan inspect PATH */
 static int cmd_inspect(int argc, char **argv, base_err *err) {
     if (argc == 3 && argv[2][0] != '-') return ckpt_inspect(argv[2], err);
+    if (argc > 3 && argv[2][0] != '-')
+        return base_fail(err, "inspect: one path expected, got %d (titan inspect PATH)", argc - 2);
     model_args a;
     model_flavor("debugmodel", &a, err);
     args_iter it = {argc, argv, 0, err};
@@ -355,14 +363,20 @@ static int cmd_codec(int argc, char **argv, int encode, base_err *err) {
             char word[32];
             int64_t v;
             if (q - p >= (ptrdiff_t)sizeof word) {
-                rc =
-                    base_fail(err, "%s: token id '%.20s...' is too long", file ? file : "stdin", p);
+                char head[21], shown[4 * sizeof head];
+                snprintf(head, sizeof head, "%.*s", 20, p);
+                base_escape(head, shown, sizeof shown);
+                rc = base_fail(err, "%s: token id '%s...' (byte %td) is too long",
+                               file ? file : "stdin", shown, p - in);
                 break;
             }
             memcpy(word, p, (size_t)(q - p));
             word[q - p] = 0;
             if (base_parse_i64(word, &v) || v < 0 || v > INT32_MAX) {
-                rc = base_fail(err, "%s: '%s' is not a token id", file ? file : "stdin", word);
+                char shown[4 * sizeof word]; /* the input may be binary: never echo raw bytes */
+                base_escape(word, shown, sizeof shown);
+                rc = base_fail(err, "%s: '%s' (byte %td) is not a token id", file ? file : "stdin",
+                               shown, p - in);
                 break;
             }
             if (ids.n == ids.cap) {
@@ -401,8 +415,16 @@ static int cmd_train(int argc, char **argv, base_err *err) {
         train_config_usage(stdout);
     } else if (!rc && cli.print_config) {
         train_config_print(&c, stdout);
+    } else if (!rc && !train_config_names_job(&c)) {
+        fprintf(stderr, "usage: titan train --config FILE [--section.key=value ...]\n"
+                        "       titan train --flavor NAME (--data PATH | --random-tokens) "
+                        "[options]\n"
+                        "nothing to train: give a config file, a flavor or a dataset "
+                        "(titan train --help lists every option)\n");
+        rc = 2;
     } else if (!rc && !(rc = train_config_to_opts(&c, &o, err))) {
-        if (c.training.threads > 0) omp_set_num_threads((int)c.training.threads);
+        if (c.training.threads > 0)
+            omp_set_num_threads(base_threads_bound((int)c.training.threads, "training.threads"));
         if (c.job.print_config && dist_world_rank() == 0) train_config_print(&c, stdout);
         if (o.memory_estimation) rc = train_plan_print_for(&o, stdout, err);
         if (!rc) rc = train_run(&o, err);
@@ -456,7 +478,8 @@ static int cmd_plan(int argc, char **argv, base_err *err) {
                     rc = base_fail(err, "--world: '%s' is not a positive rank count", v);
                 world = (int)n;
             } else if (!strcmp(a, "--budget-gib")) {
-                budget = atof(v);
+                if (base_parse_f64(v, &budget) || !(budget > 0) || budget > 1e9)
+                    rc = base_fail(err, "--budget-gib: '%s' is not a positive number of GiB", v);
             } else if (!strcmp(a, "--hf-config")) {
                 hf = v;
             } else if (n_sets < 64) {
@@ -605,7 +628,7 @@ static int cmd_generate(int argc, char **argv, base_err *err) {
     if (!path) return base_fail(err, "generate: --model PATH is required");
     if (prompt && chat) return base_fail(err, "generate: --prompt and --chat exclude each other");
     smp.seed = (uint64_t)seed;
-    if (threads > 0) omp_set_num_threads(threads);
+    if (threads > 0) omp_set_num_threads(base_threads_bound(threads, "generate --threads"));
     base_log_all_to_stderr(1); /* stdout is the generated text */
 
     if (!tok_dir && base_has_file(path, "tokenizer.json")) tok_dir = path;
@@ -798,6 +821,7 @@ static int cmd_tokenize(int argc, char **argv, base_err *err) {
     c.field = d.field;
     c.skip_bad_lines = d.skip_bad;
     c.tokenizer = d.tokenizer;
+    if (c.threads > 0) c.threads = base_threads_bound(c.threads, "tokenize --threads");
     int64_t docs, tokens;
     const double t0 = base_now();
     if (data_tokenize(&c, &docs, &tokens, err)) return -1;
@@ -913,6 +937,10 @@ int main(int argc, char **argv) {
         /* under mpirun every rank runs this; one plain process otherwise */
         rc = dist_init(&argc, &argv, &err);
         if (!rc) rc = cmd_train(argc, argv, &err);
+        if (rc == 2) { /* usage printed */
+            dist_finalize();
+            return 2;
+        }
     } else if (!strcmp(argv[1], "generate")) {
         ensure_blas_coretype(argv);
         rc = cmd_generate(argc, argv, &err);

@@ -24,3 +24,14 @@ add_test(NAME config_reference_current
 add_test(NAME config_torchtitan_tomls
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/torchtitan_configs.sh $<TARGET_FILE:titan>
           ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/torchtitan ${TITAN_SHARED}/data)
+
+# Command-line guards: bare train, --alias=value, argument checks, messages, thread bound,
+# process name.
+add_test(NAME cli_guards
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_guards.sh $<TARGET_FILE:titan>
+          ${TITAN_SHARED}/data/test_tokenizer)
+set_tests_properties(cli_guards PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120)
+
+# make train / make build install the build dependencies only; make test everything.
+add_test(NAME make_deps_modes
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/make_deps.sh ${CMAKE_SOURCE_DIR})

@@ -30,10 +30,16 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_metrics.sh $<TARGET_FILE:titan>
             ${TITAN_MPIRUN} $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_metrics PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # ranks started with different configs are refused before the first step
+  add_test(NAME dist_config_mismatch
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_config.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff>)
+  set_tests_properties(dist_config_mismatch PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
   # at exit; leak checking stays on for every single-process test, off for these.
   if(TITAN_SANITIZE)
-    set_tests_properties(dist_fsdp dist_tp dist_ep dist_watchdog dist_metrics PROPERTIES
+    set_tests_properties(dist_fsdp dist_tp dist_ep dist_watchdog dist_metrics
+                         dist_config_mismatch PROPERTIES
                          ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endif()
 else()

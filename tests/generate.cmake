@@ -13,3 +13,10 @@ if(TARGET test_generate)
   # the streaming-text check reads ../shared/data/qwen3_tokenizer
   target_compile_definitions(test_generate PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
 endif()
+
+# --threads is bounded (CPUs x BASE_THREADS_PER_CPU, with a warning): 100000 used to crash.
+add_test(NAME generate_threads_bound
+  COMMAND $<TARGET_FILE:titan> generate --model ${CMAKE_BINARY_DIR}/export_tie0 --threads 100000
+          --prompt "To be" --max-new-tokens 4 --temperature 0)
+set_tests_properties(generate_threads_bound PROPERTIES FIXTURES_REQUIRED export_tie0
+  PASS_REGULAR_EXPRESSION "100000 threads asked for, [0-9]+ CPUs here: using [0-9]+.*generated 4 tokens")

@@ -8,7 +8,7 @@ target_include_directories(rope_bhsd PRIVATE ${CMAKE_SOURCE_DIR}/include)
 target_link_libraries(rope_bhsd PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
-foreach(case good version nosym noinit badop nobwd initfail dup badlayout)
+foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -51,3 +51,9 @@ set_tests_properties(kernels_bench_flavor_unknown PROPERTIES PASS_REGULAR_EXPRES
 set_tests_properties(kernels_conformance kernels_conformance_plugin kernels_conformance_plugin_ws
   kernels_conformance_plugin_norm kernels_bench_smoke kernels_bench_flavor
   kernels_bench_flavor_unknown PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
+# A plugin is native code: opening it runs its constructors. Read-only commands (printing a
+# config, titan plan) never open one; a training run and titan kernels do.
+add_test(NAME kernels_plugin_not_loaded_readonly
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plugin_readonly.sh $<TARGET_FILE:titan>
+          ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_marker.so)

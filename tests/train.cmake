@@ -86,3 +86,8 @@ set_tests_properties(metrics_full_disk PROPERTIES SKIP_RETURN_CODE 77
 add_test(NAME train_stop_signal
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stop_signal.sh $<TARGET_FILE:titan>)
 set_tests_properties(train_stop_signal PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
+# Out-of-range trainer state in a checkpoint (negative adam_step, ...) is refused by name.
+add_test(NAME checkpoint_meta_bounds
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_meta_bounds PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")

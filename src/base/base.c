@@ -209,6 +209,10 @@ int base_mkdir_parent(const char *file, base_err *err) {
 
 char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *err) {
     const char *name = path ? path : "stdin";
+    if (path && base_is_dir(path)) { /* fopen succeeds on a folder; the read would not */
+        base_fail(err, "%s: is a folder, a file is expected here", path);
+        return NULL;
+    }
     FILE *f = path ? fopen(path, "rb") : stdin;
     if (!f) {
         base_fail(err, "%s: cannot open: %s", name, strerror(errno));
@@ -242,4 +246,111 @@ char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+int base_cpu_count(void) {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int base_threads_bound(int requested, const char *what) {
+    const int cap = BASE_THREADS_PER_CPU * base_cpu_count();
+    if (requested <= cap) return requested;
+    base_log(BASE_LOG_WARN, "%s: %d threads asked for, %d CPUs here: using %d", what, requested,
+             base_cpu_count(), cap);
+    return cap;
+}
+
+/* The first number in FILE after `key` (a /proc or cgroup file); -1 when absent or "max". */
+static int64_t read_number(const char *file, const char *key) {
+    FILE *f = fopen(file, "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t v = -1;
+    while (v < 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, strlen(key))) continue;
+        long long x;
+        if (sscanf(line + strlen(key), " %lld", &x) == 1 && x >= 0) v = x;
+        if (!key[0]) break;
+    }
+    fclose(f);
+    return v;
+}
+
+size_t base_available_ram(void) {
+    const char *env = getenv("TITAN_MEM_AVAILABLE");
+    int64_t x;
+    if (env && !base_parse_i64(env, &x) && x >= 0) return (size_t)x;
+    int64_t avail = read_number("/proc/meminfo", "MemAvailable:");
+    avail = avail >= 0 ? avail * 1024 : (int64_t)base_total_ram();
+    /* cgroup v2 (this process's group, from /proc/self/cgroup's "0::/path"; inside a cgroup
+     * namespace that is "/"), then v1: what the limit leaves (v1's "no limit" is huge) */
+    char grp[512] = "", path[700];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "0::", 3)) {
+                snprintf(grp, sizeof grp, "%s", line + 3);
+                grp[strcspn(grp, "\n")] = 0;
+            }
+        fclose(f);
+    }
+    if (!strcmp(grp, "/")) grp[0] = 0;
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", grp);
+    int64_t lim = read_number(path, "");
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", grp);
+    int64_t used = read_number(path, "");
+    if (lim < 0) {
+        lim = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", "");
+        used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", "");
+    }
+    if (lim >= 0 && used >= 0) {
+        const int64_t left = lim > used ? lim - used : 0;
+        if (left < avail) avail = left;
+    }
+    return (size_t)avail;
+}
+
+int base_check_output_dir(const char *dir, base_err *err) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir[0] ? dir : ".") >= (int)sizeof p)
+        return base_fail(err, "%s: path too long", dir);
+    for (;;) { /* the nearest part of the path that exists must be a writable folder */
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return base_fail(err, "%s: cannot be created: %s is not a folder", dir, p);
+            if (access(p, W_OK | X_OK))
+                return base_fail(err, "%s: cannot be created or written: %s: %s", dir, p,
+                                 strerror(errno));
+            return 0;
+        }
+        if (errno != ENOENT && errno != ENOTDIR)
+            return base_fail(err, "%s: %s", p, strerror(errno));
+        char *slash = strrchr(p, '/');
+        while (slash && slash > p && slash[1] == 0) { /* trailing slashes */
+            *slash = 0;
+            slash = strrchr(p, '/');
+        }
+        if (!slash) {
+            snprintf(p, sizeof p, ".");
+        } else if (slash == p) {
+            p[1] = 0;
+        } else {
+            *slash = 0;
+        }
+    }
+}
+
+void base_escape(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *s && cap > 0 && n + 5 <= cap; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c < 0x7f && c != '\\')
+            out[n++] = (char)c;
+        else
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
+    }
+    if (cap) out[n < cap ? n : cap - 1] = 0;
 }

@@ -37,6 +37,20 @@ size_t base_peak_rss(void);
 /* Physical memory of the machine in bytes. */
 size_t base_total_ram(void);
 
+/* Memory this process can still take, in bytes: MemAvailable of /proc/meminfo, lowered to
+ * what the cgroup's limit leaves (v2 memory.max - memory.current, v1 memory.limit_in_bytes -
+ * memory.usage_in_bytes). TITAN_MEM_AVAILABLE (bytes) replaces the measurement (tests). */
+size_t base_available_ram(void);
+
+/* Online CPUs (at least 1). */
+int base_cpu_count(void);
+/* Thread counts asked for on a command line or in a config are capped at this many per CPU:
+ * more only adds scheduling and per-thread memory (100000 OpenMP threads exhaust the stacks). */
+#define BASE_THREADS_PER_CPU 4
+/* requested capped at BASE_THREADS_PER_CPU x the CPUs, with a warning naming `what` when it is
+ * lowered. One bound for every subcommand. */
+int base_threads_bound(int requested, const char *what);
+
 /* Counter-based RNG: every value is a pure function of (seed, stream, index), so the
  * same seed gives the same numbers whatever the thread count or parallel layout. */
 uint64_t base_rng_u64(uint64_t seed, uint64_t stream, uint64_t index);
@@ -63,10 +77,20 @@ int base_mkdir_p(const char *dir, base_err *err);
 /* Creates the directory that will hold `file` (no-op for a bare file name). */
 int base_mkdir_parent(const char *file, base_err *err);
 
+/* Whether dir can be an output folder: it, or the nearest of its parents that exists, is a
+ * writable folder (nothing is created). Fails naming dir and the part at fault (a file where a
+ * folder is needed, no write permission). */
+int base_check_output_dir(const char *dir, base_err *err);
+
 /* Reads a whole file (stdin when path is NULL), pipes included, into a malloc'ed,
  * NUL-terminated buffer (free with free()); *len receives the byte count (without the NUL).
- * Fails, naming the file, when it cannot be opened or read or exceeds max_bytes. */
+ * Fails, naming the file, when it cannot be opened or read (a folder says so) or exceeds
+ * max_bytes. */
 char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *err);
+
+/* s with every byte outside printable ASCII (and '\\') written as \xNN, into out[cap]
+ * (truncated to fit): untrusted input quoted in an error message. */
+void base_escape(const char *s, char *out, size_t cap);
 
 /* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input. */
 int base_parse_i64(const char *s, int64_t *out);

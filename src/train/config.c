@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -174,6 +175,8 @@ static const field g_fields[] = {
     PBOOL(training.dataloader, persistent_workers, 0, P_INERT, "torch DataLoader option"),
     PBOOL(training.dataloader, pin_memory, 0, P_INERT, "torch DataLoader option"),
     POINT(training.dataloader, prefetch_factor, 1, BIG, P_INERT, "torch DataLoader option"),
+    BOOL(training, ignore_memory_check, 0,
+         "start even when titan plan's memory estimate exceeds the available memory (titan)"),
 
     STR(optimizer, name, "AdamW", "AdamW|Adam", "optimizer"),
     FLT(optimizer, lr, 8e-4, 0, INFINITY, 0, "peak learning rate"),
@@ -1153,9 +1156,9 @@ static const struct {
     {"--keep-latest-k", "checkpoint.keep_latest_k", NULL, ALIAS_FIELD},
     {"--load-step", "checkpoint.load_step", NULL, ALIAS_FIELD},
     {"--initial-load-path", "checkpoint.initial_load_path", NULL, ALIAS_FIELD},
-    {"--initial-load-path", "checkpoint.enable", "true", ALIAS_FIELD},
     {"--last-save-full", "checkpoint.last_save_model_only", "false", ALIAS_FIELD},
     {"--sync-checkpoint", "checkpoint.async_mode", "disabled", ALIAS_FIELD},
+    {"--force", "training.ignore_memory_check", "true", ALIAS_FIELD},
 };
 #define N_ALIASES ((int)(sizeof g_aliases / sizeof g_aliases[0]))
 
@@ -1288,13 +1291,18 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
                              "with --; see titan train --help)",
                              a);
         }
-        if (is_alias(a)) {
-            const char *arg = NULL;
-            if (alias_takes_value(a)) {
+        char flag[64]; /* an alias, without any "=value" */
+        const char *aeq = strchr(a, '=');
+        snprintf(flag, sizeof flag, "%.*s", aeq ? (int)(aeq - a) : (int)strlen(a), a);
+        if (is_alias(flag)) {
+            const char *arg = aeq ? aeq + 1 : NULL;
+            if (alias_takes_value(flag) && !arg) {
                 if (i + 1 >= argc) return base_fail(err, "command line (%s): needs a value", a);
                 arg = argv[++i];
+            } else if (!alias_takes_value(flag) && arg) {
+                return base_fail(err, "command line (%s): %s takes no value", a, flag);
             }
-            if (apply_alias(c, a, arg, &grad_accum, err)) return -1;
+            if (apply_alias(c, flag, arg, &grad_accum, err)) return -1;
             continue;
         }
         /* --section.key=value, --section.key value, or a bare boolean --section.key */
@@ -1322,6 +1330,16 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         if (train_config_set(c, "training.global_batch_size", v, "--grad-accum", err)) return -1;
     }
     return train_config_validate(c, err);
+}
+
+int train_config_names_job(const train_config *c) {
+    if (c->file) return 1; /* a config file */
+    for (int i = 0; i < N_FIELDS; i++)
+        if (c->origin[i].where &&
+            (!strcmp(g_fields[i].section, "model") || !strncmp(g_fields[i].key, "dataset", 7) ||
+             !strcmp(g_fields[i].section, "checkpoint")))
+            return 1;
+    return 0;
 }
 
 /* ---- whole-config checks ---------------------------------------------------------- */
@@ -1415,18 +1433,21 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
     return 0;
 }
 
-int train_config_validate(const train_config *c, base_err *err) {
-    /* Plugins first: the overrides may name their kernels. */
-    for (int i = 0; i < c->kernels.plugins.n; i++) {
-        base_err e;
-        if (ops_plugin_load(c->kernels.plugins.v[i], &e))
-            return fail_field(c, "kernels", "plugins", err, "item %d: %s", i + 1, e.msg);
-    }
+/* The overrides' implementations exist (with the plugins' kernels once they are loaded). */
+static int check_kernel_impls(const train_config *c, base_err *err) {
     for (int i = 0; i < c->kernels.overrides.n; i++) {
         char why[600];
         if (check_kernel_impl(c->kernels.overrides.v[i], why, sizeof why))
             return fail_field(c, "kernels", "overrides", err, "item %d: %s", i + 1, why);
     }
+    return 0;
+}
+
+int train_config_validate(const train_config *c, base_err *err) {
+    /* Validation has no side effects: plugins (native code: their constructors run when they
+     * are opened) are loaded by train_config_to_opts, for a run, and only then can overrides
+     * naming their kernels be checked. */
+    if (!c->kernels.plugins.n && check_kernel_impls(c, err)) return -1;
     if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
         return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
                           (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
@@ -1566,8 +1587,27 @@ static int config_to_save(train_config *c, train_opts *o, base_err *err) {
     return 0;
 }
 
+/* FNV-1a of the config as --print-config writes it: what every rank of a run must share. */
+static int config_hash(const train_config *c, uint64_t *h, base_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return base_fail(err, "out of memory");
+    train_config_print(c, f);
+    fclose(f);
+    *h = base_hash_bytes(BASE_HASH_INIT, text, len);
+    free(text);
+    return 0;
+}
+
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
+    for (int i = 0; i < c->kernels.plugins.n; i++) { /* before the overrides that use them */
+        base_err e;
+        if (ops_plugin_load(c->kernels.plugins.v[i], &e))
+            return fail_field(c, "kernels", "plugins", err, "item %d: %s", i + 1, e.msg);
+    }
+    if (c->kernels.plugins.n && check_kernel_impls(c, err)) return -1;
     train_opts_defaults(o);
     if (compat_check(c, err)) return -1;
     /* What titan cannot do yet is refused by name rather than ignored. */
@@ -1605,8 +1645,13 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                           "ranks",
                           (long long)c->training.global_batch_size,
                           (long long)c->training.local_batch_size, (long long)dp);
-    if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable)
-        return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
+    /* initial_load_path turns checkpointing on unless checkpoint.enable was set: the same
+     * whether it came from --initial-load-path, --checkpoint.initial_load_path or a file */
+    if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable) {
+        if (c->origin[find_field("checkpoint", "enable")].where)
+            return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
+        c->checkpoint.enable = 1;
+    }
 
     if (resolve_model(c, &o->model, err)) return -1;
     if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
@@ -1706,7 +1751,8 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.enable_first_step_checkpoint = c->checkpoint.enable_first_step_checkpoint;
     o->ckpt.create_seed_checkpoint = c->checkpoint.create_seed_checkpoint;
     o->memory_estimation = c->memory_estimation.enable;
-    return 0;
+    o->ignore_memory_check = c->training.ignore_memory_check;
+    return config_hash(c, &o->config_hash, err);
 }
 
 void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every) {

@@ -72,6 +72,12 @@ int train_stop_agree(dist_comm *world);
  * err if the save failed. Collective over the saver's ranks. */
 int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base_err *err);
 
+/* The trainer's state object of dir/step-N (metadata.json "train", state_check.c): every
+ * field present, of its type and in range (0 <= adam_step <= step, counts >= 0, ...).
+ * Errors name the file and the field. */
+struct json_t;
+int train_state_check(const struct json_t *t, const char *dir, int64_t step, base_err *err);
+
 /* TensorBoard scalars (tb.c): DIR/events.out.tfevents.<time>.<host>.<pid>, readable by
  * TensorBoard's own reader. One event per call holds n (tag, value) pairs at one step. */
 typedef struct train_tb train_tb;

@@ -239,18 +239,21 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
             p->ep_bytes / G, (long long)p->ep_collectives);
 }
 
+train_plan_in train_plan_in_of(const train_opts *o, int world) {
+    return (train_plan_in){.model = o->model,
+                           .world = world,
+                           .batch = o->batch,
+                           .seq_len = o->seq_len,
+                           .grad_accum = o->grad_accum,
+                           .par = o->par,
+                           .reshard = o->reshard,
+                           .ac = o->ac,
+                           .ac_every = o->ac_every,
+                           .loss_parallel_off = o->loss_parallel_off};
+}
+
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {
-    train_plan_in in = {0};
-    in.model = o->model;
-    in.world = dist_world_size();
-    in.batch = o->batch;
-    in.seq_len = o->seq_len;
-    in.grad_accum = o->grad_accum;
-    in.par = o->par;
-    in.reshard = o->reshard;
-    in.ac = o->ac;
-    in.ac_every = o->ac_every;
-    in.loss_parallel_off = o->loss_parallel_off;
+    train_plan_in in = train_plan_in_of(o, dist_world_size());
     train_plan p;
     if (train_plan_compute(&in, &p, err)) return -1;
     if (dist_world_rank() == 0) train_plan_print(&in, &p, 0, f);

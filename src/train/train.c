@@ -217,6 +217,7 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
     json_t *t = json_loads(tj, 0, NULL), *want = args_json(&o->model);
     free(tj);
     int64_t rc = -1;
+    if (train_state_check(t, dir, step, err)) goto out;
     json_t *dl = json_object_get(t, "data_loader");
     const int model_only = json_is_true(json_object_get(t, "model_only"));
     if (!json_equal(json_object_get(t, "model"), want)) {
@@ -654,7 +655,7 @@ int train_run(const train_opts *o, base_err *err) {
         }
     }
     token_source src;
-    if (source_open(&src, o, &mesh, err)) {
+    if (train_preflight(o, &mesh, err) || source_open(&src, o, &mesh, err)) {
         dist_mesh_free(&mesh);
         return -1;
     }
@@ -742,11 +743,7 @@ int train_run(const train_opts *o, base_err *err) {
     char ckdir[4096] = "";
     int64_t start = 0, tokens_seen = 0;
     if (o->ckpt.enable) {
-        const char *fo = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
-        if (fo[0] == '/' || !o->dump_folder)
-            snprintf(ckdir, sizeof ckdir, "%s", fo);
-        else
-            snprintf(ckdir, sizeof ckdir, "%s/%s", o->dump_folder, fo);
+        train_ckpt_dir(o, ckdir, sizeof ckdir);
         int64_t step = o->ckpt.load_step;
         if (step < 0) ckpt_step_latest(ckdir, &step);
         if (step >= 0 && (start = resume(o, ckdir, step, &m, f, tpp.all, tpp.n_all, &opt, &src,

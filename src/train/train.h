@@ -76,6 +76,8 @@ typedef struct {
     int preemption_signal;     /* job.preemption_signal: a signal number, 0 = none */
     double comm_init_timeout;  /* [comm] watchdog timeouts, seconds (0 = off): until step 1 */
     double comm_train_timeout; /* ... ends, and after it */
+    int ignore_memory_check;   /* training.ignore_memory_check: skip train_preflight's memory */
+    uint64_t config_hash;      /* fingerprint of the resolved config: ranks must agree */
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------
@@ -137,7 +139,7 @@ typedef struct {
         const char *dataset, *dataset_path, *dataset_format, *dataset_field;
         int64_t local_batch_size, global_batch_size, seq_len, steps, seed, threads, ce_chunk,
             stop_after_step;
-        int skip_bad_lines;
+        int skip_bad_lines, ignore_memory_check;
         double max_norm;
         /* torchtitan keys for features titan does not have (train_config_compat) */
         int enable_cpu_offload, gc_debug;
@@ -218,7 +220,7 @@ typedef struct {
     struct {
         train_str_list overrides; /* "op=impl" or "layer.glob.op=impl", ops_resolve's rules;
                                      then the [kernels] "pattern" = "impl" table entries */
-        train_str_list plugins;   /* kernel plugin paths, loaded by train_config_validate */
+        train_str_list plugins;   /* kernel plugin paths, loaded by train_config_to_opts */
     } kernels;
 
     /* torchtitan v0.2.2 sections for features titan does not have: accepted at their inert
@@ -302,6 +304,10 @@ int train_config_set(train_config *c, const char *name, const char *value, const
  * every override and alias in order, then train_config_validate. */
 int train_config_from_args(train_config *c, int argc, char **argv, int first, train_cli *cli,
                            base_err *err);
+/* Whether the config says what to train: a file was loaded, or some [model] field, a
+ * training.dataset* field or a [checkpoint] field was set. A bare `titan train` (none of them)
+ * prints its usage instead of a random-token run of the default flavor. */
+int train_config_names_job(const train_config *c);
 /* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides). */
 int train_config_validate(const train_config *c, base_err *err);
 /* The whole config as TOML that train_config_load_text reads back to the same config. */
@@ -311,7 +317,9 @@ void train_config_usage(FILE *f);
 /* The activation checkpointing of c's [activation_checkpoint] (selective 'op' runs as full;
  * the schema has checked the fields). */
 void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
-/* Fills *o for train_run (o points into c: keep c alive). Refuses, naming the field, any
+/* Fills *o for train_run (o points into c: keep c alive). Loads the kernels.plugins (the
+ * only step that runs code from outside titan: validation, printing and plans do not). Refuses,
+ * naming the field, any
  * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
  * The parallel degrees are checked against dist_world_size() (the ranks of this run);
  * grad_accum = global_batch_size / (local_batch_size x dp_replicate x dp_shard). */
@@ -329,6 +337,23 @@ void train_opts_defaults(train_opts *o);
 int train_run(const train_opts *o, base_err *err);
 /* "none" -> 0, "SIGUSR1" -> SIGUSR1, ... (job.preemption_signal's choices); -1 if unknown. */
 int train_stop_signal_parse(const char *name, int *sig);
+
+/* ---- before a run (src/train/preflight.c) ---------------------------------------------
+ * What train_run checks before it opens data or builds the model, so that a run that cannot
+ * finish fails in seconds, naming the config field at fault:
+ *   - every rank runs the same config (o->config_hash against rank 0's; names the first rank
+ *     that differs);
+ *   - inputs exist: training / validation dataset (file, folder or a glob matching something),
+ *     tokenizer folder, checkpoint.initial_load_path;
+ *   - output folders can be created and written (base_check_output_dir): checkpoint folder,
+ *     TensorBoard folder, the metrics file's folder, the HF export folder;
+ *   - memory: titan plan's per-rank estimate (train_plan_compute; times the ranks on this
+ *     machine under OpenMPI) against base_available_ram(), refused with both figures and what
+ *     would fit (full activation checkpointing, batch 1, more ranks) unless
+ *     o->ignore_memory_check. */
+int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err);
+/* The checkpoint folder of a run: ckpt.folder, under dump_folder unless absolute. */
+void train_ckpt_dir(const train_opts *o, char *out, size_t n);
 
 /* ---- generation (src/train/generate.c) ------------------------------------------------ */
 
@@ -422,6 +447,9 @@ typedef struct {
 } train_plan;
 
 int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err);
+/* The plan input of the run o describes on `world` ranks (the one translation titan train,
+ * memory_estimation and the start-up memory check share). */
+train_plan_in train_plan_in_of(const train_opts *o, int world);
 /* memory_estimation.enable: the plan of the run o describes on this run's ranks, printed to
  * f (rank 0 only). */
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err);

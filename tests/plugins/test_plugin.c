@@ -7,8 +7,12 @@
  *   noinit    no titan_kernel_plugin_init         badop   a kernel for op "grouped_mm"
  *   nobwd     a kernel without backward           initfail init reports an error
  *   dup       registers rope/default (a built-in's name), after a valid kernel
- *   badlayout asks for layout 7 */
+ *   badlayout asks for layout 7
+ *   marker    as swiglu of good, plus a constructor that creates the file named by
+ *             $TITAN_TEST_PLUGIN_MARKER: shows when titan opened the library (code ran) */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "titan/kernel_abi.h"
@@ -81,6 +85,14 @@ static int add_rmsnorm_bwd(const titan_kernel_args *a) {
         }
     }
     return 0;
+}
+#endif
+
+#if defined(PLUGIN_CASE_marker)
+__attribute__((constructor)) static void leave_marker(void) {
+    const char *p = getenv("TITAN_TEST_PLUGIN_MARKER");
+    FILE *f = p ? fopen(p, "w") : NULL;
+    if (f) fclose(f);
 }
 #endif
 

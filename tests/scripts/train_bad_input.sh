@@ -20,7 +20,7 @@ expect() { # description, regex, args...
   fi
 }
 expect "missing dataset" "/nonexistent.txt: No such file" --data /nonexistent.txt
-expect "missing assets (tokenizer)" "/nonexistent/tokenizer.json: cannot open" \
+expect "missing assets (tokenizer)" "model.hf_assets_path: /nonexistent/tokenizer.json: No such file" \
   --tokenizer /nonexistent
 expect "HF folder without config.json" "nocfg/config.json: no such file" \
   --model.config_path "$out/nocfg"
@@ -32,4 +32,36 @@ expect "seq_len above the model's max" "100000 is above the model's max_seq_len 
   --seq-len 100000
 expect "global batch that does not divide" "global_batch_size: 3 is not a multiple" \
   --training.global_batch_size 3 --batch 2
+# found before the first step (before the model is built), not at the first save / validation
+expect "checkpoint folder under a regular file" \
+  "checkpoint.folder: .*/t.txt/run/checkpoint: cannot be created: .*/t.txt is not a folder" \
+  --checkpoint.enable --dump-folder "$out/t.txt/run"
+expect "TensorBoard folder under a regular file" "metrics.save_tb_folder: .*t.txt is not a folder" \
+  --metrics.enable_tensorboard --metrics.save_tb_folder "$out/t.txt/tb"
+expect "metrics file under a regular file" "metrics.save_jsonl_file: .*t.txt is not a folder" \
+  --metrics "$out/t.txt/m.jsonl"
+expect "metrics file that is a folder" "metrics.save_jsonl_file: .*/nocfg is a folder, a file is expected" \
+  --metrics "$out/nocfg"
+expect "HF export folder under a regular file" "checkpoint.hf_export_folder: .*t.txt is not a folder" \
+  --out "$out/t.txt/hf"
+expect "missing validation set" "validation.dataset_path: /nonexistent/val.txt: No such file" \
+  --validation.enable --validation.dataset_path /nonexistent/val.txt
+expect "dataset glob matching nothing" "training.dataset_path: '$out/none\*.txt' matches no file" \
+  --data "$out/none*.txt"
+TITAN_MEM_AVAILABLE=1048576 expect "more memory than available" \
+  "memory: this run needs about [0-9.]+ MiB .*but 1.0 MiB is available.*--force" \
+  --peak-tflops 1
+# checkpoint.initial_load_path turns checkpointing on, from the alias or the field
+expect "initial load path (field, no checkpoint.enable)" "nocfg: not a model" \
+  --checkpoint.initial_load_path "$out/nocfg"
+expect "initial load path (alias=value)" "nocfg: not a model" --initial-load-path="$out/nocfg"
+expect "initial load path with checkpoint.enable = false" "needs checkpoint.enable = true" \
+  --checkpoint.enable=false --initial-load-path "$out/nocfg"
+# --force (training.ignore_memory_check) starts anyway
+if TITAN_MEM_AVAILABLE=1000000 "$titan" "${base[@]}" --force > "$out/o" 2>&1 &&
+   grep -q "^step:" "$out/o"; then
+  echo "ok   --force trains past the memory check"
+else
+  echo "FAIL --force:"; cat "$out/o"; fail=1
+fi
 exit $fail

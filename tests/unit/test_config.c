@@ -243,8 +243,6 @@ static void errors(void) {
         {"[kernels]\n\"layers.*.rope\" = \"flash\"\n",
          "x.toml:2:1: kernels.overrides: item 1: kernel override 'layers.*.rope' = 'flash' at "
          "layers.0.rope: no implementation 'flash' of rope"},
-        {"[kernels]\nplugins = [\"/nonexistent/libk.so\"]\n",
-         "x.toml:2:11: kernels.plugins: item 1: kernel plugin /nonexistent/libk.so: cannot load"},
         {"[kernels]\nplugins = [\"\"]\n",
          "x.toml:2:12: kernels.plugins: item 1: must name a shared object"},
         {"[kernels]\noverrides = [\"attention\"]\n",
@@ -428,7 +426,7 @@ static void command_line(void) {
          "parallelism: data_parallel_replicate_degree 1 x data_parallel_shard_degree 2 x "
          "tensor_parallel_degree 1 = 2, but there are 1 ranks (mpirun -np)"},
         {{"--validation.enable"}, "validation.dataset_path (default): must name the held-out data"},
-        {{"--checkpoint.initial_load_path", "x"},
+        {{"--checkpoint.enable=false", "--checkpoint.initial_load_path", "x"},
          "command line: --checkpoint.initial_load_path: needs checkpoint.enable = true"},
         {{"--model.mlp_only_layers", "1"},
          "command line: --model.mlp_only_layers: MoE models with dense blocks"},
@@ -485,6 +483,42 @@ static void ac_and_debug(void) {
                   o.moe_force_balance == cases[i].force && o.loss_parallel_off == cases[i].lp,
               "ac case %zu: ac %d every %d force %d loss parallel off %d", i, (int)o.ac, o.ac_every,
               o.moe_force_balance, o.loss_parallel_off);
+        train_config_free(&c);
+    }
+}
+
+/* Plugins are native code: validation does not open them (a missing one is only found by
+ * train_config_to_opts, for a run); overrides naming a plugin's kernels are checked then. */
+static void plugins_loaded_for_runs_only(void) {
+    train_config c;
+    base_err err;
+    int rc = load(&c, "[kernels]\nplugins = [\"/nonexistent/libk.so\"]\n", &err);
+    CHECK(rc == 0, "a config naming a plugin validates without opening it: %s", err.msg);
+    train_opts o;
+    rc = train_config_to_opts(&c, &o, &err);
+    const char *want =
+        "x.toml:2:11: kernels.plugins: item 1: kernel plugin /nonexistent/libk.so: cannot load";
+    CHECK(rc != 0 && !strncmp(err.msg, want, strlen(want)),
+          "plugin at to_opts:\n  got  %s\n  want %s", rc ? err.msg : "(accepted)", want);
+    train_config_free(&c);
+}
+
+/* checkpoint.initial_load_path turns checkpointing on whichever way it is set (the field, the
+ * --initial-load-path alias, with or without =value); an explicit enable = false refuses. */
+static void initial_load_enables(void) {
+    static const char *const args[][3] = {{"--checkpoint.initial_load_path", "x", NULL},
+                                          {"--initial-load-path", "x", NULL},
+                                          {"--initial-load-path=x", NULL, NULL},
+                                          {"--checkpoint.initial_load_path=x", NULL, NULL}};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
+        train_config c;
+        train_opts o;
+        base_err err;
+        int rc = from_args(&c, (char **)args[i], &err);
+        if (!rc) rc = train_config_to_opts(&c, &o, &err);
+        CHECK(rc == 0 && o.ckpt.enable && o.ckpt.initial_load_path &&
+                  !strcmp(o.ckpt.initial_load_path, "x"),
+              "%s: %s", args[i][0], rc ? err.msg : "checkpointing off");
         train_config_free(&c);
     }
 }
@@ -794,6 +828,8 @@ int main(void) {
     ac_and_debug();
     shipped_configs();
     debug_config_is_make_train();
+    plugins_loaded_for_runs_only();
+    initial_load_enables();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
 }

@@ -1,0 +1,182 @@
+/* train: checks a run makes before it builds anything (see train_preflight in train.h): the
+ * ranks agree on the config, every input exists, every output folder can be written, and
+ * the memory `titan plan` estimates is there. */
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train.h"
+
+void train_ckpt_dir(const train_opts *o, char *out, size_t n) {
+    const char *fo = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
+    if (fo[0] == '/' || !o->dump_folder)
+        snprintf(out, n, "%s", fo);
+    else
+        snprintf(out, n, "%s/%s", o->dump_folder, fo);
+}
+
+/* Every rank's config fingerprint against rank 0's (one all-gather of 8 bytes per rank): all
+ * ranks see the same list, so all of them fail, naming the same first rank. */
+static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err) {
+    if (mesh->world <= 1) return 0;
+    uint64_t *all = calloc((size_t)mesh->world, sizeof *all);
+    if (!all) return base_fail(err, "out of memory");
+    dist_allgather_bytes(mesh->world_comm, &o->config_hash, all, sizeof *all);
+    int bad = -1;
+    for (int r = 1; r < mesh->world && bad < 0; r++)
+        if (all[r] != all[0]) bad = r;
+    free(all);
+    if (bad >= 0)
+        return base_fail(err,
+                         "rank %d was started with another config than rank 0 (the resolved "
+                         "configs differ; compare `titan train ... --print-config` of both): "
+                         "every rank must run the same job",
+                         bad);
+    return 0;
+}
+
+/* path: a file or folder, or a glob(3) pattern matching something. */
+static int input_exists(const char *field, const char *path, base_err *err) {
+    if (!path) return 0;
+    if (strpbrk(path, "*?[")) {
+        glob_t g;
+        const int rc = glob(path, 0, NULL, &g);
+        const size_t n = rc == 0 ? g.gl_pathc : 0;
+        globfree(&g);
+        if (n) return 0;
+        return base_fail(err, "%s: '%s' matches no file", field, path);
+    }
+    struct stat st;
+    if (stat(path, &st)) return base_fail(err, "%s: %s: %s", field, path, strerror(errno));
+    return 0;
+}
+
+/* file is not a folder, and the folder that will hold it (its directory part; "." for a bare
+ * name) can be created and written. */
+static int output_parent(const char *field, const char *file, base_err *err) {
+    if (base_is_dir(file))
+        return base_fail(err, "%s: %s is a folder, a file is expected here", field, file);
+    char dir[4096];
+    const char *slash = strrchr(file, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+    base_err e;
+    if (base_check_output_dir(dir, &e)) return base_fail(err, "%s: %s", field, e.msg);
+    return 0;
+}
+
+static int output_dir(const char *field, const char *dir, base_err *err) {
+    base_err e;
+    if (dir && base_check_output_dir(dir, &e)) return base_fail(err, "%s: %s", field, e.msg);
+    return 0;
+}
+
+static int paths(const train_opts *o, base_err *err) {
+    char tok[4200]; /* the tokenizer folder's tokenizer.json */
+    if (o->tokenizer_dir) snprintf(tok, sizeof tok, "%s/tokenizer.json", o->tokenizer_dir);
+    if (input_exists("training.dataset_path", o->data_path, err) ||
+        input_exists("validation.dataset_path", o->val.path, err) ||
+        input_exists("model.hf_assets_path", o->tokenizer_dir ? tok : NULL, err) ||
+        (o->ckpt.enable &&
+         input_exists("checkpoint.initial_load_path", o->ckpt.initial_load_path, err)))
+        return -1;
+    char ck[4096];
+    train_ckpt_dir(o, ck, sizeof ck);
+    if ((o->ckpt.enable && output_dir("checkpoint.folder", ck, err)) ||
+        output_dir("metrics.save_tb_folder", o->tb_dir, err) ||
+        (o->jsonl_path && output_parent("metrics.save_jsonl_file", o->jsonl_path, err)) ||
+        output_dir("checkpoint.hf_export_folder", o->out_dir, err))
+        return -1;
+    return 0;
+}
+
+/* bytes as "12.3 GiB", or "45.6 MiB" below a GiB (test-sized runs). */
+static const char *size_text(double bytes, char *buf, size_t n) {
+    if (bytes >= (1 << 30))
+        snprintf(buf, n, "%.1f GiB", bytes / (1 << 30));
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / (1 << 20));
+    return buf;
+}
+
+/* titan plan's total for the configured mode with one setting changed. */
+static double plan_total(const train_plan_in *in, base_err *err) {
+    train_plan p;
+    if (train_plan_compute(in, &p, err)) return -1;
+    return p.total_conf; /* the configured activation checkpointing's */
+}
+
+static int memory(const train_opts *o, int world, base_err *err) {
+    if (o->ignore_memory_check) return 0;
+    train_plan_in in = train_plan_in_of(o, world);
+    base_err e;
+    const double need = plan_total(&in, &e);
+    if (need < 0) { /* a layout plan does not model: no estimate, no refusal */
+        base_log(BASE_LOG_WARN, "no memory estimate for this run (%s)", e.msg);
+        return 0;
+    }
+    /* ranks sharing this machine (OpenMPI says how many); one process otherwise */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
+    const double avail = (double)base_available_ram();
+    char b1[32], b2[32];
+    if (need * local <= avail) return 0;
+    /* what would fit: full activation checkpointing, a smaller batch, more ranks (FSDP) */
+    char alt[600] = "";
+    size_t at = 0;
+    if (o->ac != MODEL_AC_FULL) {
+        train_plan_in a = in;
+        a.ac = MODEL_AC_FULL;
+        const double t = plan_total(&a, &e);
+        if (t > 0)
+            at += (size_t)snprintf(alt + at, sizeof alt - at,
+                                   "; activation_checkpoint.mode = \"full\": %s",
+                                   size_text(t, b1, sizeof b1));
+    }
+    if (o->batch > 1) {
+        train_plan_in a = in;
+        a.batch = 1;
+        const double t = plan_total(&a, &e);
+        if (t > 0 && at < sizeof alt)
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; training.local_batch_size = 1: %s",
+                                   size_text(t, b1, sizeof b1));
+    }
+    /* more ranks shard the weights and AdamW state (FSDP), not the activations: with the
+     * configured settings, else with both savings above */
+    for (int cheap = 0; cheap < 2; cheap++) {
+        train_plan_in a = in;
+        if (cheap) {
+            a.ac = MODEL_AC_FULL;
+            a.batch = 1;
+        }
+        int w = world * 2;
+        double t = -1;
+        for (; w <= 1024; w *= 2) {
+            a.world = w;
+            a.par.dp_shard = -1; /* the added ranks shard */
+            if ((t = plan_total(&a, &e)) > 0 && t <= avail / local) break;
+        }
+        if (w <= 1024 && at < sizeof alt) {
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; %d ranks%s: %s per rank", w,
+                                   cheap ? " with both" : "", size_text(t, b1, sizeof b1));
+            break;
+        }
+    }
+    return base_fail(err,
+                     "memory: this run needs about %s%s (titan plan's estimate) but %s is "
+                     "available (MemAvailable, and the cgroup limit when there is one)%s; "
+                     "training.ignore_memory_check = true (--force) tries anyway",
+                     size_text(need * local, b1, sizeof b1),
+                     local > 1 ? " for this machine's ranks" : "", size_text(avail, b2, sizeof b2),
+                     alt);
+}
+
+int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err) {
+    if (same_config(o, mesh, err) || paths(o, err) || memory(o, mesh->world, err)) return -1;
+    return 0;
+}

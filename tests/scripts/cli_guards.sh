@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Command-line guards: a bare `titan train` prints usage (exit 2); old flags take
+# --alias=value; one-path and positive-number arguments are checked; a folder given for a
+# file says so; decode never echoes raw input bytes; --threads is bounded; the process is
+# named titan (ps, top) after the BLAS re-exec.
+set -uo pipefail
+titan=$1; tokenizer=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; cat "$out/o" 2>/dev/null; fail=1; }
+
+timeout 20 "$titan" train > "$out/o" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "^usage: titan train" "$out/o" && ! grep -q "^step:" "$out/o" &&
+  ok "bare titan train: usage, exit 2" || bad "bare titan train (rc $rc)"
+
+"$titan" train --flavor=debugmodel --steps=3 --lr=0.5 --print-config > "$out/o" 2>&1 &&
+  grep -qx "steps = 3" "$out/o" && grep -qx "lr = 0.5" "$out/o" &&
+  ok "--alias=value" || bad "--alias=value"
+"$titan" train --flavor debugmodel --skip-bad-lines=true > "$out/o" 2>&1
+grep -q "takes no value" "$out/o" && ok "valueless alias with =value refused" ||
+  bad "valueless alias with =value"
+
+"$titan" inspect a b > "$out/o" 2>&1
+grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad "inspect a b"
+"$titan" plan --budget-gib -1 > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "budget-gib: '-1' is not a positive number" "$out/o" &&
+  ok "plan --budget-gib -1 refused" || bad "plan --budget-gib -1 (rc $rc)"
+
+printf '12 \001\002\377abc\n' > "$out/bin"
+"$titan" decode --tokenizer "$tokenizer" --file "$out/bin" > "$out/o" 2>&1
+grep -q "'\\\\x01\\\\x02\\\\xffabc' (byte 3) is not a token id" "$out/o" &&
+  ! LC_ALL=C grep -q $'[\001\002\377]' "$out/o" && ok "decode escapes binary input" ||
+  bad "decode of binary input"
+"$titan" decode --tokenizer "$tokenizer" --file "$out" > "$out/o" 2>&1
+grep -q "$out: is a folder, a file is expected here" "$out/o" && ok "folder for a file" ||
+  bad "folder for a file"
+
+echo "one two three" > "$out/t.txt"
+timeout 60 "$titan" tokenize --threads 100000 --data "$out/t.txt" --tokenizer "$tokenizer" \
+  --out "$out/tok" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -qE "100000 threads asked for, [0-9]+ CPUs here: using [0-9]+" "$out/o" &&
+  ok "tokenize --threads 100000 bounded" || bad "tokenize --threads 100000 (rc $rc)"
+
+# the process name, read once the re-exec (if any) has happened
+env -u OPENBLAS_CORETYPE -u TITAN_NO_REEXEC "$titan" train --set n_layers=1 --set dim=64 \
+  --set n_heads=4 --set n_kv_heads=2 --set head_dim=16 --set ffn_dim=128 --random-tokens \
+  --steps 100000 --batch 1 --seq-len 8 --peak-tflops 1 --log-freq 100000 \
+  --dump-folder "$out/run" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q "^TITAN_NO_REEXEC=" && break
+  grep -q avx2 /proc/cpuinfo || break # no re-exec without AVX2
+  sleep 0.1
+done
+comm=$(cat /proc/$pid/comm 2>/dev/null)
+kill $pid 2>/dev/null; wait $pid 2>/dev/null
+[ "$comm" = titan ] && ok "process name: $comm" || { echo "FAIL process name '$comm'"; fail=1; }
+exit $fail
