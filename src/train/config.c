@@ -169,14 +169,14 @@ static const field g_fields[] = {
          "gradient reduce dtype (fp32, as titan's)"),
     PINT(training, gc_freq, 50, 1, BIG, P_INERT, "Python garbage collection interval (no GC)"),
     PBOOL(training, gc_debug, 0, P_INERT, "Python garbage collection debugging (no GC)"),
+    BOOL(training, ignore_memory_check, 0,
+         "start even when titan plan's memory estimate exceeds the available memory (titan)"),
 
     PINT(training.dataloader, num_workers, 0, 0, BIG, P_INERT,
          "torch DataLoader workers (titan's loader is in-process)"),
     PBOOL(training.dataloader, persistent_workers, 0, P_INERT, "torch DataLoader option"),
     PBOOL(training.dataloader, pin_memory, 0, P_INERT, "torch DataLoader option"),
     POINT(training.dataloader, prefetch_factor, 1, BIG, P_INERT, "torch DataLoader option"),
-    BOOL(training, ignore_memory_check, 0,
-         "start even when titan plan's memory estimate exceeds the available memory (titan)"),
 
     STR(optimizer, name, "AdamW", "AdamW|Adam", "optimizer"),
     FLT(optimizer, lr, 8e-4, 0, INFINITY, 0, "peak learning rate"),
@@ -1219,8 +1219,10 @@ static void cli_name(const char *a, char *name, size_t n) {
 /* Whether option a ("--...") names neither an alias nor a field; if so, why says so with
  * the nearest name (an alias or --section.key for a bare word, a field for section.key). */
 static int cli_unknown(const char *a, char *why, size_t n) {
-    char name[160], sec[96];
-    if (is_alias(a) || config_flag(a)) return 0;
+    char name[160], sec[96], flag[64]; /* flag: an alias without any "=value" */
+    const char *eq = strchr(a, '=');
+    snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+    if (is_alias(flag) || config_flag(a)) return 0;
     cli_name(a, name, sizeof name);
     const char *dot = strchr(name, '.');
     if (!dot) { /* neither an alias nor section.key: suggest either */

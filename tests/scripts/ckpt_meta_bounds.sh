@@ -15,7 +15,7 @@ refused() { # description, sed expression, error regex
   rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
   sed -i -E "$2" "$out/bad/$meta"
   "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e"; local rc=$?
-  if [ $rc -ne 1 ] || ! grep -qE "$3" "$out/e" || grep -q "^step:" "$out/o"; then
+  if [ $rc -ne 1 ] || ! grep -qE "$3" "$out/e" || grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o"; then
     echo "FAIL $1 (rc $rc):"; cat "$out/e"; fail=1
   else
     echo "ok   $1: $(cat "$out/e")"

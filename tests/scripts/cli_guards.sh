@@ -10,7 +10,7 @@ ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; cat "$out/o" 2>/dev/null; fail=1; }
 
 timeout 20 "$titan" train > "$out/o" 2>&1; rc=$?
-[ $rc -eq 2 ] && grep -q "^usage: titan train" "$out/o" && ! grep -q "^step:" "$out/o" &&
+[ $rc -eq 2 ] && grep -q "^usage: titan train" "$out/o" && ! grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o" &&
   ok "bare titan train: usage, exit 2" || bad "bare titan train (rc $rc)"
 
 "$titan" train --flavor=debugmodel --steps=3 --lr=0.5 --print-config > "$out/o" 2>&1 &&

@@ -14,11 +14,11 @@ run2() { # args of rank 0 --- args of rank 1
 args=("${small[@]}" --steps 2 --batch 2 --dump-folder "$out/run")
 run2 "${args[@]}" --- "${args[@]}" --optimizer.lr 0.5 > "$out/bad.log" 2>&1; rc=$?
 if [ $rc -eq 0 ] || ! grep -q "rank 1 was started with another config than rank 0" "$out/bad.log" ||
-   grep -q "^step:" "$out/bad.log"; then
+   grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/bad.log"; then
   echo "FAIL: mismatched configs (rc $rc):"; cat "$out/bad.log"; exit 1
 fi
 echo "ok mismatched configs refused: $(grep -m1 'another config' "$out/bad.log")"
 run2 "${args[@]}" --- "${args[@]}" > "$out/good.log" 2>&1 ||
   { echo "FAIL: the same config on both ranks:"; cat "$out/good.log"; exit 1; }
-grep -q "^step:" "$out/good.log" || { echo "FAIL: no step ran"; cat "$out/good.log"; exit 1; }
+grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/good.log" || { echo "FAIL: no step ran"; cat "$out/good.log"; exit 1; }
 echo "ok the same config on both ranks trains"

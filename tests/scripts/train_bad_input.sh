@@ -13,7 +13,7 @@ expect() { # description, regex, args...
   local what=$1 re=$2; shift 2
   "$titan" "${base[@]}" "$@" > "$out/o" 2> "$out/e"; local rc=$?
   local lines; lines=$(grep -c . "$out/e")
-  if [ $rc -ne 1 ] || ! grep -qE "$re" "$out/e" || grep -q "^step:" "$out/o" || [ "$lines" -ne 1 ]; then
+  if [ $rc -ne 1 ] || ! grep -qE "$re" "$out/e" || grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o" || [ "$lines" -ne 1 ]; then
     echo "FAIL $what (rc $rc):"; cat "$out/e"; fail=1
   else
     echo "ok   $what: $(cat "$out/e")"
@@ -59,7 +59,7 @@ expect "initial load path with checkpoint.enable = false" "needs checkpoint.enab
   --checkpoint.enable=false --initial-load-path "$out/nocfg"
 # --force (training.ignore_memory_check) starts anyway
 if TITAN_MEM_AVAILABLE=1000000 "$titan" "${base[@]}" --force > "$out/o" 2>&1 &&
-   grep -q "^step:" "$out/o"; then
+   grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o"; then
   echo "ok   --force trains past the memory check"
 else
   echo "FAIL --force:"; cat "$out/o"; fail=1
