@@ -77,6 +77,9 @@ int base_remove_tree(const char *path, base_err *err);
  * whatever was there (a stale file, a link) is unlinked first, not followed, and the file is
  * opened O_CREAT | O_EXCL | O_NOFOLLOW. -1 (err names path) on failure. */
 int base_create_file(const char *path, base_err *err);
+/* base_create_file as a stdio stream (fopen "wb" that never writes through a link); NULL
+ * (err names path) on failure. */
+FILE *base_fopen_new(const char *path, base_err *err);
 
 /* Atomic file write: the bytes go to "<path>.tmp" (made by base_create_file, through fd or
  * through fp after base_atomic_stream); commit fsyncs it, renames it over path (a link at

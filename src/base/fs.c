@@ -82,6 +82,16 @@ int base_create_file(const char *path, base_err *err) {
     return fd;
 }
 
+FILE *base_fopen_new(const char *path, base_err *err) {
+    const int fd = base_create_file(path, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) {
+        base_fail(err, "%s: cannot open a stream: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 int base_atomic_open(base_atomic *a, const char *path, base_err *err) {
     const size_t n = strlen(path);
     *a = (base_atomic){-1, NULL, malloc(2 * n + 6), NULL};

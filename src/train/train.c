@@ -706,11 +706,7 @@ int train_run(const train_opts *o, base_err *err) {
     }
     if (o->jsonl_path && lead) {
         if (base_mkdir_parent(o->jsonl_path, err)) goto out;
-        if (!(jl = fopen(o->jsonl_path, "w"))) {
-            base_fail(err, "%s: cannot open metrics file for writing: %s", o->jsonl_path,
-                      strerror(errno));
-            goto out;
-        }
+        if (!(jl = base_fopen_new(o->jsonl_path, err))) goto out;
     }
     const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
     if (!(peak > 0)) {
