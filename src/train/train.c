@@ -675,6 +675,8 @@ int train_run(const train_opts *o, base_err *err) {
     model ev = {0};
     int have_ev = 0;
     char *state = NULL, *states = NULL;
+    train_lock lock = {.n = 0};
+    if (train_lock_outputs(&lock, o, mesh.rank, err)) goto out;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
                            : model_build(&m, &o->model, &bo, err)) ||
@@ -730,11 +732,7 @@ int train_run(const train_opts *o, base_err *err) {
     char ckdir[4096] = "";
     int64_t start = 0, tokens_seen = 0;
     if (o->ckpt.enable) {
-        const char *fo = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
-        if (fo[0] == '/' || !o->dump_folder)
-            snprintf(ckdir, sizeof ckdir, "%s", fo);
-        else
-            snprintf(ckdir, sizeof ckdir, "%s/%s", o->dump_folder, fo);
+        train_ckpt_folder(o, ckdir, sizeof ckdir);
         int64_t step = o->ckpt.load_step;
         if (step < 0) ckpt_step_latest(ckdir, &step);
         if (step >= 0 && (start = resume(o, ckdir, step, &m, f, tpp.all, tpp.n_all, &opt, &src,
@@ -986,6 +984,7 @@ out:
     base_free(rep_buf);
     dist_fsdp_free(f);
     source_close(&src);
+    train_unlock_outputs(&lock);
     dist_mesh_free(&mesh);
     return rc;
 }
