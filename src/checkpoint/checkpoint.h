@@ -285,7 +285,9 @@ void ckpt_print_model(const model_args *a);
  * describes and its parameter count, checked against the tensors. */
 int ckpt_inspect(const char *path, base_err *err);
 /* titan convert SRC DST: an HF folder -> a training checkpoint folder, or a training
- * checkpoint -> an HF folder (opts: dtype, shard size, assets); the kind of SRC decides. */
+ * checkpoint -> an HF folder (opts: dtype, shard size, assets); the kind of SRC decides.
+ * DST is locked while it is written (base_dir_lock_take): a folder a training run or another
+ * convert is writing is refused, naming its PID. */
 int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err);
 
 /* ---- training checkpoints (src/checkpoint/step.c) -------------------------------------
