@@ -63,12 +63,14 @@ void train_saver_free(train_saver *s);
  * metrics file's folder, the TensorBoard folder and the export folder (each once, created
  * if missing; base_dir_lock_take), so a second run writing any of them refuses at once,
  * naming this one's PID; then it finishes what a killed run left in the checkpoint folder
- * (ckpt_step_cleanup). Other ranks hold nothing. Unlock at the end of the run. */
+ * (ckpt_step_cleanup). Other ranks hold nothing; collective over comm (all fail when rank 0
+ * does). Unlock at the end of the run. */
 typedef struct {
     base_dir_lock held[4];
     int n;
 } train_lock;
-int train_lock_outputs(train_lock *l, const train_opts *o, int rank, base_err *err);
+int train_lock_outputs(train_lock *l, const train_opts *o, dist_comm *comm, int rank,
+                       base_err *err);
 void train_unlock_outputs(train_lock *l);
 /* The checkpoint folder: checkpoint.folder, under dump_folder unless absolute. */
 void train_ckpt_folder(const train_opts *o, char *buf, size_t cap);

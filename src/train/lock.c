@@ -13,9 +13,8 @@ void train_ckpt_folder(const train_opts *o, char *buf, size_t cap) {
         snprintf(buf, cap, "%s/%s", o->dump_folder, fo);
 }
 
-int train_lock_outputs(train_lock *l, const train_opts *o, int rank, base_err *err) {
-    l->n = 0;
-    if (rank != 0) return 0;
+/* Rank 0's part of train_lock_outputs. */
+static int lock_outputs(train_lock *l, const train_opts *o, base_err *err) {
     char dirs[4][4096];
     int nd = 0;
     if (o->ckpt.enable) train_ckpt_folder(o, dirs[nd++], sizeof dirs[0]);
@@ -39,6 +38,16 @@ int train_lock_outputs(train_lock *l, const train_opts *o, int rank, base_err *e
         held[l->n++] = st;
     }
     return o->ckpt.enable ? ckpt_step_cleanup(dirs[0], err) : 0;
+}
+
+int train_lock_outputs(train_lock *l, const train_opts *o, dist_comm *comm, int rank,
+                       base_err *err) {
+    l->n = 0;
+    /* every rank learns whether rank 0 got the locks, so none goes on alone into a collective */
+    int64_t bad = rank == 0 && lock_outputs(l, o, err) != 0;
+    dist_allreduce_i64(comm, &bad, 1);
+    if (bad && rank != 0) base_fail(err, "rank 0 could not lock the run's output folders");
+    return bad ? -1 : 0;
 }
 
 void train_unlock_outputs(train_lock *l) {

@@ -639,8 +639,11 @@ int train_run(const train_opts *o, base_err *err) {
             if (!freopen("/dev/null", "w", stdout)) base_log(BASE_LOG_WARN, "stdout stays open");
         }
     }
+    train_lock lock;
     token_source src;
-    if (source_open(&src, o, &mesh, err)) {
+    if (train_lock_outputs(&lock, o, mesh.world_comm, mesh.rank, err) ||
+        source_open(&src, o, &mesh, err)) {
+        train_unlock_outputs(&lock);
         dist_mesh_free(&mesh);
         return -1;
     }
@@ -675,8 +678,6 @@ int train_run(const train_opts *o, base_err *err) {
     model ev = {0};
     int have_ev = 0;
     char *state = NULL, *states = NULL;
-    train_lock lock = {.n = 0};
-    if (train_lock_outputs(&lock, o, mesh.rank, err)) goto out;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
                            : model_build(&m, &o->model, &bo, err)) ||
