@@ -9,7 +9,7 @@
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
 #     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
-#     folder rank 0 cannot create.
+#     folder rank 0 cannot create (and lock) at the start.
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
 model=("${small[@]}")
@@ -64,11 +64,14 @@ grep -q "titan: error (rank 1 of 2)" "$out/fail.log" || { cat "$out/fail.log"; e
 echo "ok a failing rank stops all ranks with its error in $(( $(date +%s) - start )) s:"
 grep "titan: error" "$out/fail.log" | head -1
 
-# a checkpoint folder under a regular file: rank 0 cannot create it, both ranks stop with it
+# a checkpoint folder under a regular file: rank 0 cannot create (and lock) it at the start,
+# both ranks stop with it before training
 touch "$out/afile"
 if mpi 2 "${model[@]}" --steps 2 --batch 1 --checkpoint-interval 1 \
     --checkpoint.folder "$out/afile/ck" > "$out/ckfail.log" 2>&1; then
   echo "FAIL: an uncreatable checkpoint folder did not fail the run"; cat "$out/ckfail.log"; exit 1; fi
-grep -q "checkpoint at step 1 failed" "$out/ckfail.log" || { cat "$out/ckfail.log"; exit 1; }
+grep -q "error (rank 0 of 2): .*afile/ck: cannot create directory" "$out/ckfail.log" &&
+  grep -q "error (rank 1 of 2): rank 0 could not lock" "$out/ckfail.log" &&
+  ! grep -q "^step:" "$out/ckfail.log" || { cat "$out/ckfail.log"; exit 1; }
 echo "ok an uncreatable checkpoint folder stops both ranks:"
 grep "titan: error" "$out/ckfail.log" | head -2
