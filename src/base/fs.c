@@ -59,7 +59,11 @@ int base_remove_tree(const char *path, base_err *err) {
     struct stat st;
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0 : base_fail(err, "%s: %s", path, strerror(errno));
-    int fd = S_ISDIR(st.st_mode) ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    int fd = -1;
+    if (S_ISDIR(st.st_mode) &&
+        (fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 && errno != ELOOP &&
+        errno != ENOTDIR)
+        return base_fail(err, "%s: cannot open to remove: %s", path, strerror(errno));
     if (fd < 0) { /* a file or a link (perhaps swapped in since the lstat): the entry itself */
         if (unlink(path) != 0 && errno != ENOENT)
             return base_fail(err, "%s: cannot remove: %s", path, strerror(errno));
