@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Library code never exits: a failing function returns a non-zero status and fills
  * a base_err with a message naming the file, field, key or line at fault. */
@@ -81,6 +82,54 @@ int base_mkdir_parent(const char *file, base_err *err);
  * writable folder (nothing is created). Fails naming dir and the part at fault (a file where a
  * folder is needed, no write permission). */
 int base_check_output_dir(const char *dir, base_err *err);
+
+/* ---- writing and removing without touching anything outside the run (base/fs.c) ------
+ * Nothing here follows a symbolic link it is asked to write or remove: a link found where
+ * titan writes or deletes is itself replaced or unlinked, and its target is left alone. */
+
+/* rm -rf path, symlink-safe: a link (at path or anywhere below it) is unlinked, never
+ * entered, so removal never leaves path. Absent is success. Fails naming the first entry it
+ * could not remove. */
+int base_remove_tree(const char *path, base_err *err);
+
+/* Creates path as a new, empty regular file open for writing and returns its descriptor:
+ * whatever was there (a stale file, a link) is unlinked first, not followed, and the file is
+ * opened O_CREAT | O_EXCL | O_NOFOLLOW. -1 (err names path) on failure. */
+int base_create_file(const char *path, base_err *err);
+/* base_create_file as a stdio stream (fopen "wb" that never writes through a link); NULL
+ * (err names path) on failure. */
+FILE *base_fopen_new(const char *path, base_err *err);
+
+/* Atomic file write: the bytes go to "<path>.tmp" (made by base_create_file, through fd or
+ * through fp after base_atomic_stream); commit fsyncs it, renames it over path (a link at
+ * path is replaced, not followed) and fsyncs the folder; abort (and a failed commit)
+ * removes it. A crash leaves path as it was, or whole. */
+typedef struct {
+    int fd;
+    FILE *fp;         /* once base_atomic_stream was called */
+    char *path, *tmp; /* path and "<path>.tmp", one allocation */
+} base_atomic;
+int base_atomic_open(base_atomic *a, const char *path, base_err *err);
+/* A stdio stream on the temporary (closed by commit / abort); NULL (err set) on failure. */
+FILE *base_atomic_stream(base_atomic *a, base_err *err);
+int base_atomic_commit(base_atomic *a, base_err *err);
+void base_atomic_abort(base_atomic *a);
+/* write(2) until all n bytes are written (0), or -1 with errno. */
+int base_write_all(int fd, const void *buf, size_t n);
+/* path's bytes, atomically. */
+int base_write_file_atomic(const char *path, const void *buf, size_t n, base_err *err);
+
+/* An exclusive lock on a folder for as long as a process runs: flock on DIR/.titan.lock,
+ * which holds the holder's PID. The kernel drops it when the process dies (SIGKILL leaves
+ * a file but no lock); base_dir_unlock removes the file. Taking a held lock fails at once,
+ * naming the folder and the holder's PID. The folder is created when missing. */
+#define BASE_LOCK_FILE ".titan.lock"
+typedef struct {
+    int fd; /* -1: not held */
+    char *path;
+} base_dir_lock;
+int base_dir_lock_take(base_dir_lock *l, const char *dir, base_err *err);
+void base_dir_unlock(base_dir_lock *l);
 
 /* Reads a whole file (stdin when path is NULL), pipes included, into a malloc'ed,
  * NUL-terminated buffer (free with free()); *len receives the byte count (without the NUL).

@@ -9,7 +9,8 @@
  * hostile: every size, offset and shape is checked (the tensors must cover the data section
  * exactly, without gaps or overlaps, in any order), and every error names the file and the
  * tensor or field. The writer pads the header with spaces to a multiple of 8 bytes (so the
- * data section is 8-byte aligned) and writes atomically ("<path>.tmp", fsync, rename). */
+ * data section is 8-byte aligned) and writes atomically (base_atomic_open: "<path>.tmp" created
+ * O_EXCL | O_NOFOLLOW, fsync, rename). */
 #ifndef TITAN_CHECKPOINT_H
 #define TITAN_CHECKPOINT_H
 
@@ -284,7 +285,9 @@ void ckpt_print_model(const model_args *a);
  * describes and its parameter count, checked against the tensors. */
 int ckpt_inspect(const char *path, base_err *err);
 /* titan convert SRC DST: an HF folder -> a training checkpoint folder, or a training
- * checkpoint -> an HF folder (opts: dtype, shard size, assets); the kind of SRC decides. */
+ * checkpoint -> an HF folder (opts: dtype, shard size, assets); the kind of SRC decides.
+ * DST is locked while it is written (base_dir_lock_take): a folder a training run or another
+ * convert is writing is refused, naming its PID. */
 int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err);
 
 /* ---- training checkpoints (src/checkpoint/step.c) -------------------------------------
@@ -325,16 +328,21 @@ typedef struct {
  * left by a crash); every rank writes its shard; after all shards are written (a barrier
  * when distributed), rank 0 commits: metadata.json with train_json (a JSON object), fsync,
  * rename to step-N, then deletes all but the newest keep_latest_k complete checkpoints
- * (0 = keep all; deleted folders are renamed away first). */
+ * (0 = keep all; deleted folders are renamed to step-N.deleting first). Removal never
+ * follows a link: only real step-N folders holding a real metadata.json are pruned (a link
+ * named step-N may be resumed from, and is only ever unlinked when the same step is saved
+ * again), and a link inside a removed folder is unlinked, not entered. */
 int ckpt_step_begin(const char *folder, int64_t step, int rank, base_err *err);
 int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt_step_buf *bufs,
                           int n, base_err *err);
 int ckpt_step_commit(const char *folder, int64_t step, int world, const char *train_json,
                      int keep_latest_k, base_err *err);
 int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err);
-/* Removes the step-N.tmp and step-N.deleting folders (real folders, not symlinks) an
- * interrupted save or prune left in folder; returns how many. */
-int ckpt_step_clean(const char *folder);
+/* Finishes what a killed run left in folder (rank 0, before the run's first save, with the
+ * folder locked): step-N.deleting (a prune) and step-N.tmp (a save) are removed, step-N.old
+ * (a re-save) is put back as step-N when that is missing and removed otherwise; each is
+ * logged. A link named step-N is reported (never pruned). Symlink-safe, as every removal. */
+int ckpt_step_cleanup(const char *folder, base_err *err);
 /* The newest complete checkpoint's step; -1 (and *step = -1) when there is none. */
 int ckpt_step_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -250,7 +251,7 @@ static double data_gb(const ckpt_set *s) {
     return b / 1e9;
 }
 
-int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
+static int convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
     const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
     model m = {0}; /* freed below even when the arguments fail to read */
     int rc;
@@ -304,5 +305,16 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
                        : ckpt_dtype_name(opts ? opts->dtype : CKPT_F32),
                base_now() - t1, m.n_floats, (double)base_peak_rss() / (1 << 30));
     model_free(&m);
+    return rc;
+}
+
+int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
+    /* never into a folder a training run (or another convert) is writing */
+    const int existed = base_is_dir(dst);
+    base_dir_lock lock;
+    if (base_dir_lock_take(&lock, dst, err)) return -1;
+    const int rc = convert(src, dst, opts, err);
+    base_dir_unlock(&lock);
+    if (rc && !existed) rmdir(dst); /* the lock's folder, when nothing was written into it */
     return rc;
 }

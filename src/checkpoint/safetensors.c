@@ -679,25 +679,10 @@ int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base
 
 /* ---- writer ------------------------------------------------------------------------ */
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const unsigned char *p = buf;
-    while (n > 0) {
-        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* A tensor's bytes: raw, or fp32 values converted to its dtype a chunk at a time (so a
  * bf16 export of a large model never holds a converted copy). */
 static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes) {
-    if (!t->from_f32 || t->dtype == CKPT_F32) return write_all(fd, t->data, nbytes);
+    if (!t->from_f32 || t->dtype == CKPT_F32) return base_write_all(fd, t->data, nbytes);
     enum { CHUNK = 1 << 20 }; /* elements per conversion chunk (2 MiB of output) */
     uint16_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return errno = 0, -1;
@@ -708,7 +693,7 @@ static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes) {
     for (size_t c = 0; c < n && rc == 0; c += CHUNK) {
         const size_t m = n - c < CHUNK ? n - c : CHUNK;
         ckpt_f32_to_half_n(src + c, buf, m, bf);
-        rc = write_all(fd, buf, m * sizeof *buf);
+        rc = base_write_all(fd, buf, m * sizeof *buf);
     }
     free(buf);
     return rc;
@@ -740,25 +725,6 @@ void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16) {
                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
     for (; i < n; i++) dst[i] = bf16 ? ckpt_f32_to_bf16(src[i]) : ckpt_f32_to_f16(src[i]);
-}
-
-static void fsync_parent_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        strcpy(dir, ".");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n == 0) n = 1; /* "/file" */
-        if (n >= sizeof dir) return;
-        memcpy(dir, path, n);
-        dir[n] = 0;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
 }
 
 /* Builds the compact JSON header; sizes[i] receives each tensor's byte count. */
@@ -853,46 +819,8 @@ done:
     return out;
 }
 
-/* Atomic file writes: everything goes to "<path>.tmp"; atomic_finish fsyncs it and renames it
- * over path (or removes it when rc != 0). *tmp is malloc'ed for atomic_finish to free. */
-static int atomic_open(const char *path, char **tmp, base_err *err) {
-    size_t plen = strlen(path);
-    *tmp = malloc(plen + 5);
-    if (!*tmp) return base_fail(err, "%s: out of memory", path), -1;
-    memcpy(*tmp, path, plen);
-    memcpy(*tmp + plen, ".tmp", 5);
-    int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        base_fail(err, "%s: cannot create %s: %s", path, *tmp, strerror(errno));
-        free(*tmp);
-        *tmp = NULL;
-    }
-    return fd;
-}
-
-static int atomic_finish(int fd, const char *path, char *tmp, int rc, base_err *err) {
-    if (rc == 0 && fsync(fd) != 0)
-        rc = base_fail(err, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
-    if (close(fd) != 0 && rc == 0)
-        rc = base_fail(err, "%s: close of %s failed: %s", path, tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = base_fail(err, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
-    if (rc != 0)
-        unlink(tmp);
-    else
-        fsync_parent_dir(path);
-    free(tmp);
-    return rc;
-}
-
 int ckpt_write_bytes(const char *path, const void *buf, size_t n, base_err *err) {
-    char *tmp;
-    int fd = atomic_open(path, &tmp, err);
-    if (fd < 0) return -1;
-    int rc = 0;
-    if (write_all(fd, buf, n))
-        rc = base_fail(err, "%s: write to %s failed: %s", path, tmp, strerror(errno));
-    return atomic_finish(fd, path, tmp, rc, err);
+    return base_write_file_atomic(path, buf, n, err);
 }
 
 int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, const ckpt_kv *meta,
@@ -909,27 +837,30 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
     size_t hlen = strlen(hdr);
     size_t padded = (hlen + 7) / 8 * 8; /* the data section starts 8-byte aligned */
 
-    char *tmp;
+    base_atomic a;
     int rc = 0;
-    int fd = atomic_open(path, &tmp, err);
-    if (fd < 0) {
+    if (base_atomic_open(&a, path, err)) {
         rc = -1;
         goto out;
     }
+    const int fd = a.fd;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     static const char spaces[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-    if (write_all(fd, len8, 8) || write_all(fd, hdr, hlen) ||
-        write_all(fd, spaces, padded - hlen)) {
-        rc = base_fail(err, "%s: write to %s failed: %s", path, tmp, strerror(errno));
+    if (base_write_all(fd, len8, 8) || base_write_all(fd, hdr, hlen) ||
+        base_write_all(fd, spaces, padded - hlen)) {
+        rc = base_fail(err, "%s: write to %s failed: %s", path, a.tmp, strerror(errno));
     }
     for (int i = 0; i < n_tensors && rc == 0; i++) {
         errno = 0;
         if (sizes[i] && write_tensor_data(fd, &tensors[i], sizes[i]))
             rc = base_fail(err, "%s: tensor '%s': write to %s failed: %s", path, tensors[i].name,
-                           tmp, errno ? strerror(errno) : "out of memory");
+                           a.tmp, errno ? strerror(errno) : "out of memory");
     }
-    rc = atomic_finish(fd, path, tmp, rc, err);
+    if (rc)
+        base_atomic_abort(&a);
+    else
+        rc = base_atomic_commit(&a, err);
 out:
     free(hdr);
     free(sizes);

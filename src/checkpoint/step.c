@@ -33,28 +33,12 @@ static int fsync_path(const char *path, base_err *err) {
     return rc == 0 ? 0 : base_fail(err, "%s: fsync failed: %s", path, strerror(e));
 }
 
-/* rm -rf of a checkpoint folder (two levels at most: files directly inside). */
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[4096];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 int ckpt_step_begin(const char *folder, int64_t step, int rank, base_err *err) {
     char tmp[4096];
     step_dir(tmp, sizeof tmp, folder, step, ".tmp");
     if (rank == 0) {
-        if (base_mkdir_p(folder, err)) return -1;
-        remove_tree(tmp); /* left by a crashed save */
+        /* step-N.tmp: left by a crashed save */
+        if (base_mkdir_p(folder, err) || base_remove_tree(tmp, err)) return -1;
         if (mkdir(tmp, 0755) != 0)
             return base_fail(err, "%s: cannot create checkpoint folder: %s", tmp, strerror(errno));
     }
@@ -165,19 +149,16 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
     json_decref(root);
     if (!text) return base_fail(err, "out of memory");
     snprintf(path, sizeof path, "%s/%s", tmp, STEP_META);
-    FILE *f = fopen(path, "wb");
-    int ok = f && fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (f) ok = (fclose(f) == 0) && ok;
+    const int wrote = ckpt_write_bytes(path, text, strlen(text), err);
     free(text);
-    if (!ok) return base_fail(err, "%s: cannot write: %s", path, strerror(e));
-    if (fsync_path(tmp, err)) return -1;
+    if (wrote || fsync_path(tmp, err)) return -1;
     /* an older step-N (same step saved again) is moved aside first: rename needs an empty or
-     * absent target, and step-N must never be missing while a good one exists */
+     * absent target, and step-N must never be missing while a good one exists. A link named
+     * step-N is moved aside and unlinked like a folder; its target is never touched. */
     snprintf(old, sizeof old, "%s.old", fin);
-    remove_tree(old);
+    if (base_remove_tree(old, err)) return -1;
     struct stat st;
-    int had_old = stat(fin, &st) == 0;
+    int had_old = lstat(fin, &st) == 0, e;
     if (had_old && rename(fin, old) != 0)
         return base_fail(err, "%s: cannot move the old checkpoint aside: %s", fin, strerror(errno));
     if (rename(tmp, fin) != 0) {
@@ -186,12 +167,40 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
         return base_fail(err, "%s: cannot rename into place: %s", fin, strerror(e));
     }
     if (fsync_path(folder, err)) return -1;
-    if (had_old) remove_tree(old);
+    base_err why; /* the new step is in place: a leftover is not a failed save */
+    if (had_old && base_remove_tree(old, &why))
+        base_log(BASE_LOG_WARN, "checkpoint: %s (retried at the next start)", why.msg);
     return keep_latest_k > 0 ? ckpt_step_prune(folder, keep_latest_k, err) : 0;
 }
 
-/* Complete checkpoints: step-<digits> folders with a metadata.json. Sorted ascending. */
-static int list_steps(const char *folder, int64_t **steps, int *n) {
+/* The N of a name "step-N<suffix>" (N: decimal digits, no sign, fits in int64), or -1. */
+static int64_t step_of(const char *name, const char *suffix) {
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    const char *p = name + 5;
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return p > name + 5 && !strcmp(p, suffix) ? v : -1;
+}
+
+/* Whether folder/name/sub (sub may be NULL) is a real directory (sub NULL) or a regular file
+ * under a real directory: no link anywhere past folder. */
+static int is_real(const char *folder, const char *name, const char *sub) {
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", folder, name);
+    if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    if (!sub) return 1;
+    snprintf(p, sizeof p, "%s/%s/%s", folder, name, sub);
+    return lstat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Complete checkpoints: step-<digits> folders with a metadata.json, sorted ascending. own:
+ * only real folders holding a real metadata.json (what this run may prune), not links to
+ * checkpoints elsewhere (which may still be resumed from). */
+static int list_steps(const char *folder, int own, int64_t **steps, int *n) {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(folder);
@@ -199,18 +208,11 @@ static int list_steps(const char *folder, int64_t **steps, int *n) {
     int cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        const char *s = e->d_name;
-        if (strncmp(s, "step-", 5) != 0 || !s[5]) continue;
-        int64_t v = 0, ok = 1;
-        for (const char *p = s + 5; *p; p++) {
-            if (*p < '0' || *p > '9' || v > INT64_MAX / 10 - 10)
-                ok = 0;
-            else
-                v = v * 10 + (*p - '0');
-        }
+        const int64_t v = step_of(e->d_name, "");
         char meta[4200];
-        snprintf(meta, sizeof meta, "%s/%s/%s", folder, s, STEP_META);
-        if (!ok || access(meta, R_OK) != 0) continue;
+        snprintf(meta, sizeof meta, "%s/%s/%s", folder, e->d_name, STEP_META);
+        if (v < 0 || access(meta, R_OK) != 0 || (own && !is_real(folder, e->d_name, STEP_META)))
+            continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             int64_t *ns = realloc(*steps, sizeof *ns * (size_t)cap);
@@ -229,31 +231,10 @@ static int list_steps(const char *folder, int64_t **steps, int *n) {
     return 0;
 }
 
-int ckpt_step_clean(const char *folder) {
-    DIR *d = opendir(folder);
-    if (!d) return 0;
-    int removed = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        const char *s = e->d_name, *p = s + 5;
-        if (strncmp(s, "step-", 5) != 0) continue;
-        while (*p >= '0' && *p <= '9') p++;
-        if (p == s + 5 || (strcmp(p, ".tmp") != 0 && strcmp(p, ".deleting") != 0)) continue;
-        char path[4200];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", folder, s);
-        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue; /* never via a symlink */
-        remove_tree(path);
-        removed++;
-    }
-    closedir(d);
-    return removed;
-}
-
 int ckpt_step_latest(const char *folder, int64_t *step) {
     int64_t *s;
     int n;
-    list_steps(folder, &s, &n);
+    list_steps(folder, 0, &s, &n);
     *step = n ? s[n - 1] : -1;
     free(s);
     return n ? 0 : -1;
@@ -262,20 +243,64 @@ int ckpt_step_latest(const char *folder, int64_t *step) {
 int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err) {
     int64_t *s;
     int n;
-    list_steps(folder, &s, &n);
+    list_steps(folder, 1, &s, &n);
     for (int i = 0; i + keep_latest_k < n; i++) {
         char dir[4096], del[4200];
         step_dir(dir, sizeof dir, folder, s[i], "");
         /* renamed first, so a half-deleted folder never looks like a checkpoint */
         snprintf(del, sizeof del, "%s.deleting", dir);
-        if (rename(dir, del) != 0) {
+        if (base_remove_tree(del, err) || /* one a killed prune left */
+            (rename(dir, del) != 0 &&
+             base_fail(err, "%s: cannot remove old checkpoint: %s", dir, strerror(errno)))) {
             free(s);
-            return base_fail(err, "%s: cannot remove old checkpoint: %s", dir, strerror(errno));
+            return -1;
         }
-        remove_tree(del);
+        base_err why; /* pruned: a leftover is not a failed save */
+        if (base_remove_tree(del, &why))
+            base_log(BASE_LOG_WARN, "checkpoint: %s (retried at the next start)", why.msg);
     }
     free(s);
     return 0;
+}
+
+int ckpt_step_cleanup(const char *folder, base_err *err) {
+    DIR *d = opendir(folder);
+    if (!d) return 0; /* no folder, nothing left over */
+    static const char *const kinds[3] = {".deleting", ".old", ".tmp"};
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        char path[4200], fin[4200];
+        int k = 0;
+        while (k < 3 && step_of(e->d_name, kinds[k]) < 0) k++;
+        if (k == 3) {
+            if (step_of(e->d_name, "") >= 0 && !is_real(folder, e->d_name, NULL))
+                base_log(BASE_LOG_WARN,
+                         "checkpoint: %s/%s is not a folder this run wrote (a link?): it may be "
+                         "resumed from but is never pruned",
+                         folder, e->d_name);
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+        step_dir(fin, sizeof fin, folder, step_of(e->d_name, kinds[k]), "");
+        struct stat st;
+        /* .old: a re-save killed between its two renames; the old step-N goes back */
+        if (k == 1 && lstat(fin, &st) != 0 && is_real(folder, e->d_name, STEP_META)) {
+            if (rename(path, fin) != 0)
+                rc = base_fail(err, "%s: cannot put back as %s: %s", path, fin, strerror(errno));
+            else
+                base_log(BASE_LOG_INFO, "checkpoint: %s put back as %s (a re-save was cut short)",
+                         path, fin);
+            continue;
+        }
+        if ((rc = base_remove_tree(path, err)) == 0)
+            base_log(BASE_LOG_INFO, "checkpoint: removed %s, left by an interrupted %s", path,
+                     k == 2   ? "save"
+                     : k == 1 ? "re-save"
+                              : "prune");
+    }
+    closedir(d);
+    return rc;
 }
 
 /* ckpt_step_read_meta, and the format version (1 or 2). */

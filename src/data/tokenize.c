@@ -21,7 +21,8 @@
 typedef struct {
     const char *dir;
     int index; /* next shard number */
-    char path[4096], tmp[4200];
+    char path[4096];
+    base_atomic out; /* shard-NNNNN.tok, written through fp */
     FILE *fp;
     uint64_t n_tokens;
     uint64_t *offs; /* [n_docs + 1] */
@@ -31,12 +32,14 @@ typedef struct {
 
 static int sw_open(shard_writer *w, base_err *err) {
     snprintf(w->path, sizeof w->path, "%s/shard-%05d.tok", w->dir, w->index++);
-    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", w->path);
-    w->fp = fopen(w->tmp, "wb");
-    if (!w->fp) return base_fail(err, "%s: cannot create: %s", w->tmp, strerror(errno));
+    if (base_atomic_open(&w->out, w->path, err)) return -1;
+    if (!(w->fp = base_atomic_stream(&w->out, err))) {
+        base_atomic_abort(&w->out);
+        return -1;
+    }
     static const unsigned char zero[DATA_SHARD_HEADER_BYTES];
     if (fwrite(zero, 1, sizeof zero, w->fp) != sizeof zero)
-        return base_fail(err, "%s: write failed: %s", w->tmp, strerror(errno));
+        return base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
     w->n_tokens = 0;
     w->n_docs = 0;
     w->offs[0] = 0;
@@ -52,7 +55,7 @@ static int sw_add(shard_writer *w, const data_tok_ids *ids, base_err *err) {
         w->cap = cap;
     }
     if (ids->n && fwrite(ids->ids, sizeof *ids->ids, ids->n, w->fp) != ids->n)
-        return base_fail(err, "%s: write failed: %s", w->tmp, strerror(errno));
+        return base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
     w->n_tokens += ids->n;
     w->offs[++w->n_docs] = w->n_tokens;
     return 0;
@@ -66,7 +69,7 @@ static void put64(unsigned char *p, uint64_t v) {
     memcpy(p, &v, 8);
 }
 
-/* Pads, writes the offsets and the header, fsyncs and renames into place. */
+/* Pads, writes the offsets and the header, then commits (fsync, rename into place). */
 static int sw_close(shard_writer *w, base_err *err) {
     static const unsigned char pad[8];
     unsigned char h[DATA_SHARD_HEADER_BYTES] = {0};
@@ -81,16 +84,12 @@ static int sw_close(shard_writer *w, base_err *err) {
     const size_t npad = (size_t)(w->n_tokens % 2) * 4;
     int ok = (!npad || fwrite(pad, 1, npad, w->fp) == npad) &&
              fwrite(w->offs, 8, w->n_docs + 1, w->fp) == w->n_docs + 1 &&
-             fseek(w->fp, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->fp) == sizeof h &&
-             fflush(w->fp) == 0 && fsync(fileno(w->fp)) == 0;
-    ok = (fclose(w->fp) == 0) && ok;
+             fseek(w->fp, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->fp) == sizeof h;
     w->fp = NULL;
-    if (!ok || rename(w->tmp, w->path) != 0) {
-        int e = errno;
-        unlink(w->tmp);
-        return base_fail(err, "%s: write failed: %s", w->path, strerror(e));
-    }
-    return 0;
+    if (ok) return base_atomic_commit(&w->out, err);
+    base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
+    base_atomic_abort(&w->out);
+    return -1;
 }
 
 static int dir_has_shards(const char *dir) {
@@ -210,10 +209,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     if (n_tokens_out) *n_tokens_out = tokens;
     rc = 0;
 done:
-    if (w.fp) {
-        fclose(w.fp);
-        unlink(w.tmp);
-    }
+    if (w.fp) base_atomic_abort(&w.out);
     data_reader_close(&rd);
     for (int i = 0; toks && i < nt; i++) data_tok_free(toks[i]);
     for (int i = 0; ids && i < CHUNK_DOCS; i++) data_tok_ids_free(&ids[i]);

@@ -78,6 +78,22 @@ int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base
 struct json_t;
 int train_state_check(const struct json_t *t, const char *dir, int64_t step, base_err *err);
 
+/* The run's hold on the folders it writes (lock.c): rank 0 locks the checkpoint folder, the
+ * metrics file's folder, the TensorBoard folder and the export folder (each once, created
+ * if missing; base_dir_lock_take), so a second run writing any of them refuses at once,
+ * naming this one's PID; then it finishes what a killed run left in the checkpoint folder
+ * (ckpt_step_cleanup). Other ranks hold nothing; collective over comm (all fail when rank 0
+ * does). Unlock at the end of the run. */
+typedef struct {
+    base_dir_lock held[4];
+    int n;
+} train_lock;
+int train_lock_outputs(train_lock *l, const train_opts *o, dist_comm *comm, int rank,
+                       base_err *err);
+void train_unlock_outputs(train_lock *l);
+/* The checkpoint folder: checkpoint.folder, under dump_folder unless absolute. */
+void train_ckpt_folder(const train_opts *o, char *buf, size_t cap);
+
 /* TensorBoard scalars (tb.c): DIR/events.out.tfevents.<time>.<host>.<pid>, readable by
  * TensorBoard's own reader. One event per call holds n (tag, value) pairs at one step. */
 typedef struct train_tb train_tb;

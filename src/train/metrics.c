@@ -1,6 +1,7 @@
 /* train: the one home of metrics output (see internal.h): the console lines, metrics.jsonl,
  * TensorBoard, the saved config.toml, and the logging window's averages. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,57 +64,36 @@ static char *rank_path(const char *path, int rank) {
     return s;
 }
 
-/* text to path through path.tmp and rename, so a reader sees the old file or the new one. */
-static int write_atomic(const char *path, const char *text, base_err *err) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (base_mkdir_parent(path, err)) return -1;
-    FILE *f = fopen(tmp, "w");
-    if (!f) return base_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
-    const size_t n = strlen(text);
-    int e = fwrite(text, 1, n, f) != n || fflush(f) ? errno : 0;
-    if (fclose(f) && !e) e = errno;
-    if (e) {
-        unlink(tmp);
-        return base_fail(err, "%s: write failed: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path)) {
-        const int e2 = errno;
-        unlink(tmp);
-        return base_fail(err, "%s: cannot rename %s into place: %s", path, tmp, strerror(e2));
-    }
-    return 0;
-}
-
 /* Opens metrics.jsonl: a fresh run starts a new file; a resumed one keeps the lines of
  * steps <= start (a crash between a checkpoint and later log lines leaves lines past it,
  * and a crash mid-line a partial one: both are cut off at their byte offset) and appends. */
 static int open_jsonl(train_metrics *t, base_err *err) {
     const char *p = t->jl_path;
     if (base_mkdir_parent(p, err)) return -1;
-    if (t->start > 0) {
-        FILE *f = fopen(p, "r");
-        long keep = 0;
-        if (f) {
-            char *line = NULL;
-            size_t cap = 0;
-            ssize_t len;
-            while ((len = getline(&line, &cap, f)) > 0) {
-                long long step;
-                if (line[len - 1] != '\n' || sscanf(line, "{\"step\": %lld", &step) != 1 ||
-                    step > t->start)
-                    break;
-                keep += (long)len;
-            }
-            free(line);
-            fclose(f);
-            if (truncate(p, keep))
-                return base_fail(err, "%s: cannot cut the metrics after step %lld: %s", p,
-                                 (long long)t->start, strerror(errno));
-        }
+    /* a link at p is never written through: a fresh file replaces it, a resume refuses it */
+    const int fd = t->start > 0 ? open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (t->start > 0 && fd < 0 && errno != ENOENT)
+        return base_fail(err, "%s: cannot open the metrics file to append: %s%s", p,
+                         strerror(errno), errno == ELOOP ? " (a symbolic link)" : "");
+    if (fd < 0) return (t->jl = base_fopen_new(p, err)) ? 0 : -1;
+    if (!(t->jl = fdopen(fd, "r+"))) {
+        close(fd);
+        return base_fail(err, "%s: %s", p, strerror(errno));
     }
-    if (!(t->jl = fopen(p, t->start > 0 ? "a" : "w")))
-        return base_fail(err, "%s: cannot open metrics file for writing: %s", p, strerror(errno));
+    long keep = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, t->jl)) > 0) {
+        long long step;
+        if (line[len - 1] != '\n' || sscanf(line, "{\"step\": %lld", &step) != 1 || step > t->start)
+            break;
+        keep += (long)len;
+    }
+    free(line);
+    if (ftruncate(fd, keep) || fseek(t->jl, 0, SEEK_END))
+        return base_fail(err, "%s: cannot cut the metrics after step %lld: %s", p,
+                         (long long)t->start, strerror(errno));
     return 0;
 }
 
@@ -196,7 +176,8 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
         rc = t->jl_path ? open_jsonl(t, err) : base_fail(err, "out of memory");
     }
     if (!rc && t->lead && o->config_path && o->config_toml)
-        rc = write_atomic(o->config_path, o->config_toml, err);
+        rc = base_mkdir_parent(o->config_path, err) ||
+             base_write_file_atomic(o->config_path, o->config_toml, strlen(o->config_toml), err);
     if (rc) {
         train_metrics_close(t, NULL);
         return -1;

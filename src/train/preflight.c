@@ -8,15 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "train.h"
-
-void train_ckpt_dir(const train_opts *o, char *out, size_t n) {
-    const char *fo = o->ckpt.folder ? o->ckpt.folder : "checkpoint";
-    if (fo[0] == '/' || !o->dump_folder)
-        snprintf(out, n, "%s", fo);
-    else
-        snprintf(out, n, "%s/%s", o->dump_folder, fo);
-}
+#include "train/internal.h"
 
 /* Every rank's config fingerprint against rank 0's (one all-gather of 8 bytes per rank): all
  * ranks see the same list, so all of them fail, naming the same first rank. */
@@ -86,7 +78,7 @@ static int paths(const train_opts *o, base_err *err) {
          input_exists("checkpoint.initial_load_path", o->ckpt.initial_load_path, err)))
         return -1;
     char ck[4096];
-    train_ckpt_dir(o, ck, sizeof ck);
+    train_ckpt_folder(o, ck, sizeof ck);
     if ((o->ckpt.enable && output_dir("checkpoint.folder", ck, err)) ||
         output_dir("metrics.save_tb_folder", o->tb_dir, err) ||
         (o->jsonl_path && output_parent("metrics.save_jsonl_file", o->jsonl_path, err)) ||

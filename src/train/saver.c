@@ -113,13 +113,6 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
     }
     s->n = n;
     s->lay = *lay;
-    if (lay->rank == 0) { /* a save cut short by a second signal or a crash */
-        const int gone = ckpt_step_clean(dir);
-        if (gone)
-            base_log(BASE_LOG_INFO,
-                     "checkpoint: removed %d unfinished step-N.tmp / .deleting folder(s) from %s",
-                     gone, dir);
-    }
     s->keep = keep_latest_k;
     /* every rank keeps a snapshot of its shard; ranks may share a machine, so the budget is a
      * quarter of this machine's RAM split over all of them (conservative across machines) */

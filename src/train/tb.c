@@ -103,8 +103,7 @@ int train_tb_open(train_tb **out, const char *dir, base_err *err) {
         free(t);
         return base_fail(err, "out of memory");
     }
-    if (!(t->fp = fopen(path, "wb"))) {
-        base_fail(err, "%s: cannot create TensorBoard event file: %s", path, strerror(errno));
+    if (!(t->fp = base_fopen_new(path, err))) {
         train_tb_close(t);
         return -1;
     }

@@ -654,8 +654,12 @@ int train_run(const train_opts *o, base_err *err) {
             if (!freopen("/dev/null", "w", stdout)) base_log(BASE_LOG_WARN, "stdout stays open");
         }
     }
+    train_lock lock;
     token_source src;
-    if (train_preflight(o, &mesh, err) || source_open(&src, o, &mesh, err)) {
+    if (train_preflight(o, &mesh, err) ||
+        train_lock_outputs(&lock, o, mesh.world_comm, mesh.rank, err) ||
+        source_open(&src, o, &mesh, err)) {
+        train_unlock_outputs(&lock);
         dist_mesh_free(&mesh);
         return -1;
     }
@@ -743,7 +747,7 @@ int train_run(const train_opts *o, base_err *err) {
     char ckdir[4096] = "";
     int64_t start = 0, tokens_seen = 0;
     if (o->ckpt.enable) {
-        train_ckpt_dir(o, ckdir, sizeof ckdir);
+        train_ckpt_folder(o, ckdir, sizeof ckdir);
         int64_t step = o->ckpt.load_step;
         if (step < 0) ckpt_step_latest(ckdir, &step);
         if (step >= 0 && (start = resume(o, ckdir, step, &m, f, tpp.all, tpp.n_all, &opt, &src,
@@ -939,6 +943,7 @@ out:
     base_free(rep_buf);
     dist_fsdp_free(f);
     source_close(&src);
+    train_unlock_outputs(&lock);
     dist_mesh_free(&mesh);
     return rc;
 }

@@ -352,8 +352,6 @@ int train_stop_signal_parse(const char *name, int *sig);
  *     would fit (full activation checkpointing, batch 1, more ranks) unless
  *     o->ignore_memory_check. */
 int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err);
-/* The checkpoint folder of a run: ckpt.folder, under dump_folder unless absolute. */
-void train_ckpt_dir(const train_opts *o, char *out, size_t n);
 
 /* ---- generation (src/train/generate.c) ------------------------------------------------ */
 

@@ -17,8 +17,10 @@ for i in 1 2 3 4 5; do
   "$titan" "${args[@]}" > "$out/log$i" 2>&1 &
   pid=$!
   # wait (up to 60 s, however loaded the machine) until this run is saving, then the delay
+  # (a start clears the last kill's step-N.tmp: an empty folder is no sign of saving)
   for _ in $(seq 600); do
-    [ "$(ls "$out/run/checkpoint" 2>/dev/null | tr '\n' ' ' || true)" != "$before" ] && break
+    now=$(ls "$out/run/checkpoint" 2>/dev/null | tr '\n' ' ' || true)
+    [ -n "$now" ] && [ "$now" != "$before" ] && break
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
   done

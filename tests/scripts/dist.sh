@@ -9,7 +9,7 @@
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
 #     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
-#     folder rank 0 cannot create.
+#     folder rank 0 cannot create (and lock) at the start.
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
 model=("${small[@]}")

@@ -7,7 +7,8 @@
  * every other layout (whole, row ranges, other column splits, 2-D blocks, FSDP-cut rows), a
  * version-1 checkpoint (one 1-D tensor per row) still loads, and hostile shards (overlapping
  * pieces, pieces past the buffer, a stride below the row length, a missing stride, 2-D in
- * version 1, a gap) fail naming the file and the tensor. */
+ * version 1, a gap) fail naming the file and the tensor. A killed run's leftovers are
+ * finished without following links (test_cleanup). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,50 @@ static void test_strided(const char *folder) {
     }
 }
 
+/* What a killed run leaves, finished by ckpt_step_cleanup: a re-save cut between its two
+ * renames (step-2 moved to step-2.old, no step-2) is put back and loads; a step-1.old beside
+ * a good step-1, a crashed save's step-3.tmp and a killed prune's step-4.deleting (holding a
+ * link to a file outside and one to step-1) are removed, the link targets untouched. */
+static void test_cleanup(const char *base, size_t n) {
+    char folder[300], p[500], q[500], outside[300];
+    base_err err;
+    snprintf(folder, sizeof folder, "%s/leftovers", base);
+    snprintf(outside, sizeof outside, "%s/outside.txt", base);
+    write_str(outside, "keep");
+    CHECK(save(folder, 1, n, 1, 0) == 0 && save(folder, 2, n, 1, 0) == 0, "save 1, 2");
+    snprintf(p, sizeof p, "%s/step-2", folder);
+    snprintf(q, sizeof q, "%s/step-2.old", folder);
+    CHECK(rename(p, q) == 0, "rename");
+    snprintf(p, sizeof p, "%s/step-1.old", folder);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/step-1.old/metadata.json", folder);
+    write_str(p, "{}");
+    snprintf(p, sizeof p, "%s/step-3.tmp", folder);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/step-3.tmp/rank-00000.safetensors", folder);
+    write_str(p, "partial");
+    snprintf(p, sizeof p, "%s/step-4.deleting", folder);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/step-4.deleting/a", folder);
+    CHECK(symlink(outside, p) == 0, "symlink");
+    snprintf(p, sizeof p, "%s/step-4.deleting/b", folder);
+    snprintf(q, sizeof q, "%s/step-1", folder);
+    CHECK(symlink(q, p) == 0, "symlink");
+    CHECK(ckpt_step_cleanup(folder, &err) == 0, "cleanup: %s", err.msg);
+    const char *gone[3] = {"step-1.old", "step-3.tmp", "step-4.deleting"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", folder, gone[i]);
+        CHECK(access(p, F_OK) != 0, "%s is left", gone[i]);
+    }
+    snprintf(p, sizeof p, "%s/step-2.old", folder);
+    CHECK(access(p, F_OK) != 0 && load_check(folder, 2, n, 1), "step-2 was not put back");
+    CHECK(load_check(folder, 1, n, 1), "step-1 (a link's target) no longer loads");
+    FILE *f = fopen(outside, "r");
+    char buf[8] = "";
+    CHECK(f && fgets(buf, sizeof buf, f) && !strcmp(buf, "keep"), "the outside file changed");
+    if (f) fclose(f);
+}
+
 int main(void) {
     check_tmpdir(dir, sizeof dir, "titan_test_ckpt_step");
     char folder[300], path[400];
@@ -414,6 +459,7 @@ int main(void) {
     CHECK(load_check(folder, 11, n, 1), "step 11 still loads");
 
     test_strided(folder);
+    test_cleanup(dir, n);
 
     check_tmpdir_remove(dir);
     return check_report("test_ckpt_step");

@@ -1,0 +1,256 @@
+/* base: writing and removing files without touching anything outside the run (base.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base.h"
+
+/* Deeper than any folder titan writes; bounds the recursion on hostile trees. */
+#define MAX_DEPTH 64
+
+/* Empties the directory open as dirfd (shown: its path, for errors; a buffer of cap bytes
+ * that is extended in place with each entry's name and restored). Links are unlinked;
+ * directories are opened O_NOFOLLOW relative to their parent, so nothing outside is reached
+ * even if an entry is swapped for a link meanwhile. */
+static int empty_dir(int dirfd, char *shown, size_t cap, int depth, base_err *err) {
+    if (depth > MAX_DEPTH) return base_fail(err, "%s: folders nested too deep to remove", shown);
+    int dup_fd = dup(dirfd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0) close(dup_fd);
+        return base_fail(err, "%s: cannot list to remove: %s", shown, strerror(errno));
+    }
+    const size_t len = strlen(shown);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        const char *name = e->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, "..")) continue;
+        snprintf(shown + len, cap - len, "/%s", name);
+        struct stat st;
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno != ENOENT) rc = base_fail(err, "%s: %s", shown, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            const int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0)
+                rc = base_fail(err, "%s: cannot open to remove: %s", shown, strerror(errno));
+            else {
+                rc = empty_dir(sub, shown, cap, depth + 1, err);
+                close(sub);
+            }
+            if (rc == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+                rc = base_fail(err, "%s: cannot remove: %s", shown, strerror(errno));
+        } else if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) {
+            rc = base_fail(err, "%s: cannot remove: %s", shown, strerror(errno));
+        }
+        shown[len] = 0;
+    }
+    closedir(d);
+    return rc;
+}
+
+int base_remove_tree(const char *path, base_err *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : base_fail(err, "%s: %s", path, strerror(errno));
+    int fd = -1;
+    if (S_ISDIR(st.st_mode) &&
+        (fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 && errno != ELOOP &&
+        errno != ENOTDIR)
+        return base_fail(err, "%s: cannot open to remove: %s", path, strerror(errno));
+    if (fd < 0) { /* a file or a link (perhaps swapped in since the lstat): the entry itself */
+        if (unlink(path) != 0 && errno != ENOENT)
+            return base_fail(err, "%s: cannot remove: %s", path, strerror(errno));
+        return 0;
+    }
+    char shown[4096];
+    snprintf(shown, sizeof shown, "%s", path);
+    int rc = empty_dir(fd, shown, sizeof shown, 0, err);
+    close(fd);
+    if (rc == 0 && rmdir(path) != 0 && errno != ENOENT)
+        rc = base_fail(err, "%s: cannot remove: %s", path, strerror(errno));
+    return rc;
+}
+
+int base_create_file(const char *path, base_err *err) {
+    if (unlink(path) != 0 && errno != ENOENT && errno != EISDIR)
+        return base_fail(err, "%s: cannot replace: %s", path, strerror(errno));
+    const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return base_fail(err, "%s: cannot create: %s", path, strerror(errno));
+    return fd;
+}
+
+FILE *base_fopen_new(const char *path, base_err *err) {
+    const int fd = base_create_file(path, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) {
+        base_fail(err, "%s: cannot open a stream: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+int base_atomic_open(base_atomic *a, const char *path, base_err *err) {
+    const size_t n = strlen(path);
+    *a = (base_atomic){-1, NULL, malloc(2 * n + 6), NULL};
+    if (!a->path) return base_fail(err, "%s: out of memory", path);
+    a->tmp = a->path + n + 1;
+    memcpy(a->path, path, n + 1);
+    memcpy(a->tmp, path, n);
+    memcpy(a->tmp + n, ".tmp", 5);
+    if ((a->fd = base_create_file(a->tmp, err)) < 0) {
+        free(a->path);
+        a->path = a->tmp = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+FILE *base_atomic_stream(base_atomic *a, base_err *err) {
+    if (!a->fp && !(a->fp = fdopen(a->fd, "wb")))
+        base_fail(err, "%s: cannot open a stream: %s", a->tmp, strerror(errno));
+    return a->fp;
+}
+
+/* Closes the temporary (and its stream); with sync, 0 only when every byte reached the disk
+ * (errno says why not). */
+static int close_tmp(base_atomic *a, int sync) {
+    int ok = !a->fp || fflush(a->fp) == 0;
+    if (sync && ok) ok = fsync(a->fd) == 0;
+    const int e = errno;
+    const int closed = (a->fp ? fclose(a->fp) : close(a->fd)) == 0;
+    a->fp = NULL;
+    a->fd = -1;
+    if (!ok) errno = e;
+    return ok && closed ? 0 : -1;
+}
+
+/* fsync of the folder holding path, so a rename into it survives a crash. */
+static void fsync_dir_of(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    const size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir) return;
+    memcpy(dir, slash ? path : ".", n);
+    dir[n] = 0;
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+int base_atomic_commit(base_atomic *a, base_err *err) {
+    if (!a->path) return base_fail(err, "atomic write: no file open");
+    int rc = 0;
+    if (close_tmp(a, 1) != 0)
+        rc = base_fail(err, "%s: write failed: %s", a->tmp, strerror(errno));
+    else if (rename(a->tmp, a->path) != 0)
+        rc = base_fail(err, "%s: rename from %s failed: %s", a->path, a->tmp, strerror(errno));
+    if (rc)
+        unlink(a->tmp);
+    else
+        fsync_dir_of(a->path);
+    free(a->path);
+    a->path = a->tmp = NULL;
+    return rc;
+}
+
+void base_atomic_abort(base_atomic *a) {
+    if (!a->path) return;
+    close_tmp(a, 0);
+    unlink(a->tmp);
+    free(a->path);
+    a->path = a->tmp = NULL;
+}
+
+int base_write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = buf;
+    while (n > 0) {
+        const size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        const ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int base_write_file_atomic(const char *path, const void *buf, size_t n, base_err *err) {
+    base_atomic a;
+    if (base_atomic_open(&a, path, err)) return -1;
+    if (base_write_all(a.fd, buf, n) == 0) return base_atomic_commit(&a, err);
+    base_fail(err, "%s: write to %s failed: %s", path, a.tmp, strerror(errno));
+    base_atomic_abort(&a);
+    return -1;
+}
+
+int base_dir_lock_take(base_dir_lock *l, const char *dir, base_err *err) {
+    l->fd = -1;
+    l->path = NULL;
+    if (base_mkdir_p(dir, err)) return -1;
+    const size_t n = strlen(dir) + sizeof BASE_LOCK_FILE + 1;
+    char *path = malloc(n);
+    if (!path) return base_fail(err, "out of memory");
+    snprintf(path, n, "%s/%s", dir, BASE_LOCK_FILE);
+    /* A holder releasing the lock unlinks the file after we opened it: we would then hold a
+     * lock on a file nobody else can find, so the lock counts only when path is still ours. */
+    int failed = 0;
+    for (int tries = 0; !failed && tries < 16; tries++) {
+        const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            failed = base_fail(err, "%s: cannot open the run lock: %s", path, strerror(errno));
+            break;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            char pid[32] = "";
+            const ssize_t r = pread(fd, pid, sizeof pid - 1, 0);
+            pid[r > 0 ? r : 0] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+            close(fd);
+            if (e == EWOULDBLOCK)
+                failed =
+                    base_fail(err,
+                              "%s is in use by another titan run (pid %s, lock file %s): two runs "
+                              "writing one folder would mix their files",
+                              dir, pid[0] ? pid : "unknown", path);
+            else
+                failed = base_fail(err, "%s: cannot lock: %s", path, strerror(e));
+            break;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            char pid[32];
+            const int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)k, 0) != k)
+                base_log(BASE_LOG_WARN, "%s: could not record this run's pid", path);
+            l->fd = fd;
+            l->path = path;
+            return 0;
+        }
+        close(fd);
+    }
+    if (!failed) base_fail(err, "%s: the run lock kept changing hands", path);
+    free(path);
+    return -1;
+}
+
+void base_dir_unlock(base_dir_lock *l) {
+    if (l->fd < 0) return;
+    unlink(l->path); /* while still held: a waiting opener sees the file is gone and retries */
+    close(l->fd);
+    free(l->path);
+    l->fd = -1;
+    l->path = NULL;
+}

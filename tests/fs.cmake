@@ -1,0 +1,12 @@
+# Nothing outside the run is touched (docs/architecture.md, "Files"): checkpoint removal
+# never follows a link and finishes a killed prune's leftovers; atomic writes replace a
+# planted "<file>.tmp" link instead of writing through it; one run per folder.
+add_test(NAME checkpoint_symlinks
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_symlinks.sh $<TARGET_FILE:titan>)
+add_test(NAME atomic_links
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/atomic_links.sh $<TARGET_FILE:titan>
+          ${TITAN_SHARED})
+add_test(NAME run_lock
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/run_lock.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_symlinks atomic_links run_lock PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
