@@ -51,6 +51,9 @@ void data_tok_ids_free(data_tok_ids *v);
 /* Loads dir/tokenizer.json and (if present) dir/tokenizer_config.json. */
 int data_tok_load(const char *dir, data_tok **out, base_err *err);
 void data_tok_free(data_tok *t);
+/* FNV-1a 64 of tokenizer.json's bytes: names the tokenizer in checkpoints and token shards
+ * (any edit of the file, whitespace included, makes another tokenizer). */
+uint64_t data_tok_fingerprint(const data_tok *t);
 
 /* Appends the ids of text[0..len) to out. */
 int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out, base_err *err);

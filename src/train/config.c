@@ -36,6 +36,7 @@ static int check_flavor(const base_toml_value *v, char *why, size_t n);
 static int check_sac_option(const base_toml_value *v, char *why, size_t n);
 static int check_kernel_override(const base_toml_value *v, char *why, size_t n);
 static int check_plugin_path(const base_toml_value *v, char *why, size_t n);
+static int check_ckpt_part(const base_toml_value *v, char *why, size_t n);
 
 #define OFF(sec, key) offsetof(train_config, sec.key)
 #define BIG 1073741824.0 /* 2^30: sizes and counts */
@@ -152,6 +153,12 @@ static const field g_fields[] = {
         "default; torchtitan's is disabled)"),
     STR(checkpoint, hf_export_folder, "", NULL,
         "after training, export the model as a Hugging Face folder here (titan)"),
+    STRS(checkpoint, exclude_from_loading, check_ckpt_part,
+         "parts a resume does not load: model, optimizer, lr_scheduler, dataloader, train_state"),
+    BOOL(checkpoint, load_only, 0, "load checkpoints as usual but never save one"),
+    BOOL(checkpoint, enable_first_step_checkpoint, 0, "also save a checkpoint after step 1"),
+    BOOL(checkpoint, create_seed_checkpoint, 0,
+         "build and initialise the model, save it as step-0 (weights only) and exit; 1 rank"),
 
     INT(parallelism, data_parallel_replicate_degree, 1, 1, BIG, "DDP/HSDP replicas"),
     INTC(parallelism, data_parallel_shard_degree, -1, -1, BIG, check_not_zero,
@@ -399,6 +406,15 @@ static int check_kernel_impl(const char *s, char *why, size_t n) {
 static int check_plugin_path(const base_toml_value *v, char *why, size_t n) {
     if (v->s[0]) return 0;
     snprintf(why, n, "must name a shared object (e.g. \"./libmykernels.so\")");
+    return -1;
+}
+
+static int check_ckpt_part(const base_toml_value *v, char *why, size_t n) {
+    if (train_ckpt_part_parse(v->s)) return 0;
+    snprintf(why, n,
+             "'%.100s' is not a checkpoint part (model, optimizer, lr_scheduler, dataloader, "
+             "train_state)",
+             v->s);
     return -1;
 }
 
@@ -1039,10 +1055,29 @@ static int fail_field(const train_config *c, const char *section, const char *ke
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
 #define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
 
+/* What an initial load reads: checkpoint.initial_load_path, else (initial_load_in_hf, as
+ * torchtitan) model.hf_assets_path; "" for none. */
+static const char *initial_load_source(const train_config *c) {
+    if (c->checkpoint.initial_load_path[0]) return c->checkpoint.initial_load_path;
+    return c->checkpoint.initial_load_in_hf ? c->model.hf_assets_path : "";
+}
+
+/* The config.json the model is built from: model.config_path; else, while model.flavor is
+ * left at its default, that of the Hugging Face folder an initial load reads (a fine-tune
+ * names its folder once); "" = the flavor. */
+static const char *model_config_path(const train_config *c) {
+    if (c->model.config_path[0]) return c->model.config_path;
+    const char *src = initial_load_source(c);
+    if (!c->checkpoint.enable || !src[0] || c->origin[find_field("model", "flavor")].where ||
+        !base_has_file(src, "config.json"))
+        return "";
+    return src;
+}
+
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
-    if (c->model.config_path[0]) { /* a HF config.json (or a folder holding one) */
+    if (model_config_path(c)[0]) { /* a HF config.json (or a folder holding one) */
         char p[4200];
-        const char *cp = c->model.config_path;
+        const char *cp = model_config_path(c);
         if (base_is_dir(cp)) {
             snprintf(p, sizeof p, "%s/config.json", cp);
             cp = p;
@@ -1125,7 +1160,7 @@ int train_config_validate(const train_config *c, base_err *err) {
         return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
                           (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
     model_args a;
-    if (!c->model.config_path[0]) { /* a config.json is read when training starts */
+    if (!model_config_path(c)[0]) { /* a config.json is read when training starts */
         if (resolve_model(c, &a, err)) return -1;
         for (int i = 0; i < c->model.mlp_only_layers.n; i++)
             if (c->model.mlp_only_layers.v[i] >= a.n_layers)
@@ -1211,6 +1246,18 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                        "selective activation checkpointing is not implemented yet (none or full)");
     if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable)
         return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
+    if (c->checkpoint.initial_load_in_hf && !c->checkpoint.enable)
+        return NOT_YET(checkpoint, initial_load_in_hf, "needs checkpoint.enable = true");
+    if (c->checkpoint.initial_load_in_hf && !initial_load_source(c)[0])
+        return NOT_YET(checkpoint, initial_load_in_hf,
+                       "names no folder to load: set checkpoint.initial_load_path or "
+                       "model.hf_assets_path");
+    if (c->checkpoint.create_seed_checkpoint && !c->checkpoint.enable)
+        return NOT_YET(checkpoint, create_seed_checkpoint, "needs checkpoint.enable = true");
+    if (c->checkpoint.create_seed_checkpoint && dist_world_size() > 1)
+        return NOT_YET(checkpoint, create_seed_checkpoint,
+                       "runs on 1 rank (this job has %d); the seed loads into any number",
+                       dist_world_size());
 
     if (resolve_model(c, &o->model, err)) return -1;
     if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
@@ -1234,13 +1281,17 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.interval = (int)c->checkpoint.interval;
     o->ckpt.keep_latest_k = (int)c->checkpoint.keep_latest_k;
     o->ckpt.load_step = c->checkpoint.load_step;
-    o->ckpt.initial_load_path =
-        c->checkpoint.initial_load_path[0] ? c->checkpoint.initial_load_path : NULL;
+    o->ckpt.initial_load_path = initial_load_source(c)[0] ? initial_load_source(c) : NULL;
     o->ckpt.initial_load_in_hf = c->checkpoint.initial_load_in_hf;
     o->ckpt.initial_load_model_only = c->checkpoint.initial_load_model_only;
     o->ckpt.last_save_model_only = c->checkpoint.last_save_model_only;
     o->ckpt.async = strcmp(c->checkpoint.async_mode, "disabled") != 0;
     o->ckpt.last_save_in_hf = c->checkpoint.last_save_in_hf;
+    for (int i = 0; i < c->checkpoint.exclude_from_loading.n; i++)
+        o->ckpt.exclude |= train_ckpt_part_parse(c->checkpoint.exclude_from_loading.v[i]);
+    o->ckpt.load_only = c->checkpoint.load_only;
+    o->ckpt.first_step = c->checkpoint.enable_first_step_checkpoint;
+    o->ckpt.create_seed = c->checkpoint.create_seed_checkpoint;
     o->export_dtype = c->checkpoint.export_dtype;
     o->assets_dir = o->tokenizer_dir;
     if (o->ckpt.enable && !o->ckpt.folder) return base_fail(err, "out of memory");
