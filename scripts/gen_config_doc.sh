@@ -14,4 +14,41 @@ titan=${1:-build/titan}
   echo '```'
   "$titan" train --help
   echo '```'
+  cat <<'EOF'
+
+## Checkpoints: resuming and fine-tuning
+
+- **Resume.** With `checkpoint.enable`, a run resumes from the newest complete `step-N` of
+  its checkpoint folder (or `load_step`). A checkpoint whose step is past `training.steps`
+  is refused with its folder named (use another `job.dump_folder`, remove the folder, or
+  raise `training.steps`): it would train nothing. A checkpoint at `training.steps` is
+  loaded and no step is trained, as torchtitan's loop does; the export and sample at the
+  end still run on its weights. A weights-only checkpoint (the last save by default) starts
+  a new run at step 1 from its weights, so its step is not compared.
+- **`exclude_from_loading`** takes torchtitan's state names: `model` (weights, MoE expert
+  bias), `optimizer` (AdamW moments and step count), `lr_scheduler` (the schedule restarts
+  at its first step), `dataloader` (the data from its start, the random-token counter at
+  0), `train_state` (the step count restarts at 1, tokens seen at 0). Excluding all but
+  `model` is the same as an initial load of that checkpoint's weights.
+- **`load_only`** loads as usual and never saves. **`enable_first_step_checkpoint`** also
+  saves after step 1. **`create_seed_checkpoint`** builds and initialises the model, saves
+  it as `step-0` (weights only) into a folder without checkpoints and exits, on 1 rank; a
+  run from it trains exactly as a fresh run with the same seed.
+- **Fine-tuning from a Hugging Face folder** needs it once: `model.hf_assets_path = DIR`
+  with `checkpoint.initial_load_in_hf = true` loads the weights from DIR (torchtitan's rule
+  when `initial_load_path` is unset), and while `model.flavor` is not set (and
+  `model.config_path` is not) the model is built from DIR's `config.json`. The tokenizer
+  comes from DIR as always. `initial_load_path` or `config_path` override either part.
+- **No random init before a load.** When a resume or an initial load overwrites every
+  weight, the random init is skipped (results are bitwise the same). Start-up phases that
+  can take seconds (the init, a load, the GEMM peak measurement) print a line before they
+  start and their time when it was a second or more.
+- **The tokenizer is recorded.** A checkpoint's metadata has `"tokenizer"`:
+  `{"path": absolute folder, "tokenizer_json_fnv1a64": hex}` (FNV-1a 64 of the bytes of
+  `tokenizer.json`), `"bytes"` (byte data) or `null` (random tokens). `titan generate
+  --model` (a `step-N`, a checkpoint folder or a run folder) uses the recorded tokenizer,
+  and refuses by name one that is gone or changed, a `--tokenizer` other than the recorded
+  one, a tokenizer for a model trained on bytes, and a checkpoint without the record whose
+  vocabulary is not 256. Token shards carry the same record (docs/data.md).
+EOF
 } > docs/config.md

@@ -75,7 +75,8 @@ static const field g_fields[] = {
     STR(model, name, "qwen3", "qwen3", "model family"),
     STRC(model, flavor, "debugmodel", check_flavor, "registry flavor (titan inspect lists one)"),
     STR(model, hf_assets_path, "", NULL,
-        "Hugging Face folder whose tokenizer encodes the dataset; none = one token per byte"),
+        "Hugging Face folder whose tokenizer encodes the dataset (none = one token per byte); "
+        "with checkpoint.initial_load_in_hf also the weights and, flavor unset, config.json"),
     STR(model, config_path, "", NULL, "a Hugging Face config.json to build the model from"),
     OINT(model, dim, 1, BIG, "override: model width (titan)"),
     OINT(model, n_layers, 1, BIG, "override: transformer blocks (titan)"),
@@ -135,7 +136,8 @@ static const field g_fields[] = {
     STR(lr_scheduler, decay_type, "linear", "linear|sqrt|cosine", "decay curve"),
     FLT(lr_scheduler, min_lr_factor, 0.0, 0, 1, 0, "final LR as a fraction of the peak"),
 
-    BOOL(checkpoint, enable, 0, "save checkpoints and resume from the newest"),
+    BOOL(checkpoint, enable, 0,
+         "save checkpoints and resume from the newest (one past training.steps is refused)"),
     STR(checkpoint, folder, "checkpoint", NULL, "checkpoint folder, under job.dump_folder"),
     INT(checkpoint, interval, 500, 1, BIG, "steps between checkpoints"),
     INTC(checkpoint, keep_latest_k, 10, 0, BIG, check_not_one, "checkpoints kept; 0 = all"),
@@ -143,7 +145,8 @@ static const field g_fields[] = {
     STR(checkpoint, initial_load_path, "", NULL,
         "weights to start from when there is nothing to resume: a titan step-N folder or a "
         "safetensors file / folder under HF names"),
-    BOOL(checkpoint, initial_load_in_hf, 0, "initial_load_path is a Hugging Face folder"),
+    BOOL(checkpoint, initial_load_in_hf, 0,
+         "initial load from a Hugging Face folder: initial_load_path, else model.hf_assets_path"),
     BOOL(checkpoint, initial_load_model_only, 1, "initial load: weights only"),
     BOOL(checkpoint, last_save_model_only, 1, "final save: weights only"),
     BOOL(checkpoint, last_save_in_hf, 0, "final save in Hugging Face format"),
