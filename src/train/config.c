@@ -1432,6 +1432,10 @@ void train_config_print(const train_config *c, FILE *f) {
         if (i == 0 || strcmp(fd->section, g_fields[i - 1].section))
             fprintf(f, "%s[%s]\n", i ? "\n" : "", fd->section);
         const void *s = slot(c, fd);
+        /* a fine-tune's config.json from its HF folder (the printed flavor is set, so it
+         * would no longer apply): printed so the output builds the same model */
+        const char *implied = model_config_path(c);
+        if (s == (const void *)&c->model.config_path && implied[0]) s = &implied;
         if (is_unset(fd, s))
             fprintf(f, "# %s = (unset)  # %s\n", fd->key, fd->help);
         else {
