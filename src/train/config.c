@@ -1257,6 +1257,9 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
                        "model.hf_assets_path");
     if (c->checkpoint.create_seed_checkpoint && !c->checkpoint.enable)
         return NOT_YET(checkpoint, create_seed_checkpoint, "needs checkpoint.enable = true");
+    if (c->checkpoint.create_seed_checkpoint && c->checkpoint.load_only)
+        return NOT_YET(checkpoint, create_seed_checkpoint,
+                       "saves a checkpoint: it cannot go with checkpoint.load_only");
     if (c->checkpoint.create_seed_checkpoint && dist_world_size() > 1)
         return NOT_YET(checkpoint, create_seed_checkpoint,
                        "runs on 1 rank (this job has %d); the seed loads into any number",

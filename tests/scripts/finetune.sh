@@ -104,6 +104,10 @@ if t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 3 --dump-folder "$out/
     --checkpoint.create_seed_checkpoint > "$out/seed3.log" 2>&1; then
   fail "a seed checkpoint over existing steps"; fi
 grep -q "already holds step-3" "$out/seed3.log" || { cat "$out/seed3.log"; fail "seed message"; }
+if t "${model[@]}" "${run[@]}" --steps 3 --dump-folder "$out/seed4" \
+    --checkpoint.create_seed_checkpoint --checkpoint.load_only > "$out/seed4.log" 2>&1; then
+  fail "a seed checkpoint with load_only"; fi
+grep -q "cannot go with checkpoint.load_only" "$out/seed4.log" || fail "seed + load_only message"
 echo "ok load_only never saves, first step checkpoint, seed checkpoint = fresh init, exit"
 
 # ---- one HF folder for a fine-tune ----------------------------------------------------------
