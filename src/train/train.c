@@ -763,6 +763,9 @@ int train_run(const train_opts *o, base_err *err) {
     const char *const ckdir = plan.ckdir;
     int64_t start = 0, tokens_seen = 0;
     const double t_load = base_now();
+    if (plan.resume_step >= 0)
+        base_log(BASE_LOG_INFO, "checkpoint: loading %s/step-%lld ...", ckdir,
+                 (long long)plan.resume_step);
     if (plan.resume_step >= 0 &&
         (start = resume(o, &plan, &m, f, tpp.all, tpp.n_all, &opt, &src, &tokens_seen, err)) < 0)
         goto out;
