@@ -34,7 +34,8 @@ does with each. A file's unknown keys and sections are reported together in one 
 | `debug.deterministic`, `debug.deterministic_warn_only` | inert: titan is always deterministic |
 | `lr_scheduler.total_steps` < `training.steps` | honoured as torchtitan: the decay formula continues past its end (linear and sqrt below `min_lr_factor`, even negative; cosine rises again), with a warning; refused when the schedule has no decay steps (torchtitan's assertion) |
 | `memory_estimation.enable` | honoured: prints `titan plan`'s table at start |
-| `[comm]` timeouts and flight recorder keys, `debug.moe_force_load_balance`, `parallelism.disable_loss_parallel`, `checkpoint.exclude_from_loading` / `load_only` / `enable_first_step_checkpoint` / `create_seed_checkpoint`, `metrics.save_for_all_ranks` | parsed into `train_opts` for the parts that honour them |
+| `comm.init_timeout_seconds` / `train_timeout_seconds` (the collective watchdog), `debug.moe_force_load_balance`, `parallelism.disable_loss_parallel`, `checkpoint.exclude_from_loading` / `load_only` / `enable_first_step_checkpoint` / `create_seed_checkpoint`, `metrics.save_for_all_ranks`, `activation_checkpoint.mode = "selective"` | honoured (see the sections below and docs/architecture.md) |
+| `comm.trace_buf_size` / `save_traces_folder` / `save_traces_file_prefix` | inert: NCCL's flight recorder (titan has no NCCL collectives yet) |
 | `[profiling]` (`enable_profiling`, `enable_memory_snapshot`), `compile.enable`, `metrics.enable_wandb`, `job.save_config_file` | no effect: a warning names the key when it is set (titan is compiled code; no profiler or W&B; the resolved config is always saved as `config.toml`) |
 | `[quantize.*]`, `[training.dataloader]`, `[validation.dataloader]`, `training.gc_freq` / `gc_debug` / `mixed_precision_param` / `mixed_precision_reduce`, `metrics.disable_color_printing`, `model.print_after_conversion`, `checkpoint.enable_ft_dataloader_checkpoints`, AC tuning keys (`per_op_sac_*`, `early_stop`, `memory_budget`, `preserve_rng_state`, ...), pipeline- and context-parallel tuning keys, `[fault_tolerance]` other than `enable`, `profiling.*` folders and frequencies, `compile.components` / `backend` | inert: accepted at any value |
 | `model.converters` (non-empty), `training.enable_cpu_offload`, `training.dtype = "bfloat16"`, `optimizer.early_step_in_backward`, `checkpoint.initial_load_in_hf_quantized`, `parallelism.enable_async_tensor_parallel`, `expert_tensor_parallel_degree` (≠ 1), `expert_parallel_comm_backend` (≠ "standard"), `comm.mode` (≠ "default"), `fault_tolerance.enable`, `experimental.custom_import` / `custom_args_module`, `job.custom_config_module`, `activation_checkpoint.mode = "memory_budget"`, pipeline / context parallel degree > 1 | refused by name when set |
@@ -45,4 +46,41 @@ titan's own defaults differ from torchtitan's for `job.dump_folder`, `job.descri
 filters) print as `[]` (they are inert). `tests/fixtures/torchtitan/` holds the Qwen3 and
 Llama3-debug TOMLs that the test `config_torchtitan_tomls` trains.
 MD
+  cat <<'EOF'
+
+## Checkpoints: resuming and fine-tuning
+
+- **Resume.** With `checkpoint.enable`, a run resumes from the newest complete `step-N` of
+  its checkpoint folder (or `load_step`). A checkpoint whose step is past `training.steps`
+  is refused with its folder named (use another `job.dump_folder`, remove the folder, or
+  raise `training.steps`): it would train nothing. A checkpoint at `training.steps` is
+  loaded and no step is trained, as torchtitan's loop does; the export and sample at the
+  end still run on its weights. A weights-only checkpoint (the last save by default) starts
+  a new run at step 1 from its weights, so its step is not compared.
+- **`exclude_from_loading`** takes torchtitan's state names: `model` (weights, MoE expert
+  bias), `optimizer` (AdamW moments and step count), `lr_scheduler` (the schedule restarts
+  at its first step), `dataloader` (the data from its start, the random-token counter at
+  0), `train_state` (the step count restarts at 1, tokens seen at 0). Excluding all but
+  `model` is the same as an initial load of that checkpoint's weights.
+- **`load_only`** loads as usual and never saves. **`enable_first_step_checkpoint`** also
+  saves after step 1. **`create_seed_checkpoint`** builds and initialises the model, saves
+  it as `step-0` (weights only) into a folder without checkpoints and exits, on 1 rank; a
+  run from it trains exactly as a fresh run with the same seed.
+- **Fine-tuning from a Hugging Face folder** needs it once: `model.hf_assets_path = DIR`
+  with `checkpoint.initial_load_in_hf = true` loads the weights from DIR (torchtitan's rule
+  when `initial_load_path` is unset), and while `model.flavor` is not set (and
+  `model.config_path` is not) the model is built from DIR's `config.json`. The tokenizer
+  comes from DIR as always. `initial_load_path` or `config_path` override either part.
+- **No random init before a load.** When a resume or an initial load overwrites every
+  weight, the random init is skipped (results are bitwise the same). Start-up phases that
+  can take seconds (the init, a load, the GEMM peak measurement) print a line before they
+  start and their time when it was a second or more.
+- **The tokenizer is recorded.** A checkpoint's metadata has `"tokenizer"`:
+  `{"path": absolute folder, "tokenizer_json_fnv1a64": hex}` (FNV-1a 64 of the bytes of
+  `tokenizer.json`), `"bytes"` (byte data) or `null` (random tokens). `titan generate
+  --model` (a `step-N`, a checkpoint folder or a run folder) uses the recorded tokenizer,
+  and refuses by name one that is gone or changed, a `--tokenizer` other than the recorded
+  one, a tokenizer for a model trained on bytes, and a checkpoint without the record whose
+  vocabulary is not 256. Token shards carry the same record (docs/data.md).
+EOF
 } > docs/config.md

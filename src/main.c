@@ -547,11 +547,13 @@ static void generate_usage(FILE *f) {
            "cache), stopping at max-new-tokens or the tokenizer's eos / <|im_end|> /\n"
            "<|endoftext|>; speed on stderr.\n"
            "  --model PATH         a training checkpoint (FOLDER/step-N, or FOLDER: its newest\n"
-           "                       step), or a folder with model.safetensors (HF names; its\n"
-           "                       arguments from --flavor / --set) or such a file\n"
+           "                       step, or a run folder holding checkpoint/), or a folder with\n"
+           "                       model.safetensors (HF names; its arguments from --flavor /\n"
+           "                       --set) or such a file\n"
            "  --flavor NAME, --set KEY=VALUE   model arguments for a model.safetensors\n"
            "  --tokenizer DIR      HF tokenizer folder (default: the model folder when it has\n"
-           "                       tokenizer.json, else one token per byte)\n"
+           "                       tokenizer.json, the one a checkpoint records, else one\n"
+           "                       token per byte)\n"
            "  --prompt TEXT        the prompt (default: stdin)\n"
            "  --chat JSON|FILE     a JSON list of {role, content} messages (or a file holding\n"
            "                       it), rendered with the Qwen3 chat template + generation prompt\n"
@@ -631,7 +633,8 @@ static int cmd_generate(int argc, char **argv, base_err *err) {
     if (threads > 0) omp_set_num_threads(base_threads_bound(threads, "generate --threads"));
     base_log_all_to_stderr(1); /* stdout is the generated text */
 
-    if (!tok_dir && base_has_file(path, "tokenizer.json")) tok_dir = path;
+    char rec_tok[4096]; /* the tokenizer a training checkpoint records */
+    if (train_generate_tokenizer(path, &tok_dir, rec_tok, sizeof rec_tok, err)) return -1;
     data_tok *tok = NULL;
     model m = {0};
     model_infer *s = NULL;

@@ -91,3 +91,11 @@ set_tests_properties(train_stop_signal PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2
 add_test(NAME checkpoint_meta_bounds
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>)
 set_tests_properties(checkpoint_meta_bounds PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# Fine-tuning and resuming do what the user meant: a checkpoint past training.steps, the
+# init a load overwrites, torchtitan's checkpoint switches, one HF folder for a fine-tune,
+# the tokenizer a checkpoint or token shard records.
+add_test(NAME train_finetune
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/finetune.sh $<TARGET_FILE:titan> ${TITAN_SHARED}
+          ${TITAN_PYTHON})
+set_tests_properties(train_finetune PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)

@@ -254,9 +254,10 @@ int ckpt_train_read_args(const char *dir, model_args *a, base_err *err);
 
 /* ---- model sources (source.c): where weights can be loaded from ------------------------
  * One resolver for `titan generate --model`, checkpoint.initial_load_path and `titan convert`:
- *   CKPT_SRC_STEP         a training checkpoint FOLDER/step-N (metadata.json), or a checkpoint
- *                         folder (its newest complete step-N): arguments from metadata.json,
- *                         weights from buffer "model"
+ *   CKPT_SRC_STEP         a training checkpoint FOLDER/step-N (metadata.json), a checkpoint
+ *                         folder (its newest complete step-N), or a run folder whose
+ *                         checkpoint/ is one: arguments from metadata.json, weights from
+ *                         buffer "model"
  *   CKPT_SRC_HF           a Hugging Face folder (config.json + model.safetensors or index)
  *   CKPT_SRC_TITAN_MODEL  a titan model folder (model_args.json + model.safetensors)
  *   CKPT_SRC_FILE         one .safetensors file (HF or titan names; no arguments in it) */

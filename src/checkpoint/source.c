@@ -55,6 +55,13 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
         s->kind = CKPT_SRC_STEP;
         return 0;
     }
+    /* a run folder (job.dump_folder): its checkpoint/ folder's newest step */
+    snprintf(s->folder, sizeof s->folder, "%.4000s/checkpoint", path);
+    if (base_is_dir(s->folder) && ckpt_step_latest(s->folder, &s->step) == 0) {
+        s->kind = CKPT_SRC_STEP;
+        return 0;
+    }
+    s->folder[0] = 0;
     if (base_has_file(path, "model.safetensors")) {
         snprintf(s->path, sizeof s->path, "%s/model.safetensors", path);
         s->kind = CKPT_SRC_FILE;
@@ -62,7 +69,8 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     }
     return base_fail(err,
                      "%s: not a model: no config.json (Hugging Face), metadata.json or complete "
-                     "step-N (titan checkpoint), model_args.json or model.safetensors",
+                     "step-N (titan checkpoint, also under checkpoint/: a run folder), "
+                     "model_args.json or model.safetensors",
                      path);
 }
 

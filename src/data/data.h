@@ -54,6 +54,9 @@ void data_tok_ids_free(data_tok_ids *v);
 /* Loads dir/tokenizer.json and (if present) dir/tokenizer_config.json. */
 int data_tok_load(const char *dir, data_tok **out, base_err *err);
 void data_tok_free(data_tok *t);
+/* FNV-1a 64 of tokenizer.json's bytes: names the tokenizer in checkpoints and token shards
+ * (any edit of the file, whitespace included, makes another tokenizer). */
+uint64_t data_tok_fingerprint(const data_tok *t);
 
 /* Appends the ids of text[0..len) to out. */
 int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out, base_err *err);
@@ -119,18 +122,21 @@ void data_chat_msgs_free(data_chat_msg *msgs);
  * tokens, extension .jsonl / .json / .ndjson -> jsonl, anything else -> text.
  * Documents are numbered globally across the files in order, starting at 0.
  *
- * Token shard format (little endian), version 1:
+ * Token shard format (little endian), version 2 (version 1: no tokenizer record, L and
+ * the hash absent, the header 48 bytes; still read):
  *   0   char[8]  magic "TITANTOK"
- *   8   u32      version (1)
+ *   8   u32      version (2)
  *   12  u32      dtype (1 = uint32 token ids; the only one defined)
  *   16  u64      n_docs
  *   24  u64      n_tokens
  *   32  i32      vocab_size of the tokenizer that wrote it (ids are < vocab_size)
  *   36  i32      bos_id, 40 i32 eos_id (-1 = none): the loader adds them, they are not stored
- *   44  u32      reserved (0)
- *   48  u64      doc_offsets[n_docs + 1]   token offsets: [0] = 0, non-decreasing,
- *                                          [n_docs] = n_tokens
- *   48 + 8 (n_docs + 1): u32 tokens[n_tokens]; the file ends there exactly.
+ *   44  u32      L: length of the tokenizer's path (<= 4096)
+ *   48  u64      FNV-1a 64 of the tokenizer's tokenizer.json (data_tok_fingerprint)
+ *   56  char[L]  the tokenizer folder's absolute path, zero-padded to a multiple of 8: H bytes
+ *   H   u32      tokens[n_tokens], zero-padded to a multiple of 8 bytes
+ *   ... u64      doc_offsets[n_docs + 1]   token offsets: [0] = 0, non-decreasing,
+ *                                          [n_docs] = n_tokens; the file ends there exactly.
  * The header and offsets are validated on open; token ids are checked as documents are read. */
 typedef enum { DATA_FMT_AUTO, DATA_FMT_TEXT, DATA_FMT_JSONL, DATA_FMT_TOKENS } data_format;
 
@@ -139,8 +145,9 @@ int data_format_parse(const char *s, data_format *out);
 const char *data_format_name(data_format f);
 
 #define DATA_SHARD_MAGIC "TITANTOK"
-#define DATA_SHARD_VERSION 1u
-#define DATA_SHARD_HEADER_BYTES 48
+#define DATA_SHARD_VERSION 2u
+#define DATA_SHARD_HEADER_BYTES 48 /* version 1; version 2: 56 + the path, padded to 8 */
+#define DATA_SHARD_MAX_PATH 4096
 
 /* How text becomes ids: a tokenizer (bos if it has one + tokens + eos from
  * tokenizer_config.json, as torchtitan's HF dataset), or, when tok is NULL, raw bytes

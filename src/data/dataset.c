@@ -81,9 +81,10 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
         return base_fail(err, "%s: not a titan token shard (bad magic)", path);
     }
     const uint32_t version = rd_u32(h + 8), dtype = rd_u32(h + 12);
-    if (version != DATA_SHARD_VERSION) {
+    if (version != 1 && version != DATA_SHARD_VERSION) {
         data_shard_close(s);
-        return base_fail(err, "%s: token shard version %u is not supported (this titan reads %u)",
+        return base_fail(err,
+                         "%s: token shard version %u is not supported (this titan reads 1 and %u)",
                          path, version, DATA_SHARD_VERSION);
     }
     if (dtype != 1) {
@@ -96,9 +97,20 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
     s->vocab_size = (int32_t)rd_u32(h + 32);
     s->bos = (int32_t)rd_u32(h + 36);
     s->eos = (int32_t)rd_u32(h + 40);
+    uint64_t hb = DATA_SHARD_HEADER_BYTES; /* header bytes: version 2 adds the tokenizer */
+    if (version == 2) {
+        s->tok_path_len = rd_u32(h + 44);
+        hb = 56 + ((uint64_t)s->tok_path_len + 7) / 8 * 8;
+    }
     const char *bad = NULL;
-    if (rd_u32(h + 44) != 0)
+    if (version == 1 && rd_u32(h + 44) != 0)
         bad = "reserved field is not 0";
+    else if (s->tok_path_len > DATA_SHARD_MAX_PATH)
+        bad = "tokenizer path longer than 4096 bytes";
+    else if (hb > size)
+        bad = "shorter than its tokenizer record";
+    else if (version == 2 && memchr(h + 56, 0, s->tok_path_len))
+        bad = "tokenizer path holds a NUL byte";
     else if (s->vocab_size <= 0)
         bad = "vocab_size must be positive";
     else if (s->bos < -1 || s->bos >= s->vocab_size)
@@ -109,6 +121,10 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
         data_shard_close(s);
         return base_fail(err, "%s: bad token shard header: %s", path, bad);
     }
+    if (version == 2) {
+        s->tok_hash = rd_u64(h + 48);
+        s->tok_path = (const char *)h + 56;
+    }
     /* Exact size: header, tokens, padding to 8, offsets; every product checked. */
     const uint64_t lim = (uint64_t)1 << 60, nd = s->n_docs, nt = s->n_tokens;
     if (nt > lim / 4 || nd > lim / 8) {
@@ -118,7 +134,7 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
                          "n_tokens %llu)",
                          path, (unsigned long long)nd, (unsigned long long)nt);
     }
-    const uint64_t off_start = (DATA_SHARD_HEADER_BYTES + 4 * nt + 7) / 8 * 8;
+    const uint64_t off_start = (hb + 4 * nt + 7) / 8 * 8;
     const uint64_t want = off_start + 8 * (nd + 1);
     if (want != size) {
         data_shard_close(s);
@@ -129,7 +145,7 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
                          (unsigned long long)nd, (unsigned long long)nt, (unsigned long long)want,
                          size);
     }
-    s->tokens = h + DATA_SHARD_HEADER_BYTES;
+    s->tokens = h + hb;
     s->offsets = h + off_start;
     uint64_t prev = data_shard_offset(s, 0);
     if (prev != 0) {

@@ -19,6 +19,9 @@ typedef struct {
     size_t size;
     uint64_t n_docs, n_tokens;
     int32_t vocab_size, bos, eos;
+    uint64_t tok_hash;            /* version 2: FNV-1a 64 of the tokenizer.json that wrote it */
+    const char *tok_path;         /* its folder (tok_path_len bytes, not NUL-terminated); */
+    uint32_t tok_path_len;        /* version 1: NULL, 0 */
     const unsigned char *tokens;  /* u32 LE [n_tokens] */
     const unsigned char *offsets; /* u64 LE [n_docs + 1] */
 } data_shard;

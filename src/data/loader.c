@@ -73,6 +73,14 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
                              "%d, eos %d; this one has %d, %d, %d)",
                              f->path, s->vocab_size, s->bos, s->eos, data_tok_vocab_size(t), bos,
                              eos);
+        if (t && s->tok_path && s->tok_hash != data_tok_fingerprint(t))
+            return base_fail(err,
+                             "%s: shard was written with the tokenizer %.*s (tokenizer.json FNV-1a "
+                             "64 %016llx); this run's tokenizer is another (%016llx): "
+                             "re-tokenize the data with it, or train with that one",
+                             f->path, (int)s->tok_path_len, s->tok_path,
+                             (unsigned long long)s->tok_hash,
+                             (unsigned long long)data_tok_fingerprint(t));
         if (s->vocab_size > l->cfg.enc.vocab_size)
             return base_fail(err, "%s: shard vocab_size %d is larger than the model's %d", f->path,
                              s->vocab_size, l->cfg.enc.vocab_size);

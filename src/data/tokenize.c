@@ -28,6 +28,9 @@ typedef struct {
     uint64_t *offs; /* [n_docs + 1] */
     size_t n_docs, cap;
     int32_t vocab, bos, eos;
+    uint64_t tok_hash; /* the tokenizer record (data.h): tokenizer.json's FNV-1a 64, */
+    char tok_path[DATA_SHARD_MAX_PATH + 8]; /* its folder's absolute path, */
+    size_t header;                          /* and the header's size with it */
 } shard_writer;
 
 static int sw_open(shard_writer *w, base_err *err) {
@@ -37,8 +40,8 @@ static int sw_open(shard_writer *w, base_err *err) {
         base_atomic_abort(&w->out);
         return -1;
     }
-    static const unsigned char zero[DATA_SHARD_HEADER_BYTES];
-    if (fwrite(zero, 1, sizeof zero, w->fp) != sizeof zero)
+    static const unsigned char zero[56 + DATA_SHARD_MAX_PATH + 8];
+    if (fwrite(zero, 1, w->header, w->fp) != w->header)
         return base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
     w->n_tokens = 0;
     w->n_docs = 0;
@@ -72,7 +75,7 @@ static void put64(unsigned char *p, uint64_t v) {
 /* Pads, writes the offsets and the header, then commits (fsync, rename into place). */
 static int sw_close(shard_writer *w, base_err *err) {
     static const unsigned char pad[8];
-    unsigned char h[DATA_SHARD_HEADER_BYTES] = {0};
+    unsigned char h[56 + DATA_SHARD_MAX_PATH + 8] = {0};
     memcpy(h, DATA_SHARD_MAGIC, 8);
     put32(h + 8, DATA_SHARD_VERSION);
     put32(h + 12, 1);
@@ -81,10 +84,13 @@ static int sw_close(shard_writer *w, base_err *err) {
     put32(h + 32, (uint32_t)w->vocab);
     put32(h + 36, (uint32_t)w->bos);
     put32(h + 40, (uint32_t)w->eos);
+    put32(h + 44, (uint32_t)strlen(w->tok_path));
+    put64(h + 48, w->tok_hash);
+    memcpy(h + 56, w->tok_path, strlen(w->tok_path));
     const size_t npad = (size_t)(w->n_tokens % 2) * 4;
     int ok = (!npad || fwrite(pad, 1, npad, w->fp) == npad) &&
              fwrite(w->offs, 8, w->n_docs + 1, w->fp) == w->n_docs + 1 &&
-             fseek(w->fp, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->fp) == sizeof h;
+             fseek(w->fp, 0, SEEK_SET) == 0 && fwrite(h, 1, w->header, w->fp) == w->header;
     w->fp = NULL;
     if (ok) return base_atomic_commit(&w->out, err);
     base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
@@ -130,6 +136,17 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     w.vocab = data_tok_vocab_size(toks[0]);
     w.bos = data_tok_bos_id(toks[0]);
     w.eos = data_tok_eos_id(toks[0]);
+    w.tok_hash = data_tok_fingerprint(toks[0]);
+    char *abs = realpath(cfg->tokenizer, NULL);
+    const int fits = abs && strlen(abs) <= DATA_SHARD_MAX_PATH;
+    if (fits) snprintf(w.tok_path, sizeof w.tok_path, "%s", abs);
+    free(abs);
+    if (!fits) {
+        base_fail(err, "%s: cannot resolve the tokenizer's path (or it is over %d bytes)",
+                  cfg->tokenizer, DATA_SHARD_MAX_PATH);
+        goto done;
+    }
+    w.header = 56 + (strlen(w.tok_path) + 7) / 8 * 8;
     if (data_reader_open(&rd, cfg->path, cfg->format, cfg->field, cfg->skip_bad_lines, err))
         goto done;
     for (int i = 0; i < rd.n_files; i++)

@@ -171,6 +171,7 @@ struct data_tok {
     int16_t char_byte[324]; /* reverse map: code point -> byte, -1 if not in alphabet */
     smap cache;             /* byte-level piece -> offset into cache_ids */
     int32_t *cache_ids;
+    uint64_t json_hash; /* FNV-1a 64 of tokenizer.json's bytes */
     size_t cache_n, cache_cap;
     int32_t bos, eos, pad;
 };
@@ -307,13 +308,15 @@ static size_t unmap_nul(const char *s, size_t len, char *buf) {
     return w;
 }
 
-static int read_json(const char *path, int required, json_t **out, base_err *err) {
+/* hash (may be NULL): FNV-1a 64 of the file's bytes. */
+static int read_json(const char *path, int required, json_t **out, uint64_t *hash, base_err *err) {
     json_error_t je;
     *out = NULL;
     if (!required && access(path, F_OK) != 0) return 0; /* optional file absent */
     size_t sz;
     char *raw = base_read_file(path, (size_t)1 << 30, &sz, err);
     if (!raw) return -1;
+    if (hash) *hash = base_hash_bytes(BASE_HASH_INIT, raw, sz);
     size_t rn;
     char *txt = rewrite_nul(raw, sz, &rn, path, err);
     free(raw);
@@ -600,7 +603,7 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
     snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
     json_t *root = NULL, *cfg = NULL;
     int rc = -1;
-    if (read_json(path, 1, &root, err)) goto done;
+    if (read_json(path, 1, &root, &t->json_hash, err)) goto done;
     json_t *norm = json_object_get(root, "normalizer");
     if (norm && !json_is_null(norm)) {
         const char *nt =
@@ -614,7 +617,7 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
     if (parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), path, err)) goto done;
     if (parse_model(t, json_object_get(root, "model"), path, err)) goto done;
     if (parse_added(t, json_object_get(root, "added_tokens"), path, "added_tokens", err)) goto done;
-    if (read_json(cpath, 0, &cfg, err) || parse_added_decoder(t, cfg, cpath, err)) goto done;
+    if (read_json(cpath, 0, &cfg, NULL, err) || parse_added_decoder(t, cfg, cpath, err)) goto done;
     json_t *dec = json_object_get(root, "decoder");
     if (dec && !json_is_null(dec)) {
         const char *dt =
@@ -671,6 +674,10 @@ int data_tok_load(const char *dir, data_tok **out, base_err *err) {
     }
     *out = t;
     return 0;
+}
+
+uint64_t data_tok_fingerprint(const data_tok *t) {
+    return t->json_hash;
 }
 
 void data_tok_free(data_tok *t) {

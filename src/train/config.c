@@ -46,6 +46,7 @@ static int check_flavor(const base_toml_value *v, char *why, size_t n);
 static int check_sac_option(const base_toml_value *v, char *why, size_t n);
 static int check_kernel_override(const base_toml_value *v, char *why, size_t n);
 static int check_plugin_path(const base_toml_value *v, char *why, size_t n);
+static int check_ckpt_part(const base_toml_value *v, char *why, size_t n);
 
 #define OFF(sec, key) offsetof(train_config, sec.key)
 #define BIG 1073741824.0 /* 2^30: sizes and counts */
@@ -111,7 +112,8 @@ static const field g_fields[] = {
     STR(model, name, "qwen3", NULL, "model family (qwen3; others are refused by name)"),
     STRC(model, flavor, "debugmodel", check_flavor, "registry flavor (titan inspect lists one)"),
     STR(model, hf_assets_path, "", NULL,
-        "Hugging Face folder whose tokenizer encodes the dataset; none = one token per byte"),
+        "Hugging Face folder whose tokenizer encodes the dataset (none = one token per byte); "
+        "with checkpoint.initial_load_in_hf also the weights and, flavor unset, config.json"),
     STR(model, config_path, "", NULL, "a Hugging Face config.json to build the model from"),
     OINT(model, dim, 1, BIG, "override: model width (titan)"),
     OINT(model, n_layers, 1, BIG, "override: transformer blocks (titan)"),
@@ -196,7 +198,8 @@ static const field g_fields[] = {
     STR(lr_scheduler, decay_type, "linear", "linear|sqrt|cosine", "decay curve"),
     FLT(lr_scheduler, min_lr_factor, 0.0, 0, 1, 0, "final LR as a fraction of the peak"),
 
-    BOOL(checkpoint, enable, 0, "save checkpoints and resume from the newest"),
+    BOOL(checkpoint, enable, 0,
+         "save checkpoints and resume from the newest (one past training.steps is refused)"),
     STR(checkpoint, folder, "checkpoint", NULL, "checkpoint folder, under job.dump_folder"),
     INT(checkpoint, interval, 500, 1, BIG, "steps between checkpoints"),
     INTC(checkpoint, keep_latest_k, 10, 0, BIG, check_not_one, "checkpoints kept; 0 = all"),
@@ -204,7 +207,8 @@ static const field g_fields[] = {
     STR(checkpoint, initial_load_path, "", NULL,
         "weights to start from when there is nothing to resume: a titan step-N folder or a "
         "safetensors file / folder under HF names"),
-    BOOL(checkpoint, initial_load_in_hf, 0, "initial_load_path is a Hugging Face folder"),
+    BOOL(checkpoint, initial_load_in_hf, 0,
+         "initial load from a Hugging Face folder: initial_load_path, else model.hf_assets_path"),
     BOOL(checkpoint, initial_load_model_only, 1, "initial load: weights only"),
     BOOL(checkpoint, last_save_model_only, 1, "final save: weights only"),
     BOOL(checkpoint, last_save_in_hf, 0, "final save in Hugging Face format"),
@@ -218,11 +222,12 @@ static const field g_fields[] = {
           "fault tolerance: dataloader state per replica (no fault tolerance)"),
     PBOOL(checkpoint, initial_load_in_hf_quantized, 0, P_REFUSE,
           "initial_load_path holds quantized HF weights (not implemented)"),
-    PSTRS(checkpoint, exclude_from_loading, P_USED, "state not restored on resume (model, ...)"),
-    PBOOL(checkpoint, enable_first_step_checkpoint, 0, P_USED, "also save after step 1"),
-    PBOOL(checkpoint, create_seed_checkpoint, 0, P_USED,
-          "write the initial weights as step-0 and exit"),
-    PBOOL(checkpoint, load_only, 0, P_USED, "load checkpoints, never save them"),
+    STRS(checkpoint, exclude_from_loading, check_ckpt_part,
+         "parts a resume does not load: model, optimizer, lr_scheduler, dataloader, train_state"),
+    BOOL(checkpoint, load_only, 0, "load checkpoints as usual but never save one"),
+    BOOL(checkpoint, enable_first_step_checkpoint, 0, "also save a checkpoint after step 1"),
+    BOOL(checkpoint, create_seed_checkpoint, 0,
+         "build and initialise the model, save it as step-0 (weights only) and exit; 1 rank"),
 
     INT(parallelism, data_parallel_replicate_degree, 1, 1, BIG, "DDP/HSDP replicas"),
     INTC(parallelism, data_parallel_shard_degree, -1, -1, BIG, check_not_zero,
@@ -609,6 +614,15 @@ static int check_kernel_impl(const char *s, char *why, size_t n) {
 static int check_plugin_path(const base_toml_value *v, char *why, size_t n) {
     if (v->s[0]) return 0;
     snprintf(why, n, "must name a shared object (e.g. \"./libmykernels.so\")");
+    return -1;
+}
+
+static int check_ckpt_part(const base_toml_value *v, char *why, size_t n) {
+    if (train_ckpt_part_parse(v->s)) return 0;
+    snprintf(why, n,
+             "'%.100s' is not a checkpoint part (model, optimizer, lr_scheduler, dataloader, "
+             "train_state)",
+             v->s);
     return -1;
 }
 
@@ -1365,10 +1379,29 @@ static int fail_field(const train_config *c, const char *section, const char *ke
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
 #define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
 
+/* What an initial load reads: checkpoint.initial_load_path, else (initial_load_in_hf, as
+ * torchtitan) model.hf_assets_path; "" for none. */
+static const char *initial_load_source(const train_config *c) {
+    if (c->checkpoint.initial_load_path[0]) return c->checkpoint.initial_load_path;
+    return c->checkpoint.initial_load_in_hf ? c->model.hf_assets_path : "";
+}
+
+/* The config.json the model is built from: model.config_path; else, while model.flavor is
+ * left at its default, that of the Hugging Face folder an initial load reads (a fine-tune
+ * names its folder once); "" = the flavor. */
+static const char *model_config_path(const train_config *c) {
+    if (c->model.config_path[0]) return c->model.config_path;
+    const char *src = initial_load_source(c);
+    if (!c->checkpoint.enable || !src[0] || c->origin[find_field("model", "flavor")].where ||
+        !base_has_file(src, "config.json"))
+        return "";
+    return src;
+}
+
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
-    if (c->model.config_path[0]) { /* a HF config.json (or a folder holding one) */
+    if (model_config_path(c)[0]) { /* a HF config.json (or a folder holding one) */
         char p[4200];
-        const char *cp = c->model.config_path;
+        const char *cp = model_config_path(c);
         if (base_is_dir(cp)) {
             snprintf(p, sizeof p, "%s/config.json", cp);
             cp = p;
@@ -1454,7 +1487,7 @@ int train_config_validate(const train_config *c, base_err *err) {
         return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
                           (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
     model_args a;
-    if (!c->model.config_path[0]) { /* a config.json is read when training starts */
+    if (!model_config_path(c)[0]) { /* a config.json is read when training starts */
         if (resolve_model(c, &a, err)) return -1;
         for (int i = 0; i < c->model.mlp_only_layers.n; i++)
             if (c->model.mlp_only_layers.v[i] >= a.n_layers)
@@ -1654,6 +1687,21 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
             return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
         c->checkpoint.enable = 1;
     }
+    if (c->checkpoint.initial_load_in_hf && !c->checkpoint.enable)
+        return NOT_YET(checkpoint, initial_load_in_hf, "needs checkpoint.enable = true");
+    if (c->checkpoint.initial_load_in_hf && !initial_load_source(c)[0])
+        return NOT_YET(checkpoint, initial_load_in_hf,
+                       "names no folder to load: set checkpoint.initial_load_path or "
+                       "model.hf_assets_path");
+    if (c->checkpoint.create_seed_checkpoint && !c->checkpoint.enable)
+        return NOT_YET(checkpoint, create_seed_checkpoint, "needs checkpoint.enable = true");
+    if (c->checkpoint.create_seed_checkpoint && c->checkpoint.load_only)
+        return NOT_YET(checkpoint, create_seed_checkpoint,
+                       "saves a checkpoint: it cannot go with checkpoint.load_only");
+    if (c->checkpoint.create_seed_checkpoint && dist_world_size() > 1)
+        return NOT_YET(checkpoint, create_seed_checkpoint,
+                       "runs on 1 rank (this job has %d); the seed loads into any number",
+                       dist_world_size());
 
     if (resolve_model(c, &o->model, err)) return -1;
     if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
@@ -1677,13 +1725,17 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.interval = (int)c->checkpoint.interval;
     o->ckpt.keep_latest_k = (int)c->checkpoint.keep_latest_k;
     o->ckpt.load_step = c->checkpoint.load_step;
-    o->ckpt.initial_load_path =
-        c->checkpoint.initial_load_path[0] ? c->checkpoint.initial_load_path : NULL;
+    o->ckpt.initial_load_path = initial_load_source(c)[0] ? initial_load_source(c) : NULL;
     o->ckpt.initial_load_in_hf = c->checkpoint.initial_load_in_hf;
     o->ckpt.initial_load_model_only = c->checkpoint.initial_load_model_only;
     o->ckpt.last_save_model_only = c->checkpoint.last_save_model_only;
     o->ckpt.async = strcmp(c->checkpoint.async_mode, "disabled") != 0;
     o->ckpt.last_save_in_hf = c->checkpoint.last_save_in_hf;
+    for (int i = 0; i < c->checkpoint.exclude_from_loading.n; i++)
+        o->ckpt.exclude |= train_ckpt_part_parse(c->checkpoint.exclude_from_loading.v[i]);
+    o->ckpt.load_only = c->checkpoint.load_only;
+    o->ckpt.first_step = c->checkpoint.enable_first_step_checkpoint;
+    o->ckpt.create_seed = c->checkpoint.create_seed_checkpoint;
     o->export_dtype = c->checkpoint.export_dtype;
     o->assets_dir = o->tokenizer_dir;
     if (o->ckpt.enable && !o->ckpt.folder) return base_fail(err, "out of memory");
@@ -1747,11 +1799,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     }
     o->kernel_overrides = c->ovr;
     o->n_kernel_overrides = n;
-    o->ckpt.exclude_from_loading = c->checkpoint.exclude_from_loading.v;
-    o->ckpt.n_exclude_from_loading = c->checkpoint.exclude_from_loading.n;
-    o->ckpt.load_only = c->checkpoint.load_only;
-    o->ckpt.enable_first_step_checkpoint = c->checkpoint.enable_first_step_checkpoint;
-    o->ckpt.create_seed_checkpoint = c->checkpoint.create_seed_checkpoint;
     o->memory_estimation = c->memory_estimation.enable;
     o->ignore_memory_check = c->training.ignore_memory_check;
     return config_hash(c, &o->config_hash, err);
@@ -1858,6 +1905,10 @@ void train_config_print(const train_config *c, FILE *f) {
         if (i == 0 || strcmp(fd->section, g_fields[i - 1].section))
             fprintf(f, "%s[%s]\n", i ? "\n" : "", fd->section);
         const void *s = slot(c, fd);
+        /* a fine-tune's config.json from its HF folder (the printed flavor is set, so it
+         * would no longer apply): printed so the output builds the same model */
+        const char *implied = model_config_path(c);
+        if (s == (const void *)&c->model.config_path && implied[0]) s = &implied;
         if (fd->type == T_ANY)
             fprintf(f, "# %s = (any value, not kept)  # %s\n", fd->key, fd->help);
         else if (is_unset(fd, s))

@@ -40,6 +40,80 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
     return 0;
 }
 
+/* FNV-1a 64 of DIR/tokenizer.json's bytes (data_tok_fingerprint's value); -1 when unreadable. */
+static int tokenizer_hash(const char *dir, uint64_t *h) {
+    char p[4200];
+    size_t n = 0;
+    base_err e;
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    char *raw = base_read_file(p, (size_t)1 << 30, &n, &e);
+    if (!raw) return -1;
+    *h = base_hash_bytes(BASE_HASH_INIT, raw, n);
+    free(raw);
+    return 0;
+}
+
+int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, size_t n,
+                             base_err *err) {
+    if (!*tok_dir && base_has_file(path, "tokenizer.json")) *tok_dir = path;
+    ckpt_source src;
+    base_err ignore; /* not a model: train_load_model says why */
+    if (ckpt_source_open(&src, path, &ignore) || src.kind != CKPT_SRC_STEP) return 0;
+    char *tj = NULL, where[4200];
+    int world = 0;
+    if (ckpt_step_read_meta(src.folder, src.step, &tj, &world, err)) return -1;
+    snprintf(where, sizeof where, "%s/step-%lld", src.folder, (long long)src.step);
+    json_t *t = json_loads(tj, 0, NULL), *rec = json_object_get(t, "tokenizer");
+    free(tj);
+    const json_t *vocab = json_object_get(json_object_get(t, "model"), "vocab_size");
+    const char *rpath = json_string_value(json_object_get(rec, "path"));
+    const char *rhash = json_string_value(json_object_get(rec, "tokenizer_json_fnv1a64"));
+    char have[17] = "";
+    uint64_t h;
+    if (*tok_dir && tokenizer_hash(*tok_dir, &h) == 0)
+        snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
+    int rc = 0;
+    if (json_is_string(rec) && !strcmp(json_string_value(rec), "bytes")) {
+        if (*tok_dir)
+            rc = base_fail(err,
+                           "%s was trained on bytes (one token per byte), not with a tokenizer: "
+                           "drop --tokenizer %s",
+                           where, *tok_dir);
+    } else if (rpath && rhash) {
+        if (*tok_dir && strcmp(have, rhash))
+            rc = base_fail(err,
+                           "%s was trained with the tokenizer %s (tokenizer.json FNV-1a 64 %s); "
+                           "%s/tokenizer.json is another (%s)",
+                           where, rpath, rhash, *tok_dir, have[0] ? have : "unreadable");
+        if (!*tok_dir) {
+            const int gone = tokenizer_hash(rpath, &h) != 0;
+            if (!gone) snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
+            if (gone)
+                rc = base_fail(err,
+                               "%s was trained with the tokenizer %s, which is gone: pass "
+                               "--tokenizer DIR with that tokenizer (tokenizer.json FNV-1a 64 %s)",
+                               where, rpath, rhash);
+            else if (strcmp(have, rhash))
+                rc = base_fail(err,
+                               "%s was trained with the tokenizer %s, whose tokenizer.json has "
+                               "changed since (FNV-1a 64 %s, recorded %s): pass --tokenizer DIR "
+                               "with the tokenizer it was trained with",
+                               where, rpath, have, rhash);
+            else {
+                snprintf(buf, n, "%s", rpath);
+                *tok_dir = buf;
+            }
+        }
+    } else if (!rec && !*tok_dir && json_integer_value(vocab) != 256) {
+        rc = base_fail(err,
+                       "%s does not record the tokenizer it was trained with and its vocabulary "
+                       "is %lld, not 256 (bytes): pass --tokenizer DIR",
+                       where, (long long)json_integer_value(vocab));
+    }
+    json_decref(t);
+    return rc;
+}
+
 /* ---- streaming text ------------------------------------------------------------------ */
 
 /* Length of the complete UTF-8 prefix of b[0..n): an unfinished character at the end (a lead

@@ -152,4 +152,31 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
 /* Closes the files (NULL ok); err (may be NULL) gets a failed final write. */
 int train_metrics_close(train_metrics *t, base_err *err);
 
+/* What a run starts from (start.c), decided before the model is initialised so that the
+ * random init is skipped where a load overwrites it. */
+typedef struct {
+    char ckdir[4096];    /* the checkpoint folder ("" when checkpoints are off) */
+    int64_t resume_step; /* the step-N to resume from; -1: none */
+    unsigned load;       /* train_ckpt_part bits the resume loads (a weights-only one: model) */
+    int64_t start;       /* training continues after this step */
+    int64_t lr_base;     /* the schedule's position is step - 1 + lr_base */
+    const char *initial; /* no resume: the initial load's source, or NULL */
+    int skip_init;       /* a load overwrites every weight */
+} train_start;
+/* Resolves the checkpoint folder, the step to resume (checkpoint.load_step or the newest
+ * complete one) and what it loads; refuses a resume past training.steps (naming the folder
+ * and how to start afresh) and create_seed_checkpoint into a folder that holds steps. */
+int train_start_plan(const train_opts *o, train_start *p, base_err *err);
+/* A start-up phase that can take seconds on a large model (weight init, a load, the GEMM
+ * peak): a line before it; after it, its time when that was a second or more. */
+double train_phase_begin(const char *what);
+/* " model optimizer ..." for the train_ckpt_part bits in parts ("" for none). */
+void train_ckpt_parts_str(unsigned parts, char *buf, size_t n);
+#define TRAIN_CKPT_ALL 31u /* every train_ckpt_part */
+void train_phase_end(const char *what, double t0);
+/* The tokenizer a run's data is encoded with, as checkpoint metadata "tokenizer":
+ * {"path", "tokenizer_json_fnv1a64"} (a tokenizer), "bytes" (byte data) or null (random
+ * tokens); NULL when out of memory. */
+struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok);
+
 #endif

@@ -177,6 +177,7 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(root, "model", args_json(&o->model));
+    json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok));
     train_moe_bias_json(root, m);
     if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
         json_object_set_new(root, "data_loader", json_loads(states, 0, NULL));
@@ -208,9 +209,47 @@ static int load_pieces(const char *dir, int64_t step, const char *const *names, 
     return rc;
 }
 
-static int64_t resume(const train_opts *o, const char *dir, int64_t step, model *m,
-                      const dist_fsdp *f, const train_piece *pieces, int n_pieces, optim_adamw *opt,
-                      token_source *src, int64_t *tokens_seen, base_err *err) {
+/* The data position of a checkpoint's "train" object: the random-token counter and this
+ * rank's loader state. */
+static int restore_data(const json_t *t, token_source *src, const char *dir, int64_t step,
+                        base_err *err) {
+    src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
+    if (src->loader == NULL) return 0;
+    json_t *dl = json_object_get(t, "data_loader"), *dls = json_object_get(t, "data_loaders");
+    const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
+    if (saved_dp != src->dp_size)
+        return base_fail(err,
+                         "%s/step-%lld: the data loaders' positions belong to %d data-parallel "
+                         "ranks, this run has %d: resume a dataset on the same data-parallel "
+                         "size (random tokens reshard freely)",
+                         dir, (long long)step, saved_dp, src->dp_size);
+    if (src->dp_size > 1) dl = json_array_get(dls, (size_t)src->dp_rank);
+    data_loader_state ds;
+    char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
+    if (!text) return base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
+    int bad =
+        data_loader_state_parse(text, &ds, err) || data_loader_set_state(src->loader, &ds, err);
+    free(text);
+    return bad ? -1 : 0;
+}
+
+/* Every data-parallel rank's loader position into states[dp_size][LOADER_STATE_BYTES]
+ * (collective over dp); nothing for random tokens. */
+static void gather_loader_states(const token_source *src, dist_comm *dp, char *states) {
+    if (!src->loader) return;
+    char mine[LOADER_STATE_BYTES] = {0};
+    data_loader_state ds;
+    data_loader_get_state(src->loader, &ds);
+    data_loader_state_format(&ds, mine, sizeof mine);
+    dist_allgather_bytes(dp, mine, states, LOADER_STATE_BYTES);
+}
+
+static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
+                      const train_piece *pieces, int n_pieces, optim_adamw *opt, token_source *src,
+                      int64_t *tokens_seen, base_err *err) {
+    const char *dir = plan->ckdir;
+    const int64_t step = plan->resume_step;
+    const unsigned load = plan->load;
     char *tj = NULL;
     int world;
     if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
@@ -218,7 +257,6 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
     free(tj);
     int64_t rc = -1;
     if (train_state_check(t, dir, step, err)) goto out;
-    json_t *dl = json_object_get(t, "data_loader");
     const int model_only = json_is_true(json_object_get(t, "model_only"));
     if (!json_equal(json_object_get(t, "model"), want)) {
         char *have = json_dumps(json_object_get(t, "model"), JSON_COMPACT | JSON_SORT_KEYS);
@@ -229,47 +267,39 @@ static int64_t resume(const train_opts *o, const char *dir, int64_t step, model 
         free(need);
         goto out;
     }
-    /* this rank's shard of every buffer, from any number of shard files */
-    static const char *const names[3] = {"model", "adam_m", "adam_v"};
-    float *const dst[3] = {dist_fsdp_shard_params(f), opt->m, opt->v};
-    if (load_pieces(dir, step, names, dst, model_only ? 1 : 3, pieces, n_pieces, m->full_floats,
-                    err))
+    /* this rank's shard of every buffer it loads, from any number of shard files */
+    const char *names[3];
+    float *dst[3];
+    int nb = 0;
+    if (load & TRAIN_CKPT_MODEL) {
+        names[nb] = "model";
+        dst[nb++] = dist_fsdp_shard_params(f);
+    }
+    if (load & TRAIN_CKPT_OPTIMIZER) {
+        names[nb] = "adam_m";
+        dst[nb++] = opt->m;
+        names[nb] = "adam_v";
+        dst[nb++] = opt->v;
+    }
+    if (nb && load_pieces(dir, step, names, dst, nb, pieces, n_pieces, m->full_floats, err))
         goto out;
-    if (train_moe_bias_load(m, t, dir, err)) goto out;
+    if ((load & TRAIN_CKPT_MODEL) && train_moe_bias_load(m, t, dir, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
         base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
                  (long long)step);
-        rc = 0;
+        rc = plan->start;
         goto out;
     }
-    opt->step = json_integer_value(json_object_get(t, "adam_step"));
-    src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
-    *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
-    json_t *dls = json_object_get(t, "data_loaders");
-    const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
-    if (src->loader != NULL && saved_dp != src->dp_size) {
-        base_fail(err,
-                  "%s/step-%lld: the data loaders' positions belong to %d data-parallel ranks, "
-                  "this run has %d: resume a dataset on the same data-parallel size (random "
-                  "tokens reshard freely)",
-                  dir, (long long)step, saved_dp, src->dp_size);
-        goto out;
-    }
-    if (src->loader != NULL && src->dp_size > 1) dl = json_array_get(dls, (size_t)src->dp_rank);
-    if (src->loader != NULL) {
-        data_loader_state ds;
-        char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
-        int bad = !text || data_loader_state_parse(text, &ds, err) ||
-                  data_loader_set_state(src->loader, &ds, err);
-        free(text);
-        if (bad) {
-            if (!text)
-                base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
-            goto out;
-        }
-    }
-    base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld", dir, (long long)step);
-    rc = step;
+    if (load & TRAIN_CKPT_OPTIMIZER)
+        opt->step = json_integer_value(json_object_get(t, "adam_step"));
+    if (load & TRAIN_CKPT_TRAIN_STATE)
+        *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
+    if ((load & TRAIN_CKPT_DATALOADER) && restore_data(t, src, dir, step, err)) goto out;
+    char left_out[80] = ""; /* checkpoint.exclude_from_loading */
+    train_ckpt_parts_str(~load & TRAIN_CKPT_ALL, left_out, sizeof left_out);
+    base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld%s%s", dir, (long long)step,
+             left_out[0] ? "; not loaded:" : "", left_out);
+    rc = plan->start;
 out:
     json_decref(t);
     json_decref(want);
@@ -706,10 +736,15 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    /* unit by unit: with FSDP only one unit is ever whole in memory */
-    for (int u = 0; u < m.n_units; u++) {
-        model_init_unit_weights(&m, u, o->seed);
-        dist_fsdp_store_unit(f, u);
+    train_start plan; /* before the init: a load that overwrites every weight skips it */
+    if (train_start_plan(o, &plan, err)) goto out;
+    if (!plan.skip_init) { /* unit by unit: with FSDP only one unit is ever whole in memory */
+        const double t0 = train_phase_begin("initialising the weights");
+        for (int u = 0; u < m.n_units; u++) {
+            model_init_unit_weights(&m, u, o->seed);
+            dist_fsdp_store_unit(f, u);
+        }
+        train_phase_end("initialising the weights", t0);
     }
     float *const ws = dist_fsdp_shard_params(f), *const gs = dist_fsdp_shard_grads(f);
     const size_t ns = dist_fsdp_shard_len(f);
@@ -726,7 +761,12 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
+    double peak = o->peak_flops > 0 ? o->peak_flops : o->ckpt.create_seed ? 1 : 0;
+    if (!(peak > 0)) {
+        const double t0 = train_phase_begin("measuring the fp32 GEMM peak for MFU");
+        peak = train_measure_peak_flops();
+        train_phase_end("measuring the fp32 GEMM peak", t0);
+    }
     if (!(peak > 0)) {
         base_fail(err,
                   "could not measure the GEMM peak for MFU (out of memory?); pass --peak-tflops");
@@ -744,25 +784,28 @@ int train_run(const train_opts *o, base_err *err) {
         if (model_build(&ev, &o->model, &vo, err)) goto out;
     }
     /* checkpoints: resume from the newest (or load_step), else start from initial_load_path */
-    char ckdir[4096] = "";
+    const char *const ckdir = plan.ckdir;
     int64_t start = 0, tokens_seen = 0;
-    if (o->ckpt.enable) {
-        train_ckpt_folder(o, ckdir, sizeof ckdir);
-        int64_t step = o->ckpt.load_step;
-        if (step < 0) ckpt_step_latest(ckdir, &step);
-        if (step >= 0 && (start = resume(o, ckdir, step, &m, f, tpp.all, tpp.n_all, &opt, &src,
-                                         &tokens_seen, err)) < 0)
-            goto out;
-        if (step < 0 && o->ckpt.initial_load_path) {
-            if (!sliced && initial_load(o, &m, err)) goto out;
-            if (sliced) { /* the whole model, then this rank's slices of it */
-                if (tp_full_model(&full, &m, o, slices, err) || initial_load(o, &full, err))
-                    goto out;
-                if (tp_copy(&m, full.w, 0, err)) goto out;
-                model_free(&full);
-            }
-            for (int u = 0; u < m.n_units; u++) dist_fsdp_store_unit(f, u);
+    const double t_load = base_now();
+    if (plan.resume_step >= 0)
+        base_log(BASE_LOG_INFO, "checkpoint: loading %s/step-%lld ...", ckdir,
+                 (long long)plan.resume_step);
+    if (plan.resume_step >= 0 &&
+        (start = resume(o, &plan, &m, f, tpp.all, tpp.n_all, &opt, &src, &tokens_seen, err)) < 0)
+        goto out;
+    if (plan.initial) {
+        base_log(BASE_LOG_INFO, "checkpoint: loading the initial weights from %s ...",
+                 plan.initial);
+        if (!sliced && initial_load(o, &m, err)) goto out;
+        if (sliced) { /* the whole model, then this rank's slices of it */
+            if (tp_full_model(&full, &m, o, slices, err) || initial_load(o, &full, err)) goto out;
+            if (tp_copy(&m, full.w, 0, err)) goto out;
+            model_free(&full);
         }
+        for (int u = 0; u < m.n_units; u++) dist_fsdp_store_unit(f, u);
+    }
+    if (plan.resume_step >= 0 || plan.initial) train_phase_end("checkpoint: loading", t_load);
+    if (o->ckpt.enable && !o->ckpt.load_only) {
         /* TP: a rank's slices are pieces of the full layout (checkpoints reshard to any tp) */
         train_saver_layout lay = {
             mesh.world_comm,
@@ -774,6 +817,16 @@ int train_run(const train_opts *o, base_err *err) {
             m.full_floats};
         if (train_saver_init(&saver, ckdir, ns, &lay, o->ckpt.async, o->ckpt.keep_latest_k, err))
             goto out;
+    }
+    if (o->ckpt.create_seed) { /* torchtitan: the initialised weights as step-0, then exit */
+        gather_loader_states(&src, mesh.dp_comm, states);
+        state = train_state_json(o, &src, &opt, &m, 0, 1, 0, states);
+        if (!state || train_saver_save(saver, 0, ws, NULL, NULL, 1, state, err) ||
+            train_saver_finish(saver, err))
+            goto out;
+        base_log(BASE_LOG_INFO, "checkpoint: seed checkpoint %s/step-0 written", ckdir);
+        rc = 0;
+        goto out;
     }
     optim_lr_cfg lrc = o->lr;
     if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
@@ -837,7 +890,7 @@ int train_run(const train_opts *o, base_err *err) {
             (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
         max_loss += o->model.router_aux_loss_coef * aux * aux_on;
         const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
-        const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1);
+        const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1 + plan.lr_base);
         if (m.balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
             dist_allreduce_i64(mesh.dp_comm, m.moe_counts,
                                (size_t)m.args.n_layers * m.args.n_experts);
@@ -875,15 +928,10 @@ int train_run(const train_opts *o, base_err *err) {
                 whole = &full;
             }
             if (lead && export_hf(o, whole, dir, err)) goto out;
-        } else if (saver && (step % o->ckpt.interval == 0 || step == last || stop_sig)) {
+        } else if (saver && (step % o->ckpt.interval == 0 || step == last || stop_sig ||
+                             (step == 1 && o->ckpt.first_step))) {
             const int model_only = step == o->steps && o->ckpt.last_save_model_only;
-            if (src.loader) { /* every data-parallel rank's position */
-                char mine[LOADER_STATE_BYTES] = {0};
-                data_loader_state ds;
-                data_loader_get_state(src.loader, &ds);
-                data_loader_state_format(&ds, mine, sizeof mine);
-                dist_allgather_bytes(mesh.dp_comm, mine, states, LOADER_STATE_BYTES);
-            }
+            gather_loader_states(&src, mesh.dp_comm, states);
             free(state);
             state = train_state_json(o, &src, &opt, &m, step, model_only, tokens_seen, states);
             if (!state || train_saver_save(saver, step, ws, opt.m, opt.v, model_only, state, err))

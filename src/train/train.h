@@ -25,11 +25,25 @@ typedef struct {
     int last_save_model_only;      /* the save at the last step holds only the weights */
     int last_save_in_hf;           /* ... written as a Hugging Face folder, step-N/ */
     int async;                     /* save in a background thread (when memory allows) */
-    /* torchtitan's; parsed, for the checkpoint code to honour */
-    const char *const *exclude_from_loading; /* state names not restored on resume */
-    int n_exclude_from_loading;
-    int load_only, enable_first_step_checkpoint, create_seed_checkpoint;
+    unsigned exclude; /* train_ckpt_part bits a resume leaves as a fresh run has them */
+    int load_only;    /* load as usual, never save */
+    int first_step;   /* also save after step 1 (enable_first_step_checkpoint) */
+    int create_seed;  /* build, initialise, save step-0 (weights only), exit */
 } train_ckpt_opts;
+
+/* The parts of a training checkpoint, under torchtitan's state names (checkpoint.
+ * exclude_from_loading): "model" (weights, MoE expert bias), "optimizer" (AdamW moments and
+ * step count), "lr_scheduler" (the schedule's position), "dataloader" (the data position,
+ * random-token counter), "train_state" (the step and tokens seen). */
+typedef enum {
+    TRAIN_CKPT_MODEL = 1,
+    TRAIN_CKPT_OPTIMIZER = 2,
+    TRAIN_CKPT_LR_SCHEDULER = 4,
+    TRAIN_CKPT_DATALOADER = 8,
+    TRAIN_CKPT_TRAIN_STATE = 16
+} train_ckpt_part;
+/* The part a state name names; 0 when it names none. */
+unsigned train_ckpt_part_parse(const char *name);
 
 typedef struct {
     model_args model;
@@ -165,12 +179,11 @@ typedef struct {
     } lr_scheduler;
     struct {
         int enable, initial_load_in_hf, initial_load_model_only, last_save_model_only,
-            last_save_in_hf;
+            last_save_in_hf, load_only, enable_first_step_checkpoint, create_seed_checkpoint;
+        train_str_list exclude_from_loading;
         const char *folder, *initial_load_path, *export_dtype, *async_mode, *hf_export_folder;
         int64_t interval, keep_latest_k, load_step;
-        int enable_ft_dataloader_checkpoints, initial_load_in_hf_quantized,
-            enable_first_step_checkpoint, create_seed_checkpoint, load_only;
-        train_str_list exclude_from_loading;
+        int enable_ft_dataloader_checkpoints, initial_load_in_hf_quantized;
     } checkpoint;
     struct {
         int64_t data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree,
@@ -359,11 +372,21 @@ int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err);
  * path, which is one of:
  *   - a training checkpoint step folder FOLDER/step-N (metadata.json; the arguments from its
  *     "train"."model" object, the weights from buffer "model", any number of rank shards);
- *   - a training checkpoint folder holding step-N folders: its newest complete one;
+ *   - a training checkpoint folder holding step-N folders: its newest complete one, or a
+ *     run folder (job.dump_folder) whose checkpoint/ folder holds them;
  *   - a folder with model.safetensors (HF names), or such a .safetensors file: the arguments
  *     are *fallback (--flavor / --set), checked against every tensor's shape.
  * Errors name the file at fault. Call model_free afterwards whether or not it succeeded. */
 int train_load_model(model *m, const char *path, const model_args *fallback, base_err *err);
+/* The tokenizer to generate with for the model at path (*tok_dir: --tokenizer, or NULL).
+ * A folder with tokenizer.json supplies it. A training checkpoint says what it was trained
+ * on (metadata "tokenizer", train_tokenizer_json): a tokenizer is used from its recorded
+ * path (copied into buf[n]) when its tokenizer.json still has the recorded FNV-1a 64 hash;
+ * a missing or changed one, a --tokenizer other than the recorded one, or a tokenizer for a
+ * model trained on bytes is refused by name, as is no tokenizer for a checkpoint that records
+ * none and whose vocabulary is not 256 (bytes). Other sources are left as they are. */
+int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, size_t n,
+                             base_err *err);
 
 /* Decoded text to a FILE as tokens arrive: with a tokenizer, each token's bytes are appended
  * and only complete UTF-8 characters are written (a token may end inside a character; an

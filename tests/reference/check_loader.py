@@ -139,12 +139,20 @@ def main():
                         "--threads", "2", "--shard-tokens", "3000"], capture_output=True, text=True)
     check(p.returncode == 0, "titan tokenize jsonl: " + (p.stdout.strip() or p.stderr.strip()))
     stored = []
+    qwen_fnv = 0xcbf29ce484222325  # FNV-1a 64 of tokenizer.json's bytes
+    for c in open(os.path.join(QWEN, "tokenizer.json"), "rb").read():
+        qwen_fnv = ((qwen_fnv ^ c) * 0x100000001b3) & 0xffffffffffffffff
     for name in sorted(os.listdir(shards)):
         b = open(os.path.join(shards, name), "rb").read()
-        magic, ver, dtype, nd, nt, vocab, bos, eos, res = struct.unpack_from("<8sIIQQiiiI", b, 0)
-        assert magic == b"TITANTOK" and ver == 1 and dtype == 1 and res == 0, name
-        toks = struct.unpack_from("<%dI" % nt, b, 48)
-        off0 = (48 + 4 * nt + 7) // 8 * 8
+        magic, ver, dtype, nd, nt, vocab, bos, eos, plen, fnv = struct.unpack_from(
+            "<8sIIQQiiiIQ", b, 0)
+        assert magic == b"TITANTOK" and ver == 2 and dtype == 1, name
+        # version 2's tokenizer record: the folder's path and tokenizer.json's FNV-1a 64
+        assert b[56:56 + plen].decode() == os.path.realpath(QWEN), b[56:56 + plen]
+        assert fnv == qwen_fnv, (hex(fnv), hex(qwen_fnv))
+        hb = 56 + (plen + 7) // 8 * 8
+        toks = struct.unpack_from("<%dI" % nt, b, hb)
+        off0 = (hb + 4 * nt + 7) // 8 * 8
         offs = struct.unpack_from("<%dQ" % (nd + 1), b, off0)
         assert len(b) == off0 + 8 * (nd + 1), name
         assert (vocab, bos, eos) == (qwen.tk.get_vocab_size(True), -1, qwen.eos), (vocab, bos, eos)

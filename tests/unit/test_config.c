@@ -747,9 +747,8 @@ static void torchtitan_compat(void) {
         CHECK(!rc && o.tokenizer_dir && !strcmp(o.tokenizer_dir, "/tok"),
               "model.tokenizer_path sets hf_assets_path");
         CHECK(!rc && o.moe_force_balance && o.memory_estimation && o.ckpt.load_only &&
-                  o.ckpt.n_exclude_from_loading == 1 &&
-                  !strcmp(o.ckpt.exclude_from_loading[0], "optimizer") &&
-                  o.comm_init_timeout == 60 && o.comm_train_timeout == 100,
+                  o.ckpt.exclude == TRAIN_CKPT_OPTIMIZER && o.comm_init_timeout == 60 &&
+                  o.comm_train_timeout == 100,
               "parsed keys reach train_opts");
         CHECK(c.job.print_config == 1, "job.print_config");
     }

@@ -242,9 +242,13 @@ static void test_bad_shards(data_tok *tok) {
         uint32_t val;
         const char *needle;
     } cases[] = {{0, 0x4e415449, "bad magic"},
-                 {8, 2, "version 2 is not supported"},
+                 {8, 3, "version 3 is not supported"},
                  {12, 2, "dtype 2 is not supported"},
-                 {44, 1, "reserved field"},
+                 {44, 5000, "tokenizer path longer than 4096"},
+                 {44, 0xfffffff0u, "tokenizer path longer than 4096"},
+                 {56, 0x41410041, "tokenizer path holds a NUL"},
+                 /* another tokenizer.json than the run's (the hash's high half differs) */
+                 {52, 0x12345678, "shard was written with the tokenizer /"},
                  {32, 0, "vocab_size must be positive"},
                  {40, 99999, "eos_id out of range"},
                  {24, 3, "header says"},
@@ -268,13 +272,16 @@ static void test_bad_shards(data_tok *tok) {
     uint64_t nt, nd;
     memcpy(&nd, good + 16, 8);
     memcpy(&nt, good + 24, 8);
-    uint64_t big = nt + 1, off_start = (48 + 4 * nt + 7) / 8 * 8;
+    uint32_t plen; /* version 2: the header holds the tokenizer's path */
+    memcpy(&plen, good + 44, 4);
+    const size_t hb = 56 + (plen + 7) / 8 * 8;
+    uint64_t big = nt + 1, off_start = (hb + 4 * nt + 7) / 8 * 8;
     memcpy(b + off_start + 8, &big, 8);
     write_file("bad.tok", b, n);
     expect_error(c, "out of order or past n_tokens", "offsets");
     memcpy(b, good, n); /* a token id >= vocab_size */
     uint32_t id = (uint32_t)data_tok_vocab_size(tok) + 5;
-    memcpy(b + 48, &id, 4);
+    memcpy(b + hb, &id, 4);
     write_file("bad.tok", b, n);
     expect_error(c, "document 0, token 0: id", "token id out of range");
     c.enc.vocab_size = 100; /* the model's vocabulary is smaller than the tokenizer's */
