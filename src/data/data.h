@@ -141,6 +141,11 @@ const char *data_format_name(data_format f);
 #define DATA_SHARD_VERSION 1u
 #define DATA_SHARD_HEADER_BYTES 48
 
+/* Counts the documents of a dataset into *n, stopping once there are `limit` (<= 0: all);
+ * only counts (JSONL lines are not parsed: a malformed line still counts, as in sharding). */
+int data_count_docs(const char *path, data_format format, const char *field, int64_t limit,
+                    int64_t *n, base_err *err);
+
 /* How text becomes ids: a tokenizer (bos if it has one + tokens + eos from
  * tokenizer_config.json, as torchtitan's HF dataset), or, when tok is NULL, raw bytes
  * (id = byte value, no bos/eos: the byte-level demo; a text paragraph keeps its "\n\n"

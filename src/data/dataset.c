@@ -532,3 +532,22 @@ uint64_t data_reader_fingerprint(const data_reader *r) {
     }
     return base_hash_bytes(h, r->field, strlen(r->field) + 1);
 }
+
+/* Stops the reader at document limit - 1 (arg: the limit; <= 0 never): the others are
+ * only counted. */
+static int at_limit(int64_t doc, void *arg) {
+    const int64_t limit = *(const int64_t *)arg;
+    return limit > 0 && doc + 1 >= limit;
+}
+
+int data_count_docs(const char *path, data_format format, const char *field, int64_t limit,
+                    int64_t *n, base_err *err) {
+    data_reader r;
+    *n = 0;
+    if (data_reader_open(&r, path, format, field, 1, err)) return -1;
+    data_doc d;
+    const int rc = data_reader_next(&r, at_limit, &limit, &d, err);
+    *n = r.next.doc;
+    data_reader_close(&r);
+    return rc < 0 ? -1 : 0;
+}

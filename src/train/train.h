@@ -304,6 +304,11 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err);
 /* The table `titan plan` prints; budget_gib > 0 adds whether the run fits. */
 void train_plan_print(const train_plan_in *in, const train_plan *p, double budget_gib, FILE *f);
 
+/* `titan plan`'s data check: whether the dataset (training.dataset_path; "" = random tokens,
+ * nothing to check) has a document for each of the dp data-parallel ranks. Prints one line:
+ * how it stands, or a warning naming the ranks left without data. Returns 1 when it warned. */
+int train_plan_data(const char *path, const char *format, const char *field, int dp, FILE *f);
+
 /* Measures this machine's fp32 GEMM rate (FLOP/s) with the linked BLAS. */
 double train_measure_peak_flops(void);
 
