@@ -174,7 +174,8 @@ static const field g_fields[] = {
     BOOL(metrics, save_for_all_ranks, 0, "every rank writes metrics"),
     BOOL(metrics, enable_jsonl, 0, "write every step's metrics as JSON lines (titan)"),
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
-    FLT(metrics, peak_tflops, 0, 0, INFINITY, 0, "fp32 peak for MFU; 0 = measure (titan)"),
+    FLT(metrics, peak_tflops, 0, 0, INFINITY, 0,
+        "fp32 peak for MFU; 0 = measured on rank 0, cached (titan)"),
 
     BOOL(validation, enable, 0, "evaluate the loss on held-out data every freq steps"),
     STR(validation, dataset, "c4_validation", NULL, "validation dataset name"),

@@ -1,6 +1,5 @@
 #include "train.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -37,30 +36,6 @@ void train_opts_defaults(train_opts *o) {
     o->ckpt.async = 1;
     o->par = (dist_mesh_cfg){1, -1, 1, 1, 1, 1};
     o->reshard = DIST_RESHARD_DEFAULT;
-}
-
-double train_measure_peak_flops(void) {
-    /* Best of repeated 1536^3 GEMMs (~30 ms each) over at least 0.6 s: the best, not the
-     * mean, so a moment of contention from another process does not lower the peak. */
-    const int n = 1536;
-    float *a = base_alloc(sizeof(float) * n * n), *b = base_alloc(sizeof(float) * n * n),
-          *c = base_alloc(sizeof(float) * n * n);
-    double best = 0;
-    if (a && b && c) {
-        for (int i = 0; i < n * n; i++) a[i] = b[i] = base_rng_uniform(1, 0, (uint64_t)i) - 0.5f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        const double start = base_now();
-        for (int r = 0; r < 100 && (r < 5 || base_now() - start < 0.6); r++) {
-            double t0 = base_now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-            double rate = 2.0 * n * n * (double)n / (base_now() - t0);
-            if (rate > best) best = rate;
-        }
-    }
-    base_free(a);
-    base_free(b);
-    base_free(c);
-    return best;
 }
 
 /* Token source: the packing loader over a dataset, or uniformly random tokens. */
@@ -382,7 +357,7 @@ static int export_hf(const train_opts *o, const model *m, const char *dir, base_
 
 /* The header `titan train` prints before the first step. */
 static void print_header(const train_opts *o, const model *m, const token_source *src,
-                         const dist_mesh *mesh, double peak, double fpt) {
+                         const dist_mesh *mesh, const train_peak *peak, double fpt) {
     model_counts cnt;
     model_count_params(&o->model, &cnt);
     const model_args *a = &o->model;
@@ -426,8 +401,7 @@ static void print_header(const train_opts *o, const model *m, const token_source
     for (int k = 0; k < OPS_COUNT; k++)
         if (t->impl[k]) printf(" %s=%s", ops_kind_name((ops_kind)k), t->impl[k]->name);
     printf("; CPU kernels ISA %s", ops_cpu_isa());
-    printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak / 1e9,
-           o->peak_flops > 0 ? "configured" : "measured");
+    printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak->flops / 1e9, peak->how);
     fflush(stdout);
 }
 
@@ -712,14 +686,12 @@ int train_run(const train_opts *o, base_err *err) {
             goto out;
         }
     }
-    const double peak = o->peak_flops > 0 ? o->peak_flops : train_measure_peak_flops();
-    if (!(peak > 0)) {
-        base_fail(err,
-                  "could not measure the GEMM peak for MFU (out of memory?); pass --peak-tflops");
+    train_peak pk;
+    if (train_peak_resolve(o->peak_flops, omp_get_max_threads(), mesh.world_comm, NULL, &pk, err))
         goto out;
-    }
+    const double peak = pk.flops;
     const double fpt = model_flops_per_token(&o->model, o->seq_len);
-    print_header(o, &m, &src, &mesh, peak, fpt);
+    print_header(o, &m, &src, &mesh, &pk, fpt);
     if (o->tb_dir && lead && train_tb_open(&tb, o->tb_dir, err)) goto out;
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = bo; /* the training model's, at the validation shape */
