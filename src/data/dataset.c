@@ -529,6 +529,8 @@ uint64_t data_reader_fingerprint(const data_reader *r) {
         h = base_hash_bytes(h, base, strlen(base) + 1); /* the folder may move */
         h = base_hash_bytes(h, &f->size, sizeof f->size);
         h = base_hash_bytes(h, &f->format, sizeof f->format);
+        if (f->format == DATA_FMT_TEXT) /* paragraphs: a whole-file state no longer fits */
+            h = base_hash_bytes(h, TEXT_SEP, TEXT_SEP_LEN);
     }
     return base_hash_bytes(h, r->field, strlen(r->field) + 1);
 }
