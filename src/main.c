@@ -535,6 +535,9 @@ static int cmd_plan(int argc, char **argv, base_err *err) {
     }
     if (!rc) rc = train_plan_compute(&in, &p, err);
     if (!rc) train_plan_print(&in, &p, budget, stdout);
+    if (!rc)
+        train_plan_data(c.training.dataset_path, c.training.dataset_format,
+                        c.training.dataset_field, p.par.dp_replicate * p.par.dp_shard, stdout);
     train_config_free(&c);
     free(rest);
     return rc;
@@ -783,7 +786,7 @@ static int parse_data_opt(args_iter *it, data_args *d, int *status) {
 static const char data_opts_help[] =
     "  --data PATH        a file, a folder (its files, sorted) or a quoted glob\n"
     "  --format F         auto (default: shard magic, .jsonl/.json/.ndjson, else text), text\n"
-    "                     (one document per file), jsonl, tokens (titan token shards)\n"
+    "                     (a document per blank-line paragraph), jsonl, tokens (shards)\n"
     "  --field NAME       JSONL field holding the text (text)\n"
     "  --skip-bad-lines   skip (count, log) malformed JSONL lines instead of failing\n";
 

@@ -10,3 +10,7 @@ set_tests_properties(loader_reference PROPERTIES
 if(TARGET test_loader)
   target_compile_definitions(test_loader PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
 endif()
+
+# `titan plan` warns when the training data has fewer documents than data-parallel ranks.
+add_test(NAME plan_data
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plan_data.sh $<TARGET_FILE:titan>)

@@ -35,13 +35,18 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_config.sh $<TARGET_FILE:titan>
             ${TITAN_MPIRUN} $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_config_mismatch PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # the MFU peak: measured on rank 0 only, the same on every rank (tests/unit/test_peak.c)
+  add_test(NAME dist_peak
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_peak.sh $<TARGET_FILE:test_peak>
+            ${TITAN_MPIRUN})
+  set_tests_properties(dist_peak PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
   # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
   # at exit; leak checking stays on for every single-process test, off for these.
   if(TITAN_SANITIZE)
     set_tests_properties(dist_fsdp dist_tp dist_ep dist_watchdog dist_metrics
-                         dist_config_mismatch PROPERTIES
+                         dist_config_mismatch dist_peak PROPERTIES
                          ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endif()
 else()
-  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_watchdog, dist_metrics) are skipped")
+  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_watchdog, dist_metrics, dist_peak) are skipped")
 endif()

@@ -113,7 +113,9 @@ void data_chat_msgs_free(data_chat_msg *msgs);
 
 /* ---- datasets (src/data/dataset.c) ----
  * A dataset is an ordered list of files, each holding documents:
- *   text    one document per file (the whole file);
+ *   text    one document per paragraph: the file split at every blank line ("\n\n", the
+ *           separator dropped, empty pieces skipped) as Hugging Face datasets' text loader
+ *           with sample_by="paragraph"; mmap'ed;
  *   jsonl   one document per non-blank line, a JSON object whose string field `field`
  *           (default "text") is the document; streamed line by line, never read whole;
  *   tokens  a titan token shard (below): pre-tokenized documents, mmap'ed.
@@ -149,9 +151,15 @@ const char *data_format_name(data_format f);
 #define DATA_SHARD_HEADER_BYTES 48 /* version 1; version 2: 56 + the path, padded to 8 */
 #define DATA_SHARD_MAX_PATH 4096
 
+/* Counts the documents of a dataset into *n, stopping once there are `limit` (<= 0: all);
+ * only counts (JSONL lines are not parsed: a malformed line still counts, as in sharding). */
+int data_count_docs(const char *path, data_format format, const char *field, int64_t limit,
+                    int64_t *n, base_err *err);
+
 /* How text becomes ids: a tokenizer (bos if it has one + tokens + eos from
  * tokenizer_config.json, as torchtitan's HF dataset), or, when tok is NULL, raw bytes
- * (id = byte value, no bos/eos: the byte-level demo). */
+ * (id = byte value, no bos/eos: the byte-level demo; a text paragraph keeps its "\n\n"
+ * separator then, so the byte stream reads like the file). */
 typedef struct {
     data_tok *tok;
     int32_t vocab_size; /* ids must be < this: the model's vocabulary */
@@ -200,7 +208,7 @@ typedef struct {
     int64_t doc_tokens;   /* tokens of that document ([bos] + ids + [eos]) already consumed */
     int32_t file;         /* index of the file holding it */
     int64_t file_doc;     /* document index within that file */
-    int64_t byte_off;     /* byte offset of its line (jsonl; 0 otherwise) */
+    int64_t byte_off;     /* byte offset of its paragraph (text) or line (jsonl); 0 shards */
     int64_t line;         /* lines before it in that file (jsonl; 0 otherwise) */
     int64_t bad_lines;    /* malformed JSONL lines skipped so far */
     uint64_t fingerprint; /* hash of the file list, sizes and encoding settings */
@@ -218,7 +226,7 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s);
  * sizes or encoding: the fingerprint differs) or points outside it. */
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
 /* One line for logs: files, formats and what is known up front (token shards: documents and
- * tokens; text: documents = files; JSON Lines: streamed, counted as read). */
+ * tokens; text: paragraphs, counted as read; JSON Lines: streamed, counted as read). */
 void data_loader_describe(const data_loader *l, char *buf, size_t n);
 /* The state as one line of JSON ({"epoch": 0, ...}, < 512 bytes) and back. */
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n);

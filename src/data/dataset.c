@@ -14,8 +14,10 @@
 
 #include "data/internal.h"
 
-/* A text document (one whole file) may be at most this large. */
-#define TEXT_DOC_MAX ((size_t)1 << 34)
+/* Text files are split into documents at this separator: a blank line, as Hugging Face
+ * datasets' text loader with sample_by="paragraph" (text.split("\n\n"), empties dropped). */
+#define TEXT_SEP "\n\n"
+#define TEXT_SEP_LEN 2
 /* A JSONL line may be at most this long. */
 #define JSONL_LINE_MAX ((size_t)1 << 30)
 /* Skipped bad lines are logged one by one up to this many, then only counted. */
@@ -55,8 +57,10 @@ void data_shard_close(data_shard *s) {
     memset(s, 0, sizeof *s);
 }
 
-int data_shard_open(data_shard *s, const char *path, base_err *err) {
-    memset(s, 0, sizeof *s);
+/* Maps a regular file read-only; an empty file gives *map = NULL, *size = 0. */
+static int map_file(const char *path, unsigned char **map, size_t *size, base_err *err) {
+    *map = NULL;
+    *size = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -64,18 +68,24 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
         close(fd);
         return base_fail(err, "%s: not a regular file", path);
     }
-    const size_t size = (size_t)st.st_size;
+    void *m = st.st_size ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (m == MAP_FAILED) return base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
+    *map = m;
+    *size = (size_t)st.st_size;
+    return 0;
+}
+
+int data_shard_open(data_shard *s, const char *path, base_err *err) {
+    memset(s, 0, sizeof *s);
+    if (map_file(path, &s->map, &s->size, err)) return -1;
+    const size_t size = s->size;
     if (size < DATA_SHARD_HEADER_BYTES) {
-        close(fd);
+        data_shard_close(s);
         return base_fail(err, "%s: token shard truncated: %zu bytes, the header alone is %d", path,
                          size, DATA_SHARD_HEADER_BYTES);
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
-    const unsigned char *h = map;
-    s->map = map;
-    s->size = size;
+    const unsigned char *h = s->map;
     if (memcmp(h, DATA_SHARD_MAGIC, 8) != 0) {
         data_shard_close(s);
         return base_fail(err, "%s: not a titan token shard (bad magic)", path);
@@ -283,7 +293,7 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,
                      int skip_bad, base_err *err) {
     memset(r, 0, sizeof *r);
-    r->fp_file = r->shard_file = -1;
+    r->fp_file = r->shard_file = r->text_file = -1;
     if (!path || !*path) return base_fail(err, "no dataset path given");
     r->field = strdup(field && *field ? field : "text");
     r->skip_bad = skip_bad;
@@ -303,22 +313,8 @@ int data_reader_open(data_reader *r, const char *path, data_format format, const
 }
 
 static void release_doc(data_reader *r) {
-    free(r->text);
-    r->text = NULL;
     if (r->json) json_decref((json_t *)r->json);
     r->json = NULL;
-}
-
-void data_reader_close(data_reader *r) {
-    release_doc(r);
-    if (r->fp) fclose(r->fp);
-    data_shard_close(&r->shard);
-    for (int i = 0; i < r->n_files; i++) free(r->files[i].path);
-    free(r->files);
-    free(r->field);
-    free(r->line);
-    memset(r, 0, sizeof *r);
-    r->fp_file = r->shard_file = -1;
 }
 
 static void close_file(data_reader *r) {
@@ -327,6 +323,21 @@ static void close_file(data_reader *r) {
     r->fp_file = -1;
     data_shard_close(&r->shard);
     r->shard_file = -1;
+    if (r->tmap) munmap(r->tmap, r->tsize);
+    r->tmap = NULL;
+    r->tsize = 0;
+    r->text_file = -1;
+}
+
+void data_reader_close(data_reader *r) {
+    release_doc(r);
+    close_file(r);
+    for (int i = 0; i < r->n_files; i++) free(r->files[i].path);
+    free(r->files);
+    free(r->field);
+    free(r->line);
+    memset(r, 0, sizeof *r);
+    r->fp_file = r->shard_file = r->text_file = -1;
 }
 
 static void next_file(data_reader *r) {
@@ -366,19 +377,28 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         if (r->next.file >= r->n_files) return 0;
         const data_file *f = &r->files[r->next.file];
         if (f->format == DATA_FMT_TEXT) {
-            if (r->next.file_doc > 0) {
+            if (r->text_file != r->next.file) {
+                close_file(r);
+                if (map_file(f->path, &r->tmap, &r->tsize, err)) return -1;
+                r->text_file = r->next.file;
+            }
+            const char *s = (const char *)r->tmap;
+            const size_t off = (size_t)r->next.byte_off;
+            if (off >= r->tsize) {
                 next_file(r);
                 continue;
             }
+            const char *sep = memmem(s + off, r->tsize - off, TEXT_SEP, TEXT_SEP_LEN);
+            const size_t end = sep ? (size_t)(sep - s) : r->tsize;
             d->pos = r->next;
+            r->next.byte_off = (int64_t)(sep ? end + TEXT_SEP_LEN : end);
+            if (end == off) continue; /* an empty paragraph is not a document */
             r->next.doc++;
             r->next.file_doc++;
             if (want && !want(d->pos.doc, arg)) continue;
-            size_t len;
-            r->text = base_read_file(f->path, TEXT_DOC_MAX, &len, err);
-            if (!r->text) return -1;
-            d->text = r->text;
-            d->len = len;
+            d->text = s + off;
+            d->len = end - off;
+            d->sep = sep ? TEXT_SEP_LEN : 0;
             return 1;
         }
         if (f->format == DATA_FMT_TOKENS) {
@@ -466,9 +486,23 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
         return base_fail(err, "data position out of range (file %d of %d)", p->file, r->n_files);
     if (p->file < r->n_files) {
         const data_file *f = &r->files[p->file];
-        if (f->format == DATA_FMT_TEXT && p->file_doc > 1)
-            return base_fail(err, "%s: data position names document %lld of a one-document file",
-                             f->path, (long long)p->file_doc);
+        if (f->format == DATA_FMT_TEXT) {
+            if (p->byte_off > f->size)
+                return base_fail(err, "%s: data position byte %lld is past the end (%lld bytes)",
+                                 f->path, (long long)p->byte_off, (long long)f->size);
+            if (p->byte_off > 0) { /* must follow a blank-line separator */
+                char c[TEXT_SEP_LEN] = {0};
+                int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+                ssize_t got = fd >= 0 && p->byte_off >= TEXT_SEP_LEN
+                                  ? pread(fd, c, TEXT_SEP_LEN, (off_t)p->byte_off - TEXT_SEP_LEN)
+                                  : -1;
+                if (fd >= 0) close(fd);
+                if (got != TEXT_SEP_LEN || memcmp(c, TEXT_SEP, TEXT_SEP_LEN) != 0)
+                    return base_fail(err,
+                                     "%s: data position byte %lld is not the start of a paragraph",
+                                     f->path, (long long)p->byte_off);
+            }
+        }
         if (f->format == DATA_FMT_TOKENS) {
             data_shard s;
             if (data_shard_open(&s, f->path, err)) return -1;
@@ -511,6 +545,27 @@ uint64_t data_reader_fingerprint(const data_reader *r) {
         h = base_hash_bytes(h, base, strlen(base) + 1); /* the folder may move */
         h = base_hash_bytes(h, &f->size, sizeof f->size);
         h = base_hash_bytes(h, &f->format, sizeof f->format);
+        if (f->format == DATA_FMT_TEXT) /* paragraphs: a whole-file state no longer fits */
+            h = base_hash_bytes(h, TEXT_SEP, TEXT_SEP_LEN);
     }
     return base_hash_bytes(h, r->field, strlen(r->field) + 1);
+}
+
+/* Stops the reader at document limit - 1 (arg: the limit; <= 0 never): the others are
+ * only counted. */
+static int at_limit(int64_t doc, void *arg) {
+    const int64_t limit = *(const int64_t *)arg;
+    return limit > 0 && doc + 1 >= limit;
+}
+
+int data_count_docs(const char *path, data_format format, const char *field, int64_t limit,
+                    int64_t *n, base_err *err) {
+    data_reader r;
+    *n = 0;
+    if (data_reader_open(&r, path, format, field, 1, err)) return -1;
+    data_doc d;
+    const int rc = data_reader_next(&r, at_limit, &limit, &d, err);
+    *n = r.next.doc;
+    data_reader_close(&r);
+    return rc < 0 ? -1 : 0;
 }

@@ -35,7 +35,7 @@ typedef struct {
     int64_t doc;      /* global index */
     int32_t file;     /* == n_files: past the end */
     int64_t file_doc; /* index within the file */
-    int64_t byte_off; /* line start (jsonl) */
+    int64_t byte_off; /* paragraph start (text), line start (jsonl) */
     int64_t line;     /* lines before it in the file (jsonl) */
 } data_pos;
 
@@ -44,6 +44,8 @@ typedef struct {
     data_pos pos;
     const char *text;
     size_t len;
+    size_t sep; /* text: bytes of the blank-line separator that ended it (2, or 0 at the end of
+                   the file), at text + len; byte tokens keep them, having no eos */
     const data_shard *shard; /* tokens: ids are shard tokens [first, first + n_ids) */
     uint64_t first, n_ids;
 } data_doc;
@@ -62,8 +64,10 @@ typedef struct {
     int shard_file; /* which file shard is (-1 none) */
     char *line;
     size_t line_cap;
-    char *text; /* current text document (text format) */
-    void *json; /* current JSONL object (json_t *) */
+    unsigned char *tmap; /* the open text file, mmap'ed (NULL when empty or none) */
+    size_t tsize;
+    int text_file; /* which file tmap is (-1 none) */
+    void *json;    /* current JSONL object (json_t *) */
 } data_reader;
 
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,

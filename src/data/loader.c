@@ -106,9 +106,10 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
             if (reserve(l, l->ids.n)) goto oom;
             memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
             l->len += l->ids.n;
-        } else { /* byte tokens */
-            if (reserve(l, d->len)) goto oom;
-            for (size_t i = 0; i < d->len; i++) l->buf[l->len++] = (unsigned char)d->text[i];
+        } else { /* byte tokens: a text paragraph keeps its separator (there is no eos) */
+            const size_t n = d->len + d->sep;
+            if (reserve(l, n)) goto oom;
+            for (size_t i = 0; i < n; i++) l->buf[l->len++] = (unsigned char)d->text[i];
         }
     }
     if (eos >= 0 && push(l, eos)) goto oom;
@@ -265,8 +266,8 @@ void data_loader_describe(const data_loader *l, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "%s: %d file%s", l->path, l->rd.n_files,
                                 l->rd.n_files == 1 ? "" : "s");
     if (count[DATA_FMT_TEXT] && k < n)
-        k +=
-            (size_t)snprintf(buf + k, n - k, ", %d text (one document each)", count[DATA_FMT_TEXT]);
+        k += (size_t)snprintf(buf + k, n - k, ", %d text (a document per paragraph)",
+                              count[DATA_FMT_TEXT]);
     if (count[DATA_FMT_JSONL] && k < n)
         k += (size_t)snprintf(buf + k, n - k, ", %d JSONL (field \"%s\", streamed)",
                               count[DATA_FMT_JSONL], l->rd.field);

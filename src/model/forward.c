@@ -228,6 +228,21 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
  * unwritten for a loader. */
 typedef enum { BUILD_ZEROED, BUILD_EXTERNAL, BUILD_UNSET } build_weights;
 
+/* The ops unit u calls (bits 1u << ops_kind), so that a kernel override is checked and logged
+ * only where it acts: the embedding unit its embedding; a block its norms, projections, RoPE,
+ * attention (attention_kv when generating), SwiGLU and the fused residual norm, plus
+ * grouped_mm in MoE blocks; the head its final norm, the lm_head matmul (generation) and the
+ * fused lm_head + CE. adamw runs in the optimizer on the default kernel, in no unit. */
+static uint32_t unit_calls(const model *m, int u) {
+#define BIT(k) (1u << (k))
+    if (u == 0) return BIT(OPS_EMBEDDING);
+    if (u == m->n_units - 1) return BIT(OPS_RMSNORM) | BIT(OPS_MATMUL) | BIT(OPS_LMHEAD_CE);
+    return BIT(OPS_RMSNORM) | BIT(OPS_MATMUL) | BIT(OPS_ROPE) | BIT(OPS_ATTENTION) |
+           BIT(OPS_SWIGLU) | BIT(OPS_ADD_RMSNORM) | BIT(OPS_ATTENTION_KV) |
+           (m->args.n_experts > 0 ? BIT(OPS_GROUPED_MM) : 0);
+#undef BIT
+}
+
 static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
                  base_err *err) {
     memset(m, 0, sizeof *m);
@@ -334,10 +349,20 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     ops_ctx ctx = {o->batch,   o->seq_len,    a->dim,       a->n_heads, a->n_kv_heads, a->head_dim,
                    a->ffn_dim, a->vocab_size, a->n_experts, a->top_k,   a->moe_ffn_dim};
     const char **paths = base_alloc(sizeof(char *) * (size_t)m->n_units);
-    if (!paths) return base_fail(err, "out of memory");
-    for (int u = 0; u < m->n_units; u++) paths[u] = m->units[u].name;
-    int rc = ops_resolve_units(m->ops, paths, m->n_units, &ctx, o->overrides, o->n_overrides, err);
+    uint32_t *calls = base_alloc(sizeof(uint32_t) * (size_t)m->n_units);
+    if (!paths || !calls) {
+        base_free(paths);
+        base_free(calls);
+        return base_fail(err, "out of memory");
+    }
+    for (int u = 0; u < m->n_units; u++) {
+        paths[u] = m->units[u].name;
+        calls[u] = unit_calls(m, u);
+    }
+    int rc = ops_resolve_units(m->ops, paths, calls, m->n_units, &ctx, o->overrides, o->n_overrides,
+                               err);
     base_free(paths);
+    base_free(calls);
     if (rc) { /* nothing stays bound; model_free must not release twice */
         base_free(m->ops);
         m->ops = NULL;

@@ -215,15 +215,23 @@ int ops_list(const ops_impl **out, int max);
 int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
                 const ops_override *overrides, int n_overrides, base_err *err);
 
+/* Every op kind as a set of bits 1u << ops_kind (ops_resolve_units' calls). */
+#define OPS_CALLS_ALL ((1u << OPS_COUNT) - 1)
+
 /* Resolves the tables of every unit of a model (paths[i] -> tables[i]) with ops_resolve's
- * rules, and also fails when an override matches no op of any unit (a mistyped glob such as
- * "layers.*.attention.rop" or a range past the last layer), naming the override. Every op
+ * rules, for the ops each unit calls: calls[i] has bit 1u << kind for each op unit i calls
+ * (NULL: every op). An op a unit does not call keeps its default there, and an override
+ * applies (is checked against its constraints, logged, bound) only where the op is called.
+ * Fails when an override matches no called op of any unit (a mistyped glob such as
+ * "layers.*.attention.rop" or a range past the last layer), naming the override; a plain op
+ * name no unit calls (grouped_mm on a dense model) is a warning and ignored. Every op
  * matches "<unit>.<op>", and some also a module sub-path (rope: "<unit>.attention.rope",
  * swiglu: "<unit>.feed_forward.swiglu"). Globs: '*' any run, '?' one character, and a
  * "N-M" run of digits matches an integer in [N, M] ("layers.0-3.attention"). On failure the
  * tables already resolved are released. */
-int ops_resolve_units(ops_table *tables, const char *const *paths, int n, const ops_ctx *ctx,
-                      const ops_override *overrides, int n_overrides, base_err *err);
+int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_t *calls, int n,
+                      const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
+                      base_err *err);
 /* Releases what resolving bound to a table (plugin slots and their saved state). */
 void ops_release(ops_table *t);
 

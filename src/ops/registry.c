@@ -261,9 +261,9 @@ static void ops_names_of(ops_kind op, char *buf, size_t size) {
 
 /* Later overrides take precedence over earlier ones (the last matching entry wins), so a
  * config can set an op globally and then single out layers. */
-static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx *ctx,
-                            const ops_override *overrides, int n_overrides, int *hits,
-                            base_err *err) {
+static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls,
+                            const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
+                            int *hits, base_err *err) {
     ops_register_builtin();
     memset(t, 0, sizeof *t);
     const char *path = layer_path ? layer_path : "";
@@ -293,7 +293,8 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx 
         const ops_impl *impl = ops_default((ops_kind)k);
         if (!impl) return base_fail(err, "kernel %s: no implementation registered", opname);
         const ops_override *chosen = NULL;
-        for (int i = 0; i < n_overrides; i++) {
+        /* an op the unit never calls keeps its default: no override, check or log there */
+        for (int i = 0; (calls >> k & 1) && i < n_overrides; i++) {
             const char *pat = overrides[i].pattern;
             if (strcmp(pat, opname) == 0 || ops_glob(pat, full) || (alias && ops_glob(pat, sub))) {
                 chosen = &overrides[i];
@@ -362,26 +363,34 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, const ops_ctx 
 
 int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
                 const ops_override *overrides, int n_overrides, base_err *err) {
-    return ops_resolve_hits(t, layer_path, ctx, overrides, n_overrides, NULL, err);
+    return ops_resolve_hits(t, layer_path, OPS_CALLS_ALL, ctx, overrides, n_overrides, NULL, err);
 }
 
 void ops_release(ops_table *t) {
     if (t) ops_plugin_unbind(t);
 }
 
-int ops_resolve_units(ops_table *tables, const char *const *paths, int n, const ops_ctx *ctx,
-                      const ops_override *overrides, int n_overrides, base_err *err) {
+int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_t *calls, int n,
+                      const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
+                      base_err *err) {
     int *hits = n_overrides > 0 ? calloc((size_t)n_overrides, sizeof *hits) : NULL;
     if (n_overrides > 0 && !hits) return base_fail(err, "out of memory");
     int rc = 0, done = 0;
     for (; done < n && !rc; done++)
-        rc = ops_resolve_hits(&tables[done], paths[done], ctx, overrides, n_overrides, hits, err);
+        rc = ops_resolve_hits(&tables[done], paths[done], calls ? calls[done] : OPS_CALLS_ALL, ctx,
+                              overrides, n_overrides, hits, err);
     if (!rc)
         done = n;
     else
         done--; /* the failed table released itself */
     for (int i = 0; i < n_overrides && !rc; i++) {
         if (hits[i]) continue;
+        if (ops_is_kind_name(overrides[i].pattern)) { /* a dense model and grouped_mm, say */
+            base_log(BASE_LOG_WARN,
+                     "kernel override '%s' = '%s': no unit of this model calls %s; ignored",
+                     overrides[i].pattern, overrides[i].impl, overrides[i].pattern);
+            continue;
+        }
         rc = base_fail(err,
                        "kernel override '%s' = '%s' matches no op of the model (op paths read "
                        "'%s.<op>', e.g. layers.0.attention, layers.*.attention.rope, "

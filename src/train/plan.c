@@ -259,3 +259,29 @@ int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {
     if (dist_world_rank() == 0) train_plan_print(&in, &p, 0, f);
     return 0;
 }
+
+int train_plan_data(const char *path, const char *format, const char *field, int dp, FILE *f) {
+    if (!path || !path[0]) return 0; /* random tokens are split over any number of ranks */
+    data_format fmt = DATA_FMT_AUTO;
+    data_format_parse(format, &fmt); /* checked by the config schema */
+    int64_t n = 0;
+    base_err e;
+    if (data_count_docs(path, fmt, field, dp, &n, &e)) {
+        fprintf(f, "data: cannot check %s: %s\n", path, e.msg);
+        return 0;
+    }
+    if (n >= dp) {
+        fprintf(f, "data: %s has at least %d documents: every data-parallel rank gets some\n", path,
+                dp);
+        return 0;
+    }
+    char last[32] = "";
+    if (n + 1 < dp) snprintf(last, sizeof last, "..%d", dp - 1);
+    fprintf(f,
+            "warning: %s has %lld document%s for %d data-parallel ranks (document i goes to rank "
+            "i mod %d): rank%s %lld%s get%s no data and the run stops; use more files, "
+            "paragraphs or lines, or fewer data-parallel ranks\n",
+            path, (long long)n, n == 1 ? "" : "s", dp, dp, n + 1 < dp ? "s" : "", (long long)n,
+            last, n + 1 < dp ? "" : "s");
+    return 1;
+}

@@ -1,6 +1,5 @@
 #include "train.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -39,30 +38,6 @@ void train_opts_defaults(train_opts *o) {
     o->comm_init_timeout = 300; /* torchtitan's [comm] defaults */
     o->comm_train_timeout = 100;
     o->reshard = DIST_RESHARD_DEFAULT;
-}
-
-double train_measure_peak_flops(void) {
-    /* Best of repeated 1536^3 GEMMs (~30 ms each) over at least 0.6 s: the best, not the
-     * mean, so a moment of contention from another process does not lower the peak. */
-    const int n = 1536;
-    float *a = base_alloc(sizeof(float) * n * n), *b = base_alloc(sizeof(float) * n * n),
-          *c = base_alloc(sizeof(float) * n * n);
-    double best = 0;
-    if (a && b && c) {
-        for (int i = 0; i < n * n; i++) a[i] = b[i] = base_rng_uniform(1, 0, (uint64_t)i) - 0.5f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        const double start = base_now();
-        for (int r = 0; r < 100 && (r < 5 || base_now() - start < 0.6); r++) {
-            double t0 = base_now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-            double rate = 2.0 * n * n * (double)n / (base_now() - t0);
-            if (rate > best) best = rate;
-        }
-    }
-    base_free(a);
-    base_free(b);
-    base_free(c);
-    return best;
 }
 
 /* Token source: the packing loader over a dataset, or uniformly random tokens. */
@@ -423,7 +398,7 @@ static const char *ac_name(const train_opts *o, char *buf, size_t n) {
 
 /* The header `titan train` prints before the first step. */
 static void print_header(const train_opts *o, const model *m, const token_source *src,
-                         const dist_mesh *mesh, double peak, double fpt) {
+                         const dist_mesh *mesh, const train_peak *peak, double fpt) {
     model_counts cnt;
     model_count_params(&o->model, &cnt);
     const model_args *a = &o->model;
@@ -469,8 +444,7 @@ static void print_header(const train_opts *o, const model *m, const token_source
     for (int k = 0; k < OPS_COUNT; k++)
         if (t->impl[k]) printf(" %s=%s", ops_kind_name((ops_kind)k), t->impl[k]->name);
     printf("; CPU kernels ISA %s", ops_cpu_isa());
-    printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak / 1e9,
-           o->peak_flops > 0 ? "configured" : "measured");
+    printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak->flops / 1e9, peak->how);
     fflush(stdout);
 }
 
@@ -761,19 +735,14 @@ int train_run(const train_opts *o, base_err *err) {
         base_fail(err, "out of memory");
         goto out;
     }
-    double peak = o->peak_flops > 0 ? o->peak_flops : o->ckpt.create_seed ? 1 : 0;
-    if (!(peak > 0)) {
-        const double t0 = train_phase_begin("measuring the fp32 GEMM peak for MFU");
-        peak = train_measure_peak_flops();
-        train_phase_end("measuring the fp32 GEMM peak", t0);
-    }
-    if (!(peak > 0)) {
-        base_fail(err,
-                  "could not measure the GEMM peak for MFU (out of memory?); pass --peak-tflops");
-        goto out;
-    }
+    train_peak pk; /* a seed checkpoint trains nothing: no measurement */
+    const double fixed = o->ckpt.create_seed && !(o->peak_flops > 0) ? 1 : o->peak_flops;
+    const double t_peak = fixed > 0 ? 0 : train_phase_begin("the fp32 GEMM peak for MFU");
+    if (train_peak_resolve(fixed, omp_get_max_threads(), mesh.world_comm, NULL, &pk, err)) goto out;
+    const double peak = pk.flops;
     const double fpt = model_flops_per_token(&o->model, o->seq_len);
-    print_header(o, &m, &src, &mesh, peak, fpt);
+    if (!(fixed > 0)) train_phase_end("the fp32 GEMM peak for MFU", t_peak);
+    print_header(o, &m, &src, &mesh, &pk, fpt);
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = bo; /* the training model's, at the validation shape */
         vo.batch = o->val.batch;

@@ -477,7 +477,45 @@ int train_plan_print_for(const train_opts *o, FILE *f, base_err *err);
 /* The table `titan plan` prints; budget_gib > 0 adds whether the run fits. */
 void train_plan_print(const train_plan_in *in, const train_plan *p, double budget_gib, FILE *f);
 
-/* Measures this machine's fp32 GEMM rate (FLOP/s) with the linked BLAS. */
+/* `titan plan`'s data check: whether the dataset (training.dataset_path; "" = random tokens,
+ * nothing to check) has a document for each of the dp data-parallel ranks. Prints one line:
+ * how it stands, or a warning naming the ranks left without data. Returns 1 when it warned. */
+int train_plan_data(const char *path, const char *format, const char *field, int dp, FILE *f);
+
+/* ---- the fp32 GEMM peak for MFU (src/train/peak.c) ----------------------------------
+ * Measures this machine's fp32 GEMM rate (FLOP/s) with the linked BLAS: the best of 3-10
+ * short bursts of 1024^3 GEMMs (20 ms pauses between, at most about 1.5 s); 0 when out of
+ * memory. */
 double train_measure_peak_flops(void);
+
+typedef struct {
+    double flops;    /* what MFU divides by, FLOP/s */
+    double measured; /* this run's measurement on rank 0 (0 when configured) */
+    char how[96];    /* for the header: "configured", "measured ...", "cached ..." */
+} train_peak;
+
+/* The machine key the cache is kept under: /proc/cpuinfo's first "model name" (or "unknown
+ * CPU") and the thread count, e.g. "AMD EPYC 9454 48-Core Processor | 2 threads". */
+void train_peak_key(int threads, char *buf, size_t n);
+/* $XDG_CACHE_HOME/titan/peak_flops.json, else $HOME/.cache/titan/peak_flops.json (absolute
+ * paths only); -1 with buf "" when neither is set. */
+int train_peak_cache_path(char *buf, size_t n);
+/* The cached FLOP/s for key, 0 when none. A file that is not a version-1 cache
+ * ({"version": 1, "peaks": {key: {"flops": F, "time": unix seconds}}}, at most 1 MiB) or an
+ * entry that is not a positive number at most threads x 384 GFLOP/s (more than any core
+ * does) is ignored with a warning. */
+double train_peak_cache_read(const char *path, const char *key, int threads);
+/* Sets key's entry to flops (the other keys kept; a bad file replaced): written to a unique
+ * temporary beside path (O_EXCL), fsynced and renamed over it, creating the folder. */
+int train_peak_cache_write(const char *path, const char *key, double flops, base_err *err);
+/* The cache only raises the peak: returns max(measured, cached), *write = 1 when the
+ * measurement is higher (a quieter run replaces the cached value). */
+double train_peak_choose(double measured, double cached, int *write);
+/* The peak for a run on comm's ranks: configured (> 0, --peak-tflops) as it is; else rank 0
+ * reads the cache, measures (measure, NULL = train_measure_peak_flops), takes
+ * train_peak_choose's value, writes the cache when that says so, and every rank gets rank
+ * 0's figures. Fails (on every rank) when nothing could be measured. */
+int train_peak_resolve(double configured, int threads, dist_comm *comm, double (*measure)(void),
+                       train_peak *out, base_err *err);
 
 #endif

@@ -6,7 +6,8 @@ Reference semantics (shared/research/torchtitan_qwen3.md §6.2, issue 3): docume
 data-parallel rank i mod dp; a document is [bos if the tokenizer config has one] + ids +
 [eos from tokenizer_config.json]; the stream is cut into disjoint windows of seq_len + 1;
 a batch is `batch` consecutive windows; at the end the data restarts from document 0 and
-the partial window carries over. JSONL documents are the non-blank lines; a bad line is
+the partial window carries over. Text documents are paragraphs (HF datasets' text loader,
+sample_by="paragraph"). JSONL documents are the non-blank lines; a bad line is
 still a document slot (it is skipped by the rank that owns it).
 
 usage: check_loader.py TITAN SHARED_DIR WORK_DIR
@@ -171,21 +172,39 @@ def main():
                           state])
     check(rows == flat(ref2[11:]), "token shards, dp rank 1 of 2: resume after 11 batches")
 
-    # Plain text: a folder of files, one document each, with the test tokenizer (bos + eos).
+    # Plain text: a folder of files with the test tokenizer (bos + eos). Each file is split into
+    # paragraphs as Hugging Face datasets' text loader with sample_by="paragraph" does:
+    # text.split("\n\n") with the empty pieces dropped, each piece a document.
+    def paragraphs(t):
+        return [p for p in t.split("\n\n") if p]
+
     tdir = os.path.join(WORK, "text")
     os.makedirs(tdir)
-    tdocs = ["\n\n".join(paras[i * 20:(i + 1) * 20]) for i in range(6)]
-    for i, d in enumerate(tdocs):
-        open(os.path.join(tdir, "part%02d.txt" % i), "w", encoding="utf-8").write(d)
+    tfiles = ["\n\n".join(paras[i * 20:(i + 1) * 20]) for i in range(6)]
+    tfiles[1] = "\n\n\n" + tfiles[1] + "\n\n\n\n\n"  # runs of blank lines, a trailing newline
+    for i, d in enumerate(tfiles):
+        open(os.path.join(tdir, "part%02d.txt" % i), "w", encoding="utf-8", newline="").write(d)
     open(os.path.join(tdir, ".hidden"), "w").write("not a document")
+    tdocs = [p for t in tfiles for p in paragraphs(t)]
+    check(len(tdocs) > 100, "text files hold %d paragraphs" % len(tdocs))
     check(ttok.bos is not None and ttok.eos is not None, "test tokenizer has bos and eos")
     ref = reference(tdocs, ttok, 32, 2, 60, 1, 2)
     rows, _ = titan_data(["--data", tdir, "--tokenizer", TEST_TOK, "--seq-len", "32", "--batch",
                           "2", "--batches", "60", "--dp-rank", "1", "--dp-size", "2"])
-    check(rows == flat(ref), "text folder + test tokenizer (bos/eos), dp rank 1 of 2")
+    check(rows == flat(ref), "text folder + test tokenizer (bos/eos per paragraph), dp rank 1 of 2")
+    ref3 = [p for t in tfiles[:3] for p in paragraphs(t)]
     rows, _ = titan_data(["--data", os.path.join(tdir, "part0[0-2].txt"), "--tokenizer", TEST_TOK,
                           "--seq-len", "32", "--batch", "2", "--batches", "20"])
-    check(rows == flat(reference(tdocs[:3], ttok, 32, 2, 20)), "a glob of text files")
+    check(rows == flat(reference(ref3, ttok, 32, 2, 20)), "a glob of text files")
+    # one text file on 3 data-parallel ranks, resumed mid-paragraph on rank 2
+    one = os.path.join(tdir, "part01.txt")
+    ref1 = reference(paragraphs(tfiles[1]), qwen, T, B, 12, 2, 3)
+    _, state = titan_data(["--data", one, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                           str(B), "--batches", "5", "--dp-rank", "2", "--dp-size", "3"])
+    rows, _ = titan_data(["--data", one, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", "7", "--dp-rank", "2", "--dp-size", "3", "--state",
+                          state])
+    check(rows == flat(ref1[5:]), "one text file, dp rank 2 of 3: resume after 5 batches")
 
     # Another JSONL field, and bad lines: an error naming file:line, or a counted skip.
     bad = os.path.join(WORK, "bad.jsonl")

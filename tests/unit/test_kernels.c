@@ -1,12 +1,14 @@
 /* Custom kernels: override syntax (op names, globs, N-M ranges, module sub-paths, last wins,
- * overrides that match nothing), constraint errors through model_build, kernel plugins
- * (hostile plugins refused with clear messages and rolled back; the example BHSD RoPE plugin
- * bit-identical to the default through layout conversion and its saved table; a BSHD plugin
- * with workspace and saved state inside a training step), and the conformance harness
- * catching a wrong kernel. Plugin paths come from tests/kernels.cmake. */
+ * overrides that match nothing, overrides acting and logged only where their op is called),
+ * constraint errors through model_build, kernel plugins (hostile plugins refused with clear
+ * messages and rolled back; the example BHSD RoPE plugin bit-identical to the default through
+ * layout conversion and its saved table; a BSHD plugin with workspace and saved state inside a
+ * training step), and the conformance harness catching a wrong kernel. Plugin paths come from
+ * tests/kernels.cmake. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "model/model.h"
@@ -58,15 +60,15 @@ static void test_override_syntax(void) {
     ops_table t[4];
     base_err e = {{0}};
     const ops_override typo[] = {{"layers.*.attention.rop", "reference"}};
-    CHECK(ops_resolve_units(t, paths, 4, &g_ctx, typo, 1, &e) != 0 &&
+    CHECK(ops_resolve_units(t, paths, NULL, 4, &g_ctx, typo, 1, &e) != 0 &&
               has(e.msg, "'layers.*.attention.rop' = 'reference' matches no op", NULL),
           "typo in a sub-path: %s", e.msg);
     const ops_override past[] = {{"rope", "reference"}, {"layers.2-9.rope", "default"}};
-    CHECK(ops_resolve_units(t, paths, 4, &g_ctx, past, 2, &e) != 0 &&
+    CHECK(ops_resolve_units(t, paths, NULL, 4, &g_ctx, past, 2, &e) != 0 &&
               has(e.msg, "'layers.2-9.rope'", "matches no op"),
           "range past the last layer: %s", e.msg);
     const ops_override fine[] = {{"layers.0-1.attention.rope", "reference"}};
-    CHECK(ops_resolve_units(t, paths, 4, &g_ctx, fine, 1, &e) == 0 &&
+    CHECK(ops_resolve_units(t, paths, NULL, 4, &g_ctx, fine, 1, &e) == 0 &&
               !strcmp(t[2].impl[OPS_ROPE]->name, "reference"),
           "resolve_units: %s", e.msg);
     for (int i = 0; i < 4; i++) ops_release(&t[i]);
@@ -115,6 +117,96 @@ static void test_constraint_errors(void) {
               !strcmp(m.ops[1].impl[OPS_ATTENTION]->name, "default"),
           "constraint met: %s", e.msg);
     model_free(&m);
+}
+
+/* Builds a model with log lines sent to a temporary file; returns them (malloc'ed). */
+static char *build_logged(model *m, const model_args *a, const model_build_opts *bo, int *rc,
+                          base_err *e) {
+    fflush(stdout);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    const int saved = dup(2);
+    if (!tmp || saved < 0 || dup2(fileno(tmp), 2) < 0) {
+        *rc = -1;
+        return NULL;
+    }
+    base_log_all_to_stderr(1);
+    *rc = model_build(m, a, bo, e);
+    fflush(stderr);
+    base_log_all_to_stderr(0);
+    dup2(saved, 2);
+    close(saved);
+    const long n = ftell(tmp);
+    char *log = calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    rewind(tmp);
+    if (log && n > 0 && fread(log, 1, (size_t)n, tmp) != (size_t)n) log[0] = 0;
+    fclose(tmp);
+    return log;
+}
+
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* An override acts (is logged, checked, put in the table) only in units that call its op:
+ * grouped_mm in MoE blocks, embedding in tok_embeddings, rmsnorm in the blocks and the head. */
+static void test_override_units(void) {
+    model_args a;
+    tiny_args(&a);
+    const ops_override ov[] = {
+        {"grouped_mm", "reference"}, {"rmsnorm", "reference"}, {"embedding", "reference"}};
+    model_build_opts bo = {
+        .batch = 2, .seq_len = 16, .ac = MODEL_AC_NONE, .overrides = ov, .n_overrides = 3};
+    model m;
+    base_err e = {{0}};
+    int rc;
+    char *log = build_logged(&m, &a, &bo, &rc, &e); /* dense: no unit calls grouped_mm */
+    CHECK(rc == 0 && log, "dense build: %s", e.msg);
+    if (rc == 0 && log) {
+        CHECK(count(log, "kernel grouped_mm/") == 0, "grouped_mm logged on a dense model:\n%s",
+              log);
+        CHECK(count(log, "'grouped_mm' = 'reference': no unit of this model calls grouped_mm; "
+                         "ignored") == 1,
+              "one warning for grouped_mm on a dense model:\n%s", log);
+        CHECK(count(log, "kernel rmsnorm/reference at ") == 3 &&
+                  count(log, "kernel rmsnorm/reference at layers.0 ") == 1 &&
+                  count(log, "kernel rmsnorm/reference at layers.1 ") == 1 &&
+                  count(log, "kernel rmsnorm/reference at head ") == 1,
+              "rmsnorm logged in the 2 blocks and the head only:\n%s", log);
+        CHECK(count(log, "kernel embedding/reference at ") == 1 &&
+                  count(log, "kernel embedding/reference at tok_embeddings ") == 1,
+              "embedding logged in tok_embeddings only:\n%s", log);
+        CHECK(!strcmp(m.ops[1].impl[OPS_GROUPED_MM]->name, "default") &&
+                  !strcmp(m.ops[0].impl[OPS_RMSNORM]->name, "default") &&
+                  !strcmp(m.ops[3].impl[OPS_RMSNORM]->name, "reference") &&
+                  !strcmp(m.ops[0].impl[OPS_EMBEDDING]->name, "reference"),
+              "tables: an op a unit does not call keeps its default");
+    }
+    model_free(&m);
+    free(log);
+    a.n_experts = 4; /* MoE: grouped_mm in each block, nowhere else */
+    a.top_k = 2;
+    a.moe_ffn_dim = 16;
+    log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc == 0 && log, "MoE build: %s", e.msg);
+    if (rc == 0 && log)
+        CHECK(count(log, "kernel grouped_mm/reference at ") == 2 &&
+                  count(log, "kernel grouped_mm/reference at layers.0 ") == 1 &&
+                  count(log, "kernel grouped_mm/reference at layers.1 ") == 1 &&
+                  count(log, "no unit of this model calls") == 0,
+              "grouped_mm logged in the 2 MoE blocks only:\n%s", log);
+    model_free(&m);
+    free(log);
+    const ops_override head[] = {{"head.grouped_mm", "reference"}};
+    bo.overrides = head;
+    bo.n_overrides = 1;
+    log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc != 0 && has(e.msg, "'head.grouped_mm' = 'reference' matches no op", NULL),
+          "a glob naming an op its unit does not call matches nothing: %s", rc ? e.msg : "built");
+    model_free(&m);
+    free(log);
 }
 
 static void test_hostile_plugins(void) {
@@ -268,6 +360,7 @@ int main(void) {
     ops_register_builtin();
     test_override_syntax();
     test_constraint_errors();
+    test_override_units();
     test_hostile_plugins();
     test_example_plugin();
     test_plugins_in_training();

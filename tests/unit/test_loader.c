@@ -1,8 +1,8 @@
 /* Data loader tests: packing and data-parallel sharding on byte tokens (expected windows
- * written out by hand), exact resume from every batch boundary for JSONL, text and token
- * shards (across epoch restarts), and hostile input: bad JSONL lines, bad shards and bad
- * states get errors naming the file and line, never a crash. The comparison with HF
- * `tokenizers` and torchtitan's packing is tests/reference/check_loader.py. */
+ * written out by hand; text files split into paragraphs), exact resume from every batch
+ * boundary for JSONL, text and token shards (across epoch restarts), and hostile input: bad JSONL
+ * lines, bad shards and bad states get errors naming the file and line, never a crash. The
+ * comparison with HF `tokenizers` and torchtitan's packing is tests/reference/check_loader.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +100,49 @@ static void test_packing(void) {
     CHECK(run_bytes(c, 1, out, &err) < 0 && strstr(err.msg, "dp_rank"), "rank >= dp_size");
 }
 
+/* A text file is one document per paragraph (split at "\n\n", empty pieces dropped, as HF
+ * datasets' sample_by="paragraph"), so a single file feeds several data-parallel ranks. With
+ * byte tokens a paragraph keeps its separator: "ab\n\n", "cd\n\n", "ef\n\n", "\n". */
+static void test_text_paragraphs(void) {
+    base_err err;
+    char out[4096];
+    write_str("para.txt", "ab\n\ncd\n\n\n\nef\n\n\n");
+    data_loader_cfg c = cfg("para.txt", 3, 1);
+    c.dp_size = 2;
+    c.dp_rank = 1; /* paragraphs 1 and 3 */
+    CHECK(run_bytes(c, 3, out, &err) == 3, "text rank 1 of 2: %s", err.msg);
+    CHECK(!strcmp(out, "cd\n\n|\ncd\n|\n\ncd|"), "text rank 1 of 2: got '%s'", out);
+    c.dp_rank = 0; /* paragraphs 0 and 2 */
+    CHECK(run_bytes(c, 3, out, &err) == 3, "text rank 0 of 2: %s", err.msg);
+    CHECK(!strcmp(out, "ab\n\n|ef\n\n|ab\n\n|"), "text rank 0 of 2: got '%s'", out);
+    c.dp_size = 4;
+    c.dp_rank = 3; /* the fourth paragraph, "\n" (the file's last byte) */
+    CHECK(run_bytes(c, 1, out, &err) == 1 && !strcmp(out, "\n\n\n\n|"), "rank 3 of 4: '%s'", out);
+    c.dp_size = 5;
+    c.dp_rank = 4;
+    CHECK(run_bytes(c, 1, out, &err) < 0 && strstr(err.msg, "(the dataset has 4 documents)"),
+          "4 paragraphs, rank 4 of 5: %s", err.msg);
+    /* a resumed position must be a paragraph start */
+    data_loader *l;
+    c = cfg("para.txt", 3, 1);
+    if (data_loader_open(&l, &c, &err) == 0) {
+        data_loader_state s;
+        int32_t x[4], y[4];
+        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        data_loader_get_state(l, &s); /* paragraph 1, "cd", at byte 4 */
+        CHECK(s.doc == 1 && s.file_doc == 1 && s.byte_off == 4 && s.doc_tokens == 0,
+              "state after one window: doc %lld byte %lld", (long long)s.doc,
+              (long long)s.byte_off);
+        s.byte_off = 5;
+        CHECK(data_loader_set_state(l, &s, &err) != 0 && strstr(err.msg, "start of a paragraph"),
+              "byte offset inside a paragraph: %s", err.msg);
+        s.byte_off = 99;
+        CHECK(data_loader_set_state(l, &s, &err) != 0 && strstr(err.msg, "past the end"),
+              "byte offset past the end: %s", err.msg);
+        data_loader_free(l);
+    }
+}
+
 /* Uninterrupted run vs. resuming from the state after every batch. */
 static void check_resume(data_loader_cfg c, int n, const char *what) {
     base_err err;
@@ -176,6 +219,18 @@ static void test_resume(data_tok *tok) {
     write_str("txt/c", "and a third, the last of them");
     c = cfg("txt", 6, 2);
     check_resume(c, 20, "text folder bytes");
+    /* paragraphs of one file, on data-parallel rank 1 of 2, with bos/eos per paragraph */
+    write_str("paras.txt", "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\n\n\n"
+                           "You are all resolved.\n\nFirst:\nResolved.\n");
+    c = cfg("paras.txt", 5, 2);
+    c.dp_size = 2;
+    c.dp_rank = 1;
+    check_resume(c, 20, "text paragraphs bytes rank 1/2");
+    if (tok) {
+        c.enc.tok = tok;
+        c.enc.vocab_size = data_tok_vocab_size(tok);
+        check_resume(c, 20, "text paragraphs test tokenizer rank 1/2");
+    }
 }
 
 static void expect_error(data_loader_cfg c, const char *needle, const char *what) {
@@ -348,6 +403,7 @@ int main(void) {
         failures++;
     }
     test_packing();
+    test_text_paragraphs();
     test_resume(tok);
     test_bad_jsonl();
     test_bad_shards(tok);
