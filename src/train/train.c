@@ -1,4 +1,4 @@
-#include "train.h"
+#include "train/train.h"
 
 #include <cblas.h>
 #include <errno.h>
