@@ -3,6 +3,10 @@ BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
 
+# Quiet recursion: cmake's generated Makefiles call make recursively, and without this every
+# level prints `gmake[N]: Entering directory ...` (hundreds of lines per build).
+MAKEFLAGS += --no-print-directory
+
 .PHONY: deps deps-build build test train demo-data bench bench-tokenizer asan fuzz format clean
 
 # Everything the tests need (the Python references: PyTorch, transformers; several GB).

@@ -10,6 +10,60 @@ titan=${1:-build/titan}
   echo 'in `src/train/config.c`); the test `config_reference_current` fails when this file and the'
   echo 'binary disagree. Each field is `--section.key VALUE` on the command line or `key = value`'
   echo 'under `[section]` in a TOML file.'
+  # Prose before the reference. No ``` fences here or below: tests/scripts/config_doc.sh
+  # takes the one fenced block of this file to be the --help output (indent code instead).
+  cat <<'MD'
+
+## Job files and the command line
+
+A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field names —
+`[job]`, `[model]`, `[training]`, `[optimizer]`, `[lr_scheduler]`, `[checkpoint]`,
+`[parallelism]`, `[activation_checkpoint]`, `[debug]`, `[metrics]`, `[validation]` — plus titan's
+`[kernels]`. Fields a file leaves out take torchtitan's defaults (except
+`activation_checkpoint.mode`: `none` here; torchtitan's `selective` trades recompute time
+for memory a CPU run usually has).
+
+    build/titan train --config configs/qwen3_debug.toml                        # = make train
+    build/titan train --config configs/qwen3_debug.toml --training.steps 20 --optimizer.lr=1e-3
+    build/titan train --config configs/qwen3_debug.toml --print-config          # resolved config, as TOML
+    build/titan train --help                                  # every field: default, range, help
+
+- Every field can be set on the command line as `--section.key value` or
+  `--section.key=value`; the command line overrides the file, which overrides the defaults,
+  and a later setting wins. A bare boolean (`--checkpoint.enable`) means true; `none` unsets
+  an optional number (`--lr_scheduler.decay_ratio none`); lists take a TOML array
+  (`'["a", "b"]'`) or `a,b`.
+- The older flags (`--flavor`, `--set KEY=VALUE`, `--steps`, `--batch`, `--lr`, `--metrics`,
+  ...) remain, each an alias of a config field (`titan train --help` lists them).
+- Mistakes are errors, never ignored: `configs/x.toml:12:1: unknown key 'stpes' in
+  [training]; did you mean 'steps'?` (all of a file's unknown names in one error), wrong types and out-of-range values name the file,
+  line, column, field and allowed range. The parser takes a strict TOML subset and says
+  "not supported by titan's TOML subset" for multi-line strings, dates, inline tables and
+  arrays of tables.
+- Relative input paths are relative to the working directory (run from the repository
+  root); output paths (`metrics.save_jsonl_file`, `checkpoint.hf_export_folder`) are joined
+  to `job.dump_folder`.
+- Settings titan cannot honour yet (pipeline and context parallel degrees above 1, an
+  expert parallel degree other than the FSDP shard degree, tensor parallelism for MoE, MoE
+  with dense blocks) parse and validate, and `titan train` refuses them by name
+  rather than ignoring them.
+- Every field, its default, range and meaning: [the reference below](#every-field-titan-train---help)
+  (the output of `titan train --help`).
+- titan extras: `job.sample_tokens`, the `[model]` overrides of the flavor's arguments,
+  `training.threads`, `training.ce_chunk`, `training.dataset_format`/`dataset_field`,
+  `metrics.enable_jsonl`/`save_jsonl_file`/`peak_tflops`, `checkpoint.hf_export_folder`,
+  and `[kernels]` (overrides and plugins: see [Custom kernels](kernels.md#using-custom-kernels)).
+
+| config | what |
+|---|---|
+| `configs/qwen3_debug.toml` | the default demo (`make train`): a small Qwen3 with the Qwen3 tokenizer on Tiny Shakespeare |
+| `configs/qwen3_0.6b.toml`, `configs/qwen3_1.7b.toml` | torchtitan's 0.6B / 1.7B recipes (C4 is not on this machine: their header shows the overrides that run them on Tiny Shakespeare) |
+| `configs/qwen3_4b.toml` | fine-tuning Qwen3-4B from a Hugging Face folder (config.json, tokenizer, weights; needs the downloaded folder and about 64 GB) |
+| `configs/qwen3_moe_debug.toml` | torchtitan's MoE debug model (`debugmodel_moe`) on Tiny Shakespeare bytes with the expert bias; 20 short steps |
+| `configs/qwen3_30b_a3b_reduced.toml` | 30B-A3B shapes with 4 layers, 64 experts, top-4, HF aux loss (28 GiB of training state: the file shows the one-step command with fewer experts) |
+
+## Every field (`titan train --help`)
+MD
   echo
   echo '```'
   "$titan" train --help

@@ -1,4 +1,4 @@
-#include "base.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <math.h>

@@ -131,6 +131,8 @@ typedef struct {
 int base_dir_lock_take(base_dir_lock *l, const char *dir, base_err *err);
 void base_dir_unlock(base_dir_lock *l);
 
+/* ---- reading, escaping and parsing numbers (base/base.c) ---------------------------- */
+
 /* Reads a whole file (stdin when path is NULL), pipes included, into a malloc'ed,
  * NUL-terminated buffer (free with free()); *len receives the byte count (without the NUL).
  * Fails, naming the file, when it cannot be opened or read (a folder says so) or exceeds

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "base/base.h"
 
 /* Deeper than any folder titan writes; bounds the recursion on hostile trees. */
 #define MAX_DEPTH 64

@@ -1,7 +1,7 @@
 /* A strict parser for the TOML subset job configs use (see base.h). The input is hostile:
  * it is checked to be UTF-8 without NUL bytes, every read is bounds-checked against `end`,
  * sizes are capped, and every error names file:line:column (columns count bytes, from 1). */
-#include "base.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <math.h>

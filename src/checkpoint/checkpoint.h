@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "../model/model.h"
+#include "base/base.h"
+#include "model/model.h"
 
 #define CKPT_MAX_DIMS 8
 
@@ -243,7 +243,7 @@ int ckpt_size_parse(const char *s, uint64_t *out);
  * weight (ckpt_load_model_set, HF names). m is built with opts (batch, seq_len, ...). */
 int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_err *err);
 
-/* ---- training checkpoints' model part, titan names (hf_export.c) ------------------------ */
+/* ---- training checkpoints' model part, titan names (convert.c) ------------------------ */
 
 /* A folder with model.safetensors (every parameter, F32, titan names) and model_args.json
  * (the model arguments under their --set names, plus "flavor"). It is the model part of a
@@ -277,7 +277,7 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err);
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err);
 const char *ckpt_source_kind_name(ckpt_src_kind k);
 
-/* ---- the command line's checkpoint commands (inspect.c) ------------------------------ */
+/* ---- the command line's checkpoint commands (convert.c) ------------------------------ */
 
 /* Prints model arguments and per-component parameter counts (titan inspect). */
 void ckpt_print_model(const model_args *a);

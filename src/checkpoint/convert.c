@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "checkpoint/internal.h"
 
 #define ARGS_FILE "model_args.json"
 #define MODEL_FILE "model.safetensors"

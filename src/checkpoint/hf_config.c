@@ -1,12 +1,12 @@
 /* Hugging Face config.json <-> model_args (Qwen3ForCausalLM and Qwen3MoeForCausalLM). */
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "checkpoint/internal.h"
 
 /* HF's defaults (transformers Qwen3Config / Qwen3MoeConfig) for fields a config may omit. */
 #define HF_DEFAULT_HEAD_DIM 128

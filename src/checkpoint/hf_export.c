@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "checkpoint/internal.h"
 
 int ckpt_export_dtype_parse(const char *s, ckpt_dtype *out) {
     static const struct {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "checkpoint/internal.h"
 
 #define HF_LM_HEAD "lm_head.weight"
 #define HF_EMBED "model.embed_tokens.weight"

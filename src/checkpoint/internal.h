@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 /* Writes v to path atomically as Python's json.dumps(v, indent=2, sort_keys=True) + "\n"
  * would (the layout transformers uses for config.json and model.safetensors.index.json),

@@ -1,5 +1,5 @@
 /* safetensors reader (mmap + validation) and atomic writer. See checkpoint.h. */
-#include "internal.h"
+#include "checkpoint/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

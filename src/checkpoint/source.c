@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 /* FOLDER/step-N: the folder and N, when the last path component is step-<digits>. */
 static int split_step_dir(const char *path, char *folder, size_t n, int64_t *step) {

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "checkpoint/internal.h"
 
 #define STEP_META "metadata.json"
 /* 2: strided pieces (2-D tensors with "<name>.stride"); 1: 1-D pieces only */

@@ -165,6 +165,8 @@ typedef struct {
     int32_t vocab_size; /* ids must be < this: the model's vocabulary */
 } data_encoder;
 
+/* ---- token shards from a dataset (src/data/tokenize.c) ---- */
+
 /* Writes token shards from a dataset, using `threads` threads (<= 0: all cores; each has
  * its own tokenizer). Documents keep their order; a shard is closed once it holds at least
  * shard_tokens tokens (documents are never split), so out_dir gets shard-00000.tok, ...

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model/internal.h"
 
 /* Row counts: N = B*T token rows, n = N/tp the sequence shard (n = N without TP). */
 struct model_acts {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model/internal.h"
 
 /* Rows per forward call: prefill runs in chunks of this many tokens, which bounds the
  * scratch (about chunk * (4 D + 4 H hd + 3 F) floats) while keeping the GEMMs wide. */

@@ -3,7 +3,7 @@
 #ifndef TITAN_MODEL_INTERNAL_H
 #define TITAN_MODEL_INTERNAL_H
 
-#include "model.h"
+#include "model/model.h"
 
 int model_layout(model *m, base_err *err);
 
@@ -156,6 +156,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
  * blocks): m->moe_aux_loss (HF's aux loss of this microbatch) and aux_grad [E]. */
 void model_moe_aux_finish(model *m, const double *acc, double *aux_grad);
 
+/* ---- block forward, final norm, lm_head (forward.c) ---- */
 /* Block l forward from la->x; writes the block output into out [N,D]. Under tensor
  * parallelism la->x and out hold this rank's N/tp sequence rows, the projections all N rows
  * of the local heads / FFN columns. */

@@ -37,8 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "../ops/ops.h"
+#include "base/base.h"
+#include "ops/ops.h"
 
 typedef struct {
     char flavor[64];
@@ -298,6 +298,8 @@ typedef struct {
 void model_moe_memory(const model_args *a, int batch, int seq_len, model_ac_mode ac, int with_grads,
                       model_moe_mem *out);
 
+/* ---- training forward and backward (model/forward.c) --------------------------------- */
+
 /* One microbatch: tokens/targets [batch*seq_len] (targets may hold OPS_IGNORE_INDEX).
  * Runs forward, the fused lm_head + CE, and (when grad_scale != 0 and the model has
  * gradients) the backward, ACCUMULATING into m->g the gradient of grad_scale * loss_sum
@@ -359,6 +361,7 @@ typedef struct {
 /* Returns the token id, or -1 when out of memory (it allocates V pairs for top-k / top-p). */
 int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_t index);
 
+/* ---- FLOPs (model/qwen3.c) ------------------------------------------------------------ */
 /* FLOPs per token, torchtitan HEAD formula: 6 * P_matmul + 12 * L * H * hd * seq_len,
  * P_matmul = all parameters except the (untied) embedding; the tied matrix counts once; MoE:
  * the active parameters (router + top_k / n_experts of the experts, spec §4.6). */

@@ -28,7 +28,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model/internal.h"
 
 static size_t al16(size_t n) {
     return (n + 15) / 16 * 16;

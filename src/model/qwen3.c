@@ -1,5 +1,5 @@
 /* Qwen3 arguments, flavor registry, parameter layout and init. */
-#include "internal.h"
+#include "model/internal.h"
 
 #include <math.h>
 #include <stdio.h>

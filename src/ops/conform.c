@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "ops/internal.h"
 
 /* ---- small helpers ------------------------------------------------------------------ */
 

@@ -2,7 +2,7 @@
 #ifndef TITAN_OPS_INTERNAL_H
 #define TITAN_OPS_INTERNAL_H
 
-#include "ops.h"
+#include "ops/ops.h"
 
 /* The op kind named s ("rope"), or -1. */
 int ops_kind_from_name(const char *s);

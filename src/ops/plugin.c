@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ops/internal.h"
 #include "titan/kernel_abi.h"
 
 #define PLG_MAX_LIBS 16

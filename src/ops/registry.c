@@ -1,8 +1,8 @@
 /* The kernel registry: named implementations per op, defaults, overrides, resolution;
  * plus the RoPE tables. */
-#include "ops.h"
-#include "cpu/cpu.h"
-#include "internal.h"
+#include "ops/ops.h"
+#include "ops/cpu/cpu.h"
+#include "ops/internal.h"
 
 #include <math.h>
 #include <stdio.h>

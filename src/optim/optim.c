@@ -1,4 +1,4 @@
-#include "optim.h"
+#include "optim/optim.h"
 
 #include <math.h>
 #include <string.h>

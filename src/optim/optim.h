@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "../ops/ops.h"
+#include "base/base.h"
+#include "ops/ops.h"
 
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;

@@ -1,7 +1,7 @@
 /* Job configs: one schema table describes every field (section, key, type, where it lives
  * in train_config, default, range, help); loading a TOML file, command-line overrides,
  * printing, help and the checks all walk that table. */
-#include "train.h"
+#include "train/train.h"
 
 #include <math.h>
 #include <stdarg.h>

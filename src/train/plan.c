@@ -27,7 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train.h"
+#include "train/train.h"
 
 /* RSS of titan itself (code, BLAS, OpenMP and MPI libraries, thread stacks), measured with a
  * 100K-parameter model: 20 MiB as one process, 27 MiB per rank under mpirun. */

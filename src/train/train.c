@@ -1,4 +1,4 @@
-#include "train.h"
+#include "train/train.h"
 
 #include <errno.h>
 #include <jansson.h>

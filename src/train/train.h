@@ -6,11 +6,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../base/base.h"
-#include "../data/data.h"
-#include "../dist/dist.h"
-#include "../model/model.h"
-#include "../optim/optim.h"
+#include "base/base.h"
+#include "data/data.h"
+#include "dist/dist.h"
+#include "model/model.h"
+#include "optim/optim.h"
 
 /* [checkpoint] as torchtitan v0.2.2 (shared/research/torchtitan_qwen3.md §4.1). */
 typedef struct {

@@ -10,7 +10,7 @@
  *   param.addcdiv_(exp_avg, denom, value=-step_size)
  * Python computes the scalars in double; torch casts each to float where it meets an fp32
  * tensor, and so does this kernel. Elementwise, so bitwise independent of the thread count. */
-#include "isa.h"
+#include "ops/cpu/isa.h"
 
 #include <math.h>
 

@@ -44,8 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "isa.h"
-#include "vmath.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/vmath.h"
 
 #define ATT_BQ 64 /* queries per tile */
 #define ATT_BK 64 /* keys per tile; the score tile is [ATT_BK, ATT_BQ] floats (16 KiB) */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "isa.h"
-#include "vmath.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/vmath.h"
 
 void KFN(ops_cpu_attention_kv)(float *out, const float *q, const float *k, const float *v, int T,
                                int pos0, int H, int G, int hd) {

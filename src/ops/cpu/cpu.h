@@ -3,7 +3,7 @@
 #ifndef TITAN_OPS_CPU_H
 #define TITAN_OPS_CPU_H
 
-#include "../ops.h"
+#include "ops/ops.h"
 
 /* Row-major SGEMM, C[M,N] = alpha * op(A) @ op(B) + beta * C (see gemm.c for the library
  * choice). ta / tb: 1 = transposed. */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "isa.h"
+#include "ops/cpu/isa.h"
 
 typedef struct {
     const char *label;

@@ -1,5 +1,5 @@
 /* Token embedding: a row gather forward, a deterministic scatter-add backward. */
-#include "isa.h"
+#include "ops/cpu/isa.h"
 
 #include <string.h>
 

@@ -6,7 +6,7 @@
  * forward x @ W^T), oneDNN for the backward products (NN: dy @ W, TN: dy^T @ x), where it is
  * 5-15% faster. Without oneDNN at build time everything goes to OpenBLAS. Both run on
  * libgomp, so they share titan's OpenMP thread pool. */
-#include "cpu.h"
+#include "ops/cpu/cpu.h"
 
 #include <cblas.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  * computed by exactly one thread with the BLAS's fixed blocking, so the result does not depend
  * on which thread takes it nor on the thread count. The weight gradient of expert e reduces
  * over that expert's rows inside one tile (no cross-thread sums). */
-#include "cpu.h"
+#include "ops/cpu/cpu.h"
 
 #include <stdlib.h>
 

@@ -14,7 +14,7 @@
 #ifndef TITAN_OPS_CPU_ISA_H
 #define TITAN_OPS_CPU_ISA_H
 
-#include "cpu.h"
+#include "ops/cpu/cpu.h"
 
 /* X(NAME, (params), (args)) for every dispatched kernel returning void; lmhead_ce (double)
  * is spelled out where needed. */

@@ -14,8 +14,8 @@
  * which this void-error signature cannot report) is treated like -100: it adds no loss and
  * no gradient and is not counted in *n_valid, so callers computing grad_scale must count
  * valid targets the same way (0 <= target < V). */
-#include "isa.h"
-#include "vmath.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/vmath.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* nn.Linear without bias, through ops_cpu_sgemm. */
-#include "cpu.h"
+#include "ops/cpu/cpu.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * They are the independent baseline `titan kernels test` checks the defaults against (the
  * defaults are themselves the fast kernels), and never the default of any op.
  * Rows are split over OpenMP threads only where each thread owns what it writes. */
-#include "cpu.h"
+#include "ops/cpu/cpu.h"
 
 #include <math.h>
 #include <stdio.h>

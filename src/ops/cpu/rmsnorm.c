@@ -1,6 +1,6 @@
 /* RMSNorm: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps), as torch's Qwen3RMSNorm
  * (x * rsqrt(var + eps), then the weight multiply). Row reductions are accumulated in double. */
-#include "isa.h"
+#include "ops/cpu/isa.h"
 
 #include <math.h>
 #include <omp.h>

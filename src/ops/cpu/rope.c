@@ -3,7 +3,7 @@
  *   out[j + h]  = x[j + h] * cos[j] + x[j] * sin[j]        (h = hd / 2, j < h)
  * which is x * cat(cos, cos) + rotate_half(x) * cat(sin, sin) evaluated in the same fp32
  * operations as torch (two products, then one add or subtract; no FMA contraction). */
-#include "isa.h"
+#include "ops/cpu/isa.h"
 
 /* out may equal inp (in place): iteration j reads and writes only elements j and j + h,
  * so the loops carry no dependency and `omp simd` is valid under that exact aliasing.

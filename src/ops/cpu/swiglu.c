@@ -1,7 +1,7 @@
 /* SwiGLU: out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) (torch's CPU formula).
  * exp is vm_expf (vmath.h), so the loops vectorise. Elementwise, hence deterministic. */
-#include "isa.h"
-#include "vmath.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/vmath.h"
 
 void KFN(ops_cpu_swiglu_fwd)(float *out, const float *gate, const float *up, int N, int F) {
     long n = (long)N * F;
