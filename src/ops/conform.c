@@ -354,33 +354,12 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     return 0;
 }
 
+/* The check of op k: cf_NAME for every op of the list (oplist.h). */
 static cf_fn cf_of(ops_kind k) {
-    switch (k) {
-    case OPS_EMBEDDING:
-        return cf_embedding;
-    case OPS_RMSNORM:
-        return cf_rmsnorm;
-    case OPS_MATMUL:
-        return cf_matmul;
-    case OPS_ROPE:
-        return cf_rope;
-    case OPS_ATTENTION:
-        return cf_attention;
-    case OPS_SWIGLU:
-        return cf_swiglu;
-    case OPS_LMHEAD_CE:
-        return cf_lmhead_ce;
-    case OPS_ADAMW:
-        return cf_adamw;
-    case OPS_ATTENTION_KV:
-        return cf_attention_kv;
-    case OPS_GROUPED_MM:
-        return cf_grouped_mm;
-    case OPS_ADD_RMSNORM:
-        return cf_add_rmsnorm;
-    default:
-        return NULL; /* an op without a conformance check yet */
-    }
+#define CF_OF_(K, name, ...) [OPS_##K] = cf_##name,
+    static const cf_fn of[OPS_COUNT] = {OPS_LIST(CF_OF_, CF_OF_)};
+#undef CF_OF_
+    return (int)k >= 0 && k < OPS_COUNT ? of[k] : NULL;
 }
 
 /* ---- selection ---------------------------------------------------------------------- */
