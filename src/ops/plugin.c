@@ -3,12 +3,14 @@
  * Loading (ops_plugin_load): dlopen(RTLD_NOW | RTLD_LOCAL), read the data symbol
  * titan_kernel_abi_version and refuse another version before calling any plugin code, then
  * call titan_kernel_plugin_init with a host whose register_kernel validates each descriptor
- * and registers an ops_impl carrying the kernel (ops_impl.plugin). A failed init rolls the
- * registry back to where it was and closes the library.
+ * and registers an ops_impl with the kernel's ops_binding (internal.h): the registry calls
+ * back through it to check, bind and release, so this file calls the registry and never the
+ * reverse. A failed init rolls the registry back to where it was and closes the library.
  *
  * Calling: the hot path calls typed function pointers with no context argument, so a plugin
  * implementation is bound, per unit (layer) that resolves to it, to a SLOT: a numbered
- * trampoline per op and direction (macro-generated below) that knows its slot, and through
+ * trampoline per op and direction (generated below for every op of the list, oplist.h, whose
+ * plugin flag is set) that knows its slot, and through
  * it the kernel, the unit's path and the unit's saved-state buffer. The trampoline packs the
  * typed arguments into titan_kernel_args (plg_call):
  *   - inputs with a heads axis are transposed BSHD -> BHSD into scratch when the kernel asks
@@ -304,21 +306,20 @@ static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, 
 
 /* PLG_LIST(M, ...) expands M(0, ...) M(1, ...) ... M(199, ...): runs of ten with prefixes
  * "", 1 .. 19. */
+/* clang-format off */
 #define PLG_D(M, p, ...)                                                                           \
-    M(p##0, __VA_ARGS__)                                                                           \
-    M(p##1, __VA_ARGS__) M(p##2, __VA_ARGS__) M(p##3, __VA_ARGS__) M(p##4, __VA_ARGS__)            \
-        M(p##5, __VA_ARGS__) M(p##6, __VA_ARGS__) M(p##7, __VA_ARGS__) M(p##8, __VA_ARGS__)        \
-            M(p##9, __VA_ARGS__)
+    M(p##0, __VA_ARGS__) M(p##1, __VA_ARGS__) M(p##2, __VA_ARGS__) M(p##3, __VA_ARGS__)            \
+    M(p##4, __VA_ARGS__) M(p##5, __VA_ARGS__) M(p##6, __VA_ARGS__) M(p##7, __VA_ARGS__)            \
+    M(p##8, __VA_ARGS__) M(p##9, __VA_ARGS__)
 #define PLG_LIST(M, ...)                                                                           \
-    PLG_D(M, , __VA_ARGS__)                                                                        \
-    PLG_D(M, 1, __VA_ARGS__)                                                                       \
-    PLG_D(M, 2, __VA_ARGS__) PLG_D(M, 3, __VA_ARGS__) PLG_D(M, 4, __VA_ARGS__)                     \
-        PLG_D(M, 5, __VA_ARGS__) PLG_D(M, 6, __VA_ARGS__) PLG_D(M, 7, __VA_ARGS__)                 \
-            PLG_D(M, 8, __VA_ARGS__) PLG_D(M, 9, __VA_ARGS__) PLG_D(M, 10, __VA_ARGS__)            \
-                PLG_D(M, 11, __VA_ARGS__) PLG_D(M, 12, __VA_ARGS__) PLG_D(M, 13, __VA_ARGS__)      \
-                    PLG_D(M, 14, __VA_ARGS__) PLG_D(M, 15, __VA_ARGS__) PLG_D(M, 16, __VA_ARGS__)  \
-                        PLG_D(M, 17, __VA_ARGS__) PLG_D(M, 18, __VA_ARGS__)                        \
-                            PLG_D(M, 19, __VA_ARGS__)
+    PLG_D(M, , __VA_ARGS__)  PLG_D(M, 1, __VA_ARGS__)  PLG_D(M, 2, __VA_ARGS__)                    \
+    PLG_D(M, 3, __VA_ARGS__) PLG_D(M, 4, __VA_ARGS__)  PLG_D(M, 5, __VA_ARGS__)                    \
+    PLG_D(M, 6, __VA_ARGS__) PLG_D(M, 7, __VA_ARGS__)  PLG_D(M, 8, __VA_ARGS__)                    \
+    PLG_D(M, 9, __VA_ARGS__) PLG_D(M, 10, __VA_ARGS__) PLG_D(M, 11, __VA_ARGS__)                   \
+    PLG_D(M, 12, __VA_ARGS__) PLG_D(M, 13, __VA_ARGS__) PLG_D(M, 14, __VA_ARGS__)                  \
+    PLG_D(M, 15, __VA_ARGS__) PLG_D(M, 16, __VA_ARGS__) PLG_D(M, 17, __VA_ARGS__)                  \
+    PLG_D(M, 18, __VA_ARGS__) PLG_D(M, 19, __VA_ARGS__)
+/* clang-format on */
 
 /* plg_NAME_fwd_I / plg_NAME_bwd_I: the op's typed signature, calling its adapter with slot I */
 #define PLG_TR(i, name, fp, fa, bp, ba)                                                            \

@@ -1,5 +1,7 @@
 /* The kernel registry: named implementations per op, defaults, overrides, resolution;
- * plus the RoPE tables. */
+ * plus the RoPE tables. The op kinds come from the op list (oplist.h), the built-in
+ * implementations from the CPU backend's table (cpu/table.c); implementations bound per unit
+ * (plugins) are reached through their ops_binding, never by calling plugin.c. */
 #include "ops.h"
 #include "cpu/cpu.h"
 #include "internal.h"
