@@ -243,7 +243,8 @@ int ckpt_size_parse(const char *s, uint64_t *out);
  * weight (ckpt_load_model_set, HF names). m is built with opts (batch, seq_len, ...). */
 int ckpt_load_hf(model *m, const char *dir, const model_build_opts *opts, base_err *err);
 
-/* ---- training checkpoints' model part, titan names (convert.c) ------------------------ */
+/* ---- training checkpoints' model part, titan names (convert.c; reading the arguments:
+ * source.c) ---------------------------------------------------------------------------- */
 
 /* A folder with model.safetensors (every parameter, F32, titan names) and model_args.json
  * (the model arguments under their --set names, plus "flavor"). It is the model part of a

@@ -8,7 +8,6 @@
 
 #include "checkpoint/internal.h"
 
-#define ARGS_FILE "model_args.json"
 #define MODEL_FILE "model.safetensors"
 
 /* ---- training checkpoint: the model part -------------------------------------------- */
@@ -29,48 +28,10 @@ int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
                   "tie_embeddings", a->tie_embeddings, "max_seq_len", a->max_seq_len, "n_experts",
                   a->n_experts, "top_k", a->top_k, "moe_ffn_dim", a->moe_ffn_dim, "norm_topk_prob",
                   a->norm_topk_prob, "router_aux_loss_coef", a->router_aux_loss_coef);
-    if (!j) return base_fail(err, "%s: cannot build %s", dir, ARGS_FILE);
-    int rc = base_path_join(path, sizeof path, dir, ARGS_FILE, err);
+    if (!j) return base_fail(err, "%s: cannot build %s", dir, CKPT_ARGS_FILE);
+    int rc = base_path_join(path, sizeof path, dir, CKPT_ARGS_FILE, err);
     if (rc == 0) rc = ckpt_write_json(path, j, err);
     json_decref(j);
-    return rc;
-}
-
-int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
-    char path[4096];
-    if (base_path_join(path, sizeof path, dir, ARGS_FILE, err)) return -1;
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return base_fail(err, "%s: invalid JSON: %s (line %d column %d)", path, jerr.text,
-                         jerr.line, jerr.column);
-    memset(a, 0, sizeof *a);
-    int rc = json_is_object(root) ? 0 : base_fail(err, "%s: not a JSON object", path);
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        if (rc) break;
-        char val[64];
-        if (!strcmp(key, "flavor") && json_is_string(v)) {
-            snprintf(a->flavor, sizeof a->flavor, "%s", json_string_value(v));
-            continue;
-        }
-        if (json_is_integer(v))
-            snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
-        else if (json_is_real(v))
-            snprintf(val, sizeof val, "%.17g", json_real_value(v));
-        else {
-            rc = base_fail(err, "%s: field '%s' is not a number", path, key);
-            break;
-        }
-        base_err e2;
-        if (model_args_set(a, key, val, &e2)) rc = base_fail(err, "%s: %s", path, e2.msg);
-    }
-    json_decref(root);
-    if (rc == 0 && model_args_validate(a, err)) {
-        base_err e2 = *err;
-        rc = base_fail(err, "%s: %s", path, e2.msg);
-    }
     return rc;
 }
 
@@ -210,7 +171,7 @@ int ckpt_inspect(const char *path, base_err *err) {
                 ckpt_hf_config_read(p, &a, err) || ckpt_set_open_dir(&s, path, err))
                 return -1;
             rc = inspect_set(&s, &a, CKPT_NAMES_HF, err);
-        } else if (base_has_file(path, ARGS_FILE)) {
+        } else if (base_has_file(path, CKPT_ARGS_FILE)) {
             printf("training checkpoint %s\n", path);
             if (ckpt_train_read_args(path, &a, err) ||
                 base_path_join(p, sizeof p, path, MODEL_FILE, err) ||
@@ -223,7 +184,7 @@ int ckpt_inspect(const char *path, base_err *err) {
                 return base_fail(err,
                                  "%s: neither a Hugging Face folder (no config.json) nor a "
                                  "training checkpoint (no %s, metadata.json or step-N)",
-                                 path, ARGS_FILE);
+                                 path, CKPT_ARGS_FILE);
             return inspect_step(&src, err);
         }
         ckpt_set_close(&s);
@@ -261,7 +222,7 @@ static int convert(const char *src, const char *dst, const ckpt_export_opts *opt
         return base_fail(err,
                          "%s: neither a Hugging Face folder (no config.json) nor a training "
                          "checkpoint (no metadata.json, step-N or %s)",
-                         src, ARGS_FILE);
+                         src, CKPT_ARGS_FILE);
     const int from_hf = cs.kind == CKPT_SRC_HF;
     if (cs.kind == CKPT_SRC_STEP) { /* a step-N checkpoint: arguments from its metadata */
         model_args a;

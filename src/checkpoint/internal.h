@@ -6,6 +6,9 @@
 
 #include "checkpoint/checkpoint.h"
 
+/* The model arguments file of a titan model folder (ckpt_train_save_model, source.c). */
+#define CKPT_ARGS_FILE "model_args.json"
+
 /* Writes v to path atomically as Python's json.dumps(v, indent=2, sort_keys=True) + "\n"
  * would (the layout transformers uses for config.json and model.safetensors.index.json),
  * reals with the fewest digits that read back exactly. */

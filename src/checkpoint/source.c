@@ -1,12 +1,14 @@
 /* checkpoint: where model weights come from (see the "model sources" section of
  * checkpoint.h): one resolver for titan generate --model, checkpoint.initial_load_path and
- * titan convert. */
+ * titan convert, and the model arguments each kind of source records. convert.c (titan
+ * inspect, titan convert) calls into this file, never the other way. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/internal.h"
 
 /* FOLDER/step-N: the folder and N, when the last path component is step-<digits>. */
 static int split_step_dir(const char *path, char *folder, size_t n, int64_t *step) {
@@ -46,7 +48,7 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
         s->kind = CKPT_SRC_HF;
         return 0;
     }
-    if (base_has_file(path, "model_args.json")) {
+    if (base_has_file(path, CKPT_ARGS_FILE)) {
         s->kind = CKPT_SRC_TITAN_MODEL;
         return 0;
     }
@@ -113,6 +115,46 @@ static int args_from_json(const char *where, const json_t *j, model_args *a, bas
     base_err why;
     if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
     return 0;
+}
+
+/* A titan model folder's model_args.json (ckpt_train_save_model writes it): the arguments
+ * under their --set names, plus "flavor". */
+int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
+    char path[4096];
+    if (base_path_join(path, sizeof path, dir, CKPT_ARGS_FILE, err)) return -1;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return base_fail(err, "%s: invalid JSON: %s (line %d column %d)", path, jerr.text,
+                         jerr.line, jerr.column);
+    memset(a, 0, sizeof *a);
+    int rc = json_is_object(root) ? 0 : base_fail(err, "%s: not a JSON object", path);
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (rc) break;
+        char val[64];
+        if (!strcmp(key, "flavor") && json_is_string(v)) {
+            snprintf(a->flavor, sizeof a->flavor, "%s", json_string_value(v));
+            continue;
+        }
+        if (json_is_integer(v))
+            snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(val, sizeof val, "%.17g", json_real_value(v));
+        else {
+            rc = base_fail(err, "%s: field '%s' is not a number", path, key);
+            break;
+        }
+        base_err e2;
+        if (model_args_set(a, key, val, &e2)) rc = base_fail(err, "%s: %s", path, e2.msg);
+    }
+    json_decref(root);
+    if (rc == 0 && model_args_validate(a, err)) {
+        base_err e2 = *err;
+        rc = base_fail(err, "%s: %s", path, e2.msg);
+    }
+    return rc;
 }
 
 int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {

@@ -354,33 +354,12 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     return 0;
 }
 
+/* The check of op k: cf_NAME for every op of the list (oplist.h). */
 static cf_fn cf_of(ops_kind k) {
-    switch (k) {
-    case OPS_EMBEDDING:
-        return cf_embedding;
-    case OPS_RMSNORM:
-        return cf_rmsnorm;
-    case OPS_MATMUL:
-        return cf_matmul;
-    case OPS_ROPE:
-        return cf_rope;
-    case OPS_ATTENTION:
-        return cf_attention;
-    case OPS_SWIGLU:
-        return cf_swiglu;
-    case OPS_LMHEAD_CE:
-        return cf_lmhead_ce;
-    case OPS_ADAMW:
-        return cf_adamw;
-    case OPS_ATTENTION_KV:
-        return cf_attention_kv;
-    case OPS_GROUPED_MM:
-        return cf_grouped_mm;
-    case OPS_ADD_RMSNORM:
-        return cf_add_rmsnorm;
-    default:
-        return NULL; /* an op without a conformance check yet */
-    }
+#define CF_OF_(K, name, ...) [OPS_##K] = cf_##name,
+    static const cf_fn of[OPS_COUNT] = {OPS_LIST(CF_OF_, CF_OF_)};
+#undef CF_OF_
+    return (int)k >= 0 && k < OPS_COUNT ? of[k] : NULL;
 }
 
 /* ---- selection ---------------------------------------------------------------------- */
@@ -518,68 +497,172 @@ typedef struct {
     int phase; /* 0 forward, 1 backward */
 } cf_bench;
 
-static void cf_bench_run(cf_bench *b) {
-    const ops_table *t = b->t;
-    float **f = b->buf;
-    const int B = b->c.batch, T = b->c.seq_len, N = B * T, D = b->c.dim, H = b->c.n_heads,
-              G = b->c.n_kv_heads, hd = b->c.head_dim, F = b->c.ffn_dim, V = b->c.vocab;
-    switch (b->k) {
-    case OPS_EMBEDDING:
-        if (!b->phase)
-            t->embedding_fwd(f[0], b->tok, f[1], N, D);
-        else
-            t->embedding_bwd(f[1], f[0], b->tok, N, D);
-        break;
-    case OPS_RMSNORM:
-        if (!b->phase)
-            t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
-        else
-            t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
-        break;
-    case OPS_ADD_RMSNORM: /* in place over the residual stream f[2], as the model calls it */
-        if (!b->phase)
-            t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
-        else
-            t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
-        break;
-    case OPS_MATMUL:
-        if (!b->phase)
-            t->matmul_fwd(f[0], f[1], f[2], N, D, F);
-        else
-            t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F);
-        break;
-    case OPS_ROPE:
-        if (!b->phase)
-            t->rope_fwd(f[0], f[1], f[2], f[3], B, T, H, hd);
-        else
-            t->rope_bwd(f[4], f[0], f[2], f[3], B, T, H, hd);
-        break;
-    case OPS_ATTENTION:
-        if (!b->phase)
-            t->attention_fwd(f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
-        else
-            t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
-        break;
-    case OPS_SWIGLU:
-        if (!b->phase)
-            t->swiglu_fwd(f[0], f[1], f[2], N, F);
-        else
-            t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
-        break;
-    case OPS_LMHEAD_CE: {
-        const int chunk = N < 256 ? N : 256;
-        t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL);
-        break;
-    }
-    case OPS_ADAMW:
-        t->adamw(f[0], f[1], f[2], f[3], (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
-        break;
-    case OPS_ATTENTION_KV: /* one decode step at the last position of the window */
-        t->attention_kv(f[0], f[1], f[2], f[3], 1, T - 1, H, G, hd);
-        break;
-    default:
-        break;
-    }
+/* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the
+ * model makes it; cf_work_NAME: bytes (memory-bound ops) or FLOPs (*flops = 1) of that call.
+ * Every op of the list (oplist.h) has both (grouped_mm is not benchmarked yet: no call,
+ * no work). */
+#define CF_DIMS(c)                                                                                 \
+    const int B = (c)->batch, T = (c)->seq_len, N = B * T, D = (c)->dim, H = (c)->n_heads,         \
+              G = (c)->n_kv_heads, hd = (c)->head_dim, F = (c)->ffn_dim, V = (c)->vocab;           \
+    (void)B, (void)T, (void)N, (void)D, (void)H, (void)G, (void)hd, (void)F, (void)V
+#define CF_WORK_DIMS(c)                                                                            \
+    const double B = (c)->batch, T = (c)->seq_len, N = B * T, D = (c)->dim, H = (c)->n_heads,      \
+                 G = (c)->n_kv_heads, hd = (c)->head_dim, F = (c)->ffn_dim, V = (c)->vocab;        \
+    (void)B, (void)T, (void)N, (void)D, (void)H, (void)G, (void)hd, (void)F, (void)V;              \
+    *flops = 0
+
+static void cf_run_embedding(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->embedding_fwd(f[0], b->tok, f[1], N, D);
+    else
+        b->t->embedding_bwd(f[1], f[0], b->tok, N, D);
+}
+
+static double cf_work_embedding(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * N * D * (phase ? 3 : 2);
+}
+
+static void cf_run_rmsnorm(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
+    else
+        b->t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+}
+
+static double cf_work_rmsnorm(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * N * D * (phase ? 4 : 2);
+}
+
+/* in place over the residual stream f[2], as the model calls it */
+static void cf_run_add_rmsnorm(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
+    else
+        b->t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+}
+
+/* fwd: read x, y; write h, out. bwd: rmsnorm's */
+static double cf_work_add_rmsnorm(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * N * D * 4;
+}
+
+static void cf_run_matmul(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->matmul_fwd(f[0], f[1], f[2], N, D, F);
+    else
+        b->t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F);
+}
+
+static double cf_work_matmul(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    *flops = 1;
+    return 2 * N * D * F * (phase ? 2 : 1);
+}
+
+static void cf_run_rope(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->rope_fwd(f[0], f[1], f[2], f[3], B, T, H, hd);
+    else
+        b->t->rope_bwd(f[4], f[0], f[2], f[3], B, T, H, hd);
+}
+
+static double cf_work_rope(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * N * H * hd * (phase ? 3 : 2);
+}
+
+static void cf_run_attention(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->attention_fwd(f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
+    else
+        b->t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
+}
+
+static double cf_work_attention(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    *flops = 1;
+    return B * H * T * T * hd * (phase ? 5 : 2);
+}
+
+static void cf_run_swiglu(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    if (!b->phase)
+        b->t->swiglu_fwd(f[0], f[1], f[2], N, F);
+    else
+        b->t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
+}
+
+static double cf_work_swiglu(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * N * F * (phase ? 7 : 3);
+}
+
+static void cf_run_lmhead_ce(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    const int chunk = N < 256 ? N : 256;
+    b->t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL);
+}
+
+static double cf_work_lmhead_ce(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    *flops = 1;
+    return 6 * N * D * V;
+}
+
+static void cf_run_adamw(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    b->t->adamw(f[0], f[1], f[2], f[3], (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
+}
+
+static double cf_work_adamw(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * D * F * 7;
+}
+
+/* one decode step at the last position of the window */
+static void cf_run_attention_kv(const cf_bench *b) {
+    CF_DIMS(&b->c);
+    float *const *f = b->buf;
+    b->t->attention_kv(f[0], f[1], f[2], f[3], 1, T - 1, H, G, hd);
+}
+
+static double cf_work_attention_kv(const ops_ctx *c, int phase, int *flops) {
+    CF_WORK_DIMS(c);
+    return 4 * T * G * hd * 2;
+}
+
+static void cf_run_grouped_mm(const cf_bench *b) {
+    (void)b;
+}
+
+static double cf_work_grouped_mm(const ops_ctx *c, int phase, int *flops) {
+    *flops = 0;
+    return 0;
+}
+
+static void cf_bench_run(const cf_bench *b) {
+#define CF_RUN_(K, name, ...) [OPS_##K] = cf_run_##name,
+    static void (*const run[OPS_COUNT])(const cf_bench *) = {OPS_LIST(CF_RUN_, CF_RUN_)};
+#undef CF_RUN_
+    run[b->k](b);
 }
 
 static double cf_time(cf_bench *b, double min_sec) {
@@ -594,39 +677,12 @@ static double cf_time(cf_bench *b, double min_sec) {
     return best;
 }
 
-/* Bytes (memory-bound ops) or FLOPs of one call; *flops = 1 for FLOPs. */
 static double cf_work(ops_kind k, const ops_ctx *c, int phase, int *flops) {
-    const double B = c->batch, T = c->seq_len, N = B * T, D = c->dim, H = c->n_heads,
-                 G = c->n_kv_heads, hd = c->head_dim, F = c->ffn_dim, V = c->vocab;
-    *flops = 0;
-    switch (k) {
-    case OPS_EMBEDDING:
-        return 4 * N * D * (phase ? 3 : 2);
-    case OPS_RMSNORM:
-        return 4 * N * D * (phase ? 4 : 2);
-    case OPS_ADD_RMSNORM: /* fwd: read x, y; write h, out. bwd: rmsnorm's */
-        return 4 * N * D * 4;
-    case OPS_ROPE:
-        return 4 * N * H * hd * (phase ? 3 : 2);
-    case OPS_SWIGLU:
-        return 4 * N * F * (phase ? 7 : 3);
-    case OPS_ADAMW:
-        return 4 * D * F * 7;
-    case OPS_ATTENTION_KV:
-        return 4 * T * G * hd * 2;
-    case OPS_MATMUL:
-        *flops = 1;
-        return 2 * N * D * F * (phase ? 2 : 1);
-    case OPS_ATTENTION:
-        *flops = 1;
-        return B * H * T * T * hd * (phase ? 5 : 2);
-    case OPS_LMHEAD_CE:
-        *flops = 1;
-        return 6 * N * D * V;
-    default:
-        return 0;
-    }
-    (void)G;
+#define CF_WORK_(K, name, ...) [OPS_##K] = cf_work_##name,
+    static double (*const work[OPS_COUNT])(const ops_ctx *, int,
+                                           int *) = {OPS_LIST(CF_WORK_, CF_WORK_)};
+#undef CF_WORK_
+    return work[k](c, phase, flops);
 }
 
 /* STREAM triad a = b + s*c over 3 x 32 MiB, GB/s (best of 5). */

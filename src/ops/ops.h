@@ -20,88 +20,10 @@
 
 #define OPS_IGNORE_INDEX (-100)
 
-/* ---- op signatures ---------------------------------------------------------------- */
+/* ---- op signatures ----------------------------------------------------------------
+ * The ops, their contracts and their signatures are listed once, in oplist.h. */
 
-/* out[N,D] = wte[tokens[n], :].  bwd: dwte[V,D] += scatter of dout (deterministic order). */
-typedef void (*ops_embedding_fwd_fn)(float *out, const int32_t *tokens, const float *wte, int N,
-                                     int D);
-typedef void (*ops_embedding_bwd_fn)(float *dwte, const float *dout, const int32_t *tokens, int N,
-                                     int D);
-
-/* out[N,C] = inp * rsqrt(mean(inp^2) + eps) * w[C]; rstd[N] saved for backward.
- * Used for the block norms (C = dim) and per-head q/k norms (N = tokens*heads, C = head_dim). */
-typedef void (*ops_rmsnorm_fwd_fn)(float *out, float *rstd, const float *inp, const float *w, int N,
-                                   int C, float eps);
-typedef void (*ops_rmsnorm_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
-                                   const float *w, const float *rstd, int N, int C);
-
-/* Fused residual add + RMSNorm: h[N,C] = x + y (the residual stream), out = rmsnorm(h) * w[C],
- * rstd[N] saved; one pass over memory instead of an add pass and a norm pass. h may alias x
- * or y (the stream is updated in place). The block calls it where attention's output joins
- * the residual, before the FFN norm. out must equal rmsnorm_fwd(h) of the same ISA copy
- * bitwise (backward recomputes the norm with rmsnorm_fwd from the saved h).
- * bwd: an add passes its output gradient unchanged to both inputs, so the only work is the
- * norm's: dh += d(rmsnorm)/dh . dout, dw += ..., exactly rmsnorm_bwd's contract; the caller
- * passes the residual stream's gradient as dh (it already holds dL/dh from downstream). */
-typedef void (*ops_add_rmsnorm_fwd_fn)(float *h, float *out, float *rstd, const float *x,
-                                       const float *y, const float *w, int N, int C, float eps);
-typedef ops_rmsnorm_bwd_fn ops_add_rmsnorm_bwd_fn;
-
-/* out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias).
- * bwd: dinp[N,C] += dout @ w (skipped when dinp is NULL); dw[OC,C] += dout^T @ inp. */
-typedef void (*ops_matmul_fwd_fn)(float *out, const float *inp, const float *w, int N, int C,
-                                  int OC);
-typedef void (*ops_matmul_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
-                                  const float *w, int N, int C, int OC);
-
-/* RoPE, HF rotate_half convention, on x[B,T,nh,hd] at positions 0..T-1 of each window.
- * cos/sin: [T, hd/2] tables (ops_rope_table). out may alias inp.
- * bwd: dinp += R^T dout (the rotation by -angle). When dinp == dout the rotated gradient
- * replaces dout in place. */
-typedef void (*ops_rope_fwd_fn)(float *out, const float *inp, const float *cos, const float *sin,
-                                int B, int T, int nh, int hd);
-typedef void (*ops_rope_bwd_fn)(float *dinp, const float *dout, const float *cos, const float *sin,
-                                int B, int T, int nh, int hd);
-
-/* Causal GQA attention, scale 1/sqrt(hd). q[B,T,H,hd], k,v[B,T,G,hd], out[B,T,H,hd];
- * query head h uses kv head h / (H/G). lse[B,H,T] = log-sum-exp of each scaled score row,
- * saved so backward can recompute probabilities tile by tile (no [T,T] matrix is kept).
- * bwd: dq, dk, dv += gradients. */
-typedef void (*ops_attention_fwd_fn)(float *out, float *lse, const float *q, const float *k,
-                                     const float *v, int B, int T, int H, int G, int hd);
-typedef void (*ops_attention_bwd_fn)(float *dq, float *dk, float *dv, const float *dout,
-                                     const float *out, const float *lse, const float *q,
-                                     const float *k, const float *v, int B, int T, int H, int G,
-                                     int hd);
-
-/* Inference only (no backward): T new queries of ONE sequence attending to a KV cache.
- * q[T,H,hd] holds positions pos0..pos0+T-1; k, v [>= pos0+T, G, hd] are the cache rows of
- * positions 0..pos0+T-1 (the new tokens' rows already written); out[T,H,hd]. Query t sees
- * keys 0..pos0+t (causal), scale 1/sqrt(hd), query head h reads kv head h / (H/G), softmax
- * with the row max subtracted. Used for decode steps and prefill chunks after the first; a
- * prefill from position 0 runs the training attention_fwd on the cache rows instead. */
-typedef void (*ops_attention_kv_fn)(float *out, const float *q, const float *k, const float *v,
-                                    int T, int pos0, int H, int G, int hd);
-
-/* out[N,F] = silu(gate) * up.  bwd: dgate, dup += . */
-typedef void (*ops_swiglu_fwd_fn)(float *out, const float *gate, const float *up, int N, int F);
-typedef void (*ops_swiglu_bwd_fn)(float *dgate, float *dup, const float *dout, const float *gate,
-                                  const float *up, int N, int F);
-
-/* Fused lm_head + fp32 cross-entropy over x[N,D], w[V,D], targets[N] (OPS_IGNORE_INDEX skipped).
- * Returns the SUM of the per-token losses (double). Logits are computed `chunk` tokens at a
- * time into scratch[chunk, V], so [N, V] logits never exist. When dx is non-NULL, also
- * dx[N,D] += grad_scale * (softmax - onehot) @ w and dw[V,D] += grad_scale * (...)^T @ x,
- * where grad_scale is 1 / (global count of valid tokens), supplied by the caller.
- * *n_valid (if non-NULL) receives the number of non-ignored targets.
- *
- * Loss-parallel (vs non-NULL): w[V,D] is this rank's shard, vocabulary ids
- * [vs->v0, vs->v0 + V) of vs->v_total; targets are global ids (valid: 0 <= t < v_total) and
- * x holds the same N rows on every rank of the group. Per chunk the row maxima are
- * all-reduced (max), then the exp sums and the target logits (from the rank owning the
- * target, 0 elsewhere) are all-reduced (sum): every rank returns the same total loss, dw is
- * the gradient of its shard, and dx receives this shard's PART of the input gradient (the
- * caller sums it over the group). vs NULL: the whole vocabulary, no reductions. */
+/* lmhead_ce's vocabulary shard (loss-parallel; see lmhead_ce in oplist.h). */
 typedef struct {
     int v0, v_total;
     /* in place over the ranks holding the other shards; every rank calls it in the same
@@ -109,46 +31,23 @@ typedef struct {
     void (*allreduce)(void *ctx, double *x, int n, int max);
     void *ctx;
 } ops_vocab_shard;
-typedef double (*ops_lmhead_ce_fn)(float *dx, float *dw, const float *x, const float *w,
-                                   const int32_t *targets, int N, int D, int V, float grad_scale,
-                                   float *scratch, int chunk, int64_t *n_valid,
-                                   const ops_vocab_shard *vs);
 
-/* Grouped expert GEMM (MoE): the rows of inp are sorted by expert, expert e owning rows
- * [offs[e], offs[e+1]) (offs[E+1], offs[0] = 0, non-decreasing; a group may be empty).
- *   out[r, OC] = inp[r, C] @ w[e]^T  for r in group e,  w [E, OC, C] (one nn.Linear per expert)
- * bwd: dinp[r] += dout[r] @ w[e] (skipped when dinp is NULL); dw[e] += dout_e^T @ inp_e.
- * Results must not depend on the thread count's scheduling: each output element is written by
- * one thread with a fixed reduction order (the reduction over a group's rows included). */
-typedef void (*ops_grouped_mm_fwd_fn)(float *out, const float *inp, const float *w,
-                                      const int32_t *offs, int E, int C, int OC);
-typedef void (*ops_grouped_mm_bwd_fn)(float *dinp, float *dw, const float *dout, const float *inp,
-                                      const float *w, const int32_t *offs, int E, int C, int OC);
+#include "oplist.h"
 
-/* AdamW (torch.optim.AdamW semantics, decoupled decay) on n elements, step t >= 1:
- * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward. */
-/* Hyperparameters are doubles, as Python holds them: the kernel derives its fp32 scalars
- * from them exactly as torch does (1 - 0.9 in double, then rounded once). */
-typedef void (*ops_adamw_fn)(float *p, float *m, float *v, const float *g, size_t n, double lr,
-                             double beta1, double beta2, double eps, double wd, int64_t t);
+/* ops_name_fwd_fn / ops_name_bwd_fn for every FB op, ops_name_fn for every F op. */
+#define OPS_TYPEDEF_FB(K, name, sub, plg, fp, fa, bp, ba)                                          \
+    typedef void(*ops_##name##_fwd_fn) fp;                                                         \
+    typedef void(*ops_##name##_bwd_fn) bp;
+#define OPS_TYPEDEF_F(K, name, sub, plg, ret, p, a) typedef ret(*ops_##name##_fn) p;
+OPS_LIST(OPS_TYPEDEF_FB, OPS_TYPEDEF_F)
+#undef OPS_TYPEDEF_FB
+#undef OPS_TYPEDEF_F
 
 /* ---- registry --------------------------------------------------------------------- */
 
-typedef enum {
-    OPS_EMBEDDING,
-    OPS_RMSNORM,
-    OPS_MATMUL,
-    OPS_ROPE,
-    OPS_ATTENTION,
-    OPS_SWIGLU,
-    OPS_LMHEAD_CE,
-    OPS_ADAMW,
-    OPS_ATTENTION_KV,
-    OPS_GROUPED_MM,
-    OPS_ADD_RMSNORM,
-    OPS_COUNT
-} ops_kind;
+#define OPS_ENUM_(K, ...) OPS_##K,
+typedef enum { OPS_LIST(OPS_ENUM_, OPS_ENUM_) OPS_COUNT } ops_kind;
+#undef OPS_ENUM_
 
 /* What a constraint check may look at: the shapes of the model and job. */
 typedef struct {
@@ -170,25 +69,14 @@ typedef struct {
 /* The resolved implementations for one layer path. */
 typedef struct {
     const ops_impl *impl[OPS_COUNT];
-    ops_embedding_fwd_fn embedding_fwd;
-    ops_embedding_bwd_fn embedding_bwd;
-    ops_rmsnorm_fwd_fn rmsnorm_fwd;
-    ops_rmsnorm_bwd_fn rmsnorm_bwd;
-    ops_matmul_fwd_fn matmul_fwd;
-    ops_matmul_bwd_fn matmul_bwd;
-    ops_rope_fwd_fn rope_fwd;
-    ops_rope_bwd_fn rope_bwd;
-    ops_attention_fwd_fn attention_fwd;
-    ops_attention_bwd_fn attention_bwd;
-    ops_swiglu_fwd_fn swiglu_fwd;
-    ops_swiglu_bwd_fn swiglu_bwd;
-    ops_lmhead_ce_fn lmhead_ce;
-    ops_adamw_fn adamw;
-    ops_attention_kv_fn attention_kv;
-    ops_grouped_mm_fwd_fn grouped_mm_fwd;
-    ops_grouped_mm_bwd_fn grouped_mm_bwd;
-    ops_add_rmsnorm_fwd_fn add_rmsnorm_fwd;
-    ops_add_rmsnorm_bwd_fn add_rmsnorm_bwd;
+    /* the typed entry points, named as in oplist.h: name_fwd, name_bwd or name */
+#define OPS_FIELD_FB(K, name, ...)                                                                 \
+    ops_##name##_fwd_fn name##_fwd;                                                                \
+    ops_##name##_bwd_fn name##_bwd;
+#define OPS_FIELD_F(K, name, ...) ops_##name##_fn name;
+    OPS_LIST(OPS_FIELD_FB, OPS_FIELD_F)
+#undef OPS_FIELD_FB
+#undef OPS_FIELD_F
     int plugin_slot[OPS_COUNT]; /* 1 + the plugin slot bound for an op; 0 = none */
 } ops_table;
 

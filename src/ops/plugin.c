@@ -3,12 +3,14 @@
  * Loading (ops_plugin_load): dlopen(RTLD_NOW | RTLD_LOCAL), read the data symbol
  * titan_kernel_abi_version and refuse another version before calling any plugin code, then
  * call titan_kernel_plugin_init with a host whose register_kernel validates each descriptor
- * and registers an ops_impl carrying the kernel (ops_impl.plugin). A failed init rolls the
- * registry back to where it was and closes the library.
+ * and registers an ops_impl with the kernel's ops_binding (internal.h): the registry calls
+ * back through it to check, bind and release, so this file calls the registry and never the
+ * reverse. A failed init rolls the registry back to where it was and closes the library.
  *
  * Calling: the hot path calls typed function pointers with no context argument, so a plugin
  * implementation is bound, per unit (layer) that resolves to it, to a SLOT: a numbered
- * trampoline per op and direction (macro-generated below) that knows its slot, and through
+ * trampoline per op and direction (generated below for every op of the list, oplist.h, whose
+ * plugin flag is set) that knows its slot, and through
  * it the kernel, the unit's path and the unit's saved-state buffer. The trampoline packs the
  * typed arguments into titan_kernel_args (plg_call):
  *   - inputs with a heads axis are transposed BSHD -> BHSD into scratch when the kernel asks
@@ -36,6 +38,7 @@
 #define PLG_SLOTS 200 /* units per op served by plugin kernels at a time (see PLG_LIST) */
 
 typedef struct {
+    ops_binding b; /* first: the registry hands it back to plg_check / plg_bind */
     titan_kernel_desc d;
     ops_kind kind;
     char name[64], constraints[160], path[256];
@@ -59,28 +62,6 @@ static int g_n_kernels;
 static plg_slot g_slots[OPS_COUNT][PLG_SLOTS];
 static void *g_arena;
 static size_t g_arena_size;
-
-/* The plugin kernel registered as impl (same op and name), or NULL for a built-in. */
-static const plg_kernel *plg_of(const ops_impl *impl) {
-    for (int i = 0; impl && i < g_n_kernels; i++)
-        if (g_kernels[i].kind == impl->op && !strcmp(g_kernels[i].name, impl->name))
-            return &g_kernels[i];
-    return NULL;
-}
-
-int ops_plugin_is(const ops_impl *impl) {
-    return plg_of(impl) != NULL;
-}
-
-const char *ops_impl_origin(const ops_impl *impl) {
-    const plg_kernel *k = plg_of(impl);
-    return k ? k->path : NULL;
-}
-
-int ops_plugin_op_supported(ops_kind k) {
-    return k == OPS_ROPE || k == OPS_ATTENTION || k == OPS_RMSNORM || k == OPS_SWIGLU ||
-           k == OPS_MATMUL || k == OPS_ADD_RMSNORM;
-}
 
 static void *plg_alloc(size_t bytes) {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * (bytes == 0));
@@ -267,6 +248,16 @@ static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const 
     plg_call(kind, slot, 1, dims, 0, 0, 0, 0, in, 4, o, 2);
 }
 
+static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const float *rstd, int N, int C) {
+    plg_norm_bwd(OPS_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+static void plg_add_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout,
+                                const float *inp, const float *w, const float *rstd, int N, int C) {
+    plg_norm_bwd(OPS_ADD_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
 static void plg_add_rmsnorm_fwd(int slot, float *h, float *out, float *rstd, const float *x,
                                 const float *y, const float *w, int N, int C, float eps) {
     const size_t n = (size_t)N * C;
@@ -310,121 +301,56 @@ static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, 
     plg_call(OPS_MATMUL, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
 }
 
-/* ---- trampolines: one function per (op, direction, slot) ----------------------------- */
+/* ---- trampolines: one function per (op, direction, slot), for every op of the list
+ * (oplist.h) whose plugin flag is set ---------------------------------------------------- */
 
-/* PLG_LIST(M) expands M(0) M(1) ... M(199): runs of ten with prefixes "", 1 .. 19. */
-#define PLG_D(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7) M(p##8) M(p##9)
-#define PLG_LIST(M)                                                                                \
-    PLG_D(M, )                                                                                     \
-    PLG_D(M, 1) PLG_D(M, 2) PLG_D(M, 3) PLG_D(M, 4) PLG_D(M, 5) PLG_D(M, 6) PLG_D(M, 7)            \
-        PLG_D(M, 8) PLG_D(M, 9) PLG_D(M, 10) PLG_D(M, 11) PLG_D(M, 12) PLG_D(M, 13) PLG_D(M, 14)   \
-            PLG_D(M, 15) PLG_D(M, 16) PLG_D(M, 17) PLG_D(M, 18) PLG_D(M, 19)
+/* PLG_LIST(M, ...) expands M(0, ...) M(1, ...) ... M(199, ...): runs of ten with prefixes
+ * "", 1 .. 19. */
+/* clang-format off */
+#define PLG_D(M, p, ...)                                                                           \
+    M(p##0, __VA_ARGS__) M(p##1, __VA_ARGS__) M(p##2, __VA_ARGS__) M(p##3, __VA_ARGS__)            \
+    M(p##4, __VA_ARGS__) M(p##5, __VA_ARGS__) M(p##6, __VA_ARGS__) M(p##7, __VA_ARGS__)            \
+    M(p##8, __VA_ARGS__) M(p##9, __VA_ARGS__)
+#define PLG_LIST(M, ...)                                                                           \
+    PLG_D(M, , __VA_ARGS__)  PLG_D(M, 1, __VA_ARGS__)  PLG_D(M, 2, __VA_ARGS__)                    \
+    PLG_D(M, 3, __VA_ARGS__) PLG_D(M, 4, __VA_ARGS__)  PLG_D(M, 5, __VA_ARGS__)                    \
+    PLG_D(M, 6, __VA_ARGS__) PLG_D(M, 7, __VA_ARGS__)  PLG_D(M, 8, __VA_ARGS__)                    \
+    PLG_D(M, 9, __VA_ARGS__) PLG_D(M, 10, __VA_ARGS__) PLG_D(M, 11, __VA_ARGS__)                   \
+    PLG_D(M, 12, __VA_ARGS__) PLG_D(M, 13, __VA_ARGS__) PLG_D(M, 14, __VA_ARGS__)                  \
+    PLG_D(M, 15, __VA_ARGS__) PLG_D(M, 16, __VA_ARGS__) PLG_D(M, 17, __VA_ARGS__)                  \
+    PLG_D(M, 18, __VA_ARGS__) PLG_D(M, 19, __VA_ARGS__)
+/* clang-format on */
 
-#define PLG_TR_rope_fwd(i)                                                                         \
-    static void plg_rope_fwd_##i(float *a, const float *b, const float *c, const float *d, int e,  \
-                                 int f, int g, int h) {                                            \
-        plg_rope_fwd(i, a, b, c, d, e, f, g, h);                                                   \
+/* plg_NAME_fwd_I / plg_NAME_bwd_I: the op's typed signature, calling its adapter with slot I */
+#define PLG_TR(i, name, fp, fa, bp, ba)                                                            \
+    static void plg_##name##_fwd_##i fp {                                                          \
+        plg_##name##_fwd(i, OPS_UNPAREN fa);                                                       \
+    }                                                                                              \
+    static void plg_##name##_bwd_##i bp {                                                          \
+        plg_##name##_bwd(i, OPS_UNPAREN ba);                                                       \
     }
-#define PLG_TR_rope_bwd(i)                                                                         \
-    static void plg_rope_bwd_##i(float *a, const float *b, const float *c, const float *d, int e,  \
-                                 int f, int g, int h) {                                            \
-        plg_rope_bwd(i, a, b, c, d, e, f, g, h);                                                   \
-    }
-#define PLG_TR_attention_fwd(i)                                                                    \
-    static void plg_attention_fwd_##i(float *a, float *b, const float *c, const float *d,          \
-                                      const float *e, int f, int g, int h, int j, int k) {         \
-        plg_attention_fwd(i, a, b, c, d, e, f, g, h, j, k);                                        \
-    }
-#define PLG_TR_attention_bwd(i)                                                                    \
-    static void plg_attention_bwd_##i(                                                             \
-        float *a, float *b, float *c, const float *d, const float *e, const float *f,              \
-        const float *g, const float *h, const float *j, int k, int l, int m, int n, int o) {       \
-        plg_attention_bwd(i, a, b, c, d, e, f, g, h, j, k, l, m, n, o);                            \
-    }
-#define PLG_TR_rmsnorm_fwd(i)                                                                      \
-    static void plg_rmsnorm_fwd_##i(float *a, float *b, const float *c, const float *d, int e,     \
-                                    int f, float g) {                                              \
-        plg_rmsnorm_fwd(i, a, b, c, d, e, f, g);                                                   \
-    }
-#define PLG_TR_rmsnorm_bwd(i)                                                                      \
-    static void plg_rmsnorm_bwd_##i(float *a, float *b, const float *c, const float *d,            \
-                                    const float *e, const float *f, int g, int h) {                \
-        plg_norm_bwd(OPS_RMSNORM, i, a, b, c, d, e, f, g, h);                                      \
-    }
-#define PLG_TR_add_rmsnorm_fwd(i)                                                                  \
-    static void plg_add_rmsnorm_fwd_##i(float *a, float *b, float *c, const float *d,              \
-                                        const float *e, const float *f, int g, int h, float j) {   \
-        plg_add_rmsnorm_fwd(i, a, b, c, d, e, f, g, h, j);                                         \
-    }
-#define PLG_TR_add_rmsnorm_bwd(i)                                                                  \
-    static void plg_add_rmsnorm_bwd_##i(float *a, float *b, const float *c, const float *d,        \
-                                        const float *e, const float *f, int g, int h) {            \
-        plg_norm_bwd(OPS_ADD_RMSNORM, i, a, b, c, d, e, f, g, h);                                  \
-    }
-#define PLG_TR_swiglu_fwd(i)                                                                       \
-    static void plg_swiglu_fwd_##i(float *a, const float *b, const float *c, int d, int e) {       \
-        plg_swiglu_fwd(i, a, b, c, d, e);                                                          \
-    }
-#define PLG_TR_swiglu_bwd(i)                                                                       \
-    static void plg_swiglu_bwd_##i(float *a, float *b, const float *c, const float *d,             \
-                                   const float *e, int f, int g) {                                 \
-        plg_swiglu_bwd(i, a, b, c, d, e, f, g);                                                    \
-    }
-#define PLG_TR_matmul_fwd(i)                                                                       \
-    static void plg_matmul_fwd_##i(float *a, const float *b, const float *c, int d, int e,         \
-                                   int f) {                                                        \
-        plg_matmul_fwd(i, a, b, c, d, e, f);                                                       \
-    }
-#define PLG_TR_matmul_bwd(i)                                                                       \
-    static void plg_matmul_bwd_##i(float *a, float *b, const float *c, const float *d,             \
-                                   const float *e, int f, int g, int h) {                          \
-        plg_matmul_bwd(i, a, b, c, d, e, f, g, h);                                                 \
-    }
-PLG_LIST(PLG_TR_rope_fwd)
-PLG_LIST(PLG_TR_rope_bwd)
-PLG_LIST(PLG_TR_attention_fwd)
-PLG_LIST(PLG_TR_attention_bwd)
-PLG_LIST(PLG_TR_rmsnorm_fwd)
-PLG_LIST(PLG_TR_rmsnorm_bwd)
-PLG_LIST(PLG_TR_add_rmsnorm_fwd)
-PLG_LIST(PLG_TR_add_rmsnorm_bwd)
-PLG_LIST(PLG_TR_swiglu_fwd)
-PLG_LIST(PLG_TR_swiglu_bwd)
-PLG_LIST(PLG_TR_matmul_fwd)
-PLG_LIST(PLG_TR_matmul_bwd)
+#define PLG_TR_FB(K, name, sub, plg, fp, fa, bp, ba)                                               \
+    OPS_IF_##plg(PLG_LIST(PLG_TR, name, fp, fa, bp, ba))
+#define PLG_TR_F(K, name, sub, plg, ...) /* one-function ops have no plugin form */                \
+    _Static_assert(!plg, "kernel plugins provide ops with a forward and a backward only");
+OPS_LIST(PLG_TR_FB, PLG_TR_F)
 
-#define PLG_ADDR_rope_fwd(i) plg_rope_fwd_##i,
-#define PLG_ADDR_rope_bwd(i) plg_rope_bwd_##i,
-#define PLG_ADDR_attention_fwd(i) plg_attention_fwd_##i,
-#define PLG_ADDR_attention_bwd(i) plg_attention_bwd_##i,
-#define PLG_ADDR_rmsnorm_fwd(i) plg_rmsnorm_fwd_##i,
-#define PLG_ADDR_rmsnorm_bwd(i) plg_rmsnorm_bwd_##i,
-#define PLG_ADDR_add_rmsnorm_fwd(i) plg_add_rmsnorm_fwd_##i,
-#define PLG_ADDR_add_rmsnorm_bwd(i) plg_add_rmsnorm_bwd_##i,
-#define PLG_ADDR_swiglu_fwd(i) plg_swiglu_fwd_##i,
-#define PLG_ADDR_swiglu_bwd(i) plg_swiglu_bwd_##i,
-#define PLG_ADDR_matmul_fwd(i) plg_matmul_fwd_##i,
-#define PLG_ADDR_matmul_bwd(i) plg_matmul_bwd_##i,
-static const ops_rope_fwd_fn g_rope_fwd[] = {PLG_LIST(PLG_ADDR_rope_fwd)};
-static const ops_rope_bwd_fn g_rope_bwd[] = {PLG_LIST(PLG_ADDR_rope_bwd)};
-static const ops_attention_fwd_fn g_attention_fwd[] = {PLG_LIST(PLG_ADDR_attention_fwd)};
-static const ops_attention_bwd_fn g_attention_bwd[] = {PLG_LIST(PLG_ADDR_attention_bwd)};
-static const ops_rmsnorm_fwd_fn g_rmsnorm_fwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_fwd)};
-static const ops_rmsnorm_bwd_fn g_rmsnorm_bwd[] = {PLG_LIST(PLG_ADDR_rmsnorm_bwd)};
-static const ops_add_rmsnorm_fwd_fn g_add_rmsnorm_fwd[] = {PLG_LIST(PLG_ADDR_add_rmsnorm_fwd)};
-static const ops_add_rmsnorm_bwd_fn g_add_rmsnorm_bwd[] = {PLG_LIST(PLG_ADDR_add_rmsnorm_bwd)};
-static const ops_swiglu_fwd_fn g_swiglu_fwd[] = {PLG_LIST(PLG_ADDR_swiglu_fwd)};
-static const ops_swiglu_bwd_fn g_swiglu_bwd[] = {PLG_LIST(PLG_ADDR_swiglu_bwd)};
-static const ops_matmul_fwd_fn g_matmul_fwd[] = {PLG_LIST(PLG_ADDR_matmul_fwd)};
-static const ops_matmul_bwd_fn g_matmul_bwd[] = {PLG_LIST(PLG_ADDR_matmul_bwd)};
+/* g_NAME_fwd[slot], g_NAME_bwd[slot]: the trampolines' addresses */
+#define PLG_ADDR(i, name, dir) plg_##name##_##dir##_##i,
+#define PLG_ADDRS_FB(K, name, sub, plg, ...)                                                       \
+    OPS_IF_##plg(                                                                                  \
+        static const ops_##name##_fwd_fn g_##name##_fwd[] = {PLG_LIST(PLG_ADDR, name, fwd)};       \
+        static const ops_##name##_bwd_fn g_##name##_bwd[] = {PLG_LIST(PLG_ADDR, name, bwd)};       \
+        _Static_assert(sizeof g_##name##_fwd / sizeof g_##name##_fwd[0] == PLG_SLOTS,              \
+                       "PLG_LIST != PLG_SLOTS");)
+#define PLG_ADDRS_F(...)
+OPS_LIST(PLG_ADDRS_FB, PLG_ADDRS_F)
 
-_Static_assert(sizeof g_rope_fwd / sizeof g_rope_fwd[0] == PLG_SLOTS, "PLG_LIST != PLG_SLOTS");
+/* ---- binding (the registry calls these through the kernel's ops_binding) ------------- */
 
-/* ---- binding ----------------------------------------------------------------------- */
-
-int ops_plugin_bind(ops_table *t, ops_kind k, const ops_impl *impl, const char *path,
+static int plg_bind(const ops_binding *b, ops_table *t, ops_kind k, const char *path,
                     base_err *err) {
-    const plg_kernel *pk = plg_of(impl);
+    const plg_kernel *pk = (const plg_kernel *)b;
     int slot = -1;
     for (int i = 0; i < PLG_SLOTS && slot < 0; i++)
         if (!g_slots[k][i].used) slot = i;
@@ -432,58 +358,38 @@ int ops_plugin_bind(ops_table *t, ops_kind k, const ops_impl *impl, const char *
         return base_fail(err,
                          "kernel %s/%s at %s: more than %d units use plugin kernels of %s at "
                          "once (select it for fewer layers)",
-                         ops_kind_name(k), impl->name, path, PLG_SLOTS, ops_kind_name(k));
+                         ops_kind_name(k), pk->name, path, PLG_SLOTS, ops_kind_name(k));
     plg_slot *s = &g_slots[k][slot];
     memset(s, 0, sizeof *s);
     s->k = pk;
     s->used = 1;
     snprintf(s->path, sizeof s->path, "%s", path);
     switch (k) {
-    case OPS_ROPE:
-        t->rope_fwd = g_rope_fwd[slot];
-        t->rope_bwd = g_rope_bwd[slot];
-        break;
-    case OPS_ATTENTION:
-        t->attention_fwd = g_attention_fwd[slot];
-        t->attention_bwd = g_attention_bwd[slot];
-        break;
-    case OPS_RMSNORM:
-        t->rmsnorm_fwd = g_rmsnorm_fwd[slot];
-        t->rmsnorm_bwd = g_rmsnorm_bwd[slot];
-        break;
-    case OPS_ADD_RMSNORM:
-        t->add_rmsnorm_fwd = g_add_rmsnorm_fwd[slot];
-        t->add_rmsnorm_bwd = g_add_rmsnorm_bwd[slot];
-        break;
-    case OPS_SWIGLU:
-        t->swiglu_fwd = g_swiglu_fwd[slot];
-        t->swiglu_bwd = g_swiglu_bwd[slot];
-        break;
-    case OPS_MATMUL:
-        t->matmul_fwd = g_matmul_fwd[slot];
-        t->matmul_bwd = g_matmul_bwd[slot];
-        break;
+#define PLG_BIND_FB(K, name, sub, plg, ...)                                                        \
+    OPS_IF_##plg(case OPS_##K                                                                      \
+                 : t->name##_fwd = g_##name##_fwd[slot];                                           \
+                 t->name##_bwd = g_##name##_bwd[slot]; break;)
+#define PLG_BIND_F(...)
+        OPS_LIST(PLG_BIND_FB, PLG_BIND_F)
     default: /* registration refuses other ops */
         s->used = 0;
         return base_fail(err, "kernel %s/%s: op cannot come from a plugin", ops_kind_name(k),
-                         impl->name);
+                         pk->name);
     }
     t->plugin_slot[k] = slot + 1;
     return 0;
 }
 
-void ops_plugin_unbind(ops_table *t) {
-    for (int k = 0; k < OPS_COUNT; k++) {
-        if (!t->plugin_slot[k]) continue;
-        plg_slot *s = &g_slots[k][t->plugin_slot[k] - 1];
-        free(s->saved);
-        memset(s, 0, sizeof *s);
-        t->plugin_slot[k] = 0;
-    }
+static void plg_unbind(ops_table *t, ops_kind k) {
+    if (!t->plugin_slot[k]) return;
+    plg_slot *s = &g_slots[k][t->plugin_slot[k] - 1];
+    free(s->saved);
+    memset(s, 0, sizeof *s);
+    t->plugin_slot[k] = 0;
 }
 
-int ops_plugin_check(const ops_impl *impl, const ops_ctx *ctx, base_err *err) {
-    const plg_kernel *pk = plg_of(impl);
+static int plg_check(const ops_binding *b, const ops_ctx *ctx, base_err *err) {
+    const plg_kernel *pk = (const plg_kernel *)b;
     if (!pk->d.check) return 0;
     const titan_model_shape sh = {ctx->batch,      ctx->seq_len,  ctx->dim,     ctx->n_heads,
                                   ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim, ctx->vocab};
@@ -535,11 +441,13 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
                          d->struct_size, sizeof(titan_kernel_desc));
     const char *nm = d->name ? d->name : "(null)";
     const int kind = ops_kind_from_name(d->op);
-    if (kind < 0 || !ops_plugin_op_supported((ops_kind)kind))
+    if (kind < 0 || !ops_kind_plugin((ops_kind)kind)) {
+        char ops[256];
+        ops_kind_names(ops, sizeof ops, 1);
         return base_fail(L->err,
-                         "kernel plugin %s: kernel '%s' is for op '%s'; plugins can provide "
-                         "rope, attention, rmsnorm, add_rmsnorm, swiglu, matmul",
-                         L->path, nm, d->op ? d->op : "(null)");
+                         "kernel plugin %s: kernel '%s' is for op '%s'; plugins can provide %s",
+                         L->path, nm, d->op ? d->op : "(null)", ops);
+    }
     if (!d->name || !plg_name_ok(d->name))
         return base_fail(L->err,
                          "kernel plugin %s: %s kernel name '%s' must be 1-63 characters of "
@@ -561,14 +469,15 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     snprintf(k->name, sizeof k->name, "%s", d->name);
     snprintf(k->constraints, sizeof k->constraints, "%s", d->constraints ? d->constraints : "");
     snprintf(k->path, sizeof k->path, "%s", L->path);
+    k->b = (ops_binding){k->path, plg_check, plg_bind, plg_unbind};
     /* fwd/bwd of the registry entry are never called for a plugin (the table gets
      * trampolines); they must be non-NULL for ops_register's checks. */
     const ops_impl impl = {(ops_kind)kind, k->name,         k->constraints,
                            NULL,           plg_direct_call, plg_direct_call};
     base_err e;
-    if (ops_register_nobuiltin(&impl, &e))
+    if (ops_register_bound(&impl, &k->b, &e))
         return base_fail(L->err, "kernel plugin %s: %s", L->path, e.msg);
-    g_n_kernels++; /* after the registry accepted it: plg_of() finds it from now on */
+    g_n_kernels++; /* after the registry accepted it */
     L->failed = 0;
     return 0;
 }

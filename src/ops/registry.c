@@ -1,5 +1,7 @@
 /* The kernel registry: named implementations per op, defaults, overrides, resolution;
- * plus the RoPE tables. */
+ * plus the RoPE tables. The op kinds come from the op list (oplist.h), the built-in
+ * implementations from the CPU backend's table (cpu/table.c); implementations bound per unit
+ * (plugins) are reached through their ops_binding, never by calling plugin.c. */
 #include "ops/ops.h"
 #include "ops/cpu/cpu.h"
 #include "ops/internal.h"
@@ -15,34 +17,28 @@
  * (name, constraints) must outlive the registry, i.e. be static. Registration is meant to
  * happen at start-up, from one thread. */
 static ops_impl g_impls[OPS_MAX_IMPLS];
+static const ops_binding *g_binds[OPS_MAX_IMPLS]; /* g_impls[i]'s binding, NULL for most */
 static int g_n_impls;
 static int g_builtin_done;
 
-static const char *const g_kind_names[OPS_COUNT] = {
-    [OPS_EMBEDDING] = "embedding",
-    [OPS_RMSNORM] = "rmsnorm",
-    [OPS_MATMUL] = "matmul",
-    [OPS_ROPE] = "rope",
-    [OPS_ATTENTION] = "attention",
-    [OPS_SWIGLU] = "swiglu",
-    [OPS_LMHEAD_CE] = "lmhead_ce",
-    [OPS_ADAMW] = "adamw",
-    [OPS_ATTENTION_KV] = "attention_kv",
-    [OPS_GROUPED_MM] = "grouped_mm",
-    [OPS_ADD_RMSNORM] = "add_rmsnorm",
-};
+/* From the op list (oplist.h): each op's name, the module sub-path it also answers to in
+ * overrides (NULL: none), whether it has a separate backward, and whether a plugin may
+ * provide it. */
+#define OPS_DESC_FB(K, name, sub, plg, ...) [OPS_##K] = {#name, sub, 1, plg},
+#define OPS_DESC_F(K, name, sub, plg, ...) [OPS_##K] = {#name, sub, 0, plg},
+static const struct {
+    const char *name, *subpath;
+    int has_bwd, plugin;
+} g_kinds[OPS_COUNT] = {OPS_LIST(OPS_DESC_FB, OPS_DESC_F)};
+#undef OPS_DESC_FB
+#undef OPS_DESC_F
 
 const char *ops_kind_name(ops_kind k) {
     if ((int)k < 0 || k >= OPS_COUNT) return "unknown";
-    return g_kind_names[k];
+    return g_kinds[k].name;
 }
 
-/* Ops whose whole computation is the one `fwd` function (no separate backward). */
-static int ops_has_bwd(ops_kind k) {
-    return k != OPS_LMHEAD_CE && k != OPS_ADAMW && k != OPS_ATTENTION_KV;
-}
-
-static int ops_register_impl(const ops_impl *impl, base_err *err) {
+static int ops_register_impl(const ops_impl *impl, const ops_binding *bind, base_err *err) {
     if (!impl) return base_fail(err, "ops_register: NULL implementation");
     if ((int)impl->op < 0 || impl->op >= OPS_COUNT) {
         return base_fail(err, "ops_register: invalid op %d", (int)impl->op);
@@ -52,7 +48,7 @@ static int ops_register_impl(const ops_impl *impl, base_err *err) {
         return base_fail(err, "ops_register: implementation of %s has no name", op);
     }
     if (!impl->fwd) return base_fail(err, "ops_register: %s/%s has no function", op, impl->name);
-    if (ops_has_bwd(impl->op) && !impl->bwd) {
+    if (g_kinds[impl->op].has_bwd && !impl->bwd) {
         return base_fail(err, "ops_register: %s/%s has no backward", op, impl->name);
     }
     for (int i = 0; i < g_n_impls; i++) {
@@ -65,6 +61,7 @@ static int ops_register_impl(const ops_impl *impl, base_err *err) {
                          OPS_MAX_IMPLS, op, impl->name);
     }
     g_impls[g_n_impls] = *impl;
+    g_binds[g_n_impls] = bind;
     if (!g_impls[g_n_impls].constraints) g_impls[g_n_impls].constraints = "";
     g_n_impls++;
     return 0;
@@ -73,11 +70,26 @@ static int ops_register_impl(const ops_impl *impl, base_err *err) {
 /* The built-ins go in first, so the CPU kernels are always the defaults. */
 int ops_register(const ops_impl *impl, base_err *err) {
     ops_register_builtin();
-    return ops_register_impl(impl, err);
+    return ops_register_impl(impl, NULL, err);
 }
 
-int ops_register_nobuiltin(const ops_impl *impl, base_err *err) {
-    return ops_register_impl(impl, err);
+int ops_register_bound(const ops_impl *impl, const ops_binding *b, base_err *err) {
+    return ops_register_impl(impl, b, err);
+}
+
+/* The binding registered with impl (a registry entry, or a copy of one: found by op and
+ * name), or NULL. */
+static const ops_binding *ops_binding_of(const ops_impl *impl) {
+    if (!impl) return NULL;
+    if (impl >= g_impls && impl < g_impls + g_n_impls) return g_binds[impl - g_impls];
+    for (int i = 0; i < g_n_impls; i++)
+        if (g_impls[i].op == impl->op && !strcmp(g_impls[i].name, impl->name)) return g_binds[i];
+    return NULL;
+}
+
+const char *ops_impl_origin(const ops_impl *impl) {
+    const ops_binding *b = ops_binding_of(impl);
+    return b ? b->origin : NULL;
 }
 
 int ops_registry_mark(void) {
@@ -88,69 +100,37 @@ void ops_registry_rollback(int mark) {
     if (mark >= 0 && mark < g_n_impls) g_n_impls = mark;
 }
 
+void ops_kind_names(char *buf, size_t size, int plugin_only) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < OPS_COUNT; k++) {
+        if (plugin_only && !g_kinds[k].plugin) continue;
+        int w = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", g_kinds[k].name);
+        if (w < 0 || (size_t)w >= size - len) break;
+        len += (size_t)w;
+    }
+}
+
+int ops_kind_plugin(ops_kind k) {
+    return (int)k >= 0 && k < OPS_COUNT && g_kinds[k].plugin;
+}
+
 int ops_kind_from_name(const char *s) {
     for (int k = 0; s && k < OPS_COUNT; k++)
-        if (g_kind_names[k] && strcmp(s, g_kind_names[k]) == 0) return k;
+        if (strcmp(s, g_kinds[k].name) == 0) return k;
     return -1;
 }
 
-static int check_rope_default(const ops_ctx *ctx, base_err *err) {
-    if (ctx->head_dim % 2 != 0)
-        return base_fail(err, "head_dim %% 2 == 0 (head_dim = %d)", ctx->head_dim);
-    return 0;
-}
-
-static int check_attention_default(const ops_ctx *ctx, base_err *err) {
-    if (ctx->n_kv_heads > 0 && ctx->n_heads % ctx->n_kv_heads != 0) {
-        return base_fail(err, "n_heads %% n_kv_heads == 0 (n_heads = %d, n_kv_heads = %d)",
-                         ctx->n_heads, ctx->n_kv_heads);
-    }
-    return 0;
-}
-
-/* add_rmsnorm "unfused": the residual add as its own pass, then the default rmsnorm; the
- * baseline that `titan kernels bench add_rmsnorm` measures the fusion against. */
-static void add_rmsnorm_unfused(float *h, float *out, float *rstd, const float *x, const float *y,
-                                const float *w, int N, int C, float eps) {
-    const size_t n = (size_t)N * C;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) h[i] = x[i] + y[i];
-    ops_cpu_rmsnorm_fwd(out, rstd, h, w, N, C, eps);
+/* The CPU backend's implementations (ops/cpu/table.c) go in first, so they are the defaults;
+ * an accelerator backend would register its table here, after them. */
+static int ops_register_plain(const ops_impl *impl, base_err *err) {
+    return ops_register_impl(impl, NULL, err);
 }
 
 void ops_register_builtin(void) {
     if (g_builtin_done) return;
     g_builtin_done = 1;
-    const ops_impl builtin[] = {
-        {OPS_EMBEDDING, "default", "", NULL, (ops_fn)ops_cpu_embedding_fwd,
-         (ops_fn)ops_cpu_embedding_bwd},
-        {OPS_RMSNORM, "default", "", NULL, (ops_fn)ops_cpu_rmsnorm_fwd,
-         (ops_fn)ops_cpu_rmsnorm_bwd},
-        {OPS_MATMUL, "default", "", NULL, (ops_fn)ops_cpu_matmul_fwd, (ops_fn)ops_cpu_matmul_bwd},
-        {OPS_ROPE, "default", "head_dim % 2 == 0", check_rope_default, (ops_fn)ops_cpu_rope_fwd,
-         (ops_fn)ops_cpu_rope_bwd},
-        {OPS_ATTENTION, "default", "n_heads % n_kv_heads == 0", check_attention_default,
-         (ops_fn)ops_cpu_attention_fwd, (ops_fn)ops_cpu_attention_bwd},
-        {OPS_SWIGLU, "default", "", NULL, (ops_fn)ops_cpu_swiglu_fwd, (ops_fn)ops_cpu_swiglu_bwd},
-        {OPS_LMHEAD_CE, "default", "", NULL, (ops_fn)ops_cpu_lmhead_ce, NULL},
-        {OPS_ADAMW, "default", "", NULL, (ops_fn)ops_cpu_adamw, NULL},
-        {OPS_ATTENTION_KV, "default", "n_heads % n_kv_heads == 0", check_attention_default,
-         (ops_fn)ops_cpu_attention_kv, NULL},
-        {OPS_GROUPED_MM, "default", "", NULL, (ops_fn)ops_cpu_grouped_mm_fwd,
-         (ops_fn)ops_cpu_grouped_mm_bwd},
-        {OPS_GROUPED_MM, "grouped", "", NULL, (ops_fn)ops_cpu_grouped_mm_tiled_fwd,
-         (ops_fn)ops_cpu_grouped_mm_tiled_bwd},
-        /* the add's backward is the identity: the backward is rmsnorm's (ops.h) */
-        {OPS_ADD_RMSNORM, "default", "", NULL, (ops_fn)ops_cpu_add_rmsnorm_fwd,
-         (ops_fn)ops_cpu_rmsnorm_bwd},
-        {OPS_ADD_RMSNORM, "unfused", "", NULL, (ops_fn)add_rmsnorm_unfused,
-         (ops_fn)ops_cpu_rmsnorm_bwd},
-    };
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
-        /* cannot fail: distinct ops, valid fields, an empty table */
-        (void)ops_register_impl(&builtin[i], NULL);
-    }
-    ops_cpu_register_extra(ops_register_impl);
+    ops_cpu_register(ops_register_plain);
 }
 
 const ops_impl *ops_find(ops_kind op, const char *name) {
@@ -222,27 +202,9 @@ static int ops_glob(const char *pat, const char *s) {
     }
 }
 
-/* Module sub-paths an op also answers to, besides "<unit>.<op>" (torchtitan's module
- * names). Only ops that have one call site per block get one: a per-call-site name for
- * rmsnorm or matmul would suggest a finer choice than the per-unit table makes. */
-static const char *ops_subpath(ops_kind k) {
-    switch (k) {
-    case OPS_ROPE:
-        return "attention.rope";
-    case OPS_SWIGLU:
-        return "feed_forward.swiglu";
-    case OPS_ATTENTION_KV:
-        return "attention.kv";
-    case OPS_ADD_RMSNORM:
-        return "ffn_norm";
-    default:
-        return NULL;
-    }
-}
-
 static int ops_is_kind_name(const char *s) {
     for (int k = 0; k < OPS_COUNT; k++) {
-        if (strcmp(s, g_kind_names[k]) == 0) return 1;
+        if (strcmp(s, g_kinds[k].name) == 0) return 1;
     }
     return 0;
 }
@@ -275,20 +237,20 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
             return base_fail(err, "kernel override %d: missing pattern or implementation", i);
         }
         if (!strpbrk(pat, ".*?") && !ops_is_kind_name(pat)) {
+            char names[512];
+            ops_kind_names(names, sizeof names, 0);
             return base_fail(err,
-                             "kernel override '%s' = '%s': '%s' is not an op name (embedding, "
-                             "rmsnorm, matmul, rope, attention, swiglu, lmhead_ce, adamw, "
-                             "attention_kv, grouped_mm, add_rmsnorm) or a "
+                             "kernel override '%s' = '%s': '%s' is not an op name (%s) or a "
                              "layer glob such as 'layers.*.attention'",
-                             pat, overrides[i].impl, pat);
+                             pat, overrides[i].impl, pat, names);
         }
     }
 
     for (int k = 0; k < OPS_COUNT; k++) {
-        const char *opname = g_kind_names[k];
+        const char *opname = g_kinds[k].name;
         char full[512], sub[512];
         snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "." : "", opname);
-        const char *alias = ops_subpath((ops_kind)k);
+        const char *alias = g_kinds[k].subpath;
         snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", alias ? alias : "");
         const ops_impl *impl = ops_default((ops_kind)k);
         if (!impl) return base_fail(err, "kernel %s: no implementation registered", opname);
@@ -313,11 +275,11 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
             }
             impl = found;
         }
-        if (ctx && (impl->check || ops_plugin_is(impl))) {
+        const ops_binding *bound = ops_binding_of(impl);
+        if (ctx && (impl->check || bound)) {
             base_err why;
             why.msg[0] = '\0';
-            if ((ops_plugin_is(impl) ? ops_plugin_check(impl, ctx, &why)
-                                     : impl->check(ctx, &why)) != 0) {
+            if ((bound ? bound->check(bound, ctx, &why) : impl->check(ctx, &why)) != 0) {
                 return base_fail(err, "kernel %s/%s at %s: %s", opname, impl->name,
                                  path[0] ? path : "(model)",
                                  why.msg[0] ? why.msg : impl->constraints);
@@ -332,28 +294,17 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
         t->impl[k] = impl;
     }
 
-    t->embedding_fwd = (ops_embedding_fwd_fn)t->impl[OPS_EMBEDDING]->fwd;
-    t->embedding_bwd = (ops_embedding_bwd_fn)t->impl[OPS_EMBEDDING]->bwd;
-    t->rmsnorm_fwd = (ops_rmsnorm_fwd_fn)t->impl[OPS_RMSNORM]->fwd;
-    t->rmsnorm_bwd = (ops_rmsnorm_bwd_fn)t->impl[OPS_RMSNORM]->bwd;
-    t->matmul_fwd = (ops_matmul_fwd_fn)t->impl[OPS_MATMUL]->fwd;
-    t->matmul_bwd = (ops_matmul_bwd_fn)t->impl[OPS_MATMUL]->bwd;
-    t->rope_fwd = (ops_rope_fwd_fn)t->impl[OPS_ROPE]->fwd;
-    t->rope_bwd = (ops_rope_bwd_fn)t->impl[OPS_ROPE]->bwd;
-    t->attention_fwd = (ops_attention_fwd_fn)t->impl[OPS_ATTENTION]->fwd;
-    t->attention_bwd = (ops_attention_bwd_fn)t->impl[OPS_ATTENTION]->bwd;
-    t->swiglu_fwd = (ops_swiglu_fwd_fn)t->impl[OPS_SWIGLU]->fwd;
-    t->swiglu_bwd = (ops_swiglu_bwd_fn)t->impl[OPS_SWIGLU]->bwd;
-    t->lmhead_ce = (ops_lmhead_ce_fn)t->impl[OPS_LMHEAD_CE]->fwd;
-    t->adamw = (ops_adamw_fn)t->impl[OPS_ADAMW]->fwd;
-    t->attention_kv = (ops_attention_kv_fn)t->impl[OPS_ATTENTION_KV]->fwd;
-    t->grouped_mm_fwd = (ops_grouped_mm_fwd_fn)t->impl[OPS_GROUPED_MM]->fwd;
-    t->grouped_mm_bwd = (ops_grouped_mm_bwd_fn)t->impl[OPS_GROUPED_MM]->bwd;
-    t->add_rmsnorm_fwd = (ops_add_rmsnorm_fwd_fn)t->impl[OPS_ADD_RMSNORM]->fwd;
-    t->add_rmsnorm_bwd = (ops_add_rmsnorm_bwd_fn)t->impl[OPS_ADD_RMSNORM]->bwd;
+#define OPS_SET_FB(K, name, ...)                                                                   \
+    t->name##_fwd = (ops_##name##_fwd_fn)t->impl[OPS_##K]->fwd;                                    \
+    t->name##_bwd = (ops_##name##_bwd_fn)t->impl[OPS_##K]->bwd;
+#define OPS_SET_F(K, name, ...) t->name = (ops_##name##_fn)t->impl[OPS_##K]->fwd;
+    OPS_LIST(OPS_SET_FB, OPS_SET_F)
+#undef OPS_SET_FB
+#undef OPS_SET_F
     for (int k = 0; k < OPS_COUNT; k++) {
-        if (!ops_plugin_is(t->impl[k])) continue;
-        if (ops_plugin_bind(t, (ops_kind)k, t->impl[k], path[0] ? path : "(model)", err)) {
+        const ops_binding *b = ops_binding_of(t->impl[k]);
+        if (!b) continue;
+        if (b->bind(b, t, (ops_kind)k, path[0] ? path : "(model)", err)) {
             ops_release(t);
             return -1;
         }
@@ -367,7 +318,11 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
 }
 
 void ops_release(ops_table *t) {
-    if (t) ops_plugin_unbind(t);
+    if (!t) return;
+    for (int k = 0; k < OPS_COUNT; k++) {
+        const ops_binding *b = t->plugin_slot[k] ? ops_binding_of(t->impl[k]) : NULL;
+        if (b) b->unbind(t, (ops_kind)k);
+    }
 }
 
 int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_t *calls, int n,

@@ -64,8 +64,11 @@ void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, con
 void ops_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr, double beta1,
                    double beta2, double eps, double wd, int64_t t);
 
-/* Registers the non-default CPU implementations through reg (reference.c: "reference", the
- * textbook formula of every op, the baseline the conformance tests check defaults against). */
-void ops_cpu_register_extra(int (*reg)(const ops_impl *impl, base_err *err));
+/* Registers the CPU implementations through reg (table.c): the defaults of every op and the
+ * alternatives ("grouped", "unfused"), then ops_cpu_register_reference's. */
+void ops_cpu_register(int (*reg)(const ops_impl *impl, base_err *err));
+/* Registers "reference" (reference.c), the textbook formula of every op, the baseline the
+ * conformance tests check defaults against. */
+void ops_cpu_register_reference(int (*reg)(const ops_impl *impl, base_err *err));
 
 #endif

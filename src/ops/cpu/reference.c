@@ -350,7 +350,7 @@ static int ref_check_even(const ops_ctx *ctx, base_err *err) {
     return 0;
 }
 
-void ops_cpu_register_extra(int (*reg)(const ops_impl *impl, base_err *err)) {
+void ops_cpu_register_reference(int (*reg)(const ops_impl *impl, base_err *err)) {
 #define REF(kind, c, chk, f, b)                                                                    \
     { kind, "reference", c, chk, (ops_fn)(f), (ops_fn)(b) }
     const ops_impl ref[] = {
