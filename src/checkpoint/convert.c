@@ -20,15 +20,7 @@ int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
     if (base_path_join(path, sizeof path, dir, MODEL_FILE, err) ||
         ckpt_save_model_names(m, m->w, path, CKPT_NAMES_TITAN, meta, 1, err))
         return -1;
-    const model_args *a = &m->args;
-    json_t *j =
-        json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "flavor",
-                  a->flavor, "dim", a->dim, "n_layers", a->n_layers, "n_heads", a->n_heads,
-                  "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim, "ffn_dim", a->ffn_dim,
-                  "vocab_size", a->vocab_size, "rope_theta", a->rope_theta, "norm_eps", a->norm_eps,
-                  "tie_embeddings", a->tie_embeddings, "max_seq_len", a->max_seq_len, "n_experts",
-                  a->n_experts, "top_k", a->top_k, "moe_ffn_dim", a->moe_ffn_dim, "norm_topk_prob",
-                  a->norm_topk_prob, "router_aux_loss_coef", a->router_aux_loss_coef);
+    json_t *j = model_args_json(&m->args, MODEL_ARGS_JSON_FULL);
     if (!j) return base_fail(err, "%s: cannot build %s", dir, ARGS_FILE);
     int rc = base_path_join(path, sizeof path, dir, ARGS_FILE, err);
     if (rc == 0) rc = ckpt_write_json(path, j, err);
@@ -45,32 +37,8 @@ int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
         return base_fail(err, "%s: invalid JSON: %s (line %d column %d)", path, jerr.text,
                          jerr.line, jerr.column);
     memset(a, 0, sizeof *a);
-    int rc = json_is_object(root) ? 0 : base_fail(err, "%s: not a JSON object", path);
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        if (rc) break;
-        char val[64];
-        if (!strcmp(key, "flavor") && json_is_string(v)) {
-            snprintf(a->flavor, sizeof a->flavor, "%s", json_string_value(v));
-            continue;
-        }
-        if (json_is_integer(v))
-            snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
-        else if (json_is_real(v))
-            snprintf(val, sizeof val, "%.17g", json_real_value(v));
-        else {
-            rc = base_fail(err, "%s: field '%s' is not a number", path, key);
-            break;
-        }
-        base_err e2;
-        if (model_args_set(a, key, val, &e2)) rc = base_fail(err, "%s: %s", path, e2.msg);
-    }
+    int rc = model_args_from_json(root, path, a, err);
     json_decref(root);
-    if (rc == 0 && model_args_validate(a, err)) {
-        base_err e2 = *err;
-        rc = base_fail(err, "%s: %s", path, e2.msg);
-    }
     return rc;
 }
 

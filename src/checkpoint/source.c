@@ -74,47 +74,6 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
                      path);
 }
 
-/* Model arguments from a checkpoint's "train.model" object. */
-static int args_from_json(const char *where, const json_t *j, model_args *a, base_err *err) {
-    static const char *const ints[] = {"dim",      "n_layers", "n_heads",    "n_kv_heads",
-                                       "head_dim", "ffn_dim",  "vocab_size", "tie_embeddings"};
-    static const char *const reals[] = {"rope_theta", "norm_eps"};
-    if (!json_is_object(j)) return base_fail(err, "%s: \"train\" has no \"model\" object", where);
-    model_flavor("debugmodel", a, err);
-    snprintf(a->flavor, sizeof a->flavor, "checkpoint");
-    char buf[64];
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        const json_t *v = json_object_get(j, ints[i]);
-        if (!json_is_integer(v))
-            return base_fail(err, "%s: train.model.%s is missing or not an integer", where,
-                             ints[i]);
-        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
-        if (model_args_set(a, ints[i], buf, err)) return -1;
-    }
-    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
-        const json_t *v = json_object_get(j, reals[i]);
-        if (!json_is_number(v))
-            return base_fail(err, "%s: train.model.%s is missing or not a number", where, reals[i]);
-        snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
-        if (model_args_set(a, reals[i], buf, err)) return -1;
-    }
-    if (json_object_get(j, "n_experts")) { /* an MoE (written by train_moe_args_json) */
-        static const char *const moe[] = {"n_experts", "top_k", "moe_ffn_dim", "norm_topk_prob",
-                                          "router_aux_loss_coef"};
-        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
-            const json_t *v = json_object_get(j, moe[i]);
-            if (!json_is_number(v))
-                return base_fail(err, "%s: train.model.%s is missing or not a number", where,
-                                 moe[i]);
-            snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
-            if (model_args_set(a, moe[i], buf, err)) return -1;
-        }
-    }
-    base_err why;
-    if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
-    return 0;
-}
-
 int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
     char p[4200];
     switch (s->kind) {
@@ -130,7 +89,12 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
         if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
         json_t *t = json_loads(tj, 0, NULL);
         free(tj);
-        int rc = args_from_json(p, json_object_get(t, "model"), a, err);
+        /* what the metadata leaves out (max_seq_len) comes from debugmodel */
+        model_flavor("debugmodel", a, err);
+        snprintf(a->flavor, sizeof a->flavor, "checkpoint");
+        const json_t *mj = json_object_get(t, "model");
+        int rc = json_is_object(mj) ? model_args_from_json(mj, p, a, err)
+                                    : base_fail(err, "%s: \"train\" has no \"model\" object", p);
         json_decref(t);
         return rc;
     }

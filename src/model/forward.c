@@ -331,8 +331,17 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
-    ops_ctx ctx = {o->batch,   o->seq_len,    a->dim,       a->n_heads, a->n_kv_heads, a->head_dim,
-                   a->ffn_dim, a->vocab_size, a->n_experts, a->top_k,   a->moe_ffn_dim};
+    ops_ctx ctx = {.batch = o->batch,
+                   .seq_len = o->seq_len,
+                   .dim = a->dim,
+                   .n_heads = a->n_heads,
+                   .n_kv_heads = a->n_kv_heads,
+                   .head_dim = a->head_dim,
+                   .ffn_dim = a->ffn_dim,
+                   .vocab = a->vocab_size,
+                   .n_experts = a->n_experts,
+                   .top_k = a->top_k,
+                   .moe_ffn_dim = a->moe_ffn_dim};
     const char **paths = base_alloc(sizeof(char *) * (size_t)m->n_units);
     if (!paths) return base_fail(err, "out of memory");
     for (int u = 0; u < m->n_units; u++) paths[u] = m->units[u].name;
