@@ -109,7 +109,12 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err) {
     char p[4200];
     if (s->kind == CKPT_SRC_STEP) {
-        ckpt_step_buf b = {"model", NULL, base, 0, m->n_floats, m->n_floats, 1, m->n_floats};
+        ckpt_step_buf b = {.name = "model",
+                           .dst = base,
+                           .numel = m->n_floats,
+                           .global_numel = m->n_floats,
+                           .rows = 1,
+                           .stride = m->n_floats};
         return ckpt_step_load(s->folder, s->step, &b, 1, err);
     }
     if (s->kind == CKPT_SRC_FILE) return ckpt_load_model(m, base, s->path, err);

@@ -646,8 +646,10 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard (or,
      * loss parallel off, against the whole vocabulary) */
     float *xn = A->xn_full ? A->xn_full : A->xn, *dxn = A->dxn_full ? A->dxn_full : A->dxn;
-    const ops_vocab_shard vs = {m->tp.rank * a->vocab_size, m->full_args.vocab_size,
-                                allreduce_vocab, m};
+    const ops_vocab_shard vs = {.v0 = m->tp.rank * a->vocab_size,
+                                .v_total = m->full_args.vocab_size,
+                                .allreduce = allreduce_vocab,
+                                .ctx = m};
 
     forward_trunk(m, tokens, backward);
     if (backward) {

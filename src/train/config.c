@@ -576,7 +576,7 @@ static int check_kernel_override(const base_toml_value *v, char *why, size_t n) 
     }
     char pattern[256];
     snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - v->s), v->s);
-    const ops_override ov = {pattern, "default"}; /* every op has a default */
+    const ops_override ov = {.pattern = pattern, .impl = "default"}; /* every op has a default */
     ops_table t;
     base_err e;
     if (ops_resolve(&t, "layers.0", NULL, &ov, 1, &e)) {
@@ -595,7 +595,7 @@ static int check_kernel_impl(const char *s, char *why, size_t n) {
     const char *eq = strchr(s, '=');
     char pattern[256];
     snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - s), s);
-    const ops_override ov = {pattern, eq + 1};
+    const ops_override ov = {.pattern = pattern, .impl = eq + 1};
     ops_table t;
     base_err e;
     /* Resolving one block path checks, where the pattern applies there, that the
@@ -1671,12 +1671,12 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         return NOT_YET(parallelism, context_parallel_degree,
                        "%lld: context parallelism is not supported (use 1)",
                        (long long)c->parallelism.context_parallel_degree);
-    o->par = (dist_mesh_cfg){(int)c->parallelism.data_parallel_replicate_degree,
-                             (int)c->parallelism.data_parallel_shard_degree,
-                             (int)c->parallelism.tensor_parallel_degree,
-                             1,
-                             1,
-                             (int)c->parallelism.expert_parallel_degree};
+    o->par = (dist_mesh_cfg){.dp_replicate = (int)c->parallelism.data_parallel_replicate_degree,
+                             .dp_shard = (int)c->parallelism.data_parallel_shard_degree,
+                             .tp = (int)c->parallelism.tensor_parallel_degree,
+                             .pp = 1,
+                             .cp = 1,
+                             .ep = (int)c->parallelism.expert_parallel_degree};
     dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
                        &o->reshard); /* checked by the schema */
     if (dist_mesh_resolve(&o->par, world, err)) return -1;
@@ -1756,8 +1756,11 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     o->max_norm = c->training.max_norm;
     o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
     o->ce_chunk = (int)c->training.ce_chunk;
-    o->adamw = (optim_adamw_cfg){c->optimizer.lr, c->optimizer.beta1, c->optimizer.beta2,
-                                 c->optimizer.eps, c->optimizer.weight_decay};
+    o->adamw = (optim_adamw_cfg){.lr = c->optimizer.lr,
+                                 .beta1 = c->optimizer.beta1,
+                                 .beta2 = c->optimizer.beta2,
+                                 .eps = c->optimizer.eps,
+                                 .weight_decay = c->optimizer.weight_decay};
     o->lr.warmup_steps = c->lr_scheduler.warmup_steps;
     o->lr.total_steps = c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : 0;
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
@@ -1801,7 +1804,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         const char *s = c->kernels.overrides.v[i], *eq = strchr(s, '=');
         char *pattern = pool_keep(c, strndup(s, (size_t)(eq - s)));
         if (!pattern) return base_fail(err, "out of memory");
-        c->ovr[i] = (ops_override){pattern, eq + 1};
+        c->ovr[i] = (ops_override){.pattern = pattern, .impl = eq + 1};
     }
     o->kernel_overrides = c->ovr;
     o->n_kernel_overrides = n;
