@@ -332,6 +332,7 @@ static int initial_load(const train_opts *o, model *m, base_err *err) {
     if (ckpt_source_open(&s, p, err)) return -1;
     if (s.kind != CKPT_SRC_FILE) {
         if (ckpt_source_args(&s, &a, err)) return -1;
+        a.router_aux_loss_coef = o->model.router_aux_loss_coef; /* a loss weight: the run's */
         if (!model_args_equal(&a, &o->model)) {
             char have[1024], want[1024];
             model_args_describe(&a, have, sizeof have);
