@@ -322,7 +322,9 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
  * training.dataset* field or a [checkpoint] field was set. A bare `titan train` (none of them)
  * prints its usage instead of a random-token run of the default flavor. */
 int train_config_names_job(const train_config *c);
-/* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides). */
+/* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides).
+ * No side effects: it reads no file and opens no plugin (a model from a config.json is
+ * checked by train_config_translate, the plugins' kernels by train_config_to_opts). */
 int train_config_validate(const train_config *c, base_err *err);
 /* The whole config as TOML that train_config_load_text reads back to the same config. */
 void train_config_print(const train_config *c, FILE *f);
