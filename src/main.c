@@ -201,9 +201,19 @@ static int cmd_convert(int argc, char **argv, base_err *err) {
 static int cmd_kernels(int argc, char **argv, base_err *err) {
     ops_register_builtin();
     const char *mode = "list", *name = NULL;
-    ops_conform_opts o = {0, 1, 0, 0.3};
+    ops_conform_opts o = {.shapes = 0, .seed = 1, .verbose = 0, .min_sec = 0.3};
     /* bench shape: bench/bench_train.sh's model and batch, or a small one for smoke tests */
-    ops_ctx ctx = {4, 512, 512, 8, 4, 64, 1536, 151936, 64, 4, 768};
+    ops_ctx ctx = {.batch = 4,
+                   .seq_len = 512,
+                   .dim = 512,
+                   .n_heads = 8,
+                   .n_kv_heads = 4,
+                   .head_dim = 64,
+                   .ffn_dim = 1536,
+                   .vocab = 151936,
+                   .n_experts = 64,
+                   .top_k = 4,
+                   .moe_ffn_dim = 768};
     /* --flavor replaces the model dims of --shape, --batch and --seq its batch and sequence */
     const char *flavor = NULL;
     int batch = 0, seq = 0;
@@ -489,15 +499,17 @@ static int cmd_plan(int argc, char **argv, base_err *err) {
             rest[n_rest++] = argv[i];
         }
     }
+    /* titan train's translation for `world` ranks; --hf-config is model.config_path, --set
+     * edits the resolved arguments */
     train_config c;
     train_config_defaults(&c);
     train_cli cli;
-    model_args base, a;
+    train_opts o;
     train_plan_in in = {0};
     train_plan p;
     if (!rc) rc = train_config_from_args(&c, n_rest, rest, 2, &cli, err);
-    if (!rc && hf) rc = ckpt_hf_config_read(hf, &base, err);
-    if (!rc) rc = train_config_model_args(&c, hf ? &base : NULL, &a, err);
+    if (!rc && hf) rc = train_config_set(&c, "model.config_path", hf, "--hf-config", err);
+    if (!rc) rc = train_config_translate(&c, world, &o, err);
     for (int i = 0; !rc && i < n_sets; i++) {
         char *eq = strchr(sets[i], '=');
         if (!eq) {
@@ -505,34 +517,11 @@ static int cmd_plan(int argc, char **argv, base_err *err) {
             break;
         }
         *eq = 0;
-        rc = model_args_set(&a, sets[i], eq + 1, err);
+        rc = model_args_set(&o.model, sets[i], eq + 1, err);
         *eq = '=';
     }
-    if (!rc) rc = model_args_validate(&a, err);
-    if (!rc) {
-        in.model = a;
-        in.world = world;
-        in.batch = (int)c.training.local_batch_size;
-        in.seq_len = (int)c.training.seq_len;
-        in.par = (dist_mesh_cfg){(int)c.parallelism.data_parallel_replicate_degree,
-                                 (int)c.parallelism.data_parallel_shard_degree,
-                                 (int)c.parallelism.tensor_parallel_degree,
-                                 (int)c.parallelism.pipeline_parallel_degree,
-                                 (int)c.parallelism.context_parallel_degree,
-                                 (int)c.parallelism.expert_parallel_degree};
-        dist_reshard_parse(c.parallelism.fsdp_reshard_after_forward, &in.reshard);
-        train_config_ac(&c, &in.ac, &in.ac_every);
-        in.loss_parallel_off = c.parallelism.disable_loss_parallel;
-        dist_mesh_cfg r = in.par;
-        rc = dist_mesh_resolve(&r, world, err);
-        const int64_t dp = (int64_t)r.dp_replicate * r.dp_shard, g = c.training.global_batch_size;
-        in.grad_accum = g > 0 ? (int)(g / (in.batch * dp)) : 1;
-        if (!rc && (g > 0 && (g % (in.batch * dp) || in.grad_accum < 1)))
-            rc = base_fail(err,
-                           "training.global_batch_size %lld is not a multiple of local_batch_size "
-                           "%d x %lld data-parallel ranks",
-                           (long long)g, in.batch, (long long)dp);
-    }
+    if (!rc) rc = model_args_validate(&o.model, err);
+    if (!rc) in = train_plan_in_of(&o, world);
     if (!rc) rc = train_plan_compute(&in, &p, err);
     if (!rc) train_plan_print(&in, &p, budget, stdout);
     if (!rc)

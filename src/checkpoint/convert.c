@@ -19,15 +19,7 @@ int ckpt_train_save_model(const model *m, const char *dir, base_err *err) {
     if (base_path_join(path, sizeof path, dir, MODEL_FILE, err) ||
         ckpt_save_model_names(m, m->w, path, CKPT_NAMES_TITAN, meta, 1, err))
         return -1;
-    const model_args *a = &m->args;
-    json_t *j =
-        json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "flavor",
-                  a->flavor, "dim", a->dim, "n_layers", a->n_layers, "n_heads", a->n_heads,
-                  "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim, "ffn_dim", a->ffn_dim,
-                  "vocab_size", a->vocab_size, "rope_theta", a->rope_theta, "norm_eps", a->norm_eps,
-                  "tie_embeddings", a->tie_embeddings, "max_seq_len", a->max_seq_len, "n_experts",
-                  a->n_experts, "top_k", a->top_k, "moe_ffn_dim", a->moe_ffn_dim, "norm_topk_prob",
-                  a->norm_topk_prob, "router_aux_loss_coef", a->router_aux_loss_coef);
+    json_t *j = model_args_json(&m->args, MODEL_ARGS_JSON_FULL);
     if (!j) return base_fail(err, "%s: cannot build %s", dir, CKPT_ARGS_FILE);
     int rc = base_path_join(path, sizeof path, dir, CKPT_ARGS_FILE, err);
     if (rc == 0) rc = ckpt_write_json(path, j, err);

@@ -76,49 +76,8 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
                      path);
 }
 
-/* Model arguments from a checkpoint's "train.model" object. */
-static int args_from_json(const char *where, const json_t *j, model_args *a, base_err *err) {
-    static const char *const ints[] = {"dim",      "n_layers", "n_heads",    "n_kv_heads",
-                                       "head_dim", "ffn_dim",  "vocab_size", "tie_embeddings"};
-    static const char *const reals[] = {"rope_theta", "norm_eps"};
-    if (!json_is_object(j)) return base_fail(err, "%s: \"train\" has no \"model\" object", where);
-    model_flavor("debugmodel", a, err);
-    snprintf(a->flavor, sizeof a->flavor, "checkpoint");
-    char buf[64];
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        const json_t *v = json_object_get(j, ints[i]);
-        if (!json_is_integer(v))
-            return base_fail(err, "%s: train.model.%s is missing or not an integer", where,
-                             ints[i]);
-        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
-        if (model_args_set(a, ints[i], buf, err)) return -1;
-    }
-    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
-        const json_t *v = json_object_get(j, reals[i]);
-        if (!json_is_number(v))
-            return base_fail(err, "%s: train.model.%s is missing or not a number", where, reals[i]);
-        snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
-        if (model_args_set(a, reals[i], buf, err)) return -1;
-    }
-    if (json_object_get(j, "n_experts")) { /* an MoE (written by train_moe_args_json) */
-        static const char *const moe[] = {"n_experts", "top_k", "moe_ffn_dim", "norm_topk_prob",
-                                          "router_aux_loss_coef"};
-        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
-            const json_t *v = json_object_get(j, moe[i]);
-            if (!json_is_number(v))
-                return base_fail(err, "%s: train.model.%s is missing or not a number", where,
-                                 moe[i]);
-            snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
-            if (model_args_set(a, moe[i], buf, err)) return -1;
-        }
-    }
-    base_err why;
-    if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
-    return 0;
-}
-
-/* A titan model folder's model_args.json (ckpt_train_save_model writes it): the arguments
- * under their --set names, plus "flavor". */
+/* A titan model folder's model_args.json (ckpt_train_save_model writes it): the model
+ * arguments codec's full form (model_args_from_json). */
 int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
     char path[4096];
     if (base_path_join(path, sizeof path, dir, CKPT_ARGS_FILE, err)) return -1;
@@ -128,32 +87,8 @@ int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
         return base_fail(err, "%s: invalid JSON: %s (line %d column %d)", path, jerr.text,
                          jerr.line, jerr.column);
     memset(a, 0, sizeof *a);
-    int rc = json_is_object(root) ? 0 : base_fail(err, "%s: not a JSON object", path);
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        if (rc) break;
-        char val[64];
-        if (!strcmp(key, "flavor") && json_is_string(v)) {
-            snprintf(a->flavor, sizeof a->flavor, "%s", json_string_value(v));
-            continue;
-        }
-        if (json_is_integer(v))
-            snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
-        else if (json_is_real(v))
-            snprintf(val, sizeof val, "%.17g", json_real_value(v));
-        else {
-            rc = base_fail(err, "%s: field '%s' is not a number", path, key);
-            break;
-        }
-        base_err e2;
-        if (model_args_set(a, key, val, &e2)) rc = base_fail(err, "%s: %s", path, e2.msg);
-    }
+    int rc = model_args_from_json(root, path, a, err);
     json_decref(root);
-    if (rc == 0 && model_args_validate(a, err)) {
-        base_err e2 = *err;
-        rc = base_fail(err, "%s: %s", path, e2.msg);
-    }
     return rc;
 }
 
@@ -172,7 +107,12 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
         if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
         json_t *t = json_loads(tj, 0, NULL);
         free(tj);
-        int rc = args_from_json(p, json_object_get(t, "model"), a, err);
+        /* what the metadata leaves out (max_seq_len) comes from debugmodel */
+        model_flavor("debugmodel", a, err);
+        snprintf(a->flavor, sizeof a->flavor, "checkpoint");
+        const json_t *mj = json_object_get(t, "model");
+        int rc = json_is_object(mj) ? model_args_from_json(mj, p, a, err)
+                                    : base_fail(err, "%s: \"train\" has no \"model\" object", p);
         json_decref(t);
         return rc;
     }
@@ -187,7 +127,12 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err) {
     char p[4200];
     if (s->kind == CKPT_SRC_STEP) {
-        ckpt_step_buf b = {"model", NULL, base, 0, m->n_floats, m->n_floats, 1, m->n_floats};
+        ckpt_step_buf b = {.name = "model",
+                           .dst = base,
+                           .numel = m->n_floats,
+                           .global_numel = m->n_floats,
+                           .rows = 1,
+                           .stride = m->n_floats};
         return ckpt_step_load(s->folder, s->step, &b, 1, err);
     }
     if (s->kind == CKPT_SRC_FILE) return ckpt_load_model(m, base, s->path, err);

@@ -346,8 +346,17 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
-    ops_ctx ctx = {o->batch,   o->seq_len,    a->dim,       a->n_heads, a->n_kv_heads, a->head_dim,
-                   a->ffn_dim, a->vocab_size, a->n_experts, a->top_k,   a->moe_ffn_dim};
+    ops_ctx ctx = {.batch = o->batch,
+                   .seq_len = o->seq_len,
+                   .dim = a->dim,
+                   .n_heads = a->n_heads,
+                   .n_kv_heads = a->n_kv_heads,
+                   .head_dim = a->head_dim,
+                   .ffn_dim = a->ffn_dim,
+                   .vocab = a->vocab_size,
+                   .n_experts = a->n_experts,
+                   .top_k = a->top_k,
+                   .moe_ffn_dim = a->moe_ffn_dim};
     const char **paths = base_alloc(sizeof(char *) * (size_t)m->n_units);
     uint32_t *calls = base_alloc(sizeof(uint32_t) * (size_t)m->n_units);
     if (!paths || !calls) {
@@ -662,8 +671,10 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard (or,
      * loss parallel off, against the whole vocabulary) */
     float *xn = A->xn_full ? A->xn_full : A->xn, *dxn = A->dxn_full ? A->dxn_full : A->dxn;
-    const ops_vocab_shard vs = {m->tp.rank * a->vocab_size, m->full_args.vocab_size,
-                                allreduce_vocab, m};
+    const ops_vocab_shard vs = {.v0 = m->tp.rank * a->vocab_size,
+                                .v_total = m->full_args.vocab_size,
+                                .allreduce = allreduce_vocab,
+                                .ctx = m};
 
     forward_trunk(m, tokens, backward);
     if (backward) {

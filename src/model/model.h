@@ -68,6 +68,25 @@ const char *const *model_flavor_names(void);
 int model_args_set(model_args *a, const char *key, const char *value, base_err *err);
 int model_args_validate(const model_args *a, base_err *err);
 
+/* model_args <-> JSON (src/model/args.c), the one codec of checkpoints and model folders.
+ * IDENTITY: what must match for weights to load into a model (model_args_equal): dim,
+ *   n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta, norm_eps,
+ *   tie_embeddings, and for an MoE (n_experts > 0) n_experts, top_k, moe_ffn_dim,
+ *   norm_topk_prob, router_aux_loss_coef (training checkpoints' metadata "train.model").
+ * FULL: every field, with flavor and max_seq_len (a titan model folder's model_args.json). */
+typedef enum { MODEL_ARGS_JSON_IDENTITY, MODEL_ARGS_JSON_FULL } model_args_json_form;
+struct json_t;
+/* A new JSON object (the caller owns it), NULL when out of memory. */
+struct json_t *model_args_json(const model_args *a, model_args_json_form form);
+/* Reads either form into *a: fields absent from j keep *a's value (the caller's defaults); the
+ * identity fields must be present (the MoE ones when j has n_experts), every key must be a
+ * model argument, and the result must validate. Errors start with `where`. */
+int model_args_from_json(const struct json_t *j, const char *where, model_args *a, base_err *err);
+/* Whether a and b have the same identity (above): 1 equal, 0 not. */
+int model_args_equal(const model_args *a, const model_args *b);
+/* The identity as compact JSON with sorted keys, for messages; -1 (and "?") when out of memory. */
+int model_args_describe(const model_args *a, char *buf, size_t n);
+
 typedef struct {
     char name[96];    /* torchtitan name, e.g. "layers.3.attention.wq.weight" */
     char hf_name[96]; /* Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"; an

@@ -3,11 +3,6 @@
 #include <math.h>
 #include <string.h>
 
-optim_adamw_cfg optim_adamw_defaults(void) {
-    optim_adamw_cfg c = {8e-4, 0.9, 0.95, 1e-8, 0.1};
-    return c;
-}
-
 int optim_adamw_init(optim_adamw *o, size_t n, base_err *err) {
     memset(o, 0, sizeof *o);
     o->n = n;

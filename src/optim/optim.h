@@ -13,9 +13,6 @@ typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
 } optim_adamw_cfg;
 
-/* Defaults: lr 8e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 (torchtitan). */
-optim_adamw_cfg optim_adamw_defaults(void);
-
 typedef struct {
     size_t n;
     float *m, *v; /* [n] first and second moments, mirroring the (sharded) parameters */

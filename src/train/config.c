@@ -577,7 +577,7 @@ static int check_kernel_override(const base_toml_value *v, char *why, size_t n) 
     }
     char pattern[256];
     snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - v->s), v->s);
-    const ops_override ov = {pattern, "default"}; /* every op has a default */
+    const ops_override ov = {.pattern = pattern, .impl = "default"}; /* every op has a default */
     ops_table t;
     base_err e;
     if (ops_resolve(&t, "layers.0", NULL, &ov, 1, &e)) {
@@ -596,7 +596,7 @@ static int check_kernel_impl(const char *s, char *why, size_t n) {
     const char *eq = strchr(s, '=');
     char pattern[256];
     snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - s), s);
-    const ops_override ov = {pattern, eq + 1};
+    const ops_override ov = {.pattern = pattern, .impl = eq + 1};
     ops_table t;
     base_err e;
     /* Resolving one block path checks, where the pattern applies there, that the
@@ -1420,16 +1420,6 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     return apply_model_overrides(c, a, err);
 }
 
-int train_config_model_args(const train_config *c, const model_args *base, model_args *a,
-                            base_err *err) {
-    if (!base) return resolve_model(c, a, err);
-    *a = *base;
-    if (c->model.num_experts.set) a->n_experts = (int)c->model.num_experts.v;
-    if (c->model.top_k.set) a->top_k = (int)c->model.top_k.v;
-    if (c->model.moe_inter_dim.set) a->moe_ffn_dim = (int)c->model.moe_inter_dim.v;
-    return apply_model_overrides(c, a, err);
-}
-
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err) {
     const struct {
         const char *key;
@@ -1469,6 +1459,27 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
     return 0;
 }
 
+/* Whether the model may come from a config.json (model_config_path without looking at the
+ * disk): validation, which reads no file, leaves its checks to the translation then. */
+static int model_from_file(const train_config *c) {
+    return c->model.config_path[0] || (c->checkpoint.enable && initial_load_source(c)[0] &&
+                                       !c->origin[find_field("model", "flavor")].where);
+}
+
+/* The [model] fields that depend on the resolved model a. */
+static int check_model(const train_config *c, const model_args *a, base_err *err) {
+    for (int i = 0; i < c->model.mlp_only_layers.n; i++)
+        if (c->model.mlp_only_layers.v[i] >= a->n_layers)
+            return fail_field(c, "model", "mlp_only_layers", err,
+                              "layer %lld does not exist (the model has %d)",
+                              (long long)c->model.mlp_only_layers.v[i], a->n_layers);
+    if (a->n_experts == 0 && strcmp(c->model.moe_load_balance, "none"))
+        return fail_field(c, "model", "moe_load_balance", err,
+                          "'%s' needs a mixture-of-experts model (%s is dense)",
+                          c->model.moe_load_balance, a->flavor);
+    return 0;
+}
+
 /* The overrides' implementations exist (with the plugins' kernels once they are loaded). */
 static int check_kernel_impls(const train_config *c, base_err *err) {
     for (int i = 0; i < c->kernels.overrides.n; i++) {
@@ -1487,19 +1498,8 @@ int train_config_validate(const train_config *c, base_err *err) {
     if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
         return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
                           (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
-    model_args a;
-    if (!model_config_path(c)[0]) { /* a config.json is read when training starts */
-        if (resolve_model(c, &a, err)) return -1;
-        for (int i = 0; i < c->model.mlp_only_layers.n; i++)
-            if (c->model.mlp_only_layers.v[i] >= a.n_layers)
-                return fail_field(c, "model", "mlp_only_layers", err,
-                                  "layer %lld does not exist (the model has %d)",
-                                  (long long)c->model.mlp_only_layers.v[i], a.n_layers);
-        if (a.n_experts == 0 && strcmp(c->model.moe_load_balance, "none"))
-            return fail_field(c, "model", "moe_load_balance", err,
-                              "'%s' needs a mixture-of-experts model (%s is dense)",
-                              c->model.moe_load_balance, c->model.flavor);
-    }
+    model_args a; /* a config.json is read by the translation, which checks the model then */
+    if (!model_from_file(c) && (resolve_model(c, &a, err) || check_model(c, &a, err))) return -1;
     if (c->checkpoint.initial_load_in_hf && !c->checkpoint.initial_load_model_only)
         return fail_field(c, "checkpoint", "initial_load_in_hf", err,
                           "needs checkpoint.initial_load_model_only = true");
@@ -1644,7 +1644,15 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
             return fail_field(c, "kernels", "plugins", err, "item %d: %s", i + 1, e.msg);
     }
     if (c->kernels.plugins.n && check_kernel_impls(c, err)) return -1;
-    train_opts_defaults(o);
+    if (train_config_translate(c, dist_world_size(), o, err) || config_to_save(c, o, err))
+        return -1;
+    return config_hash(c, &o->config_hash, err);
+}
+
+int train_config_translate(train_config *c, int world, train_opts *o, base_err *err) {
+    if (train_config_validate(c, err)) return -1;
+    /* every field of o comes from the schema's values: defaults live there alone */
+    memset(o, 0, sizeof *o);
     if (compat_check(c, err)) return -1;
     /* What titan cannot do yet is refused by name rather than ignored. */
     if (c->model.mlp_only_layers.n)
@@ -1664,15 +1672,15 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         return NOT_YET(parallelism, context_parallel_degree,
                        "%lld: context parallelism is not supported (use 1)",
                        (long long)c->parallelism.context_parallel_degree);
-    o->par = (dist_mesh_cfg){(int)c->parallelism.data_parallel_replicate_degree,
-                             (int)c->parallelism.data_parallel_shard_degree,
-                             (int)c->parallelism.tensor_parallel_degree,
-                             1,
-                             1,
-                             (int)c->parallelism.expert_parallel_degree};
+    o->par = (dist_mesh_cfg){.dp_replicate = (int)c->parallelism.data_parallel_replicate_degree,
+                             .dp_shard = (int)c->parallelism.data_parallel_shard_degree,
+                             .tp = (int)c->parallelism.tensor_parallel_degree,
+                             .pp = 1,
+                             .cp = 1,
+                             .ep = (int)c->parallelism.expert_parallel_degree};
     dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
                        &o->reshard); /* checked by the schema */
-    if (dist_mesh_resolve(&o->par, dist_world_size(), err)) return -1;
+    if (dist_mesh_resolve(&o->par, world, err)) return -1;
     const int64_t dp = (int64_t)o->par.dp_replicate * o->par.dp_shard;
     if (c->training.global_batch_size > 0 &&
         c->training.global_batch_size % (c->training.local_batch_size * dp))
@@ -1699,12 +1707,11 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (c->checkpoint.create_seed_checkpoint && c->checkpoint.load_only)
         return NOT_YET(checkpoint, create_seed_checkpoint,
                        "saves a checkpoint: it cannot go with checkpoint.load_only");
-    if (c->checkpoint.create_seed_checkpoint && dist_world_size() > 1)
+    if (c->checkpoint.create_seed_checkpoint && world > 1)
         return NOT_YET(checkpoint, create_seed_checkpoint,
-                       "runs on 1 rank (this job has %d); the seed loads into any number",
-                       dist_world_size());
+                       "runs on 1 rank (this job has %d); the seed loads into any number", world);
 
-    if (resolve_model(c, &o->model, err)) return -1;
+    if (resolve_model(c, &o->model, err) || check_model(c, &o->model, err)) return -1;
     if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
         return fail_field(c, "training", "seq_len", err,
                           "%lld is above the model's max_seq_len %d (its RoPE context; "
@@ -1737,7 +1744,7 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->ckpt.load_only = c->checkpoint.load_only;
     o->ckpt.first_step = c->checkpoint.enable_first_step_checkpoint;
     o->ckpt.create_seed = c->checkpoint.create_seed_checkpoint;
-    o->export_dtype = c->checkpoint.export_dtype;
+    ckpt_export_dtype_parse(c->checkpoint.export_dtype, &o->export_dtype); /* schema-checked */
     o->assets_dir = o->tokenizer_dir;
     if (o->ckpt.enable && !o->ckpt.folder) return base_fail(err, "out of memory");
     o->batch = (int)c->training.local_batch_size;
@@ -1750,8 +1757,11 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     o->max_norm = c->training.max_norm;
     o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
     o->ce_chunk = (int)c->training.ce_chunk;
-    o->adamw = (optim_adamw_cfg){c->optimizer.lr, c->optimizer.beta1, c->optimizer.beta2,
-                                 c->optimizer.eps, c->optimizer.weight_decay};
+    o->adamw = (optim_adamw_cfg){.lr = c->optimizer.lr,
+                                 .beta1 = c->optimizer.beta1,
+                                 .beta2 = c->optimizer.beta2,
+                                 .eps = c->optimizer.eps,
+                                 .weight_decay = c->optimizer.weight_decay};
     o->lr.warmup_steps = c->lr_scheduler.warmup_steps;
     o->lr.total_steps = c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : 0;
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
@@ -1775,7 +1785,6 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
         return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
     o->metrics_all_ranks = c->metrics.save_for_all_ranks;
-    if (config_to_save(c, o, err)) return -1;
     if (c->validation.enable) {
         if (!c->validation.dataset_path[0])
             return NOT_YET(validation, dataset_path, "must name the held-out data");
@@ -1796,13 +1805,13 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
         const char *s = c->kernels.overrides.v[i], *eq = strchr(s, '=');
         char *pattern = pool_keep(c, strndup(s, (size_t)(eq - s)));
         if (!pattern) return base_fail(err, "out of memory");
-        c->ovr[i] = (ops_override){pattern, eq + 1};
+        c->ovr[i] = (ops_override){.pattern = pattern, .impl = eq + 1};
     }
     o->kernel_overrides = c->ovr;
     o->n_kernel_overrides = n;
     o->memory_estimation = c->memory_estimation.enable;
     o->ignore_memory_check = c->training.ignore_memory_check;
-    return config_hash(c, &o->config_hash, err);
+    return 0;
 }
 
 void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every) {

@@ -77,6 +77,10 @@ int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base
  * Errors name the file and the field. */
 struct json_t;
 int train_state_check(const struct json_t *t, const char *dir, int64_t step, base_err *err);
+/* The checkpoint's model (train.model, decoded by model_args_from_json) is this run's
+ * (model_args_equal); the error shows both identities. */
+int train_model_check(const struct json_t *t, const model_args *run, const char *dir, int64_t step,
+                      base_err *err);
 
 /* The run's hold on the folders it writes (lock.c): rank 0 locks the checkpoint folder, the
  * metrics file's folder, the TensorBoard folder and the export folder (each once, created
@@ -106,10 +110,6 @@ void train_tb_close(train_tb *t);
  * goes into the checkpoint's "train" object as "expert_bias" ([L*E] numbers, exact: fp32
  * values printed with 17 digits), never into the parameter buffers nor HF exports. */
 struct json_t;
-/* Adds the MoE arguments (n_experts, top_k, moe_ffn_dim, norm_topk_prob, router_aux_loss_coef)
- * to a checkpoint's "model" object when a is an MoE; a dense model's object is unchanged. */
-void train_moe_args_json(struct json_t *obj, const model_args *a);
-/* (Read back by ckpt_source_args, src/checkpoint/source.c.) */
 /* "expert_bias" into / from a "train" object (no-op for dense models; absent = zeros). */
 void train_moe_bias_json(struct json_t *train, const model *m);
 int train_moe_bias_load(model *m, const struct json_t *train, const char *where, base_err *err);

@@ -5,15 +5,6 @@
 
 #include "train/internal.h"
 
-void train_moe_args_json(json_t *obj, const model_args *a) {
-    if (a->n_experts <= 0) return;
-    json_object_set_new(obj, "n_experts", json_integer(a->n_experts));
-    json_object_set_new(obj, "top_k", json_integer(a->top_k));
-    json_object_set_new(obj, "moe_ffn_dim", json_integer(a->moe_ffn_dim));
-    json_object_set_new(obj, "norm_topk_prob", json_integer(a->norm_topk_prob));
-    json_object_set_new(obj, "router_aux_loss_coef", json_real(a->router_aux_loss_coef));
-}
-
 void train_moe_bias_json(json_t *train, const model *m) {
     if (m->args.n_experts <= 0 || !m->moe_bias) return;
     const size_t n = (size_t)m->args.n_layers * m->args.n_experts;

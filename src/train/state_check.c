@@ -43,3 +43,17 @@ int train_state_check(const json_t *t, const char *dir, int64_t step, base_err *
         return base_fail(err, "%s: train.data_loaders is not an array of 2 or more states", where);
     return 0;
 }
+
+int train_model_check(const json_t *t, const model_args *run, const char *dir, int64_t step,
+                      base_err *err) {
+    char where[4300];
+    snprintf(where, sizeof where, "%s/step-%lld/metadata.json", dir, (long long)step);
+    model_args saved = *run; /* what the identity leaves out is the run's */
+    if (model_args_from_json(json_object_get(t, "model"), where, &saved, err)) return -1;
+    if (model_args_equal(&saved, run)) return 0;
+    char have[1024], want[1024];
+    model_args_describe(&saved, have, sizeof have);
+    model_args_describe(run, want, sizeof want);
+    return base_fail(err, "%s/step-%lld: the checkpoint's model %s is not this run's %s", dir,
+                     (long long)step, have, want);
+}

@@ -12,34 +12,6 @@
 #include "checkpoint/checkpoint.h"
 #include "train/internal.h"
 
-void train_opts_defaults(train_opts *o) {
-    memset(o, 0, sizeof *o);
-    base_err e;
-    model_flavor("debugmodel", &o->model, &e);
-    o->steps = 100;
-    o->batch = 8;
-    o->seq_len = 128;
-    o->grad_accum = 1;
-    o->adamw = optim_adamw_defaults();
-    o->lr.warmup_steps = 10;
-    o->lr.decay_ratio = -1;
-    o->lr.decay_type = OPTIM_DECAY_LINEAR;
-    o->max_norm = 1.0;
-    o->seed = 42;
-    o->log_freq = 1;
-    o->dump_folder = "./outputs";
-    o->ckpt.folder = "checkpoint";
-    o->ckpt.interval = 500;
-    o->ckpt.keep_latest_k = 10;
-    o->ckpt.load_step = -1;
-    o->ckpt.last_save_model_only = 1;
-    o->ckpt.async = 1;
-    o->par = (dist_mesh_cfg){1, -1, 1, 1, 1, 1};
-    o->comm_init_timeout = 300; /* torchtitan's [comm] defaults */
-    o->comm_train_timeout = 100;
-    o->reshard = DIST_RESHARD_DEFAULT;
-}
-
 /* Token source: the packing loader over a dataset, or uniformly random tokens. */
 typedef struct {
     data_tok *tok;
@@ -125,17 +97,6 @@ static int sample(const model *m, const train_opts *o, const token_source *src, 
     return rc;
 }
 
-/* The arguments that must match for a checkpoint to load into this model. */
-static json_t *args_json(const model_args *a) {
-    json_t *j =
-        json_pack("{si si si si si si si sf sf si}", "dim", a->dim, "n_layers", a->n_layers,
-                  "n_heads", a->n_heads, "n_kv_heads", a->n_kv_heads, "head_dim", a->head_dim,
-                  "ffn_dim", a->ffn_dim, "vocab_size", a->vocab_size, "rope_theta", a->rope_theta,
-                  "norm_eps", a->norm_eps, "tie_embeddings", a->tie_embeddings);
-    train_moe_args_json(j, a);
-    return j;
-}
-
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. */
 /* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
 #define LOADER_STATE_BYTES 512
@@ -151,7 +112,7 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
     json_object_set_new(root, "random_tokens_counter", json_integer((json_int_t)src->counter));
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
-    json_object_set_new(root, "model", args_json(&o->model));
+    json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY));
     json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok));
     train_moe_bias_json(root, m);
     if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
@@ -228,20 +189,12 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     char *tj = NULL;
     int world;
     if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
-    json_t *t = json_loads(tj, 0, NULL), *want = args_json(&o->model);
+    json_t *t = json_loads(tj, 0, NULL);
     free(tj);
     int64_t rc = -1;
     if (train_state_check(t, dir, step, err)) goto out;
     const int model_only = json_is_true(json_object_get(t, "model_only"));
-    if (!json_equal(json_object_get(t, "model"), want)) {
-        char *have = json_dumps(json_object_get(t, "model"), JSON_COMPACT | JSON_SORT_KEYS);
-        char *need = json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS);
-        base_fail(err, "%s/step-%lld: the checkpoint's model %s is not this run's %s", dir,
-                  (long long)step, have ? have : "?", need ? need : "?");
-        free(have);
-        free(need);
-        goto out;
-    }
+    if (train_model_check(t, &o->model, dir, step, err)) goto out;
     /* this rank's shard of every buffer it loads, from any number of shard files */
     const char *names[3];
     float *dst[3];
@@ -277,7 +230,6 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     rc = plan->start;
 out:
     json_decref(t);
-    json_decref(want);
     return rc;
 }
 
@@ -355,20 +307,16 @@ static int initial_load(const train_opts *o, model *m, base_err *err) {
     if (ckpt_source_open(&s, p, err)) return -1;
     if (s.kind != CKPT_SRC_FILE) {
         if (ckpt_source_args(&s, &a, err)) return -1;
-        const model_args *b = &o->model;
-        if (a.dim != b->dim || a.n_layers != b->n_layers || a.n_heads != b->n_heads ||
-            a.n_kv_heads != b->n_kv_heads || a.head_dim != b->head_dim || a.ffn_dim != b->ffn_dim ||
-            a.vocab_size != b->vocab_size || a.tie_embeddings != b->tie_embeddings ||
-            a.rope_theta != b->rope_theta || a.norm_eps != b->norm_eps)
+        a.router_aux_loss_coef = o->model.router_aux_loss_coef; /* a loss weight: the run's */
+        if (!model_args_equal(&a, &o->model)) {
+            char have[1024], want[1024];
+            model_args_describe(&a, have, sizeof have);
+            model_args_describe(&o->model, want, sizeof want);
             return base_fail(err,
-                             "%s describes another model (dim %d, %d layers, %d/%d heads x %d, "
-                             "ffn %d, vocab %d, tied %d, rope_theta %g, eps %g) than this run's "
-                             "(%d, %d, %d/%d x %d, %d, %d, %d, %g, %g): set model.config_path "
-                             "to it",
-                             p, a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.ffn_dim,
-                             a.vocab_size, a.tie_embeddings, a.rope_theta, a.norm_eps, b->dim,
-                             b->n_layers, b->n_heads, b->n_kv_heads, b->head_dim, b->ffn_dim,
-                             b->vocab_size, b->tie_embeddings, b->rope_theta, b->norm_eps);
+                             "%s describes another model %s than this run's %s: set "
+                             "model.config_path to it",
+                             p, have, want);
+        }
     }
     if (ckpt_source_load(&s, m, m->w, err)) return -1;
     base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s (%s)", p,
@@ -378,10 +326,7 @@ static int initial_load(const train_opts *o, model *m, base_err *err) {
 
 /* A Hugging Face folder of the current weights (export_dtype, tokenizer files from assets). */
 static int export_hf(const train_opts *o, const model *m, const char *dir, base_err *err) {
-    ckpt_export_opts eo = {CKPT_F32, 0, o->assets_dir, NULL};
-    if (o->export_dtype && ckpt_export_dtype_parse(o->export_dtype, &eo.dtype))
-        return base_fail(err, "export_dtype '%s' is not float32, bfloat16 or float16",
-                         o->export_dtype);
+    const ckpt_export_opts eo = {.dtype = o->export_dtype, .assets_dir = o->assets_dir};
     if (ckpt_export_hf(m, dir, &eo, err)) return -1;
     base_log(BASE_LOG_INFO, "exported Hugging Face model to %s (%s%s)", dir,
              ckpt_dtype_name(eo.dtype), o->assets_dir ? ", tokenizer files" : "");
@@ -668,23 +613,31 @@ int train_run(const train_opts *o, base_err *err) {
         return -1;
     }
     model m;
-    const model_tp tpg = {mesh.tp,           mesh.tp_rank, tp_allgather,
-                          tp_reduce_scatter, tp_allreduce, mesh.tp_comm};
-    const model_ep epg = {mesh.ep, mesh.ep_rank, ep_alltoall, ep_alltoallv, mesh.ep_comm};
-    model_build_opts bo = {o->batch,
-                           o->seq_len,
-                           o->ac,
-                           1,
-                           o->kernel_overrides,
-                           o->n_kernel_overrides,
-                           o->ce_chunk,
-                           o->moe_balance,
-                           o->moe_bias_rate,
-                           &tpg,
-                           &epg,
-                           o->ac_every,
-                           o->moe_force_balance,
-                           o->loss_parallel_off};
+    const model_tp tpg = {.size = mesh.tp,
+                          .rank = mesh.tp_rank,
+                          .allgather = tp_allgather,
+                          .reduce_scatter = tp_reduce_scatter,
+                          .allreduce = tp_allreduce,
+                          .ctx = mesh.tp_comm};
+    const model_ep epg = {.size = mesh.ep,
+                          .rank = mesh.ep_rank,
+                          .alltoall = ep_alltoall,
+                          .alltoallv = ep_alltoallv,
+                          .ctx = mesh.ep_comm};
+    model_build_opts bo = {.batch = o->batch,
+                           .seq_len = o->seq_len,
+                           .ac = o->ac,
+                           .with_grads = 1,
+                           .overrides = o->kernel_overrides,
+                           .n_overrides = o->n_kernel_overrides,
+                           .ce_chunk = o->ce_chunk,
+                           .balance = o->moe_balance,
+                           .bias_rate = o->moe_bias_rate,
+                           .tp = &tpg,
+                           .ep = &epg,
+                           .ac_every = o->ac_every,
+                           .moe_force_balance = o->moe_force_balance,
+                           .loss_parallel_off = o->loss_parallel_off};
     /* the group holding one model's slices (tp and ep never combine) */
     dist_comm *slices = mesh.tp > 1 ? mesh.tp_comm : mesh.ep_comm;
     const int sliced = mesh.tp > 1 || mesh.ep > 1;

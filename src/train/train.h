@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
+#include "checkpoint/checkpoint.h"
 #include "data/data.h"
 #include "dist/dist.h"
 #include "model/model.h"
@@ -71,12 +72,12 @@ typedef struct {
         const char *path;
         int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
     } val;
-    const char *out_dir;      /* final weights as safetensors with HF names (NULL = none) */
-    const char *export_dtype; /* HF exports: float32 (NULL), bfloat16, float16 */
-    const char *assets_dir;   /* HF exports copy the tokenizer files from here (NULL = none) */
-    int sample_tokens;        /* after training, sample this many tokens (0 = none) */
-    double peak_flops;        /* fp32 FLOP/s for MFU; <= 0 = measure */
-    int ce_chunk;             /* tokens per fused lm_head+CE chunk (0 = automatic) */
+    const char *out_dir;     /* final weights as safetensors with HF names (NULL = none) */
+    ckpt_dtype export_dtype; /* HF exports: CKPT_F32 (0), CKPT_BF16 or CKPT_F16 */
+    const char *assets_dir;  /* HF exports copy the tokenizer files from here (NULL = none) */
+    int sample_tokens;       /* after training, sample this many tokens (0 = none) */
+    double peak_flops;       /* fp32 FLOP/s for MFU; <= 0 = measure */
+    int ce_chunk;            /* tokens per fused lm_head+CE chunk (0 = automatic) */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
     dist_mesh_cfg par;         /* [parallelism] degrees (dp_shard resolved against the world) */
@@ -321,7 +322,9 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
  * training.dataset* field or a [checkpoint] field was set. A bare `titan train` (none of them)
  * prints its usage instead of a random-token run of the default flavor. */
 int train_config_names_job(const train_config *c);
-/* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides). */
+/* Checks that combine fields (torchtitan's rules, the model's arguments, kernel overrides).
+ * No side effects: it reads no file and opens no plugin (a model from a config.json is
+ * checked by train_config_translate, the plugins' kernels by train_config_to_opts). */
 int train_config_validate(const train_config *c, base_err *err);
 /* The whole config as TOML that train_config_load_text reads back to the same config. */
 void train_config_print(const train_config *c, FILE *f);
@@ -330,21 +333,21 @@ void train_config_usage(FILE *f);
 /* The activation checkpointing of c's [activation_checkpoint] (selective 'op' runs as full;
  * the schema has checked the fields). */
 void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
-/* Fills *o for train_run (o points into c: keep c alive). Loads the kernels.plugins (the
- * only step that runs code from outside titan: validation, printing and plans do not). Refuses,
- * naming the field, any
- * setting titan cannot honour yet (pipeline / context / expert parallelism, MoE, ...).
- * The parallel degrees are checked against dist_world_size() (the ranks of this run);
- * grad_accum = global_batch_size / (local_batch_size x dp_replicate x dp_shard). */
+/* The one translation of a config into train_opts for a job on `world` ranks (o points into
+ * c: keep c alive), shared by titan train and titan plan. Every value of *o comes from c, so
+ * the schema is the only place a default lives; strings become enums here. Refuses, naming
+ * the field, any setting titan cannot honour yet (pipeline / context parallelism, ...). The
+ * parallel degrees are checked against world; grad_accum = global_batch_size /
+ * (local_batch_size x dp_replicate x dp_shard). Reads the model's config.json (model.config_path
+ * or an initial load's HF folder); opens no plugin and writes nothing. */
+int train_config_translate(train_config *c, int world, train_opts *o, base_err *err);
+/* A run's translation: loads the kernels.plugins (the only step that runs code from outside
+ * titan: validation, printing and plans do not) and checks the overrides naming their kernels,
+ * then train_config_translate for dist_world_size() ranks, and fills the config to save at
+ * start (config_toml, config_path) and config_hash. */
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err);
 
-/* The model a config describes: its flavor (base NULL; a MoE flavor then needs a base) or
- * *base (a Hugging Face config.json's arguments), with the [model] overrides applied. */
-int train_config_model_args(const train_config *c, const model_args *base, model_args *a,
-                            base_err *err);
-
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
-void train_opts_defaults(train_opts *o);
 /* Returns 0; -1 with err; or 128 + N after stopping cleanly on signal N (SIGTERM, SIGINT or
  * job.preemption_signal: the step finished, a checkpoint saved when enabled): the exit status. */
 int train_run(const train_opts *o, base_err *err);

@@ -123,6 +123,8 @@ grep -q "initial weights from $hf" "$out/ft1.log" && [ -s "$out/ft1.jsonl" ] &&
   [ "$(field "$out/ft1.jsonl" loss)" = "$(field "$out/ft3.jsonl" loss)" ] ||
   { cat "$out/ft1.log"; fail "hf_assets_path alone != config_path + initial_load_path"; }
 # --print-config names that config.json (its printed flavor would otherwise build the model)
+# (into a file: grep -q on a pipe may exit before titan's last write, whose SIGPIPE fails the
+# pipeline under pipefail)
 t "${run[@]}" --checkpoint.initial_load_in_hf --tokenizer "$hf" --print-config > "$out/pc.toml"
 grep -q "^config_path = \"$hf\"" "$out/pc.toml" ||
   fail "print-config does not name the folder's config.json"

@@ -1,0 +1,121 @@
+/* model_args <-> JSON: the one encoder, decoder and comparison of model arguments (training
+ * checkpoint metadata "train.model", titan model folders' model_args.json). */
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* Which fields identify a model (see model_args_equal): SHAPE always, MOE when n_experts > 0;
+ * INFO fields are only in the MODEL_ARGS_JSON_FULL form. */
+enum { F_SHAPE, F_MOE, F_INFO };
+
+typedef struct {
+    const char *key; /* JSON key = model_args_set name */
+    size_t off;      /* offsetof(model_args, field) */
+    int real;        /* double field (else int) */
+    int group;       /* F_SHAPE, F_MOE, F_INFO */
+} arg_field;
+
+#define INT_F(f, g)                                                                                \
+    { #f, offsetof(model_args, f), 0, g }
+#define REAL_F(f, g)                                                                               \
+    { #f, offsetof(model_args, f), 1, g }
+static const arg_field g_fields[] = {
+    INT_F(dim, F_SHAPE),          INT_F(n_layers, F_SHAPE),
+    INT_F(n_heads, F_SHAPE),      INT_F(n_kv_heads, F_SHAPE),
+    INT_F(head_dim, F_SHAPE),     INT_F(ffn_dim, F_SHAPE),
+    INT_F(vocab_size, F_SHAPE),   REAL_F(rope_theta, F_SHAPE),
+    REAL_F(norm_eps, F_SHAPE),    INT_F(tie_embeddings, F_SHAPE),
+    INT_F(max_seq_len, F_INFO),   INT_F(n_experts, F_MOE),
+    INT_F(top_k, F_MOE),          INT_F(moe_ffn_dim, F_MOE),
+    INT_F(norm_topk_prob, F_MOE), REAL_F(router_aux_loss_coef, F_MOE),
+};
+#undef INT_F
+#undef REAL_F
+#define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
+
+static int get_int(const model_args *a, const arg_field *f) {
+    return *(const int *)((const char *)a + f->off);
+}
+static double get_real(const model_args *a, const arg_field *f) {
+    return *(const double *)((const char *)a + f->off);
+}
+
+/* Whether field f belongs to form `full` of arguments a. */
+static int in_form(const arg_field *f, const model_args *a, int full) {
+    if (full) return 1;
+    return f->group == F_SHAPE || (f->group == F_MOE && a->n_experts > 0);
+}
+
+struct json_t *model_args_json(const model_args *a, model_args_json_form form) {
+    const int full = form == MODEL_ARGS_JSON_FULL;
+    json_t *j = json_object();
+    if (!j) return NULL;
+    if (full) json_object_set_new(j, "flavor", json_string(a->flavor));
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const arg_field *f = &g_fields[i];
+        if (!in_form(f, a, full)) continue;
+        json_object_set_new(j, f->key,
+                            f->real ? json_real(get_real(a, f)) : json_integer(get_int(a, f)));
+    }
+    return j;
+}
+
+int model_args_describe(const model_args *a, char *buf, size_t n) {
+    json_t *j = model_args_json(a, MODEL_ARGS_JSON_IDENTITY);
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    snprintf(buf, n, "%s", text ? text : "?");
+    free(text);
+    return text ? 0 : -1;
+}
+
+int model_args_from_json(const struct json_t *j, const char *where, model_args *a, base_err *err) {
+    if (!json_is_object(j)) return base_fail(err, "%s: not a JSON object", where);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)j, key, v) {
+        if (!strcmp(key, "flavor") && json_is_string(v)) {
+            snprintf(a->flavor, sizeof a->flavor, "%s", json_string_value(v));
+            continue;
+        }
+        /* numbers go through model_args_set: one place checks names and ranges */
+        char val[64];
+        if (json_is_integer(v))
+            snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(val, sizeof val, "%.17g", json_real_value(v));
+        else
+            return base_fail(err, "%s: field '%s' is not a number", where, key);
+        base_err why;
+        if (model_args_set(a, key, val, &why)) return base_fail(err, "%s: %s", where, why.msg);
+    }
+    /* the identity must be complete: the shape always, the MoE fields with n_experts; no
+     * n_experts is a dense model (the MoE fields as a dense flavor's) */
+    const int moe = json_object_get(j, "n_experts") != NULL;
+    if (!moe) {
+        a->n_experts = a->top_k = a->moe_ffn_dim = a->norm_topk_prob = 0;
+        a->router_aux_loss_coef = 0;
+    }
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const arg_field *f = &g_fields[i];
+        if ((f->group == F_SHAPE || (f->group == F_MOE && moe)) && !json_object_get(j, f->key))
+            return base_fail(err, "%s: model argument %s is missing", where, f->key);
+    }
+    base_err why;
+    if (model_args_validate(a, &why)) return base_fail(err, "%s: %s", where, why.msg);
+    return 0;
+}
+
+int model_args_equal(const model_args *a, const model_args *b) {
+    if (a->n_experts != b->n_experts) return 0;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const arg_field *f = &g_fields[i];
+        if (!in_form(f, a, 0)) continue;
+        if (f->real ? get_real(a, f) != get_real(b, f) : get_int(a, f) != get_int(b, f)) return 0;
+    }
+    return 1;
+}
