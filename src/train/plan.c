@@ -24,9 +24,12 @@
  *     es = 1: whole, copied instead of gathered); the expert-side activations are sized for the
  *     worst case of every rank routing all its rows here (R ep rows, R = batch*seq_len*top_k),
  *     and the all-to-all traffic is the balanced-routing expectation. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/checkpoint.h"
 #include "train.h"
 
 /* RSS of titan itself (code, BLAS, OpenMP and MPI libraries, thread stacks), measured with a
@@ -258,4 +261,111 @@ int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {
     if (train_plan_compute(&in, &p, err)) return -1;
     if (dist_world_rank() == 0) train_plan_print(&in, &p, 0, f);
     return 0;
+}
+
+void train_cmd_plan_usage(FILE *f) {
+    fprintf(f,
+            "usage: titan plan [--config FILE] [--world N] [--budget-gib G] [--hf-config FILE]\n"
+            "                  [--set KEY=VALUE] [--section.key=value ...]\n"
+            "Prints the per-rank memory (parameters, gradients, AdamW state, units in flight,\n"
+            "communication buffers, activations with and without activation checkpointing) and\n"
+            "the bytes each collective moves per step, for the job config run on N ranks\n"
+            "(default 1), without allocating the model.\n"
+            "  --hf-config FILE   model arguments from a Hugging Face config.json (MoE flavors);\n"
+            "                     the config's [model] overrides still apply\n"
+            "  --set KEY=VALUE    override a model argument afterwards (as titan inspect)\n"
+            "  --budget-gib G     say whether the total fits G GiB per rank\n");
+}
+
+/* titan plan: memory and traffic of a config on N ranks (train/plan.c). */
+int train_cmd_plan(int argc, char **argv, base_err *err) {
+    int world = 1;
+    double budget = 0;
+    const char *hf = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest), *sets[64];
+    int n_rest = 2, n_sets = 0;
+    if (!rest) return base_fail(err, "out of memory");
+    rest[0] = argv[0];
+    rest[1] = argv[1];
+    int rc = 0;
+    for (int i = 2; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        const int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            train_cmd_plan_usage(stdout);
+            free(rest);
+            return 0;
+        } else if (!strcmp(a, "--world") || !strcmp(a, "--budget-gib") ||
+                   !strcmp(a, "--hf-config") || !strcmp(a, "--set")) {
+            if (!has) {
+                rc = base_fail(err, "option %s needs a value", a);
+                break;
+            }
+            const char *v = argv[++i];
+            int64_t n;
+            if (!strcmp(a, "--world")) {
+                if (base_parse_i64(v, &n) || n < 1 || n > 1 << 24)
+                    rc = base_fail(err, "--world: '%s' is not a positive rank count", v);
+                world = (int)n;
+            } else if (!strcmp(a, "--budget-gib")) {
+                if (base_parse_f64(v, &budget) || !(budget > 0) || budget > 1e9)
+                    rc = base_fail(err, "--budget-gib: '%s' is not a positive number of GiB", v);
+            } else if (!strcmp(a, "--hf-config")) {
+                hf = v;
+            } else if (n_sets < 64) {
+                sets[n_sets++] = argv[i];
+            }
+        } else {
+            rest[n_rest++] = argv[i];
+        }
+    }
+    train_config c;
+    train_config_defaults(&c);
+    train_cli cli;
+    model_args base, a;
+    train_plan_in in = {0};
+    train_plan p;
+    if (!rc) rc = train_config_from_args(&c, n_rest, rest, 2, &cli, err);
+    if (!rc && hf) rc = ckpt_hf_config_read(hf, &base, err);
+    if (!rc) rc = train_config_model_args(&c, hf ? &base : NULL, &a, err);
+    for (int i = 0; !rc && i < n_sets; i++) {
+        char *eq = strchr(sets[i], '=');
+        if (!eq) {
+            rc = base_fail(err, "--set %s: expected KEY=VALUE", sets[i]);
+            break;
+        }
+        *eq = 0;
+        rc = model_args_set(&a, sets[i], eq + 1, err);
+        *eq = '=';
+    }
+    if (!rc) rc = model_args_validate(&a, err);
+    if (!rc) {
+        in.model = a;
+        in.world = world;
+        in.batch = (int)c.training.local_batch_size;
+        in.seq_len = (int)c.training.seq_len;
+        in.par = (dist_mesh_cfg){(int)c.parallelism.data_parallel_replicate_degree,
+                                 (int)c.parallelism.data_parallel_shard_degree,
+                                 (int)c.parallelism.tensor_parallel_degree,
+                                 (int)c.parallelism.pipeline_parallel_degree,
+                                 (int)c.parallelism.context_parallel_degree,
+                                 (int)c.parallelism.expert_parallel_degree};
+        dist_reshard_parse(c.parallelism.fsdp_reshard_after_forward, &in.reshard);
+        train_config_ac(&c, &in.ac, &in.ac_every);
+        in.loss_parallel_off = c.parallelism.disable_loss_parallel;
+        dist_mesh_cfg r = in.par;
+        rc = dist_mesh_resolve(&r, world, err);
+        const int64_t dp = (int64_t)r.dp_replicate * r.dp_shard, g = c.training.global_batch_size;
+        in.grad_accum = g > 0 ? (int)(g / (in.batch * dp)) : 1;
+        if (!rc && (g > 0 && (g % (in.batch * dp) || in.grad_accum < 1)))
+            rc = base_fail(err,
+                           "training.global_batch_size %lld is not a multiple of local_batch_size "
+                           "%d x %lld data-parallel ranks",
+                           (long long)g, in.batch, (long long)dp);
+    }
+    if (!rc) rc = train_plan_compute(&in, &p, err);
+    if (!rc) train_plan_print(&in, &p, budget, stdout);
+    train_config_free(&c);
+    free(rest);
+    return rc;
 }
