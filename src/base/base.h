@@ -147,6 +147,25 @@ void base_escape(const char *s, char *out, size_t cap);
 int base_parse_i64(const char *s, int64_t *out);
 int base_parse_f64(const char *s, double *out);
 
+/* ---- Command-line options (base/args.c) ------------------------------------------------
+ * A subcommand walks argv[i] for i from 2 (argv[1] is its name); an option's value is the
+ * next word. The helpers fail into err naming the option, and advance i past the value. */
+typedef struct {
+    int argc;
+    char **argv;
+    int i; /* the word being read */
+    base_err *err;
+} base_args;
+
+/* The value of option argv[i] (i advances to it), or NULL with "option X needs a value". */
+const char *base_args_value(base_args *it);
+/* An integer value in [min, 2^30]; an out-of-range or malformed one names the option. */
+int base_args_int(base_args *it, int *out, int min);
+/* A number value in [min, max]. */
+int base_args_f64(base_args *it, double *out, double min, double max);
+/* Whether argv[i] asks for help (--help or -h). */
+int base_args_is_help(const base_args *it);
+
 /* ---- TOML subset (base/toml.c) --------------------------------------------------------
  * A strict parser for the part of TOML 1.0 that job configs use: comments, bare and quoted
  * keys, dotted keys, [table] headers, single-line basic strings (escapes \b \t \n \f \r

@@ -356,4 +356,12 @@ int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err);
 
+/* ---- Subcommands (checkpoint/cli.c) -----------------------------------------------------
+ * titan inspect and titan convert: argv[1] is the subcommand, its options follow. They
+ * return 0 or -1 with err filled; --help prints the usage to stdout and returns 0. */
+int ckpt_cmd_inspect(int argc, char **argv, base_err *err);
+void ckpt_cmd_inspect_usage(FILE *f);
+int ckpt_cmd_convert(int argc, char **argv, base_err *err);
+void ckpt_cmd_convert_usage(FILE *f);
+
 #endif

@@ -234,4 +234,16 @@ void data_loader_describe(const data_loader *l, char *buf, size_t n);
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n);
 int data_loader_state_parse(const char *json, data_loader_state *s, base_err *err);
 
+/* ---- Subcommands (data/cli.c) -----------------------------------------------------------
+ * titan encode, decode, tokenize and data: argv[1] is the subcommand, its options follow.
+ * They return 0 or -1 with err filled; --help prints the usage to stdout and returns 0. */
+int data_cmd_encode(int argc, char **argv, base_err *err);
+void data_cmd_encode_usage(FILE *f);
+int data_cmd_decode(int argc, char **argv, base_err *err);
+void data_cmd_decode_usage(FILE *f);
+int data_cmd_tokenize(int argc, char **argv, base_err *err);
+void data_cmd_tokenize_usage(FILE *f);
+int data_cmd_data(int argc, char **argv, base_err *err);
+void data_cmd_data_usage(FILE *f);
+
 #endif

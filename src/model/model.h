@@ -67,6 +67,13 @@ const char *const *model_flavor_names(void);
  * norm_topk_prob, router_aux_loss_coef. */
 int model_args_set(model_args *a, const char *key, const char *value, base_err *err);
 int model_args_validate(const model_args *a, base_err *err);
+/* The model options of the command line (model/cli.c), at it->argv[it->i]: --flavor NAME
+ * (replaces *a) and --set KEY=VALUE (model_args_set). Returns 1 if the option was one of
+ * them (*status: 0, or -1 with err filled), else 0. */
+int model_args_cli_opt(base_args *it, model_args *a, int *status);
+/* Fills ctx's model dims (dim .. moe_ffn_dim; not batch, seq_len) from a registered flavor:
+ * the shapes `titan kernels bench --flavor` times (an ops_flavor_dims_fn). */
+int model_flavor_dims(const char *flavor, ops_ctx *ctx, base_err *err);
 
 /* model_args <-> JSON (src/model/args.c), the one codec of checkpoints and model folders.
  * IDENTITY: what must match for weights to load into a model (model_args_equal): dim,

@@ -163,4 +163,14 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
  * (inv_freq = 1/theta^(2i/hd) in fp32, angle = pos*inv_freq in fp32). */
 void ops_rope_table(float *cos, float *sin, int T, int hd, double theta);
 
+/* ---- Subcommand (ops/cli.c) -------------------------------------------------------------
+ * titan kernels [list|test|bench] [NAME] [options]: argv[1] is "kernels". Returns 0 or -1
+ * with err filled; --help prints the usage to stdout and returns 0. The bench's --flavor
+ * takes the model dims from the model's flavor registry, which ops does not see (it sits
+ * below the model): flavor_dims fills ctx's model fields (not batch, seq_len) from a flavor
+ * name; NULL refuses --flavor. */
+typedef int (*ops_flavor_dims_fn)(const char *flavor, ops_ctx *ctx, base_err *err);
+int ops_cmd_kernels(int argc, char **argv, ops_flavor_dims_fn flavor_dims, base_err *err);
+void ops_cmd_kernels_usage(FILE *f);
+
 #endif

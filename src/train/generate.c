@@ -1,5 +1,8 @@
 /* train: loading a model for inference, the generation loop and the streaming text output. */
 #include <jansson.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,4 +224,228 @@ int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const tr
     r->tokens = seq;
     r->n_tokens = n;
     return 0;
+}
+
+void train_cmd_generate_usage(FILE *f) {
+    fprintf(
+        f, "usage: titan generate --model PATH [options]\n"
+           "Streams the model's continuation of a prompt to stdout as tokens are produced (KV\n"
+           "cache), stopping at max-new-tokens or the tokenizer's eos / <|im_end|> /\n"
+           "<|endoftext|>; speed on stderr.\n"
+           "  --model PATH         a training checkpoint (FOLDER/step-N, or FOLDER: its newest\n"
+           "                       step, or a run folder holding checkpoint/), or a folder with\n"
+           "                       model.safetensors (HF names; its arguments from --flavor /\n"
+           "                       --set) or such a file\n"
+           "  --flavor NAME, --set KEY=VALUE   model arguments for a model.safetensors\n"
+           "  --tokenizer DIR      HF tokenizer folder (default: the model folder when it has\n"
+           "                       tokenizer.json, the one a checkpoint records, else one\n"
+           "                       token per byte)\n"
+           "  --prompt TEXT        the prompt (default: stdin)\n"
+           "  --chat JSON|FILE     a JSON list of {role, content} messages (or a file holding\n"
+           "                       it), rendered with the Qwen3 chat template + generation prompt\n"
+           "  --no-thinking        with --chat: an empty <think></think> block (enable_thinking\n"
+           "                       false)\n"
+           "  --max-new-tokens N   tokens to generate at most (256)\n"
+           "  --temperature T      0 = greedy (0.6)\n"
+           "  --top-k K            keep the K most likely tokens, 0 = all (20)\n"
+           "  --top-p P            nucleus: the smallest set with probability >= P (0.95)\n"
+           "  --seed S             sampling seed (0): same seed, same text\n"
+           "  --max-seq-len N      context; the KV cache holds min(N, prompt + new tokens)\n"
+           "                       positions (default: the flavor's, 4096 for checkpoints)\n"
+           "  --threads N          OpenMP/BLAS threads (default: all cores)\n");
+}
+
+/* Adds id to stop[] when it exists (>= 0) and is not there yet. */
+static void add_stop(int32_t id, int32_t *stop, int *n) {
+    if (id < 0) return;
+    for (int i = 0; i < *n; i++)
+        if (stop[i] == id) return;
+    stop[(*n)++] = id;
+}
+
+/* The prompt's text (malloc'ed): --prompt, the --chat messages (a JSON list, or a file
+ * holding one) rendered with the chat template and a generation prompt, or stdin. NULL with
+ * err filled on failure. */
+static char *prompt_text(const char *prompt, const char *chat, int thinking, base_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (chat) {
+        const char *j = chat;
+        char *in = NULL;
+        while (*j == ' ' || *j == '\n' || *j == '\t') j++;
+        if (*j == '[') {
+            len = strlen(chat);
+        } else {
+            if (!(in = base_read_file(chat, (size_t)1 << 30, &len, err))) return NULL;
+        }
+        data_chat_msg *msgs = NULL;
+        int n = 0;
+        int bad = data_chat_parse_json(in ? in : chat, in ? len : strlen(chat), &msgs, &n, err) ||
+                  data_chat_render(msgs, n, 1, thinking, &text, err);
+        data_chat_msgs_free(msgs);
+        free(in);
+        if (bad) {
+            free(text);
+            return NULL;
+        }
+    } else if (prompt) {
+        text = strdup(prompt);
+    } else {
+        return base_read_file(NULL, (size_t)1 << 30, &len, err);
+    }
+    if (!text) base_fail(err, "out of memory");
+    return text;
+}
+
+/* The prompt's token ids (ids empty on entry): text encoded by tok, or one id per byte without
+ * a tokenizer (the model's vocabulary, V ids, must then hold the 256 bytes). An empty prompt
+ * is the tokenizer's eos (a new document); every id must be < V. */
+static int prompt_ids(data_tok *tok, const char *text, int V, data_tok_ids *ids, base_err *err) {
+    const size_t len = strlen(text);
+    if (tok) {
+        if (data_tok_encode(tok, text, len, ids, err)) return -1;
+        if (data_tok_vocab_size(tok) > V)
+            base_log(BASE_LOG_WARN, "the tokenizer has %d ids, the model %d",
+                     data_tok_vocab_size(tok), V);
+    } else { /* one token per byte */
+        if (V < 256)
+            return base_fail(err,
+                             "generate: without a tokenizer the model needs a vocabulary of at "
+                             "least 256 (bytes), it has %d",
+                             V);
+        ids->ids = malloc(len * sizeof(int32_t) + 4);
+        if (!ids->ids) return base_fail(err, "out of memory");
+        for (size_t i = 0; i < len; i++) ids->ids[i] = (unsigned char)text[i];
+        ids->n = len;
+    }
+    if (ids->n == 0) {
+        if (tok && data_tok_eos_id(tok) >= 0) { /* an empty prompt starts a new document */
+            ids->ids = realloc(ids->ids, sizeof(int32_t));
+            ids->ids[0] = data_tok_eos_id(tok);
+            ids->n = 1;
+        } else {
+            return base_fail(err, "generate: the prompt is empty");
+        }
+    }
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->ids[i] >= V)
+            return base_fail(err,
+                             "generate: prompt token %d is outside the model's vocabulary (%d)",
+                             ids->ids[i], V);
+    return 0;
+}
+
+/* titan generate: prompt -> streamed continuation. */
+int train_cmd_generate(int argc, char **argv, base_err *err) {
+    model_args a;
+    model_flavor("debugmodel", &a, err);
+    const char *path = NULL, *tok_dir = NULL, *prompt = NULL, *chat = NULL;
+    int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0;
+    model_sampler smp = {.temperature = 0.6, .top_k = 20, .top_p = 0.95, .seed = 0};
+    base_args it = {argc, argv, 0, err};
+    for (it.i = 2; it.i < argc; it.i++) {
+        const char *o = argv[it.i];
+        int st = 0;
+        if (model_args_cli_opt(&it, &a, &st)) {
+            if (st) return -1;
+            continue;
+        }
+        if (base_args_is_help(&it)) {
+            train_cmd_generate_usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--model")) {
+            st = (path = base_args_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--tokenizer")) {
+            st = (tok_dir = base_args_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--prompt")) {
+            st = (prompt = base_args_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--chat")) {
+            st = (chat = base_args_value(&it)) ? 0 : -1;
+        } else if (!strcmp(o, "--no-thinking")) {
+            thinking = 0;
+        } else if (!strcmp(o, "--ids")) {
+            as_ids = 1;
+        } else if (!strcmp(o, "--max-new-tokens")) {
+            st = base_args_int(&it, &max_new, 0);
+        } else if (!strcmp(o, "--temperature")) {
+            st = base_args_f64(&it, &smp.temperature, 0, 1e6);
+        } else if (!strcmp(o, "--top-k")) {
+            st = base_args_int(&it, &smp.top_k, 0);
+        } else if (!strcmp(o, "--top-p")) {
+            st = base_args_f64(&it, &smp.top_p, 1e-9, 1);
+        } else if (!strcmp(o, "--seed")) {
+            st = base_args_int(&it, &seed, 0);
+        } else if (!strcmp(o, "--max-seq-len")) {
+            st = base_args_int(&it, &max_seq, 1);
+        } else if (!strcmp(o, "--threads")) {
+            st = base_args_int(&it, &threads, 1);
+        } else {
+            train_cmd_generate_usage(stderr);
+            return base_fail(err, "generate: unknown option '%s'", o);
+        }
+        if (st) return -1;
+    }
+    if (!path) return base_fail(err, "generate: --model PATH is required");
+    if (prompt && chat) return base_fail(err, "generate: --prompt and --chat exclude each other");
+    smp.seed = (uint64_t)seed;
+    if (threads > 0) omp_set_num_threads(base_threads_bound(threads, "generate --threads"));
+    base_log_all_to_stderr(1); /* stdout is the generated text */
+
+    char rec_tok[4096]; /* the tokenizer a training checkpoint records */
+    if (train_generate_tokenizer(path, &tok_dir, rec_tok, sizeof rec_tok, err)) return -1;
+    data_tok *tok = NULL;
+    model m = {0};
+    model_infer *s = NULL;
+    char *text = NULL;
+    data_tok_ids ids = {0};
+    train_gen_result r = {0};
+    int rc = -1;
+    if (tok_dir && data_tok_load(tok_dir, &tok, err)) goto out;
+    if (chat && !tok) {
+        base_fail(err, "generate: --chat needs a tokenizer (--tokenizer DIR)");
+        goto out;
+    }
+    if (!(text = prompt_text(prompt, chat, thinking, err))) goto out;
+    if (train_load_model(&m, path, &a, err)) goto out;
+    if (prompt_ids(tok, text, m.args.vocab_size, &ids, err)) goto out;
+    int ctx = max_seq > 0 ? max_seq : m.args.max_seq_len > 0 ? m.args.max_seq_len : 4096;
+    if ((int64_t)ids.n > ctx) {
+        base_fail(err,
+                  "generate: the prompt has %zu tokens, more than the context of %d "
+                  "(--max-seq-len)",
+                  ids.n, ctx);
+        goto out;
+    }
+    const int64_t want = (int64_t)ids.n + max_new;
+    if (model_infer_new(&s, &m, want < ctx ? (int)want : ctx, err)) goto out;
+    int32_t stop[3];
+    int n_stop = 0;
+    if (tok) {
+        add_stop(data_tok_eos_id(tok), stop, &n_stop);
+        add_stop(data_tok_token_id(tok, "<|im_end|>"), stop, &n_stop);
+        add_stop(data_tok_token_id(tok, "<|endoftext|>"), stop, &n_stop);
+    }
+    train_text_stream ts = {.tok = as_ids ? NULL : tok, .as_ids = as_ids, .out = stdout};
+    train_gen_opts go = {
+        .sampler = smp, .max_new_tokens = max_new, .stop = stop, .n_stop = n_stop, .stream = &ts};
+    rc = train_generate(s, ids.ids, (int)ids.n, &go, &r, err);
+    train_stream_finish(&ts);
+    if (!rc) {
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr,
+                "prompt: %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s "
+                "(%.2f tokens/s)%s\n",
+                r.n_prompt, r.prefill_s, r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, r.n_new,
+                r.decode_s, r.decode_s > 0 ? r.n_new / r.decode_s : 0.0,
+                r.stopped ? "; stopped at a stop token" : "");
+    }
+out:
+    free(r.tokens);
+    model_infer_free(s);
+    model_free(&m);
+    data_tok_ids_free(&ids);
+    data_tok_free(tok);
+    free(text);
+    return rc;
 }

@@ -24,7 +24,9 @@
  *     es = 1: whole, copied instead of gathered); the expert-side activations are sized for the
  *     worst case of every rank routing all its rows here (R ep rows, R = batch*seq_len*top_k),
  *     and the all-to-all traffic is the balanced-routing expectation. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/train.h"
@@ -284,4 +286,93 @@ int train_plan_data(const char *path, const char *format, const char *field, int
             path, (long long)n, n == 1 ? "" : "s", dp, dp, n + 1 < dp ? "s" : "", (long long)n,
             last, n + 1 < dp ? "" : "s");
     return 1;
+}
+
+void train_cmd_plan_usage(FILE *f) {
+    fprintf(f,
+            "usage: titan plan [--config FILE] [--world N] [--budget-gib G] [--hf-config FILE]\n"
+            "                  [--set KEY=VALUE] [--section.key=value ...]\n"
+            "Prints the per-rank memory (parameters, gradients, AdamW state, units in flight,\n"
+            "communication buffers, activations with and without activation checkpointing) and\n"
+            "the bytes each collective moves per step, for the job config run on N ranks\n"
+            "(default 1), without allocating the model.\n"
+            "  --hf-config FILE   model arguments from a Hugging Face config.json (MoE flavors);\n"
+            "                     the config's [model] overrides still apply\n"
+            "  --set KEY=VALUE    override a model argument afterwards (as titan inspect)\n"
+            "  --budget-gib G     say whether the total fits G GiB per rank\n");
+}
+
+/* titan plan: memory and traffic of a config on N ranks (train/plan.c). */
+int train_cmd_plan(int argc, char **argv, base_err *err) {
+    int world = 1;
+    double budget = 0;
+    const char *hf = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest), *sets[64];
+    int n_rest = 2, n_sets = 0;
+    if (!rest) return base_fail(err, "out of memory");
+    rest[0] = argv[0];
+    rest[1] = argv[1];
+    int rc = 0;
+    for (int i = 2; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        const int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            train_cmd_plan_usage(stdout);
+            free(rest);
+            return 0;
+        } else if (!strcmp(a, "--world") || !strcmp(a, "--budget-gib") ||
+                   !strcmp(a, "--hf-config") || !strcmp(a, "--set")) {
+            if (!has) {
+                rc = base_fail(err, "option %s needs a value", a);
+                break;
+            }
+            const char *v = argv[++i];
+            int64_t n;
+            if (!strcmp(a, "--world")) {
+                if (base_parse_i64(v, &n) || n < 1 || n > 1 << 24)
+                    rc = base_fail(err, "--world: '%s' is not a positive rank count", v);
+                world = (int)n;
+            } else if (!strcmp(a, "--budget-gib")) {
+                if (base_parse_f64(v, &budget) || !(budget > 0) || budget > 1e9)
+                    rc = base_fail(err, "--budget-gib: '%s' is not a positive number of GiB", v);
+            } else if (!strcmp(a, "--hf-config")) {
+                hf = v;
+            } else if (n_sets < 64) {
+                sets[n_sets++] = argv[i];
+            }
+        } else {
+            rest[n_rest++] = argv[i];
+        }
+    }
+    /* titan train's translation for `world` ranks; --hf-config is model.config_path, --set
+     * edits the resolved arguments */
+    train_config c;
+    train_config_defaults(&c);
+    train_cli cli;
+    train_opts o;
+    train_plan_in in = {0};
+    train_plan p;
+    if (!rc) rc = train_config_from_args(&c, n_rest, rest, 2, &cli, err);
+    if (!rc && hf) rc = train_config_set(&c, "model.config_path", hf, "--hf-config", err);
+    if (!rc) rc = train_config_translate(&c, world, &o, err);
+    for (int i = 0; !rc && i < n_sets; i++) {
+        char *eq = strchr(sets[i], '=');
+        if (!eq) {
+            rc = base_fail(err, "--set %s: expected KEY=VALUE", sets[i]);
+            break;
+        }
+        *eq = 0;
+        rc = model_args_set(&o.model, sets[i], eq + 1, err);
+        *eq = '=';
+    }
+    if (!rc) rc = model_args_validate(&o.model, err);
+    if (!rc) in = train_plan_in_of(&o, world);
+    if (!rc) rc = train_plan_compute(&in, &p, err);
+    if (!rc) train_plan_print(&in, &p, budget, stdout);
+    if (!rc)
+        train_plan_data(c.training.dataset_path, c.training.dataset_format,
+                        c.training.dataset_field, p.par.dp_replicate * p.par.dp_shard, stdout);
+    train_config_free(&c);
+    free(rest);
+    return rc;
 }

@@ -521,4 +521,14 @@ double train_peak_choose(double measured, double cached, int *write);
 int train_peak_resolve(double configured, int threads, dist_comm *comm, double (*measure)(void),
                        train_peak *out, base_err *err);
 
+/* ---- Subcommands: titan train (train/cli.c), plan (plan.c), generate (generate.c) -------
+ * argv[1] is the subcommand, its options follow. They return 0, or -1 with err filled;
+ * --help prints the usage to stdout and returns 0. train also returns 2 when it printed its
+ * short usage (nothing to train), and 128 + N when it stopped on signal N after saving. */
+int train_cmd_train(int argc, char **argv, base_err *err);
+int train_cmd_plan(int argc, char **argv, base_err *err);
+void train_cmd_plan_usage(FILE *f);
+int train_cmd_generate(int argc, char **argv, base_err *err);
+void train_cmd_generate_usage(FILE *f);
+
 #endif
