@@ -592,9 +592,12 @@ int train_run(const train_opts *o, base_err *err) {
     if (o->steps <= 0 || o->grad_accum <= 0)
         return base_fail(err, "steps and grad_accum must be positive");
     dist_mesh mesh; /* the watchdog first: it covers start-up's collectives too */
-    if (dist_watchdog_start(o->comm_init_timeout, "comm.init_timeout_seconds", err) ||
-        dist_mesh_init(&mesh, &o->par, err))
+    if (dist_watchdog_start(o->comm_init_timeout, "comm.init_timeout_seconds", err))
         return -1;
+    if (dist_mesh_init(&mesh, &o->par, err)) {
+        dist_watchdog_stop();
+        return -1;
+    }
     const int lead = mesh.rank == 0; /* writes the console, metrics and the HF export */
     if (mesh.world > 1) {
         base_log_set_rank(mesh.rank);
@@ -603,13 +606,14 @@ int train_run(const train_opts *o, base_err *err) {
             if (!freopen("/dev/null", "w", stdout)) base_log(BASE_LOG_WARN, "stdout stays open");
         }
     }
-    train_lock lock;
+    train_lock lock = {0}; /* nothing held until train_lock_outputs */
     token_source src;
     if (train_preflight(o, &mesh, err) ||
         train_lock_outputs(&lock, o, mesh.world_comm, mesh.rank, err) ||
         source_open(&src, o, &mesh, err)) {
         train_unlock_outputs(&lock);
         dist_mesh_free(&mesh);
+        dist_watchdog_stop();
         return -1;
     }
     model m;
