@@ -12,18 +12,11 @@
  * first train_saver_poll after every rank's write is done, or at the next save or finish. */
 typedef struct train_saver train_saver;
 
-/* A piece of this rank's shard vector in a checkpoint buffer: rows x row_len elements,
- * contiguous at shard_off in the shard, rows global_off + i * stride in the global buffer
- * (a TP rank's column slice of a row-parallel weight is one piece, not one per row). */
-typedef struct {
-    size_t shard_off, global_off, row_len, rows, stride;
-} train_piece;
-
-/* One checkpoint buffer per (name, piece) for nb buffers x np pieces (malloc'ed, free()):
- * names[i], or "names[i]@k" for piece k > 0 when piece_names ([nb * np][32], filled here) is
- * given (a save's shard tensors); data = src[i] + shard_off (src may be NULL) and
- * dst = dst[i] + shard_off (dst may be NULL). */
-ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_piece *p, int np,
+/* One checkpoint buffer per (name, piece) for nb buffers x np pieces of the shard vector
+ * (malloc'ed, free()): names[i], or "names[i]@k" for piece k > 0 when piece_names
+ * ([nb * np][32], filled here) is given (a save's shard tensors); data = src[i] + shard_off
+ * (src may be NULL) and dst = dst[i] + shard_off (dst may be NULL). */
+ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_piece *p, int np,
                                 size_t global_n, const float *const *src, float *const *dst,
                                 char (*piece_names)[32]);
 
@@ -34,7 +27,7 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_pi
 typedef struct {
     dist_comm *comm;
     int rank, writer, n_writers;
-    const train_piece *pieces;
+    const dist_piece *pieces;
     int n_pieces;
     size_t global_n;
 } train_saver_layout;
@@ -178,5 +171,21 @@ void train_phase_end(const char *what, double t0);
  * {"path", "tokenizer_json_fnv1a64"} (a tokenizer), "bytes" (byte data) or null (random
  * tokens); NULL when out of memory. */
 struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok);
+
+/* The model's side of parallelism (parallelize.c); dist moves the buffers. */
+/* FSDP over the model's units: the model computes on the full (virtual) buffers (m->w, m->g
+ * become FSDP's, with its hook), the optimizer and checkpoints see this rank's shard vector. */
+int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
+                     base_err *err);
+/* Where this rank's shard vector goes in the full (tp = 1) layout (dist_tp_pieces). */
+int train_tp_pieces(dist_tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
+                    base_err *err);
+/* *full = the whole model (built for batch 1, seq_len 1: exports, sampling, loading)
+ * assembled from every TP (or EP) rank's slices: all ranks of the group call it, with the
+ * parameters gathered over FSDP. */
+int train_full_model(model *full, const model *m, const train_opts *o, dist_comm *group,
+                     base_err *err);
+/* This rank's slices (m->w, local layout) from the whole model's weights full. */
+int train_take_slices(model *m, float *full, base_err *err);
 
 #endif

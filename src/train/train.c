@@ -201,7 +201,7 @@ static char *train_state_json(const train_opts *o, const token_source *src, cons
 /* Loads buffers names[nb] of dir/step-N into this rank's pieces p[np] of the shard vectors
  * dst[nb] (global offsets in the full layout of n_floats). */
 static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
-                       int nb, const train_piece *p, int np, size_t n_floats, base_err *err) {
+                       int nb, const dist_piece *p, int np, size_t n_floats, base_err *err) {
     ckpt_step_buf *b = train_piece_bufs(names, nb, p, np, n_floats, NULL, dst, NULL);
     if (!b) return base_fail(err, "out of memory");
     int rc = ckpt_step_load(dir, step, b, nb * np, err);
@@ -245,7 +245,7 @@ static void gather_loader_states(const token_source *src, dist_comm *dp, char *s
 }
 
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
-                      const train_piece *pieces, int n_pieces, optim_adamw *opt, token_source *src,
+                      const dist_piece *pieces, int n_pieces, optim_adamw *opt, token_source *src,
                       int64_t *tokens_seen, base_err *err) {
     const char *dir = plan->ckdir;
     const int64_t step = plan->resume_step;
@@ -479,195 +479,6 @@ static double ntok_per_step(const train_opts *o) {
     return (double)o->batch * o->seq_len * o->grad_accum;
 }
 
-_Static_assert((int)MODEL_FWD_BEGIN == (int)DIST_FWD_BEGIN &&
-                   (int)MODEL_FWD_END == (int)DIST_FWD_END &&
-                   (int)MODEL_BWD_BEGIN == (int)DIST_BWD_BEGIN &&
-                   (int)MODEL_BWD_END == (int)DIST_BWD_END,
-               "model and dist phases agree");
-
-static void fsdp_hook(void *ctx, int unit, model_phase p) {
-    dist_fsdp_hook(ctx, unit, (dist_phase)p);
-}
-
-/* ---- tensor parallelism ------------------------------------------------------------------
- * The model's collectives over the TP group (mesh.tp_comm). */
-static void tp_allgather(void *ctx, float *full, const float *local, size_t n) {
-    dist_allgather_f32(ctx, local, full, n);
-}
-static void tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
-    dist_reduce_scatter_block_f32(ctx, full, local, n);
-}
-static void tp_allreduce(void *ctx, double *x, int n, int max) {
-    if (max)
-        dist_allreduce_max_f64(ctx, x, n);
-    else
-        dist_allreduce_f64(ctx, x, n);
-}
-
-/* ---- expert parallelism ----------------------------------------------------------------
- * The MoE token dispatch over the EP group (mesh.ep_comm). */
-static void ep_alltoall(void *ctx, const int32_t *send, int32_t *recv, int n) {
-    dist_alltoall_i32(ctx, send, recv, n);
-}
-static void ep_alltoallv(void *ctx, const void *send, const int32_t *scount, void *recv,
-                         const int32_t *rcount, size_t row) {
-    dist_alltoallv_rows(ctx, send, scount, recv, rcount, row);
-}
-
-/* The group whose ranks hold slices of one model: TP's, or EP's (they never combine). A
- * parameter the model_run marks replicated is the same on all of its ranks. */
-static int slice_rank(const model *m) {
-    return m->tp.size > 1 ? m->tp.rank : m->ep.rank;
-}
-
-/* Where this rank's shard vector goes in the full (tp = 1) layout: `all` every piece (what a
- * resume loads), `save` those this rank writes (replicated norm weights by TP rank 0 only),
- * `rep` the pieces of replicated parameters (their gradients are summed over the group).
- * Adjacent contiguous pieces are merged; a column slice's rows stay one strided piece.
- * Without TP, all = save = the FSDP ranges and rep is empty. */
-typedef struct {
-    train_piece *all, *save, *rep; /* rep: global_off in the local layout, one row each */
-    int n_all, n_save, n_rep;
-    size_t rep_len; /* elements in rep */
-} tp_pieces;
-
-/* Appends piece x to v[*n], merged into the last one when both are single rows that are
- * adjacent in both layouts. */
-static void piece_add(train_piece *v, int *n, train_piece x) {
-    train_piece *p = *n ? &v[*n - 1] : NULL;
-    if (p && p->rows == 1 && x.rows == 1 && p->shard_off + p->row_len == x.shard_off &&
-        p->global_off + p->row_len == x.global_off) {
-        p->row_len += x.row_len;
-        p->stride = p->row_len;
-    } else {
-        v[(*n)++] = x;
-    }
-}
-
-static int tp_pieces_init(tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
-                          base_err *err) {
-    memset(t, 0, sizeof *t);
-    int nr;
-    const dist_range *r = dist_fsdp_ranges(f, &nr);
-    size_t n = 0;
-    for (int k = 0; k < nr; k++) n += model_tp_runs(m, r[k].global_off, r[k].len, NULL, 0);
-    t->all = calloc(n + 1, sizeof *t->all);
-    t->save = calloc(n + 1, sizeof *t->save);
-    t->rep = calloc(n + 1, sizeof *t->rep);
-    model_run *runs = calloc(n + 1, sizeof *runs);
-    if (!t->all || !t->save || !t->rep || !runs) {
-        free(runs);
-        return base_fail(err, "out of memory");
-    }
-    for (int k = 0; k < nr; k++) {
-        const size_t nk = model_tp_runs(m, r[k].global_off, r[k].len, runs, n);
-        for (size_t i = 0; i < nk; i++) {
-            const model_run *u = &runs[i];
-            const size_t so = r[k].shard_off + (u->offset - r[k].global_off);
-            const train_piece x = {so, u->full_offset, u->row_len, u->rows, u->full_stride};
-            piece_add(t->all, &t->n_all, x);
-            if (m->tp.size == 1) continue;
-            if (!u->replicated || tp_rank == 0) piece_add(t->save, &t->n_save, x);
-            if (u->replicated) { /* norm weights: never column-split, so one row */
-                piece_add(t->rep, &t->n_rep,
-                          (train_piece){so, u->offset, u->row_len, 1, u->row_len});
-                t->rep_len += u->row_len;
-            }
-        }
-    }
-    if (m->tp.size == 1) {
-        memcpy(t->save, t->all, sizeof *t->all * (size_t)t->n_all);
-        t->n_save = t->n_all;
-    }
-    free(runs);
-    return 0;
-}
-
-static void tp_pieces_free(tp_pieces *t) {
-    free(t->all);
-    free(t->save);
-    free(t->rep);
-}
-
-/* Sums the gradients of the replicated parameters (norm weights: each rank saw its sequence
- * rows or its heads only) over the TP group, packed into one all-reduce; returns the sum of
- * their squares afterwards (for the global norm). */
-static double tp_sync_replicated(const tp_pieces *t, float *gs, float *buf, dist_comm *c) {
-    size_t at = 0;
-    for (int i = 0; i < t->n_rep; at += t->rep[i++].row_len)
-        memcpy(buf + at, gs + t->rep[i].shard_off, t->rep[i].row_len * sizeof(float));
-    dist_allreduce_f32(c, buf, t->rep_len);
-    at = 0;
-    for (int i = 0; i < t->n_rep; at += t->rep[i++].row_len)
-        memcpy(gs + t->rep[i].shard_off, buf + at, t->rep[i].row_len * sizeof(float));
-    return optim_sumsq(buf, t->rep_len);
-}
-
-/* Copies between this rank's slices (m->w, local layout) and a full model's weights:
- * to_full = 1 writes them into full (replicated ones from TP rank 0 only), 0 reads them. */
-static int tp_copy(const model *m, float *full, int to_full, base_err *err) {
-    const size_t n = model_tp_runs(m, 0, m->n_floats, NULL, 0);
-    model_run *runs = calloc(n + 1, sizeof *runs);
-    if (!runs) return base_fail(err, "out of memory");
-    model_tp_runs(m, 0, m->n_floats, runs, n);
-    for (size_t i = 0; i < n; i++) {
-        const model_run *u = &runs[i];
-        for (size_t k = 0; k < u->rows; k++) {
-            float *local = m->w + u->offset + k * u->row_len;
-            float *whole = full + u->full_offset + k * u->full_stride;
-            if (!to_full)
-                memcpy(local, whole, u->row_len * sizeof(float));
-            else if (!u->replicated || slice_rank(m) == 0)
-                memcpy(whole, local, u->row_len * sizeof(float));
-        }
-    }
-    free(runs);
-    return 0;
-}
-
-/* *full = the whole model (built for batch 1, seq_len 1: exports, sampling, loading)
- * assembled from every TP (or EP) rank's slices: all ranks of the group (group) call it,
- * with the parameters gathered over FSDP. */
-static int tp_full_model(model *full, const model *m, const train_opts *o, dist_comm *group,
-                         base_err *err) {
-    model_build_opts bo = {.batch = 1,
-                           .seq_len = 1,
-                           .ac = MODEL_AC_NONE,
-                           .overrides = o->kernel_overrides,
-                           .n_overrides = o->n_kernel_overrides};
-    if (model_build(full, &o->model, &bo, err)) return -1;
-    memset(full->w, 0, full->n_floats * sizeof(float));
-    if (tp_copy(m, full->w, 1, err)) return -1;
-    dist_allreduce_f32(group, full->w, full->n_floats);
-    return 0;
-}
-
-/* FSDP over the model's units: the model computes on the full (virtual) buffers, the
- * optimizer and checkpoints see this rank's shard vector. */
-static int setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
-                      base_err *err) {
-    dist_unit *u = calloc((size_t)m->n_units, sizeof *u);
-    if (!u) return base_fail(err, "out of memory");
-    for (int i = 0; i < m->n_units; i++) {
-        u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0};
-        /* EP: a block's expert stacks (its last parameters) are this rank's own */
-        for (int k = 0; k < m->n_params; k++)
-            if (m->params[k].unit == i && m->params[k].tp_split == MODEL_EP_EXPERTS)
-                u[i].local += m->params[k].numel;
-    }
-    dist_fsdp_cfg c = {
-        u,    m->n_units, m->n_floats, o->reshard, m->n_units - 1, o->model.tie_embeddings ? 0 : -1,
-        m->w, m->g};
-    int rc = dist_fsdp_new(f, mesh, &c, err);
-    free(u);
-    if (rc) return -1;
-    m->w = dist_fsdp_full_params(*f);
-    m->g = dist_fsdp_full_grads(*f);
-    m->hook = fsdp_hook;
-    m->hook_ctx = *f;
-    return 0;
-}
-
 int train_run(const train_opts *o, base_err *err) {
     int rc = -1;
     if (o->steps <= 0 || o->grad_accum <= 0)
@@ -694,9 +505,10 @@ int train_run(const train_opts *o, base_err *err) {
         return -1;
     }
     model m;
-    const model_tp tpg = {mesh.tp,           mesh.tp_rank, tp_allgather,
-                          tp_reduce_scatter, tp_allreduce, mesh.tp_comm};
-    const model_ep epg = {mesh.ep, mesh.ep_rank, ep_alltoall, ep_alltoallv, mesh.ep_comm};
+    const model_tp tpg = {mesh.tp,           mesh.tp_rank,
+                          dist_tp_allgather, dist_tp_reduce_scatter,
+                          dist_tp_allreduce, mesh.tp_comm};
+    const model_ep epg = {mesh.ep, mesh.ep_rank, dist_ep_alltoall, dist_ep_alltoallv, mesh.ep_comm};
     model_build_opts bo = {o->batch,
                            o->seq_len,
                            o->ac,
@@ -714,8 +526,7 @@ int train_run(const train_opts *o, base_err *err) {
     /* the group holding one model's slices (tp and ep never combine) */
     dist_comm *slices = mesh.tp > 1 ? mesh.tp_comm : mesh.ep_comm;
     const int sliced = mesh.tp > 1 || mesh.ep > 1;
-    tp_pieces tpp = {0};
-    float *rep_buf = NULL;
+    dist_tp_pieces tpp = {0};
     model full = {0}; /* tp > 1: the whole model, for exports and sampling */
     const model *whole = &m;
     optim_adamw opt = {0};
@@ -730,12 +541,8 @@ int train_run(const train_opts *o, base_err *err) {
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
                            : model_build(&m, &o->model, &bo, err)) ||
-        setup_fsdp(&m, &mesh, o, &f, err) || tp_pieces_init(&tpp, &m, f, mesh.tp_rank, err))
+        train_setup_fsdp(&m, &mesh, o, &f, err) || train_tp_pieces(&tpp, &m, f, mesh.tp_rank, err))
         goto out;
-    if (tpp.rep_len && !(rep_buf = base_alloc(tpp.rep_len * sizeof(float)))) {
-        base_fail(err, "out of memory");
-        goto out;
-    }
     train_start plan; /* before the init: a load that overwrites every weight skips it */
     if (train_start_plan(o, &plan, err)) goto out;
     if (!plan.skip_init) { /* unit by unit: with FSDP only one unit is ever whole in memory */
@@ -798,8 +605,9 @@ int train_run(const train_opts *o, base_err *err) {
                  plan.initial);
         if (!sliced && initial_load(o, &m, err)) goto out;
         if (sliced) { /* the whole model, then this rank's slices of it */
-            if (tp_full_model(&full, &m, o, slices, err) || initial_load(o, &full, err)) goto out;
-            if (tp_copy(&m, full.w, 0, err)) goto out;
+            if (train_full_model(&full, &m, o, slices, err) || initial_load(o, &full, err))
+                goto out;
+            if (train_take_slices(&m, full.w, err)) goto out;
             model_free(&full);
         }
         for (int u = 0; u < m.n_units; u++) dist_fsdp_store_unit(f, u);
@@ -874,10 +682,7 @@ int train_run(const train_opts *o, base_err *err) {
             sumsq = optim_sumsq(gs, ns);
         }
         if (mesh.tp > 1) { /* replicated norm weights: sum their gradients over the group */
-            const double rep_sq = tp_sync_replicated(&tpp, gs, rep_buf, mesh.tp_comm);
-            /* the group's squares, the replicated ones counted once */
-            sumsq = optim_sumsq(gs, ns) - rep_sq * (mesh.tp - 1) / mesh.tp;
-            dist_allreduce_f64(mesh.tp_comm, &sumsq, 1);
+            sumsq = dist_tp_grad_sumsq(&tpp, gs, ns, optim_sumsq, mesh.tp_comm);
         }
         /* the global norm: every shard once (replicas hold the same shard) */
         dist_allreduce_f64(mesh.shard_comm, &sumsq, 1);
@@ -924,7 +729,7 @@ int train_run(const train_opts *o, base_err *err) {
             if (train_saver_finish(saver, err)) goto out;
             dist_fsdp_gather_all(f); /* whole weights on every rank; rank 0 writes them */
             if (sliced && whole == &m) {
-                if (tp_full_model(&full, &m, o, slices, err)) goto out;
+                if (train_full_model(&full, &m, o, slices, err)) goto out;
                 whole = &full;
             }
             if (lead && export_hf(o, whole, dir, err)) goto out;
@@ -963,7 +768,7 @@ int train_run(const train_opts *o, base_err *err) {
     if (o->out_dir || o->sample_tokens > 0) {
         dist_fsdp_gather_all(f); /* whole weights */
         if (sliced && whole == &m) {
-            if (tp_full_model(&full, &m, o, slices, err)) goto out;
+            if (train_full_model(&full, &m, o, slices, err)) goto out;
             whole = &full;
         }
     }
@@ -987,8 +792,7 @@ out:
     free(state);
     model_free(&m);
     model_free(&full);
-    tp_pieces_free(&tpp);
-    base_free(rep_buf);
+    dist_tp_pieces_free(&tpp);
     dist_fsdp_free(f);
     source_close(&src);
     train_unlock_outputs(&lock);
