@@ -327,7 +327,8 @@ static int run_gather_whole(run *r, base_err *err) {
 }
 
 /* After step: the HF folder at the last step (last_save_in_hf), else a checkpoint on the
- * interval, the run's last step, a stop signal, or step 1 (checkpoint.enable_first_step). */
+ * interval, the run's last step, a stop signal, or step 1
+ * (checkpoint.enable_first_step_checkpoint). */
 static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     const train_opts *o = r->o;
     if (!r->saver) return 0;
