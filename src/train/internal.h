@@ -1,4 +1,8 @@
-/* train: internals shared by the loop (train.c) and the checkpoint saver (saver.c). */
+/* train: internals shared by the trainer's files. The run loop (train.c: train_run) strings
+ * together the token source (source.c), the step and validation (step.c), the resumable
+ * state (state.c), the saver (saver.c), metrics output (metrics.c, tb.c), start-up planning
+ * (start.c), preflight (preflight.c), locks (lock.c), stop signals (stop.c) and the model's
+ * side of parallelism (parallelize.c; dist moves the buffers). */
 #ifndef TITAN_TRAIN_INTERNAL_H
 #define TITAN_TRAIN_INTERNAL_H
 
