@@ -214,4 +214,61 @@ typedef struct {
 } dist_fsdp_stats;
 void dist_fsdp_get_stats(const dist_fsdp *f, dist_fsdp_stats *s);
 
+/* ---- tensor parallelism: slices of a model in the full layout ------------------------
+ * dist knows no model: the trainer describes this rank's slices as runs (what the model's
+ * layout says, model_tp_runs), and dist moves the flat buffers they point into. A piece is
+ * rows x row_len elements, contiguous at shard_off in this rank's shard vector, rows
+ * global_off + i * stride in the global (tp = 1) buffer (a TP rank's column slice of a
+ * row-parallel weight is one piece, not one per row). */
+typedef struct {
+    size_t shard_off, global_off, row_len, rows, stride;
+} dist_piece;
+
+/* One run of a sliced model: rows x row_len elements contiguous at offset in the local
+ * layout (at shard_off in the shard vector), rows full_offset + i * full_stride in the full
+ * one; replicated: the same on every rank of the group (norm weights; one row). */
+typedef struct {
+    size_t shard_off, offset, full_offset, row_len, rows, full_stride;
+    int replicated;
+} dist_tp_run;
+
+/* Where this rank's shard vector goes in the full layout: `all` every piece (what a resume
+ * loads), `save` those this rank writes (replicated ones by TP rank 0 only), `rep` the
+ * pieces of replicated parameters (global_off in the local layout, one row each; their
+ * gradients are summed over the group), rep_buf [rep_len] their packed gradients. Adjacent
+ * contiguous pieces are merged; a column slice's rows stay one strided piece. With
+ * tp_size 1, all = save = the runs (the FSDP ranges) and rep is empty. */
+typedef struct {
+    dist_piece *all, *save, *rep;
+    int n_all, n_save, n_rep;
+    size_t rep_len;
+    float *rep_buf;
+} dist_tp_pieces;
+/* runs[n]: this rank's shard vector in order (shard_off set). */
+int dist_tp_pieces_init(dist_tp_pieces *t, const dist_tp_run *runs, size_t n, int tp_size,
+                        int tp_rank, base_err *err);
+void dist_tp_pieces_free(dist_tp_pieces *t);
+/* The global squared gradient norm over the TP group c from this rank's shard gradients
+ * gs[ns]: sums the replicated parameters' gradients (each rank saw its sequence rows or its
+ * heads only) over c in one packed all-reduce, then the group's squares with the replicated
+ * ones counted once. sumsq: the trainer's sum of squares (its fixed reduction order). */
+double dist_tp_grad_sumsq(dist_tp_pieces *t, float *gs, size_t ns,
+                          double (*sumsq)(const float *, size_t), dist_comm *c);
+/* Copies between this rank's slices (local, local layout) and a full buffer over runs[n]
+ * (offset = local layout): to_full = 1 writes them into full (replicated ones from rank 0
+ * only), 0 reads them. */
+void dist_tp_copy(const dist_tp_run *runs, size_t n, float *local, float *full, int to_full,
+                  int rank);
+/* full[full_n] = the whole model from every rank's slices: zeroed, this rank's written
+ * (rank: its index in group), summed over group. Collective over group. */
+void dist_tp_assemble(const dist_tp_run *runs, size_t n, float *local, float *full, size_t full_n,
+                      int rank, dist_comm *group);
+/* The model's collectives as model_tp / model_ep call them; ctx: the group's dist_comm. */
+void dist_tp_allgather(void *ctx, float *full, const float *local, size_t n);
+void dist_tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n);
+void dist_tp_allreduce(void *ctx, double *x, int n, int max);
+void dist_ep_alltoall(void *ctx, const int32_t *send, int32_t *recv, int n);
+void dist_ep_alltoallv(void *ctx, const void *send, const int32_t *scount, void *recv,
+                       const int32_t *rcount, size_t row);
+
 #endif

@@ -1,4 +1,8 @@
-/* train: internals shared by the loop (train.c) and the checkpoint saver (saver.c). */
+/* train: internals shared by the trainer's files. The run loop (train.c: train_run) strings
+ * together the token source (source.c), the step and validation (step.c), the resumable
+ * state (state.c), the saver (saver.c), metrics output (metrics.c, tb.c), start-up planning
+ * (start.c), preflight (preflight.c), locks (lock.c), stop signals (stop.c) and the model's
+ * side of parallelism (parallelize.c; dist moves the buffers). */
 #ifndef TITAN_TRAIN_INTERNAL_H
 #define TITAN_TRAIN_INTERNAL_H
 
@@ -12,18 +16,11 @@
  * first train_saver_poll after every rank's write is done, or at the next save or finish. */
 typedef struct train_saver train_saver;
 
-/* A piece of this rank's shard vector in a checkpoint buffer: rows x row_len elements,
- * contiguous at shard_off in the shard, rows global_off + i * stride in the global buffer
- * (a TP rank's column slice of a row-parallel weight is one piece, not one per row). */
-typedef struct {
-    size_t shard_off, global_off, row_len, rows, stride;
-} train_piece;
-
-/* One checkpoint buffer per (name, piece) for nb buffers x np pieces (malloc'ed, free()):
- * names[i], or "names[i]@k" for piece k > 0 when piece_names ([nb * np][32], filled here) is
- * given (a save's shard tensors); data = src[i] + shard_off (src may be NULL) and
- * dst = dst[i] + shard_off (dst may be NULL). */
-ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_piece *p, int np,
+/* One checkpoint buffer per (name, piece) for nb buffers x np pieces of the shard vector
+ * (malloc'ed, free()): names[i], or "names[i]@k" for piece k > 0 when piece_names
+ * ([nb * np][32], filled here) is given (a save's shard tensors); data = src[i] + shard_off
+ * (src may be NULL) and dst = dst[i] + shard_off (dst may be NULL). */
+ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_piece *p, int np,
                                 size_t global_n, const float *const *src, float *const *dst,
                                 char (*piece_names)[32]);
 
@@ -34,7 +31,7 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_pi
 typedef struct {
     dist_comm *comm;
     int rank, writer, n_writers;
-    const train_piece *pieces;
+    const dist_piece *pieces;
     int n_pieces;
     size_t global_n;
 } train_saver_layout;
@@ -178,5 +175,92 @@ void train_phase_end(const char *what, double t0);
  * {"path", "tokenizer_json_fnv1a64"} (a tokenizer), "bytes" (byte data) or null (random
  * tokens); NULL when out of memory. */
 struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok);
+
+/* The model's side of parallelism (parallelize.c); dist moves the buffers. */
+/* FSDP over the model's units: the model computes on the full (virtual) buffers (m->w, m->g
+ * become FSDP's, with its hook), the optimizer and checkpoints see this rank's shard vector. */
+int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
+                     base_err *err);
+/* Where this rank's shard vector goes in the full (tp = 1) layout (dist_tp_pieces). */
+int train_tp_pieces(dist_tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
+                    base_err *err);
+/* *full = the whole model (built for batch 1, seq_len 1: exports, sampling, loading)
+ * assembled from every TP (or EP) rank's slices: all ranks of the group call it, with the
+ * parameters gathered over FSDP. */
+int train_full_model(model *full, const model *m, const train_opts *o, dist_comm *group,
+                     base_err *err);
+/* This rank's slices (m->w, local layout) from the whole model's weights full. */
+int train_take_slices(model *m, float *full, base_err *err);
+
+/* The token source (source.c): the packing loader over a dataset, or uniformly random
+ * tokens. */
+typedef struct {
+    data_tok *tok;
+    data_loader *loader;
+    uint64_t seed, counter;
+    int vocab;
+    int dp_rank, dp_size; /* this rank's share of the data */
+} train_source;
+int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mesh, base_err *err);
+/* Fills one [B, T] microbatch of inputs and next-token targets. Random tokens: the windows
+ * of T + 1 tokens come from one counter stream; each round of microbatches takes dp_size * B
+ * windows, this rank's B starting dp_rank * B windows in. Any split of the same global batch
+ * over ranks and accumulation steps therefore draws the same windows (equivalence tests,
+ * resuming on another number of ranks). */
+int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err);
+void train_source_close(train_source *s); /* a zeroed one too */
+
+/* What a training step works on and a checkpoint saves: the run's options and mesh, the
+ * model (computing on FSDP's full buffers), FSDP, the TP pieces, the optimizer over this
+ * rank's shard vector and the token source; tok, tgt [grad_accum][batch * seq_len]. */
+typedef struct {
+    const train_opts *o;
+    const dist_mesh *mesh;
+    model *m;
+    dist_fsdp *f;
+    dist_tp_pieces *tpp;
+    optim_adamw *opt;
+    train_source *src;
+    optim_lr_cfg lr; /* o->lr with total_steps resolved */
+    int64_t lr_base; /* the schedule's position is step - 1 + lr_base */
+    int32_t *tok, *tgt;
+} train_job;
+
+/* One training step (step.c): grad_accum microbatches of this rank's tokens, forward and
+ * backward with the loss normalised by the valid targets of the whole step on all ranks;
+ * the MoE token counts afresh; the global gradient norm (HSDP replicas, TP's replicated
+ * parameters once, every shard once), clipping, the MoE expert bias from all ranks' counts,
+ * AdamW at the scheduled learning rate. A non-finite loss or gradient is an error naming
+ * the microbatch and the first non-finite parameter. */
+typedef struct {
+    double loss;     /* token mean over all ranks, plus the MoE aux loss when on */
+    double max_loss; /* the max over data-parallel ranks of their own mean (+ aux) */
+    double norm, lr, aux;
+    int64_t ntok;                  /* this rank's tokens */
+    double step_s, data_s, comm_s; /* this rank's seconds: the step, loading, collectives */
+} train_step_result;
+int train_step(train_job *j, int step, train_step_result *r, base_err *err);
+/* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
+ * the training model: on it when the shapes match (ev NULL), else on ev, a forward-only model
+ * of the validation shape. Fills *loss and *ntok. */
+int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err);
+
+/* The resumable state (state.c): the trainer's part of a checkpoint (metadata.json
+ * "train": steps, optimizer step, data position, model arguments, tokenizer, MoE bias),
+ * resuming from it, and the initial load. */
+/* Loads what the plan says: a resume of plan->resume_step (weights, moments, data position,
+ * counters per plan->load) or the initial weights from plan->initial (the whole model, then
+ * this rank's slices), into FSDP's shards. *start: the step training continues after (0 when
+ * fresh); *tokens_seen when restored. Collective. */
+int train_state_load(train_job *j, const train_start *plan, int64_t *start, int64_t *tokens_seen,
+                     base_err *err);
+/* Saves step through the saver: this rank's shard of the weights (and AdamW moments unless
+ * model_only) with the train object, every data-parallel rank's loader position gathered
+ * into it. Collective. */
+int train_state_save(const train_job *j, train_saver *s, int64_t step, int model_only,
+                     int64_t tokens_seen, base_err *err);
+/* The group holding one model's slices (TP's or EP's: they never combine), or NULL when the
+ * model is whole on every rank. */
+dist_comm *train_slice_group(const dist_mesh *mesh);
 
 #endif

@@ -25,7 +25,7 @@ struct train_saver {
     double t0, seconds;
 };
 
-ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const train_piece *p, int np,
+ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_piece *p, int np,
                                 size_t global_n, const float *const *src, float *const *dst,
                                 char (*piece_names)[32]) {
     ckpt_step_buf *b = calloc((size_t)nb * (size_t)np + 1, sizeof *b);

@@ -1,83 +1,19 @@
 #include "train/train.h"
 
-#include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "train/internal.h"
-
-/* Token source: the packing loader over a dataset, or uniformly random tokens. */
-typedef struct {
-    data_tok *tok;
-    data_loader *loader;
-    uint64_t seed, counter;
-    int vocab;
-    int dp_rank, dp_size; /* this rank's share of the data */
-} token_source;
-
-static void source_close(token_source *s) {
-    data_loader_free(s->loader);
-    data_tok_free(s->tok);
-    memset(s, 0, sizeof *s);
-}
-
-static int source_open(token_source *s, const train_opts *o, const dist_mesh *mesh, base_err *err) {
-    memset(s, 0, sizeof *s);
-    s->seed = o->seed;
-    s->vocab = o->model.vocab_size;
-    s->dp_rank = mesh->dp_rank;
-    s->dp_size = mesh->dp_size;
-    if (!o->data_path) return 0;
-    if (o->tokenizer_dir && data_tok_load(o->tokenizer_dir, &s->tok, err)) return -1;
-    data_loader_cfg c = {.path = o->data_path,
-                         .format = o->data_format,
-                         .field = o->data_field,
-                         .skip_bad_lines = o->skip_bad_lines,
-                         .enc = {s->tok, o->model.vocab_size},
-                         .seq_len = o->seq_len,
-                         .batch = o->batch,
-                         .dp_rank = mesh->dp_rank,
-                         .dp_size = mesh->dp_size,
-                         .infinite = 1};
-    if (data_loader_open(&s->loader, &c, err)) {
-        source_close(s);
-        return -1;
-    }
-    return 0;
-}
-
-/* Fills one [B, T] microbatch of inputs and next-token targets. Random tokens: the windows
- * of T + 1 tokens come from one counter stream; each round of microbatches takes dp_size * B
- * windows, this rank's B starting dp_rank * B windows in. Any split of the same global batch
- * over ranks and accumulation steps therefore draws the same windows (equivalence tests,
- * resuming on another number of ranks). */
-static int source_next(token_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err) {
-    if (s->loader) return data_loader_next(s->loader, tok, tgt, err) == 1 ? 0 : -1;
-    const uint64_t window = (uint64_t)B * (uint64_t)(T + 1);
-    uint64_t at = s->counter + (uint64_t)s->dp_rank * window;
-    for (int b = 0; b < B; b++) {
-        int32_t *x = tok + (size_t)b * T, *y = tgt + (size_t)b * T;
-        for (int t = 0; t <= T; t++) {
-            int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, at++) % s->vocab);
-            if (t < T) x[t] = v;
-            if (t > 0) y[t - 1] = v;
-        }
-    }
-    s->counter += (uint64_t)s->dp_size * window;
-    return 0;
-}
 
 /* Samples o->sample_tokens tokens at temperature 0.8 with the cached generator, starting from
  * the tokenizer's eos (a document boundary), a newline (byte data) or token 0. The context is
  * the training seq_len: past it the generator slides (keeps the last half), as training windows
  * start at arbitrary offsets. Prints bytes (byte data), decoded text (tokenizer) or ids. */
-static int sample(const model *m, const train_opts *o, const token_source *src, base_err *err) {
+static int sample(const model *m, const train_opts *o, const train_source *src, base_err *err) {
     const int32_t eos = src->tok ? data_tok_eos_id(src->tok) : -1;
     const int32_t start = src->tok ? (eos >= 0 ? eos : 0) : src->loader ? '\n' : 0;
     train_text_stream ts = {src->tok, !src->tok && !src->loader, stdout, {0}, 0};
@@ -95,233 +31,6 @@ static int sample(const model *m, const train_opts *o, const token_source *src, 
     free(r.tokens);
     model_infer_free(s);
     return rc;
-}
-
-/* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. */
-/* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
-#define LOADER_STATE_BYTES 512
-
-/* states: every data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
-static char *train_state_json(const train_opts *o, const token_source *src, const optim_adamw *opt,
-                              const model *m, int64_t step, int model_only, int64_t tokens_seen,
-                              const char *states) {
-    json_t *root = json_object();
-    json_object_set_new(root, "step", json_integer(step));
-    json_object_set_new(root, "model_only", json_boolean(model_only));
-    json_object_set_new(root, "adam_step", json_integer(opt->step));
-    json_object_set_new(root, "random_tokens_counter", json_integer((json_int_t)src->counter));
-    json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
-    json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
-    json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY));
-    json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok));
-    train_moe_bias_json(root, m);
-    if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
-        json_object_set_new(root, "data_loader", json_loads(states, 0, NULL));
-        if (src->dp_size > 1) {
-            json_t *all = json_array();
-            for (int r = 0; r < src->dp_size; r++)
-                json_array_append_new(all,
-                                      json_loads(states + (size_t)r * LOADER_STATE_BYTES, 0, NULL));
-            json_object_set_new(root, "data_loaders", all);
-        }
-    } else {
-        json_object_set_new(root, "data_loader", json_null());
-    }
-    char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(root);
-    return text;
-}
-
-/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
- * Returns the step to continue after, or -1 with err. */
-/* Loads buffers names[nb] of dir/step-N into this rank's pieces p[np] of the shard vectors
- * dst[nb] (global offsets in the full layout of n_floats). */
-static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
-                       int nb, const train_piece *p, int np, size_t n_floats, base_err *err) {
-    ckpt_step_buf *b = train_piece_bufs(names, nb, p, np, n_floats, NULL, dst, NULL);
-    if (!b) return base_fail(err, "out of memory");
-    int rc = ckpt_step_load(dir, step, b, nb * np, err);
-    free(b);
-    return rc;
-}
-
-/* The data position of a checkpoint's "train" object: the random-token counter and this
- * rank's loader state. */
-static int restore_data(const json_t *t, token_source *src, const char *dir, int64_t step,
-                        base_err *err) {
-    src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
-    if (src->loader == NULL) return 0;
-    json_t *dl = json_object_get(t, "data_loader"), *dls = json_object_get(t, "data_loaders");
-    const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
-    if (saved_dp != src->dp_size)
-        return base_fail(err,
-                         "%s/step-%lld: the data loaders' positions belong to %d data-parallel "
-                         "ranks, this run has %d: resume a dataset on the same data-parallel "
-                         "size (random tokens reshard freely)",
-                         dir, (long long)step, saved_dp, src->dp_size);
-    if (src->dp_size > 1) dl = json_array_get(dls, (size_t)src->dp_rank);
-    data_loader_state ds;
-    char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
-    if (!text) return base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
-    int bad =
-        data_loader_state_parse(text, &ds, err) || data_loader_set_state(src->loader, &ds, err);
-    free(text);
-    return bad ? -1 : 0;
-}
-
-/* Every data-parallel rank's loader position into states[dp_size][LOADER_STATE_BYTES]
- * (collective over dp); nothing for random tokens. */
-static void gather_loader_states(const token_source *src, dist_comm *dp, char *states) {
-    if (!src->loader) return;
-    char mine[LOADER_STATE_BYTES] = {0};
-    data_loader_state ds;
-    data_loader_get_state(src->loader, &ds);
-    data_loader_state_format(&ds, mine, sizeof mine);
-    dist_allgather_bytes(dp, mine, states, LOADER_STATE_BYTES);
-}
-
-static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
-                      const train_piece *pieces, int n_pieces, optim_adamw *opt, token_source *src,
-                      int64_t *tokens_seen, base_err *err) {
-    const char *dir = plan->ckdir;
-    const int64_t step = plan->resume_step;
-    const unsigned load = plan->load;
-    char *tj = NULL;
-    int world;
-    if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
-    json_t *t = json_loads(tj, 0, NULL);
-    free(tj);
-    int64_t rc = -1;
-    if (train_state_check(t, dir, step, err)) goto out;
-    const int model_only = json_is_true(json_object_get(t, "model_only"));
-    if (train_model_check(t, &o->model, dir, step, err)) goto out;
-    /* this rank's shard of every buffer it loads, from any number of shard files */
-    const char *names[3];
-    float *dst[3];
-    int nb = 0;
-    if (load & TRAIN_CKPT_MODEL) {
-        names[nb] = "model";
-        dst[nb++] = dist_fsdp_shard_params(f);
-    }
-    if (load & TRAIN_CKPT_OPTIMIZER) {
-        names[nb] = "adam_m";
-        dst[nb++] = opt->m;
-        names[nb] = "adam_v";
-        dst[nb++] = opt->v;
-    }
-    if (nb && load_pieces(dir, step, names, dst, nb, pieces, n_pieces, m->full_floats, err))
-        goto out;
-    if ((load & TRAIN_CKPT_MODEL) && train_moe_bias_load(m, t, dir, err)) goto out;
-    if (model_only) { /* weights only: a fresh start from them */
-        base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
-                 (long long)step);
-        rc = plan->start;
-        goto out;
-    }
-    if (load & TRAIN_CKPT_OPTIMIZER)
-        opt->step = json_integer_value(json_object_get(t, "adam_step"));
-    if (load & TRAIN_CKPT_TRAIN_STATE)
-        *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
-    if ((load & TRAIN_CKPT_DATALOADER) && restore_data(t, src, dir, step, err)) goto out;
-    char left_out[80] = ""; /* checkpoint.exclude_from_loading */
-    train_ckpt_parts_str(~load & TRAIN_CKPT_ALL, left_out, sizeof left_out);
-    base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld%s%s", dir, (long long)step,
-             left_out[0] ? "; not loaded:" : "", left_out);
-    rc = plan->start;
-out:
-    json_decref(t);
-    return rc;
-}
-
-/* Names the first parameter with a non-finite gradient (for the error message): by
- * parameter when this rank's shard is the whole buffer, else by unit. */
-static const char *first_nonfinite_param(const model *m, const dist_fsdp *f) {
-    const float *gs = dist_fsdp_shard_grads(f);
-    if (gs != m->g) {
-        for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
-            if (!isfinite(gs[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
-        return "(none found)";
-    }
-    for (int i = 0; i < m->n_params; i++) {
-        const float *g = m->g + m->params[i].offset;
-        for (size_t k = 0; k < m->params[i].numel; k++)
-            if (!isfinite(g[k])) return m->params[i].name;
-    }
-    return "(none found)";
-}
-
-/* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
- * `train`: on the training model itself when the shapes match, else on `ev`, a forward-only
- * model of the validation shape. Returns 0 and fills *loss, *ntok. */
-static int validate(const train_opts *o, const token_source *src, model *train, dist_fsdp *f,
-                    model *ev, double *loss, int64_t *ntok, base_err *err) {
-    data_loader_cfg c = {.path = o->val.path,
-                         .format = o->data_format,
-                         .field = o->data_field,
-                         .skip_bad_lines = o->skip_bad_lines,
-                         .enc = {src->tok, o->model.vocab_size},
-                         .seq_len = o->val.seq_len,
-                         .batch = o->val.batch,
-                         .dp_size = 1,
-                         .infinite = 0};
-    /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
-     * gathers whatever the documents' split. */
-    model *m = ev ? ev : train;
-    if (ev) {
-        dist_fsdp_gather_all(f);
-        memcpy(ev->w, train->w, train->n_floats * sizeof(float));
-        dist_fsdp_release_all(f);
-    }
-    data_loader *l;
-    if (data_loader_open(&l, &c, err)) return -1;
-    const size_t n = (size_t)c.batch * (size_t)c.seq_len;
-    int32_t *x = base_alloc(n * sizeof *x), *y = base_alloc(n * sizeof *y);
-    double sum = 0;
-    int64_t valid = 0;
-    int rc = x && y ? 0 : base_fail(err, "out of memory");
-    for (int b = 0; !rc && (o->val.steps <= 0 || b < o->val.steps); b++) {
-        int got = data_loader_next(l, x, y, err);
-        if (got < 0) rc = -1;
-        if (got <= 0) break;
-        int64_t v = 0;
-        sum += model_step_microbatch(m, x, y, 0.0f, &v); /* grad_scale 0: forward only */
-        valid += v;
-    }
-    if (!rc && valid == 0)
-        rc = base_fail(err, "%s: validation data is shorter than one batch of %d x %d tokens",
-                       o->val.path, c.batch, c.seq_len + 1);
-    data_loader_free(l);
-    base_free(x);
-    base_free(y);
-    *loss = valid ? sum / (double)valid : 0;
-    *ntok = valid;
-    return rc;
-}
-
-/* checkpoint.initial_load_path: weights from an HF folder, a titan checkpoint or model
- * folder, or a safetensors file; a source that names its model must name this one. */
-static int initial_load(const train_opts *o, model *m, base_err *err) {
-    ckpt_source s;
-    model_args a;
-    const char *p = o->ckpt.initial_load_path;
-    if (ckpt_source_open(&s, p, err)) return -1;
-    if (s.kind != CKPT_SRC_FILE) {
-        if (ckpt_source_args(&s, &a, err)) return -1;
-        a.router_aux_loss_coef = o->model.router_aux_loss_coef; /* a loss weight: the run's */
-        if (!model_args_equal(&a, &o->model)) {
-            char have[1024], want[1024];
-            model_args_describe(&a, have, sizeof have);
-            model_args_describe(&o->model, want, sizeof want);
-            return base_fail(err,
-                             "%s describes another model %s than this run's %s: set "
-                             "model.config_path to it",
-                             p, have, want);
-        }
-    }
-    if (ckpt_source_load(&s, m, m->w, err)) return -1;
-    base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s (%s)", p,
-             ckpt_source_kind_name(s.kind));
-    return 0;
 }
 
 /* A Hugging Face folder of the current weights (export_dtype, tokenizer files from assets). */
@@ -342,7 +51,7 @@ static const char *ac_name(const train_opts *o, char *buf, size_t n) {
 }
 
 /* The header `titan train` prints before the first step. */
-static void print_header(const train_opts *o, const model *m, const token_source *src,
+static void print_header(const train_opts *o, const model *m, const train_source *src,
                          const dist_mesh *mesh, const train_peak *peak, double fpt) {
     model_counts cnt;
     model_count_params(&o->model, &cnt);
@@ -398,236 +107,77 @@ static double ntok_per_step(const train_opts *o) {
     return (double)o->batch * o->seq_len * o->grad_accum;
 }
 
-_Static_assert((int)MODEL_FWD_BEGIN == (int)DIST_FWD_BEGIN &&
-                   (int)MODEL_FWD_END == (int)DIST_FWD_END &&
-                   (int)MODEL_BWD_BEGIN == (int)DIST_BWD_BEGIN &&
-                   (int)MODEL_BWD_END == (int)DIST_BWD_END,
-               "model and dist phases agree");
-
-static void fsdp_hook(void *ctx, int unit, model_phase p) {
-    dist_fsdp_hook(ctx, unit, (dist_phase)p);
-}
-
-/* ---- tensor parallelism ------------------------------------------------------------------
- * The model's collectives over the TP group (mesh.tp_comm). */
-static void tp_allgather(void *ctx, float *full, const float *local, size_t n) {
-    dist_allgather_f32(ctx, local, full, n);
-}
-static void tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
-    dist_reduce_scatter_block_f32(ctx, full, local, n);
-}
-static void tp_allreduce(void *ctx, double *x, int n, int max) {
-    if (max)
-        dist_allreduce_max_f64(ctx, x, n);
-    else
-        dist_allreduce_f64(ctx, x, n);
-}
-
-/* ---- expert parallelism ----------------------------------------------------------------
- * The MoE token dispatch over the EP group (mesh.ep_comm). */
-static void ep_alltoall(void *ctx, const int32_t *send, int32_t *recv, int n) {
-    dist_alltoall_i32(ctx, send, recv, n);
-}
-static void ep_alltoallv(void *ctx, const void *send, const int32_t *scount, void *recv,
-                         const int32_t *rcount, size_t row) {
-    dist_alltoallv_rows(ctx, send, scount, recv, rcount, row);
-}
-
-/* The group whose ranks hold slices of one model: TP's, or EP's (they never combine). A
- * parameter the model_run marks replicated is the same on all of its ranks. */
-static int slice_rank(const model *m) {
-    return m->tp.size > 1 ? m->tp.rank : m->ep.rank;
-}
-
-/* Where this rank's shard vector goes in the full (tp = 1) layout: `all` every piece (what a
- * resume loads), `save` those this rank writes (replicated norm weights by TP rank 0 only),
- * `rep` the pieces of replicated parameters (their gradients are summed over the group).
- * Adjacent contiguous pieces are merged; a column slice's rows stay one strided piece.
- * Without TP, all = save = the FSDP ranges and rep is empty. */
+/* Everything one run holds: opened by run_open, set up by run_setup, freed by run_close. */
 typedef struct {
-    train_piece *all, *save, *rep; /* rep: global_off in the local layout, one row each */
-    int n_all, n_save, n_rep;
-    size_t rep_len; /* elements in rep */
-} tp_pieces;
+    const train_opts *o;
+    dist_mesh mesh;
+    int lead; /* rank 0: writes the console, metrics and the HF export */
+    train_lock lock;
+    train_source src;
+    model m, ev, full; /* the training model; validation's shape; tp > 1: the whole model */
+    int have_ev;
+    const model *whole; /* what exports and sampling read: m, or full when sliced */
+    dist_fsdp *f;
+    dist_tp_pieces tpp;
+    optim_adamw opt;
+    train_job job;
+    train_start plan;
+    train_saver *saver;
+    train_metrics *mx;
+    double peak, fpt; /* the GEMM peak (FLOP/s) and model FLOPs per token for MFU */
+    int64_t start, tokens_seen;
+    int last;                   /* the last step this run trains */
+    double t_total, comm_total; /* seconds over the timed steps (all but step 1) */
+    int64_t tokens_total;       /* this rank's tokens over the timed steps */
+} run;
 
-/* Appends piece x to v[*n], merged into the last one when both are single rows that are
- * adjacent in both layouts. */
-static void piece_add(train_piece *v, int *n, train_piece x) {
-    train_piece *p = *n ? &v[*n - 1] : NULL;
-    if (p && p->rows == 1 && x.rows == 1 && p->shard_off + p->row_len == x.shard_off &&
-        p->global_off + p->row_len == x.global_off) {
-        p->row_len += x.row_len;
-        p->stride = p->row_len;
-    } else {
-        v[(*n)++] = x;
-    }
-}
-
-static int tp_pieces_init(tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
-                          base_err *err) {
-    memset(t, 0, sizeof *t);
-    int nr;
-    const dist_range *r = dist_fsdp_ranges(f, &nr);
-    size_t n = 0;
-    for (int k = 0; k < nr; k++) n += model_tp_runs(m, r[k].global_off, r[k].len, NULL, 0);
-    t->all = calloc(n + 1, sizeof *t->all);
-    t->save = calloc(n + 1, sizeof *t->save);
-    t->rep = calloc(n + 1, sizeof *t->rep);
-    model_run *runs = calloc(n + 1, sizeof *runs);
-    if (!t->all || !t->save || !t->rep || !runs) {
-        free(runs);
-        return base_fail(err, "out of memory");
-    }
-    for (int k = 0; k < nr; k++) {
-        const size_t nk = model_tp_runs(m, r[k].global_off, r[k].len, runs, n);
-        for (size_t i = 0; i < nk; i++) {
-            const model_run *u = &runs[i];
-            const size_t so = r[k].shard_off + (u->offset - r[k].global_off);
-            const train_piece x = {so, u->full_offset, u->row_len, u->rows, u->full_stride};
-            piece_add(t->all, &t->n_all, x);
-            if (m->tp.size == 1) continue;
-            if (!u->replicated || tp_rank == 0) piece_add(t->save, &t->n_save, x);
-            if (u->replicated) { /* norm weights: never column-split, so one row */
-                piece_add(t->rep, &t->n_rep,
-                          (train_piece){so, u->offset, u->row_len, 1, u->row_len});
-                t->rep_len += u->row_len;
-            }
-        }
-    }
-    if (m->tp.size == 1) {
-        memcpy(t->save, t->all, sizeof *t->all * (size_t)t->n_all);
-        t->n_save = t->n_all;
-    }
-    free(runs);
-    return 0;
-}
-
-static void tp_pieces_free(tp_pieces *t) {
-    free(t->all);
-    free(t->save);
-    free(t->rep);
-}
-
-/* Sums the gradients of the replicated parameters (norm weights: each rank saw its sequence
- * rows or its heads only) over the TP group, packed into one all-reduce; returns the sum of
- * their squares afterwards (for the global norm). */
-static double tp_sync_replicated(const tp_pieces *t, float *gs, float *buf, dist_comm *c) {
-    size_t at = 0;
-    for (int i = 0; i < t->n_rep; at += t->rep[i++].row_len)
-        memcpy(buf + at, gs + t->rep[i].shard_off, t->rep[i].row_len * sizeof(float));
-    dist_allreduce_f32(c, buf, t->rep_len);
-    at = 0;
-    for (int i = 0; i < t->n_rep; at += t->rep[i++].row_len)
-        memcpy(gs + t->rep[i].shard_off, buf + at, t->rep[i].row_len * sizeof(float));
-    return optim_sumsq(buf, t->rep_len);
-}
-
-/* Copies between this rank's slices (m->w, local layout) and a full model's weights:
- * to_full = 1 writes them into full (replicated ones from TP rank 0 only), 0 reads them. */
-static int tp_copy(const model *m, float *full, int to_full, base_err *err) {
-    const size_t n = model_tp_runs(m, 0, m->n_floats, NULL, 0);
-    model_run *runs = calloc(n + 1, sizeof *runs);
-    if (!runs) return base_fail(err, "out of memory");
-    model_tp_runs(m, 0, m->n_floats, runs, n);
-    for (size_t i = 0; i < n; i++) {
-        const model_run *u = &runs[i];
-        for (size_t k = 0; k < u->rows; k++) {
-            float *local = m->w + u->offset + k * u->row_len;
-            float *whole = full + u->full_offset + k * u->full_stride;
-            if (!to_full)
-                memcpy(local, whole, u->row_len * sizeof(float));
-            else if (!u->replicated || slice_rank(m) == 0)
-                memcpy(whole, local, u->row_len * sizeof(float));
-        }
-    }
-    free(runs);
-    return 0;
-}
-
-/* *full = the whole model (built for batch 1, seq_len 1: exports, sampling, loading)
- * assembled from every TP (or EP) rank's slices: all ranks of the group (group) call it,
- * with the parameters gathered over FSDP. */
-static int tp_full_model(model *full, const model *m, const train_opts *o, dist_comm *group,
-                         base_err *err) {
-    model_build_opts bo = {.batch = 1,
-                           .seq_len = 1,
-                           .ac = MODEL_AC_NONE,
-                           .overrides = o->kernel_overrides,
-                           .n_overrides = o->n_kernel_overrides};
-    if (model_build(full, &o->model, &bo, err)) return -1;
-    memset(full->w, 0, full->n_floats * sizeof(float));
-    if (tp_copy(m, full->w, 1, err)) return -1;
-    dist_allreduce_f32(group, full->w, full->n_floats);
-    return 0;
-}
-
-/* FSDP over the model's units: the model computes on the full (virtual) buffers, the
- * optimizer and checkpoints see this rank's shard vector. */
-static int setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
-                      base_err *err) {
-    dist_unit *u = calloc((size_t)m->n_units, sizeof *u);
-    if (!u) return base_fail(err, "out of memory");
-    for (int i = 0; i < m->n_units; i++) {
-        u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0};
-        /* EP: a block's expert stacks (its last parameters) are this rank's own */
-        for (int k = 0; k < m->n_params; k++)
-            if (m->params[k].unit == i && m->params[k].tp_split == MODEL_EP_EXPERTS)
-                u[i].local += m->params[k].numel;
-    }
-    dist_fsdp_cfg c = {
-        u,    m->n_units, m->n_floats, o->reshard, m->n_units - 1, o->model.tie_embeddings ? 0 : -1,
-        m->w, m->g};
-    int rc = dist_fsdp_new(f, mesh, &c, err);
-    free(u);
-    if (rc) return -1;
-    m->w = dist_fsdp_full_params(*f);
-    m->g = dist_fsdp_full_grads(*f);
-    m->hook = fsdp_hook;
-    m->hook_ctx = *f;
-    return 0;
-}
-
-int train_run(const train_opts *o, base_err *err) {
-    int rc = -1;
-    if (o->steps <= 0 || o->grad_accum <= 0)
-        return base_fail(err, "steps and grad_accum must be positive");
-    dist_mesh mesh; /* the watchdog first: it covers start-up's collectives too */
-    if (dist_watchdog_start(o->comm_init_timeout, "comm.init_timeout_seconds", err))
-        return -1;
-    if (dist_mesh_init(&mesh, &o->par, err)) {
+/* The mesh, this rank's output, preflight checks, the output locks and the token source.
+ * On failure nothing is left to free. */
+static int run_open(run *r, base_err *err) {
+    const train_opts *o = r->o;
+    /* the watchdog first: it covers start-up's collectives too */
+    if (dist_watchdog_start(o->comm_init_timeout, "comm.init_timeout_seconds", err)) return -1;
+    if (dist_mesh_init(&r->mesh, &o->par, err)) {
         dist_watchdog_stop();
         return -1;
     }
-    const int lead = mesh.rank == 0; /* writes the console, metrics and the HF export */
-    if (mesh.world > 1) {
-        base_log_set_rank(mesh.rank);
-        if (!lead) { /* other ranks log to stderr only, with their rank */
+    const dist_mesh *mesh = &r->mesh;
+    r->lead = mesh->rank == 0;
+    if (mesh->world > 1) {
+        base_log_set_rank(mesh->rank);
+        if (!r->lead) { /* other ranks log to stderr only, with their rank */
             base_log_all_to_stderr(1);
             if (!freopen("/dev/null", "w", stdout)) base_log(BASE_LOG_WARN, "stdout stays open");
         }
     }
-    train_lock lock = {0}; /* nothing held until train_lock_outputs */
-    token_source src;
-    if (train_preflight(o, &mesh, err) ||
-        train_lock_outputs(&lock, o, mesh.world_comm, mesh.rank, err) ||
-        source_open(&src, o, &mesh, err)) {
-        train_unlock_outputs(&lock);
-        dist_mesh_free(&mesh);
+    if (train_preflight(o, mesh, err) ||
+        train_lock_outputs(&r->lock, o, mesh->world_comm, mesh->rank, err) ||
+        train_source_open(&r->src, o, mesh, err)) {
+        train_unlock_outputs(&r->lock);
+        dist_mesh_free(&r->mesh);
         dist_watchdog_stop();
         return -1;
     }
-    model m;
-    const model_tp tpg = {.size = mesh.tp,
-                          .rank = mesh.tp_rank,
-                          .allgather = tp_allgather,
-                          .reduce_scatter = tp_reduce_scatter,
-                          .allreduce = tp_allreduce,
-                          .ctx = mesh.tp_comm};
-    const model_ep epg = {.size = mesh.ep,
-                          .rank = mesh.ep_rank,
-                          .alltoall = ep_alltoall,
-                          .alltoallv = ep_alltoallv,
-                          .ctx = mesh.ep_comm};
+    return 0;
+}
+
+/* The model under FSDP (and TP / EP), its weights (initialised or loaded), the optimizer,
+ * the header, the validation model and the saver. */
+static int run_setup(run *r, base_err *err) {
+    const train_opts *o = r->o;
+    const dist_mesh *mesh = &r->mesh;
+    model *m = &r->m;
+    const model_tp tpg = {.size = mesh->tp,
+                          .rank = mesh->tp_rank,
+                          .allgather = dist_tp_allgather,
+                          .reduce_scatter = dist_tp_reduce_scatter,
+                          .allreduce = dist_tp_allreduce,
+                          .ctx = mesh->tp_comm};
+    const model_ep epg = {.size = mesh->ep,
+                          .rank = mesh->ep_rank,
+                          .alltoall = dist_ep_alltoall,
+                          .alltoallv = dist_ep_alltoallv,
+                          .ctx = mesh->ep_comm};
     model_build_opts bo = {.batch = o->batch,
                            .seq_len = o->seq_len,
                            .ac = o->ac,
@@ -642,282 +192,224 @@ int train_run(const train_opts *o, base_err *err) {
                            .ac_every = o->ac_every,
                            .moe_force_balance = o->moe_force_balance,
                            .loss_parallel_off = o->loss_parallel_off};
-    /* the group holding one model's slices (tp and ep never combine) */
-    dist_comm *slices = mesh.tp > 1 ? mesh.tp_comm : mesh.ep_comm;
-    const int sliced = mesh.tp > 1 || mesh.ep > 1;
-    tp_pieces tpp = {0};
-    float *rep_buf = NULL;
-    model full = {0}; /* tp > 1: the whole model, for exports and sampling */
-    const model *whole = &m;
-    optim_adamw opt = {0};
-    dist_fsdp *f = NULL;
-    train_metrics *mx = NULL;
-    int32_t *tok = NULL, *tgt = NULL;
-    train_saver *saver = NULL;
-    model ev = {0};
-    int have_ev = 0;
-    char *state = NULL, *states = NULL;
-    if (train_stop_install(o->preemption_signal, err)) goto out;
+    if (train_stop_install(o->preemption_signal, err)) return -1;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
-    if ((mesh.dp_shard > 1 ? model_build_external(&m, &o->model, &bo, err)
-                           : model_build(&m, &o->model, &bo, err)) ||
-        setup_fsdp(&m, &mesh, o, &f, err) || tp_pieces_init(&tpp, &m, f, mesh.tp_rank, err))
-        goto out;
-    if (tpp.rep_len && !(rep_buf = base_alloc(tpp.rep_len * sizeof(float)))) {
-        base_fail(err, "out of memory");
-        goto out;
-    }
-    train_start plan; /* before the init: a load that overwrites every weight skips it */
-    if (train_start_plan(o, &plan, err)) goto out;
-    if (!plan.skip_init) { /* unit by unit: with FSDP only one unit is ever whole in memory */
+    if ((mesh->dp_shard > 1 ? model_build_external(m, &o->model, &bo, err)
+                            : model_build(m, &o->model, &bo, err)) ||
+        train_setup_fsdp(m, mesh, o, &r->f, err) ||
+        train_tp_pieces(&r->tpp, m, r->f, mesh->tp_rank, err))
+        return -1;
+    /* before the init: a load that overwrites every weight skips it */
+    if (train_start_plan(o, &r->plan, err)) return -1;
+    if (!r->plan.skip_init) { /* unit by unit: with FSDP only one unit is ever whole in memory */
         const double t0 = train_phase_begin("initialising the weights");
-        for (int u = 0; u < m.n_units; u++) {
-            model_init_unit_weights(&m, u, o->seed);
-            dist_fsdp_store_unit(f, u);
+        for (int u = 0; u < m->n_units; u++) {
+            model_init_unit_weights(m, u, o->seed);
+            dist_fsdp_store_unit(r->f, u);
         }
         train_phase_end("initialising the weights", t0);
     }
-    float *const ws = dist_fsdp_shard_params(f), *const gs = dist_fsdp_shard_grads(f);
-    const size_t ns = dist_fsdp_shard_len(f);
-    if (optim_adamw_init(&opt, ns, err)) goto out;
+    const size_t ns = dist_fsdp_shard_len(r->f);
+    if (optim_adamw_init(&r->opt, ns, err)) return -1;
     /* MoE aux loss: the step's is the mean over its microbatches and data-parallel ranks */
-    const int aux_on = m.balance == MODEL_BALANCE_AUX_LOSS;
-    if (aux_on)
-        m.aux_scale = (float)(o->model.router_aux_loss_coef / (o->grad_accum * mesh.dp_size));
+    if (m->balance == MODEL_BALANCE_AUX_LOSS)
+        m->aux_scale = (float)(o->model.router_aux_loss_coef / (o->grad_accum * mesh->dp_size));
     const size_t NT = (size_t)o->batch * o->seq_len;
-    tok = base_alloc(NT * o->grad_accum * sizeof(int32_t));
-    tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t));
-    states = calloc((size_t)mesh.dp_size, LOADER_STATE_BYTES);
-    if (!tok || !tgt || !states) {
-        base_fail(err, "out of memory");
-        goto out;
-    }
+    train_job *j = &r->job;
+    *j = (train_job){.o = o,
+                     .mesh = &r->mesh,
+                     .m = m,
+                     .f = r->f,
+                     .tpp = &r->tpp,
+                     .opt = &r->opt,
+                     .src = &r->src,
+                     .lr = o->lr,
+                     .lr_base = r->plan.lr_base,
+                     .tok = base_alloc(NT * o->grad_accum * sizeof(int32_t)),
+                     .tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t))};
+    if (j->lr.total_steps <= 0) j->lr.total_steps = o->steps;
+    if (!j->tok || !j->tgt) return base_fail(err, "out of memory");
     train_peak pk; /* a seed checkpoint trains nothing: no measurement */
     const double fixed = o->ckpt.create_seed && !(o->peak_flops > 0) ? 1 : o->peak_flops;
     const double t_peak = fixed > 0 ? 0 : train_phase_begin("the fp32 GEMM peak for MFU");
-    if (train_peak_resolve(fixed, omp_get_max_threads(), mesh.world_comm, NULL, &pk, err)) goto out;
-    const double peak = pk.flops;
-    const double fpt = model_flops_per_token(&o->model, o->seq_len);
+    if (train_peak_resolve(fixed, omp_get_max_threads(), mesh->world_comm, NULL, &pk, err))
+        return -1;
     if (!(fixed > 0)) train_phase_end("the fp32 GEMM peak for MFU", t_peak);
-    print_header(o, &m, &src, &mesh, &pk, fpt);
+    r->peak = pk.flops;
+    r->fpt = model_flops_per_token(&o->model, o->seq_len);
+    print_header(o, m, &r->src, mesh, &pk, r->fpt);
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = bo; /* the training model's, at the validation shape */
         vo.batch = o->val.batch;
         vo.seq_len = o->val.seq_len;
         vo.ac = MODEL_AC_NONE;
         vo.with_grads = 0;
-        have_ev = 1;
-        if (model_build(&ev, &o->model, &vo, err)) goto out;
+        r->have_ev = 1;
+        if (model_build(&r->ev, &o->model, &vo, err)) return -1;
     }
-    /* checkpoints: resume from the newest (or load_step), else start from initial_load_path */
-    const char *const ckdir = plan.ckdir;
-    int64_t start = 0, tokens_seen = 0;
-    const double t_load = base_now();
-    if (plan.resume_step >= 0)
-        base_log(BASE_LOG_INFO, "checkpoint: loading %s/step-%lld ...", ckdir,
-                 (long long)plan.resume_step);
-    if (plan.resume_step >= 0 &&
-        (start = resume(o, &plan, &m, f, tpp.all, tpp.n_all, &opt, &src, &tokens_seen, err)) < 0)
-        goto out;
-    if (plan.initial) {
-        base_log(BASE_LOG_INFO, "checkpoint: loading the initial weights from %s ...",
-                 plan.initial);
-        if (!sliced && initial_load(o, &m, err)) goto out;
-        if (sliced) { /* the whole model, then this rank's slices of it */
-            if (tp_full_model(&full, &m, o, slices, err) || initial_load(o, &full, err)) goto out;
-            if (tp_copy(&m, full.w, 0, err)) goto out;
-            model_free(&full);
-        }
-        for (int u = 0; u < m.n_units; u++) dist_fsdp_store_unit(f, u);
-    }
-    if (plan.resume_step >= 0 || plan.initial) train_phase_end("checkpoint: loading", t_load);
+    if (train_state_load(j, &r->plan, &r->start, &r->tokens_seen, err)) return -1;
     if (o->ckpt.enable && !o->ckpt.load_only) {
         /* TP: a rank's slices are pieces of the full layout (checkpoints reshard to any tp) */
         train_saver_layout lay = {
-            mesh.world_comm,
-            mesh.rank,
-            mesh.replicate_rank == 0 ? mesh.shard_rank * mesh.tp + mesh.tp_rank : -1,
-            mesh.dp_shard * mesh.tp,
-            tpp.save,
-            tpp.n_save,
-            m.full_floats};
-        if (train_saver_init(&saver, ckdir, ns, &lay, o->ckpt.async, o->ckpt.keep_latest_k, err))
-            goto out;
+            mesh->world_comm,
+            mesh->rank,
+            mesh->replicate_rank == 0 ? mesh->shard_rank * mesh->tp + mesh->tp_rank : -1,
+            mesh->dp_shard * mesh->tp,
+            r->tpp.save,
+            r->tpp.n_save,
+            m->full_floats};
+        if (train_saver_init(&r->saver, r->plan.ckdir, ns, &lay, o->ckpt.async,
+                             o->ckpt.keep_latest_k, err))
+            return -1;
     }
-    if (o->ckpt.create_seed) { /* torchtitan: the initialised weights as step-0, then exit */
-        gather_loader_states(&src, mesh.dp_comm, states);
-        state = train_state_json(o, &src, &opt, &m, 0, 1, 0, states);
-        if (!state || train_saver_save(saver, 0, ws, NULL, NULL, 1, state, err) ||
-            train_saver_finish(saver, err))
-            goto out;
-        base_log(BASE_LOG_INFO, "checkpoint: seed checkpoint %s/step-0 written", ckdir);
-        rc = 0;
-        goto out;
+    return 0;
+}
+
+/* The whole weights on every rank (FSDP gathered, TP / EP slices assembled) in r->whole. */
+static int run_gather_whole(run *r, base_err *err) {
+    dist_fsdp_gather_all(r->f);
+    dist_comm *slices = train_slice_group(&r->mesh);
+    if (slices && r->whole == &r->m) {
+        if (train_full_model(&r->full, &r->m, r->o, slices, err)) return -1;
+        r->whole = &r->full;
     }
-    optim_lr_cfg lrc = o->lr;
-    if (lrc.total_steps <= 0) lrc.total_steps = o->steps;
-    double t_total = 0, comm_total = 0;
-    int64_t tokens_total = 0;
-    const int last =
-        o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
-    if (train_metrics_open(&mx, o, &mesh, start, last, peak, fpt, aux_on, err)) goto out;
-    for (int step = (int)start + 1; step <= last; step++) {
-        double t0 = base_now();
-        const double comm0 = dist_comm_seconds();
-        int64_t valid = 0;
-        for (int mb = 0; mb < o->grad_accum; mb++) {
-            if (source_next(&src, tok + mb * NT, tgt + mb * NT, o->batch, o->seq_len, err))
-                goto out;
-            for (size_t i = 0; i < NT; i++) valid += tgt[mb * NT + i] != OPS_IGNORE_INDEX;
-        }
-        const int64_t local_valid = valid; /* for this rank's own mean (max_loss) */
-        /* the loss is normalised by the valid targets of the whole step on all ranks */
-        dist_allreduce_i64(mesh.dp_comm, &valid, 1);
-        double t_data = base_now() - t0;
-        dist_fsdp_begin_step(f);
-        if (m.moe_counts) /* MoE: tokens per expert, counted afresh each step */
-            memset(m.moe_counts, 0,
-                   (size_t)m.args.n_layers * m.args.n_experts * sizeof(*m.moe_counts));
-        double loss_sum = 0, sumsq = 0, aux_sum = 0;
-        for (int mb = 0; mb < o->grad_accum; mb++) {
-            const double l = model_step_microbatch(&m, tok + mb * NT, tgt + mb * NT,
-                                                   valid ? 1.0f / (float)valid : 0.0f, NULL);
-            loss_sum += l;
-            aux_sum += m.moe_aux_loss;
-            /* checked per microbatch (cumulative gradients) so the error names the one */
-            sumsq = optim_sumsq(gs, ns);
-            if (!isfinite(l) || !isfinite(sumsq)) {
-                base_fail(err,
-                          "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
-                          "non-finite gradient: %s; stopping (the last checkpoint is intact)",
-                          step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
-                          l / (valid ? (double)valid : 1.0), first_nonfinite_param(&m, f));
-                goto out;
-            }
-        }
-        if (mesh.dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
-            dist_fsdp_sync_replicas(f);
-            sumsq = optim_sumsq(gs, ns);
-        }
-        if (mesh.tp > 1) { /* replicated norm weights: sum their gradients over the group */
-            const double rep_sq = tp_sync_replicated(&tpp, gs, rep_buf, mesh.tp_comm);
-            /* the group's squares, the replicated ones counted once */
-            sumsq = optim_sumsq(gs, ns) - rep_sq * (mesh.tp - 1) / mesh.tp;
-            dist_allreduce_f64(mesh.tp_comm, &sumsq, 1);
-        }
-        /* the global norm: every shard once (replicas hold the same shard) */
-        dist_allreduce_f64(mesh.shard_comm, &sumsq, 1);
-        double max_loss = local_valid ? loss_sum / (double)local_valid : 0.0;
-        dist_allreduce_max_f64(mesh.dp_comm, &max_loss, 1);
-        dist_allreduce_f64(mesh.dp_comm, &loss_sum, 1);
-        dist_allreduce_f64(mesh.dp_comm, &aux_sum, 1);
-        const double aux = aux_sum / ((double)o->grad_accum * mesh.dp_size); /* 0 when off */
-        const double loss =
-            (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
-        max_loss += o->model.router_aux_loss_coef * aux * aux_on;
-        const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
-        const double lr = o->adamw.lr * optim_lr_factor(&lrc, step - 1 + plan.lr_base);
-        if (m.balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
-            dist_allreduce_i64(mesh.dp_comm, m.moe_counts,
-                               (size_t)m.args.n_layers * m.args.n_experts);
-            model_moe_update_bias(&m, NULL);
-        }
-        optim_adamw_step(&opt, ws, gs, &o->adamw, lr);
-        const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
-        const int64_t ntok = (int64_t)NT * o->grad_accum; /* this rank's tokens */
-        tokens_seen += ntok * mesh.dp_size;
+    return 0;
+}
+
+/* After step: the HF folder at the last step (last_save_in_hf), else a checkpoint on the
+ * interval, the run's last step, a stop signal, or step 1
+ * (checkpoint.enable_first_step_checkpoint). */
+static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
+    const train_opts *o = r->o;
+    if (!r->saver) return 0;
+    if (step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/step-%d", r->plan.ckdir, step);
+        if (train_saver_finish(r->saver, err) || run_gather_whole(r, err)) return -1;
+        /* rank 0 writes them */
+        return r->lead ? export_hf(o, r->whole, dir, err) : 0;
+    }
+    if (step % o->ckpt.interval == 0 || step == r->last || stop_sig ||
+        (step == 1 && o->ckpt.first_step)) {
+        const int model_only = step == o->steps && o->ckpt.last_save_model_only;
+        return train_state_save(&r->job, r->saver, step, model_only, r->tokens_seen, err);
+    }
+    return 0;
+}
+
+/* Steps start + 1 .. last. Returns 0, -1 with err, or 128 + N after a stop on signal N. */
+static int run_steps(run *r, base_err *err) {
+    const train_opts *o = r->o;
+    for (int step = (int)r->start + 1; step <= r->last; step++) {
+        train_step_result s;
+        if (train_step(&r->job, step, &s, err)) return -1;
+        r->tokens_seen += s.ntok * r->mesh.dp_size;
         if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
-            t_total += dt;
-            comm_total += comm;
-            tokens_total += ntok;
+            r->t_total += s.step_s;
+            r->comm_total += s.comm_s;
+            r->tokens_total += s.ntok;
         }
         double val_loss = NAN, val_s = 0;
         int64_t val_tok = 0;
-        if (o->val.path && (step % o->val.freq == 0 || step == last)) {
+        if (o->val.path && (step % o->val.freq == 0 || step == r->last)) {
             val_s = base_now();
-            if (validate(o, &src, &m, f, have_ev ? &ev : NULL, &val_loss, &val_tok, err)) goto out;
+            if (train_validate(&r->job, r->have_ev ? &r->ev : NULL, &val_loss, &val_tok, err))
+                return -1;
             val_s = base_now() - val_s;
         }
-        const train_step_metrics sm = {step,   mesh.dp_size, loss,     max_loss,    norm,
-                                       lr,     aux,          ntok,     tokens_seen, dt,
-                                       t_data, comm,         val_loss, val_s,       val_tok};
-        if (train_metrics_log_step(mx, &sm, &m, err)) goto out;
-        const int stop_sig = train_stop_agree(mesh.world_comm); /* save this step, then stop */
-        if (train_saver_poll(saver, err)) goto out; /* commits a finished background save */
-        if (saver && step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
-            char dir[4200];
-            snprintf(dir, sizeof dir, "%s/step-%d", ckdir, step);
-            if (train_saver_finish(saver, err)) goto out;
-            dist_fsdp_gather_all(f); /* whole weights on every rank; rank 0 writes them */
-            if (sliced && whole == &m) {
-                if (tp_full_model(&full, &m, o, slices, err)) goto out;
-                whole = &full;
-            }
-            if (lead && export_hf(o, whole, dir, err)) goto out;
-        } else if (saver && (step % o->ckpt.interval == 0 || step == last || stop_sig ||
-                             (step == 1 && o->ckpt.first_step))) {
-            const int model_only = step == o->steps && o->ckpt.last_save_model_only;
-            gather_loader_states(&src, mesh.dp_comm, states);
-            free(state);
-            state = train_state_json(o, &src, &opt, &m, step, model_only, tokens_seen, states);
-            if (!state || train_saver_save(saver, step, ws, opt.m, opt.v, model_only, state, err))
-                goto out;
-        }
-        if (stop_sig) {
-            rc = train_stop_finish(saver, stop_sig, step, ckdir, err);
-            goto out;
-        }
-        if (step == (int)start + 1)
+        const train_step_metrics sm = {
+            step,           r->mesh.dp_size, s.loss,   s.max_loss, s.norm,   s.lr,  s.aux,  s.ntok,
+            r->tokens_seen, s.step_s,        s.data_s, s.comm_s,   val_loss, val_s, val_tok};
+        if (train_metrics_log_step(r->mx, &sm, &r->m, err)) return -1;
+        const int stop_sig = train_stop_agree(r->mesh.world_comm); /* save this step, stop */
+        if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
+        if (run_checkpoint(r, step, stop_sig, err)) return -1;
+        if (stop_sig) return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
+        if (step == (int)r->start + 1)
             dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
     }
+    return 0;
+}
+
+/* After the last step: the summary line, the HF export and the sample (rank 0). */
+static int run_finish(run *r, base_err *err) {
+    const train_opts *o = r->o;
+    const dist_mesh *mesh = &r->mesh;
     dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
-    if (train_saver_finish(saver, err)) goto out;
-    const double tps = t_total > 0 ? tokens_total / t_total : 0;
-    if (mesh.world > 1) {
-        dist_fsdp_stats st;
-        dist_fsdp_get_stats(f, &st);
+    if (train_saver_finish(r->saver, err)) return -1;
+    const double tps = r->t_total > 0 ? r->tokens_total / r->t_total : 0;
+    const double mfu = 100.0 * r->fpt * tps / r->peak, rss = (double)base_peak_rss() / (1 << 30);
+    if (mesh->world > 1) {
+        const double n = ntok_per_step(o), t = (double)r->tokens_total;
         printf("summary: steps=%d tokens_per_s=%.2f tokens_per_s_per_rank=%.2f mfu=%.2f "
                "peak_rss_gib=%.3f comm_s_per_step=%.4f step_s=%.4f ranks=%d\n",
-               o->steps, tps * mesh.dp_size, tps, 100.0 * fpt * tps / peak,
-               (double)base_peak_rss() / (1 << 30),
-               tokens_total ? comm_total * ntok_per_step(o) / tokens_total : 0,
-               tokens_total ? t_total * ntok_per_step(o) / tokens_total : 0, mesh.world);
+               o->steps, tps * mesh->dp_size, tps, mfu, rss, t ? r->comm_total * n / t : 0,
+               t ? r->t_total * n / t : 0, mesh->world);
     } else {
         printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
-               100.0 * fpt * tps / peak, (double)base_peak_rss() / (1 << 30));
+               mfu, rss);
     }
-    if (o->out_dir || o->sample_tokens > 0) {
-        dist_fsdp_gather_all(f); /* whole weights */
-        if (sliced && whole == &m) {
-            if (tp_full_model(&full, &m, o, slices, err)) goto out;
-            whole = &full;
-        }
-    }
-    if (o->out_dir && lead && export_hf(o, whole, o->out_dir, err)) goto out;
-    if (o->sample_tokens > 0 && lead && sample(whole, o, &src, err)) goto out;
-    rc = 0;
-out:
-    if (train_metrics_close(mx, rc ? NULL : err) && rc <= 0) rc = -1;
+    if ((o->out_dir || o->sample_tokens > 0) && run_gather_whole(r, err)) return -1;
+    if (o->out_dir && r->lead && export_hf(o, r->whole, o->out_dir, err)) return -1;
+    if (o->sample_tokens > 0 && r->lead && sample(r->whole, o, &r->src, err)) return -1;
+    return 0;
+}
+
+/* Frees everything run_setup made; a background save still finishes. Returns rc, or -1 when
+ * closing the metrics failed. */
+static int run_close(run *r, int rc, base_err *err) {
+    if (train_metrics_close(r->mx, rc ? NULL : err) && rc <= 0) rc = -1;
     train_stop_uninstall();
     dist_watchdog_stop();
-    base_free(tok);
-    base_free(tgt);
-    free(states);
-    optim_adamw_free(&opt);
+    base_free(r->job.tok);
+    base_free(r->job.tgt);
+    optim_adamw_free(&r->opt);
     if (rc != 0) { /* report the original error; a background save still finishes */
         base_err e2;
-        if (train_saver_abandon(saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
+        if (train_saver_abandon(r->saver, &e2)) base_log(BASE_LOG_ERROR, "%s", e2.msg);
     }
-    train_saver_free(saver);
-    if (have_ev) model_free(&ev);
-    free(state);
-    model_free(&m);
-    model_free(&full);
-    tp_pieces_free(&tpp);
-    base_free(rep_buf);
-    dist_fsdp_free(f);
-    source_close(&src);
-    train_unlock_outputs(&lock);
-    dist_mesh_free(&mesh);
+    train_saver_free(r->saver);
+    if (r->have_ev) model_free(&r->ev);
+    model_free(&r->m);
+    model_free(&r->full);
+    dist_tp_pieces_free(&r->tpp);
+    dist_fsdp_free(r->f);
+    train_source_close(&r->src);
+    train_unlock_outputs(&r->lock);
+    dist_mesh_free(&r->mesh);
+    return rc;
+}
+
+int train_run(const train_opts *o, base_err *err) {
+    if (o->steps <= 0 || o->grad_accum <= 0)
+        return base_fail(err, "steps and grad_accum must be positive");
+    run *r = calloc(1, sizeof *r);
+    if (!r) return base_fail(err, "out of memory");
+    r->o = o;
+    r->whole = &r->m;
+    r->last =
+        o->stop_after_step > 0 && o->stop_after_step < o->steps ? o->stop_after_step : o->steps;
+    if (run_open(r, err)) {
+        free(r);
+        return -1;
+    }
+    int rc = run_setup(r, err);
+    if (!rc && o->ckpt.create_seed) { /* torchtitan: the initialised weights as step-0, exit */
+        rc = train_state_save(&r->job, r->saver, 0, 1, 0, err) || train_saver_finish(r->saver, err)
+                 ? -1
+                 : 0;
+        if (!rc)
+            base_log(BASE_LOG_INFO, "checkpoint: seed checkpoint %s/step-0 written", r->plan.ckdir);
+    } else if (!rc) {
+        const int aux_on = r->m.balance == MODEL_BALANCE_AUX_LOSS;
+        rc =
+            train_metrics_open(&r->mx, o, &r->mesh, r->start, r->last, r->peak, r->fpt, aux_on, err)
+                ? -1
+                : 0;
+        if (!rc) rc = run_steps(r, err);
+        if (!rc) rc = run_finish(r, err);
+    }
+    rc = run_close(r, rc, err);
+    free(r);
     return rc;
 }

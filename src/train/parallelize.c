@@ -1,0 +1,121 @@
+/* train: the model's side of parallelism (see internal.h): FSDP units and hooks from the
+ * model's layout, and its tensor/expert-parallel slices described as runs for dist, which
+ * moves the flat buffers (src/dist/tp.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/internal.h"
+
+_Static_assert((int)MODEL_FWD_BEGIN == (int)DIST_FWD_BEGIN &&
+                   (int)MODEL_FWD_END == (int)DIST_FWD_END &&
+                   (int)MODEL_BWD_BEGIN == (int)DIST_BWD_BEGIN &&
+                   (int)MODEL_BWD_END == (int)DIST_BWD_END,
+               "model and dist phases agree");
+
+static void fsdp_hook(void *ctx, int unit, model_phase p) {
+    dist_fsdp_hook(ctx, unit, (dist_phase)p);
+}
+
+int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
+                     base_err *err) {
+    dist_unit *u = calloc((size_t)m->n_units, sizeof *u);
+    if (!u) return base_fail(err, "out of memory");
+    for (int i = 0; i < m->n_units; i++) {
+        u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0};
+        /* EP: a block's expert stacks (its last parameters) are this rank's own */
+        for (int k = 0; k < m->n_params; k++)
+            if (m->params[k].unit == i && m->params[k].tp_split == MODEL_EP_EXPERTS)
+                u[i].local += m->params[k].numel;
+    }
+    dist_fsdp_cfg c = {
+        u,    m->n_units, m->n_floats, o->reshard, m->n_units - 1, o->model.tie_embeddings ? 0 : -1,
+        m->w, m->g};
+    int rc = dist_fsdp_new(f, mesh, &c, err);
+    free(u);
+    if (rc) return -1;
+    m->w = dist_fsdp_full_params(*f);
+    m->g = dist_fsdp_full_grads(*f);
+    m->hook = fsdp_hook;
+    m->hook_ctx = *f;
+    return 0;
+}
+
+/* The model's runs (model_tp_runs) over the local ranges r[nr], in order, as dist's runs:
+ * shard_off = where each lies in the vector the ranges tile. *n gets the count; NULL when
+ * out of memory (free() the result). */
+static dist_tp_run *model_runs(const model *m, const dist_range *r, int nr, size_t *n) {
+    size_t total = 0;
+    for (int k = 0; k < nr; k++) total += model_tp_runs(m, r[k].global_off, r[k].len, NULL, 0);
+    model_run *runs = calloc(total + 1, sizeof *runs);
+    dist_tp_run *out = calloc(total + 1, sizeof *out);
+    if (!runs || !out) {
+        free(runs);
+        free(out);
+        return NULL;
+    }
+    *n = 0;
+    for (int k = 0; k < nr; k++) {
+        const size_t nk = model_tp_runs(m, r[k].global_off, r[k].len, runs, total);
+        for (size_t i = 0; i < nk; i++) {
+            const model_run *u = &runs[i];
+            out[(*n)++] = (dist_tp_run){r[k].shard_off + (u->offset - r[k].global_off),
+                                        u->offset,
+                                        u->full_offset,
+                                        u->row_len,
+                                        u->rows,
+                                        u->full_stride,
+                                        u->replicated};
+        }
+    }
+    free(runs);
+    return out;
+}
+
+/* The runs of the whole local layout [0, n_floats). */
+static dist_tp_run *whole_runs(const model *m, size_t *n) {
+    const dist_range all = {0, 0, m->n_floats};
+    return model_runs(m, &all, 1, n);
+}
+
+int train_tp_pieces(dist_tp_pieces *t, const model *m, const dist_fsdp *f, int tp_rank,
+                    base_err *err) {
+    memset(t, 0, sizeof *t);
+    int nr;
+    const dist_range *r = dist_fsdp_ranges(f, &nr);
+    size_t n = 0;
+    dist_tp_run *runs = model_runs(m, r, nr, &n);
+    if (!runs) return base_fail(err, "out of memory");
+    const int rc = dist_tp_pieces_init(t, runs, n, m->tp.size, tp_rank, err);
+    free(runs);
+    return rc;
+}
+
+/* The group whose ranks hold slices of one model: TP's, or EP's (they never combine). */
+static int slice_rank(const model *m) {
+    return m->tp.size > 1 ? m->tp.rank : m->ep.rank;
+}
+
+int train_take_slices(model *m, float *full, base_err *err) {
+    size_t n = 0;
+    dist_tp_run *runs = whole_runs(m, &n);
+    if (!runs) return base_fail(err, "out of memory");
+    dist_tp_copy(runs, n, m->w, full, 0, slice_rank(m));
+    free(runs);
+    return 0;
+}
+
+int train_full_model(model *full, const model *m, const train_opts *o, dist_comm *group,
+                     base_err *err) {
+    model_build_opts bo = {.batch = 1,
+                           .seq_len = 1,
+                           .ac = MODEL_AC_NONE,
+                           .overrides = o->kernel_overrides,
+                           .n_overrides = o->n_kernel_overrides};
+    if (model_build(full, &o->model, &bo, err)) return -1;
+    size_t n = 0;
+    dist_tp_run *runs = whole_runs(m, &n);
+    if (!runs) return base_fail(err, "out of memory");
+    dist_tp_assemble(runs, n, m->w, full->w, full->n_floats, slice_rank(m), group);
+    free(runs);
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* train: the token source (see internal.h). */
+#include <string.h>
+
+#include "train/internal.h"
+
+void train_source_close(train_source *s) {
+    data_loader_free(s->loader);
+    data_tok_free(s->tok);
+    memset(s, 0, sizeof *s);
+}
+
+int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mesh, base_err *err) {
+    memset(s, 0, sizeof *s);
+    s->seed = o->seed;
+    s->vocab = o->model.vocab_size;
+    s->dp_rank = mesh->dp_rank;
+    s->dp_size = mesh->dp_size;
+    if (!o->data_path) return 0;
+    if (o->tokenizer_dir && data_tok_load(o->tokenizer_dir, &s->tok, err)) return -1;
+    data_loader_cfg c = {.path = o->data_path,
+                         .format = o->data_format,
+                         .field = o->data_field,
+                         .skip_bad_lines = o->skip_bad_lines,
+                         .enc = {s->tok, o->model.vocab_size},
+                         .seq_len = o->seq_len,
+                         .batch = o->batch,
+                         .dp_rank = mesh->dp_rank,
+                         .dp_size = mesh->dp_size,
+                         .infinite = 1};
+    if (data_loader_open(&s->loader, &c, err)) {
+        train_source_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Random tokens: one counter stream of windows, this rank's B of each round's dp_size * B. */
+int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err) {
+    if (s->loader) return data_loader_next(s->loader, tok, tgt, err) == 1 ? 0 : -1;
+    const uint64_t window = (uint64_t)B * (uint64_t)(T + 1);
+    uint64_t at = s->counter + (uint64_t)s->dp_rank * window;
+    for (int b = 0; b < B; b++) {
+        int32_t *x = tok + (size_t)b * T, *y = tgt + (size_t)b * T;
+        for (int t = 0; t <= T; t++) {
+            int32_t v = (int32_t)(base_rng_u64(s->seed, 0xda7a, at++) % s->vocab);
+            if (t < T) x[t] = v;
+            if (t > 0) y[t - 1] = v;
+        }
+    }
+    s->counter += (uint64_t)s->dp_size * window;
+    return 0;
+}

@@ -1,0 +1,221 @@
+/* train: the resumable state (see internal.h). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/checkpoint.h"
+#include "train/internal.h"
+
+/* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
+#define LOADER_STATE_BYTES 512
+
+/* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. states: every
+ * data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
+static char *train_state_json(const train_opts *o, const train_source *src, const optim_adamw *opt,
+                              const model *m, int64_t step, int model_only, int64_t tokens_seen,
+                              const char *states) {
+    json_t *root = json_object();
+    json_object_set_new(root, "step", json_integer(step));
+    json_object_set_new(root, "model_only", json_boolean(model_only));
+    json_object_set_new(root, "adam_step", json_integer(opt->step));
+    json_object_set_new(root, "random_tokens_counter", json_integer((json_int_t)src->counter));
+    json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
+    json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+    json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY));
+    json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok));
+    train_moe_bias_json(root, m);
+    if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
+        json_object_set_new(root, "data_loader", json_loads(states, 0, NULL));
+        if (src->dp_size > 1) {
+            json_t *all = json_array();
+            for (int r = 0; r < src->dp_size; r++)
+                json_array_append_new(all,
+                                      json_loads(states + (size_t)r * LOADER_STATE_BYTES, 0, NULL));
+            json_object_set_new(root, "data_loaders", all);
+        }
+    } else {
+        json_object_set_new(root, "data_loader", json_null());
+    }
+    char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(root);
+    return text;
+}
+
+/* Loads buffers names[nb] of dir/step-N into this rank's pieces p[np] of the shard vectors
+ * dst[nb] (global offsets in the full layout of n_floats). */
+static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
+                       int nb, const dist_piece *p, int np, size_t n_floats, base_err *err) {
+    ckpt_step_buf *b = train_piece_bufs(names, nb, p, np, n_floats, NULL, dst, NULL);
+    if (!b) return base_fail(err, "out of memory");
+    int rc = ckpt_step_load(dir, step, b, nb * np, err);
+    free(b);
+    return rc;
+}
+
+/* The data position of a checkpoint's "train" object: the random-token counter and this
+ * rank's loader state. */
+static int restore_data(const json_t *t, train_source *src, const char *dir, int64_t step,
+                        base_err *err) {
+    src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
+    if (src->loader == NULL) return 0;
+    json_t *dl = json_object_get(t, "data_loader"), *dls = json_object_get(t, "data_loaders");
+    const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
+    if (saved_dp != src->dp_size)
+        return base_fail(err,
+                         "%s/step-%lld: the data loaders' positions belong to %d data-parallel "
+                         "ranks, this run has %d: resume a dataset on the same data-parallel "
+                         "size (random tokens reshard freely)",
+                         dir, (long long)step, saved_dp, src->dp_size);
+    if (src->dp_size > 1) dl = json_array_get(dls, (size_t)src->dp_rank);
+    data_loader_state ds;
+    char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
+    if (!text) return base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
+    int bad =
+        data_loader_state_parse(text, &ds, err) || data_loader_set_state(src->loader, &ds, err);
+    free(text);
+    return bad ? -1 : 0;
+}
+
+/* Every data-parallel rank's loader position into states[dp_size][LOADER_STATE_BYTES]
+ * (collective over dp); nothing for random tokens. */
+static void gather_loader_states(const train_source *src, dist_comm *dp, char *states) {
+    if (!src->loader) return;
+    char mine[LOADER_STATE_BYTES] = {0};
+    data_loader_state ds;
+    data_loader_get_state(src->loader, &ds);
+    data_loader_state_format(&ds, mine, sizeof mine);
+    dist_allgather_bytes(dp, mine, states, LOADER_STATE_BYTES);
+}
+
+/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
+ * Returns the step to continue after, or -1 with err. */
+static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
+                      const dist_piece *pieces, int n_pieces, optim_adamw *opt, train_source *src,
+                      int64_t *tokens_seen, base_err *err) {
+    const char *dir = plan->ckdir;
+    const int64_t step = plan->resume_step;
+    const unsigned load = plan->load;
+    char *tj = NULL;
+    int world;
+    if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
+    json_t *t = json_loads(tj, 0, NULL);
+    free(tj);
+    int64_t rc = -1;
+    if (train_state_check(t, dir, step, err)) goto out;
+    const int model_only = json_is_true(json_object_get(t, "model_only"));
+    if (train_model_check(t, &o->model, dir, step, err)) goto out;
+    /* this rank's shard of every buffer it loads, from any number of shard files */
+    const char *names[3];
+    float *dst[3];
+    int nb = 0;
+    if (load & TRAIN_CKPT_MODEL) {
+        names[nb] = "model";
+        dst[nb++] = dist_fsdp_shard_params(f);
+    }
+    if (load & TRAIN_CKPT_OPTIMIZER) {
+        names[nb] = "adam_m";
+        dst[nb++] = opt->m;
+        names[nb] = "adam_v";
+        dst[nb++] = opt->v;
+    }
+    if (nb && load_pieces(dir, step, names, dst, nb, pieces, n_pieces, m->full_floats, err))
+        goto out;
+    if ((load & TRAIN_CKPT_MODEL) && train_moe_bias_load(m, t, dir, err)) goto out;
+    if (model_only) { /* weights only: a fresh start from them */
+        base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
+                 (long long)step);
+        rc = plan->start;
+        goto out;
+    }
+    if (load & TRAIN_CKPT_OPTIMIZER)
+        opt->step = json_integer_value(json_object_get(t, "adam_step"));
+    if (load & TRAIN_CKPT_TRAIN_STATE)
+        *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
+    if ((load & TRAIN_CKPT_DATALOADER) && restore_data(t, src, dir, step, err)) goto out;
+    char left_out[80] = ""; /* checkpoint.exclude_from_loading */
+    train_ckpt_parts_str(~load & TRAIN_CKPT_ALL, left_out, sizeof left_out);
+    base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld%s%s", dir, (long long)step,
+             left_out[0] ? "; not loaded:" : "", left_out);
+    rc = plan->start;
+out:
+    json_decref(t);
+    return rc;
+}
+
+/* checkpoint.initial_load_path: weights from an HF folder, a titan checkpoint or model
+ * folder, or a safetensors file; a source that names its model must name this one. */
+static int initial_load(const train_opts *o, model *m, base_err *err) {
+    ckpt_source s;
+    model_args a;
+    const char *p = o->ckpt.initial_load_path;
+    if (ckpt_source_open(&s, p, err)) return -1;
+    if (s.kind != CKPT_SRC_FILE) {
+        if (ckpt_source_args(&s, &a, err)) return -1;
+        a.router_aux_loss_coef = o->model.router_aux_loss_coef; /* a loss weight: the run's */
+        if (!model_args_equal(&a, &o->model)) {
+            char have[1024], want[1024];
+            model_args_describe(&a, have, sizeof have);
+            model_args_describe(&o->model, want, sizeof want);
+            return base_fail(err,
+                             "%s describes another model %s than this run's %s: set "
+                             "model.config_path to it",
+                             p, have, want);
+        }
+    }
+    if (ckpt_source_load(&s, m, m->w, err)) return -1;
+    base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s (%s)", p,
+             ckpt_source_kind_name(s.kind));
+    return 0;
+}
+
+dist_comm *train_slice_group(const dist_mesh *mesh) {
+    if (mesh->tp == 1 && mesh->ep == 1) return NULL;
+    return mesh->tp > 1 ? mesh->tp_comm : mesh->ep_comm;
+}
+
+int train_state_load(train_job *j, const train_start *plan, int64_t *start, int64_t *tokens_seen,
+                     base_err *err) {
+    const train_opts *o = j->o;
+    model *m = j->m;
+    /* checkpoints: resume from the newest (or load_step), else start from initial_load_path */
+    const double t_load = base_now();
+    if (plan->resume_step >= 0) {
+        base_log(BASE_LOG_INFO, "checkpoint: loading %s/step-%lld ...", plan->ckdir,
+                 (long long)plan->resume_step);
+        if ((*start = resume(o, plan, m, j->f, j->tpp->all, j->tpp->n_all, j->opt, j->src,
+                             tokens_seen, err)) < 0)
+            return -1;
+    }
+    if (plan->initial) {
+        base_log(BASE_LOG_INFO, "checkpoint: loading the initial weights from %s ...",
+                 plan->initial);
+        dist_comm *slices = train_slice_group(j->mesh);
+        if (!slices && initial_load(o, m, err)) return -1;
+        if (slices) { /* the whole model, then this rank's slices of it */
+            model full = {0};
+            const int bad = train_full_model(&full, m, o, slices, err) ||
+                            initial_load(o, &full, err) || train_take_slices(m, full.w, err);
+            model_free(&full);
+            if (bad) return -1;
+        }
+        for (int u = 0; u < m->n_units; u++) dist_fsdp_store_unit(j->f, u);
+    }
+    if (plan->resume_step >= 0 || plan->initial) train_phase_end("checkpoint: loading", t_load);
+    return 0;
+}
+
+int train_state_save(const train_job *j, train_saver *s, int64_t step, int model_only,
+                     int64_t tokens_seen, base_err *err) {
+    char *states = calloc((size_t)j->mesh->dp_size, LOADER_STATE_BYTES);
+    if (!states) return base_fail(err, "out of memory");
+    gather_loader_states(j->src, j->mesh->dp_comm, states);
+    char *state =
+        train_state_json(j->o, j->src, j->opt, j->m, step, model_only, tokens_seen, states);
+    free(states);
+    int rc = state ? train_saver_save(s, step, dist_fsdp_shard_params(j->f), j->opt->m, j->opt->v,
+                                      model_only, state, err)
+                   : base_fail(err, "out of memory");
+    free(state);
+    return rc;
+}

@@ -1,0 +1,148 @@
+/* train: one training step and validation (see internal.h). */
+#include <math.h>
+#include <string.h>
+
+#include "train/internal.h"
+
+/* Names the first parameter with a non-finite gradient (for the error message): by
+ * parameter when this rank's shard is the whole buffer, else by unit. */
+static const char *first_nonfinite_param(const model *m, const dist_fsdp *f) {
+    const float *gs = dist_fsdp_shard_grads(f);
+    if (gs != m->g) {
+        for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
+            if (!isfinite(gs[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
+        return "(none found)";
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        const float *g = m->g + m->params[i].offset;
+        for (size_t k = 0; k < m->params[i].numel; k++)
+            if (!isfinite(g[k])) return m->params[i].name;
+    }
+    return "(none found)";
+}
+
+int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err) {
+    const train_opts *o = j->o;
+    const train_source *src = j->src;
+    model *train = j->m;
+    dist_fsdp *f = j->f;
+    data_loader_cfg c = {.path = o->val.path,
+                         .format = o->data_format,
+                         .field = o->data_field,
+                         .skip_bad_lines = o->skip_bad_lines,
+                         .enc = {src->tok, o->model.vocab_size},
+                         .seq_len = o->val.seq_len,
+                         .batch = o->val.batch,
+                         .dp_size = 1,
+                         .infinite = 0};
+    /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
+     * gathers whatever the documents' split. */
+    model *m = ev ? ev : train;
+    if (ev) {
+        dist_fsdp_gather_all(f);
+        memcpy(ev->w, train->w, train->n_floats * sizeof(float));
+        dist_fsdp_release_all(f);
+    }
+    data_loader *l;
+    if (data_loader_open(&l, &c, err)) return -1;
+    const size_t n = (size_t)c.batch * (size_t)c.seq_len;
+    int32_t *x = base_alloc(n * sizeof *x), *y = base_alloc(n * sizeof *y);
+    double sum = 0;
+    int64_t valid = 0;
+    int rc = x && y ? 0 : base_fail(err, "out of memory");
+    for (int b = 0; !rc && (o->val.steps <= 0 || b < o->val.steps); b++) {
+        int got = data_loader_next(l, x, y, err);
+        if (got < 0) rc = -1;
+        if (got <= 0) break;
+        int64_t v = 0;
+        sum += model_step_microbatch(m, x, y, 0.0f, &v); /* grad_scale 0: forward only */
+        valid += v;
+    }
+    if (!rc && valid == 0)
+        rc = base_fail(err, "%s: validation data is shorter than one batch of %d x %d tokens",
+                       o->val.path, c.batch, c.seq_len + 1);
+    data_loader_free(l);
+    base_free(x);
+    base_free(y);
+    *loss = valid ? sum / (double)valid : 0;
+    *ntok = valid;
+    return rc;
+}
+
+int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
+    const train_opts *o = j->o;
+    const dist_mesh *mesh = j->mesh;
+    model *m = j->m;
+    dist_fsdp *f = j->f;
+    float *const ws = dist_fsdp_shard_params(f), *const gs = dist_fsdp_shard_grads(f);
+    const size_t ns = dist_fsdp_shard_len(f);
+    const size_t NT = (size_t)o->batch * o->seq_len;
+    const int aux_on = m->balance == MODEL_BALANCE_AUX_LOSS;
+    double t0 = base_now();
+    const double comm0 = dist_comm_seconds();
+    int64_t valid = 0;
+    for (int mb = 0; mb < o->grad_accum; mb++) {
+        if (train_source_next(j->src, j->tok + mb * NT, j->tgt + mb * NT, o->batch, o->seq_len,
+                              err))
+            return -1;
+        for (size_t i = 0; i < NT; i++) valid += j->tgt[mb * NT + i] != OPS_IGNORE_INDEX;
+    }
+    const int64_t local_valid = valid; /* for this rank's own mean (max_loss) */
+    /* the loss is normalised by the valid targets of the whole step on all ranks */
+    dist_allreduce_i64(mesh->dp_comm, &valid, 1);
+    double t_data = base_now() - t0;
+    dist_fsdp_begin_step(f);
+    if (m->moe_counts) /* MoE: tokens per expert, counted afresh each step */
+        memset(m->moe_counts, 0,
+               (size_t)m->args.n_layers * m->args.n_experts * sizeof(*m->moe_counts));
+    double loss_sum = 0, sumsq = 0, aux_sum = 0;
+    for (int mb = 0; mb < o->grad_accum; mb++) {
+        const double l = model_step_microbatch(m, j->tok + mb * NT, j->tgt + mb * NT,
+                                               valid ? 1.0f / (float)valid : 0.0f, NULL);
+        loss_sum += l;
+        aux_sum += m->moe_aux_loss;
+        /* checked per microbatch (cumulative gradients) so the error names the one */
+        sumsq = optim_sumsq(gs, ns);
+        if (!isfinite(l) || !isfinite(sumsq))
+            return base_fail(err,
+                             "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
+                             "non-finite gradient: %s; stopping (the last checkpoint is intact)",
+                             step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
+                             l / (valid ? (double)valid : 1.0), first_nonfinite_param(m, f));
+    }
+    if (mesh->dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
+        dist_fsdp_sync_replicas(f);
+        sumsq = optim_sumsq(gs, ns);
+    }
+    if (mesh->tp > 1) /* replicated norm weights: their gradients summed, counted once */
+        sumsq = dist_tp_grad_sumsq(j->tpp, gs, ns, optim_sumsq, mesh->tp_comm);
+    /* the global norm: every shard once (replicas hold the same shard) */
+    dist_allreduce_f64(mesh->shard_comm, &sumsq, 1);
+    double max_loss = local_valid ? loss_sum / (double)local_valid : 0.0;
+    dist_allreduce_max_f64(mesh->dp_comm, &max_loss, 1);
+    dist_allreduce_f64(mesh->dp_comm, &loss_sum, 1);
+    dist_allreduce_f64(mesh->dp_comm, &aux_sum, 1);
+    const double aux = aux_sum / ((double)o->grad_accum * mesh->dp_size); /* 0 when off */
+    const double loss =
+        (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
+    max_loss += o->model.router_aux_loss_coef * aux * aux_on;
+    const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
+    const double lr = o->adamw.lr * optim_lr_factor(&j->lr, step - 1 + j->lr_base);
+    if (m->balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
+        dist_allreduce_i64(mesh->dp_comm, m->moe_counts,
+                           (size_t)m->args.n_layers * m->args.n_experts);
+        model_moe_update_bias(m, NULL);
+    }
+    optim_adamw_step(j->opt, ws, gs, &o->adamw, lr);
+    const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
+    *r = (train_step_result){.loss = loss,
+                             .max_loss = max_loss,
+                             .norm = norm,
+                             .lr = lr,
+                             .aux = aux,
+                             .ntok = (int64_t)NT * o->grad_accum,
+                             .step_s = dt,
+                             .data_s = t_data,
+                             .comm_s = comm};
+    return 0;
+}
