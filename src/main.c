@@ -8,7 +8,7 @@
 #include "base/base.h"
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "train/train.h"

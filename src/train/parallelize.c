@@ -1,6 +1,6 @@
 /* train: the model's side of parallelism (see internal.h): FSDP units and hooks from the
  * model's layout, and its tensor/expert-parallel slices described as runs for dist, which
- * moves the flat buffers (src/dist/tp.c). */
+ * moves the flat buffers (src/distributed/tp.c). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -9,7 +9,7 @@
 #include "base/base.h"
 #include "checkpoint/checkpoint.h"
 #include "data/data.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "model/model.h"
 #include "optim/optim.h"
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 
 int main(int argc, char **argv) {
     base_err err;

@@ -3,7 +3,7 @@
 #ifndef TITAN_DIST_INTERNAL_H
 #define TITAN_DIST_INTERNAL_H
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 
 #ifdef TITAN_HAVE_MPI
 #include <mpi.h>

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 
 /* ---- the model's collectives (trampolines for model_tp / model_ep; ctx: a dist_comm) --- */
 void dist_tp_allgather(void *ctx, float *full, const float *local, size_t n) {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/internal.h"
+#include "distributed/internal.h"
 
 static int g_mpi; /* MPI initialised by dist_init */
 static int g_rank, g_world = 1;

@@ -6,7 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dist/internal.h"
+#include "distributed/internal.h"
 
 /* One part of every unit, sharded over its own group: the dense part (elements
  * [0, numel - local)) over dp_shard, the expert part ([numel - local, numel)) over efsdp. */

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/internal.h"
+#include "distributed/internal.h"
 
 /* One rank's record, as the window holds it (int64 words: a plain copy is a valid read). */
 typedef struct {
