@@ -12,33 +12,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
-
-/* T_ANY: any TOML value, checked and stored nowhere (torchtitan keys whose types titan has no
- * slot for, such as list[list[str]]; only ever P_INERT). */
-typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS, T_ANY } ftype;
-
-/* What titan does with a field. torchtitan keys for features titan lacks are accepted at
- * their default (inert) value; set otherwise, P_NOTE logs that the setting has no effect on
- * the run and P_REFUSE stops train_config_to_opts with the field's name. */
-typedef enum { P_USED, P_INERT, P_NOTE, P_REFUSE } fpolicy;
-
-/* Extra per-value check: returns 0, or -1 with the reason in why. */
-typedef int (*fcheck)(const base_toml_value *v, char *why, size_t n);
-
-typedef struct {
-    const char *section, *key;
-    ftype type;
-    int optional; /* INT / BOOL stored as train_opt_int, FLOAT as train_opt_float */
-    size_t off;
-    const char *def_s;   /* T_STR default */
-    double def;          /* T_INT / T_FLOAT / T_BOOL default */
-    double min, max;     /* inclusive range of numbers (and of T_INTS items) */
-    int open;            /* 1: min is exclusive, 2: max is exclusive, 3: both */
-    const char *choices; /* T_STR: "a|b|c", or NULL for any string */
-    fcheck check;
-    const char *help;
-    fpolicy policy; /* P_USED unless a torchtitan-compatibility entry says otherwise */
-} field;
+#include "train/config_schema.h"
 
 static int check_not_zero(const base_toml_value *v, char *why, size_t n);
 static int check_not_one(const base_toml_value *v, char *why, size_t n);
@@ -92,7 +66,7 @@ static int check_ckpt_part(const base_toml_value *v, char *why, size_t n);
  * (activation_checkpoint.mode none: recomputing blocks costs time that a run with the memory
  * to spare need not pay) or has no counterpart (dataset "random", paths that name assets
  * torchtitan ships). */
-static const field g_fields[] = {
+const field g_fields[] = {
     STR(job, dump_folder, ".", NULL,
         "folder for this job's outputs; relative output paths below are joined to it"),
     STR(job, description, "titan job", NULL, "a description of the job"),
@@ -384,9 +358,8 @@ static const field g_fields[] = {
          "a Python module extending JobConfig"),
 
 };
-#define N_FIELDS ((int)(sizeof g_fields / sizeof g_fields[0]))
-static int is_unset(const field *fd, const void *s);
-static int64_t lr_decay_steps(const train_config *c);
+const int train_cfg_n_fields = (int)(sizeof g_fields / sizeof g_fields[0]);
+int is_unset(const field *fd, const void *s);
 _Static_assert(sizeof g_fields / sizeof g_fields[0] <= TRAIN_CONFIG_MAX_FIELDS,
                "raise TRAIN_CONFIG_MAX_FIELDS");
 
@@ -427,7 +400,7 @@ static void consider(nearest *n, const char *cand) {
     }
 }
 
-static int find_field(const char *section, const char *key) {
+int find_field(const char *section, const char *key) {
     for (int i = 0; i < N_FIELDS; i++)
         if (!strcmp(g_fields[i].section, section) && !strcmp(g_fields[i].key, key)) return i;
     return -1;
@@ -592,7 +565,7 @@ static int check_kernel_override(const base_toml_value *v, char *why, size_t n) 
 
 /* An implementation some op has (after the plugins are loaded), and that the pattern's ops
  * have when it applies to a block; "" when fine, else the reason in why. */
-static int check_kernel_impl(const char *s, char *why, size_t n) {
+int check_kernel_impl(const char *s, char *why, size_t n) {
     const char *eq = strchr(s, '=');
     char pattern[256];
     snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - s), s);
@@ -629,12 +602,12 @@ static int check_ckpt_part(const base_toml_value *v, char *why, size_t n) {
 
 /* ---- storage ---------------------------------------------------------------------- */
 
-static void *slot(const train_config *c, const field *f) {
+void *slot(const train_config *c, const field *f) {
     return (char *)c + f->off;
 }
 
 /* Owned by the config: freed by train_config_free. */
-static void *pool_keep(train_config *c, void *p) {
+void *pool_keep(train_config *c, void *p) {
     if (!p) return NULL;
     if (c->n_pool == c->cap_pool) {
         int cap = c->cap_pool ? c->cap_pool * 2 : 32;
@@ -686,7 +659,7 @@ void train_config_free(train_config *c) {
 /* Names field f and where its value came from: "configs/a.toml:12:9: training.steps",
  * "command line: --training.steps", "command line: --steps (training.steps)", or
  * "training.steps (default)". */
-static void describe(const field *f, const char *where, int line, int col, char *out, size_t n) {
+void describe(const field *f, const char *where, int line, int col, char *out, size_t n) {
     char name[96];
     snprintf(name, sizeof name, "%s.%s", f->section, f->key);
     const size_t len = strlen(name);
@@ -1359,477 +1332,6 @@ int train_config_names_job(const train_config *c) {
     return 0;
 }
 
-/* ---- whole-config checks ---------------------------------------------------------- */
-
-static int fail_field(const train_config *c, const char *section, const char *key, base_err *err,
-                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int fail_field(const train_config *c, const char *section, const char *key, base_err *err,
-                      const char *fmt, ...) {
-    const int fi = find_field(section, key); /* always found: callers name schema fields */
-    char pre[300], msg[700];
-    describe(&g_fields[fi], c->origin[fi].where, c->origin[fi].line, c->origin[fi].col, pre,
-             sizeof pre);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return base_fail(err, "%s: %s", pre, msg);
-}
-
-/* The model the config describes: the flavor with the [model] overrides applied. */
-static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
-#define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
-
-/* What an initial load reads: checkpoint.initial_load_path, else (initial_load_in_hf, as
- * torchtitan) model.hf_assets_path; "" for none. */
-static const char *initial_load_source(const train_config *c) {
-    if (c->checkpoint.initial_load_path[0]) return c->checkpoint.initial_load_path;
-    return c->checkpoint.initial_load_in_hf ? c->model.hf_assets_path : "";
-}
-
-/* The config.json the model is built from: model.config_path; else, while model.flavor is
- * left at its default, that of the Hugging Face folder an initial load reads (a fine-tune
- * names its folder once); "" = the flavor. */
-static const char *model_config_path(const train_config *c) {
-    if (c->model.config_path[0]) return c->model.config_path;
-    const char *src = initial_load_source(c);
-    if (!c->checkpoint.enable || !src[0] || c->origin[find_field("model", "flavor")].where ||
-        !base_has_file(src, "config.json"))
-        return "";
-    return src;
-}
-
-static int resolve_model(const train_config *c, model_args *a, base_err *err) {
-    if (model_config_path(c)[0]) { /* a HF config.json (or a folder holding one) */
-        char p[4200];
-        const char *cp = model_config_path(c);
-        if (base_is_dir(cp)) {
-            snprintf(p, sizeof p, "%s/config.json", cp);
-            cp = p;
-        }
-        base_err why;
-        if (!base_is_file(cp))
-            return fail_field(c, "model", "config_path", err,
-                              "%s: no such file (a Hugging Face config.json, or a folder with one)",
-                              cp);
-        if (ckpt_hf_config_read(cp, a, &why))
-            return fail_field(c, "model", "config_path", err, "%s", why.msg);
-    } else if (model_flavor(c->model.flavor, a, err)) {
-        return -1;
-    }
-    return apply_model_overrides(c, a, err);
-}
-
-static int apply_model_overrides(const train_config *c, model_args *a, base_err *err) {
-    const struct {
-        const char *key;
-        const train_opt_int *v;
-        int *dst;
-    } ints[] = {{"dim", &c->model.dim, &a->dim},
-                {"n_layers", &c->model.n_layers, &a->n_layers},
-                {"n_heads", &c->model.n_heads, &a->n_heads},
-                {"n_kv_heads", &c->model.n_kv_heads, &a->n_kv_heads},
-                {"head_dim", &c->model.head_dim, &a->head_dim},
-                {"ffn_dim", &c->model.ffn_dim, &a->ffn_dim},
-                {"vocab_size", &c->model.vocab_size, &a->vocab_size},
-                {"max_seq_len", &c->model.max_seq_len, &a->max_seq_len},
-                {"tie_embeddings", &c->model.tie_embeddings, &a->tie_embeddings},
-                {"num_experts", &c->model.num_experts, &a->n_experts},
-                {"top_k", &c->model.top_k, &a->top_k},
-                {"moe_inter_dim", &c->model.moe_inter_dim, &a->moe_ffn_dim}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (ints[i].v->set) *ints[i].dst = (int)ints[i].v->v;
-    if (c->model.rope_theta.set) a->rope_theta = c->model.rope_theta.v;
-    if (c->model.norm_eps.set) a->norm_eps = c->model.norm_eps.v;
-    if (c->model.router_aux_loss_coef.set)
-        a->router_aux_loss_coef = c->model.router_aux_loss_coef.v;
-    if (model_args_validate(a, err)) {
-        /* Blame the first override the message names, else the flavor. */
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        const char *key = "flavor";
-        for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !strcmp(key, "flavor"); i++)
-            if (ints[i].v->set && strstr(msg, ints[i].key == ints[9].key    ? "n_experts"
-                                              : ints[i].key == ints[11].key ? "moe_ffn_dim"
-                                                                            : ints[i].key))
-                key = ints[i].key;
-        return fail_field(c, "model", key, err, "%s with the [model] overrides: %s",
-                          c->model.flavor, msg);
-    }
-    return 0;
-}
-
-/* Whether the model may come from a config.json (model_config_path without looking at the
- * disk): validation, which reads no file, leaves its checks to the translation then. */
-static int model_from_file(const train_config *c) {
-    return c->model.config_path[0] || (c->checkpoint.enable && initial_load_source(c)[0] &&
-                                       !c->origin[find_field("model", "flavor")].where);
-}
-
-/* The [model] fields that depend on the resolved model a. */
-static int check_model(const train_config *c, const model_args *a, base_err *err) {
-    for (int i = 0; i < c->model.mlp_only_layers.n; i++)
-        if (c->model.mlp_only_layers.v[i] >= a->n_layers)
-            return fail_field(c, "model", "mlp_only_layers", err,
-                              "layer %lld does not exist (the model has %d)",
-                              (long long)c->model.mlp_only_layers.v[i], a->n_layers);
-    if (a->n_experts == 0 && strcmp(c->model.moe_load_balance, "none"))
-        return fail_field(c, "model", "moe_load_balance", err,
-                          "'%s' needs a mixture-of-experts model (%s is dense)",
-                          c->model.moe_load_balance, a->flavor);
-    return 0;
-}
-
-/* The overrides' implementations exist (with the plugins' kernels once they are loaded). */
-static int check_kernel_impls(const train_config *c, base_err *err) {
-    for (int i = 0; i < c->kernels.overrides.n; i++) {
-        char why[600];
-        if (check_kernel_impl(c->kernels.overrides.v[i], why, sizeof why))
-            return fail_field(c, "kernels", "overrides", err, "item %d: %s", i + 1, why);
-    }
-    return 0;
-}
-
-int train_config_validate(const train_config *c, base_err *err) {
-    /* Validation has no side effects: plugins (native code: their constructors run when they
-     * are opened) are loaded by train_config_to_opts, for a run, and only then can overrides
-     * naming their kernels be checked. */
-    if (!c->kernels.plugins.n && check_kernel_impls(c, err)) return -1;
-    if (c->model.top_k.set && c->model.num_experts.set && c->model.top_k.v > c->model.num_experts.v)
-        return fail_field(c, "model", "top_k", err, "%lld is more than model.num_experts (%lld)",
-                          (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
-    model_args a; /* a config.json is read by the translation, which checks the model then */
-    if (!model_from_file(c) && (resolve_model(c, &a, err) || check_model(c, &a, err))) return -1;
-    if (c->checkpoint.initial_load_in_hf && !c->checkpoint.initial_load_model_only)
-        return fail_field(c, "checkpoint", "initial_load_in_hf", err,
-                          "needs checkpoint.initial_load_model_only = true");
-    if (c->checkpoint.last_save_in_hf && !c->checkpoint.last_save_model_only)
-        return fail_field(c, "checkpoint", "last_save_in_hf", err,
-                          "needs checkpoint.last_save_model_only = true");
-    const int64_t gbs = c->training.global_batch_size, lbs = c->training.local_batch_size;
-    if (gbs > 0 && gbs % lbs)
-        return fail_field(c, "training", "global_batch_size", err,
-                          "%lld is not a multiple of training.local_batch_size (%lld)",
-                          (long long)gbs, (long long)lbs);
-    if (c->lr_scheduler.total_steps.set && c->lr_scheduler.total_steps.v < c->training.steps &&
-        lr_decay_steps(c) == 0 && c->training.steps > c->lr_scheduler.total_steps.v + 1)
-        return fail_field(c, "lr_scheduler", "total_steps", err,
-                          "%lld is shorter than training.steps (%lld) and leaves no decay steps: "
-                          "torchtitan's schedule stops with an assertion after step %lld",
-                          (long long)c->lr_scheduler.total_steps.v, (long long)c->training.steps,
-                          (long long)c->lr_scheduler.total_steps.v + 1);
-    return 0;
-}
-
-/* Decay steps of the LR schedule, as torchtitan's build_lr_schedulers counts them. */
-static int64_t lr_decay_steps(const train_config *c) {
-    const int64_t n =
-        c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
-    const int64_t w = c->lr_scheduler.warmup_steps < n ? c->lr_scheduler.warmup_steps : n;
-    int64_t d = c->lr_scheduler.decay_ratio.set
-                    ? (int64_t)nearbyint((double)n * c->lr_scheduler.decay_ratio.v)
-                    : n - w;
-    return w + d > n ? n - w : d;
-}
-
-/* Whether field f holds its default: for torchtitan keys titan does not act on, the value
- * that asks for nothing. */
-static int at_default(const train_config *c, const field *f) {
-    const void *s = slot(c, f);
-    if (f->optional || f->type == T_ANY) return is_unset(f, s);
-    switch (f->type) {
-    case T_STR:
-        return !strcmp(*(const char *const *)s, f->def_s);
-    case T_INT:
-        return *(const int64_t *)s == (int64_t)f->def;
-    case T_BOOL:
-        return *(const int *)s == (int)f->def;
-    case T_FLOAT:
-        return *(const double *)s == f->def;
-    case T_STRS:
-        return ((const train_str_list *)s)->n == 0;
-    case T_INTS:
-        return ((const train_int_list *)s)->n == 0;
-    case T_ANY:
-        break;
-    }
-    return 1;
-}
-
-/* torchtitan keys for features titan lacks: a P_REFUSE field away from its default is refused
- * by name, a P_NOTE one is logged (the run goes on); torchtitan's deprecated and renamed keys
- * are applied with its warnings. */
-static int compat_check(train_config *c, base_err *err) {
-    if (strcmp(c->model.name, "qwen3"))
-        return NOT_YET(model, name, "'%s' is not implemented (qwen3 is)", c->model.name);
-    if (!strcmp(c->activation_checkpoint.mode, "memory_budget"))
-        return NOT_YET(activation_checkpoint, mode,
-                       "memory_budget (torch's min-cut recomputation) is not implemented (none, "
-                       "full or selective)");
-    for (int i = 0; i < N_FIELDS; i++) {
-        const field *f = &g_fields[i];
-        if ((f->policy != P_REFUSE && f->policy != P_NOTE) || at_default(c, f)) continue;
-        if (f->policy == P_REFUSE)
-            return fail_field(c, f->section, f->key, err, "not supported by titan: %s", f->help);
-        base_log(BASE_LOG_WARN, "%s.%s is set but has no effect in titan: %s", f->section, f->key,
-                 f->help);
-    }
-    if (c->model.tokenizer_path[0]) { /* torchtitan's manager.py: the same warning */
-        base_log(BASE_LOG_WARN, "tokenizer_path is deprecated, use model.hf_assets_path instead. "
-                                "Setting hf_assets_path to tokenizer_path temporarily.");
-        c->model.hf_assets_path = c->model.tokenizer_path;
-    }
-    if (c->lr_scheduler.total_steps.set && c->lr_scheduler.total_steps.v < c->training.steps)
-        base_log(BASE_LOG_WARN,
-                 "lr_scheduler.total_steps %lld < training.steps %lld: as in torchtitan, the "
-                 "decay curve continues past its end (linear and sqrt go below min_lr_factor)",
-                 (long long)c->lr_scheduler.total_steps.v, (long long)c->training.steps);
-    return 0;
-}
-
-/* ---- to train_run ------------------------------------------------------------------- */
-
-/* Joins a relative output path to job.dump_folder ("" = none -> NULL). */
-static const char *output_path(train_config *c, const char *p) {
-    if (!p[0]) return NULL;
-    const char *d = c->job.dump_folder;
-    if (p[0] == '/' || !d[0] || !strcmp(d, ".")) return p;
-    char *s = malloc(strlen(d) + strlen(p) + 2);
-    if (!s) return NULL;
-    sprintf(s, "%s%s%s", d, d[strlen(d) - 1] == '/' ? "" : "/", p);
-    return pool_keep(c, s);
-}
-
-/* The resolved config (train_config_print's TOML, which --config loads back) for the trainer
- * to save as {dump_folder}/config.toml, as torchtitan saves its job config; never over the
- * --config file itself, which would replace the user's file and its comments. */
-static int config_to_save(train_config *c, train_opts *o, base_err *err) {
-    char *text = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&text, &n);
-    if (!f) return base_fail(err, "out of memory");
-    train_config_print(c, f);
-    const char *path = fclose(f) ? NULL : output_path(c, "config.toml");
-    if (!pool_keep(c, text) || !path) return base_fail(err, "out of memory");
-    struct stat a, b;
-    if (c->file && !stat(c->file, &a) && !stat(path, &b) && a.st_dev == b.st_dev &&
-        a.st_ino == b.st_ino) {
-        base_log(BASE_LOG_INFO, "%s is this job's --config: the resolved config is not saved",
-                 path);
-        return 0;
-    }
-    o->config_toml = text;
-    o->config_path = path;
-    return 0;
-}
-
-/* FNV-1a of the config as --print-config writes it: what every rank of a run must share. */
-static int config_hash(const train_config *c, uint64_t *h, base_err *err) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return base_fail(err, "out of memory");
-    train_config_print(c, f);
-    fclose(f);
-    *h = base_hash_bytes(BASE_HASH_INIT, text, len);
-    free(text);
-    return 0;
-}
-
-int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
-    if (train_config_validate(c, err)) return -1;
-    for (int i = 0; i < c->kernels.plugins.n; i++) { /* before the overrides that use them */
-        base_err e;
-        if (ops_plugin_load(c->kernels.plugins.v[i], &e))
-            return fail_field(c, "kernels", "plugins", err, "item %d: %s", i + 1, e.msg);
-    }
-    if (c->kernels.plugins.n && check_kernel_impls(c, err)) return -1;
-    if (train_config_translate(c, dist_world_size(), o, err) || config_to_save(c, o, err))
-        return -1;
-    return config_hash(c, &o->config_hash, err);
-}
-
-int train_config_translate(train_config *c, int world, train_opts *o, base_err *err) {
-    if (train_config_validate(c, err)) return -1;
-    /* every field of o comes from the schema's values: defaults live there alone */
-    memset(o, 0, sizeof *o);
-    if (compat_check(c, err)) return -1;
-    /* What titan cannot do yet is refused by name rather than ignored. */
-    if (c->model.mlp_only_layers.n)
-        return NOT_YET(model, mlp_only_layers,
-                       "MoE models with dense blocks are not implemented (every block is MoE)");
-    if (!c->training.dataset_path[0] && strcmp(c->training.dataset, "random"))
-        return NOT_YET(training, dataset,
-                       "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
-                       c->training.dataset);
-    if (strcmp(c->optimizer.name, "AdamW"))
-        return NOT_YET(optimizer, name, "%s is not implemented (AdamW is)", c->optimizer.name);
-    if (c->parallelism.pipeline_parallel_degree > 1)
-        return NOT_YET(parallelism, pipeline_parallel_degree,
-                       "%lld: pipeline parallelism is not supported (use 1)",
-                       (long long)c->parallelism.pipeline_parallel_degree);
-    if (c->parallelism.context_parallel_degree > 1)
-        return NOT_YET(parallelism, context_parallel_degree,
-                       "%lld: context parallelism is not supported (use 1)",
-                       (long long)c->parallelism.context_parallel_degree);
-    o->par = (dist_mesh_cfg){.dp_replicate = (int)c->parallelism.data_parallel_replicate_degree,
-                             .dp_shard = (int)c->parallelism.data_parallel_shard_degree,
-                             .tp = (int)c->parallelism.tensor_parallel_degree,
-                             .pp = 1,
-                             .cp = 1,
-                             .ep = (int)c->parallelism.expert_parallel_degree};
-    dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
-                       &o->reshard); /* checked by the schema */
-    if (dist_mesh_resolve(&o->par, world, err)) return -1;
-    const int64_t dp = (int64_t)o->par.dp_replicate * o->par.dp_shard;
-    if (c->training.global_batch_size > 0 &&
-        c->training.global_batch_size % (c->training.local_batch_size * dp))
-        return fail_field(c, "training", "global_batch_size", err,
-                          "%lld is not a multiple of local_batch_size %lld x %lld data-parallel "
-                          "ranks",
-                          (long long)c->training.global_batch_size,
-                          (long long)c->training.local_batch_size, (long long)dp);
-    /* initial_load_path turns checkpointing on unless checkpoint.enable was set: the same
-     * whether it came from --initial-load-path, --checkpoint.initial_load_path or a file */
-    if (c->checkpoint.initial_load_path[0] && !c->checkpoint.enable) {
-        if (c->origin[find_field("checkpoint", "enable")].where)
-            return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
-        c->checkpoint.enable = 1;
-    }
-    if (c->checkpoint.initial_load_in_hf && !c->checkpoint.enable)
-        return NOT_YET(checkpoint, initial_load_in_hf, "needs checkpoint.enable = true");
-    if (c->checkpoint.initial_load_in_hf && !initial_load_source(c)[0])
-        return NOT_YET(checkpoint, initial_load_in_hf,
-                       "names no folder to load: set checkpoint.initial_load_path or "
-                       "model.hf_assets_path");
-    if (c->checkpoint.create_seed_checkpoint && !c->checkpoint.enable)
-        return NOT_YET(checkpoint, create_seed_checkpoint, "needs checkpoint.enable = true");
-    if (c->checkpoint.create_seed_checkpoint && c->checkpoint.load_only)
-        return NOT_YET(checkpoint, create_seed_checkpoint,
-                       "saves a checkpoint: it cannot go with checkpoint.load_only");
-    if (c->checkpoint.create_seed_checkpoint && world > 1)
-        return NOT_YET(checkpoint, create_seed_checkpoint,
-                       "runs on 1 rank (this job has %d); the seed loads into any number", world);
-
-    if (resolve_model(c, &o->model, err) || check_model(c, &o->model, err)) return -1;
-    if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
-        return fail_field(c, "training", "seq_len", err,
-                          "%lld is above the model's max_seq_len %d (its RoPE context; "
-                          "model.max_seq_len raises it)",
-                          (long long)c->training.seq_len, o->model.max_seq_len);
-    o->moe_balance = !strcmp(c->model.moe_load_balance, "aux_loss") ? MODEL_BALANCE_AUX_LOSS
-                     : !strcmp(c->model.moe_load_balance, "bias")   ? MODEL_BALANCE_BIAS
-                                                                    : MODEL_BALANCE_NONE;
-    o->moe_bias_rate = c->model.moe_bias_update_rate;
-    o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
-    o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
-    data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */
-    o->data_field = c->training.dataset_field;
-    o->skip_bad_lines = c->training.skip_bad_lines;
-    o->stop_after_step = (int)c->training.stop_after_step;
-    o->dump_folder = NULL; /* output paths are joined here, by output_path */
-    o->ckpt.enable = c->checkpoint.enable;
-    o->ckpt.folder = output_path(c, c->checkpoint.folder);
-    o->ckpt.interval = (int)c->checkpoint.interval;
-    o->ckpt.keep_latest_k = (int)c->checkpoint.keep_latest_k;
-    o->ckpt.load_step = c->checkpoint.load_step;
-    o->ckpt.initial_load_path = initial_load_source(c)[0] ? initial_load_source(c) : NULL;
-    o->ckpt.initial_load_in_hf = c->checkpoint.initial_load_in_hf;
-    o->ckpt.initial_load_model_only = c->checkpoint.initial_load_model_only;
-    o->ckpt.last_save_model_only = c->checkpoint.last_save_model_only;
-    o->ckpt.async = strcmp(c->checkpoint.async_mode, "disabled") != 0;
-    o->ckpt.last_save_in_hf = c->checkpoint.last_save_in_hf;
-    for (int i = 0; i < c->checkpoint.exclude_from_loading.n; i++)
-        o->ckpt.exclude |= train_ckpt_part_parse(c->checkpoint.exclude_from_loading.v[i]);
-    o->ckpt.load_only = c->checkpoint.load_only;
-    o->ckpt.first_step = c->checkpoint.enable_first_step_checkpoint;
-    o->ckpt.create_seed = c->checkpoint.create_seed_checkpoint;
-    ckpt_export_dtype_parse(c->checkpoint.export_dtype, &o->export_dtype); /* schema-checked */
-    o->assets_dir = o->tokenizer_dir;
-    if (o->ckpt.enable && !o->ckpt.folder) return base_fail(err, "out of memory");
-    o->batch = (int)c->training.local_batch_size;
-    o->seq_len = (int)c->training.seq_len;
-    o->steps = (int)c->training.steps;
-    /* global = local x data-parallel ranks x accumulation steps */
-    o->grad_accum = c->training.global_batch_size > 0
-                        ? (int)(c->training.global_batch_size / c->training.local_batch_size / dp)
-                        : 1;
-    o->max_norm = c->training.max_norm;
-    o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
-    o->ce_chunk = (int)c->training.ce_chunk;
-    o->adamw = (optim_adamw_cfg){.lr = c->optimizer.lr,
-                                 .beta1 = c->optimizer.beta1,
-                                 .beta2 = c->optimizer.beta2,
-                                 .eps = c->optimizer.eps,
-                                 .weight_decay = c->optimizer.weight_decay};
-    o->lr.warmup_steps = c->lr_scheduler.warmup_steps;
-    o->lr.total_steps = c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : 0;
-    o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
-    optim_decay_type_parse(c->lr_scheduler.decay_type, &o->lr.decay_type);
-    o->lr.min_lr_factor = c->lr_scheduler.min_lr_factor;
-    train_config_ac(c, &o->ac, &o->ac_every);
-    if (!strcmp(c->activation_checkpoint.mode, "selective") &&
-        !strcmp(c->activation_checkpoint.selective_ac_option, "op"))
-        base_log(BASE_LOG_INFO, "activation_checkpoint.selective_ac_option 'op': titan has no "
-                                "per-op recompute; every block is checkpointed (full)");
-    o->moe_force_balance = c->debug.moe_force_load_balance;
-    o->loss_parallel_off = c->parallelism.disable_loss_parallel;
-    o->log_freq = (int)c->metrics.log_freq;
-    o->peak_flops = c->metrics.peak_tflops * 1e12;
-    o->sample_tokens = (int)c->job.sample_tokens;
-    train_stop_signal_parse(c->job.preemption_signal, &o->preemption_signal); /* schema-checked */
-    o->comm_init_timeout = (double)c->comm.init_timeout_seconds;
-    o->comm_train_timeout = (double)c->comm.train_timeout_seconds;
-    if (c->metrics.enable_jsonl && !(o->jsonl_path = output_path(c, c->metrics.save_jsonl_file)))
-        return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
-    if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
-        return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
-    o->metrics_all_ranks = c->metrics.save_for_all_ranks;
-    if (c->validation.enable) {
-        if (!c->validation.dataset_path[0])
-            return NOT_YET(validation, dataset_path, "must name the held-out data");
-        o->val.path = c->validation.dataset_path;
-        o->val.freq = (int)c->validation.freq;
-        o->val.steps = (int)c->validation.steps;
-        o->val.batch = (int)c->validation.local_batch_size;
-        o->val.seq_len = (int)c->validation.seq_len;
-    }
-    if (c->checkpoint.hf_export_folder[0] &&
-        !(o->out_dir = output_path(c, c->checkpoint.hf_export_folder)))
-        return base_fail(err, "out of memory");
-    const int n = c->kernels.overrides.n;
-    free(c->ovr);
-    c->ovr = calloc((size_t)n + 1, sizeof *c->ovr);
-    if (!c->ovr) return base_fail(err, "out of memory");
-    for (int i = 0; i < n; i++) { /* "pattern=impl", checked on assignment */
-        const char *s = c->kernels.overrides.v[i], *eq = strchr(s, '=');
-        char *pattern = pool_keep(c, strndup(s, (size_t)(eq - s)));
-        if (!pattern) return base_fail(err, "out of memory");
-        c->ovr[i] = (ops_override){.pattern = pattern, .impl = eq + 1};
-    }
-    o->kernel_overrides = c->ovr;
-    o->n_kernel_overrides = n;
-    o->memory_estimation = c->memory_estimation.enable;
-    o->ignore_memory_check = c->training.ignore_memory_check;
-    return 0;
-}
-
-void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every) {
-    const char *mode = c->activation_checkpoint.mode,
-               *opt = c->activation_checkpoint.selective_ac_option;
-    int64_t k = 0;
-    *ac_every = 0;
-    *ac = !strcmp(mode, "full") ? MODEL_AC_FULL : MODEL_AC_NONE;
-    if (strcmp(mode, "selective")) return;
-    if (!strcmp(opt, "op")) { /* torchtitan's per-op SAC: titan recomputes whole blocks */
-        *ac = MODEL_AC_FULL;
-        return;
-    }
-    base_parse_i64(opt, &k); /* checked by the schema */
-    *ac = MODEL_AC_SELECTIVE;
-    *ac_every = (int)k;
-}
-
 /* ---- printing and help -------------------------------------------------------------- */
 
 static void print_string(FILE *f, const char *s) {
@@ -1901,7 +1403,7 @@ static void print_value(FILE *out, const field *fd, const void *s) {
     }
 }
 
-static int is_unset(const field *fd, const void *s) {
+int is_unset(const field *fd, const void *s) {
     if (fd->type == T_ANY) return 1;
     if (!fd->optional) return 0;
     return fd->type == T_FLOAT ? !((const train_opt_float *)s)->set

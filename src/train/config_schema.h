@@ -1,0 +1,56 @@
+/* train: the job-config schema shared by config.c (the table, loading, the command line,
+ * printing) and translate.c (whole-config checks and the translation to train_opts). Private
+ * to those two files. */
+#ifndef TITAN_TRAIN_CONFIG_SCHEMA_H
+#define TITAN_TRAIN_CONFIG_SCHEMA_H
+
+#include "train/train.h"
+
+/* T_ANY: any TOML value, checked and stored nowhere (torchtitan keys whose types titan has no
+ * slot for, such as list[list[str]]; only ever P_INERT). */
+typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS, T_ANY } ftype;
+
+/* What titan does with a field. torchtitan keys for features titan lacks are accepted at
+ * their default (inert) value; set otherwise, P_NOTE logs that the setting has no effect on
+ * the run and P_REFUSE stops train_config_to_opts with the field's name. */
+typedef enum { P_USED, P_INERT, P_NOTE, P_REFUSE } fpolicy;
+
+/* Extra per-value check: returns 0, or -1 with the reason in why. */
+typedef int (*fcheck)(const base_toml_value *v, char *why, size_t n);
+
+typedef struct {
+    const char *section, *key;
+    ftype type;
+    int optional; /* INT / BOOL stored as train_opt_int, FLOAT as train_opt_float */
+    size_t off;
+    const char *def_s;   /* T_STR default */
+    double def;          /* T_INT / T_FLOAT / T_BOOL default */
+    double min, max;     /* inclusive range of numbers (and of T_INTS items) */
+    int open;            /* 1: min is exclusive, 2: max is exclusive, 3: both */
+    const char *choices; /* T_STR: "a|b|c", or NULL for any string */
+    fcheck check;
+    const char *help;
+    fpolicy policy; /* P_USED unless a torchtitan-compatibility entry says otherwise */
+} field;
+
+/* The schema: every field of train_config, in printing order (config.c). */
+extern const field g_fields[];
+extern const int train_cfg_n_fields;
+#define N_FIELDS train_cfg_n_fields
+
+/* Index of section.key in g_fields, -1 when absent. */
+int find_field(const char *section, const char *key);
+/* Keeps p in c's pool (freed with c); returns p, or NULL (p freed) when out of memory. */
+void *pool_keep(train_config *c, void *p);
+/* Where field f's value lives in c. */
+void *slot(const train_config *c, const field *f);
+/* Whether an optional field (or a string) holds no value. */
+int is_unset(const field *fd, const void *s);
+/* "FILE:LINE:COL: section.key" (or the command-line option) for messages. */
+void describe(const field *f, const char *where, int line, int col, char *out, size_t n);
+/* A [kernels] override's implementation name: 0, or -1 with the reason in why. */
+int check_kernel_impl(const char *s, char *why, size_t n);
+/* The config.json the model is built from ("" = the flavor; translate.c). */
+const char *model_config_path(const train_config *c);
+
+#endif
