@@ -50,6 +50,23 @@ int is_unset(const field *fd, const void *s);
 void describe(const field *f, const char *where, int line, int col, char *out, size_t n);
 /* A [kernels] override's implementation name: 0, or -1 with the reason in why. */
 int check_kernel_impl(const char *s, char *why, size_t n);
+/* The flags `titan train` had before job configs, each an alias of config fields (config.c).
+ * A flag listed on several rows sets each of them; `value` NULL takes the argument. */
+enum { ALIAS_FIELD, ALIAS_SET, ALIAS_GRAD_ACCUM };
+typedef struct {
+    const char *flag, *field, *value;
+    int kind;
+} train_cfg_alias;
+extern const train_cfg_alias g_aliases[];
+extern const int train_cfg_n_aliases;
+#define N_ALIASES train_cfg_n_aliases
+/* Whether alias flag takes an argument. */
+int alias_takes_value(const char *flag);
+/* "a, b, c" of a field's choices "a|b|c". */
+void choices_list(const char *choices, char *out, size_t n);
+/* A number field's range for messages and help: "in [lo, hi]" (open ends as "(" / ")"),
+ * or ">= lo" when unbounded above. */
+void range_text(const field *f, char *out, size_t n);
 /* The config.json the model is built from ("" = the flavor; translate.c). */
 const char *model_config_path(const train_config *c);
 
