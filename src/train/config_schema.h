@@ -33,6 +33,8 @@ typedef struct {
     fpolicy policy; /* P_USED unless a torchtitan-compatibility entry says otherwise */
 } field;
 
+#define BIG 1073741824.0 /* 2^30: sizes and counts */
+
 /* The schema: every field of train_config, in printing order (config.c). */
 extern const field g_fields[];
 extern const int train_cfg_n_fields;
@@ -69,5 +71,27 @@ void choices_list(const char *choices, char *out, size_t n);
 void range_text(const field *f, char *out, size_t n);
 /* The config.json the model is built from ("" = the flavor; translate.c). */
 const char *model_config_path(const train_config *c);
+
+/* Keeps the nearest candidate seen so far. */
+typedef struct {
+    const char *word;
+    char best[128];
+    int dist;
+} nearest;
+void consider(nearest *n, const char *cand);
+/* The valid field to suggest for section.key (a typo away, or the same key in another
+ * section), or -1. */
+int suggest_field(const char *section, const char *key);
+/* "a string", "an integer", ... for messages. */
+const char *type_name(const field *f);
+/* Checks and stores a value for field fi; errors start with the value's origin. */
+int assign(train_config *c, int fi, base_toml_value *v, const char *where, int line, int col,
+           base_err *err);
+/* The unknown names of one file, gathered so one error lists them all. */
+typedef struct {
+    char text[sizeof(((base_err *)0)->msg) - 64];
+    int n, shown;
+} unknowns;
+void unknown_add(unknowns *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
