@@ -107,7 +107,11 @@ static dist_comm *comm_split(int color, int key, int slot) {
         /* the world as a group, for the watchdog's record of the split itself */
         int *everyone = c->members;
         for (int r = 0; r < g_world; r++) everyone[r] = r;
-        dist_comm world = {MPI_COMM_WORLD, g_world, g_rank, DIST_WD_WORLD, everyone};
+        dist_comm world = {.comm = MPI_COMM_WORLD,
+                           .size = g_world,
+                           .rank = g_rank,
+                           .slot = DIST_WD_WORLD,
+                           .members = everyone};
         const double t0 = dist_wd_enter(&world, DIST_OP_SPLIT, 0);
         MPI_Comm_split(MPI_COMM_WORLD, color, key, &c->comm);
         g_comm_s += dist_wd_leave(t0);

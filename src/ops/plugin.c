@@ -535,8 +535,11 @@ int ops_plugin_load(const char *path, base_err *err) {
     }
     memcpy(&init, &sym, sizeof init); /* object pointer -> function pointer, as POSIX allows */
     const int mark = ops_registry_mark(), kmark = g_n_kernels;
-    plg_load L = {path, err, 0};
-    const titan_kernel_host host = {TITAN_KERNEL_ABI_VERSION, plg_register, plg_error, &L};
+    plg_load L = {.path = path, .err = err, .failed = 0};
+    const titan_kernel_host host = {.abi_version = TITAN_KERNEL_ABI_VERSION,
+                                    .register_kernel = plg_register,
+                                    .error = plg_error,
+                                    .host_private = &L};
     const int rc = init(&host);
     if (rc != 0 || L.failed) {
         if (!L.failed) base_fail(err, "kernel plugin %s: init returned %d", path, rc);
