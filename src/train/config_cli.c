@@ -222,12 +222,19 @@ static void cli_name(const char *a, char *name, size_t n) {
         if (*p == '-') *p = '_';
 }
 
+/* An option without its "=value" into flag ("--lr=0.5" -> "--lr"); returns the value after
+ * '=', or NULL when there is none. */
+static const char *option_flag(const char *a, char *flag, size_t n) {
+    const char *eq = strchr(a, '=');
+    snprintf(flag, n, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+    return eq ? eq + 1 : NULL;
+}
+
 /* Whether option a ("--...") names neither an alias nor a field; if so, why says so with
  * the nearest name (an alias or --section.key for a bare word, a field for section.key). */
 static int cli_unknown(const char *a, char *why, size_t n) {
-    char name[160], sec[96], flag[64]; /* flag: an alias without any "=value" */
-    const char *eq = strchr(a, '=');
-    snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+    char name[160], sec[96], flag[64];
+    option_flag(a, flag, sizeof flag);
     if (is_alias(flag) || config_flag(a)) return 0;
     cli_name(a, name, sizeof name);
     const char *dot = strchr(name, '.');
@@ -300,10 +307,9 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
                              a);
         }
         char flag[64]; /* an alias, without any "=value" */
-        const char *aeq = strchr(a, '=');
-        snprintf(flag, sizeof flag, "%.*s", aeq ? (int)(aeq - a) : (int)strlen(a), a);
+        const char *aval = option_flag(a, flag, sizeof flag);
         if (is_alias(flag)) {
-            const char *arg = aeq ? aeq + 1 : NULL;
+            const char *arg = aval;
             if (alias_takes_value(flag) && !arg) {
                 if (i + 1 >= argc) return base_fail(err, "command line (%s): needs a value", a);
                 arg = argv[++i];

@@ -253,10 +253,11 @@ static const char *output_path(train_config *c, const char *p) {
     return pool_keep(c, s);
 }
 
-/* The resolved config (train_config_print's TOML, which --config loads back) for the trainer
- * to save as {dump_folder}/config.toml, as torchtitan saves its job config; never over the
+/* The resolved config as train_config_print writes it (the TOML --config loads back), once:
+ * its FNV-1a is what every rank of a run must share (o->config_hash), and the trainer saves
+ * it as {dump_folder}/config.toml, as torchtitan saves its job config, never over the
  * --config file itself, which would replace the user's file and its comments. */
-static int config_to_save(train_config *c, train_opts *o, base_err *err) {
+static int config_resolved(train_config *c, train_opts *o, base_err *err) {
     char *text = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&text, &n);
@@ -264,6 +265,7 @@ static int config_to_save(train_config *c, train_opts *o, base_err *err) {
     train_config_print(c, f);
     const char *path = fclose(f) ? NULL : output_path(c, "config.toml");
     if (!pool_keep(c, text) || !path) return base_fail(err, "out of memory");
+    o->config_hash = base_hash_bytes(BASE_HASH_INIT, text, n);
     struct stat a, b;
     if (c->file && !stat(c->file, &a) && !stat(path, &b) && a.st_dev == b.st_dev &&
         a.st_ino == b.st_ino) {
@@ -276,19 +278,6 @@ static int config_to_save(train_config *c, train_opts *o, base_err *err) {
     return 0;
 }
 
-/* FNV-1a of the config as --print-config writes it: what every rank of a run must share. */
-static int config_hash(const train_config *c, uint64_t *h, base_err *err) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return base_fail(err, "out of memory");
-    train_config_print(c, f);
-    fclose(f);
-    *h = base_hash_bytes(BASE_HASH_INIT, text, len);
-    free(text);
-    return 0;
-}
-
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
     if (train_config_validate(c, err)) return -1;
     for (int i = 0; i < c->kernels.plugins.n; i++) { /* before the overrides that use them */
@@ -297,9 +286,8 @@ int train_config_to_opts(train_config *c, train_opts *o, base_err *err) {
             return fail_field(c, "kernels", "plugins", err, "item %d: %s", i + 1, e.msg);
     }
     if (c->kernels.plugins.n && check_kernel_impls(c, err)) return -1;
-    if (train_config_translate(c, dist_world_size(), o, err) || config_to_save(c, o, err))
-        return -1;
-    return config_hash(c, &o->config_hash, err);
+    return train_config_translate(c, dist_world_size(), o, err) || config_resolved(c, o, err) ? -1
+                                                                                              : 0;
 }
 
 int train_config_translate(train_config *c, int world, train_opts *o, base_err *err) {
