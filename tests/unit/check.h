@@ -45,4 +45,13 @@ static inline int check_report(const char *test) {
     return failures != 0;
 }
 
+/* dir/name in one of four rotating buffers, so a call can take a few such paths at once. */
+static inline const char *check_path(const char *dir, const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
 #endif

@@ -17,11 +17,7 @@
 static char dir[256];
 
 static const char *path_of(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return check_path(dir, name);
 }
 
 static void write_file(const char *name, const void *data, size_t n) {
