@@ -356,7 +356,15 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
                    .vocab = a->vocab_size,
                    .n_experts = a->n_experts,
                    .top_k = a->top_k,
-                   .moe_ffn_dim = a->moe_ffn_dim};
+                   .moe_ffn_dim = a->moe_ffn_dim,
+                   .prec = o->prec};
+    m->prec = o->prec;
+    if (o->prec == OPS_PREC_BF16) {
+        m->w16 = base_alloc(sizeof(uint16_t) * (m->n_floats ? m->n_floats : 1));
+        m->w16_fresh = base_alloc((size_t)m->n_units);
+        if (!m->w16 || !m->w16_fresh) return base_fail(err, "out of memory (bf16 weight copy)");
+        memset(m->w16_fresh, 0, (size_t)m->n_units);
+    }
     const char **paths = base_alloc(sizeof(char *) * (size_t)m->n_units);
     uint32_t *calls = base_alloc(sizeof(uint32_t) * (size_t)m->n_units);
     if (!paths || !calls) {
@@ -411,10 +419,43 @@ void model_free(model *m) {
     base_free(m->rope_sin);
     base_free(m->moe_bias);
     base_free(m->moe_counts);
+    if (m->w16_base) ops_bf16_mirror_remove(m->w16_base);
+    base_free(m->w16);
+    base_free(m->w16_fresh);
     memset(m, 0, sizeof *m);
 }
 
+void model_weights_changed(model *m) {
+    if (m->w16_fresh) memset(m->w16_fresh, 0, (size_t)m->n_units);
+}
+
+/* bf16: makes unit u's copy in w16 current (its parameters are in w now: after the hook). */
+static void bf16_sync(const model *m, int u) {
+    if (!m->w16 || m->w16_fresh[u]) return;
+    model *mm = (model *)m; /* the copy is a cache of w: logically const */
+    if (m->w16_base != m->w) {
+        if (m->w16_base) ops_bf16_mirror_remove(m->w16_base);
+        base_err err;
+        if (ops_bf16_mirror_add(m->w, m->n_floats, m->w16, &err)) {
+            /* without the mirror the GEMMs convert the weights themselves: same numbers */
+            base_log(BASE_LOG_WARN, "%s", err.msg);
+        } else {
+            mm->w16_base = m->w;
+        }
+    }
+    const model_unit *un = &m->units[u];
+    ops_bf16_from_f32(m->w16 + un->offset, m->w + un->offset, un->numel);
+    m->w16_fresh[u] = 1;
+}
+
+void model_bf16_sync_all(const model *m) {
+    if (!m->w16) return;
+    memset(m->w16_fresh, 0, (size_t)m->n_units);
+    for (int u = 0; u < m->n_units; u++) bf16_sync(m, u);
+}
+
 void model_zero_grad(model *m) {
+    model_weights_changed(m);
     if (m->g) memset(m->g, 0, m->n_floats * sizeof(float));
     if (m->moe_counts)
         memset(m->moe_counts, 0,
@@ -428,6 +469,10 @@ static void add_inplace(float *y, const float *x, size_t n) {
 
 static void hook(const model *m, int unit, model_phase p) {
     if (m->hook) m->hook(m->hook_ctx, unit, p);
+    if (m->w16 && (p == MODEL_FWD_BEGIN || p == MODEL_BWD_BEGIN)) {
+        bf16_sync(m, unit);
+        if (unit == m->args.n_layers + 1 && m->args.tie_embeddings) bf16_sync(m, 0);
+    }
 }
 
 static void zero(float *p, size_t n) {
@@ -731,6 +776,7 @@ size_t model_activation_bytes(const model *m) {
 }
 
 void model_logits(model *m, const int32_t *tokens, float *logits) {
+    model_weights_changed(m);
     forward_trunk(m, tokens, 0);
     model_lm_head(m, logits, m->acts->xn, m->batch * m->seq_len);
     hook(m, m->args.n_layers + 1, MODEL_FWD_END);

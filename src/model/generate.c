@@ -42,6 +42,7 @@ int model_infer_new(model_infer **out, const model *m, int max_len, base_err *er
                          "inference: the model is tensor-parallel (tp %d); gather a full "
                          "model first",
                          m->tp.size);
+    model_bf16_sync_all(m);
     const size_t L = (size_t)a->n_layers, D = (size_t)a->dim, Q = (size_t)a->n_heads * a->head_dim,
                  KV = (size_t)a->n_kv_heads * a->head_dim,
                  F = a->n_experts > 0 ? (size_t)a->top_k * a->moe_ffn_dim : (size_t)a->ffn_dim;

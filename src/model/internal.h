@@ -6,6 +6,9 @@
 #include "model/model.h"
 
 int model_layout(model *m, base_err *err);
+/* bf16: remakes every unit's bf16 weight copy now (inference, whose weights are all present
+ * and never change under a model_infer); no-op in fp32. */
+void model_bf16_sync_all(const model *m);
 
 /* MoE state of one block, saved by forward for backward (N token rows, K = top_k, E experts,
  * R = N*K routed rows; "sorted" = grouped by expert, stable in token order). */

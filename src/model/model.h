@@ -203,6 +203,14 @@ typedef struct {
     float *w;        /* [n_floats] parameters */
     float *g;        /* [n_floats] gradients (allocated by model_build when training) */
     ops_table *ops;  /* [n_layers + 2]: tok_embeddings, layers.0.., head */
+    /* bf16 mixed precision (prec OPS_PREC_BF16; NULL / 0 in fp32): w16 [n_floats] is the bf16
+     * copy of w the GEMMs read (registered as its ops weight mirror), converted per unit on
+     * the unit's first use after model_weights_changed (so once per step, after FSDP's
+     * gather); w16_fresh[n_units] says which units are up to date. */
+    ops_prec prec;
+    uint16_t *w16;
+    unsigned char *w16_fresh;
+    const float *w16_base; /* the w the mirror was registered for */
     int batch, seq_len;
     model_ac_mode ac;
     int ac_every;               /* SELECTIVE: checkpoint every ac_every-th block */
@@ -246,6 +254,9 @@ typedef struct {
      * so gradients flow as usual. Every expert gets N*K/E rows when E divides N*K. */
     int moe_force_balance;
     int loss_parallel_off; /* tp > 1: the CE on the whole vocabulary (see the top) */
+    /* training.mixed_precision_param: OPS_PREC_BF16 resolves the ops' bf16 implementations
+     * (GEMM operands in bf16, fp32 accumulation) and keeps a bf16 copy of the weights */
+    ops_prec prec;
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
@@ -292,8 +303,13 @@ int model_tp_local_args(const model_args *a_full, int tp, model_args *local, bas
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);
 
-/* Zeroes the gradients and the MoE routing counts (a new optimizer step begins). */
+/* Zeroes the gradients and the MoE routing counts (a new optimizer step begins); in bf16 also
+ * model_weights_changed. */
 void model_zero_grad(model *m);
+/* bf16: the weights have changed (an optimizer step, a load): every unit's bf16 copy is
+ * remade on its next use. A trainer calls it once per step before the first microbatch; the
+ * model calls it itself in model_logits and model_infer_new. No-op in fp32. */
+void model_weights_changed(model *m);
 
 /* ---- MoE load balancing and statistics (model/moe.c) --------------------------------- */
 /* torchtitan's expert-bias update, once per optimizer step, before AdamW: per block l,

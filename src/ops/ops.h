@@ -9,7 +9,10 @@
  * Conventions (llm.c style): outputs first, then saved activations, inputs, weights,
  * sizes. Row-major. Backward functions ACCUMULATE (+=) into every gradient they write,
  * input gradients included, so callers zero what must start from zero.
- * All tensors fp32. Token-major activations: [N, C] with N = B*T tokens. */
+ * Every buffer at the ops interface is fp32 (a plugin sees fp32 too). An implementation has a
+ * compute precision (ops_prec): an OPS_PREC_BF16 one rounds its GEMM operands to bf16 and
+ * accumulates in fp32 (the bf16 mixed-precision recipe; see "bf16" below). Token-major
+ * activations: [N, C] with N = B*T tokens. */
 #ifndef TITAN_OPS_H
 #define TITAN_OPS_H
 
@@ -49,10 +52,20 @@ OPS_LIST(OPS_TYPEDEF_FB, OPS_TYPEDEF_F)
 typedef enum { OPS_LIST(OPS_ENUM_, OPS_ENUM_) OPS_COUNT } ops_kind;
 #undef OPS_ENUM_
 
+/* Compute precision of an implementation and of a model (training.mixed_precision_param).
+ * OPS_PREC_BF16: GEMM operands (weights and activations, including attention's Q.K^T and P.V
+ * inputs and the lm_head's) are rounded to bf16 (round to nearest even), products accumulate
+ * in fp32; everything else (norms' statistics, softmax, the loss, gradients' accumulation,
+ * AdamW) stays fp32. */
+typedef enum { OPS_PREC_F32 = 0, OPS_PREC_BF16 = 1 } ops_prec;
+
 /* What a constraint check may look at: the shapes of the model and job. */
 typedef struct {
     int batch, seq_len, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
     int n_experts, top_k, moe_ffn_dim; /* 0 for a dense model */
+    /* the model's precision: an op's default under OPS_PREC_BF16 is its first registered
+     * implementation of that precision, else its fp32 default (norms, RoPE, SwiGLU, ...) */
+    ops_prec prec;
 } ops_ctx;
 
 typedef void (*ops_fn)(void); /* any op function, cast to its typed signature on use */
@@ -64,6 +77,7 @@ typedef struct {
     /* Returns 0 when the implementation can serve ctx, else fills err with the rule broken. */
     int (*check)(const ops_ctx *ctx, base_err *err);
     ops_fn fwd, bwd; /* bwd NULL for ops without one (adamw) */
+    ops_prec prec;   /* compute precision (0: fp32) */
 } ops_impl;
 
 /* The resolved implementations for one layer path. */
@@ -138,6 +152,26 @@ const char *ops_impl_origin(const ops_impl *impl);
  * (ops/cpu/dispatch.c): "avx512 (x86-64-v4)" or "default (<build baseline>)". The
  * environment variable TITAN_ISA=default forces the baseline. */
 const char *ops_cpu_isa(void);
+
+/* ---- bf16 (ops/cpu/bf16.c) -----------------------------------------------------------
+ * bf16 values are uint16_t bit patterns (the top half of an fp32). */
+/* dst[i] = bf16(src[i]), round to nearest even, NaN kept quiet (torch's rounding). */
+void ops_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
+void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+/* Whether the CPU has native bf16 dot products (AMX-BF16 or AVX512_BF16). */
+int ops_bf16_native(void);
+/* The engine the bf16 GEMMs run on in this process: "onednn" (oneDNN's matmul primitive,
+ * which dispatches to AMX / AVX512_BF16 itself) where the CPU has bf16 units, else
+ * "emulated" (fp32 GEMM on operands rounded to bf16: the same products, exact in fp32, and
+ * fp32 accumulation, at fp32 speed plus the conversions). TITAN_BF16_ENGINE=onednn|emulated
+ * forces one (oneDNN runs its reference kernel on CPUs without bf16 units: slow, for tests). */
+const char *ops_bf16_engine(void);
+/* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same offsets),
+ * kept by the caller (the model converts each unit once per step). A bf16 GEMM whose operand
+ * lies in a mirrored range reads the copy instead of converting the operand. Registering the
+ * same base again replaces its entry; at most 64 ranges. */
+int ops_bf16_mirror_add(const float *base, size_t n, const uint16_t *mirror, base_err *err);
+void ops_bf16_mirror_remove(const float *base);
 
 /* ---- conformance (ops/conform.c) ----------------------------------------------------
  * `titan kernels test|bench`: an implementation against its op's default (the default

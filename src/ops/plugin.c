@@ -473,7 +473,7 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     /* fwd/bwd of the registry entry are never called for a plugin (the table gets
      * trampolines); they must be non-NULL for ops_register's checks. */
     const ops_impl impl = {(ops_kind)kind, k->name,         k->constraints,
-                           NULL,           plg_direct_call, plg_direct_call};
+                           NULL,           plg_direct_call, plg_direct_call, OPS_PREC_F32};
     base_err e;
     if (ops_register_bound(&impl, &k->b, &e))
         return base_fail(L->err, "kernel plugin %s: %s", L->path, e.msg);

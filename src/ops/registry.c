@@ -156,6 +156,15 @@ static const ops_impl *ops_default(ops_kind op) {
     return NULL;
 }
 
+/* The default under a precision: the op's first implementation of that precision, else its
+ * (fp32) default. */
+static const ops_impl *ops_default_prec(ops_kind op, ops_prec prec) {
+    for (int i = 0; prec != OPS_PREC_F32 && i < g_n_impls; i++) {
+        if (g_impls[i].op == op && g_impls[i].prec == prec) return &g_impls[i];
+    }
+    return ops_default(op);
+}
+
 const ops_impl *ops_default_impl(ops_kind op) {
     ops_register_builtin();
     return ops_default(op);
@@ -252,7 +261,8 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
         snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "." : "", opname);
         const char *alias = g_kinds[k].subpath;
         snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", alias ? alias : "");
-        const ops_impl *impl = ops_default((ops_kind)k);
+        const ops_impl *const dflt = ops_default_prec((ops_kind)k, ctx ? ctx->prec : OPS_PREC_F32);
+        const ops_impl *impl = dflt;
         if (!impl) return base_fail(err, "kernel %s: no implementation registered", opname);
         const ops_override *chosen = NULL;
         /* an op the unit never calls keeps its default: no override, check or log there */
@@ -285,7 +295,7 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
                                  why.msg[0] ? why.msg : impl->constraints);
             }
         }
-        if (ctx && impl != ops_default((ops_kind)k)) { /* ctx NULL: a config check */
+        if (ctx && impl != dflt) { /* ctx NULL: a config check */
             const char *origin = ops_impl_origin(impl);
             base_log(BASE_LOG_INFO, "kernel %s/%s at %s (override '%s'%s%s)", opname, impl->name,
                      path[0] ? path : "(model)", chosen ? chosen->pattern : "?",

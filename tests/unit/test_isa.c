@@ -169,9 +169,9 @@ static void compare_copies(void) {
         for (int i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -100 : (i * 131) % V;
         int64_t nva, nvb;
         float la = (float)ops_cpu_lmhead_ce_avx512(xa, wa, x, w, tg, N, C, V, 1.0f / 30, sa, 16,
-                                                   &nva, NULL);
+                                                   &nva, NULL, OPS_PREC_F32);
         float lb = (float)ops_cpu_lmhead_ce_default(xb, wb, x, w, tg, N, C, V, 1.0f / 30, sb, 16,
-                                                    &nvb, NULL);
+                                                    &nvb, NULL, OPS_PREC_F32);
         check("lmhead_ce loss", &la, &lb, 1, 0);
         check("lmhead_ce dx", xa, xb, (size_t)N * C, 0);
         check("lmhead_ce dw", wa, wb, (size_t)V * C, 0);

@@ -17,7 +17,7 @@
 
 #define PLUGIN(c) TITAN_TEST_PLUGIN_DIR "/libtest_plugin_" c ".so"
 
-static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0};
+static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0, OPS_PREC_F32};
 
 static int has(const char *msg, const char *a, const char *b) {
     return strstr(msg, a) && (!b || strstr(msg, b));
@@ -98,7 +98,8 @@ static void test_constraint_errors(void) {
                             "seq_len % 64 == 0",
                             check_seq64,
                             (ops_fn)ops_cpu_attention_fwd,
-                            (ops_fn)ops_cpu_attention_bwd};
+                            (ops_fn)ops_cpu_attention_bwd,
+                            OPS_PREC_F32};
     base_err e = {{0}};
     CHECK(ops_register(&seq64, &e) == 0, "register: %s", e.msg);
     model_args a;
@@ -345,8 +346,8 @@ static void wrong_bwd(float *dgate, float *dup, const float *dout, const float *
 }
 
 static void test_conformance_catches(void) {
-    const ops_impl bad = {OPS_SWIGLU,       "wrong", "", NULL, (ops_fn)ops_cpu_swiglu_fwd,
-                          (ops_fn)wrong_bwd};
+    const ops_impl bad = {OPS_SWIGLU,        "wrong",     "", NULL, (ops_fn)ops_cpu_swiglu_fwd,
+                          (ops_fn)wrong_bwd, OPS_PREC_F32};
     base_err e = {{0}};
     CHECK(ops_register(&bad, &e) == 0, "register: %s", e.msg);
     ops_conform_opts o = {2, 5, 0, 0};

@@ -736,9 +736,13 @@ static void test_registry(void) {
     rc = ops_resolve(&t, "layers.0", &ctx, &o3, 1, &err);
     check_true("registry: plain pattern that is no op name fails", rc != 0, err.msg);
 
-    ops_impl bad = {OPS_ATTENTION,          "dummy_bad",
-                    "seq_len % 64 == 0",    dummy_check_fail,
-                    (ops_fn)dummy_attn_fwd, (ops_fn)dummy_attn_bwd};
+    ops_impl bad = {OPS_ATTENTION,
+                    "dummy_bad",
+                    "seq_len % 64 == 0",
+                    dummy_check_fail,
+                    (ops_fn)dummy_attn_fwd,
+                    (ops_fn)dummy_attn_bwd,
+                    OPS_PREC_F32};
     rc = ops_register(&bad, &err);
     check_true("registry: register dummy impl", rc == 0, rc ? err.msg : NULL);
     rc = ops_register(&bad, &err);
@@ -755,8 +759,9 @@ static void test_registry(void) {
                    strstr(err.msg, "kernel attention/dummy_bad at layers.2: seq_len % 64 == 0"),
                err.msg);
 
-    ops_impl good = {OPS_ATTENTION,         "dummy_ok", "", dummy_check_ok, (ops_fn)dummy_attn_fwd,
-                     (ops_fn)dummy_attn_bwd};
+    ops_impl good = {
+        OPS_ATTENTION,          "dummy_ok",  "", dummy_check_ok, (ops_fn)dummy_attn_fwd,
+        (ops_fn)dummy_attn_bwd, OPS_PREC_F32};
     rc = ops_register(&good, &err);
     ops_override o5[2] = {{"attention", "dummy_ok"}, {"layers.1.attention", "default"}};
     rc = ops_resolve(&t, "layers.2", &ctx, o5, 2, &err);

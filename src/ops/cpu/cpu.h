@@ -10,6 +10,13 @@
 void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc);
 
+/* The GEMM of the ops that have a bf16 path: prec OPS_PREC_F32 is ops_cpu_sgemm; BF16 rounds
+ * both operands to bf16 (or reads their weight mirror) and accumulates in fp32 (bf16.c). */
+void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* dst[i] = src[i] rounded to the nearest bf16, as an fp32 value (dst may equal src). */
+void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
+
 void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
 void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);
 
@@ -23,6 +30,10 @@ void ops_cpu_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *x, 
 void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
 void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                         int N, int C, int OC);
+/* "bf16": the same products with bf16 operands (ops_cpu_gemm's bf16 path). */
+void ops_cpu_matmul_bf16_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
+void ops_cpu_matmul_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, int N, int C, int OC);
 
 void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin, int B,
                       int T, int nh, int hd);
@@ -47,6 +58,28 @@ void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
                          float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs);
+/* "bf16": the logits GEMM and both gradient GEMMs on bf16 operands (the logit gradient rounded
+ * to bf16 as autocast's backward does), fp32 log-sum-exp and loss. */
+double ops_cpu_lmhead_ce_bf16(float *dx, float *dw, const float *x, const float *w,
+                              const int32_t *targets, int N, int D, int V, float grad_scale,
+                              float *scratch, int chunk, int64_t *n_valid,
+                              const ops_vocab_shard *vs);
+/* The one lm_head + CE of both precisions (the ISA-dispatched kernel, lmhead_ce.c). */
+double ops_cpu_lmhead_ce_prec(float *dx, float *dw, const float *x, const float *w,
+                              const int32_t *targets, int N, int D, int V, float grad_scale,
+                              float *scratch, int chunk, int64_t *n_valid,
+                              const ops_vocab_shard *vs, ops_prec prec);
+
+/* "bf16" attention: q, k, v (and in backward dout) rounded to bf16 before the fp32 tiled
+ * kernel, so Q.K^T, P.V and the backward's products see bf16 operands; the online softmax and
+ * the probabilities stay fp32. */
+void ops_cpu_attention_bf16_fwd(float *out, float *lse, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int hd);
+void ops_cpu_attention_bf16_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                const float *out, const float *lse, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int hd);
+void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const float *v, int T,
+                               int pos0, int H, int G, int hd);
 
 /* Grouped expert GEMM (grouped_mm.c). "default": one multi-threaded GEMM per expert group.
  * "grouped": one parallel pass over tiles of all groups (expert x row block x column block,
@@ -56,6 +89,10 @@ void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const 
                             int E, int C, int OC);
 void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                             const float *w, const int32_t *offs, int E, int C, int OC);
+void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                                 int E, int C, int OC);
+void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const int32_t *offs, int E, int C, int OC);
 void ops_cpu_grouped_mm_tiled_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                   int E, int C, int OC);
 void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, const float *inp,

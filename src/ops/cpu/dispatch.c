@@ -73,9 +73,25 @@ const char *ops_cpu_isa(void) {
     }
 OPS_CPU_ISA_VOID_KERNELS(OPS_CPU_ISA_DEFINE)
 
+double ops_cpu_lmhead_ce_prec(float *dx, float *dw, const float *x, const float *w,
+                              const int32_t *targets, int N, int D, int V, float grad_scale,
+                              float *scratch, int chunk, int64_t *n_valid,
+                              const ops_vocab_shard *vs, ops_prec prec) {
+    return isa()->ops_cpu_lmhead_ce(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
+                                    n_valid, vs, prec);
+}
+
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
                          float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs) {
-    return isa()->ops_cpu_lmhead_ce(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
-                                    n_valid, vs);
+    return ops_cpu_lmhead_ce_prec(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
+                                  n_valid, vs, OPS_PREC_F32);
+}
+
+double ops_cpu_lmhead_ce_bf16(float *dx, float *dw, const float *x, const float *w,
+                              const int32_t *targets, int N, int D, int V, float grad_scale,
+                              float *scratch, int chunk, int64_t *n_valid,
+                              const ops_vocab_shard *vs) {
+    return ops_cpu_lmhead_ce_prec(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
+                                  n_valid, vs, OPS_PREC_BF16);
 }

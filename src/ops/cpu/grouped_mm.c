@@ -24,28 +24,46 @@
 
 /* ---- default: one GEMM per group ---------------------------------------------------- */
 
-void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
-                            int E, int C, int OC) {
+static void gmm_fwd(ops_prec prec, float *out, const float *inp, const float *w,
+                    const int32_t *offs, int E, int C, int OC) {
     for (int e = 0; e < E; e++) {
         const int r0 = offs[e], n = offs[e + 1] - r0;
         if (n <= 0) continue;
-        ops_cpu_sgemm(0, 1, n, OC, C, 1.0f, inp + (size_t)r0 * C, C, w + (size_t)e * OC * C, C,
-                      0.0f, out + (size_t)r0 * OC, OC);
+        ops_cpu_gemm(prec, 0, 1, n, OC, C, 1.0f, inp + (size_t)r0 * C, C, w + (size_t)e * OC * C, C,
+                     0.0f, out + (size_t)r0 * OC, OC);
     }
 }
 
-void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const int32_t *offs, int E, int C, int OC) {
+static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, const float *inp,
+                    const float *w, const int32_t *offs, int E, int C, int OC) {
     for (int e = 0; e < E; e++) {
         const int r0 = offs[e], n = offs[e + 1] - r0;
         if (n <= 0) continue;
         const float *we = w + (size_t)e * OC * C, *dy = dout + (size_t)r0 * OC;
         if (dinp)
-            ops_cpu_sgemm(0, 0, n, C, OC, 1.0f, dy, OC, we, C, 1.0f, dinp + (size_t)r0 * C, C);
+            ops_cpu_gemm(prec, 0, 0, n, C, OC, 1.0f, dy, OC, we, C, 1.0f, dinp + (size_t)r0 * C, C);
         if (dw)
-            ops_cpu_sgemm(1, 0, OC, C, n, 1.0f, dy, OC, inp + (size_t)r0 * C, C, 1.0f,
-                          dw + (size_t)e * OC * C, C);
+            ops_cpu_gemm(prec, 1, 0, OC, C, n, 1.0f, dy, OC, inp + (size_t)r0 * C, C, 1.0f,
+                         dw + (size_t)e * OC * C, C);
     }
+}
+
+void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                            int E, int C, int OC) {
+    gmm_fwd(OPS_PREC_F32, out, inp, w, offs, E, C, OC);
+}
+void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const int32_t *offs, int E, int C, int OC) {
+    gmm_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, offs, E, C, OC);
+}
+/* "bf16": one GEMM per group on bf16 operands (the expert stacks from the weight mirror). */
+void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                                 int E, int C, int OC) {
+    gmm_fwd(OPS_PREC_BF16, out, inp, w, offs, E, C, OC);
+}
+void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const int32_t *offs, int E, int C, int OC) {
+    gmm_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, offs, E, C, OC);
 }
 
 /* ---- grouped: one pass over tiles of all groups --------------------------------------- */

@@ -69,7 +69,7 @@
 #define OPS_CPU_LMHEAD_CE_PARAMS                                                                   \
     (float *dx, float *dw, const float *x, const float *w, const int32_t *targets, int N, int D,   \
      int V, float grad_scale, float *scratch, int chunk, int64_t *n_valid,                         \
-     const ops_vocab_shard *vs)
+     const ops_vocab_shard *vs, ops_prec prec)
 
 /* Declarations of both compiled copies. */
 #define OPS_CPU_ISA_DECLARE(name, params, args)                                                    \

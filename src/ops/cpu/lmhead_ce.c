@@ -2,7 +2,7 @@
  * and turned in place into the logit gradient, so [N, V] logits never exist.
  *
  * Per chunk of rows:
- *   scratch[rows, V] = x_chunk @ w^T                                    (sgemm)
+ *   scratch[rows, V] = x_chunk @ w^T                 (ops_cpu_gemm: fp32, or bf16 operands)
  *   per row (parallel over rows): max, sum of exp(l - max) (vm_expf, double sum),
  *     loss = max + log(sum) - l[target]; with dx: row = grad_scale * (softmax - onehot)
  *   dx_chunk += scratch @ w,  dw += scratch^T @ x_chunk                   (sgemm, beta = 1)
@@ -122,7 +122,7 @@ static void ce_rows_sharded(float *scratch, const int32_t *tc, int rows, int V, 
 double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,
-                              const ops_vocab_shard *vs) {
+                              const ops_vocab_shard *vs, ops_prec prec) {
     const int Vv = vs ? vs->v_total : V; /* valid targets are ids of the whole vocabulary */
     int64_t valid = 0;
     for (int n = 0; n < N; n++) valid += ce_valid(targets[n], Vv);
@@ -140,7 +140,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         int any = 0;
         for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], Vv);
         if (!any) continue; /* nothing to add: no loss, zero gradient (the same on every rank) */
-        ops_cpu_sgemm(0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
+        ops_cpu_gemm(prec, 0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
         if (vs) {
             double *loss = red + 3 * (size_t)cr;
             ce_rows_sharded(scratch, tc, rows, V, grad_scale, grad, vs, red, loss);
@@ -156,9 +156,10 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             for (int r = 0; r < nb; r++) total += loss[r];
         }
         if (grad) {
-            ops_cpu_sgemm(0, 0, rows, D, V, 1.0f, scratch, V, w, D, 1.0f, dx + (size_t)n0 * D, D);
+            ops_cpu_gemm(prec, 0, 0, rows, D, V, 1.0f, scratch, V, w, D, 1.0f, dx + (size_t)n0 * D,
+                         D);
             if (dw) {
-                ops_cpu_sgemm(1, 0, V, D, rows, 1.0f, scratch, V, xc, D, 1.0f, dw, D);
+                ops_cpu_gemm(prec, 1, 0, V, D, rows, 1.0f, scratch, V, xc, D, 1.0f, dw, D);
             }
         }
     }

@@ -1,27 +1,43 @@
-/* nn.Linear without bias, through ops_cpu_sgemm. */
+/* nn.Linear without bias, through ops_cpu_gemm: "default" in fp32, "bf16" on bf16 operands. */
 #include "ops/cpu/cpu.h"
 
 #include <string.h>
 
 /* out[N,OC] = inp[N,C] @ w[OC,C]^T */
-void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC) {
+static void matmul_fwd(ops_prec prec, float *out, const float *inp, const float *w, int N, int C,
+                       int OC) {
     if (N <= 0 || OC <= 0) return;
     if (C <= 0) { /* empty reduction (BLAS rejects lda = 0) */
         memset(out, 0, (size_t)N * (size_t)OC * sizeof(float));
         return;
     }
-    ops_cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+    ops_cpu_gemm(prec, 0, 1, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
 }
 
 /* dinp[N,C] += dout[N,OC] @ w[OC,C] (skipped when dinp is NULL);
  * dw[OC,C] += dout[N,OC]^T @ inp[N,C]. */
-void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC) {
+static void matmul_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, const float *inp,
+                       const float *w, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     if (dinp) {
-        ops_cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+        ops_cpu_gemm(prec, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
     }
     if (dw) {
-        ops_cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+        ops_cpu_gemm(prec, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
+}
+
+void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC) {
+    matmul_fwd(OPS_PREC_F32, out, inp, w, N, C, OC);
+}
+void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        int N, int C, int OC) {
+    matmul_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, N, C, OC);
+}
+void ops_cpu_matmul_bf16_fwd(float *out, const float *inp, const float *w, int N, int C, int OC) {
+    matmul_fwd(OPS_PREC_BF16, out, inp, w, N, C, OC);
+}
+void ops_cpu_matmul_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, int N, int C, int OC) {
+    matmul_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, N, C, OC);
 }

@@ -352,7 +352,7 @@ static int ref_check_even(const ops_ctx *ctx, base_err *err) {
 
 void ops_cpu_register_reference(int (*reg)(const ops_impl *impl, base_err *err)) {
 #define REF(kind, c, chk, f, b)                                                                    \
-    { kind, "reference", c, chk, (ops_fn)(f), (ops_fn)(b) }
+    { kind, "reference", c, chk, (ops_fn)(f), (ops_fn)(b), OPS_PREC_F32 }
     const ops_impl ref[] = {
         REF(OPS_EMBEDDING, "", NULL, ref_embedding_fwd, ref_embedding_bwd),
         REF(OPS_RMSNORM, "", NULL, ref_rmsnorm_fwd, ref_rmsnorm_bwd),

@@ -1,5 +1,6 @@
 /* The CPU backend's table: the built-in implementations of every op, registered in this
- * order (the first one of an op is its default), then the "reference" ones (reference.c).
+ * order (the first one of an op is its default, the first bf16 one its default in a bf16
+ * model), then the "reference" ones (reference.c).
  * An accelerator backend would have the same kind of table beside this folder (ops/cuda/). */
 #include "cpu.h"
 
@@ -30,28 +31,41 @@ static void add_rmsnorm_unfused(float *h, float *out, float *rstd, const float *
 void ops_cpu_register(int (*reg)(const ops_impl *impl, base_err *err)) {
     const ops_impl builtin[] = {
         {OPS_EMBEDDING, "default", "", NULL, (ops_fn)ops_cpu_embedding_fwd,
-         (ops_fn)ops_cpu_embedding_bwd},
-        {OPS_RMSNORM, "default", "", NULL, (ops_fn)ops_cpu_rmsnorm_fwd,
-         (ops_fn)ops_cpu_rmsnorm_bwd},
-        {OPS_MATMUL, "default", "", NULL, (ops_fn)ops_cpu_matmul_fwd, (ops_fn)ops_cpu_matmul_bwd},
+         (ops_fn)ops_cpu_embedding_bwd, OPS_PREC_F32},
+        {OPS_RMSNORM, "default", "", NULL, (ops_fn)ops_cpu_rmsnorm_fwd, (ops_fn)ops_cpu_rmsnorm_bwd,
+         OPS_PREC_F32},
+        {OPS_MATMUL, "default", "", NULL, (ops_fn)ops_cpu_matmul_fwd, (ops_fn)ops_cpu_matmul_bwd,
+         OPS_PREC_F32},
         {OPS_ROPE, "default", "head_dim % 2 == 0", check_rope_default, (ops_fn)ops_cpu_rope_fwd,
-         (ops_fn)ops_cpu_rope_bwd},
+         (ops_fn)ops_cpu_rope_bwd, OPS_PREC_F32},
         {OPS_ATTENTION, "default", "n_heads % n_kv_heads == 0", check_attention_default,
-         (ops_fn)ops_cpu_attention_fwd, (ops_fn)ops_cpu_attention_bwd},
-        {OPS_SWIGLU, "default", "", NULL, (ops_fn)ops_cpu_swiglu_fwd, (ops_fn)ops_cpu_swiglu_bwd},
-        {OPS_LMHEAD_CE, "default", "", NULL, (ops_fn)ops_cpu_lmhead_ce, NULL},
-        {OPS_ADAMW, "default", "", NULL, (ops_fn)ops_cpu_adamw, NULL},
+         (ops_fn)ops_cpu_attention_fwd, (ops_fn)ops_cpu_attention_bwd, OPS_PREC_F32},
+        {OPS_SWIGLU, "default", "", NULL, (ops_fn)ops_cpu_swiglu_fwd, (ops_fn)ops_cpu_swiglu_bwd,
+         OPS_PREC_F32},
+        {OPS_LMHEAD_CE, "default", "", NULL, (ops_fn)ops_cpu_lmhead_ce, NULL, OPS_PREC_F32},
+        {OPS_ADAMW, "default", "", NULL, (ops_fn)ops_cpu_adamw, NULL, OPS_PREC_F32},
         {OPS_ATTENTION_KV, "default", "n_heads % n_kv_heads == 0", check_attention_default,
-         (ops_fn)ops_cpu_attention_kv, NULL},
+         (ops_fn)ops_cpu_attention_kv, NULL, OPS_PREC_F32},
         {OPS_GROUPED_MM, "default", "", NULL, (ops_fn)ops_cpu_grouped_mm_fwd,
-         (ops_fn)ops_cpu_grouped_mm_bwd},
+         (ops_fn)ops_cpu_grouped_mm_bwd, OPS_PREC_F32},
         {OPS_GROUPED_MM, "grouped", "", NULL, (ops_fn)ops_cpu_grouped_mm_tiled_fwd,
-         (ops_fn)ops_cpu_grouped_mm_tiled_bwd},
+         (ops_fn)ops_cpu_grouped_mm_tiled_bwd, OPS_PREC_F32},
         /* the add's backward is the identity: the backward is rmsnorm's (ops.h) */
         {OPS_ADD_RMSNORM, "default", "", NULL, (ops_fn)ops_cpu_add_rmsnorm_fwd,
-         (ops_fn)ops_cpu_rmsnorm_bwd},
+         (ops_fn)ops_cpu_rmsnorm_bwd, OPS_PREC_F32},
         {OPS_ADD_RMSNORM, "unfused", "", NULL, (ops_fn)add_rmsnorm_unfused,
-         (ops_fn)ops_cpu_rmsnorm_bwd},
+         (ops_fn)ops_cpu_rmsnorm_bwd, OPS_PREC_F32},
+        /* bf16 mixed precision: the defaults of these ops in a bf16 model (ops_ctx.prec); the
+         * other ops keep their fp32 defaults there (norms, RoPE, SwiGLU, embedding, AdamW) */
+        {OPS_MATMUL, "bf16", "", NULL, (ops_fn)ops_cpu_matmul_bf16_fwd,
+         (ops_fn)ops_cpu_matmul_bf16_bwd, OPS_PREC_BF16},
+        {OPS_ATTENTION, "bf16", "n_heads % n_kv_heads == 0", check_attention_default,
+         (ops_fn)ops_cpu_attention_bf16_fwd, (ops_fn)ops_cpu_attention_bf16_bwd, OPS_PREC_BF16},
+        {OPS_LMHEAD_CE, "bf16", "", NULL, (ops_fn)ops_cpu_lmhead_ce_bf16, NULL, OPS_PREC_BF16},
+        {OPS_ATTENTION_KV, "bf16", "n_heads % n_kv_heads == 0", check_attention_default,
+         (ops_fn)ops_cpu_attention_kv_bf16, NULL, OPS_PREC_BF16},
+        {OPS_GROUPED_MM, "bf16", "", NULL, (ops_fn)ops_cpu_grouped_mm_bf16_fwd,
+         (ops_fn)ops_cpu_grouped_mm_bf16_bwd, OPS_PREC_BF16},
     };
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         /* cannot fail: distinct ops, valid fields, an empty table */

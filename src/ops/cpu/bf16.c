@@ -1,0 +1,351 @@
+/* bf16 GEMMs: conversions, weight mirrors and the two engines behind ops_cpu_gemm's bf16 path.
+ *
+ * A bf16 GEMM takes fp32 operands (the ops interface is fp32) and computes
+ * C = op(bf16(A)) @ op(bf16(B)) (+ C) with fp32 accumulation. An operand that lies in a
+ * registered weight mirror (ops_bf16_mirror_add: the model's once-per-step bf16 copy of its
+ * parameters) is read from the copy; any other operand (activations, gradients) is converted
+ * for the call.
+ *
+ * Engines (ops_bf16_engine):
+ *   onednn    oneDNN's matmul primitive with bf16 source and weights and an fp32 destination
+ *             (beta = 1 as a sum post-op). oneDNN picks its kernel from the CPU: AMX tiles
+ *             (brg:avx512_core_amx_bf16), AVX512_BF16 (brg:avx512_core_bf16), ... One
+ *             primitive per shape is created once and cached (creating one costs far more
+ *             than a small GEMM). Chosen where the CPU has bf16 units.
+ *   emulated  operands rounded to bf16 but kept as fp32 values, then the fp32 SGEMM. A product
+ *             of two bf16 values is exact in fp32 (8 + 8 significant bits), so this computes
+ *             what a bf16 unit computes, in another summation order. The CPU path without
+ *             bf16 units: slower than fp32 (the conversions), same numerics class.
+ * Both give bf16-operand results; they differ from each other in the last bits only. */
+#include "ops/cpu/cpu.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TITAN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+/* ---- conversions -------------------------------------------------------------------- */
+
+static inline uint16_t bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void ops_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+}
+
+void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_value(src[i]);
+}
+
+void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_value(bf16_round(src[i]));
+}
+
+/* ---- CPU and engine ------------------------------------------------------------------ */
+
+/* "flags : ... amx_bf16 ... avx512_bf16" in /proc/cpuinfo (GCC 12's __builtin_cpu_supports
+ * knows neither name). */
+static int cpuinfo_has(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[8192];
+    int found = 0;
+    const size_t n = strlen(flag);
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        for (char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
+            found = (p == line || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || !p[n]);
+        break; /* the first processor's flags */
+    }
+    fclose(f);
+    return found;
+}
+
+int ops_bf16_native(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        v = cpuinfo_has("amx_bf16") || cpuinfo_has("avx512_bf16");
+        __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
+    }
+    return v;
+}
+
+enum { ENGINE_EMULATED = 1, ENGINE_ONEDNN = 2 };
+static int engine(void);
+
+/* ---- weight mirrors ------------------------------------------------------------------ */
+
+#define MIRRORS 64
+typedef struct {
+    const float *base;
+    size_t n;
+    const uint16_t *mirror;
+} mirror_range;
+static mirror_range g_mirrors[MIRRORS];
+static int g_n_mirrors;
+static pthread_mutex_t g_mirror_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ops_bf16_mirror_add(const float *base, size_t n, const uint16_t *mirror, base_err *err) {
+    pthread_mutex_lock(&g_mirror_lock);
+    int i = 0;
+    while (i < g_n_mirrors && g_mirrors[i].base != base) i++;
+    if (i == MIRRORS) {
+        pthread_mutex_unlock(&g_mirror_lock);
+        return base_fail(err, "bf16: more than %d weight mirrors (models) in one process", MIRRORS);
+    }
+    g_mirrors[i] = (mirror_range){base, n, mirror};
+    if (i == g_n_mirrors) g_n_mirrors++;
+    pthread_mutex_unlock(&g_mirror_lock);
+    return 0;
+}
+
+void ops_bf16_mirror_remove(const float *base) {
+    pthread_mutex_lock(&g_mirror_lock);
+    for (int i = 0; i < g_n_mirrors; i++)
+        if (g_mirrors[i].base == base) {
+            g_mirrors[i] = g_mirrors[--g_n_mirrors];
+            break;
+        }
+    pthread_mutex_unlock(&g_mirror_lock);
+}
+
+/* The bf16 copy of p[0, n) or NULL. */
+static const uint16_t *mirror_of(const float *p, size_t n) {
+    const uint16_t *m = NULL;
+    pthread_mutex_lock(&g_mirror_lock);
+    for (int i = 0; i < g_n_mirrors && !m; i++) {
+        const mirror_range *r = &g_mirrors[i];
+        if (p >= r->base && p + n <= r->base + r->n) m = r->mirror + (p - r->base);
+    }
+    pthread_mutex_unlock(&g_mirror_lock);
+    return m;
+}
+
+/* ---- operands ------------------------------------------------------------------------ */
+
+/* An operand of rows x cols with leading dimension ld, as bf16 (f16, for oneDNN) or as fp32
+ * values rounded to bf16 (f32r, for the emulated engine). Converted copies are packed (ld =
+ * cols); a mirrored one keeps ld. */
+typedef struct {
+    const uint16_t *h;
+    const float *f;
+    int ld;
+    void *own;
+} operand;
+
+static int operand_get(operand *o, const float *x, int rows, int cols, int ld, int want_f32) {
+    *o = (operand){NULL, NULL, ld, NULL};
+    const size_t span = (size_t)(rows - 1) * ld + cols;
+    const uint16_t *m = mirror_of(x, span);
+    const size_t n = (size_t)rows * cols;
+    if (m && !want_f32) {
+        o->h = m;
+        return 0;
+    }
+    o->own = malloc((want_f32 ? sizeof(float) : sizeof(uint16_t)) * (n ? n : 1));
+    if (!o->own) return -1;
+    o->ld = cols;
+    if (want_f32) {
+        float *d = o->own;
+        if (m) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+            for (int r = 0; r < rows; r++)
+                ops_bf16_to_f32(d + (size_t)r * cols, m + (size_t)r * ld, (size_t)cols);
+        } else {
+#pragma omp parallel for schedule(static) if (n > 65536)
+            for (int r = 0; r < rows; r++)
+                ops_cpu_bf16_round(d + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
+        }
+        o->f = d;
+    } else {
+        uint16_t *d = o->own;
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int r = 0; r < rows; r++)
+            ops_bf16_from_f32(d + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
+        o->h = d;
+    }
+    return 0;
+}
+
+/* ---- oneDNN engine -------------------------------------------------------------------- */
+
+#ifdef TITAN_HAVE_DNNL
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc, acc; /* the key */
+    dnnl_primitive_t prim;
+} dnnl_entry;
+
+#define DNNL_CACHE 256
+static dnnl_entry g_cache[DNNL_CACHE];
+static int g_cache_n, g_cache_next;
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static pthread_mutex_t g_dnnl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k) {
+    dnnl_memory_desc_t a, b, c;
+    const dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
+    const dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
+    const dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
+    const dnnl_dims_t cs = {k->ldc, 1};
+    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) ||
+        dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) ||
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs))
+        return NULL;
+    dnnl_matmul_desc_t md;
+    if (dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)) return NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t p = NULL;
+    if (dnnl_primitive_attr_create(&attr)) return NULL;
+    if (k->acc && (dnnl_post_ops_create(&po) || dnnl_post_ops_append_sum(po, 1.0f) ||
+                   dnnl_primitive_attr_set_post_ops(attr, po)))
+        goto out;
+    if (dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL)) goto out;
+    if (dnnl_primitive_create(&p, pd)) p = NULL;
+out:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    return p;
+}
+
+/* C[M,N] (+)= op(A) op(B) with bf16 A, B; 0 on success (the caller falls back otherwise). */
+static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, int acc, float *C, int ldc) {
+    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL};
+    int rc = -1;
+    pthread_mutex_lock(&g_dnnl_lock);
+    if (!g_engine && (dnnl_engine_create(&g_engine, dnnl_cpu, 0) ||
+                      dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags))) {
+        g_engine = NULL;
+        goto out;
+    }
+    dnnl_primitive_t p = NULL;
+    for (int i = 0; i < g_cache_n && !p; i++) {
+        const dnnl_entry *e = &g_cache[i];
+        if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->lda == lda &&
+            e->ldb == ldb && e->ldc == ldc && e->acc == acc)
+            p = e->prim;
+    }
+    if (!p) {
+        if (!(p = bf16_dnnl_make(&key))) goto out;
+        dnnl_entry *slot = &g_cache[g_cache_n < DNNL_CACHE ? g_cache_n++ : g_cache_next];
+        if (slot->prim && g_cache_n == DNNL_CACHE) { /* full: replace round robin */
+            dnnl_primitive_destroy(slot->prim);
+            g_cache_next = (g_cache_next + 1) % DNNL_CACHE;
+        }
+        *slot = key;
+        slot->prim = p;
+    }
+    const_dnnl_primitive_desc_t pd;
+    if (dnnl_primitive_get_primitive_desc(p, &pd)) goto out;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    const dnnl_memory_desc_t *da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                             *db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                             *dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    if (!dnnl_memory_create(&ma, da, g_engine, (void *)A) &&
+        !dnnl_memory_create(&mb, db, g_engine, (void *)B) &&
+        !dnnl_memory_create(&mc, dc, g_engine, C)) {
+        const dnnl_exec_arg_t args[] = {
+            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        rc = dnnl_primitive_execute(p, g_stream, 3, args) || dnnl_stream_wait(g_stream) ? -1 : 0;
+    }
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+out:
+    pthread_mutex_unlock(&g_dnnl_lock);
+    return rc;
+}
+#endif
+
+/* oneDNN where the CPU has bf16 units (or TITAN_BF16_ENGINE=onednn) and a probe primitive
+ * can be made: oneDNN 2.6 has no bf16 matmul at all below AVX-512 (dnnl_unimplemented on an
+ * AVX2 CPU, even its reference kernel), so there the emulated engine serves. */
+static int engine(void) {
+    static int chosen;
+    int e = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+    if (!e) {
+        const char *env = getenv("TITAN_BF16_ENGINE");
+        e = ops_bf16_native() ? ENGINE_ONEDNN : ENGINE_EMULATED;
+        if (env && !strcmp(env, "onednn")) e = ENGINE_ONEDNN;
+        if (env && !strcmp(env, "emulated")) e = ENGINE_EMULATED;
+#ifdef TITAN_HAVE_DNNL
+        if (e == ENGINE_ONEDNN) {
+            const uint16_t one[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+            float c[4] = {0};
+            if (bf16_dnnl_gemm(0, 1, 2, 2, 2, one, 2, one, 2, 0, c, 2) || c[0] != 2.0f) {
+                if (env && !strcmp(env, "onednn"))
+                    base_log(BASE_LOG_WARN,
+                             "TITAN_BF16_ENGINE=onednn: this oneDNN has no bf16 matmul for this "
+                             "CPU; bf16 GEMMs run emulated");
+                e = ENGINE_EMULATED;
+            }
+        }
+#else
+        e = ENGINE_EMULATED;
+#endif
+        __atomic_store_n(&chosen, e, __ATOMIC_RELEASE);
+    }
+    return e;
+}
+
+const char *ops_bf16_engine(void) {
+    return engine() == ENGINE_ONEDNN ? "onednn" : "emulated";
+}
+
+/* ---- the bf16 GEMM --------------------------------------------------------------------- */
+
+static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    operand a, b;
+#ifdef TITAN_HAVE_DNNL
+    if (engine() == ENGINE_ONEDNN && alpha == 1.0f && (beta == 0.0f || beta == 1.0f)) {
+        if (!operand_get(&a, A, ar, ac, lda, 0)) {
+            int done = 0;
+            if (!operand_get(&b, B, br, bc, ldb, 0)) {
+                done = !bf16_dnnl_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, C, ldc);
+                free(b.own);
+            }
+            free(a.own);
+            if (done) return;
+        }
+    }
+#endif
+    /* emulated (and the fallback when oneDNN refuses a shape or memory runs out) */
+    if (operand_get(&a, A, ar, ac, lda, 1)) abort(); /* out of memory in a void op */
+    if (operand_get(&b, B, br, bc, ldb, 1)) abort();
+    ops_cpu_sgemm(ta, tb, M, N, K, alpha, a.f, a.ld, b.f, b.ld, beta, C, ldc);
+    free(a.own);
+    free(b.own);
+}
+
+void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (prec == OPS_PREC_BF16 && M > 0 && N > 0 && K > 0)
+        gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+        ops_cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
