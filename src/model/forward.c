@@ -360,7 +360,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
                    .prec = o->prec};
     m->prec = o->prec;
     if (o->prec == OPS_PREC_BF16) {
-        m->w16 = base_alloc(sizeof(uint16_t) * (m->n_floats ? m->n_floats : 1));
+        m->w16 = base_alloc(ops_bf16_mirror_bytes(m->n_floats ? m->n_floats : 1));
         m->w16_fresh = base_alloc((size_t)m->n_units);
         if (!m->w16 || !m->w16_fresh) return base_fail(err, "out of memory (bf16 weight copy)");
         memset(m->w16_fresh, 0, (size_t)m->n_units);
@@ -444,7 +444,7 @@ static void bf16_sync(const model *m, int u) {
         }
     }
     const model_unit *un = &m->units[u];
-    ops_bf16_from_f32(m->w16 + un->offset, m->w + un->offset, un->numel);
+    ops_bf16_mirror_convert(m->w16, un->offset, m->w + un->offset, un->numel);
     m->w16_fresh[u] = 1;
 }
 

@@ -203,12 +203,13 @@ typedef struct {
     float *w;        /* [n_floats] parameters */
     float *g;        /* [n_floats] gradients (allocated by model_build when training) */
     ops_table *ops;  /* [n_layers + 2]: tok_embeddings, layers.0.., head */
-    /* bf16 mixed precision (prec OPS_PREC_BF16; NULL / 0 in fp32): w16 [n_floats] is the bf16
-     * copy of w the GEMMs read (registered as its ops weight mirror), converted per unit on
-     * the unit's first use after model_weights_changed (so once per step, after FSDP's
-     * gather); w16_fresh[n_units] says which units are up to date. */
+    /* bf16 mixed precision (prec OPS_PREC_BF16; NULL / 0 in fp32): w16 is the bf16 copy of w
+     * the GEMMs read (the ops weight mirror of [w, w + n_floats), in the bf16 engine's format:
+     * ops_bf16_mirror_bytes), converted per unit on the unit's first use after
+     * model_weights_changed (so once per step, after FSDP's gather); w16_fresh[n_units] says
+     * which units are up to date. */
     ops_prec prec;
-    uint16_t *w16;
+    void *w16;
     unsigned char *w16_fresh;
     const float *w16_base; /* the w the mirror was registered for */
     int batch, seq_len;

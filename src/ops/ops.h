@@ -166,11 +166,17 @@ int ops_bf16_native(void);
  * fp32 accumulation, at fp32 speed plus the conversions). TITAN_BF16_ENGINE=onednn|emulated
  * forces one (oneDNN runs its reference kernel on CPUs without bf16 units: slow, for tests). */
 const char *ops_bf16_engine(void);
-/* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same offsets),
- * kept by the caller (the model converts each unit once per step). A bf16 GEMM whose operand
- * lies in a mirrored range reads the copy instead of converting the operand. Registering the
- * same base again replaces its entry; at most 64 ranges. */
-int ops_bf16_mirror_add(const float *base, size_t n, const uint16_t *mirror, base_err *err);
+/* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same element
+ * offsets), kept by the caller (the model converts each unit once per step). A bf16 GEMM whose
+ * operand lies in a mirrored range reads the copy instead of converting the operand. The
+ * copy's format is the engine's: bf16 (2 bytes) for onednn, bf16-rounded fp32 (4 bytes: the
+ * emulated engine then converts nothing per call) -- ops_bf16_mirror_bytes sizes it and
+ * ops_bf16_mirror_convert fills it. Registering the same base again replaces its entry; at
+ * most 64 ranges. */
+size_t ops_bf16_mirror_bytes(size_t n);
+/* mirror elements [off, off + n) = src[0, n) rounded to bf16, in the engine's format. */
+void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n);
+int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err);
 void ops_bf16_mirror_remove(const float *base);
 
 /* ---- conformance (ops/conform.c) ----------------------------------------------------

@@ -165,8 +165,13 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->ep_buffers = with - (double)model_activation_bytes_for(&in->model, &o);
     }
     p->runtime = in->world > 1 ? RUNTIME_MPI : RUNTIME_ONE;
-    const double fixed =
-        p->params + p->grads + p->adam + p->gathered + p->comm_buffers + p->runtime;
+    if (in->prec == OPS_PREC_BF16) {
+        p->bf16_copy = 2.0 * (double)m.n_floats;
+        p->bf16_scratch = (ops_bf16_native() ? 2.0 : 4.0) * (double)in->model.vocab_size *
+                          in->model.dim / (in->loss_parallel_off ? 1 : tp);
+    }
+    const double fixed = p->params + p->grads + p->adam + p->gathered + p->comm_buffers +
+                         p->runtime + p->bf16_copy + p->bf16_scratch;
     p->total_none = fixed + p->act_none;
     p->total_full = fixed + p->act_full;
     p->total_conf = fixed + p->act_conf;
@@ -208,6 +213,12 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                 "    of which EP all-to-all         %10.3f   (configured mode; sized for all "
                 "rows routed to one rank)\n",
                 p->ep_buffers / G);
+    if (in->prec == OPS_PREC_BF16) {
+        fprintf(f, "  bf16 weight copy (whole)         %10.3f   (2 B per parameter, per step)\n",
+                p->bf16_copy / G);
+        fprintf(f, "  bf16 GEMM operand scratch        %10.3f   (the lm_head weight, %s)\n",
+                p->bf16_scratch / G, ops_bf16_native() ? "bf16" : "emulated: fp32");
+    }
     fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
     fprintf(f, "  total, no checkpointing          %10.3f", p->total_none / G);
     if (budget_gib > 0)
@@ -225,7 +236,7 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                     budget_gib);
         fprintf(f, "   (configured)\n");
     }
-    fprintf(f, "traffic per rank per step                GiB\n");
+    fprintf(f, "traffic per rank per step (fp32)         GiB\n");
     fprintf(f, "  all-gather parameters            %10.3f   (%lld collectives)\n",
             p->allgather_bytes / G, (long long)p->allgathers);
     fprintf(f, "  reduce-scatter gradients         %10.3f   (%lld collectives)\n",
@@ -251,7 +262,8 @@ train_plan_in train_plan_in_of(const train_opts *o, int world) {
                            .reshard = o->reshard,
                            .ac = o->ac,
                            .ac_every = o->ac_every,
-                           .loss_parallel_off = o->loss_parallel_off};
+                           .loss_parallel_off = o->loss_parallel_off,
+                           .prec = o->prec};
 }
 
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {

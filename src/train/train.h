@@ -446,7 +446,8 @@ int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const tr
 
 /* ---- titan plan (src/train/plan.c) ---------------------------------------------------
  * Per-rank memory and per-step traffic of a training run on `world` ranks, from the shapes
- * alone (nothing of the model is allocated). fp32 everywhere; bytes. */
+ * alone (nothing of the model is allocated). fp32 everywhere but the bf16 copy and scratch of
+ * a bf16 run (collectives move fp32); bytes. */
 typedef struct {
     model_args model;
     int world, batch, seq_len, grad_accum;
@@ -455,6 +456,7 @@ typedef struct {
     model_ac_mode ac;      /* the configured mode (none and full are always reported) */
     int ac_every;          /* SELECTIVE: every N-th block (model_build_opts.ac_every) */
     int loss_parallel_off; /* tp > 1: parallelism.disable_loss_parallel */
+    ops_prec prec;         /* training.mixed_precision_param (resolved) */
 } train_plan_in;
 
 typedef struct {
@@ -466,6 +468,10 @@ typedef struct {
     double act_none, act_full;   /* activations without / with full activation checkpointing */
     double act_conf, total_conf; /* the configured mode's (= one of the above unless selective) */
     double runtime;              /* libraries, MPI, thread stacks: a measured constant */
+    /* bf16: the bf16 copy of this rank's (tp-local) weights, whole (2 bytes per parameter,
+     * not sharded: made once per step from each unit's gather), and the largest GEMM operand
+     * converted per call (the lm_head weight [V, D]: 4 bytes each emulated, 2 on bf16 units) */
+    double bf16_copy, bf16_scratch;
     double total_none, total_full;
     /* per step, per rank */
     double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;

@@ -24,6 +24,14 @@ for tie in 1 0; do
       "$out/fsdp2_$tie.jsonl"
   "$diff_tool" "$out/fsdp2_$tie/checkpoint" "$out/ref$tie/checkpoint" 1e-5
 done
+# bf16 mixed precision under FSDP: each rank's bf16 weight copy is made from the gathered units
+# once per step; 2 ranks x 1 microbatch follow 1 rank x 2 microbatches
+m=("${model[@]}" --set tie_embeddings=1 --steps 5 --training.mixed_precision_param=bfloat16)
+"$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/bf_ref.jsonl" \
+    --dump-folder "$out/bf_ref" > "$out/bf_ref.log" 2>&1
+mpi 2 "${m[@]}" --batch 2 --metrics "$out/bf_fsdp2.jsonl" --dump-folder "$out/bf_fsdp2" \
+    > "$out/bf_fsdp2.log" 2>&1 || { cat "$out/bf_fsdp2.log"; exit 1; }
+same_losses "bf16: dp_shard=2 vs 1 rank x 2 microbatches" "$out/bf_ref.jsonl" "$out/bf_fsdp2.jsonl"
 m=("${model[@]}" --set tie_embeddings=1 --steps 5)
 mpi 4 "${m[@]}" --batch 1 --metrics "$out/fsdp4.jsonl" --dump-folder "$out/fsdp4" \
     --checkpoint-interval 5 --parallelism.fsdp_reshard_after_forward always > "$out/fsdp4.log"

@@ -81,7 +81,7 @@ if "$titan" train "${model[@]}" --training.mixed_precision_param=float16 --steps
 grep -q "mixed_precision_param" "$out/y.log" || { cat "$out/y.log"; exit 1; }
 echo "ok bf16 reduce and unknown precisions refused by name"
 
-"$titan" generate --model "$out/bf/checkpoint" --ids --prompt "1 2 3" --max-new-tokens 4 \
+"$titan" generate --model "$out/r" --ids --prompt "1 2 3" --max-new-tokens 4 \
     --temperature 0 --precision bfloat16 > "$out/gen.txt" 2> "$out/gen.log" ||
   { cat "$out/gen.log"; exit 1; }
 grep -q "precision bfloat16" "$out/gen.log" && [ -s "$out/gen.txt" ] ||

@@ -98,13 +98,24 @@ static int engine(void);
 typedef struct {
     const float *base;
     size_t n;
-    const uint16_t *mirror;
+    const void *mirror; /* bf16 (onednn) or bf16-rounded fp32 (emulated) */
 } mirror_range;
 static mirror_range g_mirrors[MIRRORS];
 static int g_n_mirrors;
 static pthread_mutex_t g_mirror_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int ops_bf16_mirror_add(const float *base, size_t n, const uint16_t *mirror, base_err *err) {
+size_t ops_bf16_mirror_bytes(size_t n) {
+    return n * (engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float));
+}
+
+void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n) {
+    if (engine() == ENGINE_ONEDNN)
+        ops_bf16_from_f32((uint16_t *)mirror + off, src, n);
+    else
+        ops_cpu_bf16_round((float *)mirror + off, src, n);
+}
+
+int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err) {
     pthread_mutex_lock(&g_mirror_lock);
     int i = 0;
     while (i < g_n_mirrors && g_mirrors[i].base != base) i++;
@@ -128,13 +139,15 @@ void ops_bf16_mirror_remove(const float *base) {
     pthread_mutex_unlock(&g_mirror_lock);
 }
 
-/* The bf16 copy of p[0, n) or NULL. */
-static const uint16_t *mirror_of(const float *p, size_t n) {
-    const uint16_t *m = NULL;
+/* The mirror of p[0, n) (the engine's format, at p's offset) or NULL. */
+static const void *mirror_of(const float *p, size_t n) {
+    const void *m = NULL;
+    const size_t es = engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float);
     pthread_mutex_lock(&g_mirror_lock);
     for (int i = 0; i < g_n_mirrors && !m; i++) {
         const mirror_range *r = &g_mirrors[i];
-        if (p >= r->base && p + n <= r->base + r->n) m = r->mirror + (p - r->base);
+        if (p >= r->base && p + n <= r->base + r->n)
+            m = (const char *)r->mirror + (size_t)(p - r->base) * es;
     }
     pthread_mutex_unlock(&g_mirror_lock);
     return m;
@@ -142,9 +155,9 @@ static const uint16_t *mirror_of(const float *p, size_t n) {
 
 /* ---- operands ------------------------------------------------------------------------ */
 
-/* An operand of rows x cols with leading dimension ld, as bf16 (f16, for oneDNN) or as fp32
- * values rounded to bf16 (f32r, for the emulated engine). Converted copies are packed (ld =
- * cols); a mirrored one keeps ld. */
+/* An operand of rows x cols with leading dimension ld, as bf16 (h, for oneDNN) or as fp32
+ * values rounded to bf16 (f, for the emulated engine): a mirrored weight as it is (ld kept),
+ * anything else converted into a packed copy (ld = cols) owned by the operand. */
 typedef struct {
     const uint16_t *h;
     const float *f;
@@ -154,35 +167,35 @@ typedef struct {
 
 static int operand_get(operand *o, const float *x, int rows, int cols, int ld, int want_f32) {
     *o = (operand){NULL, NULL, ld, NULL};
-    const size_t span = (size_t)(rows - 1) * ld + cols;
-    const uint16_t *m = mirror_of(x, span);
-    const size_t n = (size_t)rows * cols;
-    if (m && !want_f32) {
-        o->h = m;
+    const void *m = mirror_of(x, (size_t)(rows - 1) * ld + cols);
+    const int mirror_f32 = engine() != ENGINE_ONEDNN;
+    if (m && want_f32 == mirror_f32) { /* the mirror as it is */
+        if (want_f32)
+            o->f = m;
+        else
+            o->h = m;
         return 0;
     }
+    /* a bf16 mirror wanted as fp32 (a shape oneDNN refused) is expanded; anything else converted */
+    const size_t n = (size_t)rows * cols;
     o->own = malloc((want_f32 ? sizeof(float) : sizeof(uint16_t)) * (n ? n : 1));
     if (!o->own) return -1;
     o->ld = cols;
-    if (want_f32) {
-        float *d = o->own;
-        if (m) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-            for (int r = 0; r < rows; r++)
-                ops_bf16_to_f32(d + (size_t)r * cols, m + (size_t)r * ld, (size_t)cols);
-        } else {
-#pragma omp parallel for schedule(static) if (n > 65536)
-            for (int r = 0; r < rows; r++)
-                ops_cpu_bf16_round(d + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
-        }
-        o->f = d;
-    } else {
-        uint16_t *d = o->own;
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int r = 0; r < rows; r++)
-            ops_bf16_from_f32(d + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
-        o->h = d;
+    for (int r = 0; r < rows; r++) {
+        float *f = (float *)o->own + (size_t)r * cols;
+        if (want_f32 && m)
+            ops_bf16_to_f32(f, (const uint16_t *)m + (size_t)r * ld, (size_t)cols);
+        else if (want_f32)
+            ops_cpu_bf16_round(f, x + (size_t)r * ld, (size_t)cols);
+        else
+            ops_bf16_from_f32((uint16_t *)o->own + (size_t)r * cols, x + (size_t)r * ld,
+                              (size_t)cols);
     }
+    if (want_f32)
+        o->f = o->own;
+    else
+        o->h = o->own;
     return 0;
 }
 
