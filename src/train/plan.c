@@ -166,9 +166,12 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     }
     p->runtime = in->world > 1 ? RUNTIME_MPI : RUNTIME_ONE;
     if (in->prec == OPS_PREC_BF16) {
-        p->bf16_copy = 2.0 * (double)m.n_floats;
-        p->bf16_scratch = (ops_bf16_native() ? 2.0 : 4.0) * (double)in->model.vocab_size *
-                          in->model.dim / (in->loss_parallel_off ? 1 : tp);
+        p->bf16_copy = (double)ops_bf16_mirror_bytes(m.n_floats);
+        /* the largest operand converted per call: the lm_head+CE chunk's logit gradient
+         * [chunk, V/tp], about 64M elements with the automatic chunk */
+        const double logits = (double)in->batch * in->seq_len * in->model.vocab_size /
+                              (in->loss_parallel_off ? 1 : tp);
+        p->bf16_scratch = (ops_bf16_native() ? 2.0 : 4.0) * (logits < 64e6 ? logits : 64e6);
     }
     const double fixed = p->params + p->grads + p->adam + p->gathered + p->comm_buffers +
                          p->runtime + p->bf16_copy + p->bf16_scratch;
@@ -214,9 +217,10 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                 "rows routed to one rank)\n",
                 p->ep_buffers / G);
     if (in->prec == OPS_PREC_BF16) {
-        fprintf(f, "  bf16 weight copy (whole)         %10.3f   (2 B per parameter, per step)\n",
-                p->bf16_copy / G);
-        fprintf(f, "  bf16 GEMM operand scratch        %10.3f   (the lm_head weight, %s)\n",
+        fprintf(f, "  bf16 weight copy (whole)         %10.3f   (%s per parameter, per step)\n",
+                p->bf16_copy / G, ops_bf16_native() ? "2 B" : "emulated: 4 B");
+        fprintf(f,
+                "  bf16 GEMM operand scratch        %10.3f   (the CE chunk's logit gradient, %s)\n",
                 p->bf16_scratch / G, ops_bf16_native() ? "bf16" : "emulated: fp32");
     }
     fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
