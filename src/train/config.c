@@ -737,7 +737,10 @@ static int check_scalar(const field *f, base_toml_value *v, char *why, size_t n)
             return -1;
         }
     }
-    if (t == T_STR && f->choices && !is_choice(f->choices, v->s)) {
+    /* "" is the unset value of a choice field whose default is unset (resolved later, e.g.
+     * mixed_precision_param against the CPU): a printed config loads back */
+    const int unset_ok = f->def_s && !f->def_s[0] && !v->s[0];
+    if (t == T_STR && f->choices && !unset_ok && !is_choice(f->choices, v->s)) {
         char best[64], list[160];
         suggest_choice(f->choices, v->s, best, sizeof best);
         choices_list(f->choices, list, sizeof list);

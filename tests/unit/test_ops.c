@@ -683,16 +683,33 @@ static void test_registry(void) {
     const ops_impl *list[128];
     int n = ops_list(list, 128);
     char buf[256];
-    int n_default = 0, n_ref = 0;
+    int n_default = 0, n_ref = 0, n_bf16 = 0;
     for (int i = 0; i < n; i++) {
         n_default += !strcmp(list[i]->name, "default");
         n_ref += !strcmp(list[i]->name, "reference");
+        n_bf16 += list[i]->prec == OPS_PREC_BF16 && !strcmp(list[i]->name, "bf16");
     }
-    snprintf(buf, sizeof buf, "%d implementations, %d defaults, %d references", n, n_default,
-             n_ref);
-    /* plus grouped_mm's "grouped" and add_rmsnorm's "unfused" */
+    snprintf(buf, sizeof buf, "%d implementations, %d defaults, %d references, %d bf16", n,
+             n_default, n_ref, n_bf16);
+    /* plus grouped_mm's "grouped", add_rmsnorm's "unfused" and the five bf16 GEMM ops */
     check_true("registry: builtins registered once (one default per op, plus references)",
-               n_default == OPS_COUNT && n == n_default + n_ref + 2, buf);
+               n_default == OPS_COUNT && n_bf16 == 5 && n == n_default + n_ref + 2 + n_bf16, buf);
+    { /* a bf16 model's defaults: the bf16 implementations where there is one, fp32 elsewhere */
+        ops_ctx bc = ctx;
+        bc.prec = OPS_PREC_BF16;
+        ops_table tb;
+        const int ok = ops_resolve(&tb, "layers.0", &bc, NULL, 0, &err) == 0;
+        snprintf(buf, sizeof buf, "matmul %s, attention %s, lmhead_ce %s, rmsnorm %s, swiglu %s",
+                 ok ? tb.impl[OPS_MATMUL]->name : "?", ok ? tb.impl[OPS_ATTENTION]->name : "?",
+                 ok ? tb.impl[OPS_LMHEAD_CE]->name : "?", ok ? tb.impl[OPS_RMSNORM]->name : "?",
+                 ok ? tb.impl[OPS_SWIGLU]->name : "?");
+        check_true("registry: bf16 precision resolves the bf16 GEMM ops, fp32 norms",
+                   ok &&
+                       !strcmp(buf, "matmul bf16, attention bf16, lmhead_ce bf16, rmsnorm default, "
+                                    "swiglu default"),
+                   buf);
+        if (ok) ops_release(&tb);
+    }
 
     int rc = ops_resolve(&t, "layers.0", &ctx, NULL, 0, &err);
     int ok = rc == 0;
