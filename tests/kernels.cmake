@@ -7,8 +7,14 @@ set_target_properties(rope_bhsd PROPERTIES PREFIX "lib"
 target_include_directories(rope_bhsd PRIVATE ${CMAKE_SOURCE_DIR}/include)
 target_link_libraries(rope_bhsd PRIVATE OpenMP::OpenMP_C)
 
+add_library(grouped_tiles MODULE ${CMAKE_SOURCE_DIR}/examples/kernels/grouped_tiles.c)
+set_target_properties(grouped_tiles PROPERTIES PREFIX "lib"
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/examples)
+target_include_directories(grouped_tiles PRIVATE ${CMAKE_SOURCE_DIR}/include)
+target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
+
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
-foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker)
+foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -17,10 +23,11 @@ foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker
   target_link_libraries(test_plugin_${case} PRIVATE m)
   add_dependencies(test_kernels test_plugin_${case})
 endforeach()
-add_dependencies(test_kernels rope_bhsd)
+add_dependencies(test_kernels rope_bhsd grouped_tiles)
 target_compile_definitions(test_kernels PRIVATE
   TITAN_TEST_PLUGIN_DIR="${TITAN_TEST_PLUGIN_DIR}"
-  TITAN_EXAMPLE_PLUGIN="${CMAKE_BINARY_DIR}/examples/librope_bhsd.so")
+  TITAN_EXAMPLE_PLUGIN="${CMAKE_BINARY_DIR}/examples/librope_bhsd.so"
+  TITAN_MOE_PLUGIN="${CMAKE_BINARY_DIR}/examples/libgrouped_tiles.so")
 
 # Conformance: every registered implementation against its op's default (defaults against
 # the reference implementations), then the example plugin and the test plugin.

@@ -122,8 +122,10 @@ static size_t plg_round(size_t bytes) {
 }
 
 /* B, T, hd: the sizes of heads tensors (unused when no tensor has nh > 0). */
-static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], float eps, int B, int T,
-                     int hd, const plg_in *in, int nin, const plg_out *out, int nout) {
+/* offs: grouped_mm's group offsets (args->offs), NULL for the other ops. */
+static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], float eps,
+                     const int32_t *offs, int B, int T, int hd, const plg_in *in, int nin,
+                     const plg_out *out, int nout) {
     plg_slot *s = &g_slots[kind][slot];
     const plg_kernel *k = s->k;
     const int bhsd = k->d.layout == TITAN_LAYOUT_BHSD;
@@ -131,11 +133,13 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     memset(&a, 0, sizeof a);
     memcpy(a.dims, dims, sizeof a.dims);
     a.eps = eps;
+    a.offs = offs;
     if (phase == 0 && k->d.saved_bytes) {
         size_t want = k->d.saved_bytes(dims);
         if (want > s->saved_size) {
             void *p = plg_alloc(want);
             if (s->saved) memcpy(p, s->saved, s->saved_size);
+            memset((char *)p + s->saved_size, 0, want - s->saved_size); /* new bytes: zero */
             free(s->saved);
             s->saved = p;
             s->saved_size = want;
@@ -197,7 +201,7 @@ static void plg_rope_fwd(int slot, float *out, const float *inp, const float *co
     const int dims[8] = {B, T, nh, hd};
     const plg_in in[] = {{inp, n, nh}, {cos, tab, 0}, {sin, tab, 0}};
     const plg_out o[] = {{out, n, nh, 0}};
-    plg_call(OPS_ROPE, slot, 0, dims, 0, B, T, hd, in, 3, o, 1);
+    plg_call(OPS_ROPE, slot, 0, dims, 0, NULL, B, T, hd, in, 3, o, 1);
 }
 
 static void plg_rope_bwd(int slot, float *dinp, const float *dout, const float *cos,
@@ -206,7 +210,7 @@ static void plg_rope_bwd(int slot, float *dinp, const float *dout, const float *
     const int dims[8] = {B, T, nh, hd};
     const plg_in in[] = {{dout, n, nh}, {cos, tab, 0}, {sin, tab, 0}};
     const plg_out o[] = {{dinp, n, nh, 1}};
-    plg_call(OPS_ROPE, slot, 1, dims, 0, B, T, hd, in, 3, o, 1);
+    plg_call(OPS_ROPE, slot, 1, dims, 0, NULL, B, T, hd, in, 3, o, 1);
 }
 
 static void plg_attention_fwd(int slot, float *out, float *lse, const float *q, const float *k,
@@ -215,7 +219,7 @@ static void plg_attention_fwd(int slot, float *out, float *lse, const float *q, 
     const int dims[8] = {B, T, H, G, hd};
     const plg_in in[] = {{q, nq, H}, {k, nkv, G}, {v, nkv, G}};
     const plg_out o[] = {{out, nq, H, 0}, {lse, (size_t)B * H * T, 0, 0}};
-    plg_call(OPS_ATTENTION, slot, 0, dims, 0, B, T, hd, in, 3, o, 2);
+    plg_call(OPS_ATTENTION, slot, 0, dims, 0, NULL, B, T, hd, in, 3, o, 2);
 }
 
 static void plg_attention_bwd(int slot, float *dq, float *dk, float *dv, const float *dout,
@@ -226,7 +230,7 @@ static void plg_attention_bwd(int slot, float *dq, float *dk, float *dv, const f
     const plg_in in[] = {{dout, nq, H}, {out, nq, H}, {lse, (size_t)B * H * T, 0},
                          {q, nq, H},    {k, nkv, G},  {v, nkv, G}};
     const plg_out o[] = {{dq, nq, H, 1}, {dk, nkv, G, 1}, {dv, nkv, G, 1}};
-    plg_call(OPS_ATTENTION, slot, 1, dims, 0, B, T, hd, in, 6, o, 3);
+    plg_call(OPS_ATTENTION, slot, 1, dims, 0, NULL, B, T, hd, in, 6, o, 3);
 }
 
 static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp, const float *w,
@@ -235,7 +239,7 @@ static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp,
     const int dims[8] = {N, C};
     const plg_in in[] = {{inp, n, 0}, {w, (size_t)C, 0}};
     const plg_out o[] = {{out, n, 0, 0}, {rstd, (size_t)N, 0, 0}};
-    plg_call(OPS_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 2, o, 2);
+    plg_call(OPS_RMSNORM, slot, 0, dims, eps, NULL, 0, 0, 0, in, 2, o, 2);
 }
 
 /* rmsnorm's backward, also add_rmsnorm's (kind): the same call. */
@@ -245,7 +249,7 @@ static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const 
     const int dims[8] = {N, C};
     const plg_in in[] = {{dout, n, 0}, {inp, n, 0}, {w, (size_t)C, 0}, {rstd, (size_t)N, 0}};
     const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, 1}};
-    plg_call(kind, slot, 1, dims, 0, 0, 0, 0, in, 4, o, 2);
+    plg_call(kind, slot, 1, dims, 0, NULL, 0, 0, 0, in, 4, o, 2);
 }
 
 static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
@@ -264,7 +268,7 @@ static void plg_add_rmsnorm_fwd(int slot, float *h, float *out, float *rstd, con
     const int dims[8] = {N, C};
     const plg_in in[] = {{x, n, 0}, {y, n, 0}, {w, (size_t)C, 0}};
     const plg_out o[] = {{h, n, 0, 0}, {out, n, 0, 0}, {rstd, (size_t)N, 0, 0}};
-    plg_call(OPS_ADD_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 3, o, 3);
+    plg_call(OPS_ADD_RMSNORM, slot, 0, dims, eps, NULL, 0, 0, 0, in, 3, o, 3);
 }
 
 static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float *up, int N, int F) {
@@ -272,7 +276,7 @@ static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float 
     const int dims[8] = {N, F};
     const plg_in in[] = {{gate, n, 0}, {up, n, 0}};
     const plg_out o[] = {{out, n, 0, 0}};
-    plg_call(OPS_SWIGLU, slot, 0, dims, 0, 0, 0, 0, in, 2, o, 1);
+    plg_call(OPS_SWIGLU, slot, 0, dims, 0, NULL, 0, 0, 0, in, 2, o, 1);
 }
 
 static void plg_swiglu_bwd(int slot, float *dgate, float *dup, const float *dout, const float *gate,
@@ -281,7 +285,7 @@ static void plg_swiglu_bwd(int slot, float *dgate, float *dup, const float *dout
     const int dims[8] = {N, F};
     const plg_in in[] = {{dout, n, 0}, {gate, n, 0}, {up, n, 0}};
     const plg_out o[] = {{dgate, n, 0, 1}, {dup, n, 0, 1}};
-    plg_call(OPS_SWIGLU, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
+    plg_call(OPS_SWIGLU, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
 }
 
 static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *w, int N, int C,
@@ -289,7 +293,7 @@ static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *
     const int dims[8] = {N, C, OC};
     const plg_in in[] = {{inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
     const plg_out o[] = {{out, (size_t)N * OC, 0, 0}};
-    plg_call(OPS_MATMUL, slot, 0, dims, 0, 0, 0, 0, in, 2, o, 1);
+    plg_call(OPS_MATMUL, slot, 0, dims, 0, NULL, 0, 0, 0, in, 2, o, 1);
 }
 
 static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
@@ -298,7 +302,27 @@ static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, 
     const plg_in in[] = {
         {dout, (size_t)N * OC, 0}, {inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
     const plg_out o[] = {{dinp, (size_t)N * C, 0, 1}, {dw, (size_t)OC * C, 0, 1}};
-    plg_call(OPS_MATMUL, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
+    plg_call(OPS_MATMUL, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
+}
+
+/* grouped_mm: R = offs[E] rows; dims {R, C, OC, E} */
+static void plg_grouped_mm_fwd(int slot, float *out, const float *inp, const float *w,
+                               const int32_t *offs, int E, int C, int OC) {
+    const size_t R = (size_t)offs[E];
+    const int dims[8] = {(int)R, C, OC, E};
+    const plg_in in[] = {{inp, R * C, 0}, {w, (size_t)E * OC * C, 0}};
+    const plg_out o[] = {{out, R * OC, 0, 0}};
+    plg_call(OPS_GROUPED_MM, slot, 0, dims, 0, offs, 0, 0, 0, in, 2, o, 1);
+}
+
+static void plg_grouped_mm_bwd(int slot, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, const int32_t *offs, int E, int C,
+                               int OC) {
+    const size_t R = (size_t)offs[E];
+    const int dims[8] = {(int)R, C, OC, E};
+    const plg_in in[] = {{dout, R * OC, 0}, {inp, R * C, 0}, {w, (size_t)E * OC * C, 0}};
+    const plg_out o[] = {{dinp, R * C, 0, 1}, {dw, (size_t)E * OC * C, 0, 1}};
+    plg_call(OPS_GROUPED_MM, slot, 1, dims, 0, offs, 0, 0, 0, in, 3, o, 2);
 }
 
 /* ---- trampolines: one function per (op, direction, slot), for every op of the list
@@ -391,8 +415,9 @@ static void plg_unbind(ops_table *t, ops_kind k) {
 static int plg_check(const ops_binding *b, const ops_ctx *ctx, base_err *err) {
     const plg_kernel *pk = (const plg_kernel *)b;
     if (!pk->d.check) return 0;
-    const titan_model_shape sh = {ctx->batch,      ctx->seq_len,  ctx->dim,     ctx->n_heads,
-                                  ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim, ctx->vocab};
+    const titan_model_shape sh = {ctx->batch,     ctx->seq_len,  ctx->dim,        ctx->n_heads,
+                                  ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim,    ctx->vocab,
+                                  ctx->n_experts,  ctx->top_k,    ctx->moe_ffn_dim};
     char why[256] = "";
     if (pk->d.check(&sh, why, sizeof why) == 0) return 0;
     why[sizeof why - 1] = '\0';
@@ -430,10 +455,10 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     if (L->failed) return -1;
     L->failed = 1;
     if (!d) return base_fail(L->err, "kernel plugin %s: register_kernel(NULL)", L->path);
-    if (d->abi_version != TITAN_KERNEL_ABI_VERSION)
+    if (d->abi_version < 1 || d->abi_version > TITAN_KERNEL_ABI_VERSION)
         return base_fail(L->err,
                          "kernel plugin %s: a kernel descriptor says ABI version %u; this titan "
-                         "speaks version %u (rebuild the plugin against its "
+                         "speaks versions 1 to %u (rebuild the plugin against its "
                          "include/titan/kernel_abi.h)",
                          L->path, d->abi_version, TITAN_KERNEL_ABI_VERSION);
     if (d->struct_size < sizeof(titan_kernel_desc))
@@ -448,6 +473,13 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
                          "kernel plugin %s: kernel '%s' is for op '%s'; plugins can provide %s",
                          L->path, nm, d->op ? d->op : "(null)", ops);
     }
+    if (d->abi_version < (uint32_t)ops_kind_plugin((ops_kind)kind))
+        return base_fail(L->err,
+                         "kernel plugin %s: kernel %s/%s: op '%s' came with kernel ABI version "
+                         "%d; the descriptor says version %u (rebuild the plugin against this "
+                         "titan's include/titan/kernel_abi.h)",
+                         L->path, d->op, nm, d->op, ops_kind_plugin((ops_kind)kind),
+                         d->abi_version);
     if (!d->name || !plg_name_ok(d->name))
         return base_fail(L->err,
                          "kernel plugin %s: %s kernel name '%s' must be 1-63 characters of "
@@ -515,12 +547,12 @@ int ops_plugin_load(const char *path, base_err *err) {
                          "include/titan/kernel_abi.h)",
                          path);
     }
-    if (*ver != TITAN_KERNEL_ABI_VERSION) {
+    if (*ver < 1 || *ver > TITAN_KERNEL_ABI_VERSION) { /* older versions: see kernel_abi.h */
         const uint32_t v = *ver;
         dlclose(h);
         return base_fail(err,
                          "kernel plugin %s: built against kernel ABI version %u; this titan "
-                         "speaks version %u (rebuild the plugin against this titan's "
+                         "speaks versions 1 to %u (rebuild the plugin against this titan's "
                          "include/titan/kernel_abi.h)",
                          path, v, TITAN_KERNEL_ABI_VERSION);
     }

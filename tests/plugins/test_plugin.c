@@ -4,10 +4,13 @@
  *             buffer (it saves silu(gate) in forward and reads it back in backward); and
  *             add_rmsnorm/add_rmsnorm_plain: the fused residual add + norm, plain loops
  *   version   declares ABI version 999           nosym   no titan_kernel_abi_version
- *   noinit    no titan_kernel_plugin_init         badop   a kernel for op "grouped_mm"
+ *   noinit    no titan_kernel_plugin_init         badop   a kernel for op "embedding"
  *   nobwd     a kernel without backward           initfail init reports an error
  *   dup       registers rope/default (a built-in's name), after a valid kernel
  *   badlayout asks for layout 7
+ *   v1        built for kernel ABI version 1 (symbol and descriptor): swiglu/swiglu_v1, which
+ *             must keep loading and working under version 2
+ *   v1moe     version 1 as well, registering grouped_mm (added by version 2): refused by name
  *   marker    as swiglu of good, plus a constructor that creates the file named by
  *             $TITAN_TEST_PLUGIN_MARKER: shows when titan opened the library (code ran) */
 #include <math.h>
@@ -17,7 +20,10 @@
 
 #include "titan/kernel_abi.h"
 
-#if defined(PLUGIN_CASE_version)
+#if defined(PLUGIN_CASE_v1) || defined(PLUGIN_CASE_v1moe)
+#define TEST_ABI 1u /* what a plugin built against the version-1 header declares */
+TITAN_KERNEL_EXPORT const uint32_t titan_kernel_abi_version = TEST_ABI;
+#elif defined(PLUGIN_CASE_version)
 TITAN_KERNEL_EXPORT const uint32_t titan_kernel_abi_version = 999;
 #elif !defined(PLUGIN_CASE_nosym)
 TITAN_KERNEL_PLUGIN_ABI;
@@ -118,8 +124,15 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
     host->error(host, "this CPU lacks the instructions the kernel needs");
     return 1;
 #endif
-#if defined(PLUGIN_CASE_badop)
+#if defined(TEST_ABI)
+    d.abi_version = TEST_ABI;
+    d.name = "swiglu_v1";
+#if defined(PLUGIN_CASE_v1moe)
     d.op = "grouped_mm";
+#endif
+#endif
+#if defined(PLUGIN_CASE_badop)
+    d.op = "embedding";
 #elif defined(PLUGIN_CASE_nobwd)
     d.backward = NULL;
 #elif defined(PLUGIN_CASE_badlayout)

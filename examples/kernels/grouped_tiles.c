@@ -1,0 +1,204 @@
+/* Example titan kernel plugin: grouped expert GEMMs (MoE) in padded per-expert row tiles.
+ *
+ * titan's MoE block sorts the routed rows by expert and calls grouped_mm three times per layer
+ * and direction (gate and up projections dim -> moe_ffn_dim, down projection back), all with
+ * the same group offsets offs[E+1]. This kernel does the experts its own way:
+ *
+ *   - a TILE PLAN: every expert's rows are cut into tiles of TM = 8 rows (the last tile of an
+ *     expert padded to 8 with a zero row), the tiles of all experts forming one list. The plan
+ *     is built by the first forward call of a layer and kept, with a copy of offs, in the
+ *     SAVED buffer titan holds per layer: the layer's two other forward calls find the same
+ *     offs and reuse it, and backward reuses it without rebuilding (it refuses to run, status
+ *     2, when offs differ from the plan's: titan then aborts naming the layer).
+ *   - forward: one work item per (tile, block of 64 output columns); each output is the dot
+ *     product of an input row with a weight row, summed in 8 lanes over C (C % 8 == 0: the
+ *     kernel's constraint, checked at model build) and then across the lanes in a fixed order.
+ *     The 8 rows of a tile share each weight row load; padded rows read zeros and are not
+ *     stored.
+ *   - backward: dx per (tile, block of 256 input columns) as rows += dy[r, o] * w_e[o, :] in o
+ *     order; dw per (expert, block of 8 output rows) as += dy[r, o] * x[r, :] over the
+ *     expert's tiles in plan order. Every output element has one writer and a fixed order of
+ *     additions, so results do not depend on the thread count (titan's determinism rule).
+ *
+ * Results differ from titan's BLAS-based built-ins only in the order of fp32 additions
+ * (within grouped_mm's conformance tolerance, 1e-5 relative: `titan kernels test
+ * grouped_mm/grouped_tiles --plugin ...`).
+ *
+ * Build (see examples/kernels/README.md; CMake builds it as build/examples/libgrouped_tiles.so):
+ *   cc -O2 -march=x86-64-v3 -fPIC -shared -fopenmp -I include examples/kernels/grouped_tiles.c \
+ *      -o libgrouped_tiles.so */
+#include <stdio.h>
+#include <string.h>
+
+#include "titan/kernel_abi.h"
+
+TITAN_KERNEL_PLUGIN_ABI;
+
+#define TM 8    /* rows per tile */
+#define LANES 8 /* partial sums per dot product; C % LANES == 0 */
+#define OCB 64  /* forward: output columns per work item */
+#define CB 256  /* backward dx: input columns per work item */
+#define OB 8    /* backward dw: weight rows per work item */
+
+typedef struct {
+    int32_t e, r0, n; /* expert, first row, rows (1..TM) */
+} gt_tile;
+
+/* Saved buffer: this header, then offs copy [E+1], then tiles [n_tiles]. */
+typedef struct {
+    int32_t E, R, n_tiles, builds; /* builds: plans built so far (once per layer forward) */
+    char pad[48];
+} gt_plan;
+
+static size_t gt_align(size_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+/* At most R / TM + E tiles (each expert adds at most one partial tile). */
+static size_t gt_saved_bytes(const int dims[8]) {
+    const size_t R = (size_t)dims[0], E = (size_t)dims[3];
+    return sizeof(gt_plan) + gt_align(sizeof(int32_t) * (E + 1)) +
+           sizeof(gt_tile) * (R / TM + E + 1);
+}
+
+static int32_t *gt_offs(gt_plan *p) {
+    return (int32_t *)(p + 1);
+}
+
+static gt_tile *gt_tiles(gt_plan *p) {
+    return (gt_tile *)((char *)(p + 1) + gt_align(sizeof(int32_t) * ((size_t)p->E + 1)));
+}
+
+/* A zero row as long as the longest row a padded tile reads (C forward). */
+static size_t gt_workspace_bytes(int phase, const int dims[8]) {
+    return phase == 0 ? sizeof(float) * (size_t)dims[1] : 0;
+}
+
+static int gt_check(const titan_model_shape *s, char *why, size_t n) {
+    if (s->dim % LANES == 0 && s->moe_ffn_dim % LANES == 0) return 0;
+    snprintf(why, n, "dim %% 8 == 0 and moe_ffn_dim %% 8 == 0 (dim = %d, moe_ffn_dim = %d)",
+             s->dim, s->moe_ffn_dim);
+    return 1;
+}
+
+static int gt_same_routing(gt_plan *p, const int32_t *offs, int E) {
+    return p->E == E && !memcmp(gt_offs(p), offs, sizeof(int32_t) * ((size_t)E + 1));
+}
+
+/* The plan of offs, unless the saved one already is (the layer's 2nd and 3rd calls). */
+static void gt_plan_build(gt_plan *p, const int32_t *offs, int E) {
+    if (p->builds > 0 && gt_same_routing(p, offs, E)) return;
+    p->E = E;
+    p->R = offs[E];
+    memcpy(gt_offs(p), offs, sizeof(int32_t) * ((size_t)E + 1));
+    gt_tile *t = gt_tiles(p);
+    int n = 0;
+    for (int e = 0; e < E; e++)
+        for (int r = offs[e]; r < offs[e + 1]; r += TM)
+            t[n++] = (gt_tile){e, r, offs[e + 1] - r < TM ? offs[e + 1] - r : TM};
+    p->n_tiles = n;
+    p->builds++;
+}
+
+static int gt_forward(const titan_kernel_args *a) {
+    const int R = a->dims[0], C = a->dims[1], OC = a->dims[2], E = a->dims[3];
+    gt_plan *p = a->saved;
+    if (!p || a->saved_size < gt_saved_bytes(a->dims) || !a->offs || C % LANES) return 1;
+    if (a->offs[E] != R) return 3;
+    gt_plan_build(p, a->offs, E);
+    const gt_tile *tiles = gt_tiles(p);
+    const float *x = a->in[0], *w = a->in[1], *zero = a->workspace;
+    float *y = a->out[0];
+    memset(a->workspace, 0, sizeof(float) * (size_t)C);
+    const int nob = (OC + OCB - 1) / OCB;
+    const long items = (long)p->n_tiles * nob;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long it = 0; it < items; it++) {
+        const gt_tile *t = &tiles[it / nob];
+        const int o0 = (int)(it % nob) * OCB, o1 = o0 + OCB < OC ? o0 + OCB : OC;
+        const float *xr[TM];
+        for (int i = 0; i < TM; i++) xr[i] = i < t->n ? x + (size_t)(t->r0 + i) * C : zero;
+        for (int o = o0; o < o1; o++) {
+            const float *wo = w + ((size_t)t->e * OC + o) * C;
+            float acc[TM][LANES];
+            memset(acc, 0, sizeof acc);
+            for (int c = 0; c < C; c += LANES)
+                for (int i = 0; i < TM; i++)
+                    for (int l = 0; l < LANES; l++) acc[i][l] += xr[i][c + l] * wo[c + l];
+            for (int i = 0; i < t->n; i++) {
+                const float *s = acc[i];
+                y[(size_t)(t->r0 + i) * OC + o] =
+                    ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+            }
+        }
+    }
+    return 0;
+}
+
+static int gt_backward(const titan_kernel_args *a) {
+    const int C = a->dims[1], OC = a->dims[2], E = a->dims[3];
+    gt_plan *p = a->saved;
+    /* the plan must be the forward's: titan runs a layer's forward before its backward */
+    if (!p || p->builds == 0 || !a->offs || !gt_same_routing(p, a->offs, E)) return 2;
+    const gt_tile *tiles = gt_tiles(p);
+    const int32_t *offs = gt_offs(p);
+    const float *dy = a->in[0], *x = a->in[1], *w = a->in[2];
+    float *dx = a->out[0], *dw = a->out[1];
+    if (dx) { /* dx[r, c-block] = sum_o dy[r, o] w_e[o, c-block] */
+        const int ncb = (C + CB - 1) / CB;
+        const long items = (long)p->n_tiles * ncb;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long it = 0; it < items; it++) {
+            const gt_tile *t = &tiles[it / ncb];
+            const int c0 = (int)(it % ncb) * CB, cw = c0 + CB < C ? CB : C - c0;
+            float acc[TM][CB];
+            for (int i = 0; i < t->n; i++) memset(acc[i], 0, sizeof(float) * (size_t)cw);
+            for (int o = 0; o < OC; o++) {
+                const float *wo = w + ((size_t)t->e * OC + o) * C + c0;
+                for (int i = 0; i < t->n; i++) {
+                    const float g = dy[(size_t)(t->r0 + i) * OC + o];
+                    for (int c = 0; c < cw; c++) acc[i][c] += g * wo[c];
+                }
+            }
+            for (int i = 0; i < t->n; i++)
+                memcpy(dx + (size_t)(t->r0 + i) * C + c0, acc[i], sizeof(float) * (size_t)cw);
+        }
+    }
+    if (dw) { /* dw_e[o, :] = sum over e's rows r (the plan's offs, in order) of dy[r, o] x[r, :] */
+        const int nob = (OC + OB - 1) / OB;
+        const long items = (long)E * nob;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long it = 0; it < items; it++) {
+            const int e = (int)(it / nob), o0 = (int)(it % nob) * OB,
+                      o1 = o0 + OB < OC ? o0 + OB : OC;
+            float *d = dw + ((size_t)e * OC + o0) * C;
+            memset(d, 0, sizeof(float) * (size_t)(o1 - o0) * C);
+            for (int r = offs[e]; r < offs[e + 1]; r++) {
+                const float *xr = x + (size_t)r * C;
+                for (int o = o0; o < o1; o++) {
+                    const float g = dy[(size_t)r * OC + o];
+                    float *dr = d + (size_t)(o - o0) * C;
+                    for (int c = 0; c < C; c++) dr[c] += g * xr[c];
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) {
+    static const titan_kernel_desc gmm = {
+        .abi_version = TITAN_KERNEL_ABI_VERSION,
+        .struct_size = sizeof(titan_kernel_desc),
+        .op = "grouped_mm",
+        .name = "grouped_tiles",
+        .constraints = "dim % 8 == 0, moe_ffn_dim % 8 == 0",
+        .check = gt_check,
+        .layout = TITAN_LAYOUT_BSHD, /* no heads tensors: unused */
+        .forward = gt_forward,
+        .backward = gt_backward,
+        .workspace_bytes = gt_workspace_bytes,
+        .saved_bytes = gt_saved_bytes,
+    };
+    return host->register_kernel(host, &gmm);
+}
