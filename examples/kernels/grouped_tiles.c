@@ -76,8 +76,8 @@ static size_t gt_workspace_bytes(int phase, const int dims[8]) {
 
 static int gt_check(const titan_model_shape *s, char *why, size_t n) {
     if (s->dim % LANES == 0 && s->moe_ffn_dim % LANES == 0) return 0;
-    snprintf(why, n, "dim %% 8 == 0 and moe_ffn_dim %% 8 == 0 (dim = %d, moe_ffn_dim = %d)",
-             s->dim, s->moe_ffn_dim);
+    snprintf(why, n, "dim %% 8 == 0 and moe_ffn_dim %% 8 == 0 (dim = %d, moe_ffn_dim = %d)", s->dim,
+             s->moe_ffn_dim);
     return 1;
 }
 

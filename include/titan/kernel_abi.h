@@ -43,11 +43,11 @@
  * Saved state: a kernel that wants memory kept from its forward to its backward declares
  * saved_bytes(); titan keeps one such buffer per layer and op (the same buffer for every call
  * of that op in that layer, e.g. RoPE's q and k calls), preserves its content between calls,
- * and passes it as args->saved to forward and backward; its bytes start zeroed. Backward always follows a forward of
- * the same layer with the same shapes (titan recomputes forwards before backwards where it
- * does not keep activations). Scratch for one call: workspace_bytes(), args->workspace.
- * grouped_mm's saved buffer is shared by the three expert projections of a layer (forward:
- * gate, up, then down; backward: down, then gate, up), all with the same routing (offs):
+ * and passes it as args->saved to forward and backward; its bytes start zeroed. Backward always
+ * follows a forward of the same layer with the same shapes (titan recomputes forwards before
+ * backwards where it does not keep activations). Scratch for one call: workspace_bytes(),
+ * args->workspace. grouped_mm's saved buffer is shared by the three expert projections of a layer
+ * (forward: gate, up, then down; backward: down, then gate, up), all with the same routing (offs):
  * the place for routing metadata built once per forward and reused by every later call of
  * that layer, the backward ones included (examples/kernels/grouped_tiles.c keeps its tile
  * plan there).

@@ -500,9 +500,9 @@ typedef struct {
     ops_ctx c;
     float *buf[16];
     int32_t *tok;
-    int phase;         /* 0 forward, 1 backward */
-    float *w, *dw;     /* grouped_mm: one expert stack [E, moe_ffn_dim, dim] and its gradient */
-    int32_t *offs;     /* grouped_mm: [E+1], N*top_k rows spread evenly */
+    int phase;     /* 0 forward, 1 backward */
+    float *w, *dw; /* grouped_mm: one expert stack [E, moe_ffn_dim, dim] and its gradient */
+    int32_t *offs; /* grouped_mm: [E+1], N*top_k rows spread evenly */
 } cf_bench;
 
 /* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the

@@ -415,7 +415,7 @@ static void plg_unbind(ops_table *t, ops_kind k) {
 static int plg_check(const ops_binding *b, const ops_ctx *ctx, base_err *err) {
     const plg_kernel *pk = (const plg_kernel *)b;
     if (!pk->d.check) return 0;
-    const titan_model_shape sh = {ctx->batch,     ctx->seq_len,  ctx->dim,        ctx->n_heads,
+    const titan_model_shape sh = {ctx->batch,      ctx->seq_len,  ctx->dim,        ctx->n_heads,
                                   ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim,    ctx->vocab,
                                   ctx->n_experts,  ctx->top_k,    ctx->moe_ffn_dim};
     char why[256] = "";
