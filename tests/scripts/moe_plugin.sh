@@ -12,7 +12,7 @@
 # usage: moe_plugin.sh TITAN DATA PLUGIN
 set -euo pipefail
 titan=$1; data=$2; plugin=$3; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-run=(train --data "$data" --steps 5 --batch 2 --seq-len 32 --lr 1e-3 --warmup 2 --seed 1234
+run=(train --data "$data" --steps 5 --batch 2 --seq-len 16 --lr 1e-3 --warmup 2 --seed 1234
      --peak-tflops 1 --log-freq 100 --set max_seq_len=64)
 debug=(--flavor debugmodel_moe --set n_layers=2 --set dim=128 --set ffn_dim=256
        --set moe_inter_dim=64 --set vocab_size=512)
