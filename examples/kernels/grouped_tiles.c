@@ -15,10 +15,11 @@
  *     kernel's constraint, checked at model build) and then across the lanes in a fixed order.
  *     The 8 rows of a tile share each weight row load; padded rows read zeros and are not
  *     stored.
- *   - backward: dx per (tile, block of 256 input columns) as rows += dy[r, o] * w_e[o, :] in o
- *     order; dw per (expert, block of 8 output rows) as += dy[r, o] * x[r, :] over the
- *     expert's tiles in plan order. Every output element has one writer and a fixed order of
- *     additions, so results do not depend on the thread count (titan's determinism rule).
+ *   - backward: dx per (tile, block of 256 input columns), 8 rows x 8 columns accumulated in
+ *     registers over o (padded rows read a zero dy row); dw per (expert, block of 8 weight
+ *     rows), 8 x 8 accumulated over the expert's rows in order. Every output element has one
+ *     writer and a fixed order of additions, so results do not depend on the thread count
+ *     (titan's determinism rule).
  *
  * Results differ from titan's BLAS-based built-ins only in the order of fp32 additions
  * (within grouped_mm's conformance tolerance, 1e-5 relative: `titan kernels test
@@ -38,7 +39,7 @@ TITAN_KERNEL_PLUGIN_ABI;
 #define LANES 8 /* partial sums per dot product; C % LANES == 0 */
 #define OCB 64  /* forward: output columns per work item */
 #define CB 256  /* backward dx: input columns per work item */
-#define OB 8    /* backward dw: weight rows per work item */
+#define OB 8    /* backward dw: weight rows per work item (x 8 lanes: 8 x 8 accumulators) */
 
 typedef struct {
     int32_t e, r0, n; /* expert, first row, rows (1..TM) */
@@ -69,9 +70,9 @@ static gt_tile *gt_tiles(gt_plan *p) {
     return (gt_tile *)((char *)(p + 1) + gt_align(sizeof(int32_t) * ((size_t)p->E + 1)));
 }
 
-/* A zero row as long as the longest row a padded tile reads (C forward). */
+/* A zero row as long as the rows a padded tile reads: x (C) forward, dy (OC) backward. */
 static size_t gt_workspace_bytes(int phase, const int dims[8]) {
-    return phase == 0 ? sizeof(float) * (size_t)dims[1] : 0;
+    return sizeof(float) * (size_t)(phase == 0 ? dims[1] : dims[2]);
 }
 
 static int gt_check(const titan_model_shape *s, char *why, size_t n) {
@@ -140,46 +141,56 @@ static int gt_backward(const titan_kernel_args *a) {
     gt_plan *p = a->saved;
     /* the plan must be the forward's: titan runs a layer's forward before its backward */
     if (!p || p->builds == 0 || !a->offs || !gt_same_routing(p, a->offs, E)) return 2;
+    if (!a->workspace || C % LANES) return 1;
     const gt_tile *tiles = gt_tiles(p);
     const int32_t *offs = gt_offs(p);
-    const float *dy = a->in[0], *x = a->in[1], *w = a->in[2];
+    const float *dy = a->in[0], *x = a->in[1], *w = a->in[2], *zero = a->workspace;
     float *dx = a->out[0], *dw = a->out[1];
-    if (dx) { /* dx[r, c-block] = sum_o dy[r, o] w_e[o, c-block] */
+    memset(a->workspace, 0, sizeof(float) * (size_t)OC);
+    if (dx) { /* dx[r, c..c+8] = sum_o dy[r, o] w_e[o, c..c+8]: 8 rows x 8 lanes in registers */
         const int ncb = (C + CB - 1) / CB;
         const long items = (long)p->n_tiles * ncb;
 #pragma omp parallel for schedule(dynamic, 1)
         for (long it = 0; it < items; it++) {
             const gt_tile *t = &tiles[it / ncb];
-            const int c0 = (int)(it % ncb) * CB, cw = c0 + CB < C ? CB : C - c0;
-            float acc[TM][CB];
-            for (int i = 0; i < t->n; i++) memset(acc[i], 0, sizeof(float) * (size_t)cw);
-            for (int o = 0; o < OC; o++) {
-                const float *wo = w + ((size_t)t->e * OC + o) * C + c0;
-                for (int i = 0; i < t->n; i++) {
-                    const float g = dy[(size_t)(t->r0 + i) * OC + o];
-                    for (int c = 0; c < cw; c++) acc[i][c] += g * wo[c];
-                }
+            const int c0 = (int)(it % ncb) * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            const float *dyr[TM];
+            for (int i = 0; i < TM; i++) dyr[i] = i < t->n ? dy + (size_t)(t->r0 + i) * OC : zero;
+            for (int c = c0; c < c1; c += LANES) {
+                float acc[TM][LANES];
+                memset(acc, 0, sizeof acc);
+                const float *wc = w + (size_t)t->e * OC * C + c;
+                for (int o = 0; o < OC; o++)
+                    for (int i = 0; i < TM; i++)
+                        for (int l = 0; l < LANES; l++)
+                            acc[i][l] += dyr[i][o] * wc[(size_t)o * C + l];
+                for (int i = 0; i < t->n; i++)
+                    memcpy(dx + (size_t)(t->r0 + i) * C + c, acc[i], sizeof acc[i]);
             }
-            for (int i = 0; i < t->n; i++)
-                memcpy(dx + (size_t)(t->r0 + i) * C + c0, acc[i], sizeof(float) * (size_t)cw);
         }
     }
-    if (dw) { /* dw_e[o, :] = sum over e's rows r (the plan's offs, in order) of dy[r, o] x[r, :] */
+    if (dw) { /* dw_e[o..o+8, c..c+8] = sum over e's rows r (the plan's offs, in order) of
+               * dy[r, o] x[r, c]: 8 x 8 in registers */
         const int nob = (OC + OB - 1) / OB;
         const long items = (long)E * nob;
 #pragma omp parallel for schedule(dynamic, 1)
         for (long it = 0; it < items; it++) {
             const int e = (int)(it / nob), o0 = (int)(it % nob) * OB,
-                      o1 = o0 + OB < OC ? o0 + OB : OC;
-            float *d = dw + ((size_t)e * OC + o0) * C;
-            memset(d, 0, sizeof(float) * (size_t)(o1 - o0) * C);
-            for (int r = offs[e]; r < offs[e + 1]; r++) {
-                const float *xr = x + (size_t)r * C;
-                for (int o = o0; o < o1; o++) {
-                    const float g = dy[(size_t)r * OC + o];
-                    float *dr = d + (size_t)(o - o0) * C;
-                    for (int c = 0; c < C; c++) dr[c] += g * xr[c];
+                      no = o0 + OB < OC ? OB : OC - o0;
+            for (int c = 0; c < C; c += LANES) {
+                float acc[OB][LANES];
+                memset(acc, 0, sizeof acc);
+                for (int r = offs[e]; r < offs[e + 1]; r++) {
+                    const float *xr = x + (size_t)r * C + c, *g = dy + (size_t)r * OC + o0;
+                    if (no == OB)
+                        for (int i = 0; i < OB; i++)
+                            for (int l = 0; l < LANES; l++) acc[i][l] += g[i] * xr[l];
+                    else
+                        for (int i = 0; i < no; i++)
+                            for (int l = 0; l < LANES; l++) acc[i][l] += g[i] * xr[l];
                 }
+                for (int i = 0; i < no; i++)
+                    memcpy(dw + ((size_t)e * OC + o0 + i) * C + c, acc[i], sizeof acc[i]);
             }
         }
     }
