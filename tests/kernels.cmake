@@ -11,6 +11,7 @@ add_library(grouped_tiles MODULE ${CMAKE_SOURCE_DIR}/examples/kernels/grouped_ti
 set_target_properties(grouped_tiles PROPERTIES PREFIX "lib"
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/examples)
 target_include_directories(grouped_tiles PRIVATE ${CMAKE_SOURCE_DIR}/include)
+target_compile_options(grouped_tiles PRIVATE -ffp-contract=fast)
 target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)

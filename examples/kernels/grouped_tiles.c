@@ -26,8 +26,10 @@
  * grouped_mm/grouped_tiles --plugin ...`).
  *
  * Build (see examples/kernels/README.md; CMake builds it as build/examples/libgrouped_tiles.so):
- *   cc -O2 -march=x86-64-v3 -fPIC -shared -fopenmp -I include examples/kernels/grouped_tiles.c \
- *      -o libgrouped_tiles.so */
+ *   cc -O2 -march=x86-64-v3 -ffp-contract=fast -fPIC -shared -fopenmp -I include \
+ *      examples/kernels/grouped_tiles.c -o libgrouped_tiles.so
+ * (-ffp-contract=fast lets the compiler fuse the accumulations into FMAs; titan's own kernels
+ * are built without it, hence the last-bit differences to the built-in.) */
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +46,20 @@ TITAN_KERNEL_PLUGIN_ABI;
 typedef struct {
     int32_t e, r0, n; /* expert, first row, rows (1..TM) */
 } gt_tile;
+
+/* 8 fp32 lanes (GCC/Clang vector extension: one AVX register with -march=x86-64-v3). The
+ * micro-kernels keep 8 of them as accumulators, fully unrolled so they stay in registers. */
+typedef float gt_v8 __attribute__((vector_size(32)));
+
+static inline gt_v8 gt_load(const float *p) {
+    gt_v8 v;
+    memcpy(&v, p, sizeof v); /* unaligned load */
+    return v;
+}
+
+static inline void gt_store(float *p, gt_v8 v) {
+    memcpy(p, &v, sizeof v);
+}
 
 /* Saved buffer: this header, then offs copy [E+1], then tiles [n_tiles]. */
 typedef struct {
@@ -121,13 +137,14 @@ static int gt_forward(const titan_kernel_args *a) {
         for (int i = 0; i < TM; i++) xr[i] = i < t->n ? x + (size_t)(t->r0 + i) * C : zero;
         for (int o = o0; o < o1; o++) {
             const float *wo = w + ((size_t)t->e * OC + o) * C;
-            float acc[TM][LANES];
-            memset(acc, 0, sizeof acc);
-            for (int c = 0; c < C; c += LANES)
-                for (int i = 0; i < TM; i++)
-                    for (int l = 0; l < LANES; l++) acc[i][l] += xr[i][c + l] * wo[c + l];
+            gt_v8 acc[TM] = {{0}};
+            for (int c = 0; c < C; c += LANES) {
+                const gt_v8 wv = gt_load(wo + c);
+#pragma GCC unroll 8
+                for (int i = 0; i < TM; i++) acc[i] += gt_load(xr[i] + c) * wv;
+            }
             for (int i = 0; i < t->n; i++) {
-                const float *s = acc[i];
+                const gt_v8 s = acc[i];
                 y[(size_t)(t->r0 + i) * OC + o] =
                     ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
             }
@@ -157,15 +174,14 @@ static int gt_backward(const titan_kernel_args *a) {
             const float *dyr[TM];
             for (int i = 0; i < TM; i++) dyr[i] = i < t->n ? dy + (size_t)(t->r0 + i) * OC : zero;
             for (int c = c0; c < c1; c += LANES) {
-                float acc[TM][LANES];
-                memset(acc, 0, sizeof acc);
+                gt_v8 acc[TM] = {{0}};
                 const float *wc = w + (size_t)t->e * OC * C + c;
-                for (int o = 0; o < OC; o++)
-                    for (int i = 0; i < TM; i++)
-                        for (int l = 0; l < LANES; l++)
-                            acc[i][l] += dyr[i][o] * wc[(size_t)o * C + l];
-                for (int i = 0; i < t->n; i++)
-                    memcpy(dx + (size_t)(t->r0 + i) * C + c, acc[i], sizeof acc[i]);
+                for (int o = 0; o < OC; o++) {
+                    const gt_v8 wv = gt_load(wc + (size_t)o * C);
+#pragma GCC unroll 8
+                    for (int i = 0; i < TM; i++) acc[i] += dyr[i][o] * wv;
+                }
+                for (int i = 0; i < t->n; i++) gt_store(dx + (size_t)(t->r0 + i) * C + c, acc[i]);
             }
         }
     }
@@ -178,19 +194,16 @@ static int gt_backward(const titan_kernel_args *a) {
             const int e = (int)(it / nob), o0 = (int)(it % nob) * OB,
                       no = o0 + OB < OC ? OB : OC - o0;
             for (int c = 0; c < C; c += LANES) {
-                float acc[OB][LANES];
-                memset(acc, 0, sizeof acc);
+                gt_v8 acc[OB] = {{0}};
                 for (int r = offs[e]; r < offs[e + 1]; r++) {
-                    const float *xr = x + (size_t)r * C + c, *g = dy + (size_t)r * OC + o0;
-                    if (no == OB)
-                        for (int i = 0; i < OB; i++)
-                            for (int l = 0; l < LANES; l++) acc[i][l] += g[i] * xr[l];
-                    else
-                        for (int i = 0; i < no; i++)
-                            for (int l = 0; l < LANES; l++) acc[i][l] += g[i] * xr[l];
+                    const gt_v8 xv = gt_load(x + (size_t)r * C + c);
+                    float g[OB] = {0}; /* dy[r, o0..o0+no), zero-padded to OB */
+                    memcpy(g, dy + (size_t)r * OC + o0, sizeof(float) * (size_t)no);
+#pragma GCC unroll 8
+                    for (int i = 0; i < OB; i++) acc[i] += g[i] * xv;
                 }
                 for (int i = 0; i < no; i++)
-                    memcpy(dw + ((size_t)e * OC + o0 + i) * C + c, acc[i], sizeof acc[i]);
+                    gt_store(dw + ((size_t)e * OC + o0 + i) * C + c, acc[i]);
             }
         }
     }
