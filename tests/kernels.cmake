@@ -15,7 +15,7 @@ target_compile_options(grouped_tiles PRIVATE -ffp-contract=fast)
 target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
-foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe)
+foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})

@@ -15,7 +15,9 @@
  *     kernel's constraint, checked at model build) and then across the lanes in a fixed order.
  *     The 8 rows of a tile share each weight row load; padded rows read zeros and are not
  *     stored.
- *   - backward: dx per (tile, block of 256 input columns), 8 rows x 8 columns accumulated in
+ *   - backward ADDS into titan's gradients (TITAN_KERNEL_BWD_ACCUMULATES: titan then passes
+ *     them directly, saving two passes over dw [E, OC, C] per call against write-then-add):
+ *     dx per (tile, block of 256 input columns), 8 rows x 8 columns accumulated in
  *     registers over o (padded rows read a zero dy row); dw per (expert, block of 8 weight
  *     rows), 8 x 8 accumulated over the expert's rows in order. Every output element has one
  *     writer and a fixed order of additions, so results do not depend on the thread count
@@ -42,6 +44,7 @@ TITAN_KERNEL_PLUGIN_ABI;
 #define OCB 64  /* forward: output columns per work item */
 #define CB 256  /* backward dx: input columns per work item */
 #define OB 8    /* backward dw: weight rows per work item (x 8 lanes: 8 x 8 accumulators) */
+#define GR 64   /* backward dw: an expert's rows per pass over its dw block */
 
 typedef struct {
     int32_t e, r0, n; /* expert, first row, rows (1..TM) */
@@ -181,7 +184,10 @@ static int gt_backward(const titan_kernel_args *a) {
 #pragma GCC unroll 8
                     for (int i = 0; i < TM; i++) acc[i] += dyr[i][o] * wv;
                 }
-                for (int i = 0; i < t->n; i++) gt_store(dx + (size_t)(t->r0 + i) * C + c, acc[i]);
+                for (int i = 0; i < t->n; i++) { /* += : TITAN_KERNEL_BWD_ACCUMULATES */
+                    float *d = dx + (size_t)(t->r0 + i) * C + c;
+                    gt_store(d, gt_load(d) + acc[i]);
+                }
             }
         }
     }
@@ -193,17 +199,25 @@ static int gt_backward(const titan_kernel_args *a) {
         for (long it = 0; it < items; it++) {
             const int e = (int)(it / nob), o0 = (int)(it % nob) * OB,
                       no = o0 + OB < OC ? OB : OC - o0;
-            for (int c = 0; c < C; c += LANES) {
-                gt_v8 acc[OB] = {{0}};
-                for (int r = offs[e]; r < offs[e + 1]; r++) {
-                    const gt_v8 xv = gt_load(x + (size_t)r * C + c);
-                    float g[OB] = {0}; /* dy[r, o0..o0+no), zero-padded to OB */
-                    memcpy(g, dy + (size_t)r * OC + o0, sizeof(float) * (size_t)no);
+            /* rows in blocks of GR: their dy[r, o0..o0+OB) gathered once (zero-padded) */
+            for (int r0 = offs[e]; r0 < offs[e + 1]; r0 += GR) {
+                const int nr = offs[e + 1] - r0 < GR ? offs[e + 1] - r0 : GR;
+                float g[GR][OB];
+                for (int r = 0; r < nr; r++)
+                    for (int i = 0; i < OB; i++)
+                        g[r][i] = i < no ? dy[(size_t)(r0 + r) * OC + o0 + i] : 0.0f;
+                for (int c = 0; c < C; c += LANES) {
+                    gt_v8 acc[OB] = {{0}};
+                    for (int r = 0; r < nr; r++) {
+                        const gt_v8 xv = gt_load(x + (size_t)(r0 + r) * C + c);
 #pragma GCC unroll 8
-                    for (int i = 0; i < OB; i++) acc[i] += g[i] * xv;
+                        for (int i = 0; i < OB; i++) acc[i] += g[r][i] * xv;
+                    }
+                    for (int i = 0; i < no; i++) {
+                        float *d = dw + ((size_t)e * OC + o0 + i) * C + c;
+                        gt_store(d, gt_load(d) + acc[i]);
+                    }
                 }
-                for (int i = 0; i < no; i++)
-                    gt_store(dw + ((size_t)e * OC + o0 + i) * C + c, acc[i]);
             }
         }
     }
@@ -223,6 +237,8 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
         .backward = gt_backward,
         .workspace_bytes = gt_workspace_bytes,
         .saved_bytes = gt_saved_bytes,
+        /* backward adds into titan's gradients directly: no [E, OC, C] scratch + add pass */
+        .flags = TITAN_KERNEL_BWD_ACCUMULATES,
     };
     return host->register_kernel(host, &gmm);
 }

@@ -22,9 +22,11 @@
  * returns 0, or non-zero after host->error() said why, and then nothing it registered stays
  * registered.
  *
- * Versions: 1 had the ops rope .. matmul below. 2 added grouped_mm, args->offs, and the MoE
- * fields of titan_model_shape, all appended to the structs, so a plugin built against
- * version 1 keeps loading and runs unchanged (it never reads the new fields); a version-1
+ * Versions: 1 had the ops rope .. matmul below. 2 added grouped_mm, args->offs, the MoE
+ * fields of titan_model_shape and the descriptor's flags, all appended to the structs, so a
+ * plugin built against version 1 keeps loading and runs unchanged (it never reads the new
+ * fields; its shorter descriptor, struct_size = offsetof(titan_kernel_desc, flags), is
+ * accepted for version 1 and read as flags 0); a version-1
  * descriptor for an op that version 1 lacked (grouped_mm) is refused, naming the kernel, the
  * op and the version that added it. titan accepts versions 1 .. TITAN_KERNEL_ABI_VERSION.
  *
@@ -34,7 +36,12 @@
  *
  * Forward writes (=) its outputs. Backward WRITES (=) the gradients of its inputs; titan adds
  * them into its accumulated gradients. An output pointer may be NULL: that result is not
- * wanted (e.g. matmul's input gradient for the first layer); skip it.
+ * wanted (e.g. matmul's input gradient for the first layer); skip it. A kernel whose
+ * descriptor sets TITAN_KERNEL_BWD_ACCUMULATES (v2) instead ADDS (+=) into its backward
+ * outputs, and titan passes its accumulated gradients themselves where it can (no scratch
+ * copy, no add pass: for grouped_mm's dw [E,OC,C], the largest tensor of an MoE layer, that
+ * saves two passes over it per call); where it cannot (a heads tensor in BHSD, a gradient
+ * replacing its own input) it passes zeroed scratch and adds or copies as before.
  *
  * Layout: tensors with a heads axis ("[B,T,nh,hd]" below, BSHD: titan's token-major layout)
  * are given in the layout the kernel declares: TITAN_LAYOUT_BHSD means [B,nh,T,hd] and titan
@@ -150,7 +157,11 @@ typedef struct {
     size_t (*workspace_bytes)(int phase, const int dims[8]);
     /* Bytes kept per layer from forward to backward, given a forward call's dims; NULL = none. */
     size_t (*saved_bytes)(const int dims[8]);
+    uint32_t flags; /* v2: TITAN_KERNEL_* flags below, 0 = none (a v1 descriptor ends before it) */
 } titan_kernel_desc;
+
+/* Backward adds (+=) into args->out[] rather than writing them (see Forward/Backward above). */
+#define TITAN_KERNEL_BWD_ACCUMULATES 1u
 
 /* What titan gives a plugin's init function. Strings are copied by titan as needed; the
  * descriptor itself (and the strings it points to) must stay valid while the plugin is

@@ -26,6 +26,7 @@
  * here, is reported and aborts the process, like the built-in kernels' allocation failures. */
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,8 +153,17 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     size_t need = plg_round(a.workspace_size);
     for (int i = 0; i < nin; i++)
         if (bhsd && in[i].nh) need += plg_round(in[i].n * sizeof(float));
-    for (int i = 0; i < nout; i++)
-        if (out[i].p) need += plg_round(out[i].n * sizeof(float));
+    /* a kernel that accumulates gets titan's gradient itself where no conversion or in-place
+     * replacement is needed */
+    const int accum = phase == 1 && (k->d.flags & TITAN_KERNEL_BWD_ACCUMULATES);
+    int direct[4] = {0};
+    for (int i = 0; i < nout; i++) {
+        if (!out[i].p) continue;
+        direct[i] = accum && out[i].acc && !(bhsd && out[i].nh);
+        for (int j = 0; j < nin; j++)
+            if (in[j].p == out[i].p) direct[i] = 0;
+        if (!direct[i]) need += plg_round(out[i].n * sizeof(float));
+    }
     if (need > g_arena_size) {
         free(g_arena);
         g_arena = plg_alloc(need);
@@ -170,8 +180,13 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     }
     for (int i = 0; i < nout; i++) {
         if (!out[i].p) continue;
+        if (direct[i]) {
+            a.out[i] = out[i].p;
+            continue;
+        }
         a.out[i] = (float *)cur;
         cur += plg_round(out[i].n * sizeof(float));
+        if (accum) memset(a.out[i], 0, out[i].n * sizeof(float));
     }
     a.workspace = a.workspace_size ? cur : NULL;
     const int rc = (phase ? k->d.backward : k->d.forward)(&a);
@@ -182,7 +197,7 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
         abort();
     }
     for (int i = 0; i < nout; i++) {
-        if (!out[i].p) continue;
+        if (!out[i].p || direct[i]) continue;
         int acc = out[i].acc;
         for (int j = 0; j < nin; j++) /* a gradient replacing its own input (rope in place) */
             if (in[j].p == out[i].p) acc = 0;
@@ -461,9 +476,12 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
                          "speaks versions 1 to %u (rebuild the plugin against its "
                          "include/titan/kernel_abi.h)",
                          L->path, d->abi_version, TITAN_KERNEL_ABI_VERSION);
-    if (d->struct_size < sizeof(titan_kernel_desc))
+    /* a version-1 descriptor ends before flags (appended by version 2) */
+    const size_t want =
+        d->abi_version >= 2 ? sizeof(titan_kernel_desc) : offsetof(titan_kernel_desc, flags);
+    if (d->struct_size < want)
         return base_fail(L->err, "kernel plugin %s: descriptor of %u bytes, expected %zu", L->path,
-                         d->struct_size, sizeof(titan_kernel_desc));
+                         d->struct_size, want);
     const char *nm = d->name ? d->name : "(null)";
     const int kind = ops_kind_from_name(d->op);
     if (kind < 0 || !ops_kind_plugin((ops_kind)kind)) {
@@ -488,6 +506,12 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     if (!d->forward || !d->backward)
         return base_fail(L->err, "kernel plugin %s: kernel %s/%s has no %s function", L->path,
                          d->op, nm, d->forward ? "backward" : "forward");
+    titan_kernel_desc dv; /* the descriptor as this titan reads it: only what the plugin has */
+    memset(&dv, 0, sizeof dv);
+    memcpy(&dv, d, want);
+    if (dv.flags & ~TITAN_KERNEL_BWD_ACCUMULATES)
+        return base_fail(L->err, "kernel plugin %s: kernel %s/%s: unknown flags 0x%x", L->path,
+                         d->op, nm, (unsigned)dv.flags);
     if (d->layout != TITAN_LAYOUT_BSHD && d->layout != TITAN_LAYOUT_BHSD)
         return base_fail(L->err, "kernel plugin %s: kernel %s/%s: unknown layout %d", L->path,
                          d->op, nm, (int)d->layout);
@@ -496,7 +520,7 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
                          PLG_MAX_KERNELS);
     plg_kernel *k = &g_kernels[g_n_kernels];
     memset(k, 0, sizeof *k);
-    k->d = *d;
+    k->d = dv;
     k->kind = (ops_kind)kind;
     snprintf(k->name, sizeof k->name, "%s", d->name);
     snprintf(k->constraints, sizeof k->constraints, "%s", d->constraints ? d->constraints : "");

@@ -240,6 +240,13 @@ static void test_hostile_plugins(void) {
           "a version-1 plugin loads: %s", e.msg);
     ops_conform_opts o1 = {3, 1, 0, 0};
     CHECK(ops_conform_test("swiglu/swiglu_v1", &o1, &e) == 0, "the v1 plugin conforms: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("badflags"), &e) != 0 &&
+              has(e.msg, "kernel swiglu/swiglu_ws: unknown flags 0x80", NULL),
+          "unknown descriptor flags: %s", e.msg);
+    /* a backward that adds into titan's gradients: conformance starts them from random values,
+     * so a titan that passed scratch without zeroing it, or added twice, fails */
+    CHECK(ops_plugin_load(PLUGIN("accum"), &e) == 0, "accumulating plugin: %s", e.msg);
+    CHECK(ops_conform_test("swiglu/swiglu_acc", &o1, &e) == 0, "accumulating backward conforms");
     CHECK(ops_plugin_load(PLUGIN("nobwd"), &e) != 0 && has(e.msg, "swiglu/swiglu_ws", "backward"),
           "no backward: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("initfail"), &e) != 0 &&
