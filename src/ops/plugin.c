@@ -18,9 +18,12 @@
  *   - every output goes to scratch first and is then copied (forward outputs, and a gradient
  *     that aliases the titan input it replaces) or added (gradients) into titan's buffer,
  *     converting the layout back; so the kernel never sees aliasing pointers, and in-place
- *     calls of titan's (rope) still work;
- *   - the slot's saved buffer (saved_bytes, kept across calls, grown preserving content) and
- *     a workspace (workspace_bytes) are passed along.
+ *     calls of titan's (rope) still work; except that a backward declaring
+ *     TITAN_KERNEL_BWD_ACCUMULATES gets titan's gradient buffer itself wherever neither a
+ *     layout conversion nor an in-place replacement is involved (else zeroed scratch);
+ *   - grouped_mm's int32 group offsets go in args->offs;
+ *   - the slot's saved buffer (saved_bytes, kept across calls, grown preserving content, new
+ *     bytes zeroed) and a workspace (workspace_bytes) are passed along.
  * Scratch is one arena shared by all slots (calls are sequential), grown on demand.
  * The typed signatures return void, so a kernel returning an error, or an allocation failure
  * here, is reported and aborts the process, like the built-in kernels' allocation failures. */
