@@ -100,7 +100,8 @@
 extern "C" {
 #endif
 
-/* Bumped on any incompatible change of this header. */
+/* Bumped on any change of this header's structs or ops; see Versions for what titan still
+ * accepts from plugins built against older ones. */
 #define TITAN_KERNEL_ABI_VERSION 2u
 
 #if defined(__GNUC__)
