@@ -18,6 +18,11 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_ep.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
             $<TARGET_FILE:param_diff>)
   set_tests_properties(dist_ep PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # the grouped-experts example plugin on each rank's local experts (tests/kernels.cmake builds it)
+  add_test(NAME dist_ep_moe_plugin
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_ep_plugin.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${CMAKE_BINARY_DIR}/examples/libgrouped_tiles.so)
+  set_tests_properties(dist_ep_moe_plugin PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # a SIGSTOPped rank: the watchdog names it within the timeout; SIGUSR1 to one rank stops all
   add_executable(watchdog_stall ${CMAKE_CURRENT_SOURCE_DIR}/dist/watchdog_stall.c)
   target_link_libraries(watchdog_stall PRIVATE titan_core)

@@ -1,4 +1,4 @@
-/* titan kernel plugin ABI, version 1.
+/* titan kernel plugin ABI, version 2 (version 1 plugins keep loading; see Versions).
  *
  * A plugin is a shared object that titan loads with dlopen (`[kernels] plugins = ["x.so"]`
  * in a job config, or `titan kernels --plugin x.so ...`). It registers implementations of
@@ -17,9 +17,18 @@
  *     }
  *
  * Loading: titan reads `titan_kernel_abi_version` BEFORE it calls anything; a plugin built
- * against another version is refused with a message naming both versions (rebuild it against
- * this titan's header). Then `titan_kernel_plugin_init` runs once; it returns 0, or non-zero
- * after host->error() said why, and then nothing it registered stays registered.
+ * against a version this titan does not speak is refused with a message naming both versions
+ * (rebuild it against this titan's header). Then `titan_kernel_plugin_init` runs once; it
+ * returns 0, or non-zero after host->error() said why, and then nothing it registered stays
+ * registered.
+ *
+ * Versions: 1 had the ops rope .. matmul below. 2 added grouped_mm, args->offs, the MoE
+ * fields of titan_model_shape and the descriptor's flags, all appended to the structs, so a
+ * plugin built against version 1 keeps loading and runs unchanged (it never reads the new
+ * fields; its shorter descriptor, struct_size = offsetof(titan_kernel_desc, flags), is
+ * accepted for version 1 and read as flags 0); a version-1
+ * descriptor for an op that version 1 lacked (grouped_mm) is refused, naming the kernel, the
+ * op and the version that added it. titan accepts versions 1 .. TITAN_KERNEL_ABI_VERSION.
  *
  * Calls: titan calls a kernel from one thread at a time (the kernel may use its own threads,
  * e.g. OpenMP). Every tensor is fp32, row-major, contiguous, 64-byte aligned, and no two
@@ -27,7 +36,12 @@
  *
  * Forward writes (=) its outputs. Backward WRITES (=) the gradients of its inputs; titan adds
  * them into its accumulated gradients. An output pointer may be NULL: that result is not
- * wanted (e.g. matmul's input gradient for the first layer); skip it.
+ * wanted (e.g. matmul's input gradient for the first layer); skip it. A kernel whose
+ * descriptor sets TITAN_KERNEL_BWD_ACCUMULATES (v2) instead ADDS (+=) into its backward
+ * outputs, and titan passes its accumulated gradients themselves where it can (no scratch
+ * copy, no add pass: for grouped_mm's dw [E,OC,C], the largest tensor of an MoE layer, that
+ * saves two passes over it per call); where it cannot (a heads tensor in BHSD, a gradient
+ * replacing its own input) it passes zeroed scratch and adds or copies as before.
  *
  * Layout: tensors with a heads axis ("[B,T,nh,hd]" below, BSHD: titan's token-major layout)
  * are given in the layout the kernel declares: TITAN_LAYOUT_BHSD means [B,nh,T,hd] and titan
@@ -36,11 +50,16 @@
  * Saved state: a kernel that wants memory kept from its forward to its backward declares
  * saved_bytes(); titan keeps one such buffer per layer and op (the same buffer for every call
  * of that op in that layer, e.g. RoPE's q and k calls), preserves its content between calls,
- * and passes it as args->saved to forward and backward. Backward always follows a forward of
- * the same layer with the same shapes (titan recomputes forwards before backwards where it
- * does not keep activations). Scratch for one call: workspace_bytes(), args->workspace.
+ * and passes it as args->saved to forward and backward; its bytes start zeroed. Backward always
+ * follows a forward of the same layer with the same shapes (titan recomputes forwards before
+ * backwards where it does not keep activations). Scratch for one call: workspace_bytes(),
+ * args->workspace. grouped_mm's saved buffer is shared by the three expert projections of a layer
+ * (forward: gate, up, then down; backward: down, then gate, up), all with the same routing (offs):
+ * the place for routing metadata built once per forward and reused by every later call of
+ * that layer, the backward ones included (examples/kernels/grouped_tiles.c keeps its tile
+ * plan there).
  *
- * Ops of ABI v1 (args->dims, args->in[], args->out[]; forward / backward):
+ * Ops (args->dims, args->in[], args->out[]; forward / backward; v1 unless marked):
  *   rope       dims B,T,nh,hd        rotate_half RoPE at positions pos0..pos0+T-1 of each window
  *              fwd  in: x[B,T,nh,hd], cos[T,hd/2], sin[T,hd/2]   out: y[B,T,nh,hd]
  *              bwd  in: dy, cos, sin                             out: dx
@@ -60,6 +79,15 @@
  *   matmul     dims N,C,OC           y = x @ w^T (nn.Linear without bias)
  *              fwd  in: x[N,C], w[OC,C]                          out: y[N,OC]
  *              bwd  in: dy[N,OC], x, w                           out: dx (may be NULL), dw
+ *   grouped_mm dims R,C,OC,E         MoE experts (ABI v2): rows sorted by expert, expert e owning
+ *              rows [offs[e], offs[e+1]) (args->offs[E+1], offs[0] = 0, non-decreasing,
+ *              offs[E] = R; groups may be empty); y[r] = x[r] @ w[e]^T for r in group e
+ *              fwd  in: x[R,C], w[E,OC,C]; args->offs          out: y[R,OC]
+ *              bwd  in: dy[R,OC], x, w; args->offs             out: dx (may be NULL), dw[E,OC,C]
+ *              titan calls it three times per MoE layer and direction: C,OC = dim,moe_ffn_dim
+ *              (gate and up projections: w1, w3) and moe_ffn_dim,dim (down: w2). Routing, the
+ *              top-k gates and the SwiGLU between the projections stay titan's (docs/kernels.md
+ *              says why); with expert parallelism E is this rank's expert count.
  * Each op's exact semantics and tolerances are titan's built-in op's (docs/kernels.md);
  * `titan kernels test NAME --plugin x.so` checks a plugin kernel against them. */
 #ifndef TITAN_KERNEL_ABI_H
@@ -72,8 +100,9 @@
 extern "C" {
 #endif
 
-/* Bumped on any incompatible change of this header. */
-#define TITAN_KERNEL_ABI_VERSION 1u
+/* Bumped on any change of this header's structs or ops; see Versions for what titan still
+ * accepts from plugins built against older ones. */
+#define TITAN_KERNEL_ABI_VERSION 2u
 
 #if defined(__GNUC__)
 #define TITAN_KERNEL_EXPORT __attribute__((visibility("default")))
@@ -95,6 +124,8 @@ typedef enum {
 typedef struct {
     int batch, seq_len; /* microbatch sequences, tokens per sequence */
     int dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
+    int n_experts, top_k, moe_ffn_dim; /* v2: routed experts, experts per token, expert hidden
+                                          width; 0 for a dense model */
 } titan_model_shape;
 
 /* One call. dims[] per op as listed above; unused entries 0. */
@@ -106,6 +137,7 @@ typedef struct {
     void *saved;     /* saved_bytes() bytes kept from forward to backward (NULL if 0) */
     void *workspace; /* workspace_bytes() bytes of scratch for this call (NULL if 0) */
     size_t saved_size, workspace_size;
+    const int32_t *offs; /* v2, grouped_mm: the [E+1] group offsets; NULL for other ops */
 } titan_kernel_args;
 
 typedef int (*titan_kernel_fn)(const titan_kernel_args *args); /* 0 = ok */
@@ -113,7 +145,8 @@ typedef int (*titan_kernel_fn)(const titan_kernel_args *args); /* 0 = ok */
 typedef struct {
     uint32_t abi_version;    /* TITAN_KERNEL_ABI_VERSION */
     uint32_t struct_size;    /* sizeof(titan_kernel_desc) */
-    const char *op;          /* "rope", "attention", "rmsnorm", "add_rmsnorm", "swiglu", "matmul" */
+    const char *op;          /* "rope", "attention", "rmsnorm", "add_rmsnorm", "swiglu", "matmul",
+                                "grouped_mm" (v2) */
     const char *name;        /* implementation name, unique per op ("rope_bhsd") */
     const char *constraints; /* human readable, shown by `titan kernels`; may be NULL */
     /* 0 when the kernel can serve shape; else non-zero with the broken rule written to why
@@ -125,7 +158,11 @@ typedef struct {
     size_t (*workspace_bytes)(int phase, const int dims[8]);
     /* Bytes kept per layer from forward to backward, given a forward call's dims; NULL = none. */
     size_t (*saved_bytes)(const int dims[8]);
+    uint32_t flags; /* v2: TITAN_KERNEL_* flags below, 0 = none (a v1 descriptor ends before it) */
 } titan_kernel_desc;
+
+/* Backward adds (+=) into args->out[] rather than writing them (see Forward/Backward above). */
+#define TITAN_KERNEL_BWD_ACCUMULATES 1u
 
 /* What titan gives a plugin's init function. Strings are copied by titan as needed; the
  * descriptor itself (and the strings it points to) must stay valid while the plugin is

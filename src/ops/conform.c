@@ -434,6 +434,12 @@ static int cf_shape(uint64_t *s, const ops_impl *a, const ops_impl *b, ops_ctx *
         c->dim = cf_int(s, 1, 40) * (cf_int(s, 0, 1) ? 8 : 1);
         c->ffn_dim = cf_int(s, 1, 48) * (cf_int(s, 0, 1) ? 8 : 1);
         c->vocab = cf_int(s, 2, 300);
+        if (a->op == OPS_GROUPED_MM) { /* the MoE fields, drawn only here (other ops' draws
+                                          stay as they were) */
+            c->n_experts = cf_int(s, 1, 12);
+            c->top_k = cf_int(s, 1, c->n_experts < 4 ? c->n_experts : 4);
+            c->moe_ffn_dim = cf_int(s, 1, 24) * (cf_int(s, 0, 1) ? 8 : 1);
+        }
         ops_table ta, tb;
         if (cf_resolve(&ta, a, c, err)) continue;
         ops_release(&ta);
@@ -486,9 +492,9 @@ int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err)
             ops_release(&ty);
             if (rc) return base_fail(err, "kernels test: out of memory");
             if (o && o->verbose)
-                printf("  %s/%s B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d: %s\n", op, impl->name,
-                       c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.ffn_dim,
-                       c.vocab, r.what);
+                printf("  %s/%s B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d E=%d K=%d Fe=%d: %s\n",
+                       op, impl->name, c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim,
+                       c.dim, c.ffn_dim, c.vocab, c.n_experts, c.top_k, c.moe_ffn_dim, r.what);
             if (r.ratio > worst.ratio || !(r.ratio == r.ratio)) worst = r;
             if (!(r.ratio <= 1.0)) {
                 printf("FAIL %s/%s vs %s at B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d: %s\n", op,
@@ -514,13 +520,14 @@ typedef struct {
     ops_ctx c;
     float *buf[16];
     int32_t *tok;
-    int phase; /* 0 forward, 1 backward */
+    int phase;     /* 0 forward, 1 backward */
+    float *w, *dw; /* grouped_mm: one expert stack [E, moe_ffn_dim, dim] and its gradient */
+    int32_t *offs; /* grouped_mm: [E+1], N*top_k rows spread evenly */
 } cf_bench;
 
 /* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the
  * model makes it; cf_work_NAME: bytes (memory-bound ops) or FLOPs (*flops = 1) of that call.
- * Every op of the list (oplist.h) has both (grouped_mm is not benchmarked yet: no call,
- * no work). */
+ * Every op of the list (oplist.h) has both. */
 #define CF_DIMS(c)                                                                                 \
     const int B = (c)->batch, T = (c)->seq_len, N = B * T, D = (c)->dim, H = (c)->n_heads,         \
               G = (c)->n_kv_heads, hd = (c)->head_dim, F = (c)->ffn_dim, V = (c)->vocab;           \
@@ -669,13 +676,27 @@ static double cf_work_attention_kv(const ops_ctx *c, int phase, int *flops) {
     return 4 * T * G * hd * 2;
 }
 
+/* One MoE layer's expert projections, as moe.c makes them: forward gate and up (dim ->
+ * moe_ffn_dim) then down (moe_ffn_dim -> dim); backward down, then gate and up. The three share
+ * one weight stack (same size; the timing does not depend on its values). */
 static void cf_run_grouped_mm(const cf_bench *b) {
-    (void)b;
+    const int E = b->c.n_experts, D = b->c.dim, Fe = b->c.moe_ffn_dim;
+    float *const *f = b->buf; /* x [R,D], g, u, h [R,Fe], y [R,D]; backward: dx, dg, dh */
+    if (!b->phase) {
+        b->t->grouped_mm_fwd(f[1], f[0], b->w, b->offs, E, D, Fe);
+        b->t->grouped_mm_fwd(f[2], f[0], b->w, b->offs, E, D, Fe);
+        b->t->grouped_mm_fwd(f[4], f[3], b->w, b->offs, E, Fe, D);
+    } else {
+        b->t->grouped_mm_bwd(f[7], b->dw, f[4], f[3], b->w, b->offs, E, Fe, D);
+        b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe);
+        b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe);
+    }
 }
 
 static double cf_work_grouped_mm(const ops_ctx *c, int phase, int *flops) {
-    *flops = 0;
-    return 0;
+    CF_WORK_DIMS(c);
+    *flops = 1;
+    return 3 * 2 * N * c->top_k * D * c->moe_ffn_dim * (phase ? 2 : 1);
 }
 
 static void cf_bench_run(const cf_bench *b) {
@@ -733,9 +754,12 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
     const int n = cf_select(name, sel, 128, err);
     if (n < 0) return -1;
     const double min_sec = o && o->min_sec > 0 ? o->min_sec : 0.3;
-    printf("shape: batch %d seq %d dim %d heads %d/%d head_dim %d ffn %d vocab %d\n", ctx->batch,
+    printf("shape: batch %d seq %d dim %d heads %d/%d head_dim %d ffn %d vocab %d", ctx->batch,
            ctx->seq_len, ctx->dim, ctx->n_heads, ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim,
            ctx->vocab);
+    if (ctx->n_experts > 0)
+        printf(" experts %d top_k %d moe_ffn %d", ctx->n_experts, ctx->top_k, ctx->moe_ffn_dim);
+    printf("\n");
     printf("memory bandwidth (STREAM triad, this process's threads): %.1f GB/s\n", cf_triad());
     printf("%-12s %-12s %-5s %10s %10s %8s %12s\n", "op", "impl", "pass", "ms", "default ms",
            "speedup", "rate");
@@ -758,11 +782,26 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         if (impl->op == OPS_EMBEDDING || impl->op == OPS_LMHEAD_CE)
             big += (size_t)ctx->vocab * ctx->dim + (size_t)256 * ctx->vocab;
         int ok = 1;
+        if (impl->op == OPS_GROUPED_MM) {
+            if (ctx->n_experts <= 0 || ctx->top_k <= 0 || ctx->moe_ffn_dim <= 0) {
+                printf("%-12s %-12s skipped: a dense shape (use --flavor with experts)\n",
+                       ops_kind_name(impl->op), impl->name);
+                continue;
+            }
+            const size_t R = N * ctx->top_k, E = ctx->n_experts,
+                         W = E * ctx->moe_ffn_dim * ctx->dim;
+            big = R * (ctx->dim > ctx->moe_ffn_dim ? ctx->dim : ctx->moe_ffn_dim);
+            b.w = cf_rand(&seed, W, 0.05f);
+            b.dw = calloc(W, sizeof(float));
+            b.offs = malloc(sizeof(int32_t) * (E + 1));
+            ok = b.w && b.dw && b.offs;
+            for (size_t e = 0; ok && e <= E; e++) b.offs[e] = (int32_t)(R * e / E);
+        }
         for (int j = 0; j < 9 && ok; j++) ok = (b.buf[j] = cf_rand(&seed, big, 0.5f)) != NULL;
         b.tok = malloc(sizeof(int32_t) * (size_t)ctx->batch * ctx->seq_len);
         if (!ok || !b.tok) {
             for (int j = 0; j < 9; j++) free(b.buf[j]);
-            free(b.tok);
+            CF_FREE(b.tok, b.w, b.dw, b.offs);
             return base_fail(err, "kernels bench: out of memory");
         }
         for (int j = 0; j < ctx->batch * ctx->seq_len; j++)
@@ -774,7 +813,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             printf("%-12s %-12s skipped: %s\n", ops_kind_name(impl->op), impl->name, err->msg);
             ops_release(&ti);
             for (int j = 0; j < 9; j++) free(b.buf[j]);
-            free(b.tok);
+            CF_FREE(b.tok, b.w, b.dw, b.offs);
             continue;
         }
         const int phases = impl->bwd && impl->op != OPS_LMHEAD_CE ? 2 : 1;
@@ -796,7 +835,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         ops_release(&ti);
         ops_release(&td);
         for (int j = 0; j < 9; j++) free(b.buf[j]);
-        free(b.tok);
+        CF_FREE(b.tok, b.w, b.dw, b.offs);
     }
     fflush(stdout);
     return failed;

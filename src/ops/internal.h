@@ -9,7 +9,8 @@ int ops_kind_from_name(const char *s);
 /* "embedding, rmsnorm, ...": the op names in list order (plugin_only: those a plugin may
  * provide), cut to size. */
 void ops_kind_names(char *buf, size_t size, int plugin_only);
-/* Whether a kernel plugin may provide op k (oplist.h's plugin flag). */
+/* 0 when a kernel plugin may not provide op k, else the kernel ABI version that allowed it
+ * (oplist.h's plugin flag). */
 int ops_kind_plugin(ops_kind k);
 /* An implementation that is bound per unit rather than called through its fwd/bwd (a kernel
  * plugin's: a per-layer trampoline and saved state; ops/plugin.c provides them). The registry

@@ -10,9 +10,11 @@
  *       an op that is one function (no separate backward); field name, type ops_name_fn.
  * KIND: the enum constant is OPS_KIND. name: the op's name in configs, plugin descriptors and
  * messages. subpath: a module sub-path the op also answers to in overrides besides
- * "<unit>.<name>" (torchtitan's module names), or NULL; only ops with one call site per block
- * get one. plugin: 1 when a kernel plugin may provide it (include/titan/kernel_abi.h then
- * documents its tensors, and ops/plugin.c has its adapter plg_name_fwd / plg_name_bwd).
+ * "<unit>.<name>" (torchtitan's module names), or NULL; only ops whose call sites in a block
+ * lie in one module get one (grouped_mm: the MoE's three expert projections). plugin: 0, or the
+ * kernel ABI version that let a plugin provide it (1, 2; a descriptor of an older version is
+ * refused for it); include/titan/kernel_abi.h then documents its tensors, and ops/plugin.c has its
+ * adapter plg_name_fwd / plg_name_bwd.
  *
  * Generated from it: the ops_kind enum, the signature typedefs and ops_table's fields
  * (ops.h), the names, sub-paths, backward rule and table assignment of resolution
@@ -130,7 +132,7 @@
       (float *out, const float *q, const float *k, const float *v, int T, int pos0, int H, int G,  \
        int hd),                                                                                    \
       (out, q, k, v, T, pos0, H, G, hd))                                                           \
-    FB(GROUPED_MM, grouped_mm, NULL, 0,                                                            \
+    FB(GROUPED_MM, grouped_mm, "moe.grouped_mm", 2,                                                \
        (float *out, const float *inp, const float *w, const int32_t *offs, int E, int C, int OC),  \
        (out, inp, w, offs, E, C, OC),                                                              \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
@@ -146,8 +148,9 @@
 
 /* Removes the parentheses of a list: OPS_UNPAREN (a, b) -> a, b. */
 #define OPS_UNPAREN(...) __VA_ARGS__
-/* OPS_IF_1(x) -> x, OPS_IF_0(x) -> nothing: for the plugin flag. */
+/* OPS_IF_1(x), OPS_IF_2(x) -> x, OPS_IF_0(x) -> nothing: for the plugin flag. */
 #define OPS_IF_1(...) __VA_ARGS__
+#define OPS_IF_2(...) __VA_ARGS__
 #define OPS_IF_0(...)
 
 #endif

@@ -128,9 +128,9 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
  * "layers.*.attention.rop" or a range past the last layer), naming the override; a plain op
  * name no unit calls (grouped_mm on a dense model) is a warning and ignored. Every op
  * matches "<unit>.<op>", and some also a module sub-path (rope: "<unit>.attention.rope",
- * swiglu: "<unit>.feed_forward.swiglu"). Globs: '*' any run, '?' one character, and a
- * "N-M" run of digits matches an integer in [N, M] ("layers.0-3.attention"). On failure the
- * tables already resolved are released. */
+ * swiglu: "<unit>.feed_forward.swiglu", grouped_mm: "<unit>.moe.grouped_mm"). Globs: '*' any run,
+ * '?' one character, and a "N-M" run of digits matches an integer in [N, M]
+ * ("layers.0-3.attention"). On failure the tables already resolved are released. */
 int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_t *calls, int n,
                       const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
                       base_err *err);

@@ -18,14 +18,18 @@
  *   - every output goes to scratch first and is then copied (forward outputs, and a gradient
  *     that aliases the titan input it replaces) or added (gradients) into titan's buffer,
  *     converting the layout back; so the kernel never sees aliasing pointers, and in-place
- *     calls of titan's (rope) still work;
- *   - the slot's saved buffer (saved_bytes, kept across calls, grown preserving content) and
- *     a workspace (workspace_bytes) are passed along.
+ *     calls of titan's (rope) still work; except that a backward declaring
+ *     TITAN_KERNEL_BWD_ACCUMULATES gets titan's gradient buffer itself wherever neither a
+ *     layout conversion nor an in-place replacement is involved (else zeroed scratch);
+ *   - grouped_mm's int32 group offsets go in args->offs;
+ *   - the slot's saved buffer (saved_bytes, kept across calls, grown preserving content, new
+ *     bytes zeroed) and a workspace (workspace_bytes) are passed along.
  * Scratch is one arena shared by all slots (calls are sequential), grown on demand.
  * The typed signatures return void, so a kernel returning an error, or an allocation failure
  * here, is reported and aborts the process, like the built-in kernels' allocation failures. */
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,8 +126,10 @@ static size_t plg_round(size_t bytes) {
 }
 
 /* B, T, hd: the sizes of heads tensors (unused when no tensor has nh > 0). */
-static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], float eps, int B, int T,
-                     int hd, const plg_in *in, int nin, const plg_out *out, int nout) {
+/* offs: grouped_mm's group offsets (args->offs), NULL for the other ops. */
+static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], float eps,
+                     const int32_t *offs, int B, int T, int hd, const plg_in *in, int nin,
+                     const plg_out *out, int nout) {
     plg_slot *s = &g_slots[kind][slot];
     const plg_kernel *k = s->k;
     const int bhsd = k->d.layout == TITAN_LAYOUT_BHSD;
@@ -131,11 +137,13 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     memset(&a, 0, sizeof a);
     memcpy(a.dims, dims, sizeof a.dims);
     a.eps = eps;
+    a.offs = offs;
     if (phase == 0 && k->d.saved_bytes) {
         size_t want = k->d.saved_bytes(dims);
         if (want > s->saved_size) {
             void *p = plg_alloc(want);
             if (s->saved) memcpy(p, s->saved, s->saved_size);
+            memset((char *)p + s->saved_size, 0, want - s->saved_size); /* new bytes: zero */
             free(s->saved);
             s->saved = p;
             s->saved_size = want;
@@ -148,8 +156,17 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     size_t need = plg_round(a.workspace_size);
     for (int i = 0; i < nin; i++)
         if (bhsd && in[i].nh) need += plg_round(in[i].n * sizeof(float));
-    for (int i = 0; i < nout; i++)
-        if (out[i].p) need += plg_round(out[i].n * sizeof(float));
+    /* a kernel that accumulates gets titan's gradient itself where no conversion or in-place
+     * replacement is needed */
+    const int accum = phase == 1 && (k->d.flags & TITAN_KERNEL_BWD_ACCUMULATES);
+    int direct[4] = {0};
+    for (int i = 0; i < nout; i++) {
+        if (!out[i].p) continue;
+        direct[i] = accum && out[i].acc && !(bhsd && out[i].nh);
+        for (int j = 0; j < nin; j++)
+            if (in[j].p == out[i].p) direct[i] = 0;
+        if (!direct[i]) need += plg_round(out[i].n * sizeof(float));
+    }
     if (need > g_arena_size) {
         free(g_arena);
         g_arena = plg_alloc(need);
@@ -166,8 +183,13 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     }
     for (int i = 0; i < nout; i++) {
         if (!out[i].p) continue;
+        if (direct[i]) {
+            a.out[i] = out[i].p;
+            continue;
+        }
         a.out[i] = (float *)cur;
         cur += plg_round(out[i].n * sizeof(float));
+        if (accum) memset(a.out[i], 0, out[i].n * sizeof(float));
     }
     a.workspace = a.workspace_size ? cur : NULL;
     const int rc = (phase ? k->d.backward : k->d.forward)(&a);
@@ -178,7 +200,7 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
         abort();
     }
     for (int i = 0; i < nout; i++) {
-        if (!out[i].p) continue;
+        if (!out[i].p || direct[i]) continue;
         int acc = out[i].acc;
         for (int j = 0; j < nin; j++) /* a gradient replacing its own input (rope in place) */
             if (in[j].p == out[i].p) acc = 0;
@@ -197,7 +219,7 @@ static void plg_rope_fwd(int slot, float *out, const float *inp, const float *co
     const int dims[8] = {B, T, nh, hd};
     const plg_in in[] = {{inp, n, nh}, {cos, tab, 0}, {sin, tab, 0}};
     const plg_out o[] = {{out, n, nh, 0}};
-    plg_call(OPS_ROPE, slot, 0, dims, 0, B, T, hd, in, 3, o, 1);
+    plg_call(OPS_ROPE, slot, 0, dims, 0, NULL, B, T, hd, in, 3, o, 1);
 }
 
 static void plg_rope_bwd(int slot, float *dinp, const float *dout, const float *cos,
@@ -206,7 +228,7 @@ static void plg_rope_bwd(int slot, float *dinp, const float *dout, const float *
     const int dims[8] = {B, T, nh, hd};
     const plg_in in[] = {{dout, n, nh}, {cos, tab, 0}, {sin, tab, 0}};
     const plg_out o[] = {{dinp, n, nh, 1}};
-    plg_call(OPS_ROPE, slot, 1, dims, 0, B, T, hd, in, 3, o, 1);
+    plg_call(OPS_ROPE, slot, 1, dims, 0, NULL, B, T, hd, in, 3, o, 1);
 }
 
 static void plg_attention_fwd(int slot, float *out, float *lse, const float *q, const float *k,
@@ -215,7 +237,7 @@ static void plg_attention_fwd(int slot, float *out, float *lse, const float *q, 
     const int dims[8] = {B, T, H, G, hd};
     const plg_in in[] = {{q, nq, H}, {k, nkv, G}, {v, nkv, G}};
     const plg_out o[] = {{out, nq, H, 0}, {lse, (size_t)B * H * T, 0, 0}};
-    plg_call(OPS_ATTENTION, slot, 0, dims, 0, B, T, hd, in, 3, o, 2);
+    plg_call(OPS_ATTENTION, slot, 0, dims, 0, NULL, B, T, hd, in, 3, o, 2);
 }
 
 static void plg_attention_bwd(int slot, float *dq, float *dk, float *dv, const float *dout,
@@ -226,7 +248,7 @@ static void plg_attention_bwd(int slot, float *dq, float *dk, float *dv, const f
     const plg_in in[] = {{dout, nq, H}, {out, nq, H}, {lse, (size_t)B * H * T, 0},
                          {q, nq, H},    {k, nkv, G},  {v, nkv, G}};
     const plg_out o[] = {{dq, nq, H, 1}, {dk, nkv, G, 1}, {dv, nkv, G, 1}};
-    plg_call(OPS_ATTENTION, slot, 1, dims, 0, B, T, hd, in, 6, o, 3);
+    plg_call(OPS_ATTENTION, slot, 1, dims, 0, NULL, B, T, hd, in, 6, o, 3);
 }
 
 static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp, const float *w,
@@ -235,7 +257,7 @@ static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp,
     const int dims[8] = {N, C};
     const plg_in in[] = {{inp, n, 0}, {w, (size_t)C, 0}};
     const plg_out o[] = {{out, n, 0, 0}, {rstd, (size_t)N, 0, 0}};
-    plg_call(OPS_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 2, o, 2);
+    plg_call(OPS_RMSNORM, slot, 0, dims, eps, NULL, 0, 0, 0, in, 2, o, 2);
 }
 
 /* rmsnorm's backward, also add_rmsnorm's (kind): the same call. */
@@ -245,7 +267,7 @@ static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const 
     const int dims[8] = {N, C};
     const plg_in in[] = {{dout, n, 0}, {inp, n, 0}, {w, (size_t)C, 0}, {rstd, (size_t)N, 0}};
     const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, 1}};
-    plg_call(kind, slot, 1, dims, 0, 0, 0, 0, in, 4, o, 2);
+    plg_call(kind, slot, 1, dims, 0, NULL, 0, 0, 0, in, 4, o, 2);
 }
 
 static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
@@ -264,7 +286,7 @@ static void plg_add_rmsnorm_fwd(int slot, float *h, float *out, float *rstd, con
     const int dims[8] = {N, C};
     const plg_in in[] = {{x, n, 0}, {y, n, 0}, {w, (size_t)C, 0}};
     const plg_out o[] = {{h, n, 0, 0}, {out, n, 0, 0}, {rstd, (size_t)N, 0, 0}};
-    plg_call(OPS_ADD_RMSNORM, slot, 0, dims, eps, 0, 0, 0, in, 3, o, 3);
+    plg_call(OPS_ADD_RMSNORM, slot, 0, dims, eps, NULL, 0, 0, 0, in, 3, o, 3);
 }
 
 static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float *up, int N, int F) {
@@ -272,7 +294,7 @@ static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float 
     const int dims[8] = {N, F};
     const plg_in in[] = {{gate, n, 0}, {up, n, 0}};
     const plg_out o[] = {{out, n, 0, 0}};
-    plg_call(OPS_SWIGLU, slot, 0, dims, 0, 0, 0, 0, in, 2, o, 1);
+    plg_call(OPS_SWIGLU, slot, 0, dims, 0, NULL, 0, 0, 0, in, 2, o, 1);
 }
 
 static void plg_swiglu_bwd(int slot, float *dgate, float *dup, const float *dout, const float *gate,
@@ -281,7 +303,7 @@ static void plg_swiglu_bwd(int slot, float *dgate, float *dup, const float *dout
     const int dims[8] = {N, F};
     const plg_in in[] = {{dout, n, 0}, {gate, n, 0}, {up, n, 0}};
     const plg_out o[] = {{dgate, n, 0, 1}, {dup, n, 0, 1}};
-    plg_call(OPS_SWIGLU, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
+    plg_call(OPS_SWIGLU, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
 }
 
 static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *w, int N, int C,
@@ -289,7 +311,7 @@ static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *
     const int dims[8] = {N, C, OC};
     const plg_in in[] = {{inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
     const plg_out o[] = {{out, (size_t)N * OC, 0, 0}};
-    plg_call(OPS_MATMUL, slot, 0, dims, 0, 0, 0, 0, in, 2, o, 1);
+    plg_call(OPS_MATMUL, slot, 0, dims, 0, NULL, 0, 0, 0, in, 2, o, 1);
 }
 
 static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
@@ -298,7 +320,27 @@ static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, 
     const plg_in in[] = {
         {dout, (size_t)N * OC, 0}, {inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
     const plg_out o[] = {{dinp, (size_t)N * C, 0, 1}, {dw, (size_t)OC * C, 0, 1}};
-    plg_call(OPS_MATMUL, slot, 1, dims, 0, 0, 0, 0, in, 3, o, 2);
+    plg_call(OPS_MATMUL, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
+}
+
+/* grouped_mm: R = offs[E] rows; dims {R, C, OC, E} */
+static void plg_grouped_mm_fwd(int slot, float *out, const float *inp, const float *w,
+                               const int32_t *offs, int E, int C, int OC) {
+    const size_t R = (size_t)offs[E];
+    const int dims[8] = {(int)R, C, OC, E};
+    const plg_in in[] = {{inp, R * C, 0}, {w, (size_t)E * OC * C, 0}};
+    const plg_out o[] = {{out, R * OC, 0, 0}};
+    plg_call(OPS_GROUPED_MM, slot, 0, dims, 0, offs, 0, 0, 0, in, 2, o, 1);
+}
+
+static void plg_grouped_mm_bwd(int slot, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, const int32_t *offs, int E, int C,
+                               int OC) {
+    const size_t R = (size_t)offs[E];
+    const int dims[8] = {(int)R, C, OC, E};
+    const plg_in in[] = {{dout, R * OC, 0}, {inp, R * C, 0}, {w, (size_t)E * OC * C, 0}};
+    const plg_out o[] = {{dinp, R * C, 0, 1}, {dw, (size_t)E * OC * C, 0, 1}};
+    plg_call(OPS_GROUPED_MM, slot, 1, dims, 0, offs, 0, 0, 0, in, 3, o, 2);
 }
 
 /* ---- trampolines: one function per (op, direction, slot), for every op of the list
@@ -391,8 +433,9 @@ static void plg_unbind(ops_table *t, ops_kind k) {
 static int plg_check(const ops_binding *b, const ops_ctx *ctx, base_err *err) {
     const plg_kernel *pk = (const plg_kernel *)b;
     if (!pk->d.check) return 0;
-    const titan_model_shape sh = {ctx->batch,      ctx->seq_len,  ctx->dim,     ctx->n_heads,
-                                  ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim, ctx->vocab};
+    const titan_model_shape sh = {ctx->batch,      ctx->seq_len,  ctx->dim,        ctx->n_heads,
+                                  ctx->n_kv_heads, ctx->head_dim, ctx->ffn_dim,    ctx->vocab,
+                                  ctx->n_experts,  ctx->top_k,    ctx->moe_ffn_dim};
     char why[256] = "";
     if (pk->d.check(&sh, why, sizeof why) == 0) return 0;
     why[sizeof why - 1] = '\0';
@@ -430,15 +473,18 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     if (L->failed) return -1;
     L->failed = 1;
     if (!d) return base_fail(L->err, "kernel plugin %s: register_kernel(NULL)", L->path);
-    if (d->abi_version != TITAN_KERNEL_ABI_VERSION)
+    if (d->abi_version < 1 || d->abi_version > TITAN_KERNEL_ABI_VERSION)
         return base_fail(L->err,
                          "kernel plugin %s: a kernel descriptor says ABI version %u; this titan "
-                         "speaks version %u (rebuild the plugin against its "
+                         "speaks versions 1 to %u (rebuild the plugin against its "
                          "include/titan/kernel_abi.h)",
                          L->path, d->abi_version, TITAN_KERNEL_ABI_VERSION);
-    if (d->struct_size < sizeof(titan_kernel_desc))
+    /* a version-1 descriptor ends before flags (appended by version 2) */
+    const size_t want =
+        d->abi_version >= 2 ? sizeof(titan_kernel_desc) : offsetof(titan_kernel_desc, flags);
+    if (d->struct_size < want)
         return base_fail(L->err, "kernel plugin %s: descriptor of %u bytes, expected %zu", L->path,
-                         d->struct_size, sizeof(titan_kernel_desc));
+                         d->struct_size, want);
     const char *nm = d->name ? d->name : "(null)";
     const int kind = ops_kind_from_name(d->op);
     if (kind < 0 || !ops_kind_plugin((ops_kind)kind)) {
@@ -448,6 +494,13 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
                          "kernel plugin %s: kernel '%s' is for op '%s'; plugins can provide %s",
                          L->path, nm, d->op ? d->op : "(null)", ops);
     }
+    if (d->abi_version < (uint32_t)ops_kind_plugin((ops_kind)kind))
+        return base_fail(L->err,
+                         "kernel plugin %s: kernel %s/%s: op '%s' came with kernel ABI version "
+                         "%d; the descriptor says version %u (rebuild the plugin against this "
+                         "titan's include/titan/kernel_abi.h)",
+                         L->path, d->op, nm, d->op, ops_kind_plugin((ops_kind)kind),
+                         d->abi_version);
     if (!d->name || !plg_name_ok(d->name))
         return base_fail(L->err,
                          "kernel plugin %s: %s kernel name '%s' must be 1-63 characters of "
@@ -456,6 +509,12 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     if (!d->forward || !d->backward)
         return base_fail(L->err, "kernel plugin %s: kernel %s/%s has no %s function", L->path,
                          d->op, nm, d->forward ? "backward" : "forward");
+    titan_kernel_desc dv; /* the descriptor as this titan reads it: only what the plugin has */
+    memset(&dv, 0, sizeof dv);
+    memcpy(&dv, d, want);
+    if (dv.flags & ~TITAN_KERNEL_BWD_ACCUMULATES)
+        return base_fail(L->err, "kernel plugin %s: kernel %s/%s: unknown flags 0x%x", L->path,
+                         d->op, nm, (unsigned)dv.flags);
     if (d->layout != TITAN_LAYOUT_BSHD && d->layout != TITAN_LAYOUT_BHSD)
         return base_fail(L->err, "kernel plugin %s: kernel %s/%s: unknown layout %d", L->path,
                          d->op, nm, (int)d->layout);
@@ -464,7 +523,7 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
                          PLG_MAX_KERNELS);
     plg_kernel *k = &g_kernels[g_n_kernels];
     memset(k, 0, sizeof *k);
-    k->d = *d;
+    k->d = dv;
     k->kind = (ops_kind)kind;
     snprintf(k->name, sizeof k->name, "%s", d->name);
     snprintf(k->constraints, sizeof k->constraints, "%s", d->constraints ? d->constraints : "");
@@ -515,12 +574,12 @@ int ops_plugin_load(const char *path, base_err *err) {
                          "include/titan/kernel_abi.h)",
                          path);
     }
-    if (*ver != TITAN_KERNEL_ABI_VERSION) {
+    if (*ver < 1 || *ver > TITAN_KERNEL_ABI_VERSION) { /* older versions: see kernel_abi.h */
         const uint32_t v = *ver;
         dlclose(h);
         return base_fail(err,
                          "kernel plugin %s: built against kernel ABI version %u; this titan "
-                         "speaks version %u (rebuild the plugin against this titan's "
+                         "speaks versions 1 to %u (rebuild the plugin against this titan's "
                          "include/titan/kernel_abi.h)",
                          path, v, TITAN_KERNEL_ABI_VERSION);
     }

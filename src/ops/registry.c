@@ -112,7 +112,7 @@ void ops_kind_names(char *buf, size_t size, int plugin_only) {
 }
 
 int ops_kind_plugin(ops_kind k) {
-    return (int)k >= 0 && k < OPS_COUNT && g_kinds[k].plugin;
+    return (int)k >= 0 && k < OPS_COUNT ? g_kinds[k].plugin : 0;
 }
 
 int ops_kind_from_name(const char *s) {

@@ -4,20 +4,29 @@
  *             buffer (it saves silu(gate) in forward and reads it back in backward); and
  *             add_rmsnorm/add_rmsnorm_plain: the fused residual add + norm, plain loops
  *   version   declares ABI version 999           nosym   no titan_kernel_abi_version
- *   noinit    no titan_kernel_plugin_init         badop   a kernel for op "grouped_mm"
+ *   noinit    no titan_kernel_plugin_init         badop   a kernel for op "embedding"
  *   nobwd     a kernel without backward           initfail init reports an error
  *   dup       registers rope/default (a built-in's name), after a valid kernel
  *   badlayout asks for layout 7
+ *   v1        built for kernel ABI version 1 (symbol and descriptor): swiglu/swiglu_v1, which
+ *             must keep loading and working under version 2
+ *   v1moe     version 1 as well, registering grouped_mm (added by version 2): refused by name
+ *   badflags  a descriptor with an unknown flag
+ *   accum     swiglu/swiglu_acc: backward ADDS into its outputs (TITAN_KERNEL_BWD_ACCUMULATES)
  *   marker    as swiglu of good, plus a constructor that creates the file named by
  *             $TITAN_TEST_PLUGIN_MARKER: shows when titan opened the library (code ran) */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "titan/kernel_abi.h"
 
-#if defined(PLUGIN_CASE_version)
+#if defined(PLUGIN_CASE_v1) || defined(PLUGIN_CASE_v1moe)
+#define TEST_ABI 1u /* what a plugin built against the version-1 header declares */
+TITAN_KERNEL_EXPORT const uint32_t titan_kernel_abi_version = TEST_ABI;
+#elif defined(PLUGIN_CASE_version)
 TITAN_KERNEL_EXPORT const uint32_t titan_kernel_abi_version = 999;
 #elif !defined(PLUGIN_CASE_nosym)
 TITAN_KERNEL_PLUGIN_ABI;
@@ -51,6 +60,20 @@ static int swiglu_bwd(const titan_kernel_args *a) {
     }
     return 0;
 }
+
+#if defined(PLUGIN_CASE_accum)
+/* swiglu's backward adding into its outputs, for TITAN_KERNEL_BWD_ACCUMULATES */
+static int swiglu_bwd_acc(const titan_kernel_args *a) {
+    const size_t n = (size_t)a->dims[0] * a->dims[1];
+    const float *silu = a->saved, *dy = a->in[0], *g = a->in[1], *u = a->in[2];
+    for (size_t i = 0; i < n; i++) {
+        const float sig = 1.0f / (1.0f + expf(-g[i]));
+        if (a->out[0]) a->out[0][i] += dy[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        if (a->out[1]) a->out[1][i] += dy[i] * silu[i];
+    }
+    return 0;
+}
+#endif
 
 #if defined(PLUGIN_CASE_good)
 /* add_rmsnorm: h = x + y, out = w * h * rstd, rstd = 1/sqrt(mean(h^2) + eps) (float sums,
@@ -112,14 +135,30 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
                            swiglu_fwd,
                            swiglu_bwd,
                            ws_bytes,
-                           saved_bytes};
+                           saved_bytes,
+                           0};
     static titan_kernel_desc keep; /* descriptors must stay valid: static storage */
 #if defined(PLUGIN_CASE_initfail)
     host->error(host, "this CPU lacks the instructions the kernel needs");
     return 1;
 #endif
-#if defined(PLUGIN_CASE_badop)
+#if defined(TEST_ABI)
+    d.abi_version = TEST_ABI;
+    d.struct_size = offsetof(titan_kernel_desc, flags); /* the version-1 descriptor's size */
+    d.name = "swiglu_v1";
+#if defined(PLUGIN_CASE_v1moe)
     d.op = "grouped_mm";
+#endif
+#endif
+#if defined(PLUGIN_CASE_badflags)
+    d.flags = 0x80;
+#elif defined(PLUGIN_CASE_accum)
+    d.name = "swiglu_acc";
+    d.backward = swiglu_bwd_acc;
+    d.flags = TITAN_KERNEL_BWD_ACCUMULATES;
+#endif
+#if defined(PLUGIN_CASE_badop)
+    d.op = "embedding";
 #elif defined(PLUGIN_CASE_nobwd)
     d.backward = NULL;
 #elif defined(PLUGIN_CASE_badlayout)
@@ -138,7 +177,8 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
                                            add_rmsnorm_fwd,
                                            add_rmsnorm_bwd,
                                            NULL,
-                                           NULL};
+                                           NULL,
+                                           0};
     if (host->register_kernel(host, &norm)) return 1;
 #endif
 #if defined(PLUGIN_CASE_dup)

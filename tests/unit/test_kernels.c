@@ -216,7 +216,7 @@ static void test_hostile_plugins(void) {
               has(e.msg, "kernel plugin /nonexistent/libx.so: cannot load", NULL),
           "bad path: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("version"), &e) != 0 &&
-              has(e.msg, "built against kernel ABI version 999", "speaks version 1"),
+              has(e.msg, "built against kernel ABI version 999", "speaks versions 1 to 2"),
           "ABI mismatch: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("nosym"), &e) != 0 &&
               has(e.msg, "not a titan kernel plugin", "titan_kernel_abi_version"),
@@ -224,8 +224,30 @@ static void test_hostile_plugins(void) {
     CHECK(ops_plugin_load(PLUGIN("noinit"), &e) != 0 &&
               has(e.msg, "missing symbol titan_kernel_plugin_init", NULL),
           "no init: %s", e.msg);
-    CHECK(ops_plugin_load(PLUGIN("badop"), &e) != 0 && has(e.msg, "op 'grouped_mm'", "rope"),
+    CHECK(ops_plugin_load(PLUGIN("badop"), &e) != 0 &&
+              has(e.msg, "op 'embedding'; plugins can provide", "rope") &&
+              has(e.msg, "grouped_mm", NULL),
           "unsupported op: %s", e.msg);
+    /* ABI version 1: its plugins keep loading and running; an op version 2 added is refused
+     * by name */
+    CHECK(ops_plugin_load(PLUGIN("v1moe"), &e) != 0 &&
+              has(e.msg,
+                  "libtest_plugin_v1moe.so: kernel grouped_mm/swiglu_v1: op 'grouped_mm' "
+                  "came with kernel ABI version 2; the descriptor says version 1",
+                  NULL),
+          "a v1 descriptor for grouped_mm: %s", e.msg);
+    CHECK(!ops_find(OPS_GROUPED_MM, "swiglu_v1"), "the refused v1 kernel is not registered");
+    CHECK(ops_plugin_load(PLUGIN("v1"), &e) == 0 && ops_find(OPS_SWIGLU, "swiglu_v1"),
+          "a version-1 plugin loads: %s", e.msg);
+    ops_conform_opts o1 = {3, 1, 0, 0};
+    CHECK(ops_conform_test("swiglu/swiglu_v1", &o1, &e) == 0, "the v1 plugin conforms: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("badflags"), &e) != 0 &&
+              has(e.msg, "kernel swiglu/swiglu_ws: unknown flags 0x80", NULL),
+          "unknown descriptor flags: %s", e.msg);
+    /* a backward that adds into titan's gradients: conformance starts them from random values,
+     * so a titan that passed scratch without zeroing it, or added twice, fails */
+    CHECK(ops_plugin_load(PLUGIN("accum"), &e) == 0, "accumulating plugin: %s", e.msg);
+    CHECK(ops_conform_test("swiglu/swiglu_acc", &o1, &e) == 0, "accumulating backward conforms");
     CHECK(ops_plugin_load(PLUGIN("nobwd"), &e) != 0 && has(e.msg, "swiglu/swiglu_ws", "backward"),
           "no backward: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("initfail"), &e) != 0 &&
@@ -275,6 +297,34 @@ static void test_example_plugin(void) {
     CHECK(!memcmp(d1, y2, sizeof d1), "plugin forward in place");
     ops_release(&t);
     CHECK(ops_conform_test("rope/rope_bhsd", NULL, &e) == 0, "conformance: %s", e.msg);
+}
+
+/* The example MoE plugin: selection by layer path (range + the moe.grouped_mm sub-path), its
+ * constraint at resolution with the layer path named, and conformance through the trampolines
+ * and its per-layer saved tile plan. Training with it: tests/scripts/moe_plugin.sh. */
+static void test_moe_plugin(void) {
+    base_err e = {{0}};
+    CHECK(ops_plugin_load(TITAN_MOE_PLUGIN, &e) == 0, "load grouped_tiles: %s", e.msg);
+    ops_ctx c = g_ctx;
+    c.n_experts = 8, c.top_k = 2, c.moe_ffn_dim = 24;
+    const ops_override ov = {"layers.0-1.moe.grouped_mm", "grouped_tiles"};
+    ops_table t;
+    CHECK(ops_resolve(&t, "layers.1", &c, &ov, 1, &e) == 0 &&
+              !strcmp(t.impl[OPS_GROUPED_MM]->name, "grouped_tiles") &&
+              t.grouped_mm_fwd != ops_cpu_grouped_mm_fwd && t.plugin_slot[OPS_GROUPED_MM] > 0,
+          "layers.0-1.moe.grouped_mm selects the plugin at layers.1: %s", e.msg);
+    ops_release(&t);
+    CHECK(!strcmp(impl_at("layers.2", &ov, 1, OPS_GROUPED_MM), "default"),
+          "layers.0-1.moe.grouped_mm leaves layers.2 alone");
+    c.moe_ffn_dim = 20;
+    CHECK(ops_resolve(&t, "layers.1", &c, &ov, 1, &e) != 0 &&
+              has(e.msg,
+                  "kernel grouped_mm/grouped_tiles at layers.1: dim % 8 == 0 and moe_ffn_dim % 8 "
+                  "== 0 (dim = 64, moe_ffn_dim = 20)",
+                  NULL),
+          "plugin constraint on the MoE shape: %s", e.msg);
+    ops_conform_opts o = {8, 3, 0, 0};
+    CHECK(ops_conform_test("grouped_mm/grouped_tiles", &o, &e) == 0, "conformance: %s", e.msg);
 }
 
 /* One training microbatch with and without overrides: losses and gradients agree. */
@@ -364,6 +414,7 @@ int main(void) {
     test_override_units();
     test_hostile_plugins();
     test_example_plugin();
+    test_moe_plugin();
     test_plugins_in_training();
     test_conformance_catches();
     if (failures)
