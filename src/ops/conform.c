@@ -45,11 +45,20 @@ static int cf_pick(uint64_t *s, const int *v, int n) {
     return v[cf_next(s) % (uint64_t)n];
 }
 
+/* Set while a bf16 implementation is checked: every random input is a bf16 value, so both
+ * sides multiply the same numbers (see cf_bf16_tol). */
+static int g_bf16_inputs;
+
 static float *cf_rand(uint64_t *s, size_t n, float scale) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
     if (!p) return NULL;
     for (size_t i = 0; i < n; i++)
         p[i] = scale * ((float)(cf_next(s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
+    for (size_t i = 0; g_bf16_inputs && i < n; i++) { /* round to the nearest bf16 */
+        uint16_t h;
+        ops_bf16_from_f32(&h, &p[i], 1);
+        ops_bf16_to_f32(&p[i], &h, 1);
+    }
     return p;
 }
 
@@ -83,20 +92,16 @@ typedef struct {
     double floor;   /* the least tolerance: the op's bf16 tolerance when one side is bf16 */
 } cf_result;
 
-/* The tolerance of a bf16 implementation against its fp32 baseline, per op (docs/kernels.md
- * states them): GEMM operands rounded to bf16 (relative error 2^-9 each) give products off by
- * up to ~2^-8, and a sum of K such terms relative to the largest output element stays within
- * about 1% on the conformance shapes' random data; attention's two chained products and the
- * lm_head gradient (softmax - onehot, rounded) get 3%. */
+/* A bf16 implementation is checked on inputs that are bf16 values (g_bf16_inputs), against
+ * the fp32 default on the same inputs: rounding them again changes nothing, so what is left is
+ * the claim "bf16 operands, fp32 accumulation" -- the products are exact in fp32 and only
+ * the summation order (the engine's) may differ: 1e-4. lmhead_ce also rounds its logit
+ * gradient (softmax - onehot) to bf16 before the dx and dW GEMMs, as autocast's backward
+ * does: 2e-2 there (a relative 2^-9 per element, measured up to 1.3e-3 on random inputs; its
+ * loss stays within 1e-4). That a bf16 run does round (and differs from fp32) is tested by
+ * train_bf16 and the HF autocast parity tests. */
 static double cf_bf16_tol(ops_kind k) {
-    switch (k) {
-    case OPS_ATTENTION:
-    case OPS_ATTENTION_KV:
-    case OPS_LMHEAD_CE:
-        return 3e-2;
-    default:
-        return 2e-2;
-    }
+    return k == OPS_LMHEAD_CE ? 2e-2 : 1e-4;
 }
 
 static void cf_cmp(cf_result *r, const char *name, const float *a, const float *b, size_t n,
@@ -484,10 +489,11 @@ int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err)
                 return -1;
             }
             cf_result r = {0, "", 0};
-            if (impl->prec != OPS_PREC_F32 || base->prec != OPS_PREC_F32)
-                r.floor = cf_bf16_tol(impl->op);
+            g_bf16_inputs = impl->prec != OPS_PREC_F32 || base->prec != OPS_PREC_F32;
+            if (g_bf16_inputs) r.floor = cf_bf16_tol(impl->op);
             uint64_t data_seed = seed;
             const int rc = fn(&tx, &ty, &c, &data_seed, &r);
+            g_bf16_inputs = 0;
             ops_release(&tx);
             ops_release(&ty);
             if (rc) return base_fail(err, "kernels test: out of memory");
