@@ -124,6 +124,7 @@ typedef struct {
     train_start plan;
     train_saver *saver;
     train_metrics *mx;
+    train_prof *prof; /* [profiling] (NULL: off) */
     double peak, fpt; /* the GEMM peak (FLOP/s) and model FLOPs per token for MFU */
     int64_t start, tokens_seen;
     int last;                   /* the last step this run trains */
@@ -302,7 +303,9 @@ static int run_steps(run *r, base_err *err) {
     const train_opts *o = r->o;
     for (int step = (int)r->start + 1; step <= r->last; step++) {
         train_step_result s;
-        if (train_step(&r->job, step, &s, err)) return -1;
+        if (train_prof_step_begin(r->prof, step, err) || train_step(&r->job, step, &s, err))
+            return -1;
+        train_prof_step_done(r->prof);
         r->tokens_seen += s.ntok * r->mesh.dp_size;
         if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
             r->t_total += s.step_s;
@@ -312,10 +315,11 @@ static int run_steps(run *r, base_err *err) {
         double val_loss = NAN, val_s = 0;
         int64_t val_tok = 0;
         if (o->val.path && (step % o->val.freq == 0 || step == r->last)) {
-            val_s = base_now();
+            const double t_val = base_now();
             if (train_validate(&r->job, r->have_ev ? &r->ev : NULL, &val_loss, &val_tok, err))
                 return -1;
-            val_s = base_now() - val_s;
+            train_prof_phase("validation", t_val);
+            val_s = base_now() - t_val;
         }
         const train_step_metrics sm = {
             step,           r->mesh.dp_size, s.loss,   s.max_loss, s.norm,   s.lr,  s.aux,  s.ntok,
@@ -323,7 +327,10 @@ static int run_steps(run *r, base_err *err) {
         if (train_metrics_log_step(r->mx, &sm, &r->m, err)) return -1;
         const int stop_sig = train_stop_agree(r->mesh.world_comm); /* save this step, stop */
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
+        const double t_save = base_now();
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
+        train_prof_phase("checkpoint save", t_save);
+        if (train_prof_step_end(r->prof, step, err)) return -1;
         if (stop_sig) return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
         if (step == (int)r->start + 1)
             dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
@@ -359,6 +366,7 @@ static int run_finish(run *r, base_err *err) {
  * closing the metrics failed. */
 static int run_close(run *r, int rc, base_err *err) {
     if (train_metrics_close(r->mx, rc ? NULL : err) && rc <= 0) rc = -1;
+    train_prof_close(r->prof);
     train_stop_uninstall();
     dist_watchdog_stop();
     base_free(r->job.tok);
@@ -406,6 +414,7 @@ int train_run(const train_opts *o, base_err *err) {
             train_metrics_open(&r->mx, o, &r->mesh, r->start, r->last, r->peak, r->fpt, aux_on, err)
                 ? -1
                 : 0;
+        if (!rc) rc = train_prof_open(&r->prof, o, &r->m, r->mesh.rank, err);
         if (!rc) rc = run_steps(r, err);
         if (!rc) rc = run_finish(r, err);
     }
