@@ -2,6 +2,7 @@
  * docs/profiling.md). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "train/internal.h"
 
@@ -27,6 +28,10 @@ void train_prof_phase(const char *name, double t0) {
 int train_prof_open(train_prof **out, const train_opts *o, model *m, int rank, base_err *err) {
     *out = NULL;
     if (!o->prof.dir) return 0;
+    struct stat st; /* before the first step, not after the first window */
+    if (stat(o->prof.dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return base_fail(err, "profiling.save_traces_folder: %s exists and is not a folder",
+                         o->prof.dir);
     train_prof *p = calloc(1, sizeof *p);
     if (!p || !(p->paths = malloc(sizeof *p->paths * (size_t)m->n_units)) ||
         !(p->names = calloc((size_t)o->prof.active, sizeof *p->names))) {
