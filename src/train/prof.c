@@ -14,6 +14,7 @@ struct train_prof {
     int attached;
     double t_origin;   /* the first recorded step's start: ts 0 in the trace */
     double t_step;     /* the current step's start */
+    int step;          /* the current step */
     char (*names)[32]; /* [active] "ProfilerStep#N": the step events' names */
     int n_steps;       /* steps recorded in the window so far */
 };
@@ -66,6 +67,7 @@ int train_prof_step_begin(train_prof *p, int step, base_err *err) {
         p->attached = 1;
     }
     p->t_step = base_now();
+    p->step = step;
     if (ph == 2 && !base_trace_recording) {
         base_trace_start();
         p->t_origin = p->t_step;
@@ -77,7 +79,7 @@ int train_prof_step_begin(train_prof *p, int step, base_err *err) {
 void train_prof_step_done(train_prof *p) {
     if (!p || !base_trace_recording || p->n_steps >= p->active) return;
     char *name = p->names[p->n_steps++];
-    snprintf(name, sizeof p->names[0], "ProfilerStep#%d", 0); /* numbered in step_end */
+    snprintf(name, sizeof p->names[0], "ProfilerStep#%d", p->step);
     const base_trace_event e = {.t0 = p->t_step,
                                 .t1 = base_now(),
                                 .name = name,
@@ -86,9 +88,10 @@ void train_prof_step_done(train_prof *p) {
     base_trace_add(&e);
 }
 
-/* One line of the console table: an op kind (over layers) or a trainer phase. */
+/* One line of the console table: an op kind (over layers), a trainer phase or a collective. */
 typedef struct {
     const char *name;
+    int comm;
     long calls;
     double s, flops, bytes;
 } prof_row;
@@ -98,44 +101,63 @@ static int prof_row_cmp(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* Whether e lies within one of the intervals ev[idx[0..n)] (sorted by start, disjoint). */
+static int prof_within(const base_trace_event *e, const base_trace_event *ev, const size_t *idx,
+                       size_t n) {
+    size_t lo = 0, hi = n; /* the last interval starting at or before e */
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (ev[idx[mid]].t0 <= e->t0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && e->t1 <= ev[idx[lo - 1]].t1;
+}
+
 /* The window's events inside its step events, summed by name (op kinds over layers), sorted
- * by time, with their share of the steps' time and achieved rates. */
+ * by time, with their share of the steps' time and achieved rates; then the steps' time in no
+ * event. Inside a step the compute track's events never overlap (ops run one after another
+ * on the training thread), so they come in start order; a collective is counted in that
+ * remainder only when it is not inside a compute event (TP's all-reduces within lmhead_ce). */
 static void prof_table(const train_prof *p, int step, const char *path) {
     size_t n, dropped;
     const base_trace_event *ev = base_trace_events(&n, &dropped);
     enum { MAX_ROWS = 96 };
     prof_row rows[MAX_ROWS];
     int nr = 0;
-    double t_steps = 0, t_inside = 0, t_comm = 0;
+    double t_steps = 0, t_covered = 0;
     const base_trace_event *steps[p->n_steps > 0 ? p->n_steps : 1];
     int ns = 0;
+    size_t *comp = malloc(sizeof *comp * (n ? n : 1)), nc = 0;
+    if (!comp) return;
     for (size_t i = 0; i < n; i++)
         if (!strcmp(ev[i].cat, "step") && ns < p->n_steps) {
             steps[ns++] = &ev[i];
             t_steps += ev[i].t1 - ev[i].t0;
         }
-    for (size_t i = 0; i < n; i++) {
-        const base_trace_event *e = &ev[i];
-        if (!strcmp(e->cat, "step")) continue;
-        int inside = 0; /* events outside the steps (validation, checkpoints) are not shares */
-        for (int j = 0; j < ns && !inside; j++)
-            inside = e->t0 >= steps[j]->t0 && e->t1 <= steps[j]->t1;
-        if (!inside) continue;
-        if (e->track == BASE_TRACE_COMPUTE)
-            t_inside += e->t1 - e->t0;
-        else
-            t_comm += e->t1 - e->t0;
-        int r = 0;
-        while (r < nr && strcmp(rows[r].name, e->name)) r++;
-        if (r == nr) {
-            if (nr == MAX_ROWS) continue;
-            rows[nr++] = (prof_row){.name = e->name};
+    for (int pass = 0; pass < 2; pass++) /* compute events, then collectives against them */
+        for (size_t i = 0; i < n; i++) {
+            const base_trace_event *e = &ev[i];
+            if (!strcmp(e->cat, "step") || (e->track == BASE_TRACE_COMM) != pass) continue;
+            int inside = 0; /* events outside the steps (validation, checkpoints) are not shares */
+            for (int j = 0; j < ns && !inside; j++)
+                inside = e->t0 >= steps[j]->t0 && e->t1 <= steps[j]->t1;
+            if (!inside) continue;
+            if (!pass) comp[nc++] = i;
+            if (!pass || !prof_within(e, ev, comp, nc)) t_covered += e->t1 - e->t0;
+            int r = 0;
+            while (r < nr && (strcmp(rows[r].name, e->name) || rows[r].comm != pass)) r++;
+            if (r == nr) {
+                if (nr == MAX_ROWS) continue;
+                rows[nr++] = (prof_row){.name = e->name, .comm = pass};
+            }
+            rows[r].calls++;
+            rows[r].s += e->t1 - e->t0;
+            rows[r].flops += e->flops;
+            rows[r].bytes += e->bytes;
         }
-        rows[r].calls++;
-        rows[r].s += e->t1 - e->t0;
-        rows[r].flops += e->flops;
-        rows[r].bytes += e->bytes;
-    }
+    free(comp);
     qsort(rows, (size_t)nr, sizeof *rows, prof_row_cmp);
     const int k = p->n_steps > 0 ? p->n_steps : 1;
     const double share = t_steps > 0 ? 100.0 / t_steps : 0;
@@ -145,18 +167,15 @@ static void prof_table(const train_prof *p, int step, const char *path) {
            "share", "GFLOP/s", "GB/s");
     for (int r = 0; r < nr; r++) {
         const prof_row *w = &rows[r];
-        char rate[2][16] = {"", ""};
+        char rate[2][16] = {"", ""}, name[64];
         if (w->flops > 0 && w->s > 0) snprintf(rate[0], 16, "%.2f", w->flops / w->s * 1e-9);
         if (w->bytes > 0 && w->s > 0) snprintf(rate[1], 16, "%.2f", w->bytes / w->s * 1e-9);
-        printf("  %-30s %7ld %10.3f %6.1f%% %10s %9s\n", w->name, w->calls / k, 1e3 * w->s / k,
+        snprintf(name, sizeof name, "%s%s", w->comm ? "[comm] " : "", w->name);
+        printf("  %-30.30s %7ld %10.3f %6.1f%% %10s %9s\n", name, w->calls / k, 1e3 * w->s / k,
                w->s * share, rate[0], rate[1]);
     }
-    printf("  %-30s %7s %10.3f %6.1f%%\n", "(between events)", "", 1e3 * (t_steps - t_inside) / k,
-           (t_steps - t_inside) * share);
-    if (t_comm > 0)
-        printf("  collectives (a track of their own; they may overlap the rows above): %.3f "
-               "ms/step\n",
-               1e3 * t_comm / k);
+    printf("  %-30s %7s %10.3f %6.1f%%\n", "(in no event)", "", 1e3 * (t_steps - t_covered) / k,
+           (t_steps - t_covered) * share);
     if (dropped) printf("  (%zu events dropped: out of memory)\n", dropped);
     fflush(stdout);
 }
@@ -167,8 +186,6 @@ int train_prof_step_end(train_prof *p, int step, base_err *err) {
     base_trace_stop();
     ops_prof_detach();
     p->attached = 0;
-    for (int i = 0; i < p->n_steps; i++)
-        snprintf(p->names[i], sizeof p->names[0], "ProfilerStep#%d", step - p->n_steps + 1 + i);
     char path[4300];
     if (snprintf(path, sizeof path, "%s/iteration_%d/rank%d_trace.json", p->dir, step, p->rank) >=
         (int)sizeof path)

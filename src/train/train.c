@@ -416,6 +416,8 @@ int train_run(const train_opts *o, base_err *err) {
                 : 0;
         if (!rc) rc = train_prof_open(&r->prof, o, &r->m, r->mesh.rank, err);
         if (!rc) rc = run_steps(r, err);
+        train_prof_close(r->prof); /* the tables as resolved for export and sampling */
+        r->prof = NULL;
         if (!rc) rc = run_finish(r, err);
     }
     rc = run_close(r, rc, err);
