@@ -293,7 +293,10 @@ static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     if (step % o->ckpt.interval == 0 || step == r->last || stop_sig ||
         (step == 1 && o->ckpt.first_step)) {
         const int model_only = step == o->steps && o->ckpt.last_save_model_only;
-        return train_state_save(&r->job, r->saver, step, model_only, r->tokens_seen, err);
+        const double t0 = base_now();
+        const int rc = train_state_save(&r->job, r->saver, step, model_only, r->tokens_seen, err);
+        train_prof_phase("checkpoint save", t0);
+        return rc;
     }
     return 0;
 }
@@ -327,9 +330,7 @@ static int run_steps(run *r, base_err *err) {
         if (train_metrics_log_step(r->mx, &sm, &r->m, err)) return -1;
         const int stop_sig = train_stop_agree(r->mesh.world_comm); /* save this step, stop */
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
-        const double t_save = base_now();
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
-        train_prof_phase("checkpoint save", t_save);
         if (train_prof_step_end(r->prof, step, err)) return -1;
         if (stop_sig) return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
         if (step == (int)r->start + 1)

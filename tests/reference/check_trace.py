@@ -4,7 +4,7 @@ metrics.jsonl, and the Hugging Face Qwen3 model built on the meta device for the
 linear layers and the parameter count.
 
 usage: check_trace.py TRACE_JSON DUMP_FOLDER --steps N [--collectives] [--impl UNIT/OP=IMPL]
-                      [--no-time]
+                      [--phase NAME] [--no-time]
   TRACE_JSON   {dump_folder}/{save_traces_folder}/iteration_{step}/rank{r}_trace.json
   --steps N    the number of recorded steps expected (profiler_active)
   --collectives  a multi-rank FSDP run: the collectives track must hold all-gathers and
@@ -49,6 +49,8 @@ def main():
     ap.add_argument("dump")
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--collectives", action="store_true")
+    ap.add_argument("--phase", action="append", default=[],
+                    help="a trainer phase that must appear (e.g. 'checkpoint save')")
     ap.add_argument("--no-time", action="store_true",
                     help="skip the timing checks (runs of a few ms per step, where a preemption "
                          "on a shared machine outweighs the step)")
@@ -155,6 +157,9 @@ def main():
                      f"{n_params} parameters are {4 * n_params}")
             line += f"; {len(comm)} collectives, reduce-scatter {rs} bytes = 4 x {n_params} (+pad)"
         print(line)
+    for ph in a.phase:
+        if not any(e["name"] == ph and e["cat"] == "train" and e["tid"] == 0 for e in ev):
+            fail(f"no '{ph}' event")
     print(f"ok: {a.trace}: {len(ev)} events, {a.steps} steps, every op of {L} layers fwd+bwd")
 
 

@@ -4,8 +4,9 @@
 #  1. a profiled 3-step run of configs/qwen3_debug.toml: one trace, every op of every layer
 #     fwd + bwd, the events sum to each step's time within 15 %;
 #  2. torchtitan's schedule: profile_freq 2, active 1, warmup 1 over 4 steps traces steps 2
-#     and 4 (iteration_2, iteration_4), nothing else; the losses are bitwise those of the
-#     same run unprofiled (the wrappers forward to the real kernels);
+#     and 4 (iteration_2, iteration_4), nothing else, each with its checkpoint save (interval
+#     2) after the step; the losses are bitwise those of the same run unprofiled (the
+#     wrappers forward to the real kernels);
 #  3. a kernel plugin on one layer only (layers.1.rope = rope_bhsd) under profiling: that
 #     layer's rope events name the plugin, the others 'default', same losses as unprofiled;
 #  4. refusals by field name: profile_freq < active + warmup, enable_memory_snapshot, a traces
@@ -37,12 +38,13 @@ small=(--flavor debugmodel --set n_layers=2 --set dim=64 --set n_heads=4 --set n
        --set head_dim=16 --set ffn_dim=128 --set vocab_size=300 --set tie_embeddings=0 --random-tokens --batch 2
        --seq-len 32 --peak-tflops 1 --log-freq 1 --metrics.enable_jsonl true)
 "$titan" train "${small[@]}" --steps 4 --dump-folder "$out/c" "${prof[@]}" \
-  --profiling.profile_freq 2 --profiling.profiler_active 1 --profiling.profiler_warmup 1 >/dev/null
+  --profiling.profile_freq 2 --profiling.profiler_active 1 --profiling.profiler_warmup 1 \
+  --checkpoint.enable true --checkpoint.interval 2 >/dev/null
 [ "$(ls "$out/c/profile_traces" | tr '\n' ' ')" = "iteration_2 iteration_4 " ] ||
   { echo "FAIL: traces $(ls "$out/c/profile_traces")"; exit 1; }
 for s in 2 4; do
   "$py" "$repo/tests/reference/check_trace.py" "$out/c/profile_traces/iteration_$s/rank0_trace.json" \
-    "$out/c" --steps 1 --no-time # steps of a millisecond: structure only
+    "$out/c" --steps 1 --phase "checkpoint save" --no-time # steps of a millisecond: structure only
 done
 "$titan" train "${small[@]}" --steps 4 --dump-folder "$out/b" >/dev/null
 diff <(losses "$out/c") <(losses "$out/b") || { echo "FAIL: profiling changed the losses"; exit 1; }
