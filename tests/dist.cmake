@@ -45,13 +45,18 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_peak.sh $<TARGET_FILE:test_peak>
             ${TITAN_MPIRUN})
   set_tests_properties(dist_peak PROPERTIES TIMEOUT 180 RUN_SERIAL TRUE)
+  # [profiling] on 2 ranks: each rank's trace, its collectives with their byte counts
+  add_test(NAME dist_profile
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_profile.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${TITAN_PYTHON} ${CMAKE_SOURCE_DIR})
+  set_tests_properties(dist_profile PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
   # at exit; leak checking stays on for every single-process test, off for these.
   if(TITAN_SANITIZE)
     set_tests_properties(dist_fsdp dist_tp dist_ep dist_watchdog dist_metrics
-                         dist_config_mismatch dist_peak PROPERTIES
+                         dist_config_mismatch dist_peak dist_profile PROPERTIES
                          ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endif()
 else()
-  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_watchdog, dist_metrics, dist_peak) are skipped")
+  message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_watchdog, dist_metrics, dist_peak, dist_profile) are skipped")
 endif()

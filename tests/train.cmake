@@ -104,3 +104,10 @@ set_tests_properties(train_finetune PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" T
 add_test(NAME train_bf16
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bf16.sh $<TARGET_FILE:titan>)
 set_tests_properties(train_bf16 PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# [profiling]: the debug config's op-level trace against json, config.toml, metrics.jsonl and
+# HF's shapes; torchtitan's schedule; a plugin on one layer under the wrappers; refusals.
+add_test(NAME train_profile
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/profile.sh $<TARGET_FILE:titan>
+          ${TITAN_PYTHON} ${CMAKE_SOURCE_DIR} ${TITAN_SHARED} ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
+set_tests_properties(train_profile PROPERTIES TIMEOUT 600)

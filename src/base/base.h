@@ -229,4 +229,33 @@ void base_toml_value_free(base_toml_value *v);
 /* "a string", "an integer", "a float", "a boolean", "an array". */
 const char *base_toml_type_name(base_toml_type type);
 
+/* ---- Trace events (base/trace.c) ---------------------------------------------------------
+ * A recorder of timed events for the profiler ([profiling]), written as Chrome trace-event
+ * JSON (Perfetto, chrome://tracing). Every layer records into it (ops wrappers, collectives,
+ * the trainer's phases); nothing is recorded unless base_trace_recording is set, so a caller
+ * pays one predictable branch when the profiler is off. Events may come from any thread. */
+typedef enum { BASE_TRACE_COMPUTE, BASE_TRACE_COMM, BASE_TRACE_TRACKS } base_trace_track;
+typedef struct {
+    double t0, t1;     /* base_now() seconds */
+    const char *scope; /* "layers.3" (shown as "layers.3/name") or NULL; like every string here
+                          it must stay valid until the recording is written */
+    const char *name;  /* "attention_fwd", "optimizer step", "all-gather" */
+    const char *cat;   /* "op", "train", "step", "collective" */
+    const char *impl;  /* the op's implementation, a collective's group; NULL: none */
+    base_trace_track track;
+    double flops, bytes; /* work done: FLOPs, bytes moved (0 = unknown) */
+} base_trace_event;
+extern int base_trace_recording;
+/* Starts a recording (dropping the previous one's events) / stops adding to it. */
+void base_trace_start(void);
+void base_trace_stop(void);
+/* Adds e when recording (a failed allocation drops it and counts it). */
+void base_trace_add(const base_trace_event *e);
+/* The events recorded since base_trace_start, in the order added; *dropped: lost ones. */
+const base_trace_event *base_trace_events(size_t *n, size_t *dropped);
+/* Writes the recording to path atomically as {"traceEvents": [...]}: one complete ("X")
+ * event each, ts/dur in microseconds from t_origin, pid = rank, tid = track (named by
+ * metadata events), args {impl, flops, bytes, GFLOP/s or GB/s}. */
+int base_trace_write(const char *path, int rank, double t_origin, base_err *err);
+
 #endif

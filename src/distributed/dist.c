@@ -112,7 +112,7 @@ static dist_comm *comm_split(int color, int key, int slot) {
                            .rank = g_rank,
                            .slot = DIST_WD_WORLD,
                            .members = everyone};
-        const double t0 = dist_wd_enter(&world, DIST_OP_SPLIT, 0);
+        const double t0 = dist_wd_enter(&world, DIST_OP_SPLIT, 0, 0);
         MPI_Comm_split(MPI_COMM_WORLD, color, key, &c->comm);
         g_comm_s += dist_wd_leave(t0);
         MPI_Comm_size(c->comm, &c->size);
@@ -159,7 +159,7 @@ int dist_comm_rank(const dist_comm *c) {
 void dist_barrier(dist_comm *c) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        const double t0 = dist_wd_enter(c, DIST_OP_BARRIER, 0);
+        const double t0 = dist_wd_enter(c, DIST_OP_BARRIER, 0, 0);
         MPI_Barrier(c->comm);
         g_comm_s += dist_wd_leave(t0);
     }
@@ -170,7 +170,9 @@ void dist_barrier(dist_comm *c) {
 
 #ifdef TITAN_HAVE_MPI
 static void allreduce(dist_comm *c, void *x, int n, MPI_Datatype t, MPI_Op op) {
-    const double t0 = dist_wd_enter(c, DIST_OP_ALLREDUCE, 0);
+    int tsize;
+    MPI_Type_size(t, &tsize);
+    const double t0 = dist_wd_enter(c, DIST_OP_ALLREDUCE, 0, (double)n * tsize);
     MPI_Allreduce(MPI_IN_PLACE, x, n, t, op, c->comm);
     g_comm_s += dist_wd_leave(t0);
 }
@@ -213,7 +215,7 @@ void dist_allreduce_f32(dist_comm *c, float *x, size_t n) {
 void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0);
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0, (double)bytes * c->size);
         MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
         g_comm_s += dist_wd_leave(t0);
         return;
@@ -225,7 +227,7 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
 void dist_alltoall_i32(dist_comm *c, const int32_t *send, int32_t *recv, int n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        const double t0 = dist_wd_enter(c, DIST_OP_ALLTOALL, 0);
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLTOALL, 0, 4.0 * n * c->size);
         MPI_Alltoall(send, n, MPI_INT32_T, recv, n, MPI_INT32_T, c->comm);
         g_comm_s += dist_wd_leave(t0);
         return;
@@ -250,7 +252,8 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
         MPI_Datatype t;
         MPI_Type_contiguous((int)row, MPI_BYTE, &t);
         MPI_Type_commit(&t);
-        const double t0 = dist_wd_enter(c, DIST_OP_ALLTOALLV, 0);
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLTOALLV, 0,
+                                        (double)sd[P - 1] * row + (double)sc[P - 1] * row);
         MPI_Alltoallv(send, sc, sd, t, recv, rc, rd, t, c->comm);
         g_comm_s += dist_wd_leave(t0);
         MPI_Type_free(&t);
@@ -265,7 +268,7 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
 void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0);
+        const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0, 4.0 * n * c->size);
         MPI_Allgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->comm);
         g_comm_s += dist_wd_leave(t0);
         return;
@@ -277,7 +280,7 @@ void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) 
 void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv, size_t n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        const double t0 = dist_wd_enter(c, DIST_OP_REDUCE_SCATTER, 0);
+        const double t0 = dist_wd_enter(c, DIST_OP_REDUCE_SCATTER, 0, 4.0 * n * c->size);
         MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->comm);
         g_comm_s += dist_wd_leave(t0);
         return;
@@ -294,6 +297,8 @@ void dist_iallgatherv_f32(dist_comm *c, const float *send, float *recv, const in
         double t0 = base_now();
         r->comm = c;
         r->seq = dist_wd_start(c);
+        r->bytes = 0;
+        for (int i = 0; i < c->size; i++) r->bytes += 4.0 * counts[i];
         MPI_Iallgatherv(send, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm,
                         &r->req);
         g_comm_s += base_now() - t0;
@@ -308,7 +313,7 @@ double dist_wait(dist_req *r) {
     if (!r->active) return 0;
     double t = 0;
 #ifdef TITAN_HAVE_MPI
-    const double t0 = dist_wd_enter(r->comm, DIST_OP_IALLGATHER, r->seq);
+    const double t0 = dist_wd_enter(r->comm, DIST_OP_IALLGATHER, r->seq, r->bytes);
     MPI_Wait(&r->req, MPI_STATUS_IGNORE);
     t = dist_wd_leave(t0);
     g_comm_s += t;
@@ -320,7 +325,9 @@ double dist_wait(dist_req *r) {
 double dist_reduce_scatter_f32(dist_comm *c, const float *send, float *recv, const int *counts) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
-        const double t0 = dist_wd_enter(c, DIST_OP_REDUCE_SCATTER, 0);
+        double bytes = 0;
+        for (int i = 0; i < c->size; i++) bytes += 4.0 * counts[i];
+        const double t0 = dist_wd_enter(c, DIST_OP_REDUCE_SCATTER, 0, bytes);
         MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->comm);
         const double t = dist_wd_leave(t0);
         g_comm_s += t;

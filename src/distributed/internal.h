@@ -25,7 +25,8 @@ typedef struct {
 #endif
     int active;
     dist_comm *comm;
-    int64_t seq; /* its number on comm's slot (the watchdog's) */
+    int64_t seq;  /* its number on comm's slot (the watchdog's) */
+    double bytes; /* what it moves (the profiler's event) */
 } dist_req;
 
 /* ---- the watchdog's record of this rank (watchdog.c) -------------------------------------
@@ -52,11 +53,14 @@ typedef enum {
     DIST_OP_IALLGATHER
 } dist_wd_op;
 /* Entering collective op on c: seq 0 for a blocking one (counted now), or the number
- * dist_wd_start gave a non-blocking one when it started. Returns base_now(). */
-double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq);
+ * dist_wd_start gave a non-blocking one when it started; bytes: the size of the collective's
+ * whole buffer (all-gather: the gathered output, reduce-scatter: the input, all-reduce: the
+ * vector, all-to-all: what this rank sends), for the profiler. Returns base_now(). */
+double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq, double bytes);
 /* A non-blocking collective starts on c: its number there. */
 int64_t dist_wd_start(dist_comm *c);
-/* Left the collective entered at t0: returns the seconds spent in it. */
+/* Left the collective entered at t0: returns the seconds spent in it. While the profiler
+ * records (base_trace_recording), adds the collective's event to the collectives track. */
 double dist_wd_leave(double t0);
 /* Stops the thread and frees the window (collective over the world; dist_finalize). */
 void dist_wd_finalize(void);

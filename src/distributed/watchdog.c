@@ -40,6 +40,7 @@ static wd_rec g_local; /* the record when there is no window (one process, no MP
 static wd_rec *g_rec = &g_local;
 static double g_since;   /* when the collective in progress started (base_now) */
 static dist_comm *g_cur; /* its group */
+static double g_bytes;   /* its size (dist_wd_enter's bytes) */
 static double g_timeout; /* seconds, 0: off (atomic) */
 static const char *g_setting = "the timeout"; /* where it comes from, for the message */
 static int g_run, g_thread_on, g_multiple;
@@ -50,8 +51,9 @@ static MPI_Win g_win = MPI_WIN_NULL;
 
 static const double TICK = 0.1; /* seconds between heartbeats and checks */
 
-double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq) {
+double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq, double bytes) {
     const double t = base_now();
+    g_bytes = bytes;
     if (seq <= 0) seq = ++g_rec->count[c->slot]; /* a blocking collective starts now */
     __atomic_store(&g_since, &t, __ATOMIC_RELAXED);
     __atomic_store_n(&g_cur, c, __ATOMIC_RELAXED);
@@ -66,8 +68,20 @@ int64_t dist_wd_start(dist_comm *c) {
 }
 
 double dist_wd_leave(double t0) {
+    const int64_t op = __atomic_load_n(&g_rec->op, __ATOMIC_RELAXED);
     __atomic_store_n(&g_rec->op, 0, __ATOMIC_RELEASE);
-    return base_now() - t0;
+    const double t1 = base_now();
+    if (base_trace_recording && op > 0) {
+        const base_trace_event e = {.t0 = t0,
+                                    .t1 = t1,
+                                    .name = g_op_names[op - 1],
+                                    .cat = "collective",
+                                    .impl = g_slot_names[g_rec->slot % DIST_WD_SLOTS],
+                                    .track = BASE_TRACE_COMM,
+                                    .bytes = g_bytes};
+        base_trace_add(&e);
+    }
+    return t1 - t0;
 }
 
 static void sleep_s(double s) {

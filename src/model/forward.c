@@ -468,6 +468,7 @@ static void add_inplace(float *y, const float *x, size_t n) {
 }
 
 static void hook(const model *m, int unit, model_phase p) {
+    ops_prof_unit(unit); /* the unit whose ops run next: the profiler's layer path */
     if (m->hook) m->hook(m->hook_ctx, unit, p);
     if (m->w16 && (p == MODEL_FWD_BEGIN || p == MODEL_BWD_BEGIN)) {
         bf16_sync(m, unit);

@@ -213,4 +213,23 @@ typedef int (*ops_flavor_dims_fn)(const char *flavor, ops_ctx *ctx, base_err *er
 int ops_cmd_kernels(int argc, char **argv, ops_flavor_dims_fn flavor_dims, base_err *err);
 void ops_cmd_kernels_usage(FILE *f);
 
+/* ---- profiling (ops/prof.c) ---------------------------------------------------------------
+ * Per-op timing without touching the model's call sites. ops_prof_attach replaces every entry
+ * point of n resolved tables with a wrapper generated from the op list, keeping the real
+ * pointers (built-in kernels or plugin trampolines) in a side table by unit. A wrapper calls
+ * the real entry of the current unit, timed, and records a trace event (base_trace_add)
+ * "<unit path>/<op>_fwd|_bwd" with the implementation's name and the call's FLOPs or bytes.
+ * The model names the current unit (ops_prof_unit) as each unit's forward or backward
+ * begins. Tables never attached are untouched: with the profiler off nothing changes. One
+ * set of tables is attached at a time; paths[u] must outlive the attachment. */
+void ops_prof_unit(int unit);
+int ops_prof_attach(ops_table *tables, const char *const *paths, int n, base_err *err);
+/* Puts the real entry points back into the tables attached (no-op when none are). */
+void ops_prof_detach(void);
+/* The work of one call, from its arguments: FLOPs (GEMM-like ops) or bytes moved (the
+ * minimum each memory-bound op must read and write). */
+typedef struct {
+    double flops, bytes;
+} ops_work;
+
 #endif

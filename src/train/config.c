@@ -301,14 +301,19 @@ const field g_fields[] = {
     STRS(kernels, plugins, check_plugin_path,
          "kernel plugin .so files (include/titan/kernel_abi.h), loaded before the overrides"),
 
-    /* torchtitan v0.2.2 sections of features titan does not have (docs/config.md) */
-    PBOOL(profiling, enable_profiling, 0, P_NOTE, "torch profiler traces: titan has no profiler"),
-    PSTR(profiling, save_traces_folder, "profile_traces", NULL, P_INERT, "profiler traces"),
-    PINT(profiling, profile_freq, 10, 1, BIG, P_INERT, "profiler interval"),
-    PINT(profiling, profiler_active, 1, 1, BIG, P_INERT, "profiler steps"),
-    PINT(profiling, profiler_warmup, 3, 0, BIG, P_INERT, "profiler warmup"),
-    PBOOL(profiling, enable_memory_snapshot, 0, P_NOTE,
+    /* [profiling]: op-level Chrome traces (docs/profiling.md) */
+    BOOL(profiling, enable_profiling, 0,
+         "trace the last profiler_active steps of every profile_freq (docs/profiling.md)"),
+    STR(profiling, save_traces_folder, "profile_traces", NULL,
+        "traces: {dump_folder}/{this}/iteration_{step}/rank{r}_trace.json"),
+    INT(profiling, profile_freq, 10, 1, BIG, "steps per profiling cycle (a trace each)"),
+    INT(profiling, profiler_active, 1, 1, BIG, "steps recorded per cycle (its last ones)"),
+    INT(profiling, profiler_warmup, 3, 0, BIG,
+        "steps run profiled but not recorded before them (active + warmup <= profile_freq)"),
+    PBOOL(profiling, enable_memory_snapshot, 0, P_REFUSE,
           "CUDA memory snapshots: none (titan plan gives the memory)"),
+
+    /* torchtitan v0.2.2 sections of features titan does not have (docs/config.md) */
     PSTR(profiling, save_memory_snapshot_folder, "memory_snapshot", NULL, P_INERT,
          "memory snapshots"),
 

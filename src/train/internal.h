@@ -259,6 +259,26 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
  * into it. Collective. */
 int train_state_save(const train_job *j, train_saver *s, int64_t step, int model_only,
                      int64_t tokens_seen, base_err *err);
+/* The profiler (prof.c), torchtitan's schedule over o->prof: each cycle of freq steps ends
+ * with `active` recorded steps, after `warmup` steps run with the op wrappers attached but
+ * nothing recorded. From the first step of a window the model's op tables are swapped for
+ * ops_prof's wrappers (and put back after its last step); after the last recorded step (a
+ * multiple of freq) it writes {dir}/iteration_{step}/rank{r}_trace.json atomically and prints
+ * the time per op kind. NULL (profiling off): every call is a no-op. */
+typedef struct train_prof train_prof;
+int train_prof_open(train_prof **out, const train_opts *o, model *m, int rank, base_err *err);
+/* Around one loop iteration of step: begin before train_step, done after it (the step's own
+ * event), end after the iteration's validation and checkpoint (a window's last step writes
+ * its trace there). */
+int train_prof_step_begin(train_prof *p, int step, base_err *err);
+void train_prof_step_done(train_prof *p);
+int train_prof_step_end(train_prof *p, int step, base_err *err);
+/* Puts the model's tables back and drops an unfinished window. */
+void train_prof_close(train_prof *p);
+/* A phase of the trainer ("optimizer step") from t0 (base_now) to now, on the compute track,
+ * while a window records. */
+void train_prof_phase(const char *name, double t0);
+
 /* The group holding one model's slices (TP's or EP's: they never combine), or NULL when the
  * model is whole on every rank. */
 dist_comm *train_slice_group(const dist_mesh *mesh);

@@ -92,6 +92,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     /* the loss is normalised by the valid targets of the whole step on all ranks */
     dist_allreduce_i64(mesh->dp_comm, &valid, 1);
     double t_data = base_now() - t0;
+    train_prof_phase("data loading", t0);
     dist_fsdp_begin_step(f);
     model_weights_changed(m); /* bf16: the last step's AdamW (or a load) changed them */
     if (m->moe_counts)        /* MoE: tokens per expert, counted afresh each step */
@@ -104,7 +105,9 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         loss_sum += l;
         aux_sum += m->moe_aux_loss;
         /* checked per microbatch (cumulative gradients) so the error names the one */
+        const double t_norm = base_now();
         sumsq = optim_sumsq(gs, ns);
+        train_prof_phase("grad norm", t_norm);
         if (!isfinite(l) || !isfinite(sumsq))
             return base_fail(err,
                              "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
@@ -128,14 +131,18 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     const double loss =
         (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
     max_loss += o->model.router_aux_loss_coef * aux * aux_on;
+    const double t_clip = base_now();
     const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
+    train_prof_phase("grad clip", t_clip);
     const double lr = o->adamw.lr * optim_lr_factor(&j->lr, step - 1 + j->lr_base);
     if (m->balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
         dist_allreduce_i64(mesh->dp_comm, m->moe_counts,
                            (size_t)m->args.n_layers * m->args.n_experts);
         model_moe_update_bias(m, NULL);
     }
+    const double t_opt = base_now();
     optim_adamw_step(j->opt, ws, gs, &o->adamw, lr);
+    train_prof_phase("optimizer step", t_opt);
     const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
     *r = (train_step_result){.loss = loss,
                              .max_loss = max_loss,

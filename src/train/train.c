@@ -132,6 +132,7 @@ typedef struct {
     train_start plan;
     train_saver *saver;
     train_metrics *mx;
+    train_prof *prof; /* [profiling] (NULL: off) */
     double peak, fpt; /* the GEMM peak (FLOP/s) and model FLOPs per token for MFU */
     int64_t start, tokens_seen;
     int last;                   /* the last step this run trains */
@@ -311,7 +312,10 @@ static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     if (step % o->ckpt.interval == 0 || step == r->last || stop_sig ||
         (step == 1 && o->ckpt.first_step)) {
         const int model_only = step == o->steps && o->ckpt.last_save_model_only;
-        return train_state_save(&r->job, r->saver, step, model_only, r->tokens_seen, err);
+        const double t0 = base_now();
+        const int rc = train_state_save(&r->job, r->saver, step, model_only, r->tokens_seen, err);
+        train_prof_phase("checkpoint save", t0);
+        return rc;
     }
     return 0;
 }
@@ -321,7 +325,9 @@ static int run_steps(run *r, base_err *err) {
     const train_opts *o = r->o;
     for (int step = (int)r->start + 1; step <= r->last; step++) {
         train_step_result s;
-        if (train_step(&r->job, step, &s, err)) return -1;
+        if (train_prof_step_begin(r->prof, step, err) || train_step(&r->job, step, &s, err))
+            return -1;
+        train_prof_step_done(r->prof);
         r->tokens_seen += s.ntok * r->mesh.dp_size;
         if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
             r->t_total += s.step_s;
@@ -331,10 +337,11 @@ static int run_steps(run *r, base_err *err) {
         double val_loss = NAN, val_s = 0;
         int64_t val_tok = 0;
         if (o->val.path && (step % o->val.freq == 0 || step == r->last)) {
-            val_s = base_now();
+            const double t_val = base_now();
             if (train_validate(&r->job, r->have_ev ? &r->ev : NULL, &val_loss, &val_tok, err))
                 return -1;
-            val_s = base_now() - val_s;
+            train_prof_phase("validation", t_val);
+            val_s = base_now() - t_val;
         }
         const train_step_metrics sm = {
             step,           r->mesh.dp_size, s.loss,   s.max_loss, s.norm,   s.lr,  s.aux,  s.ntok,
@@ -343,6 +350,7 @@ static int run_steps(run *r, base_err *err) {
         const int stop_sig = train_stop_agree(r->mesh.world_comm); /* save this step, stop */
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
+        if (train_prof_step_end(r->prof, step, err)) return -1;
         if (stop_sig) return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
         if (step == (int)r->start + 1)
             dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
@@ -378,6 +386,7 @@ static int run_finish(run *r, base_err *err) {
  * closing the metrics failed. */
 static int run_close(run *r, int rc, base_err *err) {
     if (train_metrics_close(r->mx, rc ? NULL : err) && rc <= 0) rc = -1;
+    train_prof_close(r->prof);
     train_stop_uninstall();
     dist_watchdog_stop();
     base_free(r->job.tok);
@@ -425,7 +434,10 @@ int train_run(const train_opts *o, base_err *err) {
             train_metrics_open(&r->mx, o, &r->mesh, r->start, r->last, r->peak, r->fpt, aux_on, err)
                 ? -1
                 : 0;
+        if (!rc) rc = train_prof_open(&r->prof, o, &r->m, r->mesh.rank, err);
         if (!rc) rc = run_steps(r, err);
+        train_prof_close(r->prof); /* the tables as resolved for export and sampling */
+        r->prof = NULL;
         if (!rc) rc = run_finish(r, err);
     }
     rc = run_close(r, rc, err);

@@ -95,6 +95,10 @@ typedef struct {
     double comm_train_timeout; /* ... ends, and after it */
     int ignore_memory_check;   /* training.ignore_memory_check: skip train_preflight's memory */
     uint64_t config_hash;      /* fingerprint of the resolved config: ranks must agree */
+    struct {                   /* [profiling] (train/prof.c): dir NULL = off */
+        const char *dir;       /* {dump_folder}/{save_traces_folder} */
+        int freq, active, warmup;
+    } prof;
 } train_opts;
 
 /* ---- job configs (train/config.c) -------------------------------------------------------

@@ -465,6 +465,22 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
         return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
     o->metrics_all_ranks = c->metrics.save_for_all_ranks;
+    if (c->profiling.enable_profiling) {
+        const struct {
+            int64_t freq, active, warmup;
+        } p = {c->profiling.profile_freq, c->profiling.profiler_active,
+               c->profiling.profiler_warmup};
+        if (p.active + p.warmup > p.freq) /* torchtitan asserts the same (its wait >= 0) */
+            return NOT_YET(profiling, profile_freq,
+                           "%lld must be at least profiler_active + profiler_warmup (%lld + %lld)",
+                           (long long)p.freq, (long long)p.active, (long long)p.warmup);
+        if (!(o->prof.dir = output_path(c, c->profiling.save_traces_folder)))
+            return NOT_YET(profiling, save_traces_folder, "must name a folder (or out of memory)");
+        const int64_t cap = 1 << 30; /* past any run's steps (int) */
+        o->prof.freq = (int)(p.freq < cap ? p.freq : cap);
+        o->prof.active = (int)(p.active < cap ? p.active : cap);
+        o->prof.warmup = (int)(p.warmup < cap ? p.warmup : cap);
+    }
     if (c->validation.enable) {
         if (!c->validation.dataset_path[0])
             return NOT_YET(validation, dataset_path, "must name the held-out data");

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# [profiling] on 2 ranks (FSDP, dp_shard 2; tests/dist.cmake): each rank writes its own
+# rank{r}_trace.json; check_trace.py finds every op of every layer, the FSDP all-gathers and
+# reduce-scatters on the collectives track with their byte counts (the reduce-scatters of a
+# step: the whole model's gradients, HF's parameter count x 4 bytes plus padding), and the
+# compute events plus the collectives between them sum to each step's time within 15 %.
+# usage: dist_profile.sh TITAN MPIRUN DIFF_TOOL PYTHON REPO_DIR
+set -euo pipefail
+source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi
+py=$4; repo=$5
+# larger than `small` (steps of ~0.1 s, not 1 ms), so that a preemption on a shared machine is
+# small against the step
+mpi 2 "${small[@]}" --set tie_embeddings=0 --set dim=128 --set ffn_dim=512 --set head_dim=32 \
+  --set vocab_size=4000 --seq-len 128 --batch 4 --steps 2 --log-freq 1 \
+  --metrics.enable_jsonl true --dump-folder "$out/a" --profiling.enable_profiling true \
+  --profiling.profile_freq 2 --profiling.profiler_active 2 --profiling.profiler_warmup 0 >/dev/null
+for r in 0 1; do
+  "$py" "$repo/tests/reference/check_trace.py" "$out/a/profile_traces/iteration_2/rank${r}_trace.json" \
+    "$out/a" --steps 2 --collectives
+done
