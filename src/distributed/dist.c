@@ -22,15 +22,35 @@ static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
-/* Appends s to out[cap] as one shell word (single-quoted unless plainly safe). */
-static void shell_word(char *out, size_t cap, const char *s) {
-    size_t n = strlen(out);
-    const int plain = *s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                      "0123456789_-./=:,+@%") == strlen(s);
-    n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, " %s", plain ? s : "'");
-    for (const char *c = s; !plain && *c && n < cap; c++)
-        n += (size_t)snprintf(out + n, cap - n, "%s", *c == '\'' ? "'\\''" : (char[]){*c, 0});
-    if (!plain && n < cap) snprintf(out + n, cap - n, "'");
+/* Appends t to out[cap] at *n, or (no room) stops every later append too. */
+static void append(char *out, size_t cap, size_t *n, const char *t) {
+    const size_t l = strlen(t);
+    if (*n + l >= cap) {
+        *n = cap;
+        return;
+    }
+    memcpy(out + *n, t, l + 1);
+    *n += l;
+}
+
+/* Appends " s" to out[cap] (a string) as one shell word: single-quoted unless plainly safe.
+ * Returns -1, out unchanged, when it does not fit. */
+static int shell_word(char *out, size_t cap, const char *s) {
+    const size_t n0 = strlen(out);
+    size_t n = n0;
+    if (*s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789_-./=:,+@%") == strlen(s)) {
+        append(out, cap, &n, " ");
+        append(out, cap, &n, s);
+    } else {
+        append(out, cap, &n, " '");
+        for (const char *c = s; *c; c++)
+            append(out, cap, &n, *c == '\'' ? "'\\''" : (char[]){*c, 0});
+        append(out, cap, &n, "'");
+    }
+    if (n < cap) return 0;
+    out[n0] = 0;
+    return -1;
 }
 
 /* torchrun (torch.distributed.run) starts WORLD_SIZE copies of the command with WORLD_SIZE,
@@ -55,7 +75,11 @@ static int refuse_torchrun(int argc, char **argv, base_err *err) {
     if (n > 0 && local > 0 && local < n) /* several nodes: torchrun's --nproc-per-node each */
         snprintf(line + strlen(line), sizeof line - strlen(line),
                  " --npernode %ld --hostfile HOSTFILE", local);
-    for (int i = 0; i < argc; i++) shell_word(line, sizeof line, argv[i]);
+    for (int i = 0; i < argc; i++)
+        if (shell_word(line, sizeof line, argv[i])) {
+            snprintf(line + strlen(line), sizeof line - strlen(line), " ... (too long)");
+            break;
+        }
     const char *rank = getenv("RANK");
     const int printer = !rank || !strcmp(rank, "0");
     if (printer)
