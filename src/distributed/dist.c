@@ -22,8 +22,81 @@ static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+/* Appends t to out[cap] at *n, or (no room) stops every later append too. */
+static void append(char *out, size_t cap, size_t *n, const char *t) {
+    const size_t l = strlen(t);
+    if (*n + l >= cap) {
+        *n = cap;
+        return;
+    }
+    memcpy(out + *n, t, l + 1);
+    *n += l;
+}
+
+/* Appends " s" to out[cap] (a string) as one shell word: single-quoted unless plainly safe.
+ * Returns -1, out unchanged, when it does not fit. */
+static int shell_word(char *out, size_t cap, const char *s) {
+    const size_t n0 = strlen(out);
+    size_t n = n0;
+    if (*s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789_-./=:,+@%") == strlen(s)) {
+        append(out, cap, &n, " ");
+        append(out, cap, &n, s);
+    } else {
+        append(out, cap, &n, " '");
+        for (const char *c = s; *c; c++)
+            append(out, cap, &n, *c == '\'' ? "'\\''" : (char[]){*c, 0});
+        append(out, cap, &n, "'");
+    }
+    if (n < cap) return 0;
+    out[n0] = 0;
+    return -1;
+}
+
+/* torchrun (torch.distributed.run) starts WORLD_SIZE copies of the command with WORLD_SIZE,
+ * RANK and LOCAL_RANK set; titan reads none of them, so each copy would train alone into one
+ * dump folder. Refused unless an MPI launcher started the process (its variables win), with
+ * the mpirun line of the same run printed (by RANK 0 only) for copying. */
+static int refuse_torchrun(int argc, char **argv, base_err *err) {
+    static const char *const vars[] = {"WORLD_SIZE", "RANK", "LOCAL_RANK"};
+    char set[160] = "";
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            snprintf(set + strlen(set), sizeof set - strlen(set), "%s%s=%.20s", set[0] ? ", " : "",
+                     vars[i], getenv(vars[i]));
+    if (!set[0] || launched_by_mpi()) return 0;
+    const char *ws = getenv("WORLD_SIZE"), *lws = getenv("LOCAL_WORLD_SIZE");
+    const long n = ws ? strtol(ws, NULL, 10) : 0, local = lws ? strtol(lws, NULL, 10) : 0;
+    char line[8192];
+    if (n > 0)
+        snprintf(line, sizeof line, "mpirun -np %ld", n);
+    else
+        snprintf(line, sizeof line, "mpirun -np N");
+    if (n > 0 && local > 0 && local < n) /* several nodes: torchrun's --nproc-per-node each */
+        snprintf(line + strlen(line), sizeof line - strlen(line),
+                 " --npernode %ld --hostfile HOSTFILE", local);
+    for (int i = 0; i < argc; i++)
+        if (shell_word(line, sizeof line, argv[i])) {
+            snprintf(line + strlen(line), sizeof line - strlen(line), " ... (too long)");
+            break;
+        }
+    const char *rank = getenv("RANK");
+    const int printer = !rank || !strcmp(rank, "0");
+    if (printer)
+        fprintf(stderr, "titan: the same run under MPI (one process per rank):\n  %s\n", line);
+    return base_fail(err,
+                     "started by torchrun (%s) and not by an MPI launcher: titan ranks are MPI "
+                     "processes, and it reads none of torchrun's variables, so each process "
+                     "would train alone into the same dump folder. Launch it with mpirun (%s)%s",
+                     set, printer ? "the line above" : "RANK 0 prints the line",
+                     n > 0 && local > 0 && local < n
+                         ? "; HOSTFILE lists the nodes, one slot per process on each"
+                         : "");
+}
+
 int dist_init(int *argc, char ***argv, base_err *err) {
     if (g_mpi) return 0;
+    if (refuse_torchrun(*argc, *argv, err)) return -1;
 #ifdef TITAN_HAVE_MPI
     if (launched_by_mpi()) {
         int provided; /* MULTIPLE: the watchdog thread reads the other ranks' records */

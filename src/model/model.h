@@ -277,12 +277,28 @@ int model_build_external(model *m, const model_args *a, const model_build_opts *
  * accepted. Release with model_free. */
 int model_describe(model *m, const model_args *a, base_err *err);
 
-/* torchtitan HEAD init for dense flavors: normal(0, 0.02) for every matrix (the tied
- * embedding/lm_head once), ones for every RMSNorm weight. Element e of parameter p is
- * drawn from base_rng_normal(seed, hash(p.name), e): independent of any layout. */
-void model_init_weights(model *m, uint64_t seed);
-/* The same for the parameters of one unit only (FSDP initialises unit by unit). */
+/* Initial weights. Element e of parameter p is drawn from base_rng_normal(seed, hash(p.name),
+ * e) at its index e in the full tensor: independent of any layout (TP, EP, FSDP).
+ * MODEL_INIT_NORMAL (torchtitan HEAD for dense flavors): normal(0, 0.02) for every matrix
+ *   (the tied embedding/lm_head once), ones for every RMSNorm weight.
+ * MODEL_INIT_TORCHTITAN (torchtitan v0.2.2 Qwen3Model.init_weights): truncated normals,
+ *   with s_l = 0.02/sqrt(2(l+1)) for block l (depth_init) or 0.02/sqrt(2 n_layers):
+ *   wq, wk, wv, FFN/expert w1: std 0.02; wo, FFN/expert w2 and w3, router gate: std s_l
+ *   (all cut at +-2 absolute, which never binds); the untied embedding normal(0, 1), uncut;
+ *   lm_head (and so the tied embedding) std D^-0.5 cut at +-3 D^-0.5; norms 1. A draw
+ *   outside its cut is redrawn at index e + k 2^40 (k = 1, 2, ...): the normal conditioned
+ *   on the cut, torch's trunc_normal_ distribution. */
+typedef enum { MODEL_INIT_NORMAL = 0, MODEL_INIT_TORCHTITAN } model_init_scheme;
+typedef struct {
+    model_init_scheme scheme;
+    int std_by_n_layers; /* torchtitan with depth_init = false */
+} model_init;
+/* Parses "normal" | "torchtitan" (the config's model.init_weights). */
+int model_init_parse(const char *name, model_init_scheme *out, base_err *err);
+void model_init_weights(model *m, uint64_t seed); /* MODEL_INIT_NORMAL */
+/* The parameters of one unit only (FSDP initialises unit by unit); init NULL = normal. */
 void model_init_unit_weights(model *m, int unit, uint64_t seed);
+void model_init_unit(model *m, int unit, uint64_t seed, const model_init *init);
 
 /* Tensor parallelism: splits the local parameter range [off, off + len) into runs whose rows
  * are contiguous in the local layout and equally spaced in the full one: one run per

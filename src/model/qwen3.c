@@ -409,7 +409,41 @@ size_t model_tp_runs(const model *m, size_t off, size_t len, model_run *out, siz
     return n;
 }
 
-void model_init_unit_weights(model *m, int unit, uint64_t seed) {
+int model_init_parse(const char *name, model_init_scheme *out, base_err *err) {
+    if (!strcmp(name, "normal"))
+        *out = MODEL_INIT_NORMAL;
+    else if (!strcmp(name, "torchtitan"))
+        *out = MODEL_INIT_TORCHTITAN;
+    else
+        return base_fail(err, "unknown init scheme '%s' (known: normal, torchtitan)", name);
+    return 0;
+}
+
+/* The std and the absolute cut (0 = none) of parameter p's draws under init (model.h). */
+static void init_rule(const model *m, const model_param *p, const model_init *init, double *std,
+                      double *cut) {
+    *std = 0.02;
+    *cut = 0;
+    if (!init || init->scheme == MODEL_INIT_NORMAL) return;
+    const model_args *a = &m->full_args;
+    const double out_std = 1.0 / sqrt((double)a->dim);
+    int layer = -1;
+    if (sscanf(p->name, "layers.%d.", &layer) != 1) {
+        /* tok_embeddings (the lm_head too when tied) or output */
+        const int lm_head = a->tie_embeddings || !strcmp(p->name, "output.weight");
+        *std = lm_head ? out_std : 1.0;
+        *cut = lm_head ? 3 * out_std : 0;
+        return;
+    }
+    const double depth = 0.02 / sqrt(2.0 * (init->std_by_n_layers ? a->n_layers : layer + 1));
+    /* 0.02: the q/k/v projections and the first SwiGLU matrix (gate); depth std: the rest */
+    const int plain = strstr(p->name, ".wq.") || strstr(p->name, ".wk.") ||
+                      strstr(p->name, ".wv.") || strstr(p->name, ".w1");
+    *std = plain ? 0.02 : depth;
+    *cut = 2.0; /* torchtitan's trunc_normal_ default: absolute, 100 std at 0.02 */
+}
+
+void model_init_unit(model *m, int unit, uint64_t seed, const model_init *init) {
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
         if (p->unit != unit) continue;
@@ -420,14 +454,26 @@ void model_init_unit_weights(model *m, int unit, uint64_t seed) {
             for (size_t e = 0; e < n; e++) w[e] = 1.0f;
             continue;
         }
+        double std_d, cut;
+        init_rule(m, p, init, &std_d, &cut);
+        const float std = (float)std_d;
 #pragma omp parallel for schedule(static)
-        for (size_t e = 0; e < n; e++) /* drawn at its index in the full tensor (TP) */
-            w[e] = 0.02f * base_rng_normal(seed, stream, full_index(m, p, e));
+        for (size_t e = 0; e < n; e++) { /* drawn at its index in the full tensor (TP) */
+            const uint64_t at = full_index(m, p, e);
+            float x = std * base_rng_normal(seed, stream, at);
+            for (uint64_t k = 1; cut > 0 && fabs(x) > cut; k++)
+                x = std * base_rng_normal(seed, stream, at + (k << 40));
+            w[e] = x;
+        }
     }
 }
 
+void model_init_unit_weights(model *m, int unit, uint64_t seed) {
+    model_init_unit(m, unit, seed, NULL);
+}
+
 void model_init_weights(model *m, uint64_t seed) {
-    for (int u = 0; u < m->n_units; u++) model_init_unit_weights(m, u, seed);
+    for (int u = 0; u < m->n_units; u++) model_init_unit(m, u, seed, NULL);
 }
 
 double model_flops_per_token(const model_args *a, int seq_len) {

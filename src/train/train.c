@@ -214,7 +214,7 @@ static int run_setup(run *r, base_err *err) {
     if (!r->plan.skip_init) { /* unit by unit: with FSDP only one unit is ever whole in memory */
         const double t0 = train_phase_begin("initialising the weights");
         for (int u = 0; u < m->n_units; u++) {
-            model_init_unit_weights(m, u, o->seed);
+            model_init_unit(m, u, o->seed, &o->init);
             dist_fsdp_store_unit(r->f, u);
         }
         train_phase_end("initialising the weights", t0);

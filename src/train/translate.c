@@ -130,6 +130,18 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
         return fail_field(c, "model", "moe_load_balance", err,
                           "'%s' needs a mixture-of-experts model (%s is dense)",
                           c->model.moe_load_balance, a->flavor);
+    if (c->model.depth_init.set && strcmp(c->model.init_weights, "torchtitan"))
+        return fail_field(c, "model", "depth_init", err,
+                          "applies to init_weights = \"torchtitan\" only (init_weights is "
+                          "\"%s\")",
+                          c->model.init_weights);
+    /* torchtitan's varlen (v0.2.2: only with attn_mask_type block_causal) never attends
+     * across documents; titan's attention is causal over the whole window, like its sdpa */
+    if (!strcmp(c->model.attn_backend, "varlen"))
+        base_log(BASE_LOG_WARN,
+                 "model.attn_backend = varlen: titan's one attention is causal over the whole "
+                 "window (torchtitan's sdpa); unlike torchtitan's varlen it does not stop at "
+                 "document boundaries");
     return 0;
 }
 
@@ -400,6 +412,8 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                      : !strcmp(c->model.moe_load_balance, "bias")   ? MODEL_BALANCE_BIAS
                                                                     : MODEL_BALANCE_NONE;
     o->moe_bias_rate = c->model.moe_bias_update_rate;
+    model_init_parse(c->model.init_weights, &o->init.scheme, err); /* checked by the schema */
+    o->init.std_by_n_layers = c->model.depth_init.set && !c->model.depth_init.v;
     o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */

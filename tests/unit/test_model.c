@@ -114,6 +114,51 @@ int main(void) {
             CHECK(fabs(sd - 0.02) < 4 * 0.02 / sqrt(2 * n), "%s std %g", p->name, sd);
         }
     }
+    /* torchtitan v0.2.2 init: the same draws as normal's, scaled per parameter by its std
+     * (0.02; 0.02/sqrt(2(l+1)) for wo, w2, w3; embedding 1; lm_head 64^-0.5), lm_head cut at
+     * 3 std (redrawn past it), thread-independent; depth_init = false: 0.02/sqrt(2 L). */
+    for (int by_l = 0; by_l < 2; by_l++) {
+        const model_init tt = {MODEL_INIT_TORCHTITAN, by_l};
+        for (int u = 0; u < m.n_units; u++) model_init_unit(&m, u, 7, &tt);
+        static float tcopy[1 << 20];
+        memcpy(tcopy, m.w, m.n_floats * sizeof(float));
+        omp_set_num_threads(1);
+        for (int u = 0; u < m.n_units; u++) model_init_unit(&m, u, 7, &tt);
+        CHECK(memcmp(tcopy, m.w, m.n_floats * sizeof(float)) == 0, "torchtitan init: threads");
+        omp_set_num_threads(2);
+        for (int i = 0; i < m.n_params; i++) {
+            const model_param *p = &m.params[i];
+            int l = -1, redrawn = 0;
+            sscanf(p->name, "layers.%d.", &l);
+            const double depth = 0.02 / sqrt(2.0 * (by_l ? 2 : l + 1));
+            const double std =
+                p->is_norm                                                                   ? 0
+                : !strcmp(p->name, "tok_embeddings.weight")                                  ? 1.0
+                : !strcmp(p->name, "output.weight")                                          ? 0.125
+                : strstr(p->name, "wo.") || strstr(p->name, "w2.") || strstr(p->name, "w3.") ? depth
+                                                                                             : 0.02;
+            for (size_t j = 0; j < p->numel; j++) {
+                const float t = m.w[p->offset + j], n = copy[p->offset + j];
+                if (p->is_norm) {
+                    CHECK(t == 1.0f, "torchtitan init: %s not ones", p->name);
+                } else if (std == 0.125 && fabsf(n / 0.02f * 0.125f) > 3 * 0.125f) {
+                    CHECK(fabsf(t) <= 3 * 0.125f && t != n / 0.02f * 0.125f,
+                          "%s[%zu] = %g: not redrawn inside the cut", p->name, j, t);
+                    redrawn++;
+                } else {
+                    CHECK(fabs(t - n / 0.02 * std) <= 1e-6 * fabs(t) + 1e-12,
+                          "torchtitan init: %s[%zu] = %g, want %g", p->name, j, t, n / 0.02 * std);
+                }
+            }
+            if (std == 0.125) {
+                CHECK(redrawn > 0, "no lm_head draw past the cut (%zu)", p->numel);
+                printf("torchtitan init (depth_init %s): every parameter's std by its rule; "
+                       "lm_head: %d of %zu draws redrawn inside +-3 std\n",
+                       by_l ? "false" : "true", redrawn, p->numel);
+            }
+        }
+    }
+    model_init_weights(&m, 7);
     /* Two parameters never share a stream: wk of layer 0 and 1 differ. */
     const model_param *k0 = model_find_param(&m, "layers.0.attention.wk.weight"),
                       *k1 = model_find_param(&m, "layers.1.attention.wk.weight");
