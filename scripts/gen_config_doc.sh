@@ -97,8 +97,9 @@ does with each. A file's unknown keys and sections are reported together in one 
 | `model.converters` (non-empty), `training.enable_cpu_offload`, `training.dtype = "bfloat16"`, `optimizer.early_step_in_backward`, `profiling.enable_memory_snapshot` (titan plan gives the memory), `checkpoint.initial_load_in_hf_quantized`, `parallelism.enable_async_tensor_parallel`, `expert_tensor_parallel_degree` (≠ 1), `expert_parallel_comm_backend` (≠ "standard"), `comm.mode` (≠ "default"), `fault_tolerance.enable`, `experimental.custom_import` / `custom_args_module`, `job.custom_config_module`, `activation_checkpoint.mode = "memory_budget"`, pipeline / context parallel degree > 1 | refused by name when set |
 
 titan's own defaults differ from torchtitan's for `job.dump_folder`, `job.description`,
-`model.name`, `model.hf_assets_path`, `training.dataset`, `checkpoint.async_mode` and
-`activation_checkpoint.mode`; list defaults (`compile.components`, the AC and float8/MX
+`model.name`, `model.hf_assets_path`, `training.dataset`, `checkpoint.async_mode`,
+`activation_checkpoint.mode` and `training.mixed_precision_param` (unset: bfloat16 only where
+the CPU has bf16 units); list defaults (`compile.components`, the AC and float8/MX
 filters) print as `[]` (they are inert). `tests/fixtures/torchtitan/` holds the Qwen3 and
 Llama3-debug TOMLs that the test `config_torchtitan_tomls` trains.
 MD

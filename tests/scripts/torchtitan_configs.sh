@@ -68,7 +68,8 @@ awk -v w="$want" -v g="$got" 'BEGIN { n = split(w, a, " "); m = split(g, b, " ")
 "$titan" train --print-config > "$out/titan"
 got=$({ diff "$out/titan" "$out/tt" || true; } | sed -n 's/^> \([a-z_0-9]*\) = .*/\1/p' |
   LC_ALL=C sort | tr '\n' ' ')
-want="async_mode components dataset description dump_folder filter_fqns hf_assets_path mode name "
+want="async_mode components dataset description dump_folder filter_fqns hf_assets_path "
+want+="mixed_precision_param mode name "
 want+="per_op_sac_force_recompute_mm_shapes_by_fqns "
 [ "$got" = "$want" ] || fail "defaults differ from torchtitan's in: $got (expected: $want)"
 echo "torchtitan configs ok: $n fixtures"
