@@ -177,7 +177,12 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
         rc = t->jl_path ? open_jsonl(t, err) : base_fail(err, "out of memory");
     }
     if (!rc && t->lead && o->report_path) { /* a resume's page shows the whole history */
-        rc = train_report_run_new(&t->rep, o->dump_folder ? o->dump_folder : o->report_path, err);
+        /* named as `titan report DUMP_FOLDER` names it: the page's folder */
+        const char *slash = strrchr(o->report_path, '/');
+        char name[512] = ".";
+        if (slash && slash > o->report_path)
+            snprintf(name, sizeof name, "%.*s", (int)(slash - o->report_path), o->report_path);
+        rc = train_report_run_new(&t->rep, name, err);
         base_err e;
         if (!rc && start > 0 && t->jl_path && train_report_read_jsonl(t->rep, t->jl_path, &e)) {
             base_log(BASE_LOG_WARN, "report page: the steps before this run are left out: %s",

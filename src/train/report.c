@@ -82,6 +82,8 @@ void train_report_set_version(const char *version) {
 }
 
 int train_report_run_new(train_report_run **out, const char *name, base_err *err) {
+    char cwd[512]; /* "." says little on a page: the folder's name instead */
+    if (!strcmp(name, ".") && getcwd(cwd, sizeof cwd)) name = cwd;
     *out = calloc(1, sizeof **out);
     if (!*out || !((*out)->name = strdup(name))) {
         free(*out);
