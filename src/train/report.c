@@ -350,12 +350,12 @@ static void put_esc(FILE *o, const char *s) {
         }
 }
 
-/* The plot area in the SVG's user units. */
-enum { SVG_H = 250, PAD_L = 64, PAD_R = 16, PAD_T = 14, PAD_B = 36 };
+/* The plot area's margins in the SVG's user units. */
+enum { PAD_L = 64, PAD_R = 16, PAD_T = 14, PAD_B = 36 };
 
 typedef struct {
     double x0, x1, y0, y1; /* data range */
-    int w;                 /* SVG width */
+    int w, h;              /* SVG size (user units) */
     int log_x;             /* log10(step) on x */
 } axes;
 
@@ -368,7 +368,7 @@ static double map_x(const axes *a, double x) {
 static double map_y(const axes *a, double y) {
     if (y > a->y1) y = a->y1; /* clamped: hostile magnitudes stay on the page */
     if (y < a->y0) y = a->y0;
-    return SVG_H - PAD_B - (y - a->y0) / (a->y1 - a->y0) * (SVG_H - PAD_T - PAD_B);
+    return a->h - PAD_B - (y - a->y0) / (a->y1 - a->y0) * (a->h - PAD_T - PAD_B);
 }
 
 /* 1, 2 or 5 x 10^k near span / want. */
@@ -404,22 +404,23 @@ static int series_has(const series *s) {
     return 0;
 }
 
-/* Data ranges over the series (y padded to nice bounds). */
+/* Data ranges over the series: x every step of their runs, y their values (padded to nice
+ * bounds; magnitudes past 1e100 clamped). */
 static void fit_axes(axes *a, const series *s, int ns) {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int k = 0; k < ns; k++)
         for (size_t i = 0; i < s[k].run->n; i++) {
             const report_rec *r = &s[k].run->rec[i];
             const double v = r->v[s[k].field];
-            if (isnan(v) || isinf(v)) continue;
-            x0 = fmin(x0, (double)r->step);
+            x0 = fmin(x0, (double)r->step); /* every chart spans the runs' steps */
             x1 = fmax(x1, (double)r->step);
+            if (isnan(v) || isinf(v)) continue;
             y0 = fmin(y0, fmax(v, -1e100));
             y1 = fmax(y1, fmin(v, 1e100));
         }
     if (!(x1 > x0)) x1 = x0 + 1;
-    if (a->log_x && x1 <= 10 * x0) a->log_x = x1 > x0 * 2; /* under a decade: still fine */
-    if (!(y1 - y0 > 1e-9 * fmax(fabs(y0), fabs(y1)))) {    /* flat: a band around it */
+    if (!(x1 > 2 * x0)) a->log_x = 0;                   /* too short a range for a log axis */
+    if (!(y1 - y0 > 1e-9 * fmax(fabs(y0), fabs(y1)))) { /* flat: a band around it */
         const double d = fabs(y0) > 0 ? fabs(y0) * 0.05 : 1;
         y0 -= d;
         y1 += d;
@@ -436,7 +437,7 @@ static void fit_axes(axes *a, const series *s, int ns) {
 }
 
 static void draw_axes(FILE *o, const axes *a) {
-    const int xr = a->w - PAD_R, yb = SVG_H - PAD_B;
+    const int xr = a->w - PAD_R, yb = a->h - PAD_B;
     char lab[64];
     const double st = nice_step(a->y1 - a->y0, 5);
     if (isfinite(st) && st > 0 && (a->y1 - a->y0) / st < 40)
@@ -475,7 +476,7 @@ static void draw_axes(FILE *o, const axes *a) {
             "<line class=\"axis\" x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\"/>"
             "<line class=\"axis\" x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\"/>"
             "<text class=\"axlabel\" x=\"%d\" y=\"%d\" text-anchor=\"end\">step%s</text>\n",
-            PAD_L, xr, yb, yb, PAD_L, PAD_L, PAD_T, yb, xr, SVG_H - 4,
+            PAD_L, xr, yb, yb, PAD_L, PAD_L, PAD_T, yb, xr, a->h - 4,
             a->log_x ? " (log scale)" : "");
 }
 
@@ -522,7 +523,7 @@ static void draw_resumes(FILE *o, const axes *a, const series *s, int ns) {
                 o,
                 "<line class=\"resume\" data-step=\"%lld\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" "
                 "y2=\"%d\"/><text class=\"resumetext\" x=\"%.1f\" y=\"%d\">resumed @%lld</text>\n",
-                (long long)at, x, x, PAD_T, SVG_H - PAD_B, x + 3, PAD_T + 9, (long long)at);
+                (long long)at, x, x, PAD_T, a->h - PAD_B, x + 3, PAD_T + 9, (long long)at);
         }
     }
 }
@@ -547,7 +548,7 @@ static void put_value(FILE *o, int field, double v) {
 /* One chart card: title, legend with each series' last value, the SVG. */
 static void draw_chart(FILE *o, int c, const series *s, int ns, int log_x) {
     const int wide = g_chart[c].wide;
-    axes a = {.w = wide ? 1160 : 560, .log_x = log_x};
+    axes a = {.w = wide ? 1160 : 560, .h = wide ? 320 : 250, .log_x = log_x};
     fit_axes(&a, s, ns);
     fprintf(o, "<section class=\"card%s\" data-chart=\"%s\">\n<h2>", wide ? " wide" : "",
             g_field[g_chart[c].fields[0]].key);
@@ -567,7 +568,7 @@ static void draw_chart(FILE *o, int c, const series *s, int ns, int log_x) {
         }
         fprintf(o, "</span>");
     }
-    fprintf(o, "</div>\n<svg viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"", a.w, SVG_H);
+    fprintf(o, "</div>\n<svg viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"", a.w, a.h);
     put_esc(o, g_chart[c].title);
     fprintf(o, "\">\n");
     draw_axes(o, &a);
@@ -594,7 +595,8 @@ static const char g_css[] =
     ".kpi .v{font-size:22px;font-weight:600;font-variant-numeric:tabular-nums}"
     ".kpi .s{color:var(--mut);font-size:12px}"
     ".facts{background:var(--card);border:1px solid var(--line);border-radius:10px;"
-    "padding:6px 16px;margin-bottom:16px}"
+    "padding:12px 16px 6px;margin:16px 0}"
+    ".facts h2{font-size:15px;margin:0 0 4px;font-weight:600}"
     ".facts table{border-collapse:collapse;width:100%}"
     ".facts th{text-align:left;color:var(--mut);font-weight:500;padding:5px 16px 5px 0;"
     "white-space:nowrap;vertical-align:top;width:1%}"
@@ -677,6 +679,14 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         put_esc(o, r0->name);
     }
     fprintf(o, "</h1><div class=\"sub\">");
+    const char *model = multi ? NULL : fact_of(r0, "model");
+    if (model) { /* "qwen3 debugmodel: 20.49M parameters" */
+        const char *paren = strstr(model, " (");
+        char head[256];
+        snprintf(head, sizeof head, "%.*s", paren ? (int)(paren - model) : 255, model);
+        put_esc(o, head);
+        fprintf(o, " &middot; ");
+    }
     if (!multi && r0->n) {
         const char *steps = fact_of(r0, "steps");
         fprintf(o, "step %lld", (long long)r0->rec[r0->n - 1].step);
@@ -718,21 +728,6 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         kpi(o, r0, R_MFU, "MFU %");
         kpi(o, r0, R_MEM, "peak memory GiB");
         fprintf(o, "</div>\n");
-        if (json_array_size(r0->facts)) {
-            fprintf(o, "<section class=\"facts\"><table>\n");
-            for (size_t i = 0; i < json_array_size(r0->facts); i++) {
-                const json_t *p = json_array_get(r0->facts, i);
-                const char *k = json_string_value(json_array_get(p, 0));
-                fprintf(o, "<tr data-fact=\"");
-                put_esc(o, k);
-                fprintf(o, "\"><th>");
-                put_esc(o, k);
-                fprintf(o, "</th><td>");
-                put_esc(o, json_string_value(json_array_get(p, 1)));
-                fprintf(o, "</td></tr>\n");
-            }
-            fprintf(o, "</table></section>\n");
-        }
     }
     int drawn = 0;
     fprintf(o, "<div class=\"grid\">\n");
@@ -756,6 +751,23 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
     }
     fprintf(o, "</div>\n");
     if (!drawn) fprintf(o, "<div class=\"empty\">no steps logged yet</div>\n");
+    if (!multi) {
+        if (json_array_size(r0->facts)) {
+            fprintf(o, "<section class=\"facts\"><h2>Run</h2><table>\n");
+            for (size_t i = 0; i < json_array_size(r0->facts); i++) {
+                const json_t *p = json_array_get(r0->facts, i);
+                const char *k = json_string_value(json_array_get(p, 0));
+                fprintf(o, "<tr data-fact=\"");
+                put_esc(o, k);
+                fprintf(o, "\"><th>");
+                put_esc(o, k);
+                fprintf(o, "</th><td>");
+                put_esc(o, json_string_value(json_array_get(p, 1)));
+                fprintf(o, "</td></tr>\n");
+            }
+            fprintf(o, "</table></section>\n");
+        }
+    }
     fprintf(o, "</main>\n<footer>titan ");
     put_esc(o, g_version);
     fprintf(o, " &middot; from metrics.jsonl");
