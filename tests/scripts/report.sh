@@ -49,7 +49,12 @@ check "$out/log.html" "$out/a/metrics.jsonl" --log-steps
 "$titan" train "${m[@]}" --dump-folder "$out/c" --steps 2 --metrics.save_report_file "" \
   --checkpoint.enable=false > /dev/null
 [ ! -e "$out/c/report.html" ] || fail "save_report_file \"\" wrote a page"
-echo "ok: titan report DIR redraws the run's page; two runs overlaid; --log-steps; none when off"
+"$titan" train "${m[@]}" --dump-folder "$out/moe" --steps 4 --model.num_experts 4 --model.top_k 2 \
+  --model.moe_inter_dim 32 --checkpoint.enable=false > /dev/null
+grep -q 'data-chart="moe_imbalance"' "$out/moe/report.html" || fail "an MoE run's page has no expert-load chart"
+grep -q 'data-chart="moe_imbalance"' "$out/a/report.html" && fail "a dense run's page has an expert-load chart"
+check "$out/moe/report.html" "$out/moe/metrics.jsonl" --fact "model=4 experts (top 2"
+echo "ok: titan report DIR redraws the run's page; two runs overlaid; --log-steps; an MoE's expert load; none when off"
 
 # --- hostile input ---
 bad() { # bad NAME EXPECTED-MESSAGE: titan report fails with it, no crash

@@ -7,7 +7,8 @@ for run i (the i-th JSONL):
 - the training-loss polyline has one point per line, x linear in the step and y linear in the
   loss (pixel positions within rounding); the validation-loss polyline one point per line with
   val_loss;
-- every printed last value is Python's formatting of the last value in the file, at its step;
+- every printed last value is Python's formatting of the last value in the file, at its step
+  (MoE: the largest over blocks of tokens_per_expert_max / _mean);
 - one page: the headline figures likewise, a resume mark at each "resumed_from";
 - nothing is fetched or run: no script element, no src/href attribute, no url() or @import.
 --fact LABEL=TEXT: the facts table's row LABEL contains TEXT. --log-steps: x is linear in log10(step).
@@ -17,7 +18,7 @@ from html.parser import HTMLParser
 
 FMT = {"loss": "%.4f", "val_loss": "%.4f", "lr": "%.3e", "grad_norm": "%.4f",
        "window_tps": "%.1f", "window_mfu": "%.2f", "memory_gib": "%.3f",
-       "memory_active_gib": "%.3f"}
+       "memory_active_gib": "%.3f", "moe_imbalance": "%.3f"}
 
 
 class Page(HTMLParser):
@@ -63,6 +64,10 @@ def main():
 
     for i, path in enumerate(jsonls):
         rows = [json.loads(l) for l in open(path) if l.strip()]
+        for r in rows:  # MoE: the busiest block's max / mean tokens per expert
+            if "tokens_per_expert_max" in r:
+                r["moe_imbalance"] = max(a / b for a, b in zip(r["tokens_per_expert_max"],
+                                                               r["tokens_per_expert_mean"]) if b > 0)
         run = str(i)
         for key, want_rows in (("loss", rows), ("val_loss", [r for r in rows if "val_loss" in r])):
             lines = find("polyline", data_series=key, data_run=run)
