@@ -395,7 +395,7 @@ typedef struct {
     const train_report_run *run;
     int field, run_index;
     const char *color;
-    const char *label;
+    char label[256];
 } series;
 
 static int series_has(const series *s) {
@@ -653,6 +653,16 @@ static const char *fact_of(const train_report_run *r, const char *label) {
     return NULL;
 }
 
+/* The model fact up to its details: "qwen3 debugmodel: 20.49M parameters". */
+static void put_model(FILE *o, const train_report_run *r) {
+    const char *model = fact_of(r, "model");
+    if (!model) return;
+    const char *paren = strstr(model, " (");
+    char head[256];
+    snprintf(head, sizeof head, "%.*s", paren ? (int)(paren - model) : 255, model);
+    put_esc(o, head);
+}
+
 static void page(FILE *o, train_report_run *const *runs, int nr, const train_report_opts *po) {
     const int multi = nr > 1;
     const train_report_run *r0 = runs[0];
@@ -679,12 +689,8 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         put_esc(o, r0->name);
     }
     fprintf(o, "</h1><div class=\"sub\">");
-    const char *model = multi ? NULL : fact_of(r0, "model");
-    if (model) { /* "qwen3 debugmodel: 20.49M parameters" */
-        const char *paren = strstr(model, " (");
-        char head[256];
-        snprintf(head, sizeof head, "%.*s", paren ? (int)(paren - model) : 255, model);
-        put_esc(o, head);
+    if (!multi && fact_of(r0, "model")) {
+        put_model(o, r0);
         fprintf(o, " &middot; ");
     }
     if (!multi && r0->n) {
@@ -698,14 +704,13 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         fprintf(o, "<table class=\"runs\"><tr><th></th><th>run</th><th>model</th><th>steps</th>"
                    "<th>loss</th><th>validation loss</th><th>tokens/s</th></tr>\n");
         for (int i = 0; i < nr; i++) {
-            const char *model = fact_of(runs[i], "model");
             fprintf(o,
                     "<tr data-run=\"%d\"><td><span style=\"display:inline-block;width:12px;"
                     "height:12px;border-radius:3px;background:%s\"></span></td><td>",
                     i, g_run_color[i % N_RUN_COLORS]);
             put_esc(o, runs[i]->name);
             fprintf(o, "</td><td>");
-            put_esc(o, model ? model : "");
+            put_model(o, runs[i]);
             fprintf(o, "</td><td class=\"n\">%lld</td>",
                     runs[i]->n ? (long long)runs[i]->rec[runs[i]->n - 1].step : 0LL);
             const int cols[] = {R_LOSS, R_VAL, R_TPS};
@@ -737,11 +742,12 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         for (int i = 0; i < nr && i < 64; i++)
             for (int f = 0; f < g_chart[c].nf; f++) {
                 const int field = g_chart[c].fields[f];
-                series x = {runs[i], field, i, g_field[field].color, g_field[field].label};
-                if (multi) {
+                series x = {runs[i], field, i, g_field[field].color, ""};
+                snprintf(x.label, sizeof x.label, "%s", g_field[field].label);
+                if (multi) { /* a colour per run; a chart's second figure says which it is */
                     x.color = g_run_color[i % N_RUN_COLORS];
-                    x.label = runs[i]->name;
-                    if (g_chart[c].nf > 1 && f > 0) x.label = g_field[field].label;
+                    snprintf(x.label, sizeof x.label, "%.180s%s%s", runs[i]->name,
+                             f > 0 ? ": " : "", f > 0 ? g_field[field].label : "");
                 }
                 if (series_has(&x)) s[ns++] = x;
             }
