@@ -132,7 +132,7 @@ static int rec_moe(const json_t *o, double *v, const char *where, base_err *err)
         if (!json_is_number(a) || !json_is_number(b))
             return base_fail(err, "%s: tokens_per_expert item %zu is not a number", where, i);
         const double m = json_number_value(b), r = json_number_value(a) / m;
-        if (m > 0 && (isnan(*v) || r > *v)) *v = r; /* dense blocks have no tokens */
+        if (m > 0 && isfinite(r) && (isnan(*v) || r > *v)) *v = r; /* dense blocks: no tokens */
     }
     return 0;
 }
@@ -421,7 +421,7 @@ static void fit_axes(axes *a, const series *s, int ns) {
     if (!(x1 > x0)) x1 = x0 + 1;
     if (!(x1 > 2 * x0)) a->log_x = 0;                   /* too short a range for a log axis */
     if (!(y1 - y0 > 1e-9 * fmax(fabs(y0), fabs(y1)))) { /* flat: a band around it */
-        const double d = fabs(y0) > 0 ? fabs(y0) * 0.05 : 1;
+        const double d = fabs(y0) * 0.05 > 1e-300 ? fabs(y0) * 0.05 : 1;
         y0 -= d;
         y1 += d;
     }
@@ -436,41 +436,50 @@ static void fit_axes(axes *a, const series *s, int ns) {
     a->y1 = y1;
 }
 
+/* A grid line at v and its label: on the y axis a horizontal line, the label on the left;
+ * on the x axis a vertical one, the label below. */
+static void grid_line(FILE *o, const axes *a, int y_axis, double v, const char *label) {
+    const int xr = a->w - PAD_R, yb = a->h - PAD_B;
+    if (y_axis) {
+        const double y = map_y(a, v);
+        fprintf(o,
+                "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>"
+                "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                PAD_L, xr, y, y, PAD_L - 6, y + 4, label);
+    } else {
+        const double x = map_x(a, v);
+        fprintf(o,
+                "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>"
+                "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                x, x, PAD_T, yb, x, yb + 16, label);
+    }
+}
+
+/* Grid lines at the multiples of st within the axis's range (none past 40 of them). */
+static void grid(FILE *o, const axes *a, int y_axis, double st) {
+    const double lo = y_axis ? a->y0 : a->x0, hi = y_axis ? a->y1 : a->x1;
+    if (!isfinite(st) || !(st > 0) || !((hi - lo) / st <= 40)) return;
+    const double first = ceil(lo / st - 1e-9) * st;
+    char label[64];
+    for (int i = 0; i <= 41 && first + i * st <= hi + st * 1e-9; i++) {
+        tick_label(label, sizeof label, first + i * st, st);
+        grid_line(o, a, y_axis, first + i * st, label);
+    }
+}
+
 static void draw_axes(FILE *o, const axes *a) {
     const int xr = a->w - PAD_R, yb = a->h - PAD_B;
-    char lab[64];
-    const double st = nice_step(a->y1 - a->y0, 5);
-    if (isfinite(st) && st > 0 && (a->y1 - a->y0) / st < 40)
-        for (double v = ceil(a->y0 / st - 1e-9) * st; v <= a->y1 + st * 1e-9; v += st) {
-            const double y = map_y(a, v);
-            tick_label(lab, sizeof lab, v, st);
-            fprintf(o,
-                    "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>"
-                    "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                    PAD_L, xr, y, y, PAD_L - 6, y + 4, lab);
-        }
+    grid(o, a, 1, nice_step(a->y1 - a->y0, 5));
     if (a->log_x) { /* 1, 2, 5 x 10^k */
+        char label[64];
         for (double d = pow(10, floor(log10(a->x0))); d <= a->x1; d *= 10)
-            for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) {
-                const double v = d * m;
-                if (v < a->x0 || v > a->x1) continue;
-                const double x = map_x(a, v);
-                fprintf(
-                    o,
-                    "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>"
-                    "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
-                    x, x, PAD_T, yb, x, yb + 16, v);
-            }
+            for (int m = 1; m <= 5; m += m == 1 ? 1 : 3)
+                if (d * m >= a->x0 && d * m <= a->x1) {
+                    snprintf(label, sizeof label, "%g", d * m);
+                    grid_line(o, a, 0, d * m, label);
+                }
     } else {
-        const double sx = fmax(1, nice_step(a->x1 - a->x0, 6));
-        for (double v = ceil(a->x0 / sx) * sx; v <= a->x1 && isfinite(sx); v += sx) {
-            const double x = map_x(a, v);
-            tick_label(lab, sizeof lab, v, sx);
-            fprintf(o,
-                    "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>"
-                    "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
-                    x, x, PAD_T, yb, x, yb + 16, lab);
-        }
+        grid(o, a, 0, fmax(1, nice_step(a->x1 - a->x0, 6)));
     }
     fprintf(o,
             "<line class=\"axis\" x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\"/>"

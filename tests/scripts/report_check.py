@@ -10,7 +10,8 @@ for run i (the i-th JSONL):
 - every printed last value is Python's formatting of the last value in the file, at its step
   (MoE: the largest over blocks of tokens_per_expert_max / _mean);
 - one page: the headline figures likewise, a resume mark at each "resumed_from";
-- nothing is fetched or run: no script element, no src/href attribute, no url() or @import.
+- nothing is fetched or run: no script element, no src/href attribute, no url() or @import;
+  no nan or inf anywhere (coordinates or figures).
 --fact LABEL=TEXT: the facts table's row LABEL contains TEXT. --log-steps: x is linear in log10(step).
 """
 import json, math, re, sys
@@ -54,7 +55,7 @@ def main():
     p = Page()
     p.feed(raw)
     fails = []
-    for bad in (r"<script", r"\bsrc\s*=", r"\bhref\s*=", r"url\(", r"@import"):
+    for bad in (r"<script", r"\bsrc\s*=", r"\bhref\s*=", r"url\(", r"@import", r"\b-?(nan|inf)\b"):
         if re.search(bad, raw, re.I):
             fails.append("the page has %s" % bad)
 
@@ -67,7 +68,8 @@ def main():
         for r in rows:  # MoE: the busiest block's max / mean tokens per expert
             if "tokens_per_expert_max" in r:
                 r["moe_imbalance"] = max(a / b for a, b in zip(r["tokens_per_expert_max"],
-                                                               r["tokens_per_expert_mean"]) if b > 0)
+                                                               r["tokens_per_expert_mean"])
+                                         if b > 0 and math.isfinite(a / b))
         run = str(i)
         for key, want_rows in (("loss", rows), ("val_loss", [r for r in rows if "val_loss" in r])):
             lines = find("polyline", data_series=key, data_run=run)
