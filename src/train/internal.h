@@ -220,6 +220,7 @@ void train_source_close(train_source *s); /* a zeroed one too */
 typedef struct train_report_run train_report_run; /* one run: its records and facts */
 typedef struct {
     int log_steps; /* steps on a log10 axis */
+    int refresh_s; /* > 0: the page asks the browser to reload it after this many seconds */
 } train_report_opts;
 int train_report_run_new(train_report_run **out, const char *name, base_err *err);
 void train_report_run_free(train_report_run *r);  /* NULL ok */

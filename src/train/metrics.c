@@ -233,9 +233,10 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
 static void report_step(train_metrics *t, const char *line, size_t len, int draw, int step) {
     char where[64];
     snprintf(where, sizeof where, "the metrics of step %d", step);
+    const train_report_opts po = {.refresh_s = step < t->last ? 30 : 0}; /* live until done */
     base_err e;
     if (train_report_add_line(t->rep, line, len ? len - 1 : 0, where, &e) ||
-        (draw && train_report_write(&t->rep, 1, t->o->report_path, NULL, &e)))
+        (draw && train_report_write(&t->rep, 1, t->o->report_path, &po, &e)))
         base_log(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
 }
 

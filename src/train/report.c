@@ -489,29 +489,49 @@ static void draw_axes(FILE *o, const axes *a) {
             a->log_x ? " (log scale)" : "");
 }
 
-/* The series' polyline (at most REPORT_MAX_POINTS points: every k-th step and the last) and,
- * for sparse series, a marker per point. */
-static void draw_series(FILE *o, const axes *a, const series *s) {
+/* The series as one polyline: its values, or with smooth in (0, 1) their exponential moving
+ * average (TensorBoard's smoothing, debiased), named key "_smoothed". At most
+ * REPORT_MAX_POINTS points: longer series keep every k-th step and the last. */
+static void polyline(FILE *o, const axes *a, const series *s, size_t n, double smooth,
+                     const char *attrs) {
     const train_report_run *r = s->run;
-    size_t n = 0;
-    for (size_t i = 0; i < r->n; i++) n += !isnan(r->rec[i].v[s->field]);
     const size_t every =
         n > REPORT_MAX_POINTS ? (n + REPORT_MAX_POINTS - 1) / REPORT_MAX_POINTS : 1;
-    const int dots = g_field[s->field].dots && n <= 400;
-    fprintf(
-        o,
-        "<polyline class=\"series\" data-series=\"%s\" data-run=\"%d\" stroke=\"%s\"%s points=\"",
-        g_field[s->field].key, s->run_index, s->color,
-        s->field == R_VAL || s->field == R_MEM_ACTIVE ? " stroke-dasharray=\"5 3\"" : "");
+    fprintf(o,
+            "<polyline class=\"series\" data-series=\"%s%s\" data-run=\"%d\" stroke=\"%s\"%s "
+            "points=\"",
+            g_field[s->field].key, smooth > 0 ? "_smoothed" : "", s->run_index, s->color, attrs);
     size_t k = 0;
+    double ema = 0, debias = 1;
     for (size_t i = 0; i < r->n; i++) {
-        const double v = r->rec[i].v[s->field];
+        double v = r->rec[i].v[s->field];
         if (isnan(v)) continue;
+        if (smooth > 0) {
+            ema = smooth * ema + (1 - smooth) * fmax(-1e100, fmin(v, 1e100));
+            debias *= smooth;
+            v = ema / (1 - debias);
+        }
         if (k++ % every && k != n) continue;
         fprintf(o, "%s%.1f,%.1f", k > 1 ? " " : "", map_x(a, (double)r->rec[i].step), map_y(a, v));
     }
     fprintf(o, "\"/>\n");
-    if (dots)
+}
+
+/* A series: its polyline (dashed for the second figure of a chart); a marker per point when
+ * sparse; noisy per-step series of 50 points or more (loss, grad norm) faint, under their
+ * smoothed curve (weight 0.8). */
+static void draw_series(FILE *o, const axes *a, const series *s) {
+    const train_report_run *r = s->run;
+    size_t n = 0;
+    for (size_t i = 0; i < r->n; i++) n += !isnan(r->rec[i].v[s->field]);
+    const int smooth = (s->field == R_LOSS || s->field == R_GNORM) && n >= 50;
+    const int dashed = s->field == R_VAL || s->field == R_MEM_ACTIVE;
+    polyline(o, a, s, n, 0,
+             smooth   ? " stroke-opacity=\"0.3\""
+             : dashed ? " stroke-dasharray=\"5 3\""
+                      : "");
+    if (smooth) polyline(o, a, s, n, 0.8, "");
+    if (g_field[s->field].dots && n <= 400)
         for (size_t i = 0; i < r->n; i++) {
             const double v = r->rec[i].v[s->field];
             if (!isnan(v))
@@ -681,7 +701,10 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
     fprintf(o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-               "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n<title>");
+               "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n");
+    if (po->refresh_s > 0) /* a run's page while it trains: the browser reloads the file */
+        fprintf(o, "<meta http-equiv=\"refresh\" content=\"%d\">\n", po->refresh_s);
+    fprintf(o, "<title>");
     if (multi)
         fprintf(o, "titan: %d runs", nr);
     else {
