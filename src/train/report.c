@@ -519,7 +519,7 @@ static void polyline(FILE *o, const axes *a, const series *s, size_t n, double s
 
 /* A series: its polyline (dashed for the second figure of a chart); a marker per point when
  * sparse; noisy per-step series of 50 points or more (loss, grad norm) faint, under their
- * smoothed curve (weight 0.8). */
+ * smoothed curve (weight 0.6, TensorBoard's default). */
 static void draw_series(FILE *o, const axes *a, const series *s) {
     const train_report_run *r = s->run;
     size_t n = 0;
@@ -530,7 +530,7 @@ static void draw_series(FILE *o, const axes *a, const series *s) {
              smooth   ? " stroke-opacity=\"0.3\""
              : dashed ? " stroke-dasharray=\"5 3\""
                       : "");
-    if (smooth) polyline(o, a, s, n, 0.8, "");
+    if (smooth) polyline(o, a, s, n, 0.6, "");
     if (g_field[s->field].dots && n <= 400)
         for (size_t i = 0; i < r->n; i++) {
             const double v = r->rec[i].v[s->field];
