@@ -61,6 +61,7 @@ static const char *const g_run_color[] = {"#ee4c2c", "#2563eb", "#059669", "#d97
 #define REPORT_MAX_LINE (1 << 20)     /* bytes per metrics.jsonl line */
 #define REPORT_MAX_RECORDS 100000000L /* lines per file */
 #define REPORT_MAX_POINTS 4000        /* per polyline: longer series keep every k-th step */
+#define REPORT_MAX_RUNS 64            /* runs on one page */
 
 typedef struct {
     int64_t step;
@@ -769,9 +770,9 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
     int drawn = 0;
     fprintf(o, "<div class=\"grid\">\n");
     for (int c = 0; c < N_CHARTS; c++) {
-        series s[2 * 64];
+        series s[2 * REPORT_MAX_RUNS];
         int ns = 0;
-        for (int i = 0; i < nr && i < 64; i++)
+        for (int i = 0; i < nr && i < REPORT_MAX_RUNS; i++)
             for (int f = 0; f < g_chart[c].nf; f++) {
                 const int field = g_chart[c].fields[f];
                 series x = {runs[i], field, i, g_field[field].color, ""};
@@ -903,6 +904,8 @@ int train_cmd_report(int argc, char **argv, base_err *err) {
         }
     }
     if (!rc && !nr) rc = base_fail(err, "no run given (titan report --help)");
+    if (!rc && nr > REPORT_MAX_RUNS)
+        rc = base_fail(err, "%d runs: at most %d on one page", nr, REPORT_MAX_RUNS);
     if (!rc && nr > 1 && !out)
         rc = base_fail(err, "%d runs: --out FILE names the page that compares them", nr);
     train_report_run **runs = rc ? NULL : calloc((size_t)nr, sizeof *runs);
