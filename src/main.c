@@ -104,6 +104,10 @@ static const titan_cmd g_cmds[] = {
      .summary = "per-rank memory and traffic of a config on N ranks",
      .run = train_cmd_plan,
      .usage = train_cmd_plan_usage},
+    {.name = "report",
+     .summary = "a run's report page (HTML charts) from metrics.jsonl; several runs overlaid",
+     .run = train_cmd_report,
+     .usage = train_cmd_report_usage},
 };
 #define N_CMDS ((int)(sizeof g_cmds / sizeof g_cmds[0]))
 
@@ -141,6 +145,7 @@ static void version(void) {
 }
 
 int main(int argc, char **argv) {
+    train_report_set_version(TITAN_VERSION " (commit " TITAN_GIT_COMMIT ")");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -111,3 +111,16 @@ add_test(NAME train_profile
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/profile.sh $<TARGET_FILE:titan>
           ${TITAN_PYTHON} ${CMAKE_SOURCE_DIR} ${TITAN_SHARED} ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
 set_tests_properties(train_profile PROPERTIES TIMEOUT 600)
+
+# The report page (src/train/report.c): a run's report.html and `titan report`, checked
+# through the DOM against metrics.jsonl (tests/scripts/report_check.py); resumes, several runs,
+# hostile metrics lines. Then the page in headless Chromium (skipped where it is absent).
+add_test(NAME train_report
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/report.sh $<TARGET_FILE:titan> ${TITAN_PYTHON}
+          ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
+set_tests_properties(train_report PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+add_test(NAME report_screenshot
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/report_screenshot.sh $<TARGET_FILE:titan>
+          ${TITAN_PYTHON} ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
+set_tests_properties(report_screenshot PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300
+                     SKIP_RETURN_CODE 77)

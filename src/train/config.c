@@ -284,6 +284,9 @@ const field g_fields[] = {
          "every rank writes its own metrics (rank_N/) with its memory"),
     BOOL(metrics, enable_jsonl, 0, "write every step's metrics as JSON lines (titan)"),
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
+    STR(metrics, save_report_file, "report.html", NULL,
+        "report page (HTML: facts and charts), under job.dump_folder, rewritten at logged "
+        "steps; \"\" = none (titan)"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0,
         "fp32 peak for MFU; 0 = measured on rank 0, cached (titan)"),
     PBOOL(metrics, enable_wandb, 0, P_NOTE,

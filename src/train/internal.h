@@ -146,6 +146,8 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
  * since the last logged one. A failed write is an error naming the file. */
 int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const model *m,
                            base_err *err);
+/* The report page's run of these metrics (rank 0 with metrics.save_report_file), else NULL. */
+struct train_report_run *train_metrics_report(train_metrics *t);
 /* Closes the files (NULL ok); err (may be NULL) gets a failed final write. */
 int train_metrics_close(train_metrics *t, base_err *err);
 
@@ -209,6 +211,39 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
  * resuming on another number of ranks). */
 int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err);
 void train_source_close(train_source *s); /* a zeroed one too */
+
+/* The report page (report.c): one self-contained HTML file (inline CSS and SVG; no script,
+ * nothing fetched) with a run's facts and charts of its metrics.jsonl figures (loss and
+ * validation loss, lr, grad norm, the window's tokens/s and MFU, memory, MoE expert-load
+ * imbalance), a dashed mark where a line says "resumed_from". Rank 0 rewrites it atomically
+ * at every logged step (metrics.c); `titan report` draws it afterwards, or overlays runs. */
+typedef struct train_report_run train_report_run; /* one run: its records and facts */
+typedef struct {
+    int log_steps; /* steps on a log10 axis */
+    int refresh_s; /* > 0: the page asks the browser to reload it after this many seconds */
+} train_report_opts;
+int train_report_run_new(train_report_run **out, const char *name, base_err *err);
+void train_report_run_free(train_report_run *r);  /* NULL ok */
+void train_report_run_clear(train_report_run *r); /* forgets the records */
+/* One metrics.jsonl line (len bytes, no newline): an object with an integer "step" above the
+ * last one's; the figures it has are numbers. where ("FILE:LINE") names it in errors. */
+int train_report_add_line(train_report_run *r, const char *line, size_t len, const char *where,
+                          base_err *err);
+/* Every line of a metrics.jsonl: a bad one fails naming FILE:LINE; an unfinished last line
+ * (no newline: being written, or torn by a kill) is left out with a warning. */
+int train_report_read_jsonl(train_report_run *r, const char *path, base_err *err);
+/* This run's facts (model and parameters, data, tokens per step, parallelism, precision,
+ * kernels, machine and MFU peak, start time, titan version) into r (NULL: no-op), also
+ * written atomically beside the page as PAGE-without-extension.facts.json. */
+int train_report_facts(train_report_run *r, const char *page, const train_opts *o, const model *m,
+                       const train_source *src, const dist_mesh *mesh, double peak_flops,
+                       base_err *err);
+/* The facts file beside page, when there is one ([[label, text], ...]; errors name it). */
+int train_report_read_facts(train_report_run *r, const char *page, base_err *err);
+/* The page for n_runs runs (one: facts, headline figures and charts; several: a table of the
+ * runs and every chart overlaid, a colour per run), atomically at path. po may be NULL. */
+int train_report_write(train_report_run *const *runs, int n_runs, const char *path,
+                       const train_report_opts *po, base_err *err);
 
 /* What a training step works on and a checkpoint saves: the run's options and mesh, the
  * model (computing on FSDP's full buffers), FSDP, the TP pieces, the optimizer over this

@@ -26,6 +26,7 @@ struct train_metrics {
     FILE *jl;
     char *jl_path;
     train_tb *tb;
+    train_report_run *rep; /* the report page's figures (rank 0, o->report_path) */
     /* the logging window: the steps since the last logged one (this rank's figures) */
     int64_t w_tokens;
     double w_step_s, w_data_s, w_rss;
@@ -175,6 +176,20 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
             o->metrics_all_ranks ? rank_path(o->jsonl_path, mesh->rank) : strdup(o->jsonl_path);
         rc = t->jl_path ? open_jsonl(t, err) : base_fail(err, "out of memory");
     }
+    if (!rc && t->lead && o->report_path) { /* a resume's page shows the whole history */
+        /* named as `titan report DUMP_FOLDER` names it: the page's folder */
+        const char *slash = strrchr(o->report_path, '/');
+        char name[512] = ".";
+        if (slash && slash > o->report_path)
+            snprintf(name, sizeof name, "%.*s", (int)(slash - o->report_path), o->report_path);
+        rc = train_report_run_new(&t->rep, name, err);
+        base_err e;
+        if (!rc && start > 0 && t->jl_path && train_report_read_jsonl(t->rep, t->jl_path, &e)) {
+            base_log(BASE_LOG_WARN, "report page: the steps before this run are left out: %s",
+                     e.msg);
+            train_report_run_clear(t->rep);
+        }
+    }
     if (!rc && t->lead && o->config_path && o->config_toml)
         rc = base_mkdir_parent(o->config_path, err) ||
              base_write_file_atomic(o->config_path, o->config_toml, strlen(o->config_toml), err);
@@ -188,15 +203,16 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
 
 /* The JSONL line's fields for step s: this step's own figures (bitwise as before), the
  * window's averages on logged steps, validation when it ran. */
-static void jsonl_line(train_metrics *t, const train_step_metrics *s, const model *m, double tps,
-                       double mfu, double mem, int log_now, const double *win) {
-    FILE *jl = t->jl;
+static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, const model *m,
+                       double tps, double mfu, double mem, int log_now, const double *win) {
     fprintf(jl,
             "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
             "\"tps\": %.17g, \"tflops\": %.17g, \"mfu\": %.17g, \"memory_gib\": %.17g, "
             "\"data_s\": %.17g, \"max_loss\": %.17g, \"ntokens\": %lld, \"step_s\": %.17g",
             s->step, s->loss, s->grad_norm, s->lr, tps, t->fpt * tps / 1e12, mfu, mem, s->data_s,
             s->max_loss, (long long)s->ntokens, s->step_s);
+    if (t->start > 0 && s->step == t->start + 1) /* the report page marks resumes */
+        fprintf(jl, ", \"resumed_from\": %lld", (long long)t->start);
     if (t->world > 1) fprintf(jl, ", \"comm_s\": %.17g", s->comm_s);
     if (log_now)
         fprintf(jl,
@@ -210,6 +226,22 @@ static void jsonl_line(train_metrics *t, const train_step_metrics *s, const mode
     if (t->aux_on) fprintf(jl, ", \"aux_loss\": %.17g", s->aux);
     train_moe_jsonl(m, jl);
     fprintf(jl, "}\n");
+}
+
+/* The step's line into the report's figures, and the page rewritten on logged and validation
+ * steps. The page is a view: a failure is a warning and training goes on. */
+static void report_step(train_metrics *t, const char *line, size_t len, int draw, int step) {
+    char where[64];
+    snprintf(where, sizeof where, "the metrics of step %d", step);
+    const train_report_opts po = {.refresh_s = step < t->last ? 30 : 0}; /* live until done */
+    base_err e;
+    if (train_report_add_line(t->rep, line, len ? len - 1 : 0, where, &e) ||
+        (draw && train_report_write(&t->rep, 1, t->o->report_path, &po, &e)))
+        base_log(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
+}
+
+struct train_report_run *train_metrics_report(train_metrics *t) {
+    return t ? t->rep : NULL;
 }
 
 int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const model *m,
@@ -283,11 +315,23 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
                avg * (t->last - s->step), (double)s->ntokens * s->dp_size / avg);
     }
     if (t->lead) fflush(stdout);
-    if (t->jl) {
-        jsonl_line(t, s, m, tps, mfu, mem, log_now, win);
-        if (ferror(t->jl) || fflush(t->jl))
+    if (t->jl || t->rep) { /* one line for the file and the page */
+        char *line = NULL;
+        size_t len = 0;
+        FILE *mf = open_memstream(&line, &len);
+        if (!mf) return base_fail(err, "out of memory");
+        jsonl_line(t, mf, s, m, tps, mfu, mem, log_now, win);
+        if (fclose(mf)) {
+            free(line);
+            return base_fail(err, "out of memory");
+        }
+        if (t->jl && (fwrite(line, 1, len, t->jl) != len || ferror(t->jl) || fflush(t->jl))) {
+            free(line);
             return base_fail(err, "%s: cannot write the metrics of step %d: %s", t->jl_path,
                              s->step, strerror(errno));
+        }
+        if (t->rep) report_step(t, line, len, log_now || val, s->step);
+        free(line);
     }
     if (t->tb && log_now) { /* torchtitan's tag names */
         const char *tags[] = {"loss_metrics/global_avg_loss",
@@ -338,6 +382,7 @@ int train_metrics_close(train_metrics *t, base_err *err) {
     if (t->jl && fclose(t->jl) && err)
         rc = base_fail(err, "%s: cannot write the metrics: %s", t->jl_path, strerror(errno));
     train_tb_close(t->tb);
+    train_report_run_free(t->rep);
     free(t->jl_path);
     free(t);
     return rc;

@@ -434,6 +434,10 @@ int train_run(const train_opts *o, base_err *err) {
             train_metrics_open(&r->mx, o, &r->mesh, r->start, r->last, r->peak, r->fpt, aux_on, err)
                 ? -1
                 : 0;
+        base_err e; /* the page is a view: without its facts file, training goes on */
+        if (!rc && train_report_facts(train_metrics_report(r->mx), o->report_path, o, &r->m,
+                                      &r->src, &r->mesh, r->peak, &e))
+            base_log(BASE_LOG_WARN, "report page: %s", e.msg);
         if (!rc) rc = train_prof_open(&r->prof, o, &r->m, r->mesh.rank, err);
         if (!rc) rc = run_steps(r, err);
         train_prof_close(r->prof); /* the tables as resolved for export and sampling */

@@ -65,7 +65,8 @@ typedef struct {
     int log_freq;
     const char *jsonl_path; /* per-step metrics, one JSON object per line (NULL = none) */
     const char *tb_dir;     /* TensorBoard folder: each run in tb_dir/YYYYmmdd-HHMM (NULL = none) */
-    int metrics_all_ranks;  /* every rank writes metrics (under rank_N/), not rank 0 alone */
+    const char *report_path; /* the report page, rewritten at logged steps (NULL = none) */
+    int metrics_all_ranks;   /* every rank writes metrics (under rank_N/), not rank 0 alone */
     const char *config_toml; /* the resolved job config, saved at start as config_path */
     const char *config_path; /* (NULL = not saved) */
     struct {                 /* [validation]: held-out loss every freq steps (path NULL = off) */
@@ -227,7 +228,7 @@ typedef struct {
     struct {
         int64_t log_freq;
         int enable_tensorboard, save_for_all_ranks, enable_jsonl;
-        const char *save_tb_folder, *save_jsonl_file;
+        const char *save_tb_folder, *save_jsonl_file, *save_report_file;
         double peak_tflops;
         int enable_wandb, disable_color_printing;
     } metrics;
@@ -562,5 +563,10 @@ int train_cmd_plan(int argc, char **argv, base_err *err);
 void train_cmd_plan_usage(FILE *f);
 int train_cmd_generate(int argc, char **argv, base_err *err);
 void train_cmd_generate_usage(FILE *f);
+/* titan report (report.c): a run's report page from its metrics.jsonl, or several overlaid. */
+int train_cmd_report(int argc, char **argv, base_err *err);
+void train_cmd_report_usage(FILE *f);
+/* The version the report pages name (main.c sets it: "0.1.0 (commit abc123)"). */
+void train_report_set_version(const char *version);
 
 #endif
