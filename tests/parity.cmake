@@ -1,4 +1,5 @@
-# Parity with Hugging Face transformers (Qwen3ForCausalLM, PyTorch CPU fp32, eager attention)
+# Parity with Hugging Face transformers (Qwen3ForCausalLM, PyTorch CPU fp32, eager attention;
+# bf16 autocast for the bf16 targets)
 # and safetensors interop with the Python `safetensors` package.
 # Included by tests/CMakeLists.txt, which sets TITAN_PYTHON (the .venv interpreter) and
 # TITAN_SHARED (../shared).
@@ -29,6 +30,16 @@ foreach(cfg gqa_tied untied mha_long moe moe_aux)
     COMMAND ${TITAN_PYTHON} ${TITAN_REF_DIR}/check_safetensors.py --grads ${dir})
   set_tests_properties(hf_parity_grads_${cfg}_safetensors PROPERTIES
     FIXTURES_REQUIRED "hf_ref_${cfg};hf_grads_${cfg}" ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+endforeach()
+
+# bf16 mixed precision (issue 16): titan's bf16 model against HF under torch.autocast(cpu,
+# bfloat16) on the same fixture (hf_reference.py writes autocast.safetensors beside ref), and
+# both against the fp32 reference.
+foreach(cfg gqa_tied moe)
+  add_test(NAME hf_parity_bf16_${cfg}
+    COMMAND test_hf_parity --prec bf16 ${TITAN_PARITY_DIR}/${cfg})
+  set_tests_properties(hf_parity_bf16_${cfg} PROPERTIES
+    FIXTURES_REQUIRED hf_ref_${cfg} ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 endforeach()
 
 # safetensors both ways, independent of the model: titan's writer -> Python reader, and
