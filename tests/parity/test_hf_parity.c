@@ -18,7 +18,10 @@
  *   - loss:              relative error <= 1e-2 (issue 16)
  *   - every gradient:    rel L2 <= TOL_BF16_GRAD against autocast's, and against the fp32
  *                        reference's (both sides round differently, so each is also measured
- *                        against fp32: the printed table has all three pairs)
+ *                        against fp32: the printed table has all three pairs). MoE only: where
+ *                        autocast's own gradient is further than TOL_BF16_GRAD from fp32 (its
+ *                        bf16 router logits flipped a token's top-k choice), titan is held to
+ *                        the fp32 bound alone and the tensor is counted as waived
  *   - bf16 is in effect: titan's worst rel L2 against fp32 >= TOL_BF16_FLOOR (an fp32 path
  *                        is within 1e-4 and would fail here)
  * No training steps and no gradient file in this mode.
@@ -42,10 +45,12 @@
 /* bf16 (--prec bf16). Measured (AMD EPYC, AVX2, titan's emulated bf16 engine; torch 2.15,
  * transformers 5.23): worst per-tensor rel L2 titan-bf16 vs autocast / titan-bf16 vs fp32 /
  * autocast vs fp32 = 1.26e-2 / 1.07e-2 / 1.26e-2 on gqa_tied, 1.20e-2 / 1.19e-2 / 1.21e-2 on
- * moe; losses agree to 1.4e-5. bf16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3) and a
- * gradient passes through a few rounded GEMMs, so ~1e-2 is the expected order, and titan is
- * as far from autocast as autocast is from fp32. 3e-2 is ~2.4x the worst measured (room for a
- * different GEMM engine's accumulation order) and far below a wrong gradient (O(1)). */
+ * moe; 1.0-1.6e-2 on untied, mha_long and moe_aux (outside its routing flip: there autocast
+ * is 0.3 from fp32, titan 1.2e-2); losses agree to 5e-5. bf16 keeps 8 significant bits (unit
+ * roundoff 2^-9 = 2e-3) and a gradient passes through a few rounded GEMMs, so ~1e-2 is the
+ * expected order, and titan is as far from autocast as autocast is from fp32. 3e-2 is ~1.8x
+ * the worst measured (room for a different GEMM engine's accumulation order) and far below a
+ * wrong gradient (O(1)). */
 #define TOL_BF16_LOSS 1e-2
 #define TOL_BF16_GRAD 3e-2
 #define TOL_BF16_FLOOR 1e-3
@@ -145,7 +150,8 @@ static int64_t count_valid(const int32_t *targets, int64_t n) {
 /* --prec bf16: titan's bf16 model m (weights loaded) against HF under bf16 autocast (DIR's
  * autocast.safetensors) and both against the fp32 reference ref; see the top of the file. */
 static void check_bf16(model *m, const char *dir, const ckpt_file *ref, const int32_t *tokens,
-                       const int32_t *targets, int64_t BT, int V, int64_t nv_ref, double coef) {
+                       const int32_t *targets, int64_t BT, int V, int64_t nv_ref, double coef,
+                       int moe) {
     char path[1024];
     snprintf(path, sizeof path, "%s/autocast.safetensors", dir);
     base_err err;
@@ -188,7 +194,8 @@ static void check_bf16(model *m, const char *dir, const ckpt_file *ref, const in
 
     printf("%-48s %12s %12s %12s\n", "gradient rel L2 (HF name)", "titan-vs-ac", "titan-vs-f32",
            "ac-vs-f32");
-    double w_pair = 0, w_titan = 0, w_ac = 0, nr, nd;
+    double w_pair = 0, w_titan = 0, w_ac = 0, w_kept = 0, nr, nd; /* kept: not waived */
+    int n_waived = 0;
     ckpt_entry *es;
     int n_es;
     if (ckpt_expected(m, CKPT_NAMES_HF, &es, &n_es, &err) != 0) die("ckpt_expected", &err);
@@ -201,9 +208,15 @@ static void check_bf16(model *m, const char *dir, const ckpt_file *ref, const in
         const double r_pair = rel_l2(g, ga, es[p].numel, &nr, &nd);
         const double r_titan = rel_l2(g, gf, es[p].numel, &nr, &nd);
         const double r_ac = rel_l2(ga, gf, es[p].numel, &nr, &nd);
-        const int bad = !(r_pair <= TOL_BF16_GRAD) || !(r_titan <= TOL_BF16_GRAD);
+        /* autocast itself off fp32 by more than bf16 rounding explains: a routing flip */
+        const int waived = moe && !(r_ac <= TOL_BF16_GRAD) && !(r_pair <= TOL_BF16_GRAD);
+        const int bad = (!waived && !(r_pair <= TOL_BF16_GRAD)) || !(r_titan <= TOL_BF16_GRAD);
+        n_waived += waived;
+        if (!waived) w_kept = fmax(w_kept, r_pair);
         printf("%-48s %12.2e %12.2e %12.2e%s\n", es[p].name, r_pair, r_titan, r_ac,
-               bad ? "  <-- FAIL" : "");
+               bad      ? "  <-- FAIL"
+               : waived ? "  (autocast off fp32: titan vs fp32 only)"
+                        : "");
         if (bad)
             fail("bf16 gradient %s: rel L2 vs autocast %.2e, vs fp32 %.2e (bound %.0e)", es[p].name,
                  r_pair, r_titan, TOL_BF16_GRAD);
@@ -215,6 +228,11 @@ static void check_bf16(model *m, const char *dir, const ckpt_file *ref, const in
     printf("bf16 gradients, max over %d tensors of rel L2: titan-bf16 vs autocast %.2e, "
            "titan-bf16 vs fp32 %.2e, autocast vs fp32 %.2e\n",
            n_es, w_pair, w_titan, w_ac);
+    if (n_waived)
+        printf("bf16: %d tensor(s) where autocast's gradient is > %.0e from fp32 (a top-k routing "
+               "flip under its bf16 router logits) checked against fp32 only; titan-bf16 vs "
+               "autocast over the other %d: %.2e\n",
+               n_waived, TOL_BF16_GRAD, n_es - n_waived, w_kept);
     if (!(w_titan >= TOL_BF16_FLOOR))
         fail("bf16 gradients within %.2e of fp32 (< %.0e): the bf16 path did not run", w_titan,
              TOL_BF16_FLOOR);
@@ -288,7 +306,7 @@ int main(int argc, char **argv) {
     int32_t *targets = need(&ref, "targets", BT, 'i');
     if (bf16) {
         double *nvd = need(&ref, "n_valid", 1, 'd');
-        check_bf16(&m, dir, &ref, tokens, targets, BT, V, (int64_t)nvd[0], coef);
+        check_bf16(&m, dir, &ref, tokens, targets, BT, V, (int64_t)nvd[0], coef, moe);
         base_free(nvd);
         base_free(tokens);
         base_free(targets);
