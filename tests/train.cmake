@@ -99,3 +99,8 @@ add_test(NAME train_finetune
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/finetune.sh $<TARGET_FILE:titan> ${TITAN_SHARED}
           ${TITAN_PYTHON})
 set_tests_properties(train_finetune PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
+# bf16 mixed precision: close to fp32, deterministic, exact resume, MoE, refusals.
+add_test(NAME train_bf16
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bf16.sh $<TARGET_FILE:titan>)
+set_tests_properties(train_bf16 PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)

@@ -138,10 +138,12 @@ const field g_fields[] = {
           "offload parameters, gradients and optimizer state to host memory (not implemented)"),
     PSTR(training, dtype, "float32", "float32|bfloat16", P_REFUSE,
          "parameter dtype without FSDP: titan keeps fp32 parameters"),
-    PSTR(training, mixed_precision_param, "bfloat16", "bfloat16|float32", P_INERT,
-         "FSDP all-gather dtype in torchtitan; titan computes in fp32"),
-    PSTR(training, mixed_precision_reduce, "float32", "float32", P_INERT,
-         "gradient reduce dtype (fp32, as titan's)"),
+    STR(training, mixed_precision_param, "", "bfloat16|float32",
+        "compute precision: bfloat16 = GEMM operands in bf16, fp32 accumulation, fp32 master "
+        "weights, gradients, optimizer and loss; unset = bfloat16 where the CPU has bf16 units "
+        "(AMX-BF16 / AVX512_BF16), else float32"),
+    STR(training, mixed_precision_reduce, "float32", "float32|bfloat16",
+        "gradient reduce dtype: float32 (bfloat16 is refused: titan reduces in fp32)"),
     PINT(training, gc_freq, 50, 1, BIG, P_INERT, "Python garbage collection interval (no GC)"),
     PBOOL(training, gc_debug, 0, P_INERT, "Python garbage collection debugging (no GC)"),
     BOOL(training, ignore_memory_check, 0,

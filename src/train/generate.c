@@ -12,7 +12,8 @@
 /* Any model source (checkpoint.h): arguments from it, or from fallback for a bare file. A
  * training checkpoint of an MoE trained with the expert bias also restores the bias (the
  * model routes with it). */
-int train_load_model(model *m, const char *path, const model_args *fallback, base_err *err) {
+int train_load_model(model *m, const char *path, const model_args *fallback, ops_prec prec,
+                     base_err *err) {
     memset(m, 0, sizeof *m);
     ckpt_source src;
     model_args a = *fallback;
@@ -28,6 +29,7 @@ int train_load_model(model *m, const char *path, const model_args *fallback, bas
     }
     model_build_opts bo = {.batch = 1,
                            .seq_len = 1,
+                           .prec = prec,
                            .balance = json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
                                                                         : MODEL_BALANCE_NONE};
     int rc = model_build_unset(m, &a, &bo, err); /* ckpt_source_load writes every weight */
@@ -252,7 +254,10 @@ void train_cmd_generate_usage(FILE *f) {
            "  --seed S             sampling seed (0): same seed, same text\n"
            "  --max-seq-len N      context; the KV cache holds min(N, prompt + new tokens)\n"
            "                       positions (default: the flavor's, 4096 for checkpoints)\n"
-           "  --threads N          OpenMP/BLAS threads (default: all cores)\n");
+           "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
+           "  --precision P        bfloat16 (bf16 GEMM operands, fp32 accumulation) or float32\n"
+           "                       (default: training.mixed_precision_param's: bfloat16 where\n"
+           "                       the CPU has bf16 units, else float32)\n");
 }
 
 /* Adds id to stop[] when it exists (>= 0) and is not there yet. */
@@ -339,7 +344,7 @@ static int prompt_ids(data_tok *tok, const char *text, int V, data_tok_ids *ids,
 int train_cmd_generate(int argc, char **argv, base_err *err) {
     model_args a;
     model_flavor("debugmodel", &a, err);
-    const char *path = NULL, *tok_dir = NULL, *prompt = NULL, *chat = NULL;
+    const char *path = NULL, *tok_dir = NULL, *prompt = NULL, *chat = NULL, *precision = NULL;
     int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0;
     model_sampler smp = {.temperature = 0.6, .top_k = 20, .top_p = 0.95, .seed = 0};
     base_args it = {argc, argv, 0, err};
@@ -379,6 +384,8 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
             st = base_args_int(&it, &max_seq, 1);
         } else if (!strcmp(o, "--threads")) {
             st = base_args_int(&it, &threads, 1);
+        } else if (!strcmp(o, "--precision")) {
+            st = (precision = base_args_value(&it)) ? 0 : -1;
         } else {
             train_cmd_generate_usage(stderr);
             return base_fail(err, "generate: unknown option '%s'", o);
@@ -406,7 +413,11 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
         goto out;
     }
     if (!(text = prompt_text(prompt, chat, thinking, err))) goto out;
-    if (train_load_model(&m, path, &a, err)) goto out;
+    ops_prec prec;
+    char why[160];
+    if (train_precision_resolve(precision, &prec, why, sizeof why, err)) goto out;
+    base_log(BASE_LOG_INFO, "generate: precision %s", why);
+    if (train_load_model(&m, path, &a, prec, err)) goto out;
     if (prompt_ids(tok, text, m.args.vocab_size, &ids, err)) goto out;
     int ctx = max_seq > 0 ? max_seq : m.args.max_seq_len > 0 ? m.args.max_seq_len : 4096;
     if ((int64_t)ids.n > ctx) {

@@ -110,7 +110,8 @@ int train_full_model(model *full, const model *m, const train_opts *o, dist_comm
                            .seq_len = 1,
                            .ac = MODEL_AC_NONE,
                            .overrides = o->kernel_overrides,
-                           .n_overrides = o->n_kernel_overrides};
+                           .n_overrides = o->n_kernel_overrides,
+                           .prec = o->prec}; /* the end-of-run sample runs as training did */
     if (model_build(full, &o->model, &bo, err)) return -1;
     size_t n = 0;
     dist_tp_run *runs = whole_runs(m, &n);

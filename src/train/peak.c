@@ -32,24 +32,35 @@
 /* No core does more than this many fp32 FLOP per second (2 AVX-512 FMA units at 6 GHz:
  * 2 x 16 lanes x 2 FLOP x 6e9): a cached value above threads x this is not believed. */
 #define CORE_FLOPS_MAX 384e9
+/* bf16 units do more: AMX-BF16 tiles are 16x the fp32 FMA rate at most. */
+#define BF16_FACTOR 16
 #define CACHE_BYTES_MAX (1 << 20)
 
-double train_measure_peak_flops(void) {
+/* C[n,n] = A[n,n] @ B[n,n]^T: the fp32 BLAS, or the bf16 matmul op (ops_cpu_gemm's bf16 engine:
+ * oneDNN on bf16 units, emulated elsewhere). */
+static void gemm_f32(float *c, const float *a, const float *b, int n) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+}
+static ops_matmul_fwd_fn g_bf16_matmul;
+static void gemm_bf16(float *c, const float *a, const float *b, int n) {
+    g_bf16_matmul(c, a, b, n, n, n);
+}
+
+/* The best rate of gemm over the bursts. */
+static double measure(void (*gemm)(float *, const float *, const float *, int)) {
     const int n = GEMM_N;
     float *a = base_alloc(sizeof(float) * n * n), *b = base_alloc(sizeof(float) * n * n),
           *c = base_alloc(sizeof(float) * n * n);
     double best = 0;
     if (a && b && c) {
         for (int i = 0; i < n * n; i++) a[i] = b[i] = base_rng_uniform(1, 0, (uint64_t)i) - 0.5f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        gemm(c, a, b, n);
         const double start = base_now();
         for (int r = 0; r < MAX_BURSTS && (r < MIN_BURSTS || base_now() - start < MAX_SECONDS);
              r++) {
             if (r > 0) nanosleep(&(struct timespec){0, PAUSE_NS}, NULL);
             const double t0 = base_now();
-            for (int g = 0; g < BURST_GEMMS; g++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c,
-                            n);
+            for (int g = 0; g < BURST_GEMMS; g++) gemm(c, a, b, n);
             const double rate = BURST_GEMMS * 2.0 * n * n * (double)n / (base_now() - t0);
             if (rate > best) best = rate;
         }
@@ -58,6 +69,18 @@ double train_measure_peak_flops(void) {
     base_free(b);
     base_free(c);
     return best;
+}
+
+double train_measure_peak_flops(void) {
+    return measure(gemm_f32);
+}
+
+double train_measure_peak_flops_bf16(void) {
+    ops_register_builtin();
+    const ops_impl *mm = ops_find(OPS_MATMUL, "bf16");
+    if (!mm) return 0;
+    g_bf16_matmul = (ops_matmul_fwd_fn)mm->fwd;
+    return measure(gemm_bf16);
 }
 
 void train_peak_key(int threads, char *buf, size_t n) {
@@ -117,7 +140,7 @@ static json_t *cache_load(const char *path, int *bad, char *why, size_t n) {
     return j;
 }
 
-double train_peak_cache_read(const char *path, const char *key, int threads) {
+static double cache_read(const char *path, const char *key, double max) {
     int bad;
     char why[256] = "";
     json_t *j = cache_load(path, &bad, why, sizeof why);
@@ -128,7 +151,7 @@ double train_peak_cache_read(const char *path, const char *key, int threads) {
     if (e) {
         json_t *x = json_object_get(e, "flops");
         v = json_is_number(x) ? json_number_value(x) : -1;
-        if (!(v > 0 && v <= CORE_FLOPS_MAX * (threads > 0 ? threads : 1))) {
+        if (!(v > 0 && v <= max)) {
             base_log(BASE_LOG_WARN,
                      "%s: the cached peak for '%s' is not a plausible FLOP/s figure; ignored", path,
                      key);
@@ -137,6 +160,10 @@ double train_peak_cache_read(const char *path, const char *key, int threads) {
     }
     json_decref(j);
     return v;
+}
+
+double train_peak_cache_read(const char *path, const char *key, int threads) {
+    return cache_read(path, key, CORE_FLOPS_MAX * (threads > 0 ? threads : 1));
 }
 
 int train_peak_cache_write(const char *path, const char *key, double flops, base_err *err) {
@@ -178,8 +205,8 @@ double train_peak_choose(double measured, double cached, int *write) {
     return measured > cached ? measured : cached;
 }
 
-int train_peak_resolve(double configured, int threads, dist_comm *comm, double (*measure)(void),
-                       train_peak *out, base_err *err) {
+int train_peak_resolve(double configured, int threads, ops_prec prec, dist_comm *comm,
+                       double (*measure)(void), train_peak *out, base_err *err) {
     memset(out, 0, sizeof *out);
     if (configured > 0) {
         out->flops = configured;
@@ -190,9 +217,15 @@ int train_peak_resolve(double configured, int threads, dist_comm *comm, double (
     if (dist_comm_rank(comm) == 0) {
         char key[320], path[4096];
         train_peak_key(threads, key, sizeof key);
+        if (prec == OPS_PREC_BF16) /* its own entry, per engine */
+            snprintf(key + strlen(key), sizeof key - strlen(key), " | bf16 %s", ops_bf16_engine());
         const int have_path = train_peak_cache_path(path, sizeof path) == 0;
-        const double cached = have_path ? train_peak_cache_read(path, key, threads) : 0;
-        const double measured = (measure ? measure : train_measure_peak_flops)();
+        const double max = CORE_FLOPS_MAX * (threads > 0 ? threads : 1) *
+                           (prec == OPS_PREC_BF16 ? BF16_FACTOR : 1);
+        const double cached = have_path ? cache_read(path, key, max) : 0;
+        const double measured = (measure                 ? measure
+                                 : prec == OPS_PREC_BF16 ? train_measure_peak_flops_bf16
+                                                         : train_measure_peak_flops)();
         int write;
         v[0] = train_peak_choose(measured, cached, &write);
         v[1] = measured;

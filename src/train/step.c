@@ -43,6 +43,7 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
         memcpy(ev->w, train->w, train->n_floats * sizeof(float));
         dist_fsdp_release_all(f);
     }
+    model_weights_changed(m); /* bf16: after the step's AdamW */
     data_loader *l;
     if (data_loader_open(&l, &c, err)) return -1;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
@@ -92,7 +93,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     dist_allreduce_i64(mesh->dp_comm, &valid, 1);
     double t_data = base_now() - t0;
     dist_fsdp_begin_step(f);
-    if (m->moe_counts) /* MoE: tokens per expert, counted afresh each step */
+    model_weights_changed(m); /* bf16: the last step's AdamW (or a load) changed them */
+    if (m->moe_counts)        /* MoE: tokens per expert, counted afresh each step */
         memset(m->moe_counts, 0,
                (size_t)m->args.n_layers * m->args.n_experts * sizeof(*m->moe_counts));
     double loss_sum = 0, sumsq = 0, aux_sum = 0;

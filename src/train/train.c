@@ -52,7 +52,7 @@ static const char *ac_name(const train_opts *o, char *buf, size_t n) {
 
 /* The header `titan train` prints before the first step. */
 static void print_header(const train_opts *o, const model *m, const train_source *src,
-                         const dist_mesh *mesh, const train_peak *peak, double fpt) {
+                         const dist_mesh *mesh, const train_peak peak[2], double fpt) {
     model_counts cnt;
     model_count_params(&o->model, &cnt);
     const model_args *a = &o->model;
@@ -98,7 +98,15 @@ static void print_header(const train_opts *o, const model *m, const train_source
     for (int k = 0; k < OPS_COUNT; k++)
         if (t->impl[k]) printf(" %s=%s", ops_kind_name((ops_kind)k), t->impl[k]->name);
     printf("; CPU kernels ISA %s", ops_cpu_isa());
-    printf("\n  fp32 GEMM peak for MFU: %.1f GFLOP/s (%s)\n", peak->flops / 1e9, peak->how);
+    printf("\n  precision: %s", o->prec_why);
+    if (o->prec == OPS_PREC_BF16)
+        printf("; GEMM operands and attention inputs bf16 (engine %s), fp32 master weights, "
+               "gradients, AdamW, norms, softmax and loss",
+               ops_bf16_engine());
+    printf("\n  GEMM peak: fp32 %.1f GFLOP/s (%s)", peak[0].flops / 1e9, peak[0].how);
+    if (o->prec == OPS_PREC_BF16)
+        printf("; bf16 %.1f GFLOP/s (%s)", peak[1].flops / 1e9, peak[1].how);
+    printf("; MFU against the %s peak\n", o->prec == OPS_PREC_BF16 ? "bf16" : "fp32");
     fflush(stdout);
 }
 
@@ -191,7 +199,8 @@ static int run_setup(run *r, base_err *err) {
                            .ep = &epg,
                            .ac_every = o->ac_every,
                            .moe_force_balance = o->moe_force_balance,
-                           .loss_parallel_off = o->loss_parallel_off};
+                           .loss_parallel_off = o->loss_parallel_off,
+                           .prec = o->prec};
     if (train_stop_install(o->preemption_signal, err)) return -1;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh->dp_shard > 1 ? model_build_external(m, &o->model, &bo, err)
@@ -229,15 +238,25 @@ static int run_setup(run *r, base_err *err) {
                      .tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t))};
     if (j->lr.total_steps <= 0) j->lr.total_steps = o->steps;
     if (!j->tok || !j->tgt) return base_fail(err, "out of memory");
-    train_peak pk; /* a seed checkpoint trains nothing: no measurement */
+    /* pk[0] the fp32 GEMM peak, pk[1] the bf16 one (bf16 runs): MFU divides by the peak of the
+     * run's precision, as torchtitan uses the GPU's bf16 peak. A configured peak is the run's
+     * precision's; a seed checkpoint trains nothing: no measurement. */
+    train_peak pk[2];
+    memset(pk, 0, sizeof pk);
+    const int bf16 = o->prec == OPS_PREC_BF16;
     const double fixed = o->ckpt.create_seed && !(o->peak_flops > 0) ? 1 : o->peak_flops;
-    const double t_peak = fixed > 0 ? 0 : train_phase_begin("the fp32 GEMM peak for MFU");
-    if (train_peak_resolve(fixed, omp_get_max_threads(), mesh->world_comm, NULL, &pk, err))
-        return -1;
-    if (!(fixed > 0)) train_phase_end("the fp32 GEMM peak for MFU", t_peak);
-    r->peak = pk.flops;
+    for (int p = 0; p <= bf16; p++) {
+        const double fx = p == bf16 ? fixed : (fixed == 1 ? 1 : 0);
+        static const char *const what[] = {"the fp32 GEMM peak", "the bf16 GEMM peak for MFU"};
+        const double t_peak = fx > 0 ? 0 : train_phase_begin(what[p]);
+        if (train_peak_resolve(fx, omp_get_max_threads(), p ? OPS_PREC_BF16 : OPS_PREC_F32,
+                               mesh->world_comm, NULL, &pk[p], err))
+            return -1;
+        if (!(fx > 0)) train_phase_end(what[p], t_peak);
+    }
+    r->peak = pk[bf16].flops;
     r->fpt = model_flops_per_token(&o->model, o->seq_len);
-    print_header(o, m, &r->src, mesh, &pk, r->fpt);
+    print_header(o, m, &r->src, mesh, pk, r->fpt);
     if (o->val.path && (o->val.batch != o->batch || o->val.seq_len != o->seq_len)) {
         model_build_opts vo = bo; /* the training model's, at the validation shape */
         vo.batch = o->val.batch;

@@ -78,6 +78,8 @@ typedef struct {
     int sample_tokens;       /* after training, sample this many tokens (0 = none) */
     double peak_flops;       /* fp32 FLOP/s for MFU; <= 0 = measure */
     int ce_chunk;            /* tokens per fused lm_head+CE chunk (0 = automatic) */
+    ops_prec prec;           /* training.mixed_precision_param (resolved against the CPU) */
+    char prec_why[160];      /* how prec was chosen, for the header */
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
     dist_mesh_cfg par;         /* [parallelism] degrees (dp_shard resolved against the world) */
@@ -333,6 +335,16 @@ void train_config_usage(FILE *f);
 /* The activation checkpointing of c's [activation_checkpoint] (selective 'op' runs as full;
  * the schema has checked the fields). */
 void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
+/* training.mixed_precision_param resolved against this CPU: set -> that; unset ->
+ * $TITAN_MIXED_PRECISION when set (the test suite pins float32 so fp32 references hold on any
+ * CPU), else bfloat16 where the CPU has bf16 units and float32 elsewhere. why (n bytes)
+ * receives the choice and its reason for the run's header; bfloat16 on a CPU without bf16
+ * units logs a one-line warning (it runs emulated, slower). */
+int train_config_precision(const train_config *c, ops_prec *prec, char *why, size_t n,
+                           base_err *err);
+/* The same rule for a value from elsewhere (generate's --precision; NULL or "" = unset),
+ * refusing anything but bfloat16 / float32 by name. */
+int train_precision_resolve(const char *value, ops_prec *prec, char *why, size_t n, base_err *err);
 /* The one translation of a config into train_opts for a job on `world` ranks (o points into
  * c: keep c alive), shared by titan train and titan plan. Every value of *o comes from c, so
  * the schema is the only place a default lives; strings become enums here. Refuses, naming
@@ -380,7 +392,8 @@ int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err);
  *   - a folder with model.safetensors (HF names), or such a .safetensors file: the arguments
  *     are *fallback (--flavor / --set), checked against every tensor's shape.
  * Errors name the file at fault. Call model_free afterwards whether or not it succeeded. */
-int train_load_model(model *m, const char *path, const model_args *fallback, base_err *err);
+int train_load_model(model *m, const char *path, const model_args *fallback, ops_prec prec,
+                     base_err *err);
 /* The tokenizer to generate with for the model at path (*tok_dir: --tokenizer, or NULL).
  * A folder with tokenizer.json supplies it. A training checkpoint says what it was trained
  * on (metadata "tokenizer", train_tokenizer_json): a tokenizer is used from its recorded
@@ -490,6 +503,8 @@ int train_plan_data(const char *path, const char *format, const char *field, int
  * short bursts of 1024^3 GEMMs (20 ms pauses between, at most about 1.5 s); 0 when out of
  * memory. */
 double train_measure_peak_flops(void);
+/* The same for bf16 GEMMs through the bf16 matmul op (ops_bf16_engine's engine). */
+double train_measure_peak_flops_bf16(void);
 
 typedef struct {
     double flops;    /* what MFU divides by, FLOP/s */
@@ -514,12 +529,14 @@ int train_peak_cache_write(const char *path, const char *key, double flops, base
 /* The cache only raises the peak: returns max(measured, cached), *write = 1 when the
  * measurement is higher (a quieter run replaces the cached value). */
 double train_peak_choose(double measured, double cached, int *write);
-/* The peak for a run on comm's ranks: configured (> 0, --peak-tflops) as it is; else rank 0
+/* The peak for a run on comm's ranks, of prec's GEMMs (bf16: cached under the key plus
+ * " | bf16 ENGINE", plausible up to 16x the fp32 bound): configured (> 0, --peak-tflops) as
+ * it is; else rank 0
  * reads the cache, measures (measure, NULL = train_measure_peak_flops), takes
  * train_peak_choose's value, writes the cache when that says so, and every rank gets rank
  * 0's figures. Fails (on every rank) when nothing could be measured. */
-int train_peak_resolve(double configured, int threads, dist_comm *comm, double (*measure)(void),
-                       train_peak *out, base_err *err);
+int train_peak_resolve(double configured, int threads, ops_prec prec, dist_comm *comm,
+                       double (*measure)(void), train_peak *out, base_err *err);
 
 /* ---- Subcommands: titan train (train/cli.c), plan (plan.c), generate (generate.c) -------
  * argv[1] is the subcommand, its options follow. They return 0, or -1 with err filled;

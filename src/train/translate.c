@@ -159,6 +159,11 @@ int train_config_validate(const train_config *c, base_err *err) {
     if (c->checkpoint.last_save_in_hf && !c->checkpoint.last_save_model_only)
         return fail_field(c, "checkpoint", "last_save_in_hf", err,
                           "needs checkpoint.last_save_model_only = true");
+    if (!strcmp(c->training.mixed_precision_reduce, "bfloat16"))
+        return fail_field(c, "training", "mixed_precision_reduce", err,
+                          "bfloat16 gradient reduction is not supported: titan reduce-scatters "
+                          "and all-reduces gradients in float32 (torchtitan's default); set "
+                          "float32 or leave it out");
     const int64_t gbs = c->training.global_batch_size, lbs = c->training.local_batch_size;
     if (gbs > 0 && gbs % lbs)
         return fail_field(c, "training", "global_batch_size", err,
@@ -171,6 +176,39 @@ int train_config_validate(const train_config *c, base_err *err) {
                           "torchtitan's schedule stops with an assertion after step %lld",
                           (long long)c->lr_scheduler.total_steps.v, (long long)c->training.steps,
                           (long long)c->lr_scheduler.total_steps.v + 1);
+    return 0;
+}
+
+int train_config_precision(const train_config *c, ops_prec *prec, char *why, size_t n,
+                           base_err *err) {
+    return train_precision_resolve(c->training.mixed_precision_param, prec, why, n, err);
+}
+
+int train_precision_resolve(const char *v, ops_prec *prec, char *why, size_t n, base_err *err) {
+    if (v && v[0] && strcmp(v, "bfloat16") && strcmp(v, "float32"))
+        return base_fail(err, "precision '%s': expected bfloat16 or float32", v);
+    const int native = ops_bf16_native();
+    const char *env = getenv("TITAN_MIXED_PRECISION");
+    if ((!v || !v[0]) && env && env[0]) { /* the test suite's pin of the CPU-dependent default */
+        if (strcmp(env, "float32") && strcmp(env, "bfloat16"))
+            return base_fail(err, "TITAN_MIXED_PRECISION=%s: expected float32 or bfloat16", env);
+        v = env;
+        snprintf(why, n, "%s (TITAN_MIXED_PRECISION)", env);
+    } else if (!v || !v[0]) {
+        v = native ? "bfloat16" : "float32";
+        snprintf(why, n, "%s (default: this CPU %s bf16 units, AMX-BF16 / AVX512_BF16)", v,
+                 native ? "has" : "has no");
+    } else {
+        snprintf(why, n, "%s (set)", v);
+    }
+    *prec = strcmp(v, "bfloat16") ? OPS_PREC_F32 : OPS_PREC_BF16;
+    if (*prec == OPS_PREC_BF16 && !native) {
+        base_log(BASE_LOG_WARN,
+                 "training.mixed_precision_param = bfloat16 on a CPU without bf16 units "
+                 "(no AMX-BF16 / AVX512_BF16): bf16 GEMMs are emulated (bf16 numerics, slower "
+                 "than float32)");
+        snprintf(why + strlen(why), n - strlen(why), "; emulated: no bf16 units");
+    }
     return 0;
 }
 
@@ -398,6 +436,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     o->max_norm = c->training.max_norm;
     o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
     o->ce_chunk = (int)c->training.ce_chunk;
+    if (train_config_precision(c, &o->prec, o->prec_why, sizeof o->prec_why, err)) return -1;
     o->adamw = (optim_adamw_cfg){.lr = c->optimizer.lr,
                                  .beta1 = c->optimizer.beta1,
                                  .beta2 = c->optimizer.beta2,

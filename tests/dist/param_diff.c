@@ -16,8 +16,8 @@ int main(int argc, char **argv) {
     model_args fallback;
     base_err err;
     model_flavor("debugmodel", &fallback, &err);
-    if (train_load_model(&a, argv[1], &fallback, &err) ||
-        train_load_model(&b, argv[2], &fallback, &err)) {
+    if (train_load_model(&a, argv[1], &fallback, OPS_PREC_F32, &err) ||
+        train_load_model(&b, argv[2], &fallback, OPS_PREC_F32, &err)) {
         fprintf(stderr, "param_diff: %s\n", err.msg);
         return 1;
     }

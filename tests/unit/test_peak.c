@@ -139,8 +139,8 @@ static void test_resolve(dist_comm *comm) {
     train_peak_key(2, key, sizeof key);
     const char *cache = path_of("r/titan/peak_flops.json");
     calls = 0;
-    CHECK(train_peak_resolve(5e12, 2, comm, measure_fake, &pk, &err) == 0 && pk.flops == 5e12 &&
-              !strcmp(pk.how, "configured") && calls == 0,
+    CHECK(train_peak_resolve(5e12, 2, OPS_PREC_F32, comm, measure_fake, &pk, &err) == 0 &&
+              pk.flops == 5e12 && !strcmp(pk.how, "configured") && calls == 0,
           "configured: %g (%s), %d measurements", pk.flops, pk.how, calls);
     CHECK(train_peak_cache_read(cache, key, 2) == 0, "configured runs write no cache");
     const struct {
@@ -153,7 +153,7 @@ static void test_resolve(dist_comm *comm) {
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         fake = runs[i].measured;
         calls = 0;
-        int rc = train_peak_resolve(0, 2, comm, measure_fake, &pk, &err);
+        int rc = train_peak_resolve(0, 2, OPS_PREC_F32, comm, measure_fake, &pk, &err);
         CHECK(rc == 0 && pk.flops == runs[i].peak && pk.measured == runs[i].measured &&
                   calls == 1 && strstr(pk.how, runs[i].how),
               "run %zu: peak %g measured %g (%s), %d measurements: %s", i, pk.flops, pk.measured,
@@ -164,7 +164,7 @@ static void test_resolve(dist_comm *comm) {
     CHECK(train_peak_cache_read(cache, "other | 2 threads", 2) == 0, "another machine's key");
     setenv("XDG_CACHE_HOME", path_of("empty"), 1);
     fake = 0;
-    CHECK(train_peak_resolve(0, 2, comm, measure_fake, &pk, &err) != 0 &&
+    CHECK(train_peak_resolve(0, 2, OPS_PREC_F32, comm, measure_fake, &pk, &err) != 0 &&
               strstr(err.msg, "--peak-tflops"),
           "nothing measured, nothing cached: an error naming --peak-tflops");
 }
@@ -181,7 +181,7 @@ static void test_ranks(dist_comm *comm, const char *cache_dir) {
     for (int run = 0; run < 2; run++) {
         fake = (rank + 1) * first[run];
         calls = 0;
-        int rc = train_peak_resolve(0, 2, comm, measure_fake, &pk, &err);
+        int rc = train_peak_resolve(0, 2, OPS_PREC_F32, comm, measure_fake, &pk, &err);
         double total = calls, got[2] = {pk.flops, -pk.flops};
         dist_allreduce_f64(comm, &total, 1);
         dist_allreduce_max_f64(comm, got, 2); /* max and -min */
