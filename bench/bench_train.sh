@@ -163,7 +163,7 @@ for run in $RUNS; do
       best=$(grep -h -o 'tps: *[0-9.]*' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | awk -v w="$WARMUP" \
         '{ n++; if (n > w && $2 + 0 > b) b = $2 + 0 } END { if (b) print b }')
       # what titan's header says it ran (the precision and why), for the table's footer
-      said=$(grep -h -i 'mixed.precision\|bf16\|bfloat16' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | head -1 |
+      said=$(grep -h '^ *precision:' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | head -1 | sed 's/^ *//' |
         tr -d '"\\' | tr -c '[:print:]' ' ' | cut -c1-200)
       if [ -n "$tps" ]; then
         echo "{\"name\": \"$run\", \"prec\": \"$prec\", \"tokens_per_s\": $tps, \"peak_rss_gib\": ${rss:-null}, \"best_tokens_per_s\": ${best:-null}, \"titan_says\": \"$said\"}" >>"$RESULTS"
