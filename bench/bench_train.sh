@@ -252,7 +252,7 @@ print()
 print("titan/x, t-bf16/x: titan fp32's and titan bf16's tokens/s over the row's")
 for r in rows:
     if r.get("titan_says"):
-        print(f"{r['name']} said: {r['titan_says']}")
+        print(f"{r['name']} said: {r['titan_says'].strip()}")
 print("tokens/s: mean over the timed steps (titan: its summary line); best-step: the fastest timed step;")
 print("cpu util: CPU s per wall s of the timed steps (well under the thread count = CPU contention)")
 EOF
