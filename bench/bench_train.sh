@@ -154,7 +154,7 @@ for run in $RUNS; do
     if [ -x "$BUILD/titan" ] && "$BUILD/titan" train --flavor debugmodel --set dim=$DIM --set n_layers=$LAYERS \
       --set n_heads=$HEADS --set n_kv_heads=$KV_HEADS --set head_dim=$HEAD_DIM --set ffn_dim=$FFN \
       --set vocab_size=$VOCAB --set tie_embeddings=$TIED --random-tokens --batch $BATCH --seq-len $SEQ \
-      --training.mixed_precision_param=$prec \
+      --training.mixed_precision_param=$prec --dump-folder "$LOGDIR/$run" \
       --steps $((STEPS + WARMUP)) --log-freq 1 --threads "$THREADS" >"$LOGDIR/$run.out" 2>"$LOGDIR/$run.err"; then
       line=$(grep -h '^summary:' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | tail -1)
       tps=$(echo "$line" | grep -o 'tokens_per_s=[0-9.eE+-]*' | cut -d= -f2)
