@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One command: train the same Qwen3 model on the same kind of random tokens in titan and in
-# PyTorch, one after the other, and print tokens/s, titan's ratio to each, MFU against this
-# machine's measured fp32 GEMM peak, and peak RSS.
+# PyTorch, one after the other, in fp32 and in bf16 mixed precision (titan:
+# --training.mixed_precision_param=bfloat16; PyTorch: torch.autocast("cpu", bfloat16)), and
+# print tokens/s, titan's ratios to each, MFU against this machine's measured fp32 GEMM peak,
+# and peak RSS.
 #
-# Model: dim 512, 8 layers, 8 heads, 4 kv heads, head_dim 64, ffn 1536, vocab 151936 (tied);
-# batch 4 x seq 512; AdamW; 2 threads.
+# Model (SHAPE=bench): dim 512, 8 layers, 8 heads, 4 kv heads, head_dim 64, ffn 1536, vocab
+# 151936 (tied); batch 4 x seq 512; AdamW; 2 threads. SHAPE=0.6B (or any NAME with
+# ../shared/data/qwen3_configs/Qwen3-NAME.json): that model's dims, batch 1 x seq 2048.
 #
 #   bash bench/bench_train.sh            (or: make bench)
 #
@@ -15,7 +18,11 @@
 #   BUILD=build           titan's CMake build directory
 #   BENCH_BUILD=$BUILD/bench   where gemm_peak binaries go
 #   PEAK_GFLOPS=<x>       skip the GEMM measurement and use this peak
-#   RUNS="titan eager compile torchtitan torchtitan-compile"   which runs, in order; also:
+#   BF16_PEAK_GFLOPS=<x>  the bf16 rows' MFU against this peak (default: the fp32 peak)
+#   SHAPE=bench           bench | 0.6B | another dense Qwen3-NAME in ../shared/data/qwen3_configs
+#   BATCH= SEQ=           override the shape's batch x seq (bench 4 x 512, others 1 x 2048)
+#   RUNS="titan titan-bf16 eager eager-bf16 compile compile-bf16 torchtitan torchtitan-compile"
+#                         which runs, in order (-bf16: bf16 mixed precision); also:
 #                         eager-untuned (no tcmalloc, default OMP wait policy), compile-untuned,
 #                         torchtitan-compile, torchtitan-flex (torchtitan's default attention:
 #                         fails on CPU, FlexAttention has no CPU backward)
@@ -30,7 +37,8 @@ WARMUP=${WARMUP:-2}
 THREADS=${THREADS:-2}
 BUILD=${BUILD:-build}
 BENCH_BUILD=${BENCH_BUILD:-$BUILD/bench}
-RUNS=${RUNS:-titan eager compile torchtitan torchtitan-compile}
+RUNS=${RUNS:-titan titan-bf16 eager eager-bf16 compile compile-bf16 torchtitan torchtitan-compile}
+SHAPE=${SHAPE:-bench}
 QUIET_WAIT=${QUIET_WAIT:-0}
 PY=${PY:-.venv/bin/python}
 LOGDIR=${LOGDIR:-$(mktemp -d /tmp/titan-bench.XXXXXX)}
@@ -39,7 +47,27 @@ RESULTS="$LOGDIR/results.jsonl"
 : >"$RESULTS"
 
 # Model / run configuration (one place; flops per token is derived from it below).
-DIM=512 LAYERS=8 HEADS=8 KV_HEADS=4 HEAD_DIM=64 FFN=1536 VOCAB=151936 BATCH=4 SEQ=512
+if [ "$SHAPE" = bench ]; then
+  DIM=512 LAYERS=8 HEADS=8 KV_HEADS=4 HEAD_DIM=64 FFN=1536 VOCAB=151936 TIED=1
+  BATCH=${BATCH:-4} SEQ=${SEQ:-512}
+else
+  QCFG=../shared/data/qwen3_configs/Qwen3-$SHAPE.json
+  if ! dims=$("$PY" - "$QCFG" <<'PYDIMS'
+import json, sys
+c = json.load(open(sys.argv[1]))
+if c.get("num_experts"):
+    sys.exit(f"{sys.argv[1]}: a MoE config; this bench trains dense models")
+hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+print(f'DIM={c["hidden_size"]} LAYERS={c["num_hidden_layers"]} HEADS={c["num_attention_heads"]} '
+      f'KV_HEADS={c["num_key_value_heads"]} HEAD_DIM={hd} FFN={c["intermediate_size"]} '
+      f'VOCAB={c["vocab_size"]} TIED={int(bool(c.get("tie_word_embeddings")))}')
+PYDIMS
+  ); then
+    echo "SHAPE=$SHAPE: cannot read a dense model's dims from $QCFG" >&2; exit 1
+  fi
+  eval "$dims"
+  BATCH=${BATCH:-1} SEQ=${SEQ:-2048}
+fi
 
 say() { echo "== $*" >&2; }
 
@@ -113,40 +141,51 @@ py_run() {  # label, env-wrapper, script, args...
     echo "{\"name\": \"$label\", \"failed\": true}" >>"$RESULTS"
   fi
 }
+model_args=(--dim "$DIM" --layers "$LAYERS" --heads "$HEADS" --kv-heads "$KV_HEADS" --head-dim "$HEAD_DIM"
+  --ffn "$FFN" --vocab "$VOCAB" --tied "$TIED")
 have_torchtitan() { "$PY" -c "import torchtitan.models.qwen3" >/dev/null 2>&1; }
 
 for run in $RUNS; do
   case $run in
-  titan)
-    say "running titan"
+  titan | titan-bf16)
+    [ "$run" = titan ] && prec=float32 || prec=bfloat16
+    say "running $run"
     check_quiet
     if [ -x "$BUILD/titan" ] && "$BUILD/titan" train --flavor debugmodel --set dim=$DIM --set n_layers=$LAYERS \
       --set n_heads=$HEADS --set n_kv_heads=$KV_HEADS --set head_dim=$HEAD_DIM --set ffn_dim=$FFN \
-      --set vocab_size=$VOCAB --set tie_embeddings=1 --random-tokens --batch $BATCH --seq-len $SEQ \
-      --steps $((STEPS + WARMUP)) --log-freq 1 --threads "$THREADS" >"$LOGDIR/titan.out" 2>"$LOGDIR/titan.err"; then
-      line=$(grep -h '^summary:' "$LOGDIR/titan.out" "$LOGDIR/titan.err" | tail -1)
+      --set vocab_size=$VOCAB --set tie_embeddings=$TIED --random-tokens --batch $BATCH --seq-len $SEQ \
+      --training.mixed_precision_param=$prec --dump-folder "$LOGDIR/$run" \
+      --steps $((STEPS + WARMUP)) --log-freq 1 --threads "$THREADS" >"$LOGDIR/$run.out" 2>"$LOGDIR/$run.err"; then
+      line=$(grep -h '^summary:' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | tail -1)
       tps=$(echo "$line" | grep -o 'tokens_per_s=[0-9.eE+-]*' | cut -d= -f2)
       rss=$(echo "$line" | grep -o 'peak_rss_gib=[0-9.eE+-]*' | cut -d= -f2)
       # best single step after the warm-up steps, from titan's per-step "tps: <x>" log lines
-      best=$(grep -h -o 'tps: *[0-9.]*' "$LOGDIR/titan.out" "$LOGDIR/titan.err" | awk -v w="$WARMUP" \
+      best=$(grep -h -o 'tps: *[0-9.]*' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | awk -v w="$WARMUP" \
         '{ n++; if (n > w && $2 + 0 > b) b = $2 + 0 } END { if (b) print b }')
+      # what titan's header says it ran (the precision and why), for the table's footer
+      said=$(grep -h '^ *precision:' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | head -1 | sed 's/^ *//' |
+        tr -d '"\\' | tr -c '[:print:]' ' ' | cut -c1-200)
       if [ -n "$tps" ]; then
-        echo "{\"name\": \"titan\", \"tokens_per_s\": $tps, \"peak_rss_gib\": ${rss:-null}, \"best_tokens_per_s\": ${best:-null}}" >>"$RESULTS"
+        echo "{\"name\": \"$run\", \"prec\": \"$prec\", \"tokens_per_s\": $tps, \"peak_rss_gib\": ${rss:-null}, \"best_tokens_per_s\": ${best:-null}, \"titan_says\": \"$said\"}" >>"$RESULTS"
       else
-        say "titan printed no 'summary: ... tokens_per_s=' line (see $LOGDIR/titan.out)"
-        echo '{"name": "titan", "failed": true}' >>"$RESULTS"
+        say "titan printed no 'summary: ... tokens_per_s=' line (see $LOGDIR/$run.out)"
+        echo "{\"name\": \"$run\", \"failed\": true}" >>"$RESULTS"
       fi
     else
-      say "titan failed or not built (see $LOGDIR/titan.err):"; tail -3 "$LOGDIR/titan.err" 2>/dev/null >&2
-      echo '{"name": "titan", "failed": true}' >>"$RESULTS"
+      say "$run failed or not built (see $LOGDIR/$run.err):"; tail -3 "$LOGDIR/$run.err" 2>/dev/null >&2
+      echo "{\"name\": \"$run\", \"failed\": true}" >>"$RESULTS"
     fi
     ;;
-  eager) py_run pytorch-eager torch_env bench/pytorch_train.py ;;
-  compile) py_run pytorch-compile torch_env bench/pytorch_train.py --compile ;;
-  eager-untuned) py_run pytorch-eager-untuned untuned_env bench/pytorch_train.py ;;
-  compile-untuned) py_run pytorch-compile-untuned untuned_env bench/pytorch_train.py --compile ;;
+  eager) py_run pytorch-eager torch_env bench/pytorch_train.py "${model_args[@]}" ;;
+  compile) py_run pytorch-compile torch_env bench/pytorch_train.py "${model_args[@]}" --compile ;;
+  eager-bf16) py_run pytorch-eager-bf16 torch_env bench/pytorch_train.py "${model_args[@]}" --bf16 ;;
+  compile-bf16) py_run pytorch-compile-bf16 torch_env bench/pytorch_train.py "${model_args[@]}" --compile --bf16 ;;
+  eager-untuned) py_run pytorch-eager-untuned untuned_env bench/pytorch_train.py "${model_args[@]}" ;;
+  compile-untuned) py_run pytorch-compile-untuned untuned_env bench/pytorch_train.py "${model_args[@]}" --compile ;;
   torchtitan | torchtitan-compile | torchtitan-flex)
-    if have_torchtitan; then
+    if [ "$SHAPE" != bench ]; then
+      say "bench/torchtitan_train.py has the bench model's dims only: skipping $run at SHAPE=$SHAPE"
+    elif have_torchtitan; then
       case $run in
       torchtitan) py_run torchtitan-eager torch_env bench/torchtitan_train.py --attn sdpa ;;
       torchtitan-compile) py_run torchtitan-compile torch_env bench/torchtitan_train.py --attn sdpa --compile ;;
@@ -161,26 +200,35 @@ for run in $RUNS; do
 done
 
 # ---- 5. table ------------------------------------------------------------------------------
-"$PY" - "$RESULTS" "$PEAK_GFLOPS" "${PEAK_FROM:-}" $DIM $LAYERS $HEADS $KV_HEADS $HEAD_DIM $FFN $VOCAB $BATCH $SEQ $THREADS <<'EOF'
+"$PY" - "$RESULTS" "$PEAK_GFLOPS" "${PEAK_FROM:-}" "${BF16_PEAK_GFLOPS:-0}" $DIM $LAYERS $HEADS $KV_HEADS \
+  $HEAD_DIM $FFN $VOCAB $BATCH $SEQ $THREADS $TIED "$SHAPE" <<'EOF'
 import json, sys
-res_path, peak, peak_from = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-D, L, H, KV, HD, F, V, B, S, TH = map(int, sys.argv[4:14])
-# Parameters of the matmuls, the tied embedding/lm_head matrix counted once (as lm_head).
+res_path, peak, peak_from, peak16 = sys.argv[1], float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+D, L, H, KV, HD, F, V, B, S, TH, TIED = map(int, sys.argv[5:16])
+shape = sys.argv[16]
+# Parameters of the matmuls, the lm_head matrix counted once (tied or not: the embedding is a
+# lookup, no matmul).
 p_layer = D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * F
 p_matmul = V * D + L * p_layer
 attn = 12 * L * H * HD * S
 fpt = 6 * p_matmul + attn
 rows = [json.loads(l) for l in open(res_path) if l.strip()]
-titan = next((r for r in rows if r.get("name") == "titan" and not r.get("failed")), None)
+def ok(n):
+    return next((r for r in rows if r.get("name") == n and not r.get("failed")), None)
+def is_bf16(r):
+    return r.get("prec") in ("bfloat16", "bf16-autocast")
+titan, titan16 = ok("titan"), ok("titan-bf16")
 print()
-print(f"model: dim {D}, {L} layers, {H} heads, {KV} kv heads, head_dim {HD}, ffn {F}, vocab {V} tied; "
-      f"batch {B} x seq {S}; {TH} threads")
-print(f"P_matmul = {p_matmul:,} (tied matrix once); flops/token = 6*P_matmul + 12*L*H*hd*seq "
+print(f"model ({shape}): dim {D}, {L} layers, {H} heads, {KV} kv heads, head_dim {HD}, ffn {F}, "
+      f"vocab {V} {'tied' if TIED else 'untied'}; batch {B} x seq {S}; {TH} threads")
+print(f"P_matmul = {p_matmul:,} (lm_head once, no embedding); flops/token = 6*P_matmul + 12*L*H*hd*seq "
       f"= {6 * p_matmul:,} + {attn:,} = {fpt:,}")
-print(f"fp32 GEMM peak = {peak:.1f} GFLOP/s ({peak_from}); MFU = flops/token * tokens/s / peak")
+print(f"fp32 GEMM peak = {peak:.1f} GFLOP/s ({peak_from}); MFU = flops/token * tokens/s / peak"
+      + (f"; bf16 rows against the bf16 peak {peak16:.1f} GFLOP/s" if peak16 else
+         "; bf16 rows against the fp32 peak too (no BF16_PEAK_GFLOPS)"))
 print()
-print(f"{'run':<26} {'tokens/s':>9} {'step s':>8} {'titan/x':>8} {'MFU %':>6} {'peak RSS GiB':>13} "
-      f"{'best-step tok/s':>16} {'cpu util':>9}")
+print(f"{'run':<26} {'tokens/s':>9} {'step s':>8} {'titan/x':>8} {'t-bf16/x':>8} {'MFU %':>6} "
+      f"{'peak RSS GiB':>13} {'best-step tok/s':>16} {'cpu util':>9}")
 for r in rows:
     name = r.get("name", "?")
     if r.get("failed"):
@@ -189,15 +237,22 @@ for r in rows:
     tps = float(r["tokens_per_s"])
     step = B * S / tps if tps else float("nan")
     ratio = f"{titan['tokens_per_s'] / tps:.2f}" if titan and tps else "-"
-    mfu = f"{100 * fpt * tps / (peak * 1e9):.1f}" if peak else "-"
+    ratio16 = f"{titan16['tokens_per_s'] / tps:.2f}" if titan16 and tps else "-"
+    pk = peak16 if is_bf16(r) and peak16 else peak
+    mfu = f"{100 * fpt * tps / (pk * 1e9):.1f}" if pk else "-"
     rss = r.get("peak_rss_gib")
     rss = f"{rss:.2f}" if isinstance(rss, (int, float)) else "-"
     util = r.get("cpu_util")
     util = f"{util:.2f}" if isinstance(util, (int, float)) else "-"
     best = r.get("best_tokens_per_s") or (B * S / r["best_step_s"] if r.get("best_step_s") else None)
     best = f"{best:.1f}" if best else "-"
-    print(f"{name:<26} {tps:>9.1f} {step:>8.2f} {ratio:>8} {mfu:>6} {rss:>13} {best:>16} {util:>9}")
+    print(f"{name:<26} {tps:>9.1f} {step:>8.2f} {ratio:>8} {ratio16:>8} {mfu:>6} {rss:>13} {best:>16} "
+          f"{util:>9}")
 print()
+print("titan/x, t-bf16/x: titan fp32's and titan bf16's tokens/s over the row's")
+for r in rows:
+    if r.get("titan_says"):
+        print(f"{r['name']} said: {r['titan_says'].strip()}")
 print("tokens/s: mean over the timed steps (titan: its summary line); best-step: the fastest timed step;")
 print("cpu util: CPU s per wall s of the timed steps (well under the thread count = CPU contention)")
 EOF

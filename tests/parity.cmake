@@ -1,4 +1,5 @@
-# Parity with Hugging Face transformers (Qwen3ForCausalLM, PyTorch CPU fp32, eager attention)
+# Parity with Hugging Face transformers (Qwen3ForCausalLM, PyTorch CPU fp32, eager attention;
+# bf16 autocast for the bf16 targets)
 # and safetensors interop with the Python `safetensors` package.
 # Included by tests/CMakeLists.txt, which sets TITAN_PYTHON (the .venv interpreter) and
 # TITAN_SHARED (../shared).
@@ -10,9 +11,11 @@ set(TITAN_REF_DIR ${CMAKE_SOURCE_DIR}/tests/reference)
 add_executable(test_hf_parity ${CMAKE_SOURCE_DIR}/tests/parity/test_hf_parity.c)
 target_link_libraries(test_hf_parity PRIVATE titan_core)
 
-# One fixture per config: hf_reference_<cfg> writes weights + reference outputs,
-# hf_parity_<cfg> compares titan against them (and writes titan's gradients), and
-# hf_parity_grads_<cfg>_safetensors loads those gradients with the Python package.
+# One fixture per config: hf_reference_<cfg> writes weights + reference outputs (fp32, and the
+# same forward/backward under torch.autocast(cpu, bfloat16)), hf_parity_<cfg> compares titan
+# against them (and writes titan's gradients), hf_parity_grads_<cfg>_safetensors loads those
+# gradients with the Python package, and hf_parity_bf16_<cfg> compares titan's bf16 mixed
+# precision with autocast and both with fp32 (issue 16; moe_aux has an autocast routing flip).
 foreach(cfg gqa_tied untied mha_long moe moe_aux)
   set(dir ${TITAN_PARITY_DIR}/${cfg})
   add_test(NAME hf_reference_${cfg}
@@ -24,6 +27,10 @@ foreach(cfg gqa_tied untied mha_long moe moe_aux)
   set_tests_properties(hf_parity_${cfg} PROPERTIES
     FIXTURES_REQUIRED hf_ref_${cfg} FIXTURES_SETUP hf_grads_${cfg}
     ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
+  add_test(NAME hf_parity_bf16_${cfg} COMMAND test_hf_parity --prec bf16 ${dir})
+  set_tests_properties(hf_parity_bf16_${cfg} PROPERTIES
+    FIXTURES_REQUIRED hf_ref_${cfg} ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 
   add_test(NAME hf_parity_grads_${cfg}_safetensors
     COMMAND ${TITAN_PYTHON} ${TITAN_REF_DIR}/check_safetensors.py --grads ${dir})

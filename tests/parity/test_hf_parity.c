@@ -11,6 +11,20 @@
  *     pre-clip grad norms within 1e-3 relative, LRs within 1e-12.
  * Also writes titan's gradients to DIR/titan_grads.safetensors (checked by
  * tests/reference/check_safetensors.py --grads with the Python safetensors package).
+ *
+ * Usage: test_hf_parity --prec bf16 DIR builds titan's bf16 mixed-precision model instead
+ * (bf16 GEMM operands, fp32 accumulation, fp32 master weights) and checks it against the same
+ * forward/backward under torch.autocast("cpu", bfloat16) in DIR/autocast.safetensors:
+ *   - loss:              relative error <= 1e-2 (issue 16)
+ *   - every gradient:    rel L2 <= TOL_BF16_GRAD against autocast's, and against the fp32
+ *                        reference's (both sides round differently, so each is also measured
+ *                        against fp32: the printed table has all three pairs). MoE only: where
+ *                        autocast's own gradient is further than TOL_BF16_GRAD from fp32 (its
+ *                        bf16 router logits flipped a token's top-k choice), titan is held to
+ *                        the fp32 bound alone and the tensor is counted as waived
+ *   - bf16 is in effect: titan's worst rel L2 against fp32 >= TOL_BF16_FLOOR (an fp32 path
+ *                        is within 1e-4 and would fail here)
+ * No training steps and no gradient file in this mode.
  * Exits non-zero on any failure, naming each one. */
 #include "checkpoint/checkpoint.h"
 #include "model/model.h"
@@ -28,6 +42,18 @@
 #define TOL_TRAIN_LOSS 1e-4
 #define TOL_TRAIN_NORM 1e-3
 #define TOL_LR 1e-12
+/* bf16 (--prec bf16). Measured (AMD EPYC, AVX2, titan's emulated bf16 engine; torch 2.15,
+ * transformers 5.23): worst per-tensor rel L2 titan-bf16 vs autocast / titan-bf16 vs fp32 /
+ * autocast vs fp32 = 1.26e-2 / 1.07e-2 / 1.26e-2 on gqa_tied, 1.20e-2 / 1.19e-2 / 1.21e-2 on
+ * moe; 1.0-1.6e-2 on untied, mha_long and moe_aux (outside its routing flip: there autocast
+ * is 0.3 from fp32, titan 1.2e-2); losses agree to 5e-5. bf16 keeps 8 significant bits (unit
+ * roundoff 2^-9 = 2e-3) and a gradient passes through a few rounded GEMMs, so ~1e-2 is the
+ * expected order, and titan is as far from autocast as autocast is from fp32. 3e-2 is ~1.8x
+ * the worst measured (room for a different GEMM engine's accumulation order) and far below a
+ * wrong gradient (O(1)). */
+#define TOL_BF16_LOSS 1e-2
+#define TOL_BF16_GRAD 3e-2
+#define TOL_BF16_FLOOR 1e-3
 
 static int g_fail = 0;
 static char g_failures[4096];
@@ -101,18 +127,132 @@ static int64_t meta_i64_or(const ckpt_file *f, const char *key, int64_t dflt) {
     return ckpt_meta_get(f, key) ? meta_i64(f, key) : dflt;
 }
 
+/* ||x - ref|| / ||ref|| in double; *norm_ref, *norm_diff get the two norms. */
+static double rel_l2(const float *x, const float *ref, size_t n, double *norm_ref,
+                     double *norm_diff) {
+    double s_ref = 0, s_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i] - ref[i];
+        s_diff += d * d;
+        s_ref += (double)ref[i] * ref[i];
+    }
+    *norm_ref = sqrt(s_ref);
+    *norm_diff = sqrt(s_diff);
+    return *norm_diff / *norm_ref;
+}
+
 static int64_t count_valid(const int32_t *targets, int64_t n) {
     int64_t c = 0;
     for (int64_t i = 0; i < n; i++) c += targets[i] != OPS_IGNORE_INDEX;
     return c;
 }
 
+/* --prec bf16: titan's bf16 model m (weights loaded) against HF under bf16 autocast (DIR's
+ * autocast.safetensors) and both against the fp32 reference ref; see the top of the file. */
+static void check_bf16(model *m, const char *dir, const ckpt_file *ref, const int32_t *tokens,
+                       const int32_t *targets, int64_t BT, int V, int64_t nv_ref, double coef,
+                       int moe) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/autocast.safetensors", dir);
+    base_err err;
+    ckpt_file ac;
+    if (ckpt_open(&ac, path, &err) != 0) die("autocast reference", &err);
+    printf("bf16: titan prec bf16 (engine %s, native bf16 units: %s) against %s\n",
+           ops_bf16_engine(), ops_bf16_native() ? "yes" : "no", meta(&ac, "reference"));
+
+    /* logits: autocast's are bf16 (rounded), titan's fp32-accumulated; printed, not bounded
+     * (the loss and the gradients below carry the check) */
+    float *ac_logits = need(&ac, "logits", BT * V, 'f');
+    float *f32_logits = need(ref, "logits", BT * V, 'f');
+    float *logits = base_alloc((size_t)(BT * V) * sizeof(float));
+    model_logits(m, tokens, logits);
+    double d_ac = 0, d_f32 = 0, d_pair = 0;
+    for (int64_t i = 0; i < BT * V; i++) {
+        d_ac = fmax(d_ac, fabs((double)logits[i] - ac_logits[i]));
+        d_f32 = fmax(d_f32, fabs((double)logits[i] - f32_logits[i]));
+        d_pair = fmax(d_pair, fabs((double)ac_logits[i] - f32_logits[i]));
+    }
+    printf("logits max abs diff: titan-bf16 vs autocast %.3e, titan-bf16 vs fp32 %.3e, "
+           "autocast vs fp32 %.3e\n",
+           d_ac, d_f32, d_pair);
+    if (!(d_ac == d_ac && d_f32 == d_f32)) fail("bf16 logits: NaN");
+
+    double *ac_loss = need(&ac, "loss", 1, 'd'), *f32_loss = need(ref, "loss", 1, 'd');
+    model_zero_grad(m);
+    int64_t nv = -1;
+    double loss_sum = model_step_microbatch(m, tokens, targets, 1.0f / (float)nv_ref, &nv);
+    double loss = loss_sum / (double)nv + coef * m->moe_aux_loss;
+    const double e_ac = fabs(loss - ac_loss[0]) / fabs(ac_loss[0]);
+    printf("loss: titan-bf16 %.8f autocast %.8f fp32 %.8f; rel err vs autocast %.2e, titan-bf16 "
+           "vs fp32 %.2e, autocast vs fp32 %.2e\n",
+           loss, ac_loss[0], f32_loss[0], e_ac, fabs(loss - f32_loss[0]) / fabs(f32_loss[0]),
+           fabs(ac_loss[0] - f32_loss[0]) / fabs(f32_loss[0]));
+    if (nv != nv_ref) fail("bf16 n_valid: titan %lld, HF %lld", (long long)nv, (long long)nv_ref);
+    if (!(e_ac <= TOL_BF16_LOSS))
+        fail("bf16 loss: titan %.8f autocast %.8f rel err %.2e > %.0e", loss, ac_loss[0], e_ac,
+             TOL_BF16_LOSS);
+
+    printf("%-48s %12s %12s %12s\n", "gradient rel L2 (HF name)", "titan-vs-ac", "titan-vs-f32",
+           "ac-vs-f32");
+    double w_pair = 0, w_titan = 0, w_ac = 0, w_kept = 0, nr, nd; /* kept: not waived */
+    int n_waived = 0;
+    ckpt_entry *es;
+    int n_es;
+    if (ckpt_expected(m, CKPT_NAMES_HF, &es, &n_es, &err) != 0) die("ckpt_expected", &err);
+    for (int p = 0; p < n_es; p++) {
+        char name[160];
+        snprintf(name, sizeof name, "grad.%s", es[p].name);
+        float *ga = need(&ac, name, (int64_t)es[p].numel, 'f');
+        float *gf = need(ref, name, (int64_t)es[p].numel, 'f');
+        const float *g = m->g + es[p].offset;
+        const double r_pair = rel_l2(g, ga, es[p].numel, &nr, &nd);
+        const double r_titan = rel_l2(g, gf, es[p].numel, &nr, &nd);
+        const double r_ac = rel_l2(ga, gf, es[p].numel, &nr, &nd);
+        /* autocast itself off fp32 by more than bf16 rounding explains: a routing flip */
+        const int waived = moe && !(r_ac <= TOL_BF16_GRAD) && !(r_pair <= TOL_BF16_GRAD);
+        const int bad = (!waived && !(r_pair <= TOL_BF16_GRAD)) || !(r_titan <= TOL_BF16_GRAD);
+        n_waived += waived;
+        if (!waived) w_kept = fmax(w_kept, r_pair);
+        printf("%-48s %12.2e %12.2e %12.2e%s\n", es[p].name, r_pair, r_titan, r_ac,
+               bad      ? "  <-- FAIL"
+               : waived ? "  (autocast off fp32: titan vs fp32 only)"
+                        : "");
+        if (bad)
+            fail("bf16 gradient %s: rel L2 vs autocast %.2e, vs fp32 %.2e (bound %.0e)", es[p].name,
+                 r_pair, r_titan, TOL_BF16_GRAD);
+        w_pair = fmax(w_pair, r_pair), w_titan = fmax(w_titan, r_titan), w_ac = fmax(w_ac, r_ac);
+        base_free(ga);
+        base_free(gf);
+    }
+    free(es);
+    printf("bf16 gradients, max over %d tensors of rel L2: titan-bf16 vs autocast %.2e, "
+           "titan-bf16 vs fp32 %.2e, autocast vs fp32 %.2e\n",
+           n_es, w_pair, w_titan, w_ac);
+    if (n_waived)
+        printf("bf16: %d tensor(s) where autocast's gradient is > %.0e from fp32 (a top-k routing "
+               "flip under its bf16 router logits) checked against fp32 only; titan-bf16 vs "
+               "autocast over the other %d: %.2e\n",
+               n_waived, TOL_BF16_GRAD, n_es - n_waived, w_kept);
+    if (!(w_titan >= TOL_BF16_FLOOR))
+        fail("bf16 gradients within %.2e of fp32 (< %.0e): the bf16 path did not run", w_titan,
+             TOL_BF16_FLOOR);
+    base_free(ac_loss);
+    base_free(f32_loss);
+    base_free(ac_logits);
+    base_free(f32_logits);
+    base_free(logits);
+    ckpt_close(&ac);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s DIR (written by tests/reference/hf_reference.py)\n", argv[0]);
+    const int bf16 = argc == 4 && !strcmp(argv[1], "--prec") && !strcmp(argv[2], "bf16");
+    if (argc != 2 && !bf16) {
+        fprintf(stderr,
+                "usage: %s [--prec bf16] DIR (written by tests/reference/hf_reference.py)\n",
+                argv[0]);
         return 2;
     }
-    const char *dir = argv[1];
+    const char *dir = argv[argc - 1];
     char ref_path[1024], w_path[1024], g_path[1024];
     snprintf(ref_path, sizeof ref_path, "%s/ref.safetensors", dir);
     snprintf(w_path, sizeof w_path, "%s/weights.safetensors", dir);
@@ -157,13 +297,31 @@ int main(int argc, char **argv) {
                            .seq_len = T,
                            .ac = MODEL_AC_NONE,
                            .with_grads = 1,
-                           .balance = aux_on ? MODEL_BALANCE_AUX_LOSS : MODEL_BALANCE_NONE};
+                           .balance = aux_on ? MODEL_BALANCE_AUX_LOSS : MODEL_BALANCE_NONE,
+                           .prec = bf16 ? OPS_PREC_BF16 : OPS_PREC_F32};
     if (model_build(&m, &a, &bo, &err) != 0) die("model_build", &err);
     if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("load weights", &err);
 
-    /* ---- logits --------------------------------------------------------------------- */
     int32_t *tokens = need(&ref, "input_ids", BT, 'i');
     int32_t *targets = need(&ref, "targets", BT, 'i');
+    if (bf16) {
+        double *nvd = need(&ref, "n_valid", 1, 'd');
+        check_bf16(&m, dir, &ref, tokens, targets, BT, V, (int64_t)nvd[0], coef, moe);
+        base_free(nvd);
+        base_free(tokens);
+        base_free(targets);
+        model_free(&m);
+        ckpt_close(&ref);
+        if (g_fail) {
+            fprintf(stderr, "test_hf_parity --prec bf16 %s: %d failure(s):\n%s", dir, g_fail,
+                    g_failures);
+            return 1;
+        }
+        printf("test_hf_parity --prec bf16 %s: PASS\n", dir);
+        return 0;
+    }
+
+    /* ---- logits --------------------------------------------------------------------- */
     float *ref_logits = need(&ref, "logits", BT * V, 'f');
     float *logits = base_alloc((size_t)(BT * V) * sizeof(float));
     model_logits(&m, tokens, logits);
@@ -220,15 +378,9 @@ int main(int argc, char **argv) {
         char name[160];
         snprintf(name, sizeof name, "grad.%s", mp->name);
         float *gr = need(&ref, name, (int64_t)mp->numel, 'f');
-        const float *g = m.g + mp->offset;
-        double s_ref = 0, s_diff = 0;
-        for (size_t i = 0; i < mp->numel; i++) {
-            double d = (double)g[i] - gr[i];
-            s_diff += d * d;
-            s_ref += (double)gr[i] * gr[i];
-        }
-        double rel = sqrt(s_diff) / sqrt(s_ref);
-        printf("%-48s %12.4e %12.4e %10.2e%s\n", mp->name, sqrt(s_ref), sqrt(s_diff), rel,
+        double n_ref, n_diff;
+        const double rel = rel_l2(m.g + mp->offset, gr, mp->numel, &n_ref, &n_diff);
+        printf("%-48s %12.4e %12.4e %10.2e%s\n", mp->name, n_ref, n_diff, rel,
                rel <= TOL_GRAD ? "" : "  <-- FAIL");
         if (!(rel <= TOL_GRAD)) fail("gradient %s: rel err %.2e > %.0e", mp->name, rel, TOL_GRAD);
         if (!(rel <= worst)) worst = rel;

@@ -16,7 +16,13 @@ Writes to --out DIR:
                        AdamW training steps from the same initial weights:
                        train_input_ids/train_targets [steps,B,T] (I64), train_losses,
                        train_grad_norms (pre-clip), train_lrs [steps] (F64).
-  __metadata__ (in both files): the model args, batch, seq_len, optimizer and schedule.
+  autocast.safetensors the same forward/backward (same weights, same batch) under
+                       torch.autocast("cpu", dtype=torch.bfloat16), fp32 master weights as
+                       autocast keeps them: logits (F32 of autocast's bf16 logits), loss_sum,
+                       loss, aux_loss (F64), grad.<hf name> (F32); read by test_hf_parity
+                       --prec bf16, which compares titan's bf16 path with it and both with
+                       ref.safetensors' fp32 gradients.
+  __metadata__ (in all files): the model args, batch, seq_len, optimizer and schedule.
 """
 import argparse
 import math
@@ -222,6 +228,24 @@ def main():
     }
     ref.update(disk_dict(((k, p.grad) for k, p in params.items()), "grad."))
 
+    # ---- the same forward/backward under bf16 autocast (issue 16's fidelity check) -------
+    # Weights stay fp32 (the master copy); autocast rounds each matmul's operands to bf16 and
+    # returns bf16 products; norms, softmax (eager attention upcasts) and the CE stay fp32.
+    model.zero_grad(set_to_none=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits16, loss_sum16, n_valid16, aux16 = loss_of(model, ids, tgt, v)
+        loss16 = loss_sum16 / n_valid16 + coef * aux16.float()
+    assert logits16.dtype == torch.bfloat16, "autocast did not run the lm_head in bf16"
+    loss16.backward()
+    autocast = {
+        "logits": logits16.detach().float().contiguous(),
+        "loss_sum": torch.tensor(loss_sum16.item(), dtype=torch.float64),
+        "loss": torch.tensor(loss16.item(), dtype=torch.float64),
+        "aux_loss": torch.tensor(float(aux16.item()), dtype=torch.float64),
+    }
+    autocast.update(disk_dict(((k, p.grad) for k, p in params.items()), "grad."))
+    assert all(x.dtype == torch.float32 for k, x in autocast.items() if k.startswith("grad."))
+
     # ---- training steps from the same initial weights ---------------------------------
     with torch.no_grad():
         for k, p in params.items():
@@ -262,9 +286,12 @@ def main():
 
     save_file(disk_dict(init.items()), os.path.join(a.out, "weights.safetensors"), metadata=meta)
     save_file(ref, os.path.join(a.out, "ref.safetensors"), metadata=meta)
+    meta16 = dict(meta, reference=meta["reference"] + " under torch.autocast(cpu, bfloat16)")
+    save_file(autocast, os.path.join(a.out, "autocast.safetensors"), metadata=meta16)
     print(f"{a.config}: loss {ref['loss'].item():.6f} over {ref['n_valid'].item()} targets; "
           f"train losses {losses[0]:.5f} -> {losses[-1]:.5f}; grad norms "
           f"{min(norms):.3f}..{max(norms):.3f} (clipped in {n_clipped}/{n} steps); "
+          f"bf16 autocast loss {autocast['loss'].item():.6f}; "
           f"wrote {a.out}")
 
 
