@@ -32,7 +32,11 @@
  *
  * Calls: titan calls a kernel from one thread at a time (the kernel may use its own threads,
  * e.g. OpenMP). Every tensor is fp32, row-major, contiguous, 64-byte aligned, and no two
- * pointers of one call alias (titan copies where its own call was in place).
+ * pointers of one call alias (titan copies where its own call was in place). That holds in
+ * bf16 mixed-precision runs too (training.mixed_precision_param = "bfloat16"): titan's own
+ * bf16 implementations round GEMM operands inside the op, and a plugin kernel receives the
+ * same fp32 tensors (weights are the fp32 master weights) and computes in whatever precision
+ * it chooses; an fp32 plugin therefore works unchanged in a bf16 run.
  *
  * Forward writes (=) its outputs. Backward WRITES (=) the gradients of its inputs; titan adds
  * them into its accumulated gradients. An output pointer may be NULL: that result is not
