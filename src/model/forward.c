@@ -13,6 +13,8 @@
  * silu(gate)*up and the backward scratch). */
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/internal.h"
 
@@ -448,6 +450,18 @@ static void bf16_sync(const model *m, int u) {
     m->w16_fresh[u] = 1;
 }
 
+/* bf16, transient copies: unit u's copy is returned to the system (its whole pages) and made
+ * again on the next use. */
+static void bf16_release(const model *m, int u) {
+    if (!m->w16 || !m->w16_transient || !m->w16_fresh[u]) return;
+    m->w16_fresh[u] = 0;
+    const size_t es = ops_bf16_mirror_bytes(1), page = (size_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (uintptr_t)((char *)m->w16 + m->units[u].offset * es),
+                    hi = lo + m->units[u].numel * es, a = (lo + page - 1) & ~(uintptr_t)(page - 1),
+                    b = hi & ~(uintptr_t)(page - 1);
+    if (a < b) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 void model_bf16_sync_all(const model *m) {
     if (!m->w16) return;
     memset(m->w16_fresh, 0, (size_t)m->n_units);
@@ -470,9 +484,13 @@ static void add_inplace(float *y, const float *x, size_t n) {
 static void hook(const model *m, int unit, model_phase p) {
     ops_prof_unit(unit); /* the unit whose ops run next: the profiler's layer path */
     if (m->hook) m->hook(m->hook_ctx, unit, p);
+    const int tied_head = unit == m->args.n_layers + 1 && m->args.tie_embeddings;
     if (m->w16 && (p == MODEL_FWD_BEGIN || p == MODEL_BWD_BEGIN)) {
         bf16_sync(m, unit);
-        if (unit == m->args.n_layers + 1 && m->args.tie_embeddings) bf16_sync(m, 0);
+        if (tied_head) bf16_sync(m, 0);
+    } else if (m->w16_transient) { /* FWD_END, BWD_END */
+        bf16_release(m, unit);
+        if (tied_head) bf16_release(m, 0);
     }
 }
 

@@ -212,6 +212,10 @@ typedef struct {
     void *w16;
     unsigned char *w16_fresh;
     const float *w16_base; /* the w the mirror was registered for */
+    /* FSDP with sharded units (set by the trainer): a unit's copy lives only while the unit is
+     * in use (made after each gather, its pages returned at the unit's FWD_END / BWD_END, as
+     * FSDP2 all-gathers bf16 per use), so the copy never holds the whole model on a rank */
+    int w16_transient;
     int batch, seq_len;
     model_ac_mode ac;
     int ac_every;               /* SELECTIVE: checkpoint every ac_every-th block */

@@ -37,6 +37,7 @@ int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_
     m->g = dist_fsdp_full_grads(*f);
     m->hook = fsdp_hook;
     m->hook_ctx = *f;
+    m->w16_transient = mesh->dp_shard > 1; /* bf16: each unit's copy only while it is gathered */
     return 0;
 }
 

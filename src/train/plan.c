@@ -166,7 +166,19 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     }
     p->runtime = in->world > 1 ? RUNTIME_MPI : RUNTIME_ONE;
     if (in->prec == OPS_PREC_BF16) {
-        p->bf16_copy = (double)ops_bf16_mirror_bytes(m.n_floats);
+        /* whole without FSDP; with sharded units only the units in use (transient copies,
+         * model.h): at most the head (or the tied embedding) and a block, prefetch aside */
+        double live = (double)m.n_floats;
+        if (ds > 1) {
+            double umax = 0, blk_max = 0;
+            for (int u = 0; u < m.n_units; u++) {
+                const double n = (double)m.units[u].numel;
+                umax = n > umax ? n : umax;
+                if (u > 0 && u <= L) blk_max = n > blk_max ? n : blk_max;
+            }
+            live = umax + blk_max;
+        }
+        p->bf16_copy = (double)ops_bf16_mirror_bytes(1) * live;
         /* the largest operand converted per call: the lm_head+CE chunk's logit gradient
          * [chunk, V/tp], about 64M elements with the automatic chunk */
         const double logits = (double)in->batch * in->seq_len * in->model.vocab_size /
@@ -217,7 +229,9 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                 "rows routed to one rank)\n",
                 p->ep_buffers / G);
     if (in->prec == OPS_PREC_BF16) {
-        fprintf(f, "  bf16 weight copy (whole)         %10.3f   (%s per parameter, per step)\n",
+        fprintf(f, "  %-33s%10.3f   (%s per parameter)\n",
+                p->par.dp_shard > 1 ? "bf16 weight copy (units in use)"
+                                    : "bf16 weight copy (whole)",
                 p->bf16_copy / G, ops_bf16_native() ? "2 B" : "emulated: 4 B");
         fprintf(f,
                 "  bf16 GEMM operand scratch        %10.3f   (the CE chunk's logit gradient, %s)\n",

@@ -477,10 +477,11 @@ typedef struct {
     double act_none, act_full;   /* activations without / with full activation checkpointing */
     double act_conf, total_conf; /* the configured mode's (= one of the above unless selective) */
     double runtime;              /* libraries, MPI, thread stacks: a measured constant */
-    /* bf16: the bf16 copy of this rank's (tp-local) weights, whole (2 bytes per parameter; 4
-     * for the emulated engine's rounded fp32; not sharded: made once per step from each
-     * unit's gather), and the largest activation operand converted per call: the lm_head+CE
-     * chunk's logit gradient (4 bytes each emulated, 2 on bf16 units) */
+    /* bf16: the bf16 copy of this rank's (tp-local) weights (2 bytes per parameter; 4 for
+     * the emulated engine's rounded fp32): whole, made once per step, without FSDP; under
+     * FSDP only the units in use (made after each gather, released with the unit), and the largest
+     * activation operand converted per call: the lm_head+CE chunk's logit gradient (4 bytes each
+     * emulated, 2 on bf16 units) */
     double bf16_copy, bf16_scratch;
     double total_none, total_full;
     /* per step, per rank */

@@ -215,10 +215,11 @@ int train_precision_resolve(const char *v, ops_prec *prec, char *why, size_t n, 
     }
     *prec = strcmp(v, "bfloat16") ? OPS_PREC_F32 : OPS_PREC_BF16;
     if (*prec == OPS_PREC_BF16 && !native) {
-        base_log(BASE_LOG_WARN,
-                 "training.mixed_precision_param = bfloat16 on a CPU without bf16 units "
-                 "(no AMX-BF16 / AVX512_BF16): bf16 GEMMs are emulated (bf16 numerics, slower "
-                 "than float32)");
+        if (dist_world_rank() == 0) /* once per job, not once per rank */
+            base_log(BASE_LOG_WARN,
+                     "training.mixed_precision_param = bfloat16 on a CPU without bf16 units "
+                     "(no AMX-BF16 / AVX512_BF16): bf16 GEMMs are emulated (bf16 numerics, slower "
+                     "than float32)");
         snprintf(why + strlen(why), n - strlen(why), "; emulated: no bf16 units");
     }
     return 0;
