@@ -240,20 +240,23 @@ static int run_setup(run *r, base_err *err) {
     if (j->lr.total_steps <= 0) j->lr.total_steps = o->steps;
     if (!j->tok || !j->tgt) return base_fail(err, "out of memory");
     /* pk[0] the fp32 GEMM peak, pk[1] the bf16 one (bf16 runs): MFU divides by the peak of the
-     * run's precision, as torchtitan uses the GPU's bf16 peak. A configured peak is the run's
-     * precision's; a seed checkpoint trains nothing: no measurement. */
+     * run's precision, as torchtitan uses the GPU's bf16 peak; a configured peak is that one.
+     * A seed checkpoint trains nothing: no measurement (1 FLOP/s stands in). */
     train_peak pk[2];
     memset(pk, 0, sizeof pk);
     const int bf16 = o->prec == OPS_PREC_BF16;
-    const double fixed = o->ckpt.create_seed && !(o->peak_flops > 0) ? 1 : o->peak_flops;
+    const int seed_only = o->ckpt.create_seed && !(o->peak_flops > 0);
     for (int p = 0; p <= bf16; p++) {
-        const double fx = p == bf16 ? fixed : (fixed == 1 ? 1 : 0);
-        static const char *const what[] = {"the fp32 GEMM peak", "the bf16 GEMM peak for MFU"};
-        const double t_peak = fx > 0 ? 0 : train_phase_begin(what[p]);
-        if (train_peak_resolve(fx, omp_get_max_threads(), p ? OPS_PREC_BF16 : OPS_PREC_F32,
+        const int for_mfu = p == bf16;
+        const double fixed = seed_only ? 1 : for_mfu ? o->peak_flops : 0;
+        char what[64];
+        snprintf(what, sizeof what, "the %s GEMM peak%s", p ? "bf16" : "fp32",
+                 for_mfu ? " for MFU" : "");
+        const double t_peak = fixed > 0 ? 0 : train_phase_begin(what);
+        if (train_peak_resolve(fixed, omp_get_max_threads(), p ? OPS_PREC_BF16 : OPS_PREC_F32,
                                mesh->world_comm, NULL, &pk[p], err))
             return -1;
-        if (!(fx > 0)) train_phase_end(what[p], t_peak);
+        if (!(fixed > 0)) train_phase_end(what, t_peak);
     }
     r->peak = pk[bf16].flops;
     r->fpt = model_flops_per_token(&o->model, o->seq_len);

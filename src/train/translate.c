@@ -198,7 +198,7 @@ int train_config_precision(const train_config *c, ops_prec *prec, char *why, siz
 
 int train_precision_resolve(const char *v, ops_prec *prec, char *why, size_t n, base_err *err) {
     if (v && v[0] && strcmp(v, "bfloat16") && strcmp(v, "float32"))
-        return base_fail(err, "precision '%s': expected bfloat16 or float32", v);
+        return base_fail(err, "--precision '%s': expected bfloat16 or float32", v);
     const int native = ops_bf16_native();
     const char *env = getenv("TITAN_MIXED_PRECISION");
     if ((!v || !v[0]) && env && env[0]) { /* the test suite's pin of the CPU-dependent default */

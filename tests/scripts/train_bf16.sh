@@ -87,3 +87,8 @@ echo "ok bf16 reduce and unknown precisions refused by name"
 grep -q "precision bfloat16" "$out/gen.log" && [ -s "$out/gen.txt" ] ||
   { echo "FAIL generate --precision"; cat "$out/gen.log"; exit 1; }
 echo "ok generate runs in bf16"
+if "$titan" generate --model "$out/r" --ids --prompt "1" --precision fp16 > /dev/null \
+    2> "$out/gen_bad.log"; then echo "FAIL: generate --precision fp16 accepted"; exit 1; fi
+grep -q -- "--precision 'fp16': expected bfloat16 or float32" "$out/gen_bad.log" ||
+  { cat "$out/gen_bad.log"; exit 1; }
+echo "ok generate refuses an unknown --precision by name"

@@ -345,15 +345,15 @@ static int engine(void) {
     int e = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
     if (!e) {
         const char *env = getenv("TITAN_BF16_ENGINE");
-        e = ops_bf16_native() ? ENGINE_ONEDNN : ENGINE_EMULATED;
-        if (env && !strcmp(env, "onednn")) e = ENGINE_ONEDNN;
+        const int forced = env && !strcmp(env, "onednn");
+        e = ops_bf16_native() || forced ? ENGINE_ONEDNN : ENGINE_EMULATED;
         if (env && !strcmp(env, "emulated")) e = ENGINE_EMULATED;
 #ifdef TITAN_HAVE_DNNL
         char why[160];
         if (e == ENGINE_ONEDNN && dnnl_selfcheck(why, sizeof why)) {
             /* on a CPU with bf16 units a failure is a defect worth seeing; below them (oneDNN
              * has no bf16 matmul there) only a user who asked for onednn hears of it */
-            if (ops_bf16_native() || (env && !strcmp(env, "onednn")))
+            if (ops_bf16_native() || forced)
                 base_log(BASE_LOG_WARN,
                          "bf16 engine: oneDNN's bf16 matmul failed its check (%s); "
                          "bf16 GEMMs run emulated",
