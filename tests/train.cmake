@@ -102,7 +102,7 @@ set_tests_properties(train_finetune PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" T
 
 # bf16 mixed precision: close to fp32, deterministic, exact resume, MoE, refusals.
 add_test(NAME train_bf16
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bf16.sh $<TARGET_FILE:titan>)
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bf16.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
 set_tests_properties(train_bf16 PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
 # [profiling]: the debug config's op-level trace against json, config.toml, metrics.jsonl and

@@ -6,7 +6,10 @@
  * block norms' outputs, q and k after norm + RoPE, silu(gate)*up) are recomputed in
  * backward instead of kept. A checkpointed block (every block under ac = full, every N-th
  * under selective: model_ac_block) keeps only its input x and recomputes its whole forward in
- * its backward, into one set of buffers shared by all checkpointed blocks.
+ * its backward, into one set of buffers shared by all checkpointed blocks. Under bf16 a block
+ * that is not checkpointed keeps its GEMM outputs (model_act16: q/k/v projections, attention
+ * output, gate/up; MoE expert rows) as bf16 only, and works in that same shared fp32 set:
+ * forward rounds them there and stores the bits, backward expands them back (exact).
  *
  * Buffers that are never live at the same time share memory: the lm_head+CE logits chunk
  * (live only inside the loss) overlays the per-block working set (norm outputs, q/k,
@@ -68,30 +71,87 @@ static size_t ffn_floats(const model_args *a, size_t N) {
     return a->n_experts > 0 ? N * a->top_k * model_moe_ep(a) * a->moe_ffn_dim : N * a->ffn_dim;
 }
 
-/* A block's saved activations: its input x when with_x, the rest when with_rest (a
- * checkpointed block keeps x only; the scratch they share holds the rest). */
-static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
-                        int T, int with_x, int with_rest) {
+/* Elements of the model_act16 tensor s of a block (its fp32 buffer's capacity; 0 where the
+ * block has no such tensor). */
+static size_t act16_elems(const model_args *a, size_t N, model_act16 s) {
     const size_t D = a->dim, Q = (size_t)a->n_heads * a->head_dim,
-                 KV = (size_t)a->n_kv_heads * a->head_dim, F = ffn_floats(a, N) / N;
+                 KV = (size_t)a->n_kv_heads * a->head_dim, R = N * (size_t)a->top_k;
+    switch (s) {
+    case MODEL_ACT16_QP:
+    case MODEL_ACT16_O:
+        return N * Q;
+    case MODEL_ACT16_KP:
+    case MODEL_ACT16_V:
+        return N * KV;
+    case MODEL_ACT16_GATE:
+    case MODEL_ACT16_UP:
+        return ffn_floats(a, N);
+    case MODEL_ACT16_Y:
+        return a->n_experts > 0 ? R * D : 0;
+    case MODEL_ACT16_XL:
+        return a->n_experts > 0 && model_moe_ep(a) > 1 ? R * model_moe_ep(a) * D : 0;
+    default:
+        return 0;
+    }
+}
+
+static float *act16_f32(layer_acts *la, model_act16 s) {
+    float *const p[MODEL_ACT16_N] = {la->qp,   la->kp, la->v,     la->o,
+                                     la->gate, la->up, la->moe.y, la->moe.xl};
+    return p[s];
+}
+
+/* A block's saved activations: its input x when with_x, the rest when with_rest (a
+ * checkpointed block keeps x only; the scratch they share holds the rest). store16 (bf16
+ * training, a block that is not checkpointed): the model_act16 tensors get bf16 stores
+ * instead, and work in the shared scratch's fp32 buffers (pointed at by carve_all). */
+static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
+                        int T, int with_x, int with_rest, int store16) {
+    const size_t D = a->dim;
     la->x = with_x ? carve(c, n * D) : NULL;
+    for (int s = 0; s < MODEL_ACT16_N; s++) la->b16[s] = NULL, la->n16[s] = 0;
     if (!with_rest) return;
     la->xm = carve(c, n * D);
-    la->qp = carve(c, N * Q);
-    la->kp = carve(c, N * KV);
-    la->v = carve(c, N * KV);
-    la->o = carve(c, N * Q);
+    if (store16) {
+        for (int s = 0; s < MODEL_ACT16_N; s++) {
+            const size_t e = act16_elems(a, N, (model_act16)s);
+            la->b16[s] = e ? (uint16_t *)carve(c, (e + 1) / 2) : NULL;
+        }
+    } else {
+        la->qp = carve(c, act16_elems(a, N, MODEL_ACT16_QP));
+        la->kp = carve(c, act16_elems(a, N, MODEL_ACT16_KP));
+        la->v = carve(c, act16_elems(a, N, MODEL_ACT16_V));
+        la->o = carve(c, act16_elems(a, N, MODEL_ACT16_O));
+        la->gate = carve(c, act16_elems(a, N, MODEL_ACT16_GATE));
+        la->up = carve(c, act16_elems(a, N, MODEL_ACT16_UP));
+    }
     la->lse = carve(c, (size_t)B * a->n_heads * T);
-    la->gate = carve(c, N * F);
-    la->up = carve(c, N * F);
     la->rstd1 = carve(c, n);
     la->rstd2 = carve(c, n);
     la->q_rstd = carve(c, N * a->n_heads);
     la->k_rstd = carve(c, N * a->n_kv_heads);
     if (a->n_experts > 0) {
-        float *p = carve(c, model_moe_saved_floats(a, N));
-        if (p) model_moe_carve(a, N, p, &la->moe);
+        float *p = carve(c, model_moe_saved_floats(a, N, !store16));
+        if (p) model_moe_carve(a, N, p, &la->moe, !store16);
     }
+}
+
+/* Under bf16 a block stores its model_act16 tensors as bf16 (half their bytes) unless it is
+ * checkpointed (which stores nothing). */
+static int stores16(const model *m, int l) {
+    return m->prec == OPS_PREC_BF16 && !model_ac_block(m->ac, m->ac_every, l);
+}
+
+void model_keep16(const model *m, layer_acts *la, model_act16 s, size_t n) {
+    if (m->prec != OPS_PREC_BF16) return;
+    ops_bf16_round_store(act16_f32(la, s), la->b16[s], n);
+    la->n16[s] = n;
+}
+
+/* Backward of a bf16-stored block: its tensors back into the fp32 working set (exact). */
+static void unkeep16(layer_acts *la) {
+    for (int s = 0; s < MODEL_ACT16_N; s++)
+        if (la->b16[s]) ops_bf16_to_f32(act16_f32(la, (model_act16)s), la->b16[s], la->n16[s]);
 }
 
 static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) {
@@ -104,10 +164,11 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t n = N / (size_t)m->tp.size;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
-        carve_layer(c, la, a, N, n, B, T, 1, !model_ac_block(m->ac, m->ac_every, l));
+        carve_layer(c, la, a, N, n, B, T, 1, !model_ac_block(m->ac, m->ac_every, l),
+                    stores16(m, l));
     }
-    if (model_ac_blocks(m->ac, m->ac_every, L) > 0)
-        carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1);
+    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || m->prec == OPS_PREC_BF16)
+        carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1, 0);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
     A->rstd_f = carve(c, n);
@@ -216,6 +277,7 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     m.seq_len = o->seq_len;
     m.ac = o->ac;
     m.ac_every = o->ac_every;
+    m.prec = o->prec;
     m.full_args = *a;
     m.loss_parallel_off = o->loss_parallel_off && m.tp.size > 1;
     m.ce_chunk = ce_chunk_for(a, o);
@@ -292,6 +354,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
                          o->ac_every);
     if (model_layout(m, err)) return -1;
     m->ce_chunk = ce_chunk_for(a, o);
+    m->prec = o->prec; /* carve_all reads it */
 
     m->external = bw == BUILD_EXTERNAL;
     const size_t wbytes = m->n_floats * sizeof(float);
@@ -315,12 +378,18 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     A->mem_floats = sz.used;
     carver real = {A->mem, 0};
     carve_all(&real, A, m, o->with_grads);
-    for (int l = 0; l < a->n_layers; l++)
+    for (int l = 0; l < a->n_layers; l++) {
+        layer_acts *la = &A->layers[l];
         if (model_ac_block(m->ac, m->ac_every, l)) {
-            float *x = A->layers[l].x;
-            A->layers[l] = A->scratch;
-            A->layers[l].x = x;
+            float *x = la->x;
+            *la = A->scratch;
+            la->x = x;
+        } else if (stores16(m, l)) { /* the working set of its bf16-stored tensors */
+            la->qp = A->scratch.qp, la->kp = A->scratch.kp, la->v = A->scratch.v;
+            la->o = A->scratch.o, la->gate = A->scratch.gate, la->up = A->scratch.up;
+            la->moe.y = A->scratch.moe.y, la->moe.xl = A->scratch.moe.xl;
         }
+    }
     for (int l = 0; l < a->n_layers; l++) {
         A->layers[l].q = A->q;
         A->layers[l].k = A->k;
@@ -551,11 +620,15 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     t->matmul_fwd(la->qp, nf, w.wq, N, D, H * hd);
     t->matmul_fwd(la->kp, nf, w.wk, N, D, G * hd);
     t->matmul_fwd(la->v, nf, w.wv, N, D, G * hd);
+    model_keep16(m, la, MODEL_ACT16_QP, (size_t)N * H * hd);
+    model_keep16(m, la, MODEL_ACT16_KP, (size_t)N * G * hd);
+    model_keep16(m, la, MODEL_ACT16_V, (size_t)N * G * hd);
     qk_norm_rope(m, t, la, &w, g);
     if (!g->k_cache || g->pos0 == 0) /* windows from position 0: the cache rows are [1,T,G,hd] */
         t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
     else
         t->attention_kv(la->o, la->q, g->k_cache, g->v_cache, T, g->pos0, H, G, hd);
+    model_keep16(m, la, MODEL_ACT16_O, (size_t)N * H * hd);
     /* row-parallel wo: partial sums over the local heads, reduce-scattered to x's rows */
     float *po = g->part ? g->part : la->xm;
     t->matmul_fwd(po, la->o, w.wo, N, H * hd, D);
@@ -568,6 +641,8 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
         tp_gather(m, nf, g->norm_out, nD);
         t->matmul_fwd(la->gate, nf, w.w1, N, D, F);
         t->matmul_fwd(la->up, nf, w.w3, N, D, F);
+        model_keep16(m, la, MODEL_ACT16_GATE, (size_t)N * F);
+        model_keep16(m, la, MODEL_ACT16_UP, (size_t)N * F);
         t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
         float *pf = g->part ? g->part : out;
         t->matmul_fwd(pf, g->hact, w.w2, N, F, D);
@@ -606,7 +681,10 @@ static void block_backward(model *m, int l, layer_acts *la) {
 
     /* A checkpointed block: recompute its saved activations into the shared scratch. The
      * block output is not needed; A->xn (the final norm output) is free scratch by now. */
-    if (model_ac_block(m->ac, m->ac_every, l)) model_block_forward(m, l, la, &geom, A->xn);
+    if (model_ac_block(m->ac, m->ac_every, l))
+        model_block_forward(m, l, la, &geom, A->xn);
+    else
+        unkeep16(la);
 
     /* FFN: out = xm + w2(silu(w1 f) * w3 f), f = rmsnorm(xm); or out = xm + MoE(f). */
     /* (TP: the mirror of forward: all-gather dres where forward reduce-scattered, and

@@ -78,13 +78,13 @@ int model_infer_new(model_infer **out, const model *m, int max_len, base_err *er
     s->norm_out = base_alloc(C * D * sizeof(float));
     s->hact = base_alloc(C * F * sizeof(float));
     if (a->n_experts > 0) {
-        s->moe = base_alloc(model_moe_saved_floats(a, C) * sizeof(float));
+        s->moe = base_alloc(model_moe_saved_floats(a, C, 1) * sizeof(float));
         s->xs = base_alloc(C * a->top_k * D * sizeof(float));
         if (!s->moe || !s->xs) {
             model_infer_free(s);
             return base_fail(err, "out of memory");
         }
-        model_moe_carve(a, C, s->moe, &s->la.moe);
+        model_moe_carve(a, C, s->moe, &s->la.moe, 1);
     }
     if (!s->k || !s->v || !s->rope_cos || !s->rope_sin || !s->la.xm || !s->la.qp || !s->la.kp ||
         !s->la.q || !s->la.o || !s->la.lse || !s->la.gate || !s->la.up || !s->la.rstd1 ||

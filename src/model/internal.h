@@ -33,6 +33,23 @@ typedef struct {
                        to / received from each rank [ep] x2 (the alltoallv counts) */
 } moe_acts;
 
+/* bf16 (m->prec = OPS_PREC_BF16): the saved activations that a GEMM produces and that are
+ * kept as bf16, as autocast's GEMM outputs are (the residual stream x, xm, the log-sum-exps,
+ * the norms' statistics and the MoE routing stay fp32). Forward rounds each in place where it
+ * is made, so forward and backward use the same values; training stores the bf16 bits in the
+ * layer's store and backward expands them (exactly) into the fp32 working set. */
+typedef enum {
+    MODEL_ACT16_QP,   /* q projection before the q norm [N,H*hd] */
+    MODEL_ACT16_KP,   /* k projection before the k norm [N,G*hd] */
+    MODEL_ACT16_V,    /* v projection [N,G*hd] */
+    MODEL_ACT16_O,    /* attention output [N,H*hd] */
+    MODEL_ACT16_GATE, /* FFN gate projection [N,F]; MoE [rows,Fe] sorted */
+    MODEL_ACT16_UP,   /* FFN up projection, as gate */
+    MODEL_ACT16_Y,    /* MoE expert outputs [R,D] */
+    MODEL_ACT16_XL,   /* MoE under EP: the received rows [Rl,D] */
+    MODEL_ACT16_N
+} model_act16;
+
 /* Expert parallelism degree of a (local) model_args: n_experts / n_local_experts. */
 static inline int model_moe_ep(const model_args *a) {
     return a->n_local_experts > 0 ? a->n_experts / a->n_local_experts : 1;
@@ -53,7 +70,16 @@ typedef struct {
     float *rstd1, *rstd2;   /* [n] */
     float *q_rstd, *k_rstd; /* [N*H], [N*G] */
     moe_acts moe;           /* MoE blocks only */
+    /* bf16 training: each model_act16 tensor's store (capacity: its fp32 buffer's) and the
+     * elements the last forward kept in it; NULL where nothing is stored (fp32, inference, a
+     * checkpointed block, which recomputes instead) */
+    uint16_t *b16[MODEL_ACT16_N];
+    size_t n16[MODEL_ACT16_N];
 } layer_acts;
+
+/* bf16: rounds the first n elements of la's tensor s in place and stores them in la->b16[s]
+ * (when there is a store); nothing in fp32. */
+void model_keep16(const model *m, layer_acts *la, model_act16 s, size_t n);
 
 /* Pointers to one block's parameters (or gradients) inside a flat buffer. Dense blocks use
  * w1, w3, w2 [F,D], [F,D], [D,F]; MoE blocks router [E,D] and the expert stacks ew1, ew3
@@ -135,9 +161,12 @@ typedef struct {
 /* ---- MoE (moe.c) ---- */
 /* Floats of one block's saved MoE state (moe_acts, y; EP: xl, perm, loffs, cnt) for N token
  * rows (a: the local args, whose n_local_experts gives the EP degree). */
-size_t model_moe_saved_floats(const model_args *a, size_t N);
-/* Carves la->moe out of p (model_moe_saved_floats(a, N) floats, 64-byte aligned pieces). */
-void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma);
+/* with_rows = 0 leaves out the fp32 rows y and xl (a bf16 block keeps them in its bf16 store,
+ * working in a shared fp32 set). */
+size_t model_moe_saved_floats(const model_args *a, size_t N, int with_rows);
+/* Carves la->moe out of p (model_moe_saved_floats(a, N, with_rows) floats, 64-byte aligned
+ * pieces); y and xl NULL without rows. */
+void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma, int with_rows);
 /* out[N,D] = MoE(h[N,D]) of block l: route, dispatch, experts, combine (no residual). Uses
  * g->xs and g->hact as scratch; adds to g->counts and g->aux_acc when they are set. */
 void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *g, const float *h,

@@ -34,19 +34,22 @@ static size_t al16(size_t n) {
     return (n + 15) / 16 * 16;
 }
 
-/* EP saved state: xl [C,D], perm [C], loffs [El+1], cnt [2 P El + 2 P] (C = R P). */
-static size_t ep_floats(const model_args *a, size_t R) {
+/* EP saved state: xl [C,D] (with_rows), perm [C], loffs [El+1], cnt [2 P El + 2 P]
+ * (C = R P). */
+static size_t ep_floats(const model_args *a, size_t R, int with_rows) {
     const size_t P = (size_t)model_moe_ep(a), El = (size_t)a->n_experts / P, C = R * P;
-    return P > 1 ? al16(C * a->dim) + al16(C) + al16(El + 1) + al16(2 * P * El + 2 * P) : 0;
+    return P > 1 ? (with_rows ? al16(C * a->dim) : 0) + al16(C) + al16(El + 1) +
+                       al16(2 * P * El + 2 * P)
+                 : 0;
 }
 
-size_t model_moe_saved_floats(const model_args *a, size_t N) {
+size_t model_moe_saved_floats(const model_args *a, size_t N, int with_rows) {
     const size_t E = a->n_experts, K = a->top_k, R = N * K;
-    return al16(N * E) + 3 * al16(N * K) + al16(R) + al16(E + 1) + al16(R * a->dim) +
-           ep_floats(a, R);
+    return al16(N * E) + 3 * al16(N * K) + al16(R) + al16(E + 1) +
+           (with_rows ? al16(R * a->dim) : 0) + ep_floats(a, R, with_rows);
 }
 
-void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma) {
+void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma, int with_rows) {
     const size_t E = a->n_experts, K = a->top_k, R = N * K, P = (size_t)model_moe_ep(a);
     ma->probs = p, p += al16(N * E);
     ma->gates = p, p += al16(N * K);
@@ -54,11 +57,11 @@ void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma) {
     ma->slot = (int32_t *)p, p += al16(N * K);
     ma->tok = (int32_t *)p, p += al16(R);
     ma->offs = (int32_t *)p, p += al16(E + 1);
-    ma->y = p, p += al16(R * a->dim);
+    ma->y = with_rows ? p : NULL, p += with_rows ? al16(R * a->dim) : 0;
     ma->xl = NULL, ma->perm = ma->loffs = ma->cnt = NULL;
     if (P == 1) return;
     const size_t C = R * P, El = E / P;
-    ma->xl = p, p += al16(C * a->dim);
+    if (with_rows) ma->xl = p, p += al16(C * a->dim);
     ma->perm = (int32_t *)p, p += al16(C);
     ma->loffs = (int32_t *)p, p += al16(El + 1);
     ma->cnt = (int32_t *)p;
@@ -66,12 +69,15 @@ void model_moe_carve(const model_args *a, size_t N, float *p, moe_acts *ma) {
 
 /* The expert SwiGLUs on R sorted rows x[R,D] in nE groups offs[nE+1]: gate, up [R,Fe] (saved),
  * hact [R,Fe] (scratch), y[R,D] = down(silu(gate) * up). */
-static void experts_fwd(const ops_table *t, const block_view *w, const float *x,
-                        const int32_t *offs, int nE, int R, int D, int Fe, float *gate, float *up,
+static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, const block_view *w,
+                        const float *x, const int32_t *offs, int nE, int R, int D, int Fe,
                         float *hact, float *y) {
-    t->grouped_mm_fwd(gate, x, w->ew1, offs, nE, D, Fe);
-    t->grouped_mm_fwd(up, x, w->ew3, offs, nE, D, Fe);
-    t->swiglu_fwd(hact, gate, up, R, Fe);
+    const size_t RF = (size_t)R * Fe;
+    t->grouped_mm_fwd(la->gate, x, w->ew1, offs, nE, D, Fe);
+    t->grouped_mm_fwd(la->up, x, w->ew3, offs, nE, D, Fe);
+    model_keep16(m, la, MODEL_ACT16_GATE, RF);
+    model_keep16(m, la, MODEL_ACT16_UP, RF);
+    t->swiglu_fwd(hact, la->gate, la->up, R, Fe);
     t->grouped_mm_fwd(y, hact, w->ew2, offs, nE, Fe, D);
 }
 
@@ -224,12 +230,14 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
         const int Rl = ma->loffs[El];
         ep_exchange(m, ma, g->xs, arrived, 1);
         ep_permute(ma->xl, arrived, ma->perm, Rl, D, 1);
-        experts_fwd(t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, g->hact, yl);
+        model_keep16(m, la, MODEL_ACT16_XL, (size_t)Rl * D); /* rounded by its GEMMs anyway */
+        experts_fwd(m, la, t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, g->hact, yl);
         ep_permute(arrived, yl, ma->perm, Rl, D, 0);
         ep_exchange(m, ma, arrived, ma->y, 0);
     } else {
-        experts_fwd(t, &w, g->xs, offs, E, R, D, Fe, la->gate, la->up, g->hact, ma->y);
+        experts_fwd(m, la, t, &w, g->xs, offs, E, R, D, Fe, g->hact, ma->y);
     }
+    model_keep16(m, la, MODEL_ACT16_Y, (size_t)R * D);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * D;

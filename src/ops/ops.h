@@ -158,6 +158,9 @@ const char *ops_cpu_isa(void);
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept quiet (torch's rounding). */
 void ops_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+/* x[i] = bf16(x[i]) in place (as an fp32 value), and dst[i] = its bits when dst is not NULL:
+ * one pass for an activation that is used rounded now and stored for backward. */
+void ops_bf16_round_store(float *x, uint16_t *dst, size_t n);
 /* Whether the CPU has native bf16 dot products (AMX-BF16 or AVX512_BF16). */
 int ops_bf16_native(void);
 /* The engine the bf16 GEMMs run on in this process: "onednn" (oneDNN's matmul primitive,

@@ -145,7 +145,8 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->ep_collectives = (int64_t)(5 * L + 3 * n_ckpt) * in->grad_accum;
         p->ep_bytes = xchg * rows * ring * in->grad_accum;
     }
-    model_build_opts o = {.batch = in->batch, .seq_len = in->seq_len, .with_grads = 1};
+    model_build_opts o = {
+        .batch = in->batch, .seq_len = in->seq_len, .with_grads = 1, .prec = in->prec};
     const model_tp tpo = {.size = tp};
     const model_ep epo = {.size = ep};
     o.tp = &tpo;

@@ -7,12 +7,14 @@
 #    and seed), and differs from it (bf16 is in use);
 #  - a bf16 run is bitwise deterministic run to run, and resumes bitwise (losses and gradient
 #    norms of steps 7..12 identical after a stop at 6);
+#  - activations stored as bf16 give the bits a checkpointed recompute gives (dense, MoE), and
+#    titan plan counts them at under 0.7x fp32's at Qwen3-0.6B;
 #  - MoE too (grouped_mm's bf16 path): within 2% of fp32 and deterministic;
 #  - mixed_precision_reduce = bfloat16 and an unknown precision are refused by name;
 #  - generate --precision bfloat16 runs and names its precision (its tokens are not compared
 #    with fp32's: bf16 may flip near-ties of a barely trained model).
 set -euo pipefail
-titan=$1; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+titan=$1; shared=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
        --set ffn_dim=128 --steps 12 --batch 2 --seq-len 32 --lr 3e-3 --warmup 3 --seed 7
        --random-tokens --set vocab_size=300 --log-freq 100)
@@ -48,6 +50,19 @@ for f in loss grad_norm; do
 done
 echo "ok bf16 is bitwise deterministic run to run"
 
+# Saved activations: a block stores its GEMM outputs (q/k/v projections, attention output,
+# FFN gate/up; MoE expert rows) as bf16 and expands them in backward; a checkpointed block
+# recomputes them instead. Both must give the same bits (stored == recomputed), dense and MoE.
+for ac in full selective; do
+  "$titan" train "${model[@]}" "${bf[@]}" --ac $ac --activation_checkpoint.selective_ac_option 2 \
+      --metrics "$out/ac_$ac.jsonl" --dump-folder "$out/ac_$ac" > /dev/null 2>&1
+  for f in loss grad_norm; do
+    diff <(field "$out/bf.jsonl" $f) <(field "$out/ac_$ac.jsonl" $f) > /dev/null ||
+      { echo "FAIL: bf16 stored activations differ from recomputed ($ac, $f)"; exit 1; }
+  done
+done
+echo "ok bf16 stored activations: bitwise equal to checkpointed recompute (full, selective)"
+
 "$titan" train "${model[@]}" "${bf[@]}" --metrics "$out/a.jsonl" --dump-folder "$out/r" \
     --checkpoint-interval 3 --stop-after-step 6 > /dev/null 2>&1
 "$titan" train "${model[@]}" "${bf[@]}" --metrics "$out/b.jsonl" --dump-folder "$out/r" \
@@ -71,6 +86,22 @@ close moe "$out/mf.jsonl" "$out/mb.jsonl"
 diff <(field "$out/mb.jsonl" loss) <(field "$out/mb2.jsonl" loss) > /dev/null ||
   { echo "FAIL: MoE bf16 not deterministic"; exit 1; }
 echo "ok MoE bf16 deterministic"
+"$titan" train "${model[@]}" "${moe[@]}" "${bf[@]}" --ac full --metrics "$out/mac.jsonl" \
+    --dump-folder "$out/mac" > /dev/null 2>&1
+diff <(field "$out/mb.jsonl" loss) <(field "$out/mac.jsonl" loss) > /dev/null ||
+  { echo "FAIL: MoE bf16 stored activations differ from recomputed"; exit 1; }
+echo "ok MoE bf16 stored activations equal recomputed"
+
+# The memory they save, as titan plan counts it (what model_build allocates) at Qwen3-0.6B,
+# 1 x 2048 tokens: 3.36 GiB fp32, 2.15 GiB bf16 (the residual stream x, xm stays fp32).
+act() { "$titan" plan --hf-config "$QWEN_CFG" --training.local_batch_size=1 --training.seq_len=2048 \
+          --training.mixed_precision_param=$1 2>/dev/null | awk '/activations, no checkpointing/ { print $4 }'; }
+QWEN_CFG=$shared/data/qwen3_configs/Qwen3-0.6B.json
+if [ -r "$QWEN_CFG" ]; then
+  a32=$(act float32); a16=$(act bfloat16)
+  awk -v a="$a32" -v b="$a16" 'BEGIN { r = b / a; printf "activations at 0.6B: fp32 %s GiB, bf16 %s GiB (%.2fx)\n", a, b, r
+       if (!(a > 3 && r < 0.7)) { print "FAIL: bf16 activations not smaller"; exit 1 } }'
+fi
 
 if "$titan" train "${model[@]}" --training.mixed_precision_reduce=bfloat16 --steps 1 \
     --dump-folder "$out/x" > "$out/x.log" 2>&1; then echo "FAIL: bf16 reduce accepted"; exit 1; fi

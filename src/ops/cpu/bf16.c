@@ -55,6 +55,15 @@ void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = bf16_value(src[i]);
 }
 
+void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
+    if (!dst) {
+        ops_cpu_bf16_round(x, x, n);
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] = bf16_value(dst[i] = bf16_round(x[i]));
+}
+
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] = bf16_value(bf16_round(src[i]));
