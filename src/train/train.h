@@ -494,6 +494,9 @@ typedef struct {
      * [batch*seq_len, dim] activations and the loss-parallel CE's row reductions, per step */
     double tp_bytes;
     int64_t tp_collectives;
+    /* bf16 plans: the bytes of tp_bytes / ep_bytes moved in bf16 (model_bf16_wire: TP's
+     * all-gathers read only by GEMMs, EP's dispatches); the rest is fp32 */
+    double tp_bf16_bytes, ep_bf16_bytes;
     /* expert parallelism (ep > 1): this rank's expert stacks (whole, inside params), the
      * all-to-all buffers (inside the activations: [R ep, D] x2 plus the expert-side rows),
      * and the token dispatch per step: 4 alltoallv of [R, D] routed rows per MoE block and

@@ -5,14 +5,20 @@
  * exercise the in-place expansion's halving passes (0, 1, odd, even, and past the 65536 at
  * which the conversion runs in parallel), with ties, subnormals, zeros of both signs and
  * infinities; every element of recv is written (a stale value would show). DIST_F32 moves the
- * values unchanged. */
+ * values unchanged.
+ * titan plan's bf16 share of the TP / EP traffic, against what the profiled runs of
+ * tests/scripts/dist_tp.sh and dist_ep.sh count on the same shapes: 13 (tied, no AC) and 17 + the
+ * lm_head weight (untied, full AC, loss parallel off) all-gathers of [64,64] halved, and 6
+ * dispatches of 128 routed rows of 64 (MoE, full AC); a ring over 2 ranks receives half of a
+ * gathered buffer; the fp32 plan's bytes are the bf16 plan's plus that share saved again. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "base/base.h"
-#include "distributed/dist.h"
 #include "check.h"
+#include "distributed/dist.h"
+#include "train/train.h"
 
 static uint32_t bits(float f) {
     uint32_t u;
@@ -54,6 +60,50 @@ static float value(size_t i) {
     }
 }
 
+/* Plans the test scripts' shapes (dist_common.sh's small model, batch 2 x 32 tokens) on 2
+ * ranks in prec: tp = 2, or (moe) ep = 2 with 4 experts, top-2. */
+static train_plan plan_of(ops_prec prec, int tied, int full_ac, int lp_off, int moe) {
+    model_args a;
+    base_err e = {{0}};
+    CHECK(model_flavor("debugmodel", &a, &e) == 0, "flavor: %s", e.msg);
+    a.n_layers = 2, a.dim = 64, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 16;
+    a.ffn_dim = 128, a.vocab_size = 300, a.tie_embeddings = tied;
+    if (moe) a.n_experts = 4, a.top_k = 2, a.moe_ffn_dim = 32;
+    const train_plan_in in = {.model = a,
+                              .world = 2,
+                              .batch = 2,
+                              .seq_len = 32,
+                              .grad_accum = 1,
+                              .par = {1, -1, moe ? 1 : 2, 1, 1, moe ? 2 : 1},
+                              .ac = full_ac ? MODEL_AC_FULL : MODEL_AC_NONE,
+                              .loss_parallel_off = lp_off,
+                              .prec = prec};
+    train_plan p;
+    CHECK(train_plan_compute(&in, &p, &e) == 0, "plan: %s", e.msg);
+    return p;
+}
+
+static void test_plan(void) {
+    const double nd = 64.0 * 64 * 4, head = 300.0 * 64 * 4, rows = 128.0 * 64 * 4;
+    const struct {
+        int tied, full_ac, lp_off, moe;
+        double halved; /* fp32 bytes of the buffers moved in bf16 (whole) */
+    } c[] = {{1, 0, 0, 0, 13 * nd}, {0, 1, 1, 0, 17 * nd + head}, {0, 1, 0, 1, 6 * rows}};
+    for (int i = 0; i < 3; i++) {
+        const train_plan p32 =
+                             plan_of(OPS_PREC_F32, c[i].tied, c[i].full_ac, c[i].lp_off, c[i].moe),
+                         p16 =
+                             plan_of(OPS_PREC_BF16, c[i].tied, c[i].full_ac, c[i].lp_off, c[i].moe);
+        const double want = c[i].halved / 2 / 2; /* ring over 2: half; bf16: half of that */
+        const double got = c[i].moe ? p16.ep_bf16_bytes : p16.tp_bf16_bytes,
+                     t16 = c[i].moe ? p16.ep_bytes : p16.tp_bytes,
+                     t32 = c[i].moe ? p32.ep_bytes : p32.tp_bytes;
+        CHECK(got == want, "case %d: plan's bf16 share %.0f B, measured %.0f B", i, got, want);
+        CHECK(t32 == t16 + want, "case %d: fp32 %.0f B, bf16 %.0f B", i, t32, t16);
+        CHECK(p32.tp_bf16_bytes == 0 && p32.ep_bf16_bytes == 0, "case %d: bf16 in fp32", i);
+    }
+}
+
 int main(void) {
     base_err err;
     dist_mesh mesh;
@@ -86,5 +136,6 @@ int main(void) {
     dist_allgather_f32(mesh.tp_comm, &nan_in, &nan_out, 1, DIST_BF16);
     CHECK(isnan(nan_out), "NaN became %g", nan_out);
     dist_mesh_free(&mesh);
+    test_plan();
     return check_report("test_dist_wire");
 }
