@@ -1,8 +1,8 @@
 # Shared by the mpirun tests (dist.sh, dist_tp.sh, dist_ep.sh), sourced with the script's
-# arguments (TITAN MPIRUN DIFF_TOOL [PYTHON]): sets titan, mpirun, diff_tool, py, a scratch
+# arguments (TITAN MPIRUN DIFF_TOOL ...): sets titan, mpirun, diff_tool, a scratch
 # folder out (removed on exit) and small, the tiny dense model every script trains. Runs as
 # root in containers and with more ranks than cores. The ranks inherit the environment.
-titan=$1; mpirun=$2; diff_tool=$3; py=${4:-python3} # py: wire_check's Python (the venv's)
+titan=$1; mpirun=$2; diff_tool=$3
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 small=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
        --set ffn_dim=128 --set vocab_size=300 --random-tokens --seq-len 32 --lr 3e-3 --warmup 2
@@ -29,9 +29,9 @@ identical_losses() {
     { echo "FAIL $1: the losses differ"; paste <(losses "$2") <(losses "$3"); exit 1; }
   echo "$1: $n losses, bitwise equal"
 }
-# wire_check NAME BF16_DUMP FP32_DUMP STEP GROUP EXPECTED: the profiled step's collectives of
-# GROUP on rank 0 (tests/scripts/trace_wire.py) are those of the fp32-transport run, the
-# exchanges moved in bf16 at half the bytes: EXPECTED is trace_wire.py's "halved" lines
+# wire_check NAME BF16_DUMP FP32_DUMP STEP GROUP EXPECTED...: the profiled step's collectives of
+# GROUP on rank 0 (tests/scripts/trace_wire.py, run by $py) are those of the fp32-transport
+# run, the exchanges moved in bf16 at half the bytes: EXPECTED is trace_wire.py's "halved" lines
 wire_check() {
   local t=profile_traces/iteration_$4/rank0_trace.json
   "$py" "$(dirname "${BASH_SOURCE[0]}")/trace_wire.py" "$2/$t" "$3/$t" "$5" > "$out/wire.txt" ||
