@@ -11,12 +11,12 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
   # tensor + sequence parallelism, with FSDP, and resharding tp=2 -> 1 rank
   add_test(NAME dist_tp
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_tp.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
-            $<TARGET_FILE:param_diff>)
+            $<TARGET_FILE:param_diff> ${TITAN_PYTHON})
   set_tests_properties(dist_tp PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # expert parallelism (MoE token dispatch over MPI_Alltoallv) with FSDP, resuming on 1 rank
   add_test(NAME dist_ep
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_ep.sh $<TARGET_FILE:titan> ${TITAN_MPIRUN}
-            $<TARGET_FILE:param_diff>)
+            $<TARGET_FILE:param_diff> ${TITAN_PYTHON})
   set_tests_properties(dist_ep PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # the grouped-experts example plugin on each rank's local experts (tests/kernels.cmake builds it)
   add_test(NAME dist_ep_moe_plugin

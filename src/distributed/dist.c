@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "distributed/internal.h"
+#include "ops/ops.h"
 
 static int g_mpi; /* MPI initialised by dist_init */
 static int g_rank, g_world = 1;
@@ -338,7 +339,32 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
     (void)rcount;
 }
 
-void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n) {
+/* x[0, n) = the bf16 values held in x's first 2n bytes, as fp32, in place. The elements are
+ * expanded top half first, then the top half of the rest, and so on: a pass over [lo, hi),
+ * lo = ceil(hi / 2), writes bytes [4 lo, 4 hi) and reads [2 lo, 2 hi), which do not overlap
+ * (2 hi <= 4 lo) and which no earlier pass wrote (those wrote at and above byte 4 hi): so
+ * every pass is one parallel conversion and no staging buffer is needed. */
+static void bf16_expand_in_place(float *x, size_t n) {
+    const uint16_t *h = (const uint16_t *)x;
+    size_t hi = n;
+    for (; hi > 1; hi = (hi + 1) / 2) ops_bf16_to_f32(x + (hi + 1) / 2, h + (hi + 1) / 2, hi / 2);
+    if (hi == 1) ops_bf16_to_f32(x, h, 1); /* element 0 reads its bytes before writing them */
+}
+
+void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n, dist_dtype t) {
+    if (t == DIST_BF16) { /* this rank's part rounded into its slot of recv's bf16 view */
+        uint16_t *h = (uint16_t *)recv;
+        ops_bf16_from_f32(h + (size_t)c->rank * n, send, n);
+#ifdef TITAN_HAVE_MPI
+        if (MULTI(c)) {
+            const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0, 2.0 * n * c->size);
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, (int)n, MPI_UINT16_T, c->comm);
+            g_comm_s += dist_wd_leave(t0);
+        }
+#endif
+        bf16_expand_in_place(recv, n * (size_t)c->size);
+        return;
+    }
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
         const double t0 = dist_wd_enter(c, DIST_OP_ALLGATHER, 0, 4.0 * n * c->size);

@@ -47,8 +47,15 @@ void dist_allreduce_max_f64(dist_comm *c, double *x, int n);
 void dist_allreduce_i64(dist_comm *c, int64_t *x, int n);
 /* Sum of x[n] over the group, in place (chunked: n may exceed 2^31). */
 void dist_allreduce_f32(dist_comm *c, float *x, size_t n);
-/* Tensor/sequence parallelism: recv[size * n] = every rank's send[n], in rank order. */
-void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n);
+/* What an exchange of fp32 values moves. DIST_BF16: each value rounded to bf16 (round to
+ * nearest even, ops_bf16_from_f32) before it leaves and received as that bf16 value in fp32:
+ * 2 bytes per element on the wire instead of 4. Exact (the receiver computes what fp32 transport
+ * gives, bit for bit) exactly when every consumer of the received values rounds them to bf16
+ * itself (rounding is idempotent): GEMM operands in a bf16 run. Never for sums. */
+typedef enum { DIST_F32, DIST_BF16 } dist_dtype;
+/* Tensor/sequence parallelism: recv[size * n] = every rank's send[n], in rank order, moved
+ * as t (DIST_BF16: send must not overlap recv). */
+void dist_allgather_f32(dist_comm *c, const float *send, float *recv, size_t n, dist_dtype t);
 /* recv[n] = the sum over ranks of their send[rank * n, (rank + 1) * n) (send: size * n). */
 void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv, size_t n);
 /* Expert parallelism: recv[size * n] = the n ints every rank sent to this one (send[r * n ..]
@@ -263,8 +270,9 @@ void dist_tp_copy(const dist_tp_run *runs, size_t n, float *local, float *full, 
  * (rank: its index in group), summed over group. Collective over group. */
 void dist_tp_assemble(const dist_tp_run *runs, size_t n, float *local, float *full, size_t full_n,
                       int rank, dist_comm *group);
-/* The model's collectives as model_tp / model_ep call them; ctx: the group's dist_comm. */
-void dist_tp_allgather(void *ctx, float *full, const float *local, size_t n);
+/* The model's collectives as model_tp / model_ep call them; ctx: the group's dist_comm
+ * (allgather's bf16: moved as DIST_BF16). */
+void dist_tp_allgather(void *ctx, float *full, const float *local, size_t n, int bf16);
 void dist_tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n);
 void dist_tp_allreduce(void *ctx, double *x, int n, int max);
 void dist_ep_alltoall(void *ctx, const int32_t *send, int32_t *recv, int n);

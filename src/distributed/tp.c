@@ -6,8 +6,8 @@
 #include "distributed/dist.h"
 
 /* ---- the model's collectives (trampolines for model_tp / model_ep; ctx: a dist_comm) --- */
-void dist_tp_allgather(void *ctx, float *full, const float *local, size_t n) {
-    dist_allgather_f32(ctx, local, full, n);
+void dist_tp_allgather(void *ctx, float *full, const float *local, size_t n, int bf16) {
+    dist_allgather_f32(ctx, local, full, n, bf16 ? DIST_BF16 : DIST_F32);
 }
 void dist_tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
     dist_reduce_scatter_block_f32(ctx, full, local, n);

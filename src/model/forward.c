@@ -430,6 +430,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
                    .moe_ffn_dim = a->moe_ffn_dim,
                    .prec = o->prec};
     m->prec = o->prec;
+    m->exchange_f32 = o->exchange_f32;
     if (o->prec == OPS_PREC_BF16) {
         m->w16 = base_alloc(ops_bf16_mirror_bytes(m->n_floats ? m->n_floats : 1));
         m->w16_fresh = base_alloc((size_t)m->n_units);
@@ -582,10 +583,16 @@ static block_geom train_geom(const model *m) {
     return g;
 }
 
+int model_bf16_wire(const model *m, const ops_table *t, ops_kind k) {
+    return m->prec == OPS_PREC_BF16 && !m->exchange_f32 && t->impl[k] &&
+           t->impl[k]->prec == OPS_PREC_BF16;
+}
+
 /* Sequence parallelism over the TP group (nothing when tp = 1, where full and local alias):
- * full[N,D] = the ranks' local[n,D] stacked; local[n,D] = this rank's rows of the sum. */
-static void tp_gather(const model *m, float *full, const float *local, size_t n) {
-    if (m->tp.size > 1) m->tp.allgather(m->tp.ctx, full, local, n);
+ * full[N,D] = the ranks' local[n,D] stacked (bf16: moved in bf16, model_bf16_wire);
+ * local[n,D] = this rank's rows of the sum. */
+static void tp_gather(const model *m, float *full, const float *local, size_t n, int bf16) {
+    if (m->tp.size > 1) m->tp.allgather(m->tp.ctx, full, local, n, bf16);
 }
 static void tp_scatter(const model *m, float *local, const float *full, size_t n) {
     if (m->tp.size > 1) m->tp.reduce_scatter(m->tp.ctx, local, full, n);
@@ -613,10 +620,12 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     const float eps = (float)a->norm_eps;
     block_view w = block_at(m, m->w, l);
     float *nf = g->norm_full ? g->norm_full : g->norm_out; /* [N,D] the gathered norm */
+    /* nf feeds only the q, k, v and w1, w3 GEMMs (and their weight gradients in backward) */
+    const int wire16 = model_bf16_wire(m, t, OPS_MATMUL);
 
     /* x[n] -> norm -> all-gather -> column-parallel q, k, v over all N rows (local heads) */
     t->rmsnorm_fwd(g->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
-    tp_gather(m, nf, g->norm_out, nD);
+    tp_gather(m, nf, g->norm_out, nD, wire16);
     t->matmul_fwd(la->qp, nf, w.wq, N, D, H * hd);
     t->matmul_fwd(la->kp, nf, w.wk, N, D, G * hd);
     t->matmul_fwd(la->v, nf, w.wv, N, D, G * hd);
@@ -638,7 +647,7 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     if (a->n_experts > 0) { /* MoE: tensor parallelism is refused for it, so n = N */
         model_moe_forward(m, l, la, g, g->norm_out, out);
     } else {
-        tp_gather(m, nf, g->norm_out, nD);
+        tp_gather(m, nf, g->norm_out, nD, wire16);
         t->matmul_fwd(la->gate, nf, w.w1, N, D, F);
         t->matmul_fwd(la->up, nf, w.w3, N, D, F);
         model_keep16(m, la, MODEL_ACT16_GATE, (size_t)N * F);
@@ -678,6 +687,8 @@ static void block_backward(model *m, int l, layer_acts *la) {
     block_view w = block_at(m, m->w, l), g = block_at(m, m->g, l);
     const block_geom geom = train_geom(m);
     float *dres = A->dres;
+    /* nf feeds the weight gradients' GEMMs only, df matmul_bwd's dY only (both its products) */
+    const int wire16 = model_bf16_wire(m, t, OPS_MATMUL);
 
     /* A checkpointed block: recompute its saved activations into the shared scratch. The
      * block output is not needed; A->xn (the final norm output) is free scratch by now. */
@@ -704,9 +715,9 @@ static void block_backward(model *m, int l, layer_acts *la) {
             m->balance == MODEL_BALANCE_AUX_LOSS ? A->aux + 2 * (size_t)a->n_experts : NULL};
         model_moe_backward(m, l, la, A->norm_out, dres, A->dnorm, &s);
     } else {
-        tp_gather(m, nf, A->norm_out, nD);
+        tp_gather(m, nf, A->norm_out, nD, wire16);
         t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
-        tp_gather(m, df, dres, nD);
+        tp_gather(m, df, dres, nD, wire16);
         zero(A->dhact, NF);
         t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D);
         zero(A->dgate, NF);
@@ -721,7 +732,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     t->add_rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D);
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
-    tp_gather(m, df, dres, nD);
+    tp_gather(m, df, dres, nD, wire16);
     zero(A->dqk_o, NQ);
     t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
@@ -740,7 +751,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     t->rmsnorm_bwd(A->dq, g.q_norm, A->dqn, la->qp, w.q_norm, la->q_rstd, N * H, hd);
     t->rmsnorm_bwd(A->dk, g.k_norm, A->dkn, la->kp, w.k_norm, la->k_rstd, N * G, hd);
     t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
-    tp_gather(m, nf, A->norm_out, nD);
+    tp_gather(m, nf, A->norm_out, nD, wire16);
     zero(dnf, ND);
     t->matmul_bwd(dnf, g.wq, A->dq, nf, w.wq, N, D, H * hd);
     t->matmul_bwd(dnf, g.wk, A->dk, nf, w.wk, N, D, G * hd);
@@ -800,7 +811,9 @@ static void forward_trunk(model *m, const int32_t *tokens, int training) {
     if (aux) model_moe_aux_finish(m, A->aux, A->aux + 2 * (size_t)a->n_experts);
     hook(m, L + 1, MODEL_FWD_BEGIN);
     model_final_norm(m, A->xn, A->rstd_f, A->xf, n);
-    if (A->xn_full) tp_gather(m, A->xn_full, A->xn, (size_t)n * a->dim);
+    if (A->xn_full) /* read by the lm_head + CE's GEMMs only */
+        tp_gather(m, A->xn_full, A->xn, (size_t)n * a->dim,
+                  model_bf16_wire(m, &m->ops[L + 1], OPS_LMHEAD_CE));
 }
 
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
@@ -828,7 +841,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const float *hw = head_at(m, m->w);
     float *hg = backward ? head_at(m, m->g) : NULL;
     if (m->loss_parallel_off) {
-        tp_gather(m, A->head_full, hw, VlD);
+        tp_gather(m, A->head_full, hw, VlD, model_bf16_wire(m, th, OPS_LMHEAD_CE)); /* GEMMs */
         hw = A->head_full;
         if (hg) zero(hg = A->dhead_full, VlD * m->tp.size);
     }
@@ -860,7 +873,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     if (m->tp.size == 1) {
         m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
     } else { /* all N rows' gradients, those of this shard's tokens only */
-        tp_gather(m, A->dfull, A->dres, (size_t)n * D);
+        tp_gather(m, A->dfull, A->dres, (size_t)n * D, 0); /* the fp32 embedding_bwd's */
         zero_foreign_rows(m, A->dfull, tokens);
         m->ops[0].embedding_bwd(embed_at(m, m->g), A->dfull, A->tok_local, N, D);
     }

@@ -9,6 +9,13 @@ int model_layout(model *m, base_err *err);
 /* bf16: remakes every unit's bf16 weight copy now (inference, whose weights are all present
  * and never change under a model_infer); no-op in fp32. */
 void model_bf16_sync_all(const model *m);
+/* Whether a TP / EP exchange whose received values feed nothing but GEMM operands of op k
+ * (in the unit's resolved table t) moves them in bf16: in a bf16 model whose op k rounds its
+ * operands itself (an OPS_PREC_BF16 implementation; a plugin computes on fp32, so it receives
+ * fp32), unless exchange_f32. Rounding before the exchange then gives the consumer the values
+ * it computes on anyway (bf16(bf16(x)) = bf16(x)): bitwise the same results, half the bytes.
+ * Sums (reduce-scatters, the EP combine, gradients sent back) never qualify. */
+int model_bf16_wire(const model *m, const ops_table *t, ops_kind k);
 
 /* MoE state of one block, saved by forward for backward (N token rows, K = top_k, E experts,
  * R = N*K routed rows; "sorted" = grouped by expert, stable in token order). */

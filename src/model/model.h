@@ -121,8 +121,10 @@ enum { MODEL_TP_REPLICATED, MODEL_TP_ROWS, MODEL_TP_COLS, MODEL_EP_EXPERTS };
  * (or size 1): no tensor parallelism. */
 typedef struct {
     int size, rank;
-    /* full[size * n] = every rank's local[n], in rank order */
-    void (*allgather)(void *ctx, float *full, const float *local, size_t n);
+    /* full[size * n] = every rank's local[n], in rank order; bf16 = 1: each value rounded to
+     * bf16 on the way (2 bytes on the wire), full receiving the rounded values (the model asks
+     * for it only where every consumer of full rounds it to bf16 anyway: bitwise the same) */
+    void (*allgather)(void *ctx, float *full, const float *local, size_t n, int bf16);
     /* local[n] = the sum over ranks of their full[rank n, (rank + 1) n) */
     void (*reduce_scatter)(void *ctx, float *local, const float *full, size_t n);
     /* x[n] = max (max = 1) or sum of the ranks' x[n] */
@@ -216,6 +218,7 @@ typedef struct {
      * in use (made after each gather, its pages returned at the unit's FWD_END / BWD_END, as
      * FSDP2 all-gathers bf16 per use), so the copy never holds the whole model on a rank */
     int w16_transient;
+    int exchange_f32; /* model_build_opts.exchange_f32 */
     int batch, seq_len;
     model_ac_mode ac;
     int ac_every;               /* SELECTIVE: checkpoint every ac_every-th block */
@@ -262,6 +265,10 @@ typedef struct {
     /* training.mixed_precision_param: OPS_PREC_BF16 resolves the ops' bf16 implementations
      * (GEMM operands in bf16, fp32 accumulation) and keeps a bf16 copy of the weights */
     ops_prec prec;
+    /* bf16: TP / EP exchanges whose values feed only bf16 GEMM operands move bf16 (see
+     * model_bf16_wire in model/internal.h); exchange_f32 = 1 moves them in fp32 (the tests'
+     * reference: the losses are bitwise the same) */
+    int exchange_f32;
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches

@@ -24,7 +24,10 @@
  * source's order) and sends the outputs back the same way (the reverse alltoallv), so y holds
  * exactly the rows a local run would have produced and the combine is unchanged. Backward
  * sends d y to the owners and the d xs rows back. Expert gradients are complete on their
- * owner (it saw every row routed to its experts); nothing else changes. */
+ * owner (it saw every row routed to its experts); nothing else changes. In a bf16 run the two
+ * dispatches (xs forward, d y backward: read by grouped_mm only, which rounds them) move bf16
+ * rows (model_bf16_wire), bitwise the same results; the rows sent back (outputs, d xs) are
+ * summed by the combine and the dispatch's transpose, and move fp32. */
 #include <math.h>
 #include <string.h>
 
@@ -127,24 +130,40 @@ static void ep_plan(const model *m, moe_acts *ma, const int32_t *offs) {
 }
 
 /* Rows [n, D]: to_local = 1: dst[perm[i]] = src[i] (arrival -> local), else dst[i] =
- * src[perm[i]]. */
-static void ep_permute(float *dst, const float *src, const int32_t *perm, int n, int D,
-                       int to_local) {
+ * src[perm[i]]. src16: src holds bf16 rows (expanded to fp32 exactly). */
+static void ep_permute(float *dst, const void *src, const int32_t *perm, int n, int D, int to_local,
+                       int src16) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
-        const size_t a = (size_t)i * D, b = (size_t)perm[i] * D;
-        memcpy(dst + (to_local ? b : a), src + (to_local ? a : b), sizeof(float) * (size_t)D);
+        const size_t a = (size_t)i * D, b = (size_t)perm[i] * D, s = to_local ? a : b;
+        float *d = dst + (to_local ? b : a);
+        if (src16)
+            ops_bf16_to_f32(d, (const uint16_t *)src + s, (size_t)D);
+        else
+            memcpy(d, (const float *)src + s, sizeof(float) * (size_t)D);
     }
 }
 
-/* rows: 1 = send this rank's sorted rows to the expert owners (send[R,D] -> recv[Rl,D]),
- * 0 = send the owners' rows back (send[Rl,D] -> recv[R,D]). */
-static void ep_exchange(const model *m, const moe_acts *ma, const float *send, float *recv,
-                        int to_owners) {
+/* to_owners: 1 = send this rank's sorted rows to the expert owners (send[R,D] -> recv[Rl,D]),
+ * 0 = send the owners' rows back (send[Rl,D] -> recv[R,D]); es: bytes per element. */
+static void ep_exchange(const model *m, const moe_acts *ma, const void *send, void *recv,
+                        int to_owners, size_t es) {
     const int P = m->ep.size, El = m->args.n_experts / P;
     const int32_t *srows = ma->cnt + 2 * (size_t)P * El, *rrows = srows + P;
     m->ep.alltoallv(m->ep.ctx, send, to_owners ? srows : rrows, recv, to_owners ? rrows : srows,
-                    sizeof(float) * (size_t)m->args.dim);
+                    es * (size_t)m->args.dim);
+}
+
+/* The dispatch: this rank's sorted rows src[R,D] to the expert owners, arriving (in arrival
+ * order) in arrived and put in local order into dst[Rl,D]. bf16 (model_bf16_wire: dst feeds
+ * grouped_mm's operands only): the rows are rounded into stage (R D bf16) and move at 2 bytes
+ * per element; dst holds the same values grouped_mm would round them to. */
+static void ep_dispatch(const model *m, const moe_acts *ma, const float *src, int R, void *stage,
+                        void *arrived, float *dst, int bf16) {
+    const int D = m->args.dim, Rl = ma->loffs[m->args.n_experts / m->ep.size];
+    if (bf16) ops_bf16_from_f32(stage, src, (size_t)R * D);
+    ep_exchange(m, ma, bf16 ? stage : src, arrived, 1, bf16 ? sizeof(uint16_t) : sizeof(float));
+    ep_permute(dst, arrived, ma->perm, Rl, D, 1, bf16);
 }
 
 /* Top-k of one score row s[E] (+ bias), by decreasing value, ties to the lower id. */
@@ -228,12 +247,13 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
         float *arrived = g->ep_buf, *yl = g->ep_buf + (size_t)R * m->ep.size * D;
         ep_plan(m, ma, offs);
         const int Rl = ma->loffs[El];
-        ep_exchange(m, ma, g->xs, arrived, 1);
-        ep_permute(ma->xl, arrived, ma->perm, Rl, D, 1);
+        /* xl feeds the expert GEMMs only (forward, and the weight gradients in backward); yl is
+         * free until they run: the bf16 staging */
+        ep_dispatch(m, ma, g->xs, R, yl, arrived, ma->xl, model_bf16_wire(m, t, OPS_GROUPED_MM));
         model_keep16(m, la, MODEL_ACT16_XL, (size_t)Rl * D); /* rounded by its GEMMs anyway */
         experts_fwd(m, la, t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, g->hact, yl);
-        ep_permute(arrived, yl, ma->perm, Rl, D, 0);
-        ep_exchange(m, ma, arrived, ma->y, 0);
+        ep_permute(arrived, yl, ma->perm, Rl, D, 0, 0);
+        ep_exchange(m, ma, arrived, ma->y, 0, sizeof(float)); /* outputs: summed by the combine */
     } else {
         experts_fwd(m, la, t, &w, g->xs, offs, E, R, D, Fe, g->hact, ma->y);
     }
@@ -300,11 +320,12 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
     if (m->ep.size > 1) { /* d y to the owners, their backward, d xs rows back */
         const int El = E / m->ep.size, Rl = ma->loffs[El];
         float *arrived = s->ep_buf, *dyl = s->ep_buf + (size_t)R * m->ep.size * D;
-        ep_exchange(m, ma, s->dy, arrived, 1);
-        ep_permute(dyl, arrived, ma->perm, Rl, D, 1);
+        /* d y is grouped_mm_bwd's dY only (both its products): bf16 where that rounds it;
+         * dyl is the staging until the rows arrive */
+        ep_dispatch(m, ma, s->dy, R, dyl, arrived, dyl, model_bf16_wire(m, t, OPS_GROUPED_MM));
         experts_bwd(t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, dyl, s);
-        ep_permute(arrived, dyl, ma->perm, Rl, D, 0);
-        ep_exchange(m, ma, arrived, dxs, 0);
+        ep_permute(arrived, dyl, ma->perm, Rl, D, 0, 0);
+        ep_exchange(m, ma, arrived, dxs, 0, sizeof(float)); /* d xs: summed per token */
     } else {
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < R; i++)

@@ -135,6 +135,14 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
                               ? (double)in->model.vocab_size * in->model.dim * F * ring
                               : 3 * N * 8 * 2 * ring;
         p->tp_bytes = (n * nd * ring + ce) * in->grad_accum + 2 * rep * F * ring;
+        if (in->prec == OPS_PREC_BF16) { /* model_bf16_wire: the all-gathers read only by bf16
+            GEMMs move 2 bytes per element: per block 2 forward, 4 backward and a checkpointed
+            block's 2 again; the final norm's output; loss parallel off, the lm_head weight */
+            const double g16 =
+                (6.0 * L + 2.0 * n_ckpt + 1) * nd * ring + (in->loss_parallel_off ? ce : 0);
+            p->tp_bf16_bytes = g16 / 2 * in->grad_accum;
+            p->tp_bytes -= p->tp_bf16_bytes;
+        }
     }
     if (ep > 1) {
         const double R = (double)in->batch * in->seq_len * in->model.top_k,
@@ -144,6 +152,10 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->ep_experts = own / es * F;
         p->ep_collectives = (int64_t)(5 * L + 3 * n_ckpt) * in->grad_accum;
         p->ep_bytes = xchg * rows * ring * in->grad_accum;
+        if (in->prec == OPS_PREC_BF16) { /* the dispatches (half the exchanges) move bf16 */
+            p->ep_bf16_bytes = (2.0 * L + n_ckpt) * rows * ring / 2 * in->grad_accum;
+            p->ep_bytes -= p->ep_bf16_bytes;
+        }
     }
     model_build_opts o = {
         .batch = in->batch, .seq_len = in->seq_len, .with_grads = 1, .prec = in->prec};
@@ -255,7 +267,9 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                     budget_gib);
         fprintf(f, "   (configured)\n");
     }
-    fprintf(f, "traffic per rank per step (fp32)         GiB\n");
+    fprintf(f, "traffic per rank per step (fp32%s)%s GiB\n",
+            in->prec == OPS_PREC_BF16 ? ", bf16 where said" : "",
+            in->prec == OPS_PREC_BF16 ? "" : "        ");
     fprintf(f, "  all-gather parameters            %10.3f   (%lld collectives)\n",
             p->allgather_bytes / G, (long long)p->allgathers);
     fprintf(f, "  reduce-scatter gradients         %10.3f   (%lld collectives)\n",
@@ -265,10 +279,20 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     if (p->par.tp > 1)
         fprintf(f, "  tensor parallel (SP, CE, norms)  %10.3f   (%lld collectives)\n",
                 p->tp_bytes / G, (long long)p->tp_collectives);
+    if (p->par.tp > 1 && p->tp_bf16_bytes > 0)
+        fprintf(f,
+                "    of which bf16                  %10.3f   (the all-gathers read only by "
+                "GEMMs; sums fp32)\n",
+                p->tp_bf16_bytes / G);
     if (p->par.ep > 1)
         fprintf(
             f, "  all-to-all tokens (EP)           %10.3f   (%lld collectives; balanced routing)\n",
             p->ep_bytes / G, (long long)p->ep_collectives);
+    if (p->par.ep > 1 && p->ep_bf16_bytes > 0)
+        fprintf(f,
+                "    of which bf16                  %10.3f   (the dispatches; the rows sent back "
+                "fp32)\n",
+                p->ep_bf16_bytes / G);
 }
 
 train_plan_in train_plan_in_of(const train_opts *o, int world) {

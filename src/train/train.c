@@ -103,6 +103,9 @@ static void print_header(const train_opts *o, const model *m, const train_source
         printf("; GEMM operands and attention inputs bf16 (engine %s), fp32 master weights, "
                "gradients, AdamW, norms, softmax and loss",
                ops_bf16_engine());
+    if (o->prec == OPS_PREC_BF16 && (mesh->tp > 1 || mesh->ep > 1))
+        printf("; %s exchanges read only by bf16 GEMMs moved in %s", mesh->tp > 1 ? "TP" : "EP",
+               o->exchange_f32 ? "fp32 (TITAN_BF16_EXCHANGE)" : "bf16");
     printf("\n  GEMM peak: fp32 %.1f GFLOP/s (%s)", peak[0].flops / 1e9, peak[0].how);
     if (o->prec == OPS_PREC_BF16)
         printf("; bf16 %.1f GFLOP/s (%s)", peak[1].flops / 1e9, peak[1].how);
@@ -201,7 +204,8 @@ static int run_setup(run *r, base_err *err) {
                            .ac_every = o->ac_every,
                            .moe_force_balance = o->moe_force_balance,
                            .loss_parallel_off = o->loss_parallel_off,
-                           .prec = o->prec};
+                           .prec = o->prec,
+                           .exchange_f32 = o->exchange_f32};
     if (train_stop_install(o->preemption_signal, err)) return -1;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh->dp_shard > 1 ? model_build_external(m, &o->model, &bo, err)

@@ -81,6 +81,9 @@ typedef struct {
     int ce_chunk;            /* tokens per fused lm_head+CE chunk (0 = automatic) */
     ops_prec prec;           /* training.mixed_precision_param (resolved against the CPU) */
     char prec_why[160];      /* how prec was chosen, for the header */
+    /* $TITAN_BF16_EXCHANGE=float32 (tests only): a bf16 run moves its TP / EP exchanges in
+     * fp32 (model_build_opts.exchange_f32), the reference of the bf16 ones */
+    int exchange_f32;
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
     dist_mesh_cfg par;         /* [parallelism] degrees (dp_shard resolved against the world) */
@@ -491,6 +494,9 @@ typedef struct {
      * [batch*seq_len, dim] activations and the loss-parallel CE's row reductions, per step */
     double tp_bytes;
     int64_t tp_collectives;
+    /* bf16 plans: the bytes of tp_bytes / ep_bytes moved in bf16 (model_bf16_wire: TP's
+     * all-gathers read only by GEMMs, EP's dispatches); the rest is fp32 */
+    double tp_bf16_bytes, ep_bf16_bytes;
     /* expert parallelism (ep > 1): this rank's expert stacks (whole, inside params), the
      * all-to-all buffers (inside the activations: [R ep, D] x2 plus the expert-side rows),
      * and the token dispatch per step: 4 alltoallv of [R, D] routed rows per MoE block and

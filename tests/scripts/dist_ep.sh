@@ -13,10 +13,12 @@
 #     losses and final parameters within 1e-5 as in 1.
 #  4. Refusals, by name: ep that does not divide n_experts, ep that does not divide dp_shard,
 #     ep with tensor parallelism, ep on a dense model.
+#  5. (before 4.) bf16: the dispatches move bf16, bitwise the same losses as fp32 transport.
 # AdamW eps is 1e-6, as in dist_tp.sh (summation-order differences of ~1e-7 in gradients of
 # ~1e-8 would otherwise become visible update differences).
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
+py=${4:-python3} # wire_check's (tests/dist.cmake passes the venv's)
 dense=("${small[@]}" --set tie_embeddings=0 --optimizer.eps 1e-6)
 model=("${dense[@]}" --set num_experts=4 --set top_k=2 --set moe_inter_dim=32)
 ep2=(--parallelism.expert_parallel_degree 2)
@@ -61,6 +63,44 @@ mpi 4 "${m[@]}" "${ep2[@]}" --metrics "$out/efsdp.jsonl" --dump-folder "$out/efs
 grep -q "dp_shard 4 x tp 1 x ep 2" "$out/efsdp.log" || { cat "$out/efsdp.log"; exit 1; }
 same_losses "ep=2 x efsdp=2 vs 1 rank x 4 microbatches" "$out/ref4.jsonl" "$out/efsdp.jsonl"
 "$diff_tool" "$out/efsdp/checkpoint" "$out/ref4/checkpoint" 1e-5
+
+# 5. bf16: the dispatches (routed rows forward, their gradients backward: read by grouped_mm only,
+#    model_bf16_wire) move bf16. ep=2 with the aux loss and full activation checkpointing against
+#    the same run with fp32 transport (TITAN_BF16_EXCHANGE=float32): losses bitwise equal, and
+#    the profiled step 5 makes the same collectives, the dispatches at half the bytes (per block
+#    forward, recompute and backward: 3 x 2 blocks, each this rank's R = 64 x 2 routed rows of
+#    64, 32768 bytes in fp32); the rows sent back (summed) and the count exchanges unchanged.
+#    Again with block 0's grouped_mm on the fp32 "grouped" implementation (a [kernels]
+#    override): its dispatches stay fp32, block 1's 3 are halved.
+#    Against 1 rank x 2 microbatches in bf16 within 1e-4 (measured 8.2e-6; 2.3e-9 without the
+#    aux loss and AC: a last-bit fp32 difference of the accumulation order, rounded to bf16 by
+#    the next GEMM, becomes a bf16 step now and then).
+rows=$((128 * 64 * 4))
+for case in bf16 block0_fp32; do
+  m=("${model[@]}" "${aux[@]}" --training.mixed_precision_param=bfloat16 --steps 5 --batch 2
+     --ac full --profiling.enable_profiling true --profiling.profile_freq 5
+     --profiling.profiler_active 1 --profiling.profiler_warmup 0)
+  want=("halved 6" "halved all-to-all-v (MoE dispatch) $rows x 6")
+  [ $case = block0_fp32 ] && m+=(--kernels.overrides 'layers.0.moe.grouped_mm=grouped') &&
+    want=("halved 3" "halved all-to-all-v (MoE dispatch) $rows x 3")
+  mpi 2 "${m[@]}" "${ep2[@]}" --metrics "$out/bf_$case.jsonl" --dump-folder "$out/bf_$case" \
+      > "$out/bf_$case.log" 2>&1 || { cat "$out/bf_$case.log"; exit 1; }
+  grep -q "EP exchanges read only by bf16 GEMMs moved in bf16" "$out/bf_$case.log" ||
+    { cat "$out/bf_$case.log"; exit 1; }
+  TITAN_BF16_EXCHANGE=float32 mpi 2 "${m[@]}" "${ep2[@]}" --metrics "$out/bff_$case.jsonl" \
+      --dump-folder "$out/bff_$case" > "$out/bff_$case.log" 2>&1 || { cat "$out/bff_$case.log"; exit 1; }
+  grep -q "moved in fp32 (TITAN_BF16_EXCHANGE)" "$out/bff_$case.log" ||
+    { cat "$out/bff_$case.log"; exit 1; }
+  identical_losses "bf16 ep=2, bf16 vs fp32 exchanges ($case)" "$out/bf_$case.jsonl" \
+      "$out/bff_$case.jsonl"
+  wire_check "bf16 ep=2 collectives ($case)" "$out/bf_$case" "$out/bff_$case" 5 expert-parallel \
+      "${want[@]}"
+  if [ $case = bf16 ]; then
+    "$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/bf1.jsonl" --dump-folder "$out/bf1" \
+        > /dev/null 2>&1
+    same_losses "bf16 ep=2 vs 1 rank x 2 microbatches" "$out/bf1.jsonl" "$out/bf_$case.jsonl" 0 1e-4
+  fi
+done
 
 # 4. refusals
 refused() { # name, expected message, np, args...

@@ -20,6 +20,7 @@
 # step is 9e-8, the same as gradient accumulation's 8.6e-8).
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
+py=${4:-python3} # wire_check's (tests/dist.cmake passes the venv's)
 model=("${small[@]}" --optimizer.eps 1e-6)
 tp2=(--parallelism.tensor_parallel_degree 2)
 # 1. tp=2 against one rank
@@ -80,3 +81,47 @@ if mpi 2 "${model[@]}" --set n_kv_heads=1 --steps 1 "${tp2[@]}" > "$out/kv.log" 
 grep -q "n_kv_heads (1) must be a multiple of tensor_parallel_degree (2)" "$out/kv.log" ||
   { cat "$out/kv.log"; exit 1; }
 echo "ok n_kv_heads=1 with tp=2 is refused"
+
+# 6. bf16: the all-gathers read only by bf16 GEMMs move bf16 (model_bf16_wire). Against the same
+#    run with fp32 transport (TITAN_BF16_EXCHANGE=float32) the losses are bitwise equal and the
+#    profiled step 5 makes the same collectives, these at half the bytes: per block 6 of the
+#    [N,D] = [64,64] norm outputs and residual gradients (2 forward, 4 backward; a checkpointed
+#    block 2 more), the final norm's output, and (loss parallel off) the lm_head weight
+#    [300,64]; the embedding gradient's gather (read by the fp32 embedding backward) and every
+#    reduce-scatter and all-reduce unchanged. Cases: tied; untied with full AC and loss
+#    parallel off; tied with block 1's matmul on the fp32 "default" implementation (a
+#    [kernels] override), whose gathers then stay fp32 (block 0's 6 and the final norm's
+#    halved). Against 1 rank in bf16 within 1e-4 (measured 2.6e-5: the row-parallel partial
+#    sums change the fp32 summation order, and bf16 rounding of the next GEMM's operands turns
+#    some of those last-bit differences into bf16 steps).
+bf=(--training.mixed_precision_param=bfloat16 --steps 5 --batch 2 --profiling.enable_profiling true
+    --profiling.profile_freq 5 --profiling.profiler_active 1 --profiling.profiler_warmup 0)
+nd=$((64 * 64 * 4))
+for case in tied untied_full_nlp block1_fp32; do
+  case $case in
+    tied) m=("${model[@]}" "${bf[@]}" --set tie_embeddings=1)
+          want=("halved 13" "halved all-gather $nd x 13") ;;
+    untied_full_nlp) m=("${model[@]}" "${bf[@]}" --set tie_embeddings=0 --ac full)
+          want=("halved 18" "halved all-gather $nd x 17" "halved all-gather $((300 * 64 * 4)) x 1") ;;
+    block1_fp32) m=("${model[@]}" "${bf[@]}" --set tie_embeddings=1
+                    --kernels.overrides 'layers.1.matmul=default')
+          want=("halved 7" "halved all-gather $nd x 7") ;;
+  esac
+  "$titan" train "${m[@]}" --metrics "$out/bf1_$case.jsonl" --dump-folder "$out/bf1_$case" \
+      > /dev/null 2>&1
+  [ $case = untied_full_nlp ] && m+=(--parallelism.disable_loss_parallel)
+  mpi 2 "${m[@]}" "${tp2[@]}" --metrics "$out/bf_$case.jsonl" --dump-folder "$out/bf_$case" \
+      > "$out/bf_$case.log" 2>&1 || { cat "$out/bf_$case.log"; exit 1; }
+  grep -q "TP exchanges read only by bf16 GEMMs moved in bf16" "$out/bf_$case.log" ||
+    { cat "$out/bf_$case.log"; exit 1; }
+  TITAN_BF16_EXCHANGE=float32 mpi 2 "${m[@]}" "${tp2[@]}" \
+      --metrics "$out/bff_$case.jsonl" --dump-folder "$out/bff_$case" > "$out/bff_$case.log" 2>&1 ||
+    { cat "$out/bff_$case.log"; exit 1; }
+  grep -q "moved in fp32 (TITAN_BF16_EXCHANGE)" "$out/bff_$case.log" ||
+    { cat "$out/bff_$case.log"; exit 1; }
+  identical_losses "bf16 tp=2, bf16 vs fp32 exchanges ($case)" "$out/bf_$case.jsonl" \
+      "$out/bff_$case.jsonl"
+  same_losses "bf16 tp=2 vs 1 rank ($case)" "$out/bf1_$case.jsonl" "$out/bf_$case.jsonl" 0 1e-4
+  wire_check "bf16 tp=2 collectives ($case)" "$out/bf_$case" "$out/bff_$case" 5 tensor-parallel \
+      "${want[@]}"
+done
