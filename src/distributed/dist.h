@@ -233,6 +233,12 @@ typedef struct {
     int64_t gathers, reduces;
 } dist_fsdp_stats;
 void dist_fsdp_get_stats(const dist_fsdp *f, dist_fsdp_stats *s);
+/* What one all-gather of a part of len elements, exact of them fp32-only, moves (bytes of the
+ * whole part, as dist_fsdp_stats counts them) under bf16 transport (bf16 1) or not; *bf16_bytes
+ * (may be NULL) gets the part that travels as bf16, *collectives how many all-gathers it takes
+ * (1, or 2 for a mixed part). `titan plan` counts with it. */
+double dist_fsdp_part_bytes(size_t len, size_t exact, int bf16, double *bf16_bytes,
+                            int *collectives);
 
 /* ---- tensor parallelism: slices of a model in the full layout ------------------------
  * dist knows no model: the trainer describes this rank's slices as runs (what the model's

@@ -110,6 +110,22 @@ static size_t exact_copy(const dist_fsdp *f, size_t lo, size_t hi, float *packed
     return n;
 }
 
+/* How a part of len elements, xl of them exact, travels: a mixed part costs 2 bytes an
+ * element plus 4 per exact one, so fp32 from half exact on. */
+static int move_of(size_t len, size_t xl, int bf16) {
+    return !bf16 || 2 * xl >= len ? MOVE_F32 : xl ? MOVE_MIXED : MOVE_BF16;
+}
+
+double dist_fsdp_part_bytes(size_t len, size_t exact, int bf16, double *bf16_bytes,
+                            int *collectives) {
+    const int move = move_of(len, exact, bf16);
+    const double h = move == MOVE_F32 ? 0 : 2.0 * (double)len;
+    if (bf16_bytes) *bf16_bytes = h;
+    if (collectives) *collectives = move == MOVE_MIXED ? 2 : 1;
+    return move == MOVE_F32 ? 4.0 * (double)len
+                            : h + (move == MOVE_MIXED ? 4.0 * (double)exact : 0);
+}
+
 /* bf16 transport: how each part travels, and its ranks' exact elements (mixed parts). */
 static int plan_moves(dist_fsdp *f, const dist_fsdp_cfg *c, base_err *err) {
     const size_t n = (size_t)f->n;
@@ -137,10 +153,7 @@ static int plan_moves(dist_fsdp *f, const dist_fsdp_cfg *c, base_err *err) {
                          lo = x->offset + part_at(x, k), P = (size_t)q->P;
             const size_t xl = exact_copy(f, lo, lo + len, NULL, NULL, 0);
             f->xlen[i] = xl;
-            /* mixed costs 2 bytes an element plus 4 per exact one: fp32 beyond half */
-            f->move[i] = !f->gather_bf16 || P == 1 || 2 * xl >= len ? MOVE_F32
-                         : xl                                       ? MOVE_MIXED
-                                                                    : MOVE_BF16;
+            f->move[i] = (unsigned char)move_of(len, xl, f->gather_bf16 && P > 1);
             int at = 0;
             for (size_t r = 0; r < P; r++) {
                 const size_t j = (size_t)u * P + r, a = lo + (size_t)q->displ[j];
