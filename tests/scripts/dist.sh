@@ -29,8 +29,9 @@ done
 # once per step; 2 ranks x 1 microbatch follow 1 rank x 2 microbatches. The all-gathers move as
 # bf16 every parameter that only bf16 GEMMs read (rounded before the send: rounding is
 # idempotent), the others (norm weights, the embedding table, so a tied lm_head too) exact, so
-# the run is BITWISE the fp32-transport one (TITAN_FSDP_GATHER=float32): the same losses, the
-# same checkpoint (param_diff 0) and the same fp32 HF export (the final gather is exact).
+# the run is BITWISE the fp32-transport one (TITAN_FSDP_GATHER=float32): the same losses and
+# validation loss, the same checkpoint (param_diff 0) and the same fp32 HF export (the final
+# gather is exact).
 # Gathered bytes per step and rank (metrics fsdp_gather_bytes; the whole unit per gather) for
 # `small` (D 64, 2 blocks of 36864 matrix elements + 160 norm elements, V x D = 19200):
 #   fp32 untied: 4 x (2 x 19200 embedding (forward, backward) + 4 x 37024 blocks + 19264 head)
@@ -45,9 +46,15 @@ mpi_gather() { # mpi_gather DTYPE ARGS...: mpi 2 with TITAN_FSDP_GATHER=DTYPE on
 }
 gather_bytes() { grep -o '"fsdp_gather_bytes": [^,}]*' "$1" | cut -d' ' -f2 | sort -u | tr '\n' ' '; }
 declare -A want=([auto0]="491136 " [float320]="823040 " [auto1]="375808 " [float321]="669440 ")
+# validation at step 5 on the training model (its shapes): the forward-only pass leaves the head
+# gathered, bf16-rounded, and the export's gather must gather it again exact
+for i in $(seq 1 20); do printf 'The quick brown fox %d jumps over the lazy dog.\n\n' "$i"; done \
+  > "$out/val.txt"
+val=(--validation.enable --validation.dataset_path "$out/val.txt" --validation.freq 5
+     --validation.steps 2 --validation.seq_len 32 --validation.local_batch_size 2)
 for tie in 1 0; do
   m=("${model[@]}" --set tie_embeddings=$tie --steps 5 --training.mixed_precision_param=bfloat16
-     --batch 2)
+     --batch 2 "${val[@]}")
   "$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/bf_ref$tie.jsonl" \
       --dump-folder "$out/bf_ref$tie" > "$out/bf_ref$tie.log" 2>&1
   for g in auto float32; do
@@ -60,11 +67,15 @@ for tie in 1 0; do
   done
   same_losses "bf16 (tie=$tie): dp_shard=2 vs 1 rank x 2 microbatches" "$out/bf_ref$tie.jsonl" \
       "$out/bf_auto_$tie.jsonl"
-  cmp <(losses "$out/bf_auto_$tie.jsonl") <(losses "$out/bf_float32_$tie.jsonl") ||
-    { echo "FAIL bf16 tie=$tie: bf16 and fp32 gathers give different losses"; exit 1; }
+  vl() { grep -o '"val_loss": [^,}]*' "$1"; }
+  [ -n "$(vl "$out/bf_auto_$tie.jsonl")" ] &&
+  cmp <(losses "$out/bf_auto_$tie.jsonl"; vl "$out/bf_auto_$tie.jsonl") \
+      <(losses "$out/bf_float32_$tie.jsonl"; vl "$out/bf_float32_$tie.jsonl") ||
+    { echo "FAIL bf16 tie=$tie: bf16 and fp32 gathers give different (validation) losses"; exit 1; }
   "$diff_tool" "$out/bf_auto_$tie/checkpoint" "$out/bf_float32_$tie/checkpoint" 0
   cmp "$out/bf_auto_$tie/hf/model.safetensors" "$out/bf_float32_$tie/hf/model.safetensors"
-  echo "ok bf16 (tie=$tie): bf16 gathers bitwise the fp32 ones (losses, checkpoint, export);" \
+  echo "ok bf16 (tie=$tie): bf16 gathers bitwise the fp32 ones (losses, checkpoint, export," \
+       "validation);" \
        "gathered bytes per step $(gather_bytes "$out/bf_auto_$tie.jsonl")vs" \
        "$(gather_bytes "$out/bf_float32_$tie.jsonl")"
 done
