@@ -3,12 +3,13 @@
 #  1. FSDP equivalence: the same global batch split over ranks agrees with one rank using
 #     gradient accumulation: dp_shard=2 (2 ranks) and dp_shard=4, dp_replicate=2 x dp_shard=2
 #     (HSDP, 4 ranks) against 1 rank x 2 microbatches: the losses of 5 steps within 1e-5
-#     relative, the final parameters within 1e-5 relative L2.
+#     relative, the final parameters within 1e-5 relative L2. In bf16 (tied and untied),
+#     2 ranks with FSDP's bf16 all-gathers against the same run with fp32 ones: bitwise the
+#     same losses, validation, checkpoint and export, and the gathered bytes as derived below.
 #  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
 #     steps 6..10 match a straight 1-rank run within 1e-5.
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
 #     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
-#  Also bf16 mixed precision: FSDP's bf16 all-gathers against its fp32 ones, bitwise (below).
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
 #     folder rank 0 cannot create (and lock) at the start.
 set -euo pipefail
