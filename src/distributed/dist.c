@@ -388,24 +388,25 @@ void dist_reduce_scatter_block_f32(dist_comm *c, const float *send, float *recv,
     if (recv != send) memcpy(recv, send, n * sizeof(float));
 }
 
-void dist_iallgatherv_f32(dist_comm *c, const float *send, float *recv, const int *counts,
-                          const int *displs, dist_req *r) {
+void dist_iallgatherv(dist_comm *c, const void *send, void *recv, const int *counts,
+                      const int *displs, size_t elem, dist_req *r) {
     r->active = 0;
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {
         double t0 = base_now();
+        const MPI_Datatype t = elem == 2 ? MPI_UINT16_T : MPI_FLOAT;
         r->comm = c;
         r->seq = dist_wd_start(c);
         r->bytes = 0;
-        for (int i = 0; i < c->size; i++) r->bytes += 4.0 * counts[i];
-        MPI_Iallgatherv(send, counts[c->rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT, c->comm,
-                        &r->req);
+        for (int i = 0; i < c->size; i++) r->bytes += (double)elem * counts[i];
+        MPI_Iallgatherv(send, counts[c->rank], t, recv, counts, displs, t, c->comm, &r->req);
         g_comm_s += base_now() - t0;
         r->active = 1;
         return;
     }
 #endif
-    if (recv + displs[0] != send) memcpy(recv + displs[0], send, sizeof(float) * (size_t)counts[0]);
+    char *at = (char *)recv + elem * (size_t)displs[0];
+    if (at != send) memcpy(at, send, elem * (size_t)counts[0]);
 }
 
 double dist_wait(dist_req *r) {

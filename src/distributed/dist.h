@@ -151,7 +151,18 @@ void dist_mesh_free(dist_mesh *m);
  * group's owner saw every token of its group routed to the expert; efsdp sums the groups).
  * ep = dp_shard: efsdp = 1, the local part whole in the shard, copied and kept as it is.
  * HSDP (dp_replicate > 1): dist_fsdp_sync_replicas all-reduces the shard gradients over the
- * replicas once per step. */
+ * replicas once per step.
+ * bf16 transport (dist_fsdp_cfg.gather_bf16, bf16 mixed precision): the all-gathers move each
+ * shard rounded to bf16 (round to nearest even), 2 bytes an element, except the elements of
+ * the `exact` spans (parameters some fp32 op reads), which arrive exact: a unit without such
+ * elements is one bf16 all-gather, a unit of exact ones only one fp32 all-gather, and a mixed
+ * unit one bf16 all-gather of the whole plus one fp32 all-gather of its exact elements,
+ * written over their rounded values (when exact ones are under half the unit; else fp32).
+ * The full buffer then holds bf16-rounded values outside the spans. Rounding is idempotent,
+ * so a consumer that rounds them to bf16 itself (a bf16 GEMM) sees bitwise what it would
+ * have seen: the caller names as exact whatever else reads them. Gradients are
+ * reduce-scattered in fp32, the shards are never rounded, and dist_fsdp_gather_all gathers
+ * exact values (exports, evaluation copies). A group of one rank copies, exact. */
 typedef enum {
     DIST_RESHARD_DEFAULT, /* blocks and an untied embedding after forward; the head stays */
     DIST_RESHARD_ALWAYS,  /* every unit after its forward */
@@ -173,14 +184,21 @@ typedef struct {
 typedef struct dist_fsdp dist_fsdp;
 
 typedef struct {
+    size_t offset, len; /* elements [offset, offset + len) of the flat buffer */
+} dist_span;
+
+typedef struct {
     const dist_unit *units; /* [n_units], in buffer order, covering [0, n_floats) */
     int n_units;
     size_t n_floats;
     dist_reshard reshard;
-    int head_unit;   /* the unit whose parameters stay by default (the last) */
-    int pinned_unit; /* a unit kept gathered from forward to backward (tied embedding
-                        used by the head), or -1 */
-    float *w, *g;    /* dp_shard = 1: the model's own buffers (aliased as the shard) */
+    int head_unit;          /* the unit whose parameters stay by default (the last) */
+    int pinned_unit;        /* a unit kept gathered from forward to backward (tied embedding
+                               used by the head), or -1 */
+    float *w, *g;           /* dp_shard = 1: the model's own buffers (aliased as the shard) */
+    int gather_bf16;        /* 1: bf16 transport (above); 0: every all-gather fp32 */
+    const dist_span *exact; /* [n_exact] in buffer order, disjoint: what stays fp32 */
+    int n_exact;
 } dist_fsdp_cfg;
 
 int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c, base_err *err);
@@ -205,21 +223,29 @@ void dist_fsdp_begin_step(dist_fsdp *f);
 /* Copies this rank's shard of unit u out of the full buffer (written there by the caller:
  * initialisation, loading) and releases the unit. */
 void dist_fsdp_store_unit(dist_fsdp *f, int unit);
-/* All-gathers every unit into the full buffer (HF export, sampling, a second model). */
+/* All-gathers every unit into the full buffer, exact (fp32) under bf16 transport too (HF
+ * export, sampling, a second model). */
 void dist_fsdp_gather_all(dist_fsdp *f);
 /* Releases every gathered unit. */
 void dist_fsdp_release_all(dist_fsdp *f);
 /* HSDP: sums the shard gradients over the dp_replicate ranks. */
 void dist_fsdp_sync_replicas(dist_fsdp *f);
 
-/* Traffic of this rank since creation: bytes received by all-gathers, bytes sent into
- * reduce-scatters and replica all-reduces, and the seconds spent waiting for them. */
+/* Traffic of this rank since creation: bytes received by all-gathers (of them
+ * gather_bf16_bytes as bf16), bytes sent into reduce-scatters and replica all-reduces, and the
+ * seconds spent waiting for them. A gather's bytes count the whole unit (its own shard too). */
 typedef struct {
-    double gather_bytes, reduce_bytes, allreduce_bytes;
+    double gather_bytes, gather_bf16_bytes, reduce_bytes, allreduce_bytes;
     double gather_s, reduce_s, allreduce_s;
     int64_t gathers, reduces;
 } dist_fsdp_stats;
 void dist_fsdp_get_stats(const dist_fsdp *f, dist_fsdp_stats *s);
+/* What one all-gather of a part of len elements, exact of them fp32-only, moves (bytes of the
+ * whole part, as dist_fsdp_stats counts them) under bf16 transport (bf16 1) or not; *bf16_bytes
+ * (may be NULL) gets the part that travels as bf16, *collectives how many all-gathers it takes
+ * (1, or 2 for a mixed part). `titan plan` counts with it. */
+double dist_fsdp_part_bytes(size_t len, size_t exact, int bf16, double *bf16_bytes,
+                            int *collectives);
 
 /* ---- tensor parallelism: slices of a model in the full layout ------------------------
  * dist knows no model: the trainer describes this rank's slices as runs (what the model's

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "distributed/internal.h"
+#include "ops/ops.h"
 
 /* One part of every unit, sharded over its own group: the dense part (elements
  * [0, numel - local)) over dp_shard, the expert part ([numel - local, numel)) over efsdp. */
@@ -16,7 +17,22 @@ typedef struct {
     int P, me;        /* the group's ranks, this rank's index among them */
     size_t *S;        /* [n] shard length of the part of each unit: ceil(len / P) */
     int *cnt, *displ; /* [n * P] elements rank r owns of the part, and where they start in it */
+    /* [n * P] bf16 transport, mixed parts: the exact elements in rank r's piece, and where
+     * they start among the part's exact elements (in buffer order) */
+    int *xcnt, *xdispl;
 } fsdp_part;
+
+/* How part k of unit u travels (index u * N_PARTS + k) under bf16 transport: all fp32, all
+ * bf16, or bf16 with its exact elements gathered again in fp32 and written over them. */
+enum { MOVE_F32, MOVE_BF16, MOVE_MIXED };
+
+/* The buffers of one part's gather in flight (bf16 transport; NULL otherwise): the shard
+ * rounded [cnt_me] and the part [len] as bf16, the exact elements of the shard [xcnt_me]
+ * and of the part [xlen]. */
+typedef struct {
+    uint16_t *h_send, *h_recv;
+    float *x_send, *x_recv;
+} fsdp_buf;
 
 struct dist_fsdp {
     dist_comm *rep;
@@ -30,8 +46,19 @@ struct dist_fsdp {
     size_t map_bytes; /* > 0: w and g are our mappings */
     float *ws, *gs;   /* the shard vectors [shard_len] (P = 1: w and g themselves) */
     float *tmp;       /* [max_S] reduce-scatter result */
+    /* [n] 0: released; GOT_ROUNDED: gathered under bf16 transport; GOT_EXACT: all fp32 */
     unsigned char *gathered;
-    dist_req *req; /* [n * N_PARTS] the gathers in flight */
+    unsigned char *pending; /* [n] what the gathers in flight of a unit will leave */
+    dist_req *req;          /* [n * N_PARTS] the gathers in flight */
+    dist_req *xreq;         /* [n * N_PARTS] their exact elements' gathers (mixed parts) */
+    /* bf16 transport: exact[n_exact] the spans that stay fp32; move, xlen [n * N_PARTS] how
+     * each part travels and its exact elements; buf [n * N_PARTS] the buffers in flight */
+    int gather_bf16;
+    dist_span *exact;
+    int n_exact;
+    unsigned char *move;
+    size_t *xlen;
+    fsdp_buf *buf;
     dist_reshard reshard;
     int head, pinned;
     dist_range *ranges;
@@ -39,6 +66,8 @@ struct dist_fsdp {
     size_t page;
     dist_fsdp_stats st;
 };
+
+enum { GOT_ROUNDED = 1, GOT_EXACT = 2 };
 
 static void add_range(dist_fsdp *f, size_t shard_off, size_t global_off, size_t len) {
     dist_range *prev = f->n_ranges ? &f->ranges[f->n_ranges - 1] : NULL;
@@ -60,6 +89,81 @@ static size_t part_at(const dist_unit *x, int k) {
 /* Where part k of unit u starts in the shard vector. */
 static size_t part_soff(const dist_fsdp *f, int u, int k) {
     return f->soff[u] + (k == PART_DENSE ? 0 : f->part[PART_DENSE].S[u]);
+}
+
+/* The exact elements of the flat range [lo, hi), in order: counted (packed NULL), copied
+ * from at[g - lo] into packed[0 ..] (pack = 1), or from packed back to at (pack = 0).
+ * Returns how many. */
+static size_t exact_copy(const dist_fsdp *f, size_t lo, size_t hi, float *packed, float *at,
+                         int pack) {
+    size_t n = 0;
+    for (int i = 0; i < f->n_exact && f->exact[i].offset < hi; i++) {
+        const size_t a = f->exact[i].offset > lo ? f->exact[i].offset : lo,
+                     e = f->exact[i].offset + f->exact[i].len, b = e < hi ? e : hi;
+        if (a >= b) continue;
+        if (packed && pack)
+            memcpy(packed + n, at + (a - lo), (b - a) * sizeof(float));
+        else if (packed)
+            memcpy(at + (a - lo), packed + n, (b - a) * sizeof(float));
+        n += b - a;
+    }
+    return n;
+}
+
+/* How a part of len elements, xl of them exact, travels: a mixed part costs 2 bytes an
+ * element plus 4 per exact one, so fp32 from half exact on. */
+static int move_of(size_t len, size_t xl, int bf16) {
+    return !bf16 || 2 * xl >= len ? MOVE_F32 : xl ? MOVE_MIXED : MOVE_BF16;
+}
+
+double dist_fsdp_part_bytes(size_t len, size_t exact, int bf16, double *bf16_bytes,
+                            int *collectives) {
+    const int move = move_of(len, exact, bf16);
+    const double h = move == MOVE_F32 ? 0 : 2.0 * (double)len;
+    if (bf16_bytes) *bf16_bytes = h;
+    if (collectives) *collectives = move == MOVE_MIXED ? 2 : 1;
+    return move == MOVE_F32 ? 4.0 * (double)len
+                            : h + (move == MOVE_MIXED ? 4.0 * (double)exact : 0);
+}
+
+/* bf16 transport: how each part travels, and its ranks' exact elements (mixed parts). */
+static int plan_moves(dist_fsdp *f, const dist_fsdp_cfg *c, base_err *err) {
+    const size_t n = (size_t)f->n;
+    f->gather_bf16 = c->gather_bf16;
+    f->n_exact = c->n_exact;
+    f->exact = calloc((size_t)c->n_exact + 1, sizeof *f->exact);
+    f->move = calloc(n * N_PARTS, 1);
+    f->xlen = calloc(n * N_PARTS, sizeof *f->xlen);
+    f->buf = calloc(n * N_PARTS, sizeof *f->buf);
+    if (!f->exact || !f->move || !f->xlen || !f->buf) return base_fail(err, "out of memory");
+    for (int i = 0; i < c->n_exact; i++) {
+        f->exact[i] = c->exact[i];
+        if (c->exact[i].offset + c->exact[i].len > c->n_floats ||
+            (i && c->exact[i].offset < c->exact[i - 1].offset + c->exact[i - 1].len))
+            return base_fail(err,
+                             "fsdp: exact span %d ([%zu, +%zu)) must lie in the buffer after "
+                             "the previous one",
+                             i, c->exact[i].offset, c->exact[i].len);
+    }
+    for (int u = 0; u < f->n; u++) {
+        const dist_unit *x = &f->units[u];
+        for (int k = 0; k < N_PARTS; k++) {
+            const fsdp_part *q = &f->part[k];
+            const size_t i = (size_t)u * N_PARTS + (size_t)k, len = part_len(x, k),
+                         lo = x->offset + part_at(x, k), P = (size_t)q->P;
+            const size_t xl = exact_copy(f, lo, lo + len, NULL, NULL, 0);
+            f->xlen[i] = xl;
+            f->move[i] = (unsigned char)move_of(len, xl, f->gather_bf16 && P > 1);
+            int at = 0;
+            for (size_t r = 0; r < P; r++) {
+                const size_t j = (size_t)u * P + r, a = lo + (size_t)q->displ[j];
+                q->xcnt[j] = (int)exact_copy(f, a, a + (size_t)q->cnt[j], NULL, NULL, 0);
+                q->xdispl[j] = at;
+                at += q->xcnt[j];
+            }
+        }
+    }
+    return 0;
 }
 
 int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c, base_err *err) {
@@ -85,15 +189,20 @@ int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c
         q->S = calloc(n, sizeof *q->S);
         q->cnt = calloc(n * (size_t)q->P, sizeof *q->cnt);
         q->displ = calloc(n * (size_t)q->P, sizeof *q->displ);
-        oom |= !q->S || !q->cnt || !q->displ;
+        q->xcnt = calloc(n * (size_t)q->P, sizeof *q->xcnt);
+        q->xdispl = calloc(n * (size_t)q->P, sizeof *q->xdispl);
+        oom |= !q->S || !q->cnt || !q->displ || !q->xcnt || !q->xdispl;
     }
     f->units = calloc(n, sizeof *f->units);
     f->S = calloc(n, sizeof *f->S);
     f->soff = calloc(n, sizeof *f->soff);
     f->gathered = calloc(n, 1);
+    f->pending = calloc(n, 1);
     f->req = calloc(n * N_PARTS, sizeof *f->req);
+    f->xreq = calloc(n * N_PARTS, sizeof *f->xreq);
     f->ranges = calloc(N_PARTS * n, sizeof *f->ranges);
-    if (oom || !f->units || !f->S || !f->soff || !f->gathered || !f->req || !f->ranges) {
+    if (oom || !f->units || !f->S || !f->soff || !f->gathered || !f->pending || !f->req ||
+        !f->xreq || !f->ranges) {
         dist_fsdp_free(f);
         return base_fail(err, "out of memory");
     }
@@ -131,6 +240,10 @@ int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c
     if (at != c->n_floats) {
         dist_fsdp_free(f);
         return base_fail(err, "fsdp: the units cover %zu of %zu elements", at, c->n_floats);
+    }
+    if (plan_moves(f, c, err)) {
+        dist_fsdp_free(f);
+        return -1;
     }
     if (f->P == 1) { /* the shard is the whole buffer: the model's own */
         f->w = f->ws = c->w;
@@ -171,12 +284,20 @@ void dist_fsdp_free(dist_fsdp *f) {
         free(f->part[k].S);
         free(f->part[k].cnt);
         free(f->part[k].displ);
+        free(f->part[k].xcnt);
+        free(f->part[k].xdispl);
     }
     free(f->units);
     free(f->S);
     free(f->soff);
     free(f->gathered);
+    free(f->pending);
     free(f->req);
+    free(f->xreq);
+    free(f->exact);
+    free(f->move);
+    free(f->xlen);
+    free(f->buf);
     free(f->ranges);
     free(f);
 }
@@ -227,40 +348,91 @@ static void drop(const dist_fsdp *f, float *base, size_t off, size_t n, int zero
 
 static int in_flight(const dist_fsdp *f, int u) {
     for (int k = 0; k < N_PARTS; k++)
-        if (f->req[u * N_PARTS + k].active) return 1;
+        if (f->req[u * N_PARTS + k].active || f->xreq[u * N_PARTS + k].active) return 1;
     return 0;
 }
 
-/* Waits for unit u's gathers. */
-static void wait_gather(dist_fsdp *f, int u) {
-    for (int k = 0; k < N_PARTS; k++) f->st.gather_s += dist_wait(&f->req[u * N_PARTS + k]);
+/* Waits for unit u's gathers; use: expand what came as bf16 into the full buffer and write
+ * the exact elements over it (else the buffers are only freed: the unit is being dropped). */
+static void wait_gather(dist_fsdp *f, int u, int use) {
+    const dist_unit *x = &f->units[u];
+    for (int k = 0; k < N_PARTS; k++) {
+        const size_t i = (size_t)u * N_PARTS + (size_t)k, len = part_len(x, k),
+                     lo = x->offset + part_at(x, k);
+        f->st.gather_s += dist_wait(&f->req[i]) + dist_wait(&f->xreq[i]);
+        fsdp_buf *b = &f->buf[i];
+        if (!b->h_recv) continue;
+        if (use) {
+            ops_bf16_to_f32(f->w + lo, b->h_recv, len);
+            if (b->x_recv) exact_copy(f, lo, lo + len, b->x_recv, f->w + lo, 0);
+        }
+        base_free(b->h_send);
+        base_free(b->h_recv);
+        base_free(b->x_send);
+        base_free(b->x_recv);
+        *b = (fsdp_buf){0};
+    }
 }
 
 /* Starts the all-gather of each part of unit u over its group (a copy in a one-rank group:
- * the experts whole here under ep = dp_shard). */
-static void start_gather(dist_fsdp *f, int u) {
+ * the experts whole here under ep = dp_shard); exact: fp32 whatever the transport. */
+static void start_gather(dist_fsdp *f, int u, int exact) {
     if (f->gathered[u] || in_flight(f, u)) return;
     const dist_unit *x = &f->units[u];
+    int rounded = 0;
     for (int k = 0; k < N_PARTS; k++) {
         const fsdp_part *q = &f->part[k];
-        const size_t len = part_len(x, k), at = (size_t)u * (size_t)q->P;
+        const size_t len = part_len(x, k), at = (size_t)u * (size_t)q->P,
+                     i = (size_t)u * N_PARTS + (size_t)k, me = at + (size_t)q->me;
         if (!len) continue;
-        dist_iallgatherv_f32(q->comm, f->ws + part_soff(f, u, k), f->w + x->offset + part_at(x, k),
-                             q->cnt + at, q->displ + at, &f->req[u * N_PARTS + k]);
-        if (q->P > 1) f->st.gather_bytes += (double)len * sizeof(float);
+        float *dst = f->w + x->offset + part_at(x, k);
+        const float *src = f->ws + part_soff(f, u, k);
+        const int move = exact ? MOVE_F32 : f->move[i];
+        if (move == MOVE_F32) {
+            dist_iallgatherv(q->comm, src, dst, q->cnt + at, q->displ + at, sizeof(float),
+                             &f->req[i]);
+            if (q->P > 1) f->st.gather_bytes += (double)len * sizeof(float);
+            continue;
+        }
+        rounded = 1;
+        fsdp_buf *b = &f->buf[i];
+        const size_t mine = (size_t)q->cnt[me], xl = f->xlen[i];
+        b->h_send = base_alloc_uninit((mine ? mine : 1) * sizeof(uint16_t));
+        b->h_recv = base_alloc_uninit(len * sizeof(uint16_t));
+        if (move == MOVE_MIXED) {
+            b->x_send = base_alloc_uninit(((size_t)q->xcnt[me] + 1) * sizeof(float));
+            b->x_recv = base_alloc_uninit(xl * sizeof(float));
+        }
+        if (!b->h_send || !b->h_recv || (move == MOVE_MIXED && (!b->x_send || !b->x_recv))) {
+            base_log(BASE_LOG_ERROR, "fsdp: out of memory for the bf16 all-gather of unit %d", u);
+            dist_abort(1);
+        }
+        ops_bf16_from_f32(b->h_send, src, mine);
+        dist_iallgatherv(q->comm, b->h_send, b->h_recv, q->cnt + at, q->displ + at,
+                         sizeof(uint16_t), &f->req[i]);
+        f->st.gather_bytes += (double)len * sizeof(uint16_t);
+        f->st.gather_bf16_bytes += (double)len * sizeof(uint16_t);
+        if (move == MOVE_MIXED) {
+            const size_t a = x->offset + part_at(x, k) + (size_t)q->displ[me];
+            exact_copy(f, a, a + mine, b->x_send, (float *)src, 1);
+            dist_iallgatherv(q->comm, b->x_send, b->x_recv, q->xcnt + at, q->xdispl + at,
+                             sizeof(float), &f->xreq[i]);
+            f->st.gather_bytes += (double)xl * sizeof(float);
+        }
     }
+    f->pending[u] = rounded ? GOT_ROUNDED : GOT_EXACT;
     f->st.gathers++;
 }
 
 /* Unit u's parameters complete in the full buffer. */
 static void ensure(dist_fsdp *f, int u) {
-    start_gather(f, u);
-    wait_gather(f, u);
-    f->gathered[u] = 1;
+    start_gather(f, u, 0);
+    wait_gather(f, u, 1);
+    if (!f->gathered[u]) f->gathered[u] = f->pending[u];
 }
 
 static void release_params(dist_fsdp *f, int u) {
-    wait_gather(f, u);
+    wait_gather(f, u, 0);
     if (!f->gathered[u]) return;
     drop(f, f->w, f->units[u].offset, f->units[u].numel, 0);
     f->gathered[u] = 0;
@@ -298,14 +470,14 @@ void dist_fsdp_hook(dist_fsdp *f, int u, dist_phase p) {
     switch (p) {
     case DIST_FWD_BEGIN:
         ensure(f, u);
-        if (u + 1 < f->n) start_gather(f, u + 1); /* prefetch while u computes */
+        if (u + 1 < f->n) start_gather(f, u + 1, 0); /* prefetch while u computes */
         break;
     case DIST_FWD_END:
         if (release_after_forward(f, u)) release_params(f, u);
         break;
     case DIST_BWD_BEGIN:
         ensure(f, u);
-        if (u > 0) start_gather(f, u - 1);
+        if (u > 0) start_gather(f, u - 1, 0);
         break;
     case DIST_BWD_END:
         reduce(f, u);
@@ -333,13 +505,17 @@ void dist_fsdp_store_unit(dist_fsdp *f, int u) {
         memcpy(f->ws + part_soff(f, u, k), f->w + x->offset + part_at(x, k) + (size_t)q->me * S,
                nk * sizeof(float));
     }
-    f->gathered[u] = 1; /* whatever is there goes */
+    f->gathered[u] = GOT_EXACT; /* whatever is there goes */
     release_params(f, u);
 }
 
 void dist_fsdp_gather_all(dist_fsdp *f) {
     if (f->P == 1) return;
-    for (int u = 0; u < f->n; u++) start_gather(f, u);
+    for (int u = 0; u < f->n; u++) { /* rounded units (gathered or in flight) again, exact */
+        if (f->gathered[u] == GOT_ROUNDED || (in_flight(f, u) && f->pending[u] == GOT_ROUNDED))
+            release_params(f, u);
+        start_gather(f, u, 1);
+    }
     for (int u = 0; u < f->n; u++) ensure(f, u);
 }
 

@@ -65,10 +65,11 @@ double dist_wd_leave(double t0);
 /* Stops the thread and frees the window (collective over the world; dist_finalize). */
 void dist_wd_finalize(void);
 
-/* recv[displs[r] .. + counts[r]) = rank r's send[counts[r]]: started, finished by
- * dist_wait. With one rank: a copy (nothing when send == recv). */
-void dist_iallgatherv_f32(dist_comm *c, const float *send, float *recv, const int *counts,
-                          const int *displs, dist_req *r);
+/* recv[displs[r] .. + counts[r]) = rank r's send[counts[r]], elements of elem bytes (4:
+ * fp32, 2: bf16 bit patterns): started, finished by dist_wait. With one rank: a copy
+ * (nothing when send == recv). */
+void dist_iallgatherv(dist_comm *c, const void *send, void *recv, const int *counts,
+                      const int *displs, size_t elem, dist_req *r);
 /* Waits for r; returns the seconds waited. */
 double dist_wait(dist_req *r);
 /* recv[counts[me]] = the sum over ranks of their send[displs[me] .. + counts[me]) (send holds

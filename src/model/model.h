@@ -105,6 +105,11 @@ typedef struct {
     int ndim;
     int64_t shape[3];
     int is_norm; /* RMSNorm weight (init ones) */
+    /* The ops that read it, forward and backward: bits 1u << OPS_<kind> (the matrices:
+     * matmul or grouped_mm; the lm_head and a tied embedding: lmhead_ce and matmul (the
+     * logits of model_lm_head); the embedding table: embedding; norm weights: rmsnorm and
+     * add_rmsnorm). See model_param_prec. */
+    unsigned readers;
     /* Tensor parallelism: where this (local) parameter sits in the full layout. tp_split:
      * MODEL_TP_REPLICATED (the whole tensor on every rank), MODEL_TP_ROWS (rank r holds rows
      * [r d0, (r+1) d0) of the full tensor's tp d0 rows) or MODEL_TP_COLS (columns
@@ -327,6 +332,16 @@ size_t model_tp_runs(const model *m, size_t off, size_t len, model_run *out, siz
 /* Checks that a_full can be split over tp ranks (divisibility, dense) and fills *local with
  * the per-rank shapes. */
 int model_tp_local_args(const model_args *a_full, int tp, model_args *local, base_err *err);
+
+/* The precision parameter p is computed with: OPS_PREC_BF16 when every op that reads it (its
+ * readers, in the tables of the units that use it: its own, and the head's for a tied
+ * embedding) is a bf16 implementation, so that only its bf16 rounding ever enters a result:
+ * a copy rounded to bf16 (round to nearest even, idempotent) then gives bitwise the same
+ * training (FSDP's bf16 all-gathers, dist_fsdp_cfg.exact). OPS_PREC_F32 when one reader
+ * computes with its fp32 value (norm weights, the embedding table, hence a tied lm_head) or
+ * the model is fp32. A model without ops tables (model_describe: `titan plan`) answers for
+ * the default implementations under m->prec (set by the caller). */
+ops_prec model_param_prec(const model *m, const model_param *p);
 
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);

@@ -171,54 +171,61 @@ int model_args_validate(const model_args *a, base_err *err) {
 }
 
 /* The size table: every parameter of the model in its fixed order. `emit` is called once
- * per parameter with its shape (d1 = 0: 1-D; d2 = 0: at most 2-D); the same walk serves
- * counting, layout and inspection. */
+ * per parameter with its shape (d1 = 0: 1-D; d2 = 0: at most 2-D) and the ops that read it
+ * (model_param.readers); the same walk serves counting, layout and inspection. */
 typedef void (*param_emit)(void *ctx, int unit, const char *name, const char *hf_name, int64_t d0,
-                           int64_t d1, int64_t d2, int is_norm);
+                           int64_t d1, int64_t d2, int is_norm, unsigned readers);
 
+#define RD(K) (1u << OPS_##K)
 static void walk_params(const model_args *a, param_emit emit, void *ctx) {
     const int64_t D = a->dim, q = (int64_t)a->n_heads * a->head_dim,
                   kv = (int64_t)a->n_kv_heads * a->head_dim, hd = a->head_dim, F = a->ffn_dim,
                   V = a->vocab_size, E = a->n_experts, Fe = a->moe_ffn_dim,
                   El = a->n_local_experts > 0 ? a->n_local_experts : E; /* EP: this rank's */
-    emit(ctx, 0, "tok_embeddings.weight", "model.embed_tokens.weight", V, D, 0, 0);
+    const unsigned head = RD(LMHEAD_CE) | RD(MATMUL); /* the loss; model_lm_head's logits */
+    emit(ctx, 0, "tok_embeddings.weight", "model.embed_tokens.weight", V, D, 0, 0,
+         RD(EMBEDDING) | (a->tie_embeddings ? head : 0));
     for (int l = 0; l < a->n_layers; l++) {
         char n[96], h[96];
         const int u = 1 + l;
-#define P(tt, hf, d0, d1, d2, norm)                                                                \
+#define P(tt, hf, d0, d1, d2, norm, readers)                                                       \
     do {                                                                                           \
         snprintf(n, sizeof n, "layers.%d." tt, l);                                                 \
         snprintf(h, sizeof h, "model.layers.%d." hf, l);                                           \
-        emit(ctx, u, n, h, d0, d1, d2, norm);                                                      \
+        emit(ctx, u, n, h, d0, d1, d2, norm, readers);                                             \
     } while (0)
-        P("attention_norm.weight", "input_layernorm.weight", D, 0, 0, 1);
-        P("attention.wq.weight", "self_attn.q_proj.weight", q, D, 0, 0);
-        P("attention.wk.weight", "self_attn.k_proj.weight", kv, D, 0, 0);
-        P("attention.wv.weight", "self_attn.v_proj.weight", kv, D, 0, 0);
-        P("attention.q_norm.weight", "self_attn.q_norm.weight", hd, 0, 0, 1);
-        P("attention.k_norm.weight", "self_attn.k_norm.weight", hd, 0, 0, 1);
-        P("attention.wo.weight", "self_attn.o_proj.weight", D, q, 0, 0);
-        P("ffn_norm.weight", "post_attention_layernorm.weight", D, 0, 0, 1);
+        P("attention_norm.weight", "input_layernorm.weight", D, 0, 0, 1, RD(RMSNORM));
+        P("attention.wq.weight", "self_attn.q_proj.weight", q, D, 0, 0, RD(MATMUL));
+        P("attention.wk.weight", "self_attn.k_proj.weight", kv, D, 0, 0, RD(MATMUL));
+        P("attention.wv.weight", "self_attn.v_proj.weight", kv, D, 0, 0, RD(MATMUL));
+        P("attention.q_norm.weight", "self_attn.q_norm.weight", hd, 0, 0, 1, RD(RMSNORM));
+        P("attention.k_norm.weight", "self_attn.k_norm.weight", hd, 0, 0, 1, RD(RMSNORM));
+        P("attention.wo.weight", "self_attn.o_proj.weight", D, q, 0, 0, RD(MATMUL));
+        /* forward and backward add_rmsnorm; backward's recomputed norm output rmsnorm */
+        P("ffn_norm.weight", "post_attention_layernorm.weight", D, 0, 0, 1,
+          RD(ADD_RMSNORM) | RD(RMSNORM));
         if (E > 0) {
             /* torchtitan v0.2.2 names; experts stacked [E, out, in] (spec §3.1, §3.2) */
-            P("moe.router.gate.weight", "mlp.gate.weight", E, D, 0, 0);
-            P("moe.experts.w1", "mlp.experts.*.gate_proj.weight", El, Fe, D, 0);
-            P("moe.experts.w3", "mlp.experts.*.up_proj.weight", El, Fe, D, 0);
-            P("moe.experts.w2", "mlp.experts.*.down_proj.weight", El, D, Fe, 0);
+            P("moe.router.gate.weight", "mlp.gate.weight", E, D, 0, 0, RD(MATMUL));
+            P("moe.experts.w1", "mlp.experts.*.gate_proj.weight", El, Fe, D, 0, RD(GROUPED_MM));
+            P("moe.experts.w3", "mlp.experts.*.up_proj.weight", El, Fe, D, 0, RD(GROUPED_MM));
+            P("moe.experts.w2", "mlp.experts.*.down_proj.weight", El, D, Fe, 0, RD(GROUPED_MM));
         } else {
-            P("feed_forward.w1.weight", "mlp.gate_proj.weight", F, D, 0, 0);
-            P("feed_forward.w3.weight", "mlp.up_proj.weight", F, D, 0, 0);
-            P("feed_forward.w2.weight", "mlp.down_proj.weight", D, F, 0, 0);
+            P("feed_forward.w1.weight", "mlp.gate_proj.weight", F, D, 0, 0, RD(MATMUL));
+            P("feed_forward.w3.weight", "mlp.up_proj.weight", F, D, 0, 0, RD(MATMUL));
+            P("feed_forward.w2.weight", "mlp.down_proj.weight", D, F, 0, 0, RD(MATMUL));
         }
 #undef P
     }
-    emit(ctx, 1 + a->n_layers, "norm.weight", "model.norm.weight", D, 0, 0, 1);
+    emit(ctx, 1 + a->n_layers, "norm.weight", "model.norm.weight", D, 0, 0, 1, RD(RMSNORM));
     if (!a->tie_embeddings)
-        emit(ctx, 1 + a->n_layers, "output.weight", "lm_head.weight", V, D, 0, 0);
+        emit(ctx, 1 + a->n_layers, "output.weight", "lm_head.weight", V, D, 0, 0, head);
 }
 
+#undef RD
+
 static void count_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
-                       int64_t d1, int64_t d2, int is_norm) {
+                       int64_t d1, int64_t d2, int is_norm, unsigned readers) {
     model_counts *c = ctx;
     int64_t n = d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1);
     c->total += n;
@@ -254,7 +261,7 @@ typedef struct {
 } layout_ctx;
 
 static void layout_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
-                        int64_t d1, int64_t d2, int is_norm) {
+                        int64_t d1, int64_t d2, int is_norm, unsigned readers) {
     layout_ctx *lc = ctx;
     model *m = lc->m;
     model_param *p = &m->params[m->n_params++];
@@ -268,6 +275,7 @@ static void layout_emit(void *ctx, int unit, const char *name, const char *hf, i
     p->shape[2] = d2;
     p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
     p->is_norm = is_norm;
+    p->readers = readers;
     model_unit *u = &m->units[unit];
     if (u->numel == 0) u->offset = lc->offset;
     u->numel += p->numel;
@@ -277,7 +285,7 @@ static void layout_emit(void *ctx, int unit, const char *name, const char *hf, i
 /* The full layout's walk (same order as the local one): records each parameter's full
  * offset and how the local tensor slices it. */
 static void full_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0, int64_t d1,
-                      int64_t d2, int is_norm) {
+                      int64_t d2, int is_norm, unsigned readers) {
     layout_ctx *lc = ctx;
     model_param *p = &lc->m->params[lc->m->n_params++];
     p->full_offset = lc->offset;
@@ -289,7 +297,7 @@ static void full_emit(void *ctx, int unit, const char *name, const char *hf, int
 }
 
 static void count_only(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
-                       int64_t d1, int64_t d2, int is_norm) {
+                       int64_t d1, int64_t d2, int is_norm, unsigned readers) {
     (*(int *)ctx)++;
 }
 
@@ -322,6 +330,22 @@ int model_describe(model *m, const model_args *a, base_err *err) {
     m->args = m->full_args = *a;
     m->tp.size = 1;
     return model_layout(m, err);
+}
+
+ops_prec model_param_prec(const model *m, const model_param *p) {
+    if (m->prec != OPS_PREC_BF16 || !p->readers) return OPS_PREC_F32;
+    const int head = m->args.n_layers + 1;
+    /* the units whose tables run its readers: a tied embedding is the head's lm_head too */
+    const int units[2] = {p->unit, p->unit == 0 && m->args.tie_embeddings ? head : p->unit};
+    for (int k = 0; k < OPS_COUNT; k++) {
+        if (!(p->readers & (1u << k))) continue;
+        for (int i = 0; i < 2; i++) {
+            const ops_prec pr =
+                m->ops ? m->ops[units[i]].impl[k]->prec : ops_default_prec_of((ops_kind)k, m->prec);
+            if (pr != OPS_PREC_BF16) return OPS_PREC_F32;
+        }
+    }
+    return OPS_PREC_BF16;
 }
 
 const model_param *model_find_param(const model *m, const char *name) {

@@ -109,6 +109,10 @@ const ops_impl *ops_find(ops_kind op, const char *name);
 /* All registered implementations, in registration order. */
 int ops_list(const ops_impl **out, int max);
 
+/* The compute precision of op's default implementation in a model of precision prec (what
+ * ops_resolve picks without an override). */
+ops_prec ops_default_prec_of(ops_kind op, ops_prec prec);
+
 /* Resolves every op for `layer_path` (e.g. "layers.3") from defaults and overrides,
  * checks each implementation's constraints against ctx, and logs every non-default choice.
  * An override applies to an op when its pattern equals the op name or glob-matches

@@ -170,6 +170,12 @@ const ops_impl *ops_default_impl(ops_kind op) {
     return ops_default(op);
 }
 
+ops_prec ops_default_prec_of(ops_kind op, ops_prec prec) {
+    ops_register_builtin();
+    const ops_impl *d = ops_default_prec(op, prec);
+    return d ? d->prec : OPS_PREC_F32;
+}
+
 /* A decimal run at *s (at most 9 digits) into *v, advancing *s; 0 when there is none. */
 static int ops_digits(const char **s, long *v) {
     const char *p = *s;

@@ -133,6 +133,7 @@ typedef struct {
     double step_s, data_s, comm_s;
     double val_loss, val_s; /* validation: mean loss, seconds; val_tokens tokens */
     int64_t val_tokens;
+    double gather_bytes, reduce_bytes; /* this rank's FSDP all-gathers / reduce-scatters */
 } train_step_metrics;
 /* start: the step resumed after (0 = a fresh run: a new metrics.jsonl; else the file keeps
  * its lines up to start and is appended to); last: the run's last step. TensorBoard goes to
@@ -271,8 +272,9 @@ typedef struct {
     double loss;     /* token mean over all ranks, plus the MoE aux loss when on */
     double max_loss; /* the max over data-parallel ranks of their own mean (+ aux) */
     double norm, lr, aux;
-    int64_t ntok;                  /* this rank's tokens */
-    double step_s, data_s, comm_s; /* this rank's seconds: the step, loading, collectives */
+    int64_t ntok;                      /* this rank's tokens */
+    double step_s, data_s, comm_s;     /* this rank's seconds: the step, loading, collectives */
+    double gather_bytes, reduce_bytes; /* this rank's FSDP traffic in the step (dist_fsdp_stats) */
 } train_step_result;
 int train_step(train_job *j, int step, train_step_result *r, base_err *err);
 /* Mean loss over the validation set (or its first o->val.steps batches) with the weights of

@@ -213,7 +213,10 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
             s->max_loss, (long long)s->ntokens, s->step_s);
     if (t->start > 0 && s->step == t->start + 1) /* the report page marks resumes */
         fprintf(jl, ", \"resumed_from\": %lld", (long long)t->start);
-    if (t->world > 1) fprintf(jl, ", \"comm_s\": %.17g", s->comm_s);
+    if (t->world > 1)
+        fprintf(jl,
+                ", \"comm_s\": %.17g, \"fsdp_gather_bytes\": %.17g, \"fsdp_reduce_bytes\": %.17g",
+                s->comm_s, s->gather_bytes, s->reduce_bytes);
     if (log_now)
         fprintf(jl,
                 ", \"window_tps\": %.17g, \"window_tflops\": %.17g, \"window_mfu\": %.17g, "

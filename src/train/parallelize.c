@@ -16,10 +16,32 @@ static void fsdp_hook(void *ctx, int unit, model_phase p) {
     dist_fsdp_hook(ctx, unit, (dist_phase)p);
 }
 
+/* The parameters some fp32 op reads (model_param_prec), as spans of the flat buffer, adjacent
+ * ones merged: what FSDP's bf16 transport gathers exact. NULL when out of memory. */
+static dist_span *exact_spans(const model *m, int *n) {
+    dist_span *s = calloc((size_t)m->n_params + 1, sizeof *s);
+    *n = 0;
+    for (int k = 0; s && k < m->n_params; k++) {
+        const model_param *p = &m->params[k];
+        if (model_param_prec(m, p) == OPS_PREC_BF16) continue;
+        if (*n && s[*n - 1].offset + s[*n - 1].len == p->offset)
+            s[*n - 1].len += p->numel;
+        else
+            s[(*n)++] = (dist_span){p->offset, p->numel};
+    }
+    return s;
+}
+
 int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_fsdp **f,
                      base_err *err) {
     dist_unit *u = calloc((size_t)m->n_units, sizeof *u);
-    if (!u) return base_fail(err, "out of memory");
+    int n_exact = 0;
+    dist_span *exact = exact_spans(m, &n_exact);
+    if (!u || !exact) {
+        free(u);
+        free(exact);
+        return base_fail(err, "out of memory");
+    }
     for (int i = 0; i < m->n_units; i++) {
         u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0};
         /* EP: a block's expert stacks (its last parameters) are this rank's own */
@@ -27,11 +49,28 @@ int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_
             if (m->params[k].unit == i && m->params[k].tp_split == MODEL_EP_EXPERTS)
                 u[i].local += m->params[k].numel;
     }
-    dist_fsdp_cfg c = {
-        u,    m->n_units, m->n_floats, o->reshard, m->n_units - 1, o->model.tie_embeddings ? 0 : -1,
-        m->w, m->g};
+    /* bf16: parameters only bf16 GEMMs read travel as bf16 (bitwise the same steps: see
+     * dist.h); TITAN_FSDP_GATHER=float32 keeps every gather fp32 (the tests' reference) */
+    const char *env = getenv("TITAN_FSDP_GATHER");
+    if (env && env[0] && strcmp(env, "float32") && strcmp(env, "auto")) {
+        free(u);
+        free(exact);
+        return base_fail(err, "TITAN_FSDP_GATHER: '%s': expected float32 or auto", env);
+    }
+    dist_fsdp_cfg c = {.units = u,
+                       .n_units = m->n_units,
+                       .n_floats = m->n_floats,
+                       .reshard = o->reshard,
+                       .head_unit = m->n_units - 1,
+                       .pinned_unit = o->model.tie_embeddings ? 0 : -1,
+                       .w = m->w,
+                       .g = m->g,
+                       .gather_bf16 = m->prec == OPS_PREC_BF16 && !(env && !strcmp(env, "float32")),
+                       .exact = exact,
+                       .n_exact = n_exact};
     int rc = dist_fsdp_new(f, mesh, &c, err);
     free(u);
+    free(exact);
     if (rc) return -1;
     m->w = dist_fsdp_full_params(*f);
     m->g = dist_fsdp_full_grads(*f);

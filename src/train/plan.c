@@ -99,20 +99,49 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         }
         p->gathered = peak * F;
         p->comm_buffers = (max_shard + max_unit) * F;
-        /* gathers per microbatch: released units twice (forward, backward), others once */
-        double ag = 0;
+        /* gathers per microbatch: released units twice (forward, backward), others once; the
+         * dense part over dp_shard, the own experts over efsdp (ring: (k-1)/k of the bytes).
+         * bf16: what only bf16 GEMMs read travels as bf16 (dist_fsdp_part_bytes) */
+        const int b16 = in->prec == OPS_PREC_BF16;
+        m.prec = in->prec;
+        double ag = 0, ag16 = 0, buf16 = 0;
         int64_t n_ag = 0;
         for (int u = 0; u < m.n_units; u++) {
             const int pinned = tied && u == 0, is_head = u == L + 1;
             int times = 2;
             if (in->reshard == DIST_RESHARD_NEVER || pinned || is_head) times = 1;
-            ag += times * (double)m.units[u].numel;
+            size_t loc = 0, xd = 0, xl = 0; /* own experts; exact elements of each part */
+            for (int i = 0; i < m.n_params; i++) {
+                const model_param *q = &m.params[i];
+                if (q->unit != u) continue;
+                const int mine = ep > 1 && strstr(q->name, ".moe.experts.") != NULL,
+                          exact = model_param_prec(&m, q) != OPS_PREC_BF16;
+                loc += mine ? q->numel : 0;
+                *(mine ? &xl : &xd) += exact ? q->numel : 0;
+            }
+            const struct {
+                size_t len, exact;
+                int k;
+            } part[2] = {{m.units[u].numel - loc, xd, ds}, {loc, xl, es}};
+            for (int k = 0; k < 2; k++) {
+                if (!part[k].len || part[k].k == 1) continue;
+                double h = 0;
+                int nc = 1;
+                const double b = dist_fsdp_part_bytes(part[k].len, part[k].exact, b16, &h, &nc),
+                             ring = (double)(part[k].k - 1) / part[k].k;
+                ag += times * b * ring;
+                ag16 += times * h * ring;
+                buf16 = dmax(buf16, h);
+                if (k == 0) n_ag += times * (nc - 1); /* a mixed part's fp32 patch */
+            }
             n_ag += times;
         }
-        ag -= 2 * own; /* EP: the own experts are gathered over efsdp, not dp_shard */
-        p->allgather_bytes =
-            (ag * F * (ds - 1) / ds + 2 * own * F * (es - 1) / es) * in->grad_accum;
+        p->allgather_bytes = ag * in->grad_accum;
+        p->allgather_bf16_bytes = ag16 * in->grad_accum;
         p->allgathers = n_ag * in->grad_accum;
+        /* bf16: a gather in flight receives into its own bf16 buffer (one unit at a time:
+         * the prefetched one) */
+        p->comm_buffers += buf16;
         p->reduce_scatter_bytes =
             (((double)m.n_floats - own) * (ds - 1) / ds + own * (es - 1) / es) * F * in->grad_accum;
         p->reduce_scatters = (int64_t)m.n_units * in->grad_accum;
@@ -267,13 +296,22 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                     budget_gib);
         fprintf(f, "   (configured)\n");
     }
-    fprintf(f, "traffic per rank per step (fp32%s)%s GiB\n",
-            in->prec == OPS_PREC_BF16 ? ", bf16 where said" : "",
-            in->prec == OPS_PREC_BF16 ? "" : "        ");
-    fprintf(f, "  all-gather parameters            %10.3f   (%lld collectives)\n",
-            p->allgather_bytes / G, (long long)p->allgathers);
-    fprintf(f, "  reduce-scatter gradients         %10.3f   (%lld collectives)\n",
-            p->reduce_scatter_bytes / G, (long long)p->reduce_scatters);
+    if (in->prec == OPS_PREC_BF16) { /* bytes by dtype: see dist.h's bf16 transport */
+        fprintf(f, "traffic per rank per step (fp32, bf16 where said) GiB\n");
+        fprintf(f,
+                "  all-gather parameters            %10.3f   (%lld collectives; bf16 %.3f, fp32 "
+                "%.3f: norm weights, embedding)\n",
+                p->allgather_bytes / G, (long long)p->allgathers, p->allgather_bf16_bytes / G,
+                (p->allgather_bytes - p->allgather_bf16_bytes) / G);
+        fprintf(f, "  reduce-scatter gradients         %10.3f   (%lld collectives; fp32)\n",
+                p->reduce_scatter_bytes / G, (long long)p->reduce_scatters);
+    } else {
+        fprintf(f, "traffic per rank per step (fp32)         GiB\n");
+        fprintf(f, "  all-gather parameters            %10.3f   (%lld collectives)\n",
+                p->allgather_bytes / G, (long long)p->allgathers);
+        fprintf(f, "  reduce-scatter gradients         %10.3f   (%lld collectives)\n",
+                p->reduce_scatter_bytes / G, (long long)p->reduce_scatters);
+    }
     fprintf(f, "  all-reduce gradients (HSDP)      %10.3f\n", p->allreduce_bytes / G);
     fprintf(f, "  all-reduce scalars               %10.0f B\n", p->scalar_bytes);
     if (p->par.tp > 1)

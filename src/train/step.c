@@ -81,6 +81,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     const int aux_on = m->balance == MODEL_BALANCE_AUX_LOSS;
     double t0 = base_now();
     const double comm0 = dist_comm_seconds();
+    dist_fsdp_stats st0, st1;
+    dist_fsdp_get_stats(f, &st0);
     int64_t valid = 0;
     for (int mb = 0; mb < o->grad_accum; mb++) {
         if (train_source_next(j->src, j->tok + mb * NT, j->tgt + mb * NT, o->batch, o->seq_len,
@@ -144,6 +146,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     optim_adamw_step(j->opt, ws, gs, &o->adamw, lr);
     train_prof_phase("optimizer step", t_opt);
     const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
+    dist_fsdp_get_stats(f, &st1);
     *r = (train_step_result){.loss = loss,
                              .max_loss = max_loss,
                              .norm = norm,
@@ -152,6 +155,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
                              .ntok = (int64_t)NT * o->grad_accum,
                              .step_s = dt,
                              .data_s = t_data,
-                             .comm_s = comm};
+                             .comm_s = comm,
+                             .gather_bytes = st1.gather_bytes - st0.gather_bytes,
+                             .reduce_bytes = st1.reduce_bytes - st0.reduce_bytes};
     return 0;
 }

@@ -351,8 +351,9 @@ static int run_steps(run *r, base_err *err) {
             val_s = base_now() - t_val;
         }
         const train_step_metrics sm = {
-            step,           r->mesh.dp_size, s.loss,   s.max_loss, s.norm,   s.lr,  s.aux,  s.ntok,
-            r->tokens_seen, s.step_s,        s.data_s, s.comm_s,   val_loss, val_s, val_tok};
+            step,     r->mesh.dp_size, s.loss,         s.max_loss,     s.norm,        s.lr,
+            s.aux,    s.ntok,          r->tokens_seen, s.step_s,       s.data_s,      s.comm_s,
+            val_loss, val_s,           val_tok,        s.gather_bytes, s.reduce_bytes};
         if (train_metrics_log_step(r->mx, &sm, &r->m, err)) return -1;
         const int stop_sig = train_stop_agree(r->mesh.world_comm); /* save this step, stop */
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */

@@ -489,6 +489,7 @@ typedef struct {
     double total_none, total_full;
     /* per step, per rank */
     double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;
+    double allgather_bf16_bytes; /* of allgather_bytes, moved as bf16 (bf16 plans) */
     int64_t allgathers, reduce_scatters;
     /* tensor parallelism (tp > 1): the sequence-parallel all-gathers / reduce-scatters of
      * [batch*seq_len, dim] activations and the loss-parallel CE's row reductions, per step */

@@ -3,7 +3,9 @@
 #  1. FSDP equivalence: the same global batch split over ranks agrees with one rank using
 #     gradient accumulation: dp_shard=2 (2 ranks) and dp_shard=4, dp_replicate=2 x dp_shard=2
 #     (HSDP, 4 ranks) against 1 rank x 2 microbatches: the losses of 5 steps within 1e-5
-#     relative, the final parameters within 1e-5 relative L2.
+#     relative, the final parameters within 1e-5 relative L2. In bf16 (tied and untied),
+#     2 ranks with FSDP's bf16 all-gathers against the same run with fp32 ones: bitwise the
+#     same losses, validation, checkpoint and export, and the gathered bytes as derived below.
 #  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
 #     steps 6..10 match a straight 1-rank run within 1e-5.
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
@@ -25,13 +27,63 @@ for tie in 1 0; do
   "$diff_tool" "$out/fsdp2_$tie/checkpoint" "$out/ref$tie/checkpoint" 1e-5
 done
 # bf16 mixed precision under FSDP: each rank's bf16 weight copy is made from the gathered units
-# once per step; 2 ranks x 1 microbatch follow 1 rank x 2 microbatches
-m=("${model[@]}" --set tie_embeddings=1 --steps 5 --training.mixed_precision_param=bfloat16)
-"$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/bf_ref.jsonl" \
-    --dump-folder "$out/bf_ref" > "$out/bf_ref.log" 2>&1
-mpi 2 "${m[@]}" --batch 2 --metrics "$out/bf_fsdp2.jsonl" --dump-folder "$out/bf_fsdp2" \
-    > "$out/bf_fsdp2.log" 2>&1 || { cat "$out/bf_fsdp2.log"; exit 1; }
-same_losses "bf16: dp_shard=2 vs 1 rank x 2 microbatches" "$out/bf_ref.jsonl" "$out/bf_fsdp2.jsonl"
+# once per step; 2 ranks x 1 microbatch follow 1 rank x 2 microbatches. The all-gathers move as
+# bf16 every parameter that only bf16 GEMMs read (rounded before the send: rounding is
+# idempotent), the others (norm weights, the embedding table, so a tied lm_head too) exact, so
+# the run is BITWISE the fp32-transport one (TITAN_FSDP_GATHER=float32): the same losses and
+# validation loss, the same checkpoint (param_diff 0) and the same fp32 HF export (the final
+# gather is exact).
+# Gathered bytes per step and rank (metrics fsdp_gather_bytes; the whole unit per gather) for
+# `small` (D 64, 2 blocks of 36864 matrix elements + 160 norm elements, V x D = 19200):
+#   fp32 untied: 4 x (2 x 19200 embedding (forward, backward) + 4 x 37024 blocks + 19264 head)
+#              = 823040
+#   bf16 untied: 2 x 19200 x 4 (exact) + 4 x (37024 x 2 + 160 x 4) + 19264 x 2 + 64 x 4
+#              = 491136 (0.60: the embedding stays fp32)
+#   fp32 tied:   4 x (19200 (pinned: once) + 4 x 37024 + 64) = 669440
+#   bf16 tied:   19200 x 4 + 4 x 74688 + 64 x 4 = 375808 (0.56)
+mpi_gather() { # mpi_gather DTYPE ARGS...: mpi 2 with TITAN_FSDP_GATHER=DTYPE on every rank
+  local g=$1; shift
+  timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER="$g" "$titan" train "$@"
+}
+gather_bytes() { grep -o '"fsdp_gather_bytes": [^,}]*' "$1" | cut -d' ' -f2 | sort -u | tr '\n' ' '; }
+declare -A want=([auto0]="491136 " [float320]="823040 " [auto1]="375808 " [float321]="669440 ")
+# validation at step 5 on the training model (its shapes): the forward-only pass leaves the head
+# gathered, bf16-rounded, and the export's gather must gather it again exact
+for i in $(seq 1 20); do printf 'The quick brown fox %d jumps over the lazy dog.\n\n' "$i"; done \
+  > "$out/val.txt"
+val=(--validation.enable --validation.dataset_path "$out/val.txt" --validation.freq 5
+     --validation.steps 2 --validation.seq_len 32 --validation.local_batch_size 2)
+for tie in 1 0; do
+  m=("${model[@]}" --set tie_embeddings=$tie --steps 5 --training.mixed_precision_param=bfloat16
+     --batch 2 "${val[@]}")
+  "$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/bf_ref$tie.jsonl" \
+      --dump-folder "$out/bf_ref$tie" > "$out/bf_ref$tie.log" 2>&1
+  for g in auto float32; do
+    d="$out/bf_${g}_$tie"
+    mpi_gather $g "${m[@]}" --metrics "$out/bf_${g}_$tie.jsonl" --dump-folder "$d" \
+        --checkpoint-interval 5 --out "$d/hf" > "$d.log" 2>&1 || { cat "$d.log"; exit 1; }
+    got=$(gather_bytes "$out/bf_${g}_$tie.jsonl")
+    [ "$got" = "${want[$g$tie]}" ] ||
+      { echo "FAIL bf16 tie=$tie gather $g: fsdp_gather_bytes $got, want ${want[$g$tie]}"; exit 1; }
+  done
+  same_losses "bf16 (tie=$tie): dp_shard=2 vs 1 rank x 2 microbatches" "$out/bf_ref$tie.jsonl" \
+      "$out/bf_auto_$tie.jsonl"
+  vl() { grep -o '"val_loss": [^,}]*' "$1"; }
+  [ -n "$(vl "$out/bf_auto_$tie.jsonl")" ] &&
+  cmp <(losses "$out/bf_auto_$tie.jsonl"; vl "$out/bf_auto_$tie.jsonl") \
+      <(losses "$out/bf_float32_$tie.jsonl"; vl "$out/bf_float32_$tie.jsonl") ||
+    { echo "FAIL bf16 tie=$tie: bf16 and fp32 gathers give different (validation) losses"; exit 1; }
+  "$diff_tool" "$out/bf_auto_$tie/checkpoint" "$out/bf_float32_$tie/checkpoint" 0
+  cmp "$out/bf_auto_$tie/hf/model.safetensors" "$out/bf_float32_$tie/hf/model.safetensors"
+  echo "ok bf16 (tie=$tie): bf16 gathers bitwise the fp32 ones (losses, checkpoint, export," \
+       "validation);" \
+       "gathered bytes per step $(gather_bytes "$out/bf_auto_$tie.jsonl")vs" \
+       "$(gather_bytes "$out/bf_float32_$tie.jsonl")"
+done
+if TITAN_FSDP_GATHER=half "$titan" train "${m[@]}" > "$out/bad_env.log" 2>&1; then
+  echo "FAIL: TITAN_FSDP_GATHER=half accepted"; exit 1; fi
+grep -q "TITAN_FSDP_GATHER: 'half': expected float32 or auto" "$out/bad_env.log" ||
+  { cat "$out/bad_env.log"; exit 1; }
 m=("${model[@]}" --set tie_embeddings=1 --steps 5)
 mpi 4 "${m[@]}" --batch 1 --metrics "$out/fsdp4.jsonl" --dump-folder "$out/fsdp4" \
     --checkpoint-interval 5 --parallelism.fsdp_reshard_after_forward always > "$out/fsdp4.log"

@@ -11,6 +11,8 @@
 #  3. ep=2 with dp_shard=4 (4 ranks: two EP groups, each expert stack FSDP-sharded over the
 #     2 ranks with the same ep_rank) against 1 rank x 4 microbatches, with the HF aux loss:
 #     losses and final parameters within 1e-5 as in 1.
+#  3b. bf16 with ep=2 x efsdp=2: the bf16 all-gathers (experts over efsdp too) give bitwise
+#     the losses and checkpoint of fp32 all-gathers, with the gathered bytes derived below.
 #  4. Refusals, by name: ep that does not divide n_experts, ep that does not divide dp_shard,
 #     ep with tensor parallelism, ep on a dense model.
 #  5. (before 4.) bf16: the dispatches move bf16, bitwise the same losses as fp32 transport.
@@ -63,6 +65,30 @@ mpi 4 "${m[@]}" "${ep2[@]}" --metrics "$out/efsdp.jsonl" --dump-folder "$out/efs
 grep -q "dp_shard 4 x tp 1 x ep 2" "$out/efsdp.log" || { cat "$out/efsdp.log"; exit 1; }
 same_losses "ep=2 x efsdp=2 vs 1 rank x 4 microbatches" "$out/ref4.jsonl" "$out/efsdp.jsonl"
 "$diff_tool" "$out/efsdp/checkpoint" "$out/ref4/checkpoint" 1e-5
+
+# 3b. bf16 mixed precision, ep=2 x efsdp=2 (4 ranks): every rank all-gathers its blocks' dense
+# part over dp_shard=4 and its 2 experts' stacks over efsdp=2, the router and the expert
+# stacks (only bf16 GEMMs read them) as bf16, the norm weights and the embedding exact: bitwise
+# the fp32 transport (TITAN_FSDP_GATHER=float32). Bytes per step and rank (fsdp_gather_bytes,
+# whole units; `model`: D 64, 4 experts of 3 x 32 x 64, 4 block gathers): a block's dense
+# part is 12544 matrix (attention, router) + 160 norm elements, its experts' part 12288;
+#   fp32: 4 x (4 x (12704 + 12288) + 2 x 19200 embedding + 19264 head) = 630528
+#   bf16: 4 x (12704 x 2 + 160 x 4 + 12288 x 2) + 2 x 19200 x 4 + 19264 x 2 + 64 x 4 = 394880
+m=("${model[@]}" "${aux[@]}" --steps 4 --checkpoint-interval 4 --batch 2
+   --training.mixed_precision_param=bfloat16 "${ep2[@]}")
+for g in auto float32; do
+  timeout 120 "$mpirun" -np 4 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER=$g "$titan" train "${m[@]}" \
+      --metrics "$out/bf_$g.jsonl" --dump-folder "$out/bf_$g" > "$out/bf_$g.log" 2>&1 ||
+    { cat "$out/bf_$g.log"; exit 1; }
+done
+gb() { grep -o '"fsdp_gather_bytes": [^,}]*' "$1" | cut -d' ' -f2 | sort -u | tr '\n' ' '; }
+[ "$(gb "$out/bf_auto.jsonl")" = "394880 " ] && [ "$(gb "$out/bf_float32.jsonl")" = "630528 " ] ||
+  { echo "FAIL bf16 ep: gathered bytes $(gb "$out/bf_auto.jsonl")/ $(gb "$out/bf_float32.jsonl")"; exit 1; }
+cmp <(losses "$out/bf_auto.jsonl") <(losses "$out/bf_float32.jsonl") ||
+  { echo "FAIL bf16 ep: bf16 and fp32 gathers give different losses"; exit 1; }
+"$diff_tool" "$out/bf_auto/checkpoint" "$out/bf_float32/checkpoint" 0
+echo "ok bf16 ep=2 x efsdp=2: bf16 gathers bitwise the fp32 ones; bytes per step" \
+     "$(gb "$out/bf_auto.jsonl")vs $(gb "$out/bf_float32.jsonl")"
 
 # 5. bf16: the dispatches (routed rows forward, their gradients backward: read by grouped_mm only,
 #    model_bf16_wire) move bf16. ep=2 with the aux loss and full activation checkpointing against

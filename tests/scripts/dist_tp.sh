@@ -4,7 +4,9 @@
 #  1. tp=2 (2 ranks) against 1 rank, tied and untied (untied with full activation
 #     checkpointing): the losses of 5 steps within 1e-5 relative, the final parameters
 #     (the checkpoints, full layout) within 1e-5 relative L2.
-#  2. dp_shard=2 x tp=2 (4 ranks) against 1 rank x 2 microbatches: the same bounds.
+#  2. dp_shard=2 x tp=2 (4 ranks) against 1 rank x 2 microbatches: the same bounds. In bf16
+#     (loss parallel off), FSDP's bf16 all-gathers give bitwise the losses and checkpoint of
+#     its fp32 ones.
 #  3. A checkpoint written by tp=2 at step 5 resumes on 1 rank; steps 6..10 match a
 #     straight 1-rank run within 1e-5. Its shards hold one tensor per parameter and buffer
 #     at most (a column slice of wo / w2 is one strided tensor, not one per row).
@@ -53,6 +55,19 @@ mpi 4 "${m[@]}" "${tp2[@]}" --batch 2 --metrics "$out/fsdp_tp.jsonl" \
 grep -q "dp_shard 2 x tp 2" "$out/fsdp_tp.log" || { cat "$out/fsdp_tp.log"; exit 1; }
 same_losses "dp_shard=2 x tp=2 vs 1 rank x 2 microbatches" "$out/acc.jsonl" "$out/fsdp_tp.jsonl"
 "$diff_tool" "$out/fsdp_tp/checkpoint" "$out/acc/checkpoint" 1e-5
+# bf16 (loss parallel off: the lm_head weight also all-gathered over TP): FSDP's bf16
+# all-gathers of each TP rank's slices are bitwise its fp32 ones (TITAN_FSDP_GATHER=float32)
+m=("${model[@]}" --set tie_embeddings=0 --steps 4 --checkpoint-interval 4 --batch 2 "${tp2[@]}"
+   --training.mixed_precision_param=bfloat16 --parallelism.disable_loss_parallel true)
+for g in auto float32; do
+  timeout 120 "$mpirun" -np 4 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER=$g "$titan" train "${m[@]}" \
+      --metrics "$out/bf_$g.jsonl" --dump-folder "$out/bf_$g" > "$out/bf_$g.log" 2>&1 ||
+    { cat "$out/bf_$g.log"; exit 1; }
+done
+cmp <(losses "$out/bf_auto.jsonl") <(losses "$out/bf_float32.jsonl") ||
+  { echo "FAIL bf16 dp_shard=2 x tp=2: bf16 and fp32 gathers give different losses"; exit 1; }
+"$diff_tool" "$out/bf_auto/checkpoint" "$out/bf_float32/checkpoint" 0
+echo "ok bf16 dp_shard=2 x tp=2: bf16 gathers bitwise the fp32 ones"
 
 # 3. a tp=2 checkpoint resumes on one rank
 m=("${model[@]}" --steps 10 --checkpoint-interval 5 --batch 2)

@@ -173,6 +173,70 @@ int main(void) {
     CHECK(c.lm_head == 0 && c.embedding == 300 * 64, "tied counts");
     model_free(&m);
 
+    /* The precision each parameter is computed with (model_param_prec: FSDP's bf16 gathers):
+     * bf16 only when every op reading it is a bf16 implementation. */
+    {
+        model_args_set(&a, "tie_embeddings", "0", &e);
+        CHECK(model_build(&m, &a, &bo, &e) == 0, "build fp32: %s", e.msg);
+        for (int i = 0; i < m.n_params; i++)
+            CHECK(model_param_prec(&m, &m.params[i]) == OPS_PREC_F32, "fp32 model: %s bf16",
+                  m.params[i].name);
+        model_free(&m);
+        /* bf16, untied; then layer 0's matmul and the lm_head's CE overridden to fp32 */
+        const ops_override ov[2] = {{"layers.0.matmul", "default"}, {"lmhead_ce", "default"}};
+        for (int o = 0; o < 2; o++) {
+            model_build_opts b16 = bo;
+            b16.prec = OPS_PREC_BF16;
+            b16.overrides = o ? ov : NULL;
+            b16.n_overrides = o ? 2 : 0;
+            CHECK(model_build(&m, &a, &b16, &e) == 0, "build bf16: %s", e.msg);
+            for (int i = 0; i < m.n_params; i++) {
+                const model_param *p = &m.params[i];
+                const int matrix = !p->is_norm && strcmp(p->name, "tok_embeddings.weight");
+                const int off = o && (strstr(p->name, "layers.0.") == p->name ||
+                                      !strcmp(p->name, "output.weight"));
+                const ops_prec want = matrix && !off ? OPS_PREC_BF16 : OPS_PREC_F32;
+                CHECK(model_param_prec(&m, p) == want, "bf16 model (overrides %d): %s is %s", o,
+                      p->name, want == OPS_PREC_BF16 ? "fp32" : "bf16");
+            }
+            model_free(&m);
+        }
+        /* tied: the embedding table is read by the (fp32) lookup: fp32; the plan's answer
+         * (no tables: the defaults) agrees */
+        model_args_set(&a, "tie_embeddings", "1", &e);
+        model_build_opts b16 = bo;
+        b16.prec = OPS_PREC_BF16;
+        CHECK(model_build(&m, &a, &b16, &e) == 0, "build bf16 tied: %s", e.msg);
+        model d;
+        CHECK(model_describe(&d, &a, &e) == 0, "describe: %s", e.msg);
+        d.prec = OPS_PREC_BF16;
+        for (int i = 0; i < m.n_params; i++) {
+            const model_param *p = &m.params[i];
+            const ops_prec want = p->is_norm || !strcmp(p->name, "tok_embeddings.weight")
+                                      ? OPS_PREC_F32
+                                      : OPS_PREC_BF16;
+            CHECK(model_param_prec(&m, p) == want, "bf16 tied: %s", p->name);
+            CHECK(model_param_prec(&d, &d.params[i]) == want, "described bf16 tied: %s", p->name);
+        }
+        model_free(&d);
+        model_free(&m);
+        /* MoE: the router and the expert stacks are read by bf16 GEMMs only */
+        model_args moe = a;
+        model_args_set(&moe, "n_experts", "4", &e);
+        model_args_set(&moe, "top_k", "2", &e);
+        model_args_set(&moe, "moe_ffn_dim", "32", &e);
+        CHECK(model_build(&m, &moe, &b16, &e) == 0, "build bf16 MoE: %s", e.msg);
+        int n_moe = 0;
+        for (int i = 0; i < m.n_params; i++)
+            if (strstr(m.params[i].name, ".moe.")) {
+                n_moe++;
+                CHECK(model_param_prec(&m, &m.params[i]) == OPS_PREC_BF16, "MoE: %s",
+                      m.params[i].name);
+            }
+        CHECK(n_moe == 2 * 4, "MoE parameters: %d", n_moe);
+        model_free(&m);
+    }
+
     /* FLOPs per token: 6 * P_matmul + 12 * L * H * hd * T (torchtitan HEAD). */
     model_flavor("0.6B", &a, &e);
     model_count_params(&a, &c);
