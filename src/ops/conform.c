@@ -16,10 +16,11 @@
  *     matmul 1e-5, attention / attention_kv 2e-5 (fwd) 1e-4 (grads),
  *     lmhead_ce 1e-5 (loss) 1e-4 (grads)
  * bench: the implementation and the default on one model-sized shape, best of repeated
- * calls (each measurement runs for at least min_sec), with the traffic or FLOPs of the op:
- * GB/s for memory-bound ops (minimum bytes each must read and write), GFLOP/s for matmul,
- * attention and lmhead_ce; and a STREAM-triad bandwidth measured first, the bound of the
- * memory-bound ones. */
+ * calls (each measurement runs for at least min_sec), with the traffic or FLOPs of the op
+ * (the cost model, ops_work_of in work.c, of the calls timed): GB/s for memory-bound ops
+ * (minimum bytes each must read and write), GFLOP/s for matmul, grouped_mm, attention and
+ * lmhead_ce; and a STREAM-triad bandwidth measured first, the bound of the memory-bound
+ * ones. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
