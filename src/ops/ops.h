@@ -260,7 +260,8 @@ void ops_cmd_kernels_usage(FILE *f);
  * point of n resolved tables with a wrapper generated from the op list, keeping the real
  * pointers (built-in kernels or plugin trampolines) in a side table by unit. A wrapper calls
  * the real entry of the current unit, timed, and records a trace event (base_trace_add)
- * "<unit path>/<op>_fwd|_bwd" with the implementation's name and the call's FLOPs or bytes.
+ * "<unit path>/<op>_fwd|_bwd" with the implementation's name and the call's FLOPs or bytes
+ * (ops_work_of, below).
  * The model names the current unit (ops_prof_unit) as each unit's forward or backward
  * begins. Tables never attached are untouched: with the profiler off nothing changes. One
  * set of tables is attached at a time; paths[u] must outlive the attachment. */

@@ -12,7 +12,8 @@
 #include "check.h"
 #include "ops/ops.h"
 
-/* `titan kernels bench --shape small` (ops/cli.c) */
+/* The shape of `titan kernels bench --shape small` (ops/cli.c), stated here because the
+ * figures below are worked out by hand for it. */
 static const ops_ctx SMALL = {.batch = 1,
                               .seq_len = 64,
                               .dim = 64,
