@@ -16,10 +16,11 @@
  *     matmul 1e-5, attention / attention_kv 2e-5 (fwd) 1e-4 (grads),
  *     lmhead_ce 1e-5 (loss) 1e-4 (grads)
  * bench: the implementation and the default on one model-sized shape, best of repeated
- * calls (each measurement runs for at least min_sec), with the traffic or FLOPs of the op:
- * GB/s for memory-bound ops (minimum bytes each must read and write), GFLOP/s for matmul,
- * attention and lmhead_ce; and a STREAM-triad bandwidth measured first, the bound of the
- * memory-bound ones. */
+ * calls (each measurement runs for at least min_sec), with the traffic or FLOPs of the op
+ * (the cost model, ops_work_of in work.c, of the calls timed): GB/s for memory-bound ops
+ * (minimum bytes each must read and write), GFLOP/s for matmul, grouped_mm, attention and
+ * lmhead_ce; and a STREAM-triad bandwidth measured first, the bound of the memory-bound
+ * ones. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -532,18 +533,12 @@ typedef struct {
 } cf_bench;
 
 /* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the
- * model makes it; cf_work_NAME: bytes (memory-bound ops) or FLOPs (*flops = 1) of that call.
- * Every op of the list (oplist.h) has both. */
+ * model makes it (every op of the list, oplist.h, has one); its work is counted from these
+ * calls (cf_bench_work). */
 #define CF_DIMS(c)                                                                                 \
     const int B = (c)->batch, T = (c)->seq_len, N = B * T, D = (c)->dim, H = (c)->n_heads,         \
               G = (c)->n_kv_heads, hd = (c)->head_dim, F = (c)->ffn_dim, V = (c)->vocab;           \
     (void)B, (void)T, (void)N, (void)D, (void)H, (void)G, (void)hd, (void)F, (void)V
-#define CF_WORK_DIMS(c)                                                                            \
-    const double B = (c)->batch, T = (c)->seq_len, N = B * T, D = (c)->dim, H = (c)->n_heads,      \
-                 G = (c)->n_kv_heads, hd = (c)->head_dim, F = (c)->ffn_dim, V = (c)->vocab;        \
-    (void)B, (void)T, (void)N, (void)D, (void)H, (void)G, (void)hd, (void)F, (void)V;              \
-    *flops = 0
-
 static void cf_run_embedding(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
@@ -553,11 +548,6 @@ static void cf_run_embedding(const cf_bench *b) {
         b->t->embedding_bwd(f[1], f[0], b->tok, N, D);
 }
 
-static double cf_work_embedding(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * N * D * (phase ? 3 : 2);
-}
-
 static void cf_run_rmsnorm(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
@@ -565,11 +555,6 @@ static void cf_run_rmsnorm(const cf_bench *b) {
         b->t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
     else
         b->t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
-}
-
-static double cf_work_rmsnorm(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * N * D * (phase ? 4 : 2);
 }
 
 /* in place over the residual stream f[2], as the model calls it */
@@ -582,12 +567,6 @@ static void cf_run_add_rmsnorm(const cf_bench *b) {
         b->t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
 }
 
-/* fwd: read x, y; write h, out. bwd: rmsnorm's */
-static double cf_work_add_rmsnorm(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * N * D * 4;
-}
-
 static void cf_run_matmul(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
@@ -595,12 +574,6 @@ static void cf_run_matmul(const cf_bench *b) {
         b->t->matmul_fwd(f[0], f[1], f[2], N, D, F);
     else
         b->t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F);
-}
-
-static double cf_work_matmul(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    *flops = 1;
-    return 2 * N * D * F * (phase ? 2 : 1);
 }
 
 static void cf_run_rope(const cf_bench *b) {
@@ -612,11 +585,6 @@ static void cf_run_rope(const cf_bench *b) {
         b->t->rope_bwd(f[4], f[0], f[2], f[3], B, T, H, hd);
 }
 
-static double cf_work_rope(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * N * H * hd * (phase ? 3 : 2);
-}
-
 static void cf_run_attention(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
@@ -624,12 +592,6 @@ static void cf_run_attention(const cf_bench *b) {
         b->t->attention_fwd(f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
     else
         b->t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
-}
-
-static double cf_work_attention(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    *flops = 1;
-    return B * H * T * T * hd * (phase ? 5 : 2);
 }
 
 static void cf_run_swiglu(const cf_bench *b) {
@@ -641,22 +603,11 @@ static void cf_run_swiglu(const cf_bench *b) {
         b->t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
 }
 
-static double cf_work_swiglu(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * N * F * (phase ? 7 : 3);
-}
-
 static void cf_run_lmhead_ce(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
     const int chunk = N < 256 ? N : 256;
     b->t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL);
-}
-
-static double cf_work_lmhead_ce(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    *flops = 1;
-    return 6 * N * D * V;
 }
 
 static void cf_run_adamw(const cf_bench *b) {
@@ -665,21 +616,11 @@ static void cf_run_adamw(const cf_bench *b) {
     b->t->adamw(f[0], f[1], f[2], f[3], (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
 }
 
-static double cf_work_adamw(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * D * F * 7;
-}
-
 /* one decode step at the last position of the window */
 static void cf_run_attention_kv(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
     b->t->attention_kv(f[0], f[1], f[2], f[3], 1, T - 1, H, G, hd);
-}
-
-static double cf_work_attention_kv(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    return 4 * T * G * hd * 2;
 }
 
 /* One MoE layer's expert projections, as moe.c makes them: forward gate and up (dim ->
@@ -697,12 +638,6 @@ static void cf_run_grouped_mm(const cf_bench *b) {
         b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe);
         b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe);
     }
-}
-
-static double cf_work_grouped_mm(const ops_ctx *c, int phase, int *flops) {
-    CF_WORK_DIMS(c);
-    *flops = 1;
-    return 3 * 2 * N * c->top_k * D * c->moe_ffn_dim * (phase ? 2 : 1);
 }
 
 static void cf_bench_run(const cf_bench *b) {
@@ -724,12 +659,48 @@ static double cf_time(cf_bench *b, double min_sec) {
     return best;
 }
 
-static double cf_work(ops_kind k, const ops_ctx *c, int phase, int *flops) {
-#define CF_WORK_(K, name, ...) [OPS_##K] = cf_work_##name,
-    static double (*const work[OPS_COUNT])(const ops_ctx *, int,
-                                           int *) = {OPS_LIST(CF_WORK_, CF_WORK_)};
-#undef CF_WORK_
-    return work[k](c, phase, flops);
+/* The work of b's phase as the bench makes it (the FLOPs or bytes its rate divides by): its
+ * calls run through the cost model's counting table, which reads each call's shape from the
+ * call's arguments exactly as the profiler's wrappers do. */
+static ops_work cf_bench_work(cf_bench *b) {
+    ops_work w = {0, ops_work_flops(b->k)};
+    ops_table tw;
+    const ops_table *t = b->t;
+    ops_work_counter(&tw, &w);
+    b->t = &tw;
+    cf_bench_run(b);
+    b->t = t;
+    ops_work_counter(&tw, NULL);
+    return w;
+}
+
+/* grouped_mm: R rows spread evenly over E experts, offs [E+1] */
+static void cf_offs(int32_t *offs, size_t R, size_t E) {
+    for (size_t e = 0; e <= E; e++) offs[e] = (int32_t)(R * e / E);
+}
+
+ops_work ops_conform_work(ops_kind k, const ops_ctx *ctx, int bwd) {
+    /* distinct addresses, never dereferenced: the counting table reads only the sizes, the
+     * expert offsets and which pointers are NULL or alias */
+    static float dummy[16];
+    static int32_t tok[1];
+    const size_t E = ctx->n_experts > 0 ? (size_t)ctx->n_experts : 0;
+    cf_bench b;
+    memset(&b, 0, sizeof b);
+    b.k = k;
+    b.c = *ctx;
+    b.phase = bwd;
+    for (int j = 0; j < 16; j++) b.buf[j] = &dummy[j];
+    b.w = b.dw = &dummy[0];
+    b.tok = tok;
+    if (k == OPS_GROUPED_MM) { /* the bench skips it on a dense shape */
+        if (!E || !(b.offs = malloc(sizeof(int32_t) * (E + 1))))
+            return (ops_work){0, ops_work_flops(k)};
+        cf_offs(b.offs, (size_t)ctx->batch * ctx->seq_len * ctx->top_k, E);
+    }
+    const ops_work w = cf_bench_work(&b);
+    free(b.offs);
+    return w;
 }
 
 /* STREAM triad a = b + s*c over 3 x 32 MiB, GB/s (best of 5). */
@@ -801,7 +772,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             b.dw = calloc(W, sizeof(float));
             b.offs = malloc(sizeof(int32_t) * (E + 1));
             ok = b.w && b.dw && b.offs;
-            for (size_t e = 0; ok && e <= E; e++) b.offs[e] = (int32_t)(R * e / E);
+            if (ok) cf_offs(b.offs, R, E);
         }
         for (int j = 0; j < 9 && ok; j++) ok = (b.buf[j] = cf_rand(&seed, big, 0.5f)) != NULL;
         b.tok = malloc(sizeof(int32_t) * (size_t)ctx->batch * ctx->seq_len);
@@ -829,14 +800,14 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             const double ti_s = cf_time(&b, min_sec);
             b.t = &td;
             const double td_s = impl == def ? ti_s : cf_time(&b, min_sec);
-            int fl;
-            const double w = cf_work(impl->op, ctx, ph, &fl);
+            const ops_work w = cf_bench_work(&b);
             printf("%-12s %-12s %-5s %10.3f %10.3f %7.2fx %8.1f %s\n", ops_kind_name(impl->op),
                    impl->name,
                    phases == 1 ? "step"
                    : ph        ? "bwd"
                                : "fwd",
-                   ti_s * 1e3, td_s * 1e3, td_s / ti_s, w / ti_s / 1e9, fl ? "GFLOP/s" : "GB/s");
+                   ti_s * 1e3, td_s * 1e3, td_s / ti_s, w.value / ti_s / 1e9,
+                   w.flops ? "GFLOP/s" : "GB/s");
         }
         ops_release(&ti);
         ops_release(&td);

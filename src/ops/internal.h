@@ -36,4 +36,55 @@ void ops_registry_rollback(int mark);
 /* The op's first-registered (default) implementation. */
 const ops_impl *ops_default_impl(ops_kind op);
 
+/* The work (ops_work_of) of a call from its argument list, oplist.h's by position: one macro
+ * per entry point, used by the profiler's wrappers (prof.c) and the counting table (work.c),
+ * so both read a call's shape the same way. Parameters end in '_' so that none is replaced
+ * inside a designator of ops_work_args. */
+#define OPS_WORK_(K, bwd_, ...) ops_work_of(OPS_##K, bwd_, &(ops_work_args){__VA_ARGS__})
+#define OPS_WORK_CALL_embedding_fwd(out_, tok_, wte_, n_, d_)                                      \
+    OPS_WORK_(EMBEDDING, 0, .rows = (n_), .width = (d_))
+#define OPS_WORK_CALL_embedding_bwd(dwte_, dout_, tok_, n_, d_)                                    \
+    OPS_WORK_(EMBEDDING, 1, .rows = (n_), .width = (d_))
+#define OPS_WORK_CALL_rmsnorm_fwd(out_, rstd_, inp_, w_, n_, c_, eps_)                             \
+    OPS_WORK_(RMSNORM, 0, .rows = (n_), .width = (c_))
+#define OPS_WORK_CALL_rmsnorm_bwd(dinp_, dw_, dout_, inp_, w_, rstd_, n_, c_)                      \
+    OPS_WORK_(RMSNORM, 1, .rows = (n_), .width = (c_))
+#define OPS_WORK_CALL_matmul_fwd(out_, inp_, w_, n_, c_, oc_)                                      \
+    OPS_WORK_(MATMUL, 0, .rows = (n_), .width = (c_), .out = (oc_))
+#define OPS_WORK_CALL_matmul_bwd(dinp_, dw_, dout_, inp_, w_, n_, c_, oc_)                         \
+    OPS_WORK_(MATMUL, 1, .rows = (n_), .width = (c_), .out = (oc_), .grad_in = (dinp_) != NULL)
+#define OPS_WORK_CALL_rope_fwd(out_, inp_, cos_, sin_, b_, t_, nh_, hd_)                           \
+    OPS_WORK_(ROPE, 0, .batch = (b_), .seq = (t_), .heads = (nh_), .head_dim = (hd_))
+#define OPS_WORK_CALL_rope_bwd(dinp_, dout_, cos_, sin_, b_, t_, nh_, hd_)                         \
+    OPS_WORK_(ROPE, 1, .batch = (b_), .seq = (t_), .heads = (nh_), .head_dim = (hd_),              \
+              .in_place = (const float *)(dinp_) == (dout_))
+#define OPS_WORK_CALL_attention_fwd(out_, lse_, q_, k_, v_, b_, t_, h_, g_, hd_)                   \
+    OPS_WORK_(ATTENTION, 0, .batch = (b_), .seq = (t_), .heads = (h_), .kv_heads = (g_),           \
+              .head_dim = (hd_))
+#define OPS_WORK_CALL_attention_bwd(dq_, dk_, dv_, dout_, out_, lse_, q_, k_, v_, b_, t_, h_, g_,  \
+                                    hd_)                                                           \
+    OPS_WORK_(ATTENTION, 1, .batch = (b_), .seq = (t_), .heads = (h_), .kv_heads = (g_),           \
+              .head_dim = (hd_))
+#define OPS_WORK_CALL_swiglu_fwd(out_, gate_, up_, n_, f_)                                         \
+    OPS_WORK_(SWIGLU, 0, .rows = (n_), .width = (f_))
+#define OPS_WORK_CALL_swiglu_bwd(dgate_, dup_, dout_, gate_, up_, n_, f_)                          \
+    OPS_WORK_(SWIGLU, 1, .rows = (n_), .width = (f_))
+#define OPS_WORK_CALL_lmhead_ce(dx_, dw_, x_, w_, tgt_, n_, d_, v_, scale_, scratch_, chunk_,      \
+                                n_valid_, vs_)                                                     \
+    OPS_WORK_(LMHEAD_CE, 0, .rows = (n_), .width = (d_), .out = (v_), .grad_in = (dx_) != NULL)
+#define OPS_WORK_CALL_adamw(p_, m_, v_, g_, n_, lr_, b1_, b2_, eps_, wd_, t_)                      \
+    OPS_WORK_(ADAMW, 0, .elems = (double)(n_))
+#define OPS_WORK_CALL_attention_kv(out_, q_, k_, v_, t_, pos0_, h_, g_, hd_)                       \
+    OPS_WORK_(ATTENTION_KV, 0, .seq = (t_), .pos0 = (pos0_), .heads = (h_), .kv_heads = (g_),      \
+              .head_dim = (hd_))
+#define OPS_WORK_CALL_grouped_mm_fwd(out_, inp_, w_, offs_, e_, c_, oc_)                           \
+    OPS_WORK_(GROUPED_MM, 0, .rows = (offs_)[e_], .width = (c_), .out = (oc_))
+#define OPS_WORK_CALL_grouped_mm_bwd(dinp_, dw_, dout_, inp_, w_, offs_, e_, c_, oc_)              \
+    OPS_WORK_(GROUPED_MM, 1, .rows = (offs_)[e_], .width = (c_), .out = (oc_),                     \
+              .grad_in = (dinp_) != NULL)
+#define OPS_WORK_CALL_add_rmsnorm_fwd(h_, out_, rstd_, x_, y_, w_, n_, c_, eps_)                   \
+    OPS_WORK_(ADD_RMSNORM, 0, .rows = (n_), .width = (c_))
+#define OPS_WORK_CALL_add_rmsnorm_bwd(dinp_, dw_, dout_, inp_, w_, rstd_, n_, c_)                  \
+    OPS_WORK_(ADD_RMSNORM, 1, .rows = (n_), .width = (c_))
+
 #endif

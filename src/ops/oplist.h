@@ -18,9 +18,11 @@
  *
  * Generated from it: the ops_kind enum, the signature typedefs and ops_table's fields
  * (ops.h), the names, sub-paths, backward rule and table assignment of resolution
- * (registry.c), the plugin trampolines, op check and slot binding (plugin.c), and the
- * conformance dispatch (conform.c: every op has cf_name). An op's contract (shapes, what
- * backward accumulates) is documented at its entry below.
+ * (registry.c), the plugin trampolines, op check and slot binding (plugin.c), the
+ * conformance dispatch (conform.c: every op has cf_name), and the profiler's wrappers
+ * (prof.c) and the cost model's counting table (work.c), which read a call's work through
+ * OPS_WORK_CALL_name (internal.h: every op has one). An op's contract (shapes, what backward
+ * accumulates) is documented at its entry below.
  *
  * Conventions (llm.c style): outputs first, then saved activations, inputs, weights, sizes.
  * Row-major, fp32. Backward ACCUMULATES (+=) into every gradient it writes. */

@@ -186,6 +186,44 @@ void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t 
 int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err);
 void ops_bf16_mirror_remove(const float *base);
 
+/* ---- cost model (ops/work.c) ------------------------------------------------------------
+ * The work of one op call, the one count the profiler's events (ops/prof.c) and `titan
+ * kernels bench` (ops/conform.c) divide by: FLOPs for the GEMM-like ops (matmul, grouped_mm,
+ * attention, lmhead_ce; 2 per multiply-add) and bytes for the memory-bound ones (embedding,
+ * rmsnorm, add_rmsnorm, rope, swiglu, adamw, attention_kv: the minimum each must read and
+ * write, every tensor once, 4 bytes per element). Each op's formula is derived in work.c. */
+typedef struct {
+    double value; /* FLOPs or bytes of the call */
+    int flops;    /* 1: value counts FLOPs, 0: bytes (fixed per op kind: ops_work_flops) */
+} ops_work;
+/* A call's shape numbers by role (the names of oplist.h's parameters after each colon);
+ * the fields an op does not use are 0. */
+typedef struct {
+    double rows;  /* N: token rows (embedding, rmsnorm, add_rmsnorm, matmul, swiglu,
+                   * lmhead_ce); grouped_mm: offs[E], the rows of all experts */
+    double width; /* a row's features: embedding D, rmsnorm/add_rmsnorm C, swiglu F, the GEMM
+                   * input C of matmul/grouped_mm, lmhead_ce D */
+    double out;   /* a GEMM's output features: matmul/grouped_mm OC, lmhead_ce V */
+    double batch, seq, heads, kv_heads, head_dim; /* rope (B, T, nh, hd), attention (B, T, H, G,
+                                                   * hd), attention_kv (T, H, G, hd) */
+    double pos0;                                  /* attention_kv: the first query's position */
+    double elems;                                 /* adamw: n */
+    /* the backward also forms the input gradient (matmul/grouped_mm: dinp non-NULL);
+     * lmhead_ce: the gradients are formed (dx non-NULL: dx and dw) */
+    int grad_in;
+    int in_place; /* rope_bwd: dinp == dout (the rotated gradient replaces dout) */
+} ops_work_args;
+/* Whether op k's work is counted in FLOPs (1) or bytes (0). */
+int ops_work_flops(ops_kind k);
+/* The work of one call of op k's forward (bwd 0; ops without a backward: their one call) or
+ * backward (bwd 1) with the shape numbers a. */
+ops_work ops_work_of(ops_kind k, int bwd, const ops_work_args *a);
+/* A table whose entries compute nothing: each call adds its work, from its own arguments
+ * exactly as the profiler's wrappers take it, to *acc (value summed; lmhead_ce returns 0).
+ * For counting what a sequence of calls does (the bench's); not thread-safe (one
+ * accumulator per process, the last one given). */
+void ops_work_counter(ops_table *t, ops_work *acc);
+
 /* ---- conformance (ops/conform.c) ----------------------------------------------------
  * `titan kernels test|bench`: an implementation against its op's default (the default
  * against the "reference" implementation) on random shapes that satisfy its constraints:
@@ -205,6 +243,10 @@ int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err)
  * the ratio to the default, and GB/s or GFLOP/s against the op's traffic or FLOPs. */
 int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_opts *o,
                       base_err *err);
+/* The work (ops_work_of) the bench divides op k's forward (bwd 0, or its one step) or backward
+ * (bwd 1) time by at ctx's shape: the sum over the calls it times (grouped_mm: one MoE
+ * layer's three projections; 0 on a dense shape). */
+ops_work ops_conform_work(ops_kind k, const ops_ctx *ctx, int bwd);
 
 /* RoPE tables for positions 0..T-1: cos/sin[T, hd/2] in fp32, computed as HF does
  * (inv_freq = 1/theta^(2i/hd) in fp32, angle = pos*inv_freq in fp32). */
@@ -225,7 +267,8 @@ void ops_cmd_kernels_usage(FILE *f);
  * point of n resolved tables with a wrapper generated from the op list, keeping the real
  * pointers (built-in kernels or plugin trampolines) in a side table by unit. A wrapper calls
  * the real entry of the current unit, timed, and records a trace event (base_trace_add)
- * "<unit path>/<op>_fwd|_bwd" with the implementation's name and the call's FLOPs or bytes.
+ * "<unit path>/<op>_fwd|_bwd" with the implementation's name and the call's FLOPs or bytes
+ * (ops_work_of, below).
  * The model names the current unit (ops_prof_unit) as each unit's forward or backward
  * begins. Tables never attached are untouched: with the profiler off nothing changes. One
  * set of tables is attached at a time; paths[u] must outlive the attachment. */
@@ -233,10 +276,5 @@ void ops_prof_unit(int unit);
 int ops_prof_attach(ops_table *tables, const char *const *paths, int n, base_err *err);
 /* Puts the real entry points back into the tables attached (no-op when none are). */
 void ops_prof_detach(void);
-/* The work of one call, from its arguments: FLOPs (GEMM-like ops) or bytes moved (the
- * minimum each memory-bound op must read and write). */
-typedef struct {
-    double flops, bytes;
-} ops_work;
 
 #endif

@@ -1,8 +1,9 @@
-/* ops: per-op profiling wrappers (see ops.h), generated from the op list (oplist.h). */
+/* ops: per-op profiling wrappers (see ops.h), generated from the op list (oplist.h). Each
+ * event's work is the cost model's (work.c) for the call's own arguments. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/ops.h"
+#include "ops/internal.h"
 
 static ops_table *g_tables; /* the attached tables (the model's), NULL: none */
 static ops_table *g_real;   /* [g_n]: their entries as resolved */
@@ -30,43 +31,10 @@ static void prof_done(const ops_table *r, ops_kind k, const char *label, double 
                                 .cat = "op",
                                 .impl = r->impl[k] ? r->impl[k]->name : NULL,
                                 .track = BASE_TRACE_COMPUTE,
-                                .flops = w.flops,
-                                .bytes = w.bytes};
+                                .flops = w.flops ? w.value : 0,
+                                .bytes = w.flops ? 0 : w.value};
     base_trace_add(&e);
 }
-
-/* The work of each call from its arguments (the argument lists of oplist.h, by position).
- * GEMM-like ops count FLOPs (2 per multiply-add; causal attention computes half the T x T
- * scores: forward QK^T and PV, backward five such products, as the flash-attention papers
- * count); memory-bound ops count the 4-byte floats each must read and write once. */
-#define W_FLOPS(x) ((ops_work){.flops = (double)(x)})
-#define W_BYTES(x) ((ops_work){.bytes = 4.0 * (double)(x)})
-#define WORK_embedding_fwd(out, tok, wte, N, D) W_BYTES(3.0 * (N) * (D) + (N))
-#define WORK_embedding_bwd(dwte, dout, tok, N, D) W_BYTES(3.0 * (N) * (D) + (N))
-#define WORK_rmsnorm_fwd(out, rstd, inp, w, N, C, eps) W_BYTES(2.0 * (N) * (C) + (N) + (C))
-#define WORK_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C) W_BYTES(4.0 * (N) * (C) + 3.0 * (C))
-#define WORK_matmul_fwd(out, inp, w, N, C, OC) W_FLOPS(2.0 * (N) * (C) * (OC))
-#define WORK_matmul_bwd(dinp, dw, dout, inp, w, N, C, OC)                                          \
-    W_FLOPS(2.0 * (N) * (C) * (OC) * ((dinp) ? 2 : 1))
-#define WORK_rope_fwd(out, inp, cos, sin, B, T, nh, hd) W_BYTES(2.0 * (B) * (T) * (nh) * (hd))
-#define WORK_rope_bwd(dinp, dout, cos, sin, B, T, nh, hd) W_BYTES(2.0 * (B) * (T) * (nh) * (hd))
-#define WORK_attention_fwd(out, lse, q, k, v, B, T, H, G, hd)                                      \
-    W_FLOPS(2.0 * (B) * (H) * (T) * (T) * (hd))
-#define WORK_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd)                    \
-    W_FLOPS(5.0 * (B) * (H) * (T) * (T) * (hd))
-#define WORK_swiglu_fwd(out, gate, up, N, F) W_BYTES(3.0 * (N) * (F))
-#define WORK_swiglu_bwd(dgate, dup, dout, gate, up, N, F) W_BYTES(7.0 * (N) * (F))
-#define WORK_lmhead_ce(dx, dw, x, w, tgt, N, D, V, scale, scratch, chunk, n_valid, vs)             \
-    W_FLOPS(2.0 * (N) * (D) * (V) * ((dx) ? 3 : 1))
-#define WORK_adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t) W_BYTES(7.0 * (n))
-#define WORK_attention_kv(out, q, k, v, T, pos0, H, G, hd)                                         \
-    W_FLOPS(4.0 * (T) * (H) * ((double)(pos0) + (T)) * (hd))
-#define WORK_grouped_mm_fwd(out, inp, w, offs, E, C, OC) W_FLOPS(2.0 * (offs)[E] * (C) * (OC))
-#define WORK_grouped_mm_bwd(dinp, dw, dout, inp, w, offs, E, C, OC)                                \
-    W_FLOPS(2.0 * (offs)[E] * (C) * (OC) * ((dinp) ? 2 : 1))
-#define WORK_add_rmsnorm_fwd(h, out, rstd, x, y, w, N, C, eps) W_BYTES(4.0 * (N) * (C) + (N) + (C))
-#define WORK_add_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C)                                   \
-    W_BYTES(4.0 * (N) * (C) + 3.0 * (C))
 
 /* A value-returning call kept in ret_ (F ops return void or double). */
 #define PROF_KEEP_void(call) call
@@ -79,20 +47,20 @@ static void prof_done(const ops_table *r, ops_kind k, const char *label, double 
         const ops_table *r = prof_real();                                                          \
         const double t0 = base_now();                                                              \
         r->name##_fwd fa;                                                                          \
-        prof_done(r, OPS_##K, #name "_fwd", t0, WORK_##name##_fwd fa);                             \
+        prof_done(r, OPS_##K, #name "_fwd", t0, OPS_WORK_CALL_##name##_fwd fa);                    \
     }                                                                                              \
     static void prof_##name##_bwd bp {                                                             \
         const ops_table *r = prof_real();                                                          \
         const double t0 = base_now();                                                              \
         r->name##_bwd ba;                                                                          \
-        prof_done(r, OPS_##K, #name "_bwd", t0, WORK_##name##_bwd ba);                             \
+        prof_done(r, OPS_##K, #name "_bwd", t0, OPS_WORK_CALL_##name##_bwd ba);                    \
     }
 #define PROF_WRAP_F(K, name, sub, plg, ret, p, a)                                                  \
     static ret prof_##name p {                                                                     \
         const ops_table *r = prof_real();                                                          \
         const double t0 = base_now();                                                              \
         PROF_KEEP_##ret(r->name a);                                                                \
-        prof_done(r, OPS_##K, #name, t0, WORK_##name a);                                           \
+        prof_done(r, OPS_##K, #name, t0, OPS_WORK_CALL_##name a);                                  \
         PROF_RETURN_##ret;                                                                         \
     }
 OPS_LIST(PROF_WRAP_FB, PROF_WRAP_F)

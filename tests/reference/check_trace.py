@@ -12,7 +12,8 @@ usage: check_trace.py TRACE_JSON DUMP_FOLDER --steps N [--collectives] [--impl U
 
 Checks, per recorded step: every op kind of the model appears for every layer, forward and
 backward (and the embedding and head units theirs); the linear layers' FLOPs equal HF's
-shapes; the compute track's events (ops and trainer phases, which never overlap) plus the
+shapes, and the bytes of the embedding, the head's norm, add_rmsnorm and rope's backward
+are those of their tensors; the compute track's events (ops and trainer phases, which never overlap) plus the
 collectives outside them sum to the step's duration within 15 %, and rank 0's step duration
 is metrics.jsonl's step_s.
 """
@@ -125,6 +126,31 @@ def main():
             got = sum(e["args"]["flops"] for e in names[f"layers.{l}/attention_fwd"])
             if got != 2.0 * B * H * T * T * hd:
                 fail(f"layers.{l}/attention_fwd: {got} FLOPs")
+        # memory-bound ops: bytes, every event (4 per fp32 element or int32 token id, each
+        # tensor once, an accumulated gradient read and written; the cost model of
+        # src/ops/work.c, worked out here from the op's tensors)
+        G = m["n_kv_heads"]
+        want_bytes = {
+            # ids [N], wte rows [N,D] read, out [N,D] written
+            "tok_embeddings/embedding_fwd": [4 * (N + 2 * N * D)],
+            # ids, dout [N,D]; dwte rows read and written
+            "tok_embeddings/embedding_bwd": [4 * (N + 3 * N * D)],
+            # inp, out [N,D]; rstd [N]; w [D]
+            "head/rmsnorm_fwd": [4 * (2 * N * D + N + D)],
+            # dout, inp, dinp twice [N,D]; rstd [N]; w, dw twice [D]
+            "head/rmsnorm_bwd": [4 * (4 * N * D + N + 3 * D)],
+        }
+        for l in range(L):
+            # x, y, h, out [N,D]; rstd [N]; w [D]
+            want_bytes[f"layers.{l}/add_rmsnorm_fwd"] = [4 * (4 * N * D + N + D)]
+            # q [B,T,H,hd] or k [B,T,G,hd]: dout read, dinp (a separate buffer) read and
+            # written; cos, sin [T, hd/2] each
+            want_bytes[f"layers.{l}/rope_bwd"] = [4 * (3 * B * T * h * hd + T * hd)
+                                                  for h in (H, G)]
+        for name, want in want_bytes.items():
+            for e in names[name]:
+                if e["args"].get("bytes") not in want or "flops" in e["args"]:
+                    fail(f"{name}: {e['args']}, expected bytes in {want}")
         got = sum(e["args"]["flops"] for e in names["head/lmhead_ce"])
         if got != 6.0 * N * D * V:
             fail(f"head/lmhead_ce: {got} FLOPs, expected 6 N D V = {6.0 * N * D * V}")
