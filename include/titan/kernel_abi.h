@@ -56,7 +56,11 @@
  * of that op in that layer, e.g. RoPE's q and k calls), preserves its content between calls,
  * and passes it as args->saved to forward and backward; its bytes start zeroed. Backward always
  * follows a forward of the same layer with the same shapes (titan recomputes forwards before
- * backwards where it does not keep activations). Scratch for one call: workspace_bytes(),
+ * backwards where it does not keep activations). A call may read only its own arguments and
+ * saved state: a pointer kept from forward may not hold the data in backward (FSDP releases
+ * a layer's parameters after its forward and gathers them again only for a backward that
+ * receives them; the embedding's backward, which has no plugin binding, receives none).
+ * Scratch for one call: workspace_bytes(),
  * args->workspace. grouped_mm's saved buffer is shared by the three expert projections of a layer
  * (forward: gate, up, then down; backward: down, then gate, up), all with the same routing (offs):
  * the place for routing metadata built once per forward and reused by every later call of

@@ -144,6 +144,11 @@ void dist_mesh_free(dist_mesh *m);
  *   backward begin : gather again if released; prefetch the previous unit
  *   backward end   : reduce-scatter its gradients with SUM into the shard (the loss is
  *                    already divided by the global token count), release grads and params
+ * A unit whose backward reads none of its parameters (bwd_without_params: the embedding,
+ * whose backward scatters rows of the output gradient into its gradient) is neither gathered
+ * at its backward begin nor prefetched for it; its gradients are reduce-scattered all the
+ * same. The pinned unit (a tied embedding, read by the head's backward) is gathered then
+ * anyway: it stays from its forward on.
  * Expert parallelism: a unit's last `local` elements (its blocks' expert stacks, this EP
  * rank's experts) are sharded the same way but over the efsdp ranks (those holding the same
  * experts) instead: shard length L_u = ceil(local_u / efsdp), after the unit's dp_shard part
@@ -173,8 +178,10 @@ int dist_reshard_parse(const char *s, dist_reshard *out); /* "default" | "always
 typedef enum { DIST_FWD_BEGIN, DIST_FWD_END, DIST_BWD_BEGIN, DIST_BWD_END } dist_phase;
 
 typedef struct {
-    size_t offset, numel; /* the unit's range in the flat buffer */
-    size_t local;         /* its last `local` elements are sharded over efsdp (EP experts) */
+    size_t offset, numel;   /* the unit's range in the flat buffer */
+    size_t local;           /* its last `local` elements are sharded over efsdp (EP experts) */
+    int bwd_without_params; /* 1: its backward reads none of its parameters: not gathered
+                               for it (0, the safe default: gathered again if released) */
 } dist_unit;
 
 typedef struct {

@@ -475,9 +475,9 @@ void dist_fsdp_hook(dist_fsdp *f, int u, dist_phase p) {
     case DIST_FWD_END:
         if (release_after_forward(f, u)) release_params(f, u);
         break;
-    case DIST_BWD_BEGIN:
-        ensure(f, u);
-        if (u > 0) start_gather(f, u - 1, 0);
+    case DIST_BWD_BEGIN: /* a backward without parameters gets none (nor a prefetch) */
+        if (!f->units[u].bwd_without_params) ensure(f, u);
+        if (u > 0 && !f->units[u - 1].bwd_without_params) start_gather(f, u - 1, 0);
         break;
     case DIST_BWD_END:
         reduce(f, u);

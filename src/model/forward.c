@@ -307,6 +307,10 @@ static uint32_t unit_calls(const model *m, int u) {
 #undef BIT
 }
 
+int model_unit_bwd_reads_params(const model *m, int u) {
+    return (unit_calls(m, u) & OPS_BWD_READS_WEIGHTS) != 0;
+}
+
 static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
                  base_err *err) {
     memset(m, 0, sizeof *m);
@@ -555,7 +559,10 @@ static void hook(const model *m, int unit, model_phase p) {
     ops_prof_unit(unit); /* the unit whose ops run next: the profiler's layer path */
     if (m->hook) m->hook(m->hook_ctx, unit, p);
     const int tied_head = unit == m->args.n_layers + 1 && m->args.tie_embeddings;
-    if (m->w16 && (p == MODEL_FWD_BEGIN || p == MODEL_BWD_BEGIN)) {
+    /* a backward that reads no parameters (the embedding's) needs no bf16 copy: under FSDP its
+     * unit is not even gathered for it */
+    if (m->w16 &&
+        (p == MODEL_FWD_BEGIN || (p == MODEL_BWD_BEGIN && model_unit_bwd_reads_params(m, unit)))) {
         bf16_sync(m, unit);
         if (tied_head) bf16_sync(m, 0);
     } else if (m->w16_transient) { /* FWD_END, BWD_END */

@@ -343,6 +343,15 @@ int model_tp_local_args(const model_args *a_full, int tp, model_args *local, bas
  * the default implementations under m->prec (set by the caller). */
 ops_prec model_param_prec(const model *m, const model_param *p);
 
+/* Whether unit u's own backward reads its parameters: some op it calls has a backward that
+ * receives a weight (OPS_BWD_READS_WEIGHTS). 0 for the embedding unit, whose backward only
+ * scatters rows of dout into the table's gradient; 1 for blocks and the head. A tied
+ * embedding is also read by the head's backward (lmhead_ce): that is the head's, and FSDP
+ * keeps such a unit gathered from forward on (dist_fsdp_cfg.pinned_unit). Answers for a
+ * described model too (`titan plan`). FSDP does not gather a unit again for a backward that
+ * reads none of its parameters (dist_unit.bwd_without_params). */
+int model_unit_bwd_reads_params(const model *m, int u);
+
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);
 

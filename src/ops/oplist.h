@@ -30,7 +30,8 @@
 #define TITAN_OPS_OPLIST_H
 
 /* embedding: out[N,D] = wte[tokens[n], :].  bwd: dwte[V,D] += scatter of dout (deterministic
- *   order).
+ *   order); it receives no wte: FSDP does not gather the table for it (OPS_BWD_READS_WEIGHTS
+ *   in ops.h, checked against these signatures by test_ops).
  * rmsnorm: out[N,C] = inp * rsqrt(mean(inp^2) + eps) * w[C]; rstd[N] saved for backward. Used
  *   for the block norms (C = dim) and per-head q/k norms (N = tokens*heads, C = head_dim).
  * matmul: out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias).

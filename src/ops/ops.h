@@ -124,6 +124,18 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
 /* Every op kind as a set of bits 1u << ops_kind (ops_resolve_units' calls). */
 #define OPS_CALLS_ALL ((1u << OPS_COUNT) - 1)
 
+/* The ops whose backward receives a parameter tensor, as bits 1u << ops_kind: their backward
+ * signature (oplist.h) passes the weight w (rmsnorm, add_rmsnorm, matmul, grouped_mm; lmhead_ce,
+ * one function, reads w for dx). embedding's backward receives none (dwte += the rows of dout
+ * scattered by token id: the table is never read); rope, attention and swiglu have no
+ * parameters; adamw and attention_kv no backward. Every implementation of an op (built-in,
+ * override, plugin) gets only what the signature passes, so a unit whose backward calls none
+ * of these never needs its parameters there: FSDP does not gather them again for it
+ * (model_unit_bwd_reads_params). test_ops checks this set against the signatures. */
+#define OPS_BWD_READS_WEIGHTS                                                                      \
+    ((1u << OPS_RMSNORM) | (1u << OPS_ADD_RMSNORM) | (1u << OPS_MATMUL) | (1u << OPS_GROUPED_MM) | \
+     (1u << OPS_LMHEAD_CE))
+
 /* Resolves the tables of every unit of a model (paths[i] -> tables[i]) with ops_resolve's
  * rules, for the ops each unit calls: calls[i] has bit 1u << kind for each op unit i calls
  * (NULL: every op). An op a unit does not call keeps its default there, and an override

@@ -42,8 +42,18 @@ int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_
         free(exact);
         return base_fail(err, "out of memory");
     }
+    /* TITAN_FSDP_BWD_GATHER=all gathers every unit for its backward, as before the model said
+     * which backward reads no parameters (the tests' reference: bitwise the same steps) */
+    const char *bg = getenv("TITAN_FSDP_BWD_GATHER");
+    if (bg && bg[0] && strcmp(bg, "all") && strcmp(bg, "auto")) {
+        free(u);
+        free(exact);
+        return base_fail(err, "TITAN_FSDP_BWD_GATHER: '%s': expected all or auto", bg);
+    }
+    const int bwd_all = bg && !strcmp(bg, "all");
     for (int i = 0; i < m->n_units; i++) {
-        u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0};
+        u[i] = (dist_unit){m->units[i].offset, m->units[i].numel, 0,
+                           !bwd_all && !model_unit_bwd_reads_params(m, i)};
         /* EP: a block's expert stacks (its last parameters) are this rank's own */
         for (int k = 0; k < m->n_params; k++)
             if (m->params[k].unit == i && m->params[k].tp_split == MODEL_EP_EXPERTS)

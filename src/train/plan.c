@@ -94,12 +94,15 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
             const double fwd = 2 * blk + (tied ? emb : 0) + (tied ? 0 : emb);
             const double loss = (tied ? 2 * emb + head : 2 * head) + blk; /* + prefetch */
             const double bwd = 3 * blk + pin;                             /* u, u-1, grads u */
-            const double first = 2 * emb + blk;
+            /* the embedding's backward: its gradients, and its parameters only when tied
+             * (pinned; untied they are not gathered for it: model_unit_bwd_reads_params) */
+            const double first = (tied || model_unit_bwd_reads_params(&m, 0) ? 2 : 1) * emb + blk;
             peak = dmax(dmax(fwd, loss), dmax(bwd, first));
         }
         p->gathered = peak * F;
         p->comm_buffers = (max_shard + max_unit) * F;
-        /* gathers per microbatch: released units twice (forward, backward), others once; the
+        /* gathers per microbatch: released units twice (forward, backward), others once, as
+         * are units whose backward reads no parameters (the embedding's); the
          * dense part over dp_shard, the own experts over efsdp (ring: (k-1)/k of the bytes).
          * bf16: what only bf16 GEMMs read travels as bf16 (dist_fsdp_part_bytes) */
         const int b16 = in->prec == OPS_PREC_BF16;
@@ -109,7 +112,9 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         for (int u = 0; u < m.n_units; u++) {
             const int pinned = tied && u == 0, is_head = u == L + 1;
             int times = 2;
-            if (in->reshard == DIST_RESHARD_NEVER || pinned || is_head) times = 1;
+            if (in->reshard == DIST_RESHARD_NEVER || pinned || is_head ||
+                !model_unit_bwd_reads_params(&m, u))
+                times = 1;
             size_t loc = 0, xd = 0, xl = 0; /* own experts; exact elements of each part */
             for (int i = 0; i < m.n_params; i++) {
                 const model_param *q = &m.params[i];

@@ -6,6 +6,11 @@
 #     relative, the final parameters within 1e-5 relative L2. In bf16 (tied and untied),
 #     2 ranks with FSDP's bf16 all-gathers against the same run with fp32 ones: bitwise the
 #     same losses, validation, checkpoint and export, and the gathered bytes as derived below.
+#     The embedding's backward reads no parameters: FSDP does not gather it for it. Against
+#     the same runs gathering every unit for its backward (TITAN_FSDP_BWD_GATHER=all, what
+#     titan did before), tied and untied, fp32 and bf16, reshard default and never: bitwise
+#     the same losses and checkpoint, and the gathered bytes lower by exactly one embedding
+#     gather where it was released after forward (untied, default), unchanged elsewhere.
 #  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
 #     steps 6..10 match a straight 1-rank run within 1e-5.
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
@@ -34,11 +39,12 @@ done
 # validation loss, the same checkpoint (param_diff 0) and the same fp32 HF export (the final
 # gather is exact).
 # Gathered bytes per step and rank (metrics fsdp_gather_bytes; the whole unit per gather) for
-# `small` (D 64, 2 blocks of 36864 matrix elements + 160 norm elements, V x D = 19200):
-#   fp32 untied: 4 x (2 x 19200 embedding (forward, backward) + 4 x 37024 blocks + 19264 head)
-#              = 823040
-#   bf16 untied: 2 x 19200 x 4 (exact) + 4 x (37024 x 2 + 160 x 4) + 19264 x 2 + 64 x 4
-#              = 491136 (0.60: the embedding stays fp32)
+# `small` (D 64, 2 blocks of 36864 matrix elements + 160 norm elements, V x D = 19200; the
+# embedding gathered for its forward only, its backward reads no parameters):
+#   fp32 untied: 4 x (19200 embedding + 4 x 37024 blocks (forward, backward) + 19264 head)
+#              = 746240
+#   bf16 untied: 19200 x 4 (exact) + 4 x (37024 x 2 + 160 x 4) + 19264 x 2 + 64 x 4
+#              = 414336 (0.56: the embedding stays fp32)
 #   fp32 tied:   4 x (19200 (pinned: once) + 4 x 37024 + 64) = 669440
 #   bf16 tied:   19200 x 4 + 4 x 74688 + 64 x 4 = 375808 (0.56)
 mpi_gather() { # mpi_gather DTYPE ARGS...: mpi 2 with TITAN_FSDP_GATHER=DTYPE on every rank
@@ -46,7 +52,7 @@ mpi_gather() { # mpi_gather DTYPE ARGS...: mpi 2 with TITAN_FSDP_GATHER=DTYPE on
   timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER="$g" "$titan" train "$@"
 }
 gather_bytes() { grep -o '"fsdp_gather_bytes": [^,}]*' "$1" | cut -d' ' -f2 | sort -u | tr '\n' ' '; }
-declare -A want=([auto0]="491136 " [float320]="823040 " [auto1]="375808 " [float321]="669440 ")
+declare -A want=([auto0]="414336 " [float320]="746240 " [auto1]="375808 " [float321]="669440 ")
 # validation at step 5 on the training model (its shapes): the forward-only pass leaves the head
 # gathered, bf16-rounded, and the export's gather must gather it again exact
 for i in $(seq 1 20); do printf 'The quick brown fox %d jumps over the lazy dog.\n\n' "$i"; done \
@@ -83,6 +89,37 @@ done
 if TITAN_FSDP_GATHER=half "$titan" train "${m[@]}" > "$out/bad_env.log" 2>&1; then
   echo "FAIL: TITAN_FSDP_GATHER=half accepted"; exit 1; fi
 grep -q "TITAN_FSDP_GATHER: 'half': expected float32 or auto" "$out/bad_env.log" ||
+  { cat "$out/bad_env.log"; exit 1; }
+# No gather for a backward without parameters (the embedding's): against TITAN_FSDP_BWD_GATHER=all
+# (every unit gathered again for its backward) the same losses and checkpoint, bit for bit, and
+# per step and rank exactly 19200 x 4 = 76800 bytes fewer (one fp32 embedding gather: the
+# embedding is exact in bf16 too) where the embedding is released after its forward (untied,
+# reshard default); tied (kept from forward for the head) or reshard never: the same bytes.
+for tie in 0 1; do
+  for prec in float32 bfloat16; do
+    for rs in default never; do
+      c="bwd_${tie}_${prec}_$rs"
+      m=("${model[@]}" --set tie_embeddings=$tie --training.mixed_precision_param=$prec --steps 3
+         --batch 2 --checkpoint-interval 3 --parallelism.fsdp_reshard_after_forward $rs)
+      for g in all auto; do
+        timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS -x TITAN_FSDP_BWD_GATHER=$g "$titan" train \
+            "${m[@]}" --metrics "$out/$c.$g.jsonl" --dump-folder "$out/$c.$g" > "$out/$c.$g.log" 2>&1 ||
+          { cat "$out/$c.$g.log"; exit 1; }
+      done
+      identical_losses "$c: no embedding gather for its backward vs all" "$out/$c.all.jsonl" \
+          "$out/$c.auto.jsonl"
+      "$diff_tool" "$out/$c.auto/checkpoint" "$out/$c.all/checkpoint" 0
+      saved=0; [ $tie$rs = 0default ] && saved=76800
+      a=$(gather_bytes "$out/$c.all.jsonl"); b=$(gather_bytes "$out/$c.auto.jsonl")
+      [ "$(wc -w <<< "$a$b")" = 2 ] && [ $((a - b)) = $saved ] ||
+        { echo "FAIL $c: gathered bytes per step $b, with every backward gather $a: want $saved fewer"; exit 1; }
+      echo "ok $c: gathered bytes per step ${b% } vs ${a% }"
+    done
+  done
+done
+if TITAN_FSDP_BWD_GATHER=some "$titan" train "${m[@]}" > "$out/bad_env.log" 2>&1; then
+  echo "FAIL: TITAN_FSDP_BWD_GATHER=some accepted"; exit 1; fi
+grep -q "TITAN_FSDP_BWD_GATHER: 'some': expected all or auto" "$out/bad_env.log" ||
   { cat "$out/bad_env.log"; exit 1; }
 m=("${model[@]}" --set tie_embeddings=1 --steps 5)
 mpi 4 "${m[@]}" --batch 1 --metrics "$out/fsdp4.jsonl" --dump-folder "$out/fsdp4" \

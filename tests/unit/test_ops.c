@@ -917,7 +917,40 @@ static void test_determinism(void) {
     base_free(again);
 }
 
+/* OPS_BWD_READS_WEIGHTS against the signatures in oplist.h: an op is in the set iff what runs
+ * in its backward (an FB op's bwd, an F op's one function) takes a weight parameter (`*w` or
+ * `*wte`). Adding a weight to a backward (embedding's, which FSDP no longer gathers for)
+ * without adding the op to the set fails here. */
+static int takes_weight(const char *params) {
+    return strstr(params, "*w,") || strstr(params, "*w)") || strstr(params, "*wte,") ||
+           strstr(params, "*wte)");
+}
+
+static void test_bwd_weights(void) {
+#define BWD_SIG_FB(K, name, sub, plg, fp, fa, bp, ba) {OPS_##K, #name, #bp},
+#define BWD_SIG_F(K, name, sub, plg, ret, p, a) {OPS_##K, #name, #p},
+    static const struct {
+        ops_kind k;
+        const char *name, *params;
+    } sig[] = {OPS_LIST(BWD_SIG_FB, BWD_SIG_F)};
+#undef BWD_SIG_FB
+#undef BWD_SIG_F
+    int n_in = 0;
+    for (size_t i = 0; i < sizeof sig / sizeof sig[0]; i++) {
+        const int in = (OPS_BWD_READS_WEIGHTS >> sig[i].k) & 1u;
+        char what[96];
+        snprintf(what, sizeof what, "%s: in OPS_BWD_READS_WEIGHTS (%d) iff backward takes w",
+                 sig[i].name, in);
+        const int ok = in == !!takes_weight(sig[i].params);
+        check_true(what, ok, ok ? NULL : sig[i].params);
+        n_in += in;
+    }
+    check_true("embedding's backward takes no weight (FSDP skips its gather)",
+               !((OPS_BWD_READS_WEIGHTS >> OPS_EMBEDDING) & 1u) && n_in == 5, NULL);
+}
+
 int main(void) {
+    test_bwd_weights();
     test_embedding();
     test_rmsnorm();
     test_add_rmsnorm();

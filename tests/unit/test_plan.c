@@ -1,8 +1,11 @@
 /* titan plan's FSDP traffic by dtype (train_plan_compute): the all-gather bytes per step and
  * rank of the small models tests/scripts/dist.sh and dist_ep.sh train, whose runs measure
- * the whole units' bytes (metrics fsdp_gather_bytes: 823040 fp32 / 491136 bf16 untied,
- * 669440 / 375808 tied, 630528 / 394880 for the MoE with ep 2 x efsdp 2); the plan counts
- * the ring's share, (k - 1) / k of them over k ranks. */
+ * the whole units' bytes (metrics fsdp_gather_bytes: 746240 fp32 / 414336 bf16 untied,
+ * 669440 / 375808 tied, 450048 / 373248 fp32 untied / tied under reshard never, 553728 /
+ * 318080 for the MoE with ep 2 x efsdp 2); the plan counts the ring's share, (k - 1) / k of
+ * them over k ranks. The embedding (V x D = 19200) is gathered once a microbatch: for its
+ * forward; its backward reads no parameters (model_unit_bwd_reads_params), a tied one stays
+ * gathered from its forward for the head. */
 #include <string.h>
 
 #include "check.h"
@@ -48,19 +51,23 @@ static void expect(const char *what, int tie, int moe, dist_reshard rs, ops_prec
 }
 
 int main(void) {
-    /* 2 ranks: half of each whole-unit figure; bf16: the matrices (blocks 4 x 37024 x 2 B
-     * with their norms, the untied lm_head 19264 x 2 B with the final norm) */
-    expect("fp32 untied", 0, 0, DIST_RESHARD_DEFAULT, OPS_PREC_F32, 823040 / 2, 0);
-    expect("bf16 untied", 0, 0, DIST_RESHARD_DEFAULT, OPS_PREC_BF16, 491136 / 2,
+    /* 2 ranks: half of each whole-unit figure; fp32 untied: 4 x (19200 + 4 x 37024 blocks
+     * (forward, backward) + 19264 head); bf16: the matrices (blocks 4 x 37024 x 2 B with
+     * their norms, the untied lm_head 19264 x 2 B with the final norm) */
+    expect("fp32 untied", 0, 0, DIST_RESHARD_DEFAULT, OPS_PREC_F32, 746240 / 2, 0);
+    expect("bf16 untied", 0, 0, DIST_RESHARD_DEFAULT, OPS_PREC_BF16, 414336 / 2,
            (4 * 37024 * 2 + 19264 * 2) / 2);
+    /* reshard never: every unit once: 4 x (19200 + 2 x 37024 + 19264 or, tied, 64) */
+    expect("fp32 untied, reshard never", 0, 0, DIST_RESHARD_NEVER, OPS_PREC_F32, 450048 / 2, 0);
+    expect("fp32 tied, reshard never", 1, 0, DIST_RESHARD_NEVER, OPS_PREC_F32, 373248 / 2, 0);
     expect("fp32 tied", 1, 0, DIST_RESHARD_DEFAULT, OPS_PREC_F32, 669440 / 2, 0);
     expect("bf16 tied", 1, 0, DIST_RESHARD_DEFAULT, OPS_PREC_BF16, 375808 / 2, 4 * 37024 * 2 / 2);
     /* MoE, 4 ranks, ep 2: the dense parts (blocks' 12704, embedding, head) 3/4 over dp_shard 4,
      * the own experts (2 x 6144 per block) 1/2 over efsdp 2 */
     expect("fp32 MoE ep 2", 0, 1, DIST_RESHARD_DEFAULT, OPS_PREC_F32,
-           (4 * 12704 + 2 * 19200 + 19264) * 4 * 0.75 + 4 * 12288 * 4 * 0.5, 0);
+           (4 * 12704 + 19200 + 19264) * 4 * 0.75 + 4 * 12288 * 4 * 0.5, 0);
     expect("bf16 MoE ep 2", 0, 1, DIST_RESHARD_DEFAULT, OPS_PREC_BF16,
-           (4 * (12704 * 2 + 160 * 4) + 2 * 19200 * 4 + 19264 * 2 + 64 * 4) * 0.75 +
+           (4 * (12704 * 2 + 160 * 4) + 19200 * 4 + 19264 * 2 + 64 * 4) * 0.75 +
                4 * 12288 * 2 * 0.5,
            (4 * 12704 * 2 + 19264 * 2) * 0.75 + 4 * 12288 * 2 * 0.5);
     /* reshard never: every unit gathered once per microbatch (the own experts too) */
