@@ -436,7 +436,8 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     m->prec = o->prec;
     m->exchange_f32 = o->exchange_f32;
     if (o->prec == OPS_PREC_BF16) {
-        m->w16 = base_alloc(ops_bf16_mirror_bytes(m->n_floats ? m->n_floats : 1));
+        /* uninitialised: the parts never converted (model_param_in_bf16_copy) cost no pages */
+        m->w16 = base_alloc_uninit(ops_bf16_mirror_bytes(m->n_floats ? m->n_floats : 1));
         m->w16_fresh = base_alloc((size_t)m->n_units);
         if (!m->w16 || !m->w16_fresh) return base_fail(err, "out of memory (bf16 weight copy)");
         memset(m->w16_fresh, 0, (size_t)m->n_units);
@@ -519,8 +520,11 @@ static void bf16_sync(const model *m, int u) {
             mm->w16_base = m->w;
         }
     }
-    const model_unit *un = &m->units[u];
-    ops_bf16_mirror_convert(m->w16, un->offset, m->w + un->offset, un->numel);
+    for (int i = 0; i < m->n_params; i++) {
+        const model_param *p = &m->params[i];
+        if (p->unit == u && model_param_in_bf16_copy(m, p))
+            ops_bf16_mirror_convert(m->w16, p->offset, m->w + p->offset, p->numel);
+    }
     m->w16_fresh[u] = 1;
 }
 

@@ -342,6 +342,10 @@ int model_tp_local_args(const model_args *a_full, int tp, model_args *local, bas
  * the model is fp32. A model without ops tables (model_describe: `titan plan`) answers for
  * the default implementations under m->prec (set by the caller). */
 ops_prec model_param_prec(const model *m, const model_param *p);
+/* Whether the bf16 weight copy (w16) holds p: some reader of it is a bf16 implementation (the
+ * matrices, a tied embedding through the lm_head). The others (norm weights, an untied
+ * embedding) are never converted, and their part of the copy is never touched. */
+int model_param_in_bf16_copy(const model *m, const model_param *p);
 
 /* Whether unit u's own backward reads its parameters: some op it calls has a backward that
  * receives a weight (OPS_BWD_READS_WEIGHTS). 0 for the embedding unit, whose backward only

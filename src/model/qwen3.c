@@ -332,20 +332,36 @@ int model_describe(model *m, const model_args *a, base_err *err) {
     return model_layout(m, err);
 }
 
-ops_prec model_param_prec(const model *m, const model_param *p) {
-    if (m->prec != OPS_PREC_BF16 || !p->readers) return OPS_PREC_F32;
+/* How many of p's readers (in the tables of the units that use it) are bf16 implementations,
+ * and how many there are. */
+static void bf16_readers(const model *m, const model_param *p, int *n16, int *n) {
     const int head = m->args.n_layers + 1;
     /* the units whose tables run its readers: a tied embedding is the head's lm_head too */
     const int units[2] = {p->unit, p->unit == 0 && m->args.tie_embeddings ? head : p->unit};
+    *n16 = *n = 0;
     for (int k = 0; k < OPS_COUNT; k++) {
         if (!(p->readers & (1u << k))) continue;
         for (int i = 0; i < 2; i++) {
             const ops_prec pr =
                 m->ops ? m->ops[units[i]].impl[k]->prec : ops_default_prec_of((ops_kind)k, m->prec);
-            if (pr != OPS_PREC_BF16) return OPS_PREC_F32;
+            *n16 += pr == OPS_PREC_BF16;
+            ++*n;
         }
     }
-    return OPS_PREC_BF16;
+}
+
+ops_prec model_param_prec(const model *m, const model_param *p) {
+    if (m->prec != OPS_PREC_BF16 || !p->readers) return OPS_PREC_F32;
+    int n16, n;
+    bf16_readers(m, p, &n16, &n);
+    return n16 == n ? OPS_PREC_BF16 : OPS_PREC_F32;
+}
+
+int model_param_in_bf16_copy(const model *m, const model_param *p) {
+    if (m->prec != OPS_PREC_BF16) return 0;
+    int n16, n;
+    bf16_readers(m, p, &n16, &n);
+    return n16 > 0;
 }
 
 const model_param *model_find_param(const model *m, const char *name) {

@@ -215,16 +215,18 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     if (in->prec == OPS_PREC_BF16) {
         /* whole without FSDP; with sharded units only the units in use (transient copies,
          * model.h): at most the head (or the tied embedding) and a block, prefetch aside */
-        double live = (double)m.n_floats;
-        if (ds > 1) {
-            double umax = 0, blk_max = 0;
-            for (int u = 0; u < m.n_units; u++) {
-                const double n = (double)m.units[u].numel;
-                umax = n > umax ? n : umax;
-                if (u > 0 && u <= L) blk_max = n > blk_max ? n : blk_max;
-            }
-            live = umax + blk_max;
+        m.prec = in->prec; /* model_param_in_bf16_copy: the default implementations' */
+        double live = 0, umax = 0, blk_max = 0;
+        for (int u = 0; u < m.n_units; u++) { /* the elements the copy holds per unit */
+            double n = 0;
+            for (int i = 0; i < m.n_params; i++)
+                if (m.params[i].unit == u && model_param_in_bf16_copy(&m, &m.params[i]))
+                    n += (double)m.params[i].numel;
+            live += n;
+            umax = n > umax ? n : umax;
+            if (u > 0 && u <= L) blk_max = n > blk_max ? n : blk_max;
         }
+        if (ds > 1) live = umax + blk_max;
         p->bf16_copy = (double)ops_bf16_mirror_bytes(1) * live;
         /* the largest operand converted per call: the lm_head+CE chunk's logit gradient
          * [chunk, V/tp], about 64M elements with the automatic chunk */

@@ -198,6 +198,13 @@ int main(void) {
                 const ops_prec want = matrix && !off ? OPS_PREC_BF16 : OPS_PREC_F32;
                 CHECK(model_param_prec(&m, p) == want, "bf16 model (overrides %d): %s is %s", o,
                       p->name, want == OPS_PREC_BF16 ? "fp32" : "bf16");
+                /* the weight copy holds what some bf16 op reads: the untied lm_head still
+                 * (the head's matmul, generation's logits, stays bf16), not layer 0's
+                 * matrices once their matmul is fp32, never the norms or untied embedding */
+                const int in_copy = matrix && !(o && strstr(p->name, "layers.0.") == p->name);
+                CHECK(model_param_in_bf16_copy(&m, p) == in_copy,
+                      "bf16 weight copy (overrides %d): %s %s", o, p->name,
+                      in_copy ? "missing" : "held");
             }
             model_free(&m);
         }
@@ -217,6 +224,8 @@ int main(void) {
                                       : OPS_PREC_BF16;
             CHECK(model_param_prec(&m, p) == want, "bf16 tied: %s", p->name);
             CHECK(model_param_prec(&d, &d.params[i]) == want, "described bf16 tied: %s", p->name);
+            /* a tied embedding is in the copy (the lm_head reads it in bf16) */
+            CHECK(model_param_in_bf16_copy(&m, p) == !p->is_norm, "bf16 copy, tied: %s", p->name);
         }
         model_free(&d);
         model_free(&m);
