@@ -12,22 +12,52 @@
 
 /* Every rank's config fingerprint against rank 0's (one all-gather of 8 bytes per rank): all
  * ranks see the same list, so all of them fail, naming the same first rank. */
+/* What every rank must agree on besides the config text: the settings each rank resolves for
+ * itself and that decide which collectives run (a bf16 all-gather on one rank against an fp32
+ * one on another is a type mismatch or a hang, not just different numbers). */
+typedef struct {
+    uint64_t config; /* o->config_hash */
+    int32_t prec;    /* the resolved precision: the unset default follows each rank's CPU */
+    int32_t exchange_f32;
+    uint64_t env; /* the FSDP transport switches (parallelize.c), as set */
+} rank_settings;
+
+static const char *const wire_env[] = {"TITAN_FSDP_GATHER", "TITAN_FSDP_BWD_GATHER"};
+
 static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err) {
     if (mesh->world <= 1) return 0;
-    uint64_t *all = calloc((size_t)mesh->world, sizeof *all);
+    rank_settings me = {o->config_hash, (int32_t)o->prec, o->exchange_f32, BASE_HASH_INIT};
+    for (size_t i = 0; i < sizeof wire_env / sizeof *wire_env; i++) {
+        const char *v = getenv(wire_env[i]);
+        me.env = base_hash_bytes(me.env, v ? v : "", v ? strlen(v) + 1 : 0);
+    }
+    rank_settings *all = calloc((size_t)mesh->world, sizeof *all);
     if (!all) return base_fail(err, "out of memory");
-    dist_allgather_bytes(mesh->world_comm, &o->config_hash, all, sizeof *all);
+    dist_allgather_bytes(mesh->world_comm, &me, all, sizeof me);
     int bad = -1;
     for (int r = 1; r < mesh->world && bad < 0; r++)
-        if (all[r] != all[0]) bad = r;
+        if (memcmp(&all[r], &all[0], sizeof me)) bad = r;
+    const rank_settings b = bad >= 0 ? all[bad] : me, z = all[0];
     free(all);
-    if (bad >= 0)
+    if (bad < 0) return 0;
+    if (b.config != z.config)
         return base_fail(err,
                          "rank %d was started with another config than rank 0 (the resolved "
                          "configs differ; compare `titan train ... --print-config` of both): "
                          "every rank must run the same job",
                          bad);
-    return 0;
+    if (b.prec != z.prec)
+        return base_fail(err,
+                         "rank %d resolved training.mixed_precision_param to %s, rank 0 to %s "
+                         "(unset, it follows each CPU's bf16 units, or TITAN_MIXED_PRECISION): "
+                         "set it explicitly when the ranks run on different CPUs",
+                         bad, b.prec == OPS_PREC_BF16 ? "bfloat16" : "float32",
+                         z.prec == OPS_PREC_BF16 ? "bfloat16" : "float32");
+    return base_fail(err,
+                     "rank %d has other TITAN_BF16_EXCHANGE / TITAN_FSDP_GATHER / "
+                     "TITAN_FSDP_BWD_GATHER settings than rank 0: every rank must move the same "
+                     "collectives",
+                     bad);
 }
 
 /* path: a file or folder, or a glob(3) pattern matching something. */
