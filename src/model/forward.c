@@ -136,14 +136,27 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     }
 }
 
-/* Under bf16 a block stores its model_act16 tensors as bf16 (half their bytes) unless it is
- * checkpointed (which stores nothing). */
-static int stores16(const model *m, int l) {
-    return m->prec == OPS_PREC_BF16 && !model_ac_block(m->ac, m->ac_every, l);
+/* Whether a block (ops table t; NULL: the default implementations, as `titan plan` assumes)
+ * keeps its model_act16 tensors as bf16: in a bf16 model whose block runs its GEMMs (matmul,
+ * attention, and grouped_mm in MoE blocks) on bf16 implementations. A block with an fp32
+ * override or plugin there keeps them fp32, as an fp32 run would. */
+static int block16(const model *m, const ops_table *t) {
+    if (m->prec != OPS_PREC_BF16) return 0;
+    if (!t) return 1;
+    const ops_kind k[3] = {OPS_MATMUL, OPS_ATTENTION, OPS_GROUPED_MM};
+    for (int i = 0; i < (m->args.n_experts > 0 ? 3 : 2); i++)
+        if (!t->impl[k[i]] || t->impl[k[i]]->prec != OPS_PREC_BF16) return 0;
+    return 1;
 }
 
-void model_keep16(const model *m, layer_acts *la, model_act16 s, size_t n) {
-    if (m->prec != OPS_PREC_BF16) return;
+/* Whether block l stores its model_act16 tensors as bf16 (half their bytes): a bf16 block
+ * (block16) that is not checkpointed (which stores nothing). */
+static int stores16(const model *m, int l) {
+    return block16(m, m->ops ? &m->ops[1 + l] : NULL) && !model_ac_block(m->ac, m->ac_every, l);
+}
+
+void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n) {
+    if (!block16(m, t)) return;
     ops_bf16_round_store(act16_f32(la, s), la->b16[s], n);
     la->n16[s] = n;
 }
@@ -167,7 +180,7 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
         carve_layer(c, la, a, N, n, B, T, 1, !model_ac_block(m->ac, m->ac_every, l),
                     stores16(m, l));
     }
-    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || m->prec == OPS_PREC_BF16)
+    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || block16(m, NULL))
         carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1, 0);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
@@ -311,6 +324,45 @@ int model_unit_bwd_reads_params(const model *m, int u) {
     return (unit_calls(m, u) & OPS_BWD_READS_WEIGHTS) != 0;
 }
 
+/* The activations of a built model whose ops are resolved (a block stores bf16 only where
+ * its GEMMs run bf16: stores16). */
+static int alloc_acts(model *m, const model_build_opts *o, base_err *err) {
+    const model_args *a = &m->args;
+    model_acts *A = base_alloc(sizeof *A);
+    if (!A) return base_fail(err, "out of memory");
+    m->acts = A;
+    carver sz = {NULL, 0};
+    carve_all(&sz, A, m, o->with_grads);
+    A->layers = base_alloc(sizeof(layer_acts) * (size_t)a->n_layers);
+    A->mem = base_alloc(sz.used * sizeof(float));
+    if (!A->layers || !A->mem)
+        return base_fail(err, "out of memory: activations need %.2f GiB",
+                         (double)sz.used * 4 / (1 << 30));
+    A->mem_floats = sz.used;
+    carver real = {A->mem, 0};
+    carve_all(&real, A, m, o->with_grads);
+    for (int l = 0; l < a->n_layers; l++) {
+        layer_acts *la = &A->layers[l];
+        if (model_ac_block(m->ac, m->ac_every, l)) {
+            float *x = la->x;
+            *la = A->scratch;
+            la->x = x;
+        } else if (stores16(m, l)) { /* the working set of its bf16-stored tensors */
+            la->qp = A->scratch.qp, la->kp = A->scratch.kp, la->v = A->scratch.v;
+            la->o = A->scratch.o, la->gate = A->scratch.gate, la->up = A->scratch.up;
+            la->moe.y = A->scratch.moe.y, la->moe.xl = A->scratch.moe.xl;
+        }
+    }
+    for (int l = 0; l < a->n_layers; l++) {
+        A->layers[l].q = A->q;
+        A->layers[l].k = A->k;
+    }
+
+    if (a->n_experts > 0 && !(A->aux = base_alloc(3 * (size_t)a->n_experts * sizeof(double))))
+        return base_fail(err, "out of memory");
+    return 0;
+}
+
 static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
                  base_err *err) {
     memset(m, 0, sizeof *m);
@@ -358,7 +410,6 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
                          o->ac_every);
     if (model_layout(m, err)) return -1;
     m->ce_chunk = ce_chunk_for(a, o);
-    m->prec = o->prec; /* carve_all reads it */
 
     m->external = bw == BUILD_EXTERNAL;
     const size_t wbytes = m->n_floats * sizeof(float);
@@ -369,36 +420,6 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
         m->g = base_alloc(m->n_floats * sizeof(float));
         if (!m->g) return base_fail(err, "out of memory: %zu gradients", m->n_floats);
     }
-    model_acts *A = base_alloc(sizeof *A);
-    if (!A) return base_fail(err, "out of memory");
-    m->acts = A;
-    carver sz = {NULL, 0};
-    carve_all(&sz, A, m, o->with_grads);
-    A->layers = base_alloc(sizeof(layer_acts) * (size_t)a->n_layers);
-    A->mem = base_alloc(sz.used * sizeof(float));
-    if (!A->layers || !A->mem)
-        return base_fail(err, "out of memory: activations need %.2f GiB",
-                         (double)sz.used * 4 / (1 << 30));
-    A->mem_floats = sz.used;
-    carver real = {A->mem, 0};
-    carve_all(&real, A, m, o->with_grads);
-    for (int l = 0; l < a->n_layers; l++) {
-        layer_acts *la = &A->layers[l];
-        if (model_ac_block(m->ac, m->ac_every, l)) {
-            float *x = la->x;
-            *la = A->scratch;
-            la->x = x;
-        } else if (stores16(m, l)) { /* the working set of its bf16-stored tensors */
-            la->qp = A->scratch.qp, la->kp = A->scratch.kp, la->v = A->scratch.v;
-            la->o = A->scratch.o, la->gate = A->scratch.gate, la->up = A->scratch.up;
-            la->moe.y = A->scratch.moe.y, la->moe.xl = A->scratch.moe.xl;
-        }
-    }
-    for (int l = 0; l < a->n_layers; l++) {
-        A->layers[l].q = A->q;
-        A->layers[l].k = A->k;
-    }
-
     if (a->n_experts > 0) {
         const size_t LE = (size_t)a->n_layers * a->n_experts;
         m->balance = o->balance;
@@ -407,8 +428,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
         m->aux_scale = o->balance == MODEL_BALANCE_AUX_LOSS ? (float)a->router_aux_loss_coef : 0;
         m->moe_bias = base_alloc(LE * sizeof(float));
         m->moe_counts = base_alloc(LE * sizeof(int64_t));
-        A->aux = base_alloc(3 * (size_t)a->n_experts * sizeof(double));
-        if (!m->moe_bias || !m->moe_counts || !A->aux) return base_fail(err, "out of memory");
+        if (!m->moe_bias || !m->moe_counts) return base_fail(err, "out of memory");
         memset(m->moe_bias, 0, LE * sizeof(float));
         memset(m->moe_counts, 0, LE * sizeof(int64_t));
     }
@@ -460,8 +480,9 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     if (rc) { /* nothing stays bound; model_free must not release twice */
         base_free(m->ops);
         m->ops = NULL;
+        return rc;
     }
-    return rc;
+    return alloc_acts(m, o, err);
 }
 
 int model_build(model *m, const model_args *a, const model_build_opts *o, base_err *err) {
@@ -569,7 +590,7 @@ static void hook(const model *m, int unit, model_phase p) {
         (p == MODEL_FWD_BEGIN || (p == MODEL_BWD_BEGIN && model_unit_bwd_reads_params(m, unit)))) {
         bf16_sync(m, unit);
         if (tied_head) bf16_sync(m, 0);
-    } else if (m->w16_transient) { /* FWD_END, BWD_END */
+    } else if (m->w16_transient) { /* the END phases; the BEGIN of a backward reading none */
         bf16_release(m, unit);
         if (tied_head) bf16_release(m, 0);
     }
@@ -640,15 +661,15 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     t->matmul_fwd(la->qp, nf, w.wq, N, D, H * hd);
     t->matmul_fwd(la->kp, nf, w.wk, N, D, G * hd);
     t->matmul_fwd(la->v, nf, w.wv, N, D, G * hd);
-    model_keep16(m, la, MODEL_ACT16_QP, (size_t)N * H * hd);
-    model_keep16(m, la, MODEL_ACT16_KP, (size_t)N * G * hd);
-    model_keep16(m, la, MODEL_ACT16_V, (size_t)N * G * hd);
+    model_keep16(m, t, la, MODEL_ACT16_QP, (size_t)N * H * hd);
+    model_keep16(m, t, la, MODEL_ACT16_KP, (size_t)N * G * hd);
+    model_keep16(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
     qk_norm_rope(m, t, la, &w, g);
     if (!g->k_cache || g->pos0 == 0) /* windows from position 0: the cache rows are [1,T,G,hd] */
         t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
     else
         t->attention_kv(la->o, la->q, g->k_cache, g->v_cache, T, g->pos0, H, G, hd);
-    model_keep16(m, la, MODEL_ACT16_O, (size_t)N * H * hd);
+    model_keep16(m, t, la, MODEL_ACT16_O, (size_t)N * H * hd);
     /* row-parallel wo: partial sums over the local heads, reduce-scattered to x's rows */
     float *po = g->part ? g->part : la->xm;
     t->matmul_fwd(po, la->o, w.wo, N, H * hd, D);
@@ -661,8 +682,8 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
         tp_gather(m, nf, g->norm_out, nD, wire16);
         t->matmul_fwd(la->gate, nf, w.w1, N, D, F);
         t->matmul_fwd(la->up, nf, w.w3, N, D, F);
-        model_keep16(m, la, MODEL_ACT16_GATE, (size_t)N * F);
-        model_keep16(m, la, MODEL_ACT16_UP, (size_t)N * F);
+        model_keep16(m, t, la, MODEL_ACT16_GATE, (size_t)N * F);
+        model_keep16(m, t, la, MODEL_ACT16_UP, (size_t)N * F);
         t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
         float *pf = g->part ? g->part : out;
         t->matmul_fwd(pf, g->hact, w.w2, N, F, D);

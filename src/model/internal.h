@@ -84,9 +84,10 @@ typedef struct {
     size_t n16[MODEL_ACT16_N];
 } layer_acts;
 
-/* bf16: rounds the first n elements of la's tensor s in place and stores them in la->b16[s]
- * (when there is a store); nothing in fp32. */
-void model_keep16(const model *m, layer_acts *la, model_act16 s, size_t n);
+/* bf16 block (its table t runs its GEMMs in bf16): rounds the first n elements of la's tensor
+ * s in place and stores them in la->b16[s] (when there is a store); nothing otherwise (fp32,
+ * or a block with an fp32 GEMM override or plugin). */
+void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n);
 
 /* Pointers to one block's parameters (or gradients) inside a flat buffer. Dense blocks use
  * w1, w3, w2 [F,D], [F,D], [D,F]; MoE blocks router [E,D] and the expert stacks ew1, ew3

@@ -78,8 +78,8 @@ static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, cons
     const size_t RF = (size_t)R * Fe;
     t->grouped_mm_fwd(la->gate, x, w->ew1, offs, nE, D, Fe);
     t->grouped_mm_fwd(la->up, x, w->ew3, offs, nE, D, Fe);
-    model_keep16(m, la, MODEL_ACT16_GATE, RF);
-    model_keep16(m, la, MODEL_ACT16_UP, RF);
+    model_keep16(m, t, la, MODEL_ACT16_GATE, RF);
+    model_keep16(m, t, la, MODEL_ACT16_UP, RF);
     t->swiglu_fwd(hact, la->gate, la->up, R, Fe);
     t->grouped_mm_fwd(y, hact, w->ew2, offs, nE, Fe, D);
 }
@@ -250,14 +250,16 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
         /* xl feeds the expert GEMMs only (forward, and the weight gradients in backward); yl is
          * free until they run: the bf16 staging */
         ep_dispatch(m, ma, g->xs, R, yl, arrived, ma->xl, model_bf16_wire(m, t, OPS_GROUPED_MM));
-        model_keep16(m, la, MODEL_ACT16_XL, (size_t)Rl * D); /* rounded by its GEMMs anyway */
+        model_keep16(m, t, la, MODEL_ACT16_XL, (size_t)Rl * D); /* its GEMMs round it anyway */
         experts_fwd(m, la, t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, g->hact, yl);
         ep_permute(arrived, yl, ma->perm, Rl, D, 0, 0);
-        ep_exchange(m, ma, arrived, ma->y, 0, sizeof(float)); /* outputs: summed by the combine */
+        /* fp32: a bf16 block rounds y right after it arrives (model_keep16), so sending it
+         * rounded would be exact too and halve these bytes: not done yet */
+        ep_exchange(m, ma, arrived, ma->y, 0, sizeof(float));
     } else {
         experts_fwd(m, la, t, &w, g->xs, offs, E, R, D, Fe, g->hact, ma->y);
     }
-    model_keep16(m, la, MODEL_ACT16_Y, (size_t)R * D);
+    model_keep16(m, t, la, MODEL_ACT16_Y, (size_t)R * D);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * D;

@@ -335,18 +335,17 @@ int model_describe(model *m, const model_args *a, base_err *err) {
 /* How many of p's readers (in the tables of the units that use it) are bf16 implementations,
  * and how many there are. */
 static void bf16_readers(const model *m, const model_param *p, int *n16, int *n) {
-    const int head = m->args.n_layers + 1;
-    /* the units whose tables run its readers: a tied embedding is the head's lm_head too */
-    const int units[2] = {p->unit, p->unit == 0 && m->args.tie_embeddings ? head : p->unit};
+    const int head = m->args.n_layers + 1, tied = p->unit == 0 && m->args.tie_embeddings;
     *n16 = *n = 0;
     for (int k = 0; k < OPS_COUNT; k++) {
         if (!(p->readers & (1u << k))) continue;
-        for (int i = 0; i < 2; i++) {
-            const ops_prec pr =
-                m->ops ? m->ops[units[i]].impl[k]->prec : ops_default_prec_of((ops_kind)k, m->prec);
-            *n16 += pr == OPS_PREC_BF16;
-            ++*n;
-        }
+        /* the unit whose table runs reader k: a tied embedding's lookup is unit 0's, its
+         * lm_head readers (lmhead_ce, matmul) the head's */
+        const int u = tied && k != OPS_EMBEDDING ? head : p->unit;
+        const ops_prec pr =
+            m->ops ? m->ops[u].impl[k]->prec : ops_default_prec_of((ops_kind)k, m->prec);
+        *n16 += pr == OPS_PREC_BF16;
+        ++*n;
     }
 }
 

@@ -7,8 +7,9 @@
 #    and seed), and differs from it (bf16 is in use);
 #  - a bf16 run is bitwise deterministic run to run, and resumes bitwise (losses and gradient
 #    norms of steps 7..12 identical after a stop at 6);
-#  - activations stored as bf16 give the bits a checkpointed recompute gives (dense, MoE), and
-#    titan plan counts them at under 0.7x fp32's at Qwen3-0.6B;
+#  - activations stored as bf16 give the bits a checkpointed recompute gives (dense, MoE), a
+#    block whose GEMMs are overridden to fp32 keeps them fp32, and titan plan counts them at
+#    under 0.7x fp32's at Qwen3-0.6B;
 #  - MoE too (grouped_mm's bf16 path): within 2% of fp32 and deterministic;
 #  - mixed_precision_reduce = bfloat16 and an unknown precision are refused by name;
 #  - generate --precision bfloat16 runs and names its precision (its tokens are not compared
@@ -91,6 +92,22 @@ echo "ok MoE bf16 deterministic"
 diff <(field "$out/mb.jsonl" loss) <(field "$out/mac.jsonl" loss) > /dev/null ||
   { echo "FAIL: MoE bf16 stored activations differ from recomputed"; exit 1; }
 echo "ok MoE bf16 stored activations equal recomputed"
+
+# A block whose GEMMs run fp32 implementations (a [kernels] override or plugin) keeps its
+# activations fp32, as an fp32 run would: a bf16 model with every block's matmul and attention
+# overridden to the fp32 defaults trains bitwise like an fp32 model whose head alone runs the
+# bf16 lm_head (the only bf16 ops left in both).
+ov=(--kernels.overrides 'layers.0-1.matmul=default,layers.0-1.attention=default')
+"$titan" train "${model[@]}" "${bf[@]}" "${ov[@]}" --metrics "$out/ovb.jsonl" \
+    --dump-folder "$out/ovb" > /dev/null 2>&1
+"$titan" train "${model[@]}" --training.mixed_precision_param=float32 \
+    --kernels.overrides 'head.lmhead_ce=bf16,head.matmul=bf16' --metrics "$out/ovf.jsonl" \
+    --dump-folder "$out/ovf" > /dev/null 2>&1
+for f in loss grad_norm; do
+  diff <(field "$out/ovb.jsonl" $f) <(field "$out/ovf.jsonl" $f) > /dev/null ||
+    { echo "FAIL: a bf16 model's fp32-overridden blocks do not train as fp32 ($f)"; exit 1; }
+done
+echo "ok blocks with fp32 GEMM overrides keep fp32 activations (bitwise an fp32 model + bf16 head)"
 
 # The memory they save, as titan plan counts it (what model_build allocates) at Qwen3-0.6B,
 # 1 x 2048 tokens: 3.36 GiB fp32, 2.15 GiB bf16 (the residual stream x, xm stays fp32).
