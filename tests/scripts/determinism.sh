@@ -8,7 +8,8 @@ set -euo pipefail
 titan=$1; data=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 common=(train --flavor debugmodel --set n_layers=2 --set dim=128 --set n_heads=4 --set n_kv_heads=2
         --set head_dim=32 --set ffn_dim=256 --set vocab_size=512 --data "$data" --steps 6
-        --batch 4 --seq-len 64 --lr 1e-3 --warmup 2 --seed 1234 --peak-tflops 1 --log-freq 100)
+        --batch 4 --seq-len 64 --lr 1e-3 --warmup 2 --seed 1234 --peak-tflops 1 --log-freq 100
+        --dump-folder "$out/dump") # its own: ctest -j runs the determinism tests side by side
 if [ $# -ge 3 ]; then
   common+=(--set num_experts=8 --set top_k=2 --set moe_inter_dim=64
            --model.moe_load_balance "$3" --model.moe_bias_update_rate 0.01)

@@ -13,7 +13,7 @@
 set -euo pipefail
 titan=$1; data=$2; plugin=$3; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 run=(train --data "$data" --steps 5 --batch 2 --seq-len 16 --lr 1e-3 --warmup 2 --seed 1234
-     --peak-tflops 1 --log-freq 100 --set max_seq_len=64)
+     --peak-tflops 1 --log-freq 100 --set max_seq_len=64 --dump-folder "$out/dump")
 debug=(--flavor debugmodel_moe --set n_layers=2 --set dim=128 --set ffn_dim=256
        --set moe_inter_dim=64 --set vocab_size=512)
 reduced=(--flavor 30B-A3B-reduced --set dim=64 --set n_heads=4 --set n_kv_heads=2
