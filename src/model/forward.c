@@ -6,7 +6,9 @@
  * block norms' outputs, q and k after norm + RoPE, silu(gate)*up) are recomputed in
  * backward instead of kept. A checkpointed block (every block under ac = full, every N-th
  * under selective: model_ac_block) keeps only its input x and recomputes its whole forward in
- * its backward, into one set of buffers shared by all checkpointed blocks. Under bf16 a block
+ * its backward, into one set of buffers shared by all checkpointed blocks; a model built
+ * without gradients (validation at its own shape) never runs backward, so all its blocks work
+ * in that set. Under bf16 a block
  * that is not checkpointed keeps its GEMM outputs (model_act16: q/k/v projections, attention
  * output, gate/up; MoE expert rows) as bf16 only, and works in that same shared fp32 set:
  * forward rounds them there and stores the bits, backward expands them back (exact).
@@ -155,6 +157,13 @@ static int stores16(const model *m, int l) {
     return block16(m, m->ops ? &m->ops[1 + l] : NULL) && !model_ac_block(m->ac, m->ac_every, l);
 }
 
+/* Whether block l keeps only its input x and works in the shared scratch: a checkpointed
+ * block (recomputed in backward), and every block of a model without gradients (it never
+ * runs backward, so nothing needs keeping: a validation model at its own shape). */
+static int shares_scratch(const model *m, int l, int with_grads) {
+    return !with_grads || model_ac_block(m->ac, m->ac_every, l);
+}
+
 void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n) {
     if (!block16(m, t)) return;
     ops_bf16_round_store(act16_f32(la, s), la->b16[s], n);
@@ -177,10 +186,9 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t n = N / (size_t)m->tp.size;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
-        carve_layer(c, la, a, N, n, B, T, 1, !model_ac_block(m->ac, m->ac_every, l),
-                    stores16(m, l));
+        carve_layer(c, la, a, N, n, B, T, 1, !shares_scratch(m, l, with_grads), stores16(m, l));
     }
-    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || block16(m, NULL))
+    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || block16(m, NULL) || !with_grads)
         carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1, 0);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
@@ -343,7 +351,7 @@ static int alloc_acts(model *m, const model_build_opts *o, base_err *err) {
     carve_all(&real, A, m, o->with_grads);
     for (int l = 0; l < a->n_layers; l++) {
         layer_acts *la = &A->layers[l];
-        if (model_ac_block(m->ac, m->ac_every, l)) {
+        if (shares_scratch(m, l, o->with_grads)) {
             float *x = la->x;
             *la = A->scratch;
             la->x = x;

@@ -117,6 +117,32 @@ static void test_model(int moe) {
                   "%s: selective 2 not between full and none", what);
         free(sel[i].g);
     }
+    /* Without gradients (a validation model) nothing is kept for backward: every block
+     * works in the shared set, as a checkpointed one does; the forward's loss is the same. */
+    {
+        base_err e = {{0}};
+        model m;
+        model_build_opts o = {.batch = B, .seq_len = T, .with_grads = 0};
+        if (moe) o.balance = MODEL_BALANCE_AUX_LOSS;
+        CHECK(model_build(&m, &a, &o, &e) == 0, "%s: build without gradients: %s", what, e.msg);
+        model_init_weights(&m, 11);
+        int32_t tok[B * T], tgt[B * T];
+        for (int i = 0; i < B * T; i++) {
+            tok[i] = (int32_t)(base_rng_u64(7, 1, (uint64_t)i) % 256);
+            tgt[i] =
+                i % 5 == 2 ? OPS_IGNORE_INDEX : (int32_t)(base_rng_u64(7, 2, (uint64_t)i) % 256);
+        }
+        const double loss = model_step_microbatch(&m, tok, tgt, 0.0f, NULL);
+        const size_t nog = model_activation_bytes(&m);
+        CHECK(loss == none.loss, "%s: loss without gradients %.17g vs %.17g", what, loss,
+              none.loss);
+        CHECK(nog <= full.act_bytes && nog < none.act_bytes,
+              "%s: activations without gradients %zu B (full %zu, none %zu)", what, nog,
+              full.act_bytes, none.act_bytes);
+        CHECK(model_activation_bytes_for(&a, &o) == nog, "%s: plan without gradients", what);
+        printf("%s: activations without gradients %zu B\n", what, nog);
+        model_free(&m);
+    }
     printf("%s: activations none %zu B, full %zu B; loss %.9f\n", what, none.act_bytes,
            full.act_bytes, none.loss);
     free(none.g);
