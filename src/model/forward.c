@@ -8,10 +8,10 @@
  * under selective: model_ac_block) keeps only its input x and recomputes its whole forward in
  * its backward, into one set of buffers shared by all checkpointed blocks; a model built
  * without gradients (validation at its own shape) never runs backward, so all its blocks work
- * in that set. Under bf16 a block
- * that is not checkpointed keeps its GEMM outputs (model_act16: q/k/v projections, attention
- * output, gate/up; MoE expert rows) as bf16 only, and works in that same shared fp32 set:
- * forward rounds them there and stores the bits, backward expands them back (exact).
+ * in that set. Under bf16 a block that is not checkpointed keeps its GEMM outputs
+ * (model_act16: q/k/v projections, attention output, gate/up; MoE expert rows) as bf16 only,
+ * and works in that same shared fp32 set: forward rounds them there and stores the bits,
+ * backward expands them back (exact).
  *
  * Buffers that are never live at the same time share memory: the lm_head+CE logits chunk
  * (live only inside the loss) overlays the per-block working set (norm outputs, q/k,
@@ -490,6 +490,12 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
         m->ops = NULL;
         return rc;
     }
+    if (m->w16) { /* what the copy holds follows from the resolved ops: decided once */
+        if (!(m->w16_param = base_alloc((size_t)(m->n_params ? m->n_params : 1))))
+            return base_fail(err, "out of memory");
+        for (int i = 0; i < m->n_params; i++)
+            m->w16_param[i] = (unsigned char)model_param_in_bf16_copy(m, &m->params[i]);
+    }
     return alloc_acts(m, o, err);
 }
 
@@ -528,6 +534,7 @@ void model_free(model *m) {
     if (m->w16_base) ops_bf16_mirror_remove(m->w16_base);
     base_free(m->w16);
     base_free(m->w16_fresh);
+    base_free(m->w16_param);
     memset(m, 0, sizeof *m);
 }
 
@@ -551,7 +558,7 @@ static void bf16_sync(const model *m, int u) {
     }
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
-        if (p->unit == u && model_param_in_bf16_copy(m, p))
+        if (p->unit == u && m->w16_param[i])
             ops_bf16_mirror_convert(m->w16, p->offset, m->w + p->offset, p->numel);
     }
     m->w16_fresh[u] = 1;

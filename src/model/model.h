@@ -218,7 +218,8 @@ typedef struct {
     ops_prec prec;
     void *w16;
     unsigned char *w16_fresh;
-    const float *w16_base; /* the w the mirror was registered for */
+    unsigned char *w16_param; /* [n_params] model_param_in_bf16_copy, once the ops resolve */
+    const float *w16_base;    /* the w the mirror was registered for */
     /* FSDP with sharded units (set by the trainer): a unit's copy lives only while the unit is
      * in use (made after each gather, its pages returned at the unit's FWD_END / BWD_END, as
      * FSDP2 all-gathers bf16 per use), so the copy never holds the whole model on a rank */
