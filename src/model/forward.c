@@ -138,11 +138,7 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     }
 }
 
-/* Whether a block (ops table t; NULL: the default implementations, as `titan plan` assumes)
- * keeps its model_act16 tensors as bf16: in a bf16 model whose block runs its GEMMs (matmul,
- * attention, and grouped_mm in MoE blocks) on bf16 implementations. A block with an fp32
- * override or plugin there keeps them fp32, as an fp32 run would. */
-static int block16(const model *m, const ops_table *t) {
+int model_block16(const model *m, const ops_table *t) {
     if (m->prec != OPS_PREC_BF16) return 0;
     if (!t) return 1;
     const ops_kind k[3] = {OPS_MATMUL, OPS_ATTENTION, OPS_GROUPED_MM};
@@ -152,9 +148,10 @@ static int block16(const model *m, const ops_table *t) {
 }
 
 /* Whether block l stores its model_act16 tensors as bf16 (half their bytes): a bf16 block
- * (block16) that is not checkpointed (which stores nothing). */
+ * (model_block16) that is not checkpointed (which stores nothing). */
 static int stores16(const model *m, int l) {
-    return block16(m, m->ops ? &m->ops[1 + l] : NULL) && !model_ac_block(m->ac, m->ac_every, l);
+    return model_block16(m, m->ops ? &m->ops[1 + l] : NULL) &&
+           !model_ac_block(m->ac, m->ac_every, l);
 }
 
 /* Whether block l keeps only its input x and works in the shared scratch: a checkpointed
@@ -165,7 +162,7 @@ static int shares_scratch(const model *m, int l, int with_grads) {
 }
 
 void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n) {
-    if (!block16(m, t)) return;
+    if (!model_block16(m, t)) return; /* the one condition model_bf16_wire_kept relies on */
     ops_bf16_round_store(act16_f32(la, s), la->b16[s], n);
     la->n16[s] = n;
 }
@@ -188,7 +185,7 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
         carve_layer(c, la, a, N, n, B, T, 1, !shares_scratch(m, l, with_grads), stores16(m, l));
     }
-    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || block16(m, NULL) || !with_grads)
+    if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || model_block16(m, NULL) || !with_grads)
         carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1, 0);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
@@ -633,6 +630,10 @@ static block_geom train_geom(const model *m) {
 int model_bf16_wire(const model *m, const ops_table *t, ops_kind k) {
     return m->prec == OPS_PREC_BF16 && !m->exchange_f32 && t->impl[k] &&
            t->impl[k]->prec == OPS_PREC_BF16;
+}
+
+int model_bf16_wire_kept(const model *m, const ops_table *t) {
+    return !m->exchange_f32 && model_block16(m, t);
 }
 
 /* Sequence parallelism over the TP group (nothing when tp = 1, where full and local alias):

@@ -16,6 +16,13 @@ void model_bf16_sync_all(const model *m);
  * it computes on anyway (bf16(bf16(x)) = bf16(x)): bitwise the same results, half the bytes.
  * Sums (reduce-scatters, the EP combine, gradients sent back) never qualify. */
 int model_bf16_wire(const model *m, const ops_table *t, ops_kind k);
+/* Whether an EP exchange that delivers a model_act16 tensor of a block (table t), which its
+ * receiver passes through model_keep16 before anything reads it, moves bf16: exactly where
+ * model_keep16 rounds (model_block16), unless exchange_f32. Sender and receiver then hold the
+ * same values (bf16(bf16(y)) = bf16(y)). Where the block keeps fp32 (an fp32 model, an fp32
+ * override or plugin of matmul, attention or grouped_mm, even when its grouped_mm alone is
+ * bf16 and model_bf16_wire would move its dispatch bf16), the tensor moves fp32. */
+int model_bf16_wire_kept(const model *m, const ops_table *t);
 
 /* MoE state of one block, saved by forward for backward (N token rows, K = top_k, E experts,
  * R = N*K routed rows; "sorted" = grouped by expert, stable in token order). */
@@ -84,9 +91,16 @@ typedef struct {
     size_t n16[MODEL_ACT16_N];
 } layer_acts;
 
-/* bf16 block (its table t runs its GEMMs in bf16): rounds the first n elements of la's tensor
- * s in place and stores them in la->b16[s] (when there is a store); nothing otherwise (fp32,
- * or a block with an fp32 GEMM override or plugin). */
+/* Whether a block whose resolved table is t (NULL: the default implementations, as `titan
+ * plan` assumes) is a bf16 block: a bf16 model whose block runs its GEMMs (matmul, attention,
+ * and grouped_mm in MoE blocks) on bf16 implementations. A block with an fp32 override or
+ * plugin of any of them keeps its model_act16 tensors fp32, as an fp32 run would. Depends on
+ * nothing else: the same answer in training, AC recompute, a model without gradients and
+ * cached inference, and on every rank (the ranks agree on the config and the precision). */
+int model_block16(const model *m, const ops_table *t);
+/* bf16 block (model_block16(m, t), and nothing else decides): rounds the first n elements of
+ * la's tensor s in place and stores them in la->b16[s] (when there is a store: training, a
+ * block not checkpointed); nothing otherwise. */
 void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n);
 
 /* Pointers to one block's parameters (or gradients) inside a flat buffer. Dense blocks use

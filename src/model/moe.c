@@ -26,8 +26,10 @@
  * sends d y to the owners and the d xs rows back. Expert gradients are complete on their
  * owner (it saw every row routed to its experts); nothing else changes. In a bf16 run the two
  * dispatches (xs forward, d y backward: read by grouped_mm only, which rounds them) move bf16
- * rows (model_bf16_wire), bitwise the same results; the rows sent back (outputs, d xs) are
- * summed by the combine and the dispatch's transpose, and move fp32. */
+ * rows (model_bf16_wire), and so do the expert outputs y sent back in forward (also in the AC
+ * recompute) where the receiving block rounds them on arrival (model_keep16; the test is
+ * model_bf16_wire_kept, so the two cannot disagree): bitwise the same results, half the bytes.
+ * The d xs rows sent back in backward are summed per token after they arrive, and move fp32. */
 #include <math.h>
 #include <string.h>
 
@@ -166,6 +168,24 @@ static void ep_dispatch(const model *m, const moe_acts *ma, const float *src, in
     ep_permute(dst, arrived, ma->perm, Rl, D, 1, bf16);
 }
 
+/* The return, ep_dispatch's mirror: the owners' rows src[Rl,D] (local order) back to the ranks
+ * that routed them, put in arrival order into arrived and received into dst[R,D] (the sorted
+ * order of ep_plan's rows). bf16: rounded into stage (Rl D bf16; may be src) and moved at 2
+ * bytes per element, received as bf16 into arrived and expanded into dst exactly: dst holds
+ * bf16(row), for a receiver that rounds every row anyway (model_bf16_wire_kept). */
+static void ep_return(const model *m, const moe_acts *ma, const float *src, float *arrived,
+                      void *stage, float *dst, int R, int bf16) {
+    const int D = m->args.dim, Rl = ma->loffs[m->args.n_experts / m->ep.size];
+    ep_permute(arrived, src, ma->perm, Rl, D, 0, 0);
+    if (!bf16) {
+        ep_exchange(m, ma, arrived, dst, 0, sizeof(float));
+        return;
+    }
+    ops_bf16_from_f32(stage, arrived, (size_t)Rl * D);
+    ep_exchange(m, ma, stage, arrived, 0, sizeof(uint16_t));
+    ops_bf16_to_f32(dst, (const uint16_t *)arrived, (size_t)R * D);
+}
+
 /* Top-k of one score row s[E] (+ bias), by decreasing value, ties to the lower id. */
 static void top_k(int32_t *ids, const float *s, const float *bias, int E, int K) {
     for (int k = 0; k < K; k++) {
@@ -252,10 +272,10 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
         ep_dispatch(m, ma, g->xs, R, yl, arrived, ma->xl, model_bf16_wire(m, t, OPS_GROUPED_MM));
         model_keep16(m, t, la, MODEL_ACT16_XL, (size_t)Rl * D); /* its GEMMs round it anyway */
         experts_fwd(m, la, t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, g->hact, yl);
-        ep_permute(arrived, yl, ma->perm, Rl, D, 0, 0);
-        /* fp32: a bf16 block rounds y right after it arrives (model_keep16), so sending it
-         * rounded would be exact too and halve these bytes: not done yet */
-        ep_exchange(m, ma, arrived, ma->y, 0, sizeof(float));
+        /* y: one expert output per (token, k) row, not a sum; model_keep16 below rounds every
+         * row before anything reads it exactly where model_bf16_wire_kept holds, so rounding
+         * at the owner instead is exact there (yl, read, is the staging) */
+        ep_return(m, ma, yl, arrived, yl, ma->y, R, model_bf16_wire_kept(m, t));
     } else {
         experts_fwd(m, la, t, &w, g->xs, offs, E, R, D, Fe, g->hact, ma->y);
     }
@@ -326,8 +346,10 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
          * dyl is the staging until the rows arrive */
         ep_dispatch(m, ma, s->dy, R, dyl, arrived, dyl, model_bf16_wire(m, t, OPS_GROUPED_MM));
         experts_bwd(t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, dyl, s);
-        ep_permute(arrived, dyl, ma->perm, Rl, D, 0, 0);
-        ep_exchange(m, ma, arrived, dxs, 0, sizeof(float)); /* d xs: summed per token */
+        /* d xs: fp32. Its rows are summed per token after they arrive (the dispatch's
+         * transpose below, into dh, which the fp32 norm backward reads): no GEMM rounds them,
+         * and bf16(a) + bf16(b) is not a + b */
+        ep_return(m, ma, dyl, arrived, dyl, dxs, R, 0);
     } else {
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < R; i++)

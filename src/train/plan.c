@@ -186,8 +186,9 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->ep_experts = own / es * F;
         p->ep_collectives = (int64_t)(5 * L + 3 * n_ckpt) * in->grad_accum;
         p->ep_bytes = xchg * rows * ring * in->grad_accum;
-        if (in->prec == OPS_PREC_BF16) { /* the dispatches (half the exchanges) move bf16 */
-            p->ep_bf16_bytes = (2.0 * L + n_ckpt) * rows * ring / 2 * in->grad_accum;
+        if (in->prec == OPS_PREC_BF16) { /* the dispatches (forward, recompute, backward) and
+                                            the forward and recompute returns move bf16 */
+            p->ep_bf16_bytes = (3.0 * L + 2.0 * n_ckpt) * rows * ring / 2 * in->grad_accum;
             p->ep_bytes -= p->ep_bf16_bytes;
         }
     }
@@ -335,8 +336,8 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
             p->ep_bytes / G, (long long)p->ep_collectives);
     if (p->par.ep > 1 && p->ep_bf16_bytes > 0)
         fprintf(f,
-                "    of which bf16                  %10.3f   (the dispatches; the rows sent back "
-                "fp32)\n",
+                "    of which bf16                  %10.3f   (dispatches, outputs sent back; "
+                "the gradients sent back fp32)\n",
                 p->ep_bf16_bytes / G);
 }
 

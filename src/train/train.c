@@ -104,8 +104,8 @@ static void print_header(const train_opts *o, const model *m, const train_source
                "gradients, AdamW, norms, softmax and loss",
                ops_bf16_engine());
     if (o->prec == OPS_PREC_BF16 && (mesh->tp > 1 || mesh->ep > 1))
-        printf("; %s exchanges read only by bf16 GEMMs moved in %s", mesh->tp > 1 ? "TP" : "EP",
-               o->exchange_f32 ? "fp32 (TITAN_BF16_EXCHANGE)" : "bf16");
+        printf("; %s exchanges of values rounded to bf16 on arrival anyway moved in %s",
+               mesh->tp > 1 ? "TP" : "EP", o->exchange_f32 ? "fp32 (TITAN_BF16_EXCHANGE)" : "bf16");
     printf("\n  GEMM peak: fp32 %.1f GFLOP/s (%s)", peak[0].flops / 1e9, peak[0].how);
     if (o->prec == OPS_PREC_BF16)
         printf("; bf16 %.1f GFLOP/s (%s)", peak[1].flops / 1e9, peak[1].how);

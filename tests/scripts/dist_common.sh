@@ -31,12 +31,14 @@ identical_losses() {
 }
 # wire_check NAME BF16_DUMP FP32_DUMP STEP GROUP EXPECTED...: the profiled step's collectives of
 # GROUP on rank 0 (tests/scripts/trace_wire.py, run by $py) are those of the fp32-transport
-# run, the exchanges moved in bf16 at half the bytes: EXPECTED is trace_wire.py's "halved" lines
+# run, the exchanges moved in bf16 at half the bytes: EXPECTED is trace_wire.py's lines of the
+# kinds it names (first words: halved, halved-bytes, unchanged, order), all of them, in order
 wire_check() {
-  local t=profile_traces/iteration_$4/rank0_trace.json
+  local t=profile_traces/iteration_$4/rank0_trace.json kinds
   "$py" "$(dirname "${BASH_SOURCE[0]}")/trace_wire.py" "$2/$t" "$3/$t" "$5" > "$out/wire.txt" ||
     { cat "$out/wire.txt"; exit 1; }
-  diff <(grep '^halved' "$out/wire.txt") <(printf '%s\n' "${@:6}") > /dev/null ||
+  kinds=$(printf '%s\n' "${@:6}" | cut -d' ' -f1 | sort -u | paste -sd'|')
+  diff <(grep -E "^($kinds) " "$out/wire.txt") <(printf '%s\n' "${@:6}") > /dev/null ||
     { echo "FAIL $1: expected"; printf '  %s\n' "${@:6}"; cat "$out/wire.txt"; exit 1; }
   echo "$1: $(tr '\n' ';' < "$out/wire.txt")"
 }

@@ -1,9 +1,12 @@
 """Compares the collectives of two profiler traces (docs/profiling.md) of the same run, one
 with bf16 exchanges and one with fp32 transport (TITAN_BF16_EXCHANGE=float32): the two must
 make the same collectives in the same order, each moving the same bytes or exactly half
-(an exchange moved in bf16). Prints, for the group: the number of halved collectives, the
-bytes per halved collective in fp32 (one line per distinct size, with its count), the number
-left unchanged, and both totals; the caller compares them with the model's expectation.
+(an exchange moved in bf16). Prints, for the group: the number of halved collectives
+("halved N"), the bytes per halved collective in fp32 ("halved-bytes NAME BYTES x COUNT", one
+line per distinct size), the number
+left unchanged, both totals, and the order: one letter per collective in trace order, h halved,
+= unchanged (which ones are halved, where their sizes follow the routing: the EP returns carry
+the rows this rank's experts received); the caller compares them with the model's expectation.
 
 usage: trace_wire.py BF16_TRACE FP32_TRACE GROUP
   GROUP   the collectives' group, e.g. tensor-parallel, expert-parallel
@@ -32,22 +35,26 @@ def main():
         sys.exit(1)
     halved = collections.Counter()
     same = 0
+    order = ""
     for (n1, x), (n2, y) in zip(b16, f32):
         if n1 != n2:
             print(f"FAIL: {n1} where the fp32 run made {n2}")
             sys.exit(1)
         if x == y:
             same += 1
+            order += "="
         elif 2 * x == y:
             halved[(n1, y)] += 1
+            order += "h"
         else:
             print(f"FAIL: {n1} moved {x} bytes against {y} in fp32 (neither equal nor half)")
             sys.exit(1)
     print(f"halved {sum(halved.values())}")
     for (name, y), k in sorted(halved.items()):
-        print(f"halved {name} {y} x {k}")
+        print(f"halved-bytes {name} {y} x {k}")
     print(f"unchanged {same}")
     print(f"bytes {sum(b for _, b in b16)} {sum(b for _, b in f32)}")
+    print(f"order {order}")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@
  * values unchanged.
  * titan plan's bf16 share of the TP / EP traffic, against what the profiled runs of
  * tests/scripts/dist_tp.sh and dist_ep.sh count on the same shapes: 13 (tied, no AC) and 17 + the
- * lm_head weight (untied, full AC, loss parallel off) all-gathers of [64,64] halved, and 6
- * dispatches of 128 routed rows of 64 (MoE, full AC); a ring over 2 ranks receives half of a
- * gathered buffer; the fp32 plan's bytes are the bf16 plan's plus that share saved again. */
+ * lm_head weight (untied, full AC, loss parallel off) all-gathers of [64,64] halved, and (MoE,
+ * full AC) 6 dispatches of 128 routed rows of 64 plus 4 returns of the expert outputs (forward
+ * and recompute; 128 rows each under the plan's balanced routing, the rows the experts
+ * received in a real run); a ring over 2 ranks receives half of a gathered buffer; the fp32
+ * plan's bytes are the bf16 plan's plus that share saved again. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -88,7 +90,7 @@ static void test_plan(void) {
     const struct {
         int tied, full_ac, lp_off, moe;
         double halved; /* fp32 bytes of the buffers moved in bf16 (whole) */
-    } c[] = {{1, 0, 0, 0, 13 * nd}, {0, 1, 1, 0, 17 * nd + head}, {0, 1, 0, 1, 6 * rows}};
+    } c[] = {{1, 0, 0, 0, 13 * nd}, {0, 1, 1, 0, 17 * nd + head}, {0, 1, 0, 1, (6 + 4) * rows}};
     for (int i = 0; i < 3; i++) {
         const train_plan p32 =
                              plan_of(OPS_PREC_F32, c[i].tied, c[i].full_ac, c[i].lp_off, c[i].moe),
