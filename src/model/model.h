@@ -271,9 +271,10 @@ typedef struct {
     /* training.mixed_precision_param: OPS_PREC_BF16 resolves the ops' bf16 implementations
      * (GEMM operands in bf16, fp32 accumulation) and keeps a bf16 copy of the weights */
     ops_prec prec;
-    /* bf16: TP / EP exchanges whose values feed only bf16 GEMM operands move bf16 (see
-     * model_bf16_wire in model/internal.h); exchange_f32 = 1 moves them in fp32 (the tests'
-     * reference: the losses are bitwise the same) */
+    /* bf16: TP / EP exchanges whose values the receiver rounds to bf16 anyway (bf16 GEMM
+     * operands, MoE expert outputs) move bf16 (see model_bf16_wire and model_bf16_wire_kept
+     * in model/internal.h); exchange_f32 = 1 moves them in fp32 (the tests' reference: the
+     * losses are bitwise the same) */
     int exchange_f32;
 } model_build_opts;
 

@@ -496,7 +496,8 @@ typedef struct {
     double tp_bytes;
     int64_t tp_collectives;
     /* bf16 plans: the bytes of tp_bytes / ep_bytes moved in bf16 (model_bf16_wire: TP's
-     * all-gathers read only by GEMMs, EP's dispatches); the rest is fp32 */
+     * all-gathers read only by GEMMs, EP's dispatches; model_bf16_wire_kept: EP's forward
+     * returns of the expert outputs); the rest is fp32 */
     double tp_bf16_bytes, ep_bf16_bytes;
     /* expert parallelism (ep > 1): this rank's expert stacks (whole, inside params), the
      * all-to-all buffers (inside the activations: [R ep, D] x2 plus the expert-side rows),
