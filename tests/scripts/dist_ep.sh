@@ -105,16 +105,23 @@ echo "ok bf16 ep=2 x efsdp=2: bf16 gathers bitwise the fp32 ones; bytes per step
 #    override): block 0's exchanges all stay fp32, block 1's 5 are halved. And with block 0's
 #    attention on the fp32 "default" implementation while its grouped_mm stays bf16: block 0
 #    is no bf16 block (model_block16), keeps y fp32, so its returns move fp32 while its
-#    dispatches (read by the bf16 grouped_mm only) are halved.
+#    dispatches (read by the bf16 grouped_mm only) are halved. The first case also validates
+#    at step 5 at its own shape (2 x 16 tokens: the forward-only model, no stores, the same
+#    rounding): its 2 x 2 block forwards return bf16 too, the validation loss bitwise equal.
 #    Against 1 rank x 2 microbatches in bf16 within 1e-4 (measured 5.7e-6; 2.3e-9 without the
 #    aux loss and AC: a last-bit fp32 difference of the accumulation order, rounded to bf16 by
 #    the next GEMM, becomes a bf16 step now and then).
+printf 'The quick brown fox %d jumps over the lazy dog.\n' $(seq 1 20) > "$out/val.txt"
 for case in bf16 block0_fp32 block0_attn_fp32; do
   m=("${model[@]}" "${aux[@]}" --training.mixed_precision_param=bfloat16 --steps 5 --batch 2
      --ac full --profiling.enable_profiling true --profiling.profile_freq 5
      --profiling.profiler_active 1 --profiling.profiler_warmup 0)
-  # forward b0 =hh, b1 =hh; backward b1 =hh (recompute) h (d y) = (d xs), b0 =hhh=
-  want=("halved 10" "order =hh=hh=hhh==hhh=")
+  # forward b0 =hh, b1 =hh; backward b1 =hh (recompute) h (d y) = (d xs), b0 =hhh=;
+  # validation 2 x (b0 =hh, b1 =hh)
+  want=("halved 18" "order =hh=hh=hhh==hhh==hh=hh=hh=hh")
+  [ $case = bf16 ] && m+=(--validation.enable --validation.dataset_path "$out/val.txt"
+    --validation.freq 5 --validation.steps 2 --validation.seq_len 16
+    --validation.local_batch_size 2)
   [ $case = block0_fp32 ] && m+=(--kernels.overrides 'layers.0.moe.grouped_mm=grouped') &&
     want=("halved 5" "order ====hh=hhh======")
   [ $case = block0_attn_fp32 ] && m+=(--kernels.overrides 'layers.0.attention=default') &&
@@ -132,6 +139,11 @@ for case in bf16 block0_fp32 block0_attn_fp32; do
   wire_check "bf16 ep=2 collectives ($case)" "$out/bf_$case" "$out/bff_$case" 5 expert-parallel \
       "${want[@]}"
   if [ $case = bf16 ]; then
+    vl() { grep -o '"val_loss": [^,}]*' "$1"; }
+    [ -n "$(vl "$out/bf_$case.jsonl")" ] &&
+      cmp -s <(vl "$out/bf_$case.jsonl") <(vl "$out/bff_$case.jsonl") ||
+      { echo "FAIL bf16 ep=2: validation losses differ"; exit 1; }
+    echo "bf16 ep=2, bf16 vs fp32 exchanges: validation loss bitwise equal"
     "$titan" train "${m[@]}" --grad-accum 2 --metrics "$out/bf1.jsonl" --dump-folder "$out/bf1" \
         > /dev/null 2>&1
     same_losses "bf16 ep=2 vs 1 rank x 2 microbatches" "$out/bf1.jsonl" "$out/bf_$case.jsonl" 0 1e-4
