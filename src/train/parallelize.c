@@ -60,13 +60,7 @@ int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_
                 u[i].local += m->params[k].numel;
     }
     /* bf16: parameters only bf16 GEMMs read travel as bf16 (bitwise the same steps: see
-     * dist.h); TITAN_FSDP_GATHER=float32 keeps every gather fp32 (the tests' reference) */
-    const char *env = getenv("TITAN_FSDP_GATHER");
-    if (env && env[0] && strcmp(env, "float32") && strcmp(env, "auto")) {
-        free(u);
-        free(exact);
-        return base_fail(err, "TITAN_FSDP_GATHER: '%s': expected float32 or auto", env);
-    }
+     * dist.h); TITAN_BF16_TRANSPORT=float32 keeps every gather fp32 (the tests' reference) */
     dist_fsdp_cfg c = {.units = u,
                        .n_units = m->n_units,
                        .n_floats = m->n_floats,
@@ -75,7 +69,7 @@ int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_
                        .pinned_unit = o->model.tie_embeddings ? 0 : -1,
                        .w = m->w,
                        .g = m->g,
-                       .gather_bf16 = m->prec == OPS_PREC_BF16 && !(env && !strcmp(env, "float32")),
+                       .gather_bf16 = m->prec == OPS_PREC_BF16 && !o->transport_f32,
                        .exact = exact,
                        .n_exact = n_exact};
     int rc = dist_fsdp_new(f, mesh, &c, err);

@@ -16,17 +16,17 @@
  * itself and that decide which collectives run (a bf16 all-gather on one rank against an fp32
  * one on another is a type mismatch or a hang, not just different numbers). */
 typedef struct {
-    uint64_t config; /* o->config_hash */
-    int32_t prec;    /* the resolved precision: the unset default follows each rank's CPU */
-    int32_t exchange_f32;
-    uint64_t env; /* the FSDP transport switches (parallelize.c), as set */
+    uint64_t config;       /* o->config_hash */
+    int32_t prec;          /* the resolved precision: the unset default follows each rank's CPU */
+    int32_t transport_f32; /* TITAN_BF16_TRANSPORT */
+    uint64_t env;          /* TITAN_FSDP_BWD_GATHER (parallelize.c), as set */
 } rank_settings;
 
-static const char *const wire_env[] = {"TITAN_FSDP_GATHER", "TITAN_FSDP_BWD_GATHER"};
+static const char *const wire_env[] = {"TITAN_FSDP_BWD_GATHER"};
 
 static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err) {
     if (mesh->world <= 1) return 0;
-    rank_settings me = {o->config_hash, (int32_t)o->prec, o->exchange_f32, BASE_HASH_INIT};
+    rank_settings me = {o->config_hash, (int32_t)o->prec, o->transport_f32, BASE_HASH_INIT};
     for (size_t i = 0; i < sizeof wire_env / sizeof *wire_env; i++) {
         const char *v = getenv(wire_env[i]);
         me.env = base_hash_bytes(me.env, v ? v : "", v ? strlen(v) + 1 : 0);
@@ -54,9 +54,8 @@ static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err
                          bad, b.prec == OPS_PREC_BF16 ? "bfloat16" : "float32",
                          z.prec == OPS_PREC_BF16 ? "bfloat16" : "float32");
     return base_fail(err,
-                     "rank %d has other TITAN_BF16_EXCHANGE / TITAN_FSDP_GATHER / "
-                     "TITAN_FSDP_BWD_GATHER settings than rank 0: every rank must move the same "
-                     "collectives",
+                     "rank %d has other TITAN_BF16_TRANSPORT / TITAN_FSDP_BWD_GATHER settings "
+                     "than rank 0: every rank must move the same collectives",
                      bad);
 }
 

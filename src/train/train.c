@@ -105,7 +105,8 @@ static void print_header(const train_opts *o, const model *m, const train_source
                ops_bf16_engine());
     if (o->prec == OPS_PREC_BF16 && (mesh->tp > 1 || mesh->ep > 1))
         printf("; %s exchanges of values rounded to bf16 on arrival anyway moved in %s",
-               mesh->tp > 1 ? "TP" : "EP", o->exchange_f32 ? "fp32 (TITAN_BF16_EXCHANGE)" : "bf16");
+               mesh->tp > 1 ? "TP" : "EP",
+               o->transport_f32 ? "fp32 (TITAN_BF16_TRANSPORT)" : "bf16");
     printf("\n  GEMM peak: fp32 %.1f GFLOP/s (%s)", peak[0].flops / 1e9, peak[0].how);
     if (o->prec == OPS_PREC_BF16)
         printf("; bf16 %.1f GFLOP/s (%s)", peak[1].flops / 1e9, peak[1].how);
@@ -205,7 +206,7 @@ static int run_setup(run *r, base_err *err) {
                            .moe_force_balance = o->moe_force_balance,
                            .loss_parallel_off = o->loss_parallel_off,
                            .prec = o->prec,
-                           .exchange_f32 = o->exchange_f32};
+                           .exchange_f32 = o->transport_f32};
     if (train_stop_install(o->preemption_signal, err)) return -1;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh->dp_shard > 1 ? model_build_external(m, &o->model, &bo, err)

@@ -81,9 +81,11 @@ typedef struct {
     int ce_chunk;            /* tokens per fused lm_head+CE chunk (0 = automatic) */
     ops_prec prec;           /* training.mixed_precision_param (resolved against the CPU) */
     char prec_why[160];      /* how prec was chosen, for the header */
-    /* $TITAN_BF16_EXCHANGE=float32 (tests only): a bf16 run moves its TP / EP exchanges in
-     * fp32 (model_build_opts.exchange_f32), the reference of the bf16 ones */
-    int exchange_f32;
+    /* $TITAN_BF16_TRANSPORT=float32 (tests and debugging only): every collective a bf16 run
+     * would move in bf16 moves fp32, the reference of the bf16 ones (bitwise the same steps):
+     * the FSDP parameter all-gathers (train_setup_fsdp) and the TP / EP exchanges
+     * (model_build_opts.exchange_f32) */
+    int transport_f32;
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
     dist_mesh_cfg par;         /* [parallelism] degrees (dp_shard resolved against the world) */

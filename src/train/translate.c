@@ -452,10 +452,19 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
     o->ce_chunk = (int)c->training.ce_chunk;
     if (train_config_precision(c, &o->prec, o->prec_why, sizeof o->prec_why, err)) return -1;
-    const char *xf = getenv("TITAN_BF16_EXCHANGE"); /* the tests' fp32 reference */
-    if (xf && xf[0] && strcmp(xf, "float32") && strcmp(xf, "bfloat16"))
-        return base_fail(err, "TITAN_BF16_EXCHANGE=%s: expected float32 or bfloat16", xf);
-    o->exchange_f32 = xf && !strcmp(xf, "float32");
+    /* the tests' fp32 reference of every bf16 transport; the two switches it replaced are
+     * refused, not ignored (a run that meant to set one would silently move bf16) */
+    const char *const old_env[] = {"TITAN_FSDP_GATHER", "TITAN_BF16_EXCHANGE"};
+    for (int i = 0; i < 2; i++)
+        if (getenv(old_env[i]))
+            return base_fail(err,
+                             "%s is no longer read: set TITAN_BF16_TRANSPORT=float32 instead "
+                             "(every collective a bf16 run moves in bf16 moves fp32) and unset %s",
+                             old_env[i], old_env[i]);
+    const char *xf = getenv("TITAN_BF16_TRANSPORT");
+    if (xf && xf[0] && strcmp(xf, "float32") && strcmp(xf, "auto"))
+        return base_fail(err, "TITAN_BF16_TRANSPORT: '%s': expected float32 or auto", xf);
+    o->transport_f32 = xf && !strcmp(xf, "float32");
     o->adamw = (optim_adamw_cfg){.lr = c->optimizer.lr,
                                  .beta1 = c->optimizer.beta1,
                                  .beta2 = c->optimizer.beta2,

@@ -35,7 +35,7 @@ done
 # once per step; 2 ranks x 1 microbatch follow 1 rank x 2 microbatches. The all-gathers move as
 # bf16 every parameter that only bf16 GEMMs read (rounded before the send: rounding is
 # idempotent), the others (norm weights, the embedding table, so a tied lm_head too) exact, so
-# the run is BITWISE the fp32-transport one (TITAN_FSDP_GATHER=float32): the same losses and
+# the run is BITWISE the fp32-transport one (TITAN_BF16_TRANSPORT=float32): the same losses and
 # validation loss, the same checkpoint (param_diff 0) and the same fp32 HF export (the final
 # gather is exact).
 # Gathered bytes per step and rank (metrics fsdp_gather_bytes; the whole unit per gather) for
@@ -47,9 +47,9 @@ done
 #              = 414336 (0.56: the embedding stays fp32)
 #   fp32 tied:   4 x (19200 (pinned: once) + 4 x 37024 + 64) = 669440
 #   bf16 tied:   19200 x 4 + 4 x 74688 + 64 x 4 = 375808 (0.56)
-mpi_gather() { # mpi_gather DTYPE ARGS...: mpi 2 with TITAN_FSDP_GATHER=DTYPE on every rank
+mpi_gather() { # mpi_gather DTYPE ARGS...: mpi 2 with TITAN_BF16_TRANSPORT=DTYPE on every rank
   local g=$1; shift
-  timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER="$g" "$titan" train "$@"
+  timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS -x TITAN_BF16_TRANSPORT="$g" "$titan" train "$@"
 }
 gather_bytes() { grep -o '"fsdp_gather_bytes": [^,}]*' "$1" | cut -d' ' -f2 | sort -u | tr '\n' ' '; }
 declare -A want=([auto0]="414336 " [float320]="746240 " [auto1]="375808 " [float321]="669440 ")
@@ -86,10 +86,18 @@ for tie in 1 0; do
        "gathered bytes per step $(gather_bytes "$out/bf_auto_$tie.jsonl")vs" \
        "$(gather_bytes "$out/bf_float32_$tie.jsonl")"
 done
-if TITAN_FSDP_GATHER=half "$titan" train "${m[@]}" > "$out/bad_env.log" 2>&1; then
-  echo "FAIL: TITAN_FSDP_GATHER=half accepted"; exit 1; fi
-grep -q "TITAN_FSDP_GATHER: 'half': expected float32 or auto" "$out/bad_env.log" ||
+if TITAN_BF16_TRANSPORT=half "$titan" train "${m[@]}" > "$out/bad_env.log" 2>&1; then
+  echo "FAIL: TITAN_BF16_TRANSPORT=half accepted"; exit 1; fi
+grep -q "TITAN_BF16_TRANSPORT: 'half': expected float32 or auto" "$out/bad_env.log" ||
   { cat "$out/bad_env.log"; exit 1; }
+# the two switches TITAN_BF16_TRANSPORT replaced are refused by name, whatever their value
+for old in TITAN_FSDP_GATHER TITAN_BF16_EXCHANGE; do
+  if env "$old=float32" "$titan" train "${m[@]}" > "$out/bad_env.log" 2>&1; then
+    echo "FAIL: $old accepted"; exit 1; fi
+  grep -q "$old is no longer read: set TITAN_BF16_TRANSPORT=float32 instead" "$out/bad_env.log" ||
+    { cat "$out/bad_env.log"; exit 1; }
+done
+echo "ok TITAN_BF16_TRANSPORT=half and the old switches are refused"
 # No gather for a backward without parameters (the embedding's): against TITAN_FSDP_BWD_GATHER=all
 # (every unit gathered again for its backward) the same losses and checkpoint, bit for bit, and
 # per step and rank exactly 19200 x 4 = 76800 bytes fewer (one fp32 embedding gather: the

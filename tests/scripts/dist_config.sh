@@ -37,5 +37,5 @@ mismatch() { # NAME EXPECTED ENV_OF_RANK_0
 }
 mismatch precision "rank 1 resolved training.mixed_precision_param to float32, rank 0 to bfloat16" \
   TITAN_MIXED_PRECISION=bfloat16
-mismatch fsdp_gather "rank 1 has other TITAN_BF16_EXCHANGE / TITAN_FSDP_GATHER" \
-  TITAN_FSDP_GATHER=float32
+mismatch bf16_transport "rank 1 has other TITAN_BF16_TRANSPORT / TITAN_FSDP_BWD_GATHER" \
+  TITAN_BF16_TRANSPORT=float32

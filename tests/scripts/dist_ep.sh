@@ -69,7 +69,7 @@ same_losses "ep=2 x efsdp=2 vs 1 rank x 4 microbatches" "$out/ref4.jsonl" "$out/
 # 3b. bf16 mixed precision, ep=2 x efsdp=2 (4 ranks): every rank all-gathers its blocks' dense
 # part over dp_shard=4 and its 2 experts' stacks over efsdp=2, the router and the expert
 # stacks (only bf16 GEMMs read them) as bf16, the norm weights and the embedding exact: bitwise
-# the fp32 transport (TITAN_FSDP_GATHER=float32). Bytes per step and rank (fsdp_gather_bytes,
+# the fp32 transport (TITAN_BF16_TRANSPORT=float32). Bytes per step and rank (fsdp_gather_bytes,
 # whole units; `model`: D 64, 4 experts of 3 x 32 x 64, 4 block gathers): a block's dense
 # part is 12544 matrix (attention, router) + 160 norm elements, its experts' part 12288;
 #   fp32: 4 x (4 x (12704 + 12288) + 19200 embedding + 19264 head) = 553728
@@ -78,7 +78,7 @@ same_losses "ep=2 x efsdp=2 vs 1 rank x 4 microbatches" "$out/ref4.jsonl" "$out/
 m=("${model[@]}" "${aux[@]}" --steps 4 --checkpoint-interval 4 --batch 2
    --training.mixed_precision_param=bfloat16 "${ep2[@]}")
 for g in auto float32; do
-  timeout 120 "$mpirun" -np 4 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER=$g "$titan" train "${m[@]}" \
+  timeout 120 "$mpirun" -np 4 -x OMP_NUM_THREADS -x TITAN_BF16_TRANSPORT=$g "$titan" train "${m[@]}" \
       --metrics "$out/bf_$g.jsonl" --dump-folder "$out/bf_$g" > "$out/bf_$g.log" 2>&1 ||
     { cat "$out/bf_$g.log"; exit 1; }
 done
@@ -95,7 +95,7 @@ echo "ok bf16 ep=2 x efsdp=2: bf16 gathers bitwise the fp32 ones; bytes per step
 #    model_bf16_wire) and the forward return of the expert outputs (rounded by the receiving
 #    block on arrival, model_keep16: model_bf16_wire_kept) move bf16. ep=2 with the aux loss
 #    and full activation checkpointing against the same run with fp32 transport
-#    (TITAN_BF16_EXCHANGE=float32; the same routing, as the losses are bitwise equal): the
+#    (TITAN_BF16_TRANSPORT=float32; the same routing, as the losses are bitwise equal): the
 #    profiled step 5 makes the same collectives, these at exactly half the bytes, the others
 #    equal (trace_wire.py's order: = unchanged, h halved). Per block: forward [counts =,
 #    dispatch h, return h], then in backward the recompute [= h h], the d y dispatch h and the
@@ -130,9 +130,9 @@ for case in bf16 block0_fp32 block0_attn_fp32; do
       > "$out/bf_$case.log" 2>&1 || { cat "$out/bf_$case.log"; exit 1; }
   grep -q "EP exchanges of values rounded to bf16 on arrival anyway moved in bf16" \
       "$out/bf_$case.log" || { cat "$out/bf_$case.log"; exit 1; }
-  TITAN_BF16_EXCHANGE=float32 mpi 2 "${m[@]}" "${ep2[@]}" --metrics "$out/bff_$case.jsonl" \
+  TITAN_BF16_TRANSPORT=float32 mpi 2 "${m[@]}" "${ep2[@]}" --metrics "$out/bff_$case.jsonl" \
       --dump-folder "$out/bff_$case" > "$out/bff_$case.log" 2>&1 || { cat "$out/bff_$case.log"; exit 1; }
-  grep -q "moved in fp32 (TITAN_BF16_EXCHANGE)" "$out/bff_$case.log" ||
+  grep -q "moved in fp32 (TITAN_BF16_TRANSPORT)" "$out/bff_$case.log" ||
     { cat "$out/bff_$case.log"; exit 1; }
   identical_losses "bf16 ep=2, bf16 vs fp32 exchanges ($case)" "$out/bf_$case.jsonl" \
       "$out/bff_$case.jsonl"

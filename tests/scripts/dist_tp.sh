@@ -56,11 +56,11 @@ grep -q "dp_shard 2 x tp 2" "$out/fsdp_tp.log" || { cat "$out/fsdp_tp.log"; exit
 same_losses "dp_shard=2 x tp=2 vs 1 rank x 2 microbatches" "$out/acc.jsonl" "$out/fsdp_tp.jsonl"
 "$diff_tool" "$out/fsdp_tp/checkpoint" "$out/acc/checkpoint" 1e-5
 # bf16 (loss parallel off: the lm_head weight also all-gathered over TP): FSDP's bf16
-# all-gathers of each TP rank's slices are bitwise its fp32 ones (TITAN_FSDP_GATHER=float32)
+# all-gathers of each TP rank's slices are bitwise its fp32 ones (TITAN_BF16_TRANSPORT=float32)
 m=("${model[@]}" --set tie_embeddings=0 --steps 4 --checkpoint-interval 4 --batch 2 "${tp2[@]}"
    --training.mixed_precision_param=bfloat16 --parallelism.disable_loss_parallel true)
 for g in auto float32; do
-  timeout 120 "$mpirun" -np 4 -x OMP_NUM_THREADS -x TITAN_FSDP_GATHER=$g "$titan" train "${m[@]}" \
+  timeout 120 "$mpirun" -np 4 -x OMP_NUM_THREADS -x TITAN_BF16_TRANSPORT=$g "$titan" train "${m[@]}" \
       --metrics "$out/bf_$g.jsonl" --dump-folder "$out/bf_$g" > "$out/bf_$g.log" 2>&1 ||
     { cat "$out/bf_$g.log"; exit 1; }
 done
@@ -98,7 +98,7 @@ grep -q "n_kv_heads (1) must be a multiple of tensor_parallel_degree (2)" "$out/
 echo "ok n_kv_heads=1 with tp=2 is refused"
 
 # 6. bf16: the all-gathers read only by bf16 GEMMs move bf16 (model_bf16_wire). Against the same
-#    run with fp32 transport (TITAN_BF16_EXCHANGE=float32) the losses are bitwise equal and the
+#    run with fp32 transport (TITAN_BF16_TRANSPORT=float32) the losses are bitwise equal and the
 #    profiled step 5 makes the same collectives, these at half the bytes: per block 6 of the
 #    [N,D] = [64,64] norm outputs and residual gradients (2 forward, 4 backward; a checkpointed
 #    block 2 more), the final norm's output, and (loss parallel off) the lm_head weight
@@ -130,10 +130,10 @@ for case in tied untied_full_nlp block1_fp32; do
       > "$out/bf_$case.log" 2>&1 || { cat "$out/bf_$case.log"; exit 1; }
   grep -q "TP exchanges of values rounded to bf16 on arrival anyway moved in bf16" \
       "$out/bf_$case.log" || { cat "$out/bf_$case.log"; exit 1; }
-  TITAN_BF16_EXCHANGE=float32 mpi 2 "${m[@]}" "${tp2[@]}" \
+  TITAN_BF16_TRANSPORT=float32 mpi 2 "${m[@]}" "${tp2[@]}" \
       --metrics "$out/bff_$case.jsonl" --dump-folder "$out/bff_$case" > "$out/bff_$case.log" 2>&1 ||
     { cat "$out/bff_$case.log"; exit 1; }
-  grep -q "moved in fp32 (TITAN_BF16_EXCHANGE)" "$out/bff_$case.log" ||
+  grep -q "moved in fp32 (TITAN_BF16_TRANSPORT)" "$out/bff_$case.log" ||
     { cat "$out/bff_$case.log"; exit 1; }
   identical_losses "bf16 tp=2, bf16 vs fp32 exchanges ($case)" "$out/bf_$case.jsonl" \
       "$out/bff_$case.jsonl"

@@ -1,5 +1,5 @@
 """Compares the collectives of two profiler traces (docs/profiling.md) of the same run, one
-with bf16 exchanges and one with fp32 transport (TITAN_BF16_EXCHANGE=float32): the two must
+with bf16 exchanges and one with fp32 transport (TITAN_BF16_TRANSPORT=float32): the two must
 make the same collectives in the same order, each moving the same bytes or exactly half
 (an exchange moved in bf16). Prints, for the group: the number of halved collectives
 ("halved N"), the bytes per halved collective in fp32 ("halved-bytes NAME BYTES x COUNT", one
