@@ -274,7 +274,7 @@ void model_moe_forward(const model *m, int l, layer_acts *la, const block_geom *
         experts_fwd(m, la, t, &w, ma->xl, ma->loffs, El, Rl, D, Fe, g->hact, yl);
         /* y: one expert output per (token, k) row, not a sum; model_keep16 below rounds every
          * row before anything reads it exactly where model_bf16_wire_kept holds, so rounding
-         * at the owner instead is exact there (yl, read, is the staging) */
+         * at the owner instead is exact there (yl, read by then, is the staging) */
         ep_return(m, ma, yl, arrived, yl, ma->y, R, model_bf16_wire_kept(m, t));
     } else {
         experts_fwd(m, la, t, &w, g->xs, offs, E, R, D, Fe, g->hact, ma->y);
