@@ -46,7 +46,9 @@ add_test(NAME kernels_conformance_plugin_norm COMMAND titan kernels test add_rms
 add_test(NAME kernels_conformance_isa_default COMMAND titan kernels test)
 set_tests_properties(kernels_conformance_isa_default PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_ISA=default" TIMEOUT 300
-  PASS_REGULAR_EXPRESSION "CPU kernels ISA: default")
+  PASS_REGULAR_EXPRESSION "CPU kernels ISA: default"
+  # a pass regex alone ignores the exit code: a failed implementation must still fail the test
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
 # grouped_mm is timed as one MoE layer's three expert projections at a flavor's expert shapes.

@@ -104,6 +104,12 @@ set_tests_properties(train_finetune PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" T
 add_test(NAME train_bf16
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bf16.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
 set_tests_properties(train_bf16 PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+# the oneDNN bf16 engine where oneDNN can run a bf16 matmul (a CPU with bf16 units, or the
+# reference build of scripts/onednn_ref.sh); skipped elsewhere
+add_test(NAME bf16_engine
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/bf16_engine.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
+set_tests_properties(bf16_engine PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 900
+  SKIP_RETURN_CODE 77)
 
 # [profiling]: the debug config's op-level trace against json, config.toml, metrics.jsonl and
 # HF's shapes; torchtitan's schedule; a plugin on one layer under the wrappers; refusals.
