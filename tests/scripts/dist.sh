@@ -163,7 +163,8 @@ same_losses "2-rank checkpoint resumed on 4 ranks, steps 6..10" "$out/straight.j
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"
 start=$(date +%s)
-if mpi 2 "${model[@]}" --steps 3 --batch 1 --data "$out/one.jsonl" > "$out/fail.log" 2>&1; then
+if mpi 2 "${model[@]}" --steps 3 --batch 1 --data "$out/one.jsonl" --dump-folder "$out/one" \
+    > "$out/fail.log" 2>&1; then
   echo "FAIL: a rank without data did not fail the run"; cat "$out/fail.log"; exit 1; fi
 grep -q "titan: error (rank 1 of 2)" "$out/fail.log" || { cat "$out/fail.log"; exit 1; }
 echo "ok a failing rank stops all ranks with its error in $(( $(date +%s) - start )) s:"
