@@ -149,6 +149,34 @@ void ops_bf16_mirror_remove(const float *base) {
     pthread_mutex_unlock(&g_mirror_lock);
 }
 
+int ops_cpu_bf16_hold(float *x, size_t n) {
+    void *m = x;
+    if (engine() == ENGINE_ONEDNN) {
+        if (!(m = malloc(sizeof(uint16_t) * (n ? n : 1)))) return -1;
+        ops_bf16_from_f32(m, x, n);
+    } else {
+        ops_cpu_bf16_round(x, x, n);
+    }
+    base_err e;
+    if (ops_bf16_mirror_add(x, n, m, &e)) {
+        if (m != x) free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void ops_cpu_bf16_release(float *x) {
+    const void *m = NULL;
+    pthread_mutex_lock(&g_mirror_lock);
+    for (int i = 0; i < g_n_mirrors && !m; i++)
+        if (g_mirrors[i].base == x) {
+            m = g_mirrors[i].mirror;
+            g_mirrors[i] = g_mirrors[--g_n_mirrors];
+        }
+    pthread_mutex_unlock(&g_mirror_lock);
+    if (m != x) free((void *)m);
+}
+
 /* The mirror of p[0, n) (the engine's format, at p's offset) or NULL. */
 static const void *mirror_of(const float *p, size_t n) {
     const void *m = NULL;
