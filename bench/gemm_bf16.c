@@ -11,8 +11,16 @@
  * and the mirror's conversion itself (once per step per weight). Engine: ops_bf16_engine()
  * (onednn where the CPU has AMX-BF16 / AVX512_BF16, else emulated), printed with the CPU flags.
  *
+ * With TITAN_BENCH_MKL=/path/to/libmkl_rt.so.N (PyPI `mkl`, loaded at run time; set
+ * MKL_THREADING_LAYER=GNU so it shares titan's libgomp), a fourth path: MKL's
+ * cblas_gemm_bf16bf16f32 on the same products, the weight converted beforehand (as the mirror)
+ * and x / dy converted per call (as titan's bf16 path), its result checked against the
+ * emulated bf16 product (both multiply the same bf16 values exactly and sum in fp32).
+ *
  * usage: bench_gemm_bf16 [REPEATS] [small]   (cmake --build build --target bench_gemm_bf16)
  * Prints GFLOP/s per (shape, product, path) and bf16 / fp32 ratios. */
+#include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +74,61 @@ static double best(const job *j, int phase, int reps) {
     return b;
 }
 
+/* MKL's bf16 GEMM (mkl_cblas.h: row major 101, no transpose 111, transpose 112; LP64 ints) */
+typedef void (*mkl_gemm_bf16_fn)(int layout, int ta, int tb, int M, int N, int K, float alpha,
+                                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                                 float *C, int ldc);
+static mkl_gemm_bf16_fn g_mkl;
+typedef struct {
+    const job *j;
+    const uint16_t *w16;
+    uint16_t *a16, *b16; /* per-call conversions of x / dy */
+    float *c;            /* the product's output */
+} mkl_job;
+
+static void mkl_call(const mkl_job *k, int phase) {
+    const job *j = k->j;
+    const int N = j->N, OC = j->OC, C = j->C;
+    if (phase == 0) { /* out[N,OC] = x W^T */
+        ops_bf16_from_f32(k->a16, j->x, (size_t)N * C);
+        g_mkl(101, 111, 112, N, OC, C, 1, k->a16, C, k->w16, C, 0, k->c, OC);
+    } else if (phase == 1) { /* dx[N,C] += dy W */
+        ops_bf16_from_f32(k->a16, j->dy, (size_t)N * OC);
+        g_mkl(101, 111, 111, N, C, OC, 1, k->a16, OC, k->w16, C, 1, k->c, C);
+    } else { /* dW[OC,C] += dy^T x */
+        ops_bf16_from_f32(k->a16, j->dy, (size_t)N * OC);
+        ops_bf16_from_f32(k->b16, j->x, (size_t)N * C);
+        g_mkl(101, 112, 111, OC, C, N, 1, k->a16, OC, k->b16, C, 1, k->c, C);
+    }
+}
+
+static double mkl_best(const mkl_job *k, int phase, int reps) {
+    double b = 1e30;
+    mkl_call(k, phase);
+    for (int r = 0; r < reps; r++) {
+        const double t = base_now();
+        mkl_call(k, phase);
+        const double d = base_now() - t;
+        if (d < b) b = d;
+    }
+    return b;
+}
+
+/* Relative L2 distance of MKL's forward product from the emulated bf16 engine's (both exact
+ * products of the same bf16 values, summed in fp32 in different orders: ~1e-7). */
+static double mkl_check(const mkl_job *k, const ops_impl *b16) {
+    const job *j = k->j;
+    const size_t n = (size_t)j->N * j->OC;
+    mkl_call(k, 0);
+    ((ops_matmul_fwd_fn)b16->fwd)(j->out, j->x, j->w, j->N, j->C, j->OC);
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)k->c[i] - j->out[i]) * ((double)k->c[i] - j->out[i]);
+        r += (double)j->out[i] * j->out[i];
+    }
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     const int small = argc > 2 && !strcmp(argv[2], "small");
@@ -73,6 +136,18 @@ int main(int argc, char **argv) {
     const ops_impl *f32 = ops_find(OPS_MATMUL, "default"), *b16 = ops_find(OPS_MATMUL, "bf16");
     printf("bf16 engine: %s; CPU bf16 units: %s; CPU kernels ISA %s\n", ops_bf16_engine(),
            ops_bf16_native() ? "yes" : "no", ops_cpu_isa());
+    const char *mkl_path = getenv("TITAN_BENCH_MKL");
+    if (mkl_path && mkl_path[0]) {
+        void *h = dlopen(mkl_path, RTLD_NOW | RTLD_LOCAL);
+        g_mkl = h ? (mkl_gemm_bf16_fn)dlsym(h, "cblas_gemm_bf16bf16f32") : NULL;
+        if (!g_mkl) {
+            fprintf(stderr, "TITAN_BENCH_MKL=%s: %s\n", mkl_path,
+                    h ? "no cblas_gemm_bf16bf16f32 in it" : dlerror());
+            return 2;
+        }
+        printf("MKL: %s (MKL_THREADING_LAYER=%s)\n", mkl_path,
+               getenv("MKL_THREADING_LAYER") ? getenv("MKL_THREADING_LAYER") : "unset");
+    }
     static const char *const prod[] = {"fwd x W^T", "dx = dy W", "dW = dy^T x"};
     const shape *sh = small ? g_small : g_shapes;
     const int ns = small ? 1 : (int)(sizeof g_shapes / sizeof g_shapes[0]);
@@ -96,6 +171,16 @@ int main(int argc, char **argv) {
         const double conv = base_now() - t0;
         printf("%s (N %d x OC %d x C %d): weight conversion %.2f ms (once per step)\n", sh[s].name,
                N, OC, C, conv * 1e3);
+        mkl_job mkl = {&j, NULL, NULL, NULL, NULL};
+        if (g_mkl) {
+            const size_t big = (size_t)N * (OC > C ? OC : C), wn = (size_t)OC * C;
+            uint16_t *w16 = base_alloc(wn * sizeof(uint16_t));
+            mkl = (mkl_job){&j, w16, base_alloc(big * sizeof(uint16_t)),
+                            base_alloc((size_t)N * C * sizeof(uint16_t)),
+                            base_alloc((big > wn ? big : wn) * sizeof(float))};
+            if (!w16 || !mkl.a16 || !mkl.b16 || !mkl.c) return 2;
+            ops_bf16_from_f32(w16, j.w, wn);
+        }
         for (int p = 0; p < 3; p++) {
             j.impl = f32;
             const double tf = best(&j, p, reps);
@@ -105,8 +190,17 @@ int main(int argc, char **argv) {
             if (ops_bf16_mirror_add(j.w, (size_t)OC * C, mirror, &err)) return 2;
             const double tm = best(&j, p, reps);
             ops_bf16_mirror_remove(j.w);
-            printf("  %-12s fp32 %8.1f GFLOP/s | bf16 %8.1f (%.2fx) | bf16 cold %8.1f (%.2fx)\n",
+            printf("  %-12s fp32 %8.1f GFLOP/s | bf16 %8.1f (%.2fx) | bf16 cold %8.1f (%.2fx)",
                    prod[p], flops / tf / 1e9, flops / tm / 1e9, tf / tm, flops / tc / 1e9, tf / tc);
+            if (mkl.c) {
+                const double tk = mkl_best(&mkl, p, reps);
+                printf(" | MKL bf16 %8.1f (%.2fx)", flops / tk / 1e9, tf / tk);
+            }
+            printf("\n");
+        }
+        if (mkl.c) {
+            printf("  MKL vs emulated bf16 forward: relative L2 %.2e\n", mkl_check(&mkl, b16));
+            base_free(mkl.c), base_free((void *)mkl.w16), base_free(mkl.a16), base_free(mkl.b16);
         }
         base_free(mirror);
         base_free(j.out), base_free(j.x), base_free(j.w), base_free(j.dy), base_free(j.dx),

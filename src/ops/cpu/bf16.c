@@ -149,23 +149,35 @@ void ops_bf16_mirror_remove(const float *base) {
     pthread_mutex_unlock(&g_mirror_lock);
 }
 
-int ops_cpu_bf16_hold(float *x, size_t n) {
-    void *m = x;
-    if (engine() == ENGINE_ONEDNN) {
-        if (!(m = malloc(sizeof(uint16_t) * (n ? n : 1)))) return -1;
-        ops_bf16_from_f32(m, x, n);
-    } else {
-        ops_cpu_bf16_round(x, x, n);
+/* x[0, n) held as a bf16 operand: rounded in place when writable is x (emulated engine),
+ * otherwise converted into an owned copy in the engine's format. */
+static int hold(const float *x, float *writable, size_t n) {
+    void *m = writable;
+    if (engine() == ENGINE_ONEDNN || !writable) {
+        const size_t es = engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float);
+        if (!(m = malloc(es * (n ? n : 1)))) return -1;
     }
+    if (engine() == ENGINE_ONEDNN)
+        ops_bf16_from_f32(m, x, n);
+    else
+        ops_cpu_bf16_round(m, x, n);
     base_err e;
     if (ops_bf16_mirror_add(x, n, m, &e)) {
-        if (m != x) free(m);
+        if (m != writable) free(m);
         return -1;
     }
     return 0;
 }
 
-void ops_cpu_bf16_release(float *x) {
+int ops_cpu_bf16_hold(float *x, size_t n) {
+    return hold(x, x, n);
+}
+
+int ops_cpu_bf16_hold_copy(const float *x, size_t n) {
+    return hold(x, NULL, n);
+}
+
+void ops_cpu_bf16_release(const float *x) {
     const void *m = NULL;
     pthread_mutex_lock(&g_mirror_lock);
     for (int i = 0; i < g_n_mirrors && !m; i++)

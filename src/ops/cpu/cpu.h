@@ -23,7 +23,10 @@ void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
  * are bitwise the same. 0, or -1 (out of memory, or the mirror table full): the GEMMs then
  * convert per call as before. ops_cpu_bf16_release(x) ends it, before x is written again. */
 int ops_cpu_bf16_hold(float *x, size_t n);
-void ops_cpu_bf16_release(float *x);
+/* The same for an operand the caller still needs as it is (an output gradient read by both
+ * backward products of matmul / grouped_mm, and by the model afterwards): one converted copy. */
+int ops_cpu_bf16_hold_copy(const float *x, size_t n);
+void ops_cpu_bf16_release(const float *x);
 
 void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
 void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);
