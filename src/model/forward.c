@@ -659,6 +659,16 @@ static void qk_norm_rope(const model *m, const ops_table *t, layer_acts *la, con
     t->rope_fwd(la->k, la->k, g->cos, g->sin, B, T, G, hd);
 }
 
+/* The gathered norm output nf[0, n) of a dense block is read by its q, k, v (or w1, w3)
+ * projections only (forward; their weight gradients in backward), several GEMMs on one
+ * operand: where the block's matmul is a bf16 implementation it is held (ops_bf16_hold), so it
+ * is converted once, not once per GEMM; rounding it in place is exact, since every reader
+ * rounds it anyway. 1 when held (the caller releases it after the GEMMs). */
+static int hold_norm(const model *m, const ops_table *t, float *nf, size_t n) {
+    return m->prec == OPS_PREC_BF16 && t->impl[OPS_MATMUL] &&
+           t->impl[OPS_MATMUL]->prec == OPS_PREC_BF16 && !ops_bf16_hold(nf, n);
+}
+
 void model_block_forward(const model *m, int l, layer_acts *la, const block_geom *g, float *out) {
     const model_args *a = &m->args;
     const ops_table *t = &m->ops[1 + l];
@@ -674,9 +684,11 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     /* x[n] -> norm -> all-gather -> column-parallel q, k, v over all N rows (local heads) */
     t->rmsnorm_fwd(g->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, g->norm_out, nD, wire16);
+    int held = hold_norm(m, t, nf, (size_t)N * D);
     t->matmul_fwd(la->qp, nf, w.wq, N, D, H * hd);
     t->matmul_fwd(la->kp, nf, w.wk, N, D, G * hd);
     t->matmul_fwd(la->v, nf, w.wv, N, D, G * hd);
+    if (held) ops_bf16_release(nf);
     model_keep16(m, t, la, MODEL_ACT16_QP, (size_t)N * H * hd);
     model_keep16(m, t, la, MODEL_ACT16_KP, (size_t)N * G * hd);
     model_keep16(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
@@ -696,8 +708,10 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
         model_moe_forward(m, l, la, g, g->norm_out, out);
     } else {
         tp_gather(m, nf, g->norm_out, nD, wire16);
+        held = hold_norm(m, t, nf, (size_t)N * D);
         t->matmul_fwd(la->gate, nf, w.w1, N, D, F);
         t->matmul_fwd(la->up, nf, w.w3, N, D, F);
+        if (held) ops_bf16_release(nf);
         model_keep16(m, t, la, MODEL_ACT16_GATE, (size_t)N * F);
         model_keep16(m, t, la, MODEL_ACT16_UP, (size_t)N * F);
         t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
@@ -772,8 +786,10 @@ static void block_backward(model *m, int l, layer_acts *la) {
         zero(A->dup, NF);
         t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
         zero(dnf, ND);
+        const int held = hold_norm(m, t, nf, (size_t)N * D);
         t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F);
         t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F);
+        if (held) ops_bf16_release(nf);
         tp_scatter(m, A->dnorm, dnf, nD);
     }
     /* dres: dL/d(out) on entry, dL/dxm after; the add passes it on to x unchanged */
@@ -801,9 +817,11 @@ static void block_backward(model *m, int l, layer_acts *la) {
     t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, A->norm_out, nD, wire16);
     zero(dnf, ND);
+    const int held = hold_norm(m, t, nf, (size_t)N * D);
     t->matmul_bwd(dnf, g.wq, A->dq, nf, w.wq, N, D, H * hd);
     t->matmul_bwd(dnf, g.wk, A->dk, nf, w.wk, N, D, G * hd);
     t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd);
+    if (held) ops_bf16_release(nf);
     tp_scatter(m, A->dnorm, dnf, nD);
     t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, n, D);
 }

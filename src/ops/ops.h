@@ -197,6 +197,19 @@ size_t ops_bf16_mirror_bytes(size_t n);
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n);
 int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err);
 void ops_bf16_mirror_remove(const float *base);
+/* Operands held for several bf16 GEMMs: x[0, n) that the next few bf16 GEMMs read (the
+ * block's norm output read by q, k, v; lmhead_ce's logit gradient read by both backward
+ * products) is converted once instead of once per GEMM, as a transient mirror. ops_bf16_hold
+ * rounds x in place for the emulated engine (its own mirror: the caller gives up x's fp32
+ * values, so every reader of x until the release must be a bf16 GEMM or not care) and makes a
+ * bf16 copy for onednn; ops_bf16_hold_copy leaves x as it is (one converted copy). Every bf16
+ * GEMM rounds its operands anyway: the products are bitwise the same. 0, or -1 (out of memory,
+ * or 64 ranges registered): the GEMMs then convert per call. ops_bf16_release(x) ends a hold,
+ * before x is written again. Not for concurrent GEMMs of other threads on a range being held
+ * or released. */
+int ops_bf16_hold(float *x, size_t n);
+int ops_bf16_hold_copy(const float *x, size_t n);
+void ops_bf16_release(const float *x);
 
 /* ---- cost model (ops/work.c) ------------------------------------------------------------
  * The work of one op call, the one count the profiler's events (ops/prof.c) and `titan

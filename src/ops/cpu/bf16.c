@@ -169,15 +169,15 @@ static int hold(const float *x, float *writable, size_t n) {
     return 0;
 }
 
-int ops_cpu_bf16_hold(float *x, size_t n) {
+int ops_bf16_hold(float *x, size_t n) {
     return hold(x, x, n);
 }
 
-int ops_cpu_bf16_hold_copy(const float *x, size_t n) {
+int ops_bf16_hold_copy(const float *x, size_t n) {
     return hold(x, NULL, n);
 }
 
-void ops_cpu_bf16_release(const float *x) {
+void ops_bf16_release(const float *x) {
     const void *m = NULL;
     pthread_mutex_lock(&g_mirror_lock);
     for (int i = 0; i < g_n_mirrors && !m; i++)

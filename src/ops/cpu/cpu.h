@@ -16,17 +16,6 @@ void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alph
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* dst[i] = src[i] rounded to the nearest bf16, as an fp32 value (dst may equal src). */
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
-/* A scratch operand x[0, n) that several bf16 GEMMs read next (lmhead_ce's logit gradient:
- * the dx and the dw product), converted once instead of once per product: the emulated engine
- * rounds x in place and reads it as its own copy (the caller gives up x's fp32 values), onednn
- * converts it into a bf16 copy. Every bf16 GEMM rounds its operands anyway, so the products
- * are bitwise the same. 0, or -1 (out of memory, or the mirror table full): the GEMMs then
- * convert per call as before. ops_cpu_bf16_release(x) ends it, before x is written again. */
-int ops_cpu_bf16_hold(float *x, size_t n);
-/* The same for an operand the caller still needs as it is (an output gradient read by both
- * backward products of matmul / grouped_mm, and by the model afterwards): one converted copy. */
-int ops_cpu_bf16_hold_copy(const float *x, size_t n);
-void ops_cpu_bf16_release(const float *x);
 
 void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
 void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);

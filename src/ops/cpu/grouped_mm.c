@@ -39,7 +39,7 @@ static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, co
     /* every group's dy rows are both its products' operand: in bf16 converted once */
     const int held =
         prec == OPS_PREC_BF16 && dinp && dw && offs[E] > offs[0] &&
-        !ops_cpu_bf16_hold_copy(dout + (size_t)offs[0] * OC, (size_t)(offs[E] - offs[0]) * OC);
+        !ops_bf16_hold_copy(dout + (size_t)offs[0] * OC, (size_t)(offs[E] - offs[0]) * OC);
     for (int e = 0; e < E; e++) {
         const int r0 = offs[e], n = offs[e + 1] - r0;
         if (n <= 0) continue;
@@ -50,7 +50,7 @@ static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, co
             ops_cpu_gemm(prec, 1, 0, OC, C, n, 1.0f, dy, OC, inp + (size_t)r0 * C, C, 1.0f,
                          dw + (size_t)e * OC * C, C);
     }
-    if (held) ops_cpu_bf16_release(dout + (size_t)offs[0] * OC);
+    if (held) ops_bf16_release(dout + (size_t)offs[0] * OC);
 }
 
 void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const int32_t *offs,

@@ -159,13 +159,13 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
             const int held =
-                prec == OPS_PREC_BF16 && dw && !ops_cpu_bf16_hold(scratch, (size_t)rows * V);
+                prec == OPS_PREC_BF16 && dw && !ops_bf16_hold(scratch, (size_t)rows * V);
             ops_cpu_gemm(prec, 0, 0, rows, D, V, 1.0f, scratch, V, w, D, 1.0f, dx + (size_t)n0 * D,
                          D);
             if (dw) {
                 ops_cpu_gemm(prec, 1, 0, V, D, rows, 1.0f, scratch, V, xc, D, 1.0f, dw, D);
             }
-            if (held) ops_cpu_bf16_release(scratch);
+            if (held) ops_bf16_release(scratch);
         }
     }
     free(red);

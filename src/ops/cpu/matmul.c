@@ -21,14 +21,14 @@ static void matmul_bwd(ops_prec prec, float *dinp, float *dw, const float *dout,
     if (N <= 0 || C <= 0 || OC <= 0) return;
     /* dout is both products' operand: in bf16 converted once, not once per product */
     const int held =
-        prec == OPS_PREC_BF16 && dinp && dw && !ops_cpu_bf16_hold_copy(dout, (size_t)N * OC);
+        prec == OPS_PREC_BF16 && dinp && dw && !ops_bf16_hold_copy(dout, (size_t)N * OC);
     if (dinp) {
         ops_cpu_gemm(prec, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
     }
     if (dw) {
         ops_cpu_gemm(prec, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
-    if (held) ops_cpu_bf16_release(dout);
+    if (held) ops_bf16_release(dout);
 }
 
 void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC) {
