@@ -46,7 +46,6 @@ static float *rnd(size_t n, uint64_t stream) {
     return p;
 }
 
-/* Best seconds of reps calls of fn(phase). */
 typedef struct {
     const ops_impl *impl;
     float *out, *x, *w, *dy, *dx, *dw;
@@ -62,12 +61,18 @@ static void call(const job *j, int phase) {
         ((ops_matmul_bwd_fn)j->impl->bwd)(NULL, j->dw, j->dy, j->x, j->w, j->N, j->C, j->OC);
 }
 
-static double best(const job *j, int phase, int reps) {
+static void titan_call(const void *j, int phase) {
+    call(j, phase);
+}
+
+/* Best seconds of reps calls of fn(arg, phase), after one warm-up call (oneDNN creates its
+ * primitive there). */
+static double best(void (*fn)(const void *, int), const void *arg, int phase, int reps) {
     double b = 1e30;
-    call(j, phase); /* warm-up (oneDNN creates its primitive here) */
+    fn(arg, phase);
     for (int r = 0; r < reps; r++) {
         const double t = base_now();
-        call(j, phase);
+        fn(arg, phase);
         const double d = base_now() - t;
         if (d < b) b = d;
     }
@@ -102,16 +107,8 @@ static void mkl_call(const mkl_job *k, int phase) {
     }
 }
 
-static double mkl_best(const mkl_job *k, int phase, int reps) {
-    double b = 1e30;
+static void mkl_call_any(const void *k, int phase) {
     mkl_call(k, phase);
-    for (int r = 0; r < reps; r++) {
-        const double t = base_now();
-        mkl_call(k, phase);
-        const double d = base_now() - t;
-        if (d < b) b = d;
-    }
-    return b;
 }
 
 /* Relative L2 distance of MKL's forward product from the emulated bf16 engine's (both exact
@@ -183,17 +180,17 @@ int main(int argc, char **argv) {
         }
         for (int p = 0; p < 3; p++) {
             j.impl = f32;
-            const double tf = best(&j, p, reps);
+            const double tf = best(titan_call, &j, p, reps);
             j.impl = b16;
-            const double tc = best(&j, p, reps);
+            const double tc = best(titan_call, &j, p, reps);
             base_err err;
             if (ops_bf16_mirror_add(j.w, (size_t)OC * C, mirror, &err)) return 2;
-            const double tm = best(&j, p, reps);
+            const double tm = best(titan_call, &j, p, reps);
             ops_bf16_mirror_remove(j.w);
             printf("  %-12s fp32 %8.1f GFLOP/s | bf16 %8.1f (%.2fx) | bf16 cold %8.1f (%.2fx)",
                    prod[p], flops / tf / 1e9, flops / tm / 1e9, tf / tm, flops / tc / 1e9, tf / tc);
             if (mkl.c) {
-                const double tk = mkl_best(&mkl, p, reps);
+                const double tk = best(mkl_call_any, &mkl, p, reps);
                 printf(" | MKL bf16 %8.1f (%.2fx)", flops / tk / 1e9, tf / tk);
             }
             printf("\n");
