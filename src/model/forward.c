@@ -138,12 +138,17 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     }
 }
 
+/* Whether op k of table t runs a bf16 implementation in a bf16 model. */
+static int runs16(const model *m, const ops_table *t, ops_kind k) {
+    return m->prec == OPS_PREC_BF16 && t->impl[k] && t->impl[k]->prec == OPS_PREC_BF16;
+}
+
 int model_block16(const model *m, const ops_table *t) {
     if (m->prec != OPS_PREC_BF16) return 0;
     if (!t) return 1;
     const ops_kind k[3] = {OPS_MATMUL, OPS_ATTENTION, OPS_GROUPED_MM};
     for (int i = 0; i < (m->args.n_experts > 0 ? 3 : 2); i++)
-        if (!t->impl[k[i]] || t->impl[k[i]]->prec != OPS_PREC_BF16) return 0;
+        if (!runs16(m, t, k[i])) return 0;
     return 1;
 }
 
@@ -628,8 +633,7 @@ static block_geom train_geom(const model *m) {
 }
 
 int model_bf16_wire(const model *m, const ops_table *t, ops_kind k) {
-    return m->prec == OPS_PREC_BF16 && !m->exchange_f32 && t->impl[k] &&
-           t->impl[k]->prec == OPS_PREC_BF16;
+    return !m->exchange_f32 && runs16(m, t, k);
 }
 
 int model_bf16_wire_kept(const model *m, const ops_table *t) {
@@ -665,8 +669,7 @@ static void qk_norm_rope(const model *m, const ops_table *t, layer_acts *la, con
  * is converted once, not once per GEMM; rounding it in place is exact, since every reader
  * rounds it anyway. 1 when held (the caller releases it after the GEMMs). */
 static int hold_norm(const model *m, const ops_table *t, float *nf, size_t n) {
-    return m->prec == OPS_PREC_BF16 && t->impl[OPS_MATMUL] &&
-           t->impl[OPS_MATMUL]->prec == OPS_PREC_BF16 && !ops_bf16_hold(nf, n);
+    return runs16(m, t, OPS_MATMUL) && !ops_bf16_hold(nf, n);
 }
 
 void model_block_forward(const model *m, int l, layer_acts *la, const block_geom *g, float *out) {

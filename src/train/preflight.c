@@ -10,8 +10,6 @@
 
 #include "train/internal.h"
 
-/* Every rank's config fingerprint against rank 0's (one all-gather of 8 bytes per rank): all
- * ranks see the same list, so all of them fail, naming the same first rank. */
 /* What every rank must agree on besides the config text: the settings each rank resolves for
  * itself and that decide which collectives run (a bf16 all-gather on one rank against an fp32
  * one on another is a type mismatch or a hang, not just different numbers). */
@@ -24,6 +22,8 @@ typedef struct {
 
 static const char *const wire_env[] = {"TITAN_FSDP_BWD_GATHER"};
 
+/* Every rank's settings against rank 0's (one all-gather of a rank_settings per rank): all
+ * ranks see the same list, so all of them fail, naming the same first rank. */
 static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err) {
     if (mesh->world <= 1) return 0;
     rank_settings me = {o->config_hash, (int32_t)o->prec, o->transport_f32, BASE_HASH_INIT};

@@ -455,7 +455,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     /* the tests' fp32 reference of every bf16 transport; the two switches it replaced are
      * refused, not ignored (a run that meant to set one would silently move bf16) */
     const char *const old_env[] = {"TITAN_FSDP_GATHER", "TITAN_BF16_EXCHANGE"};
-    for (int i = 0; i < 2; i++)
+    for (size_t i = 0; i < sizeof old_env / sizeof *old_env; i++)
         if (getenv(old_env[i]))
             return base_fail(err,
                              "%s is no longer read: set TITAN_BF16_TRANSPORT=float32 instead "

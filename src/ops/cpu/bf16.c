@@ -139,25 +139,34 @@ int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_er
     return 0;
 }
 
-void ops_bf16_mirror_remove(const float *base) {
+/* Unregisters base's range; returns its mirror (NULL if none was registered). */
+static const void *mirror_take(const float *base) {
+    const void *m = NULL;
     pthread_mutex_lock(&g_mirror_lock);
     for (int i = 0; i < g_n_mirrors; i++)
         if (g_mirrors[i].base == base) {
+            m = g_mirrors[i].mirror;
             g_mirrors[i] = g_mirrors[--g_n_mirrors];
             break;
         }
     pthread_mutex_unlock(&g_mirror_lock);
+    return m;
+}
+
+void ops_bf16_mirror_remove(const float *base) {
+    mirror_take(base);
 }
 
 /* x[0, n) held as a bf16 operand: rounded in place when writable is x (emulated engine),
  * otherwise converted into an owned copy in the engine's format. */
 static int hold(const float *x, float *writable, size_t n) {
+    const int dnnl = engine() == ENGINE_ONEDNN;
     void *m = writable;
-    if (engine() == ENGINE_ONEDNN || !writable) {
-        const size_t es = engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float);
+    if (dnnl || !writable) {
+        const size_t es = dnnl ? sizeof(uint16_t) : sizeof(float);
         if (!(m = malloc(es * (n ? n : 1)))) return -1;
     }
-    if (engine() == ENGINE_ONEDNN)
+    if (dnnl)
         ops_bf16_from_f32(m, x, n);
     else
         ops_cpu_bf16_round(m, x, n);
@@ -178,15 +187,8 @@ int ops_bf16_hold_copy(const float *x, size_t n) {
 }
 
 void ops_bf16_release(const float *x) {
-    const void *m = NULL;
-    pthread_mutex_lock(&g_mirror_lock);
-    for (int i = 0; i < g_n_mirrors && !m; i++)
-        if (g_mirrors[i].base == x) {
-            m = g_mirrors[i].mirror;
-            g_mirrors[i] = g_mirrors[--g_n_mirrors];
-        }
-    pthread_mutex_unlock(&g_mirror_lock);
-    if (m != x) free((void *)m);
+    const void *m = mirror_take(x);
+    if (m != x) free((void *)m); /* a copy; an in-place hold is x itself */
 }
 
 /* The mirror of p[0, n) (the engine's format, at p's offset) or NULL. */
