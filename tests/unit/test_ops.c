@@ -949,6 +949,51 @@ static void test_bwd_weights(void) {
                !((OPS_BWD_READS_WEIGHTS >> OPS_EMBEDDING) & 1u) && n_in == 5, NULL);
 }
 
+/* An operand held for several bf16 GEMMs (ops_bf16_hold / ops_bf16_hold_copy: the output
+ * gradient of matmul and grouped_mm backward, lmhead_ce's logit gradient) must give the bits
+ * the per-product conversion gives: each backward called with both outputs (held) against the
+ * same call once per output (nothing held), on fp32 inputs that are not bf16 values. Holds on
+ * any engine (the same products in the same calls). */
+static int same_bits(const float *a, const float *b, size_t n) {
+    return !memcmp(a, b, n * sizeof(float));
+}
+
+static void test_bf16_held(void) {
+    enum { N = 37, C = 48, OC = 40, E = 3, V = 61, CH = 16 };
+    const int32_t offs[E + 1] = {0, 11, 11, N}; /* an empty group too */
+    float *x = randn((size_t)N * C, 61, 1, 0), *w = randn((size_t)E * OC * C, 62, 0.5f, 0),
+          *dy = randn((size_t)N * OC, 63, 1, 0);
+    float *dx2 = zeros((size_t)N * C), *dw2 = zeros((size_t)E * OC * C),
+          *dx1 = zeros((size_t)N * C), *dw1 = zeros((size_t)E * OC * C);
+    ops_cpu_matmul_bf16_bwd(dx2, dw2, dy, x, w, N, C, OC);
+    ops_cpu_matmul_bf16_bwd(dx1, NULL, dy, x, w, N, C, OC);
+    ops_cpu_matmul_bf16_bwd(NULL, dw1, dy, x, w, N, C, OC);
+    check_true("bf16 matmul_bwd: dY held for both products = converted per product (bitwise)",
+               same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)OC * C), NULL);
+    memset(dx1, 0, sizeof(float) * N * C), memset(dw1, 0, sizeof(float) * E * OC * C);
+    memset(dx2, 0, sizeof(float) * N * C), memset(dw2, 0, sizeof(float) * E * OC * C);
+    ops_cpu_grouped_mm_bf16_bwd(dx2, dw2, dy, x, w, offs, E, C, OC);
+    ops_cpu_grouped_mm_bf16_bwd(dx1, NULL, dy, x, w, offs, E, C, OC);
+    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC);
+    check_true("bf16 grouped_mm_bwd: dY held for both products = converted per product",
+               same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)E * OC * C), NULL);
+    /* lmhead_ce: dx with dw (the logit gradient held, rounded in place by the emulated engine)
+     * against dx alone (converted for its one product); chunk CH < N: several chunks */
+    int32_t tg[N];
+    for (int n = 0; n < N; n++) tg[n] = (n * 7) % V;
+    float *wv = randn((size_t)V * C, 64, 0.5f, 0), *scratch = zeros((size_t)CH * V),
+          *dwv = zeros((size_t)V * C);
+    memset(dx1, 0, sizeof(float) * N * C), memset(dx2, 0, sizeof(float) * N * C);
+    const double l2 =
+        ops_cpu_lmhead_ce_bf16(dx2, dwv, x, wv, tg, N, C, V, 1.0f / N, scratch, CH, NULL, NULL);
+    const double l1 =
+        ops_cpu_lmhead_ce_bf16(dx1, NULL, x, wv, tg, N, C, V, 1.0f / N, scratch, CH, NULL, NULL);
+    check_true("bf16 lmhead_ce: logit gradient held for dx and dw = converted for dx alone",
+               l1 == l2 && same_bits(dx2, dx1, (size_t)N * C), NULL);
+    base_free(x), base_free(w), base_free(dy), base_free(dx2), base_free(dw2), base_free(dx1),
+        base_free(dw1), base_free(wv), base_free(scratch), base_free(dwv);
+}
+
 int main(void) {
     test_bwd_weights();
     test_embedding();
@@ -961,6 +1006,7 @@ int main(void) {
     test_adamw();
     test_vm_expf();
     test_grouped_mm();
+    test_bf16_held();
     test_registry();
     test_determinism();
     printf("max error per op:");
