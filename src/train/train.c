@@ -100,7 +100,8 @@ static void print_header(const train_opts *o, const model *m, const train_source
     printf("; CPU kernels ISA %s", ops_cpu_isa());
     printf("\n  precision: %s", o->prec_why);
     if (o->prec == OPS_PREC_BF16)
-        printf("; GEMM operands and attention inputs bf16 (engine %s), fp32 master weights, "
+        printf("; GEMM operands (attention's products included) bf16 (engine %s), fp32 master "
+               "weights, "
                "gradients, AdamW, norms, softmax and loss",
                ops_bf16_engine());
     if (o->prec == OPS_PREC_BF16 && (mesh->tp > 1 || mesh->ep > 1))

@@ -1,11 +1,13 @@
-/* Unit test of the CPU causal GQA attention (src/ops/cpu/attention.c).
+/* Unit test of the CPU causal GQA attentions: the tiled default (src/ops/cpu/attention.c) and
+ * the GEMM-call one (attention_gemm.c) in fp32 ("gemm") and bf16 ("bf16").
  *
- * Checks, each printed as one line with its max error:
+ * Checks per implementation, each printed as one line with its max error:
  *  1. forward out/lse against a naive double-precision reference (full score matrix),
  *  2. backward dq/dk/dv against the naive double-precision backward,
  *  3. dq/dk/dv against central finite differences of L = sum(out * R) on a small shape,
  *  4. accumulation: gradients are added to what the buffers hold (twice = double),
  *  5. determinism: bitwise-identical results with 1, 2, 3 and 8 OpenMP threads,
+ * (bf16: 1, 2 against the double reference at bf16 tolerance, 4 and 5; no finite differences),
  * then times fwd/bwd at B=4, T=512, H=8, G=4, hd=64 (informative only; --no-bench skips it).
  * Exit status 0 when every check passes. */
 #include <math.h>
@@ -28,6 +30,19 @@ static void check(const char *what, double err, double tol) {
 typedef struct {
     int B, T, H, G, hd;
 } shape;
+
+/* The implementation under test. tol: against the double reference (bf16 rounds q, k, v, P
+ * and dS: relative 2^-9 per element). */
+typedef struct {
+    const char *name;
+    void (*fwd)(float *out, float *lse, const float *q, const float *k, const float *v, int B,
+                int T, int H, int G, int hd);
+    void (*bwd)(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                const float *lse, const float *q, const float *k, const float *v, int B, int T,
+                int H, int G, int hd);
+    double tol;
+} impl;
+static const impl *g_impl;
 
 static size_t nq_of(shape s) {
     return (size_t)s.B * s.T * s.H * s.hd;
@@ -191,16 +206,17 @@ static void free_problem(problem *p) {
 /* Runs fwd, then bwd into zeroed gradients. */
 static void run_problem(problem *p) {
     shape s = p->s;
-    ops_cpu_attention_fwd(p->out, p->lse, p->q, p->k, p->v, s.B, s.T, s.H, s.G, s.hd);
+    g_impl->fwd(p->out, p->lse, p->q, p->k, p->v, s.B, s.T, s.H, s.G, s.hd);
     memset(p->dq, 0, sizeof(float) * nq_of(s));
     memset(p->dk, 0, sizeof(float) * nkv_of(s));
     memset(p->dv, 0, sizeof(float) * nkv_of(s));
-    ops_cpu_attention_bwd(p->dq, p->dk, p->dv, p->dout, p->out, p->lse, p->q, p->k, p->v, s.B, s.T,
-                          s.H, s.G, s.hd);
+    g_impl->bwd(p->dq, p->dk, p->dv, p->dout, p->out, p->lse, p->q, p->k, p->v, s.B, s.T, s.H, s.G,
+                s.hd);
 }
 
 static void shape_name(char *buf, size_t n, const char *what, shape s) {
-    snprintf(buf, n, "%s B=%d T=%d H=%d G=%d hd=%d", what, s.B, s.T, s.H, s.G, s.hd);
+    snprintf(buf, n, "%s %s B=%d T=%d H=%d G=%d hd=%d", g_impl->name, what, s.B, s.T, s.H, s.G,
+             s.hd);
 }
 
 /* Tests 1 and 2 on one shape. */
@@ -213,15 +229,15 @@ static void test_vs_reference(shape s, uint64_t seed) {
     ref_fwd(out, lse, NULL, p.q, p.k, p.v, s);
     ref_bwd(dq, dk, dv, p.dout, p.q, p.k, p.v, s);
     shape_name(name, sizeof name, "fwd out", s);
-    check(name, rel_err(p.out, out, nq_of(s)), 1e-5);
+    check(name, rel_err(p.out, out, nq_of(s)), g_impl->tol);
     shape_name(name, sizeof name, "fwd lse", s);
-    check(name, rel_err(p.lse, lse, nl_of(s)), 1e-5);
+    check(name, rel_err(p.lse, lse, nl_of(s)), g_impl->tol);
     shape_name(name, sizeof name, "bwd dq ", s);
-    check(name, rel_err(p.dq, dq, nq_of(s)), 1e-5);
+    check(name, rel_err(p.dq, dq, nq_of(s)), g_impl->tol);
     shape_name(name, sizeof name, "bwd dk ", s);
-    check(name, rel_err(p.dk, dk, nkv_of(s)), 1e-5);
+    check(name, rel_err(p.dk, dk, nkv_of(s)), g_impl->tol);
     shape_name(name, sizeof name, "bwd dv ", s);
-    check(name, rel_err(p.dv, dv, nkv_of(s)), 1e-5);
+    check(name, rel_err(p.dv, dv, nkv_of(s)), g_impl->tol);
     free(out);
     free(lse);
     free(dq);
@@ -233,7 +249,7 @@ static void test_vs_reference(shape s, uint64_t seed) {
 /* L = sum(out * R) in double, R = dout of the problem. */
 static double loss(problem *p) {
     shape s = p->s;
-    ops_cpu_attention_fwd(p->out, p->lse, p->q, p->k, p->v, s.B, s.T, s.H, s.G, s.hd);
+    g_impl->fwd(p->out, p->lse, p->q, p->k, p->v, s.B, s.T, s.H, s.G, s.hd);
     double L = 0.0;
     for (size_t i = 0; i < nq_of(s); i++) L += (double)p->out[i] * p->dout[i];
     return L;
@@ -264,9 +280,13 @@ static void test_finite_diff(void) {
     problem p = make_problem(s, 77);
     run_problem(&p);
     /* The forward inside fd_err overwrites out/lse; the gradients are already computed. */
-    check("finite diff dq B=1 T=9 H=4 G=2 hd=8", fd_err(&p, p.q, p.dq, nq_of(s)), 1e-3);
-    check("finite diff dk B=1 T=9 H=4 G=2 hd=8", fd_err(&p, p.k, p.dk, nkv_of(s)), 1e-3);
-    check("finite diff dv B=1 T=9 H=4 G=2 hd=8", fd_err(&p, p.v, p.dv, nkv_of(s)), 1e-3);
+    char name[128];
+    shape_name(name, sizeof name, "finite diff dq", s);
+    check(name, fd_err(&p, p.q, p.dq, nq_of(s)), 1e-3);
+    shape_name(name, sizeof name, "finite diff dk", s);
+    check(name, fd_err(&p, p.k, p.dk, nkv_of(s)), 1e-3);
+    shape_name(name, sizeof name, "finite diff dv", s);
+    check(name, fd_err(&p, p.v, p.dv, nkv_of(s)), 1e-3);
     free_problem(&p);
 }
 
@@ -291,8 +311,7 @@ static void test_accumulate(shape s) {
     memcpy(g1[0], p.dq, sizeof(float) * nq_of(s));
     memcpy(g1[1], p.dk, sizeof(float) * nkv_of(s));
     memcpy(g1[2], p.dv, sizeof(float) * nkv_of(s));
-    ops_cpu_attention_bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G,
-                          s.hd);
+    g_impl->bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd);
     double e = scaled_diff(g1[0], p.dq, nq_of(s), 2.0);
     double ek = scaled_diff(g1[1], p.dk, nkv_of(s), 2.0);
     double ev = scaled_diff(g1[2], p.dv, nkv_of(s), 2.0);
@@ -337,10 +356,10 @@ static void bench(void) {
     double tf = 1e30, tb = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = base_now();
-        ops_cpu_attention_fwd(p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd);
+        g_impl->fwd(p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd);
         double t1 = base_now();
-        ops_cpu_attention_bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H,
-                              s.G, s.hd);
+        g_impl->bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G,
+                    s.hd);
         double t2 = base_now();
         if (t1 - t0 < tf) tf = t1 - t0;
         if (t2 - t1 < tb) tb = t2 - t1;
@@ -348,31 +367,40 @@ static void bench(void) {
     /* Causal flops: each of the 2 fwd products (QK^T, PV) is 2*hd flops per (query, key)
      * pair and there are ~T*T/2 pairs; bwd has 5 such products. */
     const double pair = 2.0 * s.B * s.H * s.hd * (double)s.T * s.T / 2.0;
-    printf("time B=4 T=512 H=8 G=4 hd=64 (%d threads): fwd %.2f ms (%.1f GFLOP/s), "
+    printf("time %s B=4 T=512 H=8 G=4 hd=64 (%d threads): fwd %.2f ms (%.1f GFLOP/s), "
            "bwd %.2f ms (%.1f GFLOP/s)\n",
-           omp_get_max_threads(), tf * 1e3, 2.0 * pair / tf * 1e-9, tb * 1e3,
+           g_impl->name, omp_get_max_threads(), tf * 1e3, 2.0 * pair / tf * 1e-9, tb * 1e3,
            5.0 * pair / tb * 1e-9);
     free_problem(&p);
 }
 
 int main(int argc, char **argv) {
-    /* T crosses tile boundaries (tiles are 64): 1, 37, 64, 65, 130; H == G takes the direct
-     * dk/dv path, H > G the per-head scratch; hd = 8, 24 exercise the non-multiple-of-16
-     * columns. */
+    /* T crosses tile boundaries (tiles are 64, the GEMM attention's blocks too): 1, 37, 64,
+     * 65, 130; H == G takes the direct dk/dv path, H > G the per-head scratch (the GEMM one:
+     * several heads per key-block task); hd = 8, 24 exercise the non-multiple-of-16 columns. */
     const shape shapes[] = {
         {2, 37, 4, 2, 16}, {1, 130, 6, 3, 32},  {2, 64, 4, 4, 8},
         {1, 70, 1, 1, 16}, {2, 1, 4, 2, 16},    {1, 1, 1, 1, 8},
         {1, 65, 4, 1, 24}, {1, 129, 8, 2, 128}, {1, 200, 2, 2, 64},
     };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        test_vs_reference(shapes[i], 100 + i);
-    test_finite_diff();
-    test_accumulate((shape){2, 37, 4, 2, 16});
-    test_accumulate((shape){2, 70, 4, 4, 16});
-    test_determinism((shape){2, 130, 4, 2, 32});
-    test_determinism((shape){1, 100, 6, 2, 24});
-    test_determinism((shape){2, 70, 3, 3, 16});
-    if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) bench();
+    /* bf16 against the double reference on unrounded normal inputs: measured worst 9.8e-3 */
+    const impl impls[] = {
+        {"default", ops_cpu_attention_fwd, ops_cpu_attention_bwd, 1e-5},
+        {"gemm", ops_cpu_attention_gemm_fwd, ops_cpu_attention_gemm_bwd, 1e-5},
+        {"bf16", ops_cpu_attention_bf16_fwd, ops_cpu_attention_bf16_bwd, 2e-2},
+    };
+    for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+        g_impl = &impls[m];
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            test_vs_reference(shapes[i], 100 + i);
+        if (g_impl->tol <= 1e-5) test_finite_diff(); /* fp32 only: bf16 steps are too coarse */
+        test_accumulate((shape){2, 37, 4, 2, 16});
+        test_accumulate((shape){2, 70, 4, 4, 16});
+        test_determinism((shape){2, 130, 4, 2, 32});
+        test_determinism((shape){1, 100, 6, 2, 24});
+        test_determinism((shape){2, 70, 3, 3, 16});
+        if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) bench();
+    }
     if (g_failures) {
         printf("%d check(s) FAILED\n", g_failures);
         return 1;

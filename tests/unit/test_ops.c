@@ -691,9 +691,10 @@ static void test_registry(void) {
     }
     snprintf(buf, sizeof buf, "%d implementations, %d defaults, %d references, %d bf16", n,
              n_default, n_ref, n_bf16);
-    /* plus grouped_mm's "grouped", add_rmsnorm's "unfused" and the five bf16 GEMM ops */
+    /* plus grouped_mm's "grouped", add_rmsnorm's "unfused", attention's "gemm" and the five
+     * bf16 GEMM ops */
     check_true("registry: builtins registered once (one default per op, plus references)",
-               n_default == OPS_COUNT && n_bf16 == 5 && n == n_default + n_ref + 2 + n_bf16, buf);
+               n_default == OPS_COUNT && n_bf16 == 5 && n == n_default + n_ref + 3 + n_bf16, buf);
     { /* a bf16 model's defaults: the bf16 implementations where there is one, fp32 elsewhere */
         ops_ctx bc = ctx;
         bc.prec = OPS_PREC_BF16;

@@ -30,29 +30,14 @@
 
 /* ---- conversions -------------------------------------------------------------------- */
 
-static inline uint16_t bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_value(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 void ops_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_bits(src[i]);
 }
 
 void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_value(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_value(src[i]);
 }
 
 void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
@@ -61,12 +46,12 @@ void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
         return;
     }
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) x[i] = bf16_value(dst[i] = bf16_round(x[i]));
+    for (size_t i = 0; i < n; i++) x[i] = ops_cpu_bf16_value(dst[i] = ops_cpu_bf16_bits(x[i]));
 }
 
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_value(bf16_round(src[i]));
+    for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[i]));
 }
 
 /* ---- CPU and engine ------------------------------------------------------------------ */
@@ -257,16 +242,38 @@ static int operand_get(operand *o, const float *x, int rows, int cols, int ld, i
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, acc; /* the key */
     dnnl_primitive_t prim;
+    size_t scratch; /* bytes of user scratchpad its execution needs */
+    int busy;       /* executions in progress: a busy entry is never replaced */
 } dnnl_entry;
 
-#define DNNL_CACHE 256
+/* Attention's tile products alone are ~5 shapes per 64 rows of sequence (attention_gemm.c),
+ * on top of the blocks' and the lm_head's: room for a few sequence lengths. */
+#define DNNL_CACHE 1024
 static dnnl_entry g_cache[DNNL_CACHE];
 static int g_cache_n, g_cache_next;
 static dnnl_engine_t g_engine;
-static dnnl_stream_t g_stream;
 static pthread_mutex_t g_dnnl_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One stream per thread: GEMMs run concurrently from the threads of a parallel region
+ * (attention's tiles); every primitive uses a user scratchpad (below), the mode oneDNN
+ * documents as thread-safe for concurrent executions. Never freed (one per pool thread). */
+static _Thread_local dnnl_stream_t tl_stream;
+/* Each thread's scratchpad, grown to the largest a primitive it ran asked for and kept: a
+ * large GEMM's (oneDNN may stage the weights there) would otherwise be allocated and faulted
+ * in on every call, as the library-managed scratchpad this replaces was not. */
+static _Thread_local void *tl_scratch;
+static _Thread_local size_t tl_scratch_n;
 
-static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k) {
+static void *scratch_get(size_t n) {
+    if (n > tl_scratch_n) {
+        free(tl_scratch);
+        tl_scratch_n = 0;
+        if (!(tl_scratch = malloc(n))) return NULL;
+        tl_scratch_n = n;
+    }
+    return tl_scratch;
+}
+
+static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k, size_t *scratch) {
     dnnl_memory_desc_t a, b, c;
     const dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
     const dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
@@ -283,10 +290,13 @@ static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k) {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t p = NULL;
     if (dnnl_primitive_attr_create(&attr)) return NULL;
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) goto out;
     if (k->acc && (dnnl_post_ops_create(&po) || dnnl_post_ops_append_sum(po, 1.0f) ||
                    dnnl_primitive_attr_set_post_ops(attr, po)))
         goto out;
     if (dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL)) goto out;
+    const dnnl_memory_desc_t *sd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    *scratch = sd ? dnnl_memory_desc_get_size(sd) : 0;
     if (dnnl_primitive_create(&p, pd)) p = NULL;
 out:
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -295,52 +305,94 @@ out:
     return p;
 }
 
-/* C[M,N] (+)= op(A) op(B) with bf16 A, B; 0 on success (the caller falls back otherwise). */
+/* The cached primitive of key k (created on a miss), marked busy; NULL if it cannot be made.
+ * *owned: not cached (every entry busy), the caller destroys it. */
+static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owned) {
+    dnnl_entry *e = NULL;
+    *owned = 0;
+    pthread_mutex_lock(&g_dnnl_lock);
+    if (!g_engine && dnnl_engine_create(&g_engine, dnnl_cpu, 0)) g_engine = NULL;
+    for (int i = 0; g_engine && i < g_cache_n && !e; i++) {
+        dnnl_entry *c = &g_cache[i];
+        if (c->ta == k->ta && c->tb == k->tb && c->M == k->M && c->N == k->N && c->K == k->K &&
+            c->lda == k->lda && c->ldb == k->ldb && c->ldc == k->ldc && c->acc == k->acc)
+            e = c;
+    }
+    if (g_engine && !e) {
+        size_t scratch = 0;
+        dnnl_primitive_t p = bf16_dnnl_make(k, &scratch);
+        if (p) {
+            if (g_cache_n < DNNL_CACHE) {
+                e = &g_cache[g_cache_n++];
+            } else { /* full: replace round robin, skipping entries in use */
+                for (int i = 0; i < DNNL_CACHE && !e; i++) {
+                    dnnl_entry *c = &g_cache[g_cache_next];
+                    g_cache_next = (g_cache_next + 1) % DNNL_CACHE;
+                    if (!c->busy) e = c;
+                }
+                if (e) dnnl_primitive_destroy(e->prim);
+            }
+            if (!e) {
+                e = tmp;
+                *owned = 1;
+            }
+            *e = *k;
+            e->prim = p;
+            e->scratch = scratch;
+        }
+    }
+    if (e) e->busy++;
+    pthread_mutex_unlock(&g_dnnl_lock);
+    return e;
+}
+
+/* C[M,N] (+)= op(A) op(B) with bf16 A, B; 0 on success (the caller falls back otherwise).
+ * Thread-safe: the primitive is looked up under the lock and executed outside it, on this
+ * thread's stream with its own scratchpad; inside a parallel region oneDNN runs it on the
+ * calling thread alone. */
 static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                           const uint16_t *B, int ldb, int acc, float *C, int ldc) {
-    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL};
-    int rc = -1;
-    pthread_mutex_lock(&g_dnnl_lock);
-    if (!g_engine && (dnnl_engine_create(&g_engine, dnnl_cpu, 0) ||
-                      dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags))) {
-        g_engine = NULL;
-        goto out;
-    }
-    dnnl_primitive_t p = NULL;
-    for (int i = 0; i < g_cache_n && !p; i++) {
-        const dnnl_entry *e = &g_cache[i];
-        if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->lda == lda &&
-            e->ldb == ldb && e->ldc == ldc && e->acc == acc)
-            p = e->prim;
-    }
-    if (!p) {
-        if (!(p = bf16_dnnl_make(&key))) goto out;
-        dnnl_entry *slot = &g_cache[g_cache_n < DNNL_CACHE ? g_cache_n++ : g_cache_next];
-        if (slot->prim && g_cache_n == DNNL_CACHE) { /* full: replace round robin */
-            dnnl_primitive_destroy(slot->prim);
-            g_cache_next = (g_cache_next + 1) % DNNL_CACHE;
-        }
-        *slot = key;
-        slot->prim = p;
-    }
+    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL, 0, 0};
+    dnnl_entry tmp;
+    int owned, rc = -1;
+    dnnl_entry *e = bf16_dnnl_get(&key, &tmp, &owned);
+    if (!e) return -1;
+    if (!tl_stream && dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags))
+        tl_stream = NULL;
     const_dnnl_primitive_desc_t pd;
-    if (dnnl_primitive_get_primitive_desc(p, &pd)) goto out;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-    const dnnl_memory_desc_t *da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
-                             *db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
-                             *dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    if (!dnnl_memory_create(&ma, da, g_engine, (void *)A) &&
-        !dnnl_memory_create(&mb, db, g_engine, (void *)B) &&
-        !dnnl_memory_create(&mc, dc, g_engine, C)) {
-        const dnnl_exec_arg_t args[] = {
-            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-        rc = dnnl_primitive_execute(p, g_stream, 3, args) || dnnl_stream_wait(g_stream) ? -1 : 0;
+    void *scratch = e->scratch ? scratch_get(e->scratch) : NULL;
+    if (tl_stream && (!e->scratch || scratch) && !dnnl_primitive_get_primitive_desc(e->prim, &pd)) {
+        dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+        const dnnl_memory_desc_t *da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                                 *db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                                 *dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
+                                 *ds =
+                                     dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        if (!dnnl_memory_create(&ma, da, g_engine, (void *)A) &&
+            !dnnl_memory_create(&mb, db, g_engine, (void *)B) &&
+            !dnnl_memory_create(&mc, dc, g_engine, C) &&
+            (!scratch || !dnnl_memory_create(&ms, ds, g_engine, scratch))) {
+            const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma},
+                                            {DNNL_ARG_WEIGHTS, mb},
+                                            {DNNL_ARG_DST, mc},
+                                            {DNNL_ARG_SCRATCHPAD, ms}};
+            rc = dnnl_primitive_execute(e->prim, tl_stream, ms ? 4 : 3, args) ||
+                         dnnl_stream_wait(tl_stream)
+                     ? -1
+                     : 0;
+        }
+        if (ma) dnnl_memory_destroy(ma);
+        if (mb) dnnl_memory_destroy(mb);
+        if (mc) dnnl_memory_destroy(mc);
+        if (ms) dnnl_memory_destroy(ms);
     }
-    if (ma) dnnl_memory_destroy(ma);
-    if (mb) dnnl_memory_destroy(mb);
-    if (mc) dnnl_memory_destroy(mc);
-out:
-    pthread_mutex_unlock(&g_dnnl_lock);
+    if (owned) {
+        dnnl_primitive_destroy(e->prim);
+    } else {
+        pthread_mutex_lock(&g_dnnl_lock);
+        e->busy--;
+        pthread_mutex_unlock(&g_dnnl_lock);
+    }
     return rc;
 }
 #endif
@@ -357,8 +409,8 @@ static int dnnl_selfcheck(char *why, size_t n) {
     uint16_t a[SZ], b[SZ];
     float c[M * (N + PAD)], want[M * (N + PAD)];
     for (int i = 0; i < SZ; i++) {
-        a[i] = bf16_round((float)((i * 7 + 3) % 5 - 2));
-        b[i] = bf16_round((float)((i * 5 + 1) % 7 - 3));
+        a[i] = ops_cpu_bf16_bits((float)((i * 7 + 3) % 5 - 2));
+        b[i] = ops_cpu_bf16_bits((float)((i * 5 + 1) % 7 - 3));
     }
     for (int t = 0; t < 3; t++)
         for (int acc = 0; acc <= 1; acc++) {
@@ -369,8 +421,8 @@ static int dnnl_selfcheck(char *why, size_t n) {
                 for (int j = 0; j < N; j++) {
                     float sum = acc ? want[i * ldc + j] : 0.0f;
                     for (int k = 0; k < K; k++)
-                        sum += bf16_value(a[ta ? k * lda + i : i * lda + k]) *
-                               bf16_value(b[tb ? j * ldb + k : k * ldb + j]);
+                        sum += ops_cpu_bf16_value(a[ta ? k * lda + i : i * lda + k]) *
+                               ops_cpu_bf16_value(b[tb ? j * ldb + k : k * ldb + j]);
                     want[i * ldc + j] = sum;
                 }
             int bad = bf16_dnnl_gemm(ta, tb, M, N, K, a, lda, b, ldb, acc, c, ldc);
@@ -448,6 +500,30 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const fl
     ops_cpu_sgemm(ta, tb, M, N, K, alpha, a.f, a.ld, b.f, b.ld, beta, C, ldc);
     free(a.own);
     free(b.own);
+}
+
+void ops_cpu_gemm16(int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B,
+                    int ldb, int acc, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (engine() != ENGINE_ONEDNN || K <= 0) { /* rounded fp32 values (or an empty sum) */
+        ops_cpu_sgemm_task(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
+        return;
+    }
+#ifdef TITAN_HAVE_DNNL
+    if (!bf16_dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc)) return;
+#endif
+    /* a shape oneDNN refused: the exact fp32 expansions of both operands, then the SGEMM */
+    const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    float *a = malloc(sizeof(float) * (size_t)ar * ac),
+          *b = malloc(sizeof(float) * (size_t)br * bc);
+    if (!a || !b) abort(); /* out of memory in a void op */
+    for (int r = 0; r < ar; r++)
+        ops_bf16_to_f32(a + (size_t)r * ac, (const uint16_t *)A + (size_t)r * lda, (size_t)ac);
+    for (int r = 0; r < br; r++)
+        ops_bf16_to_f32(b + (size_t)r * bc, (const uint16_t *)B + (size_t)r * ldb, (size_t)bc);
+    ops_cpu_sgemm_task(ta, tb, M, N, K, a, ac, b, bc, acc, C, ldc);
+    free(a);
+    free(b);
 }
 
 void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alpha, const float *A,

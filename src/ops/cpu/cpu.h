@@ -3,6 +3,8 @@
 #ifndef TITAN_OPS_CPU_H
 #define TITAN_OPS_CPU_H
 
+#include <string.h>
+
 #include "ops/ops.h"
 
 /* Row-major SGEMM, C[M,N] = alpha * op(A) @ op(B) + beta * C (see gemm.c for the library
@@ -10,10 +12,41 @@
 void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc);
 
+/* C[M,N] (+ C when acc) = op(A) @ op(B) for one task of a parallel region (attention's
+ * tiles): runs on the calling thread. oneDNN's sgemm where built in: OpenBLAS's OpenMP build,
+ * called from the threads of a parallel region, spent ~40% of attention_gemm's time in
+ * sched_yield (perf; 2 threads, bench shape) and ran it 1.3-1.9x slower. */
+void ops_cpu_sgemm_task(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                        const float *B, int ldb, int acc, float *C, int ldc);
+
 /* The GEMM of the ops that have a bf16 path: prec OPS_PREC_F32 is ops_cpu_sgemm; BF16 rounds
  * both operands to bf16 (or reads their weight mirror) and accumulates in fp32 (bf16.c). */
 void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* C[M,N] (+ C when acc) = op(A) @ op(B) on operands already in the bf16 engine's storage
+ * (ops_bf16_mirror_bytes per element, written by ops_bf16_mirror_convert: bf16 for onednn,
+ * bf16-rounded fp32 for emulated), with fp32 accumulation: no conversion per call. Callable
+ * from inside an OpenMP parallel region, where it runs on the calling thread (attention's
+ * tiles, attention_gemm.c). */
+void ops_cpu_gemm16(int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B,
+                    int ldb, int acc, float *C, int ldc);
+/* f rounded to the nearest bf16 (ties to even; NaN stays a quiet NaN): its bits. */
+static inline uint16_t ops_cpu_bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+/* The fp32 value of bf16 bits h (exact). */
+static inline float ops_cpu_bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* dst[i] = src[i] rounded to the nearest bf16, as an fp32 value (dst may equal src). */
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
 
@@ -70,14 +103,19 @@ double ops_cpu_lmhead_ce_prec(float *dx, float *dw, const float *x, const float 
                               float *scratch, int chunk, int64_t *n_valid,
                               const ops_vocab_shard *vs, ops_prec prec);
 
-/* "bf16" attention: q, k, v (and in backward dout) rounded to bf16 before the fp32 tiled
- * kernel, so Q.K^T, P.V and the backward's products see bf16 operands; the online softmax and
- * the probabilities stay fp32. */
+/* Attention as GEMM calls (attention_gemm.c): "gemm" on the fp32 SGEMM, "bf16" on the bf16
+ * engine (q, k, v, dout, P and dS as bf16 operands; softmax, lse and sums fp32). */
+void ops_cpu_attention_gemm_fwd(float *out, float *lse, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int hd);
+void ops_cpu_attention_gemm_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                const float *out, const float *lse, const float *q, const float *k,
+                                const float *v, int B, int T, int H, int G, int hd);
 void ops_cpu_attention_bf16_fwd(float *out, float *lse, const float *q, const float *k,
                                 const float *v, int B, int T, int H, int G, int hd);
 void ops_cpu_attention_bf16_bwd(float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k,
                                 const float *v, int B, int T, int H, int G, int hd);
+/* "bf16" attention over a KV cache: q and the cache rows rounded before the fp32 kernel. */
 void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const float *v, int T,
                                int pos0, int H, int G, int hd);
 

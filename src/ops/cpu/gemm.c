@@ -42,3 +42,14 @@ void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
                 K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+void ops_cpu_sgemm_task(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                        const float *B, int ldb, int acc, float *C, int ldc) {
+#ifdef TITAN_HAVE_DNNL
+    if (M > 0 && N > 0 && K > 0 &&
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f,
+                   C, ldc) == dnnl_success)
+        return;
+#endif
+    ops_cpu_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
+}

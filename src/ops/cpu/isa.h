@@ -51,6 +51,22 @@
       (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
        const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
       (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
+    X(ops_cpu_attention_gemm_fwd,                                                                  \
+      (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,       \
+       int H, int G, int hd),                                                                      \
+      (out, lse, q, k, v, B, T, H, G, hd))                                                         \
+    X(ops_cpu_attention_gemm_bwd,                                                                  \
+      (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
+       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
+      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
+    X(ops_cpu_attention_bf16_fwd,                                                                  \
+      (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,       \
+       int H, int G, int hd),                                                                      \
+      (out, lse, q, k, v, B, T, H, G, hd))                                                         \
+    X(ops_cpu_attention_bf16_bwd,                                                                  \
+      (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
+       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
+      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
     X(ops_cpu_attention_kv,                                                                        \
       (float *out, const float *q, const float *k, const float *v, int T, int pos0, int H, int G,  \
        int hd),                                                                                    \

@@ -40,6 +40,10 @@ void ops_cpu_register(int (*reg)(const ops_impl *impl, base_err *err)) {
          (ops_fn)ops_cpu_rope_bwd, OPS_PREC_F32},
         {OPS_ATTENTION, "default", "n_heads % n_kv_heads == 0", check_attention_default,
          (ops_fn)ops_cpu_attention_fwd, (ops_fn)ops_cpu_attention_bwd, OPS_PREC_F32},
+        /* the bf16 attention's algorithm on the fp32 SGEMM: conformance checks it at fp32
+         * tolerances; the fast fp32 attention is the tiled default */
+        {OPS_ATTENTION, "gemm", "n_heads % n_kv_heads == 0", check_attention_default,
+         (ops_fn)ops_cpu_attention_gemm_fwd, (ops_fn)ops_cpu_attention_gemm_bwd, OPS_PREC_F32},
         {OPS_SWIGLU, "default", "", NULL, (ops_fn)ops_cpu_swiglu_fwd, (ops_fn)ops_cpu_swiglu_bwd,
          OPS_PREC_F32},
         {OPS_LMHEAD_CE, "default", "", NULL, (ops_fn)ops_cpu_lmhead_ce, NULL, OPS_PREC_F32},

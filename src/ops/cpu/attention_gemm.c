@@ -1,0 +1,294 @@
+/* Causal grouped-query attention as GEMM calls: `attention/bf16` (the bf16 engine's GEMMs:
+ * AMX / AVX512_BF16 through oneDNN where the CPU has them) and `attention/gemm` (the same
+ * algorithm on the fp32 SGEMM, which checks it at fp32 tolerances).
+ *
+ * Layouts as attention.c: q, out, dq [B,T,H,hd]; k, v, dk, dv [B,T,G,hd]; lse [B,H,T]; query
+ * head h reads kv head g = h / (H/G); s = (q . k) / sqrt(hd); lse is the natural log-sum-exp
+ * of a row of scaled scores over the keys <= the query.
+ *
+ * Why GEMM calls: on bf16 units the library's GEMM is the one fast bf16 dot product titan has
+ * (it picks AMX tiles or vdpbf16ps itself), and attention's products are GEMMs whose operands
+ * are strided views of q, k, v (ld = H*hd or G*hd): no copies. Each task takes a block of
+ * BQ query rows and ALL the keys it sees at once, [BQ, r1] scores (r1 = the block's last
+ * query + 1), so the products are long (N or K up to T) rather than 64 x 64 tiles whose call
+ * overhead would dominate a GEMM that fast, and the softmax is exact per row (no online
+ * rescaling). Only the upper triangle of the diagonal BQ x BQ square is computed and masked in
+ * vain (~BQ / 2T of the work).
+ *
+ * Forward, one task per (b, h, query block [r0, r1)):
+ *   S = Q[r0:r1] K[0:r1]^T,  P = softmax(S * scale) (fp32; masked keys 0),  lse,
+ *   O[r0:r1] = bf16(P) V[0:r1].
+ * Backward in two passes, so that every output element is written by one task (no atomics,
+ * bitwise the same for any thread count), at the price of recomputing S and dP once more
+ * (7 products instead of flash attention's 5):
+ *   D = rowsum(dO * O) (fp32),
+ *   pass 1, per (b, h, query block): P from S and lse, dP = dO V^T, dS = P (dP - D) scale,
+ *           dQ[r0:r1] += bf16(dS) K[0:r1];
+ *   pass 2, per (b, g, key block [c0, c1)), the group's heads in ascending order, over the
+ *           queries [c0, T) that see the block: S^T = K[c0:c1] Q^T, P^T, dP^T = V[c0:c1] dO^T,
+ *           dS^T, then dV[c0:c1] += bf16(P^T) dO and dK[c0:c1] += bf16(dS^T) Q.
+ * In bf16, q, k, v and dout are converted once per call, P and dS per task, all to the
+ * engine's storage (ops_bf16_mirror_convert); the scores, softmax, lse, D and every
+ * accumulation stay fp32. Rounding P (and dS) to bf16 before their products is what autocast's
+ * eager attention does (softmax in fp32, cast to bf16, matmul); it makes this implementation
+ * differ from the fp32 kernel on bf16 inputs by the rounding of P (docs/kernels.md's bf16
+ * tolerance for attention).
+ *
+ * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048:
+ * 1 MiB, 1.5 MiB);
+ * per call the converted q, k, v (and dout) and D [B,H,T]. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/isa.h"
+#include "ops/cpu/vmath.h"
+
+#define AG_BQ 64 /* query rows of a task; keys per task in pass 2 */
+
+typedef struct {
+    ops_prec prec;
+    size_t es; /* bytes per operand element: 4 (fp32, or the emulated engine's) or 2 */
+} ag_mode;
+
+static ag_mode ag_mode_of(ops_prec prec) {
+    return (ag_mode){prec, prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float)};
+}
+
+static void *ag_alloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        base_log(BASE_LOG_ERROR, "attention: out of memory allocating %zu bytes", bytes);
+        abort(); /* the op signatures return void */
+    }
+    return p;
+}
+
+/* x[0, n) as GEMM operands: x itself in fp32, else a converted copy in *own. */
+static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
+    *own = NULL;
+    if (m.prec != OPS_PREC_BF16) return x;
+    *own = ag_alloc(m.es * n);
+    ops_bf16_mirror_convert(*own, 0, x, n);
+    return *own;
+}
+
+/* Row r, column c of an operand of leading dimension ld. */
+static const void *ag_at(ag_mode m, const void *base, size_t r, size_t ld, size_t c) {
+    return (const char *)base + (r * ld + c) * m.es;
+}
+
+/* Row i of a [rows, n] operand block: src (fp32, n values) stored as the engine's operands
+ * at dst (bf16 bits, or bf16-rounded fp32 in place when dst == src); fp32 runs use src as it
+ * is. Done row by row while the row is in L1, not as a pass over the block. */
+static void ag_store_row(ag_mode m, void *dst, float *src, int n) {
+    if (m.prec != OPS_PREC_BF16) return;
+    if (m.es == sizeof(uint16_t)) {
+        uint16_t *restrict h = dst;
+#pragma omp simd
+        for (int j = 0; j < n; j++) h[j] = ops_cpu_bf16_bits(src[j]);
+    } else {
+        float *restrict f = dst;
+#pragma omp simd
+        for (int j = 0; j < n; j++) f[j] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[j]));
+    }
+}
+
+/* The operand block that ag_store_row fills from the fp32 block f: f itself unless the
+ * storage is bf16 bits, then h. */
+static void *ag_block(ag_mode m, float *f, void *h) {
+    return m.prec == OPS_PREC_BF16 && m.es == sizeof(uint16_t) ? h : (void *)f;
+}
+
+static void ag_gemm(ag_mode m, int ta, int tb, int M, int N, int K, const void *A, int lda,
+                    const void *B, int ldb, int acc, float *C, int ldc) {
+    if (m.prec == OPS_PREC_BF16)
+        ops_cpu_gemm16(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
+    else
+        ops_cpu_sgemm_task(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
+}
+
+/* A thread's workspace: two [BQ, T] fp32 blocks and, for bf16 bits, their operand copies. */
+typedef struct {
+    float *s, *d;
+    void *s16, *d16;
+} ag_ws;
+
+static ag_ws ag_ws_new(ag_mode m, int T) {
+    const size_t n = (size_t)AG_BQ * T, h = m.es == sizeof(uint16_t) ? n * m.es : 0;
+    return (ag_ws){ag_alloc(n * sizeof(float)), ag_alloc(n * sizeof(float)), h ? ag_alloc(h) : NULL,
+                   h ? ag_alloc(h) : NULL};
+}
+
+static void ag_ws_free(ag_ws *w) {
+    free(w->s);
+    free(w->d);
+    free(w->s16);
+    free(w->d16);
+}
+
+/* Blocks of AG_BQ rows in T. The loops hand out the costliest blocks first (forward and pass
+ * 1: the last query blocks, which see the most keys; pass 2: the first key blocks, seen by
+ * the most queries) so that dynamic scheduling ends evenly. */
+static int ag_blocks(int T) {
+    return (T + AG_BQ - 1) / AG_BQ;
+}
+
+static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const float *k,
+                   const float *v, int B, int T, int H, int G, int hd) {
+    const int rep = H / G, nb = ag_blocks(T);
+    const float scale = 1.0f / sqrtf((float)hd);
+    void *own[3];
+    const void *q16 = ag_operand(md, q, (size_t)B * T * H * hd, &own[0]),
+               *k16 = ag_operand(md, k, (size_t)B * T * G * hd, &own[1]),
+               *v16 = ag_operand(md, v, (size_t)B * T * G * hd, &own[2]);
+    const long ntask = (long)B * H * nb;
+#pragma omp parallel
+    {
+        ag_ws w = ag_ws_new(md, T);
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < ntask; task++) {
+            const int qb = nb - 1 - (int)(task % nb), h = (int)(task / nb % H),
+                      b = (int)(task / nb / H), g = h / rep;
+            const int r0 = qb * AG_BQ, r1 = r0 + AG_BQ < T ? r0 + AG_BQ : T, M = r1 - r0, n = r1;
+            ag_gemm(md, 0, 1, M, n, hd,
+                    ag_at(md, q16, (size_t)b * T + r0, (size_t)H * hd, (size_t)h * hd), H * hd,
+                    ag_at(md, k16, (size_t)b * T, (size_t)G * hd, (size_t)g * hd), G * hd, 0, w.s,
+                    n);
+            void *p16 = ag_block(md, w.s, w.s16);
+            for (int i = 0; i < M; i++) {
+                float *restrict s = w.s + (size_t)i * n;
+                const int nv = r0 + i + 1; /* keys 0 .. query */
+                float mx = -INFINITY, l = 0.0f;
+#pragma omp simd reduction(max : mx)
+                for (int j = 0; j < nv; j++) mx = fmaxf(mx, s[j] * scale);
+#pragma omp simd reduction(+ : l)
+                for (int j = 0; j < nv; j++) l += s[j] = vm_expf(s[j] * scale - mx);
+                const float inv = 1.0f / l;
+#pragma omp simd
+                for (int j = 0; j < nv; j++) s[j] *= inv;
+                for (int j = nv; j < n; j++) s[j] = 0.0f;
+                lse[((size_t)b * H + h) * T + r0 + i] = mx + logf(l);
+                ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, s, n);
+            }
+            ag_gemm(md, 0, 0, M, hd, n, p16, n,
+                    ag_at(md, v16, (size_t)b * T, (size_t)G * hd, (size_t)g * hd), G * hd, 0,
+                    out + ((size_t)b * T + r0) * H * hd + (size_t)h * hd, H * hd);
+        }
+        ag_ws_free(&w);
+    }
+    for (int i = 0; i < 3; i++) free(own[i]);
+}
+
+static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                   const float *lse, const float *q, const float *k, const float *v, int B, int T,
+                   int H, int G, int hd) {
+    const int rep = H / G, nb = ag_blocks(T);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * G * hd;
+    void *own[4];
+    const void *q16 = ag_operand(md, q, nq, &own[0]), *k16 = ag_operand(md, k, nk, &own[1]),
+               *v16 = ag_operand(md, v, nk, &own[2]), *do16 = ag_operand(md, dout, nq, &own[3]);
+    float *D = ag_alloc(sizeof(float) * (size_t)B * H * T); /* [B,H,T] rowsum(dO * O) */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const size_t o = (((size_t)b * T + t) * H + h) * hd;
+                float d = 0.0f;
+                for (int c = 0; c < hd; c++) d += dout[o + c] * out[o + c];
+                D[((size_t)b * H + h) * T + t] = d;
+            }
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd;
+#pragma omp parallel
+    {
+        ag_ws w = ag_ws_new(md, T);
+        /* pass 1: dQ, per (b, h, query block), heaviest block first */
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < (long)B * H * nb; task++) {
+            const int qb = nb - 1 - (int)(task % nb), h = (int)(task / nb % H),
+                      b = (int)(task / nb / H), g = h / rep;
+            const int r0 = qb * AG_BQ, r1 = r0 + AG_BQ < T ? r0 + AG_BQ : T, M = r1 - r0, n = r1;
+            const size_t row = (size_t)b * T;
+            ag_gemm(md, 0, 1, M, n, hd, ag_at(md, q16, row + r0, ldq, (size_t)h * hd), (int)ldq,
+                    ag_at(md, k16, row, ldk, (size_t)g * hd), (int)ldk, 0, w.s, n);
+            ag_gemm(md, 0, 1, M, n, hd, ag_at(md, do16, row + r0, ldq, (size_t)h * hd), (int)ldq,
+                    ag_at(md, v16, row, ldk, (size_t)g * hd), (int)ldk, 0, w.d, n);
+            void *ds16 = ag_block(md, w.d, w.d16);
+            for (int i = 0; i < M; i++) {
+                const float *restrict s = w.s + (size_t)i * n;
+                float *restrict ds = w.d + (size_t)i * n;
+                const size_t at = ((size_t)b * H + h) * T + r0 + i;
+                const float li = lse[at], di = D[at];
+                const int nv = r0 + i + 1;
+#pragma omp simd
+                for (int j = 0; j < nv; j++)
+                    ds[j] = vm_expf(s[j] * scale - li) * (ds[j] - di) * scale;
+                for (int j = nv; j < n; j++) ds[j] = 0.0f;
+                ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
+            }
+            ag_gemm(md, 0, 0, M, hd, n, ds16, n, ag_at(md, k16, row, ldk, (size_t)g * hd), (int)ldk,
+                    1, dq + (row + r0) * ldq + (size_t)h * hd, (int)ldq);
+        }
+        /* pass 2: dK and dV, per (b, g, key block), the longest (first) blocks first */
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < (long)B * G * nb; task++) {
+            const int kb = (int)(task % nb), g = (int)(task / nb % G), b = (int)(task / nb / G);
+            const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
+                      n = T - c0; /* queries c0 .. T-1 */
+            const size_t row = (size_t)b * T;
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                ag_gemm(md, 0, 1, M, n, hd, ag_at(md, k16, row + c0, ldk, (size_t)g * hd), (int)ldk,
+                        ag_at(md, q16, row + c0, ldq, (size_t)h * hd), (int)ldq, 0, w.s, n);
+                ag_gemm(md, 0, 1, M, n, hd, ag_at(md, v16, row + c0, ldk, (size_t)g * hd), (int)ldk,
+                        ag_at(md, do16, row + c0, ldq, (size_t)h * hd), (int)ldq, 0, w.d, n);
+                const float *restrict lrow = lse + ((size_t)b * H + h) * T + c0,
+                                      *restrict drow = D + ((size_t)b * H + h) * T + c0;
+                void *p16 = ag_block(md, w.s, w.s16), *ds16 = ag_block(md, w.d, w.d16);
+                for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
+                    float *restrict p = w.s + (size_t)i * n, *restrict ds = w.d + (size_t)i * n;
+                    for (int j = 0; j < i; j++) p[j] = ds[j] = 0.0f;
+#pragma omp simd
+                    for (int j = i; j < n; j++) {
+                        const float pj = vm_expf(p[j] * scale - lrow[j]);
+                        ds[j] = pj * (ds[j] - drow[j]) * scale;
+                        p[j] = pj;
+                    }
+                    ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, p, n);
+                    ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
+                }
+                ag_gemm(md, 0, 0, M, hd, n, p16, n, ag_at(md, do16, row + c0, ldq, (size_t)h * hd),
+                        (int)ldq, 1, dv + (row + c0) * ldk + (size_t)g * hd, (int)ldk);
+                ag_gemm(md, 0, 0, M, hd, n, ds16, n, ag_at(md, q16, row + c0, ldq, (size_t)h * hd),
+                        (int)ldq, 1, dk + (row + c0) * ldk + (size_t)g * hd, (int)ldk);
+            }
+        }
+        ag_ws_free(&w);
+    }
+    free(D);
+    for (int i = 0; i < 4; i++) free(own[i]);
+}
+
+void KFN(ops_cpu_attention_gemm_fwd)(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, int B, int T, int H, int G, int hd) {
+    ag_fwd(ag_mode_of(OPS_PREC_F32), out, lse, q, k, v, B, T, H, G, hd);
+}
+
+void KFN(ops_cpu_attention_gemm_bwd)(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *out, const float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int H, int G,
+                                     int hd) {
+    ag_bwd(ag_mode_of(OPS_PREC_F32), dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd);
+}
+
+void KFN(ops_cpu_attention_bf16_fwd)(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, int B, int T, int H, int G, int hd) {
+    ag_fwd(ag_mode_of(OPS_PREC_BF16), out, lse, q, k, v, B, T, H, G, hd);
+}
+
+void KFN(ops_cpu_attention_bf16_bwd)(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *out, const float *lse, const float *q,
+                                     const float *k, const float *v, int B, int T, int H, int G,
+                                     int hd) {
+    ag_bwd(ag_mode_of(OPS_PREC_BF16), dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd);
+}
