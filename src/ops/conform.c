@@ -333,8 +333,9 @@ static int cf_adamw(const ops_table *x, const ops_table *y, const ops_ctx *c, ui
     if (!p1 || !p2 || !m1 || !m2 || !v1 || !g) return -1;
     for (size_t i = 0; i < n; i++) v1[i] = fabsf(v1[i]);
     if (!(v2 = cf_dup(v1, n))) return -1;
-    x->adamw(p1, m1, v1, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-    y->adamw(p2, m2, v2, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    const float gscale = (float)cf_int(s, 1, 4) / 4.0f; /* a clipping coefficient, or 1 */
+    x->adamw(p1, m1, v1, g, gscale, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    y->adamw(p2, m2, v2, g, gscale, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
     cf_cmp(r, "p", p1, p2, n, 1e-5);
     cf_cmp(r, "m", m1, m2, n, 1e-5);
     cf_cmp(r, "v", v1, v2, n, 1e-5);
@@ -613,7 +614,7 @@ static void cf_run_lmhead_ce(const cf_bench *b) {
 static void cf_run_adamw(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
-    b->t->adamw(f[0], f[1], f[2], f[3], (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
+    b->t->adamw(f[0], f[1], f[2], f[3], 1.0f, (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
 }
 
 /* one decode step at the last position of the window */

@@ -22,15 +22,19 @@ typedef struct {
 
 int optim_adamw_init(optim_adamw *o, size_t n, base_err *err);
 void optim_adamw_free(optim_adamw *o);
-/* One AdamW step on params[n] with grads[n] at learning rate lr (weight decay on all). */
-void optim_adamw_step(optim_adamw *o, float *params, const float *grads, const optim_adamw_cfg *c,
-                      double lr);
+/* One AdamW step on params[n] with the gradients grads[n] * gscale (optim_clip_coef's
+ * coefficient, 1 for none: the scaling is folded into the step's one pass; grads are not
+ * modified) at learning rate lr (weight decay on all). */
+void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float gscale,
+                      const optim_adamw_cfg *c, double lr);
 
 /* Sum of squares of g[n] in double, in a fixed order independent of the thread count. */
 double optim_sumsq(const float *g, size_t n);
-/* Scales g by min(1, max_norm / (norm + 1e-6)) where norm = sqrt(sumsq_total), the global
- * L2 norm (summed over all shards by the caller). Returns norm (the pre-clip norm). */
-double optim_clip_apply(float *g, size_t n, double sumsq_total, double max_norm);
+/* Global-norm clipping (torch.nn.utils.clip_grad_norm_): the coefficient the gradients are to
+ * be scaled by, (float)min(1, max_norm / (norm + 1e-6)) with norm = sqrt(sumsq_total), the
+ * global L2 norm (summed over all shards by the caller); *norm receives it (pre-clip). The
+ * scaling itself happens in optim_adamw_step. */
+float optim_clip_coef(double sumsq_total, double max_norm, double *norm);
 
 typedef enum { OPTIM_DECAY_LINEAR, OPTIM_DECAY_SQRT, OPTIM_DECAY_COSINE } optim_decay_type;
 

@@ -133,9 +133,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     const double loss =
         (valid ? loss_sum / (double)valid : 0.0) + o->model.router_aux_loss_coef * aux * aux_on;
     max_loss += o->model.router_aux_loss_coef * aux * aux_on;
-    const double t_clip = base_now();
-    const double norm = optim_clip_apply(gs, ns, sumsq, o->max_norm);
-    train_prof_phase("grad clip", t_clip);
+    double norm;
+    const float clip = optim_clip_coef(sumsq, o->max_norm, &norm); /* applied by the step */
     const double lr = o->adamw.lr * optim_lr_factor(&j->lr, step - 1 + j->lr_base);
     if (m->balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
         dist_allreduce_i64(mesh->dp_comm, m->moe_counts,
@@ -143,7 +142,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         model_moe_update_bias(m, NULL);
     }
     const double t_opt = base_now();
-    optim_adamw_step(j->opt, ws, gs, &o->adamw, lr);
+    optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr);
     train_prof_phase("optimizer step", t_opt);
     const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
     dist_fsdp_get_stats(f, &st1);

@@ -448,9 +448,10 @@ int main(int argc, char **argv) {
         if (r_aux && !(fabs(m.moe_aux_loss - r_aux[k - 1]) <= TOL_TRAIN_LOSS * fabs(r_aux[k - 1])))
             fail("step %d: aux loss titan %.8f HF %.8f", k, m.moe_aux_loss, r_aux[k - 1]);
         double sumsq = optim_sumsq(m.g, m.n_floats);
-        double norm = optim_clip_apply(m.g, m.n_floats, sumsq, max_norm);
+        double norm;
+        const float clip = optim_clip_coef(sumsq, max_norm, &norm);
         double lr = cfg.lr * optim_lr_factor(&lrc, k - 1);
-        optim_adamw_step(&opt, m.w, m.g, &cfg, lr);
+        optim_adamw_step(&opt, m.w, m.g, clip, &cfg, lr);
         n_clipped += norm > max_norm;
 
         const double el = fabs(lk - r_loss[k - 1]) / fabs(r_loss[k - 1]);

@@ -130,8 +130,8 @@ static void compare_copies(void) {
         for (size_t i = 0; i < n; i++) va[i] = fabsf(va[i]);
         float *pb = dup(pa, n), *mb = dup(ma, n), *vb = dup(va, n);
         for (int64_t t = 1; t <= 3; t++) {
-            ops_cpu_adamw_avx512(pa, ma, va, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-            ops_cpu_adamw_default(pb, mb, vb, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+            ops_cpu_adamw_avx512(pa, ma, va, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+            ops_cpu_adamw_default(pb, mb, vb, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
         }
         check("adamw p", pa, pb, n, 1);
         check("adamw m", ma, mb, n, 1), check("adamw v", va, vb, n, 1);

@@ -506,7 +506,7 @@ static void test_adamw(void) {
         float *g = randn(NP, 100 + (uint64_t)t, 0.1f, 0);
         g[0] = 0; /* denom == eps path */
         g[1] = 1e-3f * (float)t;
-        ops_cpu_adamw(p, m, v, g, NP, lr, b1, b2, eps, wd, t);
+        ops_cpu_adamw(p, m, v, g, 1.0f, NP, lr, b1, b2, eps, wd, t);
         /* (1) torch.optim.AdamW, literally, in double from the same hyperparameters */
         double bc1 = 1 - pow(b1, (double)t), bc2 = 1 - pow(b2, (double)t);
         for (int i = 0; i < NP; i++) {
@@ -541,6 +541,28 @@ static void test_adamw(void) {
     check(E_ADAMW, "adamw 3 steps: p, m, v == fp32 torch-order restatement", e, 0);
     base_free(p), base_free(m), base_free(v), base_free(pf), base_free(mf), base_free(vf);
     free(pd), free(md), free(vd);
+}
+
+/* The gradient scale (clipping's coefficient) is clip_grad_norm_'s g.mul_(coef) folded into the
+ * update: bitwise the step on gradients scaled beforehand, and g itself is left as it was. */
+static void test_adamw_gscale(void) {
+    enum { NP = 1003 };
+    const float c = 0.37f;
+    float *p1 = randn(NP, 16, 1, 0), *p2 = randn(NP, 16, 1, 0);
+    float *m1 = zeros(NP), *v1 = zeros(NP), *m2 = zeros(NP), *v2 = zeros(NP);
+    int same = 1, kept = 1;
+    for (int64_t t = 1; t <= 3; t++) {
+        float *g = randn(NP, 200 + (uint64_t)t, 0.1f, 0), *gc = zeros(NP), *g0 = zeros(NP);
+        for (int i = 0; i < NP; i++) gc[i] = g[i] * c, g0[i] = g[i];
+        ops_cpu_adamw(p1, m1, v1, g, c, NP, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
+        ops_cpu_adamw(p2, m2, v2, gc, 1.0f, NP, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
+        same = same && !memcmp(p1, p2, sizeof(float) * NP) && !memcmp(m1, m2, sizeof(float) * NP) &&
+               !memcmp(v1, v2, sizeof(float) * NP);
+        kept = kept && !memcmp(g, g0, sizeof(float) * NP);
+        base_free(g), base_free(gc), base_free(g0);
+    }
+    check_true("adamw: gscale c is bitwise the step on c * g, g unchanged", same && kept, "");
+    base_free(p1), base_free(p2), base_free(m1), base_free(v1), base_free(m2), base_free(v2);
 }
 
 /* ---- vm_expf --------------------------------------------------------------------- */
@@ -830,7 +852,8 @@ static uint64_t run_all_ops(void) {
     ops_cpu_rope_bwd(dx, dy, cs, sn, 3, 10, 5, 40);
     h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3;
     float *m = zeros(N * D), *v = zeros(N * D);
-    for (int t = 1; t <= 2; t++) ops_cpu_adamw(x, m, v, dy, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    for (int t = 1; t <= 2; t++)
+        ops_cpu_adamw(x, m, v, dy, 1.0f, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
     h = h * 31 + hash_f(x, N * D) + hash_f(m, N * D) * 3 + hash_f(v, N * D) * 5;
     base_free(x), base_free(dy), base_free(w), base_free(out), base_free(rstd), base_free(dx);
     base_free(dw), base_free(g), base_free(u), base_free(dyf), base_free(o2), base_free(dg);
@@ -1005,6 +1028,7 @@ int main(void) {
     test_swiglu();
     test_lmhead_ce();
     test_adamw();
+    test_adamw_gscale();
     test_vm_expf();
     test_grouped_mm();
     test_bf16_held();

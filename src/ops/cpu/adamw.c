@@ -21,8 +21,8 @@
 #define ADAMW_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, size_t n, double lr,
-                        double beta1, double beta2, double eps, double wd, int64_t t) {
+void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gscale, size_t n,
+                        double lr, double beta1, double beta2, double eps, double wd, int64_t t) {
     const double dlr = lr, db1 = beta1, db2 = beta2;
     float decay = (float)(1.0 - dlr * wd);
     float w1 = (float)(1.0 - db1); /* lerp weight */
@@ -39,7 +39,7 @@ void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, size_t n, 
     ptrdiff_t len = (ptrdiff_t)n;
 #pragma omp parallel for simd schedule(static)
     for (ptrdiff_t i = 0; i < len; i++) {
-        float gi = g[i];
+        float gi = g[i] * gscale; /* clip_grad_norm_'s g.mul_(coef) */
         float pi = p[i] * decay;
         float mi = m[i];
         float base = small ? mi : gi;

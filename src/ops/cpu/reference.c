@@ -291,12 +291,13 @@ static double ref_lmhead_ce(float *dx, float *dw, const float *x, const float *w
 }
 
 /* torch.optim.AdamW's update in double, rounded once per state element. */
-static void ref_adamw(float *p, float *m, float *v, const float *g, size_t n, double lr,
-                      double beta1, double beta2, double eps, double wd, int64_t t) {
+static void ref_adamw(float *p, float *m, float *v, const float *g, float gscale, size_t n,
+                      double lr, double beta1, double beta2, double eps, double wd, int64_t t) {
     const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
     for (size_t i = 0; i < n; i++) {
-        const double mi = beta1 * m[i] + (1.0 - beta1) * g[i];
-        const double vi = beta2 * v[i] + (1.0 - beta2) * (double)g[i] * g[i];
+        const double gi = (double)g[i] * gscale;
+        const double mi = beta1 * m[i] + (1.0 - beta1) * gi;
+        const double vi = beta2 * v[i] + (1.0 - beta2) * gi * gi;
         const double pi = p[i] * (1.0 - lr * wd);
         p[i] = (float)(pi - lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + eps));
         m[i] = (float)mi;
