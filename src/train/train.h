@@ -485,8 +485,8 @@ typedef struct {
     /* bf16: the bf16 copy of this rank's (tp-local) weights (2 bytes per parameter; 4 for
      * the emulated engine's rounded fp32): whole, made once per step, without FSDP; under
      * FSDP only the units in use (made after each gather, released with the unit), and the largest
-     * activation operand converted per call: the lm_head+CE chunk's logit gradient (4 bytes each
-     * emulated, 2 on bf16 units) */
+     * activation operands converted per call: the lm_head+CE chunk's logit gradient or attention
+     * backward's q, k, v and dout (4 bytes each emulated, 2 on bf16 units) */
     double bf16_copy, bf16_scratch;
     double total_none, total_full;
     /* per step, per rank */
