@@ -10,6 +10,9 @@
 # Steps:
 #   cpu        the CPU's name and bf16 flags (name it beside every figure)
 #   engine     ctest -R bf16_engine: fails unless the bf16 engine here is onednn
+#   impls      which oneDNN kernel each bf16 product gets (ONEDNN_VERBOSE) at the bench
+#              model's shapes, per op: a `ref:` or `gemm:` one on AMX is a slow path worth fixing
+#              (a stride or layout oneDNN's brgemm matmul does not take)
 #   gemm       build/bench_gemm_bf16 2: fp32 vs bf16 (oneDNN) per GEMM shape of the step,
 #              with MKL's cblas_gemm_bf16bf16f32 too when TITAN_BENCH_MKL names libmkl_rt
 #   attention  titan kernels bench attention at the 0.6B heads (1 x 2048): the tiled fp32
@@ -22,7 +25,7 @@ cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 OUT=${OUT:-$BUILD/bench-bf16-$(date -u +%Y%m%d-%H%M)}
 THREADS=${THREADS:-2}
-STEPS_ONLY=${STEPS_ONLY:-cpu engine gemm attention train}
+STEPS_ONLY=${STEPS_ONLY:-cpu engine impls gemm attention train}
 mkdir -p "$OUT" || exit 1
 
 want() { [[ " $STEPS_ONLY " == *" $1 "* ]]; }
@@ -42,6 +45,17 @@ rc=0
 if want engine; then
   (cd "$BUILD" && ctest -R '^bf16_engine$' --output-on-failure) > "$OUT/engine.txt" 2>&1 || rc=1
   grep -E 'tests passed|Skipped|Failed' "$OUT/engine.txt" | head -3
+fi
+if want impls; then
+  for op in matmul attention lmhead_ce; do
+    echo "== $op/bf16"
+    ONEDNN_VERBOSE=1 OMP_NUM_THREADS=$THREADS "$BUILD/titan" kernels bench "$op/bf16" \
+      --min-time 0.05 2>&1 | grep '^onednn_verbose,exec,cpu,matmul' |
+      awk -F, '{n[$5]++} END {for (k in n) print "  " n[k] " calls: " k}'
+  done > "$OUT/impls.txt" 2>&1
+  cat "$OUT/impls.txt"
+  grep -E 'calls: (ref|gemm):' "$OUT/impls.txt" > /dev/null &&
+    echo "WARNING: some bf16 products run a ref: or gemm: oneDNN kernel (see $OUT/impls.txt)"
 fi
 if want gemm; then
   OMP_NUM_THREADS=$THREADS "$BUILD/bench_gemm_bf16" 2 > "$OUT/gemm.txt" 2>&1 || rc=1

@@ -233,7 +233,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
          * logit gradient [chunk, V/tp], about 64M elements with the automatic chunk, or
          * attention's backward (attention_gemm.c): q, k, v and dout of this rank's heads
          * converted, and D [B, H/tp, T] fp32 (its per-thread [64, T] blocks left out) */
-        const double es = ops_bf16_native() ? 2.0 : 4.0, bt = (double)in->batch * in->seq_len;
+        const double es = (double)ops_bf16_mirror_bytes(1), bt = (double)in->batch * in->seq_len;
         const double logits = bt * in->model.vocab_size / (in->loss_parallel_off ? 1 : tp);
         const double att =
             es * bt * 2.0 * (in->model.n_heads + in->model.n_kv_heads) / tp * in->model.head_dim +
@@ -288,12 +288,12 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
         fprintf(f, "  %-33s%10.3f   (%s per parameter)\n",
                 p->par.dp_shard > 1 ? "bf16 weight copy (units in use)"
                                     : "bf16 weight copy (whole)",
-                p->bf16_copy / G, ops_bf16_native() ? "2 B" : "emulated: 4 B");
+                p->bf16_copy / G, ops_bf16_mirror_bytes(1) == 2 ? "2 B" : "emulated: 4 B");
         fprintf(
             f,
             "  bf16 GEMM operand scratch        %10.3f   (CE chunk's logit gradient or attention's "
             "operands, %s)\n",
-            p->bf16_scratch / G, ops_bf16_native() ? "bf16" : "emulated: fp32");
+            p->bf16_scratch / G, ops_bf16_mirror_bytes(1) == 2 ? "bf16" : "emulated: fp32");
     }
     fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
     fprintf(f, "  total, no checkpointing          %10.3f", p->total_none / G);

@@ -9,8 +9,7 @@
 #    3e-4 relative, gradient norms within 5e-3 (measured with oneDNN's reference matmul:
 #    2.6e-5 and 2.1e-3 dense, 7.2e-5 and 2.6e-3 MoE, since attention rounds P, whose roundings
 #    the engines' summation orders flip differently; a wrong stride, transpose or accumulation
-#    is off by O(1)), and the
-#    onednn run is not the fp32 run;
+#    is off by O(1)), and the onednn run is not the fp32 run;
 #  - train_bf16.sh's properties (determinism, bitwise resume, stored activations == recomputed,
 #    fp32-overridden blocks) hold on onednn too.
 # Where oneDNN has no bf16 matmul (Debian's 2.6.3 on a CPU without AVX-512: every bf16 matmul

@@ -88,7 +88,7 @@ static void ag_store_row(ag_mode m, void *dst, float *src, int n) {
 #pragma omp simd
         for (int j = 0; j < n; j++) h[j] = ops_cpu_bf16_bits(src[j]);
     } else {
-        float *restrict f = dst;
+        float *f = dst; /* may be src itself (rounded in place): no restrict */
 #pragma omp simd
         for (int j = 0; j < n; j++) f[j] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[j]));
     }
@@ -157,8 +157,8 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
                     n);
             void *p16 = ag_block(md, w.s, w.s16);
             for (int i = 0; i < M; i++) {
-                float *restrict s = w.s + (size_t)i * n;
-                const int nv = r0 + i + 1; /* keys 0 .. query */
+                float *s = w.s + (size_t)i * n; /* rounded in place below: no restrict */
+                const int nv = r0 + i + 1;      /* keys 0 .. query */
                 float mx = -INFINITY, l = 0.0f;
 #pragma omp simd reduction(max : mx)
                 for (int j = 0; j < nv; j++) mx = fmaxf(mx, s[j] * scale);
@@ -216,8 +216,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     ag_at(md, v16, row, ldk, (size_t)g * hd), (int)ldk, 0, w.d, n);
             void *ds16 = ag_block(md, w.d, w.d16);
             for (int i = 0; i < M; i++) {
-                const float *restrict s = w.s + (size_t)i * n;
-                float *restrict ds = w.d + (size_t)i * n;
+                const float *s = w.s + (size_t)i * n;
+                float *ds = w.d + (size_t)i * n; /* rounded in place below: no restrict */
                 const size_t at = ((size_t)b * H + h) * T + r0 + i;
                 const float li = lse[at], di = D[at];
                 const int nv = r0 + i + 1;
@@ -246,7 +246,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                                       *restrict drow = D + ((size_t)b * H + h) * T + c0;
                 void *p16 = ag_block(md, w.s, w.s16), *ds16 = ag_block(md, w.d, w.d16);
                 for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
-                    float *restrict p = w.s + (size_t)i * n, *restrict ds = w.d + (size_t)i * n;
+                    /* rounded in place below: no restrict */
+                    float *p = w.s + (size_t)i * n, *ds = w.d + (size_t)i * n;
                     for (int j = 0; j < i; j++) p[j] = ds[j] = 0.0f;
 #pragma omp simd
                     for (int j = i; j < n; j++) {

@@ -306,7 +306,9 @@ out:
 }
 
 /* The cached primitive of key k (created on a miss), marked busy; NULL if it cannot be made.
- * *owned: not cached (every entry busy), the caller destroys it. */
+ * A shape oneDNN refuses is cached too (prim NULL), so that later calls fall back at once
+ * instead of retrying the creation under the lock. *owned: not cached (every entry busy), the
+ * caller destroys it. */
 static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owned) {
     dnnl_entry *e = NULL;
     *owned = 0;
@@ -321,26 +323,27 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
     if (g_engine && !e) {
         size_t scratch = 0;
         dnnl_primitive_t p = bf16_dnnl_make(k, &scratch);
-        if (p) {
-            if (g_cache_n < DNNL_CACHE) {
-                e = &g_cache[g_cache_n++];
-            } else { /* full: replace round robin, skipping entries in use */
-                for (int i = 0; i < DNNL_CACHE && !e; i++) {
-                    dnnl_entry *c = &g_cache[g_cache_next];
-                    g_cache_next = (g_cache_next + 1) % DNNL_CACHE;
-                    if (!c->busy) e = c;
-                }
-                if (e) dnnl_primitive_destroy(e->prim);
+        if (g_cache_n < DNNL_CACHE) {
+            e = &g_cache[g_cache_n++];
+        } else { /* full: replace round robin, skipping entries in use */
+            for (int i = 0; i < DNNL_CACHE && !e; i++) {
+                dnnl_entry *c = &g_cache[g_cache_next];
+                g_cache_next = (g_cache_next + 1) % DNNL_CACHE;
+                if (!c->busy) e = c;
             }
-            if (!e) {
-                e = tmp;
-                *owned = 1;
-            }
+            if (e && e->prim) dnnl_primitive_destroy(e->prim);
+        }
+        if (!e && p) {
+            e = tmp;
+            *owned = 1;
+        }
+        if (e) {
             *e = *k;
             e->prim = p;
             e->scratch = scratch;
         }
     }
+    if (e && !e->prim) e = NULL; /* refused */
     if (e) e->busy++;
     pthread_mutex_unlock(&g_dnnl_lock);
     return e;
@@ -376,10 +379,15 @@ static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A
                                             {DNNL_ARG_WEIGHTS, mb},
                                             {DNNL_ARG_DST, mc},
                                             {DNNL_ARG_SCRATCHPAD, ms}};
-            rc = dnnl_primitive_execute(e->prim, tl_stream, ms ? 4 : 3, args) ||
-                         dnnl_stream_wait(tl_stream)
-                     ? -1
-                     : 0;
+            /* past this point C may be written: no fallback (it would add the product twice
+             * where acc is set) */
+            if (dnnl_primitive_execute(e->prim, tl_stream, ms ? 4 : 3, args) ||
+                dnnl_stream_wait(tl_stream)) {
+                base_log(BASE_LOG_ERROR, "bf16 engine: oneDNN failed to execute a %dx%dx%d matmul",
+                         M, N, K);
+                abort(); /* a void op cannot report it */
+            }
+            rc = 0;
         }
         if (ma) dnnl_memory_destroy(ma);
         if (mb) dnnl_memory_destroy(mb);

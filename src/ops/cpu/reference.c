@@ -295,7 +295,7 @@ static void ref_adamw(float *p, float *m, float *v, const float *g, float gscale
                       double lr, double beta1, double beta2, double eps, double wd, int64_t t) {
     const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
     for (size_t i = 0; i < n; i++) {
-        const double gi = (double)g[i] * gscale;
+        const double gi = (double)(g[i] * gscale); /* g.mul_(coef): an fp32 product */
         const double mi = beta1 * m[i] + (1.0 - beta1) * gi;
         const double vi = beta2 * v[i] + (1.0 - beta2) * gi * gi;
         const double pi = p[i] * (1.0 - lr * wd);
