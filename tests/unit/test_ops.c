@@ -982,6 +982,44 @@ static int same_bits(const float *a, const float *b, size_t n) {
     return !memcmp(a, b, n * sizeof(float));
 }
 
+/* ops_cpu_gemm16 on more distinct shapes than the oneDNN engine caches (1024): every product
+ * exact (small integers: bf16 operands, products and sums exact in fp32), the first shapes
+ * again after they were evicted, with and without accumulation. On the emulated engine this
+ * checks the entry point; on onednn (bf16 units, or TITAN_BF16_ENGINE=onednn with the
+ * reference oneDNN build) the cache's eviction and index rebuild too. */
+static void test_gemm16_shapes(void) {
+    enum { M = 3, K = 4, NMAX = 1100 };
+    const size_t es = ops_bf16_mirror_bytes(1);
+    float af[M * K], *bf = zeros((size_t)K * NMAX), *c = zeros((size_t)M * NMAX),
+                     *want = zeros((size_t)M * NMAX);
+    char *a16 = malloc(es * M * K), *b16 = malloc(es * K * NMAX);
+    int bad = 0, calls = 0;
+    for (int i = 0; i < M * K; i++) af[i] = (float)((i * 7 + 3) % 5 - 2);
+    for (int i = 0; i < K * NMAX; i++) bf[i] = (float)((i * 5 + 1) % 7 - 3);
+    ops_bf16_mirror_convert(a16, 0, af, M * K);
+    for (int pass = 0; pass < 2; pass++)
+        for (int N = pass ? 300 : NMAX; N >= 1; N -= pass ? 3 : 1) { /* pass 1: evicted ones */
+            const int acc = N & 1;
+            ops_bf16_mirror_convert(b16, 0, bf, (size_t)K * N); /* [K, N], ld N */
+            for (int i = 0; i < M * N; i++) c[i] = want[i] = (float)(i % 3);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    float sum = acc ? want[i * N + j] : 0.0f;
+                    for (int k = 0; k < K; k++) sum += af[i * K + k] * bf[k * N + j];
+                    want[i * N + j] = sum;
+                }
+            ops_cpu_gemm16(0, 0, M, N, K, a16, K, b16, N, acc, c, N);
+            bad += memcmp(c, want, sizeof(float) * M * N) != 0;
+            calls++;
+        }
+    char buf[96];
+    snprintf(buf, sizeof buf, "%d of %d products differ (engine %s)", bad, calls,
+             ops_bf16_engine());
+    check_true("gemm16: more shapes than the engine caches, each exact, evicted ones again", !bad,
+               buf);
+    free(a16), free(b16), base_free(bf), base_free(c), base_free(want);
+}
+
 static void test_bf16_held(void) {
     enum { N = 37, C = 48, OC = 40, E = 3, V = 61, CH = 16 };
     const int32_t offs[E + 1] = {0, 11, 11, N}; /* an empty group too */
@@ -1032,6 +1070,7 @@ int main(void) {
     test_vm_expf();
     test_grouped_mm();
     test_bf16_held();
+    test_gemm16_shapes();
     test_registry();
     test_determinism();
     printf("max error per op:");

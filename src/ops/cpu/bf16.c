@@ -251,6 +251,35 @@ typedef struct {
 #define DNNL_CACHE 1024
 static dnnl_entry g_cache[DNNL_CACHE];
 static int g_cache_n, g_cache_next;
+/* Open-addressing index over g_cache (slot + 1; 0 empty), so a lookup under the lock costs a
+ * probe or two, not a scan of up to 1024 keys: attention makes ~10^5 GEMM calls a step at
+ * 0.6B x 2048. Rebuilt whole on an eviction (rare: only past DNNL_CACHE shapes). */
+#define DNNL_INDEX (4 * DNNL_CACHE)
+static int g_index[DNNL_INDEX];
+
+static int key_eq(const dnnl_entry *a, const dnnl_entry *b) {
+    return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K &&
+           a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->acc == b->acc;
+}
+
+static unsigned key_hash(const dnnl_entry *k) {
+    const int v[9] = {k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->acc};
+    uint32_t h = 2166136261u; /* FNV-1a over the fields */
+    for (int i = 0; i < 9; i++) h = (h ^ (uint32_t)v[i]) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+static void index_put(int slot) {
+    unsigned h = key_hash(&g_cache[slot]) & (DNNL_INDEX - 1);
+    while (g_index[h]) h = (h + 1) & (DNNL_INDEX - 1);
+    g_index[h] = slot + 1;
+}
+
+static dnnl_entry *index_find(const dnnl_entry *k) {
+    for (unsigned h = key_hash(k) & (DNNL_INDEX - 1); g_index[h]; h = (h + 1) & (DNNL_INDEX - 1))
+        if (key_eq(&g_cache[g_index[h] - 1], k)) return &g_cache[g_index[h] - 1];
+    return NULL;
+}
 static dnnl_engine_t g_engine;
 static pthread_mutex_t g_dnnl_lock = PTHREAD_MUTEX_INITIALIZER;
 /* One stream per thread: GEMMs run concurrently from the threads of a parallel region
@@ -314,17 +343,14 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
     *owned = 0;
     pthread_mutex_lock(&g_dnnl_lock);
     if (!g_engine && dnnl_engine_create(&g_engine, dnnl_cpu, 0)) g_engine = NULL;
-    for (int i = 0; g_engine && i < g_cache_n && !e; i++) {
-        dnnl_entry *c = &g_cache[i];
-        if (c->ta == k->ta && c->tb == k->tb && c->M == k->M && c->N == k->N && c->K == k->K &&
-            c->lda == k->lda && c->ldb == k->ldb && c->ldc == k->ldc && c->acc == k->acc)
-            e = c;
-    }
+    if (g_engine) e = index_find(k);
     if (g_engine && !e) {
         size_t scratch = 0;
         dnnl_primitive_t p = bf16_dnnl_make(k, &scratch);
+        int fresh = 0;
         if (g_cache_n < DNNL_CACHE) {
             e = &g_cache[g_cache_n++];
+            fresh = 1;
         } else { /* full: replace round robin, skipping entries in use */
             for (int i = 0; i < DNNL_CACHE && !e; i++) {
                 dnnl_entry *c = &g_cache[g_cache_next];
@@ -341,6 +367,12 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
             *e = *k;
             e->prim = p;
             e->scratch = scratch;
+            if (fresh) {
+                index_put((int)(e - g_cache));
+            } else if (!*owned) { /* a key evicted: the index again, from the entries */
+                memset(g_index, 0, sizeof g_index);
+                for (int i = 0; i < g_cache_n; i++) index_put(i);
+            }
         }
     }
     if (e && !e->prim) e = NULL; /* refused */
