@@ -71,18 +71,6 @@ _Static_assert(ATT_BQ == ATT_BK, "attention tiles must be square");
 #define ATT_UNROLL_NV _Pragma("GCC unroll 2")
 _Static_assert(ATT_BQ % ATT_NR == 0, "score tiles must hold whole register blocks");
 
-/* 64-byte aligned, NOT zeroed (the big dk/dv scratch is fully written before it is read, and
- * base_alloc's serial memset would cost as much as reading it). Freed with free().
- * The op signatures return void, so an allocation failure cannot be reported; it is fatal. */
-static void *att_alloc(size_t bytes) {
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * (bytes == 0));
-    if (!p) {
-        base_log(BASE_LOG_ERROR, "attention: out of memory allocating %zu bytes", bytes);
-        abort();
-    }
-    return p;
-}
-
 static inline int att_min(int a, int b) {
     return a < b ? a : b;
 }
@@ -366,7 +354,7 @@ void KFN(ops_cpu_attention_fwd)(float *out, float *lse, const float *q, const fl
     const int nqt = (T + ATT_BQ - 1) / ATT_BQ;
 #pragma omp parallel
     {
-        float *ws = att_alloc(sizeof(float) * att_fwd_ws_floats(hd));
+        float *ws = ops_cpu_alloc("attention", sizeof(float) * att_fwd_ws_floats(hd));
         /* Query tiles latest-first: the longest tasks (most key tiles) are handed out first. */
 #pragma omp for collapse(3) schedule(dynamic, 1)
         for (int r = 0; r < nqt; r++)
@@ -482,12 +470,13 @@ void KFN(ops_cpu_attention_bwd)(float *dq, float *dk, float *dv, const float *do
      * and into its own slice of sdk, sdv [B, G, rep-1, T, hd] when r >= 1. */
     float *sdk = NULL, *sdv = NULL;
     if (rep > 1) {
-        sdk = att_alloc(sizeof(float) * (size_t)B * G * (rep - 1) * T * hd);
-        sdv = att_alloc(sizeof(float) * (size_t)B * G * (rep - 1) * T * hd);
+        /* not zeroed (ops_cpu_alloc): fully written before it is read */
+        sdk = ops_cpu_alloc("attention", sizeof(float) * (size_t)B * G * (rep - 1) * T * hd);
+        sdv = ops_cpu_alloc("attention", sizeof(float) * (size_t)B * G * (rep - 1) * T * hd);
     }
 #pragma omp parallel
     {
-        float *ws = att_alloc(sizeof(float) * att_bwd_ws_floats(hd));
+        float *ws = ops_cpu_alloc("attention", sizeof(float) * att_bwd_ws_floats(hd));
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {

@@ -55,20 +55,11 @@ static ag_mode ag_mode_of(ops_prec prec) {
     return (ag_mode){prec, prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float)};
 }
 
-static void *ag_alloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        base_log(BASE_LOG_ERROR, "attention: out of memory allocating %zu bytes", bytes);
-        abort(); /* the op signatures return void */
-    }
-    return p;
-}
-
 /* x[0, n) as GEMM operands: x itself in fp32, else a converted copy in *own. */
 static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
     *own = NULL;
     if (m.prec != OPS_PREC_BF16) return x;
-    *own = ag_alloc(m.es * n);
+    *own = ops_cpu_alloc("attention", m.es * n);
     ops_bf16_mirror_convert(*own, 0, x, n);
     return *own;
 }
@@ -116,8 +107,10 @@ typedef struct {
 
 static ag_ws ag_ws_new(ag_mode m, int T) {
     const size_t n = (size_t)AG_BQ * T, h = m.es == sizeof(uint16_t) ? n * m.es : 0;
-    return (ag_ws){ag_alloc(n * sizeof(float)), ag_alloc(n * sizeof(float)), h ? ag_alloc(h) : NULL,
-                   h ? ag_alloc(h) : NULL};
+    return (ag_ws){ops_cpu_alloc("attention", n * sizeof(float)),
+                   ops_cpu_alloc("attention", n * sizeof(float)),
+                   h ? ops_cpu_alloc("attention", h) : NULL,
+                   h ? ops_cpu_alloc("attention", h) : NULL};
 }
 
 static void ag_ws_free(ag_ws *w) {
@@ -134,6 +127,27 @@ static int ag_blocks(int T) {
     return (T + AG_BQ - 1) / AG_BQ;
 }
 
+/* Task t of the forward and of backward's pass 1: query rows [r0, r0 + M) of head h of
+ * sequence b (kv head g), which see keys [0, n). */
+typedef struct {
+    int b, h, g, r0, M, n;
+} ag_qblock;
+
+static ag_qblock ag_qblock_of(long t, int nb, int T, int H, int rep) {
+    const int qb = nb - 1 - (int)(t % nb), h = (int)(t / nb % H), b = (int)(t / nb / H);
+    const int r0 = qb * AG_BQ, r1 = r0 + AG_BQ < T ? r0 + AG_BQ : T;
+    return (ag_qblock){b, h, h / rep, r0, r1 - r0, r1};
+}
+
+/* out[M, n] (ld n) = A[x's rows, head h] B[keys 0..n, head g]^T: the scores Q K^T (A = q,
+ * B = k) or dP = dO V^T (A = dout, B = v) of block x; ldq / ldk: H*hd and G*hd. */
+static void ag_rows_by_keys(ag_mode md, const ag_qblock *x, int T, int hd, const void *A,
+                            size_t ldq, const void *Bm, size_t ldk, float *out) {
+    const size_t row = (size_t)x->b * T;
+    ag_gemm(md, 0, 1, x->M, x->n, hd, ag_at(md, A, row + x->r0, ldq, (size_t)x->h * hd), (int)ldq,
+            ag_at(md, Bm, row, ldk, (size_t)x->g * hd), (int)ldk, 0, out, x->n);
+}
+
 static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const float *k,
                    const float *v, int B, int T, int H, int G, int hd) {
     const int rep = H / G, nb = ag_blocks(T);
@@ -142,19 +156,15 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
     const void *q16 = ag_operand(md, q, (size_t)B * T * H * hd, &own[0]),
                *k16 = ag_operand(md, k, (size_t)B * T * G * hd, &own[1]),
                *v16 = ag_operand(md, v, (size_t)B * T * G * hd, &own[2]);
-    const long ntask = (long)B * H * nb;
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd;
 #pragma omp parallel
     {
         ag_ws w = ag_ws_new(md, T);
 #pragma omp for schedule(dynamic, 1)
-        for (long task = 0; task < ntask; task++) {
-            const int qb = nb - 1 - (int)(task % nb), h = (int)(task / nb % H),
-                      b = (int)(task / nb / H), g = h / rep;
-            const int r0 = qb * AG_BQ, r1 = r0 + AG_BQ < T ? r0 + AG_BQ : T, M = r1 - r0, n = r1;
-            ag_gemm(md, 0, 1, M, n, hd,
-                    ag_at(md, q16, (size_t)b * T + r0, (size_t)H * hd, (size_t)h * hd), H * hd,
-                    ag_at(md, k16, (size_t)b * T, (size_t)G * hd, (size_t)g * hd), G * hd, 0, w.s,
-                    n);
+        for (long task = 0; task < (long)B * H * nb; task++) {
+            const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
+            const int b = x.b, h = x.h, g = x.g, r0 = x.r0, M = x.M, n = x.n;
+            ag_rows_by_keys(md, &x, T, hd, q16, ldq, k16, ldk, w.s);
             void *p16 = ag_block(md, w.s, w.s16);
             for (int i = 0; i < M; i++) {
                 float *s = w.s + (size_t)i * n; /* rounded in place below: no restrict */
@@ -171,9 +181,8 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
                 lse[((size_t)b * H + h) * T + r0 + i] = mx + logf(l);
                 ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, s, n);
             }
-            ag_gemm(md, 0, 0, M, hd, n, p16, n,
-                    ag_at(md, v16, (size_t)b * T, (size_t)G * hd, (size_t)g * hd), G * hd, 0,
-                    out + ((size_t)b * T + r0) * H * hd + (size_t)h * hd, H * hd);
+            ag_gemm(md, 0, 0, M, hd, n, p16, n, ag_at(md, v16, (size_t)b * T, ldk, (size_t)g * hd),
+                    (int)ldk, 0, out + ((size_t)b * T + r0) * ldq + (size_t)h * hd, (int)ldq);
         }
         ag_ws_free(&w);
     }
@@ -189,7 +198,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
     void *own[4];
     const void *q16 = ag_operand(md, q, nq, &own[0]), *k16 = ag_operand(md, k, nk, &own[1]),
                *v16 = ag_operand(md, v, nk, &own[2]), *do16 = ag_operand(md, dout, nq, &own[3]);
-    float *D = ag_alloc(sizeof(float) * (size_t)B * H * T); /* [B,H,T] rowsum(dO * O) */
+    float *D =
+        ops_cpu_alloc("attention", sizeof(float) * (size_t)B * H * T); /* [B,H,T] rowsum(dO * O) */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -206,14 +216,11 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         /* pass 1: dQ, per (b, h, query block), heaviest block first */
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < (long)B * H * nb; task++) {
-            const int qb = nb - 1 - (int)(task % nb), h = (int)(task / nb % H),
-                      b = (int)(task / nb / H), g = h / rep;
-            const int r0 = qb * AG_BQ, r1 = r0 + AG_BQ < T ? r0 + AG_BQ : T, M = r1 - r0, n = r1;
+            const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
+            const int b = x.b, h = x.h, g = x.g, r0 = x.r0, M = x.M, n = x.n;
             const size_t row = (size_t)b * T;
-            ag_gemm(md, 0, 1, M, n, hd, ag_at(md, q16, row + r0, ldq, (size_t)h * hd), (int)ldq,
-                    ag_at(md, k16, row, ldk, (size_t)g * hd), (int)ldk, 0, w.s, n);
-            ag_gemm(md, 0, 1, M, n, hd, ag_at(md, do16, row + r0, ldq, (size_t)h * hd), (int)ldq,
-                    ag_at(md, v16, row, ldk, (size_t)g * hd), (int)ldk, 0, w.d, n);
+            ag_rows_by_keys(md, &x, T, hd, q16, ldq, k16, ldk, w.s);
+            ag_rows_by_keys(md, &x, T, hd, do16, ldq, v16, ldk, w.d);
             void *ds16 = ag_block(md, w.d, w.d16);
             for (int i = 0; i < M; i++) {
                 const float *s = w.s + (size_t)i * n;

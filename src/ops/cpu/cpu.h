@@ -3,9 +3,22 @@
 #ifndef TITAN_OPS_CPU_H
 #define TITAN_OPS_CPU_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops.h"
+
+/* A kernel's scratch: 64-byte aligned, NOT zeroed (base_alloc's serial memset would cost as
+ * much as the kernel's first pass over it), freed with free(). The op signatures return void,
+ * so an allocation failure cannot be reported: it is logged (naming what) and fatal. */
+static inline void *ops_cpu_alloc(const char *what, size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * (bytes == 0));
+    if (!p) {
+        base_log(BASE_LOG_ERROR, "%s: out of memory allocating %zu bytes", what, bytes);
+        abort();
+    }
+    return p;
+}
 
 /* Row-major SGEMM, C[M,N] = alpha * op(A) @ op(B) + beta * C (see gemm.c for the library
  * choice). ta / tb: 1 = transposed. */
