@@ -368,6 +368,12 @@ void model_zero_grad(model *m);
  * remade on its next use. A trainer calls it once per step before the first microbatch; the
  * model calls it itself in model_logits and model_infer_new. No-op in fp32. */
 void model_weights_changed(model *m);
+/* bf16: whoever just wrote w also wrote every element of the bf16 copy that
+ * model_param_in_bf16_copy's parameters hold, from the new values (the optimizer,
+ * optim_bf16_copy): every unit's copy is current, none is remade. Only for a copy that is not
+ * transient (FSDP-sharded units remake theirs after each gather); no-op before the copy has
+ * served a step (the GEMMs find it through a registration made on its first use). */
+void model_bf16_copy_current(model *m);
 
 /* ---- MoE load balancing and statistics (model/moe.c) --------------------------------- */
 /* torchtitan's expert-bias update, once per optimizer step, before AdamW: per block l,

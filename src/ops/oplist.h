@@ -64,7 +64,9 @@
  *   p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward.
  *   Hyperparameters are doubles, as Python holds them: the kernel derives its fp32 scalars
- *   from them exactly as torch does (1 - 0.9 in double, then rounded once).
+ *   from them exactly as torch does (1 - 0.9 in double, then rounded once). A call on at most
+ *   65536 elements runs on the calling thread (the optimizer calls it per block from its own
+ *   parallel loop when it refreshes the bf16 weight copy in the same pass).
  * attention_kv: inference only (no backward): T new queries of ONE sequence attending to a KV
  *   cache. q[T,H,hd] holds positions pos0..pos0+T-1; k, v [>= pos0+T, G, hd] are the cache
  *   rows of positions 0..pos0+T-1 (the new tokens' rows already written); out[T,H,hd]. Query

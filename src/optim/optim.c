@@ -23,11 +23,41 @@ void optim_adamw_free(optim_adamw *o) {
     o->m = o->v = NULL;
 }
 
+/* With a bf16 copy: blocks of ADAMW_BLOCK elements, each updated by the kernel on the calling
+ * thread (under the kernel's parallel threshold; elementwise, so the same bits as one call over
+ * all n) and then converted while its parameters are in cache: the copy costs its writes only,
+ * not another read of every parameter. */
+#define ADAMW_BLOCK 65536
+
 void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float gscale,
-                      const optim_adamw_cfg *c, double lr) {
+                      const optim_adamw_cfg *c, double lr, const optim_bf16_copy *c16) {
     o->step++;
-    o->kernel(params, o->m, o->v, grads, gscale, o->n, lr, c->beta1, c->beta2, c->eps,
-              c->weight_decay, o->step);
+    if (!c16 || !c16->n) {
+        o->kernel(params, o->m, o->v, grads, gscale, o->n, lr, c->beta1, c->beta2, c->eps,
+                  c->weight_decay, o->step);
+        return;
+    }
+    const size_t n = o->n, nb = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * ADAMW_BLOCK, hi = n - lo < ADAMW_BLOCK ? n : lo + ADAMW_BLOCK;
+        o->kernel(params + lo, o->m + lo, o->v + lo, grads + lo, gscale, hi - lo, lr, c->beta1,
+                  c->beta2, c->eps, c->weight_decay, o->step);
+        /* the first range ending after lo (binary search), then those starting before hi */
+        int a = 0, z = c16->n;
+        while (a < z) {
+            const int mid = a + (z - a) / 2;
+            if (c16->r[mid].hi <= lo)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        for (int k = a; k < c16->n && c16->r[k].lo < hi; k++) {
+            const size_t s = c16->r[k].lo > lo ? c16->r[k].lo : lo,
+                         e = c16->r[k].hi < hi ? c16->r[k].hi : hi;
+            ops_bf16_mirror_convert(c16->copy, s, params + s, e - s);
+        }
+    }
 }
 
 /* Fixed 16K-element blocks summed in block order: the same bits for any thread count. Inside

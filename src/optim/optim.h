@@ -22,11 +22,27 @@ typedef struct {
 
 int optim_adamw_init(optim_adamw *o, size_t n, base_err *err);
 void optim_adamw_free(optim_adamw *o);
+
+/* bf16 mixed precision: the bf16 copy of the parameters that the step refreshes as it writes
+ * them (the GEMMs' copy, made from the new weights while they are in cache instead of in a
+ * pass of its own over all of them the next step): params[i] rounded to bf16 lands at element
+ * i of copy (ops_bf16_mirror_convert's format) for every i in the ranges r[0, n) (sorted,
+ * disjoint, [lo, hi)). */
+typedef struct {
+    size_t lo, hi;
+} optim_range;
+typedef struct {
+    void *copy;
+    const optim_range *r;
+    int n;
+} optim_bf16_copy;
+
 /* One AdamW step on params[n] with the gradients grads[n] * gscale (optim_clip_coef's
  * coefficient, 1 for none: the scaling is folded into the step's one pass; grads are not
- * modified) at learning rate lr (weight decay on all). */
+ * modified) at learning rate lr (weight decay on all). c16: NULL, or the bf16 copy to refresh
+ * (the parameters' bits do not depend on it). */
 void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float gscale,
-                      const optim_adamw_cfg *c, double lr);
+                      const optim_adamw_cfg *c, double lr, const optim_bf16_copy *c16);
 
 /* Sum of squares of g[n] in double, in a fixed order independent of the thread count. */
 double optim_sumsq(const float *g, size_t n);

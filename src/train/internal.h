@@ -260,6 +260,10 @@ typedef struct {
     optim_lr_cfg lr; /* o->lr with total_steps resolved */
     int64_t lr_base; /* the schedule's position is step - 1 + lr_base */
     int32_t *tok, *tgt;
+    /* bf16, unsharded: the weights' bf16 copy AdamW refreshes (c16.n 0: none); w16_current:
+     * the last step's AdamW did, so the next step remakes no unit's copy */
+    optim_bf16_copy c16;
+    int w16_current;
 } train_job;
 
 /* One training step (step.c): grad_accum microbatches of this rank's tokens, forward and

@@ -96,8 +96,10 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     double t_data = base_now() - t0;
     train_prof_phase("data loading", t0);
     dist_fsdp_begin_step(f);
-    model_weights_changed(m); /* bf16: the last step's AdamW (or a load) changed them */
-    if (m->moe_counts)        /* MoE: tokens per expert, counted afresh each step */
+    if (!j->w16_current) /* bf16: the last step's AdamW (or a load) changed them */
+        model_weights_changed(m);
+    j->w16_current = 0;
+    if (m->moe_counts) /* MoE: tokens per expert, counted afresh each step */
         memset(m->moe_counts, 0,
                (size_t)m->args.n_layers * m->args.n_experts * sizeof(*m->moe_counts));
     double loss_sum = 0, sumsq = 0, aux_sum = 0;
@@ -142,7 +144,11 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         model_moe_update_bias(m, NULL);
     }
     const double t_opt = base_now();
-    optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr);
+    optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr, j->c16.n ? &j->c16 : NULL);
+    if (j->c16.n) {
+        model_bf16_copy_current(m);
+        j->w16_current = 1;
+    }
     train_prof_phase("optimizer step", t_opt);
     const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
     dist_fsdp_get_stats(f, &st1);

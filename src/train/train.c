@@ -177,6 +177,39 @@ static int run_open(run *r, base_err *err) {
 
 /* The model under FSDP (and TP / EP), its weights (initialised or loaded), the optimizer,
  * the header, the validation model and the saver. */
+/* bf16 without sharding (this rank's shard vector is the model's whole w): AdamW refreshes the
+ * weights' bf16 copy as it writes them (optim_bf16_copy), over the parameters the copy holds,
+ * neighbours merged. Sharded: each unit's copy is made after its gather, as before. */
+static int bf16_copy_ranges(train_job *j, base_err *err) {
+    const model *m = j->m;
+    if (!m->w16 || m->w16_transient || dist_fsdp_shard_params(j->f) != m->w ||
+        dist_fsdp_shard_len(j->f) != m->n_floats)
+        return 0;
+    optim_range *r = malloc(sizeof *r * (size_t)(m->n_params ? m->n_params : 1));
+    if (!r) return base_fail(err, "out of memory");
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const model_param *p = &m->params[i];
+        if (!model_param_in_bf16_copy(m, p) || !p->numel) continue;
+        r[n++] = (optim_range){p->offset, p->offset + p->numel};
+    }
+    for (int a = 1; a < n; a++) /* by offset (insertion: parameters come almost sorted) */
+        for (int b = a; b > 0 && r[b - 1].lo > r[b].lo; b--) {
+            const optim_range t = r[b];
+            r[b] = r[b - 1];
+            r[b - 1] = t;
+        }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (k && r[k - 1].hi >= r[i].lo) {
+            if (r[i].hi > r[k - 1].hi) r[k - 1].hi = r[i].hi;
+        } else {
+            r[k++] = r[i];
+        }
+    j->c16 = (optim_bf16_copy){m->w16, r, k};
+    return 0;
+}
+
 static int run_setup(run *r, base_err *err) {
     const train_opts *o = r->o;
     const dist_mesh *mesh = &r->mesh;
@@ -245,6 +278,7 @@ static int run_setup(run *r, base_err *err) {
                      .tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t))};
     if (j->lr.total_steps <= 0) j->lr.total_steps = o->steps;
     if (!j->tok || !j->tgt) return base_fail(err, "out of memory");
+    if (bf16_copy_ranges(j, err)) return -1;
     /* pk[0] the fp32 GEMM peak, pk[1] the bf16 one (bf16 runs): MFU divides by the peak of the
      * run's precision, as torchtitan uses the GPU's bf16 peak; a configured peak is that one.
      * A seed checkpoint trains nothing: no measurement (1 FLOP/s stands in). */
@@ -399,6 +433,7 @@ static int run_close(run *r, int rc, base_err *err) {
     train_prof_close(r->prof);
     train_stop_uninstall();
     dist_watchdog_stop();
+    free((void *)r->job.c16.r);
     base_free(r->job.tok);
     base_free(r->job.tgt);
     optim_adamw_free(&r->opt);

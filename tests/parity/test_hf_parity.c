@@ -451,7 +451,7 @@ int main(int argc, char **argv) {
         double norm;
         const float clip = optim_clip_coef(sumsq, max_norm, &norm);
         double lr = cfg.lr * optim_lr_factor(&lrc, k - 1);
-        optim_adamw_step(&opt, m.w, m.g, clip, &cfg, lr);
+        optim_adamw_step(&opt, m.w, m.g, clip, &cfg, lr, NULL);
         n_clipped += norm > max_norm;
 
         const double el = fabs(lk - r_loss[k - 1]) / fabs(r_loss[k - 1]);

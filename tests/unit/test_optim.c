@@ -1,7 +1,9 @@
 /* LR schedule (torchtitan's worked example and formula cases), clipping, sum of squares. */
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "optim/optim.h"
 
@@ -15,6 +17,75 @@ static void check_schedule(const char *name, optim_lr_cfg c, const double *want,
         CHECK(fabs(f - want[s]) < 1e-12, "%s: f(%d) = %.15g, want %.15g", name, s, f, want[s]);
     }
     printf("lr %-28s max |err| %.2e\n", name, worst);
+}
+
+/* bf16 of x, round to nearest even (finite x), as bits */
+static uint16_t bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* AdamW refreshing a bf16 copy (optim_bf16_copy): the parameters and moments are bitwise those
+ * of the step without a copy; inside the ranges the copy holds each new parameter rounded to
+ * bf16 in the engine's format (2-byte bits, or the rounded fp32 value), and not one byte
+ * outside them is written. Ranges start and end inside and on the step's blocks. */
+static void check_adamw_copy(void) {
+    const size_t n = 100003;
+    const optim_range r[] = {{3, 16390}, {16390, 16391}, {40000, 40001}, {49152, 98000}};
+    const int nr = 4;
+    const size_t es = ops_bf16_mirror_bytes(1);
+    float *p[2], *g = malloc(n * sizeof(float));
+    unsigned char *copy = malloc(n * es);
+    optim_adamw o[2];
+    base_err err;
+    for (int k = 0; k < 2; k++) {
+        p[k] = malloc(n * sizeof(float));
+        CHECK(!optim_adamw_init(&o[k], n, &err), "adamw init: %s", err.msg);
+        for (size_t i = 0; i < n; i++) p[k][i] = (float)sin(0.001 * (double)i) * 0.02f;
+    }
+    memset(copy, 0xA5, n * es);
+    const optim_adamw_cfg cfg = {1e-3, 0.9, 0.95, 1e-8, 0.1};
+    const optim_bf16_copy c16 = {copy, r, nr};
+    size_t bad_p = 0, bad_copy = 0, bad_outside = 0;
+    for (int step = 1; step <= 3; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = (float)cos(0.37 * (double)(i + step)) * 1e-2f;
+        optim_adamw_step(&o[0], p[0], g, 0.5f, &cfg, 1e-3, NULL);
+        optim_adamw_step(&o[1], p[1], g, 0.5f, &cfg, 1e-3, &c16);
+        bad_p += memcmp(p[0], p[1], n * sizeof(float)) != 0;
+        bad_p += memcmp(o[0].m, o[1].m, n * sizeof(float)) != 0;
+        bad_p += memcmp(o[0].v, o[1].v, n * sizeof(float)) != 0;
+        for (size_t i = 0, k = 0; i < n; i++) {
+            while (k < (size_t)nr && r[k].hi <= i) k++;
+            const int in = k < (size_t)nr && r[k].lo <= i;
+            const unsigned char *e = copy + i * es;
+            if (!in) {
+                for (size_t b = 0; b < es; b++) bad_outside += e[b] != 0xA5;
+                continue;
+            }
+            const uint16_t want = bf16_bits(p[0][i]);
+            if (es == 2) {
+                uint16_t got;
+                memcpy(&got, e, 2);
+                bad_copy += got != want;
+            } else {
+                uint32_t got;
+                memcpy(&got, e, 4);
+                bad_copy += got != (uint32_t)want << 16;
+            }
+        }
+    }
+    CHECK(bad_p == 0, "adamw with a bf16 copy: parameters or moments differ (%zu)", bad_p);
+    CHECK(bad_copy == 0, "adamw bf16 copy: %zu elements not the new parameter in bf16", bad_copy);
+    CHECK(bad_outside == 0, "adamw bf16 copy: %zu bytes written outside the ranges", bad_outside);
+    printf("adamw bf16 copy (%zu-byte elements, engine %s): 3 steps bitwise, copy exact\n", es,
+           ops_bf16_engine());
+    for (int k = 0; k < 2; k++) {
+        optim_adamw_free(&o[k]);
+        free(p[k]);
+    }
+    free(g);
+    free(copy);
 }
 
 int main(void) {
@@ -80,6 +151,8 @@ int main(void) {
     double s1 = optim_sumsq(v, n);
     CHECK(fabs(s1 - ref) / ref < 1e-12, "sumsq %.17g vs %.17g", s1, ref);
     free(v);
+
+    check_adamw_copy();
 
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;

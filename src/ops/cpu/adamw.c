@@ -37,7 +37,9 @@ void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gsca
     int small = fabsf(w1) < 0.5f;
     float lerp_coeff = small ? w1 : w1 - 1.0f;
     ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for simd schedule(static)
+    /* up to 65536 elements on the calling thread (optim_adamw_step calls it per block from its
+     * own parallel loop); "parallel :" so the if does not also turn off the simd */
+#pragma omp parallel for simd schedule(static) if (parallel : len > 65536)
     for (ptrdiff_t i = 0; i < len; i++) {
         float gi = g[i] * gscale; /* clip_grad_norm_'s g.mul_(coef) */
         float pi = p[i] * decay;

@@ -171,7 +171,10 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
                 const int nv = r0 + i + 1;      /* keys 0 .. query */
                 float mx = -INFINITY, l = 0.0f;
 #pragma omp simd reduction(max : mx)
-                for (int j = 0; j < nv; j++) mx = fmaxf(mx, s[j] * scale);
+                for (int j = 0; j < nv; j++) { /* not fmaxf: a libm call per element */
+                    const float x = s[j] * scale;
+                    mx = x > mx ? x : mx;
+                }
 #pragma omp simd reduction(+ : l)
                 for (int j = 0; j < nv; j++) l += s[j] = vm_expf(s[j] * scale - mx);
                 const float inv = 1.0f / l;

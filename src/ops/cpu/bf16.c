@@ -29,14 +29,16 @@
 #endif
 
 /* ---- conversions -------------------------------------------------------------------- */
+/* Small conversions stay on the calling thread: "if (parallel : ...)", since a plain if on a
+ * combined "parallel for simd" also applies to the simd (OpenMP 5.0) and made them scalar. */
 
 void ops_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_bits(src[i]);
 }
 
 void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_value(src[i]);
 }
 
@@ -45,12 +47,12 @@ void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
         ops_cpu_bf16_round(x, x, n);
         return;
     }
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
     for (size_t i = 0; i < n; i++) x[i] = ops_cpu_bf16_value(dst[i] = ops_cpu_bf16_bits(x[i]));
 }
 
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[i]));
 }
 
