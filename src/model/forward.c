@@ -677,6 +677,15 @@ static int hold_norm(const model *m, const ops_table *t, float *nf, size_t n) {
     return runs16(m, t, OPS_MATMUL) && !ops_bf16_hold(nf, n);
 }
 
+/* A model_act16 tensor of a bf16 block after model_keep16 (rounded in place, its bits stored
+ * unless the block is checkpointed) or unkeep16 (expanded from them), held as the bf16 operand
+ * of what reads it next, the attention output o of wo's GEMMs and v of attention's: nothing is
+ * converted (the emulated engine reads the rounded values, onednn the stored bits). 1 when
+ * held (the caller releases it before the tensor is written again). */
+static int hold_kept(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n) {
+    return model_block16(m, t) && !ops_bf16_hold_rounded(act16_f32(la, s), n, la->b16[s]);
+}
+
 void model_block_forward(const model *m, int l, layer_acts *la, const block_geom *g, float *out) {
     const model_args *a = &m->args;
     const ops_table *t = &m->ops[1 + l];
@@ -701,14 +710,19 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     model_keep16(m, t, la, MODEL_ACT16_KP, (size_t)N * G * hd);
     model_keep16(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
     qk_norm_rope(m, t, la, &w, g);
-    if (!g->k_cache || g->pos0 == 0) /* windows from position 0: the cache rows are [1,T,G,hd] */
+    if (!g->k_cache || g->pos0 == 0) { /* windows from position 0: the cache rows are [1,T,G,hd] */
+        held = hold_kept(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
         t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
-    else
+        if (held) ops_bf16_release(la->v);
+    } else {
         t->attention_kv(la->o, la->q, g->k_cache, g->v_cache, T, g->pos0, H, G, hd);
+    }
     model_keep16(m, t, la, MODEL_ACT16_O, (size_t)N * H * hd);
     /* row-parallel wo: partial sums over the local heads, reduce-scattered to x's rows */
     float *po = g->part ? g->part : la->xm;
+    held = hold_kept(m, t, la, MODEL_ACT16_O, (size_t)N * H * hd);
     t->matmul_fwd(po, la->o, w.wo, N, H * hd, D);
+    if (held) ops_bf16_release(la->o);
     tp_scatter(m, la->xm, po, nD);
     /* xm = x + attention output, and the FFN norm of xm, in one pass */
     t->add_rmsnorm_fwd(la->xm, g->norm_out, la->rstd2, la->xm, la->x, w.ffn_norm, n, D, eps);
@@ -806,6 +820,8 @@ static void block_backward(model *m, int l, layer_acts *la) {
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
     tp_gather(m, df, dres, nD, wire16);
     zero(A->dqk_o, NQ);
+    const int held_o = hold_kept(m, t, la, MODEL_ACT16_O, NQ),
+              held_v = hold_kept(m, t, la, MODEL_ACT16_V, NKV);
     t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
     qk_norm_rope(m, t, la, &w, &geom);
@@ -814,6 +830,8 @@ static void block_backward(model *m, int l, layer_acts *la) {
     zero(A->dv, NKV);
     t->attention_bwd(A->dq, A->dk, A->dv, A->dqk_o, la->o, la->lse, la->q, la->k, la->v, B, T, H, G,
                      hd);
+    if (held_o) ops_bf16_release(la->o);
+    if (held_v) ops_bf16_release(la->v);
     zero(A->dqn, NQ);
     zero(A->dkn, NKV);
     t->rope_bwd(A->dqn, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);

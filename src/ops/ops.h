@@ -209,6 +209,11 @@ void ops_bf16_mirror_remove(const float *base);
  * or released. */
 int ops_bf16_hold(float *x, size_t n);
 int ops_bf16_hold_copy(const float *x, size_t n);
+/* x[0, n) already holds bf16 values (a tensor rounded where it was stored as bf16), and bits,
+ * if not NULL, the same values as bf16 bits: held with nothing converted where the engine's
+ * format is at hand (the emulated engine reads x itself, onednn reads bits), else as
+ * ops_bf16_hold_copy. Neither x nor bits may change until the release. */
+int ops_bf16_hold_rounded(const float *x, size_t n, const uint16_t *bits);
 void ops_bf16_release(const float *x);
 
 /* ---- cost model (ops/work.c) ------------------------------------------------------------

@@ -55,10 +55,13 @@ static ag_mode ag_mode_of(ops_prec prec) {
     return (ag_mode){prec, prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float)};
 }
 
-/* x[0, n) as GEMM operands: x itself in fp32, else a converted copy in *own. */
+/* x[0, n) as GEMM operands: x itself in fp32, else its registered bf16 copy (a tensor the
+ * model stored as bf16: ops_bf16_hold_rounded) or a converted copy in *own. */
 static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
     *own = NULL;
     if (m.prec != OPS_PREC_BF16) return x;
+    const void *held = ops_cpu_bf16_mirror_of(x, n);
+    if (held) return held;
     *own = ops_cpu_alloc("attention", m.es * n);
     ops_bf16_mirror_convert(*own, 0, x, n);
     return *own;

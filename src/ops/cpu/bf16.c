@@ -96,6 +96,7 @@ typedef struct {
     const float *base;
     size_t n;
     const void *mirror; /* bf16 (onednn) or bf16-rounded fp32 (emulated) */
+    int owned;          /* a hold's converted copy: freed by its release */
 } mirror_range;
 static mirror_range g_mirrors[MIRRORS];
 static int g_n_mirrors;
@@ -112,7 +113,7 @@ void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t 
         ops_cpu_bf16_round((float *)mirror + off, src, n);
 }
 
-int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err) {
+static int mirror_add(const float *base, size_t n, const void *mirror, int owned, base_err *err) {
     pthread_mutex_lock(&g_mirror_lock);
     int i = 0;
     while (i < g_n_mirrors && g_mirrors[i].base != base) i++;
@@ -120,28 +121,33 @@ int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_er
         pthread_mutex_unlock(&g_mirror_lock);
         return base_fail(err, "bf16: more than %d weight mirrors (models) in one process", MIRRORS);
     }
-    g_mirrors[i] = (mirror_range){base, n, mirror};
+    g_mirrors[i] = (mirror_range){base, n, mirror, owned};
     if (i == g_n_mirrors) g_n_mirrors++;
     pthread_mutex_unlock(&g_mirror_lock);
     return 0;
 }
 
-/* Unregisters base's range; returns its mirror (NULL if none was registered). */
-static const void *mirror_take(const float *base) {
-    const void *m = NULL;
+int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err) {
+    return mirror_add(base, n, mirror, 0, err);
+}
+
+/* Unregisters base's range; returns it (mirror NULL if none was registered). */
+static mirror_range mirror_take(const float *base) {
+    mirror_range r = {NULL, 0, NULL, 0};
     pthread_mutex_lock(&g_mirror_lock);
     for (int i = 0; i < g_n_mirrors; i++)
         if (g_mirrors[i].base == base) {
-            m = g_mirrors[i].mirror;
+            r = g_mirrors[i];
             g_mirrors[i] = g_mirrors[--g_n_mirrors];
             break;
         }
     pthread_mutex_unlock(&g_mirror_lock);
-    return m;
+    return r;
 }
 
 void ops_bf16_mirror_remove(const float *base) {
-    mirror_take(base);
+    const mirror_range r = mirror_take(base);
+    if (r.owned) free((void *)r.mirror);
 }
 
 /* x[0, n) held as a bf16 operand: rounded in place when writable is x (emulated engine),
@@ -158,7 +164,7 @@ static int hold(const float *x, float *writable, size_t n) {
     else
         ops_cpu_bf16_round(m, x, n);
     base_err e;
-    if (ops_bf16_mirror_add(x, n, m, &e)) {
+    if (mirror_add(x, n, m, m != writable, &e)) {
         if (m != writable) free(m);
         return -1;
     }
@@ -173,13 +179,17 @@ int ops_bf16_hold_copy(const float *x, size_t n) {
     return hold(x, NULL, n);
 }
 
-void ops_bf16_release(const float *x) {
-    const void *m = mirror_take(x);
-    if (m != x) free((void *)m); /* a copy; an in-place hold is x itself */
+int ops_bf16_hold_rounded(const float *x, size_t n, const uint16_t *bits) {
+    base_err e;
+    if (engine() != ENGINE_ONEDNN) return mirror_add(x, n, x, 0, &e);
+    return bits ? mirror_add(x, n, bits, 0, &e) : hold(x, NULL, n);
 }
 
-/* The mirror of p[0, n) (the engine's format, at p's offset) or NULL. */
-static const void *mirror_of(const float *p, size_t n) {
+void ops_bf16_release(const float *x) {
+    ops_bf16_mirror_remove(x);
+}
+
+const void *ops_cpu_bf16_mirror_of(const float *p, size_t n) {
     const void *m = NULL;
     const size_t es = engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float);
     pthread_mutex_lock(&g_mirror_lock);
@@ -206,7 +216,7 @@ typedef struct {
 
 static int operand_get(operand *o, const float *x, int rows, int cols, int ld, int want_f32) {
     *o = (operand){NULL, NULL, ld, NULL};
-    const void *m = mirror_of(x, (size_t)(rows - 1) * ld + cols);
+    const void *m = ops_cpu_bf16_mirror_of(x, (size_t)(rows - 1) * ld + cols);
     const int mirror_f32 = engine() != ENGINE_ONEDNN;
     if (m && want_f32 == mirror_f32) { /* the mirror as it is */
         if (want_f32)

@@ -62,6 +62,9 @@ static inline float ops_cpu_bf16_value(uint16_t h) {
 
 /* dst[i] = src[i] rounded to the nearest bf16, as an fp32 value (dst may equal src). */
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
+/* The registered bf16 copy of p[0, n) (a weight mirror or a hold; the engine's format, at p's
+ * offset), or NULL. */
+const void *ops_cpu_bf16_mirror_of(const float *p, size_t n);
 
 void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
 void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);
