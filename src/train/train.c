@@ -175,8 +175,6 @@ static int run_open(run *r, base_err *err) {
     return 0;
 }
 
-/* The model under FSDP (and TP / EP), its weights (initialised or loaded), the optimizer,
- * the header, the validation model and the saver. */
 /* bf16 without sharding (this rank's shard vector is the model's whole w): AdamW refreshes the
  * weights' bf16 copy as it writes them (optim_bf16_copy), over the parameters the copy holds,
  * neighbours merged. Sharded: each unit's copy is made after its gather, as before. */
@@ -210,6 +208,8 @@ static int bf16_copy_ranges(train_job *j, base_err *err) {
     return 0;
 }
 
+/* The model under FSDP (and TP / EP), its weights (initialised or loaded), the optimizer,
+ * the header, the validation model and the saver. */
 static int run_setup(run *r, base_err *err) {
     const train_opts *o = r->o;
     const dist_mesh *mesh = &r->mesh;
