@@ -7,7 +7,8 @@
  * into it come from a size table, in this fixed order per block:
  *   attention_norm[D], wq[H*hd,D], wk[G*hd,D], wv[G*hd,D], q_norm[hd], k_norm[hd],
  *   wo[D,H*hd], ffn_norm[D], w1[F,D], w3[F,D], w2[D,F]
- * Gradients mirror the parameters exactly (same offsets).
+ * m->params lists the parameters in that order, their offsets increasing. Gradients mirror
+ * the parameters exactly (same offsets).
  *
  * Tensor parallelism (model_build_opts.tp, Megatron style with sequence parallelism): each
  * rank of a TP group of size tp builds the model with LOCAL shapes, so every kernel runs

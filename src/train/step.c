@@ -144,7 +144,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         model_moe_update_bias(m, NULL);
     }
     const double t_opt = base_now();
-    optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr, j->c16.n ? &j->c16 : NULL);
+    optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr, &j->c16); /* n 0: no copy */
     if (j->c16.n) {
         model_bf16_copy_current(m);
         j->w16_current = 1;

@@ -185,25 +185,15 @@ static int bf16_copy_ranges(train_job *j, base_err *err) {
         return 0;
     optim_range *r = malloc(sizeof *r * (size_t)(m->n_params ? m->n_params : 1));
     if (!r) return base_fail(err, "out of memory");
-    int n = 0;
+    int k = 0; /* m->params is in offset order (model.h): a neighbour extends the last range */
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
         if (!model_param_in_bf16_copy(m, p) || !p->numel) continue;
-        r[n++] = (optim_range){p->offset, p->offset + p->numel};
+        if (k && r[k - 1].hi == p->offset)
+            r[k - 1].hi += p->numel;
+        else
+            r[k++] = (optim_range){p->offset, p->offset + p->numel};
     }
-    for (int a = 1; a < n; a++) /* by offset (insertion: parameters come almost sorted) */
-        for (int b = a; b > 0 && r[b - 1].lo > r[b].lo; b--) {
-            const optim_range t = r[b];
-            r[b] = r[b - 1];
-            r[b - 1] = t;
-        }
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (k && r[k - 1].hi >= r[i].lo) {
-            if (r[i].hi > r[k - 1].hi) r[k - 1].hi = r[i].hi;
-        } else {
-            r[k++] = r[i];
-        }
     j->c16 = (optim_bf16_copy){m->w16, r, k};
     return 0;
 }
