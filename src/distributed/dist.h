@@ -199,11 +199,16 @@ typedef struct {
     int n_units;
     size_t n_floats;
     dist_reshard reshard;
-    int head_unit;          /* the unit whose parameters stay by default (the last) */
-    int pinned_unit;        /* a unit kept gathered from forward to backward (tied embedding
-                               used by the head), or -1 */
-    float *w, *g;           /* dp_shard = 1: the model's own buffers (aliased as the shard) */
-    int gather_bf16;        /* 1: bf16 transport (above); 0: every all-gather fp32 */
+    int head_unit;   /* the unit whose parameters stay by default (the last) */
+    int pinned_unit; /* a unit kept gathered from forward to backward (tied embedding
+                        used by the head), or -1 */
+    float *w, *g;    /* dp_shard = 1: the model's own buffers (aliased as the shard) */
+    int gather_bf16; /* 1: bf16 transport (above); 0: every all-gather fp32 */
+    /* bf16 transport: the caller's bf16 copy of the parameters ([n_floats] bf16 bits, at w's
+     * element offsets; the model's weight copy when its engine's format is 2-byte bf16), or
+     * NULL. A part that travels as bf16 is received straight into it (then expanded into the
+     * full buffer), so the caller need not convert it again: dist_fsdp_hook says which. */
+    uint16_t *w16;
     const dist_span *exact; /* [n_exact] in buffer order, disjoint: what stays fp32 */
     int n_exact;
 } dist_fsdp_cfg;
@@ -222,8 +227,13 @@ const dist_range *dist_fsdp_ranges(const dist_fsdp *f, int *n);
 /* The unit holding shard-vector element i (for error messages). */
 int dist_fsdp_unit_of(const dist_fsdp *f, size_t i);
 
-/* One model hook call: unit u reached phase p. */
-void dist_fsdp_hook(dist_fsdp *f, int unit, dist_phase p);
+/* The parts of a unit: its elements before the local part, and the local part. */
+enum { DIST_W16_DENSE = 1, DIST_W16_LOCAL = 2 };
+/* One model hook call: unit u reached phase p. Returns, for a BEGIN phase that completed a
+ * gather of u, the DIST_W16_* mask of the parts it received into dist_fsdp_cfg.w16: there,
+ * w16 now holds the bf16 bits of every element of the part (exact ones included, rounded
+ * from their fp32 values); 0 otherwise (nothing gathered now, an fp32 part, no w16). */
+int dist_fsdp_hook(dist_fsdp *f, int unit, dist_phase p);
 /* Start of a step: zero the shard gradients; forget gathered parameters (they are stale
  * after the optimizer step). */
 void dist_fsdp_begin_step(dist_fsdp *f);

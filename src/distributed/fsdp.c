@@ -27,11 +27,12 @@ typedef struct {
 enum { MOVE_F32, MOVE_BF16, MOVE_MIXED };
 
 /* The buffers of one part's gather in flight (bf16 transport; NULL otherwise): the shard
- * rounded [cnt_me] and the part [len] as bf16, the exact elements of the shard [xcnt_me]
- * and of the part [xlen]. */
+ * rounded [cnt_me] and the part [len] as bf16 (h_recv in the caller's w16 when it has one:
+ * not ours to free), the exact elements of the shard [xcnt_me] and of the part [xlen]. */
 typedef struct {
     uint16_t *h_send, *h_recv;
     float *x_send, *x_recv;
+    int h_in_w16;
 } fsdp_buf;
 
 struct dist_fsdp {
@@ -49,11 +50,15 @@ struct dist_fsdp {
     /* [n] 0: released; GOT_ROUNDED: gathered under bf16 transport; GOT_EXACT: all fp32 */
     unsigned char *gathered;
     unsigned char *pending; /* [n] what the gathers in flight of a unit will leave */
-    dist_req *req;          /* [n * N_PARTS] the gathers in flight */
-    dist_req *xreq;         /* [n * N_PARTS] their exact elements' gathers (mixed parts) */
+    /* [n] the DIST_W16_* mask of the gathers in flight of a unit: the parts they receive into
+     * w16 (dist_fsdp_cfg.w16) */
+    unsigned char *pending16;
+    dist_req *req;  /* [n * N_PARTS] the gathers in flight */
+    dist_req *xreq; /* [n * N_PARTS] their exact elements' gathers (mixed parts) */
     /* bf16 transport: exact[n_exact] the spans that stay fp32; move, xlen [n * N_PARTS] how
      * each part travels and its exact elements; buf [n * N_PARTS] the buffers in flight */
     int gather_bf16;
+    uint16_t *w16;
     dist_span *exact;
     int n_exact;
     unsigned char *move;
@@ -130,6 +135,7 @@ double dist_fsdp_part_bytes(size_t len, size_t exact, int bf16, double *bf16_byt
 static int plan_moves(dist_fsdp *f, const dist_fsdp_cfg *c, base_err *err) {
     const size_t n = (size_t)f->n;
     f->gather_bf16 = c->gather_bf16;
+    f->w16 = c->gather_bf16 ? c->w16 : NULL;
     f->n_exact = c->n_exact;
     f->exact = calloc((size_t)c->n_exact + 1, sizeof *f->exact);
     f->move = calloc(n * N_PARTS, 1);
@@ -198,11 +204,12 @@ int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c
     f->soff = calloc(n, sizeof *f->soff);
     f->gathered = calloc(n, 1);
     f->pending = calloc(n, 1);
+    f->pending16 = calloc(n, 1);
     f->req = calloc(n * N_PARTS, sizeof *f->req);
     f->xreq = calloc(n * N_PARTS, sizeof *f->xreq);
     f->ranges = calloc(N_PARTS * n, sizeof *f->ranges);
-    if (oom || !f->units || !f->S || !f->soff || !f->gathered || !f->pending || !f->req ||
-        !f->xreq || !f->ranges) {
+    if (oom || !f->units || !f->S || !f->soff || !f->gathered || !f->pending || !f->pending16 ||
+        !f->req || !f->xreq || !f->ranges) {
         dist_fsdp_free(f);
         return base_fail(err, "out of memory");
     }
@@ -292,6 +299,7 @@ void dist_fsdp_free(dist_fsdp *f) {
     free(f->soff);
     free(f->gathered);
     free(f->pending);
+    free(f->pending16);
     free(f->req);
     free(f->xreq);
     free(f->exact);
@@ -367,7 +375,7 @@ static void wait_gather(dist_fsdp *f, int u, int use) {
             if (b->x_recv) exact_copy(f, lo, lo + len, b->x_recv, f->w + lo, 0);
         }
         base_free(b->h_send);
-        base_free(b->h_recv);
+        if (!b->h_in_w16) base_free(b->h_recv);
         base_free(b->x_send);
         base_free(b->x_recv);
         *b = (fsdp_buf){0};
@@ -379,13 +387,18 @@ static void wait_gather(dist_fsdp *f, int u, int use) {
 static void start_gather(dist_fsdp *f, int u, int exact) {
     if (f->gathered[u] || in_flight(f, u)) return;
     const dist_unit *x = &f->units[u];
-    int rounded = 0;
+    int rounded = 0, in16 = 0;
     for (int k = 0; k < N_PARTS; k++) {
         const fsdp_part *q = &f->part[k];
         const size_t len = part_len(x, k), at = (size_t)u * (size_t)q->P,
-                     i = (size_t)u * N_PARTS + (size_t)k, me = at + (size_t)q->me;
-        if (!len) continue;
-        float *dst = f->w + x->offset + part_at(x, k);
+                     i = (size_t)u * N_PARTS + (size_t)k, me = at + (size_t)q->me,
+                     lo = x->offset + part_at(x, k);
+        const int bit = k == PART_DENSE ? DIST_W16_DENSE : DIST_W16_LOCAL;
+        if (!len) {
+            in16 |= bit; /* nothing to receive */
+            continue;
+        }
+        float *dst = f->w + lo;
         const float *src = f->ws + part_soff(f, u, k);
         const int move = exact ? MOVE_F32 : f->move[i];
         if (move == MOVE_F32) {
@@ -398,7 +411,9 @@ static void start_gather(dist_fsdp *f, int u, int exact) {
         fsdp_buf *b = &f->buf[i];
         const size_t mine = (size_t)q->cnt[me], xl = f->xlen[i];
         b->h_send = base_alloc_uninit((mine ? mine : 1) * sizeof(uint16_t));
-        b->h_recv = base_alloc_uninit(len * sizeof(uint16_t));
+        b->h_in_w16 = f->w16 != NULL;
+        b->h_recv = b->h_in_w16 ? f->w16 + lo : base_alloc_uninit(len * sizeof(uint16_t));
+        if (b->h_in_w16) in16 |= bit;
         if (move == MOVE_MIXED) {
             b->x_send = base_alloc_uninit(((size_t)q->xcnt[me] + 1) * sizeof(float));
             b->x_recv = base_alloc_uninit(xl * sizeof(float));
@@ -413,7 +428,7 @@ static void start_gather(dist_fsdp *f, int u, int exact) {
         f->st.gather_bytes += (double)len * sizeof(uint16_t);
         f->st.gather_bf16_bytes += (double)len * sizeof(uint16_t);
         if (move == MOVE_MIXED) {
-            const size_t a = x->offset + part_at(x, k) + (size_t)q->displ[me];
+            const size_t a = lo + (size_t)q->displ[me];
             exact_copy(f, a, a + mine, b->x_send, (float *)src, 1);
             dist_iallgatherv(q->comm, b->x_send, b->x_recv, q->xcnt + at, q->xdispl + at,
                              sizeof(float), &f->xreq[i]);
@@ -421,14 +436,19 @@ static void start_gather(dist_fsdp *f, int u, int exact) {
         }
     }
     f->pending[u] = rounded ? GOT_ROUNDED : GOT_EXACT;
+    f->pending16[u] = (unsigned char)(rounded ? in16 : 0);
     f->st.gathers++;
 }
 
-/* Unit u's parameters complete in the full buffer. */
-static void ensure(dist_fsdp *f, int u) {
+/* Unit u's parameters complete in the full buffer. Returns the DIST_W16_* mask of what a
+ * gather completed by this call received into w16 (0 when the unit was gathered already). */
+static int ensure(dist_fsdp *f, int u) {
     start_gather(f, u, 0);
+    const int fresh = !f->gathered[u];
     wait_gather(f, u, 1);
-    if (!f->gathered[u]) f->gathered[u] = f->pending[u];
+    if (!fresh) return 0;
+    f->gathered[u] = f->pending[u];
+    return f->pending16[u];
 }
 
 static void release_params(dist_fsdp *f, int u) {
@@ -465,18 +485,19 @@ static int release_after_forward(const dist_fsdp *f, int u) {
     return f->reshard == DIST_RESHARD_ALWAYS || u != f->head;
 }
 
-void dist_fsdp_hook(dist_fsdp *f, int u, dist_phase p) {
-    if (f->P == 1) return;
+int dist_fsdp_hook(dist_fsdp *f, int u, dist_phase p) {
+    if (f->P == 1) return 0;
+    int in16 = 0;
     switch (p) {
     case DIST_FWD_BEGIN:
-        ensure(f, u);
+        in16 = ensure(f, u);
         if (u + 1 < f->n) start_gather(f, u + 1, 0); /* prefetch while u computes */
         break;
     case DIST_FWD_END:
         if (release_after_forward(f, u)) release_params(f, u);
         break;
     case DIST_BWD_BEGIN: /* a backward without parameters gets none (nor a prefetch) */
-        if (!f->units[u].bwd_without_params) ensure(f, u);
+        if (!f->units[u].bwd_without_params) in16 = ensure(f, u);
         if (u > 0 && !f->units[u - 1].bwd_without_params) start_gather(f, u - 1, 0);
         break;
     case DIST_BWD_END:
@@ -484,6 +505,7 @@ void dist_fsdp_hook(dist_fsdp *f, int u, dist_phase p) {
         release_params(f, u);
         break;
     }
+    return in16;
 }
 
 void dist_fsdp_release_all(dist_fsdp *f) {
@@ -492,7 +514,7 @@ void dist_fsdp_release_all(dist_fsdp *f) {
 }
 
 void dist_fsdp_begin_step(dist_fsdp *f) {
-    memset(f->gs, 0, f->shard_len * sizeof(float));
+    ops_zero(f->gs, f->shard_len);
     dist_fsdp_release_all(f);
 }
 

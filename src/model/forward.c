@@ -549,8 +549,9 @@ void model_bf16_copy_current(model *m) {
         memset(m->w16_fresh, 1, (size_t)m->n_units);
 }
 
-/* bf16: makes unit u's copy in w16 current (its parameters are in w now: after the hook). */
-static void bf16_sync(const model *m, int u) {
+/* bf16: makes unit u's copy in w16 current (its parameters are in w now: after the hook),
+ * converting those the hook did not write there (given: its MODEL_W16_* mask). */
+static void bf16_sync(const model *m, int u, int given) {
     if (!m->w16 || m->w16_fresh[u]) return;
     model *mm = (model *)m; /* the copy is a cache of w: logically const */
     if (m->w16_base != m->w) {
@@ -565,7 +566,8 @@ static void bf16_sync(const model *m, int u) {
     }
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
-        if (p->unit == u && m->w16_param[i])
+        const int part = p->tp_split == MODEL_EP_EXPERTS ? MODEL_W16_EXPERTS : MODEL_W16_DENSE;
+        if (p->unit == u && m->w16_param[i] && !(given & part))
             ops_bf16_mirror_convert(m->w16, p->offset, m->w + p->offset, p->numel);
     }
     m->w16_fresh[u] = 1;
@@ -586,12 +588,12 @@ static void bf16_release(const model *m, int u) {
 void model_bf16_sync_all(const model *m) {
     if (!m->w16) return;
     memset(m->w16_fresh, 0, (size_t)m->n_units);
-    for (int u = 0; u < m->n_units; u++) bf16_sync(m, u);
+    for (int u = 0; u < m->n_units; u++) bf16_sync(m, u, 0);
 }
 
 void model_zero_grad(model *m) {
     model_weights_changed(m);
-    if (m->g) memset(m->g, 0, m->n_floats * sizeof(float));
+    if (m->g) ops_zero(m->g, m->n_floats);
     if (m->moe_counts)
         memset(m->moe_counts, 0,
                (size_t)m->args.n_layers * m->args.n_experts * sizeof(*m->moe_counts));
@@ -604,22 +606,18 @@ static void add_inplace(float *y, const float *x, size_t n) {
 
 static void hook(const model *m, int unit, model_phase p) {
     ops_prof_unit(unit); /* the unit whose ops run next: the profiler's layer path */
-    if (m->hook) m->hook(m->hook_ctx, unit, p);
+    const int given = m->hook ? m->hook(m->hook_ctx, unit, p) : 0;
     const int tied_head = unit == m->args.n_layers + 1 && m->args.tie_embeddings;
     /* a backward that reads no parameters (the embedding's) needs no bf16 copy: under FSDP its
      * unit is not even gathered for it */
     if (m->w16 &&
         (p == MODEL_FWD_BEGIN || (p == MODEL_BWD_BEGIN && model_unit_bwd_reads_params(m, unit)))) {
-        bf16_sync(m, unit);
-        if (tied_head) bf16_sync(m, 0);
+        bf16_sync(m, unit, given);
+        if (tied_head) bf16_sync(m, 0, 0);
     } else if (m->w16_transient) { /* the END phases; the BEGIN of a backward reading none */
         bf16_release(m, unit);
         if (tied_head) bf16_release(m, 0);
     }
-}
-
-static void zero(float *p, size_t n) {
-    memset(p, 0, n * sizeof(float));
 }
 
 /* The geometry of a training microbatch: B windows of T tokens at positions 0..T-1. */
@@ -786,7 +784,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
      * reduce-scatter the norm-input gradient where forward all-gathered the norm output) */
     t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, n, D, eps);
     if (a->n_experts > 0) { /* MoE (tp = 1, n = N) */
-        zero(A->dnorm, ND);
+        ops_zero(A->dnorm, ND);
         const model_moe_scratch s = {
             A->xs,
             A->dy,
@@ -802,12 +800,12 @@ static void block_backward(model *m, int l, layer_acts *la) {
         tp_gather(m, nf, A->norm_out, nD, wire16);
         t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
         tp_gather(m, df, dres, nD, wire16);
-        zero(A->dhact, NF);
+        ops_zero(A->dhact, NF);
         t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D);
-        zero(A->dgate, NF);
-        zero(A->dup, NF);
+        ops_zero(A->dgate, NF);
+        ops_zero(A->dup, NF);
         t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
-        zero(dnf, ND);
+        ops_zero(dnf, ND);
         const int held = hold_norm(m, t, nf, (size_t)N * D);
         t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F);
         t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F);
@@ -819,30 +817,30 @@ static void block_backward(model *m, int l, layer_acts *la) {
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
     tp_gather(m, df, dres, nD, wire16);
-    zero(A->dqk_o, NQ);
+    ops_zero(A->dqk_o, NQ);
     const int held_o = hold_kept(m, t, la, MODEL_ACT16_O, NQ),
               held_v = hold_kept(m, t, la, MODEL_ACT16_V, NKV);
     t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
     qk_norm_rope(m, t, la, &w, &geom);
-    zero(A->dq, NQ);
-    zero(A->dk, NKV);
-    zero(A->dv, NKV);
+    ops_zero(A->dq, NQ);
+    ops_zero(A->dk, NKV);
+    ops_zero(A->dv, NKV);
     t->attention_bwd(A->dq, A->dk, A->dv, A->dqk_o, la->o, la->lse, la->q, la->k, la->v, B, T, H, G,
                      hd);
     if (held_o) ops_bf16_release(la->o);
     if (held_v) ops_bf16_release(la->v);
-    zero(A->dqn, NQ);
-    zero(A->dkn, NKV);
+    ops_zero(A->dqn, NQ);
+    ops_zero(A->dkn, NKV);
     t->rope_bwd(A->dqn, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
     t->rope_bwd(A->dkn, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
-    zero(A->dq, NQ); /* reused as d(qp) */
-    zero(A->dk, NKV);
+    ops_zero(A->dq, NQ); /* reused as d(qp) */
+    ops_zero(A->dk, NKV);
     t->rmsnorm_bwd(A->dq, g.q_norm, A->dqn, la->qp, w.q_norm, la->q_rstd, N * H, hd);
     t->rmsnorm_bwd(A->dk, g.k_norm, A->dkn, la->kp, w.k_norm, la->k_rstd, N * G, hd);
     t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, A->norm_out, nD, wire16);
-    zero(dnf, ND);
+    ops_zero(dnf, ND);
     const int held = hold_norm(m, t, nf, (size_t)N * D);
     t->matmul_bwd(dnf, g.wq, A->dq, nf, w.wq, N, D, H * hd);
     t->matmul_bwd(dnf, g.wk, A->dk, nf, w.wk, N, D, G * hd);
@@ -864,7 +862,7 @@ static void zero_foreign_rows(model *m, float *x, const int32_t *tokens) {
     const int N = m->batch * m->seq_len, V = m->args.vocab_size, v0 = m->tp.rank * V;
     const size_t D = (size_t)m->args.dim;
     for (int i = 0; i < N; i++)
-        if (tokens[i] < v0 || tokens[i] >= v0 + V) zero(x + (size_t)i * D, D);
+        if (tokens[i] < v0 || tokens[i] >= v0 + V) ops_zero(x + (size_t)i * D, D);
 }
 
 static void allreduce_vocab(void *ctx, double *x, int n, int max) {
@@ -925,7 +923,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
 
     forward_trunk(m, tokens, backward);
     if (backward) {
-        zero(dxn, (size_t)N * D);
+        ops_zero(dxn, (size_t)N * D);
         hook(m, L + 1, MODEL_BWD_BEGIN);
     }
     /* loss parallel off: the whole vocabulary's weight [V,D] and gradient on every rank */
@@ -935,7 +933,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     if (m->loss_parallel_off) {
         tp_gather(m, A->head_full, hw, VlD, model_bf16_wire(m, th, OPS_LMHEAD_CE)); /* GEMMs */
         hw = A->head_full;
-        if (hg) zero(hg = A->dhead_full, VlD * m->tp.size);
+        if (hg) ops_zero(hg = A->dhead_full, VlD * m->tp.size);
     }
     double loss = th->lmhead_ce(backward ? dxn : NULL, hg, xn, hw, targets, N, D,
                                 m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size,
@@ -952,7 +950,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     } else {
         tp_scatter(m, A->dxn, dxn, (size_t)n * D);
     }
-    zero(A->dres, (size_t)n * D);
+    ops_zero(A->dres, (size_t)n * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
                     A->rstd_f, n, D);
     hook(m, L + 1, MODEL_BWD_END);

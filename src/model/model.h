@@ -196,7 +196,13 @@ typedef struct model_acts model_acts; /* activation buffers (private) */
  * unit 0's parameters and accumulates into its gradients between FWD_BEGIN(L+1) and
  * BWD_END(L+1). */
 typedef enum { MODEL_FWD_BEGIN, MODEL_FWD_END, MODEL_BWD_BEGIN, MODEL_BWD_END } model_phase;
-typedef void (*model_hook_fn)(void *ctx, int unit, model_phase phase);
+/* A hook returns, for a BEGIN phase, which of the unit's parameters it wrote into the bf16
+ * weight copy (w16, where its format is 2-byte bf16) as the bf16 rounding of what it put in
+ * w, so that the model does not convert them again: MODEL_W16_DENSE (all but the unit's EP
+ * expert stacks), MODEL_W16_EXPERTS (those); 0 otherwise (FSDP: a bf16 all-gather received
+ * straight into the copy). */
+enum { MODEL_W16_DENSE = 1, MODEL_W16_EXPERTS = 2 };
+typedef int (*model_hook_fn)(void *ctx, int unit, model_phase phase);
 
 typedef struct {
     model_args args;      /* this rank's shapes (the model's when tp = 1) */

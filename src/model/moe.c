@@ -93,13 +93,13 @@ static void experts_bwd(const ops_table *t, const block_view *w, const block_vie
                         const float *gate, const float *up, float *dy, const model_moe_scratch *s) {
     const size_t RF = (size_t)R * Fe;
     t->swiglu_fwd(s->hact, gate, up, R, Fe);
-    memset(s->dhact, 0, RF * sizeof(float));
+    ops_zero(s->dhact, RF);
     t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D);
-    memset(s->dgate, 0, RF * sizeof(float));
-    memset(s->dup, 0, RF * sizeof(float));
+    ops_zero(s->dgate, RF);
+    ops_zero(s->dup, RF);
     t->swiglu_bwd(s->dgate, s->dup, s->dhact, gate, up, R, Fe);
     float *dx = dy; /* dy is consumed: reuse it for d(x) */
-    memset(dx, 0, (size_t)R * D * sizeof(float));
+    ops_zero(dx, (size_t)R * D);
     t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe);
     t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe);
 }

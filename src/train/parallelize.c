@@ -12,8 +12,11 @@ _Static_assert((int)MODEL_FWD_BEGIN == (int)DIST_FWD_BEGIN &&
                    (int)MODEL_BWD_END == (int)DIST_BWD_END,
                "model and dist phases agree");
 
-static void fsdp_hook(void *ctx, int unit, model_phase p) {
-    dist_fsdp_hook(ctx, unit, (dist_phase)p);
+static int fsdp_hook(void *ctx, int unit, model_phase p) {
+    const int in16 = dist_fsdp_hook(ctx, unit, (dist_phase)p);
+    /* dist's local part is the unit's EP expert stacks (train_setup_fsdp) */
+    return (in16 & DIST_W16_DENSE ? MODEL_W16_DENSE : 0) |
+           (in16 & DIST_W16_LOCAL ? MODEL_W16_EXPERTS : 0);
 }
 
 /* The parameters some fp32 op reads (model_param_prec), as spans of the flat buffer, adjacent
@@ -70,6 +73,9 @@ int train_setup_fsdp(model *m, const dist_mesh *mesh, const train_opts *o, dist_
                        .w = m->w,
                        .g = m->g,
                        .gather_bf16 = m->prec == OPS_PREC_BF16 && !o->transport_f32,
+                       /* a 2-byte copy takes the bf16 gathers as they arrive */
+                       .w16 =
+                           m->w16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t) ? m->w16 : NULL,
                        .exact = exact,
                        .n_exact = n_exact};
     int rc = dist_fsdp_new(f, mesh, &c, err);
