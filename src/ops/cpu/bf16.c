@@ -275,6 +275,7 @@ typedef struct {
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of user scratchpad its execution needs */
     int busy;       /* executions in progress: a busy entry is never replaced */
+    unsigned gen;   /* which primitive the entry holds (a refill bumps it): tl_mem's key */
 } dnnl_entry;
 
 /* Attention's tile products alone are ~5 shapes per 64 rows of sequence (attention_gemm.c),
@@ -312,6 +313,7 @@ static dnnl_entry *index_find(const dnnl_entry *k) {
     return NULL;
 }
 static dnnl_engine_t g_engine;
+static unsigned g_gen; /* the last dnnl_entry.gen handed out (under the lock) */
 static pthread_mutex_t g_dnnl_lock = PTHREAD_MUTEX_INITIALIZER;
 /* One stream per thread: GEMMs run concurrently from the threads of a parallel region
  * (attention's tiles); every primitive uses a user scratchpad (below), the mode oneDNN
@@ -331,6 +333,57 @@ static void *scratch_get(size_t n) {
         tl_scratch_n = n;
     }
     return tl_scratch;
+}
+
+/* Each thread's memory objects (src, weights, dst, scratchpad) of the primitives it ran,
+ * direct-mapped by cache entry and tagged with its gen: a call points them at its buffers
+ * (dnnl_memory_set_data_handle) instead of creating and destroying four objects, which with
+ * their mallocs were half of a call's ~2.4 us outside the kernel (reference oneDNN build, 1x1x1
+ * matmul, perf): attention alone makes ~1.3e5 calls a step at 0.6B x 2048. Never freed (one
+ * set per pool thread, as the streams). */
+#define TL_MEM 64
+typedef struct {
+    const dnnl_entry *e;
+    unsigned gen;
+    dnnl_memory_t m[4];
+} tl_mem_slot;
+static _Thread_local tl_mem_slot tl_mem[TL_MEM];
+
+static void tl_mem_clear(tl_mem_slot *s) {
+    for (int i = 0; i < 4; i++)
+        if (s->m[i]) dnnl_memory_destroy(s->m[i]);
+    *s = (tl_mem_slot){0};
+}
+
+/* *out = the memory objects of entry e's primitive pointed at A, B, C and scratch (the fourth
+ * only with a scratchpad): this thread's cached ones, or, for an entry outside the cache
+ * (cached 0), made in own, which the caller clears. 0 on success. */
+static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void *B, float *C,
+                      void *scratch, tl_mem_slot *own, tl_mem_slot **out) {
+    tl_mem_slot *s = cached ? &tl_mem[(size_t)(e - g_cache) % TL_MEM] : own;
+    if (!cached || s->e != e || s->gen != e->gen) {
+        tl_mem_clear(s);
+        const_dnnl_primitive_desc_t pd;
+        if (dnnl_primitive_get_primitive_desc(e->prim, &pd)) return -1;
+        const dnnl_query_t q[4] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md,
+                                   dnnl_query_scratchpad_md};
+        for (int i = 0; i < (scratch ? 4 : 3); i++)
+            if (dnnl_memory_create(&s->m[i], dnnl_primitive_desc_query_md(pd, q[i], 0), g_engine,
+                                   DNNL_MEMORY_NONE)) {
+                tl_mem_clear(s);
+                return -1;
+            }
+        s->e = e;
+        s->gen = e->gen;
+    }
+    void *h[4] = {(void *)A, (void *)B, C, scratch};
+    for (int i = 0; i < (scratch ? 4 : 3); i++)
+        if (!s->m[i] || dnnl_memory_set_data_handle(s->m[i], h[i])) {
+            tl_mem_clear(s);
+            return -1;
+        }
+    *out = s;
+    return 0;
 }
 
 static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k, size_t *scratch) {
@@ -398,6 +451,7 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
             *e = *k;
             e->prim = p;
             e->scratch = scratch;
+            e->gen = ++g_gen;
             if (fresh) {
                 index_put((int)(e - g_cache));
             } else if (!*owned) { /* a key evicted: the index again, from the entries */
@@ -418,45 +472,32 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
  * calling thread alone. */
 static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                           const uint16_t *B, int ldb, int acc, float *C, int ldc) {
-    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL, 0, 0};
+    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL, 0, 0, 0};
     dnnl_entry tmp;
     int owned, rc = -1;
     dnnl_entry *e = bf16_dnnl_get(&key, &tmp, &owned);
     if (!e) return -1;
     if (!tl_stream && dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags))
         tl_stream = NULL;
-    const_dnnl_primitive_desc_t pd;
     void *scratch = e->scratch ? scratch_get(e->scratch) : NULL;
-    if (tl_stream && (!e->scratch || scratch) && !dnnl_primitive_get_primitive_desc(e->prim, &pd)) {
-        dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
-        const dnnl_memory_desc_t *da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
-                                 *db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
-                                 *dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
-                                 *ds =
-                                     dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        if (!dnnl_memory_create(&ma, da, g_engine, (void *)A) &&
-            !dnnl_memory_create(&mb, db, g_engine, (void *)B) &&
-            !dnnl_memory_create(&mc, dc, g_engine, C) &&
-            (!scratch || !dnnl_memory_create(&ms, ds, g_engine, scratch))) {
-            const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma},
-                                            {DNNL_ARG_WEIGHTS, mb},
-                                            {DNNL_ARG_DST, mc},
-                                            {DNNL_ARG_SCRATCHPAD, ms}};
-            /* past this point C may be written: no fallback (it would add the product twice
-             * where acc is set) */
-            if (dnnl_primitive_execute(e->prim, tl_stream, ms ? 4 : 3, args) ||
-                dnnl_stream_wait(tl_stream)) {
-                base_log(BASE_LOG_ERROR, "bf16 engine: oneDNN failed to execute a %dx%dx%d matmul",
-                         M, N, K);
-                abort(); /* a void op cannot report it */
-            }
-            rc = 0;
+    tl_mem_slot own = {0}, *mem;
+    if (tl_stream && (!e->scratch || scratch) &&
+        !tl_mem_get(e, !owned, A, B, C, scratch, &own, &mem)) {
+        const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mem->m[0]},
+                                        {DNNL_ARG_WEIGHTS, mem->m[1]},
+                                        {DNNL_ARG_DST, mem->m[2]},
+                                        {DNNL_ARG_SCRATCHPAD, mem->m[3]}};
+        /* past this point C may be written: no fallback (it would add the product twice
+         * where acc is set) */
+        if (dnnl_primitive_execute(e->prim, tl_stream, scratch ? 4 : 3, args) ||
+            dnnl_stream_wait(tl_stream)) {
+            base_log(BASE_LOG_ERROR, "bf16 engine: oneDNN failed to execute a %dx%dx%d matmul", M,
+                     N, K);
+            abort(); /* a void op cannot report it */
         }
-        if (ma) dnnl_memory_destroy(ma);
-        if (mb) dnnl_memory_destroy(mb);
-        if (mc) dnnl_memory_destroy(mc);
-        if (ms) dnnl_memory_destroy(ms);
+        rc = 0;
     }
+    tl_mem_clear(&own);
     if (owned) {
         dnnl_primitive_destroy(e->prim);
     } else {
