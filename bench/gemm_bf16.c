@@ -17,8 +17,12 @@
  * and x / dy converted per call (as titan's bf16 path), its result checked against the
  * emulated bf16 product (both multiply the same bf16 values exactly and sum in fp32).
  *
- * usage: bench_gemm_bf16 [REPEATS] [small]   (cmake --build build --target bench_gemm_bf16)
- * Prints GFLOP/s per (shape, product, path) and bf16 / fp32 ratios. */
+ * usage: bench_gemm_bf16 [REPEATS] [small|calls]   (cmake --build build --target bench_gemm_bf16)
+ * Prints GFLOP/s per (shape, product, path) and bf16 / fp32 ratios. `calls`: the time of one
+ * call at a 1x1x1 product (the engine's overhead per call alone) and at attention/bf16's task
+ * shapes at 0.6B x 2048 (64 query rows, ~1024 keys, head_dim 128: S = Q K^T and O = P V, as
+ * x W^T products), which it calls ~1.3e5 times a step: whether that overhead matters beside
+ * the products on bf16 units. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +42,8 @@ static const shape g_shapes[] = {
     {"bench FFN", 2048, 1536, 512},
 };
 static const shape g_small[] = {{"small", 256, 1024, 512}};
+static const shape g_calls[] = {
+    {"1x1x1", 1, 1, 1}, {"attention S", 64, 1024, 128}, {"attention O", 64, 128, 1024}};
 
 static float *rnd(size_t n, uint64_t stream) {
     float *p = base_alloc(n * sizeof(float));
@@ -128,7 +134,8 @@ static double mkl_check(const mkl_job *k, const ops_impl *b16) {
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
-    const int small = argc > 2 && !strcmp(argv[2], "small");
+    const int small = argc > 2 && !strcmp(argv[2], "small"),
+              calls = argc > 2 && !strcmp(argv[2], "calls");
     ops_register_builtin();
     const ops_impl *f32 = ops_find(OPS_MATMUL, "default"), *b16 = ops_find(OPS_MATMUL, "bf16");
     printf("bf16 engine: %s; CPU bf16 units: %s; CPU kernels ISA %s\n", ops_bf16_engine(),
@@ -146,8 +153,8 @@ int main(int argc, char **argv) {
                getenv("MKL_THREADING_LAYER") ? getenv("MKL_THREADING_LAYER") : "unset");
     }
     static const char *const prod[] = {"fwd x W^T", "dx = dy W", "dW = dy^T x"};
-    const shape *sh = small ? g_small : g_shapes;
-    const int ns = small ? 1 : (int)(sizeof g_shapes / sizeof g_shapes[0]);
+    const shape *sh = small ? g_small : calls ? g_calls : g_shapes;
+    const int ns = small ? 1 : calls ? 3 : (int)(sizeof g_shapes / sizeof g_shapes[0]);
     for (int s = 0; s < ns; s++) {
         const int N = sh[s].N, OC = sh[s].OC, C = sh[s].C;
         job j = {f32,
@@ -189,6 +196,7 @@ int main(int argc, char **argv) {
             ops_bf16_mirror_remove(j.w);
             printf("  %-12s fp32 %8.1f GFLOP/s | bf16 %8.1f (%.2fx) | bf16 cold %8.1f (%.2fx)",
                    prod[p], flops / tf / 1e9, flops / tm / 1e9, tf / tm, flops / tc / 1e9, tf / tc);
+            if (calls) printf(" | us per call: fp32 %.2f, bf16 %.2f", tf * 1e6, tm * 1e6);
             if (mkl.c) {
                 const double tk = best(mkl_call_any, &mkl, p, reps);
                 printf(" | MKL bf16 %8.1f (%.2fx)", flops / tk / 1e9, tf / tk);
