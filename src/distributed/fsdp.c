@@ -436,7 +436,7 @@ static void start_gather(dist_fsdp *f, int u, int exact) {
         }
     }
     f->pending[u] = rounded ? GOT_ROUNDED : GOT_EXACT;
-    f->pending16[u] = (unsigned char)(rounded ? in16 : 0);
+    f->pending16[u] = (unsigned char)(rounded && f->w16 ? in16 : 0);
     f->st.gathers++;
 }
 

@@ -169,6 +169,12 @@ const char *ops_impl_origin(const ops_impl *impl);
  * environment variable TITAN_ISA=default forces the baseline. */
 const char *ops_cpu_isa(void);
 
+/* ---- zeroing (ops/cpu/zero.c) ---------------------------------------------------------- */
+/* x[0, n) = 0 on the pool's threads (a single thread's stores do not reach the memory
+ * bandwidth of a many-core socket): the backward zeroes ~170 MB of scratch per 0.6B block at
+ * 2048 tokens, since ops accumulate into their gradients. */
+void ops_zero(float *x, size_t n);
+
 /* ---- bf16 (ops/cpu/bf16.c) -----------------------------------------------------------
  * bf16 values are uint16_t bit patterns (the top half of an fp32). */
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept quiet (torch's rounding). */
@@ -177,10 +183,6 @@ void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 /* x[i] = bf16(x[i]) in place (as an fp32 value), and dst[i] = its bits when dst is not NULL:
  * one pass for an activation that is used rounded now and stored for backward. */
 void ops_bf16_round_store(float *x, uint16_t *dst, size_t n);
-/* x[0, n) = 0 on the pool's threads (a single thread's stores do not reach the memory
- * bandwidth of a many-core socket): the backward zeroes ~170 MB of scratch per 0.6B block at
- * 2048 tokens, since ops accumulate into their gradients. */
-void ops_zero(float *x, size_t n);
 /* Whether the CPU has native bf16 dot products (AMX-BF16 or AVX512_BF16). */
 int ops_bf16_native(void);
 /* The engine the bf16 GEMMs run on in this process: "onednn" (oneDNN's matmul primitive,

@@ -433,6 +433,8 @@ static int run_close(run *r, int rc, base_err *err) {
     }
     train_saver_free(r->saver);
     if (r->have_ev) model_free(&r->ev);
+    /* gathers still in flight may be receiving into the model's bf16 copy (dist_fsdp_cfg.w16) */
+    if (r->f) dist_fsdp_release_all(r->f);
     model_free(&r->m);
     model_free(&r->full);
     dist_tp_pieces_free(&r->tpp);

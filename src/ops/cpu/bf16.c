@@ -19,7 +19,6 @@
  * Both give bf16-operand results; they differ from each other in the last bits only. */
 #include "ops/cpu/cpu.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,24 +49,6 @@ void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
     }
 #pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
     for (size_t i = 0; i < n; i++) x[i] = ops_cpu_bf16_value(dst[i] = ops_cpu_bf16_bits(x[i]));
-}
-
-/* One contiguous piece per thread: a piece past glibc's non-temporal threshold is then
- * zeroed with streaming stores (a 2.4 GB gradient buffer: 45-58 ms on 2 threads, against
- * 113-175 ms in 256 KiB chunks, which take the cached path, and 56-232 ms on one thread). */
-void ops_zero(float *x, size_t n) {
-    if (n <= 262144) {
-        memset(x, 0, n * sizeof(float));
-        return;
-    }
-#pragma omp parallel
-    {
-        const size_t T = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-        const size_t piece = (n / T + 15) & ~(size_t)15; /* whole 64-byte lines */
-        const size_t lo = t * piece < n ? t * piece : n,
-                     hi = t + 1 == T || lo + piece > n ? n : lo + piece;
-        memset(x + lo, 0, (hi - lo) * sizeof(float));
-    }
 }
 
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
@@ -335,19 +316,20 @@ static void *scratch_get(size_t n) {
     return tl_scratch;
 }
 
-/* Each thread's memory objects (src, weights, dst, scratchpad) of the primitives it ran,
- * direct-mapped by cache entry and tagged with its gen: a call points them at its buffers
- * (dnnl_memory_set_data_handle) instead of creating and destroying four objects, which with
- * their mallocs were half of a call's ~2.4 us outside the kernel (reference oneDNN build, 1x1x1
- * matmul, perf): attention alone makes ~1.3e5 calls a step at 0.6B x 2048. Never freed (one
- * set per pool thread, as the streams). */
-#define TL_MEM 64
+/* Each thread's memory objects (src, weights, dst, scratchpad) of the primitives it ran, one
+ * slot per cache entry (allocated at the thread's first call: 48 KiB), tagged with the entry's
+ * gen: a call points them at its buffers (dnnl_memory_set_data_handle) instead of creating and
+ * destroying four objects, which with their mallocs were half of a call's ~2 us outside the
+ * kernel (reference oneDNN build, 1x1x1 matmul, perf). One slot per entry, not a smaller
+ * direct-mapped table: attention's tasks cycle through ~5 shapes per 64 positions (~160 at
+ * 2048), which would evict each other. Never freed (one table per pool thread, as the
+ * streams). */
 typedef struct {
     const dnnl_entry *e;
     unsigned gen;
     dnnl_memory_t m[4];
 } tl_mem_slot;
-static _Thread_local tl_mem_slot tl_mem[TL_MEM];
+static _Thread_local tl_mem_slot *tl_mem; /* [DNNL_CACHE] */
 
 static void tl_mem_clear(tl_mem_slot *s) {
     for (int i = 0; i < 4; i++)
@@ -357,11 +339,14 @@ static void tl_mem_clear(tl_mem_slot *s) {
 
 /* *out = the memory objects of entry e's primitive pointed at A, B, C and scratch (the fourth
  * only with a scratchpad): this thread's cached ones, or, for an entry outside the cache
- * (cached 0), made in own, which the caller clears. 0 on success. */
+ * (cached 0) or without memory for the table, made in own, which the caller clears. 0 on
+ * success. */
 static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void *B, float *C,
                       void *scratch, tl_mem_slot *own, tl_mem_slot **out) {
-    tl_mem_slot *s = cached ? &tl_mem[(size_t)(e - g_cache) % TL_MEM] : own;
-    if (!cached || s->e != e || s->gen != e->gen) {
+    tl_mem_slot *s = own;
+    if (cached && (tl_mem || (tl_mem = calloc(DNNL_CACHE, sizeof *tl_mem))))
+        s = &tl_mem[e - g_cache];
+    if (s == own || s->e != e || s->gen != e->gen) {
         tl_mem_clear(s);
         const_dnnl_primitive_desc_t pd;
         if (dnnl_primitive_get_primitive_desc(e->prim, &pd)) return -1;
