@@ -23,6 +23,9 @@
 #              overhead per call) and at attention's task shapes (~1.3e5 calls a step at 0.6B)
 #   attention  titan kernels bench attention at the 0.6B heads (1 x 2048): the tiled fp32
 #              default against attention/bf16 (oneDNN's matmul per product)
+#   profile    one profiled bf16 step at 0.6B (1 x 2048): the time per op, then where the time
+#              outside the ops goes (bench/trace_gaps.py: the bf16 activation store, zeroing,
+#              conversions); PROFILE_ARGS adds options (e.g. a smaller --seq-len to try it)
 #   train      bench/bench_train.sh at the bench model and at 0.6B (1 x 2048): titan fp32 and
 #              bf16 against PyTorch eager / compile in fp32 and bf16 autocast
 # Environment: BUILD=build, OUT=$BUILD/bench-bf16-<date>, THREADS=2, TITAN_BENCH_MKL (optional).
@@ -31,7 +34,7 @@ cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 OUT=${OUT:-$BUILD/bench-bf16-$(date -u +%Y%m%d-%H%M)}
 THREADS=${THREADS:-2}
-STEPS_ONLY=${STEPS_ONLY:-cpu engine impls gemm attention train}
+STEPS_ONLY=${STEPS_ONLY:-cpu engine impls gemm attention profile train}
 mkdir -p "$OUT" || exit 1
 
 want() { [[ " $STEPS_ONLY " == *" $1 "* ]]; }
@@ -75,6 +78,17 @@ if want attention; then
       "attention/$impl" --flavor 0.6B --batch 1 --seq 2048 --min-time 1 >> "$OUT/attention.txt" 2>&1 || rc=1
   done
   grep -E '^attention' "$OUT/attention.txt"
+fi
+if want profile; then
+  d="$OUT/profile-run"
+  # shellcheck disable=SC2086 # PROFILE_ARGS: words on purpose
+  OMP_NUM_THREADS=$THREADS "$BUILD/titan" train --flavor 0.6B --random-tokens --batch 1 \
+    --seq-len 2048 --steps 3 --training.mixed_precision_param=bfloat16 \
+    --profiling.enable_profiling=true --profiling.profile_freq=3 --profiling.profiler_active=1 \
+    --profiling.profiler_warmup=1 --dump-folder "$d" ${PROFILE_ARGS:-} > "$OUT/profile.txt" 2>&1 &&
+    python3 bench/trace_gaps.py "$d/profile_traces/iteration_3/rank0_trace.json" \
+      >> "$OUT/profile.txt" 2>&1 || rc=1
+  sed -n '/op (all layers)/,$p' "$OUT/profile.txt"
 fi
 if want train; then
   for shape in bench 0.6B; do
