@@ -1056,6 +1056,35 @@ static void test_bf16_held(void) {
         base_free(dw1), base_free(wv), base_free(scratch), base_free(dwv);
 }
 
+/* ops_zero: every element of x[0, n) zero and nothing outside it written, at lengths around
+ * its serial threshold (262144) and around the per-thread pieces' 16-float rounding, on 1, 2, 3
+ * and 7 threads (a piece may be empty or the last one longer). */
+static void test_zero(void) {
+    static const size_t lens[] = {0, 1, 17, 262144, 262145, 262159, 1000003};
+    static const int threads[] = {1, 2, 3, 7};
+    const size_t pad = 64, cap = 1000003 + 2 * pad;
+    float *buf = malloc(cap * sizeof(float));
+    if (!buf) exit(2);
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+            const size_t n = lens[li];
+            for (size_t i = 0; i < n + 2 * pad; i++) buf[i] = 1.0f + (float)(i % 7);
+            omp_set_num_threads(threads[ti]);
+            ops_zero(buf + pad, n);
+            size_t bad = 0;
+            for (size_t i = 0; i < n + 2 * pad; i++) {
+                const int inside = i >= pad && i < pad + n;
+                bad += inside ? buf[i] != 0.0f : buf[i] != 1.0f + (float)(i % 7);
+            }
+            char what[96], detail[64];
+            snprintf(what, sizeof what, "ops_zero n=%zu on %d threads", n, threads[ti]);
+            snprintf(detail, sizeof detail, "%zu elements wrong", bad);
+            check_true(what, bad == 0, detail);
+        }
+    omp_set_num_threads(2);
+    free(buf);
+}
+
 int main(void) {
     test_bwd_weights();
     test_embedding();
@@ -1073,6 +1102,7 @@ int main(void) {
     test_gemm16_shapes();
     test_registry();
     test_determinism();
+    test_zero();
     printf("max error per op:");
     for (int c = 0; c < E_NCAT; c++)
         printf(" %s %.2e%s", g_cat_names[c], g_cat_max[c], c + 1 < E_NCAT ? "," : "\n");
