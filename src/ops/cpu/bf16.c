@@ -325,8 +325,7 @@ static void *scratch_get(size_t n) {
  * 2048), which would evict each other. Never freed (one table per pool thread, as the
  * streams). */
 typedef struct {
-    const dnnl_entry *e;
-    unsigned gen;
+    unsigned gen; /* the gen of the entry its objects were made for (0: none; gens start at 1) */
     dnnl_memory_t m[4];
 } tl_mem_slot;
 static _Thread_local tl_mem_slot *tl_mem; /* [DNNL_CACHE] */
@@ -346,7 +345,7 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
     tl_mem_slot *s = own;
     if (cached && (tl_mem || (tl_mem = calloc(DNNL_CACHE, sizeof *tl_mem))))
         s = &tl_mem[e - g_cache];
-    if (s == own || s->e != e || s->gen != e->gen) {
+    if (s == own || s->gen != e->gen) {
         tl_mem_clear(s);
         const_dnnl_primitive_desc_t pd;
         if (dnnl_primitive_get_primitive_desc(e->prim, &pd)) return -1;
@@ -358,7 +357,6 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
                 tl_mem_clear(s);
                 return -1;
             }
-        s->e = e;
         s->gen = e->gen;
     }
     void *h[4] = {(void *)A, (void *)B, C, scratch};
