@@ -4,11 +4,10 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
 
-/* Column tiles of the dw reduction: a multiple of one AVX-512 vector of floats, at most
- * RMS_COL_MAX columns (a 4 KiB double accumulator on the stack). */
-#define RMS_COL_TILE 16
-#define RMS_COL_MAX 512
+#include "base/base.h"
 
 /* One row: o = w * (x * rstd). Both forwards go through it, so add_rmsnorm's out is
  * rmsnorm_fwd(h) bit for bit (backward recomputes the norm with rmsnorm_fwd). */
@@ -46,52 +45,70 @@ void KFN(ops_cpu_add_rmsnorm_fwd)(float *h, float *out, float *rstd, const float
     }
 }
 
+/* Row blocks of the fused backward: a fixed count (a function of N only, never of the thread
+ * count), so dw's summation order, and with it its bits, is the same on any number of threads. */
+#define RMS_BWD_BLOCKS 128
+
+/* dinp of one row: dinp += rstd * (g - xhat * mean(g * xhat)). */
+static inline void rms_bwd_row(float *restrict dx, const float *restrict dy, const float *restrict x,
+                               const float *restrict w, float r, int C) {
+    double dot = 0.0; /* sum of g * xhat */
+#pragma omp simd reduction(+ : dot)
+    for (int c = 0; c < C; c++) dot += (double)(dy[c] * w[c]) * (double)(x[c] * r);
+    float mean = (float)(dot / (double)C);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xhat = x[c] * r;
+        float g = dy[c] * w[c];
+        dx[c] += r * (g - xhat * mean);
+    }
+}
+
 /* With xhat = x * rstd and g = dout * w:
  *   dinp += rstd * (g - xhat * mean(g * xhat)),   dw += sum over rows of dout * xhat.
- * dinp is parallel over rows; dw over column tiles, each walking the rows in order with
- * double accumulators, so both are bitwise independent of the thread count. */
+ * One pass over memory: the rows are cut into RMS_BWD_BLOCKS fixed blocks; a thread takes a
+ * block's rows one at a time, writes their dinp and adds their dw terms into the block's partial
+ * sums (double, C per block) while the row is still in L1. dw is then each column's block partials
+ * summed in block order. Each term dout * float(x * rstd) is exact in double (two 24-bit
+ * mantissas), so the blocked order changes dw's double sum only by its own rounding (a float dw
+ * differs from the row-ordered sum only at a rounding tie), and the result is bitwise independent
+ * of the thread count. (Two passes, dinp by rows then dw by column tiles over all rows, read dout
+ * and inp twice: 24 instead of 16 bytes an element, and the second read from DRAM.) */
 void KFN(ops_cpu_rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const float *inp,
                               const float *w, const float *rstd, int N, int C) {
-    if (dinp) {
+    if (N <= 0 || C <= 0 || (!dinp && !dw)) return;
+    const int nb = N < RMS_BWD_BLOCKS ? N : RMS_BWD_BLOCKS;
+    double *part = NULL; /* [nb, C] the blocks' dw partial sums */
+    if (dw) {
+        part = malloc(sizeof(double) * (size_t)nb * (size_t)C);
+        if (!part) { /* the op returns void: running out of memory here is fatal */
+            base_log(BASE_LOG_ERROR, "rmsnorm_bwd: out of memory (%d x %d partial sums)", nb, C);
+            abort();
+        }
+    }
 #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
+    for (int b = 0; b < nb; b++) {
+        const int n0 = (int)((int64_t)N * b / nb), n1 = (int)((int64_t)N * (b + 1) / nb);
+        double *restrict acc = part ? part + (size_t)b * C : NULL;
+        if (acc)
+            for (int c = 0; c < C; c++) acc[c] = 0.0;
+        for (int n = n0; n < n1; n++) {
             const float *restrict x = inp + (size_t)n * C;
             const float *restrict dy = dout + (size_t)n * C;
-            float *restrict dx = dinp + (size_t)n * C;
-            float r = rstd[n];
-            double dot = 0.0; /* sum of g * xhat */
-#pragma omp simd reduction(+ : dot)
-            for (int c = 0; c < C; c++) dot += (double)(dy[c] * w[c]) * (double)(x[c] * r);
-            float mean = (float)(dot / (double)C);
+            const float r = rstd[n];
+            if (dinp) rms_bwd_row(dinp + (size_t)n * C, dy, x, w, r, C);
+            if (acc) {
 #pragma omp simd
-            for (int c = 0; c < C; c++) {
-                float xhat = x[c] * r;
-                float g = dy[c] * w[c];
-                dx[c] += r * (g - xhat * mean);
+                for (int c = 0; c < C; c++) acc[c] += (double)dy[c] * (double)(x[c] * r);
             }
         }
     }
-    if (dw) {
-        /* Column tiles as wide as the threads allow, up to RMS_COL_MAX: each row visit then
-         * reads a contiguous run (a 16-column tile would touch a new page per row once rows
-         * are a few KB apart: 2.2 GB/s at dim 2048). The width does not change the bits:
-         * every column still sums its rows in order. */
-        int width = (C + omp_get_max_threads() - 1) / omp_get_max_threads();
-        width = (width + RMS_COL_TILE - 1) / RMS_COL_TILE * RMS_COL_TILE;
-        if (width > RMS_COL_MAX) width = RMS_COL_MAX;
-        const int ntiles = (C + width - 1) / width;
-#pragma omp parallel for schedule(static)
-        for (int tile = 0; tile < ntiles; tile++) {
-            const int c0 = tile * width, wd = C - c0 < width ? C - c0 : width;
-            double acc[RMS_COL_MAX] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *restrict x = inp + (size_t)n * C + c0;
-                const float *restrict dy = dout + (size_t)n * C + c0;
-                float r = rstd[n];
-#pragma omp simd
-                for (int j = 0; j < wd; j++) acc[j] += (double)dy[j] * (double)(x[j] * r);
-            }
-            for (int j = 0; j < wd; j++) dw[c0 + j] += (float)acc[j];
-        }
+    if (!dw) return;
+#pragma omp parallel for schedule(static) if (parallel : (size_t)nb * C > 65536)
+    for (int c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int b = 0; b < nb; b++) s += part[(size_t)b * C + c];
+        dw[c] += (float)s;
     }
+    free(part);
 }
