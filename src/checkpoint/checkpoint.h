@@ -347,6 +347,9 @@ int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err);
 int ckpt_step_cleanup(const char *folder, base_err *err);
 /* The newest complete checkpoint's step; -1 (and *step = -1) when there is none. */
 int ckpt_step_latest(const char *folder, int64_t *step);
+/* The newest step-N folder of folder that is NOT a complete titan checkpoint (no
+ * metadata.json: another program's, such as torchtitan's DCP), or -1 (return -1) when none. */
+int ckpt_step_foreign_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */
 int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
                         base_err *err);

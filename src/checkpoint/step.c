@@ -177,6 +177,7 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
 static int64_t step_of(const char *name, const char *suffix) {
     if (strncmp(name, "step-", 5) != 0) return -1;
     const char *p = name + 5;
+    if (p[0] == '0' && p[1] >= '0' && p[1] <= '9') return -1; /* step-04 is not step-4's name */
     int64_t v = 0;
     for (; *p >= '0' && *p <= '9'; p++) {
         if (v > (INT64_MAX - 9) / 10) return -1;
@@ -199,8 +200,10 @@ static int is_real(const char *folder, const char *name, const char *sub) {
 
 /* Complete checkpoints: step-<digits> folders with a metadata.json, sorted ascending. own:
  * only real folders holding a real metadata.json (what this run may prune), not links to
- * checkpoints elsewhere (which may still be resumed from). */
-static int list_steps(const char *folder, int own, int64_t **steps, int *n) {
+ * checkpoints elsewhere (which may still be resumed from). foreign: instead, the step-<digits>
+ * folders WITHOUT a metadata.json (another program's: never this code's, which renames a
+ * folder to step-N only once complete). */
+static int list_steps_of(const char *folder, int own, int foreign, int64_t **steps, int *n) {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(folder);
@@ -211,7 +214,9 @@ static int list_steps(const char *folder, int own, int64_t **steps, int *n) {
         const int64_t v = step_of(e->d_name, "");
         char meta[4200];
         snprintf(meta, sizeof meta, "%s/%s/%s", folder, e->d_name, STEP_META);
-        if (v < 0 || access(meta, R_OK) != 0 || (own && !is_real(folder, e->d_name, STEP_META)))
+        if (v < 0) continue;
+        if (foreign ? !is_real(folder, e->d_name, NULL) || access(meta, F_OK) == 0
+                    : access(meta, R_OK) != 0 || (own && !is_real(folder, e->d_name, STEP_META)))
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -229,6 +234,19 @@ static int list_steps(const char *folder, int own, int64_t **steps, int *n) {
             (*steps)[j - 1] = t;
         }
     return 0;
+}
+
+static int list_steps(const char *folder, int own, int64_t **steps, int *n) {
+    return list_steps_of(folder, own, 0, steps, n);
+}
+
+int ckpt_step_foreign_latest(const char *folder, int64_t *step) {
+    int64_t *s;
+    int n;
+    list_steps_of(folder, 0, 1, &s, &n);
+    *step = n ? s[n - 1] : -1;
+    free(s);
+    return n ? 0 : -1;
 }
 
 int ckpt_step_latest(const char *folder, int64_t *step) {

@@ -227,6 +227,11 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s);
 /* Repositions the loader; fails if the state does not fit this dataset (other files,
  * sizes or encoding: the fingerprint differs) or points outside it. */
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
+/* The tokenizer the dataset's token shards record (the first shard's that records one:
+ * version 2 headers; the loader checks every shard against the run's tokenizer when it has
+ * one): its folder (*path, NUL-terminated) and tokenizer.json's FNV-1a 64. 0 when found, -1
+ * when no shard records one (text, JSON Lines, version 1 shards). */
+int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_t *hash);
 /* One line for logs: files, formats and what is known up front (token shards: documents and
  * tokens; text: paragraphs, counted as read; JSON Lines: streamed, counted as read). */
 void data_loader_describe(const data_loader *l, char *buf, size_t n);

@@ -194,6 +194,48 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Text and JSON Lines files are read as they are: a compressed or binary file would train on
+ * its bytes as "text" (Hugging Face's C4 ships as .json.gz). Refused by its first bytes: a
+ * known compressed or columnar format's magic, or, in a file guessed to be text (auto), a NUL
+ * byte in the first 64 KiB (an explicit dataset_format = "text" takes such bytes as they are;
+ * JSON Lines reports a NUL as invalid JSON at its line). */
+static int check_plain_text(const char *path, int guessed, base_err *err) {
+    static const struct {
+        const char *magic;
+        size_t len;
+        const char *what, *hint;
+    } kinds[] = {
+        {DATA_SHARD_MAGIC, 8, "titan token shard",
+         "set training.dataset_format = \"tokens\" (or \"auto\")"},
+        {"\x1f\x8b", 2, "gzip-compressed file", "decompress it (gunzip)"},
+        {"\x28\xb5\x2f\xfd", 4, "zstd-compressed file", "decompress it (unzstd)"},
+        {"\xfd"
+         "7zXZ\0",
+         6, "xz-compressed file", "decompress it (unxz)"},
+        {"PK\x03\x04", 4, "zip archive", "extract it"},
+        {"PAR1", 4, "Parquet file", "export its text column to JSON Lines"},
+        {"ARROW1", 6, "Arrow file", "export its text column to JSON Lines"},
+    };
+    unsigned char head[65536];
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    const size_t got = fread(head, 1, sizeof head, fp);
+    fclose(fp);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (got >= kinds[k].len && memcmp(head, kinds[k].magic, kinds[k].len) == 0)
+            return base_fail(err,
+                             "%s: a %s, not plain text: titan reads text, JSON Lines and token "
+                             "shards as they are; %s",
+                             path, kinds[k].what, kinds[k].hint);
+    const unsigned char *nul = guessed ? memchr(head, 0, got) : NULL;
+    if (nul)
+        return base_fail(err,
+                         "%s: binary data (a NUL byte at offset %zu), not text or JSON Lines: "
+                         "titan reads text, JSON Lines (UTF-8) and token shards (titan tokenize)",
+                         path, (size_t)(nul - head));
+    return 0;
+}
+
 /* Resolves the format of one file and records its size. */
 static int file_init(data_file *f, const char *path, data_format format, base_err *err) {
     struct stat st;
@@ -220,7 +262,14 @@ static int file_init(data_file *f, const char *path, data_format format, base_er
     if (f->format == DATA_FMT_TOKENS) { /* validate the header and offsets now */
         data_shard s;
         if (data_shard_open(&s, path, err)) return -1;
+        if (s.tok_path && !(f->tok_path = strndup(s.tok_path, s.tok_path_len))) {
+            data_shard_close(&s);
+            return base_fail(err, "out of memory");
+        }
+        f->tok_hash = s.tok_hash;
         data_shard_close(&s);
+    } else if (check_plain_text(path, format == DATA_FMT_AUTO && f->format == DATA_FMT_TEXT, err)) {
+        return -1;
     }
     return 0;
 }
@@ -332,7 +381,7 @@ static void close_file(data_reader *r) {
 void data_reader_close(data_reader *r) {
     release_doc(r);
     close_file(r);
-    for (int i = 0; i < r->n_files; i++) free(r->files[i].path);
+    for (int i = 0; i < r->n_files; i++) free(r->files[i].path), free(r->files[i].tok_path);
     free(r->files);
     free(r->field);
     free(r->line);

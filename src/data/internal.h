@@ -11,6 +11,8 @@ typedef struct {
     char *path;
     data_format format; /* resolved: never AUTO */
     int64_t size;       /* bytes, at open */
+    char *tok_path;     /* tokens: the tokenizer folder its header records (version 2), or NULL */
+    uint64_t tok_hash;  /* and its tokenizer.json's FNV-1a 64 */
 } data_file;
 
 /* A validated, mmap'ed token shard. */

@@ -104,7 +104,8 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
             l->ids.n = 0;
             if (data_tok_encode(l->cfg.enc.tok, d->text, d->len, &l->ids, err)) return -1;
             if (reserve(l, l->ids.n)) goto oom;
-            memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
+            if (l->ids.n) /* an empty document has no ids (and buf may not exist yet) */
+                memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
             l->len += l->ids.n;
         } else { /* byte tokens: a text paragraph keeps its separator (there is no eos) */
             const size_t n = d->len + d->sep;
@@ -247,6 +248,16 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err 
     }
     consume(l, (int64_t)need);
     return 1;
+}
+
+int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_t *hash) {
+    for (int i = 0; i < l->rd.n_files; i++)
+        if (l->rd.files[i].format == DATA_FMT_TOKENS && l->rd.files[i].tok_path) {
+            *path = l->rd.files[i].tok_path;
+            *hash = l->rd.files[i].tok_hash;
+            return 0;
+        }
+    return -1;
 }
 
 void data_loader_describe(const data_loader *l, char *buf, size_t n) {

@@ -830,20 +830,20 @@ static void block_backward(model *m, int l, layer_acts *la) {
                      hd);
     if (held_o) ops_bf16_release(la->o);
     if (held_v) ops_bf16_release(la->v);
+    /* RoPE's backward in place (dq, dk become the gradients of the normed q, k), then the
+     * q/k norms' into dqn, dkn: d(qp), d(kp) */
+    t->rope_bwd(A->dq, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
+    t->rope_bwd(A->dk, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
     ops_zero(A->dqn, NQ);
     ops_zero(A->dkn, NKV);
-    t->rope_bwd(A->dqn, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
-    t->rope_bwd(A->dkn, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
-    ops_zero(A->dq, NQ); /* reused as d(qp) */
-    ops_zero(A->dk, NKV);
-    t->rmsnorm_bwd(A->dq, g.q_norm, A->dqn, la->qp, w.q_norm, la->q_rstd, N * H, hd);
-    t->rmsnorm_bwd(A->dk, g.k_norm, A->dkn, la->kp, w.k_norm, la->k_rstd, N * G, hd);
+    t->rmsnorm_bwd(A->dqn, g.q_norm, A->dq, la->qp, w.q_norm, la->q_rstd, N * H, hd);
+    t->rmsnorm_bwd(A->dkn, g.k_norm, A->dk, la->kp, w.k_norm, la->k_rstd, N * G, hd);
     t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, A->norm_out, nD, wire16);
     ops_zero(dnf, ND);
     const int held = hold_norm(m, t, nf, (size_t)N * D);
-    t->matmul_bwd(dnf, g.wq, A->dq, nf, w.wq, N, D, H * hd);
-    t->matmul_bwd(dnf, g.wk, A->dk, nf, w.wk, N, D, G * hd);
+    t->matmul_bwd(dnf, g.wq, A->dqn, nf, w.wq, N, D, H * hd);
+    t->matmul_bwd(dnf, g.wk, A->dkn, nf, w.wk, N, D, G * hd);
     t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd);
     if (held) ops_bf16_release(nf);
     tp_scatter(m, A->dnorm, dnf, nD);

@@ -120,7 +120,8 @@ const field g_fields[] = {
     PSTR(model, tokenizer_path, "", NULL, P_USED,
          "deprecated (torchtitan): sets hf_assets_path, with torchtitan's warning"),
     PSTRS(model, converters, P_REFUSE,
-          "torchtitan model converters (float8, mx): not implemented, titan trains in fp32"),
+          "torchtitan model converters (float8, mx): not implemented; titan's GEMMs run in fp32 "
+          "or bf16 (training.mixed_precision_param)"),
     PBOOL(model, print_after_conversion, 0, P_INERT, "print the model after converters"),
 
     STR(training, dataset, "random", NULL,
@@ -192,10 +193,14 @@ const field g_fields[] = {
         "safetensors file / folder under HF names"),
     BOOL(checkpoint, initial_load_in_hf, 0,
          "initial load from a Hugging Face folder: initial_load_path, else model.hf_assets_path"),
-    BOOL(checkpoint, initial_load_model_only, 1, "initial load: weights only"),
+    BOOL(checkpoint, initial_load_model_only, 1,
+         "initial load: weights only; false: the whole training state (optimizer, schedule, "
+         "data position, step) of a titan checkpoint, as torchtitan"),
     BOOL(checkpoint, last_save_model_only, 1, "final save: weights only"),
     BOOL(checkpoint, last_save_in_hf, 0, "final save in Hugging Face format"),
-    STR(checkpoint, export_dtype, "float32", "float32|bfloat16|float16", "final save dtype"),
+    STR(checkpoint, export_dtype, "float32", "float32|bfloat16|float16",
+        "dtype of the Hugging Face exports (last_save_in_hf, hf_export_folder); titan's own "
+        "step-N checkpoints stay float32 (torchtitan: also its last model-only save)"),
     STR(checkpoint, async_mode, "async", "disabled|async|async_with_pinned_mem",
         "save from a snapshot in a background thread when it fits in memory (titan's "
         "default; torchtitan's is disabled)"),

@@ -156,6 +156,8 @@ int train_metrics_close(train_metrics *t, base_err *err);
  * random init is skipped where a load overwrites it. */
 typedef struct {
     char ckdir[4096];    /* the checkpoint folder ("" when checkpoints are off) */
+    char from[4096];     /* the folder of the step-N resumed: ckdir, or (the full-state initial
+                          * load, checkpoint.initial_load_model_only = false) the initial one */
     int64_t resume_step; /* the step-N to resume from; -1: none */
     unsigned load;       /* train_ckpt_part bits the resume loads (a weights-only one: model) */
     int64_t start;       /* training continues after this step */
@@ -175,9 +177,10 @@ void train_ckpt_parts_str(unsigned parts, char *buf, size_t n);
 #define TRAIN_CKPT_ALL 31u /* every train_ckpt_part */
 void train_phase_end(const char *what, double t0);
 /* The tokenizer a run's data is encoded with, as checkpoint metadata "tokenizer":
- * {"path", "tokenizer_json_fnv1a64"} (a tokenizer), "bytes" (byte data) or null (random
- * tokens); NULL when out of memory. */
-struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok);
+ * {"path", "tokenizer_json_fnv1a64"} (a tokenizer; without one, the tokenizer token shards in
+ * loader record), "bytes" (byte data) or null (random tokens); NULL when out of memory. */
+struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok,
+                                    const data_loader *loader);
 
 /* The model's side of parallelism (parallelize.c); dist moves the buffers. */
 /* FSDP over the model's units: the model computes on the full (virtual) buffers (m->w, m->g

@@ -27,33 +27,56 @@ void train_ckpt_parts_str(unsigned parts, char *buf, size_t n) {
             at += (size_t)snprintf(buf + at, n - at, " %s", part_names[i]);
 }
 
-int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
-    memset(p, 0, sizeof *p);
-    p->resume_step = -1;
-    if (!o->ckpt.enable) return 0;
-    train_ckpt_folder(o, p->ckdir, sizeof p->ckdir);
-    int64_t step = o->ckpt.load_step;
-    if (step < 0) ckpt_step_latest(p->ckdir, &step);
-    if (o->ckpt.create_seed) { /* a seed is the first checkpoint of its folder */
-        if (step >= 0)
-            return base_fail(err,
-                             "checkpoint.create_seed_checkpoint: %s already holds step-%lld; a "
-                             "seed checkpoint goes into a folder without checkpoints",
-                             p->ckdir, (long long)step);
-        return 0;
-    }
-    if (step < 0) {
-        p->initial = o->ckpt.initial_load_path;
-        p->skip_init = p->initial != NULL; /* ckpt_source_load writes every weight */
-        return 0;
-    }
+/* A step-N folder of dir without metadata.json: not a titan checkpoint (titan writes step-N.tmp
+ * and renames it once complete), so most likely torchtitan's DCP one (.metadata, *.distcp).
+ * Refused where it is newer than dir's newest titan checkpoint (torchtitan would resume it,
+ * titan would silently train from an older state or from scratch), warned about otherwise. */
+static int check_foreign_steps(const char *dir, int64_t newest, base_err *err) {
+    int64_t foreign = -1;
+    ckpt_step_foreign_latest(dir, &foreign);
+    if (foreign < 0) return 0;
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/step-%lld", dir, (long long)foreign);
+    if (foreign > newest && base_has_file(sub, "config.json"))
+        return base_fail(err,
+                         "%s is a Hugging Face folder (checkpoint.last_save_in_hf writes the last "
+                         "save so), not a titan checkpoint: it holds weights only, so it cannot "
+                         "be resumed. To train on from its weights, set "
+                         "checkpoint.initial_load_path to it with checkpoint.initial_load_in_hf = "
+                         "true and another checkpoint.folder (or job.dump_folder)",
+                         sub);
+    if (foreign > newest)
+        return base_fail(err,
+                         "%s/step-%lld is not a titan checkpoint (no metadata.json: torchtitan's "
+                         "DCP format?) and is newer than any titan checkpoint there, so it cannot "
+                         "be resumed; move it out of %s (or set checkpoint.folder / "
+                         "job.dump_folder elsewhere) to %s",
+                         dir, (long long)foreign, dir,
+                         newest >= 0 ? "resume the newest titan checkpoint" : "start afresh");
+    base_log(BASE_LOG_WARN,
+             "checkpoint: %s/step-%lld is not a titan checkpoint (no metadata.json); "
+             "ignored",
+             dir, (long long)foreign);
+    return 0;
+}
+
+/* The resume of from/step-N: what it loads and from which step training continues. */
+static int plan_resume(const train_opts *o, train_start *p, const char *from, int64_t step,
+                       int initial, base_err *err) {
     char *tj = NULL;
     int world;
-    if (ckpt_step_read_meta(p->ckdir, step, &tj, &world, err)) return -1;
+    if (ckpt_step_read_meta(from, step, &tj, &world, err)) return -1;
     json_t *t = json_loads(tj, 0, NULL);
     free(tj);
     const int model_only = json_is_true(json_object_get(t, "model_only"));
     json_decref(t);
+    if (initial && model_only)
+        return base_fail(err,
+                         "checkpoint.initial_load_model_only = false loads the whole training "
+                         "state, but %s/step-%lld holds weights only (a model-only save): set "
+                         "checkpoint.initial_load_model_only = true to start from its weights",
+                         from, (long long)step);
+    snprintf(p->from, sizeof p->from, "%s", from);
     p->resume_step = step;
     p->load = TRAIN_CKPT_ALL & ~o->ckpt.exclude;
     if (model_only) p->load &= TRAIN_CKPT_MODEL; /* weights only: a fresh start from them */
@@ -67,13 +90,57 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
                          "afresh use another job.dump_folder (or checkpoint.folder) or remove "
                          "%s; to continue, raise training.steps; checkpoint.load_step picks an "
                          "earlier step",
-                         p->ckdir, (long long)step, o->steps, p->ckdir, p->ckdir);
+                         from, (long long)step, o->steps, from, from);
     if (p->start == o->steps)
         base_log(BASE_LOG_INFO,
                  "checkpoint: %s/step-%lld is at training.steps = %d: it is loaded and no step "
                  "is trained (as torchtitan)",
-                 p->ckdir, (long long)step, o->steps);
+                 from, (long long)step, o->steps);
     return 0;
+}
+
+/* checkpoint.initial_load_model_only = false (torchtitan: the initial load restores the whole
+ * state: weights, optimizer, schedule, data position, step): a resume from the initial
+ * source, which must be a titan training checkpoint; saves still go to ckdir. */
+static int plan_initial_full(const train_opts *o, train_start *p, base_err *err) {
+    ckpt_source s;
+    if (ckpt_source_open(&s, o->ckpt.initial_load_path, err)) return -1;
+    if (s.kind != CKPT_SRC_STEP)
+        return base_fail(err,
+                         "checkpoint.initial_load_model_only = false loads the whole training "
+                         "state (optimizer, schedule, data position, step), which only a titan "
+                         "training checkpoint (FOLDER/step-N) holds; %s is %s, weights only: set "
+                         "checkpoint.initial_load_model_only = true",
+                         o->ckpt.initial_load_path, ckpt_source_kind_name(s.kind));
+    return plan_resume(o, p, s.folder, s.step, 1, err);
+}
+
+int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
+    memset(p, 0, sizeof *p);
+    p->resume_step = -1;
+    if (!o->ckpt.enable) return 0;
+    train_ckpt_folder(o, p->ckdir, sizeof p->ckdir);
+    int64_t step = o->ckpt.load_step;
+    if (step < 0) {
+        ckpt_step_latest(p->ckdir, &step);
+        if (check_foreign_steps(p->ckdir, step, err)) return -1;
+    }
+    if (o->ckpt.create_seed) { /* a seed is the first checkpoint of its folder */
+        if (step >= 0)
+            return base_fail(err,
+                             "checkpoint.create_seed_checkpoint: %s already holds step-%lld; a "
+                             "seed checkpoint goes into a folder without checkpoints",
+                             p->ckdir, (long long)step);
+        return 0;
+    }
+    if (step < 0) {
+        if (o->ckpt.initial_load_path && !o->ckpt.initial_load_model_only)
+            return plan_initial_full(o, p, err);
+        p->initial = o->ckpt.initial_load_path;
+        p->skip_init = p->initial != NULL; /* ckpt_source_load writes every weight */
+        return 0;
+    }
+    return plan_resume(o, p, p->ckdir, step, 0, err);
 }
 
 double train_phase_begin(const char *what) {
@@ -86,7 +153,15 @@ void train_phase_end(const char *what, double t0) {
     if (dt >= 1.0) base_log(BASE_LOG_INFO, "%s: done in %.1f s", what, dt);
 }
 
-json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok) {
+json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok, const data_loader *loader) {
+    const char *shard_tok;
+    uint64_t shard_hash;
+    if (!tok && loader && data_loader_shard_tokenizer(loader, &shard_tok, &shard_hash) == 0) {
+        /* token shards trained on without a tokenizer: theirs (never "bytes") */
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)shard_hash);
+        return json_pack("{ss ss}", "path", shard_tok, "tokenizer_json_fnv1a64", hex);
+    }
     if (!tok) return o->data_path ? json_string("bytes") : json_null();
     char hex[17], *abs = realpath(o->tokenizer_dir, NULL); /* generate may run elsewhere */
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)data_tok_fingerprint(tok));

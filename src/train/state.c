@@ -23,7 +23,7 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
     json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY));
-    json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok));
+    json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok, src->loader));
     train_moe_bias_json(root, m);
     if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */
         json_object_set_new(root, "data_loader", json_loads(states, 0, NULL));
@@ -53,10 +53,50 @@ static int load_pieces(const char *dir, int64_t step, const char *const *names, 
     return rc;
 }
 
+/* "bytes", "random tokens" or "the tokenizer PATH (tokenizer.json FNV-1a 64 HASH)". */
+static void tokenizer_str(const json_t *j, char *buf, size_t n) {
+    if (json_is_string(j))
+        snprintf(buf, n, "%s", json_string_value(j));
+    else if (json_is_object(j))
+        snprintf(buf, n, "the tokenizer %s (tokenizer.json FNV-1a 64 %s)",
+                 json_string_value(json_object_get(j, "path")),
+                 json_string_value(json_object_get(j, "tokenizer_json_fnv1a64")));
+    else
+        snprintf(buf, n, "random tokens");
+}
+
+/* A data position is only meaningful with the tokenizer it was counted in: the checkpoint's
+ * "tokenizer" (absent in older ones: not checked) against this run's (by hash: the folder may
+ * have moved). */
+static int check_tokenizer(const json_t *t, const train_opts *o, const train_source *src,
+                           const char *dir, int64_t step, base_err *err) {
+    const json_t *rec = json_object_get(t, "tokenizer");
+    if (!rec) return 0;
+    json_t *now = train_tokenizer_json(o, src->tok, src->loader);
+    const char *const key = "tokenizer_json_fnv1a64";
+    const int same = json_is_object(rec) && json_is_object(now)
+                         ? json_equal(json_object_get(rec, key), json_object_get(now, key))
+                         : json_equal(rec, now);
+    int rc = 0;
+    if (!same) {
+        char was[700], is[700];
+        tokenizer_str(rec, was, sizeof was);
+        tokenizer_str(now, is, sizeof is);
+        rc = base_fail(err,
+                       "%s/step-%lld: its data position was counted with %s, this run's data "
+                       "uses %s: resume with the same tokenizer (model.hf_assets_path), or leave "
+                       "the position out (checkpoint.exclude_from_loading = [\"dataloader\"])",
+                       dir, (long long)step, was, is);
+    }
+    json_decref(now);
+    return rc;
+}
+
 /* The data position of a checkpoint's "train" object: the random-token counter and this
  * rank's loader state. */
-static int restore_data(const json_t *t, train_source *src, const char *dir, int64_t step,
-                        base_err *err) {
+static int restore_data(const json_t *t, const train_opts *o, train_source *src, const char *dir,
+                        int64_t step, base_err *err) {
+    if (check_tokenizer(t, o, src, dir, step, err)) return -1;
     src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
     if (src->loader == NULL) return 0;
     json_t *dl = json_object_get(t, "data_loader"), *dls = json_object_get(t, "data_loaders");
@@ -93,7 +133,7 @@ static void gather_loader_states(const train_source *src, dist_comm *dp, char *s
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
                       const dist_piece *pieces, int n_pieces, optim_adamw *opt, train_source *src,
                       int64_t *tokens_seen, base_err *err) {
-    const char *dir = plan->ckdir;
+    const char *dir = plan->from;
     const int64_t step = plan->resume_step;
     const unsigned load = plan->load;
     char *tj = NULL;
@@ -123,8 +163,14 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
         goto out;
     if ((load & TRAIN_CKPT_MODEL) && train_moe_bias_load(m, t, dir, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
-        base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
-                 (long long)step);
+        if (load & TRAIN_CKPT_MODEL)
+            base_log(BASE_LOG_INFO, "checkpoint: loaded weights of %s/step-%lld (model only)", dir,
+                     (long long)step);
+        else
+            base_log(BASE_LOG_INFO,
+                     "checkpoint: %s/step-%lld holds weights only, and checkpoint."
+                     "exclude_from_loading leaves them out: nothing loaded (a fresh init)",
+                     dir, (long long)step);
         rc = plan->start;
         goto out;
     }
@@ -132,7 +178,7 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
         opt->step = json_integer_value(json_object_get(t, "adam_step"));
     if (load & TRAIN_CKPT_TRAIN_STATE)
         *tokens_seen = json_integer_value(json_object_get(t, "tokens_seen"));
-    if ((load & TRAIN_CKPT_DATALOADER) && restore_data(t, src, dir, step, err)) goto out;
+    if ((load & TRAIN_CKPT_DATALOADER) && restore_data(t, o, src, dir, step, err)) goto out;
     char left_out[80] = ""; /* checkpoint.exclude_from_loading */
     train_ckpt_parts_str(~load & TRAIN_CKPT_ALL, left_out, sizeof left_out);
     base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld%s%s", dir, (long long)step,
@@ -181,7 +227,7 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
     /* checkpoints: resume from the newest (or load_step), else start from initial_load_path */
     const double t_load = base_now();
     if (plan->resume_step >= 0) {
-        base_log(BASE_LOG_INFO, "checkpoint: loading %s/step-%lld ...", plan->ckdir,
+        base_log(BASE_LOG_INFO, "checkpoint: loading %s/step-%lld ...", plan->from,
                  (long long)plan->resume_step);
         if ((*start = resume(o, plan, m, j->f, j->tpp->all, j->tpp->n_all, j->opt, j->src,
                              tokens_seen, err)) < 0)

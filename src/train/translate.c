@@ -53,6 +53,10 @@ const char *model_config_path(const train_config *c) {
 }
 
 static int resolve_model(const train_config *c, model_args *a, base_err *err) {
+    if (c->model.config_path[0] && c->origin[find_field("model", "flavor")].where)
+        base_log(BASE_LOG_WARN,
+                 "model.flavor = \"%s\" is ignored: model.config_path %s names the model",
+                 c->model.flavor, c->model.config_path);
     if (model_config_path(c)[0]) { /* a HF config.json (or a folder holding one) */
         char p[4200];
         const char *cp = model_config_path(c);
@@ -387,6 +391,11 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         if (c->origin[find_field("checkpoint", "enable")].where)
             return NOT_YET(checkpoint, initial_load_path, "needs checkpoint.enable = true");
         c->checkpoint.enable = 1;
+        /* torchtitan ignores initial_load_path while checkpointing is off: say what differs */
+        base_log(BASE_LOG_INFO,
+                 "checkpoint.initial_load_path is set: checkpointing is on (checkpoint.enable = "
+                 "true; saves go to checkpoint.folder, every checkpoint.interval steps and at "
+                 "the end); set checkpoint.enable = false to refuse instead");
     }
     if (c->checkpoint.initial_load_in_hf && !c->checkpoint.enable)
         return NOT_YET(checkpoint, initial_load_in_hf, "needs checkpoint.enable = true");
@@ -520,6 +529,11 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         o->val.steps = (int)c->validation.steps;
         o->val.batch = (int)c->validation.local_batch_size;
         o->val.seq_len = (int)c->validation.seq_len;
+        if (o->model.max_seq_len > 0 && o->val.seq_len > o->model.max_seq_len)
+            return fail_field(c, "validation", "seq_len", err,
+                              "%d is above the model's max_seq_len %d (its RoPE context; "
+                              "model.max_seq_len raises it)",
+                              o->val.seq_len, o->model.max_seq_len);
     }
     if (c->checkpoint.hf_export_folder[0] &&
         !(o->out_dir = output_path(c, c->checkpoint.hf_export_folder)))

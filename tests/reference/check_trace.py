@@ -143,9 +143,9 @@ def main():
         for l in range(L):
             # x, y, h, out [N,D]; rstd [N]; w [D]
             want_bytes[f"layers.{l}/add_rmsnorm_fwd"] = [4 * (4 * N * D + N + D)]
-            # q [B,T,H,hd] or k [B,T,G,hd]: dout read, dinp (a separate buffer) read and
-            # written; cos, sin [T, hd/2] each
-            want_bytes[f"layers.{l}/rope_bwd"] = [4 * (3 * B * T * h * hd + T * hd)
+            # q [B,T,H,hd] or k [B,T,G,hd], in place (the block passes dinp == dout): dout
+            # read, the result written over it; cos, sin [T, hd/2] each
+            want_bytes[f"layers.{l}/rope_bwd"] = [4 * (2 * B * T * h * hd + T * hd)
                                                   for h in (H, G)]
         for name, want in want_bytes.items():
             for e in names[name]:

@@ -185,3 +185,12 @@ if t "${model[@]}" "${run[@]}" --data "$out/shards" --tokenizer "$out/tk2" --ste
 grep -q "shard-00000.tok: shard was written with the tokenizer $(realpath "$tok")" "$out/sh.log" ||
   { cat "$out/sh.log"; fail "shard message"; }
 echo "ok a token shard written with another tokenizer is refused by name"
+# token shards trained on without --tokenizer: the checkpoint records the shards' tokenizer
+# (not "bytes"), so generate decodes with it unasked
+t "${model[@]}" "${run[@]}" --data "$out/shards" --steps 1 --dump-folder "$out/sn" > /dev/null
+grep -q "\"tokenizer\": {\"path\": \"$(realpath "$tok")\"" <("$python" -c "
+import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['train']))" \
+  "$out/sn/checkpoint/step-1/metadata.json") || fail "shards without a tokenizer: record"
+"$titan" "${g[@]}" --model "$out/sn" > "$out/g8.out" 2> "$out/g8.err" ||
+  { cat "$out/g8.err"; fail "generate from a shard-trained checkpoint"; }
+echo "ok token shards without --tokenizer record their tokenizer; generate uses it"

@@ -3,7 +3,10 @@
 # 6 more: the losses and gradient norms of steps 7..12 must be bitwise identical (%.17g).
 # Covered: JSONL + tokenizer data that restarts its epoch mid-run, with gradient
 # accumulation; random tokens; background and synchronous saves; keep_latest_k pruning;
-# a last save that is weights-only (the default) restarting from step 0.
+# a last save that is weights-only (the default) restarting from step 0; the full-state initial
+# load (checkpoint.initial_load_model_only = false: torchtitan's) from another run's step-6,
+# identical to resuming it; resuming with another tokenizer, and a step-N folder that is not a
+# titan checkpoint (torchtitan's DCP, a last_save_in_hf export), refused.
 set -euo pipefail
 titan=$1; shared=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 printf '{"text": "%s"}\n' "The quick brown fox jumps over the lazy dog." "Pack my box with five \
@@ -36,6 +39,54 @@ run() { # name, extra args...
 }
 run jsonl --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2
 run random --random-tokens --set vocab_size=300 --sync-checkpoint
+# the full training state from another run's step-6 (saves go to this run's folder): steps 7..12
+# as the straight run's, and the source folder untouched
+"$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+    --grad-accum 2 --dump-folder "$out/src" --checkpoint-interval 3 --stop-after-step 6 >/dev/null
+cp -r "$out/src/checkpoint/step-6" "$out/step6-copy"
+"$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+    --grad-accum 2 --metrics "$out/init-b.jsonl" --dump-folder "$out/init" \
+    --checkpoint.initial_load_path "$out/src/checkpoint/step-6" \
+    --checkpoint.initial_load_model_only=false > "$out/init.log"
+grep -q "resumed from $out/src/checkpoint/step-6" "$out/init.log" ||
+  { echo "FAIL initial_load_model_only = false: no resume"; cat "$out/init.log"; exit 1; }
+check "initial_load_model_only=false" "$out/jsonl-full.jsonl" "$out/jsonl-a.jsonl" "$out/init-b.jsonl"
+[ -d "$out/init/checkpoint/step-12" ] || { echo "FAIL: no step-12 in the new run's folder"; exit 1; }
+diff -r "$out/step6-copy" "$out/src/checkpoint/step-6" > /dev/null ||
+  { echo "FAIL: the initial load's folder changed"; exit 1; }
+refused() { # name, regex, args... (training must fail with the message)
+  local name=$1 re=$2; shift 2
+  if "$titan" train "${model[@]}" "$@" > "$out/r.log" 2>&1; then
+    echo "FAIL $name: accepted"; cat "$out/r.log"; exit 1; fi
+  grep -qE "$re" "$out/r.log" || { echo "FAIL $name:"; cat "$out/r.log"; exit 1; }
+  echo "ok $name refused: $(grep -E "$re" "$out/r.log" | head -1)"
+}
+# another tokenizer (same ids and specials, another tokenizer.json) against the data position
+cp -r "$shared/data/test_tokenizer" "$out/tok2" && echo " " >> "$out/tok2/tokenizer.json"
+mkdir -p "$out/tk/checkpoint" && cp -r "$out/step6-copy" "$out/tk/checkpoint/step-6"
+refused "resume with another tokenizer" "step-6: its data position was counted with the tokenizer" \
+  --data "$out/docs.jsonl" --tokenizer "$out/tok2" --grad-accum 2 --dump-folder "$out/tk" --checkpoint.enable
+# a step-N folder without metadata.json, newer than the titan ones: not silently skipped
+mkdir -p "$out/tk/checkpoint/step-8" && touch "$out/tk/checkpoint/step-8/__0_0.distcp"
+refused "a newer non-titan step folder" "step-8 is not a titan checkpoint" \
+  --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
+  --dump-folder "$out/tk" --checkpoint.enable
+rm -rf "$out/tk/checkpoint/step-8"
+"$titan" train "${model[@]}" --random-tokens --set vocab_size=300 --steps 2 --dump-folder "$out/lh" \
+  --checkpoint.enable --checkpoint.last_save_in_hf > /dev/null
+refused "a last_save_in_hf export as the newest step" "step-2 is a Hugging Face folder" \
+  --random-tokens --set vocab_size=300 --steps 4 --dump-folder "$out/lh" --checkpoint.enable
+# the full-state initial load needs a titan checkpoint holding the full state
+refused "initial_load_model_only = false from a weights-only step" "holds weights only" \
+  --dump-folder "$out/x1" \
+  --checkpoint.initial_load_path "$out/jsonl/checkpoint/step-12" \
+  --checkpoint.initial_load_model_only=false --data "$out/docs.jsonl" \
+  --tokenizer "$shared/data/test_tokenizer"
+refused "initial_load_model_only = false from a Hugging Face folder" \
+  "only a titan training checkpoint .* holds; .*lh/checkpoint/step-2 is" \
+  --random-tokens --set vocab_size=300 --dump-folder "$out/x2" \
+  --checkpoint.initial_load_path "$out/lh/checkpoint/step-2" \
+  --checkpoint.initial_load_model_only=false
 # keep_latest_k 2 after saves at 3, 6, 9, 12: only 9 and 12 remain
 left=$(ls "$out/jsonl/checkpoint" | tr '\n' ' ')
 [ "$left" = "step-12 step-9 " ] || { echo "FAIL keep_latest_k: left $left"; exit 1; }

@@ -48,6 +48,18 @@ expect "missing validation set" "validation.dataset_path: /nonexistent/val.txt: 
   --validation.enable --validation.dataset_path /nonexistent/val.txt
 expect "dataset glob matching nothing" "training.dataset_path: '$out/none\*.txt' matches no file" \
   --data "$out/none*.txt"
+# compressed or binary files are refused, not trained on as text
+printf '{"text": "hello"}\n' | gzip > "$out/c4.json.gz"
+expect "gzip-compressed dataset" "c4.json.gz: a gzip-compressed file, not plain text.*gunzip" \
+  --data "$out/c4.json.gz"
+printf 'text\0with a NUL' > "$out/bin.txt"
+expect "binary dataset" "bin.txt: binary data \\(a NUL byte at offset 4\\)" --data "$out/bin.txt"
+printf 'TITANTOK\1\0\0\0' > "$out/shard.tok"
+expect "token shard read as text" "shard.tok: a titan token shard, not plain text.*dataset_format" \
+  --data "$out/shard.tok" --training.dataset_format text
+expect "validation seq_len above the model's max" \
+  "validation.seq_len.*5000 is above the model's max_seq_len 4096" \
+  --validation.enable --validation.dataset_path "$out/t.txt" --validation.seq_len 5000
 TITAN_MEM_AVAILABLE=1048576 expect "more memory than available" \
   "memory: this run needs about [0-9.]+ MiB .*but 1.0 MiB is available.*--force" \
   --peak-tflops 1
