@@ -266,7 +266,18 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
     const int existed = base_is_dir(dst);
     base_dir_lock lock;
     if (base_dir_lock_take(&lock, dst, err)) return -1;
-    const int rc = convert(src, dst, opts, err);
+    /* nor into the source itself or a folder holding it (the export's files would mix with
+     * the source's, and a run folder would turn into a Hugging Face one) */
+    char *rs = realpath(src, NULL), *rd = realpath(dst, NULL);
+    const size_t nd = rd ? strlen(rd) : 0;
+    const int inside = rs && rd && !strncmp(rs, rd, nd) && (rs[nd] == 0 || rs[nd] == '/');
+    free(rs);
+    free(rd);
+    const int rc = inside ? base_fail(err,
+                                      "%s: the output folder is (or holds) the source %s: "
+                                      "write the export elsewhere",
+                                      dst, src)
+                          : convert(src, dst, opts, err);
     base_dir_unlock(&lock);
     if (rc && !existed) rmdir(dst); /* the lock's folder, when nothing was written into it */
     return rc;

@@ -1,6 +1,7 @@
 /* Hugging Face folders: export (config.json, sharded safetensors + index in an export dtype,
  * tokenizer files, generation_config.json) and building a model from one. */
 #include <dirent.h>
+#include <jansson.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +295,24 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
     if (o.dtype != CKPT_F32 && o.dtype != CKPT_BF16 && o.dtype != CKPT_F16)
         return base_fail(err, "%s: export dtype %s is not float32, bfloat16 or float16", dir,
                          ckpt_dtype_name(o.dtype));
+    /* what would be copied, checked before anything is written: a missing assets folder or
+     * one without a tokenizer would leave an export no tokenizer loads, silently */
+    if (o.assets_dir && !base_is_dir(o.assets_dir))
+        return base_fail(err, "%s: no such assets folder (the tokenizer files to copy)",
+                         o.assets_dir);
+    if (o.assets_dir && !base_has_file(o.assets_dir, "tokenizer.json"))
+        base_log(BASE_LOG_WARN, "%s has no tokenizer.json: the export in %s gets no tokenizer",
+                 o.assets_dir, dir);
+    if (o.generation_config) {
+        json_error_t je;
+        json_t *g = json_load_file(o.generation_config, JSON_REJECT_DUPLICATES, &je);
+        if (!g)
+            return base_fail(err, "%s: not valid JSON: %s (line %d column %d)", o.generation_config,
+                             je.text, je.line, je.column);
+        const int obj = json_is_object(g);
+        json_decref(g);
+        if (!obj) return base_fail(err, "%s: not a JSON object", o.generation_config);
+    }
     if (base_mkdir_p(dir, err)) return -1;
 
     /* the weights, and the names of the weight files this export wrote */

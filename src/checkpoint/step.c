@@ -322,6 +322,18 @@ int ckpt_step_cleanup(const char *folder, base_err *err) {
 }
 
 /* ckpt_step_read_meta, and the format version (1 or 2). */
+/* Whether "shards" differs from the list a save writes: rank r's file name at index r. */
+static int shards_bad(const json_t *shards, int world) {
+    if (!json_is_array(shards) || json_array_size(shards) != (size_t)world) return 1;
+    for (int r = 0; r < world; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        const json_t *v = json_array_get(shards, (size_t)r);
+        if (!json_is_string(v) || strcmp(json_string_value(v), name)) return 1;
+    }
+    return 0;
+}
+
 static int read_meta(const char *folder, int64_t step, char **train_json, int *world, int *version,
                      base_err *err) {
     char path[4200];
@@ -352,6 +364,9 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
         bad = "\"world_size\" is not a positive integer";
     else if (!json_is_object(tr))
         bad = "\"train\" is not an object";
+    else if (shards_bad(json_object_get(root, "shards"), (int)json_integer_value(ws)))
+        bad = "\"shards\" is not [\"rank-00000.safetensors\", ...] for each of the world_size "
+              "ranks (the files a step-N holds)";
     if (bad) {
         if (root) json_decref(root);
         return base_fail(err, "%s: %s", path, bad);

@@ -1,5 +1,6 @@
 /* train: the resumable state (see internal.h). */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,7 +248,24 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
         }
         for (int u = 0; u < m->n_units; u++) dist_fsdp_store_unit(j->f, u);
     }
-    if (plan->resume_step >= 0 || plan->initial) train_phase_end("checkpoint: loading", t_load);
+    if (plan->resume_step >= 0 || plan->initial) {
+        /* a NaN or inf in a loaded weight would only surface steps later, as a non-finite
+         * gradient: refused here, naming the parameter and the source */
+        const int loaded = (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_MODEL)) ||
+                           plan->initial; /* then the sum of squares: one parallel pass */
+        const char *bad = loaded && !isfinite(optim_sumsq(dist_fsdp_shard_params(j->f),
+                                                          dist_fsdp_shard_len(j->f)))
+                              ? train_first_nonfinite(m, j->f, 0)
+                              : NULL;
+        if (bad) {
+            if (plan->initial)
+                return base_fail(err, "%s: weight %s holds a NaN or an infinity", plan->initial,
+                                 bad);
+            return base_fail(err, "%s/step-%lld: weight %s holds a NaN or an infinity", plan->from,
+                             (long long)plan->resume_step, bad);
+        }
+        train_phase_end("checkpoint: loading", t_load);
+    }
     return 0;
 }
 

@@ -4,21 +4,20 @@
 
 #include "train/internal.h"
 
-/* Names the first parameter with a non-finite gradient (for the error message): by
- * parameter when this rank's shard is the whole buffer, else by unit. */
-static const char *first_nonfinite_param(const model *m, const dist_fsdp *f) {
-    const float *gs = dist_fsdp_shard_grads(f);
-    if (gs != m->g) {
+const char *train_first_nonfinite(const model *m, const dist_fsdp *f, int grads) {
+    const float *shard = grads ? dist_fsdp_shard_grads(f) : dist_fsdp_shard_params(f),
+                *whole = grads ? m->g : m->w;
+    if (shard != whole) {
         for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
-            if (!isfinite(gs[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
-        return "(none found)";
+            if (!isfinite(shard[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
+        return NULL;
     }
     for (int i = 0; i < m->n_params; i++) {
-        const float *g = m->g + m->params[i].offset;
+        const float *x = whole + m->params[i].offset;
         for (size_t k = 0; k < m->params[i].numel; k++)
-            if (!isfinite(g[k])) return m->params[i].name;
+            if (!isfinite(x[k])) return m->params[i].name;
     }
-    return "(none found)";
+    return NULL;
 }
 
 int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err) {
@@ -117,7 +116,9 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
                              "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
                              "non-finite gradient: %s; stopping (the last checkpoint is intact)",
                              step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
-                             l / (valid ? (double)valid : 1.0), first_nonfinite_param(m, f));
+                             l / (valid ? (double)valid : 1.0),
+                             train_first_nonfinite(m, f, 1) ? train_first_nonfinite(m, f, 1)
+                                                            : "(none found)");
     }
     if (mesh->dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
         dist_fsdp_sync_replicas(f);

@@ -404,10 +404,10 @@ static int run_finish(run *r, base_err *err) {
         const double n = ntok_per_step(o), t = (double)r->tokens_total;
         printf("summary: steps=%d tokens_per_s=%.2f tokens_per_s_per_rank=%.2f mfu=%.2f "
                "peak_rss_gib=%.3f comm_s_per_step=%.4f step_s=%.4f ranks=%d\n",
-               o->steps, tps * mesh->dp_size, tps, mfu, rss, t ? r->comm_total * n / t : 0,
+               r->last, tps * mesh->dp_size, tps, mfu, rss, t ? r->comm_total * n / t : 0,
                t ? r->t_total * n / t : 0, mesh->world);
     } else {
-        printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", o->steps, tps,
+        printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", r->last, tps,
                mfu, rss);
     }
     if ((o->out_dir || o->sample_tokens > 0) && run_gather_whole(r, err)) return -1;

@@ -480,6 +480,18 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                                  .eps = c->optimizer.eps,
                                  .weight_decay = c->optimizer.weight_decay};
     o->lr.warmup_steps = c->lr_scheduler.warmup_steps;
+    {
+        const int64_t n =
+            c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
+        /* clamped by the schedule; torchtitan's warning, where warmup_steps was set (its
+         * default, 200, is above any short run's steps) */
+        if (c->lr_scheduler.warmup_steps > n &&
+            c->origin[find_field("lr_scheduler", "warmup_steps")].where)
+            base_log(BASE_LOG_WARN,
+                     "Warmup steps (%lld) exceed total steps (%lld). Adjusting warmup steps to "
+                     "%lld.",
+                     (long long)c->lr_scheduler.warmup_steps, (long long)n, (long long)n);
+    }
     o->lr.total_steps = c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : 0;
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
     optim_decay_type_parse(c->lr_scheduler.decay_type, &o->lr.decay_type);
@@ -516,6 +528,11 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                            (long long)p.freq, (long long)p.active, (long long)p.warmup);
         if (!(o->prof.dir = output_path(c, c->profiling.save_traces_folder)))
             return NOT_YET(profiling, save_traces_folder, "must name a folder (or out of memory)");
+        if (p.freq > c->training.steps)
+            base_log(BASE_LOG_WARN,
+                     "profiling.profile_freq = %lld is above training.steps = %lld: no step is "
+                     "traced",
+                     (long long)p.freq, (long long)c->training.steps);
         const int64_t cap = 1 << 30; /* past any run's steps (int) */
         o->prof.freq = (int)(p.freq < cap ? p.freq : cap);
         o->prof.active = (int)(p.active < cap ? p.active : cap);

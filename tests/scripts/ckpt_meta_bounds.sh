@@ -31,6 +31,8 @@ refused "random_tokens_counter a string" 's/"random_tokens_counter": ([0-9]+)/"r
   "bad/$meta: train.random_tokens_counter is of another type, not an integer"
 refused "model_only not a boolean" 's/"model_only": false/"model_only": 0/' \
   "bad/$meta: train.model_only is not a boolean"
+refused "shards naming another file" 's/"rank-00000.safetensors"/"..\/..\/..\/base.toml"/' \
+  "bad/$meta: \"shards\" is not \[\"rank-00000.safetensors\", ...\]"
 # the untouched checkpoint resumes
 "$titan" "${args[@]}" --dump-folder "$out/good" > "$out/o" 2>&1 && grep -q "resumed from" "$out/o" ||
   { echo "FAIL: the intact checkpoint does not resume:"; cat "$out/o"; fail=1; }

@@ -194,3 +194,21 @@ import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['train']))" \
 "$titan" "${g[@]}" --model "$out/sn" > "$out/g8.out" 2> "$out/g8.err" ||
   { cat "$out/g8.err"; fail "generate from a shard-trained checkpoint"; }
 echo "ok token shards without --tokenizer record their tokenizer; generate uses it"
+# a NaN in a checkpoint's weights is refused at load, naming the weight (not steps later as a
+# non-finite gradient)
+mkdir -p "$out/nan/checkpoint" && cp -r "$out/a/checkpoint/step-3" "$out/nan/checkpoint/"
+"$python" - "$out/nan/checkpoint/step-3/rank-00000.safetensors" <<'EOF2'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+off = 8 + n + h["model"]["data_offsets"][0] + 4 * 100  # the 101st weight: tok_embeddings
+b[off:off + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(b)
+EOF2
+if t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 6 --dump-folder "$out/nan" \
+    > "$out/nan.log" 2>&1; then fail "a NaN weight was resumed"; fi
+grep -q "nan/checkpoint/step-3: weight tok_embeddings.weight holds a NaN or an infinity" \
+  "$out/nan.log" || { cat "$out/nan.log"; fail "NaN weight message"; }
+echo "ok a NaN weight in a checkpoint is refused at load, named"

@@ -108,6 +108,27 @@ echo "ok a checkpoint of another model is refused"
 "$titan" convert "$out/jsonl/checkpoint/step-9" "$out/hf9" --dtype bfloat16 > /dev/null
 "$titan" inspect "$out/hf9" > "$out/inspect.log" || { cat "$out/inspect.log"; exit 1; }
 echo "ok step-9 converts to an HF folder (bf16) that inspects clean"
+# convert refuses, before writing anything: into its own source (or a folder holding it), a
+# missing assets folder, a generation config that is not JSON
+before=$(ls -A "$out/jsonl/checkpoint/step-9")
+refused_cv() { # name, regex, convert args...
+  local name=$1 re=$2; shift 2
+  if "$titan" convert "$@" > "$out/cv.log" 2>&1; then echo "FAIL convert $name: accepted"; exit 1; fi
+  grep -qE "$re" "$out/cv.log" || { echo "FAIL convert $name:"; cat "$out/cv.log"; exit 1; }
+  echo "ok convert $name refused"
+}
+refused_cv "into its source" "the output folder is \(or holds\) the source" \
+  "$out/jsonl/checkpoint/step-9" "$out/jsonl/checkpoint/step-9"
+refused_cv "into a folder holding its source" "the output folder is \(or holds\) the source" \
+  "$out/jsonl/checkpoint/step-9" "$out/jsonl"
+[ "$(ls -A "$out/jsonl/checkpoint/step-9")" = "$before" ] && [ ! -e "$out/jsonl/config.json" ] ||
+  { echo "FAIL convert wrote into its source"; ls -A "$out/jsonl/checkpoint/step-9"; exit 1; }
+refused_cv "with a missing assets folder" "/nonexistent: no such assets folder" \
+  "$out/jsonl/checkpoint/step-9" "$out/hfa" --assets /nonexistent
+echo '{"bos_token_id": 1,' > "$out/badgen.json"
+refused_cv "with a generation config that is not JSON" "badgen.json: not valid JSON" \
+  "$out/jsonl/checkpoint/step-9" "$out/hfg" --generation-config "$out/badgen.json"
+[ ! -e "$out/hfa" ] && [ ! -e "$out/hfg" ] || { echo "FAIL convert left a folder behind"; exit 1; }
 # titan inspect validates a step checkpoint against the model it names
 "$titan" inspect "$out/jsonl/checkpoint/step-9" > "$out/inspect9.log" &&
   grep -q "ok: every shard opens and the weights buffer fits the model" "$out/inspect9.log" ||
