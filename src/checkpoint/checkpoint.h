@@ -177,6 +177,12 @@ int ckpt_expected(const model *m, ckpt_names names, ckpt_entry **out, int *n, ba
  * shape mismatch and non-floating dtype is listed in one error. A tied model accepts (does
  * not require) an lm_head ("lm_head.weight" / "output.weight"). */
 int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_err *err);
+/* A tied model's lm_head copy in s ("lm_head.weight" / "output.weight"), if any, must be the
+ * embedding emb (fp32, shape[ndim]; NULL: the set's own embedding tensor) bit for bit after
+ * conversion to fp32: what a load accepts (the load and titan inspect both check it here). 0
+ * when absent or equal. */
+int ckpt_check_tied_head(const ckpt_set *s, ckpt_names names, const float *emb, int ndim,
+                         const int64_t *shape, base_err *err);
 /* Checks, then loads every parameter into base (m->w or a buffer of the same layout),
  * converting any floating dtype to fp32, file by file, dropping each tensor's pages once
  * copied (resident memory stays near the model's fp32 size). A tied model's lm_head in the

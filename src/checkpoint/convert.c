@@ -110,6 +110,7 @@ static int inspect_set(const ckpt_set *s, const model_args *a, ckpt_names names,
     int rc = model_describe(&desc, a, err);
     if (rc == 0) rc = ckpt_check_model(&desc, s, names, err);
     model_free(&desc);
+    if (rc == 0 && a->tie_embeddings) rc = ckpt_check_tied_head(s, names, NULL, 0, NULL, err);
     if (rc == 0) printf("ok: the tensors match the model (names, shapes, floating dtypes)\n");
     return rc;
 }
@@ -268,6 +269,7 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
     if (base_dir_lock_take(&lock, dst, err)) return -1;
     /* nor into the source itself or a folder holding it (the export's files would mix with
      * the source's, and a run folder would turn into a Hugging Face one) */
+    base_err why;
     char *rs = realpath(src, NULL), *rd = realpath(dst, NULL);
     const size_t nd = rd ? strlen(rd) : 0;
     const int inside = rs && rd && !strncmp(rs, rd, nd) && (rs[nd] == 0 || rs[nd] == '/');
@@ -277,7 +279,10 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
                                       "%s: the output folder is (or holds) the source %s: "
                                       "write the export elsewhere",
                                       dst, src)
-                          : convert(src, dst, opts, err);
+                          : convert(src, dst, opts, &why);
+    if (rc && !inside) /* every failure names the source (out of memory for its model too) */
+        strstr(why.msg, src) || strstr(why.msg, dst) ? base_fail(err, "%s", why.msg)
+                                                     : base_fail(err, "%s: %s", src, why.msg);
     base_dir_unlock(&lock);
     if (rc && !existed) rmdir(dst); /* the lock's folder, when nothing was written into it */
     return rc;

@@ -325,28 +325,47 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
     if (rc) return rc;
 
     /* A tied model has no lm_head: a file copy is fine only if it equals the embedding. */
-    const ckpt_file *hf = NULL;
-    const ckpt_tensor *head =
-        m->args.tie_embeddings ? ckpt_set_find(s, tied_alias(names), &hf) : NULL;
+    const model_param *emb = m->args.tie_embeddings ? model_find_hf_param(m, HF_EMBED) : NULL;
+    return emb ? ckpt_check_tied_head(s, names, base + emb->offset, emb->ndim, emb->shape, err) : 0;
+}
+
+int ckpt_check_tied_head(const ckpt_set *s, ckpt_names names, const float *emb, int ndim,
+                         const int64_t *shape, base_err *err) {
+    const ckpt_file *hf = NULL, *ef = NULL;
+    const ckpt_tensor *head = ckpt_set_find(s, tied_alias(names), &hf);
     if (!head) return 0;
-    const model_param *emb = model_find_hf_param(m, HF_EMBED);
     const char *en = embed_name(names), *hn = tied_alias(names);
-    if (!emb) return base_fail(err, "%s: tied model has no parameter '%s'", hf->path, en);
-    int same = head->ndim == emb->ndim && ckpt_dtype_is_float(head->dtype);
-    for (int d = 0; same && d < head->ndim; d++) same = head->shape[d] == emb->shape[d];
-    if (!same)
-        return base_fail(err,
-                         "%s: '%s' does not match '%s' (shape or dtype) but the model ties "
-                         "its embeddings",
-                         hf->path, hn, en);
-    float *tmp = base_alloc_uninit(emb->numel * sizeof(float)); /* written whole next */
-    if (!tmp) return base_fail(err, "%s: out of memory", hf->path);
-    rc = ckpt_tensor_to_f32(hf, head, tmp, err);
+    float *own = NULL; /* emb NULL: the set's own embedding, converted */
+    if (!emb) {
+        const ckpt_tensor *e = ckpt_set_find(s, en, &ef);
+        if (!e || !ckpt_dtype_is_float(e->dtype))
+            return base_fail(err, "%s: '%s' without a floating '%s' in a tied model", hf->path, hn,
+                             en);
+        own = base_alloc_uninit((size_t)e->numel * sizeof(float));
+        if (!own) return base_fail(err, "%s: out of memory", ef->path);
+        if (ckpt_tensor_to_f32(ef, e, own, err)) {
+            base_free(own);
+            return -1;
+        }
+        emb = own, ndim = e->ndim, shape = e->shape;
+    }
+    int same = head->ndim == ndim && ckpt_dtype_is_float(head->dtype);
+    size_t numel = 1;
+    for (int d = 0; same && d < ndim; d++) same = head->shape[d] == shape[d];
+    for (int d = 0; same && d < ndim; d++) numel *= (size_t)shape[d];
+    float *tmp = same ? base_alloc_uninit(numel * sizeof(float)) : NULL; /* written whole */
+    int rc = !same  ? base_fail(err,
+                                "%s: '%s' does not match '%s' (shape or dtype) but the model "
+                                 "ties its embeddings",
+                                hf->path, hn, en)
+             : !tmp ? base_fail(err, "%s: out of memory", hf->path)
+                    : ckpt_tensor_to_f32(hf, head, tmp, err);
     ckpt_tensor_release(hf, head);
-    if (rc == 0 && memcmp(tmp, base + emb->offset, emb->numel * sizeof(float)) != 0)
+    if (rc == 0 && memcmp(tmp, emb, numel * sizeof(float)) != 0)
         rc = base_fail(err, "%s: '%s' differs from '%s' but the model ties its embeddings",
                        hf->path, hn, en);
     base_free(tmp);
+    base_free(own);
     return rc;
 }
 

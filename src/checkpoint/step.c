@@ -364,7 +364,8 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
         bad = "\"world_size\" is not a positive integer";
     else if (!json_is_object(tr))
         bad = "\"train\" is not an object";
-    else if (shards_bad(json_object_get(root, "shards"), (int)json_integer_value(ws)))
+    else if (json_object_get(root, "shards") && /* absent: not checked (hand-made, older) */
+             shards_bad(json_object_get(root, "shards"), (int)json_integer_value(ws)))
         bad = "\"shards\" is not [\"rank-00000.safetensors\", ...] for each of the world_size "
               "ranks (the files a step-N holds)";
     if (bad) {

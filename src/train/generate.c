@@ -32,7 +32,11 @@ int train_load_model(model *m, const char *path, const model_args *fallback, ops
                            .prec = prec,
                            .balance = json_object_get(t, "expert_bias") ? MODEL_BALANCE_BIAS
                                                                         : MODEL_BALANCE_NONE};
-    int rc = model_build_unset(m, &a, &bo, err); /* ckpt_source_load writes every weight */
+    base_err built;
+    int rc = model_build_unset(m, &a, &bo, &built); /* ckpt_source_load writes every weight */
+    if (rc) /* (out of memory for what the source describes: name it) */
+        strstr(built.msg, path) ? base_fail(err, "%s", built.msg)
+                                : base_fail(err, "%s: %s", path, built.msg);
     if (!rc && t) rc = train_moe_bias_load(m, t, path, err);
     json_decref(t);
     if (rc) return -1;
@@ -346,13 +350,18 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     model_flavor("debugmodel", &a, err);
     const char *path = NULL, *tok_dir = NULL, *prompt = NULL, *chat = NULL, *precision = NULL;
     int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0;
+    int args_at[64], n_args = 0; /* where --flavor / --set are: a bare file's arguments */
     model_sampler smp = {.temperature = 0.6, .top_k = 20, .top_p = 0.95, .seed = 0};
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
         const char *o = argv[it.i];
         int st = 0;
+        const int at = it.i;
         if (model_args_cli_opt(&it, &a, &st)) {
             if (st) return -1;
+            if (n_args == (int)(sizeof args_at / sizeof args_at[0]))
+                return base_fail(err, "generate: more than %d --flavor / --set options", n_args);
+            args_at[n_args++] = at;
             continue;
         }
         if (base_args_is_help(&it)) {
@@ -393,6 +402,31 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
         if (st) return -1;
     }
     if (!path) return base_fail(err, "generate: --model PATH is required");
+    /* a source that records its arguments takes --flavor / --set only where they agree with
+     * it (they are applied to its arguments, which must come out unchanged), never silently
+     * overridden */
+    ckpt_source src;
+    base_err ignore; /* not a model: train_load_model says why */
+    model_args rec, over;
+    if (n_args && ckpt_source_open(&src, path, &ignore) == 0 && src.kind != CKPT_SRC_FILE &&
+        ckpt_source_args(&src, &rec, &ignore) == 0) {
+        over = rec;
+        for (int k = 0; k < n_args; k++) {
+            base_args again = {argc, argv, args_at[k], err};
+            int st = 0;
+            model_args_cli_opt(&again, &over, &st);
+            if (st) return -1;
+        }
+        if (!model_args_equal(&over, &rec)) {
+            char have[1024];
+            model_args_describe(&rec, have, sizeof have);
+            return base_fail(err,
+                             "generate: --flavor / --set give a bare .safetensors file's model "
+                             "arguments; %s (%s) records its own, which they would change (%s): "
+                             "drop them",
+                             path, ckpt_source_kind_name(src.kind), have);
+        }
+    }
     if (prompt && chat) return base_fail(err, "generate: --prompt and --chat exclude each other");
     smp.seed = (uint64_t)seed;
     if (threads > 0) omp_set_num_threads(base_threads_bound(threads, "generate --threads"));

@@ -212,3 +212,11 @@ if t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 6 --dump-folder "$out/
 grep -q "nan/checkpoint/step-3: weight tok_embeddings.weight holds a NaN or an infinity" \
   "$out/nan.log" || { cat "$out/nan.log"; fail "NaN weight message"; }
 echo "ok a NaN weight in a checkpoint is refused at load, named"
+# generate: --set / --flavor describe a bare safetensors file; with a model that records its
+# arguments they may only agree with them (refused where they differ, not silently dropped)
+if "$titan" "${g[@]}" --model "$out/a" --set dim=32 > /dev/null 2> "$out/g9.err"; then
+  fail "generate --set dim=32 with a dim-64 checkpoint"; fi
+grep -q "records its own, which they would change" "$out/g9.err" ||
+  { cat "$out/g9.err"; fail "--set message"; }
+"$titan" "${g[@]}" --model "$out/a" --set dim=64 > /dev/null 2>&1 || fail "an agreeing --set"
+echo "ok generate refuses --set / --flavor that differ from what the model records"

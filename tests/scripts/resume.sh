@@ -129,6 +129,14 @@ echo '{"bos_token_id": 1,' > "$out/badgen.json"
 refused_cv "with a generation config that is not JSON" "badgen.json: not valid JSON" \
   "$out/jsonl/checkpoint/step-9" "$out/hfg" --generation-config "$out/badgen.json"
 [ ! -e "$out/hfa" ] && [ ! -e "$out/hfg" ] || { echo "FAIL convert left a folder behind"; exit 1; }
+# titan inspect checks what a load checks: a tied model's lm_head copy must be the embedding
+cp -r "$shared/data/tiny_qwen3" "$out/tied"
+sed -i 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$out/tied/config.json"
+if "$titan" inspect "$out/tied" > "$out/tied.log" 2>&1; then
+  echo "FAIL inspect passed a tied model whose lm_head differs"; exit 1; fi
+grep -q "'lm_head.weight' differs from 'model.embed_tokens.weight'" "$out/tied.log" ||
+  { cat "$out/tied.log"; exit 1; }
+echo "ok titan inspect refuses a tied model's differing lm_head, as a load does"
 # titan inspect validates a step checkpoint against the model it names
 "$titan" inspect "$out/jsonl/checkpoint/step-9" > "$out/inspect9.log" &&
   grep -q "ok: every shard opens and the weights buffer fits the model" "$out/inspect9.log" ||
