@@ -119,6 +119,8 @@ uint16_t ckpt_f32_to_f16(float x);  /* round to nearest even, overflow to inf, s
 /* n values: dst[i] = ckpt_f32_to_bf16(src[i]) (bf16 != 0) or ckpt_f32_to_f16(src[i]), bit for
  * bit, 8 at a time where the build's ISA has AVX2 (bf16) or F16C (f16). */
 void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16);
+/* The inverse (exact): n bf16 (bf16 != 0) or f16 values at src (any alignment) to fp32. */
+void ckpt_half_to_f32_n(const void *src, float *out, size_t n, int bf16);
 
 /* One tensor to write: raw little-endian elements of `dtype`, numel = product of shape; or,
  * with from_f32, fp32 values written as `dtype` (F32, BF16 or F16; round to nearest even),
@@ -328,8 +330,11 @@ typedef struct {
     size_t offset;     /* slice start within the whole buffer (elements) */
     size_t numel;      /* slice length: rows x (numel / rows) */
     size_t global_numel;
-    size_t rows;   /* 0 or 1: contiguous; else numel / rows elements per row */
-    size_t stride; /* rows > 1: distance between row starts in the whole buffer */
+    size_t rows;      /* 0 or 1: contiguous; else numel / rows elements per row */
+    size_t stride;    /* rows > 1: distance between row starts in the whole buffer */
+    ckpt_dtype dtype; /* save: how the fp32 data is stored: CKPT_F32 (0, the default), or
+                       * rounded to CKPT_BF16 / CKPT_F16 (the last model-only save in
+                       * checkpoint.export_dtype); load: any of them, expanded to fp32 */
 } ckpt_step_buf;
 
 /* Save, in three parts so many ranks can share it: rank 0 creates step-N.tmp/ (removing one

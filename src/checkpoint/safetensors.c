@@ -566,7 +566,8 @@ void ckpt_tensor_release(const ckpt_file *f, const ckpt_tensor *t) {
 /* n bf16 (bf16 != 0) or f16 values at p (any alignment) to fp32, 8 at a time where the
  * baseline ISA has the instructions (AVX2's widening shift; F16C's vcvtph2ps, exact like the
  * scalar conversion), the rest one by one. */
-static void half_to_f32_n(const unsigned char *p, float *out, size_t n, int bf16) {
+void ckpt_half_to_f32_n(const void *src, float *out, size_t n, int bf16) {
+    const unsigned char *p = src;
     size_t i = 0;
 #if defined(__AVX2__)
     if (bf16)
@@ -606,7 +607,7 @@ int ckpt_tensor_to_f32(const ckpt_file *f, const ckpt_tensor *t, float *out, bas
 #pragma omp parallel for schedule(static) if (n > (1 << 20))
         for (size_t b = 0; b < nb; b++) {
             const size_t lo = b * block, m = n - lo < block ? n - lo : block;
-            half_to_f32_n(p + 2 * lo, out + lo, m, bf);
+            ckpt_half_to_f32_n(p + 2 * lo, out + lo, m, bf);
         }
     } else {
         for (size_t i = 0; i < n; i++) out[i] = (float)elem_f64(t->dtype, p, i);

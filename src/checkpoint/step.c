@@ -49,6 +49,7 @@ int ckpt_step_begin(const char *folder, int64_t step, int rank, base_err *err) {
  * off + i * stride. */
 typedef struct {
     size_t off, row_len, rows, stride, gn;
+    ckpt_dtype dtype; /* a shard tensor's: F32, or BF16 / F16 (expanded when copied) */
 } piece;
 
 /* Why p is not a piece of its buffer, or NULL. */
@@ -72,7 +73,7 @@ static int buf_piece(const ckpt_step_buf *b, piece *p, const char *where, base_e
         return base_fail(err, "%s: buffer %s: %zu elements are not %zu whole rows", where, b->name,
                          b->numel, rows);
     *p = (piece){b->offset, b->numel / rows, rows, rows > 1 ? b->stride : b->numel / rows,
-                 b->global_numel};
+                 b->global_numel, b->dtype};
     char why[200];
     if (p->row_len && piece_bad(p, why, sizeof why))
         return base_fail(err, "%s: buffer %s: %s", where, b->name, why);
@@ -98,12 +99,15 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
         piece p;
         if (buf_piece(&bufs[i], &p, path, err)) goto done;
         /* strided: [rows, row_len] and its stride; contiguous: 1-D as in version 1 */
-        t[i] =
-            p.rows > 1
-                ? (ckpt_wtensor){bufs[i].name, CKPT_F32, 2, {(int64_t)p.rows, (int64_t)p.row_len},
-                                 bufs[i].data, 0}
-                : (ckpt_wtensor){bufs[i].name, CKPT_F32, 1, {(int64_t)bufs[i].numel},
-                                 bufs[i].data, 0};
+        t[i] = p.rows > 1
+                   ? (ckpt_wtensor){bufs[i].name,
+                                    bufs[i].dtype,
+                                    2,
+                                    {(int64_t)p.rows, (int64_t)p.row_len},
+                                    bufs[i].data,
+                                    1}
+                   : (ckpt_wtensor){
+                         bufs[i].name, bufs[i].dtype, 1, {(int64_t)bufs[i].numel}, bufs[i].data, 1};
         const char *what[3] = {"offset", "global_numel", "stride"};
         const size_t val[3] = {p.off, p.gn, p.stride};
         for (int k = 0; k < (p.rows > 1 ? 3 : 2); k++, nkv++) {
@@ -409,12 +413,15 @@ static int piece_of(const char *tensor, const char *buf) {
  * with a stride. Errors name the file and the tensor. */
 static int tensor_piece(const ckpt_file *f, const ckpt_tensor *t, int version, piece *p,
                         base_err *err) {
-    if (t->dtype != CKPT_F32 || t->ndim < 1 || t->ndim > (version >= 2 ? 2 : 1))
-        return base_fail(err, "%s: tensor \"%s\" is %s with %d dimension%s, not a %s F32 piece",
+    const int fp = t->dtype == CKPT_F32 || t->dtype == CKPT_BF16 || t->dtype == CKPT_F16;
+    if (!fp || t->ndim < 1 || t->ndim > (version >= 2 ? 2 : 1))
+        return base_fail(err,
+                         "%s: tensor \"%s\" is %s with %d dimension%s, not a %s F32 (BF16, F16) "
+                         "piece",
                          f->path, t->name, ckpt_dtype_name(t->dtype), t->ndim,
                          t->ndim == 1 ? "" : "s", version >= 2 ? "1-D or 2-D" : "1-D");
     const int strided = t->ndim == 2;
-    *p = (piece){0, (size_t)t->shape[strided], strided ? (size_t)t->shape[0] : 1, 0, 0};
+    *p = (piece){0, (size_t)t->shape[strided], strided ? (size_t)t->shape[0] : 1, 0, 0, t->dtype};
     if (meta_size(f, t->name, "offset", &p->off, err) ||
         meta_size(f, t->name, "global_numel", &p->gn, err))
         return -1;
@@ -474,7 +481,11 @@ static int copy_overlap(const piece *a, const unsigned char *data, const piece *
             const size_t hi = a1 < b0 + b->row_len ? a1 : b0 + b->row_len;
             if (lo >= hi) continue;
             const size_t at = rb * b->row_len + (lo - b0);
-            memcpy(dst + at, data + 4 * (ra * a->row_len + (lo - a0)), 4 * (hi - lo));
+            const size_t from = ra * a->row_len + (lo - a0);
+            if (a->dtype == CKPT_F32)
+                memcpy(dst + at, data + 4 * from, 4 * (hi - lo));
+            else
+                ckpt_half_to_f32_n(data + 2 * from, dst + at, hi - lo, a->dtype == CKPT_BF16);
             if (spans_add(s, at, at + (hi - lo), src)) return -1;
         }
     }

@@ -199,8 +199,8 @@ const field g_fields[] = {
     BOOL(checkpoint, last_save_model_only, 1, "final save: weights only"),
     BOOL(checkpoint, last_save_in_hf, 0, "final save in Hugging Face format"),
     STR(checkpoint, export_dtype, "float32", "float32|bfloat16|float16",
-        "dtype of the Hugging Face exports (last_save_in_hf, hf_export_folder); titan's own "
-        "step-N checkpoints stay float32 (torchtitan: also its last model-only save)"),
+        "dtype of the last save when it is weights only (last_save_model_only, as torchtitan; a "
+        "seed checkpoint too) and of the Hugging Face exports; resumable saves stay float32"),
     STR(checkpoint, async_mode, "async", "disabled|async|async_with_pinned_mem",
         "save from a snapshot in a background thread when it fits in memory (titan's "
         "default; torchtitan's is disabled)"),

@@ -284,6 +284,10 @@ static char *prompt_text(const char *prompt, const char *chat, int thinking, bas
         while (*j == ' ' || *j == '\n' || *j == '\t') j++;
         if (*j == '[') {
             len = strlen(chat);
+        } else if (*j == '{') { /* one message, not a list: say so rather than "no such file" */
+            base_fail(err, "generate: --chat takes a JSON list of messages ([{\"role\": ..., "
+                           "\"content\": ...}]) or a file holding one; got one object");
+            return NULL;
         } else {
             if (!(in = base_read_file(chat, (size_t)1 << 30, &len, err))) return NULL;
         }

@@ -41,10 +41,11 @@ typedef struct {
  * machine's RAM); otherwise saves are synchronous. */
 int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
                      int async, int keep_latest_k, base_err *err);
-/* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then).
- * train_json is the trainer's state object (copied). */
+/* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then; the
+ * weights are then stored as model_dtype: F32, or BF16 / F16 rounded to nearest even, as
+ * torchtitan's last save in export_dtype). train_json is the trainer's state object (copied). */
 int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
-                     int model_only, const char *train_json, base_err *err);
+                     int model_only, ckpt_dtype model_dtype, const char *train_json, base_err *err);
 /* Every rank calls these at the same points (they are collective while a save is in flight).
  * finish: waits for the save in flight and commits it; returns its error if it failed.
  * poll (once per step): commits the save in flight if every rank has written its shard, else
@@ -303,8 +304,8 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
 int train_state_load(train_job *j, const train_start *plan, int64_t *start, int64_t *tokens_seen,
                      base_err *err);
 /* Saves step through the saver: this rank's shard of the weights (and AdamW moments unless
- * model_only) with the train object, every data-parallel rank's loader position gathered
- * into it. Collective. */
+ * model_only; a model-only save stores the weights in o->export_dtype) with the train object, every
+ * data-parallel rank's loader position gathered into it. Collective. */
 int train_state_save(const train_job *j, train_saver *s, int64_t step, int model_only,
                      int64_t tokens_seen, base_err *err);
 /* The profiler (prof.c), torchtitan's schedule over o->prof: each cycle of freq steps ends

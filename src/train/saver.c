@@ -18,6 +18,7 @@ struct train_saver {
     /* the job of the thread */
     int64_t step;
     int model_only;
+    ckpt_dtype model_dtype; /* how the weights are stored (a model-only save's export_dtype) */
     const float *buf[3];
     char *train_json;
     int rc, written; /* written: the thread's write is done (atomic) */
@@ -48,7 +49,8 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_pie
                                    p[k].row_len * p[k].rows,
                                    global_n,
                                    p[k].rows,
-                                   p[k].stride};
+                                   p[k].stride,
+                                   CKPT_F32};
         }
     return b;
 }
@@ -79,6 +81,7 @@ static int save_write(train_saver *s) {
     char(*nm)[32] = calloc((size_t)(nb * np) + 1, 32);
     ckpt_step_buf *b =
         nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL, nm) : NULL;
+    for (int k = 0; b && k < np; k++) b[k].dtype = s->model_dtype; /* buffer 0: the weights */
     int rc = !b || !nm ? base_fail(&s->err, "out of memory")
                        : ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * np, &s->err);
     free(b);
@@ -167,12 +170,14 @@ int train_saver_abandon(train_saver *s, base_err *err) {
 }
 
 int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
-                     int model_only, const char *train_json, base_err *err) {
+                     int model_only, ckpt_dtype model_dtype, const char *train_json,
+                     base_err *err) {
     if (train_saver_finish(s, err)) return -1;
     free(s->train_json);
     if (!(s->train_json = strdup(train_json))) return base_fail(err, "out of memory");
     s->step = step;
     s->model_only = model_only;
+    s->model_dtype = model_only ? model_dtype : CKPT_F32; /* a resumable state stays fp32 */
     const float *src[3] = {w, m, v};
     if (save_begin(s))
         return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step, s->err.msg);

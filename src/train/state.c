@@ -278,7 +278,7 @@ int train_state_save(const train_job *j, train_saver *s, int64_t step, int model
         train_state_json(j->o, j->src, j->opt, j->m, step, model_only, tokens_seen, states);
     free(states);
     int rc = state ? train_saver_save(s, step, dist_fsdp_shard_params(j->f), j->opt->m, j->opt->v,
-                                      model_only, state, err)
+                                      model_only, j->o->export_dtype, state, err)
                    : base_fail(err, "out of memory");
     free(state);
     return rc;

@@ -74,7 +74,7 @@ typedef struct {
         int freq, steps, batch, seq_len; /* steps <= 0: the whole set */
     } val;
     const char *out_dir;     /* final weights as safetensors with HF names (NULL = none) */
-    ckpt_dtype export_dtype; /* HF exports: CKPT_F32 (0), CKPT_BF16 or CKPT_F16 */
+    ckpt_dtype export_dtype; /* HF exports and model-only saves: CKPT_F32 (0), BF16 or F16 */
     const char *assets_dir;  /* HF exports copy the tokenizer files from here (NULL = none) */
     int sample_tokens;       /* after training, sample this many tokens (0 = none) */
     double peak_flops;       /* fp32 FLOP/s for MFU; <= 0 = measure */

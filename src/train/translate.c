@@ -501,6 +501,18 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         !strcmp(c->activation_checkpoint.selective_ac_option, "op"))
         base_log(BASE_LOG_INFO, "activation_checkpoint.selective_ac_option 'op': titan has no "
                                 "per-op recompute; every block is checkpointed (full)");
+    if (o->ac == MODEL_AC_SELECTIVE && model_ac_blocks(o->ac, o->ac_every, o->model.n_layers) == 0)
+        base_log(BASE_LOG_WARN,
+                 "activation_checkpoint.selective_ac_option = \"%s\" checkpoints no block of "
+                 "%d (every %d-th block is): activation checkpointing does nothing",
+                 c->activation_checkpoint.selective_ac_option, o->model.n_layers, o->ac_every);
+    /* MoE settings on a dense model, and the aux-loss weight without the aux loss: no effect */
+    if (o->model.n_experts == 0 && (c->model.top_k.set || c->model.moe_inter_dim.set))
+        base_log(BASE_LOG_WARN, "model.top_k / moe_inter_dim have no effect: the model is dense "
+                                "(no experts)");
+    if (c->model.router_aux_loss_coef.set && o->moe_balance != MODEL_BALANCE_AUX_LOSS)
+        base_log(BASE_LOG_WARN, "model.router_aux_loss_coef has no effect: model.moe_load_balance "
+                                "is not \"aux_loss\"");
     o->moe_force_balance = c->debug.moe_force_load_balance;
     o->loss_parallel_off = c->parallelism.disable_loss_parallel;
     o->log_freq = (int)c->metrics.log_freq;

@@ -220,3 +220,34 @@ grep -q "records its own, which they would change" "$out/g9.err" ||
   { cat "$out/g9.err"; fail "--set message"; }
 "$titan" "${g[@]}" --model "$out/a" --set dim=64 > /dev/null 2>&1 || fail "an agreeing --set"
 echo "ok generate refuses --set / --flavor that differ from what the model records"
+# checkpoint.export_dtype = bfloat16 (torchtitan): the last, weights-only save is stored as BF16
+# (resumable saves stay F32), and a run from it starts exactly as one from the bf16 HF export
+# of the same weights (another loader: HF names, per-tensor conversion)
+t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 4 --dump-folder "$out/e16" \
+  --checkpoint-interval 2 --checkpoint.export_dtype bfloat16 --out "$out/e16/hf" > /dev/null
+"$python" - "$out/e16/checkpoint" <<'EOF2' || fail "export_dtype: stored dtypes"
+import json, struct, sys
+def dtypes(p):
+    b = open(p, "rb").read()
+    h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+    return {k: v["dtype"] for k, v in h.items() if k != "__metadata__"}
+last, mid = dtypes(sys.argv[1] + "/step-4/rank-00000.safetensors"), dtypes(sys.argv[1] + "/step-2/rank-00000.safetensors")
+assert set(last.values()) == {"BF16"}, last
+assert set(mid.values()) == {"F32"}, mid
+EOF2
+t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 6 --dump-folder "$out/e16" \
+  --metrics "$out/e16a.jsonl" > "$out/e16a.log"
+grep -q "loaded weights of .*e16/checkpoint/step-4 (model only)" "$out/e16a.log" ||
+  { cat "$out/e16a.log"; fail "export_dtype: no weights-only start"; }
+t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 2 --dump-folder "$out/e16b" \
+  --checkpoint.initial_load_path "$out/e16/hf" --metrics "$out/e16b.jsonl" > /dev/null
+[ -n "$(field "$out/e16a.jsonl" loss | head -1)" ] &&
+  [ "$(field "$out/e16a.jsonl" loss | head -1)" = "$(field "$out/e16b.jsonl" loss | head -1)" ] ||
+  fail "export_dtype: the bf16 last save and the bf16 HF export start differently"
+echo "ok export_dtype bfloat16: the last weights-only save is BF16 and loads as the bf16 export"
+# --chat with one message object (not a list) says so, instead of "no such file"
+if "$titan" generate --model "$out/a" --tokenizer "$tok" --max-new-tokens 2 \
+    --chat '{"role": "user", "content": "hi"}' > /dev/null 2> "$out/g10.err"; then
+  fail "--chat with one object"; fi
+grep -q "takes a JSON list of messages" "$out/g10.err" || { cat "$out/g10.err"; fail "--chat message"; }
+echo "ok --chat with a single message object is refused with what it takes"

@@ -9,6 +9,7 @@
  * pieces, pieces past the buffer, a stride below the row length, a missing stride, 2-D in
  * version 1, a gap) fail naming the file and the tensor. A killed run's leftovers are
  * finished without following links (test_cleanup). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ static int save(const char *folder, int64_t step, size_t n, int world, int keep)
     int rc = ckpt_step_begin(folder, step, 0, &err);
     for (int r = 0; rc == 0 && r < world; r++) {
         size_t lo = n * (size_t)r / (size_t)world, hi = n * (size_t)(r + 1) / (size_t)world;
-        ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo};
+        ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo, CKPT_F32};
         rc = ckpt_step_write_shard(folder, step, r, &b, 1, &err);
     }
     if (rc == 0) rc = ckpt_step_commit(folder, step, world, "{\"x\": 1}", keep, &err);
@@ -43,7 +44,7 @@ static int load_check(const char *folder, int64_t step, size_t n, int world) {
     int ok = 1;
     for (int r = 0; r < world; r++) {
         size_t lo = n * (size_t)r / (size_t)world, hi = n * (size_t)(r + 1) / (size_t)world;
-        ckpt_step_buf b = {"a", NULL, a + lo, lo, hi - lo, n, 1, hi - lo};
+        ckpt_step_buf b = {"a", NULL, a + lo, lo, hi - lo, n, 1, hi - lo, CKPT_F32};
         base_err err;
         if (ckpt_step_load(folder, step, &b, 1, &err)) {
             printf("load step %lld as %d ranks: %s\n", (long long)step, world, err.msg);
@@ -152,7 +153,8 @@ static int rank_bufs(const trank *tr, ckpt_step_buf *b, char (*names)[16], float
                                p->rows * p->row_len,
                                GN,
                                p->rows,
-                               p->stride};
+                               p->stride,
+                               CKPT_F32};
         m += p->rows * p->row_len;
     }
     return 0;
@@ -258,7 +260,8 @@ static void test_strided(const char *folder) {
     /* the writer refuses what the reader would */
     {
         float d[12] = {0};
-        ckpt_step_buf w[2] = {{"a", d, NULL, 0, 12, GN, 2, 5}, {"b", d, NULL, 80, 6, GN, 1, 0}};
+        ckpt_step_buf w[2] = {{"a", d, NULL, 0, 12, GN, 2, 5, CKPT_F32},
+                              {"b", d, NULL, 80, 6, GN, 1, 0, CKPT_F32}};
         CHECK(ckpt_step_begin(folder, 130, 0, &err) == 0, "begin: %s", err.msg);
         for (int i = 0; i < 2; i++) {
             CHECK(ckpt_step_write_shard(folder, 130, 0, &w[i], 1, &err) != 0 &&
@@ -334,6 +337,60 @@ static void test_strided(const char *folder) {
  * renames (step-2 moved to step-2.old, no step-2) is put back and loads; a step-1.old beside
  * a good step-1, a crashed save's step-3.tmp and a killed prune's step-4.deleting (holding a
  * link to a file outside and one to step-1) are removed, the link targets untouched. */
+/* Bits of bf16(x), round to nearest even (x finite), widened back to fp32. */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* A buffer stored as BF16 / F16 (a model-only save in export_dtype) by 2 ranks: the shard
+ * tensors carry that dtype, and a load by 3 ranks gets every element rounded once (bf16: the
+ * round-to-nearest-even formula above; f16: exact for these small integers plus halves). */
+static void test_half_pieces(const char *folder) {
+    const size_t n = 1000;
+    float *a = malloc(n * sizeof *a), *back = calloc(n, sizeof *back);
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f + (float)i * 1.001e-3f;
+    for (int h = 0; h < 2; h++) {
+        const ckpt_dtype dt = h ? CKPT_F16 : CKPT_BF16;
+        const int64_t step = 300 + h;
+        base_err err;
+        int rc = ckpt_step_begin(folder, step, 0, &err);
+        for (int r = 0; rc == 0 && r < 2; r++) {
+            const size_t lo = n * (size_t)r / 2, hi = n * (size_t)(r + 1) / 2;
+            ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo, dt};
+            rc = ckpt_step_write_shard(folder, step, r, &b, 1, &err);
+        }
+        if (rc == 0) rc = ckpt_step_commit(folder, step, 2, "{}", 0, &err);
+        CHECK(rc == 0, "save %s pieces: %s", ckpt_dtype_name(dt), err.msg);
+        char path[512];
+        snprintf(path, sizeof path, "%s/step-%lld/rank-00001.safetensors", folder, (long long)step);
+        ckpt_file f;
+        CHECK(ckpt_open(&f, path, &err) == 0 && f.n_tensors == 1 && f.tensors[0].dtype == dt,
+              "the %s piece is stored as %s", ckpt_dtype_name(dt), ckpt_dtype_name(dt));
+        ckpt_close(&f);
+        memset(back, 0, n * sizeof *back);
+        for (int r = 0; r < 3; r++) {
+            const size_t lo = n * (size_t)r / 3, hi = n * (size_t)(r + 1) / 3;
+            ckpt_step_buf b = {"a", NULL, back + lo, lo, hi - lo, n, 1, hi - lo, CKPT_F32};
+            CHECK(ckpt_step_load(folder, step, &b, 1, &err) == 0, "load %s pieces: %s",
+                  ckpt_dtype_name(dt), err.msg);
+        }
+        int ok = 1;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t hb;
+            ckpt_f32_to_half_n(&a[i], &hb, 1, 0);
+            const float want = h ? ckpt_f16_to_f32(hb) : bf16_round(a[i]);
+            ok &= back[i] == want && (h || back[i] != a[i] || bf16_round(a[i]) == a[i]);
+        }
+        CHECK(ok, "%s pieces load as the values rounded once", ckpt_dtype_name(dt));
+    }
+    free(a);
+    free(back);
+}
+
 static void test_cleanup(const char *base, size_t n) {
     char folder[300], p[500], q[500], outside[300];
     base_err err;
@@ -440,12 +497,12 @@ int main(void) {
     float *a = calloc(n, sizeof *a);
     int rc = ckpt_step_begin(folder, 14, 0, &err);
     for (int r = 0; rc == 0 && r < 2; r++) {
-        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n, 0, 0};
+        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n, 0, 0, CKPT_F32};
         rc = ckpt_step_write_shard(folder, 14, r, &b, 1, &err);
     }
     if (rc == 0) rc = ckpt_step_commit(folder, 14, 2, "{}", 0, &err);
     CHECK(rc == 0, "save overlapping: %s", err.msg);
-    ckpt_step_buf want = {"a", NULL, a, 0, n, n, 0, 0};
+    ckpt_step_buf want = {"a", NULL, a, 0, n, n, 0, 0, CKPT_F32};
     CHECK(ckpt_step_load(folder, 14, &want, 1, &err) != 0 && strstr(err.msg, "step-14") &&
               strstr(err.msg, "overlap: both hold element 0"),
           "overlapping pieces accepted or unclear: %s", err.msg);
@@ -459,6 +516,7 @@ int main(void) {
     CHECK(load_check(folder, 11, n, 1), "step 11 still loads");
 
     test_strided(folder);
+    test_half_pieces(folder);
     test_cleanup(dir, n);
 
     check_tmpdir_remove(dir);
