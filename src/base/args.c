@@ -17,7 +17,8 @@ int base_args_int(base_args *it, int *out, int min) {
     int64_t x;
     if (!v) return -1;
     if (base_parse_i64(v, &x) || x < min || x > 1 << 30)
-        return base_fail(it->err, "option %s: '%s' is not an integer >= %d", opt, v, min);
+        return base_fail(it->err, "option %s: '%s' is not an integer in [%d, %d]", opt, v, min,
+                         1 << 30);
     *out = (int)x;
     return 0;
 }

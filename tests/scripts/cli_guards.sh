@@ -26,6 +26,10 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 [ $rc -eq 1 ] && grep -q "budget-gib: '-1' is not a positive number" "$out/o" &&
   ok "plan --budget-gib -1 refused" || bad "plan --budget-gib -1 (rc $rc)"
 
+"$titan" generate --model "$out" --max-new-tokens 99999999999 > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "max-new-tokens: '99999999999' is not an integer in \[0, 1073741824\]" "$out/o" &&
+  ok "an integer option past its range names the range" || bad "integer range message (rc $rc)"
+
 printf '12 \001\002\377abc\n' > "$out/bin"
 "$titan" decode --tokenizer "$tokenizer" --file "$out/bin" > "$out/o" 2>&1
 grep -q "'\\\\x01\\\\x02\\\\xffabc' (byte 3) is not a token id" "$out/o" &&
