@@ -72,7 +72,7 @@ static int buf_piece(const ckpt_step_buf *b, piece *p, const char *where, base_e
     if (b->numel % rows)
         return base_fail(err, "%s: buffer %s: %zu elements are not %zu whole rows", where, b->name,
                          b->numel, rows);
-    *p = (piece){b->offset, b->numel / rows, rows, rows > 1 ? b->stride : b->numel / rows,
+    *p = (piece){b->offset,       b->numel / rows, rows, rows > 1 ? b->stride : b->numel / rows,
                  b->global_numel, b->dtype};
     char why[200];
     if (p->row_len && piece_bad(p, why, sizeof why))
@@ -207,7 +207,7 @@ static int is_real(const char *folder, const char *name, const char *sub) {
  * checkpoints elsewhere (which may still be resumed from). foreign: instead, the step-<digits>
  * folders WITHOUT a metadata.json (another program's: never this code's, which renames a
  * folder to step-N only once complete). */
-static int list_steps_of(const char *folder, int own, int foreign, int64_t **steps, int *n) {
+static int list_steps(const char *folder, int own, int foreign, int64_t **steps, int *n) {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(folder);
@@ -240,32 +240,28 @@ static int list_steps_of(const char *folder, int own, int foreign, int64_t **ste
     return 0;
 }
 
-static int list_steps(const char *folder, int own, int64_t **steps, int *n) {
-    return list_steps_of(folder, own, 0, steps, n);
+/* The newest step of list_steps(folder, 0, foreign); -1 (and *step = -1) when there is none. */
+static int newest_step(const char *folder, int foreign, int64_t *step) {
+    int64_t *s;
+    int n;
+    list_steps(folder, 0, foreign, &s, &n);
+    *step = n ? s[n - 1] : -1;
+    free(s);
+    return n ? 0 : -1;
 }
 
 int ckpt_step_foreign_latest(const char *folder, int64_t *step) {
-    int64_t *s;
-    int n;
-    list_steps_of(folder, 0, 1, &s, &n);
-    *step = n ? s[n - 1] : -1;
-    free(s);
-    return n ? 0 : -1;
+    return newest_step(folder, 1, step);
 }
 
 int ckpt_step_latest(const char *folder, int64_t *step) {
-    int64_t *s;
-    int n;
-    list_steps(folder, 0, &s, &n);
-    *step = n ? s[n - 1] : -1;
-    free(s);
-    return n ? 0 : -1;
+    return newest_step(folder, 0, step);
 }
 
 int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err) {
     int64_t *s;
     int n;
-    list_steps(folder, 1, &s, &n);
+    list_steps(folder, 1, 0, &s, &n);
     for (int i = 0; i + keep_latest_k < n; i++) {
         char dir[4096], del[4200];
         step_dir(dir, sizeof dir, folder, s[i], "");
@@ -325,7 +321,6 @@ int ckpt_step_cleanup(const char *folder, base_err *err) {
     return rc;
 }
 
-/* ckpt_step_read_meta, and the format version (1 or 2). */
 /* Whether "shards" differs from the list a save writes: rank r's file name at index r. */
 static int shards_bad(const json_t *shards, int world) {
     if (!json_is_array(shards) || json_array_size(shards) != (size_t)world) return 1;
@@ -338,6 +333,7 @@ static int shards_bad(const json_t *shards, int world) {
     return 0;
 }
 
+/* ckpt_step_read_meta, and the format version (1 or 2). */
 static int read_meta(const char *folder, int64_t step, char **train_json, int *world, int *version,
                      base_err *err) {
     char path[4200];

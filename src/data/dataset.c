@@ -199,7 +199,8 @@ static int cmp_str(const void *a, const void *b) {
  * known compressed or columnar format's magic, or, in a file guessed to be text (auto), a NUL
  * byte in the first 64 KiB (an explicit dataset_format = "text" takes such bytes as they are;
  * JSON Lines reports a NUL as invalid JSON at its line). */
-static int check_plain_text(const char *path, int guessed, base_err *err) {
+static int check_plain_text(const char *path, const unsigned char *head, size_t got, int guessed,
+                            base_err *err) {
     static const struct {
         const char *magic;
         size_t len;
@@ -216,11 +217,6 @@ static int check_plain_text(const char *path, int guessed, base_err *err) {
         {"PAR1", 4, "Parquet file", "export its text column to JSON Lines"},
         {"ARROW1", 6, "Arrow file", "export its text column to JSON Lines"},
     };
-    unsigned char head[65536];
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    const size_t got = fread(head, 1, sizeof head, fp);
-    fclose(fp);
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         if (got >= kinds[k].len && memcmp(head, kinds[k].magic, kinds[k].len) == 0)
             return base_fail(err,
@@ -245,13 +241,17 @@ static int file_init(data_file *f, const char *path, data_format format, base_er
     if (!f->path) return base_fail(err, "out of memory");
     f->size = (int64_t)st.st_size;
     f->format = format;
-    if (format == DATA_FMT_AUTO) {
-        char magic[8] = {0};
+    /* the first 64 KiB, read once: the shard magic (auto) and check_plain_text's look */
+    unsigned char head[65536];
+    size_t got = 0;
+    if (format != DATA_FMT_TOKENS) {
         FILE *fp = fopen(path, "rb");
         if (!fp) return base_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        size_t got = fread(magic, 1, 8, fp);
+        got = fread(head, 1, sizeof head, fp);
         fclose(fp);
-        if (got == 8 && memcmp(magic, DATA_SHARD_MAGIC, 8) == 0)
+    }
+    if (format == DATA_FMT_AUTO) {
+        if (got >= 8 && memcmp(head, DATA_SHARD_MAGIC, 8) == 0)
             f->format = DATA_FMT_TOKENS;
         else if (has_suffix(path, ".jsonl") || has_suffix(path, ".json") ||
                  has_suffix(path, ".ndjson"))
@@ -268,7 +268,8 @@ static int file_init(data_file *f, const char *path, data_format format, base_er
         }
         f->tok_hash = s.tok_hash;
         data_shard_close(&s);
-    } else if (check_plain_text(path, format == DATA_FMT_AUTO && f->format == DATA_FMT_TEXT, err)) {
+    } else if (check_plain_text(path, head, got,
+                                format == DATA_FMT_AUTO && f->format == DATA_FMT_TEXT, err)) {
         return -1;
     }
     return 0;

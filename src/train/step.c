@@ -111,14 +111,14 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         const double t_norm = base_now();
         sumsq = optim_sumsq(gs, ns);
         train_prof_phase("grad norm", t_norm);
-        if (!isfinite(l) || !isfinite(sumsq))
+        if (!isfinite(l) || !isfinite(sumsq)) {
+            const char *bad = train_first_nonfinite(m, f, 1);
             return base_fail(err,
                              "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
                              "non-finite gradient: %s; stopping (the last checkpoint is intact)",
                              step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
-                             l / (valid ? (double)valid : 1.0),
-                             train_first_nonfinite(m, f, 1) ? train_first_nonfinite(m, f, 1)
-                                                            : "(none found)");
+                             l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)");
+        }
     }
     if (mesh->dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
         dist_fsdp_sync_replicas(f);

@@ -229,10 +229,14 @@ int train_precision_resolve(const char *v, ops_prec *prec, char *why, size_t n, 
     return 0;
 }
 
+/* The steps the LR schedule spans: lr_scheduler.total_steps, else training.steps. */
+static int64_t lr_total_steps(const train_config *c) {
+    return c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
+}
+
 /* Decay steps of the LR schedule, as torchtitan's build_lr_schedulers counts them. */
 static int64_t lr_decay_steps(const train_config *c) {
-    const int64_t n =
-        c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
+    const int64_t n = lr_total_steps(c);
     const int64_t w = c->lr_scheduler.warmup_steps < n ? c->lr_scheduler.warmup_steps : n;
     int64_t d = c->lr_scheduler.decay_ratio.set
                     ? (int64_t)nearbyint((double)n * c->lr_scheduler.decay_ratio.v)
@@ -480,18 +484,14 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                                  .eps = c->optimizer.eps,
                                  .weight_decay = c->optimizer.weight_decay};
     o->lr.warmup_steps = c->lr_scheduler.warmup_steps;
-    {
-        const int64_t n =
-            c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
-        /* clamped by the schedule; torchtitan's warning, where warmup_steps was set (its
-         * default, 200, is above any short run's steps) */
-        if (c->lr_scheduler.warmup_steps > n &&
-            c->origin[find_field("lr_scheduler", "warmup_steps")].where)
-            base_log(BASE_LOG_WARN,
-                     "Warmup steps (%lld) exceed total steps (%lld). Adjusting warmup steps to "
-                     "%lld.",
-                     (long long)c->lr_scheduler.warmup_steps, (long long)n, (long long)n);
-    }
+    /* clamped by the schedule; torchtitan's warning, where warmup_steps was set (its default,
+     * 200, is above any short run's steps) */
+    if (c->lr_scheduler.warmup_steps > lr_total_steps(c) &&
+        c->origin[find_field("lr_scheduler", "warmup_steps")].where)
+        base_log(BASE_LOG_WARN,
+                 "Warmup steps (%lld) exceed total steps (%lld). Adjusting warmup steps to %lld.",
+                 (long long)c->lr_scheduler.warmup_steps, (long long)lr_total_steps(c),
+                 (long long)lr_total_steps(c));
     o->lr.total_steps = c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : 0;
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
     optim_decay_type_parse(c->lr_scheduler.decay_type, &o->lr.decay_type);
