@@ -69,6 +69,25 @@ expect "initial load path (field, no checkpoint.enable)" "nocfg: not a model" \
 expect "initial load path (alias=value)" "nocfg: not a model" --initial-load-path="$out/nocfg"
 expect "initial load path with checkpoint.enable = false" "needs checkpoint.enable = true" \
   --checkpoint.enable=false --initial-load-path "$out/nocfg"
+# settings that would have no effect train, each with a warning naming it
+warned() { # description, regex, args...
+  local what=$1 re=$2; shift 2
+  if "$titan" "${base[@]}" "$@" > "$out/o" 2> "$out/e" && grep -qE "^\[titan warn\] .*$re" "$out/e"
+  then echo "ok   $what: $(grep -E "$re" "$out/e")"; else echo "FAIL $what:"; cat "$out/e"; fail=1; fi
+}
+warned "warmup longer than the run" "Warmup steps \(5\) exceed total steps \(1\)" --warmup 5
+warned "profile_freq above the steps" "profile_freq = 10 is above training.steps = 1" \
+  --profiling.enable_profiling --profiling.profile_freq 10 --dump-folder "$out/runp"
+warned "selective AC that checkpoints no block" "checkpoints no block of 1" \
+  --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2
+warned "top_k on a dense model" "top_k / moe_inter_dim have no effect" --set top_k=2
+warned "aux-loss weight without the aux loss" "router_aux_loss_coef has no effect" \
+  --model.router_aux_loss_coef 0.1
+# an empty first document with a tokenizer (no ids to copy: UBSan caught a NULL memcpy here)
+printf '{"text": ""}\n{"text": "hello there"}\n' > "$out/emptyfirst.jsonl"
+if "$titan" "${base[@]}" --data "$out/emptyfirst.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+    > "$out/o" 2>&1; then echo "ok   an empty first document trains"
+else echo "FAIL an empty first document:"; cat "$out/o"; fail=1; fi
 # --force (training.ignore_memory_check) starts anyway
 if TITAN_MEM_AVAILABLE=1000000 "$titan" "${base[@]}" --force > "$out/o" 2>&1 &&
    grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o"; then

@@ -901,8 +901,42 @@ static int sgemm_thread_invariant(void) {
     return same;
 }
 
+/* rmsnorm_bwd's dw where the order of the row sum decides the result: rows of +-2^60 and of 1
+ * (x = 1, rstd = 1, so each term is dout itself; the 2^60s cancel in pairs), so that how many
+ * 1s survive depends on where the partial sums start (2^60 + 1 = 2^60 in double): 99 with 128
+ * blocks, 297 with 3, 0 with 6. Fixed row blocks
+ * give the same bits on any thread count; blocks that follow the thread count do not. */
+static uint64_t rmsnorm_dw_order(void) {
+    enum { N = 600, C = 16 };
+    float *x = zeros((size_t)N * C), *dy = zeros((size_t)N * C), *w = zeros(C), *r = zeros(N),
+          *dw = zeros(C);
+    for (int n = 0; n < N; n++) {
+        r[n] = 1.0f;
+        for (int c = 0; c < C; c++) {
+            x[(size_t)n * C + c] = 1.0f;
+            const float big = ldexpf(1.0f, 60 - c); /* another scale per column */
+            dy[(size_t)n * C + c] = n % 100 == 0 ? ((n / 100) % 2 ? -big : big) : 1.0f;
+        }
+    }
+    for (int c = 0; c < C; c++) w[c] = 1.0f;
+    ops_cpu_rmsnorm_bwd(NULL, dw, dy, x, w, r, N, C);
+    const uint64_t h = hash_f(dw, C);
+    base_free(x), base_free(dy), base_free(w), base_free(r), base_free(dw);
+    return h;
+}
+
 static void test_determinism(void) {
     int saved = omp_get_max_threads();
+    {
+        uint64_t h[4];
+        for (int t = 1; t <= 4; t++) {
+            omp_set_num_threads(t);
+            h[t - 1] = rmsnorm_dw_order();
+        }
+        omp_set_num_threads(saved);
+        check_true("rmsnorm_bwd dw with order-sensitive sums: bitwise on 1, 2, 3, 4 threads",
+                   h[0] == h[1] && h[0] == h[2] && h[0] == h[3], NULL);
+    }
     omp_set_num_threads(1);
     uint64_t h1 = run_all_ops();
     omp_set_num_threads(2);
