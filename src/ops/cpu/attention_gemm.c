@@ -18,15 +18,19 @@
  * Forward, one task per (b, h, query block [r0, r1)):
  *   S = Q[r0:r1] K[0:r1]^T,  P = softmax(S * scale) (fp32; masked keys 0),  lse,
  *   O[r0:r1] = bf16(P) V[0:r1].
- * Backward in two passes, so that every output element is written by one task (no atomics,
- * bitwise the same for any thread count), at the price of recomputing S and dP once more
- * (7 products instead of flash attention's 5):
- *   D = rowsum(dO * O) (fp32),
- *   pass 1, per (b, h, query block): P from S and lse, dP = dO V^T, dS = P (dP - D) scale,
- *           dQ[r0:r1] += bf16(dS) K[0:r1];
- *   pass 2, per (b, g, key block [c0, c1)), the group's heads in ascending order, over the
- *           queries [c0, T) that see the block: S^T = K[c0:c1] Q^T, P^T, dP^T = V[c0:c1] dO^T,
- *           dS^T, then dV[c0:c1] += bf16(P^T) dO and dK[c0:c1] += bf16(dS^T) Q.
+ * Backward in one pass of 5 products, one task per (b, h), its key blocks [c0, c1) in order,
+ * each over the queries [c0, T) that see it:
+ *   D = rowsum(dO * O) (fp32, before the pass),
+ *   S^T = K[c0:c1] Q^T, dP^T = V[c0:c1] dO^T, P^T from S^T and lse, dS^T = P^T (dP^T - D) scale,
+ *   dV_h[c0:c1] = bf16(P^T) dO, dK_h[c0:c1] = bf16(dS^T) Q, dQ[c0:T] += bf16(dS^T)^T K[c0:c1].
+ * dQ of head h is accumulated by its task alone, key block by key block in order; with several
+ * query heads per kv head, each head's dK and dV go to a slice of its own, summed into dk and
+ * dv per group in head order after the pass (one head per kv head: straight into them). So
+ * every sum has a fixed order: bitwise the same for any thread count. (Until session 12 a
+ * two-pass form, dQ per query block then dK and dV per key block, recomputed S and dP: 7
+ * products; on a Zen 4 with AVX512_BF16 the one pass with 128-row blocks took the 0.6B x 2048
+ * backward from 258 to 180-200 ms, bench/RESULTS.md.) The price: B x H tasks, fewer than the
+ * two-pass form's B x H x T / BQ, and B x H x T x hd x 2 floats of slices where H > G.
  * In bf16, q, k, v and dout are converted once per call, P and dS per task, all to the
  * engine's storage (ops_bf16_mirror_convert); the scores, softmax, lse, D and every
  * accumulation stay fp32. Rounding P (and dS) to bf16 before their products is what autocast's
@@ -34,9 +38,9 @@
  * differ from the fp32 kernel on bf16 inputs by the rounding of P (docs/kernels.md's bf16
  * tolerance for attention).
  *
- * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048:
- * 1 MiB, 1.5 MiB);
- * per call the converted q, k, v (and dout) and D [B,H,T]. */
+ * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
+ * BQ = 128: 2 MiB, 3 MiB); per call the converted q, k, v (and dout), D [B,H,T] and, in the
+ * backward with H > G, the per-head dK and dV slices. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +48,10 @@
 #include "ops/cpu/isa.h"
 #include "ops/cpu/vmath.h"
 
-#define AG_BQ 64 /* query rows of a task; keys per task in pass 2 */
+/* query rows of a forward task, keys of a backward key block. 128, not 64: each product call
+ * packs its operands afresh, and twice the rows amortise that (0.6B x 2048 on a Zen 4:
+ * forward 71 -> 65 ms, the two-pass backward 258 -> 226; 256 was slower again). */
+#define AG_BQ 128
 
 typedef struct {
     ops_prec prec;
@@ -123,14 +130,13 @@ static void ag_ws_free(ag_ws *w) {
     free(w->d16);
 }
 
-/* Blocks of AG_BQ rows in T. The loops hand out the costliest blocks first (forward and pass
- * 1: the last query blocks, which see the most keys; pass 2: the first key blocks, seen by
- * the most queries) so that dynamic scheduling ends evenly. */
+/* Blocks of AG_BQ rows in T. The forward hands out the costliest blocks first (the last query
+ * blocks, which see the most keys) so that dynamic scheduling ends evenly. */
 static int ag_blocks(int T) {
     return (T + AG_BQ - 1) / AG_BQ;
 }
 
-/* Task t of the forward and of backward's pass 1: query rows [r0, r0 + M) of head h of
+/* Task t of the forward: query rows [r0, r0 + M) of head h of
  * sequence b (kv head g), which see keys [0, n). */
 typedef struct {
     int b, h, g, r0, M, n;
@@ -142,8 +148,8 @@ static ag_qblock ag_qblock_of(long t, int nb, int T, int H, int rep) {
     return (ag_qblock){b, h, h / rep, r0, r1 - r0, r1};
 }
 
-/* out[M, n] (ld n) = A[x's rows, head h] B[keys 0..n, head g]^T: the scores Q K^T (A = q,
- * B = k) or dP = dO V^T (A = dout, B = v) of block x; ldq / ldk: H*hd and G*hd. */
+/* out[M, n] (ld n) = A[x's rows, head h] B[keys 0..n, head g]^T: the scores Q K^T of block x
+ * (A = q, B = k); ldq / ldk: H*hd and G*hd. */
 static void ag_rows_by_keys(ag_mode md, const ag_qblock *x, int T, int hd, const void *A,
                             size_t ldq, const void *Bm, size_t ldk, float *out) {
     const size_t row = (size_t)x->b * T;
@@ -216,41 +222,26 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 D[((size_t)b * H + h) * T + t] = d;
             }
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd;
+    /* With several query heads per kv head, each head's dK and dV go to its own [T, hd] slice
+     * first (written once per key block: no accumulation), summed per group in head order
+     * below; with one, straight into dk and dv. */
+    float *part = rep > 1 ? ops_cpu_alloc("attention", sizeof(float) * 2 * nq) : NULL;
 #pragma omp parallel
     {
         ag_ws w = ag_ws_new(md, T);
-        /* pass 1: dQ, per (b, h, query block), heaviest block first */
+        /* one task per (b, h): its key blocks in order, each over the queries [c0, T) that see
+         * it; dQ of head h accumulates over the key blocks in this task alone */
 #pragma omp for schedule(dynamic, 1)
-        for (long task = 0; task < (long)B * H * nb; task++) {
-            const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
-            const int b = x.b, h = x.h, g = x.g, r0 = x.r0, M = x.M, n = x.n;
+        for (long task = 0; task < (long)B * H; task++) {
+            const int h = (int)(task % H), b = (int)(task / H), g = h / rep;
             const size_t row = (size_t)b * T;
-            ag_rows_by_keys(md, &x, T, hd, q16, ldq, k16, ldk, w.s);
-            ag_rows_by_keys(md, &x, T, hd, do16, ldq, v16, ldk, w.d);
-            void *ds16 = ag_block(md, w.d, w.d16);
-            for (int i = 0; i < M; i++) {
-                const float *s = w.s + (size_t)i * n;
-                float *ds = w.d + (size_t)i * n; /* rounded in place below: no restrict */
-                const size_t at = ((size_t)b * H + h) * T + r0 + i;
-                const float li = lse[at], di = D[at];
-                const int nv = r0 + i + 1;
-#pragma omp simd
-                for (int j = 0; j < nv; j++)
-                    ds[j] = vm_expf(s[j] * scale - li) * (ds[j] - di) * scale;
-                for (int j = nv; j < n; j++) ds[j] = 0.0f;
-                ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
-            }
-            ag_gemm(md, 0, 0, M, hd, n, ds16, n, ag_at(md, k16, row, ldk, (size_t)g * hd), (int)ldk,
-                    1, dq + (row + r0) * ldq + (size_t)h * hd, (int)ldq);
-        }
-        /* pass 2: dK and dV, per (b, g, key block), the longest (first) blocks first */
-#pragma omp for schedule(dynamic, 1)
-        for (long task = 0; task < (long)B * G * nb; task++) {
-            const int kb = (int)(task % nb), g = (int)(task / nb % G), b = (int)(task / nb / G);
-            const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
-                      n = T - c0; /* queries c0 .. T-1 */
-            const size_t row = (size_t)b * T;
-            for (int h = g * rep; h < (g + 1) * rep; h++) {
+            float *dkh = part ? part + ((size_t)b * H + h) * T * hd : dk + row * ldk + (size_t)g * hd,
+                  *dvh = part ? part + nq + ((size_t)b * H + h) * T * hd
+                              : dv + row * ldk + (size_t)g * hd;
+            const size_t ldp = part ? (size_t)hd : ldk;
+            for (int kb = 0; kb < nb; kb++) {
+                const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
+                          n = T - c0; /* queries c0 .. T-1 */
                 ag_gemm(md, 0, 1, M, n, hd, ag_at(md, k16, row + c0, ldk, (size_t)g * hd), (int)ldk,
                         ag_at(md, q16, row + c0, ldq, (size_t)h * hd), (int)ldq, 0, w.s, n);
                 ag_gemm(md, 0, 1, M, n, hd, ag_at(md, v16, row + c0, ldk, (size_t)g * hd), (int)ldk,
@@ -271,14 +262,32 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, p, n);
                     ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
                 }
+                /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
                 ag_gemm(md, 0, 0, M, hd, n, p16, n, ag_at(md, do16, row + c0, ldq, (size_t)h * hd),
-                        (int)ldq, 1, dv + (row + c0) * ldk + (size_t)g * hd, (int)ldk);
+                        (int)ldq, !part, dvh + (size_t)c0 * ldp, (int)ldp);
                 ag_gemm(md, 0, 0, M, hd, n, ds16, n, ag_at(md, q16, row + c0, ldq, (size_t)h * hd),
-                        (int)ldq, 1, dk + (row + c0) * ldk + (size_t)g * hd, (int)ldk);
+                        (int)ldq, !part, dkh + (size_t)c0 * ldp, (int)ldp);
+                ag_gemm(md, 1, 0, n, hd, M, ds16, n, ag_at(md, k16, row + c0, ldk, (size_t)g * hd),
+                        (int)ldk, 1, dq + (row + c0) * ldq + (size_t)h * hd, (int)ldq);
             }
         }
         ag_ws_free(&w);
+        if (part) { /* dk, dv[b, t, g] += the group's heads' slices, in head order */
+#pragma omp for collapse(2) schedule(static)
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                    for (int h = 0; h < H; h++) {
+                        const size_t src = (((size_t)b * H + h) * T + t) * hd,
+                                     dst = ((size_t)b * T + t) * ldk + (size_t)(h / rep) * hd;
+#pragma omp simd
+                        for (int c = 0; c < hd; c++) {
+                            dk[dst + c] += part[src + c];
+                            dv[dst + c] += part[nq + src + c];
+                        }
+                    }
+        }
     }
+    free(part);
     free(D);
     for (int i = 0; i < 4; i++) free(own[i]);
 }

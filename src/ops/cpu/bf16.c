@@ -369,6 +369,42 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
     return 0;
 }
 
+/* The implementation a product runs: oneDNN's first choice, except that a product with a
+ * transposed A (the weight gradients dW = dy^T x) prefers the gemm driver (`gemm:jit`) on CPUs
+ * with AVX512_BF16 but no AMX. Measured on an AMD EPYC Zen 4 (2 threads, oneDNN 2.6.3, median
+ * of 7 interleaved runs, bench/RESULTS.md "Session 12"): brgemm 343 / 327 / 335 GFLOP/s, the
+ * gemm driver 379 / 362 / 342 at 0.6B's dW shapes (3072x1024x2048, 1024x3072x2048,
+ * 1024x1024x2048); forward and input-gradient products were level or better on brgemm. On AMX
+ * (unmeasured) oneDNN's order stands. TITAN_DNNL_IMPL=PREFIX picks the first implementation
+ * whose name starts with PREFIX for every product (an experiment knob, e.g. "brg" or
+ * "gemm:jit"). The choice depends on the shape and CPU only, so a run stays deterministic. */
+static int pd_pick(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *md,
+                   const_dnnl_primitive_attr_t attr, const dnnl_entry *k) {
+    static int amx = -1;
+    if (amx < 0) amx = cpuinfo_has("amx_bf16");
+    const char *env = getenv("TITAN_DNNL_IMPL");
+    const char *want = env && *env ? env : k->ta && !amx ? "gemm:jit" : NULL;
+    *pd = NULL;
+    if (want) {
+        dnnl_primitive_desc_iterator_t it;
+        if (!dnnl_primitive_desc_iterator_create(&it, md, attr, g_engine, NULL)) {
+            do {
+                dnnl_primitive_desc_t p = dnnl_primitive_desc_iterator_fetch(it);
+                const char *impl = NULL;
+                if (p && !dnnl_primitive_desc_query(p, dnnl_query_impl_info_str, 0, &impl) &&
+                    impl && !strncmp(impl, want, strlen(want))) {
+                    *pd = p;
+                    break;
+                }
+                if (p) dnnl_primitive_desc_destroy(p);
+            } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+            dnnl_primitive_desc_iterator_destroy(it);
+        }
+        if (*pd) return 0;
+    }
+    return dnnl_primitive_desc_create(pd, md, attr, g_engine, NULL) ? -1 : 0;
+}
+
 static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k, size_t *scratch) {
     dnnl_memory_desc_t a, b, c;
     const dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
@@ -390,7 +426,7 @@ static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k, size_t *scratch) {
     if (k->acc && (dnnl_post_ops_create(&po) || dnnl_post_ops_append_sum(po, 1.0f) ||
                    dnnl_primitive_attr_set_post_ops(attr, po)))
         goto out;
-    if (dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL)) goto out;
+    if (pd_pick(&pd, &md, attr, k)) goto out;
     const dnnl_memory_desc_t *sd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     *scratch = sd ? dnnl_memory_desc_get_size(sd) : 0;
     if (dnnl_primitive_create(&p, pd)) p = NULL;
