@@ -235,7 +235,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         for (long task = 0; task < (long)B * H; task++) {
             const int h = (int)(task % H), b = (int)(task / H), g = h / rep;
             const size_t row = (size_t)b * T;
-            float *dkh = part ? part + ((size_t)b * H + h) * T * hd : dk + row * ldk + (size_t)g * hd,
+            float *dkh =
+                      part ? part + ((size_t)b * H + h) * T * hd : dk + row * ldk + (size_t)g * hd,
                   *dvh = part ? part + nq + ((size_t)b * H + h) * T * hd
                               : dv + row * ldk + (size_t)g * hd;
             const size_t ldp = part ? (size_t)hd : ldk;
