@@ -298,7 +298,7 @@ static unsigned g_gen; /* the last dnnl_entry.gen handed out (under the lock) */
 static pthread_mutex_t g_dnnl_lock = PTHREAD_MUTEX_INITIALIZER;
 /* One stream per thread: GEMMs run concurrently from the threads of a parallel region
  * (attention's tiles); every primitive uses a user scratchpad (below), the mode oneDNN
- * documents as thread-safe for concurrent executions. Never freed (one per pool thread). */
+ * documents as thread-safe for concurrent executions. Freed when the thread exits (tl_exit). */
 static _Thread_local dnnl_stream_t tl_stream;
 /* Each thread's scratchpad, grown to the largest a primitive it ran asked for and kept: a
  * large GEMM's (oneDNN may stage the weights there) would otherwise be allocated and faulted
@@ -322,8 +322,8 @@ static void *scratch_get(size_t n) {
  * destroying four objects, which with their mallocs were half of a call's ~2 us outside the
  * kernel (reference oneDNN build, 1x1x1 matmul, perf). One slot per entry, not a smaller
  * direct-mapped table: attention's tasks cycle through ~5 shapes per 64 positions (~160 at
- * 2048), which would evict each other. Never freed (one table per pool thread, as the
- * streams). */
+ * 2048), which would evict each other. Freed when the thread exits, with the stream and the
+ * scratchpad (tl_exit). */
 typedef struct {
     unsigned gen; /* the gen of the entry its objects were made for (0: none; gens start at 1) */
     dnnl_memory_t m[4];
@@ -334,6 +334,36 @@ static void tl_mem_clear(tl_mem_slot *s) {
     for (int i = 0; i < 4; i++)
         if (s->m[i]) dnnl_memory_destroy(s->m[i]);
     *s = (tl_mem_slot){0};
+}
+
+/* A thread's stream, scratchpad and memory objects, freed as it exits: libgomp ends pool
+ * threads when a team shrinks (and a program's own threads end), which left them behind (an
+ * ASan leak report on a CPU with bf16 units). The main thread's stay until the process ends. */
+static pthread_key_t g_tl_key;
+static pthread_once_t g_tl_once = PTHREAD_ONCE_INIT;
+
+static void tl_exit(void *unused) {
+    (void)unused;
+    if (tl_mem) {
+        for (int i = 0; i < DNNL_CACHE; i++) tl_mem_clear(&tl_mem[i]);
+        free(tl_mem);
+        tl_mem = NULL;
+    }
+    free(tl_scratch);
+    tl_scratch = NULL;
+    tl_scratch_n = 0;
+    if (tl_stream) dnnl_stream_destroy(tl_stream);
+    tl_stream = NULL;
+}
+
+static void tl_key_make(void) {
+    if (pthread_key_create(&g_tl_key, tl_exit)) g_tl_key = 0;
+}
+
+/* Registers this thread for tl_exit (once per thread: at its first stream). */
+static void tl_register(void) {
+    pthread_once(&g_tl_once, tl_key_make);
+    pthread_setspecific(g_tl_key, (void *)1); /* any non-NULL value: the destructor runs */
 }
 
 /* *out = the memory objects of entry e's primitive pointed at A, B, C and scratch (the fourth
@@ -496,8 +526,12 @@ static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A
     int owned, rc = -1;
     dnnl_entry *e = bf16_dnnl_get(&key, &tmp, &owned);
     if (!e) return -1;
-    if (!tl_stream && dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags))
-        tl_stream = NULL;
+    if (!tl_stream) {
+        if (dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags))
+            tl_stream = NULL;
+        else
+            tl_register();
+    }
     void *scratch = e->scratch ? scratch_get(e->scratch) : NULL;
     tl_mem_slot own = {0}, *mem;
     if (tl_stream && (!e->scratch || scratch) &&
