@@ -402,8 +402,8 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
 /* The implementation a product runs: oneDNN's first choice, except that a product with a
  * transposed A (the weight gradients dW = dy^T x) prefers the gemm driver (`gemm:jit`) on CPUs
  * with AVX512_BF16 but no AMX. Measured on an AMD EPYC Zen 4 (2 threads, oneDNN 2.6.3, median
- * of 7 interleaved runs, bench/RESULTS.md "Session 12"): brgemm 343 / 327 / 335 GFLOP/s, the
- * gemm driver 379 / 362 / 342 at 0.6B's dW shapes (3072x1024x2048, 1024x3072x2048,
+ * of 7 interleaved runs, build/bench_dnnl_impls; bench/RESULTS.md "Session 12"): brgemm 343 / 327 /
+ * 335 GFLOP/s, the gemm driver 379 / 362 / 342 at 0.6B's dW shapes (3072x1024x2048, 1024x3072x2048,
  * 1024x1024x2048); forward and input-gradient products were level or better on brgemm. On AMX
  * (unmeasured) oneDNN's order stands. TITAN_DNNL_IMPL=PREFIX picks the first implementation
  * whose name starts with PREFIX for every product (an experiment knob, e.g. "brg" or

@@ -1,0 +1,167 @@
+/* Which oneDNN implementation is faster for one bf16 product, measured the way a noisy shared
+ * machine allows: the candidates built once, then executed in turn (A, B, C, A, B, C, ...) so
+ * a slow moment hits all of them, and the median of each reported. Decides ops/cpu/bf16.c's
+ * pd_pick (bench/RESULTS.md "Session 12").
+ *
+ *   cmake --build build --target bench_dnnl_impls
+ *   OMP_NUM_THREADS=2 build/bench_dnnl_impls M N K TA TB ACC [REPEATS]
+ *
+ * C[M,N] (+= with ACC) = op(A)[M,K] op(B)[K,N], A and B bf16 (TA / TB: stored transposed),
+ * C fp32 - titan's products: forward x W^T (0 1 0), dx = dy W (0 0 1), dW = dy^T x (1 0 1).
+ * Candidates: oneDNN's brgemm matmul ("brg"), its gemm driver ("gemm:jit"), and brgemm with B
+ * reordered beforehand into the layout it prefers ("brg+blocked": what a weight kept in that
+ * layout would give; the reorder's time is printed once). */
+#include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        if ((x) != dnnl_success) {                                                                 \
+            fprintf(stderr, "bench_dnnl_impls: %s failed (line %d)\n", #x, __LINE__);              \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define MAX_REPEATS 64
+
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_st;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+    const char *want; /* implementation name prefix */
+    int blocked;      /* B reordered into the primitive's preferred layout */
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;
+    char impl[64];
+    double reorder_ms, t[MAX_REPEATS];
+} candidate;
+
+static void build(candidate *v, int M, int N, int K, int ta, int tb, int acc, void *A, void *B,
+                  float *C) {
+    dnnl_memory_desc_t a, b, c, bplain;
+    const dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
+    const dnnl_dims_t as = {ta ? 1 : K, ta ? M : 1}, bs = {tb ? 1 : N, tb ? K : 1}, cs = {N, 1};
+    CHECK(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as));
+    CHECK(dnnl_memory_desc_init_by_strides(&bplain, 2, bd, dnnl_bf16, bs));
+    b = bplain;
+    if (v->blocked) CHECK(dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_bf16, dnnl_format_tag_any));
+    CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs));
+    dnnl_matmul_desc_t md;
+    CHECK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+    dnnl_primitive_attr_t attr;
+    CHECK(dnnl_primitive_attr_create(&attr));
+    if (acc) {
+        dnnl_post_ops_t po;
+        CHECK(dnnl_post_ops_create(&po));
+        CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+        CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_iterator_t it;
+    CHECK(dnnl_primitive_desc_iterator_create(&it, &md, attr, g_eng, NULL));
+    dnnl_primitive_desc_t pd = NULL;
+    do {
+        dnnl_primitive_desc_t p = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = "";
+        if (p && !dnnl_primitive_desc_query(p, dnnl_query_impl_info_str, 0, &impl) &&
+            !strncmp(impl, v->want, strlen(v->want))) {
+            pd = p;
+            snprintf(v->impl, sizeof v->impl, "%s%s", impl, v->blocked ? "+blocked" : "");
+            break;
+        }
+        if (p) dnnl_primitive_desc_destroy(p);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    dnnl_primitive_attr_destroy(attr);
+    if (!pd) {
+        fprintf(stderr, "bench_dnnl_impls: no implementation '%s' for this product\n", v->want);
+        exit(1);
+    }
+    CHECK(dnnl_primitive_create(&v->prim, pd));
+    CHECK(dnnl_memory_create(&v->a, &a, g_eng, A));
+    CHECK(dnnl_memory_create(&v->c, &c, g_eng, C));
+    dnnl_memory_t bm;
+    CHECK(dnnl_memory_create(&bm, &bplain, g_eng, B));
+    v->b = bm;
+    if (v->blocked) {
+        const dnnl_memory_desc_t *w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        CHECK(dnnl_memory_create(&v->b, w, g_eng, DNNL_MEMORY_ALLOCATE));
+        dnnl_primitive_desc_t rpd;
+        CHECK(dnnl_reorder_primitive_desc_create(&rpd, &bplain, g_eng, w, g_eng, NULL));
+        dnnl_primitive_t r;
+        CHECK(dnnl_primitive_create(&r, rpd));
+        const dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, bm}, {DNNL_ARG_TO, v->b}};
+        for (int i = 0; i < 2; i++) { /* the second, warm, is timed */
+            const double t0 = now();
+            CHECK(dnnl_primitive_execute(r, g_st, 2, ra));
+            CHECK(dnnl_stream_wait(g_st));
+            v->reorder_ms = 1e3 * (now() - t0);
+        }
+        dnnl_primitive_destroy(r);
+        dnnl_primitive_desc_destroy(rpd);
+    }
+    dnnl_primitive_desc_destroy(pd);
+}
+
+static double run(candidate *v) {
+    const dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, v->a}, {DNNL_ARG_WEIGHTS, v->b}, {DNNL_ARG_DST, v->c}};
+    const double t0 = now();
+    CHECK(dnnl_primitive_execute(v->prim, g_st, 3, args));
+    CHECK(dnnl_stream_wait(g_st));
+    return now() - t0;
+}
+
+static int cmp(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 7) {
+        fprintf(stderr, "usage: bench_dnnl_impls M N K TA TB ACC [REPEATS (7)]\n");
+        return 2;
+    }
+    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), ta = atoi(argv[4]),
+              tb = atoi(argv[5]), acc = atoi(argv[6]), reps = argc > 7 ? atoi(argv[7]) : 7;
+    if (M <= 0 || N <= 0 || K <= 0 || reps < 1 || reps > MAX_REPEATS) {
+        fprintf(stderr, "bench_dnnl_impls: M, N, K > 0 and 1 <= REPEATS <= %d\n", MAX_REPEATS);
+        return 2;
+    }
+    CHECK(dnnl_engine_create(&g_eng, dnnl_cpu, 0));
+    CHECK(dnnl_stream_create(&g_st, g_eng, dnnl_stream_default_flags));
+    uint16_t *A = malloc(sizeof(uint16_t) * (size_t)M * K),
+             *B = malloc(sizeof(uint16_t) * (size_t)K * N);
+    float *C = calloc((size_t)M * N, sizeof(float));
+    if (!A || !B || !C) return 1;
+    /* small bf16 values (1.0 .. 1.9 and 1/256 ..): the data do not change the timing */
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (uint16_t)(0x3f80 | (i & 0x70));
+    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (uint16_t)(0x3b80 | (i & 0x70));
+    candidate v[3] = {{.want = "brg"}, {.want = "gemm:jit"}, {.want = "brg", .blocked = 1}};
+    for (int i = 0; i < 3; i++) {
+        build(&v[i], M, N, K, ta, tb, acc, A, B, C);
+        run(&v[i]); /* warm-up: first-touch and JIT */
+    }
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < 3; i++) v[i].t[r] = run(&v[i]);
+    printf("%d x %d x %d ta %d tb %d acc %d, median of %d interleaved runs:\n", M, N, K, ta, tb,
+           acc, reps);
+    for (int i = 0; i < 3; i++) {
+        qsort(v[i].t, (size_t)reps, sizeof(double), cmp);
+        const double t = v[i].t[reps / 2];
+        printf("  %-32s %9.2f ms %7.1f GFLOP/s", v[i].impl, 1e3 * t,
+               2.0 * M * N * (double)K / t * 1e-9);
+        if (v[i].blocked) printf("  (B reorder %.1f ms)", v[i].reorder_ms);
+        printf("\n");
+    }
+    return 0;
+}
