@@ -46,11 +46,11 @@ static void gemm_bf16(float *c, const float *a, const float *b, int n) {
     g_bf16_matmul(c, a, b, n, n, n);
 }
 
-/* The best rate of gemm over the bursts. bf16: A and B are held as bf16 operands first, so
+/* The best rate of gemm over the bursts. gemm_bf16: A and B are held as bf16 operands first, so
  * the bursts time the engine's GEMM alone, as a step's products read the weights' bf16 copy
  * (converting both 1024 x 1024 operands per call cost ~20% of the rate on a Zen 4). */
-static double measure(void (*gemm)(float *, const float *, const float *, int), int bf16) {
-    const int n = GEMM_N;
+static double measure(void (*gemm)(float *, const float *, const float *, int)) {
+    const int n = GEMM_N, bf16 = gemm == gemm_bf16;
     float *a = base_alloc(sizeof(float) * n * n), *b = base_alloc(sizeof(float) * n * n),
           *c = base_alloc(sizeof(float) * n * n);
     double best = 0;
@@ -78,7 +78,7 @@ static double measure(void (*gemm)(float *, const float *, const float *, int), 
 }
 
 double train_measure_peak_flops(void) {
-    return measure(gemm_f32, 0);
+    return measure(gemm_f32);
 }
 
 double train_measure_peak_flops_bf16(void) {
@@ -86,7 +86,7 @@ double train_measure_peak_flops_bf16(void) {
     const ops_impl *mm = ops_find(OPS_MATMUL, "bf16");
     if (!mm) return 0;
     g_bf16_matmul = (ops_matmul_fwd_fn)mm->fwd;
-    return measure(gemm_bf16, 1);
+    return measure(gemm_bf16);
 }
 
 void train_peak_key(int threads, char *buf, size_t n) {

@@ -340,6 +340,7 @@ static void tl_mem_clear(tl_mem_slot *s) {
  * threads when a team shrinks (and a program's own threads end), which left them behind (an
  * ASan leak report on a CPU with bf16 units). The main thread's stay until the process ends. */
 static pthread_key_t g_tl_key;
+static int g_tl_key_ok; /* pthread_key_create succeeded (set once, under g_tl_once) */
 static pthread_once_t g_tl_once = PTHREAD_ONCE_INIT;
 
 static void tl_exit(void *unused) {
@@ -357,13 +358,13 @@ static void tl_exit(void *unused) {
 }
 
 static void tl_key_make(void) {
-    if (pthread_key_create(&g_tl_key, tl_exit)) g_tl_key = 0;
+    g_tl_key_ok = !pthread_key_create(&g_tl_key, tl_exit);
 }
 
-/* Registers this thread for tl_exit (once per thread: at its first stream). */
+/* Registers this thread for tl_exit (at its first call, before it allocates any of them). */
 static void tl_register(void) {
     pthread_once(&g_tl_once, tl_key_make);
-    pthread_setspecific(g_tl_key, (void *)1); /* any non-NULL value: the destructor runs */
+    if (g_tl_key_ok) pthread_setspecific(g_tl_key, (void *)1); /* non-NULL: the destructor runs */
 }
 
 /* *out = the memory objects of entry e's primitive pointed at A, B, C and scratch (the fourth
@@ -527,10 +528,8 @@ static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A
     dnnl_entry *e = bf16_dnnl_get(&key, &tmp, &owned);
     if (!e) return -1;
     if (!tl_stream) {
-        if (dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags))
-            tl_stream = NULL;
-        else
-            tl_register();
+        tl_register();
+        if (dnnl_stream_create(&tl_stream, g_engine, dnnl_stream_default_flags)) tl_stream = NULL;
     }
     void *scratch = e->scratch ? scratch_get(e->scratch) : NULL;
     tl_mem_slot own = {0}, *mem;
