@@ -62,17 +62,35 @@ static double row_sumexp(float *restrict row, int V, float mx, int grad) {
     return sum;
 }
 
-/* exp row -> grad_scale * (softmax - onehot); target -1: the one-hot is on another shard. */
-static void row_grad(float *restrict row, int V, int target, double sum, float grad_scale) {
-    float scale = (float)((double)grad_scale / sum);
+/* exp row -> grad_scale * (softmax - onehot); target -1: the one-hot is on another shard.
+ * b16: the gradient is stored as bf16 bits over the row's first half ((uint16_t *)row [0, V):
+ * the bf16 GEMMs' operand with a leading dimension of 2V), each block of CE_SUM_BLOCK values
+ * rounded on the stack before it is copied down, so no store lands on a value not yet read.
+ * The same bits as rounding the fp32 gradient afterwards. */
+static void row_grad(float *row, int V, int target, double sum, float grad_scale, int b16) {
+    const float scale = (float)((double)grad_scale / sum);
+    if (!b16) {
 #pragma omp simd
-    for (int i = 0; i < V; i++) row[i] *= scale;
-    if (target >= 0) row[target] -= grad_scale;
+        for (int i = 0; i < V; i++) row[i] *= scale;
+        if (target >= 0) row[target] -= grad_scale;
+        return;
+    }
+    uint16_t blk[CE_SUM_BLOCK];
+    for (int b0 = 0; b0 < V; b0 += CE_SUM_BLOCK) {
+        const int n = V - b0 < CE_SUM_BLOCK ? V - b0 : CE_SUM_BLOCK;
+        const float *src = row + b0;
+#pragma omp simd
+        for (int i = 0; i < n; i++) blk[i] = ops_cpu_bf16_bits(src[i] * scale);
+        if (target >= b0 && target < b0 + n)
+            blk[target - b0] = ops_cpu_bf16_bits(src[target - b0] * scale - grad_scale);
+        memcpy((uint16_t *)row + b0, blk, sizeof(uint16_t) * (size_t)n);
+    }
 }
 
 /* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row is
- * overwritten with grad_scale * (softmax - onehot), or zeros for an ignored target. */
-static double ce_row(float *restrict row, int32_t target, int V, float grad_scale, int grad) {
+ * overwritten with grad_scale * (softmax - onehot), or zeros for an ignored target (as bf16
+ * over its first half when b16: row_grad). */
+static double ce_row(float *row, int32_t target, int V, float grad_scale, int grad, int b16) {
     int valid = ce_valid(target, V);
     if (!valid) {
         if (grad) memset(row, 0, (size_t)V * sizeof(float));
@@ -82,14 +100,15 @@ static double ce_row(float *restrict row, int32_t target, int V, float grad_scal
     float target_logit = row[target];
     double sum = row_sumexp(row, V, mx, grad);
     double lse = (double)mx + log(sum);
-    if (grad) row_grad(row, V, target, sum, grad_scale);
+    if (grad) row_grad(row, V, target, sum, grad_scale, b16);
     return lse - (double)target_logit;
 }
 
 /* Loss-parallel rows [rows, V] of a chunk (see ops.h): red[3 * rows] is scratch (the row
  * maxima, then exp sums and target logits); loss[rows] receives each row's loss. */
 static void ce_rows_sharded(float *scratch, const int32_t *tc, int rows, int V, float grad_scale,
-                            int grad, const ops_vocab_shard *vs, double *red, double *loss) {
+                            int grad, int b16, const ops_vocab_shard *vs, double *red,
+                            double *loss) {
     double *mx = red, *st = red + rows; /* st[2r]: exp sum, st[2r + 1]: target logit */
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
@@ -115,7 +134,7 @@ static void ce_rows_sharded(float *scratch, const int32_t *tc, int rows, int V, 
             continue;
         }
         loss[r] = (double)(float)mx[r] + log(st[2 * r]) - st[2 * r + 1];
-        if (grad) row_grad(row, V, t >= 0 && t < V ? t : -1, st[2 * r], grad_scale);
+        if (grad) row_grad(row, V, t >= 0 && t < V ? t : -1, st[2 * r], grad_scale, b16);
     }
 }
 
@@ -133,6 +152,22 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     const int cr = N < chunk ? N : chunk;
     double *red = vs ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL; /* red[3 cr], loss[cr] */
     if (vs && !red) return NAN; /* out of memory: reported as a non-finite loss */
+    /* b16: on the onednn engine the logit gradient is written as bf16 in place (row_grad) and
+     * both backward products read it there with gemm16, with w from its mirror (held here if
+     * the caller keeps none) and x held once: a separate bf16 copy of [chunk, V] (136 MB at
+     * vocab 151936, chunk 448) was allocated, faulted in and filled per chunk before. The
+     * emulated engine rounds the fp32 gradient in place (ops_bf16_hold) instead. */
+    const void *w16 = NULL, *x16 = NULL;
+    int w_held = 0, x_held = 0;
+    if (grad && dw && prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t)) {
+        if (!(w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D)) &&
+            (w_held = !ops_bf16_hold_copy(w, (size_t)V * D)))
+            w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D);
+        if (w16 && !(x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D)) &&
+            (x_held = !ops_bf16_hold_copy(x, (size_t)N * D)))
+            x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D);
+    }
+    const int b16 = x16 != NULL;
     for (int n0 = 0; n0 < N; n0 += chunk) {
         int rows = N - n0 < chunk ? N - n0 : chunk;
         const float *xc = x + (size_t)n0 * D;
@@ -143,7 +178,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         ops_cpu_gemm(prec, 0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
         if (vs) {
             double *loss = red + 3 * (size_t)cr;
-            ce_rows_sharded(scratch, tc, rows, V, grad_scale, grad, vs, red, loss);
+            ce_rows_sharded(scratch, tc, rows, V, grad_scale, grad, b16, vs, red, loss);
             for (int r = 0; r < rows; r++) total += loss[r];
         }
         for (int r0 = 0; !vs && r0 < rows; r0 += CE_ROW_BLOCK) {
@@ -151,11 +186,17 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             double loss[CE_ROW_BLOCK];
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < nb; r++) {
-                loss[r] = ce_row(scratch + (size_t)(r0 + r) * V, tc[r0 + r], V, grad_scale, grad);
+                loss[r] =
+                    ce_row(scratch + (size_t)(r0 + r) * V, tc[r0 + r], V, grad_scale, grad, b16);
             }
             for (int r = 0; r < nb; r++) total += loss[r];
         }
-        if (grad) {
+        if (b16) { /* the gradient's bf16 rows are 2V elements apart (row_grad) */
+            const uint16_t *g16 = (const uint16_t *)scratch;
+            ops_cpu_gemm16(0, 0, rows, D, V, g16, 2 * V, w16, D, 1, dx + (size_t)n0 * D, D);
+            ops_cpu_gemm16(1, 0, V, D, rows, g16, 2 * V, (const uint16_t *)x16 + (size_t)n0 * D,
+                           D, 1, dw, D);
+        } else if (grad) {
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
             const int held =
@@ -168,6 +209,8 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             if (held) ops_bf16_release(scratch);
         }
     }
+    if (w_held) ops_bf16_release(w);
+    if (x_held) ops_bf16_release(x);
     free(red);
     return total;
 }
