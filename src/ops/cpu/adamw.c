@@ -21,36 +21,52 @@
 #define ADAMW_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
+/* One element; the constants are torch's, as computed below. */
+typedef struct {
+    float gscale, decay, lerp_coeff, fb2, w2, bc2_sqrt, feps, neg_step;
+    int small;
+} adamw_k;
+
+static inline void adamw_elem(const adamw_k *k, float *p, float *m, float *v, const float *g) {
+    float gi = *g * k->gscale; /* clip_grad_norm_'s g.mul_(coef) */
+    float pi = *p * k->decay;
+    float mi = *m;
+    float base = k->small ? mi : gi;
+    mi = ADAMW_FMA(k->lerp_coeff, gi - mi, base);
+    float vi = *v * k->fb2 + k->w2 * gi * gi;
+    float denom = sqrtf(vi) / k->bc2_sqrt + k->feps;
+    pi = pi + k->neg_step * mi / denom;
+    *m = mi;
+    *v = vi;
+    *p = pi;
+}
+
 void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gscale, size_t n,
                         double lr, double beta1, double beta2, double eps, double wd, int64_t t) {
     const double dlr = lr, db1 = beta1, db2 = beta2;
-    float decay = (float)(1.0 - dlr * wd);
-    float w1 = (float)(1.0 - db1); /* lerp weight */
-    float fb2 = (float)db2;
-    float w2 = (float)(1.0 - db2);
-    double bc1 = 1.0 - pow(db1, (double)t);
-    double bc2 = 1.0 - pow(db2, (double)t);
-    float neg_step = (float)(-(dlr / bc1));
-    float bc2_sqrt = (float)sqrt(bc2);
-    float feps = (float)eps;
+    const float w1 = (float)(1.0 - db1); /* lerp weight */
+    const double bc1 = 1.0 - pow(db1, (double)t);
+    const double bc2 = 1.0 - pow(db2, (double)t);
     /* torch's lerp uses the fma form only for |weight| < 0.5 (else the mirrored formula) */
-    int small = fabsf(w1) < 0.5f;
-    float lerp_coeff = small ? w1 : w1 - 1.0f;
-    ptrdiff_t len = (ptrdiff_t)n;
-    /* up to 65536 elements on the calling thread (optim_adamw_step calls it per block from its
-     * own parallel loop); "parallel :" so the if does not also turn off the simd */
-#pragma omp parallel for simd schedule(static) if (parallel : len > 65536)
-    for (ptrdiff_t i = 0; i < len; i++) {
-        float gi = g[i] * gscale; /* clip_grad_norm_'s g.mul_(coef) */
-        float pi = p[i] * decay;
-        float mi = m[i];
-        float base = small ? mi : gi;
-        mi = ADAMW_FMA(lerp_coeff, gi - mi, base);
-        float vi = v[i] * fb2 + w2 * gi * gi;
-        float denom = sqrtf(vi) / bc2_sqrt + feps;
-        pi = pi + neg_step * mi / denom;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi;
+    const int small = fabsf(w1) < 0.5f;
+    const adamw_k k = {.gscale = gscale,
+                       .decay = (float)(1.0 - dlr * wd),
+                       .lerp_coeff = small ? w1 : w1 - 1.0f,
+                       .fb2 = (float)db2,
+                       .w2 = (float)(1.0 - db2),
+                       .bc2_sqrt = (float)sqrt(bc2),
+                       .feps = (float)eps,
+                       .neg_step = (float)(-(dlr / bc1)),
+                       .small = small};
+    const ptrdiff_t len = (ptrdiff_t)n;
+    /* up to 65536 elements on the calling thread with no parallel region at all:
+     * optim_adamw_step calls it per block from its own parallel loop, where even an `if`-ed
+     * nested region costs libgomp bookkeeping (futex calls) per block */
+    if (len > 65536) {
+#pragma omp parallel for simd schedule(static)
+        for (ptrdiff_t i = 0; i < len; i++) adamw_elem(&k, p + i, m + i, v + i, g + i);
+    } else {
+#pragma omp simd
+        for (ptrdiff_t i = 0; i < len; i++) adamw_elem(&k, p + i, m + i, v + i, g + i);
     }
 }

@@ -29,17 +29,26 @@
 #endif
 
 /* ---- conversions -------------------------------------------------------------------- */
-/* Small conversions stay on the calling thread: "if (parallel : ...)", since a plain if on a
- * combined "parallel for simd" also applies to the simd (OpenMP 5.0) and made them scalar. */
+/* Small conversions (up to 65536 elements) run on the calling thread without opening a
+ * parallel region at all: called per block or per row from inside another parallel loop (the
+ * optimizer's blocks, operand rows), an `if (parallel : ...)` clause still entered libgomp
+ * for a nested team of one each time, and its bookkeeping made ~10^5 futex calls a step. */
+#define CONVERT(n, i, stmt)                                                                        \
+    do {                                                                                           \
+        if ((n) > 65536) {                                                                         \
+            _Pragma("omp parallel for simd schedule(static)") for (size_t i = 0; i < (n); i++)     \
+                stmt;                                                                              \
+        } else {                                                                                   \
+            _Pragma("omp simd") for (size_t i = 0; i < (n); i++) stmt;                             \
+        }                                                                                          \
+    } while (0)
 
 void ops_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_bits(src[i]);
+    CONVERT(n, i, dst[i] = ops_cpu_bf16_bits(src[i]));
 }
 
 void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_value(src[i]);
+    CONVERT(n, i, dst[i] = ops_cpu_bf16_value(src[i]));
 }
 
 void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
@@ -47,13 +56,11 @@ void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
         ops_cpu_bf16_round(x, x, n);
         return;
     }
-#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
-    for (size_t i = 0; i < n; i++) x[i] = ops_cpu_bf16_value(dst[i] = ops_cpu_bf16_bits(x[i]));
+    CONVERT(n, i, x[i] = ops_cpu_bf16_value(dst[i] = ops_cpu_bf16_bits(x[i])));
 }
 
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[i]));
+    CONVERT(n, i, dst[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[i])));
 }
 
 /* ---- CPU and engine ------------------------------------------------------------------ */
@@ -231,7 +238,7 @@ static int operand_get(operand *o, const float *x, int rows, int cols, int ld, i
     if (!o->own) return -1;
     o->ld = cols;
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < rows; r++) { /* a row of up to 65536 converts on this thread */
         float *f = (float *)o->own + (size_t)r * cols;
         if (want_f32 && m)
             ops_bf16_to_f32(f, (const uint16_t *)m + (size_t)r * ld, (size_t)cols);
