@@ -194,8 +194,8 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         if (b16) { /* the gradient's bf16 rows are 2V elements apart (row_grad) */
             const uint16_t *g16 = (const uint16_t *)scratch;
             ops_cpu_gemm16(0, 0, rows, D, V, g16, 2 * V, w16, D, 1, dx + (size_t)n0 * D, D);
-            ops_cpu_gemm16(1, 0, V, D, rows, g16, 2 * V, (const uint16_t *)x16 + (size_t)n0 * D,
-                           D, 1, dw, D);
+            ops_cpu_gemm16(1, 0, V, D, rows, g16, 2 * V, (const uint16_t *)x16 + (size_t)n0 * D, D,
+                           1, dw, D);
         } else if (grad) {
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
