@@ -33,7 +33,7 @@ struct model_acts {
     float *norm_out;   /* [n,D] block norm output (recomputed; shared) */
     float *q, *k;      /* [N,H*hd], [N,G*hd] q and k after norm + RoPE (recomputed; shared) */
     float *hact;       /* [N,F] silu(gate)*up (recomputed; shared) */
-    float *ce_scratch; /* [ce_chunk, V] */
+    float *ce_scratch; /* [ce_chunk, V] (ops_lmhead_ce_scratch_floats) */
     /* backward scratch; dres, dnorm, dxn: [n,D] */
     float *dres, *dnorm, *dhact, *dgate, *dup, *dqk_o, *dq, *dk, *dv, *dqn, *dkn, *dxn;
     /* MoE: routed rows [R,D] (forward and backward), their gradient [R,D], the router-logit
@@ -211,7 +211,11 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     }
     /* The union: the CE logits chunk, then (from the same start) the block working set. */
     const size_t start = c->used;
-    A->ce_scratch = carve(c, (size_t)m->ce_chunk * Vce);
+    const ops_prec ce_prec =
+        m->prec == OPS_PREC_BF16 && (!m->ops || runs16(m, &m->ops[L + 1], OPS_LMHEAD_CE))
+            ? OPS_PREC_BF16
+            : OPS_PREC_F32; /* before the ops resolve: bf16 as asked */
+    A->ce_scratch = carve(c, ops_lmhead_ce_scratch_floats((size_t)m->ce_chunk, Vce, ce_prec));
     const size_t ce_end = c->used;
     c->used = start;
     A->norm_out = carve(c, n * D);

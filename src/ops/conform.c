@@ -296,21 +296,30 @@ static int cf_swiglu(const ops_table *x, const ops_table *y, const ops_ctx *c, u
     return 0;
 }
 
+static ops_prec cf_prec(const ops_table *t, ops_kind k) {
+    return t->impl[k] ? t->impl[k]->prec : OPS_PREC_F32;
+}
+
 static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c, uint64_t *s,
                         cf_result *r) {
     const int N = c->batch * c->seq_len, D = c->dim, V = c->vocab, chunk = cf_int(s, 1, N);
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
-    float *in = cf_rand(s, (size_t)N * D, 1), *w = cf_rand(s, (size_t)V * D, 0.5f),
-          *sc = malloc(sizeof(float) * (size_t)chunk * V), *dx1 = cf_rand(s, (size_t)N * D, 1),
-          *dx2 = cf_dup(dx1, (size_t)N * D), *dw1 = cf_rand(s, (size_t)V * D, 1),
-          *dw2 = cf_dup(dw1, (size_t)V * D);
-    if (!tg || !in || !w || !sc || !dx1 || !dx2 || !dw1 || !dw2) return -1;
+    float *in = cf_rand(s, (size_t)N * D, 1),
+          *w = cf_rand(s, (size_t)V * D, 0.5f),
+          /* each side's scratch as small as it may be, so an overrun is ASan's to see */
+              *sc = malloc(sizeof(float) * ops_lmhead_ce_scratch_floats((size_t)chunk, (size_t)V,
+                                                                        cf_prec(x, OPS_LMHEAD_CE))),
+          *sc2 = malloc(sizeof(float) * ops_lmhead_ce_scratch_floats((size_t)chunk, (size_t)V,
+                                                                     cf_prec(y, OPS_LMHEAD_CE))),
+          *dx1 = cf_rand(s, (size_t)N * D, 1), *dx2 = cf_dup(dx1, (size_t)N * D),
+          *dw1 = cf_rand(s, (size_t)V * D, 1), *dw2 = cf_dup(dw1, (size_t)V * D);
+    if (!tg || !in || !w || !sc || !sc2 || !dx1 || !dx2 || !dw1 || !dw2) return -1;
     for (int n = 0; n < N; n++)
         tg[n] = cf_int(s, 0, 9) == 0 ? OPS_IGNORE_INDEX : cf_int(s, 0, V - 1);
     int64_t v1 = 0, v2 = 0;
     const float gs = 1.0f / (float)N;
     float l1 = (float)x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, &v1, NULL);
-    float l2 = (float)y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc, chunk, &v2, NULL);
+    float l2 = (float)y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, &v2, NULL);
     cf_cmp(r, "loss", &l1, &l2, 1, 1e-5);
     if (v1 != v2) {
         r->ratio = INFINITY;
@@ -320,7 +329,7 @@ static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c
     cf_cmp(r, "dw", dw1, dw2, (size_t)V * D, 1e-4);
     l1 = (float)x->lmhead_ce(NULL, NULL, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL);
     cf_cmp(r, "loss (no grad)", &l1, &l2, 1, 1e-5);
-    CF_FREE(tg, in, w, sc, dx1, dx2, dw1, dw2);
+    CF_FREE(tg, in, w, sc, sc2, dx1, dx2, dw1, dw2);
     return 0;
 }
 

@@ -46,7 +46,8 @@
  * swiglu: out[N,F] = silu(gate) * up.  bwd: dgate, dup += .
  * lmhead_ce: fused lm_head + fp32 cross-entropy over x[N,D], w[V,D], targets[N]
  *   (OPS_IGNORE_INDEX skipped). Returns the SUM of the per-token losses (double). Logits are
- *   computed `chunk` tokens at a time into scratch[chunk, V], so [N, V] logits never exist.
+ *   computed `chunk` tokens at a time into scratch (ops_lmhead_ce_scratch_floats(chunk, V,
+ *   prec) floats), so [N, V] logits never exist.
  *   When dx is non-NULL, also dx[N,D] += grad_scale * (softmax - onehot) @ w and
  *   dw[V,D] += grad_scale * (...)^T @ x, where grad_scale is 1 / (global count of valid
  *   tokens), supplied by the caller. *n_valid (if non-NULL) receives the number of

@@ -199,6 +199,9 @@ const char *ops_bf16_engine(void);
  * ops_bf16_mirror_convert fills it. Registering the same base again replaces its entry; at
  * most 64 ranges. */
 size_t ops_bf16_mirror_bytes(size_t n);
+/* The floats lmhead_ce's scratch needs for chunk rows of V logits: chunk * V, or half that
+ * for a bf16 implementation on the onednn engine, which keeps its logits as bf16. */
+size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec);
 /* mirror elements [off, off + n) = src[0, n) rounded to bf16, in the engine's format. */
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n);
 int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err);

@@ -113,6 +113,11 @@ size_t ops_bf16_mirror_bytes(size_t n) {
     return n * (engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float));
 }
 
+size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec) {
+    const size_t n = chunk * V;
+    return prec == OPS_PREC_BF16 && engine() == ENGINE_ONEDNN ? (n + 1) / 2 : n;
+}
+
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n) {
     if (engine() == ENGINE_ONEDNN)
         ops_bf16_from_f32((uint16_t *)mirror + off, src, n);
@@ -259,7 +264,7 @@ static int operand_get(operand *o, const float *x, int rows, int cols, int ld, i
 
 #ifdef TITAN_HAVE_DNNL
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, acc; /* the key */
+    int ta, tb, M, N, K, lda, ldb, ldc, acc, c16; /* the key (c16: a bf16 destination) */
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of user scratchpad its execution needs */
     int busy;       /* executions in progress: a busy entry is never replaced */
@@ -279,13 +284,14 @@ static int g_index[DNNL_INDEX];
 
 static int key_eq(const dnnl_entry *a, const dnnl_entry *b) {
     return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K &&
-           a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->acc == b->acc;
+           a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->acc == b->acc &&
+           a->c16 == b->c16;
 }
 
 static unsigned key_hash(const dnnl_entry *k) {
-    const int v[9] = {k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->acc};
+    const int v[10] = {k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->acc, k->c16};
     uint32_t h = 2166136261u; /* FNV-1a over the fields */
-    for (int i = 0; i < 9; i++) h = (h ^ (uint32_t)v[i]) * 16777619u;
+    for (int i = 0; i < 10; i++) h = (h ^ (uint32_t)v[i]) * 16777619u;
     return h ^ (h >> 15);
 }
 
@@ -378,7 +384,7 @@ static void tl_register(void) {
  * only with a scratchpad): this thread's cached ones, or, for an entry outside the cache
  * (cached 0) or without memory for the table, made in own, which the caller clears. 0 on
  * success. */
-static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void *B, float *C,
+static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void *B, void *C,
                       void *scratch, tl_mem_slot *own, tl_mem_slot **out) {
     tl_mem_slot *s = own;
     if (cached && (tl_mem || (tl_mem = calloc(DNNL_CACHE, sizeof *tl_mem))))
@@ -407,21 +413,28 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
     return 0;
 }
 
-/* The implementation a product runs: oneDNN's first choice, except that a product with a
- * transposed A (the weight gradients dW = dy^T x) prefers the gemm driver (`gemm:jit`) on CPUs
- * with AVX512_BF16 but no AMX. Measured on an AMD EPYC Zen 4 (2 threads, oneDNN 2.6.3, median
- * of 7 interleaved runs, build/bench_dnnl_impls; bench/RESULTS.md "Session 12"): brgemm 343 / 327 /
- * 335 GFLOP/s, the gemm driver 379 / 362 / 342 at 0.6B's dW shapes (3072x1024x2048, 1024x3072x2048,
- * 1024x1024x2048); forward and input-gradient products were level or better on brgemm. On AMX
- * (unmeasured) oneDNN's order stands. TITAN_DNNL_IMPL=PREFIX picks the first implementation
- * whose name starts with PREFIX for every product (an experiment knob, e.g. "brg" or
- * "gemm:jit"). The choice depends on the shape and CPU only, so a run stays deterministic. */
+/* The implementation a product runs: oneDNN's first choice, except on CPUs with AVX512_BF16 but
+ * no AMX, where the gemm driver (`gemm:jit`) is taken for the weight gradients (a transposed A,
+ * dW = dy^T x) and for products with N >= 1024 or K >= 65536 (the lm_head's, 0.6B's projections)
+ * that write fp32.
+ * Measured on an AMD EPYC Zen 4 (2 threads, oneDNN 2.6.3, medians of 7-11 interleaved runs,
+ * build/bench_dnnl_impls; bench/RESULTS.md "Session 12" and "Session 13"), brgemm -> gemm:jit in
+ * GFLOP/s: 0.6B's dW 343 -> 379, 327 -> 362; x W^T 448x151936x512 322 -> 345, 2048x3072x1024
+ * 331 -> 367, 2048x1536x512 302 -> 338; dy W 448x512x151936 302 -> 335, 2048x3072x1024 274 ->
+ * 304, 2048x1024x2048 272 -> 305; while at N = 512 with K <= 1536 brgemm stays ahead (x W^T
+ * 2048x512x512 274 vs 218, dy W 2048x512x1536 346 vs 320). On AMX (unmeasured) oneDNN's order
+ * stands. TITAN_DNNL_IMPL=PREFIX picks the first implementation whose name starts with PREFIX
+ * for every product (an experiment knob, e.g. "brg" or "gemm:jit"). The choice depends on the
+ * shape and CPU only, so a run stays deterministic. */
 static int pd_pick(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *md,
                    const_dnnl_primitive_attr_t attr, const dnnl_entry *k) {
     static int amx = -1;
     if (amx < 0) amx = cpuinfo_has("amx_bf16");
     const char *env = getenv("TITAN_DNNL_IMPL");
-    const char *want = env && *env ? env : k->ta && !amx ? "gemm:jit" : NULL;
+    /* not for a bf16 destination: the gemm driver stages all of C in fp32 in its scratchpad
+     * (the lm_head's 448 x 151936 logits: +272 MB resident) */
+    const int gemm_jit = !amx && !k->c16 && (k->ta || k->N >= 1024 || k->K >= 65536);
+    const char *want = env && *env ? env : gemm_jit ? "gemm:jit" : NULL;
     *pd = NULL;
     if (want) {
         dnnl_primitive_desc_iterator_t it;
@@ -451,7 +464,7 @@ static dnnl_primitive_t bf16_dnnl_make(const dnnl_entry *k, size_t *scratch) {
     const dnnl_dims_t cs = {k->ldc, 1};
     if (dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) ||
         dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) ||
-        dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs))
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, k->c16 ? dnnl_bf16 : dnnl_f32, cs))
         return NULL;
     dnnl_matmul_desc_t md;
     if (dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)) return NULL;
@@ -523,13 +536,14 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
     return e;
 }
 
-/* C[M,N] (+)= op(A) op(B) with bf16 A, B; 0 on success (the caller falls back otherwise).
+/* C[M,N] (+)= op(A) op(B) with bf16 A, B and an fp32 C, or with c16 a bf16 C (the fp32 sums
+ * rounded once, to nearest even; no acc); 0 on success (the caller falls back otherwise).
  * Thread-safe: the primitive is looked up under the lock and executed outside it, on this
  * thread's stream with its own scratchpad; inside a parallel region oneDNN runs it on the
  * calling thread alone. */
 static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                          const uint16_t *B, int ldb, int acc, float *C, int ldc) {
-    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL, 0, 0, 0};
+                          const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
+    const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, c16, NULL, 0, 0, 0};
     dnnl_entry tmp;
     int owned, rc = -1;
     dnnl_entry *e = bf16_dnnl_get(&key, &tmp, &owned);
@@ -596,7 +610,7 @@ static int dnnl_selfcheck(char *why, size_t n) {
                                ops_cpu_bf16_value(b[tb ? j * ldb + k : k * ldb + j]);
                     want[i * ldc + j] = sum;
                 }
-            int bad = bf16_dnnl_gemm(ta, tb, M, N, K, a, lda, b, ldb, acc, c, ldc);
+            int bad = bf16_dnnl_gemm(ta, tb, M, N, K, a, lda, b, ldb, acc, 0, c, ldc);
             for (int i = 0; !bad && i < M; i++)
                 for (int j = 0; j < N; j++) bad |= c[i * ldc + j] != want[i * ldc + j];
             if (bad) {
@@ -657,7 +671,8 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const fl
         if (!operand_get(&a, A, ar, ac, lda, 0)) {
             int done = 0;
             if (!operand_get(&b, B, br, bc, ldb, 0)) {
-                done = !bf16_dnnl_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, C, ldc);
+                done =
+                    !bf16_dnnl_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, 0, C, ldc);
                 free(b.own);
             }
             free(a.own);
@@ -673,6 +688,23 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const fl
     free(b.own);
 }
 
+/* C[M,N] (+ C when acc) = op(A) op(B) for bf16 bits A, B that oneDNN did not take: their exact
+ * fp32 expansions, then the SGEMM on the calling thread. */
+static void gemm16_expanded(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, int acc, float *C, int ldc) {
+    const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    float *a = malloc(sizeof(float) * ((size_t)ar * ac + 1)),
+          *b = malloc(sizeof(float) * ((size_t)br * bc + 1));
+    if (!a || !b) abort(); /* out of memory in a void op */
+    for (int r = 0; r < ar; r++)
+        ops_bf16_to_f32(a + (size_t)r * ac, A + (size_t)r * lda, (size_t)ac);
+    for (int r = 0; r < br; r++)
+        ops_bf16_to_f32(b + (size_t)r * bc, B + (size_t)r * ldb, (size_t)bc);
+    ops_cpu_sgemm_task(ta, tb, M, N, K, a, ac, b, bc, acc, C, ldc);
+    free(a);
+    free(b);
+}
+
 void ops_cpu_gemm16(int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B,
                     int ldb, int acc, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
@@ -681,20 +713,26 @@ void ops_cpu_gemm16(int ta, int tb, int M, int N, int K, const void *A, int lda,
         return;
     }
 #ifdef TITAN_HAVE_DNNL
-    if (!bf16_dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc)) return;
+    if (!bf16_dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, 0, C, ldc)) return;
 #endif
-    /* a shape oneDNN refused: the exact fp32 expansions of both operands, then the SGEMM */
-    const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    float *a = malloc(sizeof(float) * (size_t)ar * ac),
-          *b = malloc(sizeof(float) * (size_t)br * bc);
-    if (!a || !b) abort(); /* out of memory in a void op */
-    for (int r = 0; r < ar; r++)
-        ops_bf16_to_f32(a + (size_t)r * ac, (const uint16_t *)A + (size_t)r * lda, (size_t)ac);
-    for (int r = 0; r < br; r++)
-        ops_bf16_to_f32(b + (size_t)r * bc, (const uint16_t *)B + (size_t)r * ldb, (size_t)bc);
-    ops_cpu_sgemm_task(ta, tb, M, N, K, a, ac, b, bc, acc, C, ldc);
-    free(a);
-    free(b);
+    gemm16_expanded(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
+}
+
+void ops_cpu_gemm16_bf16out(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, uint16_t *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+#ifdef TITAN_HAVE_DNNL
+    if (engine() == ENGINE_ONEDNN && K > 0 &&
+        !bf16_dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, 0, 1, C, ldc))
+        return;
+#endif
+    /* without oneDNN's bf16 destination: fp32 C, then each element rounded */
+    float *c = malloc(sizeof(float) * (size_t)M * N);
+    if (!c) abort(); /* out of memory in a void op */
+    gemm16_expanded(ta, tb, M, N, K, A, lda, B, ldb, 0, c, N);
+    for (int i = 0; i < M; i++)
+        ops_bf16_from_f32(C + (size_t)i * ldc, c + (size_t)i * N, (size_t)N);
+    free(c);
 }
 
 void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alpha, const float *A,

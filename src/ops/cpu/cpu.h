@@ -43,6 +43,11 @@ void ops_cpu_gemm(ops_prec prec, int ta, int tb, int M, int N, int K, float alph
  * tiles, attention_gemm.c). */
 void ops_cpu_gemm16(int ta, int tb, int M, int N, int K, const void *A, int lda, const void *B,
                     int ldb, int acc, float *C, int ldc);
+/* C[M,N] = bf16(op(A) @ op(B)) for bf16 bits A, B (on either engine): fp32 accumulation, each
+ * result rounded once to the nearest bf16 (oneDNN's bf16 destination; autocast's bf16 matmul
+ * output). lmhead_ce's logits. Callable like ops_cpu_gemm16. */
+void ops_cpu_gemm16_bf16out(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, uint16_t *C, int ldc);
 /* f rounded to the nearest bf16 (ties to even; NaN stays a quiet NaN): its bits. */
 static inline uint16_t ops_cpu_bf16_bits(float f) {
     uint32_t u;

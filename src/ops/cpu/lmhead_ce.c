@@ -6,6 +6,9 @@
  *   per row (parallel over rows): max, sum of exp(l - max) (vm_expf, double sum),
  *     loss = max + log(sum) - l[target]; with dx: row = grad_scale * (softmax - onehot)
  *   dx_chunk += scratch @ w,  dw += scratch^T @ x_chunk                   (sgemm, beta = 1)
+ * In bf16 the logits are bf16 values (autocast's lm_head output) and so is the logit gradient
+ * the backward products read; on the onednn engine both are stored as bf16 (half the bytes),
+ * the fp32 passes reading each row expanded into a per-thread fp32 row.
  * Each row is handled whole by one thread and the per-row losses are summed in row order,
  * so the result is bitwise independent of the OpenMP thread count (given a deterministic
  * sgemm).
@@ -18,6 +21,7 @@
 #include "ops/cpu/vmath.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,78 +67,98 @@ static double row_sumexp(float *restrict row, int V, float mx, int grad) {
 }
 
 /* exp row -> grad_scale * (softmax - onehot); target -1: the one-hot is on another shard.
- * b16: the gradient is stored as bf16 bits over the row's first half ((uint16_t *)row [0, V):
- * the bf16 GEMMs' operand with a leading dimension of 2V), each block of CE_SUM_BLOCK values
- * rounded on the stack before it is copied down, so no store lands on a value not yet read.
- * The same bits as rounding the fp32 gradient afterwards. */
-static void row_grad(float *row, int V, int target, double sum, float grad_scale, int b16) {
+ * In place, or with dst16 written there as bf16 bits (the backward products' operand). */
+static void row_grad(float *restrict row, int V, int target, double sum, float grad_scale,
+                     uint16_t *restrict dst16) {
     const float scale = (float)((double)grad_scale / sum);
-    if (!b16) {
+    if (dst16) {
 #pragma omp simd
-        for (int i = 0; i < V; i++) row[i] *= scale;
-        if (target >= 0) row[target] -= grad_scale;
+        for (int i = 0; i < V; i++) dst16[i] = ops_cpu_bf16_bits(row[i] * scale);
+        if (target >= 0) dst16[target] = ops_cpu_bf16_bits(row[target] * scale - grad_scale);
         return;
     }
-    uint16_t blk[CE_SUM_BLOCK];
-    for (int b0 = 0; b0 < V; b0 += CE_SUM_BLOCK) {
-        const int n = V - b0 < CE_SUM_BLOCK ? V - b0 : CE_SUM_BLOCK;
-        const float *src = row + b0;
 #pragma omp simd
-        for (int i = 0; i < n; i++) blk[i] = ops_cpu_bf16_bits(src[i] * scale);
-        if (target >= b0 && target < b0 + n)
-            blk[target - b0] = ops_cpu_bf16_bits(src[target - b0] * scale - grad_scale);
-        memcpy((uint16_t *)row + b0, blk, sizeof(uint16_t) * (size_t)n);
-    }
+    for (int i = 0; i < V; i++) row[i] *= scale;
+    if (target >= 0) row[target] -= grad_scale;
 }
 
-/* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row is
- * overwritten with grad_scale * (softmax - onehot), or zeros for an ignored target (as bf16
- * over its first half when b16: row_grad). */
-static double ce_row(float *row, int32_t target, int V, float grad_scale, int grad, int b16) {
+/* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row (or
+ * dst16: row_grad) is overwritten with grad_scale * (softmax - onehot), or zeros for an
+ * ignored target. */
+static double ce_row(float *restrict row, int32_t target, int V, float grad_scale, int grad,
+                     uint16_t *dst16) {
     int valid = ce_valid(target, V);
     if (!valid) {
-        if (grad) memset(row, 0, (size_t)V * sizeof(float));
+        if (grad && dst16) memset(dst16, 0, (size_t)V * sizeof(uint16_t));
+        if (grad && !dst16) memset(row, 0, (size_t)V * sizeof(float));
         return 0.0;
     }
     float mx = row_max(row, V);
     float target_logit = row[target];
     double sum = row_sumexp(row, V, mx, grad);
     double lse = (double)mx + log(sum);
-    if (grad) row_grad(row, V, target, sum, grad_scale, b16);
+    if (grad) row_grad(row, V, target, sum, grad_scale, dst16);
     return lse - (double)target_logit;
 }
 
-/* Loss-parallel rows [rows, V] of a chunk (see ops.h): red[3 * rows] is scratch (the row
- * maxima, then exp sums and target logits); loss[rows] receives each row's loss. */
-static void ce_rows_sharded(float *scratch, const int32_t *tc, int rows, int V, float grad_scale,
-                            int grad, int b16, const ops_vocab_shard *vs, double *red,
-                            double *loss) {
+/* A chunk's logits [rows, V]: fp32 in scratch, or (l16) bf16 in scratch's first half, each
+ * row expanded (exactly) into this thread's fp32 row of tmp before the fp32 passes read it. */
+typedef struct {
+    float *f32;
+    uint16_t *l16;
+    float *tmp; /* [threads, V] */
+    int V;
+} ce_rows;
+
+static float *ce_row_at(const ce_rows *c, int r) {
+    if (!c->l16) return c->f32 + (size_t)r * c->V;
+    float *t = c->tmp + (size_t)omp_get_thread_num() * c->V;
+    const uint16_t *h = c->l16 + (size_t)r * c->V;
+#pragma omp simd
+    for (int i = 0; i < c->V; i++) t[i] = ops_cpu_bf16_value(h[i]);
+    return t;
+}
+
+static uint16_t *ce_row16(const ce_rows *c, int r) {
+    return c->l16 ? c->l16 + (size_t)r * c->V : NULL;
+}
+
+/* Loss-parallel rows of a chunk (see ops.h): red[3 * rows] is scratch (the row maxima, then exp
+ * sums and target logits); loss[rows] receives each row's loss. With bf16 logits the exps are
+ * computed again for the gradient (there is no fp32 row to keep them in): the same values. */
+static void ce_rows_sharded(const ce_rows *c, const int32_t *tc, int rows, float grad_scale,
+                            int grad, const ops_vocab_shard *vs, double *red, double *loss) {
+    const int V = c->V;
     double *mx = red, *st = red + rows; /* st[2r]: exp sum, st[2r + 1]: target logit */
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
-        mx[r] = ce_valid(tc[r], vs->v_total) ? row_max(scratch + (size_t)r * V, V) : 0.0;
+        mx[r] = ce_valid(tc[r], vs->v_total) ? row_max(ce_row_at(c, r), V) : 0.0;
     vs->allreduce(vs->ctx, mx, rows, 1);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
-        float *row = scratch + (size_t)r * V;
         const int t = tc[r] - vs->v0, mine = t >= 0 && t < V;
         st[2 * r] = st[2 * r + 1] = 0.0;
         if (!ce_valid(tc[r], vs->v_total)) continue;
+        float *row = ce_row_at(c, r);
         st[2 * r + 1] = mine ? (double)row[t] : 0.0;
-        st[2 * r] = row_sumexp(row, V, (float)mx[r], grad);
+        st[2 * r] = row_sumexp(row, V, (float)mx[r], grad && !c->l16);
     }
     vs->allreduce(vs->ctx, st, 2 * rows, 0);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
-        float *row = scratch + (size_t)r * V;
         const int t = tc[r] - vs->v0;
+        uint16_t *d16 = ce_row16(c, r);
         loss[r] = 0.0;
         if (!ce_valid(tc[r], vs->v_total)) {
-            if (grad) memset(row, 0, (size_t)V * sizeof(float));
+            if (grad && d16) memset(d16, 0, (size_t)V * sizeof(uint16_t));
+            if (grad && !d16) memset(c->f32 + (size_t)r * V, 0, (size_t)V * sizeof(float));
             continue;
         }
         loss[r] = (double)(float)mx[r] + log(st[2 * r]) - st[2 * r + 1];
-        if (grad) row_grad(row, V, t >= 0 && t < V ? t : -1, st[2 * r], grad_scale, b16);
+        if (!grad) continue;
+        float *row = ce_row_at(c, r);
+        if (d16) row_sumexp(row, V, (float)mx[r], 1);
+        row_grad(row, V, t >= 0 && t < V ? t : -1, st[2 * r], grad_scale, d16);
     }
 }
 
@@ -152,14 +176,16 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     const int cr = N < chunk ? N : chunk;
     double *red = vs ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL; /* red[3 cr], loss[cr] */
     if (vs && !red) return NAN; /* out of memory: reported as a non-finite loss */
-    /* b16: on the onednn engine the logit gradient is written as bf16 in place (row_grad) and
-     * both backward products read it there with gemm16, with w from its mirror (held here if
-     * the caller keeps none) and x held once: a separate bf16 copy of [chunk, V] (136 MB at
-     * vocab 151936, chunk 448) was allocated, faulted in and filled per chunk before. The
-     * emulated engine rounds the fp32 gradient in place (ops_bf16_hold) instead. */
-    const void *w16 = NULL, *x16 = NULL;
+    /* b16 (bf16 on the onednn engine): the logits GEMM writes bf16 logits (autocast's bf16
+     * matmul output) into scratch's first half, the fp32 passes read each row expanded, the
+     * logit gradient is written back as bf16 over it, and both backward products read it there:
+     * half the logits' bytes, and no conversion of the gradient. w is read from its mirror (held
+     * here if the caller keeps none), x held once. Otherwise (fp32; bf16 on the emulated engine
+     * or without memory for the holds) fp32 logits, rounded to bf16 values under bf16 so both
+     * engines compute the same function. */
+    const uint16_t *w16 = NULL, *x16 = NULL;
     int w_held = 0, x_held = 0;
-    if (grad && dw && prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t)) {
+    if (prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t)) {
         if (!(w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D)) &&
             (w_held = !ops_bf16_hold_copy(w, (size_t)V * D)))
             w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D);
@@ -167,18 +193,29 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             (x_held = !ops_bf16_hold_copy(x, (size_t)N * D)))
             x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D);
     }
-    const int b16 = x16 != NULL;
-    for (int n0 = 0; n0 < N; n0 += chunk) {
+    ce_rows c = {scratch, NULL, NULL, V};
+    if (x16 && (c.tmp = malloc(sizeof(float) * (size_t)V * (size_t)omp_get_max_threads())))
+        c.l16 = (uint16_t *)scratch;
+    /* out of memory for the holds or the rows, where scratch is only half of fp32 logits:
+     * reported as a non-finite loss */
+    const int oom = !c.l16 && ops_lmhead_ce_scratch_floats(1, 2, prec) == 1;
+    if (oom) total = NAN;
+    for (int n0 = 0; !oom && n0 < N; n0 += chunk) {
         int rows = N - n0 < chunk ? N - n0 : chunk;
         const float *xc = x + (size_t)n0 * D;
         const int32_t *tc = targets + n0;
         int any = 0;
         for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], Vv);
         if (!any) continue; /* nothing to add: no loss, zero gradient (the same on every rank) */
-        ops_cpu_gemm(prec, 0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
+        if (c.l16) {
+            ops_cpu_gemm16_bf16out(0, 1, rows, V, D, x16 + (size_t)n0 * D, D, w16, D, c.l16, V);
+        } else {
+            ops_cpu_gemm(prec, 0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
+            if (prec == OPS_PREC_BF16) ops_cpu_bf16_round(scratch, scratch, (size_t)rows * V);
+        }
         if (vs) {
             double *loss = red + 3 * (size_t)cr;
-            ce_rows_sharded(scratch, tc, rows, V, grad_scale, grad, b16, vs, red, loss);
+            ce_rows_sharded(&c, tc, rows, grad_scale, grad, vs, red, loss);
             for (int r = 0; r < rows; r++) total += loss[r];
         }
         for (int r0 = 0; !vs && r0 < rows; r0 += CE_ROW_BLOCK) {
@@ -186,16 +223,14 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             double loss[CE_ROW_BLOCK];
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < nb; r++) {
-                loss[r] =
-                    ce_row(scratch + (size_t)(r0 + r) * V, tc[r0 + r], V, grad_scale, grad, b16);
+                loss[r] = ce_row(ce_row_at(&c, r0 + r), tc[r0 + r], V, grad_scale, grad,
+                                 ce_row16(&c, r0 + r));
             }
             for (int r = 0; r < nb; r++) total += loss[r];
         }
-        if (b16) { /* the gradient's bf16 rows are 2V elements apart (row_grad) */
-            const uint16_t *g16 = (const uint16_t *)scratch;
-            ops_cpu_gemm16(0, 0, rows, D, V, g16, 2 * V, w16, D, 1, dx + (size_t)n0 * D, D);
-            ops_cpu_gemm16(1, 0, V, D, rows, g16, 2 * V, (const uint16_t *)x16 + (size_t)n0 * D, D,
-                           1, dw, D);
+        if (grad && c.l16) {
+            ops_cpu_gemm16(0, 0, rows, D, V, c.l16, V, w16, D, 1, dx + (size_t)n0 * D, D);
+            if (dw) ops_cpu_gemm16(1, 0, V, D, rows, c.l16, V, x16 + (size_t)n0 * D, D, 1, dw, D);
         } else if (grad) {
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
@@ -209,6 +244,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             if (held) ops_bf16_release(scratch);
         }
     }
+    free(c.tmp);
     if (w_held) ops_bf16_release(w);
     if (x_held) ops_bf16_release(x);
     free(red);
