@@ -452,6 +452,14 @@ static int pd_pick(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *md,
             dnnl_primitive_desc_iterator_destroy(it);
         }
         if (*pd) return 0;
+        static int warned; /* under g_dnnl_lock (bf16_dnnl_get) */
+        if (want == env && !warned) {
+            warned = 1;
+            base_log(BASE_LOG_WARN,
+                     "TITAN_DNNL_IMPL=%s: no oneDNN implementation of a %dx%dx%d bf16 product "
+                     "starts so; oneDNN's own choice runs (said once)",
+                     env, k->M, k->N, k->K);
+        }
     }
     return dnnl_primitive_desc_create(pd, md, attr, g_engine, NULL) ? -1 : 0;
 }
