@@ -42,6 +42,7 @@
  * BQ = 128: 2 MiB, 3 MiB); per call the converted q, k, v (and dout), D [B,H,T] and, in the
  * backward with H > G, the per-head dK and dV slices. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,43 @@ static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
     *own = ops_cpu_alloc("attention", m.es * n);
     ops_bf16_mirror_convert(*own, 0, x, n);
     return *own;
+}
+
+/* The H > G backward's dK / dV slices, kept between calls in one process-wide buffer (grown as
+ * needed; a call that finds it in use, a concurrent one, allocates its own): 33.5 MB a layer at
+ * 0.6B x 2048, which malloc serves by mmap (over its 32 MB threshold), so a fresh buffer per call
+ * was ~230k page faults and their zeroing a step (perf: 94% of a 0.6B step's faults, in oneDNN's
+ * kernels writing the slices). Never freed: reachable, as a cache. */
+static pthread_mutex_t g_part_lock = PTHREAD_MUTEX_INITIALIZER;
+static float *g_part;
+static size_t g_part_n;
+static int g_part_busy;
+
+static float *part_take(size_t n, int *own) {
+    float *p = NULL;
+    pthread_mutex_lock(&g_part_lock);
+    if (!g_part_busy) {
+        if (n > g_part_n) {
+            free(g_part);
+            g_part = ops_cpu_alloc("attention", sizeof(float) * n);
+            g_part_n = n;
+        }
+        g_part_busy = 1;
+        p = g_part;
+    }
+    pthread_mutex_unlock(&g_part_lock);
+    *own = !p;
+    return p ? p : ops_cpu_alloc("attention", sizeof(float) * n);
+}
+
+static void part_give(float *p, int own) {
+    if (own) {
+        free(p);
+    } else if (p) {
+        pthread_mutex_lock(&g_part_lock);
+        g_part_busy = 0;
+        pthread_mutex_unlock(&g_part_lock);
+    }
 }
 
 /* Row r, column c of an operand of leading dimension ld. */
@@ -225,7 +263,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
     /* With several query heads per kv head, each head's dK and dV go to its own [T, hd] slice
      * first (written once per key block: no accumulation), summed per group in head order
      * below; with one, straight into dk and dv. */
-    float *part = rep > 1 ? ops_cpu_alloc("attention", sizeof(float) * 2 * nq) : NULL;
+    int part_own = 0;
+    float *part = rep > 1 ? part_take(2 * nq, &part_own) : NULL;
 #pragma omp parallel
     {
         ag_ws w = ag_ws_new(md, T);
@@ -288,7 +327,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     }
         }
     }
-    free(part);
+    part_give(part, part_own);
     free(D);
     for (int i = 0; i < 4; i++) free(own[i]);
 }
