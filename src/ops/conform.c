@@ -96,10 +96,10 @@ typedef struct {
 /* A bf16 implementation is checked on inputs that are bf16 values (g_bf16_inputs), against
  * the fp32 default on the same inputs: rounding them again changes nothing, so what is left is
  * the claim "bf16 operands, fp32 accumulation" -- the products are exact in fp32 and only
- * the summation order (the engine's) may differ: 1e-4. lmhead_ce also rounds its logit
- * gradient (softmax - onehot) to bf16 before the dx and dW GEMMs, as autocast's backward
- * does: 2e-2 there (a relative 2^-9 per element, measured up to 1.3e-3 on random inputs; its
- * loss stays within 1e-4). That a bf16 run does round (and differs from fp32) is tested by
+ * the summation order (the engine's) may differ: 1e-4. lmhead_ce also rounds its logits and
+ * its logit gradient (softmax - onehot) to bf16, as autocast's lm_head output and backward
+ * do: 2e-2 there (a relative 2^-9 per element, measured up to 1.3e-3 on random inputs; its
+ * loss within 1e-4). That a bf16 run does round (and differs from fp32) is tested by
  * train_bf16 and the HF autocast parity tests. */
 static double cf_bf16_tol(ops_kind k) {
     return k == OPS_LMHEAD_CE ? 2e-2 : k == OPS_ATTENTION ? 1e-2 : 1e-4;

@@ -125,7 +125,8 @@ static uint16_t *ce_row16(const ce_rows *c, int r) {
 
 /* Loss-parallel rows of a chunk (see ops.h): red[3 * rows] is scratch (the row maxima, then exp
  * sums and target logits); loss[rows] receives each row's loss. With bf16 logits the exps are
- * computed again for the gradient (there is no fp32 row to keep them in): the same values. */
+ * computed again for the gradient (there is no fp32 row to keep them in): the same values, by
+ * the same loop. */
 static void ce_rows_sharded(const ce_rows *c, const int32_t *tc, int rows, float grad_scale,
                             int grad, const ops_vocab_shard *vs, double *red, double *loss) {
     const int V = c->V;
@@ -141,7 +142,7 @@ static void ce_rows_sharded(const ce_rows *c, const int32_t *tc, int rows, float
         if (!ce_valid(tc[r], vs->v_total)) continue;
         float *row = ce_row_at(c, r);
         st[2 * r + 1] = mine ? (double)row[t] : 0.0;
-        st[2 * r] = row_sumexp(row, V, (float)mx[r], grad && !c->l16);
+        st[2 * r] = row_sumexp(row, V, (float)mx[r], grad); /* (bf16: the exps land in tmp) */
     }
     vs->allreduce(vs->ctx, st, 2 * rows, 0);
 #pragma omp parallel for schedule(static)
@@ -176,39 +177,41 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     const int cr = N < chunk ? N : chunk;
     double *red = vs ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL; /* red[3 cr], loss[cr] */
     if (vs && !red) return NAN; /* out of memory: reported as a non-finite loss */
-    /* b16 (bf16 on the onednn engine): the logits GEMM writes bf16 logits (autocast's bf16
-     * matmul output) into scratch's first half, the fp32 passes read each row expanded, the
-     * logit gradient is written back as bf16 over it, and both backward products read it there:
-     * half the logits' bytes, and no conversion of the gradient. w is read from its mirror (held
-     * here if the caller keeps none), x held once. Otherwise (fp32; bf16 on the emulated engine
-     * or without memory for the holds) fp32 logits, rounded to bf16 values under bf16 so both
-     * engines compute the same function. */
+    /* bf16 on the onednn engine (l16): the logits GEMM writes bf16 logits (autocast's bf16
+     * matmul output) into scratch's first half (ops_lmhead_ce_scratch_floats sized it so), the
+     * fp32 passes read each row expanded, the logit gradient is written back as bf16 over it,
+     * and both backward products read it there: half the logits' bytes, and no conversion of
+     * the gradient. w and x are read from their mirrors, or converted here into buffers of
+     * this call's own (no registration that could fail; an allocation failure is fatal, as
+     * for every kernel's scratch: a NaN on one rank would leave the others of a loss-parallel
+     * group waiting in its all-reduces). Otherwise (fp32, or bf16 on the emulated engine) fp32
+     * logits, rounded to bf16 values under bf16 so both engines compute the same function. */
+    const int l16 = prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t);
     const uint16_t *w16 = NULL, *x16 = NULL;
-    int w_held = 0, x_held = 0;
-    if (prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t)) {
-        if (!(w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D)) &&
-            (w_held = !ops_bf16_hold_copy(w, (size_t)V * D)))
-            w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D);
-        if (w16 && !(x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D)) &&
-            (x_held = !ops_bf16_hold_copy(x, (size_t)N * D)))
-            x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D);
-    }
+    uint16_t *w_own = NULL, *x_own = NULL;
     ce_rows c = {scratch, NULL, NULL, V};
-    if (x16 && (c.tmp = malloc(sizeof(float) * (size_t)V * (size_t)omp_get_max_threads())))
+    if (l16) {
+        if (!(w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D))) {
+            w_own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)V * D);
+            ops_bf16_from_f32(w_own, w, (size_t)V * D);
+            w16 = w_own;
+        }
+        if (!(x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D)))
+            x_own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)cr * D);
+        c.tmp = ops_cpu_alloc("lmhead_ce", sizeof(float) * (size_t)V * omp_get_max_threads());
         c.l16 = (uint16_t *)scratch;
-    /* out of memory for the holds or the rows, where scratch is only half of fp32 logits:
-     * reported as a non-finite loss */
-    const int oom = !c.l16 && ops_lmhead_ce_scratch_floats(1, 2, prec) == 1;
-    if (oom) total = NAN;
-    for (int n0 = 0; !oom && n0 < N; n0 += chunk) {
+    }
+    for (int n0 = 0; n0 < N; n0 += chunk) {
         int rows = N - n0 < chunk ? N - n0 : chunk;
         const float *xc = x + (size_t)n0 * D;
         const int32_t *tc = targets + n0;
         int any = 0;
         for (int r = 0; r < rows; r++) any |= ce_valid(tc[r], Vv);
         if (!any) continue; /* nothing to add: no loss, zero gradient (the same on every rank) */
-        if (c.l16) {
-            ops_cpu_gemm16_bf16out(0, 1, rows, V, D, x16 + (size_t)n0 * D, D, w16, D, c.l16, V);
+        const uint16_t *xc16 = x16 ? x16 + (size_t)n0 * D : x_own;
+        if (x_own) ops_bf16_from_f32(x_own, xc, (size_t)rows * D);
+        if (l16) {
+            ops_cpu_gemm16_bf16out(0, 1, rows, V, D, xc16, D, w16, D, c.l16, V);
         } else {
             ops_cpu_gemm(prec, 0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
             if (prec == OPS_PREC_BF16) ops_cpu_bf16_round(scratch, scratch, (size_t)rows * V);
@@ -228,9 +231,9 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             }
             for (int r = 0; r < nb; r++) total += loss[r];
         }
-        if (grad && c.l16) {
+        if (grad && l16) {
             ops_cpu_gemm16(0, 0, rows, D, V, c.l16, V, w16, D, 1, dx + (size_t)n0 * D, D);
-            if (dw) ops_cpu_gemm16(1, 0, V, D, rows, c.l16, V, x16 + (size_t)n0 * D, D, 1, dw, D);
+            if (dw) ops_cpu_gemm16(1, 0, V, D, rows, c.l16, V, xc16, D, 1, dw, D);
         } else if (grad) {
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
@@ -245,8 +248,8 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         }
     }
     free(c.tmp);
-    if (w_held) ops_bf16_release(w);
-    if (x_held) ops_bf16_release(x);
+    free(w_own);
+    free(x_own);
     free(red);
     return total;
 }
