@@ -82,25 +82,6 @@ static void row_grad(float *restrict row, int V, int target, double sum, float g
     if (target >= 0) row[target] -= grad_scale;
 }
 
-/* One row of logits: returns its loss (0 for an ignored target). When grad != 0 the row (or
- * dst16: row_grad) is overwritten with grad_scale * (softmax - onehot), or zeros for an
- * ignored target. */
-static double ce_row(float *restrict row, int32_t target, int V, float grad_scale, int grad,
-                     uint16_t *dst16) {
-    int valid = ce_valid(target, V);
-    if (!valid) {
-        if (grad && dst16) memset(dst16, 0, (size_t)V * sizeof(uint16_t));
-        if (grad && !dst16) memset(row, 0, (size_t)V * sizeof(float));
-        return 0.0;
-    }
-    float mx = row_max(row, V);
-    float target_logit = row[target];
-    double sum = row_sumexp(row, V, mx, grad);
-    double lse = (double)mx + log(sum);
-    if (grad) row_grad(row, V, target, sum, grad_scale, dst16);
-    return lse - (double)target_logit;
-}
-
 /* A chunk's logits [rows, V]: fp32 in scratch, or (l16) bf16 in scratch's first half, each
  * row expanded (exactly) into this thread's fp32 row of tmp before the fp32 passes read it. */
 typedef struct {
@@ -121,6 +102,32 @@ static float *ce_row_at(const ce_rows *c, int r) {
 
 static uint16_t *ce_row16(const ce_rows *c, int r) {
     return c->l16 ? c->l16 + (size_t)r * c->V : NULL;
+}
+
+/* An ignored target's gradient row: zeros, in the storage the backward products read. */
+static void ce_row_zero(const ce_rows *c, int r) {
+    if (c->l16)
+        memset(c->l16 + (size_t)r * c->V, 0, (size_t)c->V * sizeof(uint16_t));
+    else
+        memset(c->f32 + (size_t)r * c->V, 0, (size_t)c->V * sizeof(float));
+}
+
+/* Row r of logits: returns its loss (0 for an ignored target). When grad != 0 the row is
+ * overwritten with grad_scale * (softmax - onehot) (row_grad, in its storage), or zeros for an
+ * ignored target. */
+static double ce_row(const ce_rows *c, int r, int32_t target, float grad_scale, int grad) {
+    const int V = c->V;
+    if (!ce_valid(target, V)) {
+        if (grad) ce_row_zero(c, r);
+        return 0.0;
+    }
+    float *row = ce_row_at(c, r);
+    float mx = row_max(row, V);
+    float target_logit = row[target];
+    double sum = row_sumexp(row, V, mx, grad);
+    double lse = (double)mx + log(sum);
+    if (grad) row_grad(row, V, target, sum, grad_scale, ce_row16(c, r));
+    return lse - (double)target_logit;
 }
 
 /* Loss-parallel rows of a chunk (see ops.h): red[3 * rows] is scratch (the row maxima, then exp
@@ -151,8 +158,7 @@ static void ce_rows_sharded(const ce_rows *c, const int32_t *tc, int rows, float
         uint16_t *d16 = ce_row16(c, r);
         loss[r] = 0.0;
         if (!ce_valid(tc[r], vs->v_total)) {
-            if (grad && d16) memset(d16, 0, (size_t)V * sizeof(uint16_t));
-            if (grad && !d16) memset(c->f32 + (size_t)r * V, 0, (size_t)V * sizeof(float));
+            if (grad) ce_row_zero(c, r);
             continue;
         }
         loss[r] = (double)(float)mx[r] + log(st[2 * r]) - st[2 * r + 1];
@@ -226,8 +232,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             double loss[CE_ROW_BLOCK];
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < nb; r++) {
-                loss[r] = ce_row(ce_row_at(&c, r0 + r), tc[r0 + r], V, grad_scale, grad,
-                                 ce_row16(&c, r0 + r));
+                loss[r] = ce_row(&c, r0 + r, tc[r0 + r], grad_scale, grad);
             }
             for (int r = 0; r < nb; r++) total += loss[r];
         }
