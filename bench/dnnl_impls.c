@@ -4,7 +4,7 @@
  * pd_pick (bench/RESULTS.md "Session 12").
  *
  *   cmake --build build --target bench_dnnl_impls
- *   OMP_NUM_THREADS=2 build/bench_dnnl_impls M N K TA TB ACC [REPEATS]
+ *   [BENCH_C16=1] [BENCH_LDC=n] OMP_NUM_THREADS=2 build/bench_dnnl_impls M N K TA TB ACC [REPEATS]
  *
  * C[M,N] (+= with ACC) = op(A)[M,K] op(B)[K,N], A and B bf16 (TA / TB: stored transposed),
  * C fp32 - titan's products: forward x W^T (0 1 0), dx = dy W (0 0 1), dW = dy^T x (1 0 1).
@@ -45,16 +45,16 @@ typedef struct {
     double reorder_ms, t[MAX_REPEATS];
 } candidate;
 
-static void build(candidate *v, int M, int N, int K, int ta, int tb, int acc, void *A, void *B,
-                  float *C) {
+static int build(candidate *v, int M, int N, int K, int ta, int tb, int acc, int c16, int ldc,
+                 void *A, void *B, void *C) {
     dnnl_memory_desc_t a, b, c, bplain;
     const dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
-    const dnnl_dims_t as = {ta ? 1 : K, ta ? M : 1}, bs = {tb ? 1 : N, tb ? K : 1}, cs = {N, 1};
+    const dnnl_dims_t as = {ta ? 1 : K, ta ? M : 1}, bs = {tb ? 1 : N, tb ? K : 1}, cs = {ldc, 1};
     CHECK(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as));
     CHECK(dnnl_memory_desc_init_by_strides(&bplain, 2, bd, dnnl_bf16, bs));
     b = bplain;
     if (v->blocked) CHECK(dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_bf16, dnnl_format_tag_any));
-    CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs));
+    CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, c16 ? dnnl_bf16 : dnnl_f32, cs));
     dnnl_matmul_desc_t md;
     CHECK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
     dnnl_primitive_attr_t attr;
@@ -83,8 +83,9 @@ static void build(candidate *v, int M, int N, int K, int ta, int tb, int acc, vo
     dnnl_primitive_desc_iterator_destroy(it);
     dnnl_primitive_attr_destroy(attr);
     if (!pd) {
-        fprintf(stderr, "bench_dnnl_impls: no implementation '%s' for this product\n", v->want);
-        exit(1);
+        printf("  (no implementation '%s%s' for this product)\n", v->want,
+               v->blocked ? "+blocked" : "");
+        return -1;
     }
     CHECK(dnnl_primitive_create(&v->prim, pd));
     CHECK(dnnl_memory_create(&v->a, &a, g_eng, A));
@@ -110,6 +111,7 @@ static void build(candidate *v, int M, int N, int K, int ta, int tb, int acc, vo
         dnnl_primitive_desc_destroy(rpd);
     }
     dnnl_primitive_desc_destroy(pd);
+    return 0;
 }
 
 static double run(candidate *v) {
@@ -141,21 +143,28 @@ int main(int argc, char **argv) {
     CHECK(dnnl_stream_create(&g_st, g_eng, dnnl_stream_default_flags));
     uint16_t *A = malloc(sizeof(uint16_t) * (size_t)M * K),
              *B = malloc(sizeof(uint16_t) * (size_t)K * N);
-    float *C = calloc((size_t)M * N, sizeof(float));
+    /* BENCH_C16=1: C is bf16 (the lm_head's logits); BENCH_LDC=n: C's row stride (a block of
+     * columns of a wider C, as a product split along N writes it) */
+    const int c16 = getenv("BENCH_C16") && atoi(getenv("BENCH_C16"));
+    const int ldc =
+        getenv("BENCH_LDC") && atoi(getenv("BENCH_LDC")) > N ? atoi(getenv("BENCH_LDC")) : N;
+    float *C = calloc((size_t)M * ldc, sizeof(float));
     if (!A || !B || !C) return 1;
     /* small bf16 values (1.0 .. 1.9 and 1/256 ..): the data do not change the timing */
     for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (uint16_t)(0x3f80 | (i & 0x70));
     for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (uint16_t)(0x3b80 | (i & 0x70));
     candidate v[3] = {{.want = "brg"}, {.want = "gemm:jit"}, {.want = "brg", .blocked = 1}};
-    for (int i = 0; i < 3; i++) {
-        build(&v[i], M, N, K, ta, tb, acc, A, B, C);
-        run(&v[i]); /* warm-up: first-touch and JIT */
-    }
+    int ok[3];
+    for (int i = 0; i < 3; i++)
+        if ((ok[i] = !build(&v[i], M, N, K, ta, tb, acc, c16, ldc, A, B, C)))
+            run(&v[i]); /* warm-up: first-touch and JIT */
     for (int r = 0; r < reps; r++)
-        for (int i = 0; i < 3; i++) v[i].t[r] = run(&v[i]);
-    printf("%d x %d x %d ta %d tb %d acc %d, median of %d interleaved runs:\n", M, N, K, ta, tb,
-           acc, reps);
+        for (int i = 0; i < 3; i++)
+            if (ok[i]) v[i].t[r] = run(&v[i]);
+    printf("%d x %d x %d ta %d tb %d acc %d%s ldc %d, median of %d interleaved runs:\n", M, N, K,
+           ta, tb, acc, c16 ? " C bf16" : "", ldc, reps);
     for (int i = 0; i < 3; i++) {
+        if (!ok[i]) continue;
         qsort(v[i].t, (size_t)reps, sizeof(double), cmp);
         const double t = v[i].t[reps / 2];
         printf("  %-32s %9.2f ms %7.1f GFLOP/s", v[i].impl, 1e3 * t,
