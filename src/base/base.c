@@ -137,6 +137,44 @@ uint64_t base_hash_bytes(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+static uint32_t crc32c_table(uint32_t c, const unsigned char *p, size_t n) {
+    static uint32_t table[256];
+    static _Atomic int ready;
+    if (!ready) { /* benign race: every thread computes the same table */
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t v = i;
+            for (int k = 0; k < 8; k++) v = v & 1 ? (v >> 1) ^ 0x82f63b78u : v >> 1;
+            table[i] = v;
+        }
+        ready = 1;
+    }
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t c, const unsigned char *p,
+                                                               size_t n) {
+    uint64_t c64 = c;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8); /* any alignment */
+        c64 = __builtin_ia32_crc32di(c64, v);
+    }
+    c = (uint32_t)c64;
+    for (; n; n--, p++) c = __builtin_ia32_crc32qi(c, *p);
+    return c;
+}
+#endif
+
+uint32_t base_crc32c(uint32_t crc, const void *p, size_t n) {
+    const uint32_t c = ~crc;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2")) return ~crc32c_sse42(c, p, n);
+#endif
+    return ~crc32c_table(c, p, n);
+}
+
 uint64_t base_hash_str(const char *s) {
     return base_hash_bytes(BASE_HASH_INIT, s, strlen(s));
 }

@@ -111,6 +111,12 @@ float *ckpt_get_f32(const ckpt_file *f, const char *name, int64_t *numel, base_e
 double *ckpt_get_f64(const ckpt_file *f, const char *name, int64_t *numel, base_err *err);
 int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base_err *err);
 
+/* Checks t's bytes against the "<name>.crc32c" its file's __metadata__ records (ckpt_wtensor's
+ * crc32c); 0 when they match or the file records none for t (older checkpoints, other
+ * programs' files). A mismatch or a malformed value fails naming the file and tensor: a
+ * corrupt file never loads silently. */
+int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err);
+
 /* Scalar conversions (exposed for tests and for bf16 export). */
 float ckpt_bf16_to_f32(uint16_t h);
 float ckpt_f16_to_f32(uint16_t h);
@@ -124,7 +130,10 @@ void ckpt_half_to_f32_n(const void *src, float *out, size_t n, int bf16);
 
 /* One tensor to write: raw little-endian elements of `dtype`, numel = product of shape; or,
  * with from_f32, fp32 values written as `dtype` (F32, BF16 or F16; round to nearest even),
- * converted a chunk at a time while writing. */
+ * converted a chunk at a time while writing. With crc32c, __metadata__ also records
+ * "<name>.crc32c": the CRC-32C of the tensor's bytes as written, 8 lowercase hex digits
+ * (titan's checkpoint shards: ckpt_tensor_verify checks it on load; Hugging Face exports
+ * carry none, to stay byte-identical to save_pretrained's). */
 typedef struct {
     const char *name;
     ckpt_dtype dtype;
@@ -132,6 +141,7 @@ typedef struct {
     int64_t shape[CKPT_MAX_DIMS];
     const void *data;
     int from_f32;
+    int crc32c;
 } ckpt_wtensor;
 
 /* Writes tensors in the given order (data contiguous, in that order) with optional

@@ -130,7 +130,7 @@ static int inspect_step(const ckpt_source *src, base_err *err) {
     if (model_describe(&desc, &a, err)) return -1;
     const size_t want = desc.n_floats;
     model_free(&desc);
-    int rc = 0;
+    int rc = 0, checked = 0;
     for (int r = 0; rc == 0 && r < world; r++) {
         ckpt_set s;
         snprintf(p, sizeof p, "%s/step-%lld/rank-%05d.safetensors", src->folder,
@@ -142,11 +142,20 @@ static int inspect_step(const ckpt_source *src, base_err *err) {
         if (!gn || base_parse_i64(gn, &n) || (size_t)n != want)
             rc = base_fail(err, "%s: buffer \"model\" holds %s elements, the model has %zu", p,
                            gn ? gn : "(unknown)", want);
+        for (int i = 0; rc == 0 && i < s.files[0].n_tensors; i++) {
+            char key[1024];
+            snprintf(key, sizeof key, "%s.crc32c", s.files[0].tensors[i].name);
+            checked += ckpt_meta_get(&s.files[0], key) != NULL;
+            rc = ckpt_tensor_verify(&s.files[0], &s.files[0].tensors[i], err);
+            ckpt_tensor_release(&s.files[0], &s.files[0].tensors[i]);
+        }
         ckpt_set_close(&s);
     }
     if (rc) return rc;
     ckpt_print_model(&a);
-    printf("ok: every shard opens and the weights buffer fits the model\n");
+    printf("ok: every shard opens, the weights buffer fits the model and %s\n",
+           checked ? "every recorded CRC-32C matches its tensor's bytes"
+                   : "no tensor records a checksum (written before titan recorded them)");
     return 0;
 }
 

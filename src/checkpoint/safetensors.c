@@ -1,6 +1,7 @@
 /* safetensors reader (mmap + validation) and atomic writer. See checkpoint.h. */
 #include "checkpoint/internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -682,8 +683,13 @@ int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base
 
 /* A tensor's bytes: raw, or fp32 values converted to its dtype a chunk at a time (so a
  * bf16 export of a large model never holds a converted copy). */
-static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes) {
-    if (!t->from_f32 || t->dtype == CKPT_F32) return base_write_all(fd, t->data, nbytes);
+/* Writes t's nbytes; *crc: the CRC-32C of the bytes written (when t->crc32c). */
+static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes, uint32_t *crc) {
+    *crc = 0;
+    if (!t->from_f32 || t->dtype == CKPT_F32) {
+        if (t->crc32c) *crc = base_crc32c(0, t->data, nbytes);
+        return base_write_all(fd, t->data, nbytes);
+    }
     enum { CHUNK = 1 << 20 }; /* elements per conversion chunk (2 MiB of output) */
     uint16_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return errno = 0, -1;
@@ -694,10 +700,31 @@ static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes) {
     for (size_t c = 0; c < n && rc == 0; c += CHUNK) {
         const size_t m = n - c < CHUNK ? n - c : CHUNK;
         ckpt_f32_to_half_n(src + c, buf, m, bf);
+        if (t->crc32c) *crc = base_crc32c(*crc, buf, m * sizeof *buf);
         rc = base_write_all(fd, buf, m * sizeof *buf);
     }
     free(buf);
     return rc;
+}
+
+int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err) {
+    char key[1024];
+    if (snprintf(key, sizeof key, "%s.crc32c", t->name) >= (int)sizeof key) return 0;
+    const char *v = ckpt_meta_get(f, key);
+    if (!v) return 0;
+    int hex = strlen(v) == 8;
+    for (int i = 0; hex && i < 8; i++) hex = isxdigit((unsigned char)v[i]) != 0;
+    const unsigned long want = hex ? strtoul(v, NULL, 16) : 0;
+    if (!hex)
+        return base_fail(err, "%s: __metadata__ \"%s\" is \"%s\", not 8 hex digits", f->path, key,
+                         v);
+    const uint32_t got = base_crc32c(0, t->data, t->nbytes);
+    if (got != (uint32_t)want)
+        return base_fail(err,
+                         "%s: tensor \"%s\" is corrupt: its %zu bytes have CRC-32C %08x, the "
+                         "file recorded %08lx when it was written",
+                         f->path, t->name, t->nbytes, got, want);
+    return 0;
 }
 
 void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16) {
@@ -728,16 +755,20 @@ void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16) {
     for (; i < n; i++) dst[i] = bf16 ? ckpt_f32_to_bf16(src[i]) : ckpt_f32_to_f16(src[i]);
 }
 
-/* Builds the compact JSON header; sizes[i] receives each tensor's byte count. */
+/* Builds the compact JSON header; sizes[i] receives each tensor's byte count. crcs[i]: the
+ * "<name>.crc32c" of a tensor with crc32c (NULL: 00000000, a placeholder of the same length,
+ * which ckpt_write overwrites once the data are written). */
 static char *build_header(const char *path, const ckpt_wtensor *ts, int n, const ckpt_kv *meta,
-                          int n_meta, size_t *sizes, base_err *err) {
+                          int n_meta, const uint32_t *crcs, size_t *sizes, base_err *err) {
     json_t *root = json_object();
     if (!root) {
         base_fail(err, "%s: out of memory", path);
         return NULL;
     }
     char *out = NULL;
-    if (n_meta > 0) {
+    int any_crc = 0;
+    for (int i = 0; i < n; i++) any_crc |= ts[i].crc32c;
+    if (n_meta > 0 || any_crc) {
         json_t *m = json_object();
         if (!m || json_object_set_new(root, "__metadata__", m) != 0) {
             base_fail(err, "%s: out of memory", path);
@@ -751,6 +782,24 @@ static char *build_header(const char *path, const ckpt_wtensor *ts, int n, const
             json_t *s = json_string(meta[i].value);
             if (!s || json_object_set_new(m, meta[i].key, s) != 0) {
                 base_fail(err, "%s: __metadata__ field '%s': not valid UTF-8", path, meta[i].key);
+                goto done;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            char key[1024], val[16];
+            if (!ts[i].crc32c || !ts[i].name) continue;
+            if (snprintf(key, sizeof key, "%s.crc32c", ts[i].name) >= (int)sizeof key) {
+                base_fail(err, "%s: tensor '%s': name too long", path, ts[i].name);
+                goto done;
+            }
+            snprintf(val, sizeof val, "%08x", crcs ? crcs[i] : 0u);
+            if (json_object_get(m, key)) {
+                base_fail(err, "%s: __metadata__ field '%s' given twice", path, key);
+                goto done;
+            }
+            json_t *sv = json_string(val);
+            if (!sv || json_object_set_new(m, key, sv) != 0) {
+                base_fail(err, "%s: __metadata__ field '%s': not valid UTF-8", path, key);
                 goto done;
             }
         }
@@ -829,17 +878,22 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
     if (n_tensors < 0 || n_meta < 0 || (n_tensors > 0 && !tensors) || (n_meta > 0 && !meta))
         return base_fail(err, "%s: bad tensor or metadata list", path);
     size_t *sizes = calloc((size_t)(n_tensors > 0 ? n_tensors : 1), sizeof *sizes);
-    if (!sizes) return base_fail(err, "%s: out of memory", path);
-    char *hdr = build_header(path, tensors, n_tensors, meta, n_meta, sizes, err);
-    if (!hdr) {
-        free(sizes);
-        return -1;
+    uint32_t *crcs = calloc((size_t)(n_tensors > 0 ? n_tensors : 1), sizeof *crcs);
+    char *hdr = NULL, *hdr2 = NULL;
+    int any_crc = 0, rc = 0;
+    for (int i = 0; i < n_tensors; i++) any_crc |= tensors[i].crc32c;
+    if (!sizes || !crcs) {
+        rc = base_fail(err, "%s: out of memory", path);
+        goto out;
+    }
+    if (!(hdr = build_header(path, tensors, n_tensors, meta, n_meta, NULL, sizes, err))) {
+        rc = -1;
+        goto out;
     }
     size_t hlen = strlen(hdr);
     size_t padded = (hlen + 7) / 8 * 8; /* the data section starts 8-byte aligned */
 
     base_atomic a;
-    int rc = 0;
     if (base_atomic_open(&a, path, err)) {
         rc = -1;
         goto out;
@@ -854,9 +908,19 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
     }
     for (int i = 0; i < n_tensors && rc == 0; i++) {
         errno = 0;
-        if (sizes[i] && write_tensor_data(fd, &tensors[i], sizes[i]))
+        if (sizes[i] && write_tensor_data(fd, &tensors[i], sizes[i], &crcs[i]))
             rc = base_fail(err, "%s: tensor '%s': write to %s failed: %s", path, tensors[i].name,
                            a.tmp, errno ? strerror(errno) : "out of memory");
+    }
+    /* the checksums are known once the data are written: the same header with them, the
+     * same length (8 hex digits each), over the placeholders */
+    if (rc == 0 && any_crc) {
+        if (!(hdr2 = build_header(path, tensors, n_tensors, meta, n_meta, crcs, sizes, err)))
+            rc = -1;
+        else if (strlen(hdr2) != hlen)
+            rc = base_fail(err, "%s: the header changed length with its checksums", path);
+        else if (pwrite(fd, hdr2, hlen, 8) != (ssize_t)hlen)
+            rc = base_fail(err, "%s: write to %s failed: %s", path, a.tmp, strerror(errno));
     }
     if (rc)
         base_atomic_abort(&a);
@@ -864,6 +928,8 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
         rc = base_atomic_commit(&a, err);
 out:
     free(hdr);
+    free(hdr2);
     free(sizes);
+    free(crcs);
     return rc;
 }

@@ -99,15 +99,17 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
         piece p;
         if (buf_piece(&bufs[i], &p, path, err)) goto done;
         /* strided: [rows, row_len] and its stride; contiguous: 1-D as in version 1 */
-        t[i] = p.rows > 1
-                   ? (ckpt_wtensor){bufs[i].name,
-                                    bufs[i].dtype,
-                                    2,
-                                    {(int64_t)p.rows, (int64_t)p.row_len},
-                                    bufs[i].data,
-                                    1}
-                   : (ckpt_wtensor){
-                         bufs[i].name, bufs[i].dtype, 1, {(int64_t)bufs[i].numel}, bufs[i].data, 1};
+        t[i] =
+            p.rows > 1
+                ? (ckpt_wtensor){bufs[i].name,
+                                 bufs[i].dtype,
+                                 2,
+                                 {(int64_t)p.rows, (int64_t)p.row_len},
+                                 bufs[i].data,
+                                 1,
+                                 1}
+                : (ckpt_wtensor){
+                      bufs[i].name, bufs[i].dtype, 1, {(int64_t)bufs[i].numel}, bufs[i].data, 1, 1};
         const char *what[3] = {"offset", "global_numel", "stride"};
         const size_t val[3] = {p.off, p.gn, p.stride};
         for (int k = 0; k < (p.rows > 1 ? 3 : 2); k++, nkv++) {
@@ -539,7 +541,7 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
             if (id < 0) continue; /* another buffer's */
             found[id] = 1;
             piece a;
-            if (tensor_piece(&f, t, version, &a, err)) {
+            if (tensor_piece(&f, t, version, &a, err) || ckpt_tensor_verify(&f, t, err)) {
                 rc = -1;
                 break;
             }

@@ -21,22 +21,6 @@ struct train_tb {
     char *path;
 };
 
-static uint32_t crc32c(const unsigned char *p, size_t n) {
-    static uint32_t table[256];
-    static int ready;
-    if (!ready) { /* benign race: every thread computes the same table */
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-    return c ^ 0xffffffffu;
-}
-
 static uint32_t masked(uint32_t c) {
     return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
@@ -76,7 +60,7 @@ static int write_record(train_tb *t, const pb *e) {
     unsigned char head[12];
     uint64_t len = e->n;
     memcpy(head, &len, 8);
-    uint32_t c = masked(crc32c(head, 8)), d = masked(crc32c(e->b, e->n));
+    uint32_t c = masked(base_crc32c(0, head, 8)), d = masked(base_crc32c(0, e->b, e->n));
     memcpy(head + 8, &c, 4);
     if (fwrite(head, 1, 12, t->fp) != 12 || fwrite(e->b, 1, e->n, t->fp) != e->n ||
         fwrite(&d, 1, 4, t->fp) != 4)

@@ -6,7 +6,8 @@
 # a last save that is weights-only (the default) restarting from step 0; the full-state initial
 # load (checkpoint.initial_load_model_only = false: torchtitan's) from another run's step-6,
 # identical to resuming it; resuming with another tokenizer, and a step-N folder that is not a
-# titan checkpoint (torchtitan's DCP, a last_save_in_hf export), refused.
+# titan checkpoint (torchtitan's DCP, a last_save_in_hf export), refused; a checkpoint shard
+# with one flipped bit refused by its CRC-32C.
 set -euo pipefail
 titan=$1; shared=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 printf '{"text": "%s"}\n' "The quick brown fox jumps over the lazy dog." "Pack my box with five \
@@ -139,6 +140,24 @@ grep -q "'lm_head.weight' differs from 'model.embed_tokens.weight'" "$out/tied.l
 echo "ok titan inspect refuses a tied model's differing lm_head, as a load does"
 # titan inspect validates a step checkpoint against the model it names
 "$titan" inspect "$out/jsonl/checkpoint/step-9" > "$out/inspect9.log" &&
-  grep -q "ok: every shard opens and the weights buffer fits the model" "$out/inspect9.log" ||
+  grep -q "ok: every shard opens, the weights buffer fits the model and every recorded CRC-32C matches" "$out/inspect9.log" ||
   { echo "FAIL inspect step-9"; cat "$out/inspect9.log"; exit 1; }
 echo "ok titan inspect step-9"
+# one flipped bit in a shard (the last tensor, adam_v): inspect and a resume both refuse it,
+# naming the file and the tensor, instead of training on a silently changed moment
+cp -r "$out/jsonl" "$out/bad"
+shard="$out/bad/checkpoint/step-9/rank-00000.safetensors"
+at=$(( $(stat -c %s "$shard") - 10 ))
+byte=$(od -An -tu1 -j "$at" -N1 "$shard" | tr -d ' ')
+printf "\\$(printf %o $(( byte ^ 4 )))" | dd of="$shard" bs=1 seek="$at" conv=notrunc status=none
+if "$titan" inspect "$out/bad/checkpoint/step-9" > "$out/bad.log" 2>&1; then
+  echo "FAIL inspect passed a corrupt shard"; exit 1; fi
+grep -q "rank-00000.safetensors: tensor \"adam_v\" is corrupt" "$out/bad.log" ||
+  { echo "FAIL inspect of a corrupt shard"; cat "$out/bad.log"; exit 1; }
+if "$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+    --grad-accum 2 --dump-folder "$out/bad" --checkpoint-interval 3 --checkpoint.load_step 9 \
+    > "$out/bad-train.log" 2>&1; then
+  echo "FAIL resumed from a corrupt shard"; exit 1; fi
+grep -q "rank-00000.safetensors: tensor \"adam_v\" is corrupt" "$out/bad-train.log" ||
+  { echo "FAIL resume from a corrupt shard"; cat "$out/bad-train.log"; exit 1; }
+echo "ok a flipped bit in a checkpoint shard refused by inspect and by resume"

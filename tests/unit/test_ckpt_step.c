@@ -8,7 +8,10 @@
  * version-1 checkpoint (one 1-D tensor per row) still loads, and hostile shards (overlapping
  * pieces, pieces past the buffer, a stride below the row length, a missing stride, 2-D in
  * version 1, a gap) fail naming the file and the tensor. A killed run's leftovers are
- * finished without following links (test_cleanup). */
+ * finished without following links (test_cleanup). Checksums (test_checksums): every shard
+ * tensor records the CRC-32C of its bytes (checked against the textbook bitwise CRC-32C, whose
+ * check value for "123456789" is 0xe3069283); one flipped byte fails the load naming the file
+ * and the tensor, as does a malformed recorded value; a shard without checksums still loads. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,9 +217,9 @@ static void write_raw(const char *folder, int64_t step, int ndim, size_t rows, s
     snprintf(path, sizeof path, "%s/step-%lld/rank-00000.safetensors", folder, (long long)step);
     float *d = calloc(rows * row_len + GN, sizeof *d);
     for (size_t i = 0; i < GN; i++) d[i] = ref(i);
-    ckpt_wtensor t[3] = {{"a", CKPT_F32, 1, {P}, d, 0},
-                         {"a@1", CKPT_F32, ndim, {0}, d + GN, 0},
-                         {"a@2", CKPT_F32, 1, {S}, d + P + R * C, 0}};
+    ckpt_wtensor t[3] = {{"a", CKPT_F32, 1, {P}, d, 0, 0},
+                         {"a@1", CKPT_F32, ndim, {0}, d + GN, 0, 0},
+                         {"a@2", CKPT_F32, 1, {S}, d + P + R * C, 0, 0}};
     t[1].shape[0] = (int64_t)(ndim == 2 ? rows : rows * row_len);
     t[1].shape[1] = (int64_t)row_len;
     ckpt_kv kv[7] = {{"a.offset", "0"},
@@ -431,6 +434,90 @@ static void test_cleanup(const char *base, size_t n) {
     if (f) fclose(f);
 }
 
+/* CRC-32C bit by bit (Castagnoli polynomial, reflected 0x82f63b78): the reference. */
+static uint32_t crc_bitwise(const unsigned char *p, size_t n) {
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    }
+    return ~c;
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    int c = f && fseek(f, at, SEEK_SET) == 0 ? fgetc(f) : EOF;
+    if (c != EOF && fseek(f, at, SEEK_SET) == 0) fputc(c ^ 0x10, f);
+    if (f) fclose(f);
+}
+
+static void test_checksums(const char *folder, size_t n) {
+    /* the CRC itself: the standard check value, odd lengths and alignments, chaining */
+    CHECK(base_crc32c(0, "123456789", 9) == 0xe3069283u, "CRC-32C check value: %08x",
+          base_crc32c(0, "123456789", 9));
+    unsigned char buf[4099];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131 + (i >> 7));
+    const size_t lens[] = {0, 1, 7, 8, 9, 63, 1000, 4096};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++)
+        for (size_t off = 0; off < 3; off++)
+            CHECK(base_crc32c(0, buf + off, lens[k]) == crc_bitwise(buf + off, lens[k]),
+                  "CRC-32C of %zu bytes at offset %zu", lens[k], off);
+    CHECK(base_crc32c(base_crc32c(0, buf, 1001), buf + 1001, 3000) == crc_bitwise(buf, 4001),
+          "CRC-32C continued over a second part");
+
+    /* every shard tensor records the CRC of its bytes */
+    char path[400];
+    base_err err;
+    CHECK(save(folder, 40, n, 2, 0) == 0, "save step 40");
+    snprintf(path, sizeof path, "%s/step-40/rank-00001.safetensors", folder);
+    ckpt_file f;
+    CHECK(ckpt_open(&f, path, &err) == 0, "open: %s", err.msg);
+    const ckpt_tensor *t = ckpt_find(&f, "a");
+    const char *rec = ckpt_meta_get(&f, "a.crc32c");
+    char want[16] = "";
+    if (t) snprintf(want, sizeof want, "%08x", crc_bitwise(t->data, t->nbytes));
+    CHECK(t && rec && !strcmp(rec, want), "a.crc32c is %s, the bytes' CRC-32C %s",
+          rec ? rec : "(none)", want);
+    const long at = t ? (long)((const unsigned char *)t->data - f.map) + 17 : 0;
+    ckpt_close(&f);
+
+    /* one flipped byte of rank 1's data: the load names the file and the tensor */
+    flip_byte(path, at);
+    float *a = calloc(n, sizeof *a);
+    ckpt_step_buf b = {"a", NULL, a, 0, n, n, 0, 0, CKPT_F32};
+    CHECK(ckpt_step_load(folder, 40, &b, 1, &err) != 0 && has(err.msg, path, "\"a\"", "corrupt"),
+          "a corrupt shard loaded or was not named: %s", err.msg);
+    flip_byte(path, at); /* restored: loads again */
+    CHECK(load_check(folder, 40, n, 1), "the restored shard loads");
+
+    /* a malformed recorded value fails naming the key; no value at all (an older checkpoint,
+     * written without checksums) loads */
+    const char *bad[] = {"xyz", "0x123456", "1234567g", "123456789"};
+    float *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) d[i] = (float)i + 40.0f;
+    for (size_t i = 0; i <= sizeof bad / sizeof *bad; i++) {
+        char gn[32];
+        snprintf(gn, sizeof gn, "%zu", n);
+        ckpt_wtensor w = {"a", CKPT_F32, 1, {(int64_t)n}, d, 0, 0};
+        ckpt_kv kv[3] = {{"a.offset", "0"}, {"a.global_numel", gn}, {"a.crc32c", NULL}};
+        kv[2].value = i < sizeof bad / sizeof *bad ? bad[i] : NULL;
+        snprintf(path, sizeof path, "%s/step-40/rank-00000.safetensors", folder);
+        CHECK(ckpt_write(path, &w, 1, kv, kv[2].value ? 3 : 2, &err) == 0, "write: %s", err.msg);
+        snprintf(path, sizeof path, "%s/step-40/metadata.json", folder);
+        write_str(path, "{\"format\": \"titan-checkpoint\", \"version\": 2, \"step\": 40, "
+                        "\"world_size\": 1, \"shards\": [\"rank-00000.safetensors\"], "
+                        "\"train\": {}}");
+        if (kv[2].value)
+            CHECK(ckpt_step_load(folder, 40, &b, 1, &err) != 0 &&
+                      has(err.msg, "rank-00000", "a.crc32c", "not 8 hex digits"),
+                  "crc32c \"%s\" accepted or unclear: %s", bad[i], err.msg);
+        else
+            CHECK(load_check(folder, 40, n, 1), "a shard without checksums must load");
+    }
+    free(d);
+    free(a);
+}
+
 int main(void) {
     check_tmpdir(dir, sizeof dir, "titan_test_ckpt_step");
     char folder[300], path[400];
@@ -518,6 +605,7 @@ int main(void) {
     test_strided(folder);
     test_half_pieces(folder);
     test_cleanup(dir, n);
+    test_checksums(folder, n);
 
     check_tmpdir_remove(dir);
     return check_report("test_ckpt_step");
