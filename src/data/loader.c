@@ -19,7 +19,10 @@ struct data_loader {
     int64_t epoch;
     int from_start;       /* this epoch's reading began at document 0 */
     int64_t epoch_tokens; /* tokens this rank got in this epoch */
-    int32_t *buf;         /* pending tokens buf[head .. len) */
+    int64_t epoch_text;   /* of its documents, those with text (tokens besides bos / eos) */
+    int64_t docs_read;    /* documents this rank read, all epochs: the early warning */
+    int warned_empty;
+    int32_t *buf; /* pending tokens buf[head .. len) */
     size_t head, len, cap;
     seg *q; /* documents in the buffer, oldest first: q[qh .. qn) */
     size_t qh, qn, qcap;
@@ -114,7 +117,12 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
         }
     }
     if (eos >= 0 && push(l, eos)) goto oom;
+    /* A dataset whose texts are all empty (a field filled with "", a broken export) would
+     * train on nothing but the eos each document ends with: said early, refused at the end
+     * of the first pass (read_doc). */
     const int64_t n = (int64_t)(l->len - l->head - start);
+    l->epoch_text += n > (bos >= 0) + (eos >= 0);
+    l->docs_read++;
     if (n == 0) return 0; /* an empty document of byte tokens adds nothing */
     if (l->qn == l->qcap) {
         if (l->qh > 0) {
@@ -145,6 +153,12 @@ static int read_doc(data_loader *l, base_err *err) {
         int rc = data_reader_next(&l->rd, want_doc, l, &d, err);
         if (rc < 0) return -1;
         if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
+        if (l->from_start && l->epoch_tokens > 0 && l->epoch_text == 0)
+            return base_fail(err,
+                             "%s: every document of data-parallel rank %d of %d has empty text "
+                             "(the dataset has %lld documents): training would see only the eos "
+                             "each ends with; check the file and its text field",
+                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc);
         if (!l->cfg.infinite) return 0;
         if (l->from_start && l->epoch_tokens == 0)
             return base_fail(err,
@@ -159,6 +173,7 @@ static int read_doc(data_loader *l, base_err *err) {
         l->epoch++;
         l->from_start = 1;
         l->epoch_tokens = 0;
+        l->epoch_text = 0;
     }
 }
 
@@ -247,6 +262,14 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err 
         memcpy(labels + (size_t)b * T, w + 1, (size_t)T * sizeof *w);
     }
     consume(l, (int64_t)need);
+    /* said once, after the first batch that came from empty documents only */
+    if (!l->warned_empty && l->epoch == 0 && l->docs_read > 1 && l->epoch_text == 0) {
+        l->warned_empty = 1;
+        base_log(BASE_LOG_WARN,
+                 "data: the first %lld documents of %s (data-parallel rank %d) all have empty "
+                 "text: training sees only the eos the tokenizer ends each with",
+                 (long long)l->docs_read, l->path, l->cfg.dp_rank);
+    }
     return 1;
 }
 
@@ -328,6 +351,7 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     l->epoch = s->epoch;
     l->from_start = s->doc == 0 && s->doc_tokens == 0;
     l->epoch_tokens = 0;
+    l->epoch_text = 0;
     l->head = l->len = 0;
     l->qh = l->qn = 0;
     l->front_used = 0;

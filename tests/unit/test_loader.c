@@ -276,6 +276,23 @@ static void test_bad_jsonl(void) {
     }
 }
 
+/* Every text empty: a tokenizer still ends each document with eos, so the windows would be
+ * eos only; the loader refuses it at the end of the first pass (and warns after 1000). Byte
+ * tokens have no eos: the "no tokens" error. Some empty texts among others are fine
+ * (test_resume's r.jsonl). */
+static void test_empty_texts(data_tok *tok) {
+    write_str("e.jsonl", "{\"text\": \"\"}\n{\"text\": \"\"}\n{\"text\": \"\"}\n");
+    expect_error(cfg("e.jsonl", 4, 1), "no tokens for data-parallel rank 0", "empty, bytes");
+    if (!tok) return;
+    data_loader_cfg c = cfg("e.jsonl", 4, 1);
+    c.enc.tok = tok;
+    c.enc.vocab_size = data_tok_vocab_size(tok);
+    expect_error(c, "e.jsonl: every document of data-parallel rank 0 of 1 has empty text",
+                 "empty, tokenizer");
+    c.infinite = 0; /* a validation set too */
+    expect_error(c, "has empty text", "empty, tokenizer, one pass");
+}
+
 static void test_bad_shards(data_tok *tok) {
     if (!tok) return;
     size_t n;
@@ -402,6 +419,7 @@ int main(void) {
     test_text_paragraphs();
     test_resume(tok);
     test_bad_jsonl();
+    test_empty_texts(tok);
     test_bad_shards(tok);
     test_bad_state();
     data_tok_free(tok);
