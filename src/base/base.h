@@ -99,7 +99,9 @@ int base_remove_tree(const char *path, base_err *err);
 
 /* Creates path as a new, empty regular file open for writing and returns its descriptor:
  * whatever was there (a stale file, a link) is unlinked first, not followed, and the file is
- * opened O_CREAT | O_EXCL | O_NOFOLLOW. -1 (err names path) on failure. */
+ * opened O_CREAT | O_EXCL | O_NOFOLLOW. A device, FIFO, socket or folder at path, or a link
+ * to one, is refused, never replaced (base_atomic_open likewise). -1 (err names path) on
+ * failure. */
 int base_create_file(const char *path, base_err *err);
 /* base_create_file as a stdio stream (fopen "wb" that never writes through a link); NULL
  * (err names path) on failure. */

@@ -1,7 +1,10 @@
 /* base/fs.c: removal never follows a link (at the top, inside, or nested); an atomic write
  * over a planted "<path>.tmp" link (or a link at path) leaves the link's target alone and
  * path a regular file; an aborted write leaves nothing; a folder lock is exclusive (a
- * second take fails naming the holder's pid), records the pid and is gone after unlock. */
+ * second take fails naming the holder's pid), records the pid and is gone after unlock.
+ * Special files are never replaced: a FIFO, a folder, a link to a FIFO or to /dev/null at an
+ * output path is refused with its kind named and left as it was (as root, `--metrics
+ * /dev/full` used to replace the device node with a file). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +120,39 @@ static void test_atomic(void) {
           "base_fopen_new wrote through a link");
 }
 
+static void test_special(void) {
+    char fifo[400], sub[400], lf[400], ln[400];
+    base_err err;
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(lf, sizeof lf, "%s/link_fifo", dir);
+    snprintf(ln, sizeof ln, "%s/link_null", dir);
+    CHECK(mkfifo(fifo, 0600) == 0 && mkdir(sub, 0755) == 0 && symlink(fifo, lf) == 0 &&
+              symlink("/dev/null", ln) == 0,
+          "setup: %s", strerror(errno));
+    const struct {
+        const char *path, *kind;
+        mode_t mode;
+    } cases[] = {{fifo, "is a FIFO", S_IFIFO},
+                 {sub, "is a folder", S_IFDIR},
+                 {lf, "a link to a FIFO", S_IFLNK},
+                 {ln, "a link to a character device", S_IFLNK}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct stat st;
+        FILE *f = base_fopen_new(cases[i].path, &err);
+        CHECK(!f && strstr(err.msg, cases[i].path) && strstr(err.msg, cases[i].kind),
+              "base_fopen_new over %s: %s", cases[i].path, f ? "accepted" : err.msg);
+        if (f) fclose(f);
+        CHECK(base_write_file_atomic(cases[i].path, "x", 1, &err) != 0 &&
+                  strstr(err.msg, cases[i].kind),
+              "atomic write over %s accepted", cases[i].path);
+        CHECK(lstat(cases[i].path, &st) == 0 && (st.st_mode & S_IFMT) == cases[i].mode,
+              "%s was replaced", cases[i].path);
+    }
+    struct stat st;
+    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is not a device");
+}
+
 static void test_lock(void) {
     char sub[512], lockf[600], want[64];
     base_err err;
@@ -143,6 +179,7 @@ int main(void) {
     check_tmpdir(dir, sizeof dir, "titan_fs");
     test_remove_tree();
     test_atomic();
+    test_special();
     test_lock();
     check_tmpdir_remove(dir);
     return check_report("test_fs");
