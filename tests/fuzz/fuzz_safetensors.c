@@ -1,5 +1,6 @@
-/* Fuzz target: the safetensors reader (ckpt_open_mem) and every element conversion of an
- * accepted file. See fuzz.h for the contract. */
+/* Fuzz target: the safetensors reader (ckpt_open_mem), every element conversion of an
+ * accepted file and its recorded checksums (ckpt_tensor_verify). See fuzz.h for the
+ * contract. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,9 @@ int fuzz_target_run(const uint8_t *data, size_t size) {
         if (ckpt_dtype_is_float(t->dtype) && ckpt_tensor_to_f32(&f, t, (float *)out, &err) != 0)
             broken("f32 conversion failed", err.msg);
         free(out);
+        /* a recorded "<name>.crc32c" (any text) is checked or refused, never a crash */
+        if (ckpt_tensor_verify(&f, t, &err) != 0 && !strstr(err.msg, NAME))
+            broken("checksum rejection does not name the input", err.msg);
     }
     for (int i = 0; i < f.n_meta; i++)
         if (!f.meta[i].key || !f.meta[i].value) broken("metadata entry without text", NAME);

@@ -195,16 +195,27 @@ import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['train']))" \
   { cat "$out/g8.err"; fail "generate from a shard-trained checkpoint"; }
 echo "ok token shards without --tokenizer record their tokenizer; generate uses it"
 # a NaN in a checkpoint's weights is refused at load, naming the weight (not steps later as a
-# non-finite gradient)
+# non-finite gradient). The NaN is written as a diverged run would have saved it: with the
+# tensor's CRC-32C recomputed (tensorboard's crc32c, an independent implementation),
+# so the weight check, not the checksum, is what refuses it.
 mkdir -p "$out/nan/checkpoint" && cp -r "$out/a/checkpoint/step-3" "$out/nan/checkpoint/"
 "$python" - "$out/nan/checkpoint/step-3/rank-00000.safetensors" <<'EOF2'
 import json, struct, sys
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c
 p = sys.argv[1]
 b = bytearray(open(p, "rb").read())
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-off = 8 + n + h["model"]["data_offsets"][0] + 4 * 100  # the 101st weight: tok_embeddings
+lo, hi = h["model"]["data_offsets"]
+off = 8 + n + lo + 4 * 100  # the 101st weight: tok_embeddings
+old = h["__metadata__"]["model.crc32c"]
+assert old == "%08x" % crc32c(bytes(b[8 + n + lo:8 + n + hi])), "titan's CRC"
 b[off:off + 4] = struct.pack("<f", float("nan"))
+new = "%08x" % crc32c(bytes(b[8 + n + lo:8 + n + hi]))
+hdr = bytes(b[8:8 + n]).replace(('"model.crc32c":"%s"' % old).encode(),
+                                ('"model.crc32c":"%s"' % new).encode())
+assert len(hdr) == n and hdr != bytes(b[8:8 + n])
+b[8:8 + n] = hdr
 open(p, "wb").write(b)
 EOF2
 if t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 6 --dump-folder "$out/nan" \
