@@ -182,7 +182,8 @@ int ckpt_inspect(const char *path, base_err *err) {
             rc = inspect_set(&s, &a, CKPT_NAMES_TITAN, err);
         } else {
             ckpt_source src; /* a training checkpoint step-N (or its folder: the newest) */
-            if (ckpt_source_open(&src, path, err) || src.kind != CKPT_SRC_STEP)
+            if (ckpt_source_open(&src, path, err)) return -1; /* its reason: more precise */
+            if (src.kind != CKPT_SRC_STEP)
                 return base_fail(err,
                                  "%s: neither a Hugging Face folder (no config.json) nor a "
                                  "training checkpoint (no %s, metadata.json or step-N)",

@@ -29,6 +29,21 @@ static int split_step_dir(const char *path, char *folder, size_t n, int64_t *ste
     return 0;
 }
 
+/* A folder's newest titan step was picked: a newer step-N that is not a titan checkpoint (a
+ * last_save_in_hf export, torchtitan's DCP) is said, since the user may have meant it. */
+static void note_foreign(const ckpt_source *s) {
+    static char said[sizeof s->folder]; /* once per folder: a command opens its source twice */
+    int64_t foreign = -1;
+    if (ckpt_step_foreign_latest(s->folder, &foreign) || foreign <= s->step ||
+        !strcmp(said, s->folder))
+        return;
+    snprintf(said, sizeof said, "%s", s->folder);
+    base_log(BASE_LOG_WARN,
+             "%s/step-%lld is newer but not a titan checkpoint (no metadata.json: a Hugging Face "
+             "export or another program's); reading step-%lld. Name a folder to read another",
+             s->folder, (long long)foreign, (long long)s->step);
+}
+
 int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     memset(s, 0, sizeof *s);
     if (!path || !*path) return base_fail(err, "no model path given");
@@ -55,12 +70,14 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     if (ckpt_step_latest(path, &s->step) == 0) {
         snprintf(s->folder, sizeof s->folder, "%s", path);
         s->kind = CKPT_SRC_STEP;
+        note_foreign(s);
         return 0;
     }
     /* a run folder (job.dump_folder): its checkpoint/ folder's newest step */
     snprintf(s->folder, sizeof s->folder, "%.4000s/checkpoint", path);
     if (base_is_dir(s->folder) && ckpt_step_latest(s->folder, &s->step) == 0) {
         s->kind = CKPT_SRC_STEP;
+        note_foreign(s);
         return 0;
     }
     s->folder[0] = 0;

@@ -189,7 +189,9 @@ static int apply_alias(train_config *c, const char *flag, const char *arg, int64
         } else if (g_aliases[i].kind == ALIAS_GRAD_ACCUM) {
             if (base_parse_i64(v, grad_accum) || *grad_accum < 1 || *grad_accum > BIG)
                 return base_fail(err,
-                                 "command line (--grad-accum): '%.100s' is not an integer >= 1", v);
+                                 "command line (--grad-accum): '%.100s' is not an integer in [1, "
+                                 "%lld]",
+                                 v, (long long)BIG);
         } else if (train_config_set(c, g_aliases[i].field, v, flag, err)) {
             return -1;
         }

@@ -2,7 +2,8 @@
 # Command-line guards: a bare `titan train` prints usage (exit 2); old flags take
 # --alias=value; one-path and positive-number arguments are checked; a folder given for a
 # file says so; decode never echoes raw input bytes; --threads is bounded; the process is
-# named titan (ps, top) after the BLAS re-exec.
+# named titan (ps, top) after the BLAS re-exec; --grad-accum's range is named; an output
+# path naming a FIFO is refused, not replaced.
 set -uo pipefail
 titan=$1; tokenizer=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 fail=0
@@ -29,6 +30,15 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 "$titan" generate --model "$out" --max-new-tokens 99999999999 > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "max-new-tokens: '99999999999' is not an integer in \[0, 1073741824\]" "$out/o" &&
   ok "an integer option past its range names the range" || bad "integer range message (rc $rc)"
+"$titan" train --flavor debugmodel --grad-accum 99999999999 > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "grad-accum): '99999999999' is not an integer in \[1, 1073741824\]" "$out/o" &&
+  ok "--grad-accum past its range names the range" || bad "--grad-accum range message (rc $rc)"
+mkfifo "$out/fifo" # not /dev/null: a regression would replace the system's node
+timeout 60 "$titan" train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16 \
+  --set ffn_dim=128 --set vocab_size=256 --random-tokens --steps 1 --metrics "$out/fifo" \
+  --dump-folder "$out/r" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && [ -p "$out/fifo" ] && grep -q "fifo: is a FIFO: titan writes regular files only" "$out/o" &&
+  ok "--metrics naming a FIFO refused, the FIFO left alone" || bad "--metrics FIFO (rc $rc)"
 
 printf '12 \001\002\377abc\n' > "$out/bin"
 "$titan" decode --tokenizer "$tokenizer" --file "$out/bin" > "$out/o" 2>&1

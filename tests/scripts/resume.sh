@@ -161,3 +161,18 @@ if "$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/da
 grep -q "rank-00000.safetensors: tensor \"adam_v\" is corrupt" "$out/bad-train.log" ||
   { echo "FAIL resume from a corrupt shard"; cat "$out/bad-train.log"; exit 1; }
 echo "ok a flipped bit in a checkpoint shard refused by inspect and by resume"
+# a step folder under another name is told to be named step-N (not "no metadata.json")
+cp -r "$out/jsonl/checkpoint/step-9" "$out/copy9"
+if "$titan" inspect "$out/copy9" > "$out/copy9.log" 2>&1; then
+  echo "FAIL inspect passed a misnamed step folder"; exit 1; fi
+grep -q "copy9: a checkpoint step folder must be named step-N" "$out/copy9.log" ||
+  { echo "FAIL inspect of a misnamed step folder"; cat "$out/copy9.log"; exit 1; }
+echo "ok a misnamed step folder: inspect says it must be named step-N"
+# a run folder whose newest step-N is not titan's: generate reads the newest titan step and says so
+mkdir "$out/jsonl/checkpoint/step-99"
+"$titan" generate --model "$out/jsonl" --ids --prompt "1 2" --max-new-tokens 1 > "$out/gen99.log" 2>&1 ||
+  { echo "FAIL generate from a run folder with a foreign step"; cat "$out/gen99.log"; exit 1; }
+[ "$(grep -c "checkpoint/step-99 is newer but not a titan checkpoint .*; reading step-12" "$out/gen99.log")" = 1 ] ||
+  { echo "FAIL generate did not say (once) which step it read"; cat "$out/gen99.log"; exit 1; }
+rmdir "$out/jsonl/checkpoint/step-99"
+echo "ok generate names the step it reads past a newer foreign step-N, once"
