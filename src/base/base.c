@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,18 +138,20 @@ uint64_t base_hash_bytes(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static uint32_t crc32c_table(uint32_t c, const unsigned char *p, size_t n) {
-    static uint32_t table[256];
-    static _Atomic int ready;
-    if (!ready) { /* benign race: every thread computes the same table */
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t v = i;
-            for (int k = 0; k < 8; k++) v = v & 1 ? (v >> 1) ^ 0x82f63b78u : v >> 1;
-            table[i] = v;
-        }
-        ready = 1;
+static uint32_t g_crc_table[256];
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
+
+static void crc32c_table_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t v = i;
+        for (int k = 0; k < 8; k++) v = v & 1 ? (v >> 1) ^ 0x82f63b78u : v >> 1;
+        g_crc_table[i] = v;
     }
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+}
+
+static uint32_t crc32c_table(uint32_t c, const unsigned char *p, size_t n) {
+    pthread_once(&g_crc_once, crc32c_table_init);
+    for (size_t i = 0; i < n; i++) c = g_crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
     return c;
 }
 

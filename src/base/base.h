@@ -103,6 +103,9 @@ int base_remove_tree(const char *path, base_err *err);
  * to one, is refused, never replaced (base_atomic_open likewise). -1 (err names path) on
  * failure. */
 int base_create_file(const char *path, base_err *err);
+/* 0 when path may be written as a regular file: absent, a regular file, or a link to one (or
+ * to nothing). A device, FIFO, socket or folder, or a link to one, fails naming its kind. */
+int base_output_path_ok(const char *path, base_err *err);
 /* base_create_file as a stdio stream (fopen "wb" that never writes through a link); NULL
  * (err names path) on failure. */
 FILE *base_fopen_new(const char *path, base_err *err);

@@ -78,11 +78,9 @@ int base_remove_tree(const char *path, base_err *err) {
     return rc;
 }
 
-/* 0 when path may be replaced by a new regular file: absent, a regular file, or a link to one
- * (or to nothing). A device, FIFO, socket or folder, or a link to one, is refused: `--metrics
- * /dev/null` (or /dev/stdout, a link to the terminal or a pipe) would otherwise, as root,
- * replace the system's node with a file. */
-static int replaceable(const char *path, base_err *err) {
+/* `--metrics /dev/null` (or /dev/stdout, a link to the terminal or a pipe) would otherwise,
+ * as root, replace the system's node with a file. */
+int base_output_path_ok(const char *path, base_err *err) {
     struct stat ls, st;
     if (lstat(path, &ls) != 0)
         return errno == ENOENT ? 0
@@ -104,7 +102,7 @@ static int replaceable(const char *path, base_err *err) {
 }
 
 int base_create_file(const char *path, base_err *err) {
-    if (replaceable(path, err)) return -1;
+    if (base_output_path_ok(path, err)) return -1;
     if (unlink(path) != 0 && errno != ENOENT && errno != EISDIR)
         return base_fail(err, "%s: cannot replace: %s", path, strerror(errno));
     const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -130,7 +128,7 @@ int base_atomic_open(base_atomic *a, const char *path, base_err *err) {
     memcpy(a->path, path, n + 1);
     memcpy(a->tmp, path, n);
     memcpy(a->tmp + n, ".tmp", 5);
-    if (replaceable(path, err) || (a->fd = base_create_file(a->tmp, err)) < 0) {
+    if (base_output_path_ok(path, err) || (a->fd = base_create_file(a->tmp, err)) < 0) {
         free(a->path);
         a->path = a->tmp = NULL;
         return -1;

@@ -919,8 +919,17 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
             rc = -1;
         else if (strlen(hdr2) != hlen)
             rc = base_fail(err, "%s: the header changed length with its checksums", path);
-        else if (pwrite(fd, hdr2, hlen, 8) != (ssize_t)hlen)
-            rc = base_fail(err, "%s: write to %s failed: %s", path, a.tmp, strerror(errno));
+        else
+            for (size_t done = 0; rc == 0 && done < hlen;) {
+                const ssize_t w = pwrite(fd, hdr2 + done, hlen - done, (off_t)(8 + done));
+                if (w > 0)
+                    done += (size_t)w;
+                else if (w < 0 && errno == EINTR)
+                    continue;
+                else
+                    rc = base_fail(err, "%s: write to %s failed: %s", path, a.tmp,
+                                   w < 0 ? strerror(errno) : "nothing written");
+            }
     }
     if (rc)
         base_atomic_abort(&a);

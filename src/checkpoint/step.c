@@ -541,7 +541,7 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
             if (id < 0) continue; /* another buffer's */
             found[id] = 1;
             piece a;
-            if (tensor_piece(&f, t, version, &a, err) || ckpt_tensor_verify(&f, t, err)) {
+            if (tensor_piece(&f, t, version, &a, err)) {
                 rc = -1;
                 break;
             }
@@ -568,11 +568,16 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
             }
             srcs[n_srcs++].rank = r;
             const size_t alo = a.off, ahi = a.off + (a.rows - 1) * a.stride + a.row_len;
+            int checked = 0; /* a tensor is read (and its CRC checked) only if it is wanted */
             for (int i = 0; rc == 0 && i < n; i++) {
                 const piece *b = &want[i];
                 if (name_id[i] != id || !b->row_len || !b->rows) continue;
                 const size_t blo = b->off, bhi = b->off + (b->rows - 1) * b->stride + b->row_len;
                 if (ahi <= blo || bhi <= alo) continue;
+                if (!checked++ && ckpt_tensor_verify(&f, t, err)) {
+                    rc = -1;
+                    break;
+                }
                 if (copy_overlap(&a, t->data, b, bufs[i].dst, &got[i], n_srcs - 1))
                     rc = base_fail(err, "out of memory");
             }

@@ -262,8 +262,10 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err 
         memcpy(labels + (size_t)b * T, w + 1, (size_t)T * sizeof *w);
     }
     consume(l, (int64_t)need);
-    /* said once, after the first batch that came from empty documents only */
-    if (!l->warned_empty && l->epoch == 0 && l->docs_read > 1 && l->epoch_text == 0) {
+    /* said once, after the first batch of a pass read from document 0 that came from empty
+     * documents only (not after a resume that lands among some) */
+    if (!l->warned_empty && l->from_start && l->epoch == 0 && l->docs_read > 1 &&
+        l->epoch_text == 0) {
         l->warned_empty = 1;
         base_log(BASE_LOG_WARN,
                  "data: the first %lld documents of %s (data-parallel rank %d) all have empty "

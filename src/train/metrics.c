@@ -72,10 +72,16 @@ static int open_jsonl(train_metrics *t, base_err *err) {
     const char *p = t->jl_path;
     if (base_mkdir_parent(p, err)) return -1;
     /* a link at p is never written through: a fresh file replaces it, a resume refuses it */
+    if (t->start > 0 && base_output_path_ok(p, err)) return -1; /* a FIFO would block getline */
     const int fd = t->start > 0 ? open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;
     if (t->start > 0 && fd < 0 && errno != ENOENT)
         return base_fail(err, "%s: cannot open the metrics file to append: %s%s", p,
                          strerror(errno), errno == ELOOP ? " (a symbolic link)" : "");
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) { /* swapped in meanwhile */
+        close(fd);
+        return base_fail(err, "%s: not a regular file: the metrics are not appended to it", p);
+    }
     if (fd < 0) return (t->jl = base_fopen_new(p, err)) ? 0 : -1;
     if (!(t->jl = fdopen(fd, "r+"))) {
         close(fd);

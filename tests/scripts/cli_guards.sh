@@ -3,7 +3,8 @@
 # --alias=value; one-path and positive-number arguments are checked; a folder given for a
 # file says so; decode never echoes raw input bytes; --threads is bounded; the process is
 # named titan (ps, top) after the BLAS re-exec; --grad-accum's range is named; an output
-# path naming a FIFO is refused, not replaced.
+# path naming a FIFO is refused, not replaced (also when a resumed run appends); a dataset of
+# empty texts is warned about, then refused.
 set -uo pipefail
 titan=$1; tokenizer=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 fail=0
@@ -33,12 +34,28 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 "$titan" train --flavor debugmodel --grad-accum 99999999999 > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "grad-accum): '99999999999' is not an integer in \[1, 1073741824\]" "$out/o" &&
   ok "--grad-accum past its range names the range" || bad "--grad-accum range message (rc $rc)"
+# a dataset of empty texts: warned about after the first batch, refused at the end of its pass
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo '{"text": ""}'; done > "$out/empty.jsonl"
+small=(--set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --batch 1 --seq-len 8)
+timeout 60 "$titan" train "${small[@]}" --data "$out/empty.jsonl" --tokenizer "$tokenizer" \
+  --steps 20 --dump-folder "$out/e" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "warn.*the first [0-9]* documents of $out/empty.jsonl .* all have empty text" "$out/o" &&
+  grep -q "empty.jsonl: every document of data-parallel rank 0 of 1 has empty text" "$out/o" &&
+  ok "an all-empty dataset: warned, then refused" || bad "all-empty dataset (rc $rc)"
 mkfifo "$out/fifo" # not /dev/null: a regression would replace the system's node
 timeout 60 "$titan" train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16 \
   --set ffn_dim=128 --set vocab_size=256 --random-tokens --steps 1 --metrics "$out/fifo" \
   --dump-folder "$out/r" > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && [ -p "$out/fifo" ] && grep -q "fifo: is a FIFO: titan writes regular files only" "$out/o" &&
   ok "--metrics naming a FIFO refused, the FIFO left alone" || bad "--metrics FIFO (rc $rc)"
+# ... also when a resumed run appends to it (it would otherwise wait on the FIFO for ever)
+"$titan" train "${small[@]}" --set vocab_size=256 --random-tokens --steps 1 --dump-folder "$out/m" \
+  --checkpoint-interval 1 --checkpoint.last_save_model_only=false > "$out/o" 2>&1
+timeout 60 "$titan" train "${small[@]}" --set vocab_size=256 --random-tokens --steps 2 \
+  --dump-folder "$out/m" --checkpoint-interval 1 --metrics "$out/fifo" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && [ -p "$out/fifo" ] && grep -q "fifo: is a FIFO: titan writes regular files only" "$out/o" &&
+  ok "a resumed run's --metrics naming a FIFO refused" || bad "resumed --metrics FIFO (rc $rc)"
 
 printf '12 \001\002\377abc\n' > "$out/bin"
 "$titan" decode --tokenizer "$tokenizer" --file "$out/bin" > "$out/o" 2>&1

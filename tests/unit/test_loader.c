@@ -277,9 +277,9 @@ static void test_bad_jsonl(void) {
 }
 
 /* Every text empty: a tokenizer still ends each document with eos, so the windows would be
- * eos only; the loader refuses it at the end of the first pass (and warns after 1000). Byte
- * tokens have no eos: the "no tokens" error. Some empty texts among others are fine
- * (test_resume's r.jsonl). */
+ * eos only; the loader refuses it at the end of the first pass (the warning after the first
+ * batch: cli_guards.sh). Byte tokens have no eos: the "no tokens" error. Some empty texts
+ * among others are fine (test_resume's r.jsonl). */
 static void test_empty_texts(data_tok *tok) {
     write_str("e.jsonl", "{\"text\": \"\"}\n{\"text\": \"\"}\n{\"text\": \"\"}\n");
     expect_error(cfg("e.jsonl", 4, 1), "no tokens for data-parallel rank 0", "empty, bytes");
