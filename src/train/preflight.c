@@ -87,7 +87,8 @@ static int output_parent(const char *field, const char *file, base_err *err) {
     else
         snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
     base_err e;
-    if (base_check_output_dir(dir, &e)) return base_fail(err, "%s: %s", field, e.msg);
+    if (base_check_output_dir(dir, &e) || base_output_path_ok(file, &e))
+        return base_fail(err, "%s: %s", field, e.msg);
     return 0;
 }
 
@@ -111,6 +112,7 @@ static int paths(const train_opts *o, base_err *err) {
     if ((o->ckpt.enable && output_dir("checkpoint.folder", ck, err)) ||
         output_dir("metrics.save_tb_folder", o->tb_dir, err) ||
         (o->jsonl_path && output_parent("metrics.save_jsonl_file", o->jsonl_path, err)) ||
+        (o->report_path && output_parent("metrics.save_report_file", o->report_path, err)) ||
         output_dir("checkpoint.hf_export_folder", o->out_dir, err))
         return -1;
     return 0;
