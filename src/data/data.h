@@ -214,6 +214,8 @@ typedef struct {
     int64_t line;         /* lines before it in that file (jsonl; 0 otherwise) */
     int64_t bad_lines;    /* malformed JSONL lines skipped so far */
     uint64_t fingerprint; /* hash of the file list, sizes and encoding settings */
+    uint64_t content;     /* hash of `file`'s first and last 64 KiB (0: not recorded, a
+                           * state saved before titan recorded it) */
 } data_loader_state;
 
 typedef struct data_loader data_loader;
@@ -225,7 +227,8 @@ void data_loader_free(data_loader *l);
 int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err);
 void data_loader_get_state(const data_loader *l, data_loader_state *s);
 /* Repositions the loader; fails if the state does not fit this dataset (other files,
- * sizes or encoding: the fingerprint differs) or points outside it. */
+ * sizes or encoding: the fingerprint differs; the file it points into rewritten with the
+ * same size: the content hash differs) or points outside it. */
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
 /* The tokenizer the dataset's token shards record (the first shard's that records one:
  * version 2 headers; the loader checks every shard against the run's tokenizer when it has

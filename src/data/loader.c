@@ -1,7 +1,11 @@
 /* data: the packing loader (see the loader section of data.h). */
+#include <ctype.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/internal.h"
 
@@ -30,6 +34,33 @@ struct data_loader {
     uint64_t fingerprint;
     data_tok_ids ids;
 };
+
+/* A hash of file i's size and its first and last 64 KiB (whole files up to 128 KiB): a file
+ * regenerated with the same size (another shuffle, an edit near either end) changes it, for
+ * 128 KiB of reads at each save and at the resume. Never 0 (0: "not recorded"); 1 when the
+ * file cannot be read. */
+static uint64_t file_content(const data_loader *l, int i) {
+    if (i < 0 || i >= l->rd.n_files) return 0;
+    enum { PART = 64 << 10 };
+    unsigned char *b = malloc(2 * PART);
+    const int fd = b ? open(l->rd.files[i].path, O_RDONLY | O_CLOEXEC) : -1;
+    struct stat st;
+    uint64_t h = 1;
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        const off_t size = st.st_size, tail = size > 2 * PART ? size - PART : PART;
+        const ssize_t a = pread(fd, b, PART, 0),
+                      z = size > PART ? pread(fd, b + PART, PART, tail) : 0;
+        if (a >= 0 && z >= 0) {
+            h = base_hash_bytes(BASE_HASH_INIT, &size, sizeof size);
+            h = base_hash_bytes(h, b, (size_t)a);
+            h = base_hash_bytes(h, b + PART, (size_t)z);
+            h += !h;
+        }
+    }
+    if (fd >= 0) close(fd);
+    free(b);
+    return h;
+}
 
 static int want_doc(int64_t doc, void *arg) {
     const data_loader *l = arg;
@@ -337,6 +368,7 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     }
     s->bad_lines = l->rd.bad_lines;
     s->fingerprint = l->fingerprint;
+    s->content = file_content(l, s->file);
 }
 
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
@@ -347,6 +379,14 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
                          l->path);
     if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0)
         return base_fail(err, "%s: data-loader state has negative fields", l->path);
+    if (s->content && s->file >= 0 && s->file < l->rd.n_files &&
+        s->content != file_content(l, s->file))
+        return base_fail(err,
+                         "%s: changed since the checkpoint (the same size, other bytes at its "
+                         "start or end: regenerated or reshuffled?): the saved position (document "
+                         "%lld) would point into other documents; restore the file, or leave the "
+                         "position out (checkpoint.exclude_from_loading = [\"dataloader\"])",
+                         l->rd.files[s->file].path, (long long)s->doc);
     data_pos p = {s->doc, s->file, s->file_doc, s->byte_off, s->line};
     if (data_reader_seek(&l->rd, &p, err)) return -1;
     l->rd.bad_lines = s->bad_lines;
@@ -374,10 +414,11 @@ int data_loader_state_format(const data_loader_state *s, char *buf, size_t n) {
     int k = snprintf(buf, n,
                      "{\"epoch\": %lld, \"doc\": %lld, \"doc_tokens\": %lld, \"file\": %d, "
                      "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
-                     "%lld, \"fingerprint\": \"%016llx\"}",
+                     "%lld, \"fingerprint\": \"%016llx\", \"content\": \"%016llx\"}",
                      (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
                      (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
-                     (long long)s->bad_lines, (unsigned long long)s->fingerprint);
+                     (long long)s->bad_lines, (unsigned long long)s->fingerprint,
+                     (unsigned long long)s->content);
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
@@ -409,7 +450,14 @@ int data_loader_state_parse(const char *text, data_loader_state *s, base_err *er
         json_decref(j);
         return base_fail(err, "data-loader state: bad \"fingerprint\" or \"file\"");
     }
+    json_t *ct = json_object_get(j, "content"); /* absent in states saved before it */
+    const char *chex = json_is_string(ct) ? json_string_value(ct) : NULL;
+    unsigned long long c = chex ? strtoull(chex, &end, 16) : 0;
+    if (ct && (!chex || strlen(chex) != 16 || *end || !isxdigit((unsigned char)chex[0]))) {
+        json_decref(j);
+        return base_fail(err, "data-loader state: bad \"content\"");
+    }
     json_decref(j);
-    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6], v[7], h};
+    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6], v[7], h, c};
     return 0;
 }
