@@ -11,6 +11,11 @@
 /* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
 #define LOADER_STATE_BYTES 512
 
+/* Sequences per optimizer step over all data-parallel ranks (torchtitan's global batch). */
+static json_int_t global_batch(const train_opts *o, const train_source *src) {
+    return (json_int_t)o->batch * o->grad_accum * src->dp_size;
+}
+
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. states: every
  * data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
 static char *train_state_json(const train_opts *o, const train_source *src, const optim_adamw *opt,
@@ -23,6 +28,9 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     json_object_set_new(root, "random_tokens_counter", json_integer((json_int_t)src->counter));
     json_object_set_new(root, "tokens_seen", json_integer(tokens_seen));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+    /* the run's shape, so a resume with another one is said (resume) */
+    json_object_set_new(root, "global_batch_size", json_integer(global_batch(o, src)));
+    json_object_set_new(root, "seq_len", json_integer(o->seq_len));
     json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY));
     json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok, src->loader));
     train_moe_bias_json(root, m);
@@ -184,6 +192,15 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     train_ckpt_parts_str(~load & TRAIN_CKPT_ALL, left_out, sizeof left_out);
     base_log(BASE_LOG_INFO, "checkpoint: resumed from %s/step-%lld%s%s", dir, (long long)step,
              left_out[0] ? "; not loaded:" : "", left_out);
+    const json_t *gb = json_object_get(t, "global_batch_size"), *sl = json_object_get(t, "seq_len");
+    if (json_is_integer(gb) && json_is_integer(sl) && /* absent in older checkpoints */
+        (json_integer_value(gb) != global_batch(o, src) || json_integer_value(sl) != o->seq_len))
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained with a global batch of %lld x %lld tokens; "
+                 "this run uses %lld x %d (allowed, as in torchtitan: the data position, step "
+                 "and LR schedule carry on, each step now takes another number of tokens)",
+                 (long long)step, (long long)json_integer_value(gb),
+                 (long long)json_integer_value(sl), (long long)global_batch(o, src), o->seq_len);
     rc = plan->start;
 out:
     json_decref(t);

@@ -176,3 +176,13 @@ mkdir "$out/jsonl/checkpoint/step-99"
   { echo "FAIL generate did not say (once) which step it read"; cat "$out/gen99.log"; exit 1; }
 rmdir "$out/jsonl/checkpoint/step-99"
 echo "ok generate names the step it reads past a newer foreign step-N, once"
+# a resume with another global batch is allowed (as torchtitan) and said; with the same, silent
+cp -r "$out/random" "$out/rb"
+"$titan" train "${model[@]}" --random-tokens --set vocab_size=300 --dump-folder "$out/rb" \
+  --checkpoint-interval 3 --checkpoint.load_step 9 \
+  --batch 4 --stop-after-step 10 > "$out/rb.log" 2>&1 || { cat "$out/rb.log"; exit 1; }
+grep -q "step-9 was trained with a global batch of 2 x 24 tokens; this run uses 4 x 24" "$out/rb.log" ||
+  { echo "FAIL a resume with another batch size was not said"; cat "$out/rb.log"; exit 1; }
+! grep -q "was trained with a global batch" "$out/random.log" ||
+  { echo "FAIL a resume with the same batch size warned"; exit 1; }
+echo "ok a resume with another global batch size is said"
