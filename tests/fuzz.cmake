@@ -37,14 +37,17 @@ endfunction()
 
 titan_fuzz_target(safetensors ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_safetensors.c
   ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/safetensors 10000
-  ${CMAKE_SOURCE_DIR}/src/checkpoint/safetensors.c ${CMAKE_SOURCE_DIR}/src/base/base.c)
+  ${CMAKE_SOURCE_DIR}/src/checkpoint/safetensors.c ${CMAKE_SOURCE_DIR}/src/base/base.c
+  ${CMAKE_SOURCE_DIR}/src/base/fs.c)
 
 # The tokenizer files (tokenizer.json + tokenizer_config.json) and the dataset readers
 # (token shard header and offsets, JSON Lines, text); corpora from make_data_corpus.py.
 titan_fuzz_target(tokenizer ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c
   ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/tokenizer 1500
-  ${CMAKE_SOURCE_DIR}/src/data/tokenizer.c ${CMAKE_SOURCE_DIR}/src/base/base.c)
+  ${CMAKE_SOURCE_DIR}/src/data/tokenizer.c ${CMAKE_SOURCE_DIR}/src/base/base.c
+  ${CMAKE_SOURCE_DIR}/src/base/fs.c)
 titan_fuzz_target(dataset ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_dataset.c
   ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/dataset 4000
   ${CMAKE_SOURCE_DIR}/src/data/dataset.c ${CMAKE_SOURCE_DIR}/src/data/loader.c
-  ${CMAKE_SOURCE_DIR}/src/data/tokenizer.c ${CMAKE_SOURCE_DIR}/src/base/base.c)
+  ${CMAKE_SOURCE_DIR}/src/data/tokenizer.c ${CMAKE_SOURCE_DIR}/src/base/base.c
+  ${CMAKE_SOURCE_DIR}/src/base/fs.c)

@@ -30,6 +30,18 @@ def hdr(**tensors):
     return json.dumps(tensors, separators=(",", ":"))
 
 
+def crc_seed(rng):
+    """titan's checkpoint shards record "<name>.crc32c" per tensor: one right, one wrong, one
+    malformed (the file opens; ckpt_tensor_verify judges each). tensorboard's crc32c is the
+    independent reference."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c
+    w = rng.standard_normal(5).astype(np.float32)
+    save_file({"w": w, "v": np.arange(3, dtype=np.float32), "m": np.ones(2, dtype=np.float32)},
+              os.path.join(OUT, "good_crc32c.safetensors"),
+              metadata={"w.crc32c": "%08x" % crc32c(w.tobytes()), "v.crc32c": "00000000",
+                        "m.crc32c": "xyz"})
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     for f in os.listdir(OUT):
@@ -46,6 +58,7 @@ def main():
                "u8": np.arange(7, dtype=np.uint8), "i16": np.arange(3, dtype=np.int16),
                "u32": np.arange(2, dtype=np.uint32), "flag": np.array([True, False])},
               os.path.join(OUT, "good_dtypes.safetensors"))
+    crc_seed(rng)
     raw("good_empty_header.safetensors", "{}")
     raw("good_bf16_out_of_order.safetensors",
         hdr(z=entry("BF16", [2], 4, 8), a=entry("F8_E4M3", [4], 0, 4)) + "  ",
