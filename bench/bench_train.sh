@@ -25,7 +25,9 @@
 #                         which runs, in order (-bf16: bf16 mixed precision); also:
 #                         eager-untuned (no tcmalloc, default OMP wait policy), compile-untuned,
 #                         torchtitan-compile, torchtitan-flex (torchtitan's default attention:
-#                         fails on CPU, FlexAttention has no CPU backward)
+#                         fails on CPU, FlexAttention has no CPU backward). A name may repeat
+#                         ("titan-bf16 compile-bf16 titan-bf16 compile-bf16 ..."): alternated
+#                         runs, then each one's median and titan's medians over the others'
 #   SKIP_BUILD=1          use the existing $BUILD/titan
 #   QUIET_WAIT=0          seconds to wait, before each run, for the other CPUs' load to drop
 #                         (the numbers are only meaningful on an otherwise idle machine)
@@ -248,6 +250,26 @@ for r in rows:
     best = f"{best:.1f}" if best else "-"
     print(f"{name:<26} {tps:>9.1f} {step:>8.2f} {ratio:>8} {ratio16:>8} {mfu:>6} {rss:>13} {best:>16} "
           f"{util:>9}")
+# A run named more than once (RUNS="titan-bf16 compile-bf16 titan-bf16 compile-bf16 ..."): the
+# median of each, and titan's medians over the others'. Alternating the runs lets a slow moment
+# of a shared machine hit all of them; the table's ratios above use titan's first row only.
+from statistics import median
+names, reps = [], {}
+for r in rows:
+    if not r.get("failed"):
+        n = r.get("name", "?")
+        if n not in reps:
+            names.append(n)
+            reps[n] = []
+        reps[n].append(float(r["tokens_per_s"]))
+if any(len(v) > 1 for v in reps.values()):
+    med = {n: median(v) for n, v in reps.items()}
+    print()
+    print(f"{'median over repeats':<26} {'tokens/s':>9} {'runs':>5} {'titan/x':>8} {'t-bf16/x':>8}")
+    for n in names:
+        t = f"{med['titan'] / med[n]:.2f}" if "titan" in med and med[n] else "-"
+        t16 = f"{med['titan-bf16'] / med[n]:.2f}" if "titan-bf16" in med and med[n] else "-"
+        print(f"{n:<26} {med[n]:>9.1f} {len(reps[n]):>5} {t:>8} {t16:>8}")
 print()
 print("titan/x, t-bf16/x: titan fp32's and titan bf16's tokens/s over the row's")
 for r in rows:
