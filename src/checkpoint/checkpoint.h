@@ -112,9 +112,9 @@ double *ckpt_get_f64(const ckpt_file *f, const char *name, int64_t *numel, base_
 int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base_err *err);
 
 /* Checks t's bytes against the "<name>.crc32c" its file's __metadata__ records (ckpt_wtensor's
- * crc32c); 0 when they match or the file records none for t (older checkpoints, other
- * programs' files). A mismatch or a malformed value fails naming the file and tensor: a
- * corrupt file never loads silently. */
+ * crc32c): 1 when they match, 0 when the file records none for t (older checkpoints, other
+ * programs' files), -1 when they differ or the value is malformed, err naming the file and
+ * tensor: a corrupt file never loads silently. */
 int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err);
 
 /* Scalar conversions (exposed for tests and for bf16 export). */

@@ -707,9 +707,16 @@ static int write_tensor_data(int fd, const ckpt_wtensor *t, size_t nbytes, uint3
     return rc;
 }
 
+/* key[CRC_KEY_CAP] = "<name>.crc32c", the __metadata__ key of a tensor's checksum; -1 when the
+ * name does not fit (the writer refuses such a name, so no such key is ever recorded). */
+enum { CRC_KEY_CAP = 1024 };
+static int crc_key(char *key, const char *name) {
+    return snprintf(key, CRC_KEY_CAP, "%s.crc32c", name) < CRC_KEY_CAP ? 0 : -1;
+}
+
 int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err) {
-    char key[1024];
-    if (snprintf(key, sizeof key, "%s.crc32c", t->name) >= (int)sizeof key) return 0;
+    char key[CRC_KEY_CAP];
+    if (crc_key(key, t->name)) return 0;
     const char *v = ckpt_meta_get(f, key);
     if (!v) return 0;
     int hex = strlen(v) == 8;
@@ -724,7 +731,7 @@ int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err) 
                          "%s: tensor \"%s\" is corrupt: its %zu bytes have CRC-32C %08x, the "
                          "file recorded %08lx when it was written",
                          f->path, t->name, t->nbytes, got, want);
-    return 0;
+    return 1;
 }
 
 void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16) {
@@ -786,9 +793,9 @@ static char *build_header(const char *path, const ckpt_wtensor *ts, int n, const
             }
         }
         for (int i = 0; i < n; i++) {
-            char key[1024], val[16];
+            char key[CRC_KEY_CAP], val[16];
             if (!ts[i].crc32c || !ts[i].name) continue;
-            if (snprintf(key, sizeof key, "%s.crc32c", ts[i].name) >= (int)sizeof key) {
+            if (crc_key(key, ts[i].name)) {
                 base_fail(err, "%s: tensor '%s': name too long", path, ts[i].name);
                 goto done;
             }
@@ -919,17 +926,8 @@ int ckpt_write(const char *path, const ckpt_wtensor *tensors, int n_tensors, con
             rc = -1;
         else if (strlen(hdr2) != hlen)
             rc = base_fail(err, "%s: the header changed length with its checksums", path);
-        else
-            for (size_t done = 0; rc == 0 && done < hlen;) {
-                const ssize_t w = pwrite(fd, hdr2 + done, hlen - done, (off_t)(8 + done));
-                if (w > 0)
-                    done += (size_t)w;
-                else if (w < 0 && errno == EINTR)
-                    continue;
-                else
-                    rc = base_fail(err, "%s: write to %s failed: %s", path, a.tmp,
-                                   w < 0 ? strerror(errno) : "nothing written");
-            }
+        else if (lseek(fd, 8, SEEK_SET) != 8 || base_write_all(fd, hdr2, hlen))
+            rc = base_fail(err, "%s: write to %s failed: %s", path, a.tmp, strerror(errno));
     }
     if (rc)
         base_atomic_abort(&a);

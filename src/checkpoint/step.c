@@ -574,7 +574,7 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
                 if (name_id[i] != id || !b->row_len || !b->rows) continue;
                 const size_t blo = b->off, bhi = b->off + (b->rows - 1) * b->stride + b->row_len;
                 if (ahi <= blo || bhi <= alo) continue;
-                if (!checked++ && ckpt_tensor_verify(&f, t, err)) {
+                if (!checked++ && ckpt_tensor_verify(&f, t, err) < 0) {
                     rc = -1;
                     break;
                 }

@@ -422,6 +422,16 @@ int data_loader_state_format(const data_loader_state *s, char *buf, size_t n) {
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
+/* *out = v's value when v is a string of exactly 16 hex digits (data_loader_state_format's
+ * %016llx); -1 otherwise. */
+static int hex16(const json_t *v, uint64_t *out) {
+    const char *x = json_is_string(v) ? json_string_value(v) : "";
+    int ok = strlen(x) == 16;
+    for (int i = 0; ok && i < 16; i++) ok = isxdigit((unsigned char)x[i]) != 0;
+    if (ok) *out = strtoull(x, NULL, 16);
+    return ok ? 0 : -1;
+}
+
 int data_loader_state_parse(const char *text, data_loader_state *s, base_err *err) {
     memset(s, 0, sizeof *s);
     json_error_t je;
@@ -442,18 +452,13 @@ int data_loader_state_parse(const char *text, data_loader_state *s, base_err *er
         }
         v[i] = json_integer_value(x);
     }
-    json_t *fp = json_object_get(j, "fingerprint");
-    const char *hex = json_is_string(fp) ? json_string_value(fp) : "";
-    char *end = NULL;
-    unsigned long long h = strtoull(hex, &end, 16);
-    if (strlen(hex) != 16 || !end || *end || v[3] > INT32_MAX) {
+    uint64_t h, c = 0;
+    if (hex16(json_object_get(j, "fingerprint"), &h) || v[3] > INT32_MAX) {
         json_decref(j);
         return base_fail(err, "data-loader state: bad \"fingerprint\" or \"file\"");
     }
     json_t *ct = json_object_get(j, "content"); /* absent in states saved before it */
-    const char *chex = json_is_string(ct) ? json_string_value(ct) : NULL;
-    unsigned long long c = chex ? strtoull(chex, &end, 16) : 0;
-    if (ct && (!chex || strlen(chex) != 16 || *end || !isxdigit((unsigned char)chex[0]))) {
+    if (ct && hex16(ct, &c)) {
         json_decref(j);
         return base_fail(err, "data-loader state: bad \"content\"");
     }
