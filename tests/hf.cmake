@@ -30,6 +30,9 @@ add_test(NAME hf_import_moe_transformers
 add_test(NAME hf_inspect_cli
   COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} inspect $<TARGET_FILE:titan>
           ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/safetensors)
+# config.json variants as transformers reads them; convert's guards; the exported context
+add_test(NAME hf_config_variants
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} config $<TARGET_FILE:titan> ${TITAN_HF_DIR}/config)
 set_tests_properties(hf_config_param_counts hf_export_transformers hf_import_transformers
-  hf_import_moe_transformers hf_inspect_cli
+  hf_import_moe_transformers hf_inspect_cli hf_config_variants
   PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

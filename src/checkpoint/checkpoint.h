@@ -239,6 +239,7 @@ typedef struct {
     uint64_t max_shard_bytes;      /* 0: CKPT_DEFAULT_SHARD_BYTES */
     const char *assets_dir;        /* tokenizer files and generation_config.json copied from here */
     const char *generation_config; /* a generation_config.json to copy (wins over assets) */
+    const char *given; /* convert: the first export option on its command line (NULL: none) */
 } ckpt_export_opts;
 
 #define CKPT_DEFAULT_SHARD_BYTES ((uint64_t)5000000000) /* "5GB", transformers 4's default */

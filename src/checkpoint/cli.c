@@ -60,6 +60,7 @@ static int parse_export_opt(base_args *it, ckpt_export_opts *o, int *status) {
         strcmp(a, "--generation-config"))
         return 0;
     if (!(v = base_args_value(it))) return *status = -1, 1;
+    if (!o->given) o->given = a;
     if (!strcmp(a, "--dtype") && ckpt_export_dtype_parse(v, &o->dtype))
         *status = base_fail(it->err, "--dtype: '%s' is not float32, bfloat16 or float16", v);
     else if (!strcmp(a, "--max-shard-size") && ckpt_size_parse(v, &o->max_shard_bytes))

@@ -214,6 +214,26 @@ static double data_gb(const ckpt_set *s) {
     return b / 1e9;
 }
 
+/* A titan model folder is written into dst: refused where dst holds a Hugging Face model
+ * (config.json, a safetensors index) or a model.safetensors that is not a titan model folder's
+ * (no model_args.json beside it), whose weights it would replace with a model of neither
+ * kind. An empty or new folder, or an earlier convert's output, is fine. */
+static int titan_target_ok(const char *dst, base_err *err) {
+    static const char *const hf[] = {"config.json", "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++)
+        if (base_has_file(dst, hf[i]))
+            return base_fail(err,
+                             "%s: holds %s (a Hugging Face model folder): a training checkpoint "
+                             "would replace its weights; write it into another folder",
+                             dst, hf[i]);
+    if (base_has_file(dst, MODEL_FILE) && !base_has_file(dst, CKPT_ARGS_FILE))
+        return base_fail(err,
+                         "%s: holds a %s without %s (not a titan model folder): converting "
+                         "would replace it; write into another folder",
+                         dst, MODEL_FILE, CKPT_ARGS_FILE);
+    return 0;
+}
+
 static int convert(const char *src, const char *dst, const ckpt_export_opts *opts, base_err *err) {
     const model_build_opts bo = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
     model m = {0}; /* freed below even when the arguments fail to read */
@@ -245,6 +265,12 @@ static int convert(const char *src, const char *dst, const ckpt_export_opts *opt
         model_free(&m);
         return rc;
     }
+    if (from_hf && opts && opts->given)
+        return base_fail(err,
+                         "%s: %s is an export option (training checkpoint -> Hugging Face); "
+                         "a Hugging Face folder converts to an fp32 training checkpoint",
+                         src, opts->given);
+    if (from_hf && (rc = titan_target_ok(dst, err))) return rc;
     double t0 = base_now(), gb = 0;
     ckpt_set s;
     char p[4096];

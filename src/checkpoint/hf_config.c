@@ -70,33 +70,70 @@ static int refuse_unless(cfg *c, const char *key, json_t *ok, const char *why) {
     return -1;
 }
 
-/* rope_theta: top level (transformers 4) or rope_parameters.rope_theta (transformers 5); the
- * only RoPE titan has is the default one, so rope_scaling / a rope_type must say so. */
+/* RoPE as transformers 5 reads it (PreTrainedConfig.convert_rope_params_to_dict and
+ * standardize_rope_params): the parameters are `rope_scaling` when it is a non-empty object
+ * (transformers 4's name; it replaces rope_parameters whole), else `rope_parameters`; its
+ * rope_type (or legacy `type`) must be "default", the only RoPE titan has; its rope_theta wins
+ * over the top-level rope_theta, which wins over the default. Per-layer-type parameters and a
+ * partial rotary factor change the math and are refused. */
 static int get_rope(cfg *c, double *theta) {
-    json_t *rp = json_object_get(c->root, "rope_parameters");
-    if (rp && !json_is_null(rp)) {
-        if (!json_is_object(rp))
-            return base_fail(c->err, "%s: field 'rope_parameters' is not an object", c->path);
-        json_t *type = json_object_get(rp, "rope_type");
-        if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "default")))
-            return base_fail(c->err,
-                             "%s: field 'rope_parameters.rope_type' is not supported (titan "
-                             "implements the default RoPE only)",
-                             c->path);
-        if (get_num(c, rp, "rope_theta", theta)) return -1;
+    json_t *rs = json_object_get(c->root, "rope_scaling"),
+           *rp = json_object_get(c->root, "rope_parameters");
+    const char *name = "rope_scaling";
+    json_t *d = rs;
+    if (!rs || json_is_null(rs) || (json_is_object(rs) && !json_object_size(rs))) {
+        d = rp && !json_is_null(rp) ? rp : NULL;
+        name = "rope_parameters";
     }
+    if (d && !json_is_object(d))
+        return base_fail(c->err, "%s: field '%s' is not an object", c->path, name);
     if (get_num(c, c->root, "rope_theta", theta)) return -1;
-    json_t *rs = json_object_get(c->root, "rope_scaling");
-    if (rs && !json_is_null(rs)) {
-        json_t *type = json_is_object(rs) ? json_object_get(rs, "rope_type") : NULL;
-        if (!type) type = json_is_object(rs) ? json_object_get(rs, "type") : NULL;
-        if (!(type && json_is_string(type) && !strcmp(json_string_value(type), "default")))
-            return base_fail(c->err,
-                             "%s: field 'rope_scaling' is not supported (titan implements the "
-                             "default RoPE only; YaRN and other scalings are not)",
-                             c->path);
+    if (d) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(d, k, v) {
+            if (json_is_object(v))
+                return base_fail(c->err,
+                                 "%s: field '%s.%s' is not supported (RoPE parameters per layer "
+                                 "type; titan has one RoPE for every layer)",
+                                 c->path, name, k);
+        }
+        json_t *type = json_object_get(d, "rope_type");
+        if (!type) type = json_object_get(d, "type");
+        if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "default"))) {
+            char *txt = json_dumps(type, JSON_COMPACT | JSON_ENCODE_ANY);
+            base_fail(c->err,
+                      "%s: field '%s.%s' = %.80s is not supported (titan implements the "
+                      "default RoPE only; YaRN, linear, dynamic and other scalings are not)",
+                      c->path, name, json_object_get(d, "rope_type") ? "rope_type" : "type",
+                      txt ? txt : "?");
+            free(txt);
+            return -1;
+        }
+        json_t *th = json_object_get(d, "rope_theta");
+        if (th && json_is_null(th))
+            return base_fail(c->err, "%s: field '%s.rope_theta' is null", c->path, name);
+        if (get_num(c, d, "rope_theta", theta)) return -1;
     }
+    double prf = 1.0;
+    if (get_num(c, c->root, "partial_rotary_factor", &prf) ||
+        (d && get_num(c, d, "partial_rotary_factor", &prf)))
+        return -1;
+    if (prf != 1.0)
+        return base_fail(c->err,
+                         "%s: partial_rotary_factor %g is not supported (titan rotates every "
+                         "dimension of a head)",
+                         c->path, prf);
     if (!(*theta > 0)) return base_fail(c->err, "%s: rope_theta must be positive", c->path);
+    return 0;
+}
+
+/* A number field that must be 0 when present (0 and 0.0 alike). */
+static int refuse_nonzero(cfg *c, const char *key, const char *why) {
+    double x = 0;
+    if (get_num(c, c->root, key, &x)) return -1;
+    if (x != 0)
+        return base_fail(c->err, "%s: field '%s' = %g is not supported (%s)", c->path, key, x, why);
     return 0;
 }
 
@@ -142,7 +179,7 @@ static int parse(cfg *c, model_args *a) {
     snprintf(a->flavor, sizeof a->flavor, "%s",
              moe ? "hf:Qwen3MoeForCausalLM" : "hf:Qwen3ForCausalLM");
 
-    a->head_dim = HF_DEFAULT_HEAD_DIM;
+    a->head_dim = 0; /* absent: Qwen3Config's 128, or hidden_size / heads for MoE (below) */
     a->rope_theta = HF_DEFAULT_ROPE_THETA;
     a->norm_eps = HF_DEFAULT_RMS_EPS;
     a->n_kv_heads = 0; /* null: equal to num_attention_heads, as in HF */
@@ -156,6 +193,12 @@ static int parse(cfg *c, model_args *a) {
         get_bool(c, "tie_word_embeddings", &a->tie_embeddings) || get_rope(c, &a->rope_theta) ||
         get_num(c, c->root, "rms_norm_eps", &a->norm_eps))
         return -1;
+    /* Qwen3Config has head_dim = 128; Qwen3MoeConfig has no such field, and its attention
+     * takes getattr(config, "head_dim", hidden_size // num_attention_heads) */
+    if (a->head_dim == 0) a->head_dim = moe ? a->dim / a->n_heads : HF_DEFAULT_HEAD_DIM;
+    if (a->head_dim < 1)
+        return base_fail(c->err, "%s: no head_dim, and hidden_size / num_attention_heads is 0",
+                         path);
     if (!json_object_get(c->root, "num_key_value_heads"))
         return base_fail(c->err, "%s: missing field 'num_key_value_heads'", path);
     if (get_int(c, "num_key_value_heads", 0, 1, &a->n_kv_heads)) return -1;
@@ -166,7 +209,8 @@ static int parse(cfg *c, model_args *a) {
     if (refuse_unless(c, "hidden_act", json_string("silu"), "titan's FFN is SwiGLU (silu)") ||
         refuse_unless(c, "attention_bias", json_false(), "Qwen3 projections have no bias") ||
         refuse_unless(c, "use_sliding_window", json_false(),
-                      "titan's attention is full causal attention"))
+                      "titan's attention is full causal attention") ||
+        refuse_nonzero(c, "attention_dropout", "titan trains without dropout"))
         return -1;
     json_t *lt = json_object_get(c->root, "layer_types");
     if (lt && !json_is_null(lt)) {

@@ -88,6 +88,19 @@ static int open_index(ckpt_set *s, const char *dir, const char *ipath, base_err 
         }
         if ((rc = set_add(s, path, err)) != 0) goto out;
     }
+    /* a tensor in two shards first: otherwise it would read as the index's mistake */
+    for (int i = 0; i < s->n_files; i++) {
+        const ckpt_file *f = &s->files[i];
+        for (int t = 0; t < f->n_tensors; t++) {
+            const ckpt_file *g = NULL;
+            ckpt_set_find(s, f->tensors[t].name, &g);
+            if (g != f) {
+                rc = base_fail(err, "%s: tensor '%s' is in two shards: also in %s", f->path,
+                               f->tensors[t].name, g->path);
+                goto out;
+            }
+        }
+    }
     /* index <-> shards agreement */
     json_object_foreach(wm, key, v) {
         const ckpt_file *f = NULL;
@@ -110,12 +123,6 @@ static int open_index(ckpt_set *s, const char *dir, const char *ipath, base_err 
             const char *name = f->tensors[t].name;
             if (!json_object_get(wm, name)) {
                 rc = base_fail(err, "%s: tensor '%s' is not in the index %s", f->path, name, ipath);
-                goto out;
-            }
-            const ckpt_file *g = NULL;
-            ckpt_set_find(s, name, &g);
-            if (g != f) {
-                rc = base_fail(err, "%s: tensor '%s' is also in %s", f->path, name, g->path);
                 goto out;
             }
         }

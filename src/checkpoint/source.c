@@ -124,12 +124,19 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
         if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
         json_t *t = json_loads(tj, 0, NULL);
         free(tj);
-        /* what the metadata leaves out (max_seq_len) comes from debugmodel */
+        /* what the metadata leaves out comes from debugmodel: max_seq_len in checkpoints
+         * written before it was recorded (said: an export writes it as the context) */
         model_flavor("debugmodel", a, err);
         snprintf(a->flavor, sizeof a->flavor, "checkpoint");
         const json_t *mj = json_object_get(t, "model");
         int rc = json_is_object(mj) ? model_args_from_json(mj, p, a, err)
                                     : base_fail(err, "%s: \"train\" has no \"model\" object", p);
+        if (rc == 0 && !json_object_get(mj, "max_seq_len"))
+            base_log(BASE_LOG_WARN,
+                     "%s: the checkpoint does not record the model's context (max_seq_len: "
+                     "an older checkpoint): %d assumed, which an export writes as "
+                     "max_position_embeddings",
+                     p, a->max_seq_len);
         json_decref(t);
         return rc;
     }

@@ -31,7 +31,11 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     /* the run's shape, so a resume with another one is said (resume) */
     json_object_set_new(root, "global_batch_size", json_integer(global_batch(o, src)));
     json_object_set_new(root, "seq_len", json_integer(o->seq_len));
-    json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY));
+    /* the identity, and the RoPE context an export writes as max_position_embeddings */
+    json_t *mj = model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY);
+    if (mj && o->model.max_seq_len > 0)
+        json_object_set_new(mj, "max_seq_len", json_integer(o->model.max_seq_len));
+    json_object_set_new(root, "model", mj);
     json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok, src->loader));
     train_moe_bias_json(root, m);
     if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */

@@ -20,6 +20,14 @@ safetensors).
   inspect TITAN CORPUS   `titan inspect` exits non-zero naming the file for every bad_* file of
                          the safetensors fuzz corpus, and lists the tensors of every good_* one
 
+  config TITAN WORK      config.json variants as transformers reads them (AutoConfig, then the
+                         model it builds): titan's head_dim and RoPE (the inverse frequencies of
+                         its theta) equal the model's, or titan refuses the field by name (RoPE
+                         scalings, per-layer RoPE, partial rotary, dropout); convert refuses
+                         export options for an HF source and an HF folder as its output (files
+                         untouched); a run trained from a config with max_position_embeddings
+                         32768 exports 32768; a tensor in two shards is named as such
+
 HELPER is the test_hf_io binary (tests/parity/test_hf_io.c), TITAN the titan binary.
 """
 import json
@@ -246,6 +254,129 @@ def inspect(titan, corpus):
     print(f"ok  titan inspect on {len(os.listdir(corpus))} corpus files")
 
 
+def titan_args(titan, cfg_path):
+    """(rc, head_dim, rope_theta, stderr) of `titan inspect CONFIG`."""
+    r = subprocess.run([titan, "inspect", cfg_path], capture_output=True, text=True)
+    if r.returncode:
+        return r.returncode, None, None, r.stderr
+    hd = int(re.search(r"head_dim (\d+)", r.stdout).group(1))
+    th = float(re.search(r"rope_theta ([0-9.e+-]+)", r.stdout).group(1))
+    return 0, hd, th, r.stderr
+
+
+def config(titan, work):
+    from transformers import AutoConfig
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    dense = Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        max_position_embeddings=32768).to_dict()
+    moe = Qwen3MoeConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, num_experts=4,
+                         num_experts_per_tok=2, moe_intermediate_size=16).to_dict()
+    moe.pop("head_dim", None)  # Qwen3MoeConfig has none: hidden_size / heads
+    rp = {"rope_type": "default", "rope_theta": 10000.0}
+    # name, base, edit (None: same as HF; a string: titan refuses naming it)
+    cases = [
+        ("theta in rope_parameters wins over the top level", dense,
+         lambda c: c.update(rope_theta=500.0, rope_parameters=dict(rp)), None),
+        ("top-level theta alone", dense,
+         lambda c: (c.pop("rope_parameters", None), c.update(rope_theta=500.0)), None),
+        ("rope_scaling replaces rope_parameters", dense,
+         lambda c: c.update(rope_scaling={"rope_type": "default"},
+                            rope_parameters={"rope_type": "default", "rope_theta": 300.0}), None),
+        ("an empty rope_scaling does not", dense,
+         lambda c: c.update(rope_scaling={}, rope_parameters={"rope_type": "default",
+                                                              "rope_theta": 300.0}), None),
+        ("legacy 'type'", dense,
+         lambda c: c.update(rope_parameters={"type": "default", "rope_theta": 2e4}), None),
+        ("no head_dim (dense: 128)", dense, lambda c: c.pop("head_dim"), None),
+        ("MoE without head_dim", moe, lambda c: None, None),
+        ("MoE with head_dim 32", moe, lambda c: c.update(head_dim=32), None),
+        ("linear scaling by its legacy 'type'", dense,
+         lambda c: c.update(rope_parameters={"type": "linear", "factor": 4.0, "rope_theta": 1e4}),
+         "rope_parameters.type"),
+        ("yarn rope_scaling", dense,
+         lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                          "original_max_position_embeddings": 4096}),
+         "rope_scaling.rope_type"),
+        ("per-layer-type RoPE", dense,
+         lambda c: c.update(rope_parameters={"full_attention": dict(rp)}),
+         "rope_parameters.full_attention"),
+        ("partial rotary", dense, lambda c: c.update(partial_rotary_factor=0.5),
+         "partial_rotary_factor"),
+        ("attention dropout", dense, lambda c: c.update(attention_dropout=0.1),
+         "attention_dropout"),
+    ]
+    for i, (name, base, edit, refused) in enumerate(cases):
+        c = json.loads(json.dumps(base))
+        edit(c)
+        d = f"{work}/cfg{i}"
+        os.makedirs(d)
+        with open(f"{d}/config.json", "w") as f:
+            json.dump(c, f)
+        rc, hd, th, err = titan_args(titan, f"{d}/config.json")
+        if refused:
+            check(rc != 0 and refused in err, f"{name}: titan rc {rc}, {err.strip()!r}")
+            if rc != 0 and refused in err:
+                print(f"ok  config: {name}: refused ({err.strip()[:110]})")
+            continue
+        if rc:
+            check(False, f"{name}: titan refused: {err.strip()}")
+            continue
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(d))
+        attn = model.model.layers[0].self_attn
+        inv = model.model.rotary_emb.inv_freq.double()
+        mine = 1.0 / th ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ok = attn.head_dim == hd and inv.shape == mine.shape and torch.allclose(inv, mine,
+                                                                                rtol=1e-6)
+        check(ok, f"{name}: titan head_dim {hd} theta {th}; HF head_dim {attn.head_dim}, "
+                  f"inv_freq {inv[:3].tolist()}")
+        if ok:
+            print(f"ok  config: {name}: head_dim {hd}, rope_theta {th:g} as HF's model")
+
+    # convert: export options with an HF source; an HF folder as the output
+    hf = f"{work}/hf"
+    Qwen3ForCausalLM(Qwen3Config(**{k: v for k, v in dense.items()
+                                   if k not in ("architectures", "model_type")})).save_pretrained(
+        hf, max_shard_size="20KB")
+    r = subprocess.run([titan, "convert", hf, f"{work}/ck", "--dtype", "bfloat16"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--dtype" in r.stderr and not os.path.exists(f"{work}/ck"),
+          f"convert HF with --dtype: rc {r.returncode} {r.stderr!r}")
+    other = f"{work}/other"
+    shutil.copytree(hf, other)
+    before = {fn: open(f"{other}/{fn}", "rb").read() for fn in os.listdir(other)}
+    r = subprocess.run([titan, "convert", hf, other], capture_output=True, text=True)
+    after = {fn: open(f"{other}/{fn}", "rb").read() for fn in os.listdir(other)}
+    check(r.returncode != 0 and "Hugging Face model folder" in r.stderr and before == after,
+          f"convert into an HF folder: rc {r.returncode} {r.stderr!r}, changed {before != after}")
+    print("ok  convert: export options and an HF output folder refused, nothing written")
+
+    # the context a run was trained with reaches the export's config.json
+    run(titan, "train", "--model.config_path", hf, "--random-tokens", "--steps", "1", "--batch",
+        "1", "--seq-len", "8", "--dump-folder", f"{work}/run", "--checkpoint.enable",
+        "--training.mixed_precision_param", "float32")
+    run(titan, "convert", f"{work}/run/checkpoint", f"{work}/back")
+    got = AutoConfig.from_pretrained(f"{work}/back").max_position_embeddings
+    check(got == 32768, f"trained from max_position_embeddings 32768, exported {got}")
+    print(f"ok  export of a trained checkpoint: max_position_embeddings {got}")
+
+    # a tensor stored in two shards: said so, not blamed on the index
+    shards = sorted(fn for fn in os.listdir(hf) if fn.startswith("model-"))
+    with safe_open(f"{hf}/{shards[-1]}", "pt") as f:
+        name = next(iter(f.keys()))
+        extra = f.get_tensor(name)
+    with safe_open(f"{hf}/{shards[0]}", "pt") as f:
+        first = {k: f.get_tensor(k) for k in f.keys()}
+    first[name] = extra
+    save_file(first, f"{hf}/{shards[0]}", metadata={"format": "pt"})
+    r = subprocess.run([titan, "inspect", hf], capture_output=True, text=True)
+    check(r.returncode != 0 and "in two shards" in r.stderr and name in r.stderr,
+          f"tensor in two shards: rc {r.returncode} {r.stderr!r}")
+    print(f"ok  a tensor in two shards: {r.stderr.strip()[:120]}")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "counts":
@@ -254,6 +385,8 @@ def main():
         export(*sys.argv[2:4])
     elif mode == "inspect":
         inspect(*sys.argv[2:4])
+    elif mode == "config":
+        config(*sys.argv[2:4])
     elif mode == "import":
         import_(*sys.argv[2:5])
     elif mode == "import_moe":
