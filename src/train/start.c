@@ -140,7 +140,27 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
         p->skip_init = p->initial != NULL; /* ckpt_source_load writes every weight */
         return 0;
     }
-    return plan_resume(o, p, p->ckdir, step, 0, err);
+    if (plan_resume(o, p, p->ckdir, step, 0, err)) return -1;
+    /* A fresh start (from step 1: a weights-only last save, an excluded train_state) in a
+     * folder holding later steps would write its checkpoints among the newer ones of the run
+     * before: every later resume picks the old newest again, and keep_latest_k prunes the new
+     * saves as the oldest, so its training would be lost without a word (torchtitan fails
+     * such a load). A load_step rewind (the training state of an earlier step, named) stays
+     * allowed, as in torchtitan: its saves replace the later steps as it reaches them. */
+    int64_t newest = step;
+    ckpt_step_latest(p->ckdir, &newest);
+    if (!o->ckpt.load_only && p->start == 0 && newest > 0)
+        return base_fail(err,
+                         "%s holds step-%lld%s, but this run starts at step 1: its checkpoints "
+                         "would be written among that run's newer ones, which every later resume "
+                         "picks first (and keep_latest_k would prune the new ones as the oldest). "
+                         "To train on from those weights, set checkpoint.initial_load_path = "
+                         "%s/step-%lld and another checkpoint.folder (or job.dump_folder); or "
+                         "remove the old checkpoints; or set checkpoint.load_only = true",
+                         p->ckdir, (long long)newest,
+                         p->load & TRAIN_CKPT_TRAIN_STATE ? "" : " (loaded as weights only)",
+                         p->ckdir, (long long)step);
+    return 0;
 }
 
 double train_phase_begin(const char *what) {

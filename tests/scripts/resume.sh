@@ -91,17 +91,28 @@ refused "initial_load_model_only = false from a Hugging Face folder" \
 # keep_latest_k 2 after saves at 3, 6, 9, 12: only 9 and 12 remain
 left=$(ls "$out/jsonl/checkpoint" | tr '\n' ' ')
 [ "$left" = "step-12 step-9 " ] || { echo "FAIL keep_latest_k: left $left"; exit 1; }
-# the last save (step 12) is weights-only: resuming from it starts a fresh run at step 1
+# the last save (step 12) is weights-only: a run in that folder would start at step 1 and write
+# its checkpoints among the old run's newer ones (keep_latest_k pruned each new save at once,
+# and every resume loaded step-12 again): refused, naming the way that works, and nothing
+# there changes; with checkpoint.load_only (no saves) it starts a fresh run from the weights
+before=$(ls "$out/jsonl/checkpoint" | tr '\n' ' ')
+refused "a saving run below its folder's newest step" "To train on from those weights" \
+  --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+  --grad-accum 2 --dump-folder "$out/jsonl" --checkpoint-interval 3 --steps 3
+[ "$(ls "$out/jsonl/checkpoint" | tr '\n' ' ')" = "$before" ] ||
+  { echo "FAIL the refused run changed the checkpoint folder"; exit 1; }
 "$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
-    --grad-accum 2 --dump-folder "$out/jsonl" --checkpoint-interval 3 --steps 1 \
+    --grad-accum 2 --dump-folder "$out/jsonl" --checkpoint.enable --checkpoint.load_only --steps 1 \
     --metrics "$out/fresh.jsonl" > "$out/fresh.log"
 grep -q "loaded weights of .*step-12 (model only)" "$out/fresh.log" &&
   [ "$(field "$out/fresh.jsonl" step)" = '"step": 1' ] ||
   { echo "FAIL weights-only resume"; cat "$out/fresh.log"; exit 1; }
-echo "ok weights-only last checkpoint starts a fresh run from its weights"
-# a checkpoint of another model is refused with both shapes named
+echo "ok weights-only last checkpoint: a saving run below it refused, load_only starts afresh from it"
+# a checkpoint of another model is refused with both shapes named (load_only: its newest step
+# is weights-only, which a saving run there is refused for first, above)
 if "$titan" train "${model[@]}" --set dim=32 --random-tokens --set vocab_size=300 \
-    --dump-folder "$out/random" --checkpoint-interval 3 > "$out/other.log" 2>&1; then
+    --dump-folder "$out/random" --checkpoint-interval 3 --checkpoint.load_only \
+    > "$out/other.log" 2>&1; then
   echo "FAIL: a checkpoint of another model was accepted"; exit 1; fi
 grep -q "is not this run's" "$out/other.log" || { cat "$out/other.log"; exit 1; }
 echo "ok a checkpoint of another model is refused"
