@@ -3,7 +3,8 @@
 # 6 more: the losses and gradient norms of steps 7..12 must be bitwise identical (%.17g).
 # Covered: JSONL + tokenizer data that restarts its epoch mid-run, with gradient
 # accumulation; random tokens; background and synchronous saves; keep_latest_k pruning;
-# a last save that is weights-only (the default) restarting from step 0; the full-state initial
+# a last save that is weights-only (the default): a saving run from it refused, load_only
+# starting afresh from its weights; the full-state initial
 # load (checkpoint.initial_load_model_only = false: torchtitan's) from another run's step-6,
 # identical to resuming it; resuming with another tokenizer, and a step-N folder that is not a
 # titan checkpoint (torchtitan's DCP, a last_save_in_hf export), refused; a checkpoint shard
