@@ -130,7 +130,9 @@ const train_cfg_alias g_aliases[] = {
     {"--steps", "training.steps", NULL, ALIAS_FIELD},
     {"--batch", "training.local_batch_size", NULL, ALIAS_FIELD},
     {"--seq-len", "training.seq_len", NULL, ALIAS_FIELD},
-    /* K microbatches per step: global_batch_size = K x local_batch_size (at the end). */
+    /* K microbatches per step on each data-parallel rank: global_batch_size = K x
+     * local_batch_size x the dp degree (at the end, and in translate); a later
+     * --training.global_batch_size wins, as any later setting. */
     {"--grad-accum", "training.global_batch_size", NULL, ALIAS_GRAD_ACCUM},
     {"--lr", "optimizer.lr", NULL, ALIAS_FIELD},
     {"--warmup", "lr_scheduler.warmup_steps", NULL, ALIAS_FIELD},
@@ -339,11 +341,13 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
                 value = argv[++i];
         }
         if (train_config_set(c, name, value, a, err)) return -1;
+        if (!strcmp(name, "training.global_batch_size")) grad_accum = 0; /* a later one wins */
     }
-    if (grad_accum > 0) {
+    if (grad_accum > 0) { /* as on one rank here; translate multiplies in the dp degree */
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)(grad_accum * c->training.local_batch_size));
         if (train_config_set(c, "training.global_batch_size", v, "--grad-accum", err)) return -1;
+        c->grad_accum_steps = grad_accum;
     }
     return train_config_validate(c, err);
 }

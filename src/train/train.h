@@ -304,6 +304,11 @@ typedef struct {
         const char *custom_import, *custom_args_module;
     } experimental;
 
+    /* private: --grad-accum K (0: not given, or overridden by a later
+     * training.global_batch_size): K microbatches per step on every data-parallel rank, so
+     * global_batch_size = K x local_batch_size x the data-parallel degree, set by
+     * train_config_translate once that degree is known */
+    int64_t grad_accum_steps;
     /* private: where each schema field was last set, and the config's allocations */
     struct {
         const char *where; /* file name or command-line option; NULL = default */

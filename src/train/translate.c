@@ -382,6 +382,8 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                        &o->reshard); /* checked by the schema */
     if (dist_mesh_resolve(&o->par, world, err)) return -1;
     const int64_t dp = (int64_t)o->par.dp_replicate * o->par.dp_shard;
+    if (c->grad_accum_steps > 0) /* --grad-accum K: K microbatches on each rank */
+        c->training.global_batch_size = c->grad_accum_steps * c->training.local_batch_size * dp;
     if (c->training.global_batch_size > 0 &&
         c->training.global_batch_size % (c->training.local_batch_size * dp))
         return fail_field(c, "training", "global_batch_size", err,

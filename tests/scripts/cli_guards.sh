@@ -34,6 +34,13 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 "$titan" train --flavor debugmodel --grad-accum 99999999999 > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "grad-accum): '99999999999' is not an integer in \[1, 1073741824\]" "$out/o" &&
   ok "--grad-accum past its range names the range" || bad "--grad-accum range message (rc $rc)"
+# --grad-accum and training.global_batch_size: the later one wins, as every setting
+"$titan" train --batch 2 --grad-accum 4 --training.global_batch_size 4 --print-config > "$out/o" 2>&1
+grep -q "^global_batch_size = 4$" "$out/o" && ok "a later global_batch_size wins over --grad-accum" ||
+  bad "--grad-accum then global_batch_size: $(grep global_batch_size "$out/o")"
+"$titan" train --batch 2 --training.global_batch_size 4 --grad-accum 4 --print-config > "$out/o" 2>&1
+grep -q "^global_batch_size = 8$" "$out/o" && ok "a later --grad-accum wins over global_batch_size" ||
+  bad "global_batch_size then --grad-accum: $(grep global_batch_size "$out/o")"
 # a dataset of empty texts: warned about after the first batch, refused at the end of its pass
 for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo '{"text": ""}'; done > "$out/empty.jsonl"
 small=(--set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16

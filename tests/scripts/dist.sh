@@ -31,6 +31,13 @@ for tie in 1 0; do
       "$out/fsdp2_$tie.jsonl"
   "$diff_tool" "$out/fsdp2_$tie/checkpoint" "$out/ref$tie/checkpoint" 1e-5
 done
+# --grad-accum K is K microbatches on every data-parallel rank (global = K x local x dp), not
+# K x local split over the ranks (which gave 2 ranks no accumulation for K = 2, and refused K = 3
+# naming global_batch_size, a field the command line never set)
+mpi 2 "${model[@]}" --steps 1 --batch 2 --grad-accum 3 --dump-folder "$out/ga3" > "$out/ga3.log"
+grep -q "2 x .* tokens x 3 microbatches x 2 data-parallel ranks" "$out/ga3.log" ||
+  { echo "FAIL --grad-accum 3 on 2 ranks"; cat "$out/ga3.log"; exit 1; }
+echo "ok --grad-accum 3 on 2 ranks: 3 microbatches on each"
 # bf16 mixed precision under FSDP: each rank's bf16 weight copy is made from the gathered units
 # once per step; 2 ranks x 1 microbatch follow 1 rank x 2 microbatches. The all-gathers move as
 # bf16 every parameter that only bf16 GEMMs read (rounded before the send: rounding is
