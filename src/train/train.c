@@ -369,7 +369,8 @@ static int run_steps(run *r, base_err *err) {
         }
         double val_loss = NAN, val_s = 0;
         int64_t val_tok = 0;
-        if (o->val.path && (step % o->val.freq == 0 || step == r->last)) {
+        /* torchtitan's steps (step 1 and every freq-th), and the last one */
+        if (o->val.path && (step == 1 || step % o->val.freq == 0 || step == r->last)) {
             const double t_val = base_now();
             if (train_validate(&r->job, r->have_ev ? &r->ev : NULL, &val_loss, &val_tok, err))
                 return -1;

@@ -51,7 +51,8 @@ for tag, key in [("loss_metrics/global_avg_loss", "loss"), ("grad_norm", "grad_n
     ok = all(np.float32(e.value) == np.float32(by_step[e.step][key]) for e in ev)
     check(ok, "%s values equal metrics.jsonl %s (float32)" % (tag, key))
 vev = acc.Scalars("validation_metrics/loss")
-vsteps_logged = [s for s in range(1, steps + 1) if s % val_freq == 0 or s == steps]
+# torchtitan validates at step 1 and every val_freq-th step; titan at the last one too
+vsteps_logged = [s for s in range(1, steps + 1) if s == 1 or s % val_freq == 0 or s == steps]
 check([e.step for e in vev] == vsteps_logged, "validation loss at steps %s" % [e.step for e in vev])
 check(all(np.float32(e.value) == np.float32(by_step[e.step]["val_loss"]) for e in vev),
       "validation values equal metrics.jsonl val_loss")
