@@ -1,5 +1,6 @@
 /* titan: command-line entry point. One table of subcommands (each handler lives in the module
  * it drives), the dispatch, and the process set-up: the BLAS re-exec and MPI start-up. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,15 +145,25 @@ static void version(void) {
     printf("CPU kernels ISA: %s\n", ops_cpu_isa());
 }
 
+/* Flushes stdout at exit: output lost to a full disk or a closed pipe (SIGPIPE ignored) must
+ * not end in status 0. Returns rc, or 1 with a message when stdout failed. */
+static int stdout_status(int rc) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "titan: error: writing standard output: %s\n",
+            errno ? strerror(errno) : "write error");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     train_report_set_version(TITAN_VERSION " (commit " TITAN_GIT_COMMIT ")");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return argc < 2 ? 2 : stdout_status(0);
     }
     if (!strcmp(argv[1], "--version")) {
         version();
-        return 0;
+        return stdout_status(0);
     }
     const titan_cmd *cmd = NULL;
     for (int i = 0; i < N_CMDS && !cmd; i++)
@@ -165,7 +176,7 @@ int main(int argc, char **argv) {
         rc = -1;
     } else if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
         cmd->usage(stdout); /* before any set-up: help needs neither BLAS nor MPI */
-        return 0;
+        return stdout_status(0);
     } else {
         if (cmd->setup & CMD_BLAS) ensure_blas_coretype(argv);
         /* under mpirun every rank runs this; one plain process otherwise */
@@ -187,5 +198,5 @@ int main(int argc, char **argv) {
         return 1;
     }
     dist_finalize();
-    return 0;
+    return stdout_status(0);
 }

@@ -167,7 +167,8 @@ int model_infer_forward(model_infer *s, const int32_t *tokens, int n, float *log
 /* ---- sampling ---------------------------------------------------------------------- */
 
 typedef struct {
-    float v; /* temperature-scaled logit */
+    double v; /* (logit - max logit) / temperature: <= 0, -inf where a tiny temperature
+               * overflows (exp gives 0, the max's exp(0) = 1: any T > 0 is a softmax) */
     int32_t id;
 } cand;
 
@@ -211,20 +212,26 @@ static int select_top_k(cand *c, int n, int k) {
     return size;
 }
 
+/* A logit's softmax exponent at temperature temp > 0, relative to the max logit (<= 0) */
+static double scaled(float logit, double lmax, double temp) {
+    return ((double)logit - lmax) / temp;
+}
+
 int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_t index) {
     int32_t best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
     if (!(s->temperature > 0) || s->top_k == 1 || V <= 1) return best;
-    const float temp = (float)s->temperature;
+    /* scaled in double, from the max: a float temperature underflows below ~1e-38 and
+     * logit / T overflows, which gave inf - inf = NaN weights (token 0) for a tiny T */
+    const double temp = s->temperature, lmax = logits[best];
     const double top_p = s->top_p > 0 && s->top_p < 1 ? s->top_p : 1.0;
-    const float vmax = logits[best] / temp;
     cand *c = malloc(sizeof(cand) * (size_t)V);
     if (!c) return -1;
     int n = 0;
     double total = -1; /* the softmax denominator over the top-k survivors (or all tokens) */
     if (s->top_k > 0 && s->top_k < V) {
-        for (int i = 0; i < V; i++) c[i] = (cand){logits[i] / temp, i};
+        for (int i = 0; i < V; i++) c[i] = (cand){scaled(logits[i], lmax, temp), i};
         n = select_top_k(c, V, s->top_k);
         qsort(c, (size_t)n, sizeof(cand), cand_cmp);
     } else if (top_p < 1) {
@@ -232,35 +239,35 @@ int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_
          * hold less than 1 - top_p, so the mass ranked above any of them exceeds top_p. Dropping
          * them first leaves the cumulative sums of the others unchanged and the sort short. */
         double z = 0;
-        for (int i = 0; i < V; i++) z += exp((double)(logits[i] / temp - vmax));
+        for (int i = 0; i < V; i++) z += exp(scaled(logits[i], lmax, temp));
         const double floor_w = (1 - top_p) / V * z;
         for (int i = 0; i < V; i++) {
-            const float v = logits[i] / temp;
-            if (exp((double)(v - vmax)) >= floor_w) c[n++] = (cand){v, i};
+            const double v = scaled(logits[i], lmax, temp);
+            if (exp(v) >= floor_w) c[n++] = (cand){v, i};
         }
         qsort(c, (size_t)n, sizeof(cand), cand_cmp);
         total = z;
     } else {
         /* plain temperature sampling: no sort, the draw walks the ids in order */
-        for (int i = 0; i < V; i++) c[n++] = (cand){logits[i] / temp, i};
+        for (int i = 0; i < V; i++) c[n++] = (cand){scaled(logits[i], lmax, temp), i};
     }
     if (total < 0) {
         total = 0;
-        for (int i = 0; i < n; i++) total += exp((double)(c[i].v - vmax));
+        for (int i = 0; i < n; i++) total += exp(c[i].v);
     }
     int kept = n;
     double kept_mass = total;
     if (top_p < 1) { /* keep while the mass ranked above the token is below top_p */
         double above = 0;
         for (kept = 0; kept < n && (kept == 0 || above < top_p * total); kept++)
-            above += exp((double)(c[kept].v - vmax));
+            above += exp(c[kept].v);
         kept_mass = above;
     }
     const double u = base_rng_uniform(s->seed, MODEL_SAMPLE_STREAM, index) * kept_mass;
     int32_t pick = c[kept - 1].id;
     double acc = 0;
     for (int i = 0; i < kept; i++) {
-        acc += exp((double)(c[i].v - vmax));
+        acc += exp(c[i].v);
         if (acc > u) {
             pick = c[i].id;
             break;

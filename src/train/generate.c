@@ -1,4 +1,5 @@
 /* train: loading a model for inference, the generation loop and the streaming text output. */
+#include <errno.h>
 #include <jansson.h>
 #include <omp.h>
 #include <stdint.h>
@@ -138,15 +139,27 @@ static int utf8_complete(const unsigned char *b, int n) {
     return n;
 }
 
+/* Flushes ts->out; a failed write since the last flush (a full disk, a closed pipe with
+ * SIGPIPE ignored) fails naming the output, so generation stops at the first lost token. */
+static int stream_flush(train_text_stream *ts, base_err *err) {
+    if (fflush(ts->out) == 0 && !ferror(ts->out)) return 0;
+    const int e = errno;
+    return base_fail(err, "writing %s: %s", ts->out == stdout ? "standard output" : "the output",
+                     e ? strerror(e) : "write error");
+}
+
 int train_stream_token(train_text_stream *ts, int32_t id, base_err *err) {
+    errno = 0;
     if (!ts->tok) {
         if (ts->as_ids)
             fprintf(ts->out, "%d ", id);
         else
             fputc(id < 256 ? id : '?', ts->out);
-        fflush(ts->out);
-        return 0;
+        return stream_flush(ts, err);
     }
+    /* An id past the tokenizer's (the model's vocabulary is padded: Qwen3's has 151936 rows
+     * for 151669 tokenizer ids) or in a hole of it has no text: nothing, as HF's decode. */
+    if (!data_tok_token(ts->tok, id)) return stream_flush(ts, err);
     char *text = NULL;
     size_t len = 0;
     if (data_tok_decode(ts->tok, &id, 1, 0, &text, &len, err)) return -1;
@@ -160,8 +173,7 @@ int train_stream_token(train_text_stream *ts, int32_t id, base_err *err) {
         ts->n_pending -= k;
     }
     free(text);
-    fflush(ts->out);
-    return 0;
+    return stream_flush(ts, err);
 }
 
 void train_stream_finish(train_text_stream *ts) {
@@ -245,13 +257,17 @@ void train_cmd_generate_usage(FILE *f) {
            "  --flavor NAME, --set KEY=VALUE   model arguments for a model.safetensors\n"
            "  --tokenizer DIR      HF tokenizer folder (default: the model folder when it has\n"
            "                       tokenizer.json, the one a checkpoint records, else one\n"
-           "                       token per byte)\n"
+           "                       token per byte for a checkpoint trained on bytes or a\n"
+           "                       vocabulary of 256)\n"
+           "  --bytes              one token per byte, no tokenizer: a byte-level model whose\n"
+           "                       folder has no tokenizer.json and a vocabulary other than 256\n"
            "  --prompt TEXT        the prompt (default: stdin)\n"
            "  --chat JSON|FILE     a JSON list of {role, content} messages (or a file holding\n"
            "                       it), rendered with the Qwen3 chat template + generation prompt\n"
            "  --no-thinking        with --chat: an empty <think></think> block (enable_thinking\n"
            "                       false)\n"
            "  --max-new-tokens N   tokens to generate at most (256)\n"
+           "  --ids                print token ids (decimal, space-separated) instead of text\n"
            "  --temperature T      0 = greedy (0.6)\n"
            "  --top-k K            keep the K most likely tokens, 0 = all (20)\n"
            "  --top-p P            nucleus: the smallest set with probability >= P (0.95)\n"
@@ -272,10 +288,12 @@ static void add_stop(int32_t id, int32_t *stop, int *n) {
     stop[(*n)++] = id;
 }
 
-/* The prompt's text (malloc'ed): --prompt, the --chat messages (a JSON list, or a file
- * holding one) rendered with the chat template and a generation prompt, or stdin. NULL with
- * err filled on failure. */
-static char *prompt_text(const char *prompt, const char *chat, int thinking, base_err *err) {
+/* The prompt's text (malloc'ed) and its length in *n (stdin's may hold NUL bytes, which are
+ * text like any other, as for titan encode): --prompt, the --chat messages (a JSON list, or a
+ * file holding one) rendered with the chat template and a generation prompt, or stdin. NULL
+ * with err filled on failure. */
+static char *prompt_text(const char *prompt, const char *chat, int thinking, size_t *n,
+                         base_err *err) {
     char *text = NULL;
     size_t len = 0;
     if (chat) {
@@ -304,17 +322,18 @@ static char *prompt_text(const char *prompt, const char *chat, int thinking, bas
     } else if (prompt) {
         text = strdup(prompt);
     } else {
-        return base_read_file(NULL, (size_t)1 << 30, &len, err);
+        return base_read_file(NULL, (size_t)1 << 30, n, err);
     }
     if (!text) base_fail(err, "out of memory");
+    if (text) *n = strlen(text);
     return text;
 }
 
-/* The prompt's token ids (ids empty on entry): text encoded by tok, or one id per byte without
- * a tokenizer (the model's vocabulary, V ids, must then hold the 256 bytes). An empty prompt
- * is the tokenizer's eos (a new document); every id must be < V. */
-static int prompt_ids(data_tok *tok, const char *text, int V, data_tok_ids *ids, base_err *err) {
-    const size_t len = strlen(text);
+/* The prompt's token ids (ids empty on entry): text[0..len) encoded by tok, or one id per
+ * byte without a tokenizer (the model's vocabulary, V ids, must then hold the 256 bytes). An
+ * empty prompt is the tokenizer's eos (a new document); every id must be < V. */
+static int prompt_ids(data_tok *tok, const char *text, size_t len, int V, data_tok_ids *ids,
+                      base_err *err) {
     if (tok) {
         if (data_tok_encode(tok, text, len, ids, err)) return -1;
         if (data_tok_vocab_size(tok) > V)
@@ -348,12 +367,19 @@ static int prompt_ids(data_tok *tok, const char *text, int V, data_tok_ids *ids,
     return 0;
 }
 
+/* 1 when path is a training checkpoint (a step folder, or a folder of them) */
+static int is_checkpoint(const char *path) {
+    ckpt_source src;
+    base_err ignore; /* not a model: train_load_model has said why */
+    return ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_STEP;
+}
+
 /* titan generate: prompt -> streamed continuation. */
 int train_cmd_generate(int argc, char **argv, base_err *err) {
     model_args a;
     model_flavor("debugmodel", &a, err);
     const char *path = NULL, *tok_dir = NULL, *prompt = NULL, *chat = NULL, *precision = NULL;
-    int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0;
+    int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0, bytes = 0;
     int args_at[64], n_args = 0; /* where --flavor / --set are: a bare file's arguments */
     model_sampler smp = {.temperature = 0.6, .top_k = 20, .top_p = 0.95, .seed = 0};
     base_args it = {argc, argv, 0, err};
@@ -383,6 +409,8 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
             thinking = 0;
         } else if (!strcmp(o, "--ids")) {
             as_ids = 1;
+        } else if (!strcmp(o, "--bytes")) {
+            bytes = 1;
         } else if (!strcmp(o, "--max-new-tokens")) {
             st = base_args_int(&it, &max_new, 0);
         } else if (!strcmp(o, "--temperature")) {
@@ -432,12 +460,19 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
         }
     }
     if (prompt && chat) return base_fail(err, "generate: --prompt and --chat exclude each other");
+    if (!thinking && !chat) return base_fail(err, "generate: --no-thinking needs --chat");
+    if (bytes && (tok_dir || chat))
+        return base_fail(err, "generate: --bytes (no tokenizer) excludes --%s",
+                         tok_dir ? "tokenizer" : "chat");
     smp.seed = (uint64_t)seed;
     if (threads > 0) omp_set_num_threads(base_threads_bound(threads, "generate --threads"));
     base_log_all_to_stderr(1); /* stdout is the generated text */
 
     char rec_tok[4096]; /* the tokenizer a training checkpoint records */
     if (train_generate_tokenizer(path, &tok_dir, rec_tok, sizeof rec_tok, err)) return -1;
+    if (bytes && tok_dir)
+        return base_fail(err, "generate: --bytes, but %s comes with the tokenizer %s: drop --bytes",
+                         path, tok_dir);
     data_tok *tok = NULL;
     model m = {0};
     model_infer *s = NULL;
@@ -450,13 +485,25 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
         base_fail(err, "generate: --chat needs a tokenizer (--tokenizer DIR)");
         goto out;
     }
-    if (!(text = prompt_text(prompt, chat, thinking, err))) goto out;
+    size_t text_len = 0;
+    if (!(text = prompt_text(prompt, chat, thinking, &text_len, err))) goto out;
     ops_prec prec;
     char why[160];
     if (train_precision_resolve(precision, &prec, why, sizeof why, err)) goto out;
     base_log(BASE_LOG_INFO, "generate: precision %s", why);
     if (train_load_model(&m, path, &a, prec, err)) goto out;
-    if (prompt_ids(tok, text, m.args.vocab_size, &ids, err)) goto out;
+    /* One token per byte is right for a vocabulary of exactly the 256 bytes, a checkpoint that
+     * records byte training (train_generate_tokenizer has checked what it records) or --bytes;
+     * any other model without a tokenizer would print its ids >= 256 as '?': refused, as a
+     * checkpoint that records no tokenizer is. */
+    if (!tok && !bytes && m.args.vocab_size != 256 && !is_checkpoint(path)) {
+        base_fail(err,
+                  "%s has no tokenizer.json and its vocabulary is %d, not 256 (bytes): pass "
+                  "--tokenizer DIR (or --bytes for a byte-level model)",
+                  path, m.args.vocab_size);
+        goto out;
+    }
+    if (prompt_ids(tok, text, text_len, m.args.vocab_size, &ids, err)) goto out;
     int ctx = max_seq > 0 ? max_seq : m.args.max_seq_len > 0 ? m.args.max_seq_len : 4096;
     if ((int64_t)ids.n > ctx) {
         base_fail(err,
@@ -481,7 +528,9 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     train_stream_finish(&ts);
     if (!rc) {
         printf("\n");
-        fflush(stdout);
+        rc = stream_flush(&ts, err);
+    }
+    if (!rc) {
         fprintf(stderr,
                 "prompt: %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s "
                 "(%.2f tokens/s)%s\n",

@@ -58,6 +58,26 @@ def main():
     assert bad_chat.returncode != 0 and b"content" in bad_chat.stderr, "chat without content must fail"
     bad = subprocess.run([titan, "decode", "--tokenizer", tok_dir], input=b"12 abc", capture_output=True)
     assert bad.returncode != 0 and b"abc" in bad.stderr, "bad id input must fail naming the token"
+    # a NUL inside an id is part of the token (not its end), shown escaped
+    for data, shown in [(b"9707\0garbage 1879", b"'9707\\x00garbage' (byte 0)"),
+                        (b"\0 1879", b"'\\x00' (byte 0)"), (b"1 2\0 3", b"'2\\x00' (byte 2)")]:
+        bad = subprocess.run([titan, "decode", "--tokenizer", tok_dir], input=data, capture_output=True)
+        assert bad.returncode == 1 and shown in bad.stderr and not bad.stdout, \
+            f"decode {data!r}: {bad.returncode} {bad.stdout!r} {bad.stderr!r}"
+    # a lost write on stdout fails (status 1, naming it), never exit 0
+    with open("/dev/full", "wb") as full:
+        for cmd, data in [("encode", b"hi"), ("decode", b"9707 1879")]:
+            r = subprocess.run([titan, cmd, "--tokenizer", tok_dir], input=data, stdout=full,
+                               stderr=subprocess.PIPE)
+            assert r.returncode == 1 and \
+                b"writing standard output: No space left on device" in r.stderr, \
+                f"{cmd} >/dev/full: {r.returncode} {r.stderr!r}"
+    # the chat options without --chat do nothing: refused, naming --chat
+    for opt in ["--no-thinking", "--no-generation-prompt"]:
+        r = subprocess.run([titan, "encode", "--tokenizer", tok_dir, opt], input=b"hi",
+                           capture_output=True)
+        assert r.returncode == 1 and f"{opt} needs --chat".encode() in r.stderr, \
+            f"encode {opt} without --chat: {r.returncode} {r.stderr!r}"
     print("ok")
 
 

@@ -18,6 +18,7 @@ usage: check_generate.py TITAN SHARED_DIR WORK_DIR EXPORT_DIR...
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -59,7 +60,8 @@ def greedy_parity(d, prompt, n_new):
         out = model.generate(x, do_sample=False, max_new_tokens=n_new, min_new_tokens=n_new,
                              eos_token_id=None, pad_token_id=0)
     want = out[0, x.shape[1]:].tolist()
-    base = ["generate", "--model", d, "--prompt", prompt, "--max-new-tokens", str(n_new), "--ids"]
+    base = ["generate", "--model", d, "--prompt", prompt, "--max-new-tokens", str(n_new), "--ids",
+            "--bytes"]  # a byte-level export: vocabulary 2048, no tokenizer.json
     got = ids_of(run(base + set_args(cfg) + ["--temperature", "0"]))
     assert got == want, f"{d}: titan greedy {got} != HF {want}"
     print(f"{d}: {n_new} greedy tokens identical to transformers generate(do_sample=False)")
@@ -76,6 +78,7 @@ def greedy_parity(d, prompt, n_new):
 
 def checkpoint_parity(work, shared):
     d = f"{work}/ckpt_run"
+    shutil.rmtree(d, ignore_errors=True)  # a fresh run: an earlier one's steps would be resumed
     flags = ["--set", "n_layers=2", "--set", "dim=64", "--set", "n_heads=4", "--set",
              "n_kv_heads=1", "--set", "head_dim=16", "--set", "ffn_dim=96", "--set",
              "tie_embeddings=0"]
@@ -84,7 +87,7 @@ def checkpoint_parity(work, shared):
          "--seq-len", "32", "--peak-tflops", "1", "--dump-folder", d, "--checkpoint-interval",
          "4", "--out", f"{d}/hf"])
     g = ["generate", "--prompt", "KING:", "--max-new-tokens", "20", "--ids", "--temperature", "0"]
-    hf = ids_of(run(g + ["--model", f"{d}/hf"] + flags))
+    hf = ids_of(run(g + ["--model", f"{d}/hf", "--bytes"] + flags))
     step = ids_of(run(g + ["--model", f"{d}/checkpoint/step-4"]))
     folder = ids_of(run(g + ["--model", f"{d}/checkpoint"]))
     assert hf == step == folder, f"checkpoint {step} / {folder} != export {hf}"
@@ -92,11 +95,12 @@ def checkpoint_parity(work, shared):
     return d, flags
 
 
-def chat_smoke(work, shared):
-    tok = f"{shared}/data/qwen3_tokenizer"
-    d = f"{work}/chat_model"
+def crafted_model(d, head_rows, V=151936):
+    """A one-block HF model in folder d (no config.json, no tokenizer: its arguments are the
+    returned --set flags) whose every position's hidden state is the same, so its logits are
+    the same at every step: lm_head row id is head_rows.get(id, 0) * ones (logit 64 x that)."""
     os.makedirs(d, exist_ok=True)
-    D, F, V, hd = 64, 64, 151936, 32
+    D, F, hd = 64, 64, 32
     g = torch.Generator().manual_seed(0)
     t = {"model.embed_tokens.weight": torch.ones(V, D), "model.norm.weight": torch.ones(D)}
     p = "model.layers.0."
@@ -111,13 +115,20 @@ def chat_smoke(work, shared):
     t[p + "self_attn.q_norm.weight"] = torch.ones(hd)
     t[p + "self_attn.k_norm.weight"] = torch.ones(hd)
     head = torch.zeros(V, D)
-    head[151645] = 1.0  # <|im_end|>: logit 64
-    head[9707] = 0.99  # "Hello": logit 63.36, p = 0.35 among the top 2
+    for i, w in head_rows.items():
+        head[i] = w
     t["lm_head.weight"] = head
     save_file({k: v.contiguous() for k, v in t.items()}, f"{d}/model.safetensors")
-    flags = ["--set", "n_layers=1", "--set", f"dim={D}", "--set", "n_heads=2", "--set",
-             "n_kv_heads=1", "--set", f"head_dim={hd}", "--set", f"ffn_dim={F}", "--set",
-             f"vocab_size={V}", "--set", "tie_embeddings=0"]
+    return ["--set", "n_layers=1", "--set", f"dim={D}", "--set", "n_heads=2", "--set",
+            "n_kv_heads=1", "--set", f"head_dim={hd}", "--set", f"ffn_dim={F}", "--set",
+            f"vocab_size={V}", "--set", "tie_embeddings=0"]
+
+
+def chat_smoke(work, shared):
+    tok = f"{shared}/data/qwen3_tokenizer"
+    d = f"{work}/chat_model"
+    # <|im_end|>: logit 64; "Hello": logit 63.36, p = 0.35 among the top 2
+    flags = crafted_model(d, {151645: 1.0, 9707: 0.99})
     msgs = '[{"role": "user", "content": "Hi there"}]'
     for think in [[], ["--no-thinking"]]:
         want_n = len(run(["encode", "--chat", "--tokenizer", tok] + think, stdin=msgs).stdout.split())
