@@ -540,7 +540,9 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
             if (p->byte_off > f->size)
                 return base_fail(err, "%s: data position byte %lld is past the end (%lld bytes)",
                                  f->path, (long long)p->byte_off, (long long)f->size);
-            if (p->byte_off > 0) { /* must follow a blank-line separator */
+            /* must follow a blank-line separator, or be the file's end (the last paragraph
+             * ended a window: the loader's own state; most files end in one newline) */
+            if (p->byte_off > 0 && p->byte_off < f->size) {
                 char c[TEXT_SEP_LEN] = {0};
                 int fd = open(f->path, O_RDONLY | O_CLOEXEC);
                 ssize_t got = fd >= 0 && p->byte_off >= TEXT_SEP_LEN
@@ -566,7 +568,8 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
             if (p->byte_off > f->size)
                 return base_fail(err, "%s: data position byte %lld is past the end (%lld bytes)",
                                  f->path, (long long)p->byte_off, (long long)f->size);
-            if (p->byte_off > 0) { /* must be a line start */
+            /* a line start, or the end (a last line without its newline ended a window) */
+            if (p->byte_off > 0 && p->byte_off < f->size) {
                 char c = 0;
                 int fd = open(f->path, O_RDONLY | O_CLOEXEC);
                 ssize_t got = fd >= 0 ? pread(fd, &c, 1, (off_t)p->byte_off - 1) : -1;

@@ -256,6 +256,21 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
         data_loader_free(l);
         return -1;
     }
+    /* without a tokenizer, text and JSONL are byte tokens: beside token shards (ids of the
+     * tokenizer they record) that would pack two vocabularies into one stream */
+    const data_file *shard = NULL, *bytes = NULL;
+    for (int i = 0; !t && i < l->rd.n_files; i++)
+        *(l->rd.files[i].format == DATA_FMT_TOKENS ? &shard : &bytes) = &l->rd.files[i];
+    if (shard && bytes) {
+        base_fail(err,
+                  "%s: token shards (%s, ids of the tokenizer %s) and text or JSONL files (%s) "
+                  "together need that tokenizer to tokenize the text the same way (without one "
+                  "it would be byte tokens, another vocabulary in the same stream): pass "
+                  "--tokenizer, or train on the shards and the text apart",
+                  cfg->path, shard->path, shard->tok_path ? shard->tok_path : "?", bytes->path);
+        data_loader_free(l);
+        return -1;
+    }
     for (int i = 0; !t && i < l->rd.n_files; i++)
         if (l->rd.files[i].format != DATA_FMT_TOKENS && V < 256) {
             base_fail(err, "%s: byte tokens (no tokenizer) need vocab_size >= 256 (got %d)",

@@ -171,6 +171,19 @@ def main():
                           str(B), "--batches", "19", "--dp-rank", "1", "--dp-size", "2", "--state",
                           state])
     check(rows == flat(ref2[11:]), "token shards, dp rank 1 of 2: resume after 11 batches")
+    # token shards beside text without a tokenizer: the text would be byte tokens, another
+    # vocabulary in the same stream (it was packed so, silently); with the tokenizer, one stream
+    mix = os.path.join(WORK, "mix")
+    os.makedirs(mix)
+    first = sorted(os.listdir(shards))[0]
+    shutil.copy(os.path.join(shards, first), os.path.join(mix, first))
+    open(os.path.join(mix, "z.txt"), "w").write("Hello there\n")
+    p = titan_data(["--data", mix, "--seq-len", "8", "--batches", "2"], expect_ok=False)
+    check(p.returncode != 0 and "pass --tokenizer" in p.stderr,
+          "token shards and text without a tokenizer refused: " + p.stderr.strip()[-100:])
+    p = titan_data(["--data", mix, "--tokenizer", QWEN, "--seq-len", "8", "--batches", "2"],
+                   expect_ok=False)
+    check(p.returncode == 0, "token shards and text with their tokenizer: " + p.stderr[-100:])
 
     # Plain text: a folder of files with the test tokenizer (bos + eos). Each file is split into
     # paragraphs as Hugging Face datasets' text loader with sample_by="paragraph" does:
@@ -205,6 +218,39 @@ def main():
                           str(B), "--batches", "7", "--dp-rank", "2", "--dp-size", "3", "--state",
                           state])
     check(rows == flat(ref1[5:]), "one text file, dp rank 2 of 3: resume after 5 batches")
+
+    # A state at the very end of a file (a window ended with its last paragraph or line): text
+    # files that end in one newline, a JSONL file without its final newline. The state after
+    # every batch resumes to exactly the rest (it was refused: "not the start of a paragraph").
+    edir = os.path.join(WORK, "ends")
+    os.makedirs(edir)
+    etext = ["Hello there\n", "World\n", "Again and again, and once more\n", "Last\n"]
+    for i, t in enumerate(etext):
+        open(os.path.join(edir, "f%d.txt" % i), "w", encoding="utf-8", newline="").write(t)
+    ejl = os.path.join(WORK, "nonl")  # JSONL files, each without its final newline
+    os.makedirs(ejl)
+    ejfiles = [["abc", "de f"], ["g"], ["hi", "jkl mno"], ["p"]]
+    for i, f in enumerate(ejfiles):
+        open(os.path.join(ejl, "j%d.jsonl" % i), "w", encoding="utf-8").write(
+            "\n".join(json.dumps({"text": d}) for d in f))
+    ejdocs = [d for f in ejfiles for d in f]
+    class Bytes:  # no tokenizer: one token per byte, no eos
+        doc = staticmethod(lambda d: list(d.encode("utf-8")))
+
+    for data, edocs, etok, targs in ((edir, [p for t in etext for p in paragraphs(t)], ttok,
+                                      ["--tokenizer", TEST_TOK]), (ejl, ejdocs, Bytes, [])):
+        n_end = 12
+        eref = reference(edocs, etok, 2, 1, n_end)
+        bad_k = []
+        for k in range(1, n_end):
+            _, state = titan_data(["--data", data, "--seq-len", "2", "--batches", str(k)] + targs)
+            p = titan_data(["--data", data, "--seq-len", "2", "--batches", str(n_end - k),
+                            "--state", state] + targs, expect_ok=False)
+            rows = [list(map(int, l.split())) for l in p.stdout.splitlines()]
+            if p.returncode != 0 or rows != flat(eref[k:]):
+                bad_k.append((k, p.stderr.strip()[-120:]))
+        check(not bad_k, "%s: a resume after each of %d batches sees exactly the rest %s"
+              % (os.path.basename(data), n_end - 1, bad_k[:2]))
 
     # Another JSONL field, and bad lines: an error naming file:line, or a counted skip.
     bad = os.path.join(WORK, "bad.jsonl")
