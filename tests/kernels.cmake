@@ -15,7 +15,8 @@ target_compile_options(grouped_tiles PRIVATE -ffp-contract=fast)
 target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
-foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum)
+foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum
+        silentcheck)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -39,6 +40,11 @@ add_test(NAME kernels_conformance_moe_plugin COMMAND titan kernels test grouped_
   --plugin ${CMAKE_BINARY_DIR}/examples/libgrouped_tiles.so)
 add_test(NAME kernels_conformance_plugin_ws COMMAND titan kernels test swiglu_ws
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
+# a plugin's check that refuses without a reason: the message names the plugin file
+add_test(NAME kernels_plugin_silent_check COMMAND titan kernels test swiglu_ws
+  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_silentcheck.so)
+set_tests_properties(kernels_plugin_silent_check PROPERTIES
+  PASS_REGULAR_EXPRESSION "refused this shape\\).*libtest_plugin_silentcheck.so|libtest_plugin_silentcheck.so.*refused this shape")
 add_test(NAME kernels_conformance_plugin_norm COMMAND titan kernels test add_rmsnorm_plain
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
 # The same conformance run on the baseline (non-AVX-512) kernel copies, forced through the

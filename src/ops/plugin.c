@@ -439,7 +439,10 @@ static int plg_check(const ops_binding *b, const ops_ctx *ctx, base_err *err) {
     char why[256] = "";
     if (pk->d.check(&sh, why, sizeof why) == 0) return 0;
     why[sizeof why - 1] = '\0';
-    return base_fail(err, "%s", why[0] ? why : pk->constraints);
+    if (why[0]) return base_fail(err, "%s", why);
+    /* the plugin gave no reason: its declared constraints, else that its check refused */
+    return base_fail(err, "%s (the constraint check of plugin %s refused this shape)",
+                     pk->constraints[0] ? pk->constraints : "no reason given", pk->path);
 }
 
 /* The registry entry's fwd/bwd of a plugin implementation: only reached if something calls
@@ -531,8 +534,8 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     k->b = (ops_binding){k->path, plg_check, plg_bind, plg_unbind};
     /* fwd/bwd of the registry entry are never called for a plugin (the table gets
      * trampolines); they must be non-NULL for ops_register's checks. */
-    const ops_impl impl = {(ops_kind)kind, k->name,         k->constraints,
-                           NULL,           plg_direct_call, plg_direct_call, OPS_PREC_F32};
+    const ops_impl impl = {(ops_kind)kind,  k->name,         k->constraints, NULL,
+                           plg_direct_call, plg_direct_call, OPS_PREC_F32};
     base_err e;
     if (ops_register_bound(&impl, &k->b, &e))
         return base_fail(L->err, "kernel plugin %s: %s", L->path, e.msg);

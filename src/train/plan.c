@@ -298,17 +298,17 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
     fprintf(f, "  total, no checkpointing          %10.3f", p->total_none / G);
     if (budget_gib > 0)
-        fprintf(f, "   %s %.0f GiB", p->total_none / G <= budget_gib ? "fits" : "exceeds",
+        fprintf(f, "   %s %g GiB", p->total_none / G <= budget_gib ? "fits" : "exceeds",
                 budget_gib);
     fprintf(f, "\n  total, full checkpointing        %10.3f", p->total_full / G);
     if (budget_gib > 0)
-        fprintf(f, "   %s %.0f GiB", p->total_full / G <= budget_gib ? "fits" : "exceeds",
+        fprintf(f, "   %s %g GiB", p->total_full / G <= budget_gib ? "fits" : "exceeds",
                 budget_gib);
     fprintf(f, "%s\n", in->ac == MODEL_AC_FULL ? "   (configured)" : "");
     if (in->ac == MODEL_AC_SELECTIVE) {
         fprintf(f, "  total, selective AC              %10.3f", p->total_conf / G);
         if (budget_gib > 0)
-            fprintf(f, "   %s %.0f GiB", p->total_conf / G <= budget_gib ? "fits" : "exceeds",
+            fprintf(f, "   %s %g GiB", p->total_conf / G <= budget_gib ? "fits" : "exceeds",
                     budget_gib);
         fprintf(f, "   (configured)\n");
     }
@@ -411,14 +411,35 @@ void train_cmd_plan_usage(FILE *f) {
             "  --budget-gib G     say whether the total fits G GiB per rank\n");
 }
 
+/* The titan train model field a model argument KEY[0, n) is, or NULL (inspect's names,
+ * model_args_set; train's config says num_experts and moe_inter_dim). */
+static const char *plan_train_field(const char *key, size_t n) {
+    static const char *const same[] = {"dim",        "n_layers",       "n_heads",    "n_kv_heads",
+                                       "head_dim",   "ffn_dim",        "vocab_size", "max_seq_len",
+                                       "rope_theta", "tie_embeddings", "norm_eps",   "top_k"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (strlen(same[i]) == n && !strncmp(key, same[i], n)) return same[i];
+    if (n == 9 && !strncmp(key, "n_experts", n)) return "num_experts";
+    if (n == 11 && !strncmp(key, "moe_ffn_dim", n)) return "moe_inter_dim";
+    return NULL;
+}
+
 /* titan plan: memory and traffic of a config on N ranks (train/plan.c). */
 int train_cmd_plan(int argc, char **argv, base_err *err) {
     int world = 1;
     double budget = 0;
     const char *hf = NULL;
-    char **rest = calloc((size_t)argc + 1, sizeof *rest), *sets[64];
-    int n_rest = 2, n_sets = 0;
-    if (!rest) return base_fail(err, "out of memory");
+    /* --set KEY=V: a model field of titan train's config becomes --model.FIELD=V (so every
+     * check train makes with it runs: seq_len within max_seq_len, ...); the other model
+     * arguments (titan inspect's names: norm_topk_prob, ...) are set after the translation */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest),
+         **sets = calloc((size_t)argc + 1, sizeof *sets);
+    char **owned = calloc((size_t)argc + 1, sizeof *owned);
+    int n_rest = 2, n_sets = 0, n_owned = 0;
+    if (!rest || !sets || !owned) {
+        free(rest), free(sets), free(owned);
+        return base_fail(err, "out of memory");
+    }
     rest[0] = argv[0];
     rest[1] = argv[1];
     int rc = 0;
@@ -427,6 +448,9 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
         const int has = i + 1 < argc;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             train_cmd_plan_usage(stdout);
+            for (int k = 0; k < n_owned; k++) free(owned[k]);
+            free(owned);
+            free(sets);
             free(rest);
             return 0;
         } else if (!strcmp(a, "--world") || !strcmp(a, "--budget-gib") ||
@@ -446,8 +470,16 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
                     rc = base_fail(err, "--budget-gib: '%s' is not a positive number of GiB", v);
             } else if (!strcmp(a, "--hf-config")) {
                 hf = v;
-            } else if (n_sets < 64) {
-                sets[n_sets++] = argv[i];
+            } else {
+                const char *eq = strchr(v, '=');
+                const char *field = eq ? plan_train_field(v, (size_t)(eq - v)) : NULL;
+                char *opt = field ? malloc(strlen(field) + strlen(eq) + 16) : NULL;
+                if (opt) {
+                    sprintf(opt, "--model.%s%s", field, eq);
+                    rest[n_rest++] = owned[n_owned++] = opt;
+                } else {
+                    sets[n_sets++] = argv[i];
+                }
             }
         } else {
             rest[n_rest++] = argv[i];
@@ -482,6 +514,9 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
         train_plan_data(c.training.dataset_path, c.training.dataset_format,
                         c.training.dataset_field, p.par.dp_replicate * p.par.dp_shard, stdout);
     train_config_free(&c);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    free(sets);
     free(rest);
     return rc;
 }

@@ -119,6 +119,14 @@ __attribute__((constructor)) static void leave_marker(void) {
 }
 #endif
 
+#if defined(PLUGIN_CASE_silentcheck)
+/* a constraint check that refuses every shape and says nothing: the host names the plugin */
+static int refuse_silently(const titan_model_shape *s, char *why, size_t n) {
+    (void)s, (void)why, (void)n;
+    return 1;
+}
+#endif
+
 #if defined(PLUGIN_CASE_noinit)
 /* the kernels exist, the entry point does not */
 TITAN_KERNEL_EXPORT const void *test_plugin_kernels[] = {swiglu_fwd, swiglu_bwd, ws_bytes,
@@ -156,6 +164,9 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
     d.name = "swiglu_acc";
     d.backward = swiglu_bwd_acc;
     d.flags = TITAN_KERNEL_BWD_ACCUMULATES;
+#endif
+#if defined(PLUGIN_CASE_silentcheck)
+    d.check = refuse_silently;
 #endif
 #if defined(PLUGIN_CASE_badop)
     d.op = "embedding";

@@ -34,6 +34,16 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 "$titan" train --flavor debugmodel --grad-accum 99999999999 > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "grad-accum): '99999999999' is not an integer in \[1, 1073741824\]" "$out/o" &&
   ok "--grad-accum past its range names the range" || bad "--grad-accum range message (rc $rc)"
+# titan plan: the budget printed as given; --set goes through train's checks (seq_len within
+# max_seq_len) and is never dropped (it was, past the 64th)
+"$titan" plan --batch 2 --seq-len 128 --budget-gib 0.6 > "$out/o" 2>&1
+grep -q "0.6 GiB" "$out/o" && ok "plan prints the budget as given" || bad "plan budget: $(grep GiB "$out/o" | tail -1)"
+"$titan" plan --set max_seq_len=16 > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "above the model's max_seq_len 16" "$out/o" &&
+  ok "plan --set max_seq_len=16 refused as train refuses it" || bad "plan --set max_seq_len (rc $rc)"
+many=(); for i in $(seq 70); do many+=(--set dim=256); done
+"$titan" plan "${many[@]}" --set n_layers=1 > "$out/o" 2>&1
+grep -q "(1 layers, dim 256)" "$out/o" && ok "plan: the 71st --set applies" || bad "plan: 71st --set: $(head -1 "$out/o")"
 # --grad-accum and training.global_batch_size: the later one wins, as every setting
 "$titan" train --batch 2 --grad-accum 4 --training.global_batch_size 4 --print-config > "$out/o" 2>&1
 grep -q "^global_batch_size = 4$" "$out/o" && ok "a later global_batch_size wins over --grad-accum" ||
