@@ -407,7 +407,7 @@ void train_cmd_plan_usage(FILE *f) {
             "(default 1), without allocating the model.\n"
             "  --hf-config FILE   model arguments from a Hugging Face config.json (MoE flavors);\n"
             "                     the config's [model] overrides still apply\n"
-            "  --set KEY=VALUE    override a model argument afterwards (as titan inspect)\n"
+            "  --set KEY=VALUE    override a model argument (titan train's checks apply)\n"
             "  --budget-gib G     say whether the total fits G GiB per rank\n");
 }
 
