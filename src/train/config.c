@@ -293,7 +293,8 @@ const field g_fields[] = {
         "report page (HTML: facts and charts), under job.dump_folder, rewritten at logged "
         "steps; \"\" = none (titan)"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0,
-        "fp32 peak for MFU; 0 = measured on rank 0, cached (titan)"),
+        "the GEMM peak MFU is against, in the run's precision (bf16's in a bf16 run); 0 = "
+        "measured on rank 0, cached (titan)"),
     PBOOL(metrics, enable_wandb, 0, P_NOTE,
           "Weights & Biases logging: titan has none (TensorBoard and JSON lines)"),
     PBOOL(metrics, disable_color_printing, 0, P_INERT, "titan's logs have no colour"),

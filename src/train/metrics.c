@@ -212,7 +212,7 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
 static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, const model *m,
                        double tps, double mfu, double mem, int log_now, const double *win) {
     fprintf(jl,
-            "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
+            "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.17g, "
             "\"tps\": %.17g, \"tflops\": %.17g, \"mfu\": %.17g, \"memory_gib\": %.17g, "
             "\"data_s\": %.17g, \"max_loss\": %.17g, \"ntokens\": %lld, \"step_s\": %.17g",
             s->step, s->loss, s->grad_norm, s->lr, tps, t->fpt * tps / 1e12, mfu, mem, s->data_s,

@@ -31,6 +31,12 @@ def check(cond, what):
 
 rows = [json.loads(l) for l in open(os.path.join(dump, "metrics.jsonl"))]
 by_step = {r["step"]: r for r in rows}
+# the JSONL keeps every figure to the double (%.17g): during the linear warmup lr is
+# proportional to the step, lr(s) / lr(1) = s to ~1 ulp (it was written to 9 digits: ~1e-9)
+lr1 = by_step[1]["lr"]
+ratio_err = max(abs(by_step[s]["lr"] / lr1 - s) / s for s in (2, 3) if s in by_step)
+check(ratio_err < 1e-14, "lr in metrics.jsonl to full precision (warmup ratios off by %.1e)"
+      % ratio_err)
 runs = os.listdir(os.path.join(dump, "tb"))
 check(len(runs) == 1 and len(runs[0]) == 13 and runs[0][8] == "-", "one TensorBoard run folder %s" % runs)
 acc = EventAccumulator(os.path.join(dump, "tb", runs[0]), size_guidance={"scalars": 0})
