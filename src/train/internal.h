@@ -81,13 +81,16 @@ int train_model_check(const struct json_t *t, const model_args *run, const char 
                       base_err *err);
 
 /* The run's hold on the folders it writes (lock.c): rank 0 locks the checkpoint folder, the
- * metrics file's folder, the TensorBoard folder and the export folder (each once, created
+ * folders of the metrics file, the report page and config.toml (the run folder), the
+ * TensorBoard folder and the export folder (each once, created
  * if missing; base_dir_lock_take), so a second run writing any of them refuses at once,
  * naming this one's PID; then it finishes what a killed run left in the checkpoint folder
  * (ckpt_step_cleanup). Other ranks hold nothing; collective over comm (all fail when rank 0
  * does). Unlock at the end of the run. */
+/* The folders a run holds: checkpoint, metrics, report page, config.toml, TensorBoard, export. */
+#define TRAIN_LOCKS 6
 typedef struct {
-    base_dir_lock held[4];
+    base_dir_lock held[TRAIN_LOCKS];
     int n;
 } train_lock;
 int train_lock_outputs(train_lock *l, const train_opts *o, dist_comm *comm, int rank,

@@ -15,17 +15,21 @@ void train_ckpt_folder(const train_opts *o, char *buf, size_t cap) {
 
 /* Rank 0's part of train_lock_outputs. */
 static int lock_outputs(train_lock *l, const train_opts *o, base_err *err) {
-    char dirs[4][4096];
+    char dirs[TRAIN_LOCKS][4096];
     int nd = 0;
     if (o->ckpt.enable) train_ckpt_folder(o, dirs[nd++], sizeof dirs[0]);
-    if (o->jsonl_path) { /* its folder: "." for a bare file name, "/" for "/name" */
-        const char *p = o->jsonl_path, *slash = strrchr(p, '/');
+    /* the files' folders: metrics, and the report page and config.toml (the run folder's: a
+     * second run there was accepted and rewrote them over the first one's) */
+    const char *files[] = {o->jsonl_path, o->report_path, o->config_path};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (!files[i]) continue; /* "." for a bare file name, "/" for "/name" */
+        const char *p = files[i], *slash = strrchr(p, '/');
         const int len = !slash ? 1 : slash == p ? 1 : (int)(slash - p);
         snprintf(dirs[nd++], sizeof dirs[0], "%.*s", len, slash ? p : ".");
     }
     if (o->tb_dir) snprintf(dirs[nd++], sizeof dirs[0], "%s", o->tb_dir);
     if (o->out_dir) snprintf(dirs[nd++], sizeof dirs[0], "%s", o->out_dir);
-    struct stat held[4];
+    struct stat held[TRAIN_LOCKS];
     for (int i = 0; i < nd; i++) {
         struct stat st;
         if (base_mkdir_p(dirs[i], err)) return train_unlock_outputs(l), -1;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One folder, one run: while a run trains (checkpoints and metrics into its dump folder), a
-# second titan train on the same folder and a titan convert into it refuse at once, naming the
+# second titan train on the same folder (also one writing only its report page and config.toml)
+# and a titan convert into it refuse at once, naming the
 # first run's PID, and write nothing there; after the first is killed with SIGKILL a new run
 # proceeds and resumes from its checkpoint; a clean exit leaves no lock file behind.
 set -euo pipefail
@@ -33,6 +34,18 @@ then fail "convert wrote into the folder a run is training in"; fi
 grep -q "is in use by another titan run (pid $pid," "$out/convert.log" ||
   { cat "$out/convert.log"; fail "convert's refusal does not name pid $pid"; }
 echo "ok: titan convert into the run's folder refuses, naming pid $pid"
+# a run with no checkpoints and no metrics there still writes the folder's report page and
+# config.toml: refused too (it was accepted and rewrote them)
+cp "$out/run/config.toml" "$out/config.before"
+if "$titan" train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 \
+    --set head_dim=16 --set ffn_dim=64 --set vocab_size=256 --random-tokens --batch 1 \
+    --seq-len 16 --steps 2 --dump-folder "$out/run" > "$out/fourth.log" 2>&1; then
+  fail "a run without checkpoints or metrics wrote into the folder the first is writing"
+fi
+grep -q "is in use by another titan run (pid $pid," "$out/fourth.log" &&
+  cmp -s "$out/config.before" "$out/run/config.toml" ||
+  { cat "$out/fourth.log"; fail "the report-only run was not refused, or changed config.toml"; }
+echo "ok: a run writing only the report page and config.toml there refuses too"
 kill -9 $pid; wait $pid 2>/dev/null || true; pid=
 "$titan" "${m[@]}" --stop-after-step 1 > "$out/third.log" 2>&1 ||
   { cat "$out/third.log"; fail "a new run after SIGKILL of the first did not proceed"; }
