@@ -858,7 +858,8 @@ void train_cmd_report_usage(FILE *f) {
            "line (a run writing it, or killed mid-line) is left out with a warning.\n");
 }
 
-/* Where RUN's metrics and facts are: a folder's metrics.jsonl, or the file itself. */
+/* Where RUN's metrics and facts are: a folder's metrics.jsonl (rank_0/metrics.jsonl when
+ * every rank wrote its own), or the file itself. */
 static int run_paths(const char *run, char **jsonl, char **page, base_err *err) {
     *jsonl = *page = NULL;
     if (base_is_dir(run)) {
@@ -868,6 +869,11 @@ static int run_paths(const char *run, char **jsonl, char **page, base_err *err) 
         if (*jsonl && *page) {
             snprintf(*jsonl, n, "%s/metrics.jsonl", run);
             snprintf(*page, n, "%s/report.html", run);
+            /* metrics.save_for_all_ranks: every rank's under rank_N/; rank 0's is the run's */
+            if (!base_is_file(*jsonl)) {
+                snprintf(*jsonl, n, "%s/rank_0/metrics.jsonl", run);
+                if (!base_is_file(*jsonl)) snprintf(*jsonl, n, "%s/metrics.jsonl", run);
+            }
             return 0;
         }
     } else if (base_is_file(run)) {

@@ -91,3 +91,10 @@ grep -q 'data-series="moe_imbalance" data-run="0" data-step="2147483647">3.000<'
   fail "MoE imbalance: max / mean of the busiest block"
 check "$out/h5/report.html" "$out/h5/metrics.jsonl"
 echo "ok: bad lines and facts named by file and line; a torn last line skipped; absurd numbers drawn"
+# metrics.save_for_all_ranks: the run's metrics are rank_0/metrics.jsonl (report found none)
+"$titan" train "${m[@]}" --dump-folder "$out/ar" --steps 3 --metrics.save_for_all_ranks \
+  > /dev/null
+rm -f "$out/ar/report.html"
+"$titan" report "$out/ar" > /dev/null || fail "report of a save_for_all_ranks run"
+check "$out/ar/report.html" "$out/ar/rank_0/metrics.jsonl"
+echo "ok: a save_for_all_ranks run's page is drawn from rank_0/metrics.jsonl"
