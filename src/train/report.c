@@ -538,7 +538,9 @@ static void draw_series(FILE *o, const axes *a, const series *s) {
              : dashed ? " stroke-dasharray=\"5 3\""
                       : "");
     if (smooth) polyline(o, a, s, n, 0.6, "");
-    if (g_field[s->field].dots && n <= 400)
+    /* a series of one point (a 1-step run) is a lone moveto, which SVG draws as nothing:
+     * its dot shows it */
+    if ((g_field[s->field].dots && n <= 400) || n == 1)
         for (size_t i = 0; i < r->n; i++) {
             const double v = r->rec[i].v[s->field];
             if (!isnan(v))

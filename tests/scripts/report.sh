@@ -98,3 +98,12 @@ rm -f "$out/ar/report.html"
 "$titan" report "$out/ar" > /dev/null || fail "report of a save_for_all_ranks run"
 check "$out/ar/report.html" "$out/ar/rank_0/metrics.jsonl"
 echo "ok: a save_for_all_ranks run's page is drawn from rank_0/metrics.jsonl"
+# a 1-step run: every chart's one point is drawn as a dot (a one-point polyline draws nothing)
+"$titan" train "${m[@]}" --dump-folder "$out/one" --steps 1 > /dev/null
+"$python" - "$out/one/report.html" <<'EOF2' || fail "a 1-step run's charts show nothing"
+import re, sys
+html = open(sys.argv[1]).read()
+lines = re.findall(r'<polyline[^>]*data-series="[a-z_]+"', html)
+assert lines and html.count("<circle") >= len(lines), (len(lines), html.count("<circle"))
+EOF2
+echo "ok: a 1-step run's charts show their one point"
