@@ -151,6 +151,9 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
  * since the last logged one. A failed write is an error naming the file. */
 int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const model *m,
                            base_err *err);
+/* The run ends at step (a stop signal): it is logged as the last step (console, TensorBoard)
+ * and the report page stops refreshing, as for the planned last step. */
+void train_metrics_end_at(train_metrics *t, int step);
 /* The report page's run of these metrics (rank 0 with metrics.save_report_file), else NULL. */
 struct train_report_run *train_metrics_report(train_metrics *t);
 /* Closes the files (NULL ok); err (may be NULL) gets a failed final write. */

@@ -249,6 +249,10 @@ static void report_step(train_metrics *t, const char *line, size_t len, int draw
         base_log(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
 }
 
+void train_metrics_end_at(train_metrics *t, int step) {
+    if (t) t->last = step;
+}
+
 struct train_report_run *train_metrics_report(train_metrics *t) {
     return t ? t->rep : NULL;
 }

@@ -381,8 +381,10 @@ static int run_steps(run *r, base_err *err) {
             step,     r->mesh.dp_size, s.loss,         s.max_loss,     s.norm,        s.lr,
             s.aux,    s.ntok,          r->tokens_seen, s.step_s,       s.data_s,      s.comm_s,
             val_loss, val_s,           val_tok,        s.gather_bytes, s.reduce_bytes};
+        /* a stop signal: save this step and stop; it is the run's last logged step */
+        const int stop_sig = train_stop_agree(r->mesh.world_comm);
+        if (stop_sig) train_metrics_end_at(r->mx, step);
         if (train_metrics_log_step(r->mx, &sm, &r->m, err)) return -1;
-        const int stop_sig = train_stop_agree(r->mesh.world_comm); /* save this step, stop */
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
         if (train_prof_step_end(r->prof, step, err)) return -1;

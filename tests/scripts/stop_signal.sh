@@ -44,6 +44,11 @@ stopped() {
 start term --dump-folder "$out/term" --checkpoint-interval 100000
 kill -TERM $pid; finish term 143; stopped term SIGTERM 143
 n=$(last_step "$out/term.jsonl")
+# the stopped step is the run's last logged one: on the console (log_freq is 100000), and the
+# report page no longer refreshes itself as a live run's does (it kept doing so forever)
+grep -qE "step: +$n +loss" "$out/term.log" && ! grep -q 'http-equiv="refresh"' "$out/term/report.html" ||
+  { echo "FAIL: the stopped step $n is not logged last, or the page still refreshes"; exit 1; }
+echo "ok SIGTERM: step $n logged as the last, the report page final"
 "$titan" train "${model[@]}" --metrics "$out/straight.jsonl" --stop-after-step $((n + 5)) \
   > /dev/null
 "$titan" train "${model[@]}" --metrics "$out/resumed.jsonl" --dump-folder "$out/term" \
