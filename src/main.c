@@ -1,6 +1,5 @@
 /* titan: command-line entry point. One table of subcommands (each handler lives in the module
  * it drives), the dispatch, and the process set-up: the BLAS re-exec and MPI start-up. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,10 +147,9 @@ static void version(void) {
 /* Flushes stdout at exit: output lost to a full disk or a closed pipe (SIGPIPE ignored) must
  * not end in status 0. Returns rc, or 1 with a message when stdout failed. */
 static int stdout_status(int rc) {
-    errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
-    fprintf(stderr, "titan: error: writing standard output: %s\n",
-            errno ? strerror(errno) : "write error");
+    base_err e;
+    if (!base_flush(stdout, "standard output", &e)) return rc;
+    fprintf(stderr, "titan: error: %s\n", e.msg);
     return 1;
 }
 

@@ -384,14 +384,20 @@ int base_check_output_dir(const char *dir, base_err *err) {
     }
 }
 
-void base_escape(const char *s, char *out, size_t cap) {
+void base_escape(const char *s, size_t len, char *out, size_t cap) {
     size_t n = 0;
-    for (; *s && cap > 0 && n + 5 <= cap; s++) {
-        const unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < len && cap > 0 && n + 5 <= cap; i++) {
+        const unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c < 0x7f && c != '\\')
             out[n++] = (char)c;
         else
             n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
     }
     if (cap) out[n < cap ? n : cap - 1] = 0;
+}
+
+int base_flush(FILE *f, const char *name, base_err *err) {
+    errno = 0;
+    if (fflush(f) == 0 && !ferror(f)) return 0;
+    return base_fail(err, "writing %s: %s", name, errno ? strerror(errno) : "write error");
 }

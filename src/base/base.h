@@ -149,9 +149,13 @@ void base_dir_unlock(base_dir_lock *l);
  * max_bytes. */
 char *base_read_file(const char *path, size_t max_bytes, size_t *len, base_err *err);
 
-/* s with every byte outside printable ASCII (and '\\') written as \xNN, into out[cap]
- * (truncated to fit): untrusted input quoted in an error message. */
-void base_escape(const char *s, char *out, size_t cap);
+/* s[0, n) with every byte outside printable ASCII (and '\\', and NUL: the input may be
+ * binary) written as \xNN, into out[cap] (truncated to fit): untrusted input quoted in an
+ * error message. */
+void base_escape(const char *s, size_t n, char *out, size_t cap);
+/* Flushes f; a write that failed since the last flush (a full disk, a closed pipe with SIGPIPE
+ * ignored) fails as "writing NAME: reason". */
+int base_flush(FILE *f, const char *name, base_err *err);
 
 /* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input. */
 int base_parse_i64(const char *s, int64_t *out);

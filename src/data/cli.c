@@ -1,6 +1,5 @@
 /* data: the subcommands that drive the tokenizer and the loader (titan encode, decode,
  * tokenize, data). */
-#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,33 +23,6 @@ void data_cmd_decode_usage(FILE *f) {
     fprintf(f, "usage: titan decode --tokenizer DIR [--file F] [--skip-special]\n"
                "Token ids (whitespace-separated, from F or stdin) -> text.\n"
                "  --skip-special   leave out special tokens (<|im_end|>, ...)\n");
-}
-
-/* p[0..n) quoted for an error message into out[cap] (truncated to fit): base_escape's form
- * (bytes outside printable ASCII as \xNN), NUL bytes included (the input may be binary). */
-static void escape_bytes(const char *p, size_t n, char *out, size_t cap) {
-    size_t w = 0;
-    out[0] = 0;
-    for (size_t i = 0; i < n && w + 1 < cap;) {
-        char chunk[33], part[4 * sizeof chunk]; /* base_escape reads a C string: NUL-free pieces */
-        size_t k = 0;
-        while (i + k < n && k + 1 < sizeof chunk && p[i + k]) k++;
-        memcpy(chunk, p + i, k);
-        chunk[k] = 0;
-        base_escape(chunk, part, sizeof part);
-        i += k;
-        const int nul = i < n && !p[i];
-        i += (size_t)nul;
-        const int m = snprintf(out + w, cap - w, "%s%s", part, nul ? "\\x00" : "");
-        w = m < 0 || (size_t)m >= cap - w ? cap - 1 : w + (size_t)m;
-    }
-}
-
-/* Flushes stdout; a failed write (a full disk, a closed pipe) fails naming it. */
-static int flush_stdout(base_err *err) {
-    errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
-    return base_fail(err, "writing standard output: %s", errno ? strerror(errno) : "write error");
 }
 
 /* titan encode / decode: the tokenizer on the command line (ids space-separated, one line). */
@@ -108,7 +80,7 @@ static int codec(int argc, char **argv, int encode, base_err *err) {
         rc = data_tok_encode(tok, in, len, &ids, err);
         for (size_t i = 0; !rc && i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
         if (!rc) printf("\n");
-        if (!rc) rc = flush_stdout(err);
+        if (!rc) rc = base_flush(stdout, "standard output", err);
         data_tok_ids_free(&ids);
     } else if (!rc) {
         data_tok_ids ids = {0};
@@ -122,7 +94,7 @@ static int codec(int argc, char **argv, int encode, base_err *err) {
             int64_t v;
             if (q - p >= (ptrdiff_t)sizeof word) {
                 char shown[4 * 20 + 1];
-                escape_bytes(p, 20, shown, sizeof shown);
+                base_escape(p, 20, shown, sizeof shown);
                 rc = base_fail(err, "%s: token id '%s...' (byte %td) is too long",
                                file ? file : "stdin", shown, p - in);
                 break;
@@ -133,7 +105,7 @@ static int codec(int argc, char **argv, int encode, base_err *err) {
             if (memchr(word, 0, (size_t)(q - p)) || base_parse_i64(word, &v) || v < 0 ||
                 v > INT32_MAX) {
                 char shown[4 * sizeof word]; /* the input may be binary: never echo raw bytes */
-                escape_bytes(p, (size_t)(q - p), shown, sizeof shown);
+                base_escape(p, (size_t)(q - p), shown, sizeof shown);
                 rc = base_fail(err, "%s: '%s' (byte %td) is not a token id", file ? file : "stdin",
                                shown, p - in);
                 break;
@@ -155,7 +127,7 @@ static int codec(int argc, char **argv, int encode, base_err *err) {
         size_t tlen = 0;
         if (!rc) rc = data_tok_decode(tok, ids.ids, ids.n, skip_special, &text, &tlen, err);
         if (!rc) fwrite(text, 1, tlen, stdout);
-        if (!rc) rc = flush_stdout(err);
+        if (!rc) rc = base_flush(stdout, "standard output", err);
         free(text);
         data_tok_ids_free(&ids);
     }

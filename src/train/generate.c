@@ -1,5 +1,4 @@
 /* train: loading a model for inference, the generation loop and the streaming text output. */
-#include <errno.h>
 #include <jansson.h>
 #include <omp.h>
 #include <stdint.h>
@@ -64,11 +63,12 @@ static int tokenizer_hash(const char *dir, uint64_t *h) {
 }
 
 int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, size_t n,
-                             base_err *err) {
+                             int *is_ckpt, base_err *err) {
     if (!*tok_dir && base_has_file(path, "tokenizer.json")) *tok_dir = path;
     ckpt_source src;
     base_err ignore; /* not a model: train_load_model says why */
-    if (ckpt_source_open(&src, path, &ignore) || src.kind != CKPT_SRC_STEP) return 0;
+    *is_ckpt = ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_STEP;
+    if (!*is_ckpt) return 0;
     char *tj = NULL, where[4200];
     int world = 0;
     if (ckpt_step_read_meta(src.folder, src.step, &tj, &world, err)) return -1;
@@ -139,17 +139,13 @@ static int utf8_complete(const unsigned char *b, int n) {
     return n;
 }
 
-/* Flushes ts->out; a failed write since the last flush (a full disk, a closed pipe with
- * SIGPIPE ignored) fails naming the output, so generation stops at the first lost token. */
+/* Flushes ts->out after each token: a failed write (a full disk, a closed pipe with SIGPIPE
+ * ignored) stops generation at the first lost token. */
 static int stream_flush(train_text_stream *ts, base_err *err) {
-    if (fflush(ts->out) == 0 && !ferror(ts->out)) return 0;
-    const int e = errno;
-    return base_fail(err, "writing %s: %s", ts->out == stdout ? "standard output" : "the output",
-                     e ? strerror(e) : "write error");
+    return base_flush(ts->out, ts->out == stdout ? "standard output" : "the output", err);
 }
 
 int train_stream_token(train_text_stream *ts, int32_t id, base_err *err) {
-    errno = 0;
     if (!ts->tok) {
         if (ts->as_ids)
             fprintf(ts->out, "%d ", id);
@@ -367,13 +363,6 @@ static int prompt_ids(data_tok *tok, const char *text, size_t len, int V, data_t
     return 0;
 }
 
-/* 1 when path is a training checkpoint (a step folder, or a folder of them) */
-static int is_checkpoint(const char *path) {
-    ckpt_source src;
-    base_err ignore; /* not a model: train_load_model has said why */
-    return ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_STEP;
-}
-
 /* titan generate: prompt -> streamed continuation. */
 int train_cmd_generate(int argc, char **argv, base_err *err) {
     model_args a;
@@ -469,7 +458,8 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     base_log_all_to_stderr(1); /* stdout is the generated text */
 
     char rec_tok[4096]; /* the tokenizer a training checkpoint records */
-    if (train_generate_tokenizer(path, &tok_dir, rec_tok, sizeof rec_tok, err)) return -1;
+    int is_ckpt;
+    if (train_generate_tokenizer(path, &tok_dir, rec_tok, sizeof rec_tok, &is_ckpt, err)) return -1;
     if (bytes && tok_dir)
         return base_fail(err, "generate: --bytes, but %s comes with the tokenizer %s: drop --bytes",
                          path, tok_dir);
@@ -496,7 +486,7 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
      * records byte training (train_generate_tokenizer has checked what it records) or --bytes;
      * any other model without a tokenizer would print its ids >= 256 as '?': refused, as a
      * checkpoint that records no tokenizer is. */
-    if (!tok && !bytes && m.args.vocab_size != 256 && !is_checkpoint(path)) {
+    if (!tok && !bytes && m.args.vocab_size != 256 && !is_ckpt) {
         base_fail(err,
                   "%s has no tokenizer.json and its vocabulary is %d, not 256 (bytes): pass "
                   "--tokenizer DIR (or --bytes for a byte-level model)",

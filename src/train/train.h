@@ -419,9 +419,10 @@ int train_load_model(model *m, const char *path, const model_args *fallback, ops
  * path (copied into buf[n]) when its tokenizer.json still has the recorded FNV-1a 64 hash;
  * a missing or changed one, a --tokenizer other than the recorded one, or a tokenizer for a
  * model trained on bytes is refused by name, as is no tokenizer for a checkpoint that records
- * none and whose vocabulary is not 256 (bytes). Other sources are left as they are. */
+ * none and whose vocabulary is not 256 (bytes). Other sources are left as they are.
+ * *is_ckpt: whether path is a training checkpoint (these rules applied). */
 int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, size_t n,
-                             base_err *err);
+                             int *is_ckpt, base_err *err);
 
 /* Decoded text to a FILE as tokens arrive: with a tokenizer, each token's bytes are appended
  * and only complete UTF-8 characters are written (a token may end inside a character; an
