@@ -126,7 +126,8 @@ void train_config_usage(FILE *f) {
         if (g_aliases[i].kind == ALIAS_SET)
             fprintf(f, "  %-20s --model.KEY V\n", "--set KEY=V");
         else if (g_aliases[i].kind == ALIAS_GRAD_ACCUM)
-            fprintf(f, "  %-20s --training.global_batch_size (V x local_batch_size)\n", lhs);
+            fprintf(f, "  %-20s --training.global_batch_size (V x local_batch_size x dp ranks)\n",
+                    lhs);
         else {
             fprintf(f, "  %-20s", lhs);
             for (int j = i; j < N_ALIASES && !strcmp(g_aliases[j].flag, g_aliases[i].flag); j++)
