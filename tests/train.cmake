@@ -4,7 +4,9 @@ add_test(NAME train_determinism
           ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
 set_tests_properties(train_determinism PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
-# `titan train --out` writes a Hugging Face folder that transformers loads cleanly.
+# `titan train --out` writes a Hugging Face folder that transformers loads cleanly. Each run
+# has its own dump folder: the two run at once, and one folder's config.toml and report page
+# would be two runs' (the run lock refuses the second).
 foreach(tie 0 1)
   set(dir ${CMAKE_BINARY_DIR}/export_tie${tie})
   add_test(NAME train_export_tie${tie}
@@ -12,7 +14,7 @@ foreach(tie 0 1)
             --set n_heads=4 --set n_kv_heads=2 --set head_dim=32 --set ffn_dim=128
             --set tie_embeddings=${tie} --data ${TITAN_SHARED}/data/tinyshakespeare/input.txt
             --steps 30 --batch 4 --seq-len 64 --lr 3e-3 --warmup 5 --peak-tflops 1
-            --log-freq 10 --metrics ${dir}/metrics.jsonl --out ${dir})
+            --log-freq 10 --dump-folder ${dir}_run --metrics ${dir}/metrics.jsonl --out ${dir})
   set_tests_properties(train_export_tie${tie} PROPERTIES FIXTURES_SETUP export_tie${tie}
                        ENVIRONMENT "OMP_NUM_THREADS=2")
   add_test(NAME hf_loads_export_tie${tie}

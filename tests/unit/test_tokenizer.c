@@ -97,32 +97,38 @@ static void check_invalid_utf8(data_tok *t) {
         data_tok_ids_free(&v);
     }
     /* long runs: one huge pre-token / whitespace run must stay near-linear (heap BPE): the
-     * CPU time of 1 MiB against 256 KiB (a quadratic merge loop gives 16x; linear or n log n
-     * about 4-5x). CPU time and a ratio, so a busy machine does not fail it. */
+     * CPU time of 1 MiB against 256 KiB (a quadratic merge loop gives 16x, and 256 KiB of 'x'
+     * alone seconds; linear or n log n about 4-5x). This thread's CPU time, the best of 3, and
+     * a 0.2 s floor: the process's clock also counts OpenMP workers spinning, and one page
+     * fault burst or preemption on a busy machine must not fail it. */
     size_t big = 1 << 20;
     char *long_text = malloc(big);
     const char fill[3] = {'x', ' ', '7'};
     for (int k = 0; k < 3 && long_text; k++) {
-        double cpu[2];
-        for (int s = 0; s < 2; s++) {
-            const size_t n = s ? big : big / 4;
-            memset(long_text, fill[k], n);
-            data_tok_ids v = {0};
-            struct timespec a, b;
-            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
-            int rc = data_tok_encode(t, long_text, n, &v, &err);
-            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
-            cpu[s] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-            CHECK(rc == 0, "%zu bytes of '%c': %s", n, fill[k], err.msg);
-            char *out = NULL;
-            size_t ol = 0;
-            if (rc == 0)
-                CHECK(data_tok_decode(t, v.ids, v.n, 0, &out, &ol, &err) == 0,
-                      "decode %zu bytes of '%c': %s", n, fill[k], err.msg);
-            free(out);
-            data_tok_ids_free(&v);
-        }
-        CHECK(cpu[1] < 10.0 * cpu[0] + 0.05 && cpu[1] < 60.0,
+        double cpu[2] = {1e30, 1e30};
+        for (int s = 0; s < 2; s++)
+            for (int rep = 0; rep < 3; rep++) {
+                const size_t n = s ? big : big / 4;
+                memset(long_text, fill[k], n);
+                data_tok_ids v = {0};
+                struct timespec a, b;
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+                int rc = data_tok_encode(t, long_text, n, &v, &err);
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+                const double sec =
+                    (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+                if (sec < cpu[s]) cpu[s] = sec;
+                CHECK(rc == 0, "%zu bytes of '%c': %s", n, fill[k], err.msg);
+                char *out = NULL;
+                size_t ol = 0;
+                if (rc == 0 && rep == 0)
+                    CHECK(data_tok_decode(t, v.ids, v.n, 0, &out, &ol, &err) == 0,
+                          "decode %zu bytes of '%c': %s", n, fill[k], err.msg);
+                free(out);
+                data_tok_ids_free(&v);
+                if (rc != 0 || cpu[s] > 20.0) break; /* failed, or quadratic: no repeats */
+            }
+        CHECK(cpu[1] < 10.0 * cpu[0] + 0.2 && cpu[1] < 60.0,
               "1 MiB of '%c': %.2f s CPU, 256 KiB %.2f s (not near-linear)", fill[k], cpu[1],
               cpu[0]);
     }
