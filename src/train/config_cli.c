@@ -187,14 +187,19 @@ static int apply_alias(train_config *c, const char *flag, const char *arg, int64
             if (!eq || eq == v || (size_t)(eq - v) > 64)
                 return base_fail(err, "command line (--set): wants KEY=VALUE, got '%.100s'", v);
             snprintf(name, sizeof name, "model.%.*s", (int)(eq - v), v);
-            if (train_config_set(c, name, eq + 1, flag, err)) return -1;
+            /* the field's origin is kept with the config: "--set KEY=VALUE" in its pool */
+            const size_t wn = strlen(v) + 8;
+            char *where = pool_keep(c, malloc(wn));
+            if (!where) return base_fail(err, "out of memory");
+            snprintf(where, wn, "--set %s", v);
+            if (train_config_set(c, name, eq + 1, where, err)) return -1;
         } else if (g_aliases[i].kind == ALIAS_GRAD_ACCUM) {
             if (base_parse_i64(v, grad_accum) || *grad_accum < 1 || *grad_accum > BIG)
                 return base_fail(err,
                                  "command line (--grad-accum): '%.100s' is not an integer in [1, "
                                  "%lld]",
                                  v, (long long)BIG);
-        } else if (train_config_set(c, g_aliases[i].field, v, flag, err)) {
+        } else if (train_config_set(c, g_aliases[i].field, v, g_aliases[i].flag, err)) {
             return -1;
         }
     }

@@ -332,7 +332,8 @@ int train_config_load_file(train_config *c, const char *path, base_err *err);
 int train_config_load_text(train_config *c, const char *text, size_t len, const char *name,
                            base_err *err);
 /* One override: name "section.key", value as on a command line (NULL = a bare boolean flag;
- * "none" unsets an optional number); `where` names it in errors. */
+ * "none" unsets an optional number); `where` names it in errors and is kept as the field's
+ * origin, so it must live as long as c (argv, a literal, or a string in c's pool). */
 int train_config_set(train_config *c, const char *name, const char *value, const char *where,
                      base_err *err);
 /* argv[first..argc-1] of `titan train`: --config FILE (applied first, wherever it is), then

@@ -34,6 +34,14 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 "$titan" train --flavor debugmodel --grad-accum 99999999999 > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "grad-accum): '99999999999' is not an integer in \[1, 1073741824\]" "$out/o" &&
   ok "--grad-accum past its range names the range" || bad "--grad-accum range message (rc $rc)"
+# an error from a --set override names that --set, whatever follows it (the origin pointed at
+# a reused stack buffer: it named the last option given, or freed memory)
+"$titan" train --flavor debugmodel --set n_heads=5 --steps 1 --random-tokens --lr 1e-3 > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "command line: --set n_heads=5 (model.n_heads): .*n_heads (5) must be a multiple" "$out/o" &&
+  ok "a --set override's error names it" || bad "--set origin (rc $rc)"
+"$titan" train --flavor debugmodel --seq-len 99999 --steps 1 --random-tokens > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "command line: --seq-len (training.seq_len): 99999 is above" "$out/o" &&
+  ok "an alias's error names it" || bad "alias origin (rc $rc)"
 # titan plan: the budget printed as given; --set goes through train's checks (seq_len within
 # max_seq_len) and is never dropped (it was, past the 64th)
 "$titan" plan --batch 2 --seq-len 128 --budget-gib 0.6 > "$out/o" 2>&1
