@@ -80,6 +80,11 @@ int train_state_check(const struct json_t *t, const char *dir, int64_t step, bas
 int train_model_check(const struct json_t *t, const model_args *run, const char *dir, int64_t step,
                       base_err *err);
 
+/* The [model] field of titan train's config that sets the model argument ARG[0, n) (titan
+ * inspect's names: n_experts -> num_experts, moe_ffn_dim -> moe_inter_dim, the rest the same),
+ * or NULL when no [model] field sets it (translate.c's table; titan plan's --set). */
+const char *train_model_override_field(const char *arg, size_t n);
+
 /* The run's hold on the folders it writes (lock.c): rank 0 locks the checkpoint folder, the
  * folders of the metrics file, the report page and config.toml (the run folder), the
  * TensorBoard folder and the export folder (each once, created

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/internal.h"
 #include "train/train.h"
 
 /* RSS of titan itself (code, BLAS, OpenMP and MPI libraries, thread stacks), measured with a
@@ -411,19 +412,6 @@ void train_cmd_plan_usage(FILE *f) {
             "  --budget-gib G     say whether the total fits G GiB per rank\n");
 }
 
-/* The titan train model field a model argument KEY[0, n) is, or NULL (inspect's names,
- * model_args_set; train's config says num_experts and moe_inter_dim). */
-static const char *plan_train_field(const char *key, size_t n) {
-    static const char *const same[] = {"dim",        "n_layers",       "n_heads",    "n_kv_heads",
-                                       "head_dim",   "ffn_dim",        "vocab_size", "max_seq_len",
-                                       "rope_theta", "tie_embeddings", "norm_eps",   "top_k"};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (strlen(same[i]) == n && !strncmp(key, same[i], n)) return same[i];
-    if (n == 9 && !strncmp(key, "n_experts", n)) return "num_experts";
-    if (n == 11 && !strncmp(key, "moe_ffn_dim", n)) return "moe_inter_dim";
-    return NULL;
-}
-
 /* titan plan: memory and traffic of a config on N ranks (train/plan.c). */
 int train_cmd_plan(int argc, char **argv, base_err *err) {
     int world = 1;
@@ -472,7 +460,7 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
                 hf = v;
             } else {
                 const char *eq = strchr(v, '=');
-                const char *field = eq ? plan_train_field(v, (size_t)(eq - v)) : NULL;
+                const char *field = eq ? train_model_override_field(v, (size_t)(eq - v)) : NULL;
                 char *opt = field ? malloc(strlen(field) + strlen(eq) + 16) : NULL;
                 if (opt) {
                     sprintf(opt, "--model.%s%s", field, eq);

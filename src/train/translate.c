@@ -2,6 +2,7 @@
  * (titan train and titan plan both use it). The schema it reads is config.c's. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,39 +78,76 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     return apply_model_overrides(c, a, err);
 }
 
+/* The [model] overrides of titan train's config and the model arguments they set (titan
+ * inspect's and model_args_set's names; two differ): one table for the translation and for
+ * titan plan's --set. Each side's type comes from its member (_Generic: an int or double
+ * argument, a train_opt_int or _float field; another type does not compile), and a table
+ * whose sides disagree fails every translation. */
+static const struct {
+    const char *field, *arg;
+    size_t cfg, dst; /* offsets in train_config, model_args */
+    int cfg_real, arg_real;
+} model_overrides[] = {
+/* clang-format off */
+#define OV(f, a) {#f, #a, offsetof(train_config, model.f), offsetof(model_args, a),       \
+                  _Generic(((train_config *)0)->model.f, train_opt_int: 0, train_opt_float: 1), \
+                  _Generic(((model_args *)0)->a, int: 0, double: 1)}
+    /* clang-format on */
+    OV(dim, dim),
+    OV(n_layers, n_layers),
+    OV(n_heads, n_heads),
+    OV(n_kv_heads, n_kv_heads),
+    OV(head_dim, head_dim),
+    OV(ffn_dim, ffn_dim),
+    OV(vocab_size, vocab_size),
+    OV(max_seq_len, max_seq_len),
+    OV(tie_embeddings, tie_embeddings),
+    OV(num_experts, n_experts),
+    OV(top_k, top_k),
+    OV(moe_inter_dim, moe_ffn_dim),
+    OV(rope_theta, rope_theta),
+    OV(norm_eps, norm_eps),
+    OV(router_aux_loss_coef, router_aux_loss_coef),
+#undef OV
+};
+#define N_OVERRIDES (sizeof model_overrides / sizeof model_overrides[0])
+
+const char *train_model_override_field(const char *arg, size_t n) {
+    for (size_t i = 0; i < N_OVERRIDES; i++)
+        if (strlen(model_overrides[i].arg) == n && !strncmp(arg, model_overrides[i].arg, n))
+            return model_overrides[i].field;
+    return NULL;
+}
+
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err) {
-    const struct {
-        const char *key;
-        const train_opt_int *v;
-        int *dst;
-    } ints[] = {{"dim", &c->model.dim, &a->dim},
-                {"n_layers", &c->model.n_layers, &a->n_layers},
-                {"n_heads", &c->model.n_heads, &a->n_heads},
-                {"n_kv_heads", &c->model.n_kv_heads, &a->n_kv_heads},
-                {"head_dim", &c->model.head_dim, &a->head_dim},
-                {"ffn_dim", &c->model.ffn_dim, &a->ffn_dim},
-                {"vocab_size", &c->model.vocab_size, &a->vocab_size},
-                {"max_seq_len", &c->model.max_seq_len, &a->max_seq_len},
-                {"tie_embeddings", &c->model.tie_embeddings, &a->tie_embeddings},
-                {"num_experts", &c->model.num_experts, &a->n_experts},
-                {"top_k", &c->model.top_k, &a->top_k},
-                {"moe_inter_dim", &c->model.moe_inter_dim, &a->moe_ffn_dim}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (ints[i].v->set) *ints[i].dst = (int)ints[i].v->v;
-    if (c->model.rope_theta.set) a->rope_theta = c->model.rope_theta.v;
-    if (c->model.norm_eps.set) a->norm_eps = c->model.norm_eps.v;
-    if (c->model.router_aux_loss_coef.set)
-        a->router_aux_loss_coef = c->model.router_aux_loss_coef.v;
+    const char *cb = (const char *)c;
+    char *ab = (char *)a;
+    for (size_t i = 0; i < N_OVERRIDES; i++) {
+        const size_t co = model_overrides[i].cfg, ao = model_overrides[i].dst;
+        if (model_overrides[i].cfg_real != model_overrides[i].arg_real)
+            return base_fail(
+                err, "internal: model.%s is a %s, the model argument %s a %s",
+                model_overrides[i].field, model_overrides[i].cfg_real ? "float" : "integer",
+                model_overrides[i].arg, model_overrides[i].arg_real ? "double" : "int");
+        if (model_overrides[i].cfg_real) {
+            const train_opt_float *v = (const train_opt_float *)(cb + co);
+            if (v->set) *(double *)(ab + ao) = v->v;
+        } else {
+            const train_opt_int *v = (const train_opt_int *)(cb + co);
+            if (v->set) *(int *)(ab + ao) = (int)v->v;
+        }
+    }
     if (model_args_validate(a, err)) {
-        /* Blame the first override the message names, else the flavor. */
+        /* Blame the first override whose argument the message names, else the flavor. */
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         const char *key = "flavor";
-        for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !strcmp(key, "flavor"); i++)
-            if (ints[i].v->set && strstr(msg, ints[i].key == ints[9].key    ? "n_experts"
-                                              : ints[i].key == ints[11].key ? "moe_ffn_dim"
-                                                                            : ints[i].key))
-                key = ints[i].key;
+        for (size_t i = 0; i < N_OVERRIDES && !strcmp(key, "flavor"); i++) {
+            const int set = model_overrides[i].cfg_real
+                                ? ((const train_opt_float *)(cb + model_overrides[i].cfg))->set
+                                : ((const train_opt_int *)(cb + model_overrides[i].cfg))->set;
+            if (set && strstr(msg, model_overrides[i].arg)) key = model_overrides[i].field;
+        }
         return fail_field(c, "model", key, err, "%s with the [model] overrides: %s",
                           c->model.flavor, msg);
     }
