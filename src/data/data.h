@@ -190,7 +190,8 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs, int64_t *n_toke
  * seq_len + 1 tokens (input = window[:-1], labels = window[1:]; windows cross document
  * boundaries); a batch is `batch` consecutive windows. When the dataset is exhausted it
  * restarts from document 0 (epoch + 1, logged once per restart), keeping the partial
- * window; a non-infinite loader (validation) ends instead, dropping the partial batch. */
+ * window; a non-infinite loader (validation) ends instead, dropping the partial window (and
+ * the partial batch, unless partial_last). */
 typedef struct {
     const char *path;
     data_format format;
@@ -200,6 +201,11 @@ typedef struct {
     int seq_len, batch;
     int dp_rank, dp_size; /* dp_size 0 = 1 */
     int infinite;
+    /* a non-infinite loader's last batch may hold fewer than `batch` whole windows (as
+     * torchtitan's validation loader, drop_last False): data_loader_next returns it with the
+     * missing rows' inputs 0 and labels pad_label (validation passes OPS_IGNORE_INDEX) */
+    int partial_last;
+    int32_t pad_label;
 } data_loader_cfg;
 
 /* Where the next window starts: everything needed to resume exactly. Restoring re-reads

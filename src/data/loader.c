@@ -297,15 +297,27 @@ void data_loader_free(data_loader *l) {
 
 int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err) {
     const int T = l->cfg.seq_len;
-    const size_t need = (size_t)l->cfg.batch * (size_t)(T + 1);
+    size_t need = (size_t)l->cfg.batch * (size_t)(T + 1);
     while (l->len - l->head < need) {
         int rc = read_doc(l, err);
-        if (rc <= 0) return rc;
+        if (rc < 0) return rc;
+        if (rc > 0) continue;
+        /* the end: the whole windows left make a short last batch, where allowed */
+        const size_t whole = (l->len - l->head) / (size_t)(T + 1);
+        if (l->cfg.infinite || !l->cfg.partial_last || whole == 0) return 0;
+        need = whole * (size_t)(T + 1);
     }
+    const int rows = (int)(need / (size_t)(T + 1));
     for (int b = 0; b < l->cfg.batch; b++) {
+        int32_t *in = inputs + (size_t)b * T, *lab = labels + (size_t)b * T;
+        if (b >= rows) {
+            memset(in, 0, (size_t)T * sizeof *in);
+            for (int t = 0; t < T; t++) lab[t] = l->cfg.pad_label;
+            continue;
+        }
         const int32_t *w = l->buf + l->head + (size_t)b * (T + 1);
-        memcpy(inputs + (size_t)b * T, w, (size_t)T * sizeof *w);
-        memcpy(labels + (size_t)b * T, w + 1, (size_t)T * sizeof *w);
+        memcpy(in, w, (size_t)T * sizeof *w);
+        memcpy(lab, w + 1, (size_t)T * sizeof *w);
     }
     consume(l, (int64_t)need);
     /* said once, after the first batch of a pass read from document 0 that came from empty

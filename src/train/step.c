@@ -33,9 +33,13 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
                          .seq_len = o->val.seq_len,
                          .batch = o->val.batch,
                          .dp_size = 1,
-                         .infinite = 0};
+                         .infinite = 0,
+                         .partial_last = 1,
+                         .pad_label = OPS_IGNORE_INDEX};
     /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
-     * gathers whatever the documents' split. */
+     * gathers whatever the documents' split. The last batch may be short (torchtitan's
+     * validation loader keeps it): its missing rows carry ignored labels, so the loss is the
+     * token mean over every whole window of the set (or of validation.steps batches). */
     model *m = ev ? ev : train;
     if (ev) {
         dist_fsdp_gather_all(f);
@@ -59,8 +63,8 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
         valid += v;
     }
     if (!rc && valid == 0)
-        rc = base_fail(err, "%s: validation data is shorter than one batch of %d x %d tokens",
-                       o->val.path, c.batch, c.seq_len + 1);
+        rc = base_fail(err, "%s: validation data is shorter than one window of %d tokens",
+                       o->val.path, c.seq_len + 1);
     data_loader_free(l);
     base_free(x);
     base_free(y);

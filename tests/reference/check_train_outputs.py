@@ -34,9 +34,10 @@ by_step = {r["step"]: r for r in rows}
 # the JSONL keeps every figure to the double (%.17g): during the linear warmup lr is
 # proportional to the step, lr(s) / lr(1) = s to ~1 ulp (it was written to 9 digits: ~1e-9)
 lr1 = by_step[1]["lr"]
-ratio_err = max(abs(by_step[s]["lr"] / lr1 - s) / s for s in (2, 3) if s in by_step)
-check(ratio_err < 1e-14, "lr in metrics.jsonl to full precision (warmup ratios off by %.1e)"
-      % ratio_err)
+if steps >= 3:
+    ratio_err = max(abs(by_step[s]["lr"] / lr1 - s) / s for s in (2, 3) if s in by_step)
+    check(ratio_err < 1e-14, "lr in metrics.jsonl to full precision (warmup ratios off by %.1e)"
+          % ratio_err)
 runs = os.listdir(os.path.join(dump, "tb"))
 check(len(runs) == 1 and len(runs[0]) == 13 and runs[0][8] == "-", "one TensorBoard run folder %s" % runs)
 acc = EventAccumulator(os.path.join(dump, "tb", runs[0]), size_guidance={"scalars": 0})
@@ -69,7 +70,8 @@ check(len(pev) == len(vev) and all(abs(p.value - math.exp(v.value)) <= 1e-6 * p.
 
 # The last validation loss against transformers on the exported weights.
 data = open(val_file, "rb").read()
-n_windows = (len(data) // (T + 1)) // B * B
+# every whole window: the last batch may be short (torchtitan's validation loader keeps it)
+n_windows = len(data) // (T + 1)
 if vsteps > 0:
     n_windows = min(n_windows, vsteps * B)
 w = torch.tensor([list(data[i * (T + 1):(i + 1) * (T + 1)]) for i in range(n_windows)])
