@@ -18,6 +18,7 @@ struct train_metrics {
     int lead;      /* writes the console (rank 0) */
     int tty;       /* a progress line on terminals */
     int world;     /* ranks in the run (comm figures when > 1) */
+    int non_dp;    /* ranks sharing one data-parallel rank's tokens (tp): tokens/s per rank */
     int aux_on;    /* MoE aux loss in the step's loss */
     int last;      /* the run's last step */
     int64_t start; /* the step resumed after (0: a fresh run) */
@@ -158,6 +159,7 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
     t->o = o;
     t->lead = mesh->rank == 0;
     t->world = mesh->world;
+    t->non_dp = mesh->tp; /* torchtitan's non_data_parallel_size (cp and pp are 1 here) */
     t->tty = mesh->world == 1 && isatty(STDOUT_FILENO);
     t->aux_on = aux_on;
     t->start = start;
@@ -260,7 +262,9 @@ struct train_report_run *train_metrics_report(train_metrics *t) {
 int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const model *m,
                            base_err *err) {
     const train_opts *o = t->o;
-    const double tps = (double)s->ntokens / s->step_s, mfu = 100.0 * t->fpt * tps / t->peak;
+    /* per rank: a tensor-parallel group's ranks share its tokens (and FLOPs) */
+    const double tps = (double)s->ntokens / s->step_s / t->non_dp,
+                 mfu = 100.0 * t->fpt * tps / t->peak;
     if (t->lead && mfu > 100.0 && !t->mfu_warned) { /* the peak was measured while busy */
         t->mfu_warned = 1;
         if (o->peak_flops > 0)
@@ -290,13 +294,13 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
     const int val = isfinite(s->val_loss);
     double win[7] = {0};
     if (log_now) {
-        win[0] = (double)t->w_tokens / t->w_step_s; /* tps */
-        win[1] = t->fpt * win[0] / 1e12;            /* tflops */
-        win[2] = 100.0 * t->fpt * win[0] / t->peak; /* mfu (%) */
-        win[3] = t->w_data_s / t->w_steps;          /* data loading (s per step) */
-        win[4] = 100.0 * t->w_data_s / t->w_step_s; /* data loading (%) */
-        win[5] = t->w_step_s / t->w_steps;          /* end to end (s per step) */
-        win[6] = t->w_rss / gib;                    /* max active (GiB) */
+        win[0] = (double)t->w_tokens / t->w_step_s / t->non_dp; /* tps (per rank) */
+        win[1] = t->fpt * win[0] / 1e12;                        /* tflops */
+        win[2] = 100.0 * t->fpt * win[0] / t->peak;             /* mfu (%) */
+        win[3] = t->w_data_s / t->w_steps;                      /* data loading (s per step) */
+        win[4] = 100.0 * t->w_data_s / t->w_step_s;             /* data loading (%) */
+        win[5] = t->w_step_s / t->w_steps;                      /* end to end (s per step) */
+        win[6] = t->w_rss / gib;                                /* max active (GiB) */
     }
     const double val_tps = val && s->val_s > 0 ? s->val_tokens / s->val_s : 0.0;
     char ts[64];

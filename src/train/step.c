@@ -143,11 +143,11 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     double norm;
     const float clip = optim_clip_coef(sumsq, o->max_norm, &norm); /* applied by the step */
     const double lr = o->adamw.lr * optim_lr_factor(&j->lr, step - 1 + j->lr_base);
-    if (m->balance == MODEL_BALANCE_BIAS) { /* expert bias from all ranks' token counts */
+    if (m->moe_counts) /* the step's tokens per expert on all ranks: the bias update and the
+                        * logged expert load count the global batch in every balance mode */
         dist_allreduce_i64(mesh->dp_comm, m->moe_counts,
                            (size_t)m->args.n_layers * m->args.n_experts);
-        model_moe_update_bias(m, NULL);
-    }
+    if (m->balance == MODEL_BALANCE_BIAS) model_moe_update_bias(m, NULL);
     const double t_opt = base_now();
     optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr, &j->c16); /* n 0: no copy */
     if (j->c16.n) {

@@ -401,13 +401,14 @@ static int run_finish(run *r, base_err *err) {
     const dist_mesh *mesh = &r->mesh;
     dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     if (train_saver_finish(r->saver, err)) return -1;
-    const double tps = r->t_total > 0 ? r->tokens_total / r->t_total : 0;
+    /* tokens_total: one data-parallel rank's; its tp ranks share them (tokens/s per rank) */
+    const double tps = r->t_total > 0 ? r->tokens_total / r->t_total / mesh->tp : 0;
     const double mfu = 100.0 * r->fpt * tps / r->peak, rss = (double)base_peak_rss() / (1 << 30);
     if (mesh->world > 1) {
         const double n = ntok_per_step(o), t = (double)r->tokens_total;
         printf("summary: steps=%d tokens_per_s=%.2f tokens_per_s_per_rank=%.2f mfu=%.2f "
                "peak_rss_gib=%.3f comm_s_per_step=%.4f step_s=%.4f ranks=%d\n",
-               r->last, tps * mesh->dp_size, tps, mfu, rss, t ? r->comm_total * n / t : 0,
+               r->last, tps * mesh->world, tps, mfu, rss, t ? r->comm_total * n / t : 0,
                t ? r->t_total * n / t : 0, mesh->world);
     } else {
         printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", r->last, tps,
