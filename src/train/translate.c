@@ -1,5 +1,6 @@
 /* train: whole-config checks and the one translation of a job config into train_opts
  * (titan train and titan plan both use it). The schema it reads is config.c's. */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -207,6 +208,14 @@ int train_config_validate(const train_config *c, base_err *err) {
                           (long long)c->model.top_k.v, (long long)c->model.num_experts.v);
     model_args a; /* a config.json is read by the translation, which checks the model then */
     if (!model_from_file(c) && (resolve_model(c, &a, err) || check_model(c, &a, err))) return -1;
+    /* torchtitan strips it first: "" would join to the dump folder itself, " " to a folder
+     * named by a space */
+    const char *cf = c->checkpoint.folder;
+    while (isspace((unsigned char)*cf)) cf++;
+    if (!*cf)
+        return fail_field(c, "checkpoint", "folder", err,
+                          "cannot be empty (a folder under job.dump_folder, or an absolute "
+                          "path)");
     if (c->checkpoint.initial_load_in_hf && !c->checkpoint.initial_load_model_only)
         return fail_field(c, "checkpoint", "initial_load_in_hf", err,
                           "needs checkpoint.initial_load_model_only = true");

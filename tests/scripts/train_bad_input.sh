@@ -36,6 +36,11 @@ expect "global batch that does not divide" "global_batch_size: 3 is not a multip
 expect "checkpoint folder under a regular file" \
   "checkpoint.folder: .*/t.txt/run/checkpoint: cannot be created: .*/t.txt is not a folder" \
   --checkpoint.enable --dump-folder "$out/t.txt/run"
+# torchtitan strips it before its "cannot be empty" ("" said "out of memory", " " was a folder)
+expect "empty checkpoint folder" "checkpoint.folder: cannot be empty" \
+  --checkpoint.enable --checkpoint.folder ""
+expect "whitespace-only checkpoint folder" "checkpoint.folder: cannot be empty" \
+  --checkpoint.enable --checkpoint.folder " "
 expect "TensorBoard folder under a regular file" "metrics.save_tb_folder: .*t.txt is not a folder" \
   --metrics.enable_tensorboard --metrics.save_tb_folder "$out/t.txt/tb"
 expect "metrics file under a regular file" "metrics.save_jsonl_file: .*t.txt is not a folder" \
