@@ -89,6 +89,12 @@ add_test(NAME train_stop_signal
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/stop_signal.sh $<TARGET_FILE:titan>)
 set_tests_properties(train_stop_signal PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 
+# Saves after a load_step rewind among an earlier run's newer steps: a last_save_in_hf export
+# replaces the old step-N whole and atomically; keep_latest_k never prunes the step just saved.
+add_test(NAME checkpoint_rewind
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_rewind.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
+set_tests_properties(checkpoint_rewind PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
+
 # Out-of-range trainer state in a checkpoint (negative adam_step, ...) is refused by name.
 add_test(NAME checkpoint_meta_bounds
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>)

@@ -351,8 +351,8 @@ typedef struct {
 /* Save, in three parts so many ranks can share it: rank 0 creates step-N.tmp/ (removing one
  * left by a crash); every rank writes its shard; after all shards are written (a barrier
  * when distributed), rank 0 commits: metadata.json with train_json (a JSON object), fsync,
- * rename to step-N, then deletes all but the newest keep_latest_k complete checkpoints
- * (0 = keep all; deleted folders are renamed to step-N.deleting first). Removal never
+ * rename to step-N (ckpt_step_place), then deletes all but the newest keep_latest_k complete
+ * checkpoints (0 = keep all; deleted folders are renamed to step-N.deleting first). Removal never
  * follows a link: only real step-N folders holding a real metadata.json are pruned (a link
  * named step-N may be resumed from, and is only ever unlinked when the same step is saved
  * again), and a link inside a removed folder is unlinked, not entered. */
@@ -361,6 +361,12 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
                           int n, base_err *err);
 int ckpt_step_commit(const char *folder, int64_t step, int world, const char *train_json,
                      int keep_latest_k, base_err *err);
+/* Puts folder/step-N.tmp (complete, its files fsynced) in place as step-N: fsyncs it, moves an
+ * older step-N aside to step-N.old (ckpt_step_cleanup puts it back should the process die
+ * before the next rename), renames, fsyncs folder and removes the old one, so step-N is
+ * always the old folder or the new one whole. Every save ends with it, a checkpoint's and
+ * titan train's checkpoint.last_save_in_hf export. */
+int ckpt_step_place(const char *folder, int64_t step, base_err *err);
 int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err);
 /* Finishes what a killed run left in folder (rank 0, before the run's first save, with the
  * folder locked): step-N.deleting (a prune) and step-N.tmp (a save) are removed, step-N.old

@@ -129,9 +129,8 @@ done:
 
 int ckpt_step_commit(const char *folder, int64_t step, int world, const char *train_json,
                      int keep_latest_k, base_err *err) {
-    char tmp[4096], fin[4096], path[4200], old[4200];
+    char tmp[4096], path[4200];
     step_dir(tmp, sizeof tmp, folder, step, ".tmp");
-    step_dir(fin, sizeof fin, folder, step, "");
     json_error_t je;
     json_t *train = json_loads(train_json ? train_json : "{}", 0, &je);
     if (!train || !json_is_object(train)) {
@@ -157,7 +156,16 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
     snprintf(path, sizeof path, "%s/%s", tmp, STEP_META);
     const int wrote = ckpt_write_bytes(path, text, strlen(text), err);
     free(text);
-    if (wrote || fsync_path(tmp, err)) return -1;
+    if (wrote) return -1;
+    if (ckpt_step_place(folder, step, err)) return -1;
+    return keep_latest_k > 0 ? ckpt_step_prune(folder, keep_latest_k, err) : 0;
+}
+
+int ckpt_step_place(const char *folder, int64_t step, base_err *err) {
+    char tmp[4096], fin[4096], old[4200];
+    step_dir(tmp, sizeof tmp, folder, step, ".tmp");
+    step_dir(fin, sizeof fin, folder, step, "");
+    if (fsync_path(tmp, err)) return -1;
     /* an older step-N (same step saved again) is moved aside first: rename needs an empty or
      * absent target, and step-N must never be missing while a good one exists. A link named
      * step-N is moved aside and unlinked like a folder; its target is never touched. */
@@ -176,7 +184,7 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
     base_err why; /* the new step is in place: a leftover is not a failed save */
     if (had_old && base_remove_tree(old, &why))
         base_log(BASE_LOG_WARN, "checkpoint: %s (retried at the next start)", why.msg);
-    return keep_latest_k > 0 ? ckpt_step_prune(folder, keep_latest_k, err) : 0;
+    return 0;
 }
 
 /* The N of a name "step-N<suffix>" (N: decimal digits, no sign, fits in int64), or -1. */
@@ -304,8 +312,10 @@ int ckpt_step_cleanup(const char *folder, base_err *err) {
         snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
         step_dir(fin, sizeof fin, folder, step_of(e->d_name, kinds[k]), "");
         struct stat st;
-        /* .old: a re-save killed between its two renames; the old step-N goes back */
-        if (k == 1 && lstat(fin, &st) != 0 && is_real(folder, e->d_name, STEP_META)) {
+        /* .old: a re-save killed between its two renames; the old step-N (a checkpoint, or
+         * a last_save_in_hf export: config.json) goes back */
+        if (k == 1 && lstat(fin, &st) != 0 &&
+            (is_real(folder, e->d_name, STEP_META) || is_real(folder, e->d_name, "config.json"))) {
             if (rename(path, fin) != 0)
                 rc = base_fail(err, "%s: cannot put back as %s: %s", path, fin, strerror(errno));
             else

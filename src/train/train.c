@@ -33,11 +33,22 @@ static int sample(const model *m, const train_opts *o, const train_source *src, 
     return rc;
 }
 
-/* A Hugging Face folder of the current weights (export_dtype, tokenizer files from assets). */
-static int export_hf(const train_opts *o, const model *m, const char *dir, base_err *err) {
+/* A Hugging Face folder of the current weights (export_dtype, tokenizer files from assets) in
+ * dir, or (step >= 0: checkpoint.last_save_in_hf) in checkpoint folder dir as step-N: written
+ * as step-N.tmp and put in place as a checkpoint is (ckpt_step_place), so an older step-N (an
+ * earlier run's, before a load_step rewind) is replaced whole, never mixed with it, and a kill
+ * mid-export leaves the old step-N. */
+static int export_hf(const train_opts *o, const model *m, const char *dir, int step,
+                     base_err *err) {
     const ckpt_export_opts eo = {.dtype = o->export_dtype, .assets_dir = o->assets_dir};
-    if (ckpt_export_hf(m, dir, &eo, err)) return -1;
-    base_log(BASE_LOG_INFO, "exported Hugging Face model to %s (%s%s)", dir,
+    char tmp[4200], fin[4200];
+    snprintf(tmp, sizeof tmp, "%s/step-%d.tmp", dir, step);
+    snprintf(fin, sizeof fin, "%s/step-%d", dir, step);
+    if (step < 0 ? ckpt_export_hf(m, dir, &eo, err)
+                 : ckpt_step_begin(dir, step, 0, err) || ckpt_export_hf(m, tmp, &eo, err) ||
+                       ckpt_step_place(dir, step, err))
+        return -1;
+    base_log(BASE_LOG_INFO, "exported Hugging Face model to %s (%s%s)", step < 0 ? dir : fin,
              ckpt_dtype_name(eo.dtype), o->assets_dir ? ", tokenizer files" : "");
     return 0;
 }
@@ -336,11 +347,9 @@ static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     const train_opts *o = r->o;
     if (!r->saver) return 0;
     if (step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s/step-%d", r->plan.ckdir, step);
         if (train_saver_finish(r->saver, err) || run_gather_whole(r, err)) return -1;
         /* rank 0 writes them */
-        return r->lead ? export_hf(o, r->whole, dir, err) : 0;
+        return r->lead ? export_hf(o, r->whole, r->plan.ckdir, step, err) : 0;
     }
     if (step % o->ckpt.interval == 0 || step == r->last || stop_sig ||
         (step == 1 && o->ckpt.first_step)) {
@@ -415,7 +424,7 @@ static int run_finish(run *r, base_err *err) {
                mfu, rss);
     }
     if ((o->out_dir || o->sample_tokens > 0) && run_gather_whole(r, err)) return -1;
-    if (o->out_dir && r->lead && export_hf(o, r->whole, o->out_dir, err)) return -1;
+    if (o->out_dir && r->lead && export_hf(o, r->whole, o->out_dir, -1, err)) return -1;
     if (o->sample_tokens > 0 && r->lead && sample(r->whole, o, &r->src, err)) return -1;
     return 0;
 }
