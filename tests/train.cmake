@@ -95,6 +95,12 @@ add_test(NAME checkpoint_rewind
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_rewind.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
 set_tests_properties(checkpoint_rewind PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
 
+# An old step that cannot be pruned (a mount point: EBUSY) is warned about; training goes on.
+add_test(NAME checkpoint_prune_busy
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_prune_busy.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_prune_busy PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=2")
+
 # Out-of-range trainer state in a checkpoint (negative adam_step, ...) is refused by name.
 add_test(NAME checkpoint_meta_bounds
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>)

@@ -351,11 +351,11 @@ typedef struct {
 /* Save, in three parts so many ranks can share it: rank 0 creates step-N.tmp/ (removing one
  * left by a crash); every rank writes its shard; after all shards are written (a barrier
  * when distributed), rank 0 commits: metadata.json with train_json (a JSON object), fsync,
- * rename to step-N (ckpt_step_place), then deletes all but the newest keep_latest_k complete
- * checkpoints (0 = keep all; deleted folders are renamed to step-N.deleting first). Removal never
- * follows a link: only real step-N folders holding a real metadata.json are pruned (a link
- * named step-N may be resumed from, and is only ever unlinked when the same step is saved
- * again), and a link inside a removed folder is unlinked, not entered. */
+ * rename to step-N (ckpt_step_place), then prunes (ckpt_step_prune up to step N; keep_latest_k
+ * 0 keeps all). Removal never follows a link: only real step-N folders holding a real
+ * metadata.json are pruned (a link named step-N may be resumed from, and is only ever unlinked
+ * when the same step is saved again), and a link inside a removed folder is unlinked, not
+ * entered. */
 int ckpt_step_begin(const char *folder, int64_t step, int rank, base_err *err);
 int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt_step_buf *bufs,
                           int n, base_err *err);
@@ -367,12 +367,19 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
  * always the old folder or the new one whole. Every save ends with it, a checkpoint's and
  * titan train's checkpoint.last_save_in_hf export. */
 int ckpt_step_place(const char *folder, int64_t step, base_err *err);
-int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err);
+/* Deletes all but the newest keep_latest_k complete checkpoints of folder at or below step
+ * upto (the one just saved; newer ones are an earlier run's, left by a load_step rewind: not
+ * pruned, not counted). A deleted folder is renamed to step-N.deleting first. A folder that
+ * cannot be removed (EBUSY, EACCES) is kept with a warning: the save itself is complete. */
+void ckpt_step_prune(const char *folder, int keep_latest_k, int64_t upto);
 /* Finishes what a killed run left in folder (rank 0, before the run's first save, with the
  * folder locked): step-N.deleting (a prune) and step-N.tmp (a save) are removed, step-N.old
  * (a re-save) is put back as step-N when that is missing and removed otherwise; each is
  * logged. A link named step-N is reported (never pruned). Symlink-safe, as every removal. */
 int ckpt_step_cleanup(const char *folder, base_err *err);
+/* The steps of folder's complete checkpoints, ascending, in *steps (malloc'ed; NULL when
+ * *n = 0). */
+int ckpt_step_list(const char *folder, int64_t **steps, int *n);
 /* The newest complete checkpoint's step; -1 (and *step = -1) when there is none. */
 int ckpt_step_latest(const char *folder, int64_t *step);
 /* The newest step-N folder of folder that is NOT a complete titan checkpoint (no

@@ -158,7 +158,8 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
     free(text);
     if (wrote) return -1;
     if (ckpt_step_place(folder, step, err)) return -1;
-    return keep_latest_k > 0 ? ckpt_step_prune(folder, keep_latest_k, err) : 0;
+    if (keep_latest_k > 0) ckpt_step_prune(folder, keep_latest_k, step);
+    return 0;
 }
 
 int ckpt_step_place(const char *folder, int64_t step, base_err *err) {
@@ -260,6 +261,10 @@ static int newest_step(const char *folder, int foreign, int64_t *step) {
     return n ? 0 : -1;
 }
 
+int ckpt_step_list(const char *folder, int64_t **steps, int *n) {
+    return list_steps(folder, 0, 0, steps, n);
+}
+
 int ckpt_step_foreign_latest(const char *folder, int64_t *step) {
     return newest_step(folder, 1, step);
 }
@@ -268,27 +273,27 @@ int ckpt_step_latest(const char *folder, int64_t *step) {
     return newest_step(folder, 0, step);
 }
 
-int ckpt_step_prune(const char *folder, int keep_latest_k, base_err *err) {
+void ckpt_step_prune(const char *folder, int keep_latest_k, int64_t upto) {
     int64_t *s;
     int n;
     list_steps(folder, 1, 0, &s, &n);
+    while (n > 0 && s[n - 1] > upto) n--; /* an earlier run's, past a load_step rewind */
     for (int i = 0; i + keep_latest_k < n; i++) {
         char dir[4096], del[4200];
         step_dir(dir, sizeof dir, folder, s[i], "");
-        /* renamed first, so a half-deleted folder never looks like a checkpoint */
+        /* renamed first, so a half-deleted folder never looks like a checkpoint. A failure
+         * keeps the old step (the save itself is complete): warned, as torchtitan's purge */
         snprintf(del, sizeof del, "%s.deleting", dir);
-        if (base_remove_tree(del, err) || /* one a killed prune left */
-            (rename(dir, del) != 0 &&
-             base_fail(err, "%s: cannot remove old checkpoint: %s", dir, strerror(errno)))) {
-            free(s);
-            return -1;
-        }
-        base_err why; /* pruned: a leftover is not a failed save */
-        if (base_remove_tree(del, &why))
+        base_err why;
+        if (base_remove_tree(del, &why)) /* one a killed prune left */
+            base_log(BASE_LOG_WARN, "checkpoint: %s; %s is kept", why.msg, dir);
+        else if (rename(dir, del) != 0)
+            base_log(BASE_LOG_WARN, "checkpoint: %s: cannot remove old checkpoint: %s; it is kept",
+                     dir, strerror(errno));
+        else if (base_remove_tree(del, &why)) /* pruned: a leftover is not a failed save */
             base_log(BASE_LOG_WARN, "checkpoint: %s (retried at the next start)", why.msg);
     }
     free(s);
-    return 0;
 }
 
 int ckpt_step_cleanup(const char *folder, base_err *err) {

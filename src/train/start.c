@@ -60,6 +60,30 @@ static int check_foreign_steps(const char *dir, int64_t newest, base_err *err) {
     return 0;
 }
 
+/* A load_step rewind to step among newer checkpoints (an earlier run's) in dir: said once, as
+ * they outlive this run's saves until it reaches their steps (keep_latest_k prunes only up to
+ * the step just saved), and a later resume without load_step would take the newest. */
+static void warn_newer_steps(const char *dir, int64_t step) {
+    int64_t *s;
+    int n, at = 0;
+    char names[512] = "";
+    ckpt_step_list(dir, &s, &n);
+    int first = n;
+    while (first > 0 && s[first - 1] > step) first--;
+    for (int i = first; i < n && at < (int)sizeof names; i++)
+        at += snprintf(names + at, sizeof names - (size_t)at, "%s step-%lld", i > first ? "," : "",
+                       (long long)s[i]);
+    if (first < n)
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: checkpoint.load_step rewinds to step-%lld, but %s holds newer "
+                 "checkpoints of an earlier run:%s. This run's saves replace them only as it "
+                 "reaches their steps (keep_latest_k never prunes them), and a later resume "
+                 "without checkpoint.load_step picks the newest of them, step-%lld, not this "
+                 "run's last save",
+                 (long long)step, dir, names, (long long)s[n - 1]);
+    free(s);
+}
+
 /* The resume of from/step-N: what it loads and from which step training continues. */
 static int plan_resume(const train_opts *o, train_start *p, const char *from, int64_t step,
                        int initial, base_err *err) {
@@ -143,23 +167,24 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
     if (plan_resume(o, p, p->ckdir, step, 0, err)) return -1;
     /* A fresh start (from step 1: a weights-only last save, an excluded train_state) in a
      * folder holding later steps would write its checkpoints among the newer ones of the run
-     * before: every later resume picks the old newest again, and keep_latest_k prunes the new
-     * saves as the oldest, so its training would be lost without a word (torchtitan fails
-     * such a load). A load_step rewind (the training state of an earlier step, named) stays
-     * allowed, as in torchtitan: its saves replace the later steps as it reaches them. */
+     * before: every later resume picks the old newest again, so its training would be lost
+     * without a word (torchtitan fails such a load). A load_step rewind (the training state
+     * of an earlier step, named) stays allowed, as in torchtitan: its saves replace the later
+     * steps as it reaches them (warn_newer_steps). */
     int64_t newest = step;
     ckpt_step_latest(p->ckdir, &newest);
     if (!o->ckpt.load_only && p->start == 0 && newest > 0)
         return base_fail(err,
                          "%s holds step-%lld%s, but this run starts at step 1: its checkpoints "
                          "would be written among that run's newer ones, which every later resume "
-                         "picks first (and keep_latest_k would prune the new ones as the oldest). "
+                         "picks first. "
                          "To train on from those weights, set checkpoint.initial_load_path = "
                          "%s/step-%lld and another checkpoint.folder (or job.dump_folder); or "
                          "remove the old checkpoints; or set checkpoint.load_only = true",
                          p->ckdir, (long long)newest,
                          p->load & TRAIN_CKPT_TRAIN_STATE ? "" : " (loaded as weights only)",
                          p->ckdir, (long long)step);
+    if (o->ckpt.load_step >= 0 && !o->ckpt.load_only) warn_newer_steps(p->ckdir, step);
     return 0;
 }
 

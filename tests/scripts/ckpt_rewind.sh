@@ -36,3 +36,39 @@ cp -r "$ck/step-6" "$out/step6-b" && mv "$ck/step-6" "$ck/step-6.old"
 grep -q "step-6.old put back as .*step-6" "$out/b3.log" && diff -r "$out/step6-b" "$ck/step-6" ||
   { cat "$out/b3.log"; fail "an export's step-6.old was not put back"; }
 echo "ok an export's step-6.old (killed between the renames) is put back"
+# keep_latest_k after a rewind: run A saved steps 2..10; run B rewinds to step 2 and keeps 3.
+# Its saves (4, replacing A's, and 5) stay: pruning counts only steps up to the one just saved
+# (it deleted both while logging them saved); A's newer steps are named once at the start.
+R=(train "${M[@]}" --steps 10 --checkpoint-interval 2 --last-save-full --dump-folder "$out/rw")
+"$titan" "${R[@]}" --keep-latest-k 0 > /dev/null
+cp -r "$out/rw" "$out/sg" # for the SIGTERM case below
+"$titan" "${R[@]}" --keep-latest-k 3 --load-step 2 --stop-after-step 5 > "$out/rw.log" 2>&1 ||
+  { cat "$out/rw.log"; fail "the rewound run"; }
+for s in 4 5; do
+  grep -q "step $s saved to $out/rw/checkpoint/step-$s" "$out/rw.log" &&
+    [ -f "$out/rw/checkpoint/step-$s/metadata.json" ] ||
+    { cat "$out/rw.log"; ls "$out/rw/checkpoint"; fail "step-$s logged as saved is gone"; }
+done
+[ "$(grep -c "load_step rewinds to step-2, but $out/rw/checkpoint holds newer checkpoints of an earlier run: step-4, step-6, step-8, step-10\. .*picks the newest of them, step-10" "$out/rw.log")" = 1 ] ||
+  { cat "$out/rw.log"; fail "the newer steps of the earlier run were not named once"; }
+echo "ok after a rewind keep_latest_k keeps the steps just saved; the earlier run's newer steps are named"
+# the same under SIGTERM: the step the stop message names exists (the run is long, so the
+# signal lands mid-run; the earlier run's step-99990/99992 stay newer than any step it saves)
+for s in 99990 99992; do
+  cp -r "$out/sg/checkpoint/step-6" "$out/sg/checkpoint/step-$s"
+  sed -i "s/\"step\": 6/\"step\": $s/g" "$out/sg/checkpoint/step-$s/metadata.json"
+done
+"$titan" train "${M[@]}" --steps 100000 --checkpoint-interval 100000 --dump-folder "$out/sg" \
+  --keep-latest-k 2 --load-step 2 --metrics "$out/sig.jsonl" > "$out/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do
+  [ "$(cat "$out/sig.jsonl" 2>/dev/null | grep -c . || true)" -ge 3 ] && break
+  kill -0 $pid 2>/dev/null || { cat "$out/sig.log"; fail "the signalled run exited early"; }
+  sleep 0.05
+done
+kill -TERM $pid; rc=0; wait $pid || rc=$?
+[ $rc = 143 ] || { cat "$out/sig.log"; fail "exit status $rc after SIGTERM, want 143"; }
+named=$(grep -o "the last complete checkpoint is [^ ]*" "$out/sig.log" | cut -d' ' -f6)
+[ -n "$named" ] && [ -f "$named/metadata.json" ] ||
+  { cat "$out/sig.log"; ls "$out/sg/checkpoint"; fail "the stop named ${named:-nothing}, which is gone"; }
+echo "ok after a rewind the SIGTERM save ${named##*/} is kept and named"
