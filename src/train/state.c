@@ -212,8 +212,11 @@ out:
 }
 
 /* checkpoint.initial_load_path: weights from an HF folder, a titan checkpoint or model
- * folder, or a safetensors file; a source that names its model must name this one. */
-static int initial_load(const train_opts *o, model *m, base_err *err) {
+ * folder, or a safetensors file, into w; a source that names its model must name this one.
+ * A titan checkpoint's MoE expert bias (part of the model's state, as torchtitan's persistent
+ * expert_bias buffer) goes to the training model m (w itself, or under TP / EP the whole
+ * model w is sliced into); other sources have none: it stays zero. */
+static int initial_load(const train_opts *o, model *w, model *m, base_err *err) {
     ckpt_source s;
     model_args a;
     const char *p = o->ckpt.initial_load_path;
@@ -231,9 +234,21 @@ static int initial_load(const train_opts *o, model *m, base_err *err) {
                              p, have, want);
         }
     }
-    if (ckpt_source_load(&s, m, m->w, err)) return -1;
-    base_log(BASE_LOG_INFO, "checkpoint: initial weights from %s (%s)", p,
-             ckpt_source_kind_name(s.kind));
+    if (ckpt_source_load(&s, w, w->w, err)) return -1;
+    int bias = 0;
+    if (s.kind == CKPT_SRC_STEP && m->moe_bias) {
+        char *tj = NULL;
+        int world;
+        if (ckpt_step_read_meta(s.folder, s.step, &tj, &world, err)) return -1;
+        json_t *t = json_loads(tj, 0, NULL);
+        free(tj);
+        bias = json_object_get(t, "expert_bias") != NULL;
+        const int rc = train_moe_bias_load(m, t, p, err);
+        json_decref(t);
+        if (rc) return -1;
+    }
+    base_log(BASE_LOG_INFO, "checkpoint: initial weights%s from %s (%s)",
+             bias ? " and MoE expert bias" : "", p, ckpt_source_kind_name(s.kind));
     return 0;
 }
 
@@ -259,11 +274,11 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
         base_log(BASE_LOG_INFO, "checkpoint: loading the initial weights from %s ...",
                  plan->initial);
         dist_comm *slices = train_slice_group(j->mesh);
-        if (!slices && initial_load(o, m, err)) return -1;
+        if (!slices && initial_load(o, m, m, err)) return -1;
         if (slices) { /* the whole model, then this rank's slices of it */
             model full = {0};
             const int bad = train_full_model(&full, m, o, slices, err) ||
-                            initial_load(o, &full, err) || train_take_slices(m, full.w, err);
+                            initial_load(o, &full, m, err) || train_take_slices(m, full.w, err);
             model_free(&full);
             if (bad) return -1;
         }

@@ -262,3 +262,25 @@ if "$titan" generate --model "$out/a" --tokenizer "$tok" --max-new-tokens 2 \
   fail "--chat with one object"; fi
 grep -q "takes a JSON list of messages" "$out/g10.err" || { cat "$out/g10.err"; fail "--chat message"; }
 echo "ok --chat with a single message object is refused with what it takes"
+# an initial load from a titan checkpoint of an MoE trained with the expert bias restores the
+# bias, as a resume and generate do (it restarted from zeros); an HF folder has none (zeros)
+moe=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+     --set ffn_dim=128 --set vocab_size=300 --set num_experts=4 --set top_k=2
+     --set moe_inter_dim=32 --model.moe_load_balance bias --random-tokens --batch 2
+     --seq-len 24 --peak-tflops 1 --log-freq 100 --sync-checkpoint)
+t "${moe[@]}" --model.moe_bias_update_rate 0.01 --steps 3 --dump-folder "$out/mb" \
+  --checkpoint.enable > /dev/null
+t "${moe[@]}" --model.moe_bias_update_rate 1e-6 --steps 1 --dump-folder "$out/mbi" \
+  --checkpoint.enable --last-save-full --checkpoint.initial_load_path "$out/mb/checkpoint/step-3" \
+  > "$out/mbi.log"
+grep -q "initial weights and MoE expert bias from $out/mb/checkpoint/step-3" "$out/mbi.log" ||
+  { cat "$out/mbi.log"; fail "the initial load does not say it loaded the expert bias"; }
+bias_near() { # A B TOL: metadata.json files whose train.expert_bias differ by at most TOL
+  "$python" -c 'import json, sys
+a, b = (json.load(open(f))["train"]["expert_bias"] for f in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b))
+sys.exit(0 if len(a) == len(b) and any(a) and d <= float(sys.argv[3]) else f"bias off by {d}: {a} vs {b}")' "$@"
+}
+bias_near "$out/mb/checkpoint/step-3/metadata.json" "$out/mbi/checkpoint/step-1/metadata.json" 1e-5 ||
+  fail "initial load: the expert bias is not the checkpoint's (plus one update at rate 1e-6)"
+echo "ok an initial load from an MoE checkpoint restores the expert bias"
