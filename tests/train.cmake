@@ -103,7 +103,8 @@ set_tests_properties(checkpoint_prune_busy PROPERTIES SKIP_RETURN_CODE 77
 
 # Out-of-range trainer state in a checkpoint (negative adam_step, ...) is refused by name.
 add_test(NAME checkpoint_meta_bounds
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>)
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_meta_bounds.sh $<TARGET_FILE:titan>
+          ${TITAN_PYTHON})
 set_tests_properties(checkpoint_meta_bounds PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
 
 # Fine-tuning and resuming do what the user meant: a checkpoint past training.steps, the

@@ -296,10 +296,11 @@ typedef struct {
     double gather_bytes, reduce_bytes; /* this rank's FSDP traffic in the step (dist_fsdp_stats) */
 } train_step_result;
 int train_step(train_job *j, int step, train_step_result *r, base_err *err);
-/* The first parameter of this rank's shard (of the gradients when grads, else of the
- * weights) holding a NaN or an infinity: by parameter when the shard is the whole buffer,
- * else by FSDP unit; NULL when every element is finite. */
-const char *train_first_nonfinite(const model *m, const dist_fsdp *f, int grads);
+/* The first parameter of x, one of this rank's shard vectors (weights, gradients, AdamW m or
+ * v: all laid out as the weights' shard), holding a NaN or an infinity (nonneg: or a negative
+ * value): by parameter when the shard is the whole buffer, else by FSDP unit; NULL when none
+ * does. */
+const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, int nonneg);
 /* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
  * the training model: on it when the shapes match (ev NULL), else on ev, a forward-only model
  * of the validation shape. Fills *loss and *ntok. */

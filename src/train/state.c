@@ -285,13 +285,14 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
         for (int u = 0; u < m->n_units; u++) dist_fsdp_store_unit(j->f, u);
     }
     if (plan->resume_step >= 0 || plan->initial) {
-        /* a NaN or inf in a loaded weight would only surface steps later, as a non-finite
-         * gradient: refused here, naming the parameter and the source */
+        /* a NaN or inf in a loaded weight (or AdamW moment, or a negative second moment)
+         * would only surface steps later, as a non-finite gradient: refused here, naming the
+         * parameter and the source (files with checksums fail earlier, on a changed byte) */
         const int loaded = (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_MODEL)) ||
                            plan->initial; /* then the sum of squares: one parallel pass */
-        const char *bad = loaded && !isfinite(optim_sumsq(dist_fsdp_shard_params(j->f),
-                                                          dist_fsdp_shard_len(j->f)))
-                              ? train_first_nonfinite(m, j->f, 0)
+        const float *w = dist_fsdp_shard_params(j->f);
+        const char *bad = loaded && !isfinite(optim_sumsq(w, dist_fsdp_shard_len(j->f)))
+                              ? train_first_bad(m, j->f, w, 0)
                               : NULL;
         if (bad) {
             if (plan->initial)
@@ -299,6 +300,15 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
                                  bad);
             return base_fail(err, "%s/step-%lld: weight %s holds a NaN or an infinity", plan->from,
                              (long long)plan->resume_step, bad);
+        }
+        if (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_OPTIMIZER)) {
+            const char *bm = train_first_bad(m, j->f, j->opt->m, 0);
+            const char *bv = bm ? NULL : train_first_bad(m, j->f, j->opt->v, 1);
+            if (bm || bv)
+                return base_fail(err, "%s/step-%lld: %s of %s holds a NaN or an infinity%s",
+                                 plan->from, (long long)plan->resume_step, bm ? "adam_m" : "adam_v",
+                                 bm ? bm : bv,
+                                 bm ? "" : " or a negative value (a second moment is never < 0)");
         }
         train_phase_end("checkpoint: loading", t_load);
     }

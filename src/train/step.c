@@ -4,20 +4,20 @@
 
 #include "train/internal.h"
 
-const char *train_first_nonfinite(const model *m, const dist_fsdp *f, int grads) {
-    const float *shard = grads ? dist_fsdp_shard_grads(f) : dist_fsdp_shard_params(f),
-                *whole = grads ? m->g : m->w;
-    if (shard != whole) {
+const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, int nonneg) {
+#define BAD(v) (!isfinite(v) || (nonneg && (v) < 0))
+    if (dist_fsdp_shard_params(f) != m->w) { /* sharded: by FSDP unit */
         for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
-            if (!isfinite(shard[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
+            if (BAD(x[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
         return NULL;
     }
     for (int i = 0; i < m->n_params; i++) {
-        const float *x = whole + m->params[i].offset;
+        const float *p = x + m->params[i].offset;
         for (size_t k = 0; k < m->params[i].numel; k++)
-            if (!isfinite(x[k])) return m->params[i].name;
+            if (BAD(p[k])) return m->params[i].name;
     }
     return NULL;
+#undef BAD
 }
 
 int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err) {
@@ -116,7 +116,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         sumsq = optim_sumsq(gs, ns);
         train_prof_phase("grad norm", t_norm);
         if (!isfinite(l) || !isfinite(sumsq)) {
-            const char *bad = train_first_nonfinite(m, f, 1);
+            const char *bad = train_first_bad(m, f, dist_fsdp_shard_grads(f), 0);
             return base_fail(err,
                              "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
                              "non-finite gradient: %s; stopping (the last checkpoint is intact)",

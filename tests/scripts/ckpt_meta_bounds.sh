@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A checkpoint whose trainer state (metadata.json "train") holds an out-of-range value is
 # refused at resume with the file and the field named, before any step: a negative AdamW
-# step would otherwise train on NaN.
+# step would otherwise train on NaN. An AdamW moment that is NaN / infinite (or a negative
+# second moment) in a shard without checksums is refused the same way, naming the step folder,
+# the moment and the parameter (it surfaced one step later as a "non-finite gradient").
 set -uo pipefail
-titan=$1; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+titan=$1; python=${2:-python3}; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 args=(train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
       --set ffn_dim=128 --set vocab_size=300 --random-tokens --batch 1 --seq-len 8
       --peak-tflops 1 --steps 4 --checkpoint-interval 2)
@@ -33,6 +35,36 @@ refused "model_only not a boolean" 's/"model_only": false/"model_only": 0/' \
   "bad/$meta: train.model_only is not a boolean"
 refused "shards naming another file" 's/"rank-00000.safetensors"/"..\/..\/..\/base.toml"/' \
   "bad/$meta: \"shards\" is not \[\"rank-00000.safetensors\", ...\]"
+# moments: element 0 of adam_m / adam_v set, the shard's CRC-32C records dropped (as in a file
+# written before titan recorded them)
+moment() { # description, tensor, value, error regex
+  rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
+  "$python" - "$out/bad/checkpoint/step-2/rank-00000.safetensors" "$2" "$3" <<'PY'
+import json, struct, sys
+path, name, value = sys.argv[1], sys.argv[2], float(sys.argv[3])
+b = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"] = {k: v for k, v in h["__metadata__"].items() if not k.endswith(".crc32c")}
+text = json.dumps(h).encode()
+text += b" " * (n - len(text))  # the same header length: the offsets stay valid
+at = 8 + n + h[name]["data_offsets"][0]
+b[at:at + 4] = struct.pack("<f", value)
+open(path, "wb").write(b[:8] + text + b[8 + n:])
+PY
+  "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e"; local rc=$?
+  if [ $rc -ne 1 ] || ! grep -qE "$4" "$out/e" || grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o"; then
+    echo "FAIL $1 (rc $rc):"; cat "$out/e"; fail=1
+  else
+    echo "ok   $1: $(cat "$out/e")"
+  fi
+}
+moment "NaN in adam_m" adam_m nan \
+  "bad/checkpoint/step-2: adam_m of [a-z_.]+ holds a NaN or an infinity"
+moment "NaN in adam_v" adam_v nan \
+  "bad/checkpoint/step-2: adam_v of [a-z_.]+ holds a NaN or an infinity or a negative value"
+moment "negative adam_v" adam_v -1 \
+  "bad/checkpoint/step-2: adam_v of tok_embeddings.weight holds a NaN or an infinity or a negative"
 # the untouched checkpoint resumes
 "$titan" "${args[@]}" --dump-folder "$out/good" > "$out/o" 2>&1 && grep -q "resumed from" "$out/o" ||
   { echo "FAIL: the intact checkpoint does not resume:"; cat "$out/o"; fail=1; }
