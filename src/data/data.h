@@ -113,9 +113,12 @@ void data_chat_msgs_free(data_chat_msg *msgs);
 
 /* ---- datasets (src/data/dataset.c) ----
  * A dataset is an ordered list of files, each holding documents:
- *   text    one document per paragraph: the file split at every blank line ("\n\n", the
- *           separator dropped, empty pieces skipped) as Hugging Face datasets' text loader
- *           with sample_by="paragraph"; mmap'ed;
+ *   text    one document per paragraph, as Hugging Face datasets' text loader with
+ *           sample_by="paragraph": it reads the file in Python's text mode (universal
+ *           newlines: "\r\n" and a lone "\r" become "\n") and splits it at every blank line
+ *           ("\n\n", the separator dropped, empty pieces skipped). So a line end here is
+ *           "\r\n", "\r" or "\n", a blank line two in a row, and a paragraph's line ends reach
+ *           the tokenizer as "\n"; positions are byte offsets into the file; mmap'ed;
  *   jsonl   one document per non-blank line, a JSON object whose string field `field`
  *           (default "text") is the document; streamed line by line, never read whole;
  *   tokens  a titan token shard (below): pre-tokenized documents, mmap'ed.
@@ -159,7 +162,7 @@ int data_count_docs(const char *path, data_format format, const char *field, int
 /* How text becomes ids: a tokenizer (bos if it has one + tokens + eos from
  * tokenizer_config.json, as torchtitan's HF dataset), or, when tok is NULL, raw bytes
  * (id = byte value, no bos/eos: the byte-level demo; a text paragraph keeps its "\n\n"
- * separator then, so the byte stream reads like the file). */
+ * separator then, so the byte stream reads like the file read in text mode). */
 typedef struct {
     data_tok *tok;
     int32_t vocab_size; /* ids must be < this: the model's vocabulary */

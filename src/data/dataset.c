@@ -14,10 +14,13 @@
 
 #include "data/internal.h"
 
-/* Text files are split into documents at this separator: a blank line, as Hugging Face
- * datasets' text loader with sample_by="paragraph" (text.split("\n\n"), empties dropped). */
-#define TEXT_SEP "\n\n"
-#define TEXT_SEP_LEN 2
+/* Text files are split into documents at blank lines, as Hugging Face datasets' text loader
+ * with sample_by="paragraph": it reads the file in Python's text mode (universal newlines:
+ * "\r\n" and a lone "\r" become "\n") and splits at "\n\n", dropping empty pieces. Here a
+ * line end is "\r\n", "\r" or "\n" in the file's bytes, a blank line two of them in a row,
+ * and a paragraph holding a "\r" is handed out with its line ends rewritten to "\n" (a copy);
+ * positions (data_pos.byte_off) stay offsets into the file's own bytes. */
+#define TEXT_SEP_LEN 2 /* the "\n\n" a byte-token paragraph keeps (data_doc.sep) */
 /* A JSONL line may be at most this long. */
 #define JSONL_LINE_MAX ((size_t)1 << 30)
 /* Skipped bad lines are logged one by one up to this many, then only counted. */
@@ -268,8 +271,12 @@ static int file_init(data_file *f, const char *path, data_format format, base_er
         }
         f->tok_hash = s.tok_hash;
         data_shard_close(&s);
-    } else if (check_plain_text(path, head, got,
-                                format == DATA_FMT_AUTO && f->format == DATA_FMT_TEXT, err)) {
+    } else if (f->format == DATA_FMT_TEXT) {
+        f->text_cr = memchr(head, '\r', got) != NULL;
+    }
+    if (f->format != DATA_FMT_TOKENS &&
+        check_plain_text(path, head, got, format == DATA_FMT_AUTO && f->format == DATA_FMT_TEXT,
+                         err)) {
         return -1;
     }
     return 0;
@@ -340,6 +347,56 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
 
 /* ---- the reader ---- */
 
+/* Bytes of the line end at s[i] (of n): 2 for "\r\n", 1 for a lone "\r" or "\n", 0 when s[i]
+ * ends no line. */
+static size_t eol_len(const char *s, size_t n, size_t i) {
+    if (s[i] == '\n') return 1;
+    if (s[i] != '\r') return 0;
+    return i + 1 < n && s[i + 1] == '\n' ? 2 : 1;
+}
+
+/* The paragraph starting at s[off] (of n) ends at the returned offset: the first of two line
+ * ends in a row; *next is the byte after them. At the end of the file without one: n, and
+ * *sep = 0 (else 1). Line ends are read left to right from a paragraph start, as Python's
+ * newline translation reads them: "\r\n" is one line end, "\r\r" and "\n\r" are two. */
+static size_t para_end(const char *s, size_t n, size_t off, size_t *next, int *sep) {
+    for (size_t i = off; i < n;) {
+        const size_t a = eol_len(s, n, i);
+        if (!a) {
+            i++;
+            continue;
+        }
+        const size_t b = i + a < n ? eol_len(s, n, i + a) : 0;
+        if (b) {
+            *next = i + a + b;
+            *sep = 1;
+            return i;
+        }
+        i += a;
+    }
+    *next = n;
+    *sep = 0;
+    return n;
+}
+
+/* p[0..len) with "\r\n" and lone "\r" rewritten to "\n" into r->norm; NULL when out of
+ * memory. */
+static const char *normalize_eol(data_reader *r, const char *p, size_t len, size_t *out_len) {
+    if (len > r->norm_cap) {
+        char *nb = realloc(r->norm, len);
+        if (!nb) return NULL;
+        r->norm = nb;
+        r->norm_cap = len;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == '\r' && i + 1 < len && p[i + 1] == '\n') continue; /* its "\n" follows */
+        r->norm[k++] = p[i] == '\r' ? '\n' : p[i];
+    }
+    *out_len = k;
+    return r->norm;
+}
+
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,
                      int skip_bad, base_err *err) {
     memset(r, 0, sizeof *r);
@@ -386,6 +443,7 @@ void data_reader_close(data_reader *r) {
     free(r->files);
     free(r->field);
     free(r->line);
+    free(r->norm);
     memset(r, 0, sizeof *r);
     r->fp_file = r->shard_file = r->text_file = -1;
 }
@@ -438,16 +496,21 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
                 next_file(r);
                 continue;
             }
-            const char *sep = memmem(s + off, r->tsize - off, TEXT_SEP, TEXT_SEP_LEN);
-            const size_t end = sep ? (size_t)(sep - s) : r->tsize;
+            size_t next;
+            int sep;
+            const size_t end = para_end(s, r->tsize, off, &next, &sep);
             d->pos = r->next;
-            r->next.byte_off = (int64_t)(sep ? end + TEXT_SEP_LEN : end);
+            r->next.byte_off = (int64_t)next;
             if (end == off) continue; /* an empty paragraph is not a document */
             r->next.doc++;
             r->next.file_doc++;
             if (want && !want(d->pos.doc, arg)) continue;
             d->text = s + off;
             d->len = end - off;
+            if (memchr(d->text, '\r', d->len) &&
+                !(d->text = normalize_eol(r, s + off, end - off, &d->len)))
+                return base_fail(err, "%s: out of memory (a paragraph of %zu bytes)", f->path,
+                                 end - off);
             d->sep = sep ? TEXT_SEP_LEN : 0;
             return 1;
         }
@@ -540,16 +603,22 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
             if (p->byte_off > f->size)
                 return base_fail(err, "%s: data position byte %lld is past the end (%lld bytes)",
                                  f->path, (long long)p->byte_off, (long long)f->size);
-            /* must follow a blank-line separator, or be the file's end (the last paragraph
-             * ended a window: the loader's own state; most files end in one newline) */
+            /* must follow a blank line (two line ends: "\n\n", "\r\n\r\n", "\r\r", ...) and not
+             * split a "\r\n", or be the file's end (the last paragraph ended a window: the
+             * loader's own state; most files end in one newline) */
             if (p->byte_off > 0 && p->byte_off < f->size) {
-                char c[TEXT_SEP_LEN] = {0};
+                char c[5] = {0}; /* the 4 bytes before the position (fewer at the start) and its
+                                    own: c[k] is the byte at the position */
+                const int64_t k = p->byte_off < 4 ? p->byte_off : 4;
                 int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-                ssize_t got = fd >= 0 && p->byte_off >= TEXT_SEP_LEN
-                                  ? pread(fd, c, TEXT_SEP_LEN, (off_t)p->byte_off - TEXT_SEP_LEN)
-                                  : -1;
+                ssize_t got = fd >= 0 ? pread(fd, c, (size_t)k + 1, (off_t)(p->byte_off - k)) : -1;
                 if (fd >= 0) close(fd);
-                if (got != TEXT_SEP_LEN || memcmp(c, TEXT_SEP, TEXT_SEP_LEN) != 0)
+                /* the second line end: c[q .. k) */
+                const int64_t q = k >= 2 && c[k - 1] == '\n' && c[k - 2] == '\r' ? k - 2 : k - 1;
+                const int ok = got == k + 1 && (c[k - 1] == '\n' || c[k - 1] == '\r') &&
+                               !(c[k - 1] == '\r' && c[k] == '\n') && q >= 1 &&
+                               (c[q - 1] == '\n' || c[q - 1] == '\r');
+                if (!ok)
                     return base_fail(err,
                                      "%s: data position byte %lld is not the start of a paragraph",
                                      f->path, (long long)p->byte_off);
@@ -599,7 +668,9 @@ uint64_t data_reader_fingerprint(const data_reader *r) {
         h = base_hash_bytes(h, &f->size, sizeof f->size);
         h = base_hash_bytes(h, &f->format, sizeof f->format);
         if (f->format == DATA_FMT_TEXT) /* paragraphs: a whole-file state no longer fits */
-            h = base_hash_bytes(h, TEXT_SEP, TEXT_SEP_LEN);
+            h = base_hash_bytes(h, "\n\n", 2);
+        if (f->text_cr) /* "\r" line ends: a state saved before titan read them no longer fits */
+            h = base_hash_bytes(h, "\r", 1);
     }
     return base_hash_bytes(h, r->field, strlen(r->field) + 1);
 }

@@ -13,6 +13,7 @@ typedef struct {
     int64_t size;       /* bytes, at open */
     char *tok_path;     /* tokens: the tokenizer folder its header records (version 2), or NULL */
     uint64_t tok_hash;  /* and its tokenizer.json's FNV-1a 64 */
+    int text_cr;        /* text: a "\r" in its first 64 KiB (hashed into the fingerprint) */
 } data_file;
 
 /* A validated, mmap'ed token shard. */
@@ -46,8 +47,9 @@ typedef struct {
     data_pos pos;
     const char *text;
     size_t len;
-    size_t sep; /* text: bytes of the blank-line separator that ended it (2, or 0 at the end of
-                   the file), at text + len; byte tokens keep them, having no eos */
+    size_t sep; /* text: 2 when a blank line ended it, 0 at the end of the file: byte tokens
+                   append that many "\n" (the separator as read in text mode, whatever its
+                   bytes in the file), having no eos */
     const data_shard *shard; /* tokens: ids are shard tokens [first, first + n_ids) */
     uint64_t first, n_ids;
 } data_doc;
@@ -69,7 +71,9 @@ typedef struct {
     unsigned char *tmap; /* the open text file, mmap'ed (NULL when empty or none) */
     size_t tsize;
     int text_file; /* which file tmap is (-1 none) */
-    void *json;    /* current JSONL object (json_t *) */
+    char *norm;    /* a paragraph with "\r" line ends, rewritten to "\n" (normalize_eol) */
+    size_t norm_cap;
+    void *json; /* current JSONL object (json_t *) */
 } data_reader;
 
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,

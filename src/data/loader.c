@@ -141,10 +141,12 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
             if (l->ids.n) /* an empty document has no ids (and buf may not exist yet) */
                 memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
             l->len += l->ids.n;
-        } else { /* byte tokens: a text paragraph keeps its separator (there is no eos) */
+        } else { /* byte tokens: a text paragraph keeps its separator "\n\n" (there is no
+                    eos) */
             const size_t n = d->len + d->sep;
             if (reserve(l, n)) goto oom;
-            for (size_t i = 0; i < n; i++) l->buf[l->len++] = (unsigned char)d->text[i];
+            for (size_t i = 0; i < d->len; i++) l->buf[l->len++] = (unsigned char)d->text[i];
+            for (size_t i = 0; i < d->sep; i++) l->buf[l->len++] = '\n';
         }
     }
     if (eos >= 0 && push(l, eos)) goto oom;

@@ -7,7 +7,7 @@ data-parallel rank i mod dp; a document is [bos if the tokenizer config has one]
 [eos from tokenizer_config.json]; the stream is cut into disjoint windows of seq_len + 1;
 a batch is `batch` consecutive windows; at the end the data restarts from document 0 and
 the partial window carries over. Text documents are paragraphs (HF datasets' text loader,
-sample_by="paragraph"). JSONL documents are the non-blank lines; a bad line is
+sample_by="paragraph", which reads a file in Python's text mode: "\r\n" and "\r" become "\n"). JSONL documents are the non-blank lines; a bad line is
 still a document slot (it is skipped by the rank that owns it).
 
 usage: check_loader.py TITAN SHARED_DIR WORK_DIR
@@ -218,6 +218,57 @@ def main():
                           str(B), "--batches", "7", "--dp-rank", "2", "--dp-size", "3", "--state",
                           state])
     check(rows == flat(ref1[5:]), "one text file, dp rank 2 of 3: resume after 5 batches")
+
+    # CR and CRLF line ends: HF datasets' text loader opens the file in Python's text mode, whose
+    # universal newlines turn "\r\n" and a lone "\r" into "\n" before the paragraph split; the
+    # reference reads the files so. Training, a resume after every batch, and `titan tokenize`
+    # (its shards' documents, and their windows) all see those paragraphs.
+    def hf_text_paragraphs(path):
+        with open(path, encoding="utf-8") as f:  # newline=None: universal newlines, as HF's
+            return paragraphs(f.read())
+
+    cdir = os.path.join(WORK, "crlf")
+    os.makedirs(cdir)
+    mixed = tfiles[2].split("\n")  # its line ends cycle through "\r\n", "\r", "\n"
+    cfiles = [tfiles[0].replace("\n", "\r\n"), tfiles[1].replace("\n", "\r"),
+              "".join(l + ("\r\n", "\r", "\n")[i % 3] for i, l in enumerate(mixed[:-1])) + mixed[-1]]
+    for i, d in enumerate(cfiles):
+        open(os.path.join(cdir, "c%d.txt" % i), "w", encoding="utf-8", newline="").write(d)
+    cdocs = [p for i in range(len(cfiles))
+             for p in hf_text_paragraphs(os.path.join(cdir, "c%d.txt" % i))]
+    check(len(cdocs) > 40 and not any("\r" in d for d in cdocs) and
+          cdocs[:20] == paragraphs(tfiles[0]), "CRLF / CR text files hold %d paragraphs" % len(cdocs))
+    cn = 40
+    cref = reference(cdocs, qwen, T, B, cn)
+    rows, _ = titan_data(["--data", cdir, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", str(cn)])
+    check(rows == flat(cref), "CRLF / CR text files: paragraphs and ids as HF's text loader")
+    bad_k = []
+    for k in range(1, cn, 3):
+        _, state = titan_data(["--data", cdir, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                               str(B), "--batches", str(k)])
+        rows, _ = titan_data(["--data", cdir, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                              str(B), "--batches", str(cn - k), "--state", state])
+        if rows != flat(cref[k:]):
+            bad_k.append(k)
+    check(not bad_k, "CRLF / CR text files: a resume after every third batch sees exactly the "
+          "rest %s" % bad_k[:3])
+    cshards = os.path.join(WORK, "crlf_shards")
+    p = subprocess.run([TITAN, "tokenize", "--data", cdir, "--tokenizer", QWEN, "--out", cshards,
+                        "--threads", "2"], capture_output=True, text=True)
+    stored = []
+    for name in sorted(os.listdir(cshards)) if p.returncode == 0 else []:
+        b = open(os.path.join(cshards, name), "rb").read()
+        nd, nt = struct.unpack_from("<QQ", b, 16)
+        hb = 56 + (struct.unpack_from("<I", b, 44)[0] + 7) // 8 * 8
+        toks = struct.unpack_from("<%dI" % nt, b, hb)
+        offs = struct.unpack_from("<%dQ" % (nd + 1), b, (hb + 4 * nt + 7) // 8 * 8)
+        stored += [list(toks[offs[i]:offs[i + 1]]) for i in range(nd)]
+    check(stored == [qwen.tk.encode(d, add_special_tokens=False).ids for d in cdocs],
+          "titan tokenize of CRLF / CR text: every stored document is HF's encoding of it")
+    rows, _ = titan_data(["--data", cshards, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                          str(B), "--batches", str(cn)])
+    check(rows == flat(cref), "CRLF / CR token shards load to the same windows as the text")
 
     # A state at the very end of a file (a window ended with its last paragraph or line): text
     # files that end in one newline, a JSONL file without its final newline. The state after

@@ -139,6 +139,45 @@ static void test_text_paragraphs(void) {
     }
 }
 
+/* CR and CRLF line ends: HF datasets' text loader reads the file in Python's text mode, whose
+ * universal newlines make "\r\n" and a lone "\r" a "\n" before the split at blank lines.
+ * "ab\r\ncd\r\n\r\nef\r\rgh\n\r\nij\r" reads as "ab\ncd\n\nef\n\ngh\n\nij\n": the paragraphs
+ * "ab\ncd", "ef", "gh", "ij\n" (byte tokens keep "\n\n" after each but the last). Positions
+ * stay file offsets: "ef" starts at byte 10, and an offset between a "\r" and its "\n" is not
+ * a paragraph start. */
+static void test_text_crlf(void) {
+    base_err err;
+    char out[4096];
+    write_str("crlf.txt", "ab\r\ncd\r\n\r\nef\r\rgh\n\r\nij\r");
+    data_loader_cfg c = cfg("crlf.txt", 3, 1);
+    CHECK(run_bytes(c, 4, out, &err) == 4, "crlf: %s", err.msg);
+    CHECK(!strcmp(out, "ab\nc|d\n\ne|f\n\ng|h\n\ni|"), "crlf: got '%s'", out);
+    c.dp_size = 4;
+    c.dp_rank = 3; /* the fourth paragraph, "ij\r" read as "ij\n" */
+    CHECK(run_bytes(c, 1, out, &err) == 1 && !strcmp(out, "ij\ni|"), "crlf rank 3 of 4: '%s'", out);
+    data_loader *l;
+    c = cfg("crlf.txt", 6, 1);
+    if (data_loader_open(&l, &c, &err) == 0) {
+        data_loader_state s;
+        int32_t x[8], y[8];
+        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        data_loader_get_state(l, &s); /* paragraph 1, "ef", after "\r\n\r\n" */
+        CHECK(s.doc == 1 && s.byte_off == 10 && s.doc_tokens == 0, "crlf state: doc %lld byte %lld",
+              (long long)s.doc, (long long)s.byte_off);
+        CHECK(data_loader_set_state(l, &s, &err) == 0, "crlf state back: %s", err.msg);
+        s.byte_off = 9; /* between "\r\n\r" and its "\n" */
+        CHECK(data_loader_set_state(l, &s, &err) != 0 && strstr(err.msg, "start of a paragraph"),
+              "offset inside a CRLF: %s", err.msg);
+        s.byte_off = 14; /* after "\r\r": "gh" */
+        s.doc = 2;
+        s.file_doc = 2;
+        CHECK(data_loader_set_state(l, &s, &err) == 0 && data_loader_next(l, x, y, &err) == 1 &&
+                  x[0] == 'g' && x[1] == 'h' && x[2] == '\n' && x[4] == 'i',
+              "resume after \\r\\r: %s", err.msg);
+        data_loader_free(l);
+    }
+}
+
 /* Uninterrupted run vs. resuming from the state after every batch. */
 static void check_resume(data_loader_cfg c, int n, const char *what) {
     base_err err;
@@ -226,6 +265,18 @@ static void test_resume(data_tok *tok) {
         c.enc.tok = tok;
         c.enc.vocab_size = data_tok_vocab_size(tok);
         check_resume(c, 20, "text paragraphs test tokenizer rank 1/2");
+    }
+    /* the same with CRLF, CR and mixed line ends */
+    write_str("paras_crlf.txt", "First Citizen:\r\nBefore we proceed.\r\n\r\nAll:\rSpeak, "
+                                "speak.\r\r\r\rYou are all resolved.\n\r\nFirst:\r\nResolved.\r\n");
+    c = cfg("paras_crlf.txt", 5, 2);
+    c.dp_size = 2;
+    c.dp_rank = 1;
+    check_resume(c, 20, "crlf paragraphs bytes rank 1/2");
+    if (tok) {
+        c.enc.tok = tok;
+        c.enc.vocab_size = data_tok_vocab_size(tok);
+        check_resume(c, 20, "crlf paragraphs test tokenizer rank 1/2");
     }
 }
 
@@ -453,6 +504,7 @@ int main(void) {
     }
     test_packing();
     test_text_paragraphs();
+    test_text_crlf();
     test_resume(tok);
     test_bad_jsonl();
     test_empty_texts(tok);
