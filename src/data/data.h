@@ -187,8 +187,16 @@ typedef struct {
 int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs, int64_t *n_tokens, base_err *err);
 
 /* ---- the packing loader (src/data/loader.c) ----
- * Exactly torchtitan v0.2.2's HuggingFaceTextDataset: document i goes to data-parallel
- * rank i mod dp_size; each document of this rank becomes [bos] + tokens + [eos] and is
+ * torchtitan v0.2.2's HuggingFaceTextDataset packing. Document i goes to data-parallel rank
+ * i mod dp_size (interleaved). torchtitan splits its dataset with HF datasets'
+ * split_dataset_by_node, and this is that split in one of its cases only: an IterableDataset
+ * (streaming) whose shard count is not a multiple of the world size keeps example i on rank
+ * i % world_size. A map-style Dataset (v0.2.2's c4_test: load_dataset(path, split="train")) is
+ * split into contiguous blocks instead (Dataset.shard(contiguous=True): rank r gets the r-th
+ * run of about N / dp_size documents), and a streaming dataset whose shard count is a
+ * multiple of the world size (allenai/c4) assigns whole shard files to ranks; with dp_size > 1
+ * those give each rank other documents than titan does (with dp_size 1 every case is the
+ * same). Each document of this rank becomes [bos] + tokens + [eos] and is
  * appended to one stream; the stream is cut into consecutive, non-overlapping windows of
  * seq_len + 1 tokens (input = window[:-1], labels = window[1:]; windows cross document
  * boundaries); a batch is `batch` consecutive windows. When the dataset is exhausted it

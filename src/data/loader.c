@@ -62,6 +62,8 @@ static uint64_t file_content(const data_loader *l, int i) {
     return h;
 }
 
+/* Interleaved: HF split_dataset_by_node's case of an IterableDataset whose shard count the
+ * world size does not divide (not its contiguous split of a map-style Dataset: data.h). */
 static int want_doc(int64_t doc, void *arg) {
     const data_loader *l = arg;
     return doc % l->cfg.dp_size == l->cfg.dp_rank;

@@ -3,7 +3,9 @@ torchtitan v0.2.2's HuggingFaceTextDataset packing written out in Python over th
 Face Rust tokenizer (PyPI `tokenizers`).
 
 Reference semantics (shared/research/torchtitan_qwen3.md §6.2, issue 3): document i goes to
-data-parallel rank i mod dp; a document is [bos if the tokenizer config has one] + ids +
+data-parallel rank i mod dp (HF split_dataset_by_node on an IterableDataset whose shard count
+the world size does not divide; a map-style Dataset is split into contiguous blocks instead,
+which titan does not do: docs/data.md, Packing); a document is [bos if the tokenizer config has one] + ids +
 [eos from tokenizer_config.json]; the stream is cut into disjoint windows of seq_len + 1;
 a batch is `batch` consecutive windows; at the end the data restarts from document 0 and
 the partial window carries over. Text documents are paragraphs (HF datasets' text loader,
