@@ -26,9 +26,13 @@
  * rank-ordered BPE merges (pair -> rank hash map, heap; pre-token -> ids cache).
  * No special tokens are added (Qwen3 adds none: like add_special_tokens=False).
  *
- * Invalid UTF-8 input: each byte that does not start a valid UTF-8 sequence (overlong,
- * surrogate, > U+10FFFF, truncated) is replaced by U+FFFD before anything else, then the
- * text is encoded as usual. Encode never fails on content; it only fails on allocation.
+ * Invalid UTF-8 input: each maximal subpart of an ill-formed sequence (a lead byte and the
+ * continuation bytes that could still complete it, e.g. a truncated "\xE4\xB8"; or a byte
+ * that starts nothing: a stray continuation byte, C0, C1, F5..FF, the first byte of an overlong
+ * E0 80 80, surrogate ED A0 80 or > U+10FFFF F4 90 ...) is replaced by one U+FFFD before
+ * anything else, as Python's bytes.decode("utf-8", "replace") does (Unicode's recommended
+ * practice), then the text is encoded as usual (HF `tokenizers` takes only valid strings).
+ * Encode never fails on content; it only fails on allocation.
  *
  * A data_tok is not safe for concurrent data_tok_encode calls (the cache is shared);
  * data_tok_decode and the lookups are read-only. */

@@ -872,25 +872,57 @@ static int encode_text(data_tok *t, const char *s, size_t len, data_tok_ids *out
     return encode_segment(t, s, len, out, err);
 }
 
-/* Copies text, replacing each byte that does not start a valid sequence with U+FFFD. */
+/* The UTF-8 sequence at s[0..n) (n >= 1): returns its length and sets *ok when it is a
+ * well-formed one (Unicode Table 3-7: no overlong, surrogate or > U+10FFFF); otherwise returns
+ * the length of its maximal subpart (>= 1) and clears *ok: a valid lead byte (C2..F4) and the
+ * continuation bytes after it that could still start a well-formed sequence (E0 needs A0..BF
+ * next, ED 80..9F, F0 90..BF, F4 80..8F, any other 80..BF), or the one byte that cannot start
+ * one (80..C1, F5..FF). */
+static size_t utf8_next(const unsigned char *s, size_t n, int *ok) {
+    const unsigned c = s[0];
+    *ok = 1;
+    if (c < 0x80) return 1;
+    size_t need;                   /* continuation bytes after the lead */
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the next one */
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0; /* else overlong */
+        if (c == 0xED) hi = 0x9F; /* else a surrogate */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90; /* else overlong */
+        if (c == 0xF4) hi = 0x8F; /* else > U+10FFFF */
+    } else {
+        *ok = 0;
+        return 1;
+    }
+    size_t k = 1;
+    for (; k <= need && k < n && s[k] >= lo && s[k] <= hi; k++) lo = 0x80, hi = 0xBF;
+    *ok = k > need;
+    return k;
+}
+
+/* Copies text, replacing each maximal subpart of an ill-formed sequence (utf8_next) with one
+ * U+FFFD: Unicode's recommended substitution, as Python's bytes.decode("utf-8", "replace"),
+ * Rust's String::from_utf8_lossy and WHATWG's decoder do ("x\xE4\xB8y" -> "x\uFFFDy"). */
 static char *sanitize_utf8(const char *s, size_t len, size_t *out_len) {
-    size_t cap = len * 3 + 1, n = 0;
+    size_t cap = len * 3 + 1, n = 0; /* at most one U+FFFD (3 bytes) per input byte */
     char *o = malloc(cap);
     if (!o) return NULL;
     size_t i = 0;
     while (i < len) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k =
-            utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (k > 0) {
-            memcpy(o + n, s + i, (size_t)k);
-            n += (size_t)k;
-            i += (size_t)k;
+        int ok;
+        const size_t k = utf8_next((const unsigned char *)s + i, len - i, &ok);
+        if (ok) {
+            memcpy(o + n, s + i, k);
+            n += k;
         } else {
             memcpy(o + n, "\xEF\xBF\xBD", 3);
             n += 3;
-            i++;
         }
+        i += k;
     }
     o[n] = 0;
     *out_len = n;
@@ -907,11 +939,10 @@ int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out
                 i++;
                 continue;
             }
-            utf8proc_int32_t cp;
-            utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
-                                                  (utf8proc_ssize_t)(len - i), &cp);
-            if (k <= 0) break;
-            i += (size_t)k;
+            int ok;
+            const size_t k = utf8_next((const unsigned char *)text + i, len - i, &ok);
+            if (!ok) break;
+            i += k;
         }
         if (i < len) {
             clean = sanitize_utf8(text, len, &len);

@@ -1,10 +1,12 @@
 """Writes Hugging Face `tokenizers` reference encodings for titan's tokenizer parity test.
 
 Corpus: every text in ../shared/data/tokenizer_vectors/*.json, Tiny Shakespeare split into
-paragraphs, and generated strings (Unicode categories, emoji, CJK, combining marks, whitespace
-runs, digits, contractions, added tokens). Output (little-endian binary):
+paragraphs, generated strings (Unicode categories, emoji, CJK, combining marks, whitespace
+runs, digits, contractions, added tokens), and byte strings that are not UTF-8 (their ids: HF's
+for bytes.decode("utf-8", "replace")). Output (little-endian binary):
   b"TOKP", u32 n_cases, then per case:
-  u32 len, text (UTF-8) | u32 n, n x i32 ids | u32 len, decode(ids) | u32 len, decode(ids, skip_special)
+  u32 len, text (the bytes titan encodes: UTF-8 but for the invalid cases) | u32 n, n x i32 ids |
+  u32 len, decode(ids) | u32 len, decode(ids, skip_special)
 Encoding uses add_special_tokens=False.
 """
 import argparse
@@ -86,6 +88,34 @@ def generated(tok):
     return s
 
 
+def invalid_utf8():
+    """Byte strings that are not UTF-8: titan replaces each maximal subpart of an ill-formed
+    sequence with one U+FFFD, so its ids must be HF's for bytes.decode("utf-8", "replace")
+    (Python follows Unicode's recommended substitution). Truncated 2/3/4-byte sequences before
+    ASCII, before another lead byte and at the end; surrogates, overlongs, > U+10FFFF, bytes
+    that start nothing; then random mixtures of such pieces with valid characters."""
+    fixed = [
+        b"x\xe4\xb8y", b"x\xf0\x9f\x98y", b"x\xc3y", b"x\xe4y", b"x\xf0y", b"x\xf0\x9fy",
+        b"x\xe4\xb8", b"x\xf0\x9f\x98", b"\xc3", b"\xe4\xb8\xe4\xb8\xad", b"\xf0\x9f\x98\xf0\x9f\x98\x80",
+        b"\xe4\xb8\xc3\xa9", b"\xc3\xe4\xb8\xad", b"a\xed\xa0\x80b", b"\xed\xbf\xbf", b"\xed\x9f\xbf",
+        b"a\xc0\x80b", b"a\xc1\xbfb", b"a\xe0\x80\x80b", b"a\xe0\x9f\xbfb", b"a\xf0\x80\x80\x80b",
+        b"a\xf0\x8f\xbf\xbfb", b"a\xf4\x90\x80\x80b", b"a\xf4\x8f\xbf\xbfb", b"a\xf5\x80\x80\x80b",
+        b"a\xf8\x88\x80\x80\x80b", b"a\xfc\x84\x80\x80\x80\x80b", b"\xfe\xff", b"\xff\xfe", b"\x80",
+        b"\x80\x80\x80", b"\xbf", b"a\x80\xbfb", b"\xc2", b"\xdf", b"\xe0", b"\xe0\xa0", b"\xef\xbf",
+        b"\xf4\x8f\xbf", b"\xf1\x80\x80", b"\xf3\xbf\xbf", b"x\xe4\xb8 y", b" \xe4\xb8\n",
+        b"\xe4\xb8<|im_end|>", b"<|im_start|>\xf0\x9f\x98", b"caf\xe9 na\xefve", b"123\xe4\xb8456",
+        b"\xe4\xb8\xe4\xb8\xe4\xb8", b"e\xcc", b"e\xcc\x81\xcc", b"\xea\xb0\xe1\x84",
+    ]
+    pieces = [b"a", b" ", b"Z9", b"\n", b"\xc3\xa9", b"\xe4\xb8\xad", b"\xf0\x9f\x98\x80", b"\xcc\x81",
+              b"\xc3", b"\xe4", b"\xe4\xb8", b"\xf0", b"\xf0\x9f", b"\xf0\x9f\x98", b"\x80", b"\xbf",
+              b"\xc0", b"\xc1", b"\xe0\x80", b"\xe0\xa0", b"\xed\xa0", b"\xed\x9f", b"\xf0\x80",
+              b"\xf0\x90", b"\xf4\x8f", b"\xf4\x90", b"\xf5", b"\xf8", b"\xfe", b"\xff"]
+    rnd = random.Random(99)
+    mixed = [b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 10))) for _ in range(1500)]
+    mixed += [bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 24))) for _ in range(500)]
+    return fixed + mixed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizer", required=True)
@@ -107,15 +137,16 @@ def main():
         tok.add_special_tokens([t for t in new if t.special])
         tok.add_tokens([t for t in new if not t.special])
     texts = vector_texts(a.shared) + shakespeare(a.shared) + generated(tok)
+    raw = [t.encode("utf-8") for t in texts] + invalid_utf8()  # the bytes titan encodes
+    texts += [b.decode("utf-8", "replace") for b in raw[len(texts):]]
     encs = tok.encode_batch(texts, add_special_tokens=False)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     ntok = 0
     with open(a.out, "wb") as f:
         f.write(b"TOKP" + struct.pack("<I", len(texts)))
-        for text, e in zip(texts, encs):
+        for b, e in zip(raw, encs):
             ids = e.ids
             ntok += len(ids)
-            b = text.encode("utf-8")
             d0 = tok.decode(ids, skip_special_tokens=False).encode("utf-8")
             d1 = tok.decode(ids, skip_special_tokens=True).encode("utf-8")
             f.write(struct.pack("<I", len(b)) + b)

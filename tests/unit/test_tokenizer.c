@@ -77,6 +77,27 @@ static void check_invalid_utf8(data_tok *t) {
           "%s", err.msg);
     CHECK(a.n == b.n && memcmp(a.ids, b.ids, a.n * sizeof(int32_t)) == 0,
           "invalid byte is not encoded as U+FFFD");
+    /* one U+FFFD per maximal subpart (Python's decode("utf-8", "replace")), not per byte: a
+     * truncated sequence is one, an overlong or a surrogate one per byte */
+    static const struct {
+        const char *in, *as;
+    } subparts[] = {
+        {"x\xE4\xB8y", "x\xEF\xBF\xBDy"},
+        {"x\xF0\x9F\x98y", "x\xEF\xBF\xBDy"},
+        {"x\xF0\x9F\x98", "x\xEF\xBF\xBD"},
+        {"\xE4\xB8\xE4\xB8\xAD", "\xEF\xBF\xBD\xE4\xB8\xAD"},
+        {"x\xED\xA0\x80y", "x\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDy"},
+        {"x\xE0\x80\x80y", "x\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDy"},
+        {"x\xF4\x90y", "x\xEF\xBF\xBD\xEF\xBF\xBDy"},
+    };
+    for (size_t k = 0; k < sizeof subparts / sizeof subparts[0]; k++) {
+        a.n = b.n = 0;
+        CHECK(data_tok_encode(t, subparts[k].in, strlen(subparts[k].in), &a, &err) == 0 &&
+                  data_tok_encode(t, subparts[k].as, strlen(subparts[k].as), &b, &err) == 0,
+              "%s", err.msg);
+        CHECK(a.n == b.n && memcmp(a.ids, b.ids, a.n * sizeof(int32_t)) == 0,
+              "invalid UTF-8 case %zu: not encoded as Python's decode(\"utf-8\", \"replace\")", k);
+    }
     data_tok_ids_free(&a);
     data_tok_ids_free(&b);
     /* random bytes: never crash, decode always works */
