@@ -124,7 +124,8 @@ void data_chat_msgs_free(data_chat_msg *msgs);
  *           "\r\n", "\r" or "\n", a blank line two in a row, and a paragraph's line ends reach
  *           the tokenizer as "\n"; positions are byte offsets into the file; mmap'ed;
  *   jsonl   one document per non-blank line, a JSON object whose string field `field`
- *           (default "text") is the document; streamed line by line, never read whole;
+ *           (default "text") is the document; streamed line by line, never read whole; a
+ *           UTF-8 byte-order mark opening the file is skipped (positions count its bytes);
  *   tokens  a titan token shard (below): pre-tokenized documents, mmap'ed.
  * A path is a file, a directory (its regular files, sorted by name, hidden files skipped) or
  * a glob(3) pattern (matches sorted). Format "auto" decides per file: the shard magic ->

@@ -560,13 +560,18 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         if (len > JSONL_LINE_MAX)
             return base_fail(err, "%s:%lld: line of %zu bytes is longer than the %zu limit",
                              f->path, (long long)line_no, len, JSONL_LINE_MAX);
-        if (blank(r->line, len)) continue; /* blank lines are not documents */
+        /* A UTF-8 byte-order mark opening the file (Windows editors write one) is not part of
+         * any JSON value: skipped, as Python's "utf-8-sig" reads it. Positions stay file
+         * offsets (the next line's counts its 3 bytes; a resume at byte 0 skips it again). */
+        const char *ln = r->line;
+        if (pos.line == 0 && len >= 3 && memcmp(ln, "\xEF\xBB\xBF", 3) == 0) ln += 3, len -= 3;
+        if (blank(ln, len)) continue; /* blank lines are not documents */
         r->next.doc++;
         r->next.file_doc++;
         if (want && !want(pos.doc, arg)) continue;
         json_error_t je;
-        json_t *j = json_loadb(r->line, len,
-                               JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
+        json_t *j =
+            json_loadb(ln, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
         if (!j) {
             char detail[256];
             snprintf(detail, sizeof detail, "column %d: %s", je.column, je.text);

@@ -327,6 +327,41 @@ static void test_bad_jsonl(void) {
     }
 }
 
+/* A JSONL file that opens with a UTF-8 byte-order mark: the mark is skipped (it is not part of
+ * any JSON value; Python's "utf-8-sig"), the first line is a document like the others, and the
+ * positions stay file offsets (line 2 starts at byte 3 + 16), resumed exactly; a mark on a later
+ * line is still invalid JSON there. */
+static void test_jsonl_bom(data_tok *tok) {
+    base_err err;
+    char out[256];
+    write_str("bom.jsonl", "\xEF\xBB\xBF{\"text\": \"abc\"}\n{\"text\": \"defgh\"}\n"
+                           "{\"text\": \"ij\"}\n");
+    data_loader_cfg c = cfg("bom.jsonl", 3, 2);
+    CHECK(run_bytes(c, 2, out, &err) == 2, "bom: %s", err.msg);
+    CHECK(!strcmp(out, "abcd|efgh|ijab|cdef|"), "bom: got '%s'", out);
+    data_loader *l;
+    c = cfg("bom.jsonl", 2, 1);
+    if (data_loader_open(&l, &c, &err) == 0) {
+        int32_t x[2], y[2];
+        data_loader_state s;
+        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        data_loader_get_state(l, &s); /* "abc" read: document 1 at its line's byte */
+        CHECK(s.doc == 1 && s.byte_off == 19 && s.line == 1 && s.doc_tokens == 0,
+              "bom state: doc %lld byte %lld line %lld", (long long)s.doc, (long long)s.byte_off,
+              (long long)s.line);
+        data_loader_free(l);
+    }
+    c = cfg("bom.jsonl", 2, 2);
+    check_resume(c, 12, "jsonl with a BOM, bytes");
+    if (tok) {
+        c.enc.tok = tok;
+        c.enc.vocab_size = data_tok_vocab_size(tok);
+        check_resume(c, 12, "jsonl with a BOM, test tokenizer");
+    }
+    write_str("bom2.jsonl", "{\"text\": \"abc\"}\n\xEF\xBB\xBF{\"text\": \"de\"}\n");
+    expect_error(cfg("bom2.jsonl", 4, 1), "bom2.jsonl:2: invalid JSON", "BOM on line 2");
+}
+
 /* Every text empty: a tokenizer still ends each document with eos, so the windows would be
  * eos only; the loader refuses it at the end of the first pass (the warning after the first
  * batch: cli_guards.sh). Byte tokens have no eos: the "no tokens" error. Some empty texts
@@ -507,6 +542,7 @@ int main(void) {
     test_text_crlf();
     test_resume(tok);
     test_bad_jsonl();
+    test_jsonl_bom(tok);
     test_empty_texts(tok);
     test_bad_shards(tok);
     test_bad_state();
