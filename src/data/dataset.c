@@ -230,7 +230,9 @@ static int check_plain_text(const char *path, const unsigned char *head, size_t 
     if (nul)
         return base_fail(err,
                          "%s: binary data (a NUL byte at offset %zu), not text or JSON Lines: "
-                         "titan reads text, JSON Lines (UTF-8) and token shards (titan tokenize)",
+                         "titan reads text, JSON Lines (UTF-8) and token shards (titan "
+                         "tokenize); if it is text, pass --format text (training.dataset_format "
+                         "= \"text\") to read it as text",
                          path, (size_t)(nul - head));
     return 0;
 }

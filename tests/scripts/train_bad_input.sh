@@ -58,7 +58,7 @@ printf '{"text": "hello"}\n' | gzip > "$out/c4.json.gz"
 expect "gzip-compressed dataset" "c4.json.gz: a gzip-compressed file, not plain text.*gunzip" \
   --data "$out/c4.json.gz"
 printf 'text\0with a NUL' > "$out/bin.txt"
-expect "binary dataset" "bin.txt: binary data \\(a NUL byte at offset 4\\)" --data "$out/bin.txt"
+expect "binary dataset" "bin.txt: binary data \\(a NUL byte at offset 4\\).*pass --format text \\(training.dataset_format = \"text\"\\) to read it as text" --data "$out/bin.txt"
 printf 'TITANTOK\1\0\0\0' > "$out/shard.tok"
 expect "token shard read as text" "shard.tok: a titan token shard, not plain text.*dataset_format" \
   --data "$out/shard.tok" --training.dataset_format text

@@ -362,6 +362,23 @@ static void test_jsonl_bom(data_tok *tok) {
     expect_error(cfg("bom2.jsonl", 4, 1), "bom2.jsonl:2: invalid JSON", "BOM on line 2");
 }
 
+/* A NUL in a file taken for text (auto): refused as binary, naming the way out, which works. */
+static void test_text_nul(void) {
+    base_err err;
+    char out[256];
+    write_file("nul.txt", "abc\0def\n", 8);
+    expect_error(cfg("nul.txt", 3, 1),
+                 "nul.txt: binary data (a NUL byte at offset 3), not text or JSON Lines: titan "
+                 "reads text, JSON Lines (UTF-8) and token shards (titan tokenize); if it is "
+                 "text, pass --format text (training.dataset_format = \"text\") to read it as "
+                 "text",
+                 "NUL in auto text");
+    data_loader_cfg c = cfg("nul.txt", 3, 1);
+    c.format = DATA_FMT_TEXT;
+    CHECK(run_bytes(c, 1, out, &err) == 1 && !memcmp(out, "abc\0|", 5), "--format text: %s",
+          err.msg);
+}
+
 /* Every text empty: a tokenizer still ends each document with eos, so the windows would be
  * eos only; the loader refuses it at the end of the first pass (the warning after the first
  * batch: cli_guards.sh). Byte tokens have no eos: the "no tokens" error. Some empty texts
@@ -543,6 +560,7 @@ int main(void) {
     test_resume(tok);
     test_bad_jsonl();
     test_jsonl_bom(tok);
+    test_text_nul();
     test_empty_texts(tok);
     test_bad_shards(tok);
     test_bad_state();
