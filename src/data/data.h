@@ -16,10 +16,15 @@
  *                   Regexes run on PCRE2 (UTF + UCP, JIT).
  *   added_tokens:   lstrip, rstrip, single_word and normalized must be false; special any.
  * tokenizer_config.json is optional; bos_token / eos_token / pad_token may be a string,
- * null, or an object with "content"; the token must exist (id -1 when null or absent). Its
- * added_tokens_decoder ({"id": {content, special, flags}}) entries whose id and content
- * tokenizer.json's added_tokens lack are added tokens too, as transformers' AutoTokenizer
- * loads them (torchtitan's test tokenizer lists its special tokens only there).
+ * null, or an object with "content"; the token must exist (id -1 when null or absent; where
+ * transformers would append such a token, titan refuses the folder). Its added_tokens_decoder
+ * ({"id": {content, special, flags}}) entries whose content tokenizer.json's added_tokens lack
+ * are added tokens too, with the ids transformers 5's AutoTokenizer gives them (torchtitan's
+ * test tokenizer lists its special tokens only there): in the numeric order of the keys, each
+ * gets its content's id in model.vocab if the vocabulary has it, else the next free id (one
+ * past the largest so far); the key itself is not the id (torchtitan v0.2.2's keys 128000 /
+ * 128001 past a 2002-id vocabulary become 2002 / 2003, as AutoTokenizer and torchtitan's
+ * HuggingFaceTokenizer give them).
  *
  * Encode pipeline: split on added tokens (leftmost, longest match; never split further),
  * NFC the other segments, pre-tokenize, map bytes to the GPT-2 byte-level alphabet, apply

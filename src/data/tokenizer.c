@@ -540,19 +540,38 @@ static int parse_added(data_tok *t, json_t *arr, const char *path, const char *f
     return 0;
 }
 
+typedef struct {
+    int64_t key; /* the entry's key: an id, which only orders the entries */
+    json_t *tok;
+} decoder_entry;
+
+static int cmp_decoder_entry(const void *a, const void *b) {
+    const int64_t x = ((const decoder_entry *)a)->key, y = ((const decoder_entry *)b)->key;
+    return (x > y) - (x < y);
+}
+
 /* tokenizer_config.json's added_tokens_decoder ({"id": {content, special, ...}}), as
- * transformers' AutoTokenizer reads it: entries whose id and content tokenizer.json's
- * added_tokens do not already have become added tokens (torchtitan's test tokenizer lists its
- * special tokens only there). */
+ * transformers 5 loads it (TokenizersBackend.__init__, then `tokenizers`' AddedVocabulary):
+ * the entries, in the order of their keys as numbers, whose content is not already an added
+ * token are added one by one. An entry's id is not its key: it is the content's id in
+ * model.vocab when the vocabulary has it (the token becomes an added token there), otherwise
+ * the next free id, one past the largest id so far (vocab and added tokens). So torchtitan's
+ * v0.2.2 test tokenizer (2002 vocab ids; keys 128000 and 128001 for <|begin_of_text|> and
+ * <|end_of_text|>) gets them at 2002 and 2003, as AutoTokenizer and torchtitan's
+ * HuggingFaceTokenizer do, and an entry whose key lies inside the vocabulary but whose content
+ * does not is appended too. Named special tokens (bos_token, ...) that are in neither are not
+ * added (config_token requires them to exist), where transformers would append them. */
 static int parse_added_decoder(data_tok *t, json_t *cfg, const char *cpath, base_err *err) {
     json_t *dec = cfg ? json_object_get(cfg, "added_tokens_decoder") : NULL;
     if (!dec || json_is_null(dec)) return 0;
     if (!json_is_object(dec))
         return base_fail(err, "%s: added_tokens_decoder: not an object", cpath);
-    json_t *arr = json_array();
-    if (!arr) return base_fail(err, "out of memory");
+    const size_t n = json_object_size(dec);
+    decoder_entry *e = malloc((n ? n : 1) * sizeof *e);
+    if (!e) return base_fail(err, "out of memory");
     const char *key;
     json_t *v;
+    size_t k = 0;
     int rc = 0;
     json_object_foreach(dec, key, v) {
         int64_t id;
@@ -562,21 +581,38 @@ static int parse_added_decoder(data_tok *t, json_t *cfg, const char *cpath, base
                           cpath, key);
             break;
         }
-        json_t *c = json_object_get(v, "content");
-        int known = 0;
-        for (size_t i = 0; i < t->n_added && !known; i++)
-            known = t->added[i].id == (int32_t)id ||
-                    (json_is_string(c) && t->added[i].len == json_string_length(c) &&
-                     !memcmp(t->added[i].content, json_string_value(c), t->added[i].len));
-        if (known) continue;
-        json_t *e = json_deep_copy(v);
-        if (!e || json_object_set_new(e, "id", json_integer(id)) || json_array_append_new(arr, e)) {
-            rc = base_fail(err, "out of memory");
+        e[k++] = (decoder_entry){id, v};
+    }
+    if (!rc) qsort(e, k, sizeof *e, cmp_decoder_entry);
+    for (size_t i = 0; !rc && i < k; i++) {
+        json_t *c = json_object_get(e[i].tok, "content");
+        char field[64];
+        snprintf(field, sizeof field, "added_tokens_decoder[\"%lld\"]", (long long)e[i].key);
+        if (!json_is_string(c) || json_string_length(c) == 0) {
+            rc = base_fail(err, "%s: %s.content: not a non-empty string", cpath, field);
             break;
         }
+        char buf[4096];
+        if (json_string_length(c) >= sizeof buf) {
+            rc = base_fail(err, "%s: %s.content: longer than %zu bytes", cpath, field, sizeof buf);
+            break;
+        }
+        const size_t len = unmap_nul(json_string_value(c), json_string_length(c), buf);
+        if (smap_find(&t->added_map, buf, len)) continue; /* already an added token */
+        const smap_slot *in_vocab = smap_find(&t->vocab, buf, len);
+        const int32_t id = in_vocab ? in_vocab->val : t->n_ids;
+        if (id >= TOK_MAX_ID) {
+            rc = base_fail(err, "%s: %s: no id left below %d", cpath, field, TOK_MAX_ID);
+            break;
+        }
+        json_t *one = json_array(), *tok = json_deep_copy(e[i].tok);
+        const int oom = !one || !tok || json_object_set_new(tok, "id", json_integer(id)) ||
+                        json_array_append(one, tok);
+        rc = oom ? base_fail(err, "out of memory") : parse_added(t, one, cpath, field, err);
+        if (tok) json_decref(tok);
+        if (one) json_decref(one);
     }
-    if (!rc) rc = parse_added(t, arr, cpath, "added_tokens_decoder", err);
-    json_decref(arr);
+    free(e);
     return rc;
 }
 

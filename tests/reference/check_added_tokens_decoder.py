@@ -3,9 +3,20 @@ transformers' AutoTokenizer does: for torchtitan's test tokenizer (whose tokeniz
 added_tokens), `titan encode` gives AutoTokenizer's ids for text around every such token, and
 `titan decode` (with and without --skip-special) gives its text back.
 
-usage: check_added_tokens_decoder.py TITAN_BINARY TOKENIZER_DIR TEXT_FILE
+Then the ids transformers 5 gives entries that are not in the tokenizer yet (the entries in
+the numeric order of their keys; a content in model.vocab keeps its vocab id, a new one gets the
+next free id, whatever its key says): torchtitan v0.2.2's test tokenizer (keys 128000 / 128001
+for bos / eos past a 2002-id vocabulary: AutoTokenizer gives 2002 / 2003, 2004 ids), and a
+made-up config with keys out of string order, a key inside the vocabulary with new content, a
+vocab token under another key, a content listed twice and a non-special entry. For each, the
+ids of text around every entry, bos / eos, and the vocabulary size equal AutoTokenizer's.
+
+usage: check_added_tokens_decoder.py TITAN_BINARY TOKENIZER_DIR TEXT_FILE [WORK_DIR]
 """
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -16,8 +27,35 @@ def run(cmd, data):
     return subprocess.run(cmd, input=data, capture_output=True, check=True).stdout.decode("utf-8")
 
 
+def check_ids(titan, tok_dir, base, work):
+    """AutoTokenizer's ids, bos / eos and size for every added_tokens_decoder entry's text."""
+    hf = AutoTokenizer.from_pretrained(tok_dir)
+    with open(f"{tok_dir}/tokenizer_config.json", encoding="utf-8") as f:
+        decoder = json.load(f)["added_tokens_decoder"]
+    specials = [e["content"] for e in decoder.values()]
+    texts = [base[:300] + "".join(specials) + base[300:400], " ".join(specials),
+             "".join(f"x{s}y" for s in specials)]
+    for i, text in enumerate(texts):
+        want = hf.encode(text, add_special_tokens=False)
+        got = [int(x) for x in run([titan, "encode", "--tokenizer", tok_dir], text.encode()).split()]
+        assert got == want, f"{tok_dir} text {i}: ids differ from AutoTokenizer: {got[:60]} vs {want[:60]}"
+    for name in ("bos_token", "eos_token", "pad_token"):
+        tok = getattr(hf, name)
+        got = [int(x) for x in run([titan, "encode", "--tokenizer", tok_dir], tok.encode()).split()]
+        assert got == [getattr(hf, name + "_id")], f"{tok_dir}: {name} {tok!r} is {got}, HF {getattr(hf, name + '_id')}"
+    one = os.path.join(work, "one_doc.txt")
+    open(one, "w").write("x\n")
+    p = subprocess.run([titan, "data", "--data", one, "--tokenizer", tok_dir, "--vocab-size", "1"],
+                       capture_output=True, text=True)
+    m = re.search(r"the tokenizer has (\d+) ids", p.stderr)
+    assert m and int(m.group(1)) == len(hf), f"{tok_dir}: titan has {m and m.group(1)} ids, HF {len(hf)}: {p.stderr}"
+    print(f"ok: {tok_dir}: bos {hf.bos_token_id}, eos {hf.eos_token_id}, {len(hf)} ids, "
+          f"{len(texts)} texts as AutoTokenizer")
+
+
 def main():
     titan, tok_dir, text_file = sys.argv[1:4]
+    work = sys.argv[4] if len(sys.argv) > 4 else None
     hf = AutoTokenizer.from_pretrained(tok_dir)
     with open(f"{tok_dir}/tokenizer_config.json", encoding="utf-8") as f:
         decoder = json.load(f)["added_tokens_decoder"]
@@ -38,6 +76,36 @@ def main():
             assert back == hf.decode(want, skip_special_tokens=skip), f"text {i}: decode (skip={skip})"
     assert n_special >= 2 * len(specials), "the texts did not exercise the added tokens"
     print(f"ok: {len(texts)} texts, {n_special} added_tokens_decoder tokens, ids as AutoTokenizer")
+    if not work:
+        return
+    if os.path.isdir(work):
+        shutil.rmtree(work)
+    os.makedirs(work)
+    v022 = os.path.join(tok_dir, "v0.2.2")
+    check_ids(titan, v022, base, work)
+    hf22 = AutoTokenizer.from_pretrained(v022)
+    assert (hf22.bos_token_id, hf22.eos_token_id, len(hf22)) == (2002, 2003, 2004), "v0.2.2 fixture"
+    # a made-up config over v0.2.2's tokenizer.json (2002 vocab ids, no added_tokens)
+    made = os.path.join(work, "made_up")
+    os.makedirs(made)
+    shutil.copy(os.path.join(v022, "tokenizer.json"), made)
+    vocab = json.load(open(os.path.join(v022, "tokenizer.json"), encoding="utf-8"))["model"]["vocab"]
+    word = next(w for w, i in sorted(vocab.items(), key=lambda kv: kv[1])
+                if len(w) >= 3 and w.isascii() and w.isalpha() and w.islower())
+    ent = lambda c, special=True: {"content": c, "lstrip": False, "normalized": False,
+                                   "rstrip": False, "single_word": False, "special": special}
+    cfg = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>", "pad_token": "<|pad|>",
+           "tokenizer_class": "PreTrainedTokenizerFast",
+           "added_tokens_decoder": {
+               "128001": ent("<|end_of_text|>"), "128000": ent("<|begin_of_text|>"),
+               "10": ent("<|ten|>"), "9": ent("<|nine|>"),  # 9 before 10 (numbers, not strings)
+               "5": ent("<|inside|>"),  # a key inside the vocabulary, content new: appended
+               "7": ent("<|pad|>"),  # in the vocabulary at 2001: keeps that id
+               "11": ent("<|nine|>"),  # listed twice: once
+               "3000": ent(word),  # an ordinary vocab word: an added token at its vocab id
+               "12": ent("<x>", special=False)}}
+    json.dump(cfg, open(os.path.join(made, "tokenizer_config.json"), "w"), indent=1)
+    check_ids(titan, made, base, work)
 
 
 if __name__ == "__main__":

@@ -123,19 +123,20 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     tok = Tokenizer.from_file(os.path.join(a.tokenizer, "tokenizer.json"))
-    # The vocabulary as transformers' AutoTokenizer loads the folder: tokenizer_config.json's
-    # added_tokens_decoder entries missing from tokenizer.json are added tokens too (torchtitan's
-    # test tokenizer lists its special tokens only there).
+    # The vocabulary as transformers 5's AutoTokenizer loads the folder: tokenizer_config.json's
+    # added_tokens_decoder entries whose content tokenizer.json's added tokens lack are added, in
+    # the numeric order of their keys, one by one (`tokenizers` gives each its vocab id or the
+    # next free one; the key is not the id). torchtitan's test tokenizer lists its special tokens
+    # only there.
     cfg_path = os.path.join(a.tokenizer, "tokenizer_config.json")
     if os.path.exists(cfg_path):
         with open(cfg_path, encoding="utf-8") as f:
             decoder = json.load(f).get("added_tokens_decoder") or {}
-        have = tok.get_added_tokens_decoder()
-        new = [AddedToken(e["content"], special=e.get("special", False), normalized=False)
-               for i, e in sorted(decoder.items(), key=lambda kv: int(kv[0]))
-               if int(i) not in have and e["content"] not in {t.content for t in have.values()}]
-        tok.add_special_tokens([t for t in new if t.special])
-        tok.add_tokens([t for t in new if not t.special])
+        for _, e in sorted(decoder.items(), key=lambda kv: int(kv[0])):
+            if e["content"] in {t.content for t in tok.get_added_tokens_decoder().values()}:
+                continue
+            t = AddedToken(e["content"], special=e.get("special", False), normalized=False)
+            (tok.add_special_tokens if t.special else tok.add_tokens)([t])
     texts = vector_texts(a.shared) + shakespeare(a.shared) + generated(tok)
     raw = [t.encode("utf-8") for t in texts] + invalid_utf8()  # the bytes titan encodes
     texts += [b.decode("utf-8", "replace") for b in raw[len(texts):]]

@@ -262,7 +262,29 @@ static int unit_tests(void) {
         CHECK(data_tok_vocab_size(tt) == 2020, "test vocab %d", (int)data_tok_vocab_size(tt));
         printf("test_tokenizer bos %d eos %d pad %d\n", (int)data_tok_bos_id(tt),
                (int)data_tok_eos_id(tt), (int)data_tok_pad_id(tt));
+        CHECK(data_tok_bos_id(tt) == 2002 && data_tok_eos_id(tt) == 2003 &&
+                  data_tok_pad_id(tt) == 2001,
+              "test_tokenizer keeps bos/eos/pad 2002/2003/2001");
         check_invalid_utf8(tt);
+        data_tok_free(tt);
+    }
+    /* torchtitan v0.2.2's test tokenizer lists bos / eos in added_tokens_decoder only, under keys
+     * 128000 / 128001 past its 2002-id vocabulary: transformers 5 (and torchtitan's
+     * HuggingFaceTokenizer) append them at the next free ids, 2002 and 2003, 2004 ids in all */
+    snprintf(dir, sizeof dir, "%s/data/test_tokenizer/v0.2.2", TITAN_SHARED_DIR);
+    rc = data_tok_load(dir, &tt, &err);
+    CHECK(rc == 0, "load %s: %s", dir, err.msg);
+    if (rc == 0) {
+        data_tok_ids v = {0};
+        CHECK(data_tok_encode(tt, "<|end_of_text|><|begin_of_text|>", 32, &v, &err) == 0 &&
+                  v.n == 2 && v.ids[0] == 2003 && v.ids[1] == 2002,
+              "v0.2.2 added tokens: %zu ids", v.n);
+        CHECK(data_tok_vocab_size(tt) == 2004 && data_tok_bos_id(tt) == 2002 &&
+                  data_tok_eos_id(tt) == 2003 && data_tok_pad_id(tt) == 2001,
+              "v0.2.2 test tokenizer: %d ids, bos %d, eos %d, pad %d (want 2004, 2002, 2003, 2001)",
+              (int)data_tok_vocab_size(tt), (int)data_tok_bos_id(tt), (int)data_tok_eos_id(tt),
+              (int)data_tok_pad_id(tt));
+        data_tok_ids_free(&v);
         data_tok_free(tt);
     }
     data_tok *none = NULL;
