@@ -254,29 +254,34 @@ static void test_resume(data_tok *tok) {
     write_str("txt/c", "and a third, the last of them");
     c = cfg("txt", 6, 2);
     check_resume(c, 20, "text folder bytes");
-    /* paragraphs of one file, on data-parallel rank 1 of 2, with bos/eos per paragraph */
-    write_str("paras.txt", "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\n\n\n"
-                           "You are all resolved.\n\nFirst:\nResolved.\n");
-    c = cfg("paras.txt", 5, 2);
-    c.dp_size = 2;
-    c.dp_rank = 1;
-    check_resume(c, 20, "text paragraphs bytes rank 1/2");
-    if (tok) {
-        c.enc.tok = tok;
-        c.enc.vocab_size = data_tok_vocab_size(tok);
-        check_resume(c, 20, "text paragraphs test tokenizer rank 1/2");
-    }
-    /* the same with CRLF, CR and mixed line ends */
-    write_str("paras_crlf.txt", "First Citizen:\r\nBefore we proceed.\r\n\r\nAll:\rSpeak, "
-                                "speak.\r\r\r\rYou are all resolved.\n\r\nFirst:\r\nResolved.\r\n");
-    c = cfg("paras_crlf.txt", 5, 2);
-    c.dp_size = 2;
-    c.dp_rank = 1;
-    check_resume(c, 20, "crlf paragraphs bytes rank 1/2");
-    if (tok) {
-        c.enc.tok = tok;
-        c.enc.vocab_size = data_tok_vocab_size(tok);
-        check_resume(c, 20, "crlf paragraphs test tokenizer rank 1/2");
+    /* paragraphs of one file, on data-parallel rank 1 of 2, with bos/eos per paragraph; the
+     * same with CRLF, CR and mixed line ends */
+    const struct {
+        const char *file, *text, *what;
+    } paras[] = {
+        {"paras.txt",
+         "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\n\n\n"
+         "You are all resolved.\n\nFirst:\nResolved.\n",
+         "text paragraphs"},
+        {"paras_crlf.txt",
+         "First Citizen:\r\nBefore we proceed.\r\n\r\nAll:\rSpeak, "
+         "speak.\r\r\r\rYou are all resolved.\n\r\nFirst:\r\nResolved.\r\n",
+         "crlf paragraphs"},
+    };
+    for (size_t i = 0; i < sizeof paras / sizeof paras[0]; i++) {
+        char what[96];
+        write_str(paras[i].file, paras[i].text);
+        c = cfg(paras[i].file, 5, 2);
+        c.dp_size = 2;
+        c.dp_rank = 1;
+        snprintf(what, sizeof what, "%s bytes rank 1/2", paras[i].what);
+        check_resume(c, 20, what);
+        if (tok) {
+            c.enc.tok = tok;
+            c.enc.vocab_size = data_tok_vocab_size(tok);
+            snprintf(what, sizeof what, "%s test tokenizer rank 1/2", paras[i].what);
+            check_resume(c, 20, what);
+        }
     }
 }
 
