@@ -211,6 +211,12 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
 
 /* The JSONL line's fields for step s: this step's own figures (bitwise as before), the
  * window's averages on logged steps, validation when it ran. */
+/* Validation tokens/s per rank: every data-parallel rank scores the whole set, a
+ * tensor-parallel group's ranks share it (as the step's tps). */
+static double val_tps(const train_metrics *t, const train_step_metrics *s) {
+    return s->val_s > 0 ? (double)s->val_tokens / s->val_s / t->non_dp : 0.0;
+}
+
 static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, const model *m,
                        double tps, double mfu, double mem, int log_now, const double *win) {
     fprintf(jl,
@@ -232,8 +238,9 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
                 "\"memory_active_gib\": %.17g",
                 win[0], win[1], win[2], win[3], win[4], win[5], win[6]);
     if (isfinite(s->val_loss))
-        fprintf(jl, ", \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_tps\": %.17g", s->val_loss,
-                (long long)s->val_tokens, s->val_s > 0 ? s->val_tokens / s->val_s : 0.0);
+        fprintf(jl,
+                ", \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_tps\": %.17g, \"val_s\": %.17g",
+                s->val_loss, (long long)s->val_tokens, val_tps(t, s), s->val_s);
     if (t->aux_on) fprintf(jl, ", \"aux_loss\": %.17g", s->aux);
     train_moe_jsonl(m, jl);
     fprintf(jl, "}\n");
@@ -302,7 +309,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
         win[5] = t->w_step_s / t->w_steps;                      /* end to end (s per step) */
         win[6] = t->w_rss / gib;                                /* max active (GiB) */
     }
-    const double val_tps = val && s->val_s > 0 ? s->val_tokens / s->val_s : 0.0;
+    const double vtps = val ? val_tps(t, s) : 0.0;
     char ts[64];
     if (t->lead && (log_now || val)) {
         if (t->tty) printf("\r\033[K"); /* erase the progress line */
@@ -322,7 +329,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
     if (t->lead && val) /* torchtitan's "validate step:" line, after the step's */
         printf("%svalidate step: %4d  loss: %8.5f  perplexity: %.3f  memory: %.2fGiB(%.1f%%)  "
                "tps: %.1f  (%lld tokens)\n",
-               ts, s->step, s->val_loss, exp(s->val_loss), mem, mem_pct, val_tps,
+               ts, s->step, s->val_loss, exp(s->val_loss), mem, mem_pct, vtps,
                (long long)s->val_tokens);
     if (t->lead && t->tty && s->step < t->last) { /* progress: steps done, ETA, tokens/s */
         const double avg = (base_now() - t->t_run) / (double)(s->step - t->start);
@@ -381,7 +388,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
                               "validation_metrics/memory/max_reserved(GiB)",
                               "validation_metrics/memory/max_reserved(%)"};
         const double now = rss_now();
-        const double vals[] = {s->val_loss, exp(s->val_loss), val_tps, now / gib, 100.0 * now / ram,
+        const double vals[] = {s->val_loss, exp(s->val_loss), vtps, now / gib, 100.0 * now / ram,
                                mem,         mem_pct};
         if (train_tb_scalars(t->tb, s->step, tags, vals, 7, err)) return -1;
     }

@@ -6,7 +6,7 @@
 #  2. metrics.save_for_all_ranks: every rank writes its own metrics.jsonl under rank_N/ and
 #     its own TensorBoard events under tb/<run>/rank_N (torchtitan's layout), nothing at the
 #     single-rank paths.
-#  3. tensor parallelism: tps, tflops, mfu and the summary's tokens_per_s_per_rank are per
+#  3. tensor parallelism: tps, tflops, mfu, val_tps and the summary's tokens_per_s_per_rank are per
 #     rank, torchtitan's (tokens / time / non-data-parallel size): the 2 tp ranks share one
 #     data-parallel rank's tokens (they were the group's, 2x)
 #  4. MoE expert load (tokens_per_expert_*) counts the global batch in every balance mode: on
@@ -34,8 +34,17 @@ diff <(grep -o '"loss": [^,}]*' "$out/b/rank_0/metrics.jsonl") \
      <(grep -o '"loss": [^,}]*' "$out/b/rank_1/metrics.jsonl") ||
   { echo "FAIL: the ranks logged different global losses"; exit 1; }
 echo "ok: save_for_all_ranks: rank_0/ and rank_1/ metrics.jsonl, tb/<run>/rank_0 and rank_1"
+head -c 3000 /dev/urandom > "$out/val.bin"
 mpi 2 "${small[@]}" --batch 2 --grad-accum 2 --steps 3 --log-freq 1 --parallelism.tensor_parallel_degree 2 \
+    --validation.enable --validation.dataset_path "$out/val.bin" --validation.freq 3 \
+    --validation.local_batch_size 2 --validation.seq_len 32 --data-format text \
     --metrics "$out/tp.jsonl" --dump-folder "$out/tp" > "$out/tp.log"
+paste <(grep -o '"val_tps": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) \
+      <(grep -o '"val_s": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) \
+      <(grep -o '"val_tokens": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) | awk '
+  { n++; r = $1 * $2 * 2 / $3; if (r < 0.999999 || r > 1.000001) { print "FAIL validation " n ": val_tps " \
+    $1 " x val_s " $2 " x 2 ranks is not val_tokens " $3; bad = 1 } }
+  END { if (n != 2) { print "FAIL: " n " validations"; exit 1 } exit bad }'
 paste <(grep -o '"tps": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) \
       <(grep -o '"step_s": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) \
       <(grep -o '"ntokens": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) | awk '
@@ -45,7 +54,7 @@ paste <(grep -o '"tps": [^,}]*' "$out/tp.jsonl" | cut -d' ' -f2) \
 grep -o "tokens_per_s=[0-9.]* tokens_per_s_per_rank=[0-9.]*" "$out/tp.log" | tr '=' ' ' | awk '
   { if ($2 < 1.999 * $4 || $2 > 2.001 * $4) { print "FAIL: summary " $0 " (2 ranks)"; exit 1 } n++ }
   END { if (n != 1) { print "FAIL: no summary"; exit 1 } }'
-echo "ok: tp 2: tps, tflops, mfu and tokens_per_s_per_rank per rank"
+echo "ok: tp 2: tps, tflops, mfu, val_tps and tokens_per_s_per_rank per rank"
 mpi 2 "${small[@]}" --set tie_embeddings=0 --set num_experts=4 --set top_k=2 --set moe_inter_dim=32 \
     --model.moe_load_balance none --batch 2 --steps 2 --log-freq 1 \
     --parallelism.expert_parallel_degree 2 --metrics "$out/moe.jsonl" --dump-folder "$out/moe" >/dev/null
