@@ -117,11 +117,18 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         train_prof_phase("grad norm", t_norm);
         if (!isfinite(l) || !isfinite(sumsq)) {
             const char *bad = train_first_bad(m, f, dist_fsdp_shard_grads(f), 0);
+            /* the first non-finite gradient is where a NaN arrives in backward, not which
+             * kernel made it: with kernel overrides the kernels are the first suspects */
             return base_fail(err,
                              "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
-                             "non-finite gradient: %s; stopping (the last checkpoint is intact)",
+                             "non-finite gradient: %s; stopping (the last checkpoint is "
+                             "intact)%s",
                              step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
-                             l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)");
+                             l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)",
+                             o->n_kernel_overrides
+                                 ? "; kernel overrides are in use: `titan kernels test` checks "
+                                   "each against its reference"
+                                 : "");
         }
     }
     if (mesh->dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */
