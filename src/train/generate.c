@@ -20,13 +20,7 @@ int train_load_model(model *m, const char *path, const model_args *fallback, ops
     json_t *t = NULL; /* a training checkpoint's "train" state */
     if (ckpt_source_open(&src, path, err)) return -1;
     if (src.kind != CKPT_SRC_FILE && ckpt_source_args(&src, &a, err)) return -1;
-    if (src.kind == CKPT_SRC_STEP) {
-        char *tj = NULL;
-        int world = 0;
-        if (ckpt_step_read_meta(src.folder, src.step, &tj, &world, err)) return -1;
-        t = json_loads(tj, 0, NULL);
-        free(tj);
-    }
+    if (src.kind == CKPT_SRC_STEP && !(t = train_step_state(src.folder, src.step, err))) return -1;
     model_build_opts bo = {.batch = 1,
                            .seq_len = 1,
                            .prec = prec,
@@ -69,12 +63,11 @@ int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, 
     base_err ignore; /* not a model: train_load_model says why */
     *is_ckpt = ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_STEP;
     if (!*is_ckpt) return 0;
-    char *tj = NULL, where[4200];
-    int world = 0;
-    if (ckpt_step_read_meta(src.folder, src.step, &tj, &world, err)) return -1;
+    char where[4200];
+    json_t *t = train_step_state(src.folder, src.step, err);
+    if (!t) return -1;
     snprintf(where, sizeof where, "%s/step-%lld", src.folder, (long long)src.step);
-    json_t *t = json_loads(tj, 0, NULL), *rec = json_object_get(t, "tokenizer");
-    free(tj);
+    const json_t *rec = json_object_get(t, "tokenizer");
     const json_t *vocab = json_object_get(json_object_get(t, "model"), "vocab_size");
     const char *rpath = json_string_value(json_object_get(rec, "path"));
     const char *rhash = json_string_value(json_object_get(rec, "tokenizer_json_fnv1a64"));

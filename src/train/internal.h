@@ -74,6 +74,9 @@ int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base
  * field present, of its type and in range (0 <= adam_step <= step, counts >= 0, ...).
  * Errors name the file and the field. */
 struct json_t;
+/* folder/step-N's trainer state (metadata.json "train", ckpt_step_read_meta validates the
+ * file), parsed; NULL with err set when it cannot be read. json_decref it. */
+struct json_t *train_step_state(const char *folder, int64_t step, base_err *err);
 int train_state_check(const struct json_t *t, const char *dir, int64_t step, base_err *err);
 /* The checkpoint's model (train.model, decoded by model_args_from_json) is this run's
  * (model_args_equal); the error shows both identities. */

@@ -87,11 +87,8 @@ static void warn_newer_steps(const char *dir, int64_t step) {
 /* The resume of from/step-N: what it loads and from which step training continues. */
 static int plan_resume(const train_opts *o, train_start *p, const char *from, int64_t step,
                        int initial, base_err *err) {
-    char *tj = NULL;
-    int world;
-    if (ckpt_step_read_meta(from, step, &tj, &world, err)) return -1;
-    json_t *t = json_loads(tj, 0, NULL);
-    free(tj);
+    json_t *t = train_step_state(from, step, err);
+    if (!t) return -1;
     const int model_only = json_is_true(json_object_get(t, "model_only"));
     json_decref(t);
     if (initial && model_only)

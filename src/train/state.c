@@ -141,6 +141,16 @@ static void gather_loader_states(const train_source *src, dist_comm *dp, char *s
     dist_allgather_bytes(dp, mine, states, LOADER_STATE_BYTES);
 }
 
+json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
+    char *tj = NULL;
+    int world;
+    if (ckpt_step_read_meta(folder, step, &tj, &world, err)) return NULL;
+    json_t *t = json_loads(tj, 0, NULL);
+    free(tj);
+    if (!t) base_fail(err, "%s/step-%lld/metadata.json: out of memory", folder, (long long)step);
+    return t;
+}
+
 /* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
  * Returns the step to continue after, or -1 with err. */
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
@@ -149,11 +159,8 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     const char *dir = plan->from;
     const int64_t step = plan->resume_step;
     const unsigned load = plan->load;
-    char *tj = NULL;
-    int world;
-    if (ckpt_step_read_meta(dir, step, &tj, &world, err)) return -1;
-    json_t *t = json_loads(tj, 0, NULL);
-    free(tj);
+    json_t *t = train_step_state(dir, step, err);
+    if (!t) return -1;
     int64_t rc = -1;
     if (train_state_check(t, dir, step, err)) goto out;
     const int model_only = json_is_true(json_object_get(t, "model_only"));
@@ -237,11 +244,8 @@ static int initial_load(const train_opts *o, model *w, model *m, base_err *err) 
     if (ckpt_source_load(&s, w, w->w, err)) return -1;
     int bias = 0;
     if (s.kind == CKPT_SRC_STEP && m->moe_bias) {
-        char *tj = NULL;
-        int world;
-        if (ckpt_step_read_meta(s.folder, s.step, &tj, &world, err)) return -1;
-        json_t *t = json_loads(tj, 0, NULL);
-        free(tj);
+        json_t *t = train_step_state(s.folder, s.step, err);
+        if (!t) return -1;
         bias = json_object_get(t, "expert_bias") != NULL;
         const int rc = train_moe_bias_load(m, t, p, err);
         json_decref(t);
@@ -288,12 +292,9 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
         /* a NaN or inf in a loaded weight (or AdamW moment, or a negative second moment)
          * would only surface steps later, as a non-finite gradient: refused here, naming the
          * parameter and the source (files with checksums fail earlier, on a changed byte) */
-        const int loaded = (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_MODEL)) ||
-                           plan->initial; /* then the sum of squares: one parallel pass */
-        const float *w = dist_fsdp_shard_params(j->f);
-        const char *bad = loaded && !isfinite(optim_sumsq(w, dist_fsdp_shard_len(j->f)))
-                              ? train_first_bad(m, j->f, w, 0)
-                              : NULL;
+        const int loaded =
+            (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_MODEL)) || plan->initial;
+        const char *bad = loaded ? train_first_bad(m, j->f, dist_fsdp_shard_params(j->f), 0) : NULL;
         if (bad) {
             if (plan->initial)
                 return base_fail(err, "%s: weight %s holds a NaN or an infinity", plan->initial,

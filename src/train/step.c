@@ -6,6 +6,13 @@
 
 const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, int nonneg) {
 #define BAD(v) (!isfinite(v) || (nonneg && (v) < 0))
+    /* one parallel pass decides (loads check every weight and moment); the search that names
+     * the parameter runs only when something is bad */
+    const size_t n = dist_fsdp_shard_len(f);
+    int any = 0;
+#pragma omp parallel for reduction(| : any) schedule(static)
+    for (size_t i = 0; i < n; i++) any |= BAD(x[i]);
+    if (!any) return NULL;
     if (dist_fsdp_shard_params(f) != m->w) { /* sharded: by FSDP unit */
         for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
             if (BAD(x[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
