@@ -430,17 +430,12 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     }
     rest[0] = argv[0];
     rest[1] = argv[1];
-    int rc = 0;
-    for (int i = 2; i < argc && !rc; i++) {
+    int rc = 0, help = 0;
+    for (int i = 2; i < argc && !rc && !help; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            train_cmd_plan_usage(stdout);
-            for (int k = 0; k < n_owned; k++) free(owned[k]);
-            free(owned);
-            free(sets);
-            free(rest);
-            return 0;
+            help = 1;
         } else if (!strcmp(a, "--world") || !strcmp(a, "--budget-gib") ||
                    !strcmp(a, "--hf-config") || !strcmp(a, "--set")) {
             if (!has) {
@@ -481,6 +476,10 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     train_opts o;
     train_plan_in in = {0};
     train_plan p;
+    if (help) {
+        train_cmd_plan_usage(stdout);
+        goto done;
+    }
     if (!rc) rc = train_config_from_args(&c, n_rest, rest, 2, &cli, err);
     if (!rc && hf) rc = train_config_set(&c, "model.config_path", hf, "--hf-config", err);
     if (!rc) rc = train_config_translate(&c, world, &o, err);
@@ -501,6 +500,7 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     if (!rc)
         train_plan_data(c.training.dataset_path, c.training.dataset_format,
                         c.training.dataset_field, p.par.dp_replicate * p.par.dp_shard, stdout);
+done:
     train_config_free(&c);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
