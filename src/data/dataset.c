@@ -598,6 +598,12 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
     }
 }
 
+/* Bytes of the line end ("\r\n", "\n" or "\r") that ends just before c[e]; 0 if none. */
+static int64_t eol_before(const char *c, int64_t e) {
+    if (e >= 2 && c[e - 2] == '\r' && c[e - 1] == '\n') return 2;
+    return e >= 1 && (c[e - 1] == '\n' || c[e - 1] == '\r');
+}
+
 int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
     release_doc(r);
     close_file(r);
@@ -620,11 +626,9 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
                 int fd = open(f->path, O_RDONLY | O_CLOEXEC);
                 ssize_t got = fd >= 0 ? pread(fd, c, (size_t)k + 1, (off_t)(p->byte_off - k)) : -1;
                 if (fd >= 0) close(fd);
-                /* the second line end: c[q .. k) */
-                const int64_t q = k >= 2 && c[k - 1] == '\n' && c[k - 2] == '\r' ? k - 2 : k - 1;
-                const int ok = got == k + 1 && (c[k - 1] == '\n' || c[k - 1] == '\r') &&
-                               !(c[k - 1] == '\r' && c[k] == '\n') && q >= 1 &&
-                               (c[q - 1] == '\n' || c[q - 1] == '\r');
+                const int64_t e = eol_before(c, k); /* the blank line's own line end */
+                const int ok = got == k + 1 && e > 0 && !(c[k - 1] == '\r' && c[k] == '\n') &&
+                               eol_before(c, k - e) > 0;
                 if (!ok)
                     return base_fail(err,
                                      "%s: data position byte %lld is not the start of a paragraph",
