@@ -550,6 +550,34 @@ static int cmp_decoder_entry(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* One token of tokenizer_config.json ({content, special, ...}) becomes an added token unless
+ * its content already is one: at its id in model.vocab when the vocabulary has it, else at the
+ * next free id (transformers 5's AddedVocabulary). `named` (bos_token, ...) makes it special
+ * whatever the entry says, as transformers' special-token attributes are. */
+static int add_config_token(data_tok *t, json_t *entry, int named, const char *cpath,
+                            const char *field, base_err *err) {
+    json_t *c = json_object_get(entry, "content");
+    if (!json_is_string(c) || json_string_length(c) == 0)
+        return base_fail(err, "%s: %s.content: not a non-empty string", cpath, field);
+    char buf[4096];
+    if (json_string_length(c) >= sizeof buf)
+        return base_fail(err, "%s: %s.content: longer than %zu bytes", cpath, field, sizeof buf);
+    const size_t len = unmap_nul(json_string_value(c), json_string_length(c), buf);
+    if (smap_find(&t->added_map, buf, len)) return 0; /* already an added token */
+    const smap_slot *in_vocab = smap_find(&t->vocab, buf, len);
+    const int32_t id = in_vocab ? in_vocab->val : t->n_ids;
+    if (id >= TOK_MAX_ID)
+        return base_fail(err, "%s: %s: no id left below %d", cpath, field, TOK_MAX_ID);
+    json_t *one = json_array(), *tok = json_deep_copy(entry);
+    const int oom = !one || !tok || json_object_set_new(tok, "id", json_integer(id)) ||
+                    (named && json_object_set_new(tok, "special", json_true())) ||
+                    json_array_append(one, tok);
+    const int rc = oom ? base_fail(err, "out of memory") : parse_added(t, one, cpath, field, err);
+    if (tok) json_decref(tok);
+    if (one) json_decref(one);
+    return rc;
+}
+
 /* tokenizer_config.json's added_tokens_decoder ({"id": {content, special, ...}}), as
  * transformers 5 loads it (TokenizersBackend.__init__, then `tokenizers`' AddedVocabulary):
  * the entries, in the order of their keys as numbers, whose content is not already an added
@@ -559,8 +587,7 @@ static int cmp_decoder_entry(const void *a, const void *b) {
  * v0.2.2 test tokenizer (2002 vocab ids; keys 128000 and 128001 for <|begin_of_text|> and
  * <|end_of_text|>) gets them at 2002 and 2003, as AutoTokenizer and torchtitan's
  * HuggingFaceTokenizer do, and an entry whose key lies inside the vocabulary but whose content
- * does not is appended too. Named special tokens (bos_token, ...) that are in neither are not
- * added (config_token requires them to exist), where transformers would append them. */
+ * does not is appended too. The named special tokens follow (parse_named_specials). */
 static int parse_added_decoder(data_tok *t, json_t *cfg, const char *cpath, base_err *err) {
     json_t *dec = cfg ? json_object_get(cfg, "added_tokens_decoder") : NULL;
     if (!dec || json_is_null(dec)) return 0;
@@ -585,35 +612,66 @@ static int parse_added_decoder(data_tok *t, json_t *cfg, const char *cpath, base
     }
     if (!rc) qsort(e, k, sizeof *e, cmp_decoder_entry);
     for (size_t i = 0; !rc && i < k; i++) {
-        json_t *c = json_object_get(e[i].tok, "content");
         char field[64];
         snprintf(field, sizeof field, "added_tokens_decoder[\"%lld\"]", (long long)e[i].key);
-        if (!json_is_string(c) || json_string_length(c) == 0) {
-            rc = base_fail(err, "%s: %s.content: not a non-empty string", cpath, field);
-            break;
-        }
-        char buf[4096];
-        if (json_string_length(c) >= sizeof buf) {
-            rc = base_fail(err, "%s: %s.content: longer than %zu bytes", cpath, field, sizeof buf);
-            break;
-        }
-        const size_t len = unmap_nul(json_string_value(c), json_string_length(c), buf);
-        if (smap_find(&t->added_map, buf, len)) continue; /* already an added token */
-        const smap_slot *in_vocab = smap_find(&t->vocab, buf, len);
-        const int32_t id = in_vocab ? in_vocab->val : t->n_ids;
-        if (id >= TOK_MAX_ID) {
-            rc = base_fail(err, "%s: %s: no id left below %d", cpath, field, TOK_MAX_ID);
-            break;
-        }
-        json_t *one = json_array(), *tok = json_deep_copy(e[i].tok);
-        const int oom = !one || !tok || json_object_set_new(tok, "id", json_integer(id)) ||
-                        json_array_append(one, tok);
-        rc = oom ? base_fail(err, "out of memory") : parse_added(t, one, cpath, field, err);
-        if (tok) json_decref(tok);
-        if (one) json_decref(one);
+        rc = add_config_token(t, e[i].tok, 0, cpath, field, err);
     }
     free(e);
     return rc;
+}
+
+/* A token named in tokenizer_config.json (a string or {content, ...}; absent or null: none)
+ * becomes a special added token unless it is an added token already (add_config_token). */
+static int add_named(data_tok *t, json_t *v, const char *cpath, const char *field, base_err *err) {
+    if (!v || json_is_null(v)) return 0;
+    json_t *entry = json_is_object(v)   ? json_incref(v)
+                    : json_is_string(v) ? json_pack("{sO}", "content", v)
+                                        : NULL;
+    if (!entry)
+        return json_is_object(v) || json_is_string(v)
+                   ? base_fail(err, "out of memory")
+                   : base_fail(err, "%s: %s: not a string, null or {content}", cpath, field);
+    const int rc = add_config_token(t, entry, 1, cpath, field, err);
+    json_decref(entry);
+    return rc;
+}
+
+/* The special tokens tokenizer_config.json names, after added_tokens_decoder and in
+ * transformers 5's order: bos, eos, unk, sep, pad, cls, mask, then additional_special_tokens
+ * (a list) and extra_special_tokens (a list, or an object of name -> token). A named token
+ * missing from the vocabulary is appended, and one that is an ordinary vocabulary word becomes
+ * a special added token (split out of text whole), as AutoTokenizer does. (torchtitan v0.2.2's
+ * HuggingFaceTokenizer adds the same tokens, the named ones before added_tokens_decoder's: the
+ * ids differ only where both kinds hold new tokens.) */
+static int parse_named_specials(data_tok *t, json_t *cfg, const char *cpath, base_err *err) {
+    if (!cfg) return 0;
+    static const char *const names[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                        "pad_token", "cls_token", "mask_token"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (add_named(t, json_object_get(cfg, names[i]), cpath, names[i], err)) return -1;
+    static const char *const lists[] = {"additional_special_tokens", "extra_special_tokens"};
+    for (int l = 0; l < 2; l++) {
+        json_t *list = json_object_get(cfg, lists[l]), *v;
+        char field[160];
+        if (!list || json_is_null(list)) continue;
+        if (json_is_array(list)) {
+            size_t k;
+            json_array_foreach(list, k, v) {
+                snprintf(field, sizeof field, "%s[%zu]", lists[l], k);
+                if (add_named(t, v, cpath, field, err)) return -1;
+            }
+        } else if (l == 1 && json_is_object(list)) {
+            const char *key;
+            json_object_foreach(list, key, v) {
+                snprintf(field, sizeof field, "%s[\"%.64s\"]", lists[l], key);
+                if (add_named(t, v, cpath, field, err)) return -1;
+            }
+        } else {
+            return base_fail(err, "%s: %s: not a list%s", cpath, lists[l],
+                             l == 1 ? " or an object of name -> token" : "");
+        }
+    }
+    return 0;
 }
 
 static int config_token(data_tok *t, json_t *cfg, const char *field, const char *path, int32_t *out,
@@ -653,7 +711,9 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
     if (parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), path, err)) goto done;
     if (parse_model(t, json_object_get(root, "model"), path, err)) goto done;
     if (parse_added(t, json_object_get(root, "added_tokens"), path, "added_tokens", err)) goto done;
-    if (read_json(cpath, 0, &cfg, NULL, err) || parse_added_decoder(t, cfg, cpath, err)) goto done;
+    if (read_json(cpath, 0, &cfg, NULL, err) || parse_added_decoder(t, cfg, cpath, err) ||
+        parse_named_specials(t, cfg, cpath, err))
+        goto done;
     json_t *dec = json_object_get(root, "decoder");
     if (dec && !json_is_null(dec)) {
         const char *dt =

@@ -11,6 +11,13 @@ made-up config with keys out of string order, a key inside the vocabulary with n
 vocab token under another key, a content listed twice and a non-special entry. For each, the
 ids of text around every entry, bos / eos, and the vocabulary size equal AutoTokenizer's.
 
+Then the special tokens a config names (bos_token ... mask_token, additional_special_tokens,
+extra_special_tokens as a list or an object): transformers 5 appends those in neither the
+vocabulary nor the added tokens, in that order after added_tokens_decoder's, and makes one that
+is an ordinary vocabulary word a special added token (split out of text whole, dropped by
+skip_special_tokens). Four configs over v0.2.2's tokenizer.json: encode, decode (with and
+without --skip-special) and the size equal AutoTokenizer's.
+
 usage: check_added_tokens_decoder.py TITAN_BINARY TOKENIZER_DIR TEXT_FILE [WORK_DIR]
 """
 import json
@@ -51,6 +58,42 @@ def check_ids(titan, tok_dir, base, work):
     assert m and int(m.group(1)) == len(hf), f"{tok_dir}: titan has {m and m.group(1)} ids, HF {len(hf)}: {p.stderr}"
     print(f"ok: {tok_dir}: bos {hf.bos_token_id}, eos {hf.eos_token_id}, {len(hf)} ids, "
           f"{len(texts)} texts as AutoTokenizer")
+
+
+def check_named(titan, v022, base, work):
+    """Named special tokens, appended or made special as AutoTokenizer does."""
+    vocab = json.load(open(os.path.join(v022, "tokenizer.json"), encoding="utf-8"))["model"]["vocab"]
+    words = [w for w, i in sorted(vocab.items(), key=lambda kv: kv[1])
+             if len(w) >= 3 and w.isascii() and w.isalpha() and w.islower()][:2]
+    configs = [dict(bos_token="<B>", eos_token="<E>", unk_token="<U>", pad_token="<P>",
+                    mask_token="<M>", sep_token="<S>", cls_token="<C>"),
+               dict(pad_token="<P>", bos_token={"content": "<B>", "lstrip": False, "normalized": False,
+                                                "rstrip": False, "single_word": False, "special": True,
+                                                "__type": "AddedToken"},
+                    additional_special_tokens=["<X1>", "<|end_of_text|>", "<X2>"]),
+               dict(extra_special_tokens={"foo_token": "<F>", "bar_token": words[0]}, eos_token="<E>"),
+               dict(extra_special_tokens=["<L1>", words[1]], bos_token=words[0])]
+    names = ["<B>", "<E>", "<U>", "<P>", "<M>", "<S>", "<C>", "<X1>", "<X2>", "<F>", "<L1>",
+             "<|end_of_text|>"] + words
+    text = "a".join(names) + f" {words[0]} {words[1]} x{words[0]}y " + base[:200]
+    for i, extra in enumerate(configs):
+        d = os.path.join(work, f"named_{i}")
+        os.makedirs(d)
+        shutil.copy(os.path.join(v022, "tokenizer.json"), d)
+        cfg = json.load(open(os.path.join(v022, "tokenizer_config.json"), encoding="utf-8"))
+        cfg.update(extra)
+        json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w"), indent=1)
+        hf = AutoTokenizer.from_pretrained(d)
+        want = hf.encode(text, add_special_tokens=False)
+        got = [int(x) for x in run([titan, "encode", "--tokenizer", d], text.encode()).split()]
+        assert got == want, f"named config {i}: ids differ from AutoTokenizer: {got[:60]} vs {want[:60]}"
+        ids = " ".join(map(str, want)).encode()
+        for skip in (False, True):
+            back = run([titan, "decode", "--tokenizer", d] + (["--skip-special"] if skip else []), ids)
+            assert back == hf.decode(want, skip_special_tokens=skip), f"named config {i}: decode (skip={skip})"
+        assert len(hf) > 2004 or i == 3, f"named config {i}: nothing appended"
+        check_ids(titan, d, base, work)
+    print(f"ok: {len(configs)} configs naming special tokens, ids as AutoTokenizer")
 
 
 def main():
@@ -106,6 +149,7 @@ def main():
                "12": ent("<x>", special=False)}}
     json.dump(cfg, open(os.path.join(made, "tokenizer_config.json"), "w"), indent=1)
     check_ids(titan, made, base, work)
+    check_named(titan, v022, base, work)
 
 
 if __name__ == "__main__":
