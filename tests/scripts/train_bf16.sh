@@ -74,6 +74,21 @@ for f in loss grad_norm; do
     { echo "FAIL: bf16 resume differs in $f"; exit 1; }
 done
 echo "ok bf16 resumes bitwise (steps 7..12)"
+! grep -q "was trained in" "$out/r.log" || { echo "FAIL: a same-precision resume warned"; exit 1; }
+
+# A resume in the other precision is allowed (the checkpoint holds the fp32 master weights;
+# the default follows the CPU, so a run moved to a machine without bf16 units changes
+# precision without asking) but said, naming both and how this run's was chosen.
+for p in bfloat16 float32; do
+  q=float32; [ $p = float32 ] && q=bfloat16
+  "$titan" train "${model[@]}" --training.mixed_precision_param=$p --dump-folder "$out/x$p" \
+      --checkpoint-interval 3 --stop-after-step 3 > /dev/null 2>&1
+  "$titan" train "${model[@]}" --training.mixed_precision_param=$q --dump-folder "$out/x$p" \
+      --checkpoint-interval 3 --stop-after-step 4 > "$out/x$p.log" 2>&1 || { cat "$out/x$p.log"; exit 1; }
+  grep -q "step-3 was trained in $p; this run computes in $q (set)" "$out/x$p.log" ||
+    { echo "FAIL: a $p checkpoint resumed in $q without a word"; cat "$out/x$p.log"; exit 1; }
+done
+echo "ok a resume in the other precision runs and says so"
 
 moe=(--set num_experts=8 --set top_k=2 --set moe_inter_dim=32)
 "$titan" train "${model[@]}" "${moe[@]}" --training.mixed_precision_param=float32 \
