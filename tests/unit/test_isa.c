@@ -154,9 +154,12 @@ static void compare_copies(void) {
         check("attention bwd dv", wa, wb, nk, 1);
         /* KV-cache attention: T/2 new queries after T/2 cached positions, batch 0 */
         const int t1 = T / 2, p0 = T - t1;
-        ops_cpu_attention_kv_avx512(oa, q, k, v, t1, p0, H, G, hd);
-        ops_cpu_attention_kv_default(ob, q, k, v, t1, p0, H, G, hd);
+        ops_cpu_attention_kv_prec_avx512(oa, q, k, v, t1, p0, H, G, hd, OPS_PREC_F32);
+        ops_cpu_attention_kv_prec_default(ob, q, k, v, t1, p0, H, G, hd, OPS_PREC_F32);
         check("attention_kv", oa, ob, (size_t)t1 * H * hd, 0);
+        ops_cpu_attention_kv_prec_avx512(oa, q, k, v, t1, p0, H, G, hd, OPS_PREC_BF16);
+        ops_cpu_attention_kv_prec_default(ob, q, k, v, t1, p0, H, G, hd, OPS_PREC_BF16);
+        check("attention_kv bf16", oa, ob, (size_t)t1 * H * hd, 0);
         free(q), free(k), free(v), free(dy), free(oa), free(ob), free(la), free(lb);
         free(qa), free(qb), free(ka), free(kb), free(wa), free(wb);
     }

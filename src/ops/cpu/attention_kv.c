@@ -6,7 +6,12 @@
  * sum, and the weighted sum of V rows, divided by the sum at the end. There is no tiling: a
  * decode step (T = 1) reads each cached K and V row once per query head, which is the whole
  * cost, and prefill chunks are short. Results do not depend on the thread count (each output
- * row is computed by one thread in a fixed order). Requires H % G == 0. */
+ * row is computed by one thread in a fixed order). Requires H % G == 0.
+ *
+ * prec OPS_PREC_BF16 (attention_kv/bf16, whose caller has rounded q, k and v): the normalised
+ * probabilities are rounded to bf16 before P.V, as training's bf16 attention (attention_gemm.c)
+ * and autocast's eager attention round them, so a decode step computes what the training
+ * forward and a prefill compute on the same rows, up to fp32 summation order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +19,8 @@
 #include "ops/cpu/isa.h"
 #include "ops/cpu/vmath.h"
 
-void KFN(ops_cpu_attention_kv)(float *out, const float *q, const float *k, const float *v, int T,
-                               int pos0, int H, int G, int hd) {
+void KFN(ops_cpu_attention_kv_prec)(float *out, const float *q, const float *k, const float *v,
+                                    int T, int pos0, int H, int G, int hd, ops_prec prec) {
     if (T <= 0 || H <= 0) return;
     const int rep = H / G, n_max = pos0 + T;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -50,6 +55,10 @@ void KFN(ops_cpu_attention_kv)(float *out, const float *q, const float *k, const
                 sc[j] = p;
                 sum += p;
             }
+            const float inv = 1.0f / sum;
+            if (prec == OPS_PREC_BF16) /* P normalised, then rounded; no division after P.V */
+                for (int j = 0; j < n; j++)
+                    sc[j] = ops_cpu_bf16_value(ops_cpu_bf16_bits(sc[j] * inv));
             float *o = out + (size_t)task * hd;
             memset(o, 0, sizeof(float) * (size_t)hd);
             for (int j = 0; j < n; j++) {
@@ -57,8 +66,8 @@ void KFN(ops_cpu_attention_kv)(float *out, const float *q, const float *k, const
 #pragma omp simd
                 for (int d = 0; d < hd; d++) o[d] += p * vr[d];
             }
-            const float inv = 1.0f / sum;
-            for (int d = 0; d < hd; d++) o[d] *= inv;
+            if (prec != OPS_PREC_BF16)
+                for (int d = 0; d < hd; d++) o[d] *= inv;
         }
         free(sc);
     }

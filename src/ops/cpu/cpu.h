@@ -104,6 +104,10 @@ void ops_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, c
 /* Attention of new queries over a KV cache (inference; attention_kv.c). */
 void ops_cpu_attention_kv(float *out, const float *q, const float *k, const float *v, int T,
                           int pos0, int H, int G, int hd);
+/* The one kernel of both precisions (ISA-dispatched): OPS_PREC_BF16 rounds the probabilities
+ * to bf16 before P.V (q, k, v are the caller's to round). */
+void ops_cpu_attention_kv_prec(float *out, const float *q, const float *k, const float *v, int T,
+                               int pos0, int H, int G, int hd, ops_prec prec);
 
 void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F);
 void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
@@ -136,7 +140,8 @@ void ops_cpu_attention_bf16_fwd(float *out, float *lse, const float *q, const fl
 void ops_cpu_attention_bf16_bwd(float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k,
                                 const float *v, int B, int T, int H, int G, int hd);
-/* "bf16" attention over a KV cache: q and the cache rows rounded before the fp32 kernel. */
+/* "bf16" attention over a KV cache: q, the cache rows and the probabilities P rounded to bf16
+ * (as training's bf16 attention), fp32 softmax and accumulation. */
 void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const float *v, int T,
                                int pos0, int H, int G, int hd);
 

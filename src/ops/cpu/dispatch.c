@@ -73,6 +73,11 @@ const char *ops_cpu_isa(void) {
     }
 OPS_CPU_ISA_VOID_KERNELS(OPS_CPU_ISA_DEFINE)
 
+void ops_cpu_attention_kv(float *out, const float *q, const float *k, const float *v, int T,
+                          int pos0, int H, int G, int hd) {
+    ops_cpu_attention_kv_prec(out, q, k, v, T, pos0, H, G, hd, OPS_PREC_F32);
+}
+
 double ops_cpu_lmhead_ce_prec(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,

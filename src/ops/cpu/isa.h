@@ -67,10 +67,10 @@
       (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
        const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
       (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
-    X(ops_cpu_attention_kv,                                                                        \
+    X(ops_cpu_attention_kv_prec,                                                                   \
       (float *out, const float *q, const float *k, const float *v, int T, int pos0, int H, int G,  \
-       int hd),                                                                                    \
-      (out, q, k, v, T, pos0, H, G, hd))                                                           \
+       int hd, ops_prec prec),                                                                     \
+      (out, q, k, v, T, pos0, H, G, hd, prec))                                                     \
     X(ops_cpu_swiglu_fwd, (float *out, const float *gate, const float *up, int N, int F),          \
       (out, gate, up, N, F))                                                                       \
     X(ops_cpu_swiglu_bwd,                                                                          \
