@@ -472,7 +472,7 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     if (!(text = prompt_text(prompt, chat, thinking, &text_len, err))) goto out;
     ops_prec prec;
     char why[160];
-    if (train_precision_resolve(precision, &prec, why, sizeof why, err)) goto out;
+    if (train_precision_resolve("--precision", precision, &prec, why, sizeof why, err)) goto out;
     base_log(BASE_LOG_INFO, "generate: precision %s", why);
     if (train_load_model(&m, path, &a, prec, err)) goto out;
     /* One token per byte is right for a vocabulary of exactly the 256 bytes, a checkpoint that

@@ -363,8 +363,10 @@ void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
 int train_config_precision(const train_config *c, ops_prec *prec, char *why, size_t n,
                            base_err *err);
 /* The same rule for a value from elsewhere (generate's --precision; NULL or "" = unset),
- * refusing anything but bfloat16 / float32 by name. */
-int train_precision_resolve(const char *value, ops_prec *prec, char *why, size_t n, base_err *err);
+ * refusing anything but bfloat16 / float32 by name; key names the setting in the refusal and
+ * in the emulation warning. */
+int train_precision_resolve(const char *key, const char *value, ops_prec *prec, char *why, size_t n,
+                            base_err *err);
 /* The one translation of a config into train_opts for a job on `world` ranks (o points into
  * c: keep c alive), shared by titan train and titan plan. Every value of *o comes from c, so
  * the schema is the only place a default lives; strings become enums here. Refuses, naming

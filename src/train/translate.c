@@ -244,12 +244,14 @@ int train_config_validate(const train_config *c, base_err *err) {
 
 int train_config_precision(const train_config *c, ops_prec *prec, char *why, size_t n,
                            base_err *err) {
-    return train_precision_resolve(c->training.mixed_precision_param, prec, why, n, err);
+    return train_precision_resolve("training.mixed_precision_param",
+                                   c->training.mixed_precision_param, prec, why, n, err);
 }
 
-int train_precision_resolve(const char *v, ops_prec *prec, char *why, size_t n, base_err *err) {
+int train_precision_resolve(const char *key, const char *v, ops_prec *prec, char *why, size_t n,
+                            base_err *err) {
     if (v && v[0] && strcmp(v, "bfloat16") && strcmp(v, "float32"))
-        return base_fail(err, "--precision '%s': expected bfloat16 or float32", v);
+        return base_fail(err, "%s '%s': expected bfloat16 or float32", key, v);
     const int native = ops_bf16_native();
     const char *env = getenv("TITAN_MIXED_PRECISION");
     if ((!v || !v[0]) && env && env[0]) { /* the test suite's pin of the CPU-dependent default */
@@ -268,9 +270,9 @@ int train_precision_resolve(const char *v, ops_prec *prec, char *why, size_t n, 
     if (*prec == OPS_PREC_BF16 && !native) {
         if (dist_world_rank() == 0) /* once per job, not once per rank */
             base_log(BASE_LOG_WARN,
-                     "training.mixed_precision_param = bfloat16 on a CPU without bf16 units "
-                     "(no AMX-BF16 / AVX512_BF16): bf16 GEMMs are emulated (bf16 numerics, slower "
-                     "than float32)");
+                     "%s: bfloat16 on a CPU without bf16 units (no AMX-BF16 / AVX512_BF16): bf16 "
+                     "GEMMs are emulated (bf16 numerics, slower than float32)",
+                     v == env ? "TITAN_MIXED_PRECISION" : key);
         snprintf(why + strlen(why), n - strlen(why), "; emulated: no bf16 units");
     }
     return 0;
