@@ -135,6 +135,29 @@ if [ -r "$QWEN_CFG" ]; then
        if (!(a > 3 && r < 0.7)) { print "FAIL: bf16 activations not smaller"; exit 1 } }'
 fi
 
+# The weights' bf16 copy follows every change of the weights: validation (steps 1, 4, 8, on its own
+# model, at another sequence length) at step 8 sees step 8's weights, not a copy made at step
+# 4's validation; an initial load replaces what the copy was made from. Validating step-8's
+# checkpoint as the initial load of a run with lr 0 (its one AdamW step changes nothing) gives
+# bitwise the first run's validation loss at step 8; fp32 gives another (bf16 is in use).
+for i in $(seq 1 12); do printf 'The quick brown fox %d jumps over the lazy dog.\n\n' "$i"; done \
+  > "$out/val.txt"
+val=(--validation.enable --validation.dataset_path "$out/val.txt" --validation.freq 4
+     --validation.steps 3 --validation.seq_len 16 --validation.local_batch_size 3)
+vl() { grep -o '"val_loss": [^,}]*' "$1" | sed 's/.*: //'; }
+"$titan" train "${model[@]}" "${bf[@]}" "${val[@]}" --steps 8 --checkpoint-interval 8 \
+    --metrics "$out/va.jsonl" --dump-folder "$out/va" > /dev/null 2>&1
+for p in bfloat16 float32; do
+  "$titan" train "${model[@]}" "${val[@]}" --training.mixed_precision_param=$p --steps 1 --lr 0 \
+      --initial-load-path "$out/va/checkpoint/step-8" --metrics "$out/vb$p.jsonl" \
+      --dump-folder "$out/vb$p" > "$out/vb$p.log" 2>&1 || { cat "$out/vb$p.log"; exit 1; }
+done
+[ "$(vl "$out/va.jsonl" | wc -l)" = 3 ] && [ "$(vl "$out/va.jsonl" | tail -1)" = "$(vl "$out/vbbfloat16.jsonl")" ] &&
+  [ "$(vl "$out/vbbfloat16.jsonl")" != "$(vl "$out/vbfloat32.jsonl")" ] ||
+  { echo "FAIL: bf16 validation at step 8 $(vl "$out/va.jsonl" | tr '\n' ' ')vs step-8 loaded:" \
+         "$(vl "$out/vbbfloat16.jsonl") (fp32 $(vl "$out/vbfloat32.jsonl"))"; exit 1; }
+echo "ok the bf16 weight copy follows validation and an initial load (validation loss bitwise)"
+
 if "$titan" train "${model[@]}" --training.mixed_precision_reduce=bfloat16 --steps 1 \
     --dump-folder "$out/x" > "$out/x.log" 2>&1; then echo "FAIL: bf16 reduce accepted"; exit 1; fi
 grep -q "mixed_precision_reduce.*bfloat16 gradient reduction is not supported" "$out/x.log" ||
