@@ -265,6 +265,9 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
             in->batch, in->seq_len, in->grad_accum,
             (long long)in->batch * in->seq_len * in->grad_accum * p->par.dp_replicate *
                 p->par.dp_shard);
+    /* unset, the precision follows this CPU: a plan made here for another machine may not be
+     * that machine's (the bf16 copy, activations and traffic by dtype follow it) */
+    if (in->prec_why) fprintf(f, "  precision: %s\n", in->prec_why);
     fprintf(f, "memory per rank                          GiB\n");
     fprintf(f, "  parameters (fp32 shard)          %10.3f\n", p->params / G);
     fprintf(f, "  gradients (fp32 shard)           %10.3f\n", p->grads / G);
@@ -361,7 +364,8 @@ train_plan_in train_plan_in_of(const train_opts *o, int world) {
                            .ac = o->ac,
                            .ac_every = o->ac_every,
                            .loss_parallel_off = o->loss_parallel_off,
-                           .prec = o->prec};
+                           .prec = o->prec,
+                           .prec_why = o->prec_why};
 }
 
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {

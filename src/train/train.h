@@ -480,6 +480,7 @@ typedef struct {
     int ac_every;          /* SELECTIVE: every N-th block (model_build_opts.ac_every) */
     int loss_parallel_off; /* tp > 1: parallelism.disable_loss_parallel */
     ops_prec prec;         /* training.mixed_precision_param (resolved) */
+    const char *prec_why;  /* how prec was chosen (train_opts.prec_why), printed; NULL: not */
 } train_plan_in;
 
 typedef struct {

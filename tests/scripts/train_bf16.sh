@@ -131,6 +131,8 @@ act() { "$titan" plan --hf-config "$QWEN_CFG" --training.local_batch_size=1 --tr
 QWEN_CFG=$shared/data/qwen3_configs/Qwen3-0.6B.json
 if [ -r "$QWEN_CFG" ]; then
   a32=$(act float32); a16=$(act bfloat16)
+  "$titan" plan --hf-config "$QWEN_CFG" "${bf[@]}" | grep -q "precision: bfloat16 (set)" ||
+    { echo "FAIL: titan plan does not say its precision"; exit 1; }
   awk -v a="$a32" -v b="$a16" 'BEGIN { r = b / a; printf "activations at 0.6B: fp32 %s GiB, bf16 %s GiB (%.2fx)\n", a, b, r
        if (!(a > 3 && r < 0.7)) { print "FAIL: bf16 activations not smaller"; exit 1 } }'
 fi
@@ -209,6 +211,12 @@ if [ "$(id -u)" = 0 ] && nounits sh -c '! grep -qwE "amx_bf16|avx512_bf16" /proc
     { cat "$out/nug2.log"; exit 1; }
   grep -q "generate: precision float32 (default: this CPU has no bf16 units" "$out/nug2.log" ||
     { echo "FAIL: generate's default without bf16 units"; cat "$out/nug2.log"; exit 1; }
+  # titan plan sizes the bf16 copy and activations for the precision a run here would use,
+  # and says which, with its reason (a plan made on another machine can differ)
+  nounits env -u TITAN_MIXED_PRECISION "$titan" plan --set n_layers=2 > "$out/nup.log" 2>&1 &&
+    grep -q "precision: float32 (default: this CPU has no bf16 units" "$out/nup.log" &&
+    ! grep -q "bf16 weight copy" "$out/nup.log" ||
+    { echo "FAIL: titan plan's precision without bf16 units"; cat "$out/nup.log"; exit 1; }
   echo "ok without bf16 units (cpuinfo masked): float32 by default, bf16 warned once by name"
 else
   echo "skip: masking /proc/cpuinfo needs root and unshare -m (the no-bf16-units checks)"
