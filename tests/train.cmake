@@ -72,7 +72,8 @@ foreach(balance aux_loss bias)
 endforeach()
 
 # Metrics output: metrics.jsonl appended on resume (no lost or repeated steps), the logging
-# window's averages, a TensorBoard folder per run, config.toml, the MoE summary line.
+# window's averages, the console = JSONL = TensorBoard at every step, a TensorBoard folder per
+# run, config.toml, the MoE summary line.
 add_test(NAME train_metrics
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics.sh $<TARGET_FILE:titan> ${TITAN_PYTHON})
 set_tests_properties(train_metrics PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

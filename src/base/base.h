@@ -33,7 +33,10 @@ void base_free(void *p);
 
 /* Seconds on a monotonic clock. */
 double base_now(void);
-/* Peak resident set size of this process in bytes (getrusage). */
+/* Resident set size of this process now, in bytes (VmRSS; 0 without /proc). */
+size_t base_rss(void);
+/* Peak resident set size of this process in bytes (VmHWM, never below VmRSS nor getrusage's
+ * ru_maxrss). */
 size_t base_peak_rss(void);
 /* Physical memory of the machine in bytes. */
 size_t base_total_ram(void);

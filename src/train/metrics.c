@@ -32,6 +32,7 @@ struct train_metrics {
     int64_t w_tokens;
     double w_step_s, w_data_s, w_rss;
     int w_steps;
+    double rss_peak; /* the run's peak RSS (bytes): never below any RSS sample (max_active) */
 };
 
 /* "[titan] 2026-12-01 12:03:38,123 - " (local time, torchtitan's logger's prefix), into buf. */
@@ -43,17 +44,6 @@ static void stamp(char *buf, size_t n) {
     char day[32];
     strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
     snprintf(buf, n, "[titan] %s,%03d - ", day, (int)(tv.tv_usec / 1000));
-}
-
-/* This process's resident memory now (bytes; 0 when /proc is not there). */
-static double rss_now(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return (double)resident * (double)sysconf(_SC_PAGE_SIZE);
 }
 
 /* path with "rank_N/" inserted before its last component: dir/rank_N/name. */
@@ -292,10 +282,13 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
     t->w_step_s += s->step_s;
     t->w_data_s += s->data_s;
     t->w_steps++;
-    const double rss = rss_now();
+    const double rss = (double)base_rss();
     if (rss > t->w_rss) t->w_rss = rss;
+    /* one reading for GiB and %; a peak read after a sample can still miss it (the kernel's
+     * high-water mark is updated lazily), so it is raised to every sample */
+    t->rss_peak = fmax(fmax(t->rss_peak, rss), (double)base_peak_rss());
     const double gib = (double)(1 << 30), ram = (double)base_total_ram();
-    const double mem = (double)base_peak_rss() / gib, mem_pct = 100.0 * base_peak_rss() / ram;
+    const double mem = t->rss_peak / gib, mem_pct = 100.0 * t->rss_peak / ram;
     /* torchtitan's rule (step 1 and every log_freq), and the last step */
     const int log_now = s->step == 1 || s->step % o->log_freq == 0 || s->step == t->last;
     const int val = isfinite(s->val_loss);
@@ -387,8 +380,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
                               "validation_metrics/memory/max_active(%)",
                               "validation_metrics/memory/max_reserved(GiB)",
                               "validation_metrics/memory/max_reserved(%)"};
-        const double now = rss_now();
-        const double vals[] = {s->val_loss, exp(s->val_loss), vtps, now / gib, 100.0 * now / ram,
+        const double vals[] = {s->val_loss, exp(s->val_loss), vtps, rss / gib, 100.0 * rss / ram,
                                mem,         mem_pct};
         if (train_tb_scalars(t->tb, s->step, tags, vals, 7, err)) return -1;
     }

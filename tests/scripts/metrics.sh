@@ -6,6 +6,9 @@
 # - the logging window: with log_freq 5 the console and TensorBoard log steps 1, 5, 10 and
 #   the last, and their tps is the window's tokens over the window's step time (checked
 #   against the JSONL's per-step ntokens and step_s); single rank: global_max_loss = loss;
+# - with validation and gradient accumulation, every console figure and TensorBoard tag equals
+#   metrics.jsonl's at the same step, and the peak RSS is never below a max_active sample
+#   (tests/scripts/metrics_check.py);
 # - each run its own TensorBoard folder tb/YYYYmmdd-HHMM[-k];
 # - {dump_folder}/config.toml, loaded back with --config, prints the same resolved config;
 # - an MoE logs one expert-load summary line per logged step.
@@ -87,6 +90,17 @@ for f in fails:
 sys.exit(1 if fails else 0)
 EOF
 echo "ok: steps 1, 5, 10, 12 logged; tps = window tokens / window step time (console, TB, JSONL)"
+
+# --- console, metrics.jsonl and TensorBoard carry the same values (metrics_check.py) ---
+# validation windows of 1024 tokens: its model's buffers, touched first at step 1, make the
+# run's peak RSS, so every step's max_active sample is at the peak (getrusage's ru_maxrss read
+# ~100 KiB below it: max_active > max_reserved at every logged step)
+head -c 5000 /dev/urandom > "$out/val.bin"
+"$titan" train "${m[@]}" --steps 7 --log-freq 3 --grad-accum 2 --dump-folder "$out/all" \
+    --metrics.enable_jsonl --metrics.enable_tensorboard --validation.enable \
+    --validation.dataset_path "$out/val.bin" --data-format text --validation.freq 2 \
+    --validation.steps 1 --validation.seq_len 1024 --validation.local_batch_size 4 > "$out/all.log"
+"$python" "$(dirname "$0")/metrics_check.py" "$out/all" "$out/all.log" 3 2 7
 
 # --- a TensorBoard folder per run ---
 "$titan" train "${m[@]}" --steps 2 --dump-folder "$out/w" --metrics.enable_tensorboard >/dev/null
