@@ -180,9 +180,8 @@ static void prof_table(const train_prof *p, int step, const char *path) {
     fflush(stdout);
 }
 
-int train_prof_step_end(train_prof *p, int step, base_err *err) {
-    if (!p || prof_phase_of(p, step) != 2 || step % p->freq) return 0;
-    /* the window's last step: stop, put the tables back, write the trace, print the table */
+/* The window ends at step: stop, put the tables back, write the trace, print the table. */
+static int prof_window_end(train_prof *p, int step, base_err *err) {
     base_trace_stop();
     ops_prof_detach();
     p->attached = 0;
@@ -193,6 +192,22 @@ int train_prof_step_end(train_prof *p, int step, base_err *err) {
     if (base_trace_write(path, p->rank, p->t_origin, err)) return -1;
     if (p->rank == 0) prof_table(p, step, path);
     return 0;
+}
+
+int train_prof_step_end(train_prof *p, int step, base_err *err) {
+    if (!p || prof_phase_of(p, step) != 2 || step % p->freq) return 0;
+    return prof_window_end(p, step, err);
+}
+
+int train_prof_finish(train_prof *p, base_err *err) {
+    /* torch.profiler's exit in a recording window calls on_trace_ready: torchtitan writes
+     * iteration_{its last step} with the steps recorded so far */
+    if (!p || !base_trace_recording || p->n_steps == 0) return 0;
+    base_log(BASE_LOG_INFO,
+             "profiling: the run ended inside a window: its %d recorded step%s "
+             "written",
+             p->n_steps, p->n_steps > 1 ? "s" : "");
+    return prof_window_end(p, p->step, err);
 }
 
 void train_prof_close(train_prof *p) {

@@ -490,6 +490,7 @@ int train_run(const train_opts *o, base_err *err) {
             base_log(BASE_LOG_WARN, "report page: %s", e.msg);
         if (!rc) rc = train_prof_open(&r->prof, o, &r->m, r->mesh.rank, err);
         if (!rc) rc = run_steps(r, err);
+        if (rc >= 0 && train_prof_finish(r->prof, err)) rc = -1;
         train_prof_close(r->prof); /* the tables as resolved for export and sampling */
         r->prof = NULL;
         if (!rc) rc = run_finish(r, err);

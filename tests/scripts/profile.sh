@@ -6,7 +6,8 @@
 #  2. torchtitan's schedule: profile_freq 2, active 1, warmup 1 over 4 steps traces steps 2
 #     and 4 (iteration_2, iteration_4), nothing else, each with its checkpoint save (interval
 #     2) after the step; the losses are bitwise those of the same run unprofiled (the
-#     wrappers forward to the real kernels);
+#     wrappers forward to the real kernels); a run ending inside a window writes the steps it
+#     recorded as iteration_{last step} (torchtitan's profiler on exit);
 #  3. a kernel plugin on one layer only (layers.1.rope = rope_bhsd) under profiling: that
 #     layer's rope events name the plugin, the others 'default', same losses as unprofiled;
 #  4. refusals by field name: profile_freq < active + warmup, enable_memory_snapshot, a traces
@@ -46,6 +47,14 @@ for s in 2 4; do
   "$py" "$repo/tests/reference/check_trace.py" "$out/c/profile_traces/iteration_$s/rank0_trace.json" \
     "$out/c" --steps 1 --phase "checkpoint save" --no-time # steps of a millisecond: structure only
 done
+# a run ending inside a window (steps 5 of the window 5-6) writes what it recorded as
+# iteration_5, as torchtitan's profiler does on exit (it was dropped)
+"$titan" train "${small[@]}" --steps 5 --dump-folder "$out/c5" "${prof[@]}" \
+  --profiling.profile_freq 3 --profiling.profiler_active 2 --profiling.profiler_warmup 0 >/dev/null
+[ "$(ls "$out/c5/profile_traces" | tr '\n' ' ')" = "iteration_3 iteration_5 " ] ||
+  { echo "FAIL: a run ending mid-window: traces $(ls "$out/c5/profile_traces")"; exit 1; }
+"$py" "$repo/tests/reference/check_trace.py" "$out/c5/profile_traces/iteration_5/rank0_trace.json" \
+  "$out/c5" --steps 1 --no-time
 "$titan" train "${small[@]}" --steps 4 --dump-folder "$out/b" >/dev/null
 diff <(losses "$out/c") <(losses "$out/b") || { echo "FAIL: profiling changed the losses"; exit 1; }
 [ ! -e "$out/b/profile_traces" ] || { echo "FAIL: traces without enable_profiling"; exit 1; }
