@@ -113,7 +113,8 @@ static int paths(const train_opts *o, base_err *err) {
         output_dir("metrics.save_tb_folder", o->tb_dir, err) ||
         (o->jsonl_path && output_parent("metrics.save_jsonl_file", o->jsonl_path, err)) ||
         (o->report_path && output_parent("metrics.save_report_file", o->report_path, err)) ||
-        output_dir("checkpoint.hf_export_folder", o->out_dir, err))
+        output_dir("checkpoint.hf_export_folder", o->out_dir, err) ||
+        output_dir("profiling.save_traces_folder", o->prof.dir, err))
         return -1;
     return 0;
 }

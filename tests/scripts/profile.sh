@@ -11,7 +11,7 @@
 #  3. a kernel plugin on one layer only (layers.1.rope = rope_bhsd) under profiling: that
 #     layer's rope events name the plugin, the others 'default', same losses as unprofiled;
 #  4. refusals by field name: profile_freq < active + warmup, enable_memory_snapshot, a traces
-#     folder that is a file.
+#     folder that is a file or cannot be created (before the first step).
 # usage: profile.sh TITAN PYTHON REPO_DIR SHARED_DIR PLUGIN_SO
 set -euo pipefail
 titan=$1; py=$2; repo=$3; shared=$4; plugin=$5
@@ -85,3 +85,8 @@ refuse profiling.enable_memory_snapshot --dump-folder "$out/g" --profiling.enabl
 mkdir -p "$out/h"; echo x > "$out/h/traces"
 refuse profiling.save_traces_folder --dump-folder "$out/h" "${prof[@]}" --profiling.save_traces_folder traces \
   --profiling.profile_freq 1 --profiling.profiler_warmup 0
+# a folder that cannot be made (a file on its path): refused before the first step, not at
+# the end of the first window (the steps before it were lost)
+refuse profiling.save_traces_folder --dump-folder "$out/h" "${prof[@]}" \
+  --profiling.save_traces_folder traces/sub --profiling.profile_freq 2 --profiling.profiler_warmup 0
+! grep -q -- "- step: " "$out/r.log" || { echo "FAIL: steps ran before the refusal"; exit 1; }
