@@ -253,6 +253,19 @@ int main(void) {
     CHECK(fabs(f - (6.0 * c.total + 12.0 * 28 * 16 * 128 * 4096)) < 1, "flops %g", f);
     printf("0.6B flops/token at 4096: %.3f GFLOP (spec: ~6.39)\n", f / 1e9);
     CHECK(fabs(f / 1e9 - 6.39) < 0.01, "0.6B flops/token");
+    /* untied and MoE: torchtitan's get_moe_model_nparams_and_flops over the named parameters of
+     * Qwen3ForCausalLM built from the official config.json on the meta device (embed_tokens
+     * out, mlp.experts x top_k / num_experts, mlp.gate in), 12 L H hd T at T = 4096 */
+    const struct {
+        const char *flavor;
+        double flops;
+    } ref[] = {{"8B", 52658190336.0}, {"30B-A3B", 27914883072.0}};
+    for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+        CHECK(model_flavor(ref[i].flavor, &a, &e) == 0, "flavor %s", ref[i].flavor);
+        f = model_flops_per_token(&a, 4096);
+        CHECK(f == ref[i].flops, "%s flops/token %.0f, torchtitan's %.0f", ref[i].flavor, f,
+              ref[i].flops);
+    }
 
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
