@@ -330,7 +330,9 @@ int train_state_save(const train_job *j, train_saver *s, int64_t step, int model
  * multiple of freq) it writes {dir}/iteration_{step}/rank{r}_trace.json atomically and prints
  * the time per op kind. NULL (profiling off): every call is a no-op. */
 typedef struct train_prof train_prof;
-int train_prof_open(train_prof **out, const train_opts *o, model *m, int rank, base_err *err);
+/* Collective (every rank calls it): the traces' time origin is agreed here. */
+int train_prof_open(train_prof **out, const train_opts *o, model *m, const dist_mesh *mesh,
+                    base_err *err);
 /* Around one loop iteration of step: begin before train_step, done after it (the step's own
  * event), end after the iteration's validation and checkpoint (a window's last step writes
  * its trace there). */

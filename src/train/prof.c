@@ -1,8 +1,10 @@
 /* train: the profiler's schedule, its trace files and its console table (see internal.h and
  * docs/profiling.md). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "train/internal.h"
 
@@ -12,7 +14,8 @@ struct train_prof {
     int freq, active, warmup, rank;
     const char **paths; /* [n_units] the model's unit names, the ops wrappers' layer paths */
     int attached;
-    double t_origin;   /* the first recorded step's start: ts 0 in the trace */
+    double t_origin;   /* ts 0 in the traces (base_now seconds): rank 0's realtime clock's
+                        * whole second when profiling opened, the same instant on every rank */
     double t_step;     /* the current step's start */
     int step;          /* the current step */
     char (*names)[32]; /* [active] "ProfilerStep#N": the step events' names */
@@ -26,9 +29,19 @@ void train_prof_phase(const char *name, double t0) {
     base_trace_add(&e);
 }
 
-int train_prof_open(train_prof **out, const train_opts *o, model *m, int rank, base_err *err) {
+int train_prof_open(train_prof **out, const train_opts *o, model *m, const dist_mesh *mesh,
+                    base_err *err) {
     *out = NULL;
     if (!o->prof.dir) return 0;
+    /* One time origin for every rank's trace, on the realtime clock (shared by the processes of
+     * a machine, NTP-close across machines; durations stay on the monotonic one): a rank's own
+     * first step as ts 0 shifted each rank by its start skew (rank 0 logs between steps while
+     * the others wait in the next step's first collective), so merged traces did not line up. */
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    const double mono = base_now(), real = (double)rt.tv_sec + 1e-9 * (double)rt.tv_nsec;
+    double ref = mesh->rank == 0 ? floor(real) : 0.0; /* collective: before any return */
+    dist_allreduce_max_f64(mesh->world_comm, &ref, 1);
     struct stat st; /* before the first step, not after the first window */
     if (stat(o->prof.dir, &st) == 0 && !S_ISDIR(st.st_mode))
         return base_fail(err, "profiling.save_traces_folder: %s exists and is not a folder",
@@ -45,7 +58,8 @@ int train_prof_open(train_prof **out, const train_opts *o, model *m, int rank, b
     p->freq = o->prof.freq;
     p->active = o->prof.active;
     p->warmup = o->prof.warmup;
-    p->rank = rank;
+    p->rank = mesh->rank;
+    p->t_origin = mono - (real - ref);
     *out = p;
     base_log(BASE_LOG_INFO,
              "profiling: steps %d-%d of every %d traced (after %d warmup), into %s/iteration_N",
@@ -70,7 +84,6 @@ int train_prof_step_begin(train_prof *p, int step, base_err *err) {
     p->step = step;
     if (ph == 2 && !base_trace_recording) {
         base_trace_start();
-        p->t_origin = p->t_step;
         p->n_steps = 0;
     }
     return 0;

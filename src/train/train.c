@@ -488,7 +488,7 @@ int train_run(const train_opts *o, base_err *err) {
         if (!rc && train_report_facts(train_metrics_report(r->mx), o->report_path, o, &r->m,
                                       &r->src, &r->mesh, r->peak, &e))
             base_log(BASE_LOG_WARN, "report page: %s", e.msg);
-        if (!rc) rc = train_prof_open(&r->prof, o, &r->m, r->mesh.rank, err);
+        if (!rc) rc = train_prof_open(&r->prof, o, &r->m, &r->mesh, err);
         if (!rc) rc = run_steps(r, err);
         if (rc >= 0 && train_prof_finish(r->prof, err)) rc = -1;
         train_prof_close(r->prof); /* the tables as resolved for export and sampling */

@@ -3,7 +3,8 @@
 # rank{r}_trace.json; check_trace.py finds every op of every layer, the FSDP all-gathers and
 # reduce-scatters on the collectives track with their byte counts (the reduce-scatters of a
 # step: the whole model's gradients, HF's parameter count x 4 bytes plus padding), and the
-# compute events plus the collectives between them sum to each step's time within 15 %.
+# compute events plus the collectives between them sum to each step's time within 15 %; the
+# ranks' traces share one time origin (merged, their all-reduces line up).
 # usage: dist_profile.sh TITAN MPIRUN DIFF_TOOL PYTHON REPO_DIR
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi
@@ -18,3 +19,16 @@ for r in 0 1; do
   "$py" "$repo/tests/reference/check_trace.py" "$out/a/profile_traces/iteration_2/rank${r}_trace.json" \
     "$out/a" --steps 2 --collectives
 done
+# one timeline: an all-reduce ends at the same instant on both ranks, so in the two traces the
+# closest pair of matching all-reduce ends is microseconds apart (each rank's first step was
+# its ts 0: the ranks' start skew, 5-150 ms here, shifted one trace against the other)
+"$py" - "$out/a/profile_traces/iteration_2" <<'EOF'
+import json, sys
+ev = [[e for e in json.load(open("%s/rank%d_trace.json" % (sys.argv[1], r)))["traceEvents"]
+       if e["ph"] == "X" and e["name"] == "all-reduce"] for r in (0, 1)]
+assert len(ev[0]) == len(ev[1]) > 0, "all-reduces: %d and %d" % (len(ev[0]), len(ev[1]))
+gap = min(abs(a["ts"] + a["dur"] - b["ts"] - b["dur"]) for a, b in zip(*ev))
+print("%s: closest all-reduce ends of rank 0 and 1 %.1f us apart"
+      % ("ok" if gap < 1000 else "FAIL", gap))
+sys.exit(gap >= 1000)
+EOF
