@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "train/internal.h"
@@ -42,10 +41,6 @@ int train_prof_open(train_prof **out, const train_opts *o, model *m, const dist_
     const double mono = base_now(), real = (double)rt.tv_sec + 1e-9 * (double)rt.tv_nsec;
     double ref = mesh->rank == 0 ? floor(real) : 0.0; /* collective: before any return */
     dist_allreduce_max_f64(mesh->world_comm, &ref, 1);
-    struct stat st; /* before the first step, not after the first window */
-    if (stat(o->prof.dir, &st) == 0 && !S_ISDIR(st.st_mode))
-        return base_fail(err, "profiling.save_traces_folder: %s exists and is not a folder",
-                         o->prof.dir);
     train_prof *p = calloc(1, sizeof *p);
     if (!p || !(p->paths = malloc(sizeof *p->paths * (size_t)m->n_units)) ||
         !(p->names = calloc((size_t)o->prof.active, sizeof *p->names))) {
