@@ -36,3 +36,9 @@ add_test(NAME hf_config_variants
 set_tests_properties(hf_config_param_counts hf_export_transformers hf_import_transformers
   hf_import_moe_transformers hf_inspect_cli hf_config_variants
   PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+# what an HF folder's weights load as: mixed dtypes exact, non-finite / FP8 / quantized /
+# hostile indexes refused by name, MoE norm_topk_prob false and its bf16 export in transformers
+add_test(NAME hf_load_dtypes
+  COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} loads $<TARGET_FILE:test_hf_io> $<TARGET_FILE:titan>
+          ${TITAN_HF_DIR}/loads)
+set_tests_properties(hf_load_dtypes PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

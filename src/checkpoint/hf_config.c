@@ -212,6 +212,17 @@ static int parse(cfg *c, model_args *a) {
                       "titan's attention is full causal attention") ||
         refuse_nonzero(c, "attention_dropout", "titan trains without dropout"))
         return -1;
+    /* a quantized checkpoint (Qwen3-*-FP8: F8_E4M3 weights with block scales, GPTQ, AWQ,
+     * bitsandbytes) holds tensors whose values alone are not the weights */
+    json_t *qc = json_object_get(c->root, "quantization_config");
+    if (qc && !json_is_null(qc)) {
+        json_t *qm = json_is_object(qc) ? json_object_get(qc, "quant_method") : NULL;
+        return base_fail(c->err,
+                         "%s: field 'quantization_config' (quant_method %s) is not supported "
+                         "(a quantized checkpoint: titan loads BF16/F16/F32 weights and applies "
+                         "no quantization scales; use the unquantized model)",
+                         path, json_is_string(qm) ? json_string_value(qm) : "not given");
+    }
     json_t *lt = json_object_get(c->root, "layer_types");
     if (lt && !json_is_null(lt)) {
         if (!json_is_array(lt))

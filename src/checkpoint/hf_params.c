@@ -2,6 +2,7 @@
  * model.safetensors or index + shards), the name maps (HF / titan), the strict key check and
  * streaming loads. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,7 +256,8 @@ int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_e
     problems p;
     memset(&p, 0, sizeof p);
     for (int i = 0; i < n; i++) {
-        const ckpt_tensor *t = ckpt_set_find(s, es[i].name, NULL);
+        const ckpt_file *tf = NULL;
+        const ckpt_tensor *t = ckpt_set_find(s, es[i].name, &tf);
         if (!t) {
             add_problem(&p, "missing '%s'", es[i].name);
             continue;
@@ -268,8 +270,15 @@ int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_e
             ckpt_shape_str(b, sizeof b, es[i].ndim, es[i].shape);
             add_problem(&p, "'%s' has shape %s, model expects %s", es[i].name, a, b);
         } else if (!ckpt_dtype_is_float(t->dtype)) {
-            add_problem(&p, "'%s' has non-floating dtype %s", es[i].name,
+            add_problem(&p, "'%s' in %s has non-floating dtype %s", es[i].name, tf->path,
                         ckpt_dtype_name(t->dtype));
+        } else if (ckpt_dtype_size(t->dtype) == 1) {
+            /* an 8-bit float weight is a quantized checkpoint's (Qwen3-*-FP8: F8_E4M3 blocks
+             * whose scales sit in '<name>_scale_inv'): its values alone are not the weights */
+            add_problem(&p,
+                        "'%s' in %s has dtype %s (a quantized checkpoint: titan loads "
+                        "BF16/F16/F32/F64 weights and applies no quantization scales)",
+                        es[i].name, tf->path, ckpt_dtype_name(t->dtype));
         }
     }
     qsort(es, (size_t)n, sizeof *es, entry_cmp);
@@ -291,6 +300,42 @@ int ckpt_check_model(const model *m, const ckpt_set *s, ckpt_names names, base_e
     return 0;
 }
 
+/* Checks out[0, part->numel), part (elements [first, ...) of tensor t of file f) converted to
+ * fp32: a NaN or an infinity is refused, naming the file, the tensor and the element (it would
+ * only surface later, as NaN logits or a non-finite gradient), and an F64 value that is finite
+ * in the file but overflows float32 is said as such. *rounded counts the F64 values float32
+ * rounds (said once per load). */
+static int check_converted(const ckpt_file *f, const ckpt_tensor *t, const ckpt_tensor *part,
+                           size_t first, const float *out, size_t *rounded, base_err *err) {
+    const int f64 = part->dtype == CKPT_F64;
+    const size_t n = (size_t)part->numel;
+    if (!f64) { /* the common case, in one vectorised pass: an all-ones exponent anywhere? */
+        const uint32_t *u = (const uint32_t *)(const void *)out;
+        uint32_t bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > (1 << 20))
+        for (size_t k = 0; k < n; k++) bad |= (u[k] & 0x7f800000u) == 0x7f800000u;
+        if (!bad) return 0;
+    }
+    for (size_t k = 0; k < n; k++) {
+        double src = 0;
+        if (f64) {
+            memcpy(&src, (const unsigned char *)part->data + 8 * k, 8);
+            *rounded += (double)out[k] != src && isfinite(src);
+        }
+        if (isfinite(out[k])) continue;
+        if (f64 && isfinite(src))
+            return base_fail(err,
+                             "%s: tensor '%s': element %zu = %.17g (F64) overflows float32, "
+                             "titan's weight type",
+                             f->path, t->name, first + k, src);
+        return base_fail(err,
+                         "%s: tensor '%s': element %zu is %s in the file (a weight must be "
+                         "finite)",
+                         f->path, t->name, first + k, isnan(out[k]) ? "NaN" : "infinite");
+    }
+    return 0;
+}
+
 int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_names names,
                         base_err *err) {
     if (ckpt_check_model(m, s, names, err)) return -1;
@@ -308,6 +353,8 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
                          m->n_floats);
     }
     int rc = 0;
+    size_t rounded = 0; /* F64 values float32 rounds */
+    const char *rounded_in = NULL;
     /* file by file, in file order: each shard is read once, front to back, and its pages are
      * dropped as soon as a tensor is copied, so resident memory stays near the model's size */
     for (int f = 0; f < s->n_files && rc == 0; f++) {
@@ -323,13 +370,22 @@ int ckpt_load_model_set(const model *m, float *base, const ckpt_set *s, ckpt_nam
                 part.numel = (int64_t)((size_t)t->numel - c < chunk ? (size_t)t->numel - c : chunk);
                 part.nbytes = (size_t)part.numel * esz;
                 part.data = (const unsigned char *)t->data + c * esz;
+                const size_t before = rounded;
                 rc = ckpt_tensor_to_f32(file, &part, base + es[i].offset + c, err);
+                if (rc == 0)
+                    rc = check_converted(file, t, &part, c, base + es[i].offset + c, &rounded, err);
+                if (rounded > before && !rounded_in) rounded_in = t->name;
                 ckpt_tensor_release(file, &part);
             }
         }
     }
     free(es);
     if (rc) return rc;
+    if (rounded)
+        base_log(BASE_LOG_WARN,
+                 "%s: %zu weight value(s) stored as F64 (first in '%s') rounded to float32, "
+                 "titan's weight type",
+                 set_name(s), rounded, rounded_in);
 
     /* A tied model has no lm_head: a file copy is fine only if it equals the embedding. */
     const model_param *emb = m->args.tie_embeddings ? model_find_hf_param(m, HF_EMBED) : NULL;

@@ -28,6 +28,20 @@ safetensors).
                          untouched); a run trained from a config with max_position_embeddings
                          32768 exports 32768; a tensor in two shards is named as such
 
+  loads HELPER TITAN WORK  what an HF folder's weights load as: a sharded folder mixing BF16,
+                         F16 (subnormals, +-65504, -0), F32 and F64 tensors loads as torch's
+                         .float() of each, bit for bit (HF -> titan -> HF F32), F64 values that
+                         float32 rounds said in a warning; refused naming the file and tensor: a
+                         NaN or infinite weight, an F64 value beyond float32, F8_E4M3 / F8_E8M0 /
+                         I8 weights, a config.json with quantization_config (Qwen3-*-FP8's:
+                         F8_E4M3 weights with weight_scale_inv block scales); an index naming a
+                         missing shard, a path outside the folder (../, absolute) or leaving out
+                         a shard's tensor; a symlinked shard (the Hub cache's layout) loads.
+                         Qwen3MoeForCausalLM with norm_topk_prob false and router_aux_loss_coef
+                         0.05: titan's logits equal HF's, and its bf16 export loads in
+                         transformers (default dtype: bfloat16, from config.json) with no
+                         missing/unexpected keys, those fields kept and HF's bf16 logits
+
 HELPER is the test_hf_io binary (tests/parity/test_hf_io.c), TITAN the titan binary.
 """
 import json
@@ -377,6 +391,200 @@ def config(titan, work):
     print(f"ok  a tensor in two shards: {r.stderr.strip()[:120]}")
 
 
+def loads(helper, titan, work):
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                      tie_word_embeddings=False, max_position_embeddings=128)
+    torch.manual_seed(31)
+    model = Qwen3ForCausalLM(cfg).eval()
+    src = f"{work}/src"
+    model.save_pretrained(src, max_shard_size="20KB")
+    index = json.load(open(f"{src}/model.safetensors.index.json"))
+    wm = index["weight_map"]
+
+    def folder(name, edit, cfg_edit=None, files=None):
+        """src with its tensors edited (edit(dict name -> tensor)); written as one file, or
+        as src's shards when files is None (each tensor in its own shard)."""
+        d = f"{work}/{name}"
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        c = json.load(open(f"{src}/config.json"))
+        if cfg_edit:
+            cfg_edit(c)
+        json.dump(c, open(f"{d}/config.json", "w"))
+        sd = {}
+        for fn in sorted(set(wm.values())):
+            with safe_open(f"{src}/{fn}", "pt") as f:
+                sd.update({k: f.get_tensor(k) for k in f.keys()})
+        edit(sd)
+        if files == "one":
+            save_file(sd, f"{d}/model.safetensors", metadata={"format": "pt"})
+            return d, sd
+        by_file = {}
+        for k, v in sd.items():
+            by_file.setdefault(wm.get(k, sorted(set(wm.values()))[0]), {})[k] = v
+        for fn, part in by_file.items():
+            save_file(part, f"{d}/{fn}", metadata={"format": "pt"})
+        shutil.copy(f"{src}/model.safetensors.index.json", d)
+        return d, sd
+
+    def convert(d):
+        shutil.rmtree(f"{d}.titan", ignore_errors=True)
+        return subprocess.run([titan, "convert", d, f"{d}.titan"], capture_output=True, text=True)
+
+    # a mixed-dtype sharded folder loads as torch's .float() of each tensor, bit for bit
+    q, k, v, e = ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                  "model.layers.1.mlp.down_proj.weight", "model.embed_tokens.weight")
+
+    def mixed(sd):
+        sd[e] = sd[e].bfloat16()
+        h = sd[q].half()
+        special = torch.tensor([2.0 ** -24, -3 * 2.0 ** -24, 1023 * 2.0 ** -24, 2.0 ** -14,
+                                65504.0, -65504.0, -0.0, 0.0], dtype=torch.float16)
+        h.view(-1)[:special.numel()] = special
+        sd[q] = h
+        sd[k] = sd[k].double()  # exactly representable: nothing rounded
+        sd[v] = sd[v].double() * (1 + 2.0 ** -30)  # rounded by float32
+        sd["model.norm.weight"] = sd["model.norm.weight"].double()
+
+    d, sd = folder("mixed", mixed)
+    r = convert(d)
+    check(r.returncode == 0, f"mixed dtypes: convert rc {r.returncode} {r.stderr!r}")
+    if r.returncode == 0:
+        back = f"{d}.back"
+        shutil.rmtree(back, ignore_errors=True)
+        run(titan, "convert", f"{d}.titan", back)
+        with safe_open(f"{back}/model.safetensors", "pt") as f:
+            bad = [n for n in sd if not torch.equal(f.get_tensor(n), sd[n].float())]
+        check(not bad, f"mixed dtypes: not torch's .float(): {bad}")
+        n_round = int((sd[v].float().double() != sd[v]).sum())
+        m = re.search(r"(\d+) weight value\(s\) stored as F64 \(first in '([^']+)'\) rounded",
+                      r.stderr)
+        check(m is not None and int(m.group(1)) == n_round and m.group(2) == v,
+              f"F64 rounding: want {n_round} values in {v} said, stderr {r.stderr!r}")
+        if not bad and m:
+            print(f"ok  loads: BF16/F16/F32/F64 shards = torch's .float(); {n_round} F64 "
+                  "values rounded, said")
+
+    # refused, naming the file and the tensor or field; nothing written
+    w = "model.layers.0.mlp.down_proj.weight"
+    fp8_cfg = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+               "weight_block_size": [128, 128]}
+
+    def fp8(sd):
+        sd[w] = sd[w].to(torch.float8_e4m3fn)
+        sd[w + "_scale_inv"] = torch.ones(1, 1, dtype=torch.float32)
+
+    def setv(dtype, x):
+        def f(sd):
+            sd[w] = sd[w].to(dtype)
+            sd[w].view(-1)[5] = x
+        return f
+
+    cases = [
+        ("nan_bf16", setv(torch.bfloat16, float("nan")), None, ["model.safetensors", w, "NaN"]),
+        ("inf_f16", setv(torch.float16, float("-inf")), None, ["model.safetensors", w, "infinite"]),
+        ("f64_overflow", setv(torch.float64, 1e300), None,
+         ["model.safetensors", w, "overflows float32"]),
+        ("fp8_quantized", fp8, lambda c: c.update(quantization_config=fp8_cfg),
+         ["config.json", "quantization_config", "fp8"]),
+        ("fp8_no_scale", lambda sd: sd.update({w: sd[w].to(torch.float8_e4m3fn)}), None,
+         ["model.safetensors", w, "F8_E4M3"]),
+        ("e8m0", lambda sd: sd.update({w: sd[w].to(torch.float8_e8m0fnu)}), None,
+         ["model.safetensors", w, "F8_E8M0"]),
+        ("i8", lambda sd: sd.update({w: (sd[w] * 100).to(torch.int8)}), None,
+         ["model.safetensors", w, "I8"]),
+    ]
+    for name, edit, cedit, want in cases:
+        d, _ = folder(name, edit, cedit, files="one")
+        r = convert(d)
+        ok = r.returncode != 0 and all(x in r.stderr for x in want) and not os.path.exists(
+            f"{d}.titan")
+        check(ok, f"{name}: rc {r.returncode}, want {want} in {r.stderr.strip()!r}")
+        if ok:
+            print(f"ok  loads: {name} refused: {r.stderr.strip()[:150]}")
+
+    # hostile indexes: refused naming the index and the tensor; a symlinked shard loads
+    first = sorted(set(wm.values()))[0]
+    victim = next(n for n, fn in wm.items() if fn == first)
+    idx_cases = [
+        ("missing_shard", lambda d, ix: ix["weight_map"].update({victim: "model-00099-of-00099.safetensors"}),
+         "does not exist"),
+        ("dotdot", lambda d, ix: ix["weight_map"].update({victim: f"../src/{first}"}),
+         "is not a file name in the folder"),
+        ("absolute", lambda d, ix: ix["weight_map"].update({victim: os.path.abspath(f"{src}/{first}")}),
+         "is not a file name in the folder"),
+        ("unindexed", lambda d, ix: ix["weight_map"].pop(victim), "is not in the index"),
+        ("symlink", lambda d, ix: (os.remove(f"{d}/{first}"),
+                                   os.symlink(os.path.abspath(f"{src}/{first}"), f"{d}/{first}")),
+         None),
+    ]
+    for name, edit, want in idx_cases:
+        d = f"{work}/idx_{name}"
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        ix = json.load(open(f"{d}/model.safetensors.index.json"))
+        edit(d, ix)
+        json.dump(ix, open(f"{d}/model.safetensors.index.json", "w"))
+        r = convert(d)
+        if want is None:
+            ok = r.returncode == 0
+        else:
+            ok = (r.returncode != 0 and want in r.stderr and victim in r.stderr
+                  and not os.path.exists(f"{d}.titan"))
+        check(ok, f"index {name}: rc {r.returncode} {r.stderr.strip()!r}")
+        if ok:
+            print(f"ok  loads: index {name}: {'loads' if want is None else r.stderr.strip()[:120]}")
+
+    # MoE: norm_topk_prob false, a non-default aux coefficient; titan's bf16 export in HF
+    mcfg = Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=8, num_experts=6, num_experts_per_tok=2,
+                          moe_intermediate_size=16, norm_topk_prob=False,
+                          router_aux_loss_coef=0.05, max_position_embeddings=128)
+    torch.manual_seed(32)
+    moe = Qwen3MoeForCausalLM(mcfg).eval()
+    with torch.no_grad():
+        for n, p in moe.named_parameters():
+            if n.endswith("mlp.gate.weight"):
+                p.normal_(0, 0.5)
+    md = f"{work}/moe"
+    moe.save_pretrained(md)
+    tok_path = f"{work}/tokens.safetensors"
+    toks = tokens_file(tok_path, 64)
+    with torch.no_grad():
+        lh = moe(toks).logits
+    lt = titan_logits(helper, md, tok_path, f"{md}.logits.safetensors")
+    diff = (lt - lh).abs().max().item()
+    check(diff <= TOL, f"MoE norm_topk_prob false: titan logits differ by {diff:.3g}")
+    run(titan, "convert", md, f"{md}.titan")
+    run(titan, "convert", f"{md}.titan", f"{md}.bf16", "--dtype", "bfloat16")
+    back, info = AutoModelForCausalLM.from_pretrained(f"{md}.bf16", output_loading_info=True)
+    bad = {k: x for k, x in info.items() if x}
+    c = back.config
+    check(not bad and back.dtype == torch.bfloat16 and c.dtype == torch.bfloat16
+          and c.norm_topk_prob is False and c.router_aux_loss_coef == 0.05
+          and c.decoder_sparse_step == 1 and c.mlp_only_layers == [],
+          f"MoE bf16 export: info {bad}, dtype {back.dtype}/{c.dtype}, norm_topk_prob "
+          f"{c.norm_topk_prob}, aux {c.router_aux_loss_coef}")
+    # the reference: HF's own bf16 save of the model, loaded the same way (a model cast with
+    # .to() would also cast its RoPE buffer, which from_pretrained keeps in fp32)
+    moe.to(torch.bfloat16).save_pretrained(f"{md}.hf_bf16")
+    ref = AutoModelForCausalLM.from_pretrained(f"{md}.hf_bf16")
+    sr, sb = ref.state_dict(), back.state_dict()
+    check(sr.keys() == sb.keys() and all(torch.equal(sr[n], sb[n]) for n in sr),
+          "MoE bf16 export: weights differ from HF's bf16 save")
+    with torch.no_grad():
+        want = ref(toks).logits
+        got = back(toks).logits
+    check(torch.equal(got, want), f"MoE bf16 export: logits differ from HF's bf16 model by "
+                                  f"{(got.float() - want.float()).abs().max().item():.3g}")
+    print(f"ok  loads: MoE norm_topk_prob false: logits diff {diff:.2e}; bf16 export loads as "
+          f"bfloat16 in transformers, same logits as HF's bf16 model")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "counts":
@@ -391,6 +599,8 @@ def main():
         import_(*sys.argv[2:5])
     elif mode == "import_moe":
         import_moe(*sys.argv[2:5])
+    elif mode == "loads":
+        loads(*sys.argv[2:5])
     else:
         raise SystemExit(__doc__)
     if FAILS:
