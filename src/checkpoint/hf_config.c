@@ -239,8 +239,18 @@ static int parse(cfg *c, model_args *a) {
 
     if (moe) {
         a->router_aux_loss_coef = HF_DEFAULT_AUX_COEF;
-        const char *ne =
-            json_object_get(c->root, "num_experts") ? "num_experts" : "num_local_experts";
+        /* transformers 5 stores Qwen3MoeConfig's expert count as num_local_experts
+         * (num_experts is its alias) and takes that one when a file has both; transformers
+         * 4 took num_experts: two different counts are refused rather than one picked */
+        json_t *jn = json_object_get(c->root, "num_experts"),
+               *jl = json_object_get(c->root, "num_local_experts");
+        if (jn && jl && !json_is_null(jn) && !json_is_null(jl) && !json_equal(jn, jl))
+            return base_fail(c->err,
+                             "%s: fields 'num_experts' and 'num_local_experts' differ "
+                             "(transformers 5 reads num_local_experts, transformers 4 "
+                             "num_experts)",
+                             path);
+        const char *ne = jn && !json_is_null(jn) ? "num_experts" : "num_local_experts";
         if (get_int(c, ne, 1, 1, &a->n_experts) ||
             get_int(c, "num_experts_per_tok", 1, 1, &a->top_k) ||
             get_int(c, "moe_intermediate_size", 1, 1, &a->moe_ffn_dim) ||

@@ -25,7 +25,9 @@ safetensors).
                          its theta) equal the model's, or titan refuses the field by name (RoPE
                          scalings, per-layer RoPE, partial rotary, dropout); convert refuses
                          export options for an HF source and an HF folder as its output (files
-                         untouched); a run trained from a config with max_position_embeddings
+                         untouched); two differing expert counts (num_experts,
+                         num_local_experts) refused; a run trained from a config with
+                         max_position_embeddings
                          32768 exports 32768; a tensor in two shards is named as such
 
   loads HELPER TITAN WORK  what an HF folder's weights load as: a sharded folder mixing BF16,
@@ -321,6 +323,8 @@ def config(titan, work):
          "partial_rotary_factor"),
         ("attention dropout", dense, lambda c: c.update(attention_dropout=0.1),
          "attention_dropout"),
+        ("MoE with num_experts 8 beside num_local_experts 4 (transformers 5 takes 4)", moe,
+         lambda c: c.update(num_experts=8, num_local_experts=4), "num_local_experts"),
     ]
     for i, (name, base, edit, refused) in enumerate(cases):
         c = json.loads(json.dumps(base))
