@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <jansson.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,38 @@ out:
     return rc;
 }
 
+/* A weight that the export dtype cannot hold: a finite value the conversion would turn into
+ * an infinity (float16: |x| >= 65520, halfway past its 65504, rounds to inf; bfloat16: past
+ * 0x7f7f8000), which transformers would load without a word. Refused naming the HF tensor and
+ * the element, before anything is written. */
+static int check_export_range(const model *m, ckpt_dtype dtype, const char *dir, base_err *err) {
+    if (dtype != CKPT_F16 && dtype != CKPT_BF16) return 0;
+    const uint32_t bf16_inf_from = 0x7f7f8000u;
+    float bf_lim;
+    memcpy(&bf_lim, &bf16_inf_from, sizeof bf_lim);
+    const float lim = dtype == CKPT_F16 ? 65520.0f : bf_lim;
+    ckpt_entry *es;
+    int n;
+    if (ckpt_expected(m, CKPT_NAMES_HF, &es, &n, err)) return -1;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const float *w = m->w + es[i].offset;
+        int any = 0;
+        for (size_t k = 0; k < es[i].numel; k++) any |= fabsf(w[k]) >= lim; /* vectorised */
+        for (size_t k = 0; any && k < es[i].numel; k++)
+            if (fabsf(w[k]) >= lim && isfinite(w[k])) {
+                rc = base_fail(err,
+                               "%s: tensor '%s': element %zu = %.9g is beyond %s's range (it "
+                               "would be written as infinity); export in %s",
+                               dir, es[i].name, k, w[k], dtype == CKPT_F16 ? "float16" : "bfloat16",
+                               dtype == CKPT_F16 ? "bfloat16 or float32" : "float32");
+                break;
+            }
+    }
+    free(es);
+    return rc;
+}
+
 /* Tokenizer and generation files an HF folder carries, copied when the assets folder has them. */
 static const char *const g_asset_files[] = {
     "tokenizer.json",      "tokenizer_config.json",   "vocab.json",
@@ -313,7 +346,7 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
         json_decref(g);
         if (!obj) return base_fail(err, "%s: not a JSON object", o.generation_config);
     }
-    if (base_mkdir_p(dir, err)) return -1;
+    if (check_export_range(m, o.dtype, dir, err) || base_mkdir_p(dir, err)) return -1;
 
     /* the weights, and the names of the weight files this export wrote */
     char(*keep)[64] = NULL;

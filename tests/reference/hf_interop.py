@@ -38,7 +38,10 @@ safetensors).
                          I8 weights, a config.json with quantization_config (Qwen3-*-FP8's:
                          F8_E4M3 weights with weight_scale_inv block scales); an index naming a
                          missing shard, a path outside the folder (../, absolute) or leaving out
-                         a shard's tensor; a symlinked shard (the Hub cache's layout) loads.
+                         a shard's tensor; a symlinked shard (the Hub cache's layout) loads. An
+                         export in float16 (bfloat16) of a weight beyond its range, 1e5 (3.4e38),
+                         is refused naming it (not written as inf); 1e5 in bfloat16 is torch's
+                         cast.
                          Qwen3MoeForCausalLM with norm_topk_prob false and router_aux_loss_coef
                          0.05: titan's logits equal HF's, and its bf16 export loads in
                          transformers (default dtype: bfloat16, from config.json) with no
@@ -509,6 +512,37 @@ def loads(helper, titan, work):
         check(ok, f"{name}: rc {r.returncode}, want {want} in {r.stderr.strip()!r}")
         if ok:
             print(f"ok  loads: {name} refused: {r.stderr.strip()[:150]}")
+
+    # an export in float16 of a weight beyond its range (65504): refused naming the tensor
+    # and element, not written as inf; bfloat16 holds it (torch's cast)
+    d, sd = folder("big", lambda sd: sd[w].view(-1).__setitem__(3, 1e5), files="one")
+    r = convert(d)
+    check(r.returncode == 0, f"big: convert rc {r.returncode} {r.stderr!r}")
+    for flag, ok_want in (("float16", False), ("bfloat16", True)):
+        out = f"{d}.{flag}"
+        shutil.rmtree(out, ignore_errors=True)
+        r = subprocess.run([titan, "convert", f"{d}.titan", out, "--dtype", flag],
+                           capture_output=True, text=True)
+        if ok_want:
+            with safe_open(f"{out}/model.safetensors", "pt") as f:
+                got = f.get_tensor(w)
+            ok = r.returncode == 0 and torch.equal(got, sd[w].bfloat16())
+        else:
+            ok = (r.returncode != 0 and w in r.stderr and "element 3 = 100000" in r.stderr
+                  and "float16" in r.stderr and not os.path.exists(f"{out}/model.safetensors"))
+        check(ok, f"export {flag} of 1e5: rc {r.returncode} {r.stderr.strip()!r}")
+        if ok:
+            print(f"ok  loads: export {flag} of a weight 1e5: "
+                  f"{'torch cast' if ok_want else r.stderr.strip()[:110]}")
+    # 3.4e38 (finite in float32) rounds to inf in bfloat16 as torch casts it: refused
+    d, sd = folder("huge", lambda sd: sd[w].view(-1).__setitem__(7, 3.4e38), files="one")
+    check(torch.isinf(sd[w].bfloat16().view(-1)[7]), "3.4e38 is inf in torch's bfloat16")
+    run(titan, "convert", d, f"{d}.titan")
+    shutil.rmtree(f"{d}.bf16", ignore_errors=True)
+    r = subprocess.run([titan, "convert", f"{d}.titan", f"{d}.bf16", "--dtype", "bfloat16"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and w in r.stderr and "element 7 = 3.39" in r.stderr,
+          f"export bfloat16 of 3.4e38: rc {r.returncode} {r.stderr.strip()!r}")
 
     # hostile indexes: refused naming the index and the tensor; a symlinked shard loads
     first = sorted(set(wm.values()))[0]
