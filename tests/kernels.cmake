@@ -91,3 +91,12 @@ set_tests_properties(kernels_conformance kernels_conformance_plugin kernels_conf
 add_test(NAME kernels_plugin_not_loaded_readonly
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plugin_readonly.sh $<TARGET_FILE:titan>
           ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_marker.so)
+# attention/bf16 off its AVX512_BF16 forward (src/ops/cpu/attention_dpbf16.c), the two ways a run
+# turns it off: the baseline kernel copies (oneDNN's GEMM calls) and the emulated engine. Where
+# the CPU has no AVX512_BF16 these repeat test_attention's bf16 checks on the same path.
+add_test(NAME test_attention_bf16_isa_default COMMAND test_attention --no-bench --only bf16)
+set_tests_properties(test_attention_bf16_isa_default PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_ISA=default" TIMEOUT 300)
+add_test(NAME test_attention_bf16_emulated COMMAND test_attention --no-bench --only bf16)
+set_tests_properties(test_attention_bf16_emulated PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_BF16_ENGINE=emulated" TIMEOUT 300)

@@ -9,6 +9,10 @@
  *  5. determinism: bitwise-identical results with 1, 2, 3 and 8 OpenMP threads,
  * (bf16: 1, 2 against the double reference at bf16 tolerance, 4 and 5; no finite differences),
  * then times fwd/bwd at B=4, T=512, H=8, G=4, hd=64 (informative only; --no-bench skips it).
+ * bf16 also checks which forward runs: the AVX512_BF16 kernel (attention_dpbf16.c) exactly on
+ * a CPU whose /proc/cpuinfo lists avx512_bf16 and not amx_bf16, with the AVX-512 kernel copy
+ * and the onednn engine; else attention_gemm.c's GEMM calls. ctest runs bf16 again with
+ * TITAN_ISA=default and TITAN_BF16_ENGINE=emulated (--only bf16), the two ways off it.
  * Exit status 0 when every check passes. */
 #include <math.h>
 #include <omp.h>
@@ -374,6 +378,38 @@ static void bench(void) {
     free_problem(&p);
 }
 
+/* 1 when the first "flags" line of /proc/cpuinfo lists flag (a whole word). */
+static int cpu_flag(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5)) {
+            const size_t n = strlen(flag);
+            for (const char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
+                found = p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n' || !p[n]);
+            break;
+        }
+    if (f) fclose(f);
+    return found;
+}
+
+/* The bf16 forward's path: the AVX512_BF16 kernel where (and only where) the CPU and the run
+ * allow it (x86-64 builds have it; the ISA copy and engine as the run chose them). */
+static void test_bf16_path(void) {
+#if defined(__x86_64__)
+    const int built = 1;
+#else
+    const int built = 0;
+#endif
+    const int want = built && cpu_flag("avx512_bf16") && !cpu_flag("amx_bf16") &&
+                     !strncmp(ops_cpu_isa(), "avx512", 6) && !strcmp(ops_bf16_engine(), "onednn");
+    char what[160];
+    snprintf(what, sizeof what, "bf16 forward on %s (ISA %s, engine %s)",
+             want ? "the AVX512_BF16 kernel" : "GEMM calls", ops_cpu_isa(), ops_bf16_engine());
+    check(what, ops_cpu_attention_dpbf16_usable() != want, 0.0);
+}
+
 int main(int argc, char **argv) {
     /* T crosses tile boundaries (tiles are 64, the GEMM attention's blocks too): 1, 37, 64,
      * 65, 130; H == G takes the direct dk/dv path, H > G the per-head scratch (the GEMM one:
@@ -389,8 +425,19 @@ int main(int argc, char **argv) {
         {"gemm", ops_cpu_attention_gemm_fwd, ops_cpu_attention_gemm_bwd, 1e-5},
         {"bf16", ops_cpu_attention_bf16_fwd, ops_cpu_attention_bf16_bwd, 2e-2},
     };
+    /* --no-bench skips the timing; --only NAME tests one implementation */
+    const char *only = NULL;
+    int bench_on = 1;
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--no-bench"))
+            bench_on = 0;
+        else if (!strcmp(argv[a], "--only") && a + 1 < argc)
+            only = argv[++a];
+    }
     for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
         g_impl = &impls[m];
+        if (only && strcmp(only, g_impl->name)) continue;
+        if (!strcmp(g_impl->name, "bf16")) test_bf16_path();
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_vs_reference(shapes[i], 100 + i);
         if (g_impl->tol <= 1e-5) test_finite_diff(); /* fp32 only: bf16 steps are too coarse */
@@ -399,7 +446,7 @@ int main(int argc, char **argv) {
         test_determinism((shape){2, 130, 4, 2, 32});
         test_determinism((shape){1, 100, 6, 2, 24});
         test_determinism((shape){2, 70, 3, 3, 16});
-        if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) bench();
+        if (bench_on) bench();
     }
     if (g_failures) {
         printf("%d check(s) FAILED\n", g_failures);

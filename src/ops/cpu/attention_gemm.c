@@ -38,6 +38,16 @@
  * differ from the fp32 kernel on bf16 inputs by the rounding of P (docs/kernels.md's bf16
  * tolerance for attention).
  *
+ * On a CPU with AVX512_BF16 and no AMX (ops_cpu_attention_dpbf16_usable) the bf16 forward runs
+ * attention_dpbf16.c instead: the same tasks and softmax with both products on a vdpbf16ps
+ * micro-kernel over K and V packed once per call: ~15% less CPU time at 0.6B x 2048 on a Zen 4,
+ * level at the bench model's heads (bench/RESULTS.md, session 17); same rounding points, and
+ * on that CPU bitwise the oneDNN calls' results at hd <= 64 (not at hd 128: oneDNN sums in
+ * another order there). The backward stays here: the same one-pass backward on that
+ * micro-kernel (chunks of 64 queries per 128-key block, dQ / dK / dV accumulated per chunk,
+ * three bf16 conversions per score) was 5-15% slower than these calls, whose long products
+ * write each dK, dV block once.
+ *
  * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
  * BQ = 128: 2 MiB, 3 MiB); per call the converted q, k, v (and dout), D [B,H,T] and, in the
  * backward with H > G, the per-head dK and dV slices. */
@@ -75,40 +85,47 @@ static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
     return *own;
 }
 
-/* The H > G backward's dK / dV slices, kept between calls in one process-wide buffer (grown as
- * needed; a call that finds it in use, a concurrent one, allocates its own): 33.5 MB a layer at
- * 0.6B x 2048, which malloc serves by mmap (over its 32 MB threshold), so a fresh buffer per call
- * was ~230k page faults and their zeroing a step (perf: 94% of a 0.6B step's faults, in oneDNN's
- * kernels writing the slices). Never freed: reachable, as a cache. */
-static pthread_mutex_t g_part_lock = PTHREAD_MUTEX_INITIALIZER;
-static float *g_part;
-static size_t g_part_n;
-static int g_part_busy;
+/* Large per-call buffers kept between calls, one process-wide buffer each (grown as needed; a
+ * call that finds it in use, a concurrent one, allocates its own). Never freed: reachable, as
+ * a cache. The H > G backward's dK / dV slices are 33.5 MB a layer at 0.6B x 2048, which malloc
+ * serves by mmap (over its 32 MB threshold), so a fresh buffer per call was ~230k page faults
+ * and their zeroing a step (perf: 94% of a 0.6B step's faults, in oneDNN's kernels writing the
+ * slices); the AVX512_BF16 forward's workspace (its packed operands) is the same kind. */
+typedef struct {
+    pthread_mutex_t lock;
+    void *p;
+    size_t bytes;
+    int busy;
+} ag_cache;
+static ag_cache g_part = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+#ifdef TITAN_HAVE_DPBF16
+static ag_cache g_dp_ws = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+#endif
 
-static float *part_take(size_t n, int *own) {
-    float *p = NULL;
-    pthread_mutex_lock(&g_part_lock);
-    if (!g_part_busy) {
-        if (n > g_part_n) {
-            free(g_part);
-            g_part = ops_cpu_alloc("attention", sizeof(float) * n);
-            g_part_n = n;
+static void *cache_take(ag_cache *c, size_t bytes, int *own) {
+    void *p = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (!c->busy) {
+        if (bytes > c->bytes) {
+            free(c->p);
+            c->p = ops_cpu_alloc("attention", bytes);
+            c->bytes = bytes;
         }
-        g_part_busy = 1;
-        p = g_part;
+        c->busy = 1;
+        p = c->p;
     }
-    pthread_mutex_unlock(&g_part_lock);
+    pthread_mutex_unlock(&c->lock);
     *own = !p;
-    return p ? p : ops_cpu_alloc("attention", sizeof(float) * n);
+    return p ? p : ops_cpu_alloc("attention", bytes);
 }
 
-static void part_give(float *p, int own) {
+static void cache_give(ag_cache *c, void *p, int own) {
     if (own) {
         free(p);
     } else if (p) {
-        pthread_mutex_lock(&g_part_lock);
-        g_part_busy = 0;
-        pthread_mutex_unlock(&g_part_lock);
+        pthread_mutex_lock(&c->lock);
+        c->busy = 0;
+        pthread_mutex_unlock(&c->lock);
     }
 }
 
@@ -214,17 +231,9 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
             ag_rows_by_keys(md, &x, T, hd, q16, ldq, k16, ldk, w.s);
             void *p16 = ag_block(md, w.s, w.s16);
             for (int i = 0; i < M; i++) {
-                float *s = w.s + (size_t)i * n; /* rounded in place below: no restrict */
-                const int nv = r0 + i + 1;      /* keys 0 .. query */
-                float mx = -INFINITY, l = 0.0f;
-#pragma omp simd reduction(max : mx)
-                for (int j = 0; j < nv; j++) { /* not fmaxf: a libm call per element */
-                    const float x = s[j] * scale;
-                    mx = x > mx ? x : mx;
-                }
-#pragma omp simd reduction(+ : l)
-                for (int j = 0; j < nv; j++) l += s[j] = vm_expf(s[j] * scale - mx);
-                const float inv = 1.0f / l;
+                float *s = w.s + (size_t)i * n, l; /* rounded in place below: no restrict */
+                const int nv = r0 + i + 1;         /* keys 0 .. query */
+                const float mx = vm_softmax_exp_row(s, nv, scale, &l), inv = 1.0f / l;
 #pragma omp simd
                 for (int j = 0; j < nv; j++) s[j] *= inv;
                 for (int j = nv; j < n; j++) s[j] = 0.0f;
@@ -264,7 +273,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
      * first (written once per key block: no accumulation), summed per group in head order
      * below; with one, straight into dk and dv. */
     int part_own = 0;
-    float *part = rep > 1 ? part_take(2 * nq, &part_own) : NULL;
+    float *part = rep > 1 ? cache_take(&g_part, sizeof(float) * 2 * nq, &part_own) : NULL;
 #pragma omp parallel
     {
         ag_ws w = ag_ws_new(md, T);
@@ -327,7 +336,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     }
         }
     }
-    part_give(part, part_own);
+    cache_give(&g_part, part, part_own);
     free(D);
     for (int i = 0; i < 4; i++) free(own[i]);
 }
@@ -346,6 +355,15 @@ void KFN(ops_cpu_attention_gemm_bwd)(float *dq, float *dk, float *dv, const floa
 
 void KFN(ops_cpu_attention_bf16_fwd)(float *out, float *lse, const float *q, const float *k,
                                      const float *v, int B, int T, int H, int G, int hd) {
+#ifdef TITAN_HAVE_DPBF16
+    if (ops_cpu_attention_dpbf16_usable()) {
+        int own;
+        void *ws = cache_take(&g_dp_ws, ops_cpu_attention_dpbf16_ws(B, T, H, G, hd), &own);
+        ops_cpu_attention_dpbf16_fwd(out, lse, q, k, v, B, T, H, G, hd, ws);
+        cache_give(&g_dp_ws, ws, own);
+        return;
+    }
+#endif
     ag_fwd(ag_mode_of(OPS_PREC_BF16), out, lse, q, k, v, B, T, H, G, hd);
 }
 

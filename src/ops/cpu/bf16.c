@@ -67,7 +67,7 @@ void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
 
 /* "flags : ... amx_bf16 ... avx512_bf16" in /proc/cpuinfo (GCC 12's __builtin_cpu_supports
  * knows neither name). */
-static int cpuinfo_has(const char *flag) {
+int ops_cpu_has_flag(const char *flag) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return 0;
     char line[8192];
@@ -87,7 +87,7 @@ int ops_bf16_native(void) {
     static int cached = -1;
     int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
     if (v < 0) {
-        v = cpuinfo_has("amx_bf16") || cpuinfo_has("avx512_bf16");
+        v = ops_cpu_has_flag("amx_bf16") || ops_cpu_has_flag("avx512_bf16");
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
     return v;
@@ -429,7 +429,7 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
 static int pd_pick(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *md,
                    const_dnnl_primitive_attr_t attr, const dnnl_entry *k) {
     static int amx = -1;
-    if (amx < 0) amx = cpuinfo_has("amx_bf16");
+    if (amx < 0) amx = ops_cpu_has_flag("amx_bf16");
     const char *env = getenv("TITAN_DNNL_IMPL");
     /* not for a bf16 destination: the gemm driver stages all of C in fp32 in its scratchpad
      * (the lm_head's 448 x 151936 logits: +272 MB resident) */

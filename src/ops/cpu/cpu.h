@@ -140,6 +140,22 @@ void ops_cpu_attention_bf16_fwd(float *out, float *lse, const float *q, const fl
 void ops_cpu_attention_bf16_bwd(float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k,
                                 const float *v, int B, int T, int H, int G, int hd);
+/* attention/bf16's forward on AVX512_BF16 instructions (attention_dpbf16.c, built for x86-64
+ * only): call only when ops_cpu_attention_dpbf16_usable(). ws: ops_cpu_attention_dpbf16_ws
+ * bytes (64-byte aligned; sized for omp_get_max_threads() at the call) for the operands packed
+ * per call and each thread's scratch. */
+size_t ops_cpu_attention_dpbf16_ws(int B, int T, int H, int G, int hd);
+void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, int B, int T, int H, int G, int hd, void *ws);
+/* 1 when attention/bf16's forward runs on attention_dpbf16.c (dispatch.c): built in, the CPU
+ * has AVX512_BF16 and no AMX (with AMX oneDNN's tiles keep it: unmeasured there), the AVX-512
+ * kernel copy is the one chosen (TITAN_ISA=default turns it off) and the bf16 engine is onednn
+ * (TITAN_BF16_ENGINE=emulated turns it off). Decided once per process. */
+int ops_cpu_attention_dpbf16_usable(void);
+/* 1 when the first processor's "flags" line in /proc/cpuinfo lists flag (a whole word), e.g.
+ * "avx512_bf16" (bf16.c). */
+int ops_cpu_has_flag(const char *flag);
+
 /* "bf16" attention over a KV cache: q, the cache rows and the probabilities P rounded to bf16
  * (as training's bf16 attention), fp32 softmax and accumulation. */
 void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const float *v, int T,

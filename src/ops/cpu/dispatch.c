@@ -100,3 +100,18 @@ double ops_cpu_lmhead_ce_bf16(float *dx, float *dw, const float *x, const float 
     return ops_cpu_lmhead_ce_prec(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
                                   n_valid, vs, OPS_PREC_BF16);
 }
+
+int ops_cpu_attention_dpbf16_usable(void) {
+#ifdef TITAN_HAVE_DPBF16
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        v = isa() != &g_default && ops_cpu_has_flag("avx512_bf16") &&
+            !ops_cpu_has_flag("amx_bf16") && !strcmp(ops_bf16_engine(), "onednn");
+        __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}

@@ -66,4 +66,19 @@ static inline float vm_expf(float x) {
     return y;
 }
 
+/* s[0, n) = exp(s * scale - max) in place (fp32), *sum their sum; returns the max of s * scale.
+ * softmax(s * scale) is then s / *sum, the row's natural log-sum-exp max + log(*sum). */
+static inline float vm_softmax_exp_row(float *s, int n, float scale, float *sum) {
+    float mx = -INFINITY, l = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < n; j++) { /* not fmaxf: a libm call per element */
+        const float x = s[j] * scale;
+        mx = x > mx ? x : mx;
+    }
+#pragma omp simd reduction(+ : l)
+    for (int j = 0; j < n; j++) l += s[j] = vm_expf(s[j] * scale - mx);
+    *sum = l;
+    return mx;
+}
+
 #endif

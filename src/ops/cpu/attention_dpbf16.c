@@ -1,0 +1,303 @@
+/* attention/bf16's forward on AVX512_BF16 (vdpbf16ps) without oneDNN: attention_gemm.c's
+ * algorithm (a task per BQ query rows with all the keys they see, exact per-row softmax in
+ * fp32, P rounded to bf16 before P V) with both products done by one register-blocked
+ * micro-kernel on operands packed once per call. (The backward stays on attention_gemm.c's
+ * oneDNN calls: a one-pass backward on this micro-kernel, tried in session 17, was 5-15%
+ * slower; bench/RESULTS.md.)
+ *
+ * Built only for x86-64, in a translation unit of its own compiled with -march=x86-64-v4
+ * -mavx512bf16 (CMakeLists.txt); attention_gemm.c calls it only when
+ * ops_cpu_attention_dpbf16_usable() (dispatch.c, compiled for the baseline) says the CPU has
+ * AVX512_BF16 and the AVX-512 kernel copy was chosen, so nothing here runs on a CPU without it.
+ *
+ * Why: the oneDNN calls (gemm:jit on strided views) pack both operands afresh on every call;
+ * here K and V are packed once per call and Q rows are read as they are packed. On a Zen 4 the
+ * forward took ~15% less CPU time at 0.6B heads x 2048 and the same at the bench model's
+ * (bench/RESULTS.md, session 17).
+ *
+ * vdpbf16ps: c[i] += a[2i] b[2i] + a[2i+1] b[2i+1] for 16 fp32 lanes i (a, b: 32 bf16). The
+ * micro-kernel (dp_gemm) computes C[M,N] = A[M,K] B[K,N] with
+ *   A row-major bf16: row i at A + i lda, K contiguous (a pair of k is one 32-bit broadcast),
+ *   B interleaved by pairs of k: B + p ldb holds (B[2p][j], B[2p+1][j]) for its columns j,
+ * in tiles of 6 rows x 64 columns (24 zmm accumulators; ~210 GFLOP/s a core in L1 on that
+ * Zen 4, its peak of one vdpbf16ps a cycle), K odd padded with a zero half pair. Each output
+ * element is one task's fixed-order sum: bitwise the same for any thread count.
+ *
+ * Layouts per call (bf16 rounded to nearest even as ops_cpu_bf16_bits; Tp = T rounded up to
+ * 64, hd2 = hd rounded up to even, hdv = hd rounded up to 16; pads are zero):
+ *   qr [B,H,T,hd2]          q's rows (A of Q K^T)
+ *   kh [B,G,Tp/64,hd2/2,64,2] k interleaved by pairs of hd, in panels of 64 keys (B of Q K^T;
+ *                           one [hd2/2, 2 Tp] matrix put a panel's rows 4 KiB apart)
+ *   vt [B,G,Tp/2,hdv,2]     v interleaved by pairs of keys (B of P V)
+ * Task (b, h, BQ query rows r0.., the costliest first): S = Q K^T [BQ, n] fp32 (n: keys up to
+ * the last row), per row max, exp and sum (vm_softmax_exp_row), lse, P = bf16(exp / sum)
+ * (0 for masked keys) row-major, O = P V.
+ * Memory: the workspace (ops_cpu_attention_dpbf16_ws, kept by the caller between calls):
+ * the packs, 2 (B T H hd + 2 B T G hd) bytes, and per thread BQ x Tp x 6 bytes. */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/cpu/cpu.h"
+#include "ops/cpu/vmath.h"
+
+#if !defined(__AVX512BF16__) || !defined(__AVX512BW__)
+#error "attention_dpbf16.c must be compiled with -march=x86-64-v4 -mavx512bf16"
+#endif
+
+#define DP_BQ 32          /* query rows per task (64 and 128 measured a few % slower) */
+#define DP_R 6            /* micro-kernel tile rows */
+#define DP_V 4            /* micro-kernel tile vectors of 16 columns */
+#define DP_NC (16 * DP_V) /* micro-kernel tile columns: one panel of B */
+
+static int dp_up(int x, int m) {
+    return (x + m - 1) / m * m;
+}
+
+static size_t dp_al(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
+/* ---- the micro-kernel ----------------------------------------------------------------- */
+
+/* One R x (16 NV) tile of C over k2 pairs of K; tail masks the last vector's columns. */
+static inline __attribute__((always_inline)) void dp_tile(const int R, const int NV,
+                                                          const uint16_t *A, size_t lda,
+                                                          const uint16_t *B, size_t ldb, int k2,
+                                                          float *C, size_t ldc, __mmask16 tail) {
+    __m512 c[DP_R][DP_V];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps();
+    for (int p = 0; p < k2; p++) {
+        const uint16_t *bp = B + (size_t)p * ldb;
+        __m512bh b[DP_V];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) b[v] = (__m512bh)_mm512_loadu_si512(bp + 32 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            uint32_t w;
+            memcpy(&w, A + (size_t)r * lda + 2 * (size_t)p, sizeof w);
+            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)w);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[r][v] = _mm512_dpbf16_ps(c[r][v], a, b[v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(C + (size_t)r * ldc + 16 * v, v == NV - 1 ? tail : 0xffff,
+                                  c[r][v]);
+}
+
+/* C[M,N] = A B over k2 pairs of K, layouts as the header; columns [j, j + 64) of B start at
+ * B + (j / 64) bp (bp = 128 where B's rows hold all N columns). B is read in whole vectors of
+ * 16 columns (columns past N are read, never stored: they must be readable). */
+static void dp_gemm(int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
+                    size_t ldb, size_t bp, float *C, size_t ldc) {
+    for (int j0 = 0; j0 < N; j0 += DP_NC) {
+        const int nc = N - j0 < DP_NC ? N - j0 : DP_NC, nv = (nc + 15) / 16;
+        const __mmask16 tail = (__mmask16)(nc % 16 ? (1u << (nc % 16)) - 1 : 0xffffu);
+        const uint16_t *b = B + (size_t)(j0 / DP_NC) * bp;
+        for (int i0 = 0; i0 < M; i0 += DP_R) {
+            const int r = M - i0 < DP_R ? M - i0 : DP_R;
+            const uint16_t *a = A + (size_t)i0 * lda;
+            float *c = C + (size_t)i0 * ldc + j0;
+            switch (r * 8 + nv) { /* R, NV as constants: the accumulators stay in registers */
+#define DP_CASE(R, V)                                                                              \
+    case R * 8 + V:                                                                                \
+        dp_tile(R, V, a, lda, b, ldb, k2, c, ldc, tail);                                           \
+        break;
+#define DP_CASES(R) DP_CASE(R, 1) DP_CASE(R, 2) DP_CASE(R, 3) DP_CASE(R, 4)
+                DP_CASES(1)
+                DP_CASES(2)
+                DP_CASES(3)
+                DP_CASES(4)
+                DP_CASES(5)
+                DP_CASES(6)
+#undef DP_CASES
+#undef DP_CASE
+            default:
+                abort();
+            }
+        }
+    }
+}
+
+/* ---- conversions and packing ------------------------------------------------------------ */
+
+/* x * f rounded to bf16 as ops_cpu_bf16_bits (ties to even, NaN quiet), in each 32-bit lane's
+ * low half (the high half zero). */
+static inline __m512i dp_bits(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_srli_epi32(_mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000)), 16);
+}
+
+static inline __mmask16 dp_mask(int n) {
+    return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1);
+}
+
+/* dst[0, m) = bf16(src[0, n) * f), zeros in [n, m) (m >= n). */
+static void dp_row(uint16_t *dst, const float *src, int n, int m, float f) {
+    const __m512 fv = _mm512_set1_ps(f);
+    for (int j = 0; j < m; j += 16) {
+        const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
+        const __m512i h = dp_bits(_mm512_mul_ps(_mm512_maskz_loadu_ps(ld, src + j), fv));
+        _mm256_mask_storeu_epi16(dst + j, dp_mask(m - j), _mm512_cvtepi32_epi16(h));
+    }
+}
+
+/* dst[2j + t] = bf16 of (t ? hi : lo)[j] for j in [0, m): two rows interleaved by pairs; a NULL
+ * row and columns [n, m) are zeros. */
+static void dp_pair_rows(uint16_t *dst, const float *lo, const float *hi, int n, int m) {
+    for (int j = 0; j < m; j += 16) {
+        const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
+        const __m512i a = dp_bits(_mm512_maskz_loadu_ps(ld, lo + j)),
+                      b = hi ? dp_bits(_mm512_maskz_loadu_ps(ld, hi + j)) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(dst + 2 * (size_t)j, dp_mask(m - j),
+                                 _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+    }
+}
+
+typedef struct {
+    int B, T, Tp, hd, hd2, hdv;
+} dp_dims;
+
+static dp_dims dp_dims_of(int B, int T, int hd) {
+    return (dp_dims){B, T, dp_up(T, DP_NC), hd, dp_up(hd, 2), dp_up(hd, 16)};
+}
+
+/* Packs of x [B,T,NH,hd] (fp32, head n at column n hd). Rows: o [B,NH,T,hd2]. */
+static void dp_pack_rows(uint16_t *o, const dp_dims *d, const float *x, int NH) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < d->B; b++)
+        for (int n = 0; n < NH; n++)
+            for (int t = 0; t < d->T; t++)
+                dp_row(o + (((size_t)b * NH + n) * d->T + t) * d->hd2,
+                       x + (((size_t)b * d->T + t) * NH + n) * d->hd, d->hd, d->hd2, 1.0f);
+}
+
+/* By pairs of hd in panels of 64 rows, o [B,NH,Tp/64,hd2/2,64,2]: 16 rows at a time as words
+ * (pairs of hd), transposed into their panel. */
+static void dp_pack_hd_pairs(uint16_t *o, const dp_dims *d, const float *x, int NH) {
+    const size_t per = (size_t)d->hd2 * d->Tp, panel = (size_t)d->hd2 * DP_NC;
+    const int w = d->hd2 / 2; /* words per row */
+#pragma omp parallel
+    {
+        uint32_t *rows = ops_cpu_alloc("attention", sizeof(uint32_t) * 16 * (size_t)w);
+#pragma omp for collapse(3) schedule(static)
+        for (int b = 0; b < d->B; b++)
+            for (int n = 0; n < NH; n++)
+                for (int t0 = 0; t0 < d->Tp; t0 += 16) {
+                    for (int t = t0; t < t0 + 16; t++)
+                        dp_row((uint16_t *)(rows + (size_t)(t - t0) * w),
+                               x + (((size_t)b * d->T + (t < d->T ? t : 0)) * NH + n) * d->hd,
+                               t < d->T ? d->hd : 0, d->hd2, 1.0f);
+                    uint32_t *dst = (uint32_t *)(o + ((size_t)b * NH + n) * per +
+                                                 (size_t)(t0 / DP_NC) * panel) +
+                                    t0 % DP_NC;
+                    for (int c = 0; c < w; c++) /* word c of rows t0.. -> panel row c */
+                        for (int r = 0; r < 16; r++) dst[(size_t)c * DP_NC + r] = rows[r * w + c];
+                }
+        free(rows);
+    }
+}
+
+/* By pairs of rows, o [B,NH,Tp/2,hdv,2]. */
+static void dp_pack_row_pairs(uint16_t *o, const dp_dims *d, const float *x, int NH) {
+    const size_t per = (size_t)d->Tp * d->hdv, ld = (size_t)NH * d->hd;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < d->B; b++)
+        for (int n = 0; n < NH; n++)
+            for (int t = 0; t < d->Tp; t += 2) {
+                uint16_t *dst = o + ((size_t)b * NH + n) * per + (size_t)t * d->hdv;
+                const float *lo = x + ((size_t)b * d->T + t) * ld + (size_t)n * d->hd;
+                if (t < d->T)
+                    dp_pair_rows(dst, lo, t + 1 < d->T ? lo + ld : NULL, d->hd, d->hdv);
+                else
+                    memset(dst, 0, sizeof(uint16_t) * 2 * d->hdv);
+            }
+}
+
+/* ---- the workspace ---------------------------------------------------------------------- */
+
+/* The packs and each thread's S [BQ, Tp] fp32 and P [BQ, Tp] bf16, at 64-byte boundaries. */
+typedef struct {
+    uint16_t *qr, *kh, *vt;
+    char *scratch; /* nt x per_thread bytes */
+    size_t per_thread;
+} dp_ws;
+
+static size_t dp_ws_layout(const dp_dims *d, int H, int G, int nt, void *ws, dp_ws *w) {
+    const size_t n[3] = {(size_t)d->B * H * d->T * d->hd2, (size_t)d->B * G * d->hd2 * d->Tp,
+                         (size_t)d->B * G * d->Tp * d->hdv};
+    uint16_t **slot[3] = {&w->qr, &w->kh, &w->vt};
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        if (ws) *slot[i] = (uint16_t *)((char *)ws + off);
+        off += dp_al(n[i] * sizeof(uint16_t));
+    }
+    w->scratch = ws ? (char *)ws + off : NULL;
+    w->per_thread = dp_al(sizeof(float) * DP_BQ * (size_t)d->Tp) +
+                    dp_al(sizeof(uint16_t) * DP_BQ * (size_t)d->Tp);
+    return off + (size_t)nt * w->per_thread;
+}
+
+size_t ops_cpu_attention_dpbf16_ws(int B, int T, int H, int G, int hd) {
+    const dp_dims d = dp_dims_of(B, T, hd);
+    dp_ws w;
+    return dp_ws_layout(&d, H, G, omp_get_max_threads(), NULL, &w);
+}
+
+/* ---- forward ---------------------------------------------------------------------------- */
+
+void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, int B, int T, int H, int G, int hd, void *ws) {
+    const dp_dims d = dp_dims_of(B, T, hd);
+    const int rep = H / G, nb = (T + DP_BQ - 1) / DP_BQ;
+    const int nt = omp_get_max_threads(); /* as ops_cpu_attention_dpbf16_ws sized ws */
+    const float scale = 1.0f / sqrtf((float)hd);
+    dp_ws w;
+    dp_ws_layout(&d, H, G, nt, ws, &w);
+    dp_pack_rows(w.qr, &d, q, H);
+    dp_pack_hd_pairs(w.kh, &d, k, G);
+    dp_pack_row_pairs(w.vt, &d, v, G);
+    const size_t ldo = (size_t)H * hd, panel = (size_t)d.hd2 * DP_NC;
+#pragma omp parallel num_threads(nt)
+    {
+        char *mine = w.scratch + (size_t)omp_get_thread_num() * w.per_thread;
+        float *S = (float *)mine;
+        uint16_t *P = (uint16_t *)(mine + dp_al(sizeof(float) * DP_BQ * (size_t)d.Tp));
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < (long)B * H * nb; task++) {
+            /* the last query blocks (the most keys) first */
+            const int qb = nb - 1 - (int)(task % nb), h = (int)(task / nb % H),
+                      b = (int)(task / nb / H), g = h / rep;
+            const int r0 = qb * DP_BQ, M = T - r0 < DP_BQ ? T - r0 : DP_BQ, n = r0 + M;
+            /* S[M, n] = Q[r0 : r0 + M] K[0 : n]^T */
+            dp_gemm(M, n, d.hd2 / 2, w.qr + (((size_t)b * H + h) * T + r0) * d.hd2, d.hd2,
+                    w.kh + ((size_t)b * G + g) * d.hd2 * d.Tp, 2 * DP_NC, panel, S, d.Tp);
+            for (int i = 0; i < M; i++) {
+                float *s = S + (size_t)i * d.Tp, l;
+                const int nv = r0 + i + 1; /* keys 0 .. query */
+                const float mx = vm_softmax_exp_row(s, nv, scale, &l);
+                lse[((size_t)b * H + h) * T + r0 + i] = mx + logf(l);
+                /* P = bf16(exp / sum), the normalisation fused into the conversion; masked
+                 * keys and the pad to an even n are 0 */
+                dp_row(P + (size_t)i * d.Tp, s, nv, dp_up(n, 2), 1.0f / l);
+            }
+            /* O[r0 : r0 + M] = P V[0 : n] */
+            dp_gemm(M, hd, (n + 1) / 2, P, d.Tp, w.vt + ((size_t)b * G + g) * d.Tp * d.hdv,
+                    2 * (size_t)d.hdv, 2 * DP_NC, out + ((size_t)b * T + r0) * ldo + (size_t)h * hd,
+                    ldo);
+        }
+    }
+}
