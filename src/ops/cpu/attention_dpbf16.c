@@ -2,8 +2,8 @@
  * algorithm (a task per BQ query rows with all the keys they see, exact per-row softmax in
  * fp32, P rounded to bf16 before P V) with both products done by one register-blocked
  * micro-kernel on operands packed once per call. (The backward stays on attention_gemm.c's
- * oneDNN calls: a one-pass backward on this micro-kernel, tried in session 17, was 5-15%
- * slower; bench/RESULTS.md.)
+ * oneDNN calls: a one-pass backward on this micro-kernel, tried in session 17, was level to
+ * 12% slower in CPU time and 13-20% at two threads; bench/RESULTS.md.)
  *
  * Built only for x86-64, in a translation unit of its own compiled with -march=x86-64-v4
  * -mavx512bf16 (CMakeLists.txt); attention_gemm.c calls it only when

@@ -45,8 +45,8 @@
  * on that CPU bitwise the oneDNN calls' results at hd <= 64 (not at hd 128: oneDNN sums in
  * another order there). The backward stays here: the same one-pass backward on that
  * micro-kernel (chunks of 64 queries per 128-key block, dQ / dK / dV accumulated per chunk,
- * three bf16 conversions per score) was 5-15% slower than these calls, whose long products
- * write each dK, dV block once.
+ * three bf16 conversions per score) was level to 12% slower in CPU time and 13-20% at two
+ * threads than these calls, whose long products write each dK, dV block once.
  *
  * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
  * BQ = 128: 2 MiB, 3 MiB); per call the converted q, k, v (and dout), D [B,H,T] and, in the
@@ -90,7 +90,8 @@ static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
  * a cache. The H > G backward's dK / dV slices are 33.5 MB a layer at 0.6B x 2048, which malloc
  * serves by mmap (over its 32 MB threshold), so a fresh buffer per call was ~230k page faults
  * and their zeroing a step (perf: 94% of a 0.6B step's faults, in oneDNN's kernels writing the
- * slices); the AVX512_BF16 forward's workspace (its packed operands) is the same kind. */
+ * slices); the AVX512_BF16 forward's workspace (its packed operands, 16 MB at 0.6B x 2048) is
+ * the same kind. */
 typedef struct {
     pthread_mutex_t lock;
     void *p;
