@@ -27,7 +27,8 @@
  * 64, hd2 = hd rounded up to even, hdv = hd rounded up to 16; pads are zero):
  *   qr [B,H,T,hd2]          q's rows (A of Q K^T)
  *   kh [B,G,Tp/64,hd2/2,64,2] k interleaved by pairs of hd, in panels of 64 keys (B of Q K^T;
- *                           one [hd2/2, 2 Tp] matrix put a panel's rows 4 KiB apart)
+ *                           one [hd2/2, 2 Tp] matrix put a panel's rows 8 KiB apart at
+ *                           T = 2048, all in one L1 set)
  *   vt [B,G,Tp/2,hdv,2]     v interleaved by pairs of keys (B of P V)
  * Task (b, h, BQ query rows r0.., the costliest first): S = Q K^T [BQ, n] fp32 (n: keys up to
  * the last row), per row max, exp and sum (vm_softmax_exp_row), lse, P = bf16(exp / sum)
@@ -130,7 +131,7 @@ static void dp_gemm(int M, int N, int k2, const uint16_t *A, size_t lda, const u
 
 /* ---- conversions and packing ------------------------------------------------------------ */
 
-/* x * f rounded to bf16 as ops_cpu_bf16_bits (ties to even, NaN quiet), in each 32-bit lane's
+/* x rounded to bf16 as ops_cpu_bf16_bits (ties to even, NaN quiet), in each 32-bit lane's
  * low half (the high half zero). */
 static inline __m512i dp_bits(__m512 x) {
     const __m512i u = _mm512_castps_si512(x);
@@ -219,11 +220,12 @@ static void dp_pack_row_pairs(uint16_t *o, const dp_dims *d, const float *x, int
         for (int n = 0; n < NH; n++)
             for (int t = 0; t < d->Tp; t += 2) {
                 uint16_t *dst = o + ((size_t)b * NH + n) * per + (size_t)t * d->hdv;
-                const float *lo = x + ((size_t)b * d->T + t) * ld + (size_t)n * d->hd;
-                if (t < d->T)
+                if (t < d->T) {
+                    const float *lo = x + ((size_t)b * d->T + t) * ld + (size_t)n * d->hd;
                     dp_pair_rows(dst, lo, t + 1 < d->T ? lo + ld : NULL, d->hd, d->hdv);
-                else
+                } else {
                     memset(dst, 0, sizeof(uint16_t) * 2 * d->hdv);
+                }
             }
 }
 
