@@ -12,7 +12,7 @@
  *
  * Why: the oneDNN calls (gemm:jit on strided views) pack both operands afresh on every call;
  * here K and V are packed once per call and Q rows are read as they are packed. On a Zen 4 the
- * forward took ~15% less CPU time at 0.6B heads x 2048 and the same at the bench model's
+ * forward took 5-15% less CPU time at 0.6B heads x 2048 and the same at the bench model's
  * (bench/RESULTS.md, session 17).
  *
  * vdpbf16ps: c[i] += a[2i] b[2i] + a[2i+1] b[2i+1] for 16 fp32 lanes i (a, b: 32 bf16). The

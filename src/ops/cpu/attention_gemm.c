@@ -40,7 +40,7 @@
  *
  * On a CPU with AVX512_BF16 and no AMX (ops_cpu_attention_dpbf16_usable) the bf16 forward runs
  * attention_dpbf16.c instead: the same tasks and softmax with both products on a vdpbf16ps
- * micro-kernel over K and V packed once per call: ~15% less CPU time at 0.6B x 2048 on a Zen 4,
+ * micro-kernel over K and V packed once per call: 5-15% less CPU time at 0.6B x 2048 on a Zen 4,
  * level at the bench model's heads (bench/RESULTS.md, session 17); same rounding points, and
  * on that CPU bitwise the oneDNN calls' results at hd <= 64 (not at hd 128: oneDNN sums in
  * another order there). The backward stays here: the same one-pass backward on that
