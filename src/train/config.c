@@ -855,9 +855,12 @@ int assign(train_config *c, int fi, base_toml_value *v, const char *where, int l
 
 /* ---- files ------------------------------------------------------------------------ */
 
-/* [kernels] table entries collected while loading a file. */
+/* [kernels] table entries collected while loading a file, with where each was written: the
+ * parser groups keys by table, and a bare dotted key (layers.1.attention.rope = ...) makes a
+ * sub-table of its own, so the tables' order is not the file's. */
 typedef struct {
     const char **v;
+    int *line, *col;
     int n;
 } kern_pending;
 
@@ -869,11 +872,14 @@ static int kernel_table_entry(train_config *c, const char *prefix, const base_to
     const size_t len = (prefix ? strlen(prefix) + 1 : 0) + strlen(kv->key) + strlen(kv->val.s) + 2;
     char *item = pool_keep(c, malloc(len));
     const char **grown = realloc(pending->v, sizeof *grown * (size_t)(pending->n + 1));
-    if (!item || !grown) {
-        if (grown) pending->v = grown;
-        return base_fail(err, "out of memory");
-    }
-    pending->v = grown;
+    if (grown) pending->v = grown;
+    int *gl = realloc(pending->line, sizeof *gl * (size_t)(pending->n + 1));
+    if (gl) pending->line = gl;
+    int *gc = realloc(pending->col, sizeof *gc * (size_t)(pending->n + 1));
+    if (gc) pending->col = gc;
+    if (!item || !grown || !gl || !gc) return base_fail(err, "out of memory");
+    pending->line[pending->n] = kv->line;
+    pending->col[pending->n] = kv->col;
     snprintf(item, len, "%s%s%s=%s", prefix ? prefix : "", prefix ? "." : "", kv->key, kv->val.s);
     base_toml_value v = kv->val;
     v.s = item;
@@ -887,9 +893,21 @@ static int kernel_table_entry(train_config *c, const char *prefix, const base_to
     return 0;
 }
 
-/* kernels.overrides += pending: the list's entries first, then the table's. */
-static int kernel_table_append(train_config *c, const kern_pending *pending, int line, int col,
-                               base_err *err) {
+/* kernels.overrides += pending: the list's entries first, then the table's in file order
+ * (sorted by line and column: the last matching override wins, so their order is meaning). */
+static int kernel_table_append(train_config *c, kern_pending *pending, base_err *err) {
+    for (int i = 1; i < pending->n; i++) /* insertion sort, stable; a few entries */
+        for (int k = i; k > 0 && (pending->line[k - 1] > pending->line[k] ||
+                                  (pending->line[k - 1] == pending->line[k] &&
+                                   pending->col[k - 1] > pending->col[k]));
+             k--) {
+            const char *v = pending->v[k];
+            const int l = pending->line[k], cl = pending->col[k];
+            pending->v[k] = pending->v[k - 1], pending->line[k] = pending->line[k - 1];
+            pending->col[k] = pending->col[k - 1];
+            pending->v[k - 1] = v, pending->line[k - 1] = l, pending->col[k - 1] = cl;
+        }
+    const int line = pending->line[0], col = pending->col[0];
     const int fi = find_field("kernels", "overrides"), n0 = c->kernels.overrides.n;
     const char **items = pool_keep(c, calloc((size_t)(n0 + pending->n + 1), sizeof *items));
     if (!items) return base_fail(err, "out of memory");
@@ -927,8 +945,7 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
     base_toml_doc doc;
     if (base_toml_parse(text, len, c->file, &doc, err)) return -1;
     int rc = 0;
-    kern_pending pending = {NULL, 0};  /* [kernels] "pattern" = "impl" entries, file order */
-    int first_line = 0, first_col = 0; /* of the first of them */
+    kern_pending pending = {NULL, NULL, NULL, 0}; /* [kernels] "pattern" = "impl" entries */
     unknowns unk = {"", 0, 0};
     for (int t = 0; t < doc.n_tables && !rc; t++) {
         base_toml_table *tb = &doc.tables[t];
@@ -959,7 +976,6 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
             const int fi = kern_sub ? -1 : find_field(tb->name, kv->key);
             if (fi < 0 && (kern_sub || !strcmp(tb->name, "kernels")) &&
                 kv->val.type == BASE_TOML_STRING) {
-                if (!pending.n) first_line = kv->line, first_col = kv->col;
                 rc = kernel_table_entry(c, kern_sub ? tb->name + 8 : NULL, kv, &pending, err);
             } else if (fi < 0) {
                 const int gi = suggest_field(tb->name, kv->key);
@@ -982,8 +998,10 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
     if (!rc && unk.n > 1)
         rc = base_fail(err, "%s: %d unknown names:\n  %s%s", c->file, unk.n, unk.text,
                        unk.shown < unk.n ? "\n  ..." : "");
-    if (!rc && pending.n) rc = kernel_table_append(c, &pending, first_line, first_col, err);
+    if (!rc && pending.n) rc = kernel_table_append(c, &pending, err);
     free((void *)pending.v);
+    free(pending.line);
+    free(pending.col);
     return rc;
 }
 

@@ -291,6 +291,20 @@ static void kernels_table(void) {
               "kernels table reaches train_opts: %s", rc ? err.msg : "");
     }
     train_config_free(&c);
+    /* a bare dotted key before a plain one: the parser puts it in a sub-table read after
+     * [kernels] itself, but file order decides (the last match wins: here rope=reference
+     * everywhere, layers.1 included) */
+    text = "[kernels]\nlayers.1.attention.rope = \"default\"\nrope = \"reference\"\n"
+           "[kernels.layers.0]\nswiglu = \"reference\"\n";
+    rc = load(&c, text, &err);
+    const char *order[] = {"layers.1.attention.rope=default", "rope=reference",
+                           "layers.0.swiglu=reference"};
+    CHECK(rc == 0 && c.kernels.overrides.n == 3, "kernels table, dotted first: %s",
+          rc ? err.msg : "");
+    for (int i = 0; !rc && i < 3 && i < c.kernels.overrides.n; i++)
+        CHECK(!strcmp(c.kernels.overrides.v[i], order[i]), "dotted first: override %d: %s, want %s",
+              i, c.kernels.overrides.v[i], order[i]);
+    train_config_free(&c);
 }
 
 static void command_line(void) {
