@@ -985,3 +985,14 @@ void model_logits(model *m, const int32_t *tokens, float *logits) {
     model_lm_head(m, logits, m->acts->xn, m->batch * m->seq_len);
     hook(m, m->args.n_layers + 1, MODEL_FWD_END);
 }
+
+int model_kernel_choices(const model *m, char *buf, size_t size) {
+    if (size) buf[0] = '\0';
+    if (!m->ops) return 0;
+    const char **paths = base_alloc(sizeof(char *) * (size_t)(m->n_units ? m->n_units : 1));
+    if (!paths) return 0;
+    for (int u = 0; u < m->n_units; u++) paths[u] = m->units[u].name;
+    const int n = ops_choices(m->ops, paths, m->n_units, m->prec, buf, size);
+    base_free(paths);
+    return n;
+}

@@ -364,6 +364,10 @@ int model_param_in_bf16_copy(const model *m, const model_param *p);
  * described model too (`titan plan`). FSDP does not gather a unit again for a backward that
  * reads none of its parameters (dist_unit.bwd_without_params). */
 int model_unit_bwd_reads_params(const model *m, int u);
+/* The kernels a built model runs other than its precision's defaults, with the units that run
+ * them (ops_choices: "rope=rope_bhsd at layers.1-3 (plugin ./librope_bhsd.so); ..."), into
+ * buf; "" and 0 when every unit runs the defaults. Returns the number of choices. */
+int model_kernel_choices(const model *m, char *buf, size_t size);
 
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);

@@ -152,6 +152,15 @@ int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_
                       base_err *err);
 /* Releases what resolving bound to a table (plugin slots and their saved state). */
 void ops_release(ops_table *t);
+/* What resolution chose other than the defaults of precision prec, over n resolved tables
+ * with their unit paths, into buf: "op=impl at UNITS[ (plugin PATH)]" joined by "; ", one
+ * item per (op, implementation) in op order, UNITS its units in order with runs of
+ * consecutive layers written "layers.N-M" ("rope=rope_bhsd at layers.1-3 (plugin
+ * ./librope_bhsd.so); attention=reference at layers.0, head"); "" when every unit runs the
+ * defaults. Cut with "..." at size. Returns the number of items. For run headers, reports
+ * and errors: which kernel ran where. */
+int ops_choices(const ops_table *t, const char *const *paths, int n, ops_prec prec, char *buf,
+                size_t size);
 
 /* Loads a kernel plugin (include/titan/kernel_abi.h): dlopen, ABI version check, then its
  * init registers its implementations. Fails with a message naming the path for a missing

@@ -7,6 +7,7 @@
 #include "ops/internal.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +374,66 @@ int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_
         for (int i = 0; i < done; i++) ops_release(&tables[i]);
     free(hits);
     return rc;
+}
+
+/* Appends to buf (len so far in *len); at the end of space, "..." and the rest dropped. */
+static void ops_cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    if (*len + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = vsnprintf(buf + *len, size - *len, fmt, ap);
+    va_end(ap);
+    if (w >= 0 && (size_t)w < size - *len) {
+        *len += (size_t)w;
+        return;
+    }
+    if (size >= 4) memcpy(buf + size - 4, "...", 4);
+    *len = size - 1;
+}
+
+/* layer number of "layers.N", else -1 */
+static int ops_layer_of(const char *path) {
+    long v;
+    const char *p = path;
+    if (strncmp(p, "layers.", 7)) return -1;
+    p += 7;
+    return ops_digits(&p, &v) && !*p ? (int)v : -1;
+}
+
+int ops_choices(const ops_table *t, const char *const *paths, int n, ops_prec prec, char *buf,
+                size_t size) {
+    ops_register_builtin();
+    size_t len = 0;
+    int items = 0;
+    if (size) buf[0] = '\0';
+    for (int k = 0; k < OPS_COUNT; k++) {
+        const ops_impl *dflt = ops_default_prec((ops_kind)k, prec);
+        for (int u = 0; u < n; u++) {
+            const ops_impl *im = t[u].impl[k];
+            int seen = !im || im == dflt;
+            for (int v = 0; v < u && !seen; v++) seen = t[v].impl[k] == im;
+            if (seen) continue; /* a default, or listed with an earlier unit */
+            ops_cat(buf, size, &len, "%s%s=%s at ", items++ ? "; " : "", ops_kind_name((ops_kind)k),
+                    im->name);
+            for (int v = u, first = 1; v < n; v++) {
+                if (t[v].impl[k] != im) continue;
+                const int a = ops_layer_of(paths[v]);
+                int w = v; /* the run of consecutive layers a, a+1, ... that run im */
+                while (a >= 0 && w + 1 < n && t[w + 1].impl[k] == im &&
+                       ops_layer_of(paths[w + 1]) == a + (w + 1 - v))
+                    w++;
+                if (w > v)
+                    ops_cat(buf, size, &len, "%slayers.%d-%d", first ? "" : ", ", a, a + (w - v));
+                else
+                    ops_cat(buf, size, &len, "%s%s", first ? "" : ", ", paths[v]);
+                first = 0;
+                v = w;
+            }
+            const char *origin = ops_impl_origin(im);
+            if (origin) ops_cat(buf, size, &len, " (plugin %s)", origin);
+        }
+    }
+    return items;
 }
 
 /* Hugging Face's default RoPE init and forward, in fp32:

@@ -279,6 +279,9 @@ int train_report_facts(train_report_run *r, const char *page, const train_opts *
             at += (size_t)snprintf(kern + at, sizeof kern - at, "%s%s=%s", at ? ", " : "",
                                    ops_kind_name((ops_kind)k), t->impl[k]->name);
     fact(f, "kernels", "layers.0: %s; CPU ISA %s", kern, ops_cpu_isa());
+    char choices[2048]; /* every unit's non-default kernels, plugins with their paths */
+    if (model_kernel_choices(m, choices, sizeof choices))
+        fact(f, "kernel overrides", "%s", choices);
     char cpu[256];
     train_peak_key(omp_get_max_threads(), cpu, sizeof cpu);
     fact(f, "machine", "%s; MFU against %.1f GFLOP/s", cpu, peak_flops / 1e9);

@@ -125,17 +125,20 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         if (!isfinite(l) || !isfinite(sumsq)) {
             const char *bad = train_first_bad(m, f, dist_fsdp_shard_grads(f), 0);
             /* the first non-finite gradient is where a NaN arrives in backward, not which
-             * kernel made it: with kernel overrides the kernels are the first suspects */
+             * kernel made it: with kernel overrides the kernels are the first suspects, named
+             * with where they run */
+            char kern[1024];
+            const int nk = model_kernel_choices(m, kern, sizeof kern);
             return base_fail(err,
                              "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
                              "non-finite gradient: %s; stopping (the last checkpoint is "
-                             "intact)%s",
+                             "intact)%s%s",
                              step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
                              l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)",
-                             o->n_kernel_overrides
-                                 ? "; kernel overrides are in use: `titan kernels test` checks "
-                                   "each against its reference"
-                                 : "");
+                             nk ? "; kernel overrides in use (`titan kernels test NAME` checks "
+                                  "each against its op's default): "
+                                : "",
+                             nk ? kern : "");
         }
     }
     if (mesh->dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */

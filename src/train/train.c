@@ -109,6 +109,9 @@ static void print_header(const train_opts *o, const model *m, const train_source
     for (int k = 0; k < OPS_COUNT; k++)
         if (t->impl[k]) printf(" %s=%s", ops_kind_name((ops_kind)k), t->impl[k]->name);
     printf("; CPU kernels ISA %s", ops_cpu_isa());
+    char choices[2048]; /* every unit's, not only layers.0's: which kernel ran where */
+    if (model_kernel_choices(m, choices, sizeof choices))
+        printf("\n  kernel overrides: %s", choices);
     printf("\n  precision: %s", o->prec_why);
     if (o->prec == OPS_PREC_BF16)
         printf("; GEMM operands (attention's products included) bf16 (engine %s), fp32 master "

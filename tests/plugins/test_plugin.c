@@ -14,7 +14,15 @@
  *   badflags  a descriptor with an unknown flag
  *   accum     swiglu/swiglu_acc: backward ADDS into its outputs (TITAN_KERNEL_BWD_ACCUMULATES)
  *   marker    as swiglu of good, plus a constructor that creates the file named by
- *             $TITAN_TEST_PLUGIN_MARKER: shows when titan opened the library (code ran) */
+ *             $TITAN_TEST_PLUGIN_MARKER: shows when titan opened the library (code ran)
+ *   badsize   a version-2 descriptor whose struct_size is a version-1 one's
+ *   nofwd     a kernel without forward
+ *   nan       swiglu/swiglu_nan: forward writes NaN into its first output element
+ *   fail      swiglu/swiglu_fail: forward returns 3 (an error code); with
+ *             $TITAN_TEST_FAIL_RANK set only on that MPI rank (swiglu elsewhere)
+ *   noacc     swiglu/swiglu_noacc: declares TITAN_KERNEL_BWD_ACCUMULATES but writes (=)
+ *   rankfail  init fails on MPI rank 1 only ($OMPI_COMM_WORLD_RANK / $PMI_RANK): a plugin that
+ *             loads on one rank and not on another */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -111,6 +119,29 @@ static int add_rmsnorm_bwd(const titan_kernel_args *a) {
 }
 #endif
 
+#if defined(PLUGIN_CASE_nan)
+static int swiglu_fwd_nan(const titan_kernel_args *a) {
+    const int rc = swiglu_fwd(a);
+    a->out[0][0] = NAN;
+    return rc;
+}
+#endif
+#if defined(PLUGIN_CASE_fail) || defined(PLUGIN_CASE_rankfail)
+/* the MPI rank mpirun gives this process, NULL outside mpirun */
+static const char *mpi_rank(void) {
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    return r ? r : getenv("PMI_RANK");
+}
+#endif
+#if defined(PLUGIN_CASE_fail)
+/* fails on the rank named by $TITAN_TEST_FAIL_RANK (unset: on every call), else swiglu */
+static int swiglu_fwd_fail(const titan_kernel_args *a) {
+    const char *only = getenv("TITAN_TEST_FAIL_RANK"), *me = mpi_rank();
+    if (!only || (me && !strcmp(only, me))) return 3;
+    return swiglu_fwd(a);
+}
+#endif
+
 #if defined(PLUGIN_CASE_marker)
 __attribute__((constructor)) static void leave_marker(void) {
     const char *p = getenv("TITAN_TEST_PLUGIN_MARKER");
@@ -150,6 +181,13 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
     host->error(host, "this CPU lacks the instructions the kernel needs");
     return 1;
 #endif
+#if defined(PLUGIN_CASE_rankfail)
+    const char *rank = mpi_rank();
+    if (rank && !strcmp(rank, "1")) {
+        host->error(host, "not on this rank");
+        return 1;
+    }
+#endif
 #if defined(TEST_ABI)
     d.abi_version = TEST_ABI;
     d.struct_size = offsetof(titan_kernel_desc, flags); /* the version-1 descriptor's size */
@@ -164,6 +202,17 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
     d.name = "swiglu_acc";
     d.backward = swiglu_bwd_acc;
     d.flags = TITAN_KERNEL_BWD_ACCUMULATES;
+#elif defined(PLUGIN_CASE_noacc)
+    d.name = "swiglu_noacc";
+    d.flags = TITAN_KERNEL_BWD_ACCUMULATES; /* a lie: swiglu_bwd writes */
+#elif defined(PLUGIN_CASE_nan)
+    d.name = "swiglu_nan";
+    d.forward = swiglu_fwd_nan;
+#elif defined(PLUGIN_CASE_fail)
+    d.name = "swiglu_fail";
+    d.forward = swiglu_fwd_fail;
+#elif defined(PLUGIN_CASE_badsize)
+    d.struct_size = offsetof(titan_kernel_desc, flags);
 #endif
 #if defined(PLUGIN_CASE_silentcheck)
     d.check = refuse_silently;
@@ -172,6 +221,8 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
     d.op = "embedding";
 #elif defined(PLUGIN_CASE_nobwd)
     d.backward = NULL;
+#elif defined(PLUGIN_CASE_nofwd)
+    d.forward = NULL;
 #elif defined(PLUGIN_CASE_badlayout)
     d.layout = (titan_layout)7;
 #endif

@@ -299,6 +299,35 @@ static void test_example_plugin(void) {
     CHECK(ops_conform_test("rope/rope_bhsd", NULL, &e) == 0, "conformance: %s", e.msg);
 }
 
+/* What a run records of its kernels (header, report, the non-finite error): every unit's
+ * non-default choice, not only layers.0's, with runs of layers collapsed and plugin paths. */
+static void test_choices(void) {
+    const char *paths[] = {"tok_embeddings", "layers.0", "layers.1", "layers.2",
+                           "layers.3",       "layers.4", "head"};
+    const ops_override ov[] = {{"layers.1-3.attention.rope", "rope_bhsd"},
+                               {"attention", "reference"},
+                               {"layers.2.attention", "default"},
+                               {"head.rmsnorm", "reference"}};
+    ops_table t[7];
+    base_err e = {{0}};
+    char buf[512];
+    CHECK(ops_resolve_units(t, paths, NULL, 7, &g_ctx, ov, 4, &e) == 0, "resolve: %s", e.msg);
+    const int n = ops_choices(t, paths, 7, OPS_PREC_F32, buf, sizeof buf);
+    const char *want =
+        "rmsnorm=reference at head; rope=rope_bhsd at layers.1-3 (plugin " TITAN_EXAMPLE_PLUGIN
+        "); attention=reference at tok_embeddings, layers.0-1, layers.3-4, head";
+    CHECK(n == 3 && !strcmp(buf, want), "choices (%d): %s\nwant: %s", n, buf, want);
+    char small[40];
+    ops_choices(t, paths, 7, OPS_PREC_F32, small, sizeof small);
+    CHECK(strlen(small) == sizeof small - 1 && !strcmp(small + sizeof small - 4, "..."),
+          "cut with '...': %s", small);
+    for (int i = 0; i < 7; i++) ops_release(&t[i]);
+    CHECK(ops_resolve_units(t, paths, NULL, 7, &g_ctx, NULL, 0, &e) == 0 &&
+              ops_choices(t, paths, 7, OPS_PREC_F32, buf, sizeof buf) == 0 && !buf[0],
+          "defaults only: '%s'", buf);
+    for (int i = 0; i < 7; i++) ops_release(&t[i]);
+}
+
 /* The example MoE plugin: selection by layer path (range + the moe.grouped_mm sub-path), its
  * constraint at resolution with the layer path named, and conformance through the trampolines
  * and its per-layer saved tile plan. Training with it: tests/scripts/moe_plugin.sh. */
@@ -414,6 +443,7 @@ int main(void) {
     test_override_units();
     test_hostile_plugins();
     test_example_plugin();
+    test_choices();
     test_moe_plugin();
     test_plugins_in_training();
     test_conformance_catches();
