@@ -239,6 +239,8 @@ static void ops_names_of(ops_kind op, char *buf, size_t size) {
 
 /* Later overrides take precedence over earlier ones (the last matching entry wins), so a
  * config can set an op globally and then single out layers. */
+/* hits[i]: override i matched an op some unit calls (1), and was the last to match there, so
+ * chose its implementation (2); NULL: not counted. */
 static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls,
                             const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
                             int *hits, base_err *err) {
@@ -277,9 +279,10 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
             const char *pat = overrides[i].pattern;
             if (strcmp(pat, opname) == 0 || ops_glob(pat, full) || (alias && ops_glob(pat, sub))) {
                 chosen = &overrides[i];
-                if (hits) hits[i] = 1;
+                if (hits && !hits[i]) hits[i] = 1;
             }
         }
+        if (chosen && hits) hits[chosen - overrides] = 2;
         if (chosen) {
             const ops_impl *found = ops_find((ops_kind)k, chosen->impl);
             if (!found) {
@@ -356,6 +359,13 @@ int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_
     else
         done--; /* the failed table released itself */
     for (int i = 0; i < n_overrides && !rc; i++) {
+        if (hits[i] == 1) { /* last-wins hid it everywhere it matched: say so */
+            base_log(BASE_LOG_WARN,
+                     "kernel override '%s' = '%s' has no effect: a later override replaces it "
+                     "everywhere it matches (the last matching one wins)",
+                     overrides[i].pattern, overrides[i].impl);
+            continue;
+        }
         if (hits[i]) continue;
         if (ops_is_kind_name(overrides[i].pattern)) { /* a dense model and grouped_mm, say */
             base_log(BASE_LOG_WARN,

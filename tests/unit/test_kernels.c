@@ -200,6 +200,28 @@ static void test_override_units(void) {
               "grouped_mm logged in the 2 MoE blocks only:\n%s", log);
     model_free(&m);
     free(log);
+    /* last wins: an override every later one hides, wherever it matches, is warned about */
+    const ops_override hidden[] = {{"layers.1.feed_forward.swiglu", "reference"},
+                                   {"swiglu", "default"}};
+    bo.overrides = hidden;
+    bo.n_overrides = 2;
+    log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc == 0 && log &&
+              count(log, "kernel override 'layers.1.feed_forward.swiglu' = 'reference' has no "
+                         "effect: a later override replaces it everywhere it matches") == 1 &&
+              count(log, "has no effect") == 1,
+          "a hidden override is warned about:\n%s", log ? log : e.msg);
+    model_free(&m);
+    free(log);
+    const ops_override shown[] = {{"swiglu", "reference"},
+                                  {"layers.1.feed_forward.swiglu", "default"}};
+    bo.overrides = shown;
+    log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc == 0 && log && count(log, "has no effect") == 0 &&
+              count(log, "kernel swiglu/reference at layers.0 ") == 1,
+          "an override still choosing somewhere is not warned about:\n%s", log ? log : e.msg);
+    model_free(&m);
+    free(log);
     const ops_override head[] = {{"head.grouped_mm", "reference"}};
     bo.overrides = head;
     bo.n_overrides = 1;
