@@ -23,6 +23,11 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_ep_plugin.sh $<TARGET_FILE:titan>
             ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${CMAKE_BINARY_DIR}/examples/libgrouped_tiles.so)
   set_tests_properties(dist_ep_moe_plugin PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # a kernel plugin failing on one rank only (at load, at run time): all ranks stop, named
+  add_test(NAME dist_plugin_rank
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_plugin_rank.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${CMAKE_BINARY_DIR}/tests/plugins)
+  set_tests_properties(dist_plugin_rank PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # a SIGSTOPped rank: the watchdog names it within the timeout; SIGUSR1 to one rank stops all
   add_executable(watchdog_stall ${CMAKE_CURRENT_SOURCE_DIR}/dist/watchdog_stall.c)
   target_link_libraries(watchdog_stall PRIVATE titan_core)

@@ -45,6 +45,12 @@ add_test(NAME kernels_plugin_silent_check COMMAND titan kernels test swiglu_ws
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_silentcheck.so)
 set_tests_properties(kernels_plugin_silent_check PROPERTIES
   PASS_REGULAR_EXPRESSION "refused this shape\\).*libtest_plugin_silentcheck.so|libtest_plugin_silentcheck.so.*refused this shape")
+# a kernel returning an error code stops titan (abort: the op signatures return void) naming
+# kernel, plugin, layer and direction; sh reports the signal, which ctest would call a crash
+add_test(NAME kernels_plugin_error_code COMMAND sh -c "\"$@\" 2>&1; echo \"exit $?\"" sh
+  $<TARGET_FILE:titan> kernels test swiglu_fail --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_fail.so)
+set_tests_properties(kernels_plugin_error_code PROPERTIES PASS_REGULAR_EXPRESSION
+  "kernel swiglu/swiglu_fail \\(plugin [^)]*libtest_plugin_fail.so\\) at conformance: forward returned 3.*exit 134")
 add_test(NAME kernels_conformance_plugin_norm COMMAND titan kernels test add_rmsnorm_plain
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
 # The same conformance run on the baseline (non-AVX-512) kernel copies, forced through the

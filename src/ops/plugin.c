@@ -485,9 +485,18 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     /* a version-1 descriptor ends before flags (appended by version 2) */
     const size_t want =
         d->abi_version >= 2 ? sizeof(titan_kernel_desc) : offsetof(titan_kernel_desc, flags);
-    if (d->struct_size < want)
-        return base_fail(L->err, "kernel plugin %s: descriptor of %u bytes, expected %zu", L->path,
-                         d->struct_size, want);
+    if (d->struct_size < want) {
+        /* op and name come before every field a shorter descriptor may lack: named when the
+         * struct is that long (a valid name) */
+        const int named = d->struct_size >= offsetof(titan_kernel_desc, constraints) && d->op &&
+                          d->name && plg_name_ok(d->name) && ops_kind_from_name(d->op) >= 0;
+        return base_fail(L->err,
+                         "kernel plugin %s: kernel %s%s%s: descriptor of %u bytes (struct_size); "
+                         "a version-%u descriptor has %zu (set struct_size = "
+                         "sizeof(titan_kernel_desc))",
+                         L->path, named ? d->op : "", named ? "/" : "?", named ? d->name : "",
+                         d->struct_size, d->abi_version, want);
+    }
     const char *nm = d->name ? d->name : "(null)";
     const int kind = ops_kind_from_name(d->op);
     if (kind < 0 || !ops_kind_plugin((ops_kind)kind)) {
@@ -521,6 +530,15 @@ static int plg_register(const titan_kernel_host *host, const titan_kernel_desc *
     if (d->layout != TITAN_LAYOUT_BSHD && d->layout != TITAN_LAYOUT_BHSD)
         return base_fail(L->err, "kernel plugin %s: kernel %s/%s: unknown layout %d", L->path,
                          d->op, nm, (int)d->layout);
+    const ops_impl *clash = ops_find((ops_kind)kind, d->name);
+    if (clash) {
+        const char *origin = ops_impl_origin(clash);
+        return base_fail(L->err,
+                         "kernel plugin %s: kernel %s/%s is already registered (%s%s); give it "
+                         "another name",
+                         L->path, d->op, nm, origin ? "by plugin " : "a built-in",
+                         origin ? origin : "");
+    }
     if (g_n_kernels >= PLG_MAX_KERNELS)
         return base_fail(L->err, "kernel plugin %s: more than %d plugin kernels", L->path,
                          PLG_MAX_KERNELS);

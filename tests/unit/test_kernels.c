@@ -270,6 +270,13 @@ static void test_hostile_plugins(void) {
      * so a titan that passed scratch without zeroing it, or added twice, fails */
     CHECK(ops_plugin_load(PLUGIN("accum"), &e) == 0, "accumulating plugin: %s", e.msg);
     CHECK(ops_conform_test("swiglu/swiglu_acc", &o1, &e) == 0, "accumulating backward conforms");
+    /* a backward that declares TITAN_KERNEL_BWD_ACCUMULATES but writes: titan's gradients lose
+     * what they held, which the conformance check sees */
+    CHECK(ops_plugin_load(PLUGIN("noacc"), &e) == 0, "noacc plugin: %s", e.msg);
+    CHECK(ops_conform_test("swiglu/swiglu_noacc", &o1, &e) == 1,
+          "a backward that does not accumulate as declared fails conformance");
+    CHECK(ops_plugin_load(PLUGIN("nan"), &e) == 0, "nan plugin: %s", e.msg);
+    CHECK(ops_conform_test("swiglu/swiglu_nan", &o1, &e) == 1, "a NaN output fails conformance");
     CHECK(ops_plugin_load(PLUGIN("nobwd"), &e) != 0 && has(e.msg, "swiglu/swiglu_ws", "backward"),
           "no backward: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("initfail"), &e) != 0 &&
@@ -277,8 +284,17 @@ static void test_hostile_plugins(void) {
           "init error: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("badlayout"), &e) != 0 && has(e.msg, "unknown layout 7", NULL),
           "bad layout: %s", e.msg);
-    CHECK(ops_plugin_load(PLUGIN("dup"), &e) != 0 && has(e.msg, "rope/default", "already"),
+    CHECK(ops_plugin_load(PLUGIN("dup"), &e) != 0 &&
+              has(e.msg, "kernel rope/default is already registered (a built-in)", NULL),
           "name clash: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("badsize"), &e) != 0 &&
+              has(e.msg,
+                  "libtest_plugin_badsize.so: kernel swiglu/swiglu_ws: descriptor of 80 bytes",
+                  "version-2 descriptor has 88"),
+          "a v2 descriptor of v1 size: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("nofwd"), &e) != 0 &&
+              has(e.msg, "kernel swiglu/swiglu_ws has no forward function", NULL),
+          "no forward: %s", e.msg);
     CHECK(!ops_find(OPS_SWIGLU, "swiglu_ws"), "a failed plugin's kernels are rolled back");
 }
 
@@ -411,6 +427,12 @@ static double grad_diff(const ops_override *ov, int n_ov, double *loss_a, double
 static void test_plugins_in_training(void) {
     base_err e = {{0}};
     CHECK(ops_plugin_load(PLUGIN("good"), &e) == 0, "load BSHD test plugin: %s", e.msg);
+    CHECK(ops_plugin_load(PLUGIN("marker"), &e) != 0 &&
+              has(e.msg,
+                  "libtest_plugin_marker.so: kernel swiglu/swiglu_ws is already "
+                  "registered (by plugin " PLUGIN("good") ")",
+                  NULL),
+          "two plugins, one kernel name: %s", e.msg);
     double la, lb;
     const ops_override rope[] = {{"layers.*.attention.rope", "rope_bhsd"}};
     double d = grad_diff(rope, 1, &la, &lb);
