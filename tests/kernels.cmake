@@ -113,3 +113,8 @@ add_test(NAME kernels_run_record
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/kernel_record.sh $<TARGET_FILE:titan>
           ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_nan.so)
 set_tests_properties(kernels_run_record PROPERTIES TIMEOUT 120)
+# A checkpoint trained with a plugin kernel resumes without it and the reverse, said in a warning.
+add_test(NAME kernels_resume_switch
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/kernel_resume.sh $<TARGET_FILE:titan>
+          ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
+set_tests_properties(kernels_resume_switch PROPERTIES TIMEOUT 120)

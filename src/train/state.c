@@ -39,6 +39,11 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     /* and its compute precision: the weights are fp32 either way, but an unset
      * mixed_precision_param follows the CPU, so a resume elsewhere may change it (resume) */
     json_object_set_new(root, "mixed_precision_param", json_string(prec_name(o->prec)));
+    /* and the kernels other than the defaults, where they ran (model_kernel_choices; "" for
+     * none): they change compute only, so a resume with others is allowed and said (resume) */
+    char kern[2048];
+    model_kernel_choices(m, kern, sizeof kern);
+    json_object_set_new(root, "kernel_overrides", json_string(kern));
     /* the identity, and the RoPE context an export writes as max_position_embeddings */
     json_t *mj = model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY);
     if (mj && o->model.max_seq_len > 0)
@@ -228,6 +233,18 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
                  "are not those the run would have taken; set training.mixed_precision_param = "
                  "%s to keep its precision",
                  (long long)step, was, o->prec_why, was);
+    const char *kwas = json_string_value(json_object_get(t, "kernel_overrides"));
+    char kern[2048];
+    model_kernel_choices(m, kern, sizeof kern);
+    if (kwas && strcmp(kwas, kern)) /* absent in older checkpoints */
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained with kernel overrides %s%s%s; this run "
+                 "with %s%s%s: allowed (kernels change compute only, not what a checkpoint "
+                 "holds), but the steps from here differ from those the run would have taken "
+                 "by what the kernels compute differently",
+                 (long long)step, kwas[0] ? "'" : "", kwas[0] ? kwas : "none (the defaults)",
+                 kwas[0] ? "'" : "", kern[0] ? "'" : "", kern[0] ? kern : "none (the defaults)",
+                 kern[0] ? "'" : "");
     rc = plan->start;
 out:
     json_decref(t);
