@@ -16,7 +16,7 @@ target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum
-        silentcheck badsize nofwd nan fail noacc rankfail)
+        silentcheck badsize nofwd nan fail noacc rankfail qwen)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -45,6 +45,12 @@ add_test(NAME kernels_plugin_silent_check COMMAND titan kernels test swiglu_ws
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_silentcheck.so)
 set_tests_properties(kernels_plugin_silent_check PROPERTIES
   PASS_REGULAR_EXPRESSION "refused this shape\\).*libtest_plugin_silentcheck.so|libtest_plugin_silentcheck.so.*refused this shape")
+# a kernel constrained to real Qwen3 shapes (head_dim 128, GQA ratio 8, dim % 512 == 0), which
+# no small random shape meets: checked on model-like shapes instead of failing unchecked
+add_test(NAME kernels_conformance_plugin_qwen COMMAND titan kernels test swiglu_qwen
+  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_qwen.so)
+set_tests_properties(kernels_conformance_plugin_qwen PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+  TIMEOUT 120)
 # a kernel returning an error code stops titan (abort: the op signatures return void) naming
 # kernel, plugin, layer and direction; sh reports the signal, which ctest would call a crash
 add_test(NAME kernels_plugin_error_code COMMAND sh -c "\"$@\" 2>&1; echo \"exit $?\"" sh

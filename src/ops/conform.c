@@ -438,24 +438,52 @@ static int cf_resolve(ops_table *t, const ops_impl *impl, const ops_ctx *c, base
     return ops_resolve(t, "conformance", c, &ov, 1, err);
 }
 
-/* A random shape both implementations accept (up to 200 draws). */
+/* The size of an array */
+#define CF_N(v) ((int)(sizeof(v) / sizeof((v)[0])))
+
+/* A random shape both implementations accept: up to 200 small draws (odd sizes, the corners
+ * of tiling), then, for a kernel whose constraints none of them meets (one specialised for
+ * real models: head_dim 128, a GQA ratio of 8, dim % 512 == 0), up to 200 draws of
+ * model-like sizes: Qwen3's head dims and GQA ratios (16/8 .. 64/4), power-of-two widths up
+ * to 2048, up to 16 experts of width up to 256 (every flavor's constraints are met by sizes
+ * of these forms), at batch 1 and up to 128 tokens so each check stays well under a second. */
 static int cf_shape(uint64_t *s, const ops_impl *a, const ops_impl *b, ops_ctx *c, base_err *err) {
     static const int Ts[] = {1, 3, 7, 16, 17, 33, 64, 65, 96, 128, 130};
     static const int hds[] = {2, 4, 8, 16, 24, 32, 64};
-    for (int tries = 0; tries < 200; tries++) {
-        c->batch = cf_int(s, 1, 2);
-        c->seq_len = cf_pick(s, Ts, (int)(sizeof Ts / sizeof Ts[0]));
-        c->n_kv_heads = cf_int(s, 1, 3);
-        c->n_heads = c->n_kv_heads * cf_int(s, 1, 3);
-        c->head_dim = cf_pick(s, hds, (int)(sizeof hds / sizeof hds[0]));
-        c->dim = cf_int(s, 1, 40) * (cf_int(s, 0, 1) ? 8 : 1);
-        c->ffn_dim = cf_int(s, 1, 48) * (cf_int(s, 0, 1) ? 8 : 1);
-        c->vocab = cf_int(s, 2, 300);
-        if (a->op == OPS_GROUPED_MM) { /* the MoE fields, drawn only here (other ops' draws
-                                          stay as they were) */
+    static const int bigTs[] = {16, 64, 128}, bighds[] = {64, 128, 256}, kvs[] = {1, 2, 4, 8},
+                     ratios[] = {1, 2, 4, 5, 8, 16}, widths[] = {256, 512, 1024, 2048},
+                     ffns[] = {256, 512, 768, 1024, 1536, 3072}, experts[] = {4, 8, 16},
+                     topks[] = {1, 2, 4, 8}, moe_ffns[] = {64, 128, 256};
+    for (int tries = 0; tries < 400; tries++) {
+        if (tries < 200) {
+            c->batch = cf_int(s, 1, 2);
+            c->seq_len = cf_pick(s, Ts, CF_N(Ts));
+            c->n_kv_heads = cf_int(s, 1, 3);
+            c->n_heads = c->n_kv_heads * cf_int(s, 1, 3);
+            c->head_dim = cf_pick(s, hds, CF_N(hds));
+            c->dim = cf_int(s, 1, 40) * (cf_int(s, 0, 1) ? 8 : 1);
+            c->ffn_dim = cf_int(s, 1, 48) * (cf_int(s, 0, 1) ? 8 : 1);
+            c->vocab = cf_int(s, 2, 300);
+        } else {
+            c->batch = 1;
+            c->seq_len = cf_pick(s, bigTs, CF_N(bigTs));
+            c->n_kv_heads = cf_pick(s, kvs, CF_N(kvs));
+            c->n_heads = c->n_kv_heads * cf_pick(s, ratios, CF_N(ratios));
+            c->head_dim = cf_pick(s, bighds, CF_N(bighds));
+            c->dim = cf_pick(s, widths, CF_N(widths));
+            c->ffn_dim = cf_pick(s, ffns, CF_N(ffns));
+            c->vocab = cf_int(s, 2, 300);
+        }
+        if (a->op == OPS_GROUPED_MM && tries < 200) { /* the MoE fields, drawn only here
+                                                         (other ops' draws stay as they were) */
             c->n_experts = cf_int(s, 1, 12);
             c->top_k = cf_int(s, 1, c->n_experts < 4 ? c->n_experts : 4);
             c->moe_ffn_dim = cf_int(s, 1, 24) * (cf_int(s, 0, 1) ? 8 : 1);
+        } else if (a->op == OPS_GROUPED_MM) {
+            c->n_experts = cf_pick(s, experts, CF_N(experts));
+            c->top_k = cf_pick(s, topks, CF_N(topks));
+            if (c->top_k > c->n_experts) c->top_k = c->n_experts;
+            c->moe_ffn_dim = cf_pick(s, moe_ffns, CF_N(moe_ffns));
         }
         ops_table ta, tb;
         if (cf_resolve(&ta, a, c, err)) continue;
@@ -466,6 +494,7 @@ static int cf_shape(uint64_t *s, const ops_impl *a, const ops_impl *b, ops_ctx *
     }
     return -1; /* err: the last rule broken */
 }
+#undef CF_N
 
 int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err) {
     const ops_impl *sel[128];

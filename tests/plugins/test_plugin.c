@@ -21,6 +21,8 @@
  *   fail      swiglu/swiglu_fail: forward returns 3 (an error code); with
  *             $TITAN_TEST_FAIL_RANK set only on that MPI rank (swiglu elsewhere)
  *   noacc     swiglu/swiglu_noacc: declares TITAN_KERNEL_BWD_ACCUMULATES but writes (=)
+ *   qwen      swiglu/swiglu_qwen: constrained to real Qwen3 shapes (head_dim 128, GQA ratio
+ *             8, dim % 512 == 0), which the small random conformance shapes never draw
  *   rankfail  init fails on MPI rank 1 only ($OMPI_COMM_WORLD_RANK / $PMI_RANK): a plugin that
  *             loads on one rank and not on another */
 #include <math.h>
@@ -150,6 +152,18 @@ __attribute__((constructor)) static void leave_marker(void) {
 }
 #endif
 
+#if defined(PLUGIN_CASE_qwen)
+/* a kernel specialised for real Qwen3 shapes: head_dim 128, 8 query heads per kv head (the
+ * MoE flavors' 32/4, 64/8), dim a multiple of 512 */
+static int qwen_shapes(const titan_model_shape *s, char *why, size_t n) {
+    if (s->head_dim == 128 && s->n_kv_heads > 0 && s->n_heads == 8 * s->n_kv_heads &&
+        s->dim % 512 == 0)
+        return 0;
+    snprintf(why, n, "head_dim == 128, n_heads == 8 * n_kv_heads, dim %% 512 == 0");
+    return 1;
+}
+#endif
+
 #if defined(PLUGIN_CASE_silentcheck)
 /* a constraint check that refuses every shape and says nothing: the host names the plugin */
 static int refuse_silently(const titan_model_shape *s, char *why, size_t n) {
@@ -216,6 +230,10 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
 #endif
 #if defined(PLUGIN_CASE_silentcheck)
     d.check = refuse_silently;
+#endif
+#if defined(PLUGIN_CASE_qwen)
+    d.name = "swiglu_qwen";
+    d.check = qwen_shapes;
 #endif
 #if defined(PLUGIN_CASE_badop)
     d.op = "embedding";
