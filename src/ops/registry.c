@@ -345,6 +345,52 @@ void ops_release(ops_table *t) {
     }
 }
 
+/* Appends to buf (len so far in *len); at the end of space, "..." and the rest dropped. */
+static void ops_cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    if (*len + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = vsnprintf(buf + *len, size - *len, fmt, ap);
+    va_end(ap);
+    if (w >= 0 && (size_t)w < size - *len) {
+        *len += (size_t)w;
+        return;
+    }
+    if (size >= 4) memcpy(buf + size - 4, "...", 4);
+    *len = size - 1;
+}
+
+/* A loaded plugin none of whose kernels any of the n tables runs was loaded for nothing (an
+ * override forgotten or misspelt to another implementation): warned about, naming its
+ * kernels. */
+static void ops_warn_unused_plugins(const ops_table *tables, int n) {
+    static unsigned char warned[OPS_MAX_IMPLS]; /* once per plugin (its first kernel's index) and
+                                                   process, not per model built */
+    for (int i = 0; i < g_n_impls; i++) {
+        const ops_binding *b = g_binds[i];
+        int first = b != NULL;
+        for (int j = 0; j < i && first; j++)
+            first = !g_binds[j] || strcmp(g_binds[j]->origin, b->origin);
+        if (!first) continue; /* no plugin, or one already looked at */
+        char names[512];
+        size_t len = 0;
+        int used = 0;
+        names[0] = '\0';
+        for (int j = i; j < g_n_impls; j++) {
+            if (!g_binds[j] || strcmp(g_binds[j]->origin, b->origin)) continue;
+            ops_cat(names, sizeof names, &len, "%s%s/%s", len ? ", " : "",
+                    ops_kind_name(g_impls[j].op), g_impls[j].name);
+            for (int u = 0; u < n && !used; u++)
+                used = tables[u].impl[g_impls[j].op] == &g_impls[j];
+        }
+        if (!used && !warned[i]++)
+            base_log(BASE_LOG_WARN,
+                     "kernel plugin %s is loaded, but no unit of this model runs its kernels (%s): "
+                     "[kernels] overrides select them",
+                     b->origin, names);
+    }
+}
+
 int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_t *calls, int n,
                       const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
                       base_err *err) {
@@ -383,22 +429,8 @@ int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_
     if (rc)
         for (int i = 0; i < done; i++) ops_release(&tables[i]);
     free(hits);
+    if (!rc) ops_warn_unused_plugins(tables, n);
     return rc;
-}
-
-/* Appends to buf (len so far in *len); at the end of space, "..." and the rest dropped. */
-static void ops_cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
-    if (*len + 1 >= size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    const int w = vsnprintf(buf + *len, size - *len, fmt, ap);
-    va_end(ap);
-    if (w >= 0 && (size_t)w < size - *len) {
-        *len += (size_t)w;
-        return;
-    }
-    if (size >= 4) memcpy(buf + size - 4, "...", 4);
-    *len = size - 1;
 }
 
 /* layer number of "layers.N", else -1 */

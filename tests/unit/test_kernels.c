@@ -337,6 +337,35 @@ static void test_example_plugin(void) {
     CHECK(ops_conform_test("rope/rope_bhsd", NULL, &e) == 0, "conformance: %s", e.msg);
 }
 
+/* A loaded plugin none of whose kernels the model runs is warned about (once), naming it and
+ * its kernels; one the overrides select is not. */
+static void test_unused_plugin(void) {
+    model_args a;
+    tiny_args(&a);
+    const ops_override ov[] = {{"layers.1.attention.rope", "rope_bhsd"}};
+    model_build_opts bo = {.batch = 2, .seq_len = 16, .overrides = ov, .n_overrides = 1};
+    model m;
+    base_err e = {{0}};
+    int rc;
+    const char *warn = "kernel plugin " TITAN_EXAMPLE_PLUGIN " is loaded, but no unit of this "
+                       "model runs its kernels (rope/rope_bhsd)";
+    char *log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc == 0 && log && count(log, warn) == 0, "selected: no warning:\n%s", log ? log : e.msg);
+    model_free(&m);
+    free(log);
+    bo.n_overrides = 0;
+    log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc == 0 && log && count(log, warn) == 1, "unselected plugin warned about:\n%s",
+          log ? log : e.msg);
+    model_free(&m);
+    free(log);
+    log = build_logged(&m, &a, &bo, &rc, &e);
+    CHECK(rc == 0 && log && count(log, warn) == 0, "warned once per process:\n%s",
+          log ? log : e.msg);
+    model_free(&m);
+    free(log);
+}
+
 /* What a run records of its kernels (header, report, the non-finite error): every unit's
  * non-default choice, not only layers.0's, with runs of layers collapsed and plugin paths. */
 static void test_choices(void) {
@@ -487,6 +516,7 @@ int main(void) {
     test_override_units();
     test_hostile_plugins();
     test_example_plugin();
+    test_unused_plugin();
     test_choices();
     test_moe_plugin();
     test_plugins_in_training();
