@@ -16,7 +16,7 @@ target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum
-        silentcheck badsize nofwd nan fail noacc rankfail qwen)
+        silentcheck badsize nofwd nan fail noacc rankfail qwen tile32)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -117,7 +117,8 @@ set_tests_properties(test_attention_bf16_emulated PROPERTIES
 # kernel (a plugin's with its path), and a NaN a plugin writes stops the run naming it.
 add_test(NAME kernels_run_record
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/kernel_record.sh $<TARGET_FILE:titan>
-          ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_nan.so)
+          ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_nan.so
+          ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_tile32.so)
 set_tests_properties(kernels_run_record PROPERTIES TIMEOUT 120)
 # A checkpoint trained with a plugin kernel resumes without it and the reverse, said in a warning.
 add_test(NAME kernels_resume_switch

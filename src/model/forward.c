@@ -986,6 +986,25 @@ void model_logits(model *m, const int32_t *tokens, float *logits) {
     hook(m, m->args.n_layers + 1, MODEL_FWD_END);
 }
 
+int model_kernels_fit(const model *m, int batch, int seq_len, base_err *err) {
+    const model_args *a = &m->args;
+    const ops_ctx ctx = {.batch = batch,
+                         .seq_len = seq_len,
+                         .dim = a->dim,
+                         .n_heads = a->n_heads,
+                         .n_kv_heads = a->n_kv_heads,
+                         .head_dim = a->head_dim,
+                         .ffn_dim = a->ffn_dim,
+                         .vocab = a->vocab_size,
+                         .n_experts = a->n_experts,
+                         .top_k = a->top_k,
+                         .moe_ffn_dim = a->moe_ffn_dim,
+                         .prec = m->prec};
+    for (int u = 0; m->ops && u < m->n_units; u++)
+        if (ops_check_table(&m->ops[u], m->units[u].name, unit_calls(m, u), &ctx, err)) return -1;
+    return 0;
+}
+
 int model_kernel_choices(const model *m, char *buf, size_t size) {
     if (size) buf[0] = '\0';
     if (!m->ops) return 0;

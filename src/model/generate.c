@@ -32,11 +32,25 @@ void model_infer_free(model_infer *s) {
     free(s);
 }
 
+int model_infer_check(const model *m, int max_len, base_err *err) {
+    const int chunk = max_len < INFER_CHUNK ? max_len : INFER_CHUNK;
+    base_err why;
+    for (int t = 1; t <= chunk; t++) /* a prompt's last chunk, and decoding, take any count */
+        if (model_kernels_fit(m, 1, t, &why))
+            return base_fail(err,
+                             "inference runs the model at batch 1 and 1 to %d tokens per call, "
+                             "and a call of %d breaks a kernel's constraint: %s (kernel overrides "
+                             "are checked at build for the training shape)",
+                             chunk, t, why.msg);
+    return 0;
+}
+
 int model_infer_new(model_infer **out, const model *m, int max_len, base_err *err) {
     *out = NULL;
     const model_args *a = &m->args;
     if (max_len <= 0)
         return base_fail(err, "inference: max_len must be positive (got %d)", max_len);
+    if (model_infer_check(m, max_len, err)) return -1;
     if (m->tp.size > 1)
         return base_fail(err,
                          "inference: the model is tensor-parallel (tp %d); gather a full "

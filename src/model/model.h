@@ -368,6 +368,14 @@ int model_unit_bwd_reads_params(const model *m, int u);
  * them (ops_choices: "rope=rope_bhsd at layers.1-3 (plugin ./librope_bhsd.so); ..."), into
  * buf; "" and 0 when every unit runs the defaults. Returns the number of choices. */
 int model_kernel_choices(const model *m, char *buf, size_t size);
+/* The constraints of the kernels a built model resolved (checked at build for its batch and
+ * seq_len) on another shape: 0, or -1 naming kernel, unit and rule. */
+int model_kernels_fit(const model *m, int batch, int seq_len, base_err *err);
+/* Whether the model's kernels accept what inference (model_infer_new with max_len) calls
+ * them with: batch 1 and 1 .. min(max_len, its chunk) tokens per call; -1 naming the kernel,
+ * unit, token count and rule otherwise. model_infer_new checks it; a trainer that samples
+ * after training checks it before. */
+int model_infer_check(const model *m, int max_len, base_err *err);
 
 const model_param *model_find_param(const model *m, const char *name);
 const model_param *model_find_hf_param(const model *m, const char *hf_name);

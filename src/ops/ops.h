@@ -150,6 +150,11 @@ int ops_resolve(ops_table *t, const char *layer_path, const ops_ctx *ctx,
 int ops_resolve_units(ops_table *tables, const char *const *paths, const uint32_t *calls, int n,
                       const ops_ctx *ctx, const ops_override *overrides, int n_overrides,
                       base_err *err);
+/* The constraints of the implementations t holds for the ops in calls (bits 1u << ops_kind) on
+ * another shape than the one t was resolved for (generation's batch 1 and few tokens):
+ * 0, or -1 with "kernel OP/NAME at PATH: rule" in err. */
+int ops_check_table(const ops_table *t, const char *path, uint32_t calls, const ops_ctx *ctx,
+                    base_err *err);
 /* Releases what resolving bound to a table (plugin slots and their saved state). */
 void ops_release(ops_table *t);
 /* What resolution chose other than the defaults of precision prec, over n resolved tables

@@ -237,6 +237,26 @@ static void ops_names_of(ops_kind op, char *buf, size_t size) {
     }
 }
 
+/* impl's constraints on ctx (its check, or its plugin's): 0, or -1 with "kernel OP/NAME at
+ * PATH: rule" in err. */
+static int ops_check_impl(const ops_impl *impl, const ops_ctx *ctx, const char *path,
+                          base_err *err) {
+    const ops_binding *bound = ops_binding_of(impl);
+    if (!impl->check && !bound) return 0;
+    base_err why;
+    why.msg[0] = '\0';
+    if ((bound ? bound->check(bound, ctx, &why) : impl->check(ctx, &why)) == 0) return 0;
+    return base_fail(err, "kernel %s/%s at %s: %s", ops_kind_name(impl->op), impl->name, path,
+                     why.msg[0] ? why.msg : impl->constraints);
+}
+
+int ops_check_table(const ops_table *t, const char *path, uint32_t calls, const ops_ctx *ctx,
+                    base_err *err) {
+    for (int k = 0; k < OPS_COUNT; k++)
+        if ((calls >> k & 1) && t->impl[k] && ops_check_impl(t->impl[k], ctx, path, err)) return -1;
+    return 0;
+}
+
 /* Later overrides take precedence over earlier ones (the last matching entry wins), so a
  * config can set an op globally and then single out layers. */
 /* hits[i]: override i matched an op some unit calls (1), and was the last to match there, so
@@ -295,16 +315,7 @@ static int ops_resolve_hits(ops_table *t, const char *layer_path, uint32_t calls
             }
             impl = found;
         }
-        const ops_binding *bound = ops_binding_of(impl);
-        if (ctx && (impl->check || bound)) {
-            base_err why;
-            why.msg[0] = '\0';
-            if ((bound ? bound->check(bound, ctx, &why) : impl->check(ctx, &why)) != 0) {
-                return base_fail(err, "kernel %s/%s at %s: %s", opname, impl->name,
-                                 path[0] ? path : "(model)",
-                                 why.msg[0] ? why.msg : impl->constraints);
-            }
-        }
+        if (ctx && ops_check_impl(impl, ctx, path[0] ? path : "(model)", err)) return -1;
         if (ctx && impl != dflt) { /* ctx NULL: a config check */
             const char *origin = ops_impl_origin(impl);
             base_log(BASE_LOG_INFO, "kernel %s/%s at %s (override '%s'%s%s)", opname, impl->name,

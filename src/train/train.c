@@ -252,6 +252,13 @@ static int run_setup(run *r, base_err *err) {
         train_setup_fsdp(m, mesh, o, &r->f, err) ||
         train_tp_pieces(&r->tpp, m, r->f, mesh->tp_rank, err))
         return -1;
+    /* the sample after training runs the same kernels at batch 1: refused now, not then */
+    base_err why;
+    if (o->sample_tokens > 0 && model_infer_check(m, o->seq_len, &why))
+        return base_fail(err,
+                         "job.sample_tokens = %d: %s; set job.sample_tokens = 0 to train "
+                         "with these kernels without sampling",
+                         o->sample_tokens, why.msg);
     /* before the init: a load that overwrites every weight skips it */
     if (train_start_plan(o, &r->plan, err)) return -1;
     if (!r->plan.skip_init) { /* unit by unit: with FSDP only one unit is ever whole in memory */

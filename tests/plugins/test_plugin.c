@@ -23,6 +23,8 @@
  *   noacc     swiglu/swiglu_noacc: declares TITAN_KERNEL_BWD_ACCUMULATES but writes (=)
  *   qwen      swiglu/swiglu_qwen: constrained to real Qwen3 shapes (head_dim 128, GQA ratio
  *             8, dim % 512 == 0), which the small random conformance shapes never draw
+ *   tile32    swiglu/swiglu_tile32: rows in tiles of 32 (batch * seq_len % 32 == 0); its
+ *             forward returns 5 on other row counts
  *   rankfail  init fails on MPI rank 1 only ($OMPI_COMM_WORLD_RANK / $PMI_RANK): a plugin that
  *             loads on one rank and not on another */
 #include <math.h>
@@ -164,6 +166,19 @@ static int qwen_shapes(const titan_model_shape *s, char *why, size_t n) {
 }
 #endif
 
+#if defined(PLUGIN_CASE_tile32)
+/* rows in tiles of 32: batch * seq_len % 32 == 0, and a forward that refuses other row counts
+ * (where a real tiled kernel would read past its rows) */
+static int rows32(const titan_model_shape *s, char *why, size_t n) {
+    if ((s->batch * s->seq_len) % 32 == 0) return 0;
+    snprintf(why, n, "batch * seq_len %% 32 == 0 (batch = %d, seq_len = %d)", s->batch, s->seq_len);
+    return 1;
+}
+static int swiglu_fwd_tile32(const titan_kernel_args *a) {
+    return a->dims[0] % 32 ? 5 : swiglu_fwd(a);
+}
+#endif
+
 #if defined(PLUGIN_CASE_silentcheck)
 /* a constraint check that refuses every shape and says nothing: the host names the plugin */
 static int refuse_silently(const titan_model_shape *s, char *why, size_t n) {
@@ -230,6 +245,11 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
 #endif
 #if defined(PLUGIN_CASE_silentcheck)
     d.check = refuse_silently;
+#endif
+#if defined(PLUGIN_CASE_tile32)
+    d.name = "swiglu_tile32";
+    d.check = rows32;
+    d.forward = swiglu_fwd_tile32;
 #endif
 #if defined(PLUGIN_CASE_qwen)
     d.name = "swiglu_qwen";

@@ -3,10 +3,13 @@
 # "kernel overrides" line and the report's fact of that name list it with its layers and
 # path (the "kernels (layers.0)" summary alone showed rope=default); a plugin writing NaN
 # (libtest_plugin_nan.so's swiglu_nan) stops the run with an error naming that kernel, its
-# layer and plugin file.
-# usage: kernel_record.sh TITAN ROPE_PLUGIN NAN_PLUGIN
+# layer and plugin file. A kernel whose constraint the sample after training (batch 1, a
+# few tokens per call) breaks (libtest_plugin_tile32.so: rows in tiles of 32) is refused
+# before training, naming kernel, layer and rule, instead of being called out of its
+# constraints after the last step.
+# usage: kernel_record.sh TITAN ROPE_PLUGIN NAN_PLUGIN TILE32_PLUGIN
 set -uo pipefail
-titan=$1; rope=$2; nan=$3; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+titan=$1; rope=$2; nan=$3; tile=$4; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 export OMP_NUM_THREADS=2
 small=(--flavor debugmodel --set n_layers=4 --set dim=64 --set n_heads=4 --set n_kv_heads=2
        --set head_dim=16 --set ffn_dim=128 --set vocab_size=300 --random-tokens --batch 2
@@ -29,4 +32,12 @@ grep -qF "non-finite loss" "$out/n.log" &&
   grep -qF "swiglu=swiglu_nan at layers.1 (plugin $nan)" "$out/n.log" ||
   { echo "FAIL NaN plugin: the error does not name the kernel"; tail -3 "$out/n.log"; fail=1; }
 [ $fail = 0 ] && echo "ok   a NaN from a plugin: the error names swiglu_nan at layers.1 and its file"
+"$titan" train "${small[@]}" --dump-folder "$out/t" --kernels.plugins "$tile" \
+  --kernels.overrides 'swiglu=swiglu_tile32' --job.sample_tokens 4 > "$out/t.log" 2>&1
+rc=$?
+if [ $rc != 1 ] || grep -q "step: *1 " "$out/t.log" ||
+   ! grep -qF "job.sample_tokens = 4: inference runs the model at batch 1 and 1 to 16 tokens per call, and a call of 1 breaks a kernel's constraint: kernel swiglu/swiglu_tile32 at layers.0: batch * seq_len % 32 == 0 (batch = 1, seq_len = 1)" "$out/t.log"; then
+  echo "FAIL sampling with a kernel for 32-row tiles: exit $rc, not refused before training"
+  tail -3 "$out/t.log"; fail=1
+else echo "ok   sampling with a kernel for 32-row tiles: refused before training"; fi
 exit $fail
