@@ -377,6 +377,22 @@ static int alloc_acts(model *m, const model_build_opts *o, base_err *err) {
     return 0;
 }
 
+/* What a kernel's constraints see of a model run at batch x seq_len tokens a call. */
+static ops_ctx model_ops_ctx(const model_args *a, int batch, int seq_len, ops_prec prec) {
+    return (ops_ctx){.batch = batch,
+                     .seq_len = seq_len,
+                     .dim = a->dim,
+                     .n_heads = a->n_heads,
+                     .n_kv_heads = a->n_kv_heads,
+                     .head_dim = a->head_dim,
+                     .ffn_dim = a->ffn_dim,
+                     .vocab = a->vocab_size,
+                     .n_experts = a->n_experts,
+                     .top_k = a->top_k,
+                     .moe_ffn_dim = a->moe_ffn_dim,
+                     .prec = prec};
+}
+
 static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
                  base_err *err) {
     memset(m, 0, sizeof *m);
@@ -455,18 +471,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
-    ops_ctx ctx = {.batch = o->batch,
-                   .seq_len = o->seq_len,
-                   .dim = a->dim,
-                   .n_heads = a->n_heads,
-                   .n_kv_heads = a->n_kv_heads,
-                   .head_dim = a->head_dim,
-                   .ffn_dim = a->ffn_dim,
-                   .vocab = a->vocab_size,
-                   .n_experts = a->n_experts,
-                   .top_k = a->top_k,
-                   .moe_ffn_dim = a->moe_ffn_dim,
-                   .prec = o->prec};
+    ops_ctx ctx = model_ops_ctx(a, o->batch, o->seq_len, o->prec);
     m->prec = o->prec;
     m->exchange_f32 = o->exchange_f32;
     if (o->prec == OPS_PREC_BF16) {
@@ -987,19 +992,7 @@ void model_logits(model *m, const int32_t *tokens, float *logits) {
 }
 
 int model_kernels_fit(const model *m, int batch, int seq_len, base_err *err) {
-    const model_args *a = &m->args;
-    const ops_ctx ctx = {.batch = batch,
-                         .seq_len = seq_len,
-                         .dim = a->dim,
-                         .n_heads = a->n_heads,
-                         .n_kv_heads = a->n_kv_heads,
-                         .head_dim = a->head_dim,
-                         .ffn_dim = a->ffn_dim,
-                         .vocab = a->vocab_size,
-                         .n_experts = a->n_experts,
-                         .top_k = a->top_k,
-                         .moe_ffn_dim = a->moe_ffn_dim,
-                         .prec = m->prec};
+    const ops_ctx ctx = model_ops_ctx(&m->args, batch, seq_len, m->prec);
     for (int u = 0; m->ops && u < m->n_units; u++)
         if (ops_check_table(&m->ops[u], m->units[u].name, unit_calls(m, u), &ctx, err)) return -1;
     return 0;
