@@ -229,8 +229,10 @@ void ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape);
  * (decoder_sparse_step != 1, mlp_only_layers), and arguments model_args_validate rejects. */
 int ckpt_hf_config_read(const char *path, model_args *a, base_err *err);
 /* Writes config.json for a (Qwen3ForCausalLM, or Qwen3MoeForCausalLM when a->n_experts > 0),
- * torch_dtype from dtype, atomically. */
-int ckpt_hf_config_write(const model_args *a, ckpt_dtype dtype, const char *path, base_err *err);
+ * torch_dtype from dtype, atomically. token_ids: {bos, eos, pad} written as bos_token_id,
+ * eos_token_id and pad_token_id, each where >= 0 (NULL: none). */
+int ckpt_hf_config_write(const model_args *a, ckpt_dtype dtype, const int32_t *token_ids,
+                         const char *path, base_err *err);
 
 /* ---- Hugging Face folders (hf_export.c) -------------------------------------------- */
 
@@ -240,6 +242,10 @@ typedef struct {
     const char *assets_dir;        /* tokenizer files and generation_config.json copied from here */
     const char *generation_config; /* a generation_config.json to copy (wins over assets) */
     const char *given; /* convert: the first export option on its command line (NULL: none) */
+    /* {bos, eos, pad} of the tokenizer the model was trained with (-1: that one has none), for
+     * config.json, from which transformers' generate takes its stop token when the folder has
+     * no generation_config.json; NULL: not known (no token ids written) */
+    const int32_t *token_ids;
 } ckpt_export_opts;
 
 #define CKPT_DEFAULT_SHARD_BYTES ((uint64_t)5000000000) /* "5GB", transformers 4's default */

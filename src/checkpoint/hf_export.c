@@ -354,7 +354,7 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
     char path[4096];
     int rc = write_weights(m, dir, o.dtype, o.max_shard_bytes, &keep, &n_keep, err);
     if (rc == 0 && (rc = base_path_join(path, sizeof path, dir, "config.json", err)) == 0)
-        rc = ckpt_hf_config_write(&m->args, o.dtype, path, err);
+        rc = ckpt_hf_config_write(&m->args, o.dtype, o.token_ids, path, err);
 
     /* tokenizer files and the generation config */
     for (size_t i = 0; rc == 0 && o.assets_dir && i < sizeof g_asset_files / sizeof *g_asset_files;

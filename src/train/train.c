@@ -38,9 +38,12 @@ static int sample(const model *m, const train_opts *o, const train_source *src, 
  * as step-N.tmp and put in place as a checkpoint is (ckpt_step_place), so an older step-N (an
  * earlier run's, before a load_step rewind) is replaced whole, never mixed with it, and a kill
  * mid-export leaves the old step-N. */
-static int export_hf(const train_opts *o, const model *m, const char *dir, int step,
-                     base_err *err) {
-    const ckpt_export_opts eo = {.dtype = o->export_dtype, .assets_dir = o->assets_dir};
+static int export_hf(const train_opts *o, const model *m, const data_tok *tok, const char *dir,
+                     int step, base_err *err) {
+    const int32_t ids[3] = {tok ? data_tok_bos_id(tok) : -1, tok ? data_tok_eos_id(tok) : -1,
+                            tok ? data_tok_pad_id(tok) : -1};
+    const ckpt_export_opts eo = {
+        .dtype = o->export_dtype, .assets_dir = o->assets_dir, .token_ids = tok ? ids : NULL};
     char tmp[4200], fin[4200];
     snprintf(tmp, sizeof tmp, "%s/step-%d.tmp", dir, step);
     snprintf(fin, sizeof fin, "%s/step-%d", dir, step);
@@ -359,7 +362,7 @@ static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     if (step == o->steps && o->ckpt.last_save_in_hf) { /* HF folder, step-N/ */
         if (train_saver_finish(r->saver, err) || run_gather_whole(r, err)) return -1;
         /* rank 0 writes them */
-        return r->lead ? export_hf(o, r->whole, r->plan.ckdir, step, err) : 0;
+        return r->lead ? export_hf(o, r->whole, r->src.tok, r->plan.ckdir, step, err) : 0;
     }
     if (step % o->ckpt.interval == 0 || step == r->last || stop_sig ||
         (step == 1 && o->ckpt.first_step)) {
@@ -434,7 +437,7 @@ static int run_finish(run *r, base_err *err) {
                mfu, rss);
     }
     if ((o->out_dir || o->sample_tokens > 0) && run_gather_whole(r, err)) return -1;
-    if (o->out_dir && r->lead && export_hf(o, r->whole, o->out_dir, -1, err)) return -1;
+    if (o->out_dir && r->lead && export_hf(o, r->whole, r->src.tok, o->out_dir, -1, err)) return -1;
     if (o->sample_tokens > 0 && r->lead && sample(r->whole, o, &r->src, err)) return -1;
     return 0;
 }

@@ -115,6 +115,20 @@ t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 2 --dump-folder "$out/bas
   --out hf > /dev/null
 hf=$out/base/hf
 [ -f "$hf/config.json" ] && [ -f "$hf/tokenizer.json" ] || fail "the export is not a full folder"
+# its config.json names the tokenizer's bos / eos / pad ids, where transformers' generate takes
+# its stop token when the folder has no generation_config.json (test_tokenizer has none)
+"$python" - "$hf" <<'EOF' || fail "the export's token ids are not the tokenizer's"
+import os, sys
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+d = sys.argv[1]
+cfg, tok = AutoConfig.from_pretrained(d), AutoTokenizer.from_pretrained(d)
+assert not os.path.exists(os.path.join(d, "generation_config.json"))
+for name in ("bos", "eos", "pad"):
+    want, got = getattr(tok, name + "_token_id"), getattr(cfg, name + "_token_id")
+    assert got == want, f"config.json {name}_token_id {got}, the tokenizer's {want}"
+eos = GenerationConfig.from_model_config(cfg).eos_token_id
+assert tok.eos_token_id is not None and eos == tok.eos_token_id, f"generate's eos {eos}"
+EOF
 t "${run[@]}" --steps 3 --dump-folder "$out/ft3" --model.config_path "$hf" \
   --checkpoint.initial_load_path "$hf" --tokenizer "$hf" --metrics "$out/ft3.jsonl" > /dev/null
 t "${run[@]}" --steps 3 --dump-folder "$out/ft1" --checkpoint.initial_load_in_hf \
