@@ -859,10 +859,20 @@ int assign(train_config *c, int fi, base_toml_value *v, const char *where, int l
  * parser groups keys by table, and a bare dotted key (layers.1.attention.rope = ...) makes a
  * sub-table of its own, so the tables' order is not the file's. */
 typedef struct {
-    const char **v;
-    int *line, *col;
+    const char *v; /* "pattern=impl" */
+    int line, col;
+} kern_entry;
+typedef struct {
+    kern_entry *e;
     int n;
 } kern_pending;
+
+/* File order: a position names one key, so no two entries compare equal. */
+static int kern_entry_cmp(const void *a, const void *b) {
+    const kern_entry *x = a, *y = b;
+    return x->line != y->line ? (x->line > y->line) - (x->line < y->line)
+                              : (x->col > y->col) - (x->col < y->col);
+}
 
 /* [kernels] "pattern" = "impl" (the table form of kernels.overrides; `prefix` is the table
  * path after "kernels." when a bare dotted key made a sub-table): checked like a list item
@@ -871,15 +881,9 @@ static int kernel_table_entry(train_config *c, const char *prefix, const base_to
                               kern_pending *pending, base_err *err) {
     const size_t len = (prefix ? strlen(prefix) + 1 : 0) + strlen(kv->key) + strlen(kv->val.s) + 2;
     char *item = pool_keep(c, malloc(len));
-    const char **grown = realloc(pending->v, sizeof *grown * (size_t)(pending->n + 1));
-    if (grown) pending->v = grown;
-    int *gl = realloc(pending->line, sizeof *gl * (size_t)(pending->n + 1));
-    if (gl) pending->line = gl;
-    int *gc = realloc(pending->col, sizeof *gc * (size_t)(pending->n + 1));
-    if (gc) pending->col = gc;
-    if (!item || !grown || !gl || !gc) return base_fail(err, "out of memory");
-    pending->line[pending->n] = kv->line;
-    pending->col[pending->n] = kv->col;
+    kern_entry *grown = realloc(pending->e, sizeof *grown * (size_t)(pending->n + 1));
+    if (grown) pending->e = grown;
+    if (!item || !grown) return base_fail(err, "out of memory");
     snprintf(item, len, "%s%s%s=%s", prefix ? prefix : "", prefix ? "." : "", kv->key, kv->val.s);
     base_toml_value v = kv->val;
     v.s = item;
@@ -889,30 +893,20 @@ static int kernel_table_entry(train_config *c, const char *prefix, const base_to
         return base_fail(err, "%s:%d:%d: kernels.\"%s%s%s\": %s", c->file, kv->line, kv->col,
                          prefix ? prefix : "", prefix ? "." : "", kv->key, why);
     }
-    pending->v[pending->n++] = item;
+    pending->e[pending->n++] = (kern_entry){item, kv->line, kv->col};
     return 0;
 }
 
 /* kernels.overrides += pending: the list's entries first, then the table's in file order
  * (sorted by line and column: the last matching override wins, so their order is meaning). */
 static int kernel_table_append(train_config *c, kern_pending *pending, base_err *err) {
-    for (int i = 1; i < pending->n; i++) /* insertion sort, stable; a few entries */
-        for (int k = i; k > 0 && (pending->line[k - 1] > pending->line[k] ||
-                                  (pending->line[k - 1] == pending->line[k] &&
-                                   pending->col[k - 1] > pending->col[k]));
-             k--) {
-            const char *v = pending->v[k];
-            const int l = pending->line[k], cl = pending->col[k];
-            pending->v[k] = pending->v[k - 1], pending->line[k] = pending->line[k - 1];
-            pending->col[k] = pending->col[k - 1];
-            pending->v[k - 1] = v, pending->line[k - 1] = l, pending->col[k - 1] = cl;
-        }
-    const int line = pending->line[0], col = pending->col[0];
+    qsort(pending->e, (size_t)pending->n, sizeof *pending->e, kern_entry_cmp);
+    const int line = pending->e[0].line, col = pending->e[0].col;
     const int fi = find_field("kernels", "overrides"), n0 = c->kernels.overrides.n;
     const char **items = pool_keep(c, calloc((size_t)(n0 + pending->n + 1), sizeof *items));
     if (!items) return base_fail(err, "out of memory");
     for (int i = 0; i < n0; i++) items[i] = c->kernels.overrides.v[i];
-    for (int i = 0; i < pending->n; i++) items[n0 + i] = pending->v[i];
+    for (int i = 0; i < pending->n; i++) items[n0 + i] = pending->e[i].v;
     c->kernels.overrides = (train_str_list){items, n0 + pending->n};
     if (!c->origin[fi].where || c->origin[fi].where != c->file) {
         /* errors about the merged list point at the first table entry */
@@ -945,7 +939,7 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
     base_toml_doc doc;
     if (base_toml_parse(text, len, c->file, &doc, err)) return -1;
     int rc = 0;
-    kern_pending pending = {NULL, NULL, NULL, 0}; /* [kernels] "pattern" = "impl" entries */
+    kern_pending pending = {NULL, 0}; /* [kernels] "pattern" = "impl" entries */
     unknowns unk = {"", 0, 0};
     for (int t = 0; t < doc.n_tables && !rc; t++) {
         base_toml_table *tb = &doc.tables[t];
@@ -999,9 +993,7 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
         rc = base_fail(err, "%s: %d unknown names:\n  %s%s", c->file, unk.n, unk.text,
                        unk.shown < unk.n ? "\n  ..." : "");
     if (!rc && pending.n) rc = kernel_table_append(c, &pending, err);
-    free((void *)pending.v);
-    free(pending.line);
-    free(pending.col);
+    free(pending.e);
     return rc;
 }
 
