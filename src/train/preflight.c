@@ -51,8 +51,7 @@ static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err
                          "rank %d resolved training.mixed_precision_param to %s, rank 0 to %s "
                          "(unset, it follows each CPU's bf16 units, or TITAN_MIXED_PRECISION): "
                          "set it explicitly when the ranks run on different CPUs",
-                         bad, b.prec == OPS_PREC_BF16 ? "bfloat16" : "float32",
-                         z.prec == OPS_PREC_BF16 ? "bfloat16" : "float32");
+                         bad, train_prec_name(b.prec), train_prec_name(z.prec));
     return base_fail(err,
                      "rank %d has other TITAN_BF16_TRANSPORT / TITAN_FSDP_BWD_GATHER settings "
                      "than rank 0: every rank must move the same collectives",

@@ -16,11 +16,6 @@ static json_int_t global_batch(const train_opts *o, const train_source *src) {
     return (json_int_t)o->batch * o->grad_accum * src->dp_size;
 }
 
-/* training.mixed_precision_param's spelling of a resolved precision. */
-static const char *prec_name(ops_prec p) {
-    return p == OPS_PREC_BF16 ? "bfloat16" : "float32";
-}
-
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. states: every
  * data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
 static char *train_state_json(const train_opts *o, const train_source *src, const optim_adamw *opt,
@@ -38,7 +33,7 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     json_object_set_new(root, "seq_len", json_integer(o->seq_len));
     /* and its compute precision: the weights are fp32 either way, but an unset
      * mixed_precision_param follows the CPU, so a resume elsewhere may change it (resume) */
-    json_object_set_new(root, "mixed_precision_param", json_string(prec_name(o->prec)));
+    json_object_set_new(root, "mixed_precision_param", json_string(train_prec_name(o->prec)));
     /* and the kernels other than the defaults, where they ran (model_kernel_choices; "" for
      * none): they change compute only, so a resume with others is allowed and said (resume) */
     char kern[2048];
@@ -226,7 +221,7 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
                  (long long)step, (long long)json_integer_value(gb),
                  (long long)json_integer_value(sl), (long long)global_batch(o, src), o->seq_len);
     const char *was = json_string_value(json_object_get(t, "mixed_precision_param"));
-    if (was && strcmp(was, prec_name(o->prec))) /* absent in older checkpoints */
+    if (was && strcmp(was, train_prec_name(o->prec))) /* absent in older checkpoints */
         base_log(BASE_LOG_WARN,
                  "checkpoint: step-%lld was trained in %s; this run computes in %s: "
                  "allowed (the checkpoint holds fp32 master weights), but the steps from here "

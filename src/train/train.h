@@ -362,6 +362,8 @@ void train_config_ac(const train_config *c, model_ac_mode *ac, int *ac_every);
  * units logs a one-line warning (it runs emulated, slower). */
 int train_config_precision(const train_config *c, ops_prec *prec, char *why, size_t n,
                            base_err *err);
+/* training.mixed_precision_param's spelling of a resolved precision: "bfloat16" / "float32". */
+const char *train_prec_name(ops_prec p);
 /* The same rule for a value from elsewhere (generate's --precision; NULL or "" = unset),
  * refusing anything but bfloat16 / float32 by name; key names the setting in the refusal and
  * in the emulation warning. */

@@ -248,6 +248,10 @@ int train_config_precision(const train_config *c, ops_prec *prec, char *why, siz
                                    c->training.mixed_precision_param, prec, why, n, err);
 }
 
+const char *train_prec_name(ops_prec p) {
+    return p == OPS_PREC_BF16 ? "bfloat16" : "float32";
+}
+
 int train_precision_resolve(const char *key, const char *v, ops_prec *prec, char *why, size_t n,
                             base_err *err) {
     if (v && v[0] && strcmp(v, "bfloat16") && strcmp(v, "float32"))
