@@ -233,6 +233,8 @@ int ckpt_hf_config_read(const char *path, model_args *a, base_err *err);
  * eos_token_id and pad_token_id, each where >= 0 (NULL: none). */
 int ckpt_hf_config_write(const model_args *a, ckpt_dtype dtype, const int32_t *token_ids,
                          const char *path, base_err *err);
+/* HF's names of {bos, eos, pad} (config.json's, and a training checkpoint's "tokenizer"). */
+extern const char *const ckpt_token_id_keys[3];
 
 /* ---- Hugging Face folders (hf_export.c) -------------------------------------------- */
 
@@ -297,6 +299,12 @@ typedef struct {
 int ckpt_source_open(ckpt_source *s, const char *path, base_err *err);
 /* The model arguments the source describes (fails for a bare file). */
 int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err);
+/* {bos, eos, pad} of the tokenizer a training checkpoint's run used (its metadata's
+ * "tokenizer": bos_token_id, eos_token_id, pad_token_id; -1 for one it does not record).
+ * Returns 1 when it records any, 0 when none (a checkpoint written before they were recorded,
+ * a run on bytes or random tokens, a source of another kind), -1 for a value that is not an
+ * id (error naming the file and field). */
+int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err);
 /* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors, a
  * step checkpoint's pieces overlapping or leaving a gap); on success every element of
  * base[0, m->n_floats) has been written (see ckpt_load_model_set). */

@@ -256,8 +256,14 @@ static int convert(const char *src, const char *dst, const ckpt_export_opts *opt
         if (rc == 0)
             printf("loaded %s/step-%lld: %.3f GB in %.2f s\n", cs.folder, (long long)cs.step,
                    (double)m.n_floats * 4 / 1e9, base_now() - t0);
+        /* the run's tokenizer ids, as the run's own export writes them (config.json) */
+        int32_t ids[3];
+        ckpt_export_opts eo = opts ? *opts : (ckpt_export_opts){.dtype = CKPT_F32};
+        const int have = rc ? 0 : ckpt_source_token_ids(&cs, ids, err);
+        if (have < 0) rc = -1;
+        if (have > 0) eo.token_ids = ids;
         const double t1 = base_now();
-        if (rc == 0) rc = ckpt_export_hf(&m, dst, opts, err);
+        if (rc == 0) rc = ckpt_export_hf(&m, dst, &eo, err);
         if (rc == 0)
             printf("wrote %s (%s) in %.2f s, %zu parameters, peak RSS %.2f GiB\n", dst,
                    ckpt_dtype_name(opts ? opts->dtype : CKPT_F32), base_now() - t1, m.n_floats,

@@ -322,6 +322,8 @@ static const char *torch_dtype_name(ckpt_dtype d) {
     return d == CKPT_BF16 ? "bfloat16" : d == CKPT_F16 ? "float16" : "float32";
 }
 
+const char *const ckpt_token_id_keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+
 int ckpt_hf_config_write(const model_args *a, ckpt_dtype dtype, const int32_t *token_ids,
                          const char *path, base_err *err) {
     const int moe = a->n_experts > 0;
@@ -349,9 +351,9 @@ int ckpt_hf_config_write(const model_args *a, ckpt_dtype dtype, const int32_t *t
     json_object_set_new(c, "rope_scaling", json_null());
     json_object_set_new(c, "initializer_range", json_real(0.02));
     json_object_set_new(c, "torch_dtype", json_string(torch_dtype_name(dtype)));
-    static const char *const id_keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
     for (int i = 0; token_ids && i < 3; i++)
-        if (token_ids[i] >= 0) json_object_set_new(c, id_keys[i], json_integer(token_ids[i]));
+        if (token_ids[i] >= 0)
+            json_object_set_new(c, ckpt_token_id_keys[i], json_integer(token_ids[i]));
     if (moe) {
         json_object_set_new(c, "num_experts", json_integer(a->n_experts));
         json_object_set_new(c, "num_experts_per_tok", json_integer(a->top_k));

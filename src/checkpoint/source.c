@@ -3,6 +3,7 @@
  * titan convert, and the model arguments each kind of source records. convert.c (titan
  * inspect, titan convert) calls into this file, never the other way. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,31 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
                          "model arguments: flavor / overrides, or use an HF folder)",
                          s->path);
     }
+}
+
+int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err) {
+    ids[0] = ids[1] = ids[2] = -1;
+    if (s->kind != CKPT_SRC_STEP) return 0;
+    char *tj = NULL, p[4200];
+    int world = 0;
+    snprintf(p, sizeof p, "%s/step-%lld/metadata.json", s->folder, (long long)s->step);
+    if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
+    json_t *t = json_loads(tj, 0, NULL);
+    free(tj);
+    const json_t *tok = json_object_get(t, "tokenizer");
+    int rc = 0;
+    for (int i = 0; rc >= 0 && i < 3 && json_is_object(tok); i++) {
+        const json_t *v = json_object_get(tok, ckpt_token_id_keys[i]);
+        if (!v) continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            rc =
+                base_fail(err, "%s: \"train\".\"tokenizer\".%s is not a token id (an integer >= 0)",
+                          p, ckpt_token_id_keys[i]);
+        else
+            ids[i] = (int32_t)json_integer_value(v), rc = 1;
+    }
+    json_decref(t);
+    return rc;
 }
 
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err) {

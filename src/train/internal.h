@@ -192,10 +192,13 @@ void train_ckpt_parts_str(unsigned parts, char *buf, size_t n);
 #define TRAIN_CKPT_ALL 31u /* every train_ckpt_part */
 void train_phase_end(const char *what, double t0);
 /* The tokenizer a run's data is encoded with, as checkpoint metadata "tokenizer":
- * {"path", "tokenizer_json_fnv1a64"} (a tokenizer; without one, the tokenizer token shards in
- * loader record), "bytes" (byte data) or null (random tokens); NULL when out of memory. */
+ * {"path", "tokenizer_json_fnv1a64", and those of bos_token_id, eos_token_id, pad_token_id it
+ * has} (a tokenizer; without one, the tokenizer token shards in loader record: no ids),
+ * "bytes" (byte data) or null (random tokens); NULL when out of memory. */
 struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok,
                                     const data_loader *loader);
+/* {bos, eos, pad} of tok (-1 for one it has not; all -1 without a tokenizer). */
+void train_token_ids(const data_tok *tok, int32_t ids[3]);
 
 /* The model's side of parallelism (parallelize.c); dist moves the buffers. */
 /* FSDP over the model's units: the model computes on the full (virtual) buffers (m->w, m->g

@@ -195,6 +195,12 @@ void train_phase_end(const char *what, double t0) {
     if (dt >= 1.0) base_log(BASE_LOG_INFO, "%s: done in %.1f s", what, dt);
 }
 
+void train_token_ids(const data_tok *tok, int32_t ids[3]) {
+    ids[0] = tok ? data_tok_bos_id(tok) : -1;
+    ids[1] = tok ? data_tok_eos_id(tok) : -1;
+    ids[2] = tok ? data_tok_pad_id(tok) : -1;
+}
+
 json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok, const data_loader *loader) {
     const char *shard_tok;
     uint64_t shard_hash;
@@ -210,5 +216,10 @@ json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok, const dat
     json_t *j =
         json_pack("{ss ss}", "path", abs ? abs : o->tokenizer_dir, "tokenizer_json_fnv1a64", hex);
     free(abs);
+    /* for `titan convert` of the checkpoint: the ids the run's own export writes */
+    int32_t ids[3];
+    train_token_ids(tok, ids);
+    for (int i = 0; i < 3; i++)
+        if (ids[i] >= 0) json_object_set_new(j, ckpt_token_id_keys[i], json_integer(ids[i]));
     return j;
 }

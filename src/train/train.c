@@ -40,8 +40,8 @@ static int sample(const model *m, const train_opts *o, const train_source *src, 
  * mid-export leaves the old step-N. */
 static int export_hf(const train_opts *o, const model *m, const data_tok *tok, const char *dir,
                      int step, base_err *err) {
-    const int32_t ids[3] = {tok ? data_tok_bos_id(tok) : -1, tok ? data_tok_eos_id(tok) : -1,
-                            tok ? data_tok_pad_id(tok) : -1};
+    int32_t ids[3];
+    train_token_ids(tok, ids);
     const ckpt_export_opts eo = {
         .dtype = o->export_dtype, .assets_dir = o->assets_dir, .token_ids = tok ? ids : NULL};
     char tmp[4200], fin[4200];

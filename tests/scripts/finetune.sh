@@ -116,19 +116,30 @@ t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 2 --dump-folder "$out/bas
 hf=$out/base/hf
 [ -f "$hf/config.json" ] && [ -f "$hf/tokenizer.json" ] || fail "the export is not a full folder"
 # its config.json names the tokenizer's bos / eos / pad ids, where transformers' generate takes
-# its stop token when the folder has no generation_config.json (test_tokenizer has none)
-"$python" - "$hf" <<'EOF' || fail "the export's token ids are not the tokenizer's"
-import os, sys
+# its stop token when the folder has no generation_config.json (test_tokenizer has none); so
+# does `titan convert` of the run's checkpoint, from the ids the checkpoint records
+"$titan" convert "$out/base/checkpoint" "$out/conv" --assets "$tok" > /dev/null ||
+  fail "convert of the run's checkpoint"
+"$python" - "$hf" "$out/conv" <<'EOF' || fail "the export's token ids are not the tokenizer's"
+import json, os, sys
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-d = sys.argv[1]
-cfg, tok = AutoConfig.from_pretrained(d), AutoTokenizer.from_pretrained(d)
-assert not os.path.exists(os.path.join(d, "generation_config.json"))
-for name in ("bos", "eos", "pad"):
-    want, got = getattr(tok, name + "_token_id"), getattr(cfg, name + "_token_id")
-    assert got == want, f"config.json {name}_token_id {got}, the tokenizer's {want}"
-eos = GenerationConfig.from_model_config(cfg).eos_token_id
-assert tok.eos_token_id is not None and eos == tok.eos_token_id, f"generate's eos {eos}"
+for d in sys.argv[1:]:
+    cfg, tok = AutoConfig.from_pretrained(d), AutoTokenizer.from_pretrained(d)
+    assert not os.path.exists(os.path.join(d, "generation_config.json"))
+    for name in ("bos", "eos", "pad"):
+        want, got = getattr(tok, name + "_token_id"), getattr(cfg, name + "_token_id")
+        assert got == want, f"{d}: config.json {name}_token_id {got}, the tokenizer's {want}"
+    eos = GenerationConfig.from_model_config(cfg).eos_token_id
+    assert tok.eos_token_id is not None and eos == tok.eos_token_id, f"{d}: generate's eos {eos}"
+m = os.path.join(os.path.dirname(sys.argv[1]), "checkpoint", "step-2", "metadata.json")
+j = json.load(open(m))
+j["train"]["tokenizer"]["eos_token_id"] = -3  # a recorded id that is none: refused by name
+json.dump(j, open(m, "w"))
 EOF
+if "$titan" convert "$out/base/checkpoint" "$out/conv2" > /dev/null 2> "$out/conv2.err"; then
+  fail "convert took a negative eos_token_id"; fi
+grep -q 'step-2/metadata.json: "train"."tokenizer".eos_token_id is not a token id' \
+  "$out/conv2.err" || { cat "$out/conv2.err"; fail "bad token id message"; }
 t "${run[@]}" --steps 3 --dump-folder "$out/ft3" --model.config_path "$hf" \
   --checkpoint.initial_load_path "$hf" --tokenizer "$hf" --metrics "$out/ft3.jsonl" > /dev/null
 t "${run[@]}" --steps 3 --dump-folder "$out/ft1" --checkpoint.initial_load_in_hf \
@@ -162,7 +173,13 @@ t = json.load(open(sys.argv[1]))["train"]["tokenizer"]
 h = 0xcbf29ce484222325  # FNV-1a 64
 for c in open(os.path.join(sys.argv[2], "tokenizer.json"), "rb").read():
     h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
-assert t == {"path": os.path.realpath(sys.argv[2]), "tokenizer_json_fnv1a64": "%016x" % h}, t
+want = {"path": os.path.realpath(sys.argv[2]), "tokenizer_json_fnv1a64": "%016x" % h}
+from transformers import AutoTokenizer  # and its bos / eos / pad ids, for titan convert
+tk = AutoTokenizer.from_pretrained(sys.argv[2])
+for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+    if getattr(tk, k) is not None:
+        want[k] = getattr(tk, k)
+assert t == want, (t, want)
 EOF
 cp -r "$tok" "$out/tk"
 t "${model[@]}" "${run[@]}" --tokenizer "$out/tk" --steps 1 --dump-folder "$out/r" > /dev/null
