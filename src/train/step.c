@@ -101,10 +101,12 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         for (size_t i = 0; i < NT; i++) valid += j->tgt[mb * NT + i] != OPS_IGNORE_INDEX;
     }
     const int64_t local_valid = valid; /* for this rank's own mean (max_loss) */
+    /* torchtitan's data_loading: the batches alone, not the all-reduce below, whose wait for
+     * the slowest rank (rank 0 logging the last step) would count as data time */
+    const double t_data = base_now() - t0;
+    train_prof_phase("data loading", t0);
     /* the loss is normalised by the valid targets of the whole step on all ranks */
     dist_allreduce_i64(mesh->dp_comm, &valid, 1);
-    double t_data = base_now() - t0;
-    train_prof_phase("data loading", t0);
     dist_fsdp_begin_step(f);
     if (!j->w16_current) /* bf16: the last step's AdamW (or a load) changed them */
         model_weights_changed(m);

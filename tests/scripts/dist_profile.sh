@@ -19,6 +19,21 @@ for r in 0 1; do
   "$py" "$repo/tests/reference/check_trace.py" "$out/a/profile_traces/iteration_2/rank${r}_trace.json" \
     "$out/a" --steps 2 --collectives
 done
+# data loading is the batches alone (torchtitan's data_loading): no collective inside it (the
+# loss's valid-token all-reduce waits for the slowest rank, e.g. rank 0 logging)
+"$py" - "$out/a/profile_traces/iteration_2" <<'EOF'
+import json, sys
+for r in (0, 1):
+    ev = json.load(open("%s/rank%d_trace.json" % (sys.argv[1], r)))["traceEvents"]
+    dl = [e for e in ev if e["ph"] == "X" and e["name"] == "data loading"]
+    co = [e for e in ev if e["ph"] == "X" and e.get("cat") == "collective"]
+    assert len(dl) == 2 and co, "rank %d: %d data loading phases, %d collectives" % (r, len(dl), len(co))
+    for d in dl:
+        for c in co:
+            assert not (d["ts"] <= c["ts"] < d["ts"] + d["dur"]), \
+                "rank %d: %s (%s) inside data loading" % (r, c["name"], c["args"])
+print("ok no collective inside data loading")
+EOF
 # one timeline: an all-reduce ends at the same instant on both ranks, so in the two traces the
 # closest pair of matching all-reduce ends is microseconds apart (each rank's first step was
 # its ts 0: the ranks' start skew, 5-150 ms here, shifted one trace against the other)
