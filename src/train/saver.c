@@ -127,8 +127,9 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
                  "checkpoint: %d snapshot(s) of %.2f GiB would not fit comfortably in memory; "
                  "saving synchronously",
                  ranks, bytes / (1 << 30));
+    /* untouched until the first save copies into them: no resident memory before it */
     for (int i = 0; s->async && i < 3; i++)
-        if (!(s->snap[i] = base_alloc(n * sizeof(float)))) {
+        if (!(s->snap[i] = base_alloc_uninit(n * sizeof(float)))) {
             train_saver_free(s);
             return base_fail(err, "out of memory for the checkpoint snapshot");
         }

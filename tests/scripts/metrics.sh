@@ -107,10 +107,11 @@ head -c 5000 /dev/urandom > "$out/val.bin"
 # --- memory is the logging window's peak (torchtitan's max_reserved: reset at each log) ---
 # a resume reads the checkpoint (weights + AdamW moments, 12 bytes a parameter, ~110 MB here)
 # during step 3's window: its peak is above step 4's; the summary keeps the run's peak
-pk=(--set n_layers=1 --set dim=256 --set n_heads=4 --set n_kv_heads=2 --set head_dim=64
-    --set ffn_dim=512 --set vocab_size=32000 --random-tokens --batch 1 --seq-len 16 --seed 7
-    --peak-tflops 1 --log-freq 1 --checkpoint.enable --sync-checkpoint
-    --checkpoint.last_save_model_only false --dump-folder "$out/pk" --metrics.enable_tensorboard)
+big=(--set n_layers=1 --set dim=256 --set n_heads=4 --set n_kv_heads=2 --set head_dim=64
+     --set ffn_dim=512 --set vocab_size=32000 --random-tokens --batch 1 --seq-len 16 --seed 7
+     --peak-tflops 1 --log-freq 1)
+pk=("${big[@]}" --checkpoint.enable --sync-checkpoint --checkpoint.last_save_model_only false
+    --dump-folder "$out/pk" --metrics.enable_tensorboard)
 "$titan" train "${pk[@]}" --steps 2 --metrics "$out/pk1.jsonl" >/dev/null
 "$titan" train "${pk[@]}" --steps 5 --metrics "$out/pk.jsonl" > "$out/pk.log"
 "$python" - "$out/pk.jsonl" "$out/pk.log" "$out/pk/tb" <<'EOF'
@@ -127,6 +128,17 @@ assert all(abs(tb[s] - mem[s]) < 1e-6 for s in mem), (tb, mem)
 assert peak >= max(mem.values()) - 0.001, "summary %.3f below a window's peak %s" % (peak, mem)
 print("ok: memory per logging window %s GiB (resume's read in step 3's), run peak %.3f" %
       ({s: round(v, 3) for s, v in mem.items()}, peak))
+EOF
+# an async checkpointer's snapshot (12 bytes a parameter) costs no memory before its first save
+pa=("${big[@]}" --steps 2 --metrics.enable_jsonl)
+"$titan" train "${pa[@]}" --dump-folder "$out/pa0" >/dev/null
+"$titan" train "${pa[@]}" --dump-folder "$out/pa1" --checkpoint.enable \
+  --checkpoint.interval 100 >/dev/null
+"$python" - "$out/pa0/metrics.jsonl" "$out/pa1/metrics.jsonl" <<'EOF'
+import json, sys
+a, b = ([j["memory_gib"] for j in map(json.loads, open(f))] for f in sys.argv[1:])
+assert len(a) == len(b) == 2 and all(y - x < 0.03 for x, y in zip(a, b)), (a, b)
+print("ok: memory before the first async save %s GiB, without checkpoints %s" % (b, a))
 EOF
 
 # --- a TensorBoard folder per run ---
