@@ -28,6 +28,11 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_plugin_rank.sh $<TARGET_FILE:titan>
             ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${CMAKE_BINARY_DIR}/tests/plugins)
   set_tests_properties(dist_plugin_rank PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # a kernel's constraint check sees this rank's calls: sequence-parallel rows, local experts
+  add_test(NAME dist_kernel_shapes
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_kernel_shapes.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${CMAKE_BINARY_DIR}/tests/plugins)
+  set_tests_properties(dist_kernel_shapes PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   # a SIGSTOPped rank: the watchdog names it within the timeout; SIGUSR1 to one rank stops all
   add_executable(watchdog_stall ${CMAKE_CURRENT_SOURCE_DIR}/dist/watchdog_stall.c)
   target_link_libraries(watchdog_stall PRIVATE titan_core)
@@ -58,7 +63,7 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
   # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
   # at exit; leak checking stays on for every single-process test, off for these.
   if(TITAN_SANITIZE)
-    set_tests_properties(dist_fsdp dist_tp dist_ep dist_watchdog dist_metrics
+    set_tests_properties(dist_fsdp dist_tp dist_ep dist_kernel_shapes dist_watchdog dist_metrics
                          dist_config_mismatch dist_peak dist_profile PROPERTIES
                          ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endif()

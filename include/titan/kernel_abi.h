@@ -128,12 +128,21 @@ typedef enum {
     TITAN_LAYOUT_BHSD = 1  /* [B,nh,T,hd]: titan transposes heads tensors in and out */
 } titan_layout;
 
-/* The model and job a kernel is checked against (one per layer it may serve). */
+/* The shapes a kernel is checked against, for each layer it may serve: the model and job as
+ * this rank's calls of the kernel's op get them (docs/kernels.md, Resolution). Without tensor
+ * or expert parallelism, the model and the training microbatch. Under tensor parallelism the
+ * heads, ffn_dim and vocab are this rank's; add_rmsnorm, on the sequence-parallel residual
+ * stream, is checked for batch 1 and seq_len = batch * seq_len / tp (this rank's run of the
+ * flattened tokens); rmsnorm for that shape and for the whole microbatch (its per-head q/k
+ * calls, inside the tensor-parallel region): a kernel must accept every shape it is checked
+ * for. Under expert parallelism grouped_mm's n_experts is this rank's n_experts / ep. A run that
+ * samples after training also checks the whole model at batch 1 and 1 .. min(seq_len, 256)
+ * tokens. */
 typedef struct {
-    int batch, seq_len; /* microbatch sequences, tokens per sequence */
+    int batch, seq_len; /* microbatch sequences, tokens per sequence (as above) */
     int dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
-    int n_experts, top_k, moe_ffn_dim; /* v2: routed experts, experts per token, expert hidden
-                                          width; 0 for a dense model */
+    int n_experts, top_k, moe_ffn_dim; /* v2: routed experts (grouped_mm: this rank's), experts
+                                          per token, expert hidden width; 0 for a dense model */
 } titan_model_shape;
 
 /* One call. dims[] per op as listed above; unused entries 0. */
@@ -157,8 +166,9 @@ typedef struct {
                                 "grouped_mm" (v2) */
     const char *name;        /* implementation name, unique per op ("rope_bhsd") */
     const char *constraints; /* human readable, shown by `titan kernels`; may be NULL */
-    /* 0 when the kernel can serve shape; else non-zero with the broken rule written to why
-     * (e.g. "head_dim % 16 == 0 (head_dim = 40)"). NULL = no constraints. */
+    /* 0 when the kernel can serve shape (called once per shape its op's calls get on this
+     * rank: see titan_model_shape); else non-zero with the broken rule written to why (e.g.
+     * "head_dim % 16 == 0 (head_dim = 40)"). NULL = no constraints. */
     int (*check)(const titan_model_shape *shape, char *why, size_t why_size);
     titan_layout layout; /* of the heads tensors */
     titan_kernel_fn forward, backward;

@@ -377,8 +377,12 @@ static int alloc_acts(model *m, const model_build_opts *o, base_err *err) {
     return 0;
 }
 
-/* What a kernel's constraints see of a model run at batch x seq_len tokens a call. */
-static ops_ctx model_ops_ctx(const model_args *a, int batch, int seq_len, ops_prec prec) {
+/* What a kernel's constraints see of a model run at batch x seq_len tokens a call: the shapes
+ * a holds (this rank's under tensor parallelism), split further on the calls as m runs them
+ * (ops_ctx_sites: sequence parallelism over m->tp, experts over m->ep, lmhead_ce on the whole
+ * vocabulary with loss parallel off); m NULL: no split (the whole model, as inference runs it). */
+static ops_ctx model_ops_ctx(const model *m, const model_args *a, int batch, int seq_len,
+                             ops_prec prec) {
     return (ops_ctx){.batch = batch,
                      .seq_len = seq_len,
                      .dim = a->dim,
@@ -390,7 +394,10 @@ static ops_ctx model_ops_ctx(const model_args *a, int batch, int seq_len, ops_pr
                      .n_experts = a->n_experts,
                      .top_k = a->top_k,
                      .moe_ffn_dim = a->moe_ffn_dim,
-                     .prec = prec};
+                     .prec = prec,
+                     .sp = m ? m->tp.size : 1,
+                     .ep = m ? m->ep.size : 1,
+                     .ce_vocab = m && m->loss_parallel_off ? m->full_args.vocab_size : 0};
 }
 
 static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
@@ -471,7 +478,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
-    ops_ctx ctx = model_ops_ctx(a, o->batch, o->seq_len, o->prec);
+    ops_ctx ctx = model_ops_ctx(m, a, o->batch, o->seq_len, o->prec);
     m->prec = o->prec;
     m->exchange_f32 = o->exchange_f32;
     if (o->prec == OPS_PREC_BF16) {
@@ -992,7 +999,8 @@ void model_logits(model *m, const int32_t *tokens, float *logits) {
 }
 
 int model_kernels_fit(const model *m, int batch, int seq_len, base_err *err) {
-    const ops_ctx ctx = model_ops_ctx(&m->args, batch, seq_len, m->prec);
+    /* the whole model: a tensor- or expert-parallel run samples on its assembled copy */
+    const ops_ctx ctx = model_ops_ctx(NULL, &m->full_args, batch, seq_len, m->prec);
     for (int u = 0; m->ops && u < m->n_units; u++)
         if (ops_check_table(&m->ops[u], m->units[u].name, unit_calls(m, u), &ctx, err)) return -1;
     return 0;

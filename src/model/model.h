@@ -368,8 +368,11 @@ int model_unit_bwd_reads_params(const model *m, int u);
  * them (ops_choices: "rope=rope_bhsd at layers.1-3 (plugin ./librope_bhsd.so); ..."), into
  * buf; "" and 0 when every unit runs the defaults. Returns the number of choices. */
 int model_kernel_choices(const model *m, char *buf, size_t size);
-/* The constraints of the kernels a built model resolved (checked at build for its batch and
- * seq_len) on another shape: 0, or -1 naming kernel, unit and rule. */
+/* The constraints of the kernels a built model resolved (checked at build for the shapes its
+ * calls get on this rank at its batch and seq_len: ops_ctx_sites) on the whole model
+ * (full_args, no tensor, sequence or expert split: what inference runs, on the copy a parallel
+ * run assembles to sample) at another batch and seq_len: 0, or -1 naming kernel, unit and
+ * rule. */
 int model_kernels_fit(const model *m, int batch, int seq_len, base_err *err);
 /* Whether the model's kernels accept what inference (model_infer_new with max_len) calls
  * them with: batch 1 and 1 .. min(max_len, its chunk) tokens per call; -1 naming the kernel,

@@ -59,14 +59,43 @@ typedef enum { OPS_LIST(OPS_ENUM_, OPS_ENUM_) OPS_COUNT } ops_kind;
  * AdamW) stays fp32. */
 typedef enum { OPS_PREC_F32 = 0, OPS_PREC_BF16 = 1 } ops_prec;
 
-/* What a constraint check may look at: the shapes of the model and job. */
+/* What a constraint check may look at: the shapes of the model and job, as one rank holds them
+ * (tensor parallelism: its heads, FFN columns and vocabulary rows), and how that rank splits
+ * the calls further (sp, ep, ce_vocab). A check itself never sees the split: it sees the shapes
+ * of the calls, ops_ctx_sites(ctx, its op). */
 typedef struct {
     int batch, seq_len, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab;
     int n_experts, top_k, moe_ffn_dim; /* 0 for a dense model */
     /* the model's precision: an op's default under OPS_PREC_BF16 is its first registered
      * implementation of that precision, else its fp32 default (norms, RoPE, SwiGLU, ...) */
     ops_prec prec;
+    /* This rank's split of the calls; 0 or 1: none. sp: the sequence-parallel degree (tensor
+     * parallelism): the norms on the residual stream, between the tensor-parallel regions, run
+     * on batch*seq_len/sp of the microbatch's tokens. ep: the expert-parallel degree: grouped_mm
+     * runs on n_experts/ep experts (the router's matmul on all n_experts). ce_vocab: the
+     * vocabulary lmhead_ce runs on when it is not vocab (0: vocab; tensor parallelism with loss
+     * parallel off gathers the whole one). */
+    int sp, ep, ce_vocab;
 } ops_ctx;
+
+/* The most shapes one op's calls take on a rank (ops_ctx_sites), and the size of its notes. */
+#define OPS_MAX_SITES 2
+#define OPS_SITE_WHY 128
+
+/* The shapes this rank's calls of op k get, from the model's ctx: out[0 .. n-1], n returned
+ * (1 .. OPS_MAX_SITES), each with sp, ep, ce_vocab 0 (no further split); an implementation
+ * serves the model when its check accepts every one. With sp > 1, add_rmsnorm (the FFN norm,
+ * fused with the residual add) runs on the residual stream's shard, batch*seq_len/sp tokens:
+ * batch 1, seq_len = that many (the shard is a run of the flattened [batch*seq_len] tokens, which
+ * may cross sequence boundaries); rmsnorm runs both there (the attention and final norms, dim
+ * wide) and inside the attention region on every token (the per-head q and k norms, this rank's
+ * heads): both shapes. With ep > 1 grouped_mm sees n_experts/ep experts; lmhead_ce sees
+ * ce_vocab when set. Every other op, in the tensor-parallel regions (the all-gathered tokens,
+ * this rank's heads and columns) or outside any split (the embedding: every token against this
+ * rank's vocabulary rows), sees ctx itself. why (may be NULL) gets for each out[i], for an error,
+ * the split that made it differ from ctx with its numbers, "" where it does not. */
+int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
+                  char why[OPS_MAX_SITES][OPS_SITE_WHY]);
 
 typedef void (*ops_fn)(void); /* any op function, cast to its typed signature on use */
 

@@ -237,17 +237,61 @@ static void ops_names_of(ops_kind op, char *buf, size_t size) {
     }
 }
 
-/* impl's constraints on ctx (its check, or its plugin's): 0, or -1 with "kernel OP/NAME at
- * PATH: rule" in err. */
+int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
+                  char why[OPS_MAX_SITES][OPS_SITE_WHY]) {
+    ops_ctx c = *ctx;
+    c.sp = c.ep = c.ce_vocab = 0;
+    out[0] = out[1] = c;
+    if (why) why[0][0] = why[1][0] = '\0';
+    const int sp = ctx->sp > 1 ? ctx->sp : 1;
+    if (sp > 1 && (k == OPS_RMSNORM || k == OPS_ADD_RMSNORM)) {
+        out[0].batch = 1;
+        out[0].seq_len = (int)((long)ctx->batch * ctx->seq_len / sp);
+        if (why)
+            snprintf(why[0], OPS_SITE_WHY,
+                     "sequence parallelism: this rank's calls get batch x seq_len / tp = %d x %d / "
+                     "%d tokens",
+                     ctx->batch, ctx->seq_len, sp);
+        return k == OPS_RMSNORM ? 2 : 1; /* rmsnorm: also the per-head norms, on every token */
+    }
+    if (ctx->ep > 1 && k == OPS_GROUPED_MM) {
+        out[0].n_experts = ctx->n_experts / ctx->ep;
+        if (why)
+            snprintf(why[0], OPS_SITE_WHY,
+                     "expert parallelism: this rank's calls get n_experts / ep = %d / %d experts",
+                     ctx->n_experts, ctx->ep);
+    }
+    if (ctx->ce_vocab > 0 && ctx->ce_vocab != ctx->vocab && k == OPS_LMHEAD_CE) {
+        out[0].vocab = ctx->ce_vocab;
+        if (why)
+            snprintf(why[0], OPS_SITE_WHY,
+                     "loss parallel off: this rank's calls get the whole vocabulary, not its %d "
+                     "rows",
+                     ctx->vocab);
+    }
+    return 1;
+}
+
+/* impl's constraints on the shapes of its op's calls (ops_ctx_sites of ctx; its check, or its
+ * plugin's): 0, or -1 with "kernel OP/NAME at PATH: rule" in err, and when the failing shape
+ * is not ctx's, the split that made it ("(sequence parallelism: ...)"). */
 static int ops_check_impl(const ops_impl *impl, const ops_ctx *ctx, const char *path,
                           base_err *err) {
     const ops_binding *bound = ops_binding_of(impl);
     if (!impl->check && !bound) return 0;
-    base_err why;
-    why.msg[0] = '\0';
-    if ((bound ? bound->check(bound, ctx, &why) : impl->check(ctx, &why)) == 0) return 0;
-    return base_fail(err, "kernel %s/%s at %s: %s", ops_kind_name(impl->op), impl->name, path,
-                     why.msg[0] ? why.msg : impl->constraints);
+    ops_ctx site[OPS_MAX_SITES];
+    char split[OPS_MAX_SITES][OPS_SITE_WHY];
+    const int n = ops_ctx_sites(ctx, impl->op, site, split);
+    for (int i = 0; i < n; i++) {
+        base_err why;
+        why.msg[0] = '\0';
+        if ((bound ? bound->check(bound, &site[i], &why) : impl->check(&site[i], &why)) == 0)
+            continue;
+        return base_fail(err, "kernel %s/%s at %s: %s%s%s%s", ops_kind_name(impl->op), impl->name,
+                         path, why.msg[0] ? why.msg : impl->constraints, split[i][0] ? " (" : "",
+                         split[i], split[i][0] ? ")" : "");
+    }
+    return 0;
 }
 
 int ops_check_table(const ops_table *t, const char *path, uint32_t calls, const ops_ctx *ctx,

@@ -23,8 +23,11 @@
  *   noacc     swiglu/swiglu_noacc: declares TITAN_KERNEL_BWD_ACCUMULATES but writes (=)
  *   qwen      swiglu/swiglu_qwen: constrained to real Qwen3 shapes (head_dim 128, GQA ratio
  *             8, dim % 512 == 0), which the small random conformance shapes never draw
- *   tile32    swiglu/swiglu_tile32: rows in tiles of 32 (batch * seq_len % 32 == 0); its
- *             forward returns 5 on other row counts
+ *   tile32    swiglu/swiglu_tile32 and add_rmsnorm/add_rmsnorm_tile32: rows in tiles of 32
+ *             (batch * seq_len % 32 == 0), forward and backward return 5 on other row counts;
+ *             grouped_mm/grouped_x8: experts in groups of 8 (n_experts % 8 == 0), forward and
+ *             backward return 6 on other expert counts (dist_kernel_shapes: what the checks
+ *             see under sequence and expert parallelism)
  *   rankfail  init fails on MPI rank 1 only ($OMPI_COMM_WORLD_RANK / $PMI_RANK): a plugin that
  *             loads on one rank and not on another */
 #include <math.h>
@@ -87,7 +90,7 @@ static int swiglu_bwd_acc(const titan_kernel_args *a) {
 }
 #endif
 
-#if defined(PLUGIN_CASE_good)
+#if defined(PLUGIN_CASE_good) || defined(PLUGIN_CASE_tile32)
 /* add_rmsnorm: h = x + y, out = w * h * rstd, rstd = 1/sqrt(mean(h^2) + eps) (float sums,
  * unlike titan's double ones: within the op's tolerance, not bitwise). */
 static int add_rmsnorm_fwd(const titan_kernel_args *a) {
@@ -176,6 +179,56 @@ static int rows32(const titan_model_shape *s, char *why, size_t n) {
 }
 static int swiglu_fwd_tile32(const titan_kernel_args *a) {
     return a->dims[0] % 32 ? 5 : swiglu_fwd(a);
+}
+static int add_rmsnorm_fwd_tile32(const titan_kernel_args *a) {
+    return a->dims[0] % 32 ? 5 : add_rmsnorm_fwd(a);
+}
+static int add_rmsnorm_bwd_tile32(const titan_kernel_args *a) {
+    return a->dims[0] % 32 ? 5 : add_rmsnorm_bwd(a);
+}
+
+/* grouped_mm with the experts in groups of 8: n_experts % 8 == 0, and calls with another
+ * expert count (dims[3]) refused, where a real kernel would index past its expert groups.
+ * Plain loops: y[r] = x[r] @ w[e]^T for the rows r of expert e; backward writes dx and dw. */
+static int experts8(const titan_model_shape *s, char *why, size_t n) {
+    if (s->n_experts % 8 == 0) return 0;
+    snprintf(why, n, "n_experts %% 8 == 0 (n_experts = %d)", s->n_experts);
+    return 1;
+}
+static int grouped_fwd_x8(const titan_kernel_args *a) {
+    const int C = a->dims[1], OC = a->dims[2], E = a->dims[3];
+    if (E % 8) return 6;
+    for (int e = 0; e < E; e++)
+        for (int r = a->offs[e]; r < a->offs[e + 1]; r++)
+            for (int o = 0; o < OC; o++) {
+                const float *x = a->in[0] + (size_t)r * C, *w = a->in[1] + ((size_t)e * OC + o) * C;
+                double acc = 0;
+                for (int c = 0; c < C; c++) acc += (double)x[c] * w[c];
+                a->out[0][(size_t)r * OC + o] = (float)acc;
+            }
+    return 0;
+}
+static int grouped_bwd_x8(const titan_kernel_args *a) {
+    const int C = a->dims[1], OC = a->dims[2], E = a->dims[3];
+    if (E % 8) return 6;
+    const float *dy = a->in[0], *x = a->in[1], *w = a->in[2];
+    for (int e = 0; e < E; e++) {
+        for (int r = a->offs[e]; r < a->offs[e + 1] && a->out[0]; r++)
+            for (int c = 0; c < C; c++) {
+                double acc = 0;
+                for (int o = 0; o < OC; o++)
+                    acc += (double)dy[(size_t)r * OC + o] * w[((size_t)e * OC + o) * C + c];
+                a->out[0][(size_t)r * C + c] = (float)acc;
+            }
+        for (int o = 0; o < OC && a->out[1]; o++)
+            for (int c = 0; c < C; c++) {
+                double acc = 0;
+                for (int r = a->offs[e]; r < a->offs[e + 1]; r++)
+                    acc += (double)dy[(size_t)r * OC + o] * x[(size_t)r * C + c];
+                a->out[1][((size_t)e * OC + o) * C + c] = (float)acc;
+            }
+    }
+    return 0;
 }
 #endif
 
@@ -280,6 +333,33 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
                                            NULL,
                                            0};
     if (host->register_kernel(host, &norm)) return 1;
+#endif
+#if defined(PLUGIN_CASE_tile32)
+    static const titan_kernel_desc norm32 = {TITAN_KERNEL_ABI_VERSION,
+                                             sizeof(titan_kernel_desc),
+                                             "add_rmsnorm",
+                                             "add_rmsnorm_tile32",
+                                             "batch * seq_len % 32 == 0",
+                                             rows32,
+                                             TITAN_LAYOUT_BSHD,
+                                             add_rmsnorm_fwd_tile32,
+                                             add_rmsnorm_bwd_tile32,
+                                             NULL,
+                                             NULL,
+                                             0};
+    static const titan_kernel_desc x8 = {TITAN_KERNEL_ABI_VERSION,
+                                         sizeof(titan_kernel_desc),
+                                         "grouped_mm",
+                                         "grouped_x8",
+                                         "n_experts % 8 == 0",
+                                         experts8,
+                                         TITAN_LAYOUT_BSHD,
+                                         grouped_fwd_x8,
+                                         grouped_bwd_x8,
+                                         NULL,
+                                         NULL,
+                                         0};
+    if (host->register_kernel(host, &norm32) || host->register_kernel(host, &x8)) return 1;
 #endif
 #if defined(PLUGIN_CASE_dup)
     static titan_kernel_desc dup;

@@ -17,7 +17,7 @@
 
 #define PLUGIN(c) TITAN_TEST_PLUGIN_DIR "/libtest_plugin_" c ".so"
 
-static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0, OPS_PREC_F32};
+static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0, OPS_PREC_F32, 0, 0, 0};
 
 static int has(const char *msg, const char *a, const char *b) {
     return strstr(msg, a) && (!b || strstr(msg, b));
@@ -117,6 +117,115 @@ static void test_constraint_errors(void) {
               !strcmp(m.ops[2].impl[OPS_ATTENTION]->name, "seq64") &&
               !strcmp(m.ops[1].impl[OPS_ATTENTION]->name, "default"),
           "constraint met: %s", e.msg);
+    model_free(&m);
+}
+
+/* What the checks of "seen" implementations were called with: one entry per call. */
+static struct {
+    ops_kind k;
+    ops_ctx c;
+} g_seen[64];
+static int g_n_seen;
+#define SEEN_CHECK(kind)                                                                           \
+    static int seen_##kind(const ops_ctx *c, base_err *err) {                                      \
+        (void)err;                                                                                 \
+        if (g_n_seen < 64) g_seen[g_n_seen].k = OPS_##kind, g_seen[g_n_seen++].c = *c;             \
+        return 0;                                                                                  \
+    }
+SEEN_CHECK(RMSNORM)
+SEEN_CHECK(ADD_RMSNORM)
+SEEN_CHECK(MATMUL)
+SEEN_CHECK(GROUPED_MM)
+SEEN_CHECK(LMHEAD_CE)
+#undef SEEN_CHECK
+
+/* Whether a check of op k was called with batch, seq_len, n_heads, vocab, n_experts (each
+ * -1: any) and a ctx that splits nothing further. */
+static int seen(ops_kind k, int batch, int seq_len, int n_heads, int vocab, int n_experts) {
+    for (int i = 0; i < g_n_seen; i++) {
+        const ops_ctx *c = &g_seen[i].c;
+        if (g_seen[i].k == k && (batch < 0 || c->batch == batch) &&
+            (seq_len < 0 || c->seq_len == seq_len) && (n_heads < 0 || c->n_heads == n_heads) &&
+            (vocab < 0 || c->vocab == vocab) && (n_experts < 0 || c->n_experts == n_experts) &&
+            c->sp <= 1 && c->ep <= 1 && !c->ce_vocab)
+            return 1;
+    }
+    return 0;
+}
+
+/* A check sees the shapes this rank's calls of its op get (ops_ctx_sites), built in one
+ * process with a tensor- or expert-parallel group of 2 (no collective runs at build; the
+ * multi-rank runs: tests/scripts/dist_kernel_shapes.sh). Tensor parallelism at batch 2 x 24
+ * tokens, 4 heads, vocabulary 64, loss parallel off: add_rmsnorm on the residual stream's shard
+ * (batch 1 x 24 tokens), rmsnorm there and on every token with this rank's 2 heads (the q/k
+ * norms), matmul on every token with 2 heads, lmhead_ce on the whole vocabulary (64; 32 rows a
+ * rank otherwise); expert parallelism: grouped_mm on 8 / 2 experts, the router's matmul on all
+ * 8. Inference (model_kernels_fit) checks the whole model: 4 heads, 8 experts. */
+static void test_rank_shapes(void) {
+    base_err e = {{0}};
+    static const ops_kind kinds[] = {OPS_RMSNORM, OPS_ADD_RMSNORM, OPS_MATMUL, OPS_GROUPED_MM,
+                                     OPS_LMHEAD_CE};
+    int (*const checks[])(const ops_ctx *, base_err *) = {
+        seen_RMSNORM, seen_ADD_RMSNORM, seen_MATMUL, seen_GROUPED_MM, seen_LMHEAD_CE};
+    for (int i = 0; i < 5; i++) {
+        const ops_impl im = {kinds[i],
+                             "seen",
+                             "",
+                             checks[i],
+                             ops_find(kinds[i], "default")->fwd,
+                             ops_find(kinds[i], "default")->bwd,
+                             OPS_PREC_F32};
+        CHECK(ops_register(&im, &e) == 0, "register: %s", e.msg);
+    }
+    const ops_override ov[] = {{"rmsnorm", "seen"},
+                               {"add_rmsnorm", "seen"},
+                               {"matmul", "seen"},
+                               {"grouped_mm", "seen"},
+                               {"lmhead_ce", "seen"}};
+    model_args a;
+    tiny_args(&a);
+    model_tp tp = {.size = 2};
+    model_build_opts bo = {.batch = 2,
+                           .seq_len = 24,
+                           .tp = &tp,
+                           .loss_parallel_off = 1,
+                           .overrides = ov,
+                           .n_overrides = 5};
+    model m;
+    g_n_seen = 0;
+    CHECK(model_build(&m, &a, &bo, &e) == 0, "tp build: %s", e.msg);
+    CHECK(seen(OPS_ADD_RMSNORM, 1, 24, -1, -1, -1) && !seen(OPS_ADD_RMSNORM, 2, 24, -1, -1, -1),
+          "sequence parallelism: add_rmsnorm checked for batch 1 x 24 tokens only");
+    CHECK(seen(OPS_RMSNORM, 1, 24, 2, -1, -1) && seen(OPS_RMSNORM, 2, 24, 2, -1, -1),
+          "rmsnorm checked for the shard (1 x 24) and every token with 2 heads (2 x 24)");
+    CHECK(seen(OPS_MATMUL, 2, 24, 2, -1, -1) && !seen(OPS_MATMUL, 1, 24, -1, -1, -1),
+          "matmul checked for every token, this rank's 2 heads");
+    CHECK(seen(OPS_LMHEAD_CE, 2, 24, -1, 64, -1) && !seen(OPS_LMHEAD_CE, -1, -1, -1, 32, -1),
+          "loss parallel off: lmhead_ce checked for the whole vocabulary");
+    g_n_seen = 0;
+    CHECK(model_kernels_fit(&m, 1, 5, &e) == 0 && seen(OPS_RMSNORM, 1, 5, 4, -1, -1) &&
+              seen(OPS_ADD_RMSNORM, 1, 5, 4, -1, -1) && !seen(OPS_RMSNORM, -1, -1, 2, -1, -1),
+          "inference checks the whole model (4 heads, no sequence split): %s", e.msg);
+    model_free(&m);
+    bo.loss_parallel_off = 0;
+    g_n_seen = 0;
+    CHECK(model_build(&m, &a, &bo, &e) == 0 && seen(OPS_LMHEAD_CE, 2, 24, -1, 32, -1) &&
+              !seen(OPS_LMHEAD_CE, -1, -1, -1, 64, -1),
+          "loss parallel: lmhead_ce checked for this rank's 32 vocabulary rows: %s", e.msg);
+    model_free(&m);
+
+    a.n_experts = 8, a.top_k = 2, a.moe_ffn_dim = 16;
+    model_ep ep = {.size = 2};
+    model_build_opts eo = {.batch = 2, .seq_len = 24, .ep = &ep, .overrides = ov, .n_overrides = 5};
+    g_n_seen = 0;
+    CHECK(model_build(&m, &a, &eo, &e) == 0, "ep build: %s", e.msg);
+    CHECK(seen(OPS_GROUPED_MM, 2, 24, -1, -1, 4) && !seen(OPS_GROUPED_MM, -1, -1, -1, -1, 8),
+          "expert parallelism: grouped_mm checked for 4 experts");
+    CHECK(seen(OPS_MATMUL, 2, 24, -1, -1, 8) && seen(OPS_ADD_RMSNORM, 2, 24, -1, -1, -1),
+          "the router's matmul for all 8 experts, the norms for every token");
+    g_n_seen = 0;
+    CHECK(model_kernels_fit(&m, 1, 3, &e) == 0 && seen(OPS_GROUPED_MM, 1, 3, -1, -1, 8),
+          "inference checks the whole model's 8 experts: %s", e.msg);
     model_free(&m);
 }
 
@@ -514,6 +623,7 @@ int main(void) {
     test_override_syntax();
     test_constraint_errors();
     test_override_units();
+    test_rank_shapes();
     test_hostile_plugins();
     test_example_plugin();
     test_unused_plugin();
