@@ -135,7 +135,10 @@ typedef enum {
  * stream, is checked for batch 1 and seq_len = batch * seq_len / tp (this rank's run of the
  * flattened tokens); rmsnorm for that shape and for the whole microbatch (its per-head q/k
  * calls, inside the tensor-parallel region): a kernel must accept every shape it is checked
- * for. Under expert parallelism grouped_mm's n_experts is this rank's n_experts / ep. A run that
+ * for. In an MoE model swiglu (only called between the expert GEMMs) is checked for its routed
+ * rows: batch 1, seq_len = batch * seq_len * top_k, ffn_dim = moe_ffn_dim (under expert
+ * parallelism a call gets the rows routed to this rank's experts, which vary per call). Under
+ * expert parallelism grouped_mm's n_experts is this rank's n_experts / ep. A run that
  * samples after training also checks the whole model at batch 1 and 1 .. min(seq_len, 256)
  * tokens. */
 typedef struct {

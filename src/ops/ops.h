@@ -89,11 +89,14 @@ typedef struct {
  * batch 1, seq_len = that many (the shard is a run of the flattened [batch*seq_len] tokens, which
  * may cross sequence boundaries); rmsnorm runs both there (the attention and final norms, dim
  * wide) and inside the attention region on every token (the per-head q and k norms, this rank's
- * heads): both shapes. With ep > 1 grouped_mm sees n_experts/ep experts; lmhead_ce sees
- * ce_vocab when set. Every other op, in the tensor-parallel regions (the all-gathered tokens,
- * this rank's heads and columns) or outside any split (the embedding: every token against this
- * rank's vocabulary rows), sees ctx itself. why (may be NULL) gets for each out[i], for an error,
- * the split that made it differ from ctx with its numbers, "" where it does not. */
+ * heads): both shapes. In an MoE model (n_experts > 0) swiglu runs only between the expert
+ * GEMMs: on the routed rows, batch 1 x batch*seq_len*top_k, moe_ffn_dim wide (under expert
+ * parallelism a call's row count is what routing sends this rank's experts, which no shape
+ * states). With ep > 1 grouped_mm sees n_experts/ep experts; lmhead_ce sees ce_vocab when set.
+ * Every other op, in the tensor-parallel regions (the all-gathered tokens, this rank's heads and
+ * columns) or outside any split (the embedding: every token against this rank's vocabulary rows),
+ * sees ctx itself. why (may be NULL) gets for each out[i], for an error, the split that made it
+ * differ from ctx with its numbers, "" where it does not. */
 int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
                   char why[OPS_MAX_SITES][OPS_SITE_WHY]);
 

@@ -254,6 +254,16 @@ int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
                      ctx->batch, ctx->seq_len, sp);
         return k == OPS_RMSNORM ? 2 : 1; /* rmsnorm: also the per-head norms, on every token */
     }
+    if (ctx->n_experts > 0 && k == OPS_SWIGLU) { /* an MoE block's: between the expert GEMMs */
+        out[0].batch = 1;
+        out[0].seq_len = (int)((long)ctx->batch * ctx->seq_len * ctx->top_k);
+        out[0].ffn_dim = ctx->moe_ffn_dim;
+        if (why)
+            snprintf(why[0], OPS_SITE_WHY,
+                     "MoE: this rank's calls get the routed rows, batch x seq_len x top_k = %d x "
+                     "%d x %d, moe_ffn_dim wide",
+                     ctx->batch, ctx->seq_len, ctx->top_k);
+    }
     if (ctx->ep > 1 && k == OPS_GROUPED_MM) {
         out[0].n_experts = ctx->n_experts / ctx->ep;
         if (why)

@@ -137,6 +137,7 @@ SEEN_CHECK(ADD_RMSNORM)
 SEEN_CHECK(MATMUL)
 SEEN_CHECK(GROUPED_MM)
 SEEN_CHECK(LMHEAD_CE)
+SEEN_CHECK(SWIGLU)
 #undef SEEN_CHECK
 
 /* Whether a check of op k was called with batch, seq_len, n_heads, vocab, n_experts (each
@@ -153,6 +154,13 @@ static int seen(ops_kind k, int batch, int seq_len, int n_heads, int vocab, int 
     return 0;
 }
 
+/* Whether a check of op k was called with ffn_dim f. */
+static int seen_ffn(ops_kind k, int f) {
+    for (int i = 0; i < g_n_seen; i++)
+        if (g_seen[i].k == k && g_seen[i].c.ffn_dim == f) return 1;
+    return 0;
+}
+
 /* A check sees the shapes this rank's calls of its op get (ops_ctx_sites), built in one
  * process with a tensor- or expert-parallel group of 2 (no collective runs at build; the
  * multi-rank runs: tests/scripts/dist_kernel_shapes.sh). Tensor parallelism at batch 2 x 24
@@ -160,14 +168,16 @@ static int seen(ops_kind k, int batch, int seq_len, int n_heads, int vocab, int 
  * (batch 1 x 24 tokens), rmsnorm there and on every token with this rank's 2 heads (the q/k
  * norms), matmul on every token with 2 heads, lmhead_ce on the whole vocabulary (64; 32 rows a
  * rank otherwise); expert parallelism: grouped_mm on 8 / 2 experts, the router's matmul on all
- * 8. Inference (model_kernels_fit) checks the whole model: 4 heads, 8 experts. */
+ * 8, swiglu (an MoE model's, between the expert GEMMs) on the 2 x 24 x top_k 2 routed rows,
+ * moe_ffn_dim 16 wide (not ffn_dim 48), also on one rank. Inference (model_kernels_fit) checks the
+ * whole model: 4 heads, 8 experts. */
 static void test_rank_shapes(void) {
     base_err e = {{0}};
-    static const ops_kind kinds[] = {OPS_RMSNORM, OPS_ADD_RMSNORM, OPS_MATMUL, OPS_GROUPED_MM,
-                                     OPS_LMHEAD_CE};
+    static const ops_kind kinds[] = {OPS_RMSNORM,    OPS_ADD_RMSNORM, OPS_MATMUL,
+                                     OPS_GROUPED_MM, OPS_LMHEAD_CE,   OPS_SWIGLU};
     int (*const checks[])(const ops_ctx *, base_err *) = {
-        seen_RMSNORM, seen_ADD_RMSNORM, seen_MATMUL, seen_GROUPED_MM, seen_LMHEAD_CE};
-    for (int i = 0; i < 5; i++) {
+        seen_RMSNORM, seen_ADD_RMSNORM, seen_MATMUL, seen_GROUPED_MM, seen_LMHEAD_CE, seen_SWIGLU};
+    for (int i = 0; i < 6; i++) {
         const ops_impl im = {kinds[i],
                              "seen",
                              "",
@@ -177,11 +187,8 @@ static void test_rank_shapes(void) {
                              OPS_PREC_F32};
         CHECK(ops_register(&im, &e) == 0, "register: %s", e.msg);
     }
-    const ops_override ov[] = {{"rmsnorm", "seen"},
-                               {"add_rmsnorm", "seen"},
-                               {"matmul", "seen"},
-                               {"grouped_mm", "seen"},
-                               {"lmhead_ce", "seen"}};
+    const ops_override ov[] = {{"rmsnorm", "seen"},    {"add_rmsnorm", "seen"}, {"matmul", "seen"},
+                               {"grouped_mm", "seen"}, {"lmhead_ce", "seen"},   {"swiglu", "seen"}};
     model_args a;
     tiny_args(&a);
     model_tp tp = {.size = 2};
@@ -190,7 +197,7 @@ static void test_rank_shapes(void) {
                            .tp = &tp,
                            .loss_parallel_off = 1,
                            .overrides = ov,
-                           .n_overrides = 5};
+                           .n_overrides = 6};
     model m;
     g_n_seen = 0;
     CHECK(model_build(&m, &a, &bo, &e) == 0, "tp build: %s", e.msg);
@@ -200,6 +207,9 @@ static void test_rank_shapes(void) {
           "rmsnorm checked for the shard (1 x 24) and every token with 2 heads (2 x 24)");
     CHECK(seen(OPS_MATMUL, 2, 24, 2, -1, -1) && !seen(OPS_MATMUL, 1, 24, -1, -1, -1),
           "matmul checked for every token, this rank's 2 heads");
+    CHECK(seen(OPS_SWIGLU, 2, 24, -1, -1, -1) && seen_ffn(OPS_SWIGLU, 24) &&
+              !seen_ffn(OPS_SWIGLU, 48),
+          "swiglu checked for every token, this rank's 24 of 48 FFN columns");
     CHECK(seen(OPS_LMHEAD_CE, 2, 24, -1, 64, -1) && !seen(OPS_LMHEAD_CE, -1, -1, -1, 32, -1),
           "loss parallel off: lmhead_ce checked for the whole vocabulary");
     g_n_seen = 0;
@@ -216,13 +226,16 @@ static void test_rank_shapes(void) {
 
     a.n_experts = 8, a.top_k = 2, a.moe_ffn_dim = 16;
     model_ep ep = {.size = 2};
-    model_build_opts eo = {.batch = 2, .seq_len = 24, .ep = &ep, .overrides = ov, .n_overrides = 5};
+    model_build_opts eo = {.batch = 2, .seq_len = 24, .ep = &ep, .overrides = ov, .n_overrides = 6};
     g_n_seen = 0;
     CHECK(model_build(&m, &a, &eo, &e) == 0, "ep build: %s", e.msg);
     CHECK(seen(OPS_GROUPED_MM, 2, 24, -1, -1, 4) && !seen(OPS_GROUPED_MM, -1, -1, -1, -1, 8),
           "expert parallelism: grouped_mm checked for 4 experts");
     CHECK(seen(OPS_MATMUL, 2, 24, -1, -1, 8) && seen(OPS_ADD_RMSNORM, 2, 24, -1, -1, -1),
           "the router's matmul for all 8 experts, the norms for every token");
+    CHECK(seen(OPS_SWIGLU, 1, 96, -1, -1, -1) && seen_ffn(OPS_SWIGLU, 16) &&
+              !seen_ffn(OPS_SWIGLU, 48) && !seen(OPS_SWIGLU, 2, 24, -1, -1, -1),
+          "MoE: swiglu checked for the 96 routed rows, moe_ffn_dim 16 wide");
     g_n_seen = 0;
     CHECK(model_kernels_fit(&m, 1, 3, &e) == 0 && seen(OPS_GROUPED_MM, 1, 3, -1, -1, 8),
           "inference checks the whole model's 8 experts: %s", e.msg);
