@@ -41,6 +41,9 @@ typedef struct {
  * machine's RAM); otherwise saves are synchronous. */
 int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
                      int async, int keep_latest_k, base_err *err);
+/* Whether async saves keep their snapshot: bytes per rank (3 n floats) x ranks within a quarter
+ * of this machine's RAM (the saver's rule; titan plan counts the snapshot by it). */
+int train_saver_async_fits(double bytes, int ranks);
 /* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then; the
  * weights are then stored as model_dtype: F32, or BF16 / F16 rounded to nearest even, as
  * torchtitan's last save in export_dtype). train_json is the trainer's state object (copied). */

@@ -242,8 +242,13 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
         p->bf16_scratch = es * (logits < 64e6 ? logits : 64e6);
         if (att > p->bf16_scratch) p->bf16_scratch = att;
     }
+    if (in->ckpt_async) {
+        const double snap = p->params + p->adam;
+        p->ckpt_sync = !train_saver_async_fits(snap, in->world);
+        p->ckpt_snapshot = p->ckpt_sync ? 0 : snap;
+    }
     const double fixed = p->params + p->grads + p->adam + p->gathered + p->comm_buffers +
-                         p->runtime + p->bf16_copy + p->bf16_scratch;
+                         p->runtime + p->bf16_copy + p->bf16_scratch + p->ckpt_snapshot;
     p->total_none = fixed + p->act_none;
     p->total_full = fixed + p->act_full;
     p->total_conf = fixed + p->act_conf;
@@ -299,6 +304,11 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
             "operands, %s)\n",
             p->bf16_scratch / G, ops_bf16_mirror_bytes(1) == 2 ? "bf16" : "emulated: fp32");
     }
+    if (in->ckpt_async)
+        fprintf(f, "  checkpoint snapshot (async)      %10.3f   (%s)\n", p->ckpt_snapshot / G,
+                p->ckpt_sync ? "the ranks' snapshots exceed a quarter of this machine's RAM: "
+                               "saved synchronously"
+                             : "parameters + AdamW shards, from the first save");
     fprintf(f, "  runtime (libraries, MPI)         %10.3f\n", p->runtime / G);
     fprintf(f, "  total, no checkpointing          %10.3f", p->total_none / G);
     if (budget_gib > 0)
@@ -365,7 +375,8 @@ train_plan_in train_plan_in_of(const train_opts *o, int world) {
                            .ac_every = o->ac_every,
                            .loss_parallel_off = o->loss_parallel_off,
                            .prec = o->prec,
-                           .prec_why = o->prec_why};
+                           .prec_why = o->prec_why,
+                           .ckpt_async = o->ckpt.enable && o->ckpt.async && !o->ckpt.load_only};
 }
 
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {

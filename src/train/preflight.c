@@ -161,6 +161,15 @@ static int memory(const train_opts *o, int world, base_err *err) {
                                    "; activation_checkpoint.mode = \"full\": %s",
                                    size_text(t, b1, sizeof b1));
     }
+    if (in.ckpt_async) {
+        train_plan_in a = in;
+        a.ckpt_async = 0;
+        const double t = plan_total(&a, &e);
+        if (t > 0 && t < need && at < sizeof alt)
+            at += (size_t)snprintf(alt + at, sizeof alt - at,
+                                   "; checkpoint.async_mode = \"disabled\": %s",
+                                   size_text(t, b1, sizeof b1));
+    }
     if (o->batch > 1) {
         train_plan_in a = in;
         a.batch = 1;

@@ -106,6 +106,10 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
+int train_saver_async_fits(double bytes, int ranks) {
+    return bytes * ranks <= (double)base_total_ram() / 4;
+}
+
 int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
                      int async, int keep_latest_k, base_err *err) {
     *out = NULL;
@@ -121,7 +125,7 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
      * quarter of this machine's RAM split over all of them (conservative across machines) */
     const int ranks = dist_comm_size(lay->comm);
     const double bytes = 3.0 * (double)n * sizeof(float);
-    s->async = async && bytes * ranks <= (double)base_total_ram() / 4;
+    s->async = async && train_saver_async_fits(bytes, ranks);
     if (async && !s->async)
         base_log(BASE_LOG_INFO,
                  "checkpoint: %d snapshot(s) of %.2f GiB would not fit comfortably in memory; "

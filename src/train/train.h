@@ -483,6 +483,7 @@ typedef struct {
     int loss_parallel_off; /* tp > 1: parallelism.disable_loss_parallel */
     ops_prec prec;         /* training.mixed_precision_param (resolved) */
     const char *prec_why;  /* how prec was chosen (train_opts.prec_why), printed; NULL: not */
+    int ckpt_async;        /* checkpoint.enable with async saves: the saver's snapshot (saver.c) */
 } train_plan_in;
 
 typedef struct {
@@ -500,6 +501,12 @@ typedef struct {
      * activation operands converted per call: the lm_head+CE chunk's logit gradient or attention
      * backward's q, k, v and dout (4 bytes each emulated, 2 on bf16 units) */
     double bf16_copy, bf16_scratch;
+    /* async checkpoints: the snapshot a background save copies this rank's parameter and
+     * AdamW shards into (3 floats per shard element), resident from the first save; 0 and
+     * ckpt_sync set where the saver's rule (train_saver_async_fits, this machine's RAM) makes
+     * the saves synchronous */
+    double ckpt_snapshot;
+    int ckpt_sync;
     double total_none, total_full;
     /* per step, per rank */
     double allgather_bytes, reduce_scatter_bytes, allreduce_bytes, scalar_bytes;

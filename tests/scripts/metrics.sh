@@ -11,6 +11,8 @@
 #   (tests/scripts/metrics_check.py);
 # - memory (console, JSONL, TensorBoard max_reserved) is the logging window's peak: a resume's
 #   checkpoint read raises the first window's alone; the summary line keeps the run's peak;
+# - the async checkpointer's snapshot is resident from the first save on, not before, and
+#   titan plan counts it (and the run's total) as measured;
 # - each run its own TensorBoard folder tb/YYYYmmdd-HHMM[-k];
 # - {dump_folder}/config.toml, loaded back with --config, prints the same resolved config;
 # - an MoE logs one expert-load summary line per logged step.
@@ -139,6 +141,21 @@ import json, sys
 a, b = ([j["memory_gib"] for j in map(json.loads, open(f))] for f in sys.argv[1:])
 assert len(a) == len(b) == 2 and all(y - x < 0.03 for x, y in zip(a, b)), (a, b)
 print("ok: memory before the first async save %s GiB, without checkpoints %s" % (b, a))
+EOF
+# from the first save on it holds the snapshot titan plan counts (its total too, within 5%)
+"$titan" train "${pa[@]}" --steps 3 --dump-folder "$out/pa2" --checkpoint.enable \
+  --checkpoint.interval 2 >/dev/null
+"$titan" plan "${big[@]}" --checkpoint.enable --checkpoint.interval 2 > "$out/pa2.plan"
+"$python" - "$out/pa2/metrics.jsonl" "$out/pa2.plan" <<'EOF'
+import json, re, sys
+m = [j["memory_gib"] for j in map(json.loads, open(sys.argv[1]))]
+plan = open(sys.argv[2]).read()
+snap = float(re.search(r"checkpoint snapshot \(async\) +([0-9.]+)", plan).group(1))
+total = float(re.search(r"total, no checkpointing +([0-9.]+)", plan).group(1))
+grew = m[2] - m[1]  # step 3's window holds step 2's save
+assert abs(grew - snap) < 0.1 * snap, "snapshot: measured +%.3f GiB, plan %.3f" % (grew, snap)
+assert abs(m[2] - total) < 0.05 * total, "peak %.3f GiB, plan total %.3f" % (m[2], total)
+print("ok: async snapshot +%.3f GiB (plan %.3f), peak %.3f GiB (plan %.3f)" % (grew, snap, m[2], total))
 EOF
 
 # --- a TensorBoard folder per run ---
