@@ -115,35 +115,17 @@ size_t base_rss(void) {
     return now;
 }
 
-/* The process's peak before the last base_peak_rss_reset (0: never reset). */
-static size_t peak_before_reset;
-
-size_t base_window_peak_rss(void) {
-    size_t now, hwm;
-    proc_rss(&now, &hwm);
-    return hwm > now ? hwm : now;
-}
-
 size_t base_peak_rss(void) {
     /* getrusage's ru_maxrss sums the kernel's per-CPU RSS counters approximately (Linux
      * 6.2+: it lagged VmRSS by ~100 KiB in a small run, more with many CPUs), so it read below
-     * the current RSS; /proc's VmHWM and VmRSS are exact. The largest of them, and of the
-     * peak before a reset (which lowers VmHWM, and may lower ru_maxrss). */
+     * the current RSS; /proc's VmHWM and VmRSS are exact. The largest of the three. */
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    const size_t ru_b = (size_t)ru.ru_maxrss * 1024, m = base_window_peak_rss();
-    const size_t p = m > ru_b ? m : ru_b;
-    return p > peak_before_reset ? p : peak_before_reset;
-}
-
-int base_peak_rss_reset(void) {
-    const size_t before = base_peak_rss();
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f) return -1;
-    const int ok = fputs("5", f) >= 0;
-    if (fclose(f) || !ok) return -1;
-    peak_before_reset = before;
-    return 0;
+    size_t now, hwm;
+    proc_rss(&now, &hwm);
+    const size_t ru_b = (size_t)ru.ru_maxrss * 1024;
+    const size_t m = hwm > now ? hwm : now;
+    return m > ru_b ? m : ru_b;
 }
 
 size_t base_total_ram(void) {

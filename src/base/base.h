@@ -36,16 +36,8 @@ double base_now(void);
 /* Resident set size of this process now, in bytes (VmRSS; 0 without /proc). */
 size_t base_rss(void);
 /* Peak resident set size of this process in bytes (VmHWM, never below VmRSS nor getrusage's
- * ru_maxrss), over its whole life: base_peak_rss_reset does not lower it. */
+ * ru_maxrss). */
 size_t base_peak_rss(void);
-/* Peak resident set size in bytes since the last base_peak_rss_reset (the process's until the
- * first): VmHWM, never below VmRSS. */
-size_t base_window_peak_rss(void);
-/* Starts a new window for base_window_peak_rss, as torch.cuda.reset_peak_memory_stats does for
- * torchtitan's per-log max_reserved: the kernel's high-water mark is set back to the current
- * RSS (/proc/self/clear_refs "5", Linux 4.0+). -1 where that cannot be written (the window
- * then stays the whole process). */
-int base_peak_rss_reset(void);
 /* Physical memory of the machine in bytes. */
 size_t base_total_ram(void);
 

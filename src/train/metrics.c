@@ -32,9 +32,7 @@ struct train_metrics {
     int64_t w_tokens;
     double w_step_s, w_data_s, w_rss;
     int w_steps;
-    /* the logging window's peak RSS (bytes; torchtitan's max_reserved: its peak since the last
-     * log): never below any RSS sample (max_active) */
-    double rss_peak;
+    double rss_peak; /* the run's peak RSS (bytes): never below any RSS sample (max_active) */
 };
 
 /* "[titan] 2026-12-01 12:03:38,123 - " (local time, torchtitan's logger's prefix), into buf. */
@@ -288,7 +286,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
     if (rss > t->w_rss) t->w_rss = rss;
     /* one reading for GiB and %; a peak read after a sample can still miss it (the kernel's
      * high-water mark is updated lazily), so it is raised to every sample */
-    t->rss_peak = fmax(fmax(t->rss_peak, rss), (double)base_window_peak_rss());
+    t->rss_peak = fmax(fmax(t->rss_peak, rss), (double)base_peak_rss());
     const double gib = (double)(1 << 30), ram = (double)base_total_ram();
     const double mem = t->rss_peak / gib, mem_pct = 100.0 * t->rss_peak / ram;
     /* torchtitan's rule (step 1 and every log_freq), and the last step */
@@ -388,9 +386,8 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
     }
     if (log_now) { /* a new window */
         t->w_tokens = 0;
-        t->w_step_s = t->w_data_s = t->w_rss = t->rss_peak = 0;
+        t->w_step_s = t->w_data_s = t->w_rss = 0;
         t->w_steps = 0;
-        base_peak_rss_reset(); /* where it cannot, the window's peak stays the run's */
     }
     return 0;
 }

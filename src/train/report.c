@@ -570,25 +570,14 @@ static void draw_resumes(FILE *o, const axes *a, const series *s, int ns) {
 }
 
 /* The last finite value of a series, its step in *step; 0 when none. */
-/* The series' last value and its step; with largest, its largest value (the last step that
- * has it). 0 when the series has none. */
-static int series_pick(const series *s, int largest, double *v, int64_t *step) {
-    int found = 0;
-    *v = 0;
-    *step = 0;
-    for (size_t i = s->run->n; i-- > 0;) {
-        const double x = s->run->rec[i].v[s->field];
-        if (isnan(x) || (found && !(x > *v))) continue;
-        *v = x;
-        *step = s->run->rec[i].step;
-        found = 1;
-        if (!largest) break;
-    }
-    return found;
-}
-
 static int series_last(const series *s, double *v, int64_t *step) {
-    return series_pick(s, 0, v, step);
+    for (size_t i = s->run->n; i-- > 0;)
+        if (!isnan(s->run->rec[i].v[s->field])) {
+            *v = s->run->rec[i].v[s->field];
+            *step = s->run->rec[i].step;
+            return 1;
+        }
+    return 0;
 }
 
 static void put_value(FILE *o, int field, double v) {
@@ -685,13 +674,11 @@ static const char g_css[] =
     "@media (max-width:900px){.grid{grid-template-columns:1fr}}";
 
 /* A headline figure: the last value of field in run r. */
-/* A headline figure: the series' last value, or with largest its largest (peak memory: each
- * step's figure is its logging window's peak). */
-static void kpi(FILE *o, const train_report_run *r, int field, int largest, const char *title) {
+static void kpi(FILE *o, const train_report_run *r, int field, const char *title) {
     const series s = {r, field, 0, "", ""};
     double v;
     int64_t step;
-    if (!series_pick(&s, largest, &v, &step)) return;
+    if (!series_last(&s, &v, &step)) return;
     fprintf(o, "<div class=\"kpi\"><div class=\"k\">%s</div><div class=\"v\" data-kpi=\"%s\">",
             title, g_field[field].key);
     put_value(o, field, v);
@@ -784,11 +771,11 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         fprintf(o, "</table>\n");
     } else {
         fprintf(o, "<div class=\"kpis\">\n");
-        kpi(o, r0, R_LOSS, 0, "loss");
-        kpi(o, r0, R_VAL, 0, "validation loss");
-        kpi(o, r0, R_TPS, 0, "tokens/s per rank");
-        kpi(o, r0, R_MFU, 0, "MFU %");
-        kpi(o, r0, R_MEM, 1, "peak memory GiB");
+        kpi(o, r0, R_LOSS, "loss");
+        kpi(o, r0, R_VAL, "validation loss");
+        kpi(o, r0, R_TPS, "tokens/s per rank");
+        kpi(o, r0, R_MFU, "MFU %");
+        kpi(o, r0, R_MEM, "peak memory GiB");
         fprintf(o, "</div>\n");
     }
     int drawn = 0;

@@ -118,9 +118,7 @@ def main():
             for k, a in [(k, a) for k, (t, a) in enumerate(p.tags) if "data-kpi" in a]:
                 key = a["data-kpi"]
                 have = [r for r in rows if key in r]
-                # peak memory: the largest of the logging windows' peaks; the others the last
-                want = (max(r[key] for r in have) if key == "memory_gib" else have[-1][key]) if have else None
-                if not have or p.text.get(k, "").strip() != FMT[key] % want:
+                if not have or p.text.get(k, "").strip() != FMT[key] % have[-1][key]:
                     fails.append("headline %s: %r" % (key, p.text.get(k)))
             marks = sorted(int(a["data-step"]) for t, a in p.tags if t == "line" and a.get("class") == "resume")
             want = sorted(r["resumed_from"] for r in rows if "resumed_from" in r)
