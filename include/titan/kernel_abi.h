@@ -108,8 +108,9 @@
 extern "C" {
 #endif
 
-/* Bumped on any change of this header's structs or ops; see Versions for what titan still
- * accepts from plugins built against older ones. */
+/* Bumped on any change of this header's structs or of an existing op's tensors, and for a new
+ * op that needs new fields (grouped_mm: 2); an op added without any (add_rmsnorm) kept version 1.
+ * See Versions for what titan still accepts from plugins built against older ones. */
 #define TITAN_KERNEL_ABI_VERSION 2u
 
 #if defined(__GNUC__)
