@@ -153,7 +153,15 @@ void data_chat_msgs_free(data_chat_msg *msgs);
  *   ... u64      doc_offsets[n_docs + 1]   token offsets: [0] = 0, non-decreasing,
  *                                          [n_docs] = n_tokens; the file ends there exactly.
  * The header and offsets are validated on open; token ids are checked as documents are read. */
-typedef enum { DATA_FMT_AUTO, DATA_FMT_TEXT, DATA_FMT_JSONL, DATA_FMT_TOKENS } data_format;
+/* DATA_FMT_COUNT: how many there are (a new format goes before it, with its name in
+ * dataset.c's format_names) */
+typedef enum {
+    DATA_FMT_AUTO,
+    DATA_FMT_TEXT,
+    DATA_FMT_JSONL,
+    DATA_FMT_TOKENS,
+    DATA_FMT_COUNT
+} data_format;
 
 /* "auto", "text", "jsonl", "tokens"; -1 when unknown. */
 int data_format_parse(const char *s, data_format *out);

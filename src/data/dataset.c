@@ -27,9 +27,11 @@
 #define BAD_LINES_LOGGED 20
 
 static const char *const format_names[] = {"auto", "text", "jsonl", "tokens"};
+_Static_assert(sizeof format_names / sizeof *format_names == DATA_FMT_COUNT,
+               "a name for every data_format");
 
 int data_format_parse(const char *s, data_format *out) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < DATA_FMT_COUNT; i++)
         if (s && strcmp(s, format_names[i]) == 0) {
             *out = (data_format)i;
             return 0;
@@ -38,7 +40,7 @@ int data_format_parse(const char *s, data_format *out) {
 }
 
 const char *data_format_name(data_format f) {
-    return (unsigned)f < 4 ? format_names[f] : "?";
+    return (unsigned)f < DATA_FMT_COUNT ? format_names[f] : "?";
 }
 
 /* ---- token shards ---- */

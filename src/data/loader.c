@@ -348,7 +348,7 @@ int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_
 }
 
 void data_loader_describe(const data_loader *l, char *buf, size_t n) {
-    int count[4] = {0};
+    int count[DATA_FMT_COUNT] = {0};
     uint64_t docs = 0, toks = 0;
     for (int i = 0; i < l->rd.n_files; i++) {
         const data_file *f = &l->rd.files[i];
