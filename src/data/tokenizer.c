@@ -490,9 +490,11 @@ static int parse_model(data_tok *t, json_t *model, const char *path, base_err *e
     return 0;
 }
 
-/* Appends the added tokens of arr (objects with id, content, special and the flags) to t;
- * `field` names arr in errors ("added_tokens"). */
-static int parse_added(data_tok *t, json_t *arr, const char *path, const char *field,
+/* Appends the added tokens of arr (objects with id, content, special and the flags) to t.
+ * Errors name an entry by its JSON path: `field`[i] for tokenizer.json's list ("added_tokens"),
+ * or `field` alone when `one` (arr wraps the single object tokenizer_config.json names
+ * "bos_token", "added_tokens_decoder[\"7\"]", ...). */
+static int parse_added(data_tok *t, json_t *arr, const char *path, const char *field, int one,
                        base_err *err) {
     if (!arr || json_is_null(arr)) return 0;
     if (!json_is_array(arr)) return base_fail(err, "%s: %s: not an array", path, field);
@@ -503,21 +505,25 @@ static int parse_added(data_tok *t, json_t *arr, const char *path, const char *f
     size_t i;
     json_t *a;
     json_array_foreach(arr, i, a) {
-        if (!json_is_object(a)) return base_fail(err, "%s: %s[%zu]: not an object", path, field, i);
+        char name[200]; /* the entry's JSON path */
+        if (one)
+            snprintf(name, sizeof name, "%.180s", field);
+        else
+            snprintf(name, sizeof name, "%.160s[%zu]", field, i);
+        if (!json_is_object(a)) return base_fail(err, "%s: %s: not an object", path, name);
         json_t *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= TOK_MAX_ID)
-            return base_fail(err, "%s: %s[%zu].id: not an integer in range", path, field, i);
+            return base_fail(err, "%s: %s.id: not an integer in range", path, name);
         if (!json_is_string(c) || json_string_length(c) == 0)
-            return base_fail(err, "%s: %s[%zu].content: not a non-empty string", path, field, i);
+            return base_fail(err, "%s: %s.content: not a non-empty string", path, name);
         static const char *const flags[] = {"lstrip", "rstrip", "single_word", "normalized"};
         for (int f = 0; f < 4; f++)
             if (!false_or_absent(json_object_get(a, flags[f])))
-                return base_fail(err, "%s: %s[%zu].%s: only false is supported", path, field, i,
-                                 flags[f]);
+                return base_fail(err, "%s: %s.%s: only false is supported", path, name, flags[f]);
         json_t *sp = json_object_get(a, "special");
         if (sp && !json_is_boolean(sp))
-            return base_fail(err, "%s: %s[%zu].special: not a boolean", path, field, i);
+            return base_fail(err, "%s: %s.special: not a boolean", path, name);
         added_tok *at = &t->added[t->n_added++];
         at->content = malloc(json_string_length(c) + 1);
         if (!at->content) return base_fail(err, "out of memory");
@@ -572,7 +578,8 @@ static int add_config_token(data_tok *t, json_t *entry, int named, const char *c
     const int oom = !one || !tok || json_object_set_new(tok, "id", json_integer(id)) ||
                     (named && json_object_set_new(tok, "special", json_true())) ||
                     json_array_append(one, tok);
-    const int rc = oom ? base_fail(err, "out of memory") : parse_added(t, one, cpath, field, err);
+    const int rc =
+        oom ? base_fail(err, "out of memory") : parse_added(t, one, cpath, field, 1, err);
     if (tok) json_decref(tok);
     if (one) json_decref(one);
     return rc;
@@ -710,7 +717,8 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
     }
     if (parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), path, err)) goto done;
     if (parse_model(t, json_object_get(root, "model"), path, err)) goto done;
-    if (parse_added(t, json_object_get(root, "added_tokens"), path, "added_tokens", err)) goto done;
+    if (parse_added(t, json_object_get(root, "added_tokens"), path, "added_tokens", 0, err))
+        goto done;
     if (read_json(cpath, 0, &cfg, NULL, err) || parse_added_decoder(t, cfg, cpath, err) ||
         parse_named_specials(t, cfg, cpath, err))
         goto done;

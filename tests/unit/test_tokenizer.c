@@ -185,6 +185,29 @@ static void check_hostile(const char *dir, const char *json, const char *field) 
 #define MODEL_OK                                                                                   \
     "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
 
+/* A valid tokenizer.json with `config` as tokenizer_config.json: the load fails, and the error
+ * names `field` by its JSON path in tokenizer_config.json (a named token is one object, not a
+ * list: "bos_token.lstrip", no "[0]"). */
+static void check_hostile_config(const char *dir, const char *config, const char *field) {
+    char path[600], cpath[600];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w"), *g = fopen(cpath, "w");
+    if (f) fputs("{" PT_OK "," MODEL_OK "}", f);
+    if (g) fputs(config, g);
+    if (f) fclose(f);
+    if (g) fclose(g);
+    data_tok *t = NULL;
+    base_err err = {{0}};
+    char want[300];
+    snprintf(want, sizeof want, "tokenizer_config.json: %s:", field);
+    CHECK(data_tok_load(dir, &t, &err) != 0 && strstr(err.msg, want),
+          "tokenizer_config.json %s: error \"%s\" does not name %s", config, err.msg, field);
+    data_tok_free(t);
+    remove(path);
+    remove(cpath);
+}
+
 static void check_hostile_files(void) {
     char dir[512];
     check_tmpdir(dir, sizeof dir, "titan_tok_hostile");
@@ -222,6 +245,14 @@ static void check_hostile_files(void) {
                   "{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":5,\"content\":\"<x>\","
                   "\"lstrip\":true}]}",
                   "added_tokens[0].lstrip");
+    check_hostile_config(dir, "{\"bos_token\":{\"content\":\"<s>\",\"lstrip\":true}}",
+                         "bos_token.lstrip");
+    check_hostile_config(
+        dir, "{\"additional_special_tokens\":[\"<a>\",{\"content\":\"<b>\",\"rstrip\":true}]}",
+        "additional_special_tokens[1].rstrip");
+    check_hostile_config(
+        dir, "{\"added_tokens_decoder\":{\"7\":{\"content\":\"<c>\",\"single_word\":true}}}",
+        "added_tokens_decoder[\"7\"].single_word");
     check_hostile(dir,
                   "{" PT_OK "," MODEL_OK ",\"added_tokens\":[{\"id\":\"5\",\"content\":\"<x>\"}]}",
                   "added_tokens[0].id");
