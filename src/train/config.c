@@ -145,14 +145,14 @@ const field g_fields[] = {
     INT(training, ce_chunk, 0, 0, BIG, "tokens per fused lm_head+CE chunk; 0 = auto (titan)"),
     PBOOL(training, enable_cpu_offload, 0, P_REFUSE,
           "offload parameters, gradients and optimizer state to host memory (not implemented)"),
-    PSTR(training, dtype, "float32", "float32|bfloat16", P_REFUSE,
+    PSTR(training, dtype, "float32", "float32|!bfloat16", P_REFUSE,
          "parameter dtype without FSDP: titan keeps fp32 parameters"),
     STR(training, mixed_precision_param, "", "bfloat16|float32",
         "compute precision: bfloat16 = GEMM operands in bf16, fp32 accumulation, fp32 master "
         "weights, gradients, optimizer and loss; unset = bfloat16 where the CPU has bf16 units "
         "(AMX-BF16 / AVX512_BF16), else float32"),
-    STR(training, mixed_precision_reduce, "float32", "float32|bfloat16",
-        "gradient reduce dtype: float32 (bfloat16 is refused: titan reduces in fp32)"),
+    STR(training, mixed_precision_reduce, "float32", "float32|!bfloat16",
+        "gradient reduce dtype (titan reduces gradients in fp32)"),
     PINT(training, gc_freq, 50, 1, BIG, P_INERT, "Python garbage collection interval (no GC)"),
     PBOOL(training, gc_debug, 0, P_INERT, "Python garbage collection debugging (no GC)"),
     BOOL(training, ignore_memory_check, 0,
@@ -254,10 +254,10 @@ const field g_fields[] = {
          "context parallel (degree > 1 only)"),
     PINT(parallelism, expert_tensor_parallel_degree, 1, 1, BIG, P_REFUSE,
          "tensor parallel inside experts (not implemented: 1)"),
-    PSTR(parallelism, expert_parallel_comm_backend, "standard", "standard|deepep", P_REFUSE,
+    PSTR(parallelism, expert_parallel_comm_backend, "standard", "standard|!deepep", P_REFUSE,
          "expert all-to-all: titan's own (standard)"),
 
-    STR(activation_checkpoint, mode, "none", "none|full|selective|memory_budget",
+    STR(activation_checkpoint, mode, "none", "none|full|selective|!memory_budget",
         "recompute activations in backward: full = every block, selective = per "
         "selective_ac_option (torchtitan's default is selective)"),
     STRC(activation_checkpoint, selective_ac_option, "2", check_sac_option,
@@ -362,7 +362,7 @@ const field g_fields[] = {
     PINT(comm, trace_buf_size, 20000, 0, BIG, P_INERT, "NCCL flight recorder entries (no NCCL)"),
     PSTR(comm, save_traces_folder, "comm_traces", NULL, P_INERT, "flight recorder folder"),
     PSTR(comm, save_traces_file_prefix, "rank_", NULL, P_INERT, "flight recorder file prefix"),
-    PSTR(comm, mode, "default", "default|fake_backend|local_tensor", P_REFUSE,
+    PSTR(comm, mode, "default", "default|!fake_backend|!local_tensor", P_REFUSE,
          "torch's fake / local-tensor process groups (not implemented)"),
 
     PBOOL(memory_estimation, enable, 0, P_USED, "print titan plan's memory figures at start"),
@@ -480,21 +480,28 @@ static void suggest_section(const char *section, char *out, size_t n) {
         out[0] = 0;
 }
 
-/* "a|b|c" -> "a, b, c" */
-void choices_list(const char *choices, char *out, size_t n) {
+/* Choices are "a|b|!c": a '!' marks a value torchtitan accepts and titan refuses by name
+ * later (train_config_to_opts), with the reason; it parses, is never suggested, and messages
+ * list it apart. */
+
+/* The choices of "a|b|!c" with (refused = 1) or without the '!' mark, as "a, b" / "c". */
+void choices_list(const char *choices, int refused, char *out, size_t n) {
     size_t len = 0;
-    for (const char *p = choices; *p && len + 3 < n; p++) {
-        if (*p == '|') {
-            out[len++] = ',';
-            out[len++] = ' ';
-        } else {
-            out[len++] = *p;
+    out[0] = 0;
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        const size_t cl = bar ? (size_t)(bar - p) : strlen(p);
+        if ((*p == '!') == refused && len < n) {
+            const int skip = *p == '!';
+            const int w =
+                snprintf(out + len, n - len, "%s%.*s", len ? ", " : "", (int)cl - skip, p + skip);
+            len = w > 0 && len + (size_t)w < n ? len + (size_t)w : n - 1;
         }
+        p += cl + (bar != NULL);
     }
-    out[len] = 0;
 }
 
-/* The nearest "a|b|c" choice. */
+/* The nearest choice of "a|b|!c" titan accepts (not a '!' one). */
 static void suggest_choice(const char *choices, const char *word, char *out, size_t n) {
     nearest nr = {word, "", 0};
     for (const char *p = choices; *p;) {
@@ -502,18 +509,20 @@ static void suggest_choice(const char *choices, const char *word, char *out, siz
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
         char c[64];
         snprintf(c, sizeof c, "%.*s", (int)len, p);
-        consider(&nr, c);
+        if (c[0] != '!') consider(&nr, c);
         p += len + (bar != NULL);
     }
     snprintf(out, n, "%s", nr.best);
 }
 
+/* Whether s is one of "a|b|!c" (a refused '!' one too: it is refused later, by name). */
 static int is_choice(const char *choices, const char *s) {
     size_t len = strlen(s);
     for (const char *p = choices; *p;) {
         const char *bar = strchr(p, '|');
         size_t cl = bar ? (size_t)(bar - p) : strlen(p);
-        if (cl == len && !strncmp(p, s, len)) return 1;
+        const int skip = *p == '!';
+        if (cl - skip == len && !strncmp(p + skip, s, len)) return 1;
         p += cl + (bar != NULL);
     }
     return 0;
@@ -543,7 +552,7 @@ static int check_flavor(const base_toml_value *v, char *why, size_t n) {
     }
     char best[64], list[600];
     suggest_choice(all, v->s, best, sizeof best);
-    choices_list(all, list, sizeof list);
+    choices_list(all, 0, list, sizeof list);
     snprintf(why, n, "'%.64s' is not a flavor (%s); did you mean '%s'?", v->s, list, best);
     return -1;
 }
@@ -763,10 +772,15 @@ static int check_scalar(const field *f, base_toml_value *v, char *why, size_t n)
      * mixed_precision_param against the CPU): a printed config loads back */
     const int unset_ok = f->def_s && !f->def_s[0] && !v->s[0];
     if (t == T_STR && f->choices && !unset_ok && !is_choice(f->choices, v->s)) {
-        char best[64], list[160];
+        char best[64], list[160], refused[160], also[220] = "";
         suggest_choice(f->choices, v->s, best, sizeof best);
-        choices_list(f->choices, list, sizeof list);
-        snprintf(why, n, "'%.100s' is not one of %s; did you mean '%s'?", v->s, list, best);
+        choices_list(f->choices, 0, list, sizeof list);
+        choices_list(f->choices, 1, refused, sizeof refused);
+        if (refused[0])
+            snprintf(also, sizeof also, " (torchtitan's %s %s refused by titan)", refused,
+                     strchr(refused, ',') ? "are" : "is");
+        snprintf(why, n, "'%.100s' is not %s%s%s; did you mean '%s'?", v->s,
+                 strchr(list, ',') ? "one of " : "", list, also, best);
         return -1;
     }
     return f->check ? f->check(v, why, n) : 0;
@@ -959,7 +973,7 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
         }
         const int kern_sub = !strncmp(tb->name, "kernels.", 8); /* from a bare dotted key */
         if (!tb->n_kv && is_parent_section(tb->name)) continue;
-        if (!is_section(tb->name) && !kern_sub) {
+        if (!is_section(tb->name) && !kern_sub && !is_parent_section(tb->name)) {
             suggest_section(tb->name, hint, sizeof hint);
             unknown_add(&unk, "%s:%d:%d: unknown section [%.100s]%s", c->file, tb->line, tb->col,
                         tb->name, hint);

@@ -159,9 +159,14 @@ void train_config_usage(FILE *f) {
             }
         }
         char range[96] = "";
-        if (fd->choices)
-            choices_list(fd->choices, range, sizeof range);
-        else if (fd->type == T_INT || fd->type == T_FLOAT || fd->type == T_INTS)
+        if (fd->choices) {
+            char refused[64];
+            choices_list(fd->choices, 0, range, sizeof range);
+            choices_list(fd->choices, 1, refused, sizeof refused);
+            if (refused[0])
+                snprintf(range + strlen(range), sizeof range - strlen(range), "; refused: %s",
+                         refused);
+        } else if (fd->type == T_INT || fd->type == T_FLOAT || fd->type == T_INTS)
             range_text(fd, range, sizeof range);
         static const char *const tag[] = {"", " [inert]", " [no effect: noted when set]",
                                           " [refused when set]"};

@@ -64,8 +64,9 @@ extern const int train_cfg_n_aliases;
 #define N_ALIASES train_cfg_n_aliases
 /* Whether alias flag takes an argument. */
 int alias_takes_value(const char *flag);
-/* "a, b, c" of a field's choices "a|b|c". */
-void choices_list(const char *choices, char *out, size_t n);
+/* "a, b" of a field's choices "a|b|!c" (refused = 0: those titan accepts), or "c" (refused =
+ * 1: torchtitan's values marked '!', which titan refuses by name). */
+void choices_list(const char *choices, int refused, char *out, size_t n);
 /* A number field's range for messages and help: "in [lo, hi]" (open ends as "(" / ")"),
  * or ">= lo" when unbounded above. */
 void range_text(const field *f, char *out, size_t n);

@@ -253,6 +253,18 @@ static void errors(void) {
         {"[[training]]\n", "x.toml:1:1: arrays of tables ([[...]]) is not supported by titan's "
                            "TOML subset"},
         {"[job]\ndescription = \"\"\"x\"\"\"\n", "x.toml:2:15: multi-line strings"},
+        /* a torchtitan value titan refuses is listed as such, never suggested */
+        {"[training]\nmixed_precision_reduce = \"float16\"\n",
+         "x.toml:2:26: training.mixed_precision_reduce: 'float16' is not float32 (torchtitan's "
+         "bfloat16 is refused by titan); did you mean 'float32'?"},
+        {"[training]\ndtype = \"float16\"\n",
+         "x.toml:2:9: training.dtype: 'float16' is not float32 (torchtitan's bfloat16 is refused "
+         "by titan); did you mean 'float32'?"},
+        {"[comm]\nmode = \"fake\"\n",
+         "x.toml:2:8: comm.mode: 'fake' is not default (torchtitan's fake_backend, local_tensor "
+         "are refused by titan); did you mean 'default'?"},
+        /* a key in a parent table of known sections is an unknown key there */
+        {"[quantize]\nlinear_x = 1\n", "x.toml:2:1: unknown key 'linear_x' in [quantize]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         train_config c;
