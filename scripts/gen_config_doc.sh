@@ -30,9 +30,13 @@ for memory a CPU run usually has).
 
 - Every field can be set on the command line as `--section.key value` or
   `--section.key=value`; the command line overrides the file, which overrides the defaults,
-  and a later setting wins. A bare boolean (`--checkpoint.enable`) means true; `none` unsets
+  and a later setting wins. A bare boolean (`--checkpoint.enable`) means true and, as in
+  torchtitan (tyro), `--checkpoint.no_enable` or `--checkpoint.no-enable` false; `none` unsets
   an optional number (`--lr_scheduler.decay_ratio none`); lists take a TOML array
-  (`'["a", "b"]'`) or `a,b`.
+  (`'["a", "b"]'`) or `a,b` (a whole list: a repeated list option replaces it).
+- A field set twice on the command line (`--training.steps 5 --training.steps 7`, or an old
+  flag and its field, `--steps 5 --training.steps 7`) takes the later value, as torchtitan's
+  tyro parser does, with a warning that names the field and both settings.
 - The older flags (`--flavor`, `--set KEY=VALUE`, `--steps`, `--batch`, `--lr`, `--metrics`,
   ...) remain, each an alias of a config field (`titan train --help` lists them).
 - Mistakes are errors, never ignored: `configs/x.toml:12:1: unknown key 'stpes' in

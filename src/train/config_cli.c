@@ -70,6 +70,9 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
     return -1;
 }
 
+static int set_value(train_config *c, int fi, const char *value, const char *where, const char *pre,
+                     base_err *err);
+
 int train_config_set(train_config *c, const char *name, const char *value, const char *where,
                      base_err *err) {
     char sec[96], pre[300];
@@ -94,12 +97,37 @@ int train_config_set(train_config *c, const char *name, const char *value, const
     describe(f, where, 0, 0, pre, sizeof pre);
     if (!value && f->type != T_BOOL)
         return base_fail(err, "%s: needs a value (%s)", pre, type_name(f));
+    /* set on the command line before (a file's origin has a line): the later setting wins, as
+     * torchtitan's tyro keeps the last, and a different value is said, never lost silently */
+    const char *before_where =
+        c->origin[fi].where && !c->origin[fi].line ? c->origin[fi].where : NULL;
+    char before[160] = "";
+    if (before_where) value_text(f, slot(c, f), before, sizeof before);
+    int rc = 0;
     if (f->optional && value && (!strcmp(value, "none") || !strcmp(value, "None"))) {
         memset(slot(c, f), 0, f->type == T_FLOAT ? sizeof(train_opt_float) : sizeof(train_opt_int));
         c->origin[fi].where = where;
         c->origin[fi].line = 0;
-        return 0;
+    } else {
+        rc = set_value(c, fi, value, where, pre, err);
     }
+    if (!rc && before_where) {
+        char after[160];
+        value_text(f, slot(c, f), after, sizeof after);
+        if (strcmp(before, after))
+            base_log(BASE_LOG_WARN,
+                     "%s.%s is set twice on the command line: %s gives %s, replacing %s from %s; "
+                     "the later setting wins",
+                     f->section, f->key, where, after, before, before_where);
+    }
+    return rc;
+}
+
+/* Parses value (NULL: a bare boolean, true) for field fi and assigns it; pre names the field
+ * and the option in errors. */
+static int set_value(train_config *c, int fi, const char *value, const char *where, const char *pre,
+                     base_err *err) {
+    const field *f = &g_fields[fi];
     base_toml_value v;
     char why[400] = "";
     int rc;
@@ -194,11 +222,17 @@ static int apply_alias(train_config *c, const char *flag, const char *arg, int64
             snprintf(where, wn, "--set %s", v);
             if (train_config_set(c, name, eq + 1, where, err)) return -1;
         } else if (g_aliases[i].kind == ALIAS_GRAD_ACCUM) {
+            const int64_t before = *grad_accum;
             if (base_parse_i64(v, grad_accum) || *grad_accum < 1 || *grad_accum > BIG)
                 return base_fail(err,
                                  "command line (--grad-accum): '%.100s' is not an integer in [1, "
                                  "%lld]",
                                  v, (long long)BIG);
+            if (before > 0 && before != *grad_accum)
+                base_log(BASE_LOG_WARN,
+                         "--grad-accum is given twice on the command line: %lld replaces %lld; "
+                         "the later setting wins",
+                         (long long)*grad_accum, (long long)before);
         } else if (train_config_set(c, g_aliases[i].field, v, g_aliases[i].flag, err)) {
             return -1;
         }
@@ -239,6 +273,17 @@ static const char *option_flag(const char *a, char *flag, size_t n) {
     return eq ? eq + 1 : NULL;
 }
 
+/* tyro's negative boolean: the boolean field "section.no_key" (cli_name's spelling of
+ * --section.no_key and --section.no-key) sets to false, or -1 when name is not one. */
+static int negated_bool(const char *name) {
+    const char *dot = strchr(name, '.');
+    char sec[96];
+    if (!dot || strncmp(dot + 1, "no_", 3) || (size_t)(dot - name) >= sizeof sec) return -1;
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
+    const int fi = find_field(sec, dot + 4);
+    return fi >= 0 && g_fields[fi].type == T_BOOL ? fi : -1;
+}
+
 /* Whether option a ("--...") names neither an alias nor a field; if so, why says so with
  * the nearest name (an alias or --section.key for a bare word, a field for section.key). */
 static int cli_unknown(const char *a, char *why, size_t n) {
@@ -259,7 +304,7 @@ static int cli_unknown(const char *a, char *why, size_t n) {
         return 1;
     }
     snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
-    if (find_field(sec, dot + 1) >= 0) return 0;
+    if (find_field(sec, dot + 1) >= 0 || negated_bool(name) >= 0) return 0;
     const int gi = suggest_field(sec, dot + 1);
     if (gi < 0)
         snprintf(why, n, "unknown option '--%.100s' (titan train --help lists them)", name);
@@ -335,10 +380,21 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         const char *value = eq ? eq + 1 : NULL;
         char why[400];
         if (cli_unknown(a, why, sizeof why)) return base_fail(err, "command line: %s", why);
+        const char *d = strchr(name, '.');
+        char sec[96];
+        snprintf(sec, sizeof sec, "%.*s", (int)(d - name), name);
+        const int neg = find_field(sec, d + 1) < 0 ? negated_bool(name) : -1;
+        if (neg >= 0) { /* --section.no_key: false, and takes no value (as tyro) */
+            const field *f = &g_fields[neg];
+            char field_name[160];
+            snprintf(field_name, sizeof field_name, "%s.%s", f->section, f->key);
+            if (eq)
+                return base_fail(err, "command line: %s: takes no value (it sets %s = false)", a,
+                                 field_name);
+            if (train_config_set(c, field_name, "false", a, err)) return -1;
+            continue;
+        }
         if (!eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-            const char *d = strchr(name, '.');
-            char sec[96];
-            snprintf(sec, sizeof sec, "%.*s", (int)(d - name), name);
             const int fi = find_field(sec, d + 1);
             if (fi < 0 || g_fields[fi].type != T_BOOL || !strcmp(argv[i + 1], "true") ||
                 !strcmp(argv[i + 1], "false") || !strcmp(argv[i + 1], "1") ||
@@ -346,7 +402,13 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
                 value = argv[++i];
         }
         if (train_config_set(c, name, value, a, err)) return -1;
-        if (!strcmp(name, "training.global_batch_size")) grad_accum = 0; /* a later one wins */
+        if (!strcmp(name, "training.global_batch_size") && grad_accum > 0) { /* a later one wins */
+            base_log(BASE_LOG_WARN,
+                     "training.global_batch_size is set twice on the command line: %s replaces "
+                     "--grad-accum %lld; the later setting wins",
+                     a, (long long)grad_accum);
+            grad_accum = 0;
+        }
     }
     if (grad_accum > 0) { /* as on one rank here; translate multiplies in the dp degree */
         char v[32];

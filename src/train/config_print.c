@@ -84,6 +84,22 @@ int is_unset(const field *fd, const void *s) {
                                : !((const train_opt_int *)s)->set;
 }
 
+void value_text(const field *fd, const void *s, char *out, size_t n) {
+    out[0] = 0;
+    if (is_unset(fd, s)) {
+        snprintf(out, n, "%s", fd->type == T_ANY ? "(any value)" : "none");
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return;
+    print_value(m, fd, s);
+    fclose(m);
+    snprintf(out, n, "%s", buf ? buf : "");
+    free(buf);
+}
+
 void train_config_print(const train_config *c, FILE *f) {
     fprintf(f, "# titan job config, resolved (titan train --print-config)\n");
     for (int i = 0; i < N_FIELDS; i++) {
@@ -114,9 +130,10 @@ void train_config_usage(FILE *f) {
                "overrides it\n"
                "                      (torchtitan's --job.config_file FILE is the same)\n"
                "  --print-config      print the resolved config as TOML and exit\n"
-               "  --section.key V     set one field (booleans: a bare --section.key means true;\n"
-               "                      optional numbers: 'none' unsets; lists: [\"a\", \"b\"] or "
-               "a,b)\n\n"
+               "  --section.key V     set one field (booleans: a bare --section.key means true,\n"
+               "                      --section.no_key false; optional numbers: 'none' unsets;\n"
+               "                      lists: [\"a\", \"b\"] or a,b); set twice, the later wins "
+               "(warned)\n\n"
                "older flags, aliases of config fields:\n");
     for (int i = 0; i < N_ALIASES; i++) {
         if (i && !strcmp(g_aliases[i].flag, g_aliases[i - 1].flag)) continue;

@@ -48,6 +48,8 @@ void *pool_keep(train_config *c, void *p);
 void *slot(const train_config *c, const field *f);
 /* Whether an optional field (or a string) holds no value. */
 int is_unset(const field *fd, const void *s);
+/* Field fd's value at s as TOML ("none" when unset), cut to n bytes: for messages. */
+void value_text(const field *fd, const void *s, char *out, size_t n);
 /* "FILE:LINE:COL: section.key" (or the command-line option) for messages. */
 void describe(const field *f, const char *where, int line, int col, char *out, size_t n);
 /* A [kernels] override's implementation name: 0, or -1 with the reason in why. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/train.h"
 
@@ -841,11 +842,107 @@ static void torchtitan_compat(void) {
     train_config_free(&c);
 }
 
+/* from_args with stderr (the warnings) captured into log. */
+static int from_args_log(train_config *c, char **argv, base_err *err, char *log, size_t n) {
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *tmp = tmpfile();
+    if (saved < 0 || !tmp) return -2;
+    dup2(fileno(tmp), 2);
+    const int rc = from_args(c, argv, err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    const size_t k = fread(log, 1, n - 1, tmp);
+    log[k] = 0;
+    fclose(tmp);
+    return rc;
+}
+
+/* A field set twice on the command line: the later setting wins, as torchtitan's tyro parser
+ * keeps the last (`--training.steps 5 --training.steps 7` is 7, a repeated list option replaces
+ * the list), and a warning names the field and both settings. A second setting to the same
+ * value, and the command line over the file, are no news. tyro's negative booleans
+ * `--section.no_key` / `--section.no-key` (torchtitan's docs/debugging.md) set false. */
+static void command_line_repeats(void) {
+    train_config c;
+    base_err err;
+    char log[4096];
+    char *a1[] = {"--training.steps", "5", "--training.steps=7", NULL};
+    int rc = from_args_log(&c, a1, &err, log, sizeof log);
+    CHECK(rc == 0 && c.training.steps == 7, "repeat: %s, steps %lld", err.msg,
+          (long long)c.training.steps);
+    CHECK(strstr(log, "training.steps is set twice on the command line: --training.steps=7 gives "
+                      "7, replacing 5 from --training.steps; the later setting wins"),
+          "repeat not named: '%s'", log);
+    train_config_free(&c);
+
+    char *a2[] = {"--kernels.overrides", "attention=default", "--kernels.overrides", "rope=default",
+                  NULL};
+    rc = from_args_log(&c, a2, &err, log, sizeof log);
+    CHECK(rc == 0 && c.kernels.overrides.n == 1 &&
+              !strcmp(c.kernels.overrides.v[0], "rope=default"),
+          "a repeated list option replaces the list (tyro): %s", err.msg);
+    CHECK(strstr(log, "kernels.overrides is set twice") && strstr(log, "[\"attention=default\"]"),
+          "list repeat not named: '%s'", log);
+    train_config_free(&c);
+
+    char *a3[] = {"--grad-accum", "2", "--training.global_batch_size", "16", NULL};
+    rc = from_args_log(&c, a3, &err, log, sizeof log);
+    CHECK(rc == 0 && c.training.global_batch_size == 16, "grad-accum then gbs: %s", err.msg);
+    CHECK(strstr(log, "training.global_batch_size is set twice") && strstr(log, "--grad-accum"),
+          "--grad-accum dropped without a word: '%s'", log);
+    train_config_free(&c);
+
+    const char *path = "/tmp/titan_test_config_rep.toml";
+    FILE *f = fopen(path, "w");
+    fprintf(f, "[training]\nsteps = 50\n[profiling]\nenable_profiling = true\n");
+    fclose(f);
+    char *a4[] = {"--config",
+                  (char *)path,
+                  "--training.steps",
+                  "7",
+                  "--checkpoint-interval",
+                  "5",
+                  "--checkpoint-folder",
+                  "ck",
+                  "--profiling.no-enable-profiling",
+                  "--checkpoint.no_initial_load_model_only",
+                  NULL};
+    rc = from_args_log(&c, a4, &err, log, sizeof log);
+    CHECK(rc == 0 && c.training.steps == 7 && c.checkpoint.enable, "file then CLI: %s", err.msg);
+    CHECK(!strstr(log, "twice"), "no news warned: '%s'", log);
+    CHECK(rc == 0 && !c.profiling.enable_profiling && !c.checkpoint.initial_load_model_only,
+          "--section.no_key / --section.no-key set false: profiling %d, initial_load_model_only %d",
+          c.profiling.enable_profiling, c.checkpoint.initial_load_model_only);
+    train_config_free(&c);
+    remove(path);
+
+    static const struct {
+        char *argv[3];
+        const char *want;
+    } bad[] = {
+        {{"--checkpoint.no_enable=true"},
+         "command line: --checkpoint.no_enable=true: takes no value (it sets "
+         "checkpoint.enable = false)"},
+        {{"--training.no_steps"}, "command line: unknown option '--training.no_steps'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = from_args(&c, (char **)bad[i].argv, &err);
+        CHECK(rc != 0 && !strncmp(err.msg, bad[i].want, strlen(bad[i].want)),
+              "bad negation %zu:\n  got  %s\n  want %s...", i, rc ? err.msg : "(accepted)",
+              bad[i].want);
+        train_config_free(&c);
+    }
+}
+
 int main(void) {
     kernels_table();
     mutations();
     unknown_names_at_once();
     torchtitan_compat();
+    command_line_repeats();
     defaults();
     exact_values();
     errors();
