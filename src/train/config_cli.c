@@ -10,7 +10,7 @@
 
 /* A command-line string as a TOML value of field f's type. Numbers take TOML's syntax or
  * anything strtod/strtoll read whole ("1e-3", ".5"); lists are TOML arrays or a
- * comma-separated list; booleans are true/false/1/0. */
+ * comma-separated list (torchtitan's split(",")); booleans are true/false/1/0. */
 static int cli_value(const field *f, const char *text, base_toml_value *v, char *why, size_t n) {
     memset(v, 0, sizeof *v);
     v->type = BASE_TOML_STRING;
@@ -27,8 +27,8 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
             snprintf(why, n, "not a TOML array: %.300s", e.msg);
             return -1;
         }
-        v->type = BASE_TOML_ARRAY;
-        for (const char *p = text; *p;) {
+        v->type = BASE_TOML_ARRAY; /* "" is the empty list; "a," has an empty last item */
+        for (const char *p = text; *text;) {
             const char *comma = strchr(p, ',');
             size_t len = comma ? (size_t)(comma - p) : strlen(p);
             base_toml_value *ni = realloc(v->items, sizeof *ni * (size_t)(v->n_items + 1));
@@ -51,7 +51,8 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
                     return -1;
                 }
             }
-            p += len + (comma != NULL);
+            if (!comma) break;
+            p = comma + 1;
         }
         return 0;
     }

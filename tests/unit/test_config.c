@@ -424,6 +424,11 @@ static void command_line(void) {
         {{"--lr_scheduler.total_steps", "5", "--steps", "10"}, /* warmup 200: cut to 5 */
          "command line: --lr_scheduler.total_steps: 5 is shorter than training.steps (10) and "
          "leaves no decay steps"},
+        /* a trailing comma is an empty last item, as a leading one is a first */
+        {{"--checkpoint.exclude_from_loading", "dataloader,"},
+         "command line: --checkpoint.exclude_from_loading: item 2: '' is not a checkpoint part"},
+        {{"--model.mlp_only_layers", "1,"},
+         "command line: --model.mlp_only_layers: item 2: expected an integer, got ''"},
         {{"--model.num_experts", "4", "--model.top_k", "8"},
          "command line: --model.top_k: 8 is more than model.num_experts (4)"},
     };
