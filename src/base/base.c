@@ -349,6 +349,12 @@ size_t base_available_ram(void) {
     const char *env = getenv("TITAN_MEM_AVAILABLE");
     int64_t x;
     if (env && !base_parse_i64(env, &x) && x >= 0) return (size_t)x;
+    static int warned; /* once: not ignored without a word */
+    if (env && !warned++)
+        base_log(BASE_LOG_WARN,
+                 "TITAN_MEM_AVAILABLE='%.64s' is not a byte count (an integer >= 0): ignored, the "
+                 "memory available is measured",
+                 env);
     int64_t avail = read_number("/proc/meminfo", "MemAvailable:");
     avail = avail >= 0 ? avail * 1024 : (int64_t)base_total_ram();
     /* cgroup v2 (this process's group, from /proc/self/cgroup's "0::/path"; inside a cgroup
