@@ -1,5 +1,7 @@
 /* train: a job config from the command line (`--section.key value`, the older flag aliases,
  * --config / --job.config_file), every unknown option in one error. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +69,17 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
     base_toml_value_free(v);
     if (f->type == T_INT && base_parse_i64(text, &v->i) == 0) return v->type = BASE_TOML_INT, 0;
     if (f->type == T_FLOAT && base_parse_f64(text, &v->f) == 0) return v->type = BASE_TOML_FLOAT, 0;
+    /* a number past an int64 or a double: said as out of range, as a value in the file is */
+    char *end;
+    errno = 0;
+    const double x = strtod(text, &end);
+    if ((f->type == T_INT || f->type == T_FLOAT) && text[0] && !*end &&
+        (errno == ERANGE || (f->type == T_INT && x == nearbyint(x)))) {
+        char r[96];
+        range_text(f, r, sizeof r);
+        snprintf(why, n, "%.100s is out of range (must be %s)", text, r);
+        return -1;
+    }
     snprintf(why, n, "expected %s, got '%.100s'", type_name(f), text);
     return -1;
 }

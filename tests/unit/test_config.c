@@ -424,6 +424,12 @@ static void command_line(void) {
         {{"--lr_scheduler.total_steps", "5", "--steps", "10"}, /* warmup 200: cut to 5 */
          "command line: --lr_scheduler.total_steps: 5 is shorter than training.steps (10) and "
          "leaves no decay steps"},
+        /* numbers past 64 bits / a double: out of range, not "expected an integer" */
+        {{"--training.seed", "99999999999999999999"},
+         "command line: --training.seed: 99999999999999999999 is out of range (must be in [0, "
+         "9200000000000000000])"},
+        {{"--optimizer.lr", "1e400"},
+         "command line: --optimizer.lr: 1e400 is out of range (must be >= 0)"},
         /* a trailing comma is an empty last item, as a leading one is a first */
         {{"--checkpoint.exclude_from_loading", "dataloader,"},
          "command line: --checkpoint.exclude_from_loading: item 2: '' is not a checkpoint part"},
