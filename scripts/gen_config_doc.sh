@@ -42,8 +42,8 @@ for memory a CPU run usually has).
 - Mistakes are errors, never ignored: `configs/x.toml:12:1: unknown key 'stpes' in
   [training]; did you mean 'steps'?` (all of a file's unknown names in one error), wrong types and out-of-range values name the file,
   line, column, field and allowed range. The parser takes a strict TOML subset and says
-  "not supported by titan's TOML subset" for multi-line strings, dates, inline tables and
-  arrays of tables.
+  "not supported by titan's TOML subset" for multi-line strings, dates, inline tables,
+  arrays of tables, empty quoted keys and quoted keys with a '.' (other than a last part).
 - Relative input paths are relative to the working directory (run from the repository
   root); output paths (`metrics.save_jsonl_file`, `checkpoint.hf_export_folder`) are joined
   to `job.dump_folder`.

@@ -191,7 +191,8 @@ int base_args_is_help(const base_args *it);
  * (nested up to 8 deep, may span lines). The rest of TOML (multi-line strings, dates and
  * times, inline tables, arrays of tables) is refused with "... is not supported by
  * titan's TOML subset", as is a quoted key part containing '.' anywhere but as the last
- * part of a key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not). Input is hostile: it
+ * part of a key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not), and an empty
+ * quoted key part ("" names the root table). Input is hostile: it
  * must be UTF-8 without NUL bytes, sizes are capped, and every error reads "FILE:LINE:COLUMN:
  * message" (columns count bytes from 1).
  *

@@ -390,6 +390,10 @@ static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
         const int c = col(t);
         if (t->p < t->end && (*t->p == '"' || *t->p == '\'')) {
             if (string(t, &part)) return -1;
+            if (!part[0]) { /* "" is the root table's path: a key "" would collide with it */
+                free(part);
+                return fail_at(t, t->line, c, "empty quoted keys ('' or \"\")" UNSUPPORTED);
+            }
             if (strchr(part, '.') && dot_part < 0) {
                 dot_line = t->line;
                 dot_col = c;

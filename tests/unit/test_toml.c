@@ -187,6 +187,10 @@ static void malformed(void) {
                             "of a key) is not supported"},
         {"[x.\"a.b\"]\n", "t.toml:1:4: quoted keys containing '.' (except as the last part"},
         {"a.b.c.d.e.f.g.h.i = 1\n", "t.toml:1:17: key has more than 8 parts"},
+        /* valid TOML, but "" names the root table: said as unsupported, not "defined twice" */
+        {"\"\" = 1\n", "t.toml:1:1: empty quoted keys ('' or \"\") is not supported"},
+        {"[a]\nb.'' = 1\n", "t.toml:2:3: empty quoted keys ('' or \"\") is not supported"},
+        {"[\"\"]\n", "t.toml:1:2: empty quoted keys ('' or \"\") is not supported"},
         {"a = truex\n", "t.toml:1:5: expected a value"},
         {"a = +0x10\n", "t.toml:1:7: invalid number"},
     };
