@@ -90,7 +90,7 @@ static int set_value(train_config *c, int fi, const char *value, const char *whe
 int train_config_set(train_config *c, const char *name, const char *value, const char *where,
                      base_err *err) {
     char sec[96], pre[300];
-    const char *dot = strchr(name, '.');
+    const char *dot = strrchr(name, '.');
     int fi = -1;
     sec[0] = 0;
     if (dot && (size_t)(dot - name) < sizeof sec) {
@@ -271,7 +271,9 @@ static size_t config_flag(const char *a) {
     return 0;
 }
 
-/* "--section.key[=v]" as a field name: section.key, with tyro's '-' spelling as '_'. */
+/* "--section.key[=v]" as a field name: section.key, with tyro's '-' spelling as '_'. The
+ * key is after the last '.': sections nest ([training.dataloader], [quantize.linear.mx]),
+ * keys never hold one. */
 static void cli_name(const char *a, char *name, size_t n) {
     const char *eq = strchr(a, '=');
     snprintf(name, n, "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
@@ -290,7 +292,7 @@ static const char *option_flag(const char *a, char *flag, size_t n) {
 /* tyro's negative boolean: the boolean field "section.no_key" (cli_name's spelling of
  * --section.no_key and --section.no-key) sets to false, or -1 when name is not one. */
 static int negated_bool(const char *name) {
-    const char *dot = strchr(name, '.');
+    const char *dot = strrchr(name, '.');
     char sec[96];
     if (!dot || strncmp(dot + 1, "no_", 3) || (size_t)(dot - name) >= sizeof sec) return -1;
     snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
@@ -305,7 +307,7 @@ static int cli_unknown(const char *a, char *why, size_t n) {
     option_flag(a, flag, sizeof flag);
     if (is_alias(flag) || config_flag(a)) return 0;
     cli_name(a, name, sizeof name);
-    const char *dot = strchr(name, '.');
+    const char *dot = strrchr(name, '.');
     if (!dot) { /* neither an alias nor section.key: suggest either */
         nearest nr = {a, "", 0};
         for (int k = 0; k < N_ALIASES; k++) consider(&nr, g_aliases[k].flag);
@@ -394,7 +396,7 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         const char *value = eq ? eq + 1 : NULL;
         char why[400];
         if (cli_unknown(a, why, sizeof why)) return base_fail(err, "command line: %s", why);
-        const char *d = strchr(name, '.');
+        const char *d = strrchr(name, '.');
         char sec[96];
         snprintf(sec, sizeof sec, "%.*s", (int)(d - name), name);
         const int neg = find_field(sec, d + 1) < 0 ? negated_bool(name) : -1;

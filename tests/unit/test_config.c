@@ -930,6 +930,15 @@ static void command_line_repeats(void) {
     train_config_free(&c);
     remove(path);
 
+    /* fields of nested sections ([training.dataloader], [quantize.linear.float8]) */
+    char *a5[] = {"--training.dataloader.num_workers", "4", "--validation.dataloader.pin-memory",
+                  "--quantize.linear.float8.emulate", "--quantize.linear.float8.no-emulate", NULL};
+    rc = from_args(&c, a5, &err);
+    CHECK(rc == 0 && c.training.dataloader.num_workers == 4 && c.validation.dataloader.pin_memory &&
+              !c.quantize.linear.float8.emulate,
+          "nested sections on the command line: %s", err.msg);
+    train_config_free(&c);
+
     static const struct {
         char *argv[3];
         const char *want;
