@@ -246,6 +246,9 @@ int base_toml_parse_value(const char *text, base_toml_value *v, base_err *err);
 void base_toml_value_free(base_toml_value *v);
 /* "a string", "an integer", "a float", "a boolean", "an array". */
 const char *base_toml_type_name(base_toml_type type);
+/* The length of text[n]'s longest prefix of valid UTF-8 without NUL bytes (n: all of it), by
+ * the rules the parser holds a file to (no overlong forms, surrogates or > U+10FFFF). */
+size_t base_utf8_prefix(const char *text, size_t n);
 
 /* ---- Trace events (base/trace.c) ---------------------------------------------------------
  * A recorder of timed events for the profiler ([profiling]), written as Chrome trace-event

@@ -598,40 +598,44 @@ static int value(parser *t, base_toml_value *v, int depth) {
     return FAIL(t, "expected a value (a quoted string, number, true/false or [array])");
 }
 
-/* Rejects NUL bytes and invalid UTF-8 (overlong forms, surrogates, > U+10FFFF) up front,
- * so the rest of the parser can treat the text as C strings of valid UTF-8. */
-static int check_utf8(parser *t) {
-    const unsigned char *s = (const unsigned char *)t->p, *e = (const unsigned char *)t->end;
-    const unsigned char *ls = s;
-    int line = 1;
+size_t base_utf8_prefix(const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text, *e = s + n;
     for (const unsigned char *p = s; p < e;) {
-        if (*p == '\n') {
-            line++;
-            ls = ++p;
-            continue;
-        }
-        if (*p == 0) return fail_at(t, line, (int)(p - ls) + 1, "NUL byte in the file");
+        if (*p == 0) return (size_t)(p - s);
         if (*p < 0x80) {
             p++;
             continue;
         }
-        const int n = *p >= 0xf0 && *p <= 0xf4  ? 4
+        const int k = *p >= 0xf0 && *p <= 0xf4  ? 4
                       : *p >= 0xe0 && *p < 0xf0 ? 3
                       : *p >= 0xc2 && *p < 0xe0 ? 2
                                                 : 0;
-        uint32_t cp = n == 4 ? *p & 7u : n == 3 ? *p & 15u : *p & 31u;
-        int ok = n > 0 && e - p >= n;
-        for (int i = 1; ok && i < n; i++) {
+        uint32_t cp = k == 4 ? *p & 7u : k == 3 ? *p & 15u : *p & 31u;
+        int ok = k > 0 && e - p >= k;
+        for (int i = 1; ok && i < k; i++) {
             ok = (p[i] & 0xc0) == 0x80;
             cp = cp << 6 | (p[i] & 0x3fu);
         }
-        if (ok && n > 0)
-            ok = !(n == 3 && cp < 0x800) && !(n == 4 && (cp < 0x10000 || cp > 0x10ffff)) &&
+        if (ok)
+            ok = !(k == 3 && cp < 0x800) && !(k == 4 && (cp < 0x10000 || cp > 0x10ffff)) &&
                  !(cp >= 0xd800 && cp <= 0xdfff);
-        if (!ok) return fail_at(t, line, (int)(p - ls) + 1, "invalid UTF-8");
-        p += n;
+        if (!ok) return (size_t)(p - s);
+        p += k;
     }
-    return 0;
+    return n;
+}
+
+/* Rejects NUL bytes and invalid UTF-8 (overlong forms, surrogates, > U+10FFFF) up front,
+ * so the rest of the parser can treat the text as C strings of valid UTF-8. */
+static int check_utf8(parser *t) {
+    const size_t n = (size_t)(t->end - t->p), bad = base_utf8_prefix(t->p, n);
+    if (bad == n) return 0;
+    int line = 1;
+    const char *ls = t->p;
+    for (const char *p = t->p; p < t->p + bad; p++)
+        if (*p == '\n') line++, ls = p + 1;
+    return fail_at(t, line, (int)(t->p + bad - ls) + 1,
+                   t->p[bad] ? "invalid UTF-8" : "NUL byte in the file");
 }
 
 /* One `key = value` line: the value lands in the table the key's dotted prefix names. */

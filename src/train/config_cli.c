@@ -17,6 +17,12 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
     memset(v, 0, sizeof *v);
     v->type = BASE_TOML_STRING;
     base_err e;
+    /* as in a file: the resolved config is saved as TOML (config.toml), which must load back */
+    const size_t tl = strlen(text), bad = base_utf8_prefix(text, tl);
+    if (bad < tl) {
+        snprintf(why, n, "invalid UTF-8 at byte %zu", bad + 1);
+        return -1;
+    }
     if (f->type == T_ANY) { /* a TOML value, else the text as a string */
         if (base_toml_parse_value(text, v, &e) == 0) return 0;
         memset(v, 0, sizeof *v);

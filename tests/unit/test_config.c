@@ -424,6 +424,11 @@ static void command_line(void) {
         {{"--lr_scheduler.total_steps", "5", "--steps", "10"}, /* warmup 200: cut to 5 */
          "command line: --lr_scheduler.total_steps: 5 is shorter than training.steps (10) and "
          "leaves no decay steps"},
+        /* strings must be UTF-8, as in a file: the saved config.toml must load back */
+        {{"--job.description", "caf\xe9"},
+         "command line: --job.description: invalid UTF-8 at byte 4"},
+        {{"--kernels.plugins", "ok.so,\xff.so"},
+         "command line: --kernels.plugins: invalid UTF-8 at byte 7"},
         /* numbers past 64 bits / a double: out of range, not "expected an integer" */
         {{"--training.seed", "99999999999999999999"},
          "command line: --training.seed: 99999999999999999999 is out of range (must be in [0, "
