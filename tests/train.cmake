@@ -77,6 +77,10 @@ endforeach()
 add_test(NAME train_metrics
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics.sh $<TARGET_FILE:titan> ${TITAN_PYTHON})
 set_tests_properties(train_metrics PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+if(TITAN_SANITIZE) # ASan's shadow and quarantine are memory titan plan does not count
+  set_tests_properties(train_metrics PROPERTIES
+                       ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_TEST_SANITIZED=1")
+endif()
 
 # A full disk (a 64 KB tmpfs) under metrics.jsonl: clear error naming it, checkpoint intact.
 add_test(NAME metrics_full_disk

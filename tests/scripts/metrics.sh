@@ -124,14 +124,16 @@ EOF
   --checkpoint.interval 2 >/dev/null
 "$titan" plan "${big[@]}" --checkpoint.enable --checkpoint.interval 2 > "$out/pa2.plan"
 "$python" - "$out/pa2/metrics.jsonl" "$out/pa2.plan" <<'EOF'
-import json, re, sys
+import json, os, re, sys
 m = [j["memory_gib"] for j in map(json.loads, open(sys.argv[1]))]
 plan = open(sys.argv[2]).read()
 snap = float(re.search(r"checkpoint snapshot \(async\) +([0-9.]+)", plan).group(1))
 total = float(re.search(r"total, no checkpointing +([0-9.]+)", plan).group(1))
 grew = m[2] - m[1]  # step 3's figure includes step 2's save
 assert abs(grew - snap) < 0.1 * snap, "snapshot: measured +%.3f GiB, plan %.3f" % (grew, snap)
-assert abs(m[2] - total) < 0.05 * total, "peak %.3f GiB, plan total %.3f" % (m[2], total)
+# (not under ASan, whose shadow memory and quarantine plan does not count)
+assert os.environ.get("TITAN_TEST_SANITIZED") or abs(m[2] - total) < 0.05 * total, \
+    "peak %.3f GiB, plan total %.3f" % (m[2], total)
 print("ok: async snapshot +%.3f GiB (plan %.3f), peak %.3f GiB (plan %.3f)" % (grew, snap, m[2], total))
 EOF
 
