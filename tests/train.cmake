@@ -150,3 +150,12 @@ add_test(NAME report_screenshot
           ${TITAN_PYTHON} ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
 set_tests_properties(report_screenshot PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300
                      SKIP_RETURN_CODE 77)
+
+# An MoE trained with the expert bias, validated on a model of its own shape (validation
+# batch != training's): the loss equals transformers' with the checkpoint's bias in the
+# router's selection (the validation model used to route without the bias).
+add_test(NAME train_val_moe_bias
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_val_moe_bias.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+          ${CMAKE_BINARY_DIR}/val_moe_bias)
+set_tests_properties(train_val_moe_bias PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

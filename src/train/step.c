@@ -52,6 +52,10 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
         dist_fsdp_gather_all(f);
         memcpy(ev->w, train->w, train->n_floats * sizeof(float));
         dist_fsdp_release_all(f);
+        if (ev->moe_bias && train->moe_bias) /* MoE bias balancing: [L, E] routing state, not a
+                                              * weight; without it ev routed unbiased */
+            memcpy(ev->moe_bias, train->moe_bias,
+                   (size_t)ev->args.n_layers * ev->args.n_experts * sizeof(float));
     }
     model_weights_changed(m); /* bf16: after the step's AdamW */
     data_loader *l;
