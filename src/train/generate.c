@@ -265,8 +265,9 @@ void train_cmd_generate_usage(FILE *f) {
            "                       positions (default: the flavor's, 4096 for checkpoints)\n"
            "  --threads N          OpenMP/BLAS threads (default: all cores)\n"
            "  --precision P        bfloat16 (bf16 GEMM operands, fp32 accumulation) or float32\n"
-           "                       (default: training.mixed_precision_param's: bfloat16 where\n"
-           "                       the CPU has bf16 units, else float32)\n");
+           "                       (default: the one a training checkpoint records, else\n"
+           "                       training.mixed_precision_param's: bfloat16 where the CPU\n"
+           "                       has bf16 units, else float32)\n");
 }
 
 /* Adds id to stop[] when it exists (>= 0) and is not there yet. */
@@ -353,6 +354,40 @@ static int prompt_ids(data_tok *tok, const char *text, size_t len, int V, data_t
             return base_fail(err,
                              "generate: prompt token %d is outside the model's vocabulary (%d)",
                              ids->ids[i], V);
+    return 0;
+}
+
+/* The compute precision a training checkpoint at path records (metadata "train"
+ * "mixed_precision_param", the run's resolved training.mixed_precision_param) in buf[n]: ""
+ * for any other source and for older checkpoints without it. */
+static int recorded_precision(const char *path, char *buf, size_t n, base_err *err) {
+    buf[0] = 0;
+    ckpt_source src;
+    base_err ignore; /* not a model: train_load_model says why */
+    if (ckpt_source_open(&src, path, &ignore) || src.kind != CKPT_SRC_STEP) return 0;
+    json_t *t = train_step_state(src.folder, src.step, err);
+    if (!t) return -1;
+    const char *p = json_string_value(json_object_get(t, "mixed_precision_param"));
+    if (p) snprintf(buf, n, "%s", p);
+    json_decref(t);
+    return 0;
+}
+
+/* The precision to generate in: --precision when given, else the one a training checkpoint
+ * records (the weights were trained, and validated, in it), else the unset default (the CPU's,
+ * or $TITAN_MIXED_PRECISION). why[n] says which and why. */
+static int generate_precision(const char *path, const char *precision, ops_prec *prec, char *why,
+                              size_t n, base_err *err) {
+    char rec[32];
+    if (precision) return train_precision_resolve("--precision", precision, prec, why, n, err);
+    if (recorded_precision(path, rec, sizeof rec, err)) return -1;
+    if (!rec[0]) return train_precision_resolve("--precision", NULL, prec, why, n, err);
+    char key[4200], res[256];
+    snprintf(key, sizeof key, "%s's recorded training.mixed_precision_param", path);
+    if (train_precision_resolve(key, rec, prec, res, sizeof res, err)) return -1;
+    const char *emulated = strchr(res, ';'); /* "; emulated: no bf16 units" */
+    snprintf(why, n, "%s (recorded by the training checkpoint; --precision overrides)%s", rec,
+             emulated ? emulated : "");
     return 0;
 }
 
@@ -471,8 +506,8 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     size_t text_len = 0;
     if (!(text = prompt_text(prompt, chat, thinking, &text_len, err))) goto out;
     ops_prec prec;
-    char why[160];
-    if (train_precision_resolve("--precision", precision, &prec, why, sizeof why, err)) goto out;
+    char why[256];
+    if (generate_precision(path, precision, &prec, why, sizeof why, err)) goto out;
     base_log(BASE_LOG_INFO, "generate: precision %s", why);
     if (train_load_model(&m, path, &a, prec, err)) goto out;
     /* One token per byte is right for a vocabulary of exactly the 256 bytes, a checkpoint that

@@ -175,6 +175,19 @@ echo "ok bf16 reduce and unknown precisions refused by name"
 grep -q "precision bfloat16" "$out/gen.log" && [ -s "$out/gen.txt" ] ||
   { echo "FAIL generate --precision"; cat "$out/gen.log"; exit 1; }
 echo "ok generate runs in bf16"
+# A training checkpoint records its run's precision: generate follows it (here over the
+# suite's TITAN_MIXED_PRECISION=float32 pin of the unset default), --precision overrides it
+# (it used to take the CPU's / the pin's default whatever the checkpoint was trained in).
+"$titan" generate --model "$out/r" --ids --prompt "1 2 3" --max-new-tokens 4 \
+    --temperature 0 > "$out/gen_rec.txt" 2> "$out/gen_rec.log" || { cat "$out/gen_rec.log"; exit 1; }
+grep -q "generate: precision bfloat16 (recorded by the training checkpoint" "$out/gen_rec.log" &&
+  cmp -s "$out/gen.txt" "$out/gen_rec.txt" ||
+  { echo "FAIL: generate on a bf16 checkpoint did not follow its recorded precision"; cat "$out/gen_rec.log"; exit 1; }
+"$titan" generate --model "$out/r" --ids --prompt "1 2 3" --max-new-tokens 4 --temperature 0 \
+    --precision float32 > /dev/null 2> "$out/gen_f32.log" || { cat "$out/gen_f32.log"; exit 1; }
+grep -q "generate: precision float32 (set)" "$out/gen_f32.log" ||
+  { echo "FAIL: --precision float32 on a bf16 checkpoint"; cat "$out/gen_f32.log"; exit 1; }
+echo "ok generate follows a checkpoint's recorded precision; --precision overrides it"
 if "$titan" generate --model "$out/r" --ids --prompt "1" --precision fp16 > /dev/null \
     2> "$out/gen_bad.log"; then echo "FAIL: generate --precision fp16 accepted"; exit 1; fi
 grep -q -- "--precision 'fp16': expected bfloat16 or float32" "$out/gen_bad.log" ||
@@ -196,7 +209,7 @@ if [ "$(id -u)" = 0 ] && nounits sh -c '! grep -qwE "amx_bf16|avx512_bf16" /proc
       > "$out/nu.log" 2>&1 || { cat "$out/nu.log"; exit 1; }
   grep -q "precision: float32 (default: this CPU has no bf16 units" "$out/nu.log" &&
     ! grep -q "emulated" "$out/nu.log" || { echo "FAIL: default without bf16 units"; cat "$out/nu.log"; exit 1; }
-  nounits "$titan" train "${one[@]}" "${bf[@]}" --dump-folder "$out/nub" --checkpoint-interval 1 \
+  nounits "$titan" train "${one[@]}" "${bf[@]}" --dump-folder "$out/nub" --checkpoint-interval 1 --out hf \
       > "$out/nub.log" 2>&1 ||
     { cat "$out/nub.log"; exit 1; }
   [ "$(grep -c 'training.mixed_precision_param: bfloat16 on a CPU without bf16 units.*bf16 GEMMs are emulated' "$out/nub.log")" -eq 1 ] &&
@@ -207,10 +220,17 @@ if [ "$(id -u)" = 0 ] && nounits sh -c '! grep -qwE "amx_bf16|avx512_bf16" /proc
   [ "$(grep -c -- '--precision: bfloat16 on a CPU without bf16 units' "$out/nug.log")" -eq 1 ] &&
     ! grep -q "training.mixed_precision_param" "$out/nug.log" ||
     { echo "FAIL: generate --precision bfloat16 without bf16 units: the warning names --precision"; cat "$out/nug.log"; exit 1; }
-  nounits env -u TITAN_MIXED_PRECISION "$titan" "${gen[@]}" > /dev/null 2> "$out/nug2.log" ||
+  # generate's default for a source that records no precision (an HF export)
+  nounits env -u TITAN_MIXED_PRECISION "$titan" generate --model "$out/nub/hf" --bytes --ids \
+      --prompt "1 2" --max-new-tokens 2 --temperature 0 > /dev/null 2> "$out/nug2.log" ||
     { cat "$out/nug2.log"; exit 1; }
   grep -q "generate: precision float32 (default: this CPU has no bf16 units" "$out/nug2.log" ||
     { echo "FAIL: generate's default without bf16 units"; cat "$out/nug2.log"; exit 1; }
+  # the bf16 checkpoint's recorded precision, emulated here: one warning naming where it came from
+  nounits "$titan" "${gen[@]}" > /dev/null 2> "$out/nug3.log" || { cat "$out/nug3.log"; exit 1; }
+  [ "$(grep -c "recorded training.mixed_precision_param: bfloat16 on a CPU without bf16 units" "$out/nug3.log")" -eq 1 ] &&
+    grep -q "generate: precision bfloat16 (recorded by the training checkpoint; --precision overrides); emulated" "$out/nug3.log" ||
+    { echo "FAIL: generate on a bf16 checkpoint without bf16 units"; cat "$out/nug3.log"; exit 1; }
   # titan plan sizes the bf16 copy and activations for the precision a run here would use,
   # and says which, with its reason (a plan made on another machine can differ)
   nounits env -u TITAN_MIXED_PRECISION "$titan" plan --set n_layers=2 > "$out/nup.log" 2>&1 &&
