@@ -237,8 +237,9 @@ void train_cmd_generate_usage(FILE *f) {
     fprintf(
         f, "usage: titan generate --model PATH [options]\n"
            "Streams the model's continuation of a prompt to stdout as tokens are produced (KV\n"
-           "cache), stopping at max-new-tokens or the tokenizer's eos / <|im_end|> /\n"
-           "<|endoftext|>; speed on stderr.\n"
+           "cache), stopping at max-new-tokens or an eos: a Hugging Face folder's\n"
+           "generation_config.json / config.json eos_token_id, else the tokenizer's eos /\n"
+           "<|im_end|> / <|endoftext|>; speed on stderr.\n"
            "  --model PATH         a training checkpoint (FOLDER/step-N, or FOLDER: its newest\n"
            "                       step, or a run folder holding checkpoint/), or a folder with\n"
            "                       model.safetensors (HF names; its arguments from --flavor /\n"
@@ -270,12 +271,70 @@ void train_cmd_generate_usage(FILE *f) {
            "                       has bf16 units, else float32)\n");
 }
 
-/* Adds id to stop[] when it exists (>= 0) and is not there yet. */
+/* Stop ids at most: a folder's eos_token_id list is refused past it. */
+#define GEN_MAX_STOP 64
+
+/* Adds id to stop[] when it exists (>= 0), is not there yet and there is room. */
 static void add_stop(int32_t id, int32_t *stop, int *n) {
-    if (id < 0) return;
+    if (id < 0 || *n >= GEN_MAX_STOP) return;
     for (int i = 0; i < *n; i++)
         if (stop[i] == id) return;
     stop[(*n)++] = id;
+}
+
+/* The eos ids DIR/name declares (key eos_token_id: an id or a list of ids) added to stop[];
+ * *declared: whether it declares any (absent file, absent key or null: no). A malformed file
+ * or value is refused by name. */
+static int file_eos_ids(const char *dir, const char *name, int32_t *stop, int *n, int *declared,
+                        base_err *err) {
+    char p[4200];
+    *declared = 0;
+    if (!base_has_file(dir, name)) return 0;
+    if (base_path_join(p, sizeof p, dir, name, err)) return -1;
+    json_error_t je;
+    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        return base_fail(err, "%s: not valid JSON: %s (line %d column %d)", p, je.text, je.line,
+                         je.column);
+    const json_t *e = json_object_get(j, "eos_token_id");
+    const size_t count = json_is_array(e) ? json_array_size(e) : json_is_integer(e) ? 1 : 0;
+    int rc = 0;
+    if (!json_is_object(j) || (e && !json_is_null(e) && !count && !json_is_array(e)))
+        rc = base_fail(err, "%s: eos_token_id must be a token id or a list of them", p);
+    else if (count > GEN_MAX_STOP)
+        rc = base_fail(err, "%s: eos_token_id lists %zu ids, more than %d", p, count, GEN_MAX_STOP);
+    for (size_t i = 0; !rc && i < count; i++) {
+        const json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            rc = base_fail(err, "%s: eos_token_id: entry %zu is not a token id", p, i);
+        else
+            add_stop((int32_t)json_integer_value(v), stop, n);
+    }
+    *declared = !rc && count > 0;
+    json_decref(j);
+    return rc;
+}
+
+/* The ids generation stops at, in stop[GEN_MAX_STOP]. A Hugging Face folder that declares eos
+ * ids gives exactly transformers' generate()'s: its generation_config.json eos_token_id, else
+ * its config.json's. Any other source (or a folder declaring none): the tokenizer's eos,
+ * <|im_end|> and <|endoftext|> (Qwen3's generation_config.json list and its tokenizer eos);
+ * without a tokenizer, none. */
+static int stop_ids(const char *path, const data_tok *tok, int32_t *stop, int *n, base_err *err) {
+    *n = 0;
+    ckpt_source src;
+    base_err ignore; /* loaded already: it opens */
+    int declared = 0;
+    if (ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_HF) {
+        if (file_eos_ids(src.path, "generation_config.json", stop, n, &declared, err)) return -1;
+        if (!declared && file_eos_ids(src.path, "config.json", stop, n, &declared, err)) return -1;
+    }
+    if (!declared && tok) {
+        add_stop(data_tok_eos_id(tok), stop, n);
+        add_stop(data_tok_token_id(tok, "<|im_end|>"), stop, n);
+        add_stop(data_tok_token_id(tok, "<|endoftext|>"), stop, n);
+    }
+    return 0;
 }
 
 /* The prompt's text (malloc'ed) and its length in *n (stdin's may hold NUL bytes, which are
@@ -532,13 +591,9 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     }
     const int64_t want = (int64_t)ids.n + max_new;
     if (model_infer_new(&s, &m, want < ctx ? (int)want : ctx, err)) goto out;
-    int32_t stop[3];
+    int32_t stop[GEN_MAX_STOP];
     int n_stop = 0;
-    if (tok) {
-        add_stop(data_tok_eos_id(tok), stop, &n_stop);
-        add_stop(data_tok_token_id(tok, "<|im_end|>"), stop, &n_stop);
-        add_stop(data_tok_token_id(tok, "<|endoftext|>"), stop, &n_stop);
-    }
+    if (stop_ids(path, tok, stop, &n_stop, err)) goto out;
     train_text_stream ts = {.tok = as_ids ? NULL : tok, .as_ids = as_ids, .out = stdout};
     train_gen_opts go = {
         .sampler = smp, .max_new_tokens = max_new, .stop = stop, .n_stop = n_stop, .stream = &ts};
