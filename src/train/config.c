@@ -303,7 +303,8 @@ const field g_fields[] = {
     STR(validation, dataset, "c4_validation", NULL, "validation dataset name"),
     STR(validation, dataset_path, "", NULL, "validation dataset file"),
     INT(validation, freq, 10, 1, BIG, "validate every N steps"),
-    INTC(validation, steps, -1, -1, BIG, check_not_zero, "validation steps; -1 = whole set"),
+    INTC(validation, steps, -1, -1, BIG, check_not_zero,
+         "validation batches; -1 = the whole set once (N > its batches: repeats it)"),
     INT(validation, local_batch_size, 8, 1, BIG, "validation sequences per microbatch"),
     INT(validation, seq_len, 2048, 1, BIG, "validation tokens per sequence"),
 

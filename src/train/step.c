@@ -40,13 +40,15 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
                          .seq_len = o->val.seq_len,
                          .batch = o->val.batch,
                          .dp_size = 1,
-                         .infinite = 0,
+                         .infinite = o->val.steps > 0,
                          .partial_last = 1,
                          .pad_label = OPS_IGNORE_INDEX};
     /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
-     * gathers whatever the documents' split. The last batch may be short (torchtitan's
-     * validation loader keeps it): its missing rows carry ignored labels, so the loss is the
-     * token mean over every whole window of the set (or of validation.steps batches). */
+     * gathers whatever the documents' split. steps -1: one pass; the last batch may be short
+     * (torchtitan's validation loader keeps it): its missing rows carry ignored labels, so the
+     * loss is the token mean over every whole window of the set. steps N: N whole batches of
+     * the set read as a repeating stream, as torchtitan repeats a bounded validation set (more
+     * batches than it holds wrap around, the loader saying so). */
     model *m = ev ? ev : train;
     if (ev) {
         dist_fsdp_gather_all(f);

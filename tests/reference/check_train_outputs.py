@@ -70,10 +70,11 @@ check(len(pev) == len(vev) and all(abs(p.value - math.exp(v.value)) <= 1e-6 * p.
 
 # The last validation loss against transformers on the exported weights.
 data = open(val_file, "rb").read()
-# every whole window: the last batch may be short (torchtitan's validation loader keeps it)
-n_windows = len(data) // (T + 1)
-if vsteps > 0:
-    n_windows = min(n_windows, vsteps * B)
+# steps -1: every whole window once, the last batch may be short (torchtitan's validation
+# loader keeps it); steps N: N whole batches of the set read as a repeating stream (torchtitan
+# repeats the set for bounded validation: more batches than it holds wrap around)
+n_windows = len(data) // (T + 1) if vsteps <= 0 else vsteps * B
+data = data * (n_windows * (T + 1) // len(data) + 1)
 w = torch.tensor([list(data[i * (T + 1):(i + 1) * (T + 1)]) for i in range(n_windows)])
 model = Qwen3ForCausalLM.from_pretrained(os.path.join(dump, "hf"), torch_dtype=torch.float32).eval()
 with torch.no_grad():

@@ -23,6 +23,13 @@ head -c $((5 * 33 + 3)) "$out/val.txt" > "$out/val5.txt"
     --validation.dataset_path "$out/val5.txt" --validation.freq 1 --validation.steps -1 \
     --validation.seq_len 32 --validation.local_batch_size 2 --out hf > "$out/log5"
 "$python" "$here/reference/check_train_outputs.py" "$out/run5" "$out/val5.txt" 32 2 -1 1 1 1
+# validation.steps 4 of 2 windows on that set of 5: torchtitan repeats a bounded validation
+# set, so 8 windows wrapping around (they were the 5 there are, silently)
+"$titan" train "${model[@]}" --steps 1 --log-freq 1 --dump-folder "$out/run5w" \
+    --metrics.enable_tensorboard --metrics.enable_jsonl --validation.enable \
+    --validation.dataset_path "$out/val5.txt" --validation.freq 1 --validation.steps 4 \
+    --validation.seq_len 32 --validation.local_batch_size 2 --out hf > "$out/log5w"
+"$python" "$here/reference/check_train_outputs.py" "$out/run5w" "$out/val5.txt" 32 2 4 1 1 1
 # divergence: a huge learning rate makes step 2's loss non-finite
 if "$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --grad-accum 2 \
     --dump-folder "$out/div" --checkpoint-interval 1 --sync-checkpoint > "$out/div.log" 2>&1; then
