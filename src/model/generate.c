@@ -235,7 +235,7 @@ int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_
     int32_t best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
-    if (!(s->temperature > 0) || s->top_k == 1 || V <= 1) return best;
+    if (!(s->temperature > 0) || V <= 1) return best;
     /* scaled in double, from the max: a float temperature underflows below ~1e-38 and
      * logit / T overflows, which gave inf - inf = NaN weights (token 0) for a tiny T */
     const double temp = s->temperature, lmax = logits[best];
@@ -248,6 +248,16 @@ int32_t model_sample(const float *logits, int V, const model_sampler *s, uint64_
         for (int i = 0; i < V; i++) c[i] = (cand){scaled(logits[i], lmax, temp), i};
         n = select_top_k(c, V, s->top_k);
         qsort(c, (size_t)n, sizeof(cand), cand_cmp);
+        /* HF's TopKLogitsWarper removes only logits below the k-th best: every token tied
+         * with it stays (top_k 1 with a tied best samples among them). The better ones keep
+         * their order; all the ties follow them, in id order. */
+        const float kth = logits[c[n - 1].id];
+        int better = 0;
+        for (int j = 0; j < n; j++)
+            if (logits[c[j].id] != kth) c[better++] = c[j];
+        n = better;
+        for (int i = 0; i < V; i++)
+            if (logits[i] == kth) c[n++] = (cand){scaled(logits[i], lmax, temp), i};
     } else if (top_p < 1) {
         /* Only tokens with p >= (1 - top_p) / V can be in the nucleus: all smaller ones together
          * hold less than 1 - top_p, so the mass ranked above any of them exceeds top_p. Dropping

@@ -122,9 +122,10 @@ static double check_model(int H, int G, int tied, int T, int n_prefill, int n_se
     return worst;
 }
 
-/* Hugging Face semantics by brute force: sort everything, nucleus = tokens whose mass ranked
- * above is < top_p, draw with the same uniform, walking the survivors by rank (by id when
- * neither top-k nor top-p is on, as model_sample does). */
+/* Hugging Face semantics by brute force: sort everything, top-k = every token whose logit is
+ * >= the k-th best's (TopKLogitsWarper removes only scores below it: ties stay), nucleus =
+ * tokens whose mass ranked above is < top_p, draw with the same uniform, walking the survivors
+ * by rank (by id when neither top-k nor top-p is on, as model_sample does). */
 static int32_t ref_sample(const float *logits, int V, const model_sampler *s, uint64_t index) {
     int *ord = malloc(sizeof(int) * V);
     const float temp = (float)s->temperature;
@@ -140,6 +141,7 @@ static int32_t ref_sample(const float *logits, int V, const model_sampler *s, ui
     const double vmax = logits[ord[0]] / temp;
     const int top_k = s->top_k > 0 && s->top_k < V;
     int n = top_k ? s->top_k : V;
+    while (top_k && n < V && logits[ord[n]] == logits[ord[s->top_k - 1]]) n++;
     if (!top_k && s->top_p >= 1)
         for (int i = 0; i < V; i++) ord[i] = i;
     double total = 0;
@@ -189,6 +191,23 @@ static void check_sampling(void) {
           count[4]);
     model_sampler tiny = {1.0, 0, 1e-9, 5}; /* always at least one token: the best */
     for (int i = 0; i < 50; i++) CHECK(model_sample(lg, 5, &tiny, (uint64_t)i) == 3, "top-p ~0");
+
+    /* top-k keeps every token tied with the k-th best, as HF's TopKLogitsWarper (it removes
+     * scores < the k-th largest): k 2 of {1, 3, 3, 3, 0} keeps ids 1, 2, 3 (1/3 each), k 1 of
+     * {2, 2, 0} samples ids 0 and 1 (1/2 each); titan kept exactly k, never drawing id 3 / 1 */
+    const float tie3[5] = {1, 3, 3, 3, 0}, tie2[3] = {2, 2, 0};
+    memset(count, 0, sizeof count);
+    model_sampler k2 = {1.0, 2, 1, 6};
+    for (int i = 0; i < 3000; i++) count[model_sample(tie3, 5, &k2, (uint64_t)i)]++;
+    CHECK(count[0] + count[4] == 0 && fabs(count[3] / 3000.0 - 1.0 / 3) < 0.04,
+          "top-k 2 with a 3-way tie at the 2nd: ids 1,2,3 drawn %d %d %d (want ~1000 each)",
+          count[1], count[2], count[3]);
+    memset(count, 0, sizeof count);
+    model_sampler kt1 = {1.0, 1, 1, 7};
+    for (int i = 0; i < 2000; i++) count[model_sample(tie2, 3, &kt1, (uint64_t)i)]++;
+    CHECK(count[2] == 0 && fabs(count[1] / 2000.0 - 0.5) < 0.04,
+          "top-k 1 with a tie at the best: ids 0,1 drawn %d %d (want ~1000 each)", count[0],
+          count[1]);
 
     /* a larger random vocabulary: top_k 1 == greedy; top-k only from the k best; every mode
      * equals the brute-force reference draw for draw; same seed -> same draws */
