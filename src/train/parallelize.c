@@ -161,12 +161,17 @@ int train_full_model(model *full, const model *m, const train_opts *o, dist_comm
                            .ac = MODEL_AC_NONE,
                            .overrides = o->kernel_overrides,
                            .n_overrides = o->n_kernel_overrides,
-                           .prec = o->prec}; /* the end-of-run sample runs as training did */
+                           .prec = o->prec, /* the end-of-run sample runs as training did */
+                           .balance = m->balance};
     if (model_build(full, &o->model, &bo, err)) return -1;
     size_t n = 0;
     dist_tp_run *runs = whole_runs(m, &n);
     if (!runs) return base_fail(err, "out of memory");
     dist_tp_assemble(runs, n, m->w, full->w, full->n_floats, slice_rank(m), group);
     free(runs);
+    if (full->moe_bias && m->moe_bias) /* MoE bias balancing: [L, E], every expert on each
+                                        * rank (the router sees them all), not in w */
+        memcpy(full->moe_bias, m->moe_bias,
+               (size_t)full->args.n_layers * full->args.n_experts * sizeof(float));
     return 0;
 }

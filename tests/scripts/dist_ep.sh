@@ -6,6 +6,7 @@
 #     mode (none, the HF aux loss, the expert bias) and with full activation checkpointing:
 #     the losses of 5 steps within 1e-5 relative, the final parameters (checkpoints, full
 #     layout) within 1e-5 relative L2.
+#  1c. The end-of-run sample of an ep=2 run balanced by bias: one rank's ids.
 #  2. An ep=2 checkpoint written at step 5 resumes on 1 rank; steps 6..10 match a straight
 #     1-rank run x 2 microbatches within 1e-5.
 #  3. ep=2 with dp_shard=4 (4 ranks: two EP groups, each expert stack FSDP-sharded over the
@@ -55,6 +56,18 @@ d = max(abs(x - y) for x, y in zip(a, b))
 sys.exit(0 if len(a) == len(b) and any(a) and d <= 1e-5 else f"FAIL ep=2 initial load: bias off by {d}")' \
   "$out/ref_bias/checkpoint/step-5/metadata.json" "$out/ep_il/checkpoint/step-1/metadata.json"
 echo "ep=2 initial load: the expert bias is the checkpoint's"
+
+# 1c. the end-of-run sample of an ep=2 run balanced by bias (the whole model assembled from
+# the ranks' experts) routes with the expert bias, as one rank's: the same ids (it routed
+# without it: other ids, at a bias rate large enough to move the routing)
+m=("${model[@]}" --model.moe_load_balance bias --model.moe_bias_update_rate 0.05 --steps 5
+   --batch 2 --sample 24)
+"$titan" train "${m[@]}" --grad-accum 2 --dump-folder "$out/s1" > "$out/s1.log"
+mpi 2 "${m[@]}" "${ep2[@]}" --dump-folder "$out/s2" > "$out/s2.log"
+sample() { grep -A1 "^sample (temperature" "$1" | tail -1; }
+[ -n "$(sample "$out/s1.log")" ] && [ "$(sample "$out/s1.log")" = "$(sample "$out/s2.log")" ] ||
+  { echo "FAIL ep=2 sample with the expert bias: $(sample "$out/s2.log") vs one rank's $(sample "$out/s1.log")"; exit 1; }
+echo "ep=2 end-of-run sample routes with the expert bias (the ids of one rank's)"
 
 # 2. an ep=2 checkpoint resumes on one rank
 m=("${model[@]}" "${aux[@]}" --steps 10 --checkpoint-interval 5 --batch 2)
