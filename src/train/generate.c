@@ -218,6 +218,7 @@ int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const tr
             rc = model_infer_forward(s, &seq[n - 1], 1, logits, 0, err);
         } else { /* full: continue from the last half of the context */
             const int keep = max_len / 2 > 0 ? max_len / 2 : 1;
+            r->slides++;
             model_infer_reset(s);
             rc = model_infer_forward(s, seq + n - keep, keep, logits, 0, err);
         }
@@ -610,6 +611,12 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
                 r.n_prompt, r.prefill_s, r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, r.n_new,
                 r.decode_s, r.decode_s > 0 ? r.n_new / r.decode_s : 0.0,
                 r.stopped ? "; stopped at a stop token" : "");
+        if (r.slides) /* the model saw less than the whole text: said, not silent */
+            fprintf(stderr,
+                    "the context of %d positions (--max-seq-len) filled %d time%s: each time "
+                    "generation went on from its last %d tokens\n",
+                    model_infer_max_len(s), r.slides, r.slides > 1 ? "s" : "",
+                    model_infer_max_len(s) / 2 > 0 ? model_infer_max_len(s) / 2 : 1);
     }
 out:
     free(r.tokens);

@@ -456,6 +456,7 @@ typedef struct {
 typedef struct {
     int n_prompt, n_new; /* prompt tokens fed, tokens generated (stop token included) */
     int stopped;         /* ended on a stop token */
+    int slides;          /* times the context was full and its last half prefilled again */
     double prefill_s, decode_s;
     int32_t *tokens; /* malloc'ed (free()): the prompt and the generated tokens */
     int n_tokens;

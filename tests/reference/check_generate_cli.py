@@ -13,6 +13,7 @@ usage: check_generate_cli.py TITAN SHARED_DIR WORK_DIR
 5. A model folder with no tokenizer.json and a vocabulary other than 256 is refused (not one
    token per byte printed as '?'); --bytes asks for bytes; a 256-id model needs nothing.
 6. --help lists --ids; --no-thinking without --chat is refused naming --chat.
+7. Generation past the context (--max-seq-len) says on stderr that the context slid.
 """
 import os
 import signal
@@ -69,6 +70,18 @@ def tiny_temperature(gen):
             got = ids_of(run(gen + ["--temperature", t, "--ids"] + mode))
             assert got == greedy, f"--temperature {t} {mode}: {got} != greedy {greedy}"
     print("tiny temperatures (1e-40 .. 1e-300) sample the greedy tokens")
+
+
+def context_full(model):
+    """Generation past the context (--max-seq-len) slides: it says so on stderr, with the
+    count, and says nothing when the context holds the whole text."""
+    base = model + ["--prompt", "Hi", "--temperature", "0", "--ids"]
+    r = run(base + ["--max-seq-len", "4", "--max-new-tokens", "10"])
+    assert "the context of 4 positions (--max-seq-len) filled" in r.err and \
+        "last 2 tokens" in r.err, r.err
+    r = run(base + ["--max-new-tokens", "10"])
+    assert "filled" not in r.err, r.err
+    print("generation past --max-seq-len says that the context slid")
 
 
 def write_errors(gen):
@@ -133,6 +146,7 @@ def main():
     options(gen)
     no_tokenizer(work, pad_dir, flags)
     tiny_temperature(gen)
+    context_full(model)
     write_errors(gen)
     nul_prompt(model, tok_dir, hf)
     padded_vocab(gen, tok_dir, hf)
