@@ -262,6 +262,9 @@ void train_cmd_generate_usage(FILE *f) {
            "  --temperature T      0 = greedy (0.6)\n"
            "  --top-k K            keep the K most likely tokens, 0 = all (20)\n"
            "  --top-p P            nucleus: the smallest set with probability >= P (0.95)\n"
+           "                       (defaults for an HF folder with generation_config.json:\n"
+           "                       its do_sample / temperature / top_k / top_p, as\n"
+           "                       transformers' generate() takes them)\n"
            "  --seed S             sampling seed (0): same seed, same text\n"
            "  --max-seq-len N      context; the KV cache holds min(N, prompt + new tokens)\n"
            "                       positions (default: the flavor's, 4096 for checkpoints)\n"
@@ -283,58 +286,100 @@ static void add_stop(int32_t id, int32_t *stop, int *n) {
     stop[(*n)++] = id;
 }
 
-/* The eos ids DIR/name declares (key eos_token_id: an id or a list of ids) added to stop[];
- * *declared: whether it declares any (absent file, absent key or null: no). A malformed file
- * or value is refused by name. */
-static int file_eos_ids(const char *dir, const char *name, int32_t *stop, int *n, int *declared,
-                        base_err *err) {
-    char p[4200];
-    *declared = 0;
+/* DIR/name parsed into *out, its path in p[n]; *out NULL when there is no such file. A file
+ * that is not a JSON object is refused by name. */
+static int folder_json(const char *dir, const char *name, json_t **out, char *p, size_t n,
+                       base_err *err) {
+    *out = NULL;
+    if (base_path_join(p, n, dir, name, err)) return -1;
     if (!base_has_file(dir, name)) return 0;
-    if (base_path_join(p, sizeof p, dir, name, err)) return -1;
     json_error_t je;
     json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
     if (!j)
         return base_fail(err, "%s: not valid JSON: %s (line %d column %d)", p, je.text, je.line,
                          je.column);
-    const json_t *e = json_object_get(j, "eos_token_id");
-    const size_t count = json_is_array(e) ? json_array_size(e) : json_is_integer(e) ? 1 : 0;
-    int rc = 0;
-    if (!json_is_object(j) || (e && !json_is_null(e) && !count && !json_is_array(e)))
-        rc = base_fail(err, "%s: eos_token_id must be a token id or a list of them", p);
-    else if (count > GEN_MAX_STOP)
-        rc = base_fail(err, "%s: eos_token_id lists %zu ids, more than %d", p, count, GEN_MAX_STOP);
-    for (size_t i = 0; !rc && i < count; i++) {
-        const json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            rc = base_fail(err, "%s: eos_token_id: entry %zu is not a token id", p, i);
-        else
-            add_stop((int32_t)json_integer_value(v), stop, n);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return base_fail(err, "%s: not a JSON object", p);
     }
-    *declared = !rc && count > 0;
-    json_decref(j);
-    return rc;
+    *out = j;
+    return 0;
 }
 
-/* The ids generation stops at, in stop[GEN_MAX_STOP]. A Hugging Face folder that declares eos
- * ids gives exactly transformers' generate()'s: its generation_config.json eos_token_id, else
- * its config.json's. Any other source (or a folder declaring none): the tokenizer's eos,
+/* The eos ids j (the file p) declares (key eos_token_id: an id or a list of ids) added to
+ * stop[]; *declared: whether it declares any (no file, no key or null: no). A malformed value
+ * is refused by name. */
+static int json_eos_ids(const json_t *j, const char *p, int32_t *stop, int *n, int *declared,
+                        base_err *err) {
+    const json_t *e = json_object_get(j, "eos_token_id");
+    const size_t count = json_is_array(e) ? json_array_size(e) : json_is_integer(e) ? 1 : 0;
+    *declared = 0;
+    if (e && !json_is_null(e) && !count && !json_is_array(e))
+        return base_fail(err, "%s: eos_token_id must be a token id or a list of them", p);
+    if (count > GEN_MAX_STOP)
+        return base_fail(err, "%s: eos_token_id lists %zu ids, more than %d", p, count,
+                         GEN_MAX_STOP);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return base_fail(err, "%s: eos_token_id: entry %zu is not a token id", p, i);
+        add_stop((int32_t)json_integer_value(v), stop, n);
+    }
+    *declared = count > 0;
+    return 0;
+}
+
+/* The ids generation stops at, in stop[GEN_MAX_STOP]. A Hugging Face folder hf (NULL: another
+ * source) that declares eos ids gives exactly transformers' generate()'s: its
+ * generation_config.json eos_token_id (gen, the file gen_path; NULL when absent), else its
+ * config.json's. Any other source (or a folder declaring none): the tokenizer's eos,
  * <|im_end|> and <|endoftext|> (Qwen3's generation_config.json list and its tokenizer eos);
  * without a tokenizer, none. */
-static int stop_ids(const char *path, const data_tok *tok, int32_t *stop, int *n, base_err *err) {
+static int stop_ids(const char *hf, const json_t *gen, const char *gen_path, const data_tok *tok,
+                    int32_t *stop, int *n, base_err *err) {
     *n = 0;
-    ckpt_source src;
-    base_err ignore; /* loaded already: it opens */
     int declared = 0;
-    if (ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_HF) {
-        if (file_eos_ids(src.path, "generation_config.json", stop, n, &declared, err)) return -1;
-        if (!declared && file_eos_ids(src.path, "config.json", stop, n, &declared, err)) return -1;
+    if (gen && json_eos_ids(gen, gen_path, stop, n, &declared, err)) return -1;
+    if (hf && !declared) {
+        json_t *cfg;
+        char p[4200];
+        if (folder_json(hf, "config.json", &cfg, p, sizeof p, err)) return -1;
+        const int rc = cfg ? json_eos_ids(cfg, p, stop, n, &declared, err) : 0;
+        json_decref(cfg);
+        if (rc) return -1;
     }
     if (!declared && tok) {
         add_stop(data_tok_eos_id(tok), stop, n);
         add_stop(data_tok_token_id(tok, "<|im_end|>"), stop, n);
         add_stop(data_tok_token_id(tok, "<|endoftext|>"), stop, n);
     }
+    return 0;
+}
+
+/* The sampling settings the command line leaves unset (set[0..2]: --temperature, --top-k,
+ * --top-p given) from a Hugging Face folder's generation_config.json (gen, the file p), as
+ * transformers' generate() takes them: do_sample, temperature, top_k, top_p, with its defaults
+ * (false, 1.0, 50, 1.0) for absent keys; do_sample false with no sampling option given is
+ * greedy. why[n] names the source. A value out of range is refused by name. */
+static int gen_config_sampling(const json_t *gen, const char *p, const int set[3],
+                               model_sampler *smp, char *why, size_t n, base_err *err) {
+    const json_t *ds = json_object_get(gen, "do_sample"), *t = json_object_get(gen, "temperature"),
+                 *k = json_object_get(gen, "top_k"), *tp = json_object_get(gen, "top_p");
+    if ((ds && !json_is_boolean(ds) && !json_is_null(ds)) ||
+        (t && !json_is_null(t) && !(json_is_number(t) && json_number_value(t) >= 0)) ||
+        (k && !json_is_null(k) && !(json_is_integer(k) && json_integer_value(k) >= 0)) ||
+        (tp && !json_is_null(tp) &&
+         !(json_is_number(tp) && json_number_value(tp) > 0 && json_number_value(tp) <= 1)))
+        return base_fail(err,
+                         "%s: do_sample must be a boolean, temperature >= 0, top_k an integer "
+                         ">= 0, top_p in (0, 1]",
+                         p);
+    if (!set[0]) smp->temperature = json_is_number(t) ? json_number_value(t) : 1.0;
+    if (!set[1]) smp->top_k = json_is_integer(k) ? (int)json_integer_value(k) : 50;
+    if (!set[2]) smp->top_p = json_is_number(tp) ? json_number_value(tp) : 1.0;
+    const int greedy = !json_is_true(ds) && !set[0] && !set[1] && !set[2];
+    if (greedy) smp->temperature = 0;
+    snprintf(why, n, "%s (%s)", greedy ? "greedy: do_sample false" : "sampling", p);
     return 0;
 }
 
@@ -459,6 +504,7 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     int max_new = 256, thinking = 1, threads = 0, max_seq = 0, seed = 0, as_ids = 0, bytes = 0;
     int args_at[64], n_args = 0; /* where --flavor / --set are: a bare file's arguments */
     model_sampler smp = {.temperature = 0.6, .top_k = 20, .top_p = 0.95, .seed = 0};
+    int smp_set[3] = {0, 0, 0}; /* --temperature, --top-k, --top-p given */
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
         const char *o = argv[it.i];
@@ -492,10 +538,13 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
             st = base_args_int(&it, &max_new, 0);
         } else if (!strcmp(o, "--temperature")) {
             st = base_args_f64(&it, &smp.temperature, 0, 1e6);
+            smp_set[0] = 1;
         } else if (!strcmp(o, "--top-k")) {
             st = base_args_int(&it, &smp.top_k, 0);
+            smp_set[1] = 1;
         } else if (!strcmp(o, "--top-p")) {
             st = base_args_f64(&it, &smp.top_p, 1e-9, 1);
+            smp_set[2] = 1;
         } else if (!strcmp(o, "--seed")) {
             st = base_args_int(&it, &seed, 0);
         } else if (!strcmp(o, "--max-seq-len")) {
@@ -552,6 +601,7 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
         return base_fail(err, "generate: --bytes, but %s comes with the tokenizer %s: drop --bytes",
                          path, tok_dir);
     data_tok *tok = NULL;
+    json_t *gen_cfg = NULL; /* a Hugging Face folder's generation_config.json */
     model m = {0};
     model_infer *s = NULL;
     char *text = NULL;
@@ -592,9 +642,21 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     }
     const int64_t want = (int64_t)ids.n + max_new;
     if (model_infer_new(&s, &m, want < ctx ? (int)want : ctx, err)) goto out;
+    /* a Hugging Face folder's generation_config.json: its eos ids and sampling defaults */
+    const char *hf =
+        ckpt_source_open(&src, path, &ignore) == 0 && src.kind == CKPT_SRC_HF ? src.path : NULL;
+    char gen_path[4200] = "", smp_why[4300] = "Qwen3's recommended defaults";
+    if (hf && folder_json(hf, "generation_config.json", &gen_cfg, gen_path, sizeof gen_path, err))
+        goto out;
+    if (gen_cfg &&
+        gen_config_sampling(gen_cfg, gen_path, smp_set, &smp, smp_why, sizeof smp_why, err))
+        goto out;
+    if (smp_set[0] && smp_set[1] && smp_set[2]) snprintf(smp_why, sizeof smp_why, "set");
+    base_log(BASE_LOG_INFO, "generate: temperature %g, top-k %d, top-p %g: %s", smp.temperature,
+             smp.top_k, smp.top_p, smp_why);
     int32_t stop[GEN_MAX_STOP];
     int n_stop = 0;
-    if (stop_ids(path, tok, stop, &n_stop, err)) goto out;
+    if (stop_ids(hf, gen_cfg, gen_path, tok, stop, &n_stop, err)) goto out;
     train_text_stream ts = {.tok = as_ids ? NULL : tok, .as_ids = as_ids, .out = stdout};
     train_gen_opts go = {
         .sampler = smp, .max_new_tokens = max_new, .stop = stop, .n_stop = n_stop, .stream = &ts};
@@ -619,6 +681,7 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
                     model_infer_max_len(s) / 2 > 0 ? model_infer_max_len(s) / 2 : 1);
     }
 out:
+    json_decref(gen_cfg);
     free(r.tokens);
     model_infer_free(s);
     model_free(&m);

@@ -13,10 +13,11 @@ usage: check_generate.py TITAN SHARED_DIR WORK_DIR EXPORT_DIR...
    its lm_head prefers <|im_end|> with "Hello" second) renders the template (the prompt has
    `titan encode --chat`'s token count, with and without --no-thinking), streams "Hello"s
    and stops at <|im_end|> before max-new-tokens.
-5. Stop ids as Hugging Face's: a folder's generation_config.json eos_token_id list, else its
-   config.json eos_token_id, ends generation where transformers' generate() ends it (a crafted
-   model whose greedy token is a declared eos id: both stop after it; one that is not: both
-   run to max-new-tokens); a malformed generation_config.json is refused by name.
+5. A Hugging Face folder's own settings, as transformers' generate() takes them: the eos ids of
+   its generation_config.json, else of its config.json, end generation where transformers ends
+   it (a crafted model whose greedy token is a declared eos id: both stop after it; one that is
+   not: both run to max-new-tokens), and its generation_config.json's do_sample / top_k are
+   the defaults (do_sample false: greedy; top_k 1); a malformed one is refused by name.
 6. Hostile input: a missing model, a corrupt metadata.json, a truncated safetensors file and
    bad --chat JSON fail with exit status 1 and a message naming the culprit (no crash).
 """
@@ -152,16 +153,23 @@ def chat_smoke(work, shared):
     return d, flags
 
 
-def eos_ids(work):
+def hf_defaults(work):
     """Folders of a one-block byte-level model (vocabulary 300) whose every step's greedy
     token is 258 (the crafted_model construction: a constant hidden state; lm_head rows 258
-    and 257 score 64 and 63.36), declaring their eos ids in generation_config.json or
-    config.json; titan's ids and stop must be transformers' generate()'s."""
+    and 257 score 64 and 63.36, so sampling at temperature 1 draws 257 with p = 0.35),
+    declaring eos ids and sampling settings in generation_config.json or config.json:
+    `titan generate` with no sampling option gives transformers' generate() with none (ids
+    and stop), which takes them from the folder."""
     from transformers import Qwen3Config
     V, D, F, hd = 300, 64, 64, 32
-    cases = [("gen_list", 257, [258, 257]), ("config_only", 258, None), ("not_greedy", 257, None)]
-    for name, cfg_eos, gen_eos in cases:
-        d = f"{work}/eos_{name}"
+    cases = [  # name, config.json eos, generation_config.json (None: no file)
+        ("gen_list", 257, {"eos_token_id": [258, 257]}),
+        ("config_only", 258, None),
+        ("not_greedy", 257, {"eos_token_id": 257, "do_sample": False}),
+        ("top_k_1", 1, {"do_sample": True, "top_k": 1, "temperature": 1.0}),
+    ]
+    for name, cfg_eos, gen in cases:
+        d = f"{work}/hf_defaults_{name}"
         shutil.rmtree(d, ignore_errors=True)
         cfg = Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
                           num_attention_heads=2, num_key_value_heads=1, head_dim=hd,
@@ -180,25 +188,28 @@ def eos_ids(work):
         model.save_pretrained(d)
         if os.path.exists(f"{d}/generation_config.json"):
             os.remove(f"{d}/generation_config.json")
-        if gen_eos is not None:
-            json.dump({"eos_token_id": gen_eos}, open(f"{d}/generation_config.json", "w"))
+        if gen is not None:
+            json.dump(gen, open(f"{d}/generation_config.json", "w"))
         ref = Qwen3ForCausalLM.from_pretrained(d, attn_implementation="eager").eval()
         x = torch.tensor([list(b"ab")])
         with torch.no_grad():
-            want = ref.generate(x, do_sample=False, max_new_tokens=8, pad_token_id=0)[0, 2:].tolist()
-        eos = set(gen_eos if gen_eos is not None else [cfg_eos])
+            want = ref.generate(x, max_new_tokens=8, pad_token_id=0)[0, 2:].tolist()
+        eos = (gen or {}).get("eos_token_id", cfg_eos)
+        eos = set(eos if isinstance(eos, list) else [eos])
         stops = bool(want) and want[-1] in eos
-        r = run(["generate", "--model", d, "--bytes", "--ids", "--prompt", "ab", "--temperature",
-                 "0", "--max-new-tokens", "8"])
+        r = run(["generate", "--model", d, "--bytes", "--ids", "--prompt", "ab",
+                 "--max-new-tokens", "8"])
         got = ids_of(r)
         assert got == (want[:-1] if stops else want), f"{name}: titan {got}, HF {want}"
         assert (f"generated {len(want)} tokens" in r.stderr and
                 ("stopped at a stop token" in r.stderr) == stops), f"{name}: {r.stderr}"
         print(f"{name}: {len(want)} tokens, {'stopped at eos' if stops else 'no stop'}, as HF")
-    open(f"{work}/eos_gen_list/generation_config.json", "w").write('{"eos_token_id": [258,')
-    r = run(["generate", "--model", f"{work}/eos_gen_list", "--bytes", "--prompt", "ab"], ok=False)
+    d = f"{work}/hf_defaults_gen_list"
+    open(f"{d}/generation_config.json", "w").write('{"eos_token_id": [258,')
+    r = run(["generate", "--model", d, "--bytes", "--prompt", "ab"], ok=False)
     assert r.returncode == 1 and "generation_config.json" in r.stderr, r.stderr
-    print("a folder's eos ids (generation_config.json, else config.json) stop as in transformers")
+    print("a folder's eos ids (generation_config.json, else config.json) and sampling settings "
+          "(generation_config.json) as in transformers")
 
 
 def hostile(work, ckpt_dir, flags):
@@ -230,7 +241,7 @@ def main():
         greedy_parity(d, "ROMEO:\nWhat say", 40)
     ckpt_dir, flags = checkpoint_parity(work, shared)
     chat_smoke(work, shared)
-    eos_ids(work)
+    hf_defaults(work)
     hostile(work, ckpt_dir, flags)
 
 
