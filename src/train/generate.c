@@ -374,6 +374,26 @@ static int gen_config_sampling(const json_t *gen, const char *p, const int set[3
                          "%s: do_sample must be a boolean, temperature >= 0, top_k an integer "
                          ">= 0, top_p in (0, 1]",
                          p);
+    /* settings transformers applies and titan does not: said, not silently dropped (a key
+     * at its neutral value, or null, changes nothing) */
+    static const struct {
+        const char *key;
+        double neutral;
+    } unapplied[] = {
+        {"repetition_penalty", 1}, {"min_p", 0},       {"typical_p", 1},
+        {"epsilon_cutoff", 0},     {"eta_cutoff", 0},  {"no_repeat_ngram_size", 0},
+        {"num_beams", 1},          {"min_length", 0},  {"min_new_tokens", 0},
+        {"max_new_tokens", -1},    {"max_length", -1}, {"encoder_repetition_penalty", 1}};
+    for (size_t i = 0; i < sizeof unapplied / sizeof unapplied[0]; i++) {
+        const json_t *v = json_object_get(gen, unapplied[i].key);
+        if (v && !json_is_null(v) &&
+            !(json_is_number(v) && json_number_value(v) == unapplied[i].neutral))
+            base_log(BASE_LOG_WARN,
+                     "%s sets %s, which titan generate does not apply (transformers' generate() "
+                     "would)%s",
+                     p, unapplied[i].key,
+                     unapplied[i].neutral < 0 ? ": the length is --max-new-tokens" : "");
+    }
     if (!set[0]) smp->temperature = json_is_number(t) ? json_number_value(t) : 1.0;
     if (!set[1]) smp->top_k = json_is_integer(k) ? (int)json_integer_value(k) : 50;
     if (!set[2]) smp->top_p = json_is_number(tp) ? json_number_value(tp) : 1.0;

@@ -203,7 +203,16 @@ def hf_defaults(work):
         assert got == (want[:-1] if stops else want), f"{name}: titan {got}, HF {want}"
         assert (f"generated {len(want)} tokens" in r.stderr and
                 ("stopped at a stop token" in r.stderr) == stops), f"{name}: {r.stderr}"
+        assert "does not apply" not in r.stderr, r.stderr
         print(f"{name}: {len(want)} tokens, {'stopped at eos' if stops else 'no stop'}, as HF")
+    # a setting transformers applies and titan does not is said, not dropped (null, or a
+    # neutral value, is nothing to say)
+    d = f"{work}/hf_defaults_top_k_1"
+    json.dump({"do_sample": True, "top_k": 1, "repetition_penalty": 1.3, "min_p": None,
+               "typical_p": 1.0}, open(f"{d}/generation_config.json", "w"))
+    r = run(["generate", "--model", d, "--bytes", "--prompt", "ab", "--max-new-tokens", "2"])
+    assert "sets repetition_penalty, which titan generate does not apply" in r.stderr and \
+        "min_p" not in r.stderr and "typical_p" not in r.stderr, r.stderr
     d = f"{work}/hf_defaults_gen_list"
     open(f"{d}/generation_config.json", "w").write('{"eos_token_id": [258,')
     r = run(["generate", "--model", d, "--bytes", "--prompt", "ab"], ok=False)
