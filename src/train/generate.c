@@ -399,7 +399,7 @@ static int gen_config_sampling(const json_t *gen, const char *p, const int set[3
     if (!set[2]) smp->top_p = json_is_number(tp) ? json_number_value(tp) : 1.0;
     const int greedy = !json_is_true(ds) && !set[0] && !set[1] && !set[2];
     if (greedy) smp->temperature = 0;
-    snprintf(why, n, "%s (%s)", greedy ? "greedy: do_sample false" : "sampling", p);
+    snprintf(why, n, "%s %s", greedy ? "greedy: do_sample false in" : "from", p);
     return 0;
 }
 
@@ -671,9 +671,13 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
     if (gen_cfg &&
         gen_config_sampling(gen_cfg, gen_path, smp_set, &smp, smp_why, sizeof smp_why, err))
         goto out;
-    if (smp_set[0] && smp_set[1] && smp_set[2]) snprintf(smp_why, sizeof smp_why, "set");
-    base_log(BASE_LOG_INFO, "generate: temperature %g, top-k %d, top-p %g: %s", smp.temperature,
-             smp.top_k, smp.top_p, smp_why);
+    const int n_set = smp_set[0] + smp_set[1] + smp_set[2];
+    base_log(BASE_LOG_INFO, "generate: temperature %g, top-k %d, top-p %g: %s%s", smp.temperature,
+             smp.top_k, smp.top_p,
+             n_set == 3 ? "set"
+             : n_set    ? "as set, the rest "
+                        : "",
+             n_set == 3 ? "" : smp_why);
     int32_t stop[GEN_MAX_STOP];
     int n_stop = 0;
     if (stop_ids(hf, gen_cfg, gen_path, tok, stop, &n_stop, err)) goto out;
