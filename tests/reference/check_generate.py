@@ -18,7 +18,9 @@ usage: check_generate.py TITAN SHARED_DIR WORK_DIR EXPORT_DIR...
    it (a crafted model whose greedy token is a declared eos id: both stop after it; one that is
    not: both run to max-new-tokens), and its generation_config.json's do_sample / top_k are
    the defaults (do_sample false: greedy; top_k 1); a malformed one is refused by name.
-6. Hostile input: a missing model, a corrupt metadata.json, a truncated safetensors file and
+6. Sampling frequencies are those of transformers' warped distribution (temperature, top-k,
+   top-p, in HF's order and semantics) on a model with fixed logits.
+7. Hostile input: a missing model, a corrupt metadata.json, a truncated safetensors file and
    bad --chat JSON fail with exit status 1 and a message naming the culprit (no crash).
 """
 import json
@@ -221,6 +223,63 @@ def hf_defaults(work):
           "(generation_config.json) as in transformers")
 
 
+def sampling_distribution(work):
+    """Sampling draws from the distribution transformers' warpers leave (temperature, then
+    top-k, then top-p on the scaled softmax of the survivors): a crafted byte-level model whose
+    logits are the same at every step (ids 100..104 at log 0.4, 0.3, 0.15, 0.1, 0.05, all
+    others at -30) generates 2000 tokens per setting; every id's frequency must be its
+    probability under LogitsProcessorList(Temperature, TopK, TopP) within 4.5 standard errors,
+    and ids that list removes are never drawn (top-p before the temperature would keep id 103
+    at T 0.5, top-p 0.9)."""
+    from transformers import Qwen3Config
+    from transformers.generation.logits_process import (LogitsProcessorList,
+                                                        TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+    V, D, F, hd = 300, 64, 64, 32
+    d = f"{work}/sampling_model"
+    shutil.rmtree(d, ignore_errors=True)
+    cfg = Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=hd,
+                      tie_word_embeddings=False, eos_token_id=None, bos_token_id=None,
+                      pad_token_id=None)
+    model = Qwen3ForCausalLM(cfg).eval()
+    sd = model.state_dict()
+    p0 = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05])
+    with torch.no_grad():
+        for k in sd:
+            if k.endswith("norm.weight") or k.endswith("layernorm.weight") or "embed" in k:
+                sd[k].fill_(1.0)
+            elif "o_proj" in k or "down_proj" in k:
+                sd[k].zero_()
+        sd["lm_head.weight"].fill_(-30.0 / D)  # hidden state: ones -> logit = D x row value
+        sd["lm_head.weight"][100:105] = (p0.log() / D)[:, None]
+    model.save_pretrained(d)
+    for f in ["generation_config.json"]:
+        if os.path.exists(f"{d}/{f}"):
+            os.remove(f"{d}/{f}")
+    with torch.no_grad():
+        logits = model(torch.tensor([[65]])).logits[0, -1:].float()
+    N = 2000
+    for T, k, p in [(0.5, 0, 0.9), (2.0, 3, 0.8), (1.0, 0, 1.0), (0.7, 4, 0.95)]:
+        procs = LogitsProcessorList([TemperatureLogitsWarper(T)] +
+                                    ([TopKLogitsWarper(k)] if k else []) +
+                                    ([TopPLogitsWarper(p)] if p < 1 else []))
+        want = torch.softmax(procs(None, logits.clone()), -1)[0].double()
+        r = run(["generate", "--model", d, "--bytes", "--ids", "--prompt", "A",
+                 "--max-new-tokens", str(N), "--temperature", str(T), "--top-k", str(k),
+                 "--top-p", str(p), "--seed", "11"])
+        got = torch.bincount(torch.tensor(ids_of(r)), minlength=V).double() / N
+        assert got.sum() == 1, f"{N} ids expected"
+        removed = want == 0
+        assert got[removed].sum() == 0, \
+            f"T {T} k {k} p {p}: drew ids HF removes: {got.nonzero().flatten().tolist()}"
+        se = (want * (1 - want) / N).sqrt()
+        worst = ((got - want).abs() / se.clamp_min(1e-12))[~removed].max().item()
+        assert worst < 4.5, f"T {T} k {k} p {p}: {got[100:105].tolist()} vs HF {want[100:105].tolist()}"
+        print(f"T {T} top-k {k} top-p {p}: frequencies of HF's warped distribution "
+              f"(kept {int((~removed).sum())} ids, worst {worst:.1f} standard errors)")
+
+
 def hostile(work, ckpt_dir, flags):
     def fails(args, needle, stdin=None):
         r = run(args, ok=False, stdin=stdin)
@@ -251,6 +310,7 @@ def main():
     ckpt_dir, flags = checkpoint_parity(work, shared)
     chat_smoke(work, shared)
     hf_defaults(work)
+    sampling_distribution(work)
     hostile(work, ckpt_dir, flags)
 
 
