@@ -52,7 +52,7 @@ static MPI_Win g_win = MPI_WIN_NULL;
 static const double TICK = 0.1; /* seconds between heartbeats and checks */
 
 double dist_wd_enter(dist_comm *c, dist_wd_op op, int64_t seq, double bytes) {
-    const double t = base_now();
+    double t = base_now(); /* not const: clang's __atomic_store takes a non-const pointer */
     g_bytes = bytes;
     if (seq <= 0) seq = ++g_rec->count[c->slot]; /* a blocking collective starts now */
     __atomic_store(&g_since, &t, __ATOMIC_RELAXED);
