@@ -53,11 +53,11 @@ asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j $(JOBS)
 
-# libFuzzer on each fuzz target (safetensors, tokenizer, dataset) for FUZZ_SECONDS each
+# libFuzzer on each fuzz target (docs/testing.md#fuzzing) for FUZZ_SECONDS each
 # (clang with -fsanitize=fuzzer; ctest runs the same targets through the standalone driver
 # with any compiler).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= safetensors tokenizer dataset
+FUZZ_TARGETS ?= safetensors tokenizer dataset config hf_config ckpt_meta
 fuzz:
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@for t in $(FUZZ_TARGETS); do \

@@ -81,6 +81,11 @@ struct json_t;
  * file), parsed; NULL with err set when it cannot be read. json_decref it. */
 struct json_t *train_step_state(const char *folder, int64_t step, base_err *err);
 int train_state_check(const struct json_t *t, const char *dir, int64_t step, base_err *err);
+/* Positions loader l, data-parallel rank dp_rank of dp_size, where a checkpoint's "train"
+ * object t says (train.data_loader; train.data_loaders[dp_rank] when dp_size > 1). Errors
+ * name dir/step-N/metadata.json and the field. */
+int train_loader_state_restore(const struct json_t *t, data_loader *l, int dp_rank, int dp_size,
+                               const char *dir, int64_t step, base_err *err);
 /* The checkpoint's model (train.model, decoded by model_args_from_json) is this run's
  * (model_args_equal); the error shows both identities. */
 int train_model_check(const struct json_t *t, const model_args *run, const char *dir, int64_t step,

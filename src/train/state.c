@@ -120,21 +120,32 @@ static int restore_data(const json_t *t, const train_opts *o, train_source *src,
     if (check_tokenizer(t, o, src, dir, step, err)) return -1;
     src->counter = (uint64_t)json_integer_value(json_object_get(t, "random_tokens_counter"));
     if (src->loader == NULL) return 0;
+    return train_loader_state_restore(t, src->loader, src->dp_rank, src->dp_size, dir, step, err);
+}
+
+int train_loader_state_restore(const json_t *t, data_loader *l, int dp_rank, int dp_size,
+                               const char *dir, int64_t step, base_err *err) {
     json_t *dl = json_object_get(t, "data_loader"), *dls = json_object_get(t, "data_loaders");
     const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
-    if (saved_dp != src->dp_size)
+    if (saved_dp != dp_size)
         return base_fail(err,
                          "%s/step-%lld: the data loaders' positions belong to %d data-parallel "
                          "ranks, this run has %d: resume a dataset on the same data-parallel "
                          "size (random tokens reshard freely)",
-                         dir, (long long)step, saved_dp, src->dp_size);
-    if (src->dp_size > 1) dl = json_array_get(dls, (size_t)src->dp_rank);
+                         dir, (long long)step, saved_dp, dp_size);
+    if (dp_size > 1) dl = json_array_get(dls, (size_t)dp_rank);
     data_loader_state ds;
     char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
     if (!text) return base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
-    int bad =
-        data_loader_state_parse(text, &ds, err) || data_loader_set_state(src->loader, &ds, err);
+    base_err e;
+    int bad = data_loader_state_parse(text, &ds, &e) || data_loader_set_state(l, &ds, &e);
     free(text);
+    /* the loader's errors name the dataset; say which checkpoint's position it was */
+    char field[48] = "data_loader";
+    if (dp_size > 1) snprintf(field, sizeof field, "data_loaders[%d]", dp_rank);
+    if (bad)
+        base_fail(err, "%s/step-%lld/metadata.json: train.%s: %s", dir, (long long)step, field,
+                  e.msg);
     return bad ? -1 : 0;
 }
 
