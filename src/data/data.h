@@ -263,7 +263,8 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err 
 void data_loader_get_state(const data_loader *l, data_loader_state *s);
 /* Repositions the loader; fails if the state does not fit this dataset (other files,
  * sizes or encoding: the fingerprint differs; the file it points into rewritten with the
- * same size: the content hash differs) or points outside it. */
+ * same size: the content hash differs) or points outside it or at no position a reader
+ * reaches (doc below file_doc, or other than it in the first file). */
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
 /* The tokenizer the dataset's token shards record (the first shard's that records one:
  * version 2 headers; the loader checks every shard against the run's tokenizer when it has

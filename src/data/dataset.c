@@ -614,6 +614,14 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
         return base_fail(err, "data position out of range (file %d of %d)", p->file, r->n_files);
     if (p->file < r->n_files) {
         const data_file *f = &r->files[p->file];
+        /* the reader counts both together from (0, 0), file_doc from 0 again at each file: a
+         * global index below the in-file one, or other than it in the first file, is no
+         * position the reader was at (it would deal other documents to each dp rank) */
+        if (p->doc < p->file_doc || (p->file == 0 && p->doc != p->file_doc))
+            return base_fail(err,
+                             "%s: data position document %lld cannot be its document %lld "
+                             "(file %d of the dataset)",
+                             f->path, (long long)p->doc, (long long)p->file_doc, p->file);
         if (f->format == DATA_FMT_TEXT) {
             if (p->byte_off > f->size)
                 return base_fail(err, "%s: data position byte %lld is past the end (%lld bytes)",

@@ -193,13 +193,13 @@ def at(**kw):
 
 
 ck("good_titan_run")
-ck("good_second_paragraph", data_loader=at(doc=1, doc_tokens=3, byte_off=31))
+ck("good_second_paragraph", data_loader=at(doc=1, file_doc=1, doc_tokens=3, byte_off=31))
 ck("good_second_file", data_loader=at(doc=3, doc_tokens=2, file=1, file_doc=0, byte_off=0,
                                       content=KeyError))
 ck("good_no_content", data_loader=at(content=KeyError, epoch=3))
 ck("good_dp2", data_loader=None, data_loaders=[
     at(fingerprint="0000000000000000"),
-    at(fingerprint="FUZZFINGERPRINT2", doc=1, doc_tokens=0, byte_off=31)])
+    at(fingerprint="FUZZFINGERPRINT2", doc=1, file_doc=1, doc_tokens=0, byte_off=31)])
 ck("good_expert_bias", expert_bias=[0.5, -1, 0, 2e-3, 1, 1, 1, 1])
 ck("good_version1", {"version": 1, "shards": KeyError}, adam_step=0, model_only=False)
 ck("bad_not_json", {"step": "x"})
@@ -224,6 +224,9 @@ ck("bad_loader_missing_field", data_loader={k: v for k, v in loader.items() if k
 ck("bad_loader_fingerprint", data_loader=at(fingerprint="0123456789abcdef"))
 ck("bad_loader_fingerprint_text", data_loader=at(fingerprint="xyz"))
 ck("bad_loader_content", data_loader=at(content="0000000000000001"))
+ck("bad_loader_doc_mismatch", data_loader=at(doc=1000, doc_tokens=0))
+ck("bad_loader_doc_below_file_doc", data_loader=at(doc=1, file_doc=2, file=1, doc_tokens=0,
+                                                   content=KeyError))
 ck("bad_loader_tokens_past_doc", data_loader=at(doc_tokens=10 ** 6))
 ck("bad_loader_file_past_end", data_loader=at(file=7, content=KeyError))
 ck("bad_loader_huge_file", data_loader=at(file=2 ** 40))
