@@ -202,7 +202,32 @@ ck("good_dp2", data_loader=None, data_loaders=[
     at(fingerprint="FUZZFINGERPRINT2", doc=1, file_doc=1, doc_tokens=0, byte_off=31)])
 ck("good_expert_bias", expert_bias=[0.5, -1, 0, 2e-3, 1, 1, 1, 1])
 ck("good_version1", {"version": 1, "shards": KeyError}, adam_step=0, model_only=False)
-ck("bad_not_json", {"step": "x"})
+# the same positions in the target's JSON Lines (FUZZFINGERPRINTJ / K) and token shard (T / U)
+# datasets (fuzz_ckpt_meta.c's setup: line and document offsets)
+jl = dict(fingerprint="FUZZFINGERPRINTJ", content="FUZZCONTENTHASHJ")
+tk = dict(fingerprint="FUZZFINGERPRINTT", content="FUZZCONTENTHASHT")
+ck("good_jsonl", data_loader=at(doc_tokens=3, **jl))
+ck("good_jsonl_second_doc", data_loader=at(doc=1, file_doc=1, byte_off=23, line=2, doc_tokens=0,
+                                           **jl))
+ck("good_jsonl_second_file", data_loader=at(doc=3, file=1, file_doc=1, byte_off=13, line=1,
+                                            doc_tokens=2,
+                                            fingerprint="FUZZFINGERPRINTJ", content=KeyError))
+ck("good_jsonl_dp2", data_loader=None, data_loaders=[
+    at(**jl), at(fingerprint="FUZZFINGERPRINTK", doc=1, file_doc=1, byte_off=23, line=2,
+                 doc_tokens=0, content=KeyError)])
+ck("bad_jsonl_mid_line", data_loader=at(doc=1, file_doc=1, byte_off=5, line=1, doc_tokens=0,
+                                        **jl))
+ck("good_tokens", data_loader=at(doc_tokens=2, **tk))
+ck("good_tokens_second_file", data_loader=at(doc=5, file=1, file_doc=1, doc_tokens=1,
+                                             fingerprint="FUZZFINGERPRINTT", content=KeyError))
+ck("good_tokens_dp2", data_loader=None, data_loaders=[
+    at(**tk), at(fingerprint="FUZZFINGERPRINTU", doc=3, file_doc=3, doc_tokens=0,
+                 content=KeyError)])
+ck("bad_tokens_doc_past_end", data_loader=at(doc=9, file=1, file_doc=5, doc_tokens=0,
+                                             fingerprint="FUZZFINGERPRINTT", content=KeyError))
+ck("bad_tokens_tokens_past_doc", data_loader=at(doc_tokens=4, **tk))
+ck("bad_step_type", {"step": "1"})
+write("ckpt_meta", "bad_not_json", '{"format": "titan-checkpoint", "step": 1,, }')
 write("ckpt_meta", "bad_truncated", json.dumps(meta)[:100])
 write("ckpt_meta", "bad_empty", "")
 ck("bad_format", {"format": "torch-dcp"})
