@@ -196,6 +196,10 @@ int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const tr
     r->prefill_s = base_now() - t0;
     t0 = base_now();
     while (!rc && r->n_new < o->max_new_tokens) {
+        if (o->cancel && o->cancel()) {
+            r->cancelled = 1;
+            break;
+        }
         const int32_t id = model_sample(logits, V, &o->sampler, (uint64_t)n);
         if (id < 0) {
             rc = base_fail(err, "out of memory");

@@ -68,6 +68,9 @@ int train_stop_install(int extra_sig, base_err *err);
 void train_stop_uninstall(void); /* the dispositions train_stop_install replaced */
 /* 0, or the signal all ranks stop on (the highest number any of them received). Collective. */
 int train_stop_agree(dist_comm *world);
+/* 0, or the first signal this rank received (not collective: rank 0's sampling asks it). */
+int train_stop_pending(void);
+const char *train_stop_signal_name(int sig); /* "SIGTERM", ...; "signal" for others */
 /* After step `step` saved its checkpoint (or with s NULL: checkpointing disabled): commits the
  * save in flight, says what the last complete checkpoint is, and returns 128 + sig, or -1 with
  * err if the save failed. Collective over the saver's ranks. */

@@ -19,7 +19,7 @@ static int g_count;        /* signals received */
 static int g_installed[3]; /* the signals handled, 0-terminated */
 static struct sigaction g_old[3];
 
-static const char *sig_name(int sig) {
+const char *train_stop_signal_name(int sig) {
     for (int i = 0; i < N_SIGNALS; i++)
         if (g_signals[i].sig == sig) return g_signals[i].name;
     return "signal";
@@ -39,7 +39,7 @@ int train_stop_signal_parse(const char *name, int *sig) {
 /* Async-signal-safe: atomics, write(2) and _exit(2) only. Any thread may run it (OpenMP's,
  * the saver's), two at once included: the counter decides which signal is the second. */
 static void on_signal(int sig) {
-    const char *name = sig_name(sig);
+    const char *name = train_stop_signal_name(sig);
     if (__atomic_fetch_add(&g_count, 1, __ATOMIC_SEQ_CST) > 0) {
         static const char again[] = " again: exiting at once\n";
         if (write(STDERR_FILENO, "titan: ", 7) < 0 ||
@@ -70,7 +70,8 @@ int train_stop_install(int extra_sig, base_err *err) {
         if (!want[i] || (i == 2 && (want[i] == SIGTERM || want[i] == SIGINT))) continue;
         if (sigaction(want[i], &sa, &g_old[n]) != 0) {
             train_stop_uninstall();
-            return base_fail(err, "cannot handle %s (sigaction failed)", sig_name(want[i]));
+            return base_fail(err, "cannot handle %s (sigaction failed)",
+                             train_stop_signal_name(want[i]));
         }
         g_installed[n++] = want[i];
     }
@@ -90,18 +91,22 @@ int train_stop_agree(dist_comm *world) {
     return (int)sig;
 }
 
+int train_stop_pending(void) {
+    return __atomic_load_n(&g_first, __ATOMIC_SEQ_CST);
+}
+
 int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base_err *err) {
     if (!s) {
         base_log(BASE_LOG_INFO,
                  "%s: stopped after step %d; checkpointing is disabled (checkpoint.enable), so "
                  "nothing was saved",
-                 sig_name(sig), step);
+                 train_stop_signal_name(sig), step);
         return 128 + sig;
     }
     if (train_saver_finish(s, err)) return -1; /* commits the save of this step */
     base_log(BASE_LOG_INFO,
              "%s: stopped after step %d; the last complete checkpoint is %s/step-%d (the same "
              "command resumes from it)",
-             sig_name(sig), step, ckdir, step);
+             train_stop_signal_name(sig), step, ckdir, step);
     return 128 + sig;
 }

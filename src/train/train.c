@@ -17,7 +17,9 @@ static int sample(const model *m, const train_opts *o, const train_source *src, 
     const int32_t eos = src->tok ? data_tok_eos_id(src->tok) : -1;
     const int32_t start = src->tok ? (eos >= 0 ? eos : 0) : src->loader ? '\n' : 0;
     train_text_stream ts = {src->tok, !src->tok && !src->loader, stdout, {0}, 0};
-    train_gen_opts go = {{0.8, 0, 1.0, o->seed}, o->sample_tokens, NULL, 0, &ts};
+    /* a stop signal ends the sample at the next token (it could run for hours) */
+    train_gen_opts go = {{0.8, 0, 1.0, o->seed}, o->sample_tokens, NULL, 0, &ts,
+                         train_stop_pending};
     train_gen_result r;
     model_infer *s = NULL;
     if (model_infer_new(&s, m, o->seq_len, err)) return -1;
@@ -26,8 +28,9 @@ static int sample(const model *m, const train_opts *o, const train_source *src, 
     train_stream_finish(&ts);
     printf("\n");
     if (!rc)
-        base_log(BASE_LOG_INFO, "sampled %d tokens at %.1f tokens/s", r.n_new,
-                 r.decode_s > 0 ? r.n_new / r.decode_s : 0.0);
+        base_log(BASE_LOG_INFO, "sampled %d tokens at %.1f tokens/s%s", r.n_new,
+                 r.decode_s > 0 ? r.n_new / r.decode_s : 0.0,
+                 r.cancelled ? " (cut short by the stop signal)" : "");
     free(r.tokens);
     model_infer_free(s);
     return rc;
@@ -410,19 +413,25 @@ static int run_steps(run *r, base_err *err) {
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
         if (train_prof_step_end(r->prof, step, err)) return -1;
-        if (stop_sig) return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
+        /* at the last step the run has finished training: run_finish exports and stops */
+        if (stop_sig && step < r->last)
+            return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
         if (step == (int)r->start + 1)
             dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
     }
     return 0;
 }
 
-/* After the last step: the summary line, the HF export and the sample (rank 0). */
+/* After the last step: the summary line, the HF export and the sample (rank 0). A stop signal
+ * that came during the last step or after it: the export (the run's product, bounded) is still
+ * written, the sample is skipped or cut short, and the run returns 128 + its number, saying
+ * what was done. Returns 0, -1 with err, or 128 + N. */
 static int run_finish(run *r, base_err *err) {
     const train_opts *o = r->o;
     const dist_mesh *mesh = &r->mesh;
-    dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     if (train_saver_finish(r->saver, err)) return -1;
+    const int sig = train_stop_agree(mesh->world_comm); /* every rank: the gather is collective */
+    dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     /* tokens_total: one data-parallel rank's; its tp ranks share them (tokens/s per rank) */
     const double tps = r->t_total > 0 ? r->tokens_total / r->t_total / mesh->tp : 0;
     const double mfu = 100.0 * r->fpt * tps / r->peak, rss = (double)base_peak_rss() / (1 << 30);
@@ -436,10 +445,21 @@ static int run_finish(run *r, base_err *err) {
         printf("summary: steps=%d tokens_per_s=%.2f mfu=%.2f peak_rss_gib=%.3f\n", r->last, tps,
                mfu, rss);
     }
-    if ((o->out_dir || o->sample_tokens > 0) && run_gather_whole(r, err)) return -1;
+    const int sampling = o->sample_tokens > 0 && !sig;
+    if ((o->out_dir || sampling) && run_gather_whole(r, err)) return -1;
     if (o->out_dir && r->lead && export_hf(o, r->whole, r->src.tok, o->out_dir, -1, err)) return -1;
-    if (o->sample_tokens > 0 && r->lead && sample(r->whole, o, &r->src, err)) return -1;
-    return 0;
+    if (sampling && r->lead && sample(r->whole, o, &r->src, err)) return -1;
+    const int late = sig ? sig : train_stop_pending(); /* or one during the export or sample */
+    if (!late) return 0;
+    char ck[4300] = "checkpointing is disabled (checkpoint.enable), so nothing was saved";
+    if (r->saver) snprintf(ck, sizeof ck, "its checkpoint is %s/step-%d", r->plan.ckdir, r->last);
+    base_log(BASE_LOG_INFO, "%s: training had finished (step %d, the run's last); %s%s%s",
+             train_stop_signal_name(late), r->last, ck,
+             o->out_dir && r->lead ? "; the Hugging Face export was written" : "",
+             o->sample_tokens <= 0 || !r->lead ? ""
+             : sig                             ? "; the sample was skipped"
+                                               : "; the sample was cut short");
+    return 128 + late;
 }
 
 /* Frees everything run_setup made; a background save still finishes. Returns rc, or -1 when

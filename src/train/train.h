@@ -451,12 +451,14 @@ typedef struct {
     const int32_t *stop; /* generation ends after producing one of these (not streamed) */
     int n_stop;
     train_text_stream *stream; /* NULL: nothing is printed */
+    int (*cancel)(void);       /* NULL, or asked before each new token: nonzero ends generation */
 } train_gen_opts;
 
 typedef struct {
     int n_prompt, n_new; /* prompt tokens fed, tokens generated (stop token included) */
     int stopped;         /* ended on a stop token */
     int slides;          /* times the context was full and its last half prefilled again */
+    int cancelled;       /* ended by o->cancel */
     double prefill_s, decode_s;
     int32_t *tokens; /* malloc'ed (free()): the prompt and the generated tokens */
     int n_tokens;

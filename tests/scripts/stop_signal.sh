@@ -108,3 +108,38 @@ ln -s "$out/keep" "$out/clean/checkpoint/step-9.tmp"
   [ "$(grep -c "left by an interrupted" "$out/clean.log")" = 3 ] ||
   { echo "FAIL clean: $(ls "$out/clean/checkpoint" | tr '\n' ' ')"; cat "$out/clean.log"; exit 1; }
 echo "ok clean: leftover step-7.tmp and step-3.deleting removed, a step-9.tmp link unlinked (its target kept)"
+
+# a signal during the end-of-run sample (100M tokens: hours) ends it at the next token: exit
+# 143 within seconds, the run's last checkpoint and its HF export written, and said (the sample
+# went on until killed, exit 0 if ever)
+"$titan" train "${model[@]}" --steps 2 --metrics "$out/samp.jsonl" --dump-folder "$out/samp" \
+  --checkpoint-interval 100000 --out "$out/samp/hf" --sample 100000000 > "$out/samp.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q "^sample (temperature" "$out/samp.log" && break; sleep 0.05; done
+kill -TERM $pid
+for _ in $(seq 200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+if kill -0 $pid 2>/dev/null; then
+  kill -KILL $pid; echo "FAIL samp: still sampling 10 s after SIGTERM"; exit 1; fi
+finish samp 143
+grep -q "SIGTERM: training had finished (step 2, the run's last); its checkpoint is $out/samp/checkpoint/step-2; the Hugging Face export was written; the sample was cut short" \
+  "$out/samp.log" && [ -f "$out/samp/hf/model.safetensors" ] && [ -d "$out/samp/checkpoint/step-2" ] ||
+  { echo "FAIL samp: not reported, or no export / checkpoint"; tail -3 "$out/samp.log"; exit 1; }
+echo "ok samp: SIGTERM during the sample -> exit 143 at the next token; export and step-2 there"
+
+# a signal during the last step: the run has finished training, so its HF export is still
+# written (it was skipped, and the message said the same command resumes, which it refuses:
+# the last step's checkpoint holds weights only); the process is paused after step 2 is logged
+# so the signal lands in step 3 (or step 2's save) whatever the machine's speed
+# (a wider model, steps of ~0.1 s rather than ~1 ms: the pause comes before step 3 ends)
+"$titan" train "${model[@]}" --set dim=256 --set head_dim=64 --set ffn_dim=512 --seq-len 128 \
+  --steps 3 --metrics "$out/last.jsonl" --dump-folder "$out/last" --checkpoint-interval 100000 \
+  --out "$out/last/hf" --sample 50 > "$out/last.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do [ "$(steps_in "$out/last.jsonl")" -ge 2 ] && break; sleep 0.01; done
+kill -STOP $pid; kill -TERM $pid; kill -CONT $pid
+finish last 143
+grep -q "SIGTERM: training had finished (step 3, the run's last); its checkpoint is $out/last/checkpoint/step-3; the Hugging Face export was written; the sample was skipped" \
+  "$out/last.log" && [ -f "$out/last/hf/model.safetensors" ] && ! grep -q "^sample" "$out/last.log" &&
+  [ "$(last_step "$out/last.jsonl")" = 3 ] ||
+  { echo "FAIL last: not reported, or no export, or sampled"; tail -4 "$out/last.log"; exit 1; }
+echo "ok last: SIGTERM during the last step -> exit 143, the export written, the sample skipped"
