@@ -173,6 +173,9 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
 /* The run ends at step (a stop signal): it is logged as the last step (console, TensorBoard)
  * and the report page stops refreshing, as for the planned last step. */
 void train_metrics_end_at(train_metrics *t, int step);
+/* The run ends with an error (why): the report page is drawn once more, final (no refresh),
+ * with every step logged so far and the error. A failed write is a warning. */
+void train_metrics_failed(train_metrics *t, const char *why);
 /* The report page's run of these metrics (rank 0 with metrics.save_report_file), else NULL. */
 struct train_report_run *train_metrics_report(train_metrics *t);
 /* Closes the files (NULL ok); err (may be NULL) gets a failed final write. */
@@ -252,8 +255,9 @@ void train_source_close(train_source *s); /* a zeroed one too */
  * at every logged step (metrics.c); `titan report` draws it afterwards, or overlays runs. */
 typedef struct train_report_run train_report_run; /* one run: its records and facts */
 typedef struct {
-    int log_steps; /* steps on a log10 axis */
-    int refresh_s; /* > 0: the page asks the browser to reload it after this many seconds */
+    int log_steps;      /* steps on a log10 axis */
+    int refresh_s;      /* > 0: the page asks the browser to reload it after this many seconds */
+    const char *failed; /* NULL, or the error the run ended with (shown above the charts) */
 } train_report_opts;
 int train_report_run_new(train_report_run **out, const char *name, base_err *err);
 void train_report_run_free(train_report_run *r);  /* NULL ok */

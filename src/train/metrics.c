@@ -252,6 +252,14 @@ void train_metrics_end_at(train_metrics *t, int step) {
     if (t) t->last = step;
 }
 
+void train_metrics_failed(train_metrics *t, const char *why) {
+    if (!t || !t->rep) return; /* the page was last drawn at a logged step, still "live" */
+    const train_report_opts po = {.failed = why};
+    base_err e;
+    if (train_report_write(&t->rep, 1, t->o->report_path, &po, &e))
+        base_log(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
+}
+
 struct train_report_run *train_metrics_report(train_metrics *t) {
     return t ? t->rep : NULL;
 }

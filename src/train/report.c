@@ -628,6 +628,8 @@ static const char g_css[] =
     "text-transform:uppercase}"
     "header h1{margin:2px 0 2px;font-size:22px;font-weight:600}"
     "header .sub{color:#cbd5e1;font-size:13px}"
+    ".failed{background:#fef2f2;border:1px solid #fca5a5;color:#991b1b;border-radius:8px;"
+    "padding:10px 14px;margin:0 0 14px}"
     "main{padding:20px 28px;max-width:1240px;margin:0 auto}"
     ".kpis{display:flex;flex-wrap:wrap;gap:12px;margin-bottom:16px}"
     ".kpi{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:10px 16px;"
@@ -744,6 +746,11 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
         fprintf(o, " &middot; ");
     }
     fprintf(o, "updated %s</div></header>\n<main>\n", when);
+    if (po->failed) { /* the run stopped on an error: the page is final, and says why */
+        fprintf(o, "<p class=\"failed\">The run ended with an error: ");
+        put_esc(o, po->failed);
+        fprintf(o, "</p>\n");
+    }
     if (multi) { /* one row per run: its colour, name, model, and last figures */
         fprintf(o, "<table class=\"runs\"><tr><th></th><th>run</th><th>model</th><th>steps</th>"
                    "<th>loss</th><th>validation loss</th><th>tokens/s</th></tr>\n");

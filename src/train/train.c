@@ -465,6 +465,7 @@ static int run_finish(run *r, base_err *err) {
 /* Frees everything run_setup made; a background save still finishes. Returns rc, or -1 when
  * closing the metrics failed. */
 static int run_close(run *r, int rc, base_err *err) {
+    if (rc < 0) train_metrics_failed(r->mx, err->msg);
     if (train_metrics_close(r->mx, rc ? NULL : err) && rc <= 0) rc = -1;
     train_prof_close(r->prof);
     train_stop_uninstall();

@@ -23,6 +23,12 @@ grep -qE "titan: error: $fs/metrics.jsonl: cannot write the metrics of step [0-9
 bad=$(grep -oE "metrics of step [0-9]+" "$out/log" | grep -oE "[0-9]+")
 good=$(( (bad - 1) / 2 * 2 ))
 [ "$good" -ge 2 ] || { echo "FAIL: the disk filled at step $bad, too early for the test"; exit 1; }
+# the report page (on the other disk) is final: every step written to metrics.jsonl, the error,
+# no refresh (it stayed at the last logged step 10, reloading itself as a live run's page)
+grep -q "step $((bad - 1)) of 40" "$out/run/report.html" &&
+  grep -q '<p class="failed">The run ended with an error: .*metrics.jsonl: cannot write the metrics of step' \
+    "$out/run/report.html" && ! grep -q 'http-equiv="refresh"' "$out/run/report.html" ||
+  { echo "FAIL: report.html is not final at step $((bad - 1)) with the error"; exit 1; }
 [ -f "$out/run/checkpoint/step-$good/metadata.json" ] || { echo "FAIL: step-$good missing"; exit 1; }
 [ ! -e "$out/run/checkpoint/step-$((good + 2))" ] || { echo "FAIL: a checkpoint past it"; exit 1; }
 rm -f "$fs/filler" # free space, as an operator would

@@ -36,6 +36,10 @@ if "$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --grad-accum 2 \
   echo "FAIL: a diverging run exited 0"; exit 1; fi
 grep -E "step [0-9]+, microbatch 1 of 2: non-finite .*first non-finite gradient: [a-z_.0-9]+" \
   "$out/div.log" || { echo "FAIL: divergence message"; cat "$out/div.log"; exit 1; }
+# the report page is final and says why (it stayed "live", reloading itself, without the error)
+grep -q '<p class="failed">The run ended with an error: step [0-9]*, microbatch 1 of 2: non-finite' \
+  "$out/div/report.html" && ! grep -q 'http-equiv="refresh"' "$out/div/report.html" ||
+  { echo "FAIL: the diverged run's report page is not final with the error"; exit 1; }
 ! grep -q "kernel overrides in use" "$out/div.log" ||
   { echo "FAIL: kernel overrides named without any"; exit 1; }
 # with kernel overrides, the message names them as suspects, with where they run (a kernel's
