@@ -324,7 +324,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err);
 const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, int nonneg);
 /* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
  * the training model: on it when the shapes match (ev NULL), else on ev, a forward-only model
- * of the validation shape. Fills *loss and *ntok. */
+ * of the validation shape. Fills *loss and *ntok. A stop signal (the ranks agree before each
+ * batch: they run the same batches) abandons it: *loss NaN (nothing logged), said once. */
 int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err);
 
 /* The resumable state (state.c): the trainer's part of a checkpoint (metadata.json

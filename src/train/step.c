@@ -67,7 +67,16 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
     double sum = 0;
     int64_t valid = 0;
     int rc = x && y ? 0 : base_fail(err, "out of memory");
+    int stopped = 0; /* a stop signal: the whole set may take minutes, past a scheduler's grace */
     for (int b = 0; !rc && (o->val.steps <= 0 || b < o->val.steps); b++) {
+        const int sig = train_stop_agree(j->mesh->world_comm);
+        if (sig) {
+            base_log(BASE_LOG_INFO,
+                     "%s: validation abandoned after %d batches (no validation loss logged)",
+                     train_stop_signal_name(sig), b);
+            stopped = 1;
+            break;
+        }
         int got = data_loader_next(l, x, y, err);
         if (got < 0) rc = -1;
         if (got <= 0) break;
@@ -75,13 +84,13 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
         sum += model_step_microbatch(m, x, y, 0.0f, &v); /* grad_scale 0: forward only */
         valid += v;
     }
-    if (!rc && valid == 0)
+    if (!rc && !stopped && valid == 0)
         rc = base_fail(err, "%s: validation data is shorter than one window of %d tokens",
                        o->val.path, c.seq_len + 1);
     data_loader_free(l);
     base_free(x);
     base_free(y);
-    *loss = valid ? sum / (double)valid : 0;
+    *loss = stopped ? NAN : valid ? sum / (double)valid : 0;
     *ntok = valid;
     return rc;
 }

@@ -143,3 +143,23 @@ grep -q "SIGTERM: training had finished (step 3, the run's last); its checkpoint
   [ "$(last_step "$out/last.jsonl")" = 3 ] ||
   { echo "FAIL last: not reported, or no export, or sampled"; tail -4 "$out/last.log"; exit 1; }
 echo "ok last: SIGTERM during the last step -> exit 143, the export written, the sample skipped"
+
+# a signal before or during validation of the whole set (40k windows: a minute or more) abandons
+# it at the next batch: the step is saved and the run exits 143 within seconds, the step's line
+# without a validation loss (validation went on to the end, past a scheduler's grace period).
+# The signal is sent once the header is out, so it lands before step 1's validation ends.
+head -c 1500000 /dev/urandom | base64 -w 100 > "$out/val.txt" # 2 MB of text
+"$titan" train "${model[@]}" --steps 3 --metrics "$out/val.jsonl" --dump-folder "$out/val" \
+  --checkpoint-interval 100000 --validation.enable --validation.dataset_path "$out/val.txt" \
+  --validation.seq_len 24 --validation.local_batch_size 2 > "$out/val.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q "GEMM peak" "$out/val.log" && break; sleep 0.05; done
+kill -TERM $pid
+for _ in $(seq 200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+if kill -0 $pid 2>/dev/null; then
+  kill -KILL $pid; echo "FAIL val: still validating 10 s after SIGTERM"; exit 1; fi
+finish val 143; stopped val SIGTERM 143
+grep -q "SIGTERM: validation abandoned after [0-9]* batches" "$out/val.log" &&
+  ! grep -q val_loss "$out/val.jsonl" ||
+  { echo "FAIL val: not said, or a validation loss logged"; tail -3 "$out/val.log"; exit 1; }
+echo "ok val: SIGTERM during validation -> abandoned at the next batch, exit 143"
