@@ -447,7 +447,18 @@ static int run_finish(run *r, base_err *err) {
     }
     const int sampling = o->sample_tokens > 0 && !sig;
     if ((o->out_dir || sampling) && run_gather_whole(r, err)) return -1;
-    if (o->out_dir && r->lead && export_hf(o, r->whole, r->src.tok, o->out_dir, -1, err)) return -1;
+    if (o->out_dir && r->lead && export_hf(o, r->whole, r->src.tok, o->out_dir, -1, err)) {
+        /* the same command would not redo it (the last step's checkpoint holds weights only,
+         * and a new run refuses to start among it): say where the weights are */
+        if (r->saver && !(r->last == o->steps && o->ckpt.last_save_in_hf)) {
+            base_err e = *err;
+            base_fail(err,
+                      "%s; training finished: %s/step-%d holds its weights, and `titan convert "
+                      "%s/step-%d %s` (with --dtype, --assets as wanted) writes the export",
+                      e.msg, r->plan.ckdir, r->last, r->plan.ckdir, r->last, o->out_dir);
+        }
+        return -1;
+    }
     if (sampling && r->lead && sample(r->whole, o, &r->src, err)) return -1;
     const int late = sig ? sig : train_stop_pending(); /* or one during the export or sample */
     if (!late) return 0;
