@@ -316,6 +316,10 @@ typedef struct {
     double step_s, data_s, comm_s;     /* this rank's seconds: the step, loading, collectives */
     double gather_bytes, reduce_bytes; /* this rank's FSDP traffic in the step (dist_fsdp_stats) */
 } train_step_result;
+/* 0, or -1 with err; TRAIN_STEP_DIVERGED (with err) when every rank stops at the same
+ * microbatch on a non-finite loss or gradient (the ranks agree on it), so the ranks can still
+ * commit the save in flight together. */
+#define TRAIN_STEP_DIVERGED (-2)
 int train_step(train_job *j, int step, train_step_result *r, base_err *err);
 /* The first parameter of x, one of this rank's shard vectors (weights, gradients, AdamW m or
  * v: all laid out as the weights' shard), holding a NaN or an infinity (nonneg: or a negative

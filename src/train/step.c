@@ -139,23 +139,35 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         const double t_norm = base_now();
         sumsq = optim_sumsq(gs, ns);
         train_prof_phase("grad norm", t_norm);
-        if (!isfinite(l) || !isfinite(sumsq)) {
+        /* every rank's verdict: a NaN may reach one rank's shard only, and a rank stopping
+         * alone would leave the others in the next collective (the save in flight lost) */
+        double diverged = !isfinite(l) || !isfinite(sumsq);
+        dist_allreduce_max_f64(mesh->world_comm, &diverged, 1); /* nothing with one rank */
+        if (diverged && isfinite(l) && isfinite(sumsq)) {
+            base_fail(err,
+                      "step %d, microbatch %d of %d: non-finite loss or gradient on another "
+                      "rank; stopping (the last checkpoint is intact)",
+                      step, mb + 1, o->grad_accum);
+            return TRAIN_STEP_DIVERGED;
+        }
+        if (diverged) {
             const char *bad = train_first_bad(m, f, dist_fsdp_shard_grads(f), 0);
             /* the first non-finite gradient is where a NaN arrives in backward, not which
              * kernel made it: with kernel overrides the kernels are the first suspects, named
              * with where they run */
             char kern[1024];
             const int nk = model_kernel_choices(m, kern, sizeof kern);
-            return base_fail(err,
-                             "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
-                             "non-finite gradient: %s; stopping (the last checkpoint is "
-                             "intact)%s%s",
-                             step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
-                             l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)",
-                             nk ? "; kernel overrides in use (`titan kernels test NAME` checks "
-                                  "each against its op's default): "
-                                : "",
-                             nk ? kern : "");
+            base_fail(err,
+                      "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
+                      "non-finite gradient: %s; stopping (the last checkpoint is "
+                      "intact)%s%s",
+                      step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
+                      l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)",
+                      nk ? "; kernel overrides in use (`titan kernels test NAME` checks "
+                           "each against its op's default): "
+                         : "",
+                      nk ? kern : "");
+            return TRAIN_STEP_DIVERGED;
         }
     }
     if (mesh->dp_replicate > 1) { /* HSDP: replicas sum their shard gradients */

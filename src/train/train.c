@@ -383,8 +383,14 @@ static int run_steps(run *r, base_err *err) {
     const train_opts *o = r->o;
     for (int step = (int)r->start + 1; step <= r->last; step++) {
         train_step_result s;
-        if (train_prof_step_begin(r->prof, step, err) || train_step(&r->job, step, &s, err))
+        if (train_prof_step_begin(r->prof, step, err)) return -1;
+        const int st = train_step(&r->job, step, &s, err);
+        if (st == TRAIN_STEP_DIVERGED) { /* every rank is here: the save in flight commits */
+            base_err e;
+            if (train_saver_finish(r->saver, &e)) base_log(BASE_LOG_ERROR, "%s", e.msg);
             return -1;
+        }
+        if (st) return -1;
         train_prof_step_done(r->prof);
         r->tokens_seen += s.ntok * r->mesh.dp_size;
         if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */

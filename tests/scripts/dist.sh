@@ -16,7 +16,9 @@
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
 #     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
-#     folder rank 0 cannot create (and lock) at the start.
+#     folder rank 0 cannot create (and lock) at the start. A divergence whose NaN reaches one
+#     rank's gradient shard only stops both ranks at the same microbatch, and the save of the
+#     step before, in flight in the background, is committed.
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
 model=("${small[@]}")
@@ -187,3 +189,18 @@ grep -q "checkpoint.folder: .*afile is not a folder" "$out/ckfail.log" &&
   ! grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/ckfail.log" || { cat "$out/ckfail.log"; exit 1; }
 echo "ok an uncreatable checkpoint folder stops both ranks:"
 grep "titan: error" "$out/ckfail.log" | head -2
+
+# divergence (lr 1e30): step 2's NaN is in rank 1's shard only (tok_embeddings); rank 1 stopped
+# alone, rank 0 was killed in the next collective and step 1's background save was left as
+# step-1.tmp, though the error said "the last checkpoint is intact"
+rc=0; mpi 2 "${model[@]}" --steps 10 --batch 2 --lr 1e30 --warmup 0 --dump-folder "$out/div" \
+  --checkpoint-interval 1 > "$out/div.log" 2>&1 || rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+  grep -q "titan: error (rank [01] of 2): step 2, microbatch 1 of 1: non-finite" "$out/div.log" &&
+  [ "$(ls "$out/div/checkpoint" | tr '\n' ' ')" = "step-1 " ] ||
+  { echo "FAIL div: exit $rc, checkpoints: $(ls "$out/div/checkpoint" | tr '\n' ' ')"
+    cat "$out/div.log"; exit 1; }
+"$titan" train "${model[@]}" --steps 10 --batch 2 --dump-folder "$out/div" --checkpoint-interval 1 \
+  --stop-after-step 1 > "$out/div1.log" 2>&1 && grep -q "resumed from $out/div/checkpoint/step-1" \
+  "$out/div1.log" || { echo "FAIL div: step-1 does not load"; cat "$out/div1.log"; exit 1; }
+echo "ok a divergence on one rank's shard stops both ranks; step 1's save committed and loads"
