@@ -57,6 +57,10 @@ add_test(NAME kernels_plugin_error_code COMMAND sh -c "\"$@\" 2>&1; echo \"exit 
   $<TARGET_FILE:titan> kernels test swiglu_fail --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_fail.so)
 set_tests_properties(kernels_plugin_error_code PROPERTIES PASS_REGULAR_EXPRESSION
   "kernel swiglu/swiglu_fail \\(plugin [^)]*libtest_plugin_fail.so\\) at conformance: forward returned 3.*exit 134")
+# the same error in a training run at step 4: named, metrics.jsonl and the report page final
+add_test(NAME train_plugin_error COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plugin_error_train.sh
+  $<TARGET_FILE:titan> ${TITAN_TEST_PLUGIN_DIR})
+set_tests_properties(train_plugin_error PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
 add_test(NAME kernels_conformance_plugin_norm COMMAND titan kernels test add_rmsnorm_plain
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_good.so)
 # The same conformance run on the baseline (non-AVX-512) kernel copies, forced through the

@@ -56,6 +56,34 @@ void base_log(base_log_level level, const char *fmt, ...) {
     fflush(f);
 }
 
+static void (*g_fatal_hook)(const char *msg);
+
+void base_set_fatal_hook(void (*hook)(const char *msg)) {
+    g_fatal_hook = hook;
+}
+
+_Noreturn void base_fatal(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    base_log(BASE_LOG_ERROR, "%s", msg);
+    /* the first caller runs the hook and aborts; another thread failing meanwhile (kernels run
+     * in parallel regions) waits for that abort, and a hook failing the same way (it is the
+     * first caller's thread again) aborts at once */
+    static pthread_t first;
+    static int taken;
+    if (__atomic_exchange_n(&taken, 1, __ATOMIC_SEQ_CST)) {
+        if (!pthread_equal(first, pthread_self()))
+            for (;;) pause();
+        abort();
+    }
+    first = pthread_self();
+    if (g_fatal_hook) g_fatal_hook(msg);
+    abort();
+}
+
 /* Buffers of 4 MiB and more are 2 MiB aligned and asked to be backed by transparent huge
  * pages: the GEMMs stream hundreds of MiB of weights and logits, and 4 KiB pages cost TLB
  * misses there. */

@@ -23,6 +23,12 @@ void base_log_set_level(base_log_level level);
 void base_log_all_to_stderr(int on);
 /* Rank shown in every log line once a run has more than one process (-1 hides it). */
 void base_log_set_rank(int rank);
+/* Where a void function cannot report an error (a kernel plugin's error code inside an op):
+ * logs the message as an error, hands it to the hook (once; NULL: none) and aborts. The hook
+ * lets a command leave its outputs final (the trainer's report page); it must not return to
+ * the failed code. */
+_Noreturn void base_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void base_set_fatal_hook(void (*hook)(const char *msg));
 
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
 void *base_alloc(size_t bytes);

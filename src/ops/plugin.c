@@ -194,10 +194,8 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     a.workspace = a.workspace_size ? cur : NULL;
     const int rc = (phase ? k->d.backward : k->d.forward)(&a);
     if (rc != 0) {
-        base_log(BASE_LOG_ERROR, "kernel %s/%s (plugin %s) at %s: %s returned %d",
-                 ops_kind_name(kind), k->name, k->path, s->path, phase ? "backward" : "forward",
-                 rc);
-        abort();
+        base_fatal("kernel %s/%s (plugin %s) at %s: %s returned %d", ops_kind_name(kind), k->name,
+                   k->path, s->path, phase ? "backward" : "forward", rc);
     }
     for (int i = 0; i < nout; i++) {
         if (!out[i].p || direct[i]) continue;

@@ -479,9 +479,18 @@ static int run_finish(run *r, base_err *err) {
     return 128 + late;
 }
 
+/* The running job's metrics for base_fatal's hook (one run per process at a time). */
+static train_metrics *g_fatal_mx;
+
+static void on_fatal(const char *msg) { /* a kernel's error code: the page says why, final */
+    train_metrics_failed(g_fatal_mx, msg);
+}
+
 /* Frees everything run_setup made; a background save still finishes. Returns rc, or -1 when
  * closing the metrics failed. */
 static int run_close(run *r, int rc, base_err *err) {
+    base_set_fatal_hook(NULL);
+    g_fatal_mx = NULL;
     if (rc < 0) train_metrics_failed(r->mx, err->msg);
     if (train_metrics_close(r->mx, rc ? NULL : err) && rc <= 0) rc = -1;
     train_prof_close(r->prof);
@@ -539,6 +548,10 @@ int train_run(const train_opts *o, base_err *err) {
         if (!rc && train_report_facts(train_metrics_report(r->mx), o->report_path, o, &r->m,
                                       &r->src, &r->mesh, r->peak, &e))
             base_log(BASE_LOG_WARN, "report page: %s", e.msg);
+        if (!rc) { /* a kernel plugin's error aborts inside an op: the page is drawn first */
+            g_fatal_mx = r->mx;
+            base_set_fatal_hook(on_fatal);
+        }
         if (!rc) rc = train_prof_open(&r->prof, o, &r->m, &r->mesh, err);
         if (!rc) rc = run_steps(r, err);
         if (rc >= 0 && train_prof_finish(r->prof, err)) rc = -1;

@@ -19,7 +19,8 @@
  *   nofwd     a kernel without forward
  *   nan       swiglu/swiglu_nan: forward writes NaN into its first output element
  *   fail      swiglu/swiglu_fail: forward returns 3 (an error code); with
- *             $TITAN_TEST_FAIL_RANK set only on that MPI rank (swiglu elsewhere)
+ *             $TITAN_TEST_FAIL_RANK set only on that MPI rank (swiglu elsewhere); with
+ *             $TITAN_TEST_FAIL_AFTER = N only after N calls that run swiglu (a later step)
  *   noacc     swiglu/swiglu_noacc: declares TITAN_KERNEL_BWD_ACCUMULATES but writes (=)
  *   qwen      swiglu/swiglu_qwen: constrained to real Qwen3 shapes (head_dim 128, GQA ratio
  *             8, dim % 512 == 0), which the small random conformance shapes never draw
@@ -144,6 +145,9 @@ static const char *mpi_rank(void) {
 /* fails on the rank named by $TITAN_TEST_FAIL_RANK (unset: on every call), else swiglu */
 static int swiglu_fwd_fail(const titan_kernel_args *a) {
     const char *only = getenv("TITAN_TEST_FAIL_RANK"), *me = mpi_rank();
+    const char *after = getenv("TITAN_TEST_FAIL_AFTER");
+    static int calls; /* forward calls so far (titan calls a kernel from one thread) */
+    if (after && calls++ < atoi(after)) return swiglu_fwd(a);
     if (!only || (me && !strcmp(only, me))) return 3;
     return swiglu_fwd(a);
 }
