@@ -435,9 +435,9 @@ static int run_steps(run *r, base_err *err) {
 static int run_finish(run *r, base_err *err) {
     const train_opts *o = r->o;
     const dist_mesh *mesh = &r->mesh;
+    dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     if (train_saver_finish(r->saver, err)) return -1;
     const int sig = train_stop_agree(mesh->world_comm); /* every rank: the gather is collective */
-    dist_watchdog_set_timeout(0, NULL); /* rank 0 alone exports and samples from here */
     /* tokens_total: one data-parallel rank's; its tp ranks share them (tokens/s per rank) */
     const double tps = r->t_total > 0 ? r->tokens_total / r->t_total / mesh->tp : 0;
     const double mfu = 100.0 * r->fpt * tps / r->peak, rss = (double)base_peak_rss() / (1 << 30);

@@ -130,10 +130,10 @@ echo "ok samp: SIGTERM during the sample -> exit 143 at the next token; export a
 # written (it was skipped, and the message said the same command resumes, which it refuses:
 # the last step's checkpoint holds weights only); the process is paused after step 2 is logged
 # so the signal lands in step 3 (or step 2's save) whatever the machine's speed
-# (a wider model, steps of ~0.1 s rather than ~1 ms: the pause comes before step 3 ends)
+# (a wider model, steps of 0.1..1 s rather than ~1 ms: the pause comes before step 3 ends)
 "$titan" train "${model[@]}" --set dim=256 --set head_dim=64 --set ffn_dim=512 --seq-len 128 \
-  --steps 3 --metrics "$out/last.jsonl" --dump-folder "$out/last" --checkpoint-interval 100000 \
-  --out "$out/last/hf" --sample 50 > "$out/last.log" 2>&1 &
+  --batch 8 --steps 3 --metrics "$out/last.jsonl" --dump-folder "$out/last" \
+  --checkpoint-interval 100000 --out "$out/last/hf" --sample 50 > "$out/last.log" 2>&1 &
 pid=$!
 for _ in $(seq 1200); do [ "$(steps_in "$out/last.jsonl")" -ge 2 ] && break; sleep 0.01; done
 kill -STOP $pid; kill -TERM $pid; kill -CONT $pid
