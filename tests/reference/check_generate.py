@@ -155,6 +155,33 @@ def chat_smoke(work, shared):
     return d, flags
 
 
+def hf_constant_model(d, head, eos_token_id=None, V=300):
+    """A one-block Qwen3ForCausalLM saved in folder d (no generation_config.json) whose every
+    position's hidden state is ones (embedding and norms ones, o_proj / down_proj zero), so its
+    logits are the same at every step: head(w) fills lm_head.weight w [V, 64] (logit = 64 x a
+    row's value). Returns the model."""
+    from transformers import Qwen3Config
+    D, F, hd = 64, 64, 32
+    shutil.rmtree(d, ignore_errors=True)
+    cfg = Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=hd,
+                      tie_word_embeddings=False, eos_token_id=eos_token_id, bos_token_id=None,
+                      pad_token_id=None)
+    model = Qwen3ForCausalLM(cfg).eval()
+    sd = model.state_dict()
+    with torch.no_grad():
+        for k in sd:
+            if k.endswith("norm.weight") or k.endswith("layernorm.weight") or "embed" in k:
+                sd[k].fill_(1.0)
+            elif "o_proj" in k or "down_proj" in k:
+                sd[k].zero_()
+        head(sd["lm_head.weight"])
+    model.save_pretrained(d)
+    if os.path.exists(f"{d}/generation_config.json"):
+        os.remove(f"{d}/generation_config.json")
+    return model
+
+
 def hf_defaults(work):
     """Folders of a one-block byte-level model (vocabulary 300) whose every step's greedy
     token is 258 (the crafted_model construction: a constant hidden state; lm_head rows 258
@@ -162,8 +189,6 @@ def hf_defaults(work):
     declaring eos ids and sampling settings in generation_config.json or config.json:
     `titan generate` with no sampling option gives transformers' generate() with none (ids
     and stop), which takes them from the folder."""
-    from transformers import Qwen3Config
-    V, D, F, hd = 300, 64, 64, 32
     cases = [  # name, config.json eos, generation_config.json (None: no file)
         ("gen_list", 257, {"eos_token_id": [258, 257]}),
         ("config_only", 258, None),
@@ -172,24 +197,11 @@ def hf_defaults(work):
     ]
     for name, cfg_eos, gen in cases:
         d = f"{work}/hf_defaults_{name}"
-        shutil.rmtree(d, ignore_errors=True)
-        cfg = Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
-                          num_attention_heads=2, num_key_value_heads=1, head_dim=hd,
-                          tie_word_embeddings=False, eos_token_id=cfg_eos, bos_token_id=None,
-                          pad_token_id=None)
-        model = Qwen3ForCausalLM(cfg).eval()
-        sd = model.state_dict()
-        with torch.no_grad():
-            for k in sd:
-                if k.endswith("norm.weight") or k.endswith("layernorm.weight") or "embed" in k:
-                    sd[k].fill_(1.0)
-                elif "o_proj" in k or "down_proj" in k or k == "lm_head.weight":
-                    sd[k].zero_()
-            sd["lm_head.weight"][258] = 1.0
-            sd["lm_head.weight"][257] = 0.99
-        model.save_pretrained(d)
-        if os.path.exists(f"{d}/generation_config.json"):
-            os.remove(f"{d}/generation_config.json")
+
+        def head(w):  # 258 first, 257 a close second, the rest 0
+            w.zero_()
+            w[258], w[257] = 1.0, 0.99
+        hf_constant_model(d, head, eos_token_id=cfg_eos)
         if gen is not None:
             json.dump(gen, open(f"{d}/generation_config.json", "w"))
         ref = Qwen3ForCausalLM.from_pretrained(d, attn_implementation="eager").eval()
@@ -231,32 +243,17 @@ def sampling_distribution(work):
     probability under LogitsProcessorList(Temperature, TopK, TopP) within 4.5 standard errors,
     and ids that list removes are never drawn (top-p before the temperature would keep id 103
     at T 0.5, top-p 0.9)."""
-    from transformers import Qwen3Config
     from transformers.generation.logits_process import (LogitsProcessorList,
                                                         TemperatureLogitsWarper,
                                                         TopKLogitsWarper, TopPLogitsWarper)
-    V, D, F, hd = 300, 64, 64, 32
+    V, D = 300, 64
     d = f"{work}/sampling_model"
-    shutil.rmtree(d, ignore_errors=True)
-    cfg = Qwen3Config(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=hd,
-                      tie_word_embeddings=False, eos_token_id=None, bos_token_id=None,
-                      pad_token_id=None)
-    model = Qwen3ForCausalLM(cfg).eval()
-    sd = model.state_dict()
     p0 = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05])
-    with torch.no_grad():
-        for k in sd:
-            if k.endswith("norm.weight") or k.endswith("layernorm.weight") or "embed" in k:
-                sd[k].fill_(1.0)
-            elif "o_proj" in k or "down_proj" in k:
-                sd[k].zero_()
-        sd["lm_head.weight"].fill_(-30.0 / D)  # hidden state: ones -> logit = D x row value
-        sd["lm_head.weight"][100:105] = (p0.log() / D)[:, None]
-    model.save_pretrained(d)
-    for f in ["generation_config.json"]:
-        if os.path.exists(f"{d}/{f}"):
-            os.remove(f"{d}/{f}")
+
+    def head(w):  # hidden state ones: logit = D x row value
+        w.fill_(-30.0 / D)
+        w[100:105] = (p0.log() / D)[:, None]
+    model = hf_constant_model(d, head, V=V)
     with torch.no_grad():
         logits = model(torch.tensor([[65]])).logits[0, -1:].float()
     N = 2000
