@@ -146,7 +146,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         if (diverged && isfinite(l) && isfinite(sumsq)) {
             base_fail(err,
                       "step %d, microbatch %d of %d: non-finite loss or gradient on another "
-                      "rank; stopping (the last checkpoint is intact)",
+                      "rank; stopping",
                       step, mb + 1, o->grad_accum);
             return TRAIN_STEP_DIVERGED;
         }
@@ -159,8 +159,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
             const int nk = model_kernel_choices(m, kern, sizeof kern);
             base_fail(err,
                       "step %d, microbatch %d of %d: non-finite %s (loss %g); first "
-                      "non-finite gradient: %s; stopping (the last checkpoint is "
-                      "intact)%s%s",
+                      "non-finite gradient: %s; stopping%s%s",
                       step, mb + 1, o->grad_accum, isfinite(l) ? "gradient" : "loss",
                       l / (valid ? (double)valid : 1.0), bad ? bad : "(none found)",
                       nk ? "; kernel overrides in use (`titan kernels test NAME` checks "

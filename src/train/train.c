@@ -387,8 +387,15 @@ static int run_steps(run *r, base_err *err) {
         const int st = train_step(&r->job, step, &s, err);
         if (st == TRAIN_STEP_DIVERGED) { /* every rank is here: the save in flight commits */
             base_err e;
-            if (train_saver_finish(r->saver, &e)) base_log(BASE_LOG_ERROR, "%s", e.msg);
-            return -1;
+            const int lost = train_saver_finish(r->saver, &e);
+            if (lost) base_log(BASE_LOG_ERROR, "%s", e.msg);
+            /* what the stop leaves: said as it is (checkpointing may be off) */
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            return base_fail(err, "%s (%s)", why,
+                             !r->saver ? "checkpointing is off: nothing was saved"
+                             : lost    ? "the save in flight failed: see above"
+                                       : "the checkpoints saved before this step are intact");
         }
         if (st) return -1;
         train_prof_step_done(r->prof);

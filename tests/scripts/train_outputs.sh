@@ -34,7 +34,7 @@ head -c $((5 * 33 + 3)) "$out/val.txt" > "$out/val5.txt"
 if "$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --grad-accum 2 \
     --dump-folder "$out/div" --checkpoint-interval 1 --sync-checkpoint > "$out/div.log" 2>&1; then
   echo "FAIL: a diverging run exited 0"; exit 1; fi
-grep -E "step [0-9]+, microbatch 1 of 2: non-finite .*first non-finite gradient: [a-z_.0-9]+" \
+grep -E "step [0-9]+, microbatch 1 of 2: non-finite .*first non-finite gradient: [a-z_.0-9]+.*\(the checkpoints saved before this step are intact\)" \
   "$out/div.log" || { echo "FAIL: divergence message"; cat "$out/div.log"; exit 1; }
 # the report page is final and says why (it stayed "live", reloading itself, without the error)
 grep -q '<p class="failed">The run ended with an error: step [0-9]*, microbatch 1 of 2: non-finite' \
@@ -49,6 +49,10 @@ if "$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --dump-folder "$o
   echo "FAIL: a diverging run with an override exited 0"; exit 1; fi
 grep -q "non-finite .*; kernel overrides in use (\`titan kernels test NAME\` checks each against its op's default): swiglu=reference at layers\.0" "$out/div_k.log" ||
   { echo "FAIL: divergence message with overrides"; cat "$out/div_k.log"; exit 1; }
+# without checkpointing the stop says nothing was saved (it said "the last checkpoint is intact")
+grep -q "(checkpointing is off: nothing was saved)" "$out/div_k.log" &&
+  ! grep -q "intact" "$out/div_k.log" ||
+  { echo "FAIL: divergence without checkpoints claims one"; cat "$out/div_k.log"; exit 1; }
 bad=$(grep -oE "step [0-9]+, microbatch" "$out/div.log" | grep -oE "[0-9]+" | head -1)
 good=$((bad - 1))
 ls "$out/div/checkpoint"
