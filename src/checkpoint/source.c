@@ -110,6 +110,19 @@ int ckpt_train_read_args(const char *dir, model_args *a, base_err *err) {
     return rc;
 }
 
+/* A step checkpoint's "train" object (metadata.json), parsed into *t (NULL if it is not JSON:
+ * the caller's lookups then fail by name), and the metadata's path in p[n]. */
+static int step_train(const ckpt_source *s, json_t **t, char *p, size_t n, base_err *err) {
+    char *tj = NULL;
+    int world = 0;
+    snprintf(p, n, "%s/step-%lld/metadata.json", s->folder, (long long)s->step);
+    *t = NULL;
+    if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
+    *t = json_loads(tj, 0, NULL);
+    free(tj);
+    return 0;
+}
+
 int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
     char p[4200];
     switch (s->kind) {
@@ -119,12 +132,8 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
     case CKPT_SRC_TITAN_MODEL:
         return ckpt_train_read_args(s->path, a, err);
     case CKPT_SRC_STEP: {
-        char *tj = NULL;
-        int world = 0;
-        snprintf(p, sizeof p, "%s/step-%lld/metadata.json", s->folder, (long long)s->step);
-        if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
-        json_t *t = json_loads(tj, 0, NULL);
-        free(tj);
+        json_t *t;
+        if (step_train(s, &t, p, sizeof p, err)) return -1;
         /* what the metadata leaves out comes from debugmodel: max_seq_len in checkpoints
          * written before it was recorded (said: an export writes it as the context) */
         model_flavor("debugmodel", a, err);
@@ -152,12 +161,9 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
 int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err) {
     ids[0] = ids[1] = ids[2] = -1;
     if (s->kind != CKPT_SRC_STEP) return 0;
-    char *tj = NULL, p[4200];
-    int world = 0;
-    snprintf(p, sizeof p, "%s/step-%lld/metadata.json", s->folder, (long long)s->step);
-    if (ckpt_step_read_meta(s->folder, s->step, &tj, &world, err)) return -1;
-    json_t *t = json_loads(tj, 0, NULL);
-    free(tj);
+    char p[4200];
+    json_t *t;
+    if (step_train(s, &t, p, sizeof p, err)) return -1;
     const json_t *tok = json_object_get(t, "tokenizer");
     int rc = 0;
     for (int i = 0; rc >= 0 && i < 3 && json_is_object(tok); i++) {
