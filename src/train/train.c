@@ -390,9 +390,8 @@ static int run_steps(run *r, base_err *err) {
             const int lost = train_saver_finish(r->saver, &e);
             if (lost) base_log(BASE_LOG_ERROR, "%s", e.msg);
             /* what the stop leaves: said as it is (checkpointing may be off) */
-            char why[sizeof err->msg];
-            snprintf(why, sizeof why, "%s", err->msg);
-            return base_fail(err, "%s (%s)", why,
+            const base_err was = *err;
+            return base_fail(err, "%s (%s)", was.msg,
                              !r->saver ? "checkpointing is off: nothing was saved"
                              : lost    ? "the save in flight failed: see above"
                                        : "the checkpoints saved before this step are intact");
