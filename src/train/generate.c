@@ -173,6 +173,11 @@ void train_stream_finish(train_text_stream *ts) {
 
 /* ---- the generation loop ------------------------------------------------------------- */
 
+/* Tokens a full context of max_len positions keeps when it slides: its last half (at least 1). */
+static int slide_keep(int max_len) {
+    return max_len / 2 > 0 ? max_len / 2 : 1;
+}
+
 int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const train_gen_opts *o,
                    train_gen_result *r, base_err *err) {
     memset(r, 0, sizeof *r);
@@ -221,7 +226,7 @@ int train_generate(model_infer *s, const int32_t *prompt, int n_prompt, const tr
         if (model_infer_len(s) < max_len) {
             rc = model_infer_forward(s, &seq[n - 1], 1, logits, 0, err);
         } else { /* full: continue from the last half of the context */
-            const int keep = max_len / 2 > 0 ? max_len / 2 : 1;
+            const int keep = slide_keep(max_len);
             r->slides++;
             model_infer_reset(s);
             rc = model_infer_forward(s, seq + n - keep, keep, logits, 0, err);
@@ -706,7 +711,7 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
                     "the context of %d positions (--max-seq-len) filled %d time%s: each time "
                     "generation went on from its last %d tokens\n",
                     model_infer_max_len(s), r.slides, r.slides > 1 ? "s" : "",
-                    model_infer_max_len(s) / 2 > 0 ? model_infer_max_len(s) / 2 : 1);
+                    slide_keep(model_infer_max_len(s)));
     }
 out:
     json_decref(gen_cfg);
