@@ -405,7 +405,7 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         const char *d = strrchr(name, '.');
         char sec[96];
         snprintf(sec, sizeof sec, "%.*s", (int)(d - name), name);
-        const int neg = find_field(sec, d + 1) < 0 ? negated_bool(name) : -1;
+        const int fi = find_field(sec, d + 1), neg = fi < 0 ? negated_bool(name) : -1;
         if (neg >= 0) { /* --section.no_key: false, and takes no value (as tyro) */
             const field *f = &g_fields[neg];
             char field_name[160];
@@ -417,7 +417,6 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
             continue;
         }
         if (!eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-            const int fi = find_field(sec, d + 1);
             if (fi < 0 || g_fields[fi].type != T_BOOL || !strcmp(argv[i + 1], "true") ||
                 !strcmp(argv[i + 1], "false") || !strcmp(argv[i + 1], "1") ||
                 !strcmp(argv[i + 1], "0"))
