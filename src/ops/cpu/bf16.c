@@ -413,19 +413,24 @@ static int tl_mem_get(const dnnl_entry *e, int cached, const void *A, const void
     return 0;
 }
 
-/* The implementation a product runs: oneDNN's first choice, except on CPUs with AVX512_BF16 but
- * no AMX, where the gemm driver (`gemm:jit`) is taken for the weight gradients (a transposed A,
- * dW = dy^T x) and for products with N >= 1024 or K >= 65536 (the lm_head's, 0.6B's projections)
- * that write fp32.
+/* The implementation a product runs: oneDNN's first choice (brgemm), except for products that
+ * write fp32 where its gemm driver (`gemm:jit`) measured faster:
+ * - with AVX512_BF16 but no AMX: the weight gradients (a transposed A, dW = dy^T x) and products
+ *   with N >= 1024 or K >= 65536 (the lm_head's, 0.6B's projections);
+ * - with AMX: products with K >= 65536 (the lm_head's input gradient dy W, K = the vocabulary:
+ *   brgemm 448 -> gemm:jit 1250 GFLOP/s at 448x512x151936, 459 -> 1178 at 448x1024x151936) and
+ *   the backward's (B not transposed) with N >= 1024 and K >= 2048 (0.6B's dx and dW: 1049-1137
+ *   -> 1208-1275 at 2048x1024x2048, 2048x1024x3072, 3072x1024x2048). brgemm stays ahead on every
+ *   forward product and at N = 512 (the bench model's dW 1277-1418 vs 1077-1196). Intel Xeon with
+ *   AMX-BF16, 2 threads, medians of 5 interleaved runs, bench/RESULTS.md "Session 19".
  * Measured on an AMD EPYC Zen 4 (2 threads, oneDNN 2.6.3, medians of 7-11 interleaved runs,
  * build/bench_dnnl_impls; bench/RESULTS.md "Session 12" and "Session 13"), brgemm -> gemm:jit in
  * GFLOP/s: 0.6B's dW 343 -> 379, 327 -> 362; x W^T 448x151936x512 322 -> 345, 2048x3072x1024
  * 331 -> 367, 2048x1536x512 302 -> 338; dy W 448x512x151936 302 -> 335, 2048x3072x1024 274 ->
  * 304, 2048x1024x2048 272 -> 305; while at N = 512 with K <= 1536 brgemm stays ahead (x W^T
- * 2048x512x512 274 vs 218, dy W 2048x512x1536 346 vs 320). On AMX (unmeasured) oneDNN's order
- * stands. TITAN_DNNL_IMPL=PREFIX picks the first implementation whose name starts with PREFIX
- * for every product (an experiment knob, e.g. "brg" or "gemm:jit"). The choice depends on the
- * shape and CPU only, so a run stays deterministic. */
+ * 2048x512x512 274 vs 218, dy W 2048x512x1536 346 vs 320). TITAN_DNNL_IMPL=PREFIX picks the first
+ * implementation whose name starts with PREFIX for every product (an experiment knob, e.g. "brg" or
+ * "gemm:jit"). The choice depends on the shape and CPU only, so a run stays deterministic. */
 static int pd_pick(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *md,
                    const_dnnl_primitive_attr_t attr, const dnnl_entry *k) {
     static int amx = -1;
@@ -433,7 +438,8 @@ static int pd_pick(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *md,
     const char *env = getenv("TITAN_DNNL_IMPL");
     /* not for a bf16 destination: the gemm driver stages all of C in fp32 in its scratchpad
      * (the lm_head's 448 x 151936 logits: +272 MB resident) */
-    const int gemm_jit = !amx && !k->c16 && (k->ta || k->N >= 1024 || k->K >= 65536);
+    const int gemm_jit = !k->c16 && (amx ? k->K >= 65536 || (!k->tb && k->N >= 1024 && k->K >= 2048)
+                                         : k->ta || k->N >= 1024 || k->K >= 65536);
     const char *want = env && *env ? env : gemm_jit ? "gemm:jit" : NULL;
     *pd = NULL;
     if (want) {
