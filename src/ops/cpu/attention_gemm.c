@@ -67,22 +67,72 @@
 typedef struct {
     ops_prec prec;
     size_t es; /* bytes per operand element: 4 (fp32, or the emulated engine's) or 2 */
+    /* Every product on dense operands and results (leading dimension = width): q, k, v, dout
+     * copied head-major, O and dQ through per-thread [rows, hd] blocks, dK and dV through the
+     * per-head slices. oneDNN's brgemm takes only dense operands (session 10: a strided one
+     * falls to its gemm driver, which packs both per call); with AMX, brgemm runs attention's
+     * products 2-2.6x faster a core (128x1024x128, 128x128x1024 ta, 1024x128x128: 550-760
+     * against 265-300 GFLOP/s, one thread, build/bench_dnnl_impls; bench/RESULTS.md "Session
+     * 19"). Without AMX (AVX512_BF16 only) the strided calls stay, as measured there. */
+    int dense;
 } ag_mode;
 
 static ag_mode ag_mode_of(ops_prec prec) {
-    return (ag_mode){prec, prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float)};
+    const size_t es = prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float);
+    static int amx = -1;
+    if (amx < 0) amx = ops_cpu_has_flag("amx_bf16");
+    return (ag_mode){prec, es, es == sizeof(uint16_t) && amx};
 }
 
-/* x[0, n) as GEMM operands: x itself in fp32, else its registered bf16 copy (a tensor the
- * model stored as bf16: ops_bf16_hold_rounded) or a converted copy in *own. */
-static const void *ag_operand(ag_mode m, const float *x, size_t n, void **own) {
+/* An operand tensor of nh heads: element (b, t, head, c) at p + (b bs + head hs + t ld + c)
+ * elements; token-major as the op's tensors ([B,T,nh,hd]) or head-major ([B,nh,T,hd]). */
+typedef struct {
+    const void *p;
+    size_t ld, hs, bs;
+} ag_op;
+
+/* x [B,T,nh,hd] as GEMM operands: x itself in fp32, else its registered bf16 copy (a tensor
+ * the model stored as bf16: ops_bf16_hold_rounded) or a converted copy in *own; in dense mode
+ * a head-major bf16 copy in *own (converted from x, whose values a held copy equals). */
+static ag_op ag_operand(ag_mode m, const float *x, int B, int T, int nh, int hd, void **own) {
+    const size_t n = (size_t)B * T * nh * hd, ld = (size_t)nh * hd;
     *own = NULL;
-    if (m.prec != OPS_PREC_BF16) return x;
+    if (m.prec != OPS_PREC_BF16) return (ag_op){x, ld, hd, (size_t)T * ld};
+    if (m.dense) {
+        uint16_t *d = ops_cpu_alloc("attention", m.es * n);
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < nh; h++) {
+                    const float *restrict src = x + ((size_t)b * T + t) * ld + (size_t)h * hd;
+                    uint16_t *restrict dst = d + (((size_t)b * nh + h) * T + t) * hd;
+#pragma omp simd
+                    for (int c = 0; c < hd; c++) dst[c] = ops_cpu_bf16_bits(src[c]);
+                }
+        *own = d;
+        return (ag_op){d, (size_t)hd, (size_t)T * hd, (size_t)nh * T * hd};
+    }
     const void *held = ops_cpu_bf16_mirror_of(x, n);
-    if (held) return held;
-    *own = ops_cpu_alloc("attention", m.es * n);
-    ops_bf16_mirror_convert(*own, 0, x, n);
-    return *own;
+    if (!held) {
+        *own = ops_cpu_alloc("attention", m.es * n);
+        ops_bf16_mirror_convert(*own, 0, x, n);
+    }
+    return (ag_op){held ? held : *own, ld, hd, (size_t)T * ld};
+}
+
+/* Row t of head `head` of sequence b of an operand tensor. */
+static const void *ag_row(ag_mode m, ag_op o, int b, int head, size_t t) {
+    return (const char *)o.p + ((size_t)b * o.bs + (size_t)head * o.hs + t * o.ld) * m.es;
+}
+
+/* rows [r0, r0 + M) of head h of sequence b of a token-major [B,T,H,hd] fp32 tensor x and a
+ * dense [M, hd] block: copied one way (to_x: x = blk) or the other */
+static void ag_rows_copy(float *x, float *blk, int to_x, int b, int T, int H, int h, int r0, int M,
+                         int hd) {
+    for (int i = 0; i < M; i++) {
+        float *xr = x + (((size_t)b * T + r0 + i) * H + h) * hd, *br = blk + (size_t)i * hd;
+        memcpy(to_x ? xr : br, to_x ? br : xr, sizeof(float) * (size_t)hd);
+    }
 }
 
 /* Large per-call buffers kept between calls, one process-wide buffer each (grown as needed; a
@@ -130,11 +180,6 @@ static void cache_give(ag_cache *c, void *p, int own) {
     }
 }
 
-/* Row r, column c of an operand of leading dimension ld. */
-static const void *ag_at(ag_mode m, const void *base, size_t r, size_t ld, size_t c) {
-    return (const char *)base + (r * ld + c) * m.es;
-}
-
 /* Row i of a [rows, n] operand block: src (fp32, n values) stored as the engine's operands
  * at dst (bf16 bits, or bf16-rounded fp32 in place when dst == src); fp32 runs use src as it
  * is. Done row by row while the row is in L1, not as a pass over the block. */
@@ -165,16 +210,18 @@ static void ag_gemm(ag_mode m, int ta, int tb, int M, int N, int K, const void *
         ops_cpu_sgemm_task(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
 }
 
-/* A thread's workspace: two [BQ, T] fp32 blocks and, for bf16 bits, their operand copies. */
+/* A thread's workspace: two [BQ, T] fp32 blocks and, for bf16 bits, their operand copies;
+ * in dense mode a [T, hd] fp32 block for one head's O rows or dQ. */
 typedef struct {
-    float *s, *d;
+    float *s, *d, *o;
     void *s16, *d16;
 } ag_ws;
 
-static ag_ws ag_ws_new(ag_mode m, int T) {
+static ag_ws ag_ws_new(ag_mode m, int T, int hd) {
     const size_t n = (size_t)AG_BQ * T, h = m.es == sizeof(uint16_t) ? n * m.es : 0;
     return (ag_ws){ops_cpu_alloc("attention", n * sizeof(float)),
                    ops_cpu_alloc("attention", n * sizeof(float)),
+                   m.dense ? ops_cpu_alloc("attention", sizeof(float) * (size_t)T * hd) : NULL,
                    h ? ops_cpu_alloc("attention", h) : NULL,
                    h ? ops_cpu_alloc("attention", h) : NULL};
 }
@@ -182,6 +229,7 @@ static ag_ws ag_ws_new(ag_mode m, int T) {
 static void ag_ws_free(ag_ws *w) {
     free(w->s);
     free(w->d);
+    free(w->o);
     free(w->s16);
     free(w->d16);
 }
@@ -204,13 +252,10 @@ static ag_qblock ag_qblock_of(long t, int nb, int T, int H, int rep) {
     return (ag_qblock){b, h, h / rep, r0, r1 - r0, r1};
 }
 
-/* out[M, n] (ld n) = A[x's rows, head h] B[keys 0..n, head g]^T: the scores Q K^T of block x
- * (A = q, B = k); ldq / ldk: H*hd and G*hd. */
-static void ag_rows_by_keys(ag_mode md, const ag_qblock *x, int T, int hd, const void *A,
-                            size_t ldq, const void *Bm, size_t ldk, float *out) {
-    const size_t row = (size_t)x->b * T;
-    ag_gemm(md, 0, 1, x->M, x->n, hd, ag_at(md, A, row + x->r0, ldq, (size_t)x->h * hd), (int)ldq,
-            ag_at(md, Bm, row, ldk, (size_t)x->g * hd), (int)ldk, 0, out, x->n);
+/* out[M, n] (ld n) = q[x's rows, head h] k[keys 0..n, head g]^T: the scores of block x. */
+static void ag_rows_by_keys(ag_mode md, const ag_qblock *x, int hd, ag_op q, ag_op k, float *out) {
+    ag_gemm(md, 0, 1, x->M, x->n, hd, ag_row(md, q, x->b, x->h, x->r0), (int)q.ld,
+            ag_row(md, k, x->b, x->g, 0), (int)k.ld, 0, out, x->n);
 }
 
 static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const float *k,
@@ -218,18 +263,18 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
     const int rep = H / G, nb = ag_blocks(T);
     const float scale = 1.0f / sqrtf((float)hd);
     void *own[3];
-    const void *q16 = ag_operand(md, q, (size_t)B * T * H * hd, &own[0]),
-               *k16 = ag_operand(md, k, (size_t)B * T * G * hd, &own[1]),
-               *v16 = ag_operand(md, v, (size_t)B * T * G * hd, &own[2]);
-    const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd;
+    const ag_op q16 = ag_operand(md, q, B, T, H, hd, &own[0]),
+                k16 = ag_operand(md, k, B, T, G, hd, &own[1]),
+                v16 = ag_operand(md, v, B, T, G, hd, &own[2]);
+    const size_t ldq = (size_t)H * hd;
 #pragma omp parallel
     {
-        ag_ws w = ag_ws_new(md, T);
+        ag_ws w = ag_ws_new(md, T, hd);
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < (long)B * H * nb; task++) {
             const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
             const int b = x.b, h = x.h, g = x.g, r0 = x.r0, M = x.M, n = x.n;
-            ag_rows_by_keys(md, &x, T, hd, q16, ldq, k16, ldk, w.s);
+            ag_rows_by_keys(md, &x, hd, q16, k16, w.s);
             void *p16 = ag_block(md, w.s, w.s16);
             for (int i = 0; i < M; i++) {
                 float *s = w.s + (size_t)i * n, l; /* rounded in place below: no restrict */
@@ -241,8 +286,10 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
                 lse[((size_t)b * H + h) * T + r0 + i] = mx + logf(l);
                 ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, s, n);
             }
-            ag_gemm(md, 0, 0, M, hd, n, p16, n, ag_at(md, v16, (size_t)b * T, ldk, (size_t)g * hd),
-                    (int)ldk, 0, out + ((size_t)b * T + r0) * ldq + (size_t)h * hd, (int)ldq);
+            float *o = md.dense ? w.o : out + ((size_t)b * T + r0) * ldq + (size_t)h * hd;
+            ag_gemm(md, 0, 0, M, hd, n, p16, n, ag_row(md, v16, b, g, 0), (int)v16.ld, 0, o,
+                    md.dense ? hd : (int)ldq);
+            if (md.dense) ag_rows_copy(out, w.o, 1, b, T, H, h, r0, M, hd);
         }
         ag_ws_free(&w);
     }
@@ -254,10 +301,12 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                    int H, int G, int hd) {
     const int rep = H / G, nb = ag_blocks(T);
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * G * hd;
+    const size_t nq = (size_t)B * T * H * hd;
     void *own[4];
-    const void *q16 = ag_operand(md, q, nq, &own[0]), *k16 = ag_operand(md, k, nk, &own[1]),
-               *v16 = ag_operand(md, v, nk, &own[2]), *do16 = ag_operand(md, dout, nq, &own[3]);
+    const ag_op q16 = ag_operand(md, q, B, T, H, hd, &own[0]),
+                k16 = ag_operand(md, k, B, T, G, hd, &own[1]),
+                v16 = ag_operand(md, v, B, T, G, hd, &own[2]),
+                do16 = ag_operand(md, dout, B, T, H, hd, &own[3]);
     float *D =
         ops_cpu_alloc("attention", sizeof(float) * (size_t)B * H * T); /* [B,H,T] rowsum(dO * O) */
 #pragma omp parallel for collapse(2) schedule(static)
@@ -270,14 +319,15 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 D[((size_t)b * H + h) * T + t] = d;
             }
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd;
-    /* With several query heads per kv head, each head's dK and dV go to its own [T, hd] slice
-     * first (written once per key block: no accumulation), summed per group in head order
-     * below; with one, straight into dk and dv. */
+    /* With several query heads per kv head (or dense results), each head's dK and dV go to its
+     * own [T, hd] slice first (written once per key block: no accumulation), summed per group
+     * in head order below; with one, straight into dk and dv. */
     int part_own = 0;
-    float *part = rep > 1 ? cache_take(&g_part, sizeof(float) * 2 * nq, &part_own) : NULL;
+    float *part =
+        rep > 1 || md.dense ? cache_take(&g_part, sizeof(float) * 2 * nq, &part_own) : NULL;
 #pragma omp parallel
     {
-        ag_ws w = ag_ws_new(md, T);
+        ag_ws w = ag_ws_new(md, T, hd);
         /* one task per (b, h): its key blocks in order, each over the queries [c0, T) that see
          * it; dQ of head h accumulates over the key blocks in this task alone */
 #pragma omp for schedule(dynamic, 1)
@@ -289,13 +339,18 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                   *dvh = part ? part + nq + ((size_t)b * H + h) * T * hd
                               : dv + row * ldk + (size_t)g * hd;
             const size_t ldp = part ? (size_t)hd : ldk;
+            /* dQ of head h: dq's rows themselves, or (dense) a [T, hd] block they are copied
+             * into and back from (the same sums in the same order) */
+            float *dqh = md.dense ? w.o : dq + row * ldq + (size_t)h * hd;
+            const size_t ldqh = md.dense ? (size_t)hd : ldq;
+            if (md.dense) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
             for (int kb = 0; kb < nb; kb++) {
                 const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
                           n = T - c0; /* queries c0 .. T-1 */
-                ag_gemm(md, 0, 1, M, n, hd, ag_at(md, k16, row + c0, ldk, (size_t)g * hd), (int)ldk,
-                        ag_at(md, q16, row + c0, ldq, (size_t)h * hd), (int)ldq, 0, w.s, n);
-                ag_gemm(md, 0, 1, M, n, hd, ag_at(md, v16, row + c0, ldk, (size_t)g * hd), (int)ldk,
-                        ag_at(md, do16, row + c0, ldq, (size_t)h * hd), (int)ldq, 0, w.d, n);
+                const void *kc = ag_row(md, k16, b, g, c0), *vc = ag_row(md, v16, b, g, c0),
+                           *qc = ag_row(md, q16, b, h, c0), *doc = ag_row(md, do16, b, h, c0);
+                ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
+                ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
                 const float *restrict lrow = lse + ((size_t)b * H + h) * T + c0,
                                       *restrict drow = D + ((size_t)b * H + h) * T + c0;
                 void *p16 = ag_block(md, w.s, w.s16), *ds16 = ag_block(md, w.d, w.d16);
@@ -313,13 +368,14 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
                 }
                 /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
-                ag_gemm(md, 0, 0, M, hd, n, p16, n, ag_at(md, do16, row + c0, ldq, (size_t)h * hd),
-                        (int)ldq, !part, dvh + (size_t)c0 * ldp, (int)ldp);
-                ag_gemm(md, 0, 0, M, hd, n, ds16, n, ag_at(md, q16, row + c0, ldq, (size_t)h * hd),
-                        (int)ldq, !part, dkh + (size_t)c0 * ldp, (int)ldp);
-                ag_gemm(md, 1, 0, n, hd, M, ds16, n, ag_at(md, k16, row + c0, ldk, (size_t)g * hd),
-                        (int)ldk, 1, dq + (row + c0) * ldq + (size_t)h * hd, (int)ldq);
+                ag_gemm(md, 0, 0, M, hd, n, p16, n, doc, (int)do16.ld, !part,
+                        dvh + (size_t)c0 * ldp, (int)ldp);
+                ag_gemm(md, 0, 0, M, hd, n, ds16, n, qc, (int)q16.ld, !part, dkh + (size_t)c0 * ldp,
+                        (int)ldp);
+                ag_gemm(md, 1, 0, n, hd, M, ds16, n, kc, (int)k16.ld, 1, dqh + (size_t)c0 * ldqh,
+                        (int)ldqh);
             }
+            if (md.dense) ag_rows_copy(dq, w.o, 1, b, T, H, h, 0, T, hd);
         }
         ag_ws_free(&w);
         if (part) { /* dk, dv[b, t, g] += the group's heads' slices, in head order */
