@@ -12,6 +12,12 @@
  * Each row is handled whole by one thread and the per-row losses are summed in row order,
  * so the result is bitwise independent of the OpenMP thread count (given a deterministic
  * sgemm).
+ * With AMX (bf16, onednn engine, whole vocabulary) the chunk's logits are computed transposed,
+ * [V, rows] = w x^T, and the softmax runs down the columns (ce_cols): oneDNN's brgemm reads w
+ * as it is stored instead of repacking the transposed weight per call, and the weight
+ * gradient's product needs no transposed operand. Per 448-row chunk (Intel Xeon, AMX-BF16, 2
+ * threads, build/bench_dnnl_impls, ms): logits 81.0 -> 55.7 (V x 512) and 126.4 -> 96.9
+ * (V x 1024), dw 73.2 -> 65.3 and 123.4 -> 111.9, dx level (bench/RESULTS.md, session 19).
  *
  * Targets: OPS_IGNORE_INDEX (-100) is skipped. A target outside [0, V) (data corruption,
  * which this void-error signature cannot report) is treated like -100: it adds no loss and
@@ -29,6 +35,21 @@
 #define CE_ROW_BLOCK 64
 /* Elements per float partial sum of exp (then summed in double). */
 #define CE_SUM_BLOCK 1024
+/* ce_cols: rows of the transposed logits prefetched ahead of the one being read. Its passes
+ * down a chunk stalled on their loads from memory (perf: half of the gradient pass's samples on
+ * the instruction after the load); prefetching 8 rows ahead took that pass from 165 to 77 ms a
+ * step at the bench model (1, 8 and 32 rows measured alike). */
+#define CE_PF_ROWS 8
+
+/* Prefetch transposed row r (n bf16) into the cache, for writing or for reading. */
+static inline void ce_prefetch(const uint16_t *r, int n, int write) {
+    for (int t = 0; t < n; t += 32) {
+        if (write)
+            __builtin_prefetch(r + t, 1);
+        else
+            __builtin_prefetch(r + t, 0);
+    }
+}
 
 static inline int ce_valid(int32_t t, int V) {
     return t >= 0 && t < V;
@@ -130,6 +151,78 @@ static double ce_row(const ce_rows *c, int r, int32_t target, float grad_scale, 
     return lse - (double)target_logit;
 }
 
+/* The same for a chunk stored transposed, l16 [V, rows] (bf16 bits; the logit gradient is
+ * written back over it): per fixed block of CE_SUM_BLOCK vocabulary rows, each column's block
+ * maximum and float sum of exp(l - block max) (one block's logits stay in L2 for both); the
+ * blocks combined in order per column (max, then the sums rescaled in double); then the
+ * gradient pass, the exps computed again. Fixed blocks, each one thread's: bitwise independent
+ * of the thread count. part: scratch [2 * ceil(V / CE_SUM_BLOCK) * rows] floats, col [3 *
+ * rows] doubles; loss[rows] receives each column's loss. */
+static void ce_cols(uint16_t *l16, const int32_t *tc, int rows, int V, float grad_scale, int grad,
+                    float *part, double *col, double *loss) {
+    const int nvb = (V + CE_SUM_BLOCK - 1) / CE_SUM_BLOCK;
+    float *bm = part, *bs = part + (size_t)nvb * rows; /* [nvb, rows]: block max, block sum */
+#pragma omp parallel for schedule(static)
+    for (int vb = 0; vb < nvb; vb++) {
+        const int v0 = vb * CE_SUM_BLOCK, v1 = v0 + CE_SUM_BLOCK < V ? v0 + CE_SUM_BLOCK : V;
+        float *restrict m = bm + (size_t)vb * rows, *restrict sm = bs + (size_t)vb * rows;
+        for (int t = 0; t < rows; t++) m[t] = -INFINITY, sm[t] = 0.0f;
+        for (int v = v0; v < v1; v++) {
+            const uint16_t *restrict r = l16 + (size_t)v * rows;
+            if (v + CE_PF_ROWS < V) ce_prefetch(r + (size_t)CE_PF_ROWS * rows, rows, 0);
+#pragma omp simd
+            for (int t = 0; t < rows; t++) {
+                const float x = ops_cpu_bf16_value(r[t]);
+                m[t] = x > m[t] ? x : m[t];
+            }
+        }
+        for (int v = v0; v < v1; v++) {
+            const uint16_t *restrict r = l16 + (size_t)v * rows;
+#pragma omp simd
+            for (int t = 0; t < rows; t++) sm[t] += vm_expf(ops_cpu_bf16_value(r[t]) - m[t]);
+        }
+    }
+    double *mx = col, *sum = col + rows, *tl = col + 2 * (size_t)rows; /* tl: target logit */
+    float *scale = part; /* bm's first row, free once the columns are combined */
+    for (int t = 0; t < rows; t++) {
+        float M = -INFINITY;
+        for (int vb = 0; vb < nvb; vb++)
+            M = bm[(size_t)vb * rows + t] > M ? bm[(size_t)vb * rows + t] : M;
+        double S = 0.0;
+        for (int vb = 0; vb < nvb; vb++)
+            S += (double)bs[(size_t)vb * rows + t] * exp((double)bm[(size_t)vb * rows + t] - M);
+        mx[t] = M;
+        sum[t] = S;
+    }
+    for (int t = 0; t < rows; t++) {
+        const int ok = ce_valid(tc[t], V);
+        tl[t] = ok ? (double)ops_cpu_bf16_value(l16[(size_t)tc[t] * rows + t]) : 0.0;
+        loss[t] = ok ? mx[t] + log(sum[t]) - tl[t] : 0.0;
+        scale[t] = ok ? (float)((double)grad_scale / sum[t]) : 0.0f;
+    }
+    if (!grad) return;
+    float *M32 = part + rows; /* the column maxima as the row path's float */
+    for (int t = 0; t < rows; t++) M32[t] = (float)mx[t];
+#pragma omp parallel for schedule(static)
+    for (int vb = 0; vb < nvb; vb++) {
+        const int v0 = vb * CE_SUM_BLOCK, v1 = v0 + CE_SUM_BLOCK < V ? v0 + CE_SUM_BLOCK : V;
+        for (int v = v0; v < v1; v++) {
+            uint16_t *restrict r = l16 + (size_t)v * rows;
+            if (v + CE_PF_ROWS < V) ce_prefetch(r + (size_t)CE_PF_ROWS * rows, rows, 1);
+#pragma omp simd
+            for (int t = 0; t < rows; t++) {
+                const float e =
+                    scale[t] != 0.0f ? vm_expf(ops_cpu_bf16_value(r[t]) - M32[t]) : 0.0f;
+                r[t] = ops_cpu_bf16_bits(e * scale[t]);
+            }
+        }
+    }
+    for (int t = 0; t < rows; t++) /* the one-hot, from the target logit kept in tl */
+        if (ce_valid(tc[t], V))
+            l16[(size_t)tc[t] * rows + t] =
+                ops_cpu_bf16_bits(vm_expf((float)tl[t] - M32[t]) * scale[t] - grad_scale);
+}
+
 /* Loss-parallel rows of a chunk (see ops.h): red[3 * rows] is scratch (the row maxima, then exp
  * sums and target logits); loss[rows] receives each row's loss. With bf16 logits the exps are
  * computed again for the gradient (there is no fp32 row to keep them in): the same values, by
@@ -181,8 +274,6 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     int grad = dx != NULL;
     double total = 0.0;
     const int cr = N < chunk ? N : chunk;
-    double *red = vs ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL; /* red[3 cr], loss[cr] */
-    if (vs && !red) return NAN; /* out of memory: reported as a non-finite loss */
     /* bf16 on the onednn engine (l16): the logits GEMM writes bf16 logits (autocast's bf16
      * matmul output) into scratch's first half (ops_lmhead_ce_scratch_floats sized it so), the
      * fp32 passes read each row expanded, the logit gradient is written back as bf16 over it,
@@ -193,6 +284,12 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
      * group waiting in its all-reduces). Otherwise (fp32, or bf16 on the emulated engine) fp32
      * logits, rounded to bf16 values under bf16 so both engines compute the same function. */
     const int l16 = prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t);
+    static int amx = -1;
+    if (amx < 0) amx = ops_cpu_has_flag("amx_bf16");
+    const int cols = l16 && !vs && amx; /* the chunk's logits transposed (ce_cols) */
+    /* red[3 cr], loss[cr] (vs, or cols: ce_cols' col and loss) */
+    double *red = vs || cols ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL;
+    if ((vs || cols) && !red) return NAN; /* out of memory: reported as a non-finite loss */
     const uint16_t *w16 = NULL, *x16 = NULL;
     uint16_t *w_own = NULL, *x_own = NULL;
     ce_rows c = {scratch, NULL, NULL, V};
@@ -204,7 +301,10 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         }
         if (!(x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D)))
             x_own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)cr * D);
-        c.tmp = ops_cpu_alloc("lmhead_ce", sizeof(float) * (size_t)V * omp_get_max_threads());
+        c.tmp = cols
+                    ? ops_cpu_alloc("lmhead_ce", sizeof(float) * 2 * (size_t)cr *
+                                                     ((V + CE_SUM_BLOCK - 1) / CE_SUM_BLOCK))
+                    : ops_cpu_alloc("lmhead_ce", sizeof(float) * (size_t)V * omp_get_max_threads());
         c.l16 = (uint16_t *)scratch;
     }
     for (int n0 = 0; n0 < N; n0 += chunk) {
@@ -216,18 +316,23 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         if (!any) continue; /* nothing to add: no loss, zero gradient (the same on every rank) */
         const uint16_t *xc16 = x16 ? x16 + (size_t)n0 * D : x_own;
         if (x_own) ops_bf16_from_f32(x_own, xc, (size_t)rows * D);
-        if (l16) {
+        if (cols) {
+            ops_cpu_gemm16_bf16out(0, 1, V, rows, D, w16, D, xc16, D, c.l16, rows);
+        } else if (l16) {
             ops_cpu_gemm16_bf16out(0, 1, rows, V, D, xc16, D, w16, D, c.l16, V);
         } else {
             ops_cpu_gemm(prec, 0, 1, rows, V, D, 1.0f, xc, D, w, D, 0.0f, scratch, V);
             if (prec == OPS_PREC_BF16) ops_cpu_bf16_round(scratch, scratch, (size_t)rows * V);
         }
-        if (vs) {
+        if (vs || cols) {
             double *loss = red + 3 * (size_t)cr;
-            ce_rows_sharded(&c, tc, rows, grad_scale, grad, vs, red, loss);
+            if (cols)
+                ce_cols(c.l16, tc, rows, V, grad_scale, grad, c.tmp, red, loss);
+            else
+                ce_rows_sharded(&c, tc, rows, grad_scale, grad, vs, red, loss);
             for (int r = 0; r < rows; r++) total += loss[r];
         }
-        for (int r0 = 0; !vs && r0 < rows; r0 += CE_ROW_BLOCK) {
+        for (int r0 = 0; !vs && !cols && r0 < rows; r0 += CE_ROW_BLOCK) {
             int nb = rows - r0 < CE_ROW_BLOCK ? rows - r0 : CE_ROW_BLOCK;
             double loss[CE_ROW_BLOCK];
 #pragma omp parallel for schedule(static)
@@ -236,9 +341,10 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             }
             for (int r = 0; r < nb; r++) total += loss[r];
         }
-        if (grad && l16) {
-            ops_cpu_gemm16(0, 0, rows, D, V, c.l16, V, w16, D, 1, dx + (size_t)n0 * D, D);
-            if (dw) ops_cpu_gemm16(1, 0, V, D, rows, c.l16, V, xc16, D, 1, dw, D);
+        if (grad && l16) { /* the gradient [rows, V], or [V, rows] (cols) */
+            ops_cpu_gemm16(cols, 0, rows, D, V, c.l16, cols ? rows : V, w16, D, 1,
+                           dx + (size_t)n0 * D, D);
+            if (dw) ops_cpu_gemm16(!cols, 0, V, D, rows, c.l16, cols ? rows : V, xc16, D, 1, dw, D);
         } else if (grad) {
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
