@@ -48,9 +48,12 @@
  * three bf16 conversions per score) was level to 12% slower in CPU time and 13-20% at two
  * threads than these calls, whose long products write each dK, dV block once.
  *
+ * With AMX every product is made dense instead (ag_mode's `dense`: head-major copies of q,
+ * k, v and dout, O and dQ through a per-thread block), so that oneDNN's brgemm takes it.
+ *
  * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
- * BQ = 128: 2 MiB, 3 MiB); per call the converted q, k, v (and dout), D [B,H,T] and, in the
- * backward with H > G, the per-head dK and dV slices. */
+ * BQ = 128: 2 MiB, 3 MiB; dense: T x hd floats more); per call the converted q, k, v (and
+ * dout), D [B,H,T] and, in the backward with H > G (or dense), the per-head dK and dV slices. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
