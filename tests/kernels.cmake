@@ -71,6 +71,18 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
   PASS_REGULAR_EXPRESSION "CPU kernels ISA: default"
   # a pass regex alone ignores the exit code: a failed implementation must still fail the test
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
+# attention/bf16 and lmhead_ce/bf16 in both of their onednn-engine layouts (src/ops/cpu/cpu.h
+# ops_cpu_bf16_amx_layouts): the AMX ones (dense head-major attention, the transposed lm_head
+# chunk) forced on, so CPUs without AMX check them too, and forced off, so AMX CPUs check the
+# others. Where the bf16 engine is emulated neither layout is used and both tests pass as
+# kernels_conformance does.
+foreach(layouts 0 1)
+  foreach(op attention lmhead_ce)
+    add_test(NAME kernels_conformance_amx_layouts_${layouts}_${op} COMMAND titan kernels test ${op})
+    set_tests_properties(kernels_conformance_amx_layouts_${layouts}_${op} PROPERTIES
+      ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=${layouts}" TIMEOUT 300)
+  endforeach()
+endforeach()
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
 # grouped_mm is timed as one MoE layer's three expert projections at a flavor's expert shapes.

@@ -82,9 +82,7 @@ typedef struct {
 
 static ag_mode ag_mode_of(ops_prec prec) {
     const size_t es = prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float);
-    static int amx = -1;
-    if (amx < 0) amx = ops_cpu_has_flag("amx_bf16");
-    return (ag_mode){prec, es, es == sizeof(uint16_t) && amx};
+    return (ag_mode){prec, es, es == sizeof(uint16_t) && ops_cpu_bf16_amx_layouts()};
 }
 
 /* An operand tensor of nh heads: element (b, t, head, c) at p + (b bs + head hs + t ld + c)

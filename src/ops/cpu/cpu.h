@@ -155,6 +155,11 @@ int ops_cpu_attention_dpbf16_usable(void);
 /* 1 when the first processor's "flags" line in /proc/cpuinfo lists flag (a whole word), e.g.
  * "avx512_bf16" (bf16.c). */
 int ops_cpu_has_flag(const char *flag);
+/* 1 when the bf16 ops on the onednn engine use the layouts measured faster with AMX (attention's
+ * dense head-major operands, lmhead_ce's transposed chunk; bench/RESULTS.md "Session 19"): where
+ * the CPU has AMX-BF16. TITAN_AMX_LAYOUTS=1 / 0 forces them on / off, so that CPUs without AMX
+ * test them (kernels_conformance_amx_layouts) and A/B runs compare them. Decided once. */
+int ops_cpu_bf16_amx_layouts(void);
 
 /* "bf16" attention over a KV cache: q, the cache rows and the probabilities P rounded to bf16
  * (as training's bf16 attention), fp32 softmax and accumulation. */

@@ -284,9 +284,8 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
      * group waiting in its all-reduces). Otherwise (fp32, or bf16 on the emulated engine) fp32
      * logits, rounded to bf16 values under bf16 so both engines compute the same function. */
     const int l16 = prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t);
-    static int amx = -1;
-    if (amx < 0) amx = ops_cpu_has_flag("amx_bf16");
-    const int cols = l16 && !vs && amx; /* the chunk's logits transposed (ce_cols) */
+    /* the chunk's logits transposed (ce_cols) */
+    const int cols = l16 && !vs && ops_cpu_bf16_amx_layouts();
     /* red[3 cr], loss[cr] (vs, or cols: ce_cols' col and loss) */
     double *red = vs || cols ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL;
     if ((vs || cols) && !red) return NAN; /* out of memory: reported as a non-finite loss */
