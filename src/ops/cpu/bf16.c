@@ -98,8 +98,7 @@ int ops_cpu_bf16_amx_layouts(void) {
     int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
     if (v < 0) {
         const char *env = getenv("TITAN_AMX_LAYOUTS");
-        v = env && (!strcmp(env, "0") || !strcmp(env, "1")) ? env[0] == '1'
-                                                            : ops_cpu_has_flag("amx_bf16");
+        v = env && !strcmp(env, "1");
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
     return v;

@@ -156,9 +156,12 @@ int ops_cpu_attention_dpbf16_usable(void);
  * "avx512_bf16" (bf16.c). */
 int ops_cpu_has_flag(const char *flag);
 /* 1 when the bf16 ops on the onednn engine use the layouts measured faster with AMX (attention's
- * dense head-major operands, lmhead_ce's transposed chunk; bench/RESULTS.md "Session 19"): where
- * the CPU has AMX-BF16. TITAN_AMX_LAYOUTS=1 / 0 forces them on / off, so that CPUs without AMX
- * test them (kernels_conformance_amx_layouts) and A/B runs compare them. Decided once. */
+ * dense head-major operands, lmhead_ce's transposed chunk: the bench model's bf16 step 1.10x ->
+ * 1.25x PyTorch's fastest row on an AMX Xeon; bench/RESULTS.md "Session 19"): only with
+ * TITAN_AMX_LAYOUTS=1, on any CPU (kernels_conformance_amx_layouts tests them everywhere). Off
+ * by default: with them bf16 training ended 0.5-4% higher than without them in all four runs
+ * compared there (demo and MoE debug, two seeds each), a pattern not yet explained and not
+ * accepted as noise. Decided once. */
 int ops_cpu_bf16_amx_layouts(void);
 
 /* "bf16" attention over a KV cache: q, the cache rows and the probabilities P rounded to bf16

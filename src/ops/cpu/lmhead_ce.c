@@ -12,7 +12,8 @@
  * Each row is handled whole by one thread and the per-row losses are summed in row order,
  * so the result is bitwise independent of the OpenMP thread count (given a deterministic
  * sgemm).
- * With AMX (bf16, onednn engine, whole vocabulary) the chunk's logits are computed transposed,
+ * With ops_cpu_bf16_amx_layouts() (TITAN_AMX_LAYOUTS=1; bf16, onednn engine, whole vocabulary)
+ * the chunk's logits are computed transposed,
  * [V, rows] = w x^T, and the softmax runs down the columns (ce_cols): oneDNN's brgemm reads w
  * as it is stored instead of repacking the transposed weight per call, and the weight
  * gradient's product needs no transposed operand. Per 448-row chunk (Intel Xeon, AMX-BF16, 2
