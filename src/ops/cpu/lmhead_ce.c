@@ -52,6 +52,11 @@ static inline void ce_prefetch(const uint16_t *r, int n, int write) {
     }
 }
 
+/* ce_cols' vocabulary blocks: its scratch holds two floats per block per column. */
+static inline int ce_col_blocks(int V) {
+    return (V + CE_SUM_BLOCK - 1) / CE_SUM_BLOCK;
+}
+
 static inline int ce_valid(int32_t t, int V) {
     return t >= 0 && t < V;
 }
@@ -157,11 +162,11 @@ static double ce_row(const ce_rows *c, int r, int32_t target, float grad_scale, 
  * maximum and float sum of exp(l - block max) (one block's logits stay in L2 for both); the
  * blocks combined in order per column (max, then the sums rescaled in double); then the
  * gradient pass, the exps computed again. Fixed blocks, each one thread's: bitwise independent
- * of the thread count. part: scratch [2 * ceil(V / CE_SUM_BLOCK) * rows] floats, col [3 *
+ * of the thread count. part: scratch [2 * ce_col_blocks(V) * rows] floats, col [3 *
  * rows] doubles; loss[rows] receives each column's loss. */
 static void ce_cols(uint16_t *l16, const int32_t *tc, int rows, int V, float grad_scale, int grad,
                     float *part, double *col, double *loss) {
-    const int nvb = (V + CE_SUM_BLOCK - 1) / CE_SUM_BLOCK;
+    const int nvb = ce_col_blocks(V);
     float *bm = part, *bs = part + (size_t)nvb * rows; /* [nvb, rows]: block max, block sum */
 #pragma omp parallel for schedule(static)
     for (int vb = 0; vb < nvb; vb++) {
@@ -302,8 +307,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         if (!(x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D)))
             x_own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)cr * D);
         c.tmp = cols
-                    ? ops_cpu_alloc("lmhead_ce", sizeof(float) * 2 * (size_t)cr *
-                                                     ((V + CE_SUM_BLOCK - 1) / CE_SUM_BLOCK))
+                    ? ops_cpu_alloc("lmhead_ce", sizeof(float) * 2 * (size_t)cr * ce_col_blocks(V))
                     : ops_cpu_alloc("lmhead_ce", sizeof(float) * (size_t)V * omp_get_max_threads());
         c.l16 = (uint16_t *)scratch;
     }
