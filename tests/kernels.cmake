@@ -71,18 +71,21 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
   PASS_REGULAR_EXPRESSION "CPU kernels ISA: default"
   # a pass regex alone ignores the exit code: a failed implementation must still fail the test
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
-# attention/bf16 and lmhead_ce/bf16 in both of their onednn-engine layouts (src/ops/cpu/cpu.h
-# ops_cpu_bf16_amx_layouts): the AMX ones (dense head-major attention, the transposed lm_head
-# chunk) forced on, so CPUs without AMX check them too, and forced off, so AMX CPUs check the
-# others. Where the bf16 engine is emulated neither layout is used and both tests pass as
-# kernels_conformance does.
-foreach(layouts 0 1)
-  foreach(op attention lmhead_ce)
-    add_test(NAME kernels_conformance_amx_layouts_${layouts}_${op} COMMAND titan kernels test ${op})
-    set_tests_properties(kernels_conformance_amx_layouts_${layouts}_${op} PROPERTIES
-      ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=${layouts}" TIMEOUT 300)
-  endforeach()
+# attention/bf16 and lmhead_ce/bf16 in their AMX layouts (src/ops/cpu/cpu.h
+# ops_cpu_bf16_amx_layouts: dense head-major attention, the transposed lm_head chunk), off by
+# default and so not seen by kernels_conformance: turned on, on any CPU whose bf16 engine is
+# onednn (where it is emulated neither layout is used and these pass as kernels_conformance does).
+foreach(op attention lmhead_ce)
+  add_test(NAME kernels_conformance_amx_layouts_${op} COMMAND titan kernels test ${op})
+  set_tests_properties(kernels_conformance_amx_layouts_${op} PROPERTIES
+    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=1" TIMEOUT 300)
 endforeach()
+# a value other than 0 or 1 is said, not ignored in silence (the layouts stay off)
+add_test(NAME kernels_amx_layouts_bad_value COMMAND titan kernels test attention)
+set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=yes"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_LAYOUTS=yes: not 0 or 1; the AMX layouts stay off"
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
 # grouped_mm is timed as one MoE layer's three expert projections at a flavor's expert shapes.

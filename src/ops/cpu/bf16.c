@@ -99,6 +99,9 @@ int ops_cpu_bf16_amx_layouts(void) {
     if (v < 0) {
         const char *env = getenv("TITAN_AMX_LAYOUTS");
         v = env && !strcmp(env, "1");
+        if (env && !v && strcmp(env, "0") && strcmp(env, ""))
+            base_log(BASE_LOG_WARN, "TITAN_AMX_LAYOUTS=%s: not 0 or 1; the AMX layouts stay off",
+                     env);
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
     return v;
