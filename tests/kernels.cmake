@@ -78,13 +78,13 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
 foreach(op attention lmhead_ce)
   add_test(NAME kernels_conformance_amx_layouts_${op} COMMAND titan kernels test ${op})
   set_tests_properties(kernels_conformance_amx_layouts_${op} PROPERTIES
-    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=1" TIMEOUT 300)
+    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=${op}" TIMEOUT 300)
 endforeach()
-# a value other than 0 or 1 is said, not ignored in silence (the layouts stay off)
+# a value other than 0, 1 or a list of the layouts' names is said, not ignored in silence (the layouts stay off)
 add_test(NAME kernels_amx_layouts_bad_value COMMAND titan kernels test attention)
 set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=yes"
-  PASS_REGULAR_EXPRESSION "TITAN_AMX_LAYOUTS=yes: not 0 or 1; the AMX layouts stay off"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_LAYOUTS=yes: not 0, 1 or a list of attention, lmhead_ce; the AMX layouts stay off"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)

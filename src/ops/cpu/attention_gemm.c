@@ -48,9 +48,9 @@
  * three bf16 conversions per score) was level to 12% slower in CPU time and 13-20% at two
  * threads than these calls, whose long products write each dK, dV block once.
  *
- * With ops_cpu_bf16_amx_layouts() (TITAN_AMX_LAYOUTS=1) every product is made dense instead
- * (ag_mode's `dense`: head-major copies of q, k, v and dout, O and dQ through a per-thread block),
- * so that oneDNN's brgemm takes it.
+ * With ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (TITAN_AMX_LAYOUTS=1 or attention) every
+ * product is made dense instead (ag_mode's `dense`: head-major copies of q, k, v and dout, O and dQ
+ * through a per-thread block), so that oneDNN's brgemm takes it.
  *
  * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
  * BQ = 128: 2 MiB, 3 MiB; dense: T x hd floats more); per call the converted q, k, v (and
@@ -77,13 +77,15 @@ typedef struct {
      * falls to its gemm driver, which packs both per call); with AMX, brgemm runs attention's
      * products 2-2.6x faster a core (128x1024x128, 128x128x1024 ta, 1024x128x128: 550-760
      * against 265-300 GFLOP/s, one thread, build/bench_dnnl_impls; bench/RESULTS.md "Session
-     * 19"). Only with ops_cpu_bf16_amx_layouts() (off by default: see cpu.h). */
+     * 19"). Only with ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (off by default: see
+     * cpu.h). */
     int dense;
 } ag_mode;
 
 static ag_mode ag_mode_of(ops_prec prec) {
     const size_t es = prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float);
-    return (ag_mode){prec, es, es == sizeof(uint16_t) && ops_cpu_bf16_amx_layouts()};
+    return (ag_mode){
+        prec, es, es == sizeof(uint16_t) && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION)};
 }
 
 /* An operand tensor of nh heads: element (b, t, head, c) at p + (b bs + head hs + t ld + c)

@@ -97,11 +97,34 @@ int ops_cpu_bf16_amx_layouts(void) {
     static int cached = -1;
     int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
     if (v < 0) {
+        /* "0", "1" (both), or a comma list of layout names */
+        static const struct {
+            const char *name;
+            int bit;
+        } names[] = {{"attention", OPS_CPU_AMX_ATTENTION}, {"lmhead_ce", OPS_CPU_AMX_LMHEAD_CE}};
         const char *env = getenv("TITAN_AMX_LAYOUTS");
-        v = env && !strcmp(env, "1");
-        if (env && !v && strcmp(env, "0") && strcmp(env, ""))
-            base_log(BASE_LOG_WARN, "TITAN_AMX_LAYOUTS=%s: not 0 or 1; the AMX layouts stay off",
+        int bad = 0;
+        v = 0;
+        if (env && !strcmp(env, "1"))
+            v = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE;
+        else if (env && *env && strcmp(env, "0"))
+            for (const char *p = env; *p && !bad;) {
+                const size_t n = strcspn(p, ",");
+                int bit = 0;
+                for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                    if (strlen(names[i].name) == n && !strncmp(p, names[i].name, n))
+                        bit = names[i].bit;
+                bad = !bit;
+                v |= bit;
+                p += n + (p[n] == ',');
+            }
+        if (bad) {
+            base_log(BASE_LOG_WARN,
+                     "TITAN_AMX_LAYOUTS=%s: not 0, 1 or a list of attention, lmhead_ce; the AMX "
+                     "layouts stay off",
                      env);
+            v = 0;
+        }
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
     return v;

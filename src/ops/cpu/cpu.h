@@ -155,13 +155,14 @@ int ops_cpu_attention_dpbf16_usable(void);
 /* 1 when the first processor's "flags" line in /proc/cpuinfo lists flag (a whole word), e.g.
  * "avx512_bf16" (bf16.c). */
 int ops_cpu_has_flag(const char *flag);
-/* 1 when the bf16 ops on the onednn engine use the layouts measured faster with AMX (attention's
- * dense head-major operands, lmhead_ce's transposed chunk: the bench model's bf16 step 1.10x ->
- * 1.25x PyTorch's fastest row on an AMX Xeon; bench/RESULTS.md "Session 19"): only with
- * TITAN_AMX_LAYOUTS=1, on any CPU (kernels_conformance_amx_layouts tests them everywhere). Off
- * by default: with them bf16 training ended 0.5-4% higher than without them in all four runs
- * compared there (demo and MoE debug, two seeds each), a pattern not yet explained and not
- * accepted as noise. Decided once. */
+/* The bf16 ops on the onednn engine that use the layouts measured faster with AMX, a mask of
+ * OPS_CPU_AMX_* (attention's dense head-major operands, lmhead_ce's transposed chunk: the bench
+ * model's bf16 step 1.10x -> 1.25x PyTorch's fastest row on an AMX Xeon; bench/RESULTS.md
+ * "Session 19"): only with TITAN_AMX_LAYOUTS=1 (both) or a comma list of their names
+ * (attention, lmhead_ce), on any CPU (kernels_conformance_amx_layouts tests them everywhere).
+ * Off by default: see docs/kernels.md for the fidelity measurements that decided it. Another
+ * value is warned about and leaves both off. Decided once. */
+enum { OPS_CPU_AMX_ATTENTION = 1, OPS_CPU_AMX_LMHEAD_CE = 2 };
 int ops_cpu_bf16_amx_layouts(void);
 
 /* "bf16" attention over a KV cache: q, the cache rows and the probabilities P rounded to bf16

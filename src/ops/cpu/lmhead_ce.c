@@ -12,13 +12,13 @@
  * Each row is handled whole by one thread and the per-row losses are summed in row order,
  * so the result is bitwise independent of the OpenMP thread count (given a deterministic
  * sgemm).
- * With ops_cpu_bf16_amx_layouts() (TITAN_AMX_LAYOUTS=1; bf16, onednn engine, whole vocabulary)
- * the chunk's logits are computed transposed,
- * [V, rows] = w x^T, and the softmax runs down the columns (ce_cols): oneDNN's brgemm reads w
- * as it is stored instead of repacking the transposed weight per call, and the weight
- * gradient's product needs no transposed operand. Per 448-row chunk (Intel Xeon, AMX-BF16, 2
- * threads, build/bench_dnnl_impls, ms): logits 81.0 -> 55.7 (V x 512) and 126.4 -> 96.9
- * (V x 1024), dw 73.2 -> 65.3 and 123.4 -> 111.9, dx level (bench/RESULTS.md, session 19).
+ * With ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_LMHEAD_CE (TITAN_AMX_LAYOUTS=1 or lmhead_ce; bf16,
+ * onednn engine, whole vocabulary) the chunk's logits are computed transposed, [V, rows] = w x^T,
+ * and the softmax runs down the columns (ce_cols): oneDNN's brgemm reads w as it is stored instead
+ * of repacking the transposed weight per call, and the weight gradient's product needs no
+ * transposed operand. Per 448-row chunk (Intel Xeon, AMX-BF16, 2 threads, build/bench_dnnl_impls,
+ * ms): logits 81.0 -> 55.7 (V x 512) and 126.4 -> 96.9 (V x 1024), dw 73.2 -> 65.3 and 123.4 ->
+ * 111.9, dx level (bench/RESULTS.md, session 19).
  *
  * Targets: OPS_IGNORE_INDEX (-100) is skipped. A target outside [0, V) (data corruption,
  * which this void-error signature cannot report) is treated like -100: it adds no loss and
@@ -291,7 +291,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
      * logits, rounded to bf16 values under bf16 so both engines compute the same function. */
     const int l16 = prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t);
     /* the chunk's logits transposed (ce_cols) */
-    const int cols = l16 && !vs && ops_cpu_bf16_amx_layouts();
+    const int cols = l16 && !vs && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_LMHEAD_CE);
     /* red[3 cr], loss[cr] (vs, or cols: ce_cols' col and loss) */
     double *red = vs || cols ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL;
     if ((vs || cols) && !red) return NAN; /* out of memory: reported as a non-finite loss */
