@@ -400,6 +400,7 @@ void dist_iallgatherv(dist_comm *c, const void *send, void *recv, const int *cou
         r->bytes = 0;
         for (int i = 0; i < c->size; i++) r->bytes += (double)elem * counts[i];
         MPI_Iallgatherv(send, counts[c->rank], t, recv, counts, displs, t, c->comm, &r->req);
+        dist_wd_posted(c, t0);
         g_comm_s += base_now() - t0;
         r->active = 1;
         return;

@@ -67,6 +67,17 @@ int64_t dist_wd_start(dist_comm *c) {
     return ++g_rec->count[c->slot];
 }
 
+void dist_wd_posted(const dist_comm *c, double t0) {
+    if (!base_trace_recording) return;
+    const base_trace_event e = {.t0 = t0,
+                                .t1 = base_now(),
+                                .name = "all-gather (FSDP parameters) launch",
+                                .cat = "collective",
+                                .impl = g_slot_names[c->slot % DIST_WD_SLOTS],
+                                .track = BASE_TRACE_COMM};
+    base_trace_add(&e);
+}
+
 double dist_wd_leave(double t0) {
     const int64_t op = __atomic_load_n(&g_rec->op, __ATOMIC_RELAXED);
     __atomic_store_n(&g_rec->op, 0, __ATOMIC_RELEASE);
