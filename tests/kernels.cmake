@@ -80,6 +80,20 @@ foreach(op attention lmhead_ce)
   set_tests_properties(kernels_conformance_amx_layouts_${op} PROPERTIES
     ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=${op}" TIMEOUT 300)
 endforeach()
+# layouts off: on a CPU with AMX attention's default layout is the dense one, so the strided
+# products it replaced are checked here
+add_test(NAME kernels_conformance_amx_layouts_none COMMAND titan kernels test attention)
+set_tests_properties(kernels_conformance_amx_layouts_none PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=0" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "AMX layouts: none" FAIL_REGULAR_EXPRESSION "FAIL|failed")
+# the default: attention's layout where /proc/cpuinfo lists amx_bf16 and the engine is onednn
+add_test(NAME kernels_amx_layouts_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test attention 2>&1) || exit 1
+    case \"$out\" in *'bf16 engine: emulated'*) want=none ;; *)
+      grep -qw amx_bf16 /proc/cpuinfo && want=attention || want=none ;; esac
+    echo \"$out\" | grep -q \"AMX layouts: $want)\" || { echo \"FAIL: want AMX layouts $want\"; echo \"$out\"; exit 1; }
+    echo \"ok: AMX layouts $want\"")
+set_tests_properties(kernels_amx_layouts_default PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 # a value other than 0, 1 or a list of the layouts' names is said, not ignored in silence (the layouts stay off)
 add_test(NAME kernels_amx_layouts_bad_value COMMAND titan kernels test attention)
 set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES

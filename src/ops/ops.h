@@ -237,6 +237,9 @@ int ops_bf16_native(void);
  * fp32 accumulation, at fp32 speed plus the conversions). TITAN_BF16_ENGINE=onednn|emulated
  * forces one (oneDNN runs its reference kernel on CPUs without bf16 units: slow, for tests). */
 const char *ops_bf16_engine(void);
+/* The AMX layouts the bf16 ops use on this engine (TITAN_AMX_LAYOUTS; docs/kernels.md):
+ * "attention", "lmhead_ce", "attention, lmhead_ce", or "none" (always "none" when emulated). */
+const char *ops_bf16_layouts(void);
 /* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same element
  * offsets), kept by the caller (the model converts each unit once per step). A bf16 GEMM whose
  * operand lies in a mirrored range reads the copy instead of converting the operand. The

@@ -104,7 +104,9 @@ int ops_cpu_bf16_amx_layouts(void) {
         } names[] = {{"attention", OPS_CPU_AMX_ATTENTION}, {"lmhead_ce", OPS_CPU_AMX_LMHEAD_CE}};
         const char *env = getenv("TITAN_AMX_LAYOUTS");
         int bad = 0;
-        v = 0;
+        /* unset: attention's with AMX (its results equal the strided products' to the last
+         * digits that matter: docs/kernels.md), lmhead_ce's only when asked */
+        v = !env || !*env ? (ops_cpu_has_flag("amx_bf16") ? OPS_CPU_AMX_ATTENTION : 0) : 0;
         if (env && !strcmp(env, "1"))
             v = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE;
         else if (env && *env && strcmp(env, "0"))
@@ -717,6 +719,11 @@ static int engine(void) {
 
 const char *ops_bf16_engine(void) {
     return engine() == ENGINE_ONEDNN ? "onednn" : "emulated";
+}
+
+const char *ops_bf16_layouts(void) {
+    static const char *const names[] = {"none", "attention", "lmhead_ce", "attention, lmhead_ce"};
+    return names[engine() == ENGINE_ONEDNN ? ops_cpu_bf16_amx_layouts() & 3 : 0];
 }
 
 /* ---- the bf16 GEMM --------------------------------------------------------------------- */

@@ -52,6 +52,14 @@ static inline void ce_prefetch(const uint16_t *r, int n, int write) {
     }
 }
 
+/* ce_cols: vocabulary rows per float partial sum of a column's exps; the group sums are then
+ * added per block. One float sum down a whole 1024-row block lost small terms (a term under half
+ * an ulp of the running sum is dropped), so the sums came out low and softmax terms of the logit
+ * gradient rounded one bf16 ulp high: against exactly rounded values, 2986 of 19.4M wrong in a
+ * 128-row chunk at the demo's shape, all high; with groups 393 (360 high), the row path 320 (287
+ * high) (session 20, bench/RESULTS.md). 64, as each of the row path's 16 vector lanes sums 64 of
+ * a block's terms. */
+#define CE_COL_GROUP 64
 /* ce_cols' vocabulary blocks: its scratch holds two floats per block per column. */
 static inline int ce_col_blocks(int V) {
     return (V + CE_SUM_BLOCK - 1) / CE_SUM_BLOCK;
@@ -168,25 +176,39 @@ static void ce_cols(uint16_t *l16, const int32_t *tc, int rows, int V, float gra
                     float *part, double *col, double *loss) {
     const int nvb = ce_col_blocks(V);
     float *bm = part, *bs = part + (size_t)nvb * rows; /* [nvb, rows]: block max, block sum */
-#pragma omp parallel for schedule(static)
-    for (int vb = 0; vb < nvb; vb++) {
-        const int v0 = vb * CE_SUM_BLOCK, v1 = v0 + CE_SUM_BLOCK < V ? v0 + CE_SUM_BLOCK : V;
-        float *restrict m = bm + (size_t)vb * rows, *restrict sm = bs + (size_t)vb * rows;
-        for (int t = 0; t < rows; t++) m[t] = -INFINITY, sm[t] = 0.0f;
-        for (int v = v0; v < v1; v++) {
-            const uint16_t *restrict r = l16 + (size_t)v * rows;
-            if (v + CE_PF_ROWS < V) ce_prefetch(r + (size_t)CE_PF_ROWS * rows, rows, 0);
+#pragma omp parallel
+    {
+        float *restrict gs = ops_cpu_alloc("lmhead_ce", sizeof(float) * (size_t)rows);
+#pragma omp for schedule(static)
+        for (int vb = 0; vb < nvb; vb++) {
+            const int v0 = vb * CE_SUM_BLOCK, v1 = v0 + CE_SUM_BLOCK < V ? v0 + CE_SUM_BLOCK : V;
+            float *restrict m = bm + (size_t)vb * rows, *restrict sm = bs + (size_t)vb * rows;
+            for (int t = 0; t < rows; t++) m[t] = -INFINITY, sm[t] = 0.0f;
+            for (int v = v0; v < v1; v++) {
+                const uint16_t *restrict r = l16 + (size_t)v * rows;
+                if (v + CE_PF_ROWS < V) ce_prefetch(r + (size_t)CE_PF_ROWS * rows, rows, 0);
 #pragma omp simd
-            for (int t = 0; t < rows; t++) {
-                const float x = ops_cpu_bf16_value(r[t]);
-                m[t] = x > m[t] ? x : m[t];
+                for (int t = 0; t < rows; t++) {
+                    const float x = ops_cpu_bf16_value(r[t]);
+                    m[t] = x > m[t] ? x : m[t];
+                }
+            }
+            /* each column's sum of its block's exps over groups of CE_COL_GROUP rows, as the
+             * row path's vector lanes sum theirs */
+            for (int g0 = v0; g0 < v1; g0 += CE_COL_GROUP) {
+                const int g1 = g0 + CE_COL_GROUP < v1 ? g0 + CE_COL_GROUP : v1;
+                for (int t = 0; t < rows; t++) gs[t] = 0.0f;
+                for (int v = g0; v < g1; v++) {
+                    const uint16_t *restrict r = l16 + (size_t)v * rows;
+#pragma omp simd
+                    for (int t = 0; t < rows; t++)
+                        gs[t] += vm_expf(ops_cpu_bf16_value(r[t]) - m[t]);
+                }
+#pragma omp simd
+                for (int t = 0; t < rows; t++) sm[t] += gs[t];
             }
         }
-        for (int v = v0; v < v1; v++) {
-            const uint16_t *restrict r = l16 + (size_t)v * rows;
-#pragma omp simd
-            for (int t = 0; t < rows; t++) sm[t] += vm_expf(ops_cpu_bf16_value(r[t]) - m[t]);
-        }
+        free(gs);
     }
     double *mx = col, *sum = col + rows, *tl = col + 2 * (size_t)rows; /* tl: target logit */
     float *scale = part; /* bm's first row, free once the columns are combined */
