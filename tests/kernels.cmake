@@ -72,9 +72,10 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
   # a pass regex alone ignores the exit code: a failed implementation must still fail the test
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
 # attention/bf16 and lmhead_ce/bf16 in their AMX layouts (src/ops/cpu/cpu.h
-# ops_cpu_bf16_amx_layouts: dense head-major attention, the transposed lm_head chunk), off by
-# default and so not seen by kernels_conformance: turned on, on any CPU whose bf16 engine is
-# onednn (where it is emulated neither layout is used and these pass as kernels_conformance does).
+# ops_cpu_bf16_amx_layouts: dense head-major attention, the transposed lm_head chunk), which
+# kernels_conformance sees only where they are the default (attention's, with AMX): each turned
+# on, on any CPU whose bf16 engine is onednn (where it is emulated neither layout is used and
+# these pass as kernels_conformance does).
 foreach(op attention lmhead_ce)
   add_test(NAME kernels_conformance_amx_layouts_${op} COMMAND titan kernels test ${op})
   set_tests_properties(kernels_conformance_amx_layouts_${op} PROPERTIES

@@ -48,7 +48,7 @@
  * three bf16 conversions per score) was level to 12% slower in CPU time and 13-20% at two
  * threads than these calls, whose long products write each dK, dV block once.
  *
- * With ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (TITAN_AMX_LAYOUTS=1 or attention) every
+ * With ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (the default with AMX-BF16) every
  * product is made dense instead (ag_mode's `dense`: head-major copies of q, k, v and dout, O and dQ
  * through a per-thread block), so that oneDNN's brgemm takes it.
  *
@@ -77,8 +77,8 @@ typedef struct {
      * falls to its gemm driver, which packs both per call); with AMX, brgemm runs attention's
      * products 2-2.6x faster a core (128x1024x128, 128x128x1024 ta, 1024x128x128: 550-760
      * against 265-300 GFLOP/s, one thread, build/bench_dnnl_impls; bench/RESULTS.md "Session
-     * 19"). Only with ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (off by default: see
-     * cpu.h). */
+     * 19"). With ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (the default with AMX-BF16, on
+     * elsewhere by TITAN_AMX_LAYOUTS: see cpu.h). */
     int dense;
 } ag_mode;
 

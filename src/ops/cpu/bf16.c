@@ -97,19 +97,21 @@ int ops_cpu_bf16_amx_layouts(void) {
     static int cached = -1;
     int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
     if (v < 0) {
-        /* "0", "1" (both), or a comma list of layout names */
+        /* unset: attention's with AMX (its results equal the strided products' to the last
+         * digits that matter: docs/kernels.md), lmhead_ce's only when asked; "0", "1" (both),
+         * or a comma list of layout names */
         static const struct {
             const char *name;
             int bit;
         } names[] = {{"attention", OPS_CPU_AMX_ATTENTION}, {"lmhead_ce", OPS_CPU_AMX_LMHEAD_CE}};
         const char *env = getenv("TITAN_AMX_LAYOUTS");
         int bad = 0;
-        /* unset: attention's with AMX (its results equal the strided products' to the last
-         * digits that matter: docs/kernels.md), lmhead_ce's only when asked */
-        v = !env || !*env ? (ops_cpu_has_flag("amx_bf16") ? OPS_CPU_AMX_ATTENTION : 0) : 0;
-        if (env && !strcmp(env, "1"))
+        v = 0;
+        if (!env || !*env)
+            v = ops_cpu_has_flag("amx_bf16") ? OPS_CPU_AMX_ATTENTION : 0;
+        else if (!strcmp(env, "1"))
             v = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE;
-        else if (env && *env && strcmp(env, "0"))
+        else if (strcmp(env, "0"))
             for (const char *p = env; *p && !bad;) {
                 const size_t n = strcspn(p, ",");
                 int bit = 0;
@@ -723,7 +725,8 @@ const char *ops_bf16_engine(void) {
 
 const char *ops_bf16_layouts(void) {
     static const char *const names[] = {"none", "attention", "lmhead_ce", "attention, lmhead_ce"};
-    return names[engine() == ENGINE_ONEDNN ? ops_cpu_bf16_amx_layouts() & 3 : 0];
+    const int all = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE; /* names' index: the mask */
+    return names[engine() == ENGINE_ONEDNN ? ops_cpu_bf16_amx_layouts() & all : 0];
 }
 
 /* ---- the bf16 GEMM --------------------------------------------------------------------- */
