@@ -10,7 +10,10 @@
  * C fp32 - titan's products: forward x W^T (0 1 0), dx = dy W (0 0 1), dW = dy^T x (1 0 1).
  * Candidates: oneDNN's brgemm matmul ("brg"), its gemm driver ("gemm:jit"), and brgemm with B
  * reordered beforehand into the layout it prefers ("brg+blocked": what a weight kept in that
- * layout would give; the reorder's time is printed once). */
+ * layout would give; the reorder's time is printed once), and where the build has it titan's
+ * own AMX GEMM (src/ops/cpu/amx_gemm.c; its result checked against brgemm's). BENCH_ONLY=i
+ * runs candidate i alone (0 brg, 1 gemm:jit, 2 brg+blocked, 3 titan). Buffers are 64-byte
+ * aligned, as titan's. */
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,10 +46,39 @@ typedef struct {
     dnnl_memory_t a, b, c;
     char impl[64];
     double reorder_ms, t[MAX_REPEATS];
+    int titan; /* titan's own AMX kernel (src/ops/cpu/amx_gemm.c), not a oneDNN primitive */
+    int M, N, K, ta, tb, acc, c16, ldc;
+    void *A, *B, *C;
 } candidate;
+
+#ifdef BENCH_TITAN_AMX
+int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                     const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
+int ops_cpu_amx_usable(void);
+#endif
 
 static int build(candidate *v, int M, int N, int K, int ta, int tb, int acc, int c16, int ldc,
                  void *A, void *B, void *C) {
+    if (v->titan) {
+#ifdef BENCH_TITAN_AMX
+        *v = (candidate){.titan = 1,
+                         .M = M,
+                         .N = N,
+                         .K = K,
+                         .ta = ta,
+                         .tb = tb,
+                         .acc = acc,
+                         .c16 = c16,
+                         .ldc = ldc,
+                         .A = A,
+                         .B = B,
+                         .C = C};
+        snprintf(v->impl, sizeof v->impl, "titan amx_gemm");
+        return ops_cpu_amx_usable() ? 0 : -1;
+#else
+        return -1;
+#endif
+    }
     dnnl_memory_desc_t a, b, c, bplain;
     const dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
     const dnnl_dims_t as = {ta ? 1 : K, ta ? M : 1}, bs = {tb ? 1 : N, tb ? K : 1}, cs = {ldc, 1};
@@ -115,6 +147,17 @@ static int build(candidate *v, int M, int N, int K, int ta, int tb, int acc, int
 }
 
 static double run(candidate *v) {
+#ifdef BENCH_TITAN_AMX
+    if (v->titan) {
+        const double t0 = now();
+        if (ops_cpu_amx_gemm(v->ta, v->tb, v->M, v->N, v->K, v->A, v->ta ? v->M : v->K, v->B,
+                             v->tb ? v->K : v->N, v->acc, v->c16, v->C, v->ldc)) {
+            fprintf(stderr, "bench_dnnl_impls: titan's amx_gemm refused the product\n");
+            exit(1);
+        }
+        return now() - t0;
+    }
+#endif
     const dnnl_exec_arg_t args[] = {
         {DNNL_ARG_SRC, v->a}, {DNNL_ARG_WEIGHTS, v->b}, {DNNL_ARG_DST, v->c}};
     const double t0 = now();
@@ -141,29 +184,66 @@ int main(int argc, char **argv) {
     }
     CHECK(dnnl_engine_create(&g_eng, dnnl_cpu, 0));
     CHECK(dnnl_stream_create(&g_st, g_eng, dnnl_stream_default_flags));
-    uint16_t *A = malloc(sizeof(uint16_t) * (size_t)M * K),
-             *B = malloc(sizeof(uint16_t) * (size_t)K * N);
+    /* 64-byte aligned, as titan's buffers (base_alloc): AMX tile rows across two cache lines
+     * load at about half the rate */
+    uint16_t *A = aligned_alloc(64, sizeof(uint16_t) * ((size_t)M * K + 32)),
+             *B = aligned_alloc(64, sizeof(uint16_t) * ((size_t)K * N + 32));
     /* BENCH_C16=1: C is bf16 (the lm_head's logits); BENCH_LDC=n: C's row stride (a block of
      * columns of a wider C, as a product split along N writes it) */
     const int c16 = getenv("BENCH_C16") && atoi(getenv("BENCH_C16"));
     const int ldc =
         getenv("BENCH_LDC") && atoi(getenv("BENCH_LDC")) > N ? atoi(getenv("BENCH_LDC")) : N;
-    float *C = calloc((size_t)M * ldc, sizeof(float));
+    float *C = aligned_alloc(64, sizeof(float) * ((size_t)M * ldc + 16));
+    if (C) memset(C, 0, sizeof(float) * (size_t)M * ldc);
     if (!A || !B || !C) return 1;
     /* small bf16 values (1.0 .. 1.9 and 1/256 ..): the data do not change the timing */
     for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (uint16_t)(0x3f80 | (i & 0x70));
     for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (uint16_t)(0x3b80 | (i & 0x70));
-    candidate v[3] = {{.want = "brg"}, {.want = "gemm:jit"}, {.want = "brg", .blocked = 1}};
-    int ok[3];
-    for (int i = 0; i < 3; i++)
-        if ((ok[i] = !build(&v[i], M, N, K, ta, tb, acc, c16, ldc, A, B, C)))
+    enum { NV = 4 };
+    candidate v[NV] = {
+        {.want = "brg"}, {.want = "gemm:jit"}, {.want = "brg", .blocked = 1}, {.titan = 1}};
+    int ok[NV];
+    /* BENCH_ONLY=i: only candidate i (0 brg, 1 gemm:jit, 2 brg+blocked, 3 titan) */
+    const int only = getenv("BENCH_ONLY") ? atoi(getenv("BENCH_ONLY")) : -1;
+    for (int i = 0; i < NV; i++)
+        if (!(ok[i] = 0) && (only < 0 || only == i) &&
+            (ok[i] = !build(&v[i], M, N, K, ta, tb, acc, c16, ldc, A, B, C)))
             run(&v[i]); /* warm-up: first-touch and JIT */
     for (int r = 0; r < reps; r++)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < NV; i++)
             if (ok[i]) v[i].t[r] = run(&v[i]);
     printf("%d x %d x %d ta %d tb %d acc %d%s ldc %d, median of %d interleaved runs:\n", M, N, K,
            ta, tb, acc, c16 ? " C bf16" : "", ldc, reps);
-    for (int i = 0; i < 3; i++) {
+    if (ok[0] && ok[NV - 1]) { /* titan's result against brgemm's, from C = 0 */
+        const size_t n = (size_t)M * ldc, es = c16 ? 2 : 4;
+        void *ref = malloc(es * n);
+        if (!ref) return 1;
+        memset(C, 0, es * n);
+        run(&v[0]);
+        memcpy(ref, C, es * n);
+        memset(C, 0, es * n);
+        run(&v[NV - 1]);
+        double worst = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                const size_t x = (size_t)i * ldc + j;
+                float a, b;
+                if (c16) {
+                    uint32_t ua = (uint32_t)((uint16_t *)ref)[x] << 16,
+                             ub = (uint32_t)((uint16_t *)C)[x] << 16;
+                    memcpy(&a, &ua, 4);
+                    memcpy(&b, &ub, 4);
+                } else {
+                    a = ((float *)ref)[x];
+                    b = ((float *)C)[x];
+                }
+                const double d = (a - b) / (a != 0 ? (a > 0 ? a : -a) : 1);
+                if ((d > 0 ? d : -d) > worst) worst = d > 0 ? d : -d;
+            }
+        printf("  titan amx_gemm against brgemm: worst relative difference %.2e\n", worst);
+        free(ref);
+    }
+    for (int i = 0; i < NV; i++) {
         if (!ok[i]) continue;
         qsort(v[i].t, (size_t)reps, sizeof(double), cmp);
         const double t = v[i].t[reps / 2];

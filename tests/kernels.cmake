@@ -104,7 +104,7 @@ set_tests_properties(kernels_conformance_amx_layouts_none PROPERTIES
 add_test(NAME kernels_amx_layouts_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test attention 2>&1) || exit 1
     case \"$out\" in *'bf16 engine: emulated'*) want=none ;; *)
       grep -qw amx_bf16 /proc/cpuinfo && want=attention || want=none ;; esac
-    echo \"$out\" | grep -q \"AMX layouts: $want)\" || { echo \"FAIL: want AMX layouts $want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -q \"AMX layouts: $want;\" || { echo \"FAIL: want AMX layouts $want\"; echo \"$out\"; exit 1; }
     echo \"ok: AMX layouts $want\"")
 set_tests_properties(kernels_amx_layouts_default PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
@@ -113,6 +113,25 @@ add_test(NAME kernels_amx_layouts_bad_value COMMAND titan kernels test attention
 set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=yes"
   PASS_REGULAR_EXPRESSION "TITAN_AMX_LAYOUTS=yes: not 0, 1 or a list of attention, lmhead_ce; the AMX layouts stay off"
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
+# titan's own AMX GEMM (src/ops/cpu/amx_gemm.c) against double sums, edges and all
+# (tests/unit/test_amx_gemm.c; skipped without AMX-BF16), then every op's bf16 path with all of
+# its products on it (the default gives it only the fp32-result products outside parallel
+# regions), its default against /proc/cpuinfo, and a bad TITAN_AMX_GEMM said
+set_tests_properties(test_amx_gemm PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME kernels_conformance_amx_gemm COMMAND titan kernels test)
+set_tests_properties(kernels_conformance_amx_gemm PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_GEMM=1" TIMEOUT 300)
+add_test(NAME kernels_amx_gemm_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
+    case \"$out\" in *'bf16 engine: emulated'*) want=none ;; *)
+      grep -qw amx_bf16 /proc/cpuinfo && want='fp32-result products' || want=none ;; esac
+    echo \"$out\" | grep -q \"titan's AMX GEMM: $want)\" || { echo \"FAIL: want titan's AMX GEMM: $want\"; echo \"$out\"; exit 1; }
+    echo \"ok: titan's AMX GEMM: $want\"")
+set_tests_properties(kernels_amx_gemm_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+add_test(NAME kernels_amx_gemm_bad_value COMMAND titan kernels test embedding)
+set_tests_properties(kernels_amx_gemm_bad_value PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_GEMM=yes"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_GEMM=yes: not 0 or 1; titan's AMX GEMM stays off.*titan's AMX GEMM: none"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)

@@ -240,6 +240,10 @@ const char *ops_bf16_engine(void);
 /* The AMX layouts the bf16 ops use on this engine (TITAN_AMX_LAYOUTS; docs/kernels.md):
  * "attention", "lmhead_ce", "attention, lmhead_ce", or "none" (always "none" when emulated). */
 const char *ops_bf16_layouts(void);
+/* The bf16 products titan's own AMX GEMM runs on this engine instead of oneDNN's
+ * (TITAN_AMX_GEMM; docs/kernels.md): "fp32-result products" (the default where the CPU has
+ * AMX-BF16: those outside parallel regions whose result is fp32), "all products", or "none". */
+const char *ops_bf16_amx_gemm(void);
 /* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same element
  * offsets), kept by the caller (the model converts each unit once per step). A bf16 GEMM whose
  * operand lies in a mirrored range reads the copy instead of converting the operand. The

@@ -19,6 +19,7 @@
  * Both give bf16-operand results; they differ from each other in the last bits only. */
 #include "ops/cpu/cpu.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -596,8 +597,8 @@ static dnnl_entry *bf16_dnnl_get(const dnnl_entry *k, dnnl_entry *tmp, int *owne
  * Thread-safe: the primitive is looked up under the lock and executed outside it, on this
  * thread's stream with its own scratchpad; inside a parallel region oneDNN runs it on the
  * calling thread alone. */
-static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                          const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
+static int onednn_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                       const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
     const dnnl_entry key = {ta, tb, M, N, K, lda, ldb, ldc, acc, c16, NULL, 0, 0, 0};
     dnnl_entry tmp;
     int owned, rc = -1;
@@ -638,25 +639,33 @@ static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A
 #endif
 
 #ifdef TITAN_HAVE_DNNL
-/* The oneDNN path checked once against exact arithmetic before it is trusted: every transpose
- * combination titan uses (x W^T, dy W, dy^T x), with and without accumulation (beta 1), on
- * padded leading dimensions, with small integers (exact in bf16, their products and sums exact
- * in fp32), so any difference is a wrong stride, transpose or post-op, not rounding. Returns 0,
- * or -1 with the failing case in why. */
-static int dnnl_selfcheck(char *why, size_t n) {
-    enum { M = 5, N = 7, K = 9, PAD = 3, SZ = (K + PAD) * (N + PAD) };
+typedef int (*gemm16_fn)(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                         const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
+
+/* A bf16 GEMM engine checked once against exact arithmetic before it is trusted: every
+ * transpose combination titan uses (x W^T, dy W, dy^T x), with and without accumulation (beta
+ * 1), on padded leading dimensions, with small integers (exact in bf16, their products and sums
+ * exact in fp32), so any difference is a wrong stride, transpose, edge or post-op, not
+ * rounding; the bf16 destination against the exact sum rounded to nearest even. Returns 0, or
+ * -1 with the failing case in why. */
+static int gemm_selfcheck(gemm16_fn f, int M, int N, int K, char *why, size_t n) {
+    enum { PAD = 3 };
     static const int tt[3][2] = {{0, 1}, {0, 0}, {1, 0}};
-    uint16_t a[SZ], b[SZ];
-    float c[M * (N + PAD)], want[M * (N + PAD)];
-    for (int i = 0; i < SZ; i++) {
-        a[i] = ops_cpu_bf16_bits((float)((i * 7 + 3) % 5 - 2));
-        b[i] = ops_cpu_bf16_bits((float)((i * 5 + 1) % 7 - 3));
+    const size_t sz = (size_t)(K + PAD) * (size_t)((M > N ? M : N) + PAD),
+                 csz = (size_t)M * (N + PAD);
+    uint16_t *a = malloc(sizeof *a * sz), *b = malloc(sizeof *b * sz),
+             *c16 = malloc(sizeof *c16 * csz);
+    float *c = malloc(sizeof *c * csz), *want = malloc(sizeof *want * csz);
+    int bad = !a || !b || !c16 || !c || !want ? -1 : 0;
+    for (size_t i = 0; !bad && i < sz; i++) {
+        a[i] = ops_cpu_bf16_bits((float)((int)((i * 7 + 3) % 5) - 2));
+        b[i] = ops_cpu_bf16_bits((float)((int)((i * 5 + 1) % 7) - 3));
     }
-    for (int t = 0; t < 3; t++)
-        for (int acc = 0; acc <= 1; acc++) {
+    for (int t = 0; !bad && t < 3; t++)
+        for (int acc = 0; !bad && acc <= 1; acc++) {
             const int ta = tt[t][0], tb = tt[t][1];
             const int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
-            for (int i = 0; i < M * ldc; i++) c[i] = want[i] = (float)(i % 3);
+            for (size_t i = 0; i < csz; i++) c[i] = want[i] = (float)(i % 3);
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) {
                     float sum = acc ? want[i * ldc + j] : 0.0f;
@@ -665,25 +674,91 @@ static int dnnl_selfcheck(char *why, size_t n) {
                                ops_cpu_bf16_value(b[tb ? j * ldb + k : k * ldb + j]);
                     want[i * ldc + j] = sum;
                 }
-            int bad = bf16_dnnl_gemm(ta, tb, M, N, K, a, lda, b, ldb, acc, 0, c, ldc);
+            bad = f(ta, tb, M, N, K, a, lda, b, ldb, acc, 0, c, ldc);
             for (int i = 0; !bad && i < M; i++)
                 for (int j = 0; j < N; j++) bad |= c[i * ldc + j] != want[i * ldc + j];
-            if (!bad && !acc) { /* the bf16 destination (lmhead_ce's logits): sums up to 9 x 6
-                                 * in magnitude, exact in bf16 */
-                uint16_t c16[M * (N + PAD)];
-                bad = bf16_dnnl_gemm(ta, tb, M, N, K, a, lda, b, ldb, 0, 1, c16, ldc);
+            if (!bad && !acc) { /* the bf16 destination (lmhead_ce's logits) */
+                bad = f(ta, tb, M, N, K, a, lda, b, ldb, 0, 1, c16, ldc);
                 for (int i = 0; !bad && i < M; i++)
                     for (int j = 0; j < N; j++)
-                        bad |= ops_cpu_bf16_value(c16[i * ldc + j]) != want[i * ldc + j];
+                        bad |= c16[i * ldc + j] != ops_cpu_bf16_bits(want[i * ldc + j]);
             }
-            if (bad) {
-                snprintf(why, n, "%s%s GEMM%s %s", ta ? "A^T" : "A", tb ? " B^T" : " B",
-                         acc ? " with accumulation" : "",
-                         bad == -1 ? "could not be created" : "gave a wrong result");
-                return -1;
-            }
+            if (bad)
+                snprintf(why, n, "%s%s GEMM%s (%dx%dx%d) %s", ta ? "A^T" : "A", tb ? " B^T" : " B",
+                         acc ? " with accumulation" : "", M, N, K,
+                         bad == -1 ? "could not be run" : "gave a wrong result");
         }
-    return 0;
+    free(a);
+    free(b);
+    free(c16);
+    free(c);
+    free(want);
+    return bad ? -1 : 0;
+}
+
+/* ---- titan's own AMX GEMM (amx_gemm.c) ---------------------------------------------- */
+
+#ifdef TITAN_HAVE_AMX_GEMM
+/* Which bf16 products run on titan's AMX kernel instead of oneDNN: TITAN_AMX_GEMM unset: the
+ * products it measured faster in the training step (bench/RESULTS.md "Session 21"), "1" all of
+ * them, "0" none. Only with the onednn engine on a CPU where ops_cpu_amx_usable() and the
+ * kernel passed gemm_selfcheck (edges, K blocks). Decided once per process. */
+enum { AMX_GEMM_OFF = 1, AMX_GEMM_MEASURED, AMX_GEMM_ALL };
+
+static int amx_gemm_mode(void) {
+    static int mode;
+    int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);
+    if (!m) {
+        m = AMX_GEMM_OFF;
+        const char *env = getenv("TITAN_AMX_GEMM");
+        if (env && *env && strcmp(env, "0") && strcmp(env, "1"))
+            base_log(BASE_LOG_WARN, "TITAN_AMX_GEMM=%s: not 0 or 1; titan's AMX GEMM stays off",
+                     env);
+        else if (!(env && !strcmp(env, "0")) && ops_cpu_amx_usable()) {
+            char why[160];
+            /* 37 x 45: edges in both; K 1100: three K blocks, the last a partial one */
+            if (gemm_selfcheck(ops_cpu_amx_gemm, 37, 45, 1100, why, sizeof why))
+                base_log(BASE_LOG_WARN,
+                         "bf16 engine: titan's AMX GEMM failed its check (%s); oneDNN runs "
+                         "every product",
+                         why);
+            else
+                m = env && *env ? AMX_GEMM_ALL : AMX_GEMM_MEASURED;
+        }
+        __atomic_store_n(&mode, m, __ATOMIC_RELEASE);
+    }
+    return m;
+}
+
+/* The products titan's AMX kernel measured faster than oneDNN in the training step: those with
+ * an fp32 result called outside a parallel region (the projections' three products, the
+ * lm_head's input and weight gradients). Not the lm_head's bf16 logits (oneDNN's brgemm
+ * stays ahead there) nor attention's per-head products, run by each thread inside its own
+ * parallel region (slower on the AMX kernel: its per-call packing is not amortised on
+ * 64-wide heads). Bench model, profiled steps (bench/RESULTS.md "Session 21"): lmhead_ce 990
+ * -> 893 ms a step, the projections' backward 200-207 -> 190 and forward 93-95 -> 75; with
+ * the logits too lmhead_ce was 1081, with attention's products attention 37 -> 57 ms. */
+static int amx_gemm_measured(int c16) {
+    /* omp_get_level, not omp_in_parallel: a one-thread team is a parallel region too, and
+     * which engine runs a product must not depend on the thread count (bitwise results) */
+    return !c16 && omp_get_level() == 0;
+}
+#endif
+
+/* C[M,N] (+)= op(A) op(B) on the engine's bf16 GEMM: titan's AMX kernel for the products it
+ * takes, oneDNN's matmul for the rest; 0 on success (the caller falls back otherwise). */
+static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
+#ifdef TITAN_HAVE_AMX_GEMM
+    const int mode = amx_gemm_mode();
+    if (mode == AMX_GEMM_ALL || (mode == AMX_GEMM_MEASURED && amx_gemm_measured(c16)))
+        if (!ops_cpu_amx_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc)) return 0;
+#endif
+    return onednn_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc);
+}
+
+static int dnnl_selfcheck(char *why, size_t n) {
+    return gemm_selfcheck(onednn_gemm, 5, 7, 9, why, n);
 }
 #endif
 
@@ -723,11 +798,36 @@ const char *ops_bf16_engine(void) {
     return engine() == ENGINE_ONEDNN ? "onednn" : "emulated";
 }
 
+const char *ops_bf16_amx_gemm(void) {
+#if defined(TITAN_HAVE_DNNL) && defined(TITAN_HAVE_AMX_GEMM)
+    if (engine() == ENGINE_ONEDNN) {
+        const int m = amx_gemm_mode();
+        if (m == AMX_GEMM_ALL) return "all products";
+        if (m == AMX_GEMM_MEASURED) return "fp32-result products";
+    }
+#endif
+    return "none";
+}
+
 const char *ops_bf16_layouts(void) {
     static const char *const names[] = {"none", "attention", "lmhead_ce", "attention, lmhead_ce"};
     const int all = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE; /* names' index: the mask */
     return names[engine() == ENGINE_ONEDNN ? ops_cpu_bf16_amx_layouts() & all : 0];
 }
+
+#ifndef TITAN_HAVE_AMX_GEMM
+/* a build without titan's AMX kernel (not x86-64, or a compiler without -mamx-tile) */
+int ops_cpu_amx_usable(void) {
+    return 0;
+}
+
+int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                     const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)acc, (void)c16, (void)C, (void)ldc;
+    return -1;
+}
+#endif
 
 /* ---- the bf16 GEMM --------------------------------------------------------------------- */
 

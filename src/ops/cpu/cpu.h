@@ -152,6 +152,17 @@ void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const 
  * kernel copy is the one chosen (TITAN_ISA=default turns it off) and the bf16 engine is onednn
  * (TITAN_BF16_ENGINE=emulated turns it off). Decided once per process. */
 int ops_cpu_attention_dpbf16_usable(void);
+/* titan's own bf16 GEMM on AMX tiles (amx_gemm.c, built for x86-64 with a compiler that has
+ * AMX): C[M,N] (+= with acc) = op(A) op(B), bf16 A and B (ta / tb: stored transposed; leading
+ * dimensions in elements), fp32 sums, fp32 C or (c16, no acc) bf16 C rounded to nearest even.
+ * Runs on omp_get_max_threads() threads, or on the calling thread inside a parallel region;
+ * each C element one fixed-order sum (bitwise the same for any thread count). Returns 0, or -1
+ * without touching C (not usable here, or out of memory). ops_cpu_amx_usable: 1 when the CPU
+ * lists amx_bf16, amx_tile, avx512_bf16, avx512bw and avx512vl and Linux granted the tile
+ * state (arch_prctl ARCH_REQ_XCOMP_PERM); decided once per process. */
+int ops_cpu_amx_usable(void);
+int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                     const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
 /* 1 when the first processor's "flags" line in /proc/cpuinfo lists flag (a whole word), e.g.
  * "avx512_bf16" (bf16.c). */
 int ops_cpu_has_flag(const char *flag);
