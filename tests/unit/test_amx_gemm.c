@@ -134,9 +134,10 @@ int main(void) {
         return 77;
     }
     /* tiny; edges in all three; K over 512 (several K blocks, the last partial); N split
-     * between threads; M split; the lm_head's chunk with an odd K */
-    static const shape shapes[] = {{1, 1, 1},     {37, 45, 70},  {64, 96, 1100},
-                                   {33, 700, 64}, {700, 33, 64}, {96, 200, 2065}};
+     * between threads; M split; the lm_head's chunk with an odd K; several column groups
+     * (1024 columns at K blocks of 512: B's next group prefetched) */
+    static const shape shapes[] = {{1, 1, 1},     {37, 45, 70},    {64, 96, 1100}, {33, 700, 64},
+                                   {700, 33, 64}, {96, 200, 2065}, {40, 2100, 600}};
     int n = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)

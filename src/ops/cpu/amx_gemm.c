@@ -170,6 +170,24 @@ static void pack_a(uint16_t *dst, int ta, const uint16_t *A, int lda, int M, int
         }
 }
 
+/* Part `part` of `parts` of the cache lines pack_b will read for columns [n0, n0+ng) of
+ * op(B), prefetched to L2 while the group before them is computed: the packs otherwise wait on
+ * memory (the lm_head's weight, 155 MB at the bench model, is read once per chunk). */
+static void prefetch_b(int tb, const uint16_t *B, int ldb, int N, int k0, int kb, int n0, int ng,
+                       int part, int parts) {
+    if (n0 >= N) return;
+    if (n0 + ng > N) ng = N - n0;
+    /* the rectangle: rows of B as stored, each `bytes` long from `first` */
+    const int rows = tb ? ng : kb;
+    const char *first = (const char *)(tb ? B + (size_t)n0 * ldb + k0 : B + (size_t)k0 * ldb + n0);
+    const size_t bytes = sizeof(uint16_t) * (size_t)(tb ? kb : ng), per = (bytes + 63) / 64 + 1,
+                 lines = (size_t)rows * per;
+    for (size_t l = lines * part / parts; l < lines * (part + 1) / parts; l++) {
+        const size_t r = l / per, o = l % per * 64;
+        if (o < bytes + 63) _mm_prefetch(first + r * sizeof(uint16_t) * ldb + o, _MM_HINT_T1);
+    }
+}
+
 /* the blocking: K blocks of kbp (one block for c16), B packed per group of ng columns (about
  * 1 MiB), A's rows taken per group of mg (about 256 KiB), within which each 32-column panel
  * of B (in L1) meets the group's 32-row blocks (in L2) */
@@ -214,6 +232,9 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                 }
                 for (int j0 = 0; j0 < ngp; j0 += 32) {
                     const int jn = g0 + j0, cols = N - jn < 32 ? N - jn : 32;
+                    if (h0 == m0 && g0 + ng < n1) /* the next group's B, over this one's panels */
+                        prefetch_b(tb, B, ldb, N, k0, kb, g0 + ng,
+                                   n1 - g0 - ng < bl.ng ? n1 - g0 - ng : bl.ng, j0 / 32, ngp / 32);
                     const uint32_t *b0 = bp + (size_t)j0 * kbp / 2, *b1 = b0 + (size_t)8 * kbp;
                     for (int i0 = 0; i0 < mg; i0 += 32) {
                         const int rows = mg - i0 < 32 ? mg - i0 : 32;
@@ -262,6 +283,14 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                                 _mm512_stream_ps((float *)C + r, _mm512_load_ps(stage + i * 32));
                                 _mm512_stream_ps((float *)C + r + 16,
                                                  _mm512_load_ps(stage + i * 32 + 16));
+                            } else if (c16 && cols == 32 &&
+                                       !((uintptr_t)((uint16_t *)C + r) & 63)) {
+                                /* a whole 64-byte line of the (large) logits, no read for
+                                 * ownership: two halves rounded to nearest even */
+                                _mm512_stream_si512((void *)((uint16_t *)C + r),
+                                                    (__m512i)_mm512_cvtne2ps_pbh(
+                                                        _mm512_load_ps(stage + i * 32 + 16),
+                                                        _mm512_load_ps(stage + i * 32)));
                             } else if (c16) { /* rounded to nearest even (vcvtneps2bf16) */
                                 uint16_t *c = (uint16_t *)C + r;
                                 for (int j = 0; j < cols; j += 16)
@@ -279,6 +308,7 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
         }
     }
     _tile_release();
+    _mm_sfence(); /* the streaming stores, ordered before the threads' barrier */
 }
 
 /* this thread's pack buffers (bytes), kept between calls: a fresh allocation of this size is
