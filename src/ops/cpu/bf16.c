@@ -280,8 +280,12 @@ static int operand_get(operand *o, const float *x, int rows, int cols, int ld, i
         return 0;
     }
     /* a bf16 mirror wanted as fp32 (a shape oneDNN refused) is expanded; anything else converted */
-    const size_t n = (size_t)rows * cols;
-    o->own = malloc((want_f32 ? sizeof(float) : sizeof(uint16_t)) * (n ? n : 1));
+    const size_t n = (size_t)rows * cols,
+                 bytes = (want_f32 ? sizeof(float) : sizeof(uint16_t)) * (n ? n : 1);
+    /* 64-byte aligned: the AMX kernels load a tile row a cache line at a time (amx_gemm.c
+     * reads A's rows straight only when they start on a line; malloc's 16-byte alignment
+     * made every converted operand a packed copy) */
+    o->own = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!o->own) return -1;
     o->ld = cols;
 #pragma omp parallel for schedule(static) if (n > 65536)
