@@ -11,22 +11,27 @@
  * pairs of k ("VNNI": tile row p holds (B[2p][j], B[2p+1][j]) for its 16 columns j). Tiles
  * 0-3 hold a 32 x 32 block of C, 4-5 two 16-row A tiles, 6-7 two 16-column B tiles.
  *
- * Blocking (per thread; the larger of M and N is split between threads in 32s):
- *   for each K block of KB (<= 1024; one block for c16, K being a model dimension there):
- *     for each group of NG columns: pack op(B)[kb, group] interleaved, per 16 columns
- *       [KB/2][16] pairs (zero past K and N; NG x KB x 2 bytes, in L2);
- *       for each 32-row block: A's tiles straight from A (A not transposed, K a multiple of
- *         32, the block whole) or from a [32][KB] copy (zero past M and K); then per 32
- *         columns the 2 x 2 tiles over the K block: C loaded (after the first K block, or acc)
- *         or zeroed, and stored, straight to C for whole fp32 blocks, through a 32 x 32 fp32
- *         stage for edges and c16.
+ * Blocking (per thread; the larger of M and N is split between threads in 32s; blocking_for):
+ *   for each K block (512, or all of K for a bf16 C, K being a model dimension there):
+ *     for each group of columns (about 1 MiB of packed B): pack op(B)[K block, group] into
+ *       k pairs, per 16 columns a [kbp/2][16] block (zero past K and N), while the next
+ *       group's B is prefetched to L2 over this group's panels;
+ *       for each group of rows (about 256 KiB of A): A's tiles straight from A where it is
+ *         not transposed and its rows are whole 64-byte lines (a tile row across two lines
+ *         loads at about half the rate), else from a packed copy of the group (transposed
+ *         for a transposed A; zero past M and K);
+ *         for each 32-column panel of B (in L1), each 32-row block of the group (in L2): the
+ *           2 x 2 tiles over the K block, C loaded first (after the first K block, or acc) or
+ *           zeroed; stored straight to C for whole aligned fp32 blocks, else through a 32 x 32
+ *           fp32 stage (fresh whole lines by streaming stores; a bf16 C rounded there).
  * Each C element is one fixed-order sum (K blocks in order, within a block TDPBF16PS's own
  * order), whatever the thread count: bitwise deterministic run to run. TDPBF16PS flushes
  * denormal inputs and results to zero (as oneDNN's AMX kernels, which use it too).
  *
  * Built only for x86-64, in a translation unit of its own compiled with -mamx-tile -mamx-bf16
- * (CMakeLists.txt); bf16.c calls it only when ops_cpu_amx_usable() (here: the CPU lists
- * amx_bf16 and Linux granted the tile state) said yes. */
+ * and x86-64-v4 + AVX512_BF16 (CMakeLists.txt titan_x86_kernel); bf16.c calls it only when
+ * ops_cpu_amx_usable() (here: the CPU lists the instructions and Linux granted the tile
+ * state) said yes. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
@@ -37,7 +42,9 @@
 
 #include "ops/cpu/cpu.h"
 
-enum { KB = 512 }; /* K block (elements) */
+/* K block (elements); C is reloaded once per block. 1024 and 2048 measured no faster at
+ * titan's shapes (bench/RESULTS.md "Session 21"). */
+enum { KB = 512 };
 
 /* Linux's tile-data permission (arch/x86/include/uapi/asm/prctl.h) */
 #define ARCH_REQ_XCOMP_PERM 0x1023
