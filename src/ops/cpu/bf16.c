@@ -736,12 +736,13 @@ static int amx_gemm_mode(void) {
 
 /* The products titan's AMX kernel measured faster than oneDNN in the training step: those with
  * an fp32 result called outside a parallel region (the projections' three products, the
- * lm_head's input and weight gradients). Not the lm_head's bf16 logits (oneDNN's brgemm
- * stays ahead there) nor attention's per-head products, run by each thread inside its own
- * parallel region (slower on the AMX kernel: its per-call packing is not amortised on
- * 64-wide heads). Bench model, profiled steps (bench/RESULTS.md "Session 21"): lmhead_ce 990
- * -> 893 ms a step, the projections' backward 200-207 -> 190 and forward 93-95 -> 75; with
- * the logits too lmhead_ce was 1081, with attention's products attention 37 -> 57 ms. */
+ * lm_head's input and weight gradients). Not the lm_head's bf16 logits (level with oneDNN's
+ * brgemm in the step: lmhead_ce 892 / 868 / 1046 against 899 / 894 / 927 ms, alternated) nor
+ * attention's per-head products, run by each thread inside its own parallel region (slower on
+ * the AMX kernel: its per-call packing is not amortised on 64-wide heads). Bench model,
+ * profiled steps (bench/RESULTS.md "Session 21"): lmhead_ce 990 -> 875-893 ms a step, the
+ * projections' backward 200-207 -> 184-190 and forward 93-106 -> 73-81; with attention's
+ * products attention forward 37 -> 57 ms. */
 static int amx_gemm_measured(int c16) {
     /* omp_get_level, not omp_in_parallel: a one-thread team is a parallel region too, and
      * which engine runs a product must not depend on the thread count (bitwise results) */
