@@ -5,23 +5,19 @@
  *
  *   cmake --build build --target bench_amx_peak && build/bench_amx_peak [STEPS]
  *
- * Linux grants the tile state on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
- * without it (or AMX) the program says so and exits 1. */
+ * The tile state and configuration are the kernel's (src/ops/cpu/amx_gemm.c:
+ * ops_cpu_amx_usable, ops_cpu_amx_tiles_configure); without them the program says so and exits
+ * 1. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
+#include "ops/cpu/cpu.h"
 
 static double now(void) {
     struct timespec t;
@@ -29,20 +25,9 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void configure(void) {
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.colsb[t] = 64;
-        c.rows[t] = 16;
-    }
-    _tile_loadconfig(&c);
-}
-
 int main(int argc, char **argv) {
     const long steps = argc > 1 ? atol(argv[1]) : 4000000;
-    if (steps < 1 || syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) != 0) {
+    if (steps < 1 || !ops_cpu_amx_usable()) {
         fprintf(stderr, "bench_amx_peak: no AMX tile state here (or STEPS < 1)\n");
         return 1;
     }
@@ -55,7 +40,7 @@ int main(int argc, char **argv) {
                 static _Thread_local uint16_t op[4][16 * 32] __attribute__((aligned(64)));
                 static _Thread_local float out[16 * 16] __attribute__((aligned(64)));
                 for (int i = 0; i < 4 * 16 * 32; i++) op[i / 512][i % 512] = 0x3f80; /* 1.0 */
-                configure();
+                ops_cpu_amx_tiles_configure();
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_zero(2);

@@ -56,15 +56,17 @@ typedef struct {
     uint8_t rows[16];
 } tilecfg;
 
-static void tiles_configure(void) {
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.colsb[t] = 64;
-        c.rows[t] = 16;
-    }
-    _tile_loadconfig(&c);
+/* Palette 1, tiles 0-7 of 16 rows x 64 bytes, every other byte zero (ldtilecfg faults on a
+ * nonzero reserved byte). A constant, not a stack object filled before the call: GCC 12 does not
+ * see _tile_loadconfig read its operand and drops the stores (measured: a stack version loaded
+ * the reserved bytes and tiles 8-15 from whatever the stack held, and where it was not inlined
+ * it lost the tile shapes too and faulted). */
+static const tilecfg k_tiles = {.palette = 1,
+                                .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+                                .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
+void ops_cpu_amx_tiles_configure(void) {
+    _tile_loadconfig(&k_tiles);
 }
 
 int ops_cpu_amx_usable(void) {
@@ -127,8 +129,8 @@ static void pairs_rows(__m512i r[16], const uint16_t *X, size_t ld, int k0, int 
     }
 }
 
-/* 16 rows of a row-major [R][K] matrix X from row `row`: r[j] the 16 pairs (k, k+1) from k0 of
- * row + j (32 bf16, 64 bytes); zero past kb and past `rows` rows */
+/* 16 rows of a row-major [R][K] matrix X (row stride ld): r[j] the 16 pairs (k, k+1) from k0
+ * of row j (32 bf16, 64 bytes); zero past kb and past `rows` rows */
 static void pairs_cols(__m512i r[16], const uint16_t *X, size_t ld, int k0, int kb, int rows) {
     const __mmask32 m = kb - k0 >= 32 ? 0xffffffffu : kb <= k0 ? 0 : (1u << (kb - k0)) - 1;
     for (int j = 0; j < 16; j++)
@@ -219,7 +221,7 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                      int n0, int n1, blocking bl, uint32_t *bp, uint16_t *ap) {
     float stage[32 * 32] __attribute__((aligned(64)));
     const int c_aligned = !(((uintptr_t)C | (uintptr_t)ldc * 4) % 64);
-    tiles_configure();
+    ops_cpu_amx_tiles_configure();
     for (int k0 = 0; k0 < K; k0 += bl.kbp) {
         const int kb = K - k0 < bl.kbp ? K - k0 : bl.kbp, kbp = (kb + 31) / 32 * 32;
         const int load = acc || k0 > 0; /* C holds a partial sum to add to */

@@ -157,10 +157,14 @@ int ops_cpu_attention_dpbf16_usable(void);
  * dimensions in elements), fp32 sums, fp32 C or (c16, no acc) bf16 C rounded to nearest even.
  * Runs on omp_get_max_threads() threads, or on the calling thread inside a parallel region;
  * each C element one fixed-order sum (bitwise the same for any thread count). Returns 0, or -1
- * without touching C (not usable here, or out of memory). ops_cpu_amx_usable: 1 when the CPU
- * lists amx_bf16, amx_tile, avx512_bf16, avx512bw and avx512vl and Linux granted the tile
- * state (arch_prctl ARCH_REQ_XCOMP_PERM); decided once per process. */
+ * without touching C (not usable here, a bf16 C with acc, or a bf16 C with K over 8192); out
+ * of memory aborts, as in the other void ops. ops_cpu_amx_usable: 1 when the CPU lists
+ * amx_bf16, amx_tile, avx512_bf16, avx512bw and avx512vl and Linux granted the tile state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM); decided once per process. ops_cpu_amx_tiles_configure:
+ * this thread's 8 tiles as the kernel uses them, 16 rows x 64 bytes each (only in builds with
+ * the AMX kernel; call only after ops_cpu_amx_usable() said yes). */
 int ops_cpu_amx_usable(void);
+void ops_cpu_amx_tiles_configure(void);
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
 /* 1 when the first processor's "flags" line in /proc/cpuinfo lists flag (a whole word), e.g.
