@@ -52,9 +52,7 @@ typedef struct {
 } candidate;
 
 #ifdef BENCH_TITAN_AMX
-int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                     const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
-int ops_cpu_amx_usable(void);
+#include "ops/cpu/cpu.h"
 #endif
 
 static int build(candidate *v, int M, int N, int K, int ta, int tb, int acc, int c16, int ldc,

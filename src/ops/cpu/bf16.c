@@ -715,10 +715,11 @@ static int amx_gemm_mode(void) {
     if (!m) {
         m = AMX_GEMM_OFF;
         const char *env = getenv("TITAN_AMX_GEMM");
-        if (env && *env && strcmp(env, "0") && strcmp(env, "1"))
+        const int all = env && !strcmp(env, "1"), none = env && !strcmp(env, "0");
+        if (env && *env && !all && !none)
             base_log(BASE_LOG_WARN, "TITAN_AMX_GEMM=%s: not 0 or 1; titan's AMX GEMM stays off",
                      env);
-        else if (!(env && !strcmp(env, "0")) && ops_cpu_amx_usable()) {
+        else if (!none && ops_cpu_amx_usable()) {
             char why[160];
             /* 37 x 45: edges in both; K 1100: three K blocks, the last a partial one */
             if (gemm_selfcheck(ops_cpu_amx_gemm, 37, 45, 1100, why, sizeof why))
@@ -727,7 +728,7 @@ static int amx_gemm_mode(void) {
                          "every product",
                          why);
             else
-                m = env && *env ? AMX_GEMM_ALL : AMX_GEMM_MEASURED;
+                m = all ? AMX_GEMM_ALL : AMX_GEMM_MEASURED;
         }
         __atomic_store_n(&mode, m, __ATOMIC_RELEASE);
     }
@@ -752,8 +753,8 @@ static int amx_gemm_measured(int c16) {
 
 /* C[M,N] (+)= op(A) op(B) on the engine's bf16 GEMM: titan's AMX kernel for the products it
  * takes, oneDNN's matmul for the rest; 0 on success (the caller falls back otherwise). */
-static int bf16_dnnl_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                          const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
+static int bf16_engine_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
 #ifdef TITAN_HAVE_AMX_GEMM
     const int mode = amx_gemm_mode();
     if (mode == AMX_GEMM_ALL || (mode == AMX_GEMM_MEASURED && amx_gemm_measured(c16)))
@@ -845,8 +846,8 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const fl
         if (!operand_get(&a, A, ar, ac, lda, 0)) {
             int done = 0;
             if (!operand_get(&b, B, br, bc, ldb, 0)) {
-                done =
-                    !bf16_dnnl_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, 0, C, ldc);
+                done = !bf16_engine_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, 0, C,
+                                         ldc);
                 free(b.own);
             }
             free(a.own);
@@ -887,7 +888,7 @@ void ops_cpu_gemm16(int ta, int tb, int M, int N, int K, const void *A, int lda,
         return;
     }
 #ifdef TITAN_HAVE_DNNL
-    if (!bf16_dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, 0, C, ldc)) return;
+    if (!bf16_engine_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, 0, C, ldc)) return;
 #endif
     gemm16_expanded(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
 }
@@ -897,7 +898,7 @@ void ops_cpu_gemm16_bf16out(int ta, int tb, int M, int N, int K, const uint16_t 
     if (M <= 0 || N <= 0) return;
 #ifdef TITAN_HAVE_DNNL
     if (engine() == ENGINE_ONEDNN && K > 0 &&
-        !bf16_dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, 0, 1, C, ldc))
+        !bf16_engine_gemm(ta, tb, M, N, K, A, lda, B, ldb, 0, 1, C, ldc))
         return;
 #endif
     /* without oneDNN's bf16 destination: fp32 C, then each element rounded (slow: said once) */
