@@ -3,7 +3,7 @@
  * rounded once to nearest even. The contract of bf16.c's oneDNN call, which it replaces for
  * the shapes where it measured faster (bench/RESULTS.md, session 21).
  *
- * Why: on the AMX Xeon of sessions 19-21 TDPBF16PS itself runs at 3.3 TFLOP/s a core from
+ * Why: on the AMX Xeon of sessions 19-21 TDPBF16PS itself runs at 3.3-3.8 TFLOP/s a core from
  * tile registers and 2.8 with its operands loaded from L1 (bench/amx_peak.c), while oneDNN
  * 2.6.3's products reach 1.1-1.9 TFLOP/s on two cores at titan's shapes.
  *
