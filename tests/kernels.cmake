@@ -79,19 +79,24 @@ set_tests_properties(kernels_conformance_isa_default PROPERTIES
 foreach(op attention lmhead_ce)
   add_test(NAME kernels_conformance_amx_layouts_${op} COMMAND titan kernels test ${op})
   set_tests_properties(kernels_conformance_amx_layouts_${op} PROPERTIES
-    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=${op}" TIMEOUT 300)
+    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=${op};TITAN_AMX_LMHEAD_CE=0" TIMEOUT 300)
 endforeach()
-# lmhead_ce/bf16's logit gradient against exact rounding (tests/unit/test_lmhead_rounding.c) in
-# the column layout too (a drifting float sum of the exps fails it)
+# lmhead_ce/bf16's logit gradient against exact rounding (tests/unit/test_lmhead_rounding.c:
+# fused on AMX tiles where the CPU has AMX-BF16, else chunked) in the chunked row layout and the
+# column layout too (a drifting float sum of the exps fails it)
+add_test(NAME test_lmhead_rounding_chunked COMMAND test_lmhead_rounding)
+set_tests_properties(test_lmhead_rounding_chunked PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LMHEAD_CE=0" TIMEOUT 600)
 add_test(NAME test_lmhead_rounding_amx_layouts COMMAND test_lmhead_rounding)
 set_tests_properties(test_lmhead_rounding_amx_layouts PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=lmhead_ce" TIMEOUT 600)
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=lmhead_ce;TITAN_AMX_LMHEAD_CE=0" TIMEOUT 600)
 # Unoptimised (Debug, the sanitizer build's -O0), the row path's `omp simd` float sums of the
 # exps are not vectorised: one sequential sum per 1024 values, the drift this test catches
 # (975 of 9.7M values high, measured). Its bound holds for the optimised build users run; the
 # row path's grouping is the compiler's there, not the code's (docs/kernels.md).
 if(TITAN_SANITIZE OR CMAKE_BUILD_TYPE STREQUAL "Debug")
-  set_tests_properties(test_lmhead_rounding test_lmhead_rounding_amx_layouts PROPERTIES
+  set_tests_properties(test_lmhead_rounding test_lmhead_rounding_chunked
+    test_lmhead_rounding_amx_layouts PROPERTIES
     DISABLED TRUE)
 endif()
 # layouts off: on a CPU with AMX attention's default layout is the dense one, so the strided
@@ -119,21 +124,41 @@ set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES
 # its products on it (the default gives it only the fp32-result products outside parallel
 # regions), its default against /proc/cpuinfo, and a bad TITAN_AMX_GEMM said
 set_tests_properties(test_amx_gemm PROPERTIES SKIP_RETURN_CODE 77)
+# lmhead_ce fused on AMX tiles against the loss and gradients in double (test_amx_lmhead_ce.c;
+# skipped without AMX-BF16)
+set_tests_properties(test_amx_lmhead_ce PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
 # (where the CPU has AMX the kernel must really run: a kernel failing its self-check would
 # leave every product to oneDNN and pass conformance unseen)
 add_test(NAME kernels_conformance_amx_gemm COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test 2>&1) || { echo \"$out\"; exit 1; }
     echo \"$out\"
     case \"$out\" in *'bf16 engine: emulated'*) exit 0 ;; esac
     grep -qw amx_bf16 /proc/cpuinfo || exit 0
-    echo \"$out\" | grep -q \"titan's AMX GEMM: all products)\" || { echo 'FAIL: titan AMX GEMM not in use'; exit 1; }")
+    echo \"$out\" | grep -q \"titan's AMX GEMM: all products;\" || { echo 'FAIL: titan AMX GEMM not in use'; exit 1; }")
 set_tests_properties(kernels_conformance_amx_gemm PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_GEMM=1" TIMEOUT 300)
 add_test(NAME kernels_amx_gemm_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
     case \"$out\" in *'bf16 engine: emulated'*) want=none ;; *)
       grep -qw amx_bf16 /proc/cpuinfo && want='fp32-result products' || want=none ;; esac
-    echo \"$out\" | grep -q \"titan's AMX GEMM: $want)\" || { echo \"FAIL: want titan's AMX GEMM: $want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -q \"titan's AMX GEMM: $want;\" || { echo \"FAIL: want titan's AMX GEMM: $want\"; echo \"$out\"; exit 1; }
     echo \"ok: titan's AMX GEMM: $want\"")
 set_tests_properties(kernels_amx_gemm_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+# lmhead_ce fused on AMX tiles: the default where the CPU has AMX-BF16 (and the kernels are on),
+# off with TITAN_AMX_LMHEAD_CE=0 or TITAN_AMX_GEMM=0, a bad value said
+add_test(NAME kernels_amx_lmhead_ce_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
+    case \"$out\" in *'bf16 engine: emulated'*) want='chunked logits' ;; *)
+      grep -qw amx_bf16 /proc/cpuinfo && want='fused on AMX tiles' || want='chunked logits' ;; esac
+    echo \"$out\" | grep -q \"lm_head + CE: $want)\" || { echo \"FAIL: want lm_head + CE: $want\"; echo \"$out\"; exit 1; }
+    out=$(TITAN_AMX_LMHEAD_CE=0 $<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
+    echo \"$out\" | grep -q 'lm_head + CE: chunked logits)' || { echo \"FAIL: TITAN_AMX_LMHEAD_CE=0\"; echo \"$out\"; exit 1; }
+    out=$(TITAN_AMX_GEMM=0 $<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
+    echo \"$out\" | grep -q 'lm_head + CE: chunked logits)' || { echo \"FAIL: TITAN_AMX_GEMM=0\"; echo \"$out\"; exit 1; }
+    echo \"ok: lm_head + CE: $want\"")
+set_tests_properties(kernels_amx_lmhead_ce_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+add_test(NAME kernels_amx_lmhead_ce_bad_value COMMAND titan kernels test embedding)
+set_tests_properties(kernels_amx_lmhead_ce_bad_value PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LMHEAD_CE=yes"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_LMHEAD_CE=yes: not 0 or 1; lm_head \\+ CE stays fused where it can"
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_amx_gemm_bad_value COMMAND titan kernels test embedding)
 set_tests_properties(kernels_amx_gemm_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_GEMM=yes"

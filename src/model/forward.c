@@ -34,6 +34,7 @@ struct model_acts {
     float *q, *k;      /* [N,H*hd], [N,G*hd] q and k after norm + RoPE (recomputed; shared) */
     float *hact;       /* [N,F] silu(gate)*up (recomputed; shared) */
     float *ce_scratch; /* [ce_chunk, V] (ops_lmhead_ce_scratch_floats) */
+    int ce_chunk;      /* its rows: the model's ce_chunk, or 0 (none: lmhead_ce runs fused) */
     /* backward scratch; dres, dnorm, dxn: [n,D] */
     float *dres, *dnorm, *dhact, *dgate, *dup, *dqk_o, *dq, *dk, *dv, *dqn, *dkn, *dxn;
     /* MoE: routed rows [R,D] (forward and backward), their gradient [R,D], the router-logit
@@ -215,7 +216,13 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
         m->prec == OPS_PREC_BF16 && (!m->ops || runs16(m, &m->ops[L + 1], OPS_LMHEAD_CE))
             ? OPS_PREC_BF16
             : OPS_PREC_F32; /* before the ops resolve: bf16 as asked */
-    A->ce_scratch = carve(c, ops_lmhead_ce_scratch_floats((size_t)m->ce_chunk, Vce, ce_prec));
+    /* none where the bf16 lmhead_ce runs fused on AMX tiles (its logits never in memory: 256
+     * MiB less at the bench model) */
+    const int sharded = m->tp.size > 1 && !m->loss_parallel_off;
+    A->ce_chunk = ce_prec == OPS_PREC_BF16 && !sharded && ops_lmhead_ce_fused(D) ? 0 : m->ce_chunk;
+    A->ce_scratch = A->ce_chunk
+                        ? carve(c, ops_lmhead_ce_scratch_floats((size_t)A->ce_chunk, Vce, ce_prec))
+                        : NULL;
     const size_t ce_end = c->used;
     c->used = start;
     A->norm_out = carve(c, n * D);
@@ -953,7 +960,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     }
     double loss = th->lmhead_ce(backward ? dxn : NULL, hg, xn, hw, targets, N, D,
                                 m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size,
-                                grad_scale, A->ce_scratch, m->ce_chunk, n_valid,
+                                grad_scale, A->ce_scratch, A->ce_chunk, n_valid,
                                 m->tp.size > 1 && !m->loss_parallel_off ? &vs : NULL);
     if (!backward) {
         hook(m, L + 1, MODEL_FWD_END);

@@ -47,7 +47,8 @@
  * lmhead_ce: fused lm_head + fp32 cross-entropy over x[N,D], w[V,D], targets[N]
  *   (OPS_IGNORE_INDEX skipped). Returns the SUM of the per-token losses (double). Logits are
  *   computed `chunk` tokens at a time into scratch (ops_lmhead_ce_scratch_floats(chunk, V,
- *   prec) floats), so [N, V] logits never exist.
+ *   prec) floats), so [N, V] logits never exist; or, where ops_lmhead_ce_fused(D) says the bf16
+ *   implementation runs fused (no vocabulary shard), with chunk 0 and no scratch at all.
  *   When dx is non-NULL, also dx[N,D] += grad_scale * (softmax - onehot) @ w and
  *   dw[V,D] += grad_scale * (...)^T @ x, where grad_scale is 1 / (global count of valid
  *   tokens), supplied by the caller. *n_valid (if non-NULL) receives the number of

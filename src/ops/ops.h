@@ -244,6 +244,9 @@ const char *ops_bf16_layouts(void);
  * (TITAN_AMX_GEMM; docs/kernels.md): "fp32-result products" (the default where the CPU has
  * AMX-BF16: those outside parallel regions whose result is fp32), "all products", or "none". */
 const char *ops_bf16_amx_gemm(void);
+/* How lmhead_ce/bf16 runs without loss parallelism: "fused on AMX tiles" (the logits never in
+ * memory; ops/cpu/amx_gemm.c) or "chunked logits" (the chunk's logits through memory). */
+const char *ops_bf16_lmhead_ce(void);
 /* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same element
  * offsets), kept by the caller (the model converts each unit once per step). A bf16 GEMM whose
  * operand lies in a mirrored range reads the copy instead of converting the operand. The
@@ -255,6 +258,10 @@ size_t ops_bf16_mirror_bytes(size_t n);
 /* The floats lmhead_ce's scratch needs for chunk rows of V logits: chunk * V, or half that
  * for a bf16 implementation on the onednn engine, which keeps its logits as bf16. */
 size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec);
+/* 1 when lmhead_ce/bf16 over the whole vocabulary (no vocabulary shard) at width D runs fused on
+ * AMX tiles (ops_bf16_lmhead_ce): it needs no scratch, and may be called with chunk 0 and no
+ * scratch (it then returns NaN should the fused kernel refuse the call: out of memory). */
+int ops_lmhead_ce_fused(int D);
 /* mirror elements [off, off + n) = src[0, n) rounded to bf16, in the engine's format. */
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n);
 int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err);

@@ -22,8 +22,10 @@
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi, losses, same_losses
 model=("${small[@]}")
+# (fp32 pinned: where the CPU has bf16 units the default is bf16, whose weights' bf16 copies turn
+# the last-bit differences of another summation order into whole bf16 ulps; see below)
 for tie in 1 0; do
-  m=("${model[@]}" --set tie_embeddings=$tie --steps 5)
+  m=("${model[@]}" --set tie_embeddings=$tie --steps 5 --training.mixed_precision_param=float32)
   "$titan" train "${m[@]}" --batch 2 --grad-accum 2 --metrics "$out/ref$tie.jsonl" \
       --dump-folder "$out/ref$tie" --checkpoint-interval 5 > "$out/ref$tie.log"
   mpi 2 "${m[@]}" --batch 2 --metrics "$out/fsdp2_$tie.jsonl" --dump-folder "$out/fsdp2_$tie" \
@@ -81,8 +83,12 @@ for tie in 1 0; do
     [ "$got" = "${want[$g$tie]}" ] ||
       { echo "FAIL bf16 tie=$tie gather $g: fsdp_gather_bytes $got, want ${want[$g$tie]}"; exit 1; }
   done
+  # 1e-4: the ranks' gradients are summed in another order than one rank's microbatches (the
+  # second added into the first's), and a weight whose last fp32 bit differs rounds to another
+  # bf16 value now and then (one bf16 ulp, 2^-8): measured 0 to 2.4e-6 with the chunked lm_head +
+  # CE, 1.4e-5 fused on AMX tiles, on the AMX Xeon of session 22
   same_losses "bf16 (tie=$tie): dp_shard=2 vs 1 rank x 2 microbatches" "$out/bf_ref$tie.jsonl" \
-      "$out/bf_auto_$tie.jsonl"
+      "$out/bf_auto_$tie.jsonl" 0 1e-4
   vl() { grep -o '"val_loss": [^,}]*' "$1"; }
   [ -n "$(vl "$out/bf_auto_$tie.jsonl")" ] &&
   cmp <(losses "$out/bf_auto_$tie.jsonl"; vl "$out/bf_auto_$tie.jsonl") \

@@ -7,7 +7,8 @@
  * low rounds too many values high: ce_cols' one float sum down each 1024-row vocabulary block
  * (session 20) rounded too many high; measured on an AMX Xeon, the row path and the grouped column
  * sums 13 of the 9.7M values here (1.3e-6), the one float sum per block 980 (1.0e-4, all high).
- * The layout is chosen by TITAN_AMX_LAYOUTS (tests/kernels.cmake runs this with lmhead_ce too). */
+ * The path is chosen by TITAN_AMX_LMHEAD_CE (fused on AMX tiles, the default with AMX-BF16, whose
+ * logits stay fp32: here exact too) and TITAN_AMX_LAYOUTS (tests/kernels.cmake runs each). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,9 +62,9 @@ int main(void) {
         }
     }
     const double frac = (double)wrong / ((double)N * V);
-    printf("lmhead_ce/bf16 (AMX layouts %s): logit gradient %ld of %ld values not the exact "
+    printf("lmhead_ce/bf16 (%s; AMX layouts %s): logit gradient %ld of %ld values not the exact "
            "rounding (%.2e; %ld high, %ld low)\n",
-           ops_bf16_layouts(), wrong, (long)N * V, frac, high, wrong - high);
+           ops_bf16_lmhead_ce(), ops_bf16_layouts(), wrong, (long)N * V, frac, high, wrong - high);
     /* 2e-5: 15x what both layouts give, a fifth of what a drifting sum gave */
     if (frac > 2e-5) {
         printf("FAIL: more than 2e-5 of the logit gradient off its exact rounding\n");

@@ -197,6 +197,40 @@ static void prefetch_b(int tb, const uint16_t *B, int ldb, int N, int k0, int kb
     }
 }
 
+/* C[32, 32] fp32 (+)= A[32, kbp] B[kbp, 32] on tiles 0-7 (the configuration loaded): A's rows
+ * at a (byte stride as, each kbp bf16), B as two 16-column blocks of k pairs b0, b1 ([kbp/2][16]
+ * 32-bit pairs, pack_b's layout), C at c (byte stride cs), added to when load, else
+ * overwritten. kbp: a multiple of 32. */
+static inline void tile_block(const void *a, size_t as, const uint32_t *b0, const uint32_t *b1,
+                              int kbp, float *c, size_t cs, int load) {
+    const char *ai = a;
+    if (load) {
+        _tile_loadd(0, c, cs);
+        _tile_loadd(1, c + 16, cs);
+        _tile_loadd(2, (const char *)c + 16 * cs, cs);
+        _tile_loadd(3, (const char *)c + 16 * cs + 64, cs);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int k = 0; k < kbp; k += 32) {
+        _tile_loadd(4, ai + 2 * k, as);
+        _tile_loadd(5, ai + 2 * k + 16 * as, as);
+        _tile_loadd(6, b0 + (size_t)k * 8, 64);
+        _tile_loadd(7, b1 + (size_t)k * 8, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, cs);
+    _tile_stored(1, c + 16, cs);
+    _tile_stored(2, (char *)c + 16 * cs, cs);
+    _tile_stored(3, (char *)c + 16 * cs + 64, cs);
+}
+
 /* the blocking: K blocks of kbp (one block for c16), B packed per group of ng columns (about
  * 1 MiB), A's rows taken per group of mg (about 256 KiB), within which each 32-column panel
  * of B (in L1) meets the group's 32-row blocks (in L2) */
@@ -259,31 +293,7 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                                        (float *)C + (size_t)(h0 + i0 + i) * ldc + jn,
                                        sizeof(float) * cols);
                         }
-                        if (load) {
-                            _tile_loadd(0, cd, cs);
-                            _tile_loadd(1, cd + 16, cs);
-                            _tile_loadd(2, (const char *)cd + 16 * cs, cs);
-                            _tile_loadd(3, (const char *)cd + 16 * cs + 64, cs);
-                        } else {
-                            _tile_zero(0);
-                            _tile_zero(1);
-                            _tile_zero(2);
-                            _tile_zero(3);
-                        }
-                        for (int k = 0; k < kbp; k += 32) {
-                            _tile_loadd(4, ai + 2 * k, as);
-                            _tile_loadd(5, ai + 2 * k + 16 * as, as);
-                            _tile_loadd(6, b0 + (size_t)k * 8, 64);
-                            _tile_loadd(7, b1 + (size_t)k * 8, 64);
-                            _tile_dpbf16ps(0, 4, 6);
-                            _tile_dpbf16ps(1, 4, 7);
-                            _tile_dpbf16ps(2, 5, 6);
-                            _tile_dpbf16ps(3, 5, 7);
-                        }
-                        _tile_stored(0, cd, cs);
-                        _tile_stored(1, cd + 16, cs);
-                        _tile_stored(2, (char *)cd + 16 * cs, cs);
-                        _tile_stored(3, (char *)cd + 16 * cs + 64, cs);
+                        tile_block(ai, as, b0, b1, kbp, cd, cs, load);
                         if (direct) continue;
                         for (int i = 0; i < rows; i++) {
                             const size_t r = (size_t)(h0 + i0 + i) * ldc + jn;
@@ -360,5 +370,302 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                          b1 * 32 < M ? b1 * 32 : M, 0, N, bl, bp, ap);
         }
     }
+    return 0;
+}
+
+/* ---- the fused lm_head + cross-entropy ------------------------------------------------------
+ *
+ * loss = sum over tokens t with a valid target of lse_t - l[t, target_t], l = x w^T (x [N, D],
+ * w [V, D], bf16; fp32 sums), and with dx: dx += G w, dw += G^T x, G = grad_scale * (softmax -
+ * onehot) rounded to bf16 (autocast's bf16 backward products). The [N, V] logits never leave
+ * the caches: each block of them is computed on tiles, used and dropped, so the weight's
+ * product is computed twice (four products instead of three) and no logits or gradient go
+ * through memory (bench model: 136 MB of bf16 logits a chunk, written, read and written back,
+ * then read by each backward product; session 22 measured the chunks' products at 1.3 TFLOP/s
+ * on two cores against the unit's 6-7). The blocked-softmax scheme of FlashAttention, and of
+ * "Cut Your Losses in Large-Vocabulary Language Models" (Wijmans et al., 2024) for this op.
+ *
+ * Pass 1, per block of Tb tokens (a thread's; Tb and the block split may vary with the thread
+ * count: every value below is per token, in the vocabulary's order): for each block of vb
+ * vocabulary rows, w's block packed twice (k pairs of w^T for the logits, of w for dx), then per
+ * 32 tokens: l [32, vb] on tiles; each token's running maximum m (the sum S and the dx
+ * accumulator O rescaled by exp(m_old - m_new) when it grows), p = exp(l - m), S += sum of p
+ * (fp32 within the block, double across), the target's logit kept; O [32, D] += bf16(p) w_block
+ * on tiles. At the end loss = m + log(S) - l_target and dx += O * grad_scale / S - grad_scale *
+ * w[target]: the normalisation is applied once, after the sum, as FlashAttention's output.
+ * Pass 2, per block of CE_VD vocabulary rows (a thread's: dw's rows are its own): per chunk of
+ * CE_TK tokens (fixed: dw's sums run over them in order), l^T [CE_VD, CE_TK] = w_block x^T on
+ * tiles (w's rows read as tiles as they are), G^T = bf16(exp(l - M_t) grad_scale / S_t), minus
+ * grad_scale at the target, then dw_block += G^T x_chunk on tiles (x packed in k pairs once per
+ * call, both ways).
+ * Each result is one fixed-order sum per element: bitwise the same for any thread count.
+ * Logits stay fp32 in the caches (the other paths round them to bf16, as autocast's bf16
+ * lm_head output: this keeps them exact). */
+
+/* pass 2's vocabulary block and token chunk (the K of dw's sums: fixed). 512-token chunks and
+ * pass 1 blocks of 128 or 512 vocabulary rows measured no faster at the bench model (session 22).
+ */
+enum { CE_VD = 128, CE_TK = 256 };
+
+/* exp(x) on 16 lanes, vm_expf's algorithm (vmath.h: Cephes, <= 2 ulp) with the hardware's
+ * rounding and scaling by 2^n: n = round(x log2 e), r = x - n ln 2 (two constants), exp(r) by
+ * its degree-7 polynomial, times 2^n (vscalefps); 0 below log(FLT_MIN) (-inf included), as
+ * vm_expf. x <= 0 here (logits minus their maximum). The compiler's vectorisation of vm_expf ran
+ * the epilogues at about 4 cycles an element. */
+#include "ops/cpu/vmath.h"
+
+static inline __m512 ce_exp16(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_GE_OQ);
+    return _mm512_maskz_scalef_ps(ok, p, n);
+}
+
+static size_t ce_round64(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
+/* pass 1 for tokens [t0, t0 + tn) (tn a multiple of 32; xa, tg padded to Np rows). ws: this
+ * thread's buffers. m, S, tl: per token of the block. Writes loss[t], M[t], scale[t]; dx. */
+typedef struct {
+    const uint16_t *xa, *w16;  /* xa [Np, D] (zero rows past N), 64-byte aligned */
+    const int32_t *tg;         /* [Np], -1 where no valid target */
+    int N, Np, D, V, grad, vb; /* vb: pass 1's vocabulary block */
+    float gs;
+    float *dx;
+    float *M, *scale; /* [Np]: each token's final maximum and grad_scale / S (0: no target) */
+    double *loss;     /* [Np] */
+    const uint32_t *xb1, *xb2; /* x^T and x in k pairs (pass 2) */
+    float *dw;
+} ce_job;
+
+static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
+    const int D = j->D, V = j->V, vb = j->vb;
+    uint32_t *wb1 = (uint32_t *)ws;                                    /* [vb/16][D/2][16] */
+    uint32_t *wb2 = (uint32_t *)(ws + ce_round64((size_t)vb * D * 2)); /* [D/16][vb/2][16] */
+    float *O = (float *)(ws + 2 * ce_round64((size_t)vb * D * 2));     /* [tn][D] */
+    float *lst = O + (size_t)tn * D;                                   /* [32][vb] */
+    uint16_t *pr = (uint16_t *)(lst + 32 * vb);                        /* [32][vb] */
+    float *m = (float *)(pr + 32 * vb), *tl = m + tn;
+    double *S = (double *)(tl + tn + (tn & 1));
+    for (int i = 0; i < tn; i++) m[i] = -INFINITY, tl[i] = 0.0f, S[i] = 0.0;
+    if (j->grad) memset(O, 0, sizeof(float) * (size_t)tn * D);
+    for (int v0 = 0; v0 < V; v0 += vb) {
+        const int vr = V - v0 < vb ? V - v0 : vb, vp = (vr + 31) / 32 * 32;
+        pack_b(wb1, 1, j->w16, D, V, 0, D, D, v0, vp);
+        if (j->grad) pack_b(wb2, 0, j->w16 + (size_t)v0 * D, D, D, 0, vr, vp, 0, D);
+        /* the next block's rows of w, to L2 over this block's work (its packs waited on memory:
+         * 49 -> 31 ms a step per thread at the bench model) */
+        const int n0 = v0 + vb, nr = V - n0 < vb ? V - n0 : vb;
+        const int lines = nr > 0 ? nr * (D / 32) : 0, steps = tn / 32;
+        for (int i0 = 0; i0 < tn; i0 += 32) {
+            for (int l = lines * (i0 / 32) / steps; l < lines * (i0 / 32 + 1) / steps; l++)
+                _mm_prefetch((const char *)(j->w16 + (size_t)n0 * D) + 64 * (size_t)l, _MM_HINT_T1);
+            const uint16_t *a = j->xa + (size_t)(t0 + i0) * D;
+            for (int c0 = 0; c0 < vp; c0 += 32)
+                tile_block(a, sizeof(uint16_t) * D, wb1 + (size_t)c0 * D / 2,
+                           wb1 + (size_t)(c0 + 16) * D / 2, D, lst + c0, sizeof(float) * vb, 0);
+            for (int r = 0; r < 32; r++) {
+                const int i = i0 + r, t = t0 + i, target = j->tg[t];
+                const float *restrict row = lst + r * vb;
+                uint16_t *restrict p = pr + r * vb;
+                if (target < 0) {
+                    if (j->grad) memset(p, 0, sizeof(uint16_t) * vp);
+                    continue;
+                }
+                __m512 vm = _mm512_set1_ps(-INFINITY);
+                for (int v = 0; v < vr; v += 16)
+                    vm = _mm512_mask_max_ps(vm, mask16(vr - v), vm, _mm512_load_ps(row + v));
+                const float bm = _mm512_reduce_max_ps(vm);
+                if (bm > m[i]) { /* a new maximum: rescale what was summed against the old */
+                    const float f = m[i] == -INFINITY ? 0.0f : vm_expf(m[i] - bm);
+                    S[i] *= f;
+                    if (j->grad) {
+                        float *restrict o = O + (size_t)i * D;
+#pragma omp simd
+                        for (int d = 0; d < D; d++) o[d] *= f;
+                    }
+                    m[i] = bm;
+                }
+                const __m512 mx = _mm512_set1_ps(m[i]);
+                __m512 sum = _mm512_setzero_ps();
+                for (int v = 0; v < vp; v += 16) { /* zero past vr */
+                    const __mmask16 k = mask16(vr - v);
+                    const __m512 e = _mm512_maskz_mov_ps(
+                        k, ce_exp16(_mm512_sub_ps(_mm512_maskz_load_ps(k, row + v), mx)));
+                    sum = _mm512_add_ps(sum, e);
+                    if (j->grad)
+                        _mm256_store_si256((__m256i *)(p + v), (__m256i)_mm512_cvtneps_pbh(e));
+                }
+                S[i] += (double)_mm512_reduce_add_ps(sum);
+                if (target >= v0 && target < v0 + vr) tl[i] = row[target - v0];
+            }
+            if (j->grad)
+                for (int c0 = 0; c0 < D; c0 += 32)
+                    tile_block(pr, sizeof(uint16_t) * vb, wb2 + (size_t)c0 * vp / 2,
+                               wb2 + (size_t)(c0 + 16) * vp / 2, vp, O + (size_t)i0 * D + c0,
+                               sizeof(float) * D, 1);
+        }
+    }
+    for (int i = 0; i < tn; i++) {
+        const int t = t0 + i, target = j->tg[t];
+        if (target < 0) {
+            j->loss[t] = 0.0, j->M[t] = 0.0f, j->scale[t] = 0.0f;
+            continue;
+        }
+        j->loss[t] = (double)m[i] + log(S[i]) - (double)tl[i];
+        j->M[t] = m[i];
+        j->scale[t] = (float)((double)j->gs / S[i]);
+        if (!j->grad) continue;
+        const float sc = j->scale[t], gs = j->gs;
+        const float *restrict o = O + (size_t)i * D;
+        const uint16_t *restrict wt = j->w16 + (size_t)target * D;
+        float *restrict d = j->dx + (size_t)t * D;
+#pragma omp simd
+        for (int k = 0; k < D; k++) d[k] += o[k] * sc - gs * ops_cpu_bf16_value(wt[k]);
+    }
+}
+
+/* pass 2 for vocabulary rows [v0, v0 + vr) */
+static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
+    const int D = j->D, Np = j->Np, vp = (vr + 31) / 32 * 32;
+    uint16_t *wa = (uint16_t *)ws;                                  /* [CE_VD][D] */
+    float *lst = (float *)(ws + ce_round64((size_t)CE_VD * D * 2)); /* [CE_VD][CE_TK] */
+    uint16_t *gt = (uint16_t *)(lst + (size_t)CE_VD * CE_TK);       /* [CE_VD][CE_TK] */
+    float *stage = (float *)(gt + (size_t)CE_VD * CE_TK);           /* [32][32] */
+    /* w's rows as A tiles: a copy, 64-byte aligned and zero past V */
+    memcpy(wa, j->w16 + (size_t)v0 * D, sizeof(uint16_t) * (size_t)vr * D);
+    memset(wa + (size_t)vr * D, 0, sizeof(uint16_t) * (size_t)(vp - vr) * D);
+    const int dw_aligned = !((uintptr_t)j->dw % 64);
+    for (int c0 = 0; c0 < Np; c0 += CE_TK) {
+        const int kc = Np - c0 < CE_TK ? Np - c0 : CE_TK;
+        for (int t0 = 0; t0 < kc; t0 += 32)
+            for (int i0 = 0; i0 < vp; i0 += 32)
+                tile_block(wa + (size_t)i0 * D, sizeof(uint16_t) * D,
+                           j->xb1 + (size_t)(c0 + t0) * D / 2,
+                           j->xb1 + (size_t)(c0 + t0 + 16) * D / 2, D,
+                           lst + (size_t)i0 * CE_TK + t0, sizeof(float) * CE_TK, 0);
+        const float *restrict M = j->M + c0, *restrict sc = j->scale + c0;
+        const int32_t *restrict tg = j->tg + c0;
+        const float gs = j->gs;
+        for (int i = 0; i < vp; i++) {
+            uint16_t *restrict g = gt + (size_t)i * CE_TK;
+            const float *restrict l = lst + (size_t)i * CE_TK;
+            const int v = v0 + i;
+            if (i >= vr) {
+                memset(g, 0, sizeof(uint16_t) * kc);
+                continue;
+            }
+            for (int t = 0; t < kc; t += 16) { /* (kc: a multiple of 32) */
+                const __m512 s16 = _mm512_loadu_ps(sc + t);
+                __m512 e = _mm512_mul_ps(
+                    ce_exp16(_mm512_sub_ps(_mm512_load_ps(l + t), _mm512_loadu_ps(M + t))), s16);
+                e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s16, _mm512_setzero_ps(), _CMP_NEQ_OQ),
+                                        e);
+                e = _mm512_mask_sub_ps(
+                    e, _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(tg + t), _mm512_set1_epi32(v)), e,
+                    _mm512_set1_ps(gs));
+                _mm256_store_si256((__m256i *)(g + t), (__m256i)_mm512_cvtneps_pbh(e));
+            }
+        }
+        const uint32_t *xb2 = j->xb2 + (size_t)c0 * D / 2; /* [D/16][kc/2][16] */
+        for (int i0 = 0; i0 < vp; i0 += 32) {
+            const int rows = vr - i0 < 32 ? vr - i0 : 32;
+            for (int d0 = 0; d0 < D; d0 += 32) {
+                float *c = j->dw + (size_t)(v0 + i0) * D + d0;
+                const int direct = rows == 32 && dw_aligned;
+                if (!direct) {
+                    memset(stage, 0, sizeof(float) * 32 * 32);
+                    for (int r = 0; r < rows; r++)
+                        memcpy(stage + r * 32, c + (size_t)r * D, sizeof(float) * 32);
+                }
+                tile_block(gt + (size_t)i0 * CE_TK, sizeof(uint16_t) * CE_TK,
+                           xb2 + (size_t)d0 * kc / 2, xb2 + (size_t)(d0 + 16) * kc / 2, kc,
+                           direct ? c : stage, sizeof(float) * (direct ? (size_t)D : 32), 1);
+                if (!direct)
+                    for (int r = 0; r < rows; r++)
+                        memcpy(c + (size_t)r * D, stage + r * 32, sizeof(float) * 32);
+            }
+        }
+    }
+}
+
+int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
+                          const int32_t *targets, int N, int D, int V, float grad_scale,
+                          double *loss) {
+    if (N <= 0 || D <= 0 || V <= 0 || D % 32 || (dw && !dx) || !ops_cpu_amx_usable()) return -1;
+    const int Np = (N + 31) / 32 * 32, grad = dx != NULL;
+    const size_t xbytes = sizeof(uint16_t) * (size_t)Np * D;
+    uint16_t *xa = aligned_alloc(64, xbytes);
+    uint32_t *xb = dw ? aligned_alloc(64, 2 * xbytes) : NULL;
+    int32_t *tg = malloc(sizeof(int32_t) * Np);
+    float *Mf = malloc(sizeof(float) * 2 * (size_t)Np);
+    double *ls = malloc(sizeof(double) * Np);
+    if (!xa || (dw && !xb) || !tg || !Mf || !ls) {
+        free(xa), free(xb), free(tg), free(Mf), free(ls);
+        return -1;
+    }
+    const int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* pass 1's vocabulary block: w's two packed copies of it within 512 KiB (256 rows at D
+     * 512); its token blocks: O [Tb, D] fp32 within 1 MiB, and a block for every thread */
+    int vb = (1 << 17) / D / 32 * 32;
+    vb = vb < 32 ? 32 : vb > 256 ? 256 : vb;
+    int tbm = (1 << 18) / D / 32 * 32, Tb = ((Np + nth - 1) / nth + 31) / 32 * 32;
+    if (tbm < 32) tbm = 32;
+    if (Tb > tbm) Tb = tbm;
+    const int ntb = (Np + Tb - 1) / Tb, nvd = (V + CE_VD - 1) / CE_VD;
+    const size_t ws1 = 2 * ce_round64((size_t)vb * D * 2) + sizeof(float) * (size_t)Tb * D +
+                       sizeof(float) * 32 * vb + sizeof(uint16_t) * 32 * vb +
+                       (sizeof(float) * 2 + sizeof(double)) * (size_t)(Tb + 2),
+                 ws2 = ce_round64((size_t)CE_VD * D * 2) +
+                       (sizeof(float) + sizeof(uint16_t)) * (size_t)CE_VD * CE_TK +
+                       sizeof(float) * 32 * 32;
+    ce_job j = {xa,         w16, tg, N,       Np, D,    V,    grad, vb,
+                grad_scale, dx,  Mf, Mf + Np, ls, NULL, NULL, dw};
+    if (xb) j.xb1 = xb, j.xb2 = xb + xbytes / sizeof(uint32_t);
+#pragma omp parallel num_threads(nth) if (nth > 1)
+    {
+        char *ws = ws_get(ws1 > ws2 ? ws1 : ws2);
+#pragma omp for schedule(static)
+        for (int t = 0; t < Np; t++) {
+            if (t < N)
+                memcpy(xa + (size_t)t * D, x16 + (size_t)t * D, sizeof(uint16_t) * D);
+            else
+                memset(xa + (size_t)t * D, 0, sizeof(uint16_t) * D);
+            tg[t] = t < N && targets[t] >= 0 && targets[t] < V ? targets[t] : -1;
+        }
+        ops_cpu_amx_tiles_configure();
+#pragma omp for schedule(static)
+        for (int b = 0; b < ntb; b++) ce_pass1(&j, b * Tb, Np - b * Tb < Tb ? Np - b * Tb : Tb, ws);
+        if (dw) {
+            /* x in k pairs both ways: per 32 tokens of x^T (K = D), per chunk of x (K = tokens) */
+#pragma omp for schedule(static)
+            for (int t0 = 0; t0 < Np; t0 += 32)
+                pack_b((uint32_t *)j.xb1 + (size_t)t0 * D / 2, 1, xa, D, Np, 0, D, D, t0, 32);
+#pragma omp for schedule(static)
+            for (int c0 = 0; c0 < Np; c0 += CE_TK) {
+                const int kc = Np - c0 < CE_TK ? Np - c0 : CE_TK;
+                pack_b((uint32_t *)j.xb2 + (size_t)c0 * D / 2, 0, xa + (size_t)c0 * D, D, D, 0, kc,
+                       kc, 0, D);
+            }
+#pragma omp for schedule(static)
+            for (int b = 0; b < nvd; b++)
+                ce_pass2(&j, b * CE_VD, V - b * CE_VD < CE_VD ? V - b * CE_VD : CE_VD, ws);
+        }
+        _tile_release();
+    }
+    double total = 0.0;
+    for (int t = 0; t < N; t++) total += ls[t];
+    *loss = total;
+    free(xa), free(xb), free(tg), free(Mf), free(ls);
     return 0;
 }

@@ -815,6 +815,33 @@ const char *ops_bf16_amx_gemm(void) {
     return "none";
 }
 
+int ops_cpu_bf16_fused_lmhead_ce(void) {
+    static int state; /* 0 unknown, 1 on, -1 off */
+    int st = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (!st) {
+        const char *env = getenv("TITAN_AMX_LMHEAD_CE");
+        const int off = env && !strcmp(env, "0");
+        if (env && *env && !off && strcmp(env, "1"))
+            base_log(BASE_LOG_WARN,
+                     "TITAN_AMX_LMHEAD_CE=%s: not 0 or 1; lm_head + CE stays fused where it can",
+                     env);
+        st = -1;
+#if defined(TITAN_HAVE_DNNL) && defined(TITAN_HAVE_AMX_GEMM)
+        if (!off && engine() == ENGINE_ONEDNN && amx_gemm_mode() != AMX_GEMM_OFF) st = 1;
+#endif
+        __atomic_store_n(&state, st, __ATOMIC_RELEASE);
+    }
+    return st > 0;
+}
+
+int ops_lmhead_ce_fused(int D) {
+    return D > 0 && D % 32 == 0 && ops_cpu_bf16_fused_lmhead_ce();
+}
+
+const char *ops_bf16_lmhead_ce(void) {
+    return ops_cpu_bf16_fused_lmhead_ce() ? "fused on AMX tiles" : "chunked logits";
+}
+
 const char *ops_bf16_layouts(void) {
     static const char *const names[] = {"none", "attention", "lmhead_ce", "attention, lmhead_ce"};
     const int all = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE; /* names' index: the mask */
@@ -831,6 +858,14 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
     (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
     (void)acc, (void)c16, (void)C, (void)ldc;
+    return -1;
+}
+
+int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
+                          const int32_t *targets, int N, int D, int V, float grad_scale,
+                          double *loss) {
+    (void)dx, (void)dw, (void)x16, (void)w16, (void)targets, (void)N, (void)D, (void)V;
+    (void)grad_scale, (void)loss;
     return -1;
 }
 #endif

@@ -167,6 +167,22 @@ int ops_cpu_amx_usable(void);
 void ops_cpu_amx_tiles_configure(void);
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
+/* lmhead_ce/bf16 fused on AMX tiles (amx_gemm.c): *loss = the sum over tokens with a target in
+ * [0, V) of lse - logit[target], logits = x16 w16^T (x16 [N, D], w16 [V, D] bf16 bits, fp32
+ * sums, kept fp32); with dx: dx += G w, and with dw: dw += G^T x, G = bf16(grad_scale * (softmax -
+ * onehot)) (zero rows for other targets). The logits never go to memory: they are computed twice
+ * (for the statistics and dx, then for dw), block by block in the caches. Runs on
+ * omp_get_max_threads() threads (one inside a parallel region); bitwise the same for any thread
+ * count. Returns 0, or -1 without touching anything (not usable here, D not a multiple of 32, dw
+ * without dx, or out of memory); out of memory in a thread's workspace aborts. Only in builds
+ * with the AMX kernel; ops_cpu_bf16_fused_lmhead_ce says whether to call it. */
+int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
+                          const int32_t *targets, int N, int D, int V, float grad_scale,
+                          double *loss);
+/* 1 when lmhead_ce/bf16 runs fused on AMX tiles (ops_cpu_amx_lmhead_ce): the onednn engine, titan's
+ * AMX kernels on (TITAN_AMX_GEMM not 0, ops_cpu_amx_usable(), their self-check passed) and
+ * TITAN_AMX_LMHEAD_CE not 0. Decided once per process. */
+int ops_cpu_bf16_fused_lmhead_ce(void);
 /* 1 when the first processor's "flags" line in /proc/cpuinfo lists flag (a whole word), e.g.
  * "avx512_bf16" (bf16.c). */
 int ops_cpu_has_flag(const char *flag);

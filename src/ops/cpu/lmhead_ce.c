@@ -298,7 +298,6 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     int64_t valid = 0;
     for (int n = 0; n < N; n++) valid += ce_valid(targets[n], Vv);
     if (n_valid) *n_valid = valid;
-    if (N <= 0 || V <= 0 || D <= 0 || chunk <= 0) return N > 0 && chunk <= 0 ? NAN : 0.0;
     int grad = dx != NULL;
     double total = 0.0;
     const int cr = N < chunk ? N : chunk;
@@ -312,6 +311,30 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
      * group waiting in its all-reduces). Otherwise (fp32, or bf16 on the emulated engine) fp32
      * logits, rounded to bf16 values under bf16 so both engines compute the same function. */
     const int l16 = prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t);
+    if (N > 0 && V > 0 && D > 0 && l16 && !vs && ops_cpu_bf16_fused_lmhead_ce()) {
+        /* the whole call fused on AMX tiles, the logits never in memory (amx_gemm.c) */
+        const uint16_t *wf = ops_cpu_bf16_mirror_of(w, (size_t)V * D),
+                       *xf = ops_cpu_bf16_mirror_of(x, (size_t)N * D);
+        uint16_t *wo = NULL, *xo = NULL;
+        if (!wf) {
+            wo = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)V * D);
+            ops_bf16_from_f32(wo, w, (size_t)V * D);
+            wf = wo;
+        }
+        if (!xf) {
+            xo = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)N * D);
+            ops_bf16_from_f32(xo, x, (size_t)N * D);
+            xf = xo;
+        }
+        double loss = 0.0;
+        const int done =
+            !ops_cpu_amx_lmhead_ce(dx, dx ? dw : NULL, xf, wf, targets, N, D, V, grad_scale, &loss);
+        free(wo);
+        free(xo);
+        if (done) return loss;
+    }
+    /* chunk 0: no scratch (the caller counted on the fused path, which refused: out of memory) */
+    if (N <= 0 || V <= 0 || D <= 0 || chunk <= 0) return N > 0 && chunk <= 0 ? NAN : 0.0;
     /* the chunk's logits transposed (ce_cols) */
     const int cols = l16 && !vs && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_LMHEAD_CE);
     /* red[3 cr], loss[cr] (vs, or cols: ce_cols' col and loss) */
