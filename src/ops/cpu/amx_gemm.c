@@ -336,6 +336,7 @@ static _Thread_local void *tl_ws;
 static _Thread_local size_t tl_ws_size;
 
 static void *ws_get(size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64; /* aligned_alloc's size: a multiple of the alignment */
     if (tl_ws_size < bytes) {
         free(tl_ws);
         tl_ws = aligned_alloc(64, bytes);
