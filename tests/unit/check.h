@@ -3,6 +3,7 @@
 #ifndef TITAN_TEST_CHECK_H
 #define TITAN_TEST_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,6 +17,15 @@ static int failures;
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
+
+/* A uniform value in [-1, 1) from the xorshift64 state *s (nonzero): test data that needs no
+ * library's generator. */
+static inline float check_uniform(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
 
 /* Makes a fresh folder $TMPDIR/NAME_XXXXXX (/tmp without TMPDIR) and writes its path to
  * dir[cap]; exits with status 2 when it cannot, as no test could run without it. */

@@ -17,10 +17,7 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 static float uniform(void) { /* in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    return check_uniform(&rng);
 }
 
 typedef struct {

@@ -23,10 +23,7 @@
 
 static uint64_t rng = 0x2545f4914f6cdd1du;
 static float uniform(void) { /* in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    return check_uniform(&rng);
 }
 
 enum { GUARD = 4096 }; /* floats after dx and dw, never to be written */
