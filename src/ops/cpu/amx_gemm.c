@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "ops/cpu/cpu.h"
+#include "ops/cpu/vmath.h"
 
 /* K block (elements); C is reloaded once per block. 1024 and 2048 measured no faster at
  * titan's shapes (bench/RESULTS.md "Session 21"). */
@@ -335,8 +336,13 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
 static _Thread_local void *tl_ws;
 static _Thread_local size_t tl_ws_size;
 
+/* bytes rounded up to whole 64-byte lines (aligned_alloc's sizes; workspace carving) */
+static size_t round64(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
 static void *ws_get(size_t bytes) {
-    bytes = (bytes + 63) / 64 * 64; /* aligned_alloc's size: a multiple of the alignment */
+    bytes = round64(bytes); /* aligned_alloc's size: a multiple of the alignment */
     if (tl_ws_size < bytes) {
         free(tl_ws);
         tl_ws = aligned_alloc(64, bytes);
@@ -413,8 +419,6 @@ enum { CE_VD = 128, CE_TK = 256 };
  * its degree-7 polynomial, times 2^n (vscalefps); 0 below log(FLT_MIN) (-inf included), as
  * vm_expf. x <= 0 here (logits minus their maximum). The compiler's vectorisation of vm_expf ran
  * the epilogues at about 4 cycles an element. */
-#include "ops/cpu/vmath.h"
-
 static inline __m512 ce_exp16(__m512 x) {
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -429,10 +433,6 @@ static inline __m512 ce_exp16(__m512 x) {
     p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_GE_OQ);
     return _mm512_maskz_scalef_ps(ok, p, n);
-}
-
-static size_t ce_round64(size_t bytes) {
-    return (bytes + 63) / 64 * 64;
 }
 
 /* pass 1 for tokens [t0, t0 + tn) (tn a multiple of 32; xa, tg padded to Np rows). ws: this
@@ -451,11 +451,11 @@ typedef struct {
 
 static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
     const int D = j->D, V = j->V, vb = j->vb;
-    uint32_t *wb1 = (uint32_t *)ws;                                    /* [vb/16][D/2][16] */
-    uint32_t *wb2 = (uint32_t *)(ws + ce_round64((size_t)vb * D * 2)); /* [D/16][vb/2][16] */
-    float *O = (float *)(ws + 2 * ce_round64((size_t)vb * D * 2));     /* [tn][D] */
-    float *lst = O + (size_t)tn * D;                                   /* [32][vb] */
-    uint16_t *pr = (uint16_t *)(lst + 32 * vb);                        /* [32][vb] */
+    uint32_t *wb1 = (uint32_t *)ws;                                 /* [vb/16][D/2][16] */
+    uint32_t *wb2 = (uint32_t *)(ws + round64((size_t)vb * D * 2)); /* [D/16][vb/2][16] */
+    float *O = (float *)(ws + 2 * round64((size_t)vb * D * 2));     /* [tn][D] */
+    float *lst = O + (size_t)tn * D;                                /* [32][vb] */
+    uint16_t *pr = (uint16_t *)(lst + 32 * vb);                     /* [32][vb] */
     float *m = (float *)(pr + 32 * vb), *tl = m + tn;
     double *S = (double *)(tl + tn + (tn & 1));
     for (int i = 0; i < tn; i++) m[i] = -INFINITY, tl[i] = 0.0f, S[i] = 0.0;
@@ -539,10 +539,10 @@ static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
 /* pass 2 for vocabulary rows [v0, v0 + vr) */
 static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
     const int D = j->D, Np = j->Np, vp = (vr + 31) / 32 * 32;
-    uint16_t *wa = (uint16_t *)ws;                                  /* [CE_VD][D] */
-    float *lst = (float *)(ws + ce_round64((size_t)CE_VD * D * 2)); /* [CE_VD][CE_TK] */
-    uint16_t *gt = (uint16_t *)(lst + (size_t)CE_VD * CE_TK);       /* [CE_VD][CE_TK] */
-    float *stage = (float *)(gt + (size_t)CE_VD * CE_TK);           /* [32][32] */
+    uint16_t *wa = (uint16_t *)ws;                               /* [CE_VD][D] */
+    float *lst = (float *)(ws + round64((size_t)CE_VD * D * 2)); /* [CE_VD][CE_TK] */
+    uint16_t *gt = (uint16_t *)(lst + (size_t)CE_VD * CE_TK);    /* [CE_VD][CE_TK] */
+    float *stage = (float *)(gt + (size_t)CE_VD * CE_TK);        /* [32][32] */
     /* w's rows as A tiles: a copy, 64-byte aligned and zero past V */
     memcpy(wa, j->w16 + (size_t)v0 * D, sizeof(uint16_t) * (size_t)vr * D);
     memset(wa + (size_t)vr * D, 0, sizeof(uint16_t) * (size_t)(vp - vr) * D);
@@ -624,10 +624,10 @@ int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint1
     if (tbm < 32) tbm = 32;
     if (Tb > tbm) Tb = tbm;
     const int ntb = (Np + Tb - 1) / Tb, nvd = (V + CE_VD - 1) / CE_VD;
-    const size_t ws1 = 2 * ce_round64((size_t)vb * D * 2) + sizeof(float) * (size_t)Tb * D +
+    const size_t ws1 = 2 * round64((size_t)vb * D * 2) + sizeof(float) * (size_t)Tb * D +
                        sizeof(float) * 32 * vb + sizeof(uint16_t) * 32 * vb +
                        (sizeof(float) * 2 + sizeof(double)) * (size_t)(Tb + 2),
-                 ws2 = ce_round64((size_t)CE_VD * D * 2) +
+                 ws2 = round64((size_t)CE_VD * D * 2) +
                        (sizeof(float) + sizeof(uint16_t)) * (size_t)CE_VD * CE_TK +
                        sizeof(float) * 32 * 32;
     ce_job j = {xa,         w16, tg, N,       Np, D,    V,    grad, vb,

@@ -139,6 +139,16 @@ static uint16_t *ce_row16(const ce_rows *c, int r) {
     return c->l16 ? c->l16 + (size_t)r * c->V : NULL;
 }
 
+/* p[0, n)'s bf16 bits: its registered copy (a weight mirror or a hold), else a conversion into
+ * a buffer of this call's own, *own, for the caller to free */
+static const uint16_t *ce_bf16_of(const float *p, size_t n, uint16_t **own) {
+    const uint16_t *h = ops_cpu_bf16_mirror_of(p, n);
+    if (h) return h;
+    *own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * n);
+    ops_bf16_from_f32(*own, p, n);
+    return *own;
+}
+
 /* An ignored target's gradient row: zeros, in the storage the backward products read. */
 static void ce_row_zero(const ce_rows *c, int r) {
     if (c->l16)
@@ -313,19 +323,9 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     const int l16 = prec == OPS_PREC_BF16 && ops_bf16_mirror_bytes(1) == sizeof(uint16_t);
     if (N > 0 && V > 0 && D > 0 && l16 && !vs && ops_cpu_bf16_fused_lmhead_ce()) {
         /* the whole call fused on AMX tiles, the logits never in memory (amx_gemm.c) */
-        const uint16_t *wf = ops_cpu_bf16_mirror_of(w, (size_t)V * D),
-                       *xf = ops_cpu_bf16_mirror_of(x, (size_t)N * D);
         uint16_t *wo = NULL, *xo = NULL;
-        if (!wf) {
-            wo = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)V * D);
-            ops_bf16_from_f32(wo, w, (size_t)V * D);
-            wf = wo;
-        }
-        if (!xf) {
-            xo = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)N * D);
-            ops_bf16_from_f32(xo, x, (size_t)N * D);
-            xf = xo;
-        }
+        const uint16_t *wf = ce_bf16_of(w, (size_t)V * D, &wo),
+                       *xf = ce_bf16_of(x, (size_t)N * D, &xo);
         double loss = 0.0;
         const int done =
             !ops_cpu_amx_lmhead_ce(dx, dx ? dw : NULL, xf, wf, targets, N, D, V, grad_scale, &loss);
@@ -344,11 +344,7 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     uint16_t *w_own = NULL, *x_own = NULL;
     ce_rows c = {scratch, NULL, NULL, V};
     if (l16) {
-        if (!(w16 = ops_cpu_bf16_mirror_of(w, (size_t)V * D))) {
-            w_own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)V * D);
-            ops_bf16_from_f32(w_own, w, (size_t)V * D);
-            w16 = w_own;
-        }
+        w16 = ce_bf16_of(w, (size_t)V * D, &w_own);
         if (!(x16 = ops_cpu_bf16_mirror_of(x, (size_t)N * D)))
             x_own = ops_cpu_alloc("lmhead_ce", sizeof(uint16_t) * (size_t)cr * D);
         c.tmp = cols
