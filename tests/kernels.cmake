@@ -147,11 +147,11 @@ set_tests_properties(kernels_amx_gemm_default PROPERTIES ENVIRONMENT "OMP_NUM_TH
 add_test(NAME kernels_amx_lmhead_ce_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
     case \"$out\" in *'bf16 engine: emulated'*) want='chunked logits' ;; *)
       grep -qw amx_bf16 /proc/cpuinfo && want='fused on AMX tiles' || want='chunked logits' ;; esac
-    echo \"$out\" | grep -q \"lm_head + CE: $want)\" || { echo \"FAIL: want lm_head + CE: $want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -q \"lm_head + CE: $want;\" || { echo \"FAIL: want lm_head + CE: $want\"; echo \"$out\"; exit 1; }
     out=$(TITAN_AMX_LMHEAD_CE=0 $<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
-    echo \"$out\" | grep -q 'lm_head + CE: chunked logits)' || { echo \"FAIL: TITAN_AMX_LMHEAD_CE=0\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -q 'lm_head + CE: chunked logits;' || { echo \"FAIL: TITAN_AMX_LMHEAD_CE=0\"; echo \"$out\"; exit 1; }
     out=$(TITAN_AMX_GEMM=0 $<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
-    echo \"$out\" | grep -q 'lm_head + CE: chunked logits)' || { echo \"FAIL: TITAN_AMX_GEMM=0\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -q 'lm_head + CE: chunked logits;' || { echo \"FAIL: TITAN_AMX_GEMM=0\"; echo \"$out\"; exit 1; }
     echo \"ok: lm_head + CE: $want\"")
 set_tests_properties(kernels_amx_lmhead_ce_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 add_test(NAME kernels_amx_lmhead_ce_bad_value COMMAND titan kernels test embedding)
@@ -159,6 +159,30 @@ set_tests_properties(kernels_amx_lmhead_ce_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LMHEAD_CE=yes"
   PASS_REGULAR_EXPRESSION "TITAN_AMX_LMHEAD_CE=yes: not 0 or 1; lm_head \\+ CE stays fused where it can"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
+# attention/bf16's products on AMX tiles (attention_gemm.c's amx mode; test_amx_attention.c
+# checks it at the shapes it takes, T and head_dim multiples of 32): the default where the CPU
+# has AMX-BF16, off with TITAN_AMX_ATTENTION=0, TITAN_AMX_GEMM=0 or the strided layout, a bad
+# value said; and the dense layout's oneDNN products it replaced, still checked with it off
+set_tests_properties(test_amx_attention PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME kernels_amx_attention_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
+    case \"$out\" in *'bf16 engine: emulated'*) want=oneDNN ;; *)
+      grep -qw amx_bf16 /proc/cpuinfo && want='AMX tiles' || want=oneDNN ;; esac
+    echo \"$out\" | grep -q \"attention: $want)\" || { echo \"FAIL: want attention: $want\"; echo \"$out\"; exit 1; }
+    for off in TITAN_AMX_ATTENTION=0 TITAN_AMX_GEMM=0 TITAN_AMX_LAYOUTS=0; do
+      out=$(env $off $<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
+      echo \"$out\" | grep -q 'attention: oneDNN)' || { echo \"FAIL: $off\"; echo \"$out\"; exit 1; }
+    done
+    echo \"ok: attention: $want\"")
+set_tests_properties(kernels_amx_attention_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+add_test(NAME kernels_amx_attention_bad_value COMMAND titan kernels test embedding)
+set_tests_properties(kernels_amx_attention_bad_value PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_ATTENTION=yes"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_ATTENTION=yes: not 0 or 1; attention's products stay on AMX tiles where they can"
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
+add_test(NAME kernels_conformance_amx_attention_off COMMAND titan kernels test attention)
+set_tests_properties(kernels_conformance_amx_attention_off PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=attention;TITAN_AMX_ATTENTION=0" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "attention: oneDNN" FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_amx_gemm_bad_value COMMAND titan kernels test embedding)
 set_tests_properties(kernels_amx_gemm_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_GEMM=yes"

@@ -121,9 +121,10 @@ static void print_header(const train_opts *o, const model *m, const train_source
     printf("\n  precision: %s", o->prec_why);
     if (o->prec == OPS_PREC_BF16)
         printf("; GEMM operands (attention's products included) bf16 (engine %s, AMX layouts "
-               "%s, titan's AMX GEMM: %s, lm_head + CE: %s), fp32 master weights, gradients, "
-               "AdamW, norms, softmax and loss",
-               ops_bf16_engine(), ops_bf16_layouts(), ops_bf16_amx_gemm(), ops_bf16_lmhead_ce());
+               "%s, titan's AMX GEMM: %s, lm_head + CE: %s, attention: %s), fp32 master weights, "
+               "gradients, AdamW, norms, softmax and loss",
+               ops_bf16_engine(), ops_bf16_layouts(), ops_bf16_amx_gemm(), ops_bf16_lmhead_ce(),
+               ops_bf16_attention());
     if (o->prec == OPS_PREC_BF16 && (mesh->tp > 1 || mesh->ep > 1))
         printf("; %s exchanges of values rounded to bf16 on arrival anyway moved in %s",
                mesh->tp > 1 ? "TP" : "EP",

@@ -33,6 +33,7 @@
  * ops_cpu_amx_usable() (here: the CPU lists the instructions and Linux granted the tile
  * state) said yes. */
 #include <immintrin.h>
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -380,6 +381,34 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     return 0;
 }
 
+/* ---- products on operands packed once (attention's, attention_gemm.c) ------------------- */
+
+void ops_cpu_amx_pack(uint32_t *dst, int tb, const uint16_t *B, int ldb, int K, int N) {
+    const int kp = (K + 31) / 32 * 32, np = (N + 31) / 32 * 32;
+    pack_b(dst, tb, B, ldb, N, 0, K, kp, 0, np);
+}
+
+void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols) {
+    pack_a(dst, 1, A, lda, cols, 0, rows, (rows + 31) / 32 * 32, 0, cols);
+}
+
+void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
+                             size_t bs, int acc, float *C, int ldc) {
+    ops_cpu_amx_tiles_configure();
+    /* K blocks of KB: A's 32 rows and B's 32 columns of one block stay within L1 and L2 (K is
+     * a sequence length in P V, up to T); C is reloaded once per block */
+    for (int k0 = 0; k0 < K; k0 += KB) {
+        const int kb = K - k0 < KB ? K - k0 : KB, load = acc || k0 > 0;
+        for (int j0 = 0; j0 < N; j0 += 32) {
+            const uint32_t *b0 = Bp + (size_t)(j0 / 16) * bs + (size_t)k0 * 8, *b1 = b0 + bs;
+            for (int i0 = 0; i0 < M; i0 += 32)
+                tile_block(A + (size_t)i0 * lda + k0, sizeof(uint16_t) * (size_t)lda, b0, b1, kb,
+                           C + (size_t)i0 * ldc + j0, sizeof(float) * (size_t)ldc, load);
+        }
+    }
+    _tile_release();
+}
+
 /* ---- the fused lm_head + cross-entropy ------------------------------------------------------
  *
  * loss = sum over tokens t with a valid target of lse_t - l[t, target_t], l = x w^T (x [N, D],
@@ -433,6 +462,62 @@ static inline __m512 ce_exp16(__m512 x) {
     p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_GE_OQ);
     return _mm512_maskz_scalef_ps(ok, p, n);
+}
+
+/* Attention's row epilogues for its AMX products (attention_gemm.c), with ce_exp16 (the
+ * compiler's vectorisation of vm_expf there ran them at about 4 cycles a score). n: a multiple
+ * of 16. */
+
+void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
+                              float *lse) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int i = 0; i < M; i++) {
+        float *restrict row = s + (size_t)i * n;
+        uint16_t *restrict p = p16 + (size_t)i * n;
+        const int nv = r0 + i + 1; /* keys 0 .. query r0 + i */
+        __m512 vm = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < nv; j += 16)
+            vm = _mm512_mask_max_ps(vm, mask16(nv - j), vm,
+                                    _mm512_mul_ps(_mm512_loadu_ps(row + j), sc));
+        const float m = _mm512_reduce_max_ps(vm);
+        const __m512 mx = _mm512_set1_ps(m);
+        __m512 sum = _mm512_setzero_ps();
+        for (int j = 0; j < nv; j += 16) {
+            const __mmask16 k = mask16(nv - j);
+            const __m512 e =
+                _mm512_maskz_mov_ps(k, ce_exp16(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), sc, mx)));
+            sum = _mm512_add_ps(sum, e);
+            _mm512_storeu_ps(row + j, e);
+        }
+        const float l = _mm512_reduce_add_ps(sum);
+        const __m512 inv = _mm512_set1_ps(1.0f / l);
+        for (int j = 0; j < n; j += 16) /* zero past the query */
+            _mm256_storeu_si256(
+                (__m256i *)(p + j),
+                (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mul_ps(
+                    mask16(nv - j), _mm512_maskz_loadu_ps(mask16(nv - j), row + j), inv)));
+        lse[i] = m + logf(l);
+    }
+}
+
+void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
+                                int M, int n, float scale, const float *lse, const float *D) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int i = 0; i < M; i++) { /* key i of the block, seen by queries j >= i */
+        const float *restrict sr = s + (size_t)i * n, *restrict dr = dp + (size_t)i * n;
+        uint16_t *restrict p = p16 + (size_t)i * n, *restrict ds = ds16 + (size_t)i * n;
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 k = (__mmask16)~mask16(i - j); /* lanes j + l >= i */
+            const __m512 pj = _mm512_maskz_mov_ps(
+                k,
+                ce_exp16(_mm512_fmsub_ps(_mm512_loadu_ps(sr + j), sc, _mm512_loadu_ps(lse + j))));
+            const __m512 dj = _mm512_mul_ps(
+                _mm512_mul_ps(pj, _mm512_sub_ps(_mm512_loadu_ps(dr + j), _mm512_loadu_ps(D + j))),
+                sc);
+            _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(pj));
+            _mm256_storeu_si256((__m256i *)(ds + j), (__m256i)_mm512_cvtneps_pbh(dj));
+        }
+    }
 }
 
 /* pass 1 for tokens [t0, t0 + tn) (tn a multiple of 32; xa, tg padded to Np rows). ws: this

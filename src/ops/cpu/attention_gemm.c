@@ -80,12 +80,25 @@ typedef struct {
      * 19"). With ops_cpu_bf16_amx_layouts()'s OPS_CPU_AMX_ATTENTION (the default with AMX-BF16, on
      * elsewhere by TITAN_AMX_LAYOUTS: see cpu.h). */
     int dense;
+    /* Dense, and every product on titan's AMX tiles (ops_cpu_amx_gemm_packed) where T and hd
+     * are multiples of 32: the B operands (K^T, V; in backward Q^T, Q, dO^T, dO, K) packed in
+     * k pairs once per call, so that no product packs anything (dS^T for dQ is transposed per
+     * key block). ops_cpu_bf16_amx_attention(), the default with AMX-BF16. */
+    int amx;
 } ag_mode;
 
 static ag_mode ag_mode_of(ops_prec prec) {
     const size_t es = prec == OPS_PREC_BF16 ? ops_bf16_mirror_bytes(1) : sizeof(float);
-    return (ag_mode){
-        prec, es, es == sizeof(uint16_t) && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION)};
+    const int dense =
+        es == sizeof(uint16_t) && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION);
+    return (ag_mode){prec, es, dense, dense && ops_cpu_bf16_amx_attention()};
+}
+
+/* One (sequence, head) of a dense bf16 operand packed for the AMX products: K = hd, N = T
+ * (tb: op(B) = X^T, the scores' and dP's right operand) or K = T, N = hd (X as it is, P V's and
+ * the gradients' right operand); T hd / 2 words each (T, hd multiples of 32). */
+static void ag_pack(uint32_t *dst, int tb, const void *x, int T, int hd) {
+    ops_cpu_amx_pack(dst, tb, x, hd, tb ? hd : T, tb ? T : hd);
 }
 
 /* An operand tensor of nh heads: element (b, t, head, c) at p + (b bs + head hs + t ld + c)
@@ -153,6 +166,8 @@ typedef struct {
     int busy;
 } ag_cache;
 static ag_cache g_part = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+/* amx: the packed operands (backward at 0.6B x 2048: 37.7 MB a call) */
+static ag_cache g_packed = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
 #ifdef TITAN_HAVE_DPBF16
 static ag_cache g_dp_ws = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
 #endif
@@ -215,10 +230,11 @@ static void ag_gemm(ag_mode m, int ta, int tb, int M, int N, int K, const void *
 }
 
 /* A thread's workspace: two [BQ, T] fp32 blocks and, for bf16 bits, their operand copies;
- * in dense mode a [T, hd] fp32 block for one head's O rows or dQ. */
+ * in dense mode a [T, hd] fp32 block for one head's O rows or dQ; with amx dS^T [T, BQ]. */
 typedef struct {
     float *s, *d, *o;
     void *s16, *d16;
+    uint16_t *t16;
 } ag_ws;
 
 static ag_ws ag_ws_new(ag_mode m, int T, int hd) {
@@ -227,7 +243,8 @@ static ag_ws ag_ws_new(ag_mode m, int T, int hd) {
                    ops_cpu_alloc("attention", n * sizeof(float)),
                    m.dense ? ops_cpu_alloc("attention", sizeof(float) * (size_t)T * hd) : NULL,
                    h ? ops_cpu_alloc("attention", h) : NULL,
-                   h ? ops_cpu_alloc("attention", h) : NULL};
+                   h ? ops_cpu_alloc("attention", h) : NULL,
+                   m.amx ? ops_cpu_alloc("attention", h) : NULL};
 }
 
 static void ag_ws_free(ag_ws *w) {
@@ -236,6 +253,7 @@ static void ag_ws_free(ag_ws *w) {
     free(w->o);
     free(w->s16);
     free(w->d16);
+    free(w->t16);
 }
 
 /* Blocks of AG_BQ rows in T. The forward hands out the costliest blocks first (the last query
@@ -270,7 +288,20 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
     const ag_op q16 = ag_operand(md, q, B, T, H, hd, &own[0]),
                 k16 = ag_operand(md, k, B, T, G, hd, &own[1]),
                 v16 = ag_operand(md, v, B, T, G, hd, &own[2]);
-    const size_t ldq = (size_t)H * hd;
+    const size_t ldq = (size_t)H * hd, hw = (size_t)T * hd / 2; /* hw: a packed head, words */
+    const int amx = md.amx && T % 32 == 0 && hd % 32 == 0;
+    int packed_own = 0;
+    uint32_t *kt =
+                 amx ? cache_take(&g_packed, sizeof(uint32_t) * 2 * B * G * hw, &packed_own) : NULL,
+             *vp = amx ? kt + (size_t)B * G * hw : NULL;
+    if (amx) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < G; g++) {
+                ag_pack(kt + ((size_t)b * G + g) * hw, 1, ag_row(md, k16, b, g, 0), T, hd);
+                ag_pack(vp + ((size_t)b * G + g) * hw, 0, ag_row(md, v16, b, g, 0), T, hd);
+            }
+    }
 #pragma omp parallel
     {
         ag_ws w = ag_ws_new(md, T, hd);
@@ -278,8 +309,21 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
         for (long task = 0; task < (long)B * H * nb; task++) {
             const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
             const int b = x.b, h = x.h, g = x.g, r0 = x.r0, M = x.M, n = x.n;
-            ag_rows_by_keys(md, &x, hd, q16, k16, w.s);
+            const size_t bg = (size_t)b * G + g;
+            if (amx) /* the 16-key blocks of K^T are hd * 8 words apart */
+                ops_cpu_amx_gemm_packed(M, n, hd, ag_row(md, q16, b, h, r0), hd, kt + bg * hw,
+                                        (size_t)hd * 8, 0, w.s, n);
+            else
+                ag_rows_by_keys(md, &x, hd, q16, k16, w.s);
             void *p16 = ag_block(md, w.s, w.s16);
+            if (amx) { /* O straight into out's rows; V's 16-column blocks T * 8 words apart */
+                ops_cpu_amx_softmax_rows(p16, w.s, M, n, r0, scale,
+                                         lse + ((size_t)b * H + h) * T + r0);
+                ops_cpu_amx_gemm_packed(M, hd, n, p16, n, vp + bg * hw, (size_t)T * 8, 0,
+                                        out + ((size_t)b * T + r0) * ldq + (size_t)h * hd,
+                                        (int)ldq);
+                continue;
+            }
             for (int i = 0; i < M; i++) {
                 float *s = w.s + (size_t)i * n, l; /* rounded in place below: no restrict */
                 const int nv = r0 + i + 1;         /* keys 0 .. query */
@@ -297,6 +341,7 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
         }
         ag_ws_free(&w);
     }
+    cache_give(&g_packed, kt, packed_own);
     for (int i = 0; i < 3; i++) free(own[i]);
 }
 
@@ -322,7 +367,28 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 for (int c = 0; c < hd; c++) d += dout[o + c] * out[o + c];
                 D[((size_t)b * H + h) * T + t] = d;
             }
-    const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd;
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd, hw = (size_t)T * hd / 2;
+    /* amx: per (b, h) Q^T, Q, dO^T, dO, per (b, g) K, packed once (hw words each) */
+    const int amx = md.amx && T % 32 == 0 && hd % 32 == 0;
+    const size_t BH = (size_t)B * H;
+    int packed_own = 0;
+    uint32_t *qt =
+        amx ? cache_take(&g_packed, sizeof(uint32_t) * (4 * BH + B * G) * hw, &packed_own) : NULL;
+    if (amx) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                const size_t o = ((size_t)b * H + h) * hw;
+                const void *qr = ag_row(md, q16, b, h, 0), *dr = ag_row(md, do16, b, h, 0);
+                ag_pack(qt + o, 1, qr, T, hd);
+                ag_pack(qt + BH * hw + o, 0, qr, T, hd);
+                ag_pack(qt + 2 * BH * hw + o, 1, dr, T, hd);
+                ag_pack(qt + 3 * BH * hw + o, 0, dr, T, hd);
+                if (h % rep == 0)
+                    ag_pack(qt + 4 * BH * hw + ((size_t)b * G + h / rep) * hw, 0,
+                            ag_row(md, k16, b, h / rep, 0), T, hd);
+            }
+    }
     /* With several query heads per kv head (or dense results), each head's dK and dV go to its
      * own [T, hd] slice first (written once per key block: no accumulation), summed per group
      * in head order below; with one, straight into dk and dv. */
@@ -353,25 +419,50 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                           n = T - c0; /* queries c0 .. T-1 */
                 const void *kc = ag_row(md, k16, b, g, c0), *vc = ag_row(md, v16, b, g, c0),
                            *qc = ag_row(md, q16, b, h, c0), *doc = ag_row(md, do16, b, h, c0);
-                ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
-                ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
+                /* amx: this head's packed operands, from query (or key) c0 on: the 16-query
+                 * blocks of Q^T, dO^T hd * 8 words apart, the k pairs of Q, dO, K 16 words */
+                const size_t bh = ((size_t)b * H + h) * hw, t0 = (size_t)c0 * hd / 2,
+                             p0 = (size_t)c0 * 8, ls = (size_t)T * 8;
+                if (amx) {
+                    ops_cpu_amx_gemm_packed(M, n, hd, kc, hd, qt + bh + t0, (size_t)hd * 8, 0, w.s,
+                                            n);
+                    ops_cpu_amx_gemm_packed(M, n, hd, vc, hd, qt + 2 * BH * hw + bh + t0,
+                                            (size_t)hd * 8, 0, w.d, n);
+                } else {
+                    ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
+                    ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
+                }
                 const float *restrict lrow = lse + ((size_t)b * H + h) * T + c0,
                                       *restrict drow = D + ((size_t)b * H + h) * T + c0;
                 void *p16 = ag_block(md, w.s, w.s16), *ds16 = ag_block(md, w.d, w.d16);
-                for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
-                    /* rounded in place below: no restrict */
-                    float *p = w.s + (size_t)i * n, *ds = w.d + (size_t)i * n;
-                    for (int j = 0; j < i; j++) p[j] = ds[j] = 0.0f;
+                if (amx)
+                    ops_cpu_amx_attn_grad_rows(p16, ds16, w.s, w.d, M, n, scale, lrow, drow);
+                else
+                    for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
+                        /* rounded in place below: no restrict */
+                        float *p = w.s + (size_t)i * n, *ds = w.d + (size_t)i * n;
+                        for (int j = 0; j < i; j++) p[j] = ds[j] = 0.0f;
 #pragma omp simd
-                    for (int j = i; j < n; j++) {
-                        const float pj = vm_expf(p[j] * scale - lrow[j]);
-                        ds[j] = pj * (ds[j] - drow[j]) * scale;
-                        p[j] = pj;
+                        for (int j = i; j < n; j++) {
+                            const float pj = vm_expf(p[j] * scale - lrow[j]);
+                            ds[j] = pj * (ds[j] - drow[j]) * scale;
+                            p[j] = pj;
+                        }
+                        ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, p, n);
+                        ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
                     }
-                    ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, p, n);
-                    ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
-                }
                 /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
+                if (amx) {
+                    ops_cpu_amx_gemm_packed(M, hd, n, p16, n, qt + 3 * BH * hw + bh + p0, ls, !part,
+                                            dvh + (size_t)c0 * ldp, (int)ldp);
+                    ops_cpu_amx_gemm_packed(M, hd, n, ds16, n, qt + BH * hw + bh + p0, ls, !part,
+                                            dkh + (size_t)c0 * ldp, (int)ldp);
+                    ops_cpu_amx_transpose(w.t16, ds16, n, M, n); /* dS [n, M] */
+                    ops_cpu_amx_gemm_packed(n, hd, M, w.t16, M,
+                                            qt + 4 * BH * hw + ((size_t)b * G + g) * hw + p0, ls, 1,
+                                            dqh + (size_t)c0 * ldqh, (int)ldqh);
+                    continue;
+                }
                 ag_gemm(md, 0, 0, M, hd, n, p16, n, doc, (int)do16.ld, !part,
                         dvh + (size_t)c0 * ldp, (int)ldp);
                 ag_gemm(md, 0, 0, M, hd, n, ds16, n, qc, (int)q16.ld, !part, dkh + (size_t)c0 * ldp,
@@ -398,6 +489,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         }
     }
     cache_give(&g_part, part, part_own);
+    cache_give(&g_packed, qt, packed_own);
     free(D);
     for (int i = 0; i < 4; i++) free(own[i]);
 }

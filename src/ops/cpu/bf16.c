@@ -815,23 +815,36 @@ const char *ops_bf16_amx_gemm(void) {
     return "none";
 }
 
-int ops_cpu_bf16_fused_lmhead_ce(void) {
-    static int state; /* 0 unknown, 1 on, -1 off */
-    int st = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+/* One of titan's AMX kernels beyond the GEMM, switched by the environment variable var: on
+ * (1) unless var is "0", with the onednn engine and titan's AMX GEMM on; another value than 0
+ * or 1 is warned about (`keeps`: what stays as it is). *state caches it (0 unknown, 1 on, -1
+ * off): decided once per process. */
+static int amx_kernel_on(int *state, const char *var, const char *keeps) {
+    int st = __atomic_load_n(state, __ATOMIC_ACQUIRE);
     if (!st) {
-        const char *env = getenv("TITAN_AMX_LMHEAD_CE");
+        const char *env = getenv(var);
         const int off = env && !strcmp(env, "0");
         if (env && *env && !off && strcmp(env, "1"))
-            base_log(BASE_LOG_WARN,
-                     "TITAN_AMX_LMHEAD_CE=%s: not 0 or 1; lm_head + CE stays fused where it can",
-                     env);
+            base_log(BASE_LOG_WARN, "%s=%s: not 0 or 1; %s", var, env, keeps);
         st = -1;
 #if defined(TITAN_HAVE_DNNL) && defined(TITAN_HAVE_AMX_GEMM)
         if (!off && engine() == ENGINE_ONEDNN && amx_gemm_mode() != AMX_GEMM_OFF) st = 1;
 #endif
-        __atomic_store_n(&state, st, __ATOMIC_RELEASE);
+        __atomic_store_n(state, st, __ATOMIC_RELEASE);
     }
     return st > 0;
+}
+
+int ops_cpu_bf16_fused_lmhead_ce(void) {
+    static int state;
+    return amx_kernel_on(&state, "TITAN_AMX_LMHEAD_CE", "lm_head + CE stays fused where it can");
+}
+
+int ops_cpu_bf16_amx_attention(void) {
+    static int state;
+    return (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION) &&
+           amx_kernel_on(&state, "TITAN_AMX_ATTENTION",
+                         "attention's products stay on AMX tiles where they can");
 }
 
 int ops_lmhead_ce_fused(int D) {
@@ -840,6 +853,10 @@ int ops_lmhead_ce_fused(int D) {
 
 const char *ops_bf16_lmhead_ce(void) {
     return ops_cpu_bf16_fused_lmhead_ce() ? "fused on AMX tiles" : "chunked logits";
+}
+
+const char *ops_bf16_attention(void) {
+    return ops_cpu_bf16_amx_attention() ? "AMX tiles" : "oneDNN";
 }
 
 const char *ops_bf16_layouts(void) {
@@ -859,6 +876,35 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
     (void)acc, (void)c16, (void)C, (void)ldc;
     return -1;
+}
+
+void ops_cpu_amx_pack(uint32_t *dst, int tb, const uint16_t *B, int ldb, int K, int N) {
+    (void)dst, (void)tb, (void)B, (void)ldb, (void)K, (void)N;
+    abort(); /* ops_cpu_bf16_amx_attention() is 0 here: never called */
+}
+
+void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols) {
+    (void)dst, (void)A, (void)lda, (void)rows, (void)cols;
+    abort();
+}
+
+void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
+                             size_t bs, int acc, float *C, int ldc) {
+    (void)M, (void)N, (void)K, (void)A, (void)lda, (void)Bp, (void)bs, (void)acc, (void)C;
+    (void)ldc;
+    abort();
+}
+
+void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
+                              float *lse) {
+    (void)p16, (void)s, (void)M, (void)n, (void)r0, (void)scale, (void)lse;
+    abort();
+}
+
+void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
+                                int M, int n, float scale, const float *lse, const float *D) {
+    (void)p16, (void)ds16, (void)s, (void)dp, (void)M, (void)n, (void)scale, (void)lse, (void)D;
+    abort();
 }
 
 int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,

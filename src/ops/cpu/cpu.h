@@ -167,6 +167,31 @@ int ops_cpu_amx_usable(void);
 void ops_cpu_amx_tiles_configure(void);
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
+/* Products on operands packed once, for a caller that reuses them (attention_gemm.c; only in
+ * builds with the AMX kernel, after ops_cpu_amx_usable() said yes; single-threaded, on the
+ * calling thread). ops_cpu_amx_pack: op(B) [K, N] (B stored [K][N], or tb: [N][K]; ldb in
+ * elements) into dst as the tiles read it: per 16 columns a block of k pairs, [Kp/2][16] 32-bit
+ * (Kp: K rounded up to 32), zero past K and N; block c at dst + c * Kp * 8 (Np * Kp / 2 words in
+ * all, Np: N rounded up to 32). So the columns [n0, ..) from row k0 (both multiples of 32) of
+ * a packed B are dst + n0 * Kp / 2 + k0 * 8 with the same block stride Kp * 8. ops_cpu_amx_
+ * transpose: dst [cols rounded up to 32][rows rounded up to 32] = A^T, A [rows][cols] (lda),
+ * zero past both. ops_cpu_amx_gemm_packed: C[M, N] (+= with acc) = A[M, K] B, bf16 A (rows lda
+ * apart, 64-byte aligned rows load fastest), B packed (16-column blocks bs words apart, k pairs
+ * from B's first row), fp32 C (ldc); M, N, K multiples of 32; one fixed-order sum per element. */
+void ops_cpu_amx_pack(uint32_t *dst, int tb, const uint16_t *B, int ldb, int K, int N);
+void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols);
+void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
+                             size_t bs, int acc, float *C, int ldc);
+/* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
+ * softmax_rows: for each row i of s [M, n] (query r0 + i,
+ * seeing keys 0 .. r0 + i), p16 = bf16 of softmax(s * scale) (zero past the query; s is overwritten
+ * by the exponentials), lse[i] its natural log-sum-exp. attn_grad_rows: for each row i (key i of a
+ * block whose first query is its first key) and column j (query), P = exp(s * scale - lse[j]) and
+ * dS = P (dp - D[j]) scale, both to bf16 (zero where j < i). */
+void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
+                              float *lse);
+void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
+                                int M, int n, float scale, const float *lse, const float *D);
 /* lmhead_ce/bf16 fused on AMX tiles (amx_gemm.c): *loss = the sum over tokens with a target in
  * [0, V) of lse - logit[target], logits = x16 w16^T (x16 [N, D], w16 [V, D] bf16 bits, fp32
  * sums, kept fp32); with dx: dx += G w, and with dw: dw += G^T x, G = bf16(grad_scale * (softmax -
@@ -179,6 +204,12 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
 int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
                           const int32_t *targets, int N, int D, int V, float grad_scale,
                           double *loss);
+/* 1 when attention/bf16 runs its products on AMX tiles (ops_cpu_amx_gemm_packed) where its
+ * shapes allow (T and head_dim multiples of 32): the onednn engine, the dense layouts
+ * (ops_cpu_bf16_amx_layouts' OPS_CPU_AMX_ATTENTION), titan's AMX kernels on (TITAN_AMX_GEMM not
+ * 0, ops_cpu_amx_usable(), their self-check passed) and TITAN_AMX_ATTENTION not 0. Decided once
+ * per process. */
+int ops_cpu_bf16_amx_attention(void);
 /* 1 when lmhead_ce/bf16 runs fused on AMX tiles (ops_cpu_amx_lmhead_ce): the onednn engine, titan's
  * AMX kernels on (TITAN_AMX_GEMM not 0, ops_cpu_amx_usable(), their self-check passed) and
  * TITAN_AMX_LMHEAD_CE not 0. Decided once per process. */

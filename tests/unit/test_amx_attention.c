@@ -1,0 +1,222 @@
+/* attention/bf16 on AMX tiles (attention_gemm.c's amx mode: ops_cpu_amx_pack, _gemm_packed,
+ * _transpose, _softmax_rows, _attn_grad_rows in src/ops/cpu/amx_gemm.c).
+ *
+ * The primitives against exact values: a packed product (both packings, a column and k offset
+ * into the packed operand as attention reads it, K over the 512-element block, accumulation)
+ * against double sums of the same bf16 values (fp32 sums: within 2^-20 of the sum of |terms|);
+ * the transpose bit for bit, zero padded; the softmax rows and the gradient rows against double
+ * (their bf16 results within one bf16 rounding, 2^-8 relative; zero outside the causal part).
+ *
+ * The op end to end at shapes the amx mode takes (T and head_dim multiples of 32: one and
+ * several 128-row blocks, a last block of 32, T over 512, GQA ratios 1-8): out, lse, dq, dk, dv
+ * against the fp32 default on the same bf16-valued q, k, v, dout. The only difference left is
+ * the rounding of P and dS to bf16 (autocast's), so each result is held to 2^-6 of its tensor's
+ * largest magnitude; a wrong block, offset or stride gives errors of the values' own size. And
+ * one thread gives bitwise the result of two. Skipped (77) where the CPU has no AMX-BF16, the
+ * build no AMX kernel, or attention's amx mode is off (TITAN_AMX_ATTENTION=0 and the like). */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ops/cpu/cpu.h"
+#include "ops/ops.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static void *xalloc(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) {
+        printf("out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static float bf(uint16_t b) {
+    return ops_cpu_bf16_value(b);
+}
+
+/* C[M, N] (+)= A[M, K] op(B) from B packed at column n0 and k row k0 */
+static void check_packed(int M, int N, int K, int tb, int n0, int k0, int acc) {
+    const int Nb = N + n0, Kb = K + k0; /* the whole packed B */
+    uint16_t *A = xalloc(2ul * M * K), *B = xalloc(2ul * Nb * Kb);
+    uint32_t *Bp = xalloc(4ul * Nb * Kb / 2);
+    float *C = xalloc(4ul * M * N);
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = ops_cpu_bf16_bits(check_uniform(&rng));
+    for (size_t i = 0; i < (size_t)Nb * Kb; i++) B[i] = ops_cpu_bf16_bits(check_uniform(&rng));
+    for (size_t i = 0; i < (size_t)M * N; i++) C[i] = acc ? check_uniform(&rng) : NAN;
+    float *C0 = xalloc(4ul * M * N);
+    memcpy(C0, C, 4ul * M * N);
+    /* op(B)[k][n] = B[k][n] (ld Nb) or, tb, B[n][k] (ld Kb) */
+    ops_cpu_amx_pack(Bp, tb, B, tb ? Kb : Nb, Kb, Nb);
+    const size_t bs = (size_t)Kb * 8; /* words between 16-column blocks */
+    ops_cpu_amx_gemm_packed(M, N, K, A, K, Bp + (size_t)n0 * Kb / 2 + (size_t)k0 * 8, bs, acc, C,
+                            N);
+    double worst = 0.0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double sum = acc ? C0[(size_t)i * N + j] : 0.0, mag = fabs(sum);
+            for (int k = 0; k < K; k++) {
+                const int kk = k0 + k, nn = n0 + j;
+                const double t = (double)bf(A[(size_t)i * K + k]) *
+                                 bf(tb ? B[(size_t)nn * Kb + kk] : B[(size_t)kk * Nb + nn]);
+                sum += t, mag += fabs(t);
+            }
+            const double e = fabs(C[(size_t)i * N + j] - sum) / (mag + 1e-30);
+            if (!(e <= worst)) worst = e; /* NaN included */
+        }
+    CHECK(worst <= 0x1p-20,
+          "packed product M %d N %d K %d tb %d n0 %d k0 %d acc %d: error %.3g "
+          "of the terms' magnitude",
+          M, N, K, tb, n0, k0, acc, worst);
+    free(A), free(B), free(Bp), free(C), free(C0);
+}
+
+static void check_transpose(int rows, int cols) {
+    const int rp = (rows + 31) / 32 * 32, cp = (cols + 31) / 32 * 32, lda = cols + 3;
+    uint16_t *A = xalloc(2ul * rows * lda), *D = xalloc(2ul * rp * cp);
+    for (size_t i = 0; i < (size_t)rows * lda; i++) A[i] = (uint16_t)(i * 2654435761u >> 7);
+    memset(D, 0xff, 2ul * rp * cp);
+    ops_cpu_amx_transpose(D, A, lda, rows, cols);
+    int bad = 0;
+    for (int c = 0; c < cp; c++)
+        for (int r = 0; r < rp; r++) {
+            const uint16_t want = c < cols && r < rows ? A[(size_t)r * lda + c] : 0;
+            bad += D[(size_t)c * rp + r] != want;
+        }
+    CHECK(!bad, "transpose %d x %d: %d elements wrong", rows, cols, bad);
+    free(A), free(D);
+}
+
+/* |got - want| within one bf16 rounding of want (half an ulp: 2^-9; 2^-8 allows the fp32
+ * steps before it) or a tiny absolute amount */
+static int near16(float got, double want) {
+    return fabs(got - want) <= 0x1p-8 * fabs(want) + 1e-30;
+}
+
+static void check_rows(int M, int n, int r0) {
+    const float scale = 0.125f;
+    float *s = xalloc(4ul * M * n), *s0 = xalloc(4ul * M * n), *dp = xalloc(4ul * M * n),
+          *lse = xalloc(4ul * M), *lq = xalloc(4ul * n), *D = xalloc(4ul * n);
+    uint16_t *p16 = xalloc(2ul * M * n), *ds16 = xalloc(2ul * M * n);
+    for (size_t i = 0; i < (size_t)M * n; i++)
+        s[i] = 24.0f * check_uniform(&rng), dp[i] = check_uniform(&rng);
+    memcpy(s0, s, 4ul * M * n);
+    ops_cpu_amx_softmax_rows(p16, s, M, n, r0, scale, lse);
+    int bad = 0, badl = 0;
+    for (int i = 0; i < M; i++) {
+        const int nv = r0 + i + 1;
+        double mx = -INFINITY, l = 0.0;
+        for (int j = 0; j < nv; j++) mx = fmax(mx, (double)s0[(size_t)i * n + j] * scale);
+        for (int j = 0; j < nv; j++) l += exp((double)s0[(size_t)i * n + j] * scale - mx);
+        for (int j = 0; j < n; j++) {
+            const double want = j < nv ? exp((double)s0[(size_t)i * n + j] * scale - mx) / l : 0.0;
+            bad += !near16(bf(p16[(size_t)i * n + j]), want) ||
+                   (j >= nv && p16[(size_t)i * n + j] != 0);
+        }
+        badl += !(fabs(lse[i] - (mx + log(l))) <= 1e-5 * (1.0 + fabs(mx + log(l))));
+    }
+    CHECK(!bad && !badl, "softmax rows M %d n %d r0 %d: %d probabilities, %d lse wrong", M, n, r0,
+          bad, badl);
+    /* the gradient rows: lse and D per query */
+    for (int j = 0; j < n; j++)
+        lq[j] = 3.0f + 2.0f * check_uniform(&rng), D[j] = check_uniform(&rng);
+    ops_cpu_amx_attn_grad_rows(p16, ds16, s0, dp, M, n, scale, lq, D);
+    bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < n; j++) {
+            const size_t o = (size_t)i * n + j;
+            const double p = j >= i ? exp((double)s0[o] * scale - lq[j]) : 0.0,
+                         d = p * ((double)dp[o] - D[j]) * scale;
+            /* dS: its fp32 steps (a difference, two products) before the rounding */
+            bad += !near16(bf(p16[o]), p) ||
+                   !(fabs(bf(ds16[o]) - d) <= 0x1p-8 * fabs(d) + 1e-6 * p * scale);
+        }
+    CHECK(!bad, "gradient rows M %d n %d: %d values wrong", M, n, bad);
+    free(s), free(s0), free(dp), free(lse), free(lq), free(D), free(p16), free(ds16);
+}
+
+/* max |a - b| over max |b| */
+static double rel(const float *a, const float *b, size_t n) {
+    double e = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d;
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return e / (m + 1e-30);
+}
+
+static float *rand16(size_t n, float range) { /* bf16-valued fp32 */
+    float *x = xalloc(4 * n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(range * check_uniform(&rng)));
+    return x;
+}
+
+static void check_op(const ops_impl *bf, const ops_impl *ref, int B, int T, int H, int G, int hd) {
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * G * hd, nl = (size_t)B * H * T;
+    float *q = rand16(nq, 2.0f), *k = rand16(nkv, 2.0f), *v = rand16(nkv, 1.0f),
+          *dy = rand16(nq, 1.0f);
+    float *o[3], *l[3], *dq[3], *dk[3], *dv[3]; /* [0] the reference, [1] bf16, [2] one thread */
+    for (int r = 0; r < 3; r++) {
+        o[r] = xalloc(4 * nq), l[r] = xalloc(4 * nl);
+        dq[r] = xalloc(4 * nq), dk[r] = xalloc(4 * nkv), dv[r] = xalloc(4 * nkv);
+        const ops_impl *im = r ? bf : ref;
+        const int threads = omp_get_max_threads();
+        if (r == 2) omp_set_num_threads(1);
+        memset(dq[r], 0, 4 * nq), memset(dk[r], 0, 4 * nkv), memset(dv[r], 0, 4 * nkv);
+        ((ops_attention_fwd_fn)im->fwd)(o[r], l[r], q, k, v, B, T, H, G, hd);
+        ((ops_attention_bwd_fn)im->bwd)(dq[r], dk[r], dv[r], dy, o[r], l[r], q, k, v, B, T, H, G,
+                                        hd);
+        omp_set_num_threads(threads);
+    }
+    const double eo = rel(o[1], o[0], nq), el = rel(l[1], l[0], nl), eq = rel(dq[1], dq[0], nq),
+                 ek = rel(dk[1], dk[0], nkv), ev = rel(dv[1], dv[0], nkv);
+    printf("B %d T %d H %d G %d hd %d: out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n", B, T, H, G, hd,
+           eo, el, eq, ek, ev);
+    CHECK(eo <= 0x1p-6 && el <= 0x1p-12 && eq <= 0x1p-6 && ek <= 0x1p-6 && ev <= 0x1p-6,
+          "attention/bf16 on AMX tiles at B %d T %d H %d G %d hd %d: errors out %.3g lse %.3g "
+          "dq %.3g dk %.3g dv %.3g",
+          B, T, H, G, hd, eo, el, eq, ek, ev);
+    CHECK(!memcmp(o[1], o[2], 4 * nq) && !memcmp(l[1], l[2], 4 * nl) &&
+              !memcmp(dq[1], dq[2], 4 * nq) && !memcmp(dk[1], dk[2], 4 * nkv) &&
+              !memcmp(dv[1], dv[2], 4 * nkv),
+          "attention/bf16 at T %d hd %d: one thread differs from two", T, hd);
+    for (int r = 0; r < 3; r++) free(o[r]), free(l[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+    free(q), free(k), free(v), free(dy);
+}
+
+int main(void) {
+    if (!ops_cpu_amx_usable()) {
+        printf("skipped: no AMX-BF16 here (or no AMX kernel in this build)\n");
+        return 77;
+    }
+    ops_register_builtin();
+    if (!ops_cpu_bf16_amx_attention()) {
+        printf("skipped: attention's amx mode is off (engine %s, AMX layouts %s)\n",
+               ops_bf16_engine(), ops_bf16_layouts());
+        return 77;
+    }
+    check_packed(64, 96, 128, 1, 32, 0, 0);  /* K^T, Q^T: from a 16-column block on */
+    check_packed(96, 64, 1088, 0, 0, 64, 0); /* P V's: K over two 512 blocks, from row 64 */
+    check_packed(32, 128, 160, 0, 0, 96, 1); /* dQ's: accumulated */
+    check_transpose(128, 96);
+    check_transpose(64, 1000);
+    check_rows(64, 128, 0);
+    check_rows(32, 256, 200);
+    const ops_impl *bf = ops_find(OPS_ATTENTION, "bf16"), *ref = ops_find(OPS_ATTENTION, "default");
+    CHECK(bf && ref, "attention's bf16 and default implementations are registered");
+    if (bf && ref) {
+        check_op(bf, ref, 1, 64, 2, 1, 32);
+        check_op(bf, ref, 2, 96, 4, 2, 64);
+        check_op(bf, ref, 1, 160, 3, 3, 128); /* a last block of 32 rows */
+        check_op(bf, ref, 1, 256, 8, 1, 64);
+        check_op(bf, ref, 1, 544, 2, 2, 64); /* P V over two K blocks */
+    }
+    return check_report("test_amx_attention");
+}
