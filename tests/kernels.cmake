@@ -154,11 +154,6 @@ add_test(NAME kernels_amx_lmhead_ce_default COMMAND bash -c "out=$($<TARGET_FILE
     echo \"$out\" | grep -q 'lm_head + CE: chunked logits;' || { echo \"FAIL: TITAN_AMX_GEMM=0\"; echo \"$out\"; exit 1; }
     echo \"ok: lm_head + CE: $want\"")
 set_tests_properties(kernels_amx_lmhead_ce_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
-add_test(NAME kernels_amx_lmhead_ce_bad_value COMMAND titan kernels test embedding)
-set_tests_properties(kernels_amx_lmhead_ce_bad_value PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LMHEAD_CE=yes"
-  PASS_REGULAR_EXPRESSION "TITAN_AMX_LMHEAD_CE=yes: not 0 or 1; lm_head \\+ CE stays fused where it can"
-  FAIL_REGULAR_EXPRESSION "FAIL|failed")
 # attention/bf16's products on AMX tiles (attention_gemm.c's amx mode; test_amx_attention.c
 # checks it at the shapes it takes, T and head_dim multiples of 32): the default where the CPU
 # has AMX-BF16, off with TITAN_AMX_ATTENTION=0, TITAN_AMX_GEMM=0 or the strided layout, a bad
@@ -174,11 +169,17 @@ add_test(NAME kernels_amx_attention_default COMMAND bash -c "out=$($<TARGET_FILE
     done
     echo \"ok: attention: $want\"")
 set_tests_properties(kernels_amx_attention_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
-add_test(NAME kernels_amx_attention_bad_value COMMAND titan kernels test embedding)
-set_tests_properties(kernels_amx_attention_bad_value PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_ATTENTION=yes"
-  PASS_REGULAR_EXPRESSION "TITAN_AMX_ATTENTION=yes: not 0 or 1; attention's products stay on AMX tiles where they can"
-  FAIL_REGULAR_EXPRESSION "FAIL|failed")
+# a bad TITAN_AMX_LMHEAD_CE or TITAN_AMX_ATTENTION is said, and what stays as it is
+set(keeps_lmhead_ce "lm_head \\+ CE stays fused where it can")
+set(keeps_attention "attention's products stay on AMX tiles where they can")
+foreach(k lmhead_ce attention)
+  string(TOUPPER ${k} K)
+  add_test(NAME kernels_amx_${k}_bad_value COMMAND titan kernels test embedding)
+  set_tests_properties(kernels_amx_${k}_bad_value PROPERTIES
+    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_${K}=yes"
+    PASS_REGULAR_EXPRESSION "TITAN_AMX_${K}=yes: not 0 or 1; ${keeps_${k}}"
+    FAIL_REGULAR_EXPRESSION "FAIL|failed")
+endforeach()
 add_test(NAME kernels_conformance_amx_attention_off COMMAND titan kernels test attention)
 set_tests_properties(kernels_conformance_amx_attention_off PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=attention;TITAN_AMX_ATTENTION=0" TIMEOUT 300
