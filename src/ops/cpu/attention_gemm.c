@@ -368,25 +368,30 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 D[((size_t)b * H + h) * T + t] = d;
             }
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd, hw = (size_t)T * hd / 2;
-    /* amx: per (b, h) Q^T, Q, dO^T, dO, per (b, g) K, packed once (hw words each) */
+    /* amx: per (b, h) Q^T, Q, dO^T, dO and per (b, g) K, packed once (hw words each) */
     const int amx = md.amx && T % 32 == 0 && hd % 32 == 0;
-    const size_t BH = (size_t)B * H;
+    const size_t nh = (size_t)B * H * hw; /* words of one per-head layout */
     int packed_own = 0;
-    uint32_t *qt =
-        amx ? cache_take(&g_packed, sizeof(uint32_t) * (4 * BH + B * G) * hw, &packed_own) : NULL;
+    uint32_t *pk =
+        amx ? cache_take(&g_packed, sizeof(uint32_t) * (4 * nh + (size_t)B * G * hw), &packed_own)
+            : NULL;
+    struct {
+        uint32_t *qt, *q, *dot, *dout, *k;
+    } P = {0};
     if (amx) {
+        P.qt = pk, P.q = pk + nh, P.dot = pk + 2 * nh, P.dout = pk + 3 * nh, P.k = pk + 4 * nh;
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 const size_t o = ((size_t)b * H + h) * hw;
                 const void *qr = ag_row(md, q16, b, h, 0), *dr = ag_row(md, do16, b, h, 0);
-                ag_pack(qt + o, 1, qr, T, hd);
-                ag_pack(qt + BH * hw + o, 0, qr, T, hd);
-                ag_pack(qt + 2 * BH * hw + o, 1, dr, T, hd);
-                ag_pack(qt + 3 * BH * hw + o, 0, dr, T, hd);
+                ag_pack(P.qt + o, 1, qr, T, hd);
+                ag_pack(P.q + o, 0, qr, T, hd);
+                ag_pack(P.dot + o, 1, dr, T, hd);
+                ag_pack(P.dout + o, 0, dr, T, hd);
                 if (h % rep == 0)
-                    ag_pack(qt + 4 * BH * hw + ((size_t)b * G + h / rep) * hw, 0,
-                            ag_row(md, k16, b, h / rep, 0), T, hd);
+                    ag_pack(P.k + ((size_t)b * G + h / rep) * hw, 0, ag_row(md, k16, b, h / rep, 0),
+                            T, hd);
             }
     }
     /* With several query heads per kv head (or dense results), each head's dK and dV go to its
@@ -424,10 +429,10 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 const size_t bh = ((size_t)b * H + h) * hw, t0 = (size_t)c0 * hd / 2,
                              p0 = (size_t)c0 * 8, ls = (size_t)T * 8;
                 if (amx) {
-                    ops_cpu_amx_gemm_packed(M, n, hd, kc, hd, qt + bh + t0, (size_t)hd * 8, 0, w.s,
-                                            n);
-                    ops_cpu_amx_gemm_packed(M, n, hd, vc, hd, qt + 2 * BH * hw + bh + t0,
-                                            (size_t)hd * 8, 0, w.d, n);
+                    ops_cpu_amx_gemm_packed(M, n, hd, kc, hd, P.qt + bh + t0, (size_t)hd * 8, 0,
+                                            w.s, n);
+                    ops_cpu_amx_gemm_packed(M, n, hd, vc, hd, P.dot + bh + t0, (size_t)hd * 8, 0,
+                                            w.d, n);
                 } else {
                     ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
                     ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
@@ -453,14 +458,13 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     }
                 /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
                 if (amx) {
-                    ops_cpu_amx_gemm_packed(M, hd, n, p16, n, qt + 3 * BH * hw + bh + p0, ls, !part,
+                    ops_cpu_amx_gemm_packed(M, hd, n, p16, n, P.dout + bh + p0, ls, !part,
                                             dvh + (size_t)c0 * ldp, (int)ldp);
-                    ops_cpu_amx_gemm_packed(M, hd, n, ds16, n, qt + BH * hw + bh + p0, ls, !part,
+                    ops_cpu_amx_gemm_packed(M, hd, n, ds16, n, P.q + bh + p0, ls, !part,
                                             dkh + (size_t)c0 * ldp, (int)ldp);
                     ops_cpu_amx_transpose(w.t16, ds16, n, M, n); /* dS [n, M] */
-                    ops_cpu_amx_gemm_packed(n, hd, M, w.t16, M,
-                                            qt + 4 * BH * hw + ((size_t)b * G + g) * hw + p0, ls, 1,
-                                            dqh + (size_t)c0 * ldqh, (int)ldqh);
+                    ops_cpu_amx_gemm_packed(n, hd, M, w.t16, M, P.k + ((size_t)b * G + g) * hw + p0,
+                                            ls, 1, dqh + (size_t)c0 * ldqh, (int)ldqh);
                     continue;
                 }
                 ag_gemm(md, 0, 0, M, hd, n, p16, n, doc, (int)do16.ld, !part,
@@ -489,7 +493,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         }
     }
     cache_give(&g_part, part, part_own);
-    cache_give(&g_packed, qt, packed_own);
+    cache_give(&g_packed, pk, packed_own);
     free(D);
     for (int i = 0; i < 4; i++) free(own[i]);
 }
