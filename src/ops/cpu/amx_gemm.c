@@ -506,7 +506,10 @@ void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, c
     for (int i = 0; i < M; i++) { /* key i of the block, seen by queries j >= i */
         const float *restrict sr = s + (size_t)i * n, *restrict dr = dp + (size_t)i * n;
         uint16_t *restrict p = p16 + (size_t)i * n, *restrict ds = ds16 + (size_t)i * n;
-        for (int j = 0; j < n; j += 16) {
+        const int j0 = i / 16 * 16; /* whole vectors of queries before the key: zero */
+        memset(p, 0, sizeof(uint16_t) * j0);
+        memset(ds, 0, sizeof(uint16_t) * j0);
+        for (int j = j0; j < n; j += 16) {
             const __mmask16 k = (__mmask16)~mask16(i - j); /* lanes j + l >= i */
             const __m512 pj = _mm512_maskz_mov_ps(
                 k,

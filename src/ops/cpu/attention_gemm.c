@@ -101,6 +101,11 @@ static void ag_pack(uint32_t *dst, int tb, const void *x, int T, int hd) {
     ops_cpu_amx_pack(dst, tb, x, hd, tb ? hd : T, tb ? T : hd);
 }
 
+/* 1 when a call at these shapes runs on AMX tiles (the amx mode takes T, hd multiples of 32) */
+static int ag_amx(ag_mode m, int T, int hd) {
+    return m.amx && T % 32 == 0 && hd % 32 == 0;
+}
+
 /* An operand tensor of nh heads: element (b, t, head, c) at p + (b bs + head hs + t ld + c)
  * elements; token-major as the op's tensors ([B,T,nh,hd]) or head-major ([B,nh,T,hd]). */
 typedef struct {
@@ -230,21 +235,22 @@ static void ag_gemm(ag_mode m, int ta, int tb, int M, int N, int K, const void *
 }
 
 /* A thread's workspace: two [BQ, T] fp32 blocks and, for bf16 bits, their operand copies;
- * in dense mode a [T, hd] fp32 block for one head's O rows or dQ; with amx dS^T [T, BQ]. */
+ * in dense mode a [T, hd] fp32 block for one head's O rows or dQ; for an amx backward (t16)
+ * dS^T [T, BQ]. */
 typedef struct {
     float *s, *d, *o;
     void *s16, *d16;
     uint16_t *t16;
 } ag_ws;
 
-static ag_ws ag_ws_new(ag_mode m, int T, int hd) {
+static ag_ws ag_ws_new(ag_mode m, int T, int hd, int t16) {
     const size_t n = (size_t)AG_BQ * T, h = m.es == sizeof(uint16_t) ? n * m.es : 0;
     return (ag_ws){ops_cpu_alloc("attention", n * sizeof(float)),
                    ops_cpu_alloc("attention", n * sizeof(float)),
                    m.dense ? ops_cpu_alloc("attention", sizeof(float) * (size_t)T * hd) : NULL,
                    h ? ops_cpu_alloc("attention", h) : NULL,
                    h ? ops_cpu_alloc("attention", h) : NULL,
-                   m.amx ? ops_cpu_alloc("attention", h) : NULL};
+                   t16 ? ops_cpu_alloc("attention", h) : NULL};
 }
 
 static void ag_ws_free(ag_ws *w) {
@@ -289,7 +295,7 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
                 k16 = ag_operand(md, k, B, T, G, hd, &own[1]),
                 v16 = ag_operand(md, v, B, T, G, hd, &own[2]);
     const size_t ldq = (size_t)H * hd, hw = (size_t)T * hd / 2; /* hw: a packed head, words */
-    const int amx = md.amx && T % 32 == 0 && hd % 32 == 0;
+    const int amx = ag_amx(md, T, hd);
     int packed_own = 0;
     uint32_t *kt =
                  amx ? cache_take(&g_packed, sizeof(uint32_t) * 2 * B * G * hw, &packed_own) : NULL,
@@ -304,7 +310,7 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
     }
 #pragma omp parallel
     {
-        ag_ws w = ag_ws_new(md, T, hd);
+        ag_ws w = ag_ws_new(md, T, hd, 0);
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < (long)B * H * nb; task++) {
             const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
@@ -369,7 +375,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
             }
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd, hw = (size_t)T * hd / 2;
     /* amx: per (b, h) Q^T, Q, dO^T, dO and per (b, g) K, packed once (hw words each) */
-    const int amx = md.amx && T % 32 == 0 && hd % 32 == 0;
+    const int amx = ag_amx(md, T, hd);
     const size_t nh = (size_t)B * H * hw; /* words of one per-head layout */
     int packed_own = 0;
     uint32_t *pk =
@@ -402,7 +408,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         rep > 1 || md.dense ? cache_take(&g_part, sizeof(float) * 2 * nq, &part_own) : NULL;
 #pragma omp parallel
     {
-        ag_ws w = ag_ws_new(md, T, hd);
+        ag_ws w = ag_ws_new(md, T, hd, amx);
         /* one task per (b, h): its key blocks in order, each over the queries [c0, T) that see
          * it; dQ of head h accumulates over the key blocks in this task alone */
 #pragma omp for schedule(dynamic, 1)

@@ -183,11 +183,11 @@ void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, 
 void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
                              size_t bs, int acc, float *C, int ldc);
 /* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
- * softmax_rows: for each row i of s [M, n] (query r0 + i,
- * seeing keys 0 .. r0 + i), p16 = bf16 of softmax(s * scale) (zero past the query; s is overwritten
- * by the exponentials), lse[i] its natural log-sum-exp. attn_grad_rows: for each row i (key i of a
- * block whose first query is its first key) and column j (query), P = exp(s * scale - lse[j]) and
- * dS = P (dp - D[j]) scale, both to bf16 (zero where j < i). */
+ * softmax_rows: for each row i of s [M, n] (query r0 + i, seeing keys 0 .. r0 + i), p16 = bf16
+ * of softmax(s * scale) (zero past the query; s is overwritten by the exponentials), lse[i] its
+ * natural log-sum-exp. attn_grad_rows: for each row i (key i of a block whose first query is
+ * its first key) and column j (query), P = exp(s * scale - lse[j]) and dS = P (dp - D[j])
+ * scale, both to bf16 (zero where j < i). */
 void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
                               float *lse);
 void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
