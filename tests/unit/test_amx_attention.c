@@ -4,8 +4,10 @@
  * The primitives against exact values: a packed product (both packings, a column and k offset
  * into the packed operand as attention reads it, K over the 512-element block, accumulation)
  * against double sums of the same bf16 values (fp32 sums: within 2^-20 of the sum of |terms|);
- * the transpose bit for bit, zero padded; the softmax rows and the gradient rows against double
- * (their bf16 results within one bf16 rounding, 2^-8 relative; zero outside the causal part).
+ * a pack straight from fp32 bit for bit the pack of its bf16 copy (specials included); the
+ * transpose bit for bit, zero padded; the softmax rows and the backward's fused scores (S^T,
+ * dP^T on tiles, then P and dS) against double (their bf16 results within one bf16 rounding,
+ * 2^-8 relative; zero outside the causal part).
  *
  * The op end to end at shapes the amx mode takes (T and head_dim multiples of 32: one and
  * several 128-row blocks, a last block of 32, T over 512, GQA ratios 1-8): out, lse, dq, dk, dv
@@ -52,7 +54,7 @@ static void check_packed(int M, int N, int K, int tb, int n0, int k0, int acc) {
     float *C0 = xalloc(4ul * M * N);
     memcpy(C0, C, 4ul * M * N);
     /* op(B)[k][n] = B[k][n] (ld Nb) or, tb, B[n][k] (ld Kb) */
-    ops_cpu_amx_pack(Bp, tb, B, tb ? Kb : Nb, Kb, Nb);
+    ops_cpu_amx_pack(Bp, tb, B, 0, tb ? Kb : Nb, Kb, Nb);
     const size_t bs = (size_t)Kb * 8; /* words between 16-column blocks */
     ops_cpu_amx_gemm_packed(M, N, K, A, K, Bp + (size_t)n0 * Kb / 2 + (size_t)k0 * 8, bs, acc, C,
                             N);
@@ -74,6 +76,41 @@ static void check_packed(int M, int N, int K, int tb, int n0, int k0, int acc) {
           "of the terms' magnitude",
           M, N, K, tb, n0, k0, acc, worst);
     free(A), free(B), free(Bp), free(C), free(C0);
+}
+
+/* A pack straight from fp32 (ld padded, edges in K and N) against the pack of its bf16 copy
+ * made by ops_cpu_bf16_bits (ties to even, NaN, infinities, denormals, values past bf16's
+ * largest): bit for bit. */
+static void check_pack_f32(int K, int N, int tb) {
+    const int rows = tb ? N : K, cols = tb ? K : N, ld = cols + 5;
+    const size_t n = (size_t)rows * ld,
+                 words = (size_t)(K + 31) / 32 * 32 * ((N + 31) / 32 * 32) / 2;
+    float *x = xalloc(4 * n);
+    uint16_t *h = xalloc(2 * n);
+    uint32_t *p16 = xalloc(4 * words), *p32 = xalloc(4 * words);
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800001u,
+                                       0x7f800000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                                       0x3f80ffffu, 0x80000000u};
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        if (i % 7 == 3) {
+            u = special[i / 7 % (sizeof special / sizeof special[0])];
+            memcpy(&x[i], &u, 4);
+        } else {
+            x[i] = check_uniform(&rng) * 100.0f;
+        }
+        h[i] = ops_cpu_bf16_bits(x[i]);
+    }
+    memset(p16, 0xa5, 4 * words);
+    memset(p32, 0x5a, 4 * words);
+    ops_cpu_amx_pack(p16, tb, h, 0, ld, K, N);
+    ops_cpu_amx_pack(p32, tb, x, 1, ld, K, N);
+    CHECK(!memcmp(p16, p32, 4 * words), "pack of fp32 (K %d, N %d, tb %d) = pack of its bf16 bits",
+          K, N, tb);
+    free(x);
+    free(h);
+    free(p16);
+    free(p32);
 }
 
 static void check_transpose(int rows, int cols) {
@@ -100,11 +137,9 @@ static int near16(float got, double want) {
 
 static void check_rows(int M, int n, int r0) {
     const float scale = 0.125f;
-    float *s = xalloc(4ul * M * n), *s0 = xalloc(4ul * M * n), *dp = xalloc(4ul * M * n),
-          *lse = xalloc(4ul * M), *lq = xalloc(4ul * n), *D = xalloc(4ul * n);
-    uint16_t *p16 = xalloc(2ul * M * n), *ds16 = xalloc(2ul * M * n);
-    for (size_t i = 0; i < (size_t)M * n; i++)
-        s[i] = 24.0f * check_uniform(&rng), dp[i] = check_uniform(&rng);
+    float *s = xalloc(4ul * M * n), *s0 = xalloc(4ul * M * n), *lse = xalloc(4ul * M);
+    uint16_t *p16 = xalloc(2ul * M * n);
+    for (size_t i = 0; i < (size_t)M * n; i++) s[i] = 24.0f * check_uniform(&rng);
     memcpy(s0, s, 4ul * M * n);
     ops_cpu_amx_softmax_rows(p16, s, M, n, r0, scale, lse);
     int bad = 0, badl = 0;
@@ -122,22 +157,59 @@ static void check_rows(int M, int n, int r0) {
     }
     CHECK(!bad && !badl, "softmax rows M %d n %d r0 %d: %d probabilities, %d lse wrong", M, n, r0,
           bad, badl);
-    /* the gradient rows: lse and D per query */
+    free(s), free(s0), free(lse), free(p16);
+}
+
+/* The backward's scores of a key block (ops_cpu_amx_attn_grad_scores): kc, vc [M, hd] and Q, dO
+ * [n, hd] bf16 (Q and dO packed as attention packs them, from query q0 of a longer packed
+ * head), against double: S^T = K Q^T, dP^T = V dO^T summed exactly, P = exp(S^T scale - lse[j])
+ * and dS = P (dP^T - D[j]) scale within one bf16 rounding (and dP's fp32 sum error), zero where
+ * the query is before the key. */
+static void check_grad_scores(int M, int n, int hd, int q0) {
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int T = q0 + n; /* the packed head's queries */
+    uint16_t *kc = xalloc(2ul * M * hd), *vc = xalloc(2ul * M * hd), *q = xalloc(2ul * T * hd),
+             *dO = xalloc(2ul * T * hd), *p16 = xalloc(2ul * M * n), *ds16 = xalloc(2ul * M * n);
+    uint32_t *qt = xalloc(4ul * T * hd / 2), *dot = xalloc(4ul * T * hd / 2);
+    float *lq = xalloc(4ul * n), *D = xalloc(4ul * n);
+    for (size_t i = 0; i < (size_t)M * hd; i++)
+        kc[i] = ops_cpu_bf16_bits(2.0f * check_uniform(&rng)),
+        vc[i] = ops_cpu_bf16_bits(check_uniform(&rng));
+    for (size_t i = 0; i < (size_t)T * hd; i++)
+        q[i] = ops_cpu_bf16_bits(2.0f * check_uniform(&rng)),
+        dO[i] = ops_cpu_bf16_bits(check_uniform(&rng));
     for (int j = 0; j < n; j++)
-        lq[j] = 3.0f + 2.0f * check_uniform(&rng), D[j] = check_uniform(&rng);
-    ops_cpu_amx_attn_grad_rows(p16, ds16, s0, dp, M, n, scale, lq, D);
-    bad = 0;
+        lq[j] = 3.0f + 2.0f * check_uniform(&rng), D[j] = 0.5f * check_uniform(&rng);
+    memset(p16, 0xff, 2ul * M * n);
+    memset(ds16, 0xff, 2ul * M * n);
+    ops_cpu_amx_pack(qt, 1, q, 0, hd, hd, T);
+    ops_cpu_amx_pack(dot, 1, dO, 0, hd, hd, T);
+    const size_t t0 = (size_t)q0 * hd / 2; /* query q0 of the packed heads */
+    ops_cpu_amx_attn_grad_scores(p16, ds16, kc, vc, hd, qt + t0, dot + t0, (size_t)hd * 8, M, n, hd,
+                                 scale, lq, D);
+    int bad = 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < n; j++) {
+            double sv = 0.0, dv = 0.0, dm = 0.0;
+            for (int c = 0; c < hd; c++) {
+                sv += (double)bf(kc[(size_t)i * hd + c]) * bf(q[(size_t)(q0 + j) * hd + c]);
+                const double t =
+                    (double)bf(vc[(size_t)i * hd + c]) * bf(dO[(size_t)(q0 + j) * hd + c]);
+                dv += t;
+                dm += fabs(t);
+            }
             const size_t o = (size_t)i * n + j;
-            const double p = j >= i ? exp((double)s0[o] * scale - lq[j]) : 0.0,
-                         d = p * ((double)dp[o] - D[j]) * scale;
-            /* dS: its fp32 steps (a difference, two products) before the rounding */
+            const double p = j >= i ? exp(sv * scale - lq[j]) : 0.0, d = p * (dv - D[j]) * scale;
+            /* dS: dP's fp32 sum (hd terms) and the fp32 steps before the rounding */
             bad += !near16(bf(p16[o]), p) ||
-                   !(fabs(bf(ds16[o]) - d) <= 0x1p-8 * fabs(d) + 1e-6 * p * scale);
+                   !(fabs(bf(ds16[o]) - d) <=
+                     0x1p-8 * fabs(d) + (hd * 0x1p-24 * dm + 1e-6) * p * scale) ||
+                   (j < i && (bf(p16[o]) != 0.0f || bf(ds16[o]) != 0.0f));
         }
-    CHECK(!bad, "gradient rows M %d n %d: %d values wrong", M, n, bad);
-    free(s), free(s0), free(dp), free(lse), free(lq), free(D), free(p16), free(ds16);
+    CHECK(!bad, "gradient scores M %d n %d hd %d (from query %d): %d values wrong", M, n, hd, q0,
+          bad);
+    free(kc), free(vc), free(q), free(dO), free(p16), free(ds16), free(qt), free(dot), free(lq),
+        free(D);
 }
 
 /* max |a - b| over max |b| */
@@ -205,10 +277,16 @@ int main(void) {
     check_packed(64, 96, 128, 1, 32, 0, 0);  /* K^T, Q^T: from a 16-column block on */
     check_packed(96, 64, 1088, 0, 0, 64, 0); /* P V's: K over two 512 blocks, from row 64 */
     check_packed(32, 128, 160, 0, 0, 96, 1); /* dQ's: accumulated */
+    check_pack_f32(128, 96, 1);
+    check_pack_f32(70, 45, 0);
+    check_pack_f32(45, 70, 1);
     check_transpose(128, 96);
     check_transpose(64, 1000);
     check_rows(64, 128, 0);
     check_rows(32, 256, 200);
+    check_grad_scores(128, 256, 64, 0); /* a whole block, its diagonal square */
+    check_grad_scores(64, 96, 128, 32); /* hd 128, queries from a later packed block */
+    check_grad_scores(32, 32, 32, 64);  /* one 32 x 32 block */
     const ops_impl *bf = ops_find(OPS_ATTENTION, "bf16"), *ref = ops_find(OPS_ATTENTION, "default");
     CHECK(bf && ref, "attention's bf16 and default implementations are registered");
     if (bf && ref) {

@@ -116,50 +116,83 @@ static __mmask16 mask16(int n) { /* the first n (0 .. 16) of 16 lanes */
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
-/* 16 pairs (k, k+1) of 16 consecutive columns n of a row-major [K][N] matrix X (row stride ld),
- * as 32-bit (X[k][n], X[k+1][n]): r[p] for the pair p at rows k0 + 2p; zero past kb rows and
- * past `cols` columns */
-static void pairs_rows(__m512i r[16], const uint16_t *X, size_t ld, int k0, int kb, int cols) {
+/* 16 bf16 values from x (the first lanes of m; zero in the others) as 16-bit lanes: bf16 bits
+ * loaded, or (f32) fp32 values rounded as ops_cpu_bf16_bits does (to nearest, ties to even; NaN
+ * kept quiet; denormals kept, unlike vcvtneps2bf16), so that an operand packed straight from
+ * fp32 is bitwise the one packed from a converted copy */
+static inline __m256i bits16(const void *x, int f32, __mmask16 m) {
+    if (!f32) return _mm256_maskz_loadu_epi16(m, x);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x);
+    const __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    __m512i r =
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
+                             _mm512_set1_epi32(0x00400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/* element i of x: bf16 bits, or (f32) fp32 */
+static inline const void *elem(const void *x, int f32, size_t i) {
+    return (const char *)x + i * (f32 ? sizeof(float) : sizeof(uint16_t));
+}
+
+/* 16 pairs (k, k+1) of 16 consecutive columns n of a row-major [K][N] matrix X (row stride ld
+ * elements; bf16, or fp32 rounded: bits16), as 32-bit (X[k][n], X[k+1][n]): r[p] for the pair p
+ * at rows k0 + 2p; zero past kb rows and past `cols` columns */
+static void pairs_rows(__m512i r[16], const void *X, int f32, size_t ld, int k0, int kb, int cols) {
     const __mmask16 m = mask16(cols);
     for (int p = 0; p < 16; p++) {
         const int k = k0 + 2 * p;
         __m512i lo = _mm512_setzero_si512(), hi = lo;
-        if (k < kb) lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, X + (size_t)k * ld));
+        if (k < kb) lo = _mm512_cvtepu16_epi32(bits16(elem(X, f32, (size_t)k * ld), f32, m));
         if (k + 1 < kb)
-            hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, X + (size_t)(k + 1) * ld));
+            hi = _mm512_cvtepu16_epi32(bits16(elem(X, f32, (size_t)(k + 1) * ld), f32, m));
         r[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
     }
 }
 
-/* 16 rows of a row-major [R][K] matrix X (row stride ld): r[j] the 16 pairs (k, k+1) from k0
- * of row j (32 bf16, 64 bytes); zero past kb and past `rows` rows */
-static void pairs_cols(__m512i r[16], const uint16_t *X, size_t ld, int k0, int kb, int rows) {
+/* 16 rows of a row-major [R][K] matrix X (row stride ld elements; bf16, or fp32 rounded):
+ * r[j] the 16 pairs (k, k+1) from k0 of row j (32 bf16, 64 bytes); zero past kb and past
+ * `rows` rows */
+static void pairs_cols(__m512i r[16], const void *X, int f32, size_t ld, int k0, int kb, int rows) {
     const __mmask32 m = kb - k0 >= 32 ? 0xffffffffu : kb <= k0 ? 0 : (1u << (kb - k0)) - 1;
-    for (int j = 0; j < 16; j++)
-        r[j] = j < rows ? _mm512_maskz_loadu_epi16(m, X + (size_t)j * ld + k0)
-                        : _mm512_setzero_si512();
+    for (int j = 0; j < 16; j++) {
+        if (j >= rows) {
+            r[j] = _mm512_setzero_si512();
+        } else if (!f32) {
+            r[j] = _mm512_maskz_loadu_epi16(m, elem(X, 0, (size_t)j * ld + k0));
+        } else {
+            const void *x = elem(X, 1, (size_t)j * ld + k0);
+            r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(bits16(x, 1, (__mmask16)m)),
+                                      bits16(elem(x, 1, 16), 1, (__mmask16)(m >> 16)), 1);
+        }
+    }
 }
 
 /* op(B)[k0 .. k0+kb, n0 .. n0+ng] interleaved by pairs of k into dst, per 16 columns a
  * [kbp/2][16] block of 32-bit pairs (kbp: kb rounded up to 32); zero past K and N. B stored
  * [K][N] (not tb): two rows' values widened and merged; B stored [N][K] (tb): 16 rows' pairs,
- * transposed. */
-static void pack_b(uint32_t *dst, int tb, const uint16_t *B, int ldb, int N, int k0, int kb,
+ * transposed. B's elements bf16 bits, or (f32) fp32 values rounded to bf16 on the way. */
+static void pack_b(uint32_t *dst, int tb, const void *B, int f32, int ldb, int N, int k0, int kb,
                    int kbp, int n0, int ng) {
-    for (int j0 = 0; j0 < ng; j0 += 16) {
-        uint32_t *d = dst + (size_t)j0 * kbp / 2;
-        const int n = n0 + j0, cols = N - n;
-        for (int q = 0; q < kbp; q += 32) { /* 16 pairs */
+    /* tb: per 16 rows of B, each row's kbp values in order; else per 32 rows of B, each row's
+     * ng values in order (not a 16-column strip of all kbp rows at a time: B's rows may be
+     * a token-major tensor's, 8 KB apart, a TLB miss a row) */
+    const int outer = tb ? ng : kbp, inner = tb ? kbp : ng;
+    for (int o = 0; o < outer; o += tb ? 16 : 32)
+        for (int i = 0; i < inner; i += tb ? 32 : 16) {
+            const int j0 = tb ? o : i, q = tb ? i : o, n = n0 + j0, cols = N - n;
             __m512i r[16];
             if (tb) {
-                pairs_cols(r, B + (size_t)n * ldb + k0, (size_t)ldb, q, kb, cols);
+                pairs_cols(r, elem(B, f32, (size_t)n * ldb + k0), f32, (size_t)ldb, q, kb, cols);
                 tr16(r);
             } else {
-                pairs_rows(r, B + (size_t)k0 * ldb + n, (size_t)ldb, q, kb, cols);
+                pairs_rows(r, elem(B, f32, (size_t)k0 * ldb + n), f32, (size_t)ldb, q, kb, cols);
             }
-            for (int p = 0; p < 16; p++) _mm512_store_si512(d + (size_t)(q / 2 + p) * 16, r[p]);
+            uint32_t *d = dst + (size_t)j0 * kbp / 2 + (size_t)q / 2 * 16;
+            for (int p = 0; p < 16; p++) _mm512_store_si512(d + (size_t)p * 16, r[p]);
         }
-    }
 }
 
 /* op(A)[m0 .. m0+rows, k0 .. k0+kb] into dst [rows rounded up to 32][kbp], zero past M and K;
@@ -172,10 +205,10 @@ static void pack_a(uint16_t *dst, int ta, const uint16_t *A, int lda, int M, int
         for (int q = 0; q < kbp; q += 32) {
             __m512i r[16];
             if (ta) {
-                pairs_rows(r, A + (size_t)k0 * lda + m0 + i0, (size_t)lda, q, kb, rows - i0);
+                pairs_rows(r, A + (size_t)k0 * lda + m0 + i0, 0, (size_t)lda, q, kb, rows - i0);
                 tr16(r);
             } else {
-                pairs_cols(r, A + (size_t)(m0 + i0) * lda + k0, (size_t)lda, q, kb, rows - i0);
+                pairs_cols(r, A + (size_t)(m0 + i0) * lda + k0, 0, (size_t)lda, q, kb, rows - i0);
             }
             for (int i = 0; i < 16; i++) _mm512_store_si512(dst + (size_t)(i0 + i) * kbp + q, r[i]);
         }
@@ -263,7 +296,7 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
         const int load = acc || k0 > 0; /* C holds a partial sum to add to */
         for (int g0 = n0; g0 < n1; g0 += bl.ng) {
             const int ng = n1 - g0 < bl.ng ? n1 - g0 : bl.ng, ngp = (ng + 31) / 32 * 32;
-            pack_b(bp, tb, B, ldb, N, k0, kb, kbp, g0, ngp);
+            pack_b(bp, tb, B, 0, ldb, N, k0, kb, kbp, g0, ngp);
             for (int h0 = m0; h0 < m1; h0 += bl.mg) {
                 const int mg = m1 - h0 < bl.mg ? m1 - h0 : bl.mg;
                 const uint16_t *a = A + (size_t)h0 * lda + k0;
@@ -383,9 +416,9 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
 
 /* ---- products on operands packed once (attention's, attention_gemm.c) ------------------- */
 
-void ops_cpu_amx_pack(uint32_t *dst, int tb, const uint16_t *B, int ldb, int K, int N) {
+void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, int K, int N) {
     const int kp = (K + 31) / 32 * 32, np = (N + 31) / 32 * 32;
-    pack_b(dst, tb, B, ldb, N, 0, K, kp, 0, np);
+    pack_b(dst, tb, B, f32, ldb, N, 0, K, kp, 0, np);
 }
 
 void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols) {
@@ -500,27 +533,61 @@ void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, flo
     }
 }
 
-void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
-                                int M, int n, float scale, const float *lse, const float *D) {
+/* P and dS of keys [i0, i0 + 32) x queries [j0, j0 + 32) of a key block (key i seen by queries
+ * j >= i; zero elsewhere) into p16, ds16 ([., n] bf16) from the block's S^T and dP^T (s, dp:
+ * [32][32] fp32): P = exp(S^T scale - lse[j]), dS = P (dP^T - D[j]) scale */
+static void grad_block(uint16_t *p16, uint16_t *ds16, size_t n, int i0, int j0, const float *s,
+                       const float *dp, float scale, const float *lse, const float *D) {
     const __m512 sc = _mm512_set1_ps(scale);
-    for (int i = 0; i < M; i++) { /* key i of the block, seen by queries j >= i */
-        const float *restrict sr = s + (size_t)i * n, *restrict dr = dp + (size_t)i * n;
-        uint16_t *restrict p = p16 + (size_t)i * n, *restrict ds = ds16 + (size_t)i * n;
-        const int j0 = i / 16 * 16; /* whole vectors of queries before the key: zero */
-        memset(p, 0, sizeof(uint16_t) * j0);
-        memset(ds, 0, sizeof(uint16_t) * j0);
-        for (int j = j0; j < n; j += 16) {
+    for (int r = 0; r < 32; r++) {
+        const int i = i0 + r;
+        uint16_t *p = p16 + (size_t)i * n + j0, *ds = ds16 + (size_t)i * n + j0;
+        for (int c = 0; c < 32; c += 16) {
+            const int j = j0 + c;
+            if (j + 16 <= i) { /* a whole vector of queries before the key */
+                _mm256_storeu_si256((__m256i *)(p + c), _mm256_setzero_si256());
+                _mm256_storeu_si256((__m256i *)(ds + c), _mm256_setzero_si256());
+                continue;
+            }
             const __mmask16 k = (__mmask16)~mask16(i - j); /* lanes j + l >= i */
-            const __m512 pj = _mm512_maskz_mov_ps(
-                k,
-                ce_exp16(_mm512_fmsub_ps(_mm512_loadu_ps(sr + j), sc, _mm512_loadu_ps(lse + j))));
-            const __m512 dj = _mm512_mul_ps(
-                _mm512_mul_ps(pj, _mm512_sub_ps(_mm512_loadu_ps(dr + j), _mm512_loadu_ps(D + j))),
-                sc);
-            _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(pj));
-            _mm256_storeu_si256((__m256i *)(ds + j), (__m256i)_mm512_cvtneps_pbh(dj));
+            const __m512 pj =
+                _mm512_maskz_mov_ps(k, ce_exp16(_mm512_fmsub_ps(_mm512_load_ps(s + r * 32 + c), sc,
+                                                                _mm512_loadu_ps(lse + j))));
+            const __m512 dj =
+                _mm512_mul_ps(_mm512_mul_ps(pj, _mm512_sub_ps(_mm512_load_ps(dp + r * 32 + c),
+                                                              _mm512_loadu_ps(D + j))),
+                              sc);
+            _mm256_storeu_si256((__m256i *)(p + c), (__m256i)_mm512_cvtneps_pbh(pj));
+            _mm256_storeu_si256((__m256i *)(ds + c), (__m256i)_mm512_cvtneps_pbh(dj));
         }
     }
+}
+
+void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
+                                  const uint16_t *vc, int lda, const uint32_t *qt,
+                                  const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
+                                  const float *lse, const float *D) {
+    /* one 32 x 32 block of S^T and of dP^T at a time, in L1 (not [M, n] fp32 blocks through L2,
+     * read back by a pass of their own) */
+    float s[32 * 32] __attribute__((aligned(64))), dp[32 * 32] __attribute__((aligned(64)));
+    const size_t as = sizeof(uint16_t) * (size_t)lda;
+    ops_cpu_amx_tiles_configure();
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        const uint32_t *q0 = qt + (size_t)(j0 / 16) * bs, *d0 = dot + (size_t)(j0 / 16) * bs;
+        for (int i0 = 0; i0 < M; i0 += 32) {
+            if (j0 + 32 <= i0) { /* every query of the block before every key */
+                for (int r = 0; r < 32; r++) {
+                    memset(p16 + (size_t)(i0 + r) * n + j0, 0, 64);
+                    memset(ds16 + (size_t)(i0 + r) * n + j0, 0, 64);
+                }
+                continue;
+            }
+            tile_block(kc + (size_t)i0 * lda, as, q0, q0 + bs, hd, s, 128, 0);
+            tile_block(vc + (size_t)i0 * lda, as, d0, d0 + bs, hd, dp, 128, 0);
+            grad_block(p16, ds16, (size_t)n, i0, j0, s, dp, scale, lse, D);
+        }
+    }
+    _tile_release();
 }
 
 /* pass 1 for tokens [t0, t0 + tn) (tn a multiple of 32; xa, tg padded to Np rows). ws: this
@@ -550,8 +617,8 @@ static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
     if (j->grad) memset(O, 0, sizeof(float) * (size_t)tn * D);
     for (int v0 = 0; v0 < V; v0 += vb) {
         const int vr = V - v0 < vb ? V - v0 : vb, vp = (vr + 31) / 32 * 32;
-        pack_b(wb1, 1, j->w16, D, V, 0, D, D, v0, vp);
-        if (j->grad) pack_b(wb2, 0, j->w16 + (size_t)v0 * D, D, D, 0, vr, vp, 0, D);
+        pack_b(wb1, 1, j->w16, 0, D, V, 0, D, D, v0, vp);
+        if (j->grad) pack_b(wb2, 0, j->w16 + (size_t)v0 * D, 0, D, D, 0, vr, vp, 0, D);
         /* the next block's rows of w, to L2 over this block's work (its packs waited on memory:
          * 49 -> 31 ms a step per thread at the bench model) */
         const int n0 = v0 + vb, nr = V - n0 < vb ? V - n0 : vb;
@@ -739,12 +806,12 @@ int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint1
             /* x in k pairs both ways: per 32 tokens of x^T (K = D), per chunk of x (K = tokens) */
 #pragma omp for schedule(static)
             for (int t0 = 0; t0 < Np; t0 += 32)
-                pack_b((uint32_t *)j.xb1 + (size_t)t0 * D / 2, 1, xa, D, Np, 0, D, D, t0, 32);
+                pack_b((uint32_t *)j.xb1 + (size_t)t0 * D / 2, 1, xa, 0, D, Np, 0, D, D, t0, 32);
 #pragma omp for schedule(static)
             for (int c0 = 0; c0 < Np; c0 += CE_TK) {
                 const int kc = Np - c0 < CE_TK ? Np - c0 : CE_TK;
-                pack_b((uint32_t *)j.xb2 + (size_t)c0 * D / 2, 0, xa + (size_t)c0 * D, D, D, 0, kc,
-                       kc, 0, D);
+                pack_b((uint32_t *)j.xb2 + (size_t)c0 * D / 2, 0, xa + (size_t)c0 * D, 0, D, D, 0,
+                       kc, kc, 0, D);
             }
 #pragma omp for schedule(static)
             for (int b = 0; b < nvd; b++)

@@ -878,8 +878,8 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     return -1;
 }
 
-void ops_cpu_amx_pack(uint32_t *dst, int tb, const uint16_t *B, int ldb, int K, int N) {
-    (void)dst, (void)tb, (void)B, (void)ldb, (void)K, (void)N;
+void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, int K, int N) {
+    (void)dst, (void)tb, (void)B, (void)f32, (void)ldb, (void)K, (void)N;
     abort(); /* ops_cpu_bf16_amx_attention() is 0 here: never called */
 }
 
@@ -901,9 +901,12 @@ void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, flo
     abort();
 }
 
-void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
-                                int M, int n, float scale, const float *lse, const float *D) {
-    (void)p16, (void)ds16, (void)s, (void)dp, (void)M, (void)n, (void)scale, (void)lse, (void)D;
+void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
+                                  const uint16_t *vc, int lda, const uint32_t *qt,
+                                  const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
+                                  const float *lse, const float *D) {
+    (void)p16, (void)ds16, (void)kc, (void)vc, (void)lda, (void)qt, (void)dot, (void)bs, (void)M;
+    (void)n, (void)hd, (void)scale, (void)lse, (void)D;
     abort();
 }
 

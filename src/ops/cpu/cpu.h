@@ -170,28 +170,35 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
 /* Products on operands packed once, for a caller that reuses them (attention_gemm.c; only in
  * builds with the AMX kernel, after ops_cpu_amx_usable() said yes; single-threaded, on the
  * calling thread). ops_cpu_amx_pack: op(B) [K, N] (B stored [K][N], or tb: [N][K]; ldb in
- * elements) into dst as the tiles read it: per 16 columns a block of k pairs, [Kp/2][16] 32-bit
- * (Kp: K rounded up to 32), zero past K and N; block c at dst + c * Kp * 8 (Np * Kp / 2 words in
- * all, Np: N rounded up to 32). So the columns [n0, ..) from row k0 (both multiples of 32) of
- * a packed B are dst + n0 * Kp / 2 + k0 * 8 with the same block stride Kp * 8. ops_cpu_amx_
- * transpose: dst [cols rounded up to 32][rows rounded up to 32] = A^T, A [rows][cols] (lda),
- * zero past both. ops_cpu_amx_gemm_packed: C[M, N] (+= with acc) = A[M, K] B, bf16 A (rows lda
- * apart, 64-byte aligned rows load fastest), B packed (16-column blocks bs words apart, k pairs
- * from B's first row), fp32 C (ldc); M, N, K multiples of 32; one fixed-order sum per element. */
-void ops_cpu_amx_pack(uint32_t *dst, int tb, const uint16_t *B, int ldb, int K, int N);
+ * elements; bf16 bits, or with f32 fp32 values rounded to bf16 as ops_cpu_bf16_bits rounds:
+ * bitwise the pack of a converted copy, without the copy) into dst as the tiles read it: per 16
+ * columns a block of k pairs, [Kp/2][16] 32-bit (Kp: K rounded up to 32), zero past K and N; block
+ * c at dst + c * Kp * 8 (Np * Kp / 2 words in all, Np: N rounded up to 32). So the columns [n0, ..)
+ * from row k0 (both multiples of 32) of a packed B are dst + n0 * Kp / 2 + k0 * 8 with the same
+ * block stride Kp * 8. ops_cpu_amx_ transpose: dst [cols rounded up to 32][rows rounded up to 32] =
+ * A^T, A [rows][cols] (lda), zero past both. ops_cpu_amx_gemm_packed: C[M, N] (+= with acc) = A[M,
+ * K] B, bf16 A (rows lda apart, 64-byte aligned rows load fastest), B packed (16-column blocks bs
+ * words apart, k pairs from B's first row), fp32 C (ldc); M, N, K multiples of 32; one fixed-order
+ * sum per element. */
+void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, int K, int N);
 void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols);
 void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
                              size_t bs, int acc, float *C, int ldc);
 /* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
  * softmax_rows: for each row i of s [M, n] (query r0 + i, seeing keys 0 .. r0 + i), p16 = bf16
  * of softmax(s * scale) (zero past the query; s is overwritten by the exponentials), lse[i] its
- * natural log-sum-exp. attn_grad_rows: for each row i (key i of a block whose first query is
- * its first key) and column j (query), P = exp(s * scale - lse[j]) and dS = P (dp - D[j])
- * scale, both to bf16 (zero where j < i). */
+ * natural log-sum-exp. attn_grad_scores: the backward's scores for a block of M keys whose first
+ * query is its first key, n queries (M, n, hd multiples of 32): S^T = kc Q^T, dP^T = vc dO^T
+ * (kc, vc [M, hd] bf16 rows lda apart; qt, dot: Q^T and dO^T packed as ops_cpu_amx_pack packs
+ * them, from the block's first query, 16-query blocks bs words apart), then for key i and query
+ * j, P = exp(S^T scale - lse[j]) and dS = P (dP^T - D[j]) scale, both bf16 into p16, ds16 [M, n]
+ * (zero where j < i); single-threaded, AMX tiles. */
 void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
                               float *lse);
-void ops_cpu_amx_attn_grad_rows(uint16_t *p16, uint16_t *ds16, const float *s, const float *dp,
-                                int M, int n, float scale, const float *lse, const float *D);
+void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
+                                  const uint16_t *vc, int lda, const uint32_t *qt,
+                                  const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
+                                  const float *lse, const float *D);
 /* lmhead_ce/bf16 fused on AMX tiles (amx_gemm.c): *loss = the sum over tokens with a target in
  * [0, V) of lse - logit[target], logits = x16 w16^T (x16 [N, D], w16 [V, D] bf16 bits, fp32
  * sums, kept fp32); with dx: dx += G w, and with dw: dw += G^T x, G = bf16(grad_scale * (softmax -
