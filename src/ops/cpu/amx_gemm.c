@@ -171,11 +171,12 @@ static void pairs_cols(__m512i r[16], const void *X, int f32, size_t ld, int k0,
 }
 
 /* op(B)[k0 .. k0+kb, n0 .. n0+ng] interleaved by pairs of k into dst, per 16 columns a
- * [kbp/2][16] block of 32-bit pairs (kbp: kb rounded up to 32); zero past K and N. B stored
+ * [kbp/2][16] block of 32-bit pairs (kbp: kb rounded up to 32), dbs words apart (nt: by
+ * streaming stores); zero past K and N. B stored
  * [K][N] (not tb): two rows' values widened and merged; B stored [N][K] (tb): 16 rows' pairs,
  * transposed. B's elements bf16 bits, or (f32) fp32 values rounded to bf16 on the way. */
-static void pack_b(uint32_t *dst, int tb, const void *B, int f32, int ldb, int N, int k0, int kb,
-                   int kbp, int n0, int ng) {
+static void pack_bs(uint32_t *dst, size_t dbs, int nt, int tb, const void *B, int f32, int ldb,
+                    int N, int k0, int kb, int kbp, int n0, int ng) {
     /* tb: per 16 rows of B, each row's kbp values in order; else per 32 rows of B, each row's
      * ng values in order (not a 16-column strip of all kbp rows at a time: B's rows may be
      * a token-major tensor's, 8 KB apart, a TLB miss a row) */
@@ -190,9 +191,19 @@ static void pack_b(uint32_t *dst, int tb, const void *B, int f32, int ldb, int N
             } else {
                 pairs_rows(r, elem(B, f32, (size_t)k0 * ldb + n), f32, (size_t)ldb, q, kb, cols);
             }
-            uint32_t *d = dst + (size_t)j0 * kbp / 2 + (size_t)q / 2 * 16;
-            for (int p = 0; p < 16; p++) _mm512_store_si512(d + (size_t)p * 16, r[p]);
+            uint32_t *d = dst + (size_t)(j0 / 16) * dbs + (size_t)q / 2 * 16;
+            if (nt) /* a large packed operand, read later: no read for ownership */
+                for (int p = 0; p < 16; p++)
+                    _mm512_stream_si512((void *)(d + (size_t)p * 16), r[p]);
+            else
+                for (int p = 0; p < 16; p++) _mm512_store_si512(d + (size_t)p * 16, r[p]);
         }
+}
+
+/* pack_bs with its 16-column blocks one after the other (dbs = kbp * 8 words), cached stores */
+static void pack_b(uint32_t *dst, int tb, const void *B, int f32, int ldb, int N, int k0, int kb,
+                   int kbp, int n0, int ng) {
+    pack_bs(dst, (size_t)kbp * 8, 0, tb, B, f32, ldb, N, k0, kb, kbp, n0, ng);
 }
 
 /* op(A)[m0 .. m0+rows, k0 .. k0+kb] into dst [rows rounded up to 32][kbp], zero past M and K;
@@ -416,9 +427,36 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
 
 /* ---- products on operands packed once (attention's, attention_gemm.c) ------------------- */
 
+/* The packs for attention_gemm.c by streaming stores: 37.7 MB of packed operands per backward
+ * at 0.6B x 2048, written through the caches with a read for ownership took 7 ms a layer, 5 ms
+ * by streaming stores (Xeon AMX, 2 threads; the products that read them were not slower). */
 void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, int K, int N) {
     const int kp = (K + 31) / 32 * 32, np = (N + 31) / 32 * 32;
-    pack_b(dst, tb, B, f32, ldb, N, 0, K, kp, 0, np);
+    pack_bs(dst, (size_t)kp * 8, 1, tb, B, f32, ldb, N, 0, K, kp, 0, np);
+    _mm_sfence();
+}
+
+void ops_cpu_amx_pack_both(uint32_t *xt, uint32_t *xn, const float *x, int ld, int T, int hd) {
+    /* per 32 rows, converted once into L1 (not each layout from memory: x is a token-major
+     * tensor whose head rows lie 8 KB apart at 0.6B, read twice through the TLB and DRAM) */
+    uint16_t tmp[32 * OPS_CPU_AMX_PACK_BOTH_HD] __attribute__((aligned(64)));
+    const int hdp = (hd + 31) / 32 * 32;
+    for (int t0 = 0; t0 < T; t0 += 32) {
+        const int rows = T - t0 < 32 ? T - t0 : 32;
+        for (int r = 0; r < 32; r++)
+            for (int c = 0; c < hd; c += 16) {
+                const __mmask16 m = r < rows ? mask16(hd - c) : 0; /* zero rows past T */
+                _mm256_mask_storeu_epi16(tmp + r * hd + c, mask16(hd - c),
+                                         bits16(x + (size_t)(t0 + r) * ld + c, 1, m));
+            }
+        /* X^T: columns (rows of x) t0 .. t0 + 31 over all hd; X: k rows t0 .. t0 + 31 of
+         * every 16-column block, T rounded up to 32 apart */
+        pack_bs(xt + (size_t)t0 * hdp / 2, (size_t)hdp * 8, 1, 1, tmp, 0, hd, 32, 0, hd, hdp, 0,
+                32);
+        pack_bs(xn + (size_t)t0 * 8, (size_t)(T + 31) / 32 * 32 * 8, 1, 0, tmp, 0, hd, hd, 0, 32,
+                32, 0, hdp);
+    }
+    _mm_sfence();
 }
 
 void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols) {

@@ -107,9 +107,10 @@ static void ag_pack(uint32_t *dst, int tb, const void *x, int f32, size_t ld, in
     ops_cpu_amx_pack(dst, tb, x, f32, (int)ld, tb ? hd : T, tb ? T : hd);
 }
 
-/* 1 when a call at these shapes runs on AMX tiles (the amx mode takes T, hd multiples of 32) */
+/* 1 when a call at these shapes runs on AMX tiles (the amx mode takes T, hd multiples of 32,
+ * hd up to OPS_CPU_AMX_PACK_BOTH_HD) */
 static int ag_amx(ag_mode m, int T, int hd) {
-    return m.amx && T % 32 == 0 && hd % 32 == 0;
+    return m.amx && T % 32 == 0 && hd % 32 == 0 && hd <= OPS_CPU_AMX_PACK_BOTH_HD;
 }
 
 /* An operand tensor of nh heads: element (b, t, head, c) at p + (b bs + head hs + t ld + c)
@@ -383,7 +384,9 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) {
                 const size_t o = (((size_t)b * T + t) * H + h) * hd;
-                float d = 0.0f;
+                float d = 0.0f; /* vector partial sums, a fixed order per build: 1.8 -> 1.15 ms a
+                                 * 0.6B x 2048 layer (a scalar chain of hd dependent adds) */
+#pragma omp simd reduction(+ : d)
                 for (int c = 0; c < hd; c++) d += dout[o + c] * out[o + c];
                 D[((size_t)b * H + h) * T + t] = d;
             }
@@ -404,10 +407,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
             for (int h = 0; h < H; h++) {
                 const size_t o = ((size_t)b * H + h) * hw,
                              x0 = (size_t)b * T * ldq + (size_t)h * hd;
-                ag_pack(P.qt + o, 1, q + x0, 1, ldq, T, hd);
-                ag_pack(P.q + o, 0, q + x0, 1, ldq, T, hd);
-                ag_pack(P.dot + o, 1, dout + x0, 1, ldq, T, hd);
-                ag_pack(P.dout + o, 0, dout + x0, 1, ldq, T, hd);
+                ops_cpu_amx_pack_both(P.qt + o, P.q + o, q + x0, (int)ldq, T, hd);
+                ops_cpu_amx_pack_both(P.dot + o, P.dout + o, dout + x0, (int)ldq, T, hd);
                 if (h % rep == 0)
                     ag_pack(P.k + ((size_t)b * G + h / rep) * hw, 0, ag_row(md, k16, b, h / rep, 0),
                             0, hd, T, hd);

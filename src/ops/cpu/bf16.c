@@ -883,6 +883,11 @@ void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, in
     abort(); /* ops_cpu_bf16_amx_attention() is 0 here: never called */
 }
 
+void ops_cpu_amx_pack_both(uint32_t *xt, uint32_t *xn, const float *x, int ld, int T, int hd) {
+    (void)xt, (void)xn, (void)x, (void)ld, (void)T, (void)hd;
+    abort(); /* ops_cpu_bf16_amx_attention() is 0 here: never called */
+}
+
 void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols) {
     (void)dst, (void)A, (void)lda, (void)rows, (void)cols;
     abort();

@@ -182,6 +182,10 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
  * sum per element. */
 void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, int K, int N);
 void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, int cols);
+/* x [T, hd] fp32 (rows ld apart) packed both ways as ops_cpu_amx_pack packs it with f32: xt =
+ * X^T (K = hd, N = T), xn = X (K = T, N = hd), each x element read once; hd <= this. */
+#define OPS_CPU_AMX_PACK_BOTH_HD 512
+void ops_cpu_amx_pack_both(uint32_t *xt, uint32_t *xn, const float *x, int ld, int T, int hd);
 void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
                              size_t bs, int acc, float *C, int ldc);
 /* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
