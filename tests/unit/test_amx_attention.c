@@ -4,10 +4,10 @@
  * The primitives against exact values: a packed product (both packings, a column and k offset
  * into the packed operand as attention reads it, K over the 512-element block, accumulation)
  * against double sums of the same bf16 values (fp32 sums: within 2^-20 of the sum of |terms|);
- * a pack straight from fp32 bit for bit the pack of its bf16 copy (specials included); the
- * transpose bit for bit, zero padded; the softmax rows and the backward's fused scores (S^T,
- * dP^T on tiles, then P and dS) against double (their bf16 results within one bf16 rounding,
- * 2^-8 relative; zero outside the causal part).
+ * a pack straight from fp32 (and both packs in one pass) bit for bit the pack of its bf16 copy
+ * (specials included); the transpose bit for bit, zero padded; the softmax rows and the
+ * backward's fused scores (S^T, dP^T on tiles, then P and dS) against double (their bf16
+ * results within one bf16 rounding, 2^-8 relative; zero outside the causal part).
  *
  * The op end to end at shapes the amx mode takes (T and head_dim multiples of 32: one and
  * several 128-row blocks, a last block of 32, T over 512, GQA ratios 1-8): out, lse, dq, dk, dv
@@ -113,6 +113,33 @@ static void check_pack_f32(int K, int N, int tb) {
     free(p32);
 }
 
+/* ops_cpu_amx_pack_both (x [T, hd] fp32, rows ld apart, both layouts in one pass) bit for bit
+ * the two packs of its bf16 copy */
+static void check_pack_both(int T, int hd) {
+    const int ld = hd + 7;
+    const size_t n = (size_t)T * ld, words = (size_t)(T + 31) / 32 * 32 * ((hd + 31) / 32 * 32) / 2;
+    float *x = xalloc(4 * n);
+    uint16_t *h = xalloc(2 * n);
+    uint32_t *pt = xalloc(4 * words), *pn = xalloc(4 * words), *bt = xalloc(4 * words),
+             *bn = xalloc(4 * words);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = i % 11 == 5 ? 0x3f808000u + (uint32_t)(i % 3) * 0x10000u : 0;
+        if (u)
+            memcpy(&x[i], &u, 4); /* ties to even, both ways */
+        else
+            x[i] = check_uniform(&rng) * 3.0f;
+        h[i] = ops_cpu_bf16_bits(x[i]);
+    }
+    memset(bt, 0x77, 4 * words);
+    memset(bn, 0x77, 4 * words);
+    ops_cpu_amx_pack(pt, 1, h, 0, ld, hd, T);
+    ops_cpu_amx_pack(pn, 0, h, 0, ld, T, hd);
+    ops_cpu_amx_pack_both(bt, bn, x, ld, T, hd);
+    CHECK(!memcmp(pt, bt, 4 * words) && !memcmp(pn, bn, 4 * words),
+          "pack_both (T %d, hd %d) = the two packs of its bf16 copy", T, hd);
+    free(x), free(h), free(pt), free(pn), free(bt), free(bn);
+}
+
 static void check_transpose(int rows, int cols) {
     const int rp = (rows + 31) / 32 * 32, cp = (cols + 31) / 32 * 32, lda = cols + 3;
     uint16_t *A = xalloc(2ul * rows * lda), *D = xalloc(2ul * rp * cp);
@@ -141,7 +168,8 @@ static void check_rows(int M, int n, int r0) {
     uint16_t *p16 = xalloc(2ul * M * n);
     for (size_t i = 0; i < (size_t)M * n; i++) s[i] = 24.0f * check_uniform(&rng);
     memcpy(s0, s, 4ul * M * n);
-    ops_cpu_amx_softmax_rows(p16, s, M, n, r0, scale, lse);
+    float *rl = xalloc(4ul * M);
+    ops_cpu_amx_softmax_rows(p16, s, M, n, r0, scale, lse, rl);
     int bad = 0, badl = 0;
     for (int i = 0; i < M; i++) {
         const int nv = r0 + i + 1;
@@ -149,15 +177,16 @@ static void check_rows(int M, int n, int r0) {
         for (int j = 0; j < nv; j++) mx = fmax(mx, (double)s0[(size_t)i * n + j] * scale);
         for (int j = 0; j < nv; j++) l += exp((double)s0[(size_t)i * n + j] * scale - mx);
         for (int j = 0; j < n; j++) {
-            const double want = j < nv ? exp((double)s0[(size_t)i * n + j] * scale - mx) / l : 0.0;
+            const double want = j < nv ? exp((double)s0[(size_t)i * n + j] * scale - mx) : 0.0;
             bad += !near16(bf(p16[(size_t)i * n + j]), want) ||
                    (j >= nv && p16[(size_t)i * n + j] != 0);
         }
-        badl += !(fabs(lse[i] - (mx + log(l))) <= 1e-5 * (1.0 + fabs(mx + log(l))));
+        badl += !(fabs(lse[i] - (mx + log(l))) <= 1e-5 * (1.0 + fabs(mx + log(l)))) ||
+                !(fabs(rl[i] - 1.0 / l) <= 1e-5 / l);
     }
-    CHECK(!bad && !badl, "softmax rows M %d n %d r0 %d: %d probabilities, %d lse wrong", M, n, r0,
-          bad, badl);
-    free(s), free(s0), free(lse), free(p16);
+    CHECK(!bad && !badl, "softmax rows M %d n %d r0 %d: %d exponentials, %d lse or 1/sum wrong", M,
+          n, r0, bad, badl);
+    free(s), free(s0), free(lse), free(p16), free(rl);
 }
 
 /* The backward's scores of a key block (ops_cpu_amx_attn_grad_scores): kc, vc [M, hd] and Q, dO
@@ -280,6 +309,8 @@ int main(void) {
     check_pack_f32(128, 96, 1);
     check_pack_f32(70, 45, 0);
     check_pack_f32(45, 70, 1);
+    check_pack_both(96, 128);
+    check_pack_both(64, 96); /* head_dim not a multiple of 32: zero k pairs */
     check_transpose(128, 96);
     check_transpose(64, 1000);
     check_rows(64, 128, 0);

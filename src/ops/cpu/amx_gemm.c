@@ -539,35 +539,29 @@ static inline __m512 ce_exp16(__m512 x) {
  * compiler's vectorisation of vm_expf there ran them at about 4 cycles a score). n: a multiple
  * of 16. */
 
-void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
-                              float *lse) {
+void ops_cpu_amx_softmax_rows(uint16_t *p16, const float *s, int M, int n, int r0, float scale,
+                              float *lse, float *rl) {
     const __m512 sc = _mm512_set1_ps(scale);
     for (int i = 0; i < M; i++) {
-        float *restrict row = s + (size_t)i * n;
+        const float *restrict row = s + (size_t)i * n;
         uint16_t *restrict p = p16 + (size_t)i * n;
         const int nv = r0 + i + 1; /* keys 0 .. query r0 + i */
         __m512 vm = _mm512_set1_ps(-INFINITY);
         for (int j = 0; j < nv; j += 16)
             vm = _mm512_mask_max_ps(vm, mask16(nv - j), vm,
                                     _mm512_mul_ps(_mm512_loadu_ps(row + j), sc));
-        const float m = _mm512_reduce_max_ps(vm);
-        const __m512 mx = _mm512_set1_ps(m);
+        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
         __m512 sum = _mm512_setzero_ps();
-        for (int j = 0; j < nv; j += 16) {
+        for (int j = 0; j < n; j += 16) { /* zero past the query */
             const __mmask16 k = mask16(nv - j);
-            const __m512 e =
-                _mm512_maskz_mov_ps(k, ce_exp16(_mm512_fmsub_ps(_mm512_loadu_ps(row + j), sc, mx)));
+            const __m512 e = _mm512_maskz_mov_ps(
+                k, ce_exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, row + j), sc, mx)));
             sum = _mm512_add_ps(sum, e);
-            _mm512_storeu_ps(row + j, e);
+            _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
         }
         const float l = _mm512_reduce_add_ps(sum);
-        const __m512 inv = _mm512_set1_ps(1.0f / l);
-        for (int j = 0; j < n; j += 16) /* zero past the query */
-            _mm256_storeu_si256(
-                (__m256i *)(p + j),
-                (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mul_ps(
-                    mask16(nv - j), _mm512_maskz_loadu_ps(mask16(nv - j), row + j), inv)));
-        lse[i] = m + logf(l);
+        lse[i] = _mm512_cvtss_f32(mx) + logf(l);
+        rl[i] = 1.0f / l;
     }
 }
 

@@ -17,7 +17,7 @@
  *
  * Forward, one task per (b, h, query block [r0, r1)):
  *   S = Q[r0:r1] K[0:r1]^T,  P = softmax(S * scale) (fp32; masked keys 0),  lse,
- *   O[r0:r1] = bf16(P) V[0:r1].
+ *   O[r0:r1] = bf16(P) V[0:r1]  (amx mode: bf16(exp(S scale - max)) V / sum, below).
  * Backward in one pass of 5 products, one task per (b, h), its key blocks [c0, c1) in order,
  * each over the queries [c0, T) that see it:
  *   D = rowsum(dO * O) (fp32, before the pass),
@@ -84,9 +84,12 @@ typedef struct {
      * are multiples of 32: the B operands (K^T, V; in backward Q^T, Q, dO^T, dO, K) packed in
      * k pairs once per call, so that no product packs anything (dS^T for dQ is transposed per
      * key block); q, dout (backward), k, v (forward) packed straight from the fp32 tensors,
-     * without head-major copies. The backward's S^T and dP^T are made and turned into P and dS
-     * one 32 x 32 block at a time in L1 (ops_cpu_amx_attn_grad_scores), never stored as fp32:
-     * 0.6B x 2048 backward 55-58 -> 46.5 ms a layer (Xeon AMX, 2 threads, session 24).
+     * without head-major copies. The forward rounds P unnormalised and divides O by the row's
+     * sum after P V (FlashAttention's order, and PyTorch's CPU flash attention's; one pass over
+     * the scores fewer). The backward's S^T and dP^T are made and turned into P and dS one
+     * 32 x 32 block at a time in L1 (ops_cpu_amx_attn_grad_scores), never stored as fp32: 0.6B
+     * x 2048 forward 17.3 -> 16.0, backward 55-58 -> 44.5 ms a layer (Xeon AMX, 2 threads,
+     * session 24).
      * ops_cpu_bf16_amx_attention(), the default with AMX-BF16. */
     int amx;
 } ag_mode;
@@ -334,12 +337,19 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
             else
                 ag_rows_by_keys(md, &x, hd, q16, k16, w.s);
             void *p16 = ag_block(md, w.s, w.s16);
-            if (amx) { /* O straight into out's rows; V's 16-column blocks T * 8 words apart */
+            if (amx) { /* P unnormalised; O's rows scaled by 1 / the row's sum on their way
+                        * from the dense block (V's 16-column blocks T * 8 words apart) to out,
+                        * whose rows, 8 KB apart at 0.6B, the tiles would store to one L1 set */
+                float rl[AG_BQ];
                 ops_cpu_amx_softmax_rows(p16, w.s, M, n, r0, scale,
-                                         lse + ((size_t)b * H + h) * T + r0);
-                ops_cpu_amx_gemm_packed(M, hd, n, p16, n, vp + bg * hw, (size_t)T * 8, 0,
-                                        out + ((size_t)b * T + r0) * ldq + (size_t)h * hd,
-                                        (int)ldq);
+                                         lse + ((size_t)b * H + h) * T + r0, rl);
+                ops_cpu_amx_gemm_packed(M, hd, n, p16, n, vp + bg * hw, (size_t)T * 8, 0, w.o, hd);
+                for (int i = 0; i < M; i++) {
+                    float *restrict o = out + ((size_t)b * T + r0 + i) * ldq + (size_t)h * hd;
+                    const float *restrict x = w.o + (size_t)i * hd;
+#pragma omp simd
+                    for (int c = 0; c < hd; c++) o[c] = x[c] * rl[i];
+                }
                 continue;
             }
             for (int i = 0; i < M; i++) {

@@ -900,9 +900,9 @@ void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, co
     abort();
 }
 
-void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
-                              float *lse) {
-    (void)p16, (void)s, (void)M, (void)n, (void)r0, (void)scale, (void)lse;
+void ops_cpu_amx_softmax_rows(uint16_t *p16, const float *s, int M, int n, int r0, float scale,
+                              float *lse, float *rl) {
+    (void)p16, (void)s, (void)M, (void)n, (void)r0, (void)scale, (void)lse, (void)rl;
     abort();
 }
 

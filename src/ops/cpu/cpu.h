@@ -190,15 +190,17 @@ void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, co
                              size_t bs, int acc, float *C, int ldc);
 /* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
  * softmax_rows: for each row i of s [M, n] (query r0 + i, seeing keys 0 .. r0 + i), p16 = bf16
- * of softmax(s * scale) (zero past the query; s is overwritten by the exponentials), lse[i] its
- * natural log-sum-exp. attn_grad_scores: the backward's scores for a block of M keys whose first
- * query is its first key, n queries (M, n, hd multiples of 32): S^T = kc Q^T, dP^T = vc dO^T
- * (kc, vc [M, hd] bf16 rows lda apart; qt, dot: Q^T and dO^T packed as ops_cpu_amx_pack packs
- * them, from the block's first query, 16-query blocks bs words apart), then for key i and query
- * j, P = exp(S^T scale - lse[j]) and dS = P (dP^T - D[j]) scale, both bf16 into p16, ds16 [M, n]
- * (zero where j < i); single-threaded, AMX tiles. */
-void ops_cpu_amx_softmax_rows(uint16_t *p16, float *s, int M, int n, int r0, float scale,
-                              float *lse);
+ * of exp(s * scale - the row's maximum), the unnormalised softmax (zero past the query), lse[i]
+ * the row's natural log-sum-exp and rl[i] 1 / the sum of its exponentials (fp32 sums), by which
+ * the caller scales the row's P V (FlashAttention's order, as PyTorch's CPU flash attention).
+ * attn_grad_scores: the backward's scores for a block of M keys whose first query is its first key,
+ * n queries (M, n, hd multiples of 32): S^T = kc Q^T, dP^T = vc dO^T (kc, vc [M, hd] bf16 rows lda
+ * apart; qt, dot: Q^T and dO^T packed as ops_cpu_amx_pack packs them, from the block's first query,
+ * 16-query blocks bs words apart), then for key i and query j, P = exp(S^T scale - lse[j]) and dS =
+ * P (dP^T - D[j]) scale, both bf16 into p16, ds16 [M, n] (zero where j < i); single-threaded, AMX
+ * tiles. */
+void ops_cpu_amx_softmax_rows(uint16_t *p16, const float *s, int M, int n, int r0, float scale,
+                              float *lse, float *rl);
 void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
                                   const uint16_t *vc, int lda, const uint32_t *qt,
                                   const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
