@@ -842,9 +842,11 @@ int ops_cpu_bf16_fused_lmhead_ce(void) {
 
 int ops_cpu_bf16_amx_attention(void) {
     static int state;
-    return (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION) &&
-           amx_kernel_on(&state, "TITAN_AMX_ATTENTION",
-                         "attention's products stay on AMX tiles where they can");
+    /* the variable first: a bad value is reported on every CPU, not only where the layout
+     * would be used (an AMX-only check let it pass unseen elsewhere) */
+    return amx_kernel_on(&state, "TITAN_AMX_ATTENTION",
+                         "attention's products stay on AMX tiles where they can") &&
+           (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION);
 }
 
 int ops_lmhead_ce_fused(int D) {
