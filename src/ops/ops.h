@@ -247,8 +247,9 @@ const char *ops_bf16_amx_gemm(void);
 /* How lmhead_ce/bf16 runs without loss parallelism: "fused on AMX tiles" (the logits never in
  * memory; ops/cpu/amx_gemm.c) or "chunked logits" (the chunk's logits through memory). */
 const char *ops_bf16_lmhead_ce(void);
-/* where attention/bf16's products run: "AMX tiles" (titan's, ops_cpu_bf16_amx_attention) or
- * "oneDNN" */
+/* where attention/bf16's products run: "AMX tiles" (titan's, ops_cpu_bf16_amx_attention),
+ * "AVX512_BF16 forward, oneDNN backward" (AVX512_BF16 without AMX: titan's vdpbf16ps forward,
+ * attention_dpbf16.c), "oneDNN", or "emulated" (the emulated engine's GEMMs) */
 const char *ops_bf16_attention(void);
 /* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same element
  * offsets), kept by the caller (the model converts each unit once per step). A bf16 GEMM whose

@@ -858,7 +858,9 @@ const char *ops_bf16_lmhead_ce(void) {
 }
 
 const char *ops_bf16_attention(void) {
-    return ops_cpu_bf16_amx_attention() ? "AMX tiles" : "oneDNN";
+    if (ops_cpu_bf16_amx_attention()) return "AMX tiles";
+    if (engine() != ENGINE_ONEDNN) return "emulated";
+    return ops_cpu_attention_dpbf16_usable() ? "AVX512_BF16 forward, oneDNN backward" : "oneDNN";
 }
 
 const char *ops_bf16_layouts(void) {
