@@ -806,8 +806,10 @@ const char *ops_bf16_engine(void) {
 
 const char *ops_bf16_amx_gemm(void) {
 #if defined(TITAN_HAVE_DNNL) && defined(TITAN_HAVE_AMX_GEMM)
+    /* the mode first: TITAN_AMX_GEMM's value is checked (a bad one said) on the emulated
+     * engine too */
+    const int m = amx_gemm_mode();
     if (engine() == ENGINE_ONEDNN) {
-        const int m = amx_gemm_mode();
         if (m == AMX_GEMM_ALL) return "all products";
         if (m == AMX_GEMM_MEASURED) return "fp32-result products";
     }
@@ -866,7 +868,8 @@ const char *ops_bf16_attention(void) {
 const char *ops_bf16_layouts(void) {
     static const char *const names[] = {"none", "attention", "lmhead_ce", "attention, lmhead_ce"};
     const int all = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE; /* names' index: the mask */
-    return names[engine() == ENGINE_ONEDNN ? ops_cpu_bf16_amx_layouts() & all : 0];
+    const int v = ops_cpu_bf16_amx_layouts(); /* read (a bad value said) on every engine */
+    return names[engine() == ENGINE_ONEDNN ? v & all : 0];
 }
 
 #ifndef TITAN_HAVE_AMX_GEMM
