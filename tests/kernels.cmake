@@ -105,10 +105,11 @@ add_test(NAME kernels_conformance_amx_layouts_none COMMAND titan kernels test at
 set_tests_properties(kernels_conformance_amx_layouts_none PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=0" TIMEOUT 300
   PASS_REGULAR_EXPRESSION "AMX layouts: none" FAIL_REGULAR_EXPRESSION "FAIL|failed")
-# the default: attention's layout where /proc/cpuinfo lists amx_bf16 and the engine is onednn
+# the default: attention's layout where /proc/cpuinfo lists amx_bf16 or avx512_bf16 and the
+# engine is onednn
 add_test(NAME kernels_amx_layouts_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test attention 2>&1) || exit 1
     case \"$out\" in *'bf16 engine: emulated'*) want=none ;; *)
-      grep -qw amx_bf16 /proc/cpuinfo && want=attention || want=none ;; esac
+      grep -qwE 'amx_bf16|avx512_bf16' /proc/cpuinfo && want=attention || want=none ;; esac
     echo \"$out\" | grep -q \"AMX layouts: $want;\" || { echo \"FAIL: want AMX layouts $want\"; echo \"$out\"; exit 1; }
     echo \"ok: AMX layouts $want\"")
 set_tests_properties(kernels_amx_layouts_default PROPERTIES

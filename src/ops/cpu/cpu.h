@@ -233,7 +233,8 @@ int ops_cpu_has_flag(const char *flag);
 /* The bf16 ops on the onednn engine that use the layouts measured faster with AMX, a mask of
  * OPS_CPU_AMX_* (attention's dense head-major operands: 0.6B x 2048 a layer forward 40.5 ->
  * 33.6 ms, backward 115 -> 62.5; lmhead_ce's transposed chunk; bench/RESULTS.md "Session 19").
- * TITAN_AMX_LAYOUTS unset: attention's on a CPU with AMX-BF16, none elsewhere; 0: none; 1: both;
+ * TITAN_AMX_LAYOUTS unset: attention's on a CPU with bf16 units (AMX-BF16, or AVX512_BF16:
+ * measured faster there too, session 25), none elsewhere; 0: none; 1: both;
  * or a comma list of their names (attention, lmhead_ce), on any CPU (kernels_conformance_amx_
  * layouts_* test each everywhere). lmhead_ce's stays off by default: docs/kernels.md says why.
  * Another value is warned about and leaves both off. Decided once. */
