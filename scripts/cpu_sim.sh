@@ -18,9 +18,16 @@
 #         avx512_bf16  AVX512_BF16 without AMX (Zen 4 class): amx_* removed
 # e.g.  scripts/cpu_sim.sh avx2 ctest --test-dir build -j2
 #       scripts/cpu_sim.sh avx512 build/titan kernels test embedding
+#       scripts/cpu_sim.sh --check      exit 0 if this machine lets it simulate (root, a private
+#                                       mount namespace, a bind mount over /proc/cpuinfo), else 1
 set -euo pipefail
 cls=${1:-}
-[ $# -ge 2 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+if [ "$cls" = --check ]; then
+  [ "$(id -u)" = 0 ] || exit 1
+  unshare -m --propagation private sh -c 'mount --bind /proc/cpuinfo /proc/cpuinfo' 2>/dev/null || exit 1
+  exit 0
+fi
+[ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 shift
 case "$cls" in
   avx2) drop='avx512[a-z0-9_]*|amx_[a-z0-9]*' isa=default ;;
