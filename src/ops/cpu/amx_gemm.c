@@ -117,19 +117,11 @@ static __mmask16 mask16(int n) { /* the first n (0 .. 16) of 16 lanes */
 }
 
 /* 16 bf16 values from x (the first lanes of m; zero in the others) as 16-bit lanes: bf16 bits
- * loaded, or (f32) fp32 values rounded as ops_cpu_bf16_bits does (to nearest, ties to even; NaN
- * kept quiet; denormals kept, unlike vcvtneps2bf16), so that an operand packed straight from
- * fp32 is bitwise the one packed from a converted copy */
+ * loaded, or (f32) fp32 values rounded by ops_cpu_bf16_bits16 (ops_cpu_bf16_bits' rounding), so
+ * that an operand packed straight from fp32 is bitwise the one packed from a converted copy */
 static inline __m256i bits16(const void *x, int f32, __mmask16 m) {
     if (!f32) return _mm256_maskz_loadu_epi16(m, x);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x);
-    const __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
-    __m512i r =
-        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                             _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-    r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
-                             _mm512_set1_epi32(0x00400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    return _mm512_cvtepi32_epi16(ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(m, x)));
 }
 
 /* element i of x: bf16 bits, or (f32) fp32 */

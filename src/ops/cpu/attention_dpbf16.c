@@ -131,17 +131,6 @@ static void dp_gemm(int M, int N, int k2, const uint16_t *A, size_t lda, const u
 
 /* ---- conversions and packing ------------------------------------------------------------ */
 
-/* x rounded to bf16 as ops_cpu_bf16_bits (ties to even, NaN quiet), in each 32-bit lane's
- * low half (the high half zero). */
-static inline __m512i dp_bits(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_srli_epi32(_mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000)), 16);
-}
-
 static inline __mmask16 dp_mask(int n) {
     return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1);
 }
@@ -151,7 +140,8 @@ static void dp_row(uint16_t *dst, const float *src, int n, int m, float f) {
     const __m512 fv = _mm512_set1_ps(f);
     for (int j = 0; j < m; j += 16) {
         const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
-        const __m512i h = dp_bits(_mm512_mul_ps(_mm512_maskz_loadu_ps(ld, src + j), fv));
+        const __m512i h =
+            ops_cpu_bf16_bits16(_mm512_mul_ps(_mm512_maskz_loadu_ps(ld, src + j), fv));
         _mm256_mask_storeu_epi16(dst + j, dp_mask(m - j), _mm512_cvtepi32_epi16(h));
     }
 }
@@ -161,8 +151,9 @@ static void dp_row(uint16_t *dst, const float *src, int n, int m, float f) {
 static void dp_pair_rows(uint16_t *dst, const float *lo, const float *hi, int n, int m) {
     for (int j = 0; j < m; j += 16) {
         const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
-        const __m512i a = dp_bits(_mm512_maskz_loadu_ps(ld, lo + j)),
-                      b = hi ? dp_bits(_mm512_maskz_loadu_ps(ld, hi + j)) : _mm512_setzero_si512();
+        const __m512i a = ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(ld, lo + j)),
+                      b = hi ? ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(ld, hi + j))
+                             : _mm512_setzero_si512();
         _mm512_mask_storeu_epi32(dst + 2 * (size_t)j, dp_mask(m - j),
                                  _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
     }

@@ -8,6 +8,10 @@
 
 #include "ops/ops.h"
 
+#ifdef __AVX512F__ /* the x86-64-v4 kernel copies: ops_cpu_bf16_bits16 */
+#include <immintrin.h>
+#endif
+
 /* A kernel's scratch: 64-byte aligned, NOT zeroed (base_alloc's serial memset would cost as
  * much as the kernel's first pass over it), freed with free(). The op signatures return void,
  * so an allocation failure cannot be reported: it is logged (naming what) and fatal. */
@@ -64,6 +68,20 @@ static inline float ops_cpu_bf16_value(uint16_t h) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+#ifdef __AVX512F__
+/* ops_cpu_bf16_bits on 16 lanes, for the AVX-512 kernels (attention_dpbf16.c, amx_gemm.c): each
+ * 32-bit lane's bf16 bits in its low half, the high half zero; bitwise the scalar's (ties to
+ * even, NaN quiet, denormals kept: not vcvtneps2bf16, which flushes them). */
+static inline __m512i ops_cpu_bf16_bits16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_srli_epi32(_mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000)), 16);
+}
+#endif
 
 /* dst[i] = src[i] rounded to the nearest bf16, as an fp32 value (dst may equal src). */
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
@@ -175,7 +193,7 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
  * columns a block of k pairs, [Kp/2][16] 32-bit (Kp: K rounded up to 32), zero past K and N; block
  * c at dst + c * Kp * 8 (Np * Kp / 2 words in all, Np: N rounded up to 32). So the columns [n0, ..)
  * from row k0 (both multiples of 32) of a packed B are dst + n0 * Kp / 2 + k0 * 8 with the same
- * block stride Kp * 8. ops_cpu_amx_ transpose: dst [cols rounded up to 32][rows rounded up to 32] =
+ * block stride Kp * 8. ops_cpu_amx_transpose: dst [cols rounded up to 32][rows rounded up to 32] =
  * A^T, A [rows][cols] (lda), zero past both. ops_cpu_amx_gemm_packed: C[M, N] (+= with acc) = A[M,
  * K] B, bf16 A (rows lda apart, 64-byte aligned rows load fastest), B packed (16-column blocks bs
  * words apart, k pairs from B's first row), fp32 C (ldc); M, N, K multiples of 32; one fixed-order
