@@ -590,6 +590,33 @@ static void test_vm_expf(void) {
              vm_expf(0.0f) == 1.0f && isinf(vm_expf(INFINITY)) && isnan(vm_expf(NAN)) &&
              vm_expf(-87.0f) > 0.0f;
     check_true("vm_expf special values (-inf, -1e30, -100 -> 0; inf -> inf; NaN -> NaN)", ok, NULL);
+    /* the same through the vector loop, where vm_expf runs in the kernels: inputs outside
+     * [-87.34, 88.38] compute garbage that its last two selects must replace (it does not clamp
+     * them first) */
+    static const float sx[] = {-INFINITY, -FLT_MAX,  -1e30f,   -1000.0f, -126.0f * 0.6931472f,
+                               -87.3366f, -87.3365f, -50.0f,   -FLT_MIN, -0.0f,
+                               0.0f,      1e-30f,    88.3762f, 88.3763f, 88.7f,
+                               89.0f,     200.0f,    1e30f,    FLT_MAX,  INFINITY,
+                               NAN,       -NAN};
+    enum { NSX = sizeof sx / sizeof sx[0] };
+    float sy[NSX];
+#pragma omp simd
+    for (int i = 0; i < NSX; i++) sy[i] = vm_expf(sx[i]);
+    int vok = 1;
+    char bad[128] = "";
+    for (int i = 0; i < NSX && vok; i++) {
+        const double r = exp((double)sx[i]);
+        const float x = sx[i];
+        const int want0 = x < -87.3365478515625f;
+        const int wantinf = x > 88.3762626647949f;
+        vok = isnan(sx[i])  ? isnan(sy[i])
+              : want0       ? sy[i] == 0.0f && !signbit(sy[i])
+              : wantinf     ? isinf(sy[i]) && sy[i] > 0
+              : r < FLT_MIN ? sy[i] >= 0.0f && sy[i] < 2.0f * FLT_MIN
+                            : fabs(sy[i] - r) <= 2.0 * r * FLT_EPSILON;
+        if (!vok) snprintf(bad, sizeof bad, "exp(%a) gave %a", sx[i], sy[i]);
+    }
+    check_true("vm_expf special and out-of-range values in a vector loop", vok, vok ? NULL : bad);
     base_free(xs), base_free(ys);
 }
 

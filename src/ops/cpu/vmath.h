@@ -43,14 +43,18 @@ static inline float vm_expf(float x) {
     const float magic = 12582912.0f + 127.0f; /* 1.5*2^23 (rounding) + exponent bias */
     const float c1 = 0.693359375f;            /* ln2 split: c1 has 9 significant bits */
     const float c2 = -2.12194440e-4f;
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc; /* NaN passes through both clamps */
-    float t = VM_FMA(xc, log2e, magic);
-    float n = t - magic; /* round(x*log2e), exactly, as a float in [-126, 127] */
+    /* x is not clamped to [lo, hi] first: outside it (and for +-inf) what follows computes
+     * garbage (n out of range, wrapped exponent bits, inf - inf) that the two selects at the
+     * end replace; NaN flows through as NaN. Inside it every operation is the clamped form's,
+     * so the results are bitwise the same (checked on all 2^32 inputs, vectorised for AVX-512,
+     * AVX2 and SSE2 and scalar), and the vector loop is two operations shorter: 0.395 -> 0.287
+     * ns an element, one Zen 4 core, x86-64-v4 (session 26). */
+    float t = VM_FMA(x, log2e, magic);
+    float n = t - magic; /* round(x*log2e), exactly, as a float in [-126, 127] on [lo, hi] */
     /* bits(t) = bits(1.5*2^23) + n + 127 while |n + 127| < 2^22 */
     uint32_t e = vm_float_to_bits(t) - 0x4B400000u;
     float pow2n = vm_bits_to_float(e << 23);
-    float r = VM_FMA(n, -c1, xc);
+    float r = VM_FMA(n, -c1, x);
     r = VM_FMA(n, -c2, r);
     float p = 1.9875691500e-4f;
     p = VM_FMA(p, r, 1.3981999507e-3f);
