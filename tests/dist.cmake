@@ -60,12 +60,15 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_profile.sh $<TARGET_FILE:titan>
             ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${TITAN_PYTHON} ${CMAKE_SOURCE_DIR})
   set_tests_properties(dist_profile PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
-  # Under ASan, OpenMPI's own allocations (MCA components, op tables) are reported as leaks
-  # at exit; leak checking stays on for every single-process test, off for these.
+  # Under ASan, OpenMPI's own allocations (MCA components, op tables; their frames in modules
+  # unloaded by exit, so no suppression can name them) are reported as leaks at exit; leak
+  # checking stays on for every single-process test, off for these: every dist_* test, found by
+  # name so that a new one is not missed (a hand list had missed dist_ep_moe_plugin, which made
+  # `make asan` fail, session 26).
   if(TITAN_SANITIZE)
-    set_tests_properties(dist_fsdp dist_tp dist_ep dist_kernel_shapes dist_watchdog dist_metrics
-                         dist_config_mismatch dist_peak dist_profile PROPERTIES
-                         ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+    get_property(titan_dist_tests DIRECTORY PROPERTY TESTS)
+    list(FILTER titan_dist_tests INCLUDE REGEX "^dist_")
+    set_property(TEST ${titan_dist_tests} APPEND PROPERTY ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endif()
 else()
   message(STATUS "titan: MPI or mpirun not found: the multi-process tests (dist_fsdp, dist_tp, dist_ep, dist_watchdog, dist_metrics, dist_peak, dist_profile) are skipped")
