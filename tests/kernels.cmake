@@ -202,6 +202,13 @@ add_test(NAME kernels_bench_moe_plugin COMMAND titan kernels bench grouped_tiles
   --plugin ${CMAKE_BINARY_DIR}/examples/libgrouped_tiles.so)
 set_tests_properties(kernels_bench_moe_plugin PROPERTIES PASS_REGULAR_EXPRESSION
   "experts 64 top_k 8 moe_ffn 768\n.*grouped_mm +grouped_tiles +fwd .*GFLOP/s\n.*grouped_mm +grouped_tiles +bwd")
+# A bf16 implementation's weight is read from a mirror made once, as in training (not
+# converted per call): the expert stack, the lm_head's weight.
+add_test(NAME kernels_bench_bf16_weights COMMAND titan kernels bench grouped_mm/bf16
+  --flavor debugmodel_moe --batch 1 --seq 8 --min-time 0)
+set_tests_properties(kernels_bench_bf16_weights PROPERTIES PASS_REGULAR_EXPRESSION
+  "grouped_mm +bf16 +bf16 weight read from a copy made once.*\n.*grouped_mm +bf16 +fwd .*GFLOP/s\n.*grouped_mm +bf16 +bwd"
+  FAIL_REGULAR_EXPRESSION "converted per call" ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 # The plugin trains: losses equal to the built-in's within the conformance tolerance on the
 # MoE debug flavor and a shrunk 30B-A3B-reduced, by layer path too, and its constraint refused
 # at model build.
