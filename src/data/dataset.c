@@ -612,6 +612,14 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
     if (p->file < 0 || p->file > r->n_files || p->doc < 0 || p->file_doc < 0 || p->byte_off < 0 ||
         p->line < 0)
         return base_fail(err, "data position out of range (file %d of %d)", p->file, r->n_files);
+    /* past the last file (the reader's own state once a pass has ended): no place inside a file,
+     * as the reader leaves it (data_reader_next zeroes them when it moves to the next file) */
+    if (p->file == r->n_files && (p->file_doc || p->byte_off || p->line))
+        return base_fail(err,
+                         "data position past the last file (file %d of %d) with a place inside a "
+                         "file (document %lld, byte %lld, line %lld)",
+                         p->file, r->n_files, (long long)p->file_doc, (long long)p->byte_off,
+                         (long long)p->line);
     if (p->file < r->n_files) {
         const data_file *f = &r->files[p->file];
         /* the reader counts both together from (0, 0), file_doc from 0 again at each file: a

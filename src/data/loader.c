@@ -422,7 +422,11 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     if (data_reader_seek(&l->rd, &p, err)) return -1;
     l->rd.bad_lines = s->bad_lines;
     l->epoch = s->epoch;
-    l->from_start = s->doc == 0 && s->doc_tokens == 0;
+    /* the dataset's very start: a position with document 0 elsewhere (past the last file, or
+     * after files without documents) has not read this epoch from its start, so the checks of
+     * a whole epoch (read_doc) must wait for the next one */
+    l->from_start = s->doc == 0 && s->doc_tokens == 0 && s->file == 0 && s->file_doc == 0 &&
+                    s->byte_off == 0 && s->line == 0;
     l->epoch_tokens = 0;
     l->epoch_text = 0;
     l->head = l->len = 0;
