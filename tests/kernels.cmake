@@ -203,7 +203,8 @@ add_test(NAME kernels_bench_moe_plugin COMMAND titan kernels bench grouped_tiles
 set_tests_properties(kernels_bench_moe_plugin PROPERTIES PASS_REGULAR_EXPRESSION
   "experts 64 top_k 8 moe_ffn 768\n.*grouped_mm +grouped_tiles +fwd .*GFLOP/s\n.*grouped_mm +grouped_tiles +bwd")
 # A bf16 implementation's weight is read from a mirror made once, as in training (not
-# converted per call): the expert stack, the lm_head's weight.
+# converted per call); checked on grouped_mm's expert stack (matmul and lmhead_ce take the same
+# path in ops_conform_bench).
 add_test(NAME kernels_bench_bf16_weights COMMAND titan kernels bench grouped_mm/bf16
   --flavor debugmodel_moe --batch 1 --seq 8 --min-time 0)
 set_tests_properties(kernels_bench_bf16_weights PROPERTIES PASS_REGULAR_EXPRESSION
