@@ -167,13 +167,34 @@ add_test(NAME kernels_amx_attention_default COMMAND bash -c "out=$($<TARGET_FILE
         if grep -qw amx_bf16 /proc/cpuinfo; then want='AMX tiles'
         elif grep -qw avx512_bf16 /proc/cpuinfo && echo \"$out\" | grep -q 'CPU kernels ISA: avx512'; then
           want='AVX512_BF16 forward, oneDNN backward' off_want=$want; fi ;; esac
-    echo \"$out\" | grep -q \"attention: $want)\" || { echo \"FAIL: want attention: $want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -q \"attention: $want;\" || { echo \"FAIL: want attention: $want\"; echo \"$out\"; exit 1; }
     for off in TITAN_AMX_ATTENTION=0 TITAN_AMX_GEMM=0 TITAN_AMX_LAYOUTS=0; do
       out=$(env $off $<TARGET_FILE:titan> kernels test embedding 2>&1) || exit 1
-      echo \"$out\" | grep -q \"attention: $off_want)\" || { echo \"FAIL: $off: want attention: $off_want\"; echo \"$out\"; exit 1; }
+      echo \"$out\" | grep -q \"attention: $off_want;\" || { echo \"FAIL: $off: want attention: $off_want\"; echo \"$out\"; exit 1; }
     done
     echo \"ok: attention: $want\"")
 set_tests_properties(kernels_amx_attention_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+# grouped_mm/bf16's expert products on titan's vdpbf16ps kernel (grouped_dpbf16.c): the default
+# on AVX512_BF16 without AMX (the AVX-512 kernel copy, the onednn engine), oneDNN's per-expert
+# products with TITAN_GROUPED_DPBF16=0 and elsewhere; the conformance runs both
+add_test(NAME kernels_grouped_dpbf16_default COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test grouped_mm/bf16 2>&1) || exit 1
+    case \"$out\" in *'bf16 engine: emulated'*) want=emulated off_want=emulated ;;
+      *) want=oneDNN off_want=oneDNN
+        if ! grep -qw amx_bf16 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo &&
+           echo \"$out\" | grep -q 'CPU kernels ISA: avx512'; then want=AVX512_BF16; fi ;; esac
+    echo \"$out\" | grep -q \"experts: $want)\" || { echo \"FAIL: want experts: $want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -Eq 'ok +grouped_mm +bf16' || { echo \"FAIL: conformance\"; echo \"$out\"; exit 1; }
+    out=$(TITAN_GROUPED_DPBF16=0 $<TARGET_FILE:titan> kernels test grouped_mm/bf16 2>&1) || exit 1
+    echo \"$out\" | grep -q \"experts: $off_want)\" || { echo \"FAIL: TITAN_GROUPED_DPBF16=0: want experts: $off_want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -Eq 'ok +grouped_mm +bf16' || { echo \"FAIL: conformance with TITAN_GROUPED_DPBF16=0\"; echo \"$out\"; exit 1; }
+    echo \"ok: experts: $want\"")
+set_tests_properties(kernels_grouped_dpbf16_default PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "ok: experts:" FAIL_REGULAR_EXPRESSION "FAIL")
+add_test(NAME kernels_grouped_dpbf16_bad_value COMMAND titan kernels test grouped_mm/bf16)
+set_tests_properties(kernels_grouped_dpbf16_bad_value PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_DPBF16=yes"
+  PASS_REGULAR_EXPRESSION "TITAN_GROUPED_DPBF16=yes: not 0 or 1; grouped_mm/bf16 stays on AVX512_BF16 where it can"
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
 # a bad TITAN_AMX_LMHEAD_CE or TITAN_AMX_ATTENTION is said, and what stays as it is
 set(keeps_lmhead_ce "lm_head \\+ CE stays fused where it can")
 set(keeps_attention "attention's products stay on AMX tiles where they can")

@@ -104,9 +104,10 @@ int ops_cmd_kernels(int argc, char **argv, ops_flavor_dims_fn flavor_dims, base_
         printf("CPU kernels ISA: %s\n", ops_cpu_isa());
         /* which engine the bf16 implementations' GEMMs are checked on (TITAN_BF16_ENGINE) */
         printf("bf16 engine: %s (CPU bf16 units: %s; AMX layouts: %s; titan's AMX GEMM: %s; "
-               "lm_head + CE: %s; attention: %s)\n",
+               "lm_head + CE: %s; attention: %s; experts: %s)\n",
                ops_bf16_engine(), ops_bf16_native() ? "yes" : "no", ops_bf16_layouts(),
-               ops_bf16_amx_gemm(), ops_bf16_lmhead_ce(), ops_bf16_attention());
+               ops_bf16_amx_gemm(), ops_bf16_lmhead_ce(), ops_bf16_attention(),
+               ops_bf16_grouped_mm());
         const int failed = ops_conform_test(name, &o, err);
         if (failed < 0) return -1;
         if (failed) return base_fail(err, "kernels test: %d implementation(s) failed", failed);

@@ -251,6 +251,10 @@ const char *ops_bf16_lmhead_ce(void);
  * "AVX512_BF16 forward, oneDNN backward" (AVX512_BF16 without AMX: titan's vdpbf16ps forward,
  * attention_dpbf16.c), "oneDNN", or "emulated" (the emulated engine's GEMMs) */
 const char *ops_bf16_attention(void);
+/* where grouped_mm/bf16's expert products run: "AVX512_BF16" (AVX512_BF16 without AMX: titan's
+ * vdpbf16ps kernel, all experts in one pass, grouped_dpbf16.c), "oneDNN" (a call per expert and
+ * product) or "emulated" */
+const char *ops_bf16_grouped_mm(void);
 /* Weight mirrors: fp32 [base, base + n) has an up-to-date bf16 copy at mirror (same element
  * offsets), kept by the caller (the model converts each unit once per step). A bf16 GEMM whose
  * operand lies in a mirrored range reads the copy instead of converting the operand. The

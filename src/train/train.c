@@ -121,10 +121,11 @@ static void print_header(const train_opts *o, const model *m, const train_source
     printf("\n  precision: %s", o->prec_why);
     if (o->prec == OPS_PREC_BF16)
         printf("; GEMM operands (attention's products included) bf16 (engine %s, AMX layouts "
-               "%s, titan's AMX GEMM: %s, lm_head + CE: %s, attention: %s), fp32 master weights, "
-               "gradients, AdamW, norms, softmax and loss",
+               "%s, titan's AMX GEMM: %s, lm_head + CE: %s, attention: %s%s%s), fp32 master "
+               "weights, gradients, AdamW, norms, softmax and loss",
                ops_bf16_engine(), ops_bf16_layouts(), ops_bf16_amx_gemm(), ops_bf16_lmhead_ce(),
-               ops_bf16_attention());
+               ops_bf16_attention(), m->args.n_experts > 0 ? ", experts: " : "",
+               m->args.n_experts > 0 ? ops_bf16_grouped_mm() : "");
     if (o->prec == OPS_PREC_BF16 && (mesh->tp > 1 || mesh->ep > 1))
         printf("; %s exchanges of values rounded to bf16 on arrival anyway moved in %s",
                mesh->tp > 1 ? "TP" : "EP",

@@ -15,13 +15,8 @@
  * forward took 5-15% less CPU time at 0.6B heads x 2048 and the same at the bench model's
  * (bench/RESULTS.md, session 17).
  *
- * vdpbf16ps: c[i] += a[2i] b[2i] + a[2i+1] b[2i+1] for 16 fp32 lanes i (a, b: 32 bf16). The
- * micro-kernel (dp_gemm) computes C[M,N] = A[M,K] B[K,N] with
- *   A row-major bf16: row i at A + i lda, K contiguous (a pair of k is one 32-bit broadcast),
- *   B interleaved by pairs of k: B + p ldb holds (B[2p][j], B[2p+1][j]) for its columns j,
- * in tiles of 6 rows x 64 columns (24 zmm accumulators; ~210 GFLOP/s a core in L1 on that
- * Zen 4, its peak of one vdpbf16ps a cycle), K odd padded with a zero half pair. Each output
- * element is one task's fixed-order sum: bitwise the same for any thread count.
+ * The micro-kernel and its operand layouts: ops/cpu/dpbf16.h. Each output element is one
+ * task's fixed-order sum: bitwise the same for any thread count.
  *
  * Layouts per call (bf16 rounded to nearest even as ops_cpu_bf16_bits; Tp = T rounded up to
  * 64, hd2 = hd rounded up to even, hdv = hd rounded up to 16; pads are zero):
@@ -42,122 +37,14 @@
 #include <string.h>
 
 #include "ops/cpu/cpu.h"
+#include "ops/cpu/dpbf16.h"
 #include "ops/cpu/vmath.h"
 
 #if !defined(__AVX512BF16__) || !defined(__AVX512BW__)
 #error "attention_dpbf16.c must be compiled with -march=x86-64-v4 -mavx512bf16"
 #endif
 
-#define DP_BQ 32          /* query rows per task (64 and 128 measured a few % slower) */
-#define DP_R 6            /* micro-kernel tile rows */
-#define DP_V 4            /* micro-kernel tile vectors of 16 columns */
-#define DP_NC (16 * DP_V) /* micro-kernel tile columns: one panel of B */
-
-static int dp_up(int x, int m) {
-    return (x + m - 1) / m * m;
-}
-
-static size_t dp_al(size_t bytes) {
-    return (bytes + 63) / 64 * 64;
-}
-
-/* ---- the micro-kernel ----------------------------------------------------------------- */
-
-/* One R x (16 NV) tile of C over k2 pairs of K; tail masks the last vector's columns. */
-static inline __attribute__((always_inline)) void dp_tile(const int R, const int NV,
-                                                          const uint16_t *A, size_t lda,
-                                                          const uint16_t *B, size_t ldb, int k2,
-                                                          float *C, size_t ldc, __mmask16 tail) {
-    __m512 c[DP_R][DP_V];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps();
-    for (int p = 0; p < k2; p++) {
-        const uint16_t *bp = B + (size_t)p * ldb;
-        __m512bh b[DP_V];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) b[v] = (__m512bh)_mm512_loadu_si512(bp + 32 * v);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            uint32_t w;
-            memcpy(&w, A + (size_t)r * lda + 2 * (size_t)p, sizeof w);
-            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)w);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) c[r][v] = _mm512_dpbf16_ps(c[r][v], a, b[v]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(C + (size_t)r * ldc + 16 * v, v == NV - 1 ? tail : 0xffff,
-                                  c[r][v]);
-}
-
-/* C[M,N] = A B over k2 pairs of K, layouts as the header; columns [j, j + 64) of B start at
- * B + (j / 64) bp (bp = 128 where B's rows hold all N columns). B is read in whole vectors of
- * 16 columns (columns past N are read, never stored: they must be readable). */
-static void dp_gemm(int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
-                    size_t ldb, size_t bp, float *C, size_t ldc) {
-    for (int j0 = 0; j0 < N; j0 += DP_NC) {
-        const int nc = N - j0 < DP_NC ? N - j0 : DP_NC, nv = (nc + 15) / 16;
-        const __mmask16 tail = (__mmask16)(nc % 16 ? (1u << (nc % 16)) - 1 : 0xffffu);
-        const uint16_t *b = B + (size_t)(j0 / DP_NC) * bp;
-        for (int i0 = 0; i0 < M; i0 += DP_R) {
-            const int r = M - i0 < DP_R ? M - i0 : DP_R;
-            const uint16_t *a = A + (size_t)i0 * lda;
-            float *c = C + (size_t)i0 * ldc + j0;
-            switch (r * 8 + nv) { /* R, NV as constants: the accumulators stay in registers */
-#define DP_CASE(R, V)                                                                              \
-    case R * 8 + V:                                                                                \
-        dp_tile(R, V, a, lda, b, ldb, k2, c, ldc, tail);                                           \
-        break;
-#define DP_CASES(R) DP_CASE(R, 1) DP_CASE(R, 2) DP_CASE(R, 3) DP_CASE(R, 4)
-                DP_CASES(1)
-                DP_CASES(2)
-                DP_CASES(3)
-                DP_CASES(4)
-                DP_CASES(5)
-                DP_CASES(6)
-#undef DP_CASES
-#undef DP_CASE
-            default:
-                abort();
-            }
-        }
-    }
-}
-
-/* ---- conversions and packing ------------------------------------------------------------ */
-
-static inline __mmask16 dp_mask(int n) {
-    return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1);
-}
-
-/* dst[0, m) = bf16(src[0, n) * f), zeros in [n, m) (m >= n). */
-static void dp_row(uint16_t *dst, const float *src, int n, int m, float f) {
-    const __m512 fv = _mm512_set1_ps(f);
-    for (int j = 0; j < m; j += 16) {
-        const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
-        const __m512i h =
-            ops_cpu_bf16_bits16(_mm512_mul_ps(_mm512_maskz_loadu_ps(ld, src + j), fv));
-        _mm256_mask_storeu_epi16(dst + j, dp_mask(m - j), _mm512_cvtepi32_epi16(h));
-    }
-}
-
-/* dst[2j + t] = bf16 of (t ? hi : lo)[j] for j in [0, m): two rows interleaved by pairs; a NULL
- * row and columns [n, m) are zeros. */
-static void dp_pair_rows(uint16_t *dst, const float *lo, const float *hi, int n, int m) {
-    for (int j = 0; j < m; j += 16) {
-        const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
-        const __m512i a = ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(ld, lo + j)),
-                      b = hi ? ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(ld, hi + j))
-                             : _mm512_setzero_si512();
-        _mm512_mask_storeu_epi32(dst + 2 * (size_t)j, dp_mask(m - j),
-                                 _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
-    }
-}
+#define DP_BQ 32 /* query rows per task (64 and 128 measured a few % slower) */
 
 typedef struct {
     int B, T, Tp, hd, hd2, hdv;
@@ -277,7 +164,7 @@ void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const 
             const int r0 = qb * DP_BQ, M = T - r0 < DP_BQ ? T - r0 : DP_BQ, n = r0 + M;
             /* S[M, n] = Q[r0 : r0 + M] K[0 : n]^T */
             dp_gemm(M, n, d.hd2 / 2, w.qr + (((size_t)b * H + h) * T + r0) * d.hd2, d.hd2,
-                    w.kh + ((size_t)b * G + g) * d.hd2 * d.Tp, 2 * DP_NC, panel, S, d.Tp);
+                    w.kh + ((size_t)b * G + g) * d.hd2 * d.Tp, 2 * DP_NC, panel, S, d.Tp, 0);
             for (int i = 0; i < M; i++) {
                 float *s = S + (size_t)i * d.Tp, l;
                 const int nv = r0 + i + 1; /* keys 0 .. query */
@@ -290,7 +177,7 @@ void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const 
             /* O[r0 : r0 + M] = P V[0 : n] */
             dp_gemm(M, hd, (n + 1) / 2, P, d.Tp, w.vt + ((size_t)b * G + g) * d.Tp * d.hdv,
                     2 * (size_t)d.hdv, 2 * DP_NC, out + ((size_t)b * T + r0) * ldo + (size_t)h * hd,
-                    ldo);
+                    ldo, 0);
         }
     }
 }

@@ -866,6 +866,11 @@ const char *ops_bf16_attention(void) {
     return ops_cpu_attention_dpbf16_usable() ? "AVX512_BF16 forward, oneDNN backward" : "oneDNN";
 }
 
+const char *ops_bf16_grouped_mm(void) {
+    if (engine() != ENGINE_ONEDNN) return "emulated";
+    return ops_cpu_grouped_dpbf16_usable() ? "AVX512_BF16" : "oneDNN";
+}
+
 const char *ops_bf16_layouts(void) {
     static const char *const names[] = {"none", "attention", "lmhead_ce", "attention, lmhead_ce"};
     const int all = OPS_CPU_AMX_ATTENTION | OPS_CPU_AMX_LMHEAD_CE; /* names' index: the mask */

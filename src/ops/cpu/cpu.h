@@ -165,6 +165,17 @@ void ops_cpu_attention_bf16_bwd(float *dq, float *dk, float *dv, const float *do
 size_t ops_cpu_attention_dpbf16_ws(int B, int T, int H, int G, int hd);
 void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const float *k,
                                   const float *v, int B, int T, int H, int G, int hd, void *ws);
+/* grouped_mm/bf16 on AVX512_BF16 instructions (grouped_dpbf16.c, built for x86-64 only): call
+ * only when ops_cpu_grouped_dpbf16_usable(). Same arguments and semantics as
+ * ops_cpu_grouped_mm_bf16_fwd / _bwd. */
+void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                                int E, int C, int OC);
+void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                                const float *w, const int32_t *offs, int E, int C, int OC);
+/* 1 when grouped_mm/bf16 runs on grouped_dpbf16.c: where attention's forward runs on
+ * attention_dpbf16.c (below), unless TITAN_GROUPED_DPBF16=0 (then oneDNN's per-expert
+ * products, as on AMX). */
+int ops_cpu_grouped_dpbf16_usable(void);
 /* 1 when attention/bf16's forward runs on attention_dpbf16.c (dispatch.c): built in, the CPU
  * has AVX512_BF16 and no AMX (with AMX oneDNN's tiles keep it: unmeasured there), the AVX-512
  * kernel copy is the one chosen (TITAN_ISA=default turns it off) and the bf16 engine is onednn

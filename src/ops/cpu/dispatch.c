@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "ops/cpu/isa.h"
 
 typedef struct {
@@ -114,4 +115,20 @@ int ops_cpu_attention_dpbf16_usable(void) {
 #else
     return 0;
 #endif
+}
+
+int ops_cpu_grouped_dpbf16_usable(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        const char *env = getenv("TITAN_GROUPED_DPBF16");
+        if (env && *env && strcmp(env, "0") && strcmp(env, "1"))
+            base_log(BASE_LOG_WARN,
+                     "TITAN_GROUPED_DPBF16=%s: not 0 or 1; grouped_mm/bf16 stays on AVX512_BF16 "
+                     "where it can",
+                     env);
+        v = ops_cpu_attention_dpbf16_usable() && !(env && !strcmp(env, "0"));
+        __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
+    }
+    return v;
 }

@@ -61,13 +61,26 @@ void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const flo
                             const float *w, const int32_t *offs, int E, int C, int OC) {
     gmm_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, offs, E, C, OC);
 }
-/* "bf16": one GEMM per group on bf16 operands (the expert stacks from the weight mirror). */
+/* "bf16": one GEMM per group on bf16 operands (the expert stacks from the weight mirror); on
+ * AVX512_BF16 without AMX all groups in one pass of grouped_dpbf16.c instead. */
 void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                  int E, int C, int OC) {
+#ifdef TITAN_HAVE_DPBF16
+    if (ops_cpu_grouped_dpbf16_usable()) {
+        ops_cpu_grouped_dpbf16_fwd(out, inp, w, offs, E, C, OC);
+        return;
+    }
+#endif
     gmm_fwd(OPS_PREC_BF16, out, inp, w, offs, E, C, OC);
 }
 void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                  const float *w, const int32_t *offs, int E, int C, int OC) {
+#ifdef TITAN_HAVE_DPBF16
+    if (ops_cpu_grouped_dpbf16_usable()) {
+        ops_cpu_grouped_dpbf16_bwd(dinp, dw, dout, inp, w, offs, E, C, OC);
+        return;
+    }
+#endif
     gmm_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, offs, E, C, OC);
 }
 

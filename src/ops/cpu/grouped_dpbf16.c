@@ -1,0 +1,279 @@
+/* grouped_mm/bf16 on AVX512_BF16 (vdpbf16ps) without oneDNN: every expert's products on
+ * ops/cpu/dpbf16.h's micro-kernel, all experts in one parallel pass.
+ *
+ * Why: oneDNN runs one primitive per expert and product, multi-threaded inside, and an expert's
+ * row count is a new shape almost every step: ~300 primitives created a step at 30B-A3B-reduced
+ * x 2048 tokens (80 ms), a fork / join per expert, and experts of a few rows at 30-170 GFLOP/s
+ * (bench/RESULTS.md, session 27). Here a task is one expert's 64 output columns with all its
+ * rows; tasks of all experts are taken dynamically, the costliest first; no shape is compiled.
+ *
+ * Built only for x86-64, in a translation unit of its own compiled with -march=x86-64-v4
+ * -mavx512bf16 (CMakeLists.txt); grouped_mm.c calls it only when
+ * ops_cpu_grouped_dpbf16_usable() (dispatch.c) says the CPU has AVX512_BF16 and no AMX.
+ *
+ * Products of expert e (rows [o_e, o_e + n) of the routed rows, W_e [OC, C]), K in pairs:
+ *   forward  out[n, OC]  = x[n, C] W_e^T:  A = x's rows, B = W_e^T by pairs of C: a panel of 64
+ *            rows of W_e transposed as 32-bit words (16 x 16 blocks);
+ *   dx       dx[n, C]   += dy[n, OC] W_e:  A = dy's rows, B = pairs of W_e's rows interleaved;
+ *   dW       dW_e[OC, C] += dy^T x:        A = dy^T by pairs of rows (made once per expert and
+ *            call), B = pairs of x's rows interleaved.
+ * Operands are rounded to bf16 as ops_cpu_bf16_bits (nearest even), read from the weight's bf16
+ * mirror (and a held dy's) where there is one: the values the oneDNN path multiplies. Every
+ * output element is one task's fixed-order sum over K: bitwise the same for any thread count. */
+#include <omp.h>
+#include <stdlib.h>
+
+#include "ops/cpu/dpbf16.h"
+
+#define GD_W 16 /* words (pairs of bf16) per transposed block */
+#define GD_NP 4 /* 64-column panels per backward task */
+
+/* A row of bf16 values: an fp32 row (rounded here) or bf16 bits (a mirror's). */
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+} gd_src;
+
+/* 16 elements [j, j + 16) of row r (ld elements apart) as 32-bit lanes with the bf16 bits in
+ * the low half; elements at or past n are 0. */
+static inline __m512i gd_ld16(gd_src s, size_t r, size_t ld, int j, int n) {
+    const __mmask16 m = j < n ? dp_mask(n - j) : 0;
+    if (s.h) return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s.h + r * ld + j));
+    return ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(m, s.f + r * ld + j));
+}
+
+/* 16 words of rows (2q, 2q + 1) at columns [j, j + 16): (row 2q, row 2q + 1) per column; rows
+ * at or past rows are 0. */
+static inline __m512i gd_pair16(gd_src s, size_t ld, int q, int rows, int j, int n) {
+    const __m512i lo = 2 * q < rows ? gd_ld16(s, 2 * (size_t)q, ld, j, n) : _mm512_setzero_si512();
+    const __m512i hi =
+        2 * q + 1 < rows ? gd_ld16(s, 2 * (size_t)q + 1, ld, j, n) : _mm512_setzero_si512();
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+/* 16 words [q, q + 16) of row r: pairs (2q', 2q' + 1) of its n elements (past n: 0). */
+static inline __m512i gd_words16(gd_src s, size_t r, size_t ld, int q, int n) {
+    if (s.h) /* bf16 rows of even n: the words as stored */
+        return _mm512_maskz_loadu_epi32(q < n / 2 ? dp_mask(n / 2 - q) : 0, s.h + r * ld + 2 * q);
+    const __m512i lo = gd_ld16(s, r, ld, 2 * q, n), hi = gd_ld16(s, r, ld, 2 * q + 16, n);
+    /* lanes 0..15 of lo and hi hold elements 2q..2q+15 and 2q+16..2q+31: narrow each to 16
+     * bits and concatenate, so word i = (element 2q + 2i, element 2q + 2i + 1) */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)),
+                              _mm512_cvtepi32_epi16(hi), 1);
+}
+
+/* In-register transpose of 16 x 16 32-bit words: r[i] lane j -> r[j] lane i. */
+static inline void gd_transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* r[4b + m], 128-bit lane L: column 4L + m of rows 4b .. 4b + 3; gather the four lanes of
+     * each column */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* dst[q][c] (q in [0, k2), c in [0, 64), 64 words a row) = word q of row c0 + c of s (rows of
+ * n elements, ld apart; rows past nr are 0): B of x W^T, a panel of 64 rows transposed. */
+static void gd_pack_transposed(uint32_t *dst, gd_src s, size_t ld, int c0, int nr, int n, int k2) {
+    __m512i r[16];
+    for (int cb = 0; cb < DP_NC; cb += 16)
+        for (int q = 0; q < k2; q += 16) {
+            for (int i = 0; i < 16; i++)
+                r[i] = c0 + cb + i < nr ? gd_words16(s, (size_t)(c0 + cb + i), ld, q, n)
+                                        : _mm512_setzero_si512();
+            gd_transpose16(r);
+            for (int i = 0; i < 16 && q + i < k2; i++)
+                _mm512_store_si512(dst + (size_t)(q + i) * DP_NC + cb, r[i]);
+        }
+}
+
+/* np panels of 64 columns, panel i at dst + i k2 64: word [q][c] of panel i = (s[2q][c0 + 64 i
+ * + c], s[2q + 1][...]) for q in [0, k2): B with K along s's rows (rows of n elements, ld apart;
+ * rows past rows and columns past n are 0). Row pairs outermost: each pair of source rows is
+ * read once, np x 64 columns contiguous (one 64-column strip per pass would touch a page per
+ * row for 128 bytes). */
+static void gd_pack_pairs(uint32_t *dst, gd_src s, size_t ld, int c0, int np, int rows, int n,
+                          int k2) {
+    for (int q = 0; q < k2; q++)
+        for (int i = 0; i < np; i++)
+            for (int cb = 0; cb < DP_NC; cb += 16)
+                _mm512_store_si512(dst + ((size_t)i * k2 + q) * DP_NC + cb,
+                                   gd_pair16(s, ld, q, rows, c0 + i * DP_NC + cb, n));
+}
+
+/* dst (ldq words a row, OC rows) = s^T by pairs: word q of row j = (s[2q][j], s[2q + 1][j]), q in
+ * [0, ldq) (s: rows x OC, ld apart; rows past rows are 0). A of dy^T x. */
+static void gd_pack_t_pairs(uint32_t *dst, size_t ldq, gd_src s, size_t ld, int rows, int OC) {
+    __m512i r[16];
+    for (int j0 = 0; j0 < OC; j0 += 16)
+        for (int q0 = 0; q0 < (int)ldq; q0 += 16) {
+            for (int i = 0; i < 16; i++) r[i] = gd_pair16(s, ld, q0 + i, rows, j0, OC);
+            gd_transpose16(r); /* r[j] = words q0.. of column j0 + j */
+            for (int j = 0; j < 16 && j0 + j < OC; j++)
+                _mm512_storeu_si512(dst + (size_t)(j0 + j) * ldq + q0, r[j]);
+        }
+}
+
+/* ---- the pass ------------------------------------------------------------------------- */
+
+typedef struct {
+    int e, c0, kind; /* kind: 0 forward, 1 dx, 2 dW */
+    double cost;
+} gd_task;
+
+static int gd_by_cost(const void *a, const void *b) {
+    const gd_task *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    if (x->kind != y->kind) return x->kind - y->kind;
+    return x->e != y->e ? x->e - y->e : x->c0 - y->c0;
+}
+
+/* A process-wide workspace, grown as needed and kept (the pass runs once at a time per
+ * process: ops are called from one thread). */
+static char *g_ws;
+static size_t g_ws_bytes;
+
+static char *gd_ws(size_t bytes) {
+    if (bytes > g_ws_bytes) {
+        free(g_ws);
+        g_ws = ops_cpu_alloc("grouped_mm", bytes);
+        g_ws_bytes = bytes;
+    }
+    return g_ws;
+}
+
+/* x [rows, n] fp32 as bf16 rows: its mirror when there is one and n is even, otherwise
+ * converted into buf (ld n2 = n rounded up to even, pad 0). *ld: the rows' stride. */
+static const uint16_t *gd_rows16(const float *x, int rows, int n, uint16_t *buf, size_t *ld) {
+    const void *m = n % 2 ? NULL : ops_cpu_bf16_mirror_of(x, (size_t)rows * n);
+    *ld = (size_t)dp_up(n, 2);
+    if (m) return m;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) dp_row(buf + (size_t)r * *ld, x + (size_t)r * n, n, (int)*ld, 1);
+    return buf;
+}
+
+static gd_src gd_weights(const float *w, size_t n, int cols) {
+    const void *m = cols % 2 ? NULL : ops_cpu_bf16_mirror_of(w, n);
+    return (gd_src){m ? NULL : w, m};
+}
+
+/* One pass: forward (out non-NULL) or backward (dinp and / or dw non-NULL). */
+static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const float *inp,
+                    const float *w, const int32_t *offs, int E, int C, int OC) {
+    const int R = offs[E] - offs[0], fwd = out != NULL;
+    if (R <= 0) return;
+    const int C2 = dp_up(C, 2), OC2 = dp_up(OC, 2);
+    int nmax = 0;
+    for (int e = 0; e < E; e++)
+        if (offs[e + 1] - offs[e] > nmax) nmax = offs[e + 1] - offs[e];
+    const gd_src W = gd_weights(w, (size_t)E * OC * C, C);
+    /* tasks: forward (e, 64 columns of OC); backward dx (e, 64 columns of C), dW (e, 64
+     * columns of C) */
+    const int pc = (C + GD_NP * DP_NC - 1) / (GD_NP * DP_NC), po = (OC + DP_NC - 1) / DP_NC;
+    gd_task *task = malloc(sizeof *task * (size_t)E * (fwd ? po : 2 * pc));
+    /* the workspace: A rows (forward: x; backward: dy), dy^T pairs per expert (dW), and per
+     * thread one B panel of at most max(C2, OC2, nmax + 1) / 2 pairs x 64 words */
+    const int nt = omp_get_max_threads();
+    size_t ldq_total = 0, *at_off = malloc(sizeof(size_t) * (size_t)(E > 0 ? E : 1));
+    if (!at_off) abort();
+    for (int e = 0; e < E; e++) {
+        at_off[e] = ldq_total;
+        const int n = offs[e + 1] - offs[e];
+        ldq_total += n > 0 ? (size_t)OC * dp_up((n + 1) / 2, GD_W) : 0;
+    }
+    const int kmax = (fwd ? C2 : OC2 > nmax + 1 ? OC2 : nmax + 1) / 2 + GD_W;
+    const size_t a_bytes = dp_al(sizeof(uint16_t) * (size_t)R * (fwd ? C2 : OC2)),
+                 t_bytes = dw ? dp_al(sizeof(uint32_t) * ldq_total) : 0,
+                 p_bytes = dp_al(sizeof(uint32_t) * (size_t)kmax * DP_NC * (fwd ? 1 : GD_NP));
+    char *ws = gd_ws(a_bytes + t_bytes + (size_t)nt * p_bytes);
+    if (!task || !ws) abort(); /* out of memory in a void op */
+    size_t lda;
+    const uint16_t *A = fwd ? gd_rows16(inp + (size_t)offs[0] * C, R, C, (uint16_t *)ws, &lda)
+                            : gd_rows16(dout + (size_t)offs[0] * OC, R, OC, (uint16_t *)ws, &lda);
+    uint32_t *at = (uint32_t *)(ws + a_bytes);
+    int nts = 0;
+    for (int e = 0; e < E; e++) {
+        const int n = offs[e + 1] - offs[e];
+        if (n <= 0) continue;
+        if (fwd)
+            for (int j = 0; j < po; j++) task[nts++] = (gd_task){e, j * DP_NC, 0, (double)n * C};
+        for (int j = 0; !fwd && j < pc; j++) {
+            if (dinp) task[nts++] = (gd_task){e, j * GD_NP * DP_NC, 1, (double)n * OC};
+            if (dw) task[nts++] = (gd_task){e, j * GD_NP * DP_NC, 2, (double)n * OC};
+        }
+    }
+    qsort(task, (size_t)nts, sizeof *task, gd_by_cost);
+    const gd_src X = {inp, NULL};
+    if (dw) { /* dy^T by pairs of rows, per expert */
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int e = 0; e < E; e++) {
+            const int n = offs[e + 1] - offs[e];
+            if (n > 0)
+                gd_pack_t_pairs(at + at_off[e], (size_t)dp_up((n + 1) / 2, GD_W),
+                                (gd_src){NULL, A + (size_t)(offs[e] - offs[0]) * lda}, lda, n, OC);
+        }
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        uint32_t *panel = (uint32_t *)(ws + a_bytes + t_bytes + omp_get_thread_num() * p_bytes);
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < nts; t++) {
+            const gd_task k = task[t];
+            const int n = offs[k.e + 1] - offs[k.e], r0 = offs[k.e] - offs[0];
+            const size_t we = (size_t)k.e * OC * C;
+            const gd_src We = {W.f ? W.f + we : NULL, W.h ? W.h + we : NULL};
+            if (k.kind == 0) { /* out[n, 64] = x W_e[c0 .. c0 + 64]^T */
+                const int nc = OC - k.c0 < DP_NC ? OC - k.c0 : DP_NC;
+                gd_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
+                dp_gemm(n, nc, C2 / 2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel,
+                        2 * DP_NC, 0, out + (size_t)offs[k.e] * OC + k.c0, OC, 0);
+            } else if (k.kind == 1) { /* dx[n, 256] += dy W_e[:, c0 .. c0 + 256] */
+                const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
+                          np = (nc + DP_NC - 1) / DP_NC, k2 = OC2 / 2;
+                gd_pack_pairs(panel, We, C, k.c0, np, OC, C, k2);
+                dp_gemm(n, nc, k2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel, 2 * DP_NC,
+                        2 * (size_t)k2 * DP_NC, dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
+            } else { /* dW_e[OC, 256] += dy^T x[:, c0 .. c0 + 256] */
+                const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
+                          np = (nc + DP_NC - 1) / DP_NC, k2 = (n + 1) / 2;
+                const gd_src Xe = {X.f + (size_t)offs[k.e] * C, NULL};
+                gd_pack_pairs(panel, Xe, C, k.c0, np, n, C, k2);
+                dp_gemm(OC, nc, k2, (const uint16_t *)(at + at_off[k.e]),
+                        2 * (size_t)dp_up(k2, GD_W), (const uint16_t *)panel, 2 * DP_NC,
+                        2 * (size_t)k2 * DP_NC, dw + we + k.c0, C, 1);
+            }
+        }
+    }
+    free(at_off);
+    free(task);
+}
+
+void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
+                                int E, int C, int OC) {
+    gd_pass(out, NULL, NULL, NULL, inp, w, offs, E, C, OC);
+}
+
+void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                                const float *w, const int32_t *offs, int E, int C, int OC) {
+    if (dinp || dw) gd_pass(NULL, dinp, dw, dout, inp, w, offs, E, C, OC);
+}
