@@ -64,30 +64,17 @@ static void dp_pack_rows(uint16_t *o, const dp_dims *d, const float *x, int NH) 
                        x + (((size_t)b * d->T + t) * NH + n) * d->hd, d->hd, d->hd2, 1.0f);
 }
 
-/* By pairs of hd in panels of 64 rows, o [B,NH,Tp/64,hd2/2,64,2]: 16 rows at a time as words
- * (pairs of hd), transposed into their panel. */
+/* By pairs of hd in panels of 64 rows, o [B,NH,Tp/64,hd2/2,64,2] (dp_pack_transposed). */
 static void dp_pack_hd_pairs(uint16_t *o, const dp_dims *d, const float *x, int NH) {
-    const size_t per = (size_t)d->hd2 * d->Tp, panel = (size_t)d->hd2 * DP_NC;
-    const int w = d->hd2 / 2; /* words per row */
-#pragma omp parallel
-    {
-        uint32_t *rows = ops_cpu_alloc("attention", sizeof(uint32_t) * 16 * (size_t)w);
-#pragma omp for collapse(3) schedule(static)
-        for (int b = 0; b < d->B; b++)
-            for (int n = 0; n < NH; n++)
-                for (int t0 = 0; t0 < d->Tp; t0 += 16) {
-                    for (int t = t0; t < t0 + 16; t++)
-                        dp_row((uint16_t *)(rows + (size_t)(t - t0) * w),
-                               x + (((size_t)b * d->T + (t < d->T ? t : 0)) * NH + n) * d->hd,
-                               t < d->T ? d->hd : 0, d->hd2, 1.0f);
-                    uint32_t *dst = (uint32_t *)(o + ((size_t)b * NH + n) * per +
-                                                 (size_t)(t0 / DP_NC) * panel) +
-                                    t0 % DP_NC;
-                    for (int c = 0; c < w; c++) /* word c of rows t0.. -> panel row c */
-                        for (int r = 0; r < 16; r++) dst[(size_t)c * DP_NC + r] = rows[r * w + c];
-                }
-        free(rows);
-    }
+    const size_t per = (size_t)d->hd2 * d->Tp, panel = (size_t)d->hd2 * DP_NC,
+                 ld = (size_t)NH * d->hd;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < d->B; b++)
+        for (int n = 0; n < NH; n++)
+            for (int p = 0; p < d->Tp / DP_NC; p++)
+                dp_pack_transposed((uint32_t *)(o + ((size_t)b * NH + n) * per + (size_t)p * panel),
+                                   (dp_src){x + (size_t)b * d->T * ld + (size_t)n * d->hd, NULL},
+                                   ld, p * DP_NC, d->T, d->hd, d->hd2 / 2);
 }
 
 /* By pairs of rows, o [B,NH,Tp/2,hdv,2]. */

@@ -128,17 +128,95 @@ static inline void dp_row(uint16_t *dst, const float *src, int n, int m, float f
     }
 }
 
+/* A row of bf16 values: an fp32 row (rounded here) or bf16 bits (a mirror's). */
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+} dp_src;
+
+/* 16 elements [j, j + 16) of row r (ld elements apart) as 32-bit lanes with the bf16 bits in
+ * the low half; elements at or past n are 0. */
+static inline __m512i dp_ld16(dp_src s, size_t r, size_t ld, int j, int n) {
+    const __mmask16 m = j < n ? dp_mask(n - j) : 0;
+    if (s.h) return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s.h + r * ld + j));
+    return ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(m, s.f + r * ld + j));
+}
+
 /* dst[2j + t] = bf16 of (t ? hi : lo)[j] for j in [0, m): two rows interleaved by pairs; a NULL
  * row and columns [n, m) are zeros. */
 static inline void dp_pair_rows(uint16_t *dst, const float *lo, const float *hi, int n, int m) {
     for (int j = 0; j < m; j += 16) {
-        const __mmask16 ld = j < n ? dp_mask(n - j) : 0;
-        const __m512i a = ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(ld, lo + j)),
-                      b = hi ? ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(ld, hi + j))
-                             : _mm512_setzero_si512();
+        const __m512i a = dp_ld16((dp_src){lo, NULL}, 0, 0, j, n),
+                      b = hi ? dp_ld16((dp_src){hi, NULL}, 0, 0, j, n) : _mm512_setzero_si512();
         _mm512_mask_storeu_epi32(dst + 2 * (size_t)j, dp_mask(m - j),
                                  _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
     }
+}
+
+/* 16 words of rows (2q, 2q + 1) at columns [j, j + 16): (row 2q, row 2q + 1) per column; rows
+ * at or past rows are 0. */
+static inline __m512i dp_pair16(dp_src s, size_t ld, int q, int rows, int j, int n) {
+    const __m512i lo = 2 * q < rows ? dp_ld16(s, 2 * (size_t)q, ld, j, n) : _mm512_setzero_si512();
+    const __m512i hi =
+        2 * q + 1 < rows ? dp_ld16(s, 2 * (size_t)q + 1, ld, j, n) : _mm512_setzero_si512();
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+/* 16 words [q, q + 16) of row r: pairs (2q', 2q' + 1) of its n elements (past n: 0). */
+static inline __m512i dp_words16(dp_src s, size_t r, size_t ld, int q, int n) {
+    if (s.h) /* bf16 rows of even n: the words as stored */
+        return _mm512_maskz_loadu_epi32(q < n / 2 ? dp_mask(n / 2 - q) : 0, s.h + r * ld + 2 * q);
+    const __m512i lo = dp_ld16(s, r, ld, 2 * q, n), hi = dp_ld16(s, r, ld, 2 * q + 16, n);
+    /* lanes 0..15 of lo and hi hold elements 2q..2q+15 and 2q+16..2q+31: narrow each to 16
+     * bits and concatenate, so word i = (element 2q + 2i, element 2q + 2i + 1) */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)),
+                              _mm512_cvtepi32_epi16(hi), 1);
+}
+
+/* In-register transpose of 16 x 16 32-bit words: r[i] lane j -> r[j] lane i. */
+static inline void dp_transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* r[4b + m], 128-bit lane L: column 4L + m of rows 4b .. 4b + 3; gather the four lanes of
+     * each column */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* dst[q][c] (q in [0, k2), c in [0, 64), 64 words a row; 64-byte aligned) = word q of row c0 + c
+ * of s (rows of n elements, ld apart; rows past nr are 0): one panel of B for A B^T-shaped
+ * products (x W^T, Q K^T), 64 rows transposed as pairs of their elements. */
+static inline void dp_pack_transposed(uint32_t *dst, dp_src s, size_t ld, int c0, int nr, int n,
+                                      int k2) {
+    __m512i r[16];
+    for (int cb = 0; cb < DP_NC; cb += 16)
+        for (int q = 0; q < k2; q += 16) {
+            for (int i = 0; i < 16; i++)
+                r[i] = c0 + cb + i < nr ? dp_words16(s, (size_t)(c0 + cb + i), ld, q, n)
+                                        : _mm512_setzero_si512();
+            dp_transpose16(r);
+            for (int i = 0; i < 16 && q + i < k2; i++)
+                _mm512_store_si512(dst + (size_t)(q + i) * DP_NC + cb, r[i]);
+        }
 }
 
 #endif /* TITAN_OPS_CPU_DPBF16_H */

@@ -4,8 +4,9 @@
  * Why: oneDNN runs one primitive per expert and product, multi-threaded inside, and an expert's
  * row count is a new shape almost every step: ~300 primitives created a step at 30B-A3B-reduced
  * x 2048 tokens (80 ms), a fork / join per expert, and experts of a few rows at 30-170 GFLOP/s
- * (bench/RESULTS.md, session 27). Here a task is one expert's 64 output columns with all its
- * rows; tasks of all experts are taken dynamically, the costliest first; no shape is compiled.
+ * (bench/RESULTS.md, session 27). Here a task is one expert's 64 output columns (forward) or 256
+ * columns of C (dx, dW) with all its rows; tasks of all experts are taken dynamically, the
+ * costliest first; no shape is compiled.
  *
  * Built only for x86-64, in a translation unit of its own compiled with -march=x86-64-v4
  * -mavx512bf16 (CMakeLists.txt); grouped_mm.c calls it only when
@@ -28,106 +29,28 @@
 #define GD_W 16 /* words (pairs of bf16) per transposed block */
 #define GD_NP 4 /* 64-column panels per backward task */
 
-/* A row of bf16 values: an fp32 row (rounded here) or bf16 bits (a mirror's). */
-typedef struct {
-    const float *f;
-    const uint16_t *h;
-} gd_src;
-
-/* 16 elements [j, j + 16) of row r (ld elements apart) as 32-bit lanes with the bf16 bits in
- * the low half; elements at or past n are 0. */
-static inline __m512i gd_ld16(gd_src s, size_t r, size_t ld, int j, int n) {
-    const __mmask16 m = j < n ? dp_mask(n - j) : 0;
-    if (s.h) return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s.h + r * ld + j));
-    return ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(m, s.f + r * ld + j));
-}
-
-/* 16 words of rows (2q, 2q + 1) at columns [j, j + 16): (row 2q, row 2q + 1) per column; rows
- * at or past rows are 0. */
-static inline __m512i gd_pair16(gd_src s, size_t ld, int q, int rows, int j, int n) {
-    const __m512i lo = 2 * q < rows ? gd_ld16(s, 2 * (size_t)q, ld, j, n) : _mm512_setzero_si512();
-    const __m512i hi =
-        2 * q + 1 < rows ? gd_ld16(s, 2 * (size_t)q + 1, ld, j, n) : _mm512_setzero_si512();
-    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-}
-
-/* 16 words [q, q + 16) of row r: pairs (2q', 2q' + 1) of its n elements (past n: 0). */
-static inline __m512i gd_words16(gd_src s, size_t r, size_t ld, int q, int n) {
-    if (s.h) /* bf16 rows of even n: the words as stored */
-        return _mm512_maskz_loadu_epi32(q < n / 2 ? dp_mask(n / 2 - q) : 0, s.h + r * ld + 2 * q);
-    const __m512i lo = gd_ld16(s, r, ld, 2 * q, n), hi = gd_ld16(s, r, ld, 2 * q + 16, n);
-    /* lanes 0..15 of lo and hi hold elements 2q..2q+15 and 2q+16..2q+31: narrow each to 16
-     * bits and concatenate, so word i = (element 2q + 2i, element 2q + 2i + 1) */
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)),
-                              _mm512_cvtepi32_epi16(hi), 1);
-}
-
-/* In-register transpose of 16 x 16 32-bit words: r[i] lane j -> r[j] lane i. */
-static inline void gd_transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* r[4b + m], 128-bit lane L: column 4L + m of rows 4b .. 4b + 3; gather the four lanes of
-     * each column */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-}
-
-/* dst[q][c] (q in [0, k2), c in [0, 64), 64 words a row) = word q of row c0 + c of s (rows of
- * n elements, ld apart; rows past nr are 0): B of x W^T, a panel of 64 rows transposed. */
-static void gd_pack_transposed(uint32_t *dst, gd_src s, size_t ld, int c0, int nr, int n, int k2) {
-    __m512i r[16];
-    for (int cb = 0; cb < DP_NC; cb += 16)
-        for (int q = 0; q < k2; q += 16) {
-            for (int i = 0; i < 16; i++)
-                r[i] = c0 + cb + i < nr ? gd_words16(s, (size_t)(c0 + cb + i), ld, q, n)
-                                        : _mm512_setzero_si512();
-            gd_transpose16(r);
-            for (int i = 0; i < 16 && q + i < k2; i++)
-                _mm512_store_si512(dst + (size_t)(q + i) * DP_NC + cb, r[i]);
-        }
-}
-
 /* np panels of 64 columns, panel i at dst + i k2 64: word [q][c] of panel i = (s[2q][c0 + 64 i
  * + c], s[2q + 1][...]) for q in [0, k2): B with K along s's rows (rows of n elements, ld apart;
  * rows past rows and columns past n are 0). Row pairs outermost: each pair of source rows is
  * read once, np x 64 columns contiguous (one 64-column strip per pass would touch a page per
  * row for 128 bytes). */
-static void gd_pack_pairs(uint32_t *dst, gd_src s, size_t ld, int c0, int np, int rows, int n,
+static void gd_pack_pairs(uint32_t *dst, dp_src s, size_t ld, int c0, int np, int rows, int n,
                           int k2) {
     for (int q = 0; q < k2; q++)
         for (int i = 0; i < np; i++)
             for (int cb = 0; cb < DP_NC; cb += 16)
                 _mm512_store_si512(dst + ((size_t)i * k2 + q) * DP_NC + cb,
-                                   gd_pair16(s, ld, q, rows, c0 + i * DP_NC + cb, n));
+                                   dp_pair16(s, ld, q, rows, c0 + i * DP_NC + cb, n));
 }
 
 /* dst (ldq words a row, OC rows) = s^T by pairs: word q of row j = (s[2q][j], s[2q + 1][j]), q in
  * [0, ldq) (s: rows x OC, ld apart; rows past rows are 0). A of dy^T x. */
-static void gd_pack_t_pairs(uint32_t *dst, size_t ldq, gd_src s, size_t ld, int rows, int OC) {
+static void gd_pack_t_pairs(uint32_t *dst, size_t ldq, dp_src s, size_t ld, int rows, int OC) {
     __m512i r[16];
     for (int j0 = 0; j0 < OC; j0 += 16)
         for (int q0 = 0; q0 < (int)ldq; q0 += 16) {
-            for (int i = 0; i < 16; i++) r[i] = gd_pair16(s, ld, q0 + i, rows, j0, OC);
-            gd_transpose16(r); /* r[j] = words q0.. of column j0 + j */
+            for (int i = 0; i < 16; i++) r[i] = dp_pair16(s, ld, q0 + i, rows, j0, OC);
+            dp_transpose16(r); /* r[j] = words q0.. of column j0 + j */
             for (int j = 0; j < 16 && j0 + j < OC; j++)
                 _mm512_storeu_si512(dst + (size_t)(j0 + j) * ldq + q0, r[j]);
         }
@@ -172,9 +95,9 @@ static const uint16_t *gd_rows16(const float *x, int rows, int n, uint16_t *buf,
     return buf;
 }
 
-static gd_src gd_weights(const float *w, size_t n, int cols) {
+static dp_src gd_weights(const float *w, size_t n, int cols) {
     const void *m = cols % 2 ? NULL : ops_cpu_bf16_mirror_of(w, n);
-    return (gd_src){m ? NULL : w, m};
+    return (dp_src){m ? NULL : w, m};
 }
 
 /* One pass: forward (out non-NULL) or backward (dinp and / or dw non-NULL). */
@@ -186,9 +109,8 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
     int nmax = 0;
     for (int e = 0; e < E; e++)
         if (offs[e + 1] - offs[e] > nmax) nmax = offs[e + 1] - offs[e];
-    const gd_src W = gd_weights(w, (size_t)E * OC * C, C);
-    /* tasks: forward (e, 64 columns of OC); backward dx (e, 64 columns of C), dW (e, 64
-     * columns of C) */
+    const dp_src W = gd_weights(w, (size_t)E * OC * C, C);
+    /* tasks: forward (e, 64 columns of OC); backward dx and dW (e, 256 columns of C) */
     const int pc = (C + GD_NP * DP_NC - 1) / (GD_NP * DP_NC), po = (OC + DP_NC - 1) / DP_NC;
     gd_task *task = malloc(sizeof *task * (size_t)E * (fwd ? po : 2 * pc));
     /* the workspace: A rows (forward: x; backward: dy), dy^T pairs per expert (dW), and per
@@ -196,7 +118,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
     const int nt = omp_get_max_threads();
     size_t ldq_total = 0, *at_off = malloc(sizeof(size_t) * (size_t)(E > 0 ? E : 1));
     if (!at_off) abort();
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; dw && e < E; e++) {
         at_off[e] = ldq_total;
         const int n = offs[e + 1] - offs[e];
         ldq_total += n > 0 ? (size_t)OC * dp_up((n + 1) / 2, GD_W) : 0;
@@ -223,14 +145,13 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
         }
     }
     qsort(task, (size_t)nts, sizeof *task, gd_by_cost);
-    const gd_src X = {inp, NULL};
     if (dw) { /* dy^T by pairs of rows, per expert */
 #pragma omp parallel for schedule(dynamic, 1)
         for (int e = 0; e < E; e++) {
             const int n = offs[e + 1] - offs[e];
             if (n > 0)
                 gd_pack_t_pairs(at + at_off[e], (size_t)dp_up((n + 1) / 2, GD_W),
-                                (gd_src){NULL, A + (size_t)(offs[e] - offs[0]) * lda}, lda, n, OC);
+                                (dp_src){NULL, A + (size_t)(offs[e] - offs[0]) * lda}, lda, n, OC);
         }
     }
 #pragma omp parallel num_threads(nt)
@@ -241,10 +162,10 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
             const gd_task k = task[t];
             const int n = offs[k.e + 1] - offs[k.e], r0 = offs[k.e] - offs[0];
             const size_t we = (size_t)k.e * OC * C;
-            const gd_src We = {W.f ? W.f + we : NULL, W.h ? W.h + we : NULL};
+            const dp_src We = {W.f ? W.f + we : NULL, W.h ? W.h + we : NULL};
             if (k.kind == 0) { /* out[n, 64] = x W_e[c0 .. c0 + 64]^T */
                 const int nc = OC - k.c0 < DP_NC ? OC - k.c0 : DP_NC;
-                gd_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
+                dp_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
                 dp_gemm(n, nc, C2 / 2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel,
                         2 * DP_NC, 0, out + (size_t)offs[k.e] * OC + k.c0, OC, 0);
             } else if (k.kind == 1) { /* dx[n, 256] += dy W_e[:, c0 .. c0 + 256] */
@@ -256,7 +177,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
             } else { /* dW_e[OC, 256] += dy^T x[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
                           np = (nc + DP_NC - 1) / DP_NC, k2 = (n + 1) / 2;
-                const gd_src Xe = {X.f + (size_t)offs[k.e] * C, NULL};
+                const dp_src Xe = {inp + (size_t)offs[k.e] * C, NULL};
                 gd_pack_pairs(panel, Xe, C, k.c0, np, n, C, k2);
                 dp_gemm(OC, nc, k2, (const uint16_t *)(at + at_off[k.e]),
                         2 * (size_t)dp_up(k2, GD_W), (const uint16_t *)panel, 2 * DP_NC,
