@@ -11,7 +11,7 @@ add_test(NAME config_cli_suggests
   COMMAND $<TARGET_FILE:titan> train --config ${CMAKE_SOURCE_DIR}/configs/qwen3_debug.toml
           --training.stpes 3)
 set_tests_properties(config_cli_suggests PROPERTIES PASS_REGULAR_EXPRESSION
-  "unknown option '--training.stpes'; did you mean '--training.steps'\\?")
+  "unknown option '--training.stpes'. did you mean '--training.steps'\\?")
 
 # docs/config.md (the config reference) is the current `titan train --help`.
 add_test(NAME config_reference_current

@@ -118,7 +118,7 @@ set_tests_properties(kernels_amx_layouts_default PROPERTIES
 add_test(NAME kernels_amx_layouts_bad_value COMMAND titan kernels test attention)
 set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_LAYOUTS=yes"
-  PASS_REGULAR_EXPRESSION "TITAN_AMX_LAYOUTS=yes: not 0, 1 or a list of attention, lmhead_ce; the AMX layouts stay off"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_LAYOUTS=yes: not 0, 1 or a list of attention, lmhead_ce. the AMX layouts stay off"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
 # titan's own AMX GEMM (src/ops/cpu/amx_gemm.c) against double sums, edges and all
 # (tests/unit/test_amx_gemm.c; skipped without AMX-BF16), then every op's bf16 path with all of
@@ -193,7 +193,7 @@ set_tests_properties(kernels_grouped_dpbf16_default PROPERTIES ENVIRONMENT "OMP_
 add_test(NAME kernels_grouped_dpbf16_bad_value COMMAND titan kernels test grouped_mm/bf16)
 set_tests_properties(kernels_grouped_dpbf16_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_DPBF16=yes"
-  PASS_REGULAR_EXPRESSION "TITAN_GROUPED_DPBF16=yes: not 0 or 1; grouped_mm/bf16 stays on AVX512_BF16 where it can"
+  PASS_REGULAR_EXPRESSION "TITAN_GROUPED_DPBF16=yes: not 0 or 1. grouped_mm/bf16 stays on AVX512_BF16 where it can"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
 # a bad TITAN_AMX_LMHEAD_CE or TITAN_AMX_ATTENTION is said, and what stays as it is
 set(keeps_lmhead_ce "lm_head \\+ CE stays fused where it can")
@@ -203,7 +203,7 @@ foreach(k lmhead_ce attention)
   add_test(NAME kernels_amx_${k}_bad_value COMMAND titan kernels test embedding)
   set_tests_properties(kernels_amx_${k}_bad_value PROPERTIES
     ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_${K}=yes"
-    PASS_REGULAR_EXPRESSION "TITAN_AMX_${K}=yes: not 0 or 1; ${keeps_${k}}"
+    PASS_REGULAR_EXPRESSION "TITAN_AMX_${K}=yes: not 0 or 1. ${keeps_${k}}"
     FAIL_REGULAR_EXPRESSION "FAIL|failed")
 endforeach()
 add_test(NAME kernels_conformance_amx_attention_off COMMAND titan kernels test attention)
@@ -213,7 +213,7 @@ set_tests_properties(kernels_conformance_amx_attention_off PROPERTIES
 add_test(NAME kernels_amx_gemm_bad_value COMMAND titan kernels test embedding)
 set_tests_properties(kernels_amx_gemm_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_AMX_GEMM=yes"
-  PASS_REGULAR_EXPRESSION "TITAN_AMX_GEMM=yes: not 0 or 1; titan's AMX GEMM stays off.*titan's AMX GEMM: none"
+  PASS_REGULAR_EXPRESSION "TITAN_AMX_GEMM=yes: not 0 or 1. titan's AMX GEMM stays off.*titan's AMX GEMM: none"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
 add_test(NAME kernels_bench_smoke COMMAND titan kernels bench rope_bhsd --shape small
   --plugin ${CMAKE_BINARY_DIR}/examples/librope_bhsd.so)
