@@ -231,6 +231,23 @@ add_test(NAME kernels_bench_bf16_weights COMMAND titan kernels bench grouped_mm/
 set_tests_properties(kernels_bench_bf16_weights PROPERTIES PASS_REGULAR_EXPRESSION
   "grouped_mm +bf16 +bf16 weight read from a copy made once.*\n.*grouped_mm +bf16 +fwd .*GFLOP/s\n.*grouped_mm +bf16 +bwd"
   FAIL_REGULAR_EXPRESSION "converted per call" ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+# grouped_mm's bench routing: by default skewed and drawn afresh before each call, the median
+# call reported (the skew printed must be a real one, not an even split); even on request;
+# anything else refused by name.
+add_test(NAME kernels_bench_routing COMMAND titan kernels bench grouped_mm/default --shape small
+  --min-time 0)
+set_tests_properties(kernels_bench_routing PROPERTIES PASS_REGULAR_EXPRESSION
+  "routing: skewed, drawn afresh before each call.*\n.*fwd: median of [0-9]+ calls, each a fresh routing \\(most loaded expert ([2-9]|[1-9][0-9])\\.[0-9]x the mean.*\n.*grouped_mm +default +fwd .*GFLOP/s")
+add_test(NAME kernels_bench_routing_even COMMAND titan kernels bench grouped_mm/default
+  --shape small --min-time 0 --routing even)
+set_tests_properties(kernels_bench_routing_even PROPERTIES PASS_REGULAR_EXPRESSION
+  "routing: even, R/E rows each, the same every call\n.*grouped_mm +default +fwd .*GFLOP/s"
+  FAIL_REGULAR_EXPRESSION "median")
+add_test(NAME kernels_bench_routing_bad COMMAND titan kernels bench grouped_mm --routing odd)
+set_tests_properties(kernels_bench_routing_bad PROPERTIES PASS_REGULAR_EXPRESSION
+  "kernels: --routing is 'skewed' or 'even', not 'odd'")
+set_tests_properties(kernels_bench_routing kernels_bench_routing_even kernels_bench_routing_bad
+  PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 # The plugin trains: losses equal to the built-in's within the conformance tolerance on the
 # MoE debug flavor and a shrunk 30B-A3B-reduced, by layer path too, and its constraint refused
 # at model build.

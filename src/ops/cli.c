@@ -10,12 +10,15 @@ void ops_cmd_kernels_usage(FILE *f) {
                "       titan kernels test [NAME] [--shapes N] [--seed S] [-v]\n"
                "       titan kernels bench [NAME] [--shape bench|small] [--min-time SEC]\n"
                "                           [--flavor FLAVOR] [--batch N] [--seq N]\n"
+               "                           [--routing skewed|even]\n"
                "NAME: IMPL or OP/IMPL (default: every implementation). test compares\n"
                "forward outputs and input gradients with the op's default (the default\n"
                "with 'reference') on random shapes; bench times it against the default.\n"
                "bench shapes: --shape bench (bench_train.sh's model, batch 4, seq 512) or\n"
                "small; --flavor takes the model dims from a registry flavor (0.6B, ...),\n"
                "--batch and --seq replace the batch size and sequence length.\n"
+               "grouped_mm's rows go to the experts by a skewed routing drawn afresh\n"
+               "for every call (the median call is reported), or --routing even.\n"
                "--plugin PATH (repeatable) loads a kernel plugin first.\n");
 }
 
@@ -75,6 +78,12 @@ int ops_cmd_kernels(int argc, char **argv, ops_flavor_dims_fn flavor_dims, base_
                                 .moe_ffn_dim = 32};
             else if (strcmp(v, "bench"))
                 return base_fail(err, "kernels: --shape is 'bench' or 'small', not '%s'", v);
+        } else if (!strcmp(a, "--routing")) {
+            const char *v = base_args_value(&it);
+            if (!v) return -1;
+            if (strcmp(v, "even") && strcmp(v, "skewed"))
+                return base_fail(err, "kernels: --routing is 'skewed' or 'even', not '%s'", v);
+            o.even_routing = !strcmp(v, "even");
         } else if (!strcmp(a, "--flavor")) {
             if (!(flavor = base_args_value(&it))) return -1;
         } else if (!strcmp(a, "--batch")) {

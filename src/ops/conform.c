@@ -567,9 +567,12 @@ typedef struct {
     ops_ctx c;
     float *buf[16];
     int32_t *tok;
-    int phase;     /* 0 forward, 1 backward */
-    float *w, *dw; /* grouped_mm: one expert stack [E, moe_ffn_dim, dim] and its gradient */
-    int32_t *offs; /* grouped_mm: [E+1], N*top_k rows spread evenly */
+    int phase;      /* 0 forward, 1 backward */
+    float *w, *dw;  /* grouped_mm: one expert stack [E, moe_ffn_dim, dim] and its gradient */
+    int32_t *offs;  /* grouped_mm: [E+1], N*top_k rows (cf_offs, or cf_route per call) */
+    double *share;  /* grouped_mm, skewed routing: [E] cumulative expert shares; NULL: even */
+    uint64_t route; /* its generator's state */
+    double load;    /* the timed calls' sum of max rows / mean rows (cf_route) */
 } cf_bench;
 
 /* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the
@@ -707,16 +710,86 @@ static void cf_bench_run(const cf_bench *b) {
     run[b->k](b);
 }
 
-static double cf_time(cf_bench *b, double min_sec) {
-    double best = INFINITY, start = cf_now();
+/* grouped_mm's skewed routing (ops_conform_opts.even_routing 0): before each timed call the
+ * R rows are drawn afresh as a router at initialisation spreads them: expert e's share
+ * exp(g_e), g_e ~ N(0, 1) drawn per call, each row to an expert by those shares (rows, not
+ * tokens: a token's top-k experts are not kept distinct; the products see only the counts).
+ * At 30B-A3B-reduced's 64 experts the most loaded one gets 6-10x the mean, as training logs
+ * at initialisation (max 607-1272 rows for a mean of 128 over 64 experts). Row counts then
+ * change from call to call as in training, so a kernel that compiles or caches per shape
+ * (oneDNN's primitives) pays here what a step pays; with the same counts every call it did
+ * not, and the bench had oneDNN's per-expert calls ahead of the one-pass kernel that is
+ * faster in the step (bench/RESULTS.md, session 28). */
+static void cf_route(cf_bench *b) {
+    const int E = b->c.n_experts, R = b->offs[E];
+    double c = 0.0;
+    for (int e = 0; e < E; e++) { /* Box-Muller */
+        const double u1 = ((double)(cf_next(&b->route) >> 11) + 1.0) * 0x1p-53,
+                     u2 = (double)(cf_next(&b->route) >> 11) * 0x1p-53;
+        c += exp(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        b->share[e] = c;
+    }
+    for (int e = 0; e <= E; e++) b->offs[e] = 0;
+    for (int r = 0; r < R; r++) { /* offs[e + 1] counts expert e's rows */
+        const double u = (double)(cf_next(&b->route) >> 11) * 0x1p-53 * c;
+        int lo = 0, hi = E - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (b->share[mid] <= u)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        b->offs[lo + 1]++;
+    }
+    int most = 0;
+    for (int e = 0; e < E; e++) {
+        most = b->offs[e + 1] > most ? b->offs[e + 1] : most;
+        b->offs[e + 1] += b->offs[e];
+    }
+    b->load += R > 0 ? (double)most * E / R : 0.0;
+}
+
+static int cf_by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Seconds per call: the best of repeats until min_sec has passed (at least 3), or with a
+ * routing drawn per call the median (its spread is the routings', not noise); *calls: how
+ * many. The routing's generator restarts at seed, so every implementation sees the same
+ * routings; each timed backward call has its routing's forward run (untimed) first. */
+static double cf_time(cf_bench *b, double min_sec, uint64_t seed, int *calls) {
+    enum { MAX_REPS = 10000 };
+    double best = INFINITY, start = cf_now(),
+           *ts = b->share ? malloc(sizeof(double) * MAX_REPS) : NULL;
+    int n = 0;
+    b->route = seed;
+    b->load = 0.0;
     for (int rep = 0; rep < 3 || cf_now() - start < min_sec; rep++) {
+        if (b->share) { /* a backward follows the forward of its routing, as in training (an
+                         * implementation may keep a plan from it: grouped_tiles) */
+            cf_route(b);
+            if (b->phase) {
+                b->phase = 0;
+                cf_bench_run(b);
+                b->phase = 1;
+            }
+        }
         const double t0 = cf_now();
         cf_bench_run(b);
         const double dt = cf_now() - t0;
         if (dt < best) best = dt;
-        if (rep > 10000) break;
+        if (ts) ts[n] = dt;
+        n++;
+        if (n == MAX_REPS) break;
     }
-    return best;
+    *calls = n;
+    if (!ts) return best;
+    qsort(ts, (size_t)n, sizeof *ts, cf_by_value);
+    const double med = n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
+    free(ts);
+    return med;
 }
 
 /* The work of b's phase as the bench makes it (the FLOPs or bytes its rate divides by): its
@@ -831,14 +904,15 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             b.w = cf_rand(&seed, W, 0.05f);
             b.dw = calloc(W, sizeof(float));
             b.offs = malloc(sizeof(int32_t) * (E + 1));
-            ok = b.w && b.dw && b.offs;
+            b.share = o && o->even_routing ? NULL : malloc(sizeof(double) * E);
+            ok = b.w && b.dw && b.offs && (b.share || (o && o->even_routing));
             if (ok) cf_offs(b.offs, R, E);
         }
         for (int j = 0; j < 9 && ok; j++) ok = (b.buf[j] = cf_rand(&seed, big, 0.5f)) != NULL;
         b.tok = malloc(sizeof(int32_t) * (size_t)ctx->batch * ctx->seq_len);
         if (!ok || !b.tok) {
             for (int j = 0; j < 9; j++) free(b.buf[j]);
-            CF_FREE(b.tok, b.w, b.dw, b.offs);
+            CF_FREE(b.tok, b.w, b.dw, b.offs, b.share);
             return base_fail(err, "kernels bench: out of memory");
         }
         for (int j = 0; j < ctx->batch * ctx->seq_len; j++)
@@ -850,7 +924,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             printf("%-12s %-12s skipped: %s\n", ops_kind_name(impl->op), impl->name, err->msg);
             ops_release(&ti);
             for (int j = 0; j < 9; j++) free(b.buf[j]);
-            CF_FREE(b.tok, b.w, b.dw, b.offs);
+            CF_FREE(b.tok, b.w, b.dw, b.offs, b.share);
             continue;
         }
         float *wt = NULL;
@@ -874,9 +948,21 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         for (int ph = 0; ph < phases; ph++) {
             b.phase = ph;
             b.t = &ti;
-            const double ti_s = cf_time(&b, min_sec);
+            int calls;
+            const double ti_s = cf_time(&b, min_sec, seed + (uint64_t)ph, &calls);
+            if (impl->op == OPS_GROUPED_MM && !ph)
+                printf("%-12s %-12s routing: %s\n", ops_kind_name(impl->op), impl->name,
+                       b.share ? "skewed, drawn afresh before each call (--routing even: R/E "
+                                 "rows each)"
+                               : "even, R/E rows each, the same every call");
+            if (b.share)
+                printf("%-12s %-12s %s: median of %d calls, each a fresh routing (most loaded "
+                       "expert %.1fx the mean on average)\n",
+                       ops_kind_name(impl->op), impl->name, ph ? "bwd" : "fwd", calls,
+                       b.load / calls);
             b.t = &td;
-            const double td_s = impl == def ? ti_s : cf_time(&b, min_sec);
+            const double td_s =
+                impl == def ? ti_s : cf_time(&b, min_sec, seed + (uint64_t)ph, &calls);
             const ops_work w = cf_bench_work(&b);
             printf("%-12s %-12s %-5s %10.3f %10.3f %7.2fx %8.1f %s\n", ops_kind_name(impl->op),
                    impl->name,
@@ -893,7 +979,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         ops_release(&ti);
         ops_release(&td);
         for (int j = 0; j < 9; j++) free(b.buf[j]);
-        CF_FREE(b.tok, b.w, b.dw, b.offs);
+        CF_FREE(b.tok, b.w, b.dw, b.offs, b.share);
     }
     fflush(stdout);
     return failed;

@@ -337,10 +337,12 @@ void ops_work_counter(ops_table *t, ops_work *acc);
  * forward outputs and every input gradient, each within the op's documented relative
  * tolerance (max |a - b| / max(max |b|, tiny) over the tensor). */
 typedef struct {
-    int shapes;     /* random shapes per implementation (test), default 6 */
-    uint64_t seed;  /* default 1 */
-    int verbose;    /* print one line per shape */
-    double min_sec; /* bench: time per measurement, default 0.3 s */
+    int shapes;       /* random shapes per implementation (test), default 6 */
+    uint64_t seed;    /* default 1 */
+    int verbose;      /* print one line per shape */
+    double min_sec;   /* bench: time per measurement, default 0.3 s */
+    int even_routing; /* bench, grouped_mm: R/E rows per expert every call, not a skewed
+                       * routing drawn per call (conform.c, cf_route) */
 } ops_conform_opts;
 /* Tests impl (name "op/impl", "impl" when unique, or NULL for every registered non-reference
  * implementation). Prints a line per implementation to stdout; returns the number that

@@ -383,7 +383,7 @@ static void test_hostile_plugins(void) {
     CHECK(!ops_find(OPS_GROUPED_MM, "swiglu_v1"), "the refused v1 kernel is not registered");
     CHECK(ops_plugin_load(PLUGIN("v1"), &e) == 0 && ops_find(OPS_SWIGLU, "swiglu_v1"),
           "a version-1 plugin loads: %s", e.msg);
-    ops_conform_opts o1 = {3, 1, 0, 0};
+    ops_conform_opts o1 = {3, 1, 0, 0, 0};
     CHECK(ops_conform_test("swiglu/swiglu_v1", &o1, &e) == 0, "the v1 plugin conforms: %s", e.msg);
     CHECK(ops_plugin_load(PLUGIN("badflags"), &e) != 0 &&
               has(e.msg, "kernel swiglu/swiglu_ws: unknown flags 0x80", NULL),
@@ -541,7 +541,7 @@ static void test_moe_plugin(void) {
                   "== 0 (dim = 64, moe_ffn_dim = 20)",
                   NULL),
           "plugin constraint on the MoE shape: %s", e.msg);
-    ops_conform_opts o = {8, 3, 0, 0};
+    ops_conform_opts o = {8, 3, 0, 0, 0};
     CHECK(ops_conform_test("grouped_mm/grouped_tiles", &o, &e) == 0, "conformance: %s", e.msg);
 }
 
@@ -624,7 +624,7 @@ static void test_conformance_catches(void) {
                           (ops_fn)wrong_bwd, OPS_PREC_F32};
     base_err e = {{0}};
     CHECK(ops_register(&bad, &e) == 0, "register: %s", e.msg);
-    ops_conform_opts o = {2, 5, 0, 0};
+    ops_conform_opts o = {2, 5, 0, 0, 0};
     CHECK(ops_conform_test("swiglu/wrong", &o, &e) == 1, "a wrong gradient fails the test");
     CHECK(ops_conform_test("swiglu_ws", &o, &e) == 0, "the BSHD test plugin passes");
     CHECK(ops_conform_test("nope", &o, &e) < 0 && has(e.msg, "no implementation 'nope'", NULL),
