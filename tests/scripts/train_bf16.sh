@@ -34,6 +34,16 @@ if ! grep -qE 'amx_bf16|avx512_bf16' /proc/cpuinfo; then
     { echo "FAIL: no (or more than one) emulation warning"; cat "$out/bf.log"; exit 1; }
 fi
 echo "ok header: precision and both peaks; emulation warned once where there are no bf16 units"
+# The header's memory estimate is titan plan's (the one the start checks against the RAM): its
+# total, and the bf16 weight copy named in a bf16 run only.
+plan_total=$("$titan" plan "${model[@]}" "${bf[@]}" | sed -n 's/^  total, no checkpointing *\([0-9.]*\).*/\1/p')
+head_total=$(sed -n 's/^  memory estimate: \([0-9.]*\) GiB = .*/\1/p' "$out/bf.log")
+[ -n "$plan_total" ] && [ "$(printf "%.2f" "$plan_total")" = "$head_total" ] ||
+  { echo "FAIL: header estimate '$head_total' GiB, titan plan '$plan_total'"; exit 1; }
+grep -q "memory estimate: .* + bf16 weight copy [0-9.]* + other" "$out/bf.log" &&
+  ! grep -q "bf16 weight copy" "$out/f32.log" ||
+  { echo "FAIL: the bf16 weight copy in the header's estimate"; grep "memory estimate" "$out"/*.log; exit 1; }
+echo "ok header: memory estimate = titan plan's ($head_total GiB), bf16 weight copy in bf16 runs"
 
 close() { # name, fp32 metrics, bf16 metrics: per-step loss within 2%, some step not equal
   paste <(field "$2" loss) <(field "$3" loss) | awk -v n="$1" '
