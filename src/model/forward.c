@@ -258,14 +258,11 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     if (c->used < ce_end) c->used = ce_end;
 }
 
-/* lm_head + CE in chunks: about 64M logits (256 MiB) per chunk, rounded up to a multiple of
- * 64 tokens (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost memory;
- * at vocab 151936, 448 tokens ran 3-4% faster than 256 on a quiet machine, 1024 no faster). */
+/* lm_head + CE in chunks: the configured rows, or ops_lmhead_ce_chunk's (about 64M logits). */
 static int ce_chunk_for(const model_args *a, const model_build_opts *o) {
     const long N = (long)o->batch * o->seq_len;
-    long chunk = ((64L << 20) / a->vocab_size + 63) / 64 * 64;
-    if (o->ce_chunk > 0) chunk = o->ce_chunk;
-    return (int)(chunk > N ? N : chunk);
+    if (o->ce_chunk <= 0) return ops_lmhead_ce_chunk(N, a->vocab_size);
+    return (int)(o->ce_chunk > N ? N : o->ce_chunk);
 }
 
 /* This rank's shapes: TP's (model_tp_local_args), and under expert parallelism its E/ep

@@ -649,7 +649,7 @@ static void cf_run_swiglu(const cf_bench *b) {
 static void cf_run_lmhead_ce(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
-    const int chunk = N < 256 ? N : 256;
+    const int chunk = ops_lmhead_ce_chunk(N, V); /* the model's */
     b->t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL);
 }
 
@@ -890,7 +890,8 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         if (big < N * ctx->dim) big = N * ctx->dim;
         if (impl->op == OPS_MATMUL || impl->op == OPS_ADAMW) big += (size_t)ctx->dim * ctx->ffn_dim;
         if (impl->op == OPS_EMBEDDING || impl->op == OPS_LMHEAD_CE)
-            big += (size_t)ctx->vocab * ctx->dim + (size_t)256 * ctx->vocab;
+            big += (size_t)ctx->vocab * ctx->dim +
+                   (size_t)ops_lmhead_ce_chunk((long)N, ctx->vocab) * ctx->vocab;
         int ok = 1;
         if (impl->op == OPS_GROUPED_MM) {
             if (ctx->n_experts <= 0 || ctx->top_k <= 0 || ctx->moe_ffn_dim <= 0) {

@@ -266,6 +266,12 @@ size_t ops_bf16_mirror_bytes(size_t n);
 /* The floats lmhead_ce's scratch needs for chunk rows of V logits: chunk * V, or half that
  * for a bf16 implementation on the onednn engine, which keeps its logits as bf16. */
 size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec);
+/* The rows of an lmhead_ce chunk when none is configured, for N rows of V logits: about 64M
+ * logits (256 MiB fp32) a chunk, rounded up to a multiple of 64 rows, at most N
+ * (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost memory; at vocab
+ * 151936, 448 rows ran 3-4% faster than 256 on a quiet machine, 1024 no faster). The model's
+ * and `titan kernels bench`'s, so both time the same calls. */
+int ops_lmhead_ce_chunk(long N, int V);
 /* 1 when lmhead_ce/bf16 over the whole vocabulary (no vocabulary shard) at width D runs fused on
  * AMX tiles (ops_bf16_lmhead_ce): it needs no scratch, and may be called with chunk 0 and no
  * scratch (it then returns NaN should the fused kernel refuse the call: out of memory). */

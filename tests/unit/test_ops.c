@@ -1146,7 +1146,26 @@ static void test_zero(void) {
     free(buf);
 }
 
+/* lmhead_ce's default chunk (the model's and the bench's): about 64M logits, a multiple of 64
+ * rows, at most N: 448 rows at Qwen3's vocabulary (the figure bench/RESULTS.md timed), the
+ * whole batch at a small vocabulary, 64 rows (not 0) past 64M. */
+static void test_lmhead_ce_chunk(void) {
+    static const struct {
+        long N;
+        int V, want;
+    } c[] = {{2048, 151936, 448},   {100, 151936, 100}, {2048, 2048, 2048}, {1L << 20, 2048, 32768},
+             {2048, 100000000, 64}, {2048, 0, 64},      {0, 151936, 0}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        const int got = ops_lmhead_ce_chunk(c[i].N, c[i].V);
+        char what[96], detail[64];
+        snprintf(what, sizeof what, "ops_lmhead_ce_chunk(N %ld, V %d)", c[i].N, c[i].V);
+        snprintf(detail, sizeof detail, "%d rows, not %d", got, c[i].want);
+        check_true(what, got == c[i].want, detail);
+    }
+}
+
 int main(void) {
+    test_lmhead_ce_chunk();
     test_bwd_weights();
     test_embedding();
     test_rmsnorm();

@@ -161,6 +161,12 @@ size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec) {
     return prec == OPS_PREC_BF16 && engine() == ENGINE_ONEDNN ? (n + 1) / 2 : n;
 }
 
+int ops_lmhead_ce_chunk(long N, int V) {
+    long chunk = V > 0 ? ((64L << 20) / V + 63) / 64 * 64 : 64;
+    if (chunk < 64) chunk = 64; /* a vocabulary over 64M: 64 rows, not 0 */
+    return (int)(chunk > N ? N : chunk);
+}
+
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n) {
     if (engine() == ENGINE_ONEDNN)
         ops_bf16_from_f32((uint16_t *)mirror + off, src, n);
