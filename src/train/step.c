@@ -122,7 +122,9 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     train_prof_phase("data loading", t0);
     /* the loss is normalised by the valid targets of the whole step on all ranks */
     dist_allreduce_i64(mesh->dp_comm, &valid, 1);
-    dist_fsdp_begin_step(f);
+    const double t_zero = base_now();
+    dist_fsdp_begin_step(f); /* a pass over the whole gradient shard: a phase of its own */
+    train_prof_phase("zero grad", t_zero);
     if (!j->w16_current) /* bf16: the last step's AdamW (or a load) changed them */
         model_weights_changed(m);
     j->w16_current = 0;
