@@ -98,7 +98,7 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
         t->lmhead_ce(f[2], f[3], f[0], f[1], tok, N, D, V, 1.0f / N, f[4], N, NULL, NULL);
         break;
     case OPS_ADAMW:
-        t->adamw(f[0], f[1], f[2], f[3], 1.0f, (size_t)D * F, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
+        t->adamw(f[0], f[1], f[2], f[3], 1.0f, (size_t)V * D, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
         break;
     case OPS_ATTENTION_KV: /* a decode step at the window's last position */
         t->attention_kv(f[0], f[1], f[2], f[3], 1, T - 1, H, G, hd);
@@ -161,8 +161,8 @@ int main(void) {
         {OPS_SWIGLU, 1, 4.0 * 7 * 8192, 0},
         /* logits, dx, dw: 3 x 64*64*512 MACs */
         {OPS_LMHEAD_CE, 0, 3 * 2.0 * 64 * 64 * 512, 1},
-        /* p, m, v twice, g once: 7 x 64*128 */
-        {OPS_ADAMW, 0, 4.0 * 7 * 8192, 0},
+        /* p, m, v twice, g once, over the embedding's 512 x 64 (the largest tensor) */
+        {OPS_ADAMW, 0, 4.0 * 7 * 32768, 0},
         /* q, out [1,4,16]; k, v rows 0..63 of [*, 2, 16] */
         {OPS_ATTENTION_KV, 0, 4.0 * (2 * 64 + 2 * 64 * 32), 0},
         /* 128 rows: gate, up (64 -> 32) and down (32 -> 64), 128*64*32 MACs each */
