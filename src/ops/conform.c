@@ -847,7 +847,8 @@ ops_work ops_conform_work(ops_kind k, const ops_ctx *ctx, int bwd) {
 /* STREAM triad a = b + s*c over 3 x 32 MiB, GB/s (best of 5). */
 static double cf_triad(void) {
     const size_t n = (size_t)8 << 20;
-    float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
+    float *a = base_alloc_uninit(n * 4), *b = base_alloc_uninit(n * 4),
+          *c = base_alloc_uninit(n * 4);
     if (!a || !b || !c) {
         CF_FREE(a, b, c);
         return 0;
