@@ -721,12 +721,9 @@ static int amx_gemm_mode(void) {
     int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);
     if (!m) {
         m = AMX_GEMM_OFF;
-        const char *env = getenv("TITAN_AMX_GEMM");
-        const int all = env && !strcmp(env, "1"), none = env && !strcmp(env, "0");
-        if (env && *env && !all && !none)
-            base_log(BASE_LOG_WARN, "TITAN_AMX_GEMM=%s: not 0 or 1; titan's AMX GEMM stays off",
-                     env);
-        else if (!none && ops_cpu_amx_usable()) {
+        const int sw = ops_cpu_env_switch("TITAN_AMX_GEMM", "titan's AMX GEMM stays off"),
+                  all = sw == 1, none = sw == 0;
+        if (sw != -2 && !none && ops_cpu_amx_usable()) {
             char why[160];
             /* 37 x 45: edges in both; K 1100: three K blocks, the last a partial one */
             if (gemm_selfcheck(ops_cpu_amx_gemm, 37, 45, 1100, why, sizeof why))
@@ -831,10 +828,7 @@ const char *ops_bf16_amx_gemm(void) {
 static int amx_kernel_on(int *state, const char *var, const char *keeps) {
     int st = __atomic_load_n(state, __ATOMIC_ACQUIRE);
     if (!st) {
-        const char *env = getenv(var);
-        const int off = env && !strcmp(env, "0");
-        if (env && *env && !off && strcmp(env, "1"))
-            base_log(BASE_LOG_WARN, "%s=%s: not 0 or 1; %s", var, env, keeps);
+        const int off = ops_cpu_env_switch(var, keeps) == 0;
         st = -1;
 #if defined(TITAN_HAVE_DNNL) && defined(TITAN_HAVE_AMX_GEMM)
         if (!off && engine() == ENGINE_ONEDNN && amx_gemm_mode() != AMX_GEMM_OFF) st = 1;

@@ -172,6 +172,10 @@ void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, co
                                 int E, int C, int OC);
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const int32_t *offs, int E, int C, int OC);
+/* A 0/1 switch in the environment (dispatch.c): 1 or 0 as set, -1 unset or empty, -2 any
+ * other value, warned about here ("VAR=x: not 0 or 1; " then keeps: what stays as it is).
+ * TITAN_AMX_GEMM, TITAN_AMX_ATTENTION, TITAN_AMX_LMHEAD_CE, TITAN_GROUPED_DPBF16. */
+int ops_cpu_env_switch(const char *var, const char *keeps);
 /* 1 when grouped_mm/bf16 runs on grouped_dpbf16.c: where attention's forward runs on
  * attention_dpbf16.c (below), unless TITAN_GROUPED_DPBF16=0 (then oneDNN's per-expert
  * products, as on AMX). */

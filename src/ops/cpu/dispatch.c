@@ -117,17 +117,21 @@ int ops_cpu_attention_dpbf16_usable(void) {
 #endif
 }
 
+int ops_cpu_env_switch(const char *var, const char *keeps) {
+    const char *env = getenv(var);
+    if (!env || !*env) return -1;
+    if (!strcmp(env, "0") || !strcmp(env, "1")) return env[0] == '1';
+    base_log(BASE_LOG_WARN, "%s=%s: not 0 or 1; %s", var, env, keeps);
+    return -2;
+}
+
 int ops_cpu_grouped_dpbf16_usable(void) {
     static int cached = -1;
     int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
     if (v < 0) {
-        const char *env = getenv("TITAN_GROUPED_DPBF16");
-        if (env && *env && strcmp(env, "0") && strcmp(env, "1"))
-            base_log(BASE_LOG_WARN,
-                     "TITAN_GROUPED_DPBF16=%s: not 0 or 1; grouped_mm/bf16 stays on AVX512_BF16 "
-                     "where it can",
-                     env);
-        v = ops_cpu_attention_dpbf16_usable() && !(env && !strcmp(env, "0"));
+        const int sw = ops_cpu_env_switch("TITAN_GROUPED_DPBF16",
+                                          "grouped_mm/bf16 stays on AVX512_BF16 where it can");
+        v = ops_cpu_attention_dpbf16_usable() && sw != 0;
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
     return v;
