@@ -573,7 +573,10 @@ typedef struct {
     double *share;  /* grouped_mm, skewed routing: [E] cumulative expert shares; NULL: even */
     uint64_t route; /* its generator's state */
     double load;    /* the timed calls' sum of max rows / mean rows (cf_route) */
+    double *times;  /* with share: [CF_MAX_REPS] seconds per timed call, for their median */
 } cf_bench;
+
+#define CF_MAX_REPS 10000 /* timed calls per measurement at most */
 
 /* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the
  * model makes it (every op of the list, oplist.h, has one); its work is counted from these
@@ -768,9 +771,7 @@ static int cf_by_value(const void *a, const void *b) {
  * many. The routing's generator restarts at seed, so every implementation sees the same
  * routings; each timed backward call has its routing's forward run (untimed) first. */
 static double cf_time(cf_bench *b, double min_sec, uint64_t seed, int *calls) {
-    enum { MAX_REPS = 10000 };
-    double best = INFINITY, start = cf_now(),
-           *ts = b->share ? malloc(sizeof(double) * MAX_REPS) : NULL;
+    double best = INFINITY, start = cf_now(), *ts = b->share ? b->times : NULL;
     int n = 0;
     b->route = seed;
     b->load = 0.0;
@@ -790,14 +791,12 @@ static double cf_time(cf_bench *b, double min_sec, uint64_t seed, int *calls) {
         if (dt < best) best = dt;
         if (ts) ts[n] = dt;
         n++;
-        if (n == MAX_REPS) break;
+        if (n == CF_MAX_REPS) break;
     }
     *calls = n;
     if (!ts) return best;
     qsort(ts, (size_t)n, sizeof *ts, cf_by_value);
-    const double med = n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
-    free(ts);
-    return med;
+    return n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
 }
 
 /* The work of b's phase as the bench makes it (the FLOPs or bytes its rate divides by): its
@@ -915,15 +914,18 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             b.w = cf_rand(&seed, W, 0.05f);
             b.dw = base_alloc(W * sizeof(float));
             b.offs = malloc(sizeof(int32_t) * (E + 1));
-            b.share = o && o->even_routing ? NULL : malloc(sizeof(double) * E);
-            ok = b.w && b.dw && b.offs && (b.share || (o && o->even_routing));
+            if (!(o && o->even_routing)) {
+                b.share = malloc(sizeof(double) * E);
+                b.times = malloc(sizeof(double) * CF_MAX_REPS);
+            }
+            ok = b.w && b.dw && b.offs && ((b.share && b.times) || (o && o->even_routing));
             if (ok) cf_offs(b.offs, R, E);
         }
         for (int j = 0; j < 9 && ok; j++) ok = (b.buf[j] = cf_rand(&seed, big, 0.5f)) != NULL;
         b.tok = malloc(sizeof(int32_t) * (size_t)ctx->batch * ctx->seq_len);
         if (!ok || !b.tok) {
             for (int j = 0; j < 9; j++) free(b.buf[j]);
-            CF_FREE(b.tok, b.w, b.dw, b.offs, b.share);
+            CF_FREE(b.tok, b.w, b.dw, b.offs, b.share, b.times);
             return base_fail(err, "kernels bench: out of memory");
         }
         for (int j = 0; j < ctx->batch * ctx->seq_len; j++)
@@ -935,7 +937,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             printf("%-12s %-12s skipped: %s\n", ops_kind_name(impl->op), impl->name, err->msg);
             ops_release(&ti);
             for (int j = 0; j < 9; j++) free(b.buf[j]);
-            CF_FREE(b.tok, b.w, b.dw, b.offs, b.share);
+            CF_FREE(b.tok, b.w, b.dw, b.offs, b.share, b.times);
             continue;
         }
         float *wt = NULL;
@@ -990,7 +992,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         ops_release(&ti);
         ops_release(&td);
         for (int j = 0; j < 9; j++) free(b.buf[j]);
-        CF_FREE(b.tok, b.w, b.dw, b.offs, b.share);
+        CF_FREE(b.tok, b.w, b.dw, b.offs, b.share, b.times);
     }
     fflush(stdout);
     return failed;
