@@ -234,9 +234,15 @@ enum { DIST_W16_DENSE = 1, DIST_W16_LOCAL = 2 };
  * w16 now holds the bf16 bits of every element of the part (exact ones included, rounded
  * from their fp32 values); 0 otherwise (nothing gathered now, an fp32 part, no w16). */
 int dist_fsdp_hook(dist_fsdp *f, int unit, dist_phase p);
-/* Start of a step: zero the shard gradients; forget gathered parameters (they are stale
- * after the optimizer step). */
-void dist_fsdp_begin_step(dist_fsdp *f);
+/* Start of a step: zero the shard gradients, or with set_to_none leave them to be written:
+ * P > 1, each unit's first reduce of the step stores its shard instead of adding (every unit
+ * is reduced once a microbatch); P = 1, the shard is the model's gradient buffer, which the
+ * trainer has the model's backward write (model_grad_set_to_none). Forget gathered parameters
+ * (they are stale after the optimizer step). */
+void dist_fsdp_begin_step(dist_fsdp *f, int set_to_none);
+/* 1 when the hooks reduce each unit's gradients after its backward and leave them zero
+ * (P > 1): every microbatch's backward may then write them (model_grad_set_to_none). */
+int dist_fsdp_drops_grads(const dist_fsdp *f);
 /* Copies this rank's shard of unit u out of the full buffer (written there by the caller:
  * initialisation, loading) and releases the unit. */
 void dist_fsdp_store_unit(dist_fsdp *f, int unit);

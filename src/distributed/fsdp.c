@@ -53,6 +53,9 @@ struct dist_fsdp {
     /* [n] the DIST_W16_* mask of the gathers in flight of a unit: the parts they receive into
      * w16 (dist_fsdp_cfg.w16) */
     unsigned char *pending16;
+    /* [n] P > 1, a step begun with set_to_none: the unit's shard gradients not written yet
+     * this step (its first reduce stores them, the later ones add) */
+    unsigned char *gs_fresh;
     dist_req *req;  /* [n * N_PARTS] the gathers in flight */
     dist_req *xreq; /* [n * N_PARTS] their exact elements' gathers (mixed parts) */
     /* bf16 transport: exact[n_exact] the spans that stay fp32; move, xlen [n * N_PARTS] how
@@ -205,11 +208,12 @@ int dist_fsdp_new(dist_fsdp **out, const dist_mesh *mesh, const dist_fsdp_cfg *c
     f->gathered = calloc(n, 1);
     f->pending = calloc(n, 1);
     f->pending16 = calloc(n, 1);
+    f->gs_fresh = calloc(n, 1);
     f->req = calloc(n * N_PARTS, sizeof *f->req);
     f->xreq = calloc(n * N_PARTS, sizeof *f->xreq);
     f->ranges = calloc(N_PARTS * n, sizeof *f->ranges);
     if (oom || !f->units || !f->S || !f->soff || !f->gathered || !f->pending || !f->pending16 ||
-        !f->req || !f->xreq || !f->ranges) {
+        !f->gs_fresh || !f->req || !f->xreq || !f->ranges) {
         dist_fsdp_free(f);
         return base_fail(err, "out of memory");
     }
@@ -300,6 +304,7 @@ void dist_fsdp_free(dist_fsdp *f) {
     free(f->gathered);
     free(f->pending);
     free(f->pending16);
+    free(f->gs_fresh);
     free(f->req);
     free(f->xreq);
     free(f->exact);
@@ -459,8 +464,8 @@ static void release_params(dist_fsdp *f, int u) {
 }
 
 /* Sums each part of unit u's gradients over its group into this rank's shard (a copy in a
- * one-rank group: under ep = dp_shard the expert owner served all its tokens), then zeroes
- * them. */
+ * one-rank group: under ep = dp_shard the expert owner served all its tokens; stored over the
+ * shard, not added, the first time in a step begun with set_to_none), then zeroes them. */
 static void reduce(dist_fsdp *f, int u) {
     const dist_unit *x = &f->units[u];
     for (int k = 0; k < N_PARTS; k++) {
@@ -473,9 +478,14 @@ static void reduce(dist_fsdp *f, int u) {
         if (q->P > 1) f->st.reduce_bytes += (double)len * sizeof(float);
         float *gs = f->gs + part_soff(f, u, k);
         const int nk = cnt[q->me];
+        if (f->gs_fresh[u]) {
+            memcpy(gs, f->tmp, sizeof(float) * (size_t)nk);
+            continue;
+        }
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nk; i++) gs[i] += f->tmp[i];
     }
+    f->gs_fresh[u] = 0;
     f->st.reduces++;
     drop(f, f->g, x->offset, x->numel, 1);
 }
@@ -513,9 +523,17 @@ void dist_fsdp_release_all(dist_fsdp *f) {
     for (int u = 0; u < f->n; u++) release_params(f, u);
 }
 
-void dist_fsdp_begin_step(dist_fsdp *f) {
-    ops_zero(f->gs, f->shard_len);
+void dist_fsdp_begin_step(dist_fsdp *f, int set_to_none) {
+    if (!set_to_none)
+        ops_zero(f->gs, f->shard_len);
+    else if (f->P > 1) /* each unit's first reduce stores its shard */
+        memset(f->gs_fresh, 1, (size_t)f->n);
+    /* (P = 1: the shard is the model's gradient buffer, which its backward writes) */
     dist_fsdp_release_all(f);
+}
+
+int dist_fsdp_drops_grads(const dist_fsdp *f) {
+    return f->P > 1;
 }
 
 void dist_fsdp_store_unit(dist_fsdp *f, int u) {

@@ -611,8 +611,13 @@ void model_bf16_sync_all(const model *m) {
     for (int u = 0; u < m->n_units; u++) bf16_sync(m, u, 0);
 }
 
+void model_grad_set_to_none(model *m) {
+    m->g_set_to_none = 1;
+}
+
 void model_zero_grad(model *m) {
     model_weights_changed(m);
+    m->g_set_to_none = 0;
     if (m->g) ops_zero(m->g, m->n_floats);
     if (m->moe_counts)
         memset(m->moe_counts, 0,
@@ -788,6 +793,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     const float eps = (float)a->norm_eps;
     block_view w = block_at(m, m->w, l), g = block_at(m, m->g, l);
     const block_geom geom = train_geom(m);
+    const int acc = !m->g_set_to_none; /* the ops' dw_acc: each weight's gradient once a block */
     float *dres = A->dres;
     /* nf feeds the weight gradients' GEMMs only, df matmul_bwd's dY only (both its products) */
     const int wire16 = model_bf16_wire(m, t, OPS_MATMUL);
@@ -821,26 +827,26 @@ static void block_backward(model *m, int l, layer_acts *la) {
         t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
         tp_gather(m, df, dres, nD, wire16);
         ops_zero(A->dhact, NF);
-        t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D);
+        t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D, acc);
         ops_zero(A->dgate, NF);
         ops_zero(A->dup, NF);
         t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
         ops_zero(dnf, ND);
         const int held = hold_norm(m, t, nf, (size_t)N * D);
-        t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F);
-        t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F);
+        t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F, acc);
+        t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F, acc);
         if (held) ops_bf16_release(nf);
         tp_scatter(m, A->dnorm, dnf, nD);
     }
     /* dres: dL/d(out) on entry, dL/dxm after; the add passes it on to x unchanged */
-    t->add_rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D);
+    t->add_rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D, acc);
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
     tp_gather(m, df, dres, nD, wire16);
     ops_zero(A->dqk_o, NQ);
     const int held_o = hold_kept(m, t, la, MODEL_ACT16_O, NQ),
               held_v = hold_kept(m, t, la, MODEL_ACT16_V, NKV);
-    t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D);
+    t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D, acc);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
     qk_norm_rope(m, t, la, &w, &geom);
     ops_zero(A->dq, NQ);
@@ -856,18 +862,18 @@ static void block_backward(model *m, int l, layer_acts *la) {
     t->rope_bwd(A->dk, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
     ops_zero(A->dqn, NQ);
     ops_zero(A->dkn, NKV);
-    t->rmsnorm_bwd(A->dqn, g.q_norm, A->dq, la->qp, w.q_norm, la->q_rstd, N * H, hd);
-    t->rmsnorm_bwd(A->dkn, g.k_norm, A->dk, la->kp, w.k_norm, la->k_rstd, N * G, hd);
+    t->rmsnorm_bwd(A->dqn, g.q_norm, A->dq, la->qp, w.q_norm, la->q_rstd, N * H, hd, acc);
+    t->rmsnorm_bwd(A->dkn, g.k_norm, A->dk, la->kp, w.k_norm, la->k_rstd, N * G, hd, acc);
     t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, A->norm_out, nD, wire16);
     ops_zero(dnf, ND);
     const int held = hold_norm(m, t, nf, (size_t)N * D);
-    t->matmul_bwd(dnf, g.wq, A->dqn, nf, w.wq, N, D, H * hd);
-    t->matmul_bwd(dnf, g.wk, A->dkn, nf, w.wk, N, D, G * hd);
-    t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd);
+    t->matmul_bwd(dnf, g.wq, A->dqn, nf, w.wq, N, D, H * hd, acc);
+    t->matmul_bwd(dnf, g.wk, A->dkn, nf, w.wk, N, D, G * hd, acc);
+    t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd, acc);
     if (held) ops_bf16_release(nf);
     tp_scatter(m, A->dnorm, dnf, nD);
-    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, n, D);
+    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, n, D, acc);
 }
 
 /* Vocab-parallel embedding: A->tok_local[N] = the tokens' ids in this rank's shard, 0 for
@@ -950,29 +956,36 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const size_t VlD = (size_t)a->vocab_size * D;
     const float *hw = head_at(m, m->w);
     float *hg = backward ? head_at(m, m->g) : NULL;
+    /* the ops' dw_acc: 0 on a backward that writes each parameter's gradient (set_to_none) */
+    const int acc = !m->g_set_to_none;
     if (m->loss_parallel_off) {
         tp_gather(m, A->head_full, hw, VlD, model_bf16_wire(m, th, OPS_LMHEAD_CE)); /* GEMMs */
         hw = A->head_full;
-        if (hg) ops_zero(hg = A->dhead_full, VlD * m->tp.size);
+        if (hg) hg = A->dhead_full; /* written whole (dw_acc 0): a scratch */
     }
     double loss = th->lmhead_ce(backward ? dxn : NULL, hg, xn, hw, targets, N, D,
                                 m->loss_parallel_off ? m->full_args.vocab_size : a->vocab_size,
                                 grad_scale, A->ce_scratch, A->ce_chunk, n_valid,
-                                m->tp.size > 1 && !m->loss_parallel_off ? &vs : NULL);
+                                m->tp.size > 1 && !m->loss_parallel_off ? &vs : NULL,
+                                m->loss_parallel_off ? 0 : acc);
     if (!backward) {
         hook(m, L + 1, MODEL_FWD_END);
         return loss;
     }
 
     if (m->loss_parallel_off) { /* complete gradients: keep this rank's rows */
-        add_inplace(head_at(m, m->g), A->dhead_full + (size_t)m->tp.rank * VlD, VlD);
+        const float *mine = A->dhead_full + (size_t)m->tp.rank * VlD;
+        if (acc)
+            add_inplace(head_at(m, m->g), mine, VlD);
+        else
+            memcpy(head_at(m, m->g), mine, sizeof(float) * VlD);
         memcpy(A->dxn, dxn + (size_t)m->tp.rank * n * D, sizeof(float) * (size_t)n * D);
     } else {
         tp_scatter(m, A->dxn, dxn, (size_t)n * D);
     }
     ops_zero(A->dres, (size_t)n * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
-                    A->rstd_f, n, D);
+                    A->rstd_f, n, D, acc);
     hook(m, L + 1, MODEL_BWD_END);
     for (int l = L - 1; l >= 0; l--) {
         hook(m, 1 + l, MODEL_BWD_BEGIN);
@@ -980,6 +993,9 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
         hook(m, 1 + l, MODEL_BWD_END);
     }
     hook(m, 0, MODEL_BWD_BEGIN);
+    /* the embedding's scatter only adds (oplist.h): an untied table's gradient is zeroed for
+     * its first write; a tied one holds the lm_head's by now */
+    if (!acc && !a->tie_embeddings) ops_zero(embed_at(m, m->g), (size_t)a->vocab_size * (size_t)D);
     if (m->tp.size == 1) {
         m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
     } else { /* all N rows' gradients, those of this shard's tokens only */
@@ -988,6 +1004,7 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
         m->ops[0].embedding_bwd(embed_at(m, m->g), A->dfull, A->tok_local, N, D);
     }
     hook(m, 0, MODEL_BWD_END);
+    m->g_set_to_none = 0; /* every gradient written: the next backward adds */
     return loss;
 }
 

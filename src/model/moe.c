@@ -87,21 +87,23 @@ static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, cons
 }
 
 /* Their backward: dy[R,D] = dL/dy on entry, dL/dx on exit (dy is consumed first); the expert
- * gradients accumulate into gw. x: the rows the forward ran on. */
+ * gradients go into gw (added, or written: acc is the ops' dw_acc). x: the rows the forward ran
+ * on. */
 static void experts_bwd(const ops_table *t, const block_view *w, const block_view *gw,
                         const float *x, const int32_t *offs, int nE, int R, int D, int Fe,
-                        const float *gate, const float *up, float *dy, const model_moe_scratch *s) {
+                        const float *gate, const float *up, float *dy, const model_moe_scratch *s,
+                        int acc) {
     const size_t RF = (size_t)R * Fe;
     t->swiglu_fwd(s->hact, gate, up, R, Fe);
     ops_zero(s->dhact, RF);
-    t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D);
+    t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D, acc);
     ops_zero(s->dgate, RF);
     ops_zero(s->dup, RF);
     t->swiglu_bwd(s->dgate, s->dup, s->dhact, gate, up, R, Fe);
     float *dx = dy; /* dy is consumed: reuse it for d(x) */
     ops_zero(dx, (size_t)R * D);
-    t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe);
-    t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe);
+    t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe, acc);
+    t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe, acc);
 }
 
 /* EP dispatch plan of block state ma, from the global group offsets offs[E+1] of this rank's
@@ -300,6 +302,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
               Fe = a->moe_ffn_dim, R = N * K;
     moe_acts *ma = &la->moe;
     block_view w = block_at(m, m->w, l), gw = block_at(m, m->g, l);
+    const int acc = !m->g_set_to_none;
     float *dlog = s->dlog;
 
     /* combine: dgate[n,k] = <dout[n], y[slot]>, dy[slot] = gate[n,k] * dout[n]. dlog holds
@@ -345,7 +348,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
         /* d y is grouped_mm_bwd's dY only (both its products): bf16 where that rounds it;
          * dyl is the staging until the rows arrive */
         ep_dispatch(m, ma, s->dy, R, dyl, arrived, dyl, model_bf16_wire(m, t, OPS_GROUPED_MM));
-        experts_bwd(t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, dyl, s);
+        experts_bwd(t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, dyl, s, acc);
         /* d xs: fp32. Its rows are summed per token after they arrive (the dispatch's
          * transpose below, into dh, which the fp32 norm backward reads): no GEMM rounds them,
          * and bf16(a) + bf16(b) is not a + b */
@@ -354,7 +357,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < R; i++)
             memcpy(s->xs + (size_t)i * D, h + (size_t)ma->tok[i] * D, sizeof(float) * (size_t)D);
-        experts_bwd(t, &w, &gw, s->xs, ma->offs, E, R, D, Fe, la->gate, la->up, s->dy, s);
+        experts_bwd(t, &w, &gw, s->xs, ma->offs, E, R, D, Fe, la->gate, la->up, s->dy, s, acc);
     }
     /* dispatch's transpose: dh[n] += sum_k dxs[slot[n,k]], in k order, one thread per token */
 #pragma omp parallel for schedule(static)
@@ -366,7 +369,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
         }
     }
     /* router */
-    t->matmul_bwd(dh, gw.router, dlog, h, w.router, N, D, E);
+    t->matmul_bwd(dh, gw.router, dlog, h, w.router, N, D, E, acc);
 }
 
 void model_moe_aux_finish(model *m, const double *acc, double *aux_grad) {

@@ -69,6 +69,12 @@ static float *cf_dup(const float *x, size_t n) {
     return p;
 }
 
+/* x[0, n) = NaN: a weight gradient asked written (dw_acc 0) starts as this on both sides, so an
+ * implementation that reads it, or leaves an element unwritten, is caught as non-finite. */
+static void cf_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
 static double cf_err(const float *a, const float *b, size_t n) {
     double d = 0, m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -170,10 +176,14 @@ static int cf_norm(const ops_table *x, const ops_table *y, const ops_ctx *c, uin
     cf_cmp(r, "rstd", r1, r2, (size_t)N, 1e-5);
     const ops_rmsnorm_bwd_fn bx = fused ? x->add_rmsnorm_bwd : x->rmsnorm_bwd,
                              by = fused ? y->add_rmsnorm_bwd : y->rmsnorm_bwd;
-    bx(dx1, dw1, dy, h1, w, r1, N, C);
-    by(dx2, dw2, dy, h2, w, r2, N, C);
+    bx(dx1, dw1, dy, h1, w, r1, N, C, 1);
+    by(dx2, dw2, dy, h2, w, r2, N, C, 1);
     cf_cmp(r, fused ? "dh" : "dinp", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw", dw1, dw2, (size_t)C, 1e-4);
+    cf_nan(dw1, (size_t)C), cf_nan(dw2, (size_t)C);
+    bx(dx1, dw1, dy, h1, w, r1, N, C, 0);
+    by(dx2, dw2, dy, h2, w, r2, N, C, 0);
+    cf_cmp(r, "dw written", dw1, dw2, (size_t)C, 1e-4);
     CF_FREE(h1, h2, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2, b);
     return 0;
 }
@@ -200,10 +210,14 @@ static int cf_matmul(const ops_table *x, const ops_table *y, const ops_ctx *c, u
     x->matmul_fwd(o1, in, w, N, C, OC);
     y->matmul_fwd(o2, in, w, N, C, OC);
     cf_cmp(r, "out", o1, o2, (size_t)N * OC, 1e-5);
-    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC);
-    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 1);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 1);
     cf_cmp(r, "dinp", dx1, dx2, (size_t)N * C, 1e-5);
     cf_cmp(r, "dw", dw1, dw2, (size_t)OC * C, 1e-5);
+    cf_nan(dw1, (size_t)OC * C), cf_nan(dw2, (size_t)OC * C);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 0);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 0);
+    cf_cmp(r, "dw written", dw1, dw2, (size_t)OC * C, 1e-5);
     CF_FREE(in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
     return 0;
 }
@@ -319,8 +333,8 @@ static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c
         tg[n] = cf_int(s, 0, 9) == 0 ? OPS_IGNORE_INDEX : cf_int(s, 0, V - 1);
     int64_t v1 = 0, v2 = 0;
     const float gs = 1.0f / (float)N;
-    float l1 = (float)x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, &v1, NULL);
-    float l2 = (float)y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, &v2, NULL);
+    float l1 = (float)x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, &v1, NULL, 1);
+    float l2 = (float)y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, &v2, NULL, 1);
     cf_cmp(r, "loss", &l1, &l2, 1, 1e-5);
     if (v1 != v2) {
         r->ratio = INFINITY;
@@ -328,7 +342,11 @@ static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c
     }
     cf_cmp(r, "dx", dx1, dx2, (size_t)N * D, 1e-4);
     cf_cmp(r, "dw", dw1, dw2, (size_t)V * D, 1e-4);
-    l1 = (float)x->lmhead_ce(NULL, NULL, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL);
+    cf_nan(dw1, (size_t)V * D), cf_nan(dw2, (size_t)V * D);
+    x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 0);
+    y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, NULL, NULL, 0);
+    cf_cmp(r, "dw written", dw1, dw2, (size_t)V * D, 1e-4);
+    l1 = (float)x->lmhead_ce(NULL, NULL, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 1);
     cf_cmp(r, "loss (no grad)", &l1, &l2, 1, 1e-5);
     CF_FREE(tg, in, w, sc, sc2, dx1, dx2, dw1, dw2);
     return 0;
@@ -378,13 +396,18 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
             offs[k] = offs[k - 1];
             offs[k - 1] = t;
         }
+    if (E > 2) offs[1] = 0; /* expert 0 without rows: its dw written as zeros (dw_acc 0) */
     x->grouped_mm_fwd(o1, in, w, offs, E, C, OC);
     y->grouped_mm_fwd(o2, in, w, offs, E, C, OC);
     cf_cmp(r, "out", o1, o2, (size_t)R * OC, 1e-5);
-    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC);
-    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 1);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 1);
     cf_cmp(r, "dinp", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw", dw1, dw2, (size_t)E * OC * C, 1e-5);
+    cf_nan(dw1, (size_t)E * OC * C), cf_nan(dw2, (size_t)E * OC * C);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 0);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 0);
+    cf_cmp(r, "dw written", dw1, dw2, (size_t)E * OC * C, 1e-5);
     CF_FREE(offs, in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
     return 0;
 }
@@ -600,7 +623,7 @@ static void cf_run_rmsnorm(const cf_bench *b) {
     if (!b->phase)
         b->t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
     else
-        b->t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+        b->t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 0);
 }
 
 /* in place over the residual stream f[2], as the model calls it */
@@ -610,7 +633,7 @@ static void cf_run_add_rmsnorm(const cf_bench *b) {
     if (!b->phase)
         b->t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
     else
-        b->t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+        b->t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 0);
 }
 
 static void cf_run_matmul(const cf_bench *b) {
@@ -619,7 +642,7 @@ static void cf_run_matmul(const cf_bench *b) {
     if (!b->phase)
         b->t->matmul_fwd(f[0], f[1], f[2], N, D, F);
     else
-        b->t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F);
+        b->t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F, 0);
 }
 
 static void cf_run_rope(const cf_bench *b) {
@@ -653,7 +676,7 @@ static void cf_run_lmhead_ce(const cf_bench *b) {
     CF_DIMS(&b->c);
     float *const *f = b->buf;
     const int chunk = ops_lmhead_ce_chunk(N, V); /* the model's */
-    b->t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL);
+    b->t->lmhead_ce(f[2], f[3], f[0], f[1], b->tok, N, D, V, 1.0f / N, f[4], chunk, NULL, NULL, 0);
 }
 
 /* AdamW's elements in the bench: the embedding's, vocab x dim (or an FFN weight's where that is
@@ -688,9 +711,9 @@ static void cf_run_grouped_mm(const cf_bench *b) {
         b->t->grouped_mm_fwd(f[2], f[0], b->w, b->offs, E, D, Fe);
         b->t->grouped_mm_fwd(f[4], f[3], b->w, b->offs, E, Fe, D);
     } else {
-        b->t->grouped_mm_bwd(f[7], b->dw, f[4], f[3], b->w, b->offs, E, Fe, D);
-        b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe);
-        b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe);
+        b->t->grouped_mm_bwd(f[7], b->dw, f[4], f[3], b->w, b->offs, E, Fe, D, 0);
+        b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe, 0);
+        b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe, 0);
     }
 }
 

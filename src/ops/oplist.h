@@ -25,32 +25,37 @@
  * accumulates) is documented at its entry below.
  *
  * Conventions (llm.c style): outputs first, then saved activations, inputs, weights, sizes.
- * Row-major, fp32. Backward ACCUMULATES (+=) into every gradient it writes. */
+ * Row-major, fp32. Backward ACCUMULATES (+=) into every input gradient it writes (dinp, dx,
+ * dq, ...: the caller zeroes those or sums several ops into one). A parameter gradient dw
+ * (embedding's dwte excepted) follows the call's last argument dw_acc: 1, dw += the gradient; 0, dw
+ * = the gradient, dw's contents never read (garbage or NaN included), every element written (zeros
+ * where the call adds nothing: an expert without rows, a vocabulary row without a token). The model
+ * passes 0 for a parameter's first gradient since its buffer last counted (PyTorch's
+ * zero_grad(set_to_none=True)), so no pass zeroes the gradients and no product reads them
+ * back (bench/RESULTS.md, session 29). */
 #ifndef TITAN_OPS_OPLIST_H
 #define TITAN_OPS_OPLIST_H
 
 /* embedding: out[N,D] = wte[tokens[n], :].  bwd: dwte[V,D] += scatter of dout (deterministic
- *   order); it receives no wte: FSDP does not gather the table for it (OPS_BWD_READS_WEIGHTS
- *   in ops.h, checked against these signatures by test_ops).
- * rmsnorm: out[N,C] = inp * rsqrt(mean(inp^2) + eps) * w[C]; rstd[N] saved for backward. Used
- *   for the block norms (C = dim) and per-head q/k norms (N = tokens*heads, C = head_dim).
- * matmul: out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias).
- *   bwd: dinp[N,C] += dout @ w (skipped when dinp is NULL); dw[OC,C] += dout^T @ inp.
- * rope: RoPE, HF rotate_half convention, on x[B,T,nh,hd] at positions 0..T-1 of each window.
- *   cos/sin: [T, hd/2] tables (ops_rope_table). out may alias inp. bwd: dinp += R^T dout (the
- *   rotation by -angle). When dinp == dout the rotated gradient replaces dout in place.
- * attention: causal GQA attention, scale 1/sqrt(hd). q[B,T,H,hd], k,v[B,T,G,hd],
- *   out[B,T,H,hd]; query head h uses kv head h / (H/G). lse[B,H,T] = log-sum-exp of each
- *   scaled score row, saved so backward can recompute probabilities tile by tile (no [T,T]
- *   matrix is kept). bwd: dq, dk, dv += gradients.
- * swiglu: out[N,F] = silu(gate) * up.  bwd: dgate, dup += .
- * lmhead_ce: fused lm_head + fp32 cross-entropy over x[N,D], w[V,D], targets[N]
- *   (OPS_IGNORE_INDEX skipped). Returns the SUM of the per-token losses (double). Logits are
- *   computed `chunk` tokens at a time into scratch (ops_lmhead_ce_scratch_floats(chunk, V,
+ *   order; always accumulated: the signature has no V to zero the rows no token touched); it
+ * receives no wte: FSDP does not gather the table for it (OPS_BWD_READS_WEIGHTS in ops.h, checked
+ * against these signatures by test_ops). rmsnorm: out[N,C] = inp * rsqrt(mean(inp^2) + eps) * w[C];
+ * rstd[N] saved for backward. Used for the block norms (C = dim) and per-head q/k norms (N =
+ * tokens*heads, C = head_dim). matmul: out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias). bwd:
+ * dinp[N,C] += dout @ w (skipped when dinp is NULL); dw[OC,C] (+)= dout^T @ inp. rope: RoPE, HF
+ * rotate_half convention, on x[B,T,nh,hd] at positions 0..T-1 of each window. cos/sin: [T, hd/2]
+ * tables (ops_rope_table). out may alias inp. bwd: dinp += R^T dout (the rotation by -angle). When
+ * dinp == dout the rotated gradient replaces dout in place. attention: causal GQA attention, scale
+ * 1/sqrt(hd). q[B,T,H,hd], k,v[B,T,G,hd], out[B,T,H,hd]; query head h uses kv head h / (H/G).
+ * lse[B,H,T] = log-sum-exp of each scaled score row, saved so backward can recompute probabilities
+ * tile by tile (no [T,T] matrix is kept). bwd: dq, dk, dv += gradients. swiglu: out[N,F] =
+ * silu(gate) * up.  bwd: dgate, dup += . lmhead_ce: fused lm_head + fp32 cross-entropy over x[N,D],
+ * w[V,D], targets[N] (OPS_IGNORE_INDEX skipped). Returns the SUM of the per-token losses (double).
+ * Logits are computed `chunk` tokens at a time into scratch (ops_lmhead_ce_scratch_floats(chunk, V,
  *   prec) floats), so [N, V] logits never exist; or, where ops_lmhead_ce_fused(D) says the bf16
  *   implementation runs fused (no vocabulary shard), with chunk 0 and no scratch at all.
  *   When dx is non-NULL, also dx[N,D] += grad_scale * (softmax - onehot) @ w and
- *   dw[V,D] += grad_scale * (...)^T @ x, where grad_scale is 1 / (global count of valid
+ *   dw[V,D] (+)= grad_scale * (...)^T @ x (dw_acc), where grad_scale is 1 / (global count of valid
  *   tokens), supplied by the caller. *n_valid (if non-NULL) receives the number of
  *   non-ignored targets.
  *   Loss-parallel (vs non-NULL): w[V,D] is this rank's shard, vocabulary ids
@@ -79,14 +84,13 @@
  *   owning rows [offs[e], offs[e+1]) (offs[E+1], offs[0] = 0, non-decreasing; a group may be
  *   empty). out[r, OC] = inp[r, C] @ w[e]^T for r in group e, w [E, OC, C] (one nn.Linear
  *   per expert). bwd: dinp[r] += dout[r] @ w[e] (skipped when dinp is NULL);
- *   dw[e] += dout_e^T @ inp_e. Results must not depend on the thread count's scheduling:
- *   each output element is written by one thread with a fixed reduction order (the
- *   reduction over a group's rows included).
- * add_rmsnorm: fused residual add + RMSNorm: h[N,C] = x + y (the residual stream),
- *   out = rmsnorm(h) * w[C], rstd[N] saved; one pass over memory instead of an add pass and
- *   a norm pass. h may alias x or y (the stream is updated in place). The block calls it
- *   where attention's output joins the residual, before the FFN norm. out must equal
- *   rmsnorm_fwd(h) of the same ISA copy bitwise (backward recomputes the norm with
+ *   dw[e] (+)= dout_e^T @ inp_e (dw_acc 0: dw[e] = 0 for an empty group). Results must not depend
+ * on the thread count's scheduling: each output element is written by one thread with a fixed
+ * reduction order (the reduction over a group's rows included). add_rmsnorm: fused residual add +
+ * RMSNorm: h[N,C] = x + y (the residual stream), out = rmsnorm(h) * w[C], rstd[N] saved; one pass
+ * over memory instead of an add pass and a norm pass. h may alias x or y (the stream is updated in
+ * place). The block calls it where attention's output joins the residual, before the FFN norm. out
+ * must equal rmsnorm_fwd(h) of the same ISA copy bitwise (backward recomputes the norm with
  *   rmsnorm_fwd from the saved h). bwd: an add passes its output gradient unchanged to both
  *   inputs, so the only work is the norm's: dh += d(rmsnorm)/dh . dout, dw += ..., exactly
  *   rmsnorm_bwd's contract; the caller passes the residual stream's gradient as dh (it
@@ -101,14 +105,14 @@
        (float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps),       \
        (out, rstd, inp, w, N, C, eps),                                                             \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
-        const float *rstd, int N, int C),                                                          \
-       (dinp, dw, dout, inp, w, rstd, N, C))                                                       \
+        const float *rstd, int N, int C, int dw_acc),                                              \
+       (dinp, dw, dout, inp, w, rstd, N, C, dw_acc))                                               \
     FB(MATMUL, matmul, NULL, 1,                                                                    \
        (float *out, const float *inp, const float *w, int N, int C, int OC),                       \
        (out, inp, w, N, C, OC),                                                                    \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w, int N, int C, \
-        int OC),                                                                                   \
-       (dinp, dw, dout, inp, w, N, C, OC))                                                         \
+        int OC, int dw_acc),                                                                       \
+       (dinp, dw, dout, inp, w, N, C, OC, dw_acc))                                                 \
     FB(ROPE, rope, "attention.rope", 1,                                                            \
        (float *out, const float *inp, const float *cos, const float *sin, int B, int T, int nh,    \
         int hd),                                                                                   \
@@ -131,8 +135,8 @@
     F(LMHEAD_CE, lmhead_ce, NULL, 0, double,                                                       \
       (float *dx, float *dw, const float *x, const float *w, const int32_t *targets, int N, int D, \
        int V, float grad_scale, float *scratch, int chunk, int64_t *n_valid,                       \
-       const ops_vocab_shard *vs),                                                                 \
-      (dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk, n_valid, vs))                   \
+       const ops_vocab_shard *vs, int dw_acc),                                                     \
+      (dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk, n_valid, vs, dw_acc))           \
     F(ADAMW, adamw, NULL, 0, void,                                                                 \
       (float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,            \
        double beta1, double beta2, double eps, double wd, int64_t t),                              \
@@ -145,15 +149,15 @@
        (float *out, const float *inp, const float *w, const int32_t *offs, int E, int C, int OC),  \
        (out, inp, w, offs, E, C, OC),                                                              \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
-        const int32_t *offs, int E, int C, int OC),                                                \
-       (dinp, dw, dout, inp, w, offs, E, C, OC))                                                   \
+        const int32_t *offs, int E, int C, int OC, int dw_acc),                                    \
+       (dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc))                                           \
     FB(ADD_RMSNORM, add_rmsnorm, "ffn_norm", 1,                                                    \
        (float *h, float *out, float *rstd, const float *x, const float *y, const float *w, int N,  \
         int C, float eps),                                                                         \
        (h, out, rstd, x, y, w, N, C, eps),                                                         \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
-        const float *rstd, int N, int C),                                                          \
-       (dinp, dw, dout, inp, w, rstd, N, C))
+        const float *rstd, int N, int C, int dw_acc),                                              \
+       (dinp, dw, dout, inp, w, rstd, N, C, dw_acc))
 
 /* Removes the parentheses of a list: OPS_UNPAREN (a, b) -> a, b. */
 #define OPS_UNPAREN(...) __VA_ARGS__

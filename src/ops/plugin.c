@@ -157,12 +157,13 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     for (int i = 0; i < nin; i++)
         if (bhsd && in[i].nh) need += plg_round(in[i].n * sizeof(float));
     /* a kernel that accumulates gets titan's gradient itself where no conversion or in-place
-     * replacement is needed */
+     * replacement is needed (zeroed first where titan wants it written: a weight gradient's
+     * first write, dw_acc 0) */
     const int accum = phase == 1 && (k->d.flags & TITAN_KERNEL_BWD_ACCUMULATES);
     int direct[4] = {0};
     for (int i = 0; i < nout; i++) {
         if (!out[i].p) continue;
-        direct[i] = accum && out[i].acc && !(bhsd && out[i].nh);
+        direct[i] = accum && !(bhsd && out[i].nh);
         for (int j = 0; j < nin; j++)
             if (in[j].p == out[i].p) direct[i] = 0;
         if (!direct[i]) need += plg_round(out[i].n * sizeof(float));
@@ -184,6 +185,7 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     for (int i = 0; i < nout; i++) {
         if (!out[i].p) continue;
         if (direct[i]) {
+            if (!out[i].acc) memset(out[i].p, 0, out[i].n * sizeof(float));
             a.out[i] = out[i].p;
             continue;
         }
@@ -258,24 +260,29 @@ static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp,
     plg_call(OPS_RMSNORM, slot, 0, dims, eps, NULL, 0, 0, 0, in, 2, o, 2);
 }
 
-/* rmsnorm's backward, also add_rmsnorm's (kind): the same call. */
+/* rmsnorm's backward, also add_rmsnorm's (kind): the same call. A weight gradient titan asks
+ * written (dw_acc 0) is an output like the forward's to the plugin's ABI, whose backward always
+ * accumulates or always writes (TITAN_KERNEL_BWD_ACCUMULATES): plg_call stages it in zeroed
+ * scratch for an accumulating kernel and stores it over dw. */
 static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const float *dout,
-                         const float *inp, const float *w, const float *rstd, int N, int C) {
+                         const float *inp, const float *w, const float *rstd, int N, int C,
+                         int dw_acc) {
     const size_t n = (size_t)N * C;
     const int dims[8] = {N, C};
     const plg_in in[] = {{dout, n, 0}, {inp, n, 0}, {w, (size_t)C, 0}, {rstd, (size_t)N, 0}};
-    const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, 1}};
+    const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, dw_acc}};
     plg_call(kind, slot, 1, dims, 0, NULL, 0, 0, 0, in, 4, o, 2);
 }
 
 static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const float *rstd, int N, int C) {
-    plg_norm_bwd(OPS_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C);
+                            const float *w, const float *rstd, int N, int C, int dw_acc) {
+    plg_norm_bwd(OPS_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C, dw_acc);
 }
 
 static void plg_add_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, int N, int C) {
-    plg_norm_bwd(OPS_ADD_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C);
+                                const float *inp, const float *w, const float *rstd, int N, int C,
+                                int dw_acc) {
+    plg_norm_bwd(OPS_ADD_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C, dw_acc);
 }
 
 static void plg_add_rmsnorm_fwd(int slot, float *h, float *out, float *rstd, const float *x,
@@ -313,11 +320,11 @@ static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *
 }
 
 static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
-                           const float *w, int N, int C, int OC) {
+                           const float *w, int N, int C, int OC, int dw_acc) {
     const int dims[8] = {N, C, OC};
     const plg_in in[] = {
         {dout, (size_t)N * OC, 0}, {inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
-    const plg_out o[] = {{dinp, (size_t)N * C, 0, 1}, {dw, (size_t)OC * C, 0, 1}};
+    const plg_out o[] = {{dinp, (size_t)N * C, 0, 1}, {dw, (size_t)OC * C, 0, dw_acc}};
     plg_call(OPS_MATMUL, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
 }
 
@@ -333,11 +340,11 @@ static void plg_grouped_mm_fwd(int slot, float *out, const float *inp, const flo
 
 static void plg_grouped_mm_bwd(int slot, float *dinp, float *dw, const float *dout,
                                const float *inp, const float *w, const int32_t *offs, int E, int C,
-                               int OC) {
+                               int OC, int dw_acc) {
     const size_t R = (size_t)offs[E];
     const int dims[8] = {(int)R, C, OC, E};
     const plg_in in[] = {{dout, R * OC, 0}, {inp, R * C, 0}, {w, (size_t)E * OC * C, 0}};
-    const plg_out o[] = {{dinp, R * C, 0, 1}, {dw, (size_t)E * OC * C, 0, 1}};
+    const plg_out o[] = {{dinp, R * C, 0, 1}, {dw, (size_t)E * OC * C, 0, dw_acc}};
     plg_call(OPS_GROUPED_MM, slot, 1, dims, 0, offs, 0, 0, 0, in, 3, o, 2);
 }
 

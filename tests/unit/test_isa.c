@@ -83,8 +83,8 @@ static void compare_copies(void) {
         ops_cpu_rmsnorm_fwd_default(ob, rb, x, w, N, C, 1e-6f);
         check("rmsnorm fwd", oa, ob, n, 0);
         float *da = rnd(n, 1), *db = dup(da, n), *wa = rnd((size_t)C, 1), *wb = dup(wa, (size_t)C);
-        ops_cpu_rmsnorm_bwd_avx512(da, wa, dy, x, w, rb, N, C);
-        ops_cpu_rmsnorm_bwd_default(db, wb, dy, x, w, rb, N, C);
+        ops_cpu_rmsnorm_bwd_avx512(da, wa, dy, x, w, rb, N, C, 1);
+        ops_cpu_rmsnorm_bwd_default(db, wb, dy, x, w, rb, N, C, 1);
         check("rmsnorm bwd dinp", da, db, n, 0);
         check("rmsnorm bwd dw", wa, wb, (size_t)C, 0);
         /* each copy's fused add + norm equals its own rmsnorm of the sum, bit for bit */
@@ -172,9 +172,9 @@ static void compare_copies(void) {
         for (int i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -100 : (i * 131) % V;
         int64_t nva, nvb;
         float la = (float)ops_cpu_lmhead_ce_avx512(xa, wa, x, w, tg, N, C, V, 1.0f / 30, sa, 16,
-                                                   &nva, NULL, OPS_PREC_F32);
+                                                   &nva, NULL, 1, OPS_PREC_F32);
         float lb = (float)ops_cpu_lmhead_ce_default(xb, wb, x, w, tg, N, C, V, 1.0f / 30, sb, 16,
-                                                    &nvb, NULL, OPS_PREC_F32);
+                                                    &nvb, NULL, 1, OPS_PREC_F32);
         check("lmhead_ce loss", &la, &lb, 1, 0);
         check("lmhead_ce dx", xa, xb, (size_t)N * C, 0);
         check("lmhead_ce dw", wa, wb, (size_t)V * C, 0);

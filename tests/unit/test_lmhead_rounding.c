@@ -48,7 +48,7 @@ int main(void) {
         tg[t] = (int32_t)(((int64_t)t * 2347 + 11) % V);
     }
     const float gs = 1.0f / N;
-    ops_cpu_lmhead_ce_bf16(dx, dw, x, w, tg, N, N, V, gs, scratch, N, NULL, NULL);
+    ops_cpu_lmhead_ce_bf16(dx, dw, x, w, tg, N, N, V, gs, scratch, N, NULL, NULL, 1);
     long wrong = 0, high = 0;
     for (int t = 0; t < N; t++) {
         double M = -INFINITY, S = 0.0;

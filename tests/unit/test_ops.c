@@ -181,7 +181,7 @@ static void test_rmsnorm(void) {
         for (int i = 0; i < C; i++) ref[n * C + i] = (double)w[i] * inp[n * C + i] * r;
     }
     check(E_RMS, "rmsnorm fwd vs double formula", rel_err_d(out, ref, N * C), 1e-6);
-    ops_cpu_rmsnorm_bwd(dinp, dw, R, inp, w, rstd, N, C);
+    ops_cpu_rmsnorm_bwd(dinp, dw, R, inp, w, rstd, N, C, 1);
     check(E_RMS, "rmsnorm bwd dinp finite differences",
           fd_check(inp, N * C, dinp, rms_loss, &c, FD_EPS), FD_TOL);
     check(E_RMS, "rmsnorm bwd dw finite differences", fd_check(w, C, dw, rms_loss, &c, FD_EPS),
@@ -190,7 +190,7 @@ static void test_rmsnorm(void) {
     float *dinp2 = zeros(N * C), *dw2 = zeros(C);
     memcpy(dinp2, dinp, sizeof(float) * N * C);
     memcpy(dw2, dw, sizeof(float) * C);
-    ops_cpu_rmsnorm_bwd(dinp2, dw2, R, inp, w, rstd, N, C);
+    ops_cpu_rmsnorm_bwd(dinp2, dw2, R, inp, w, rstd, N, C, 1);
     for (int i = 0; i < N * C; i++) dinp[i] *= 2;
     for (int i = 0; i < C; i++) dw[i] *= 2;
     check(E_RMS, "rmsnorm bwd dinp accumulates", rel_err_f(dinp2, dinp, N * C), 1e-6);
@@ -257,7 +257,7 @@ static void test_matmul(void) {
         }
     }
     check(E_MM, "matmul fwd vs double formula", rel_err_d(out, ref, N * OC), 1e-6);
-    ops_cpu_matmul_bwd(dinp, dw, R, inp, w, N, C, OC);
+    ops_cpu_matmul_bwd(dinp, dw, R, inp, w, N, C, OC, 1);
     check(E_MM, "matmul bwd dinp finite differences",
           fd_check(inp, N * C, dinp, mm_loss, &c, FD_EPS), FD_TOL);
     check(E_MM, "matmul bwd dw finite differences", fd_check(w, OC * C, dw, mm_loss, &c, FD_EPS),
@@ -265,8 +265,8 @@ static void test_matmul(void) {
     float *dinp2 = zeros(N * C), *dw2 = zeros(OC * C), *dw3 = zeros(OC * C);
     memcpy(dinp2, dinp, sizeof(float) * N * C);
     memcpy(dw2, dw, sizeof(float) * OC * C);
-    ops_cpu_matmul_bwd(dinp2, dw2, R, inp, w, N, C, OC);
-    ops_cpu_matmul_bwd(NULL, dw3, R, inp, w, N, C, OC); /* dinp NULL: dw only */
+    ops_cpu_matmul_bwd(dinp2, dw2, R, inp, w, N, C, OC, 1);
+    ops_cpu_matmul_bwd(NULL, dw3, R, inp, w, N, C, OC, 1); /* dinp NULL: dw only */
     check(E_MM, "matmul bwd dinp == NULL skips dinp, dw still right", rel_err_f(dw3, dw, OC * C),
           0);
     for (int i = 0; i < N * C; i++) dinp[i] *= 2;
@@ -406,7 +406,7 @@ typedef struct {
 static double ce_loss(void *p) {
     ce_ctx *c = p;
     return c->scale * ops_cpu_lmhead_ce(NULL, NULL, c->x, c->w, c->tg, c->N, c->D, c->V, c->scale,
-                                        c->scratch, c->chunk, NULL, NULL);
+                                        c->scratch, c->chunk, NULL, NULL, 1);
 }
 
 static void test_lmhead_ce(void) {
@@ -419,7 +419,7 @@ static void test_lmhead_ce(void) {
     float scale = 1.0f / n_valid_expected;
     ce_ctx c = {x, w, scratch, tg, N, D, V, 3, scale};
     int64_t nv = -1;
-    double loss = ops_cpu_lmhead_ce(NULL, NULL, x, w, tg, N, D, V, scale, scratch, 3, &nv, NULL);
+    double loss = ops_cpu_lmhead_ce(NULL, NULL, x, w, tg, N, D, V, scale, scratch, 3, &nv, NULL, 1);
     char buf[128];
     snprintf(buf, sizeof buf, "%lld (expected %d)", (long long)nv, n_valid_expected);
     check_true("lmhead_ce n_valid skips -100 and out-of-range targets", nv == n_valid_expected,
@@ -438,7 +438,7 @@ static void test_lmhead_ce(void) {
     }
     check(E_CE, "lmhead_ce loss vs double logsumexp - logit", fabs(loss - ref) / fabs(ref), 1e-6);
 
-    double loss_g = ops_cpu_lmhead_ce(dx, dw, x, w, tg, N, D, V, scale, scratch, 3, NULL, NULL);
+    double loss_g = ops_cpu_lmhead_ce(dx, dw, x, w, tg, N, D, V, scale, scratch, 3, NULL, NULL, 1);
     check(E_CE, "lmhead_ce loss with grad == loss without", fabs(loss_g - loss), 0);
     check(E_CE, "lmhead_ce dx finite differences", fd_check(x, N * D, dx, ce_loss, &c, FD_EPS),
           FD_TOL);
@@ -453,13 +453,13 @@ static void test_lmhead_ce(void) {
 
     /* chunk sizes 3 (does not divide 7), 1 and 16 (> N) against chunk = N */
     float *dxN = zeros(N * D), *dwN = zeros(V * D);
-    double lossN = ops_cpu_lmhead_ce(dxN, dwN, x, w, tg, N, D, V, scale, scratch, N, NULL, NULL);
+    double lossN = ops_cpu_lmhead_ce(dxN, dwN, x, w, tg, N, D, V, scale, scratch, N, NULL, NULL, 1);
     const int chunks[] = {3, 1, 16};
     for (int k = 0; k < 3; k++) {
         float *dxk = zeros(N * D), *dwk = zeros(V * D);
         float *scr = zeros((size_t)chunks[k] * V);
         double lk =
-            ops_cpu_lmhead_ce(dxk, dwk, x, w, tg, N, D, V, scale, scr, chunks[k], NULL, NULL);
+            ops_cpu_lmhead_ce(dxk, dwk, x, w, tg, N, D, V, scale, scr, chunks[k], NULL, NULL, 1);
         double e = max_nan(fabs(lk - lossN) / fabs(lossN),
                            max_nan(rel_err_f(dxk, dxN, N * D), rel_err_f(dwk, dwN, V * D)));
         snprintf(buf, sizeof buf, "lmhead_ce chunk=%d == chunk=N (loss, dx, dw)", chunks[k]);
@@ -470,7 +470,7 @@ static void test_lmhead_ce(void) {
     float *dx2 = zeros(N * D), *dw2 = zeros(V * D);
     memcpy(dx2, dx, sizeof(float) * N * D);
     memcpy(dw2, dw, sizeof(float) * V * D);
-    ops_cpu_lmhead_ce(dx2, dw2, x, w, tg, N, D, V, scale, scratch, 3, NULL, NULL);
+    ops_cpu_lmhead_ce(dx2, dw2, x, w, tg, N, D, V, scale, scratch, 3, NULL, NULL, 1);
     for (int i = 0; i < N * D; i++) dx[i] *= 2;
     for (int i = 0; i < V * D; i++) dw[i] *= 2;
     check(E_CE, "lmhead_ce dx accumulates", rel_err_f(dx2, dx, N * D), 1e-6);
@@ -480,7 +480,7 @@ static void test_lmhead_ce(void) {
     float *xb = zeros(N * D);
     for (int i = 0; i < N * D; i++) xb[i] = 60.0f * x[i];
     float *dxb = zeros(N * D), *dwb = zeros(V * D);
-    double lb = ops_cpu_lmhead_ce(dxb, dwb, xb, w, tg, N, D, V, scale, scratch, 3, NULL, NULL);
+    double lb = ops_cpu_lmhead_ce(dxb, dwb, xb, w, tg, N, D, V, scale, scratch, 3, NULL, NULL, 1);
     int finite = isfinite(lb);
     for (int i = 0; i < N * D; i++) finite &= isfinite(dxb[i]);
     for (int i = 0; i < V * D; i++) finite &= isfinite(dwb[i]);
@@ -671,7 +671,7 @@ static void test_grouped_mm(void) {
             continue;
         }
         ((ops_grouped_mm_fwd_fn)impl->fwd)(out[k], x, w, offs, E, C, OC);
-        ((ops_grouped_mm_bwd_fn)impl->bwd)(dx[k], dw[k], dy, x, w, offs, E, C, OC);
+        ((ops_grouped_mm_bwd_fn)impl->bwd)(dx[k], dw[k], dy, x, w, offs, E, C, OC, 1);
         char what[96];
         snprintf(what, sizeof what, "grouped_mm/%s forward vs fp64 (groups 0,300,1,0,37,513)",
                  names[k]);
@@ -866,7 +866,7 @@ static uint64_t run_all_ops(void) {
     h = h * 31 + hash_f(dw, V * D);
     ops_cpu_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-6f);
     memset(dw, 0, sizeof(float) * D);
-    ops_cpu_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, D);
+    ops_cpu_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, D, 1);
     h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3 + hash_f(dw, D) * 5;
     float *g = randn(N * F, 23, 2, 0), *u = randn(N * F, 24, 1, 0), *dyf = randn(N * F, 25, 1, 0);
     float *o2 = zeros(N * F), *dg = zeros(N * F), *du = zeros(N * F);
@@ -899,7 +899,7 @@ static void run_lmhead_ce(float *out) {
     for (int i = 0; i < CE_NC; i++) tc[i] = (int32_t)(base_rng_u64(7, 2, (uint64_t)i) % CE_VC);
     tc[5] = OPS_IGNORE_INDEX;
     out[CE_OUT - 1] = (float)ops_cpu_lmhead_ce(out, out + CE_NC * CE_DC, xc, wc, tc, CE_NC, CE_DC,
-                                               CE_VC, 1.0f / 69, scr, 16, NULL, NULL);
+                                               CE_VC, 1.0f / 69, scr, 16, NULL, NULL, 1);
     base_free(xc), base_free(wc), base_free(scr);
 }
 
@@ -946,7 +946,7 @@ static uint64_t rmsnorm_dw_order(void) {
         }
     }
     for (int c = 0; c < C; c++) w[c] = 1.0f;
-    ops_cpu_rmsnorm_bwd(NULL, dw, dy, x, w, r, N, C);
+    ops_cpu_rmsnorm_bwd(NULL, dw, dy, x, w, r, N, C, 1);
     const uint64_t h = hash_f(dw, C);
     base_free(x), base_free(dy), base_free(w), base_free(r), base_free(dw);
     return h;
@@ -1088,16 +1088,16 @@ static void test_bf16_held(void) {
           *dy = randn((size_t)N * OC, 63, 1, 0);
     float *dx2 = zeros((size_t)N * C), *dw2 = zeros((size_t)E * OC * C),
           *dx1 = zeros((size_t)N * C), *dw1 = zeros((size_t)E * OC * C);
-    ops_cpu_matmul_bf16_bwd(dx2, dw2, dy, x, w, N, C, OC);
-    ops_cpu_matmul_bf16_bwd(dx1, NULL, dy, x, w, N, C, OC);
-    ops_cpu_matmul_bf16_bwd(NULL, dw1, dy, x, w, N, C, OC);
+    ops_cpu_matmul_bf16_bwd(dx2, dw2, dy, x, w, N, C, OC, 1);
+    ops_cpu_matmul_bf16_bwd(dx1, NULL, dy, x, w, N, C, OC, 1);
+    ops_cpu_matmul_bf16_bwd(NULL, dw1, dy, x, w, N, C, OC, 1);
     check_true("bf16 matmul_bwd: dY held for both products = converted per product (bitwise)",
                same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)OC * C), NULL);
     memset(dx1, 0, sizeof(float) * N * C), memset(dw1, 0, sizeof(float) * E * OC * C);
     memset(dx2, 0, sizeof(float) * N * C), memset(dw2, 0, sizeof(float) * E * OC * C);
-    ops_cpu_grouped_mm_bf16_bwd(dx2, dw2, dy, x, w, offs, E, C, OC);
-    ops_cpu_grouped_mm_bf16_bwd(dx1, NULL, dy, x, w, offs, E, C, OC);
-    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC);
+    ops_cpu_grouped_mm_bf16_bwd(dx2, dw2, dy, x, w, offs, E, C, OC, 1);
+    ops_cpu_grouped_mm_bf16_bwd(dx1, NULL, dy, x, w, offs, E, C, OC, 1);
+    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 1);
     check_true("bf16 grouped_mm_bwd: dY held for both products = converted per product",
                same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)E * OC * C), NULL);
     /* lmhead_ce: dx with dw (the logit gradient held, rounded in place by the emulated engine)
@@ -1108,9 +1108,9 @@ static void test_bf16_held(void) {
           *dwv = zeros((size_t)V * C);
     memset(dx1, 0, sizeof(float) * N * C), memset(dx2, 0, sizeof(float) * N * C);
     const double l2 =
-        ops_cpu_lmhead_ce_bf16(dx2, dwv, x, wv, tg, N, C, V, 1.0f / N, scratch, CH, NULL, NULL);
+        ops_cpu_lmhead_ce_bf16(dx2, dwv, x, wv, tg, N, C, V, 1.0f / N, scratch, CH, NULL, NULL, 1);
     const double l1 =
-        ops_cpu_lmhead_ce_bf16(dx1, NULL, x, wv, tg, N, C, V, 1.0f / N, scratch, CH, NULL, NULL);
+        ops_cpu_lmhead_ce_bf16(dx1, NULL, x, wv, tg, N, C, V, 1.0f / N, scratch, CH, NULL, NULL, 1);
     check_true("bf16 lmhead_ce: logit gradient held for dx and dw = converted for dx alone",
                l1 == l2 && same_bits(dx2, dx1, (size_t)N * C), NULL);
     base_free(x), base_free(w), base_free(dy), base_free(dx2), base_free(dw2), base_free(dx1),

@@ -39,7 +39,7 @@ int main(void) {
     for (int i = 0; i < N; i++) tgt[i] = (i * 7) % V;
     t[1].matmul_fwd(want, inp, w, N, C, OC);
     const double loss_want =
-        t[2].lmhead_ce(NULL, NULL, inp, w, tgt, N, C, V, 0, scratch, 8, NULL, NULL);
+        t[2].lmhead_ce(NULL, NULL, inp, w, tgt, N, C, V, 0, scratch, 8, NULL, NULL, 1);
 
     CHECK(ops_prof_attach(t, paths, UNITS, &err) == 0, "%s", err.msg);
     CHECK(ops_prof_attach(t, paths, UNITS, &err) != 0, "a second attach is refused");
@@ -49,10 +49,12 @@ int main(void) {
     t[1].matmul_fwd(got, inp, w, N, C, OC);
     CHECK(!memcmp(got, want, sizeof got), "wrapped matmul_fwd differs from the kernel");
     ops_prof_unit(2);
-    const double loss = t[2].lmhead_ce(NULL, NULL, inp, w, tgt, N, C, V, 0, scratch, 8, NULL, NULL);
+    const double loss =
+        t[2].lmhead_ce(NULL, NULL, inp, w, tgt, N, C, V, 0, scratch, 8, NULL, NULL, 1);
     CHECK(loss == loss_want, "wrapped lmhead_ce returned %.17g, the kernel %.17g", loss, loss_want);
     base_trace_stop();
-    t[2].lmhead_ce(NULL, NULL, inp, w, tgt, N, C, V, 0, scratch, 8, NULL, NULL); /* not recorded */
+    t[2].lmhead_ce(NULL, NULL, inp, w, tgt, N, C, V, 0, scratch, 8, NULL, NULL,
+                   1); /* not recorded */
     size_t n, dropped;
     const base_trace_event *ev = base_trace_events(&n, &dropped);
     CHECK(n == 2 && dropped == 0, "%zu events (%zu dropped), expected 2", n, dropped);

@@ -62,19 +62,19 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
         if (!bwd)
             t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
         else
-            t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+            t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1);
         break;
     case OPS_ADD_RMSNORM:
         if (!bwd)
             t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
         else
-            t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D);
+            t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1);
         break;
     case OPS_MATMUL:
         if (!bwd)
             t->matmul_fwd(f[0], f[1], f[2], N, D, F);
         else
-            t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F);
+            t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F, 1);
         break;
     case OPS_ROPE:
         if (!bwd)
@@ -95,7 +95,7 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
             t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
         break;
     case OPS_LMHEAD_CE:
-        t->lmhead_ce(f[2], f[3], f[0], f[1], tok, N, D, V, 1.0f / N, f[4], N, NULL, NULL);
+        t->lmhead_ce(f[2], f[3], f[0], f[1], tok, N, D, V, 1.0f / N, f[4], N, NULL, NULL, 1);
         break;
     case OPS_ADAMW:
         t->adamw(f[0], f[1], f[2], f[3], 1.0f, (size_t)V * D, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
@@ -109,9 +109,9 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
             t->grouped_mm_fwd(f[2], f[0], w, offs, E, D, Fe);
             t->grouped_mm_fwd(f[4], f[3], w, offs, E, Fe, D);
         } else {
-            t->grouped_mm_bwd(f[7], dw, f[4], f[3], w, offs, E, Fe, D);
-            t->grouped_mm_bwd(f[5], dw, f[6], f[0], w, offs, E, D, Fe);
-            t->grouped_mm_bwd(f[5], dw, f[7], f[0], w, offs, E, D, Fe);
+            t->grouped_mm_bwd(f[7], dw, f[4], f[3], w, offs, E, Fe, D, 1);
+            t->grouped_mm_bwd(f[5], dw, f[6], f[0], w, offs, E, D, Fe, 1);
+            t->grouped_mm_bwd(f[5], dw, f[7], f[0], w, offs, E, D, Fe, 1);
         }
         break;
     default:
@@ -222,15 +222,15 @@ int main(void) {
     /* ---- 3. what the arguments change ---------------------------------------------------- */
     int n_ev;
     base_trace_start(); /* matmul backward without dinp: dW only */
-    t.matmul_bwd(NULL, f[4], f[0], f[1], f[2], 64, 64, 128);
+    t.matmul_bwd(NULL, f[4], f[0], f[1], f[2], 64, 64, 128, 1);
     base_trace_stop();
     CHECK(recorded(&n_ev).value == 1048576, "matmul_bwd without dinp: the dW product only");
     base_trace_start(); /* grouped_mm likewise */
-    t.grouped_mm_bwd(NULL, dw, f[4], f[3], w, offs, E, 32, 64);
+    t.grouped_mm_bwd(NULL, dw, f[4], f[3], w, offs, E, 32, 64, 1);
     base_trace_stop();
     CHECK(recorded(&n_ev).value == 2.0 * 128 * 32 * 64, "grouped_mm_bwd without dinp");
     base_trace_start(); /* lmhead_ce without gradients: the logits only */
-    t.lmhead_ce(NULL, NULL, f[0], f[1], tok, 64, 64, 512, 0, f[4], 64, NULL, NULL);
+    t.lmhead_ce(NULL, NULL, f[0], f[1], tok, 64, 64, 512, 0, f[4], 64, NULL, NULL, 1);
     base_trace_stop();
     CHECK(recorded(&n_ev).value == 2.0 * 64 * 64 * 512, "lmhead_ce forward-only");
     base_trace_start(); /* rope backward in place: dout read, the result written over it */

@@ -95,17 +95,17 @@ void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens
 void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                          float eps);
 void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                         const float *w, const float *rstd, int N, int C);
+                         const float *w, const float *rstd, int N, int C, int dw_acc);
 void ops_cpu_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *x, const float *y,
                              const float *w, int N, int C, float eps);
 
 void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
 void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC);
+                        int N, int C, int OC, int dw_acc);
 /* "bf16": the same products with bf16 operands (ops_cpu_gemm's bf16 path). */
 void ops_cpu_matmul_bf16_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
 void ops_cpu_matmul_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, int N, int C, int OC);
+                             const float *w, int N, int C, int OC, int dw_acc);
 
 void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin, int B,
                       int T, int nh, int hd);
@@ -133,18 +133,19 @@ void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float
 
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs);
+                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs,
+                         int dw_acc);
 /* "bf16": the logits GEMM and both gradient GEMMs on bf16 operands (the logit gradient rounded
  * to bf16 as autocast's backward does), fp32 log-sum-exp and loss. */
 double ops_cpu_lmhead_ce_bf16(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,
-                              const ops_vocab_shard *vs);
+                              const ops_vocab_shard *vs, int dw_acc);
 /* The one lm_head + CE of both precisions (the ISA-dispatched kernel, lmhead_ce.c). */
 double ops_cpu_lmhead_ce_prec(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,
-                              const ops_vocab_shard *vs, ops_prec prec);
+                              const ops_vocab_shard *vs, int dw_acc, ops_prec prec);
 
 /* Attention as GEMM calls (attention_gemm.c): "gemm" on the fp32 SGEMM, "bf16" on the bf16
  * engine (q, k, v, dout, P and dS as bf16 operands; softmax, lse and sums fp32). */
@@ -171,7 +172,8 @@ void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const 
 void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                 int E, int C, int OC);
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                                const float *w, const int32_t *offs, int E, int C, int OC);
+                                const float *w, const int32_t *offs, int E, int C, int OC,
+                                int dw_acc);
 /* A 0/1 switch in the environment (dispatch.c): 1 or 0 as set, -1 unset or empty, -2 any
  * other value, warned about here ("VAR=x: not 0 or 1; " then keeps: what stays as it is).
  * TITAN_AMX_GEMM, TITAN_AMX_ATTENTION, TITAN_AMX_LMHEAD_CE, TITAN_GROUPED_DPBF16. */
@@ -286,15 +288,17 @@ void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const
 void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                             int E, int C, int OC);
 void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const int32_t *offs, int E, int C, int OC);
+                            const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc);
 void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                  int E, int C, int OC);
 void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                                 const float *w, const int32_t *offs, int E, int C, int OC);
+                                 const float *w, const int32_t *offs, int E, int C, int OC,
+                                 int dw_acc);
 void ops_cpu_grouped_mm_tiled_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                   int E, int C, int OC);
 void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                                  const float *w, const int32_t *offs, int E, int C, int OC);
+                                  const float *w, const int32_t *offs, int E, int C, int OC,
+                                  int dw_acc);
 
 void ops_cpu_adamw(float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,
                    double beta1, double beta2, double eps, double wd, int64_t t);

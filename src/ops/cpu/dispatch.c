@@ -82,24 +82,25 @@ void ops_cpu_attention_kv(float *out, const float *q, const float *k, const floa
 double ops_cpu_lmhead_ce_prec(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,
-                              const ops_vocab_shard *vs, ops_prec prec) {
+                              const ops_vocab_shard *vs, int dw_acc, ops_prec prec) {
     return isa()->ops_cpu_lmhead_ce(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
-                                    n_valid, vs, prec);
+                                    n_valid, vs, dw_acc, prec);
 }
 
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs) {
+                         float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs,
+                         int dw_acc) {
     return ops_cpu_lmhead_ce_prec(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
-                                  n_valid, vs, OPS_PREC_F32);
+                                  n_valid, vs, dw_acc, OPS_PREC_F32);
 }
 
 double ops_cpu_lmhead_ce_bf16(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,
-                              const ops_vocab_shard *vs) {
+                              const ops_vocab_shard *vs, int dw_acc) {
     return ops_cpu_lmhead_ce_prec(dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk,
-                                  n_valid, vs, OPS_PREC_BF16);
+                                  n_valid, vs, dw_acc, OPS_PREC_BF16);
 }
 
 int ops_cpu_attention_dpbf16_usable(void) {

@@ -23,6 +23,7 @@
  * output element is one task's fixed-order sum over K: bitwise the same for any thread count. */
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/cpu/dpbf16.h"
 
@@ -102,8 +103,10 @@ static dp_src gd_weights(const float *w, size_t n, int cols) {
 
 /* One pass: forward (out non-NULL) or backward (dinp and / or dw non-NULL). */
 static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const float *inp,
-                    const float *w, const int32_t *offs, int E, int C, int OC) {
+                    const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
     const int R = offs[E] - offs[0], fwd = out != NULL;
+    for (int e = 0; dw && !dw_acc && e < E; e++) /* experts without rows: no task writes dW_e */
+        if (offs[e + 1] <= offs[e]) memset(dw + (size_t)e * OC * C, 0, sizeof(float) * OC * C);
     if (R <= 0) return;
     const int C2 = dp_up(C, 2), OC2 = dp_up(OC, 2);
     int nmax = 0;
@@ -174,14 +177,14 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
                 gd_pack_pairs(panel, We, C, k.c0, np, OC, C, k2);
                 dp_gemm(n, nc, k2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel, 2 * DP_NC,
                         2 * (size_t)k2 * DP_NC, dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
-            } else { /* dW_e[OC, 256] += dy^T x[:, c0 .. c0 + 256] */
+            } else { /* dW_e[OC, 256] (+)= dy^T x[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
                           np = (nc + DP_NC - 1) / DP_NC, k2 = (n + 1) / 2;
                 const dp_src Xe = {inp + (size_t)offs[k.e] * C, NULL};
                 gd_pack_pairs(panel, Xe, C, k.c0, np, n, C, k2);
                 dp_gemm(OC, nc, k2, (const uint16_t *)(at + at_off[k.e]),
                         2 * (size_t)dp_up(k2, GD_W), (const uint16_t *)panel, 2 * DP_NC,
-                        2 * (size_t)k2 * DP_NC, dw + we + k.c0, C, 1);
+                        2 * (size_t)k2 * DP_NC, dw + we + k.c0, C, dw_acc);
             }
         }
     }
@@ -191,10 +194,11 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
 
 void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                 int E, int C, int OC) {
-    gd_pass(out, NULL, NULL, NULL, inp, w, offs, E, C, OC);
+    gd_pass(out, NULL, NULL, NULL, inp, w, offs, E, C, OC, 0);
 }
 
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                                const float *w, const int32_t *offs, int E, int C, int OC) {
-    if (dinp || dw) gd_pass(NULL, dinp, dw, dout, inp, w, offs, E, C, OC);
+                                const float *w, const int32_t *offs, int E, int C, int OC,
+                                int dw_acc) {
+    if (dinp || dw) gd_pass(NULL, dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
 }

@@ -14,6 +14,7 @@
 #include "ops/cpu/cpu.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Weight-panel bytes per tile and rows per tile. Measured (bench/RESULTS.md): L2-sized panels
  * (512 KiB, 256 rows) made the single-threaded BLAS re-pack the same rows for many narrow
@@ -34,8 +35,15 @@ static void gmm_fwd(ops_prec prec, float *out, const float *inp, const float *w,
     }
 }
 
+/* dw_acc 0: dw[e] = 0 for the experts without rows (the others' products write theirs) */
+static void zero_idle_experts(float *dw, const int32_t *offs, int E, int C, int OC, int dw_acc) {
+    for (int e = 0; dw && !dw_acc && e < E; e++)
+        if (offs[e + 1] <= offs[e]) memset(dw + (size_t)e * OC * C, 0, sizeof(float) * OC * C);
+}
+
 static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, const float *inp,
-                    const float *w, const int32_t *offs, int E, int C, int OC) {
+                    const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
+    zero_idle_experts(dw, offs, E, C, OC, dw_acc);
     /* every group's dy rows are both its products' operand: in bf16 converted once */
     const int held =
         prec == OPS_PREC_BF16 && dinp && dw && offs[E] > offs[0] &&
@@ -47,8 +55,8 @@ static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, co
         if (dinp)
             ops_cpu_gemm(prec, 0, 0, n, C, OC, 1.0f, dy, OC, we, C, 1.0f, dinp + (size_t)r0 * C, C);
         if (dw)
-            ops_cpu_gemm(prec, 1, 0, OC, C, n, 1.0f, dy, OC, inp + (size_t)r0 * C, C, 1.0f,
-                         dw + (size_t)e * OC * C, C);
+            ops_cpu_gemm(prec, 1, 0, OC, C, n, 1.0f, dy, OC, inp + (size_t)r0 * C, C,
+                         dw_acc ? 1.0f : 0.0f, dw + (size_t)e * OC * C, C);
     }
     if (held) ops_bf16_release(dout + (size_t)offs[0] * OC);
 }
@@ -58,8 +66,8 @@ void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const 
     gmm_fwd(OPS_PREC_F32, out, inp, w, offs, E, C, OC);
 }
 void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const int32_t *offs, int E, int C, int OC) {
-    gmm_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, offs, E, C, OC);
+                            const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
+    gmm_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
 }
 /* "bf16": one GEMM per group on bf16 operands (the expert stacks from the weight mirror); on
  * AVX512_BF16 without AMX all groups in one pass of grouped_dpbf16.c instead. */
@@ -74,14 +82,15 @@ void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, c
     gmm_fwd(OPS_PREC_BF16, out, inp, w, offs, E, C, OC);
 }
 void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                                 const float *w, const int32_t *offs, int E, int C, int OC) {
+                                 const float *w, const int32_t *offs, int E, int C, int OC,
+                                 int dw_acc) {
 #ifdef TITAN_HAVE_DPBF16
     if (ops_cpu_grouped_dpbf16_usable()) {
-        ops_cpu_grouped_dpbf16_bwd(dinp, dw, dout, inp, w, offs, E, C, OC);
+        ops_cpu_grouped_dpbf16_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
         return;
     }
 #endif
-    gmm_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, offs, E, C, OC);
+    gmm_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
 }
 
 /* ---- grouped: one pass over tiles of all groups --------------------------------------- */
@@ -143,12 +152,13 @@ void ops_cpu_grouped_mm_tiled_fwd(float *out, const float *inp, const float *w, 
 }
 
 void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                                  const float *w, const int32_t *offs, int E, int C, int OC) {
+                                  const float *w, const int32_t *offs, int E, int C, int OC,
+                                  int dw_acc) {
     gmm_tile *t;
     int n;
     if (dinp) { /* dinp_e[rows, C-block] += dout_e[rows, OC] @ w_e[OC, C-block] */
         if ((n = make_tiles(&t, offs, E, 1, 0, C, TILE_ROWS, tile_cols(OC, C))) < 0) {
-            ops_cpu_grouped_mm_bwd(dinp, dw, dout, inp, w, offs, E, C, OC);
+            ops_cpu_grouped_mm_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
             return;
         }
 #pragma omp parallel for schedule(dynamic, 1)
@@ -160,19 +170,20 @@ void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, con
         }
         free(t);
     }
-    if (dw) { /* dw_e[OC-block, C-block] += dout_e[:, OC-block]^T @ inp_e[:, C-block] */
+    if (dw) { /* dw_e[OC-block, C-block] (+)= dout_e[:, OC-block]^T @ inp_e[:, C-block] */
         const int nb = C < 512 ? C : 512;
         if ((n = make_tiles(&t, offs, E, 0, OC, C, tile_cols(nb, OC), nb)) < 0) {
-            ops_cpu_grouped_mm_bwd(NULL, dw, dout, inp, w, offs, E, C, OC);
+            ops_cpu_grouped_mm_bwd(NULL, dw, dout, inp, w, offs, E, C, OC, dw_acc);
             return;
         }
+        zero_idle_experts(dw, offs, E, C, OC, dw_acc);
 #pragma omp parallel for schedule(dynamic, 1)
         for (int i = 0; i < n; i++) {
             const gmm_tile *x = &t[i];
             const size_t r0 = (size_t)offs[x->e];
             const int rows = offs[x->e + 1] - offs[x->e];
             ops_cpu_sgemm(1, 0, x->m1 - x->m0, x->n1 - x->n0, rows, 1.0f, dout + r0 * OC + x->m0,
-                          OC, inp + r0 * C + x->n0, C, 1.0f,
+                          OC, inp + r0 * C + x->n0, C, dw_acc ? 1.0f : 0.0f,
                           dw + ((size_t)x->e * OC + (size_t)x->m0) * C + x->n0, C);
         }
         free(t);

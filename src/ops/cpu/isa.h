@@ -29,8 +29,8 @@
       (out, rstd, inp, w, N, C, eps))                                                              \
     X(ops_cpu_rmsnorm_bwd,                                                                         \
       (float *dinp, float *dw, const float *dout, const float *inp, const float *w,                \
-       const float *rstd, int N, int C),                                                           \
-      (dinp, dw, dout, inp, w, rstd, N, C))                                                        \
+       const float *rstd, int N, int C, int dw_acc),                                               \
+      (dinp, dw, dout, inp, w, rstd, N, C, dw_acc))                                                \
     X(ops_cpu_add_rmsnorm_fwd,                                                                     \
       (float *h, float *out, float *rstd, const float *x, const float *y, const float *w, int N,   \
        int C, float eps),                                                                          \
@@ -85,7 +85,7 @@
 #define OPS_CPU_LMHEAD_CE_PARAMS                                                                   \
     (float *dx, float *dw, const float *x, const float *w, const int32_t *targets, int N, int D,   \
      int V, float grad_scale, float *scratch, int chunk, int64_t *n_valid,                         \
-     const ops_vocab_shard *vs, ops_prec prec)
+     const ops_vocab_shard *vs, int dw_acc, ops_prec prec)
 
 /* Declarations of both compiled copies. */
 #define OPS_CPU_ISA_DECLARE(name, params, args)                                                    \

@@ -5,7 +5,8 @@
  *   scratch[rows, V] = x_chunk @ w^T                 (ops_cpu_gemm: fp32, or bf16 operands)
  *   per row (parallel over rows): max, sum of exp(l - max) (vm_expf, double sum),
  *     loss = max + log(sum) - l[target]; with dx: row = grad_scale * (softmax - onehot)
- *   dx_chunk += scratch @ w,  dw += scratch^T @ x_chunk                   (sgemm, beta = 1)
+ *   dx_chunk += scratch @ w,  dw += scratch^T @ x_chunk                   (sgemm, beta = 1;
+ *     dw_acc 0: the first chunk's product with beta = 0, so dw is never zeroed nor read back)
  * In bf16 the logits are bf16 values (autocast's lm_head output) and so is the logit gradient
  * the backward products read; on the onednn engine both are stored as bf16 (half the bytes),
  * the fp32 passes reading each row expanded into a per-thread fp32 row.
@@ -303,12 +304,14 @@ static void ce_rows_sharded(const ce_rows *c, const int32_t *tc, int rows, float
 double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float *w,
                               const int32_t *targets, int N, int D, int V, float grad_scale,
                               float *scratch, int chunk, int64_t *n_valid,
-                              const ops_vocab_shard *vs, ops_prec prec) {
+                              const ops_vocab_shard *vs, int dw_acc, ops_prec prec) {
     const int Vv = vs ? vs->v_total : V; /* valid targets are ids of the whole vocabulary */
     int64_t valid = 0;
     for (int n = 0; n < N; n++) valid += ce_valid(targets[n], Vv);
     if (n_valid) *n_valid = valid;
     int grad = dx != NULL;
+    /* dw not written yet in this call although dw_acc 0: its first product sets it (beta 0) */
+    int dw_fresh = grad && dw && !dw_acc;
     double total = 0.0;
     const int cr = N < chunk ? N : chunk;
     /* bf16 on the onednn engine (l16): the logits GEMM writes bf16 logits (autocast's bf16
@@ -327,6 +330,10 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         const uint16_t *wf = ce_bf16_of(w, (size_t)V * D, &wo),
                        *xf = ce_bf16_of(x, (size_t)N * D, &xo);
         double loss = 0.0;
+        if (dw_fresh) { /* the fused kernel accumulates (amx_gemm.c) */
+            ops_zero(dw, (size_t)V * D);
+            dw_fresh = 0;
+        }
         const int done =
             !ops_cpu_amx_lmhead_ce(dx, dx ? dw : NULL, xf, wf, targets, N, D, V, grad_scale, &loss);
         free(wo);
@@ -334,7 +341,10 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         if (done) return loss;
     }
     /* chunk 0: no scratch (the caller counted on the fused path, which refused: out of memory) */
-    if (N <= 0 || V <= 0 || D <= 0 || chunk <= 0) return N > 0 && chunk <= 0 ? NAN : 0.0;
+    if (N <= 0 || V <= 0 || D <= 0 || chunk <= 0) {
+        if (dw_fresh && V > 0 && D > 0) ops_zero(dw, (size_t)V * D);
+        return N > 0 && chunk <= 0 ? NAN : 0.0;
+    }
     /* the chunk's logits transposed (ce_cols) */
     const int cols = l16 && !vs && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_LMHEAD_CE);
     /* red[3 cr], loss[cr] (vs, or cols: ce_cols' col and loss) */
@@ -389,7 +399,9 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         if (grad && l16) { /* the gradient [rows, V], or [V, rows] (cols) */
             ops_cpu_gemm16(cols, 0, rows, D, V, c.l16, cols ? rows : V, w16, D, 1,
                            dx + (size_t)n0 * D, D);
-            if (dw) ops_cpu_gemm16(!cols, 0, V, D, rows, c.l16, cols ? rows : V, xc16, D, 1, dw, D);
+            if (dw)
+                ops_cpu_gemm16(!cols, 0, V, D, rows, c.l16, cols ? rows : V, xc16, D, !dw_fresh, dw,
+                               D);
         } else if (grad) {
             /* the logit gradient [rows, V] is both products' operand: in bf16 converted once
              * (the largest conversion of a bf16 step), not once per product */
@@ -398,11 +410,14 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
             ops_cpu_gemm(prec, 0, 0, rows, D, V, 1.0f, scratch, V, w, D, 1.0f, dx + (size_t)n0 * D,
                          D);
             if (dw) {
-                ops_cpu_gemm(prec, 1, 0, V, D, rows, 1.0f, scratch, V, xc, D, 1.0f, dw, D);
+                ops_cpu_gemm(prec, 1, 0, V, D, rows, 1.0f, scratch, V, xc, D,
+                             dw_fresh ? 0.0f : 1.0f, dw, D);
             }
             if (held) ops_bf16_release(scratch);
         }
+        if (grad) dw_fresh = 0;
     }
+    if (dw_fresh) ops_zero(dw, (size_t)V * D); /* no chunk had a target */
     free(c.tmp);
     free(w_own);
     free(x_own);

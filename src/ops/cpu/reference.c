@@ -40,9 +40,11 @@ static void ref_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *
     ref_rmsnorm_fwd(out, rstd, h, w, N, C, eps);
 }
 
-/* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w; dw = sum_n dy * xhat. */
+/* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w; dw = sum_n dy * xhat. A parameter's
+ * gradient written rather than accumulated (dw_acc 0) is the textbook zero-then-add here. */
 static void ref_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const float *rstd, int N, int C) {
+                            const float *w, const float *rstd, int N, int C, int dw_acc) {
+    if (dw && !dw_acc) memset(dw, 0, sizeof(float) * (size_t)(C > 0 ? C : 0));
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
         double r = rstd[n], dot = 0;
@@ -67,7 +69,8 @@ static void ref_matmul_fwd(float *out, const float *inp, const float *w, int N, 
 }
 
 static void ref_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                           const float *w, int N, int C, int OC) {
+                           const float *w, int N, int C, int OC, int dw_acc) {
+    if (dw && !dw_acc && OC > 0 && C > 0) memset(dw, 0, sizeof(float) * (size_t)OC * C);
     if (dinp) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
@@ -254,8 +257,9 @@ static void ref_swiglu_bwd(float *dgate, float *dup, const float *dout, const fl
  * whole vocabulary only: a vocabulary shard (tensor parallelism) is refused. */
 static double ref_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                             const int32_t *targets, int N, int D, int V, float grad_scale,
-                            float *scratch, int chunk, int64_t *n_valid,
-                            const ops_vocab_shard *vs) {
+                            float *scratch, int chunk, int64_t *n_valid, const ops_vocab_shard *vs,
+                            int dw_acc) {
+    if (dx && dw && !dw_acc && V > 0 && D > 0) memset(dw, 0, sizeof(float) * (size_t)V * D);
     if (vs) {
         fprintf(stderr, "titan: lmhead_ce/reference has no vocabulary-parallel (tp > 1) form\n");
         abort();
@@ -319,7 +323,10 @@ static void ref_grouped_mm_fwd(float *out, const float *inp, const float *w, con
 }
 
 static void ref_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                               const float *w, const int32_t *offs, int E, int C, int OC) {
+                               const float *w, const int32_t *offs, int E, int C, int OC,
+                               int dw_acc) {
+    if (dw && !dw_acc && E > 0 && OC > 0 && C > 0)
+        memset(dw, 0, sizeof(float) * (size_t)E * OC * C);
     for (int e = 0; e < E; e++) {
         for (int32_t r = offs[e]; dinp && r < offs[e + 1]; r++)
             for (int c = 0; c < C; c++) {
@@ -328,7 +335,7 @@ static void ref_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const 
                     acc += (double)dout[(size_t)r * OC + o] * w[((size_t)e * OC + o) * C + c];
                 dinp[(size_t)r * C + c] += (float)acc;
             }
-        for (int o = 0; o < OC; o++)
+        for (int o = 0; dw && o < OC; o++)
             for (int c = 0; c < C; c++) {
                 double acc = 0;
                 for (int32_t r = offs[e]; r < offs[e + 1]; r++)

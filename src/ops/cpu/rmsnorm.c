@@ -5,6 +5,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "base/base.h"
@@ -50,8 +51,8 @@ void KFN(ops_cpu_add_rmsnorm_fwd)(float *h, float *out, float *rstd, const float
 #define RMS_BWD_BLOCKS 128
 
 /* dinp of one row: dinp += rstd * (g - xhat * mean(g * xhat)). */
-static inline void rms_bwd_row(float *restrict dx, const float *restrict dy, const float *restrict x,
-                               const float *restrict w, float r, int C) {
+static inline void rms_bwd_row(float *restrict dx, const float *restrict dy,
+                               const float *restrict x, const float *restrict w, float r, int C) {
     double dot = 0.0; /* sum of g * xhat */
 #pragma omp simd reduction(+ : dot)
     for (int c = 0; c < C; c++) dot += (double)(dy[c] * w[c]) * (double)(x[c] * r);
@@ -75,8 +76,12 @@ static inline void rms_bwd_row(float *restrict dx, const float *restrict dy, con
  * of the thread count. (Two passes, dinp by rows then dw by column tiles over all rows, read dout
  * and inp twice: 24 instead of 16 bytes an element, and the second read from DRAM.) */
 void KFN(ops_cpu_rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const float *inp,
-                              const float *w, const float *rstd, int N, int C) {
-    if (N <= 0 || C <= 0 || (!dinp && !dw)) return;
+                              const float *w, const float *rstd, int N, int C, int dw_acc) {
+    if (C <= 0 || (!dinp && !dw)) return;
+    if (N <= 0) { /* an empty sum */
+        if (dw && !dw_acc) memset(dw, 0, sizeof(float) * (size_t)C);
+        return;
+    }
     const int nb = N < RMS_BWD_BLOCKS ? N : RMS_BWD_BLOCKS;
     double *part = NULL; /* [nb, C] the blocks' dw partial sums */
     if (dw) {
@@ -108,7 +113,7 @@ void KFN(ops_cpu_rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const f
     for (int c = 0; c < C; c++) {
         double s = 0.0;
         for (int b = 0; b < nb; b++) s += part[(size_t)b * C + c];
-        dw[c] += (float)s;
+        dw[c] = dw_acc ? dw[c] + (float)s : (float)s;
     }
     free(part);
 }
