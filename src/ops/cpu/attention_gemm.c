@@ -56,7 +56,6 @@
  * BQ = 128: 2 MiB, 3 MiB; dense: T x hd floats more); per call the converted q, k, v (and
  * dout), D [B,H,T] and, in the backward with H > G (or dense), the per-head dK and dV slices. */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,7 +130,7 @@ static ag_op ag_operand(ag_mode m, const float *x, int B, int T, int nh, int hd,
     *own = NULL;
     if (m.prec != OPS_PREC_BF16) return (ag_op){x, ld, hd, (size_t)T * ld};
     if (m.dense) {
-        uint16_t *d = ops_cpu_alloc("attention", m.es * n);
+        uint16_t *d = ops_cpu_scratch_take("attention", m.es * n);
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
@@ -146,7 +145,7 @@ static ag_op ag_operand(ag_mode m, const float *x, int B, int T, int nh, int hd,
     }
     const void *held = ops_cpu_bf16_mirror_of(x, n);
     if (!held) {
-        *own = ops_cpu_alloc("attention", m.es * n);
+        *own = ops_cpu_scratch_take("attention", m.es * n);
         ops_bf16_mirror_convert(*own, 0, x, n);
     }
     return (ag_op){held ? held : *own, ld, hd, (size_t)T * ld};
@@ -169,52 +168,11 @@ static void ag_rows_copy(float *x, float *blk, int to_x, int b, int T, int H, in
     }
 }
 
-/* Large per-call buffers kept between calls, one process-wide buffer each (grown as needed; a
- * call that finds it in use, a concurrent one, allocates its own). Never freed: reachable, as
- * a cache. The H > G backward's dK / dV slices are 33.5 MB a layer at 0.6B x 2048, which malloc
- * serves by mmap (over its 32 MB threshold), so a fresh buffer per call was ~230k page faults
- * and their zeroing a step (perf: 94% of a 0.6B step's faults, in oneDNN's kernels writing the
- * slices); the AVX512_BF16 forward's workspace (its packed operands, 16 MB at 0.6B x 2048) is
- * the same kind. */
-typedef struct {
-    pthread_mutex_t lock;
-    void *p;
-    size_t bytes;
-    int busy;
-} ag_cache;
-static ag_cache g_part = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
-/* amx: the packed operands (backward at 0.6B x 2048: 37.7 MB a call) */
-static ag_cache g_packed = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
-#ifdef TITAN_HAVE_DPBF16
-static ag_cache g_dp_ws = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
-#endif
-
-static void *cache_take(ag_cache *c, size_t bytes, int *own) {
-    void *p = NULL;
-    pthread_mutex_lock(&c->lock);
-    if (!c->busy) {
-        if (bytes > c->bytes) {
-            free(c->p);
-            c->p = ops_cpu_alloc("attention", bytes);
-            c->bytes = bytes;
-        }
-        c->busy = 1;
-        p = c->p;
-    }
-    pthread_mutex_unlock(&c->lock);
-    *own = !p;
-    return p ? p : ops_cpu_alloc("attention", bytes);
-}
-
-static void cache_give(ag_cache *c, void *p, int own) {
-    if (own) {
-        free(p);
-    } else if (p) {
-        pthread_mutex_lock(&c->lock);
-        c->busy = 0;
-        pthread_mutex_unlock(&c->lock);
-    }
-}
+/* Large per-call buffers (the head-major operand copies, the H > G backward's dK / dV slices:
+ * 33.5 MB a layer at 0.6B x 2048, the packed operands, the AVX512_BF16 forward's workspace)
+ * come from ops_cpu_scratch_take (scratch.c), kept between calls: a fresh buffer per call was a
+ * page fault and its zeroing every 4 KiB (session 13: ~230k faults a 0.6B step from the
+ * slices; session 29: 20k a 30B-A3B-reduced step from the operand copies). */
 
 /* Row i of a [rows, n] operand block: src (fp32, n values) stored as the engine's operands
  * at dst (bf16 bits, or bf16-rounded fp32 in place when dst == src); fp32 runs use src as it
@@ -310,9 +268,8 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
                 v16 = amx ? (ag_op){0} : ag_operand(md, v, B, T, G, hd, &own[2]);
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd,
                  hw = (size_t)T * hd / 2; /* hw: a packed head, words */
-    int packed_own = 0;
     uint32_t *kt =
-                 amx ? cache_take(&g_packed, sizeof(uint32_t) * 2 * B * G * hw, &packed_own) : NULL,
+                 amx ? ops_cpu_scratch_take("attention", sizeof(uint32_t) * 2 * B * G * hw) : NULL,
              *vp = amx ? kt + (size_t)B * G * hw : NULL;
     if (amx) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -369,8 +326,8 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
         }
         ag_ws_free(&w);
     }
-    cache_give(&g_packed, kt, packed_own);
-    for (int i = 0; i < 3; i++) free(own[i]);
+    ops_cpu_scratch_give(kt);
+    for (int i = 0; i < 3; i++) ops_cpu_scratch_give(own[i]);
 }
 
 static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -403,9 +360,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd, hw = (size_t)T * hd / 2;
     /* amx: per (b, h) Q^T, Q, dO^T, dO and per (b, g) K, packed once (hw words each) */
     const size_t nh = (size_t)B * H * hw; /* words of one per-head layout */
-    int packed_own = 0;
     uint32_t *pk =
-        amx ? cache_take(&g_packed, sizeof(uint32_t) * (4 * nh + (size_t)B * G * hw), &packed_own)
+        amx ? ops_cpu_scratch_take("attention", sizeof(uint32_t) * (4 * nh + (size_t)B * G * hw))
             : NULL;
     struct {
         uint32_t *qt, *q, *dot, *dout, *k;
@@ -427,9 +383,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
     /* With several query heads per kv head (or dense results), each head's dK and dV go to its
      * own [T, hd] slice first (written once per key block: no accumulation), summed per group
      * in head order below; with one, straight into dk and dv. */
-    int part_own = 0;
     float *part =
-        rep > 1 || md.dense ? cache_take(&g_part, sizeof(float) * 2 * nq, &part_own) : NULL;
+        rep > 1 || md.dense ? ops_cpu_scratch_take("attention", sizeof(float) * 2 * nq) : NULL;
 #pragma omp parallel
     {
         ag_ws w = ag_ws_new(md, T, hd, amx);
@@ -518,10 +473,10 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                     }
         }
     }
-    cache_give(&g_part, part, part_own);
-    cache_give(&g_packed, pk, packed_own);
+    ops_cpu_scratch_give(part);
+    ops_cpu_scratch_give(pk);
     free(D);
-    for (int i = 0; i < 4; i++) free(own[i]);
+    for (int i = 0; i < 4; i++) ops_cpu_scratch_give(own[i]);
 }
 
 void KFN(ops_cpu_attention_gemm_fwd)(float *out, float *lse, const float *q, const float *k,
@@ -540,10 +495,9 @@ void KFN(ops_cpu_attention_bf16_fwd)(float *out, float *lse, const float *q, con
                                      const float *v, int B, int T, int H, int G, int hd) {
 #ifdef TITAN_HAVE_DPBF16
     if (ops_cpu_attention_dpbf16_usable()) {
-        int own;
-        void *ws = cache_take(&g_dp_ws, ops_cpu_attention_dpbf16_ws(B, T, H, G, hd), &own);
+        void *ws = ops_cpu_scratch_take("attention", ops_cpu_attention_dpbf16_ws(B, T, H, G, hd));
         ops_cpu_attention_dpbf16_fwd(out, lse, q, k, v, B, T, H, G, hd, ws);
-        cache_give(&g_dp_ws, ws, own);
+        ops_cpu_scratch_give(ws);
         return;
     }
 #endif

@@ -24,6 +24,13 @@ static inline void *ops_cpu_alloc(const char *what, size_t bytes) {
     return p;
 }
 
+/* A kernel's large scratch kept between calls (scratch.c): ops_cpu_alloc's contract (64-byte
+ * aligned, not zeroed, fatal when out of memory), from a few process-wide buffers that stay
+ * allocated, so a call does not fault in and zero fresh pages; returned with
+ * ops_cpu_scratch_give (never free). For buffers of MBs a call; thread-safe. */
+void *ops_cpu_scratch_take(const char *what, size_t bytes);
+void ops_cpu_scratch_give(void *p);
+
 /* Row-major SGEMM, C[M,N] = alpha * op(A) @ op(B) + beta * C (see gemm.c for the library
  * choice). ta / tb: 1 = transposed. */
 void ops_cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,

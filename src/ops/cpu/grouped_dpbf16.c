@@ -71,20 +71,6 @@ static int gd_by_cost(const void *a, const void *b) {
     return x->e != y->e ? x->e - y->e : x->c0 - y->c0;
 }
 
-/* A process-wide workspace, grown as needed and kept (the pass runs once at a time per
- * process: ops are called from one thread). */
-static char *g_ws;
-static size_t g_ws_bytes;
-
-static char *gd_ws(size_t bytes) {
-    if (bytes > g_ws_bytes) {
-        free(g_ws);
-        g_ws = ops_cpu_alloc("grouped_mm", bytes);
-        g_ws_bytes = bytes;
-    }
-    return g_ws;
-}
-
 /* x [rows, n] fp32 as bf16 rows: its mirror when there is one and n is even, otherwise
  * converted into buf (ld n2 = n rounded up to even, pad 0). *ld: the rows' stride. */
 static const uint16_t *gd_rows16(const float *x, int rows, int n, uint16_t *buf, size_t *ld) {
@@ -130,7 +116,8 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
     const size_t a_bytes = dp_al(sizeof(uint16_t) * (size_t)R * (fwd ? C2 : OC2)),
                  t_bytes = dw ? dp_al(sizeof(uint32_t) * ldq_total) : 0,
                  p_bytes = dp_al(sizeof(uint32_t) * (size_t)kmax * DP_NC * (fwd ? 1 : GD_NP));
-    char *ws = gd_ws(a_bytes + t_bytes + (size_t)nt * p_bytes);
+    /* kept between calls (scratch.c): a few hundred MB at 30B-A3B-reduced's dims */
+    char *ws = ops_cpu_scratch_take("grouped_mm", a_bytes + t_bytes + (size_t)nt * p_bytes);
     if (!task || !ws) abort(); /* out of memory in a void op */
     size_t lda;
     const uint16_t *A = fwd ? gd_rows16(inp + (size_t)offs[0] * C, R, C, (uint16_t *)ws, &lda)
@@ -188,6 +175,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
             }
         }
     }
+    ops_cpu_scratch_give(ws);
     free(at_off);
     free(task);
 }
