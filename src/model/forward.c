@@ -611,8 +611,8 @@ void model_bf16_sync_all(const model *m) {
     for (int u = 0; u < m->n_units; u++) bf16_sync(m, u, 0);
 }
 
-void model_grad_set_to_none(model *m) {
-    m->g_set_to_none = 1;
+void model_grad_set_to_none(model *m, int zeros) {
+    m->g_set_to_none = zeros ? 2 : 1;
 }
 
 void model_zero_grad(model *m) {
@@ -994,8 +994,11 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     }
     hook(m, 0, MODEL_BWD_BEGIN);
     /* the embedding's scatter only adds (oplist.h): an untied table's gradient is zeroed for
-     * its first write; a tied one holds the lm_head's by now */
-    if (!acc && !a->tie_embeddings) ops_zero(embed_at(m, m->g), (size_t)a->vocab_size * (size_t)D);
+     * its first write, unless g reads as zeros already (FSDP dropped it: zeroing would fault in
+     * the whole table's pages where the scatter touches the batch's rows); a tied one holds the
+     * lm_head's by now */
+    if (m->g_set_to_none == 1 && !a->tie_embeddings)
+        ops_zero(embed_at(m, m->g), (size_t)a->vocab_size * (size_t)D);
     if (m->tp.size == 1) {
         m->ops[0].embedding_bwd(embed_at(m, m->g), A->dres, tokens, N, D);
     } else { /* all N rows' gradients, those of this shard's tokens only */

@@ -252,7 +252,8 @@ typedef struct {
     int64_t *moe_counts; /* [L,E] rows routed to each expert by the training forwards since
                             model_zero_grad (the AC recompute is not counted) */
     double moe_aux_loss; /* AUX_LOSS: the last microbatch's auxiliary loss, before the coef */
-    int g_set_to_none;   /* model_grad_set_to_none: the next backward writes g, not adds */
+    int g_set_to_none;   /* model_grad_set_to_none: the next backward writes g, not adds (1;
+                            2: g reads as zeros already) */
     float aux_scale;     /* AUX_LOSS: gradient weight of one microbatch's auxiliary loss;
                             model_build sets router_aux_loss_coef (one microbatch per step); a
                             trainer with n microbatches (x dp ranks) sets coef / n */
@@ -392,8 +393,10 @@ void model_zero_grad(model *m);
  * dropped with no pass over them, and no product reads them back (the ops' dw_acc 0,
  * ops/oplist.h); the backwards after it add as usual. The trainer's step: its first microbatch,
  * or every microbatch where FSDP reduces and drops each unit's gradients after its backward.
+ * zeros: g reads as zeros already (FSDP's dropped pages), so the one gradient an op only adds
+ * to (an untied embedding's) is not zeroed first, which would fault in all its pages.
  * model_zero_grad cancels it. */
-void model_grad_set_to_none(model *m);
+void model_grad_set_to_none(model *m, int zeros);
 /* bf16: the weights have changed (an optimizer step, a load): every unit's bf16 copy is
  * remade on its next use. A trainer calls it once per step before the first microbatch; the
  * model calls it itself in model_logits and model_infer_new. No-op in fp32. */

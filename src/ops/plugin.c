@@ -185,7 +185,7 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     for (int i = 0; i < nout; i++) {
         if (!out[i].p) continue;
         if (direct[i]) {
-            if (!out[i].acc) memset(out[i].p, 0, out[i].n * sizeof(float));
+            if (!out[i].acc) ops_zero(out[i].p, out[i].n); /* on the pool's threads */
             a.out[i] = out[i].p;
             continue;
         }
@@ -261,9 +261,9 @@ static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp,
 }
 
 /* rmsnorm's backward, also add_rmsnorm's (kind): the same call. A weight gradient titan asks
- * written (dw_acc 0) is an output like the forward's to the plugin's ABI, whose backward always
- * accumulates or always writes (TITAN_KERNEL_BWD_ACCUMULATES): plg_call stages it in zeroed
- * scratch for an accumulating kernel and stores it over dw. */
+ * written (dw_acc 0: the output's acc 0) needs nothing of the plugin, whose backward always
+ * accumulates or always writes (TITAN_KERNEL_BWD_ACCUMULATES): plg_call zeroes dw before an
+ * accumulating kernel adds into it, or copies a writing kernel's result over it. */
 static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const float *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          int dw_acc) {

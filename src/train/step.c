@@ -139,7 +139,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     for (int mb = 0; mb < o->grad_accum; mb++) {
         /* the model's gradients hold nothing to keep: the first microbatch's, or every one's
          * where FSDP moved them into the shard and zeroed them after each unit's backward */
-        if (set_to_none && (mb == 0 || dist_fsdp_drops_grads(f))) model_grad_set_to_none(m);
+        if (set_to_none && (mb == 0 || dist_fsdp_drops_grads(f)))
+            model_grad_set_to_none(m, dist_fsdp_drops_grads(f));
         const double l = model_step_microbatch(m, j->tok + mb * NT, j->tgt + mb * NT,
                                                valid ? 1.0f / (float)valid : 0.0f, NULL);
         loss_sum += l;

@@ -2,9 +2,10 @@
  * every parameter's gradient, reading none. With the gradient buffer full of NaN beforehand, its
  * gradients must equal those of a backward into zeros (model_zero_grad), element for element
  * (== : a written -0 and 0 + -0 = +0 are the same value), none left NaN; the microbatch after it
- * adds, as before. Dense tied and untied (the embedding's scatter only adds: an untied table is
- * zeroed first, a tied one holds the lm_head's), MoE with experts that get no rows (their
- * gradients written as zeros), each in fp32 and bf16. */
+ * adds, as before; and on a buffer of zeros with set_to_none(zeros = 1), FSDP's case, where the
+ * untied embedding is not zeroed again. Dense tied and untied (the embedding's scatter only adds:
+ * an untied table is zeroed first, a tied one holds the lm_head's), MoE with experts that get no
+ * rows (their gradients written as zeros), each in fp32 and bf16. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,7 @@ static void check_case(const char *what, const model_args *a, ops_prec prec) {
 
     /* the same after NaN everywhere and set_to_none */
     for (size_t i = 0; i < n; i++) m.g[i] = NAN;
-    model_grad_set_to_none(&m);
+    model_grad_set_to_none(&m, 0);
     const double k1 = model_step_microbatch(&m, tok[0], tgt[0], scale, NULL);
     size_t at = 0;
     const char *bad = first_diff(&m, one, &at);
@@ -79,6 +80,12 @@ static void check_case(const char *what, const model_args *a, ops_prec prec) {
     bad = first_diff(&m, two, &at);
     CHECK(!bad && k2 == l2, "%s: second microbatch (adds): %s[%zu]", what, bad ? bad : "(loss)",
           at);
+    /* zeros: g reads as zeros already (FSDP's dropped gradients): the same, nothing zeroed */
+    memset(m.g, 0, sizeof(float) * n);
+    model_grad_set_to_none(&m, 1);
+    const double z1 = model_step_microbatch(&m, tok[0], tgt[0], scale, NULL);
+    bad = first_diff(&m, one, &at);
+    CHECK(!bad && z1 == l1, "%s: set_to_none on zeros: %s[%zu]", what, bad ? bad : "(loss)", at);
     /* and it did write: a parameter's gradient is not all zeros */
     int nonzero = 0;
     for (size_t i = 0; i < n && !nonzero; i++) nonzero = one[i] != 0.0f;

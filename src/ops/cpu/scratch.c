@@ -24,6 +24,7 @@ static struct {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void *ops_cpu_scratch_take(const char *what, size_t bytes) {
+    if (!bytes) bytes = 1; /* an empty slot (no buffer, 0 bytes) never fits */
     pthread_mutex_lock(&g_lock);
     int fit = -1, grow = -1;
     for (int i = 0; i < SCRATCH_SLOTS; i++) {
