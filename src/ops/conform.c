@@ -348,6 +348,12 @@ static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c
     cf_cmp(r, "dw written", dw1, dw2, (size_t)V * D, 1e-4);
     l1 = (float)x->lmhead_ce(NULL, NULL, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 1);
     cf_cmp(r, "loss (no grad)", &l1, &l2, 1, 1e-5);
+    /* no valid target at all: no chunk has a product, and a written dw is zeros all the same */
+    for (int n = 0; n < N; n++) tg[n] = OPS_IGNORE_INDEX;
+    cf_nan(dw1, (size_t)V * D), cf_nan(dw2, (size_t)V * D);
+    x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 0);
+    y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, NULL, NULL, 0);
+    cf_cmp(r, "dw written, no target", dw1, dw2, (size_t)V * D, 1e-4);
     CF_FREE(tg, in, w, sc, sc2, dx1, dx2, dw1, dw2);
     return 0;
 }
