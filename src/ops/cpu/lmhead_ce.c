@@ -349,7 +349,10 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
     const int cols = l16 && !vs && (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_LMHEAD_CE);
     /* red[3 cr], loss[cr] (vs, or cols: ce_cols' col and loss) */
     double *red = vs || cols ? malloc(sizeof(double) * 4 * (size_t)cr) : NULL;
-    if ((vs || cols) && !red) return NAN; /* out of memory: reported as a non-finite loss */
+    if ((vs || cols) && !red) { /* out of memory: reported as a non-finite loss */
+        if (dw_fresh) ops_zero(dw, (size_t)V * D); /* dw written all the same (dw_acc 0) */
+        return NAN;
+    }
     const uint16_t *w16 = NULL, *x16 = NULL;
     uint16_t *w_own = NULL, *x_own = NULL;
     ce_rows c = {scratch, NULL, NULL, V};
