@@ -139,8 +139,7 @@ static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N
     }
 }
 
-/* Whether op k of table t runs a bf16 implementation in a bf16 model. */
-static int runs16(const model *m, const ops_table *t, ops_kind k) {
+int model_runs16(const model *m, const ops_table *t, ops_kind k) {
     return m->prec == OPS_PREC_BF16 && t->impl[k] && t->impl[k]->prec == OPS_PREC_BF16;
 }
 
@@ -149,7 +148,7 @@ int model_block16(const model *m, const ops_table *t) {
     if (!t) return 1;
     const ops_kind k[3] = {OPS_MATMUL, OPS_ATTENTION, OPS_GROUPED_MM};
     for (int i = 0; i < (m->args.n_experts > 0 ? 3 : 2); i++)
-        if (!runs16(m, t, k[i])) return 0;
+        if (!model_runs16(m, t, k[i])) return 0;
     return 1;
 }
 
@@ -213,7 +212,7 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     /* The union: the CE logits chunk, then (from the same start) the block working set. */
     const size_t start = c->used;
     const ops_prec ce_prec =
-        m->prec == OPS_PREC_BF16 && (!m->ops || runs16(m, &m->ops[L + 1], OPS_LMHEAD_CE))
+        m->prec == OPS_PREC_BF16 && (!m->ops || model_runs16(m, &m->ops[L + 1], OPS_LMHEAD_CE))
             ? OPS_PREC_BF16
             : OPS_PREC_F32; /* before the ops resolve: bf16 as asked */
     /* none where the bf16 lmhead_ce runs fused on AMX tiles (its logits never in memory: 256
@@ -661,7 +660,7 @@ static block_geom train_geom(const model *m) {
 }
 
 int model_bf16_wire(const model *m, const ops_table *t, ops_kind k) {
-    return !m->exchange_f32 && runs16(m, t, k);
+    return !m->exchange_f32 && model_runs16(m, t, k);
 }
 
 int model_bf16_wire_kept(const model *m, const ops_table *t) {
@@ -697,7 +696,7 @@ static void qk_norm_rope(const model *m, const ops_table *t, layer_acts *la, con
  * is converted once, not once per GEMM; rounding it in place is exact, since every reader
  * rounds it anyway. 1 when held (the caller releases it after the GEMMs). */
 static int hold_norm(const model *m, const ops_table *t, float *nf, size_t n) {
-    return runs16(m, t, OPS_MATMUL) && !ops_bf16_hold(nf, n);
+    return model_runs16(m, t, OPS_MATMUL) && !ops_bf16_hold(nf, n);
 }
 
 /* A model_act16 tensor of a bf16 block after model_keep16 (rounded in place, its bits stored

@@ -16,6 +16,8 @@ void model_bf16_sync_all(const model *m);
  * it computes on anyway (bf16(bf16(x)) = bf16(x)): bitwise the same results, half the bytes.
  * Sums (reduce-scatters, the EP combine, gradients sent back) never qualify. */
 int model_bf16_wire(const model *m, const ops_table *t, ops_kind k);
+/* Whether op k of table t runs a bf16 implementation in a bf16 model. */
+int model_runs16(const model *m, const ops_table *t, ops_kind k);
 /* Whether an EP exchange that delivers a model_act16 tensor of a block (table t), which its
  * receiver passes through model_keep16 before anything reads it, moves bf16: exactly where
  * model_keep16 rounds (model_block16), unless exchange_f32. Sender and receiver then hold the

@@ -78,8 +78,11 @@ static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, cons
                         const float *x, const int32_t *offs, int nE, int R, int D, int Fe,
                         float *hact, float *y) {
     const size_t RF = (size_t)R * Fe;
+    /* x is both projections' operand: in bf16 converted once, not once per call */
+    const int held = model_runs16(m, t, OPS_GROUPED_MM) && !ops_bf16_hold_copy(x, (size_t)R * D);
     t->grouped_mm_fwd(la->gate, x, w->ew1, offs, nE, D, Fe);
     t->grouped_mm_fwd(la->up, x, w->ew3, offs, nE, D, Fe);
+    if (held) ops_bf16_release(x);
     model_keep16(m, t, la, MODEL_ACT16_GATE, RF);
     model_keep16(m, t, la, MODEL_ACT16_UP, RF);
     t->swiglu_fwd(hact, la->gate, la->up, R, Fe);

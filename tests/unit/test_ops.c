@@ -1100,6 +1100,19 @@ static void test_bf16_held(void) {
     ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 1);
     check_true("bf16 grouped_mm_bwd: dY held for both products = converted per product",
                same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)E * OC * C), NULL);
+    /* x held by the caller (ops.h's mirrors: the products read its copy) = converted per call,
+     * the forward's and dW's reads of x alike */
+    float *o1 = zeros((size_t)N * OC), *o2 = zeros((size_t)N * OC);
+    ops_cpu_grouped_mm_bf16_fwd(o1, x, w, offs, E, C, OC);
+    memset(dw1, 0, sizeof(float) * E * OC * C);
+    const int hx = !ops_bf16_hold_copy(x, (size_t)N * C);
+    ops_cpu_grouped_mm_bf16_fwd(o2, x, w, offs, E, C, OC);
+    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 0);
+    if (hx) ops_bf16_release(x);
+    check_true("bf16 grouped_mm: x held = converted per call (forward, dW; bitwise)",
+               hx && same_bits(o1, o2, (size_t)N * OC) && same_bits(dw2, dw1, (size_t)E * OC * C),
+               NULL);
+    free(o1), free(o2);
     /* lmhead_ce: dx with dw (the logit gradient held, rounded in place by the emulated engine)
      * against dx alone (converted for its one product); chunk CH < N: several chunks */
     int32_t tg[N];

@@ -146,7 +146,7 @@ typedef struct {
     const float *base;
     size_t n;
     const void *mirror; /* bf16 (onednn) or bf16-rounded fp32 (emulated) */
-    int owned;          /* a hold's converted copy: freed by its release */
+    int owned;          /* a hold's converted copy (kernel scratch): given back by its release */
 } mirror_range;
 static mirror_range g_mirrors[MIRRORS];
 static int g_n_mirrors;
@@ -208,7 +208,7 @@ static mirror_range mirror_take(const float *base) {
 
 void ops_bf16_mirror_remove(const float *base) {
     const mirror_range r = mirror_take(base);
-    if (r.owned) free((void *)r.mirror);
+    if (r.owned) ops_cpu_scratch_give((void *)r.mirror);
 }
 
 /* x[0, n) held as a bf16 operand: rounded in place when writable is x (emulated engine),
@@ -218,7 +218,8 @@ static int hold(const float *x, float *writable, size_t n) {
     void *m = writable;
     if (dnnl || !writable) {
         const size_t es = dnnl ? sizeof(uint16_t) : sizeof(float);
-        if (!(m = malloc(es * (n ? n : 1)))) return -1;
+        /* kept scratch (scratch.c): a copy of tens of MB per call was fresh pages each time */
+        if (!(m = ops_cpu_scratch_try(es * (n ? n : 1)))) return -1;
     }
     if (dnnl)
         ops_bf16_from_f32(m, x, n);
@@ -226,7 +227,7 @@ static int hold(const float *x, float *writable, size_t n) {
         ops_cpu_bf16_round(m, x, n);
     base_err e;
     if (mirror_add(x, n, m, m != writable, &e)) {
-        if (m != writable) free(m);
+        if (m != writable) ops_cpu_scratch_give(m);
         return -1;
     }
     return 0;

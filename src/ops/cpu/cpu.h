@@ -29,6 +29,8 @@ static inline void *ops_cpu_alloc(const char *what, size_t bytes) {
  * allocated, so a call does not fault in and zero fresh pages; returned with
  * ops_cpu_scratch_give (never free). For buffers of MBs a call; thread-safe. */
 void *ops_cpu_scratch_take(const char *what, size_t bytes);
+/* The same, NULL when out of memory (for a caller with a fallback: a bf16 hold). */
+void *ops_cpu_scratch_try(size_t bytes);
 void ops_cpu_scratch_give(void *p);
 
 /* Row-major SGEMM, C[M,N] = alpha * op(A) @ op(B) + beta * C (see gemm.c for the library

@@ -123,6 +123,10 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
     const uint16_t *A = fwd ? gd_rows16(inp + (size_t)offs[0] * C, R, C, (uint16_t *)ws, &lda)
                             : gd_rows16(dout + (size_t)offs[0] * OC, R, OC, (uint16_t *)ws, &lda);
     uint32_t *at = (uint32_t *)(ws + a_bytes);
+    /* dW's x rows from their bf16 copy where the caller holds one (ops.h's mirrors), as the
+     * forward's rows and every other bf16 GEMM read theirs */
+    const uint16_t *X16 =
+        dw && C % 2 == 0 ? ops_cpu_bf16_mirror_of(inp + (size_t)offs[0] * C, (size_t)R * C) : NULL;
     int nts = 0;
     for (int e = 0; e < E; e++) {
         const int n = offs[e + 1] - offs[e];
@@ -167,7 +171,8 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
             } else { /* dW_e[OC, 256] (+)= dy^T x[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
                           np = (nc + DP_NC - 1) / DP_NC, k2 = (n + 1) / 2;
-                const dp_src Xe = {inp + (size_t)offs[k.e] * C, NULL};
+                const dp_src Xe = X16 ? (dp_src){NULL, X16 + (size_t)r0 * C}
+                                      : (dp_src){inp + (size_t)offs[k.e] * C, NULL};
                 gd_pack_pairs(panel, Xe, C, k.c0, np, n, C, k2);
                 dp_gemm(OC, nc, k2, (const uint16_t *)(at + at_off[k.e]),
                         2 * (size_t)dp_up(k2, GD_W), (const uint16_t *)panel, 2 * DP_NC,

@@ -23,7 +23,9 @@ static struct {
 } g_slot[SCRATCH_SLOTS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void *ops_cpu_scratch_take(const char *what, size_t bytes) {
+/* what: NULL for ops_cpu_scratch_try (NULL when out of memory), else the name of the fatal
+ * error */
+static void *take(const char *what, size_t bytes) {
     if (!bytes) bytes = 1; /* an empty slot (no buffer, 0 bytes) never fits */
     pthread_mutex_lock(&g_lock);
     int fit = -1, grow = -1;
@@ -38,9 +40,9 @@ void *ops_cpu_scratch_take(const char *what, size_t bytes) {
     if (fit < 0 && grow >= 0) {
         free(g_slot[grow].p);
         const size_t room = bytes + bytes / 4;
-        g_slot[grow].p = ops_cpu_alloc(what, room);
-        g_slot[grow].bytes = room;
-        fit = grow;
+        g_slot[grow].p = aligned_alloc(64, (room + 63) / 64 * 64);
+        g_slot[grow].bytes = g_slot[grow].p ? room : 0;
+        fit = g_slot[grow].p ? grow : -1;
     }
     void *p = NULL;
     if (fit >= 0) {
@@ -48,7 +50,16 @@ void *ops_cpu_scratch_take(const char *what, size_t bytes) {
         p = g_slot[fit].p;
     }
     pthread_mutex_unlock(&g_lock);
-    return p ? p : ops_cpu_alloc(what, bytes);
+    if (p) return p;
+    return what ? ops_cpu_alloc(what, bytes) : aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+void *ops_cpu_scratch_take(const char *what, size_t bytes) {
+    return take(what ? what : "scratch", bytes);
+}
+
+void *ops_cpu_scratch_try(size_t bytes) {
+    return take(NULL, bytes);
 }
 
 void ops_cpu_scratch_give(void *p) {
