@@ -125,7 +125,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     /* torchtitan's zero_grad (PyTorch's set_to_none=True): the backward writes each gradient
      * the first time in the step instead of adding it to zeros, so no pass zeroes them; a step
      * without a valid target runs no backward and steps on zero gradients, as before */
-    const int set_to_none = valid > 0;
+    const int set_to_none = valid > 0, dropped = dist_fsdp_drops_grads(f);
     const double t_zero = base_now();
     dist_fsdp_begin_step(f, set_to_none); /* without set_to_none a pass over the shard */
     train_prof_phase("zero grad", t_zero);
@@ -139,8 +139,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     for (int mb = 0; mb < o->grad_accum; mb++) {
         /* the model's gradients hold nothing to keep: the first microbatch's, or every one's
          * where FSDP moved them into the shard and zeroed them after each unit's backward */
-        if (set_to_none && (mb == 0 || dist_fsdp_drops_grads(f)))
-            model_grad_set_to_none(m, dist_fsdp_drops_grads(f));
+        if (set_to_none && (mb == 0 || dropped)) model_grad_set_to_none(m, dropped);
         const double l = model_step_microbatch(m, j->tok + mb * NT, j->tgt + mb * NT,
                                                valid ? 1.0f / (float)valid : 0.0f, NULL);
         loss_sum += l;

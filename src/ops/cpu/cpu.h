@@ -177,7 +177,8 @@ void ops_cpu_attention_dpbf16_fwd(float *out, float *lse, const float *q, const 
                                   const float *v, int B, int T, int H, int G, int hd, void *ws);
 /* grouped_mm/bf16 on AVX512_BF16 instructions (grouped_dpbf16.c, built for x86-64 only): call
  * only when ops_cpu_grouped_dpbf16_usable(). Same arguments and semantics as
- * ops_cpu_grouped_mm_bf16_fwd / _bwd. */
+ * ops_cpu_grouped_mm_bf16_fwd / _bwd, except that with dw_acc 0 the backward writes the dW of
+ * the experts with rows only (the caller, ops_cpu_grouped_mm_bf16_bwd, zeroes the others'). */
 void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                 int E, int C, int OC);
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,

@@ -23,7 +23,6 @@
  * output element is one task's fixed-order sum over K: bitwise the same for any thread count. */
 #include <omp.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "ops/cpu/dpbf16.h"
 
@@ -91,8 +90,6 @@ static dp_src gd_weights(const float *w, size_t n, int cols) {
 static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const float *inp,
                     const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
     const int R = offs[E] - offs[0], fwd = out != NULL;
-    for (int e = 0; dw && !dw_acc && e < E; e++) /* experts without rows: no task writes dW_e */
-        if (offs[e + 1] <= offs[e]) memset(dw + (size_t)e * OC * C, 0, sizeof(float) * OC * C);
     if (R <= 0) return;
     const int C2 = dp_up(C, 2), OC2 = dp_up(OC, 2);
     int nmax = 0;

@@ -86,6 +86,7 @@ void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, cons
                                  int dw_acc) {
 #ifdef TITAN_HAVE_DPBF16
     if (ops_cpu_grouped_dpbf16_usable()) {
+        zero_idle_experts(dw, offs, E, C, OC, dw_acc); /* its tasks are the experts with rows */
         ops_cpu_grouped_dpbf16_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
         return;
     }

@@ -23,9 +23,12 @@ static struct {
 } g_slot[SCRATCH_SLOTS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* what: NULL for ops_cpu_scratch_try (NULL when out of memory), else the name of the fatal
- * error */
-static void *take(const char *what, size_t bytes) {
+static void *alloc64(size_t bytes) {
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+/* NULL when out of memory */
+void *ops_cpu_scratch_try(size_t bytes) {
     if (!bytes) bytes = 1; /* an empty slot (no buffer, 0 bytes) never fits */
     pthread_mutex_lock(&g_lock);
     int fit = -1, grow = -1;
@@ -40,7 +43,7 @@ static void *take(const char *what, size_t bytes) {
     if (fit < 0 && grow >= 0) {
         free(g_slot[grow].p);
         const size_t room = bytes + bytes / 4;
-        g_slot[grow].p = aligned_alloc(64, (room + 63) / 64 * 64);
+        g_slot[grow].p = alloc64(room);
         g_slot[grow].bytes = g_slot[grow].p ? room : 0;
         fit = g_slot[grow].p ? grow : -1;
     }
@@ -50,16 +53,12 @@ static void *take(const char *what, size_t bytes) {
         p = g_slot[fit].p;
     }
     pthread_mutex_unlock(&g_lock);
-    if (p) return p;
-    return what ? ops_cpu_alloc(what, bytes) : aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return p ? p : alloc64(bytes);
 }
 
 void *ops_cpu_scratch_take(const char *what, size_t bytes) {
-    return take(what ? what : "scratch", bytes);
-}
-
-void *ops_cpu_scratch_try(size_t bytes) {
-    return take(NULL, bytes);
+    void *p = ops_cpu_scratch_try(bytes);
+    return p ? p : ops_cpu_alloc(what, bytes); /* out of memory: says so, fatal */
 }
 
 void ops_cpu_scratch_give(void *p) {
