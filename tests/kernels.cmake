@@ -195,6 +195,26 @@ set_tests_properties(kernels_grouped_dpbf16_bad_value PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_DPBF16=yes"
   PASS_REGULAR_EXPRESSION "TITAN_GROUPED_DPBF16=yes: not 0 or 1. grouped_mm/bf16 stays on AVX512_BF16 where it can"
   FAIL_REGULAR_EXPRESSION "FAIL|failed")
+# the expert stacks kept in grouped_dpbf16's own layout in the bf16 weight copy (AdamW writes
+# it; the kernel's dx reads it unpacked): an MoE bf16 run bitwise the same as with
+# TITAN_GROUPED_LAYOUT=0 (checkpoint compared byte for byte), the layout said in the log where
+# the expert kernel is titan's AVX512_BF16 one and nowhere else
+add_test(NAME train_moe_bf16_grouped_layout COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT
+    for L in 0 1; do
+      TITAN_GROUPED_LAYOUT=$L $<TARGET_FILE:titan> train --flavor debugmodel_moe --set n_layers=2 \
+        --set num_experts=8 --random-tokens --batch 2 --seq-len 64 --steps 3 \
+        --training.mixed_precision_param=bfloat16 --dump-folder $d/$L --checkpoint.enable=true \
+        --checkpoint.interval=3 > $d/$L.log 2>&1 || { echo FAIL: run $L; cat $d/$L.log; exit 1; }
+    done
+    said=$(grep -c 'expert stacks in grouped_mm.s own layout' $d/1.log)
+    if grep -q 'experts: AVX512_BF16' $d/1.log; then want=1; else want=0; fi
+    [ \"$said\" = $want ] || { echo \"FAIL: layout said $said times, want $want\"; cat $d/1.log; exit 1; }
+    ! grep -q 'own layout' $d/0.log || { echo 'FAIL: TITAN_GROUPED_LAYOUT=0 kept the layout'; exit 1; }
+    cmp $d/0/checkpoint/step-3/rank-00000.safetensors $d/1/checkpoint/step-3/rank-00000.safetensors ||
+      { echo 'FAIL: the layout changed the training'; exit 1; }
+    echo \"ok: layout said $said time(s), checkpoints bitwise the same\"")
+set_tests_properties(train_moe_bf16_grouped_layout PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+  TIMEOUT 300 PASS_REGULAR_EXPRESSION "ok: layout said" FAIL_REGULAR_EXPRESSION "FAIL")
 # a bad TITAN_AMX_LMHEAD_CE or TITAN_AMX_ATTENTION is said, and what stays as it is
 set(keeps_lmhead_ce "lm_head \\+ CE stays fused where it can")
 set(keeps_attention "attention's products stay on AMX tiles where they can")

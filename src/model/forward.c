@@ -553,6 +553,7 @@ void model_free(model *m) {
     base_free(m->moe_bias);
     base_free(m->moe_counts);
     if (m->w16_base) ops_bf16_mirror_remove(m->w16_base);
+    if (m->w16) ops_bf16_mirror_layouts_clear(m->w16, ops_bf16_mirror_bytes(m->n_floats));
     base_free(m->w16);
     base_free(m->w16_fresh);
     base_free(m->w16_param);
@@ -572,7 +573,26 @@ void model_bf16_copy_current(model *m) {
  * converting those the hook did not write there (given: its MODEL_W16_* mask). */
 static void bf16_sync(const model *m, int u, int given) {
     if (!m->w16 || m->w16_fresh[u]) return;
-    model *mm = (model *)m; /* the copy is a cache of w: logically const */
+    model *mm = (model *)m;        /* the copy is a cache of w: logically const */
+    if (m->w16_layouts && given) { /* a hook wrote the copy row-major: no layouts any more */
+        ops_bf16_mirror_layouts_clear(m->w16, ops_bf16_mirror_bytes(m->n_floats));
+        mm->w16_layouts = 0;
+        memset(m->w16_fresh, 0, (size_t)m->n_units);
+    }
+    if (!m->w16_base && !m->w16_transient) { /* the first sync: decided once the ops resolved */
+        for (int i = 0; i < m->n_params; i++) {
+            const model_param *p = &m->params[i];
+            if (m->w16_param[i] && p->ndim == 3 && p->readers == 1u << OPS_GROUPED_MM)
+                mm->w16_layouts += ops_bf16_mirror_layout_grouped(
+                    m->w16, p->offset, m->ops[p->unit].impl[OPS_GROUPED_MM], (int)p->shape[0],
+                    (int)p->shape[1], (int)p->shape[2]);
+        }
+        if (m->w16_layouts)
+            base_log(BASE_LOG_INFO,
+                     "bf16 weight copy: %d expert stacks in grouped_mm's own layout (not repacked "
+                     "per call)",
+                     m->w16_layouts);
+    }
     if (m->w16_base != m->w) {
         if (m->w16_base) ops_bf16_mirror_remove(m->w16_base);
         base_err err;

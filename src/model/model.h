@@ -231,6 +231,9 @@ typedef struct {
      * in use (made after each gather, its pages returned at the unit's FWD_END / BWD_END, as
      * FSDP2 all-gathers bf16 per use), so the copy never holds the whole model on a rank */
     int w16_transient;
+    /* how many expert stacks w16 keeps in their grouped_mm's own layout
+     * (ops_bf16_mirror_layout_grouped; never in a transient copy, which FSDP's gathers write) */
+    int w16_layouts;
     int exchange_f32; /* model_build_opts.exchange_f32 */
     int batch, seq_len;
     model_ac_mode ac;

@@ -712,12 +712,14 @@ static void cf_run_attention_kv(const cf_bench *b) {
 static void cf_run_grouped_mm(const cf_bench *b) {
     const int E = b->c.n_experts, D = b->c.dim, Fe = b->c.moe_ffn_dim;
     float *const *f = b->buf; /* x [R,D], g, u, h [R,Fe], y [R,D]; backward: dx, dg, dh */
+    /* the stacks [E, Fe, D] (gate and up share it) and [E, D, Fe] (down), as training's */
+    const size_t w2 = (size_t)E * Fe * D;
     if (!b->phase) {
         b->t->grouped_mm_fwd(f[1], f[0], b->w, b->offs, E, D, Fe);
         b->t->grouped_mm_fwd(f[2], f[0], b->w, b->offs, E, D, Fe);
-        b->t->grouped_mm_fwd(f[4], f[3], b->w, b->offs, E, Fe, D);
+        b->t->grouped_mm_fwd(f[4], f[3], b->w + w2, b->offs, E, Fe, D);
     } else {
-        b->t->grouped_mm_bwd(f[7], b->dw, f[4], f[3], b->w, b->offs, E, Fe, D, 0);
+        b->t->grouped_mm_bwd(f[7], b->dw + w2, f[4], f[3], b->w + w2, b->offs, E, Fe, D, 0);
         b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe, 0);
         b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe, 0);
     }
@@ -735,8 +737,8 @@ static int cf_weight(const cf_bench *b, float **w, size_t *n) {
     case OPS_LMHEAD_CE:
         *w = b->buf[1], *n = (size_t)V * D;
         return 1;
-    case OPS_GROUPED_MM:
-        *w = b->w, *n = (size_t)b->c.n_experts * b->c.moe_ffn_dim * D;
+    case OPS_GROUPED_MM: /* both stacks */
+        *w = b->w, *n = 2 * (size_t)b->c.n_experts * b->c.moe_ffn_dim * D;
         return 1;
     default:
         return 0;
@@ -938,7 +940,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
                 continue;
             }
             const size_t R = N * ctx->top_k, E = ctx->n_experts,
-                         W = E * ctx->moe_ffn_dim * ctx->dim;
+                         W = 2 * E * ctx->moe_ffn_dim * ctx->dim; /* two stacks */
             big = R * (ctx->dim > ctx->moe_ffn_dim ? ctx->dim : ctx->moe_ffn_dim);
             b.w = cf_rand(&seed, W, 0.05f);
             b.dw = base_alloc(W * sizeof(float));
@@ -974,11 +976,20 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         void *mirror = NULL;
         if ((impl->prec == OPS_PREC_BF16 || def->prec == OPS_PREC_BF16) &&
             cf_weight(&b, &wt, &wn) && (mirror = base_alloc_uninit(ops_bf16_mirror_bytes(wn)))) {
+            if (impl->op == OPS_GROUPED_MM) { /* the stacks in the kernel's layout, as training's */
+                const ops_impl *i16 = impl->prec == OPS_PREC_BF16 ? impl : def;
+                const int E = ctx->n_experts, D = ctx->dim, Fe = ctx->moe_ffn_dim;
+                if (ops_bf16_mirror_layout_grouped(mirror, 0, i16, E, Fe, D) &
+                    ops_bf16_mirror_layout_grouped(mirror, wn / 2, i16, E, D, Fe))
+                    printf("%-12s %-12s bf16 weights in grouped_mm's own layout (training's)\n",
+                           ops_kind_name(impl->op), impl->name);
+            }
             ops_bf16_mirror_convert(mirror, 0, wt, wn);
             base_err merr;
             if (ops_bf16_mirror_add(wt, wn, mirror, &merr)) { /* then converted per call */
                 printf("%-12s %-12s bf16 weight converted per call: %s\n", ops_kind_name(impl->op),
                        impl->name, merr.msg);
+                ops_bf16_mirror_layouts_clear(mirror, ops_bf16_mirror_bytes(wn));
                 free(mirror);
                 mirror = NULL;
             } else {
@@ -1016,6 +1027,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
         }
         if (mirror) {
             ops_bf16_mirror_remove(wt);
+            ops_bf16_mirror_layouts_clear(mirror, ops_bf16_mirror_bytes(wn));
             free(mirror);
         }
         ops_release(&ti);

@@ -280,6 +280,19 @@ int ops_lmhead_ce_fused(int D);
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n);
 int ops_bf16_mirror_add(const float *base, size_t n, const void *mirror, base_err *err);
 void ops_bf16_mirror_remove(const float *base);
+/* A copy's layout for grouped_mm's expert stacks: impl, the grouped_mm implementation that
+ * reads the stack [E, OC, C] at copy elements [off, off + E OC C), may read it in a layout of
+ * its own, made as the copy is written, instead of repacking the weights on every call (the
+ * built-in bf16 grouped_mm on AVX512_BF16 without AMX: the backward's pairs of rows,
+ * grouped_dpbf16.c; OC even, C a multiple of 64; TITAN_GROUPED_LAYOUT=0 turns it off). 1 when
+ * the range is kept so: ops_bf16_mirror_convert then writes that layout there, impl reads it,
+ * and any other bf16 GEMM reading the range converts its operand per call. 0: row-major, as
+ * the rest of the copy. Only for a copy nothing but ops_bf16_mirror_convert writes (not one
+ * that receives FSDP's bf16 gathers); before the range is first converted. Lasts until
+ * ops_bf16_mirror_layouts_clear over the copy's bytes [mirror, mirror + bytes). */
+int ops_bf16_mirror_layout_grouped(void *mirror, size_t off, const ops_impl *impl, int E, int OC,
+                                   int C);
+void ops_bf16_mirror_layouts_clear(const void *mirror, size_t bytes);
 /* Operands held for several bf16 GEMMs: x[0, n) that the next few bf16 GEMMs read (the
  * block's norm output read by q, k, v; lmhead_ce's logit gradient read by both backward
  * products) is converted once instead of once per GEMM, as a transient mirror. ops_bf16_hold

@@ -1159,6 +1159,92 @@ static void test_zero(void) {
     free(buf);
 }
 
+/* grouped_mm/bf16's expert stacks kept in the kernel's own layout in a bf16 copy
+ * (ops_bf16_mirror_layout_grouped; AVX512_BF16 without AMX): a copy [50 floats | stack | 30
+ * floats] converted in pieces of 37 elements (every piece boundary off the rows and panels) must
+ * hold the pads row-major and the stack as the layout's formula says, bit for bit the
+ * conversion's values; other readers must not see the range as row-major (mirror_of NULL); and
+ * the forward and both backward products must be bitwise those of the same weights converted
+ * per call. Shapes: OC under one 64-row panel, and OC = 70 (a second forward panel of 6 rows);
+ * C two and three 64-column panels; an expert without rows. Elsewhere the layout is refused
+ * (0) and the products are checked the same way through the row-major copy. */
+static void test_grouped_layout(void) {
+    static const struct { int E, C, OC; } shp[] = {{3, 128, 40}, {2, 192, 70}};
+    const ops_impl *impl = ops_find(OPS_GROUPED_MM, "bf16");
+    check_true("grouped_mm/bf16 registered", impl != NULL, NULL);
+    if (!impl || strcmp(ops_bf16_engine(), "onednn")) return; /* the copy is bf16 bits there */
+    for (size_t t = 0; t < sizeof shp / sizeof shp[0]; t++) {
+        const int E = shp[t].E, C = shp[t].C, OC = shp[t].OC, N = 37;
+        const int32_t offs3[4] = {0, 11, 11, N}, offs2[3] = {0, 0, N};
+        const int32_t *offs = E == 3 ? offs3 : offs2;
+        const size_t nw = (size_t)E * OC * C, pre = 50, n = pre + nw + 30;
+        float *buf = randn(n, 70 + t, 0.5f, 0), *w = buf + pre;
+        float *x = randn((size_t)N * C, 72 + t, 1, 0), *dy = randn((size_t)N * OC, 74 + t, 1, 0);
+        float *o[2], *dx[2], *dw[2];
+        uint16_t *m = malloc(sizeof(uint16_t) * n), *want = malloc(sizeof(uint16_t) * n);
+        const int kept = ops_bf16_mirror_layout_grouped(m, pre, impl, E, OC, C);
+        const char *sw = getenv("TITAN_GROUPED_LAYOUT");
+        const int expect =
+            !strcmp(ops_bf16_grouped_mm(), "AVX512_BF16") && !(sw && !strcmp(sw, "0"));
+        char what[128];
+        snprintf(what, sizeof what, "grouped layout [%d, %d, %d]: kept where the kernel is %s", E,
+                 OC, C, ops_bf16_grouped_mm());
+        check_true(what, kept == expect, kept ? "kept" : "refused");
+        for (size_t i = 0; i < n; i += 37)
+            ops_bf16_mirror_convert(m, i, buf + i, n - i < 37 ? n - i : 37);
+        ops_bf16_from_f32(want, buf, n);
+        if (kept) { /* the stack's elements where the layout puts them */
+            for (int e = 0; e < E; e++)
+                for (int r = 0; r < OC; r++)
+                    for (int c = 0; c < C; c++) {
+                        uint16_t h;
+                        ops_bf16_from_f32(&h, &w[((size_t)e * OC + r) * C + c], 1);
+                        want[pre + (size_t)e * OC * C + (size_t)(c / 64) * 64 * OC +
+                             (size_t)(r / 2) * 128 + 2 * (c % 64) + r % 2] = h;
+                    }
+        }
+        snprintf(what, sizeof what, "grouped layout [%d, %d, %d]: the copy's bits, in pieces", E,
+                 OC, C);
+        check_true(what, !memcmp(m, want, sizeof(uint16_t) * n), NULL);
+        for (int k = 0; k < 2; k++) { /* 0: converted per call; 1: from the copy */
+            base_err err;
+            const int reg = k && !ops_bf16_mirror_add(buf, n, m, &err);
+            if (k) {
+                snprintf(what, sizeof what,
+                         "grouped layout [%d, %d, %d]: registered; others see no row-major copy", E,
+                         OC, C);
+                check_true(what,
+                           reg && (ops_cpu_bf16_mirror_of(w, nw) == NULL) == kept &&
+                               (ops_cpu_bf16_grouped_of(w, E, OC, C) != NULL) == kept &&
+                               ops_cpu_bf16_mirror_of(buf, pre) != NULL,
+                           NULL);
+            }
+            o[k] = zeros((size_t)N * OC), dx[k] = zeros((size_t)N * C), dw[k] = zeros(nw);
+            ops_cpu_grouped_mm_bf16_fwd(o[k], x, w, offs, E, C, OC);
+            ops_cpu_grouped_mm_bf16_bwd(dx[k], dw[k], dy, x, w, offs, E, C, OC, 0);
+            if (!reg) continue;
+            ops_bf16_mirror_layouts_clear(m, sizeof(uint16_t) * n); /* row-major again */
+            snprintf(what, sizeof what, "grouped layout [%d, %d, %d]: cleared", E, OC, C);
+            check_true(what,
+                       ops_cpu_bf16_mirror_of(w, nw) != NULL &&
+                           ops_cpu_bf16_grouped_of(w, E, OC, C) == NULL,
+                       NULL);
+            ops_bf16_mirror_remove(buf);
+        }
+        snprintf(what, sizeof what,
+                 "grouped layout [%d, %d, %d]: forward, dx, dW from the copy = converted per call "
+                 "(bitwise)",
+                 E, OC, C);
+        check_true(what,
+                   same_bits(o[0], o[1], (size_t)N * OC) &&
+                       same_bits(dx[0], dx[1], (size_t)N * C) && same_bits(dw[0], dw[1], nw),
+                   NULL);
+        for (int k = 0; k < 2; k++) base_free(o[k]), base_free(dx[k]), base_free(dw[k]);
+        base_free(buf), base_free(x), base_free(dy);
+        free(m), free(want);
+    }
+}
+
 /* lmhead_ce's default chunk (the model's and the bench's): about 64M logits, a multiple of 64
  * rows, at most N: 448 rows at Qwen3's vocabulary (the figure bench/RESULTS.md timed), the
  * whole batch at a small vocabulary, 64 rows (not 0) past 64M. */
@@ -1192,6 +1278,7 @@ int main(void) {
     test_vm_expf();
     test_grouped_mm();
     test_bf16_held();
+    test_grouped_layout();
     test_gemm16_shapes();
     test_registry();
     test_determinism();

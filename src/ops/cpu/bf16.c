@@ -167,11 +167,99 @@ int ops_lmhead_ce_chunk(long N, int V) {
     return (int)(chunk > N ? N : chunk);
 }
 
+/* ---- the copy's layouts ----------------------------------------------------------------- */
+
+/* Ranges of a bf16 copy (the onednn engine's) holding grouped_mm's expert stacks [E, OC, C] in
+ * grouped_dpbf16.c's panel layout instead of row-major (ops_bf16_mirror_layout_grouped). At
+ * 30B-A3B's 48 layers, 144 stacks a model. Written under g_layout_lock, read under it. */
+#define LAYOUTS 1024
+typedef struct {
+    uintptr_t at; /* the stack's first element in the copy (uint16_t *) */
+    size_t n;     /* E OC C */
+    int OC, C;
+} layout_range;
+static layout_range g_layouts[LAYOUTS];
+static int g_n_layouts;
+static pthread_mutex_t g_layout_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ops_bf16_mirror_layout_grouped(void *mirror, size_t off, const ops_impl *impl, int E, int OC,
+                                   int C) {
+#ifdef TITAN_HAVE_DPBF16
+    static int sw = -3; /* TITAN_GROUPED_LAYOUT, read (and a bad value warned about) once */
+    if (sw == -3)
+        sw = ops_cpu_env_switch("TITAN_GROUPED_LAYOUT",
+                                "grouped_mm/bf16 keeps its weights in its own layout where it can");
+    if (sw == 0 || engine() != ENGINE_ONEDNN || !ops_cpu_grouped_dpbf16_usable() || !impl ||
+        impl->fwd != (ops_fn)ops_cpu_grouped_mm_bf16_fwd || E < 1 || OC < 2 || OC % 2 || C < 64 ||
+        C % 64)
+        return 0;
+    const layout_range r = {(uintptr_t)((uint16_t *)mirror + off), (size_t)E * OC * C, OC, C};
+    int ok = 0;
+    pthread_mutex_lock(&g_layout_lock);
+    int i = 0;
+    while (i < g_n_layouts && g_layouts[i].at != r.at) i++;
+    if (i < LAYOUTS) {
+        g_layouts[i] = r;
+        if (i == g_n_layouts) g_n_layouts++;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&g_layout_lock);
+    return ok;
+#else
+    (void)mirror, (void)off, (void)impl, (void)E, (void)OC, (void)C;
+    return 0;
+#endif
+}
+
+void ops_bf16_mirror_layouts_clear(const void *mirror, size_t bytes) {
+    const uintptr_t lo = (uintptr_t)mirror, hi = lo + bytes;
+    pthread_mutex_lock(&g_layout_lock);
+    for (int i = 0; i < g_n_layouts;)
+        if (g_layouts[i].at >= lo && g_layouts[i].at < hi)
+            g_layouts[i] = g_layouts[--g_n_layouts];
+        else
+            i++;
+    pthread_mutex_unlock(&g_layout_lock);
+}
+
+/* The layout range overlapping bf16 elements [lo, hi) (addresses) that starts first, or
+ * found 0. */
+static int layout_first(uintptr_t lo, uintptr_t hi, layout_range *out) {
+    if (!__atomic_load_n(&g_n_layouts, __ATOMIC_ACQUIRE)) return 0;
+    int found = 0;
+    pthread_mutex_lock(&g_layout_lock);
+    for (int i = 0; i < g_n_layouts; i++) {
+        const layout_range *r = &g_layouts[i];
+        if (r->at < hi && r->at + r->n * sizeof(uint16_t) > lo && (!found || r->at < out->at)) {
+            *out = *r;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_layout_lock);
+    return found;
+}
+
 void ops_bf16_mirror_convert(void *mirror, size_t off, const float *src, size_t n) {
-    if (engine() == ENGINE_ONEDNN)
-        ops_bf16_from_f32((uint16_t *)mirror + off, src, n);
-    else
+    if (engine() != ENGINE_ONEDNN) {
         ops_cpu_bf16_round((float *)mirror + off, src, n);
+        return;
+    }
+    const uint16_t *const m = (uint16_t *)mirror + off; /* element i of src goes to m[i] */
+    const uintptr_t end = (uintptr_t)(m + n), es = sizeof(uint16_t);
+    uintptr_t a = (uintptr_t)m;
+    layout_range r;
+    while (a < end) { /* row-major up to the next stack in a layout of its own, then that */
+        const int in = layout_first(a, end, &r);
+        const uintptr_t b = in && r.at > a ? r.at : in ? a : end; /* the stack's part: [b, z) */
+        if (b > a) ops_bf16_from_f32((uint16_t *)a, src + (a - (uintptr_t)m) / es, (b - a) / es);
+        if (!in) break;
+        const uintptr_t z = r.at + r.n * es < end ? r.at + r.n * es : end;
+#ifdef TITAN_HAVE_DPBF16
+        ops_cpu_grouped_dpbf16_store((uint16_t *)r.at, r.OC, r.C, (b - r.at) / es,
+                                     src + (b - (uintptr_t)m) / es, (z - b) / es);
+#endif
+        a = z;
+    }
 }
 
 static int mirror_add(const float *base, size_t n, const void *mirror, int owned, base_err *err) {
@@ -251,7 +339,8 @@ void ops_bf16_release(const float *x) {
     ops_bf16_mirror_remove(x);
 }
 
-const void *ops_cpu_bf16_mirror_of(const float *p, size_t n) {
+/* p's place in a registered mirror, whatever its layout there; NULL when none holds it. */
+static const void *mirror_find(const float *p, size_t n) {
     const void *m = NULL;
     const size_t es = engine() == ENGINE_ONEDNN ? sizeof(uint16_t) : sizeof(float);
     pthread_mutex_lock(&g_mirror_lock);
@@ -262,6 +351,23 @@ const void *ops_cpu_bf16_mirror_of(const float *p, size_t n) {
     }
     pthread_mutex_unlock(&g_mirror_lock);
     return m;
+}
+
+const void *ops_cpu_bf16_mirror_of(const float *p, size_t n) {
+    const void *m = mirror_find(p, n);
+    layout_range r; /* a range in another layout is no row-major operand */
+    if (m && engine() == ENGINE_ONEDNN &&
+        layout_first((uintptr_t)m, (uintptr_t)((const uint16_t *)m + n), &r))
+        return NULL;
+    return m;
+}
+
+const uint16_t *ops_cpu_bf16_grouped_of(const float *w, int E, int OC, int C) {
+    const size_t n = (size_t)E * OC * C;
+    const uint16_t *m = engine() == ENGINE_ONEDNN ? mirror_find(w, n) : NULL;
+    layout_range r;
+    if (!m || !layout_first((uintptr_t)m, (uintptr_t)(m + n), &r)) return NULL;
+    return r.at == (uintptr_t)m && r.n == n && r.OC == OC && r.C == C ? m : NULL;
 }
 
 /* ---- operands ------------------------------------------------------------------------ */

@@ -97,6 +97,10 @@ void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
 /* The registered bf16 copy of p[0, n) (a weight mirror or a hold; the engine's format, at p's
  * offset), or NULL. */
 const void *ops_cpu_bf16_mirror_of(const float *p, size_t n);
+/* The registered bf16 copy of the expert stack w [E, OC, C] when the copy keeps it in
+ * grouped_dpbf16.c's panel layout (ops_bf16_mirror_layout_grouped), or NULL. (mirror_of
+ * answers NULL for such a range: it is no row-major operand.) */
+const uint16_t *ops_cpu_bf16_grouped_of(const float *w, int E, int OC, int C);
 
 void ops_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, int N, int D);
 void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens, int N, int D);
@@ -184,9 +188,18 @@ void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, co
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const int32_t *offs, int E, int C, int OC,
                                 int dw_acc);
+/* Elements [i0, i0 + n) (row-major order) of an expert stack [E, OC, C] (OC even, C a multiple
+ * of 64) rounded to bf16 into P in the panel layout: expert e's element (r, c) at
+ * e OC C + (c / 64) 64 OC + (r / 2) 128 + 2 (c % 64) + r % 2, i.e. for each 64 columns of C the
+ * stack's rows by pairs, a pair's two elements of a column side by side: the B operand of the
+ * backward's dx = dy W_e as the micro-kernel reads it. Elements outside the range untouched;
+ * parallel over rows for a large range outside a parallel region. */
+void ops_cpu_grouped_dpbf16_store(uint16_t *P, int OC, int C, size_t i0, const float *src,
+                                  size_t n);
 /* A 0/1 switch in the environment (dispatch.c): 1 or 0 as set, -1 unset or empty, -2 any
  * other value, warned about here ("VAR=x: not 0 or 1; " then keeps: what stays as it is).
- * TITAN_AMX_GEMM, TITAN_AMX_ATTENTION, TITAN_AMX_LMHEAD_CE, TITAN_GROUPED_DPBF16. */
+ * TITAN_AMX_GEMM, TITAN_AMX_ATTENTION, TITAN_AMX_LMHEAD_CE, TITAN_GROUPED_DPBF16,
+ * TITAN_GROUPED_LAYOUT. */
 int ops_cpu_env_switch(const char *var, const char *keeps);
 /* 1 when grouped_mm/bf16 runs on grouped_dpbf16.c: where attention's forward runs on
  * attention_dpbf16.c (below), unless TITAN_GROUPED_DPBF16=0 (then oneDNN's per-expert

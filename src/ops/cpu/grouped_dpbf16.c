@@ -18,6 +18,10 @@
  *   dx       dx[n, C]   += dy[n, OC] W_e:  A = dy's rows, B = pairs of W_e's rows interleaved;
  *   dW       dW_e[OC, C] += dy^T x:        A = dy^T by pairs of rows (made once per expert and
  *            call), B = pairs of x's rows interleaved.
+ * Where the model's bf16 weight copy keeps W_e in the panel layout (ops_cpu_grouped_dpbf16_store,
+ * written as the copy is: by AdamW once a step), dx reads its B from there, unpacked, and the
+ * forward's panel is transposed from it; elsewhere both pack from W_e's rows (session 30: the
+ * dx packs were ~4% of a 30B-A3B-reduced step).
  * Operands are rounded to bf16 as ops_cpu_bf16_bits (nearest even), read from the weight's bf16
  * mirror (and a held dy's) where there is one: the values the oneDNN path multiplies. Every
  * output element is one task's fixed-order sum over K: bitwise the same for any thread count. */
@@ -54,6 +58,74 @@ static void gd_pack_t_pairs(uint32_t *dst, size_t ldq, dp_src s, size_t ld, int 
             for (int j = 0; j < 16 && j0 + j < OC; j++)
                 _mm512_storeu_si512(dst + (size_t)(j0 + j) * ldq + q0, r[j]);
         }
+}
+
+/* ---- the weights' panel layout ---------------------------------------------------------- */
+
+void ops_cpu_grouped_dpbf16_store(uint16_t *P, int OC, int C, size_t i0, const float *src,
+                                  size_t n) {
+    if (!n) return;
+    const size_t r0 = i0 / (size_t)C, r1 = (i0 + n - 1) / (size_t)C + 1; /* global rows e OC + r */
+#pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 22) && !omp_in_parallel())
+    for (size_t g = r0; g < r1; g++) {
+        const size_t lo = g * C > i0 ? g * C : i0, hi = (g + 1) * C < i0 + n ? (g + 1) * C : i0 + n;
+        const int r = (int)(g % (size_t)OC), odd = r & 1;
+        /* the row's words: P + e OC C + (r / 2) 128, + (c / 64) 64 OC + 2 (c % 64) per column */
+        uint16_t *row = P + (g - (size_t)r) * C + (size_t)(r / 2) * 2 * DP_NC;
+        const float *s = src + (lo - i0);
+        for (int c = (int)(lo - g * C), ce = (int)(hi - g * C); c < ce;) {
+            const int k = 16 - c % 16 < ce - c ? 16 - c % 16 : ce - c; /* in one 16-column block */
+            __m512i h = ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(dp_mask(k), s));
+            if (odd) h = _mm512_slli_epi32(h, 16);
+            const __mmask32 lanes = k == 16 ? 0xffffffffu : (1u << 2 * k) - 1;
+            _mm512_mask_storeu_epi16(row + (size_t)(c / DP_NC) * DP_NC * OC + 2 * (c % DP_NC),
+                                     lanes & (odd ? 0xaaaaaaaau : 0x55555555u), h);
+            c += k, s += k;
+        }
+    }
+}
+
+/* dst[q][c] (q in [0, C / 2), c in [0, 64), 64 words a row; 64-byte aligned) = (W[c0 + c][2q],
+ * W[c0 + c][2q + 1]), rows past OC 0: the forward's panel (dp_pack_transposed's) from W_e in
+ * the panel layout at Pe. Per 64 columns of C: the task's 32 pairs of rows there (8 KiB, read
+ * in order while the next 64 columns' are prefetched) split into the 64 rows' words in L1, one
+ * permute per 16 words, then transposed 16 x 16 words at a time. (Transposing straight from
+ * the copy read each 8 KiB in two passes of strided lines: twice dp_pack_transposed's time.) */
+static void gd_pack_fwd_from_panels(uint32_t *dst, const uint16_t *Pe, int OC, int C, int c0) {
+    uint16_t ie[32], io[32];
+    for (int l = 0; l < 32; l++) ie[l] = (uint16_t)(2 * l), io[l] = (uint16_t)(2 * l + 1);
+    const __m512i even = _mm512_loadu_si512(ie), odd = _mm512_loadu_si512(io);
+    _Alignas(64) uint32_t rows[DP_NC * DP_NC / 2]; /* 64 rows x 32 words: 64 columns of C */
+    const int npr = (OC - c0 < DP_NC ? OC - c0 : DP_NC) / 2; /* pairs of rows present */
+    memset(rows + (size_t)2 * npr * (DP_NC / 2), 0,
+           sizeof(uint32_t) * (size_t)(DP_NC - 2 * npr) * (DP_NC / 2)); /* rows past OC */
+    __m512i r[16];
+    for (int cp = 0; cp < C / DP_NC; cp++) {
+        const uint16_t *src = Pe + (size_t)cp * DP_NC * OC + (size_t)c0 * DP_NC;
+        const int more = cp + 1 < C / DP_NC;
+        for (int p = 0; p < npr; p++) {
+            const uint16_t *s = src + (size_t)p * 2 * DP_NC;
+            if (more)
+                for (int l = 0; l < 4; l++)
+                    _mm_prefetch((const char *)(s + (size_t)DP_NC * OC + 32 * l), _MM_HINT_T0);
+            const __m512i v0 = _mm512_loadu_si512(s), v1 = _mm512_loadu_si512(s + 32),
+                          v2 = _mm512_loadu_si512(s + 64), v3 = _mm512_loadu_si512(s + 96);
+            uint32_t *lo = rows + (size_t)2 * p * (DP_NC / 2), *hi = lo + DP_NC / 2;
+            _mm512_store_si512(lo, _mm512_permutex2var_epi16(v0, even, v1));
+            _mm512_store_si512(lo + 16, _mm512_permutex2var_epi16(v2, even, v3));
+            _mm512_store_si512(hi, _mm512_permutex2var_epi16(v0, odd, v1));
+            _mm512_store_si512(hi + 16, _mm512_permutex2var_epi16(v2, odd, v3));
+        }
+        for (int qb = 0; qb < DP_NC / 2; qb += 16)
+            for (int cb = 0; cb < DP_NC; cb += 16) {
+                for (int i = 0; i < 16; i++)
+                    r[i] = _mm512_load_si512(rows + (size_t)(cb + i) * (DP_NC / 2) + qb);
+                dp_transpose16(r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_si512(dst + (size_t)(cp * (DP_NC / 2) + qb + i) * DP_NC + cb,
+                                       r[i]);
+            }
+    }
 }
 
 /* ---- the pass ------------------------------------------------------------------------- */
@@ -96,6 +168,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
     for (int e = 0; e < E; e++)
         if (offs[e + 1] - offs[e] > nmax) nmax = offs[e + 1] - offs[e];
     const dp_src W = gd_weights(w, (size_t)E * OC * C, C);
+    const uint16_t *Wp = ops_cpu_bf16_grouped_of(w, E, OC, C); /* W in the panel layout */
     /* tasks: forward (e, 64 columns of OC); backward dx and dW (e, 256 columns of C) */
     const int pc = (C + GD_NP * DP_NC - 1) / (GD_NP * DP_NC), po = (OC + DP_NC - 1) / DP_NC;
     gd_task *task = malloc(sizeof *task * (size_t)E * (fwd ? po : 2 * pc));
@@ -156,15 +229,22 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
             const dp_src We = {W.f ? W.f + we : NULL, W.h ? W.h + we : NULL};
             if (k.kind == 0) { /* out[n, 64] = x W_e[c0 .. c0 + 64]^T */
                 const int nc = OC - k.c0 < DP_NC ? OC - k.c0 : DP_NC;
-                dp_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
+                if (Wp)
+                    gd_pack_fwd_from_panels(panel, Wp + we, OC, C, k.c0);
+                else
+                    dp_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
                 dp_gemm(n, nc, C2 / 2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel,
                         2 * DP_NC, 0, out + (size_t)offs[k.e] * OC + k.c0, OC, 0);
             } else if (k.kind == 1) { /* dx[n, 256] += dy W_e[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
                           np = (nc + DP_NC - 1) / DP_NC, k2 = OC2 / 2;
-                gd_pack_pairs(panel, We, C, k.c0, np, OC, C, k2);
-                dp_gemm(n, nc, k2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel, 2 * DP_NC,
-                        2 * (size_t)k2 * DP_NC, dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
+                const uint16_t *B = (const uint16_t *)panel;
+                if (Wp) /* the copy's panels: B as stored, 64 OC elements a 64-column panel */
+                    B = Wp + we + (size_t)k.c0 * OC;
+                else
+                    gd_pack_pairs(panel, We, C, k.c0, np, OC, C, k2);
+                dp_gemm(n, nc, k2, A + (size_t)r0 * lda, lda, B, 2 * DP_NC, 2 * (size_t)k2 * DP_NC,
+                        dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
             } else { /* dW_e[OC, 256] (+)= dy^T x[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
                           np = (nc + DP_NC - 1) / DP_NC, k2 = (n + 1) / 2;
