@@ -579,7 +579,9 @@ static void bf16_sync(const model *m, int u, int given) {
         mm->w16_layouts = 0;
         memset(m->w16_fresh, 0, (size_t)m->n_units);
     }
-    if (!m->w16_base && !m->w16_transient) { /* the first sync: decided once the ops resolved */
+    /* the first sync (once the ops resolved and FSDP said whether the copy is transient); not
+     * again should the mirror's registration below fail, nor over parts a hook wrote */
+    if (!m->w16_base && !m->w16_layouts && !given && !m->w16_transient) {
         for (int i = 0; i < m->n_params; i++) {
             const model_param *p = &m->params[i];
             if (m->w16_param[i] && p->ndim == 3 && p->readers == 1u << OPS_GROUPED_MM)

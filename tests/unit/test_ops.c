@@ -1166,10 +1166,11 @@ static void test_zero(void) {
  * conversion's values; other readers must not see the range as row-major (mirror_of NULL); and
  * the forward and both backward products must be bitwise those of the same weights converted
  * per call. Shapes: OC under one 64-row panel, and OC = 70 (a second forward panel of 6 rows);
- * C two and three 64-column panels; an expert without rows. Elsewhere the layout is refused
+ * C two, three and five 64-column panels (320: a second dx task of 64 columns at c0 = 256); an
+ * expert without rows. Elsewhere the layout is refused
  * (0) and the products are checked the same way through the row-major copy. */
 static void test_grouped_layout(void) {
-    static const struct { int E, C, OC; } shp[] = {{3, 128, 40}, {2, 192, 70}};
+    static const struct { int E, C, OC; } shp[] = {{3, 128, 40}, {2, 192, 70}, {3, 320, 40}};
     const ops_impl *impl = ops_find(OPS_GROUPED_MM, "bf16");
     check_true("grouped_mm/bf16 registered", impl != NULL, NULL);
     if (!impl || strcmp(ops_bf16_engine(), "onednn")) return; /* the copy is bf16 bits there */
@@ -1241,6 +1242,7 @@ static void test_grouped_layout(void) {
                    NULL);
         for (int k = 0; k < 2; k++) base_free(o[k]), base_free(dx[k]), base_free(dw[k]);
         base_free(buf), base_free(x), base_free(dy);
+        ops_bf16_mirror_layouts_clear(m, sizeof(uint16_t) * n); /* before its memory goes */
         free(m), free(want);
     }
 }

@@ -171,7 +171,8 @@ int ops_lmhead_ce_chunk(long N, int V) {
 
 /* Ranges of a bf16 copy (the onednn engine's) holding grouped_mm's expert stacks [E, OC, C] in
  * grouped_dpbf16.c's panel layout instead of row-major (ops_bf16_mirror_layout_grouped). At
- * 30B-A3B's 48 layers, 144 stacks a model. Written under g_layout_lock, read under it. */
+ * 30B-A3B's 48 layers, 144 stacks a model. Written and read under g_layout_lock; the count
+ * also atomically, so that a copy without layouts converts without taking the lock. */
 #define LAYOUTS 1024
 typedef struct {
     uintptr_t at; /* the stack's first element in the copy (uint16_t *) */
@@ -185,10 +186,13 @@ static pthread_mutex_t g_layout_lock = PTHREAD_MUTEX_INITIALIZER;
 int ops_bf16_mirror_layout_grouped(void *mirror, size_t off, const ops_impl *impl, int E, int OC,
                                    int C) {
 #ifdef TITAN_HAVE_DPBF16
-    static int sw = -3; /* TITAN_GROUPED_LAYOUT, read (and a bad value warned about) once */
-    if (sw == -3)
+    static int cached = -3; /* TITAN_GROUPED_LAYOUT, read (and a bad value warned about) once */
+    int sw = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (sw == -3) {
         sw = ops_cpu_env_switch("TITAN_GROUPED_LAYOUT",
                                 "grouped_mm/bf16 keeps its weights in its own layout where it can");
+        __atomic_store_n(&cached, sw, __ATOMIC_RELEASE);
+    }
     if (sw == 0 || engine() != ENGINE_ONEDNN || !ops_cpu_grouped_dpbf16_usable() || !impl ||
         impl->fwd != (ops_fn)ops_cpu_grouped_mm_bf16_fwd || E < 1 || OC < 2 || OC % 2 || C < 64 ||
         C % 64)
@@ -200,7 +204,7 @@ int ops_bf16_mirror_layout_grouped(void *mirror, size_t off, const ops_impl *imp
     while (i < g_n_layouts && g_layouts[i].at != r.at) i++;
     if (i < LAYOUTS) {
         g_layouts[i] = r;
-        if (i == g_n_layouts) g_n_layouts++;
+        if (i == g_n_layouts) __atomic_store_n(&g_n_layouts, i + 1, __ATOMIC_RELEASE);
         ok = 1;
     }
     pthread_mutex_unlock(&g_layout_lock);
@@ -215,9 +219,10 @@ void ops_bf16_mirror_layouts_clear(const void *mirror, size_t bytes) {
     const uintptr_t lo = (uintptr_t)mirror, hi = lo + bytes;
     pthread_mutex_lock(&g_layout_lock);
     for (int i = 0; i < g_n_layouts;)
-        if (g_layouts[i].at >= lo && g_layouts[i].at < hi)
-            g_layouts[i] = g_layouts[--g_n_layouts];
-        else
+        if (g_layouts[i].at >= lo && g_layouts[i].at < hi) {
+            g_layouts[i] = g_layouts[g_n_layouts - 1];
+            __atomic_store_n(&g_n_layouts, g_n_layouts - 1, __ATOMIC_RELEASE);
+        } else
             i++;
     pthread_mutex_unlock(&g_layout_lock);
 }
