@@ -215,6 +215,17 @@ add_test(NAME train_moe_bf16_grouped_layout COMMAND bash -c "d=$(mktemp -d) && t
     echo \"ok: layout said $said time(s), checkpoints bitwise the same\"")
 set_tests_properties(train_moe_bf16_grouped_layout PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
   TIMEOUT 300 PASS_REGULAR_EXPRESSION "ok: layout said" FAIL_REGULAR_EXPRESSION "FAIL")
+# a bad TITAN_GROUPED_LAYOUT is said, and what stays as it is (read where a bf16 model first
+# offers its expert stacks: builds with the AVX512_BF16 kernel copy)
+if(TITAN_HAVE_DPBF16)
+  add_test(NAME train_grouped_layout_bad_value COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT
+      $<TARGET_FILE:titan> train --flavor debugmodel_moe --set n_layers=1 --set num_experts=8 \
+        --random-tokens --batch 1 --seq-len 32 --steps 1 \
+        --training.mixed_precision_param=bfloat16 --dump-folder $d")
+  set_tests_properties(train_grouped_layout_bad_value PROPERTIES
+    ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_LAYOUT=yes" TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "TITAN_GROUPED_LAYOUT=yes: not 0 or 1. grouped_mm/bf16 keeps its weights in its own layout where it can")
+endif()
 # a bad TITAN_AMX_LMHEAD_CE or TITAN_AMX_ATTENTION is said, and what stays as it is
 set(keeps_lmhead_ce "lm_head \\+ CE stays fused where it can")
 set(keeps_attention "attention's products stay on AMX tiles where they can")

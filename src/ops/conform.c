@@ -979,7 +979,7 @@ int ops_conform_bench(const char *name, const ops_ctx *ctx, const ops_conform_op
             if (impl->op == OPS_GROUPED_MM) { /* the stacks in the kernel's layout, as training's */
                 const ops_impl *i16 = impl->prec == OPS_PREC_BF16 ? impl : def;
                 const int E = ctx->n_experts, D = ctx->dim, Fe = ctx->moe_ffn_dim;
-                if (ops_bf16_mirror_layout_grouped(mirror, 0, i16, E, Fe, D) &
+                if (ops_bf16_mirror_layout_grouped(mirror, 0, i16, E, Fe, D) & /* both asked */
                     ops_bf16_mirror_layout_grouped(mirror, wn / 2, i16, E, D, Fe))
                     printf("%-12s %-12s bf16 weights in grouped_mm's own layout (training's)\n",
                            ops_kind_name(impl->op), impl->name);

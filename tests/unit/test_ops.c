@@ -1167,8 +1167,8 @@ static void test_zero(void) {
  * the forward and both backward products must be bitwise those of the same weights converted
  * per call. Shapes: OC under one 64-row panel, and OC = 70 (a second forward panel of 6 rows);
  * C two, three and five 64-column panels (320: a second dx task of 64 columns at c0 = 256); an
- * expert without rows. Elsewhere the layout is refused
- * (0) and the products are checked the same way through the row-major copy. */
+ * expert without rows. Elsewhere the layout is refused (0) and the products are checked the
+ * same way through the row-major copy. */
 static void test_grouped_layout(void) {
     static const struct { int E, C, OC; } shp[] = {{3, 128, 40}, {2, 192, 70}, {3, 320, 40}};
     const ops_impl *impl = ops_find(OPS_GROUPED_MM, "bf16");
