@@ -7,7 +7,7 @@ PY := .venv/bin/python
 # level prints `gmake[N]: Entering directory ...` (hundreds of lines per build).
 MAKEFLAGS += --no-print-directory
 
-.PHONY: deps deps-build build test test-cpu-classes train demo-data bench bench-tokenizer asan fuzz format clean
+.PHONY: deps deps-build build test test-cpu-classes test-amx-emulated train demo-data bench bench-tokenizer asan fuzz format clean
 
 # Everything the tests need (the Python references: PyTorch, transformers; several GB).
 deps:
@@ -38,6 +38,24 @@ test-cpu-classes: build
 	    --output-on-failure -j $(JOBS) >$$log 2>&1 && rc=0 || rc=$$?; \
 	  if [ $$rc = 0 ]; then echo "as on a CPU class $$c: $$(grep 'tests passed' $$log)"; \
 	  else cat $$log; echo "as on a CPU class $$c: FAILED (scripts/cpu_sim.sh $$c ...)"; exit 1; fi; done
+
+# titan's AMX kernels (src/ops/cpu/amx_gemm.c) on emulated tiles (src/ops/cpu/amx_emulate.c, the
+# SDM's semantics), with titan choosing as on an AMX machine (scripts/cpu_sim.sh amx), where the
+# CPU has AVX512_BF16 but no AMX: a second build in $(BUILD)-amx-emulated, then the tests that
+# run AMX kernels (the same selection as test-cpu-classes, the long bf16 training tests too).
+# Skipped on a CPU with AMX (there `make test` runs them on the tiles) or without AVX512_BF16
+# (nothing can run them), and without root. docs/testing.md.
+AMX_EMULATED_TESTS = $(CPU_TESTS)|train_moe|kernels_
+test-amx-emulated: deps-build
+	@if grep -qw amx_bf16 /proc/cpuinfo || ! grep -qw avx512_bf16 /proc/cpuinfo || ! scripts/cpu_sim.sh --check; then \
+	  echo "test-amx-emulated: skipped (needs AVX512_BF16 without AMX, root, unshare -m and a bind mount)"; exit 0; fi; \
+	cmake -S . -B $(BUILD)-amx-emulated -DCMAKE_BUILD_TYPE=Release -DTITAN_AMX_EMULATE=ON >/dev/null && \
+	cmake --build $(BUILD)-amx-emulated -j $(JOBS) >/dev/null && \
+	log=$(BUILD)-amx-emulated/cpu_sim_amx.log; \
+	scripts/cpu_sim.sh amx ctest --test-dir $(BUILD)-amx-emulated -R '$(AMX_EMULATED_TESTS)' \
+	  --output-on-failure -j $(JOBS) >$$log 2>&1 && rc=0 || rc=$$?; \
+	if [ $$rc = 0 ]; then echo "as on an AMX machine, tiles emulated: $$(grep 'tests passed' $$log)"; \
+	else cat $$log; echo "as on an AMX machine, tiles emulated: FAILED (make test-amx-emulated)"; exit 1; fi
 
 # The default demo (configs/qwen3_debug.toml): a small Qwen3 with the Qwen3 tokenizer on
 # Tiny Shakespeare (the last 115 KB held out for validation), checkpoints, TensorBoard, a

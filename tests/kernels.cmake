@@ -125,6 +125,12 @@ set_tests_properties(kernels_amx_layouts_bad_value PROPERTIES
 # its products on it (the default gives it only the fp32-result products outside parallel
 # regions), its default against /proc/cpuinfo, and a bad TITAN_AMX_GEMM said
 set_tests_properties(test_amx_gemm PROPERTIES SKIP_RETURN_CODE 77)
+# the emulated AMX tiles (a build with -DTITAN_AMX_EMULATE=ON, src/ops/cpu/amx_emulate.c) against
+# the SDM's definitions of the instructions (test_amx_emulate.c; skipped in other builds)
+set_tests_properties(test_amx_emulate PROPERTIES SKIP_RETURN_CODE 77)
+if(TITAN_AMX_EMULATE)
+  target_compile_definitions(test_amx_emulate PRIVATE TITAN_AMX_EMULATE)
+endif()
 # lmhead_ce fused on AMX tiles against the loss and gradients in double (test_amx_lmhead_ce.c;
 # skipped without AMX-BF16)
 set_tests_properties(test_amx_lmhead_ce PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")

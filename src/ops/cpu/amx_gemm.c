@@ -44,6 +44,21 @@
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/vmath.h"
 
+#ifdef TITAN_AMX_EMULATE
+/* a build for testing on CPUs without AMX (-DTITAN_AMX_EMULATE=ON): the tile instructions in C,
+ * with the SDM's semantics (amx_emulate.c); everything else in this file as in the real build */
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#define _tile_loadconfig(config) ops_cpu_amx_emu_loadconfig(config)
+#define _tile_release() ops_cpu_amx_emu_release()
+#define _tile_loadd(t, base, stride) ops_cpu_amx_emu_loadd(t, base, (long)(stride))
+#define _tile_stored(t, base, stride) ops_cpu_amx_emu_stored(t, base, (long)(stride))
+#define _tile_zero(t) ops_cpu_amx_emu_zero(t)
+#define _tile_dpbf16ps(c, a, b) ops_cpu_amx_emu_dpbf16ps(c, a, b)
+#endif
+
 /* K block (elements); C is reloaded once per block. 1024 and 2048 measured no faster at
  * titan's shapes (bench/RESULTS.md "Session 21"). */
 enum { KB = 512 };
@@ -75,12 +90,19 @@ int ops_cpu_amx_usable(void) {
     static int state; /* 0 unknown, 1 usable, -1 not */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (!s) {
+#ifdef TITAN_AMX_EMULATE /* the tiles are emulated: only the AVX-512 the rest needs */
+        s = ops_cpu_has_flag("avx512_bf16") && ops_cpu_has_flag("avx512bw") &&
+                    ops_cpu_has_flag("avx512vl")
+                ? 1
+                : -1;
+#else
         s = ops_cpu_has_flag("amx_bf16") && ops_cpu_has_flag("amx_tile") &&
                     ops_cpu_has_flag("avx512_bf16") && ops_cpu_has_flag("avx512bw") &&
                     ops_cpu_has_flag("avx512vl") &&
                     syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
                 ? 1
                 : -1;
+#endif
         __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     }
     return s > 0;

@@ -222,6 +222,17 @@ int ops_cpu_attention_dpbf16_usable(void);
  * this thread's 8 tiles as the kernel uses them, 16 rows x 64 bytes each (only in builds with
  * the AMX kernel; call only after ops_cpu_amx_usable() said yes). */
 int ops_cpu_amx_usable(void);
+/* AMX's tile instructions in C (amx_emulate.c), which amx_gemm.c calls in place of the
+ * instructions in a build configured with -DTITAN_AMX_EMULATE=ON (for tests on CPUs without
+ * AMX; there ops_cpu_amx_usable needs only AVX512_BF16, BW and VL): the Intel SDM's semantics,
+ * per thread; a misuse the CPU would fault on (unconfigured or mismatched tiles) is a message
+ * on stderr and abort(). */
+void ops_cpu_amx_emu_loadconfig(const void *config);
+void ops_cpu_amx_emu_release(void);
+void ops_cpu_amx_emu_loadd(int t, const void *base, long stride);
+void ops_cpu_amx_emu_stored(int t, void *base, long stride);
+void ops_cpu_amx_emu_zero(int t);
+void ops_cpu_amx_emu_dpbf16ps(int c, int a, int b);
 void ops_cpu_amx_tiles_configure(void);
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);

@@ -1,0 +1,220 @@
+/* The emulated AMX tiles (src/ops/cpu/amx_emulate.c) against the Intel SDM's definitions of the
+ * instructions, on values whose results the definitions fix bit for bit:
+ * - TDPBF16PS rounds after each product, the even element of a pair first: C = 1 plus the
+ *   products 2^-24 (even) then 2^-23 (odd) is 1 + 2^-23 (1 + 2^-24 ties to 1, then 2^-23 is
+ *   exact); the odd one first, or both summed before one rounding, give 1 + 2^-22;
+ * - denormal inputs read as zero (DAZ): a bf16 denormal times 2^100 adds nothing, where the
+ *   exact product 2^-33 would; denormal results flush to zero (FTZ), keeping their sign:
+ *   2^-125 - 1.25 x 2^-125 is -0, not the denormal -2^-127;
+ * - round to nearest even whatever MXCSR says, and MXCSR as it was after the instruction;
+ * - TILELOADD and TILESTORED move the configured rows and bytes only, rows stride bytes apart;
+ * - a 16 x 16 x 32 product of random bf16 values equal to the same fixed-order sums in float;
+ * - misuse faults as on the CPU: no configuration, mismatched shapes, a tile used twice, a bad
+ *   configuration (each in a child process, which must die of SIGABRT saying why).
+ * Only in builds configured with -DTITAN_AMX_EMULATE=ON (skipped, 77, elsewhere). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#ifndef TITAN_AMX_EMULATE
+int main(void) {
+    printf("test_amx_emulate: skipped (not a build with -DTITAN_AMX_EMULATE=ON)\n");
+    return 77;
+}
+#else
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xmmintrin.h>
+
+#include "ops/cpu/cpu.h"
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} cfg;
+
+/* palette 1; tiles 0-2 as C [m, 4n bytes], A [m, 4k], B [k, 4n] of one TDPBF16PS */
+static cfg shapes(int m, int n, int k) {
+    cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = (uint8_t)m, c.colsb[0] = (uint16_t)(4 * n);
+    c.rows[1] = (uint8_t)m, c.colsb[1] = (uint16_t)(4 * k);
+    c.rows[2] = (uint8_t)k, c.colsb[2] = (uint16_t)(4 * n);
+    return c;
+}
+
+static uint16_t bf(float f) { /* f must be a bf16 value */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* C[0][0] after one TDPBF16PS of 1 x 1 x 1 pair: c0 + a[0] b[0] + a[1] b[1] */
+static float one_pair(float c0, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
+    const cfg c = shapes(1, 1, 1);
+    ops_cpu_amx_emu_loadconfig(&c);
+    uint16_t a[2] = {a0, a1}, b[2] = {b0, b1};
+    float cv = c0;
+    ops_cpu_amx_emu_loadd(0, &cv, 4);
+    ops_cpu_amx_emu_loadd(1, a, 4);
+    ops_cpu_amx_emu_loadd(2, b, 4);
+    ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
+    ops_cpu_amx_emu_stored(0, &cv, 4);
+    ops_cpu_amx_emu_release();
+    return cv;
+}
+
+/* runs f in a child: it must die of SIGABRT with want in what it wrote to stderr */
+static void faults(void (*f)(void), const char *want, const char *what) {
+    int p[2];
+    if (pipe(p)) exit(2);
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        dup2(p[1], 2);
+        f();
+        _exit(0);
+    }
+    close(p[1]);
+    char buf[512] = {0};
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(p[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    close(p[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(buf, want),
+          "%s: want SIGABRT and \"%s\", got status %d and \"%s\"", what, want, status, buf);
+}
+
+static void unconfigured(void) {
+    ops_cpu_amx_emu_release();
+    ops_cpu_amx_emu_zero(0);
+}
+static void mismatched(void) {
+    cfg c = shapes(2, 2, 2);
+    c.rows[2] = 3; /* B has 3 rows for A's 2 pairs */
+    ops_cpu_amx_emu_loadconfig(&c);
+    ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
+}
+static void same_tile(void) {
+    const cfg c = shapes(2, 2, 2);
+    ops_cpu_amx_emu_loadconfig(&c);
+    ops_cpu_amx_emu_dpbf16ps(0, 1, 1);
+}
+static void reserved_byte(void) {
+    cfg c = shapes(2, 2, 2);
+    c.reserved[3] = 1;
+    ops_cpu_amx_emu_loadconfig(&c);
+}
+static void too_many_rows(void) {
+    cfg c = shapes(2, 2, 2);
+    c.rows[1] = 17;
+    ops_cpu_amx_emu_loadconfig(&c);
+}
+static void tile_eight(void) {
+    cfg c = shapes(2, 2, 2);
+    c.rows[8] = 1, c.colsb[8] = 4;
+    ops_cpu_amx_emu_loadconfig(&c);
+}
+
+int main(void) {
+    const uint16_t one = bf(1.0f);
+    /* the SDM's order: the even product first, each rounded on its own */
+    float r = one_pair(1.0f, one, one, bf(0x1p-24f), bf(0x1p-23f));
+    CHECK(r == 1.0f + 0x1p-23f, "even then odd: %a, want %a", r, 1.0f + 0x1p-23f);
+    r = one_pair(1.0f, one, one, bf(0x1p-23f), bf(0x1p-24f));
+    CHECK(r == 1.0f + 0x1p-22f, "odd then even: %a, want %a", r, 1.0f + 0x1p-22f);
+    /* DAZ: the bf16 denormal 2^-133 times 2^100 is 0, not 2^-33 */
+    r = one_pair(0.0f, 0x0001, 0, bf(0x1p100f), 0);
+    CHECK(bits(r) == 0, "a denormal input not read as zero: %a", r);
+    /* FTZ: 2^-125 - 1.25 x 2^-125 = -2^-127 is denormal: flushed to -0 (by the last sum, so
+     * that no later operation could read it as zero instead) */
+    r = one_pair(0x1p-125f, 0, bf(-1.25f), 0, bf(0x1p-125f));
+    CHECK(bits(r) == 0x80000000u, "a denormal result not flushed: %a (bits %08x)", r, bits(r));
+    /* and a denormal product too: 2^-65 x 2^-65 adds nothing to 2^-126 */
+    r = one_pair(0x1p-126f, bf(0x1p-65f), 0, bf(0x1p-65f), 0);
+    CHECK(r == 0x1p-126f, "a denormal product not flushed: %a", r);
+    /* nearest even under MXCSR's round-toward-zero, and MXCSR kept: 1 + 3 * 2^-24 rounds up
+     * to 1 + 2^-22 in two steps (1 + 2^-23, then a tie to even), down to 1 + 2^-23 toward 0 */
+    const unsigned csr = _mm_getcsr(), rz = (csr & ~0x6000u) | 0x6000u;
+    _mm_setcsr(rz);
+    r = one_pair(1.0f, one, one, bf(0x1p-23f), bf(0x1p-24f));
+    const unsigned after = _mm_getcsr();
+    _mm_setcsr(csr);
+    CHECK(r == 1.0f + 0x1p-22f, "under MXCSR's round-toward-zero: %a, want %a", r, 1.0f + 0x1p-22f);
+    CHECK((after & 0xffc0u) == (rz & 0xffc0u), "MXCSR %04x after, %04x before", after, rz);
+
+    /* TILELOADD / TILESTORED move the configured rows x bytes only, rows stride bytes apart:
+     * tile 0 as 3 rows x 8 bytes, loaded from and stored to rows 64 bytes apart */
+    {
+        const cfg c = shapes(3, 2, 1);
+        ops_cpu_amx_emu_loadconfig(&c);
+        float src[16 * 16], dst[16 * 16];
+        for (int i = 0; i < 256; i++) src[i] = (float)(i + 1), dst[i] = -1.0f;
+        ops_cpu_amx_emu_loadd(0, src, 64);
+        ops_cpu_amx_emu_stored(0, dst, 64);
+        ops_cpu_amx_emu_release();
+        int wrong = 0;
+        for (int i = 0; i < 256; i++)
+            wrong += dst[i] != (i / 16 < 3 && i % 16 < 2 ? src[i] : -1.0f);
+        CHECK(!wrong, "TILELOADD / TILESTORED of 3 rows x 8 bytes: %d values wrong", wrong);
+    }
+
+    /* 16 x 16 x 32: every C element the SDM's fixed-order sum, computed here in float */
+    {
+        const cfg c = shapes(16, 16, 16);
+        uint64_t rng = 0x243f6a8885a308d3u;
+        uint16_t a[16][32], b[16][32];
+        float cv[16][16], want[16][16];
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 32; j++) {
+                a[i][j] = ops_cpu_bf16_bits(check_uniform(&rng));
+                b[i][j] = ops_cpu_bf16_bits(check_uniform(&rng));
+            }
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) want[i][j] = cv[i][j] = check_uniform(&rng);
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 16; n++)
+                for (int k = 0; k < 16; k++) {
+                    /* volatile: each product and sum rounded to float where written */
+                    volatile float p0 =
+                        ops_cpu_bf16_value(a[m][2 * k]) * ops_cpu_bf16_value(b[k][2 * n]);
+                    volatile float s = want[m][n] + p0;
+                    volatile float p1 =
+                        ops_cpu_bf16_value(a[m][2 * k + 1]) * ops_cpu_bf16_value(b[k][2 * n + 1]);
+                    want[m][n] = s + p1;
+                }
+        ops_cpu_amx_emu_loadconfig(&c);
+        ops_cpu_amx_emu_loadd(0, cv, 64);
+        ops_cpu_amx_emu_loadd(1, a, 64);
+        ops_cpu_amx_emu_loadd(2, b, 64);
+        ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
+        ops_cpu_amx_emu_stored(0, cv, 64);
+        ops_cpu_amx_emu_release();
+        CHECK(!memcmp(cv, want, sizeof cv), "16 x 16 x 32: not the fixed-order float sums");
+    }
+
+    faults(unconfigured, "TILEZERO (tile 0): tiles not configured", "a tile without LDTILECFG");
+    faults(mismatched, "TDPBF16PS (tile 0): shapes do not match", "B's rows not A's pairs");
+    faults(same_tile, "TDPBF16PS (tile 0): the three tiles are not distinct", "A = B");
+    faults(reserved_byte, "LDTILECFG (tile -1): a reserved byte is not zero", "reserved byte");
+    faults(too_many_rows, "LDTILECFG (tile 1): more than 16 rows", "17 rows");
+    faults(tile_eight, "LDTILECFG (tile 8): a shape for a tile palette 1 does not have", "tile 8");
+    return check_report("test_amx_emulate");
+}
+#endif
