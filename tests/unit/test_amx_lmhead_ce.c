@@ -8,9 +8,10 @@
  * 256-token chunks of dw's sums), ignored and out-of-range targets (no loss, no gradient: their
  * dx rows stay bitwise as they were), and accumulation into dx and dw. Also: one thread gives
  * bitwise the result of two, the loss without gradients is bitwise the loss with them, dw NULL
- * leaves dx bitwise the same, nothing past dx or dw is written, and a width that is not a
- * multiple of 32 or dw without dx is refused untouched. Skipped (77) where the CPU has no
- * AMX-BF16 or the build no AMX kernel. */
+ * leaves dx bitwise the same, dw_acc 0 writes dw without reading it (bitwise adding to zeros),
+ * nothing past dx or dw is written, and a width that is not a multiple of 32 or dw without dx
+ * is refused untouched. Skipped (77) where the CPU has no AMX-BF16 or the build no AMX kernel
+ * (a build with -DTITAN_AMX_EMULATE=ON runs it on emulated tiles: make test-amx-emulated). */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -94,7 +95,7 @@ static void one(shape s) {
     memcpy(dx, dx0, sizeof(float) * (nx + GUARD));
     memcpy(dw, dw0, sizeof(float) * (nw + GUARD));
     double loss = 0.0;
-    const int rc = ops_cpu_amx_lmhead_ce(dx, dw, x, w, tg, N, D, V, gs, &loss);
+    const int rc = ops_cpu_amx_lmhead_ce(dx, dw, 1, x, w, tg, N, D, V, gs, &loss);
     CHECK(rc == 0, "N %d D %d V %d: refused", N, D, V);
     CHECK(fabs(loss - loss_ref) <= loss_tol, "N %d D %d V %d: loss %.9g, want %.9g (tol %.2e)", N,
           D, V, loss, loss_ref, loss_tol);
@@ -153,21 +154,35 @@ static void one(shape s) {
 #pragma omp parallel num_threads(2)
     {
 #pragma omp single
-        rc1 = ops_cpu_amx_lmhead_ce(dx1, dw1, x, w, tg, N, D, V, gs, &loss1);
+        rc1 = ops_cpu_amx_lmhead_ce(dx1, dw1, 1, x, w, tg, N, D, V, gs, &loss1);
     }
     CHECK(rc1 == 0 && loss1 == loss && !memcmp(dx1, dx, sizeof(float) * (nx + GUARD)) &&
               !memcmp(dw1, dw, sizeof(float) * (nw + GUARD)),
           "N %d D %d V %d: one thread differs from two", N, D, V);
     /* the loss alone, and dx alone: bitwise the same as with everything */
     double loss2 = 0.0;
-    CHECK(ops_cpu_amx_lmhead_ce(NULL, NULL, x, w, tg, N, D, V, gs, &loss2) == 0 && loss2 == loss,
+    CHECK(ops_cpu_amx_lmhead_ce(NULL, NULL, 1, x, w, tg, N, D, V, gs, &loss2) == 0 && loss2 == loss,
           "N %d D %d V %d: loss without gradients %.17g, with %.17g", N, D, V, loss2, loss);
     memcpy(dx1, dx0, sizeof(float) * (nx + GUARD));
-    CHECK(ops_cpu_amx_lmhead_ce(dx1, NULL, x, w, tg, N, D, V, gs, &loss2) == 0 && loss2 == loss &&
-              !memcmp(dx1, dx, sizeof(float) * (nx + GUARD)),
+    CHECK(ops_cpu_amx_lmhead_ce(dx1, NULL, 1, x, w, tg, N, D, V, gs, &loss2) == 0 &&
+              loss2 == loss && !memcmp(dx1, dx, sizeof(float) * (nx + GUARD)),
           "N %d D %d V %d: dx without dw differs", N, D, V);
+    /* dw_acc 0: dw written, its old values never read (NaN here), bitwise what adding to
+     * zeros gives; the memory after it untouched */
+    float *dwz = falloc(nw + GUARD);
+    memset(dw1, 0, sizeof(float) * nw);
+    memcpy(dw1 + nw, dw0 + nw, sizeof(float) * GUARD);
+    for (size_t i = 0; i < nw; i++) dwz[i] = NAN;
+    memcpy(dwz + nw, dw0 + nw, sizeof(float) * GUARD);
+    memcpy(dx1, dx0, sizeof(float) * (nx + GUARD));
+    CHECK(ops_cpu_amx_lmhead_ce(dx1, dw1, 1, x, w, tg, N, D, V, gs, &loss2) == 0, "refused");
+    memcpy(dx1, dx0, sizeof(float) * (nx + GUARD));
+    CHECK(ops_cpu_amx_lmhead_ce(dx1, dwz, 0, x, w, tg, N, D, V, gs, &loss2) == 0 && loss2 == loss &&
+              !memcmp(dwz, dw1, sizeof(float) * (nw + GUARD)) &&
+              !memcmp(dx1, dx, sizeof(float) * (nx + GUARD)),
+          "N %d D %d V %d: dw_acc 0 is not bitwise dw_acc 1 on zeros", N, D, V);
     free(x), free(w), free(tg), free(l), free(g);
-    free(dx), free(dw), free(dx0), free(dw0), free(dx1), free(dw1);
+    free(dx), free(dw), free(dx0), free(dw0), free(dx1), free(dw1), free(dwz);
 }
 
 int main(void) {
@@ -188,11 +203,11 @@ int main(void) {
     float d[64 * 48], dw[64 * 48];
     for (int i = 0; i < 64 * 48; i++) d[i] = dw[i] = 7.0f;
     double loss = 5.0;
-    CHECK(ops_cpu_amx_lmhead_ce(d, dw, z, z, t1, 2, 48, 2, 0.5f, &loss) == -1 && d[0] == 7.0f &&
+    CHECK(ops_cpu_amx_lmhead_ce(d, dw, 1, z, z, t1, 2, 48, 2, 0.5f, &loss) == -1 && d[0] == 7.0f &&
               dw[0] == 7.0f && loss == 5.0,
           "D 48 not refused");
-    CHECK(ops_cpu_amx_lmhead_ce(NULL, dw, z, z, t1, 2, 32, 2, 0.5f, &loss) == -1 && dw[0] == 7.0f &&
-              loss == 5.0,
+    CHECK(ops_cpu_amx_lmhead_ce(NULL, dw, 1, z, z, t1, 2, 32, 2, 0.5f, &loss) == -1 &&
+              dw[0] == 7.0f && loss == 5.0,
           "dw without dx not refused");
     printf("%zu shapes checked\n", sizeof shapes / sizeof shapes[0]);
     return check_report("test_amx_lmhead_ce");

@@ -648,6 +648,7 @@ typedef struct {
     double *loss;     /* [Np] */
     const uint32_t *xb1, *xb2; /* x^T and x in k pairs (pass 2) */
     float *dw;
+    int dw_acc; /* 0: the first token chunk's sums written over dw (never read), 1: added */
 } ce_job;
 
 static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
@@ -750,6 +751,7 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
     const int dw_aligned = !((uintptr_t)j->dw % 64);
     for (int c0 = 0; c0 < Np; c0 += CE_TK) {
         const int kc = Np - c0 < CE_TK ? Np - c0 : CE_TK;
+        const int load = j->dw_acc || c0 > 0; /* dw holds a sum to add to */
         for (int t0 = 0; t0 < kc; t0 += 32)
             for (int i0 = 0; i0 < vp; i0 += 32)
                 tile_block(wa + (size_t)i0 * D, sizeof(uint16_t) * D,
@@ -785,14 +787,12 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
             for (int d0 = 0; d0 < D; d0 += 32) {
                 float *c = j->dw + (size_t)(v0 + i0) * D + d0;
                 const int direct = rows == 32 && dw_aligned;
-                if (!direct) {
-                    memset(stage, 0, sizeof(float) * 32 * 32);
+                if (!direct && load)
                     for (int r = 0; r < rows; r++)
                         memcpy(stage + r * 32, c + (size_t)r * D, sizeof(float) * 32);
-                }
                 tile_block(gt + (size_t)i0 * CE_TK, sizeof(uint16_t) * CE_TK,
                            xb2 + (size_t)d0 * kc / 2, xb2 + (size_t)(d0 + 16) * kc / 2, kc,
-                           direct ? c : stage, sizeof(float) * (direct ? (size_t)D : 32), 1);
+                           direct ? c : stage, sizeof(float) * (direct ? (size_t)D : 32), load);
                 if (!direct)
                     for (int r = 0; r < rows; r++)
                         memcpy(c + (size_t)r * D, stage + r * 32, sizeof(float) * 32);
@@ -801,9 +801,9 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
     }
 }
 
-int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
-                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                          double *loss) {
+int ops_cpu_amx_lmhead_ce(float *dx, float *dw, int dw_acc, const uint16_t *x16,
+                          const uint16_t *w16, const int32_t *targets, int N, int D, int V,
+                          float grad_scale, double *loss) {
     if (N <= 0 || D <= 0 || V <= 0 || D % 32 || (dw && !dx) || !ops_cpu_amx_usable()) return -1;
     const int Np = (N + 31) / 32 * 32, grad = dx != NULL;
     const size_t xbytes = sizeof(uint16_t) * (size_t)Np * D;
@@ -832,7 +832,7 @@ int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint1
                        (sizeof(float) + sizeof(uint16_t)) * (size_t)CE_VD * CE_TK +
                        sizeof(float) * 32 * 32;
     ce_job j = {xa,         w16, tg, N,       Np, D,    V,    grad, vb,
-                grad_scale, dx,  Mf, Mf + Np, ls, NULL, NULL, dw};
+                grad_scale, dx,  Mf, Mf + Np, ls, NULL, NULL, dw,   dw_acc};
     if (xb) j.xb1 = xb, j.xb2 = xb + xbytes / sizeof(uint32_t);
 #pragma omp parallel num_threads(nth) if (nth > 1)
     {

@@ -276,16 +276,18 @@ void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t 
                                   const float *lse, const float *D);
 /* lmhead_ce/bf16 fused on AMX tiles (amx_gemm.c): *loss = the sum over tokens with a target in
  * [0, V) of lse - logit[target], logits = x16 w16^T (x16 [N, D], w16 [V, D] bf16 bits, fp32
- * sums, kept fp32); with dx: dx += G w, and with dw: dw += G^T x, G = bf16(grad_scale * (softmax -
- * onehot)) (zero rows for other targets). The logits never go to memory: they are computed twice
+ * sums, kept fp32); with dx: dx += G w, and with dw: dw += G^T x (dw_acc 1) or dw = G^T x (dw_acc
+ * 0: dw's old values never read, the first sums written over them, bitwise what adding to zeros
+ * gives), G = bf16(grad_scale * (softmax - onehot)) (zero rows for other targets). The logits
+ * never go to memory: they are computed twice
  * (for the statistics and dx, then for dw), block by block in the caches. Runs on
  * omp_get_max_threads() threads (one inside a parallel region); bitwise the same for any thread
  * count. Returns 0, or -1 without touching anything (not usable here, D not a multiple of 32, dw
  * without dx, or out of memory); out of memory in a thread's workspace aborts. Only in builds
  * with the AMX kernel; ops_cpu_bf16_fused_lmhead_ce says whether to call it. */
-int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
-                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                          double *loss);
+int ops_cpu_amx_lmhead_ce(float *dx, float *dw, int dw_acc, const uint16_t *x16,
+                          const uint16_t *w16, const int32_t *targets, int N, int D, int V,
+                          float grad_scale, double *loss);
 /* 1 when attention/bf16 runs its products on AMX tiles (ops_cpu_amx_gemm_packed) where its
  * shapes allow (T and head_dim multiples of 32): the onednn engine, the dense layouts
  * (ops_cpu_bf16_amx_layouts' OPS_CPU_AMX_ATTENTION), titan's AMX kernels on (TITAN_AMX_GEMM not

@@ -330,12 +330,8 @@ double KFN(ops_cpu_lmhead_ce)(float *dx, float *dw, const float *x, const float 
         const uint16_t *wf = ce_bf16_of(w, (size_t)V * D, &wo),
                        *xf = ce_bf16_of(x, (size_t)N * D, &xo);
         double loss = 0.0;
-        if (dw_fresh) { /* the fused kernel accumulates (amx_gemm.c) */
-            ops_zero(dw, (size_t)V * D);
-            dw_fresh = 0;
-        }
-        const int done =
-            !ops_cpu_amx_lmhead_ce(dx, dx ? dw : NULL, xf, wf, targets, N, D, V, grad_scale, &loss);
+        const int done = !ops_cpu_amx_lmhead_ce(dx, dx ? dw : NULL, !dw_fresh, xf, wf, targets, N,
+                                                D, V, grad_scale, &loss);
         free(wo);
         free(xo);
         if (done) return loss;
