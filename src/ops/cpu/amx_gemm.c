@@ -86,6 +86,10 @@ void ops_cpu_amx_tiles_configure(void) {
     _tile_loadconfig(&k_tiles);
 }
 
+const void *ops_cpu_amx_tiles_config(void) {
+    return &k_tiles;
+}
+
 int ops_cpu_amx_usable(void) {
     static int state; /* 0 unknown, 1 usable, -1 not */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);

@@ -234,6 +234,9 @@ void ops_cpu_amx_emu_stored(int t, void *base, long stride);
 void ops_cpu_amx_emu_zero(int t);
 void ops_cpu_amx_emu_dpbf16ps(int c, int a, int b);
 void ops_cpu_amx_tiles_configure(void);
+/* the 64-byte LDTILECFG operand ops_cpu_amx_tiles_configure loads (bench/amx_peak.c hands it
+ * to the emulated tiles) */
+const void *ops_cpu_amx_tiles_config(void);
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
 /* Products on operands packed once, for a caller that reuses them (attention_gemm.c; only in
