@@ -213,7 +213,7 @@ add_test(NAME train_moe_bf16_grouped_layout COMMAND bash -c "d=$(mktemp -d) && t
         --checkpoint.interval=3 > $d/$L.log 2>&1 || { echo FAIL: run $L; cat $d/$L.log; exit 1; }
     done
     said=$(grep -c 'expert stacks in grouped_mm.s own layout' $d/1.log)
-    if grep -q 'experts: AVX512_BF16' $d/1.log; then want=1; else want=0; fi
+    if grep -Eq 'experts: (AMX tiles and )?AVX512_BF16' $d/1.log; then want=1; else want=0; fi
     [ \"$said\" = $want ] || { echo \"FAIL: layout said $said times, want $want\"; cat $d/1.log; exit 1; }
     ! grep -q 'own layout' $d/0.log || { echo 'FAIL: TITAN_GROUPED_LAYOUT=0 kept the layout'; exit 1; }
     cmp $d/0/checkpoint/step-3/rank-00000.safetensors $d/1/checkpoint/step-3/rank-00000.safetensors ||
@@ -221,6 +221,43 @@ add_test(NAME train_moe_bf16_grouped_layout COMMAND bash -c "d=$(mktemp -d) && t
     echo \"ok: layout said $said time(s), checkpoints bitwise the same\"")
 set_tests_properties(train_moe_bf16_grouped_layout PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
   TIMEOUT 300 PASS_REGULAR_EXPRESSION "ok: layout said" FAIL_REGULAR_EXPRESSION "FAIL")
+# grouped_mm/bf16's products on AMX tiles (TITAN_GROUPED_AMX=1; opt-in: grouped_dpbf16.c's
+# gd_gemm): the experts said to run there exactly where titan's AMX GEMM is on (the header's
+# "titan's AMX GEMM" not none, the AVX-512 kernel copy), the conformance; test_ops (its
+# grouped_mm/bf16 against double sums, shapes whose products take tiles, and the layout test)
+# and the MoE layout training test with it; a bad value said on every CPU. Where there is no AMX
+# they run the default path: make test-amx-emulated runs them on emulated tiles.
+add_test(NAME kernels_grouped_amx COMMAND bash -c "out=$($<TARGET_FILE:titan> kernels test grouped_mm/bf16 2>&1) || exit 1
+    if echo \"$out\" | grep -q \"titan's AMX GEMM: none\" || ! echo \"$out\" | grep -q 'CPU kernels ISA: avx512' ||
+       echo \"$out\" | grep -q 'bf16 engine: emulated'; then want=no; else want=yes; fi
+    if echo \"$out\" | grep -q 'experts: AMX tiles and AVX512_BF16)'; then got=yes; else got=no; fi
+    [ $got = $want ] || { echo \"FAIL: experts on AMX tiles: $got, want $want\"; echo \"$out\"; exit 1; }
+    echo \"$out\" | grep -Eq 'ok +grouped_mm +bf16' || { echo \"FAIL: conformance\"; echo \"$out\"; exit 1; }
+    echo \"ok: experts on AMX tiles: $got\"")
+set_tests_properties(kernels_grouped_amx PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_AMX=1" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "ok: experts on AMX tiles" FAIL_REGULAR_EXPRESSION "FAIL")
+add_test(NAME test_ops_grouped_amx COMMAND test_ops)
+set_tests_properties(test_ops_grouped_amx PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_AMX=1" TIMEOUT 600)
+add_test(NAME train_moe_bf16_grouped_layout_amx COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT
+    for L in 0 1; do
+      TITAN_GROUPED_LAYOUT=$L $<TARGET_FILE:titan> train --flavor debugmodel_moe --set n_layers=2 \
+        --set num_experts=8 --random-tokens --batch 2 --seq-len 64 --steps 3 \
+        --training.mixed_precision_param=bfloat16 --dump-folder $d/$L --checkpoint.enable=true \
+        --checkpoint.interval=3 > $d/$L.log 2>&1 || { echo FAIL: run $L; cat $d/$L.log; exit 1; }
+    done
+    cmp $d/0/checkpoint/step-3/rank-00000.safetensors $d/1/checkpoint/step-3/rank-00000.safetensors ||
+      { echo 'FAIL: the layout changed the training'; exit 1; }
+    echo \"ok: $(grep -o 'experts: [^)]*' $d/1.log | head -1), checkpoints bitwise the same\"")
+set_tests_properties(train_moe_bf16_grouped_layout_amx PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_AMX=1" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "ok: experts" FAIL_REGULAR_EXPRESSION "FAIL")
+add_test(NAME kernels_grouped_amx_bad_value COMMAND titan kernels test grouped_mm/bf16)
+set_tests_properties(kernels_grouped_amx_bad_value PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_GROUPED_AMX=yes"
+  PASS_REGULAR_EXPRESSION "TITAN_GROUPED_AMX=yes: not 0 or 1. grouped_mm/bf16's experts stay as they are"
+  FAIL_REGULAR_EXPRESSION "FAIL|failed")
 # a bad TITAN_GROUPED_LAYOUT is said, and what stays as it is (read where a bf16 model first
 # offers its expert stacks: builds with the AVX512_BF16 kernel copy)
 if(TITAN_HAVE_DPBF16)

@@ -1081,6 +1081,78 @@ static void test_gemm16_shapes(void) {
     free(a16), free(b16), base_free(bf), base_free(c), base_free(want);
 }
 
+/* grouped_mm/bf16 against sums in double of the same bf16-rounded operands, whatever runs it
+ * (grouped_dpbf16.c's vdpbf16ps, its AMX tiles with TITAN_GROUPED_AMX=1, oneDNN, the emulated
+ * engine): each output an fp32 sum of K exact products, held to K 2^-24 of the sum of their
+ * magnitudes (plus, for dx += , one rounding of what it adds to). Shapes for the AMX path:
+ * C 256, OC 96 (every product's K in 16-pair steps: tiles in all three, experts of 40 and 37
+ * rows: 32 on tiles, the rest on vdpbf16ps, and one empty), then OC 112 (the forward's last 48
+ * columns: 32 on tiles, 16 past them; dx's K of 56 pairs is not tiles'). */
+static void test_grouped_bf16_reference(void) {
+    static const struct { int C, OC; } shp[] = {{256, 96}, {320, 112}};
+    enum { E = 3, N = 77 };
+    const int32_t offs[E + 1] = {0, 40, 40, N};
+    for (size_t t = 0; t < sizeof shp / sizeof shp[0]; t++) {
+        const int C = shp[t].C, OC = shp[t].OC;
+        float *x = randn((size_t)N * C, 90 + t, 1, 0),
+              *w = randn((size_t)E * OC * C, 92 + t, 0.5f, 0),
+              *dy = randn((size_t)N * OC, 94 + t, 1, 0), *dx0 = randn((size_t)N * C, 96 + t, 1, 0);
+        float *o = zeros((size_t)N * OC), *dx = zeros((size_t)N * C),
+              *dw = zeros((size_t)E * OC * C);
+        memcpy(dx, dx0, sizeof(float) * N * C);
+        for (size_t i = 0; i < (size_t)E * OC * C; i++) dw[i] = NAN; /* dw_acc 0: never read */
+        ops_cpu_grouped_mm_bf16_fwd(o, x, w, offs, E, C, OC);
+        ops_cpu_grouped_mm_bf16_bwd(dx, dw, dy, x, w, offs, E, C, OC, 0);
+        long bad[3] = {0, 0, 0};
+        for (int e = 0; e < E; e++) {
+            const float *we = w + (size_t)e * OC * C;
+            for (int r = offs[e]; r < offs[e + 1]; r++) {
+                for (int j = 0; j < OC; j++) { /* out[r, j] = x[r] . W_e[j] */
+                    double sum = 0, mag = 0;
+                    for (int c = 0; c < C; c++) {
+                        const double p =
+                            (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(x[(size_t)r * C + c])) *
+                            ops_cpu_bf16_value(ops_cpu_bf16_bits(we[(size_t)j * C + c]));
+                        sum += p, mag += fabs(p);
+                    }
+                    bad[0] += !(fabs(o[(size_t)r * OC + j] - sum) <= C * 0x1p-24 * mag);
+                }
+                for (int c = 0; c < C; c++) { /* dx[r, c] += dy[r] . W_e[:, c] */
+                    double sum = 0, mag = 0;
+                    for (int j = 0; j < OC; j++) {
+                        const double p =
+                            (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(dy[(size_t)r * OC + j])) *
+                            ops_cpu_bf16_value(ops_cpu_bf16_bits(we[(size_t)j * C + c]));
+                        sum += p, mag += fabs(p);
+                    }
+                    const double d0 = dx0[(size_t)r * C + c];
+                    bad[1] += !(fabs(dx[(size_t)r * C + c] - d0 - sum) <=
+                                (OC + 1) * 0x1p-24 * (mag + fabs(d0 + sum)));
+                }
+            }
+            for (int j = 0; j < OC; j++) /* dW_e[j, c] = sum over the expert's rows dy x */
+                for (int c = 0; c < C; c++) {
+                    double sum = 0, mag = 0;
+                    for (int r = offs[e]; r < offs[e + 1]; r++) {
+                        const double p =
+                            (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(dy[(size_t)r * OC + j])) *
+                            ops_cpu_bf16_value(ops_cpu_bf16_bits(x[(size_t)r * C + c]));
+                        sum += p, mag += fabs(p);
+                    }
+                    const float got = dw[((size_t)e * OC + j) * C + c];
+                    bad[2] += !(fabs(got - sum) <= (offs[e + 1] - offs[e]) * 0x1p-24 * mag) ||
+                              (mag == 0 && got != 0); /* the empty expert: zeros */
+                }
+        }
+        char what[160];
+        snprintf(what, sizeof what,
+                 "grouped_mm/bf16 on %s vs double, C %d OC %d: out %ld, dx %ld, dW %ld wrong",
+                 ops_bf16_grouped_mm(), C, OC, bad[0], bad[1], bad[2]);
+        check_true(what, !bad[0] && !bad[1] && !bad[2], NULL);
+        free(x), free(w), free(dy), free(dx0), free(o), free(dx), free(dw);
+    }
+}
+
 static void test_bf16_held(void) {
     enum { N = 37, C = 48, OC = 40, E = 3, V = 61, CH = 16 };
     const int32_t offs[E + 1] = {0, 11, 11, N}; /* an empty group too */
@@ -1160,17 +1232,21 @@ static void test_zero(void) {
 }
 
 /* grouped_mm/bf16's expert stacks kept in the kernel's own layout in a bf16 copy
- * (ops_bf16_mirror_layout_grouped; AVX512_BF16 without AMX): a copy [50 floats | stack | 30
- * floats] converted in pieces of 37 elements (every piece boundary off the rows and panels) must
- * hold the pads row-major and the stack as the layout's formula says, bit for bit the
+ * (ops_bf16_mirror_layout_grouped; where grouped_dpbf16.c runs the experts): a copy [50 floats |
+ * stack | 30 floats] converted in pieces of 37 elements (every piece boundary off the rows and
+ * panels) must hold the pads row-major and the stack as the layout's formula says, bit for bit the
  * conversion's values; other readers must not see the range as row-major (mirror_of NULL); and
  * the forward and both backward products must be bitwise those of the same weights converted
  * per call. Shapes: OC under one 64-row panel, and OC = 70 (a second forward panel of 6 rows);
  * C two, three and five 64-column panels (320: a second dx task of 64 columns at c0 = 256); an
- * expert without rows. Elsewhere the layout is refused (0) and the products are checked the
+ * expert without rows; OC 96 and an expert of 37 rows, whose products all take AMX tiles where
+ * TITAN_GROUPED_AMX=1 on AMX (its first 32 rows and 32s of columns; on emulated tiles in
+ * make test-amx-emulated). Elsewhere the layout is refused (0) and the products are checked the
  * same way through the row-major copy. */
 static void test_grouped_layout(void) {
-    static const struct { int E, C, OC; } shp[] = {{3, 128, 40}, {2, 192, 70}, {3, 320, 40}};
+    static const struct {
+        int E, C, OC;
+    } shp[] = {{3, 128, 40}, {2, 192, 70}, {3, 320, 40}, {2, 256, 96}};
     const ops_impl *impl = ops_find(OPS_GROUPED_MM, "bf16");
     check_true("grouped_mm/bf16 registered", impl != NULL, NULL);
     if (!impl || strcmp(ops_bf16_engine(), "onednn")) return; /* the copy is bf16 bits there */
@@ -1186,7 +1262,7 @@ static void test_grouped_layout(void) {
         const int kept = ops_bf16_mirror_layout_grouped(m, pre, impl, E, OC, C);
         const char *sw = getenv("TITAN_GROUPED_LAYOUT");
         const int expect =
-            !strcmp(ops_bf16_grouped_mm(), "AVX512_BF16") && !(sw && !strcmp(sw, "0"));
+            strstr(ops_bf16_grouped_mm(), "AVX512_BF16") && !(sw && !strcmp(sw, "0"));
         char what[128];
         snprintf(what, sizeof what, "grouped layout [%d, %d, %d]: kept where the kernel is %s", E,
                  OC, C, ops_bf16_grouped_mm());
@@ -1280,6 +1356,7 @@ int main(void) {
     test_vm_expf();
     test_grouped_mm();
     test_bf16_held();
+    test_grouped_bf16_reference();
     test_grouped_layout();
     test_gemm16_shapes();
     test_registry();

@@ -262,10 +262,11 @@ static void prefetch_b(int tb, const uint16_t *B, int ldb, int N, int k0, int kb
 }
 
 /* C[32, 32] fp32 (+)= A[32, kbp] B[kbp, 32] on tiles 0-7 (the configuration loaded): A's rows
- * at a (byte stride as, each kbp bf16), B as two 16-column blocks of k pairs b0, b1 ([kbp/2][16]
- * 32-bit pairs, pack_b's layout), C at c (byte stride cs), added to when load, else
- * overwritten. kbp: a multiple of 32. */
-static inline void tile_block(const void *a, size_t as, const uint32_t *b0, const uint32_t *b1,
+ * at a (byte stride as, each kbp bf16), B as two 16-column blocks of k pairs b0, b1 (kbp/2 rows
+ * of 16 32-bit pairs, bs bytes apart: 64 in pack_b's layout, 256 in dpbf16.h's 64-column
+ * panels), C at c (byte stride cs), added to when load, else overwritten. kbp: a multiple of
+ * 32. */
+static inline void tile_block(const void *a, size_t as, const void *b0, const void *b1, size_t bs,
                               int kbp, float *c, size_t cs, int load) {
     const char *ai = a;
     if (load) {
@@ -282,8 +283,8 @@ static inline void tile_block(const void *a, size_t as, const uint32_t *b0, cons
     for (int k = 0; k < kbp; k += 32) {
         _tile_loadd(4, ai + 2 * k, as);
         _tile_loadd(5, ai + 2 * k + 16 * as, as);
-        _tile_loadd(6, b0 + (size_t)k * 8, 64);
-        _tile_loadd(7, b1 + (size_t)k * 8, 64);
+        _tile_loadd(6, (const char *)b0 + (size_t)k / 2 * bs, bs);
+        _tile_loadd(7, (const char *)b1 + (size_t)k / 2 * bs, bs);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
@@ -357,7 +358,7 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                                        (float *)C + (size_t)(h0 + i0 + i) * ldc + jn,
                                        sizeof(float) * cols);
                         }
-                        tile_block(ai, as, b0, b1, kbp, cd, cs, load);
+                        tile_block(ai, as, b0, b1, 64, kbp, cd, cs, load);
                         if (direct) continue;
                         for (int i = 0; i < rows; i++) {
                             const size_t r = (size_t)(h0 + i0 + i) * ldc + jn;
@@ -491,9 +492,22 @@ void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, co
         for (int j0 = 0; j0 < N; j0 += 32) {
             const uint32_t *b0 = Bp + (size_t)(j0 / 16) * bs + (size_t)k0 * 8, *b1 = b0 + bs;
             for (int i0 = 0; i0 < M; i0 += 32)
-                tile_block(A + (size_t)i0 * lda + k0, sizeof(uint16_t) * (size_t)lda, b0, b1, kb,
-                           C + (size_t)i0 * ldc + j0, sizeof(float) * (size_t)ldc, load);
+                tile_block(A + (size_t)i0 * lda + k0, sizeof(uint16_t) * (size_t)lda, b0, b1, 64,
+                           kb, C + (size_t)i0 * ldc + j0, sizeof(float) * (size_t)ldc, load);
         }
+    }
+    _tile_release();
+}
+
+void ops_cpu_amx_gemm_panels(int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
+                             size_t bp, float *C, size_t ldc, int acc) {
+    ops_cpu_amx_tiles_configure();
+    /* per 32 columns (half a panel: its B tiles, 2 k2 x 64 bytes, stay in L2), every 32 rows */
+    for (int j0 = 0; j0 < N; j0 += 32) {
+        const uint16_t *b0 = B + (size_t)(j0 / 64) * bp + (size_t)(j0 % 64) * 2, *b1 = b0 + 32;
+        for (int i0 = 0; i0 < M; i0 += 32)
+            tile_block(A + (size_t)i0 * lda, sizeof(uint16_t) * lda, b0, b1, 256, 2 * k2,
+                       C + (size_t)i0 * ldc + j0, sizeof(float) * ldc, acc);
     }
     _tile_release();
 }
@@ -632,8 +646,8 @@ void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t 
                 }
                 continue;
             }
-            tile_block(kc + (size_t)i0 * lda, as, q0, q0 + bs, hd, s, 128, 0);
-            tile_block(vc + (size_t)i0 * lda, as, d0, d0 + bs, hd, dp, 128, 0);
+            tile_block(kc + (size_t)i0 * lda, as, q0, q0 + bs, 64, hd, s, 128, 0);
+            tile_block(vc + (size_t)i0 * lda, as, d0, d0 + bs, 64, hd, dp, 128, 0);
             grad_block(p16, ds16, (size_t)n, i0, j0, s, dp, scale, lse, D);
         }
     }
@@ -680,7 +694,7 @@ static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
             const uint16_t *a = j->xa + (size_t)(t0 + i0) * D;
             for (int c0 = 0; c0 < vp; c0 += 32)
                 tile_block(a, sizeof(uint16_t) * D, wb1 + (size_t)c0 * D / 2,
-                           wb1 + (size_t)(c0 + 16) * D / 2, D, lst + c0, sizeof(float) * vb, 0);
+                           wb1 + (size_t)(c0 + 16) * D / 2, 64, D, lst + c0, sizeof(float) * vb, 0);
             for (int r = 0; r < 32; r++) {
                 const int i = i0 + r, t = t0 + i, target = j->tg[t];
                 const float *restrict row = lst + r * vb;
@@ -719,7 +733,7 @@ static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
             if (j->grad)
                 for (int c0 = 0; c0 < D; c0 += 32)
                     tile_block(pr, sizeof(uint16_t) * vb, wb2 + (size_t)c0 * vp / 2,
-                               wb2 + (size_t)(c0 + 16) * vp / 2, vp, O + (size_t)i0 * D + c0,
+                               wb2 + (size_t)(c0 + 16) * vp / 2, 64, vp, O + (size_t)i0 * D + c0,
                                sizeof(float) * D, 1);
         }
     }
@@ -760,7 +774,7 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
             for (int i0 = 0; i0 < vp; i0 += 32)
                 tile_block(wa + (size_t)i0 * D, sizeof(uint16_t) * D,
                            j->xb1 + (size_t)(c0 + t0) * D / 2,
-                           j->xb1 + (size_t)(c0 + t0 + 16) * D / 2, D,
+                           j->xb1 + (size_t)(c0 + t0 + 16) * D / 2, 64, D,
                            lst + (size_t)i0 * CE_TK + t0, sizeof(float) * CE_TK, 0);
         const float *restrict M = j->M + c0, *restrict sc = j->scale + c0;
         const int32_t *restrict tg = j->tg + c0;
@@ -795,7 +809,7 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
                     for (int r = 0; r < rows; r++)
                         memcpy(stage + r * 32, c + (size_t)r * D, sizeof(float) * 32);
                 tile_block(gt + (size_t)i0 * CE_TK, sizeof(uint16_t) * CE_TK,
-                           xb2 + (size_t)d0 * kc / 2, xb2 + (size_t)(d0 + 16) * kc / 2, kc,
+                           xb2 + (size_t)d0 * kc / 2, xb2 + (size_t)(d0 + 16) * kc / 2, 64, kc,
                            direct ? c : stage, sizeof(float) * (direct ? (size_t)D : 32), load);
                 if (!direct)
                     for (int r = 0; r < rows; r++)

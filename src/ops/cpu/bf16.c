@@ -933,17 +933,19 @@ const char *ops_bf16_amx_gemm(void) {
     return "none";
 }
 
-/* One of titan's AMX kernels beyond the GEMM, switched by the environment variable var: on
- * (1) unless var is "0", with the onednn engine and titan's AMX GEMM on; another value than 0
- * or 1 is warned about (`keeps`: what stays as it is). *state caches it (0 unknown, 1 on, -1
- * off): decided once per process. */
-static int amx_kernel_on(int *state, const char *var, const char *keeps) {
+/* One of titan's AMX kernels beyond the GEMM, switched by the environment variable var (0 or
+ * 1; unset: dflt): on with the onednn engine and titan's AMX GEMM on; another value is warned
+ * about and leaves the default (`keeps`: what stays as it is). *state caches it (0 unknown, 1
+ * on, -1 off): decided once per process. */
+static int amx_kernel_on(int *state, const char *var, int dflt, const char *keeps) {
     int st = __atomic_load_n(state, __ATOMIC_ACQUIRE);
     if (!st) {
-        const int off = ops_cpu_env_switch(var, keeps) == 0;
+        const int sw = ops_cpu_env_switch(var, keeps), want = sw >= 0 ? sw : dflt;
         st = -1;
 #if defined(TITAN_HAVE_DNNL) && defined(TITAN_HAVE_AMX_GEMM)
-        if (!off && engine() == ENGINE_ONEDNN && amx_gemm_mode() != AMX_GEMM_OFF) st = 1;
+        if (want && engine() == ENGINE_ONEDNN && amx_gemm_mode() != AMX_GEMM_OFF) st = 1;
+#else
+        (void)want;
 #endif
         __atomic_store_n(state, st, __ATOMIC_RELEASE);
     }
@@ -952,16 +954,23 @@ static int amx_kernel_on(int *state, const char *var, const char *keeps) {
 
 int ops_cpu_bf16_fused_lmhead_ce(void) {
     static int state;
-    return amx_kernel_on(&state, "TITAN_AMX_LMHEAD_CE", "lm_head + CE stays fused where it can");
+    return amx_kernel_on(&state, "TITAN_AMX_LMHEAD_CE", 1, "lm_head + CE stays fused where it can");
 }
 
 int ops_cpu_bf16_amx_attention(void) {
     static int state;
     /* the variable first: a bad value is reported on every CPU, not only where the layout
      * would be used (an AMX-only check let it pass unseen elsewhere) */
-    return amx_kernel_on(&state, "TITAN_AMX_ATTENTION",
+    return amx_kernel_on(&state, "TITAN_AMX_ATTENTION", 1,
                          "attention's products stay on AMX tiles where they can") &&
            (ops_cpu_bf16_amx_layouts() & OPS_CPU_AMX_ATTENTION);
+}
+
+int ops_cpu_bf16_grouped_amx(void) {
+    static int state;
+    /* opt-in until measured on an AMX machine (written and tested on emulated tiles) */
+    return amx_kernel_on(&state, "TITAN_GROUPED_AMX", 0,
+                         "grouped_mm/bf16's experts stay as they are");
 }
 
 int ops_lmhead_ce_fused(int D) {
@@ -980,7 +989,8 @@ const char *ops_bf16_attention(void) {
 
 const char *ops_bf16_grouped_mm(void) {
     if (engine() != ENGINE_ONEDNN) return "emulated";
-    return ops_cpu_grouped_dpbf16_usable() ? "AVX512_BF16" : "oneDNN";
+    if (!ops_cpu_grouped_dpbf16_usable()) return "oneDNN";
+    return ops_cpu_bf16_grouped_amx() ? "AMX tiles and AVX512_BF16" : "AVX512_BF16";
 }
 
 const char *ops_bf16_layouts(void) {

@@ -199,12 +199,15 @@ void ops_cpu_grouped_dpbf16_store(uint16_t *P, int OC, int C, size_t i0, const f
 /* A 0/1 switch in the environment (dispatch.c): 1 or 0 as set, -1 unset or empty, -2 any
  * other value, warned about here ("VAR=x: not 0 or 1; " then keeps: what stays as it is).
  * TITAN_AMX_GEMM, TITAN_AMX_ATTENTION, TITAN_AMX_LMHEAD_CE, TITAN_GROUPED_DPBF16,
- * TITAN_GROUPED_LAYOUT. */
+ * TITAN_GROUPED_AMX, TITAN_GROUPED_LAYOUT. */
 int ops_cpu_env_switch(const char *var, const char *keeps);
 /* 1 when grouped_mm/bf16 runs on grouped_dpbf16.c: where attention's forward runs on
- * attention_dpbf16.c (below), unless TITAN_GROUPED_DPBF16=0 (then oneDNN's per-expert
- * products, as on AMX). */
+ * attention_dpbf16.c (below), or with AMX where ops_cpu_bf16_grouped_amx() (then its products
+ * on tiles where their shapes allow); unless TITAN_GROUPED_DPBF16=0 (then oneDNN's per-expert
+ * products). ops_cpu_bf16_grouped_amx (bf16.c): 1 where TITAN_GROUPED_AMX=1 (opt-in: not yet
+ * measured on an AMX machine), the onednn engine and titan's AMX GEMM on. Decided once. */
 int ops_cpu_grouped_dpbf16_usable(void);
+int ops_cpu_bf16_grouped_amx(void);
 /* 1 when attention/bf16's forward runs on attention_dpbf16.c (dispatch.c): built in, the CPU
  * has AVX512_BF16 and no AMX (with AMX oneDNN's tiles keep it: unmeasured there), the AVX-512
  * kernel copy is the one chosen (TITAN_ISA=default turns it off) and the bf16 engine is onednn
@@ -260,6 +263,12 @@ void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, 
 void ops_cpu_amx_pack_both(uint32_t *xt, uint32_t *xn, const float *x, int ld, int T, int hd);
 void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
                              size_t bs, int acc, float *C, int ldc);
+/* C[M, N] (acc: +=) = A[M, 2 k2] B with B in dpbf16.h's panel layout (grouped_dpbf16.c's operands:
+ * pairs of k, per 64 columns a panel of k2 rows of 64 words, 128 bf16 a row; panel j / 64 at B +
+ * (j / 64) bp elements), bf16 A (rows lda elements apart), fp32 C (ldc); M, N multiples of 32,
+ * k2 of 16; single-threaded, on the calling thread; one fixed-order sum per element. */
+void ops_cpu_amx_gemm_panels(int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
+                             size_t bp, float *C, size_t ldc, int acc);
 /* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
  * softmax_rows: for each row i of s [M, n] (query r0 + i, seeing keys 0 .. r0 + i), p16 = bf16
  * of exp(s * scale - the row's maximum), the unnormalised softmax (zero past the query), lse[i]

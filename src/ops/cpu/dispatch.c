@@ -132,7 +132,14 @@ int ops_cpu_grouped_dpbf16_usable(void) {
     if (v < 0) {
         const int sw = ops_cpu_env_switch("TITAN_GROUPED_DPBF16",
                                           "grouped_mm/bf16 stays on AVX512_BF16 where it can");
-        v = ops_cpu_attention_dpbf16_usable() && sw != 0;
+        /* with AMX: only on request (TITAN_GROUPED_AMX=1), its products on tiles; asked first,
+         * so that a bad value is said on every CPU */
+        const int amx = ops_cpu_bf16_grouped_amx();
+#ifdef TITAN_HAVE_DPBF16
+        v = sw != 0 && (ops_cpu_attention_dpbf16_usable() || (amx && isa() != &g_default));
+#else
+        v = 0 * amx;
+#endif
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
     return v;

@@ -10,7 +10,11 @@
  *
  * Built only for x86-64, in a translation unit of its own compiled with -march=x86-64-v4
  * -mavx512bf16 (CMakeLists.txt); grouped_mm.c calls it only when
- * ops_cpu_grouped_dpbf16_usable() (dispatch.c) says the CPU has AVX512_BF16 and no AMX.
+ * ops_cpu_grouped_dpbf16_usable() (dispatch.c) says the CPU has AVX512_BF16 and no AMX, or AMX
+ * and TITAN_GROUPED_AMX=1: then every product's rows and columns in 32s run on AMX tiles
+ * (gd_gemm; the panels below are the tiles' B as stored, 256 bytes a row of pairs), the edges
+ * on vdpbf16ps. Opt-in: written and tested on emulated tiles (-DTITAN_AMX_EMULATE=ON), its
+ * speed not yet measured on an AMX machine.
  *
  * Products of expert e (rows [o_e, o_e + n) of the routed rows, W_e [OC, C]), K in pairs:
  *   forward  out[n, OC]  = x[n, C] W_e^T:  A = x's rows, B = W_e^T by pairs of C: a panel of 64
@@ -130,6 +134,29 @@ static void gd_pack_fwd_from_panels(uint32_t *dst, const uint16_t *Pe, int OC, i
 
 /* ---- the pass ------------------------------------------------------------------------- */
 
+/* dp_gemm's product; with amx (AMX, TITAN_GROUPED_AMX=1) the part of it tiles take, rows and
+ * columns in 32s with k2 a multiple of 16, on AMX tiles (amx_gemm.c, B read as the panels are
+ * stored), the rows and columns past them on dp_gemm. Each element one fixed-order sum. */
+static void gd_gemm(int amx, int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
+                    size_t ldb, size_t bp, float *C, size_t ldc, int acc) {
+#ifdef TITAN_HAVE_AMX_GEMM
+    const int M32 = M / 32 * 32, N32 = N / 32 * 32;
+    if (amx && k2 % 16 == 0 && ldb == 2 * DP_NC && M32 > 0 && N32 > 0) {
+        ops_cpu_amx_gemm_panels(M32, N32, k2, A, lda, B, bp, C, ldc, acc);
+        if (N32 < N) /* column N32 of B: in panel N32 / 64, word N32 % 64 */
+            dp_gemm(M32, N - N32, k2, A, lda, B + (size_t)(N32 / DP_NC) * bp + 2 * (N32 % DP_NC),
+                    ldb, bp, C + N32, ldc, acc);
+        if (M32 < M)
+            dp_gemm(M - M32, N, k2, A + (size_t)M32 * lda, lda, B, ldb, bp, C + (size_t)M32 * ldc,
+                    ldc, acc);
+        return;
+    }
+#else
+    (void)amx;
+#endif
+    dp_gemm(M, N, k2, A, lda, B, ldb, bp, C, ldc, acc);
+}
+
 typedef struct {
     int e, c0, kind; /* kind: 0 forward, 1 dx, 2 dW */
     double cost;
@@ -161,7 +188,7 @@ static dp_src gd_weights(const float *w, size_t n, int cols) {
 /* One pass: forward (out non-NULL) or backward (dinp and / or dw non-NULL). */
 static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const float *inp,
                     const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
-    const int R = offs[E] - offs[0], fwd = out != NULL;
+    const int R = offs[E] - offs[0], fwd = out != NULL, amx = ops_cpu_bf16_grouped_amx();
     if (R <= 0) return;
     const int C2 = dp_up(C, 2), OC2 = dp_up(OC, 2);
     int nmax = 0;
@@ -233,7 +260,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
                     gd_pack_fwd_from_panels(panel, Wp + we, OC, C, k.c0);
                 else
                     dp_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
-                dp_gemm(n, nc, C2 / 2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel,
+                gd_gemm(amx, n, nc, C2 / 2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel,
                         2 * DP_NC, 0, out + (size_t)offs[k.e] * OC + k.c0, OC, 0);
             } else if (k.kind == 1) { /* dx[n, 256] += dy W_e[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
@@ -243,15 +270,18 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
                     B = Wp + we + (size_t)k.c0 * OC;
                 else
                     gd_pack_pairs(panel, We, C, k.c0, np, OC, C, k2);
-                dp_gemm(n, nc, k2, A + (size_t)r0 * lda, lda, B, 2 * DP_NC, 2 * (size_t)k2 * DP_NC,
-                        dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
+                gd_gemm(amx, n, nc, k2, A + (size_t)r0 * lda, lda, B, 2 * DP_NC,
+                        2 * (size_t)k2 * DP_NC, dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
             } else { /* dW_e[OC, 256] (+)= dy^T x[:, c0 .. c0 + 256] */
+                /* K: the expert's rows; on tiles rounded up to 16 pairs, past n zeros in both
+                 * operands (A's rows are padded so already) */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
-                          np = (nc + DP_NC - 1) / DP_NC, k2 = (n + 1) / 2;
+                          np = (nc + DP_NC - 1) / DP_NC,
+                          k2 = amx ? dp_up((n + 1) / 2, GD_W) : (n + 1) / 2;
                 const dp_src Xe = X16 ? (dp_src){NULL, X16 + (size_t)r0 * C}
                                       : (dp_src){inp + (size_t)offs[k.e] * C, NULL};
                 gd_pack_pairs(panel, Xe, C, k.c0, np, n, C, k2);
-                dp_gemm(OC, nc, k2, (const uint16_t *)(at + at_off[k.e]),
+                gd_gemm(amx, OC, nc, k2, (const uint16_t *)(at + at_off[k.e]),
                         2 * (size_t)dp_up(k2, GD_W), (const uint16_t *)panel, 2 * DP_NC,
                         2 * (size_t)k2 * DP_NC, dw + we + k.c0, C, dw_acc);
             }
