@@ -283,8 +283,8 @@ static inline void tile_block(const void *a, size_t as, const void *b0, const vo
     for (int k = 0; k < kbp; k += 32) {
         _tile_loadd(4, ai + 2 * k, as);
         _tile_loadd(5, ai + 2 * k + 16 * as, as);
-        _tile_loadd(6, (const char *)b0 + (size_t)k / 2 * bs, bs);
-        _tile_loadd(7, (const char *)b1 + (size_t)k / 2 * bs, bs);
+        _tile_loadd(6, (const char *)b0 + (size_t)k * (bs / 2), bs);
+        _tile_loadd(7, (const char *)b1 + (size_t)k * (bs / 2), bs);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
