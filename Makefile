@@ -43,10 +43,10 @@ test-cpu-classes: build
 # SDM's semantics), with titan choosing as on an AMX machine (scripts/cpu_sim.sh amx), where the
 # CPU has AVX512_BF16 but no AMX: a second build in $(BUILD)-amx-emulated, then the tests that
 # run AMX kernels: test-cpu-classes' selection with the long bf16 training tests, the MoE
-# training, kernels, multi-process and generation tests.
+# training, kernels and multi-process (FSDP, TP, EP: bf16 runs among them) tests.
 # Skipped on a CPU with AMX (there `make test` runs them on the tiles) or without AVX512_BF16
 # (nothing can run them), and without root. docs/testing.md.
-AMX_EMULATED_TESTS = $(CPU_TESTS)|train_moe|kernels_|dist_|generate
+AMX_EMULATED_TESTS = $(CPU_TESTS)|train_moe|kernels_|^dist_(fsdp|tp|ep)$$
 test-amx-emulated: deps-build
 	@if grep -qw amx_bf16 /proc/cpuinfo || ! grep -qw avx512_bf16 /proc/cpuinfo || ! scripts/cpu_sim.sh --check; then \
 	  echo "test-amx-emulated: skipped (needs AVX512_BF16 without AMX, root, unshare -m and a bind mount)"; exit 0; fi; \
