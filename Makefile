@@ -50,9 +50,9 @@ AMX_EMULATED_TESTS = $(CPU_TESTS)|train_moe|kernels_|^dist_(fsdp|tp|ep)$$
 test-amx-emulated: deps-build
 	@if grep -qw amx_bf16 /proc/cpuinfo || ! grep -qw avx512_bf16 /proc/cpuinfo || ! scripts/cpu_sim.sh --check; then \
 	  echo "test-amx-emulated: skipped (needs AVX512_BF16 without AMX, root, unshare -m and a bind mount)"; exit 0; fi; \
-	cmake -S . -B $(BUILD)-amx-emulated -DCMAKE_BUILD_TYPE=Release -DTITAN_AMX_EMULATE=ON >/dev/null && \
-	cmake --build $(BUILD)-amx-emulated -j $(JOBS) >/dev/null && \
 	log=$(BUILD)-amx-emulated/cpu_sim_amx.log; \
+	cmake -S . -B $(BUILD)-amx-emulated -DCMAKE_BUILD_TYPE=Release -DTITAN_AMX_EMULATE=ON >/dev/null && \
+	cmake --build $(BUILD)-amx-emulated -j $(JOBS) >/dev/null || exit 1; \
 	scripts/cpu_sim.sh amx ctest --test-dir $(BUILD)-amx-emulated -R '$(AMX_EMULATED_TESTS)' \
 	  --output-on-failure -j $(JOBS) >$$log 2>&1 && rc=0 || rc=$$?; \
 	if [ $$rc = 0 ]; then echo "as on an AMX machine, tiles emulated: $$(grep 'tests passed' $$log)"; \

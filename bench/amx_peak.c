@@ -74,16 +74,21 @@ static int differ(const float *c0, const uint16_t *a, const uint16_t *b) {
 }
 
 static void sdm_check(void) {
+    /* C[0][0] = c plus the products of A's pairs 0, 1 (a[0..3]) with B's rows 0, 1 at column 0
+     * (b[0..3]); 0x1p-133f stands for the bf16 denormal 0x0001 */
     static const struct {
         const char *what;
-        float c, a0, a1, b0, b1;
+        float c, a[4], b[4];
     } cases[] = {
-        {"even product first (1 + 2^-24 + 2^-23)", 1.0f, 1.0f, 1.0f, 0x1p-24f, 0x1p-23f},
-        {"each sum rounded (1 + 2^-23 + 2^-24)", 1.0f, 1.0f, 1.0f, 0x1p-23f, 0x1p-24f},
-        {"a denormal input read as zero", 0.0f, 0x1p-133f, 0.0f, 0x1p100f, 0.0f},
-        {"a denormal sum flushed (2^-125 - 1.25 x 2^-125)", 0x1p-125f, 0.0f, -1.25f, 0.0f,
-         0x1p-125f},
-        {"a denormal product flushed (2^-65 x 2^-65)", 0x1p-126f, 0x1p-65f, 0.0f, 0x1p-65f, 0.0f},
+        {"evens, odds apart over pairs: 1 + 2^-24 | 2^-24 + 2^-24",
+         0.0f,
+         {1, 1, 1, 1},
+         {1, 0x1p-24f, 0x1p-24f, 0x1p-24f}},
+        {"a pair's sum added to C once: 1 + (2^-24 + 2^-24)", 1.0f, {1, 1}, {0x1p-24f, 0x1p-24f}},
+        {"nearest even: 1 + (2^-23 + 2^-24)", 1.0f, {1, 1}, {0x1p-23f, 0x1p-24f}},
+        {"a denormal input read as zero", 0.0f, {0x1p-133f}, {0x1p100f}},
+        {"a denormal sum flushed: 2^-125 - 1.25 x 2^-125", 0x1p-125f, {0, -1.25f}, {0, 0x1p-125f}},
+        {"a denormal product flushed: 2^-65 x 2^-65", 0x1p-126f, {0x1p-65f}, {0x1p-65f}},
     };
     float c[256] __attribute__((aligned(64)));
     uint16_t a[512] __attribute__((aligned(64))), b[512] __attribute__((aligned(64)));
@@ -91,9 +96,11 @@ static void sdm_check(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         memset(c, 0, sizeof c), memset(a, 0, sizeof a), memset(b, 0, sizeof b);
         c[0] = cases[i].c;
-        a[0] = cases[i].a0 == 0x1p-133f ? 0x0001 : bf(cases[i].a0), a[1] = bf(cases[i].a1);
-        b[0] = bf(cases[i].b0), b[1] = bf(cases[i].b1);
-        printf("  %-52s %s\n", cases[i].what, differ(c, a, b) ? "DIFFERS" : "same");
+        for (int j = 0; j < 4; j++) {
+            a[j] = cases[i].a[j] == 0x1p-133f ? 0x0001 : bf(cases[i].a[j]);
+            b[j / 2 * 32 + j % 2] = bf(cases[i].b[j]); /* B's row j / 2, column 0 */
+        }
+        printf("  %-58s %s\n", cases[i].what, differ(c, a, b) ? "DIFFERS" : "same");
     }
     uint64_t r = 0x9e3779b97f4a7c15u;
     int products = 0, values = 0;

@@ -1,17 +1,22 @@
 /* The emulated AMX tiles (src/ops/cpu/amx_emulate.c) against the Intel SDM's definitions of the
  * instructions, on values whose results the definitions fix bit for bit:
- * - TDPBF16PS rounds after each product, the even element of a pair first: C = 1 plus the
- *   products 2^-24 (even) then 2^-23 (odd) is 1 + 2^-23 (1 + 2^-24 ties to 1, then 2^-23 is
- *   exact); the odd one first, or both summed before one rounding, give 1 + 2^-22;
+ * - TDPBF16PS gathers the even and the odd products of a row apart (fused multiply-adds from
+ *   zero), adds the two, then adds that to C, once per instruction: over two pairs with
+ *   products 1, 2^-24 (pair 0) and 2^-24, 2^-24 (pair 1), C = 0 becomes 1 + 2^-23 (evens 1 +
+ *   2^-24 tie to 1, odds 2^-23, sum exact); one running sum in order gives 1, the exact sum
+ *   rounded once 1 + 2^-22. And C = 1 plus 2^-24 + 2^-24 in one pair is 1 + 2^-23 (the pair
+ *   summed first), where adding each product to C gives 1;
  * - denormal inputs read as zero (DAZ): a bf16 denormal times 2^100 adds nothing, where the
  *   exact product 2^-33 would; denormal results flush to zero (FTZ), keeping their sign:
  *   2^-125 - 1.25 x 2^-125 is -0, not the denormal -2^-127;
  * - round to nearest even whatever MXCSR says, and MXCSR as it was after the instruction;
  * - TILELOADD and TILESTORED move the configured rows and bytes only, rows stride bytes apart;
- * - a 16 x 16 x 32 product of random bf16 values equal to the same fixed-order sums in float;
- * - misuse faults as on the CPU: no configuration, mismatched shapes, a tile used twice, a bad
- *   configuration (each in a child process, which must die of SIGABRT saying why).
+ * - a 16 x 16 x 32 product of random bf16 values equal to the same sums computed here;
+ * - misuse faults as on the CPU: no configuration, mismatched shapes, a tile used twice, a tile
+ *   given no shape, a bad configuration (each in a child process, which must die of SIGABRT
+ *   saying why).
  * Only in builds configured with -DTITAN_AMX_EMULATE=ON (skipped, 77, elsewhere). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,19 +66,24 @@ static uint32_t bits(float f) {
     return u;
 }
 
-/* C[0][0] after one TDPBF16PS of 1 x 1 x 1 pair: c0 + a[0] b[0] + a[1] b[1] */
-static float one_pair(float c0, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
-    const cfg c = shapes(1, 1, 1);
+/* C[0][0] after one TDPBF16PS of 1 row x 1 column x k pairs (a, b: 2 k bf16 each, pair p at
+ * 2 p): c0 + the pairs' products */
+static float dot(float c0, int k, const uint16_t *a, const uint16_t *b) {
+    const cfg c = shapes(1, 1, k);
     ops_cpu_amx_emu_loadconfig(&c);
-    uint16_t a[2] = {a0, a1}, b[2] = {b0, b1};
     float cv = c0;
     ops_cpu_amx_emu_loadd(0, &cv, 4);
-    ops_cpu_amx_emu_loadd(1, a, 4);
-    ops_cpu_amx_emu_loadd(2, b, 4);
+    ops_cpu_amx_emu_loadd(1, a, 4 * k);
+    ops_cpu_amx_emu_loadd(2, b, 4); /* B's rows: one pair each */
     ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
     ops_cpu_amx_emu_stored(0, &cv, 4);
     ops_cpu_amx_emu_release();
     return cv;
+}
+
+static float one_pair(float c0, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
+    const uint16_t a[2] = {a0, a1}, b[2] = {b0, b1};
+    return dot(c0, 1, a, b);
 }
 
 /* runs f in a child: it must die of SIGABRT with want in what it wrote to stderr */
@@ -126,6 +136,16 @@ static void too_many_rows(void) {
     c.rows[1] = 17;
     ops_cpu_amx_emu_loadconfig(&c);
 }
+static void half_shape(void) {
+    cfg c = shapes(2, 2, 2);
+    c.colsb[1] = 0; /* rows without bytes */
+    ops_cpu_amx_emu_loadconfig(&c);
+}
+static void no_shape(void) {
+    const cfg c = shapes(2, 2, 2);
+    ops_cpu_amx_emu_loadconfig(&c);
+    ops_cpu_amx_emu_zero(5); /* configured with 0 rows, 0 bytes */
+}
 static void tile_eight(void) {
     cfg c = shapes(2, 2, 2);
     c.rows[8] = 1, c.colsb[8] = 4;
@@ -134,11 +154,16 @@ static void tile_eight(void) {
 
 int main(void) {
     const uint16_t one = bf(1.0f);
-    /* the SDM's order: the even product first, each rounded on its own */
-    float r = one_pair(1.0f, one, one, bf(0x1p-24f), bf(0x1p-23f));
-    CHECK(r == 1.0f + 0x1p-23f, "even then odd: %a, want %a", r, 1.0f + 0x1p-23f);
-    r = one_pair(1.0f, one, one, bf(0x1p-23f), bf(0x1p-24f));
-    CHECK(r == 1.0f + 0x1p-22f, "odd then even: %a, want %a", r, 1.0f + 0x1p-22f);
+    /* evens and odds gathered apart from zero over the pairs, added, then added to C */
+    {
+        const uint16_t a[4] = {one, one, one, one},
+                       b[4] = {one, bf(0x1p-24f), bf(0x1p-24f), bf(0x1p-24f)};
+        const float r2 = dot(0.0f, 2, a, b);
+        CHECK(r2 == 1.0f + 0x1p-23f, "two pairs (1, 2^-24), (2^-24, 2^-24): %a, want %a", r2,
+              1.0f + 0x1p-23f);
+    }
+    float r = one_pair(1.0f, one, one, bf(0x1p-24f), bf(0x1p-24f));
+    CHECK(r == 1.0f + 0x1p-23f, "1 + (2^-24 + 2^-24): %a, want %a", r, 1.0f + 0x1p-23f);
     /* DAZ: the bf16 denormal 2^-133 times 2^100 is 0, not 2^-33 */
     r = one_pair(0.0f, 0x0001, 0, bf(0x1p100f), 0);
     CHECK(bits(r) == 0, "a denormal input not read as zero: %a", r);
@@ -189,16 +214,17 @@ int main(void) {
         for (int i = 0; i < 16; i++)
             for (int j = 0; j < 16; j++) want[i][j] = cv[i][j] = check_uniform(&rng);
         for (int m = 0; m < 16; m++)
-            for (int n = 0; n < 16; n++)
+            for (int n = 0; n < 16; n++) {
+                /* volatile: each value rounded to float where written */
+                volatile float e = 0.0f, o = 0.0f;
                 for (int k = 0; k < 16; k++) {
-                    /* volatile: each product and sum rounded to float where written */
-                    volatile float p0 =
-                        ops_cpu_bf16_value(a[m][2 * k]) * ops_cpu_bf16_value(b[k][2 * n]);
-                    volatile float s = want[m][n] + p0;
-                    volatile float p1 =
-                        ops_cpu_bf16_value(a[m][2 * k + 1]) * ops_cpu_bf16_value(b[k][2 * n + 1]);
-                    want[m][n] = s + p1;
+                    e = fmaf(ops_cpu_bf16_value(a[m][2 * k]), ops_cpu_bf16_value(b[k][2 * n]), e);
+                    o = fmaf(ops_cpu_bf16_value(a[m][2 * k + 1]),
+                             ops_cpu_bf16_value(b[k][2 * n + 1]), o);
                 }
+                volatile float t = e + o;
+                want[m][n] = want[m][n] + t;
+            }
         ops_cpu_amx_emu_loadconfig(&c);
         ops_cpu_amx_emu_loadd(0, cv, 64);
         ops_cpu_amx_emu_loadd(1, a, 64);
@@ -206,7 +232,7 @@ int main(void) {
         ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
         ops_cpu_amx_emu_stored(0, cv, 64);
         ops_cpu_amx_emu_release();
-        CHECK(!memcmp(cv, want, sizeof cv), "16 x 16 x 32: not the fixed-order float sums");
+        CHECK(!memcmp(cv, want, sizeof cv), "16 x 16 x 32: not the SDM's sums");
     }
 
     faults(unconfigured, "TILEZERO (tile 0): tiles not configured", "a tile without LDTILECFG");
@@ -214,6 +240,8 @@ int main(void) {
     faults(same_tile, "TDPBF16PS (tile 0): the three tiles are not distinct", "A = B");
     faults(reserved_byte, "LDTILECFG (tile -1): a reserved byte is not zero", "reserved byte");
     faults(too_many_rows, "LDTILECFG (tile 1): more than 16 rows", "17 rows");
+    faults(half_shape, "LDTILECFG (tile 1): rows or bytes zero, not both", "rows, 0 bytes");
+    faults(no_shape, "TILEZERO (tile 5): the tile was given no shape", "a tile of no shape");
     faults(tile_eight, "LDTILECFG (tile 8): a shape for a tile palette 1 does not have", "tile 8");
     return check_report("test_amx_emulate");
 }

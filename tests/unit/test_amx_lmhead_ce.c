@@ -132,11 +132,9 @@ static void one(shape s) {
             const size_t i = (size_t)v * D + d;
             const double err = fabs((double)dw[i] - dw0[i] - want);
             if (err / (mag + 1e-30) > worst) worst = err / (mag + 1e-30);
-            /* and the fp32 roundings of the sum held (dw's own value included): TDPBF16PS, as
-             * the Intel SDM writes it, rounds after each product, one rounding a token (the
-             * AMX Xeon of session 22 stayed within one per 32 tokens; the emulated tiles of
-             * amx_emulate.c, which round as the SDM says, need this) */
-            bad_dw += !(err <= 0x1p-7 * mag + (N + 2) * 0x1p-24 * (fabs(dw0[i]) + mag));
+            /* and one fp32 rounding of the sum held per 32 tokens (TDPBF16PS, as the SDM
+             * defines it, adds its pairs' sums to C once per instruction: 32 tokens here) */
+            bad_dw += !(err <= 0x1p-7 * mag + (N / 32 + 2) * 0x1p-24 * (fabs(dw0[i]) + mag));
         }
     int guard = !memcmp(dx + nx, dx0 + nx, sizeof(float) * GUARD) &&
                 !memcmp(dw + nw, dw0 + nw, sizeof(float) * GUARD);

@@ -5,17 +5,22 @@
  * instructions do is the Intel SDM's pseudo-code (vol. 2, LDTILECFG, TILELOADD, TILESTORED,
  * TILEZERO, TDPBF16PS, TILERELEASE; palette 1: 8 tiles of at most 16 rows x 64 bytes):
  *
- * - LDTILECFG faults on a palette other than 0 or 1, a nonzero reserved byte, rows over 16 or
- *   colsb over 64, or any shape given to tiles 8-15; palette 0 is TILERELEASE (no tile usable).
+ * - LDTILECFG with palette 0 is TILERELEASE (no tile usable); with palette 1 it faults on a
+ *   nonzero reserved byte, rows over 16 or colsb over 64, exactly one of a tile's rows and colsb
+ *   zero, or any shape given to tiles 8-15. A tile given no shape (0 rows, 0 bytes) is not
+ *   usable. start_row is not modelled (titan's kernels never restart an instruction).
  * - TILELOADD copies the configured rows x colsb bytes from base + row * stride and zeroes the
  *   rest of the tile; TILESTORED stores rows x colsb bytes; TILEZERO zeroes the tile.
- * - TDPBF16PS C += A B faults unless the tiles are configured, distinct, A's colsb a multiple of
- *   4 equal to 4 B.rows, A.rows == C.rows and B.colsb == C.colsb; then for each row m, each k
- *   pair and each of C's 32-bit columns n, in that order:
- *       C[m][n] += fp32(A[m].bf16[2k]) * fp32(B[k].bf16[2n])
- *       C[m][n] += fp32(A[m].bf16[2k + 1]) * fp32(B[k].bf16[2n + 1])
- *   each product and each sum rounded to fp32 (nearest even), denormal inputs read as zero and
- *   denormal results flushed to zero (DAZ, FTZ), whatever MXCSR says.
+ * - TDPBF16PS C += A B faults unless the tiles are usable, distinct, A's colsb a multiple of 4
+ *   equal to 4 B.rows, A.rows == C.rows and B.colsb == C.colsb. Then, per row m of C, two fp32
+ *   sums per 32-bit column n start at zero and gather, over the k pairs in order, the even and
+ *   the odd products by fused multiply-adds:
+ *       E[n] = fma(fp32(A[m].bf16[2k]), fp32(B[k].bf16[2n]), E[n])
+ *       O[n] = fma(fp32(A[m].bf16[2k + 1]), fp32(B[k].bf16[2n + 1]), O[n])
+ *   and C[m][n] = C[m][n] + (E[n] + O[n]): one rounding into C per instruction (per 32 bf16
+ *   of K), every operation rounded to nearest even with denormal inputs read as zero and
+ *   denormal results flushed to zero (DAZ, FTZ), whatever MXCSR says. (The Intrinsics Guide's
+ *   shorter loop, both products added into C one by one, is not what the SDM specifies.)
  *
  * A fault here is a message naming the instruction and what was wrong, then abort(): on a real
  * CPU it is #UD or #GP (SIGILL / SIGSEGV), so a kernel that misuses the tiles fails the same
@@ -24,9 +29,8 @@
  * sums in double with tolerances, not bit for bit.
  *
  * The tile state is per thread, as the registers are (each OpenMP thread configures its own).
- * This file is compiled with -ffp-contract=off: each product is rounded before it is added, as
- * the pseudo-code says (a product of two bf16 is exact in fp32 unless it under- or overflows,
- * so only there would a fused multiply-add differ). */
+ * This file is compiled with -ffp-contract=off, so that only the fmaf calls fuse. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,23 +61,25 @@ static _Noreturn void fault(const char *insn, const char *why, int t) {
 static void usable(const char *insn, int t) {
     if (!st.palette) fault(insn, "tiles not configured (no LDTILECFG since TILERELEASE)", t);
     if (t < 0 || t >= TILES) fault(insn, "no such tile in palette 1", t);
+    if (!st.rows[t]) fault(insn, "the tile was given no shape", t);
 }
 
 void ops_cpu_amx_emu_loadconfig(const void *config) {
     amx_cfg c;
     memcpy(&c, config, sizeof c);
     if (c.palette > 1) fault("LDTILECFG", "palette other than 0 or 1", -1);
-    for (int i = 0; i < 14; i++)
-        if (c.reserved[i]) fault("LDTILECFG", "a reserved byte is not zero", -1);
-    if (c.palette == 0) {
+    if (c.palette == 0) { /* the init state: nothing else is read */
         ops_cpu_amx_emu_release();
         return;
     }
+    for (int i = 0; i < 14; i++)
+        if (c.reserved[i]) fault("LDTILECFG", "a reserved byte is not zero", -1);
     for (int i = 0; i < 16; i++) {
         if (i >= TILES && (c.rows[i] || c.colsb[i]))
             fault("LDTILECFG", "a shape for a tile palette 1 does not have", i);
         if (c.rows[i] > ROWS || c.colsb[i] > COLSB)
             fault("LDTILECFG", "more than 16 rows or 64 bytes a row", i);
+        if (!c.rows[i] != !c.colsb[i]) fault("LDTILECFG", "rows or bytes zero, not both", i);
     }
     st.palette = 1;
     for (int i = 0; i < TILES; i++) {
@@ -115,9 +121,10 @@ static float bf16_f32(uint16_t h) {
     return f;
 }
 
-/* TDPBF16PS's sums, rows [0, M) of tile c (the SDM's order; MXCSR set by the caller) */
+/* TDPBF16PS's sums, rows [0, M) of tile c (the SDM's: even and odd products gathered apart by
+ * fused multiply-adds, their sum added to C once; MXCSR set by the caller) */
 static __attribute__((noinline)) void dp_rows(int c, int a, int b, int M, int N, int K) {
-    float bv[ROWS][2][COLSB / 4], acc[COLSB / 4];
+    float bv[ROWS][2][COLSB / 4], ev[COLSB / 4], od[COLSB / 4], cv[COLSB / 4];
     for (int k = 0; k < K; k++)
         for (int n = 0; n < N; n++) {
             uint16_t h[2];
@@ -126,20 +133,23 @@ static __attribute__((noinline)) void dp_rows(int c, int a, int b, int M, int N,
             bv[k][1][n] = bf16_f32(h[1]);
         }
     for (int m = 0; m < M; m++) {
-        memcpy(acc, st.t[c][m], (size_t)N * 4);
+        for (int n = 0; n < N; n++) ev[n] = od[n] = 0.0f;
         for (int k = 0; k < K; k++) {
             uint16_t h[2];
             memcpy(h, &st.t[a][m][4 * k], 4);
             const float a0 = bf16_f32(h[0]), a1 = bf16_f32(h[1]);
             for (int n = 0; n < N; n++) {
-                const float p0 = a0 * bv[k][0][n];
-                acc[n] = acc[n] + p0;
-                const float p1 = a1 * bv[k][1][n];
-                acc[n] = acc[n] + p1;
+                ev[n] = fmaf(a0, bv[k][0][n], ev[n]);
+                od[n] = fmaf(a1, bv[k][1][n], od[n]);
             }
         }
+        memcpy(cv, st.t[c][m], (size_t)N * 4);
+        for (int n = 0; n < N; n++) {
+            const float t = ev[n] + od[n];
+            cv[n] = cv[n] + t;
+        }
         memset(st.t[c][m], 0, COLSB);
-        memcpy(st.t[c][m], acc, (size_t)N * 4);
+        memcpy(st.t[c][m], cv, (size_t)N * 4);
     }
 }
 

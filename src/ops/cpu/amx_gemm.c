@@ -94,8 +94,11 @@ int ops_cpu_amx_usable(void) {
     static int state; /* 0 unknown, 1 usable, -1 not */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (!s) {
-#ifdef TITAN_AMX_EMULATE /* the tiles are emulated: only the AVX-512 the rest needs */
-        s = ops_cpu_has_flag("avx512_bf16") && ops_cpu_has_flag("avx512bw") &&
+#ifdef TITAN_AMX_EMULATE /* the tiles emulated: AMX's flags as scripts/cpu_sim.sh amx adds them    \
+                          * (so that titan's other choices are AMX's too), and the AVX-512 the     \
+                          * rest of this file needs; no tile state from Linux */
+        s = ops_cpu_has_flag("amx_bf16") && ops_cpu_has_flag("amx_tile") &&
+                    ops_cpu_has_flag("avx512_bf16") && ops_cpu_has_flag("avx512bw") &&
                     ops_cpu_has_flag("avx512vl")
                 ? 1
                 : -1;
@@ -499,8 +502,15 @@ void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, co
     _tile_release();
 }
 
+static long panels_calls; /* ops_cpu_amx_gemm_panels_calls: tests see the tiles ran */
+
+long ops_cpu_amx_gemm_panels_calls(void) {
+    return __atomic_load_n(&panels_calls, __ATOMIC_RELAXED);
+}
+
 void ops_cpu_amx_gemm_panels(int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
                              size_t bp, float *C, size_t ldc, int acc) {
+    __atomic_fetch_add(&panels_calls, 1, __ATOMIC_RELAXED);
     ops_cpu_amx_tiles_configure();
     /* per 32 columns (half a panel: its B tiles, 2 k2 x 64 bytes, stay in L2), every 32 rows */
     for (int j0 = 0; j0 < N; j0 += 32) {

@@ -1050,12 +1050,16 @@ void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t 
     abort();
 }
 
-int ops_cpu_amx_lmhead_ce(float *dx, float *dw, const uint16_t *x16, const uint16_t *w16,
-                          const int32_t *targets, int N, int D, int V, float grad_scale,
-                          double *loss) {
-    (void)dx, (void)dw, (void)x16, (void)w16, (void)targets, (void)N, (void)D, (void)V;
-    (void)grad_scale, (void)loss;
+int ops_cpu_amx_lmhead_ce(float *dx, float *dw, int dw_acc, const uint16_t *x16,
+                          const uint16_t *w16, const int32_t *targets, int N, int D, int V,
+                          float grad_scale, double *loss) {
+    (void)dx, (void)dw, (void)dw_acc, (void)x16, (void)w16, (void)targets, (void)N, (void)D;
+    (void)V, (void)grad_scale, (void)loss;
     return -1;
+}
+
+long ops_cpu_amx_gemm_panels_calls(void) {
+    return 0;
 }
 #endif
 

@@ -227,7 +227,8 @@ int ops_cpu_attention_dpbf16_usable(void);
 int ops_cpu_amx_usable(void);
 /* AMX's tile instructions in C (amx_emulate.c), which amx_gemm.c calls in place of the
  * instructions in a build configured with -DTITAN_AMX_EMULATE=ON (for tests on CPUs without
- * AMX; there ops_cpu_amx_usable needs only AVX512_BF16, BW and VL): the Intel SDM's semantics,
+ * AMX; there ops_cpu_amx_usable needs AVX512_BF16, BW and VL, and AMX's flags in /proc/cpuinfo
+ * as scripts/cpu_sim.sh amx adds them, but no tile state from Linux): the Intel SDM's semantics,
  * per thread; a misuse the CPU would fault on (unconfigured or mismatched tiles) is a message
  * on stderr and abort(). */
 void ops_cpu_amx_emu_loadconfig(const void *config);
@@ -269,6 +270,9 @@ void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, co
  * k2 of 16; single-threaded, on the calling thread; one fixed-order sum per element. */
 void ops_cpu_amx_gemm_panels(int M, int N, int k2, const uint16_t *A, size_t lda, const uint16_t *B,
                              size_t bp, float *C, size_t ldc, int acc);
+/* how many ops_cpu_amx_gemm_panels calls this process made (0 in builds without the AMX
+ * kernel): tests check that grouped_mm's tiles really ran */
+long ops_cpu_amx_gemm_panels_calls(void);
 /* attention_gemm.c's row epilogues around those products (AVX-512; n a multiple of 16):
  * softmax_rows: for each row i of s [M, n] (query r0 + i, seeing keys 0 .. r0 + i), p16 = bf16
  * of exp(s * scale - the row's maximum), the unnormalised softmax (zero past the query), lse[i]
