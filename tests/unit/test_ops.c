@@ -1088,6 +1088,19 @@ static void test_gemm16_shapes(void) {
  * C 256, OC 96 (every product's K in 16-pair steps: tiles in all three, experts of 40 and 37
  * rows: 32 on tiles, the rest on vdpbf16ps, and one empty), then OC 112 (the forward's last 48
  * columns: 32 on tiles, 16 past them; dx's K of 56 pairs is not tiles'). */
+/* sum over i < n of bf16(a[i as]) bf16(b[i bs]) in double, and *mag the sum of the terms'
+ * magnitudes: an entry of a product of bf16-rounded operands, strides in elements */
+static double dot16(const float *a, size_t as, const float *b, size_t bs, int n, double *mag) {
+    double sum = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        const double p = (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(a[i * as])) *
+                         ops_cpu_bf16_value(ops_cpu_bf16_bits(b[i * bs]));
+        sum += p, m += fabs(p);
+    }
+    *mag = m;
+    return sum;
+}
+
 static void test_grouped_bf16_reference(void) {
     static const struct { int C, OC; } shp[] = {{256, 96}, {320, 112}};
     enum { E = 3, N = 77 };
@@ -1108,25 +1121,15 @@ static void test_grouped_bf16_reference(void) {
         long bad[3] = {0, 0, 0};
         for (int e = 0; e < E; e++) {
             const float *we = w + (size_t)e * OC * C;
+            const int n = offs[e + 1] - offs[e];
+            double mag, sum;
             for (int r = offs[e]; r < offs[e + 1]; r++) {
                 for (int j = 0; j < OC; j++) { /* out[r, j] = x[r] . W_e[j] */
-                    double sum = 0, mag = 0;
-                    for (int c = 0; c < C; c++) {
-                        const double p =
-                            (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(x[(size_t)r * C + c])) *
-                            ops_cpu_bf16_value(ops_cpu_bf16_bits(we[(size_t)j * C + c]));
-                        sum += p, mag += fabs(p);
-                    }
+                    sum = dot16(x + (size_t)r * C, 1, we + (size_t)j * C, 1, C, &mag);
                     bad[0] += !(fabs(o[(size_t)r * OC + j] - sum) <= C * 0x1p-24 * mag);
                 }
                 for (int c = 0; c < C; c++) { /* dx[r, c] += dy[r] . W_e[:, c] */
-                    double sum = 0, mag = 0;
-                    for (int j = 0; j < OC; j++) {
-                        const double p =
-                            (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(dy[(size_t)r * OC + j])) *
-                            ops_cpu_bf16_value(ops_cpu_bf16_bits(we[(size_t)j * C + c]));
-                        sum += p, mag += fabs(p);
-                    }
+                    sum = dot16(dy + (size_t)r * OC, 1, we + c, (size_t)C, OC, &mag);
                     const double d0 = dx0[(size_t)r * C + c];
                     bad[1] += !(fabs(dx[(size_t)r * C + c] - d0 - sum) <=
                                 (OC + 1) * 0x1p-24 * (mag + fabs(d0 + sum)));
@@ -1134,15 +1137,10 @@ static void test_grouped_bf16_reference(void) {
             }
             for (int j = 0; j < OC; j++) /* dW_e[j, c] = sum over the expert's rows dy x */
                 for (int c = 0; c < C; c++) {
-                    double sum = 0, mag = 0;
-                    for (int r = offs[e]; r < offs[e + 1]; r++) {
-                        const double p =
-                            (double)ops_cpu_bf16_value(ops_cpu_bf16_bits(dy[(size_t)r * OC + j])) *
-                            ops_cpu_bf16_value(ops_cpu_bf16_bits(x[(size_t)r * C + c]));
-                        sum += p, mag += fabs(p);
-                    }
+                    sum = dot16(dy + (size_t)offs[e] * OC + j, (size_t)OC,
+                                x + (size_t)offs[e] * C + c, (size_t)C, n, &mag);
                     const float got = dw[((size_t)e * OC + j) * C + c];
-                    bad[2] += !(fabs(got - sum) <= (offs[e + 1] - offs[e]) * 0x1p-24 * mag) ||
+                    bad[2] += !(fabs(got - sum) <= n * 0x1p-24 * mag) ||
                               (mag == 0 && got != 0); /* the empty expert: zeros */
                 }
         }

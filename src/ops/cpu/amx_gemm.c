@@ -94,22 +94,16 @@ int ops_cpu_amx_usable(void) {
     static int state; /* 0 unknown, 1 usable, -1 not */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (!s) {
-#ifdef TITAN_AMX_EMULATE /* the tiles emulated: AMX's flags as scripts/cpu_sim.sh amx adds them    \
-                          * (so that titan's other choices are AMX's too), and the AVX-512 the     \
-                          * rest of this file needs; no tile state from Linux */
+        /* the emulated build (-DTITAN_AMX_EMULATE=ON) takes AMX's flags as scripts/cpu_sim.sh
+         * amx adds them, so that titan's other choices are AMX's too, and needs no tile state */
         s = ops_cpu_has_flag("amx_bf16") && ops_cpu_has_flag("amx_tile") &&
                     ops_cpu_has_flag("avx512_bf16") && ops_cpu_has_flag("avx512bw") &&
                     ops_cpu_has_flag("avx512vl")
-                ? 1
-                : -1;
-#else
-        s = ops_cpu_has_flag("amx_bf16") && ops_cpu_has_flag("amx_tile") &&
-                    ops_cpu_has_flag("avx512_bf16") && ops_cpu_has_flag("avx512bw") &&
-                    ops_cpu_has_flag("avx512vl") &&
-                    syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
-                ? 1
-                : -1;
+#ifndef TITAN_AMX_EMULATE
+                    && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
 #endif
+                ? 1
+                : -1;
         __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     }
     return s > 0;

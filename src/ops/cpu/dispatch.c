@@ -138,7 +138,8 @@ int ops_cpu_grouped_dpbf16_usable(void) {
 #ifdef TITAN_HAVE_DPBF16
         v = sw != 0 && (ops_cpu_attention_dpbf16_usable() || (amx && isa() != &g_default));
 #else
-        v = 0 * amx;
+        (void)amx;
+        v = 0;
 #endif
         __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     }
