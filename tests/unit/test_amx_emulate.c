@@ -11,7 +11,8 @@
  *   2^-125 - 1.25 x 2^-125 is -0, not the denormal -2^-127;
  * - round to nearest even whatever MXCSR says, and MXCSR as it was after the instruction;
  * - TILELOADD and TILESTORED move the configured rows and bytes only, rows stride bytes apart;
- * - a 16 x 16 x 32 product of random bf16 values equal to the same sums computed here;
+ * - a 16 x 16 x 32 product of random bf16 values equal to the same sums computed here, and 400
+ *   products of random shapes and values (denormals, infinities, extremes; three MXCSR states);
  * - misuse faults as on the CPU: no configuration, mismatched shapes, a tile used twice, a tile
  *   given no shape, a bad configuration (each in a child process, which must die of SIGABRT
  *   saying why).
@@ -84,6 +85,48 @@ static float dot(float c0, int k, const uint16_t *a, const uint16_t *b) {
 static float one_pair(float c0, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
     const uint16_t a[2] = {a0, a1}, b[2] = {b0, b1};
     return dot(c0, 1, a, b);
+}
+
+/* a bf16 value of every kind TDPBF16PS meets: zeros and denormals (read as zero), infinities,
+ * a NaN, values near the top and the bottom of the normal range, and ordinary ones */
+static uint16_t odd_bf16(uint64_t *rng) {
+    const float u = check_uniform(rng);
+    const uint16_t r = (uint16_t)(((u + 1.0f) * 0.5f) * 65535.0f);
+    switch (r % 16) {
+    case 0:
+        return r & 0x807f; /* +-0 or a denormal */
+    case 1:
+        return (uint16_t)(0x7f80 | (r & 0x8000)); /* +-inf */
+    case 2:
+        return 0x7fc1; /* a NaN */
+    case 3:
+        return (uint16_t)(0x7f00 | (r & 0x807f)); /* near the largest */
+    case 4:
+        return (uint16_t)(0x0080 | (r & 0x807f)); /* near the smallest normal */
+    default:
+        return ops_cpu_bf16_bits(u);
+    }
+}
+
+/* want[m][n] += the SDM's sums for C[m, n] of A [m, 2k] and B [k, 2n] (bf16), each operation
+ * rounded to float to nearest even with DAZ and FTZ (MXCSR set here, restored after) */
+static __attribute__((noinline)) void sdm_sums(float want[16][16], uint16_t a[16][32],
+                                               uint16_t b[16][32], int M, int N, int K) {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr((csr & ~0x6000u) | 0x8040u);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            /* volatile: each value rounded to float where written */
+            volatile float e = 0.0f, o = 0.0f;
+            for (int k = 0; k < K; k++) {
+                e = fmaf(ops_cpu_bf16_value(a[m][2 * k]), ops_cpu_bf16_value(b[k][2 * n]), e);
+                o = fmaf(ops_cpu_bf16_value(a[m][2 * k + 1]), ops_cpu_bf16_value(b[k][2 * n + 1]),
+                         o);
+            }
+            volatile float t = e + o;
+            want[m][n] = want[m][n] + t;
+        }
+    _mm_setcsr(csr);
 }
 
 /* runs f in a child: it must die of SIGABRT with want in what it wrote to stderr */
@@ -200,39 +243,45 @@ int main(void) {
         CHECK(!wrong, "TILELOADD / TILESTORED of 3 rows x 8 bytes: %d values wrong", wrong);
     }
 
-    /* 16 x 16 x 32: every C element the SDM's fixed-order sum, computed here in float */
+    /* every C element the SDM's fixed-order sum, computed here in float: 16 x 16 x 32, then
+     * 400 random shapes with denormal, infinite and large operands under three MXCSR states
+     * (what a NaN input gives, its payload and sign, is not compared: the SDM does not fix it) */
     {
-        const cfg c = shapes(16, 16, 16);
         uint64_t rng = 0x243f6a8885a308d3u;
-        uint16_t a[16][32], b[16][32];
-        float cv[16][16], want[16][16];
-        for (int i = 0; i < 16; i++)
-            for (int j = 0; j < 32; j++) {
-                a[i][j] = ops_cpu_bf16_bits(check_uniform(&rng));
-                b[i][j] = ops_cpu_bf16_bits(check_uniform(&rng));
-            }
-        for (int i = 0; i < 16; i++)
-            for (int j = 0; j < 16; j++) want[i][j] = cv[i][j] = check_uniform(&rng);
-        for (int m = 0; m < 16; m++)
-            for (int n = 0; n < 16; n++) {
-                /* volatile: each value rounded to float where written */
-                volatile float e = 0.0f, o = 0.0f;
-                for (int k = 0; k < 16; k++) {
-                    e = fmaf(ops_cpu_bf16_value(a[m][2 * k]), ops_cpu_bf16_value(b[k][2 * n]), e);
-                    o = fmaf(ops_cpu_bf16_value(a[m][2 * k + 1]),
-                             ops_cpu_bf16_value(b[k][2 * n + 1]), o);
+        const unsigned csrs[3] = {csr, (csr & ~0x6000u) | 0x2000u, csr | 0x8040u};
+        long wrong = 0, total = 0;
+        for (int it = 0; it < 401; it++) {
+            const int m = it ? 1 + (int)(check_uniform(&rng) * 8 + 8) % 16 : 16,
+                      n = it ? 1 + (int)(check_uniform(&rng) * 8 + 8) % 16 : 16,
+                      k = it ? 1 + (int)(check_uniform(&rng) * 8 + 8) % 16 : 16;
+            uint16_t a[16][32], b[16][32];
+            float cv[16][16], want[16][16];
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 32; j++) {
+                    a[i][j] = it ? odd_bf16(&rng) : ops_cpu_bf16_bits(check_uniform(&rng));
+                    b[i][j] = it ? odd_bf16(&rng) : ops_cpu_bf16_bits(check_uniform(&rng));
                 }
-                volatile float t = e + o;
-                want[m][n] = want[m][n] + t;
-            }
-        ops_cpu_amx_emu_loadconfig(&c);
-        ops_cpu_amx_emu_loadd(0, cv, 64);
-        ops_cpu_amx_emu_loadd(1, a, 64);
-        ops_cpu_amx_emu_loadd(2, b, 64);
-        ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
-        ops_cpu_amx_emu_stored(0, cv, 64);
-        ops_cpu_amx_emu_release();
-        CHECK(!memcmp(cv, want, sizeof cv), "16 x 16 x 32: not the SDM's sums");
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++)
+                    want[i][j] = cv[i][j] = check_uniform(&rng) * (it % 5 ? 1.0f : 0x1p-120f);
+            sdm_sums(want, a, b, m, n, k);
+            const cfg c = shapes(m, n, k);
+            _mm_setcsr(csrs[it % 3]);
+            ops_cpu_amx_emu_loadconfig(&c);
+            ops_cpu_amx_emu_loadd(0, cv, 64);
+            ops_cpu_amx_emu_loadd(1, a, 64);
+            ops_cpu_amx_emu_loadd(2, b, 64);
+            ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
+            ops_cpu_amx_emu_stored(0, cv, 64);
+            ops_cpu_amx_emu_release();
+            _mm_setcsr(csr);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++, total++)
+                    wrong += bits(cv[i][j]) != bits(want[i][j]) &&
+                             !(isnan(cv[i][j]) && isnan(want[i][j]));
+            if (!it) CHECK(!wrong, "16 x 16 x 32: not the SDM's sums");
+        }
+        CHECK(!wrong, "random shapes and values: %ld of %ld sums not the SDM's", wrong, total);
     }
 
     faults(unconfigured, "TILEZERO (tile 0): tiles not configured", "a tile without LDTILECFG");

@@ -29,13 +29,12 @@
  * sums in double with tolerances, not bit for bit.
  *
  * The tile state is per thread, as the registers are (each OpenMP thread configures its own).
- * This file is compiled with -ffp-contract=off, so that only the fmaf calls fuse. */
-#include <math.h>
+ * This file is compiled with -ffp-contract=off, so that only the explicit FMAs fuse. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xmmintrin.h>
+#include <immintrin.h>
 
 #include "ops/cpu/cpu.h"
 
@@ -114,42 +113,35 @@ void ops_cpu_amx_emu_zero(int t) {
     memset(st.t[t], 0, sizeof st.t[t]);
 }
 
-static float bf16_f32(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* TDPBF16PS's sums, rows [0, M) of tile c (the SDM's: even and odd products gathered apart by
- * fused multiply-adds, their sum added to C once; MXCSR set by the caller) */
-static __attribute__((noinline)) void dp_rows(int c, int a, int b, int M, int N, int K) {
-    float bv[ROWS][2][COLSB / 4], ev[COLSB / 4], od[COLSB / 4], cv[COLSB / 4];
-    for (int k = 0; k < K; k++)
-        for (int n = 0; n < N; n++) {
-            uint16_t h[2];
-            memcpy(h, &st.t[b][k][4 * n], 4);
-            bv[k][0][n] = bf16_f32(h[0]);
-            bv[k][1][n] = bf16_f32(h[1]);
-        }
+ * fused multiply-adds, their sum added to C once; MXCSR set by the caller). C's 16 columns are
+ * the 16 lanes of a vector: each lane does the scalar sequence above in the same order, so the
+ * results are those of scalar fmaf (16x fewer instructions: test-amx-emulated runs the AMX
+ * training tests in CI). bf16 -> fp32 is exact (the bits moved up by 16); the vector FMAs and
+ * adds read MXCSR (DAZ, FTZ, nearest even) as the scalar ones do. Its own target: the file is
+ * also built plain (bench_amx_peak), where a CPU with AMX has AVX-512. */
+static __attribute__((noinline, target("avx512f"))) void dp_rows(int c, int a, int b, int M, int N,
+                                                                 int K) {
+    const __mmask16 cols = (__mmask16)((1u << N) - 1);
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 be[ROWS], bo[ROWS]; /* B's row k: the even and the odd bf16 of each column */
+    for (int k = 0; k < K; k++) {
+        const __m512i w = _mm512_load_si512(st.t[b][k]);
+        be[k] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        bo[k] = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
+    }
     for (int m = 0; m < M; m++) {
-        for (int n = 0; n < N; n++) ev[n] = od[n] = 0.0f;
+        __m512 ev = _mm512_setzero_ps(), od = _mm512_setzero_ps();
         for (int k = 0; k < K; k++) {
-            uint16_t h[2];
-            memcpy(h, &st.t[a][m][4 * k], 4);
-            const float a0 = bf16_f32(h[0]), a1 = bf16_f32(h[1]);
-            for (int n = 0; n < N; n++) {
-                ev[n] = fmaf(a0, bv[k][0][n], ev[n]);
-                od[n] = fmaf(a1, bv[k][1][n], od[n]);
-            }
+            uint32_t w;
+            memcpy(&w, &st.t[a][m][4 * k], 4);
+            ev = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_set1_epi32((int)(w << 16))), be[k], ev);
+            od = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_set1_epi32((int)(w & 0xffff0000u))),
+                                 bo[k], od);
         }
-        memcpy(cv, st.t[c][m], (size_t)N * 4);
-        for (int n = 0; n < N; n++) {
-            const float t = ev[n] + od[n];
-            cv[n] = cv[n] + t;
-        }
-        memset(st.t[c][m], 0, COLSB);
-        memcpy(st.t[c][m], cv, (size_t)N * 4);
+        const __m512 cv = _mm512_load_ps(st.t[c][m]);
+        /* columns past N: zero, as the tile's bytes past colsb */
+        _mm512_store_ps(st.t[c][m], _mm512_maskz_add_ps(cols, cv, _mm512_add_ps(ev, od)));
     }
 }
 
