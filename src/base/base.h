@@ -36,6 +36,10 @@ void *base_alloc(size_t bytes);
  * (a checkpoint load): the fill is a pass over the memory that faults every page in. */
 void *base_alloc_uninit(size_t bytes);
 void base_free(void *p);
+/* Returns the pages wholly inside [p, p + bytes) to the system (madvise MADV_DONTNEED): of an
+ * anonymous mapping they read as zeros afterwards, of a file mapping as the file again. The
+ * partial pages at either end are left as they are (a neighbour may live there). */
+void base_release_pages(void *p, size_t bytes);
 
 /* Seconds on a monotonic clock. */
 double base_now(void);

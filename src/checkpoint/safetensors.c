@@ -558,10 +558,7 @@ const float *ckpt_tensor_f32(const ckpt_tensor *t) {
 void ckpt_tensor_release(const ckpt_file *f, const ckpt_tensor *t) {
     if (!f->mapped || t->nbytes == 0) return;
     /* only the pages wholly inside the tensor: neighbours may still be wanted */
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t b = ((uintptr_t)t->data + page - 1) & ~(page - 1);
-    uintptr_t e = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
-    if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
+    base_release_pages((void *)t->data, t->nbytes);
 }
 
 /* n bf16 (bf16 != 0) or f16 values at p (any alignment) to fp32, 8 at a time where the

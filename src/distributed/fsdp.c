@@ -356,7 +356,7 @@ static void drop(const dist_fsdp *f, float *base, size_t off, size_t n, int zero
         memset(lo, 0, (size_t)(a - lo));
         memset(b, 0, (size_t)(hi - b));
     }
-    madvise(a, (size_t)(b - a), MADV_DONTNEED);
+    base_release_pages(a, (size_t)(b - a));
 }
 
 static int in_flight(const dist_fsdp *f, int u) {

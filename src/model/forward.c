@@ -18,8 +18,6 @@
  * silu(gate)*up and the backward scratch). */
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "model/internal.h"
 
@@ -619,11 +617,8 @@ static void bf16_sync(const model *m, int u, int given) {
 static void bf16_release(const model *m, int u) {
     if (!m->w16 || !m->w16_transient || !m->w16_fresh[u]) return;
     m->w16_fresh[u] = 0;
-    const size_t es = ops_bf16_mirror_bytes(1), page = (size_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t lo = (uintptr_t)((char *)m->w16 + m->units[u].offset * es),
-                    hi = lo + m->units[u].numel * es, a = (lo + page - 1) & ~(uintptr_t)(page - 1),
-                    b = hi & ~(uintptr_t)(page - 1);
-    if (a < b) madvise((void *)a, b - a, MADV_DONTNEED);
+    const size_t es = ops_bf16_mirror_bytes(1);
+    base_release_pages((char *)m->w16 + m->units[u].offset * es, m->units[u].numel * es);
 }
 
 void model_bf16_sync_all(const model *m) {
