@@ -183,6 +183,7 @@ static int cf_norm(const ops_table *x, const ops_table *y, const ops_ctx *c, uin
     cf_nan(dw1, (size_t)C), cf_nan(dw2, (size_t)C);
     bx(dx1, dw1, dy, h1, w, r1, N, C, 0);
     by(dx2, dw2, dy, h2, w, r2, N, C, 0);
+    cf_cmp(r, fused ? "dh, dw written" : "dinp, dw written", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)C, 1e-4);
     CF_FREE(h1, h2, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2, b);
     return 0;
@@ -217,6 +218,7 @@ static int cf_matmul(const ops_table *x, const ops_table *y, const ops_ctx *c, u
     cf_nan(dw1, (size_t)OC * C), cf_nan(dw2, (size_t)OC * C);
     x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 0);
     y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 0);
+    cf_cmp(r, "dinp, dw written", dx1, dx2, (size_t)N * C, 1e-5);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)OC * C, 1e-5);
     CF_FREE(in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
     return 0;
@@ -345,6 +347,7 @@ static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c
     cf_nan(dw1, (size_t)V * D), cf_nan(dw2, (size_t)V * D);
     x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 0);
     y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, NULL, NULL, 0);
+    cf_cmp(r, "dx, dw written", dx1, dx2, (size_t)N * D, 1e-4);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)V * D, 1e-4);
     l1 = (float)x->lmhead_ce(NULL, NULL, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 1);
     cf_cmp(r, "loss (no grad)", &l1, &l2, 1, 1e-5);
@@ -353,6 +356,7 @@ static int cf_lmhead_ce(const ops_table *x, const ops_table *y, const ops_ctx *c
     cf_nan(dw1, (size_t)V * D), cf_nan(dw2, (size_t)V * D);
     x->lmhead_ce(dx1, dw1, in, w, tg, N, D, V, gs, sc, chunk, NULL, NULL, 0);
     y->lmhead_ce(dx2, dw2, in, w, tg, N, D, V, gs, sc2, chunk, NULL, NULL, 0);
+    cf_cmp(r, "dx, dw written, no target", dx1, dx2, (size_t)N * D, 1e-4);
     cf_cmp(r, "dw written, no target", dw1, dw2, (size_t)V * D, 1e-4);
     CF_FREE(tg, in, w, sc, sc2, dx1, dx2, dw1, dw2);
     return 0;
@@ -413,6 +417,7 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     cf_nan(dw1, (size_t)E * OC * C), cf_nan(dw2, (size_t)E * OC * C);
     x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 0);
     y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 0);
+    cf_cmp(r, "dinp, dw written", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)E * OC * C, 1e-5);
     CF_FREE(offs, in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
     return 0;
