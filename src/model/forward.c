@@ -562,9 +562,10 @@ void model_weights_changed(model *m) {
     if (m->w16_fresh) memset(m->w16_fresh, 0, (size_t)m->n_units);
 }
 
-void model_bf16_copy_current(model *m) {
-    if (m->w16 && !m->w16_transient && m->w16_base == m->w)
-        memset(m->w16_fresh, 1, (size_t)m->n_units);
+int model_bf16_copy_current(model *m) {
+    if (!m->w16 || m->w16_transient || m->w16_base != m->w) return 0;
+    memset(m->w16_fresh, 1, (size_t)m->n_units);
+    return 1;
 }
 
 /* bf16: makes unit u's copy in w16 current (its parameters are in w now: after the hook),

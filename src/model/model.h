@@ -408,8 +408,10 @@ void model_weights_changed(model *m);
  * model_param_in_bf16_copy's parameters hold, from the new values (the optimizer,
  * optim_bf16_copy): every unit's copy is current, none is remade. Only for a copy that is not
  * transient (FSDP-sharded units remake theirs after each gather); no-op before the copy has
- * served a step (the GEMMs find it through a registration made on its first use). */
-void model_bf16_copy_current(model *m);
+ * served a step (the GEMMs find it through a registration made on its first use). Returns 1
+ * where it marked the copy current, 0 where it did nothing (the caller must then say the
+ * weights changed before the next use, model_weights_changed). */
+int model_bf16_copy_current(model *m);
 
 /* ---- MoE load balancing and statistics (model/moe.c) --------------------------------- */
 /* torchtitan's expert-bias update, once per optimizer step, before AdamW: per block l,

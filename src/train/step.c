@@ -204,10 +204,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     if (m->balance == MODEL_BALANCE_BIAS) model_moe_update_bias(m, NULL);
     const double t_opt = base_now();
     optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr, &j->c16); /* n 0: no copy */
-    if (j->c16.n) {
-        model_bf16_copy_current(m);
-        j->w16_current = 1;
-    }
+    /* (0 where the copy has no registration the GEMMs find it by: the next step remakes it) */
+    if (j->c16.n) j->w16_current = model_bf16_copy_current(m);
     train_prof_phase("optimizer step", t_opt);
     const double dt = base_now() - t0, comm = dist_comm_seconds() - comm0;
     dist_fsdp_get_stats(f, &st1);
