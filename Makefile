@@ -45,7 +45,7 @@ test-cpu-classes: build
 # there (the emulated tiles cost it ~7% over the native suite's time on Zen 4).
 # Skipped on a CPU with AMX (there `make test` runs them on the tiles) or without AVX512_BF16
 # (nothing can run them), and without root. docs/testing.md.
-test-amx-emulated: deps-build
+test-amx-emulated: deps
 	@if grep -qw amx_bf16 /proc/cpuinfo || ! grep -qw avx512_bf16 /proc/cpuinfo || ! scripts/cpu_sim.sh --check; then \
 	  echo "test-amx-emulated: skipped (needs AVX512_BF16 without AMX, root, unshare -m and a bind mount)"; exit 0; fi; \
 	log=$(BUILD)-amx-emulated/cpu_sim_amx.log; \

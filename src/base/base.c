@@ -118,8 +118,7 @@ void base_free(void *p) {
 }
 
 void base_release_pages(void *p, size_t bytes) {
-    static uintptr_t page;
-    if (!page) page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1),
                     b = ((uintptr_t)p + bytes) & ~(page - 1);
     if (a < b) madvise((void *)a, b - a, MADV_DONTNEED);
