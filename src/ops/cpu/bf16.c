@@ -989,7 +989,10 @@ const char *ops_bf16_attention(void) {
 
 const char *ops_bf16_grouped_mm(void) {
     if (engine() != ENGINE_ONEDNN) return "emulated";
-    if (!ops_cpu_grouped_dpbf16_usable()) return "oneDNN";
+    /* one product per expert: titan's AMX GEMM takes them (fp32 results, top level) where it
+     * is on, oneDNN elsewhere */
+    if (!ops_cpu_grouped_dpbf16_usable())
+        return strcmp(ops_bf16_amx_gemm(), "none") ? "titan's AMX GEMM per expert" : "oneDNN";
     return ops_cpu_bf16_grouped_amx() ? "AMX tiles and AVX512_BF16" : "AVX512_BF16";
 }
 
