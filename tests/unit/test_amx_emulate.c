@@ -69,16 +69,23 @@ static uint32_t bits(float f) {
 
 /* C[0][0] after one TDPBF16PS of 1 row x 1 column x k pairs (a, b: 2 k bf16 each, pair p at
  * 2 p): c0 + the pairs' products */
-static float dot(float c0, int k, const uint16_t *a, const uint16_t *b) {
-    const cfg c = shapes(1, 1, k);
+/* one TDPBF16PS of shapes(m, n, k) on emulated tiles: C (rows cs bytes apart, updated in
+ * place) += A (as bytes) B (bs bytes) */
+static void tdp(int m, int n, int k, float *cv, long cs, const void *a, long as, const void *b,
+                long bs) {
+    const cfg c = shapes(m, n, k);
     ops_cpu_amx_emu_loadconfig(&c);
-    float cv = c0;
-    ops_cpu_amx_emu_loadd(0, &cv, 4);
-    ops_cpu_amx_emu_loadd(1, a, 4 * k);
-    ops_cpu_amx_emu_loadd(2, b, 4); /* B's rows: one pair each */
+    ops_cpu_amx_emu_loadd(0, cv, cs);
+    ops_cpu_amx_emu_loadd(1, a, as);
+    ops_cpu_amx_emu_loadd(2, b, bs);
     ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
-    ops_cpu_amx_emu_stored(0, &cv, 4);
+    ops_cpu_amx_emu_stored(0, cv, cs);
     ops_cpu_amx_emu_release();
+}
+
+static float dot(float c0, int k, const uint16_t *a, const uint16_t *b) {
+    float cv = c0;
+    tdp(1, 1, k, &cv, 4, a, 4 * k, b, 4); /* B's rows: one pair each */
     return cv;
 }
 
@@ -265,15 +272,8 @@ int main(void) {
                 for (int j = 0; j < 16; j++)
                     want[i][j] = cv[i][j] = check_uniform(&rng) * (it % 5 ? 1.0f : 0x1p-120f);
             sdm_sums(want, a, b, m, n, k);
-            const cfg c = shapes(m, n, k);
             _mm_setcsr(csrs[it % 3]);
-            ops_cpu_amx_emu_loadconfig(&c);
-            ops_cpu_amx_emu_loadd(0, cv, 64);
-            ops_cpu_amx_emu_loadd(1, a, 64);
-            ops_cpu_amx_emu_loadd(2, b, 64);
-            ops_cpu_amx_emu_dpbf16ps(0, 1, 2);
-            ops_cpu_amx_emu_stored(0, cv, 64);
-            ops_cpu_amx_emu_release();
+            tdp(m, n, k, &cv[0][0], 64, a, 64, b, 64);
             _mm_setcsr(csr);
             for (int i = 0; i < m; i++)
                 for (int j = 0; j < n; j++, total++)
