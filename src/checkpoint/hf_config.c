@@ -110,6 +110,18 @@ static int get_rope(cfg *c, double *theta) {
             free(txt);
             return -1;
         }
+        if (!type) { /* transformers cannot build such a model: no scaling function named */
+            const char *k;
+            json_t *v;
+            json_object_foreach(d, k, v) {
+                if (strcmp(k, "rope_theta"))
+                    return base_fail(c->err,
+                                     "%s: field '%s' has '%s' but no 'rope_type' (or 'type'): "
+                                     "which RoPE scaling is meant is not said (titan implements "
+                                     "the default RoPE only)",
+                                     c->path, name, k);
+            }
+        }
         json_t *th = json_object_get(d, "rope_theta");
         if (th && json_is_null(th))
             return base_fail(c->err, "%s: field '%s.rope_theta' is null", c->path, name);
@@ -204,6 +216,15 @@ static int parse(cfg *c, model_args *a) {
     if (get_int(c, "num_key_value_heads", 0, 1, &a->n_kv_heads)) return -1;
     if (a->n_kv_heads == 0) a->n_kv_heads = a->n_heads;
     if (!(a->norm_eps > 0)) return base_fail(c->err, "%s: rms_norm_eps must be positive", path);
+    /* HF's _init_weights draws N(0, initializer_range); titan's init is model.init_weights */
+    double init_range = 0.02;
+    if (get_num(c, c->root, "initializer_range", &init_range)) return -1;
+    if (init_range != 0.02)
+        base_log(BASE_LOG_WARN,
+                 "%s: initializer_range = %g is not read: a model built from this file without "
+                 "loading weights starts from model.init_weights (\"normal\": N(0, 0.02)), and "
+                 "an export writes 0.02",
+                 path, init_range);
 
     /* settings that would change the math */
     if (refuse_unless(c, "hidden_act", json_string("silu"), "titan's FFN is SwiGLU (silu)") ||
@@ -257,6 +278,16 @@ static int parse(cfg *c, model_args *a) {
             get_bool(c, "norm_topk_prob", &a->norm_topk_prob) ||
             get_num(c, c->root, "router_aux_loss_coef", &a->router_aux_loss_coef))
             return -1;
+        /* HF's training adds coef x the load-balancing loss where this is true; titan's
+         * training has its own switch */
+        int orl = 0;
+        if (get_bool(c, "output_router_logits", &orl)) return -1;
+        if (orl)
+            base_log(BASE_LOG_WARN,
+                     "%s: output_router_logits = true: Hugging Face's training adds "
+                     "router_aux_loss_coef (%g) x the load-balancing loss to the loss; titan's "
+                     "does only with [model] moe_load_balance = \"aux_loss\"",
+                     path, a->router_aux_loss_coef);
         if (refuse_unless(c, "decoder_sparse_step", json_integer(1),
                           "titan's MoE models have an MoE in every block") ||
             refuse_unless(c, "mlp_only_layers", json_array(),

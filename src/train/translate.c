@@ -568,6 +568,13 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     if (c->model.router_aux_loss_coef.set && o->moe_balance != MODEL_BALANCE_AUX_LOSS)
         base_log(BASE_LOG_WARN, "model.router_aux_loss_coef has no effect: model.moe_load_balance "
                                 "is not \"aux_loss\"");
+    /* torchtitan turns expert-bias balancing on by setting load_balance_coeff; titan by the
+     * mode, so a rate set alone would port that setting as nothing */
+    if (c->origin[find_field("model", "moe_bias_update_rate")].where &&
+        o->moe_balance != MODEL_BALANCE_BIAS)
+        base_log(BASE_LOG_WARN, "model.moe_bias_update_rate has no effect: model.moe_load_balance "
+                                "is not \"bias\" (torchtitan's load_balance_coeff turns the "
+                                "expert bias on; here moe_load_balance = \"bias\" does)");
     o->moe_force_balance = c->debug.moe_force_load_balance;
     o->loss_parallel_off = c->parallelism.disable_loss_parallel;
     o->log_freq = (int)c->metrics.log_freq;

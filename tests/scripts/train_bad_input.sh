@@ -89,6 +89,23 @@ warned "selective AC that checkpoints no block" "checkpoints no block of 1" \
 warned "top_k on a dense model" "top_k / moe_inter_dim have no effect" --set top_k=2
 warned "aux-loss weight without the aux loss" "router_aux_loss_coef has no effect" \
   --model.router_aux_loss_coef 0.1
+warned "bias rate without the expert bias" "moe_bias_update_rate has no effect" \
+  --model.moe_bias_update_rate 0.01
+# a config.json's fields titan does not read, each warned about where they would matter: HF's
+# switch for the aux loss, the init's standard deviation
+moe_json='"architectures":["Qwen3MoeForCausalLM"],"hidden_size":64,"num_hidden_layers":1,
+"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"intermediate_size":96,
+"vocab_size":128,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":32'
+printf '{%s,"output_router_logits":true,"initializer_range":0.5}\n' "$moe_json" > "$out/orl.json"
+"$titan" inspect "$out/orl.json" > "$out/o" 2> "$out/e" || { echo "FAIL inspect orl.json"; cat "$out/e"; fail=1; }
+for re in "output_router_logits = true: Hugging Face's training adds router_aux_loss_coef" \
+          "initializer_range = 0.5 is not read"; do
+  if grep -qE "^\[titan warn\] .*$re" "$out/e"; then echo "ok   config.json: $re"
+  else echo "FAIL config.json warning '$re':"; cat "$out/e"; fail=1; fi
+done
+printf '{%s,"output_router_logits":false,"initializer_range":0.02}\n' "$moe_json" > "$out/orl0.json"
+"$titan" inspect "$out/orl0.json" > "$out/o" 2> "$out/e" && ! grep -q "warn" "$out/e" ||
+  { echo "FAIL: config.json defaults warned about"; cat "$out/e"; fail=1; }
 # the memory knob in bytes: anything else was ignored without a word
 TITAN_MEM_AVAILABLE=64GiB warned "TITAN_MEM_AVAILABLE not in bytes" \
   "TITAN_MEM_AVAILABLE='64GiB' is not a byte count"

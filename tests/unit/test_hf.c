@@ -149,6 +149,20 @@ static void test_configs(void) {
     bad_config("rope_scaling yarn",
                "{" BASE_CFG ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}",
                "rope_scaling");
+    bad_config("rope_scaling without a type", "{" BASE_CFG ",\"rope_scaling\":{\"factor\":4.0}}",
+               "no 'rope_type'");
+    bad_config("rope_parameters without a type",
+               "{" BASE_CFG ",\"rope_parameters\":{\"rope_theta\":5000.0,\"factor\":2}}",
+               "'factor' but no 'rope_type'");
+    bad_config("initializer_range not a number", "{" BASE_CFG ",\"initializer_range\":\"0.02\"}",
+               "'initializer_range'");
+    bad_config(
+        "output_router_logits not a bool",
+        "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":64,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"intermediate_size\":96,\"vocab_size\":128,\"num_experts\":4,\"num_experts_per_tok\":2,"
+        "\"moe_intermediate_size\":32,\"output_router_logits\":1}",
+        "output_router_logits");
     bad_config("rope_type linear",
                "{" BASE_CFG ",\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2}}",
                "rope_type");
