@@ -120,6 +120,12 @@ add_test(NAME train_finetune
           ${TITAN_PYTHON})
 set_tests_properties(train_finetune PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
+# Saved activations in the gradients' pages (one rank, one microbatch): bitwise the run
+# without (dense / MoE, bf16 / fp32, tied / untied, AC full / selective, validation); plan.
+add_test(NAME train_acts_in_grads
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/acts_in_grads.sh $<TARGET_FILE:titan>)
+set_tests_properties(train_acts_in_grads PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+
 # bf16 mixed precision: close to fp32, deterministic, exact resume, MoE, refusals.
 add_test(NAME train_bf16
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/train_bf16.sh $<TARGET_FILE:titan> ${TITAN_SHARED})

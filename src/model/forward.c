@@ -58,12 +58,35 @@ struct model_acts {
 typedef struct {
     float *base;
     size_t used;
+    size_t cap; /* floats, for a room of fixed size (carve_in); the activation buffer's grows */
 } carver;
 
 static float *carve(carver *c, size_t n) {
     float *p = c->base ? c->base + c->used : NULL;
     c->used += (n + 15) / 16 * 16; /* keep every buffer 64-byte aligned */
     return p;
+}
+
+/* n floats from room g (a gradient's pages, acts_in_grads) while it has them, else from c */
+static float *carve_in(carver *c, carver *g, size_t n) {
+    if (g && g->used + (n + 15) / 16 * 16 <= g->cap) return carve(g, n);
+    return carve(c, n);
+}
+
+/* The room for block l's saved activations in the gradient written after its backward: unit
+ * l's (block l-1's, or for block 0 an untied embedding's, whose gradient embedding_bwd writes
+ * last; a tied one's lmhead_ce writes first), from its first 64-byte line. Empty without
+ * acts_in_grads; base NULL for a sizing pass (real 0), which places every buffer as the real
+ * one does. */
+static carver grads_room(const model *m, int l, int real) {
+    carver r = {NULL, 0, 0};
+    if (!m->acts_in_grads || !m->units || (l == 0 && m->args.tie_embeddings)) return r;
+    const model_unit *u = &m->units[l];
+    const size_t first = (u->offset + 15) / 16 * 16, end = u->offset + u->numel;
+    if (end <= first) return r;
+    r.cap = end - first;
+    if (real) r.base = m->g + first;
+    return r;
 }
 
 /* Floats of one FFN activation: [N,F] dense, [R,Fe] for an MoE (R = N*top_k routed rows);
@@ -106,33 +129,33 @@ static float *act16_f32(layer_acts *la, model_act16 s) {
  * checkpointed block keeps x only; the scratch they share holds the rest). store16 (bf16
  * training, a block that is not checkpointed): the model_act16 tensors get bf16 stores
  * instead, and work in the shared scratch's fp32 buffers (pointed at by carve_all). */
-static void carve_layer(carver *c, layer_acts *la, const model_args *a, size_t N, size_t n, int B,
-                        int T, int with_x, int with_rest, int store16) {
+static void carve_layer(carver *c, carver *g, layer_acts *la, const model_args *a, size_t N,
+                        size_t n, int B, int T, int with_x, int with_rest, int store16) {
     const size_t D = a->dim;
-    la->x = with_x ? carve(c, n * D) : NULL;
+    la->x = with_x ? carve_in(c, g, n * D) : NULL;
     for (int s = 0; s < MODEL_ACT16_N; s++) la->b16[s] = NULL, la->n16[s] = 0;
     if (!with_rest) return;
-    la->xm = carve(c, n * D);
+    la->xm = carve_in(c, g, n * D);
     if (store16) {
         for (int s = 0; s < MODEL_ACT16_N; s++) {
             const size_t e = act16_elems(a, N, (model_act16)s);
-            la->b16[s] = e ? (uint16_t *)carve(c, (e + 1) / 2) : NULL;
+            la->b16[s] = e ? (uint16_t *)carve_in(c, g, (e + 1) / 2) : NULL;
         }
     } else {
-        la->qp = carve(c, act16_elems(a, N, MODEL_ACT16_QP));
-        la->kp = carve(c, act16_elems(a, N, MODEL_ACT16_KP));
-        la->v = carve(c, act16_elems(a, N, MODEL_ACT16_V));
-        la->o = carve(c, act16_elems(a, N, MODEL_ACT16_O));
-        la->gate = carve(c, act16_elems(a, N, MODEL_ACT16_GATE));
-        la->up = carve(c, act16_elems(a, N, MODEL_ACT16_UP));
+        la->qp = carve_in(c, g, act16_elems(a, N, MODEL_ACT16_QP));
+        la->kp = carve_in(c, g, act16_elems(a, N, MODEL_ACT16_KP));
+        la->v = carve_in(c, g, act16_elems(a, N, MODEL_ACT16_V));
+        la->o = carve_in(c, g, act16_elems(a, N, MODEL_ACT16_O));
+        la->gate = carve_in(c, g, act16_elems(a, N, MODEL_ACT16_GATE));
+        la->up = carve_in(c, g, act16_elems(a, N, MODEL_ACT16_UP));
     }
-    la->lse = carve(c, (size_t)B * a->n_heads * T);
-    la->rstd1 = carve(c, n);
-    la->rstd2 = carve(c, n);
-    la->q_rstd = carve(c, N * a->n_heads);
-    la->k_rstd = carve(c, N * a->n_kv_heads);
+    la->lse = carve_in(c, g, (size_t)B * a->n_heads * T);
+    la->rstd1 = carve_in(c, g, n);
+    la->rstd2 = carve_in(c, g, n);
+    la->q_rstd = carve_in(c, g, N * a->n_heads);
+    la->k_rstd = carve_in(c, g, N * a->n_kv_heads);
     if (a->n_experts > 0) {
-        float *p = carve(c, model_moe_saved_floats(a, N, !store16));
+        float *p = carve_in(c, g, model_moe_saved_floats(a, N, !store16));
         if (p) model_moe_carve(a, N, p, &la->moe, !store16);
     }
 }
@@ -186,10 +209,11 @@ static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) 
     const size_t n = N / (size_t)m->tp.size;
     for (int l = 0; l < L; l++) {
         layer_acts tmp, *la = A->layers ? &A->layers[l] : &tmp;
-        carve_layer(c, la, a, N, n, B, T, 1, !shares_scratch(m, l, with_grads), stores16(m, l));
+        carver g = grads_room(m, l, c->base != NULL);
+        carve_layer(c, &g, la, a, N, n, B, T, 1, !shares_scratch(m, l, with_grads), stores16(m, l));
     }
     if (model_ac_blocks(m->ac, m->ac_every, L) > 0 || model_block16(m, NULL) || !with_grads)
-        carve_layer(c, &A->scratch, a, N, n, B, T, 0, 1, 0);
+        carve_layer(c, NULL, &A->scratch, a, N, n, B, T, 0, 1, 0);
     A->xf = carve(c, n * D);
     A->xn = carve(c, n * D);
     A->rstd_f = carve(c, n);
@@ -309,10 +333,15 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     m.full_args = *a;
     m.loss_parallel_off = o->loss_parallel_off && m.tp.size > 1;
     m.ce_chunk = ce_chunk_for(a, o);
+    /* the gradients' units, for the rooms grads_room finds there */
+    m.acts_in_grads = o->acts_in_grads && o->with_grads;
+    if (m.acts_in_grads && model_layout(&m, &e)) return 0;
     model_acts A;
     memset(&A, 0, sizeof A);
-    carver sz = {NULL, 0};
+    carver sz = {NULL, 0, 0};
     carve_all(&sz, &A, &m, o->with_grads);
+    base_free(m.params);
+    base_free(m.units);
     return sz.used * sizeof(float);
 }
 
@@ -346,7 +375,7 @@ static int alloc_acts(model *m, const model_build_opts *o, base_err *err) {
     model_acts *A = base_alloc(sizeof *A);
     if (!A) return base_fail(err, "out of memory");
     m->acts = A;
-    carver sz = {NULL, 0};
+    carver sz = {NULL, 0, 0};
     carve_all(&sz, A, m, o->with_grads);
     A->layers = base_alloc(sizeof(layer_acts) * (size_t)a->n_layers);
     A->mem = base_alloc(sz.used * sizeof(float));
@@ -354,7 +383,7 @@ static int alloc_acts(model *m, const model_build_opts *o, base_err *err) {
         return base_fail(err, "out of memory: activations need %.2f GiB",
                          (double)sz.used * 4 / (1 << 30));
     A->mem_floats = sz.used;
-    carver real = {A->mem, 0};
+    carver real = {A->mem, 0, 0};
     carve_all(&real, A, m, o->with_grads);
     for (int l = 0; l < a->n_layers; l++) {
         layer_acts *la = &A->layers[l];
@@ -457,6 +486,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     if (o->with_grads && !m->external) {
         m->g = base_alloc(m->n_floats * sizeof(float));
         if (!m->g) return base_fail(err, "out of memory: %zu gradients", m->n_floats);
+        m->acts_in_grads = o->acts_in_grads;
     }
     if (a->n_experts > 0) {
         const size_t LE = (size_t)a->n_layers * a->n_experts;
@@ -956,6 +986,10 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     const int N = m->batch * m->seq_len, L = a->n_layers, D = a->dim, n = N / m->tp.size;
     const ops_table *th = &m->ops[L + 1];
     const int backward = m->g != NULL && grad_scale != 0.0f;
+    if (backward && m->acts_in_grads && !m->g_set_to_none)
+        base_fatal("model_step_microbatch: a backward that adds to the gradients, whose pages "
+                   "hold the saved activations (model_build_opts.acts_in_grads: one backward "
+                   "per step, after model_grad_set_to_none)");
     /* TP: the loss-parallel CE runs on all N gathered rows against this vocabulary shard (or,
      * loss parallel off, against the whole vocabulary) */
     float *xn = A->xn_full ? A->xn_full : A->xn, *dxn = A->dxn_full ? A->dxn_full : A->dxn;

@@ -260,6 +260,7 @@ typedef struct {
     float aux_scale;     /* AUX_LOSS: gradient weight of one microbatch's auxiliary loss;
                             model_build sets router_aux_loss_coef (one microbatch per step); a
                             trainer with n microbatches (x dp ranks) sets coef / n */
+    int acts_in_grads;   /* model_build_opts.acts_in_grads, where it took effect */
 } model;
 
 typedef struct {
@@ -288,6 +289,15 @@ typedef struct {
      * in model/internal.h); exchange_f32 = 1 moves them in fp32 (the tests' reference: the
      * losses are bitwise the same) */
     int exchange_f32;
+    /* Block l's saved activations in the pages of the gradient written after its backward
+     * (block l-1's; block 0's in an untied embedding's), as far as they fit, instead of in the
+     * activation buffer: what PyTorch's caching allocator does when it hands a freed
+     * activation's memory to the gradients made after it, planned once. Needs a caller that
+     * runs each forward with a backward that writes every gradient (model_grad_set_to_none
+     * before it: one microbatch a step, on one rank): any forward leaves the block gradients
+     * overwritten, and a backward that would add to them is a fatal error. Ignored without
+     * gradients or with parameters built external (FSDP). */
+    int acts_in_grads;
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
@@ -454,10 +464,10 @@ void model_moe_memory(const model_args *a, int batch, int seq_len, model_ac_mode
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
                              float grad_scale, int64_t *n_valid);
 
-/* Bytes of the activation buffers model_build allocated (for memory estimates). */
+/* Bytes of the activation buffer model_build allocated (for memory estimates; with
+ * acts_in_grads, without the activations it put in the gradients' pages). */
 size_t model_activation_bytes(const model *m);
-/* The same without building: what model_build(a, o) would allocate (titan plan). Dense
- * blocks: an MoE's expert activations are not counted. */
+/* The same without building: what model_build(a, o) would allocate (titan plan). */
 size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o);
 
 /* Logits for tokens [batch*seq_len] into logits[batch*seq_len, vocab] (inference/tests). */

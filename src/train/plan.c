@@ -200,6 +200,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     o.tp = &tpo;
     o.ep = &epo;
     o.loss_parallel_off = in->loss_parallel_off;
+    o.acts_in_grads = in->acts_in_grads;
     o.ac = MODEL_AC_NONE;
     p->act_none = (double)model_activation_bytes_for(&in->model, &o);
     o.ac = MODEL_AC_FULL;
@@ -207,6 +208,11 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     o.ac = in->ac;
     o.ac_every = in->ac_every;
     p->act_conf = (double)model_activation_bytes_for(&in->model, &o);
+    if (in->acts_in_grads) { /* the same carving without the rooms: what went there */
+        o.acts_in_grads = 0;
+        p->act_in_grads = (double)model_activation_bytes_for(&in->model, &o) - p->act_conf;
+        o.acts_in_grads = 1;
+    }
     if (ep > 1) { /* what EP adds to the configured mode's activations: the all-to-all
                      buffers, the received rows and the expert-side rows sized R ep */
         const double with = (double)model_activation_bytes_for(&in->model, &o);
@@ -293,6 +299,11 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                 "    of which EP all-to-all         %10.3f   (configured mode; sized for all "
                 "rows routed to one rank)\n",
                 p->ep_buffers / G);
+    if (in->acts_in_grads)
+        fprintf(f,
+                "  saved activations in gradients   %10.3f   (configured mode, not counted "
+                "again: a block's in the pages of the gradient its backward precedes)\n",
+                p->act_in_grads / G);
     if (in->prec == OPS_PREC_BF16) {
         fprintf(f, "  %-33s%10.3f   (%s per parameter)\n",
                 p->par.dp_shard > 1 ? "bf16 weight copy (units in use)"
@@ -376,7 +387,8 @@ train_plan_in train_plan_in_of(const train_opts *o, int world) {
                            .loss_parallel_off = o->loss_parallel_off,
                            .prec = o->prec,
                            .prec_why = o->prec_why,
-                           .ckpt_async = o->ckpt.enable && o->ckpt.async && !o->ckpt.load_only};
+                           .ckpt_async = o->ckpt.enable && o->ckpt.async && !o->ckpt.load_only,
+                           .acts_in_grads = o->acts_in_grads && world == 1};
 }
 
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {

@@ -142,6 +142,9 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         if (set_to_none && (mb == 0 || dropped)) model_grad_set_to_none(m, dropped);
         const double l = model_step_microbatch(m, j->tok + mb * NT, j->tgt + mb * NT,
                                                valid ? 1.0f / (float)valid : 0.0f, NULL);
+        /* no valid target, so no backward: the forward left its saved activations in the
+         * gradients' pages (model_build_opts.acts_in_grads) where the zeros to step on were */
+        if (!set_to_none && m->acts_in_grads) ops_zero(gs, ns);
         loss_sum += l;
         aux_sum += m->moe_aux_loss;
         /* checked per microbatch (cumulative gradients) so the error names the one */

@@ -86,6 +86,9 @@ typedef struct {
      * the FSDP parameter all-gathers (train_setup_fsdp) and the TP / EP exchanges
      * (model_build_opts.exchange_f32) */
     int transport_f32;
+    /* model_build_opts.acts_in_grads: one rank and one microbatch a step, unless
+     * $TITAN_ACTS_IN_GRADS=0 (the A/B reference: the losses are bitwise the same) */
+    int acts_in_grads;
     const ops_override *kernel_overrides; /* [kernels] overrides, for ops_resolve */
     int n_kernel_overrides;
     dist_mesh_cfg par;         /* [parallelism] degrees (dp_shard resolved against the world) */
@@ -487,6 +490,7 @@ typedef struct {
     ops_prec prec;         /* training.mixed_precision_param (resolved) */
     const char *prec_why;  /* how prec was chosen (train_opts.prec_why), printed; NULL: not */
     int ckpt_async;        /* checkpoint.enable with async saves: the saver's snapshot (saver.c) */
+    int acts_in_grads;     /* train_opts.acts_in_grads (on one rank) */
 } train_plan_in;
 
 typedef struct {
@@ -497,7 +501,10 @@ typedef struct {
     double comm_buffers;         /* reduce-scatter receive buffer */
     double act_none, act_full;   /* activations without / with full activation checkpointing */
     double act_conf, total_conf; /* the configured mode's (= one of the above unless selective) */
-    double runtime;              /* libraries, MPI, thread stacks: a measured constant */
+    /* acts_in_grads: the configured mode's saved activations placed in the gradients' pages
+     * (inside grads; act_* above leave them out) */
+    double act_in_grads;
+    double runtime; /* libraries, MPI, thread stacks: a measured constant */
     /* bf16: the bf16 copy of this rank's (tp-local) weights (2 bytes per parameter; 4 for
      * the emulated engine's rounded fp32): whole, made once per step, without FSDP; under
      * FSDP only the units in use (made after each gather, released with the unit), and the largest

@@ -533,6 +533,13 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     if (xf && xf[0] && strcmp(xf, "float32") && strcmp(xf, "auto"))
         return base_fail(err, "TITAN_BF16_TRANSPORT: '%s': expected float32 or auto", xf);
     o->transport_f32 = xf && !strcmp(xf, "float32");
+    const char *ag = getenv("TITAN_ACTS_IN_GRADS");
+    if (ag && ag[0] && strcmp(ag, "0") && strcmp(ag, "1"))
+        return base_fail(err, "TITAN_ACTS_IN_GRADS: '%s': expected 0 or 1", ag);
+    /* a gradient written once a step, after the saved activations it shares pages with are
+     * read: one microbatch (accumulation keeps gradients across forwards), one rank (FSDP owns
+     * the gradients; the tests of TP / EP / DDP run without it) */
+    o->acts_in_grads = world == 1 && o->grad_accum == 1 && !(ag && !strcmp(ag, "0"));
     o->adamw = (optim_adamw_cfg){.lr = c->optimizer.lr,
                                  .beta1 = c->optimizer.beta1,
                                  .beta2 = c->optimizer.beta2,
