@@ -12,6 +12,11 @@
 #define LOADER_STATE_BYTES 512
 
 /* Sequences per optimizer step over all data-parallel ranks (torchtitan's global batch). */
+/* optim_adamw_cfg's fields as the checkpoint names them (train.optimizer), and model_balance's
+ * as model.moe_load_balance does */
+static const char *const k_adamw_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+static const char *const k_balance_names[3] = {"none", "aux_loss", "bias"};
+
 static json_int_t global_batch(const train_opts *o, const train_source *src) {
     return (json_int_t)o->batch * o->grad_accum * src->dp_size;
 }
@@ -39,6 +44,14 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     char kern[2048];
     model_kernel_choices(m, kern, sizeof kern);
     json_object_set_new(root, "kernel_overrides", json_string(kern));
+    /* the settings a resume may change (resume says so): AdamW's, and an MoE's balancing */
+    json_t *oj = json_object();
+    const double hp[5] = {o->adamw.lr, o->adamw.beta1, o->adamw.beta2, o->adamw.eps,
+                          o->adamw.weight_decay};
+    for (int i = 0; i < 5; i++) json_object_set_new(oj, k_adamw_keys[i], json_real(hp[i]));
+    json_object_set_new(root, "optimizer", oj);
+    if (o->model.n_experts > 0)
+        json_object_set_new(root, "moe_load_balance", json_string(k_balance_names[o->moe_balance]));
     /* the identity, and the RoPE context an export writes as max_position_embeddings */
     json_t *mj = model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY);
     if (mj && o->model.max_seq_len > 0)
@@ -172,6 +185,44 @@ json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
 
 /* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
  * Returns the step to continue after, or -1 with err. */
+/* The settings a resume takes from this run's config where the checkpoint recorded others
+ * (older checkpoints record none): said, not silent. AdamW's hyperparameters (torchtitan
+ * restores the checkpoint's param-group values; titan applies the config's), the seed where
+ * it draws the data (random tokens), an MoE's balancing (the learned expert bias steers
+ * routing in "bias" only). */
+static void said_changes(const json_t *t, const train_opts *o, const train_source *src,
+                         int64_t step) {
+    const json_t *oj = json_object_get(t, "optimizer");
+    const double hp[5] = {o->adamw.lr, o->adamw.beta1, o->adamw.beta2, o->adamw.eps,
+                          o->adamw.weight_decay};
+    for (int i = 0; i < 5; i++) {
+        const json_t *v = json_object_get(oj, k_adamw_keys[i]);
+        if (json_is_number(v) && json_number_value(v) != hp[i])
+            base_log(BASE_LOG_WARN,
+                     "checkpoint: step-%lld was trained with optimizer.%s = %g; this run sets "
+                     "%g, which applies from here (torchtitan would keep the checkpoint's)",
+                     (long long)step, k_adamw_keys[i], json_number_value(v), hp[i]);
+    }
+    const json_t *seed = json_object_get(t, "seed");
+    if (!src->loader && json_is_integer(seed) && (uint64_t)json_integer_value(seed) != o->seed)
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained on random tokens drawn with seed %llu; this "
+                 "run's seed %llu draws other tokens from here",
+                 (long long)step, (unsigned long long)json_integer_value(seed),
+                 (unsigned long long)o->seed);
+    const char *bal = json_string_value(json_object_get(t, "moe_load_balance"));
+    const char *now = k_balance_names[o->moe_balance];
+    if (bal && o->model.n_experts > 0 && strcmp(bal, now))
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained with model.moe_load_balance = \"%s\"; this "
+                 "run uses \"%s\"%s",
+                 (long long)step, bal, now,
+                 !strcmp(bal, "bias") ? ": the checkpoint's learned expert bias no longer steers "
+                                        "the routing"
+                 : o->moe_balance == MODEL_BALANCE_BIAS ? ": the expert bias starts from zero"
+                                                        : "");
+}
+
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
                       const dist_piece *pieces, int n_pieces, optim_adamw *opt, train_source *src,
                       int64_t *tokens_seen, base_err *err) {
@@ -251,6 +302,7 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
                  (long long)step, kwas[0] ? "'" : "", kwas[0] ? kwas : "none (the defaults)",
                  kwas[0] ? "'" : "", kern[0] ? "'" : "", kern[0] ? kern : "none (the defaults)",
                  kern[0] ? "'" : "");
+    said_changes(t, o, src, step);
     rc = plan->start;
 out:
     json_decref(t);

@@ -8,7 +8,8 @@
 # load (checkpoint.initial_load_model_only = false: torchtitan's) from another run's step-6,
 # identical to resuming it; resuming with another tokenizer, and a step-N folder that is not a
 # titan checkpoint (torchtitan's DCP, a last_save_in_hf export), refused; a checkpoint shard
-# with one flipped bit refused by its CRC-32C.
+# with one flipped bit refused by its CRC-32C; changed AdamW settings, random tokens' seed and MoE
+# balancing on resume said.
 set -euo pipefail
 titan=$1; shared=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 printf '{"text": "%s"}\n' "The quick brown fox jumps over the lazy dog." "Pack my box with five \
@@ -198,3 +199,28 @@ grep -q "step-9 was trained with a global batch of 2 x 24 tokens; this run uses 
 ! grep -q "was trained with a global batch" "$out/random.log" ||
   { echo "FAIL a resume with the same batch size warned"; exit 1; }
 echo "ok a resume with another global batch size is said"
+# AdamW's hyperparameters and the random tokens' seed changed on resume: applied (the config's,
+# where torchtitan keeps the checkpoint's) and said, each; unchanged ones (rb above) silent
+cp -r "$out/random" "$out/rh"
+"$titan" train "${model[@]}" --random-tokens --set vocab_size=300 --dump-folder "$out/rh" \
+  --checkpoint-interval 3 --checkpoint.load_step 9 --stop-after-step 10 --lr 1e-2 --seed 8 \
+  --optimizer.weight_decay 0.3 --optimizer.eps 1e-6 > "$out/rh.log" 2>&1 || { cat "$out/rh.log"; exit 1; }
+for w in "optimizer.lr = 0.003; this run sets 0.01" "optimizer.weight_decay = 0.1; this run sets 0.3" \
+         "optimizer.eps = 1e-08; this run sets 1e-06" "random tokens drawn with seed 7; this run's seed 8"; do
+  grep -q "step-9 was trained with $w\|step-9 was trained on $w" "$out/rh.log" ||
+    { echo "FAIL a resume with a changed setting not said: $w"; cat "$out/rh.log"; exit 1; }
+done
+[ "$(grep -c "step-9 was trained" "$out/rh.log")" = 4 ] && ! grep -q "was trained with optimizer" "$out/rb.log" ||
+  { echo "FAIL: resume warnings for unchanged settings"; grep "was trained" "$out/rh.log" "$out/rb.log"; exit 1; }
+echo "ok a resume with changed AdamW settings or seed (random tokens) says each"
+# an MoE resumed with another load balancing: said, with what becomes of the expert bias
+moe=(--set n_layers=1 --set dim=32 --set n_heads=2 --set n_kv_heads=1 --set head_dim=16
+     --set ffn_dim=64 --set vocab_size=100 --set num_experts=4 --set top_k=2 --set moe_inter_dim=16
+     --random-tokens --seq-len 16 --batch 2 --peak-tflops 1 --log-freq 100 --dump-folder "$out/mb"
+     --checkpoint-interval 2 --checkpoint.last_save_model_only=false)
+"$titan" train "${moe[@]}" --steps 2 --model.moe_load_balance=bias > "$out/mb1.log" 2>&1 ||
+  { cat "$out/mb1.log"; exit 1; }
+"$titan" train "${moe[@]}" --steps 3 > "$out/mb2.log" 2>&1 || { cat "$out/mb2.log"; exit 1; }
+grep -q 'step-2 was trained with model.moe_load_balance = "bias"; this run uses "none": the checkpoint.s learned expert bias no longer steers' "$out/mb2.log" ||
+  { echo "FAIL an MoE resume with another balancing not said"; cat "$out/mb2.log"; exit 1; }
+echo "ok an MoE resume with another load balancing says what becomes of the expert bias"
