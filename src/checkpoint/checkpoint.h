@@ -112,7 +112,7 @@ double *ckpt_get_f64(const ckpt_file *f, const char *name, int64_t *numel, base_
 int32_t *ckpt_get_i32(const ckpt_file *f, const char *name, int64_t *numel, base_err *err);
 
 /* Checks t's bytes against the "<name>.crc32c" its file's __metadata__ records (ckpt_wtensor's
- * crc32c): 1 when they match, 0 when the file records none for t (older checkpoints, other
+ * crc32c): 1 when they match, 0 when the file records none at all (older checkpoints, other
  * programs' files), -1 when they differ or the value is malformed, err naming the file and
  * tensor: a corrupt file never loads silently. */
 int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err);

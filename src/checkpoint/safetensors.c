@@ -715,7 +715,20 @@ int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err) 
     char key[CRC_KEY_CAP];
     if (crc_key(key, t->name)) return 0;
     const char *v = ckpt_meta_get(f, key);
-    if (!v) return 0;
+    if (!v) {
+        /* a file that checks some tensors checks all (titan writes one per tensor): a key
+         * missing beside others is a damaged or edited header, not an older file */
+        for (int i = 0; i < f->n_meta; i++) {
+            const char *k = f->meta[i].key, *dot = strrchr(k, '.');
+            if (dot && !strncmp(dot, ".crc32", 6))
+                return base_fail(err,
+                                 "%s: __metadata__ has no \"%s\" but has \"%s\": the file "
+                                 "records a CRC-32C for some tensors, not for \"%s\" (a damaged "
+                                 "or edited header)",
+                                 f->path, key, k, t->name);
+        }
+        return 0;
+    }
     int hex = strlen(v) == 8;
     for (int i = 0; hex && i < 8; i++) hex = isxdigit((unsigned char)v[i]) != 0;
     const unsigned long want = hex ? strtoul(v, NULL, 16) : 0;

@@ -514,6 +514,23 @@ static void test_checksums(const char *folder, size_t n) {
         else
             CHECK(load_check(folder, 40, n, 1), "a shard without checksums must load");
     }
+    /* a file that records a CRC for another tensor but none for "a" (its key dropped or
+     * renamed, as one flipped bit of the header does): refused, not loaded unchecked */
+    for (int renamed = 0; renamed <= 1; renamed++) {
+        char gn[32], crc_b[16];
+        snprintf(gn, sizeof gn, "%zu", n);
+        snprintf(crc_b, sizeof crc_b, "%08x", crc_bitwise((const unsigned char *)d, n * sizeof *d));
+        ckpt_wtensor w[2] = {{"a", CKPT_F32, 1, {(int64_t)n}, d, 0, 0},
+                             {"b", CKPT_F32, 1, {(int64_t)n}, d, 0, 0}};
+        ckpt_kv kv[4] = {
+            {"a.offset", "0"}, {"a.global_numel", gn}, {"b.crc32c", crc_b}, {"a.crc32b", crc_b}};
+        snprintf(path, sizeof path, "%s/step-40/rank-00000.safetensors", folder);
+        CHECK(ckpt_write(path, w, 2, kv, 3 + renamed, &err) == 0, "write: %s", err.msg);
+        CHECK(ckpt_step_load(folder, 40, &b, 1, &err) != 0 &&
+                  has(err.msg, "rank-00000", "no \"a.crc32c\"", "damaged or edited header"),
+              "a tensor without its CRC beside checked ones loaded (renamed key %d): %s", renamed,
+              err.msg);
+    }
     free(d);
     free(a);
 }
