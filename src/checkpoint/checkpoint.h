@@ -334,14 +334,16 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
  *                           strided: row i holds elements [offset + i * stride, + row_len)
  *                           with "<name>.stride" >= row_len (a TP rank's column slice of a
  *                           row-parallel [D, F] weight: one tensor, not one per row)
- *   metadata.json           {"format": "titan-checkpoint", "version": 2, "step": N,
- *                            "world_size": W, "shards": [...], "train": {...}} where "train"
- *                           is the trainer's own state (schedule, data loader, RNG, args)
- * Version 1 (before strided pieces: 1-D tensors only, a column slice written one row per
- * tensor) is still read. A save writes into step-N.tmp/ (every file fsynced), writes
- * metadata.json last, fsyncs the folder and renames it to step-N: a step-N folder with
- * metadata.json is complete by construction, and nothing else is ever loaded. Because pieces
- * carry their offsets, a checkpoint written by W ranks loads into any other number of ranks
+ *   metadata.json           {"format": "titan-checkpoint", "version": 3, "step": N,
+ *                            "world_size": W, "shards": [...], "shard_headers": {...},
+ *                            "train": {...}} where "train" is the trainer's own state
+ *                           (schedule, data loader, RNG, args) and "shard_headers" each
+ *                           shard's {"bytes", "header_crc32c"} (ckpt_step_shard_check)
+ * Versions 2 (no shard identities) and 1 (also before strided pieces: 1-D tensors only, a
+ * column slice written one row per tensor) are still read. A save writes into step-N.tmp/ (every
+ * file fsynced), writes metadata.json last, fsyncs the folder and renames it to step-N: a step-N
+ * folder with metadata.json is complete by construction, and nothing else is ever loaded. Because
+ * pieces carry their offsets, a checkpoint written by W ranks loads into any other number of ranks
  * and any other TP split (ckpt_step_load gathers each wanted piece from every shard piece that
  * overlaps it, and fails naming the file and tensor for pieces that overlap each other or
  * leave the buffer, and naming the buffer and element where a wanted piece is not covered).
@@ -402,6 +404,12 @@ int ckpt_step_foreign_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */
 int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
                         base_err *err);
+/* Whether shard file f (rank's, opened) is the one step-N/metadata.json recorded: from version
+ * 3 on, each shard's size and the CRC-32C of its header (which holds every tensor's own
+ * CRC-32C), so a shard of another step or run copied into the folder is refused, naming it;
+ * earlier versions record none (0). ckpt_step_load checks every shard it opens so. */
+int ckpt_step_shard_check(const char *folder, int64_t step, int rank, const ckpt_file *f,
+                          base_err *err);
 /* Fills each bufs[i].dst with its piece (offset, rows, stride) of buffer bufs[i].name; fails
  * unless the shards' pieces cover that piece exactly once (no gap, no overlap), so on success
  * every element of dst has been written. */

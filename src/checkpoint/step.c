@@ -1,5 +1,6 @@
 /* checkpoint: training checkpoints, FOLDER/step-N/ (see the training-checkpoint section of
  * checkpoint.h). */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,8 +14,9 @@
 #include "checkpoint/internal.h"
 
 #define STEP_META "metadata.json"
-/* 2: strided pieces (2-D tensors with "<name>.stride"); 1: 1-D pieces only */
-#define CKPT_STEP_VERSION 2
+/* 3: metadata.json records each shard's identity ("shard_headers", shard_id); 2: strided
+ * pieces (2-D tensors with "<name>.stride"); 1: 1-D pieces only */
+#define CKPT_STEP_VERSION 3
 
 static void step_dir(char *buf, size_t n, const char *folder, int64_t step, const char *suffix) {
     snprintf(buf, n, "%s/step-%lld%s", folder, (long long)step, suffix);
@@ -22,6 +24,21 @@ static void step_dir(char *buf, size_t n, const char *folder, int64_t step, cons
 
 static void shard_name(char *buf, size_t n, int rank) {
     snprintf(buf, n, "rank-%05d.safetensors", rank);
+}
+
+/* A shard file's identity: its size and the CRC-32C of its header (the 8-byte length and the
+ * JSON, which lists every tensor's offsets and records each one's CRC-32C of its bytes). A
+ * shard of another step or run put into a step-N folder (a partial copy or restore) differs,
+ * where each tensor's own checksum would still match. */
+typedef struct {
+    uint64_t bytes;
+    uint32_t header_crc;
+} shard_id;
+
+static shard_id shard_id_of(const ckpt_file *f) {
+    uint64_t hl = 0; /* ckpt_open checked that 8 + hl bytes lie in the file */
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | f->map[i];
+    return (shard_id){f->size, base_crc32c(0, f->map, 8 + (size_t)hl)};
 }
 
 static int fsync_path(const char *path, base_err *err) {
@@ -138,17 +155,32 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
         return base_fail(err, "checkpoint step %lld: train state is not a JSON object",
                          (long long)step);
     }
-    json_t *root = json_object(), *files = json_array();
+    json_t *root = json_object(), *files = json_array(), *ids = json_object();
     json_object_set_new(root, "format", json_string("titan-checkpoint"));
     json_object_set_new(root, "version", json_integer(CKPT_STEP_VERSION));
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "world_size", json_integer(world));
     for (int r = 0; r < world; r++) {
-        char name[64];
+        char name[64], crc[16];
         shard_name(name, sizeof name, r);
         json_array_append_new(files, json_string(name));
+        snprintf(path, sizeof path, "%s/%s", tmp, name);
+        ckpt_file f;
+        if (ckpt_open(&f, path, err)) { /* every rank's shard is written by now */
+            json_decref(root);
+            json_decref(files);
+            json_decref(ids);
+            json_decref(train);
+            return -1;
+        }
+        const shard_id id = shard_id_of(&f);
+        ckpt_close(&f);
+        snprintf(crc, sizeof crc, "%08x", id.header_crc);
+        json_object_set_new(
+            ids, name, json_pack("{s:I,s:s}", "bytes", (json_int_t)id.bytes, "header_crc32c", crc));
     }
     json_object_set_new(root, "shards", files);
+    json_object_set_new(root, "shard_headers", ids);
     json_object_set_new(root, "train", train);
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
     json_decref(root);
@@ -350,9 +382,44 @@ static int shards_bad(const json_t *shards, int world) {
     return 0;
 }
 
-/* ckpt_step_read_meta, and the format version (1 or 2). */
+/* metadata.json's "shard_headers" (version 3): for each of the world shards, by name, its
+ * {"bytes": size, "header_crc32c": 8 hex digits}, into ids[world]; why not, or NULL. */
+static const char *shard_ids_read(const json_t *h, int world, shard_id *ids) {
+    if (!json_is_object(h)) return "\"shard_headers\" is not an object";
+    if (json_object_size(h) != (size_t)world)
+        return "\"shard_headers\" does not name each of the world_size shards once";
+    for (int r = 0; r < world; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        const json_t *e = json_object_get(h, name), *b = json_object_get(e, "bytes"),
+                     *c = json_object_get(e, "header_crc32c");
+        const char *cs = json_string_value(c);
+        int hex = cs && strlen(cs) == 8;
+        for (int i = 0; hex && i < 8; i++) hex = isxdigit((unsigned char)cs[i]) != 0;
+        if (!json_is_integer(b) || json_integer_value(b) < 8 || !hex)
+            return "\"shard_headers\" lacks a shard's {\"bytes\": size, \"header_crc32c\": 8 "
+                   "hex digits}";
+        ids[r] = (shard_id){(uint64_t)json_integer_value(b), (uint32_t)strtoul(cs, NULL, 16)};
+    }
+    return NULL;
+}
+
+/* Whether shard file f is the one metadata.json recorded (shard_id). */
+static int shard_check(const ckpt_file *f, const shard_id *want, const char *meta, base_err *err) {
+    const shard_id got = shard_id_of(f);
+    if (got.bytes == want->bytes && got.header_crc == want->header_crc) return 0;
+    return base_fail(err,
+                     "%s: not the shard %s recorded (%llu bytes, header CRC-32C %08x; the file "
+                     "has %llu bytes, %08x): a shard of another step or run, or one rewritten "
+                     "since that save",
+                     f->path, meta, (unsigned long long)want->bytes, want->header_crc,
+                     (unsigned long long)got.bytes, got.header_crc);
+}
+
+/* ckpt_step_read_meta, the format version (1 to 3) and, from version 3 on, each shard's
+ * identity (*ids: malloc'ed [world]; NULL before version 3, or where ids is NULL). */
 static int read_meta(const char *folder, int64_t step, char **train_json, int *world, int *version,
-                     base_err *err) {
+                     shard_id **ids, base_err *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/step-%lld/%s", folder, (long long)step, STEP_META);
     *train_json = NULL;
@@ -374,7 +441,7 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
         bad = "\"format\" is not \"titan-checkpoint\"";
     else if (!json_is_integer(ver) || json_integer_value(ver) < 1 ||
              json_integer_value(ver) > CKPT_STEP_VERSION)
-        bad = "\"version\" is not 1 or 2 (a newer titan's checkpoint?)";
+        bad = "\"version\" is not 1, 2 or 3 (a newer titan's checkpoint?)";
     else if (!json_is_integer(st) || json_integer_value(st) != step)
         bad = "\"step\" does not match the folder name";
     else if (!json_is_integer(ws) || json_integer_value(ws) < 1 || json_integer_value(ws) > 1 << 20)
@@ -385,10 +452,22 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
              shards_bad(json_object_get(root, "shards"), (int)json_integer_value(ws)))
         bad = "\"shards\" is not [\"rank-00000.safetensors\", ...] for each of the world_size "
               "ranks (the files a step-N holds)";
+    shard_id *id = NULL;
+    if (!bad && json_integer_value(ver) >= 3) {
+        id = malloc(sizeof *id * (size_t)json_integer_value(ws));
+        bad = !id ? "out of memory"
+                  : shard_ids_read(json_object_get(root, "shard_headers"),
+                                   (int)json_integer_value(ws), id);
+    }
     if (bad) {
+        free(id);
         if (root) json_decref(root);
         return base_fail(err, "%s: %s", path, bad);
     }
+    if (ids)
+        *ids = id;
+    else
+        free(id);
     *world = (int)json_integer_value(ws);
     *version = (int)json_integer_value(ver);
     *train_json = json_dumps(tr, JSON_SORT_KEYS | JSON_COMPACT);
@@ -399,7 +478,20 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
 int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
                         base_err *err) {
     int version;
-    return read_meta(folder, step, train_json, world, &version, err);
+    return read_meta(folder, step, train_json, world, &version, NULL, err);
+}
+
+int ckpt_step_shard_check(const char *folder, int64_t step, int rank, const ckpt_file *f,
+                          base_err *err) {
+    char *train, meta[4200];
+    int world, version;
+    shard_id *ids;
+    if (read_meta(folder, step, &train, &world, &version, &ids, err)) return -1;
+    free(train);
+    snprintf(meta, sizeof meta, "%s/step-%lld/%s", folder, (long long)step, STEP_META);
+    const int rc = !ids || rank < 0 || rank >= world ? 0 : shard_check(f, &ids[rank], meta, err);
+    free(ids);
+    return rc;
 }
 
 /* Reads one size_t from a shard's __metadata__. */
@@ -517,11 +609,13 @@ typedef struct {
 
 int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, int n,
                    base_err *err) {
-    char *train, where[4200];
+    char *train, where[4200], meta[4300];
     int world, version;
-    if (read_meta(folder, step, &train, &world, &version, err)) return -1;
+    shard_id *ids;
+    if (read_meta(folder, step, &train, &world, &version, &ids, err)) return -1;
     free(train);
     snprintf(where, sizeof where, "%s/step-%lld", folder, (long long)step);
+    snprintf(meta, sizeof meta, "%s/%s", where, STEP_META);
     piece *want = calloc((size_t)n + 1, sizeof *want);
     spans *got = calloc((size_t)n + 1, sizeof *got);
     int *name_id = calloc((size_t)n + 1, sizeof *name_id); /* bufs[i]'s first same-name index */
@@ -544,6 +638,11 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
         snprintf(path, sizeof path, "%s/%s", where, name);
         ckpt_file f;
         if (ckpt_open(&f, path, err)) {
+            rc = -1;
+            break;
+        }
+        if (ids && shard_check(&f, &ids[r], meta, err)) {
+            ckpt_close(&f);
             rc = -1;
             break;
         }
@@ -634,5 +733,6 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
     free(got);
     free(name_id);
     free(found);
+    free(ids);
     return rc;
 }

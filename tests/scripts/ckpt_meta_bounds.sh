@@ -35,8 +35,9 @@ refused "model_only not a boolean" 's/"model_only": false/"model_only": 0/' \
   "bad/$meta: train.model_only is not a boolean"
 refused "shards naming another file" 's/"rank-00000.safetensors"/"..\/..\/..\/base.toml"/' \
   "bad/$meta: \"shards\" is not \[\"rank-00000.safetensors\", ...\]"
-# moments: element 0 of adam_m / adam_v set, the shard's CRC-32C records dropped (as in a file
-# written before titan recorded them)
+# moments: element 0 of adam_m / adam_v set, the shard's CRC-32C records dropped and
+# metadata.json made version 2 (no shard identities): a checkpoint written before titan
+# recorded either
 moment() { # description, tensor, value, error regex
   rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
   "$python" - "$out/bad/checkpoint/step-2/rank-00000.safetensors" "$2" "$3" <<'PY'
@@ -51,6 +52,11 @@ text += b" " * (n - len(text))  # the same header length: the offsets stay valid
 at = 8 + n + h[name]["data_offsets"][0]
 b[at:at + 4] = struct.pack("<f", value)
 open(path, "wb").write(b[:8] + text + b[8 + n:])
+meta = path.rsplit("/", 1)[0] + "/metadata.json"
+m = json.load(open(meta))
+m["version"] = 2
+del m["shard_headers"]
+json.dump(m, open(meta, "w"))
 PY
   "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e"; local rc=$?
   if [ $rc -ne 1 ] || ! grep -qE "$4" "$out/e" || grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o"; then

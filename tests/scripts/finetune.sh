@@ -227,8 +227,9 @@ import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['train']))" \
 echo "ok token shards without --tokenizer record their tokenizer; generate uses it"
 # a NaN in a checkpoint's weights is refused at load, naming the weight (not steps later as a
 # non-finite gradient). The NaN is written as a diverged run would have saved it: with the
-# tensor's CRC-32C recomputed (tensorboard's crc32c, an independent implementation),
-# so the weight check, not the checksum, is what refuses it.
+# tensor's CRC-32C recomputed (tensorboard's crc32c, an independent implementation) and the
+# shard's identity in metadata.json (its size, its header's CRC-32C) with it, so the weight
+# check, not a checksum, is what refuses it.
 mkdir -p "$out/nan/checkpoint" && cp -r "$out/a/checkpoint/step-3" "$out/nan/checkpoint/"
 "$python" - "$out/nan/checkpoint/step-3/rank-00000.safetensors" <<'EOF2'
 import json, struct, sys
@@ -248,6 +249,11 @@ hdr = bytes(b[8:8 + n]).replace(('"model.crc32c":"%s"' % old).encode(),
 assert len(hdr) == n and hdr != bytes(b[8:8 + n])
 b[8:8 + n] = hdr
 open(p, "wb").write(b)
+meta = p.rsplit("/", 1)[0] + "/metadata.json"
+m = json.load(open(meta))
+m["shard_headers"]["rank-00000.safetensors"] = {"bytes": len(b),
+                                                "header_crc32c": "%08x" % crc32c(bytes(b[:8 + n]))}
+json.dump(m, open(meta, "w"))
 EOF2
 if t "${model[@]}" "${run[@]}" --tokenizer "$tok" --steps 6 --dump-folder "$out/nan" \
     > "$out/nan.log" 2>&1; then fail "a NaN weight was resumed"; fi

@@ -304,6 +304,16 @@ static void test_strided(const char *folder) {
     /* hostile shards, in a copy of the tp2 save (rank 0: a, a@1 = its columns, a@2) */
     CHECK(save_layout(folder, 120, &layouts[5]) == 0, "save tp2");
     CHECK(load_layout(folder, 120, &layouts[3], NULL), "tp2 loads before tampering");
+    /* as a version 2 checkpoint (no shard identities), so that each piece's own check is what
+     * refuses it: a version 3 one refuses any rewritten shard first (shard identity, below) */
+    char v2[256];
+    snprintf(meta, sizeof meta, "%s/step-120/metadata.json", folder);
+    snprintf(v2, sizeof v2,
+             "{\"format\": \"titan-checkpoint\", \"version\": 2, \"step\": 120, "
+             "\"world_size\": %d, \"train\": {}}",
+             layouts[5].world);
+    write_str(meta, v2);
+    CHECK(load_layout(folder, 120, &layouts[3], NULL), "tp2 loads as version 2");
     struct {
         const char *what;
         int ndim;
@@ -480,6 +490,32 @@ static void test_checksums(const char *folder, size_t n) {
           rec ? rec : "(none)", want);
     const long at = t ? (long)((const unsigned char *)t->data - f.map) + 17 : 0;
     ckpt_close(&f);
+
+    /* shard identity (version 3): rank 1's shard of step 50 put into step 40 (a partial copy
+     * or restore) is refused by the load and by inspect's check, naming the file, although
+     * every tensor's own CRC matches; put back, it loads */
+    {
+        char other[400], keep[420];
+        CHECK(save(folder, 50, n, 2, 0) == 0, "save step 50");
+        snprintf(other, sizeof other, "%s/step-50/rank-00001.safetensors", folder);
+        snprintf(keep, sizeof keep, "%s.keep", path);
+        CHECK(rename(path, keep) == 0 && link(other, path) == 0, "swap in step 50's shard");
+        float *x = calloc(n, sizeof *x);
+        ckpt_step_buf bx = {"a", NULL, x, 0, n, n, 0, 0, CKPT_F32};
+        CHECK(ckpt_step_load(folder, 40, &bx, 1, &err) != 0 &&
+                  has(err.msg, path, "not the shard", "metadata.json recorded"),
+              "a shard of another step loaded or was not named: %s", err.msg);
+        ckpt_file g;
+        CHECK(ckpt_open(&g, path, &err) == 0, "open: %s", err.msg);
+        CHECK(ckpt_step_shard_check(folder, 40, 1, &g, &err) != 0 &&
+                  has(err.msg, path, "another step or run", NULL),
+              "shard check passed a shard of another step: %s", err.msg);
+        CHECK(ckpt_step_shard_check(folder, 50, 1, &g, &err) == 0, "its own step: %s", err.msg);
+        ckpt_close(&g);
+        CHECK(unlink(path) == 0 && rename(keep, path) == 0, "restore");
+        CHECK(load_check(folder, 40, n, 1), "the restored shard loads");
+        free(x);
+    }
 
     /* one flipped byte of rank 1's data: the load names the file and the tensor */
     flip_byte(path, at);
