@@ -550,8 +550,10 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         errno = 0;
         ssize_t got = getline(&r->line, &r->line_cap, r->fp);
         if (got < 0) {
-            if (ferror(r->fp))
-                return base_fail(err, "%s:%lld: read error: %s", f->path,
+            /* not the end of the file: a read error, or (glibc sets no error flag for it) no
+             * memory for a long line, which must not pass for the end of the data */
+            if (ferror(r->fp) || !feof(r->fp))
+                return base_fail(err, "%s:%lld: cannot read the line: %s", f->path,
                                  (long long)r->next.line + 1, strerror(errno ? errno : EIO));
             next_file(r);
             continue;
