@@ -290,7 +290,9 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
     *out = NULL;
     *n = 0;
     struct stat st;
-    if (strpbrk(path, "*?[")) {
+    /* a path that exists is the file or folder it names, even with * ? [ in its name (a
+     * glob of "data[1].jsonl" reads data1.jsonl); only one that does not is a pattern */
+    if (strpbrk(path, "*?[") && stat(path, &st) != 0) {
         glob_t g;
         int rc = glob(path, GLOB_ERR, NULL, &g);
         if (rc == GLOB_NOMATCH) return base_fail(err, "%s: no files match", path);

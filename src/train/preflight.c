@@ -58,10 +58,12 @@ static int same_config(const train_opts *o, const dist_mesh *mesh, base_err *err
                      bad);
 }
 
-/* path: a file or folder, or a glob(3) pattern matching something. */
+/* path: a file or folder, or a glob(3) pattern matching something (as the loader reads it:
+ * an existing path as named first). */
 static int input_exists(const char *field, const char *path, base_err *err) {
     if (!path) return 0;
-    if (strpbrk(path, "*?[")) {
+    struct stat st;
+    if (strpbrk(path, "*?[") && stat(path, &st) != 0) {
         glob_t g;
         const int rc = glob(path, 0, NULL, &g);
         const size_t n = rc == 0 ? g.gl_pathc : 0;
@@ -69,7 +71,6 @@ static int input_exists(const char *field, const char *path, base_err *err) {
         if (n) return 0;
         return base_fail(err, "%s: '%s' matches no file", field, path);
     }
-    struct stat st;
     if (stat(path, &st)) return base_fail(err, "%s: %s: %s", field, path, strerror(errno));
     return 0;
 }

@@ -311,6 +311,15 @@ static void test_bad_jsonl(void) {
     expect_error(cfg("b6.jsonl", 4, 1), "b6.jsonl:1: invalid JSON", "raw NUL");
     expect_error(cfg("missing.jsonl", 4, 1), "missing.jsonl: No such file", "missing file");
     expect_error(cfg("nomatch*.jsonl", 4, 1), "no files match", "glob without matches");
+    /* a path that exists is read as named, * ? [ in its name or not: not the glob's match */
+    write_str("lit[1].jsonl", "{\"text\": \"RIGHT\"}\n");
+    write_str("lit1.jsonl", "{\"text\": \"WRONG\"}\n");
+    {
+        char lit[64];
+        base_err err;
+        CHECK(run_bytes(cfg("lit[1].jsonl", 4, 1), 1, lit, &err) == 1 && !strncmp(lit, "RIGHT", 5),
+              "a file named lit[1].jsonl read as %s (%s)", lit, err.msg);
+    }
     data_loader_cfg c = cfg("b2.jsonl", 4, 1);
     c.field = "body";
     expect_error(c, "b2.jsonl:1: no \"body\" field", "custom field");
