@@ -1,6 +1,7 @@
 /* Byte-level BPE tokenizer (see data.h). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/data.h"
+#include "data/unicode_extra.h"
 
 #include <jansson.h>
 #include <pcre2.h>
@@ -165,6 +166,7 @@ struct data_tok {
     size_t n_added_lens;
     int nfc;
     pcre2_code *re;
+    int hf_unicode; /* the split made as HF's Unicode 16.0 reads it (hf_unicode_ok): split_view */
     pcre2_match_data *md;
     int32_t byte_id[256]; /* vocab id of each byte's byte-level char, -1 if none */
     char byte_str[256][3];
@@ -356,11 +358,136 @@ static int check_byte_level(json_t *bl, const char *path, const char *where, int
     return 0;
 }
 
+/* Unicode's White_Space, what the pre-tokenizer's \s is in Hugging Face tokenizers; PCRE2's
+ * \s adds U+180E (a space before Unicode 6.3, a format character since) */
+#define WHITE_SPACE                                                                                \
+    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}" \
+    "\\x{3000}"
+/* its complement, for a \S inside a class */
+#define NOT_WHITE_SPACE                                                                            \
+    "\\x{0}-\\x{8}\\x{E}-\\x{1F}\\x{21}-\\x{84}\\x{86}-\\x{9F}\\x{A1}-\\x{167F}\\x{1681}-\\x{"     \
+    "1FFF}"                                                                                        \
+    "\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{"   \
+    "10FFFF}"
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static int sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) return -1;
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+    return 0;
+}
+
+static int sb_str(sbuf *b, const char *s) {
+    return sb_put(b, s, strlen(s));
+}
+
+/* The pre-tokenizer pattern p[n] with \s and \S (outside and inside classes) spelled as
+ * Hugging Face tokenizers' regex engine reads them, Unicode's White_Space (PCRE2's \s adds
+ * U+180E). Letters and numbers PCRE2 may not know are split_view's. NULL when out of memory
+ * (free() the result; *len its length). */
+static char *unicode_pattern(const char *p, size_t n, size_t *len) {
+    sbuf b = {NULL, 0, 0};
+    int in_class = 0, rc = 0;
+    for (size_t i = 0; i < n && !rc;) {
+        const char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            const char e = p[i + 1];
+            if (e == 's' || e == 'S') {
+                rc |= in_class   ? sb_str(&b, e == 's' ? WHITE_SPACE : NOT_WHITE_SPACE)
+                      : e == 's' ? sb_str(&b, "[" WHITE_SPACE "]")
+                                 : sb_str(&b, "[^" WHITE_SPACE "]");
+                i += 2;
+            } else { /* any other escape, copied whole: its second character is no class bracket */
+                rc |= sb_put(&b, p + i, 2);
+                i += 2;
+            }
+            continue;
+        }
+        if (!in_class && c == '[') { /* a class opens; "]" first in it (after "^") is literal */
+            size_t j = i + 1;
+            if (j < n && p[j] == '^') j++;
+            if (j < n && p[j] == ']') j++;
+            rc |= sb_put(&b, p + i, j - i);
+            in_class = 1;
+            i = j;
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
+            const char *end = memmem(p + i + 2, n - i - 2, ":]", 2),
+                       *close = memchr(p + i + 2, ']', n - i - 2);
+            if (close && end && close < end + 1) end = NULL; /* no POSIX class: a literal [ */
+            const size_t len = end ? (size_t)(end - (p + i)) + 2 : 1;
+            rc |= sb_put(&b, p + i, len);
+            i += len;
+            continue;
+        }
+        if (in_class && c == ']') in_class = 0;
+        rc |= sb_put(&b, p + i, 1);
+        i++;
+    }
+    if (rc || (!b.s && sb_put(&b, "", 0))) {
+        free(b.s);
+        return NULL;
+    }
+    *len = b.n;
+    return b.s;
+}
+
+/* Whether pattern p[n] reads Unicode only through \p{L}, \p{N} (or \pL, \pN), \s and \S
+ * (Qwen2/3's, GPT-2's and Llama 3's patterns do), with none of the constructs unicode_pattern
+ * does not follow (\Q..\E, \c, comments, extended mode): then unicode_pattern and split_view
+ * make its split HF's. Another pattern (\d, \w, \b, \X, \p{Lu}, \p{M} ... read by category,
+ * which split_view's stand-ins do not keep) is used as written, with this machine's PCRE2's
+ * Unicode version. */
+static int hf_unicode_ok(const char *p, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (p[i] == '(' && p[i + 1] == '?') {
+            for (size_t j = i + 2; j < n && p[j] != ')' && p[j] != ':'; j++)
+                if (p[j] == '#' || p[j] == 'x') return 0; /* a comment, extended mode */
+            continue;
+        }
+        if (p[i] != '\\') continue;
+        const char e = p[++i];
+        if (e == 'p' || e == 'P') {
+            const int braced = i + 3 < n && p[i + 1] == '{' && p[i + 3] == '}';
+            const char k = braced ? p[i + 2] : i + 1 < n ? p[i + 1] : 0;
+            if (k != 'L' && k != 'N') return 0;
+            i += braced ? 3 : 1;
+        } else if (strchr("QEcdDwWbBXRhHvVN", e)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int compile_re(data_tok *t, const char *pattern, size_t len, const char *path,
                       base_err *err) {
     int ec;
     PCRE2_SIZE eo;
+    /* the pattern as written first, so that an error's offset is the file's */
     t->re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    t->hf_unicode = hf_unicode_ok(pattern, len);
+    if (t->re && t->hf_unicode) {
+        pcre2_code_free(t->re);
+        size_t ulen;
+        char *up = unicode_pattern(pattern, len, &ulen);
+        if (!up) return base_fail(err, "%s: out of memory", path);
+        t->re = pcre2_compile((PCRE2_SPTR)up, ulen, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+        free(up);
+    }
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
@@ -928,21 +1055,91 @@ static int bpe_piece(data_tok *t, const unsigned char *p, size_t len, data_tok_i
     return 0;
 }
 
+static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
+    size_t lo = 0, hi = n; /* the first range ending at or after c */
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (r[mid][1] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && r[lo][0] <= c;
+}
+
+/* s[len] (valid UTF-8) for the pre-tokenizer's split, as Hugging Face tokenizers' regex engine
+ * reads it: its letters and numbers of Unicode 16.0 that this machine's PCRE2 may not know
+ * (Unicode 15-16; unicode_extra.h, over Debian 12's PCRE2 of Unicode 14.0) replaced by stand-ins
+ * of the same UTF-8 length that every PCRE2 counts so (U+4E00 / U+20000 letters, U+0966 /
+ * U+104A0 digits), so the split is made on this copy and the pieces are cut from s at the same
+ * offsets. Spelling them into the pattern instead made \p{L}+ a class and the split of plain
+ * ASCII a third slower. NULL (split s itself) when s has none; *oom on a failed allocation. */
+static char *split_view(const char *s, size_t len, int *oom) {
+    char *v = NULL;
+    *oom = 0;
+    for (size_t i = 0; i < len;) {
+        uint64_t w; /* 8 ASCII bytes at a time (most text) */
+        if (i + 8 <= len && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) {
+            i += 8;
+            continue;
+        }
+        const unsigned char b = (unsigned char)s[i];
+        if (b < 0xE1) { /* under U+1000: below every added code point (U+1C89 on) */
+            i += b < 0x80 ? 1 : b < 0xE0 ? 2 : 3;
+            continue;
+        }
+        const size_t k = b < 0xF0 ? 3 : 4;
+        if (i + k > len) break;
+        uint32_t c = b & (k == 3 ? 0x0F : 0x07);
+        for (size_t j = 1; j < k; j++) c = c << 6 | ((unsigned char)s[i + j] & 0x3F);
+        const int l = in_ranges(UNICODE_EXTRA_L, sizeof UNICODE_EXTRA_L / sizeof *UNICODE_EXTRA_L,
+                                c),
+                  n = !l && in_ranges(UNICODE_EXTRA_N,
+                                      sizeof UNICODE_EXTRA_N / sizeof *UNICODE_EXTRA_N, c);
+        if (l || n) {
+            if (!v) {
+                if (!(v = malloc(len ? len : 1))) {
+                    *oom = 1;
+                    return NULL;
+                }
+                memcpy(v, s, len);
+            }
+            static const char stand_in[2][2][5] = {{"\xE4\xB8\x80", "\xF0\xA0\x80\x80"},
+                                                   {"\xE0\xA5\xA6", "\xF0\x90\x92\xA0"}};
+            memcpy(v + i, stand_in[n][k == 4], k);
+        }
+        i += k;
+    }
+    return v;
+}
+
 /* Pre-tokenize a (valid UTF-8, normalized) segment and BPE each piece. */
 static int encode_segment(data_tok *t, const char *s, size_t len, data_tok_ids *out,
                           base_err *err) {
+    int oom;
+    char *view = t->hf_unicode ? split_view(s, len, &oom) : (oom = 0, NULL);
+    if (oom) return base_fail(err, "out of memory");
+    const char *sv = view ? view : s; /* where the split is made; pieces are cut from s */
     size_t pos = 0, last = 0;
-    while (pos <= len) {
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)s, len, pos, PCRE2_NO_UTF_CHECK, t->md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return base_fail(err, "tokenizer: regex match failed (PCRE2 error %d)", rc);
+    int rc = 0;
+    while (!rc && pos <= len) {
+        int m = pcre2_match(t->re, (PCRE2_SPTR)sv, len, pos, PCRE2_NO_UTF_CHECK, t->md, NULL);
+        if (m == PCRE2_ERROR_NOMATCH) break;
+        if (m < 0) {
+            rc = base_fail(err, "tokenizer: regex match failed (PCRE2 error %d)", m);
+            break;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
         size_t ms = ov[0], me = ov[1];
-        if (me < ms || me > len) return base_fail(err, "tokenizer: bad regex match");
-        if (ms > last && bpe_piece(t, (const unsigned char *)s + last, ms - last, out))
-            return base_fail(err, "out of memory");
-        if (me > ms && bpe_piece(t, (const unsigned char *)s + ms, me - ms, out))
-            return base_fail(err, "out of memory");
+        if (me < ms || me > len) {
+            rc = base_fail(err, "tokenizer: bad regex match");
+            break;
+        }
+        if ((ms > last && bpe_piece(t, (const unsigned char *)s + last, ms - last, out)) ||
+            (me > ms && bpe_piece(t, (const unsigned char *)s + ms, me - ms, out))) {
+            rc = base_fail(err, "out of memory");
+            break;
+        }
         last = me;
         if (me == ms) { /* empty match: step one character */
             if (me >= len) break;
@@ -952,9 +1149,10 @@ static int encode_segment(data_tok *t, const char *s, size_t len, data_tok_ids *
             pos = me;
         }
     }
-    if (last < len && bpe_piece(t, (const unsigned char *)s + last, len - last, out))
-        return base_fail(err, "out of memory");
-    return 0;
+    free(view);
+    if (!rc && last < len && bpe_piece(t, (const unsigned char *)s + last, len - last, out))
+        rc = base_fail(err, "out of memory");
+    return rc;
 }
 
 static int encode_text(data_tok *t, const char *s, size_t len, data_tok_ids *out, base_err *err) {

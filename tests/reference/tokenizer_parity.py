@@ -57,6 +57,9 @@ def generated(tok):
         "<|im_start|><|im_start|>", "<think>\nreason\n</think>\n\nanswer", "<|endoftext",
         "emoji🙂in😎words", "123abc456DEF", "'s 'S 'll 'LL ''", "\x00\x01\x02\x7f", "\U0001F600" * 20,
         "ǅungla ǈ ǋ", "İstanbul ı", "straße STRASSE", "$$$ ### @@@ !!! ???", "—–-‐ «»“”„",
+        # U+180E (a space for PCRE2, not for HF), letters and numbers new in Unicode 15-16
+        "\u180e's", "a\u180e\u180eb", "a \U0001D2C0", "Todhri: \U000105c0\U000105c1's",
+        "\U00011F04\U00011F05 kawi", "\U00013460x1", "digits \U0001E4F0\U0001E4F9",
     ]
     pools = [
         (0x20, 0x7E), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF),
@@ -76,6 +79,12 @@ def generated(tok):
                 lo, hi = rnd.choice(pools)
                 chars.append(chr(rnd.randint(lo, hi)))
         s.append("".join(chars))
+    # every code point (surrogates aside) in two contexts, 4096 a case: the pre-tokenizer's
+    # \p{L}, \p{N} and \s are HF's for each (titan's PCRE2 had its own Unicode version)
+    cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    for ctx in ("x{c}{c}1", " {c}'s"):
+        for lo in range(0, len(cps), 4096):
+            s.append("|".join(ctx.format(c=chr(c)) for c in cps[lo:lo + 4096]))
     specials = [t.content for t in tok.get_added_tokens_decoder().values()]
     for _ in range(50):
         parts = []
