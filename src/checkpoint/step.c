@@ -176,8 +176,14 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
         const shard_id id = shard_id_of(&f);
         ckpt_close(&f);
         snprintf(crc, sizeof crc, "%08x", id.header_crc);
-        json_object_set_new(
-            ids, name, json_pack("{s:I,s:s}", "bytes", (json_int_t)id.bytes, "header_crc32c", crc));
+        json_t *e = json_pack("{s:I,s:s}", "bytes", (json_int_t)id.bytes, "header_crc32c", crc);
+        if (!e || json_object_set_new(ids, name, e)) { /* never a metadata.json without it */
+            json_decref(root);
+            json_decref(files);
+            json_decref(ids);
+            json_decref(train);
+            return base_fail(err, "out of memory");
+        }
     }
     json_object_set_new(root, "shards", files);
     json_object_set_new(root, "shard_headers", ids);

@@ -335,7 +335,11 @@ size_t model_activation_bytes_for(const model_args *a, const model_build_opts *o
     m.ce_chunk = ce_chunk_for(a, o);
     /* the gradients' units, for the rooms grads_room finds there */
     m.acts_in_grads = o->acts_in_grads && o->with_grads;
-    if (m.acts_in_grads && model_layout(&m, &e)) return 0;
+    if (m.acts_in_grads && model_layout(&m, &e)) {
+        base_free(m.params);
+        base_free(m.units);
+        return 0;
+    }
     model_acts A;
     memset(&A, 0, sizeof A);
     carver sz = {NULL, 0, 0};

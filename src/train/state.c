@@ -11,12 +11,12 @@
 /* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
 #define LOADER_STATE_BYTES 512
 
-/* Sequences per optimizer step over all data-parallel ranks (torchtitan's global batch). */
 /* optim_adamw_cfg's fields as the checkpoint names them (train.optimizer), and model_balance's
  * as model.moe_load_balance does */
 static const char *const k_adamw_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
 static const char *const k_balance_names[3] = {"none", "aux_loss", "bias"};
 
+/* Sequences per optimizer step over all data-parallel ranks (torchtitan's global batch). */
 static json_int_t global_batch(const train_opts *o, const train_source *src) {
     return (json_int_t)o->batch * o->grad_accum * src->dp_size;
 }
@@ -183,8 +183,6 @@ json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
     return t;
 }
 
-/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
- * Returns the step to continue after, or -1 with err. */
 /* The settings a resume takes from this run's config where the checkpoint recorded others
  * (older checkpoints record none): said, not silent. AdamW's hyperparameters (torchtitan
  * restores the checkpoint's param-group values; titan applies the config's), the seed where
@@ -223,6 +221,8 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                                                         : "");
 }
 
+/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
+ * Returns the step to continue after, or -1 with err. */
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
                       const dist_piece *pieces, int n_pieces, optim_adamw *opt, train_source *src,
                       int64_t *tokens_seen, base_err *err) {
