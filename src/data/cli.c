@@ -126,6 +126,13 @@ static int codec(int argc, char **argv, int encode, base_err *err) {
         char *text = NULL;
         size_t tlen = 0;
         if (!rc) rc = data_tok_decode(tok, ids.ids, ids.n, skip_special, &text, &tlen, err);
+        if (!rc) { /* text, as HF's decode makes it: bytes that end mid-character (a token
+                      that is part of one) become U+FFFD, not invalid UTF-8 */
+            char *fixed = data_utf8_repair(text, tlen, &tlen);
+            free(text);
+            text = fixed;
+            if (!text) rc = base_fail(err, "out of memory");
+        }
         if (!rc) fwrite(text, 1, tlen, stdout);
         if (!rc) rc = base_flush(stdout, "standard output", err);
         free(text);

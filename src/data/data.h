@@ -70,6 +70,11 @@ uint64_t data_tok_fingerprint(const data_tok *t);
 /* Appends the ids of text[0..len) to out. */
 int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out, base_err *err);
 
+/* s[len] with each maximal subpart of an ill-formed UTF-8 sequence replaced by one U+FFFD, as
+ * Python's bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy (HF tokenizers'
+ * decode) do; NUL-terminated, malloc'ed (*out_len its length), NULL when out of memory. */
+char *data_utf8_repair(const char *s, size_t len, size_t *out_len);
+
 /* Decodes ids to bytes (reverse byte-level mapping; a token with a character outside the
  * byte-level alphabet contributes its raw UTF-8). Added tokens marked special are skipped
  * when skip_special is non-zero. Output is NUL-terminated raw bytes (not repaired to valid

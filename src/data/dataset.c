@@ -477,9 +477,11 @@ static int bad_line(data_reader *r, const data_file *f, int64_t line, base_err *
     return 0;
 }
 
+/* Whether a JSONL line holds nothing but JSON's whitespace (space, tab, LF, CR): no document.
+ * A line of \v or \f (C's isspace) is no JSON value: invalid, not blank. */
 static int blank(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (!isspace((unsigned char)s[i])) return 0;
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return 0;
     return 1;
 }
 

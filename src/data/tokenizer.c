@@ -1209,7 +1209,7 @@ static size_t utf8_next(const unsigned char *s, size_t n, int *ok) {
 /* Copies text, replacing each maximal subpart of an ill-formed sequence (utf8_next) with one
  * U+FFFD: Unicode's recommended substitution, as Python's bytes.decode("utf-8", "replace"),
  * Rust's String::from_utf8_lossy and WHATWG's decoder do ("x\xE4\xB8y" -> "x\uFFFDy"). */
-static char *sanitize_utf8(const char *s, size_t len, size_t *out_len) {
+char *data_utf8_repair(const char *s, size_t len, size_t *out_len) {
     size_t cap = len * 3 + 1, n = 0; /* at most one U+FFFD (3 bytes) per input byte */
     char *o = malloc(cap);
     if (!o) return NULL;
@@ -1247,7 +1247,7 @@ int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out
             i += k;
         }
         if (i < len) {
-            clean = sanitize_utf8(text, len, &len);
+            clean = data_utf8_repair(text, len, &len);
             if (!clean) return base_fail(err, "out of memory");
             text = clean;
         }

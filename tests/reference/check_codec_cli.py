@@ -53,6 +53,12 @@ def main():
         got = [int(x) for x in run(cmd, json.dumps(case["messages"]).encode()).split()]
         assert got == case["ids"], f"chat case {case['name']}: ids differ"
         print(f"chat {case['name']}: {len(got)} ids identical")
+    # ids whose bytes end or break mid-character (one token of a 3-byte character; it between
+    # others): HF's decode gives U+FFFD there (Rust's from_utf8_lossy), and so must titan's
+    for ids in ([123970], [64, 123970], [123970, 64, 123970, 236]):
+        got = run([titan, "decode", "--tokenizer", tok_dir], " ".join(map(str, ids)).encode())
+        assert got.decode("utf-8") == hf.decode(ids, skip_special_tokens=False), f"decode {ids}"
+    print("decode of partial characters: U+FFFD as HF")
     bad_chat = subprocess.run([titan, "encode", "--tokenizer", tok_dir, "--chat"],
                               input=b'[{"role": "user"}]', capture_output=True)
     assert bad_chat.returncode != 0 and b"content" in bad_chat.stderr, "chat without content must fail"

@@ -309,6 +309,9 @@ static void test_bad_jsonl(void) {
     expect_error(cfg("b5.jsonl", 4, 1), "b5.jsonl:1: invalid JSON", "duplicate key");
     write_file("b6.jsonl", "{\"text\": \"a\0b\"}\n", 16); /* raw NUL inside the line */
     expect_error(cfg("b6.jsonl", 4, 1), "b6.jsonl:1: invalid JSON", "raw NUL");
+    /* a line of \v / \f is no JSON (only space, tab, LF, CR are JSON's whitespace) */
+    write_str("b7.jsonl", "{\"text\": \"ok\"}\n \v\f\n");
+    expect_error(cfg("b7.jsonl", 4, 1), "b7.jsonl:2: invalid JSON", "vertical tab line");
     expect_error(cfg("missing.jsonl", 4, 1), "missing.jsonl: No such file", "missing file");
     expect_error(cfg("nomatch*.jsonl", 4, 1), "no files match", "glob without matches");
     /* a path that exists is read as named, * ? [ in its name or not: not the glob's match */
