@@ -117,6 +117,21 @@ void base_free(void *p) {
     free(p);
 }
 
+int base_strbuf_put(base_strbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 32;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) return -1;
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+    return 0;
+}
+
 void base_release_pages(void *p, size_t bytes) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1),

@@ -41,6 +41,14 @@ void base_free(void *p);
  * partial pages at either end are left as they are (a neighbour may live there). */
 void base_release_pages(void *p, size_t bytes);
 
+/* A growing NUL-terminated string: {0} is empty; free(b.s) when done. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} base_strbuf;
+/* Appends s[n] (any bytes); -1 when out of memory (b unchanged). */
+int base_strbuf_put(base_strbuf *b, const char *s, size_t n);
+
 /* Seconds on a monotonic clock. */
 double base_now(void);
 /* Resident set size of this process now, in bytes (VmRSS; 0 without /proc). */

@@ -251,27 +251,7 @@ static int skip_blank(parser *t) {
     }
 }
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} buf;
-
-static int put(buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 32;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) return -1;
-        b->s = ns;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    return 0;
-}
-
-static int put_utf8(buf *b, uint32_t cp) {
+static int put_utf8(base_strbuf *b, uint32_t cp) {
     char u[4];
     size_t n;
     if (cp < 0x80) {
@@ -293,7 +273,7 @@ static int put_utf8(buf *b, uint32_t cp) {
         u[3] = (char)(0x80 | (cp & 0x3f));
         n = 4;
     }
-    return put(b, u, n);
+    return base_strbuf_put(b, u, n);
 }
 
 /* A single-line basic ("...", escapes) or literal ('...') string; t->p is on the quote.
@@ -303,8 +283,8 @@ static int string(parser *t, char **out) {
     if (t->end - t->p >= 3 && t->p[1] == q && t->p[2] == q)
         return FAIL(t, "multi-line strings (%c%c%c)" UNSUPPORTED, q, q, q);
     t->p++;
-    buf b = {0};
-    if (put(&b, "", 0)) return FAIL(t, "out of memory");
+    base_strbuf b = {0};
+    if (base_strbuf_put(&b, "", 0)) return FAIL(t, "out of memory");
     for (;;) {
         if (at_eol(t)) {
             free(b.s);
@@ -314,7 +294,7 @@ static int string(parser *t, char **out) {
         while (t->p < t->end && *t->p != q && !(q == '"' && *t->p == '\\') &&
                !is_control((unsigned char)*t->p))
             t->p++;
-        if (put(&b, run, (size_t)(t->p - run))) goto oom;
+        if (base_strbuf_put(&b, run, (size_t)(t->p - run))) goto oom;
         if (t->p >= t->end || *t->p == '\n' || *t->p == '\r') continue; /* unterminated */
         if (*t->p == q) {
             t->p++;
@@ -329,7 +309,7 @@ static int string(parser *t, char **out) {
         const char *simple = strchr("btnfr\"\\", e);
         if (e && simple) {
             static const char map[] = "\b\t\n\f\r\"\\";
-            if (put(&b, &map[simple - "btnfr\"\\"], 1)) goto oom;
+            if (base_strbuf_put(&b, &map[simple - "btnfr\"\\"], 1)) goto oom;
             t->p += 2;
             continue;
         }

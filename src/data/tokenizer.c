@@ -360,38 +360,19 @@ static int check_byte_level(json_t *bl, const char *path, const char *where, int
 
 /* Unicode's White_Space, what the pre-tokenizer's \s is in Hugging Face tokenizers; PCRE2's
  * \s adds U+180E (a space before Unicode 6.3, a format character since) */
-#define WHITE_SPACE                                                                                \
-    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}" \
-    "\\x{3000}"
+/* clang-format off */
+#define WHITE_SPACE \
+    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}" \
+    "\\x{205F}\\x{3000}"
 /* its complement, for a \S inside a class */
-#define NOT_WHITE_SPACE                                                                            \
-    "\\x{0}-\\x{8}\\x{E}-\\x{1F}\\x{21}-\\x{84}\\x{86}-\\x{9F}\\x{A1}-\\x{167F}\\x{1681}-\\x{"     \
-    "1FFF}"                                                                                        \
-    "\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{"   \
-    "10FFFF}"
+#define NOT_WHITE_SPACE \
+    "\\x{0}-\\x{8}\\x{E}-\\x{1F}\\x{21}-\\x{84}\\x{86}-\\x{9F}\\x{A1}-\\x{167F}" \
+    "\\x{1681}-\\x{1FFF}\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}\\x{2030}-\\x{205E}" \
+    "\\x{2060}-\\x{2FFF}\\x{3001}-\\x{10FFFF}"
+/* clang-format on */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static int sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) return -1;
-        b->s = ns;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    return 0;
-}
-
-static int sb_str(sbuf *b, const char *s) {
-    return sb_put(b, s, strlen(s));
+static int sb_str(base_strbuf *b, const char *s) {
+    return base_strbuf_put(b, s, strlen(s));
 }
 
 /* The pre-tokenizer pattern p[n] with \s and \S (outside and inside classes) spelled as
@@ -399,7 +380,7 @@ static int sb_str(sbuf *b, const char *s) {
  * U+180E). Letters and numbers PCRE2 may not know are split_view's. NULL when out of memory
  * (free() the result; *len its length). */
 static char *unicode_pattern(const char *p, size_t n, size_t *len) {
-    sbuf b = {NULL, 0, 0};
+    base_strbuf b = {NULL, 0, 0};
     int in_class = 0, rc = 0;
     for (size_t i = 0; i < n && !rc;) {
         const char c = p[i];
@@ -411,7 +392,7 @@ static char *unicode_pattern(const char *p, size_t n, size_t *len) {
                                  : sb_str(&b, "[^" WHITE_SPACE "]");
                 i += 2;
             } else { /* any other escape, copied whole: its second character is no class bracket */
-                rc |= sb_put(&b, p + i, 2);
+                rc |= base_strbuf_put(&b, p + i, 2);
                 i += 2;
             }
             continue;
@@ -420,7 +401,7 @@ static char *unicode_pattern(const char *p, size_t n, size_t *len) {
             size_t j = i + 1;
             if (j < n && p[j] == '^') j++;
             if (j < n && p[j] == ']') j++;
-            rc |= sb_put(&b, p + i, j - i);
+            rc |= base_strbuf_put(&b, p + i, j - i);
             in_class = 1;
             i = j;
             continue;
@@ -430,15 +411,15 @@ static char *unicode_pattern(const char *p, size_t n, size_t *len) {
                        *close = memchr(p + i + 2, ']', n - i - 2);
             if (close && end && close < end + 1) end = NULL; /* no POSIX class: a literal [ */
             const size_t len = end ? (size_t)(end - (p + i)) + 2 : 1;
-            rc |= sb_put(&b, p + i, len);
+            rc |= base_strbuf_put(&b, p + i, len);
             i += len;
             continue;
         }
         if (in_class && c == ']') in_class = 0;
-        rc |= sb_put(&b, p + i, 1);
+        rc |= base_strbuf_put(&b, p + i, 1);
         i++;
     }
-    if (rc || (!b.s && sb_put(&b, "", 0))) {
+    if (rc || (!b.s && base_strbuf_put(&b, "", 0))) {
         free(b.s);
         return NULL;
     }
