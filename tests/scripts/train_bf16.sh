@@ -135,8 +135,9 @@ done
 echo "ok blocks with fp32 GEMM overrides keep fp32 activations (bitwise an fp32 model + bf16 head)"
 
 # The memory they save, as titan plan counts it (what model_build allocates) at Qwen3-0.6B,
-# 1 x 2048 tokens: 3.36 GiB fp32, 2.15 GiB bf16 (the residual stream x, xm stays fp32).
-act() { "$titan" plan --hf-config "$QWEN_CFG" --training.local_batch_size=1 --training.seq_len=2048 \
+# 1 x 2048 tokens: 3.36 GiB fp32, 2.15 GiB bf16 (the residual stream x, xm stays fp32); all of
+# them, not only those outside the gradients' pages (TITAN_ACTS_IN_GRADS=0).
+act() { TITAN_ACTS_IN_GRADS=0 "$titan" plan --hf-config "$QWEN_CFG" --training.local_batch_size=1 --training.seq_len=2048 \
           --training.mixed_precision_param=$1 2>/dev/null | awk '/activations, no checkpointing/ { print $4 }'; }
 QWEN_CFG=$shared/data/qwen3_configs/Qwen3-0.6B.json
 if [ -r "$QWEN_CFG" ]; then
