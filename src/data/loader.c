@@ -200,10 +200,15 @@ static int read_doc(data_loader *l, base_err *err) {
                              "%s: no tokens for data-parallel rank %d of %d (the dataset has %lld "
                              "documents)",
                              l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc);
-        base_log(BASE_LOG_INFO,
-                 "data: %s exhausted after %lld documents (epoch %lld); restarting from the "
-                 "beginning",
-                 l->path, (long long)l->rd.next.doc, (long long)l->epoch);
+        /* a line an epoch would flood the log for a small dataset and long windows (millions
+         * of epochs): the first four, then at powers of two */
+        const long long e = (long long)l->epoch;
+        if (e < 4 || !(e & (e - 1)))
+            base_log(BASE_LOG_INFO,
+                     "data: %s exhausted after %lld documents (epoch %lld); restarting from the "
+                     "beginning%s",
+                     l->path, (long long)l->rd.next.doc, e,
+                     e == 3 ? " (further epochs said at 4, 8, 16, ...)" : "");
         data_reader_rewind(&l->rd);
         l->epoch++;
         l->from_start = 1;

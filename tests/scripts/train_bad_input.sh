@@ -121,4 +121,11 @@ if TITAN_MEM_AVAILABLE=1000000 "$titan" "${base[@]}" --force > "$out/o" 2>&1 &&
 else
   echo "FAIL --force:"; cat "$out/o"; fail=1
 fi
+# a one-document file read through ~1000 epochs: the restarts said at epochs 0-3 and powers of
+# two (a line an epoch flooded the log), not one a pass
+printf '{"text": "ab"}\n' > "$out/tiny.jsonl"
+n=$("$titan" data --data "$out/tiny.jsonl" --seq-len 64 --batches 20 --vocab-size 300 2>&1 >/dev/null |
+    grep -c "exhausted after 1 documents")
+if [ "$n" -ge 4 ] && [ "$n" -le 16 ]; then echo "ok   epoch restarts of a tiny file: $n lines"
+else echo "FAIL epoch restarts of a tiny file: $n log lines"; fail=1; fi
 exit $fail
