@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+/* clang-format off */
+
 /* 9272 code points in 35 ranges */
 static const uint32_t UNICODE_EXTRA_L[][2] = {
     {0x1C89, 0x1C8A}, {0xA7CB, 0xA7CD}, {0xA7DA, 0xA7DC}, {0x105C0, 0x105F3},
@@ -24,5 +26,7 @@ static const uint32_t UNICODE_EXTRA_N[][2] = {
     {0x16130, 0x16139}, {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3},
     {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA},
 };
+
+/* clang-format on */
 
 #endif
