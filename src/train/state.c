@@ -11,10 +11,13 @@
 /* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
 #define LOADER_STATE_BYTES 512
 
-/* optim_adamw_cfg's fields as the checkpoint names them (train.optimizer), and model_balance's
- * as model.moe_load_balance does */
+/* optim_adamw_cfg's fields as the checkpoint names them (train.optimizer), and their values */
 static const char *const k_adamw_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
-static const char *const k_balance_names[3] = {"none", "aux_loss", "bias"};
+
+static void adamw_values(const optim_adamw_cfg *c, double v[5]) {
+    const double x[5] = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay};
+    memcpy(v, x, sizeof x);
+}
 
 /* Sequences per optimizer step over all data-parallel ranks (torchtitan's global batch). */
 static json_int_t global_batch(const train_opts *o, const train_source *src) {
@@ -46,12 +49,13 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     json_object_set_new(root, "kernel_overrides", json_string(kern));
     /* the settings a resume may change (resume says so): AdamW's, and an MoE's balancing */
     json_t *oj = json_object();
-    const double hp[5] = {o->adamw.lr, o->adamw.beta1, o->adamw.beta2, o->adamw.eps,
-                          o->adamw.weight_decay};
+    double hp[5];
+    adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5; i++) json_object_set_new(oj, k_adamw_keys[i], json_real(hp[i]));
     json_object_set_new(root, "optimizer", oj);
     if (o->model.n_experts > 0)
-        json_object_set_new(root, "moe_load_balance", json_string(k_balance_names[o->moe_balance]));
+        json_object_set_new(root, "moe_load_balance",
+                            json_string(train_balance_name(o->moe_balance)));
     /* the identity, and the RoPE context an export writes as max_position_embeddings */
     json_t *mj = model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY);
     if (mj && o->model.max_seq_len > 0)
@@ -191,8 +195,8 @@ json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
 static void said_changes(const json_t *t, const train_opts *o, const train_source *src,
                          int64_t step) {
     const json_t *oj = json_object_get(t, "optimizer");
-    const double hp[5] = {o->adamw.lr, o->adamw.beta1, o->adamw.beta2, o->adamw.eps,
-                          o->adamw.weight_decay};
+    double hp[5];
+    adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5; i++) {
         const json_t *v = json_object_get(oj, k_adamw_keys[i]);
         if (json_is_number(v) && json_number_value(v) != hp[i])
@@ -209,7 +213,7 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                  (long long)step, (unsigned long long)json_integer_value(seed),
                  (unsigned long long)o->seed);
     const char *bal = json_string_value(json_object_get(t, "moe_load_balance"));
-    const char *now = k_balance_names[o->moe_balance];
+    const char *now = train_balance_name(o->moe_balance);
     if (bal && o->model.n_experts > 0 && strcmp(bal, now))
         base_log(BASE_LOG_WARN,
                  "checkpoint: step-%lld was trained with model.moe_load_balance = \"%s\"; this "

@@ -367,6 +367,8 @@ int train_config_precision(const train_config *c, ops_prec *prec, char *why, siz
                            base_err *err);
 /* training.mixed_precision_param's spelling of a resolved precision: "bfloat16" / "float32". */
 const char *train_prec_name(ops_prec p);
+/* model.moe_load_balance's name of b ("none", "aux_loss", "bias"). */
+const char *train_balance_name(model_balance b);
 /* The same rule for a value from elsewhere (generate's --precision; NULL or "" = unset),
  * refusing anything but bfloat16 / float32 by name; key names the setting in the refusal and
  * in the emulation warning. */

@@ -252,6 +252,13 @@ const char *train_prec_name(ops_prec p) {
     return p == OPS_PREC_BF16 ? "bfloat16" : "float32";
 }
 
+/* model_balance's values by model.moe_load_balance's names (the schema checks the field) */
+static const char *const k_balance_names[3] = {"none", "aux_loss", "bias"};
+
+const char *train_balance_name(model_balance b) {
+    return k_balance_names[b];
+}
+
 int train_precision_resolve(const char *key, const char *v, ops_prec *prec, char *why, size_t n,
                             base_err *err) {
     if (v && v[0] && strcmp(v, "bfloat16") && strcmp(v, "float32"))
@@ -477,9 +484,10 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                           "%lld is above the model's max_seq_len %d (its RoPE context; "
                           "model.max_seq_len raises it)",
                           (long long)c->training.seq_len, o->model.max_seq_len);
-    o->moe_balance = !strcmp(c->model.moe_load_balance, "aux_loss") ? MODEL_BALANCE_AUX_LOSS
-                     : !strcmp(c->model.moe_load_balance, "bias")   ? MODEL_BALANCE_BIAS
-                                                                    : MODEL_BALANCE_NONE;
+    o->moe_balance = MODEL_BALANCE_NONE;
+    for (int b = 0; b < 3; b++)
+        if (!strcmp(c->model.moe_load_balance, k_balance_names[b]))
+            o->moe_balance = (model_balance)b;
     o->moe_bias_rate = c->model.moe_bias_update_rate;
     model_init_parse(c->model.init_weights, &o->init.scheme, err); /* checked by the schema */
     o->init.std_by_n_layers = c->model.depth_init.set && !c->model.depth_init.v;
