@@ -338,7 +338,7 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
  *                            "world_size": W, "shards": [...], "shard_headers": {...},
  *                            "train": {...}} where "train" is the trainer's own state
  *                           (schedule, data loader, RNG, args) and "shard_headers" each
- *                           shard's {"bytes", "header_crc32c"} (ckpt_step_shard_check)
+ *                           shard's {"bytes", "header_crc32c"} (ckpt_step_check_shards)
  * Versions 2 (no shard identities) and 1 (also before strided pieces: 1-D tensors only, a
  * column slice written one row per tensor) are still read. A save writes into step-N.tmp/ (every
  * file fsynced), writes metadata.json last, fsyncs the folder and renames it to step-N: a step-N
@@ -404,12 +404,11 @@ int ckpt_step_foreign_latest(const char *folder, int64_t *step);
 /* Validates step-N/metadata.json; *train_json (malloc'ed) is its "train" object. */
 int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int *world,
                         base_err *err);
-/* Whether shard file f (rank's, opened) is the one step-N/metadata.json recorded: from version
- * 3 on, each shard's size and the CRC-32C of its header (which holds every tensor's own
- * CRC-32C), so a shard of another step or run copied into the folder is refused, naming it;
- * earlier versions record none (0). ckpt_step_load checks every shard it opens so. */
-int ckpt_step_shard_check(const char *folder, int64_t step, int rank, const ckpt_file *f,
-                          base_err *err);
+/* Whether every shard of step-N is the one its metadata.json recorded: from version 3 on, each
+ * shard's size and the CRC-32C of its header (which holds every tensor's own CRC-32C), so a
+ * shard of another step or run copied into the folder is refused, naming it; earlier versions
+ * record none (0). ckpt_step_load checks every shard it opens so. */
+int ckpt_step_check_shards(const char *folder, int64_t step, base_err *err);
 /* Fills each bufs[i].dst with its piece (offset, rows, stride) of buffer bufs[i].name; fails
  * unless the shards' pieces cover that piece exactly once (no gap, no overlap), so on success
  * every element of dst has been written. */

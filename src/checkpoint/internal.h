@@ -19,6 +19,10 @@ int ckpt_write_json(const char *path, json_t *v, base_err *err);
 int ckpt_build_from_set(model *m, const model_args *a, ckpt_set *s, ckpt_names names,
                         const model_build_opts *opts, base_err *err);
 
+/* A CRC-32C as titan's files record it: exactly 8 hex digits (a tensor's "<name>.crc32c", a
+ * shard's "header_crc32c"); 0 and *out set, or -1. */
+int ckpt_hex32(const char *s, uint32_t *out);
+
 /* [begin, end) of a range that one piece claims; idx: the caller's tag for the piece. */
 typedef struct {
     uint64_t begin, end;

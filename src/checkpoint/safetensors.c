@@ -729,19 +729,25 @@ int ckpt_tensor_verify(const ckpt_file *f, const ckpt_tensor *t, base_err *err) 
         }
         return 0;
     }
-    int hex = strlen(v) == 8;
-    for (int i = 0; hex && i < 8; i++) hex = isxdigit((unsigned char)v[i]) != 0;
-    const unsigned long want = hex ? strtoul(v, NULL, 16) : 0;
-    if (!hex)
+    uint32_t want;
+    if (ckpt_hex32(v, &want))
         return base_fail(err, "%s: __metadata__ \"%s\" is \"%s\", not 8 hex digits", f->path, key,
                          v);
     const uint32_t got = base_crc32c(0, t->data, t->nbytes);
-    if (got != (uint32_t)want)
+    if (got != want)
         return base_fail(err,
                          "%s: tensor \"%s\" is corrupt: its %zu bytes have CRC-32C %08x, the "
-                         "file recorded %08lx when it was written",
+                         "file recorded %08x when it was written",
                          f->path, t->name, t->nbytes, got, want);
     return 1;
+}
+
+int ckpt_hex32(const char *s, uint32_t *out) {
+    int hex = s && strlen(s) == 8;
+    for (int i = 0; hex && i < 8; i++) hex = isxdigit((unsigned char)s[i]) != 0;
+    if (!hex) return -1;
+    *out = (uint32_t)strtoul(s, NULL, 16);
+    return 0;
 }
 
 void ckpt_f32_to_half_n(const float *src, uint16_t *dst, size_t n, int bf16) {

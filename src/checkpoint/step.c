@@ -1,6 +1,5 @@
 /* checkpoint: training checkpoints, FOLDER/step-N/ (see the training-checkpoint section of
  * checkpoint.h). */
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -160,34 +159,29 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
     json_object_set_new(root, "version", json_integer(CKPT_STEP_VERSION));
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "world_size", json_integer(world));
+    json_object_set_new(root, "shards", files); /* root owns them: filled below */
+    json_object_set_new(root, "shard_headers", ids);
+    json_object_set_new(root, "train", train);
     for (int r = 0; r < world; r++) {
         char name[64], crc[16];
         shard_name(name, sizeof name, r);
         json_array_append_new(files, json_string(name));
         snprintf(path, sizeof path, "%s/%s", tmp, name);
         ckpt_file f;
-        if (ckpt_open(&f, path, err)) { /* every rank's shard is written by now */
+        int rc = ckpt_open(&f, path, err); /* every rank's shard is written by now */
+        if (!rc) {
+            const shard_id id = shard_id_of(&f);
+            ckpt_close(&f);
+            snprintf(crc, sizeof crc, "%08x", id.header_crc);
+            json_t *e = json_pack("{s:I,s:s}", "bytes", (json_int_t)id.bytes, "header_crc32c", crc);
+            /* never a metadata.json without it */
+            if (!e || json_object_set_new(ids, name, e)) rc = base_fail(err, "out of memory");
+        }
+        if (rc) {
             json_decref(root);
-            json_decref(files);
-            json_decref(ids);
-            json_decref(train);
             return -1;
         }
-        const shard_id id = shard_id_of(&f);
-        ckpt_close(&f);
-        snprintf(crc, sizeof crc, "%08x", id.header_crc);
-        json_t *e = json_pack("{s:I,s:s}", "bytes", (json_int_t)id.bytes, "header_crc32c", crc);
-        if (!e || json_object_set_new(ids, name, e)) { /* never a metadata.json without it */
-            json_decref(root);
-            json_decref(files);
-            json_decref(ids);
-            json_decref(train);
-            return base_fail(err, "out of memory");
-        }
     }
-    json_object_set_new(root, "shards", files);
-    json_object_set_new(root, "shard_headers", ids);
-    json_object_set_new(root, "train", train);
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
     json_decref(root);
     if (!text) return base_fail(err, "out of memory");
@@ -399,13 +393,12 @@ static const char *shard_ids_read(const json_t *h, int world, shard_id *ids) {
         shard_name(name, sizeof name, r);
         const json_t *e = json_object_get(h, name), *b = json_object_get(e, "bytes"),
                      *c = json_object_get(e, "header_crc32c");
-        const char *cs = json_string_value(c);
-        int hex = cs && strlen(cs) == 8;
-        for (int i = 0; hex && i < 8; i++) hex = isxdigit((unsigned char)cs[i]) != 0;
-        if (!json_is_integer(b) || json_integer_value(b) < 8 || !hex)
+        uint32_t crc;
+        if (!json_is_integer(b) || json_integer_value(b) < 8 ||
+            ckpt_hex32(json_string_value(c), &crc))
             return "\"shard_headers\" lacks a shard's {\"bytes\": size, \"header_crc32c\": 8 "
                    "hex digits}";
-        ids[r] = (shard_id){(uint64_t)json_integer_value(b), (uint32_t)strtoul(cs, NULL, 16)};
+        ids[r] = (shard_id){(uint64_t)json_integer_value(b), crc};
     }
     return NULL;
 }
@@ -487,15 +480,22 @@ int ckpt_step_read_meta(const char *folder, int64_t step, char **train_json, int
     return read_meta(folder, step, train_json, world, &version, NULL, err);
 }
 
-int ckpt_step_shard_check(const char *folder, int64_t step, int rank, const ckpt_file *f,
-                          base_err *err) {
-    char *train, meta[4200];
+int ckpt_step_check_shards(const char *folder, int64_t step, base_err *err) {
+    char *train, meta[4200], path[4300];
     int world, version;
     shard_id *ids;
     if (read_meta(folder, step, &train, &world, &version, &ids, err)) return -1;
     free(train);
     snprintf(meta, sizeof meta, "%s/step-%lld/%s", folder, (long long)step, STEP_META);
-    const int rc = !ids || rank < 0 || rank >= world ? 0 : shard_check(f, &ids[rank], meta, err);
+    int rc = 0;
+    for (int r = 0; ids && !rc && r < world; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        snprintf(path, sizeof path, "%s/step-%lld/%s", folder, (long long)step, name);
+        ckpt_file f;
+        rc = ckpt_open(&f, path, err) ? -1 : shard_check(&f, &ids[r], meta, err);
+        ckpt_close(&f);
+    }
     free(ids);
     return rc;
 }
