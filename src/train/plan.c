@@ -200,7 +200,8 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     o.tp = &tpo;
     o.ep = &epo;
     o.loss_parallel_off = in->loss_parallel_off;
-    o.acts_in_grads = in->acts_in_grads;
+    /* one rank only: the memory check's what-ifs ask for more ranks with the same input */
+    o.acts_in_grads = in->acts_in_grads && in->world == 1;
     o.ac = MODEL_AC_NONE;
     p->act_none = (double)model_activation_bytes_for(&in->model, &o);
     o.ac = MODEL_AC_FULL;
@@ -208,7 +209,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     o.ac = in->ac;
     o.ac_every = in->ac_every;
     p->act_conf = (double)model_activation_bytes_for(&in->model, &o);
-    if (in->acts_in_grads) { /* the same carving without the rooms: what went there */
+    if (o.acts_in_grads) { /* the same carving without the rooms: what went there */
         o.acts_in_grads = 0;
         p->act_in_grads = (double)model_activation_bytes_for(&in->model, &o) - p->act_conf;
         o.acts_in_grads = 1;
@@ -299,7 +300,7 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
                 "    of which EP all-to-all         %10.3f   (configured mode; sized for all "
                 "rows routed to one rank)\n",
                 p->ep_buffers / G);
-    if (in->acts_in_grads)
+    if (p->act_in_grads > 0)
         fprintf(f,
                 "  saved activations in gradients   %10.3f   (configured mode, not counted "
                 "again: a block's in the pages of the gradient its backward precedes)\n",
@@ -388,7 +389,7 @@ train_plan_in train_plan_in_of(const train_opts *o, int world) {
                            .prec = o->prec,
                            .prec_why = o->prec_why,
                            .ckpt_async = o->ckpt.enable && o->ckpt.async && !o->ckpt.load_only,
-                           .acts_in_grads = o->acts_in_grads && world == 1};
+                           .acts_in_grads = o->acts_in_grads};
 }
 
 int train_plan_print_for(const train_opts *o, FILE *f, base_err *err) {

@@ -272,7 +272,7 @@ static int run_setup(run *r, base_err *err) {
                            .loss_parallel_off = o->loss_parallel_off,
                            .prec = o->prec,
                            .exchange_f32 = o->transport_f32,
-                           .acts_in_grads = o->acts_in_grads && mesh->world == 1};
+                           .acts_in_grads = o->acts_in_grads}; /* one rank (translate) */
     if (train_stop_install(o->preemption_signal, err)) return -1;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh->dp_shard > 1 ? model_build_external(m, &o->model, &bo, err)

@@ -492,7 +492,7 @@ typedef struct {
     ops_prec prec;         /* training.mixed_precision_param (resolved) */
     const char *prec_why;  /* how prec was chosen (train_opts.prec_why), printed; NULL: not */
     int ckpt_async;        /* checkpoint.enable with async saves: the saver's snapshot (saver.c) */
-    int acts_in_grads;     /* train_opts.acts_in_grads (on one rank) */
+    int acts_in_grads;     /* train_opts.acts_in_grads (taking effect where world is 1) */
 } train_plan_in;
 
 typedef struct {
