@@ -252,7 +252,7 @@ typedef struct {
     int64_t file_doc;     /* document index within that file */
     int64_t byte_off;     /* byte offset of its paragraph (text) or line (jsonl); 0 shards */
     int64_t line;         /* lines before it in that file (jsonl; 0 otherwise) */
-    int64_t bad_lines;    /* malformed JSONL lines skipped so far */
+    int64_t bad_lines;    /* malformed JSONL lines skipped (in the first pass: once each) */
     uint64_t fingerprint; /* hash of the file list, sizes and encoding settings */
     uint64_t content;     /* hash of `file`'s first and last 64 KiB (0: not recorded, a
                            * state saved before titan recorded it) */

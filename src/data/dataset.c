@@ -470,6 +470,7 @@ static int bad_line(data_reader *r, const data_file *f, int64_t line, base_err *
     if (!r->skip_bad)
         return base_fail(err, "%s:%lld: %s (set skip_bad_lines to skip such lines)", f->path,
                          (long long)line, msg);
+    if (r->bad_counted) return 0;
     r->bad_lines++;
     if (r->bad_lines <= BAD_LINES_LOGGED)
         base_log(BASE_LOG_WARN, "%s:%lld: %s; skipped%s", f->path, (long long)line, msg,

@@ -60,10 +60,11 @@ typedef struct {
     int n_files;
     char *field;
     int skip_bad;
+    int bad_counted; /* a later pass: its bad lines were counted and logged in the first */
     data_pos next;
-    int64_t bad_lines;
-    FILE *fp;    /* open jsonl file */
-    int fp_file; /* which file fp is (-1 none) */
+    int64_t bad_lines; /* skipped in the first pass (a line of every pass counted once) */
+    FILE *fp;          /* open jsonl file */
+    int fp_file;       /* which file fp is (-1 none) */
     data_shard shard;
     int shard_file; /* which file shard is (-1 none) */
     char *line;

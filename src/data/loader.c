@@ -203,14 +203,20 @@ static int read_doc(data_loader *l, base_err *err) {
         /* a line an epoch would flood the log for a small dataset and long windows (millions
          * of epochs): the first four, then at powers of two */
         const long long e = (long long)l->epoch;
-        if (e < 4 || !(e & (e - 1)))
+        if (e < 4 || !(e & (e - 1))) {
+            char bad[96] = "";
+            if (e == 0 && l->rd.bad_lines)
+                snprintf(bad, sizeof bad, " (%lld malformed lines skipped, not counted again)",
+                         (long long)l->rd.bad_lines);
             base_log(BASE_LOG_INFO,
-                     "data: %s exhausted after %lld documents (epoch %lld); restarting from the "
+                     "data: %s exhausted after %lld documents (epoch %lld)%s; restarting from the "
                      "beginning%s",
-                     l->path, (long long)l->rd.next.doc, e,
+                     l->path, (long long)l->rd.next.doc, e, bad,
                      e == 3 ? " (further epochs said at 4, 8, 16, ...)" : "");
+        }
         data_reader_rewind(&l->rd);
         l->epoch++;
+        l->rd.bad_counted = 1;
         l->from_start = 1;
         l->epoch_tokens = 0;
         l->epoch_text = 0;
@@ -426,6 +432,7 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     data_pos p = {s->doc, s->file, s->file_doc, s->byte_off, s->line};
     if (data_reader_seek(&l->rd, &p, err)) return -1;
     l->rd.bad_lines = s->bad_lines;
+    l->rd.bad_counted = s->epoch > 0;
     l->epoch = s->epoch;
     /* the dataset's very start: a position with document 0 elsewhere (past the last file, or
      * after files without documents) has not read this epoch from its start, so the checks of

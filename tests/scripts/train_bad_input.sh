@@ -128,4 +128,13 @@ n=$("$titan" data --data "$out/tiny.jsonl" --seq-len 64 --batches 20 --vocab-siz
     grep -c "exhausted after 1 documents")
 if [ "$n" -ge 4 ] && [ "$n" -le 16 ]; then echo "ok   epoch restarts of a tiny file: $n lines"
 else echo "FAIL epoch restarts of a tiny file: $n log lines"; fail=1; fi
+# a malformed line read through many epochs: logged and counted in the first pass only (each
+# pass had logged it again and added it to the count)
+printf '{"text": "ab"}\n{"text": 1}\n{"text": "cd"}\n' > "$out/tinybad.jsonl"
+"$titan" data --data "$out/tinybad.jsonl" --seq-len 64 --batches 20 --vocab-size 300 \
+  --skip-bad-lines > /dev/null 2> "$out/o"
+n=$(grep -c 'tinybad.jsonl:2: field "text" is not a string; skipped' "$out/o")
+if [ "$n" = 1 ] && grep -q "exhausted after 3 documents (epoch 0) (1 malformed lines skipped" "$out/o"
+then echo "ok   a skipped line is logged and counted once, not every epoch"
+else echo "FAIL a skipped line over epochs ($n log lines):"; head -5 "$out/o"; fail=1; fi
 exit $fail
