@@ -13,9 +13,28 @@
 #include "checkpoint/internal.h"
 
 #define STEP_META "metadata.json"
-/* 3: metadata.json records each shard's identity ("shard_headers", shard_id); 2: strided
- * pieces (2-D tensors with "<name>.stride"); 1: 1-D pieces only */
-#define CKPT_STEP_VERSION 3
+/* 4: metadata.json records its own CRC-32C ("crc32c", meta_crc); 3: each shard's identity
+ * ("shard_headers", shard_id); 2: strided pieces (2-D tensors with "<name>.stride"); 1: 1-D
+ * pieces only */
+#define CKPT_STEP_VERSION 4
+
+/* The CRC-32C of metadata.json's contents but its "crc32c" member: of their compact dump with
+ * sorted keys, which a parse and a dump reproduce whatever the file's spacing (jansson writes a
+ * real with 17 significant digits, which reads back as the same double). So an in-range change
+ * of the trainer state (a flipped digit of adam_step or the data position: it would load and
+ * train silently otherwise) is refused, while the tensors' own bytes carry their own CRCs.
+ * Returns -1 when out of memory. */
+static int meta_crc(const json_t *root, uint32_t *crc) {
+    json_t *c = json_copy((json_t *)root); /* shallow: the members are shared, not changed */
+    if (!c) return -1;
+    json_object_del(c, "crc32c");
+    char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(c);
+    if (!text) return -1;
+    *crc = base_crc32c(0, text, strlen(text));
+    free(text);
+    return 0;
+}
 
 static void step_dir(char *buf, size_t n, const char *folder, int64_t step, const char *suffix) {
     snprintf(buf, n, "%s/step-%lld%s", folder, (long long)step, suffix);
@@ -182,7 +201,16 @@ int ckpt_step_commit(const char *folder, int64_t step, int world, const char *tr
             return -1;
         }
     }
-    char *text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
+    uint32_t self;
+    char crc[16];
+    if (meta_crc(root, &self)) {
+        json_decref(root);
+        return base_fail(err, "out of memory");
+    }
+    snprintf(crc, sizeof crc, "%08x", self);
+    char *text = json_object_set_new(root, "crc32c", json_string(crc))
+                     ? NULL
+                     : json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
     json_decref(root);
     if (!text) return base_fail(err, "out of memory");
     snprintf(path, sizeof path, "%s/%s", tmp, STEP_META);
@@ -415,7 +443,32 @@ static int shard_check(const ckpt_file *f, const shard_id *want, const char *met
                      (unsigned long long)got.bytes, got.header_crc);
 }
 
-/* ckpt_step_read_meta, the format version (1 to 3) and, from version 3 on, each shard's
+/* Version 4's check of metadata.json's own CRC-32C: NULL when it matches; a message when it
+ * does not or is malformed. Without the member (removed by hand after an edit, as the refusal
+ * says to) the file loads unchecked, said once per file. */
+static const char *meta_crc_bad(const json_t *root, const char *path) {
+    const json_t *c = json_object_get(root, "crc32c");
+    uint32_t want, got;
+    static char warned[4200]; /* the last file said (a resume reads it more than once) */
+    if (!c) {
+        if (!strcmp(warned, path)) return NULL;
+        snprintf(warned, sizeof warned, "%s", path);
+        base_log(BASE_LOG_WARN,
+                 "%s: no \"crc32c\" (removed after an edit?): its trainer state is loaded "
+                 "unchecked",
+                 path);
+        return NULL;
+    }
+    if (!json_is_string(c) || ckpt_hex32(json_string_value(c), &want))
+        return "\"crc32c\" is not 8 hex digits";
+    if (meta_crc(root, &got)) return "out of memory";
+    if (got == want) return NULL;
+    return "its contents do not match its \"crc32c\" (changed since titan wrote it: a damaged "
+           "copy or disk, or an edit; to load an edit you made on purpose, delete the "
+           "\"crc32c\" line)";
+}
+
+/* ckpt_step_read_meta, the format version (1 to 4) and, from version 3 on, each shard's
  * identity (*ids: malloc'ed [world]; NULL before version 3, or where ids is NULL). */
 static int read_meta(const char *folder, int64_t step, char **train_json, int *world, int *version,
                      shard_id **ids, base_err *err) {
@@ -440,7 +493,7 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
         bad = "\"format\" is not \"titan-checkpoint\"";
     else if (!json_is_integer(ver) || json_integer_value(ver) < 1 ||
              json_integer_value(ver) > CKPT_STEP_VERSION)
-        bad = "\"version\" is not 1, 2 or 3 (a newer titan's checkpoint?)";
+        bad = "\"version\" is not 1 to 4 (a newer titan's checkpoint?)";
     else if (!json_is_integer(st) || json_integer_value(st) != step)
         bad = "\"step\" does not match the folder name";
     else if (!json_is_integer(ws) || json_integer_value(ws) < 1 || json_integer_value(ws) > 1 << 20)
@@ -451,6 +504,7 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
              shards_bad(json_object_get(root, "shards"), (int)json_integer_value(ws)))
         bad = "\"shards\" is not [\"rank-00000.safetensors\", ...] for each of the world_size "
               "ranks (the files a step-N holds)";
+    if (!bad && json_integer_value(ver) >= 4) bad = meta_crc_bad(root, path);
     shard_id *id = NULL;
     if (!bad && json_integer_value(ver) >= 3) {
         id = malloc(sizeof *id * (size_t)json_integer_value(ws));

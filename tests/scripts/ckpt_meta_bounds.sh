@@ -16,6 +16,7 @@ fail=0
 refused() { # description, sed expression, error regex
   rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
   sed -i -E "$2" "$out/bad/$meta"
+  sed -i '/^ "crc32c": /d' "$out/bad/$meta" # an edit made on purpose: its own CRC deleted
   "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e"; local rc=$?
   if [ $rc -ne 1 ] || ! grep -qE "$3" "$out/e" || grep -qE "^(\[titan\] [^ ]+ [^ ]+ - )?step:" "$out/o"; then
     echo "FAIL $1 (rc $rc):"; cat "$out/e"; fail=1
@@ -23,6 +24,28 @@ refused() { # description, sed expression, error regex
     echo "ok   $1: $(cat "$out/e")"
   fi
 }
+# metadata.json's own CRC-32C (version 4): an in-range edit of the trainer state (adam_step 2 ->
+# 1 would train on silently) is refused naming the file; the same edit with the "crc32c" line
+# deleted (as the message says to) loads with a warning; a re-indented file still matches (the
+# CRC is of the parsed contents, not of the bytes)
+rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
+sed -i 's/"adam_step": 2/"adam_step": 1/' "$out/bad/$meta"
+if "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e" ||
+   ! grep -q "bad/$meta: its contents do not match its \"crc32c\"" "$out/e"; then
+  echo "FAIL an in-range edit with the CRC kept:"; cat "$out/e"; fail=1
+else echo "ok   an in-range edit with the CRC kept: $(cat "$out/e")"; fi
+sed -i '/^ "crc32c": /d' "$out/bad/$meta"
+if "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2>&1 &&
+   grep -q "bad/$meta: no \"crc32c\" (removed after an edit?): its trainer state is loaded unchecked" \
+     "$out/o" && [ "$(grep -c "loaded unchecked" "$out/o")" = 1 ] && grep -q "resumed from" "$out/o"
+then echo "ok   the edit with its CRC deleted loads, said once"
+else echo "FAIL the edit with its CRC deleted:"; cat "$out/o"; fail=1; fi
+rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
+"$python" -c "import json, sys; m = json.load(open(sys.argv[1])); json.dump(m, open(sys.argv[1], 'w'), indent=4)" \
+  "$out/bad/$meta"
+if "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2>&1 && grep -q "resumed from" "$out/o" &&
+   ! grep -q "crc32c" "$out/o"; then echo "ok   a re-indented metadata.json still matches its CRC"
+else echo "FAIL a re-indented metadata.json:"; cat "$out/o"; fail=1; fi
 refused "negative adam_step" 's/"adam_step": 2/"adam_step": -1/' \
   "bad/$meta: train.adam_step = -1 is out of range \[0, 2\]"
 refused "adam_step past the step" 's/"adam_step": 2/"adam_step": 9/' \
