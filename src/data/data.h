@@ -173,8 +173,12 @@ int data_format_parse(const char *s, data_format *out);
 const char *data_format_name(data_format f);
 
 #define DATA_SHARD_MAGIC "TITANTOK"
-#define DATA_SHARD_VERSION 2u
-#define DATA_SHARD_HEADER_BYTES 48 /* version 1; version 2: 56 + the path, padded to 8 */
+#define DATA_SHARD_VERSION 3u
+#define DATA_SHARD_HEADER_BYTES 48 /* version 1; versions 2-3: 56 + the path, padded to 8 */
+/* Version 3: this bit of doc_offsets[i + 1] marks document i as a malformed line that
+ * --skip-bad-lines skipped (no ids, no bos / eos): it keeps its number, so data-parallel
+ * sharding of the shards deals the documents the JSONL file deals. */
+#define DATA_SHARD_SKIPPED ((uint64_t)1 << 63)
 #define DATA_SHARD_MAX_PATH 4096
 
 /* Counts the documents of a dataset into *n, stopping once there are `limit` (<= 0: all);

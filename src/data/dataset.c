@@ -54,7 +54,11 @@ static uint64_t rd_u64(const unsigned char *p) {
 }
 
 uint64_t data_shard_offset(const data_shard *s, uint64_t i) {
-    return rd_u64(s->offsets + 8 * i);
+    return rd_u64(s->offsets + 8 * i) & ~DATA_SHARD_SKIPPED;
+}
+
+int data_shard_skipped(const data_shard *s, uint64_t i) {
+    return (rd_u64(s->offsets + 8 * (i + 1)) & DATA_SHARD_SKIPPED) != 0;
 }
 
 void data_shard_close(data_shard *s) {
@@ -96,10 +100,10 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
         return base_fail(err, "%s: not a titan token shard (bad magic)", path);
     }
     const uint32_t version = rd_u32(h + 8), dtype = rd_u32(h + 12);
-    if (version != 1 && version != DATA_SHARD_VERSION) {
+    if (version < 1 || version > DATA_SHARD_VERSION) {
         data_shard_close(s);
         return base_fail(err,
-                         "%s: token shard version %u is not supported (this titan reads 1 and %u)",
+                         "%s: token shard version %u is not supported (this titan reads 1 to %u)",
                          path, version, DATA_SHARD_VERSION);
     }
     if (dtype != 1) {
@@ -113,7 +117,7 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
     s->bos = (int32_t)rd_u32(h + 36);
     s->eos = (int32_t)rd_u32(h + 40);
     uint64_t hb = DATA_SHARD_HEADER_BYTES; /* header bytes: version 2 adds the tokenizer */
-    if (version == 2) {
+    if (version >= 2) {
         s->tok_path_len = rd_u32(h + 44);
         hb = 56 + ((uint64_t)s->tok_path_len + 7) / 8 * 8;
     }
@@ -124,7 +128,7 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
         bad = "tokenizer path longer than 4096 bytes";
     else if (hb > size)
         bad = "shorter than its tokenizer record";
-    else if (version == 2 && memchr(h + 56, 0, s->tok_path_len))
+    else if (version >= 2 && memchr(h + 56, 0, s->tok_path_len))
         bad = "tokenizer path holds a NUL byte";
     else if (s->vocab_size <= 0)
         bad = "vocab_size must be positive";
@@ -136,7 +140,7 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
         data_shard_close(s);
         return base_fail(err, "%s: bad token shard header: %s", path, bad);
     }
-    if (version == 2) {
+    if (version >= 2) {
         s->tok_hash = rd_u64(h + 48);
         s->tok_path = (const char *)h + 56;
     }
@@ -162,14 +166,21 @@ int data_shard_open(data_shard *s, const char *path, base_err *err) {
     }
     s->tokens = h + hb;
     s->offsets = h + off_start;
-    uint64_t prev = data_shard_offset(s, 0);
+    uint64_t prev = rd_u64(s->offsets);
     if (prev != 0) {
         data_shard_close(s);
         return base_fail(err, "%s: token shard doc_offsets[0] is %llu, not 0", path,
                          (unsigned long long)prev);
     }
     for (uint64_t i = 1; i <= nd; i++) {
-        uint64_t o = data_shard_offset(s, i);
+        const uint64_t raw = rd_u64(s->offsets + 8 * i), o = raw & ~DATA_SHARD_SKIPPED;
+        if ((raw & DATA_SHARD_SKIPPED) && (version < 3 || o != prev)) {
+            data_shard_close(s);
+            return base_fail(err,
+                             "%s: token shard doc_offsets[%llu] marks document %llu skipped, %s",
+                             path, (unsigned long long)i, (unsigned long long)(i - 1),
+                             version < 3 ? "which only version 3 may" : "but it has ids");
+        }
         if (o < prev || o > nt) {
             data_shard_close(s);
             return base_fail(err,
@@ -486,6 +497,13 @@ static int blank(const char *s, size_t n) {
     return 1;
 }
 
+/* A skipped bad line's slot, returned where the reader's bad_slots asks for it. */
+static int skipped_slot(data_doc *d, const data_pos *pos) {
+    d->pos = *pos;
+    d->skipped = 1;
+    return 1;
+}
+
 int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *arg, data_doc *d,
                      base_err *err) {
     release_doc(r);
@@ -536,6 +554,9 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             d->pos = r->next;
             r->next.doc++;
             r->next.file_doc++;
+            /* a skipped malformed line: its number taken, as in its JSONL file (tokenize logged
+             * and counted it) */
+            if (data_shard_skipped(&r->shard, (uint64_t)d->pos.file_doc)) continue;
             if (want && !want(d->pos.doc, arg)) continue;
             d->shard = &r->shard;
             d->first = data_shard_offset(&r->shard, (uint64_t)d->pos.file_doc);
@@ -587,6 +608,7 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             char detail[256];
             snprintf(detail, sizeof detail, "column %d: %s", je.column, je.text);
             if (bad_line(r, f, line_no, err, "invalid JSON (%.0s%s)", detail)) return -1;
+            if (r->bad_slots) return skipped_slot(d, &pos);
             continue;
         }
         json_t *v = json_is_object(j) ? json_object_get(j, r->field) : NULL;
@@ -597,6 +619,7 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         if (why) {
             json_decref(j);
             if (bad_line(r, f, line_no, err, why, NULL)) return -1;
+            if (r->bad_slots) return skipped_slot(d, &pos);
             continue;
         }
         r->json = j;

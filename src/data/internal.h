@@ -31,7 +31,9 @@ typedef struct {
 
 int data_shard_open(data_shard *s, const char *path, base_err *err);
 void data_shard_close(data_shard *s);
+/* doc_offsets[i] without the DATA_SHARD_SKIPPED mark; whether document i is a skipped slot. */
 uint64_t data_shard_offset(const data_shard *s, uint64_t i);
+int data_shard_skipped(const data_shard *s, uint64_t i);
 
 /* Position of a document in the dataset (also the reader's "next document"). */
 typedef struct {
@@ -52,6 +54,7 @@ typedef struct {
                    bytes in the file), having no eos */
     const data_shard *shard; /* tokens: ids are shard tokens [first, first + n_ids) */
     uint64_t first, n_ids;
+    int skipped; /* a malformed JSONL line skipped (data_reader.bad_slots): no text */
 } data_doc;
 
 /* Sequential reader over a dataset's documents. */
@@ -61,6 +64,8 @@ typedef struct {
     char *field;
     int skip_bad;
     int bad_counted; /* a later pass: its bad lines were counted and logged in the first */
+    int bad_slots;   /* a skipped bad line is returned as a data_doc with skipped set (tokenize
+                        records its slot), not passed over */
     data_pos next;
     int64_t bad_lines; /* skipped in the first pass (a line of every pass counted once) */
     FILE *fp;          /* open jsonl file */

@@ -49,7 +49,8 @@ static int sw_open(shard_writer *w, base_err *err) {
     return 0;
 }
 
-static int sw_add(shard_writer *w, const data_tok_ids *ids, base_err *err) {
+/* Appends a document, or a skipped malformed line's slot (no ids; DATA_SHARD_SKIPPED). */
+static int sw_add(shard_writer *w, const data_tok_ids *ids, int skipped, base_err *err) {
     if (w->n_docs + 2 > w->cap) {
         size_t cap = w->cap * 2;
         uint64_t *no = realloc(w->offs, cap * sizeof *no);
@@ -60,7 +61,7 @@ static int sw_add(shard_writer *w, const data_tok_ids *ids, base_err *err) {
     if (ids->n && fwrite(ids->ids, sizeof *ids->ids, ids->n, w->fp) != ids->n)
         return base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
     w->n_tokens += ids->n;
-    w->offs[++w->n_docs] = w->n_tokens;
+    w->offs[++w->n_docs] = w->n_tokens | (skipped ? DATA_SHARD_SKIPPED : 0);
     return 0;
 }
 
@@ -119,6 +120,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     data_tok **toks = calloc((size_t)nt, sizeof *toks);
     data_tok_ids *ids = calloc(CHUNK_DOCS, sizeof *ids);
     size_t *text_off = malloc(sizeof(size_t) * (CHUNK_DOCS + 1));
+    unsigned char *skip = malloc(CHUNK_DOCS); /* a chunk's skipped malformed lines' slots */
     char *arena = NULL;
     size_t arena_cap = 0;
     data_reader rd;
@@ -127,7 +129,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     w.offs = malloc(w.cap * sizeof *w.offs);
     int64_t docs = 0, tokens = 0;
     int rc = -1;
-    if (!toks || !ids || !text_off || !w.offs) {
+    if (!toks || !ids || !text_off || !skip || !w.offs) {
         base_fail(err, "out of memory");
         goto done;
     }
@@ -149,6 +151,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     w.header = 56 + (strlen(w.tok_path) + 7) / 8 * 8;
     if (data_reader_open(&rd, cfg->path, cfg->format, cfg->field, cfg->skip_bad_lines, err))
         goto done;
+    rd.bad_slots = 1; /* a skipped line keeps its document number in the shards */
     for (int i = 0; i < rd.n_files; i++)
         if (rd.files[i].format == DATA_FMT_TOKENS) {
             base_fail(err, "%s: already a token shard", rd.files[i].path);
@@ -175,6 +178,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
                 end = 1;
                 break;
             }
+            skip[n] = (unsigned char)d.skipped;
             if (used + d.len > arena_cap) {
                 size_t cap = arena_cap ? arena_cap : (size_t)1 << 20;
                 while (cap < used + d.len) cap *= 2;
@@ -196,8 +200,8 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
         for (int i = 0; i < n; i++) {
             ids[i].n = 0;
             base_err e;
-            if (data_tok_encode(toks[omp_get_thread_num()], arena + text_off[i],
-                                text_off[i + 1] - text_off[i], &ids[i], &e)) {
+            if (!skip[i] && data_tok_encode(toks[omp_get_thread_num()], arena + text_off[i],
+                                            text_off[i + 1] - text_off[i], &ids[i], &e)) {
 #pragma omp atomic write
                 failed = 1;
             }
@@ -208,8 +212,8 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
         }
         for (int i = 0; i < n; i++) {
             if (!w.fp && sw_open(&w, err)) goto done;
-            if (sw_add(&w, &ids[i], err)) goto done;
-            docs++;
+            if (sw_add(&w, &ids[i], skip[i], err)) goto done;
+            docs += !skip[i];
             tokens += (int64_t)ids[i].n;
             if (w.n_tokens >= shard_tokens && sw_close(&w, err)) goto done;
         }
@@ -233,6 +237,7 @@ done:
     free(toks);
     free(ids);
     free(text_off);
+    free(skip);
     free(arena);
     free(w.offs);
     return rc;

@@ -149,7 +149,7 @@ def main():
         b = open(os.path.join(shards, name), "rb").read()
         magic, ver, dtype, nd, nt, vocab, bos, eos, plen, fnv = struct.unpack_from(
             "<8sIIQQiiiIQ", b, 0)
-        assert magic == b"TITANTOK" and ver == 2 and dtype == 1, name
+        assert magic == b"TITANTOK" and ver == 3 and dtype == 1, name
         # version 2's tokenizer record: the folder's path and tokenizer.json's FNV-1a 64
         assert b[56:56 + plen].decode() == os.path.realpath(QWEN), b[56:56 + plen]
         assert fnv == qwen_fnv, (hex(fnv), hex(qwen_fnv))
@@ -158,6 +158,7 @@ def main():
         off0 = (hb + 4 * nt + 7) // 8 * 8
         offs = struct.unpack_from("<%dQ" % (nd + 1), b, off0)
         assert len(b) == off0 + 8 * (nd + 1), name
+        assert all(o < 1 << 63 for o in offs), name  # no skipped slot (version 3's mark)
         assert (vocab, bos, eos) == (qwen.tk.get_vocab_size(True), -1, qwen.eos), (vocab, bos, eos)
         stored += [list(toks[offs[i]:offs[i + 1]]) for i in range(nd)]
     check(len(os.listdir(shards)) > 3, "tokenize wrote %d shards" % len(os.listdir(shards)))
@@ -326,6 +327,28 @@ def main():
         warned = sum("skipped" in l for l in p.stderr.splitlines())
         check(p.returncode == 0 and rows == flat(reference(slots, qwen, 16, 1, 40, r, 2)) and
               warned >= 2, "--skip-bad-lines, rank %d: skips and logs its 2 bad lines" % r)
+    # The same file tokenized with --skip-bad-lines: each bad line keeps its slot in the shards
+    # (version 3's mark), so each data-parallel rank reads from them what it reads from the
+    # JSONL (the shards had renumbered the later documents, dealing them to other ranks).
+    bshards = os.path.join(WORK, "bad_shards")
+    p = subprocess.run([TITAN, "tokenize", "--data", bad, "--field", "content", "--tokenizer",
+                        QWEN, "--out", bshards, "--skip-bad-lines", "--shard-tokens", "400"],
+                       capture_output=True, text=True)
+    check(p.returncode == 0 and "skipped 4 malformed" in p.stderr,
+          "tokenize --skip-bad-lines: " + (p.stderr.strip().splitlines() or ["?"])[-1])
+    marks = []
+    for name in sorted(os.listdir(bshards)):
+        b = open(os.path.join(bshards, name), "rb").read()
+        nd, nt, plen = struct.unpack_from("<Q", b, 16)[0], struct.unpack_from("<Q", b, 24)[0], \
+            struct.unpack_from("<I", b, 44)[0]
+        off0 = (56 + (plen + 7) // 8 * 8 + 4 * nt + 7) // 8 * 8
+        marks += [o >> 63 for o in struct.unpack_from("<%dQ" % nd, b, off0 + 8)]
+    check(marks == [int(d is None) for d in slots], "the shards mark slots 5, 10, 13, 18 skipped")
+    for r in range(2):
+        rows, _ = titan_data(["--data", bshards, "--tokenizer", QWEN, "--seq-len", "16",
+                              "--batches", "40", "--dp-rank", str(r), "--dp-size", "2"])
+        check(rows == flat(reference(slots, qwen, 16, 1, 40, r, 2)),
+              "--skip-bad-lines shards, rank %d: the JSONL's documents" % r)
 
     if failures:
         print("%d checks failed" % len(failures))

@@ -430,7 +430,7 @@ static void test_bad_shards(data_tok *tok) {
         uint32_t val;
         const char *needle;
     } cases[] = {{0, 0x4e415449, "bad magic"},
-                 {8, 3, "version 3 is not supported"},
+                 {8, 4, "version 4 is not supported"},
                  {12, 2, "dtype 2 is not supported"},
                  {44, 5000, "tokenizer path longer than 4096"},
                  {44, 0xfffffff0u, "tokenizer path longer than 4096"},
@@ -467,6 +467,18 @@ static void test_bad_shards(data_tok *tok) {
     memcpy(b + off_start + 8, &big, 8);
     write_file("bad.tok", b, n);
     expect_error(c, "out of order or past n_tokens", "offsets");
+    /* version 3's skipped-slot mark on a document with ids, and on a version 2 shard */
+    memcpy(b, good, n);
+    uint64_t end1;
+    memcpy(&end1, good + off_start + 8, 8);
+    end1 |= DATA_SHARD_SKIPPED;
+    memcpy(b + off_start + 8, &end1, 8);
+    write_file("bad.tok", b, n);
+    expect_error(c, "marks document 0 skipped, but it has ids", "a skipped slot with ids");
+    const uint32_t v2 = 2;
+    memcpy(b + 8, &v2, 4);
+    write_file("bad.tok", b, n);
+    expect_error(c, "marks document 0 skipped, which only version 3 may", "a mark in version 2");
     memcpy(b, good, n); /* a token id >= vocab_size */
     uint32_t id = (uint32_t)data_tok_vocab_size(tok) + 5;
     memcpy(b + hb, &id, 4);
