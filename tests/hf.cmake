@@ -42,3 +42,9 @@ add_test(NAME hf_load_dtypes
   COMMAND ${TITAN_PYTHON} ${TITAN_HF_PY} loads $<TARGET_FILE:test_hf_io> $<TARGET_FILE:titan>
           ${TITAN_HF_DIR}/loads)
 set_tests_properties(hf_load_dtypes PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+# an export into a folder holding an earlier one replaces it whole (weights, index, generation
+# config; config.json written last, so a killed export leaves no model); the expert bias said
+add_test(NAME hf_export_replace
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/export_replace.sh $<TARGET_FILE:titan>
+          ${TITAN_SHARED} ${TITAN_PYTHON})
+set_tests_properties(hf_export_replace PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

@@ -248,6 +248,9 @@ typedef struct {
      * config.json, from which transformers' generate takes its stop token when the folder has
      * no generation_config.json; NULL: not known (no token ids written) */
     const int32_t *token_ids;
+    /* the model routes with an expert bias (moe_load_balance = "bias") that HF's Qwen3-MoE
+     * cannot hold: the export says it leaves it out (also when m->moe_bias is nonzero) */
+    int expert_bias;
 } ckpt_export_opts;
 
 #define CKPT_DEFAULT_SHARD_BYTES ((uint64_t)5000000000) /* "5GB", transformers 4's default */
@@ -305,6 +308,9 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err);
  * a run on bytes or random tokens, a source of another kind), -1 for a value that is not an
  * id (error naming the file and field). */
 int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err);
+/* Whether a STEP source's trainer state holds a nonzero MoE expert bias: 1, 0 (none, or not a
+ * step), -1 on error. */
+int ckpt_source_expert_bias(const ckpt_source *s, base_err *err);
 /* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors, a
  * step checkpoint's pieces overlapping or leaving a gap); on success every element of
  * base[0, m->n_floats) has been written (see ckpt_load_model_set). */

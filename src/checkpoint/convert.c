@@ -263,6 +263,9 @@ static int convert(const char *src, const char *dst, const ckpt_export_opts *opt
         const int have = rc ? 0 : ckpt_source_token_ids(&cs, ids, err);
         if (have < 0) rc = -1;
         if (have > 0) eo.token_ids = ids;
+        const int bias = rc ? 0 : ckpt_source_expert_bias(&cs, err);
+        if (bias < 0) rc = -1;
+        eo.expert_bias = bias > 0;
         const double t1 = base_now();
         if (rc == 0) rc = ckpt_export_hf(&m, dst, &eo, err);
         if (rc == 0)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint/internal.h"
@@ -156,19 +157,17 @@ static int copy_file(const char *src, const char *dst, base_err *err) {
     return rc;
 }
 
-/* Writes the weight files; *keep receives their names (malloc'ed, *n_keep of them). */
+/* Writes the weight files. */
 static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint64_t max_bytes,
-                         char (**keep_out)[64], int *n_keep, base_err *err) {
+                         base_err *err) {
     ckpt_entry *es;
     int n;
     if (ckpt_expected(m, CKPT_NAMES_HF, &es, &n, err)) return -1;
-    char(*keep)[64] = calloc((size_t)n + 2, 64); /* shards <= tensors, + the index */
-    *keep_out = keep;
     out_tensor *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
     out_tensor **file_ts = calloc((size_t)(n ? n : 1), sizeof *file_ts);
     ckpt_wtensor *wts = calloc((size_t)(n ? n : 1), sizeof *wts);
     int rc = 0;
-    if (!ts || !file_ts || !wts || !keep) {
+    if (!ts || !file_ts || !wts) {
         rc = base_fail(err, "%s: out of memory", dir);
         goto out;
     }
@@ -261,7 +260,6 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
         }
         if ((rc = base_path_join(path, sizeof path, dir, fname, err)) == 0)
             rc = ckpt_write(path, wts, k, meta, 1, err);
-        snprintf(keep[(*n_keep)++], 64, "%s", fname);
     }
     if (rc == 0 && n_shards > 1) {
         model_counts c;
@@ -272,7 +270,6 @@ static int write_weights(const model *m, const char *dir, ckpt_dtype dtype, uint
         if ((rc = base_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)) == 0)
             rc = ckpt_write_json(path, idx, err);
         json_decref(idx);
-        snprintf(keep[(*n_keep)++], 64, "model.safetensors.index.json");
     }
     json_decref(wm);
 out:
@@ -320,6 +317,62 @@ static const char *const g_asset_files[] = {
     "tokenizer.json",      "tokenizer_config.json",   "vocab.json",
     "merges.txt",          "special_tokens_map.json", "added_tokens.json",
     "chat_template.jinja", "generation_config.json"};
+#define N_ASSETS (sizeof g_asset_files / sizeof *g_asset_files)
+
+/* Removes from dir what an earlier export wrote there before this one writes anything:
+ * config.json (written last, so that a folder a killed or failed export leaves has none, and
+ * neither transformers nor titan take it for a model: each file is replaced atomically, the
+ * folder is not, and old and new shards had loaded together), the weight files (an old
+ * model.safetensors beside new shards is the one transformers loads), the generation config
+ * (written again only when this export has one: an old one had kept changing generate's stop
+ * ids) and, when assets are copied, every tokenizer file (one the new tokenizer lacks, such as
+ * an old vocab.json, would stay beside it). Without assets the tokenizer files stay, said. */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static int clear_earlier(const char *dir, const ckpt_export_opts *o, base_err *err) {
+    const int with_assets = o->assets_dir != NULL;
+    DIR *d = opendir(dir);
+    if (!d) return base_fail(err, "%s: cannot list: %s", dir, strerror(errno));
+    struct dirent *de;
+    char path[4096], kept[256] = "";
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        const char *f = de->d_name;
+        int asset = 0;
+        for (size_t i = 0; i < N_ASSETS && !asset; i++) asset = !strcmp(f, g_asset_files[i]);
+        const int gen = !strcmp(f, "generation_config.json");
+        if (asset && !gen && !with_assets) {
+            if (strlen(kept) + strlen(f) + 3 < sizeof kept)
+                snprintf(kept + strlen(kept), sizeof kept - strlen(kept), "%s%s", *kept ? ", " : "",
+                         f);
+            continue;
+        }
+        if (!asset && !is_weight_file(f) && strcmp(f, "config.json")) continue;
+        if ((rc = base_path_join(path, sizeof path, dir, f, err))) break;
+        /* a file this export copies from (the assets folder or generation config given inside
+         * the export folder): copied onto itself below, not lost */
+        char src[4096];
+        if (asset &&
+            ((gen && o->generation_config && same_file(path, o->generation_config)) ||
+             (with_assets && base_path_join(src, sizeof src, o->assets_dir, f, NULL) == 0 &&
+              same_file(path, src))))
+            continue;
+        if (unlink(path) != 0 && errno != ENOENT)
+            rc = base_fail(err, "%s: cannot remove (an earlier export's file): %s", path,
+                           strerror(errno));
+    }
+    closedir(d);
+    if (rc == 0 && *kept)
+        base_log(BASE_LOG_WARN,
+                 "%s: an earlier export's tokenizer files stay as they were (%s): this one copies "
+                 "none (give the tokenizer folder as its assets to replace them)",
+                 dir, kept);
+    return rc;
+}
 
 int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts, base_err *err) {
     ckpt_export_opts o = {.dtype = CKPT_F32};
@@ -346,19 +399,23 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
         json_decref(g);
         if (!obj) return base_fail(err, "%s: not a JSON object", o.generation_config);
     }
-    if (check_export_range(m, o.dtype, dir, err) || base_mkdir_p(dir, err)) return -1;
+    int bias = o.expert_bias;
+    const size_t n_bias = (size_t)m->args.n_layers * (size_t)m->args.n_experts;
+    for (size_t i = 0; m->moe_bias && i < n_bias && !bias; i++) bias = m->moe_bias[i] != 0;
+    if (bias)
+        base_log(BASE_LOG_WARN,
+                 "%s: the model's MoE expert bias (moe_load_balance = \"bias\") is not part of "
+                 "Hugging Face's Qwen3-MoE, whose router has none: the exported model picks its "
+                 "experts without it (as torchtitan's export; titan's checkpoint keeps it)",
+                 dir);
+    if (check_export_range(m, o.dtype, dir, err) || base_mkdir_p(dir, err) ||
+        clear_earlier(dir, &o, err))
+        return -1;
 
-    /* the weights, and the names of the weight files this export wrote */
-    char(*keep)[64] = NULL;
-    int n_keep = 0;
+    /* the weights, the tokenizer files and the generation config, then config.json */
     char path[4096];
-    int rc = write_weights(m, dir, o.dtype, o.max_shard_bytes, &keep, &n_keep, err);
-    if (rc == 0 && (rc = base_path_join(path, sizeof path, dir, "config.json", err)) == 0)
-        rc = ckpt_hf_config_write(&m->args, o.dtype, o.token_ids, path, err);
-
-    /* tokenizer files and the generation config */
-    for (size_t i = 0; rc == 0 && o.assets_dir && i < sizeof g_asset_files / sizeof *g_asset_files;
-         i++) {
+    int rc = write_weights(m, dir, o.dtype, o.max_shard_bytes, err);
+    for (size_t i = 0; rc == 0 && o.assets_dir && i < N_ASSETS; i++) {
         char src[4096];
         if ((rc = base_path_join(src, sizeof src, o.assets_dir, g_asset_files[i], err))) break;
         if (access(src, R_OK) != 0) continue;
@@ -368,19 +425,8 @@ int ckpt_export_hf(const model *m, const char *dir, const ckpt_export_opts *opts
     if (rc == 0 && o.generation_config &&
         (rc = base_path_join(path, sizeof path, dir, "generation_config.json", err)) == 0)
         rc = copy_file(o.generation_config, path, err);
-
-    /* weight files of an earlier export that this one did not rewrite would mislead loaders
-     * (transformers prefers a model.safetensors over an index) */
-    DIR *d = rc == 0 ? opendir(dir) : NULL;
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (!is_weight_file(de->d_name)) continue;
-        int kept = 0;
-        for (int i = 0; i < n_keep && !kept; i++) kept = !strcmp(keep[i], de->d_name);
-        if (!kept && base_path_join(path, sizeof path, dir, de->d_name, NULL) == 0) unlink(path);
-    }
-    if (d) closedir(d);
-    free(keep);
+    if (rc == 0 && (rc = base_path_join(path, sizeof path, dir, "config.json", err)) == 0)
+        rc = ckpt_hf_config_write(&m->args, o.dtype, o.token_ids, path, err);
     return rc;
 }
 

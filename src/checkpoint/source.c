@@ -180,6 +180,19 @@ int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err) {
     return rc;
 }
 
+int ckpt_source_expert_bias(const ckpt_source *s, base_err *err) {
+    if (s->kind != CKPT_SRC_STEP) return 0;
+    char p[4200];
+    json_t *t;
+    if (step_train(s, &t, p, sizeof p, err)) return -1;
+    const json_t *arr = json_object_get(t, "expert_bias");
+    int any = 0;
+    for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr) && !any; i++)
+        any = json_number_value(json_array_get(arr, i)) != 0;
+    json_decref(t);
+    return any;
+}
+
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err) {
     char p[4200];
     if (s->kind == CKPT_SRC_STEP) {
