@@ -141,9 +141,17 @@ int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
         return base_fail(err, "%s: path too long", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     int rc;
-    if (base_is_file(single))
-        rc = set_add(s, single, err); /* as transformers: the single file wins */
-    else if (base_is_file(index))
+    if (base_is_file(single)) {
+        /* as transformers: the single file wins; both is an export mixed with another (an
+         * older titan's re-export cut short, a copy over a folder): said, as it may be stale */
+        if (base_is_file(index))
+            base_log(BASE_LOG_WARN,
+                     "%s holds both model.safetensors and model.safetensors.index.json: reading "
+                     "model.safetensors, as transformers does (the shards the index names are "
+                     "ignored; remove the stale one)",
+                     dir);
+        rc = set_add(s, single, err);
+    } else if (base_is_file(index))
         rc = open_index(s, dir, index, err);
     else
         rc = base_fail(err,

@@ -46,6 +46,12 @@ if [ $rc -ne 0 ] && [ ! -e "$out/hf/config.json" ] &&
      "$out/hf" > /dev/null 2>&1; then
   echo "ok   an export killed midway (rc $rc) leaves no config.json: no loader takes the folder"
 else echo "FAIL an export killed midway (rc $rc):"; ls "$out/hf"; fail=1; fi
+# a folder with both a model.safetensors and an index (a copy over an export): read as
+# transformers reads it, the single file, and said
+mkdir -p "$out/both" && cp "$out/fresh/"* "$out/both/" && echo '{"weight_map": {}}' > "$out/both/model.safetensors.index.json"
+if "$titan" inspect "$out/both" 2>&1 | grep -q "holds both model.safetensors and model.safetensors.index.json"
+then echo "ok   a folder with both model.safetensors and an index is said"
+else echo "FAIL a folder with both model.safetensors and an index: no warning"; fail=1; fi
 # an MoE with the expert bias: the export says HF's model routes without it
 "$titan" train --flavor debugmodel_moe --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 \
   --set head_dim=16 --set num_experts=4 --set top_k=2 --set moe_inter_dim=32 --set vocab_size=300 \
