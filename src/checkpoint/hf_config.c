@@ -11,6 +11,7 @@
 /* HF's defaults (transformers Qwen3Config / Qwen3MoeConfig) for fields a config may omit. */
 #define HF_DEFAULT_HEAD_DIM 128
 #define HF_DEFAULT_ROPE_THETA 10000.0
+#define HF_DEFAULT_MAX_POSITIONS 32768 /* Qwen3Config's and Qwen3MoeConfig's */
 #define HF_DEFAULT_RMS_EPS 1e-6
 #define HF_DEFAULT_AUX_COEF 0.001
 
@@ -192,6 +193,7 @@ static int parse(cfg *c, model_args *a) {
              moe ? "hf:Qwen3MoeForCausalLM" : "hf:Qwen3ForCausalLM");
 
     a->head_dim = 0; /* absent: Qwen3Config's 128, or hidden_size / heads for MoE (below) */
+    a->max_seq_len = HF_DEFAULT_MAX_POSITIONS; /* absent: Qwen3(Moe)Config's (not 0: 4096) */
     a->rope_theta = HF_DEFAULT_ROPE_THETA;
     a->norm_eps = HF_DEFAULT_RMS_EPS;
     a->n_kv_heads = 0; /* null: equal to num_attention_heads, as in HF */

@@ -382,6 +382,22 @@ def config(titan, work):
     got = AutoConfig.from_pretrained(f"{work}/back").max_position_embeddings
     check(got == 32768, f"trained from max_position_embeddings 32768, exported {got}")
     print(f"ok  export of a trained checkpoint: max_position_embeddings {got}")
+    # a config.json without the field: transformers' default, 32768 (titan had read 0 and
+    # exported 4096, generate's context too)
+    nomax = f"{work}/nomax"
+    shutil.copytree(hf, nomax)
+    c = json.load(open(f"{nomax}/config.json"))
+    del c["max_position_embeddings"]
+    json.dump(c, open(f"{nomax}/config.json", "w"))
+    run(titan, "train", "--model.config_path", nomax, "--random-tokens", "--steps", "1", "--batch",
+        "1", "--seq-len", "8", "--dump-folder", f"{work}/run2", "--checkpoint.enable",
+        "--training.mixed_precision_param", "float32")
+    run(titan, "convert", f"{work}/run2/checkpoint", f"{work}/back2")
+    want = AutoConfig.from_pretrained(nomax).max_position_embeddings
+    got = AutoConfig.from_pretrained(f"{work}/back2").max_position_embeddings
+    check(got == want == 32768, f"config.json without max_position_embeddings: HF reads {want}, "
+          f"titan exported {got}")
+    print(f"ok  no max_position_embeddings: {got}, as transformers' default")
 
     # a tensor stored in two shards: said so, not blamed on the index
     shards = sorted(fn for fn in os.listdir(hf) if fn.startswith("model-"))
