@@ -362,11 +362,12 @@ int train_prof_open(train_prof **out, const train_opts *o, model *m, const dist_
 int train_prof_step_begin(train_prof *p, int step, base_err *err);
 void train_prof_step_done(train_prof *p);
 int train_prof_step_end(train_prof *p, int step, base_err *err);
-/* After the run's last step (planned, or a stop signal): a window it ended inside is written
- * as iteration_{last step} with the steps recorded so far (torchtitan's profiler writes its
- * trace on exit). */
-int train_prof_finish(train_prof *p, base_err *err);
-/* Puts the model's tables back and drops an unfinished window (a run that failed). */
+/* After the run's last step (planned, a stop signal, or failed: a step that failed is closed
+ * as a step event where it stopped): a window it ended inside is written as iteration_{last
+ * step} with the steps recorded so far (torchtitan's profiler writes its trace on exit, an
+ * exception's too). */
+int train_prof_finish(train_prof *p, int failed, base_err *err);
+/* Puts the model's tables back and drops an unwritten window. */
 void train_prof_close(train_prof *p);
 /* A phase of the trainer ("optimizer step") from t0 (base_now) to now, on the compute track,
  * while a window records. */

@@ -19,6 +19,7 @@ struct train_prof {
     int step;          /* the current step */
     char (*names)[32]; /* [active] "ProfilerStep#N": the step events' names */
     int n_steps;       /* steps recorded in the window so far */
+    int done;          /* the step train_prof_step_done closed last */
 };
 
 void train_prof_phase(const char *name, double t0) {
@@ -88,6 +89,7 @@ void train_prof_step_done(train_prof *p) {
     if (!p || !base_trace_recording || p->n_steps >= p->active) return;
     char *name = p->names[p->n_steps++];
     snprintf(name, sizeof p->names[0], "ProfilerStep#%d", p->step);
+    p->done = p->step;
     const base_trace_event e = {.t0 = p->t_step,
                                 .t1 = base_now(),
                                 .name = name,
@@ -207,9 +209,10 @@ int train_prof_step_end(train_prof *p, int step, base_err *err) {
     return prof_window_end(p, step, err);
 }
 
-int train_prof_finish(train_prof *p, base_err *err) {
+int train_prof_finish(train_prof *p, int failed, base_err *err) {
     /* torch.profiler's exit in a recording window calls on_trace_ready: torchtitan writes
      * iteration_{its last step} with the steps recorded so far */
+    if (p && failed && base_trace_recording && p->done != p->step) train_prof_step_done(p);
     if (!p || !base_trace_recording || p->n_steps == 0) return 0;
     base_log(BASE_LOG_INFO,
              "profiling: the run ended inside a window: its %d recorded step%s "

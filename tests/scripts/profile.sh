@@ -56,6 +56,17 @@ done
   { echo "FAIL: a run ending mid-window: traces $(ls "$out/c5/profile_traces")"; exit 1; }
 "$py" "$repo/tests/reference/check_trace.py" "$out/c5/profile_traces/iteration_5/rank0_trace.json" \
   "$out/c5" --steps 1 --no-time
+# a run that fails inside a window (a diverging lr: step 2 of the window 1-4 stops on a
+# non-finite gradient) writes its recorded steps too, the failed one as far as it ran, with
+# the error kept (it was dropped: the trace a divergence is debugged with)
+if "$titan" train "${small[@]}" --steps 4 --dump-folder "$out/nan" "${prof[@]}" --optimizer.lr 1e30 \
+  --profiling.profile_freq 4 --profiling.profiler_active 4 --profiling.profiler_warmup 0 \
+  >"$out/nan.log" 2>&1; then echo "FAIL: the diverging run succeeded"; exit 1; fi
+grep -q "step 2.*non-finite" "$out/nan.log" && [ "$(ls "$out/nan/profile_traces" 2>/dev/null)" = iteration_2 ] ||
+  { echo "FAIL: a run failing mid-window wrote no trace:"; tail -3 "$out/nan.log"; exit 1; }
+"$py" "$repo/tests/reference/check_trace.py" "$out/nan/profile_traces/iteration_2/rank0_trace.json" \
+  "$out/nan" --steps 2 --no-time # step 2 as far as it ran
+echo "ok: a run failing inside a window writes its trace: $(ls "$out/nan/profile_traces")"
 "$titan" train "${small[@]}" --steps 4 --dump-folder "$out/b" >/dev/null
 diff <(losses "$out/c") <(losses "$out/b") || { echo "FAIL: profiling changed the losses"; exit 1; }
 [ ! -e "$out/b/profile_traces" ] || { echo "FAIL: traces without enable_profiling"; exit 1; }
