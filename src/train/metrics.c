@@ -56,12 +56,60 @@ static char *rank_path(const char *path, int rank) {
     return s;
 }
 
-/* Opens metrics.jsonl: a fresh run starts a new file; a resumed one keeps the lines of
- * steps <= start (a crash between a checkpoint and later log lines leaves lines past it,
- * and a crash mid-line a partial one: both are cut off at their byte offset) and appends. */
+/* The first of HEAD TAIL, HEAD-2 TAIL, ... HEAD-999 TAIL (into buf) that make(path, arg)
+ * creates, failing with EEXIST where it is taken: a name no other run has. Returns 0, or the
+ * errno of make's other failure (EEXIST: every name taken). */
+static int claim_name(char *buf, size_t n, const char *head, const char *tail,
+                      int (*make)(const char *path, void *arg), void *arg) {
+    for (int k = 1; k < 1000; k++) {
+        char sfx[16] = "";
+        if (k > 1) snprintf(sfx, sizeof sfx, "-%d", k);
+        if (snprintf(buf, n, "%s%s%s", head, sfx, tail) >= (int)n) return ENAMETOOLONG;
+        if (make(buf, arg) == 0) return 0;
+        if (errno != EEXIST) return errno;
+    }
+    return EEXIST;
+}
+
+static int make_dir(const char *path, void *arg) {
+    (void)arg;
+    return mkdir(path, 0777);
+}
+
+static int make_link(const char *path, void *from) {
+    return link((const char *)from, path); /* never over an existing file */
+}
+
+/* A fresh run's metrics file where an earlier run's is (its dump folder reused, checkpoints
+ * off or not loaded): that one is kept as STEM-YYYYmmdd-HHMMSS.jsonl (its last write, local
+ * time; -2, -3 ... when taken), said, as TensorBoard keeps each run's folder (it had been
+ * replaced silently). Returns 0 (also when there is none), -1 with err. */
+static int keep_earlier_jsonl(const char *p, base_err *err) {
+    struct stat st;
+    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    struct tm tm;
+    char when[32], head[4400], to[4500];
+    localtime_r(&st.st_mtime, &tm);
+    strftime(when, sizeof when, "%Y%m%d-%H%M%S", &tm);
+    const char *dot = strrchr(p, '.'), *slash = strrchr(p, '/');
+    const int stem = dot && (!slash || dot > slash) ? (int)(dot - p) : (int)strlen(p);
+    snprintf(head, sizeof head, "%.*s-%s", stem, p, when);
+    const int e = claim_name(to, sizeof to, head, p + stem, make_link, (void *)p);
+    if (e) return base_fail(err, "%s: cannot keep the earlier run's metrics: %s", p, strerror(e));
+    if (unlink(p) != 0)
+        return base_fail(err, "%s: cannot move the earlier run's metrics: %s", p, strerror(errno));
+    base_log(BASE_LOG_INFO, "metrics: the earlier run's %s kept as %s", p, to);
+    return 0;
+}
+
+/* Opens metrics.jsonl: a fresh run starts a new file (an earlier run's kept,
+ * keep_earlier_jsonl); a resumed one keeps the lines of steps <= start (a crash between a
+ * checkpoint and later log lines leaves lines past it, and a crash mid-line a partial one:
+ * both are cut off at their byte offset) and appends. */
 static int open_jsonl(train_metrics *t, base_err *err) {
     const char *p = t->jl_path;
     if (base_mkdir_parent(p, err)) return -1;
+    if (t->start == 0 && keep_earlier_jsonl(p, err)) return -1;
     /* a link at p is never written through: a fresh file replaces it, a resume refuses it */
     if (t->start > 0 && base_output_path_ok(p, err)) return -1; /* a FIFO would block getline */
     const int fd = t->start > 0 ? open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;
@@ -111,19 +159,13 @@ static int tb_run_dir(train_metrics *t, const dist_mesh *mesh, char *out, size_t
         if (base_mkdir_p(t->o->tb_dir, &e)) {
             snprintf(mine, sizeof mine, "!%.500s", e.msg);
         } else {
-            for (int k = 1; k < 1000; k++) {
-                if (k == 1)
-                    snprintf(mine, sizeof mine, "%s", when);
-                else
-                    snprintf(mine, sizeof mine, "%s-%d", when, k);
-                char dir[4600];
-                snprintf(dir, sizeof dir, "%s/%s", t->o->tb_dir, mine);
-                if (mkdir(dir, 0777) == 0) break;
-                if (errno != EEXIST) {
-                    snprintf(mine, sizeof mine, "!%.380s: %.100s", dir, strerror(errno));
-                    break;
-                }
-            }
+            char head[4600], dir[4700];
+            snprintf(head, sizeof head, "%s/%s", t->o->tb_dir, when);
+            const int ec = claim_name(dir, sizeof dir, head, "", make_dir, NULL);
+            if (ec)
+                snprintf(mine, sizeof mine, "!%.380s: %.100s", dir, strerror(ec));
+            else
+                snprintf(mine, sizeof mine, "%s", dir + strlen(t->o->tb_dir) + 1);
         }
     }
     if (mesh->world > 1) { /* rank 0's name to every rank (all of them open the same way) */
@@ -279,10 +321,10 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
                      t->peak / 1e9);
         else
             base_log(BASE_LOG_WARN,
-                     "MFU above 100%%: the fp32 GEMM peak measured at start (%.1f GFLOP/s) "
+                     "MFU above 100%%: the %s GEMM peak measured at start (%.1f GFLOP/s) "
                      "was lowered by other load on the machine; MFU figures are not "
                      "meaningful in this run (--peak-tflops sets the peak)",
-                     t->peak / 1e9);
+                     o->prec == OPS_PREC_BF16 ? "bf16" : "fp32", t->peak / 1e9);
     }
     /* the window: tokens over the time of its steps (not the logging, validation and
      * checkpoint time between them) */

@@ -421,7 +421,9 @@ static int run_steps(run *r, base_err *err) {
         if (st) return -1;
         train_prof_step_done(r->prof);
         r->tokens_seen += s.ntok * r->mesh.dp_size;
-        if (step > 1 || o->steps == 1) { /* step 1 includes first-touch page faults */
+        /* a run's first step includes first-touch page faults and the first bf16 copy (a
+         * resumed run's too): counted only when it is the run's only step */
+        if (step > r->start + 1 || r->last == r->start + 1) {
             r->t_total += s.step_s;
             r->comm_total += s.comm_s;
             r->tokens_total += s.ntok;

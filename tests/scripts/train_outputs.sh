@@ -67,3 +67,21 @@ echo "ok: divergence named, checkpoint step-$good intact and loadable"
     --dump-folder "$out/mfu" > "$out/mfu.log" 2>&1
 [ "$(grep -c 'MFU above 100%: the configured peak' "$out/mfu.log")" = 1 ] ||
   { echo "FAIL: one MFU warning expected"; cat "$out/mfu.log"; exit 1; }
+# the summary of a run of one step (stop_after_step 1 of 10): that step's rate (it said 0 tokens/s:
+# the first step was left out by the planned step count, not the steps run)
+"$titan" train "${model[@]}" --steps 10 --stop-after-step 1 --dump-folder "$out/one" \
+  --metrics.enable_jsonl > "$out/one.log" 2>&1
+tps=$(grep -o 'summary: steps=1 tokens_per_s=[0-9.]*' "$out/one.log" | cut -d= -f3)
+awk -v t="${tps:-0}" 'BEGIN { exit !(t > 0) }' ||
+  { echo "FAIL: a one-step run's summary"; grep summary "$out/one.log"; exit 1; }
+echo "ok: a one-step run's summary: $tps tokens/s"
+# a fresh run in that dump folder keeps the earlier run's metrics.jsonl (it was replaced
+# silently), said
+cp "$out/one/metrics.jsonl" "$out/one_metrics"
+"$titan" train "${model[@]}" --steps 10 --stop-after-step 1 --dump-folder "$out/one" \
+  --metrics.enable_jsonl > "$out/two.log" 2>&1
+kept=$(ls "$out/one" | grep -E '^metrics-[0-9]{8}-[0-9]{6}\.jsonl$')
+[ -n "$kept" ] && cmp -s "$out/one/$kept" "$out/one_metrics" &&
+  grep -q "the earlier run's .*metrics.jsonl kept as .*$kept" "$out/two.log" ||
+  { echo "FAIL: the earlier run's metrics"; ls "$out/one"; cat "$out/two.log"; exit 1; }
+echo "ok: a fresh run keeps the earlier run's metrics as $kept"
