@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "train/config_schema.h"
 
-static int64_t lr_decay_steps(const train_config *c);
+static int64_t lr_decay_steps(const train_config *c, int64_t *asked);
 
 /* ---- whole-config checks ---------------------------------------------------------- */
 
@@ -233,7 +233,7 @@ int train_config_validate(const train_config *c, base_err *err) {
                           "%lld is not a multiple of training.local_batch_size (%lld)",
                           (long long)gbs, (long long)lbs);
     if (c->lr_scheduler.total_steps.set && c->lr_scheduler.total_steps.v < c->training.steps &&
-        lr_decay_steps(c) == 0 && c->training.steps > c->lr_scheduler.total_steps.v + 1)
+        lr_decay_steps(c, NULL) == 0 && c->training.steps > c->lr_scheduler.total_steps.v + 1)
         return fail_field(c, "lr_scheduler", "total_steps", err,
                           "%lld is shorter than training.steps (%lld) and leaves no decay steps: "
                           "torchtitan's schedule stops with an assertion after step %lld",
@@ -294,13 +294,15 @@ static int64_t lr_total_steps(const train_config *c) {
     return c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : c->training.steps;
 }
 
-/* Decay steps of the LR schedule, as torchtitan's build_lr_schedulers counts them. */
-static int64_t lr_decay_steps(const train_config *c) {
+/* Decay steps of the LR schedule, as torchtitan's build_lr_schedulers counts them; *asked
+ * (may be NULL): before its clamp to the steps warmup leaves. */
+static int64_t lr_decay_steps(const train_config *c, int64_t *asked) {
     const int64_t n = lr_total_steps(c);
     const int64_t w = c->lr_scheduler.warmup_steps < n ? c->lr_scheduler.warmup_steps : n;
     int64_t d = c->lr_scheduler.decay_ratio.set
                     ? (int64_t)nearbyint((double)n * c->lr_scheduler.decay_ratio.v)
                     : n - w;
+    if (asked) *asked = d;
     return w + d > n ? n - w : d;
 }
 
@@ -562,6 +564,14 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                  "Warmup steps (%lld) exceed total steps (%lld). Adjusting warmup steps to %lld.",
                  (long long)c->lr_scheduler.warmup_steps, (long long)lr_total_steps(c),
                  (long long)lr_total_steps(c));
+    int64_t asked; /* torchtitan's second warning: decay_ratio's steps clamped */
+    const int64_t decay = lr_decay_steps(c, &asked);
+    if (asked != decay)
+        base_log(BASE_LOG_WARN,
+                 "Warmup (%lld) + decay (%lld) steps exceed total steps (%lld). Adjusting decay "
+                 "steps to %lld.",
+                 (long long)(lr_total_steps(c) - decay), (long long)asked,
+                 (long long)lr_total_steps(c), (long long)decay);
     o->lr.total_steps = c->lr_scheduler.total_steps.set ? c->lr_scheduler.total_steps.v : 0;
     o->lr.decay_ratio = c->lr_scheduler.decay_ratio.set ? c->lr_scheduler.decay_ratio.v : -1;
     optim_decay_type_parse(c->lr_scheduler.decay_type, &o->lr.decay_type);

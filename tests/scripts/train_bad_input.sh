@@ -82,6 +82,9 @@ warned() { # description, regex, args...
   then echo "ok   $what: $(grep -E "$re" "$out/e")"; else echo "FAIL $what:"; cat "$out/e"; fail=1; fi
 }
 warned "warmup longer than the run" "Warmup steps \(5\) exceed total steps \(1\)" --warmup 5
+warned "warmup + decay longer than the run" \
+  "Warmup \(2\) \+ decay \(2\) steps exceed total steps \(3\)\. Adjusting decay steps to 1\." \
+  --steps 3 --warmup 2 --lr_scheduler.decay_ratio 0.6
 warned "profile_freq above the steps" "profile_freq = 10 is above training.steps = 1" \
   --profiling.enable_profiling --profiling.profile_freq 10 --dump-folder "$out/runp"
 warned "selective AC that checkpoints no block" "checkpoints no block of 1" \
