@@ -16,7 +16,7 @@ target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum
-        silentcheck badsize nofwd nan fail noacc rankfail qwen tile32)
+        silentcheck badsize nofwd nan fail noacc rankfail qwen tile32 unwritten oob)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -57,6 +57,20 @@ add_test(NAME kernels_plugin_error_code COMMAND sh -c "\"$@\" 2>&1; echo \"exit 
   $<TARGET_FILE:titan> kernels test swiglu_fail --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_fail.so)
 set_tests_properties(kernels_plugin_error_code PROPERTIES PASS_REGULAR_EXPRESSION
   "kernel swiglu/swiglu_fail \\(plugin [^)]*libtest_plugin_fail.so\\) at conformance: forward returned 3.*exit 134")
+# a backward that leaves an element unwritten fails conformance every time (its outputs start
+# as NaN; it had compared whatever an earlier call left in the arena, and passed by chance);
+# a forward writing one float past its output stops, naming kernel, plugin and output
+add_test(NAME kernels_plugin_unwritten COMMAND titan kernels test swiglu_unwritten
+  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_unwritten.so)
+set_tests_properties(kernels_plugin_unwritten PROPERTIES WILL_FAIL TRUE)
+add_test(NAME kernels_plugin_unwritten_named COMMAND titan kernels test swiglu_unwritten
+  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_unwritten.so)
+set_tests_properties(kernels_plugin_unwritten_named PROPERTIES PASS_REGULAR_EXPRESSION
+  "FAIL swiglu/swiglu_unwritten vs default .*err (nan|inf)")
+add_test(NAME kernels_plugin_out_of_bounds COMMAND sh -c "\"$@\" 2>&1; echo \"exit $?\"" sh
+  $<TARGET_FILE:titan> kernels test swiglu_oob --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_oob.so)
+set_tests_properties(kernels_plugin_out_of_bounds PROPERTIES PASS_REGULAR_EXPRESSION
+  "kernel swiglu/swiglu_oob \\(plugin [^)]*libtest_plugin_oob.so\\) at conformance: its forward wrote into the 1024 bytes after output 0.*exit 134")
 # the same error in a training run at step 4: named, metrics.jsonl and the report page final
 add_test(NAME train_plugin_error COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plugin_error_train.sh
   $<TARGET_FILE:titan> ${TITAN_TEST_PLUGIN_DIR})

@@ -311,6 +311,14 @@ int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err);
 /* Whether a STEP source's trainer state holds a nonzero MoE expert bias: 1, 0 (none, or not a
  * step), -1 on error. */
 int ckpt_source_expert_bias(const ckpt_source *s, base_err *err);
+/* FNV-1a 64 of DIR/tokenizer.json's bytes (data_tok_fingerprint's value, which a checkpoint
+ * records); -1 when unreadable. */
+int ckpt_tokenizer_hash(const char *dir, uint64_t *h);
+/* The tokenizer folder a STEP source's run recorded (metadata "train"."tokenizer".path) into
+ * dir[n] when its tokenizer.json is still the recorded one: 1; 0 when there is no such record
+ * (bytes, random tokens, an older checkpoint, not a step); 2 when the folder is gone or its
+ * tokenizer.json changed (dir: the recorded folder); -1 on error. */
+int ckpt_source_tokenizer(const ckpt_source *s, char *dir, size_t n, base_err *err);
 /* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors, a
  * step checkpoint's pieces overlapping or leaving a gap); on success every element of
  * base[0, m->n_floats) has been written (see ckpt_load_model_set). */

@@ -266,6 +266,21 @@ static int convert(const char *src, const char *dst, const ckpt_export_opts *opt
         const int bias = rc ? 0 : ckpt_source_expert_bias(&cs, err);
         if (bias < 0) rc = -1;
         eo.expert_bias = bias > 0;
+        /* the run's tokenizer, as its own --out export copies it, unless assets are given */
+        char tok[4096];
+        const int rec = rc || eo.assets_dir ? 0 : ckpt_source_tokenizer(&cs, tok, sizeof tok, err);
+        if (rec < 0) rc = -1;
+        if (rec == 1) {
+            eo.assets_dir = tok;
+            printf("tokenizer files from %s (the run's tokenizer, recorded in the checkpoint; "
+                   "--assets DIR to choose others)\n",
+                   tok);
+        }
+        if (rec == 2)
+            base_log(BASE_LOG_WARN,
+                     "%s: the run's tokenizer %s is gone or its tokenizer.json changed: the export "
+                     "gets no tokenizer files (--assets DIR with the tokenizer the run used)",
+                     dst, tok);
         const double t1 = base_now();
         if (rc == 0) rc = ckpt_export_hf(&m, dst, &eo, err);
         if (rc == 0)

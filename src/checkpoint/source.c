@@ -193,6 +193,38 @@ int ckpt_source_expert_bias(const ckpt_source *s, base_err *err) {
     return any;
 }
 
+int ckpt_tokenizer_hash(const char *dir, uint64_t *h) {
+    char p[4200];
+    size_t n = 0;
+    base_err e;
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    char *raw = base_read_file(p, (size_t)1 << 30, &n, &e);
+    if (!raw) return -1;
+    *h = base_hash_bytes(BASE_HASH_INIT, raw, n);
+    free(raw);
+    return 0;
+}
+
+int ckpt_source_tokenizer(const ckpt_source *s, char *dir, size_t n, base_err *err) {
+    if (s->kind != CKPT_SRC_STEP) return 0;
+    char p[4200], have[17] = "";
+    json_t *t;
+    if (step_train(s, &t, p, sizeof p, err)) return -1;
+    const json_t *rec = json_object_get(t, "tokenizer");
+    const char *rpath = json_string_value(json_object_get(rec, "path"));
+    const char *rhash = json_string_value(json_object_get(rec, "tokenizer_json_fnv1a64"));
+    int rc = 0;
+    uint64_t h;
+    if (rpath && rhash) {
+        snprintf(dir, n, "%s", rpath);
+        if (ckpt_tokenizer_hash(rpath, &h) == 0)
+            snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
+        rc = strcmp(have, rhash) ? 2 : 1;
+    }
+    json_decref(t);
+    return rc;
+}
+
 int ckpt_source_load(const ckpt_source *s, const model *m, float *base, base_err *err) {
     char p[4200];
     if (s->kind == CKPT_SRC_STEP) {

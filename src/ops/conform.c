@@ -530,7 +530,18 @@ static int cf_shape(uint64_t *s, const ops_impl *a, const ops_impl *b, ops_ctx *
 }
 #undef CF_N
 
+static int conform_test(const char *name, const ops_conform_opts *o, base_err *err);
+
+/* Plugin kernels run guarded here (ops_plugin_checking): every output in the arena with a
+ * guard after it, a writing kernel's outputs starting as NaN. */
 int ops_conform_test(const char *name, const ops_conform_opts *o, base_err *err) {
+    ops_plugin_checking(1);
+    const int rc = conform_test(name, o, err);
+    ops_plugin_checking(0);
+    return rc;
+}
+
+static int conform_test(const char *name, const ops_conform_opts *o, base_err *err) {
     const ops_impl *sel[128];
     const int n = cf_select(name, sel, 128, err);
     if (n < 0) return -1;

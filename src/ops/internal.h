@@ -12,6 +12,10 @@ void ops_kind_names(char *buf, size_t size, int plugin_only);
 /* 0 when a kernel plugin may not provide op k, else the kernel ABI version that allowed it
  * (oplist.h's plugin flag). */
 int ops_kind_plugin(ops_kind k);
+/* Conformance (`titan kernels test`) on: every plugin output goes through the scratch arena,
+ * guarded (an accumulating kernel too, which training hands titan's gradient itself), so a
+ * write past any output is caught; off: training's direct gradients. */
+void ops_plugin_checking(int on);
 /* An implementation that is bound per unit rather than called through its fwd/bwd (a kernel
  * plugin's: a per-layer trampoline and saved state; ops/plugin.c provides them). The registry
  * keeps one with the implementation and calls it while resolving and releasing tables, so

@@ -28,6 +28,7 @@
  * The typed signatures return void, so a kernel returning an error, or an allocation failure
  * here, is reported and aborts the process, like the built-in kernels' allocation failures. */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -66,6 +67,11 @@ static int g_n_kernels;
 static plg_slot g_slots[OPS_COUNT][PLG_SLOTS];
 static void *g_arena;
 static size_t g_arena_size;
+static int g_checking; /* ops_plugin_checking */
+
+void ops_plugin_checking(int on) {
+    g_checking = on;
+}
 
 static void *plg_alloc(size_t bytes) {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * (bytes == 0));
@@ -125,6 +131,30 @@ static size_t plg_round(size_t bytes) {
     return (bytes + 63) / 64 * 64;
 }
 
+/* Right after each output and the workspace in the arena (before the rounding to 64 bytes):
+ * PLG_GUARD bytes of PLG_GUARD_BYTE, checked after the call (a kernel writing past a buffer
+ * would corrupt the next one or the heap). */
+#define PLG_GUARD 1024
+#define PLG_GUARD_BYTE 0xA5
+
+static void plg_guard_set(char *g) {
+    memset(g, PLG_GUARD_BYTE, PLG_GUARD);
+}
+
+static int plg_guard_ok(const char *g) {
+    for (int i = 0; i < PLG_GUARD; i++)
+        if ((unsigned char)g[i] != PLG_GUARD_BYTE) return 0;
+    return 1;
+}
+
+/* A writing kernel's output starts as NaN: an element it leaves unwritten (an expert without
+ * rows) is a NaN in titan's tensor, which conformance fails and training stops at, naming the
+ * kernels in use, rather than what an earlier call left in the arena. */
+static void plg_poison(float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n > ((size_t)1 << 16))
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
 /* B, T, hd: the sizes of heads tensors (unused when no tensor has nh > 0). */
 /* offs: grouped_mm's group offsets (args->offs), NULL for the other ops. */
 static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], float eps,
@@ -152,21 +182,24 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
     a.saved = s->saved;
     a.saved_size = s->saved_size;
     a.workspace_size = k->d.workspace_bytes ? k->d.workspace_bytes(phase, dims) : 0;
-    /* arena: converted inputs, then outputs, then the workspace */
-    size_t need = plg_round(a.workspace_size);
+    /* arena: converted inputs, then outputs, then the workspace, each output and the
+     * workspace followed by a guard */
+    size_t need = plg_round(a.workspace_size + PLG_GUARD);
     for (int i = 0; i < nin; i++)
         if (bhsd && in[i].nh) need += plg_round(in[i].n * sizeof(float));
     /* a kernel that accumulates gets titan's gradient itself where no conversion or in-place
      * replacement is needed (zeroed first where titan wants it written: a weight gradient's
-     * first write, dw_acc 0) */
+     * first write, dw_acc 0); under conformance a guarded copy of it (mirror), put back whole */
     const int accum = phase == 1 && (k->d.flags & TITAN_KERNEL_BWD_ACCUMULATES);
-    int direct[4] = {0};
+    int direct[4] = {0}, mirror[4] = {0};
     for (int i = 0; i < nout; i++) {
         if (!out[i].p) continue;
         direct[i] = accum && !(bhsd && out[i].nh);
         for (int j = 0; j < nin; j++)
             if (in[j].p == out[i].p) direct[i] = 0;
-        if (!direct[i]) need += plg_round(out[i].n * sizeof(float));
+        mirror[i] = direct[i] && g_checking;
+        direct[i] &= !g_checking;
+        if (!direct[i]) need += plg_round(out[i].n * sizeof(float) + PLG_GUARD);
     }
     if (need > g_arena_size) {
         free(g_arena);
@@ -190,18 +223,41 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
             continue;
         }
         a.out[i] = (float *)cur;
-        cur += plg_round(out[i].n * sizeof(float));
-        if (accum) memset(a.out[i], 0, out[i].n * sizeof(float));
+        plg_guard_set(cur + out[i].n * sizeof(float));
+        cur += plg_round(out[i].n * sizeof(float) + PLG_GUARD);
+        if (mirror[i] && out[i].acc)
+            memcpy(a.out[i], out[i].p, out[i].n * sizeof(float));
+        else if (accum)
+            memset(a.out[i], 0, out[i].n * sizeof(float));
+        else
+            plg_poison(a.out[i], out[i].n);
     }
     a.workspace = a.workspace_size ? cur : NULL;
+    char *ws_guard = cur + a.workspace_size;
+    plg_guard_set(ws_guard);
     const int rc = (phase ? k->d.backward : k->d.forward)(&a);
     if (rc != 0) {
         base_fatal("kernel %s/%s (plugin %s) at %s: %s returned %d", ops_kind_name(kind), k->name,
                    k->path, s->path, phase ? "backward" : "forward", rc);
     }
+    for (int i = 0; i <= nout; i++) {
+        const char *g = i == nout                ? ws_guard
+                        : out[i].p && !direct[i] ? (const char *)a.out[i] + out[i].n * sizeof(float)
+                                                 : NULL;
+        if (g && !plg_guard_ok(g)) {
+            char what[96];
+            if (i == nout)
+                snprintf(what, sizeof what, "its workspace (%zu bytes)", a.workspace_size);
+            else
+                snprintf(what, sizeof what, "output %d (%zu floats)", i, out[i].n);
+            base_fatal("kernel %s/%s (plugin %s) at %s: its %s wrote into the %d bytes after %s",
+                       ops_kind_name(kind), k->name, k->path, s->path,
+                       phase ? "backward" : "forward", PLG_GUARD, what);
+        }
+    }
     for (int i = 0; i < nout; i++) {
         if (!out[i].p || direct[i]) continue;
-        int acc = out[i].acc;
+        int acc = out[i].acc && !mirror[i];
         for (int j = 0; j < nin; j++) /* a gradient replacing its own input (rope in place) */
             if (in[j].p == out[i].p) acc = 0;
         if (bhsd && out[i].nh)

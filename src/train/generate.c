@@ -43,19 +43,6 @@ int train_load_model(model *m, const char *path, const model_args *fallback, ops
     return 0;
 }
 
-/* FNV-1a 64 of DIR/tokenizer.json's bytes (data_tok_fingerprint's value); -1 when unreadable. */
-static int tokenizer_hash(const char *dir, uint64_t *h) {
-    char p[4200];
-    size_t n = 0;
-    base_err e;
-    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    char *raw = base_read_file(p, (size_t)1 << 30, &n, &e);
-    if (!raw) return -1;
-    *h = base_hash_bytes(BASE_HASH_INIT, raw, n);
-    free(raw);
-    return 0;
-}
-
 int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, size_t n,
                              int *is_ckpt, base_err *err) {
     if (!*tok_dir && base_has_file(path, "tokenizer.json")) *tok_dir = path;
@@ -73,7 +60,7 @@ int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, 
     const char *rhash = json_string_value(json_object_get(rec, "tokenizer_json_fnv1a64"));
     char have[17] = "";
     uint64_t h;
-    if (*tok_dir && tokenizer_hash(*tok_dir, &h) == 0)
+    if (*tok_dir && ckpt_tokenizer_hash(*tok_dir, &h) == 0)
         snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
     int rc = 0;
     if (json_is_string(rec) && !strcmp(json_string_value(rec), "bytes")) {
@@ -89,7 +76,7 @@ int train_generate_tokenizer(const char *path, const char **tok_dir, char *buf, 
                            "%s/tokenizer.json is another (%s)",
                            where, rpath, rhash, *tok_dir, have[0] ? have : "unreadable");
         if (!*tok_dir) {
-            const int gone = tokenizer_hash(rpath, &h) != 0;
+            const int gone = ckpt_tokenizer_hash(rpath, &h) != 0;
             if (!gone) snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
             if (gone)
                 rc = base_fail(err,

@@ -30,7 +30,11 @@
  *             backward return 6 on other expert counts (dist_kernel_shapes: what the checks
  *             see under sequence and expert parallelism)
  *   rankfail  init fails on MPI rank 1 only ($OMPI_COMM_WORLD_RANK / $PMI_RANK): a plugin that
- *             loads on one rank and not on another */
+ *             loads on one rank and not on another
+ *   unwritten swiglu/swiglu_unwritten: backward leaves the last element of its first output
+ *             unwritten (as a grouped_mm that skips experts without rows): NaN, not what an
+ *             earlier call left in titan's arena
+ *   oob       swiglu/swiglu_oob: forward writes one float past the end of its output */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -127,6 +131,23 @@ static int add_rmsnorm_bwd(const titan_kernel_args *a) {
 }
 #endif
 
+#if defined(PLUGIN_CASE_unwritten)
+static int swiglu_bwd_unwritten(const titan_kernel_args *a) {
+    const size_t n = (size_t)a->dims[0] * a->dims[1];
+    float keep = 0;
+    if (a->out[0]) keep = a->out[0][n - 1];
+    const int rc = swiglu_bwd(a);
+    if (a->out[0]) a->out[0][n - 1] = keep; /* as it was: not written */
+    return rc;
+}
+#endif
+#if defined(PLUGIN_CASE_oob)
+static int swiglu_fwd_oob(const titan_kernel_args *a) {
+    const int rc = swiglu_fwd(a);
+    a->out[0][(size_t)a->dims[0] * a->dims[1]] = 1e30f; /* one past the end */
+    return rc;
+}
+#endif
 #if defined(PLUGIN_CASE_nan)
 static int swiglu_fwd_nan(const titan_kernel_args *a) {
     const int rc = swiglu_fwd(a);
@@ -294,6 +315,12 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
 #elif defined(PLUGIN_CASE_nan)
     d.name = "swiglu_nan";
     d.forward = swiglu_fwd_nan;
+#elif defined(PLUGIN_CASE_unwritten)
+    d.name = "swiglu_unwritten";
+    d.backward = swiglu_bwd_unwritten;
+#elif defined(PLUGIN_CASE_oob)
+    d.name = "swiglu_oob";
+    d.forward = swiglu_fwd_oob;
 #elif defined(PLUGIN_CASE_fail)
     d.name = "swiglu_fail";
     d.forward = swiglu_fwd_fail;
