@@ -46,7 +46,8 @@ void ckpt_cmd_convert_usage(FILE *f) {
                "  --dtype T                 float32 (default), bfloat16 or float16\n"
                "  --max-shard-size SIZE     largest safetensors shard (5GB; 200MB, 1GiB, bytes)\n"
                "  --assets DIR              copy the tokenizer files and generation_config.json\n"
-               "                            found in DIR\n"
+               "                            found in DIR (default: the tokenizer the\n"
+               "                            checkpoint records, while unchanged)\n"
                "  --generation-config FILE  the generation_config.json to copy (wins over\n"
                "                            --assets)\n");
 }

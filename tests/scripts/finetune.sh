@@ -120,6 +120,12 @@ hf=$out/base/hf
 # does `titan convert` of the run's checkpoint, from the ids the checkpoint records
 "$titan" convert "$out/base/checkpoint" "$out/conv" --assets "$tok" > /dev/null ||
   fail "convert of the run's checkpoint"
+# without --assets, convert copies the tokenizer the checkpoint records (as the run's own --out
+# export does; the folder had no tokenizer for transformers)
+"$titan" convert "$out/base/checkpoint" "$out/conv_rec" > "$out/conv_rec.log" 2>&1 &&
+  cmp -s "$out/conv_rec/tokenizer.json" "$tok/tokenizer.json" &&
+  grep -q "tokenizer files from .* (the run's tokenizer, recorded in the checkpoint" "$out/conv_rec.log" ||
+  { cat "$out/conv_rec.log"; fail "convert without --assets: the run's tokenizer"; }
 "$python" - "$hf" "$out/conv" <<'EOF' || fail "the export's token ids are not the tokenizer's"
 import json, os, sys
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
@@ -194,6 +200,10 @@ grep -q "$out/tk/tokenizer.json is another" "$out/g4.err" || fail "another token
 rm -r "$out/tk"
 if "$titan" "${g[@]}" --model "$out/r" > /dev/null 2> "$out/g5.err"; then fail "gone"; fi
 grep -q "trained with the tokenizer $out/tk, which is gone" "$out/g5.err" || fail "gone message"
+"$titan" convert "$out/r/checkpoint" "$out/conv_gone" > /dev/null 2> "$out/conv_gone.err" &&
+  [ ! -e "$out/conv_gone/tokenizer.json" ] &&
+  grep -q "the run's tokenizer $out/tk is gone or its tokenizer.json changed" "$out/conv_gone.err" ||
+  { cat "$out/conv_gone.err"; fail "convert with the run's tokenizer gone"; }
 "$python" - "$out/r/checkpoint/step-1/metadata.json" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
