@@ -16,7 +16,7 @@ target_link_libraries(grouped_tiles PRIVATE OpenMP::OpenMP_C)
 
 set(TITAN_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 foreach(case good version nosym noinit badop nobwd initfail dup badlayout marker v1 v1moe badflags accum
-        silentcheck badsize nofwd nan fail noacc rankfail qwen tile32 unwritten oob)
+        silentcheck badsize nofwd nan fail noacc rankfail qwen tile32 unwritten oob oobws)
   add_library(test_plugin_${case} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/test_plugin.c)
   set_target_properties(test_plugin_${case} PROPERTIES PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_TEST_PLUGIN_DIR})
@@ -62,15 +62,16 @@ set_tests_properties(kernels_plugin_error_code PROPERTIES PASS_REGULAR_EXPRESSIO
 # a forward writing one float past its output stops, naming kernel, plugin and output
 add_test(NAME kernels_plugin_unwritten COMMAND titan kernels test swiglu_unwritten
   --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_unwritten.so)
-set_tests_properties(kernels_plugin_unwritten PROPERTIES WILL_FAIL TRUE)
-add_test(NAME kernels_plugin_unwritten_named COMMAND titan kernels test swiglu_unwritten
-  --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_unwritten.so)
-set_tests_properties(kernels_plugin_unwritten_named PROPERTIES PASS_REGULAR_EXPRESSION
+set_tests_properties(kernels_plugin_unwritten PROPERTIES PASS_REGULAR_EXPRESSION
   "FAIL swiglu/swiglu_unwritten vs default .*err (nan|inf)")
 add_test(NAME kernels_plugin_out_of_bounds COMMAND sh -c "\"$@\" 2>&1; echo \"exit $?\"" sh
   $<TARGET_FILE:titan> kernels test swiglu_oob --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_oob.so)
 set_tests_properties(kernels_plugin_out_of_bounds PROPERTIES PASS_REGULAR_EXPRESSION
   "kernel swiglu/swiglu_oob \\(plugin [^)]*libtest_plugin_oob.so\\) at conformance: its forward wrote into the 1024 bytes after output 0.*exit 134")
+add_test(NAME kernels_plugin_workspace_overrun COMMAND sh -c "\"$@\" 2>&1; echo \"exit $?\"" sh
+  $<TARGET_FILE:titan> kernels test swiglu_oobws --plugin ${TITAN_TEST_PLUGIN_DIR}/libtest_plugin_oobws.so)
+set_tests_properties(kernels_plugin_workspace_overrun PROPERTIES PASS_REGULAR_EXPRESSION
+  "kernel swiglu/swiglu_oobws \\(plugin [^)]*libtest_plugin_oobws.so\\) at conformance: its forward wrote into the 1024 bytes after its workspace.*exit 134")
 # the same error in a training run at step 4: named, metrics.jsonl and the report page final
 add_test(NAME train_plugin_error COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/plugin_error_train.sh
   $<TARGET_FILE:titan> ${TITAN_TEST_PLUGIN_DIR})

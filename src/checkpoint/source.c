@@ -216,7 +216,10 @@ int ckpt_source_tokenizer(const ckpt_source *s, char *dir, size_t n, base_err *e
     int rc = 0;
     uint64_t h;
     if (rpath && rhash) {
-        snprintf(dir, n, "%s", rpath);
+        if (snprintf(dir, n, "%s", rpath) >= (int)n) { /* a cut path could name another folder */
+            json_decref(t);
+            return base_fail(err, "%s: \"train\".\"tokenizer\".path is over %zu bytes", p, n - 1);
+        }
         if (ckpt_tokenizer_hash(rpath, &h) == 0)
             snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
         rc = strcmp(have, rhash) ? 2 : 1;

@@ -504,7 +504,10 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
              shards_bad(json_object_get(root, "shards"), (int)json_integer_value(ws)))
         bad = "\"shards\" is not [\"rank-00000.safetensors\", ...] for each of the world_size "
               "ranks (the files a step-N holds)";
-    if (!bad && json_integer_value(ver) >= 4) bad = meta_crc_bad(root, path);
+    /* whatever the version where the member is there: a downgraded or damaged "version"
+     * must not turn the check off */
+    if (!bad && (json_integer_value(ver) >= 4 || json_object_get(root, "crc32c")))
+        bad = meta_crc_bad(root, path);
     shard_id *id = NULL;
     if (!bad && json_integer_value(ver) >= 3) {
         id = malloc(sizeof *id * (size_t)json_integer_value(ws));

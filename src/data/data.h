@@ -142,10 +142,10 @@ void data_chat_msgs_free(data_chat_msg *msgs);
  * tokens, extension .jsonl / .json / .ndjson -> jsonl, anything else -> text.
  * Documents are numbered globally across the files in order, starting at 0.
  *
- * Token shard format (little endian), version 2 (version 1: no tokenizer record, L and
- * the hash absent, the header 48 bytes; still read):
+ * Token shard format (little endian), version 2, or 3 where a skipped slot is marked
+ * (version 1: no tokenizer record, L and the hash absent, the header 48 bytes; still read):
  *   0   char[8]  magic "TITANTOK"
- *   8   u32      version (2)
+ *   8   u32      version (2 or 3)
  *   12  u32      dtype (1 = uint32 token ids; the only one defined)
  *   16  u64      n_docs
  *   24  u64      n_tokens
@@ -156,7 +156,9 @@ void data_chat_msgs_free(data_chat_msg *msgs);
  *   56  char[L]  the tokenizer folder's absolute path, zero-padded to a multiple of 8: H bytes
  *   H   u32      tokens[n_tokens], zero-padded to a multiple of 8 bytes
  *   ... u64      doc_offsets[n_docs + 1]   token offsets: [0] = 0, non-decreasing,
- *                                          [n_docs] = n_tokens; the file ends there exactly.
+ *                                          [n_docs] = n_tokens once bit 63 (version 3's
+ *                                          DATA_SHARD_SKIPPED) is masked off; the file ends
+ *                                          there exactly.
  * The header and offsets are validated on open; token ids are checked as documents are read. */
 /* DATA_FMT_COUNT: how many there are (a new format goes before it, with its name in
  * dataset.c's format_names) */
@@ -235,6 +237,7 @@ typedef struct {
     data_format format;
     const char *field;  /* NULL = "text" */
     int skip_bad_lines; /* skip (count, log) malformed JSONL lines instead of failing */
+    int bad_lines_said; /* an earlier loader of this file logged them: skipped silently */
     data_encoder enc;
     int seq_len, batch;
     int dp_rank, dp_size; /* dp_size 0 = 1 */

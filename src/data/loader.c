@@ -260,6 +260,7 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
         return -1;
     }
     l->cfg.path = l->path;
+    l->rd.bad_counted = cfg->bad_lines_said;
     l->cfg.field = l->rd.field;
     const int32_t V = cfg->enc.vocab_size;
     data_tok *t = cfg->enc.tok;

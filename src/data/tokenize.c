@@ -27,6 +27,7 @@ typedef struct {
     uint64_t n_tokens;
     uint64_t *offs; /* [n_docs + 1] */
     size_t n_docs, cap;
+    int any_skipped; /* a slot marked DATA_SHARD_SKIPPED: version 3, else 2 */
     int32_t vocab, bos, eos;
     uint64_t tok_hash; /* the tokenizer record (data.h): tokenizer.json's FNV-1a 64, */
     char tok_path[DATA_SHARD_MAX_PATH + 8]; /* its folder's absolute path, */
@@ -45,6 +46,7 @@ static int sw_open(shard_writer *w, base_err *err) {
         return base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
     w->n_tokens = 0;
     w->n_docs = 0;
+    w->any_skipped = 0;
     w->offs[0] = 0;
     return 0;
 }
@@ -62,6 +64,7 @@ static int sw_add(shard_writer *w, const data_tok_ids *ids, int skipped, base_er
         return base_fail(err, "%s: write failed: %s", w->out.tmp, strerror(errno));
     w->n_tokens += ids->n;
     w->offs[++w->n_docs] = w->n_tokens | (skipped ? DATA_SHARD_SKIPPED : 0);
+    w->any_skipped |= skipped;
     return 0;
 }
 
@@ -78,7 +81,7 @@ static int sw_close(shard_writer *w, base_err *err) {
     static const unsigned char pad[8];
     unsigned char h[56 + DATA_SHARD_MAX_PATH + 8] = {0};
     memcpy(h, DATA_SHARD_MAGIC, 8);
-    put32(h + 8, DATA_SHARD_VERSION);
+    put32(h + 8, w->any_skipped ? DATA_SHARD_VERSION : 2u); /* older titans read a v2 */
     put32(h + 12, 1);
     put64(h + 16, w->n_docs);
     put64(h + 24, w->n_tokens);
@@ -218,11 +221,11 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
             if (w.n_tokens >= shard_tokens && sw_close(&w, err)) goto done;
         }
     }
-    if (w.fp && sw_close(&w, err)) goto done;
-    if (docs == 0) {
+    if (docs == 0) { /* before the last close: a shard of skipped slots alone is aborted */
         base_fail(err, "%s: no documents", cfg->path);
         goto done;
     }
+    if (w.fp && sw_close(&w, err)) goto done;
     if (rd.bad_lines)
         base_log(BASE_LOG_WARN, "tokenize: skipped %lld malformed JSONL lines",
                  (long long)rd.bad_lines);

@@ -300,6 +300,7 @@ typedef struct {
      * the last step's AdamW did, so the next step remakes no unit's copy */
     optim_bf16_copy c16;
     int w16_current;
+    int val_bad_said; /* a validation ran: the set's malformed lines were logged (once) */
 } train_job;
 
 /* One training step (step.c): grad_accum microbatches of this rank's tokens, forward and
@@ -330,7 +331,7 @@ const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, 
  * the training model: on it when the shapes match (ev NULL), else on ev, a forward-only model
  * of the validation shape. Fills *loss and *ntok. A stop signal (the ranks agree before each
  * batch: they run the same batches) abandons it: *loss NaN (nothing logged), said once. */
-int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err);
+int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err);
 
 /* The resumable state (state.c): the trainer's part of a checkpoint (metadata.json
  * "train": steps, optimizer step, data position, model arguments, tokenizer, MoE bias),

@@ -76,17 +76,21 @@ static int make_dir(const char *path, void *arg) {
     return mkdir(path, 0777);
 }
 
-static int make_link(const char *path, void *from) {
-    return link((const char *)from, path); /* never over an existing file */
+/* Claims the name with an empty file (O_EXCL: never over an existing one; any file system),
+ * which the rename then replaces. */
+static int make_empty(const char *path, void *arg) {
+    (void)arg;
+    const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    return fd < 0 ? -1 : close(fd);
 }
 
 /* A fresh run's metrics file where an earlier run's is (its dump folder reused, checkpoints
  * off or not loaded): that one is kept as STEM-YYYYmmdd-HHMMSS.jsonl (its last write, local
  * time; -2, -3 ... when taken), said, as TensorBoard keeps each run's folder (it had been
- * replaced silently). Returns 0 (also when there is none), -1 with err. */
-static int keep_earlier_jsonl(const char *p, base_err *err) {
+ * replaced silently). Where it cannot be kept (an unwritable folder) it is replaced, said. */
+static void keep_earlier_jsonl(const char *p) {
     struct stat st;
-    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;
     struct tm tm;
     char when[32], head[4400], to[4500];
     localtime_r(&st.st_mtime, &tm);
@@ -94,12 +98,16 @@ static int keep_earlier_jsonl(const char *p, base_err *err) {
     const char *dot = strrchr(p, '.'), *slash = strrchr(p, '/');
     const int stem = dot && (!slash || dot > slash) ? (int)(dot - p) : (int)strlen(p);
     snprintf(head, sizeof head, "%.*s-%s", stem, p, when);
-    const int e = claim_name(to, sizeof to, head, p + stem, make_link, (void *)p);
-    if (e) return base_fail(err, "%s: cannot keep the earlier run's metrics: %s", p, strerror(e));
-    if (unlink(p) != 0)
-        return base_fail(err, "%s: cannot move the earlier run's metrics: %s", p, strerror(errno));
-    base_log(BASE_LOG_INFO, "metrics: the earlier run's %s kept as %s", p, to);
-    return 0;
+    int e = claim_name(to, sizeof to, head, p + stem, make_empty, NULL);
+    if (!e && rename(p, to) != 0) {
+        e = errno;
+        unlink(to);
+    }
+    if (e)
+        base_log(BASE_LOG_WARN, "metrics: the earlier run's %s is replaced (it cannot be kept: %s)",
+                 p, strerror(e));
+    else
+        base_log(BASE_LOG_INFO, "metrics: the earlier run's %s kept as %s", p, to);
 }
 
 /* Opens metrics.jsonl: a fresh run starts a new file (an earlier run's kept,
@@ -109,7 +117,7 @@ static int keep_earlier_jsonl(const char *p, base_err *err) {
 static int open_jsonl(train_metrics *t, base_err *err) {
     const char *p = t->jl_path;
     if (base_mkdir_parent(p, err)) return -1;
-    if (t->start == 0 && keep_earlier_jsonl(p, err)) return -1;
+    if (t->start == 0) keep_earlier_jsonl(p);
     /* a link at p is never written through: a fresh file replaces it, a resume refuses it */
     if (t->start > 0 && base_output_path_ok(p, err)) return -1; /* a FIFO would block getline */
     const int fd = t->start > 0 ? open(p, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;

@@ -27,7 +27,7 @@ const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, 
 #undef BAD
 }
 
-int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err) {
+int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_err *err) {
     const train_opts *o = j->o;
     const train_source *src = j->src;
     model *train = j->m;
@@ -36,6 +36,7 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
                          .format = o->data_format,
                          .field = o->data_field,
                          .skip_bad_lines = o->skip_bad_lines,
+                         .bad_lines_said = j->val_bad_said,
                          .enc = {src->tok, o->model.vocab_size},
                          .seq_len = o->val.seq_len,
                          .batch = o->val.batch,
@@ -62,6 +63,7 @@ int train_validate(const train_job *j, model *ev, double *loss, int64_t *ntok, b
     model_weights_changed(m); /* bf16: after the step's AdamW */
     data_loader *l;
     if (data_loader_open(&l, &c, err)) return -1;
+    j->val_bad_said = 1;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
     int32_t *x = base_alloc(n * sizeof *x), *y = base_alloc(n * sizeof *y);
     double sum = 0;

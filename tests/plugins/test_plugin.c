@@ -34,7 +34,8 @@
  *   unwritten swiglu/swiglu_unwritten: backward leaves the last element of its first output
  *             unwritten (as a grouped_mm that skips experts without rows): NaN, not what an
  *             earlier call left in titan's arena
- *   oob       swiglu/swiglu_oob: forward writes one float past the end of its output */
+ *   oob       swiglu/swiglu_oob: forward writes one float past the end of its output
+ *   oobws     swiglu/swiglu_oobws: forward writes one float past the end of its workspace */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -145,6 +146,13 @@ static int swiglu_bwd_unwritten(const titan_kernel_args *a) {
 static int swiglu_fwd_oob(const titan_kernel_args *a) {
     const int rc = swiglu_fwd(a);
     a->out[0][(size_t)a->dims[0] * a->dims[1]] = 1e30f; /* one past the end */
+    return rc;
+}
+#endif
+#if defined(PLUGIN_CASE_oobws)
+static int swiglu_fwd_oobws(const titan_kernel_args *a) {
+    const int rc = swiglu_fwd(a);
+    ((float *)a->workspace)[a->workspace_size / sizeof(float)] = 1e30f; /* one past the end */
     return rc;
 }
 #endif
@@ -321,6 +329,9 @@ TITAN_KERNEL_EXPORT int titan_kernel_plugin_init(const titan_kernel_host *host) 
 #elif defined(PLUGIN_CASE_oob)
     d.name = "swiglu_oob";
     d.forward = swiglu_fwd_oob;
+#elif defined(PLUGIN_CASE_oobws)
+    d.name = "swiglu_oobws";
+    d.forward = swiglu_fwd_oobws;
 #elif defined(PLUGIN_CASE_fail)
     d.name = "swiglu_fail";
     d.forward = swiglu_fwd_fail;

@@ -149,7 +149,7 @@ def main():
         b = open(os.path.join(shards, name), "rb").read()
         magic, ver, dtype, nd, nt, vocab, bos, eos, plen, fnv = struct.unpack_from(
             "<8sIIQQiiiIQ", b, 0)
-        assert magic == b"TITANTOK" and ver == 3 and dtype == 1, name
+        assert magic == b"TITANTOK" and ver == 2 and dtype == 1, name  # 3: with skipped slots
         # version 2's tokenizer record: the folder's path and tokenizer.json's FNV-1a 64
         assert b[56:56 + plen].decode() == os.path.realpath(QWEN), b[56:56 + plen]
         assert fnv == qwen_fnv, (hex(fnv), hex(qwen_fnv))
@@ -336,14 +336,19 @@ def main():
                        capture_output=True, text=True)
     check(p.returncode == 0 and "skipped 4 malformed" in p.stderr,
           "tokenize --skip-bad-lines: " + (p.stderr.strip().splitlines() or ["?"])[-1])
-    marks = []
+    marks, vers = [], []
     for name in sorted(os.listdir(bshards)):
         b = open(os.path.join(bshards, name), "rb").read()
+        vers.append(struct.unpack_from("<I", b, 8)[0])
         nd, nt, plen = struct.unpack_from("<Q", b, 16)[0], struct.unpack_from("<Q", b, 24)[0], \
             struct.unpack_from("<I", b, 44)[0]
         off0 = (56 + (plen + 7) // 8 * 8 + 4 * nt + 7) // 8 * 8
-        marks += [o >> 63 for o in struct.unpack_from("<%dQ" % nd, b, off0 + 8)]
+        mine = [o >> 63 for o in struct.unpack_from("<%dQ" % nd, b, off0 + 8)]
+        vers[-1] = (vers[-1], 3 if any(mine) else 2)
+        marks += mine
     check(marks == [int(d is None) for d in slots], "the shards mark slots 5, 10, 13, 18 skipped")
+    check(all(v == want for v, want in vers) and any(w == 2 for _, w in vers),
+          f"version 3 exactly where a slot is marked, else 2: {vers}")
     for r in range(2):
         rows, _ = titan_data(["--data", bshards, "--tokenizer", QWEN, "--seq-len", "16",
                               "--batches", "40", "--dp-rank", str(r), "--dp-size", "2"])

@@ -40,6 +40,14 @@ if "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2>&1 &&
      "$out/o" && [ "$(grep -c "loaded unchecked" "$out/o")" = 1 ] && grep -q "resumed from" "$out/o"
 then echo "ok   the edit with its CRC deleted loads, said once"
 else echo "FAIL the edit with its CRC deleted:"; cat "$out/o"; fail=1; fi
+# the same edit with "version" lowered to 3 (or a byte of it damaged): the CRC that is there
+# is still checked (a version below 4 had turned the check off)
+rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
+sed -i 's/"adam_step": 2/"adam_step": 1/; s/"version": 4/"version": 3/' "$out/bad/$meta"
+if "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e" ||
+   ! grep -q "bad/$meta: its contents do not match its \"crc32c\"" "$out/e"; then
+  echo "FAIL an edit with the version lowered:"; cat "$out/e"; fail=1
+else echo "ok   an edit with the version lowered to 3 is refused too"; fi
 rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
 "$python" -c "import json, sys; m = json.load(open(sys.argv[1])); json.dump(m, open(sys.argv[1], 'w'), indent=4)" \
   "$out/bad/$meta"
@@ -59,7 +67,7 @@ refused "model_only not a boolean" 's/"model_only": false/"model_only": 0/' \
 refused "shards naming another file" 's/"rank-00000.safetensors"/"..\/..\/..\/base.toml"/' \
   "bad/$meta: \"shards\" is not \[\"rank-00000.safetensors\", ...\]"
 # moments: element 0 of adam_m / adam_v set, the shard's CRC-32C records dropped and
-# metadata.json made version 2 (no shard identities): a checkpoint written before titan
+# metadata.json made version 2 (no shard identities, no CRC): a checkpoint written before titan
 # recorded either
 moment() { # description, tensor, value, error regex
   rm -rf "$out/bad"; cp -r "$out/good" "$out/bad"
@@ -78,7 +86,7 @@ open(path, "wb").write(b[:8] + text + b[8 + n:])
 meta = path.rsplit("/", 1)[0] + "/metadata.json"
 m = json.load(open(meta))
 m["version"] = 2
-del m["shard_headers"]
+del m["shard_headers"], m["crc32c"]
 json.dump(m, open(meta, "w"))
 PY
   "$titan" "${args[@]}" --dump-folder "$out/bad" > "$out/o" 2> "$out/e"; local rc=$?

@@ -56,7 +56,7 @@ echo "ok after a rewind keep_latest_k keeps the steps just saved; the earlier ru
 # signal lands mid-run; the earlier run's step-99990/99992 stay newer than any step it saves)
 for s in 99990 99992; do
   cp -r "$out/sg/checkpoint/step-6" "$out/sg/checkpoint/step-$s"
-  sed -i "s/\"step\": 6/\"step\": $s/g" "$out/sg/checkpoint/step-$s/metadata.json"
+  sed -i "s/\"step\": 6/\"step\": $s/g; /^ \"crc32c\": /d" "$out/sg/checkpoint/step-$s/metadata.json"
 done
 "$titan" train "${M[@]}" --steps 100000 --checkpoint-interval 100000 --dump-folder "$out/sg" \
   --keep-latest-k 2 --load-step 2 --metrics "$out/sig.jsonl" > "$out/sig.log" 2>&1 &

@@ -140,4 +140,22 @@ n=$(grep -c 'tinybad.jsonl:2: field "text" is not a string; skipped' "$out/o")
 if [ "$n" = 1 ] && grep -q "exhausted after 3 documents (epoch 0) (1 malformed lines skipped" "$out/o"
 then echo "ok   a skipped line is logged and counted once, not every epoch"
 else echo "FAIL a skipped line over epochs ($n log lines):"; head -5 "$out/o"; fail=1; fi
+# every line malformed: tokenize fails with no documents and leaves no shard (a shard of
+# skipped slots alone had been committed, and a second try refused the folder)
+printf '{"text": 1}\n{"x": "a"}\n' > "$out/allbad.jsonl"
+if "$titan" tokenize --data "$out/allbad.jsonl" --tokenizer "$shared/data/test_tokenizer" \
+    --out "$out/allbad_tok" --skip-bad-lines > "$out/o" 2>&1; then
+  echo "FAIL tokenize of an all-bad file succeeded"; fail=1
+elif grep -q "no documents" "$out/o" && [ -z "$(ls "$out/allbad_tok" 2>/dev/null)" ]; then
+  echo "ok   tokenize of an all-bad file: no documents, no shard left"
+else echo "FAIL tokenize of an all-bad file:"; ls "$out/allbad_tok"; cat "$out/o"; fail=1; fi
+# a validation set's malformed line is logged by the first validation only (each validation
+# opened the set afresh and logged it again)
+for i in $(seq 30); do printf '{"text": "validation line %d of the set"}\n' "$i"; done > "$out/v.jsonl"
+sed -i '5s/.*/{"text": 5}/' "$out/v.jsonl"
+"$titan" "${base[@]}" --steps 3 --validation.enable --validation.dataset_path "$out/v.jsonl" \
+  --validation.freq 1 --validation.seq_len 8 --skip-bad-lines > "$out/o" 2>&1
+n=$(grep -c 'v.jsonl:5: field "text" is not a string; skipped' "$out/o")
+if [ "$n" = 1 ]; then echo "ok   a validation set's bad line is logged once over 3 validations"
+else echo "FAIL a validation set's bad line logged $n times:"; tail -5 "$out/o"; fail=1; fi
 exit $fail

@@ -467,15 +467,17 @@ static void test_bad_shards(data_tok *tok) {
     memcpy(b + off_start + 8, &big, 8);
     write_file("bad.tok", b, n);
     expect_error(c, "out of order or past n_tokens", "offsets");
-    /* version 3's skipped-slot mark on a document with ids, and on a version 2 shard */
+    /* version 3's skipped-slot mark on a document with ids, and on a version 2 shard (what
+     * tokenize writes where no slot is marked) */
     memcpy(b, good, n);
     uint64_t end1;
     memcpy(&end1, good + off_start + 8, 8);
     end1 |= DATA_SHARD_SKIPPED;
     memcpy(b + off_start + 8, &end1, 8);
+    const uint32_t v2 = 2, v3 = 3;
+    memcpy(b + 8, &v3, 4);
     write_file("bad.tok", b, n);
     expect_error(c, "marks document 0 skipped, but it has ids", "a skipped slot with ids");
-    const uint32_t v2 = 2;
     memcpy(b + 8, &v2, 4);
     write_file("bad.tok", b, n);
     expect_error(c, "marks document 0 skipped, which only version 3 may", "a mark in version 2");
