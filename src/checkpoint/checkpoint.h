@@ -302,23 +302,25 @@ typedef struct {
 int ckpt_source_open(ckpt_source *s, const char *path, base_err *err);
 /* The model arguments the source describes (fails for a bare file). */
 int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err);
-/* {bos, eos, pad} of the tokenizer a training checkpoint's run used (its metadata's
- * "tokenizer": bos_token_id, eos_token_id, pad_token_id; -1 for one it does not record).
- * Returns 1 when it records any, 0 when none (a checkpoint written before they were recorded,
- * a run on bytes or random tokens, a source of another kind), -1 for a value that is not an
- * id (error naming the file and field). */
-int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err);
-/* Whether a STEP source's trainer state holds a nonzero MoE expert bias: 1, 0 (none, or not a
- * step), -1 on error. */
-int ckpt_source_expert_bias(const ckpt_source *s, base_err *err);
+/* What a training checkpoint's trainer state says for an HF export of it (one read of a STEP
+ * source's metadata.json; a source of another kind says nothing). */
+typedef struct {
+    /* {bos, eos, pad} of the tokenizer the run used ("tokenizer": bos_token_id, eos_token_id,
+     * pad_token_id; -1 for one it does not record); have_ids: it records any (not a checkpoint
+     * written before they were recorded, nor a run on bytes or random tokens) */
+    int32_t ids[3];
+    int have_ids;
+    int expert_bias; /* a nonzero MoE expert bias */
+    /* the tokenizer folder the run recorded ("tokenizer".path): 1 when its tokenizer.json is
+     * still the recorded one, 2 when it is gone or changed, 0 when there is no such record */
+    int tokenizer;
+    char tokenizer_dir[4096];
+} ckpt_export_facts;
+/* Fills *f; -1 for a value that is not what it should be (error naming the file and field). */
+int ckpt_source_export_facts(const ckpt_source *s, ckpt_export_facts *f, base_err *err);
 /* FNV-1a 64 of DIR/tokenizer.json's bytes (data_tok_fingerprint's value, which a checkpoint
  * records); -1 when unreadable. */
 int ckpt_tokenizer_hash(const char *dir, uint64_t *h);
-/* The tokenizer folder a STEP source's run recorded (metadata "train"."tokenizer".path) into
- * dir[n] when its tokenizer.json is still the recorded one: 1; 0 when there is no such record
- * (bytes, random tokens, an older checkpoint, not a step); 2 when the folder is gone or its
- * tokenizer.json changed (dir: the recorded folder); -1 on error. */
-int ckpt_source_tokenizer(const ckpt_source *s, char *dir, size_t n, base_err *err);
 /* Loads every weight into base (m's layout), strictly (missing/unexpected/shape errors, a
  * step checkpoint's pieces overlapping or leaving a gap); on success every element of
  * base[0, m->n_floats) has been written (see ckpt_load_model_set). */

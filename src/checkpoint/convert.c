@@ -257,30 +257,27 @@ static int convert(const char *src, const char *dst, const ckpt_export_opts *opt
         if (rc == 0)
             printf("loaded %s/step-%lld: %.3f GB in %.2f s\n", cs.folder, (long long)cs.step,
                    (double)m.n_floats * 4 / 1e9, base_now() - t0);
-        /* the run's tokenizer ids, as the run's own export writes them (config.json) */
-        int32_t ids[3];
+        /* what the run's own export writes: its tokenizer's ids (config.json), the word on the
+         * expert bias, and its tokenizer's files unless assets are given */
         ckpt_export_opts eo = opts ? *opts : (ckpt_export_opts){.dtype = CKPT_F32};
-        const int have = rc ? 0 : ckpt_source_token_ids(&cs, ids, err);
-        if (have < 0) rc = -1;
-        if (have > 0) eo.token_ids = ids;
-        const int bias = rc ? 0 : ckpt_source_expert_bias(&cs, err);
-        if (bias < 0) rc = -1;
-        eo.expert_bias = bias > 0;
-        /* the run's tokenizer, as its own --out export copies it, unless assets are given */
-        char tok[4096];
-        const int rec = rc || eo.assets_dir ? 0 : ckpt_source_tokenizer(&cs, tok, sizeof tok, err);
-        if (rec < 0) rc = -1;
-        if (rec == 1) {
-            eo.assets_dir = tok;
-            printf("tokenizer files from %s (the run's tokenizer, recorded in the checkpoint; "
-                   "--assets DIR to choose others)\n",
-                   tok);
+        ckpt_export_facts fx;
+        if (rc == 0 && ckpt_source_export_facts(&cs, &fx, err)) rc = -1;
+        if (rc == 0) {
+            if (fx.have_ids) eo.token_ids = fx.ids;
+            eo.expert_bias = fx.expert_bias;
+            if (!eo.assets_dir && fx.tokenizer == 1) {
+                eo.assets_dir = fx.tokenizer_dir;
+                printf("tokenizer files from %s (the run's tokenizer, recorded in the "
+                       "checkpoint; --assets DIR to choose others)\n",
+                       fx.tokenizer_dir);
+            }
+            if (!eo.assets_dir && fx.tokenizer == 2)
+                base_log(BASE_LOG_WARN,
+                         "%s: the run's tokenizer %s is gone or its tokenizer.json changed: the "
+                         "export gets no tokenizer files (--assets DIR with the tokenizer the run "
+                         "used)",
+                         dst, fx.tokenizer_dir);
         }
-        if (rec == 2)
-            base_log(BASE_LOG_WARN,
-                     "%s: the run's tokenizer %s is gone or its tokenizer.json changed: the export "
-                     "gets no tokenizer files (--assets DIR with the tokenizer the run used)",
-                     dst, tok);
         const double t1 = base_now();
         if (rc == 0) rc = ckpt_export_hf(&m, dst, &eo, err);
         if (rc == 0)

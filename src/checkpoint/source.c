@@ -158,41 +158,6 @@ int ckpt_source_args(const ckpt_source *s, model_args *a, base_err *err) {
     }
 }
 
-int ckpt_source_token_ids(const ckpt_source *s, int32_t ids[3], base_err *err) {
-    ids[0] = ids[1] = ids[2] = -1;
-    if (s->kind != CKPT_SRC_STEP) return 0;
-    char p[4200];
-    json_t *t;
-    if (step_train(s, &t, p, sizeof p, err)) return -1;
-    const json_t *tok = json_object_get(t, "tokenizer");
-    int rc = 0;
-    for (int i = 0; rc >= 0 && i < 3 && json_is_object(tok); i++) {
-        const json_t *v = json_object_get(tok, ckpt_token_id_keys[i]);
-        if (!v) continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            rc =
-                base_fail(err, "%s: \"train\".\"tokenizer\".%s is not a token id (an integer >= 0)",
-                          p, ckpt_token_id_keys[i]);
-        else
-            ids[i] = (int32_t)json_integer_value(v), rc = 1;
-    }
-    json_decref(t);
-    return rc;
-}
-
-int ckpt_source_expert_bias(const ckpt_source *s, base_err *err) {
-    if (s->kind != CKPT_SRC_STEP) return 0;
-    char p[4200];
-    json_t *t;
-    if (step_train(s, &t, p, sizeof p, err)) return -1;
-    const json_t *arr = json_object_get(t, "expert_bias");
-    int any = 0;
-    for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr) && !any; i++)
-        any = json_number_value(json_array_get(arr, i)) != 0;
-    json_decref(t);
-    return any;
-}
-
 int ckpt_tokenizer_hash(const char *dir, uint64_t *h) {
     char p[4200];
     size_t n = 0;
@@ -205,24 +170,40 @@ int ckpt_tokenizer_hash(const char *dir, uint64_t *h) {
     return 0;
 }
 
-int ckpt_source_tokenizer(const ckpt_source *s, char *dir, size_t n, base_err *err) {
+int ckpt_source_export_facts(const ckpt_source *s, ckpt_export_facts *f, base_err *err) {
+    memset(f, 0, sizeof *f);
+    f->ids[0] = f->ids[1] = f->ids[2] = -1;
     if (s->kind != CKPT_SRC_STEP) return 0;
-    char p[4200], have[17] = "";
+    char p[4200];
     json_t *t;
     if (step_train(s, &t, p, sizeof p, err)) return -1;
-    const json_t *rec = json_object_get(t, "tokenizer");
-    const char *rpath = json_string_value(json_object_get(rec, "path"));
-    const char *rhash = json_string_value(json_object_get(rec, "tokenizer_json_fnv1a64"));
     int rc = 0;
-    uint64_t h;
-    if (rpath && rhash) {
-        if (snprintf(dir, n, "%s", rpath) >= (int)n) { /* a cut path could name another folder */
-            json_decref(t);
-            return base_fail(err, "%s: \"train\".\"tokenizer\".path is over %zu bytes", p, n - 1);
-        }
-        if (ckpt_tokenizer_hash(rpath, &h) == 0)
+    const json_t *tok = json_object_get(t, "tokenizer");
+    for (int i = 0; rc == 0 && i < 3 && json_is_object(tok); i++) {
+        const json_t *v = json_object_get(tok, ckpt_token_id_keys[i]);
+        if (!v) continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            rc =
+                base_fail(err, "%s: \"train\".\"tokenizer\".%s is not a token id (an integer >= 0)",
+                          p, ckpt_token_id_keys[i]);
+        else
+            f->ids[i] = (int32_t)json_integer_value(v), f->have_ids = 1;
+    }
+    const json_t *arr = json_object_get(t, "expert_bias");
+    for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr) && !f->expert_bias; i++)
+        f->expert_bias = json_number_value(json_array_get(arr, i)) != 0;
+    const char *rpath = json_string_value(json_object_get(tok, "path"));
+    const char *rhash = json_string_value(json_object_get(tok, "tokenizer_json_fnv1a64"));
+    if (rc == 0 && rpath && rhash) {
+        char have[17] = "";
+        uint64_t h;
+        if (snprintf(f->tokenizer_dir, sizeof f->tokenizer_dir, "%s", rpath) >=
+            (int)sizeof f->tokenizer_dir) /* a cut path could name another folder */
+            rc = base_fail(err, "%s: \"train\".\"tokenizer\".path is over %zu bytes", p,
+                           sizeof f->tokenizer_dir - 1);
+        else if (ckpt_tokenizer_hash(rpath, &h) == 0)
             snprintf(have, sizeof have, "%016llx", (unsigned long long)h);
-        rc = strcmp(have, rhash) ? 2 : 1;
+        f->tokenizer = strcmp(have, rhash) ? 2 : 1;
     }
     json_decref(t);
     return rc;
