@@ -583,6 +583,14 @@ static int conform_test(const char *name, const ops_conform_opts *o, base_err *e
             ops_release(&tx);
             ops_release(&ty);
             if (rc) return base_fail(err, "kernels test: out of memory");
+            char fault[512];
+            if (ops_plugin_fault(fault, sizeof fault)) { /* caught by the arena's guards */
+                printf("FAIL %s/%s at B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d: %s\n", op,
+                       impl->name, c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, c.dim,
+                       c.ffn_dim, c.vocab, fault);
+                ok = 0;
+                continue;
+            }
             if (o && o->verbose)
                 printf("  %s/%s B=%d T=%d H=%d G=%d hd=%d dim=%d ffn=%d V=%d E=%d K=%d Fe=%d: %s\n",
                        op, impl->name, c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim,

@@ -16,6 +16,9 @@ int ops_kind_plugin(ops_kind k);
  * guarded (an accumulating kernel too, which training hands titan's gradient itself), so a
  * write past any output is caught; off: training's direct gradients. */
 void ops_plugin_checking(int on);
+/* Under conformance a plugin kernel writing outside its buffers is recorded, not fatal: 1 and
+ * its message (cleared) when one was since the last call, else 0. */
+int ops_plugin_fault(char *msg, size_t n);
 /* An implementation that is bound per unit rather than called through its fwd/bwd (a kernel
  * plugin's: a per-layer trampoline and saved state; ops/plugin.c provides them). The registry
  * keeps one with the implementation and calls it while resolving and releasing tables, so

@@ -67,10 +67,19 @@ static int g_n_kernels;
 static plg_slot g_slots[OPS_COUNT][PLG_SLOTS];
 static void *g_arena;
 static size_t g_arena_size;
-static int g_checking; /* ops_plugin_checking */
+static int g_checking;    /* ops_plugin_checking */
+static char g_fault[512]; /* under checking: the first write outside a buffer, for FAIL */
 
 void ops_plugin_checking(int on) {
     g_checking = on;
+    g_fault[0] = 0;
+}
+
+int ops_plugin_fault(char *msg, size_t n) {
+    if (!g_fault[0]) return 0;
+    snprintf(msg, n, "%s", g_fault);
+    g_fault[0] = 0;
+    return 1;
 }
 
 static void *plg_alloc(size_t bytes) {
@@ -250,9 +259,14 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
                 snprintf(what, sizeof what, "its workspace (%zu bytes)", a.workspace_size);
             else
                 snprintf(what, sizeof what, "output %d (%zu floats)", i, out[i].n);
-            base_fatal("kernel %s/%s (plugin %s) at %s: its %s wrote into the %d bytes after %s",
-                       ops_kind_name(kind), k->name, k->path, s->path,
-                       phase ? "backward" : "forward", PLG_GUARD, what);
+            char msg[sizeof g_fault];
+            snprintf(msg, sizeof msg,
+                     "kernel %s/%s (plugin %s) at %s: its %s wrote into the %d "
+                     "bytes after %s",
+                     ops_kind_name(kind), k->name, k->path, s->path, phase ? "backward" : "forward",
+                     PLG_GUARD, what);
+            if (!g_checking) base_fatal("%s", msg); /* training: the heap may be damaged */
+            if (!g_fault[0]) snprintf(g_fault, sizeof g_fault, "%s", msg);
         }
     }
     for (int i = 0; i < nout; i++) {
