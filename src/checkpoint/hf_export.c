@@ -319,6 +319,12 @@ static const char *const g_asset_files[] = {
     "chat_template.jinja", "generation_config.json"};
 #define N_ASSETS (sizeof g_asset_files / sizeof *g_asset_files)
 
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 /* Removes from dir what an earlier export wrote there before this one writes anything:
  * config.json (written last, so that a folder a killed or failed export leaves has none, and
  * neither transformers nor titan take it for a model: each file is replaced atomically, the
@@ -327,12 +333,6 @@ static const char *const g_asset_files[] = {
  * (written again only when this export has one: an old one had kept changing generate's stop
  * ids) and, when assets are copied, every tokenizer file (one the new tokenizer lacks, such as
  * an old vocab.json, would stay beside it). Without assets the tokenizer files stay, said. */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
 static int clear_earlier(const char *dir, const ckpt_export_opts *o, base_err *err) {
     const int with_assets = o->assets_dir != NULL;
     DIR *d = opendir(dir);

@@ -443,9 +443,10 @@ static int shard_check(const ckpt_file *f, const shard_id *want, const char *met
                      (unsigned long long)got.bytes, got.header_crc);
 }
 
-/* Version 4's check of metadata.json's own CRC-32C: NULL when it matches; a message when it
- * does not or is malformed. Without the member (removed by hand after an edit, as the refusal
- * says to) the file loads unchecked, said once per file. */
+/* The check of metadata.json's own CRC-32C (version 4 on, or any version holding the member):
+ * NULL when it matches; a message when it does not or is malformed. Without the member (removed
+ * by hand after an edit, as the refusal says to) the file loads unchecked, said once per file
+ * in a row. */
 static const char *meta_crc_bad(const json_t *root, const char *path) {
     const json_t *c = json_object_get(root, "crc32c");
     uint32_t want, got;

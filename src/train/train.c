@@ -585,8 +585,10 @@ int train_run(const train_opts *o, base_err *err) {
         if (!rc) rc = train_prof_open(&r->prof, o, &r->m, &r->mesh, err);
         if (!rc) rc = run_steps(r, err);
         base_err pe; /* a failed run's window too (its error kept): the trace that shows it */
-        if (train_prof_finish(r->prof, rc < 0, rc >= 0 ? err : &pe))
-            rc >= 0 ? (void)(rc = -1) : base_log(BASE_LOG_WARN, "profiling: %s", pe.msg);
+        if (rc >= 0 && train_prof_finish(r->prof, 0, err))
+            rc = -1;
+        else if (rc < 0 && train_prof_finish(r->prof, 1, &pe))
+            base_log(BASE_LOG_WARN, "profiling: %s", pe.msg);
         train_prof_close(r->prof); /* the tables as resolved for export and sampling */
         r->prof = NULL;
         if (!rc) rc = run_finish(r, err);
