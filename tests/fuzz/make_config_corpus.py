@@ -236,6 +236,11 @@ ck("bad_step_mismatch", {"step": 2})
 ck("bad_world_size", {"world_size": 0})
 ck("bad_shards", {"shards": ["rank-00001.safetensors"]})
 ck("bad_train_not_object", {"train": [1]})
+# metadata.json's own CRC-32C (version 4's member, checked whenever present): a mismatch and a
+# malformed value are refused; mutations of these reach the CRC's dump of hostile JSON
+ck("bad_crc_mismatch", {"crc32c": "00000000"})
+ck("bad_crc_not_hex", {"crc32c": "0000000g"})
+ck("bad_crc_number", {"crc32c": 12345678})
 ck("bad_adam_step", adam_step=2)
 ck("bad_tokens_seen", tokens_seen=-1)
 ck("bad_model_only", model_only=1)

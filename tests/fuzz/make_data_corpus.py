@@ -13,13 +13,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENS, JSONL, JSONL_SKIP, TEXT = b"\x00", b"\x01", b"\x02", b"\x03"
 
 
-def shard(docs, vocab=300, bos=-1, eos=299, version=1, dtype=1, magic=b"TITANTOK"):
+def shard(docs, vocab=300, bos=-1, eos=299, version=1, dtype=1, magic=b"TITANTOK",
+          tok_path=b"/tmp/tokenizer", tok_hash=0x0123456789ABCDEF, skipped=()):
+    """Version 1: the 48-byte header. Versions 2-3: the tokenizer record (path length, FNV-1a
+    hash, the path zero-padded to 8). skipped: document numbers whose end offset carries bit
+    63 (version 3's DATA_SHARD_SKIPPED; such a document must be empty)."""
     toks = [t for d in docs for t in d]
     offs = [0]
     for d in docs:
         offs.append(offs[-1] + len(d))
-    body = struct.pack("<8sIIQQiiiI", magic, version, dtype, len(docs), len(toks), vocab, bos,
-                       eos, 0)
+    for i in skipped:
+        offs[i + 1] |= 1 << 63
+    if version >= 2:
+        body = struct.pack("<8sIIQQiiiIQ", magic, version, dtype, len(docs), len(toks), vocab,
+                           bos, eos, len(tok_path), tok_hash)
+        body += tok_path + b"\0" * (-len(tok_path) % 8)
+    else:
+        body = struct.pack("<8sIIQQiiiI", magic, version, dtype, len(docs), len(toks), vocab,
+                           bos, eos, 0)
     body += struct.pack("<%dI" % len(toks), *toks)
     if len(toks) % 2:
         body += b"\0" * 4
@@ -40,8 +51,17 @@ write("dataset", "good_shard_bos", TOKENS + shard(docs, bos=7))
 write("dataset", "good_jsonl", JSONL + b'{"text": "first doc"}\n\n{"text": "s\\u00e9cond \\ud83d\\ude42", "x": [1]}\n{"text": ""}\n{"text": "last"}')
 write("dataset", "good_jsonl_skip", JSONL_SKIP + b'{"text": "ok one"}\n{bad\n{"text": 3}\n[]\n{"text": "ok two and more"}\n')
 write("dataset", "good_text", TEXT + "plain text \u00e9\n\x00 with a NUL and \xff".encode("utf-8", "surrogateescape"))
+write("dataset", "good_shard_v2", TOKENS + shard(docs, version=2))
+write("dataset", "good_shard_v3_skipped", TOKENS + shard(docs, version=3, skipped=(1,)))
+write("dataset", "good_shard_v3_last_skipped",
+      TOKENS + shard(docs + [[]], version=3, bos=7, skipped=(4,)))
+write("dataset", "bad_shard_v2_skipped", TOKENS + shard(docs, version=2, skipped=(1,)))
+write("dataset", "bad_shard_v3_skipped_ids", TOKENS + shard(docs, version=3, skipped=(2,)))
+write("dataset", "bad_shard_v4", TOKENS + shard(docs, version=4))
+write("dataset", "bad_shard_path_nul", TOKENS + shard(docs, version=2, tok_path=b"/tmp\0tok"))
+write("dataset", "bad_shard_path_long", TOKENS + shard(docs, version=2, tok_path=b"/" * 4097))
 write("dataset", "bad_shard_magic", TOKENS + shard(docs, magic=b"TITANTOX"))
-write("dataset", "bad_shard_version", TOKENS + shard(docs, version=2))
+write("dataset", "bad_shard_version", TOKENS + shard(docs, version=0))
 write("dataset", "bad_shard_dtype", TOKENS + shard(docs, dtype=2))
 write("dataset", "bad_shard_truncated", TOKENS + good[:-5])
 write("dataset", "bad_shard_trailing", TOKENS + good + b"\0" * 8)
@@ -104,8 +124,9 @@ write("tokenizer", "good_gpt2_style", tok_json(gpt2_pre, None, [], merges_as_pai
 write("tokenizer", "bad_model_type", tok_json(split_pre, None, added, model_type="WordPiece"))
 write("tokenizer", "bad_json", tok_json(split_pre, None, added)[:-10])
 write("tokenizer", "bad_normalizer", tok_json(split_pre, {"type": "NFKC"}, added))
+# a special token named by a number (transformers appends a new name, so a name is no error)
 write("tokenizer", "bad_config_token", tok_json(split_pre, None, added) + SEP +
-      json.dumps({"eos_token": "<|not_a_token|>"}))
+      json.dumps({"eos_token": 5}))
 write("tokenizer", "bad_config_json", tok_json(split_pre, None, added) + SEP + "{\"eos_token\": ")
 bad_re = json.loads(tok_json(split_pre, None, added))
 bad_re["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"
