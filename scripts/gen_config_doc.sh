@@ -19,9 +19,9 @@ titan=${1:-build/titan}
 A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field names —
 `[job]`, `[model]`, `[training]`, `[optimizer]`, `[lr_scheduler]`, `[checkpoint]`,
 `[parallelism]`, `[activation_checkpoint]`, `[debug]`, `[metrics]`, `[validation]` — plus titan's
-`[kernels]`. Fields a file leaves out take torchtitan's defaults (except
-`activation_checkpoint.mode`: `none` here; torchtitan's `selective` trades recompute time
-for memory a CPU run usually has).
+`[kernels]`. Fields a file leaves out take torchtitan's defaults, except the few listed under
+[torchtitan compatibility](#torchtitan-compatibility) (`activation_checkpoint.mode` among them:
+`none` here; torchtitan's `selective` trades recompute time for memory a CPU run usually has).
 
     build/titan train --config configs/qwen3_debug.toml                        # = make train
     build/titan train --config configs/qwen3_debug.toml --training.steps 20 --optimizer.lr=1e-3
@@ -31,8 +31,11 @@ for memory a CPU run usually has).
 - Every field can be set on the command line as `--section.key value` or
   `--section.key=value`; the command line overrides the file, which overrides the defaults,
   and a later setting wins. A bare boolean (`--checkpoint.enable`) means true and, as in
-  torchtitan (tyro), `--checkpoint.no_enable` or `--checkpoint.no-enable` false; `none` unsets
-  an optional number (`--lr_scheduler.decay_ratio none`); lists take a TOML array
+  torchtitan (tyro), `--checkpoint.no_enable` or `--checkpoint.no-enable` false; `none` (or
+  `None`, tyro's spelling) unsets an optional number (`--lr_scheduler.decay_ratio none`) and a
+  path or name whose default is empty (`--checkpoint.initial_load_path None`, as torchtitan's
+  `str | None` fields; not a choice: `--activation_checkpoint.mode none` is the mode `none`);
+  lists take a TOML array
   (`'["a", "b"]'`) or `a,b` (a whole list: a repeated list option replaces it).
 - A field set twice on the command line (`--training.steps 5 --training.steps 7`, or an old
   flag and its field, `--steps 5 --training.steps 7`) takes the later value, as torchtitan's
@@ -48,15 +51,19 @@ for memory a CPU run usually has).
   root); output paths (`metrics.save_jsonl_file`, `checkpoint.hf_export_folder`) are joined
   to `job.dump_folder`.
 - Settings titan cannot honour yet (pipeline and context parallel degrees above 1, an
-  expert parallel degree other than the FSDP shard degree, tensor parallelism for MoE, MoE
-  with dense blocks) parse and validate, and `titan train` refuses them by name
+  expert parallel degree that does not divide the FSDP shard degree, tensor parallelism for
+  MoE, MoE with dense blocks) parse and validate, and `titan train` refuses them by name
   rather than ignoring them.
 - Every field, its default, range and meaning: [the reference below](#every-field-titan-train---help)
   (the output of `titan train --help`).
-- titan extras: `job.sample_tokens`, the `[model]` overrides of the flavor's arguments,
-  `training.threads`, `training.ce_chunk`, `training.dataset_format`/`dataset_field`,
-  `metrics.enable_jsonl`/`save_jsonl_file`/`peak_tflops`, `checkpoint.hf_export_folder`,
-  and `[kernels]` (overrides and plugins: see [Custom kernels](kernels.md#using-custom-kernels)).
+- titan extras (each described in the reference below): `job.sample_tokens`,
+  `job.preemption_signal`, the `[model]` overrides of the flavor's arguments,
+  `model.config_path`, `init_weights`, `depth_init`, `attn_backend`, the `moe_*` keys and
+  `mlp_only_layers`, `training.seed`, `threads`, `ce_chunk`, `dataset_format` /
+  `dataset_field`, `skip_bad_lines`, `stop_after_step`, `ignore_memory_check`,
+  `metrics.enable_jsonl` / `save_jsonl_file` / `peak_tflops` / `save_report_file`,
+  `checkpoint.hf_export_folder`, and `[kernels]` (overrides and plugins: see
+  [Custom kernels](kernels.md#using-custom-kernels)).
 
 | config | what |
 |---|---|
@@ -77,8 +84,10 @@ MD
 ## torchtitan compatibility
 
 torchtitan v0.2.2's job configs load unmodified (`titan train --config F` or, as
-torchtitan's run script passes it, `--job.config_file F`; keys may also be spelt with `-`
-as tyro allows). Every `JobConfig` section and key parses; the tags above say what titan
+torchtitan's run script passes it, `--job.config_file F`; on the command line keys may also
+be spelt with `-` as tyro allows, while a file's keys and sections use `_`, as torchtitan's
+loader requires; torchtitan after v0.2.2 replaced TOML job files with Python config
+registries, `--module M --config NAME`, which titan does not read). Every `JobConfig` section and key parses; the tags above say what titan
 does with each. A file's unknown keys and sections are reported together in one error.
 
 | keys | titan |
@@ -88,7 +97,11 @@ does with each. A file's unknown keys and sections are reported together in one 
 | `job.config_file` | the file itself is `--job.config_file`; the key in a file is inert |
 | `model.tokenizer_path` | honoured: sets `hf_assets_path` with torchtitan's deprecation warning |
 | `model.name` | `qwen3` only; `llama3` (and others) refused by name |
-| `debug.seed` | honoured: the seed (over `training.seed`) |
+| `debug.seed` | honoured: the seed. titan's `training.seed` (`--seed`) names the same seed: set in the file and on the command line, the command line's wins; two different values from the same place are refused, naming both |
+| `training.seq_len` (and `validation.seq_len`) above the model's `max_seq_len` | honoured as torchtitan: the model's `max_seq_len` (its RoPE context, recorded in checkpoints, exported as `max_position_embeddings`) is raised to it, with torchtitan's "Sequence length N exceeds original maximum M" warning |
+| `training.dataset`, `validation.dataset` beside a `dataset_path` | a label: titan reads the path's files by their format (text, JSON Lines' `dataset_field`, token shards; docs/data.md), where torchtitan's name picks a loader (its `c4` loaders read the same `"text"` field of JSON records); `training.dataset = "random"` set beside a path is warned (the files are read) |
+| `checkpoint.initial_load_path` with `checkpoint.enable` unset | turns checkpointing on (an info line says so: saves every `interval` steps and at the end), where torchtitan ignores the path while checkpointing is off; `checkpoint.enable = false` set explicitly refuses the path instead |
+| `comm.init_timeout_seconds` / `train_timeout_seconds` = 0 | the watchdog off for that phase |
 | `debug.deterministic`, `debug.deterministic_warn_only` | inert: titan is always deterministic |
 | `lr_scheduler.total_steps` < `training.steps` | honoured as torchtitan: the decay formula continues past its end (linear and sqrt below `min_lr_factor`, even negative; cosine rises again), with a warning; refused when the schedule has no decay steps (torchtitan's assertion) |
 | `memory_estimation.enable` | honoured: prints `titan plan`'s table at start |
@@ -103,7 +116,8 @@ does with each. A file's unknown keys and sections are reported together in one 
 titan's own defaults differ from torchtitan's for `job.dump_folder`, `job.description`,
 `model.name`, `model.hf_assets_path`, `training.dataset`, `checkpoint.async_mode`,
 `activation_checkpoint.mode` and `training.mixed_precision_param` (unset: bfloat16 only where
-the CPU has bf16 units); list defaults (`compile.components`, the AC and float8/MX
+the CPU has bf16 units), and a fresh run's weights by default (titan's `model.init_weights`:
+`normal`; `torchtitan` for v0.2.2's scheme, docs/training.md); list defaults (`compile.components`, the AC and float8/MX
 filters) print as `[]` (they are inert). `tests/fixtures/torchtitan/` holds the Qwen3 and
 Llama3-debug TOMLs that the test `config_torchtitan_tomls` trains.
 MD

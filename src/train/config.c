@@ -357,7 +357,7 @@ const field g_fields[] = {
     ANY(quantize.grouped_mm.mx, fqns, "MX grouped GEMMs (needs model.converters)"),
 
     PINT(comm, init_timeout_seconds, 300, 0, BIG, P_USED,
-         "collective timeout during setup and the first step, seconds"),
+         "collective timeout during setup and the first step, seconds; 0 = never"),
     PINT(comm, train_timeout_seconds, 100, 0, BIG, P_USED,
          "the same after step 1 (the watchdog names the ranks that did not arrive); 0 = never"),
     PINT(comm, trace_buf_size, 20000, 0, BIG, P_INERT, "NCCL flight recorder entries (no NCCL)"),

@@ -124,8 +124,16 @@ int train_config_set(train_config *c, const char *name, const char *value, const
     char before[160] = "";
     if (before_where) value_text(f, slot(c, f), before, sizeof before);
     int rc = 0;
-    if (f->optional && value && (!strcmp(value, "none") || !strcmp(value, "None"))) {
-        memset(slot(c, f), 0, f->type == T_FLOAT ? sizeof(train_opt_float) : sizeof(train_opt_int));
+    /* 'none' unsets an optional number and a path or name whose unset value is "" (torchtitan's
+     * str | None fields: dataset_path, initial_load_path, tokenizer_path, ...; tyro reads
+     * None as None), not a choice such as activation_checkpoint.mode = "none" */
+    const int none_str = f->type == T_STR && !f->def_s[0] && !f->choices;
+    if ((f->optional || none_str) && value && (!strcmp(value, "none") || !strcmp(value, "None"))) {
+        if (none_str)
+            *(const char **)slot(c, f) = "";
+        else
+            memset(slot(c, f), 0,
+                   f->type == T_FLOAT ? sizeof(train_opt_float) : sizeof(train_opt_int));
         c->origin[fi].where = where;
         c->origin[fi].line = 0;
     } else {

@@ -35,6 +35,55 @@ static int fail_field(const train_config *c, const char *section, const char *ke
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
 #define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
 
+/* A sequence longer than the model's max_seq_len (its RoPE context, recorded in checkpoints and
+ * exported as max_position_embeddings) raises it, with torchtitan's warning (its model args
+ * take max_seq_len = training.seq_len); RoPE itself has no limit, so nothing else changes. */
+static void raise_context(model_args *m, const char *what, int64_t seq_len) {
+    if (m->max_seq_len <= 0 || seq_len <= m->max_seq_len) return;
+    base_log(BASE_LOG_WARN,
+             "Sequence length %lld exceeds original maximum %d: %s raises the model's "
+             "max_seq_len to it, as torchtitan does",
+             (long long)seq_len, m->max_seq_len, what);
+    m->max_seq_len = (int)seq_len;
+}
+
+/* A dataset_path is read by its files' format (text, JSON Lines' dataset_field, token shards),
+ * whatever training.dataset says (a label then: torchtitan's c4 loaders read the same "text"
+ * field, docs/config.md). "random" set in a config beside a path contradicts it: said. */
+static void dataset_random_note(const train_config *c) {
+    if (c->training.dataset_path[0] && !strcmp(c->training.dataset, "random") &&
+        c->origin[find_field("training", "dataset")].where)
+        base_log(BASE_LOG_WARN,
+                 "training.dataset = \"random\" is set, but training.dataset_path names files: "
+                 "reading them (--random-tokens, or dataset_path = \"\", trains on random "
+                 "tokens)");
+}
+
+/* debug.seed (torchtitan's key) and training.seed (titan's, --seed) name one seed: set in a
+ * file and on the command line, the command line's wins (as for any field); two different
+ * values from the same place are refused, naming both, rather than one silently dropped. */
+static int resolve_seed(const train_config *c, uint64_t *seed, base_err *err) {
+    const int d = find_field("debug", "seed"), t = find_field("training", "seed");
+    const int t_set = c->origin[t].where != NULL;
+    if (!c->debug.seed.set || (t_set && (uint64_t)c->training.seed == (uint64_t)c->debug.seed.v)) {
+        *seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
+        return 0;
+    }
+    const int d_cli = c->origin[d].where && !c->origin[d].line, t_cli = t_set && !c->origin[t].line;
+    if (!t_set || d_cli > t_cli) {
+        *seed = (uint64_t)c->debug.seed.v;
+        return 0;
+    }
+    if (t_cli > d_cli) {
+        *seed = (uint64_t)c->training.seed;
+        return 0;
+    }
+    return fail_field(c, "training", "seed", err,
+                      "%lld, and debug.seed %lld set %s: they name the same seed; set one",
+                      (long long)c->training.seed, (long long)c->debug.seed.v,
+                      t_cli ? "on the command line too" : "in the file too");
+}
+
 /* What an initial load reads: checkpoint.initial_load_path, else (initial_load_in_hf, as
  * torchtitan) model.hf_assets_path; "" for none. */
 static const char *initial_load_source(const train_config *c) {
@@ -424,6 +473,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         return NOT_YET(training, dataset,
                        "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
                        c->training.dataset);
+    dataset_random_note(c);
     if (strcmp(c->optimizer.name, "AdamW"))
         return NOT_YET(optimizer, name, "%s is not implemented (AdamW is)", c->optimizer.name);
     if (c->parallelism.pipeline_parallel_degree > 1)
@@ -481,11 +531,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                        "runs on 1 rank (this job has %d); the seed loads into any number", world);
 
     if (resolve_model(c, &o->model, err) || check_model(c, &o->model, err)) return -1;
-    if (o->model.max_seq_len > 0 && c->training.seq_len > o->model.max_seq_len)
-        return fail_field(c, "training", "seq_len", err,
-                          "%lld is above the model's max_seq_len %d (its RoPE context; "
-                          "model.max_seq_len raises it)",
-                          (long long)c->training.seq_len, o->model.max_seq_len);
+    raise_context(&o->model, "training.seq_len", c->training.seq_len);
     o->moe_balance = MODEL_BALANCE_NONE;
     for (int b = 0; b < 3; b++)
         if (!strcmp(c->model.moe_load_balance, k_balance_names[b]))
@@ -527,7 +573,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                         ? (int)(c->training.global_batch_size / c->training.local_batch_size / dp)
                         : 1;
     o->max_norm = c->training.max_norm;
-    o->seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
+    if (resolve_seed(c, &o->seed, err)) return -1;
     o->ce_chunk = (int)c->training.ce_chunk;
     if (train_config_precision(c, &o->prec, o->prec_why, sizeof o->prec_why, err)) return -1;
     /* the tests' fp32 reference of every bf16 transport; the two switches it replaced are
@@ -645,11 +691,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         o->val.steps = (int)c->validation.steps;
         o->val.batch = (int)c->validation.local_batch_size;
         o->val.seq_len = (int)c->validation.seq_len;
-        if (o->model.max_seq_len > 0 && o->val.seq_len > o->model.max_seq_len)
-            return fail_field(c, "validation", "seq_len", err,
-                              "%d is above the model's max_seq_len %d (its RoPE context; "
-                              "model.max_seq_len raises it)",
-                              o->val.seq_len, o->model.max_seq_len);
+        raise_context(&o->model, "validation.seq_len", o->val.seq_len);
     }
     if (c->checkpoint.hf_export_folder[0] &&
         !(o->out_dir = output_path(c, c->checkpoint.hf_export_folder)))

@@ -29,8 +29,6 @@ expect "initial load from a folder that is no model" "nocfg: not a model" \
   --checkpoint.enable --checkpoint.initial_load_path "$out/nocfg"
 expect "tokenizer vocab larger than the model's" "the tokenizer has 151669 ids but the model's vocab_size is 2048" \
   --tokenizer "$shared/data/qwen3_tokenizer"
-expect "seq_len above the model's max" "100000 is above the model's max_seq_len 4096" \
-  --seq-len 100000
 expect "global batch that does not divide" "global_batch_size: 3 is not a multiple" \
   --training.global_batch_size 3 --batch 2
 # found before the first step (before the model is built), not at the first save / validation
@@ -63,9 +61,6 @@ expect "binary dataset" "bin.txt: binary data \\(a NUL byte at offset 4\\).*pass
 printf 'TITANTOK\1\0\0\0' > "$out/shard.tok"
 expect "token shard read as text" "shard.tok: a titan token shard, not plain text.*dataset_format" \
   --data "$out/shard.tok" --training.dataset_format text
-expect "validation seq_len above the model's max" \
-  "validation.seq_len.*5000 is above the model's max_seq_len 4096" \
-  --validation.enable --validation.dataset_path "$out/t.txt" --validation.seq_len 5000
 TITAN_MEM_AVAILABLE=1048576 expect "more memory than available" \
   "memory: this run needs about [0-9.]+ MiB .*but 1.0 MiB is available.*--force" \
   --peak-tflops 1

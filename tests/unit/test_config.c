@@ -936,8 +936,9 @@ static void command_line_repeats(void) {
     remove(path);
 
     /* fields of nested sections ([training.dataloader], [quantize.linear.float8]) */
-    char *a5[] = {"--training.dataloader.num_workers", "4", "--validation.dataloader.pin-memory",
-                  "--quantize.linear.float8.emulate", "--quantize.linear.float8.no-emulate", NULL};
+    char *a5[] = {"--training.dataloader.num_workers",   "4",
+                  "--validation.dataloader.pin-memory",  "--quantize.linear.float8.emulate",
+                  "--quantize.linear.float8.no-emulate", NULL};
     rc = from_args(&c, a5, &err);
     CHECK(rc == 0 && c.training.dataloader.num_workers == 4 && c.validation.dataloader.pin_memory &&
               !c.quantize.linear.float8.emulate,
@@ -962,6 +963,107 @@ static void command_line_repeats(void) {
     }
 }
 
+/* debug.seed (torchtitan's key) and training.seed (--seed) name one seed: the command line's
+ * wins over the file's, two different values from one place are refused (the file's debug.seed
+ * had silently beaten --seed); a seq_len above the model's max_seq_len raises it with
+ * torchtitan's warning (it was refused); 'none' unsets a path (tyro's None), not a choice. */
+static void seed_context_none(void) {
+    char path[] = "/tmp/titan_test_config_XXXXXX";
+    const int fd = mkstemp(path);
+    const char *toml[] = {"[debug]\nseed = 1\n", "[training]\nseed = 3\n",
+                          "[debug]\nseed = 1\n[training]\nseed = 2\n"};
+    static const struct {
+        int file;         /* toml[file], -1 none */
+        const char *a[5]; /* after --config */
+        long long seed;   /* -1: refused */
+    } cases[] = {
+        {0, {"--seed", "7"}, 7},
+        {0, {"--training.seed", "7"}, 7},
+        {0, {NULL}, 1},
+        {1, {"--debug.seed", "9"}, 9},
+        {1, {NULL}, 3},
+        {2, {NULL}, -1},
+        {2, {"--seed", "2"}, 2},
+        {-1, {"--seed", "5", "--debug.seed", "6"}, -1},
+        {-1, {"--seed", "5", "--debug.seed", "5"}, 5},
+        {-1, {"--debug.seed", "6"}, 6},
+    };
+    CHECK(fd >= 0, "mkstemp");
+    for (size_t i = 0; fd >= 0 && i < sizeof cases / sizeof *cases; i++) {
+        char *argv[8] = {0};
+        int n = 0;
+        if (cases[i].file >= 0) {
+            FILE *f = fopen(path, "w");
+            fputs(toml[cases[i].file], f);
+            fclose(f);
+            argv[n++] = "--config";
+            argv[n++] = path;
+        }
+        for (int k = 0; cases[i].a[k]; k++) argv[n++] = (char *)cases[i].a[k];
+        train_config c;
+        train_opts o;
+        base_err err;
+        int rc = from_args(&c, argv, &err);
+        if (!rc) rc = train_config_to_opts(&c, &o, &err);
+        if (cases[i].seed < 0)
+            CHECK(rc != 0 && strstr(err.msg, "training.seed") &&
+                      strstr(err.msg, "they name the same seed; set one"),
+                  "seed case %zu: not refused (%s)", i, rc ? err.msg : "accepted");
+        else
+            CHECK(rc == 0 && o.seed == (uint64_t)cases[i].seed, "seed case %zu: %s, seed %llu", i,
+                  rc ? err.msg : "", rc ? 0ULL : (unsigned long long)o.seed);
+        train_config_free(&c);
+    }
+    if (fd >= 0) close(fd), unlink(path);
+
+    train_config c;
+    train_opts o;
+    base_err err;
+    char log[4096];
+    char *a1[] = {"--training.seq_len",
+                  "8192",
+                  "--validation.enable",
+                  "--validation.dataset_path",
+                  "v.txt",
+                  "--validation.seq_len",
+                  "9000",
+                  NULL};
+    int rc = from_args_log(&c, a1, &err, log, sizeof log);
+    CHECK(rc == 0, "seq_len: %s", err.msg);
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *tmp = tmpfile();
+    dup2(fileno(tmp), 2);
+    if (!rc) rc = train_config_to_opts(&c, &o, &err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    log[fread(log, 1, sizeof log - 1, tmp)] = 0;
+    fclose(tmp);
+    CHECK(rc == 0 && o.seq_len == 8192 && o.model.max_seq_len == 9000,
+          "seq_len above max_seq_len: %s, max_seq_len %d", rc ? err.msg : "", o.model.max_seq_len);
+    CHECK(strstr(log, "Sequence length 8192 exceeds original maximum 4096: training.seq_len") &&
+              strstr(log, "Sequence length 9000 exceeds original maximum 8192: validation"),
+          "raise not said: '%s'", log);
+    train_config_free(&c);
+
+    char *a2[] = {"--checkpoint.initial_load_path",
+                  "None",
+                  "--training.dataset_path",
+                  "none",
+                  "--model.tokenizer_path=None",
+                  "--activation_checkpoint.mode",
+                  "none",
+                  NULL};
+    rc = from_args(&c, a2, &err);
+    if (!rc) rc = train_config_to_opts(&c, &o, &err);
+    CHECK(rc == 0 && !o.ckpt.enable && !o.ckpt.initial_load_path && !o.data_path &&
+              !c.model.tokenizer_path[0] && !strcmp(c.activation_checkpoint.mode, "none"),
+          "'none' paths: %s", rc ? err.msg : "set");
+    train_config_free(&c);
+}
+
 int main(void) {
     kernels_table();
     mutations();
@@ -977,6 +1079,7 @@ int main(void) {
     debug_config_is_make_train();
     plugins_loaded_for_runs_only();
     initial_load_enables();
+    seed_context_none();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
 }
