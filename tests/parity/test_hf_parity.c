@@ -127,7 +127,8 @@ static int64_t meta_i64_or(const ckpt_file *f, const char *key, int64_t dflt) {
     return ckpt_meta_get(f, key) ? meta_i64(f, key) : dflt;
 }
 
-/* ||x - ref|| / ||ref|| in double; *norm_ref, *norm_diff get the two norms. */
+/* ||x - ref|| / ||ref|| in double (0 when x equals ref, also where both are zero); *norm_ref,
+ * *norm_diff get the two norms. */
 static double rel_l2(const float *x, const float *ref, size_t n, double *norm_ref,
                      double *norm_diff) {
     double s_ref = 0, s_diff = 0;
@@ -138,7 +139,9 @@ static double rel_l2(const float *x, const float *ref, size_t n, double *norm_re
     }
     *norm_ref = sqrt(s_ref);
     *norm_diff = sqrt(s_diff);
-    return *norm_diff / *norm_ref;
+    /* both exactly zero (an expert no token reached): equal, not 0 / 0; a zero reference with a
+     * nonzero x stays infinite, a failure */
+    return s_diff == 0 ? 0.0 : *norm_diff / *norm_ref;
 }
 
 static int64_t count_valid(const int32_t *targets, int64_t n) {

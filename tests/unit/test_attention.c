@@ -7,7 +7,9 @@
  *  3. dq/dk/dv against central finite differences of L = sum(out * R) on a small shape,
  *  4. accumulation: gradients are added to what the buffers hold (twice = double),
  *  5. determinism: bitwise-identical results with 1, 2, 3 and 8 OpenMP threads,
- * (bf16: 1, 2 against the double reference at bf16 tolerance, 4 and 5; no finite differences),
+ *  6. a query that sees one key has zero dq (its softmax has no gradient), to 1e-5 of |dv|,
+ * (bf16: 1, 2 against the double reference at bf16 tolerance, 4, 5 and 6; no finite
+ * differences),
  * then times fwd/bwd at B=4, T=512, H=8, G=4, hd=64 (informative only; --no-bench skips it).
  * bf16 also checks which forward runs: the AVX512_BF16 kernel (attention_dpbf16.c) exactly on
  * a CPU whose /proc/cpuinfo lists avx512_bf16 and not amx_bf16, with the AVX-512 kernel copy
@@ -250,6 +252,28 @@ static void test_vs_reference(shape s, uint64_t seed) {
     free_problem(&p);
 }
 
+/* 6. A query that sees one key (t = 0: causal) has softmax 1 whatever its score, so its dq is
+ * zero but for rounding: dS_00 = P_00 (dP_00 - D_0) with dP_00 = dO_0 . V_0 = dO_0 . O_0 = D_0.
+ * In bf16 this holds only when D is made of the rounded dO that dP's product reads
+ * (attention_gemm.c): from the fp32 dO, D left a 2^-9 relative difference in every dS of the
+ * row (an audit's finding: |dq_0| / |dv| about 1e-3, where autocast has 0). Measured against
+ * the RMS of dv (nonzero at any T, also T = 1). */
+static void test_one_key(shape s) {
+    char name[128];
+    problem p = make_problem(s, 7);
+    run_problem(&p);
+    double z = 0.0, v = 0.0;
+    for (int b = 0; b < s.B; b++)
+        for (size_t i = 0; i < (size_t)s.H * s.hd; i++) {
+            const double x = p.dq[(size_t)b * s.T * s.H * s.hd + i];
+            z += x * x;
+        }
+    for (size_t i = 0; i < nkv_of(s); i++) v += (double)p.dv[i] * p.dv[i];
+    shape_name(name, sizeof name, "one-key query dq", s);
+    check(name, sqrt(z / ((double)s.B * s.H * s.hd)) / sqrt(v / (double)nkv_of(s)), 1e-5);
+    free_problem(&p);
+}
+
 /* L = sum(out * R) in double, R = dout of the problem. */
 static double loss(problem *p) {
     shape s = p->s;
@@ -441,6 +465,9 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_vs_reference(shapes[i], 100 + i);
         if (g_impl->tol <= 1e-5) test_finite_diff(); /* fp32 only: bf16 steps are too coarse */
+        test_one_key((shape){2, 1, 4, 2, 16});
+        test_one_key((shape){1, 130, 6, 3, 32});
+        test_one_key((shape){1, 129, 8, 2, 128});
         test_accumulate((shape){2, 37, 4, 2, 16});
         test_accumulate((shape){2, 70, 4, 4, 16});
         test_determinism((shape){2, 130, 4, 2, 32});

@@ -20,7 +20,10 @@
  *   O[r0:r1] = bf16(P) V[0:r1]  (amx mode: bf16(exp(S scale - max)) V / sum, below).
  * Backward in one pass of 5 products, one task per (b, h), its key blocks [c0, c1) in order,
  * each over the queries [c0, T) that see it:
- *   D = rowsum(dO * O) (fp32, before the pass),
+ *   D = rowsum(bf16(dO) * O) (fp32, before the pass; the dO dP is made of, so that
+ *       sum_j P_ij dP_ij = D_i holds but for P's rounding: from the fp32 dO, D carried its
+ *       2^-9 relative difference into every dS of the row, where the true dS can be far
+ *       smaller: a query that sees one key had a nonzero dQ, an audit helper's finding),
  *   S^T = K[c0:c1] Q^T, dP^T = V[c0:c1] dO^T, P^T from S^T and lse, dS^T = P^T (dP^T - D) scale,
  *   dV_h[c0:c1] = bf16(P^T) dO, dK_h[c0:c1] = bf16(dS^T) Q, dQ[c0:T] += bf16(dS^T)^T K[c0:c1].
  * dQ of head h is accumulated by its task alone, key block by key block in order; with several
@@ -346,6 +349,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 do16 = amx ? (ag_op){0} : ag_operand(md, dout, B, T, H, hd, &own[3]);
     float *D =
         ops_cpu_alloc("attention", sizeof(float) * (size_t)B * H * T); /* [B,H,T] rowsum(dO * O) */
+    const int bf = md.prec == OPS_PREC_BF16; /* D from the rounded dO the products read */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -354,7 +358,10 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 float d = 0.0f; /* vector partial sums, a fixed order per build: 1.8 -> 1.15 ms a
                                  * 0.6B x 2048 layer (a scalar chain of hd dependent adds) */
 #pragma omp simd reduction(+ : d)
-                for (int c = 0; c < hd; c++) d += dout[o + c] * out[o + c];
+                for (int c = 0; c < hd; c++) {
+                    const float g = dout[o + c];
+                    d += (bf ? ops_cpu_bf16_value(ops_cpu_bf16_bits(g)) : g) * out[o + c];
+                }
                 D[((size_t)b * H + h) * T + t] = d;
             }
     const size_t ldq = (size_t)H * hd, ldk = (size_t)G * hd, hw = (size_t)T * hd / 2;
