@@ -40,20 +40,51 @@ void base_log_all_to_stderr(int on) {
     g_all_stderr = on;
 }
 
-void base_log(base_log_level level, const char *fmt, ...) {
+/* The texts base_log_once logged, as FNV-1a 64 hashes (a ring: the last LOG_ONCE_N). */
+#define LOG_ONCE_N 64
+static uint64_t g_once[LOG_ONCE_N];
+static int g_n_once;
+static pthread_mutex_t g_once_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether text was logged through base_log_once before; remembers it if not. */
+static int seen_before(const char *text) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    int seen = 0;
+    pthread_mutex_lock(&g_once_lock);
+    for (int i = 0; i < g_n_once && i < LOG_ONCE_N && !seen; i++) seen = g_once[i] == h;
+    if (!seen) g_once[g_n_once++ % LOG_ONCE_N] = h;
+    pthread_mutex_unlock(&g_once_lock);
+    return seen;
+}
+
+static void vlog(base_log_level level, int once, const char *fmt, va_list ap) {
     if (level < g_level) return;
     static const char *names[] = {"debug", "info", "warn", "error"};
     char line[4096];
     int n = 0;
     if (g_rank >= 0) n = snprintf(line, sizeof line, "[rank%d] ", g_rank);
     n += snprintf(line + n, sizeof line - (size_t)n, "[titan %s] ", names[level]);
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    va_end(ap);
+    if (once && seen_before(line)) return;
     FILE *f = level >= BASE_LOG_WARN || g_all_stderr ? stderr : stdout;
     fprintf(f, "%s\n", line);
     fflush(f);
+}
+
+void base_log(base_log_level level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, 0, fmt, ap);
+    va_end(ap);
+}
+
+void base_log_once(base_log_level level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, 1, fmt, ap);
+    va_end(ap);
 }
 
 static void (*g_fatal_hook)(const char *msg);

@@ -18,6 +18,10 @@ int base_fail(base_err *err, const char *fmt, ...) __attribute__((format(printf,
 
 typedef enum { BASE_LOG_DEBUG, BASE_LOG_INFO, BASE_LOG_WARN, BASE_LOG_ERROR } base_log_level;
 void base_log(base_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* base_log, but a line with the text of one logged through base_log_once before is left out
+ * (a command that opens a folder twice says that folder's warning once). */
+void base_log_once(base_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void base_log_set_level(base_log_level level);
 /* Debug and info lines go to stdout unless this is on (commands whose stdout is data). */
 void base_log_all_to_stderr(int on);

@@ -143,13 +143,15 @@ int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
     int rc;
     if (base_is_file(single)) {
         /* as transformers: the single file wins; both is an export mixed with another (an
-         * older titan's re-export cut short, a copy over a folder): said, as it may be stale */
+         * older titan's re-export cut short, a copy over a folder): said (once: a command may
+         * open the folder twice), as it may be stale */
         if (base_is_file(index))
-            base_log(BASE_LOG_WARN,
-                     "%s holds both model.safetensors and model.safetensors.index.json: reading "
-                     "model.safetensors, as transformers does (the shards the index names are "
-                     "ignored; remove the stale one)",
-                     dir);
+            base_log_once(
+                BASE_LOG_WARN,
+                "%s holds both model.safetensors and model.safetensors.index.json: reading "
+                "model.safetensors, as transformers does (the shards the index names are "
+                "ignored; remove the stale one)",
+                dir);
         rc = set_add(s, single, err);
     } else if (base_is_file(index))
         rc = open_index(s, dir, index, err);

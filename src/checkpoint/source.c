@@ -33,16 +33,14 @@ static int split_step_dir(const char *path, char *folder, size_t n, int64_t *ste
 /* A folder's newest titan step was picked: a newer step-N that is not a titan checkpoint (a
  * last_save_in_hf export, torchtitan's DCP) is said, since the user may have meant it. */
 static void note_foreign(const ckpt_source *s) {
-    static char said[sizeof s->folder]; /* once per folder: a command opens its source twice */
     int64_t foreign = -1;
-    if (ckpt_step_foreign_latest(s->folder, &foreign) || foreign <= s->step ||
-        !strcmp(said, s->folder))
-        return;
-    snprintf(said, sizeof said, "%s", s->folder);
-    base_log(BASE_LOG_WARN,
-             "%s/step-%lld is newer but not a titan checkpoint (no metadata.json: a Hugging Face "
-             "export or another program's); reading step-%lld. Name a folder to read another",
-             s->folder, (long long)foreign, (long long)s->step);
+    if (ckpt_step_foreign_latest(s->folder, &foreign) || foreign <= s->step) return;
+    /* once: a command opens its source twice */
+    base_log_once(
+        BASE_LOG_WARN,
+        "%s/step-%lld is newer but not a titan checkpoint (no metadata.json: a Hugging Face "
+        "export or another program's); reading step-%lld. Name a folder to read another",
+        s->folder, (long long)foreign, (long long)s->step);
 }
 
 int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {

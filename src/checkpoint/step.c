@@ -450,14 +450,11 @@ static int shard_check(const ckpt_file *f, const shard_id *want, const char *met
 static const char *meta_crc_bad(const json_t *root, const char *path) {
     const json_t *c = json_object_get(root, "crc32c");
     uint32_t want, got;
-    static char warned[4200]; /* the last file said (a resume reads it more than once) */
-    if (!c) {
-        if (!strcmp(warned, path)) return NULL;
-        snprintf(warned, sizeof warned, "%s", path);
-        base_log(BASE_LOG_WARN,
-                 "%s: no \"crc32c\" (removed after an edit?): its trainer state is loaded "
-                 "unchecked",
-                 path);
+    if (!c) { /* said once: a resume reads it more than once */
+        base_log_once(BASE_LOG_WARN,
+                      "%s: no \"crc32c\" (removed after an edit?): its trainer state is loaded "
+                      "unchecked",
+                      path);
         return NULL;
     }
     if (!json_is_string(c) || ckpt_hex32(json_string_value(c), &want))

@@ -52,6 +52,10 @@ mkdir -p "$out/both" && cp "$out/fresh/"* "$out/both/" && echo '{"weight_map": {
 "$titan" inspect "$out/both" > "$out/o" 2>&1
 if grep -q "holds both model.safetensors and model.safetensors.index.json" "$out/o"; then echo "ok   a folder with both model.safetensors and an index is said"
 else echo "FAIL a folder with both model.safetensors and an index: no warning"; fail=1; fi
+# said once by a command that opens the folder twice (convert: its arguments, then its weights)
+n=$("$titan" convert "$out/both" "$out/both_conv" 2>&1 | grep -c "holds both model.safetensors")
+if [ "$n" = 1 ]; then echo "ok   convert says it once"
+else echo "FAIL convert of a folder with both: said $n times"; fail=1; fi
 # an MoE with the expert bias: the export says HF's model routes without it
 "$titan" train --flavor debugmodel_moe --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 \
   --set head_dim=16 --set num_experts=4 --set top_k=2 --set moe_inter_dim=32 --set vocab_size=300 \
