@@ -32,9 +32,10 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
   `--section.key=value`; the command line overrides the file, which overrides the defaults,
   and a later setting wins. A bare boolean (`--checkpoint.enable`) means true and, as in
   torchtitan (tyro), `--checkpoint.no_enable` or `--checkpoint.no-enable` false; `none` (or
-  `None`, tyro's spelling) unsets an optional number (`--lr_scheduler.decay_ratio none`) and a
-  path or name whose default is empty (`--checkpoint.initial_load_path None`, as torchtitan's
-  `str | None` fields; not a choice: `--activation_checkpoint.mode none` is the mode `none`);
+  `None`, tyro's spelling) unsets an optional number (`--lr_scheduler.decay_ratio none`) and
+  empties a path or name (`--checkpoint.initial_load_path None`, as torchtitan's `str | None`
+  fields; `--metrics.save_report_file none` writes no page; not a choice:
+  `--activation_checkpoint.mode none` is the mode `none`);
   lists take a TOML array
   (`'["a", "b"]'`) or `a,b` (a whole list: a repeated list option replaces it).
 - A field set twice on the command line (`--training.steps 5 --training.steps 7`, or an old

@@ -105,10 +105,11 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
         data_tok *t = l->cfg.enc.tok;
         if (t && (s->vocab_size != data_tok_vocab_size(t) || s->bos != bos || s->eos != eos))
             return base_fail(err,
-                             "%s: shard was written by another tokenizer (vocab_size %d, bos "
-                             "%d, eos %d; this one has %d, %d, %d)",
-                             f->path, s->vocab_size, s->bos, s->eos, data_tok_vocab_size(t), bos,
-                             eos);
+                             "%s: shard was written by another tokenizer%s%.*s (vocab_size %d, "
+                             "bos %d, eos %d; this one has %d, %d, %d)",
+                             f->path, s->tok_path ? ", " : "",
+                             s->tok_path ? (int)s->tok_path_len : 0, s->tok_path ? s->tok_path : "",
+                             s->vocab_size, s->bos, s->eos, data_tok_vocab_size(t), bos, eos);
         if (t && s->tok_path && s->tok_hash != data_tok_fingerprint(t))
             return base_fail(err,
                              "%s: shard was written with the tokenizer %.*s (tokenizer.json FNV-1a "

@@ -85,8 +85,10 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
                 {"tie_embeddings", &a->tie_embeddings},
                 {"max_seq_len", &a->max_seq_len},
                 {"n_experts", &a->n_experts},
+                {"num_experts", &a->n_experts}, /* titan train's [model] names too */
                 {"top_k", &a->top_k},
                 {"moe_ffn_dim", &a->moe_ffn_dim},
+                {"moe_inter_dim", &a->moe_ffn_dim},
                 {"norm_topk_prob", &a->norm_topk_prob}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         if (strcmp(key, ints[i].key) != 0) continue;
@@ -115,7 +117,8 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
     return base_fail(err,
                      "unknown model argument '%s' (known: dim, n_layers, n_heads, n_kv_heads, "
                      "head_dim, ffn_dim, vocab_size, rope_theta, norm_eps, tie_embeddings, "
-                     "max_seq_len, n_experts, top_k, moe_ffn_dim, norm_topk_prob, "
+                     "max_seq_len, n_experts (num_experts), top_k, moe_ffn_dim (moe_inter_dim), "
+                     "norm_topk_prob, "
                      "router_aux_loss_coef)",
                      key);
 }

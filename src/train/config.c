@@ -102,6 +102,8 @@ const field g_fields[] = {
     OINT(model, num_experts, 1, 65536, "override: MoE routed experts (titan)"),
     OINT(model, top_k, 1, 64, "override: MoE experts per token (titan)"),
     OINT(model, moe_inter_dim, 1, BIG, "override: MoE expert hidden width (titan)"),
+    OBOOL(model, norm_topk_prob,
+          "override: MoE top-k gates renormalised to sum 1 (HF norm_topk_prob; titan)"),
     OFLT(model, router_aux_loss_coef, 0, INFINITY, 0,
          "override: weight of the aux loss (moe_load_balance = aux_loss; HF, titan)"),
     STR(model, moe_load_balance, "none", "none|aux_loss|bias",

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "train/config_schema.h"
+#include "train/internal.h"
 
 /* ---- the command line ------------------------------------------------------------- */
 
@@ -124,10 +125,11 @@ int train_config_set(train_config *c, const char *name, const char *value, const
     char before[160] = "";
     if (before_where) value_text(f, slot(c, f), before, sizeof before);
     int rc = 0;
-    /* 'none' unsets an optional number and a path or name whose unset value is "" (torchtitan's
-     * str | None fields: dataset_path, initial_load_path, tokenizer_path, ...; tyro reads
-     * None as None), not a choice such as activation_checkpoint.mode = "none" */
-    const int none_str = f->type == T_STR && !f->def_s[0] && !f->choices;
+    /* 'none' unsets an optional number and empties a path or name, "" being unset or off
+     * (torchtitan's str | None fields: dataset_path, initial_load_path, tokenizer_path, ...;
+     * tyro reads None as None; titan's metrics.save_report_file = "" writes no page), not a
+     * choice such as activation_checkpoint.mode = "none" */
+    const int none_str = f->type == T_STR && !f->choices;
     if ((f->optional || none_str) && value && (!strcmp(value, "none") || !strcmp(value, "None"))) {
         if (none_str)
             *(const char **)slot(c, f) = "";
@@ -242,7 +244,12 @@ static int apply_alias(train_config *c, const char *flag, const char *arg, int64
             char name[128];
             if (!eq || eq == v || (size_t)(eq - v) > 64)
                 return base_fail(err, "command line (--set): wants KEY=VALUE, got '%.100s'", v);
-            snprintf(name, sizeof name, "model.%.*s", (int)(eq - v), v);
+            /* titan inspect's argument names (n_experts, moe_ffn_dim) name their fields too */
+            const char *field = train_model_override_field(v, (size_t)(eq - v));
+            if (field)
+                snprintf(name, sizeof name, "model.%s", field);
+            else
+                snprintf(name, sizeof name, "model.%.*s", (int)(eq - v), v);
             /* the field's origin is kept with the config: "--set KEY=VALUE" in its pool */
             const size_t wn = strlen(v) + 8;
             char *where = pool_keep(c, malloc(wn));

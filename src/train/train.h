@@ -157,7 +157,7 @@ typedef struct {
         train_opt_int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size,
             max_seq_len, tie_embeddings;
         train_opt_float rope_theta, norm_eps;
-        train_opt_int num_experts, top_k, moe_inter_dim; /* MoE overrides */
+        train_opt_int num_experts, top_k, moe_inter_dim, norm_topk_prob; /* MoE overrides */
         train_opt_float router_aux_loss_coef;
         const char *moe_load_balance; /* none | aux_loss | bias */
         double moe_bias_update_rate;

@@ -49,12 +49,14 @@ static void raise_context(model_args *m, const char *what, int64_t seq_len) {
 
 /* A dataset_path is read by its files' format (text, JSON Lines' dataset_field, token shards),
  * whatever training.dataset says (a label then: torchtitan's c4 loaders read the same "text"
- * field, docs/config.md). "random" set in a config beside a path contradicts it: said. */
+ * field, docs/config.md). "random" asked for on the command line beside a path contradicts
+ * it: said (a file's is not: a saved config.toml writes the default beside the path). */
 static void dataset_random_note(const train_config *c) {
+    const int f = find_field("training", "dataset");
     if (c->training.dataset_path[0] && !strcmp(c->training.dataset, "random") &&
-        c->origin[find_field("training", "dataset")].where)
+        c->origin[f].where && !c->origin[f].line)
         base_log(BASE_LOG_WARN,
-                 "training.dataset = \"random\" is set, but training.dataset_path names files: "
+                 "--training.dataset random is given, but training.dataset_path names files: "
                  "reading them (--random-tokens, or dataset_path = \"\", trains on random "
                  "tokens)");
 }
@@ -155,6 +157,7 @@ static const struct {
     OV(num_experts, n_experts),
     OV(top_k, top_k),
     OV(moe_inter_dim, moe_ffn_dim),
+    OV(norm_topk_prob, norm_topk_prob),
     OV(rope_theta, rope_theta),
     OV(norm_eps, norm_eps),
     OV(router_aux_loss_coef, router_aux_loss_coef),
@@ -229,11 +232,11 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                           c->model.init_weights);
     /* torchtitan's varlen (v0.2.2: only with attn_mask_type block_causal) never attends
      * across documents; titan's attention is causal over the whole window, like its sdpa */
-    if (!strcmp(c->model.attn_backend, "varlen"))
-        base_log(BASE_LOG_WARN,
-                 "model.attn_backend = varlen: titan's one attention is causal over the whole "
-                 "window (torchtitan's sdpa); unlike torchtitan's varlen it does not stop at "
-                 "document boundaries");
+    if (!strcmp(c->model.attn_backend, "varlen")) /* once: the model is resolved repeatedly */
+        base_log_once(BASE_LOG_WARN,
+                      "model.attn_backend = varlen: titan's one attention is causal over the whole "
+                      "window (torchtitan's sdpa); unlike torchtitan's varlen it does not stop at "
+                      "document boundaries");
     return 0;
 }
 
@@ -633,15 +636,18 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                  "%d (every %d-th block is): activation checkpointing does nothing",
                  c->activation_checkpoint.selective_ac_option, o->model.n_layers, o->ac_every);
     /* MoE settings on a dense model, and the aux-loss weight without the aux loss: no effect */
-    if (o->model.n_experts == 0 && (c->model.top_k.set || c->model.moe_inter_dim.set))
-        base_log(BASE_LOG_WARN, "model.top_k / moe_inter_dim have no effect: the model is dense "
-                                "(no experts)");
+    if (o->model.n_experts == 0 &&
+        (c->model.top_k.set || c->model.moe_inter_dim.set || c->model.norm_topk_prob.set))
+        base_log(BASE_LOG_WARN, "model.top_k / moe_inter_dim / norm_topk_prob have no effect: the "
+                                "model is dense (no experts)");
     if (c->model.router_aux_loss_coef.set && o->moe_balance != MODEL_BALANCE_AUX_LOSS)
         base_log(BASE_LOG_WARN, "model.router_aux_loss_coef has no effect: model.moe_load_balance "
                                 "is not \"aux_loss\"");
     /* torchtitan turns expert-bias balancing on by setting load_balance_coeff; titan by the
      * mode, so a rate set alone would port that setting as nothing */
-    if (c->origin[find_field("model", "moe_bias_update_rate")].where &&
+    const int fr = find_field("model", "moe_bias_update_rate");
+    /* set to another value than the default (a saved config.toml writes the default out) */
+    if (c->origin[fr].where && c->model.moe_bias_update_rate != g_fields[fr].def &&
         o->moe_balance != MODEL_BALANCE_BIAS)
         base_log(BASE_LOG_WARN, "model.moe_bias_update_rate has no effect: model.moe_load_balance "
                                 "is not \"bias\" (torchtitan's load_balance_coeff turns the "

@@ -49,6 +49,9 @@ grep -q "0.6 GiB" "$out/o" && ok "plan prints the budget as given" || bad "plan 
 "$titan" plan --set max_seq_len=16 > "$out/o" 2>&1; rc=$?
 [ $rc -eq 0 ] && grep -q "Sequence length 2048 exceeds original maximum 16: training.seq_len raises" "$out/o" &&
   ok "plan --set max_seq_len=16 raised as train raises it" || bad "plan --set max_seq_len (rc $rc)"
+"$titan" inspect --flavor debugmodel_moe --set num_experts=4 --set top_k=2 --set moe_inter_dim=32 > "$out/o" 2>&1
+grep -q "n_experts 4, top_k 2, moe_ffn_dim 32" "$out/o" &&
+  ok "inspect --set takes train's [model] names" || bad "inspect --set num_experts: $(tail -1 "$out/o")"
 many=(); for i in $(seq 70); do many+=(--set dim=256); done
 "$titan" plan "${many[@]}" --set n_layers=1 > "$out/o" 2>&1
 grep -q "(1 layers, dim 256)" "$out/o" && ok "plan: the 71st --set applies" || bad "plan: 71st --set: $(head -1 "$out/o")"

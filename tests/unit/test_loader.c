@@ -437,6 +437,8 @@ static void test_bad_shards(data_tok *tok) {
                  {56, 0x41410041, "tokenizer path holds a NUL"},
                  /* another tokenizer.json than the run's (the hash's high half differs) */
                  {52, 0x12345678, "shard was written with the tokenizer /"},
+                 /* another vocabulary: the recorded tokenizer named too */
+                 {36, 7, "shard was written by another tokenizer, /"},
                  {32, 0, "vocab_size must be positive"},
                  {40, 99999, "eos_id out of range"},
                  {24, 3, "header says"},
