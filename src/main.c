@@ -179,6 +179,9 @@ int main(int argc, char **argv) {
         if (cmd->setup & CMD_BLAS) ensure_blas_coretype(argv);
         /* under mpirun every rank runs this; one plain process otherwise */
         if (cmd->setup & CMD_MPI) rc = dist_init(&argc, &argv, &err);
+        /* after MPI_Init (a singleton forks its daemon there, which must not inherit blocked
+         * signals), before any OpenMP region */
+        if (!rc) rc = base_signals_to_own_thread(&err);
         if (!rc) rc = cmd->run(argc, argv, &err);
     }
     if (rc > 0) { /* usage printed (2), or train stopped on a signal after saving: 128 + N */

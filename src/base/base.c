@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,34 @@ void base_log_once(base_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vlog(level, 1, fmt, ap);
     va_end(ap);
+}
+
+static void *signal_thread(void *arg) {
+    (void)arg;
+    for (;;) pause(); /* handlers run here, between pauses */
+    return NULL;
+}
+
+int base_signals_to_own_thread(base_err *err) {
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU};
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&set, sigs[i]);
+    pthread_attr_t attr;
+    pthread_t t;
+    /* a small stack: the handlers write a line and set atomics (and a tight ulimit -v must
+     * not refuse 8 MiB for it) */
+    if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, (size_t)256 << 10) ||
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED))
+        return base_fail(err, "cannot set up the signal thread");
+    /* created with the signals open (the caller's mask), then closed in the caller: one signal
+     * in between takes the caller, as before the call */
+    const int rc = pthread_create(&t, &attr, signal_thread, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc) return base_fail(err, "cannot start the signal thread: %s", strerror(rc));
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL))
+        return base_fail(err, "cannot block the stop signals on the compute threads");
+    return 0;
 }
 
 static void (*g_fatal_hook)(const char *msg);

@@ -34,6 +34,17 @@ void base_log_set_rank(int rank);
 _Noreturn void base_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void base_set_fatal_hook(void (*hook)(const char *msg));
 
+/* The process-directed signals a run may stop on (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2,
+ * SIGXCPU) are delivered to a thread of their own, never to the calling thread or a thread it
+ * creates later (OpenMP's, the saver's), so a handler (train's clean stop) runs on that
+ * thread's stack. Why: oneDNN 2.6's JIT fp32 GEMM kernels point rsp into heap memory while
+ * they run (oneDNN issue 4845, fixed in 3.11), and a handler run on such a thread wrote its
+ * signal frame over the heap (an audit: SIGTERM crashed 5-30% of fp32 runs with "corrupted
+ * size" or SIGSEGV). Call once, before the first OpenMP region; a signal without a handler
+ * still ends the process by its default action. Threads created before the call (MPI's) keep
+ * their masks: their stacks are ordinary. */
+int base_signals_to_own_thread(base_err *err);
+
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
 void *base_alloc(size_t bytes);
 /* base_alloc without the zero fill, for a buffer its caller writes whole before reading it

@@ -36,8 +36,10 @@ int train_stop_signal_parse(const char *name, int *sig) {
     return -1;
 }
 
-/* Async-signal-safe: atomics, write(2) and _exit(2) only. Any thread may run it (OpenMP's,
- * the saver's), two at once included: the counter decides which signal is the second. */
+/* Async-signal-safe: atomics, write(2) and _exit(2) only. It runs on main's signal thread
+ * (base_signals_to_own_thread: never on a compute thread, whose stack a JIT GEMM may have
+ * pointed into the heap) or an MPI library thread, two at once included: the counter decides
+ * which signal is the second. */
 static void on_signal(int sig) {
     const char *name = train_stop_signal_name(sig);
     if (__atomic_fetch_add(&g_count, 1, __ATOMIC_SEQ_CST) > 0) {
