@@ -170,17 +170,27 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
      * steps as it reaches them (warn_newer_steps). */
     int64_t newest = step;
     ckpt_step_latest(p->ckdir, &newest);
-    if (!o->ckpt.load_only && p->start == 0 && newest > 0)
+    if (!o->ckpt.load_only && p->start == 0 && newest > 0) {
+        /* a finished run rerun: its export killed or failed leaves no config.json there,
+         * while the weights-only last save holds what it would have written */
+        char cfg[4200], hint[9000] = "";
+        snprintf(cfg, sizeof cfg, "%s/config.json", o->out_dir ? o->out_dir : "");
+        if (o->out_dir && !base_is_file(cfg))
+            snprintf(hint, sizeof hint,
+                     ". The run's Hugging Face export %s is missing or incomplete: `titan convert "
+                     "%s/step-%lld %s` writes it from that checkpoint",
+                     o->out_dir, p->ckdir, (long long)step, o->out_dir);
         return base_fail(err,
                          "%s holds step-%lld%s, but this run starts at step 1: its checkpoints "
                          "would be written among that run's newer ones, which every later resume "
                          "picks first. "
                          "To train on from those weights, set checkpoint.initial_load_path = "
                          "%s/step-%lld and another checkpoint.folder (or job.dump_folder); or "
-                         "remove the old checkpoints; or set checkpoint.load_only = true",
+                         "remove the old checkpoints; or set checkpoint.load_only = true%s",
                          p->ckdir, (long long)newest,
                          p->load & TRAIN_CKPT_TRAIN_STATE ? "" : " (loaded as weights only)",
-                         p->ckdir, (long long)step);
+                         p->ckdir, (long long)step, hint);
+    }
     if (o->ckpt.load_step >= 0 && !o->ckpt.load_only) warn_newer_steps(p->ckdir, step);
     return 0;
 }

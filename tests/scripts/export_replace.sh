@@ -46,6 +46,12 @@ if [ $rc -ne 0 ] && [ ! -e "$out/hf/config.json" ] &&
      "$out/hf" > /dev/null 2>&1; then
   echo "ok   an export killed midway (rc $rc) leaves no config.json: no loader takes the folder"
 else echo "FAIL an export killed midway (rc $rc):"; ls "$out/hf"; fail=1; fi
+# the finished run rerun with its export missing (killed before config.json): the refusal
+# says titan convert writes it from the weights-only last save
+"$titan" "${args[@]}" --out "$out/run_hf" > "$out/rerun.log" 2>&1
+if grep -q "export $out/run_hf is missing or incomplete: \`titan convert $ck/step-6 $out/run_hf\`" "$out/rerun.log"; then
+  echo "ok   a rerun whose export is missing names titan convert"
+else echo "FAIL a rerun whose export is missing:"; cat "$out/rerun.log"; fail=1; fi
 # a folder with both a model.safetensors and an index (a copy over an export): read as
 # transformers reads it, the single file, and said
 mkdir -p "$out/both" && cp "$out/fresh/"* "$out/both/" && echo '{"weight_map": {}}' > "$out/both/model.safetensors.index.json"
