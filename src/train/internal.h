@@ -198,6 +198,9 @@ typedef struct {
  * complete one) and what it loads; refuses a resume past training.steps (naming the folder
  * and how to start afresh) and create_seed_checkpoint into a folder that holds steps. */
 int train_start_plan(const train_opts *o, train_start *p, base_err *err);
+/* A resume of dir's newest step (load_step unset) refused: err gains the step before it that
+ * checkpoint.load_step would resume from, if dir holds one; returns -1. */
+int train_hint_earlier_step(const train_opts *o, const char *dir, int64_t step, base_err *err);
 /* A start-up phase that can take seconds on a large model (weight init, a load, the GEMM
  * peak): a line before it; after it, its time when that was a second or more. */
 double train_phase_begin(const char *what);

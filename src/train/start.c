@@ -161,7 +161,8 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
         p->skip_init = p->initial != NULL; /* ckpt_source_load writes every weight */
         return 0;
     }
-    if (plan_resume(o, p, p->ckdir, step, 0, err)) return -1;
+    if (plan_resume(o, p, p->ckdir, step, 0, err))
+        return train_hint_earlier_step(o, p->ckdir, step, err);
     /* A fresh start (from step 1: a weights-only last save, an excluded train_state) in a
      * folder holding later steps would write its checkpoints among the newer ones of the run
      * before: every later resume picks the old newest again, so its training would be lost
@@ -193,6 +194,22 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
     }
     if (o->ckpt.load_step >= 0 && !o->ckpt.load_only) warn_newer_steps(p->ckdir, step);
     return 0;
+}
+
+int train_hint_earlier_step(const train_opts *o, const char *dir, int64_t step, base_err *err) {
+    int64_t *steps = NULL, best = -1;
+    int n = 0;
+    if (o->ckpt.load_step >= 0 || ckpt_step_list(dir, &steps, &n)) return -1;
+    for (int i = 0; i < n; i++)
+        if (steps[i] < step && steps[i] > best) best = steps[i];
+    free(steps);
+    const size_t len = strlen(err->msg);
+    if (best >= 0 && len < sizeof err->msg - 1)
+        snprintf(err->msg + len, sizeof err->msg - len,
+                 " (if step-%lld is damaged, checkpoint.load_step = %lld resumes from the one "
+                 "before it)",
+                 (long long)step, (long long)best);
+    return -1;
 }
 
 double train_phase_begin(const char *what) {

@@ -367,7 +367,7 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
                  (long long)plan->resume_step);
         if ((*start = resume(o, plan, m, j->f, j->tpp->all, j->tpp->n_all, j->opt, j->src,
                              tokens_seen, err)) < 0)
-            return -1;
+            return train_hint_earlier_step(o, plan->from, plan->resume_step, err);
     }
     if (plan->initial) {
         base_log(BASE_LOG_INFO, "checkpoint: loading the initial weights from %s ...",

@@ -224,3 +224,12 @@ moe=(--set n_layers=1 --set dim=32 --set n_heads=2 --set n_kv_heads=1 --set head
 grep -q 'step-2 was trained with model.moe_load_balance = "bias"; this run uses "none": the checkpoint.s learned expert bias no longer steers' "$out/mb2.log" ||
   { echo "FAIL an MoE resume with another balancing not said"; cat "$out/mb2.log"; exit 1; }
 echo "ok an MoE resume with another load balancing says what becomes of the expert bias"
+# the newest step damaged (a truncated shard): refused by name, and the refusal names the
+# load_step that resumes from the step before it
+rnd=(--random-tokens --set vocab_size=300 --steps 10 --checkpoint-interval 3
+     --checkpoint.no_last_save_model_only --dump-folder "$out/trunc")
+"$titan" train "${model[@]}" "${rnd[@]}" > /dev/null 2>&1 || { echo "FAIL trunc: training"; exit 1; }
+truncate -s 5000 "$out/trunc/checkpoint/step-10/rank-00000.safetensors"
+refused "a truncated newest shard" \
+  "step-10/rank-00000.safetensors: .*out of bounds.*\(if step-10 is damaged, checkpoint.load_step = 9 resumes from the one before it\)" \
+  "${rnd[@]}" --steps 12
