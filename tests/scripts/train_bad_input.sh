@@ -84,7 +84,7 @@ warned "profile_freq above the steps" "profile_freq = 10 is above training.steps
   --profiling.enable_profiling --profiling.profile_freq 10 --dump-folder "$out/runp"
 warned "selective AC that checkpoints no block" "checkpoints no block of 1" \
   --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2
-warned "top_k on a dense model" "top_k / moe_inter_dim have no effect" --set top_k=2
+warned "top_k on a dense model" "top_k / moe_inter_dim / norm_topk_prob have no effect" --set top_k=2
 warned "aux-loss weight without the aux loss" "router_aux_loss_coef has no effect" \
   --model.router_aux_loss_coef 0.1
 warned "bias rate without the expert bias" "moe_bias_update_rate has no effect" \
