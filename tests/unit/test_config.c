@@ -858,22 +858,49 @@ static void torchtitan_compat(void) {
     train_config_free(&c);
 }
 
-/* from_args with stderr (the warnings) captured into log. */
-static int from_args_log(train_config *c, char **argv, base_err *err, char *log, size_t n) {
+/* A call of from_args or train_config_to_opts, for with_stderr. */
+typedef struct {
+    train_config *c;
+    train_opts *o;
+    char **argv;
+    base_err *err;
+} config_call;
+
+static int call_from_args(void *p) {
+    const config_call *k = p;
+    return from_args(k->c, k->argv, k->err);
+}
+
+static int call_to_opts(void *p) {
+    const config_call *k = p;
+    return train_config_to_opts(k->c, k->o, k->err);
+}
+
+/* fn(arg) with stderr (the warnings) captured into log. */
+static int with_stderr(int (*fn)(void *), void *arg, char *log, size_t n) {
     fflush(stderr);
     const int saved = dup(2);
     FILE *tmp = tmpfile();
     if (saved < 0 || !tmp) return -2;
     dup2(fileno(tmp), 2);
-    const int rc = from_args(c, argv, err);
+    const int rc = fn(arg);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
     rewind(tmp);
-    const size_t k = fread(log, 1, n - 1, tmp);
-    log[k] = 0;
+    log[fread(log, 1, n - 1, tmp)] = 0;
     fclose(tmp);
     return rc;
+}
+
+static int from_args_log(train_config *c, char **argv, base_err *err, char *log, size_t n) {
+    config_call k = {c, NULL, argv, err};
+    return with_stderr(call_from_args, &k, log, n);
+}
+
+static int to_opts_log(train_config *c, train_opts *o, base_err *err, char *log, size_t n) {
+    config_call k = {c, o, NULL, err};
+    return with_stderr(call_to_opts, &k, log, n);
 }
 
 /* A field set twice on the command line: the later setting wins, as torchtitan's tyro parser
@@ -1030,17 +1057,7 @@ static void seed_context_none(void) {
                   NULL};
     int rc = from_args_log(&c, a1, &err, log, sizeof log);
     CHECK(rc == 0, "seq_len: %s", err.msg);
-    fflush(stderr);
-    const int saved = dup(2);
-    FILE *tmp = tmpfile();
-    dup2(fileno(tmp), 2);
-    if (!rc) rc = train_config_to_opts(&c, &o, &err);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(tmp);
-    log[fread(log, 1, sizeof log - 1, tmp)] = 0;
-    fclose(tmp);
+    if (!rc) rc = to_opts_log(&c, &o, &err, log, sizeof log);
     CHECK(rc == 0 && o.seq_len == 8192 && o.model.max_seq_len == 9000,
           "seq_len above max_seq_len: %s, max_seq_len %d", rc ? err.msg : "", o.model.max_seq_len);
     CHECK(strstr(log, "Sequence length 8192 exceeds original maximum 4096: training.seq_len") &&
@@ -1079,23 +1096,6 @@ static void set_names(void) {
               o.model.norm_topk_prob == 0 && c.model.num_experts.v == 4,
           "--set with inspect's names: %s", rc ? err.msg : "not applied");
     train_config_free(&c);
-}
-
-/* to_opts with stderr (the translation's warnings) captured into log. */
-static int to_opts_log(train_config *c, train_opts *o, base_err *err, char *log, size_t n) {
-    fflush(stderr);
-    const int saved = dup(2);
-    FILE *tmp = tmpfile();
-    if (saved < 0 || !tmp) return -2;
-    dup2(fileno(tmp), 2);
-    const int rc = train_config_to_opts(c, o, err);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(tmp);
-    log[fread(log, 1, n - 1, tmp)] = 0;
-    fclose(tmp);
-    return rc;
 }
 
 /* A saved config.toml (every field written out, defaults too) runs without warnings about
