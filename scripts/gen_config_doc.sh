@@ -32,10 +32,11 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
   `--section.key=value`; the command line overrides the file, which overrides the defaults,
   and a later setting wins. A bare boolean (`--checkpoint.enable`) means true and, as in
   torchtitan (tyro), `--checkpoint.no_enable` or `--checkpoint.no-enable` false; `none` (or
-  `None`, tyro's spelling) unsets an optional number (`--lr_scheduler.decay_ratio none`) and
-  empties a path or name (`--checkpoint.initial_load_path None`, as torchtitan's `str | None`
-  fields; `--metrics.save_report_file none` writes no page; not a choice:
-  `--activation_checkpoint.mode none` is the mode `none`);
+  `None`, tyro's spelling) unsets an optional number (`--lr_scheduler.decay_ratio none`) and a
+  path or name whose default is empty (`--checkpoint.initial_load_path None`, as torchtitan's
+  `str | None` fields; not a choice: `--activation_checkpoint.mode none` is the mode `none`;
+  not a field with another default: `metrics.save_report_file = ""` is what turns the page
+  off);
   lists take a TOML array
   (`'["a", "b"]'`) or `a,b` (a whole list: a repeated list option replaces it).
 - A field set twice on the command line (`--training.steps 5 --training.steps 7`, or an old
@@ -98,9 +99,9 @@ does with each. A file's unknown keys and sections are reported together in one 
 | `job.config_file` | the file itself is `--job.config_file`; the key in a file is inert |
 | `model.tokenizer_path` | honoured: sets `hf_assets_path` with torchtitan's deprecation warning |
 | `model.name` | `qwen3` only; `llama3` (and others) refused by name |
-| `debug.seed` | honoured: the seed. titan's `training.seed` (`--seed`) names the same seed: set in the file and on the command line, the command line's wins; two different values from the same place are refused, naming both |
+| `debug.seed` | honoured: the seed. titan's `training.seed` (`--seed`) names the same seed: set in the file and on the command line, the command line's wins; both in the file, `debug.seed` (a saved `config.toml` writes the resolved seed into both); two different values on the command line are refused, naming both |
 | `training.seq_len` (and `validation.seq_len`) above the model's `max_seq_len` | honoured as torchtitan: the model's `max_seq_len` (its RoPE context, recorded in checkpoints, exported as `max_position_embeddings`) is raised to it, with torchtitan's "Sequence length N exceeds original maximum M" warning |
-| `training.dataset`, `validation.dataset` beside a `dataset_path` | a label: titan reads the path's files by their format (text, JSON Lines' `dataset_field`, token shards; docs/data.md), where torchtitan's name picks a loader (its `c4` loaders read the same `"text"` field of JSON records); `training.dataset = "random"` set beside a path is warned (the files are read) |
+| `training.dataset`, `validation.dataset` beside a `dataset_path` | a label: titan reads the path's files by their format (text, JSON Lines' `dataset_field`, token shards; docs/data.md), where torchtitan's name picks a loader (its `c4` loaders read the same `"text"` field of JSON records); `--training.dataset random` given on the command line beside a path is warned (the files are read) |
 | `checkpoint.initial_load_path` with `checkpoint.enable` unset | turns checkpointing on (an info line says so: saves every `interval` steps and at the end), where torchtitan ignores the path while checkpointing is off; `checkpoint.enable = false` set explicitly refuses the path instead |
 | `comm.init_timeout_seconds` / `train_timeout_seconds` = 0 | the watchdog off for that phase |
 | `debug.deterministic`, `debug.deterministic_warn_only` | inert: titan is always deterministic |

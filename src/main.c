@@ -133,8 +133,10 @@ static void usage(FILE *f) {
     }
     fprintf(f, "\n"
                "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
-               "                       n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta,\n"
-               "                       norm_eps, tie_embeddings\n");
+               "                       n_kv_heads, head_dim, ffn_dim, vocab_size, max_seq_len,\n"
+               "                       rope_theta, norm_eps, tie_embeddings; MoE: n_experts\n"
+               "                       (num_experts), top_k, moe_ffn_dim (moe_inter_dim),\n"
+               "                       norm_topk_prob, router_aux_loss_coef\n");
 }
 
 /* titan --version: the release, the commit built, and the copy of the CPU kernels this CPU
@@ -179,8 +181,8 @@ int main(int argc, char **argv) {
         if (cmd->setup & CMD_BLAS) ensure_blas_coretype(argv);
         /* under mpirun every rank runs this; one plain process otherwise */
         if (cmd->setup & CMD_MPI) rc = dist_init(&argc, &argv, &err);
-        /* after MPI_Init (a singleton forks its daemon there, which must not inherit blocked
-         * signals), before any OpenMP region */
+        /* after MPI_Init (its threads keep ordinary stacks and their masks), before any
+         * OpenMP region */
         if (!rc) rc = base_signals_to_own_thread(&err);
         if (!rc) rc = cmd->run(argc, argv, &err);
     }

@@ -44,7 +44,7 @@ void base_log_all_to_stderr(int on) {
 /* The texts base_log_once logged, as FNV-1a 64 hashes (a ring: the last LOG_ONCE_N). */
 #define LOG_ONCE_N 64
 static uint64_t g_once[LOG_ONCE_N];
-static int g_n_once;
+static unsigned g_n_once;
 static pthread_mutex_t g_once_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Whether text was logged through base_log_once before; remembers it if not. */
@@ -54,7 +54,7 @@ static int seen_before(const char *text) {
         h = (h ^ *p) * 1099511628211ULL;
     int seen = 0;
     pthread_mutex_lock(&g_once_lock);
-    for (int i = 0; i < g_n_once && i < LOG_ONCE_N && !seen; i++) seen = g_once[i] == h;
+    for (unsigned i = 0; i < g_n_once && i < LOG_ONCE_N && !seen; i++) seen = g_once[i] == h;
     if (!seen) g_once[g_n_once++ % LOG_ONCE_N] = h;
     pthread_mutex_unlock(&g_once_lock);
     return seen;
@@ -88,31 +88,56 @@ void base_log_once(base_log_level level, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The signals base_signals_to_own_thread moves: SIGTERM, SIGINT and every signal train's
+ * job.preemption_signal can name (train/stop.c's list; keep the two equal). */
+static void stop_signals(sigset_t *set) {
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU};
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(set, sigs[i]);
+}
+
 static void *signal_thread(void *arg) {
     (void)arg;
-    for (;;) pause(); /* handlers run here, between pauses */
+    sigset_t set;
+    stop_signals(&set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* open here whatever the process started with */
+    for (;;) pause();                         /* handlers run here, between pauses */
     return NULL;
 }
 
-int base_signals_to_own_thread(base_err *err) {
-    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU};
+/* A child forked after the block (a plugin's) starts with the signals open again, as exec'd
+ * programs expect. */
+static void child_unblock(void) {
     sigset_t set;
-    sigemptyset(&set);
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&set, sigs[i]);
+    stop_signals(&set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+int base_signals_to_own_thread(base_err *err) {
+    (void)err; /* nothing fails a command: without the thread, the signals stay where they were */
+    sigset_t set;
+    stop_signals(&set);
     pthread_attr_t attr;
     pthread_t t;
     /* a small stack: the handlers write a line and set atomics (and a tight ulimit -v must
      * not refuse 8 MiB for it) */
-    if (pthread_attr_init(&attr) || pthread_attr_setstacksize(&attr, (size_t)256 << 10) ||
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED))
-        return base_fail(err, "cannot set up the signal thread");
-    /* created with the signals open (the caller's mask), then closed in the caller: one signal
-     * in between takes the caller, as before the call */
-    const int rc = pthread_create(&t, &attr, signal_thread, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc) return base_fail(err, "cannot start the signal thread: %s", strerror(rc));
-    if (pthread_sigmask(SIG_BLOCK, &set, NULL))
-        return base_fail(err, "cannot block the stop signals on the compute threads");
+    int rc = pthread_attr_init(&attr);
+    if (!rc) {
+        rc = pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+        if (!rc) rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (!rc) rc = pthread_create(&t, &attr, signal_thread, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc) {
+        base_log(BASE_LOG_WARN,
+                 "cannot start the signal thread (%s): a stop signal may be handled on a "
+                 "compute thread",
+                 strerror(rc));
+        return 0;
+    }
+    /* one signal between the create and the block takes the caller, as before the call */
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_atfork(NULL, NULL, child_unblock);
     return 0;
 }
 

@@ -39,10 +39,11 @@ void base_set_fatal_hook(void (*hook)(const char *msg));
  * creates later (OpenMP's, the saver's), so a handler (train's clean stop) runs on that
  * thread's stack. Why: oneDNN 2.6's JIT fp32 GEMM kernels point rsp into heap memory while
  * they run (oneDNN issue 4845, fixed in 3.11), and a handler run on such a thread wrote its
- * signal frame over the heap (an audit: SIGTERM crashed 5-30% of fp32 runs with "corrupted
+ * signal frame over the heap (an audit: SIGTERM crashed 1-30% of fp32 runs with "corrupted
  * size" or SIGSEGV). Call once, before the first OpenMP region; a signal without a handler
- * still ends the process by its default action. Threads created before the call (MPI's) keep
- * their masks: their stacks are ordinary. */
+ * still ends the process by its default action, and a child forked later starts with the
+ * signals open. Threads created before the call (MPI's, a pthread OpenBLAS's pool) keep their
+ * masks: their stacks are ordinary. Never fails (without the thread: a warning). */
 int base_signals_to_own_thread(base_err *err);
 
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */

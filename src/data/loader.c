@@ -107,7 +107,7 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
             return base_fail(err,
                              "%s: shard was written by another tokenizer%s%.*s (vocab_size %d, "
                              "bos %d, eos %d; this one has %d, %d, %d)",
-                             f->path, s->tok_path ? ", " : "",
+                             f->path, s->tok_path && s->tok_path_len ? ", " : "",
                              s->tok_path ? (int)s->tok_path_len : 0, s->tok_path ? s->tok_path : "",
                              s->vocab_size, s->bos, s->eos, data_tok_vocab_size(t), bos, eos);
         if (t && s->tok_path && s->tok_hash != data_tok_fingerprint(t))

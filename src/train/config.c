@@ -279,7 +279,9 @@ const field g_fields[] = {
 
     BOOL(debug, moe_force_load_balance, 0,
          "MoE: route token n's k-th choice to expert (n*top_k + k) mod n_experts (benchmarking)"),
-    POINT(debug, seed, 0, 9.2e18, P_USED, "the seed (torchtitan's key): overrides training.seed"),
+    POINT(debug, seed, 0, 9.2e18, P_USED,
+          "the seed (torchtitan's key); training.seed names it too: the command line's wins, "
+          "in one file this one"),
     PBOOL(debug, deterministic, 0, P_INERT, "titan is always deterministic"),
     PBOOL(debug, deterministic_warn_only, 0, P_INERT, "titan is always deterministic"),
 

@@ -125,11 +125,12 @@ int train_config_set(train_config *c, const char *name, const char *value, const
     char before[160] = "";
     if (before_where) value_text(f, slot(c, f), before, sizeof before);
     int rc = 0;
-    /* 'none' unsets an optional number and empties a path or name, "" being unset or off
+    /* 'none' unsets an optional number and a path or name whose unset value is its default ""
      * (torchtitan's str | None fields: dataset_path, initial_load_path, tokenizer_path, ...;
-     * tyro reads None as None; titan's metrics.save_report_file = "" writes no page), not a
-     * choice such as activation_checkpoint.mode = "none" */
-    const int none_str = f->type == T_STR && !f->choices;
+     * tyro reads None as None); not a choice (activation_checkpoint.mode = "none"), a checked
+     * value (selective_ac_option) or a field with another default (job.dump_folder: "" is no
+     * folder there) */
+    const int none_str = f->type == T_STR && !f->choices && !f->check && !f->def_s[0];
     if ((f->optional || none_str) && value && (!strcmp(value, "none") || !strcmp(value, "None"))) {
         if (none_str)
             *(const char **)slot(c, f) = "";

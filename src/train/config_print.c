@@ -131,9 +131,9 @@ void train_config_usage(FILE *f) {
                "                      (torchtitan's --job.config_file FILE is the same)\n"
                "  --print-config      print the resolved config as TOML and exit\n"
                "  --section.key V     set one field (booleans: a bare --section.key means true,\n"
-               "                      --section.no_key false; optional numbers and paths:\n"
-               "                      'none' unsets; lists: [\"a\", \"b\"] or a,b); set twice,\n"
-               "                      the later wins (warned)\n\n"
+               "                      --section.no_key false; optional numbers and paths\n"
+               "                      that default to \"\": 'none' unsets; lists: [\"a\", \"b\"]\n"
+               "                      or a,b); set twice, the later wins (warned)\n\n"
                "older flags, aliases of config fields:\n");
     for (int i = 0; i < N_ALIASES; i++) {
         if (i && !strcmp(g_aliases[i].flag, g_aliases[i - 1].flag)) continue;

@@ -452,7 +452,7 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     double budget = 0;
     const char *hf = NULL;
     /* --set KEY=V: a model field of titan train's config becomes --model.FIELD=V (so every
-     * check train makes with it runs: seq_len within max_seq_len, ...); the other model
+     * check train makes with it runs: a seq_len past max_seq_len raising it, ...); the other model
      * arguments (titan inspect's names: norm_topk_prob, ...) are set after the translation */
     char **rest = calloc((size_t)argc + 1, sizeof *rest),
          **sets = calloc((size_t)argc + 1, sizeof *sets);

@@ -367,7 +367,9 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
                  (long long)plan->resume_step);
         if ((*start = resume(o, plan, m, j->f, j->tpp->all, j->tpp->n_all, j->opt, j->src,
                              tokens_seen, err)) < 0)
-            return train_hint_earlier_step(o, plan->from, plan->resume_step, err);
+            return strcmp(plan->from, plan->ckdir)
+                       ? -1 /* an initial full-state load: load_step names another folder */
+                       : train_hint_earlier_step(o, plan->from, plan->resume_step, err);
     }
     if (plan->initial) {
         base_log(BASE_LOG_INFO, "checkpoint: loading the initial weights from %s ...",

@@ -62,9 +62,11 @@ static void dataset_random_note(const train_config *c) {
 }
 
 /* debug.seed (torchtitan's key) and training.seed (titan's, --seed) name one seed: set in a
- * file and on the command line, the command line's wins (as for any field); two different
- * values from the same place are refused, naming both, rather than one silently dropped. */
-static int resolve_seed(const train_config *c, uint64_t *seed, base_err *err) {
+ * file and on the command line, the command line's wins (as for any field); both in the file,
+ * debug.seed (a saved config.toml writes training.seed beside it); two different values on the
+ * command line are refused, naming both, rather than one silently dropped. The seed resolved
+ * is written into both fields, so the saved config says it twice. */
+static int pick_seed(const train_config *c, uint64_t *seed, base_err *err) {
     const int d = find_field("debug", "seed"), t = find_field("training", "seed");
     const int t_set = c->origin[t].where != NULL;
     if (!c->debug.seed.set || (t_set && (uint64_t)c->training.seed == (uint64_t)c->debug.seed.v)) {
@@ -80,10 +82,21 @@ static int resolve_seed(const train_config *c, uint64_t *seed, base_err *err) {
         *seed = (uint64_t)c->training.seed;
         return 0;
     }
+    if (!t_cli) { /* both in the file */
+        *seed = (uint64_t)c->debug.seed.v;
+        return 0;
+    }
     return fail_field(c, "training", "seed", err,
-                      "%lld, and debug.seed %lld set %s: they name the same seed; set one",
-                      (long long)c->training.seed, (long long)c->debug.seed.v,
-                      t_cli ? "on the command line too" : "in the file too");
+                      "%lld, and debug.seed %lld set on the command line too: they name the "
+                      "same seed; set one",
+                      (long long)c->training.seed, (long long)c->debug.seed.v);
+}
+
+static int resolve_seed(train_config *c, uint64_t *seed, base_err *err) {
+    if (pick_seed(c, seed, err)) return -1;
+    c->training.seed = (int64_t)*seed;
+    if (c->debug.seed.set) c->debug.seed.v = (int64_t)*seed;
+    return 0;
 }
 
 /* What an initial load reads: checkpoint.initial_load_path, else (initial_load_in_hf, as

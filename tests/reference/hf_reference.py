@@ -52,7 +52,7 @@ CONFIGS = {
                 vocab_size=256, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-6,
                 n_experts=8, top_k=2, moe_ffn_dim=32, norm_topk_prob=1, router_aux_loss_coef=0.0,
                 aux=0, batch=2, seq_len=24, max_norm=2.5),
-    # MoE with most experts reached by no token (5 tokens x top-2 of 16): their gradients are
+    # MoE with experts reached by no token (5 tokens x top-2 of 16: 6 or more): their gradients are
     # exactly zero on both sides, and AdamW still decays their weights (one stacked tensor per
     # layer in torchtitan and transformers 5, never a None gradient)
     "moe_sparse": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,

@@ -1009,7 +1009,7 @@ static void seed_context_none(void) {
         {0, {NULL}, 1},
         {1, {"--debug.seed", "9"}, 9},
         {1, {NULL}, 3},
-        {2, {NULL}, -1},
+        {2, {NULL}, 1}, /* both in one file: debug.seed, as a saved config.toml has them */
         {2, {"--seed", "2"}, 2},
         {-1, {"--seed", "5", "--debug.seed", "6"}, -1},
         {-1, {"--seed", "5", "--debug.seed", "5"}, 5},
@@ -1138,12 +1138,39 @@ static void saved_config_quiet(void) {
         train_config_free(&c);
     }
     unlink(path);
-    char *a[] = {"--metrics.save_report_file", "none", NULL};
+    /* a config with debug.seed, translated, printed as the saved config.toml is and loaded
+     * again: the same seed, not a refusal (the printed file has training.seed beside it) */
+    char saved[] = "/tmp/titan_test_config_XXXXXX";
+    const int sfd = mkstemp(saved);
+    f = sfd >= 0 ? fdopen(sfd, "w") : NULL;
+    CHECK(f != NULL, "mkstemp");
+    if (f) {
+        train_config c1, c2;
+        train_opts o1, o2;
+        base_err e1, e2;
+        char *a1[] = {"--debug.seed", "7", NULL};
+        int r1 = from_args(&c1, a1, &e1);
+        if (!r1) r1 = train_config_to_opts(&c1, &o1, &e1);
+        if (!r1) train_config_print(&c1, f);
+        fclose(f);
+        char *a2[] = {"--config", saved, NULL};
+        int r2 = r1 ? -1 : from_args(&c2, a2, &e2);
+        if (!r2) r2 = train_config_to_opts(&c2, &o2, &e2);
+        CHECK(!r1 && !r2 && o1.seed == 7 && o2.seed == 7, "saved seed round trip: %s",
+              r1   ? e1.msg
+              : r2 ? e2.msg
+                   : "another seed");
+        train_config_free(&c1);
+        if (!r1) train_config_free(&c2);
+        unlink(saved);
+    }
+    /* 'none' empties a path whose default is "" only: job.dump_folder's "" is no folder */
+    char *a[] = {"--checkpoint.hf_export_folder", "none", "--job.dump_folder", "none", NULL};
     train_config c;
     base_err err;
     const int rc = from_args(&c, a, &err);
-    CHECK(rc == 0 && !c.metrics.save_report_file[0], "save_report_file none: '%s'",
-          rc ? err.msg : c.metrics.save_report_file);
+    CHECK(rc == 0 && !c.checkpoint.hf_export_folder[0] && !strcmp(c.job.dump_folder, "none"),
+          "none: %s", rc ? err.msg : "hf_export_folder not emptied, or dump_folder emptied");
     train_config_free(&c);
 }
 
