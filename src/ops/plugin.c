@@ -263,11 +263,13 @@ static void plg_call(ops_kind kind, int slot, int phase, const int dims[8], floa
             else
                 snprintf(what, sizeof what, "output %d (%zu floats)", i, out[i].n);
             char msg[sizeof g_fault];
-            snprintf(msg, sizeof msg,
-                     "kernel %s/%s (plugin %s) at %s: its %s wrote into the %d "
-                     "bytes after %s",
-                     ops_kind_name(kind), k->name, k->path, s->path, phase ? "backward" : "forward",
-                     PLG_GUARD, what);
+            if (snprintf(msg, sizeof msg,
+                         "kernel %s/%s (plugin %s) at %s: its %s wrote into the %d bytes after %s",
+                         ops_kind_name(kind), k->name, k->path, s->path,
+                         phase ? "backward" : "forward", PLG_GUARD, what) >= (int)sizeof msg) {
+                /* long paths: the message is cut, the fault still reported (Debug builds'
+                 * -Wformat-truncation wants the length looked at) */
+            }
             if (!g_checking) base_fatal("%s", msg); /* training: the heap may be damaged */
             if (!g_fault[0]) snprintf(g_fault, sizeof g_fault, "%s", msg);
         }
