@@ -524,6 +524,15 @@ static int read_meta(const char *folder, int64_t step, char **train_json, int *w
         free(id);
     *world = (int)json_integer_value(ws);
     *version = (int)json_integer_value(ver);
+    /* a shard past world_size is never read: said (once), not ignored in silence */
+    char extra[4300], name[64];
+    shard_name(name, sizeof name, *world);
+    snprintf(extra, sizeof extra, "%s/step-%lld/%s", folder, (long long)step, name);
+    if (base_is_file(extra))
+        base_log_once(BASE_LOG_WARN,
+                      "%s: not a shard of this checkpoint (its metadata.json has world_size %d): "
+                      "ignored (a copy from another run?)",
+                      extra, *world);
     *train_json = json_dumps(tr, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(root);
     return *train_json ? 0 : base_fail(err, "out of memory");

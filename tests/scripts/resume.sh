@@ -156,6 +156,14 @@ echo "ok titan inspect refuses a tied model's differing lm_head, as a load does"
   grep -q "ok: every shard opens, the weights buffer fits the model and every recorded CRC-32C matches" "$out/inspect9.log" ||
   { echo "FAIL inspect step-9"; cat "$out/inspect9.log"; exit 1; }
 echo "ok titan inspect step-9"
+# a shard the metadata does not list (a copy from a 2-rank run): said, not ignored in silence
+cp -r "$out/jsonl/checkpoint/step-9" "$out/extra9" && mkdir -p "$out/extra/checkpoint" &&
+  mv "$out/extra9" "$out/extra/checkpoint/step-9" &&
+  cp "$out/extra/checkpoint/step-9/rank-00000.safetensors" "$out/extra/checkpoint/step-9/rank-00001.safetensors"
+"$titan" inspect "$out/extra/checkpoint/step-9" > "$out/extra.log" 2>&1
+grep -q "step-9/rank-00001.safetensors: not a shard of this checkpoint (its metadata.json has world_size 1): ignored" "$out/extra.log" ||
+  { echo "FAIL an unlisted shard is not said"; cat "$out/extra.log"; exit 1; }
+echo "ok an unlisted shard in a step folder is said"
 # one flipped bit in a shard (the last tensor, adam_v): inspect and a resume both refuse it,
 # naming the file and the tensor, instead of training on a silently changed moment
 cp -r "$out/jsonl" "$out/bad"
