@@ -49,9 +49,7 @@ static pthread_mutex_t g_once_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Whether text was logged through base_log_once before; remembers it if not. */
 static int seen_before(const char *text) {
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
-        h = (h ^ *p) * 1099511628211ULL;
+    const uint64_t h = base_hash_bytes(BASE_HASH_INIT, text, strlen(text));
     int seen = 0;
     pthread_mutex_lock(&g_once_lock);
     for (unsigned i = 0; i < g_n_once && i < LOG_ONCE_N && !seen; i++) seen = g_once[i] == h;

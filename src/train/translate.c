@@ -66,34 +66,18 @@ static void dataset_random_note(const train_config *c) {
  * debug.seed (a saved config.toml writes training.seed beside it); two different values on the
  * command line are refused, naming both, rather than one silently dropped. The seed resolved
  * is written into both fields, so the saved config says it twice. */
-static int pick_seed(const train_config *c, uint64_t *seed, base_err *err) {
-    const int d = find_field("debug", "seed"), t = find_field("training", "seed");
-    const int t_set = c->origin[t].where != NULL;
-    if (!c->debug.seed.set || (t_set && (uint64_t)c->training.seed == (uint64_t)c->debug.seed.v)) {
-        *seed = (uint64_t)(c->debug.seed.set ? c->debug.seed.v : c->training.seed);
-        return 0;
-    }
-    const int d_cli = c->origin[d].where && !c->origin[d].line, t_cli = t_set && !c->origin[t].line;
-    if (!t_set || d_cli > t_cli) {
-        *seed = (uint64_t)c->debug.seed.v;
-        return 0;
-    }
-    if (t_cli > d_cli) {
-        *seed = (uint64_t)c->training.seed;
-        return 0;
-    }
-    if (!t_cli) { /* both in the file */
-        *seed = (uint64_t)c->debug.seed.v;
-        return 0;
-    }
-    return fail_field(c, "training", "seed", err,
-                      "%lld, and debug.seed %lld set on the command line too: they name the "
-                      "same seed; set one",
-                      (long long)c->training.seed, (long long)c->debug.seed.v);
-}
-
 static int resolve_seed(train_config *c, uint64_t *seed, base_err *err) {
-    if (pick_seed(c, seed, err)) return -1;
+    const int d = find_field("debug", "seed"), t = find_field("training", "seed");
+    /* training.seed wins only when given on the command line and debug.seed is not */
+    const int d_cli = c->origin[d].where && !c->origin[d].line,
+              t_cli = c->origin[t].where && !c->origin[t].line;
+    if (c->debug.seed.set && d_cli && t_cli && c->training.seed != c->debug.seed.v)
+        return fail_field(c, "training", "seed", err,
+                          "%lld, and debug.seed %lld set on the command line too: they name the "
+                          "same seed; set one",
+                          (long long)c->training.seed, (long long)c->debug.seed.v);
+    *seed =
+        (uint64_t)(c->debug.seed.set && !(t_cli && !d_cli) ? c->debug.seed.v : c->training.seed);
     c->training.seed = (int64_t)*seed;
     if (c->debug.seed.set) c->debug.seed.v = (int64_t)*seed;
     return 0;
