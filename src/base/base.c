@@ -18,8 +18,9 @@ int base_fail(base_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        if (n >= (int)sizeof err->msg) memcpy(err->msg + sizeof err->msg - 4, "...", 4);
     }
     return -1;
 }
@@ -146,7 +147,7 @@ void base_set_fatal_hook(void (*hook)(const char *msg)) {
 }
 
 _Noreturn void base_fatal(const char *fmt, ...) {
-    char msg[1024];
+    char msg[sizeof((base_err *)0)->msg];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -10,10 +10,11 @@
 /* Library code never exits: a failing function returns a non-zero status and fills
  * a base_err with a message naming the file, field, key or line at fault. */
 typedef struct {
-    char msg[1024];
+    char msg[4096]; /* room for a message naming a few PATH_MAX-long paths */
 } base_err;
 
-/* Formats into err (if non-NULL) and returns -1, so callers can `return base_fail(...)`. */
+/* Formats into err (if non-NULL) and returns -1, so callers can `return base_fail(...)`; a
+ * message longer than msg ends in "...", so a cut one is never taken for whole. */
 int base_fail(base_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 typedef enum { BASE_LOG_DEBUG, BASE_LOG_INFO, BASE_LOG_WARN, BASE_LOG_ERROR } base_log_level;

@@ -122,7 +122,7 @@ int train_config_set(train_config *c, const char *name, const char *value, const
      * torchtitan's tyro keeps the last, and a different value is said, never lost silently */
     const char *before_where =
         c->origin[fi].where && !c->origin[fi].line ? c->origin[fi].where : NULL;
-    char before[160] = "";
+    char before[4200] = ""; /* a path whole: two long paths that differ late are still told apart */
     if (before_where) value_text(f, slot(c, f), before, sizeof before);
     int rc = 0;
     /* 'none' unsets an optional number and a path or name whose unset value is its default ""
@@ -143,7 +143,7 @@ int train_config_set(train_config *c, const char *name, const char *value, const
         rc = set_value(c, fi, value, where, pre, err);
     }
     if (!rc && before_where) {
-        char after[160];
+        char after[4200];
         value_text(f, slot(c, f), after, sizeof after);
         if (strcmp(before, after))
             base_log(BASE_LOG_WARN,

@@ -52,6 +52,14 @@ else echo "FAIL an export killed midway (rc $rc):"; ls "$out/hf"; fail=1; fi
 if grep -q "export $out/run_hf is missing or incomplete: \`titan convert $ck/step-6 $out/run_hf\`" "$out/rerun.log"; then
   echo "ok   a rerun whose export is missing names titan convert"
 else echo "FAIL a rerun whose export is missing:"; cat "$out/rerun.log"; fail=1; fi
+# the same through ~420-byte paths: the message names each path whole and keeps its hint (a
+# 1024-byte error had cut the convert command off)
+deep=$out/$(printf 'd%.0s' {1..200})/$(printf 'e%.0s' {1..200})
+mkdir -p "$deep" && ln -s "$out/run" "$deep/run"
+"$titan" "${args[@]}" --dump-folder "$deep/run" --out "$deep/run_hf" > "$out/rerun_deep.log" 2>&1
+if grep -q "export $deep/run_hf is missing or incomplete: \`titan convert $deep/run/checkpoint/step-6 $deep/run_hf\` writes it" "$out/rerun_deep.log"; then
+  echo "ok   the hint survives long paths"
+else echo "FAIL a rerun with long paths:"; cat "$out/rerun_deep.log"; fail=1; fi
 # a folder with both a model.safetensors and an index (a copy over an export): read as
 # transformers reads it, the single file, and said
 mkdir -p "$out/both" && cp "$out/fresh/"* "$out/both/" && echo '{"weight_map": {}}' > "$out/both/model.safetensors.index.json"

@@ -938,6 +938,21 @@ static void command_line_repeats(void) {
           "--grad-accum dropped without a word: '%s'", log);
     train_config_free(&c);
 
+    /* two 300-byte paths that differ in their last byte: still two settings (a 160-byte
+     * rendering had cut both to the same text and said nothing) */
+    char p1[320], p2[320];
+    memset(p1, 'd', 300);
+    p1[0] = '/';
+    p1[300] = 0;
+    memcpy(p2, p1, sizeof p1);
+    p2[299] = 'e';
+    char *alp[] = {"--job.dump_folder", p1, "--job.dump_folder", p2, NULL};
+    rc = from_args_log(&c, alp, &err, log, sizeof log);
+    CHECK(rc == 0 && !strcmp(c.job.dump_folder, p2), "long path repeat: %s", err.msg);
+    CHECK(strstr(log, "job.dump_folder is set twice") && strstr(log, p2) && strstr(log, p1),
+          "two long paths differing late not told apart: '%s'", log);
+    train_config_free(&c);
+
     const char *path = "/tmp/titan_test_config_rep.toml";
     FILE *f = fopen(path, "w");
     fprintf(f, "[training]\nsteps = 50\n[profiling]\nenable_profiling = true\n");
