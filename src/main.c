@@ -181,6 +181,12 @@ int main(int argc, char **argv) {
         if (cmd->setup & CMD_BLAS) ensure_blas_coretype(argv);
         /* under mpirun every rank runs this; one plain process otherwise */
         if (cmd->setup & CMD_MPI) rc = dist_init(&argc, &argv, &err);
+        /* every line from here carries its rank (the config's translation warns before the
+         * mesh is built), other ranks' on stderr, as training logs them later */
+        if (!rc && dist_world_size() > 1) {
+            base_log_set_rank(dist_world_rank());
+            if (dist_world_rank()) base_log_all_to_stderr(1);
+        }
         /* after MPI_Init (its threads keep ordinary stacks and their masks), before any
          * OpenMP region */
         if (!rc) rc = base_signals_to_own_thread(&err);

@@ -12,9 +12,17 @@
 #  4. MoE expert load (tokens_per_expert_*) counts the global batch in every balance mode: on
 #     2 data-parallel ranks its mean is global tokens x top_k / experts (it was rank 0's own
 #     counts, half of it, except with moe_load_balance = "bias")
+#  5. the config translation's warnings (before the mesh) carry [rankN] as every later line
 set -euo pipefail
 source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi
-mpi 2 "${small[@]}" --batch 2 --steps 4 --metrics "$out/a.jsonl" --dump-folder "$out/a" >/dev/null
+mpi 2 "${small[@]}" --batch 2 --steps 4 --metrics "$out/a.jsonl" --dump-folder "$out/a" \
+    --lr-scheduler.warmup_steps 9 >/dev/null 2> "$out/a.err"
+# 5. the config's translation warns before the mesh is built: each rank's line carries its rank
+for r in 0 1; do
+  grep -q "^\[rank$r\] \[titan warn\] Warmup steps (9) exceed total steps (4)" "$out/a.err" ||
+    { echo "FAIL: rank $r's start-up warning without its [rank$r]:"; cat "$out/a.err"; exit 1; }
+done
+echo "ok: start-up warnings carry their rank"
 paste <(grep -o '"loss": [^,}]*' "$out/a.jsonl" | cut -d' ' -f2) \
       <(grep -o '"max_loss": [^,}]*' "$out/a.jsonl" | cut -d' ' -f2) | awk '
   { n++; if (!($2 > $1)) { print "FAIL step " n ": max_loss " $2 " not above loss " $1; bad = 1 } }
