@@ -35,8 +35,8 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
   `None`, tyro's spelling) unsets an optional number (`--lr_scheduler.decay_ratio none`) and a
   path or name whose default is empty (`--checkpoint.initial_load_path None`, as torchtitan's
   `str | None` fields; not a choice: `--activation_checkpoint.mode none` is the mode `none`;
-  not a field with another default: `metrics.save_report_file = ""` is what turns the page
-  off);
+  not a field with another default: `job.dump_folder none` is a folder named `none`;
+  `metrics.save_report_file` takes `""` or `none` for no page);
   lists take a TOML array
   (`'["a", "b"]'`) or `a,b` (a whole list: a repeated list option replaces it).
 - A field set twice on the command line (`--training.steps 5 --training.steps 7`, or an old

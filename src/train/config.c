@@ -295,7 +295,7 @@ const field g_fields[] = {
     STR(metrics, save_jsonl_file, "metrics.jsonl", NULL, "JSON lines file, under job.dump_folder"),
     STR(metrics, save_report_file, "report.html", NULL,
         "report page (HTML: facts and charts), under job.dump_folder, rewritten at logged "
-        "steps; \"\" = none (titan)"),
+        "steps; \"\" or none = no page (titan)"),
     FLT(metrics, peak_tflops, 0, 0, INFINITY, 0,
         "the GEMM peak MFU is against, in the run's precision (bf16's in a bf16 run); 0 = "
         "measured on rank 0, cached (titan)"),

@@ -661,8 +661,10 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         return NOT_YET(metrics, save_jsonl_file, "must name a file (or out of memory)");
     if (c->metrics.enable_tensorboard && !(o->tb_dir = output_path(c, c->metrics.save_tb_folder)))
         return NOT_YET(metrics, save_tb_folder, "must name a folder (or out of memory)");
-    if (c->metrics.save_report_file[0] &&
-        !(o->report_path = output_path(c, c->metrics.save_report_file)))
+    /* "" turns the page off, and so does none / None: a page named "none" is nobody's wish */
+    const char *rep = c->metrics.save_report_file;
+    if (rep[0] && strcmp(rep, "none") && strcmp(rep, "None") &&
+        !(o->report_path = output_path(c, rep)))
         return base_fail(err, "out of memory");
     o->metrics_all_ranks = c->metrics.save_for_all_ranks;
     if (c->profiling.enable_profiling) {

@@ -1117,7 +1117,8 @@ static void set_names(void) {
  * settings the user never made: the expert-bias rate at its default in a dense model, and
  * dataset = "random" beside the path of a run started with --data (an audit's finding); the
  * same settings given on the command line, or the rate at another value, are still said.
- * 'none' empties a string whose "" means off (metrics.save_report_file). */
+ * metrics.save_report_file none / None is no page, as "" (an audit's leftover: a page named
+ * "none" had been written). */
 static void saved_config_quiet(void) {
     char path[] = "/tmp/titan_test_config_XXXXXX";
     const int fd = mkstemp(path);
@@ -1153,6 +1154,25 @@ static void saved_config_quiet(void) {
         train_config_free(&c);
     }
     unlink(path);
+    for (int i = 0; i < 3; i++) { /* "", none, None: no page; a name: a page under dump_folder */
+        char *argv[] = {"--metrics.save_report_file",
+                        i == 0   ? "none"
+                        : i == 1 ? "None"
+                                 : "r.html",
+                        "--job.dump_folder", "/tmp/d", NULL};
+        train_config c;
+        train_opts o;
+        base_err err;
+        int rc = from_args(&c, argv, &err);
+        if (!rc) rc = train_config_to_opts(&c, &o, &err);
+        CHECK(rc == 0 && (i < 2 ? !o.report_path
+                                : o.report_path && !strcmp(o.report_path, "/tmp/d/r.html")),
+              "save_report_file case %d: %s", i,
+              rc              ? err.msg
+              : o.report_path ? o.report_path
+                              : "(none)");
+        train_config_free(&c);
+    }
     /* a config with debug.seed, translated, printed as the saved config.toml is and loaded
      * again: the same seed, not a refusal (the printed file has training.seed beside it) */
     char saved[] = "/tmp/titan_test_config_XXXXXX";
