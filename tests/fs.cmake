@@ -8,5 +8,8 @@ add_test(NAME atomic_links
           ${TITAN_SHARED})
 add_test(NAME run_lock
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/run_lock.sh $<TARGET_FILE:titan>)
-set_tests_properties(checkpoint_symlinks atomic_links run_lock PROPERTIES
+# titan with stdout / stderr closed: the console goes nowhere, not into the run lock; status 0
+add_test(NAME std_fds_closed
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/std_fds_closed.sh $<TARGET_FILE:titan>)
+set_tests_properties(checkpoint_symlinks atomic_links run_lock std_fds_closed PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

@@ -1,6 +1,7 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -110,6 +111,15 @@ static void child_unblock(void) {
     sigset_t set;
     stop_signals(&set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+void base_std_fds_open(void) {
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            /* the lowest free number: fd itself, as 0..fd-1 are open by now */
+            const int got = open("/dev/null", O_RDWR);
+            if (got >= 0 && got != fd) close(got);
+        }
 }
 
 int base_signals_to_own_thread(base_err *err) {

@@ -46,6 +46,10 @@ void base_set_fatal_hook(void (*hook)(const char *msg));
  * signals open. Threads created before the call (MPI's, a pthread OpenBLAS's pool) keep their
  * masks: their stacks are ordinary. Never fails (without the thread: a warning). */
 int base_signals_to_own_thread(base_err *err);
+/* Opens /dev/null on whichever of descriptors 0, 1, 2 the process started without (`titan
+ * train >&-` from a script or cron): otherwise the first file opened takes that number and
+ * the console's lines go into it (the run lock's pid was overwritten so). Call first. */
+void base_std_fds_open(void);
 
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
 void *base_alloc(size_t bytes);
