@@ -33,6 +33,17 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_kernel_shapes.sh $<TARGET_FILE:titan>
             ${TITAN_MPIRUN} $<TARGET_FILE:param_diff> ${CMAKE_BINARY_DIR}/tests/plugins)
   set_tests_properties(dist_kernel_shapes PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # a failure on one rank: every rank's error names it (dist_agree)
+  add_executable(agree ${CMAKE_CURRENT_SOURCE_DIR}/dist/agree.c)
+  target_link_libraries(agree PRIVATE titan_core)
+  add_test(NAME dist_agree
+    COMMAND ${TITAN_MPIRUN} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:agree>)
+  set_tests_properties(dist_agree PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+  # a checkpoint folder each rank's machine has its own copy of: refused before the first step
+  add_test(NAME dist_shared_folder
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/dist_shared_folder.sh $<TARGET_FILE:titan>
+            ${TITAN_MPIRUN} $<TARGET_FILE:param_diff>)
+  set_tests_properties(dist_shared_folder PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
   # a SIGSTOPped rank: the watchdog names it within the timeout; SIGUSR1 to one rank stops all
   add_executable(watchdog_stall ${CMAKE_CURRENT_SOURCE_DIR}/dist/watchdog_stall.c)
   target_link_libraries(watchdog_stall PRIVATE titan_core)

@@ -298,6 +298,36 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
     if (recv != send) memcpy(recv, send, bytes);
 }
 
+int dist_agree(dist_comm *c, int rc, const char *what, base_err *err) {
+    int64_t bad = rc != 0;
+    dist_allreduce_i64(c, &bad, 1);
+    if (!bad) return 0;
+    /* the failing ranks' messages, gathered only now: the path every success takes is one
+     * 8-byte all-reduce */
+    typedef struct {
+        int64_t rank; /* world rank; -1: succeeded */
+        char msg[sizeof err->msg];
+    } said;
+    const int n = dist_comm_size(c);
+    said *mine = calloc(1, sizeof *mine), *all = calloc((size_t)n, sizeof *all);
+    if (!mine || !all) {
+        free(mine);
+        free(all);
+        if (!rc) base_fail(err, "another rank %s", what);
+        return -1;
+    }
+    mine->rank = rc ? dist_world_rank() : -1;
+    if (rc) snprintf(mine->msg, sizeof mine->msg, "%s", err->msg[0] ? err->msg : "(no message)");
+    dist_allgather_bytes(c, mine, all, sizeof *mine);
+    const said *first = NULL;
+    for (int k = 0; k < n; k++)
+        if (all[k].rank >= 0 && (!first || all[k].rank < first->rank)) first = &all[k];
+    if (!rc && first) base_fail(err, "rank %lld %s: %s", (long long)first->rank, what, first->msg);
+    free(mine);
+    free(all);
+    return -1;
+}
+
 void dist_alltoall_i32(dist_comm *c, const int32_t *send, int32_t *recv, int n) {
 #ifdef TITAN_HAVE_MPI
     if (MULTI(c)) {

@@ -67,6 +67,11 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
                          const int32_t *rcount, size_t row);
 /* recv[size * bytes] = every rank's send[bytes], in rank order. */
 void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes);
+/* Whether rc was 0 on every rank of c (collective): 0 if so, else -1. When a rank failed, a
+ * rank that did not gets "rank N <what>: <rank N's err>" in err (N the lowest failing world
+ * rank; what says what it was doing, "could not write its shard"), and a failing rank keeps
+ * its own: one rank's error aborts them all, and whichever prints first names the cause. */
+int dist_agree(dist_comm *c, int rc, const char *what, base_err *err);
 /* Seconds this process has spent inside collectives (waiting included) since the start. */
 double dist_comm_seconds(void);
 

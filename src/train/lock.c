@@ -1,7 +1,11 @@
 /* train: the run's hold on the folders it writes (see internal.h). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "train/internal.h"
 
@@ -44,14 +48,59 @@ static int lock_outputs(train_lock *l, const train_opts *o, base_err *err) {
     return o->ckpt.enable ? ckpt_step_cleanup(dirs[0], err) : 0;
 }
 
+/* Whether every rank sees the checkpoint folder rank 0 writes (collective): rank 0 creates a
+ * file of a random name there, every other rank looks for it. Every rank writes its shard
+ * into that folder and rank 0 commits the step, so on machines with node-local folders at the
+ * same path each save failed (or worse, a resume found another machine's leftovers) hours
+ * into the run; now the first seconds say so. */
+static int check_shared(const train_opts *o, dist_comm *comm, int rank, base_err *err) {
+    char dir[4096], path[4200], host[256] = "";
+    train_ckpt_folder(o, dir, sizeof dir);
+    gethostname(host, sizeof host - 1);
+    int64_t nonce = 0;
+    int rc = 0;
+    if (rank == 0) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (uint64_t)getpid() ^ (uint64_t)(base_now() * 1e9);
+        nonce = (int64_t)(r >> 1) | 1;
+        snprintf(path, sizeof path, "%s/.titan.shared-%016llx", dir, (unsigned long long)nonce);
+        const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+            rc = base_fail(err,
+                           "%s: cannot create (to check that every rank sees the checkpoint "
+                           "folder): %s",
+                           path, strerror(errno));
+        else
+            close(fd);
+    }
+    if (dist_agree(comm, rc, "could not create its file in the checkpoint folder", err)) return -1;
+    dist_allreduce_i64(comm, &nonce, 1); /* rank 0's; the others add 0 */
+    snprintf(path, sizeof path, "%s/.titan.shared-%016llx", dir, (unsigned long long)nonce);
+    struct stat st;
+    if (rank != 0 && stat(path, &st) != 0)
+        rc = base_fail(err,
+                       "%s is not the folder rank 0 writes: its file %s is "
+                       "not there on this rank's machine (%s). Every rank writes its shard "
+                       "into that folder and rank 0 commits the step, so it must be one folder "
+                       "all ranks share (NFS, Lustre, ...: as torchtitan's checkpoints); set "
+                       "checkpoint.folder (or job.dump_folder) to a path every machine mounts",
+                       dir, path, host[0] ? host : "unknown host");
+    rc = dist_agree(comm, rc, "cannot use the checkpoint folder", err);
+    if (rank == 0) unlink(path);
+    return rc;
+}
+
 int train_lock_outputs(train_lock *l, const train_opts *o, dist_comm *comm, int rank,
                        base_err *err) {
     l->n = 0;
     /* every rank learns whether rank 0 got the locks, so none goes on alone into a collective */
-    int64_t bad = rank == 0 && lock_outputs(l, o, err) != 0;
-    dist_allreduce_i64(comm, &bad, 1);
-    if (bad && rank != 0) base_fail(err, "rank 0 could not lock the run's output folders");
-    return bad ? -1 : 0;
+    const int rc = rank == 0 && lock_outputs(l, o, err) != 0;
+    if (dist_agree(comm, rc, "could not lock the run's output folders", err)) return -1;
+    if (!o->ckpt.enable || dist_comm_size(comm) < 2 || check_shared(o, comm, rank, err) == 0)
+        return 0;
+    train_unlock_outputs(l);
+    return -1;
 }
 
 void train_unlock_outputs(train_lock *l) {

@@ -55,13 +55,11 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_pie
     return b;
 }
 
-/* Whether every rank's part of a save succeeded: an all-reduce, so a failure on one rank fails
- * the save on all and no rank waits in a collective for one that gave up. */
-static int all_ok(train_saver *s, int rc, const char *elsewhere) {
-    int64_t bad = rc != 0;
-    dist_allreduce_i64(s->lay.comm, &bad, 1);
-    if (bad && !rc) base_fail(&s->err, "%s", elsewhere);
-    return bad == 0;
+/* Whether every rank's part of a save succeeded: a collective, so a failure on one rank fails
+ * the save on all (each naming the failing rank's cause) and no rank waits in a collective for
+ * one that gave up. */
+static int all_ok(train_saver *s, int rc, const char *what) {
+    return dist_agree(s->lay.comm, rc, what, &s->err) == 0;
 }
 
 /* A save in three parts. begin and commit are collective over the layout's ranks and run in
@@ -70,7 +68,7 @@ static int all_ok(train_saver *s, int rc, const char *elsewhere) {
 static int save_begin(train_saver *s) {
     s->t0 = base_now();
     const int rc = s->lay.rank == 0 && ckpt_step_begin(s->dir, s->step, 0, &s->err);
-    return all_ok(s, rc, "rank 0 could not create the step folder") ? 0 : -1;
+    return all_ok(s, rc, "could not create the step folder") ? 0 : -1;
 }
 
 static int save_write(train_saver *s) {
@@ -91,10 +89,10 @@ static int save_write(train_saver *s) {
 
 /* write_rc: this rank's save_write result. Rank 0 commits once every shard is written. */
 static int save_commit(train_saver *s, int write_rc) {
-    if (!all_ok(s, write_rc, "another rank could not write its shard")) return -1;
+    if (!all_ok(s, write_rc, "could not write its shard")) return -1;
     const int rc = s->lay.rank == 0 && ckpt_step_commit(s->dir, s->step, s->lay.n_writers,
                                                         s->train_json, s->keep, &s->err);
-    if (!all_ok(s, rc, "rank 0 could not commit the step")) return -1;
+    if (!all_ok(s, rc, "could not commit the step")) return -1;
     s->seconds = base_now() - s->t0;
     return 0;
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Checkpoints on 2 ranks whose checkpoint folder is not shared (each rank's machine has its own
+# folder at the same path, simulated by a private tmpfs per rank: unshare -m, root): the run
+# stops before its first step, naming the folder and the need for one shared by all ranks (it
+# trained until the first save, then failed as "another rank could not write its shard", or a
+# resume found only rank 0's shard). The same run on the shared folder trains. Skipped (77)
+# where mount namespaces are unavailable.
+set -uo pipefail
+source "$(dirname "$0")/dist_common.sh" "$@" # titan, out, small, mpi
+unshare -m --propagation private sh -c "mount -t tmpfs none '$out'" 2>/dev/null ||
+  { echo "skip: no mount namespaces here"; exit 77; }
+mkdir -p "$out/ck"
+cat > "$out/wrap.sh" <<W
+#!/bin/bash
+exec unshare -m --propagation private bash -c 'mount -t tmpfs none "\$0" && exec "\$@"' "$out/ck" "\$@"
+W
+chmod +x "$out/wrap.sh"
+m=("${small[@]}" --batch 2 --steps 4 --checkpoint-interval 2 --dump-folder "$out/ck/run")
+timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS "$out/wrap.sh" "$titan" train "${m[@]}" > "$out/a.log" 2>&1
+rc=$?
+fail=0
+if [ $rc != 0 ] && [ $rc != 124 ] && ! grep -q "step:" "$out/a.log" &&
+   grep -q "rank 1 cannot use the checkpoint folder: $out/ck/run/checkpoint is not the folder rank 0 writes: .* must be one folder all ranks share" "$out/a.log"; then
+  echo "ok   a checkpoint folder not shared between ranks: refused before the first step, named"
+else echo "FAIL a checkpoint folder not shared between ranks (rc $rc):"; cat "$out/a.log"; fail=1; fi
+mpi 2 "${m[@]}" > "$out/b.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ -d "$out/ck/run/checkpoint/step-4" ] && ! ls -A "$out/ck/run/checkpoint" | grep -q shared; then
+  echo "ok   the shared folder: trained and saved, no probe file left"
+else echo "FAIL the shared folder (rc $rc):"; cat "$out/b.log"; ls -A "$out/ck/run/checkpoint"; fail=1; fi
+exit $fail
