@@ -1,5 +1,6 @@
 /* titan: command-line entry point. One table of subcommands (each handler lives in the module
  * it drives), the dispatch, and the process set-up: the BLAS re-exec and MPI start-up. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,12 @@ int main(int argc, char **argv) {
         }
         /* after MPI_Init (its threads keep ordinary stacks and their masks), before any
          * OpenMP region */
+        /* OMP_NUM_THREADS far past the CPUs (100000: a typo) crashed inside oneDNN; it is
+         * bounded as --threads is, with that warning */
+        if (!rc) {
+            const int t = omp_get_max_threads(), b = base_threads_bound(t, "OMP_NUM_THREADS");
+            if (b < t) omp_set_num_threads(b);
+        }
         if (!rc) rc = base_signals_to_own_thread(&err);
         if (!rc) rc = cmd->run(argc, argv, &err);
     }

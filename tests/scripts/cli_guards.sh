@@ -99,6 +99,13 @@ timeout 60 "$titan" tokenize --threads 100000 --data "$out/t.txt" --tokenizer "$
   --out "$out/tok" > "$out/o" 2>&1; rc=$?
 [ $rc -eq 0 ] && grep -qE "100000 threads asked for, [0-9]+ CPUs here: using [0-9]+" "$out/o" &&
   ok "tokenize --threads 100000 bounded" || bad "tokenize --threads 100000 (rc $rc)"
+# the same from the environment (a crash inside oneDNN's first product before)
+OMP_NUM_THREADS=100000 timeout 120 "$titan" train --set n_layers=1 --set dim=64 --set n_heads=4 \
+  --set n_kv_heads=2 --set head_dim=16 --set ffn_dim=128 --set vocab_size=300 --random-tokens \
+  --batch 1 --seq-len 8 --steps 1 --peak-tflops 1 --checkpoint.enable false \
+  --dump-folder "$out/omp" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -qE "OMP_NUM_THREADS: 100000 threads asked for, [0-9]+ CPUs here: using [0-9]+" "$out/o" &&
+  ok "OMP_NUM_THREADS=100000 bounded" || bad "OMP_NUM_THREADS=100000 (rc $rc)"
 
 # the process name, read once the re-exec (if any) has happened
 env -u OPENBLAS_CORETYPE -u TITAN_NO_REEXEC "$titan" train --set n_layers=1 --set dim=64 \
