@@ -100,6 +100,21 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
+/* The heartbeat. Bumped every tick, and while this rank diagnoses a stall too: other ranks
+ * that time out at the same moment read it then, and a still heartbeat would have them name
+ * this running rank as stopped (four ranks: most lines blamed ranks that were running). */
+static void beat(void) {
+    __atomic_fetch_add(&g_rec->beat, 1, __ATOMIC_RELAXED);
+}
+
+/* Sleeps s seconds, beating every tick. */
+static void sleep_beating(double s) {
+    for (double left = s; left > 0; left -= TICK) {
+        sleep_s(left < TICK ? left : TICK);
+        beat();
+    }
+}
+
 #ifdef TITAN_HAVE_MPI
 /* Reads the records of the group's ranks into recs[world] (ok[r] = 1 when read), waiting at
  * most `wait` seconds for them. */
@@ -123,12 +138,13 @@ static void read_records(const dist_comm *c, wd_rec *recs, int *ok, MPI_Request 
         }
         if (!pending || base_now() - t0 > wait) break;
         sleep_s(0.01);
+        beat();
     }
 }
 #endif
 
 /* Prints what this rank waits for and who has not arrived, then stops every rank. */
-static _Noreturn void fire(double waited, double timeout) {
+static _Noreturn void fire(double waited, double timeout, double self_gap) {
     dist_comm *c = __atomic_load_n(&g_cur, __ATOMIC_RELAXED);
     const int me = dist_world_rank(), slot = (int)g_rec->slot;
     const int64_t seq = g_rec->seq, op = g_rec->op - 1;
@@ -142,7 +158,7 @@ static _Noreturn void fire(double waited, double timeout) {
     if (g_multiple && a && oka && req) {
         const double gap = 5 * TICK; /* heartbeats 5 ticks apart */
         read_records(c, a, oka, req, 2.0);
-        sleep_s(gap);
+        sleep_beating(gap);
         read_records(c, b, okb, req, 0.5);
         int missing = 0;
         for (int i = 0; i < c->size && at < sizeof who - 256; i++) {
@@ -190,29 +206,49 @@ static _Noreturn void fire(double waited, double timeout) {
     size_t m = 0;
     for (int i = 0; i < c->size && m < sizeof members - 16; i++)
         m += (size_t)snprintf(members + m, sizeof members - m, "%s%d", i ? " " : "", c->members[i]);
+    char self[160] = "";
+    if (self_gap > 0)
+        snprintf(self, sizeof self,
+                 " (this rank itself did not run for %.1f s before: stopped, or its machine "
+                 "stalled)",
+                 self_gap);
     fprintf(stderr,
             "titan: rank %d: watchdog: %s #%lld over the %s group (ranks %s) has waited %.1f s, "
-            "past %s = %g:%s; stopping every rank\n",
+            "past %s = %g:%s%s; stopping every rank\n",
             me, g_op_names[op], (long long)seq, g_slot_names[slot], members, waited,
-            __atomic_load_n(&g_setting, __ATOMIC_RELAXED), timeout, who);
+            __atomic_load_n(&g_setting, __ATOMIC_RELAXED), timeout, who, self);
     dist_abort(3);
 }
 
+/* A tick that came this late means this process itself was not running (SIGSTOP, a stalled
+ * machine); then it waits SELF_GRACE before judging the others: its own collective may now
+ * complete, or the rank that found it stalled is stopping the job, and a rank just woken had
+ * named its waiting peers as the culprits. */
+static const double SELF_GAP = 1.0, SELF_GRACE = 3.0;
+
 static void *wd_main(void *arg) {
     (void)arg;
+    double last = base_now(), woke = -1, gap = 0;
     while (__atomic_load_n(&g_run, __ATOMIC_ACQUIRE)) {
         sleep_s(TICK);
-        __atomic_fetch_add(&g_rec->beat, 1, __ATOMIC_RELAXED);
+        beat();
+        const double now = base_now();
+        if (now - last > SELF_GAP) {
+            woke = now;
+            gap = now - last;
+        }
+        last = now;
+        if (woke >= 0 && now - woke < SELF_GRACE) continue;
         double timeout, since;
         __atomic_load(&g_timeout, &timeout, __ATOMIC_RELAXED);
         const int64_t seq = __atomic_load_n(&g_rec->seq, __ATOMIC_RELAXED);
         if (timeout <= 0 || !__atomic_load_n(&g_rec->op, __ATOMIC_ACQUIRE)) continue;
         __atomic_load(&g_since, &since, __ATOMIC_RELAXED);
-        const double waited = base_now() - since;
+        const double waited = now - since;
         /* the same collective still (not a new one entered between the loads) */
         if (waited > timeout && __atomic_load_n(&g_rec->op, __ATOMIC_ACQUIRE) &&
             __atomic_load_n(&g_rec->seq, __ATOMIC_RELAXED) == seq)
-            fire(waited, timeout);
+            fire(waited, timeout, woke >= since ? gap : 0); /* a gap within this wait */
     }
     return NULL;
 }

@@ -5,6 +5,7 @@
 #     rank 0 naming the collective, its group and rank 1 as the rank that did not arrive.
 #     During start-up (comm.init_timeout_seconds): watchdog_stall's rank 1 stops itself
 #     before the mesh's first collective; rank 0's watchdog names the split and rank 1.
+#     With 4 ranks (HSDP 2 x 2) and rank 2 stopped, no line calls a running rank stopped.
 #  2. Preemption agreed by all ranks: SIGUSR1 (job.preemption_signal) sent to rank 1 only
 #     stops both after the same step, with that step's checkpoint complete.
 set -euo pipefail
@@ -12,11 +13,11 @@ stall_tool=$4
 source "$(dirname "$0")/dist_common.sh" "$1" "$2" "$3" # titan, out, small, mpi
 r1=
 trap 'if [ -n "$r1" ]; then kill -KILL $r1 2>/dev/null || true; fi; rm -rf "$out"' EXIT
-# start NAME ARGS...: 2 ranks in the background (mpirun's pid in $mp, rank 1's in $r1), once
-# rank 0 has logged 2 steps
+# start NAME ARGS...: $np ranks (2 unless set) in the background (mpirun's pid in $mp, rank
+# $stop's (1 unless set) in $r1), once rank 0 has logged 2 steps
 start() {
   local name=$1; shift
-  timeout 60 "$mpirun" -np 2 -x OMP_NUM_THREADS "$titan" train "${small[@]}" --steps 100000 \
+  timeout 60 "$mpirun" -np "${np:-2}" -x OMP_NUM_THREADS "$titan" train "${small[@]}" --steps 100000 \
     --batch 2 --metrics "$out/$name.jsonl" "$@" > "$out/$name.log" 2>&1 &
   mp=$!
   for _ in $(seq 1200); do
@@ -26,9 +27,9 @@ start() {
   done
   r1= # among this mpirun's children (timeout -> mpirun -> ranks), the one its environment
   for p in $(pgrep -P "$(pgrep -P $mp)"); do # calls rank 1
-    grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && r1=$p
+    grep -qz "^OMPI_COMM_WORLD_RANK=${stop:-1}\$" /proc/$p/environ 2>/dev/null && r1=$p
   done
-  [ -n "$r1" ] || { echo "FAIL $name: rank 1 not found"; exit 1; }
+  [ -n "$r1" ] || { echo "FAIL $name: rank ${stop:-1} not found"; exit 1; }
 }
 
 start stuck --comm.train_timeout_seconds 3
@@ -45,6 +46,19 @@ grep -E "rank 0: watchdog: .+ #[0-9]+ over the .+ group \(ranks 0 1\) has waited
   { echo "FAIL stuck: the collective and rank 1 are not named"; cat "$out/stuck.log"; exit 1; }
 echo "ok stuck: a SIGSTOPped rank 1 ended the run in ${took} ms: $(grep -o 'watchdog: [^:]*' \
   "$out/stuck.log" | head -1); rank 1 named"
+
+# 4 ranks (HSDP 2 x 2), rank 2 stopped: every rank that times out names rank 2, and none
+# calls a running rank stopped (a rank diagnosing had let its own heartbeat stand, so the
+# others timing out with it named it "not run for 0.5 s": most lines blamed running ranks)
+np=4 stop=2 start stuck4 --comm.train_timeout_seconds 3 --parallelism.data_parallel_replicate_degree 2
+kill -STOP $r1
+rc=0; wait $mp || rc=$?
+kill -KILL $r1 2>/dev/null || true
+false_stop=$(grep -oE "rank [013] (did not arrive|arrived but stalled) \([0-9]+ collectives started on this group\): its process has not run" "$out/stuck4.log" || true)
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "watchdog: .*rank 2 .*its process has not run" "$out/stuck4.log" &&
+  [ -z "$false_stop" ] ||
+  { echo "FAIL stuck4: exit $rc; running ranks called stopped: '$false_stop'"; cat "$out/stuck4.log"; exit 1; }
+echo "ok stuck4: 4 ranks, rank 2 stopped: named, no running rank called stopped"
 
 # start-up: the split stalls on the SIGSTOPped rank 1 (a process of this mpirun: killed after)
 t0=$(date +%s%N)
