@@ -206,8 +206,50 @@ static int has_suffix(const char *s, const char *suf) {
     return n >= m && strcasecmp(s + n - m, suf) == 0;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+/* A path with titan tokenize's shard name, shard-N.tok, widened to 20 digits (other paths as
+ * they are): sorted as strings, such keys put shard-99999 before shard-100000, the order
+ * tokenize wrote them in (plain names sorted shard-100000 between shard-10000 and
+ * shard-10001: documents read out of order past 100,000 shards). NULL: out of memory. */
+static char *sort_key(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t digits = 0;
+    if (!strncmp(base, "shard-", 6))
+        while (base[6 + digits] >= '0' && base[6 + digits] <= '9') digits++;
+    if (!digits || digits > 20 || strcmp(base + 6 + digits, ".tok")) return strdup(path);
+    const size_t pre = (size_t)(base - path) + 6, len = pre + 20 + 4 + 1;
+    char *k = malloc(len);
+    if (k) {
+        memcpy(k, path, pre);
+        memset(k + pre, '0', 20 - digits);
+        memcpy(k + pre + 20 - digits, base + 6, digits);
+        memcpy(k + pre + 20, ".tok", 5);
+    }
+    return k;
+}
+
+typedef struct {
+    char *key, *path;
+} keyed_path;
+
+static int cmp_keyed(const void *a, const void *b) {
+    const keyed_path *x = a, *y = b;
+    const int c = strcmp(x->key, y->key);
+    return c ? c : strcmp(x->path, y->path); /* shard-1.tok beside shard-00001.tok */
+}
+
+/* Sorts v[n] by sort_key; -1 when out of memory (v unchanged). */
+static int sort_paths(char **v, int n) {
+    keyed_path *kv = calloc((size_t)(n ? n : 1), sizeof *kv);
+    int ok = kv != NULL;
+    for (int i = 0; ok && i < n; i++) ok = (kv[i] = (keyed_path){sort_key(v[i]), v[i]}).key != NULL;
+    if (ok) {
+        qsort(kv, (size_t)n, sizeof *kv, cmp_keyed);
+        for (int i = 0; i < n; i++) v[i] = kv[i].path;
+    }
+    for (int i = 0; kv && i < n; i++) free(kv[i].key);
+    free(kv);
+    return ok ? 0 : -1;
 }
 
 /* Text and JSON Lines files are read as they are: a compressed or binary file would train on
@@ -318,7 +360,7 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
         globfree(&g);
         *out = v;
         *n = k;
-        if (!v) return base_fail(err, "out of memory");
+        if (!v || sort_paths(v, k)) return base_fail(err, "out of memory");
         return k ? 0 : base_fail(err, "%s: no regular files match", path);
     }
     if (stat(path, &st) != 0) return base_fail(err, "%s: %s", path, strerror(errno));
@@ -358,7 +400,7 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
     *out = v;
     *n = k;
     if (!v) return base_fail(err, "out of memory");
-    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    if (sort_paths(v, k)) return base_fail(err, "out of memory");
     return k ? 0 : base_fail(err, "%s: directory has no data files", path);
 }
 

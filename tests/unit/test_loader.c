@@ -285,6 +285,65 @@ static void test_resume(data_tok *tok) {
     }
 }
 
+/* The first window of n batches (finite) from path, into out[n * T]. */
+static int first_ids(data_loader_cfg c, int32_t *out, int n) {
+    base_err err;
+    data_loader *l;
+    int32_t y[64];
+    if (data_loader_open(&l, &c, &err)) {
+        CHECK(0, "%s", err.msg);
+        return -1;
+    }
+    int b = 0;
+    while (b < n && data_loader_next(l, out + b * c.seq_len, y, &err) == 1) b++;
+    data_loader_free(l);
+    return b;
+}
+
+/* Token shards past shard-99999 are read in tokenize's order, not the names' string order
+ * (shard-10000, shard-100000, shard-10001 had put the 100,001st shard's documents before the
+ * 10,002nd's): three one-document shards renamed so, read from the folder and through a glob,
+ * give the windows of a JSONL with the documents in numeric order. */
+static void test_shard_order(data_tok *tok) {
+    if (!tok) return;
+    base_mkdir_p(path_of("order"), NULL);
+    write_str("order.jsonl",
+              "{\"text\": \"alpha\"}\n{\"text\": \"beta\"}\n{\"text\": \"gamma\"}\n");
+    write_str("order_want.jsonl",
+              "{\"text\": \"alpha\"}\n{\"text\": \"gamma\"}\n{\"text\": \"beta\"}\n");
+    data_tokenize_cfg tc = {0};
+    base_err err;
+    int64_t nd = 0, nt = 0;
+    tc.path = path_of("order.jsonl");
+    tc.tokenizer = TITAN_SHARED_DIR "/data/test_tokenizer";
+    tc.out_dir = path_of("order");
+    tc.shard_tokens = 1;
+    tc.threads = 1;
+    CHECK(data_tokenize(&tc, &nd, &nt, &err) == 0 && nd == 3, "tokenize: %s", err.msg);
+    const char *from[3] = {"order/shard-00000.tok", "order/shard-00001.tok",
+                           "order/shard-00002.tok"};
+    const char *to[3] = {"order/shard-10000.tok", "order/shard-100000.tok",
+                         "order/shard-10001.tok"};
+    for (int i = 0; i < 3; i++) {
+        char a[512];
+        snprintf(a, sizeof a, "%s", path_of(from[i]));
+        CHECK(rename(a, path_of(to[i])) == 0, "rename %s", from[i]);
+    }
+    data_loader_cfg c = cfg("order_want.jsonl", 4, 1);
+    c.enc.tok = tok;
+    c.enc.vocab_size = data_tok_vocab_size(tok);
+    c.infinite = 0;
+    int32_t want[64], got[64];
+    const int n = first_ids(c, want, 3);
+    CHECK(n == 3, "%d windows of the JSONL", n);
+    const char *paths[2] = {"order", "order/shard-*.tok"};
+    for (int p = 0; p < 2; p++) {
+        c.path = path_of(paths[p]);
+        CHECK(first_ids(c, got, n) == n && !memcmp(got, want, sizeof(int32_t) * (size_t)(n * 4)),
+              "%s: the shards read out of tokenize's order", paths[p]);
+    }
+}
+
 static void expect_error(data_loader_cfg c, const char *needle, const char *what) {
     base_err err = {{0}};
     data_loader *l = NULL;
@@ -591,6 +650,7 @@ int main(void) {
     test_text_paragraphs();
     test_text_crlf();
     test_resume(tok);
+    test_shard_order(tok);
     test_bad_jsonl();
     test_jsonl_bom(tok);
     test_text_nul();
