@@ -30,7 +30,7 @@ int train_state_check(const json_t *t, const char *dir, int64_t step, base_err *
         int_in(t, "adam_step", 0, step, where, err) || /* one AdamW step per training step */
         int_in(t, "tokens_seen", 0, big, where, err) ||
         int_in(t, "random_tokens_counter", 0, big, where, err) ||
-        int_in(t, "seed", 0, big, where, err))
+        int_in(t, "seed", 0, INT64_MAX, where, err)) /* training.seed's whole range */
         return -1;
     if (!json_is_boolean(json_object_get(t, "model_only")))
         return base_fail(err, "%s: train.model_only is not a boolean", where);

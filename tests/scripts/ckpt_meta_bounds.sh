@@ -24,6 +24,11 @@ refused() { # description, sed expression, error regex
     echo "ok   $1: $(cat "$out/e")"
   fi
 }
+# a seed in training.seed's whole range (5e18: above the 2^62 the resume had allowed) resumes
+"$titan" "${args[@]}" --seed 5000000000000000000 --dump-folder "$out/seed" --stop-after-step 2 > /dev/null 2>&1
+if "$titan" "${args[@]}" --seed 5000000000000000000 --dump-folder "$out/seed" > "$out/o" 2>&1 &&
+   grep -q "resumed from" "$out/o"; then echo "ok   a run with seed 5e18 resumes"
+else echo "FAIL a run with seed 5e18 does not resume:"; tail -3 "$out/o"; fail=1; fi
 # metadata.json's own CRC-32C (version 4): an in-range edit of the trainer state (adam_step 2 ->
 # 1 would train on silently) is refused naming the file; the same edit with the "crc32c" line
 # deleted (as the message says to) loads with a warning; a re-indented file still matches (the
