@@ -28,6 +28,7 @@ struct train_metrics {
     char *jl_path;
     train_tb *tb;
     train_report_run *rep; /* the report page's figures (rank 0, o->report_path) */
+    double rep_next;       /* base_now() before which the page is not drawn again */
     /* the logging window: the steps since the last logged one (this rank's figures) */
     int64_t w_tokens;
     double w_step_s, w_data_s, w_rss;
@@ -286,16 +287,27 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
     fprintf(jl, "}\n");
 }
 
+/* Of the wall time, at most 1 / REPORT_BUDGET goes to drawing the page: a drawing reads the
+ * whole history, so at every logged step a long run of fast steps had spent more and more of
+ * its time there (a 20,000-step run 6 min instead of 3 s; the long-run audit). */
+#define REPORT_BUDGET 20
+
 /* The step's line into the report's figures, and the page rewritten on logged and validation
- * steps. The page is a view: a failure is a warning and training goes on. */
+ * steps (within the time budget; the run's last step, or the one it stops at, always). The
+ * page is a view: a failure is a warning and training goes on. */
 static void report_step(train_metrics *t, const char *line, size_t len, int draw, int step) {
     char where[64];
     snprintf(where, sizeof where, "the metrics of step %d", step);
     const train_report_opts po = {.refresh_s = step < t->last ? 30 : 0}; /* live until done */
     base_err e;
-    if (train_report_add_line(t->rep, line, len ? len - 1 : 0, where, &e) ||
-        (draw && train_report_write(&t->rep, 1, t->o->report_path, &po, &e)))
-        base_log(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
+    const double t0 = base_now();
+    draw = draw && (step >= t->last || t0 >= t->rep_next);
+    /* a line it cannot take (past its 1e8 records) leaves the page drawn from the others */
+    if (train_report_add_line(t->rep, line, len ? len - 1 : 0, where, &e))
+        base_log_once(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
+    if (draw && train_report_write(&t->rep, 1, t->o->report_path, &po, &e))
+        base_log_once(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
+    if (draw) t->rep_next = t0 + REPORT_BUDGET * (base_now() - t0);
 }
 
 void train_metrics_end_at(train_metrics *t, int step) {

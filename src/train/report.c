@@ -60,7 +60,7 @@ static const char *const g_run_color[] = {"#ee4c2c", "#2563eb", "#059669", "#d97
 
 #define REPORT_MAX_LINE (1 << 20)     /* bytes per metrics.jsonl line */
 #define REPORT_MAX_RECORDS 100000000L /* lines per file */
-#define REPORT_MAX_POINTS 4000        /* per polyline: longer series keep every k-th step */
+#define REPORT_MAX_POINTS 4000        /* per polyline: longer series their buckets' extremes */
 #define REPORT_MAX_RUNS 64            /* runs on one page */
 
 typedef struct {
@@ -499,20 +499,34 @@ static void draw_axes(FILE *o, const axes *a) {
             a->log_x ? " (log scale)" : "");
 }
 
+/* A point of a polyline. */
+typedef struct {
+    double v;
+    int64_t step;
+} pt;
+
+static void put_pt(FILE *o, const axes *a, pt p, size_t *k) {
+    fprintf(o, "%s%.1f,%.1f", (*k)++ ? " " : "", map_x(a, (double)p.step), map_y(a, p.v));
+}
+
 /* The series as one polyline: its values, or with smooth in (0, 1) their exponential moving
  * average (TensorBoard's smoothing, debiased), named key "_smoothed". At most
- * REPORT_MAX_POINTS points: longer series keep every k-th step and the last. */
+ * REPORT_MAX_POINTS points: a longer series is cut into REPORT_MAX_POINTS / 2 buckets of
+ * consecutive points, each drawn as its lowest and highest point in step order, so a one-step
+ * spike is always drawn (every k-th point had drawn a 100,000-step loss with a spike flat, the
+ * axis fitted to a value no line reached). */
 static void polyline(FILE *o, const axes *a, const series *s, size_t n, double smooth,
                      const char *attrs) {
     const train_report_run *r = s->run;
-    const size_t every =
-        n > REPORT_MAX_POINTS ? (n + REPORT_MAX_POINTS - 1) / REPORT_MAX_POINTS : 1;
+    const size_t per =
+        n > REPORT_MAX_POINTS ? (n + REPORT_MAX_POINTS / 2 - 1) / (REPORT_MAX_POINTS / 2) : 1;
     fprintf(o,
             "<polyline class=\"series\" data-series=\"%s%s\" data-run=\"%d\" stroke=\"%s\"%s "
             "points=\"",
             g_field[s->field].key, smooth > 0 ? "_smoothed" : "", s->run_index, s->color, attrs);
-    size_t k = 0;
+    size_t k = 0, in = 0, j = 0; /* points drawn, in the bucket, taken */
     double ema = 0, debias = 1;
+    pt lo = {0, 0}, hi = {0, 0};
     for (size_t i = 0; i < r->n; i++) {
         double v = r->rec[i].v[s->field];
         if (isnan(v)) continue;
@@ -521,8 +535,19 @@ static void polyline(FILE *o, const axes *a, const series *s, size_t n, double s
             debias *= smooth;
             v = ema / (1 - debias);
         }
-        if (k++ % every && k != n) continue;
-        fprintf(o, "%s%.1f,%.1f", k > 1 ? " " : "", map_x(a, (double)r->rec[i].step), map_y(a, v));
+        const pt p = {v, r->rec[i].step};
+        if (!in++) lo = hi = p;
+        if (p.v < lo.v) lo = p;
+        if (p.v > hi.v) hi = p;
+        const int last = ++j == n;
+        if (in < per && !last) continue;
+        /* the bucket: its extremes in step order (one point when they are one), and the
+         * series' last point, where its line ends */
+        const pt first = lo.step <= hi.step ? lo : hi, second = lo.step <= hi.step ? hi : lo;
+        put_pt(o, a, first, &k);
+        if (second.step != first.step) put_pt(o, a, second, &k);
+        if (last && p.step != second.step) put_pt(o, a, p, &k);
+        in = 0;
     }
     fprintf(o, "\"/>\n");
 }

@@ -107,3 +107,28 @@ lines = re.findall(r'<polyline[^>]*data-series="[a-z_]+"', html)
 assert lines and html.count("<circle") >= len(lines), (len(lines), html.count("<circle"))
 EOF2
 echo "ok: a 1-step run's charts show their one point"
+# a 100,000-step history with a one-step loss spike (50 among 2.0) and a dip (0.5): the loss
+# line (at most 4000 points) reaches both (every k-th point had drawn it flat under an axis
+# fitted to the spike), and ends at the last step
+mkdir -p "$out/spike"
+"$python" - "$out/spike/metrics.jsonl" <<'EOF2'
+import sys
+with open(sys.argv[1], "w") as f:
+    for s in range(1, 100001):
+        v = 50.0 if s == 50003 else 0.5 if s == 77777 else 2.0
+        f.write('{"step": %d, "loss": %r}\n' % (s, v))
+EOF2
+"$titan" report "$out/spike" > /dev/null || fail "report of the spike history"
+"$python" - "$out/spike/report.html" <<'EOF2' || fail "a one-step spike or dip left out of the loss line"
+import re, sys
+html = open(sys.argv[1]).read()
+pts = re.search(r'<polyline[^>]*data-series="loss"[^>]*points="([^"]*)"', html).group(1).split()
+ys = [float(p.split(",")[1]) for p in pts]
+xs = [float(p.split(",")[0]) for p in pts]
+assert len(pts) <= 4001, len(pts)
+flat = max(set(ys), key=ys.count)
+assert min(ys) < flat - 100, (min(ys), flat)  # the spike: far above the line (y grows down)
+assert max(ys) > flat, (max(ys), flat)        # the dip
+assert xs == sorted(xs) and abs(xs[-1] - 1144.0) < 0.11, ("points out of step order or the end cut", xs[-1])
+EOF2
+echo "ok: a one-step spike and dip in 100,000 steps are drawn"
