@@ -151,6 +151,10 @@ add_test(NAME train_report
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/report.sh $<TARGET_FILE:titan> ${TITAN_PYTHON}
           ${TITAN_SHARED}/data/tinyshakespeare/input.txt)
 set_tests_properties(train_report PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+# the progress line on a terminal: in place, throttled, a readable ETA
+add_test(NAME progress_tty
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/progress_tty.sh $<TARGET_FILE:titan> ${TITAN_PYTHON})
+set_tests_properties(progress_tty PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 add_test(NAME report_screenshot
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/report_screenshot.sh $<TARGET_FILE:titan>
           ${TITAN_PYTHON} ${TITAN_SHARED}/data/tinyshakespeare/input.txt)

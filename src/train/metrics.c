@@ -29,6 +29,7 @@ struct train_metrics {
     train_tb *tb;
     train_report_run *rep; /* the report page's figures (rank 0, o->report_path) */
     double rep_next;       /* base_now() before which the page is not drawn again */
+    double prog_next;      /* and the progress line */
     /* the logging window: the steps since the last logged one (this rank's figures) */
     int64_t w_tokens;
     double w_step_s, w_data_s, w_rss;
@@ -292,6 +293,24 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
  * its time there (a 20,000-step run 6 min instead of 3 s; the long-run audit). */
 #define REPORT_BUDGET 20
 
+/* s seconds as "42s", "7:05" (m:ss), "3:07:05" (h:mm:ss) or "12d 03:07:05" (a long run's ETA
+ * had read "eta 12553936s"). */
+static void format_duration(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e12) {
+        snprintf(buf, n, "?");
+        return;
+    }
+    const long long t = llround(s), d = t / 86400, h = t / 3600 % 24, m = t / 60 % 60, sec = t % 60;
+    if (t < 60)
+        snprintf(buf, n, "%llds", t);
+    else if (t < 3600)
+        snprintf(buf, n, "%lld:%02lld", m, sec);
+    else if (!d)
+        snprintf(buf, n, "%lld:%02lld:%02lld", h, m, sec);
+    else
+        snprintf(buf, n, "%lldd %02lld:%02lld:%02lld", d, h, m, sec);
+}
+
 /* The step's line into the report's figures, and the page rewritten on logged and validation
  * steps (within the time budget; the run's last step, or the one it stops at, always). The
  * page is a view: a failure is a warning and training goes on. */
@@ -394,12 +413,18 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
                "tps: %.1f  (%lld tokens)\n",
                ts, s->step, s->val_loss, exp(s->val_loss), mem, mem_pct, vtps,
                (long long)s->val_tokens);
-    if (t->lead && t->tty && s->step < t->last) { /* progress: steps done, ETA, tokens/s */
-        const double avg = (base_now() - t->t_run) / (double)(s->step - t->start);
+    /* progress: steps done, ETA, tokens/s; in place (each replaces the last: unlogged steps'
+     * lines had run on into one endless line), at most 10 a second, and after a logged line */
+    const double now = base_now();
+    if (t->lead && t->tty && s->step < t->last && (log_now || val || now >= t->prog_next)) {
+        const double avg = (now - t->t_run) / (double)(s->step - t->start);
         const int w = 30, done = (int)((double)w * s->step / t->last);
-        printf("  [%.*s%*s] step %d/%d  eta %.0fs  %.0f tok/s", done,
-               "##############################", w - done, "", s->step, t->last,
-               avg * (t->last - s->step), (double)s->ntokens * s->dp_size / avg);
+        char eta[48];
+        format_duration(eta, sizeof eta, avg * (t->last - s->step));
+        printf("\r\033[K  [%.*s%*s] step %d/%d  eta %s  %.0f tok/s", done,
+               "##############################", w - done, "", s->step, t->last, eta,
+               (double)s->ntokens * s->dp_size / avg);
+        t->prog_next = now + 0.1;
     }
     if (t->lead) fflush(stdout);
     if (t->jl || t->rep) { /* one line for the file and the page */
