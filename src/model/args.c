@@ -73,6 +73,38 @@ int model_args_describe(const model_args *a, char *buf, size_t n) {
     return text ? 0 : -1;
 }
 
+int model_args_diff(const model_args *have, const model_args *want, char *buf, size_t n) {
+    json_t *h = model_args_json(have, MODEL_ARGS_JSON_IDENTITY);
+    json_t *w = model_args_json(want, MODEL_ARGS_JSON_IDENTITY);
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    const char *key;
+    json_t *hv;
+    json_object_foreach(h, key, hv) {
+        json_t *wv = json_object_get(w, key);
+        if (wv && json_equal(hv, wv)) continue;
+        char *a = json_dumps(hv, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *b = wv ? json_dumps(wv, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        if (at < n)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s %s (this run %s)", at ? ", " : "", key,
+                                   a ? a : "?", b ? b : "none");
+        free(a);
+        free(b);
+    }
+    json_t *wv;
+    json_object_foreach(w, key, wv) { /* the run's fields the other has not (MoE onto dense) */
+        if (json_object_get(h, key)) continue;
+        char *b = json_dumps(wv, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (at < n)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s none (this run %s)", at ? ", " : "", key,
+                                   b ? b : "?");
+        free(b);
+    }
+    json_decref(h);
+    json_decref(w);
+    return h && w ? 0 : -1;
+}
+
 int model_args_from_json(const struct json_t *j, const char *where, model_args *a, base_err *err) {
     if (!json_is_object(j)) return base_fail(err, "%s: not a JSON object", where);
     const char *key;

@@ -94,6 +94,10 @@ int model_args_from_json(const struct json_t *j, const char *where, model_args *
 int model_args_equal(const model_args *a, const model_args *b);
 /* The identity as compact JSON with sorted keys, for messages; -1 (and "?") when out of memory. */
 int model_args_describe(const model_args *a, char *buf, size_t n);
+/* The identity fields where have and want differ, "dim 128 (this run 64), vocab_size ..."
+ * into buf (a message naming two models names what differs first: the whole identities are
+ * ~400 bytes each). */
+int model_args_diff(const model_args *have, const model_args *want, char *buf, size_t n);
 
 typedef struct {
     char name[96];    /* torchtitan name, e.g. "layers.3.attention.wq.weight" */

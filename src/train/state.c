@@ -327,13 +327,14 @@ static int initial_load(const train_opts *o, model *w, model *m, base_err *err) 
         if (ckpt_source_args(&s, &a, err)) return -1;
         a.router_aux_loss_coef = o->model.router_aux_loss_coef; /* a loss weight: the run's */
         if (!model_args_equal(&a, &o->model)) {
-            char have[1024], want[1024];
+            char diff[1024], have[1024], want[1024];
+            model_args_diff(&a, &o->model, diff, sizeof diff);
             model_args_describe(&a, have, sizeof have);
             model_args_describe(&o->model, want, sizeof want);
             return base_fail(err,
-                             "%s describes another model %s than this run's %s: set "
-                             "model.config_path to it",
-                             p, have, want);
+                             "%s describes another model than this run's: %s; set "
+                             "model.config_path to it (its model %s, this run's %s)",
+                             p, diff, have, want);
         }
     }
     if (ckpt_source_load(&s, w, w->w, err)) return -1;

@@ -51,9 +51,12 @@ int train_model_check(const json_t *t, const model_args *run, const char *dir, i
     model_args saved = *run; /* what the identity leaves out is the run's */
     if (model_args_from_json(json_object_get(t, "model"), where, &saved, err)) return -1;
     if (model_args_equal(&saved, run)) return 0;
-    char have[1024], want[1024];
+    char diff[1024], have[1024], want[1024];
+    model_args_diff(&saved, run, diff, sizeof diff);
     model_args_describe(&saved, have, sizeof have);
     model_args_describe(run, want, sizeof want);
-    return base_fail(err, "%s/step-%lld: the checkpoint's model %s is not this run's %s", dir,
-                     (long long)step, have, want);
+    return base_fail(err,
+                     "%s/step-%lld: the checkpoint's model is not this run's: %s (the "
+                     "checkpoint's %s, this run's %s)",
+                     dir, (long long)step, diff, have, want);
 }
