@@ -1,5 +1,6 @@
 /* titan: command-line entry point. One table of subcommands (each handler lives in the module
  * it drives), the dispatch, and the process set-up: the BLAS re-exec and MPI start-up. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,19 @@ int main(int argc, char **argv) {
         if (!rc) {
             const int t = omp_get_max_threads(), b = base_threads_bound(t, "OMP_NUM_THREADS");
             if (b < t) omp_set_num_threads(b);
+        }
+        /* unset, OpenMP takes a thread per CPU it sees; in a container whose CPU quota pays
+         * for fewer (docker --cpus, a Kubernetes limit) that many threads are throttled in
+         * turn and wait on each other at every barrier: as many threads as the quota's CPUs
+         * (rounded up), said once; --threads or OMP_NUM_THREADS still choose */
+        const double quota = rc || getenv("OMP_NUM_THREADS") ? 0 : base_cpu_quota();
+        if (quota > 0 && (int)ceil(quota) < omp_get_max_threads()) {
+            if (dist_world_rank() <= 0)
+                base_log(BASE_LOG_INFO,
+                         "%d threads, not %d: this process's cgroup gives it %.2f CPUs (its CPU "
+                         "quota); OMP_NUM_THREADS or --threads choose another count",
+                         (int)ceil(quota), omp_get_max_threads(), quota);
+            omp_set_num_threads((int)ceil(quota));
         }
         if (!rc) rc = base_signals_to_own_thread(&err);
         if (!rc) rc = cmd->run(argc, argv, &err);

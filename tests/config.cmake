@@ -35,3 +35,7 @@ set_tests_properties(cli_guards PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEO
 # make train / make build install the build dependencies only; make test everything.
 add_test(NAME make_deps_modes
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/make_deps.sh ${CMAKE_SOURCE_DIR})
+# a cgroup CPU quota: as many threads as its CPUs (OMP_NUM_THREADS and --threads still choose)
+add_test(NAME cpu_quota
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/cpu_quota.sh $<TARGET_FILE:titan>)
+set_tests_properties(cpu_quota PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)

@@ -489,6 +489,71 @@ static int64_t read_number(const char *file, const char *key) {
     return v;
 }
 
+/* This process's group of a cgroup controller from /proc/self/cgroup ("" for the root, as
+ * inside a cgroup namespace): v2's "0::/path" when controller is NULL, else the v1 line whose
+ * controller list names it ("4:cpu,cpuacct:/path"). 0 when found. */
+static int cgroup_group(const char *controller, char *out, size_t n) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return -1;
+    char line[1024];
+    int found = -1;
+    while (found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c = strchr(line, ':'), *p = c ? strchr(c + 1, ':') : NULL;
+        if (!p) continue;
+        *p++ = 0;
+        c++;
+        if (!controller) {
+            if (strcmp(line, "0") || *c) continue;
+        } else {
+            int has = 0;
+            for (char *t = strtok(c, ","); t && !has; t = strtok(NULL, ","))
+                has = !strcmp(t, controller);
+            if (!has) continue;
+        }
+        snprintf(out, n, "%s", strcmp(p, "/") ? p : "");
+        found = 0;
+    }
+    fclose(f);
+    return found;
+}
+
+double base_cpu_quota(void) {
+    double best = 0;
+    char grp[512], path[800];
+    /* v2: cpu.max "QUOTA PERIOD" or "max PERIOD", in the group and each parent */
+    if (!cgroup_group(NULL, grp, sizeof grp))
+        for (;;) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", grp);
+            FILE *f = fopen(path, "r");
+            long long q, p;
+            if (f && fscanf(f, "%lld %lld", &q, &p) == 2 && q > 0 && p > 0 &&
+                (!best || (double)q / (double)p < best))
+                best = (double)q / (double)p;
+            if (f) fclose(f);
+            char *slash = strrchr(grp, '/');
+            if (!slash) break;
+            *slash = 0;
+        }
+    /* v1: cpu.cfs_quota_us (-1: none) / cpu.cfs_period_us, where the cpu controller is */
+    static const char *const roots[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+    if (!cgroup_group("cpu", grp, sizeof grp))
+        for (;;) {
+            for (int r = 0; r < 2; r++) {
+                snprintf(path, sizeof path, "%s%s/cpu.cfs_quota_us", roots[r], grp);
+                const int64_t q = read_number(path, "");
+                snprintf(path, sizeof path, "%s%s/cpu.cfs_period_us", roots[r], grp);
+                const int64_t p = read_number(path, "");
+                if (q > 0 && p > 0 && (!best || (double)q / (double)p < best))
+                    best = (double)q / (double)p;
+            }
+            char *slash = strrchr(grp, '/');
+            if (!slash) break;
+            *slash = 0;
+        }
+    return best;
+}
+
 size_t base_available_ram(void) {
     const char *env = getenv("TITAN_MEM_AVAILABLE");
     int64_t x;
@@ -504,17 +569,7 @@ size_t base_available_ram(void) {
     /* cgroup v2 (this process's group, from /proc/self/cgroup's "0::/path"; inside a cgroup
      * namespace that is "/"), then v1: what the limit leaves (v1's "no limit" is huge) */
     char grp[512] = "", path[700];
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "0::", 3)) {
-                snprintf(grp, sizeof grp, "%s", line + 3);
-                grp[strcspn(grp, "\n")] = 0;
-            }
-        fclose(f);
-    }
-    if (!strcmp(grp, "/")) grp[0] = 0;
+    if (cgroup_group(NULL, grp, sizeof grp)) grp[0] = 0;
     snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", grp);
     int64_t lim = read_number(path, "");
     snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", grp);

@@ -87,6 +87,11 @@ size_t base_available_ram(void);
 
 /* Online CPUs (at least 1). */
 int base_cpu_count(void);
+/* The CPUs this process's cgroup may use (its CPU quota / period, the lowest along its
+ * hierarchy; v2 cpu.max, v1 cpu.cfs_quota_us): 2.5 for a container started with --cpus 2.5;
+ * 0 when unlimited or unknown. OpenMP starts a thread per CPU it sees, not per CPU the quota
+ * pays for: 64 threads throttled to 2 CPUs' time wait on each other at every barrier. */
+double base_cpu_quota(void);
 /* Thread counts asked for on a command line or in a config are capped at this many per CPU:
  * more only adds scheduling and per-thread memory (100000 OpenMP threads exhaust the stacks). */
 #define BASE_THREADS_PER_CPU 4

@@ -143,7 +143,9 @@ const field g_fields[] = {
     INT(training, steps, 10000, 1, BIG, "optimizer steps"),
     FLT(training, max_norm, 1.0, 0, INFINITY, 0, "gradient clipping threshold (global L2 norm)"),
     INT(training, seed, 42, 0, 9.2e18, "weight init and data seed (titan keeps one, default 42)"),
-    INT(training, threads, 0, 0, 4096, "OpenMP/BLAS threads; 0 = all cores (titan)"),
+    INT(training, threads, 0, 0, 4096,
+        "OpenMP/BLAS threads; 0 = OMP_NUM_THREADS, else all cores (the cgroup's CPU quota) "
+        "(titan)"),
     INT(training, ce_chunk, 0, 0, BIG, "tokens per fused lm_head+CE chunk; 0 = auto (titan)"),
     PBOOL(training, enable_cpu_offload, 0, P_REFUSE,
           "offload parameters, gradients and optimizer state to host memory (not implemented)"),
