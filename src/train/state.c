@@ -148,7 +148,9 @@ int train_loader_state_restore(const json_t *t, data_loader *l, int dp_rank, int
         return base_fail(err,
                          "%s/step-%lld: the data loaders' positions belong to %d data-parallel "
                          "ranks, this run has %d: resume a dataset on the same data-parallel "
-                         "size (random tokens reshard freely)",
+                         "size (random tokens reshard freely), or set "
+                         "checkpoint.exclude_from_loading = [\"dataloader\"] to read the data "
+                         "from its start again",
                          dir, (long long)step, saved_dp, dp_size);
     if (dp_size > 1) dl = json_array_get(dls, (size_t)dp_rank);
     data_loader_state ds;

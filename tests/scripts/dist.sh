@@ -175,6 +175,20 @@ grep -q "resumed from $out/w2b/checkpoint/step-5" "$out/r4.log" || { cat "$out/r
 same_losses "2-rank checkpoint resumed on 4 ranks, steps 6..10" "$out/straight.jsonl" \
     "$out/r4.jsonl" 5
 
+# a dataset's position saved by 2 ranks is refused on 1, naming the way to read the data from
+# its start again, which then resumes
+printf 'one two three\n\nfour five\n\nsix seven eight\n\nnine\n' > "$out/few.txt"
+d=("${model[@]}" --batch 1 --data "$out/few.txt" --steps 4 --checkpoint-interval 2
+   --dump-folder "$out/dp")
+mpi 2 "${d[@]}" --stop-after-step 2 > "$out/dp2.log" 2>&1 || { cat "$out/dp2.log"; exit 1; }
+if OMP_NUM_THREADS=1 "$titan" train "${d[@]}" > "$out/dp1.log" 2>&1 ||
+   ! grep -q 'belong to 2 data-parallel ranks, this run has 1: .*exclude_from_loading = \["dataloader"\]' "$out/dp1.log"; then
+  echo "FAIL a dataset position of 2 ranks on 1"; cat "$out/dp1.log"; exit 1; fi
+OMP_NUM_THREADS=1 "$titan" train "${d[@]}" --checkpoint.exclude_from_loading dataloader \
+  > "$out/dp1x.log" 2>&1 && grep -q "not loaded: dataloader" "$out/dp1x.log" ||
+  { echo "FAIL exclude_from_loading dataloader"; cat "$out/dp1x.log"; exit 1; }
+echo "ok a dataset position of 2 ranks on 1: refused, naming exclude_from_loading, which resumes"
+
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"
 start=$(date +%s)
