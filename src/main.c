@@ -203,14 +203,8 @@ int main(int argc, char **argv) {
          * turn and wait on each other at every barrier: as many threads as the quota's CPUs
          * (rounded up), said once; --threads or OMP_NUM_THREADS still choose */
         const double quota = rc || getenv("OMP_NUM_THREADS") ? 0 : base_cpu_quota();
-        if (quota > 0 && (int)ceil(quota) < omp_get_max_threads()) {
-            if (dist_world_rank() <= 0)
-                base_log(BASE_LOG_INFO,
-                         "%d threads, not %d: this process's cgroup gives it %.2f CPUs (its CPU "
-                         "quota); OMP_NUM_THREADS or --threads choose another count",
-                         (int)ceil(quota), omp_get_max_threads(), quota);
-            omp_set_num_threads((int)ceil(quota));
-        }
+        if (quota > 0 && (int)ceil(quota) < omp_get_max_threads())
+            omp_set_num_threads((int)ceil(quota)); /* train's header says why */
         if (!rc) rc = base_signals_to_own_thread(&err);
         if (!rc) rc = cmd->run(argc, argv, &err);
     }

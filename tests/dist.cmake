@@ -37,7 +37,7 @@ if(TARGET MPI::MPI_C AND TITAN_MPIRUN)
   add_executable(agree ${CMAKE_CURRENT_SOURCE_DIR}/dist/agree.c)
   target_link_libraries(agree PRIVATE titan_core)
   add_test(NAME dist_agree
-    COMMAND ${TITAN_MPIRUN} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:agree>)
+    COMMAND ${TITAN_MPIRUN} --allow-run-as-root --oversubscribe -np 4 $<TARGET_FILE:agree>)
   set_tests_properties(dist_agree PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
   # a checkpoint folder each rank's machine has its own copy of: refused before the first step
   add_test(NAME dist_shared_folder

@@ -117,7 +117,8 @@ static int dir_has_shards(const char *dir) {
 
 int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_tokens_out,
                   base_err *err) {
-    const int nt = cfg->threads > 0 ? cfg->threads : omp_get_num_procs();
+    /* OMP_NUM_THREADS, else the CPUs (the cgroup's CPU quota: main) */
+    const int nt = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
     const uint64_t shard_tokens =
         cfg->shard_tokens > 0 ? (uint64_t)cfg->shard_tokens : (uint64_t)1 << 28;
     data_tok **toks = calloc((size_t)nt, sizeof *toks);

@@ -298,33 +298,37 @@ void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t byt
     if (recv != send) memcpy(recv, send, bytes);
 }
 
+void dist_bcast_bytes(dist_comm *c, void *buf, size_t bytes, int root) {
+#ifdef TITAN_HAVE_MPI
+    if (MULTI(c)) {
+        const double t0 = dist_wd_enter(c, DIST_OP_BCAST, 0, (double)bytes);
+        MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm);
+        g_comm_s += dist_wd_leave(t0);
+        return;
+    }
+#endif
+    (void)c;
+    (void)buf;
+    (void)bytes;
+    (void)root;
+}
+
 int dist_agree(dist_comm *c, int rc, const char *what, base_err *err) {
     int64_t bad = rc != 0;
     dist_allreduce_i64(c, &bad, 1);
     if (!bad) return 0;
-    /* the failing ranks' messages, gathered only now: the path every success takes is one
-     * 8-byte all-reduce */
-    typedef struct {
-        int64_t rank; /* world rank; -1: succeeded */
-        char msg[sizeof err->msg];
-    } said;
-    const int n = dist_comm_size(c);
-    said *mine = calloc(1, sizeof *mine), *all = calloc((size_t)n, sizeof *all);
-    if (!mine || !all) {
-        free(mine);
-        free(all);
-        if (!rc) base_fail(err, "another rank %s", what);
-        return -1;
-    }
-    mine->rank = rc ? dist_world_rank() : -1;
-    if (rc) snprintf(mine->msg, sizeof mine->msg, "%s", err->msg[0] ? err->msg : "(no message)");
-    dist_allgather_bytes(c, mine, all, sizeof *mine);
-    const said *first = NULL;
-    for (int k = 0; k < n; k++)
-        if (all[k].rank >= 0 && (!first || all[k].rank < first->rank)) first = &all[k];
-    if (!rc && first) base_fail(err, "rank %lld %s: %s", (long long)first->rank, what, first->msg);
-    free(mine);
-    free(all);
+    /* the lowest failing world rank (a max of its negation), then its message from it alone:
+     * two small collectives, nothing sized by the group, only on the failure path */
+    double lowest = rc ? -(double)dist_world_rank() : -1e300,
+           who = rc ? (double)dist_comm_rank(c) : -1;
+    double v[2] = {lowest, 0};
+    dist_allreduce_max_f64(c, v, 1);
+    v[1] = rc && v[0] == lowest ? who : -1; /* that rank's place in c */
+    dist_allreduce_max_f64(c, v + 1, 1);
+    char msg[sizeof err->msg];
+    if (rc) snprintf(msg, sizeof msg, "%s", err->msg[0] ? err->msg : "(no message)");
+    dist_bcast_bytes(c, msg, sizeof msg, (int)v[1]);
+    if (!rc) base_fail(err, "rank %.0f %s: %s", -v[0], what, msg);
     return -1;
 }
 

@@ -67,6 +67,8 @@ void dist_alltoallv_rows(dist_comm *c, const void *send, const int32_t *scount, 
                          const int32_t *rcount, size_t row);
 /* recv[size * bytes] = every rank's send[bytes], in rank order. */
 void dist_allgather_bytes(dist_comm *c, const void *send, void *recv, size_t bytes);
+/* buf[bytes] on every rank of c = root's (root: a rank of c). */
+void dist_bcast_bytes(dist_comm *c, void *buf, size_t bytes, int root);
 /* Whether rc was 0 on every rank of c (collective): 0 if so, else -1. When a rank failed, a
  * rank that did not gets "rank N <what>: <rank N's err>" in err (N the lowest failing world
  * rank; what says what it was doing, "could not write its shard"), and a failing rank keeps

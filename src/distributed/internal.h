@@ -50,6 +50,7 @@ typedef enum {
     DIST_OP_ALLTOALL,
     DIST_OP_ALLTOALLV,
     DIST_OP_REDUCE_SCATTER,
+    DIST_OP_BCAST,
     DIST_OP_IALLGATHER
 } dist_wd_op;
 /* Entering collective op on c: seq 0 for a blocking one (counted now), or the number

@@ -28,10 +28,10 @@ typedef struct {
 static const char *const g_slot_names[DIST_WD_SLOTS] = {
     "world",           "dp_shard (FSDP)", "dp_replicate (HSDP)", "data-parallel",
     "tensor-parallel", "expert-parallel", "expert-FSDP"};
-static const char *const g_op_names[] = {"communicator split", "barrier",
-                                         "all-reduce",         "all-gather",
-                                         "all-to-all",         "all-to-all-v (MoE dispatch)",
-                                         "reduce-scatter",     "all-gather (FSDP parameters)"};
+static const char *const g_op_names[] = {
+    "communicator split", "barrier",    "all-reduce",
+    "all-gather",         "all-to-all", "all-to-all-v (MoE dispatch)",
+    "reduce-scatter",     "broadcast",  "all-gather (FSDP parameters)"};
 
 _Static_assert(sizeof g_op_names / sizeof g_op_names[0] == DIST_OP_IALLGATHER + 1,
                "a name per dist_wd_op");

@@ -1,7 +1,10 @@
 /* train: the run's hold on the folders it writes (see internal.h). */
+#include <dirent.h>
 #include <errno.h>
+#include <time.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -48,18 +51,48 @@ static int lock_outputs(train_lock *l, const train_opts *o, base_err *err) {
     return o->ckpt.enable ? ckpt_step_cleanup(dirs[0], err) : 0;
 }
 
+/* dir made absolute against this process's working directory (a relative checkpoint folder
+ * is relative to each rank's own). */
+static void absolute(const char *dir, char *out, size_t n) {
+    char cwd[4096];
+    const int len = dir[0] == '/' || !getcwd(cwd, sizeof cwd)
+                        ? snprintf(out, n, "%s", dir)
+                        : snprintf(out, n, "%s/%s", cwd, dir);
+    if (len >= (int)n) snprintf(out, n, "%s", dir); /* too long whole: as given */
+}
+
+/* Opens every folder on the way to path's folder, top down: on NFS a lookup that found
+ * nothing is remembered (a negative entry, trusted until the parent's cached attributes
+ * expire, 30 s by default); opening the parent revalidates it with the server. */
+static void revalidate(const char *path) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = 0;
+        DIR *d = opendir(p);
+        if (d) closedir(d);
+        *s = '/';
+    }
+}
+
 /* Whether every rank sees the checkpoint folder rank 0 writes (collective): rank 0 creates a
- * file of a random name there, every other rank looks for it. Every rank writes its shard
- * into that folder and rank 0 commits the step, so on machines with node-local folders at the
- * same path each save failed (or worse, a resume found another machine's leftovers) hours
- * into the run; now the first seconds say so. */
+ * file of a random name there, every other rank looks for it (for up to
+ * TITAN_SHARED_FOLDER_WAIT seconds, 20 by default: a network file system may show a new file
+ * late). Every rank writes its shard into that folder and rank 0 commits the step, so on
+ * machines with node-local folders at the same path each save failed (or worse, a resume
+ * found another machine's leftovers) hours into the run; now the first seconds say so, and
+ * whether the ranks' working directories differ (a relative folder) or their machines. */
 static int check_shared(const train_opts *o, dist_comm *comm, int rank, base_err *err) {
-    char dir[4096], path[4200], host[256] = "";
+    char dir[4096], path[4300];
+    struct {
+        char host[256], dir[4096]; /* rank 0's machine and absolute folder */
+    } r0 = {"", ""};
     train_ckpt_folder(o, dir, sizeof dir);
-    gethostname(host, sizeof host - 1);
     int64_t nonce = 0;
     int rc = 0;
     if (rank == 0) {
+        gethostname(r0.host, sizeof r0.host - 1);
+        absolute(dir, r0.dir, sizeof r0.dir);
         uint64_t r = 0;
         if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
             r = (uint64_t)getpid() ^ (uint64_t)(base_now() * 1e9);
@@ -76,16 +109,44 @@ static int check_shared(const train_opts *o, dist_comm *comm, int rank, base_err
     }
     if (dist_agree(comm, rc, "could not create its file in the checkpoint folder", err)) return -1;
     dist_allreduce_i64(comm, &nonce, 1); /* rank 0's; the others add 0 */
-    snprintf(path, sizeof path, "%s/.titan.shared-%016llx", dir, (unsigned long long)nonce);
-    struct stat st;
-    if (rank != 0 && stat(path, &st) != 0)
-        rc = base_fail(err,
-                       "%s is not the folder rank 0 writes: its file %s is "
-                       "not there on this rank's machine (%s). Every rank writes its shard "
-                       "into that folder and rank 0 commits the step, so it must be one folder "
-                       "all ranks share (NFS, Lustre, ...: as torchtitan's checkpoints); set "
-                       "checkpoint.folder (or job.dump_folder) to a path every machine mounts",
-                       dir, path, host[0] ? host : "unknown host");
+    dist_bcast_bytes(comm, &r0, sizeof r0, 0);
+    if (rank != 0) {
+        char mine[4096], host[256] = "";
+        absolute(dir, mine, sizeof mine);
+        gethostname(host, sizeof host - 1);
+        snprintf(path, sizeof path, "%s/.titan.shared-%016llx", mine, (unsigned long long)nonce);
+        int64_t wait_s = 20;
+        const char *env = getenv("TITAN_SHARED_FOLDER_WAIT");
+        if (env && (base_parse_i64(env, &wait_s) || wait_s < 0)) wait_s = 20;
+        struct stat st;
+        const double t0 = base_now();
+        for (double nap = 0.05;; nap = nap < 1 ? 2 * nap : 1) {
+            revalidate(path);
+            if (stat(path, &st) == 0 || base_now() - t0 >= (double)wait_s) break;
+            struct timespec ts = {0, (long)(nap * 1e9)};
+            if (nap >= 1) ts = (struct timespec){1, 0};
+            nanosleep(&ts, NULL);
+        }
+        if (stat(path, &st) != 0) {
+            if (!strcmp(host, r0.host) && strcmp(mine, r0.dir))
+                rc = base_fail(err,
+                               "the checkpoint folder %s is %s on this rank but %s on rank 0, "
+                               "on the same machine (%s): the ranks' working directories "
+                               "differ; set checkpoint.folder (or job.dump_folder) to an "
+                               "absolute path",
+                               dir, mine, r0.dir, host);
+            else
+                rc = base_fail(err,
+                               "%s is not the folder rank 0 writes: its file %s is not there "
+                               "on this rank's machine (%s; rank 0's: %s) after %lld s. Every "
+                               "rank writes its shard into that folder and rank 0 commits the "
+                               "step, so it must be one folder all ranks share (NFS, Lustre, "
+                               "...: as torchtitan's checkpoints); set checkpoint.folder (or "
+                               "job.dump_folder) to a path every machine mounts",
+                               mine, path, host[0] ? host : "unknown host",
+                               r0.host[0] ? r0.host : "unknown host", (long long)wait_s);
+        }
+    }
     rc = dist_agree(comm, rc, "cannot use the checkpoint folder", err);
     if (rank == 0) unlink(path);
     return rc;

@@ -92,20 +92,26 @@ static void print_header(const train_opts *o, const model *m, const train_source
                  pb = ((double)(m->n_floats - own) / mesh->dp_shard + (double)own / mesh->efsdp) *
                       sizeof(float);
     const double act = (double)model_activation_bytes(m);
-    char acn[64];
+    char acn[64], quota[160] = "";
     static const char *const reshard[] = {"default", "always", "never"};
+    const double q = base_cpu_quota(); /* main took its CPUs when no count was given */
+    if (q > 0 && omp_get_max_threads() == (int)ceil(q))
+        snprintf(quota, sizeof quota,
+                 " (this process's cgroup gives it %.2f CPUs: its CPU quota; --threads or "
+                 "OMP_NUM_THREADS choose another count)",
+                 q);
     char epd[32] = ""; /* expert parallelism is carved from dp_shard */
     if (mesh->ep > 1) snprintf(epd, sizeof epd, " x ep %d", mesh->ep);
     if (mesh->world > 1)
         printf("  parallelism: %d processes = dp_replicate %d x dp_shard %d x tp %d%s, %d threads "
-               "each; FSDP reshard_after_forward %s; activation checkpointing %s%s\n",
+               "each%s; FSDP reshard_after_forward %s; activation checkpointing %s%s\n",
                mesh->world, mesh->dp_replicate, mesh->dp_shard, mesh->tp, epd,
-               omp_get_max_threads(), reshard[o->reshard], ac_name(o, acn, sizeof acn),
+               omp_get_max_threads(), quota, reshard[o->reshard], ac_name(o, acn, sizeof acn),
                mesh->tp > 1 && o->loss_parallel_off ? "; loss parallel off (whole-vocabulary CE)"
                                                     : "");
     else
-        printf("  parallelism: 1 process, %d threads; activation checkpointing %s\n",
-               omp_get_max_threads(), ac_name(o, acn, sizeof acn));
+        printf("  parallelism: 1 process, %d threads%s; activation checkpointing %s\n",
+               omp_get_max_threads(), quota, ac_name(o, acn, sizeof acn));
     /* titan plan's estimate, the one the start checks against the machine's memory: with the
      * bf16 weight copy, operand scratch, units in flight, buffers and the runtime, which the
      * four terms alone left out (a bf16 MoE run estimated at 10.6 GiB peaked at 12.0; plan
