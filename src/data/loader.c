@@ -419,7 +419,11 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     if (s->fingerprint != l->fingerprint)
         return base_fail(err,
                          "%s: the saved data-loader state belongs to another dataset or setup "
-                         "(files, sizes, tokenizer or data-parallel rank changed)",
+                         "(files, their order, sizes, tokenizer or data-parallel rank changed; "
+                         "a folder of more than 99,999 token shards is read in shard-N.tok's "
+                         "order N since titan 2026-12-05, not as strings); "
+                         "checkpoint.exclude_from_loading = [\"dataloader\"] reads the data "
+                         "from its start",
                          l->path);
     if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0)
         return base_fail(err, "%s: data-loader state has negative fields", l->path);

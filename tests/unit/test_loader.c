@@ -570,7 +570,8 @@ static void test_bad_state(void) {
     CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
     data_loader_get_state(l, &s);
     data_loader_get_state(l2, &s2);
-    CHECK(data_loader_set_state(l, &s2, &err) != 0 && strstr(err.msg, "another dataset"),
+    CHECK(data_loader_set_state(l, &s2, &err) != 0 && strstr(err.msg, "another dataset") &&
+              strstr(err.msg, "exclude_from_loading = [\"dataloader\"]"),
           "state of another dataset: %s", err.msg);
     data_loader_state t = s;
     t.byte_off += 1;
