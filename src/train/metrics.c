@@ -30,6 +30,7 @@ struct train_metrics {
     train_report_run *rep; /* the report page's figures (rank 0, o->report_path) */
     double rep_next;       /* base_now() before which the page is not drawn again */
     double prog_next;      /* and the progress line */
+    int rep_lost;          /* lines the page's history could not take (said once) */
     /* the logging window: the steps since the last logged one (this rank's figures) */
     int64_t w_tokens;
     double w_step_s, w_data_s, w_rss;
@@ -322,8 +323,9 @@ static void report_step(train_metrics *t, const char *line, size_t len, int draw
     const double t0 = base_now();
     draw = draw && (step >= t->last || t0 >= t->rep_next);
     /* a line it cannot take (past its 1e8 records) leaves the page drawn from the others */
-    if (train_report_add_line(t->rep, line, len ? len - 1 : 0, where, &e))
-        base_log_once(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
+    if (train_report_add_line(t->rep, line, len ? len - 1 : 0, where, &e) && !t->rep_lost++)
+        base_log(BASE_LOG_WARN, "report page %s: %s (the page leaves out such steps; said once)",
+                 t->o->report_path, e.msg);
     if (draw && train_report_write(&t->rep, 1, t->o->report_path, &po, &e))
         base_log_once(BASE_LOG_WARN, "report page %s: %s", t->o->report_path, e.msg);
     if (draw) t->rep_next = t0 + REPORT_BUDGET * (base_now() - t0);

@@ -511,15 +511,15 @@ static void put_pt(FILE *o, const axes *a, pt p, size_t *k) {
 
 /* The series as one polyline: its values, or with smooth in (0, 1) their exponential moving
  * average (TensorBoard's smoothing, debiased), named key "_smoothed". At most
- * REPORT_MAX_POINTS points: a longer series is cut into REPORT_MAX_POINTS / 2 buckets of
+ * REPORT_MAX_POINTS points: a longer series is cut into REPORT_MAX_POINTS / 2 - 1 buckets of
  * consecutive points, each drawn as its lowest and highest point in step order, so a one-step
  * spike is always drawn (every k-th point had drawn a 100,000-step loss with a spike flat, the
  * axis fitted to a value no line reached). */
 static void polyline(FILE *o, const axes *a, const series *s, size_t n, double smooth,
                      const char *attrs) {
     const train_report_run *r = s->run;
-    const size_t per =
-        n > REPORT_MAX_POINTS ? (n + REPORT_MAX_POINTS / 2 - 1) / (REPORT_MAX_POINTS / 2) : 1;
+    const size_t nb = REPORT_MAX_POINTS / 2 - 1; /* 2 points a bucket and the last: <= MAX */
+    const size_t per = n > REPORT_MAX_POINTS ? (n + nb - 1) / nb : 1;
     fprintf(o,
             "<polyline class=\"series\" data-series=\"%s%s\" data-run=\"%d\" stroke=\"%s\"%s "
             "points=\"",

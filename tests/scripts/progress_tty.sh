@@ -11,7 +11,7 @@ cmd="$titan train --random-tokens --set vocab_size=64 --set dim=16 --set n_layer
 --peak-tflops 1 --steps 100000000 --log-freq 20000 --dump-folder $out/run \
 --checkpoint.enable false --metrics.save_report_file ''"
 start=$(date +%s%N)
-timeout -s INT 4 script -qfc "$cmd" "$out/tty" > /dev/null 2>&1
+timeout -s INT 7 script -qfc "$cmd" "$out/tty" > /dev/null 2>&1
 took=$(( ($(date +%s%N) - start) / 1000000 ))
 "$python" - "$out/tty" "$took" <<'PY'
 import re, sys
