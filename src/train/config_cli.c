@@ -122,8 +122,8 @@ int train_config_set(train_config *c, const char *name, const char *value, const
      * torchtitan's tyro keeps the last, and a different value is said, never lost silently */
     const char *before_where =
         c->origin[fi].where && !c->origin[fi].line ? c->origin[fi].where : NULL;
-    char before[4200] = ""; /* a path whole: two long paths that differ late are still told apart */
-    if (before_where) value_text(f, slot(c, f), before, sizeof before);
+    /* whole: two long paths (or lists) that differ late are still told apart */
+    char *before = before_where ? value_text_dup(f, slot(c, f)) : NULL;
     int rc = 0;
     /* 'none' unsets an optional number and a path or name whose unset value is its default ""
      * (torchtitan's str | None fields: dataset_path, initial_load_path, tokenizer_path, ...;
@@ -142,15 +142,14 @@ int train_config_set(train_config *c, const char *name, const char *value, const
     } else {
         rc = set_value(c, fi, value, where, pre, err);
     }
-    if (!rc && before_where) {
-        char after[4200];
-        value_text(f, slot(c, f), after, sizeof after);
-        if (strcmp(before, after))
-            base_log(BASE_LOG_WARN,
-                     "%s.%s is set twice on the command line: %s gives %s, replacing %s from %s; "
-                     "the later setting wins",
-                     f->section, f->key, where, after, before, before_where);
-    }
+    char *after = !rc && before ? value_text_dup(f, slot(c, f)) : NULL;
+    if (after && strcmp(before, after))
+        base_log(BASE_LOG_WARN,
+                 "%s.%s is set twice on the command line: %s gives %s, replacing %s from %s; "
+                 "the later setting wins",
+                 f->section, f->key, where, after, before, before_where);
+    free(before);
+    free(after);
     return rc;
 }
 

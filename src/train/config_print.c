@@ -84,18 +84,22 @@ int is_unset(const field *fd, const void *s) {
                                : !((const train_opt_int *)s)->set;
 }
 
-void value_text(const field *fd, const void *s, char *out, size_t n) {
-    out[0] = 0;
-    if (is_unset(fd, s)) {
-        snprintf(out, n, "%s", fd->type == T_ANY ? "(any value)" : "none");
-        return;
-    }
+char *value_text_dup(const field *fd, const void *s) {
+    if (is_unset(fd, s)) return strdup(fd->type == T_ANY ? "(any value)" : "none");
     char *buf = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&buf, &len);
-    if (!m) return;
+    if (!m) return NULL;
     print_value(m, fd, s);
-    fclose(m);
+    if (fclose(m)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+void value_text(const field *fd, const void *s, char *out, size_t n) {
+    char *buf = value_text_dup(fd, s);
     snprintf(out, n, "%s", buf ? buf : "");
     free(buf);
 }

@@ -50,6 +50,8 @@ void *slot(const train_config *c, const field *f);
 int is_unset(const field *fd, const void *s);
 /* Field fd's value at s as TOML ("none" when unset), cut to n bytes: for messages. */
 void value_text(const field *fd, const void *s, char *out, size_t n);
+/* The same whole, malloc'ed (NULL when out of memory): for comparing two values. */
+char *value_text_dup(const field *fd, const void *s);
 /* "FILE:LINE:COL: section.key" (or the command-line option) for messages. */
 void describe(const field *f, const char *where, int line, int col, char *out, size_t n);
 /* A [kernels] override's implementation name: 0, or -1 with the reason in why. */
