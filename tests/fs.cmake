@@ -11,5 +11,9 @@ add_test(NAME run_lock
 # titan with stdout / stderr closed: the console goes nowhere, not into the run lock; status 0
 add_test(NAME std_fds_closed
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/std_fds_closed.sh $<TARGET_FILE:titan>)
-set_tests_properties(checkpoint_symlinks atomic_links run_lock std_fds_closed PROPERTIES
+# a checkpoint folder or metadata.json titan cannot read: refused by name, not taken for none
+add_test(NAME ckpt_unreadable
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_unreadable.sh $<TARGET_FILE:titan>)
+set_tests_properties(ckpt_unreadable PROPERTIES SKIP_RETURN_CODE 77)
+set_tests_properties(checkpoint_symlinks atomic_links run_lock std_fds_closed ckpt_unreadable PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

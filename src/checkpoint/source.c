@@ -66,6 +66,7 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
         s->kind = CKPT_SRC_TITAN_MODEL;
         return 0;
     }
+    if (ckpt_step_folder_check(path, err)) return -1;
     if (ckpt_step_latest(path, &s->step) == 0) {
         snprintf(s->folder, sizeof s->folder, "%s", path);
         s->kind = CKPT_SRC_STEP;
@@ -74,6 +75,7 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     }
     /* a run folder (job.dump_folder): its checkpoint/ folder's newest step */
     snprintf(s->folder, sizeof s->folder, "%.4000s/checkpoint", path);
+    if (base_is_dir(s->folder) && ckpt_step_folder_check(s->folder, err)) return -1;
     if (base_is_dir(s->folder) && ckpt_step_latest(s->folder, &s->step) == 0) {
         s->kind = CKPT_SRC_STEP;
         note_foreign(s);

@@ -321,6 +321,30 @@ static int newest_step(const char *folder, int foreign, int64_t *step) {
     return n ? 0 : -1;
 }
 
+int ckpt_step_folder_check(const char *folder, base_err *err) {
+    DIR *d = opendir(folder);
+    if (!d)
+        return errno == ENOENT ? 0
+                               : base_fail(err,
+                                           "%s: cannot list the checkpoint folder: %s (its "
+                                           "checkpoints would be taken for none)",
+                                           folder, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (step_of(e->d_name, "") < 0) continue;
+        char meta[4200];
+        snprintf(meta, sizeof meta, "%s/%s/%s", folder, e->d_name, STEP_META);
+        if (access(meta, R_OK) != 0 && errno != ENOENT)
+            rc = base_fail(err,
+                           "%s: cannot read: %s (the checkpoint would be passed over for an "
+                           "older one)",
+                           meta, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
 int ckpt_step_list(const char *folder, int64_t **steps, int *n) {
     return list_steps(folder, 0, 0, steps, n);
 }
