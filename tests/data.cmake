@@ -23,3 +23,8 @@ if(NOT TITAN_SANITIZE)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/data_long_line.sh $<TARGET_FILE:titan>)
   set_tests_properties(data_long_line PROPERTIES TIMEOUT 300)
 endif()
+# titan tokenize failing midway (disk full) removes the shards it wrote, and says so
+add_test(NAME tokenize_partial
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/tokenize_partial.sh $<TARGET_FILE:titan>
+          ${TITAN_SHARED}/data/test_tokenizer ${TITAN_PYTHON})
+set_tests_properties(tokenize_partial PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)

@@ -297,6 +297,11 @@ static int file_init(data_file *f, const char *path, data_format format, base_er
     struct stat st;
     if (stat(path, &st) != 0) return base_fail(err, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) return base_fail(err, "%s: not a regular file", path);
+    if (has_suffix(path, ".tok.tmp")) /* its data, unfinished, is no text either */
+        return base_fail(err,
+                         "%s: an unfinished shard of a titan tokenize that was stopped (killed?): "
+                         "its folder holds part of the data; tokenize again into an empty folder",
+                         path);
     f->path = strdup(path);
     if (!f->path) return base_fail(err, "out of memory");
     f->size = (int64_t)st.st_size;

@@ -132,7 +132,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     shard_writer w = {.dir = cfg->out_dir, .cap = 1024};
     w.offs = malloc(w.cap * sizeof *w.offs);
     int64_t docs = 0, tokens = 0;
-    int rc = -1;
+    int rc = -1, writing = 0;
     if (!toks || !ids || !text_off || !skip || !w.offs) {
         base_fail(err, "out of memory");
         goto done;
@@ -170,6 +170,7 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
                   cfg->out_dir);
         goto done;
     }
+    writing = 1; /* from here every shard in the folder is this run's */
     for (int end = 0; !end;) {
         /* read a chunk of documents (their text copied: the reader reuses its buffers) */
         int n = 0;
@@ -235,6 +236,22 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     rc = 0;
 done:
     if (w.fp) base_atomic_abort(&w.out);
+    if (rc && writing) { /* the shards written before the failure go too: a folder with some of
+                          * them looks complete, and trains on part of the data unsaid */
+        int removed = 0;
+        for (int i = 0; i < w.index; i++) {
+            char p[sizeof w.path];
+            snprintf(p, sizeof p, "%s/shard-%05d.tok", w.dir, i);
+            removed += unlink(p) == 0;
+        }
+        if (removed) {
+            const size_t len = strlen(err->msg);
+            snprintf(err->msg + len, sizeof err->msg - len,
+                     " (the %d shards written before it are removed: the folder would look "
+                     "complete with part of the data)",
+                     removed);
+        }
+    }
     data_reader_close(&rd);
     for (int i = 0; toks && i < nt; i++) data_tok_free(toks[i]);
     for (int i = 0; ids && i < CHUNK_DOCS; i++) data_tok_ids_free(&ids[i]);
