@@ -1,6 +1,7 @@
 /* train: `titan train`, the job config from the command line (defaults, --config FILE, then
  * overrides) and the run. */
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "train/train.h"
@@ -24,6 +25,11 @@ int train_cmd_train(int argc, char **argv, base_err *err) {
                         "(titan train --help lists every option)\n");
         rc = 2;
     } else if (!rc && !(rc = train_config_to_opts(&c, &o, err))) {
+        /* a console that goes away (`titan train | tee log`, tee killed; `| head`) must not
+         * end the training: its writes fail (EPIPE), the run goes on with its checkpoints,
+         * metrics and export, and ends in status 1 naming standard output (it had been
+         * killed by SIGPIPE in silence, mid-run) */
+        signal(SIGPIPE, SIG_IGN);
         if (c.training.threads > 0)
             omp_set_num_threads(base_threads_bound((int)c.training.threads, "training.threads"));
         if (c.job.print_config && dist_world_rank() == 0) train_config_print(&c, stdout);

@@ -3,7 +3,8 @@
 # daemonising): the console's lines go nowhere, not into the first file titan opens, which
 # takes descriptor 1 or 2 otherwise (the run lock, whose recorded pid the console overwrote),
 # and the command's status is its work's (it was 1: "writing standard output: Bad file
-# descriptor" after a finished run).
+# descriptor" after a finished run). A console piped into a reader that exits early does not
+# stop the training (SIGPIPE had killed it mid-run).
 set -uo pipefail
 titan=$1; out=$(mktemp -d); pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
@@ -22,6 +23,14 @@ if [ $rc = 0 ] && cmp -s "$out/hf/model.safetensors" "$out/hf_closed/model.safet
    cmp -s "$out/hf/config.json" "$out/hf_closed/config.json"; then
   echo "ok   convert with stdout and stderr closed: rc 0, the same files"
 else echo "FAIL convert with stdout and stderr closed: rc $rc"; fail=1; fi
+# its console piped into a reader that goes away (`| head -2`): the run trains on to its last
+# step and checkpoint, and ends in status 1 naming standard output (SIGPIPE had killed it)
+"$titan" "${m[@]}" --steps 300 --checkpoint-interval 100 --dump-folder "$out/p" 2> "$out/p.err" | head -2 > /dev/null
+rc=${PIPESTATUS[0]}
+if [ "$rc" = 1 ] && [ -d "$out/p/checkpoint/step-300" ] &&
+   grep -q "writing standard output: Broken pipe" "$out/p.err"; then
+  echo "ok   train | head -2: trained to step 300, status 1 naming standard output"
+else echo "FAIL train | head -2: rc $rc, $(ls "$out/p/checkpoint" 2>&1 | tr '\n' ' ')"; tail -3 "$out/p.err"; fail=1; fi
 # while a run with stdout closed trains, its lock file holds its pid alone
 "$titan" "${m[@]}" --steps 100000000 --dump-folder "$out/b" >&- &
 pid=$!
