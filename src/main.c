@@ -159,6 +159,7 @@ static int stdout_status(int rc) {
 
 int main(int argc, char **argv) {
     base_std_fds_open();
+    base_explain_hazards();
     train_report_set_version(TITAN_VERSION " (commit " TITAN_GIT_COMMIT ")");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

@@ -122,6 +122,35 @@ void base_std_fds_open(void) {
         }
 }
 
+static void on_sigbus(int sig) {
+    static const char msg[] =
+        "titan: SIGBUS: a memory-mapped file (a dataset file or token shard, a checkpoint or "
+        "safetensors file) became shorter while titan read it: was it truncated or rewritten "
+        "during the run?\n";
+    (void)sig;
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+        /* nothing more to say */
+    }
+    /* SA_RESETHAND: the access faults again and ends the process by the default action */
+}
+
+void base_explain_hazards(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigbus;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+        as.rlim_cur < ((rlim_t)1 << 30))
+        base_log(BASE_LOG_WARN,
+                 "the virtual memory limit (ulimit -v) is %llu MiB: OpenBLAS's buffers need more "
+                 "(below ~600 MiB it retries its allocation forever, spinning without a "
+                 "message); raise it to 1 GiB or more",
+                 (unsigned long long)(as.rlim_cur >> 20));
+}
+
 int base_signals_to_own_thread(base_err *err) {
     (void)err; /* nothing fails a command: without the thread, the signals stay where they were */
     sigset_t set;
