@@ -110,7 +110,8 @@ int train_peak_cache_path(char *buf, size_t n) {
     int k;
     if (xdg && xdg[0] == '/')
         k = snprintf(buf, n, "%s/titan/peak_flops.json", xdg);
-    else if (home && home[0] == '/')
+    else if (home && home[0] == '/' && base_is_dir(home)) /* a daemon's HOME=/nonexistent: none
+                                                             (root had made it) */
         k = snprintf(buf, n, "%s/.cache/titan/peak_flops.json", home);
     else
         k = -1;

@@ -42,13 +42,15 @@ static void test_key_and_path(void) {
     CHECK(n > 12 && !strcmp(k2 + n - 12, " | 2 threads") && k2[0] != ' ', "key '%s'", k2);
     CHECK(strcmp(k2, k4) != 0, "2 and 4 threads share the key '%s'", k2);
     setenv("XDG_CACHE_HOME", "/xdg", 1);
-    setenv("HOME", "/home/u", 1);
+    setenv("HOME", "/tmp", 1);
     CHECK(train_peak_cache_path(p, sizeof p) == 0 && !strcmp(p, "/xdg/titan/peak_flops.json"),
           "XDG path: %s", p);
     setenv("XDG_CACHE_HOME", "relative", 1); /* not absolute: ignored, as the XDG spec says */
     CHECK(train_peak_cache_path(p, sizeof p) == 0 &&
-              !strcmp(p, "/home/u/.cache/titan/peak_flops.json"),
+              !strcmp(p, "/tmp/.cache/titan/peak_flops.json"),
           "HOME path: %s", p);
+    setenv("HOME", "/nonexistent-titan-home", 1); /* a daemon's: no cache (root had made it) */
+    CHECK(train_peak_cache_path(p, sizeof p) == -1, "a HOME that does not exist: '%s'", p);
     unsetenv("XDG_CACHE_HOME");
     unsetenv("HOME");
     CHECK(train_peak_cache_path(p, sizeof p) == -1 && p[0] == 0, "no home: '%s'", p);
