@@ -439,6 +439,25 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
             free(line);
             return base_fail(err, "out of memory");
         }
+        struct stat st; /* deleted during the run (rm, a cleanup job): written anew, said;
+                         * the lines had gone to the unlinked file until exit, in silence */
+        if (t->jl && fstat(fileno(t->jl), &st) == 0 && st.st_nlink == 0) {
+            base_err e;
+            FILE *f = base_mkdir_parent(t->jl_path, &e) ? NULL : base_fopen_new(t->jl_path, &e);
+            if (f) {
+                fclose(t->jl);
+                t->jl = f;
+                base_log(BASE_LOG_WARN,
+                         "%s was deleted during the run: written anew from step %d (the steps "
+                         "before it are not in it)",
+                         t->jl_path, s->step);
+            } else {
+                base_log_once(BASE_LOG_WARN,
+                              "%s was deleted during the run and cannot be written anew (%s): "
+                              "the metrics from here are lost",
+                              t->jl_path, e.msg);
+            }
+        }
         if (t->jl && (fwrite(line, 1, len, t->jl) != len || ferror(t->jl) || fflush(t->jl))) {
             free(line);
             return base_fail(err, "%s: cannot write the metrics of step %d: %s", t->jl_path,

@@ -167,3 +167,15 @@ n=$(grep -c 'moe tokens/expert over 2 blocks: min [0-9]* *mean [0-9.]* *max [0-9
 [ "$n" = 2 ] || { cat "$out/moe.log"; fail "$n MoE summary lines, want 2"; }
 grep -q '"tokens_per_expert_max": \[[0-9.]*, [0-9.]*\]' "$out/moe.jsonl" || fail "MoE JSONL detail"
 echo "ok: MoE expert load in one line per logged step; per-block detail in the JSONL"
+# metrics.jsonl deleted during the run (rm, a cleanup job): written anew from the next step,
+# said (the lines had gone to the unlinked file until exit, in silence)
+"$titan" train "${m[@]}" --steps 100000 --log-freq 100000 --dump-folder "$out/del" \
+  --metrics "$out/del/m.jsonl" --checkpoint.enable false > "$out/del.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -s "$out/del/m.jsonl" ] && break; sleep 0.05; done
+rm -f "$out/del/m.jsonl"
+for _ in $(seq 600); do [ -s "$out/del/m.jsonl" ] && break; sleep 0.05; done
+kill -INT $pid; wait $pid || true
+[ -s "$out/del/m.jsonl" ] && grep -q "m.jsonl was deleted during the run: written anew from step [0-9]*" "$out/del.log" ||
+  { tail -3 "$out/del.log"; fail "metrics.jsonl deleted during the run: not written anew"; }
+echo "ok: metrics.jsonl deleted during the run is written anew, said"
