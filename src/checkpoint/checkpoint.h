@@ -415,10 +415,11 @@ int ckpt_step_list(const char *folder, int64_t **steps, int *n);
 /* The newest complete checkpoint's step; -1 (and *step = -1) when there is none. */
 int ckpt_step_latest(const char *folder, int64_t *step);
 /* Whether folder's checkpoints can all be seen: the folder lists (or does not exist) and every
- * step-N's metadata.json that exists can be read. The listings above take what they cannot
- * read for no checkpoint: a resume would then go back to an older step, or start over and
- * replace the checkpoints it could not read, without a word. */
-int ckpt_step_folder_check(const char *folder, base_err *err);
+ * step-N's metadata.json that exists can be read (only step-`only` when only >= 0: a named
+ * load_step). The listings above take what they cannot read for no checkpoint: a resume would
+ * then go back to an older step, or start over and replace the checkpoints it could not read,
+ * without a word. */
+int ckpt_step_folder_check(const char *folder, int64_t only, base_err *err);
 /* The newest step-N folder of folder that is NOT a complete titan checkpoint (no
  * metadata.json: another program's, such as torchtitan's DCP), or -1 (return -1) when none. */
 int ckpt_step_foreign_latest(const char *folder, int64_t *step);

@@ -66,8 +66,9 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
         s->kind = CKPT_SRC_TITAN_MODEL;
         return 0;
     }
-    if (ckpt_step_folder_check(path, err)) return -1;
+    /* a folder of steps: every one readable (an unreadable newest would be passed over) */
     if (ckpt_step_latest(path, &s->step) == 0) {
+        if (ckpt_step_folder_check(path, -1, err)) return -1;
         snprintf(s->folder, sizeof s->folder, "%s", path);
         s->kind = CKPT_SRC_STEP;
         note_foreign(s);
@@ -75,8 +76,8 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     }
     /* a run folder (job.dump_folder): its checkpoint/ folder's newest step */
     snprintf(s->folder, sizeof s->folder, "%.4000s/checkpoint", path);
-    if (base_is_dir(s->folder) && ckpt_step_folder_check(s->folder, err)) return -1;
     if (base_is_dir(s->folder) && ckpt_step_latest(s->folder, &s->step) == 0) {
+        if (ckpt_step_folder_check(s->folder, -1, err)) return -1;
         s->kind = CKPT_SRC_STEP;
         note_foreign(s);
         return 0;
@@ -87,6 +88,12 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
         s->kind = CKPT_SRC_FILE;
         return 0;
     }
+    /* nothing found: say so when the folder (or its steps) could not be read, not "no model" */
+    char ck[4200];
+    snprintf(ck, sizeof ck, "%.4000s/checkpoint", path);
+    if (ckpt_step_folder_check(path, -1, err) ||
+        (base_is_dir(ck) && ckpt_step_folder_check(ck, -1, err)))
+        return -1;
     return base_fail(err,
                      "%s: not a model: no config.json (Hugging Face), metadata.json or complete "
                      "step-N (titan checkpoint, also under checkpoint/: a run folder), "

@@ -321,7 +321,7 @@ static int newest_step(const char *folder, int foreign, int64_t *step) {
     return n ? 0 : -1;
 }
 
-int ckpt_step_folder_check(const char *folder, base_err *err) {
+int ckpt_step_folder_check(const char *folder, int64_t only, base_err *err) {
     DIR *d = opendir(folder);
     if (!d)
         return errno == ENOENT ? 0
@@ -332,13 +332,16 @@ int ckpt_step_folder_check(const char *folder, base_err *err) {
     struct dirent *e;
     int rc = 0;
     while (!rc && (e = readdir(d))) {
-        if (step_of(e->d_name, "") < 0) continue;
+        const int64_t v = step_of(e->d_name, "");
+        if (v < 0 || (only >= 0 && v != only)) continue;
         char meta[4200];
         snprintf(meta, sizeof meta, "%s/%s/%s", folder, e->d_name, STEP_META);
-        if (access(meta, R_OK) != 0 && errno != ENOENT)
+        /* no file there (ENOENT), a step-N that is a file (ENOTDIR) or a link loop (ELOOP):
+         * no checkpoint, as the listings say (and warn of); anything else hides one */
+        if (access(meta, R_OK) != 0 && errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
             rc = base_fail(err,
                            "%s: cannot read: %s (the checkpoint would be passed over for an "
-                           "older one)",
+                           "older one; checkpoint.load_step names the one to load)",
                            meta, strerror(errno));
     }
     closedir(d);

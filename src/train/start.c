@@ -142,7 +142,7 @@ int train_start_plan(const train_opts *o, train_start *p, base_err *err) {
     if (!o->ckpt.enable) return 0;
     train_ckpt_folder(o, p->ckdir, sizeof p->ckdir);
     int64_t step = o->ckpt.load_step;
-    if (ckpt_step_folder_check(p->ckdir, err)) return -1;
+    if (ckpt_step_folder_check(p->ckdir, step, err)) return -1; /* a named step: that one */
     if (step < 0) {
         ckpt_step_latest(p->ckdir, &step);
         if (check_foreign_steps(p->ckdir, step, err)) return -1;

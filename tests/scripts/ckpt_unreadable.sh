@@ -17,7 +17,13 @@ ck=$out/run/checkpoint
 fail=0
 chmod 000 "$ck/step-4/metadata.json"
 "${nobody[@]}" "$bin" "${m[@]}" --steps 6 > "$out/b.log" 2>&1; rc=$?
+# a named load_step past it loads: the user chose the older step (a damaged newest's way out)
+"${nobody[@]}" "$bin" "${m[@]}" --steps 4 --checkpoint.load_step 2 --checkpoint.load_only true \
+  > "$out/b2.log" 2>&1; rc2=$?
 chmod 644 "$ck/step-4/metadata.json"
+grep -q "resumed from $ck/step-2" "$out/b2.log" && [ $rc2 = 0 ] &&
+  echo "ok   load_step 2 beside an unreadable step-4: loads" ||
+  { echo "FAIL load_step 2 beside an unreadable step-4 (rc $rc2):"; tail -3 "$out/b2.log"; fail=1; }
 if [ $rc != 0 ] && grep -q "$ck/step-4/metadata.json: cannot read: Permission denied" "$out/b.log" &&
    ! grep -q "resumed from" "$out/b.log" && [ ! -e "$ck/step-6" ]; then
   echo "ok   an unreadable metadata.json: refused, named"
@@ -29,6 +35,12 @@ if [ $rc != 0 ] && grep -q "$ck: cannot list the checkpoint folder: Permission d
    [ "$(ls "$ck" | tr '\n' ' ')" = "step-2 step-4 " ]; then
   echo "ok   an unlistable checkpoint folder: refused, named, its checkpoints untouched"
 else echo "FAIL an unlistable checkpoint folder (rc $rc):"; grep -v 'titan info' "$out/c.log" | tail -5; ls -a "$ck"; fail=1; fi
+# a step-N that is a file is no checkpoint (warned, as before), not a refusal
+touch "$ck/step-9"
+"${nobody[@]}" "$bin" "${m[@]}" --steps 4 --checkpoint.load_only true > "$out/f.log" 2>&1; rc=$?
+rm -f "$ck/step-9"
+[ $rc = 0 ] && grep -q "resumed from $ck/step-4" "$out/f.log" && echo "ok   a file named step-9: passed over" ||
+  { echo "FAIL a file named step-9 (rc $rc):"; grep -v 'titan info' "$out/f.log" | tail -3; fail=1; }
 # convert / inspect of the folder say the same
 chmod 0333 "$ck"
 "${nobody[@]}" "$bin" inspect "$ck" > "$out/d.log" 2>&1; rc=$?
