@@ -175,6 +175,10 @@ int data_format_parse(const char *s, data_format *out);
 const char *data_format_name(data_format f);
 
 #define DATA_SHARD_MAGIC "TITANTOK"
+/* In a token-shard folder while titan tokenize writes it, removed when it has finished (or
+ * failed and removed its shards): a folder that still holds it is refused by every reader (a
+ * killed tokenize's shards are part of the data). */
+#define DATA_TOKENIZE_MARK ".titan-tokenize-unfinished"
 #define DATA_SHARD_VERSION 3u
 #define DATA_SHARD_HEADER_BYTES 48 /* version 1; versions 2-3: 56 + the path, padded to 8 */
 /* Version 3: this bit of doc_offsets[i + 1] marks document i as a malformed line that

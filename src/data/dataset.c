@@ -344,6 +344,19 @@ static int file_init(data_file *f, const char *path, data_format format, base_er
     return 0;
 }
 
+/* Refuses a folder titan tokenize has not finished (its DATA_TOKENIZE_MARK is there). */
+static int unfinished_tokenize(const char *dir, base_err *err) {
+    char p[4300];
+    if (snprintf(p, sizeof p, "%.4200s/%s", dir, DATA_TOKENIZE_MARK) >= (int)sizeof p ||
+        access(p, F_OK) != 0)
+        return 0;
+    return base_fail(err,
+                     "%s: a titan tokenize is writing this folder, or one stopped midway (%s is "
+                     "there): its shards are part of the data; tokenize again into an empty "
+                     "folder",
+                     dir, DATA_TOKENIZE_MARK);
+}
+
 static int list_paths(const char *path, char ***out, int *n, base_err *err) {
     *out = NULL;
     *n = 0;
@@ -359,6 +372,16 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
         int k = 0;
         for (size_t i = 0; v && i < g.gl_pathc; i++) {
             if (stat(g.gl_pathv[i], &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            char dir[4200]; /* each match's folder: one tokenize has not finished? */
+            const char *sl = strrchr(g.gl_pathv[i], '/');
+            snprintf(dir, sizeof dir, "%.*s", sl ? (int)(sl - g.gl_pathv[i]) : 1,
+                     sl ? g.gl_pathv[i] : ".");
+            if (unfinished_tokenize(dir[0] ? dir : "/", err)) {
+                globfree(&g);
+                for (int j = 0; j < k; j++) free(v[j]);
+                free(v);
+                return -1;
+            }
             if (!(v[k] = strdup(g.gl_pathv[i]))) break;
             k++;
         }
@@ -376,6 +399,7 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
         return 0;
     }
     if (!S_ISDIR(st.st_mode)) return base_fail(err, "%s: not a file or directory", path);
+    if (unfinished_tokenize(path, err)) return -1;
     DIR *d = opendir(path);
     if (!d) return base_fail(err, "%s: cannot open directory: %s", path, strerror(errno));
     int cap = 16, k = 0;

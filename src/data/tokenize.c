@@ -102,6 +102,7 @@ static int sw_close(shard_writer *w, base_err *err) {
     return -1;
 }
 
+/* Whether dir holds shards, an unfinished one (.tok.tmp) or an unfinished tokenize's mark. */
 static int dir_has_shards(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -109,7 +110,9 @@ static int dir_has_shards(const char *dir) {
     int found = 0;
     while (!found && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
-        found = n > 4 && strcmp(e->d_name + n - 4, ".tok") == 0;
+        found = (n > 4 && strcmp(e->d_name + n - 4, ".tok") == 0) ||
+                (n > 8 && strcmp(e->d_name + n - 8, ".tok.tmp") == 0) ||
+                !strcmp(e->d_name, DATA_TOKENIZE_MARK);
     }
     closedir(d);
     return found;
@@ -133,6 +136,8 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     w.offs = malloc(w.cap * sizeof *w.offs);
     int64_t docs = 0, tokens = 0;
     int rc = -1, writing = 0;
+    base_dir_lock lock = {.fd = -1};
+    char mark[4200] = "";
     if (!toks || !ids || !text_off || !skip || !w.offs) {
         base_fail(err, "out of memory");
         goto done;
@@ -165,10 +170,23 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
         if (!cfg->out_dir) base_fail(err, "tokenize: no output folder given");
         goto done;
     }
+    /* one tokenize per folder: another's shards are never this one's to remove */
+    if (base_dir_lock_take(&lock, cfg->out_dir, err)) goto done;
     if (dir_has_shards(cfg->out_dir)) {
-        base_fail(err, "%s: already holds .tok shards; remove them or choose another folder",
-                  cfg->out_dir);
+        base_fail(err,
+                  "%s: already holds .tok shards (or an unfinished one's .tok.tmp or %s); "
+                  "remove them or choose another folder",
+                  cfg->out_dir, DATA_TOKENIZE_MARK);
         goto done;
+    }
+    snprintf(mark, sizeof mark, "%s/%s", cfg->out_dir, DATA_TOKENIZE_MARK);
+    {
+        const int fd = base_create_file(mark, err);
+        if (fd < 0) {
+            mark[0] = 0;
+            goto done;
+        }
+        close(fd);
     }
     writing = 1; /* from here every shard in the folder is this run's */
     for (int end = 0; !end;) {
@@ -233,25 +251,31 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
                  (long long)rd.bad_lines);
     if (n_docs_out) *n_docs_out = docs;
     if (n_tokens_out) *n_tokens_out = tokens;
-    rc = 0;
+    rc = unlink(mark) == 0 ? 0 : base_fail(err, "%s: cannot remove: %s", mark, strerror(errno));
+    if (!rc) mark[0] = 0;
 done:
     if (w.fp) base_atomic_abort(&w.out);
     if (rc && writing) { /* the shards written before the failure go too: a folder with some of
                           * them looks complete, and trains on part of the data unsaid */
-        int removed = 0;
+        int removed = 0, left = 0;
         for (int i = 0; i < w.index; i++) {
             char p[sizeof w.path];
             snprintf(p, sizeof p, "%s/shard-%05d.tok", w.dir, i);
-            removed += unlink(p) == 0;
+            if (unlink(p) == 0)
+                removed++;
+            else if (errno != ENOENT)
+                left++;
         }
-        if (removed) {
-            const size_t len = strlen(err->msg);
+        if (!left && mark[0] && unlink(mark) == 0) mark[0] = 0;
+        const size_t len = strlen(err->msg);
+        if (removed || left)
             snprintf(err->msg + len, sizeof err->msg - len,
-                     " (the %d shards written before it are removed: the folder would look "
-                     "complete with part of the data)",
-                     removed);
-        }
+                     " (%d shard%s written before it removed%s: the folder would look complete "
+                     "with part of the data)",
+                     removed, removed == 1 ? "" : "s",
+                     left ? "; some could not be, and the folder keeps " DATA_TOKENIZE_MARK : "");
     }
+    base_dir_unlock(&lock);
     data_reader_close(&rd);
     for (int i = 0; toks && i < nt; i++) data_tok_free(toks[i]);
     for (int i = 0; ids && i < CHUNK_DOCS; i++) data_tok_ids_free(&ids[i]);
