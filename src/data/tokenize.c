@@ -102,19 +102,28 @@ static int sw_close(shard_writer *w, base_err *err) {
     return -1;
 }
 
-/* Whether dir holds shards, an unfinished one (.tok.tmp) or an unfinished tokenize's mark. */
+/* Whether dir holds shards or an unfinished tokenize's mark; a stale unfinished shard
+ * (*.tok.tmp, no mark: an older titan's, or a link planted there) is removed, said, so the
+ * finished folder holds none for readers to refuse. */
 static int dir_has_shards(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     struct dirent *e;
-    int found = 0;
+    int found = 0, stale = 0;
     while (!found && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
         found = (n > 4 && strcmp(e->d_name + n - 4, ".tok") == 0) ||
-                (n > 8 && strcmp(e->d_name + n - 8, ".tok.tmp") == 0) ||
                 !strcmp(e->d_name, DATA_TOKENIZE_MARK);
+        if (n > 8 && !strcmp(e->d_name + n - 8, ".tok.tmp")) {
+            char p[4400];
+            snprintf(p, sizeof p, "%.4096s/%s", dir, e->d_name);
+            stale += unlink(p) == 0; /* a link itself, never what it points at */
+        }
     }
     closedir(d);
+    if (stale)
+        base_log(BASE_LOG_INFO, "tokenize: removed %d unfinished shard file%s (.tok.tmp) from %s",
+                 stale, stale == 1 ? "" : "s", dir);
     return found;
 }
 
@@ -174,8 +183,8 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_
     if (base_dir_lock_take(&lock, cfg->out_dir, err)) goto done;
     if (dir_has_shards(cfg->out_dir)) {
         base_fail(err,
-                  "%s: already holds .tok shards (or an unfinished one's .tok.tmp or %s); "
-                  "remove them or choose another folder",
+                  "%s: already holds .tok shards (or an unfinished tokenize's %s); remove "
+                  "them or choose another folder",
                   cfg->out_dir, DATA_TOKENIZE_MARK);
         goto done;
     }
