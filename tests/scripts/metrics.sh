@@ -179,3 +179,15 @@ kill -INT $pid; wait $pid || true
 [ -s "$out/del/m.jsonl" ] && grep -q "m.jsonl was deleted during the run: written anew from step [0-9]*" "$out/del.log" ||
   { tail -3 "$out/del.log"; fail "metrics.jsonl deleted during the run: not written anew"; }
 echo "ok: metrics.jsonl deleted during the run is written anew, said"
+# a file renamed over it during the run (an edit: sed -i) is appended to, never replaced
+"$titan" train "${m[@]}" --steps 100000 --log-freq 100000 --dump-folder "$out/ren" \
+  --metrics "$out/ren/m.jsonl" --checkpoint.enable false > "$out/ren.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -s "$out/ren/m.jsonl" ] && break; sleep 0.05; done
+head -2 "$out/ren/m.jsonl" > "$out/ren/edit" && mv "$out/ren/edit" "$out/ren/m.jsonl"
+for _ in $(seq 600); do [ "$(wc -l < "$out/ren/m.jsonl")" -gt 2 ] && break; sleep 0.05; done
+kill -INT $pid; wait $pid || true
+[ "$(head -1 "$out/ren/m.jsonl" | grep -o '"step": [0-9]*')" = '"step": 1' ] &&
+  grep -q "m.jsonl was deleted during the run: appended to the file now there" "$out/ren.log" ||
+  { head -c 300 "$out/ren/m.jsonl"; tail -3 "$out/ren.log"; fail "a metrics.jsonl renamed over: not appended to"; }
+echo "ok: a metrics.jsonl renamed over during the run is appended to, said"
