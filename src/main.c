@@ -159,7 +159,6 @@ static int stdout_status(int rc) {
 
 int main(int argc, char **argv) {
     base_std_fds_open();
-    base_explain_hazards();
     train_report_set_version(TITAN_VERSION " (commit " TITAN_GIT_COMMIT ")");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
@@ -185,6 +184,9 @@ int main(int argc, char **argv) {
         if (cmd->setup & CMD_BLAS) ensure_blas_coretype(argv);
         /* under mpirun every rank runs this; one plain process otherwise */
         if (cmd->setup & CMD_MPI) rc = dist_init(&argc, &argv, &err);
+        /* after the BLAS re-exec (said once) and MPI's start (its handlers first) */
+        base_explain_sigbus();
+        if (!rc && dist_world_rank() <= 0) base_warn_vm_limit();
         /* every line from here carries its rank (the config's translation warns before the
          * mesh is built), other ranks' on stderr, as training logs them later */
         if (!rc && dist_world_size() > 1) {

@@ -111,6 +111,7 @@ static void child_unblock(void) {
     sigset_t set;
     stop_signals(&set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_DFL); /* train ignores it for itself, not for what a plugin runs */
 }
 
 void base_std_fds_open(void) {
@@ -122,32 +123,49 @@ void base_std_fds_open(void) {
         }
 }
 
-static void on_sigbus(int sig) {
-    static const char msg[] =
-        "titan: SIGBUS: a memory-mapped file (a dataset file or token shard, a checkpoint or "
-        "safetensors file) became shorter while titan read it: was it truncated or rewritten "
-        "during the run?\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+static void say(const char *m) {
+    if (write(STDERR_FILENO, m, strlen(m)) < 0) {
         /* nothing more to say */
     }
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
+    (void)sig;
+    (void)ctx;
+    if (si && si->si_code == BUS_ADRERR)
+        say("titan: SIGBUS: a memory-mapped file (a dataset file or token shard, a checkpoint or "
+            "safetensors file) became shorter while titan read it (truncated in place during "
+            "the run?), or its pages could not be read (an I/O error), or shared memory ran out "
+            "(/dev/shm full under mpirun)\n");
+#ifdef BUS_MCEERR_AR
+    else if (si && (si->si_code == BUS_MCEERR_AR || si->si_code == BUS_MCEERR_AO))
+        say("titan: SIGBUS: a hardware memory error (machine check)\n");
+#endif
+    else
+        say("titan: SIGBUS\n");
     /* SA_RESETHAND: the access faults again and ends the process by the default action */
 }
 
-void base_explain_hazards(void) {
-    struct sigaction sa;
+void base_explain_sigbus(void) {
+    struct sigaction old, sa;
+    if (sigaction(SIGBUS, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
+        return; /* someone's own (MPI's backtrace printer): theirs */
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigbus;
-    sa.sa_flags = SA_RESETHAND;
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_RESETHAND | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, NULL);
+}
+
+void base_warn_vm_limit(void) {
     struct rlimit as;
     if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
         as.rlim_cur < ((rlim_t)1 << 30))
         base_log(BASE_LOG_WARN,
-                 "the virtual memory limit (ulimit -v) is %llu MiB: OpenBLAS's buffers need more "
-                 "(below ~600 MiB it retries its allocation forever, spinning without a "
-                 "message); raise it to 1 GiB or more",
+                 "the virtual memory limit (ulimit -v) is %llu MiB: OpenBLAS's buffers may not "
+                 "fit (below ~600 MiB it retries its allocation forever, spinning without a "
+                 "message); 1 GiB or more is safe",
                  (unsigned long long)(as.rlim_cur >> 20));
 }
 

@@ -50,12 +50,14 @@ int base_signals_to_own_thread(base_err *err);
  * train >&-` from a script or cron): otherwise the first file opened takes that number and
  * the console's lines go into it (the run lock's pid was overwritten so). Call first. */
 void base_std_fds_open(void);
-/* A SIGBUS (a memory-mapped file, a dataset or checkpoint shard, made shorter while titan
- * reads it: truncated or rewritten by another program) says so on stderr before the process
- * ends by it as before (it ended with a bare "Bus error"). And a virtual memory limit
- * (ulimit -v) under 1 GiB is warned of: OpenBLAS retries its buffer allocation forever there,
- * spinning without a message. Call first. */
-void base_explain_hazards(void);
+/* A SIGBUS says what it likely means on stderr (a memory-mapped dataset, shard or checkpoint
+ * made shorter while read, an I/O error on its pages, /dev/shm full; a machine check) before
+ * the process ends by it as before (it ended with a bare "Bus error"). Installed only where
+ * no handler is (after MPI_Init: Open MPI's own backtrace printer stays). */
+void base_explain_sigbus(void);
+/* A virtual memory limit (ulimit -v) under 1 GiB is warned of: OpenBLAS retries its buffer
+ * allocation forever below ~600 MiB, spinning without a message. */
+void base_warn_vm_limit(void);
 
 /* 64-byte aligned, zero-filled; NULL on failure (sizes of 0 return a valid pointer). */
 void *base_alloc(size_t bytes);
