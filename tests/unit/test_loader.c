@@ -219,6 +219,19 @@ static void check_resume(data_loader_cfg c, int n, const char *what) {
     free(states);
 }
 
+/* titan tokenize of the test folder's file jsonl into its folder out, one document a shard. */
+static int tokenize_to(const char *jsonl, const char *out, int threads, int64_t *nd,
+                       base_err *err) {
+    data_tokenize_cfg tc = {0};
+    int64_t nt = 0;
+    tc.path = path_of(jsonl);
+    tc.tokenizer = TITAN_SHARED_DIR "/data/test_tokenizer";
+    tc.out_dir = path_of(out);
+    tc.shard_tokens = 1;
+    tc.threads = threads;
+    return data_tokenize(&tc, nd, &nt, err);
+}
+
 static void test_resume(data_tok *tok) {
     write_str("r.jsonl", "{\"text\": \"The first document.\"}\n\n{\"text\": \"second, longer, "
                          "with \\u00e9 and \\ud83d\\ude42\"}\n{\"text\": \"\"}\n"
@@ -234,16 +247,12 @@ static void test_resume(data_tok *tok) {
         c.enc.vocab_size = data_tok_vocab_size(tok);
         check_resume(c, 20, "jsonl test tokenizer");
         /* the same through token shards (one document per shard) */
-        data_tokenize_cfg tc = {0};
         base_err err;
-        int64_t nd = 0, nt = 0;
-        tc.path = path_of("r.jsonl");
-        tc.tokenizer = TITAN_SHARED_DIR "/data/test_tokenizer";
-        tc.out_dir = path_of("shards");
-        tc.shard_tokens = 1;
-        tc.threads = 2;
-        CHECK(data_tokenize(&tc, &nd, &nt, &err) == 0 && nd == 5, "tokenize: %s", err.msg);
-        CHECK(data_tokenize(&tc, &nd, &nt, &err) != 0 && strstr(err.msg, "already holds"),
+        int64_t nd = 0;
+        CHECK(tokenize_to("r.jsonl", "shards", 2, &nd, &err) == 0 && nd == 5, "tokenize: %s",
+              err.msg);
+        CHECK(tokenize_to("r.jsonl", "shards", 2, &nd, &err) != 0 &&
+                  strstr(err.msg, "already holds"),
               "tokenize into a folder with shards must refuse");
         c.path = path_of("shards");
         check_resume(c, 20, "token shards");
@@ -311,15 +320,10 @@ static void test_shard_order(data_tok *tok) {
               "{\"text\": \"alpha\"}\n{\"text\": \"beta\"}\n{\"text\": \"gamma\"}\n");
     write_str("order_want.jsonl",
               "{\"text\": \"alpha\"}\n{\"text\": \"gamma\"}\n{\"text\": \"beta\"}\n");
-    data_tokenize_cfg tc = {0};
     base_err err;
-    int64_t nd = 0, nt = 0;
-    tc.path = path_of("order.jsonl");
-    tc.tokenizer = TITAN_SHARED_DIR "/data/test_tokenizer";
-    tc.out_dir = path_of("order");
-    tc.shard_tokens = 1;
-    tc.threads = 1;
-    CHECK(data_tokenize(&tc, &nd, &nt, &err) == 0 && nd == 3, "tokenize: %s", err.msg);
+    int64_t nd = 0;
+    CHECK(tokenize_to("order.jsonl", "order", 1, &nd, &err) == 0 && nd == 3, "tokenize: %s",
+          err.msg);
     const char *from[3] = {"order/shard-00000.tok", "order/shard-00001.tok",
                            "order/shard-00002.tok"};
     const char *to[3] = {"order/shard-10000.tok", "order/shard-100000.tok",
