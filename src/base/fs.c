@@ -120,6 +120,23 @@ FILE *base_fopen_new(const char *path, base_err *err) {
     return f;
 }
 
+int base_reopen_if_deleted(FILE **fp, const char *path, int *was_empty, base_err *err) {
+    struct stat st, nst;
+    if (!*fp || fstat(fileno(*fp), &st) != 0 || st.st_nlink > 0) return 0;
+    if (base_mkdir_parent(path, err)) return -1;
+    const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 && fstat(fd, &nst) == 0 && S_ISREG(nst.st_mode) ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        base_fail(err, "%s: %s", path, fd >= 0 ? "not a regular file" : strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    fclose(*fp);
+    *fp = f;
+    if (was_empty) *was_empty = nst.st_size == 0;
+    return 1;
+}
+
 int base_atomic_open(base_atomic *a, const char *path, base_err *err) {
     const size_t n = strlen(path);
     *a = (base_atomic){-1, NULL, malloc(2 * n + 6), NULL};

@@ -439,35 +439,22 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
             free(line);
             return base_fail(err, "out of memory");
         }
-        struct stat st; /* deleted during the run (rm, a cleanup job): written anew, said;
-                         * the lines had gone to the unlinked file until exit, in silence */
-        if (t->jl && fstat(fileno(t->jl), &st) == 0 && st.st_nlink == 0) {
-            /* a file renamed over it (an edit) is appended to, never replaced; none: a new one */
-            base_err e = {{0}};
-            const int fd = base_mkdir_parent(t->jl_path, &e)
-                               ? -1
-                               : open(t->jl_path,
-                                      O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-            struct stat nst;
-            FILE *f =
-                fd >= 0 && fstat(fd, &nst) == 0 && S_ISREG(nst.st_mode) ? fdopen(fd, "a") : NULL;
-            if (!f && fd >= 0) close(fd);
-            if (!f && !e.msg[0]) snprintf(e.msg, sizeof e.msg, "%s", strerror(errno));
-            if (f) {
-                fclose(t->jl);
-                t->jl = f;
-                base_log(BASE_LOG_WARN,
-                         "%s was deleted during the run: %s from step %d (the steps before it "
-                         "are not in it)",
-                         t->jl_path,
-                         nst.st_size ? "appended to the file now there" : "written anew", s->step);
-            } else {
-                base_log_once(BASE_LOG_WARN,
-                              "%s was deleted during the run and cannot be written anew (%s): "
-                              "the metrics from here are lost",
-                              t->jl_path, e.msg);
-            }
-        }
+        /* deleted during the run (rm, a cleanup job): written anew, said; a file renamed over
+         * it (an edit) appended to (the lines had gone to the unlinked file, in silence) */
+        base_err e;
+        int empty = 0;
+        const int re = t->jl ? base_reopen_if_deleted(&t->jl, t->jl_path, &empty, &e) : 0;
+        if (re > 0)
+            base_log(BASE_LOG_WARN,
+                     "%s was deleted during the run: %s from step %d (the steps before it are "
+                     "not in it)",
+                     t->jl_path, empty ? "written anew" : "appended to the file now there",
+                     s->step);
+        else if (re < 0)
+            base_log_once(BASE_LOG_WARN,
+                          "%s was deleted during the run and cannot be written anew (%s): the "
+                          "metrics from here are lost",
+                          t->jl_path, e.msg);
         if (t->jl && (fwrite(line, 1, len, t->jl) != len || ferror(t->jl) || fflush(t->jl))) {
             free(line);
             return base_fail(err, "%s: cannot write the metrics of step %d: %s", t->jl_path,

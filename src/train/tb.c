@@ -74,6 +74,14 @@ static double wall_time(void) {
     return (double)tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
+/* The file's first record, TensorBoard's file version. */
+static int write_version(train_tb *t, double now) {
+    pb e = {.n = 0};
+    pb_fixed(&e, 1, &now, 8);
+    pb_bytes(&e, 3, "brain.Event:2", 13);
+    return write_record(t, &e);
+}
+
 int train_tb_open(train_tb **out, const char *dir, base_err *err) {
     *out = NULL;
     if (base_mkdir_p(dir, err)) return -1;
@@ -91,10 +99,7 @@ int train_tb_open(train_tb **out, const char *dir, base_err *err) {
         train_tb_close(t);
         return -1;
     }
-    pb e = {.n = 0};
-    pb_fixed(&e, 1, &now, 8);
-    pb_bytes(&e, 3, "brain.Event:2", 13);
-    if (write_record(t, &e) || fflush(t->fp)) {
+    if (write_version(t, now) || fflush(t->fp)) {
         base_fail(err, "%s: write failed: %s", path, strerror(errno));
         train_tb_close(t);
         return -1;
@@ -120,6 +125,21 @@ int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const d
     pb_varint(&e, (uint64_t)step);
     pb_bytes(&e, 5, summary.b, summary.n);
     if (e.n >= sizeof e.b) return base_fail(err, "%s: event too large", t->path);
+    /* deleted during the run (a cleanup of the tb folder): written anew, said (the scalars
+     * had gone to the unlinked file in silence) */
+    base_err re;
+    int empty = 0;
+    const int r = base_reopen_if_deleted(&t->fp, t->path, &empty, &re);
+    if (r > 0 && empty && write_version(t, now) != 0)
+        return base_fail(err, "%s: write failed: %s", t->path, strerror(errno));
+    if (r > 0)
+        base_log(BASE_LOG_WARN, "%s was deleted during the run: written anew from step %lld",
+                 t->path, (long long)step);
+    else if (r < 0)
+        base_log_once(BASE_LOG_WARN,
+                      "%s was deleted during the run and cannot be written anew (%s): the "
+                      "TensorBoard scalars from here are lost",
+                      t->path, re.msg);
     if (write_record(t, &e) || fflush(t->fp))
         return base_fail(err, "%s: write failed: %s", t->path, strerror(errno));
     return 0;

@@ -191,3 +191,23 @@ kill -INT $pid; wait $pid || true
   grep -q "m.jsonl was deleted during the run: appended to the file now there" "$out/ren.log" ||
   { head -c 300 "$out/ren/m.jsonl"; tail -3 "$out/ren.log"; fail "a metrics.jsonl renamed over: not appended to"; }
 echo "ok: a metrics.jsonl renamed over during the run is appended to, said"
+# the TensorBoard folder emptied during the run: its event file written anew (a file version
+# record first), readable by tensorboard's loader, its scalars from the next logged step
+"$titan" train "${m[@]}" --steps 100000 --log-freq 1 --dump-folder "$out/tbdel" \
+  --metrics.enable_tensorboard --checkpoint.enable false > "$out/tbdel.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do ls "$out"/tbdel/tb/*/events.out.tfevents.* > /dev/null 2>&1 && break; sleep 0.05; done
+sleep 0.5; rm -f "$out"/tbdel/tb/*/events.out.tfevents.*
+for _ in $(seq 600); do ls "$out"/tbdel/tb/*/events.out.tfevents.* > /dev/null 2>&1 && break; sleep 0.05; done
+sleep 0.3; kill -INT $pid; wait $pid || true
+"$python" - "$out"/tbdel/tb/*/events.out.tfevents.* <<'PY' || { tail -3 "$out/tbdel.log"; fail "a TensorBoard file deleted during the run"; }
+import sys
+from tensorboard.backend.event_processing import event_file_loader
+ev = list(event_file_loader.EventFileLoader(sys.argv[1]).Load())
+assert ev and ev[0].file_version == "brain.Event:2", ev[:1]
+steps = [e.step for e in ev[1:]]
+assert steps and steps[0] > 1 and steps == sorted(steps), steps[:5]
+PY
+grep -q "events.out.tfevents.* was deleted during the run: written anew from step [0-9]*" "$out/tbdel.log" ||
+  fail "a TensorBoard file deleted during the run: not said"
+echo "ok: a TensorBoard event file deleted during the run is written anew, readable, said"
