@@ -167,9 +167,10 @@ FILE *base_fopen_new(const char *path, base_err *err);
 /* An output file kept open for a run (metrics.jsonl, TensorBoard events) that was deleted
  * meanwhile (st_nlink 0: rm, a cleanup job; its writes would go to the unlinked file in
  * silence): *fp is replaced by the file at path, appended to when one was renamed there (an
- * edit), else created with its folder. Returns 0 when nothing was deleted, 1 when reopened
- * (*was_empty: the new file is empty, for a header), -1 (err) when it cannot be. */
-int base_reopen_if_deleted(FILE **fp, const char *path, int *was_empty, base_err *err);
+ * edit), else created with its folder; either is said, naming step, the first written there
+ * (or, once, that it cannot be). Returns 1 when reopened (*was_empty: the new file is empty,
+ * for a header), else 0. */
+int base_reopen_if_deleted(FILE **fp, const char *path, int64_t step, int *was_empty);
 
 /* Atomic file write: the bytes go to "<path>.tmp" (made by base_create_file, through fd or
  * through fp after base_atomic_stream); commit fsyncs it, renames it over path (a link at

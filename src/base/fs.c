@@ -120,20 +120,31 @@ FILE *base_fopen_new(const char *path, base_err *err) {
     return f;
 }
 
-int base_reopen_if_deleted(FILE **fp, const char *path, int *was_empty, base_err *err) {
+int base_reopen_if_deleted(FILE **fp, const char *path, int64_t step, int *was_empty) {
     struct stat st, nst;
     if (!*fp || fstat(fileno(*fp), &st) != 0 || st.st_nlink > 0) return 0;
-    if (base_mkdir_parent(path, err)) return -1;
-    const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    base_err e = {{0}};
+    const int fd = base_mkdir_parent(path, &e)
+                       ? -1
+                       : open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     FILE *f = fd >= 0 && fstat(fd, &nst) == 0 && S_ISREG(nst.st_mode) ? fdopen(fd, "a") : NULL;
     if (!f) {
-        base_fail(err, "%s: %s", path, fd >= 0 ? "not a regular file" : strerror(errno));
+        if (!e.msg[0])
+            snprintf(e.msg, sizeof e.msg, "%s", fd >= 0 ? "not a regular file" : strerror(errno));
         if (fd >= 0) close(fd);
-        return -1;
+        base_log_once(BASE_LOG_WARN,
+                      "%s was deleted during the run and cannot be written anew (%s): what the "
+                      "run writes there from here is lost",
+                      path, e.msg);
+        return 0;
     }
     fclose(*fp);
     *fp = f;
     if (was_empty) *was_empty = nst.st_size == 0;
+    base_log(BASE_LOG_WARN,
+             "%s was deleted during the run: %s from step %lld (the steps before it are not in it)",
+             path, nst.st_size ? "appended to the file now there" : "written anew",
+             (long long)step);
     return 1;
 }
 

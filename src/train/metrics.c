@@ -441,20 +441,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
         }
         /* deleted during the run (rm, a cleanup job): written anew, said; a file renamed over
          * it (an edit) appended to (the lines had gone to the unlinked file, in silence) */
-        base_err e;
-        int empty = 0;
-        const int re = t->jl ? base_reopen_if_deleted(&t->jl, t->jl_path, &empty, &e) : 0;
-        if (re > 0)
-            base_log(BASE_LOG_WARN,
-                     "%s was deleted during the run: %s from step %d (the steps before it are "
-                     "not in it)",
-                     t->jl_path, empty ? "written anew" : "appended to the file now there",
-                     s->step);
-        else if (re < 0)
-            base_log_once(BASE_LOG_WARN,
-                          "%s was deleted during the run and cannot be written anew (%s): the "
-                          "metrics from here are lost",
-                          t->jl_path, e.msg);
+        if (t->jl) base_reopen_if_deleted(&t->jl, t->jl_path, s->step, NULL);
         if (t->jl && (fwrite(line, 1, len, t->jl) != len || ferror(t->jl) || fflush(t->jl))) {
             free(line);
             return base_fail(err, "%s: cannot write the metrics of step %d: %s", t->jl_path,

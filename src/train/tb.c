@@ -127,19 +127,10 @@ int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const d
     if (e.n >= sizeof e.b) return base_fail(err, "%s: event too large", t->path);
     /* deleted during the run (a cleanup of the tb folder): written anew, said (the scalars
      * had gone to the unlinked file in silence) */
-    base_err re;
     int empty = 0;
-    const int r = base_reopen_if_deleted(&t->fp, t->path, &empty, &re);
-    if (r > 0 && empty && write_version(t, now) != 0)
+    if (base_reopen_if_deleted(&t->fp, t->path, step, &empty) && empty &&
+        write_version(t, now) != 0)
         return base_fail(err, "%s: write failed: %s", t->path, strerror(errno));
-    if (r > 0)
-        base_log(BASE_LOG_WARN, "%s was deleted during the run: written anew from step %lld",
-                 t->path, (long long)step);
-    else if (r < 0)
-        base_log_once(BASE_LOG_WARN,
-                      "%s was deleted during the run and cannot be written anew (%s): the "
-                      "TensorBoard scalars from here are lost",
-                      t->path, re.msg);
     if (write_record(t, &e) || fflush(t->fp))
         return base_fail(err, "%s: write failed: %s", t->path, strerror(errno));
     return 0;
