@@ -193,8 +193,6 @@ int main(int argc, char **argv) {
             base_log_set_rank(dist_world_rank());
             if (dist_world_rank()) base_log_all_to_stderr(1);
         }
-        /* after MPI_Init (its threads keep ordinary stacks and their masks), before any
-         * OpenMP region */
         /* OMP_NUM_THREADS far past the CPUs (100000: a typo) crashed inside oneDNN; it is
          * bounded as --threads is, with that warning */
         if (!rc) {
@@ -208,6 +206,8 @@ int main(int argc, char **argv) {
         const double quota = rc || getenv("OMP_NUM_THREADS") ? 0 : base_cpu_quota();
         if (quota > 0 && (int)ceil(quota) < omp_get_max_threads())
             omp_set_num_threads((int)ceil(quota)); /* train's header says why */
+        /* after MPI_Init (its threads keep ordinary stacks and their masks), before any
+         * OpenMP region */
         if (!rc) rc = base_signals_to_own_thread(&err);
         if (!rc) rc = cmd->run(argc, argv, &err);
     }

@@ -55,9 +55,8 @@ static int lock_outputs(train_lock *l, const train_opts *o, base_err *err) {
  * is relative to each rank's own). */
 static void absolute(const char *dir, char *out, size_t n) {
     char cwd[4096];
-    const int len = dir[0] == '/' || !getcwd(cwd, sizeof cwd)
-                        ? snprintf(out, n, "%s", dir)
-                        : snprintf(out, n, "%s/%s", cwd, dir);
+    const int len = dir[0] == '/' || !getcwd(cwd, sizeof cwd) ? snprintf(out, n, "%s", dir)
+                                                              : snprintf(out, n, "%s/%s", cwd, dir);
     if (len >= (int)n) snprintf(out, n, "%s", dir); /* too long whole: as given */
 }
 
@@ -85,10 +84,10 @@ static void revalidate(const char *path) {
 static int check_shared(const train_opts *o, dist_comm *comm, int rank, base_err *err) {
     char dir[4096], path[4300];
     struct {
+        uint64_t nonce;            /* the probe file's name */
         char host[256], dir[4096]; /* rank 0's machine and absolute folder */
-    } r0 = {"", ""};
+    } r0 = {0, "", ""};
     train_ckpt_folder(o, dir, sizeof dir);
-    int64_t nonce = 0;
     int rc = 0;
     if (rank == 0) {
         gethostname(r0.host, sizeof r0.host - 1);
@@ -96,8 +95,8 @@ static int check_shared(const train_opts *o, dist_comm *comm, int rank, base_err
         uint64_t r = 0;
         if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
             r = (uint64_t)getpid() ^ (uint64_t)(base_now() * 1e9);
-        nonce = (int64_t)(r >> 1) | 1;
-        snprintf(path, sizeof path, "%s/.titan.shared-%016llx", dir, (unsigned long long)nonce);
+        r0.nonce = r | 1;
+        snprintf(path, sizeof path, "%s/.titan.shared-%016llx", dir, (unsigned long long)r0.nonce);
         const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0)
             rc = base_fail(err,
@@ -108,26 +107,25 @@ static int check_shared(const train_opts *o, dist_comm *comm, int rank, base_err
             close(fd);
     }
     if (dist_agree(comm, rc, "could not create its file in the checkpoint folder", err)) return -1;
-    dist_allreduce_i64(comm, &nonce, 1); /* rank 0's; the others add 0 */
     dist_bcast_bytes(comm, &r0, sizeof r0, 0);
     if (rank != 0) {
         char mine[4096], host[256] = "";
         absolute(dir, mine, sizeof mine);
         gethostname(host, sizeof host - 1);
-        snprintf(path, sizeof path, "%s/.titan.shared-%016llx", mine, (unsigned long long)nonce);
+        snprintf(path, sizeof path, "%s/.titan.shared-%016llx", mine, (unsigned long long)r0.nonce);
         int64_t wait_s = 20;
         const char *env = getenv("TITAN_SHARED_FOLDER_WAIT");
         if (env && (base_parse_i64(env, &wait_s) || wait_s < 0)) wait_s = 20;
         struct stat st;
         const double t0 = base_now();
-        for (double nap = 0.05;; nap = nap < 1 ? 2 * nap : 1) {
+        int seen = 0;
+        for (long nap_ms = 50;; nap_ms = nap_ms < 1000 ? 2 * nap_ms : 1000) {
             revalidate(path);
-            if (stat(path, &st) == 0 || base_now() - t0 >= (double)wait_s) break;
-            struct timespec ts = {0, (long)(nap * 1e9)};
-            if (nap >= 1) ts = (struct timespec){1, 0};
+            if ((seen = stat(path, &st) == 0) || base_now() - t0 >= (double)wait_s) break;
+            const struct timespec ts = {nap_ms / 1000, nap_ms % 1000 * 1000000L};
             nanosleep(&ts, NULL);
         }
-        if (stat(path, &st) != 0) {
+        if (!seen) {
             if (!strcmp(host, r0.host) && strcmp(mine, r0.dir))
                 rc = base_fail(err,
                                "the checkpoint folder %s is %s on this rank but %s on rank 0, "
