@@ -82,9 +82,11 @@ if(TITAN_SANITIZE) # ASan's shadow and quarantine are memory titan plan does not
                        ENVIRONMENT "OMP_NUM_THREADS=2;TITAN_TEST_SANITIZED=1")
 endif()
 
-# A full disk (a 64 KB tmpfs) under metrics.jsonl: clear error naming it, checkpoint intact.
+# A full disk (a 64 KB tmpfs) under metrics.jsonl or the TensorBoard events: that step saved,
+# a clear error naming both, whole lines / records, resumed.
 add_test(NAME metrics_full_disk
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics_full_disk.sh $<TARGET_FILE:titan>)
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/metrics_full_disk.sh $<TARGET_FILE:titan>
+          ${TITAN_PYTHON} "$<$<AND:$<TARGET_EXISTS:MPI::MPI_C>,$<BOOL:${TITAN_MPIRUN}>>:${TITAN_MPIRUN}>")
 set_tests_properties(metrics_full_disk PROPERTIES SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=2")
 

@@ -171,6 +171,11 @@ FILE *base_fopen_new(const char *path, base_err *err);
  * (or, once, that it cannot be). Returns 1 when reopened (*was_empty: the new file is empty,
  * for a header), else 0. */
 int base_reopen_if_deleted(FILE **fp, const char *path, int64_t step, int *was_empty);
+/* Appends n bytes to fp (a stream kept flushed between records) and flushes: all of them or
+ * none. On a failure (disk full, EIO) the file is cut back to its length before and the
+ * stream's buffer dropped, so a line or record is never left half written for a reader or a
+ * resume; returns 0, or -1 with errno the failure's. */
+int base_append_whole(FILE *fp, const void *data, size_t n);
 
 /* Atomic file write: the bytes go to "<path>.tmp" (made by base_create_file, through fd or
  * through fp after base_atomic_stream); commit fsyncs it, renames it over path (a link at

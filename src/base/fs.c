@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -146,6 +147,21 @@ int base_reopen_if_deleted(FILE **fp, const char *path, int64_t step, int *was_e
              path, nst.st_size ? "appended to the file now there" : "written anew",
              (long long)step);
     return 1;
+}
+
+int base_append_whole(FILE *fp, const void *data, size_t n) {
+    struct stat st;
+    const int fd = fileno(fp);
+    if (fstat(fd, &st) != 0) return -1;
+    clearerr(fp); /* an earlier failure's flag would fail this record and leave errno stale */
+    errno = 0;
+    if (fwrite(data, 1, n, fp) == n && !ferror(fp) && fflush(fp) == 0) return 0;
+    const int e = errno ? errno : EIO;
+    __fpurge(fp); /* what is left in the buffer would be written past the cut by fclose */
+    clearerr(fp);
+    if (ftruncate(fd, st.st_size) == 0) fseeko(fp, 0, SEEK_END);
+    errno = e;
+    return -1;
 }
 
 int base_atomic_open(base_atomic *a, const char *path, base_err *err) {

@@ -138,6 +138,7 @@ static int open_jsonl(train_metrics *t, base_err *err) {
         return base_fail(err, "%s: %s", p, strerror(errno));
     }
     long keep = 0;
+    long long last = 0; /* the last kept line's step */
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -146,11 +147,25 @@ static int open_jsonl(train_metrics *t, base_err *err) {
         if (line[len - 1] != '\n' || sscanf(line, "{\"step\": %lld", &step) != 1 || step > t->start)
             break;
         keep += (long)len;
+        last = step;
     }
     free(line);
     if (ftruncate(fd, keep) || fseek(t->jl, 0, SEEK_END))
         return base_fail(err, "%s: cannot cut the metrics after step %lld: %s", p,
                          (long long)t->start, strerror(errno));
+    /* lines lost before this resume (the disk had filled: the run stopped after saving a step
+     * whose line it could not write), said rather than left to be found */
+    if (last < t->start) {
+        char which[64];
+        if (last + 1 == t->start)
+            snprintf(which, sizeof which, "step %lld", (long long)t->start);
+        else
+            snprintf(which, sizeof which, "steps %lld-%lld", last + 1, (long long)t->start);
+        base_log(BASE_LOG_WARN,
+                 "%s has no line for %s, which the checkpoint resumed from includes; the run "
+                 "appends from step %lld",
+                 p, which, (long long)t->start + 1);
+    }
     return 0;
 }
 
@@ -442,7 +457,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
         /* deleted during the run (rm, a cleanup job): written anew, said; a file renamed over
          * it (an edit) appended to (the lines had gone to the unlinked file, in silence) */
         if (t->jl) base_reopen_if_deleted(&t->jl, t->jl_path, s->step, NULL);
-        if (t->jl && (fwrite(line, 1, len, t->jl) != len || ferror(t->jl) || fflush(t->jl))) {
+        if (t->jl && base_append_whole(t->jl, line, len)) {
             free(line);
             return base_fail(err, "%s: cannot write the metrics of step %d: %s", t->jl_path,
                              s->step, strerror(errno));

@@ -56,16 +56,16 @@ static void pb_fixed(pb *p, int field, const void *v, int bytes) { /* double: 1,
     }
 }
 
+/* One TFRecord, whole or not at all (base_append_whole: a reader never meets half of one). */
 static int write_record(train_tb *t, const pb *e) {
-    unsigned char head[12];
+    unsigned char rec[12 + sizeof e->b + 4];
     uint64_t len = e->n;
-    memcpy(head, &len, 8);
-    uint32_t c = masked(base_crc32c(0, head, 8)), d = masked(base_crc32c(0, e->b, e->n));
-    memcpy(head + 8, &c, 4);
-    if (fwrite(head, 1, 12, t->fp) != 12 || fwrite(e->b, 1, e->n, t->fp) != e->n ||
-        fwrite(&d, 1, 4, t->fp) != 4)
-        return -1;
-    return 0;
+    memcpy(rec, &len, 8);
+    uint32_t c = masked(base_crc32c(0, rec, 8)), d = masked(base_crc32c(0, e->b, e->n));
+    memcpy(rec + 8, &c, 4);
+    memcpy(rec + 12, e->b, e->n);
+    memcpy(rec + 12 + e->n, &d, 4);
+    return base_append_whole(t->fp, rec, 12 + e->n + 4);
 }
 
 static double wall_time(void) {
@@ -99,7 +99,7 @@ int train_tb_open(train_tb **out, const char *dir, base_err *err) {
         train_tb_close(t);
         return -1;
     }
-    if (write_version(t, now) || fflush(t->fp)) {
+    if (write_version(t, now)) {
         base_fail(err, "%s: write failed: %s", path, strerror(errno));
         train_tb_close(t);
         return -1;
@@ -131,7 +131,7 @@ int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const d
     if (base_reopen_if_deleted(&t->fp, t->path, step, &empty) && empty &&
         write_version(t, now) != 0)
         return base_fail(err, "%s: write failed: %s", t->path, strerror(errno));
-    if (write_record(t, &e) || fflush(t->fp))
+    if (write_record(t, &e))
         return base_fail(err, "%s: write failed: %s", t->path, strerror(errno));
     return 0;
 }

@@ -406,6 +406,33 @@ static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     return 0;
 }
 
+/* Step `step` trained, but its metrics could not be written (err says why, on every rank):
+ * it is saved as a stop signal's step is, and the run ends with err and where it stands (a
+ * stop, not a loss of the steps since the last checkpoint). Returns -1. */
+static int run_stop_failed(run *r, int step, base_err *err) {
+    const base_err why = *err;
+    if (!r->saver)
+        return base_fail(err,
+                         "%s (stopped after step %d; checkpointing is disabled "
+                         "(checkpoint.enable), so nothing was saved)",
+                         why.msg, step);
+    base_err e;
+    if (train_saver_poll(r->saver, &e) || run_checkpoint(r, step, 1, &e) ||
+        train_saver_finish(r->saver, &e))
+        return base_fail(err, "%s; stopped after step %d, which could not be saved either: %s",
+                         why.msg, step, e.msg);
+    if (step == r->o->steps && r->o->ckpt.last_save_in_hf)
+        return base_fail(err,
+                         "%s; training finished: the last step's weights are in %s/step-%d "
+                         "(checkpoint.last_save_in_hf)",
+                         why.msg, r->plan.ckdir, step);
+    return base_fail(err,
+                     "%s; stopped after step %d: the last complete checkpoint is %s/step-%d (the "
+                     "same command resumes from it once the file can be written; that step's "
+                     "metrics are not in the file)",
+                     why.msg, step, r->plan.ckdir, step);
+}
+
 /* Steps start + 1 .. last. Returns 0, -1 with err, or 128 + N after a stop on signal N. */
 static int run_steps(run *r, base_err *err) {
     const train_opts *o = r->o;
@@ -451,7 +478,12 @@ static int run_steps(run *r, base_err *err) {
         /* a stop signal: save this step and stop; it is the run's last logged step */
         const int stop_sig = train_stop_agree(r->mesh.world_comm);
         if (stop_sig) train_metrics_end_at(r->mx, step);
-        if (train_metrics_log_step(r->mx, &sm, &r->m, err)) return -1;
+        /* a metrics file that cannot be written (disk full) on any rank stops every rank after
+         * saving this step, as a stop signal does (the run had ended at once, losing the steps
+         * since the last checkpoint) */
+        if (dist_agree(r->mesh.world_comm, train_metrics_log_step(r->mx, &sm, &r->m, err),
+                       "could not write its metrics", err))
+            return run_stop_failed(r, step, err);
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
         if (train_prof_step_end(r->prof, step, err)) return -1;

@@ -1,42 +1,109 @@
 #!/usr/bin/env bash
-# A full disk under metrics.jsonl: a clear error naming the file and "No space left", exit
-# status 1, and the last checkpoint (on another disk) intact and resumable. Uses a 64 KB tmpfs
-# (needs root and mount; otherwise the test is skipped with status 77).
+# A full disk under metrics.jsonl or the TensorBoard events: the step that could not be logged
+# is saved (the checkpoints are on another disk) and the run stops, exit status 1, with a clear
+# error naming the file, "No space left" and the checkpoint; the file holds whole lines /
+# records only; the same command resumes from that step, saying which line is missing.
+# Uses a 64 KB tmpfs (needs root and mount; otherwise the test is skipped with status 77).
 set -uo pipefail
-titan=$1; out=$(mktemp -d); fs="$out/fs"
+titan=$1; py=${2:-}; out=$(mktemp -d); fs="$out/fs"
 mkdir -p "$fs"
 if ! mount -t tmpfs -o size=64k tmpfs "$fs" 2>/dev/null; then
   echo "skipped: cannot mount a tmpfs here (needs root)"; rm -rf "$out"; exit 77
 fi
 trap 'umount "$fs" 2>/dev/null; rm -rf "$out"' EXIT
-# about 10 KB left: the JSONL lines (~600 bytes each) fill it in about 16 steps of 40
+fail() { echo "FAIL: $*"; exit 1; }
+model=(--set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+       --set ffn_dim=128 --set vocab_size=256 --random-tokens --steps 40 --batch 1 --seq-len 8
+       --peak-tflops 1 --checkpoint-interval 4 --sync-checkpoint)
+
+# 1. metrics.jsonl: about 10 KB left, the lines (~600 bytes each) fill it in about 16 steps
 head -c $((54 * 1024)) /dev/zero > "$fs/filler"
-args=(train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
-      --set ffn_dim=128 --set vocab_size=256 --random-tokens --steps 40 --batch 1 --seq-len 8
-      --peak-tflops 1 --dump-folder "$out/run" --checkpoint-interval 2 --sync-checkpoint
-      --metrics "$fs/metrics.jsonl")
+args=(train "${model[@]}" --dump-folder "$out/run" --metrics "$fs/metrics.jsonl")
 "$titan" "${args[@]}" > "$out/log" 2>&1; rc=$?
 grep -E "error" "$out/log"
-[ $rc -eq 1 ] || { echo "FAIL: exit status $rc, want 1"; tail "$out/log"; exit 1; }
-grep -qE "titan: error: $fs/metrics.jsonl: cannot write the metrics of step [0-9]+: No space left on device" \
-  "$out/log" || { echo "FAIL: no clear full-disk error naming metrics.jsonl"; exit 1; }
+[ $rc -eq 1 ] || { tail "$out/log"; fail "exit status $rc, want 1"; }
 bad=$(grep -oE "metrics of step [0-9]+" "$out/log" | grep -oE "[0-9]+")
-good=$(( (bad - 1) / 2 * 2 ))
-[ "$good" -ge 2 ] || { echo "FAIL: the disk filled at step $bad, too early for the test"; exit 1; }
-# the report page (on the other disk) is final: every step written to metrics.jsonl, the error,
-# no refresh (it stayed at the last logged step 10, reloading itself as a live run's page)
-grep -q "step $((bad - 1)) of 40" "$out/run/report.html" &&
-  grep -q '<p class="failed">The run ended with an error: .*metrics.jsonl: cannot write the metrics of step' \
-    "$out/run/report.html" && ! grep -q 'http-equiv="refresh"' "$out/run/report.html" ||
-  { echo "FAIL: report.html is not final at step $((bad - 1)) with the error"; exit 1; }
-[ -f "$out/run/checkpoint/step-$good/metadata.json" ] || { echo "FAIL: step-$good missing"; exit 1; }
-[ ! -e "$out/run/checkpoint/step-$((good + 2))" ] || { echo "FAIL: a checkpoint past it"; exit 1; }
-rm -f "$fs/filler" # free space, as an operator would
-"$titan" "${args[@]}" --stop-after-step $((good + 2)) > "$out/resume" 2>&1 ||
-  { echo "FAIL: step-$good does not resume"; cat "$out/resume"; exit 1; }
-grep -q "resumed from .*step-$good" "$out/resume" || { cat "$out/resume"; exit 1; }
-want=$(seq 1 $((good + 2)) | tr '\n' ' ')
+[ -n "$bad" ] && [ "$bad" -ge 3 ] || fail "no step named, or the disk filled too early (step '$bad')"
+ck="$out/run/checkpoint"
+grep -qE "titan: error: $fs/metrics.jsonl: cannot write the metrics of step $bad: No space left on \
+device; stopped after step $bad: the last complete checkpoint is $ck/step-$bad \(the same command \
+resumes from it" "$out/log" || fail "no clear error naming metrics.jsonl and step-$bad"
+[ -f "$ck/step-$bad/metadata.json" ] || fail "step $bad, the step the metrics failed at, not saved"
+# whole lines only, steps 1 .. bad-1 (the failed line's bytes cut off, none past it)
+want=$(seq 1 $((bad - 1)) | tr '\n' ' ')
 got=$(grep -o '"step": [0-9]*' "$fs/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' ')
-[ "$got" = "$want" ] || { echo "FAIL: metrics.jsonl holds steps $got, want $want"; exit 1; }
-echo "ok: full disk at step $bad: clear error naming metrics.jsonl; step-$good intact, resumed, \
-metrics.jsonl whole"
+[ "$got" = "$want" ] || fail "metrics.jsonl holds steps '$got', want '$want'"
+[ -z "$(tail -c 1 "$fs/metrics.jsonl")" ] || fail "metrics.jsonl ends in a partial line"
+# the report page (on the other disk) is final with the error, no refresh
+grep -q '<p class="failed">The run ended with an error: .*metrics.jsonl: cannot write the metrics of step' \
+  "$out/run/report.html" && ! grep -q 'http-equiv="refresh"' "$out/run/report.html" ||
+  fail "report.html is not final with the error"
+rm -f "$fs/filler" # free space, as an operator would
+"$titan" "${args[@]}" --stop-after-step $((bad + 2)) > "$out/resume" 2>&1 ||
+  { cat "$out/resume"; fail "step-$bad does not resume"; }
+grep -q "resumed from .*step-$bad\$" "$out/resume" || { cat "$out/resume"; fail "not resumed from step-$bad"; }
+grep -q "titan warn\] $fs/metrics.jsonl has no line for step $bad, which the checkpoint" "$out/resume" ||
+  { cat "$out/resume"; fail "the resume does not say step $bad's line is missing"; }
+want="$(seq 1 $((bad - 1)) | tr '\n' ' ')$((bad + 1)) $((bad + 2)) "
+got=$(grep -o '"step": [0-9]*' "$fs/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' ')
+[ "$got" = "$want" ] || fail "metrics.jsonl after the resume holds steps '$got', want '$want'"
+echo "ok: metrics.jsonl full at step $bad: step-$bad saved, the error names both, whole lines, resumed"
+rm -f "$fs/metrics.jsonl"
+
+# 2. the TensorBoard event file (~600-byte records every step with --metrics.log_freq 1)
+head -c $((54 * 1024)) /dev/zero > "$fs/filler"
+args=(train "${model[@]}" --dump-folder "$out/run2" --metrics.enable_tensorboard
+      --metrics.save_tb_folder "$fs/tb" --metrics.log_freq 1)
+"$titan" "${args[@]}" > "$out/log2" 2>&1; rc=$?
+grep -E "error" "$out/log2"
+[ $rc -eq 1 ] || { tail "$out/log2"; fail "tb: exit status $rc, want 1"; }
+ev=$(ls "$fs"/tb/*/events.out.tfevents.*) || fail "no event file"
+grep -qE "titan: error: $ev: write failed: No space left on device; stopped after step [0-9]+: the \
+last complete checkpoint is $out/run2/checkpoint/step-[0-9]+ " "$out/log2" ||
+  fail "no clear error naming the event file and the checkpoint"
+bad=$(grep -oE "stopped after step [0-9]+" "$out/log2" | grep -oE "[0-9]+")
+[ -f "$out/run2/checkpoint/step-$bad/metadata.json" ] || fail "tb: step $bad not saved"
+# whole TFRecords only: the lengths walk to the file's end exactly, the last one step bad-1's
+if [ -n "$py" ]; then
+  "$py" - "$ev" "$bad" <<'PY' || fail "the event file is not whole records up to step $((bad - 1))"
+import struct, sys
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+b = open(sys.argv[1], "rb").read(); at = n = 0
+while at < len(b):
+    (length,) = struct.unpack("<Q", b[at:at + 8]); at += 12 + length + 4; n += 1
+assert at == len(b), f"records end at {at}, the file at {len(b)}"
+steps = [e.step for e in EventFileLoader(sys.argv[1]).Load() if e.HasField("summary")]
+assert steps == list(range(1, int(sys.argv[2]))), steps
+print(f"ok: {n} whole records, steps 1..{steps[-1]}")
+PY
+fi
+rm -f "$fs/filler"
+"$titan" "${args[@]}" --stop-after-step $((bad + 1)) > "$out/resume2" 2>&1 ||
+  { cat "$out/resume2"; fail "tb: step-$bad does not resume"; }
+grep -q "resumed from .*step-$bad\$" "$out/resume2" || fail "tb: not resumed from step-$bad"
+echo "ok: the event file full at step $bad: step-$bad saved, whole records, resumed"
+
+# 3. two ranks (when an mpirun is given), each writing its own file (save_for_all_ranks): the
+# rank whose file fills stops both after the step is saved, each naming it; both resume
+mpirun=${3:-}
+[ -n "$mpirun" ] || exit 0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+rm -rf "${fs:?}"/*
+head -c $((48 * 1024)) /dev/zero > "$fs/filler"
+args=(train "${model[@]}" --dump-folder "$out/run3" --metrics "$fs/metrics.jsonl"
+      --metrics.save_for_all_ranks)
+timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS=1 "$titan" "${args[@]}" > "$out/log3" 2>&1; rc=$?
+[ $rc -ne 0 ] || fail "2 ranks: exit status 0"
+bad=$(grep -oE "stopped after step [0-9]+" "$out/log3" | head -1 | grep -oE "[0-9]+")
+for r in 0 1; do
+  grep -qE "titan: error \(rank $r of 2\): (rank [01] could not write its metrics: )?$fs/rank_[01]/\
+metrics.jsonl: cannot write the metrics of step $bad: No space left on device; stopped after step \
+$bad: the last complete checkpoint is $out/run3/checkpoint/step-$bad " "$out/log3" ||
+    { cat "$out/log3"; fail "rank $r does not name the full file and step-$bad"; }
+done
+[ -f "$out/run3/checkpoint/step-$bad/metadata.json" ] || fail "2 ranks: step $bad not saved"
+rm -f "$fs/filler"
+timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS=1 "$titan" "${args[@]}" \
+  --stop-after-step $((bad + 1)) > "$out/resume3" 2>&1 || { cat "$out/resume3"; fail "2 ranks: no resume"; }
+grep -q "resumed from .*step-$bad\$" "$out/resume3" || fail "2 ranks: not resumed from step-$bad"
+echo "ok: 2 ranks, a rank's metrics file full at step $bad: both stopped naming it, step-$bad saved, resumed"
