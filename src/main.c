@@ -1,10 +1,12 @@
 /* titan: command-line entry point. One table of subcommands (each handler lives in the module
  * it drives), the dispatch, and the process set-up: the BLAS re-exec and MPI start-up. */
 #include <math.h>
+#include <pthread.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -16,19 +18,59 @@
 #include "train/train.h"
 #include "titan_version.h" /* TITAN_VERSION, TITAN_GIT_COMMIT: written by the build */
 
+/* A stack limit below Linux's default 8 MiB (`ulimit -s 64`) crashed titan with a bare
+ * SIGSEGV: glibc sizes every thread's stack by it too (OpenMP's, OpenBLAS's). The soft limit
+ * is raised to 8 MiB, or to the hard limit, before the re-execution below, so the new image's
+ * threads get it as well. Returns whether it was raised. */
+static int raise_stack_limit(void) {
+    const rlim_t want = (rlim_t)8 << 20;
+    struct rlimit r;
+    if (getrlimit(RLIMIT_STACK, &r) || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return 0;
+    const rlim_t to = r.rlim_max == RLIM_INFINITY || r.rlim_max >= want ? want : r.rlim_max;
+    if (to <= r.rlim_cur) return 0;
+    r.rlim_cur = to;
+    return setrlimit(RLIMIT_STACK, &r) == 0;
+}
+
+/* After raise_stack_limit: a hard limit under 256 KiB (`ulimit -s 64` sets both) is refused
+ * by name rather than left to a SIGSEGV in the first deep call (128 KiB ran a whole demo-sized
+ * run here; 64 did not reach its first step). */
+static int stack_limit_check(base_err *err) {
+    if (raise_stack_limit()) { /* not re-executed (TITAN_NO_REEXEC): threads started from here */
+        pthread_attr_t a;
+        if (!pthread_attr_init(&a)) {
+            if (!pthread_attr_setstacksize(&a, (size_t)8 << 20)) pthread_setattr_default_np(&a);
+            pthread_attr_destroy(&a);
+        }
+    }
+    struct rlimit r;
+    if (getrlimit(RLIMIT_STACK, &r) || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= (256 << 10))
+        return 0;
+    return base_fail(err,
+                     "the stack limit (ulimit -s) is %llu KiB and its hard limit allows no more: "
+                     "titan needs at least 256 KiB (Linux's default is 8 MiB: ulimit -s 8192)",
+                     (unsigned long long)(r.rlim_cur >> 10));
+}
+
 /* Debian's OpenBLAS 0.3.21 does not recognise recent CPUs and falls back to its SSE3
  * "Prescott" kernels (~7x slower here). It reads OPENBLAS_CORETYPE once, when the library
  * loads, so titan sets it from the CPU's features and re-executes itself before any BLAS
- * call. A value already in the environment is respected. */
-static void ensure_blas_coretype(char **argv) {
+ * call (also when the stack limit was raised). A value already in the environment is
+ * respected. */
+static void reexec_for_setup(char **argv) {
+    if (getenv("TITAN_NO_REEXEC")) return;
+    int again = raise_stack_limit();
 #if defined(__x86_64__)
-    if (getenv("OPENBLAS_CORETYPE") || getenv("TITAN_NO_REEXEC")) return;
     __builtin_cpu_init();
     const char *core = __builtin_cpu_supports("avx512f") ? "SkylakeX"
                        : __builtin_cpu_supports("avx2")  ? "Haswell"
                                                          : NULL;
-    if (!core) return;
-    setenv("OPENBLAS_CORETYPE", core, 1);
+    if (core && !getenv("OPENBLAS_CORETYPE")) {
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        again = 1;
+    }
+#endif
+    if (!again) return;
     setenv("TITAN_NO_REEXEC", "1", 1);
     /* the binary's own path, not /proc/self/exe: the kernel names the process (ps, top) after
      * the file executed, which would be "exe" */
@@ -38,9 +80,6 @@ static void ensure_blas_coretype(char **argv) {
     self[n] = 0;
     execv(self, argv);
     /* exec failed: carry on with whatever kernels OpenBLAS chose. */
-#else
-    (void)argv;
-#endif
 }
 
 /* What a subcommand needs before its handler runs. */
@@ -181,12 +220,13 @@ int main(int argc, char **argv) {
         cmd->usage(stdout); /* before any set-up: help needs neither BLAS nor MPI */
         return stdout_status(0);
     } else {
-        if (cmd->setup & CMD_BLAS) ensure_blas_coretype(argv);
+        if (cmd->setup & CMD_BLAS) reexec_for_setup(argv);
         /* under mpirun every rank runs this; one plain process otherwise */
         if (cmd->setup & CMD_MPI) rc = dist_init(&argc, &argv, &err);
         /* after the BLAS re-exec (said once) and MPI's start (its handlers first) */
         base_explain_sigbus();
         if (!rc && dist_world_rank() <= 0) base_warn_vm_limit();
+        if (!rc && (cmd->setup & CMD_BLAS)) rc = stack_limit_check(&err);
         /* every line from here carries its rank (the config's translation warns before the
          * mesh is built), other ranks' on stderr, as training logs them later */
         if (!rc && dist_world_size() > 1) {

@@ -641,10 +641,18 @@ int base_check_output_dir(const char *dir, base_err *err) {
         if (stat(p, &st) == 0) {
             if (!S_ISDIR(st.st_mode))
                 return base_fail(err, "%s: cannot be created: %s is not a folder", dir, p);
-            if (access(p, W_OK | X_OK))
-                return base_fail(err, "%s: cannot be created or written: %s: %s", dir, p,
-                                 strerror(errno));
-            return 0;
+            if (!access(p, W_OK | X_OK)) return 0;
+            const int e = errno;
+            char where[2100] = "", cwd[2048]; /* "." alone names no place */
+            if (p[0] != '/' && getcwd(cwd, sizeof cwd))
+                snprintf(where, sizeof where,
+                         strcmp(p, ".") ? " (in the working directory %s)"
+                                        : " (the working directory, %s)",
+                         cwd);
+            if (!strcmp(p, dir[0] ? dir : "."))
+                return base_fail(err, "folder %s%s cannot be written: %s", p, where, strerror(e));
+            return base_fail(err, "folder %s cannot be created: %s%s cannot be written: %s", dir, p,
+                             where, strerror(e));
         }
         if (errno != ENOENT && errno != ENOTDIR)
             return base_fail(err, "%s: %s", p, strerror(errno));

@@ -87,8 +87,8 @@ static int output_parent(const char *field, const char *file, base_err *err) {
     else
         snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
     base_err e;
-    if (base_check_output_dir(dir, &e) || base_output_path_ok(file, &e))
-        return base_fail(err, "%s: %s", field, e.msg);
+    if (base_check_output_dir(dir, &e)) return base_fail(err, "%s: %s: %s", field, file, e.msg);
+    if (base_output_path_ok(file, &e)) return base_fail(err, "%s: %s", field, e.msg);
     return 0;
 }
 

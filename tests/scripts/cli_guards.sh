@@ -108,6 +108,19 @@ if [ -z "${TITAN_TEST_SANITIZED:-}" ]; then
   --steps 1 --peak-tflops 1 --checkpoint.enable false --dump-folder "$out/vm") > "$out/o" 2>&1; rc=$?
 [ $rc -eq 0 ] && [ "$(grep -c "the virtual memory limit (ulimit -v) is 878 MiB: OpenBLAS" "$out/o")" = 1 ] &&
   ok "ulimit -v 900000 warned of, once (the BLAS re-exec)" || bad "ulimit -v 900000 (rc $rc)"
+# a small stack limit (it crashed with a bare SIGSEGV): a soft one is raised and the run
+# trains (re-executed or not); a hard one under 256 KiB is refused by name
+m=(train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+   --set ffn_dim=128 --set vocab_size=300 --random-tokens --batch 1 --seq-len 8 --steps 1
+   --peak-tflops 1 --checkpoint.enable false --dump-folder "$out/st")
+(ulimit -S -s 64; "$titan" "${m[@]}") > "$out/o" 2>&1; rc=$?
+(ulimit -S -s 64; TITAN_NO_REEXEC=1 "$titan" "${m[@]}") > "$out/o2" 2>&1; rc2=$?
+[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ok "ulimit -S -s 64: raised, trains" ||
+  bad "ulimit -S -s 64 (rc $rc, $rc2): $(tail -c 300 "$out/o" "$out/o2")"
+(ulimit -s 64; "$titan" "${m[@]}") > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "titan: error: the stack limit (ulimit -s) is 64 KiB and its hard limit \
+allows no more: titan needs at least 256 KiB" "$out/o" && ok "ulimit -s 64 (hard): refused by name" ||
+  bad "ulimit -s 64 (rc $rc): $(tail -c 300 "$out/o")"
 python3 -c "
 import sys
 with open(sys.argv[1], 'w') as f:

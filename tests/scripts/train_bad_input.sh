@@ -153,4 +153,23 @@ sed -i '5s/.*/{"text": 5}/' "$out/v.jsonl"
 n=$(grep -c 'v.jsonl:5: field "text" is not a string; skipped' "$out/o")
 if [ "$n" = 1 ]; then echo "ok   a validation set's bad line is logged once over 3 validations"
 else echo "FAIL a validation set's bad line logged $n times:"; tail -5 "$out/o"; fail=1; fi
+# a working directory titan cannot write (the default dump folder "."): the error names the
+# file, the folder and where "." is (it had named only "."); as nobody (root writes anywhere)
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
+  chmod 755 "$out"; mkdir -p "$out/ro"; cp "$titan" "$out/titan"; chmod 755 "$out/titan"
+  chmod 555 "$out/ro"
+  m=(train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
+     --set ffn_dim=128 --set vocab_size=300 --random-tokens --steps 1 --batch 1 --seq-len 8
+     --peak-tflops 1)
+  (cd "$out/ro" && setpriv --reuid=65534 --regid=65534 --clear-groups "$out/titan" "${m[@]}") \
+    > "$out/o" 2>&1
+  (cd "$out/ro" && setpriv --reuid=65534 --regid=65534 --clear-groups "$out/titan" "${m[@]}" \
+    --dump-folder run/a) > "$out/o2" 2>&1
+  if grep -q "titan: error: metrics.save_report_file: report.html: folder . (the working \
+directory, $out/ro) cannot be written: Permission denied" "$out/o" &&
+     grep -q "titan: error: metrics.save_report_file: run/a/report.html: folder run/a cannot be \
+created: . (the working directory, $out/ro) cannot be written: Permission denied" "$out/o2"; then
+    echo "ok   an unwritable working directory: named with the file and the folder"
+  else echo "FAIL an unwritable working directory:"; cat "$out/o" "$out/o2"; fail=1; fi
+else echo "skip an unwritable working directory (needs root and setpriv)"; fi
 exit $fail
