@@ -24,7 +24,8 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
 `none` here; torchtitan's `selective` trades recompute time for memory a CPU run usually has).
 
     build/titan train --config configs/qwen3_debug.toml                        # = make train
-    build/titan train --config configs/qwen3_debug.toml --training.steps 20 --optimizer.lr=1e-3
+    build/titan train --config configs/qwen3_debug.toml --training.steps 20 --optimizer.lr=1e-3 \
+        --job.dump_folder runs/lr1e-3                        # a run of its own, beside make train's
     build/titan train --config configs/qwen3_debug.toml --print-config          # resolved config, as TOML
     build/titan train --help                                  # every field: default, range, help
 
@@ -99,7 +100,7 @@ does with each. A file's unknown keys and sections are reported together in one 
 | `job.config_file` | the file itself is `--job.config_file`; the key in a file is inert |
 | `model.tokenizer_path` | honoured: sets `hf_assets_path` with torchtitan's deprecation warning |
 | `model.name` | `qwen3` only; `llama3` (and others) refused by name |
-| `debug.seed` | honoured: the seed. titan's `training.seed` (`--seed`) names the same seed: set in the file and on the command line, the command line's wins; both in the file, `debug.seed` (a saved `config.toml` writes the resolved seed into both); two different values on the command line are refused, naming both |
+| `debug.seed` | honoured: the seed. titan's `training.seed` (`--seed`) names the same seed: set in the file and on the command line, the command line's wins; both in the file, `debug.seed` (a saved `config.toml` and `--print-config` write the resolved seed into `training.seed`, and into `debug.seed` when that is set); two different values on the command line are refused, naming both |
 | `training.seq_len` (and `validation.seq_len`) above the model's `max_seq_len` | honoured as torchtitan: the model's `max_seq_len` (its RoPE context, recorded in checkpoints, exported as `max_position_embeddings`) is raised to it, with torchtitan's "Sequence length N exceeds original maximum M" warning |
 | `training.dataset`, `validation.dataset` beside a `dataset_path` | a label: titan reads the path's files by their format (text, JSON Lines' `dataset_field`, token shards; docs/data.md), where torchtitan's name picks a loader (its `c4` loaders read the same `"text"` field of JSON records); `--training.dataset random` given on the command line beside a path is warned (the files are read) |
 | `checkpoint.initial_load_path` with `checkpoint.enable` unset | turns checkpointing on (an info line says so: saves every `interval` steps and at the end), where torchtitan ignores the path while checkpointing is off; `checkpoint.enable = false` set explicitly refuses the path instead |
@@ -132,13 +133,19 @@ MD
   is refused with its folder named (use another `job.dump_folder`, remove the folder, or
   raise `training.steps`): it would train nothing. A checkpoint at `training.steps` is
   loaded and no step is trained, as torchtitan's loop does; the export and sample at the
-  end still run on its weights. A weights-only checkpoint (the last save by default) starts
-  a new run at step 1 from its weights, so its step is not compared.
+  end still run on its weights. A weights-only checkpoint (the last save by default) holds
+  no training state: a run in its folder would start again at step 1 among the old run's
+  newer checkpoints, so it is refused, as torchtitan fails such a load; to train on from
+  those weights, give the step folder as `checkpoint.initial_load_path` with another
+  `checkpoint.folder` or `job.dump_folder` (or set `checkpoint.load_only`, no saves)
+  ([checkpoints.md](checkpoints.md)).
 - **`exclude_from_loading`** takes torchtitan's state names: `model` (weights, MoE expert
   bias), `optimizer` (AdamW moments and step count), `lr_scheduler` (the schedule restarts
   at its first step), `dataloader` (the data from its start, the random-token counter at
-  0), `train_state` (the step count restarts at 1, tokens seen at 0). Excluding all but
-  `model` is the same as an initial load of that checkpoint's weights.
+  0), `train_state` (the step count and tokens seen; a run that would start again at step 1
+  in a folder holding checkpoints is refused as above, unless `load_only` is set; so is
+  excluding all but `model`, which with `load_only` loads the weights as an initial load
+  does).
 - **`load_only`** loads as usual and never saves. **`enable_first_step_checkpoint`** also
   saves after step 1. **`create_seed_checkpoint`** builds and initialises the model, saves
   it as `step-0` (weights only) into a folder without checkpoints and exits, on 1 rank; a

@@ -92,12 +92,19 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
                 {"norm_topk_prob", &a->norm_topk_prob}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         if (strcmp(key, ints[i].key) != 0) continue;
+        const int flag = !strcmp(key, "tie_embeddings") || !strcmp(key, "norm_topk_prob");
+        if (flag && (!strcmp(value, "true") || !strcmp(value, "false"))) { /* as titan train's */
+            *ints[i].field = value[0] == 't';
+            return 0;
+        }
         int64_t v;
-        if (base_parse_i64(value, &v) != 0 || v < 0 || v > 1 << 30)
+        const int bad = base_parse_i64(value, &v) != 0 || v < 0 || v > (flag ? 1 : 1 << 30);
+        if (bad && flag)
+            return base_fail(err, "model argument %s: '%s' must be true / false (or 1 / 0)", key,
+                             value);
+        if (bad)
             return base_fail(err, "model argument %s: '%s' is not a non-negative integer", key,
                              value);
-        if ((!strcmp(key, "tie_embeddings") || !strcmp(key, "norm_topk_prob")) && v > 1)
-            return base_fail(err, "model argument %s: '%s' must be 0 or 1", key, value);
         *ints[i].field = (int)v;
         return 0;
     }

@@ -16,7 +16,7 @@ int train_cmd_train(int argc, char **argv, base_err *err) {
     if (!rc && cli.help) {
         train_config_usage(stdout);
     } else if (!rc && cli.print_config) {
-        train_config_print(&c, stdout);
+        if (!(rc = train_config_resolve_seed(&c, err))) train_config_print(&c, stdout);
     } else if (!rc && !train_config_names_job(&c)) {
         fprintf(stderr, "usage: titan train --config FILE [--section.key=value ...]\n"
                         "       titan train --flavor NAME (--data PATH | --random-tokens) "

@@ -190,7 +190,8 @@ const field g_fields[] = {
          "save checkpoints and resume from the newest (one past training.steps is refused)"),
     STR(checkpoint, folder, "checkpoint", NULL, "checkpoint folder, under job.dump_folder"),
     INT(checkpoint, interval, 500, 1, BIG, "steps between checkpoints"),
-    INTC(checkpoint, keep_latest_k, 10, 0, BIG, check_not_one, "checkpoints kept; 0 = all"),
+    INTC(checkpoint, keep_latest_k, 10, 0, BIG, check_not_one,
+         "checkpoints kept; 0 = all, 1 is refused (as torchtitan)"),
     INT(checkpoint, load_step, -1, -1, BIG, "step to resume from; -1 = the latest"),
     STR(checkpoint, initial_load_path, "", NULL,
         "weights to start from when there is nothing to resume: a titan step-N folder or a "

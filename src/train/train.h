@@ -387,6 +387,10 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
  * then train_config_translate for dist_world_size() ranks, and fills the config to save at
  * start (config_toml, config_path) and config_hash. */
 int train_config_to_opts(train_config *c, train_opts *o, base_err *err);
+/* The one seed debug.seed and training.seed name, resolved into them as a run resolves it
+ * (for --print-config, which prints without translating); -1 with err for two different
+ * values on the command line. */
+int train_config_resolve_seed(train_config *c, base_err *err);
 
 /* ---- the training loop (train/train.c) --------------------------------------------------- */
 /* Returns 0; -1 with err; or 128 + N after stopping cleanly on signal N (SIGTERM, SIGINT or

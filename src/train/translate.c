@@ -65,7 +65,8 @@ static void dataset_random_note(const train_config *c) {
  * file and on the command line, the command line's wins (as for any field); both in the file,
  * debug.seed (a saved config.toml writes training.seed beside it); two different values on the
  * command line are refused, naming both, rather than one silently dropped. The seed resolved
- * is written into both fields, so the saved config says it twice. */
+ * is written into training.seed, and into debug.seed when that is set (the saved config and
+ * --print-config say it so). */
 static int resolve_seed(train_config *c, uint64_t *seed, base_err *err) {
     const int d = find_field("debug", "seed"), t = find_field("training", "seed");
     /* training.seed wins only when given on the command line and debug.seed is not */
@@ -81,6 +82,11 @@ static int resolve_seed(train_config *c, uint64_t *seed, base_err *err) {
     c->training.seed = (int64_t)*seed;
     if (c->debug.seed.set) c->debug.seed.v = (int64_t)*seed;
     return 0;
+}
+
+int train_config_resolve_seed(train_config *c, base_err *err) {
+    uint64_t seed;
+    return resolve_seed(c, &seed, err);
 }
 
 /* What an initial load reads: checkpoint.initial_load_path, else (initial_load_in_hf, as

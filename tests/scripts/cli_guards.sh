@@ -42,6 +42,23 @@ grep -q "inspect: one path expected, got 2" "$out/o" && ok "inspect a b" || bad 
 "$titan" train --flavor debugmodel --seed 5 --debug.seed 6 --steps 1 --random-tokens > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "command line: --seed (training.seed): 5, and debug.seed 6 set on the command line too" "$out/o" &&
   ok "an alias's error names it" || bad "alias origin (rc $rc)"
+# --print-config prints the seed a run uses (it had printed the file's two values, debug.seed
+# 5 used, and passed two different command-line values a run refuses)
+printf '[debug]\nseed = 5\n[training]\nseed = 6\n' > "$out/seed.toml"
+"$titan" train --config "$out/seed.toml" --print-config > "$out/o" 2>&1; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^seed = 5$' "$out/o")" = 2 ] && ! grep -q '^seed = 6' "$out/o" &&
+  ok "--print-config: the resolved seed in both fields" || bad "--print-config seed: $(grep seed "$out/o")"
+"$titan" train --flavor debugmodel --seed 5 --debug.seed 6 --print-config > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "5, and debug.seed 6 set on the command line too" "$out/o" &&
+  ok "--print-config: two command-line seeds refused as a run refuses them" ||
+  bad "--print-config two seeds (rc $rc)"
+# a boolean model argument reads true / false in every command (inspect had wanted 1 / 0,
+# as train and plan take either)
+"$titan" inspect --set tie_embeddings=true > "$out/o" 2>&1; rc=$?
+"$titan" inspect --set tie_embeddings=yes > "$out/o2" 2>&1; rc2=$?
+[ $rc -eq 0 ] && grep -q "tie_embeddings 1" "$out/o" && [ $rc2 -eq 1 ] &&
+  grep -q "model argument tie_embeddings: 'yes' must be true / false (or 1 / 0)" "$out/o2" &&
+  ok "inspect --set tie_embeddings=true" || bad "inspect --set tie_embeddings=true (rc $rc, $rc2)"
 # titan plan: the budget printed as given; --set goes through train's checks (a seq_len over
 # max_seq_len raises it, as torchtitan) and is never dropped (it was, past the 64th)
 "$titan" plan --batch 2 --seq-len 128 --budget-gib 0.6 > "$out/o" 2>&1
