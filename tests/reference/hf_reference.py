@@ -64,6 +64,19 @@ CONFIGS = {
                     vocab_size=200, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-6,
                     n_experts=6, top_k=3, moe_ffn_dim=24, norm_topk_prob=0,
                     router_aux_loss_coef=0.05, aux=1, batch=2, seq_len=20, max_norm=2.2),
+    # odd sizes everywhere (SIMD tails, attention tiles): 5 heads of 40 over 1 kv head, dim
+    # 72, a prime FFN width and vocabulary, windows of 129 crossing tiles, tied, rope_theta 100,
+    # norm eps 1e-12 (a shape audit's combination, session 37)
+    "odd_dims": dict(dim=72, n_layers=2, n_heads=5, n_kv_heads=1, head_dim=40, ffn_dim=131,
+                     vocab_size=1009, tie_embeddings=1, rope_theta=100.0, norm_eps=1e-12,
+                     batch=3, seq_len=129, max_norm=0.9),
+    # MoE whose bf16 router logits flip a top-2 choice in block 1 on both bf16 sides (autocast
+    # and titan agree to 1e-2; both are 0.1-0.3 off fp32 there); head_dim 128, an odd expert
+    # width, 5 experts
+    "moe_flip": dict(dim=72, n_layers=2, n_heads=3, n_kv_heads=3, head_dim=128, ffn_dim=64,
+                     vocab_size=1009, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-6,
+                     n_experts=5, top_k=2, moe_ffn_dim=131, norm_topk_prob=1,
+                     router_aux_loss_coef=0.0, aux=0, batch=3, seq_len=33, max_norm=1.9),
 }
 
 # Each config's max_norm sits inside the range of its pre-clip gradient norms, so clipping is
@@ -122,7 +135,10 @@ def build_model(c):
             **common, num_experts=c["n_experts"], num_experts_per_tok=c["top_k"],
             moe_intermediate_size=c["moe_ffn_dim"], norm_topk_prob=bool(c["norm_topk_prob"]),
             router_aux_loss_coef=c["router_aux_loss_coef"], output_router_logits=bool(c["aux"]),
-            decoder_sparse_step=1, mlp_only_layers=[])
+            decoder_sparse_step=1, mlp_only_layers=[],
+            # the per-expert loop: transformers' default grouped_mm refuses an expert width
+            # that is no multiple of 4 ("strides should be multiple of 16 bytes")
+            experts_implementation="eager")
         model = Qwen3MoeForCausalLM(cfg).to(torch.float32)
     else:
         model = Qwen3ForCausalLM(Qwen3Config(**common)).to(torch.float32)
