@@ -71,10 +71,11 @@ int train_stop_agree(dist_comm *world);
 /* 0, or the first signal this rank received (not collective: rank 0's sampling asks it). */
 int train_stop_pending(void);
 const char *train_stop_signal_name(int sig); /* "SIGTERM", ...; "signal" for others */
-/* After step `step` saved its checkpoint (or with s NULL: checkpointing disabled): commits the
- * save in flight, says what the last complete checkpoint is, and returns 128 + sig, or -1 with
- * err if the save failed. Collective over the saver's ranks. */
-int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base_err *err);
+/* After step `step` saved its checkpoint (or with s NULL: no saves, no_saves says why):
+ * commits the save in flight, says what the last complete checkpoint is, and returns 128 + sig,
+ * or -1 with err if the save failed. Collective over the saver's ranks. */
+int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, const char *no_saves,
+                      base_err *err);
 
 /* The trainer's state object of dir/step-N (metadata.json "train", state_check.c): every
  * field present, of its type and in range (0 <= adam_step <= step, counts >= 0, ...).

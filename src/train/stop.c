@@ -97,12 +97,11 @@ int train_stop_pending(void) {
     return __atomic_load_n(&g_first, __ATOMIC_SEQ_CST);
 }
 
-int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, base_err *err) {
+int train_stop_finish(train_saver *s, int sig, int step, const char *ckdir, const char *no_saves,
+                      base_err *err) {
     if (!s) {
-        base_log(BASE_LOG_INFO,
-                 "%s: stopped after step %d; checkpointing is disabled (checkpoint.enable), so "
-                 "nothing was saved",
-                 train_stop_signal_name(sig), step);
+        base_log(BASE_LOG_INFO, "%s: stopped after step %d; %s, so nothing was saved",
+                 train_stop_signal_name(sig), step, no_saves);
         return 128 + sig;
     }
     if (train_saver_finish(s, err)) return -1; /* commits the save of this step */

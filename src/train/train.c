@@ -190,7 +190,15 @@ typedef struct {
     int last;                   /* the last step this run trains */
     double t_total, comm_total; /* seconds over the timed steps (all but step 1) */
     int64_t tokens_total;       /* this rank's tokens over the timed steps */
+    base_err late; /* the run's last step's metrics failure: said once it has finished */
 } run;
+
+/* Why a run saves nothing (r->saver NULL), for its messages. */
+static const char *no_saves_why(const train_opts *o) {
+    return o->ckpt.enable ? "checkpoint.load_only is set"
+                          : "checkpointing is disabled "
+                            "(checkpoint.enable)";
+}
 
 /* The mesh, this rank's output, preflight checks, the output locks and the token source.
  * On failure nothing is left to free. */
@@ -406,31 +414,27 @@ static int run_checkpoint(run *r, int step, int stop_sig, base_err *err) {
     return 0;
 }
 
-/* Step `step` trained, but its metrics could not be written (err says why, on every rank):
- * it is saved as a stop signal's step is, and the run ends with err and where it stands (a
- * stop, not a loss of the steps since the last checkpoint). Returns -1. */
-static int run_stop_failed(run *r, int step, base_err *err) {
+/* Step `step` (before the run's last) trained, but its metrics could not be written (err
+ * says why, on every rank): it is saved as a stop signal's step is, and the run ends with err
+ * and where it stands (a stop, not a loss of the steps since the last checkpoint). A stop
+ * signal of the same step (sig) is said too. Returns -1. */
+static int run_stop_failed(run *r, int step, int sig, base_err *err) {
     const base_err why = *err;
+    char also[96] = "";
+    if (sig) snprintf(also, sizeof also, "; %s came in the same step", train_stop_signal_name(sig));
     if (!r->saver)
-        return base_fail(err,
-                         "%s (stopped after step %d; checkpointing is disabled "
-                         "(checkpoint.enable), so nothing was saved)",
-                         why.msg, step);
+        return base_fail(err, "%s; stopped after step %d (%s, so nothing was saved)%s", why.msg,
+                         step, no_saves_why(r->o), also);
     base_err e;
     if (train_saver_poll(r->saver, &e) || run_checkpoint(r, step, 1, &e) ||
         train_saver_finish(r->saver, &e))
-        return base_fail(err, "%s; stopped after step %d, which could not be saved either: %s",
-                         why.msg, step, e.msg);
-    if (step == r->o->steps && r->o->ckpt.last_save_in_hf)
-        return base_fail(err,
-                         "%s; training finished: the last step's weights are in %s/step-%d "
-                         "(checkpoint.last_save_in_hf)",
-                         why.msg, r->plan.ckdir, step);
+        return base_fail(err, "%s; stopped after step %d, which could not be saved either: %s%s",
+                         why.msg, step, e.msg, also);
     return base_fail(err,
                      "%s; stopped after step %d: the last complete checkpoint is %s/step-%d (the "
                      "same command resumes from it once the file can be written; that step's "
-                     "metrics are not in the file)",
-                     why.msg, step, r->plan.ckdir, step);
+                     "metrics are not in the file)%s",
+                     why.msg, step, r->plan.ckdir, step, also);
 }
 
 /* Steps start + 1 .. last. Returns 0, -1 with err, or 128 + N after a stop on signal N. */
@@ -446,10 +450,11 @@ static int run_steps(run *r, base_err *err) {
             if (lost) base_log(BASE_LOG_ERROR, "%s", e.msg);
             /* what the stop leaves: said as it is (checkpointing may be off) */
             const base_err was = *err;
-            return base_fail(err, "%s (%s)", was.msg,
-                             !r->saver ? "checkpointing is off: nothing was saved"
+            return base_fail(err, "%s (%s%s)", was.msg,
+                             !r->saver ? no_saves_why(o)
                              : lost    ? "the save in flight failed: see above"
-                                       : "the checkpoints saved before this step are intact");
+                                       : "the checkpoints saved before this step are intact",
+                             !r->saver ? ": nothing was saved" : "");
         }
         if (st) return -1;
         train_prof_step_done(r->prof);
@@ -482,14 +487,16 @@ static int run_steps(run *r, base_err *err) {
          * saving this step, as a stop signal does (the run had ended at once, losing the steps
          * since the last checkpoint) */
         if (dist_agree(r->mesh.world_comm, train_metrics_log_step(r->mx, &sm, &r->m, err),
-                       "could not write its metrics", err))
-            return run_stop_failed(r, step, err);
+                       "could not write its metrics", err)) {
+            if (step < r->last) return run_stop_failed(r, step, stop_sig, err);
+            r->late = *err; /* the last step: its save, export and sample go on, then the error */
+        }
         if (train_saver_poll(r->saver, err)) return -1; /* commits a finished background save */
         if (run_checkpoint(r, step, stop_sig, err)) return -1;
         if (train_prof_step_end(r->prof, step, err)) return -1;
         /* at the last step the run has finished training: run_finish exports and stops */
         if (stop_sig && step < r->last)
-            return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, err);
+            return train_stop_finish(r->saver, stop_sig, step, r->plan.ckdir, no_saves_why(o), err);
         if (step == (int)r->start + 1)
             dist_watchdog_set_timeout(o->comm_train_timeout, "comm.train_timeout_seconds");
     }
@@ -536,7 +543,8 @@ static int run_finish(run *r, base_err *err) {
     if (sampling && r->lead && sample(r->whole, o, &r->src, err)) return -1;
     const int late = sig ? sig : train_stop_pending(); /* or one during the export or sample */
     if (!late) return 0;
-    char ck[4300] = "checkpointing is disabled (checkpoint.enable), so nothing was saved";
+    char ck[4300];
+    snprintf(ck, sizeof ck, "%s, so nothing was saved", no_saves_why(o));
     if (r->saver) snprintf(ck, sizeof ck, "its checkpoint is %s/step-%d", r->plan.ckdir, r->last);
     base_log(BASE_LOG_INFO, "%s: training had finished (step %d, the run's last); %s%s%s",
              train_stop_signal_name(late), r->last, ck,
@@ -630,6 +638,15 @@ int train_run(const train_opts *o, base_err *err) {
         train_prof_close(r->prof); /* the tables as resolved for export and sampling */
         r->prof = NULL;
         if (!rc) rc = run_finish(r, err);
+        if (rc >= 0 && r->late.msg[0]) { /* the last step's metrics line: lost, said last */
+            char sig[96] = "";
+            if (rc > 0) snprintf(sig, sizeof sig, "; %s came", train_stop_signal_name(rc - 128));
+            rc = base_fail(err,
+                           "%s; training had finished (step %d, the run's last: its checkpoint, "
+                           "export and sample as configured were written); that step's metrics "
+                           "are not in the file%s",
+                           r->late.msg, r->last, sig);
+        }
     }
     rc = run_close(r, rc, err);
     free(r);

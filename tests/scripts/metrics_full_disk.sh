@@ -86,7 +86,7 @@ echo "ok: the event file full at step $bad: step-$bad saved, whole records, resu
 # 3. two ranks (when an mpirun is given), each writing its own file (save_for_all_ranks): the
 # rank whose file fills stops both after the step is saved, each naming it; both resume
 mpirun=${3:-}
-[ -n "$mpirun" ] || exit 0
+if [ -n "$mpirun" ]; then
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "${fs:?}"/*
 head -c $((48 * 1024)) /dev/zero > "$fs/filler"
@@ -95,15 +95,42 @@ args=(train "${model[@]}" --dump-folder "$out/run3" --metrics "$fs/metrics.jsonl
 timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS=1 "$titan" "${args[@]}" > "$out/log3" 2>&1; rc=$?
 [ $rc -ne 0 ] || fail "2 ranks: exit status 0"
 bad=$(grep -oE "stopped after step [0-9]+" "$out/log3" | head -1 | grep -oE "[0-9]+")
-for r in 0 1; do
-  grep -qE "titan: error \(rank $r of 2\): (rank [01] could not write its metrics: )?$fs/rank_[01]/\
-metrics.jsonl: cannot write the metrics of step $bad: No space left on device; stopped after step \
-$bad: the last complete checkpoint is $out/run3/checkpoint/step-$bad " "$out/log3" ||
-    { cat "$out/log3"; fail "rank $r does not name the full file and step-$bad"; }
-done
+# every rank's error names the cause (the first to abort may end the other before it prints)
+grep -E "titan: error \(rank [01] of 2\)" "$out/log3" > "$out/errs3"
+[ -s "$out/errs3" ] || { cat "$out/log3"; fail "2 ranks: no rank's error printed"; }
+! grep -vqE "titan: error \(rank [01] of 2\): (rank [01] could not write its metrics: )?$fs/\
+rank_[01]/metrics.jsonl: cannot write the metrics of step $bad: No space left on device; stopped \
+after step $bad: the last complete checkpoint is $out/run3/checkpoint/step-$bad " "$out/errs3" ||
+  { cat "$out/log3"; fail "a rank's error does not name the full file and step-$bad"; }
 [ -f "$out/run3/checkpoint/step-$bad/metadata.json" ] || fail "2 ranks: step $bad not saved"
 rm -f "$fs/filler"
 timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS=1 "$titan" "${args[@]}" \
   --stop-after-step $((bad + 1)) > "$out/resume3" 2>&1 || { cat "$out/resume3"; fail "2 ranks: no resume"; }
 grep -q "resumed from .*step-$bad\$" "$out/resume3" || fail "2 ranks: not resumed from step-$bad"
 echo "ok: 2 ranks, a rank's metrics file full at step $bad: both stopped naming it, step-$bad saved, resumed"
+fi
+
+# 4. the run's last step (a disk full from the start, --steps 1): training has finished, so its
+# last save (weights only, by default) and the --out export are written, then the error says
+# so (it had said "resumes" of a weights-only checkpoint, and skipped the export)
+rm -rf "${fs:?}"/*
+head -c $((64 * 1024)) /dev/zero > "$fs/filler" 2>/dev/null
+args=(train "${model[@]}" --steps 1 --dump-folder "$out/run4" --metrics "$fs/metrics.jsonl"
+      --out "$out/run4/hf")
+"$titan" "${args[@]}" > "$out/log4" 2>&1; rc=$?
+[ $rc -eq 1 ] || { tail "$out/log4"; fail "last step: exit status $rc, want 1"; }
+grep -qE "titan: error: $fs/metrics.jsonl: cannot write the metrics of step 1: No space left on \
+device; training had finished \(step 1, the run's last: its checkpoint, export and sample as \
+configured were written\); that step's metrics are not in the file" "$out/log4" ||
+  { cat "$out/log4"; fail "last step: no clear error"; }
+[ -f "$out/run4/hf/config.json" ] && [ -f "$out/run4/checkpoint/step-1/metadata.json" ] ||
+  fail "last step: the export or the last checkpoint is missing"
+echo "ok: the last step's metrics lost: checkpoint and export written, said"
+
+# 5. checkpoint.load_only (no saves): the error says why nothing was saved
+"$titan" train "${model[@]}" --steps 3 --dump-folder "$out/run5" --metrics "$fs/metrics.jsonl" \
+  --checkpoint.load_only true > "$out/log5" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write the metrics of step 1: No space left on device; stopped \
+after step 1 (checkpoint.load_only is set, so nothing was saved)" "$out/log5" ||
+  { cat "$out/log5"; fail "load_only: rc $rc, or the error does not say why nothing was saved"; }
+echo "ok: load_only: nothing saved, said why"

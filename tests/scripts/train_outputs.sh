@@ -50,7 +50,7 @@ if "$titan" train "${model[@]}" --steps 5 --lr 1e30 --warmup 0 --dump-folder "$o
 grep -q "non-finite .*; kernel overrides in use (\`titan kernels test NAME\` checks each against its op's default): swiglu=reference at layers\.0" "$out/div_k.log" ||
   { echo "FAIL: divergence message with overrides"; cat "$out/div_k.log"; exit 1; }
 # without checkpointing the stop says nothing was saved (it said "the last checkpoint is intact")
-grep -q "(checkpointing is off: nothing was saved)" "$out/div_k.log" &&
+grep -q "(checkpointing is disabled (checkpoint.enable): nothing was saved)" "$out/div_k.log" &&
   ! grep -q "intact" "$out/div_k.log" ||
   { echo "FAIL: divergence without checkpoints claims one"; cat "$out/div_k.log"; exit 1; }
 bad=$(grep -oE "step [0-9]+, microbatch" "$out/div.log" | grep -oE "[0-9]+" | head -1)
