@@ -499,6 +499,22 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     dist_reshard_parse(c->parallelism.fsdp_reshard_after_forward,
                        &o->reshard); /* checked by the schema */
     if (dist_mesh_resolve(&o->par, world, err)) return -1;
+    /* sequence parallelism splits each microbatch's tokens over the tp ranks: refused here,
+     * naming the fields, for plan as for train (the model refused it at build, naming none) */
+    const int64_t tp = o->par.tp;
+    if (tp > 1 && c->training.local_batch_size * c->training.seq_len % tp)
+        return fail_field(c, "parallelism", "tensor_parallel_degree", err,
+                          "%lld: training.local_batch_size x training.seq_len (%lld x %lld "
+                          "tokens) must be a multiple of it (sequence parallelism splits them)",
+                          (long long)tp, (long long)c->training.local_batch_size,
+                          (long long)c->training.seq_len);
+    if (tp > 1 && c->validation.enable &&
+        c->validation.local_batch_size * c->validation.seq_len % tp)
+        return fail_field(c, "parallelism", "tensor_parallel_degree", err,
+                          "%lld: validation.local_batch_size x validation.seq_len (%lld x %lld "
+                          "tokens) must be a multiple of it (sequence parallelism splits them)",
+                          (long long)tp, (long long)c->validation.local_batch_size,
+                          (long long)c->validation.seq_len);
     const int64_t dp = (int64_t)o->par.dp_replicate * o->par.dp_shard;
     if (c->grad_accum_steps > 0) /* --grad-accum K: K microbatches on each rank */
         c->training.global_batch_size = c->grad_accum_steps * c->training.local_batch_size * dp;

@@ -485,6 +485,32 @@ static void command_line(void) {
               refused[i].want);
         train_config_free(&c);
     }
+    /* tensor parallelism on 2 ranks: the tokens of a microbatch (training's, validation's) must
+     * split over them, refused naming the fields (titan plan had accepted it, the run's model
+     * refused it naming none) */
+    const struct {
+        char *argv[12];
+        const char *want;
+    } tp_bad[] = {
+        {{"--parallelism.tensor_parallel_degree", "2", "--training.seq_len", "31",
+          "--training.local_batch_size", "1"},
+         "command line: --parallelism.tensor_parallel_degree: 2: training.local_batch_size x "
+         "training.seq_len (1 x 31 tokens) must be a multiple of it"},
+        {{"--parallelism.tensor_parallel_degree", "2", "--validation.enable",
+          "--validation.dataset_path", (char *)path, "--validation.seq_len", "31",
+          "--validation.local_batch_size", "3"},
+         "command line: --parallelism.tensor_parallel_degree: 2: validation.local_batch_size x "
+         "validation.seq_len (3 x 31 tokens) must be a multiple of it"},
+    };
+    for (size_t i = 0; i < sizeof tp_bad / sizeof tp_bad[0]; i++) {
+        rc = from_args(&c, (char **)tp_bad[i].argv, &err);
+        CHECK(rc == 0, "tp case %zu should parse: %s", i, err.msg);
+        rc = train_config_translate(&c, 2, &o, &err);
+        CHECK(rc != 0 && !strncmp(err.msg, tp_bad[i].want, strlen(tp_bad[i].want)),
+              "tp case %zu:\n  got  %s\n  want %s...", i, rc ? err.msg : "(accepted)",
+              tp_bad[i].want);
+        train_config_free(&c);
+    }
     remove(path);
 }
 
