@@ -2,6 +2,7 @@
 #include "model/internal.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,63 +72,73 @@ int model_flavor(const char *name, model_args *out, base_err *err) {
     return base_fail(err, "unknown model flavor '%s' (known: %s)", name, list);
 }
 
+/* The arguments --set (and model_args.json's reader) take by name: one table for the parser
+ * and its "known:" list. An alias follows the field it names. */
+typedef struct {
+    const char *key;
+    size_t off; /* offsetof(model_args, field) */
+    char kind;  /* 'i' integer >= 0, 'b' true / false (1 / 0), 'r' real > 0, 'a' real >= 0 */
+    int alias;  /* another name of the row before */
+} set_field;
+#define SET_F(k, f, kind, alias)                                                                   \
+    { k, offsetof(model_args, f), kind, alias }
+static const set_field g_set[] = {
+    SET_F("dim", dim, 'i', 0),
+    SET_F("n_layers", n_layers, 'i', 0),
+    SET_F("n_heads", n_heads, 'i', 0),
+    SET_F("n_kv_heads", n_kv_heads, 'i', 0),
+    SET_F("head_dim", head_dim, 'i', 0),
+    SET_F("ffn_dim", ffn_dim, 'i', 0),
+    SET_F("vocab_size", vocab_size, 'i', 0),
+    SET_F("rope_theta", rope_theta, 'r', 0),
+    SET_F("norm_eps", norm_eps, 'r', 0),
+    SET_F("tie_embeddings", tie_embeddings, 'b', 0),
+    SET_F("max_seq_len", max_seq_len, 'i', 0),
+    SET_F("n_experts", n_experts, 'i', 0),
+    SET_F("num_experts", n_experts, 'i', 1), /* titan train's [model] names too */
+    SET_F("top_k", top_k, 'i', 0),
+    SET_F("moe_ffn_dim", moe_ffn_dim, 'i', 0),
+    SET_F("moe_inter_dim", moe_ffn_dim, 'i', 1),
+    SET_F("norm_topk_prob", norm_topk_prob, 'b', 0),
+    SET_F("router_aux_loss_coef", router_aux_loss_coef, 'a', 0),
+};
+#undef SET_F
+
 int model_args_set(model_args *a, const char *key, const char *value, base_err *err) {
-    struct {
-        const char *key;
-        int *field;
-    } ints[] = {{"dim", &a->dim},
-                {"n_layers", &a->n_layers},
-                {"n_heads", &a->n_heads},
-                {"n_kv_heads", &a->n_kv_heads},
-                {"head_dim", &a->head_dim},
-                {"ffn_dim", &a->ffn_dim},
-                {"vocab_size", &a->vocab_size},
-                {"tie_embeddings", &a->tie_embeddings},
-                {"max_seq_len", &a->max_seq_len},
-                {"n_experts", &a->n_experts},
-                {"num_experts", &a->n_experts}, /* titan train's [model] names too */
-                {"top_k", &a->top_k},
-                {"moe_ffn_dim", &a->moe_ffn_dim},
-                {"moe_inter_dim", &a->moe_ffn_dim},
-                {"norm_topk_prob", &a->norm_topk_prob}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (strcmp(key, ints[i].key) != 0) continue;
-        const int flag = !strcmp(key, "tie_embeddings") || !strcmp(key, "norm_topk_prob");
-        if (flag && (!strcmp(value, "true") || !strcmp(value, "false"))) { /* as titan train's */
-            *ints[i].field = value[0] == 't';
-            return 0;
-        }
-        int64_t v;
-        const int bad = base_parse_i64(value, &v) != 0 || v < 0 || v > (flag ? 1 : 1 << 30);
-        if (bad && flag)
-            return base_fail(err, "model argument %s: '%s' must be true / false (or 1 / 0)", key,
-                             value);
-        if (bad)
-            return base_fail(err, "model argument %s: '%s' is not a non-negative integer", key,
-                             value);
-        *ints[i].field = (int)v;
-        return 0;
+    const set_field *f = NULL;
+    for (size_t i = 0; !f && i < sizeof g_set / sizeof g_set[0]; i++)
+        if (!strcmp(key, g_set[i].key)) f = &g_set[i];
+    if (!f) {
+        char known[512];
+        size_t n = 0;
+        for (size_t i = 0; i < sizeof g_set / sizeof g_set[0] && n < sizeof known; i++)
+            n += (size_t)snprintf(known + n, sizeof known - n,
+                                  g_set[i].alias ? " (%s)"
+                                  : i            ? ", %s"
+                                                 : "%s",
+                                  g_set[i].key);
+        return base_fail(err, "unknown model argument '%s' (known: %s)", key, known);
     }
-    const int aux = !strcmp(key, "router_aux_loss_coef");
-    double *dbl = !strcmp(key, "rope_theta") ? &a->rope_theta
-                  : !strcmp(key, "norm_eps") ? &a->norm_eps
-                  : aux                      ? &a->router_aux_loss_coef
-                                             : NULL;
-    if (dbl) {
+    char *field = (char *)a + f->off;
+    if (f->kind == 'r' || f->kind == 'a') {
         double v;
-        if (base_parse_f64(value, &v) != 0 || !(aux ? v >= 0 : v > 0))
+        if (base_parse_f64(value, &v) != 0 || !(f->kind == 'a' ? v >= 0 : v > 0))
             return base_fail(err, "model argument %s: '%s' is not a %s number", key, value,
-                             aux ? "non-negative" : "positive");
-        *dbl = v;
+                             f->kind == 'a' ? "non-negative" : "positive");
+        memcpy(field, &v, sizeof v);
         return 0;
     }
-    return base_fail(err,
-                     "unknown model argument '%s' (known: dim, n_layers, n_heads, n_kv_heads, "
-                     "head_dim, ffn_dim, vocab_size, rope_theta, norm_eps, tie_embeddings, "
-                     "max_seq_len, n_experts (num_experts), top_k, moe_ffn_dim (moe_inter_dim), "
-                     "norm_topk_prob, "
-                     "router_aux_loss_coef)",
-                     key);
+    int64_t v;
+    if (f->kind == 'b' && (!strcmp(value, "true") || !strcmp(value, "false"))) /* as train's */
+        v = value[0] == 't';
+    else if (base_parse_i64(value, &v) != 0 || v < 0 || v > (f->kind == 'b' ? 1 : 1 << 30))
+        return base_fail(err,
+                         f->kind == 'b' ? "model argument %s: '%s' must be true / false (or 1 / 0)"
+                                        : "model argument %s: '%s' is not a non-negative integer",
+                         key, value);
+    const int iv = (int)v;
+    memcpy(field, &iv, sizeof iv);
+    return 0;
 }
 
 int model_args_validate(const model_args *a, base_err *err) {
