@@ -66,6 +66,54 @@ void data_shard_close(data_shard *s) {
     memset(s, 0, sizeof *s);
 }
 
+enum { CONTENT_PART = 64 << 10 }; /* bytes hashed at each end */
+
+/* size, then the first part (a) and the last (z: from max(size - PART, PART)). */
+static uint64_t content_parts(int64_t size, const void *a, size_t na, const void *z, size_t nz) {
+    uint64_t h = base_hash_bytes(BASE_HASH_INIT, &size, sizeof size);
+    h = base_hash_bytes(h, a, na);
+    h = base_hash_bytes(h, z, nz);
+    return h + !h;
+}
+
+uint64_t data_content_hash(const unsigned char *map, size_t size) {
+    const size_t tail = size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+    const size_t na = size < CONTENT_PART ? size : CONTENT_PART,
+                 nz = size > tail ? (size - tail < CONTENT_PART ? size - tail : CONTENT_PART) : 0;
+    return content_parts((int64_t)size, map, na, map ? map + tail : NULL, nz);
+}
+
+uint64_t data_content_hash_fd(int fd) {
+    struct stat st;
+    unsigned char *b = malloc(2 * CONTENT_PART);
+    uint64_t h = 1;
+    if (b && fstat(fd, &st) == 0) {
+        const off_t size = st.st_size,
+                    tail = size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+        const ssize_t a = pread(fd, b, CONTENT_PART, 0),
+                      z = size > CONTENT_PART ? pread(fd, b + CONTENT_PART, CONTENT_PART, tail) : 0;
+        if (a >= 0 && z >= 0)
+            h = content_parts((int64_t)size, b, (size_t)a, b + CONTENT_PART, (size_t)z);
+    }
+    free(b);
+    return h;
+}
+
+/* The reader opened file f and found bytes hashing to h: recorded (the resume's identity of
+ * the bytes trained on, not of whatever is at the path at save time); other bytes than at its
+ * last open (replaced by a rename, rewritten, appended to during the run) are said once: the
+ * run reads the new bytes from here. */
+static void note_content(const data_reader *r, data_file *f, uint64_t h) {
+    if (f->content && f->content != h && !f->changed_said) {
+        f->changed_said = 1;
+        base_log(BASE_LOG_WARN,
+                 "%s: other bytes at this path than when the run last opened it (replaced or "
+                 "changed during the run): read from here, at document %lld",
+                 f->path, (long long)r->next.doc);
+    }
+    f->content = h;
+}
+
 /* Maps a regular file read-only; an empty file gives *map = NULL, *size = 0. */
 static int map_file(const char *path, unsigned char **map, size_t *size, base_err *err) {
     *map = NULL;
@@ -587,6 +635,7 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
                 close_file(r);
                 if (map_file(f->path, &r->tmap, &r->tsize, err)) return -1;
                 r->text_file = r->next.file;
+                note_content(r, &r->files[r->next.file], data_content_hash(r->tmap, r->tsize));
             }
             const char *s = (const char *)r->tmap;
             const size_t off = (size_t)r->next.byte_off;
@@ -617,6 +666,8 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
                 close_file(r);
                 if (data_shard_open(&r->shard, f->path, err)) return -1;
                 r->shard_file = r->next.file;
+                note_content(r, &r->files[r->next.file],
+                             data_content_hash(r->shard.map, r->shard.size));
             }
             if ((uint64_t)r->next.file_doc >= r->shard.n_docs) {
                 next_file(r);
@@ -639,6 +690,7 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             close_file(r);
             r->fp = fopen(f->path, "rb");
             if (!r->fp) return base_fail(err, "%s: cannot open: %s", f->path, strerror(errno));
+            note_content(r, &r->files[r->next.file], data_content_hash_fd(fileno(r->fp)));
             if (fseeko(r->fp, (off_t)r->next.byte_off, SEEK_SET) != 0)
                 return base_fail(err, "%s: cannot seek to byte %lld", f->path,
                                  (long long)r->next.byte_off);

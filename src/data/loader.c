@@ -35,30 +35,16 @@ struct data_loader {
     data_tok_ids ids;
 };
 
-/* A hash of file i's size and its first and last 64 KiB (whole files up to 128 KiB): a file
- * regenerated with the same size (another shuffle, an edit near either end) changes it, for
- * 128 KiB of reads at each save and at the resume. Never 0 (0: "not recorded"); 1 when the
- * file cannot be read. */
+/* File i's data_content_hash: of the bytes the reader opened (the position saved is in them,
+ * though another file may have been renamed over the path since), else of the file at the
+ * path (one not opened yet, and at a resume); 128 KiB of reads. 1 when it cannot be read. */
 static uint64_t file_content(const data_loader *l, int i) {
     if (i < 0 || i >= l->rd.n_files) return 0;
-    enum { PART = 64 << 10 };
-    unsigned char *b = malloc(2 * PART);
-    const int fd = b ? open(l->rd.files[i].path, O_RDONLY | O_CLOEXEC) : -1;
-    struct stat st;
-    uint64_t h = 1;
-    if (fd >= 0 && fstat(fd, &st) == 0) {
-        const off_t size = st.st_size, tail = size > 2 * PART ? size - PART : PART;
-        const ssize_t a = pread(fd, b, PART, 0),
-                      z = size > PART ? pread(fd, b + PART, PART, tail) : 0;
-        if (a >= 0 && z >= 0) {
-            h = base_hash_bytes(BASE_HASH_INIT, &size, sizeof size);
-            h = base_hash_bytes(h, b, (size_t)a);
-            h = base_hash_bytes(h, b + PART, (size_t)z);
-            h += !h;
-        }
-    }
-    if (fd >= 0) close(fd);
-    free(b);
+    if (l->rd.files[i].content) return l->rd.files[i].content;
+    const int fd = open(l->rd.files[i].path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    const uint64_t h = data_content_hash_fd(fd);
+    close(fd);
     return h;
 }
 

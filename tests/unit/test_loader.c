@@ -5,6 +5,7 @@
  * comparison with HF `tokenizers` and torchtitan's packing is tests/reference/check_loader.py. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include "check.h"
@@ -623,9 +624,35 @@ static void test_bad_state(void) {
         CHECK(data_loader_set_state(l3, &t, &err) == 0, "a state without content: %s", err.msg);
         data_loader_free(l3);
     }
-    free(edited);
     write_str("r.jsonl", orig);
     CHECK(data_loader_set_state(l, &s, &err) == 0, "the restored file: %s", err.msg);
+    /* another file renamed over the path while a reader has the first one open (an editor's
+     * save, a regenerated dataset): the state names the bytes the reader read, so the resume
+     * on the new file is refused (the hash had been of the file at the path at save time:
+     * the run resumed in the new file without a word) */
+    data_loader *l4;
+    if (data_loader_open(&l4, &c, &err) == 0) {
+        CHECK(data_loader_next(l4, x, y, &err) == 1, "%s", err.msg);
+        char from[512], to[512]; /* path_of's buffer is the config's path too */
+        snprintf(to, sizeof to, "%s", path_of("r.jsonl"));
+        write_str("r.jsonl.new", edited);
+        snprintf(from, sizeof from, "%s", path_of("r.jsonl.new"));
+        path_of("r.jsonl");
+        CHECK(rename(from, to) == 0, "rename %s", strerror(errno));
+        data_loader_state s4;
+        data_loader_get_state(l4, &s4);
+        CHECK(s4.content == s.content, "the state's content is not of the bytes read");
+        data_loader *l5;
+        if (data_loader_open(&l5, &c, &err) == 0) {
+            CHECK(data_loader_set_state(l5, &s4, &err) != 0 &&
+                      strstr(err.msg, "r.jsonl: changed since"),
+                  "a file renamed over the data mid-run resumed: %s", err.msg);
+            data_loader_free(l5);
+        }
+        data_loader_free(l4);
+    }
+    free(edited);
+    write_str("r.jsonl", orig);
     const char *nc = "{\"epoch\": 0, \"doc\": 0, \"doc_tokens\": 0, \"file\": 0, \"file_doc\": 0, "
                      "\"byte_off\": 0, \"line\": 0, \"bad_lines\": 0, \"fingerprint\": "
                      "\"0123456789abcdef\"%s}";
