@@ -25,6 +25,7 @@ DEBS=(build-essential cmake pkg-config python3 python3-venv
       libopenblas-dev libopenblas0-openmp libdnnl-dev libjansson-dev
       libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin)
 
+[ $BUILD_ONLY = 0 ] && DEBS+=(strace) # tokenize_race holds a race's timing open with it
 [ $BENCH = 1 ] && DEBS+=(libtcmalloc-minimal4)
 missing=()
 for p in "${DEBS[@]}"; do

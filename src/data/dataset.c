@@ -405,7 +405,7 @@ static int unfinished_tokenize(const char *dir, base_err *err) {
                      dir, DATA_TOKENIZE_MARK);
 }
 
-static int list_paths(const char *path, char ***out, int *n, base_err *err) {
+static int list_once(const char *path, char ***out, int *n, base_err *err) {
     *out = NULL;
     *n = 0;
     struct stat st;
@@ -479,6 +479,47 @@ static int list_paths(const char *path, char ***out, int *n, base_err *err) {
     if (!v) return base_fail(err, "out of memory");
     if (sort_paths(v, k)) return base_fail(err, "out of memory");
     return k ? 0 : base_fail(err, "%s: directory has no data files", path);
+}
+
+static void free_paths(char **v, int n) {
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* The data's files, sorted: listed twice, the unfinished-tokenize mark checked before each,
+ * until two listings agree. A titan tokenize makes its mark before its first shard and removes
+ * it after its last, so a listing taken while one ran (a part of its shards) differs from the
+ * next or meets the mark (a run that started beside a tokenize had trained on the shards it
+ * had written so far). */
+static int list_paths(const char *path, char ***out, int *n, base_err *err) {
+    *out = NULL;
+    *n = 0;
+    for (int tries = 0; tries < 5; tries++) {
+        char **a, **b;
+        int na, nb, same;
+        if (list_once(path, &a, &na, err)) {
+            free_paths(a, na); /* what a failed listing left (it may have made the list) */
+            return -1;
+        }
+        if (list_once(path, &b, &nb, err)) {
+            free_paths(a, na);
+            free_paths(b, nb);
+            return -1;
+        }
+        same = na == nb;
+        for (int i = 0; same && i < na; i++) same = !strcmp(a[i], b[i]);
+        free_paths(b, nb);
+        if (same) {
+            *out = a;
+            *n = na;
+            return 0;
+        }
+        free_paths(a, na);
+    }
+    return base_fail(err,
+                     "%s: its files changed each time titan listed them (a titan tokenize, or "
+                     "another writer, at work there?): start when it has finished",
+                     path);
 }
 
 /* ---- the reader ---- */
