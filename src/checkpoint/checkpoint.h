@@ -74,8 +74,9 @@ typedef struct {
     int n_tensors; /* in header order */
     ckpt_tensor *tensors;
     int n_meta;
-    ckpt_kv *meta; /* __metadata__ sorted by key, strings owned by the file */
-    int *by_name;  /* [n_tensors] tensor indices sorted by name (ckpt_find) */
+    ckpt_kv *meta;     /* __metadata__ sorted by key, strings owned by the file */
+    int *by_name;      /* [n_tensors] tensor indices sorted by name (ckpt_find) */
+    uint64_t dev, ino; /* the file ckpt_open opened (0, 0 for an image in memory) */
 } ckpt_file;
 
 /* Maps and validates a safetensors file. On failure *f is left empty (ckpt_close is safe). */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint/internal.h"
 
@@ -133,6 +134,17 @@ out:
     return rc;
 }
 
+/* Whether path is still the file (dev, ino) that was read: 0, else -1 with err naming it. */
+static int same_file(const char *path, uint64_t dev, uint64_t ino, const char *dir, base_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) return 0;
+    return base_fail(err,
+                     "%s: replaced while titan read %s (a titan convert or an export writing "
+                     "that folder?): its files may be of two models; read it again when the "
+                     "writer has finished",
+                     path, dir);
+}
+
 int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
     memset(s, 0, sizeof *s);
     char single[4096], index[4096];
@@ -153,9 +165,19 @@ int ckpt_set_open_dir(ckpt_set *s, const char *dir, base_err *err) {
                 "ignored; remove the stale one)",
                 dir);
         rc = set_add(s, single, err);
-    } else if (base_is_file(index))
+    } else if (base_is_file(index)) {
+        /* the index and then each shard are opened by name: a writer replacing the folder's
+         * files meanwhile (a re-export into it) had the index of one model and shards of
+         * another pass unsaid (their tensor names agree); every file is checked to be still
+         * the one read once all are open */
+        struct stat ist;
+        const int known = stat(index, &ist) == 0;
         rc = open_index(s, dir, index, err);
-    else
+        if (!rc && known)
+            rc = same_file(index, (uint64_t)ist.st_dev, (uint64_t)ist.st_ino, dir, err);
+        for (int i = 0; !rc && i < s->n_files; i++)
+            rc = same_file(s->files[i].path, s->files[i].dev, s->files[i].ino, dir, err);
+    } else
         rc = base_fail(err,
                        "%s: no model.safetensors or model.safetensors.index.json (not a Hugging "
                        "Face model folder)",

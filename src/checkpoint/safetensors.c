@@ -411,6 +411,8 @@ int ckpt_open(ckpt_file *f, const char *path, base_err *err) {
         return -1;
     }
     f->mapped = map != NULL;
+    f->dev = (uint64_t)st.st_dev;
+    f->ino = (uint64_t)st.st_ino;
     return 0;
 }
 
