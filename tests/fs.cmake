@@ -6,6 +6,10 @@ add_test(NAME checkpoint_symlinks
 add_test(NAME atomic_links
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/atomic_links.sh $<TARGET_FILE:titan>
           ${TITAN_SHARED})
+# Two writers of one file at once: the second refuses while the first's temporary is locked.
+add_test(NAME atomic_writers
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/atomic_writers.sh $<TARGET_FILE:titan>)
+set_tests_properties(atomic_writers PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME run_lock
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/run_lock.sh $<TARGET_FILE:titan>)
 # titan with stdout / stderr closed: the console goes nowhere, not into the run lock; status 0
@@ -15,5 +19,5 @@ add_test(NAME std_fds_closed
 add_test(NAME ckpt_unreadable
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_unreadable.sh $<TARGET_FILE:titan>)
 set_tests_properties(ckpt_unreadable PROPERTIES SKIP_RETURN_CODE 77)
-set_tests_properties(checkpoint_symlinks atomic_links run_lock std_fds_closed ckpt_unreadable PROPERTIES
+set_tests_properties(checkpoint_symlinks atomic_links atomic_writers run_lock std_fds_closed ckpt_unreadable PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)

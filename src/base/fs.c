@@ -102,8 +102,23 @@ int base_output_path_ok(const char *path, base_err *err) {
                      path, link ? "a link to " : "is ", kind);
 }
 
+/* Whether another open file holds an flock on path's file (base_atomic_open's temporary,
+ * while another process writes it). A file that cannot be opened is not. */
+static int locked_elsewhere(const char *path) {
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return busy;
+}
+
 int base_create_file(const char *path, base_err *err) {
     if (base_output_path_ok(path, err)) return -1;
+    if (locked_elsewhere(path)) /* not stale: another writer's, in use */
+        return base_fail(err,
+                         "%s: another process is writing it now (the file is locked): try again "
+                         "when it has finished",
+                         path);
     if (unlink(path) != 0 && errno != ENOENT && errno != EISDIR)
         return base_fail(err, "%s: cannot replace: %s", path, strerror(errno));
     const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -177,6 +192,9 @@ int base_atomic_open(base_atomic *a, const char *path, base_err *err) {
         a->path = a->tmp = NULL;
         return -1;
     }
+    /* held until the rename: a second writer of path (two `titan report --out` of one file)
+     * finds it in use rather than unlinking it as stale and having its own renamed by us */
+    flock(a->fd, LOCK_EX | LOCK_NB);
     return 0;
 }
 
@@ -186,17 +204,19 @@ FILE *base_atomic_stream(base_atomic *a, base_err *err) {
     return a->fp;
 }
 
-/* Closes the temporary (and its stream); with sync, 0 only when every byte reached the disk
- * (errno says why not). */
-static int close_tmp(base_atomic *a, int sync) {
-    int ok = !a->fp || fflush(a->fp) == 0;
-    if (sync && ok) ok = fsync(a->fd) == 0;
-    const int e = errno;
+/* Flushes the temporary's stream and, with sync, its bytes to the disk (its descriptor stays
+ * open, and locked); 0, or -1 with errno. */
+static int flush_tmp(base_atomic *a, int sync) {
+    if (a->fp && fflush(a->fp) != 0) return -1;
+    return sync ? fsync(a->fd) : 0;
+}
+
+/* Closes the temporary (and its stream, unlocking it); 0, or -1 with errno. */
+static int close_tmp(base_atomic *a) {
     const int closed = (a->fp ? fclose(a->fp) : close(a->fd)) == 0;
     a->fp = NULL;
     a->fd = -1;
-    if (!ok) errno = e;
-    return ok && closed ? 0 : -1;
+    return closed ? 0 : -1;
 }
 
 /* fsync of the folder holding path, so a rename into it survives a crash. */
@@ -216,15 +236,22 @@ static void fsync_dir_of(const char *path) {
 
 int base_atomic_commit(base_atomic *a, base_err *err) {
     if (!a->path) return base_fail(err, "atomic write: no file open");
-    int rc = 0;
-    if (close_tmp(a, 1) != 0)
+    int rc = 0, replaced = 0;
+    struct stat mine, there;
+    if (flush_tmp(a, 1) != 0) {
         rc = base_fail(err, "%s: write failed: %s", a->tmp, strerror(errno));
-    else if (rename(a->tmp, a->path) != 0)
+    } else if (fstat(a->fd, &mine) != 0 || lstat(a->tmp, &there) != 0 ||
+               mine.st_dev != there.st_dev || mine.st_ino != there.st_ino) {
+        replaced = 1;
+        rc = base_fail(err, "%s: another process replaced its temporary %s meanwhile: not written",
+                       a->path, a->tmp);
+    } else if (rename(a->tmp, a->path) != 0) { /* still locked: no other writer unlinks it */
         rc = base_fail(err, "%s: rename from %s failed: %s", a->path, a->tmp, strerror(errno));
-    if (rc)
-        unlink(a->tmp);
-    else
-        fsync_dir_of(a->path);
+    }
+    if (rc && !replaced) unlink(a->tmp); /* ours, before the close drops its lock */
+    if (close_tmp(a) != 0 && !rc)
+        rc = base_fail(err, "%s: write failed: %s", a->path, strerror(errno));
+    if (!rc) fsync_dir_of(a->path);
     free(a->path);
     a->path = a->tmp = NULL;
     return rc;
@@ -232,8 +259,8 @@ int base_atomic_commit(base_atomic *a, base_err *err) {
 
 void base_atomic_abort(base_atomic *a) {
     if (!a->path) return;
-    close_tmp(a, 0);
-    unlink(a->tmp);
+    unlink(a->tmp); /* before the close drops its lock */
+    close_tmp(a);
     free(a->path);
     a->path = a->tmp = NULL;
 }
