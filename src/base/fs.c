@@ -103,11 +103,13 @@ int base_output_path_ok(const char *path, base_err *err) {
 }
 
 /* Whether another open file holds an flock on path's file (base_atomic_open's temporary,
- * while another process writes it). A file that cannot be opened is not. */
+ * while another process writes it). A file that cannot be opened is not. A shared lock: it
+ * needs only a read descriptor (NFS emulates flock with POSIX locks) and is held for the test
+ * alone (a writer's exclusive one waits it out). */
 static int locked_elsewhere(const char *path) {
     const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0;
-    const int busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    const int busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     close(fd);
     return busy;
 }
@@ -193,8 +195,11 @@ int base_atomic_open(base_atomic *a, const char *path, base_err *err) {
         return -1;
     }
     /* held until the rename: a second writer of path (two `titan report --out` of one file)
-     * finds it in use rather than unlinking it as stale and having its own renamed by us */
-    flock(a->fd, LOCK_EX | LOCK_NB);
+     * finds it in use rather than unlinking it as stale and having its own renamed by us.
+     * Blocking: only another writer's test (locked_elsewhere) can hold it, for microseconds;
+     * where the file system has no flock the commit's identity check remains */
+    while (flock(a->fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
     return 0;
 }
 
