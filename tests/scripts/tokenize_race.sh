@@ -13,6 +13,7 @@ cleanup() { # the held tokenize: strace's child first (it would be reparented), 
 }
 trap cleanup EXIT
 tok=
+# (LeakSanitizer cannot run under ptrace: off for the traced commands)
 command -v strace > /dev/null && strace -o /dev/null true 2> /dev/null ||
   { echo "skipped: no strace, or ptrace not permitted"; exit 77; }
 "$python" -c "
@@ -21,14 +22,14 @@ with open(sys.argv[1], 'w') as f:
     for i in range(20000): f.write('document %d with a few words\\n\\n' % i)" "$out/d.txt"
 mkdir "$out/tk"
 mark="$out/tk/.titan-tokenize-unfinished"
-strace -f -o /dev/null -P "$mark" -e trace=access -e inject=access:delay_exit=10000000:when=1 \
+ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -P "$mark" -e trace=access -e inject=access:delay_exit=10000000:when=1 \
   "$titan" train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 \
   --set head_dim=16 --set ffn_dim=128 --set vocab_size=2048 --tokenizer "$tokenizer" \
   --data "$out/tk" --steps 1 --batch 1 --seq-len 8 --peak-tflops 1 --dump-folder "$out/run" \
   > "$out/train.log" 2>&1 &
 tr=$!
 sleep 1 # the run is inside its first check, which found no mark
-strace -f -o /dev/null -e trace=rename,renameat,renameat2 \
+ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -e trace=rename,renameat,renameat2 \
   -e inject=rename,renameat,renameat2:delay_exit=60000000 \
   "$titan" tokenize --data "$out/d.txt" --tokenizer "$tokenizer" --out "$out/tk" \
   --shard-tokens 5000 --threads 1 > "$out/tok.log" 2>&1 &
