@@ -76,8 +76,13 @@ static uint64_t content_parts(int64_t size, const void *a, size_t na, const void
     return h + !h;
 }
 
+/* Where the last part starts: max(size - PART, PART) (the two parts never overlap). */
+static int64_t content_tail(int64_t size) {
+    return size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+}
+
 uint64_t data_content_hash(const unsigned char *map, size_t size) {
-    const size_t tail = size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+    const size_t tail = (size_t)content_tail((int64_t)size);
     const size_t na = size < CONTENT_PART ? size : CONTENT_PART,
                  nz = size > tail ? (size - tail < CONTENT_PART ? size - tail : CONTENT_PART) : 0;
     return content_parts((int64_t)size, map, na, map ? map + tail : NULL, nz);
@@ -88,8 +93,7 @@ uint64_t data_content_hash_fd(int fd) {
     unsigned char *b = malloc(2 * CONTENT_PART);
     uint64_t h = 1;
     if (b && fstat(fd, &st) == 0) {
-        const off_t size = st.st_size,
-                    tail = size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+        const off_t size = st.st_size, tail = (off_t)content_tail((int64_t)size);
         const ssize_t a = pread(fd, b, CONTENT_PART, 0),
                       z = size > CONTENT_PART ? pread(fd, b + CONTENT_PART, CONTENT_PART, tail) : 0;
         if (a >= 0 && z >= 0)
