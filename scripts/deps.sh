@@ -47,19 +47,33 @@ if [ ! -x .venv/bin/python ]; then
   echo "[deps] creating .venv"
   "$PYTHON" -m venv .venv
 fi
+# pip without its HTTP cache (the cache is a second copy of every wheel, ~3 GiB for torch and
+# its CUDA libraries) and with its temporaries beside the venv, not in a /tmp that may be a
+# small tmpfs: a CI machine ran out of space in pip's download buffer. The venv takes ~6 GiB.
+PIP=(.venv/bin/pip install -q --disable-pip-version-check --no-cache-dir)
+export TMPDIR="$PWD/.venv/.pip-tmp"
+mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
 if ! cmp -s "$REQ" "$STAMP" 2>/dev/null; then
+  NEED_KIB=$((7 * 1024 * 1024))
+  FREE_KIB=$(df -Pk .venv | awk 'NR == 2 { print $4 }')
+  if [ -n "$FREE_KIB" ] && [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
+    echo "[deps] $REQ needs ~7 GiB free for .venv (torch and its CUDA libraries) in" \
+      "$(df -P .venv | awk 'NR == 2 { print $6 }'); $((FREE_KIB / 1024)) MiB are free" >&2
+    exit 1
+  fi
   echo "[deps] pip install -r $REQ (torch is large: a few minutes on first run)"
-  .venv/bin/pip install -q --disable-pip-version-check -r "$REQ"
+  "${PIP[@]}" -r "$REQ"
   cp "$REQ" "$STAMP"
 fi
 
 if [ $BENCH = 1 ] && ! .venv/bin/python -c "import torchtitan.models.qwen3" >/dev/null 2>&1; then
   echo "[deps] pip install torchtitan (benchmark peer)"
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps torchtitan==0.3.0 \
+  "${PIP[@]}" --no-deps torchtitan==0.3.0 \
     spmd_types==0.2.3 tyro==1.0.17 docstring_parser==0.18.0 typeguard==4.6.1 || \
     echo "[deps] torchtitan could not be installed: the benchmark will skip it"
 fi
 if [ $BENCH = 1 ] && ! .venv/bin/python -c "import bpe_qwen" >/dev/null 2>&1; then
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps bpe-qwen==0.1.5 || \
+  "${PIP[@]}" --no-deps bpe-qwen==0.1.5 || \
     echo "[deps] bpe-qwen could not be installed: the tokenizer benchmark will skip it"
 fi
