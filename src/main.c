@@ -152,6 +152,21 @@ static const titan_cmd g_cmds[] = {
 };
 #define N_CMDS ((int)(sizeof g_cmds / sizeof g_cmds[0]))
 
+/* Prints text's words from column col on, wrapped under the description column (23) within
+ * 90 columns, and a newline. */
+static void wrap_words(FILE *f, const char *text, int col) {
+    while (*text) {
+        const size_t w = strcspn(text, " ");
+        if (col && col + 1 + (int)w > 90) {
+            fputc('\n', f);
+            col = 0;
+        }
+        col += fprintf(f, "%*s%.*s", col ? 1 : 23, "", (int)w, text);
+        text += w + strspn(text + w, " ");
+    }
+    fputc('\n', f);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: titan <command> [options]   (titan <command> --help for its options)\n"
                "       titan --version\n"
@@ -161,23 +176,15 @@ static void usage(FILE *f) {
     fprintf(f, "\n"
                "model options (train, inspect, generate, plan):\n"
                "  --flavor NAME        a registered flavor (default debugmodel):\n");
-    /* the registry's names, wrapped under the description column (23) within 90 columns */
+    char list[1024];
+    size_t at = 0;
     const char *const *names = model_flavor_names();
-    int col = 0;
-    for (int i = 0; names[i]; i++) {
-        const int w = (int)strlen(names[i]) + (names[i + 1] ? 1 : 0);
-        if (col && col + 1 + w > 90) {
-            fputc('\n', f);
-            col = 0;
-        }
-        col += fprintf(f, "%*s%s%s", col ? 1 : 23, "", names[i], names[i + 1] ? "," : "");
-    }
-    fprintf(f, "\n"
-               "  --set KEY=VALUE      override a model argument: dim, n_layers, n_heads,\n"
-               "                       n_kv_heads, head_dim, ffn_dim, vocab_size, max_seq_len,\n"
-               "                       rope_theta, norm_eps, tie_embeddings; MoE: n_experts\n"
-               "                       (num_experts), top_k, moe_ffn_dim (moe_inter_dim),\n"
-               "                       norm_topk_prob, router_aux_loss_coef\n");
+    for (int i = 0; names[i] && at < sizeof list; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", names[i]);
+    wrap_words(f, list, 0);
+    model_args_names(list, sizeof list);
+    fprintf(f, "  --set KEY=VALUE      override a model argument:");
+    wrap_words(f, list, 48);
 }
 
 /* titan --version: the release, the commit built, and the copy of the CPU kernels this CPU

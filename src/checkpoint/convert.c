@@ -44,17 +44,15 @@ int ckpt_train_load_model(model *m, const char *dir, const model_build_opts *opt
 void ckpt_print_model(const model_args *a) {
     model_counts c;
     model_count_params(a, &c);
-    printf("model %s: dim %d, n_layers %d, n_heads %d, n_kv_heads %d, head_dim %d, ffn_dim %d, "
-           "vocab_size %d, rope_theta %g, norm_eps %g, tie_embeddings %d\n",
-           a->flavor, a->dim, a->n_layers, a->n_heads, a->n_kv_heads, a->head_dim, a->ffn_dim,
-           a->vocab_size, a->rope_theta, a->norm_eps, a->tie_embeddings);
+    char line[1024];
+    model_args_format(a, MODEL_ARG_SHAPE, line, sizeof line);
+    printf("model %s: %s\n", a->flavor, line);
     if (a->n_experts > 0) {
         model_moe_mem mm;
         model_moe_memory(a, 1, 4096, MODEL_AC_NONE, 1, &mm);
         const double gib = 1 << 30;
-        printf("MoE: n_experts %d, top_k %d, moe_ffn_dim %d, norm_topk_prob %d, "
-               "router_aux_loss_coef %g\n",
-               a->n_experts, a->top_k, a->moe_ffn_dim, a->norm_topk_prob, a->router_aux_loss_coef);
+        model_args_format(a, MODEL_ARG_MOE, line, sizeof line);
+        printf("MoE: %s\n", line);
         printf("MoE memory (fp32; 4096 tokens, ac none): experts %.2f GiB + router %.3f GiB of "
                "weights (x4 training), routed activations %.2f GiB per block, scratch %.2f GiB\n",
                mm.expert_params / gib, mm.router_params / gib, mm.per_block_saved / gib,

@@ -8,33 +8,20 @@
 
 #include "model.h"
 
-/* Which fields identify a model (see model_args_equal): SHAPE always, MOE when n_experts > 0;
- * INFO fields are only in the MODEL_ARGS_JSON_FULL form. */
-enum { F_SHAPE, F_MOE, F_INFO };
-
 typedef struct {
-    const char *key; /* JSON key = model_args_set name */
+    const char *key; /* JSON key = the field's name */
     size_t off;      /* offsetof(model_args, field) */
     int real;        /* double field (else int) */
-    int group;       /* F_SHAPE, F_MOE, F_INFO */
+    int group;       /* model_arg_group: SHAPE identifies a model, MOE an MoE, INFO only saved */
 } arg_field;
 
-#define INT_F(f, g)                                                                                \
-    { #f, offsetof(model_args, f), 0, g }
-#define REAL_F(f, g)                                                                               \
-    { #f, offsetof(model_args, f), 1, g }
 static const arg_field g_fields[] = {
-    INT_F(dim, F_SHAPE),          INT_F(n_layers, F_SHAPE),
-    INT_F(n_heads, F_SHAPE),      INT_F(n_kv_heads, F_SHAPE),
-    INT_F(head_dim, F_SHAPE),     INT_F(ffn_dim, F_SHAPE),
-    INT_F(vocab_size, F_SHAPE),   REAL_F(rope_theta, F_SHAPE),
-    REAL_F(norm_eps, F_SHAPE),    INT_F(tie_embeddings, F_SHAPE),
-    INT_F(max_seq_len, F_INFO),   INT_F(n_experts, F_MOE),
-    INT_F(top_k, F_MOE),          INT_F(moe_ffn_dim, F_MOE),
-    INT_F(norm_topk_prob, F_MOE), REAL_F(router_aux_loss_coef, F_MOE),
+#define ARG_F(f, type, kind, group, ...)                                                           \
+    {#f, offsetof(model_args, f), _Generic(((model_args *)0)->f, double : 1, int : 0),             \
+     MODEL_ARG_##group},
+    MODEL_ARGS_TABLE(ARG_F)
+#undef ARG_F
 };
-#undef INT_F
-#undef REAL_F
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
 static int get_int(const model_args *a, const arg_field *f) {
@@ -47,7 +34,7 @@ static double get_real(const model_args *a, const arg_field *f) {
 /* Whether field f belongs to form `full` of arguments a. */
 static int in_form(const arg_field *f, const model_args *a, int full) {
     if (full) return 1;
-    return f->group == F_SHAPE || (f->group == F_MOE && a->n_experts > 0);
+    return f->group == MODEL_ARG_SHAPE || (f->group == MODEL_ARG_MOE && a->n_experts > 0);
 }
 
 struct json_t *model_args_json(const model_args *a, model_args_json_form form) {
@@ -62,6 +49,21 @@ struct json_t *model_args_json(const model_args *a, model_args_json_form form) {
                             f->real ? json_real(get_real(a, f)) : json_integer(get_int(a, f)));
     }
     return j;
+}
+
+int model_args_format(const model_args *a, model_arg_group group, char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const arg_field *f = &g_fields[i];
+        if (f->group != (int)group) continue;
+        char *p = at < n ? buf + at : NULL;
+        const size_t left = at < n ? n - at : 0;
+        const char *sep = at ? ", " : "";
+        at += (size_t)(f->real ? snprintf(p, left, "%s%s %g", sep, f->key, get_real(a, f))
+                               : snprintf(p, left, "%s%s %d", sep, f->key, get_int(a, f)));
+    }
+    return (int)at;
 }
 
 int model_args_describe(const model_args *a, char *buf, size_t n) {
@@ -134,7 +136,8 @@ int model_args_from_json(const struct json_t *j, const char *where, model_args *
     }
     for (size_t i = 0; i < N_FIELDS; i++) {
         const arg_field *f = &g_fields[i];
-        if ((f->group == F_SHAPE || (f->group == F_MOE && moe)) && !json_object_get(j, f->key))
+        if ((f->group == MODEL_ARG_SHAPE || (f->group == MODEL_ARG_MOE && moe)) &&
+            !json_object_get(j, f->key))
             return base_fail(err, "%s: model argument %s is missing", where, f->key);
     }
     base_err why;

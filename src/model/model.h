@@ -41,18 +41,59 @@
 #include "base/base.h"
 #include "ops/ops.h"
 
+/* Every model argument, one row: the model_args field, its names and how each front end
+ * takes it. Adding an argument is a row here, its checks in model_args_validate and its
+ * Hugging Face field in checkpoint/hf_config.c; the struct, the JSON codec (checkpoints,
+ * model folders), --set and its help, and titan train's [model] schema, help and translation
+ * all come from these rows.
+ *   X(field, type, kind, group, cfg_key, lo, hi, help)
+ * type     the field's C type: int or double
+ * kind     what --set and model_args.json take: INT (integer >= 0), BOOL (true / false or
+ *          1 / 0), POS (real > 0), NONNEG (real >= 0)
+ * group    SHAPE (identity: must match for weights to load), MOE (identity when n_experts > 0),
+ *          INFO (only in a model folder's model_args.json)
+ * cfg_key  the [model] field of titan train's config that overrides it (torchtitan's name
+ *          where torchtitan has one; --set takes it too)
+ * lo, hi   that field's range (a POS field's lo is exclusive)
+ * help     that field's help line (docs/config.md is generated from it)
+ * Mixture of experts (Qwen3-MoE): every block's FFN is an MoE of n_experts routed experts (0 =
+ * dense), top_k a token, each a SwiGLU of width moe_ffn_dim, no shared experts. */
+#define MODEL_ARGS_TABLE(X)                                                                        \
+    X(dim, int, INT, SHAPE, dim, 1, MODEL_ARG_MAX, "override: model width (titan)")                \
+    X(n_layers, int, INT, SHAPE, n_layers, 1, MODEL_ARG_MAX,                                       \
+      "override: transformer blocks (titan)")                                                      \
+    X(n_heads, int, INT, SHAPE, n_heads, 1, MODEL_ARG_MAX, "override: query heads (titan)")        \
+    X(n_kv_heads, int, INT, SHAPE, n_kv_heads, 1, MODEL_ARG_MAX,                                   \
+      "override: key/value heads (titan)")                                                         \
+    X(head_dim, int, INT, SHAPE, head_dim, 1, MODEL_ARG_MAX, "override: per-head width (titan)")   \
+    X(ffn_dim, int, INT, SHAPE, ffn_dim, 1, MODEL_ARG_MAX,                                         \
+      "override: SwiGLU hidden width (titan)")                                                     \
+    X(vocab_size, int, INT, SHAPE, vocab_size, 1, MODEL_ARG_MAX,                                   \
+      "override: vocabulary size (titan)")                                                         \
+    X(rope_theta, double, POS, SHAPE, rope_theta, 0, INFINITY, "override: RoPE base (titan)")      \
+    X(norm_eps, double, POS, SHAPE, norm_eps, 0, 1, "override: RMSNorm epsilon (titan)")           \
+    X(tie_embeddings, int, BOOL, SHAPE, tie_embeddings, 0, 1,                                      \
+      "override: lm_head shares the embedding (titan)")                                            \
+    X(max_seq_len, int, INT, INFO, max_seq_len, 1, MODEL_ARG_MAX,                                  \
+      "override: RoPE context of the flavor (titan)")                                              \
+    X(n_experts, int, INT, MOE, num_experts, 1, 65536, "override: MoE routed experts (titan)")     \
+    X(top_k, int, INT, MOE, top_k, 1, 64, "override: MoE experts per token (titan)")               \
+    X(moe_ffn_dim, int, INT, MOE, moe_inter_dim, 1, MODEL_ARG_MAX,                                 \
+      "override: MoE expert hidden width (titan)")                                                 \
+    X(norm_topk_prob, int, BOOL, MOE, norm_topk_prob, 0, 1,                                        \
+      "override: MoE top-k gates renormalised to sum 1 (HF norm_topk_prob; titan)")                \
+    X(router_aux_loss_coef, double, NONNEG, MOE, router_aux_loss_coef, 0, INFINITY,                \
+      "override: weight of the aux loss (moe_load_balance = aux_loss; HF, titan)")
+/* The largest size or count an INT argument takes (2^30). */
+#define MODEL_ARG_MAX 1073741824
+/* A MODEL_ARGS_TABLE row's group. */
+typedef enum { MODEL_ARG_SHAPE, MODEL_ARG_MOE, MODEL_ARG_INFO } model_arg_group;
+
 typedef struct {
     char flavor[64];
-    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
-    double rope_theta, norm_eps;
-    int tie_embeddings;
-    int max_seq_len; /* RoPE context of the flavor (informational) */
-    /* Mixture of experts (Qwen3-MoE: every block's FFN is an MoE, no shared experts). */
-    int n_experts;               /* routed experts per block; 0 = dense */
-    int top_k;                   /* experts per token */
-    int moe_ffn_dim;             /* hidden size of one expert's SwiGLU */
-    int norm_topk_prob;          /* renormalise the top-k gate weights to sum to 1 */
-    double router_aux_loss_coef; /* load-balancing loss coefficient (HF: 0.001) */
+#define MODEL_ARGS_FIELD(field, type, ...) type field;
+    MODEL_ARGS_TABLE(MODEL_ARGS_FIELD)
+#undef MODEL_ARGS_FIELD
     /* Expert parallelism: experts whose stacks this rank holds (n_experts / ep); 0 = all.
      * Set by model_build in m->args only (never in a config, a checkpoint or full_args). */
     int n_local_experts;
@@ -63,10 +104,11 @@ typedef struct {
 int model_flavor(const char *name, model_args *out, base_err *err);
 /* NULL-terminated list of flavor names. */
 const char *const *model_flavor_names(void);
-/* Overrides one field by name: dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim,
- * vocab_size, rope_theta, norm_eps, tie_embeddings, max_seq_len, n_experts, top_k, moe_ffn_dim,
- * norm_topk_prob, router_aux_loss_coef. */
+/* Overrides one argument by its field or cfg_key name (MODEL_ARGS_TABLE). */
 int model_args_set(model_args *a, const char *key, const char *value, base_err *err);
+/* The names model_args_set takes, "dim, n_layers, ..., n_experts (num_experts), ...": each
+ * field, its cfg_key in parentheses where that differs. Returns the length snprintf would. */
+int model_args_names(char *buf, size_t n);
 int model_args_validate(const model_args *a, base_err *err);
 /* The model options of the command line (model/cli.c), at it->argv[it->i]: --flavor NAME
  * (replaces *a) and --set KEY=VALUE (model_args_set). Returns 1 if the option was one of
@@ -77,11 +119,10 @@ int model_args_cli_opt(base_args *it, model_args *a, int *status);
 int model_flavor_dims(const char *flavor, ops_ctx *ctx, base_err *err);
 
 /* model_args <-> JSON (src/model/args.c), the one codec of checkpoints and model folders.
- * IDENTITY: what must match for weights to load into a model (model_args_equal): dim,
- *   n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size, rope_theta, norm_eps,
- *   tie_embeddings, and for an MoE (n_experts > 0) n_experts, top_k, moe_ffn_dim,
- *   norm_topk_prob, router_aux_loss_coef (training checkpoints' metadata "train.model").
- * FULL: every field, with flavor and max_seq_len (a titan model folder's model_args.json). */
+ * IDENTITY: what must match for weights to load into a model (model_args_equal): the SHAPE
+ *   rows of MODEL_ARGS_TABLE, and for an MoE (n_experts > 0) the MOE rows (training
+ *   checkpoints' metadata "train.model").
+ * FULL: every row, with flavor (a titan model folder's model_args.json). */
 typedef enum { MODEL_ARGS_JSON_IDENTITY, MODEL_ARGS_JSON_FULL } model_args_json_form;
 struct json_t;
 /* A new JSON object (the caller owns it), NULL when out of memory. */
@@ -90,6 +131,9 @@ struct json_t *model_args_json(const model_args *a, model_args_json_form form);
  * identity fields must be present (the MoE ones when j has n_experts), every key must be a
  * model argument, and the result must validate. Errors start with `where`. */
 int model_args_from_json(const struct json_t *j, const char *where, model_args *a, base_err *err);
+/* The group's arguments as "dim 256, n_layers 8, ..., rope_theta 1e+06" (table order; %g for
+ * reals). Returns the length snprintf would. */
+int model_args_format(const model_args *a, model_arg_group group, char *buf, size_t n);
 /* Whether a and b have the same identity (above): 1 equal, 0 not. */
 int model_args_equal(const model_args *a, const model_args *b);
 /* The identity as compact JSON with sorted keys, for messages; -1 (and "?") when out of memory. */

@@ -72,69 +72,59 @@ int model_flavor(const char *name, model_args *out, base_err *err) {
     return base_fail(err, "unknown model flavor '%s' (known: %s)", name, list);
 }
 
-/* The arguments --set (and model_args.json's reader) take by name: one table for the parser
- * and its "known:" list. An alias follows the field it names. */
+/* The arguments --set (and model_args.json's reader) take, by field or cfg_key name: one
+ * table (MODEL_ARGS_TABLE) for the parser and its list of names. */
+enum { K_INT, K_BOOL, K_POS, K_NONNEG };
 typedef struct {
-    const char *key;
-    size_t off; /* offsetof(model_args, field) */
-    char kind;  /* 'i' integer >= 0, 'b' true / false (1 / 0), 'r' real > 0, 'a' real >= 0 */
-    int alias;  /* another name of the row before */
+    const char *key, *alt; /* the field's name, its cfg_key (the same, or another name) */
+    size_t off;            /* offsetof(model_args, field) */
+    int kind;              /* K_INT integer >= 0, K_BOOL, K_POS real > 0, K_NONNEG real >= 0 */
 } set_field;
-#define SET_F(k, f, kind, alias)                                                                   \
-    { k, offsetof(model_args, f), kind, alias }
 static const set_field g_set[] = {
-    SET_F("dim", dim, 'i', 0),
-    SET_F("n_layers", n_layers, 'i', 0),
-    SET_F("n_heads", n_heads, 'i', 0),
-    SET_F("n_kv_heads", n_kv_heads, 'i', 0),
-    SET_F("head_dim", head_dim, 'i', 0),
-    SET_F("ffn_dim", ffn_dim, 'i', 0),
-    SET_F("vocab_size", vocab_size, 'i', 0),
-    SET_F("rope_theta", rope_theta, 'r', 0),
-    SET_F("norm_eps", norm_eps, 'r', 0),
-    SET_F("tie_embeddings", tie_embeddings, 'b', 0),
-    SET_F("max_seq_len", max_seq_len, 'i', 0),
-    SET_F("n_experts", n_experts, 'i', 0),
-    SET_F("num_experts", n_experts, 'i', 1), /* titan train's [model] names too */
-    SET_F("top_k", top_k, 'i', 0),
-    SET_F("moe_ffn_dim", moe_ffn_dim, 'i', 0),
-    SET_F("moe_inter_dim", moe_ffn_dim, 'i', 1),
-    SET_F("norm_topk_prob", norm_topk_prob, 'b', 0),
-    SET_F("router_aux_loss_coef", router_aux_loss_coef, 'a', 0),
-};
+#define SET_F(f, type, kind, group, key, ...) {#f, #key, offsetof(model_args, f), K_##kind},
+    MODEL_ARGS_TABLE(SET_F)
 #undef SET_F
+};
+#define N_SET ((int)(sizeof g_set / sizeof g_set[0]))
+
+int model_args_names(char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < N_SET; i++) {
+        const int alt = strcmp(g_set[i].key, g_set[i].alt) != 0;
+        at +=
+            (size_t)snprintf(at < n ? buf + at : NULL, at < n ? n - at : 0,
+                             alt ? "%s%s (%s)" : "%s%s", i ? ", " : "", g_set[i].key, g_set[i].alt);
+    }
+    return (int)at;
+}
 
 int model_args_set(model_args *a, const char *key, const char *value, base_err *err) {
     const set_field *f = NULL;
-    for (size_t i = 0; !f && i < sizeof g_set / sizeof g_set[0]; i++)
-        if (!strcmp(key, g_set[i].key)) f = &g_set[i];
+    for (int i = 0; !f && i < N_SET; i++)
+        if (!strcmp(key, g_set[i].key) || !strcmp(key, g_set[i].alt)) f = &g_set[i];
     if (!f) {
         char known[512];
-        size_t n = 0;
-        for (size_t i = 0; i < sizeof g_set / sizeof g_set[0] && n < sizeof known; i++)
-            n += (size_t)snprintf(known + n, sizeof known - n,
-                                  g_set[i].alias ? " (%s)"
-                                  : i            ? ", %s"
-                                                 : "%s",
-                                  g_set[i].key);
+        model_args_names(known, sizeof known);
         return base_fail(err, "unknown model argument '%s' (known: %s)", key, known);
     }
     char *field = (char *)a + f->off;
-    if (f->kind == 'r' || f->kind == 'a') {
+    if (f->kind == K_POS || f->kind == K_NONNEG) {
         double v;
-        if (base_parse_f64(value, &v) != 0 || !(f->kind == 'a' ? v >= 0 : v > 0))
+        if (base_parse_f64(value, &v) != 0 || !(f->kind == K_NONNEG ? v >= 0 : v > 0))
             return base_fail(err, "model argument %s: '%s' is not a %s number", key, value,
-                             f->kind == 'a' ? "non-negative" : "positive");
+                             f->kind == K_NONNEG ? "non-negative" : "positive");
         memcpy(field, &v, sizeof v);
         return 0;
     }
     int64_t v;
-    if (f->kind == 'b' && (!strcmp(value, "true") || !strcmp(value, "false"))) /* as train's */
+    if (f->kind == K_BOOL && (!strcmp(value, "true") || !strcmp(value, "false"))) /* as train's */
         v = value[0] == 't';
-    else if (base_parse_i64(value, &v) != 0 || v < 0 || v > (f->kind == 'b' ? 1 : 1 << 30))
+    else if (base_parse_i64(value, &v) != 0 || v < 0 || v > (f->kind == K_BOOL ? 1 : MODEL_ARG_MAX))
         return base_fail(err,
-                         f->kind == 'b' ? "model argument %s: '%s' must be true / false (or 1 / 0)"
-                                        : "model argument %s: '%s' is not a non-negative integer",
+                         f->kind == K_BOOL
+                             ? "model argument %s: '%s' must be true / false (or 1 / 0)"
+                             : "model argument %s: '%s' is not a non-negative integer",
                          key, value);
     const int iv = (int)v;
     memcpy(field, &iv, sizeof iv);

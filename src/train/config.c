@@ -88,26 +88,20 @@ const field g_fields[] = {
         "Hugging Face folder whose tokenizer encodes the dataset (none = one token per byte); "
         "with checkpoint.initial_load_in_hf also the weights and, flavor unset, config.json"),
     STR(model, config_path, "", NULL, "a Hugging Face config.json to build the model from"),
-    OINT(model, dim, 1, BIG, "override: model width (titan)"),
-    OINT(model, n_layers, 1, BIG, "override: transformer blocks (titan)"),
-    OINT(model, n_heads, 1, BIG, "override: query heads (titan)"),
-    OINT(model, n_kv_heads, 1, BIG, "override: key/value heads (titan)"),
-    OINT(model, head_dim, 1, BIG, "override: per-head width (titan)"),
-    OINT(model, ffn_dim, 1, BIG, "override: SwiGLU hidden width (titan)"),
-    OINT(model, vocab_size, 1, BIG, "override: vocabulary size (titan)"),
-    OINT(model, max_seq_len, 1, BIG, "override: RoPE context of the flavor (titan)"),
-    OBOOL(model, tie_embeddings, "override: lm_head shares the embedding (titan)"),
-    OFLT(model, rope_theta, 0, INFINITY, 1, "override: RoPE base (titan)"),
-    OFLT(model, norm_eps, 0, 1, 1, "override: RMSNorm epsilon (titan)"),
-    OINT(model, num_experts, 1, 65536, "override: MoE routed experts (titan)"),
-    OINT(model, top_k, 1, 64, "override: MoE experts per token (titan)"),
-    OINT(model, moe_inter_dim, 1, BIG, "override: MoE expert hidden width (titan)"),
-    OBOOL(model, norm_topk_prob,
-          "override: MoE top-k gates renormalised to sum 1 (HF norm_topk_prob; titan)"),
-    OFLT(model, router_aux_loss_coef, 0, INFINITY, 0,
-         "override: weight of the aux loss (moe_load_balance = aux_loss; HF, titan)"),
-    STR(model, moe_load_balance, "none", "none|aux_loss|bias",
-        "MoE load balancing: none, HF's auxiliary loss, or torchtitan's expert bias (titan)"),
+/* the model's arguments (MODEL_ARGS_TABLE): a POS range's lo is exclusive */
+#define MODEL_ROW_INT(key, lo, hi, help) OINT(model, key, lo, hi, help)
+#define MODEL_ROW_BOOL(key, lo, hi, help) OBOOL(model, key, help)
+#define MODEL_ROW_POS(key, lo, hi, help) OFLT(model, key, lo, hi, 1, help)
+#define MODEL_ROW_NONNEG(key, lo, hi, help) OFLT(model, key, lo, hi, 0, help)
+#define MODEL_ROW(field, type, kind, group, key, lo, hi, help) MODEL_ROW_##kind(key, lo, hi, help),
+    MODEL_ARGS_TABLE(MODEL_ROW)
+#undef MODEL_ROW
+#undef MODEL_ROW_INT
+#undef MODEL_ROW_BOOL
+#undef MODEL_ROW_POS
+#undef MODEL_ROW_NONNEG
+        STR(model, moe_load_balance, "none", "none|aux_loss|bias",
+            "MoE load balancing: none, HF's auxiliary loss, or torchtitan's expert bias (titan)"),
     FLT(model, moe_bias_update_rate, 1e-3, 0, 1, 1,
         "expert-bias step per optimizer step (torchtitan load_balance_coeff; titan)"),
     INTS(model, mlp_only_layers, 0, BIG, "MoE: blocks with a dense MLP (HF mlp_only_layers)"),

@@ -153,12 +153,19 @@ typedef struct {
     } job;
     struct {
         const char *name, *flavor, *hf_assets_path, *config_path;
-        /* overrides of the flavor's arguments (unset = the flavor's value) */
-        train_opt_int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size,
-            max_seq_len, tie_embeddings;
-        train_opt_float rope_theta, norm_eps;
-        train_opt_int num_experts, top_k, moe_inter_dim, norm_topk_prob; /* MoE overrides */
-        train_opt_float router_aux_loss_coef;
+        /* overrides of the flavor's arguments, one per MODEL_ARGS_TABLE row, named by its
+         * cfg_key (unset = the flavor's value) */
+#define TRAIN_OPT_INT train_opt_int
+#define TRAIN_OPT_BOOL train_opt_int
+#define TRAIN_OPT_POS train_opt_float
+#define TRAIN_OPT_NONNEG train_opt_float
+#define TRAIN_MODEL_OVERRIDE(field, type, kind, group, key, ...) TRAIN_OPT_##kind key;
+        MODEL_ARGS_TABLE(TRAIN_MODEL_OVERRIDE)
+#undef TRAIN_MODEL_OVERRIDE
+#undef TRAIN_OPT_INT
+#undef TRAIN_OPT_BOOL
+#undef TRAIN_OPT_POS
+#undef TRAIN_OPT_NONNEG
         const char *moe_load_balance; /* none | aux_loss | bias */
         double moe_bias_update_rate;
         train_int_list mlp_only_layers;

@@ -133,39 +133,28 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
     return apply_model_overrides(c, a, err);
 }
 
-/* The [model] overrides of titan train's config and the model arguments they set (titan
- * inspect's and model_args_set's names; two differ): one table for the translation and for
- * titan plan's --set. Each side's type comes from its member (_Generic: an int or double
- * argument, a train_opt_int or _float field; another type does not compile), and a table
- * whose sides disagree fails every translation. */
+/* The [model] overrides of titan train's config and the model arguments they set, one per
+ * MODEL_ARGS_TABLE row (the field named by the row's cfg_key, the argument by its field): the
+ * translation's and titan plan's --set's table. */
 static const struct {
     const char *field, *arg;
     size_t cfg, dst; /* offsets in train_config, model_args */
-    int cfg_real, arg_real;
+    int real;        /* a train_opt_float field and a double argument (else _int and int) */
 } model_overrides[] = {
-/* clang-format off */
-#define OV(f, a) {#f, #a, offsetof(train_config, model.f), offsetof(model_args, a),       \
-                  _Generic(((train_config *)0)->model.f, train_opt_int: 0, train_opt_float: 1), \
-                  _Generic(((model_args *)0)->a, int: 0, double: 1)}
-    /* clang-format on */
-    OV(dim, dim),
-    OV(n_layers, n_layers),
-    OV(n_heads, n_heads),
-    OV(n_kv_heads, n_kv_heads),
-    OV(head_dim, head_dim),
-    OV(ffn_dim, ffn_dim),
-    OV(vocab_size, vocab_size),
-    OV(max_seq_len, max_seq_len),
-    OV(tie_embeddings, tie_embeddings),
-    OV(num_experts, n_experts),
-    OV(top_k, top_k),
-    OV(moe_inter_dim, moe_ffn_dim),
-    OV(norm_topk_prob, norm_topk_prob),
-    OV(rope_theta, rope_theta),
-    OV(norm_eps, norm_eps),
-    OV(router_aux_loss_coef, router_aux_loss_coef),
+#define OV(f, type, kind, group, key, ...)                                                         \
+    {#key, #f, offsetof(train_config, model.key), offsetof(model_args, f),                         \
+     _Generic(((model_args *)0)->f, double : 1, int : 0)},
+    MODEL_ARGS_TABLE(OV)
 #undef OV
 };
+/* A kind's train_opt type and the field's C type agree (MODEL_ARGS_TABLE's POS and NONNEG
+ * rows are doubles, INT and BOOL ints): the copy above depends on it. */
+#define OV_TYPES(f, type, kind, group, key, ...)                                                   \
+    _Static_assert(_Generic(((train_config *)0)->model.key, train_opt_float : 1, default : 0) ==   \
+                       _Generic(((model_args *)0)->f, double : 1, default : 0),                    \
+                   "model." #key ": the override's type is not the argument's");
+MODEL_ARGS_TABLE(OV_TYPES)
+#undef OV_TYPES
 #define N_OVERRIDES (sizeof model_overrides / sizeof model_overrides[0])
 
 const char *train_model_override_field(const char *arg, size_t n) {
@@ -180,12 +169,7 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
     char *ab = (char *)a;
     for (size_t i = 0; i < N_OVERRIDES; i++) {
         const size_t co = model_overrides[i].cfg, ao = model_overrides[i].dst;
-        if (model_overrides[i].cfg_real != model_overrides[i].arg_real)
-            return base_fail(
-                err, "internal: model.%s is a %s, the model argument %s a %s",
-                model_overrides[i].field, model_overrides[i].cfg_real ? "float" : "integer",
-                model_overrides[i].arg, model_overrides[i].arg_real ? "double" : "int");
-        if (model_overrides[i].cfg_real) {
+        if (model_overrides[i].real) {
             const train_opt_float *v = (const train_opt_float *)(cb + co);
             if (v->set) *(double *)(ab + ao) = v->v;
         } else {
@@ -199,7 +183,7 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
         snprintf(msg, sizeof msg, "%s", err->msg);
         const char *key = "flavor";
         for (size_t i = 0; i < N_OVERRIDES && !strcmp(key, "flavor"); i++) {
-            const int set = model_overrides[i].cfg_real
+            const int set = model_overrides[i].real
                                 ? ((const train_opt_float *)(cb + model_overrides[i].cfg))->set
                                 : ((const train_opt_int *)(cb + model_overrides[i].cfg))->set;
             if (set && strstr(msg, model_overrides[i].arg)) key = model_overrides[i].field;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "train/train.h"
 
 #include "check.h"
@@ -1235,6 +1237,87 @@ static void saved_config_quiet(void) {
     train_config_free(&c);
 }
 
+/* Every model argument reaches the model from each front end: [model] in a TOML file by its
+ * config name, train's --set by either name, the JSON codec of checkpoints and model folders
+ * (and back), inspect's --set (model_args_set). The list is this test's own: an argument the
+ * model has and the list lacks fails the completeness check, so a new one gets a case. */
+static void model_args_every_front_end(void) {
+    static const struct {
+        const char *field, *cfg_key, *value; /* value: TOML and --set text */
+        double want;
+    } cases[] = {
+        {"dim", "dim", "320", 320},
+        {"n_layers", "n_layers", "3", 3},
+        {"n_heads", "n_heads", "8", 8},
+        {"n_kv_heads", "n_kv_heads", "4", 4},
+        {"head_dim", "head_dim", "64", 64},
+        {"ffn_dim", "ffn_dim", "1000", 1000},
+        {"vocab_size", "vocab_size", "3000", 3000},
+        {"rope_theta", "rope_theta", "5e5", 5e5},
+        {"norm_eps", "norm_eps", "1e-5", 1e-5},
+        {"tie_embeddings", "tie_embeddings", "true", 1},
+        {"max_seq_len", "max_seq_len", "8192", 8192},
+        {"n_experts", "num_experts", "16", 16},
+        {"top_k", "top_k", "2", 2},
+        {"moe_ffn_dim", "moe_inter_dim", "96", 96},
+        {"norm_topk_prob", "norm_topk_prob", "false", 0},
+        {"router_aux_loss_coef", "router_aux_loss_coef", "0.01", 0.01},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    base_err err;
+    model_args base;
+    CHECK(model_flavor("debugmodel_moe", &base, &err) == 0, "flavor: %s", err.msg);
+    json_t *full = model_args_json(&base, MODEL_ARGS_JSON_FULL);
+    CHECK(full && (int)json_object_size(full) == n + 1, /* + flavor */
+          "the model has %d arguments, this test %d: give the new one a case",
+          full ? (int)json_object_size(full) - 1 : -1, n);
+    for (int i = 0; i < n; i++) {
+        const char *f = cases[i].field;
+        CHECK(full && json_object_get(full, f), "%s: not a model argument", f);
+        json_t *b = full ? json_object_get(full, f) : NULL;
+        CHECK(b && json_number_value(b) != cases[i].want, "%s: the flavor's value is the case's",
+              f);
+        for (int front = 0; front < 5; front++) {
+            char toml[256], set[96];
+            train_config c;
+            train_opts o;
+            model_args a = base;
+            int rc;
+            if (front == 0) {
+                snprintf(toml, sizeof toml, "[model]\nflavor = \"debugmodel_moe\"\n%s = %s\n",
+                         cases[i].cfg_key, cases[i].value);
+                rc = load(&c, toml, &err);
+            } else if (front <= 2) {
+                snprintf(set, sizeof set, "%s=%s", front == 1 ? f : cases[i].cfg_key,
+                         cases[i].value);
+                char *argv[] = {"--flavor", "debugmodel_moe", "--set", set, NULL};
+                rc = from_args(&c, argv, &err);
+            } else { /* inspect's --set by either name */
+                rc = model_args_set(&a, front == 3 ? f : cases[i].cfg_key, cases[i].value, &err);
+            }
+            if (front < 3) {
+                if (!rc) rc = train_config_to_opts(&c, &o, &err);
+                if (!rc) a = o.model;
+                train_config_free(&c);
+            }
+            CHECK(rc == 0, "%s, front end %d: %s", f, front, err.msg);
+            if (rc) continue;
+            /* the value in the model's arguments, then through the JSON codec and back */
+            json_t *j = model_args_json(&a, MODEL_ARGS_JSON_FULL);
+            json_t *v = j ? json_object_get(j, f) : NULL;
+            CHECK(v && json_number_value(v) == cases[i].want, "%s, front end %d: %g, want %g", f,
+                  front, v ? json_number_value(v) : NAN, cases[i].want);
+            model_args back;
+            memset(&back, 0, sizeof back);
+            rc = j ? model_args_from_json(j, "x", &back, &err) : -1;
+            CHECK(rc == 0 && model_args_equal(&a, &back) && back.max_seq_len == a.max_seq_len,
+                  "%s: JSON round trip: %s", f, rc ? err.msg : "differs");
+            json_decref(j);
+        }
+    }
+    json_decref(full);
+}
+
 int main(void) {
     kernels_table();
     mutations();
@@ -1253,6 +1336,7 @@ int main(void) {
     seed_context_none();
     saved_config_quiet();
     set_names();
+    model_args_every_front_end();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
 }
