@@ -218,12 +218,21 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                           "\"%s\")",
                           c->model.init_weights);
     /* torchtitan's varlen (v0.2.2: only with attn_mask_type block_causal) never attends
-     * across documents; titan's attention is causal over the whole window, like its sdpa */
-    if (!strcmp(c->model.attn_backend, "varlen")) /* once: the model is resolved repeatedly */
+     * across documents, nor does 0.3's flex (block_causal always, positions restarting at each
+     * document: config_utils.get_attention_config); titan's attention is causal over the
+     * whole window, like torchtitan's sdpa and v0.2.2's flex with causal masks. Said once:
+     * the model is resolved repeatedly. */
+    if (!strcmp(c->model.attn_backend, "varlen"))
         base_log_once(BASE_LOG_WARN,
                       "model.attn_backend = varlen: titan's one attention is causal over the whole "
                       "window (torchtitan's sdpa); unlike torchtitan's varlen it does not stop at "
                       "document boundaries");
+    else if (!strcmp(c->model.attn_backend, "flex"))
+        base_log_once(BASE_LOG_WARN,
+                      "model.attn_backend = flex: titan's one attention is causal over the whole "
+                      "window (torchtitan's sdpa, v0.2.2's flex with causal masks); torchtitan "
+                      "0.3's flex masks each document (block-causal, positions restarting at each "
+                      "document), so a 0.3 run's losses differ (docs/training.md)");
     return 0;
 }
 
