@@ -123,6 +123,51 @@ the CPU has bf16 units), and a fresh run's weights by default (titan's `model.in
 `normal`; `torchtitan` for v0.2.2's scheme, docs/training.md); list defaults (`compile.components`, the AC and float8/MX
 filters) print as `[]` (they are inert). `tests/fixtures/torchtitan/` holds the Qwen3 and
 Llama3-debug TOMLs that the test `config_torchtitan_tomls` trains.
+
+### Coming from torchtitan 0.3
+
+torchtitan 0.3 (PyPI `torchtitan==0.3.0`) replaced TOML job files with Python config
+functions (`torchrun ... -m torchtitan.train --module qwen3 --config qwen3_0_6b`), which titan
+cannot run: `--module`, and a `--config` that names no file, are refused pointing here. Its
+Qwen3 configs as titan jobs (read from 0.3.0's `models/qwen3/config_registry.py`; give the data
+with `--data PATH` or `training.dataset_path`, the tokenizer with `model.hf_assets_path`):
+
+| torchtitan 0.3 `--config` | titan |
+|---|---|
+| `qwen3_0_6b`, `qwen3_1_7b`, `qwen3_32b`, `qwen3_moe_debug` | `--config tests/fixtures/torchtitan/qwen3_0.6b.toml` (`qwen3_1.7b.toml`, `qwen3_32b.toml`, `qwen3_moe_debug.toml`): v0.2.2's files, whose values 0.3.0's functions keep (lr, warmup, batch, seq_len, steps, checkpointing, export dtype, AC); `qwen3_moe_debug` also `--model.moe_load_balance bias` (below) |
+| `qwen3_debugmodel` | `--flavor debugmodel --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 2 --lr_scheduler.decay_ratio 0.8 --training.local_batch_size 8 --training.seq_len 2048 --training.steps 10 --metrics.log_freq 1 --activation_checkpoint.mode selective` (checkpointing: `--checkpoint.enable --checkpoint.interval 10 --checkpoint.no_last_save_model_only`) |
+| `qwen3_14b` | `--flavor 14B --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 600 --training.local_batch_size 4 --training.seq_len 4096 --training.steps 3000 --activation_checkpoint.mode full` (checkpointing: interval 500, `export_dtype float16`, `no_last_save_model_only`) |
+| `qwen3_30b_a3b` | as `qwen3_14b` with `--flavor 30B-A3B --training.local_batch_size 2 --model.moe_load_balance bias` |
+
+Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.2):
+
+- **Attention.** 0.3 makes every language model's attention `flex` and block-causal: no
+  token attends across a document boundary, RoPE positions and labels restart at each
+  document. titan's attention is causal over the whole window (v0.2.2's `sdpa`); there is no
+  document masking, so losses differ from a 0.3 run's (`attn_backend = "flex"` warns).
+- **MoE load balancing.** 0.3's Qwen3 MoE updates the expert bias after every step
+  (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
+  `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).
+- **MoE initial weights.** 0.3's MoE flavors draw `wo` and the experts' `w2` with std
+  0.02 / sqrt(2 n_layers), every other matrix 0.02; titan's `init_weights = "normal"` draws all
+  with 0.02 (0.3's dense scheme) and `"torchtitan"` is v0.2.2's; 0.3's MoE scheme has no titan
+  setting.
+- **Validation** runs at training's `seq_len` and `local_batch_size` in 0.3 (its validator has
+  neither); titan keeps v0.2.2's `validation.seq_len` and `validation.local_batch_size`
+  (2048 and 8 unless set).
+- **A sequence longer than the flavor's** `max_seq_len` is refused by 0.3; titan raises the
+  model's `max_seq_len` with v0.2.2's warning.
+- **235B-A22B's RoPE base**: both torchtitans' flavor has 5e6, titan's 1e6 (HF's `config.json`;
+  docs/moe.md): `--model.rope_theta 5e6` for torchtitan's.
+- **Checkpoint paths**: 0.3 refuses `exclude_from_loading = ["model"]` and a relative
+  `initial_load_path`; titan accepts both, as v0.2.2 did.
+- **Command-line spellings** 0.3 renamed: `--validator.*` is `--validation.*`, `--profiler.*`
+  `--profiling.*`, `--dataloader.dataset` / `dataset_path` `--training.dataset` /
+  `dataset_path`, `--optimizer.param-groups.0.optimizer-kwargs.lr` (and `eps`, `weight_decay`,
+  `betas`) `--optimizer.lr` (`eps`, `weight_decay`, `beta1` / `beta2`), the subcommand
+  `activation-checkpoint:full` `--activation_checkpoint.mode full`; the top-level
+  `--dump-folder` and `--hf-assets-path` are titan's too. 0.3's per-parameter-group optimizers,
+  Muon and bf16 optimizer states have no titan counterpart.
 MD
   cat <<'EOF'
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/config_schema.h"
 #include "train/internal.h"
@@ -354,7 +355,14 @@ static int cli_unknown(const char *a, char *why, size_t n) {
 int train_config_from_args(train_config *c, int argc, char **argv, int first, train_cli *cli,
                            base_err *err) {
     memset(cli, 0, sizeof *cli);
-    unknowns unk = {"", 0, 0}; /* every unknown option, in one error */
+    unknowns unk = {"", 0, 0};         /* every unknown option, in one error */
+    for (int i = first; i < argc; i++) /* torchtitan 0.3's launch line: said before the rest */
+        if (!strcmp(argv[i], "--module") || !strncmp(argv[i], "--module=", 9))
+            return base_fail(err, "command line: --module: torchtitan 0.3's --module M --config "
+                                  "NAME names a Python config function, which titan cannot run; "
+                                  "titan reads TOML job configs (torchtitan v0.2.2's): "
+                                  "docs/config.md, \"Coming from torchtitan 0.3\", gives each "
+                                  "Qwen3 config's titan command");
     for (int i = first; i < argc; i++) {
         char why[400];
         if (!strncmp(argv[i], "--", 2) && argv[i][2] && strcmp(argv[i], "--help") &&
@@ -374,7 +382,19 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
         if (!config || !config[0])
             return base_fail(err, "command line: %.*s needs a file", (int)k, a);
     }
-    if (config && train_config_load_file(c, config, err)) return -1;
+    if (config && train_config_load_file(c, config, err)) {
+        /* "qwen3_0_6b": a name, not a path, that is not here: torchtitan 0.3's config names */
+        if (access(config, F_OK) != 0 && !strpbrk(config, "./")) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            base_fail(err,
+                      "%s (torchtitan 0.3's --config names a Python config function, which "
+                      "titan cannot run: docs/config.md, \"Coming from torchtitan 0.3\", gives "
+                      "each Qwen3 config's titan command)",
+                      msg);
+        }
+        return -1;
+    }
     int64_t grad_accum = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];

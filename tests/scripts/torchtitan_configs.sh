@@ -72,4 +72,16 @@ want="async_mode components dataset description dump_folder filter_fqns hf_asset
 want+="mixed_precision_param mode name "
 want+="per_op_sac_force_recompute_mm_shapes_by_fqns "
 [ "$got" = "$want" ] || fail "defaults differ from torchtitan's in: $got (expected: $want)"
+# torchtitan 0.3's launch line (a Python config function by name) is refused pointing at the
+# docs' mapping, --module before anything else, a --config naming no file with the hint; a
+# missing file with a path keeps the plain message.
+"$titan" train --module qwen3 --config qwen3_0_6b > "$out/m" 2>&1 && fail "--module accepted"
+grep -q "command line: --module: torchtitan 0.3's .*Coming from torchtitan 0.3" "$out/m" ||
+  { cat "$out/m"; fail "--module: no pointer"; }
+"$titan" train --config qwen3_0_6b > "$out/m" 2>&1 && fail "--config NAME accepted"
+grep -q "qwen3_0_6b: cannot open: .*torchtitan 0.3's --config names a Python config function" \
+  "$out/m" || { cat "$out/m"; fail "--config NAME: no pointer"; }
+"$titan" train --config "$out/none.toml" > "$out/m" 2>&1 && fail "a missing file accepted"
+grep -q "none.toml: cannot open" "$out/m" && ! grep -q "torchtitan 0.3" "$out/m" ||
+  { cat "$out/m"; fail "a missing path: the 0.3 hint"; }
 echo "torchtitan configs ok: $n fixtures"
