@@ -134,10 +134,10 @@ with `--data PATH` or `training.dataset_path`, the tokenizer with `model.hf_asse
 
 | torchtitan 0.3 `--config` | titan |
 |---|---|
-| `qwen3_0_6b`, `qwen3_1_7b`, `qwen3_32b`, `qwen3_moe_debug` | `--config tests/fixtures/torchtitan/qwen3_0.6b.toml` (`qwen3_1.7b.toml`, `qwen3_32b.toml`, `qwen3_moe_debug.toml`): v0.2.2's files, whose values 0.3.0's functions keep (lr, warmup, batch, seq_len, steps, checkpointing, export dtype, AC); `qwen3_moe_debug` also `--model.moe_load_balance bias` (below) |
+| `qwen3_0_6b`, `qwen3_1_7b`, `qwen3_32b`, `qwen3_moe_debug` | `--config tests/fixtures/torchtitan/qwen3_0.6b.toml` (`qwen3_1.7b.toml`, `qwen3_32b.toml`, `qwen3_moe_debug.toml`): v0.2.2's files, whose values 0.3.0's functions keep (lr, warmup, batch, seq_len, steps, checkpointing, export dtype, AC); `qwen3_moe_debug` also `--model.moe_load_balance bias --model.init_weights torchtitan_0.3` (below) |
 | `qwen3_debugmodel` | `--flavor debugmodel --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 2 --lr_scheduler.decay_ratio 0.8 --training.local_batch_size 8 --training.seq_len 2048 --training.steps 10 --metrics.log_freq 1 --activation_checkpoint.mode selective` (checkpointing: `--checkpoint.enable --checkpoint.interval 10 --checkpoint.no_last_save_model_only`) |
 | `qwen3_14b` | `--flavor 14B --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 600 --training.local_batch_size 4 --training.seq_len 4096 --training.steps 3000 --activation_checkpoint.mode full` (checkpointing: interval 500, `export_dtype float16`, `no_last_save_model_only`) |
-| `qwen3_30b_a3b` | as `qwen3_14b` with `--flavor 30B-A3B --training.local_batch_size 2 --model.moe_load_balance bias` |
+| `qwen3_30b_a3b` | as `qwen3_14b` with `--flavor 30B-A3B --training.local_batch_size 2 --model.moe_load_balance bias --model.init_weights torchtitan_0.3` |
 
 Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.2):
 
@@ -149,9 +149,9 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
   `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).
 - **MoE initial weights.** 0.3's MoE flavors draw `wo` and the experts' `w2` with std
-  0.02 / sqrt(2 n_layers), every other matrix 0.02; titan's `init_weights = "normal"` draws all
-  with 0.02 (0.3's dense scheme) and `"torchtitan"` is v0.2.2's; 0.3's MoE scheme has no titan
-  setting.
+  0.02 / sqrt(2 n_layers), every other matrix 0.02; titan's default `init_weights = "normal"`
+  draws all with 0.02 (0.3's dense scheme; `"torchtitan"` is v0.2.2's): `--model.init_weights
+  torchtitan_0.3` is 0.3's for both.
 - **Validation** runs at training's `seq_len` and `local_batch_size` in 0.3 (its validator has
   neither); titan keeps v0.2.2's `validation.seq_len` and `validation.local_batch_size`
   (2048 and 8 unless set).

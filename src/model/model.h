@@ -375,13 +375,21 @@ int model_describe(model *m, const model_args *a, base_err *err);
  *   (all cut at +-2 absolute, which never binds); the untied embedding normal(0, 1), uncut;
  *   lm_head (and so the tied embedding) std D^-0.5 cut at +-3 D^-0.5; norms 1. A draw
  *   outside its cut is redrawn at index e + k 2^40 (k = 1, 2, ...): the normal conditioned
- *   on the cut, torch's trunc_normal_ distribution. */
-typedef enum { MODEL_INIT_NORMAL = 0, MODEL_INIT_TORCHTITAN } model_init_scheme;
+ *   on the cut, torch's trunc_normal_ distribution.
+ * MODEL_INIT_TORCHTITAN_03 (torchtitan 0.3's Qwen3 configs, models/qwen3/__init__.py): as
+ *   NORMAL (uncut), but an MoE model's attention wo and expert w2 draw with std
+ *   0.02/sqrt(2 n_layers) (Megatron's scaled residual outputs); a dense model's weights are
+ *   NORMAL's bit for bit. */
+typedef enum {
+    MODEL_INIT_NORMAL = 0,
+    MODEL_INIT_TORCHTITAN,
+    MODEL_INIT_TORCHTITAN_03
+} model_init_scheme;
 typedef struct {
     model_init_scheme scheme;
     int std_by_n_layers; /* torchtitan with depth_init = false */
 } model_init;
-/* Parses "normal" | "torchtitan" (the config's model.init_weights). */
+/* Parses "normal" | "torchtitan" | "torchtitan_0.3" (the config's model.init_weights). */
 int model_init_parse(const char *name, model_init_scheme *out, base_err *err);
 void model_init_weights(model *m, uint64_t seed); /* MODEL_INIT_NORMAL */
 /* The parameters of one unit only (FSDP initialises unit by unit); init NULL = normal. */

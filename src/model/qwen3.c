@@ -464,8 +464,11 @@ int model_init_parse(const char *name, model_init_scheme *out, base_err *err) {
         *out = MODEL_INIT_NORMAL;
     else if (!strcmp(name, "torchtitan"))
         *out = MODEL_INIT_TORCHTITAN;
+    else if (!strcmp(name, "torchtitan_0.3"))
+        *out = MODEL_INIT_TORCHTITAN_03;
     else
-        return base_fail(err, "unknown init scheme '%s' (known: normal, torchtitan)", name);
+        return base_fail(
+            err, "unknown init scheme '%s' (known: normal, torchtitan, torchtitan_0.3)", name);
     return 0;
 }
 
@@ -476,6 +479,12 @@ static void init_rule(const model *m, const model_param *p, const model_init *in
     *cut = 0;
     if (!init || init->scheme == MODEL_INIT_NORMAL) return;
     const model_args *a = &m->full_args;
+    if (init->scheme == MODEL_INIT_TORCHTITAN_03) { /* an MoE's residual outputs scaled */
+        if (a->n_experts > 0 &&
+            (strstr(p->name, ".attention.wo.") || strstr(p->name, ".moe.experts.w2")))
+            *std = 0.02 / sqrt(2.0 * a->n_layers);
+        return;
+    }
     const double out_std = 1.0 / sqrt((double)a->dim);
     int layer = -1;
     if (sscanf(p->name, "layers.%d.", &layer) != 1) {

@@ -105,8 +105,9 @@ const field g_fields[] = {
     FLT(model, moe_bias_update_rate, 1e-3, 0, 1, 1,
         "expert-bias step per optimizer step (torchtitan load_balance_coeff; titan)"),
     INTS(model, mlp_only_layers, 0, BIG, "MoE: blocks with a dense MLP (HF mlp_only_layers)"),
-    STR(model, init_weights, "normal", "normal|torchtitan",
-        "initial weights: normal = N(0, 0.02), norms 1; torchtitan = v0.2.2's init_weights "
+    STR(model, init_weights, "normal", "normal|torchtitan|torchtitan_0.3",
+        "initial weights: normal = N(0, 0.02), norms 1; torchtitan = v0.2.2's init_weights; "
+        "torchtitan_0.3 = 0.3's (an MoE's wo and expert w2 std 0.02/sqrt(2 n_layers)) "
         "(docs/training.md) (titan)"),
     OBOOL(model, depth_init,
           "init_weights = torchtitan: std 0.02/sqrt(2(layer+1)) (true, unset) or "

@@ -158,12 +158,66 @@ int main(void) {
             }
         }
     }
+    /* torchtitan 0.3 init on a dense model: normal's weights bit for bit. */
+    const model_init t03 = {MODEL_INIT_TORCHTITAN_03, 0};
+    for (int u = 0; u < m.n_units; u++) model_init_unit(&m, u, 7, &t03);
+    CHECK(memcmp(copy, m.w, m.n_floats * sizeof(float)) == 0, "torchtitan_0.3 init: dense");
     model_init_weights(&m, 7);
     /* Two parameters never share a stream: wk of layer 0 and 1 differ. */
     const model_param *k0 = model_find_param(&m, "layers.0.attention.wk.weight"),
                       *k1 = model_find_param(&m, "layers.1.attention.wk.weight");
     CHECK(memcmp(m.w + k0->offset, m.w + k1->offset, 64 * sizeof(float)) != 0, "streams");
     model_free(&m);
+
+    /* torchtitan 0.3 init on an MoE (3 blocks of 4 experts): attention wo and expert w2
+     * normal(0, 0.02/sqrt(2 * 3)) (sample mean and std within 4 sigma; the draws normal's,
+     * scaled), every other weight normal's bit for bit. */
+    {
+        model_args ma = a;
+        model_args_set(&ma, "n_layers", "3", &e);
+        model_args_set(&ma, "n_experts", "4", &e);
+        model_args_set(&ma, "top_k", "2", &e);
+        model_args_set(&ma, "moe_ffn_dim", "48", &e);
+        model mm;
+        CHECK(model_build(&mm, &ma, &bo, &e) == 0, "build MoE: %s", e.msg);
+        model_init_weights(&mm, 5);
+        static float ncopy[1 << 20];
+        CHECK(mm.n_floats < sizeof ncopy / sizeof ncopy[0], "MoE copy buffer");
+        memcpy(ncopy, mm.w, mm.n_floats * sizeof(float));
+        for (int u = 0; u < mm.n_units; u++) model_init_unit(&mm, u, 5, &t03);
+        const double scaled = 0.02 / sqrt(6.0);
+        int n_scaled = 0;
+        for (int i = 0; i < mm.n_params; i++) {
+            const model_param *p = &mm.params[i];
+            const float *w = mm.w + p->offset, *n = ncopy + p->offset;
+            const int is_scaled =
+                strstr(p->name, "attention.wo.weight") || strstr(p->name, "moe.experts.w2");
+            if (!is_scaled) {
+                CHECK(memcmp(w, n, p->numel * sizeof(float)) == 0,
+                      "torchtitan_0.3 init: %s is not normal's", p->name);
+                continue;
+            }
+            n_scaled++;
+            double s = 0, s2 = 0, worst = 0;
+            for (size_t j = 0; j < p->numel; j++) {
+                s += w[j], s2 += (double)w[j] * w[j];
+                const double d = fabs(w[j] - n[j] / 0.02 * scaled);
+                if (d > worst) worst = d;
+            }
+            const double cnt = (double)p->numel, mean = s / cnt, sd = sqrt(s2 / cnt - mean * mean);
+            CHECK(fabs(mean) < 4 * scaled / sqrt(cnt) &&
+                      fabs(sd - scaled) < 4 * scaled / sqrt(2 * cnt),
+                  "torchtitan_0.3 init: %s mean %g std %g, want 0 and %g", p->name, mean, sd,
+                  scaled);
+            CHECK(worst < 1e-8, "torchtitan_0.3 init: %s not normal's draws scaled (%g)", p->name,
+                  worst);
+        }
+        CHECK(n_scaled == 6, "torchtitan_0.3 init: %d scaled parameters, want 3 wo + 3 w2",
+              n_scaled);
+        printf("torchtitan_0.3 init: dense = normal bit for bit; MoE wo and expert w2 std "
+               "0.02/sqrt(2 L), the rest normal's\n");
+        model_free(&mm);
+    }
 
     /* Tied: no separate lm_head; counted once. */
     model_args_set(&a, "tie_embeddings", "1", &e);
