@@ -129,6 +129,12 @@ static int resolve_model(const train_config *c, model_args *a, base_err *err) {
             return fail_field(c, "model", "config_path", err, "%s", why.msg);
     } else if (model_flavor(c->model.flavor, a, err)) {
         return -1;
+    } else if (!strcmp(a->flavor, "235B-A22B") && !c->model.rope_theta.set) {
+        /* once: the model is resolved repeatedly */
+        base_log_once(BASE_LOG_INFO,
+                      "flavor 235B-A22B: RoPE base 1e6, as HF's Qwen3-235B-A22B config.json; "
+                      "torchtitan's flavor has 5e6 (the 2507 checkpoints'): "
+                      "--model.rope_theta 5e6 for it (docs/moe.md)");
     }
     return apply_model_overrides(c, a, err);
 }

@@ -26,6 +26,13 @@ grep -q "attn_backend = flex: .*torchtitan 0.3's flex masks each document" "$out
 ! grep -q "attn_backend" "$out/sdpa.log" || fail "sdpa: a warning" "$out/sdpa.log"
 echo "ok sdpa, flex, varlen accepted: the same losses ($(tr '\n' ' ' < "$out/sdpa.losses"))"
 
+# 235B-A22B by name: its RoPE base (HF's 1e6, torchtitan's 5e6) said, not when overridden
+"$titan" plan --flavor 235B-A22B > "$out/p.log" 2>&1 || fail "plan 235B-A22B" "$out/p.log"
+grep -q "flavor 235B-A22B: RoPE base 1e6, .*torchtitan's flavor has 5e6" "$out/p.log" ||
+  fail "235B-A22B: its RoPE base unsaid" "$out/p.log"
+"$titan" plan --flavor 235B-A22B --model.rope_theta 5e6 > "$out/p.log" 2>&1 || fail "plan 5e6" "$out/p.log"
+! grep -q "RoPE base" "$out/p.log" || fail "235B-A22B with rope_theta set: the note" "$out/p.log"
+
 refused() { # LOG PATTERN: exit non-zero, the pattern in the message, no step run
   grep -q -- "$2" "$1" && ! grep -qE '^(\[titan\] [^ ]+ [^ ]+ - )?step:' "$1" || fail "refusal: $2" "$1"
 }
