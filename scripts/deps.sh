@@ -49,17 +49,23 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # pip without its HTTP cache (the cache is a second copy of every wheel, ~3 GiB for torch and
 # its CUDA libraries) and with its temporaries beside the venv, not in a /tmp that may be a
-# small tmpfs: a CI machine ran out of space in pip's download buffer. The venv takes 5.7 GiB.
+# small tmpfs: a CI machine ran out of space in pip's download buffer. The installed venv
+# takes 5.7 GiB, and pip keeps every downloaded wheel (~3 GiB) until it ends: ~9 GiB at the
+# peak, less what an earlier install left in .venv.
 PIP=(.venv/bin/pip install -q --disable-pip-version-check --no-cache-dir)
 export TMPDIR="$PWD/.venv/.pip-tmp"
+rm -rf "$TMPDIR" # a killed run's leftovers
 mkdir -p "$TMPDIR"
 trap 'rm -rf "$TMPDIR"' EXIT
 if ! cmp -s "$REQ" "$STAMP" 2>/dev/null; then
-  NEED_KIB=$((6 * 1024 * 1024))
-  FREE_KIB=$(df -Pk .venv | awk 'NR == 2 { print $4 }')
-  if [ -n "$FREE_KIB" ] && [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
-    echo "[deps] $REQ needs ~6 GiB free for .venv (torch and its CUDA libraries) in" \
-      "$(df -P .venv | awk 'NR == 2 { print $6 }'); $((FREE_KIB / 1024)) MiB are free" >&2
+  HAVE_KIB=$(du -sk .venv 2>/dev/null | awk '{ print $1 }') || HAVE_KIB=0
+  NEED_KIB=$((9 * 1024 * 1024 - ${HAVE_KIB:-0}))
+  FREE_KIB=$(df -Pk .venv 2>/dev/null | awk 'NR == 2 && $4 ~ /^[0-9]+$/ { print $4 }') || FREE_KIB=
+  if [ -n "$FREE_KIB" ] && [ "$NEED_KIB" -gt 0 ] && [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
+    MNT=$(df --output=target .venv 2>/dev/null | tail -n 1) || MNT=?
+    echo "[deps] $REQ needs ~9 GiB for .venv at its peak (torch, its CUDA libraries and their" \
+      "wheels) in $MNT: $((FREE_KIB / 1024)) MiB are free and .venv holds" \
+      "$((${HAVE_KIB:-0} / 1024)) MiB (removing a broken .venv frees that)" >&2
     exit 1
   fi
   echo "[deps] pip install -r $REQ (torch is large: a few minutes on first run)"

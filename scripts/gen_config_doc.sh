@@ -135,7 +135,7 @@ with `--data PATH` or `training.dataset_path`, the tokenizer with `model.hf_asse
 | torchtitan 0.3 `--config` | titan |
 |---|---|
 | `qwen3_0_6b`, `qwen3_1_7b`, `qwen3_32b`, `qwen3_moe_debug` | `--config tests/fixtures/torchtitan/qwen3_0.6b.toml` (`qwen3_1.7b.toml`, `qwen3_32b.toml`, `qwen3_moe_debug.toml`): v0.2.2's files, whose values 0.3.0's functions keep (lr, warmup, batch, seq_len, steps, checkpointing, export dtype, AC); `qwen3_moe_debug` also `--model.moe_load_balance bias --model.init_weights torchtitan_0.3` (below) |
-| `qwen3_debugmodel` | `--flavor debugmodel --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 2 --lr_scheduler.decay_ratio 0.8 --training.local_batch_size 8 --training.seq_len 2048 --training.steps 10 --metrics.log_freq 1 --activation_checkpoint.mode selective` (checkpointing: `--checkpoint.enable --checkpoint.interval 10 --checkpoint.no_last_save_model_only`) |
+| `qwen3_debugmodel` | `--flavor debugmodel --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 2 --lr_scheduler.decay_ratio 0.8 --training.local_batch_size 8 --training.seq_len 2048 --training.steps 10 --metrics.log_freq 1 --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op` (checkpointing: `--checkpoint.enable --checkpoint.interval 10 --checkpoint.no_last_save_model_only`) |
 | `qwen3_14b` | `--flavor 14B --optimizer.lr 8e-4 --lr_scheduler.warmup_steps 600 --training.local_batch_size 4 --training.seq_len 4096 --training.steps 3000 --activation_checkpoint.mode full` (checkpointing: interval 500, `export_dtype float16`, `no_last_save_model_only`) |
 | `qwen3_30b_a3b` | as `qwen3_14b` with `--flavor 30B-A3B --training.local_batch_size 2 --model.moe_load_balance bias --model.init_weights torchtitan_0.3` |
 
@@ -165,8 +165,8 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   `--profiling.*`, `--dataloader.dataset` / `dataset_path` `--training.dataset` /
   `dataset_path`, `--optimizer.param-groups.0.optimizer-kwargs.lr` (and `eps`, `weight_decay`,
   `betas`) `--optimizer.lr` (`eps`, `weight_decay`, `beta1` / `beta2`), the subcommand
-  `activation-checkpoint:full` `--activation_checkpoint.mode full`; the top-level
-  `--dump-folder` and `--hf-assets-path` are titan's too. 0.3's per-parameter-group optimizers,
+  `activation-checkpoint:full` `--activation_checkpoint.mode full`, the top-level
+  `--hf-assets-path` `--model.hf_assets_path`; the top-level `--dump-folder` is titan's too. 0.3's per-parameter-group optimizers,
   Muon and bf16 optimizer states have no titan counterpart.
 MD
   cat <<'EOF'

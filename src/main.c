@@ -183,8 +183,7 @@ static void usage(FILE *f) {
         at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", names[i]);
     wrap_words(f, list, 0);
     model_args_names(list, sizeof list);
-    fprintf(f, "  --set KEY=VALUE      override a model argument:");
-    wrap_words(f, list, 48);
+    wrap_words(f, list, fprintf(f, "  --set KEY=VALUE      override a model argument:"));
 }
 
 /* titan --version: the release, the commit built, and the copy of the CPU kernels this CPU

@@ -31,9 +31,8 @@ static double get_real(const model_args *a, const arg_field *f) {
     return *(const double *)((const char *)a + f->off);
 }
 
-/* Whether field f belongs to form `full` of arguments a. */
-static int in_form(const arg_field *f, const model_args *a, int full) {
-    if (full) return 1;
+/* Whether field f is in the identity of arguments a. */
+static int in_identity(const arg_field *f, const model_args *a) {
     return f->group == MODEL_ARG_SHAPE || (f->group == MODEL_ARG_MOE && a->n_experts > 0);
 }
 
@@ -42,12 +41,18 @@ struct json_t *model_args_json(const model_args *a, model_args_json_form form) {
     json_t *j = json_object();
     if (!j) return NULL;
     if (full) json_object_set_new(j, "flavor", json_string(a->flavor));
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        const arg_field *f = &g_fields[i];
-        if (!in_form(f, a, full)) continue;
-        json_object_set_new(j, f->key,
-                            f->real ? json_real(get_real(a, f)) : json_integer(get_int(a, f)));
-    }
+    /* the identity's rows (every row in the full form), then a checkpoint's INFO rows */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < N_FIELDS; i++) {
+            const arg_field *f = &g_fields[i];
+            const int set = f->real ? get_real(a, f) != 0 : get_int(a, f) != 0;
+            if (pass == 0
+                    ? !(full || in_identity(f, a))
+                    : !(form == MODEL_ARGS_JSON_CHECKPOINT && f->group == MODEL_ARG_INFO && set))
+                continue;
+            json_object_set_new(j, f->key,
+                                f->real ? json_real(get_real(a, f)) : json_integer(get_int(a, f)));
+        }
     return j;
 }
 
@@ -130,10 +135,9 @@ int model_args_from_json(const struct json_t *j, const char *where, model_args *
     /* the identity must be complete: the shape always, the MoE fields with n_experts; no
      * n_experts is a dense model (the MoE fields as a dense flavor's) */
     const int moe = json_object_get(j, "n_experts") != NULL;
-    if (!moe) {
-        a->n_experts = a->top_k = a->moe_ffn_dim = a->norm_topk_prob = 0;
-        a->router_aux_loss_coef = 0;
-    }
+    for (size_t i = 0; i < N_FIELDS && !moe; i++)
+        if (g_fields[i].group == MODEL_ARG_MOE)
+            memset((char *)a + g_fields[i].off, 0, g_fields[i].real ? sizeof(double) : sizeof(int));
     for (size_t i = 0; i < N_FIELDS; i++) {
         const arg_field *f = &g_fields[i];
         if ((f->group == MODEL_ARG_SHAPE || (f->group == MODEL_ARG_MOE && moe)) &&
@@ -149,7 +153,7 @@ int model_args_equal(const model_args *a, const model_args *b) {
     if (a->n_experts != b->n_experts) return 0;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const arg_field *f = &g_fields[i];
-        if (!in_form(f, a, 0)) continue;
+        if (!in_identity(f, a)) continue;
         if (f->real ? get_real(a, f) != get_real(b, f) : get_int(a, f) != get_int(b, f)) return 0;
     }
     return 1;

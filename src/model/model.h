@@ -42,10 +42,11 @@
 #include "ops/ops.h"
 
 /* Every model argument, one row: the model_args field, its names and how each front end
- * takes it. Adding an argument is a row here, its checks in model_args_validate and its
- * Hugging Face field in checkpoint/hf_config.c; the struct, the JSON codec (checkpoints,
- * model folders), --set and its help, and titan train's [model] schema, help and translation
- * all come from these rows.
+ * takes it. The struct, the JSON codec (checkpoints, model folders), --set and its help, and
+ * titan train's [model] schema, help and translation all come from these rows; a new
+ * argument also needs its checks (model_args_validate), its value in the flavors and the
+ * Hugging Face reader and writer (checkpoint/hf_config.c) and a test case
+ * (docs/extending.md).
  *   X(field, type, kind, group, cfg_key, lo, hi, help)
  * type     the field's C type: int or double
  * kind     what --set and model_args.json take: INT (integer >= 0), BOOL (true / false or
@@ -120,10 +121,15 @@ int model_flavor_dims(const char *flavor, ops_ctx *ctx, base_err *err);
 
 /* model_args <-> JSON (src/model/args.c), the one codec of checkpoints and model folders.
  * IDENTITY: what must match for weights to load into a model (model_args_equal): the SHAPE
- *   rows of MODEL_ARGS_TABLE, and for an MoE (n_experts > 0) the MOE rows (training
- *   checkpoints' metadata "train.model").
+ *   rows of MODEL_ARGS_TABLE, and for an MoE (n_experts > 0) the MOE rows.
+ * CHECKPOINT: the identity, then the INFO rows that are set (not 0): a training checkpoint's
+ *   "train.model" (max_seq_len: the RoPE context an export writes as max_position_embeddings).
  * FULL: every row, with flavor (a titan model folder's model_args.json). */
-typedef enum { MODEL_ARGS_JSON_IDENTITY, MODEL_ARGS_JSON_FULL } model_args_json_form;
+typedef enum {
+    MODEL_ARGS_JSON_IDENTITY,
+    MODEL_ARGS_JSON_CHECKPOINT,
+    MODEL_ARGS_JSON_FULL
+} model_args_json_form;
 struct json_t;
 /* A new JSON object (the caller owns it), NULL when out of memory. */
 struct json_t *model_args_json(const model_args *a, model_args_json_form form);

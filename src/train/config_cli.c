@@ -384,7 +384,7 @@ int train_config_from_args(train_config *c, int argc, char **argv, int first, tr
     }
     if (config && train_config_load_file(c, config, err)) {
         /* "qwen3_0_6b": a name, not a path, that is not here: torchtitan 0.3's config names */
-        if (access(config, F_OK) != 0 && !strpbrk(config, "./")) {
+        if (access(config, F_OK) != 0 && !strpbrk(config, "./") && config[0] != '-') {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
             base_fail(err,

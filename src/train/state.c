@@ -56,11 +56,9 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     if (o->model.n_experts > 0)
         json_object_set_new(root, "moe_load_balance",
                             json_string(train_balance_name(o->moe_balance)));
-    /* the identity, and the RoPE context an export writes as max_position_embeddings */
-    json_t *mj = model_args_json(&o->model, MODEL_ARGS_JSON_IDENTITY);
-    if (mj && o->model.max_seq_len > 0)
-        json_object_set_new(mj, "max_seq_len", json_integer(o->model.max_seq_len));
-    json_object_set_new(root, "model", mj);
+    /* the identity, and the INFO rows (max_seq_len: the RoPE context an export writes as
+     * max_position_embeddings) */
+    json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_CHECKPOINT));
     json_object_set_new(root, "tokenizer", train_tokenizer_json(o, src->tok, src->loader));
     train_moe_bias_json(root, m);
     if (src->loader) { /* rank 0's as "data_loader"; all of them when there are several */

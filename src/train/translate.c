@@ -224,8 +224,8 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                           "\"%s\")",
                           c->model.init_weights);
     /* torchtitan's varlen (v0.2.2: only with attn_mask_type block_causal) never attends
-     * across documents, nor does 0.3's flex (block_causal always, positions restarting at each
-     * document: config_utils.get_attention_config); titan's attention is causal over the
+     * across documents, nor does 0.3's flex (block_causal always: get_attention_config; its
+     * text dataset restarts positions at each document); titan's attention is causal over the
      * whole window, like torchtitan's sdpa and v0.2.2's flex with causal masks. Said once:
      * the model is resolved repeatedly. */
     if (!strcmp(c->model.attn_backend, "varlen"))

@@ -1242,26 +1242,30 @@ static void saved_config_quiet(void) {
  * (and back), inspect's --set (model_args_set). The list is this test's own: an argument the
  * model has and the list lacks fails the completeness check, so a new one gets a case. */
 static void model_args_every_front_end(void) {
+    /* group: 's' identity, 'm' an MoE's identity, 'i' informational (in a checkpoint, not
+     * compared); kind: what model_args_set takes at the edge: 'i' integer >= 0, 'b' 0 / 1,
+     * 'p' real > 0, 'n' real >= 0 */
     static const struct {
         const char *field, *cfg_key, *value; /* value: TOML and --set text */
         double want;
+        char group, kind;
     } cases[] = {
-        {"dim", "dim", "320", 320},
-        {"n_layers", "n_layers", "3", 3},
-        {"n_heads", "n_heads", "8", 8},
-        {"n_kv_heads", "n_kv_heads", "4", 4},
-        {"head_dim", "head_dim", "64", 64},
-        {"ffn_dim", "ffn_dim", "1000", 1000},
-        {"vocab_size", "vocab_size", "3000", 3000},
-        {"rope_theta", "rope_theta", "5e5", 5e5},
-        {"norm_eps", "norm_eps", "1e-5", 1e-5},
-        {"tie_embeddings", "tie_embeddings", "true", 1},
-        {"max_seq_len", "max_seq_len", "8192", 8192},
-        {"n_experts", "num_experts", "16", 16},
-        {"top_k", "top_k", "2", 2},
-        {"moe_ffn_dim", "moe_inter_dim", "96", 96},
-        {"norm_topk_prob", "norm_topk_prob", "false", 0},
-        {"router_aux_loss_coef", "router_aux_loss_coef", "0.01", 0.01},
+        {"dim", "dim", "320", 320, 's', 'i'},
+        {"n_layers", "n_layers", "3", 3, 's', 'i'},
+        {"n_heads", "n_heads", "8", 8, 's', 'i'},
+        {"n_kv_heads", "n_kv_heads", "4", 4, 's', 'i'},
+        {"head_dim", "head_dim", "64", 64, 's', 'i'},
+        {"ffn_dim", "ffn_dim", "1000", 1000, 's', 'i'},
+        {"vocab_size", "vocab_size", "3000", 3000, 's', 'i'},
+        {"rope_theta", "rope_theta", "5e5", 5e5, 's', 'p'},
+        {"norm_eps", "norm_eps", "1e-5", 1e-5, 's', 'p'},
+        {"tie_embeddings", "tie_embeddings", "true", 1, 's', 'b'},
+        {"max_seq_len", "max_seq_len", "8192", 8192, 'i', 'i'},
+        {"n_experts", "num_experts", "16", 16, 'm', 'i'},
+        {"top_k", "top_k", "2", 2, 'm', 'i'},
+        {"moe_ffn_dim", "moe_inter_dim", "96", 96, 'm', 'i'},
+        {"norm_topk_prob", "norm_topk_prob", "false", 0, 'm', 'b'},
+        {"router_aux_loss_coef", "router_aux_loss_coef", "0.01", 0.01, 'm', 'n'},
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     base_err err;
@@ -1315,6 +1319,37 @@ static void model_args_every_front_end(void) {
             json_decref(j);
         }
     }
+    /* Each argument's group: in which JSON forms of a dense and an MoE model it is. */
+    model_args dense;
+    CHECK(model_flavor("debugmodel", &dense, &err) == 0, "flavor: %s", err.msg);
+    json_t *forms[4] = {model_args_json(&dense, MODEL_ARGS_JSON_IDENTITY),
+                        model_args_json(&base, MODEL_ARGS_JSON_IDENTITY),
+                        model_args_json(&dense, MODEL_ARGS_JSON_CHECKPOINT),
+                        model_args_json(&base, MODEL_ARGS_JSON_CHECKPOINT)};
+    for (int i = 0; i < n; i++) {
+        const char g = cases[i].group;
+        const int want[4] = {g == 's', g != 'i', g != 'm', 1};
+        for (int k = 0; k < 4; k++)
+            CHECK(forms[k] && (json_object_get(forms[k], cases[i].field) != NULL) == want[k],
+                  "%s: %sin the %s form of a %s model", cases[i].field, want[k] ? "not " : "",
+                  k < 2 ? "identity" : "checkpoint", k % 2 ? "MoE" : "dense");
+        /* the kind, at its edges */
+        const char *const edge[][2] = {/* accepted, refused */
+                                       {"0", "-1"},
+                                       {"1", "2"},
+                                       {"1e-300", "0"},
+                                       {"0", "-1e-300"}};
+        const int e = cases[i].kind == 'i'   ? 0
+                      : cases[i].kind == 'b' ? 1
+                      : cases[i].kind == 'p' ? 2
+                                             : 3;
+        model_args t = base;
+        CHECK(model_args_set(&t, cases[i].field, edge[e][0], &err) == 0, "%s=%s refused: %s",
+              cases[i].field, edge[e][0], err.msg);
+        CHECK(model_args_set(&t, cases[i].field, edge[e][1], &err) != 0, "%s=%s accepted",
+              cases[i].field, edge[e][1]);
+    }
+    for (int k = 0; k < 4; k++) json_decref(forms[k]);
     json_decref(full);
 }
 
