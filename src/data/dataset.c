@@ -76,29 +76,42 @@ static uint64_t content_parts(int64_t size, const void *a, size_t na, const void
     return h + !h;
 }
 
-/* Where the last part starts: max(size - PART, PART) (the two parts never overlap). */
-static int64_t content_tail(int64_t size) {
-    return size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+/* The parts hashed of `size` bytes: the first *na at 0, the last *nz at *tail = max(size - PART,
+ * PART) (the two never overlap). One rule for the mapping and the descriptor form, which must
+ * agree for resumes (the reader hashes a text file's mapping, the resume reads it through a
+ * descriptor). */
+static void content_span(int64_t size, size_t *na, int64_t *tail, size_t *nz) {
+    *tail = size > 2 * CONTENT_PART ? size - CONTENT_PART : CONTENT_PART;
+    *na = (size_t)(size < CONTENT_PART ? size : CONTENT_PART);
+    *nz = size > *tail ? (size_t)(size - *tail < CONTENT_PART ? size - *tail : CONTENT_PART) : 0;
 }
 
 uint64_t data_content_hash(const unsigned char *map, size_t size) {
-    const size_t tail = (size_t)content_tail((int64_t)size);
-    const size_t na = size < CONTENT_PART ? size : CONTENT_PART,
-                 nz = size > tail ? (size - tail < CONTENT_PART ? size - tail : CONTENT_PART) : 0;
+    size_t na, nz;
+    int64_t tail;
+    content_span((int64_t)size, &na, &tail, &nz);
     return content_parts((int64_t)size, map, na, map ? map + tail : NULL, nz);
 }
 
-uint64_t data_content_hash_fd(int fd) {
-    struct stat st;
-    unsigned char *b = malloc(2 * CONTENT_PART);
-    uint64_t h = 1;
-    if (b && fstat(fd, &st) == 0) {
-        const off_t size = st.st_size, tail = (off_t)content_tail((int64_t)size);
-        const ssize_t a = pread(fd, b, CONTENT_PART, 0),
-                      z = size > CONTENT_PART ? pread(fd, b + CONTENT_PART, CONTENT_PART, tail) : 0;
-        if (a >= 0 && z >= 0)
-            h = content_parts((int64_t)size, b, (size_t)a, b + CONTENT_PART, (size_t)z);
+/* n bytes at off, all of them (a short read: the file ends before). */
+static int pread_all(int fd, unsigned char *b, size_t n, int64_t off) {
+    while (n > 0) {
+        const ssize_t got = pread(fd, b, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        b += got, n -= (size_t)got, off += got;
     }
+    return 0;
+}
+
+uint64_t data_content_hash_fd(int fd, int64_t size) {
+    size_t na, nz;
+    int64_t tail;
+    content_span(size, &na, &tail, &nz);
+    unsigned char *b = size >= 0 ? malloc(na + nz + 1) : NULL;
+    uint64_t h = 1;
+    if (b && !pread_all(fd, b, na, 0) && !pread_all(fd, b + na, nz, tail))
+        h = content_parts(size, b, na, b + na, nz);
     free(b);
     return h;
 }
@@ -107,7 +120,7 @@ uint64_t data_content_hash_fd(int fd) {
  * the bytes trained on, not of whatever is at the path at save time); other bytes than at its
  * last open (replaced by a rename, rewritten, appended to during the run) are said once: the
  * run reads the new bytes from here. */
-static void note_content(const data_reader *r, data_file *f, uint64_t h) {
+static void note_content(const data_reader *r, data_file *f, uint64_t h, int64_t size) {
     if (f->content && f->content != h && !f->changed_said) {
         f->changed_said = 1;
         base_log(BASE_LOG_WARN,
@@ -116,6 +129,7 @@ static void note_content(const data_reader *r, data_file *f, uint64_t h) {
                  f->path, (long long)r->next.doc);
     }
     f->content = h;
+    f->content_size = size;
 }
 
 /* Maps a regular file read-only; an empty file gives *map = NULL, *size = 0. */
@@ -680,7 +694,8 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
                 close_file(r);
                 if (map_file(f->path, &r->tmap, &r->tsize, err)) return -1;
                 r->text_file = r->next.file;
-                note_content(r, &r->files[r->next.file], data_content_hash(r->tmap, r->tsize));
+                note_content(r, &r->files[r->next.file], data_content_hash(r->tmap, r->tsize),
+                             (int64_t)r->tsize);
             }
             const char *s = (const char *)r->tmap;
             const size_t off = (size_t)r->next.byte_off;
@@ -712,7 +727,8 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
                 if (data_shard_open(&r->shard, f->path, err)) return -1;
                 r->shard_file = r->next.file;
                 note_content(r, &r->files[r->next.file],
-                             data_content_hash(r->shard.map, r->shard.size));
+                             data_content_hash(r->shard.map, r->shard.size),
+                             (int64_t)r->shard.size);
             }
             if ((uint64_t)r->next.file_doc >= r->shard.n_docs) {
                 next_file(r);
@@ -735,7 +751,10 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             close_file(r);
             r->fp = fopen(f->path, "rb");
             if (!r->fp) return base_fail(err, "%s: cannot open: %s", f->path, strerror(errno));
-            note_content(r, &r->files[r->next.file], data_content_hash_fd(fileno(r->fp)));
+            struct stat st; /* the hash covers exactly the size recorded with it */
+            const int64_t size = fstat(fileno(r->fp), &st) == 0 ? (int64_t)st.st_size : -1;
+            note_content(r, &r->files[r->next.file], data_content_hash_fd(fileno(r->fp), size),
+                         size);
             if (fseeko(r->fp, (off_t)r->next.byte_off, SEEK_SET) != 0)
                 return base_fail(err, "%s: cannot seek to byte %lld", f->path,
                                  (long long)r->next.byte_off);

@@ -9,21 +9,24 @@
 
 typedef struct {
     char *path;
-    data_format format; /* resolved: never AUTO */
-    int64_t size;       /* bytes, at open */
-    char *tok_path;     /* tokens: the tokenizer folder its header records (version 2), or NULL */
-    uint64_t tok_hash;  /* and its tokenizer.json's FNV-1a 64 */
-    int text_cr;        /* text: a "\r" in its first 64 KiB (hashed into the fingerprint) */
-    uint64_t content;   /* data_content_hash of the bytes the reader last opened (0: not yet) */
-    int changed_said;   /* other bytes found at its path at a later open: said once */
+    data_format format;   /* resolved: never AUTO */
+    int64_t size;         /* bytes, at open */
+    char *tok_path;       /* tokens: the tokenizer folder its header records (version 2), or NULL */
+    uint64_t tok_hash;    /* and its tokenizer.json's FNV-1a 64 */
+    int text_cr;          /* text: a "\r" in its first 64 KiB (hashed into the fingerprint) */
+    uint64_t content;     /* data_content_hash of the bytes the reader last opened (0: not yet) */
+    int64_t content_size; /* and how many bytes those were (a resume after growth checks them) */
+    int changed_said;     /* other bytes found at its path at a later open: said once */
 } data_file;
 
 /* A file's identity for resumes: a hash of its size and its first and last 64 KiB (whole files
  * up to 128 KiB), never 0 (0 is "not recorded"). Of the bytes in memory (a mapping of size
- * bytes), or read through fd (1 when it cannot be read). One hash: a file regenerated with the
- * same size (another shuffle, an edit near either end) changes it. */
+ * bytes), or of the first size bytes read through fd (1 when they cannot be read: an I/O error,
+ * a file shorter than size), so the hash of a grown file's first size bytes is the hash its
+ * whole was when it had size bytes. One hash: a file regenerated with the same size (another
+ * shuffle, an edit near either end) changes it. */
 uint64_t data_content_hash(const unsigned char *map, size_t size);
-uint64_t data_content_hash_fd(int fd);
+uint64_t data_content_hash_fd(int fd, int64_t size);
 
 /* A validated, mmap'ed token shard. */
 typedef struct {

@@ -35,15 +35,26 @@ struct data_loader {
     data_tok_ids ids;
 };
 
-/* File i's data_content_hash: of the bytes the reader opened (the position saved is in them,
- * though another file may have been renamed over the path since), else of the file at the
- * path (one not opened yet, and at a resume); 128 KiB of reads. 1 when it cannot be read. */
-static uint64_t file_content(const data_loader *l, int i) {
+/* File i's data_content_hash and the bytes it covers (*size): of the bytes the reader opened (the
+ * position saved is in them, though another file may have been renamed over the path since, or
+ * the file grown), else of the file at the path (one not opened yet, and at a resume); 128 KiB
+ * of reads. 1 when it cannot be read. */
+static uint64_t file_content(const data_loader *l, int i, int64_t *size) {
+    *size = 0;
     if (i < 0 || i >= l->rd.n_files) return 0;
-    if (l->rd.files[i].content) return l->rd.files[i].content;
-    const int fd = open(l->rd.files[i].path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 1;
-    const uint64_t h = data_content_hash_fd(fd);
+    const data_file *f = &l->rd.files[i];
+    if (f->content) {
+        *size = f->content_size;
+        return f->content;
+    }
+    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    *size = (int64_t)st.st_size;
+    const uint64_t h = data_content_hash_fd(fd, *size);
     close(fd);
     return h;
 }
@@ -398,7 +409,8 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     }
     s->bad_lines = l->rd.bad_lines;
     s->fingerprint = l->fingerprint;
-    s->content = file_content(l, s->file);
+    int64_t size;
+    s->content = file_content(l, s->file, &size);
 }
 
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
@@ -413,8 +425,9 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
                          l->path);
     if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0)
         return base_fail(err, "%s: data-loader state has negative fields", l->path);
+    int64_t size;
     if (s->content && s->file >= 0 && s->file < l->rd.n_files &&
-        s->content != file_content(l, s->file))
+        s->content != file_content(l, s->file, &size))
         return base_fail(err,
                          "%s: changed since the checkpoint (the same size, other bytes at its "
                          "start or end: regenerated or reshuffled?): the saved position (document "
