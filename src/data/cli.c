@@ -322,7 +322,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     }
     if (!rc) {
         data_loader_state s;
-        char buf[512];
+        char buf[DATA_LOADER_STATE_MAX];
         data_loader_get_state(l, &s);
         data_loader_state_format(&s, buf, sizeof buf);
         fflush(stdout);

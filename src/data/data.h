@@ -254,7 +254,13 @@ typedef struct {
 } data_loader_cfg;
 
 /* Where the next window starts: everything needed to resume exactly. Restoring re-reads
- * the documents from `doc` on and drops the first `doc_tokens` tokens of that one. */
+ * the documents from `doc` on and drops the first `doc_tokens` tokens of that one.
+ * A dataset that only grew after the position resumes there too (data_loader_set_state): the
+ * documents before it number it (`doc` counts them within the epoch, and they deal documents to
+ * data-parallel ranks), so they must be the ones the run read; those after it are read as they
+ * are now, which an uninterrupted run over the grown data would read from there. `setup`,
+ * `before`, `name` and `size` are what that is checked by (0: a state saved before titan
+ * recorded them, resumed only on the unchanged dataset, as then). */
 typedef struct {
     int64_t epoch;        /* 0-based */
     int64_t doc;          /* global document index (this epoch) holding the next token */
@@ -267,6 +273,11 @@ typedef struct {
     uint64_t fingerprint; /* hash of the file list, sizes and encoding settings */
     uint64_t content;     /* hash of `file`'s first and last 64 KiB (0: not recorded, a
                            * state saved before titan recorded it) */
+    uint64_t setup;       /* hash of the JSONL field, the tokenizer's vocab_size / bos / eos, the
+                           * data-parallel rank and size: the fingerprint's part that is no file */
+    uint64_t before;      /* hash of files [0, file): names, sizes, formats, text flags */
+    uint64_t name;        /* hash of `file`'s base name and format (0: past the last file) */
+    int64_t size;         /* bytes of `file` when the run read it: those `content` hashes */
 } data_loader_state;
 
 typedef struct data_loader data_loader;
@@ -277,10 +288,15 @@ void data_loader_free(data_loader *l);
  * the end of a non-infinite loader, -1 on error (err names the file, line or document). */
 int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err);
 void data_loader_get_state(const data_loader *l, data_loader_state *s);
-/* Repositions the loader; fails if the state does not fit this dataset (other files,
- * sizes or encoding: the fingerprint differs; the file it points into rewritten with the
- * same size: the content hash differs) or points outside it or at no position a reader
- * reaches (doc below file_doc, or other than it in the first file). */
+/* Repositions the loader. The same files (the fingerprint matches) resume unless the position's
+ * file was rewritten with its size (the content hash differs). Other files resume where the
+ * dataset only grew after the position (one info line says so): the same setup, files
+ * [0, file) unchanged, `file` the same name and format, at least `size` bytes long with the same
+ * first `size` bytes (their content hash) read into the same documents up to the position (a
+ * last paragraph or line without its end then, continued by the new bytes, is refused); the
+ * files after it, and new ones listed after it, are read as they are. Anything else fails,
+ * naming the file and what changed, as does a position outside the data or at no position a
+ * reader reaches (doc below file_doc, or other than it in the first file). */
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
 /* The tokenizer the dataset's token shards record (the first shard's that records one:
  * version 2 headers; the loader checks every shard against the run's tokenizer when it has
@@ -290,7 +306,10 @@ int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_
 /* One line for logs: files, formats and what is known up front (token shards: documents and
  * tokens; text: paragraphs, counted as read; JSON Lines: streamed, counted as read). */
 void data_loader_describe(const data_loader *l, char *buf, size_t n);
-/* The state as one line of JSON ({"epoch": 0, ...}, < 512 bytes) and back. */
+/* The state as one line of JSON ({"epoch": 0, ...}, at most DATA_LOADER_STATE_MAX bytes with
+ * its NUL, whatever the values) and back; a state without setup / before / name / size (saved
+ * before titan wrote them) parses with them 0. */
+#define DATA_LOADER_STATE_MAX 512
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n);
 int data_loader_state_parse(const char *json, data_loader_state *s, base_err *err);
 

@@ -905,20 +905,108 @@ void data_reader_rewind(data_reader *r) {
     memset(&r->next, 0, sizeof r->next);
 }
 
-uint64_t data_reader_fingerprint(const data_reader *r) {
+uint64_t data_file_hash(uint64_t h, const data_file *f, int whole) {
+    const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
+    h = base_hash_bytes(h, base, strlen(base) + 1); /* the folder may move */
+    if (whole) h = base_hash_bytes(h, &f->size, sizeof f->size);
+    h = base_hash_bytes(h, &f->format, sizeof f->format);
+    if (f->format == DATA_FMT_TEXT) /* paragraphs: a whole-file state no longer fits */
+        h = base_hash_bytes(h, "\n\n", 2);
+    /* "\r" line ends: a state saved before titan read them no longer fits (a grown file's own
+     * flag may change with its new bytes, and a state that records growth is of a titan that
+     * reads them) */
+    if (whole && f->text_cr) h = base_hash_bytes(h, "\r", 1);
+    return h;
+}
+
+uint64_t data_reader_files_hash(const data_reader *r, int n) {
     uint64_t h = BASE_HASH_INIT;
-    for (int i = 0; i < r->n_files; i++) {
-        const data_file *f = &r->files[i];
-        const char *slash = strrchr(f->path, '/'), *base = slash ? slash + 1 : f->path;
-        h = base_hash_bytes(h, base, strlen(base) + 1); /* the folder may move */
-        h = base_hash_bytes(h, &f->size, sizeof f->size);
-        h = base_hash_bytes(h, &f->format, sizeof f->format);
-        if (f->format == DATA_FMT_TEXT) /* paragraphs: a whole-file state no longer fits */
-            h = base_hash_bytes(h, "\n\n", 2);
-        if (f->text_cr) /* "\r" line ends: a state saved before titan read them no longer fits */
-            h = base_hash_bytes(h, "\r", 1);
+    for (int i = 0; i < n && i < r->n_files; i++) h = data_file_hash(h, &r->files[i], 1);
+    return h;
+}
+
+uint64_t data_reader_fingerprint(const data_reader *r) {
+    return base_hash_bytes(data_reader_files_hash(r, r->n_files), r->field, strlen(r->field) + 1);
+}
+
+/* Whether the paragraph at s[off] reads the same in the file's first old_n bytes as in all n:
+ * where it ends, whether a blank line ends it and (next) where the one after it starts. */
+static int para_same(const char *s, size_t old_n, size_t n, size_t off, int next) {
+    size_t n1, n2;
+    int s1, s2;
+    const size_t e1 = para_end(s, old_n, off, &n1, &s1), e2 = para_end(s, n, off, &n2, &s2);
+    return e1 == e2 && s1 == s2 && (!next || n1 == n2);
+}
+
+int data_reader_check_grown(const data_reader *r, data_pos *p, int64_t old_size, int in_doc,
+                            base_err *err) {
+    const data_file *f = &r->files[p->file];
+    if (f->format == DATA_FMT_TOKENS || f->size == old_size) return 0;
+    /* past the bytes checked: a JSON Lines file appended to while the run read it (its lines
+     * read as they were; nothing to compare them with); a text file's mapping has no more */
+    if (p->byte_off > old_size) {
+        if (f->format == DATA_FMT_JSONL) return 0;
+        return base_fail(err, "%s: data position byte %lld is past the %lld bytes it was read with",
+                         f->path, (long long)p->byte_off, (long long)old_size);
     }
-    return base_hash_bytes(h, r->field, strlen(r->field) + 1);
+    unsigned char *map;
+    size_t n;
+    if (map_file(f->path, &map, &n, err)) return -1;
+    const char *s = (const char *)map;
+    const size_t S = (size_t)old_size, off = (size_t)p->byte_off;
+    const char *what = NULL;
+    if (n < S) { /* since it was listed */
+        what = "it is shorter now than when the run read it";
+    } else if (n == S) {
+        /* no new bytes (cut back since it was listed): the position reads as it was */
+    } else if (f->format == DATA_FMT_TEXT) {
+        /* Paragraphs are read left to right and a line end may take the byte after it ("\r\n"),
+         * so the last paragraph of the old bytes may run on into the new ones (no blank line
+         * ended it), or end elsewhere. Before off every paragraph ends within the old bytes
+         * (the one before ends at a blank line, off is where the next starts): read alike.
+         * At the old end, the paragraphs from the last byte that is no line end (inside the
+         * last paragraph with text, whose start it does not need) must read alike, ending
+         * where they ended; at a partly consumed one, that one. */
+        if (off == S) {
+            size_t q = S;
+            while (q > 0 && (s[q - 1] == '\n' || s[q - 1] == '\r')) q--;
+            q = q ? q - 1 : 0;
+            while (!what && q < S) {
+                size_t next;
+                int sep;
+                para_end(s, S, q, &next, &sep);
+                if (!para_same(s, S, n, q, 1))
+                    what = "its last paragraph then (the file's end) runs on into the new text, or "
+                           "ends elsewhere now";
+                q = next > q ? next : S;
+            }
+        } else if (in_doc && !para_same(s, S, n, off, 0)) {
+            what = "the paragraph at the saved position, partly trained on, ran to the file's end "
+                   "then and runs on into the new text now";
+        }
+    } else {                                            /* JSON Lines: a line ends at "\n" */
+        const int open_end = S > 0 && s[S - 1] != '\n'; /* the old last line had no newline */
+        if (off == S && open_end) {
+            if (s[S] != '\n')
+                what =
+                    "its last line then (the file's end, without a newline) runs on into the new "
+                    "bytes";
+            else
+                p->byte_off++; /* the newline that ends it now: the next line starts after it */
+        } else if (in_doc && off < S && !memchr(s + off, '\n', S - off) && s[S] != '\n') {
+            what = "the line at the saved position, partly trained on, ran to the file's end then "
+                   "(no newline) and runs on into the new bytes now";
+        }
+    }
+    if (map) munmap(map, n);
+    if (what)
+        return base_fail(err,
+                         "%s: grew since the checkpoint (%lld bytes then, %lld now), but %s: the "
+                         "documents the run had read from it are not the ones it holds now; "
+                         "restore it, or leave the position out (checkpoint.exclude_from_loading "
+                         "= [\"dataloader\"])",
+                         f->path, (long long)old_size, (long long)n, what);
+    return 0;
 }
 
 /* Stops the reader at document limit - 1 (arg: the limit; <= 0 never): the others are

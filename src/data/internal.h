@@ -108,5 +108,18 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err);
 void data_reader_rewind(data_reader *r);
 /* Hash of the file list (base names, sizes, formats) and the JSONL field. */
 uint64_t data_reader_fingerprint(const data_reader *r);
+/* One file's part of it, chained onto h: whole = base name, size, format and text flags (the
+ * fingerprint's); else base name and format only (a file that may have grown). */
+uint64_t data_file_hash(uint64_t h, const data_file *f, int whole);
+/* The fingerprint's chain over files [0, n) (no field): what numbers a position in file n. */
+uint64_t data_reader_files_hash(const data_reader *r, int n);
+/* The position p is in a file that had old_size bytes when the run read it and has grown, its
+ * first old_size bytes unchanged (the caller checked their content hash): 0 when the documents
+ * read up to p (in_doc: and the one at p, partly consumed) read the same from the grown file, so
+ * a resume at p continues exactly; -1 with err naming the file and what reads otherwise (a last
+ * paragraph or line without its end then, run on into the new bytes). A JSON Lines position at
+ * the old end of a last line without its newline moves past the newline that ends it now. */
+int data_reader_check_grown(const data_reader *r, data_pos *p, int64_t old_size, int in_doc,
+                            base_err *err);
 
 #endif

@@ -32,6 +32,7 @@ struct data_loader {
     size_t qh, qn, qcap;
     int64_t front_used; /* tokens of q[qh] already consumed */
     uint64_t fingerprint;
+    uint64_t setup; /* data_loader_state.setup: the fingerprint's part that is no file */
     data_tok_ids ids;
 };
 
@@ -295,6 +296,9 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
     int32_t enc[4] = {t ? data_tok_vocab_size(t) : 0, t ? data_tok_bos_id(t) : -1,
                       t ? data_tok_eos_id(t) : -1, dp * 65536 + cfg->dp_rank};
     l->fingerprint = base_hash_bytes(data_reader_fingerprint(&l->rd), enc, sizeof enc);
+    const uint64_t setup = base_hash_bytes(
+        base_hash_bytes(BASE_HASH_INIT, l->rd.field, strlen(l->rd.field) + 1), enc, sizeof enc);
+    l->setup = setup + !setup; /* 0 is "not recorded" */
     *out = l;
     return 0;
 }
@@ -388,6 +392,33 @@ void data_loader_describe(const data_loader *l, char *buf, size_t n) {
                  l->cfg.enc.tok ? "tokenizer" : "byte tokens", l->cfg.dp_rank, l->cfg.dp_size);
 }
 
+/* data_loader_state.name of a file: its base name and format, never 0 (0 is "past the last
+ * file"). */
+static uint64_t name_hash(const data_file *f) {
+    const uint64_t h = data_file_hash(BASE_HASH_INIT, f, 0);
+    return h + !h;
+}
+
+static const char k_leave_out[] =
+    "checkpoint.exclude_from_loading = [\"dataloader\"] reads the data from its start";
+
+/* The refusal of a state that fits none of this dataset; why: what differs, in parentheses. */
+static int another_dataset(const data_loader *l, const char *why, base_err *err) {
+    return base_fail(err,
+                     "%s: the saved data-loader state belongs to another dataset or setup (%s); %s",
+                     l->path, why, k_leave_out);
+}
+
+/* The position's file rewritten with its size (the fingerprint cannot see it). */
+static int changed_same_size(const data_file *f, const data_loader_state *s, base_err *err) {
+    return base_fail(err,
+                     "%s: changed since the checkpoint (the same size, other bytes at its "
+                     "start or end: regenerated or reshuffled?): the saved position (document "
+                     "%lld) would point into other documents; restore the file, or leave the "
+                     "position out (checkpoint.exclude_from_loading = [\"dataloader\"])",
+                     f->path, (long long)s->doc);
+}
+
 void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     memset(s, 0, sizeof *s);
     if (l->qh < l->qn) {
@@ -409,32 +440,155 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     }
     s->bad_lines = l->rd.bad_lines;
     s->fingerprint = l->fingerprint;
-    int64_t size;
-    s->content = file_content(l, s->file, &size);
+    s->content = file_content(l, s->file, &s->size);
+    s->setup = l->setup;
+    s->before = data_reader_files_hash(&l->rd, s->file);
+    s->name = s->file < l->rd.n_files ? name_hash(&l->rd.files[s->file]) : 0;
+}
+
+/* The fingerprint differs (the file list changed): whether the dataset only grew after the
+ * saved position, so that the documents before it, which number it, are the ones the run read.
+ * Files [0, file) must be as they were (names, sizes, formats, text flags), the position's file
+ * the same name and format, at least as long, its first `size` bytes the same (content hash)
+ * and read into the same documents up to the position (data_reader_check_grown, which may move
+ * *p past a newline); what follows the position (the file's new bytes, the files after it, new
+ * ones listed after it) is read as it is now, as in any epoch. Refusals name the file and what
+ * changed. */
+static int check_growth(const data_loader *l, const data_loader_state *s, data_pos *p,
+                        base_err *err) {
+    const data_reader *r = &l->rd;
+    const int k = s->file, n = r->n_files;
+    if (k > n)
+        return base_fail(err,
+                         "%s: the saved position is in file %lld of the listing, which has %d "
+                         "files now: files were removed or renamed; %s",
+                         l->path, (long long)k + 1, n, k_leave_out);
+    /* where the position's file is listed now (its name and format; base names repeat in a
+     * glob over folders: the nearest to where it was) */
+    int at = -1;
+    for (int d = 0; s->name && at < 0 && (k - d >= 0 || k + d < n); d++)
+        for (int i = k - d; at < 0 && i <= k + d; i += d ? 2 * d : 1)
+            if (i >= 0 && i < n && name_hash(&r->files[i]) == s->name) at = i;
+    if (data_reader_files_hash(r, k) != s->before) {
+        if (at >= 0 && at != k)
+            return base_fail(err,
+                             "%s: the saved position's file, listed %s now (file %d, file %d at "
+                             "the checkpoint): files before it were added, removed or renamed, "
+                             "and their documents number the position's (document %lld); %s",
+                             r->files[at].path, at > k ? "later" : "earlier", at + 1, k + 1,
+                             (long long)s->doc, k_leave_out);
+        return base_fail(err,
+                         "%s: the %d file%s before the saved position's (%s) %s not the ones the "
+                         "checkpoint read: one changed size, name or format, or a file was "
+                         "added, removed or renamed among them; their documents number the "
+                         "position's (document %lld), so it cannot be resumed; restore them, "
+                         "or %s",
+                         l->path, k, k == 1 ? "" : "s",
+                         at == k ? r->files[k].path : "gone: removed or renamed",
+                         k == 1 ? "is" : "are", (long long)s->doc, k_leave_out);
+    }
+    if (!s->name) { /* past the last file then: the files added after it are read from here */
+        if (p->file_doc || p->byte_off || p->line || s->doc_tokens)
+            return base_fail(err,
+                             "%s: data-loader state does not fit the data (past the last file, "
+                             "with a place inside one)",
+                             l->path);
+        return 0;
+    }
+    if (k == n)
+        return base_fail(err,
+                         "%s: the saved position's file (the last, file %d) is gone: removed or "
+                         "renamed; %s",
+                         l->path, k + 1, k_leave_out);
+    const data_file *f = &r->files[k];
+    if (name_hash(f) != s->name) {
+        for (int fmt = DATA_FMT_TEXT; fmt < DATA_FMT_COUNT; fmt++) {
+            data_file g = *f;
+            g.format = (data_format)fmt;
+            if (fmt != (int)f->format && name_hash(&g) == s->name)
+                return base_fail(err,
+                                 "%s: read as %s at the checkpoint, as %s now (its format or "
+                                 "training.dataset_format changed): the saved position is no "
+                                 "place in it; %s",
+                                 f->path, data_format_name(g.format), data_format_name(f->format),
+                                 k_leave_out);
+        }
+        if (at > k)
+            return base_fail(err,
+                             "%s: added before the saved position's file (%s), whose documents "
+                             "would come before the position (document %lld); %s",
+                             f->path, r->files[at].path, (long long)s->doc, k_leave_out);
+        char why[128];
+        snprintf(why, sizeof why,
+                 "the file its position is in, file %d of the listing then, is none of these: "
+                 "removed or renamed",
+                 k + 1);
+        return another_dataset(l, why, err);
+    }
+    if (f->size < s->size)
+        return base_fail(err,
+                         "%s: %lld bytes now, %lld when the run read it: shrunk, the saved "
+                         "position (document %lld) would point into other documents; restore it, "
+                         "or %s",
+                         f->path, (long long)f->size, (long long)s->size, (long long)s->doc,
+                         k_leave_out);
+    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    const uint64_t h = fd >= 0 ? data_content_hash_fd(fd, s->size) : 1;
+    if (fd >= 0) close(fd);
+    if (h != s->content) {
+        if (f->size == s->size) return changed_same_size(f, s, err);
+        return base_fail(err,
+                         "%s: grew since the checkpoint (%lld bytes then, %lld now), but its "
+                         "first %lld bytes are not the ones the run read (other bytes at their "
+                         "start or end: rewritten, not only appended to): the saved position "
+                         "(document %lld) would point into other documents; restore it, or %s",
+                         f->path, (long long)s->size, (long long)f->size, (long long)s->size,
+                         (long long)s->doc, k_leave_out);
+    }
+    return data_reader_check_grown(r, p, s->size, s->doc_tokens > 0, err);
+}
+
+/* The info line of a resume that check_growth let through. */
+static void said_growth(const data_loader *l, const data_loader_state *s) {
+    const data_file *f = s->file < l->rd.n_files ? &l->rd.files[s->file] : NULL;
+    char where[4300];
+    if (f && s->name && f->size > s->size)
+        snprintf(where, sizeof where, "%s: %lld bytes then, %lld now", f->path, (long long)s->size,
+                 (long long)f->size);
+    else if (f && s->name)
+        snprintf(where, sizeof where, "files listed after %s", f->path);
+    else
+        snprintf(where, sizeof where, "files listed after the last it had read, from %s",
+                 f ? f->path : "?");
+    base_log(BASE_LOG_INFO,
+             "data: %s grew since the checkpoint (%s): resuming at its saved position (epoch "
+             "%lld, document %lld); the new data is read after it",
+             l->path, where, (long long)s->epoch, (long long)s->doc);
 }
 
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
-    if (s->fingerprint != l->fingerprint)
-        return base_fail(err,
-                         "%s: the saved data-loader state belongs to another dataset or setup "
-                         "(files, their order, sizes, tokenizer or data-parallel rank changed; "
-                         "a folder of more than 99,999 token shards is read in shard-N.tok's "
-                         "order N since titan 2026-12-05, not as strings); "
-                         "checkpoint.exclude_from_loading = [\"dataloader\"] reads the data "
-                         "from its start",
-                         l->path);
-    if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0)
+    if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0 || s->file < 0)
         return base_fail(err, "%s: data-loader state has negative fields", l->path);
-    int64_t size;
-    if (s->content && s->file >= 0 && s->file < l->rd.n_files &&
-        s->content != file_content(l, s->file, &size))
-        return base_fail(err,
-                         "%s: changed since the checkpoint (the same size, other bytes at its "
-                         "start or end: regenerated or reshuffled?): the saved position (document "
-                         "%lld) would point into other documents; restore the file, or leave the "
-                         "position out (checkpoint.exclude_from_loading = [\"dataloader\"])",
-                         l->rd.files[s->file].path, (long long)s->doc);
     data_pos p = {s->doc, s->file, s->file_doc, s->byte_off, s->line};
+    const int grown = s->fingerprint != l->fingerprint;
+    /* states saved before titan recorded what a grown dataset is checked by (setup 0), and
+     * those of another setup: the fingerprint's refusal, as ever */
+    if (grown && !s->setup)
+        return another_dataset(l,
+                               "files, their order, sizes, tokenizer or data-parallel rank "
+                               "changed; a folder of more than 99,999 token shards is read in "
+                               "shard-N.tok's order N since titan 2026-12-05, not as strings",
+                               err);
+    if (grown && s->setup != l->setup)
+        return another_dataset(l,
+                               "the JSONL field, the tokenizer (vocab_size, bos, eos) or the "
+                               "data-parallel rank or size differ",
+                               err);
+    if (grown && check_growth(l, s, &p, err)) return -1;
+    int64_t size;
+    if (!grown && s->content && s->file < l->rd.n_files &&
+        s->content != file_content(l, s->file, &size))
+        return changed_same_size(&l->rd.files[s->file], s, err);
     if (data_reader_seek(&l->rd, &p, err)) return -1;
     l->rd.bad_lines = s->bad_lines;
     l->rd.bad_counted = s->epoch > 0;
@@ -449,7 +603,10 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     l->head = l->len = 0;
     l->qh = l->qn = 0;
     l->front_used = 0;
-    if (s->doc_tokens == 0) return 0;
+    if (s->doc_tokens == 0) {
+        if (grown) said_growth(l, s);
+        return 0;
+    }
     const int64_t epoch = l->epoch;
     int rc = read_doc(l, err);
     if (rc < 0) return -1;
@@ -459,18 +616,22 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
                          "%s: data-loader state does not fit the data (document %lld, token %lld)",
                          l->path, (long long)s->doc, (long long)s->doc_tokens);
     consume(l, s->doc_tokens);
+    if (grown) said_growth(l, s);
     return 0;
 }
 
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n) {
-    int k = snprintf(buf, n,
-                     "{\"epoch\": %lld, \"doc\": %lld, \"doc_tokens\": %lld, \"file\": %d, "
-                     "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
-                     "%lld, \"fingerprint\": \"%016llx\", \"content\": \"%016llx\"}",
-                     (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
-                     (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
-                     (long long)s->bad_lines, (unsigned long long)s->fingerprint,
-                     (unsigned long long)s->content);
+    int k =
+        snprintf(buf, n,
+                 "{\"epoch\": %lld, \"doc\": %lld, \"doc_tokens\": %lld, \"file\": %d, "
+                 "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
+                 "%lld, \"fingerprint\": \"%016llx\", \"content\": \"%016llx\", \"setup\": "
+                 "\"%016llx\", \"before\": \"%016llx\", \"name\": \"%016llx\", \"size\": %lld}",
+                 (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
+                 (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
+                 (long long)s->bad_lines, (unsigned long long)s->fingerprint,
+                 (unsigned long long)s->content, (unsigned long long)s->setup,
+                 (unsigned long long)s->before, (unsigned long long)s->name, (long long)s->size);
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
@@ -514,7 +675,23 @@ int data_loader_state_parse(const char *text, data_loader_state *s, base_err *er
         json_decref(j);
         return base_fail(err, "data-loader state: bad \"content\"");
     }
+    /* what a resume after growth checks: all four, or none (a state saved before them) */
+    static const char *const gkeys[3] = {"setup", "before", "name"};
+    uint64_t g[3] = {0, 0, 0};
+    json_t *sz = json_object_get(j, "size");
+    const int has = json_object_get(j, "setup") != NULL;
+    int bad = has && (!json_is_integer(sz) || json_integer_value(sz) < 0);
+    for (int i = 0; i < 3; i++) {
+        json_t *x = json_object_get(j, gkeys[i]);
+        bad |= has ? hex16(x, &g[i]) != 0 : x != NULL;
+    }
+    bad |= !has && sz;
+    const int64_t size = has && !bad ? json_integer_value(sz) : 0;
     json_decref(j);
-    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6], v[7], h, c};
+    if (bad)
+        return base_fail(err, "data-loader state: \"setup\", \"before\", \"name\" (16 hex "
+                              "digits each) and \"size\" (a non-negative integer) go together");
+    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6],
+                             v[7], h,    c,    g[0],          g[1], g[2], size};
     return 0;
 }

@@ -8,8 +8,9 @@
 #include "checkpoint/checkpoint.h"
 #include "train/internal.h"
 
-/* The size of one rank's data-loader state as JSON text (data_loader_state_format). */
-#define LOADER_STATE_BYTES 512
+/* The size of one rank's data-loader state as JSON text (data_loader_state_format: it always
+ * fits). */
+#define LOADER_STATE_BYTES DATA_LOADER_STATE_MAX
 
 /* optim_adamw_cfg's fields as the checkpoint names them (train.optimizer), and their values */
 static const char *const k_adamw_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
