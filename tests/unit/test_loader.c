@@ -1,12 +1,15 @@
 /* Data loader tests: packing and data-parallel sharding on byte tokens (expected windows
  * written out by hand; text files split into paragraphs), exact resume from every batch
- * boundary for JSONL, text and token shards (across epoch restarts), and hostile input: bad JSONL
- * lines, bad shards and bad states get errors naming the file and line, never a crash. The
- * comparison with HF `tokenizers` and torchtitan's packing is tests/reference/check_loader.py. */
+ * boundary for JSONL, text and token shards (across epoch restarts), resume on a dataset that
+ * grew after the checkpoint (and the refusal of every other change, by name), and hostile input:
+ * bad JSONL lines, bad shards and bad states get errors naming the file and line, never a crash.
+ * The comparison with HF `tokenizers` and torchtitan's packing is tests/reference/check_loader.py.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "data/data.h"
@@ -669,6 +672,533 @@ static void test_bad_state(void) {
     data_loader_free(l2);
 }
 
+/* ---- a dataset that grew after a checkpoint ----
+ * A resume on data appended to (a JSONL or text file), or a shard folder or glob that gained
+ * shards listed after the saved one, continues at the saved position: the windows are those of
+ * an uninterrupted run over the grown data from there, computed apart from the resume path, from
+ * a fresh loader over the grown data: its token stream (epoch after epoch of the grown data) from
+ * the token the state points at. That token is the one the state was saved before, less the old
+ * epochs the run had read (the caller counts a rank's tokens per epoch of the old data from the
+ * documents themselves): the documents before it are the same in both, so it is the same token
+ * of the same document. */
+
+/* The token stream of n batches of a fresh loader: each window's inputs and its last label, one
+ * window after the other (consecutive windows are consecutive stretches of the stream). */
+static int32_t *fresh_stream(data_loader_cfg c, int n) {
+    base_err err;
+    data_loader *l;
+    const int T = c.seq_len, per = c.batch * T;
+    int32_t *x = malloc(sizeof(int32_t) * (size_t)per), *y = malloc(sizeof(int32_t) * (size_t)per);
+    int32_t *s = malloc(sizeof(int32_t) * (size_t)(n * c.batch * (T + 1)));
+    const int opened = data_loader_open(&l, &c, &err) == 0;
+    int ok = opened;
+    CHECK(ok, "fresh loader: %s", err.msg);
+    size_t k = 0;
+    for (int b = 0; ok && b < n; b++) {
+        ok = data_loader_next(l, x, y, &err) == 1;
+        CHECK(ok, "fresh loader, batch %d: %s", b, err.msg);
+        for (int w = 0; ok && w < c.batch; w++) {
+            memcpy(s + k, x + w * T, sizeof(int32_t) * (size_t)T);
+            s[k + (size_t)T] = y[w * T + T - 1];
+            k += (size_t)T + 1;
+        }
+    }
+    if (opened) data_loader_free(l);
+    free(x);
+    free(y);
+    if (!ok) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+typedef struct {
+    data_loader_cfg c;
+    int64_t epoch_tokens; /* this rank's tokens in one epoch of the data before it grew */
+} grow_rank;
+
+/* States saved after each of n_states batches on every rank (the data as it is), then grow(),
+ * then each state restored on a loader over the grown data: n batches equal to the fresh grown
+ * stream's from the state's token. Covers several epochs of the old data when n_states does. */
+static void check_grown(const grow_rank *ranks, int n_ranks, int n_states, int n,
+                        void (*grow)(void), const char *what) {
+    base_err err;
+    char(*states)[DATA_LOADER_STATE_MAX] =
+        malloc((size_t)(n_ranks * n_states) * DATA_LOADER_STATE_MAX);
+    int32_t x[256], y[256];
+    for (int r = 0; r < n_ranks; r++) {
+        data_loader *l;
+        if (data_loader_open(&l, &ranks[r].c, &err)) {
+            CHECK(0, "%s: %s", what, err.msg);
+            free(states);
+            return;
+        }
+        for (int k = 0; k < n_states; k++) {
+            data_loader_state s;
+            data_loader_get_state(l, &s);
+            CHECK(data_loader_state_format(&s, states[r * n_states + k], DATA_LOADER_STATE_MAX) ==
+                      0,
+                  "%s: state format", what);
+            CHECK(data_loader_next(l, x, y, &err) == 1, "%s: %s", what, err.msg);
+        }
+        data_loader_free(l);
+    }
+    grow();
+    int64_t epochs = 0;
+    for (int r = 0; r < n_ranks; r++) {
+        const data_loader_cfg c = ranks[r].c;
+        const int T = c.seq_len, W = c.batch * (T + 1);
+        /* enough of the grown stream for n batches from any token of the old data's epoch */
+        const int fresh = (int)(ranks[r].epoch_tokens / W) + n + 2;
+        int32_t *ref = fresh_stream(c, fresh);
+        if (!ref) continue;
+        for (int k = 0; k < n_states; k++) {
+            data_loader_state s;
+            data_loader *l = NULL;
+            int ok = data_loader_state_parse(states[r * n_states + k], &s, &err) == 0 &&
+                     data_loader_open(&l, &c, &err) == 0 && data_loader_set_state(l, &s, &err) == 0;
+            CHECK(ok, "%s: rank %d, state after batch %d refused: %s", what, c.dp_rank, k, err.msg);
+            const int64_t o = (int64_t)k * W - s.epoch * ranks[r].epoch_tokens;
+            CHECK(o >= 0 && o <= ranks[r].epoch_tokens,
+                  "%s: rank %d, batch %d: epoch %lld does not fit %lld tokens read", what,
+                  c.dp_rank, k, (long long)s.epoch, (long long)k * W);
+            if (s.epoch > epochs) epochs = s.epoch;
+            for (int b = 0; ok && o >= 0 && o <= ranks[r].epoch_tokens && b < n; b++) {
+                ok = data_loader_next(l, x, y, &err) == 1;
+                CHECK(ok, "%s: %s", what, err.msg);
+                for (int w = 0; ok && w < c.batch; w++)
+                    for (int t = 0; ok && t < T; t++) {
+                        const int64_t at = o + (int64_t)(b * W + w * (T + 1) + t);
+                        ok = x[w * T + t] == ref[at] && y[w * T + t] == ref[at + 1];
+                        CHECK(ok,
+                              "%s: rank %d, resumed after batch %d (epoch %lld): batch %d, "
+                              "window %d, token %d is %d -> %d, the grown data's %d -> %d",
+                              what, c.dp_rank, k, (long long)s.epoch, b, w, t, x[w * T + t],
+                              y[w * T + t], ref[at], ref[at + 1]);
+                    }
+            }
+            data_loader_free(l);
+        }
+        free(ref);
+    }
+    CHECK(epochs >= 2, "%s: states of %lld epochs only", what, (long long)epochs + 1);
+    free(states);
+}
+
+/* The JSON Lines and text datasets of the growth tests, their documents and what is appended. */
+static const char *const g_old_docs[] = {"alpha one", "the second document", "", "3", "a fourth",
+                                         "xyz"};
+static const char *const g_new_docs[] = {"fifth doc", "sixth and last"};
+enum { G_OLD = 6, G_NEW = 2 };
+static int g_newline_end = 1; /* the old JSONL file's last line has its newline */
+
+static void jsonl_of(char *buf, size_t cap, const char *const *docs, int n, int last_nl) {
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "{\"text\": \"%s\"}%s", docs[i],
+                              i < n - 1 || last_nl ? "\n" : "");
+}
+
+static void grow_jsonl(void) {
+    char old[1024], add[512], all[1600];
+    jsonl_of(old, sizeof old, g_old_docs, G_OLD, g_newline_end);
+    jsonl_of(add, sizeof add, g_new_docs, G_NEW, 1);
+    snprintf(all, sizeof all, "%s%s%s", old, g_newline_end ? "" : "\n", add);
+    write_str("g.jsonl", all);
+}
+
+static const char g_old_text[] = "First para.\n\nSecond one\nwith two lines.\n\n\n\nThird.\n\n";
+static const char g_add_text[] = "Fourth, new.\n\nFifth\n";
+
+static void grow_text(void) {
+    char all[256];
+    snprintf(all, sizeof all, "%s%s", g_old_text, g_add_text);
+    write_str("g.txt", all);
+}
+
+/* a token shard folder and a glob over it gain two shards, listed after the old ones */
+static void grow_shards(void) {
+    base_err err;
+    int64_t nd = 0;
+    CHECK(tokenize_to("g_new.jsonl", "gs_new", 1, &nd, &err) == 0 && nd == 2, "tokenize: %s",
+          err.msg);
+    for (int i = 0; i < 2; i++) {
+        char from[600], to[600], a[64], b[64];
+        snprintf(a, sizeof a, "gs_new/shard-%05d.tok", i);
+        snprintf(b, sizeof b, "gs/shard-%05d.tok", 10 + i);
+        snprintf(from, sizeof from, "%s", path_of(a));
+        snprintf(to, sizeof to, "%s", path_of(b));
+        CHECK(rename(from, to) == 0, "rename %s: %s", from, strerror(errno));
+    }
+}
+
+/* Byte tokens of this rank's documents (a JSONL text, or a paragraph and its "\n\n"). */
+static int64_t rank_bytes(const char *const *docs, int n, int sep, int rank, int dp) {
+    int64_t t = 0;
+    for (int i = rank; i < n; i += dp) t += (int64_t)strlen(docs[i]) + sep;
+    return t;
+}
+
+/* A token shard's tokens as the loader packs them: ids plus a bos and an eos each document. */
+static int64_t shard_tokens(const char *name) {
+    size_t n;
+    base_err err;
+    char *b = base_read_file(path_of(name), 1 << 20, &n, &err);
+    int64_t nd, nt;
+    int32_t bos, eos;
+    if (!b || n < 44) {
+        CHECK(0, "%s: %s", name, b ? "short" : err.msg);
+        free(b);
+        return 0;
+    }
+    memcpy(&nd, b + 16, 8);
+    memcpy(&nt, b + 24, 8);
+    memcpy(&bos, b + 36, 4);
+    memcpy(&eos, b + 40, 4);
+    free(b);
+    return nt + nd * ((bos >= 0) + (eos >= 0));
+}
+
+static base_err err_unused;
+
+static void test_grow(data_tok *tok) {
+    static char jpath[512], tpath[512], spath[512], gpath[512];
+    char buf[1024];
+    snprintf(jpath, sizeof jpath, "%s", path_of("g.jsonl"));
+    /* JSON Lines, 40 byte tokens an epoch on one rank (a window of 4: the old end is a batch
+     * boundary, the position past its last line), and on each of 2 ranks */
+    for (int nl = 1; nl >= 0; nl--) {
+        g_newline_end = nl; /* without it: the old last line's end is the newline appended */
+        jsonl_of(buf, sizeof buf, g_old_docs, G_OLD, nl);
+        write_str("g.jsonl", buf);
+        grow_rank one = {cfg("g.jsonl", 3, 1), rank_bytes(g_old_docs, G_OLD, 0, 0, 1)};
+        one.c.path = jpath;
+        CHECK(one.epoch_tokens == 40, "40 tokens an epoch, not %lld", (long long)one.epoch_tokens);
+        check_grown(&one, 1, 30, 12, grow_jsonl,
+                    nl ? "grown jsonl" : "grown jsonl, old end without a newline");
+        write_str("g.jsonl", buf);
+        grow_rank two[2];
+        for (int r = 0; r < 2; r++) {
+            two[r] = (grow_rank){cfg("g.jsonl", 2, 2), rank_bytes(g_old_docs, G_OLD, 0, r, 2)};
+            two[r].c.path = jpath;
+            two[r].c.dp_size = 2;
+            two[r].c.dp_rank = r;
+        }
+        check_grown(two, 2, 24, 8, grow_jsonl,
+                    nl ? "grown jsonl, dp 2" : "grown jsonl, dp 2, no newline");
+    }
+    g_newline_end = 1;
+    /* a text file's paragraphs (the old file ends with a blank line) */
+    static const char *const paras[] = {"First para.", "Second one\nwith two lines.", "Third."};
+    snprintf(tpath, sizeof tpath, "%s", path_of("g.txt"));
+    write_str("g.txt", g_old_text);
+    grow_rank tr = {cfg("g.txt", 4, 1), rank_bytes(paras, 3, 2, 0, 1)};
+    tr.c.path = tpath;
+    check_grown(&tr, 1, 30, 10, grow_text, "grown text");
+    write_str("g.txt", g_old_text);
+    grow_rank t2[2];
+    for (int r = 0; r < 2; r++) {
+        t2[r] = (grow_rank){cfg("g.txt", 3, 1), rank_bytes(paras, 3, 2, r, 2)};
+        t2[r].c.path = tpath;
+        t2[r].c.dp_size = 2;
+        t2[r].c.dp_rank = r;
+    }
+    check_grown(t2, 2, 30, 10, grow_text, "grown text, dp 2");
+    if (!tok) return;
+    /* JSON Lines through the tokenizer: [bos] + ids + [eos] a document */
+    jsonl_of(buf, sizeof buf, g_old_docs, G_OLD, 1);
+    write_str("g.jsonl", buf);
+    grow_rank jt = {cfg("g.jsonl", 3, 2), 0};
+    jt.c.path = jpath;
+    jt.c.enc.tok = tok;
+    jt.c.enc.vocab_size = data_tok_vocab_size(tok);
+    for (int i = 0; i < G_OLD; i++) {
+        data_tok_ids ids = {0};
+        CHECK(data_tok_encode(tok, g_old_docs[i], strlen(g_old_docs[i]), &ids, &err_unused) == 0,
+              "encode");
+        jt.epoch_tokens +=
+            (int64_t)ids.n + (data_tok_bos_id(tok) >= 0) + (data_tok_eos_id(tok) >= 0);
+        data_tok_ids_free(&ids);
+    }
+    check_grown(&jt, 1, 24, 8, grow_jsonl, "grown jsonl, test tokenizer");
+    /* token shards, one document each: the folder and a glob over it gain two */
+    jsonl_of(buf, sizeof buf, g_old_docs, G_OLD, 1);
+    write_str("g_old.jsonl", buf);
+    jsonl_of(buf, sizeof buf, g_new_docs, G_NEW, 1);
+    write_str("g_new.jsonl", buf);
+    snprintf(spath, sizeof spath, "%s", path_of("gs"));
+    snprintf(gpath, sizeof gpath, "%s", path_of("gs/shard-*.tok"));
+    for (int g = 0; g < 2; g++) {
+        check_tmpdir_remove(path_of("gs"));
+        check_tmpdir_remove(path_of("gs_new"));
+        base_err err;
+        int64_t nd = 0;
+        CHECK(tokenize_to("g_old.jsonl", "gs", 1, &nd, &err) == 0 && nd == G_OLD, "tokenize: %s",
+              err.msg);
+        grow_rank sr = {cfg("gs", 5, 2), 0};
+        sr.c.path = g ? gpath : spath;
+        sr.c.enc.tok = tok;
+        sr.c.enc.vocab_size = data_tok_vocab_size(tok);
+        for (int i = 0;; i++) { /* the empty document shares a shard with the next */
+            char name[64];
+            snprintf(name, sizeof name, "gs/shard-%05d.tok", i);
+            if (access(path_of(name), F_OK) != 0) break;
+            sr.epoch_tokens += shard_tokens(name);
+        }
+        check_grown(&sr, 1, 20, 8, grow_shards,
+                    g ? "a glob of shards gained two" : "a shard folder gained two");
+    }
+}
+
+/* The state after n batches of c (-1: c fails). */
+static int state_after(data_loader_cfg c, int n, data_loader_state *s) {
+    base_err err;
+    data_loader *l;
+    int32_t x[64], y[64];
+    if (data_loader_open(&l, &c, &err)) {
+        CHECK(0, "%s", err.msg);
+        return -1;
+    }
+    for (int b = 0; b < n; b++) CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    data_loader_get_state(l, s);
+    data_loader_free(l);
+    return 0;
+}
+
+/* Restoring s on c's data as it is now: refused with needle in the message (needle NULL:
+ * accepted, and then its next batch is batch `skip` of a fresh loader over the data). */
+static void expect_resume(data_loader_cfg c, const data_loader_state *s, const char *needle,
+                          int skip, const char *what) {
+    base_err err = {{0}};
+    data_loader *l;
+    if (data_loader_open(&l, &c, &err)) {
+        CHECK(0, "%s: %s", what, err.msg);
+        return;
+    }
+    const int rc = data_loader_set_state(l, s, &err);
+    if (needle)
+        CHECK(rc != 0 && strstr(err.msg, needle) && strstr(err.msg, "exclude_from_loading"),
+              "%s: want a refusal with '%s', got '%s'", what, needle, rc ? err.msg : "resumed");
+    else
+        CHECK(rc == 0, "%s: refused: %s", what, err.msg);
+    if (!needle && rc == 0) {
+        const int T = c.seq_len, W = c.batch * (T + 1);
+        int32_t x[64], y[64], *ref = fresh_stream(c, skip + 1);
+        CHECK(data_loader_next(l, x, y, &err) == 1, "%s: %s", what, err.msg);
+        for (int w = 0; ref && w < c.batch; w++)
+            CHECK(!memcmp(x + w * T, ref + skip * W + w * (T + 1), sizeof(int32_t) * (size_t)T),
+                  "%s: the resumed batch is not the grown data's", what);
+        free(ref);
+    }
+    data_loader_free(l);
+}
+
+/* Everything but growth after the position is refused, naming the file and what changed; a
+ * state saved before titan recorded the growth fields is refused on any change, as before. */
+static void test_grow_refused(void) {
+    static char jpath[512], fpath[512], tpath[512];
+    char old[1024], add[512], all[1600];
+    jsonl_of(old, sizeof old, g_old_docs, G_OLD, 1);
+    jsonl_of(add, sizeof add, g_new_docs, G_NEW, 1);
+    snprintf(all, sizeof all, "%s%s", old, add);
+    snprintf(jpath, sizeof jpath, "%s", path_of("h.jsonl"));
+    data_loader_cfg c = cfg("h.jsonl", 3, 1);
+    c.path = jpath;
+    data_loader_state s, t;
+    write_str("h.jsonl", old);
+    if (state_after(c, 3, &s)) return; /* 12 of 40 tokens: in "the second document" */
+    /* a shrink */
+    write_file("h.jsonl", old, strlen(old) - 5);
+    expect_resume(c, &s, "h.jsonl: 113 bytes now, 118 when the run read it: shrunk", 0, "shrunk");
+    /* grown, with a byte changed in what the run had read */
+    char *edited = strdup(all);
+    memcpy(strstr(edited, "alpha"), "ALPHA", 5);
+    write_str("h.jsonl", edited);
+    expect_resume(c, &s,
+                  "h.jsonl: grew since the checkpoint (118 bytes then, 167 now), but its first "
+                  "118 bytes are not the ones the run read",
+                  0, "a rewrite that also grew");
+    free(edited);
+    /* another field, another format, another data-parallel rank */
+    write_str("h.jsonl", old);
+    data_loader_cfg d = c;
+    d.field = "body";
+    expect_resume(d, &s, "another dataset or setup (the JSONL field", 0, "another field");
+    d = c;
+    d.format = DATA_FMT_TEXT;
+    expect_resume(d, &s, "h.jsonl: read as jsonl at the checkpoint, as text now", 0,
+                  "another format");
+    d = c;
+    d.dp_size = 2;
+    d.dp_rank = 1;
+    expect_resume(d, &s, "another dataset or setup (the JSONL field, the tokenizer", 0,
+                  "another rank");
+    /* a state written before titan recorded the growth fields: grown data refused with the
+     * fingerprint's message of then; the same data resumes */
+    char text[DATA_LOADER_STATE_MAX];
+    CHECK(data_loader_state_format(&s, text, sizeof text) == 0, "format");
+    char *cut = strstr(text, ", \"setup\"");
+    if (cut) strcpy(cut, "}");
+    CHECK(data_loader_state_parse(text, &t, &err_unused) == 0 && t.setup == 0 && t.size == 0,
+          "an old state: %s", text);
+    write_str("h.jsonl", all);
+    expect_resume(c, &t,
+                  "h.jsonl: the saved data-loader state belongs to another dataset or setup "
+                  "(files, their order, sizes, tokenizer or data-parallel rank changed; a folder",
+                  0, "an old state on grown data");
+    expect_resume(c, &s, NULL, 3, "its new state on grown data");
+    write_str("h.jsonl", old);
+    expect_resume(c, &t, NULL, 3, "an old state on its data");
+    /* a folder: the position in b.jsonl, after a.jsonl's 40 tokens; then in a.jsonl */
+    base_mkdir_p(path_of("hf"), NULL);
+    snprintf(fpath, sizeof fpath, "%s", path_of("hf"));
+    write_str("hf/a.jsonl", old);
+    write_str("hf/c.jsonl", add);
+    data_loader_cfg f = cfg("hf", 3, 1);
+    f.path = fpath;
+    data_loader_state sa, sc;
+    if (state_after(f, 2, &sa) || state_after(f, 11, &sc)) return;
+    CHECK(sa.file == 0 && sc.file == 1 && sc.doc_tokens > 0, "positions in a and c: %d, %d",
+          sa.file, sc.file);
+    write_str("hf/b.jsonl", add); /* a file listed before the saved one (c) */
+    expect_resume(f, &sc, "hf/b.jsonl: added before the saved position's file (", 0,
+                  "a file added before the saved one");
+    expect_resume(f, &sa, NULL, 2, "the same file added after the saved one");
+    unlink(path_of("hf/b.jsonl"));
+    write_str("hf/a.jsonl", all); /* the file before the saved one grew */
+    expect_resume(f, &sc, "the 1 file before the saved position's (", 0,
+                  "a file before the saved one grew");
+    expect_resume(f, &sa, NULL, 2, "its own file grew");
+    write_str("hf/a.jsonl", old);
+    unlink(path_of("hf/a.jsonl")); /* removed */
+    expect_resume(f, &sc,
+                  "hf/c.jsonl: the saved position's file, listed earlier now (file 1, "
+                  "file 2 at the checkpoint)",
+                  0, "a file before the saved one removed");
+    write_str("hf/a.jsonl", old);
+    char from[600], to[600]; /* the saved file renamed */
+    snprintf(from, sizeof from, "%s", path_of("hf/c.jsonl"));
+    snprintf(to, sizeof to, "%s", path_of("hf/d.jsonl"));
+    CHECK(rename(from, to) == 0, "rename");
+    expect_resume(f, &sc,
+                  "(the file its position is in, file 2 of the listing then, is none of "
+                  "these: removed or renamed)",
+                  0, "the saved file renamed");
+    CHECK(rename(to, from) == 0, "rename back");
+    /* the saved file rewritten with its size while a later one grew */
+    char *same = strdup(old);
+    memcpy(strstr(same, "alpha"), "ALPHA", 5);
+    write_str("hf/a.jsonl", same);
+    write_str("hf/c.jsonl", all);
+    expect_resume(f, &sa, "hf/a.jsonl: changed since the checkpoint (the same size", 0,
+                  "a same-size rewrite beside growth");
+    free(same);
+    /* a finite loader's end (past the last file): a file added after it is read next */
+    base_mkdir_p(path_of("pe"), NULL);
+    write_str("pe/a.jsonl", old);
+    data_loader_cfg e = cfg("pe", 3, 1);
+    snprintf(fpath, sizeof fpath, "%s", path_of("pe"));
+    e.path = fpath;
+    e.infinite = 0;
+    data_loader *l;
+    int32_t x[8], y[8];
+    if (data_loader_open(&l, &e, &err_unused) == 0) {
+        int b = 0;
+        while (data_loader_next(l, x, y, &err_unused) == 1) b++;
+        data_loader_get_state(l, &s);
+        data_loader_free(l);
+        CHECK(b == 10 && s.file == 1 && s.name == 0 && s.doc == G_OLD,
+              "the finite end: %d batches, file %d", b, s.file);
+        write_str("pe/b.jsonl", add);
+        e.infinite = 1;
+        expect_resume(e, &s, NULL, 10, "past the last file, a file added");
+    }
+    /* a text file whose last paragraph had no blank line after it, continued: a position up
+     * to its start resumes, one in it or after it is refused */
+    snprintf(tpath, sizeof tpath, "%s", path_of("h.txt"));
+    write_str("h.txt", "A.\n\nB end");
+    data_loader_cfg tc = cfg("h.txt", 2, 1);
+    tc.path = tpath;
+    data_loader_state st[4];
+    for (int k = 0; k < 4; k++)
+        if (state_after(tc, k, &st[k])) return;
+    write_str("h.txt", "A.\n\nB end goes on\n\nC.\n");
+    expect_resume(tc, &st[1], NULL, 1, "text, a position in a closed paragraph");
+    expect_resume(tc, &st[2],
+                  "h.txt: grew since the checkpoint (9 bytes then, 22 now), but the paragraph at "
+                  "the saved position, partly trained on, ran to the file's end then",
+                  0, "text, a position in the open last paragraph");
+    expect_resume(tc, &st[3], "but its last paragraph then (the file's end) runs on", 0,
+                  "text, a position at the old end");
+    /* a blank line first: "B end" the same text, but ended by a blank line, not the file's end
+     * (byte tokens keep the separator, another document) */
+    write_str("h.txt", "A.\n\nB end\n\nC.\n");
+    expect_resume(tc, &st[3], "but its last paragraph then (the file's end) runs on", 0,
+                  "text, a blank line appended first");
+    /* a JSON Lines file whose last line had no newline, continued on that line */
+    write_str("h.jsonl", "{\"text\": \"abc\"}");
+    data_loader_cfg jc = cfg("h.jsonl", 2, 1);
+    jc.path = jpath;
+    if (state_after(jc, 1, &s)) return; /* "abc" read: the position at the old end */
+    write_str("h.jsonl", "{\"text\": \"abc\"}{\"text\": \"d\"}\n");
+    expect_resume(jc, &s, "but its last line then (the file's end, without a newline) runs on", 0,
+                  "jsonl, the last line continued");
+}
+
+/* The state's JSON fits DATA_LOADER_STATE_MAX whatever its values (callers' buffers, the
+ * checkpoint's per-rank slot); the growth fields come together or not at all. */
+static void test_state_bounds(void) {
+    data_loader_state s = {INT64_MAX,  INT64_MAX,  INT64_MAX,  INT32_MAX,  INT64_MAX,
+                           INT64_MAX,  INT64_MAX,  INT64_MAX,  UINT64_MAX, UINT64_MAX,
+                           UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MAX},
+                      t;
+    char buf[DATA_LOADER_STATE_MAX];
+    int ok = data_loader_state_format(&s, buf, sizeof buf) == 0;
+    CHECK(ok, "the largest state does not fit");
+    ok = ok && data_loader_state_parse(buf, &t, &err_unused) == 0;
+    CHECK(ok && t.epoch == s.epoch && t.doc == s.doc && t.doc_tokens == s.doc_tokens &&
+              t.file == s.file && t.file_doc == s.file_doc && t.byte_off == s.byte_off &&
+              t.line == s.line && t.bad_lines == s.bad_lines && t.fingerprint == s.fingerprint &&
+              t.content == s.content && t.setup == s.setup && t.before == s.before &&
+              t.name == s.name && t.size == s.size,
+          "the largest state back: %s (%s)", buf, ok ? "differs" : err_unused.msg);
+    const char *head = "{\"epoch\": 0, \"doc\": 0, \"doc_tokens\": 0, \"file\": 0, \"file_doc\": "
+                       "0, \"byte_off\": 0, \"line\": 0, \"bad_lines\": 0, \"fingerprint\": "
+                       "\"0123456789abcdef\", \"content\": \"0123456789abcdef\"";
+    const char *tails[] = {", \"setup\": \"0123456789abcdef\"}", ", \"size\": 5}",
+                           ", \"setup\": \"1\", \"before\": \"1\", \"name\": \"1\", \"size\": 5}",
+                           ", \"setup\": \"0123456789abcdef\", \"before\": \"0123456789abcdef\", "
+                           "\"name\": \"0123456789abcdef\", \"size\": -1}"};
+    for (int i = 0; i < 4; i++) {
+        char text[DATA_LOADER_STATE_MAX];
+        snprintf(text, sizeof text, "%s%s", head, tails[i]);
+        CHECK(data_loader_state_parse(text, &t, &err_unused) != 0 &&
+                  strstr(err_unused.msg, "go together"),
+              "state with '%s' accepted", tails[i]);
+    }
+}
+
+/* A shard folder that grows is still refused while a titan tokenize writes it (its mark) or
+ * holds an unfinished shard, before any position is looked at. */
+static void test_grow_tokenize_marks(data_tok *tok) {
+    if (!tok) return;
+    base_err err;
+    data_loader_cfg c = cfg("gs", 5, 2);
+    c.enc.tok = tok;
+    c.enc.vocab_size = data_tok_vocab_size(tok);
+    write_str("gs/" DATA_TOKENIZE_MARK, "");
+    data_loader *l;
+    CHECK(data_loader_open(&l, &c, &err) != 0 && strstr(err.msg, "a titan tokenize is writing"),
+          "a folder with the tokenize mark opened: %s", err.msg);
+    unlink(path_of("gs/" DATA_TOKENIZE_MARK));
+    write_str("gs/shard-00012.tok.tmp", "");
+    c.path = path_of("gs");
+    CHECK(data_loader_open(&l, &c, &err) != 0 && strstr(err.msg, "an unfinished shard"),
+          "a folder with a .tok.tmp opened: %s", err.msg);
+    unlink(path_of("gs/shard-00012.tok.tmp"));
+}
+
 int main(void) {
     check_tmpdir(dir, sizeof dir, "titan_test_loader");
     base_err err;
@@ -689,6 +1219,10 @@ int main(void) {
     test_empty_texts(tok);
     test_bad_shards(tok);
     test_bad_state();
+    test_grow(tok);
+    test_grow_refused();
+    test_state_bounds();
+    test_grow_tokenize_marks(tok);
     data_tok_free(tok);
     check_tmpdir_remove(dir);
     return check_report("test_loader");
