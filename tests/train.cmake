@@ -28,6 +28,14 @@ add_test(NAME train_resume
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/resume.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
 set_tests_properties(train_resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
+# A resume on a dataset that grew after the checkpoint (a JSONL file, a text file, a glob of
+# token-shard folders) continues at the saved position: steps 4..6 bitwise a straight run's over
+# the grown data; a rewrite inside what was read, a shrink, another field, a folder a tokenize
+# still writes: refused by name.
+add_test(NAME train_resume_grown
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/resume_grown.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
+set_tests_properties(train_resume_grown PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
 # SIGKILL during checkpoint writes: the newest complete checkpoint always loads.
 add_test(NAME checkpoint_kill
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/ckpt_kill.sh $<TARGET_FILE:titan>)
