@@ -754,7 +754,7 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             struct stat st; /* the hash covers exactly the size recorded with it */
             const int64_t size = fstat(fileno(r->fp), &st) == 0 ? (int64_t)st.st_size : -1;
             note_content(r, &r->files[r->next.file], data_content_hash_fd(fileno(r->fp), size),
-                         size);
+                         size < 0 ? 0 : size);
             if (fseeko(r->fp, (off_t)r->next.byte_off, SEEK_SET) != 0)
                 return base_fail(err, "%s: cannot seek to byte %lld", f->path,
                                  (long long)r->next.byte_off);
@@ -941,7 +941,8 @@ static int para_same(const char *s, size_t old_n, size_t n, size_t off, int next
 int data_reader_check_grown(const data_reader *r, data_pos *p, int64_t old_size, int in_doc,
                             base_err *err) {
     const data_file *f = &r->files[p->file];
-    if (f->format == DATA_FMT_TOKENS || f->size == old_size) return 0;
+    /* a negative offset is data_reader_seek's to refuse */
+    if (f->format == DATA_FMT_TOKENS || f->size == old_size || p->byte_off < 0) return 0;
     /* past the bytes checked: a JSON Lines file appended to while the run read it (its lines
      * read as they were; nothing to compare them with); a text file's mapping has no more */
     if (p->byte_off > old_size) {

@@ -556,7 +556,7 @@ static void said_growth(const data_loader *l, const data_loader_state *s) {
         snprintf(where, sizeof where, "%s: %lld bytes then, %lld now", f->path, (long long)s->size,
                  (long long)f->size);
     else if (f && s->name)
-        snprintf(where, sizeof where, "files listed after %s", f->path);
+        snprintf(where, sizeof where, "files listed after %s changed or were added", f->path);
     else
         snprintf(where, sizeof where, "files listed after the last it had read, from %s",
                  f ? f->path : "?");
