@@ -31,9 +31,10 @@ set_tests_properties(train_resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIM
 # A resume on a dataset that grew after the checkpoint (a JSONL file, a text file, a glob of
 # token-shard folders) continues at the saved position: steps 4..6 bitwise a straight run's over
 # the grown data; a rewrite inside what was read, a shrink, another field, a folder a tokenize
-# still writes: refused by name.
+# still writes: refused by name. With an mpirun, the JSONL case on 2 data-parallel ranks too.
 add_test(NAME train_resume_grown
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/resume_grown.sh $<TARGET_FILE:titan> ${TITAN_SHARED})
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/resume_grown.sh $<TARGET_FILE:titan> ${TITAN_SHARED}
+          "$<$<AND:$<TARGET_EXISTS:MPI::MPI_C>,$<BOOL:${TITAN_MPIRUN}>>:${TITAN_MPIRUN}>")
 set_tests_properties(train_resume_grown PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
 
 # SIGKILL during checkpoint writes: the newest complete checkpoint always loads.

@@ -6,11 +6,13 @@
 # grown data (losses and gradient norms, %.17g), and differ from a run over the old data (they
 # read the new documents). Covered: a JSON Lines file appended to (byte tokens), a text file
 # appended to (Tiny Shakespeare's paragraphs, byte tokens), a glob of titan tokenize folders
-# gaining a folder of shards (the test tokenizer). Refused, by name: a rewrite inside the bytes
-# read that also grew, a shrink, a JSONL field changed, a folder of the glob that a tokenize still
-# writes (its mark).
+# gaining a folder of shards (the test tokenizer), and, given an mpirun, a JSONL file on 2
+# data-parallel ranks (each resumes its own position, in its own documents). Refused, by name: a
+# rewrite inside the bytes read that also grew, a shrink, a JSONL field changed, a folder of the
+# glob that a tokenize still writes (its mark).
 set -euo pipefail
-titan=$1; shared=$2; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+titan=$1; shared=$2; mpirun=${3:-}; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+launch=() # how titan runs: one process, or under mpirun (the 2-rank case)
 tok=$shared/data/test_tokenizer
 model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set head_dim=16
        --set ffn_dim=128 --steps 6 --batch 2 --seq-len 24 --lr 3e-3 --warmup 3 --seed 7
@@ -20,9 +22,9 @@ field() { grep -o "\"$2\": [^,}]*" "$1"; }
 # straight runs over the grown and the old data
 grown() {
   local name=$1 grow=$2; shift 2
-  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-old.jsonl" \
+  "${launch[@]}" "$titan" train "${model[@]}" "$@" --metrics "$out/$name-old.jsonl" \
       --dump-folder "$out/$name-old" > /dev/null
-  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-a.jsonl" --dump-folder "$out/$name" \
+  "${launch[@]}" "$titan" train "${model[@]}" "$@" --metrics "$out/$name-a.jsonl" --dump-folder "$out/$name" \
       --checkpoint-interval 3 --stop-after-step 3 > /dev/null
   for k in setup before name; do
     grep -q "\"$k\": \"[0-9a-f]\{16\}\"" "$out/$name/checkpoint/step-3/metadata.json" ||
@@ -30,9 +32,9 @@ grown() {
   done
   cp -r "$out/$name/checkpoint/step-3" "$out/$name-step3"
   $grow
-  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-full.jsonl" \
+  "${launch[@]}" "$titan" train "${model[@]}" "$@" --metrics "$out/$name-full.jsonl" \
       --dump-folder "$out/$name-full" > /dev/null
-  "$titan" train "${model[@]}" "$@" --metrics "$out/$name-b.jsonl" --dump-folder "$out/$name" \
+  "${launch[@]}" "$titan" train "${model[@]}" "$@" --metrics "$out/$name-b.jsonl" --dump-folder "$out/$name" \
       --checkpoint-interval 3 > "$out/$name.log" 2>&1 ||
     { echo "FAIL $name: the resume on the grown data failed"; cat "$out/$name.log"; exit 1; }
   grep -q "resumed from $out/$name/checkpoint/step-3" "$out/$name.log" ||
@@ -104,3 +106,19 @@ touch "$out/parts/p1/.titan-tokenize-unfinished"
 refused "a glob folder a tokenize still writes" "parts/p1: a titan tokenize is writing this folder" \
   "$out/shards-step3" --data "$out/parts/*/shard-*.tok" --tokenizer "$tok"
 rm "$out/parts/p1/.titan-tokenize-unfinished"
+# 2 data-parallel ranks, fp32 (a rank reads documents i mod 2 = its rank: 118 and 112 byte
+# tokens of the 6 documents, 75 read by step 3 with a batch of 1)
+if [ -n "$mpirun" ]; then
+  # (under `make asan` without leak checking, as every dist_* test: Open MPI's own allocations)
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export ASAN_OPTIONS=detect_leaks=0
+  launch=(timeout 120 "$mpirun" -np 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS)
+  cp "$out/docs.orig" "$out/docs2.jsonl"
+  doc "Jackdaws love my big sphinx of quartz." "The five boxing wizards jump quickly." >> "$out/docs2.jsonl"
+  grow_dp2() { doc "Bright vixens jump; dozy fowl quack." "Quick wafting zephyrs vex bold Jim." \
+                 >> "$out/docs2.jsonl"; }
+  grown jsonl_dp2 grow_dp2 --data "$out/docs2.jsonl" "${bytes[@]}" --batch 1 \
+    --training.mixed_precision_param=float32
+  [ "$(grep -c "grew since the checkpoint" "$out/jsonl_dp2.log")" = 2 ] ||
+    { echo "FAIL 2 ranks: not a growth line from each rank"; exit 1; }
+fi
