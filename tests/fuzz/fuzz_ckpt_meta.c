@@ -8,8 +8,12 @@
  * position that fits, 16-byte placeholders in it are replaced: FUZZFINGERPRINTx by the
  * fingerprint of the test loader x (1 / 2: text, dp 1 of 1 / 1 of 2; J / K: JSON Lines; T / U:
  * token shards) and FUZZCONTENTHASHx (0 text, J, T) by the content hash of its first file; the
- * first FUZZFINGERPRINTx also picks the dataset (text when there is none). Every rejection
- * must name step-1. See fuzz.h for the contract. */
+ * first FUZZFINGERPRINTx also picks the dataset (text when there is none). A resume on a
+ * dataset that grew takes the state's growth fields where the fingerprint differs:
+ * FUZZGROWTHSETUPx (tags as the fingerprint's) is loader x's "setup", FUZZNAMEOFFILE0x (0, J,
+ * T) the first file's "name" (its "before" is the empty chain, written as it is, and its "size"
+ * the file's); the first FUZZGROWTHSETUPx picks the dataset too. Every rejection must name step-1.
+ * See fuzz.h for the contract. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +31,8 @@ static const char fp_tag[N_SETS][2] = {{'1', '2'}, {'J', 'K'}, {'T', 'U'}};
 static const char content_tag[N_SETS] = {'0', 'J', 'T'};
 
 static char dir[128], step_dir[160], meta[192], set_dir[N_SETS][160], files[N_SETS][2][192];
-static char fp_hex[N_SETS][2][17], content_hex[N_SETS][17];
+static char fp_hex[N_SETS][2][17], content_hex[N_SETS][17], setup_hex[N_SETS][2][17],
+    name_hex[N_SETS][17];
 
 static void cleanup(void) {
     unlink(meta);
@@ -130,12 +135,15 @@ static void setup(void) {
             data_loader_state s;
             data_loader_get_state(l, &s);
             snprintf(fp_hex[k][dp - 1], 17, "%016llx", (unsigned long long)s.fingerprint);
+            snprintf(setup_hex[k][dp - 1], 17, "%016llx", (unsigned long long)s.setup);
             if (dp == 1) snprintf(content_hex[k], 17, "%016llx", (unsigned long long)s.content);
+            if (dp == 1) snprintf(name_hex[k], 17, "%016llx", (unsigned long long)s.name);
             data_loader_free(l);
         }
 }
 
-/* Replaces the placeholders in d[n]; returns the dataset the first fingerprint one names. */
+/* Replaces the placeholders in d[n]; returns the dataset the first fingerprint (or growth
+ * setup) one names. */
 static int fill_placeholders(uint8_t *d, size_t n) {
     int set = -1;
     for (uint8_t *p = d; (p = memmem(p, n - (size_t)(p - d), "FUZZ", 4)) && p + 16 <= d + n; p++) {
@@ -144,9 +152,14 @@ static int fill_placeholders(uint8_t *d, size_t n) {
                 if (!memcmp(p, "FUZZFINGERPRINT", 15) && p[15] == (uint8_t)fp_tag[k][i]) {
                     if (set < 0) set = k;
                     memcpy(p, fp_hex[k][i], 16);
+                } else if (!memcmp(p, "FUZZGROWTHSETUP", 15) && p[15] == (uint8_t)fp_tag[k][i]) {
+                    if (set < 0) set = k;
+                    memcpy(p, setup_hex[k][i], 16);
                 }
             if (!memcmp(p, "FUZZCONTENTHASH", 15) && p[15] == (uint8_t)content_tag[k])
                 memcpy(p, content_hex[k], 16);
+            if (!memcmp(p, "FUZZNAMEOFFILE0", 15) && p[15] == (uint8_t)content_tag[k])
+                memcpy(p, name_hex[k], 16);
         }
     }
     return set < 0 ? TEXT : set;

@@ -217,6 +217,26 @@ ck("good_jsonl_dp2", data_loader=None, data_loaders=[
                  doc_tokens=0, content=KeyError)])
 ck("bad_jsonl_mid_line", data_loader=at(doc=1, file_doc=1, byte_off=5, line=1, doc_tokens=0,
                                         **jl))
+# a resume on a dataset that grew (the fingerprint differs: files after the position's changed):
+# the growth fields decide; the first files' sizes are fuzz_ckpt_meta.c's ta and ja
+ta_size = len(b"First paragraph, a few words.\n\nSecond one\nwith two lines.\n\n\n"
+              b"Third \xc3\xa9t\xc3\xa9.\n")
+ja_size = len(b'{"text": "first doc"}\n\n{"text": "s\\u00e9cond", "x": 1}\n')
+empty_chain = "cbf29ce484222325"  # base_hash_bytes' FNV-1a offset: the files before file 0
+grown_j = dict(fingerprint="0000000000000000", content="FUZZCONTENTHASHJ",
+               setup="FUZZGROWTHSETUPJ", before=empty_chain, name="FUZZNAMEOFFILE0J",
+               size=ja_size)
+grown_t = dict(fingerprint="0000000000000000", content="FUZZCONTENTHASH0",
+               setup="FUZZGROWTHSETUP1", before=empty_chain, name="FUZZNAMEOFFILE00",
+               size=ta_size)
+ck("good_grown_jsonl", data_loader=at(doc_tokens=3, **grown_j))
+ck("good_grown_text", data_loader=at(doc=1, file_doc=1, doc_tokens=3, byte_off=31, **grown_t))
+ck("bad_grown_shrunk", data_loader=at(doc_tokens=3, **dict(grown_j, size=ja_size + 5)))
+ck("bad_grown_setup", data_loader=at(doc_tokens=3, **dict(grown_j, setup="0123456789abcdef")))
+ck("bad_grown_before", data_loader=at(doc_tokens=3, **dict(grown_j, before="0123456789abcdef")))
+ck("bad_grown_name", data_loader=at(doc_tokens=3, **dict(grown_j, name="0123456789abcdef")))
+ck("bad_grown_fields_apart", data_loader=at(doc_tokens=3, fingerprint="0000000000000000",
+                                            setup="FUZZGROWTHSETUPJ"))
 ck("good_tokens", data_loader=at(doc_tokens=2, **tk))
 ck("good_tokens_second_file", data_loader=at(doc=5, file=1, file_doc=1, doc_tokens=1,
                                              fingerprint="FUZZFINGERPRINTT", content=KeyError))
