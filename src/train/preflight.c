@@ -150,8 +150,10 @@ static int memory(const train_opts *o, int world, base_err *err) {
     const double avail = (double)base_available_ram();
     char b1[32], b2[32];
     if (need * local <= avail) return 0;
-    /* what would fit: full activation checkpointing, a smaller batch, more ranks (FSDP) */
-    char alt[600] = "";
+    /* what would fit: full activation checkpointing, a smaller batch, more ranks (FSDP); each
+     * figure for this machine's ranks, as the need and the budget are */
+    const char *mine = local > 1 ? " for this machine's ranks" : "";
+    char alt[700] = "";
     size_t at = 0;
     if (o->ac != MODEL_AC_FULL) {
         train_plan_in a = in;
@@ -159,8 +161,8 @@ static int memory(const train_opts *o, int world, base_err *err) {
         const double t = plan_total(&a, &e);
         if (t > 0)
             at += (size_t)snprintf(alt + at, sizeof alt - at,
-                                   "; activation_checkpoint.mode = \"full\": %s",
-                                   size_text(t, b1, sizeof b1));
+                                   "; activation_checkpoint.mode = \"full\": %s%s",
+                                   size_text(t * local, b1, sizeof b1), mine);
     }
     if (in.ckpt_async) {
         train_plan_in a = in;
@@ -168,19 +170,21 @@ static int memory(const train_opts *o, int world, base_err *err) {
         const double t = plan_total(&a, &e);
         if (t > 0 && t < need && at < sizeof alt)
             at += (size_t)snprintf(alt + at, sizeof alt - at,
-                                   "; checkpoint.async_mode = \"disabled\": %s",
-                                   size_text(t, b1, sizeof b1));
+                                   "; checkpoint.async_mode = \"disabled\": %s%s",
+                                   size_text(t * local, b1, sizeof b1), mine);
     }
     if (o->batch > 1) {
         train_plan_in a = in;
         a.batch = 1;
         const double t = plan_total(&a, &e);
         if (t > 0 && at < sizeof alt)
-            at += (size_t)snprintf(alt + at, sizeof alt - at, "; training.local_batch_size = 1: %s",
-                                   size_text(t, b1, sizeof b1));
+            at +=
+                (size_t)snprintf(alt + at, sizeof alt - at, "; training.local_batch_size = 1: %s%s",
+                                 size_text(t * local, b1, sizeof b1), mine);
     }
     /* more ranks shard the weights and AdamW state (FSDP), not the activations: with the
-     * configured settings, else with both savings above */
+     * configured settings, else with both savings above; on more machines of this one's size,
+     * as many ranks on each as here (more ranks on this machine would share its budget) */
     for (int cheap = 0; cheap < 2; cheap++) {
         train_plan_in a = in;
         if (cheap) {
@@ -195,8 +199,9 @@ static int memory(const train_opts *o, int world, base_err *err) {
             if ((t = plan_total(&a, &e)) > 0 && t <= avail / local) break;
         }
         if (w <= 1024 && at < sizeof alt) {
-            at += (size_t)snprintf(alt + at, sizeof alt - at, "; %d ranks%s: %s per rank", w,
-                                   cheap ? " with both" : "", size_text(t, b1, sizeof b1));
+            at += (size_t)snprintf(alt + at, sizeof alt - at,
+                                   "; %d ranks%s, %d a machine as now: %s per rank", w,
+                                   cheap ? " with both" : "", local, size_text(t, b1, sizeof b1));
             break;
         }
     }

@@ -64,6 +64,12 @@ expect "token shard read as text" "shard.tok: a titan token shard, not plain tex
 TITAN_MEM_AVAILABLE=1048576 expect "more memory than available" \
   "memory: this run needs about [0-9.]+ MiB .*but 1.0 MiB is available.*--force" \
   --peak-tflops 1
+# what would fit is counted as the need is: more ranks on more machines of this size, as many
+# on each as now (one: the run's process), not more ranks sharing this machine's budget
+TITAN_MEM_AVAILABLE=1000000000 "$titan" train --flavor debugmodel --random-tokens --peak-tflops 1 \
+  --job.dump_folder "$out/mm" > "$out/mm.log" 2>&1 && { cat "$out/mm.log"; echo "FAIL: 6 GiB in 1 GiB"; exit 1; }
+grep -qE "memory: .*; 2 ranks with both, 1 a machine as now: [0-9.]+ MiB per rank" "$out/mm.log" ||
+  { cat "$out/mm.log"; echo "FAIL: the ranks' alternative not per machine"; exit 1; }
 # checkpoint.initial_load_path turns checkpointing on, from the alias or the field
 expect "initial load path (field, no checkpoint.enable)" "nocfg: not a model" \
   --checkpoint.initial_load_path "$out/nocfg"
