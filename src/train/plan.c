@@ -247,11 +247,17 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
          * hold, which nothing else counts: on a Zen 4 (session 34) 0.6B x 2048 bf16 measured
          * 10.86 GiB against 10.87 estimated with it, 10.75 without it; the bench model 2.10
          * against 2.17 / 2.06 */
+        /* Attention's buffers are kept in the pool together (their slots never shrink, 1.25x
+         * headroom each): the converted q, k, v and dout, the per-head dK / dV partials (fp32,
+         * 2 [B*T, H*hd]: GQA or the dense layout) and the forward's workspace (~ fp32
+         * [B*T, H*hd]); measured on a Zen 4 (session 38) at debugmodel's dims, 2 x 1024 tokens:
+         * a pool of 80.5 MiB against 90 by this term (24 by the old one, which had the copies
+         * alone and left the plan 11% low there). */
         const double es = (double)ops_bf16_mirror_bytes(1), bt = (double)in->batch * in->seq_len;
         const double logits = bt * in->model.vocab_size / (in->loss_parallel_off ? 1 : tp);
+        const double H = (double)in->model.n_heads / tp, G = (double)in->model.n_kv_heads / tp;
         const double att =
-            es * bt * 2.0 * (in->model.n_heads + in->model.n_kv_heads) / tp * in->model.head_dim +
-            4.0 * bt * in->model.n_heads / tp;
+            1.25 * bt * in->model.head_dim * (es * 2.0 * (H + G) + 12.0 * H) + 4.0 * bt * H;
         p->bf16_scratch = es * (logits < 64e6 ? logits : 64e6);
         if (att > p->bf16_scratch) p->bf16_scratch = att;
     }
@@ -319,7 +325,7 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
         fprintf(
             f,
             "  bf16 GEMM operand scratch        %10.3f   (CE chunk's logit gradient or attention's "
-            "operands, %s)\n",
+            "operands and partials, %s)\n",
             p->bf16_scratch / G, ops_bf16_mirror_bytes(1) == 2 ? "bf16" : "emulated: fp32");
     }
     if (in->ckpt_async)
