@@ -169,7 +169,7 @@ const field g_fields[] = {
     FLT(optimizer, beta2, 0.95, 0, 1, 2, "AdamW beta2"),
     FLT(optimizer, eps, 1e-8, 0, INFINITY, 1, "AdamW epsilon"),
     FLT(optimizer, weight_decay, 0.1, 0, INFINITY, 0, "decoupled weight decay (all params)"),
-    STR(optimizer, implementation, "fused", "fused|foreach|for-loop",
+    STR(optimizer, implementation, "fused", "fused|foreach|for-loop|!fused_opt_states_bf16",
         "torch's variants; titan has one AdamW kernel for all three"),
     PBOOL(optimizer, early_step_in_backward, 0, P_REFUSE,
           "step each parameter during backward (not implemented)"),

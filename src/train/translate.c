@@ -394,6 +394,10 @@ static int compat_check(train_config *c, base_err *err) {
         return NOT_YET(activation_checkpoint, mode,
                        "memory_budget (torch's min-cut recomputation) is not implemented (none, "
                        "full or selective)");
+    if (!strcmp(c->optimizer.implementation, "fused_opt_states_bf16")) /* torchtitan 0.3 */
+        return NOT_YET(optimizer, implementation,
+                       "fused_opt_states_bf16 (AdamW's moments in bf16) is not implemented: "
+                       "titan keeps them fp32 (fused, foreach and for-loop name its one kernel)");
     for (int i = 0; i < N_FIELDS; i++) {
         const field *f = &g_fields[i];
         if ((f->policy != P_REFUSE && f->policy != P_NOTE) || at_default(c, f)) continue;
