@@ -52,7 +52,8 @@
  * kind     what --set and model_args.json take: INT (integer >= 0), BOOL (true / false or
  *          1 / 0), POS (real > 0), NONNEG (real >= 0)
  * group    SHAPE (identity: must match for weights to load), MOE (identity when n_experts > 0),
- *          INFO (only in a model folder's model_args.json)
+ *          INFO (not compared: in a model folder's model_args.json and, when set, a
+ *          training checkpoint's train.model)
  * cfg_key  the [model] field of titan train's config that overrides it (torchtitan's name
  *          where torchtitan has one; --set takes it too)
  * lo, hi   that field's range (a POS field's lo is exclusive)
