@@ -94,14 +94,17 @@ const field g_fields[] = {
 #define MODEL_ROW_POS(key, lo, hi, help) OFLT(model, key, lo, hi, 1, help)
 #define MODEL_ROW_NONNEG(key, lo, hi, help) OFLT(model, key, lo, hi, 0, help)
 #define MODEL_ROW(field, type, kind, group, key, lo, hi, help) MODEL_ROW_##kind(key, lo, hi, help),
+    /* the expansion ends in a comma the formatter cannot see */
+    /* clang-format off */
     MODEL_ARGS_TABLE(MODEL_ROW)
 #undef MODEL_ROW
 #undef MODEL_ROW_INT
 #undef MODEL_ROW_BOOL
 #undef MODEL_ROW_POS
 #undef MODEL_ROW_NONNEG
-        STR(model, moe_load_balance, "none", "none|aux_loss|bias",
-            "MoE load balancing: none, HF's auxiliary loss, or torchtitan's expert bias (titan)"),
+    STR(model, moe_load_balance, "none", "none|aux_loss|bias",
+        "MoE load balancing: none, HF's auxiliary loss, or torchtitan's expert bias (titan)"),
+    /* clang-format on */
     FLT(model, moe_bias_update_rate, 1e-3, 0, 1, 1,
         "expert-bias step per optimizer step (torchtitan load_balance_coeff; titan)"),
     INTS(model, mlp_only_layers, 0, BIG, "MoE: blocks with a dense MLP (HF mlp_only_layers)"),
