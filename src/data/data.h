@@ -259,8 +259,10 @@ typedef struct {
  * documents before it number it (`doc` counts them within the epoch, and they deal documents to
  * data-parallel ranks), so they must be the ones the run read; those after it are read as they
  * are now, which an uninterrupted run over the grown data would read from there. `setup`,
- * `before`, `name` and `size` are what that is checked by (0: a state saved before titan
- * recorded them, resumed only on the unchanged dataset, as then). */
+ * `before`, `name`, `size` and `window` are what that is checked by (0: a state saved before
+ * titan recorded them, resumed only on the unchanged dataset, as then; `window` 0: not checked).
+ * Bytes of the position's file outside its first and last 64 KiB then and the 64 KiB before the
+ * position are not hashed: an edit there that keeps the size is not seen. */
 typedef struct {
     int64_t epoch;        /* 0-based */
     int64_t doc;          /* global document index (this epoch) holding the next token */
@@ -278,6 +280,8 @@ typedef struct {
     uint64_t before;      /* hash of files [0, file): names, sizes, formats, text flags */
     uint64_t name;        /* hash of `file`'s base name and format (0: past the last file) */
     int64_t size;         /* bytes of `file` when the run read it: those `content` hashes */
+    uint64_t window;      /* hash of the (up to) 64 KiB of `file` just before byte_off, of the
+                           * bytes the run read (0: not recorded, a state saved before it) */
 } data_loader_state;
 
 typedef struct data_loader data_loader;

@@ -86,13 +86,6 @@ static void content_span(int64_t size, size_t *na, int64_t *tail, size_t *nz) {
     *nz = size > *tail ? (size_t)(size - *tail < CONTENT_PART ? size - *tail : CONTENT_PART) : 0;
 }
 
-uint64_t data_content_hash(const unsigned char *map, size_t size) {
-    size_t na, nz;
-    int64_t tail;
-    content_span((int64_t)size, &na, &tail, &nz);
-    return content_parts((int64_t)size, map, na, map ? map + tail : NULL, nz);
-}
-
 /* n bytes at off, all of them (a short read: the file ends before). */
 static int pread_all(int fd, unsigned char *b, size_t n, int64_t off) {
     while (n > 0) {
@@ -102,6 +95,24 @@ static int pread_all(int fd, unsigned char *b, size_t n, int64_t off) {
         b += got, n -= (size_t)got, off += got;
     }
     return 0;
+}
+
+uint64_t data_window_hash(const unsigned char *map, int fd, int64_t end) {
+    if (end < 0) return 1;
+    const int64_t start = end > CONTENT_PART ? end - CONTENT_PART : 0;
+    const size_t n = (size_t)(end - start);
+    if (map) return content_parts(end, map + start, n, NULL, 0);
+    unsigned char *b = malloc(n + 1);
+    const uint64_t h = b && !pread_all(fd, b, n, start) ? content_parts(end, b, n, NULL, 0) : 1;
+    free(b);
+    return h;
+}
+
+uint64_t data_content_hash(const unsigned char *map, size_t size) {
+    size_t na, nz;
+    int64_t tail;
+    content_span((int64_t)size, &na, &tail, &nz);
+    return content_parts((int64_t)size, map, na, map ? map + tail : NULL, nz);
 }
 
 uint64_t data_content_hash_fd(int fd, int64_t size) {
@@ -132,8 +143,10 @@ static void note_content(const data_reader *r, data_file *f, uint64_t h, int64_t
     f->content_size = size;
 }
 
-/* Maps a regular file read-only; an empty file gives *map = NULL, *size = 0. */
-static int map_file(const char *path, unsigned char **map, size_t *size, base_err *err) {
+/* Maps a regular file read-only; an empty file gives *map = NULL, *size = 0. Its identity (device,
+ * inode) into id[2] when id is not NULL. */
+static int map_file(const char *path, unsigned char **map, size_t *size, uint64_t *id,
+                    base_err *err) {
     *map = NULL;
     *size = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -145,6 +158,7 @@ static int map_file(const char *path, unsigned char **map, size_t *size, base_er
     }
     void *m = st.st_size ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
+    if (id) id[0] = (uint64_t)st.st_dev, id[1] = (uint64_t)st.st_ino;
     if (m == MAP_FAILED) return base_fail(err, "%s: mmap failed: %s", path, strerror(errno));
     *map = m;
     *size = (size_t)st.st_size;
@@ -153,7 +167,7 @@ static int map_file(const char *path, unsigned char **map, size_t *size, base_er
 
 int data_shard_open(data_shard *s, const char *path, base_err *err) {
     memset(s, 0, sizeof *s);
-    if (map_file(path, &s->map, &s->size, err)) return -1;
+    if (map_file(path, &s->map, &s->size, NULL, err)) return -1;
     const size_t size = s->size;
     if (size < DATA_SHARD_HEADER_BYTES) {
         data_shard_close(s);
@@ -692,8 +706,11 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         if (f->format == DATA_FMT_TEXT) {
             if (r->text_file != r->next.file) {
                 close_file(r);
-                if (map_file(f->path, &r->tmap, &r->tsize, err)) return -1;
+                uint64_t id[2];
+                if (map_file(f->path, &r->tmap, &r->tsize, id, err)) return -1;
                 r->text_file = r->next.file;
+                r->files[r->next.file].dev = id[0];
+                r->files[r->next.file].ino = id[1];
                 note_content(r, &r->files[r->next.file], data_content_hash(r->tmap, r->tsize),
                              (int64_t)r->tsize);
             }
@@ -753,6 +770,8 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             if (!r->fp) return base_fail(err, "%s: cannot open: %s", f->path, strerror(errno));
             struct stat st; /* the hash covers exactly the size recorded with it */
             const int64_t size = fstat(fileno(r->fp), &st) == 0 ? (int64_t)st.st_size : -1;
+            r->files[r->next.file].dev = size < 0 ? 0 : (uint64_t)st.st_dev;
+            r->files[r->next.file].ino = size < 0 ? 0 : (uint64_t)st.st_ino;
             note_content(r, &r->files[r->next.file], data_content_hash_fd(fileno(r->fp), size),
                          size < 0 ? 0 : size);
             if (fseeko(r->fp, (off_t)r->next.byte_off, SEEK_SET) != 0)
@@ -952,7 +971,7 @@ int data_reader_check_grown(const data_reader *r, data_pos *p, int64_t old_size,
     }
     unsigned char *map;
     size_t n;
-    if (map_file(f->path, &map, &n, err)) return -1;
+    if (map_file(f->path, &map, &n, NULL, err)) return -1;
     const char *s = (const char *)map;
     const size_t S = (size_t)old_size, off = (size_t)p->byte_off;
     const char *what = NULL;

@@ -17,6 +17,7 @@ typedef struct {
     uint64_t content;     /* data_content_hash of the bytes the reader last opened (0: not yet) */
     int64_t content_size; /* and how many bytes those were (a resume after growth checks them) */
     int changed_said;     /* other bytes found at its path at a later open: said once */
+    uint64_t dev, ino;    /* of the bytes the reader last opened (0, 0: not yet) */
 } data_file;
 
 /* A file's identity for resumes: a hash of its size and its first and last 64 KiB (whole files
@@ -27,6 +28,10 @@ typedef struct {
  * shuffle, an edit near either end) changes it. */
 uint64_t data_content_hash(const unsigned char *map, size_t size);
 uint64_t data_content_hash_fd(int fd, int64_t size);
+/* The same hash of the (up to) 64 KiB just before byte `end` (a resume position): of map when
+ * non-NULL, else read through fd (1 when they cannot be read). A file's middle is in neither end
+ * of its content hash; this covers the bytes that were read last before the position. */
+uint64_t data_window_hash(const unsigned char *map, int fd, int64_t end);
 
 /* A validated, mmap'ed token shard. */
 typedef struct {

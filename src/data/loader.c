@@ -60,6 +60,28 @@ static uint64_t file_content(const data_loader *l, int i, int64_t *size) {
     return h;
 }
 
+/* data_window_hash of file i's bytes before byte end, of the bytes the reader read: its open
+ * mapping or descriptor, else (the reader has moved on to later files while the position's
+ * document is still buffered) the file at the path when it is the one the reader opened (device
+ * and inode) or one it has not opened; 1 when neither (replaced since: a resume after growth is
+ * refused, the bytes trained on being gone). */
+static uint64_t file_window(const data_loader *l, int i, int64_t end) {
+    const data_reader *r = &l->rd;
+    if (i < 0 || i >= r->n_files) return 0;
+    if (r->text_file == i && r->tmap && end <= (int64_t)r->tsize)
+        return data_window_hash(r->tmap, -1, end);
+    if (r->fp_file == i && r->fp) return data_window_hash(NULL, fileno(r->fp), end);
+    const data_file *f = &r->files[i];
+    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    uint64_t h = 1;
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        (!f->ino || (f->dev == (uint64_t)st.st_dev && f->ino == (uint64_t)st.st_ino)))
+        h = data_window_hash(NULL, fd, end);
+    if (fd >= 0) close(fd);
+    return h;
+}
+
 /* Interleaved: HF split_dataset_by_node's case of an IterableDataset whose shard count the
  * world size does not divide (not its contiguous split of a map-style Dataset: data.h). */
 static int want_doc(int64_t doc, void *arg) {
@@ -413,7 +435,8 @@ static int another_dataset(const data_loader *l, const char *why, base_err *err)
 static int changed_same_size(const data_file *f, const data_loader_state *s, base_err *err) {
     return base_fail(err,
                      "%s: changed since the checkpoint (the same size, other bytes at its "
-                     "start or end: regenerated or reshuffled?): the saved position (document "
+                     "start, its end or before the saved position: regenerated or reshuffled?): "
+                     "the saved position (document "
                      "%lld) would point into other documents; restore the file, or leave the "
                      "position out (checkpoint.exclude_from_loading = [\"dataloader\"])",
                      f->path, (long long)s->doc);
@@ -444,6 +467,17 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     s->setup = l->setup;
     s->before = data_reader_files_hash(&l->rd, s->file);
     s->name = s->file < l->rd.n_files ? name_hash(&l->rd.files[s->file]) : 0;
+    s->window = file_window(l, s->file, s->byte_off);
+}
+
+/* Whether the window s records reads the same in the file at f's path now (s->window 0: a state
+ * saved before titan recorded it, not checked). */
+static int window_same(const data_file *f, const data_loader_state *s) {
+    if (!s->window) return 1;
+    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    const uint64_t h = fd >= 0 ? data_window_hash(NULL, fd, s->byte_off) : 1;
+    if (fd >= 0) close(fd);
+    return h == s->window;
 }
 
 /* The fingerprint differs (the file list changed): whether the dataset only grew after the
@@ -545,6 +579,15 @@ static int check_growth(const data_loader *l, const data_loader_state *s, data_p
                          f->path, (long long)s->size, (long long)f->size, (long long)s->size,
                          (long long)s->doc, k_leave_out);
     }
+    if (!window_same(f, s))
+        return base_fail(err,
+                         "%s: grew since the checkpoint (%lld bytes then, %lld now), but the "
+                         "%lld bytes before the saved position (byte %lld) are not the ones the "
+                         "run read (rewritten, not only appended to): the saved position "
+                         "(document %lld) would point into other documents; restore it, or %s",
+                         f->path, (long long)s->size, (long long)f->size,
+                         (long long)(s->byte_off < 65536 ? s->byte_off : 65536),
+                         (long long)s->byte_off, (long long)s->doc, k_leave_out);
     return data_reader_check_grown(r, p, s->size, s->doc_tokens > 0, err);
 }
 
@@ -590,6 +633,9 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
         s->content != file_content(l, s->file, &size))
         return changed_same_size(&l->rd.files[s->file], s, err);
     if (data_reader_seek(&l->rd, &p, err)) return -1;
+    /* after the seek, which names a position that is no place in the file */
+    if (!grown && s->file < l->rd.n_files && !window_same(&l->rd.files[s->file], s))
+        return changed_same_size(&l->rd.files[s->file], s, err);
     l->rd.bad_lines = s->bad_lines;
     l->rd.bad_counted = s->epoch > 0;
     l->epoch = s->epoch;
@@ -621,17 +667,18 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
 }
 
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n) {
-    int k =
-        snprintf(buf, n,
-                 "{\"epoch\": %lld, \"doc\": %lld, \"doc_tokens\": %lld, \"file\": %d, "
-                 "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
-                 "%lld, \"fingerprint\": \"%016llx\", \"content\": \"%016llx\", \"setup\": "
-                 "\"%016llx\", \"before\": \"%016llx\", \"name\": \"%016llx\", \"size\": %lld}",
-                 (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
-                 (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
-                 (long long)s->bad_lines, (unsigned long long)s->fingerprint,
-                 (unsigned long long)s->content, (unsigned long long)s->setup,
-                 (unsigned long long)s->before, (unsigned long long)s->name, (long long)s->size);
+    int k = snprintf(buf, n,
+                     "{\"epoch\": %lld, \"doc\": %lld, \"doc_tokens\": %lld, \"file\": %d, "
+                     "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
+                     "%lld, \"fingerprint\": \"%016llx\", \"content\": \"%016llx\", \"setup\": "
+                     "\"%016llx\", \"before\": \"%016llx\", \"name\": \"%016llx\", \"size\": %lld, "
+                     "\"window\": \"%016llx\"}",
+                     (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
+                     (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
+                     (long long)s->bad_lines, (unsigned long long)s->fingerprint,
+                     (unsigned long long)s->content, (unsigned long long)s->setup,
+                     (unsigned long long)s->before, (unsigned long long)s->name, (long long)s->size,
+                     (unsigned long long)s->window);
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
@@ -687,11 +734,17 @@ int data_loader_state_parse(const char *text, data_loader_state *s, base_err *er
     }
     bad |= !has && sz;
     const int64_t size = has && !bad ? json_integer_value(sz) : 0;
+    uint64_t w = 0; /* absent in states saved before it: not checked */
+    json_t *wt = json_object_get(j, "window");
+    const int bad_w = wt && (hex16(wt, &w) || !has);
     json_decref(j);
     if (bad)
         return base_fail(err, "data-loader state: \"setup\", \"before\", \"name\" (16 hex "
                               "digits each) and \"size\" (a non-negative integer) go together");
-    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6],
-                             v[7], h,    c,    g[0],          g[1], g[2], size};
+    if (bad_w)
+        return base_fail(err, "data-loader state: bad \"window\" (16 hex digits, with \"setup\", "
+                              "\"before\", \"name\" and \"size\")");
+    *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6], v[7],
+                             h,    c,    g[0], g[1],          g[2], size, w};
     return 0;
 }

@@ -175,6 +175,7 @@ static void test_text_crlf(void) {
         s.byte_off = 14; /* after "\r\r": "gh" */
         s.doc = 2;
         s.file_doc = 2;
+        s.window = 0; /* a position made by hand: the bytes before it not recorded */
         CHECK(data_loader_set_state(l, &s, &err) == 0 && data_loader_next(l, x, y, &err) == 1 &&
                   x[0] == 'g' && x[1] == 'h' && x[2] == '\n' && x[4] == 'i',
               "resume after \\r\\r: %s", err.msg);
@@ -1146,12 +1147,53 @@ static void test_grow_refused(void) {
                   "jsonl, the last line continued");
 }
 
+/* A file over 128 KiB: a same-length edit in the consumed bytes between its first and last
+ * 64 KiB, just before the position, plus an append, is refused (the window before the position);
+ * an edit outside every hashed window is not seen (the documented limit). */
+static void test_grow_window(void) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s", path_of("w.jsonl"));
+    const size_t n_lines = 3000, L = 64; /* 192,000 bytes */
+    char *old = malloc(n_lines * L + 1), *all = malloc(n_lines * L + 2 * L + 1);
+    if (!old || !all) return;
+    for (size_t i = 0; i < n_lines; i++)
+        snprintf(old + i * L, L + 1, "{\"text\": \"x%05zu %-44s\"}\n", i, "abcdefghij");
+    data_loader_cfg c = cfg("w.jsonl", 7, 8); /* 64 tokens a batch (state_after's buffers) */
+    c.path = p;
+    write_str("w.jsonl", old);
+    data_loader_state s;
+    if (state_after(c, 1250, &s)) return; /* 80,000 tokens (51 a line): about byte 100,000 */
+    CHECK(s.byte_off > 80000 && s.byte_off < 120000 && s.window, "position at byte %lld",
+          (long long)s.byte_off);
+    memcpy(all, old, n_lines * L + 1);
+    strcat(all, "{\"text\": \"new line one\"}\n{\"text\": \"new line two\"}\n");
+    write_str("w.jsonl", all);
+    expect_resume(c, &s, NULL, 1250, "a file over 128 KiB appended to");
+    const size_t at = (size_t)s.byte_off - 10 * L; /* a line 10 lines before the position */
+    memcpy(all + at + 10, "MMMMMM", 6);
+    write_str("w.jsonl", all);
+    expect_resume(c, &s,
+                  "w.jsonl: grew since the checkpoint (192000 bytes then, 192050 now), but the "
+                  "65536 bytes before the saved position",
+                  0, "a same-length edit before the position plus an append");
+    /* a position at about byte 150,000: the window from about 84,000; bytes 65,536 to there
+     * are in no window */
+    memcpy(all + at + 10, old + at + 10, 6);
+    write_str("w.jsonl", old);
+    if (state_after(c, 1875, &s)) return;
+    memcpy(all + 70000, "MMMMMM", 6);
+    write_str("w.jsonl", all);
+    expect_resume(c, &s, NULL, 1875, "an edit outside the hashed windows");
+    free(old);
+    free(all);
+}
+
 /* The state's JSON fits DATA_LOADER_STATE_MAX whatever its values (callers' buffers, the
  * checkpoint's per-rank slot); the growth fields come together or not at all. */
 static void test_state_bounds(void) {
     data_loader_state s = {INT64_MAX,  INT64_MAX,  INT64_MAX,  INT32_MAX,  INT64_MAX,
                            INT64_MAX,  INT64_MAX,  INT64_MAX,  UINT64_MAX, UINT64_MAX,
-                           UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MAX},
+                           UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MAX,  UINT64_MAX},
                       t;
     char buf[DATA_LOADER_STATE_MAX];
     int ok = data_loader_state_format(&s, buf, sizeof buf) == 0;
@@ -1161,7 +1203,7 @@ static void test_state_bounds(void) {
               t.file == s.file && t.file_doc == s.file_doc && t.byte_off == s.byte_off &&
               t.line == s.line && t.bad_lines == s.bad_lines && t.fingerprint == s.fingerprint &&
               t.content == s.content && t.setup == s.setup && t.before == s.before &&
-              t.name == s.name && t.size == s.size,
+              t.name == s.name && t.size == s.size && t.window == s.window,
           "the largest state back: %s (%s)", buf, ok ? "differs" : err_unused.msg);
     const char *head = "{\"epoch\": 0, \"doc\": 0, \"doc_tokens\": 0, \"file\": 0, \"file_doc\": "
                        "0, \"byte_off\": 0, \"line\": 0, \"bad_lines\": 0, \"fingerprint\": "
@@ -1221,6 +1263,7 @@ int main(void) {
     test_bad_state();
     test_grow(tok);
     test_grow_refused();
+    test_grow_window();
     test_state_bounds();
     test_grow_tokenize_marks(tok);
     data_tok_free(tok);
