@@ -60,26 +60,48 @@ static uint64_t file_content(const data_loader *l, int i, int64_t *size) {
     return h;
 }
 
-/* data_window_hash of file i's bytes before byte end, of the bytes the reader read: its open
- * mapping or descriptor, else (the reader has moved on to later files while the position's
- * document is still buffered) the file at the path when it is the one the reader opened (device
- * and inode) or one it has not opened; 1 when neither (replaced since: a resume after growth is
- * refused, the bytes trained on being gone). */
-static uint64_t file_window(const data_loader *l, int i, int64_t end) {
+/* The bytes of file i the reader read, for hashes at a save: its open mapping (*map) or
+ * descriptor (*fd), else (the reader has moved on to later files while the position's document is
+ * still buffered) the file at the path when it is the one the reader opened (device and inode)
+ * or one it has not opened (*fd opened here: *own). -1 when neither (replaced since). */
+static int read_bytes(const data_loader *l, int i, const unsigned char **map, int *fd, int *own) {
     const data_reader *r = &l->rd;
-    if (i < 0 || i >= r->n_files) return 0;
-    if (r->text_file == i && r->tmap && end <= (int64_t)r->tsize)
-        return data_window_hash(r->tmap, -1, end);
-    if (r->fp_file == i && r->fp) return data_window_hash(NULL, fileno(r->fp), end);
+    *map = NULL, *fd = -1, *own = 0;
+    if (r->text_file == i && r->tmap) {
+        *map = r->tmap;
+        return 0;
+    }
+    if (r->fp_file == i && r->fp) {
+        *fd = fileno(r->fp);
+        return 0;
+    }
     const data_file *f = &r->files[i];
-    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    uint64_t h = 1;
-    if (fd >= 0 && fstat(fd, &st) == 0 &&
+    *fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    *own = *fd >= 0;
+    if (*fd >= 0 && fstat(*fd, &st) == 0 &&
         (!f->ino || (f->dev == (uint64_t)st.st_dev && f->ino == (uint64_t)st.st_ino)))
-        h = data_window_hash(NULL, fd, end);
-    if (fd >= 0) close(fd);
-    return h;
+        return 0;
+    if (*own) close(*fd);
+    *fd = -1, *own = 0;
+    return -1;
+}
+
+/* The state's `window` (and, for a JSON Lines file that grew while the run read it, `size` and
+ * `content` moved up to the position, so that the lines read past the size it had at its open
+ * are checked as read, and the size said is the one read) from the bytes the reader read; 1
+ * when they are gone (a resume after growth is refused then). */
+static void state_window(const data_loader *l, data_loader_state *s) {
+    if (s->file < 0 || s->file >= l->rd.n_files) return;
+    const unsigned char *map;
+    int fd, own;
+    const int ok = read_bytes(l, s->file, &map, &fd, &own) == 0;
+    s->window = ok ? data_window_hash(map, fd, s->byte_off) : 1;
+    if (s->byte_off > s->size && !map) {
+        s->size = s->byte_off;
+        s->content = ok ? data_content_hash_fd(fd, s->byte_off) : 1;
+    }
+    if (own) close(fd);
 }
 
 /* Interleaved: HF split_dataset_by_node's case of an IterableDataset whose shard count the
@@ -467,7 +489,7 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     s->setup = l->setup;
     s->before = data_reader_files_hash(&l->rd, s->file);
     s->name = s->file < l->rd.n_files ? name_hash(&l->rd.files[s->file]) : 0;
-    s->window = file_window(l, s->file, s->byte_off);
+    state_window(l, s);
 }
 
 /* Whether the window s records reads the same in the file at f's path now (s->window 0: a state

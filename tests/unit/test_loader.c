@@ -1188,6 +1188,50 @@ static void test_grow_window(void) {
     free(all);
 }
 
+/* A JSON Lines file appended to while the run read it, its new lines read: the state's size is at
+ * least the position's offset (the info line's "bytes then"), and a same-length rewrite of those
+ * lines before a resume is refused (they were taken as read, unchecked). */
+static void test_grow_while_read(void) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s", path_of("live.jsonl"));
+    char line[80], *old = malloc(200 * 64 + 1);
+    if (!old) return;
+    for (int i = 0; i < 200; i++) /* 64 bytes, 51 byte tokens a line: 12,800 bytes */
+        snprintf(old + i * 64, 65, "{\"text\": \"d%05d %-44s\"}\n", i, "q");
+    write_str("live.jsonl", old);
+    data_loader_cfg c = cfg("live.jsonl", 7, 8);
+    c.path = p;
+    base_err err;
+    data_loader *l;
+    int32_t x[64], y[64];
+    if (data_loader_open(&l, &c, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg); /* the file open, 12,800 bytes */
+    FILE *f = fopen(p, "ab");
+    for (int i = 0; f && i < 100; i++) fprintf(f, "{\"text\": \"n%05d %-44s\"}\n", i, "q");
+    if (f) fclose(f);
+    for (int b = 1; b < 200; b++) /* 12,800 tokens: past the old 10,200 */
+        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    data_loader_state s;
+    data_loader_get_state(l, &s);
+    data_loader_free(l);
+    CHECK(s.byte_off > 12800 && s.size >= s.byte_off && s.epoch == 0,
+          "read past the size at open: byte %lld, size %lld, epoch %lld", (long long)s.byte_off,
+          (long long)s.size, (long long)s.epoch);
+    expect_resume(c, &s, NULL, 200, "grown while read, unchanged since");
+    FILE *g = fopen(p, "r+b"); /* rewrite the first appended line, read before the position */
+    snprintf(line, sizeof line, "{\"text\": \"X%05d", 0);
+    if (g && fseek(g, 12800, SEEK_SET) == 0) fwrite(line, 1, strlen(line), g);
+    if (g) fclose(g);
+    expect_resume(c, &s,
+                  "live.jsonl: grew since the checkpoint (16000 bytes then, 19200 now), but its "
+                  "first 16000 bytes are not",
+                  0, "grown while read, a line read past the size then rewritten");
+    free(old);
+}
+
 /* The state's JSON fits DATA_LOADER_STATE_MAX whatever its values (callers' buffers, the
  * checkpoint's per-rank slot); the growth fields come together or not at all. */
 static void test_state_bounds(void) {
@@ -1264,6 +1308,7 @@ int main(void) {
     test_grow(tok);
     test_grow_refused();
     test_grow_window();
+    test_grow_while_read();
     test_state_bounds();
     test_grow_tokenize_marks(tok);
     data_tok_free(tok);
