@@ -659,7 +659,10 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     if (!grown && s->file < l->rd.n_files && !window_same(&l->rd.files[s->file], s))
         return changed_same_size(&l->rd.files[s->file], s, err);
     l->rd.bad_lines = s->bad_lines;
-    l->rd.bad_counted = s->epoch > 0;
+    /* a later epoch counted its bad lines in the first, but a grown file's new lines were in no
+     * pass: counted (and said) for the rest of this epoch, an old bad line after the position
+     * counted twice, which overcounts where not counting would lose the new ones silently */
+    l->rd.bad_counted = s->epoch > 0 && !grown;
     l->epoch = s->epoch;
     /* the dataset's very start: a position with document 0 elsewhere (past the last file, or
      * after files without documents) has not read this epoch from its start, so the checks of

@@ -1232,6 +1232,35 @@ static void test_grow_while_read(void) {
     free(old);
 }
 
+/* A resume at epoch 1 on a JSON Lines file that grew with a malformed line, skip_bad_lines: the
+ * new bad line is counted (a later epoch's are not: they were counted in the first). */
+static void test_grow_bad_lines(void) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s", path_of("bad.jsonl"));
+    write_str("bad.jsonl", "{\"text\": \"one two\"}\n{\"text\": \"three\"}\n");
+    data_loader_cfg c = cfg("bad.jsonl", 3, 1);
+    c.path = p;
+    c.skip_bad_lines = 1;
+    data_loader_state s;
+    if (state_after(c, 5, &s)) return; /* 12 tokens an epoch: in epoch 1 */
+    CHECK(s.epoch == 1 && s.bad_lines == 0, "epoch %lld, %lld bad", (long long)s.epoch,
+          (long long)s.bad_lines);
+    write_str("bad.jsonl",
+              "{\"text\": \"one two\"}\n{\"text\": \"three\"}\n{\"text\": \"bro\n{\"text\": "
+              "\"four\"}\n");
+    base_err err;
+    data_loader *l;
+    int32_t x[8], y[8];
+    if (data_loader_open(&l, &c, &err)) return;
+    CHECK(data_loader_set_state(l, &s, &err) == 0, "%s", err.msg);
+    for (int b = 0; b < 3; b++) CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    data_loader_state t;
+    data_loader_get_state(l, &t);
+    data_loader_free(l);
+    CHECK(t.bad_lines == 1, "the grown file's bad line at epoch 1: %lld counted (epoch %lld)",
+          (long long)t.bad_lines, (long long)t.epoch);
+}
+
 /* The state's JSON fits DATA_LOADER_STATE_MAX whatever its values (callers' buffers, the
  * checkpoint's per-rank slot); the growth fields come together or not at all. */
 static void test_state_bounds(void) {
@@ -1309,6 +1338,7 @@ int main(void) {
     test_grow_refused();
     test_grow_window();
     test_grow_while_read();
+    test_grow_bad_lines();
     test_state_bounds();
     test_grow_tokenize_marks(tok);
     data_tok_free(tok);
