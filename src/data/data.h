@@ -304,7 +304,8 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s);
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err);
 /* The tokenizer the dataset's token shards record (the first shard's that records one:
  * version 2 headers; the loader checks every shard against the run's tokenizer when it has
- * one): its folder (*path, NUL-terminated) and tokenizer.json's FNV-1a 64. 0 when found, -1
+ * one, and without one refuses at open shards that record different ones, so it is all of
+ * theirs): its folder (*path, NUL-terminated) and tokenizer.json's FNV-1a 64. 0 when found, -1
  * when no shard records one (text, JSON Lines, version 1 shards). */
 int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_t *hash);
 /* One line for logs: files, formats and what is known up front (token shards: documents and

@@ -330,6 +330,27 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
         data_loader_free(l);
         return -1;
     }
+    /* without a tokenizer nothing checks a shard's ids against one (append_doc): shards of two
+     * tokenizers (a glob over tokenize folders) would pack two vocabularies into one stream, and
+     * the checkpoint would record the first's (data_loader_shard_tokenizer) */
+    const data_file *first = NULL;
+    for (int i = 0; !t && i < l->rd.n_files; i++) {
+        const data_file *f = &l->rd.files[i];
+        if (f->format != DATA_FMT_TOKENS || !f->tok_path) continue;
+        if (!first) {
+            first = f;
+        } else if (f->tok_hash != first->tok_hash) {
+            base_fail(err,
+                      "%s: token shards written by two tokenizers: %s by %s (tokenizer.json FNV-1a "
+                      "64 %016llx), %s by %s (%016llx); without --tokenizer their ids would be two "
+                      "vocabularies in one stream: train on them apart, or re-tokenize one with "
+                      "the other's tokenizer",
+                      cfg->path, first->path, first->tok_path, (unsigned long long)first->tok_hash,
+                      f->path, f->tok_path, (unsigned long long)f->tok_hash);
+            data_loader_free(l);
+            return -1;
+        }
+    }
     for (int i = 0; !t && i < l->rd.n_files; i++)
         if (l->rd.files[i].format != DATA_FMT_TOKENS && V < 256) {
             base_fail(err, "%s: byte tokens (no tokenizer) need vocab_size >= 256 (got %d)",

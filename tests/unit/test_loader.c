@@ -1261,6 +1261,36 @@ static void test_grow_bad_lines(void) {
           (long long)t.bad_lines, (long long)t.epoch);
 }
 
+/* Token shards trained on without a tokenizer: shards that record two tokenizers (a glob over
+ * tokenize folders) are refused at open, naming both shards and both tokenizers. */
+static void test_shards_two_tokenizers(data_tok *tok) {
+    if (!tok) return;
+    base_err err;
+    int64_t nd = 0;
+    write_str("tk2.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two\"}\n");
+    if (tokenize_to("tk2.jsonl", "tk2", 1, &nd, &err)) {
+        CHECK(0, "tokenize: %s", err.msg);
+        return;
+    }
+    data_loader_cfg c = cfg("tk2", 3, 1);
+    c.enc.vocab_size = 1 << 20;
+    data_loader *l;
+    CHECK(data_loader_open(&l, &c, &err) == 0, "one tokenizer: %s", err.msg);
+    if (l) data_loader_free(l);
+    /* shard 1's tokenizer.json hash (header bytes 48..55) another's */
+    FILE *f = fopen(path_of("tk2/shard-00001.tok"), "r+b");
+    unsigned char b = 0;
+    if (f && fseek(f, 48, SEEK_SET) == 0 && fread(&b, 1, 1, f) == 1 && fseek(f, 48, SEEK_SET) == 0)
+        b ^= 0x5a, fwrite(&b, 1, 1, f);
+    if (f) fclose(f);
+    l = NULL;
+    CHECK(data_loader_open(&l, &c, &err) != 0 && strstr(err.msg, "written by two tokenizers") &&
+              strstr(err.msg, "shard-00000.tok by ") && strstr(err.msg, "shard-00001.tok by ") &&
+              strstr(err.msg, "test_tokenizer"),
+          "shards of two tokenizers, no tokenizer: %s", l ? "opened" : err.msg);
+    if (l) data_loader_free(l);
+}
+
 /* The state's JSON fits DATA_LOADER_STATE_MAX whatever its values (callers' buffers, the
  * checkpoint's per-rank slot); the growth fields come together or not at all. */
 static void test_state_bounds(void) {
@@ -1339,6 +1369,7 @@ int main(void) {
     test_grow_window();
     test_grow_while_read();
     test_grow_bad_lines();
+    test_shards_two_tokenizers(tok);
     test_state_bounds();
     test_grow_tokenize_marks(tok);
     data_tok_free(tok);
