@@ -1145,6 +1145,16 @@ static void test_grow_refused(void) {
     write_str("h.jsonl", "{\"text\": \"abc\"}{\"text\": \"d\"}\n");
     expect_resume(jc, &s, "but its last line then (the file's end, without a newline) runs on", 0,
                   "jsonl, the last line continued");
+    /* ... and a position inside that last line (part of it trained on), continued */
+    write_str("h.jsonl", "{\"text\": \"abc\"}\n{\"text\": \"defghijk\"}");
+    if (state_after(jc, 2, &s)) return; /* 6 tokens: "abc", then 3 of "defghijk" */
+    CHECK(s.doc == 1 && s.doc_tokens == 3, "in the last line: doc %lld, token %lld",
+          (long long)s.doc, (long long)s.doc_tokens);
+    write_str("h.jsonl", "{\"text\": \"abc\"}\n{\"text\": \"defghijk\"}{\"text\": \"z\"}\n");
+    expect_resume(jc, &s,
+                  "but the line at the saved position, partly trained on, ran to the file's end "
+                  "then (no newline) and runs on into the new bytes now",
+                  0, "jsonl, a position in the last line, continued");
 }
 
 /* A file over 128 KiB: a same-length edit in the consumed bytes between its first and last
