@@ -1311,6 +1311,8 @@ static void test_state_bounds(void) {
     char buf[DATA_LOADER_STATE_MAX];
     int ok = data_loader_state_format(&s, buf, sizeof buf) == 0;
     CHECK(ok, "the largest state does not fit");
+    CHECK(strlen(buf) == 454, "the largest state is %zu bytes (docs/data.md says 454)",
+          strlen(buf));
     ok = ok && data_loader_state_parse(buf, &t, &err_unused) == 0;
     CHECK(ok && t.epoch == s.epoch && t.doc == s.doc && t.doc_tokens == s.doc_tokens &&
               t.file == s.file && t.file_doc == s.file_doc && t.byte_off == s.byte_off &&
