@@ -554,15 +554,20 @@ static int check_growth(const data_loader *l, const data_loader_state *s, data_p
                              "and their documents number the position's (document %lld); %s",
                              r->files[at].path, at > k ? "later" : "earlier", at + 1, k + 1,
                              (long long)s->doc, k_leave_out);
-        return base_fail(err,
-                         "%s: the %d file%s before the saved position's (%s) %s not the ones the "
-                         "checkpoint read: one changed size, name or format, or a file was "
-                         "added, removed or renamed among them; their documents number the "
-                         "position's (document %lld), so it cannot be resumed; restore them, "
-                         "or %s",
-                         l->path, k, k == 1 ? "" : "s",
-                         at == k ? r->files[k].path : "gone: removed or renamed",
-                         k == 1 ? "is" : "are", (long long)s->doc, k_leave_out);
+        {
+            char files[32];
+            snprintf(files, sizeof files, k == 1 ? "file" : "%d files", k);
+            return base_fail(
+                err,
+                "%s: the %s before the saved position's (%s) %s the checkpoint read: %s "
+                "changed size, name or format, or a file was added, removed or renamed "
+                "%s; %s documents number the position's (document %lld), so it cannot "
+                "be resumed; restore %s, or %s",
+                l->path, files, at == k ? r->files[k].path : "gone: removed or renamed",
+                k == 1 ? "is not the one" : "are not the ones", k == 1 ? "it" : "one",
+                k == 1 ? "before it" : "among them", k == 1 ? "its" : "their", (long long)s->doc,
+                k == 1 ? "it" : "them", k_leave_out);
+        }
     }
     if (!s->name) { /* past the last file then: the files added after it are read from here */
         if (p->file_doc || p->byte_off || p->line || s->doc_tokens)
@@ -595,12 +600,11 @@ static int check_growth(const data_loader *l, const data_loader_state *s, data_p
                              "%s: added before the saved position's file (%s), whose documents "
                              "would come before the position (document %lld); %s",
                              f->path, r->files[at].path, (long long)s->doc, k_leave_out);
-        char why[128];
-        snprintf(why, sizeof why,
-                 "the file its position is in, file %d of the listing then, is none of these: "
-                 "removed or renamed",
-                 k + 1);
-        return another_dataset(l, why, err);
+        return base_fail(err,
+                         "%s: the file holding the saved position (file %d of the listing then) "
+                         "is gone: removed or renamed (%s is listed there now), or the state is "
+                         "another dataset's; %s",
+                         l->path, k + 1, f->path, k_leave_out);
     }
     if (f->size < s->size)
         return base_fail(err,
@@ -641,9 +645,16 @@ static void said_growth(const data_loader *l, const data_loader_state *s) {
     if (f && s->name && f->size > s->size)
         snprintf(where, sizeof where, "%s: %lld bytes then, %lld now", f->path, (long long)s->size,
                  (long long)f->size);
-    else if (f && s->name)
+    else if (f && s->name && s->file + 1 < l->rd.n_files)
         snprintf(where, sizeof where, "files listed after %s changed or were added", f->path);
-    else
+    else if (f && s->name) { /* nothing after it: its size when the run listed it was another */
+        base_log(BASE_LOG_INFO,
+                 "data: %s grew while the run read it, before the checkpoint (%s: %lld bytes, as "
+                 "the run last read it, and now): resuming at its saved position (epoch %lld, "
+                 "document %lld)",
+                 l->path, f->path, (long long)s->size, (long long)s->epoch, (long long)s->doc);
+        return;
+    } else
         snprintf(where, sizeof where, "files listed after the last it had read, from %s",
                  f ? f->path : "?");
     base_log(BASE_LOG_INFO,
