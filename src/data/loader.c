@@ -89,17 +89,25 @@ static int read_bytes(const data_loader *l, int i, const unsigned char **map, in
 
 /* The state's `window` (and, for a JSON Lines file that grew while the run read it, `size` and
  * `content` moved up to the position, so that the lines read past the size it had at its open
- * are checked as read, and the size said is the one read) from the bytes the reader read; 1
- * when they are gone (a resume after growth is refused then). */
+ * are checked as read, and the size said is the one read) from the bytes the reader read. At
+ * offset 0 (a token shard's position, a file's start) the window is empty: nothing is read.
+ * When the bytes are gone (the file unreadable or replaced at this save) the window is left
+ * unrecorded (0, not checked, as a state from before titan recorded it) and size and content
+ * as they were: a passing fault at a save must not refuse every later resume on the same
+ * data. */
 static void state_window(const data_loader *l, data_loader_state *s) {
     if (s->file < 0 || s->file >= l->rd.n_files) return;
+    if (s->byte_off <= 0) {
+        s->window = data_window_hash(NULL, -1, 0); /* n = 0: no read */
+        return;
+    }
     const unsigned char *map;
     int fd, own;
-    const int ok = read_bytes(l, s->file, &map, &fd, &own) == 0;
-    s->window = ok ? data_window_hash(map, fd, s->byte_off) : 1;
+    if (read_bytes(l, s->file, &map, &fd, &own)) return;
+    s->window = data_window_hash(map, fd, s->byte_off);
     if (s->byte_off > s->size && !map) {
         s->size = s->byte_off;
-        s->content = ok ? data_content_hash_fd(fd, s->byte_off) : 1;
+        s->content = data_content_hash_fd(fd, s->byte_off);
     }
     if (own) close(fd);
 }
@@ -516,7 +524,7 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
 /* Whether the window s records reads the same in the file at f's path now (s->window 0: a state
  * saved before titan recorded it, not checked). */
 static int window_same(const data_file *f, const data_loader_state *s) {
-    if (!s->window) return 1;
+    if (!s->window || s->byte_off <= 0) return 1; /* unrecorded, or empty */
     const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     const uint64_t h = fd >= 0 ? data_window_hash(NULL, fd, s->byte_off) : 1;
     if (fd >= 0) close(fd);
