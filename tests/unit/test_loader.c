@@ -1271,19 +1271,29 @@ static void test_grow_bad_lines(void) {
           (long long)t.bad_lines, (long long)t.epoch);
 }
 
+/* JSON Lines text written to NAME.jsonl and tokenized into folder NAME (one document a shard);
+ * *c: a loader of it, 3-token windows on 1 rank. 0, or -1 (said) when the tokenize failed. */
+static int tokenized(const char *name, const char *text, data_loader_cfg *c) {
+    char src[128];
+    base_err err;
+    int64_t nd = 0;
+    snprintf(src, sizeof src, "%s.jsonl", name);
+    write_str(src, text);
+    if (tokenize_to(src, name, 1, &nd, &err)) {
+        CHECK(0, "tokenize %s: %s", src, err.msg);
+        return -1;
+    }
+    *c = cfg(name, 3, 1);
+    c->enc.vocab_size = 1 << 20;
+    return 0;
+}
+
 /* Token shards trained on without a tokenizer: shards that record two tokenizers (a glob over
  * tokenize folders) are refused at open, naming both shards and both tokenizers. */
 static void test_shards_two_tokenizers(data_tok *tok) {
-    if (!tok) return;
     base_err err;
-    int64_t nd = 0;
-    write_str("tk2.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two\"}\n");
-    if (tokenize_to("tk2.jsonl", "tk2", 1, &nd, &err)) {
-        CHECK(0, "tokenize: %s", err.msg);
-        return;
-    }
-    data_loader_cfg c = cfg("tk2", 3, 1);
-    c.enc.vocab_size = 1 << 20;
+    data_loader_cfg c;
+    if (!tok || tokenized("tk2", "{\"text\": \"one\"}\n{\"text\": \"two\"}\n", &c)) return;
     data_loader *l;
     CHECK(data_loader_open(&l, &c, &err) == 0, "one tokenizer: %s", err.msg);
     if (l) data_loader_free(l);
@@ -1307,16 +1317,11 @@ static void test_shards_two_tokenizers(data_tok *tok) {
  * resume from that checkpoint: a review's finding). A token shard's position (byte offset 0)
  * reads nothing for its window at all. */
 static void test_save_while_away(data_tok *tok) {
-    if (!tok) return;
     base_err err;
-    int64_t nd = 0;
-    write_str("away.jsonl", "{\"text\": \"one two three four\"}\n{\"text\": \"five six\"}\n");
-    if (tokenize_to("away.jsonl", "away", 1, &nd, &err)) {
-        CHECK(0, "tokenize: %s", err.msg);
+    data_loader_cfg c;
+    if (!tok ||
+        tokenized("away", "{\"text\": \"one two three four\"}\n{\"text\": \"five six\"}\n", &c))
         return;
-    }
-    data_loader_cfg c = cfg("away", 3, 1);
-    c.enc.vocab_size = 1 << 20;
     data_loader *l = NULL, *m = NULL;
     int32_t in[3], lab[3];
     CHECK(data_loader_open(&l, &c, &err) == 0, "open: %s", err.msg);
