@@ -521,14 +521,21 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     state_window(l, s);
 }
 
+/* Of the file at path now (a resume's check): the content hash of its first `end` bytes, or
+ * (window) the window hash of the 64 KiB before byte `end`; 1 when it cannot be read. */
+static uint64_t path_hash(const char *path, int64_t end, int window) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    const uint64_t h = window ? data_window_hash(NULL, fd, end) : data_content_hash_fd(fd, end);
+    close(fd);
+    return h;
+}
+
 /* Whether the window s records reads the same in the file at f's path now (s->window 0: a state
  * saved before titan recorded it, not checked). */
 static int window_same(const data_file *f, const data_loader_state *s) {
     if (!s->window || s->byte_off <= 0) return 1; /* unrecorded, or empty */
-    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    const uint64_t h = fd >= 0 ? data_window_hash(NULL, fd, s->byte_off) : 1;
-    if (fd >= 0) close(fd);
-    return h == s->window;
+    return path_hash(f->path, s->byte_off, 1) == s->window;
 }
 
 /* The fingerprint differs (the file list changed): whether the dataset only grew after the
@@ -621,10 +628,7 @@ static int check_growth(const data_loader *l, const data_loader_state *s, data_p
                          "or %s",
                          f->path, (long long)f->size, (long long)s->size, (long long)s->doc,
                          k_leave_out);
-    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    const uint64_t h = fd >= 0 ? data_content_hash_fd(fd, s->size) : 1;
-    if (fd >= 0) close(fd);
-    if (h != s->content) {
+    if (path_hash(f->path, s->size, 0) != s->content) {
         if (f->size == s->size) return changed_same_size(f, s, err);
         return base_fail(err,
                          "%s: grew since the checkpoint (%lld bytes then, %lld now), but its "
