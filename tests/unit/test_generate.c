@@ -29,6 +29,25 @@
 
 #include "check.h"
 
+/* got[T, V]: the logits of tok[0, T) through s from position 0: a prefill of n_prefill, a
+ * second of n_second, then one token per call (odd positions all_logits, even ones the
+ * last-row-only mode, which must give the same row). */
+static void run_calls(model_infer *s, const int32_t *tok, int T, int n_prefill, int n_second, int V,
+                      float *got) {
+    base_err e = {{0}};
+    int pos = 0;
+    CHECK(model_infer_forward(s, tok, n_prefill, got, 1, &e) == 0, "prefill: %s", e.msg);
+    pos = n_prefill;
+    if (n_second > 0) {
+        CHECK(model_infer_forward(s, tok + pos, n_second, got + (size_t)pos * V, 1, &e) == 0,
+              "second prefill: %s", e.msg);
+        pos += n_second;
+    }
+    for (; pos < T; pos++)
+        CHECK(model_infer_forward(s, tok + pos, 1, got + (size_t)pos * V, pos % 2, &e) == 0,
+              "step %d: %s", pos, e.msg);
+}
+
 static double check_model(int H, int G, int tied, int T, int n_prefill, int n_second,
                           ops_prec prec) {
     const double tol = prec == OPS_PREC_BF16 ? 2e-3 : 1e-5;
@@ -72,18 +91,7 @@ static double check_model(int H, int G, int tied, int T, int n_prefill, int n_se
     rc = model_infer_new(&s, &m, T, &e);
     CHECK(rc == 0, "infer_new: %s", e.msg);
     if (rc == 0) {
-        int pos = 0;
-        CHECK(model_infer_forward(s, tok, n_prefill, got, 1, &e) == 0, "prefill: %s", e.msg);
-        pos = n_prefill;
-        if (n_second > 0) {
-            CHECK(model_infer_forward(s, tok + pos, n_second, got + (size_t)pos * V, 1, &e) == 0,
-                  "second prefill: %s", e.msg);
-            pos += n_second;
-        }
-        /* the last-row-only mode must give the same row as all_logits */
-        for (; pos < T; pos++)
-            CHECK(model_infer_forward(s, tok + pos, 1, got + (size_t)pos * V, pos % 2, &e) == 0,
-                  "step %d: %s", pos, e.msg);
+        run_calls(s, tok, T, n_prefill, n_second, V, got);
         CHECK(model_infer_len(s) == T, "len %d != %d", model_infer_len(s), T);
         for (int t = 0; t < T; t++) {
             double mx = 1, d = 0;
@@ -105,12 +113,14 @@ static double check_model(int H, int G, int tied, int T, int n_prefill, int n_se
         bad = -1;
         CHECK(model_infer_forward(s, &bad, 1, NULL, 0, &e) != 0, "token -1 accepted");
         CHECK(model_infer_len(s) == 0, "refused input changed the length");
-        /* after reset, the sequence again gives the same logits (the cache is overwritten) */
-        CHECK(model_infer_forward(s, tok, T, got, 1, &e) == 0, "re-prefill: %s", e.msg);
-        double d = 0;
-        for (size_t i = 0; i < (size_t)T * V; i++)
-            d = fabs(ref[i] - got[i]) > d ? fabs(ref[i] - got[i]) : d;
-        CHECK(d <= 1e-4, "re-prefill after reset differs by %g", d);
+        /* after reset, the same calls give the same logits bitwise (the cache is overwritten);
+         * not the one-call prefill's: past 256 rows it runs attention_kv on the later chunks,
+         * within tol of ref only (bf16 rounds P at other points) */
+        float *again = malloc(sizeof(float) * (size_t)T * V);
+        run_calls(s, tok, T, n_prefill, n_second, V, again);
+        CHECK(!memcmp(got, again, sizeof(float) * (size_t)T * V),
+              "the same calls after a reset give other logits");
+        free(again);
     }
     printf("logits %s H=%d G=%d tied=%d T=%d prefill %d+%d: max |diff| / scale = %.3g\n",
            prec == OPS_PREC_BF16 ? "bf16" : "fp32", H, G, tied, T, n_prefill, n_second, worst);
