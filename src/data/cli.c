@@ -309,7 +309,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         if (!rc) rc = data_loader_set_state(l, &s, err);
     }
     for (int b = 0; !rc && b < batches; b++) {
-        int got = data_loader_next(l, x, y, err);
+        int got = data_loader_next(l, x, y, NULL, err);
         if (got <= 0) {
             rc = got;
             break;

@@ -289,8 +289,16 @@ typedef struct data_loader data_loader;
 int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *err);
 void data_loader_free(data_loader *l);
 /* Fills inputs[batch * seq_len] and labels[batch * seq_len]. Returns 1 with a batch, 0 at
- * the end of a non-infinite loader, -1 on error (err names the file, line or document). */
-int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err);
+ * the end of a non-infinite loader, -1 on error (err names the file, line or document).
+ * positions (may be NULL; document masking, torchtitan's block_causal) gets each input token's
+ * position in its document's part of its window: 0 where a document starts, and at the
+ * window's first token (a document begun in an earlier window continues from 0, as torchtitan
+ * 0.3's loader normalises it), +1 per token after (a missing row of a short last batch: one
+ * document, 0..seq_len-1). With positions, a label that is another document's first token (the
+ * target of a document's last token, its eos where the tokenizer has one) is pad_label instead:
+ * torchtitan 0.3 shifts labels within each document, so no document predicts the next one. */
+int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *positions,
+                     base_err *err);
 void data_loader_get_state(const data_loader *l, data_loader_state *s);
 /* Repositions the loader. The same files (the fingerprint matches) resume unless the position's
  * file was rewritten with its size (the content hash differs). Other files resume where the

@@ -386,7 +386,27 @@ void data_loader_free(data_loader *l) {
     free(l);
 }
 
-int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err *err) {
+/* data_loader_next's positions of rows [0, rows) (windows of T + 1 buffered tokens from head,
+ * the documents q[qh ..) of which front_used tokens are consumed) and its labels that start
+ * another document set to pad_label; a missing row is one document. */
+static void doc_positions(const data_loader *l, int rows, int32_t *labels, int32_t *pos) {
+    const int T = l->cfg.seq_len;
+    size_t qi = l->qh;
+    int64_t ds = -l->front_used; /* where document qi starts, relative to head */
+    for (int b = 0; b < l->cfg.batch; b++) {
+        const int64_t w0 = (int64_t)b * (T + 1);
+        for (int t = 0; t <= T && b < rows; t++) {
+            const int64_t a = w0 + t;
+            while (qi < l->qn && a >= ds + l->q[qi].ntok) ds += l->q[qi++].ntok;
+            if (t < T) pos[(size_t)b * T + t] = (int32_t)(a - (ds > w0 ? ds : w0));
+            if (t > 0 && a == ds) labels[(size_t)b * T + t - 1] = l->cfg.pad_label;
+        }
+        for (int t = 0; t < T && b >= rows; t++) pos[(size_t)b * T + t] = t;
+    }
+}
+
+int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *positions,
+                     base_err *err) {
     const int T = l->cfg.seq_len;
     size_t need = (size_t)l->cfg.batch * (size_t)(T + 1);
     while (l->len - l->head < need) {
@@ -410,6 +430,7 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, base_err 
         memcpy(in, w, (size_t)T * sizeof *w);
         memcpy(lab, w + 1, (size_t)T * sizeof *w);
     }
+    if (positions) doc_positions(l, rows, labels, positions);
     consume(l, (int64_t)need);
     /* said once, after the first batch of a pass read from document 0 that came from empty
      * documents only (not after a resume that lands among some) */

@@ -208,7 +208,7 @@ int fuzz_target_run(const uint8_t *data, size_t size) {
     json_decref(t);
     int32_t x[10], y[10];
     for (int b = 0; rc == 0 && b < 8; b++) {
-        int got = data_loader_next(l, x, y, &err);
+        int got = data_loader_next(l, x, y, NULL, &err);
         if (got != 1) broken("no batch after a restored position", err.msg);
         for (int i = 0; i < 10; i++)
             if (x[i] < 0 || x[i] >= 1 << 20 || y[i] < 0 || y[i] >= 1 << 20)

@@ -48,7 +48,7 @@ int fuzz_target_run(const uint8_t *data, size_t size) {
     int rc = data_loader_open(&l, &c, &err);
     int32_t x[6], y[6];
     for (int b = 0; rc == 0 && b < 4096; b++) {
-        int got = data_loader_next(l, x, y, &err);
+        int got = data_loader_next(l, x, y, NULL, &err);
         if (got < 0) rc = -1;
         if (got <= 0) break;
         for (int i = 0; i < 6; i++)

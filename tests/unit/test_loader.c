@@ -54,7 +54,7 @@ static int run_bytes(data_loader_cfg c, int n, char *out, base_err *err) {
     int32_t x[64], y[64];
     int k = 0;
     for (int b = 0; b < n; b++) {
-        int rc = data_loader_next(l, x, y, err);
+        int rc = data_loader_next(l, x, y, NULL, err);
         if (rc <= 0) {
             data_loader_free(l);
             return rc < 0 ? -1 : b;
@@ -128,7 +128,7 @@ static void test_text_paragraphs(void) {
     if (data_loader_open(&l, &c, &err) == 0) {
         data_loader_state s;
         int32_t x[4], y[4];
-        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
         data_loader_get_state(l, &s); /* paragraph 1, "cd", at byte 4 */
         CHECK(s.doc == 1 && s.file_doc == 1 && s.byte_off == 4 && s.doc_tokens == 0,
               "state after one window: doc %lld byte %lld", (long long)s.doc,
@@ -164,7 +164,7 @@ static void test_text_crlf(void) {
     if (data_loader_open(&l, &c, &err) == 0) {
         data_loader_state s;
         int32_t x[8], y[8];
-        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
         data_loader_get_state(l, &s); /* paragraph 1, "ef", after "\r\n\r\n" */
         CHECK(s.doc == 1 && s.byte_off == 10 && s.doc_tokens == 0, "crlf state: doc %lld byte %lld",
               (long long)s.doc, (long long)s.byte_off);
@@ -176,8 +176,9 @@ static void test_text_crlf(void) {
         s.doc = 2;
         s.file_doc = 2;
         s.window = 0; /* a position made by hand: the bytes before it not recorded */
-        CHECK(data_loader_set_state(l, &s, &err) == 0 && data_loader_next(l, x, y, &err) == 1 &&
-                  x[0] == 'g' && x[1] == 'h' && x[2] == '\n' && x[4] == 'i',
+        CHECK(data_loader_set_state(l, &s, &err) == 0 &&
+                  data_loader_next(l, x, y, NULL, &err) == 1 && x[0] == 'g' && x[1] == 'h' &&
+                  x[2] == '\n' && x[4] == 'i',
               "resume after \\r\\r: %s", err.msg);
         data_loader_free(l);
     }
@@ -202,7 +203,7 @@ static void check_resume(data_loader_cfg c, int n, const char *what) {
         data_loader_get_state(l, &s);
         data_loader_state_format(&s, states[b], 512);
         epochs = s.epoch;
-        CHECK(data_loader_next(l, ref + b * per, y, &err) == 1, "%s: %s", what, err.msg);
+        CHECK(data_loader_next(l, ref + b * per, y, NULL, &err) == 1, "%s: %s", what, err.msg);
     }
     data_loader_free(l);
     CHECK(epochs >= 2, "%s: only %lld epochs covered", what, (long long)epochs);
@@ -213,7 +214,7 @@ static void check_resume(data_loader_cfg c, int n, const char *what) {
         ok = ok && data_loader_set_state(l, &s, &err) == 0;
         CHECK(ok, "%s: resume at %d: %s", what, k, err.msg);
         for (int b = k; ok && b < n; b++) {
-            ok = data_loader_next(l, x, y, &err) == 1 &&
+            ok = data_loader_next(l, x, y, NULL, &err) == 1 &&
                  memcmp(x, ref + b * per, sizeof(int32_t) * (size_t)per) == 0;
             CHECK(ok, "%s: resumed at batch %d, batch %d differs", what, k, b);
         }
@@ -309,7 +310,7 @@ static int first_ids(data_loader_cfg c, int32_t *out, int n) {
         return -1;
     }
     int b = 0;
-    while (b < n && data_loader_next(l, out + b * c.seq_len, y, &err) == 1) b++;
+    while (b < n && data_loader_next(l, out + b * c.seq_len, y, NULL, &err) == 1) b++;
     data_loader_free(l);
     return b;
 }
@@ -358,7 +359,7 @@ static void expect_error(data_loader_cfg c, const char *needle, const char *what
     data_loader *l = NULL;
     int32_t x[256], y[256];
     int rc = data_loader_open(&l, &c, &err);
-    for (int b = 0; rc == 0 && b < 8; b++) rc = data_loader_next(l, x, y, &err) == 1 ? 0 : -1;
+    for (int b = 0; rc == 0 && b < 8; b++) rc = data_loader_next(l, x, y, NULL, &err) == 1 ? 0 : -1;
     data_loader_free(l);
     CHECK(rc != 0 && strstr(err.msg, needle), "%s: want an error with '%s', got '%s'", what, needle,
           rc ? err.msg : "success");
@@ -405,7 +406,9 @@ static void test_bad_jsonl(void) {
     int32_t x[8], y[8];
     if (data_loader_open(&l, &c, &err) == 0) {
         data_loader_state s;
-        CHECK(data_loader_next(l, x, y, &err) == 1 && data_loader_next(l, x, y, &err) == 1, "skip");
+        CHECK(data_loader_next(l, x, y, NULL, &err) == 1 &&
+                  data_loader_next(l, x, y, NULL, &err) == 1,
+              "skip");
         data_loader_get_state(l, &s);
         CHECK(s.bad_lines == 2, "bad lines counted: %lld", (long long)s.bad_lines);
         data_loader_free(l);
@@ -429,7 +432,7 @@ static void test_jsonl_bom(data_tok *tok) {
     if (data_loader_open(&l, &c, &err) == 0) {
         int32_t x[2], y[2];
         data_loader_state s;
-        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
         data_loader_get_state(l, &s); /* "abc" read: document 1 at its line's byte */
         CHECK(s.doc == 1 && s.byte_off == 19 && s.line == 1 && s.doc_tokens == 0,
               "bom state: doc %lld byte %lld line %lld", (long long)s.doc, (long long)s.byte_off,
@@ -576,7 +579,7 @@ static void test_bad_state(void) {
     }
     data_loader_state s, s2;
     int32_t x[4], y[4];
-    CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
     data_loader_get_state(l, &s);
     data_loader_get_state(l2, &s2);
     CHECK(data_loader_set_state(l, &s2, &err) != 0 && strstr(err.msg, "another dataset") &&
@@ -636,7 +639,7 @@ static void test_bad_state(void) {
      * the run resumed in the new file without a word) */
     data_loader *l4;
     if (data_loader_open(&l4, &c, &err) == 0) {
-        CHECK(data_loader_next(l4, x, y, &err) == 1, "%s", err.msg);
+        CHECK(data_loader_next(l4, x, y, NULL, &err) == 1, "%s", err.msg);
         char from[512], to[520]; /* path_of's buffer is the config's path too */
         snprintf(to, sizeof to, "%s", path_of("r.jsonl"));
         write_str("r.jsonl.new", edited);
@@ -696,7 +699,7 @@ static int32_t *fresh_stream(data_loader_cfg c, int n) {
     CHECK(ok, "fresh loader: %s", err.msg);
     size_t k = 0;
     for (int b = 0; ok && b < n; b++) {
-        ok = data_loader_next(l, x, y, &err) == 1;
+        ok = data_loader_next(l, x, y, NULL, &err) == 1;
         CHECK(ok, "fresh loader, batch %d: %s", b, err.msg);
         for (int w = 0; ok && w < c.batch; w++) {
             memcpy(s + k, x + w * T, sizeof(int32_t) * (size_t)T);
@@ -741,7 +744,7 @@ static void check_grown(const grow_rank *ranks, int n_ranks, int n_states, int n
             CHECK(data_loader_state_format(&s, states[r * n_states + k], DATA_LOADER_STATE_MAX) ==
                       0,
                   "%s: state format", what);
-            CHECK(data_loader_next(l, x, y, &err) == 1, "%s: %s", what, err.msg);
+            CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s: %s", what, err.msg);
         }
         data_loader_free(l);
     }
@@ -766,7 +769,7 @@ static void check_grown(const grow_rank *ranks, int n_ranks, int n_states, int n
                   c.dp_rank, k, (long long)s.epoch, (long long)k * W);
             if (s.epoch > epochs) epochs = s.epoch;
             for (int b = 0; ok && o >= 0 && o <= ranks[r].epoch_tokens && b < n; b++) {
-                ok = data_loader_next(l, x, y, &err) == 1;
+                ok = data_loader_next(l, x, y, NULL, &err) == 1;
                 CHECK(ok, "%s: %s", what, err.msg);
                 for (int w = 0; ok && w < c.batch; w++)
                     for (int t = 0; ok && t < T; t++) {
@@ -961,7 +964,7 @@ static int state_after(data_loader_cfg c, int n, data_loader_state *s) {
         CHECK(0, "%s", err.msg);
         return -1;
     }
-    for (int b = 0; b < n; b++) CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    for (int b = 0; b < n; b++) CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
     data_loader_get_state(l, s);
     data_loader_free(l);
     return 0;
@@ -986,7 +989,7 @@ static void expect_resume(data_loader_cfg c, const data_loader_state *s, const c
     if (!needle && rc == 0) {
         const int T = c.seq_len, W = c.batch * (T + 1);
         int32_t x[64], y[64], *ref = fresh_stream(c, skip + 1);
-        CHECK(data_loader_next(l, x, y, &err) == 1, "%s: %s", what, err.msg);
+        CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s: %s", what, err.msg);
         for (int w = 0; ref && w < c.batch; w++)
             CHECK(!memcmp(x + w * T, ref + skip * W + w * (T + 1), sizeof(int32_t) * (size_t)T),
                   "%s: the resumed batch is not the grown data's", what);
@@ -1106,7 +1109,7 @@ static void test_grow_refused(void) {
     int32_t x[8], y[8];
     if (data_loader_open(&l, &e, &err_unused) == 0) {
         int b = 0;
-        while (data_loader_next(l, x, y, &err_unused) == 1) b++;
+        while (data_loader_next(l, x, y, NULL, &err_unused) == 1) b++;
         data_loader_get_state(l, &s);
         data_loader_free(l);
         CHECK(b == 10 && s.file == 1 && s.name == 0 && s.doc == G_OLD,
@@ -1218,12 +1221,13 @@ static void test_grow_while_read(void) {
         CHECK(0, "%s", err.msg);
         return;
     }
-    CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg); /* the file open, 12,800 bytes */
+    CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s",
+          err.msg); /* the file open, 12,800 bytes */
     FILE *f = fopen(p, "ab");
     for (int i = 0; f && i < 100; i++) fprintf(f, "{\"text\": \"n%05d %-44s\"}\n", i, "q");
     if (f) fclose(f);
     for (int b = 1; b < 200; b++) /* 12,800 tokens: past the old 10,200 */
-        CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+        CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
     data_loader_state s;
     data_loader_get_state(l, &s);
     data_loader_free(l);
@@ -1263,7 +1267,7 @@ static void test_grow_bad_lines(void) {
     int32_t x[8], y[8];
     if (data_loader_open(&l, &c, &err)) return;
     CHECK(data_loader_set_state(l, &s, &err) == 0, "%s", err.msg);
-    for (int b = 0; b < 3; b++) CHECK(data_loader_next(l, x, y, &err) == 1, "%s", err.msg);
+    for (int b = 0; b < 3; b++) CHECK(data_loader_next(l, x, y, NULL, &err) == 1, "%s", err.msg);
     data_loader_state t;
     data_loader_get_state(l, &t);
     data_loader_free(l);
@@ -1326,7 +1330,7 @@ static void test_save_while_away(data_tok *tok) {
     int32_t in[3], lab[3];
     CHECK(data_loader_open(&l, &c, &err) == 0, "open: %s", err.msg);
     if (!l) return;
-    CHECK(data_loader_next(l, in, lab, &err) == 1, "a batch: %s", err.msg);
+    CHECK(data_loader_next(l, in, lab, NULL, &err) == 1, "a batch: %s", err.msg);
     char from[512], to[520];
     snprintf(from, sizeof from, "%s", path_of("away/shard-00000.tok"));
     snprintf(to, sizeof to, "%s.away", from);
@@ -1398,6 +1402,100 @@ static void test_grow_tokenize_marks(data_tok *tok) {
     unlink(path_of("gs/shard-00012.tok.tmp"));
 }
 
+/* Document positions (block_causal): windows over documents of one repeated letter each (no two
+ * neighbours alike, an empty one between), so the documents show in the tokens themselves: a
+ * position is 0 where the letter changes (or the window starts) and +1 otherwise, and a label
+ * is ignored exactly where the plain loader's label is another letter than its input. Over
+ * epochs, on rank 1 of 2, after a resume, and in a short last batch. */
+static void check_docs(data_loader_cfg c, int n, const char *what) {
+    base_err err;
+    enum { NMAX = 4 * 33 };
+    const int T = c.seq_len, NT = c.batch * T;
+    data_loader *plain = NULL, *docs = NULL, *again = NULL;
+    c.pad_label = -100;
+    CHECK(data_loader_open(&plain, &c, &err) == 0 && data_loader_open(&docs, &c, &err) == 0,
+          "%s: %s", what, err.msg);
+    int32_t x[NMAX], y[NMAX], x2[NMAX], y2[NMAX], pos[NMAX], p3[NMAX];
+    data_loader_state st;
+    int bad = 0;
+    for (int b = 0; plain && docs && b < n && NT <= NMAX; b++) {
+        const int got = data_loader_next(plain, x, y, NULL, &err);
+        CHECK(data_loader_next(docs, x2, y2, pos, &err) == got && got == 1, "%s batch %d: %s", what,
+              b, err.msg);
+        if (got != 1) break;
+        for (int i = 0; i < NT && !bad; i++) {
+            const int t = i % T, pad = y[i] == -100;
+            const int32_t want_pos = t == 0 || x[i] != x[i - 1] ? 0 : pos[i - 1] + 1;
+            const int32_t want_y = !pad && y[i] != x[i] ? -100 : y[i];
+            bad = x2[i] != x[i] || pos[i] != (pad ? t : want_pos) || y2[i] != want_y;
+            CHECK(!bad,
+                  "%s batch %d token %d: input %d/%d position %d (want %d) label %d (want %d)",
+                  what, b, i, x2[i], x[i], pos[i], pad ? t : want_pos, y2[i], want_y);
+        }
+        if (b == n / 2) { /* a resume gives the next batch's positions and labels too */
+            data_loader_get_state(docs, &st);
+            CHECK(data_loader_open(&again, &c, &err) == 0 &&
+                      data_loader_set_state(again, &st, &err) == 0,
+                  "%s: resume: %s", what, err.msg);
+        } else if (b == n / 2 + 1 && again) {
+            CHECK(data_loader_next(again, x, y, p3, &err) == 1 && !memcmp(x, x2, NT * 4) &&
+                      !memcmp(y, y2, NT * 4) && !memcmp(p3, pos, NT * 4),
+                  "%s: the resumed batch differs", what);
+        }
+    }
+    data_loader_free(plain);
+    data_loader_free(docs);
+    data_loader_free(again);
+}
+
+static void test_documents(data_tok *tok) {
+    static const int lens[] = {1, 5, 40, 3, 0, 1, 1, 17, 64, 2, 9, 1, 30};
+    char buf[4096];
+    size_t k = 0;
+    for (int d = 0; d < (int)(sizeof lens / sizeof lens[0]); d++) {
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "{\"text\": \"");
+        for (int i = 0; i < lens[d]; i++) buf[k++] = (char)('a' + d);
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "\"}\n");
+    }
+    buf[k] = 0;
+    write_str("docs.jsonl", buf);
+    check_docs(cfg("docs.jsonl", 16, 3), 9, "T 16 x 3"); /* ~2.5 epochs */
+    check_docs(cfg("docs.jsonl", 33, 4), 5, "T 33 x 4"); /* 64-token document crosses windows */
+    data_loader_cfg c = cfg("docs.jsonl", 5, 2);
+    c.dp_size = 2, c.dp_rank = 1;
+    check_docs(c, 12, "rank 1 of 2");
+    c = cfg("docs.jsonl", 16, 4);
+    c.infinite = 0, c.partial_last = 1; /* 174 tokens: 3 batches, the third 2 of 4 rows */
+    check_docs(c, 3, "short last batch");
+    /* with a tokenizer every document ends with its eos: exactly the labels of eos inputs are
+     * ignored (the next document's first token), every other label is the plain loader's */
+    base_err err;
+    c = cfg("docs.jsonl", 16, 2);
+    c.enc = (data_encoder){tok, data_tok_vocab_size(tok)};
+    c.pad_label = -100;
+    data_loader *a = NULL, *b = NULL;
+    CHECK(tok && data_loader_open(&a, &c, &err) == 0 && data_loader_open(&b, &c, &err) == 0, "%s",
+          err.msg);
+    const int32_t eos = tok ? data_tok_eos_id(tok) : -1;
+    int32_t x[32], y[32], x2[32], y2[32], pos[32];
+    int n_eos = 0;
+    for (int r = 0; a && b && r < 10; r++) {
+        CHECK(data_loader_next(a, x, y, NULL, &err) == 1 &&
+                  data_loader_next(b, x2, y2, pos, &err) == 1,
+              "%s", err.msg);
+        for (int i = 0; i < 32; i++) {
+            n_eos += x[i] == eos;
+            CHECK(y2[i] == (x[i] == eos ? -100 : y[i]) &&
+                      (i % 16 == 0 || x[i - 1] == eos) == !pos[i],
+                  "tokenizer: token %d: input %d label %d/%d position %d", i, x[i], y2[i], y[i],
+                  pos[i]);
+        }
+    }
+    CHECK(eos >= 0 && n_eos > 5, "tokenizer: %d eos inputs seen (eos %d)", n_eos, eos);
+    data_loader_free(a);
+    data_loader_free(b);
+}
+
 int main(void) {
     check_tmpdir(dir, sizeof dir, "titan_test_loader");
     base_err err;
@@ -1427,6 +1525,7 @@ int main(void) {
     test_save_while_away(tok);
     test_state_bounds();
     test_grow_tokenize_marks(tok);
+    test_documents(tok);
     data_tok_free(tok);
     check_tmpdir_remove(dir);
     return check_report("test_loader");
