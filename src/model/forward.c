@@ -431,7 +431,8 @@ static ops_ctx model_ops_ctx(const model *m, const model_args *a, int batch, int
                      .prec = prec,
                      .sp = m ? m->tp.size : 1,
                      .ep = m ? m->ep.size : 1,
-                     .ce_vocab = m && m->loss_parallel_off ? m->full_args.vocab_size : 0};
+                     .ce_vocab = m && m->loss_parallel_off ? m->full_args.vocab_size : 0,
+                     .docs = m && m->docs};
 }
 
 static int build(model *m, const model_args *a, const model_build_opts *o, build_weights bw,
@@ -513,6 +514,7 @@ static int build(model *m, const model_args *a, const model_build_opts *o, build
     ops_register_builtin();
     m->ops = base_alloc(sizeof(ops_table) * (size_t)m->n_units);
     if (!m->ops) return base_fail(err, "out of memory");
+    m->docs = o->docs;
     ops_ctx ctx = model_ops_ctx(m, a, o->batch, o->seq_len, o->prec);
     m->prec = o->prec;
     m->exchange_f32 = o->exchange_f32;
@@ -582,6 +584,7 @@ void model_free(model *m) {
     base_free(m->ops);
     base_free(m->rope_cos);
     base_free(m->rope_sin);
+    base_free(m->seg);
     base_free(m->moe_bias);
     base_free(m->moe_counts);
     if (m->w16_base) ops_bf16_mirror_remove(m->w16_base);
@@ -707,8 +710,61 @@ static block_geom train_geom(const model *m) {
                     .norm_full = m->acts->norm_full,
                     .part = m->acts->part,
                     .xs = m->acts->xs,
-                    .ep_buf = m->acts->ep_buf};
+                    .ep_buf = m->acts->ep_buf,
+                    .seg = m->seg,
+                    .n_seg = m->n_seg};
     return g;
+}
+
+int model_set_positions(model *m, const int32_t *pos, base_err *err) {
+    if (!pos) {
+        base_free(m->seg);
+        m->seg = NULL, m->n_seg = 0;
+        return 0;
+    }
+    if (!m->docs)
+        return base_fail(err, "document positions: the model was built without document masking "
+                              "(model_build_opts.docs)");
+    const int B = m->batch, T = m->seq_len;
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int32_t p = pos[(size_t)b * T + t];
+            if (p != 0 && (t == 0 || p != pos[(size_t)b * T + t - 1] + 1))
+                return base_fail(err,
+                                 "document positions: window %d, token %d has position %d "
+                                 "(a window starts at 0; each token is 0 or one past the last)",
+                                 b, t, (int)p);
+            n += p == 0;
+        }
+    if (!m->seg) {
+        m->seg = base_alloc(((size_t)B * T + 1) * sizeof *m->seg);
+        if (!m->seg) return base_fail(err, "out of memory");
+    }
+    m->n_seg = 0;
+    for (int i = 0; i < B * T; i++)
+        if (pos[i] == 0) m->seg[m->n_seg++] = i;
+    m->seg[n] = B * T;
+    return 0;
+}
+
+/* Causal attention over la's q, k, v (its backward into dq, dk, dv from dout when dq): each
+ * window whole, or each document segment alone (batch 1; its lse rows the [H, len] block at
+ * H * its start within its window's [H, T]). */
+static void attention_run(const ops_table *t, const layer_acts *la, const block_geom *g, int H,
+                          int G, int hd, float *dq, float *dk, float *dv, const float *dout) {
+    const int whole = !g->seg, n = whole ? 1 : g->n_seg;
+    for (int i = 0; i < n; i++) {
+        const size_t a = whole ? 0 : (size_t)g->seg[i], w = a / (size_t)g->T;
+        const size_t qo = a * H * hd, ko = a * G * hd, lo = w * H * g->T + (a - w * g->T) * H;
+        const int B = whole ? g->B : 1, T = whole ? g->T : g->seg[i + 1] - g->seg[i];
+        if (dq)
+            t->attention_bwd(dq + qo, dk + ko, dv + ko, dout + qo, la->o + qo, la->lse + lo,
+                             la->q + qo, la->k + ko, la->v + ko, B, T, H, G, hd);
+        else
+            t->attention_fwd(la->o + qo, la->lse + lo, la->q + qo, la->k + ko, la->v + ko, B, T, H,
+                             G, hd);
+    }
 }
 
 int model_bf16_wire(const model *m, const ops_table *t, ops_kind k) {
@@ -786,7 +842,7 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     qk_norm_rope(m, t, la, &w, g);
     if (!g->k_cache || g->pos0 == 0) { /* windows from position 0: the cache rows are [1,T,G,hd] */
         held = hold_kept(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
-        t->attention_fwd(la->o, la->lse, la->q, la->k, la->v, B, T, H, G, hd);
+        attention_run(t, la, g, H, G, hd, NULL, NULL, NULL, NULL);
         if (held) ops_bf16_release(la->v);
     } else {
         t->attention_kv(la->o, la->q, g->k_cache, g->v_cache, T, g->pos0, H, G, hd);
@@ -903,8 +959,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     ops_zero(A->dq, NQ);
     ops_zero(A->dk, NKV);
     ops_zero(A->dv, NKV);
-    t->attention_bwd(A->dq, A->dk, A->dv, A->dqk_o, la->o, la->lse, la->q, la->k, la->v, B, T, H, G,
-                     hd);
+    attention_run(t, la, &geom, H, G, hd, A->dq, A->dk, A->dv, A->dqk_o);
     if (held_o) ops_bf16_release(la->o);
     if (held_v) ops_bf16_release(la->v);
     /* RoPE's backward in place (dq, dk become the gradients of the normed q, k), then the

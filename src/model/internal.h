@@ -180,6 +180,10 @@ typedef struct {
     float *ep_buf;   /* EP only: [R*ep, D] x2 scratch: rows in arrival order, expert output */
     int64_t *counts; /* MoE, training forward: += rows per expert [L,E]; or NULL */
     double *aux_acc; /* MoE aux loss: += counts and probability sums [2E]; NULL */
+    /* document segments (model.h's model.seg): offsets into [B*T], seg[n_seg] = B*T; NULL:
+     * each window one causal sequence (and always with a KV cache) */
+    const int32_t *seg;
+    int n_seg;
 } block_geom;
 
 /* ---- MoE (moe.c) ---- */

@@ -296,6 +296,12 @@ typedef struct {
     int loss_parallel_off;      /* tp > 1 and model_build_opts.loss_parallel_off */
     int ce_chunk;               /* tokens per lm_head+CE chunk */
     float *rope_cos, *rope_sin; /* [seq_len, hd/2] */
+    /* Document masking (model_set_positions): the microbatch's document segments as token
+     * offsets into [batch*seq_len], seg[0 .. n_seg] (seg[n_seg] = batch*seq_len); NULL: each
+     * window is one causal sequence */
+    int32_t *seg;
+    int n_seg;
+    int docs; /* model_build_opts.docs */
     model_acts *acts;
     model_hook_fn hook; /* NULL: parameters are always in w */
     void *hook_ctx;
@@ -353,6 +359,9 @@ typedef struct {
      * overwritten, and a backward that would add to them is a fatal error. Ignored without
      * gradients or with parameters built external (FSDP). */
     int acts_in_grads;
+    /* document masking (model_set_positions): attention then runs once per document, batch 1
+     * and 1 to seq_len tokens, the shapes its kernels' constraints are checked at */
+    int docs;
 } model_build_opts;
 
 /* Lays out and allocates parameters (zeroed), gradients and activations for microbatches
@@ -526,6 +535,20 @@ void model_moe_memory(const model_args *a, int batch, int seq_len, model_ac_mode
  * m->moe_aux_loss); *n_valid receives their count. */
 double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *targets,
                              float grad_scale, int64_t *n_valid);
+
+/* Document masking (torchtitan's block_causal): positions[batch*seq_len] are each token's
+ * position in its document's part of its window (0 where a document, or the window, starts; +1
+ * per token after), as torchtitan 0.3's data loader gives them. The next microbatches then run
+ * attention causal within each document segment only, by calling the attention implementation
+ * once per segment (batch 1, the segment's tokens: any implementation serves unchanged); lse
+ * keeps [B, H, T]'s size, each segment's [H, len] block at H * its start within its window.
+ * RoPE stays at window positions: its scores depend on the offset between query and key only,
+ * so within a document, where attention now stays, they equal those at the document's own
+ * positions (HF's packed sequences agree to fp32 rounding: test_hf_parity's docs reference).
+ * NULL: whole windows again. -1 with err when positions are not such runs (a window not
+ * starting at 0, a jump), leaving the segments unchanged, or the model was not built with
+ * model_build_opts.docs. */
+int model_set_positions(model *m, const int32_t *positions, base_err *err);
 
 /* Bytes of the activation buffer model_build allocated (for memory estimates; with
  * acts_in_grads, without the activations it put in the gradients' pages). */

@@ -76,6 +76,9 @@ typedef struct {
      * vocabulary lmhead_ce runs on when it is not vocab (0: vocab; tensor parallelism with loss
      * parallel off gathers the whole one). */
     int sp, ep, ce_vocab;
+    /* document masking (block_causal): attention runs once per document of a window, batch 1
+     * and 1 to seq_len tokens */
+    int docs;
 } ops_ctx;
 
 /* The most shapes one op's calls take on a rank (ops_ctx_sites), and the size of its notes. */
@@ -95,8 +98,9 @@ typedef struct {
  * states). With ep > 1 grouped_mm sees n_experts/ep experts; lmhead_ce sees ce_vocab when set.
  * Every other op, in the tensor-parallel regions (the all-gathered tokens, this rank's heads and
  * columns) or outside any split (the embedding: every token against this rank's vocabulary rows),
- * sees ctx itself. why (may be NULL) gets for each out[i], for an error, the split that made it
- * differ from ctx with its numbers, "" where it does not. */
+ * sees ctx itself, except attention with docs: batch 1, seq_len 1 and batch 1, seq_len (its
+ * shortest and longest document). why (may be NULL) gets for each out[i], for an error, the split
+ * that made it differ from ctx with its numbers, "" where it does not. */
 int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
                   char why[OPS_MAX_SITES][OPS_SITE_WHY]);
 

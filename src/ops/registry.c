@@ -240,7 +240,7 @@ static void ops_names_of(ops_kind op, char *buf, size_t size) {
 int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
                   char why[OPS_MAX_SITES][OPS_SITE_WHY]) {
     ops_ctx c = *ctx;
-    c.sp = c.ep = c.ce_vocab = 0;
+    c.sp = c.ep = c.ce_vocab = c.docs = 0;
     out[0] = out[1] = c;
     if (why) why[0][0] = why[1][0] = '\0';
     const int sp = ctx->sp > 1 ? ctx->sp : 1;
@@ -253,6 +253,17 @@ int ops_ctx_sites(const ops_ctx *ctx, ops_kind k, ops_ctx out[OPS_MAX_SITES],
                      "%d tokens",
                      ctx->batch, ctx->seq_len, sp);
         return k == OPS_RMSNORM ? 2 : 1; /* rmsnorm: also the per-head norms, on every token */
+    }
+    if (ctx->docs && k == OPS_ATTENTION) { /* one call per document */
+        out[0].batch = out[1].batch = 1;
+        out[0].seq_len = 1;
+        if (why)
+            for (int i = 0; i < 2; i++)
+                snprintf(why[i], OPS_SITE_WHY,
+                         "document masking: attention runs per document, batch 1 x 1 to %d "
+                         "tokens",
+                         ctx->seq_len);
+        return 2;
     }
     if (ctx->n_experts > 0 && k == OPS_SWIGLU) { /* an MoE block's: between the expert GEMMs */
         out[0].batch = 1;

@@ -116,7 +116,12 @@ const field g_fields[] = {
           "init_weights = torchtitan: std 0.02/sqrt(2(layer+1)) (true, unset) or "
           "0.02/sqrt(2 n_layers) (torchtitan Qwen3ModelArgs.depth_init)"),
     STR(model, attn_backend, "sdpa", "sdpa|flex|varlen",
-        "torchtitan's attention backends: one causal attention in titan (docs/training.md)"),
+        "torchtitan's attention backends: one attention in titan, causal or document-masked by "
+        "attn_mask_type (docs/training.md)"),
+    STR(model, attn_mask_type, "", "causal|block_causal",
+        "causal = over the whole window; block_causal = within each document (RoPE positions "
+        "from 0 and labels inside each document: torchtitan 0.3's); unset = block_causal with "
+        "attn_backend varlen, else causal (docs/training.md)"),
     PSTR(model, tokenizer_path, "", NULL, P_USED,
          "deprecated (torchtitan): sets hf_assets_path, with torchtitan's warning"),
     PSTRS(model, converters, P_REFUSE,

@@ -248,8 +248,11 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
  * of T + 1 tokens come from one counter stream; each round of microbatches takes dp_size * B
  * windows, this rank's B starting dp_rank * B windows in. Any split of the same global batch
  * over ranks and accumulation steps therefore draws the same windows (equivalence tests,
- * resuming on another number of ranks). */
-int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err);
+ * resuming on another number of ranks). pos (NULL: not wanted): each token's position in its
+ * document (data_loader_next's; random tokens: one document per window), the targets then
+ * never another document's first token. */
+int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int32_t *pos, int B, int T,
+                      base_err *err);
 void train_source_close(train_source *s); /* a zeroed one too */
 
 /* The report page (report.c): one self-contained HTML file (inline CSS and SVG; no script,
@@ -300,6 +303,7 @@ typedef struct {
     optim_lr_cfg lr; /* o->lr with total_steps resolved */
     int64_t lr_base; /* the schedule's position is step - 1 + lr_base */
     int32_t *tok, *tgt;
+    int32_t *pos; /* block_causal: each token's position in its document (NULL: causal) */
     /* bf16, unsharded: the weights' bf16 copy AdamW refreshes (c16.n 0: none); w16_current:
      * the last step's AdamW did, so the next step remakes no unit's copy */
     optim_bf16_copy c16;

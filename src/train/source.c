@@ -26,7 +26,8 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
                          .batch = o->batch,
                          .dp_rank = mesh->dp_rank,
                          .dp_size = mesh->dp_size,
-                         .infinite = 1};
+                         .infinite = 1,
+                         .pad_label = OPS_IGNORE_INDEX};
     if (data_loader_open(&s->loader, &c, err)) {
         train_source_close(s);
         return -1;
@@ -35,8 +36,10 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
 }
 
 /* Random tokens: one counter stream of windows, this rank's B of each round's dp_size * B. */
-int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int B, int T, base_err *err) {
-    if (s->loader) return data_loader_next(s->loader, tok, tgt, err) == 1 ? 0 : -1;
+int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int32_t *pos, int B, int T,
+                      base_err *err) {
+    if (s->loader) return data_loader_next(s->loader, tok, tgt, pos, err) == 1 ? 0 : -1;
+    for (size_t i = 0; pos && i < (size_t)B * T; i++) pos[i] = (int32_t)(i % (size_t)T);
     const uint64_t window = (uint64_t)B * (uint64_t)(T + 1);
     uint64_t at = s->counter + (uint64_t)s->dp_rank * window;
     for (int b = 0; b < B; b++) {

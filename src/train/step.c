@@ -66,9 +66,10 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
     j->val_bad_said = 1;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
     int32_t *x = base_alloc(n * sizeof *x), *y = base_alloc(n * sizeof *y);
+    int32_t *pos = o->block_causal ? base_alloc(n * sizeof *pos) : NULL;
     double sum = 0;
     int64_t valid = 0;
-    int rc = x && y ? 0 : base_fail(err, "out of memory");
+    int rc = x && y && (pos || !o->block_causal) ? 0 : base_fail(err, "out of memory");
     int stopped = 0; /* a stop signal: the whole set may take minutes, past a scheduler's grace */
     for (int b = 0; !rc && (o->val.steps <= 0 || b < o->val.steps); b++) {
         const int sig = train_stop_agree(j->mesh->world_comm);
@@ -79,7 +80,8 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
             stopped = 1;
             break;
         }
-        int got = data_loader_next(l, x, y, err);
+        int got = data_loader_next(l, x, y, pos, err);
+        if (got > 0 && pos && model_set_positions(m, pos, err)) got = -1;
         if (got < 0) rc = -1;
         if (got <= 0) break;
         int64_t v = 0;
@@ -92,6 +94,7 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
     data_loader_free(l);
     base_free(x);
     base_free(y);
+    base_free(pos);
     *loss = stopped ? NAN : valid ? sum / (double)valid : 0;
     *ntok = valid;
     return rc;
@@ -112,8 +115,8 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     dist_fsdp_get_stats(f, &st0);
     int64_t valid = 0;
     for (int mb = 0; mb < o->grad_accum; mb++) {
-        if (train_source_next(j->src, j->tok + mb * NT, j->tgt + mb * NT, o->batch, o->seq_len,
-                              err))
+        if (train_source_next(j->src, j->tok + mb * NT, j->tgt + mb * NT,
+                              j->pos ? j->pos + mb * NT : NULL, o->batch, o->seq_len, err))
             return -1;
         for (size_t i = 0; i < NT; i++) valid += j->tgt[mb * NT + i] != OPS_IGNORE_INDEX;
     }
@@ -142,6 +145,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
         /* the model's gradients hold nothing to keep: the first microbatch's, or every one's
          * where FSDP moved them into the shard and zeroed them after each unit's backward */
         if (set_to_none && (mb == 0 || dropped)) model_grad_set_to_none(m, dropped);
+        if (j->pos && model_set_positions(m, j->pos + mb * NT, err)) return -1;
         const double l = model_step_microbatch(m, j->tok + mb * NT, j->tgt + mb * NT,
                                                valid ? 1.0f / (float)valid : 0.0f, NULL);
         /* no valid target, so no backward: the forward left its saved activations in the

@@ -286,7 +286,8 @@ static int run_setup(run *r, base_err *err) {
                            .loss_parallel_off = o->loss_parallel_off,
                            .prec = o->prec,
                            .exchange_f32 = o->transport_f32,
-                           .acts_in_grads = o->acts_in_grads}; /* one rank (translate) */
+                           .acts_in_grads = o->acts_in_grads, /* one rank (translate) */
+                           .docs = o->block_causal};
     if (train_stop_install(o->preemption_signal, err)) return -1;
     /* dp_shard > 1: FSDP owns the parameter and gradient buffers */
     if ((mesh->dp_shard > 1 ? model_build_external(m, &o->model, &bo, err)
@@ -328,9 +329,11 @@ static int run_setup(run *r, base_err *err) {
                      .lr = o->lr,
                      .lr_base = r->plan.lr_base,
                      .tok = base_alloc(NT * o->grad_accum * sizeof(int32_t)),
-                     .tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t))};
+                     .tgt = base_alloc(NT * o->grad_accum * sizeof(int32_t)),
+                     .pos =
+                         o->block_causal ? base_alloc(NT * o->grad_accum * sizeof(int32_t)) : NULL};
     if (j->lr.total_steps <= 0) j->lr.total_steps = o->steps;
-    if (!j->tok || !j->tgt) return base_fail(err, "out of memory");
+    if (!j->tok || !j->tgt || (o->block_causal && !j->pos)) return base_fail(err, "out of memory");
     if (bf16_copy_ranges(j, err)) return -1;
     /* pk[0] the fp32 GEMM peak, pk[1] the bf16 one (bf16 runs): MFU divides by the peak of the
      * run's precision, as torchtitan uses the GPU's bf16 peak; a configured peak is that one.
@@ -575,6 +578,7 @@ static int run_close(run *r, int rc, base_err *err) {
     free((void *)r->job.c16.r);
     base_free(r->job.tok);
     base_free(r->job.tgt);
+    base_free(r->job.pos);
     optim_adamw_free(&r->opt);
     if (rc != 0) { /* report the original error; a background save still finishes */
         base_err e2;

@@ -96,6 +96,7 @@ typedef struct {
     model_balance moe_balance; /* MoE load balancing (model_build_opts.balance) */
     double moe_bias_rate;      /* expert-bias update step (0 = 1e-3) */
     model_init init;           /* model.init_weights, model.depth_init */
+    int block_causal;          /* model.attn_mask_type (resolved): document masking */
     int ac_every;              /* selective AC: every N-th block (model_build_opts.ac_every) */
     int moe_force_balance;     /* debug.moe_force_load_balance (model_build_opts) */
     int loss_parallel_off;     /* parallelism.disable_loss_parallel (model_build_opts) */
@@ -172,6 +173,7 @@ typedef struct {
         const char *init_weights;   /* normal | torchtitan */
         train_opt_int depth_init;   /* torchtitan's depth_init (unset = true) */
         const char *attn_backend;   /* sdpa | flex | varlen: names of titan's one attention */
+        const char *attn_mask_type; /* causal | block_causal | "" (unset: by attn_backend) */
         const char *tokenizer_path; /* torchtitan's deprecated alias of hf_assets_path */
         train_str_list converters;  /* torchtitan's model converters: refused when set */
         int print_after_conversion;

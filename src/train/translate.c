@@ -223,22 +223,21 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                           "applies to init_weights = \"torchtitan\" only (init_weights is "
                           "\"%s\")",
                           c->model.init_weights);
-    /* torchtitan's varlen (v0.2.2: only with attn_mask_type block_causal) never attends
-     * across documents, nor does 0.3's flex (block_causal always: get_attention_config; its
-     * text dataset restarts positions at each document); titan's attention is causal over the
-     * whole window, like torchtitan's sdpa and v0.2.2's flex with causal masks. Said once:
-     * the model is resolved repeatedly. */
-    if (!strcmp(c->model.attn_backend, "varlen"))
+    /* torchtitan's varlen (v0.2.2: block_causal only) never attends across documents, nor does
+     * 0.3's flex (block_causal always: get_attention_config, which refuses sdpa for language
+     * models); v0.2.2's flex and sdpa default to causal. Said once: the model is resolved
+     * repeatedly. */
+    const char *mask = c->model.attn_mask_type;
+    if (!strcmp(c->model.attn_backend, "varlen") && !strcmp(mask, "causal"))
+        return fail_field(c, "model", "attn_mask_type", err,
+                          "'causal' with attn_backend = varlen: torchtitan's varlen attention "
+                          "masks documents (block_causal, its default here)");
+    if (!strcmp(c->model.attn_backend, "flex") && !mask[0])
         base_log_once(BASE_LOG_WARN,
-                      "model.attn_backend = varlen: titan's one attention is causal over the whole "
-                      "window (torchtitan's sdpa); unlike torchtitan's varlen it does not stop at "
-                      "document boundaries");
-    else if (!strcmp(c->model.attn_backend, "flex"))
-        base_log_once(BASE_LOG_WARN,
-                      "model.attn_backend = flex: titan's one attention is causal over the whole "
-                      "window (torchtitan's sdpa, v0.2.2's flex with causal masks); torchtitan "
-                      "0.3's flex masks each document (block-causal, positions restarting at each "
-                      "document), so a 0.3 run's losses differ (docs/training.md)");
+                      "model.attn_backend = flex with attn_mask_type unset: causal over the whole "
+                      "window (v0.2.2's default); torchtitan 0.3's flex is always block_causal "
+                      "(each document attended alone, positions and labels restarting at each): "
+                      "set model.attn_mask_type = \"block_causal\" for it (docs/training.md)");
     return 0;
 }
 
@@ -564,6 +563,8 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     o->moe_bias_rate = c->model.moe_bias_update_rate;
     model_init_parse(c->model.init_weights, &o->init.scheme, err); /* checked by the schema */
     o->init.std_by_n_layers = c->model.depth_init.set && !c->model.depth_init.v;
+    o->block_causal = !strcmp(c->model.attn_mask_type, "block_causal") ||
+                      (!c->model.attn_mask_type[0] && !strcmp(c->model.attn_backend, "varlen"));
     o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */

@@ -123,6 +123,19 @@ static void *need(const ckpt_file *f, const char *name, int64_t want, char type)
     return p;
 }
 
+/* Document masking: a docs reference's positions tensor (n elements from element `at`) set
+ * as the model's documents; nothing for a reference without one. */
+static void set_docs(model *m, const ckpt_file *f, const char *name, int64_t at, int64_t n) {
+    const ckpt_tensor *t = ckpt_find(f, name);
+    if (!t) return;
+    int64_t all = 1;
+    for (int d = 0; d < t->ndim; d++) all *= t->shape[d];
+    int32_t *p = need(f, name, all, 'i');
+    base_err err;
+    if (at + n > all || model_set_positions(m, p + at, &err) != 0) die(name, &err);
+    base_free(p);
+}
+
 /* An optional __metadata__ integer (dense references have no MoE keys). */
 static int64_t meta_i64_or(const ckpt_file *f, const char *key, int64_t dflt) {
     return ckpt_meta_get(f, key) ? meta_i64(f, key) : dflt;
@@ -316,12 +329,15 @@ int main(int argc, char **argv) {
                            .ac = MODEL_AC_NONE,
                            .with_grads = 1,
                            .balance = aux_on ? MODEL_BALANCE_AUX_LOSS : MODEL_BALANCE_NONE,
-                           .prec = bf16 ? OPS_PREC_BF16 : OPS_PREC_F32};
+                           .prec = bf16 ? OPS_PREC_BF16 : OPS_PREC_F32,
+                           .docs = ckpt_find(&ref, "positions") != NULL};
     if (model_build(&m, &a, &bo, &err) != 0) die("model_build", &err);
     if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("load weights", &err);
 
     int32_t *tokens = need(&ref, "input_ids", BT, 'i');
     int32_t *targets = need(&ref, "targets", BT, 'i');
+    set_docs(&m, &ref, "positions", 0, BT);
+    if (m.seg) printf("documents: %d in %d windows (block-causal attention)\n", m.n_seg, B);
     if (bf16) {
         double *nvd = need(&ref, "n_valid", 1, 'd');
         check_bf16(&m, dir, &ref, tokens, targets, BT, V, (int64_t)nvd[0], coef, moe);
@@ -459,6 +475,7 @@ int main(int argc, char **argv) {
         const int32_t *ids = t_ids + (int64_t)(k - 1) * BT;
         const int32_t *tgt = t_tgt + (int64_t)(k - 1) * BT;
         int64_t want_nv = count_valid(tgt, BT);
+        set_docs(&m, &ref, "train_positions", (int64_t)(k - 1) * BT, BT);
         model_zero_grad(&m);
         int64_t nvk = -1;
         double ls = model_step_microbatch(&m, ids, tgt, 1.0f / (float)want_nv, &nvk);

@@ -10,7 +10,9 @@ runs with output_router_logits=True: loss = CE mean + router_aux_loss_coef * aux
 
 Writes to --out DIR:
   weights.safetensors  initial weights under HF names (F32; a tied model has no lm_head)
-  ref.safetensors      input_ids/targets [B,T] (I64), logits [B,T,V] (F32), loss_sum, loss
+  ref.safetensors      input_ids/targets [B,T] (I64) (and positions [B,T], train_positions
+                       [steps,B,T] (I64) for a docs config: documents packed in each window),
+                       logits [B,T,V] (F32), loss_sum, loss
                        (F64 scalars), n_valid (I64 scalar), grad.<hf name> (F32) for every
                        parameter of one forward/backward of loss_sum / n_valid; then 10
                        AdamW training steps from the same initial weights:
@@ -77,6 +79,13 @@ CONFIGS = {
                      vocab_size=1009, tie_embeddings=0, rope_theta=1e6, norm_eps=1e-6,
                      n_experts=5, top_k=2, moe_ffn_dim=131, norm_topk_prob=1,
                      router_aux_loss_coef=0.0, aux=0, batch=3, seq_len=33, max_norm=1.9),
+    # document masking (titan's attn_mask_type = "block_causal", torchtitan 0.3's flex): each
+    # window packed with documents of 1 to 80 tokens (one-token documents, documents crossing
+    # attention tiles), positions restarting at 0 in each; HF runs them as packed sequences from
+    # position_ids (checked against an explicit block-causal mask)
+    "docs": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,
+                 vocab_size=512, tie_embeddings=0, rope_theta=1e4, norm_eps=1e-6,
+                 batch=2, seq_len=150, max_norm=0.98, docs=1),
 }
 
 # Each config's max_norm sits inside the range of its pre-clip gradient norms, so clipping is
@@ -171,9 +180,33 @@ def random_batch(g, c, n_ignore):
     return ids, tgt
 
 
-def loss_of(model, ids, tgt, v):
-    """logits, CE loss sum, valid targets, aux loss (0 when off)."""
-    out = model(input_ids=ids)
+def doc_positions(g, b, t, longest=80):
+    """[b, t] positions of windows packed with documents of 1 to `longest` tokens: 0 at each
+    document's first token, +1 per token after."""
+    pos = torch.empty(b, t, dtype=torch.long)
+    for r in range(b):
+        i = 0
+        while i < t:
+            n = min(int(torch.randint(1, longest + 1, (1,), generator=g)), t - i)
+            pos[r, i:i + n] = torch.arange(n)
+            i += n
+    assert (pos == 0).sum() > b, "one document per window: no masking tested"
+    return pos
+
+
+def block_causal_mask(pos):
+    """[b, 1, t, t] additive mask: query i sees key j <= i of its own document."""
+    doc = (pos == 0).cumsum(-1)
+    t = pos.shape[1]
+    ok = (doc[:, :, None] == doc[:, None, :]) & torch.ones(t, t, dtype=torch.bool).tril()
+    return torch.zeros(ok.shape, dtype=torch.float32).masked_fill(
+        ~ok, torch.finfo(torch.float32).min)[:, None]
+
+
+def loss_of(model, ids, tgt, v, pos=None):
+    """logits, CE loss sum, valid targets, aux loss (0 when off). pos: document positions
+    (HF's packed sequences: block-causal attention from position_ids), else one sequence."""
+    out = model(input_ids=ids) if pos is None else model(input_ids=ids, position_ids=pos)
     logits = out.logits
     loss_sum = F.cross_entropy(logits.reshape(-1, v).float(), tgt.reshape(-1), ignore_index=-100,
                                reduction="sum")
@@ -236,8 +269,20 @@ def main():
     g = torch.Generator().manual_seed(a.seed + 1)
     n_ignore = max(1, c["batch"] * c["seq_len"] // 10)
     ids, tgt = random_batch(g, c, n_ignore)
+    pos = doc_positions(g, c["batch"], c["seq_len"]) if c.get("docs") else None
+    if pos is not None:
+        # HF must take position_ids as packed documents: the same logits as an explicit block-
+        # causal mask, and other ones than one causal sequence at those positions
+        with torch.no_grad():
+            packed = model(input_ids=ids, position_ids=pos).logits
+            masked = model(input_ids=ids, position_ids=pos,
+                           attention_mask=block_causal_mask(pos)).logits
+            whole = model(input_ids=ids, position_ids=torch.arange(c["seq_len"]).expand_as(pos),
+                          attention_mask=block_causal_mask(torch.zeros_like(pos) + 1)).logits
+        assert (packed - masked).abs().max() < 1e-5, "HF's packed sequences are not block-causal"
+        assert (packed - whole).abs().max() > 1e-2, "documents changed nothing"
     model.zero_grad(set_to_none=False)
-    logits, loss_sum, n_valid, aux = loss_of(model, ids, tgt, v)
+    logits, loss_sum, n_valid, aux = loss_of(model, ids, tgt, v, pos)
     loss = loss_sum / n_valid + coef * aux
     loss.backward()
     ref = {
@@ -249,6 +294,8 @@ def main():
         "n_valid": torch.tensor(n_valid, dtype=torch.int64),
         "aux_loss": torch.tensor(float(aux.item()), dtype=torch.float64),
     }
+    if pos is not None:
+        ref["positions"] = pos.contiguous()
     ref.update(disk_dict(((k, p.grad) for k, p in params.items()), "grad."))
 
     # ---- the same forward/backward under bf16 autocast (issue 16's fidelity check) -------
@@ -256,7 +303,7 @@ def main():
     # returns bf16 products; norms, softmax (eager attention upcasts) and the CE stay fp32.
     model.zero_grad(set_to_none=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits16, loss_sum16, n_valid16, aux16 = loss_of(model, ids, tgt, v)
+        logits16, loss_sum16, n_valid16, aux16 = loss_of(model, ids, tgt, v, pos)
         loss16 = loss_sum16 / n_valid16 + coef * aux16.float()
     assert logits16.dtype == torch.bfloat16, "autocast did not run the lm_head in bf16"
     loss16.backward()
@@ -281,11 +328,12 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, n, TRAIN["warmup_steps"], TRAIN["decay_ratio"],
                                  TRAIN["decay_type"], TRAIN["min_lr_factor"]))
-    t_ids, t_tgt, losses, norms, lrs, auxes = [], [], [], [], [], []
+    t_ids, t_tgt, t_pos, losses, norms, lrs, auxes = [], [], [], [], [], [], []
     for step in range(1, n + 1):
         ids, tgt = random_batch(g, c, n_ignore + step % 3)
+        pos = doc_positions(g, c["batch"], c["seq_len"]) if c.get("docs") else None
         opt.zero_grad(set_to_none=False)
-        _, loss_sum, n_valid, aux = loss_of(model, ids, tgt, v)
+        _, loss_sum, n_valid, aux = loss_of(model, ids, tgt, v, pos)
         loss = loss_sum / n_valid + coef * aux
         loss.backward()
         auxes.append(float(aux.item()))
@@ -295,10 +343,13 @@ def main():
         sched.step()
         t_ids.append(ids)
         t_tgt.append(tgt)
+        t_pos.append(pos)
         losses.append(loss.item())
         norms.append(norm.item())
     ref["train_input_ids"] = torch.stack(t_ids).contiguous()
     ref["train_targets"] = torch.stack(t_tgt).contiguous()
+    if c.get("docs"):
+        ref["train_positions"] = torch.stack(t_pos).contiguous()
     ref["train_losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["train_grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     ref["train_lrs"] = torch.tensor(lrs, dtype=torch.float64)

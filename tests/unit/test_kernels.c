@@ -17,7 +17,7 @@
 
 #define PLUGIN(c) TITAN_TEST_PLUGIN_DIR "/libtest_plugin_" c ".so"
 
-static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0, OPS_PREC_F32, 0, 0, 0};
+static const ops_ctx g_ctx = {2, 100, 64, 4, 2, 16, 128, 256, 0, 0, 0, OPS_PREC_F32, 0, 0, 0, 0};
 
 static int has(const char *msg, const char *a, const char *b) {
     return strstr(msg, a) && (!b || strstr(msg, b));
@@ -138,7 +138,13 @@ SEEN_CHECK(MATMUL)
 SEEN_CHECK(GROUPED_MM)
 SEEN_CHECK(LMHEAD_CE)
 SEEN_CHECK(SWIGLU)
+SEEN_CHECK(ATTENTION)
 #undef SEEN_CHECK
+
+/* an attention kernel for windows of 8 tokens or more */
+static int min8_check(const ops_ctx *c, base_err *err) {
+    return c->seq_len >= 8 ? 0 : base_fail(err, "seq_len >= 8 (seq_len = %d)", c->seq_len);
+}
 
 /* Whether a check of op k was called with batch, seq_len, n_heads, vocab, n_experts (each
  * -1: any) and a ctx that splits nothing further. */
@@ -173,11 +179,12 @@ static int seen_ffn(ops_kind k, int f) {
  * whole model: 4 heads, 8 experts. */
 static void test_rank_shapes(void) {
     base_err e = {{0}};
-    static const ops_kind kinds[] = {OPS_RMSNORM,    OPS_ADD_RMSNORM, OPS_MATMUL,
-                                     OPS_GROUPED_MM, OPS_LMHEAD_CE,   OPS_SWIGLU};
+    static const ops_kind kinds[] = {OPS_RMSNORM,   OPS_ADD_RMSNORM, OPS_MATMUL,   OPS_GROUPED_MM,
+                                     OPS_LMHEAD_CE, OPS_SWIGLU,      OPS_ATTENTION};
     int (*const checks[])(const ops_ctx *, base_err *) = {
-        seen_RMSNORM, seen_ADD_RMSNORM, seen_MATMUL, seen_GROUPED_MM, seen_LMHEAD_CE, seen_SWIGLU};
-    for (int i = 0; i < 6; i++) {
+        seen_RMSNORM,   seen_ADD_RMSNORM, seen_MATMUL,   seen_GROUPED_MM,
+        seen_LMHEAD_CE, seen_SWIGLU,      seen_ATTENTION};
+    for (int i = 0; i < 7; i++) {
         const ops_impl im = {kinds[i],
                              "seen",
                              "",
@@ -188,7 +195,8 @@ static void test_rank_shapes(void) {
         CHECK(ops_register(&im, &e) == 0, "register: %s", e.msg);
     }
     const ops_override ov[] = {{"rmsnorm", "seen"},    {"add_rmsnorm", "seen"}, {"matmul", "seen"},
-                               {"grouped_mm", "seen"}, {"lmhead_ce", "seen"},   {"swiglu", "seen"}};
+                               {"grouped_mm", "seen"}, {"lmhead_ce", "seen"},   {"swiglu", "seen"},
+                               {"attention", "seen"}};
     model_args a;
     tiny_args(&a);
     model_tp tp = {.size = 2};
@@ -197,7 +205,7 @@ static void test_rank_shapes(void) {
                            .tp = &tp,
                            .loss_parallel_off = 1,
                            .overrides = ov,
-                           .n_overrides = 6};
+                           .n_overrides = 7};
     model m;
     g_n_seen = 0;
     CHECK(model_build(&m, &a, &bo, &e) == 0, "tp build: %s", e.msg);
@@ -212,6 +220,8 @@ static void test_rank_shapes(void) {
           "swiglu checked for every token, this rank's 24 of 48 FFN columns");
     CHECK(seen(OPS_LMHEAD_CE, 2, 24, -1, 64, -1) && !seen(OPS_LMHEAD_CE, -1, -1, -1, 32, -1),
           "loss parallel off: lmhead_ce checked for the whole vocabulary");
+    CHECK(seen(OPS_ATTENTION, 2, 24, 2, -1, -1) && !seen(OPS_ATTENTION, 1, -1, -1, -1, -1),
+          "causal windows: attention checked for batch 2 x 24 tokens, this rank's 2 heads");
     g_n_seen = 0;
     CHECK(model_kernels_fit(&m, 1, 5, &e) == 0 && seen(OPS_RMSNORM, 1, 5, 4, -1, -1) &&
               seen(OPS_ADD_RMSNORM, 1, 5, 4, -1, -1) && !seen(OPS_RMSNORM, -1, -1, 2, -1, -1),
@@ -223,10 +233,37 @@ static void test_rank_shapes(void) {
               !seen(OPS_LMHEAD_CE, -1, -1, -1, 64, -1),
           "loss parallel: lmhead_ce checked for this rank's 32 vocabulary rows: %s", e.msg);
     model_free(&m);
+    /* document masking: attention runs once per document, 1 to 24 tokens, batch 1; a kernel
+     * for 8 tokens or more is refused naming why */
+    bo.docs = 1;
+    g_n_seen = 0;
+    CHECK(model_build(&m, &a, &bo, &e) == 0 && seen(OPS_ATTENTION, 1, 1, 2, -1, -1) &&
+              seen(OPS_ATTENTION, 1, 24, 2, -1, -1) && !seen(OPS_ATTENTION, 2, -1, -1, -1, -1) &&
+              seen(OPS_MATMUL, 2, 24, 2, -1, -1),
+          "documents: attention checked for batch 1 x 1 and 1 x 24 tokens: %s", e.msg);
+    model_free(&m);
+    const ops_impl min8 = {OPS_ATTENTION,
+                           "min8",
+                           "seq_len >= 8",
+                           min8_check,
+                           ops_find(OPS_ATTENTION, "default")->fwd,
+                           ops_find(OPS_ATTENTION, "default")->bwd,
+                           OPS_PREC_F32};
+    const ops_override ov8 = {"attention", "min8"};
+    CHECK(ops_register(&min8, &e) == 0, "register: %s", e.msg);
+    model_build_opts b8 = {.batch = 2, .seq_len = 24, .overrides = &ov8, .n_overrides = 1};
+    CHECK(model_build(&m, &a, &b8, &e) == 0, "min8, causal windows of 24: %s", e.msg);
+    model_free(&m);
+    b8.docs = 1;
+    CHECK(model_build(&m, &a, &b8, &e) != 0 && strstr(e.msg, "seq_len >= 8") &&
+              strstr(e.msg, "document masking: attention runs per document, batch 1 x 1 to 24"),
+          "min8 with documents: %s", e.msg);
+    model_free(&m);
+    bo.docs = 0;
 
     a.n_experts = 8, a.top_k = 2, a.moe_ffn_dim = 16;
     model_ep ep = {.size = 2};
-    model_build_opts eo = {.batch = 2, .seq_len = 24, .ep = &ep, .overrides = ov, .n_overrides = 6};
+    model_build_opts eo = {.batch = 2, .seq_len = 24, .ep = &ep, .overrides = ov, .n_overrides = 7};
     g_n_seen = 0;
     CHECK(model_build(&m, &a, &eo, &e) == 0, "ep build: %s", e.msg);
     CHECK(seen(OPS_GROUPED_MM, 2, 24, -1, -1, 4) && !seen(OPS_GROUPED_MM, -1, -1, -1, -1, 8),
