@@ -143,8 +143,13 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
 
 - **Attention.** 0.3 makes every language model's attention `flex` and block-causal: no
   token attends across a document boundary, RoPE positions and labels restart at each
-  document. titan's attention is causal over the whole window (v0.2.2's `sdpa`); there is no
-  document masking, so losses differ from a 0.3 run's (`attn_backend = "flex"` warns).
+  document. titan's is causal over the whole window unless `model.attn_mask_type =
+  "block_causal"` (v0.2.2's default, `sdpa`; `attn_backend = "flex"` with the mask type unset
+  warns): add `--model.attn_mask_type block_causal` to each row above for 0.3's. Then no token
+  attends across a document and no label is another document's first token, as in 0.3; what
+  remains different is packing: 0.3 drops each document's last token (its eos) from the inputs,
+  titan keeps it as an input whose label is ignored, so a titan window holds one trained token
+  fewer per document that ends in it (docs/training.md, "Document masking").
 - **MoE load balancing.** 0.3's Qwen3 MoE updates the expert bias after every step
   (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
   `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# [model] attn_backend: sdpa, flex and varlen are names of titan's one attention (the same
-# losses, bitwise; varlen warns that it does not stop at documents, flex that torchtitan 0.3's
-# masks each document), anything else is refused
-# by name from the command line and from a TOML file; model.depth_init without
+# [model] attn_backend: sdpa, flex and varlen are names of titan's one attention, attn_mask_type
+# causal or block_causal (unset: block_causal with varlen, as torchtitan's varlen, else causal;
+# flex then warns that torchtitan 0.3's is block_causal). On random tokens (one document per
+# window) all give the same losses bitwise; on packed documents block_causal gives other losses
+# than causal, the same whichever backend names it. varlen with causal, anything else is
+# refused by name from the command line and from a TOML file; model.depth_init without
 # init_weights = "torchtitan" is refused. Argument: TITAN.
 set -uo pipefail
 titan=$1
@@ -12,19 +14,39 @@ small=(--model.n_layers 2 --model.dim 64 --model.n_heads 4 --model.n_kv_heads 2 
        --model.ffn_dim 128 --model.vocab_size 300 --training.seq_len 32 --training.local_batch_size 2
        --training.steps 3 --metrics.enable_jsonl)
 fail() { echo "FAIL: $1"; cat "$2"; exit 1; }
-for b in sdpa flex varlen; do
-  "$titan" train "${small[@]}" --model.attn_backend $b --job.dump_folder "$out/$b" > "$out/$b.log" 2>&1 ||
-    fail "attn_backend $b refused" "$out/$b.log"
-  grep -o '"loss": [^,}]*' "$out/$b/metrics.jsonl" > "$out/$b.losses"
-  [ "$(wc -l < "$out/$b.losses")" = 3 ] || fail "attn_backend $b: not 3 losses" "$out/$b.log"
-  cmp -s "$out/sdpa.losses" "$out/$b.losses" || fail "attn_backend $b: other losses than sdpa" "$out/$b.losses"
-done
-grep -q "attn_backend = varlen: .*does not stop at document boundaries" "$out/varlen.log" ||
-  fail "varlen: no warning" "$out/varlen.log"
-grep -q "attn_backend = flex: .*torchtitan 0.3's flex masks each document" "$out/flex.log" ||
-  fail "flex: no warning" "$out/flex.log"
-! grep -q "attn_backend" "$out/sdpa.log" || fail "sdpa: a warning" "$out/sdpa.log"
-echo "ok sdpa, flex, varlen accepted: the same losses ($(tr '\n' ' ' < "$out/sdpa.losses"))"
+run() { # NAME ARGS...: trains, NAME.losses gets its 3 losses
+  local n=$1; shift
+  "$titan" train "${small[@]}" "$@" --job.dump_folder "$out/$n" > "$out/$n.log" 2>&1 ||
+    fail "$n refused" "$out/$n.log"
+  grep -o '"loss": [^,}]*' "$out/$n/metrics.jsonl" > "$out/$n.losses"
+  [ "$(wc -l < "$out/$n.losses")" = 3 ] || fail "$n: not 3 losses" "$out/$n.log"
+}
+same() { cmp -s "$out/$1.losses" "$out/$2.losses" || fail "$2: other losses than $1" "$out/$2.losses"; }
+for b in sdpa flex varlen; do run $b --model.attn_backend $b; same sdpa $b; done
+run block --model.attn_mask_type block_causal; same sdpa block
+grep -q "attn_backend = flex with attn_mask_type unset: .*torchtitan 0.3's flex is always block_causal" \
+  "$out/flex.log" || fail "flex: no warning" "$out/flex.log"
+! grep -q "attn_backend\|attn_mask" "$out/sdpa.log" "$out/varlen.log" "$out/block.log" ||
+  fail "a warning" "$out/varlen.log"
+echo "ok random tokens: sdpa, flex, varlen, block_causal the same losses ($(tr '\n' ' ' < "$out/sdpa.losses"))"
+
+# packed documents (byte tokens, 1 to 40 bytes each): block_causal changes the losses; varlen is it
+awk 'BEGIN { for (i = 1; i <= 60; i++) { s = ""; for (k = 0; k <= (i * 7) % 40; k++)
+  s = s substr("abcdefghijklmnopqrstuvwxyz", i % 26 + 1, 1); printf "{\"text\": \"%s\"}\n", s } }' > "$out/docs.jsonl"
+data=(--training.dataset_path "$out/docs.jsonl")
+run docs_causal "${data[@]}"
+run docs_block "${data[@]}" --model.attn_mask_type block_causal
+run docs_varlen "${data[@]}" --model.attn_backend varlen
+run docs_flex "${data[@]}" --model.attn_backend flex --model.attn_mask_type block_causal
+! cmp -s "$out/docs_causal.losses" "$out/docs_block.losses" ||
+  fail "block_causal: the causal losses on packed documents" "$out/docs_block.losses"
+same docs_block docs_varlen
+same docs_block docs_flex
+echo "ok documents: causal $(tr '\n' ' ' < "$out/docs_causal.losses")/ block_causal $(tr '\n' ' ' < "$out/docs_block.losses")"
+"$titan" train "${small[@]}" --model.attn_backend varlen --model.attn_mask_type causal \
+  --job.dump_folder "$out/v" > "$out/v.log" 2>&1 && fail "varlen with causal accepted" "$out/v.log"
+grep -q "model.attn_mask_type: 'causal' with attn_backend = varlen" "$out/v.log" ||
+  fail "varlen with causal: the message" "$out/v.log"
 
 # 235B-A22B by name: its RoPE base (HF's 1e6, torchtitan's 5e6) said, not when overridden
 "$titan" plan --flavor 235B-A22B > "$out/p.log" 2>&1 || fail "plan 235B-A22B" "$out/p.log"
