@@ -2,8 +2,7 @@
 # Document masking's cost: the same job with model.attn_mask_type causal and block_causal, one
 # after the other, on Tiny Shakespeare with the Qwen3 tokenizer (a paragraph is a document:
 # 7,222 of 42.8 tokens on average with the eos, so a 2048-token window holds ~48), tokens/s
-# averaged over the steps
-# after the first WARMUP, and the ratio. Model: the bench model's widths (dim 512, 8 heads of
+# averaged over the steps after the first WARMUP, and the ratio. Model: the bench model's widths (dim 512, 8 heads of
 # 64 over 4 kv heads, ffn 1536, vocab 151936 tied) at LAYERS blocks, batch 1 x SEQ tokens.
 # Usage: bash bench/docmask.sh   (env: BUILD=build SEQ=2048 LAYERS=4 STEPS=6 WARMUP=2
 #        THREADS=2 PREC=float32)
