@@ -79,9 +79,13 @@ static void print_header(const train_opts *o, const model *m, const train_source
            a->ffn_dim, a->vocab_size, a->tie_embeddings ? "tied" : "untied", fpt / 1e9);
     char desc[1024] = "uniform random tokens";
     if (src->loader) data_loader_describe(src->loader, desc, sizeof desc);
-    printf("  data: %s\n  step: %d x %d tokens x %d microbatches x %d data-parallel ranks = %lld "
+    printf("  data: %s%s\n  step: %d x %d tokens x %d microbatches x %d data-parallel ranks = %lld "
            "tokens; %d steps\n",
-           desc, o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
+           desc,
+           o->block_causal ? "; documents masked (block_causal: attention within each document, no "
+                             "label across documents)"
+                           : "",
+           o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
            (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->steps);
     /* per rank: parameters, gradients and AdamW state are sharded over dp_shard (FSDP), but
      * for this rank's own experts under EP (MODEL_EP_EXPERTS), sharded over efsdp */

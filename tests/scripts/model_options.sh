@@ -40,6 +40,9 @@ run docs_varlen "${data[@]}" --model.attn_backend varlen
 run docs_flex "${data[@]}" --model.attn_backend flex --model.attn_mask_type block_causal
 ! cmp -s "$out/docs_causal.losses" "$out/docs_block.losses" ||
   fail "block_causal: the causal losses on packed documents" "$out/docs_block.losses"
+grep -q "data: .*; documents masked (block_causal" "$out/docs_block.log" ||
+  fail "block_causal: the header does not say it" "$out/docs_block.log"
+! grep -q "documents masked" "$out/docs_causal.log" || fail "causal: documents masked" "$out/docs_causal.log"
 same docs_block docs_varlen
 same docs_block docs_flex
 echo "ok documents: causal $(tr '\n' ' ' < "$out/docs_causal.losses")/ block_causal $(tr '\n' ' ' < "$out/docs_block.losses")"
