@@ -45,6 +45,15 @@ grep -q "data: .*; documents masked (block_causal" "$out/docs_block.log" ||
 ! grep -q "documents masked" "$out/docs_causal.log" || fail "causal: documents masked" "$out/docs_causal.log"
 same docs_block docs_varlen
 same docs_block docs_flex
+# the recompute of full activation checkpointing sees the same documents (bitwise), and so
+# does each microbatch of gradient accumulation (1 x 2 microbatches: within 1e-6)
+run docs_block_ac "${data[@]}" --model.attn_mask_type block_causal --activation_checkpoint.mode full
+same docs_block docs_block_ac
+run docs_block_ga "${data[@]}" --model.attn_mask_type block_causal --training.local_batch_size 1 \
+  --training.global_batch_size 2
+paste "$out/docs_block.losses" "$out/docs_block_ga.losses" | awk '{ d = $2 - $4; if (d < 0) d = -d;
+  if (d > 1e-6 * $2) bad = 1 } END { exit bad }' ||
+  fail "block_causal, 2 microbatches: other losses" "$out/docs_block_ga.losses"
 echo "ok documents: causal $(tr '\n' ' ' < "$out/docs_causal.losses")/ block_causal $(tr '\n' ' ' < "$out/docs_block.losses")"
 "$titan" train "${small[@]}" --model.attn_backend varlen --model.attn_mask_type causal \
   --job.dump_folder "$out/v" > "$out/v.log" 2>&1 && fail "varlen with causal accepted" "$out/v.log"
