@@ -16,7 +16,7 @@ target_link_libraries(test_hf_parity PRIVATE titan_core)
 # against them (and writes titan's gradients), hf_parity_grads_<cfg>_safetensors loads those
 # gradients with the Python package, and hf_parity_bf16_<cfg> compares titan's bf16 mixed
 # precision with autocast and both with fp32 (issue 16; moe_aux has an autocast routing flip).
-foreach(cfg gqa_tied untied mha_long moe moe_sparse moe_aux odd_dims moe_flip docs)
+foreach(cfg gqa_tied untied mha_long moe moe_sparse moe_aux odd_dims moe_flip docs docs_moe)
   set(dir ${TITAN_PARITY_DIR}/${cfg})
   add_test(NAME hf_reference_${cfg}
     COMMAND ${TITAN_PYTHON} ${TITAN_REF_DIR}/hf_reference.py --config ${cfg} --out ${dir})

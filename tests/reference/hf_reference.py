@@ -86,6 +86,13 @@ CONFIGS = {
     "docs": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,
                  vocab_size=512, tie_embeddings=0, rope_theta=1e4, norm_eps=1e-6,
                  batch=2, seq_len=150, max_norm=0.98, docs=1),
+    # the same in an MoE model (routing per token, attention per document); one window of 90:
+    # at 3 x 70 and 2 x 48 bf16 router logits flipped choices on both bf16 sides alike, which
+    # the bf16 check cannot tell from a defect
+    "docs_moe": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,
+                     vocab_size=256, tie_embeddings=1, rope_theta=1e6, norm_eps=1e-6,
+                     n_experts=8, top_k=2, moe_ffn_dim=32, norm_topk_prob=1,
+                     router_aux_loss_coef=0.0, aux=0, batch=1, seq_len=90, max_norm=1.7, docs=1),
 }
 
 # Each config's max_norm sits inside the range of its pre-clip gradient norms, so clipping is
