@@ -232,6 +232,12 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
         return fail_field(c, "model", "attn_mask_type", err,
                           "'causal' with attn_backend = varlen: torchtitan's varlen attention "
                           "masks documents (block_causal, its default here)");
+    if (!strcmp(c->model.attn_backend, "varlen") && !mask[0])
+        base_log_once(BASE_LOG_INFO,
+                      "model.attn_backend = varlen: attention within each document "
+                      "(attn_mask_type block_causal, as torchtitan's varlen; until titan "
+                      "2026-12-06 titan ran it causal over the window: attn_backend = \"sdpa\" "
+                      "for those losses)");
     if (!strcmp(c->model.attn_backend, "flex") && !mask[0])
         base_log_once(BASE_LOG_WARN,
                       "model.attn_backend = flex with attn_mask_type unset: causal over the whole "

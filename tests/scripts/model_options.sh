@@ -26,8 +26,9 @@ for b in sdpa flex varlen; do run $b --model.attn_backend $b; same sdpa $b; done
 run block --model.attn_mask_type block_causal; same sdpa block
 grep -q "attn_backend = flex with attn_mask_type unset: .*torchtitan 0.3's flex is always block_causal" \
   "$out/flex.log" || fail "flex: no warning" "$out/flex.log"
-! grep -q "attn_backend\|attn_mask" "$out/sdpa.log" "$out/varlen.log" "$out/block.log" ||
-  fail "a warning" "$out/varlen.log"
+! grep -q "attn_backend\|attn_mask" "$out/sdpa.log" "$out/block.log" || fail "a warning" "$out/sdpa.log"
+grep -q "attn_backend = varlen: attention within each document" "$out/varlen.log" ||
+  fail "varlen: no info line" "$out/varlen.log"
 echo "ok random tokens: sdpa, flex, varlen, block_causal the same losses ($(tr '\n' ' ' < "$out/sdpa.losses"))"
 
 # packed documents (byte tokens, 1 to 40 bytes each): block_causal changes the losses; varlen is it
