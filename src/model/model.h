@@ -547,9 +547,8 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
  * positions (HF's packed sequences agree to fp32 rounding: test_hf_parity's docs reference).
  * A model built with docs runs whole windows until its first positions (the trainer sets them
  * before every microbatch, training and validation). NULL: whole windows again. -1 with err
- * when positions are not such runs (a window not
- * starting at 0, a jump), leaving the segments unchanged, or the model was not built with
- * model_build_opts.docs. */
+ * when positions are not such runs (a window not starting at 0, a jump), leaving the segments
+ * unchanged, or the model was not built with model_build_opts.docs. */
 int model_set_positions(model *m, const int32_t *positions, base_err *err);
 
 /* Bytes of the activation buffer model_build allocated (for memory estimates; with
