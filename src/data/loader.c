@@ -699,6 +699,12 @@ static void said_growth(const data_loader *l, const data_loader_state *s) {
 int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
     if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0 || s->file < 0)
         return base_fail(err, "%s: data-loader state has negative fields", l->path);
+    /* counters the reader adds to (a hand-edited state near INT64_MAX would overflow them):
+     * no dataset holds 2^62 documents, lines or bytes */
+    const int64_t big = (int64_t)1 << 62;
+    if (s->epoch >= big || s->doc >= big || s->doc_tokens >= big || s->file_doc >= big ||
+        s->byte_off >= big || s->line >= big || s->bad_lines >= big || s->size >= big)
+        return base_fail(err, "%s: data-loader state has a field of 2^62 or more", l->path);
     data_pos p = {s->doc, s->file, s->file_doc, s->byte_off, s->line};
     const int grown = s->fingerprint != l->fingerprint;
     /* states saved before titan recorded what a grown dataset is checked by (setup 0), and

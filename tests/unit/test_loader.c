@@ -1382,6 +1382,30 @@ static void test_state_bounds(void) {
     }
 }
 
+/* A hand-edited state whose counters are near INT64_MAX is refused before the reader adds to
+ * them (a signed overflow under UBSan before) */
+static void test_state_huge(void) {
+    write_str("huge.jsonl", "{\"text\": \"abc\"}\n{\"text\": \"defg\"}\n");
+    data_loader_cfg c = cfg("huge.jsonl", 3, 1);
+    data_loader *l = NULL;
+    data_loader_state s;
+    base_err err;
+    CHECK(data_loader_open(&l, &c, &err) == 0, "%s", err.msg);
+    if (!l) return;
+    data_loader_get_state(l, &s);
+    int64_t *fields[] = {&s.epoch,    &s.doc,  &s.doc_tokens, &s.file_doc,
+                         &s.byte_off, &s.line, &s.bad_lines,  &s.size};
+    for (int i = 0; i < 8; i++) {
+        const int64_t keep = *fields[i];
+        *fields[i] = INT64_MAX;
+        CHECK(data_loader_set_state(l, &s, &err) != 0 && strstr(err.msg, "2^62"),
+              "field %d at INT64_MAX: %s", i, err.msg);
+        *fields[i] = keep;
+    }
+    CHECK(data_loader_set_state(l, &s, &err) == 0, "the state itself: %s", err.msg);
+    data_loader_free(l);
+}
+
 /* A shard folder that grows is still refused while a titan tokenize writes it (its mark) or
  * holds an unfinished shard, before any position is looked at. */
 static void test_grow_tokenize_marks(data_tok *tok) {
@@ -1524,6 +1548,7 @@ int main(void) {
     test_shards_two_tokenizers(tok);
     test_save_while_away(tok);
     test_state_bounds();
+    test_state_huge();
     test_grow_tokenize_marks(tok);
     test_documents(tok);
     data_tok_free(tok);
