@@ -46,14 +46,23 @@ int fuzz_target_run(const uint8_t *data, size_t size) {
     err.msg[0] = 0;
     data_loader *l = NULL;
     int rc = data_loader_open(&l, &c, &err);
-    int32_t x[6], y[6];
+    c.pad_label = -100;
+    int32_t x[6], y[6], pos[6];
     for (int b = 0; rc == 0 && b < 4096; b++) {
-        int got = data_loader_next(l, x, y, NULL, &err);
+        /* odd batches with document positions: runs of 0, 1, 2 within each window, and a
+         * label ignored only there */
+        int got = data_loader_next(l, x, y, b % 2 ? pos : NULL, &err);
         if (got < 0) rc = -1;
         if (got <= 0) break;
-        for (int i = 0; i < 6; i++)
-            if (x[i] < 0 || x[i] >= c.enc.vocab_size || y[i] < 0 || y[i] >= c.enc.vocab_size)
+        for (int i = 0; i < 6; i++) {
+            const int ignored = b % 2 && y[i] == -100;
+            if (x[i] < 0 || x[i] >= c.enc.vocab_size ||
+                (!ignored && (y[i] < 0 || y[i] >= c.enc.vocab_size)))
                 broken("id outside the vocabulary", path);
+            if (b % 2 &&
+                (pos[i] < 0 || pos[i] > i % 3 || (i % 3 && pos[i] && pos[i] != pos[i - 1] + 1)))
+                broken("document positions are not runs from 0", path);
+        }
     }
     if (rc == 0) { /* the state must restore into the same loader */
         data_loader_state s;
