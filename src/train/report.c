@@ -248,7 +248,10 @@ int train_report_facts(train_report_run *r, const char *page, const train_opts *
          a->ffn_dim, a->vocab_size, a->tie_embeddings ? "tied" : "untied", moe);
     char desc[1024] = "uniform random tokens";
     if (src->loader) data_loader_describe(src->loader, desc, sizeof desc);
-    fact(f, "data", "%s", desc);
+    fact(f, "data", "%s%s", desc,
+         o->block_causal ? "; documents masked (block_causal: attention within each document, "
+                           "no label across documents)"
+                         : "");
     if (o->val.path)
         fact(f, "validation", "%s, every %d steps (%d x %d tokens)", o->val.path, o->val.freq,
              o->val.batch, o->val.seq_len);

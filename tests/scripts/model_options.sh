@@ -44,6 +44,8 @@ run docs_flex "${data[@]}" --model.attn_backend flex --model.attn_mask_type bloc
 grep -q "data: .*; documents masked (block_causal" "$out/docs_block.log" ||
   fail "block_causal: the header does not say it" "$out/docs_block.log"
 ! grep -q "documents masked" "$out/docs_causal.log" || fail "causal: documents masked" "$out/docs_causal.log"
+grep -q "documents masked" "$out/docs_block/report.facts.json" ||
+  fail "block_causal: the report's facts do not say it" "$out/docs_block/report.facts.json"
 same docs_block docs_varlen
 same docs_block docs_flex
 # the recompute of full activation checkpointing sees the same documents (bitwise), and so
