@@ -271,11 +271,15 @@ size_t ops_bf16_mirror_bytes(size_t n);
  * for a bf16 implementation on the onednn engine, which keeps its logits as bf16. */
 size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec);
 /* The rows of an lmhead_ce chunk when none is configured, for N rows of V logits: about 64M
- * logits (256 MiB fp32) a chunk, rounded up to a multiple of 64 rows, at most N
- * (bench/RESULTS.md: larger chunks make the lm_head GEMMs faster and cost memory; at vocab
- * 151936, 448 rows ran 3-4% faster than 256 on a quiet machine, 1024 no faster). The model's
- * and `titan kernels bench`'s, so both time the same calls. */
+ * logits (256 MiB fp32) a chunk on a CPU with AVX-512, 144M (576 MiB) on one without, rounded
+ * up to a multiple of 64 rows, at most N (bench/RESULTS.md: larger chunks make the lm_head
+ * GEMMs faster and cost memory; at vocab 151936 on a Zen 4 with AVX-512, 448 rows ran 3-4%
+ * faster than 256, 1024 no faster; with AVX-512 hidden, the BLAS products' AVX2 kernels ran
+ * lmhead_ce 13-15% faster at 1024 rows than at 448, the bench-model step 13%, for 0.33 GiB).
+ * The model's, `titan plan`'s and `titan kernels bench`'s, so all count and time the same
+ * calls. ops_lmhead_ce_chunk_for: the rule for a CPU with (avx512 1) or without AVX-512F. */
 int ops_lmhead_ce_chunk(long N, int V);
+int ops_lmhead_ce_chunk_for(long N, int V, int avx512);
 /* 1 when lmhead_ce/bf16 over the whole vocabulary (no vocabulary shard) at width D runs fused on
  * AMX tiles (ops_bf16_lmhead_ce): it needs no scratch, and may be called with chunk 0 and no
  * scratch (it then returns NaN should the fused kernel refuse the call: out of memory). */

@@ -1335,22 +1335,30 @@ static void test_grouped_layout(void) {
     }
 }
 
-/* lmhead_ce's default chunk (the model's and the bench's): about 64M logits, a multiple of 64
- * rows, at most N: 448 rows at Qwen3's vocabulary (the figure bench/RESULTS.md timed), the
- * whole batch at a small vocabulary, 64 rows (not 0) past 64M. */
+/* lmhead_ce's default chunk (the model's and the bench's): about 64M logits with AVX-512, 144M
+ * without, a multiple of 64 rows, at most N: 448 and 1024 rows at Qwen3's vocabulary (the
+ * figures bench/RESULTS.md timed), the whole batch at a small vocabulary, 64 rows (not 0) past
+ * the target; ops_lmhead_ce_chunk is the rule of this CPU. */
 static void test_lmhead_ce_chunk(void) {
     static const struct {
         long N;
-        int V, want;
-    } c[] = {{2048, 151936, 448},   {100, 151936, 100}, {2048, 2048, 2048}, {1L << 20, 2048, 32768},
-             {2048, 100000000, 64}, {2048, 0, 64},      {0, 151936, 0}};
+        int V, avx512, want;
+    } c[] = {{2048, 151936, 1, 448},     {2048, 151936, 0, 1024},  {100, 151936, 1, 100},
+             {100, 151936, 0, 100},      {2048, 2048, 1, 2048},    {1L << 20, 2048, 1, 32768},
+             {1L << 20, 2048, 0, 73728}, {2048, 100000000, 1, 64}, {2048, 100000000, 0, 64},
+             {2048, 0, 0, 64},           {0, 151936, 1, 0}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        const int got = ops_lmhead_ce_chunk(c[i].N, c[i].V);
+        const int got = ops_lmhead_ce_chunk_for(c[i].N, c[i].V, c[i].avx512);
         char what[96], detail[64];
-        snprintf(what, sizeof what, "ops_lmhead_ce_chunk(N %ld, V %d)", c[i].N, c[i].V);
+        snprintf(what, sizeof what, "ops_lmhead_ce_chunk_for(N %ld, V %d, avx512 %d)", c[i].N,
+                 c[i].V, c[i].avx512);
         snprintf(detail, sizeof detail, "%d rows, not %d", got, c[i].want);
         check_true(what, got == c[i].want, detail);
     }
+    const int here = __builtin_cpu_supports("avx512f");
+    check_true("ops_lmhead_ce_chunk is this CPU's rule",
+               ops_lmhead_ce_chunk(2048, 151936) == ops_lmhead_ce_chunk_for(2048, 151936, here),
+               here ? "AVX-512" : "no AVX-512");
 }
 
 int main(void) {

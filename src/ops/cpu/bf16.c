@@ -161,10 +161,20 @@ size_t ops_lmhead_ce_scratch_floats(size_t chunk, size_t V, ops_prec prec) {
     return prec == OPS_PREC_BF16 && engine() == ENGINE_ONEDNN ? (n + 1) / 2 : n;
 }
 
-int ops_lmhead_ce_chunk(long N, int V) {
-    long chunk = V > 0 ? ((64L << 20) / V + 63) / 64 * 64 : 64;
-    if (chunk < 64) chunk = 64; /* a vocabulary over 64M: 64 rows, not 0 */
+int ops_lmhead_ce_chunk_for(long N, int V, int avx512) {
+    const long logits = (avx512 ? 64L : 144L) << 20;
+    long chunk = V > 0 ? (logits / V + 63) / 64 * 64 : 64;
+    if (chunk < 64) chunk = 64; /* a vocabulary over the target: 64 rows, not 0 */
     return (int)(chunk > N ? N : chunk);
+}
+
+int ops_lmhead_ce_chunk(long N, int V) {
+#if defined(__x86_64__)
+    const int avx512 = __builtin_cpu_supports("avx512f");
+#else
+    const int avx512 = 1; /* the 64M rule measured elsewhere */
+#endif
+    return ops_lmhead_ce_chunk_for(N, V, avx512);
 }
 
 /* ---- the copy's layouts ----------------------------------------------------------------- */
