@@ -5,7 +5,7 @@
 # averaged over the steps after the first WARMUP, and the ratio. Model: the bench model's widths (dim 512, 8 heads of
 # 64 over 4 kv heads, ffn 1536, vocab 151936 tied) at LAYERS blocks, batch 1 x SEQ tokens.
 # Usage: bash bench/docmask.sh   (env: BUILD=build SEQ=2048 LAYERS=4 STEPS=6 WARMUP=2
-#        THREADS=2 PREC=float32)
+#        THREADS=2 PREC=float32 EXTRA="more titan train options")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build} SEQ=${SEQ:-2048} LAYERS=${LAYERS:-4} STEPS=${STEPS:-6} WARMUP=${WARMUP:-2}
@@ -20,7 +20,8 @@ args=(--model.dim 512 --model.n_layers "$LAYERS" --model.n_heads 8 --model.n_kv_
       --model.hf_assets_path "$shared/data/qwen3_tokenizer"
       --training.dataset_path "$shared/data/tinyshakespeare/input.txt"
       --training.local_batch_size 1 --training.seq_len "$SEQ" --training.steps "$STEPS"
-      --training.mixed_precision_param "$PREC" --metrics.log_freq 1 --metrics.enable_jsonl)
+      --training.mixed_precision_param "$PREC" --metrics.log_freq 1 --metrics.enable_jsonl
+      ${EXTRA:-})
 for mask in causal block_causal; do
   "$BUILD/titan" train "${args[@]}" --model.attn_mask_type $mask --job.dump_folder "$out/$mask" \
     > "$out/$mask.log" 2>&1 || { cat "$out/$mask.log"; exit 1; }
