@@ -726,7 +726,6 @@ int model_set_positions(model *m, const int32_t *pos, base_err *err) {
         return base_fail(err, "document positions: the model was built without document masking "
                               "(model_build_opts.docs)");
     const int B = m->batch, T = m->seq_len;
-    int n = 0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const int32_t p = pos[(size_t)b * T + t];
@@ -735,7 +734,6 @@ int model_set_positions(model *m, const int32_t *pos, base_err *err) {
                                  "document positions: window %d, token %d has position %d "
                                  "(a window starts at 0; each token is 0 or one past the last)",
                                  b, t, (int)p);
-            n += p == 0;
         }
     if (!m->seg) {
         m->seg = base_alloc(((size_t)B * T + 1) * sizeof *m->seg);
@@ -744,7 +742,7 @@ int model_set_positions(model *m, const int32_t *pos, base_err *err) {
     m->n_seg = 0;
     for (int i = 0; i < B * T; i++)
         if (pos[i] == 0) m->seg[m->n_seg++] = i;
-    m->seg[n] = B * T;
+    m->seg[m->n_seg] = B * T;
     return 0;
 }
 

@@ -254,6 +254,9 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
 int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int32_t *pos, int B, int T,
                       base_err *err);
 void train_source_close(train_source *s); /* a zeroed one too */
+/* The run's data in one line (the header's and the report facts'): the loader's description
+ * (or uniform random tokens), and whether documents are masked (block_causal). */
+void train_source_describe(const train_source *s, const train_opts *o, char *buf, size_t n);
 
 /* The report page (report.c): one self-contained HTML file (inline CSS and SVG; no script,
  * nothing fetched) with a run's facts and charts of its metrics.jsonl figures (loss and

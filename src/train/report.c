@@ -246,12 +246,9 @@ int train_report_facts(train_report_run *r, const char *page, const train_opts *
          "embeddings%s)",
          a->flavor, cnt.total / 1e6, a->n_layers, a->dim, a->n_heads, a->n_kv_heads, a->head_dim,
          a->ffn_dim, a->vocab_size, a->tie_embeddings ? "tied" : "untied", moe);
-    char desc[1024] = "uniform random tokens";
-    if (src->loader) data_loader_describe(src->loader, desc, sizeof desc);
-    fact(f, "data", "%s%s", desc,
-         o->block_causal ? "; documents masked (block_causal: attention within each document, "
-                           "no label across documents)"
-                         : "");
+    char desc[1200];
+    train_source_describe(src, o, desc, sizeof desc);
+    fact(f, "data", "%s", desc);
     if (o->val.path)
         fact(f, "validation", "%s, every %d steps (%d x %d tokens)", o->val.path, o->val.freq,
              o->val.batch, o->val.seq_len);

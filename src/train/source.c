@@ -1,4 +1,5 @@
 /* train: the token source (see internal.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "train/internal.h"
@@ -33,6 +34,17 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
         return -1;
     }
     return 0;
+}
+
+void train_source_describe(const train_source *s, const train_opts *o, char *buf, size_t n) {
+    if (!n) return;
+    snprintf(buf, n, "uniform random tokens");
+    if (s->loader) data_loader_describe(s->loader, buf, n);
+    const size_t at = strlen(buf);
+    if (o->block_causal)
+        snprintf(buf + at, n - at,
+                 "; documents masked (block_causal: attention within each document, no label "
+                 "across documents)");
 }
 
 /* Random tokens: one counter stream of windows, this rank's B of each round's dp_size * B. */

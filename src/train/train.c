@@ -77,15 +77,11 @@ static void print_header(const train_opts *o, const model *m, const train_source
            "%d, vocab %d, %s embeddings), %.3f GFLOP/token\n",
            a->flavor, cnt.total / 1e6, a->n_layers, a->dim, a->n_heads, a->n_kv_heads, a->head_dim,
            a->ffn_dim, a->vocab_size, a->tie_embeddings ? "tied" : "untied", fpt / 1e9);
-    char desc[1024] = "uniform random tokens";
-    if (src->loader) data_loader_describe(src->loader, desc, sizeof desc);
-    printf("  data: %s%s\n  step: %d x %d tokens x %d microbatches x %d data-parallel ranks = %lld "
+    char desc[1200];
+    train_source_describe(src, o, desc, sizeof desc);
+    printf("  data: %s\n  step: %d x %d tokens x %d microbatches x %d data-parallel ranks = %lld "
            "tokens; %d steps\n",
-           desc,
-           o->block_causal ? "; documents masked (block_causal: attention within each document, no "
-                             "label across documents)"
-                           : "",
-           o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
+           desc, o->batch, o->seq_len, o->grad_accum, mesh->dp_size,
            (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->steps);
     /* per rank: parameters, gradients and AdamW state are sharded over dp_shard (FSDP), but
      * for this rank's own experts under EP (MODEL_EP_EXPERTS), sharded over efsdp */
