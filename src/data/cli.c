@@ -248,6 +248,9 @@ void data_cmd_data_usage(FILE *f) {
             "  --dp-rank R, --dp-size N   this rank's share of the documents (0, 1)\n"
             "  --vocab-size V     model vocabulary the ids must fit (no limit)\n"
             "  --finite           stop at the end of the data instead of restarting\n"
+            "  --documents        document masking's view (attn_mask_type block_causal): a\n"
+            "                     '|' before each token that starts a document, and the\n"
+            "                     extra label '-' when it is one (training ignores it)\n"
             "  --state JSON       resume from a state printed by an earlier run\n",
             data_opts_help);
 }
@@ -261,7 +264,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.dp_size = 1;
     c.infinite = 1;
     c.enc.vocab_size = INT32_MAX;
-    int batches = 1;
+    int batches = 1, documents = 0;
     const char *state = NULL;
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
@@ -282,6 +285,8 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
             st = base_args_int(&it, &c.enc.vocab_size, 1);
         } else if (!strcmp(a, "--finite")) {
             c.infinite = 0;
+        } else if (!strcmp(a, "--documents")) {
+            documents = 1;
         } else if (!strcmp(a, "--state")) {
             st = (state = base_args_value(&it)) ? 0 : -1;
         } else if (base_args_is_help(&it)) {
@@ -298,26 +303,34 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.format = d.format;
     c.field = d.field;
     c.skip_bad_lines = d.skip_bad;
+    c.pad_label = -1; /* --documents: a label the loader ignores (no token id is negative) */
     if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
     data_loader *l = NULL;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
     int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    int rc = !x || !y ? base_fail(err, "out of memory") : data_loader_open(&l, &c, err);
+    int32_t *pos = documents ? malloc(n * sizeof *pos) : NULL;
+    int rc = !x || !y || (documents && !pos) ? base_fail(err, "out of memory")
+                                             : data_loader_open(&l, &c, err);
     if (!rc && state) {
         data_loader_state s;
         rc = data_loader_state_parse(state, &s, err);
         if (!rc) rc = data_loader_set_state(l, &s, err);
     }
     for (int b = 0; !rc && b < batches; b++) {
-        int got = data_loader_next(l, x, y, NULL, err);
+        int got = data_loader_next(l, x, y, pos, err);
         if (got <= 0) {
             rc = got;
             break;
         }
         for (int w = 0; w < c.batch; w++) {
-            const int32_t *xw = x + (size_t)w * c.seq_len, *yw = y + (size_t)w * c.seq_len;
-            for (int t = 0; t < c.seq_len; t++) printf("%d ", xw[t]);
-            printf("%d\n", yw[c.seq_len - 1]);
+            const size_t at = (size_t)w * c.seq_len;
+            const int32_t *xw = x + at, *yw = y + at;
+            for (int t = 0; t < c.seq_len; t++)
+                printf(pos && t > 0 && pos[at + t] == 0 ? "| %d " : "%d ", xw[t]);
+            if (yw[c.seq_len - 1] < 0)
+                printf("| -\n");
+            else
+                printf("%d\n", yw[c.seq_len - 1]);
         }
     }
     if (!rc) {
@@ -332,5 +345,6 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     data_tok_free(c.enc.tok);
     free(x);
     free(y);
+    free(pos);
     return rc;
 }

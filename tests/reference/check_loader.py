@@ -71,13 +71,35 @@ def reference(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
     return [out[b * batch:(b + 1) * batch] for b in range(batches)]
 
 
+def reference_documents(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
+    """`titan data --documents`' rows (torchtitan 0.3's block_causal view of the same windows):
+    the window's tokens with "|" before each one that starts a document (at t >= 1; a window's
+    first token is position 0 anyway), and its extra label "-" when it starts one."""
+    mine = [tok.doc(d) for i, d in enumerate(docs) if i % dp_size == dp_rank and d is not None]
+    buf, out, i = [], [], 0  # buf: (token, starts a document)
+    while len(out) < batches * batch:
+        while len(buf) < seq_len + 1:
+            d = mine[i % len(mine)]
+            buf += [(t, k == 0) for k, t in enumerate(d)]
+            i += 1
+        row = []
+        for t, (tok_id, start) in enumerate(buf[: seq_len + 1]):
+            if start and t > 0:
+                row.append("|")
+            row.append("-" if start and t == seq_len else str(tok_id))
+        out.append(row)
+        buf = buf[seq_len + 1:]
+    return out
+
+
 def titan_data(args, expect_ok=True):
     p = subprocess.run([TITAN, "data"] + args, capture_output=True, text=True)
     if not expect_ok:
         return p
     if p.returncode != 0:
         raise SystemExit("titan data failed: %s\n%s" % (args, p.stderr))
-    rows = [list(map(int, line.split())) for line in p.stdout.splitlines()]
+    rows = [line.split() if "--documents" in args else list(map(int, line.split()))
+            for line in p.stdout.splitlines()]
     state = [l[len("state: "):] for l in p.stderr.splitlines() if l.startswith("state: ")][-1]
     return rows, state
 
@@ -126,6 +148,20 @@ def main():
         rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
                               str(B), "--batches", "20", "--dp-rank", str(r), "--dp-size", "3"])
         check(rows == flat(ref3), "dp_size 3, rank %d equals the reference" % r)
+
+    # Document masking's view: the same windows, documents marked, ignored labels shown, for
+    # each dp rank and across the restart; a document boundary in every window checked at least
+    # once (a window's last label starting a document included).
+    for r, size in ((0, 1), (1, 3)):
+        want = reference_documents(docs, qwen, T, B, n, r, size)
+        rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                              str(B), "--batches", str(n), "--dp-rank", str(r), "--dp-size",
+                              str(size), "--documents"])
+        check(rows == want, "--documents, dp rank %d of %d: %d windows equal 0.3's documents "
+              "(%d boundaries, %d extra labels ignored)" % (r, size, len(want),
+                                                            sum(w.count("|") for w in want),
+                                                            sum(w[-1] == "-" for w in want)))
+    check(any(w[-1] == "-" for w in want), "a window whose extra label starts a document")
 
     # Resume: stop after k batches, restart from the printed state, across the epoch restart.
     k = per_epoch - 4
