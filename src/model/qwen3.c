@@ -73,15 +73,20 @@ int model_flavor(const char *name, model_args *out, base_err *err) {
 }
 
 /* The arguments --set (and model_args.json's reader) take, by field or cfg_key name: one
- * table (MODEL_ARGS_TABLE) for the parser and its list of names. */
+ * table (MODEL_ARGS_TABLE) for the parser, its list of names and the ranges a config's
+ * [model] row takes (so `titan inspect --set` and `titan train --set` accept the same values),
+ * except that an MoE count may also be 0: a dense model's (a checkpoint's model_args.json). */
 enum { K_INT, K_BOOL, K_POS, K_NONNEG };
 typedef struct {
     const char *key, *alt; /* the field's name, its cfg_key (the same, or another name) */
     size_t off;            /* offsetof(model_args, field) */
-    int kind;              /* K_INT integer >= 0, K_BOOL, K_POS real > 0, K_NONNEG real >= 0 */
+    int kind;              /* K_INT integer, K_BOOL, K_POS real in (lo, hi], K_NONNEG [lo, hi] */
+    int moe;               /* the row's group is MODEL_ARG_MOE */
+    double lo, hi;         /* the row's range */
 } set_field;
 static const set_field g_set[] = {
-#define SET_F(f, type, kind, group, key, ...) {#f, #key, offsetof(model_args, f), K_##kind},
+#define SET_F(f, type, kind, group, key, lo, hi, ...)                                              \
+    {#f, #key, offsetof(model_args, f), K_##kind, MODEL_ARG_##group == MODEL_ARG_MOE, lo, hi},
     MODEL_ARGS_TABLE(SET_F)
 #undef SET_F
 };
@@ -111,21 +116,27 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
     char *field = (char *)a + f->off;
     if (f->kind == K_POS || f->kind == K_NONNEG) {
         double v;
-        if (base_parse_f64(value, &v) != 0 || !(f->kind == K_NONNEG ? v >= 0 : v > 0))
-            return base_fail(err, "model argument %s: '%s' is not a %s number", key, value,
-                             f->kind == K_NONNEG ? "non-negative" : "positive");
+        if (base_parse_f64(value, &v) != 0 || !isfinite(v))
+            return base_fail(err, "model argument %s: '%s' is not a number", key, value);
+        if (f->kind == K_POS ? !(v > f->lo && v <= f->hi) : !(v >= f->lo && v <= f->hi))
+            return base_fail(err, "model argument %s: %s is out of range (must be in %c%g, %g%c)",
+                             key, value, f->kind == K_POS ? '(' : '[', f->lo, f->hi,
+                             isinf(f->hi) ? ')' : ']');
         memcpy(field, &v, sizeof v);
         return 0;
     }
     int64_t v;
     if (f->kind == K_BOOL && (!strcmp(value, "true") || !strcmp(value, "false"))) /* as train's */
         v = value[0] == 't';
-    else if (base_parse_i64(value, &v) != 0 || v < 0 || v > (f->kind == K_BOOL ? 1 : MODEL_ARG_MAX))
+    else if (base_parse_i64(value, &v) != 0 || (f->kind == K_BOOL && v != 0 && v != 1))
         return base_fail(err,
                          f->kind == K_BOOL
                              ? "model argument %s: '%s' must be true / false (or 1 / 0)"
-                             : "model argument %s: '%s' is not a non-negative integer",
+                             : "model argument %s: '%s' is not an integer",
                          key, value);
+    if ((v < f->lo || v > f->hi) && !(f->moe && v == 0))
+        return base_fail(err, "model argument %s: %s is out of range (must be %sin [%.0f, %.0f])",
+                         key, value, f->moe ? "0 or " : "", f->lo, f->hi);
     const int iv = (int)v;
     memcpy(field, &iv, sizeof iv);
     return 0;

@@ -69,6 +69,18 @@ grep -q "0.6 GiB" "$out/o" && ok "plan prints the budget as given" || bad "plan 
 "$titan" inspect --flavor debugmodel_moe --set num_experts=4 --set top_k=2 --set moe_inter_dim=32 > "$out/o" 2>&1
 grep -q "n_experts 4, top_k 2, moe_ffn_dim 32" "$out/o" &&
   ok "inspect --set takes train's [model] names" || bad "inspect --set num_experts: $(tail -1 "$out/o")"
+# inspect's --set takes the ranges train's --set does (inspect took norm_eps=5), and an MoE
+# count of 0 (a dense model's, as a checkpoint's model_args.json holds it)
+for kv in norm_eps=5 rope_theta=0 top_k=65 n_experts=70000 router_aux_loss_coef=-1 dim=0; do
+  "$titan" inspect --set $kv > "$out/o" 2>&1; rc=$?
+  "$titan" train --set $kv --print-config > "$out/o2" 2>&1; rc2=$?
+  [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && grep -q "${kv%%=*}: ${kv#*=} is out of range" "$out/o" &&
+    grep -q "out of range" "$out/o2" && ok "inspect and train refuse --set $kv" ||
+    bad "--set $kv: inspect rc $rc ($(tail -1 "$out/o")), train rc $rc2"
+done
+"$titan" inspect --flavor debugmodel_moe --set n_experts=0 > "$out/o" 2>&1 &&
+  ! grep -q "experts" "$out/o" && ok "inspect --set n_experts=0: the dense model" ||
+  bad "inspect --set n_experts=0: $(head -3 "$out/o")"
 many=(); for i in $(seq 70); do many+=(--set dim=256); done
 "$titan" plan "${many[@]}" --set n_layers=1 > "$out/o" 2>&1
 grep -q "(1 layers, dim 256)" "$out/o" && ok "plan: the 71st --set applies" || bad "plan: 71st --set: $(head -1 "$out/o")"
