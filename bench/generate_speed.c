@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
         char *eq = strchr(argv[i], '=');
         if (!eq) return 1;
         *eq = 0;
-        if (model_args_set(&a, argv[i], eq + 1, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+        if (model_args_set(&a, argv[i], eq + 1, 1, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
     }
     const int T = n_prompt + n_new, V = a.vocab_size;
     model m;

@@ -130,7 +130,7 @@ int model_args_from_json(const struct json_t *j, const char *where, model_args *
         else
             return base_fail(err, "%s: field '%s' is not a number", where, key);
         base_err why;
-        if (model_args_set(a, key, val, &why)) return base_fail(err, "%s: %s", where, why.msg);
+        if (model_args_set(a, key, val, 0, &why)) return base_fail(err, "%s: %s", where, why.msg);
     }
     /* the identity must be complete: the shape always, the MoE fields with n_experts; no
      * n_experts is a dense model (the MoE fields as a dense flavor's) */

@@ -21,7 +21,7 @@ int model_args_cli_opt(base_args *it, model_args *a, int *status) {
             return *status = base_fail(it->err, "--set wants KEY=VALUE, got '%s'", v), 1;
         char key[64];
         snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
-        *status = model_args_set(a, key, eq + 1, it->err);
+        *status = model_args_set(a, key, eq + 1, 1, it->err);
         return 1;
     }
     return 0;

@@ -106,8 +106,11 @@ typedef struct {
 int model_flavor(const char *name, model_args *out, base_err *err);
 /* NULL-terminated list of flavor names. */
 const char *const *model_flavor_names(void);
-/* Overrides one argument by its field or cfg_key name (MODEL_ARGS_TABLE). */
-int model_args_set(model_args *a, const char *key, const char *value, base_err *err);
+/* Sets one argument by its field or cfg_key name (MODEL_ARGS_TABLE). override: a command
+ * line's --set, held to the range of the row's [model] config field (an MoE count may also
+ * be 0), as train holds it; else (a checkpoint's model_args.json, which may hold what a HF
+ * config.json gave) only to the field's kind (model_args_validate checks the rest). */
+int model_args_set(model_args *a, const char *key, const char *value, int override, base_err *err);
 /* The names model_args_set takes, "dim, n_layers, ..., n_experts (num_experts), ...": each
  * field, its cfg_key in parentheses where that differs. Returns the length snprintf would. */
 int model_args_names(char *buf, size_t n);

@@ -75,7 +75,7 @@ int model_flavor(const char *name, model_args *out, base_err *err) {
 /* The arguments --set (and model_args.json's reader) take, by field or cfg_key name: one
  * table (MODEL_ARGS_TABLE) for the parser, its list of names and the ranges a config's
  * [model] row takes (so `titan inspect --set` and `titan train --set` accept the same values),
- * except that an MoE count may also be 0: a dense model's (a checkpoint's model_args.json). */
+ * except that an MoE count may also be 0: a dense model's. */
 enum { K_INT, K_BOOL, K_POS, K_NONNEG };
 typedef struct {
     const char *key, *alt; /* the field's name, its cfg_key (the same, or another name) */
@@ -104,7 +104,7 @@ int model_args_names(char *buf, size_t n) {
     return (int)at;
 }
 
-int model_args_set(model_args *a, const char *key, const char *value, base_err *err) {
+int model_args_set(model_args *a, const char *key, const char *value, int override, base_err *err) {
     const set_field *f = NULL;
     for (int i = 0; !f && i < N_SET; i++)
         if (!strcmp(key, g_set[i].key) || !strcmp(key, g_set[i].alt)) f = &g_set[i];
@@ -113,15 +113,17 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
         model_args_names(known, sizeof known);
         return base_fail(err, "unknown model argument '%s' (known: %s)", key, known);
     }
+    /* without override: the kind's own range (a real > 0 or >= 0, an integer in [0, 2^30]) */
+    const double lo = override ? f->lo : 0, hi = override ? f->hi : INFINITY;
     char *field = (char *)a + f->off;
     if (f->kind == K_POS || f->kind == K_NONNEG) {
         double v;
         if (base_parse_f64(value, &v) != 0 || !isfinite(v))
             return base_fail(err, "model argument %s: '%s' is not a number", key, value);
-        if (f->kind == K_POS ? !(v > f->lo && v <= f->hi) : !(v >= f->lo && v <= f->hi))
+        if (f->kind == K_POS ? !(v > lo && v <= hi) : !(v >= lo && v <= hi))
             return base_fail(err, "model argument %s: %s is out of range (must be in %c%g, %g%c)",
-                             key, value, f->kind == K_POS ? '(' : '[', f->lo, f->hi,
-                             isinf(f->hi) ? ')' : ']');
+                             key, value, f->kind == K_POS ? '(' : '[', lo, hi,
+                             isinf(hi) ? ')' : ']');
         memcpy(field, &v, sizeof v);
         return 0;
     }
@@ -134,9 +136,10 @@ int model_args_set(model_args *a, const char *key, const char *value, base_err *
                              ? "model argument %s: '%s' must be true / false (or 1 / 0)"
                              : "model argument %s: '%s' is not an integer",
                          key, value);
-    if ((v < f->lo || v > f->hi) && !(f->moe && v == 0))
+    const double ihi = override ? hi : MODEL_ARG_MAX;
+    if ((v < lo || v > ihi) && !(f->moe && v == 0))
         return base_fail(err, "model argument %s: %s is out of range (must be %sin [%.0f, %.0f])",
-                         key, value, f->moe ? "0 or " : "", f->lo, f->hi);
+                         key, value, f->moe && lo > 0 ? "0 or " : "", lo, ihi);
     const int iv = (int)v;
     memcpy(field, &iv, sizeof iv);
     return 0;

@@ -530,7 +530,7 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
             break;
         }
         *eq = 0;
-        rc = model_args_set(&o.model, sets[i], eq + 1, err);
+        rc = model_args_set(&o.model, sets[i], eq + 1, 1, err);
         *eq = '=';
     }
     if (!rc) rc = model_args_validate(&o.model, err);

@@ -25,7 +25,7 @@ static int do_export(const char *dir, const char *dtype, const char *shard, cons
                            {"vocab_size", "128"}, {"tie_embeddings", tie}};
     if (model_flavor("debugmodel", &a, &e)) return die("flavor", &e);
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        if (model_args_set(&a, kv[i][0], kv[i][1], &e)) return die("args", &e);
+        if (model_args_set(&a, kv[i][0], kv[i][1], 1, &e)) return die("args", &e);
     model m;
     model_build_opts o = {.batch = 1, .seq_len = 1, .ac = MODEL_AC_NONE};
     ckpt_export_opts x = {.dtype = CKPT_F32};

@@ -300,13 +300,13 @@ int main(int argc, char **argv) {
                                        "head_dim", "ffn_dim",       "vocab_size", "rope_theta",
                                        "norm_eps", "tie_embeddings"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (model_args_set(&a, keys[i], meta(&ref, keys[i]), &err) != 0)
+        if (model_args_set(&a, keys[i], meta(&ref, keys[i]), 1, &err) != 0)
             die("model_args_set", &err);
     static const char *const moe_keys[] = {"n_experts", "top_k", "moe_ffn_dim", "norm_topk_prob",
                                            "router_aux_loss_coef"};
     const int moe = meta_i64_or(&ref, "n_experts", 0) > 0;
     for (size_t i = 0; moe && i < sizeof moe_keys / sizeof moe_keys[0]; i++)
-        if (model_args_set(&a, moe_keys[i], meta(&ref, moe_keys[i]), &err) != 0)
+        if (model_args_set(&a, moe_keys[i], meta(&ref, moe_keys[i]), 1, &err) != 0)
             die("model_args_set", &err);
     const int aux_on = moe && meta_i64_or(&ref, "aux", 0) != 0;
     const double coef = aux_on ? a.router_aux_loss_coef : 0.0;

@@ -19,11 +19,12 @@ static void small_args(model_args *a, int moe) {
     const char *kv[][2] = {{"dim", "64"},        {"n_layers", "4"},  {"n_heads", "4"},
                            {"n_kv_heads", "2"},  {"head_dim", "16"}, {"ffn_dim", "96"},
                            {"vocab_size", "256"}};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) model_args_set(a, kv[i][0], kv[i][1], &e);
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        model_args_set(a, kv[i][0], kv[i][1], 1, &e);
     if (moe) {
-        model_args_set(a, "n_experts", "8", &e);
-        model_args_set(a, "top_k", "2", &e);
-        model_args_set(a, "moe_ffn_dim", "32", &e);
+        model_args_set(a, "n_experts", "8", 1, &e);
+        model_args_set(a, "top_k", "2", 1, &e);
+        model_args_set(a, "moe_ffn_dim", "32", 1, &e);
     }
 }
 

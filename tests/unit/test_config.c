@@ -1297,7 +1297,7 @@ static void model_args_every_front_end(void) {
                 char *argv[] = {"--flavor", "debugmodel_moe", "--set", set, NULL};
                 rc = from_args(&c, argv, &err);
             } else { /* inspect's --set by either name */
-                rc = model_args_set(&a, front == 3 ? f : cases[i].cfg_key, cases[i].value, &err);
+                rc = model_args_set(&a, front == 3 ? f : cases[i].cfg_key, cases[i].value, 1, &err);
             }
             if (front < 3) {
                 if (!rc) rc = train_config_to_opts(&c, &o, &err);
@@ -1333,7 +1333,7 @@ static void model_args_every_front_end(void) {
             CHECK(forms[k] && (json_object_get(forms[k], cases[i].field) != NULL) == want[k],
                   "%s: %sin the %s form of a %s model", cases[i].field, want[k] ? "not " : "",
                   k < 2 ? "identity" : "checkpoint", k % 2 ? "MoE" : "dense");
-        /* the kind, at its edges */
+        /* the kind, at its edges (a checkpoint's model_args.json: no override's range) */
         const char *const edge[][2] = {/* accepted, refused */
                                        {"0", "-1"},
                                        {"1", "2"},
@@ -1344,10 +1344,20 @@ static void model_args_every_front_end(void) {
                       : cases[i].kind == 'p' ? 2
                                              : 3;
         model_args t = base;
-        CHECK(model_args_set(&t, cases[i].field, edge[e][0], &err) == 0, "%s=%s refused: %s",
+        CHECK(model_args_set(&t, cases[i].field, edge[e][0], 0, &err) == 0, "%s=%s refused: %s",
               cases[i].field, edge[e][0], err.msg);
-        CHECK(model_args_set(&t, cases[i].field, edge[e][1], &err) != 0, "%s=%s accepted",
+        CHECK(model_args_set(&t, cases[i].field, edge[e][1], 0, &err) != 0, "%s=%s accepted",
               cases[i].field, edge[e][1]);
+    }
+    /* a command line's --set holds the [model] field's range; a checkpoint's model_args.json
+     * (what a HF config.json gave: top_k 100 of 128 experts, rms_norm_eps 2) is read as it is */
+    const char *const beyond[][2] = {{"top_k", "100"}, {"norm_eps", "2"}, {"n_experts", "0"}};
+    for (int i = 0; i < 3; i++) {
+        model_args t = base;
+        CHECK(model_args_set(&t, beyond[i][0], beyond[i][1], 0, &err) == 0,
+              "model_args.json %s=%s refused: %s", beyond[i][0], beyond[i][1], err.msg);
+        CHECK((model_args_set(&t, beyond[i][0], beyond[i][1], 1, &err) != 0) == (i < 2),
+              "--set %s=%s: %s", beyond[i][0], beyond[i][1], i < 2 ? "accepted" : err.msg);
     }
     for (int k = 0; k < 4; k++) json_decref(forms[k]);
     json_decref(full);

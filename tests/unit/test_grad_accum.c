@@ -14,7 +14,7 @@ int main(void) {
                            {"n_kv_heads", "1"},  {"head_dim", "16"}, {"ffn_dim", "80"},
                            {"vocab_size", "200"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        model_args_set(&a, kv[i][0], kv[i][1], &e);
+        model_args_set(&a, kv[i][0], kv[i][1], 1, &e);
     const int T = 24;
     model big, small;
     model_build_opts ob = {.batch = 4, .seq_len = T, .with_grads = 1},

@@ -91,30 +91,30 @@ int main(void) {
     base_err e = {{0}};
     model_args a;
     model_flavor("debugmodel", &a, &e);
-    model_args_set(&a, "dim", "64", &e);
-    model_args_set(&a, "n_layers", "2", &e);
-    model_args_set(&a, "n_heads", "4", &e);
-    model_args_set(&a, "n_kv_heads", "2", &e);
-    model_args_set(&a, "head_dim", "16", &e);
-    model_args_set(&a, "ffn_dim", "96", &e);
-    model_args_set(&a, "vocab_size", "300", &e);
+    model_args_set(&a, "dim", "64", 1, &e);
+    model_args_set(&a, "n_layers", "2", 1, &e);
+    model_args_set(&a, "n_heads", "4", 1, &e);
+    model_args_set(&a, "n_kv_heads", "2", 1, &e);
+    model_args_set(&a, "head_dim", "16", 1, &e);
+    model_args_set(&a, "ffn_dim", "96", 1, &e);
+    model_args_set(&a, "vocab_size", "300", 1, &e);
     for (int p = 0; p < 2; p++) {
         const ops_prec prec = p ? OPS_PREC_BF16 : OPS_PREC_F32;
         const char *ps = p ? "bf16" : "fp32";
         char what[64];
         model_args d = a;
-        model_args_set(&d, "tie_embeddings", "0", &e);
+        model_args_set(&d, "tie_embeddings", "0", 1, &e);
         snprintf(what, sizeof what, "dense untied %s", ps);
         check_case(what, &d, prec);
-        model_args_set(&d, "tie_embeddings", "1", &e);
+        model_args_set(&d, "tie_embeddings", "1", 1, &e);
         snprintf(what, sizeof what, "dense tied %s", ps);
         check_case(what, &d, prec);
         /* 16 experts, top 1, 16 tokens a microbatch: experts without rows (checked above) */
         model_args moe = a;
-        model_args_set(&moe, "tie_embeddings", "0", &e);
-        model_args_set(&moe, "n_experts", "16", &e);
-        model_args_set(&moe, "top_k", "1", &e);
-        model_args_set(&moe, "moe_ffn_dim", "32", &e);
+        model_args_set(&moe, "tie_embeddings", "0", 1, &e);
+        model_args_set(&moe, "n_experts", "16", 1, &e);
+        model_args_set(&moe, "top_k", "1", 1, &e);
+        model_args_set(&moe, "moe_ffn_dim", "32", 1, &e);
         snprintf(what, sizeof what, "MoE untied %s", ps);
         check_case(what, &moe, prec);
     }

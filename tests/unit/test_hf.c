@@ -210,7 +210,7 @@ static int small_model(model *m, int tie) {
                            {"vocab_size", "32"}, {"tie_embeddings", tie ? "1" : "0"}};
     int rc = model_flavor("debugmodel", &a, &e);
     for (size_t i = 0; rc == 0 && i < sizeof kv / sizeof *kv; i++)
-        rc = model_args_set(&a, kv[i][0], kv[i][1], &e);
+        rc = model_args_set(&a, kv[i][0], kv[i][1], 1, &e);
     model_build_opts o = {.batch = 1, .seq_len = 4};
     if (rc == 0) rc = model_build(m, &a, &o, &e);
     CHECK(rc == 0, "small model: %s", e.msg);

@@ -12,7 +12,7 @@ static void expect_invalid(const char *key, const char *value, const char *needl
     model_args a;
     base_err e = {{0}};
     model_flavor("debugmodel", &a, &e);
-    int rc = model_args_set(&a, key, value, &e);
+    int rc = model_args_set(&a, key, value, 0, &e);
     if (rc == 0) rc = model_args_validate(&a, &e);
     CHECK(rc != 0, "%s=%s accepted", key, value);
     CHECK(strstr(e.msg, needle) != NULL, "%s=%s: message '%s' lacks '%s'", key, value, e.msg,
@@ -57,14 +57,14 @@ int main(void) {
 
     /* A small untied model: layout, views, init. */
     model_flavor("debugmodel", &a, &e);
-    model_args_set(&a, "dim", "64", &e);
-    model_args_set(&a, "n_layers", "2", &e);
-    model_args_set(&a, "n_heads", "4", &e);
-    model_args_set(&a, "n_kv_heads", "2", &e);
-    model_args_set(&a, "head_dim", "32", &e);
-    model_args_set(&a, "ffn_dim", "96", &e);
-    model_args_set(&a, "vocab_size", "300", &e);
-    model_args_set(&a, "tie_embeddings", "0", &e);
+    model_args_set(&a, "dim", "64", 1, &e);
+    model_args_set(&a, "n_layers", "2", 1, &e);
+    model_args_set(&a, "n_heads", "4", 1, &e);
+    model_args_set(&a, "n_kv_heads", "2", 1, &e);
+    model_args_set(&a, "head_dim", "32", 1, &e);
+    model_args_set(&a, "ffn_dim", "96", 1, &e);
+    model_args_set(&a, "vocab_size", "300", 1, &e);
+    model_args_set(&a, "tie_embeddings", "0", 1, &e);
     model m;
     model_build_opts bo = {.batch = 2, .seq_len = 8, .with_grads = 1};
     CHECK(model_build(&m, &a, &bo, &e) == 0, "build: %s", e.msg);
@@ -174,10 +174,10 @@ int main(void) {
      * scaled), every other weight normal's bit for bit. */
     {
         model_args ma = a;
-        model_args_set(&ma, "n_layers", "3", &e);
-        model_args_set(&ma, "n_experts", "4", &e);
-        model_args_set(&ma, "top_k", "2", &e);
-        model_args_set(&ma, "moe_ffn_dim", "48", &e);
+        model_args_set(&ma, "n_layers", "3", 1, &e);
+        model_args_set(&ma, "n_experts", "4", 1, &e);
+        model_args_set(&ma, "top_k", "2", 1, &e);
+        model_args_set(&ma, "moe_ffn_dim", "48", 1, &e);
         model mm;
         CHECK(model_build(&mm, &ma, &bo, &e) == 0, "build MoE: %s", e.msg);
         model_init_weights(&mm, 5);
@@ -220,7 +220,7 @@ int main(void) {
     }
 
     /* Tied: no separate lm_head; counted once. */
-    model_args_set(&a, "tie_embeddings", "1", &e);
+    model_args_set(&a, "tie_embeddings", "1", 1, &e);
     CHECK(model_build(&m, &a, &bo, &e) == 0, "build tied: %s", e.msg);
     CHECK(model_find_hf_param(&m, "lm_head.weight") == NULL, "tied has no lm_head");
     model_count_params(&a, &c);
@@ -230,7 +230,7 @@ int main(void) {
     /* The precision each parameter is computed with (model_param_prec: FSDP's bf16 gathers):
      * bf16 only when every op reading it is a bf16 implementation. */
     {
-        model_args_set(&a, "tie_embeddings", "0", &e);
+        model_args_set(&a, "tie_embeddings", "0", 1, &e);
         CHECK(model_build(&m, &a, &bo, &e) == 0, "build fp32: %s", e.msg);
         for (int i = 0; i < m.n_params; i++)
             CHECK(model_param_prec(&m, &m.params[i]) == OPS_PREC_F32, "fp32 model: %s bf16",
@@ -264,7 +264,7 @@ int main(void) {
         }
         /* tied: the embedding table is read by the (fp32) lookup: fp32; the plan's answer
          * (no tables: the defaults) agrees */
-        model_args_set(&a, "tie_embeddings", "1", &e);
+        model_args_set(&a, "tie_embeddings", "1", 1, &e);
         model_build_opts b16 = bo;
         b16.prec = OPS_PREC_BF16;
         CHECK(model_build(&m, &a, &b16, &e) == 0, "build bf16 tied: %s", e.msg);
@@ -285,9 +285,9 @@ int main(void) {
         model_free(&m);
         /* MoE: the router and the expert stacks are read by bf16 GEMMs only */
         model_args moe = a;
-        model_args_set(&moe, "n_experts", "4", &e);
-        model_args_set(&moe, "top_k", "2", &e);
-        model_args_set(&moe, "moe_ffn_dim", "32", &e);
+        model_args_set(&moe, "n_experts", "4", 1, &e);
+        model_args_set(&moe, "top_k", "2", 1, &e);
+        model_args_set(&moe, "moe_ffn_dim", "32", 1, &e);
         CHECK(model_build(&m, &moe, &b16, &e) == 0, "build bf16 MoE: %s", e.msg);
         int n_moe = 0;
         for (int i = 0; i < m.n_params; i++)

@@ -22,7 +22,7 @@ static int build(model *m, int B, int T, int force) {
                            {"n_experts", "8"},     {"top_k", "2"},     {"moe_ffn_dim", "16"},
                            {"norm_topk_prob", "1"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        model_args_set(&a, kv[i][0], kv[i][1], &e);
+        model_args_set(&a, kv[i][0], kv[i][1], 1, &e);
     model_build_opts o = {.batch = B, .seq_len = T, .with_grads = 1, .moe_force_balance = force};
     if (model_build(m, &a, &o, &e)) {
         printf("build: %s\n", e.msg);

@@ -21,11 +21,11 @@ static model_args small(int tie, int moe) {
                            {"head_dim", "16"},    {"ffn_dim", "128"},
                            {"vocab_size", "300"}, {"tie_embeddings", tie ? "1" : "0"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        model_args_set(&a, kv[i][0], kv[i][1], &e);
+        model_args_set(&a, kv[i][0], kv[i][1], 1, &e);
     if (moe) {
-        model_args_set(&a, "n_experts", "4", &e);
-        model_args_set(&a, "top_k", "2", &e);
-        model_args_set(&a, "moe_ffn_dim", "32", &e);
+        model_args_set(&a, "n_experts", "4", 1, &e);
+        model_args_set(&a, "top_k", "2", 1, &e);
+        model_args_set(&a, "moe_ffn_dim", "32", 1, &e);
     }
     return a;
 }

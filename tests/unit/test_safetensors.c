@@ -721,7 +721,7 @@ static int tiny_model(model *m, int tied, int n_layers) {
                            {"vocab_size", "64"}, {"tie_embeddings", tied ? "1" : "0"}};
     int rc = model_flavor("debugmodel", &a, &err);
     for (size_t i = 0; rc == 0 && i < sizeof kv / sizeof kv[0]; i++)
-        rc = model_args_set(&a, kv[i][0], kv[i][1], &err);
+        rc = model_args_set(&a, kv[i][0], kv[i][1], 1, &err);
     model_build_opts o = {.batch = 1, .seq_len = 4, .ac = MODEL_AC_NONE, .with_grads = 0};
     if (rc == 0) rc = model_build(m, &a, &o, &err);
     CHECK(rc == 0, "tiny model: %s", err.msg);
