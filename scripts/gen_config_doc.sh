@@ -146,10 +146,10 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   document. titan's is causal over the whole window unless `model.attn_mask_type =
   "block_causal"` (v0.2.2's default, `sdpa`; `attn_backend = "flex"` with the mask type unset
   warns): add `--model.attn_mask_type block_causal` to each row above for 0.3's. Then no token
-  attends across a document and no label is another document's first token, as in 0.3; what
-  remains different is packing: 0.3 drops each document's last token (its eos) from the inputs,
-  titan keeps it as an input whose label is ignored, so a titan window holds one trained token
-  fewer per document that ends in it (docs/training.md, "Document masking").
+  attends across a document, and the data is packed as 0.3 packs it (each document's tokens
+  but its last as inputs, its tokens but its first as their labels, windows of seq_len of
+  those: the same windows, positions and labels as 0.3's dataset over the same documents,
+  `titan data --documents`; docs/training.md, "Document masking").
 - **MoE load balancing.** 0.3's Qwen3 MoE updates the expert bias after every step
   (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
   `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).

@@ -248,9 +248,10 @@ void data_cmd_data_usage(FILE *f) {
             "  --dp-rank R, --dp-size N   this rank's share of the documents (0, 1)\n"
             "  --vocab-size V     model vocabulary the ids must fit (no limit)\n"
             "  --finite           stop at the end of the data instead of restarting\n"
-            "  --documents        document masking's view (attn_mask_type block_causal): a\n"
-            "                     '|' before each token that starts a document, and the\n"
-            "                     extra label '-' when it is one (training ignores it)\n"
+            "  --documents        document masking's packing (attn_mask_type block_causal,\n"
+            "                     torchtitan 0.3's): a line per window of its seq_len\n"
+            "                     inputs, ' -> ', their labels, each with a '|' before the\n"
+            "                     first of each document\n"
             "  --state JSON       resume from a state printed by an earlier run\n",
             data_opts_help);
 }
@@ -303,7 +304,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.format = d.format;
     c.field = d.field;
     c.skip_bad_lines = d.skip_bad;
-    c.pad_label = -1; /* --documents: a label the loader ignores (no token id is negative) */
+    c.doc_shift = documents;
     if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
     data_loader *l = NULL;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
@@ -325,12 +326,19 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         for (int w = 0; w < c.batch; w++) {
             const size_t at = (size_t)w * c.seq_len;
             const int32_t *xw = x + at, *yw = y + at;
-            for (int t = 0; t < c.seq_len; t++)
-                printf(pos && t > 0 && pos[at + t] == 0 ? "| %d " : "%d ", xw[t]);
-            if (yw[c.seq_len - 1] < 0)
-                printf("| -\n");
-            else
+            if (!pos) {
+                for (int t = 0; t < c.seq_len; t++) printf("%d ", xw[t]);
                 printf("%d\n", yw[c.seq_len - 1]);
+                continue;
+            }
+            for (int half = 0; half < 2; half++)
+                for (int t = 0; t < c.seq_len; t++)
+                    printf(t > 0 && pos[at + t] == 0 ? " | %d"
+                           : t                       ? " %d"
+                           : half                    ? " -> %d"
+                                                     : "%d",
+                           (half ? yw : xw)[t]);
+            printf("\n");
         }
     }
     if (!rc) {

@@ -251,6 +251,13 @@ typedef struct {
      * missing rows' inputs 0 and labels pad_label (validation passes OPS_IGNORE_INDEX) */
     int partial_last;
     int32_t pad_label;
+    /* torchtitan 0.3's packing (document masking): each document [bos] + ids + [eos] adds its
+     * tokens but the last as inputs and its tokens but the first as their labels (no label is
+     * another document's, and a document's last token is no input), and a window is the next
+     * seq_len of those pairs. 0: v0.2.2's, a window the next seq_len + 1 tokens of the stream
+     * (inputs window[:-1], labels window[1:]). The state means the same in both (the next
+     * input is token doc_tokens of document doc): a run resumes across the setting. */
+    int doc_shift;
 } data_loader_cfg;
 
 /* Where the next window starts: everything needed to resume exactly. Restoring re-reads
@@ -290,13 +297,11 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
 void data_loader_free(data_loader *l);
 /* Fills inputs[batch * seq_len] and labels[batch * seq_len]. Returns 1 with a batch, 0 at
  * the end of a non-infinite loader, -1 on error (err names the file, line or document).
- * positions (may be NULL; document masking, torchtitan's block_causal) gets each input token's
- * position in its document's part of its window: 0 where a document starts, and at the
- * window's first token (a document begun in an earlier window continues from 0, as torchtitan
- * 0.3's loader normalises it), +1 per token after (a missing row of a short last batch: one
- * document, 0..seq_len-1). With positions, a label that is another document's first token (the
- * target of a document's last token, its eos where the tokenizer has one) is pad_label instead:
- * torchtitan 0.3 shifts labels within each document, so no document predicts the next one. */
+ * positions (may be NULL; only with doc_shift: document masking, torchtitan's block_causal) gets
+ * each input's position in its document's part of its window: 0 where a document starts, and
+ * at the window's first input (a document begun in an earlier window continues from 0, as
+ * torchtitan 0.3's loader normalises it), +1 per input after (a missing row of a short last
+ * batch: one document, 0..seq_len-1). */
 int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *positions,
                      base_err *err);
 void data_loader_get_state(const data_loader *l, data_loader_state *s);

@@ -26,11 +26,12 @@ struct data_loader {
     int64_t epoch_text;   /* of its documents, those with text (tokens besides bos / eos) */
     int64_t docs_read;    /* documents this rank read, all epochs: the early warning */
     int warned_empty;
-    int32_t *buf; /* pending tokens buf[head .. len) */
+    int32_t *buf; /* pending tokens buf[head .. len); doc_shift: pending inputs */
+    int32_t *lab; /* doc_shift: their labels, lab[head .. len) (else NULL) */
     size_t head, len, cap;
     seg *q; /* documents in the buffer, oldest first: q[qh .. qn) */
     size_t qh, qn, qcap;
-    int64_t front_used; /* tokens of q[qh] already consumed */
+    int64_t front_used; /* tokens (doc_shift: inputs) of q[qh] already consumed */
     uint64_t fingerprint;
     uint64_t setup; /* data_loader_state.setup: the fingerprint's part that is no file */
     data_tok_ids ids;
@@ -122,6 +123,7 @@ static int want_doc(int64_t doc, void *arg) {
 static int reserve(data_loader *l, size_t extra) {
     if (l->head > 0 && l->head >= l->len / 2) { /* compact */
         memmove(l->buf, l->buf + l->head, (l->len - l->head) * sizeof *l->buf);
+        if (l->lab) memmove(l->lab, l->lab + l->head, (l->len - l->head) * sizeof *l->lab);
         l->len -= l->head;
         l->head = 0;
     }
@@ -131,6 +133,11 @@ static int reserve(data_loader *l, size_t extra) {
     int32_t *nb = realloc(l->buf, cap * sizeof *nb);
     if (!nb) return -1;
     l->buf = nb;
+    if (l->cfg.doc_shift) {
+        int32_t *nl = realloc(l->lab, cap * sizeof *nl);
+        if (!nl) return -1; /* buf grew alone: cap still bounds both */
+        l->lab = nl;
+    }
     l->cap = cap;
     return 0;
 }
@@ -206,10 +213,18 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
     /* A dataset whose texts are all empty (a field filled with "", a broken export) would
      * train on nothing but the eos each document ends with: said early, refused at the end
      * of the first pass (read_doc). */
-    const int64_t n = (int64_t)(l->len - l->head - start);
+    int64_t n = (int64_t)(l->len - l->head - start);
     l->epoch_text += n > (bos >= 0) + (eos >= 0);
     l->docs_read++;
-    if (n == 0) return 0; /* an empty document of byte tokens adds nothing */
+    if (l->cfg.doc_shift && n > 0) { /* inputs d[:-1], labels d[1:]: one pair fewer */
+        const size_t d0 = l->head + start;
+        for (int64_t i = 0; i + 1 < n; i++) l->lab[d0 + (size_t)i] = l->buf[d0 + (size_t)i + 1];
+        l->len--;
+        n--;
+    }
+    if (n == 0)
+        return 0; /* an empty document of byte tokens (or of one token, shifted) adds
+                     nothing */
     if (l->qn == l->qcap) {
         if (l->qh > 0) {
             memmove(l->q, l->q + l->qh, (l->qn - l->qh) * sizeof *l->q);
@@ -381,44 +396,45 @@ void data_loader_free(data_loader *l) {
     data_reader_close(&l->rd);
     free(l->path);
     free(l->buf);
+    free(l->lab);
     free(l->q);
     data_tok_ids_free(&l->ids);
     free(l);
 }
 
-/* data_loader_next's positions of rows [0, rows) (windows of T + 1 buffered tokens from head,
- * the documents q[qh ..) of which front_used tokens are consumed) and its labels that start
- * another document set to pad_label; a missing row is one document. */
-static void doc_positions(const data_loader *l, int rows, int32_t *labels, int32_t *pos) {
+/* data_loader_next's positions of rows [0, rows) (doc_shift windows of T pairs from head; the
+ * documents q[qh ..) of which front_used pairs are consumed); a missing row is one document. */
+static void doc_positions(const data_loader *l, int rows, int32_t *pos) {
     const int T = l->cfg.seq_len;
     size_t qi = l->qh;
     int64_t ds = -l->front_used; /* where document qi starts, relative to head */
     for (int b = 0; b < l->cfg.batch; b++) {
-        const int64_t w0 = (int64_t)b * (T + 1);
-        for (int t = 0; t <= T && b < rows; t++) {
+        const int64_t w0 = (int64_t)b * T;
+        for (int t = 0; t < T; t++) {
             const int64_t a = w0 + t;
-            while (qi < l->qn && a >= ds + l->q[qi].ntok) ds += l->q[qi++].ntok;
-            if (t < T) pos[(size_t)b * T + t] = (int32_t)(a - (ds > w0 ? ds : w0));
-            if (t > 0 && a == ds) labels[(size_t)b * T + t - 1] = l->cfg.pad_label;
+            while (b < rows && qi < l->qn && a >= ds + l->q[qi].ntok) ds += l->q[qi++].ntok;
+            pos[(size_t)b * T + t] = b < rows ? (int32_t)(a - (ds > w0 ? ds : w0)) : t;
         }
-        for (int t = 0; t < T && b >= rows; t++) pos[(size_t)b * T + t] = t;
     }
 }
 
 int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *positions,
                      base_err *err) {
     const int T = l->cfg.seq_len;
-    size_t need = (size_t)l->cfg.batch * (size_t)(T + 1);
+    if (positions && !l->cfg.doc_shift)
+        return base_fail(err, "%s: document positions need doc_shift packing", l->path);
+    const size_t stride = (size_t)T + !l->cfg.doc_shift; /* buffered entries a window takes */
+    size_t need = (size_t)l->cfg.batch * stride;
     while (l->len - l->head < need) {
         int rc = read_doc(l, err);
         if (rc < 0) return rc;
         if (rc > 0) continue;
         /* the end: the whole windows left make a short last batch, where allowed */
-        const size_t whole = (l->len - l->head) / (size_t)(T + 1);
+        const size_t whole = (l->len - l->head) / stride;
         if (l->cfg.infinite || !l->cfg.partial_last || whole == 0) return 0;
-        need = whole * (size_t)(T + 1);
+        need = whole * stride;
     }
-    const int rows = (int)(need / (size_t)(T + 1));
+    const int rows = (int)(need / stride);
     for (int b = 0; b < l->cfg.batch; b++) {
         int32_t *in = inputs + (size_t)b * T, *lab = labels + (size_t)b * T;
         if (b >= rows) {
@@ -426,11 +442,11 @@ int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *
             for (int t = 0; t < T; t++) lab[t] = l->cfg.pad_label;
             continue;
         }
-        const int32_t *w = l->buf + l->head + (size_t)b * (T + 1);
-        memcpy(in, w, (size_t)T * sizeof *w);
-        memcpy(lab, w + 1, (size_t)T * sizeof *w);
+        const size_t at = l->head + (size_t)b * stride;
+        memcpy(in, l->buf + at, (size_t)T * sizeof *in);
+        memcpy(lab, l->cfg.doc_shift ? l->lab + at : l->buf + at + 1, (size_t)T * sizeof *lab);
     }
-    if (positions) doc_positions(l, rows, labels, positions);
+    if (positions) doc_positions(l, rows, positions);
     consume(l, (int64_t)need);
     /* said once, after the first batch of a pass read from document 0 that came from empty
      * documents only (not after a resume that lands among some) */
@@ -752,8 +768,11 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     const int64_t epoch = l->epoch;
     int rc = read_doc(l, err);
     if (rc < 0) return -1;
+    /* doc_shift: a state saved without it whose next input is a document's last token (no
+     * input here) resumes at the next document's first, where that token's window would have
+     * gone on */
     if (rc == 0 || l->qh == l->qn || l->q[l->qh].pos.doc != s->doc || l->q[l->qh].epoch != epoch ||
-        l->q[l->qh].ntok <= s->doc_tokens)
+        l->q[l->qh].ntok + l->cfg.doc_shift <= s->doc_tokens)
         return base_fail(err,
                          "%s: data-loader state does not fit the data (document %lld, token %lld)",
                          l->path, (long long)s->doc, (long long)s->doc_tokens);

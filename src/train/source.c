@@ -28,7 +28,8 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
                          .dp_rank = mesh->dp_rank,
                          .dp_size = mesh->dp_size,
                          .infinite = 1,
-                         .pad_label = OPS_IGNORE_INDEX};
+                         .pad_label = OPS_IGNORE_INDEX,
+                         .doc_shift = o->block_causal};
     if (data_loader_open(&s->loader, &c, err)) {
         train_source_close(s);
         return -1;
@@ -43,8 +44,8 @@ void train_source_describe(const train_source *s, const train_opts *o, char *buf
     const size_t at = strlen(buf);
     if (o->block_causal)
         snprintf(buf + at, n - at,
-                 "; documents masked (block_causal: attention within each document, no label "
-                 "across documents)");
+                 "; documents masked (block_causal: attention and labels within each document, "
+                 "packed as torchtitan 0.3)");
 }
 
 /* Random tokens: one counter stream of windows, this rank's B of each round's dp_size * B. */

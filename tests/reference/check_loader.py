@@ -71,25 +71,100 @@ def reference(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
     return [out[b * batch:(b + 1) * batch] for b in range(batches)]
 
 
-def reference_documents(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
-    """`titan data --documents`' rows (torchtitan 0.3's block_causal view of the same windows):
-    the window's tokens with "|" before each one that starts a document (at t >= 1; a window's
-    first token is position 0 anyway), and its extra label "-" when it starts one."""
+def reference_documents(docs, tok, seq_len, batches, dp_rank=0, dp_size=1, start=(0, 0)):
+    """torchtitan 0.3's packing (HuggingFaceTextDataset.__iter__): each document's tokens but
+    its last are inputs, its tokens but its first their labels, positions count from 0 in each
+    document and are normalised per window (the window's first document part from 0); windows
+    are the next seq_len of these, from token start[1] of document start[0] (one rank's, its
+    first epoch). Returns `batches` windows of (inputs, positions, labels)."""
     mine = [tok.doc(d) for i, d in enumerate(docs) if i % dp_size == dp_rank and d is not None]
-    buf, out, i = [], [], 0  # buf: (token, starts a document)
-    while len(out) < batches * batch:
-        while len(buf) < seq_len + 1:
+    ins, labs, poss, out, i = [], [], [], [], start[0]
+    while len(out) < batches:
+        while len(ins) < seq_len:
             d = mine[i % len(mine)]
-            buf += [(t, k == 0) for k, t in enumerate(d)]
+            skip = start[1] if i == start[0] else 0
+            ins += d[skip:-1]
+            labs += d[skip + 1:]
+            poss += list(range(skip, len(d) - 1))
             i += 1
-        row = []
-        for t, (tok_id, start) in enumerate(buf[: seq_len + 1]):
-            if start and t > 0:
-                row.append("|")
-            row.append("-" if start and t == seq_len else str(tok_id))
-        out.append(row)
-        buf = buf[seq_len + 1:]
+        pos = poss[:seq_len]
+        first = pos[0]
+        for k in range(seq_len):  # _normalize_positions
+            if k > 0 and pos[k] == 0:
+                break
+            pos[k] -= first
+        out.append((ins[:seq_len], pos, labs[:seq_len]))
+        ins, labs, poss = ins[seq_len:], labs[seq_len:], poss[seq_len:]
     return out
+
+
+def torchtitan_documents(docs, tok_dir, seq_len, batches, dp_rank=0, dp_size=1):
+    """The same windows from torchtitan 0.3's own HuggingFaceTextDataset where torchtitan is
+    installed (scripts/deps.sh --bench), else None. Its imports `datasets` and `torchdata` are
+    stubbed (their pins conflict with this venv): a streaming dataset of `docs`, split as
+    split_dataset_by_node splits one of a single shard (example i to rank i mod world)."""
+    import types
+    try:
+        import torchtitan  # noqa: F401
+    except ImportError:
+        return None
+
+    class Stream:
+        epoch = 0
+
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __iter__(self):
+            return iter(self.rows)
+
+        def set_epoch(self, e):
+            self.epoch = e
+
+    stubs = {"datasets": types.ModuleType("datasets"),
+             "datasets.distributed": types.ModuleType("datasets.distributed"),
+             "torchdata": types.ModuleType("torchdata"),
+             "torchdata.stateful_dataloader": types.ModuleType("torchdata.stateful_dataloader")}
+    stubs["datasets"].Dataset = type("Dataset", (), {})
+    stubs["datasets"].load_dataset = None
+    stubs["datasets.distributed"].split_dataset_by_node = lambda ds, r, w: Stream(
+        [x for k, x in enumerate(ds.rows) if k % w == r])
+    stubs["torchdata.stateful_dataloader"].StatefulDataLoader = type("StatefulDataLoader", (), {})
+    for name, mod in stubs.items():
+        sys.modules.setdefault(name, mod)
+    from torchtitan.hf_datasets import DatasetConfig
+    from torchtitan.hf_datasets import text_datasets as td
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    rows = [{"text": d} for d in docs]
+    td.DATASETS["titan_docs"] = DatasetConfig(path="-", loader=lambda p: Stream(rows),
+                                              sample_processor=lambda x: x["text"])
+    ds = td.HuggingFaceTextDataset("titan_docs", None, HuggingFaceTokenizer(tokenizer_path=tok_dir),
+                                   seq_len=seq_len, dp_rank=dp_rank, dp_world_size=dp_size,
+                                   infinite=True)
+    out = []
+    for x, y in ds:
+        out.append((x["input"].tolist(), x["positions"].tolist(), y.tolist()))
+        if len(out) == batches:
+            return out
+
+
+def parse_documents(row):
+    """`titan data --documents`' line (inputs -> labels, '|' before each document's first) as
+    (inputs, positions, labels): positions from 0 in each '|'-separated part."""
+    arrow = row.index("->")
+    ins, labs, pos, k = [], [], [], 0
+    for w in row[:arrow]:
+        if w == "|":
+            k = 0
+            continue
+        ins.append(int(w))
+        pos.append(k)
+        k += 1
+    labs = [int(w) for w in row[arrow + 1:] if w != "|"]
+    marks = [i for i, w in enumerate(row[:arrow]) if w == "|"]
+    lmarks = [i for i, w in enumerate(row[arrow + 1:]) if w == "|"]
+    assert marks == lmarks, (marks, lmarks)  # the labels' parts are the inputs'
+    return ins, pos, labs
 
 
 def titan_data(args, expect_ok=True):
@@ -149,19 +224,50 @@ def main():
                               str(B), "--batches", "20", "--dp-rank", str(r), "--dp-size", "3"])
         check(rows == flat(ref3), "dp_size 3, rank %d equals the reference" % r)
 
-    # Document masking's view: the same windows, documents marked, ignored labels shown, for
-    # each dp rank and across the restart; a document boundary in every window checked at least
-    # once (a window's last label starting a document included).
+    # Document masking's packing (--documents): torchtitan 0.3's windows, positions and labels,
+    # for each dp rank and across the restart, against its packing written out here and, where
+    # torchtitan is installed, its own dataset class.
     for r, size in ((0, 1), (1, 3)):
-        want = reference_documents(docs, qwen, T, B, n, r, size)
+        want = reference_documents(docs, qwen, T, n * B, r, size)
         rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
                               str(B), "--batches", str(n), "--dp-rank", str(r), "--dp-size",
                               str(size), "--documents"])
-        check(rows == want, "--documents, dp rank %d of %d: %d windows equal 0.3's documents "
-              "(%d boundaries, %d extra labels ignored)" % (r, size, len(want),
-                                                            sum(w.count("|") for w in want),
-                                                            sum(w[-1] == "-" for w in want)))
-    check(any(w[-1] == "-" for w in want), "a window whose extra label starts a document")
+        got = [parse_documents(w) for w in rows]
+        check(got == want, "--documents, dp rank %d of %d: %d windows equal 0.3's packing "
+              "(%d document starts)" % (r, size, len(want),
+                                         sum(p.count(0) for _, p, _ in want)))
+        tt = torchtitan_documents(docs, QWEN, T, n * B, r, size)
+        if tt is None:
+            print("skip --documents against torchtitan 0.3 itself (not installed: "
+                  "scripts/deps.sh --bench)")
+        else:
+            check(got == tt, "--documents, dp rank %d of %d: equal to torchtitan 0.3's "
+                  "HuggingFaceTextDataset" % (r, size))
+    # a resume inside a document, and from a state saved by the other packing (the position is
+    # the next input token either way): at a window that ends on a document's last token, which
+    # 0.3's packing never takes as an input (it goes on at the next document), and in the middle
+    # of one
+    mine = [qwen.doc(d) for d in docs]
+    starts = [sum(map(len, mine[:i])) for i in range(len(mine) + 1)]
+
+    def split_at(tok):  # the stream's token `tok` as (document, token in it)
+        i = max(j for j in range(len(mine)) if starts[j] <= tok)
+        return i, tok - starts[i]
+
+    edge = next((t, k) for t in range(20, 90) for k in range(1, 40)
+                if split_at(k * (t + 1))[1] == len(mine[split_at(k * (t + 1))[0]]) - 1)
+    for t, k in (edge, (T, 37)):
+        for saved in ([], ["--documents"]):
+            _, state = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(t),
+                                   "--batches", str(k)] + saved)
+            st = json.loads(state)
+            rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(t),
+                                  "--batches", "20", "--documents", "--state", state])
+            want = reference_documents(docs, qwen, t, 20, start=(st["doc"], st["doc_tokens"]))
+            check([parse_documents(w) for w in rows] == want,
+                  "--documents resumed from %s state (document %d, token %d of %d) sees the rest"
+                  % ("a --documents" if saved else "v0.2.2 packing's", st["doc"], st["doc_tokens"],
+                     len(mine[st["doc"]])))
 
     # Resume: stop after k batches, restart from the printed state, across the epoch restart.
     k = per_epoch - 4

@@ -1426,98 +1426,118 @@ static void test_grow_tokenize_marks(data_tok *tok) {
     unlink(path_of("gs/shard-00012.tok.tmp"));
 }
 
-/* Document positions (block_causal): windows over documents of one repeated letter each (no two
- * neighbours alike, an empty one between), so the documents show in the tokens themselves: a
- * position is 0 where the letter changes (or the window starts) and +1 otherwise, and a label
- * is ignored exactly where the plain loader's label is another letter than its input. Over
- * epochs, on rank 1 of 2, after a resume, and in a short last batch. */
+/* Document masking's packing (doc_shift, torchtitan 0.3's): documents of one repeated letter
+ * each (byte tokens: no bos / eos; lens[d] letters 'a' + d, an empty one and some of one letter
+ * among them), so each document adds lens[d] - 1 inputs whose labels are the same letter, one of
+ * a letter adds none, and a position is 0 where the letter changes or the window starts. The
+ * expected stream is built here from lens[] (this rank's documents, cycled); checked over
+ * epochs, on rank 1 of 2, after a resume, in a short last batch, and with positions asked
+ * without doc_shift (refused). */
+static const int g_doc_lens[] = {1, 5, 40, 3, 0, 1, 1, 17, 64, 2, 9, 1, 30};
+#define N_DOC_LENS ((int)(sizeof g_doc_lens / sizeof g_doc_lens[0]))
+
 static void check_docs(data_loader_cfg c, int n, const char *what) {
     base_err err;
-    enum { NMAX = 4 * 33 };
+    enum { NMAX = 4 * 33, SMAX = 8192 };
     const int T = c.seq_len, NT = c.batch * T;
-    data_loader *plain = NULL, *docs = NULL, *again = NULL;
+    const int dp = c.dp_size ? c.dp_size : 1;
+    char want[SMAX]; /* the expected inputs, this rank's documents cycled */
+    int want_pos[SMAX], k = 0;
+    for (int d = 0; k < SMAX - 64; d = (d + 1) % N_DOC_LENS)
+        for (int i = 0; d % dp == c.dp_rank && i + 1 < g_doc_lens[d]; i++) {
+            want[k] = (char)('a' + d);
+            want_pos[k++] = i;
+        }
+    data_loader *docs = NULL, *again = NULL;
     c.pad_label = -100;
-    CHECK(data_loader_open(&plain, &c, &err) == 0 && data_loader_open(&docs, &c, &err) == 0,
-          "%s: %s", what, err.msg);
-    int32_t x[NMAX], y[NMAX], x2[NMAX], y2[NMAX], pos[NMAX], p3[NMAX];
+    c.doc_shift = 1;
+    CHECK(data_loader_open(&docs, &c, &err) == 0, "%s: %s", what, err.msg);
+    int32_t x[NMAX], y[NMAX], pos[NMAX], x3[NMAX], y3[NMAX], p3[NMAX];
     data_loader_state st;
-    int bad = 0;
-    for (int b = 0; plain && docs && b < n && NT <= NMAX; b++) {
-        const int got = data_loader_next(plain, x, y, NULL, &err);
-        CHECK(data_loader_next(docs, x2, y2, pos, &err) == got && got == 1, "%s batch %d: %s", what,
-              b, err.msg);
+    int bad = 0, at = 0, rows_seen = 0;
+    for (int b = 0; docs && b < n && NT <= NMAX; b++) {
+        const int got = data_loader_next(docs, x, y, pos, &err);
+        CHECK(got == 1, "%s batch %d: %s", what, b, err.msg);
         if (got != 1) break;
         for (int i = 0; i < NT && !bad; i++) {
-            const int t = i % T, pad = y[i] == -100;
-            const int32_t want_pos = t == 0 || x[i] != x[i - 1] ? 0 : pos[i - 1] + 1;
-            const int32_t want_y = !pad && y[i] != x[i] ? -100 : y[i];
-            bad = x2[i] != x[i] || pos[i] != (pad ? t : want_pos) || y2[i] != want_y;
-            CHECK(!bad,
-                  "%s batch %d token %d: input %d/%d position %d (want %d) label %d (want %d)",
-                  what, b, i, x2[i], x[i], pos[i], pad ? t : want_pos, y2[i], want_y);
+            const int t = i % T, row_at = at + i - t; /* where this row starts in want */
+            const int missing = c.partial_last && y[i] == -100;
+            const int wp = want_pos[at + i] - (t && want_pos[at + i] >= t ? want_pos[row_at] : 0);
+            /* a position normalised per window: the window's first document part from 0 */
+            const int wpos =
+                missing ? t : (t == 0 ? 0 : (want[at + i] != want[at + i - 1] ? 0 : wp));
+            bad = missing ? (x[i] != 0 || pos[i] != t)
+                          : (x[i] != want[at + i] || y[i] != want[at + i] || pos[i] != wpos);
+            CHECK(!bad, "%s batch %d token %d: input %c (want %c) label %d position %d (want %d)",
+                  what, b, i, x[i], want[at + i], y[i], pos[i], wpos);
+            rows_seen += t == 0 && !missing;
         }
-        if (b == n / 2) { /* a resume gives the next batch's positions and labels too */
+        at += NT;
+        if (b == n / 2) { /* a resume gives the next batch's inputs, labels and positions */
             data_loader_get_state(docs, &st);
             CHECK(data_loader_open(&again, &c, &err) == 0 &&
                       data_loader_set_state(again, &st, &err) == 0,
                   "%s: resume: %s", what, err.msg);
         } else if (b == n / 2 + 1 && again) {
-            CHECK(data_loader_next(again, x, y, p3, &err) == 1 && !memcmp(x, x2, NT * 4) &&
-                      !memcmp(y, y2, NT * 4) && !memcmp(p3, pos, NT * 4),
+            CHECK(data_loader_next(again, x3, y3, p3, &err) == 1 && !memcmp(x, x3, NT * 4) &&
+                      !memcmp(y, y3, NT * 4) && !memcmp(p3, pos, NT * 4),
                   "%s: the resumed batch differs", what);
         }
     }
-    data_loader_free(plain);
+    CHECK(rows_seen > 0, "%s: no rows", what);
     data_loader_free(docs);
     data_loader_free(again);
 }
 
 static void test_documents(data_tok *tok) {
-    static const int lens[] = {1, 5, 40, 3, 0, 1, 1, 17, 64, 2, 9, 1, 30};
     char buf[4096];
     size_t k = 0;
-    for (int d = 0; d < (int)(sizeof lens / sizeof lens[0]); d++) {
+    for (int d = 0; d < N_DOC_LENS; d++) {
         k += (size_t)snprintf(buf + k, sizeof buf - k, "{\"text\": \"");
-        for (int i = 0; i < lens[d]; i++) buf[k++] = (char)('a' + d);
+        for (int i = 0; i < g_doc_lens[d]; i++) buf[k++] = (char)('a' + d);
         k += (size_t)snprintf(buf + k, sizeof buf - k, "\"}\n");
     }
     buf[k] = 0;
     write_str("docs.jsonl", buf);
-    check_docs(cfg("docs.jsonl", 16, 3), 9, "T 16 x 3"); /* ~2.5 epochs */
-    check_docs(cfg("docs.jsonl", 33, 4), 5, "T 33 x 4"); /* 64-token document crosses windows */
+    check_docs(cfg("docs.jsonl", 16, 3), 9, "T 16 x 3"); /* ~2.7 epochs of 161 inputs */
+    check_docs(cfg("docs.jsonl", 33, 4), 5, "T 33 x 4"); /* 63 inputs of one document cross */
     data_loader_cfg c = cfg("docs.jsonl", 5, 2);
     c.dp_size = 2, c.dp_rank = 1;
     check_docs(c, 12, "rank 1 of 2");
     c = cfg("docs.jsonl", 16, 4);
-    c.infinite = 0, c.partial_last = 1; /* 174 tokens: 3 batches, the third 2 of 4 rows */
+    c.infinite = 0, c.partial_last = 1; /* 161 inputs: 3 batches, the third 2 of 4 rows */
     check_docs(c, 3, "short last batch");
-    /* with a tokenizer every document ends with its eos: exactly the labels of eos inputs are
-     * ignored (the next document's first token), every other label is the plain loader's */
     base_err err;
+    data_loader *a = NULL;
+    int32_t x[32], y[32], pos[32];
+    c = cfg("docs.jsonl", 16, 2);
+    CHECK(data_loader_open(&a, &c, &err) == 0 && data_loader_next(a, x, y, pos, &err) < 0 &&
+              strstr(err.msg, "doc_shift"),
+          "positions without doc_shift: %s", err.msg);
+    data_loader_free(a);
+    /* with a tokenizer (bos and eos): no eos is an input, each bos input starts a document at
+     * position 0, a label is the next input in its document, and the last input's the eos */
     c = cfg("docs.jsonl", 16, 2);
     c.enc = (data_encoder){tok, data_tok_vocab_size(tok)};
-    c.pad_label = -100;
-    data_loader *a = NULL, *b = NULL;
-    CHECK(tok && data_loader_open(&a, &c, &err) == 0 && data_loader_open(&b, &c, &err) == 0, "%s",
-          err.msg);
-    const int32_t eos = tok ? data_tok_eos_id(tok) : -1;
-    int32_t x[32], y[32], x2[32], y2[32], pos[32];
-    int n_eos = 0;
-    for (int r = 0; a && b && r < 10; r++) {
-        CHECK(data_loader_next(a, x, y, NULL, &err) == 1 &&
-                  data_loader_next(b, x2, y2, pos, &err) == 1,
-              "%s", err.msg);
+    c.doc_shift = 1;
+    a = NULL;
+    CHECK(tok && data_loader_open(&a, &c, &err) == 0, "%s", err.msg);
+    const int32_t bos = tok ? data_tok_bos_id(tok) : -1, eos = tok ? data_tok_eos_id(tok) : -1;
+    int n_ends = 0;
+    for (int r = 0; a && r < 10; r++) {
+        CHECK(data_loader_next(a, x, y, pos, &err) == 1, "%s", err.msg);
         for (int i = 0; i < 32; i++) {
-            n_eos += x[i] == eos;
-            CHECK(y2[i] == (x[i] == eos ? -100 : y[i]) &&
-                      (i % 16 == 0 || x[i - 1] == eos) == !pos[i],
-                  "tokenizer: token %d: input %d label %d/%d position %d", i, x[i], y2[i], y[i],
-                  pos[i]);
+            const int last = i % 16 == 15; /* the next input is in the next window */
+            const int ends = !last && x[i + 1] == bos;
+            n_ends += ends;
+            CHECK(x[i] != eos && (i % 16 == 0 || x[i] == bos) == !pos[i] &&
+                      (last || y[i] == (ends ? eos : x[i + 1])),
+                  "tokenizer: token %d: input %d label %d position %d", i, x[i], y[i], pos[i]);
         }
     }
-    CHECK(eos >= 0 && n_eos > 5, "tokenizer: %d eos inputs seen (eos %d)", n_eos, eos);
+    CHECK(bos >= 0 && eos >= 0 && n_ends > 5, "tokenizer: %d document ends seen (bos %d, eos %d)",
+          n_ends, bos, eos);
     data_loader_free(a);
-    data_loader_free(b);
 }
 
 int main(void) {
