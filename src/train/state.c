@@ -27,6 +27,11 @@ static json_int_t global_batch(const train_opts *o, const train_source *src) {
 
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. states: every
  * data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
+/* The attention mask a run trains with (the train state records it; a resume says a change). */
+static const char *mask_name(const train_opts *o) {
+    return o->block_causal ? "block_causal" : "causal";
+}
+
 static char *train_state_json(const train_opts *o, const train_source *src, const optim_adamw *opt,
                               const model *m, int64_t step, int model_only, int64_t tokens_seen,
                               const char *states) {
@@ -57,6 +62,7 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     if (o->model.n_experts > 0)
         json_object_set_new(root, "moe_load_balance",
                             json_string(train_balance_name(o->moe_balance)));
+    json_object_set_new(root, "attn_mask_type", json_string(mask_name(o)));
     /* the identity, and the INFO rows (max_seq_len: the RoPE context an export writes as
      * max_position_embeddings) */
     json_object_set_new(root, "model", model_args_json(&o->model, MODEL_ARGS_JSON_CHECKPOINT));
@@ -195,6 +201,15 @@ json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
  * routing in "bias" only). */
 static void said_changes(const json_t *t, const train_opts *o, const train_source *src,
                          int64_t step) {
+    const char *mask = json_string_value(json_object_get(t, "attn_mask_type"));
+    if (mask && strcmp(mask, mask_name(o))) /* absent in older checkpoints */
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained with model.attn_mask_type = \"%s\"; this run "
+                 "uses \"%s\": allowed (the data position carries on at the next input token), "
+                 "but from here attention %s and the data is packed as torchtitan %s",
+                 (long long)step, mask, mask_name(o),
+                 o->block_causal ? "stays within each document" : "crosses documents",
+                 o->block_causal ? "0.3 packs (labels within each document)" : "v0.2.2 packs");
     const json_t *oj = json_object_get(t, "optimizer");
     double hp[5];
     adamw_values(&o->adamw, hp);

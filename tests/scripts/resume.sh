@@ -221,6 +221,16 @@ done
 [ "$(grep -c "step-9 was trained" "$out/rh.log")" = 4 ] && ! grep -q "was trained with optimizer" "$out/rb.log" ||
   { echo "FAIL: resume warnings for unchanged settings"; grep "was trained" "$out/rh.log" "$out/rb.log"; exit 1; }
 echo "ok a resume with changed AdamW settings or seed (random tokens) says each"
+# another attn_mask_type at a resume: allowed and said (attention and packing change from
+# there); the same one silent (rh above)
+cp -r "$out/random" "$out/rm"
+"$titan" train "${model[@]}" --random-tokens --set vocab_size=300 --dump-folder "$out/rm" \
+  --checkpoint-interval 3 --checkpoint.load_step 9 --stop-after-step 10 \
+  --model.attn_mask_type block_causal > "$out/rm.log" 2>&1 || { cat "$out/rm.log"; exit 1; }
+grep -q 'step-9 was trained with model.attn_mask_type = "causal"; this run uses "block_causal": allowed' \
+  "$out/rm.log" && ! grep -q "attn_mask_type" "$out/rh.log" ||
+  { echo "FAIL a resume with another attn_mask_type not said (or an unchanged one said)"; cat "$out/rm.log"; exit 1; }
+echo "ok a resume with another attn_mask_type says so"
 # an MoE resumed with another load balancing: said, with what becomes of the expert bias
 moe=(--set n_layers=1 --set dim=32 --set n_heads=2 --set n_kv_heads=1 --set head_dim=16
      --set ffn_dim=64 --set vocab_size=100 --set num_experts=4 --set top_k=2 --set moe_inter_dim=16
