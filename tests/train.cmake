@@ -180,3 +180,10 @@ add_test(NAME train_val_moe_bias
           $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
           ${CMAKE_BINARY_DIR}/val_moe_bias)
 set_tests_properties(train_val_moe_bias PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300)
+
+# Supervised fine-tuning on chat examples (training.dataset_format = "chat", torchtitan 0.3's
+# ChatDataset): an HF folder -> titan train -> per-step losses equal PyTorch's on the same rows.
+add_test(NAME train_chat_sft
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_chat_sft.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED} ${CMAKE_BINARY_DIR}/chat_sft)
+set_tests_properties(train_chat_sft PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)

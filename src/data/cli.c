@@ -173,15 +173,17 @@ static int parse_data_opt(base_args *it, data_args *d, int *status) {
     if (!strcmp(o, "--field")) d->field = v;
     if (!strcmp(o, "--tokenizer")) d->tokenizer = v;
     if (!strcmp(o, "--format") && data_format_parse(v, &d->format))
-        *status = base_fail(it->err, "--format: '%s' is not auto, text, jsonl or tokens", v);
+        *status = base_fail(it->err, "--format: '%s' is not auto, text, jsonl, tokens or chat", v);
     return 1;
 }
 
 static const char data_opts_help[] =
     "  --data PATH        a file, a folder (its files, sorted) or a quoted glob\n"
     "  --format F         auto (default: shard magic, .jsonl/.json/.ndjson, else text), text\n"
-    "                     (a document per blank-line paragraph), jsonl, tokens (shards)\n"
-    "  --field NAME       JSONL field holding the text (text)\n"
+    "                     (a document per blank-line paragraph), jsonl, tokens (shards),\n"
+    "                     chat (JSON Lines of [user, assistant] messages: torchtitan 0.3's\n"
+    "                     ChatDataset; titan data prints them as --documents does)\n"
+    "  --field NAME       JSONL field holding the text (text; chat: messages)\n"
     "  --skip-bad-lines   skip (count, log) malformed JSONL lines instead of failing\n";
 
 void data_cmd_tokenize_usage(FILE *f) {
@@ -239,8 +241,8 @@ void data_cmd_data_usage(FILE *f) {
     fprintf(f,
             "usage: titan data --data PATH [--tokenizer DIR] [options]\n"
             "Prints the loader's windows, one line of seq_len + 1 ids each (input =\n"
-            "window[:-1], labels = window[1:]), batch after batch, then its state\n"
-            "as JSON on stderr (`state: {...}`).\n%s"
+            "window[:-1], labels = window[1:]; --documents and chat: inputs -> labels),\n"
+            "batch after batch, then its state as JSON on stderr (`state: {...}`).\n%s"
             "  --tokenizer DIR    HF tokenizer folder (default: one token per byte)\n"
             "  --seq-len T        tokens per window, without the extra label (128)\n"
             "  --batch B          windows per batch (1)\n"
@@ -304,7 +306,9 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.format = d.format;
     c.field = d.field;
     c.skip_bad_lines = d.skip_bad;
+    documents |= d.format == DATA_FMT_CHAT; /* pairs, prompts masked: only that view shows them */
     c.doc_shift = documents;
+    c.pad_label = -100; /* a masked label, printed as torchtitan's IGNORE_INDEX */
     if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
     data_loader *l = NULL;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;

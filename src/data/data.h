@@ -167,10 +167,13 @@ typedef enum {
     DATA_FMT_TEXT,
     DATA_FMT_JSONL,
     DATA_FMT_TOKENS,
+    /* JSON Lines whose field (default "messages") holds a chat example: torchtitan 0.3's
+     * ChatDataset (data_loader_cfg: prompt masked, examples packed whole) */
+    DATA_FMT_CHAT,
     DATA_FMT_COUNT
 } data_format;
 
-/* "auto", "text", "jsonl", "tokens"; -1 when unknown. */
+/* "auto", "text", "jsonl", "tokens", "chat"; -1 when unknown. */
 int data_format_parse(const char *s, data_format *out);
 const char *data_format_name(data_format f);
 

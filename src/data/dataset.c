@@ -26,7 +26,7 @@
 /* Skipped bad lines are logged one by one up to this many, then only counted. */
 #define BAD_LINES_LOGGED 20
 
-static const char *const format_names[] = {"auto", "text", "jsonl", "tokens"};
+static const char *const format_names[] = {"auto", "text", "jsonl", "tokens", "chat"};
 _Static_assert(sizeof format_names / sizeof *format_names == DATA_FMT_COUNT,
                "a name for every data_format");
 
@@ -611,7 +611,9 @@ int data_reader_open(data_reader *r, const char *path, data_format format, const
     memset(r, 0, sizeof *r);
     r->fp_file = r->shard_file = r->text_file = -1;
     if (!path || !*path) return base_fail(err, "no dataset path given");
-    r->field = strdup(field && *field ? field : "text");
+    r->chat = format == DATA_FMT_CHAT;
+    if (r->chat) format = DATA_FMT_JSONL; /* every file, whatever its name */
+    r->field = strdup(field && *field ? field : r->chat ? "messages" : "text");
     r->skip_bad = skip_bad;
     char **paths;
     int n;
@@ -631,6 +633,8 @@ int data_reader_open(data_reader *r, const char *path, data_format format, const
 static void release_doc(data_reader *r) {
     if (r->json) json_decref((json_t *)r->json);
     r->json = NULL;
+    free(r->chat_text);
+    r->chat_text = NULL;
 }
 
 static void close_file(data_reader *r) {
@@ -818,10 +822,12 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
             continue;
         }
         json_t *v = json_is_object(j) ? json_object_get(j, r->field) : NULL;
-        const char *why = !json_is_object(j)   ? "the line is not a JSON object%.0s%s"
-                          : !v                 ? "no \"%s\" field%s"
-                          : !json_is_string(v) ? "field \"%s\" is not a string%s"
-                                               : NULL;
+        const char *why = !json_is_object(j)               ? "the line is not a JSON object%.0s%s"
+                          : !v                             ? "no \"%s\" field%s"
+                          : !r->chat && !json_is_string(v) ? "field \"%s\" is not a string%s"
+                          : r->chat && !json_is_array(v)
+                              ? "field \"%s\" is not a JSON array of chat messages%s"
+                              : NULL;
         if (why) {
             json_decref(j);
             if (bad_line(r, f, line_no, err, why, NULL)) return -1;
@@ -830,6 +836,13 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         }
         r->json = j;
         d->pos = pos;
+        if (r->chat) { /* the messages as JSON text: data_chat_parse_json reads them */
+            if (!(r->chat_text = json_dumps(v, JSON_COMPACT)))
+                return base_fail(err, "%s:%lld: out of memory", f->path, (long long)line_no);
+            d->text = r->chat_text;
+            d->len = strlen(r->chat_text);
+            return 1;
+        }
         d->text = json_string_value(v);
         d->len = json_string_length(v);
         return 1;
@@ -945,7 +958,9 @@ uint64_t data_reader_files_hash(const data_reader *r, int n) {
 }
 
 uint64_t data_reader_fingerprint(const data_reader *r) {
-    return base_hash_bytes(data_reader_files_hash(r, r->n_files), r->field, strlen(r->field) + 1);
+    const uint64_t h =
+        base_hash_bytes(data_reader_files_hash(r, r->n_files), r->field, strlen(r->field) + 1);
+    return r->chat ? base_hash_bytes(h, "chat", 4) : h; /* other documents than the same JSONL's */
 }
 
 /* Whether the paragraph at s[off] reads the same in the file's first old_n bytes as in all n:

@@ -97,6 +97,9 @@ typedef struct {
     char *norm;    /* a paragraph with "\r" line ends, rewritten to "\n" (normalize_eol) */
     size_t norm_cap;
     void *json; /* current JSONL object (json_t *) */
+    int chat;   /* DATA_FMT_CHAT: the files are JSON Lines whose field is an array of messages,
+                   handed out as its JSON text (chat_text) */
+    char *chat_text;
 } data_reader;
 
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,
@@ -111,7 +114,7 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
 int data_reader_seek(data_reader *r, const data_pos *p, base_err *err);
 /* Back to document 0 (next epoch). */
 void data_reader_rewind(data_reader *r);
-/* Hash of the file list (base names, sizes, formats) and the JSONL field. */
+/* Hash of the file list (base names, sizes, formats) and the JSONL field (and chat). */
 uint64_t data_reader_fingerprint(const data_reader *r);
 /* One file's part of it, chained onto h: whole = base name, size, format and text flags (the
  * fingerprint's); else base name and format only (a file that may have grown). */

@@ -26,8 +26,12 @@ struct data_loader {
     int64_t epoch_text;   /* of its documents, those with text (tokens besides bos / eos) */
     int64_t docs_read;    /* documents this rank read, all epochs: the early warning */
     int warned_empty;
-    int32_t *buf; /* pending tokens buf[head .. len); doc_shift: pending inputs */
-    int32_t *lab; /* doc_shift: their labels, lab[head .. len) (else NULL) */
+    int chat;                    /* DATA_FMT_CHAT: ChatDataset's examples, packed whole */
+    int64_t chat_long, chat_bad; /* examples dropped this epoch: too long, malformed (skipped) */
+    int said_long;               /* the first too-long example was said */
+    int64_t epoch_docs;          /* documents this rank got in this epoch (empty ones too) */
+    int32_t *buf;                /* pending tokens buf[head .. len); doc_shift: pending inputs */
+    int32_t *lab;                /* doc_shift: their labels, lab[head .. len) (else NULL) */
     size_t head, len, cap;
     seg *q; /* documents in the buffer, oldest first: q[qh .. qn) */
     size_t qh, qn, qcap;
@@ -148,8 +152,111 @@ static int push(data_loader *l, int32_t id) {
     return 0;
 }
 
+/* Queues a document whose n tokens (doc_shift: pairs) were appended to the buffer. */
+static int push_seg(data_loader *l, const data_pos *pos, int64_t n) {
+    if (l->qn == l->qcap) {
+        if (l->qh > 0) {
+            memmove(l->q, l->q + l->qh, (l->qn - l->qh) * sizeof *l->q);
+            l->qn -= l->qh;
+            l->qh = 0;
+        } else {
+            size_t cap = l->qcap ? 2 * l->qcap : 64;
+            seg *nq = realloc(l->q, cap * sizeof *nq);
+            if (!nq) return -1;
+            l->q = nq;
+            l->qcap = cap;
+        }
+    }
+    l->q[l->qn++] = (seg){*pos, l->epoch, n};
+    l->epoch_tokens += n;
+    return 0;
+}
+
+/* One chat example as torchtitan 0.3's ChatDataset._tokenize_sample makes it: a [user,
+ * assistant] pair rendered with the chat template (no generation prompt), trailing newlines
+ * stripped, encoded with bos where the tokenizer has one, eos appended unless it ends so;
+ * inputs its tokens but the last, labels its tokens but the first with those of the prompt
+ * (the user turn rendered with the generation prompt, less one: the label at its last token is
+ * the answer's first) set to pad_label. An example of more than seq_len + 1 tokens is dropped
+ * (counted); a malformed one is an error naming its line, or skipped with skip_bad_lines. */
+static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
+    const data_file *f = &l->rd.files[d->pos.file];
+    const long long line = (long long)d->pos.line + 1;
+    data_tok *t = l->cfg.enc.tok;
+    const int32_t bos = data_tok_bos_id(t), eos = data_tok_eos_id(t);
+    data_chat_msg *m = NULL;
+    int n = 0;
+    char *full = NULL, *prompt = NULL;
+    base_err why;
+    int rc = data_chat_parse_json(d->text, d->len, &m, &n, &why);
+    if (!rc && (n != 2 || strcmp(m[0].role, "user") || strcmp(m[1].role, "assistant")))
+        rc = base_fail(&why,
+                       "a chat example is one user message and the assistant's answer "
+                       "(torchtitan 0.3's ChatDataset), got %d message%s%s%s%s%s%s",
+                       n, n == 1 ? "" : "s", n ? " (" : "", n ? m[0].role : "", n > 1 ? ", " : "",
+                       n > 1 ? m[1].role : "",
+                       n > 2 ? ", ...)"
+                       : n   ? ")"
+                             : "");
+    if (!rc)
+        rc = data_chat_render(m, 2, 0, 1, &full, &why) ||
+             data_chat_render(m, 1, 1, 1, &prompt, &why);
+    data_chat_msgs_free(m);
+    l->docs_read++;
+    l->epoch_docs++;
+    if (rc) {
+        free(full);
+        free(prompt);
+        if (!l->cfg.skip_bad_lines)
+            return base_fail(err, "%s:%lld: %s (set skip_bad_lines to skip such lines)", f->path,
+                             line, why.msg);
+        if (l->chat_bad++ < 20)
+            base_log(BASE_LOG_WARN, "%s:%lld: skipped: %s", f->path, line, why.msg);
+        return 0;
+    }
+    size_t fl = strlen(full);
+    while (fl > 0 && full[fl - 1] == '\n') fl--;
+    l->ids.n = 0;
+    rc = data_tok_encode(t, prompt, strlen(prompt), &l->ids, err);
+    const int64_t np = (int64_t)l->ids.n + (bos >= 0);
+    l->ids.n = 0;
+    if (!rc) rc = data_tok_encode(t, full, fl, &l->ids, err);
+    free(full);
+    free(prompt);
+    if (rc) return -1;
+    const int add_eos = !l->ids.n || l->ids.ids[l->ids.n - 1] != eos;
+    const int64_t nt = (int64_t)l->ids.n + (bos >= 0) + add_eos; /* the example's tokens */
+    l->epoch_text++;
+    if (nt - 1 > l->cfg.seq_len) {
+        if (!l->chat_long++ && !l->said_long)
+            base_log(BASE_LOG_INFO,
+                     "%s:%lld: a chat example of %lld tokens, more than seq_len + 1 = %d: "
+                     "dropped, as torchtitan's ChatDataset drops them (counted at each epoch's "
+                     "end)",
+                     f->path, line, (long long)nt, l->cfg.seq_len + 1);
+        l->said_long = 1;
+        return 0;
+    }
+    if (reserve(l, (size_t)nt)) goto oom;
+    const size_t d0 = l->len;
+    if (bos >= 0) l->buf[l->len++] = bos;
+    if (l->ids.n) memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
+    l->len += l->ids.n;
+    if (add_eos) l->buf[l->len++] = eos;
+    const int64_t masked = np - 1 < 0 ? 0 : np - 1 < nt - 1 ? np - 1 : nt - 1;
+    for (int64_t i = 0; i + 1 < nt; i++)
+        l->lab[d0 + (size_t)i] = i < masked ? l->cfg.pad_label : l->buf[d0 + (size_t)i + 1];
+    l->len--; /* the last token is no input */
+    if (push_seg(l, &d->pos, nt - 1)) goto oom;
+    return 0;
+oom:
+    return base_fail(err, "%s: out of memory buffering document %lld", f->path,
+                     (long long)d->pos.doc);
+}
+
 /* Appends one document's [bos] + ids + [eos] to the buffer. */
 static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
+    if (l->chat) return append_chat(l, d, err);
     const data_file *f = &l->rd.files[d->pos.file];
     const size_t start = l->len - l->head;
     int32_t bos = -1, eos = -1;
@@ -216,6 +323,7 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
     int64_t n = (int64_t)(l->len - l->head - start);
     l->epoch_text += n > (bos >= 0) + (eos >= 0);
     l->docs_read++;
+    l->epoch_docs++;
     if (l->cfg.doc_shift && n > 0) { /* inputs d[:-1], labels d[1:]: one pair fewer */
         const size_t d0 = l->head + start;
         for (int64_t i = 0; i + 1 < n; i++) l->lab[d0 + (size_t)i] = l->buf[d0 + (size_t)i + 1];
@@ -225,21 +333,7 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
     if (n == 0)
         return 0; /* an empty document of byte tokens (or of one token, shifted) adds
                      nothing */
-    if (l->qn == l->qcap) {
-        if (l->qh > 0) {
-            memmove(l->q, l->q + l->qh, (l->qn - l->qh) * sizeof *l->q);
-            l->qn -= l->qh;
-            l->qh = 0;
-        } else {
-            size_t cap = l->qcap ? 2 * l->qcap : 64;
-            seg *nq = realloc(l->q, cap * sizeof *nq);
-            if (!nq) goto oom;
-            l->q = nq;
-            l->qcap = cap;
-        }
-    }
-    l->q[l->qn++] = (seg){d->pos, l->epoch, n};
-    l->epoch_tokens += n;
+    if (push_seg(l, &d->pos, n)) goto oom;
     return 0;
 oom:
     return base_fail(err, "%s: out of memory buffering document %lld", f->path,
@@ -254,18 +348,31 @@ static int read_doc(data_loader *l, base_err *err) {
         int rc = data_reader_next(&l->rd, want_doc, l, &d, err);
         if (rc < 0) return -1;
         if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
-        if (l->from_start && l->epoch_tokens > 0 && l->epoch_text == 0)
+        /* (with doc_shift a document of its eos alone adds no pair: epoch_tokens stays 0) */
+        if (l->from_start && (l->epoch_tokens > 0 || (l->cfg.doc_shift && l->epoch_docs > 0)) &&
+            l->epoch_text == 0)
             return base_fail(err,
                              "%s: every document of data-parallel rank %d of %d has empty text "
                              "(the dataset has %lld documents): training would see only the eos "
                              "each ends with; check the file and its text field",
                              l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc);
+        char dropped[160] = ""; /* chat examples this epoch left out */
+        if (l->chat_long || l->chat_bad)
+            snprintf(dropped, sizeof dropped,
+                     "; %lld chat examples longer than seq_len + 1 tokens dropped, %lld malformed "
+                     "skipped",
+                     (long long)l->chat_long, (long long)l->chat_bad);
+        if (l->chat_long || l->chat_bad)
+            base_log(BASE_LOG_INFO, "data: %s, epoch %lld, data-parallel rank %d%s", l->path,
+                     (long long)l->epoch, l->cfg.dp_rank, dropped);
+        l->chat_long = l->chat_bad = 0;
         if (!l->cfg.infinite) return 0;
         if (l->from_start && l->epoch_tokens == 0)
             return base_fail(err,
                              "%s: no tokens for data-parallel rank %d of %d (the dataset has %lld "
-                             "documents)",
-                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc);
+                             "documents%s)",
+                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc,
+                             dropped);
         /* a line an epoch would flood the log for a small dataset and long windows (millions
          * of epochs): the first four, then at powers of two */
         const long long e = (long long)l->epoch;
@@ -286,6 +393,7 @@ static int read_doc(data_loader *l, base_err *err) {
         l->from_start = 1;
         l->epoch_tokens = 0;
         l->epoch_text = 0;
+        l->epoch_docs = 0;
     }
 }
 
@@ -327,6 +435,16 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
     }
     l->cfg.path = l->path;
     l->rd.bad_counted = cfg->bad_lines_said;
+    l->chat = cfg->format == DATA_FMT_CHAT;
+    if (l->chat) l->cfg.doc_shift = 1; /* pairs, with the prompt's labels masked */
+    if (l->chat && (!cfg->enc.tok || data_tok_eos_id(cfg->enc.tok) < 0)) {
+        base_fail(err,
+                  "%s: chat examples need a tokenizer with an eos token (model.hf_assets_path "
+                  "/ --tokenizer): the chat template's special tokens are its",
+                  cfg->path);
+        data_loader_free(l);
+        return -1;
+    }
     l->cfg.field = l->rd.field;
     const int32_t V = cfg->enc.vocab_size;
     data_tok *t = cfg->enc.tok;
@@ -386,7 +504,8 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
     l->fingerprint = base_hash_bytes(data_reader_fingerprint(&l->rd), enc, sizeof enc);
     const uint64_t setup = base_hash_bytes(
         base_hash_bytes(BASE_HASH_INIT, l->rd.field, strlen(l->rd.field) + 1), enc, sizeof enc);
-    l->setup = setup + !setup; /* 0 is "not recorded" */
+    l->setup = setup + !setup;                                    /* 0 is "not recorded" */
+    if (l->chat) l->setup = base_hash_bytes(l->setup, "chat", 4); /* as the fingerprint */
     *out = l;
     return 0;
 }
@@ -418,9 +537,64 @@ static void doc_positions(const data_loader *l, int rows, int32_t *pos) {
     }
 }
 
+/* Chat's rows (torchtitan 0.3's ChatDataset._iter_greedy_packed): each takes whole examples
+ * while the next fits, then is padded (inputs eos, labels pad_label, positions 0, 1, ... as
+ * another document); the end of the data ends a row (its examples are one epoch's). An
+ * example's positions count from 0. A missing row of a short last batch: inputs 0, labels
+ * pad_label, positions 0..seq_len-1. */
+static int next_chat(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *positions,
+                     base_err *err) {
+    const int T = l->cfg.seq_len;
+    const int32_t eos = data_tok_eos_id(l->cfg.enc.tok);
+    int rows = 0, end = 0;
+    for (int b = 0; b < l->cfg.batch && !end; b++) {
+        int32_t *in = inputs + (size_t)b * T, *lab = labels + (size_t)b * T;
+        int32_t *pos = positions ? positions + (size_t)b * T : NULL;
+        int t = 0;
+        int64_t epoch = -1;
+        while (t < T) {
+            if (l->qh == l->qn) { /* read on: an example dropped or skipped queues nothing */
+                const int rc = read_doc(l, err);
+                if (rc < 0) return -1;
+                if (rc == 0) {
+                    end = 1;
+                    break;
+                }
+                continue;
+            }
+            const seg *s = &l->q[l->qh];
+            if (epoch < 0) epoch = s->epoch;
+            if (s->epoch != epoch || s->ntok > T - t) break;
+            const size_t k = (size_t)s->ntok;
+            memcpy(in + t, l->buf + l->head, k * sizeof *in);
+            memcpy(lab + t, l->lab + l->head, k * sizeof *lab);
+            for (size_t i = 0; pos && i < k; i++) pos[t + (int)i] = (int32_t)i;
+            t += (int)k;
+            consume(l, (int64_t)k);
+        }
+        if (t == 0) break; /* the end, with no example for this row */
+        for (int p = t; p < T; p++) {
+            in[p] = eos;
+            lab[p] = l->cfg.pad_label;
+            if (pos) pos[p] = p - t;
+        }
+        rows++;
+    }
+    if (rows == 0 || (rows < l->cfg.batch && (l->cfg.infinite || !l->cfg.partial_last))) return 0;
+    for (int b = rows; b < l->cfg.batch; b++)
+        for (int t = 0; t < T; t++) {
+            const size_t i = (size_t)b * T + (size_t)t;
+            inputs[i] = 0;
+            labels[i] = l->cfg.pad_label;
+            if (positions) positions[i] = t;
+        }
+    return 1;
+}
+
 int data_loader_next(data_loader *l, int32_t *inputs, int32_t *labels, int32_t *positions,
                      base_err *err) {
     const int T = l->cfg.seq_len;
+    if (l->chat) return next_chat(l, inputs, labels, positions, err);
     if (positions && !l->cfg.doc_shift)
         return base_fail(err, "%s: document positions need doc_shift packing", l->path);
     const size_t stride = (size_t)T + !l->cfg.doc_shift; /* buffered entries a window takes */
@@ -758,6 +932,7 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
                     s->byte_off == 0 && s->line == 0;
     l->epoch_tokens = 0;
     l->epoch_text = 0;
+    l->epoch_docs = 0;
     l->head = l->len = 0;
     l->qh = l->qn = 0;
     l->front_used = 0;
@@ -765,6 +940,11 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
         if (grown) said_growth(l, s);
         return 0;
     }
+    if (l->chat) /* examples are consumed whole */
+        return base_fail(err,
+                         "%s: data-loader state does not fit chat examples (document %lld, token "
+                         "%lld: a chat run's position is always at an example's start)",
+                         l->path, (long long)s->doc, (long long)s->doc_tokens);
     const int64_t epoch = l->epoch;
     int rc = read_doc(l, err);
     if (rc < 0) return -1;

@@ -129,6 +129,12 @@ static int dir_has_shards(const char *dir) {
 
 int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs_out, int64_t *n_tokens_out,
                   base_err *err) {
+    if (cfg->format == DATA_FMT_CHAT) /* before any allocation */
+        return base_fail(err,
+                         "%s: chat examples are rendered, masked and packed whole by the "
+                         "training loader; token shards hold documents only: train on the JSON "
+                         "Lines (format chat)",
+                         cfg->path);
     /* OMP_NUM_THREADS, else the CPUs (the cgroup's CPU quota: main) */
     const int nt = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
     const uint64_t shard_tokens =

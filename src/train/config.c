@@ -119,9 +119,10 @@ const field g_fields[] = {
         "torchtitan's attention backends: one attention in titan, causal or document-masked by "
         "attn_mask_type (docs/training.md)"),
     STR(model, attn_mask_type, "", "causal|block_causal",
-        "causal = over the whole window; block_causal = within each document (RoPE positions "
-        "from 0 and labels inside each document: torchtitan 0.3's); unset = block_causal with "
-        "attn_backend varlen, else causal (docs/training.md)"),
+        "causal = over the whole window; block_causal = within each document (labels and "
+        "positions inside each document, packed as torchtitan 0.3: docs/data.md); unset = "
+        "block_causal with attn_backend varlen or dataset_format chat, else causal "
+        "(docs/training.md)"),
     PSTR(model, tokenizer_path, "", NULL, P_USED,
          "deprecated (torchtitan): sets hf_assets_path, with torchtitan's warning"),
     PSTRS(model, converters, P_REFUSE,
@@ -133,9 +134,11 @@ const field g_fields[] = {
         "dataset name; 'random' without dataset_path = uniform random tokens"),
     STR(training, dataset_path, "", NULL,
         "dataset: a text, JSONL or token-shard file, a folder, or a glob (docs/data.md)"),
-    STR(training, dataset_format, "auto", "auto|text|jsonl|tokens",
-        "format of dataset_path's files; auto = by shard magic / extension (titan)"),
-    STR(training, dataset_field, "text", NULL, "JSONL field holding the text (titan)"),
+    STR(training, dataset_format, "auto", "auto|text|jsonl|tokens|chat",
+        "format of dataset_path's files; auto = by shard magic / extension; chat = JSON Lines of "
+        "[user, assistant] messages, torchtitan 0.3's ChatDataset (docs/data.md; titan)"),
+    STR(training, dataset_field, "", NULL,
+        "JSONL field holding the text; unset = text (chat: messages) (titan)"),
     BOOL(training, skip_bad_lines, 0, "skip (count, log) malformed JSONL lines (titan)"),
     INT(training, stop_after_step, 0, 0, BIG,
         "exit after this step; 0 = run all steps (the schedule still spans steps) (titan)"),

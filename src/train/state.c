@@ -206,10 +206,13 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
         base_log(BASE_LOG_WARN,
                  "checkpoint: step-%lld was trained with model.attn_mask_type = \"%s\"; this run "
                  "uses \"%s\": allowed (the data position carries on at the next input token), "
-                 "but from here attention %s and the data is packed as torchtitan %s",
+                 "but from here attention %s%s%s",
                  (long long)step, mask, mask_name(o),
                  o->block_causal ? "stays within each document" : "crosses documents",
-                 o->block_causal ? "0.3 packs (labels within each document)" : "v0.2.2 packs");
+                 src->loader ? " and the data is packed as torchtitan " : "",
+                 !src->loader      ? ""
+                 : o->block_causal ? "0.3 packs (labels within each document)"
+                                   : "v0.2.2 packs");
     const json_t *oj = json_object_get(t, "optimizer");
     double hp[5];
     adamw_values(&o->adamw, hp);

@@ -91,7 +91,7 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
     }
     if (!rc && !stopped && valid == 0)
         rc = base_fail(err, "%s: validation data is shorter than one window of %d tokens",
-                       o->val.path, c.seq_len + 1);
+                       o->val.path, c.seq_len + !c.doc_shift);
     data_loader_free(l);
     base_free(x);
     base_free(y);

@@ -228,6 +228,16 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
      * models); v0.2.2's flex and sdpa default to causal. Said once: the model is resolved
      * repeatedly. */
     const char *mask = c->model.attn_mask_type;
+    /* torchtitan 0.3's chat examples are packed whole with padding and attended one by one */
+    if (!strcmp(c->training.dataset_format, "chat") && !strcmp(mask, "causal"))
+        return fail_field(c, "model", "attn_mask_type", err,
+                          "'causal' with training.dataset_format = chat: chat examples are packed "
+                          "several to a row and attended one by one (block_causal, the default "
+                          "with chat)");
+    if (!strcmp(c->training.dataset_format, "chat") && !c->model.hf_assets_path[0])
+        return fail_field(c, "training", "dataset_format", err,
+                          "chat needs model.hf_assets_path: the tokenizer whose chat template "
+                          "and eos the examples are rendered with");
     if (!strcmp(c->model.attn_backend, "varlen") && !strcmp(mask, "causal"))
         return fail_field(c, "model", "attn_mask_type", err,
                           "'causal' with attn_backend = varlen: torchtitan's varlen attention "
@@ -238,7 +248,8 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                       "(attn_mask_type block_causal, as torchtitan's varlen; until titan "
                       "2026-12-06 titan ran it causal over the window: attn_backend = \"sdpa\" "
                       "for those losses)");
-    if (!strcmp(c->model.attn_backend, "flex") && !mask[0])
+    if (!strcmp(c->model.attn_backend, "flex") && !mask[0] &&
+        strcmp(c->training.dataset_format, "chat"))
         base_log_once(BASE_LOG_WARN,
                       "model.attn_backend = flex with attn_mask_type unset: causal over the whole "
                       "window (v0.2.2's default); torchtitan 0.3's flex is always block_causal "
@@ -569,8 +580,10 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     o->moe_bias_rate = c->model.moe_bias_update_rate;
     model_init_parse(c->model.init_weights, &o->init.scheme, err); /* checked by the schema */
     o->init.std_by_n_layers = c->model.depth_init.set && !c->model.depth_init.v;
-    o->block_causal = !strcmp(c->model.attn_mask_type, "block_causal") ||
-                      (!c->model.attn_mask_type[0] && !strcmp(c->model.attn_backend, "varlen"));
+    o->block_causal =
+        !strcmp(c->model.attn_mask_type, "block_causal") ||
+        (!c->model.attn_mask_type[0] &&
+         (!strcmp(c->model.attn_backend, "varlen") || !strcmp(c->training.dataset_format, "chat")));
     o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */

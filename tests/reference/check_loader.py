@@ -18,6 +18,7 @@ usage: check_loader.py TITAN SHARED_DIR WORK_DIR
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -103,35 +104,11 @@ def torchtitan_documents(docs, tok_dir, seq_len, batches, dp_rank=0, dp_size=1):
     installed (scripts/deps.sh --bench), else None. Its imports `datasets` and `torchdata` are
     stubbed (their pins conflict with this venv): a streaming dataset of `docs`, split as
     split_dataset_by_node splits one of a single shard (example i to rank i mod world)."""
-    import types
     try:
         import torchtitan  # noqa: F401
     except ImportError:
         return None
-
-    class Stream:
-        epoch = 0
-
-        def __init__(self, rows):
-            self.rows = rows
-
-        def __iter__(self):
-            return iter(self.rows)
-
-        def set_epoch(self, e):
-            self.epoch = e
-
-    stubs = {"datasets": types.ModuleType("datasets"),
-             "datasets.distributed": types.ModuleType("datasets.distributed"),
-             "torchdata": types.ModuleType("torchdata"),
-             "torchdata.stateful_dataloader": types.ModuleType("torchdata.stateful_dataloader")}
-    stubs["datasets"].Dataset = type("Dataset", (), {})
-    stubs["datasets"].load_dataset = None
-    stubs["datasets.distributed"].split_dataset_by_node = lambda ds, r, w: Stream(
-        [x for k, x in enumerate(ds.rows) if k % w == r])
-    stubs["torchdata.stateful_dataloader"].StatefulDataLoader = type("StatefulDataLoader", (), {})
-    for name, mod in stubs.items():
-        sys.modules.setdefault(name, mod)
+    Stream = torchtitan_stubs()
     from torchtitan.hf_datasets import DatasetConfig
     from torchtitan.hf_datasets import text_datasets as td
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
@@ -145,6 +122,103 @@ def torchtitan_documents(docs, tok_dir, seq_len, batches, dp_rank=0, dp_size=1):
     for x, y in ds:
         out.append((x["input"].tolist(), x["positions"].tolist(), y.tolist()))
         if len(out) == batches:
+            return out
+
+
+def torchtitan_stubs():
+    """torchtitan 0.3's hf_datasets imports `datasets` and `torchdata`, not installed (their
+    pins conflict with this venv): stubbed with what its datasets use of them. Returns the
+    streaming dataset stub (iterated in order; split_dataset_by_node deals example i to rank
+    i mod world, as HF splits a one-shard streaming dataset; shuffle leaves the order)."""
+    import types
+
+    class Stream:
+        epoch = 0
+        split = "train"
+        info = types.SimpleNamespace(dataset_name="titan")
+
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __iter__(self):
+            return iter(self.rows)
+
+        def set_epoch(self, e):
+            self.epoch = e
+
+        def shuffle(self, seed=None):
+            return self
+
+    stubs = {"datasets": types.ModuleType("datasets"),
+             "datasets.distributed": types.ModuleType("datasets.distributed"),
+             "torchdata": types.ModuleType("torchdata"),
+             "torchdata.stateful_dataloader": types.ModuleType("torchdata.stateful_dataloader")}
+    stubs["datasets"].Dataset = type("Dataset", (), {})
+    stubs["datasets"].load_dataset = None
+    stubs["datasets.distributed"].split_dataset_by_node = lambda ds, r, w: Stream(
+        [x for k, x in enumerate(ds.rows) if k % w == r])
+    stubs["torchdata.stateful_dataloader"].StatefulDataLoader = type("StatefulDataLoader", (), {})
+    for name, mod in stubs.items():
+        sys.modules.setdefault(name, mod)
+    return Stream
+
+
+def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
+    """torchtitan 0.3's ChatDataset (_tokenize_sample, _iter_greedy_packed) written out over HF
+    transformers' apply_chat_template and the HF Rust tokenizer: `rows` rows of (inputs,
+    positions, labels), this rank's examples (i mod dp_size) in order, epoch after epoch."""
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(tok_dir)
+    mine = [e for i, e in enumerate(examples) if i % dp_size == dp_rank]
+    out, ins, labs, poss = [], [], [], []
+
+    def flush():
+        pad = seq_len - len(ins)
+        out.append((ins + [tok.eos] * pad, poss + list(range(pad)), labs + [-100] * pad))
+        ins.clear(), labs.clear(), poss.clear()
+
+    while len(out) < rows:
+        for msgs in mine:
+            full = hf.apply_chat_template(msgs, tokenize=False).rstrip("\n")
+            t = ([tok.bos] if tok.bos is not None else []) + tok.tk.encode(
+                full, add_special_tokens=False).ids
+            if t[-1] != tok.eos:
+                t.append(tok.eos)
+            if len(t) - 1 > seq_len:
+                continue
+            prompt = hf.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+            np_ = len(tok.tk.encode(prompt, add_special_tokens=False).ids) + (tok.bos is not None)
+            lab = t[1:]
+            k = min(max(np_ - 1, 0), len(lab))
+            lab[:k] = [-100] * k
+            if len(t) - 1 > seq_len - len(ins) and ins:
+                flush()
+            ins += t[:-1]
+            labs += lab
+            poss += list(range(len(t) - 1))
+            if len(ins) == seq_len:
+                flush()
+        if ins:
+            flush()
+    return out[:rows]
+
+
+def torchtitan_chat(examples, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
+    """The same rows from torchtitan 0.3's own ChatDataset where torchtitan is installed
+    (scripts/deps.sh --bench), else None."""
+    try:
+        import torchtitan  # noqa: F401
+    except ImportError:
+        return None
+    Stream = torchtitan_stubs()
+    from torchtitan.hf_datasets.text_datasets import ChatDataset
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    ds = ChatDataset(Stream(examples), HuggingFaceTokenizer(tokenizer_path=tok_dir), lambda m: m,
+                     seq_len=seq_len, dp_rank=dp_rank, dp_world_size=dp_size, infinite=True)
+    out = []
+    for x, y in ds:
+        out.append((x["input"].tolist(), x["positions"].tolist(), y.tolist()))
+        if len(out) == rows:
             return out
 
 
@@ -173,8 +247,8 @@ def titan_data(args, expect_ok=True):
         return p
     if p.returncode != 0:
         raise SystemExit("titan data failed: %s\n%s" % (args, p.stderr))
-    rows = [line.split() if "--documents" in args else list(map(int, line.split()))
-            for line in p.stdout.splitlines()]
+    view = "--documents" in args or "chat" in args  # chat rows print as --documents does
+    rows = [line.split() if view else list(map(int, line.split())) for line in p.stdout.splitlines()]
     state = [l[len("state: "):] for l in p.stderr.splitlines() if l.startswith("state: ")][-1]
     return rows, state
 
@@ -497,10 +571,77 @@ def main():
         check(rows == flat(reference(slots, qwen, 16, 1, 40, r, 2)),
               "--skip-bad-lines shards, rank %d: the JSONL's documents" % r)
 
+    # Chat examples (format chat: torchtitan 0.3's ChatDataset): [user, assistant] pairs of
+    # Tiny Shakespeare lines, some with reasoning, some too long for a row (dropped), some
+    # non-ASCII; rows packed whole, prompts masked, over two epochs, on two ranks of three, and
+    # after a resume.
+    rnd = random.Random(11)
+    lines = [l for l in text.splitlines() if l.strip()]
+    examples = []
+    for i in range(60):
+        q = lines[rnd.randrange(len(lines))]
+        a = " ".join(lines[rnd.randrange(len(lines))] for _ in range(rnd.choice([1, 1, 2, 5, 9])))
+        msgs = [{"role": "user", "content": q + (" 漢字 🙂" if i % 13 == 5 else "")},
+                {"role": "assistant", "content": a}]
+        if i % 4 == 1:
+            msgs[1]["reasoning_content"] = "Think of " + q.split()[0]
+        examples.append(msgs)
+    chat = os.path.join(WORK, "chat.jsonl")
+    with open(chat, "w", encoding="utf-8") as f:
+        for i, m in enumerate(examples):
+            f.write(json.dumps({"messages": m, "id": i}, ensure_ascii=i % 2 == 0) + "\n")
+    CT, CB = 96, 2
+    base = ["--data", chat, "--format", "chat", "--tokenizer", QWEN, "--seq-len", str(CT),
+            "--batch", str(CB)]
+    for r, size in ((0, 1), (1, 3)):
+        want = reference_chat(examples, qwen, QWEN, CT, 60 * CB, r, size)
+        rows, _ = titan_data(base + ["--batches", "60", "--dp-rank", str(r), "--dp-size",
+                                     str(size), "--documents"])
+        got = [parse_documents(w) for w in rows]
+        masked = sum(l.count(-100) for _, _, l in want)
+        check(got == want, "chat, dp rank %d of %d: %d rows equal ChatDataset's packing over HF's "
+              "chat template (%d labels masked)" % (r, size, len(want), masked))
+        tt = torchtitan_chat(examples, QWEN, CT, 60 * CB, r, size)
+        if tt is None:
+            print("skip chat against torchtitan 0.3 itself (not installed: scripts/deps.sh --bench)")
+        else:
+            check(got == tt, "chat, dp rank %d of %d: equal to torchtitan 0.3's ChatDataset"
+                  % (r, size))
+    p = titan_data(base + ["--batches", "40"], expect_ok=False)
+    check(p.returncode == 0 and "more than seq_len + 1 = 97: dropped" in p.stderr and
+          re.search(r"epoch 0, data-parallel rank 0; [1-9]\d* chat examples longer than seq_len "
+                    r"\+ 1 tokens dropped, 0 malformed skipped", p.stderr),
+          "chat: examples longer than a row dropped, said and counted at the epoch's end")
+    _, state = titan_data(base + ["--batches", "17"])
+    rows, _ = titan_data(base + ["--batches", "20", "--state", state])
+    want = reference_chat(examples, qwen, QWEN, CT, 37 * CB)
+    check([parse_documents(w) for w in rows] == want[17 * CB:],
+          "chat: a resume after 17 batches sees exactly the rest")
+    bad = os.path.join(WORK, "chat_bad.jsonl")
+    with open(bad, "w") as f:
+        f.write(json.dumps({"messages": examples[0]}) + "\n")
+        f.write(json.dumps({"messages": examples[1] + examples[2]}) + "\n")
+        f.write(json.dumps({"messages": "not a list"}) + "\n")
+        f.write(json.dumps({"messages": examples[3]}) + "\n")
+    p = titan_data(["--data", bad, "--format", "chat", "--tokenizer", QWEN, "--seq-len", "64",
+                    "--batches", "2"], expect_ok=False)
+    check(p.returncode != 0 and bad + ":2: a chat example is one user message" in p.stderr,
+          "chat: a 4-message example refused naming file:line: " + p.stderr.strip()[-140:])
+    rows, _ = titan_data(["--data", bad, "--format", "chat", "--tokenizer", QWEN, "--seq-len",
+                          "64", "--batches", "2", "--skip-bad-lines", "--documents"])
+    want = reference_chat([examples[0], examples[3]], qwen, QWEN, 64, 2)
+    check([parse_documents(w) for w in rows] == want,
+          "chat --skip-bad-lines: the malformed and the non-list lines skipped")
+    p = subprocess.run([TITAN, "tokenize", "--data", chat, "--format", "chat", "--tokenizer", QWEN,
+                        "--out", os.path.join(WORK, "chat_shards")], capture_output=True, text=True)
+    check(p.returncode != 0 and "token shards hold documents only" in p.stderr,
+          "tokenize --format chat refused: " + p.stderr.strip()[-120:])
+
     if failures:
         print("%d checks failed" % len(failures))
         sys.exit(1)
     print("all loader checks passed")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -63,6 +63,18 @@ echo "ok documents: causal $(tr '\n' ' ' < "$out/docs_causal.losses")/ block_cau
 grep -q "model.attn_mask_type: 'causal' with attn_backend = varlen" "$out/v.log" ||
   fail "varlen with causal: the message" "$out/v.log"
 
+# chat examples (torchtitan 0.3's ChatDataset) are attended one by one: causal refused by name,
+# and they need the tokenizer (its chat template and eos)
+"$titan" train "${small[@]}" --training.dataset_format chat --model.attn_mask_type causal \
+  --job.dump_folder "$out/c" > "$out/c.log" 2>&1 && fail "chat with causal accepted" "$out/c.log"
+grep -q "model.attn_mask_type: 'causal' with training.dataset_format = chat" "$out/c.log" ||
+  fail "chat with causal: the message" "$out/c.log"
+"$titan" train "${small[@]}" --training.dataset_format chat --job.dump_folder "$out/c" \
+  > "$out/c.log" 2>&1 && fail "chat without a tokenizer accepted" "$out/c.log"
+grep -q "training.dataset_format: chat needs model.hf_assets_path" "$out/c.log" ||
+  fail "chat without a tokenizer: the message" "$out/c.log"
+echo "ok chat: causal and a missing tokenizer refused by name"
+
 # 235B-A22B by name: its RoPE base (HF's 1e6, torchtitan's 5e6) said, not when overridden
 "$titan" plan --flavor 235B-A22B > "$out/p.log" 2>&1 || fail "plan 235B-A22B" "$out/p.log"
 grep -q "flavor 235B-A22B: RoPE base 1e6, .*torchtitan's flavor has 5e6" "$out/p.log" ||
