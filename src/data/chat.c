@@ -176,7 +176,7 @@ int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs
     *msgs = NULL;
     *n = 0;
     json_error_t je;
-    json_t *root = json_loadb(json_text, len, 0, &je);
+    json_t *root = json_loadb(json_text, len, JSON_ALLOW_NUL, &je); /* a NUL: said below */
     if (!root)
         return base_fail(err, "chat messages: invalid JSON at line %d column %d: %s", je.line,
                          je.column, je.text);
@@ -258,4 +258,21 @@ done:
 
 void data_chat_msgs_free(data_chat_msg *msgs) {
     free(msgs);
+}
+
+int data_chat_template_check(const data_tok *t, base_err *err) {
+    /* FNV-1a 64 of the Qwen3 models' chat_template (tokenizer_config.json): the newer one,
+     * which checks `message.content is string`, and the first release's */
+    static const uint64_t qwen3[] = {0x959a4551391a6549ULL, 0x2bfdb7aa9754484eULL};
+    const uint64_t h = data_tok_chat_template(t);
+    for (size_t i = 0; i < sizeof qwen3 / sizeof *qwen3; i++)
+        if (h == qwen3[i]) return 0;
+    return base_fail(err,
+                     "%s: titan renders the Qwen3 chat template only (src/data/chat.c), and this "
+                     "template differs (FNV-1a 64 %016llx): its chat text would not be what "
+                     "transformers' apply_chat_template makes",
+                     h == 0   ? "the tokenizer has no chat template"
+                     : h == 1 ? "the tokenizer's chat_template is not one string"
+                              : "the tokenizer's chat template is not Qwen3's",
+                     (unsigned long long)h);
 }

@@ -66,6 +66,9 @@ void data_tok_free(data_tok *t);
 /* FNV-1a 64 of tokenizer.json's bytes: names the tokenizer in checkpoints and token shards
  * (any edit of the file, whitespace included, makes another tokenizer). */
 uint64_t data_tok_fingerprint(const data_tok *t);
+/* FNV-1a 64 of the tokenizer's chat template text (its chat_template.jinja, else
+ * tokenizer_config.json's "chat_template"); 0 when it has none, 1 when that is no string. */
+uint64_t data_tok_chat_template(const data_tok *t);
 
 /* Appends the ids of text[0..len) to out. */
 int data_tok_encode(data_tok *t, const char *text, size_t len, data_tok_ids *out, base_err *err);
@@ -124,6 +127,11 @@ int data_chat_render(const data_chat_msg *msgs, int n, int add_generation_prompt
 int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs, int *n,
                          base_err *err);
 void data_chat_msgs_free(data_chat_msg *msgs);
+
+/* 0 when the tokenizer's chat template is one this renderer reproduces (the Qwen3 releases'
+ * two: they differ only for non-string content, which is refused here), else -1 with err
+ * saying that its examples would be rendered otherwise than transformers renders them. */
+int data_chat_template_check(const data_tok *t, base_err *err);
 
 /* ---- datasets (src/data/dataset.c) ----
  * A dataset is an ordered list of files, each holding documents:

@@ -29,6 +29,7 @@ struct data_loader {
     int chat;                    /* DATA_FMT_CHAT: ChatDataset's examples, packed whole */
     int64_t chat_long, chat_bad; /* examples dropped this epoch: too long, malformed (skipped) */
     int said_long;               /* the first too-long example was said */
+    int chat_bad_said;           /* malformed examples said (the first 20 of the loader's life) */
     int64_t epoch_docs;          /* documents this rank got in this epoch (empty ones too) */
     int32_t *buf;                /* pending tokens buf[head .. len); doc_shift: pending inputs */
     int32_t *lab;                /* doc_shift: their labels, lab[head .. len) (else NULL) */
@@ -210,8 +211,10 @@ static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
         if (!l->cfg.skip_bad_lines)
             return base_fail(err, "%s:%lld: %s (set skip_bad_lines to skip such lines)", f->path,
                              line, why.msg);
-        if (l->chat_bad++ < 20)
-            base_log(BASE_LOG_WARN, "%s:%lld: skipped: %s", f->path, line, why.msg);
+        l->chat_bad++;
+        if (!l->cfg.bad_lines_said && l->chat_bad_said++ < 20) /* said once per loader */
+            base_log(BASE_LOG_WARN, "%s:%lld: skipped: %s%s", f->path, line, why.msg,
+                     l->chat_bad_said == 20 ? " (further ones counted only)" : "");
         return 0;
     }
     size_t fl = strlen(full);
@@ -348,6 +351,11 @@ static int read_doc(data_loader *l, base_err *err) {
         int rc = data_reader_next(&l->rd, want_doc, l, &d, err);
         if (rc < 0) return -1;
         if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
+        if (l->chat && l->from_start && l->epoch_docs > 0 && l->epoch_text == 0)
+            return base_fail(err,
+                             "%s: every chat example of data-parallel rank %d of %d is malformed "
+                             "(%lld skipped with skip_bad_lines; the warnings above say why)",
+                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->chat_bad);
         /* (with doc_shift a document of its eos alone adds no pair: epoch_tokens stays 0) */
         if (l->from_start && (l->epoch_tokens > 0 || (l->cfg.doc_shift && l->epoch_docs > 0)) &&
             l->epoch_text == 0)
@@ -362,9 +370,10 @@ static int read_doc(data_loader *l, base_err *err) {
                      "; %lld chat examples longer than seq_len + 1 tokens dropped, %lld malformed "
                      "skipped",
                      (long long)l->chat_long, (long long)l->chat_bad);
-        if (l->chat_long || l->chat_bad)
-            base_log(BASE_LOG_INFO, "data: %s, epoch %lld, data-parallel rank %d%s", l->path,
-                     (long long)l->epoch, l->cfg.dp_rank, dropped);
+        const long long ep = (long long)l->epoch; /* said as the restarts are (below) */
+        if ((l->chat_long || l->chat_bad) && !l->cfg.bad_lines_said && (ep < 4 || !(ep & (ep - 1))))
+            base_log(BASE_LOG_INFO, "data: %s, epoch %lld, data-parallel rank %d%s", l->path, ep,
+                     l->cfg.dp_rank, dropped);
         l->chat_long = l->chat_bad = 0;
         if (!l->cfg.infinite) return 0;
         if (l->from_start && l->epoch_tokens == 0)
@@ -436,12 +445,19 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
     l->cfg.path = l->path;
     l->rd.bad_counted = cfg->bad_lines_said;
     l->chat = cfg->format == DATA_FMT_CHAT;
-    if (l->chat) l->cfg.doc_shift = 1; /* pairs, with the prompt's labels masked */
+    if (l->chat) l->cfg.doc_shift = 1;  /* pairs, with the prompt's labels masked */
+    l->said_long = cfg->bad_lines_said; /* an earlier loader of this file said it */
+    base_err why;
     if (l->chat && (!cfg->enc.tok || data_tok_eos_id(cfg->enc.tok) < 0)) {
         base_fail(err,
                   "%s: chat examples need a tokenizer with an eos token (model.hf_assets_path "
                   "/ --tokenizer): the chat template's special tokens are its",
                   cfg->path);
+        data_loader_free(l);
+        return -1;
+    }
+    if (l->chat && data_chat_template_check(cfg->enc.tok, &why)) {
+        base_fail(err, "%s: chat examples: %s", cfg->path, why.msg);
         data_loader_free(l);
         return -1;
     }

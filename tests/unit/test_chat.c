@@ -131,7 +131,7 @@ static void check_errors(void) {
     check_error("[\"x\"]", "messages[0]: must be an object");
     check_error("[{\"role\":\"developer\",\"content\":\"x\"}]", "role 'developer'");
     check_error("[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{}]}]", "tool calls");
-    check_error("[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]", "invalid JSON");
+    check_error("[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]", "contains a NUL character");
     /* the render API refuses the same */
     data_chat_msg t[] = {{"tool", "x", NULL}}, u[] = {{"user", NULL, NULL}};
     char *out = (char *)1;
