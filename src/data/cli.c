@@ -60,6 +60,9 @@ static int codec(int argc, char **argv, int encode, base_err *err) {
     size_t len = 0;
     char *in = base_read_file(file, (size_t)1 << 40, &len, err);
     int rc = in ? 0 : -1;
+    base_err tw; /* rendered with Qwen3's template whatever the tokenizer's: said */
+    if (!rc && encode && chat && data_chat_template_check(tok, &tw))
+        base_log(BASE_LOG_WARN, "encode --chat: %s; rendering with Qwen3's", tw.msg);
     if (!rc && encode && chat) { /* the input is a JSON list of messages: render it first */
         data_chat_msg *msgs = NULL;
         int n = 0;

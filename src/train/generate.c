@@ -631,6 +631,9 @@ int train_cmd_generate(int argc, char **argv, base_err *err) {
         base_fail(err, "generate: --chat needs a tokenizer (--tokenizer DIR)");
         goto out;
     }
+    base_err tw; /* the messages are rendered with Qwen3's template whatever the tokenizer's */
+    if (chat && data_chat_template_check(tok, &tw))
+        base_log(BASE_LOG_WARN, "generate --chat: %s; rendering with Qwen3's", tw.msg);
     size_t text_len = 0;
     if (!(text = prompt_text(prompt, chat, thinking, &text_len, err))) goto out;
     ops_prec prec;

@@ -146,12 +146,21 @@ def chat_smoke(work, shared):
                      "--max-new-tokens", "60"] + flags + think)
             assert f"prompt: {want_n} tokens" in r.stderr, f"chat prompt count: {r.stderr}"
             assert "stopped at a stop token" in r.stderr, r.stderr
+            assert "renders the Qwen3 chat template only" not in r.stderr, r.stderr
             text = r.stdout.rstrip("\n")
             assert text == "Hello" * (len(text) // 5), f"unexpected text {text!r}"
             best = max(best or 0, len(text) // 5)
         assert best and best > 0, "no seed produced any Hello before <|im_end|>"
         print(f"--chat{' --no-thinking' if think else ''}: template ({want_n} tokens), "
               f"streamed up to {best} Hellos, stopped at <|im_end|>")
+    # a tokenizer whose template is not Qwen3's: rendered with Qwen3's all the same, said
+    other = f"{shared}/data/test_tokenizer"
+    for cmd in (["encode", "--chat", "--tokenizer", other],
+                ["generate", "--model", d, "--tokenizer", other, "--chat", msgs,
+                 "--max-new-tokens", "1"] + flags):
+        r = subprocess.run([TITAN] + cmd, input=msgs, capture_output=True, text=True)
+        assert "titan renders the Qwen3 chat template only" in r.stderr, (cmd[0], r.stderr)
+    print("--chat with another template: said (encode, generate)")
     return d, flags
 
 
