@@ -21,7 +21,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 sys.argv, argv = sys.argv[:1] + ["-", "-", "-"], sys.argv  # check_loader reads its own argv
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_loader import Tok, reference_chat  # noqa: E402
-from hf_reference import block_causal_mask, lr_factor  # noqa: E402
+from hf_reference import block_causal_mask, lr_factor, torch_train_step  # noqa: E402
 
 titan, shared, work = argv[1:4]
 qwen = os.path.join(shared, "data", "qwen3_tokenizer")
@@ -89,12 +89,7 @@ for step in range(STEPS):
     logits = ref(input_ids=ids, position_ids=pos, attention_mask=block_causal_mask(pos)).logits
     loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), lab.reshape(-1),
                                              ignore_index=-100)
-    opt.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, NORM, foreach=False)
-    opt.step()
-    sched.step()
-    ref_losses.append(loss.item())
+    ref_losses.append(torch_train_step(opt, sched, params, loss, NORM))
 masked = sum(r[2].count(-100) for r in rows)
 print("rows: %d of %d tokens, %d labels masked (prompts and padding)" % (len(rows), T, masked))
 fails = len(losses) != STEPS

@@ -18,7 +18,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_reference import lr_factor  # noqa: E402  (the schedule's formula, §4.3)
+from hf_reference import lr_factor, torch_train_step  # noqa: E402  (the schedule's formula, §4.3)
 
 titan, text, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
@@ -63,12 +63,7 @@ for step in range(STEPS):
     logits = ref(w[:, :-1]).logits.float()
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
                                              w[:, 1:].reshape(-1))
-    opt.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, NORM, foreach=False)
-    opt.step()
-    sched.step()
-    ref_losses.append(loss.item())
+    ref_losses.append(torch_train_step(opt, sched, params, loss, NORM))
 fails = 0
 for s, (a, b) in enumerate(zip(losses, ref_losses), 1):
     ok = abs(a - b) <= 1e-5 * abs(b)

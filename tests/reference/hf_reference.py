@@ -104,6 +104,17 @@ TRAIN = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
              warmup_steps=2, decay_ratio=0.8, decay_type="linear", min_lr_factor=0.1, steps=10)
 
 
+def torch_train_step(opt, sched, params, loss, max_norm):
+    """One torchtitan training step on a PyTorch model: backward, clip the total norm (not
+    foreach), the optimizer and the LR schedule; returns the loss as a float."""
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
 def lr_factor(s, n, warmup, decay_ratio, decay_type, min_lr_factor):
     """torchtitan linear_warmup_stable_decay: factor for scheduler step s (0-based)."""
     w = min(warmup, n)
