@@ -174,7 +174,8 @@ static int push_seg(data_loader *l, const data_pos *pos, int64_t n) {
 }
 
 /* One chat example as torchtitan 0.3's ChatDataset._tokenize_sample makes it: a [user,
- * assistant] pair rendered with the chat template (no generation prompt), trailing newlines
+ * assistant] pair (titan also takes a system message before them) rendered with the chat
+ * template (no generation prompt), trailing newlines
  * stripped, encoded with bos where the tokenizer has one, eos appended unless it ends so;
  * inputs its tokens but the last, labels its tokens but the first with those of the prompt
  * (the user turn rendered with the generation prompt, less one: the label at its last token is
@@ -190,18 +191,22 @@ static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
     char *full = NULL, *prompt = NULL;
     base_err why;
     int rc = data_chat_parse_json(d->text, d->len, &m, &n, &why);
-    if (!rc && (n != 2 || strcmp(m[0].role, "user") || strcmp(m[1].role, "assistant")))
+    /* 0.3's [user, assistant], or after a system message (0.3 refuses it; its prompt is the
+     * system and user turns, as the user turn alone is otherwise) */
+    const int sys = !rc && n == 3 && !strcmp(m[0].role, "system");
+    if (!rc &&
+        (n != 2 + sys || strcmp(m[sys].role, "user") || strcmp(m[sys + 1].role, "assistant")))
         rc = base_fail(&why,
-                       "a chat example is one user message and the assistant's answer "
-                       "(torchtitan 0.3's ChatDataset), got %d message%s%s%s%s%s%s",
+                       "a chat example is one user message and the assistant's answer, after "
+                       "an optional system message, got %d message%s%s%s%s%s%s",
                        n, n == 1 ? "" : "s", n ? " (" : "", n ? m[0].role : "", n > 1 ? ", " : "",
                        n > 1 ? m[1].role : "",
                        n > 2 ? ", ...)"
                        : n   ? ")"
                              : "");
     if (!rc)
-        rc = data_chat_render(m, 2, 0, 1, &full, &why) ||
-             data_chat_render(m, 1, 1, 1, &prompt, &why);
+        rc = data_chat_render(m, n, 0, 1, &full, &why) ||
+             data_chat_render(m, n - 1, 1, 1, &prompt, &why);
     data_chat_msgs_free(m);
     l->docs_read++;
     l->epoch_docs++;

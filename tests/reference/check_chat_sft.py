@@ -39,6 +39,8 @@ for i in range(40):
     a = " ".join(lines[rnd.randrange(len(lines))] for _ in range(rnd.choice([1, 2, 3, 6])))
     m = [{"role": "user", "content": lines[rnd.randrange(len(lines))]},
          {"role": "assistant", "content": a if i != 7 else a * 20}]
+    if i % 3 == 1:  # titan also takes a system message (0.3 does not)
+        m.insert(0, {"role": "system", "content": "Answer as the Bard would."})
     if i % 5 == 2:
         m[1]["reasoning_content"] = "Answer in verse."
     examples.append(m)

@@ -186,7 +186,8 @@ def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
                 t.append(tok.eos)
             if len(t) - 1 > seq_len:
                 continue
-            prompt = hf.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+            # 0.3's prompt is messages[:1]; titan's with a system message before it, both turns
+            prompt = hf.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True)
             np_ = len(tok.tk.encode(prompt, add_special_tokens=False).ids) + (tok.bos is not None)
             lab = t[1:]
             k = min(max(np_ - 1, 0), len(lab))
@@ -632,6 +633,18 @@ def main():
     want = reference_chat([examples[0], examples[3]], qwen, QWEN, 64, 2)
     check([parse_documents(w) for w in rows] == want,
           "chat --skip-bad-lines: the malformed and the non-list lines skipped")
+    # a system message before the pair (0.3 refuses it): its turn masked with the user's
+    sysx = [([{"role": "system", "content": "You are a poet."}] if i % 2 else []) + m
+            for i, m in enumerate(examples[:20])]
+    sysf = os.path.join(WORK, "chat_system.jsonl")
+    with open(sysf, "w") as f:
+        for m in sysx:
+            f.write(json.dumps({"messages": m}) + "\n")
+    rows, _ = titan_data(["--data", sysf, "--format", "chat", "--tokenizer", QWEN, "--seq-len",
+                          str(CT), "--batches", "30"])
+    want = reference_chat(sysx, qwen, QWEN, CT, 30)
+    check([parse_documents(w) for w in rows] == want,
+          "chat with system messages: rows equal the reference (system and user turns masked)")
     # a malformed line is said once per loader, not at every epoch; all malformed: said so
     many = os.path.join(WORK, "chat_many_bad.jsonl")
     with open(many, "w") as f:
