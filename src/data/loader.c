@@ -175,12 +175,12 @@ static int push_seg(data_loader *l, const data_pos *pos, int64_t n) {
 
 /* One chat example as torchtitan 0.3's ChatDataset._tokenize_sample makes it: a [user,
  * assistant] pair (titan also takes a system message before them) rendered with the chat
- * template (no generation prompt), trailing newlines
- * stripped, encoded with bos where the tokenizer has one, eos appended unless it ends so;
- * inputs its tokens but the last, labels its tokens but the first with those of the prompt
- * (the user turn rendered with the generation prompt, less one: the label at its last token is
- * the answer's first) set to pad_label. An example of more than seq_len + 1 tokens is dropped
- * (counted); a malformed one is an error naming its line, or skipped with skip_bad_lines. */
+ * template (no generation prompt), trailing newlines stripped, encoded with bos where the
+ * tokenizer has one, eos appended unless it ends so; inputs its tokens but the last, labels
+ * its tokens but the first with those of the prompt (the turns before the answer rendered with
+ * the generation prompt, less one: the label at its last token is the answer's first) set to
+ * pad_label. An example of more than seq_len + 1 tokens is dropped (counted); a malformed one
+ * is an error naming its line, or skipped with skip_bad_lines. */
 static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
     const data_file *f = &l->rd.files[d->pos.file];
     const long long line = (long long)d->pos.line + 1;
