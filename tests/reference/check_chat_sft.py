@@ -4,7 +4,9 @@ by transformers -> `titan train` from it on a JSONL of [user, assistant] pairs -
 losses equal a PyTorch training of the same steps within 1e-5 relative: the same rows (packed
 by check_loader.reference_chat from HF's chat template: prompts masked, examples whole, padded),
 each example attended alone (an explicit block-causal mask, positions from 0 per example), the
-loss the mean over the answers' tokens, AdamW with torchtitan's schedule and clipping.
+loss the mean over the answers' tokens, AdamW with torchtitan's schedule and clipping; and the
+validation losses (a held-out chat file, one pass in batches of 4, the last short) equal
+PyTorch's token mean over every row of that pass at torchtitan's validation steps.
 
 usage: check_chat_sft.py TITAN SHARED WORK
 """
@@ -45,7 +47,10 @@ for i in range(40):
         m[1]["reasoning_content"] = "Answer in verse."
     examples.append(m)
 with open(os.path.join(work, "chat.jsonl"), "w", encoding="utf-8") as f:
-    for m in examples:
+    for m in examples[:30]:
+        f.write(json.dumps({"messages": m}) + "\n")
+with open(os.path.join(work, "val.jsonl"), "w", encoding="utf-8") as f:
+    for m in examples[30:]:
         f.write(json.dumps({"messages": m}) + "\n")
 
 torch.manual_seed(0)
@@ -66,15 +71,19 @@ cmd = [titan, "train", "--model.config_path", os.path.join(work, "hf_in"),
        "--seq-len", str(T), "--lr", str(LR), "--warmup", str(WARM), "--decay-ratio", "0.5",
        "--min-lr-factor", "0.1", "--max-norm", str(NORM), "--peak-tflops", "1",
        "--dump-folder", os.path.join(work, "run"), "--metrics.enable_jsonl",
-       "--job.sample_tokens", "0"]
+       "--job.sample_tokens", "0", "--validation.dataset_path", os.path.join(work, "val.jsonl"),
+       "--validation.enable", "--validation.freq", "2", "--validation.local_batch_size", "4"]
 p = subprocess.run(cmd, capture_output=True, text=True)
 if p.returncode:
     sys.exit("titan train failed:\n" + p.stdout + p.stderr)
 out = p.stdout + p.stderr
 assert "documents masked" in out and "more than seq_len + 1 = 129: dropped" in out, out
-losses = [json.loads(l)["loss"] for l in open(os.path.join(work, "run", "metrics.jsonl"))]
+lines = [json.loads(l) for l in open(os.path.join(work, "run", "metrics.jsonl"))]
+losses = [l["loss"] for l in lines]
+val_losses = {l["step"]: l["val_loss"] for l in lines if "val_loss" in l}
 
-rows = reference_chat(examples, tok, qwen, T, STEPS * B)
+rows = reference_chat(examples[:30], tok, qwen, T, STEPS * B)
+val_rows = reference_chat(examples[30:], tok, qwen, T, None)  # one pass: every row counts
 ref = Qwen3ForCausalLM.from_pretrained(os.path.join(work, "hf_in"), torch_dtype=torch.float32,
                                        attn_implementation="eager")
 params = list(ref.parameters())
@@ -82,16 +91,26 @@ opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay
                         foreach=False, fused=False)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, STEPS, WARM, 0.5, "linear",
                                                                   0.1))
-ref_losses = []
-for step in range(STEPS):
-    batch = rows[step * B:(step + 1) * B]
-    ids = torch.tensor([r[0] for r in batch])
-    pos = torch.tensor([r[1] for r in batch])
-    lab = torch.tensor([r[2] for r in batch])
+ref_losses, ref_val = [], {}
+
+
+def forward(rows_):
+    ids = torch.tensor([r[0] for r in rows_])
+    pos = torch.tensor([r[1] for r in rows_])
+    lab = torch.tensor([r[2] for r in rows_])
     logits = ref(input_ids=ids, position_ids=pos, attention_mask=block_causal_mask(pos)).logits
-    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), lab.reshape(-1),
-                                             ignore_index=-100)
+    return logits.float().reshape(-1, V), lab.reshape(-1)
+
+
+for step in range(STEPS):
+    logits, lab = forward(rows[step * B:(step + 1) * B])
+    loss = torch.nn.functional.cross_entropy(logits, lab, ignore_index=-100)
     ref_losses.append(torch_train_step(opt, sched, params, loss, NORM))
+    if step + 1 in (1, 2, 4):  # torchtitan's validation steps at freq 2: 1, every 2nd, the last
+        with torch.no_grad():  # the token mean over every row of one pass of the set
+            logits, lab = forward(val_rows)
+            ref_val[step + 1] = torch.nn.functional.cross_entropy(logits, lab,
+                                                                  ignore_index=-100).item()
 masked = sum(r[2].count(-100) for r in rows)
 print("rows: %d of %d tokens, %d labels masked (prompts and padding)" % (len(rows), T, masked))
 fails = len(losses) != STEPS
@@ -99,4 +118,11 @@ for s, (a, b) in enumerate(zip(losses, ref_losses), 1):
     ok = abs(a - b) <= 1e-5 * abs(b)
     fails += not ok
     print("%s step %d: titan %.9f torch %.9f" % ("ok  " if ok else "FAIL", s, a, b))
+fails += sorted(val_losses) != sorted(ref_val)
+for s in sorted(ref_val):
+    a, b = val_losses.get(s, float("nan")), ref_val[s]
+    ok = abs(a - b) <= 1e-5 * abs(b)
+    fails += not ok
+    print("%s validation at step %d (%d rows in batches of 4: the last short, its last row padded): titan %.9f torch %.9f"
+          % ("ok  " if ok else "FAIL", s, len(val_rows), a, b))
 sys.exit(1 if fails else 0)

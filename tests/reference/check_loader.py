@@ -166,7 +166,8 @@ def torchtitan_stubs():
 def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
     """torchtitan 0.3's ChatDataset (_tokenize_sample, _iter_greedy_packed) written out over HF
     transformers' apply_chat_template and the HF Rust tokenizer: `rows` rows of (inputs,
-    positions, labels), this rank's examples (i mod dp_size) in order, epoch after epoch."""
+    positions, labels), this rank's examples (i mod dp_size) in order, epoch after epoch
+    (rows None: the rows of one pass, a finite loader's)."""
     from transformers import AutoTokenizer
     hf = AutoTokenizer.from_pretrained(tok_dir)
     mine = [e for i, e in enumerate(examples) if i % dp_size == dp_rank]
@@ -177,7 +178,7 @@ def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
         out.append((ins + [tok.eos] * pad, poss + list(range(pad)), labs + [-100] * pad))
         ins.clear(), labs.clear(), poss.clear()
 
-    while len(out) < rows:
+    while len(out) < (rows or 1):
         for msgs in mine:
             full = hf.apply_chat_template(msgs, tokenize=False).rstrip("\n")
             t = ([tok.bos] if tok.bos is not None else []) + tok.tk.encode(
@@ -201,6 +202,8 @@ def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
                 flush()
         if ins:
             flush()
+        if rows is None:
+            return out
     return out[:rows]
 
 
