@@ -150,6 +150,12 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   but its last as inputs, its tokens but its first as their labels, windows of seq_len of
   those: the same windows, positions and labels as 0.3's dataset over the same documents,
   `titan data --documents`; docs/training.md, "Document masking").
+- **Supervised fine-tuning.** 0.3's `sft_qwen3_8b_math` recipe feeds a `ChatDataLoader` whose
+  Python `sample_processor` turns each dataset row into a [user, assistant] message pair. titan
+  reads such pairs from JSON Lines (`{"messages": [...]}` a line) with
+  `--training.dataset_format chat` and packs them as 0.3's `ChatDataset` does (prompts masked,
+  examples whole, eos padding; docs/data.md "Chat examples"); write the processor's output to
+  the file beforehand.
 - **MoE load balancing.** 0.3's Qwen3 MoE updates the expert bias after every step
   (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
   `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).
