@@ -180,20 +180,23 @@ int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs
     if (!root)
         return base_fail(err, "chat messages: invalid JSON at line %d column %d: %s", je.line,
                          je.column, je.text);
-    int rc = -1;
-    if (!json_is_array(root)) {
-        base_fail(err, "chat messages: top level must be a JSON array of message objects");
-        goto done;
-    }
+    const int rc = data_chat_from_json(root, msgs, n, err);
+    json_decref(root);
+    return rc;
+}
+
+int data_chat_from_json(const json_t *root, data_chat_msg **msgs, int *n, base_err *err) {
+    *msgs = NULL;
+    *n = 0;
+    if (!json_is_array(root))
+        return base_fail(err, "chat messages: top level must be a JSON array of message objects");
     size_t cnt = json_array_size(root);
-    if (cnt > (size_t)1 << 24) {
-        base_fail(err, "chat messages: too many messages (%zu)", cnt);
-        goto done;
-    }
+    if (cnt > (size_t)1 << 24) return base_fail(err, "chat messages: too many messages (%zu)", cnt);
     static const char *const fields[3] = {"role", "content", "reasoning_content"};
+    int rc = -1;
     size_t bytes = cnt * sizeof(data_chat_msg), i;
     json_t *m;
-    json_array_foreach(root, i, m) {
+    json_array_foreach((json_t *)root, i, m) {
         if (!json_is_object(m)) {
             base_fail(err, "chat messages: messages[%zu]: must be an object", i);
             goto done;
@@ -234,7 +237,7 @@ int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs
         goto done;
     }
     char *s = (char *)(out + cnt);
-    json_array_foreach(root, i, m) {
+    json_array_foreach((json_t *)root, i, m) {
         const char **dst[3] = {&out[i].role, &out[i].content, &out[i].reasoning_content};
         for (int f = 0; f < 3; f++) {
             json_t *v = json_object_get(m, fields[f]);
@@ -252,7 +255,6 @@ int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs
     *n = (int)cnt;
     rc = 0;
 done:
-    json_decref(root);
     return rc;
 }
 

@@ -126,6 +126,9 @@ int data_chat_render(const data_chat_msg *msgs, int n, int add_generation_prompt
  * and field. */
 int data_chat_parse_json(const char *json_text, size_t len, data_chat_msg **msgs, int *n,
                          base_err *err);
+struct json_t;
+/* The same from a parsed JSON array (a chat dataset's field, json_t *; errors as above). */
+int data_chat_from_json(const struct json_t *messages, data_chat_msg **msgs, int *n, base_err *err);
 void data_chat_msgs_free(data_chat_msg *msgs);
 
 /* 0 when the tokenizer's chat template is one this renderer reproduces (the Qwen3 releases'

@@ -633,8 +633,6 @@ int data_reader_open(data_reader *r, const char *path, data_format format, const
 static void release_doc(data_reader *r) {
     if (r->json) json_decref((json_t *)r->json);
     r->json = NULL;
-    free(r->chat_text);
-    r->chat_text = NULL;
 }
 
 static void close_file(data_reader *r) {
@@ -836,11 +834,10 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
         }
         r->json = j;
         d->pos = pos;
-        if (r->chat) { /* the messages as JSON text: data_chat_parse_json reads them */
-            if (!(r->chat_text = json_dumps(v, JSON_COMPACT)))
-                return base_fail(err, "%s:%lld: out of memory", f->path, (long long)line_no);
-            d->text = r->chat_text;
-            d->len = strlen(r->chat_text);
+        if (r->chat) { /* the loader reads the messages where they are */
+            d->chat = v;
+            d->text = "";
+            d->len = 0;
             return 1;
         }
         d->text = json_string_value(v);

@@ -71,7 +71,9 @@ typedef struct {
                    bytes in the file), having no eos */
     const data_shard *shard; /* tokens: ids are shard tokens [first, first + n_ids) */
     uint64_t first, n_ids;
-    int skipped; /* a malformed JSONL line skipped (data_reader.bad_slots): no text */
+    int skipped;      /* a malformed JSONL line skipped (data_reader.bad_slots): no text */
+    const void *chat; /* a chat file's: the field's messages (json_t *, an array) instead of
+                         text, valid until the next read */
 } data_doc;
 
 /* Sequential reader over a dataset's documents. */
@@ -97,9 +99,8 @@ typedef struct {
     char *norm;    /* a paragraph with "\r" line ends, rewritten to "\n" (normalize_eol) */
     size_t norm_cap;
     void *json; /* current JSONL object (json_t *) */
-    int chat;   /* DATA_FMT_CHAT: the files are JSON Lines whose field is an array of messages,
-                   handed out as its JSON text (chat_text) */
-    char *chat_text;
+    int chat;   /* DATA_FMT_CHAT: the files are JSON Lines whose field is an array of messages
+                   (data_doc.json) */
 } data_reader;
 
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,

@@ -153,6 +153,14 @@ static int push(data_loader *l, int32_t id) {
     return 0;
 }
 
+/* doc_shift: the n tokens appended to buf at d0 become n - 1 pairs, inputs d[:-1] and labels
+ * d[1:], the first `masked` labels pad_label (a chat example's prompt). */
+static void shift_pairs(data_loader *l, size_t d0, int64_t n, int64_t masked) {
+    for (int64_t i = 0; i + 1 < n; i++)
+        l->lab[d0 + (size_t)i] = i < masked ? l->cfg.pad_label : l->buf[d0 + (size_t)i + 1];
+    l->len--; /* the last token is no input */
+}
+
 /* Queues a document whose n tokens (doc_shift: pairs) were appended to the buffer. */
 static int push_seg(data_loader *l, const data_pos *pos, int64_t n) {
     if (l->qn == l->qcap) {
@@ -190,7 +198,7 @@ static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
     int n = 0;
     char *full = NULL, *prompt = NULL;
     base_err why;
-    int rc = data_chat_parse_json(d->text, d->len, &m, &n, &why);
+    int rc = data_chat_from_json(d->chat, &m, &n, &why);
     /* 0.3's [user, assistant], or after a system message (0.3 refuses it; its prompt is the
      * system and user turns, as the user turn alone is otherwise) */
     const int sys = !rc && n == 3 && !strcmp(m[0].role, "system");
@@ -236,7 +244,8 @@ static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
     const int64_t nt = (int64_t)l->ids.n + (bos >= 0) + add_eos; /* the example's tokens */
     l->epoch_text++;
     if (nt - 1 > l->cfg.seq_len) {
-        if (!l->chat_long++ && !l->said_long)
+        l->chat_long++;
+        if (!l->said_long)
             base_log(BASE_LOG_INFO,
                      "%s:%lld: a chat example of %lld tokens, more than seq_len + 1 = %d: "
                      "dropped, as torchtitan's ChatDataset drops them (counted at each epoch's "
@@ -251,10 +260,7 @@ static int append_chat(data_loader *l, const data_doc *d, base_err *err) {
     if (l->ids.n) memcpy(l->buf + l->len, l->ids.ids, l->ids.n * sizeof *l->buf);
     l->len += l->ids.n;
     if (add_eos) l->buf[l->len++] = eos;
-    const int64_t masked = np - 1 < 0 ? 0 : np - 1 < nt - 1 ? np - 1 : nt - 1;
-    for (int64_t i = 0; i + 1 < nt; i++)
-        l->lab[d0 + (size_t)i] = i < masked ? l->cfg.pad_label : l->buf[d0 + (size_t)i + 1];
-    l->len--; /* the last token is no input */
+    shift_pairs(l, d0, nt, np - 1); /* np - 1 <= nt - 1: the prompt is the example's start */
     if (push_seg(l, &d->pos, nt - 1)) goto oom;
     return 0;
 oom:
@@ -333,9 +339,7 @@ static int append_doc(data_loader *l, const data_doc *d, base_err *err) {
     l->docs_read++;
     l->epoch_docs++;
     if (l->cfg.doc_shift && n > 0) { /* inputs d[:-1], labels d[1:]: one pair fewer */
-        const size_t d0 = l->head + start;
-        for (int64_t i = 0; i + 1 < n; i++) l->lab[d0 + (size_t)i] = l->buf[d0 + (size_t)i + 1];
-        l->len--;
+        shift_pairs(l, l->head + start, n, 0);
         n--;
     }
     if (n == 0)
@@ -356,19 +360,23 @@ static int read_doc(data_loader *l, base_err *err) {
         int rc = data_reader_next(&l->rd, want_doc, l, &d, err);
         if (rc < 0) return -1;
         if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
-        if (l->chat && l->from_start && l->epoch_docs > 0 && l->epoch_text == 0)
-            return base_fail(err,
-                             "%s: every chat example of data-parallel rank %d of %d is malformed "
-                             "(%lld skipped with skip_bad_lines; the warnings above say why)",
-                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->chat_bad);
-        /* (with doc_shift a document of its eos alone adds no pair: epoch_tokens stays 0) */
+        /* (with doc_shift a document of its eos alone adds no pair: epoch_tokens stays 0; a
+         * chat example counts as text once it parses) */
         if (l->from_start && (l->epoch_tokens > 0 || (l->cfg.doc_shift && l->epoch_docs > 0)) &&
             l->epoch_text == 0)
-            return base_fail(err,
-                             "%s: every document of data-parallel rank %d of %d has empty text "
-                             "(the dataset has %lld documents): training would see only the eos "
-                             "each ends with; check the file and its text field",
-                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc);
+            return l->chat
+                       ? base_fail(err,
+                                   "%s: every chat example of data-parallel rank %d of %d is "
+                                   "malformed (%lld skipped with skip_bad_lines; the warnings "
+                                   "above say why)",
+                                   l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->chat_bad)
+                       : base_fail(err,
+                                   "%s: every document of data-parallel rank %d of %d has "
+                                   "empty text (the dataset has %lld documents): training "
+                                   "would see only the eos each ends with; check the file "
+                                   "and its text field",
+                                   l->path, l->cfg.dp_rank, l->cfg.dp_size,
+                                   (long long)l->rd.next.doc);
         char dropped[160] = ""; /* chat examples this epoch left out */
         if (l->chat_long || l->chat_bad)
             snprintf(dropped, sizeof dropped,
