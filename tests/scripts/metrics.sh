@@ -167,14 +167,24 @@ n=$(grep -c 'moe tokens/expert over 2 blocks: min [0-9]* *mean [0-9.]* *max [0-9
 [ "$n" = 2 ] || { cat "$out/moe.log"; fail "$n MoE summary lines, want 2"; }
 grep -q '"tokens_per_expert_max": \[[0-9.]*, [0-9.]*\]' "$out/moe.jsonl" || fail "MoE JSONL detail"
 echo "ok: MoE expert load in one line per logged step; per-block detail in the JSONL"
+# Waits for a condition of the background run $pid, up to 300 s (a loaded 2-core machine, ASan
+# beside other tests: a fixed second budget ran out once before step 1, and the checks after it
+# failed for another reason); gives up naming what it waited for.
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 6000); do "$@" && return 0; sleep 0.05; done
+  kill $pid 2>/dev/null; fail "waited 300 s for $what"
+}
+more_lines() { [ "$(wc -l < "$1")" -gt "$2" ]; }
+tb_file() { ls "$out"/tbdel/tb/*/events.out.tfevents.* > /dev/null 2>&1; }
 # metrics.jsonl deleted during the run (rm, a cleanup job): written anew from the next step,
 # said (the lines had gone to the unlinked file until exit, in silence)
 "$titan" train "${m[@]}" --steps 100000 --log-freq 100000 --dump-folder "$out/del" \
   --metrics "$out/del/m.jsonl" --checkpoint.enable false > "$out/del.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do [ -s "$out/del/m.jsonl" ] && break; sleep 0.05; done
+wait_for "m.jsonl's first line" test -s "$out/del/m.jsonl"
 rm -f "$out/del/m.jsonl"
-for _ in $(seq 600); do [ -s "$out/del/m.jsonl" ] && break; sleep 0.05; done
+wait_for "m.jsonl written anew" test -s "$out/del/m.jsonl"
 kill -INT $pid; wait $pid || true
 [ -s "$out/del/m.jsonl" ] && grep -q "m.jsonl was deleted during the run: written anew from step [0-9]*" "$out/del.log" ||
   { tail -3 "$out/del.log"; fail "metrics.jsonl deleted during the run: not written anew"; }
@@ -183,9 +193,9 @@ echo "ok: metrics.jsonl deleted during the run is written anew, said"
 "$titan" train "${m[@]}" --steps 100000 --log-freq 100000 --dump-folder "$out/ren" \
   --metrics "$out/ren/m.jsonl" --checkpoint.enable false > "$out/ren.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do [ -s "$out/ren/m.jsonl" ] && break; sleep 0.05; done
+wait_for "m.jsonl's first line" test -s "$out/ren/m.jsonl"
 head -2 "$out/ren/m.jsonl" > "$out/ren/edit" && mv "$out/ren/edit" "$out/ren/m.jsonl"
-for _ in $(seq 600); do [ "$(wc -l < "$out/ren/m.jsonl")" -gt 2 ] && break; sleep 0.05; done
+wait_for "a line appended to the edited m.jsonl" more_lines "$out/ren/m.jsonl" 2
 kill -INT $pid; wait $pid || true
 [ "$(head -1 "$out/ren/m.jsonl" | grep -o '"step": [0-9]*')" = '"step": 1' ] &&
   grep -q "m.jsonl was deleted during the run: appended to the file now there" "$out/ren.log" ||
@@ -199,9 +209,9 @@ pid=$!
 # after step 1 is in the event file: the console line of step 2 (step 1's own console line is
 # printed before its scalars are written, so a deletion right after it began the new file at
 # step 1; CI saw that once)
-for _ in $(seq 1200); do grep -q "step: *2 " "$out/tbdel.log" && break; sleep 0.05; done
+wait_for "step 2's console line" grep -q "step: *2 " "$out/tbdel.log"
 rm -f "$out"/tbdel/tb/*/events.out.tfevents.*
-for _ in $(seq 600); do ls "$out"/tbdel/tb/*/events.out.tfevents.* > /dev/null 2>&1 && break; sleep 0.05; done
+wait_for "the event file written anew" tb_file
 sleep 0.3; kill -INT $pid; wait $pid || true
 "$python" - "$out"/tbdel/tb/*/events.out.tfevents.* <<'PY' || { tail -3 "$out/tbdel.log"; fail "a TensorBoard file deleted during the run"; }
 import sys
