@@ -63,7 +63,7 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
   `job.preemption_signal`, the `[model]` overrides of the flavor's arguments,
   `model.config_path`, `init_weights`, `depth_init`, `attn_backend`, the `moe_*` keys and
   `mlp_only_layers`, `training.seed`, `threads`, `ce_chunk`, `dataset_format` /
-  `dataset_field`, `skip_bad_lines`, `stop_after_step`, `ignore_memory_check`,
+  `dataset_field`, `dataset_streaming`, `skip_bad_lines`, `stop_after_step`, `ignore_memory_check`,
   `metrics.enable_jsonl` / `save_jsonl_file` / `peak_tflops` / `save_report_file`,
   `checkpoint.hf_export_folder`, and `[kernels]` (overrides and plugins: see
   [Custom kernels](kernels.md#using-custom-kernels)).
@@ -154,8 +154,10 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   Python `sample_processor` turns each dataset row into a [user, assistant] message pair. titan
   reads such pairs from JSON Lines (`{"messages": [...]}` a line) with
   `--training.dataset_format chat` and packs them as 0.3's `ChatDataset` does (prompts masked,
-  examples whole, eos padding; docs/data.md "Chat examples"); write the processor's output to
-  the file beforehand.
+  examples whole, eos padding; docs/data.md "Chat examples"), in its order: map-style,
+  shuffled with seed 42, a contiguous block per rank, reshuffled each epoch
+  (`training.dataset_streaming = true` for a streaming dataset's); write the processor's output
+  to the file beforehand.
 - **MoE load balancing.** 0.3's Qwen3 MoE updates the expert bias after every step
   (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
   `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).

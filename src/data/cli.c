@@ -257,6 +257,10 @@ void data_cmd_data_usage(FILE *f) {
             "                     torchtitan 0.3's): a line per window of its seq_len\n"
             "                     inputs, ' -> ', their labels, each with a '|' before the\n"
             "                     first of each document\n"
+            "  --streaming BOOL   false: read as a map-style dataset (torchtitan 0.3's\n"
+            "                     chat examples: shuffled, a contiguous block per rank,\n"
+            "                     reshuffled each epoch; docs/data.md); default true,\n"
+            "                     chat false\n"
             "  --state JSON       resume from a state printed by an earlier run\n",
             data_opts_help);
 }
@@ -270,7 +274,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.dp_size = 1;
     c.infinite = 1;
     c.enc.vocab_size = INT32_MAX;
-    int batches = 1, documents = 0;
+    int batches = 1, documents = 0, streaming = -1;
     const char *state = NULL;
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
@@ -293,6 +297,13 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
             c.infinite = 0;
         } else if (!strcmp(a, "--documents")) {
             documents = 1;
+        } else if (!strcmp(a, "--streaming")) {
+            const char *v = base_args_value(&it);
+            st = !v                   ? -1
+                 : !strcmp(v, "true") ? (streaming = 1, 0)
+                 : !strcmp(v, "false")
+                     ? (streaming = 0, 0)
+                     : base_fail(err, "data: --streaming takes true or false, not '%s'", v);
         } else if (!strcmp(a, "--state")) {
             st = (state = base_args_value(&it)) ? 0 : -1;
         } else if (base_args_is_help(&it)) {
@@ -311,6 +322,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.skip_bad_lines = d.skip_bad;
     documents |= d.format == DATA_FMT_CHAT; /* pairs, prompts masked: only that view shows them */
     c.doc_shift = documents;
+    c.map_style = streaming < 0 ? d.format == DATA_FMT_CHAT : !streaming;
     c.pad_label = -100; /* a masked label, printed as torchtitan's IGNORE_INDEX */
     if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
     data_loader *l = NULL;

@@ -240,10 +240,10 @@ int data_tokenize(const data_tokenize_cfg *cfg, int64_t *n_docs, int64_t *n_toke
  * (streaming) whose shard count is not a multiple of the world size keeps example i on rank
  * i % world_size. A map-style Dataset (v0.2.2's c4_test: load_dataset(path, split="train")) is
  * split into contiguous blocks instead (Dataset.shard(contiguous=True): rank r gets the r-th
- * run of about N / dp_size documents), and a streaming dataset whose shard count is a
- * multiple of the world size (allenai/c4) assigns whole shard files to ranks; with dp_size > 1
- * those give each rank other documents than titan does (with dp_size 1 every case is the
- * same). Each document of this rank becomes [bos] + tokens + [eos] and is
+ * run of about N / dp_size documents; data_loader_cfg.map_style reads so), and a streaming dataset
+ * whose shard count is a multiple of the world size (allenai/c4) assigns whole shard files to
+ * ranks; with dp_size > 1 those give each rank other documents than titan does (with dp_size 1
+ * every case is the same). Each document of this rank becomes [bos] + tokens + [eos] and is
  * appended to one stream; the stream is cut into consecutive, non-overlapping windows of
  * seq_len + 1 tokens (input = window[:-1], labels = window[1:]; windows cross document
  * boundaries); a batch is `batch` consecutive windows. When the dataset is exhausted it
@@ -272,6 +272,16 @@ typedef struct {
      * (inputs window[:-1], labels window[1:]). The state means the same in both (the next
      * input is token doc_tokens of document doc): a run resumes across the setting. */
     int doc_shift;
+    /* Read as a map-style Hugging Face Dataset (load_dataset without streaming), as torchtitan
+     * 0.3's ChatDataset and its c4_test text loader read theirs, not as a stream: every
+     * document is indexed at open (~48 bytes each); data-parallel rank r reads the r-th
+     * contiguous block of about N / dp_size documents (Dataset.shard(contiguous=True)), chat
+     * examples of Dataset.shuffle(seed=42)'s order (data_shuffle_permutation), other formats
+     * of file order; epoch e >= 1 reads the block in shuffle(seed=42 + e)'s order of it (0.3's
+     * reloop). Text, JSON Lines and chat files (token shards are refused: read in order). The
+     * files must not change between a checkpoint and its resume (the order depends on all of
+     * them). */
+    int map_style;
 } data_loader_cfg;
 
 /* Where the next window starts: everything needed to resume exactly. Restoring re-reads
@@ -303,7 +313,14 @@ typedef struct {
     int64_t size;         /* bytes of `file` when the run read it: those `content` hashes */
     uint64_t window;      /* hash of the (up to) 64 KiB of `file` just before byte_off, of the
                            * bytes the run read (0: not recorded, a state saved before it) */
+    int32_t map_style;    /* a map-style loader's (data_loader_cfg.map_style): `doc` counts this
+                           * rank's documents in the epoch's order, `file` .. `line` are that
+                           * document's own place (N of them: past the last file, 0s) */
 } data_loader_state;
+
+/* Hugging Face Dataset.shuffle(seed)'s order of n documents: numpy's
+ * default_rng(seed).permutation(n) into perm[n] (PCG64 seeded by SeedSequence; data/shuffle.c). */
+void data_shuffle_permutation(uint64_t seed, int64_t n, int64_t *perm);
 
 typedef struct data_loader data_loader;
 

@@ -928,6 +928,14 @@ int data_reader_seek(data_reader *r, const data_pos *p, base_err *err) {
     return 0;
 }
 
+void data_reader_jump(data_reader *r, const data_pos *p) {
+    release_doc(r);
+    /* the open JSON Lines file read on from p (another file is opened at p's byte by the read) */
+    if (r->fp && r->fp_file == p->file && fseeko(r->fp, (off_t)p->byte_off, SEEK_SET) != 0)
+        close_file(r); /* the read reopens it and says why it cannot seek */
+    r->next = *p;
+}
+
 void data_reader_rewind(data_reader *r) {
     release_doc(r);
     close_file(r);

@@ -113,6 +113,10 @@ int data_reader_next(data_reader *r, int (*want)(int64_t doc, void *arg), void *
                      base_err *err);
 /* Positions the reader so the next document read is the one at p (validated). */
 int data_reader_seek(data_reader *r, const data_pos *p, base_err *err);
+/* Positions the reader at p, a position it gave a document of an earlier pass over the same
+ * files (the loader's index of a map-style dataset): unchecked; an open JSON Lines file is
+ * kept open when p is in it. */
+void data_reader_jump(data_reader *r, const data_pos *p);
 /* Back to document 0 (next epoch). */
 void data_reader_rewind(data_reader *r);
 /* Hash of the file list (base names, sizes, formats) and the JSONL field (and chat). */

@@ -40,7 +40,71 @@ struct data_loader {
     uint64_t fingerprint;
     uint64_t setup; /* data_loader_state.setup: the fingerprint's part that is no file */
     data_tok_ids ids;
+    /* map_style: the documents' reader positions in file order (idx[n_idx]); chat: Dataset.
+     * shuffle(42)'s order of them (order[n_idx]; NULL: file order); this rank's block of that
+     * order, [blk0, blk0 + n_mine); from epoch 1 the epoch's order of the block (sigma[n_mine]:
+     * shuffle(42 + epoch); NULL in epoch 0: as is); the next of it to read (k) */
+    data_pos *idx;
+    int64_t n_idx, *order, blk0, n_mine, *sigma, k;
 };
+
+/* torchtitan 0.3's seed of Dataset.shuffle: 42, and 42 + epoch at each reloop */
+enum { MAP_SEED = 42 };
+
+/* map_style: the dataset index of the k-th document of this rank in this epoch. */
+static int64_t map_doc(const data_loader *l, int64_t k) {
+    const int64_t j = l->blk0 + (l->sigma ? l->sigma[k] : k);
+    return l->order ? l->order[j] : j;
+}
+
+/* map_style: this epoch's order of the rank's block (0.3's reloop: shuffle(seed=42 + epoch) of
+ * the rank's part; epoch 0 reads it as it is). */
+static int map_epoch(data_loader *l, base_err *err) {
+    free(l->sigma);
+    l->sigma = NULL;
+    if (l->epoch == 0 || l->n_mine == 0) return 0;
+    l->sigma = malloc((size_t)l->n_mine * sizeof *l->sigma);
+    if (!l->sigma)
+        return base_fail(err, "%s: out of memory ordering %lld documents", l->path,
+                         (long long)l->n_mine);
+    data_shuffle_permutation((uint64_t)(MAP_SEED + l->epoch), l->n_mine, l->sigma);
+    return 0;
+}
+
+/* map_style: reads every document's position (one pass: its malformed lines counted and said
+ * here), then this rank's block of the dataset's order. */
+static int map_index(data_loader *l, base_err *err) {
+    size_t cap = 0;
+    data_doc d;
+    int rc;
+    while ((rc = data_reader_next(&l->rd, NULL, NULL, &d, err)) > 0) {
+        if ((size_t)l->n_idx == cap) {
+            cap = cap ? 2 * cap : 1024;
+            data_pos *ni = realloc(l->idx, cap * sizeof *ni);
+            if (!ni) return base_fail(err, "%s: out of memory indexing its documents", l->path);
+            l->idx = ni;
+        }
+        l->idx[l->n_idx++] = d.pos;
+    }
+    if (rc < 0) return -1;
+    data_reader_rewind(&l->rd);
+    l->rd.bad_counted = 1; /* counted (and said) in this pass */
+    const int64_t n = l->n_idx, dp = l->cfg.dp_size, r = l->cfg.dp_rank;
+    if (l->chat && n > 0) {
+        if (!(l->order = malloc((size_t)n * sizeof *l->order)))
+            return base_fail(err, "%s: out of memory ordering %lld documents", l->path,
+                             (long long)n);
+        data_shuffle_permutation(MAP_SEED, n, l->order);
+    }
+    l->blk0 = n / dp * r + (r < n % dp ? r : n % dp);
+    l->n_mine = n / dp + (r < n % dp);
+    return 0;
+}
+
+/* Documents of the dataset read so far in this epoch's pass (all of them at its end). */
+static int64_t docs_read_pass(const data_loader *l) {
+    return l->idx ? l->n_idx : l->rd.next.doc;
+}
 
 /* File i's data_content_hash and the bytes it covers (*size): of the bytes the reader opened (the
  * position saved is in them, though another file may have been renamed over the path since, or
@@ -357,7 +421,17 @@ oom:
 static int read_doc(data_loader *l, base_err *err) {
     for (;;) {
         data_doc d;
-        int rc = data_reader_next(&l->rd, want_doc, l, &d, err);
+        int rc = 0;
+        if (!l->cfg.map_style) {
+            rc = data_reader_next(&l->rd, want_doc, l, &d, err);
+        } else if (l->k < l->n_mine) {
+            data_reader_jump(&l->rd, &l->idx[map_doc(l, l->k)]);
+            rc = data_reader_next(&l->rd, NULL, NULL, &d, err);
+            if (rc == 0) /* indexed at open: the file lost it since */
+                rc = base_fail(err, "%s: document %lld is gone (the file shrank during the run?)",
+                               l->path, (long long)map_doc(l, l->k));
+            d.pos.doc = l->k++; /* the state's count: this rank's, in the epoch's order */
+        }
         if (rc < 0) return -1;
         if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
         /* (with doc_shift a document of its eos alone adds no pair: epoch_tokens stays 0; a
@@ -376,7 +450,7 @@ static int read_doc(data_loader *l, base_err *err) {
                                    "would see only the eos each ends with; check the file "
                                    "and its text field",
                                    l->path, l->cfg.dp_rank, l->cfg.dp_size,
-                                   (long long)l->rd.next.doc);
+                                   (long long)docs_read_pass(l));
         char dropped[160] = ""; /* chat examples this epoch left out */
         if (l->chat_long || l->chat_bad)
             snprintf(dropped, sizeof dropped,
@@ -393,7 +467,7 @@ static int read_doc(data_loader *l, base_err *err) {
             return base_fail(err,
                              "%s: no tokens for data-parallel rank %d of %d (the dataset has %lld "
                              "documents%s)",
-                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)l->rd.next.doc,
+                             l->path, l->cfg.dp_rank, l->cfg.dp_size, (long long)docs_read_pass(l),
                              dropped);
         /* a line an epoch would flood the log for a small dataset and long windows (millions
          * of epochs): the first four, then at powers of two */
@@ -406,11 +480,13 @@ static int read_doc(data_loader *l, base_err *err) {
             base_log(BASE_LOG_INFO,
                      "data: %s exhausted after %lld documents (epoch %lld)%s; restarting from the "
                      "beginning%s",
-                     l->path, (long long)l->rd.next.doc, e, bad,
+                     l->path, (long long)docs_read_pass(l), e, bad,
                      e == 3 ? " (further epochs said at 4, 8, 16, ...)" : "");
         }
         data_reader_rewind(&l->rd);
         l->epoch++;
+        l->k = 0;
+        if (l->cfg.map_style && map_epoch(l, err)) return -1;
         l->rd.bad_counted = 1;
         l->from_start = 1;
         l->epoch_tokens = 0;
@@ -528,6 +604,20 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
             data_loader_free(l);
             return -1;
         }
+    for (int i = 0; cfg->map_style && i < l->rd.n_files; i++)
+        if (l->rd.files[i].format == DATA_FMT_TOKENS) {
+            base_fail(err,
+                      "%s: token shards are read in order, not as a map-style dataset "
+                      "(training.dataset_streaming = false): read them streaming, or give the "
+                      "text or JSON Lines files they came from",
+                      l->rd.files[i].path);
+            data_loader_free(l);
+            return -1;
+        }
+    if (cfg->map_style && map_index(l, err)) {
+        data_loader_free(l);
+        return -1;
+    }
     int32_t enc[4] = {t ? data_tok_vocab_size(t) : 0, t ? data_tok_bos_id(t) : -1,
                       t ? data_tok_eos_id(t) : -1, dp * 65536 + cfg->dp_rank};
     l->fingerprint = base_hash_bytes(data_reader_fingerprint(&l->rd), enc, sizeof enc);
@@ -546,6 +636,9 @@ void data_loader_free(data_loader *l) {
     free(l->buf);
     free(l->lab);
     free(l->q);
+    free(l->idx);
+    free(l->order);
+    free(l->sigma);
     data_tok_ids_free(&l->ids);
     free(l);
 }
@@ -744,6 +837,15 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
         s->file_doc = f->pos.file_doc;
         s->byte_off = f->pos.byte_off;
         s->line = f->pos.line;
+    } else if (l->cfg.map_style) { /* the next document, or (all read) past the last file */
+        const data_pos p =
+            l->k < l->n_mine ? l->idx[map_doc(l, l->k)] : (data_pos){0, l->rd.n_files, 0, 0, 0};
+        s->epoch = l->epoch;
+        s->doc = l->k;
+        s->file = p.file;
+        s->file_doc = p.file_doc;
+        s->byte_off = p.byte_off;
+        s->line = p.line;
     } else {
         s->epoch = l->epoch;
         s->doc = l->rd.next.doc;
@@ -752,6 +854,7 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
         s->byte_off = l->rd.next.byte_off;
         s->line = l->rd.next.line;
     }
+    s->map_style = l->cfg.map_style;
     s->bad_lines = l->rd.bad_lines;
     s->fingerprint = l->fingerprint;
     s->content = file_content(l, s->file, &s->size);
@@ -915,15 +1018,9 @@ static void said_growth(const data_loader *l, const data_loader_state *s) {
              l->path, where, (long long)s->epoch, (long long)s->doc);
 }
 
-int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
-    if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0 || s->file < 0)
-        return base_fail(err, "%s: data-loader state has negative fields", l->path);
-    /* counters the reader adds to (a hand-edited state near INT64_MAX would overflow them):
-     * no dataset holds 2^62 documents, lines or bytes */
-    const int64_t big = (int64_t)1 << 62;
-    if (s->epoch >= big || s->doc >= big || s->doc_tokens >= big || s->file_doc >= big ||
-        s->byte_off >= big || s->line >= big || s->bad_lines >= big || s->size >= big)
-        return base_fail(err, "%s: data-loader state has a field of 2^62 or more", l->path);
+/* data_loader_set_state's streaming reader at the saved position (a dataset that only grew
+ * after it too: check_growth). */
+static int stream_set_position(data_loader *l, const data_loader_state *s, base_err *err) {
     data_pos p = {s->doc, s->file, s->file_doc, s->byte_off, s->line};
     const int grown = s->fingerprint != l->fingerprint;
     /* states saved before titan recorded what a grown dataset is checked by (setup 0), and
@@ -948,17 +1045,80 @@ int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *
     /* after the seek, which names a position that is no place in the file */
     if (!grown && s->file < l->rd.n_files && !window_same(&l->rd.files[s->file], s))
         return changed_same_size(&l->rd.files[s->file], s, err);
+    return 0;
+}
+
+/* data_loader_set_state's map-style position: the same files (the order is of all their
+ * documents), the saved count k of this rank's documents in the epoch's order, whose
+ * document must be at the saved place. */
+static int map_set_position(data_loader *l, const data_loader_state *s, base_err *err) {
+    if (s->fingerprint != l->fingerprint)
+        return another_dataset(l,
+                               "files, their order or sizes, the tokenizer or the data-parallel "
+                               "rank or size changed: a map-style dataset's order is of all its "
+                               "documents, so it resumes on the same files only",
+                               err);
+    int64_t size;
+    if (s->content && s->file < l->rd.n_files && s->content != file_content(l, s->file, &size))
+        return changed_same_size(&l->rd.files[s->file], s, err);
+    if (s->doc > l->n_mine)
+        return base_fail(err,
+                         "%s: data-loader state does not fit the data (document %lld of this "
+                         "rank's %lld)",
+                         l->path, (long long)s->doc, (long long)l->n_mine);
+    l->epoch = s->epoch;
+    if (map_epoch(l, err)) return -1;
+    const data_pos p =
+        s->doc < l->n_mine ? l->idx[map_doc(l, s->doc)] : (data_pos){0, l->rd.n_files, 0, 0, 0};
+    if (p.file != s->file || p.file_doc != s->file_doc || p.byte_off != s->byte_off ||
+        p.line != s->line)
+        return base_fail(err,
+                         "%s: data-loader state does not fit the data (document %lld of this "
+                         "rank in epoch %lld is not at file %d, document %lld, byte %lld)",
+                         l->path, (long long)s->doc, (long long)s->epoch, s->file + 1,
+                         (long long)s->file_doc, (long long)s->byte_off);
+    if (s->file < l->rd.n_files && !window_same(&l->rd.files[s->file], s))
+        return changed_same_size(&l->rd.files[s->file], s, err);
+    l->k = s->doc;
+    return 0;
+}
+
+int data_loader_set_state(data_loader *l, const data_loader_state *s, base_err *err) {
+    if (s->epoch < 0 || s->doc_tokens < 0 || s->bad_lines < 0 || s->file < 0)
+        return base_fail(err, "%s: data-loader state has negative fields", l->path);
+    /* counters the reader adds to (a hand-edited state near INT64_MAX would overflow them):
+     * no dataset holds 2^62 documents, lines or bytes */
+    const int64_t big = (int64_t)1 << 62;
+    if (s->epoch >= big || s->doc >= big || s->doc_tokens >= big || s->file_doc >= big ||
+        s->byte_off >= big || s->line >= big || s->bad_lines >= big || s->size >= big)
+        return base_fail(err, "%s: data-loader state has a field of 2^62 or more", l->path);
+    if (!s->map_style != !l->cfg.map_style)
+        return base_fail(err,
+                         "%s: the saved data-loader state read the data %s; this run reads it %s: "
+                         "set training.dataset_streaming = %s as the run did, or %s",
+                         l->path,
+                         s->map_style ? "as a map-style dataset (each rank a contiguous block)"
+                                      : "streaming (document i on data-parallel rank i mod size)",
+                         l->cfg.map_style ? "as a map-style dataset" : "streaming",
+                         s->map_style ? "false" : "true", k_leave_out);
+    if (l->cfg.map_style) {
+        if (map_set_position(l, s, err)) return -1;
+    } else if (stream_set_position(l, s, err)) {
+        return -1;
+    }
+    const int grown = s->fingerprint != l->fingerprint;
     l->rd.bad_lines = s->bad_lines;
     /* a later epoch counted its bad lines in the first, but a grown file's new lines were in no
      * pass: counted (and said) for the rest of this epoch, an old bad line after the position
      * counted twice, which overcounts where not counting would lose the new ones silently */
-    l->rd.bad_counted = s->epoch > 0 && !grown;
+    l->rd.bad_counted = (s->epoch > 0 && !grown) || l->cfg.map_style; /* map: the index's pass */
     l->epoch = s->epoch;
     /* the dataset's very start: a position with document 0 elsewhere (past the last file, or
      * after files without documents) has not read this epoch from its start, so the checks of
      * a whole epoch (read_doc) must wait for the next one */
-    l->from_start = s->doc == 0 && s->doc_tokens == 0 && s->file == 0 && s->file_doc == 0 &&
-                    s->byte_off == 0 && s->line == 0;
+    l->from_start = s->doc == 0 && s->doc_tokens == 0 &&
+                    (l->cfg.map_style ||
+                     (s->file == 0 && s->file_doc == 0 && s->byte_off == 0 && s->line == 0));
     l->epoch_tokens = 0;
     l->epoch_text = 0;
     l->epoch_docs = 0;
@@ -996,13 +1156,13 @@ int data_loader_state_format(const data_loader_state *s, char *buf, size_t n) {
                      "\"file_doc\": %lld, \"byte_off\": %lld, \"line\": %lld, \"bad_lines\": "
                      "%lld, \"fingerprint\": \"%016llx\", \"content\": \"%016llx\", \"setup\": "
                      "\"%016llx\", \"before\": \"%016llx\", \"name\": \"%016llx\", \"size\": %lld, "
-                     "\"window\": \"%016llx\"}",
+                     "\"window\": \"%016llx\"%s}",
                      (long long)s->epoch, (long long)s->doc, (long long)s->doc_tokens, s->file,
                      (long long)s->file_doc, (long long)s->byte_off, (long long)s->line,
                      (long long)s->bad_lines, (unsigned long long)s->fingerprint,
                      (unsigned long long)s->content, (unsigned long long)s->setup,
                      (unsigned long long)s->before, (unsigned long long)s->name, (long long)s->size,
-                     (unsigned long long)s->window);
+                     (unsigned long long)s->window, s->map_style ? ", \"map_style\": 1" : "");
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
@@ -1058,6 +1218,10 @@ int data_loader_state_parse(const char *text, data_loader_state *s, base_err *er
     }
     bad |= !has && sz;
     const int64_t size = has && !bad ? json_integer_value(sz) : 0;
+    json_t *ms = json_object_get(j, "map_style"); /* absent: streaming */
+    const int bad_ms = ms && (!json_is_integer(ms) || json_integer_value(ms) < 0 ||
+                              json_integer_value(ms) > 1 || !has);
+    const int map_style = ms && !bad_ms ? (int)json_integer_value(ms) : 0;
     uint64_t w = 0; /* absent in states saved before it: not checked */
     json_t *wt = json_object_get(j, "window");
     const int bad_w = wt && (hex16(wt, &w) || !has);
@@ -1068,7 +1232,10 @@ int data_loader_state_parse(const char *text, data_loader_state *s, base_err *er
     if (bad_w)
         return base_fail(err, "data-loader state: bad \"window\" (16 hex digits, with \"setup\", "
                               "\"before\", \"name\" and \"size\")");
+    if (bad_ms)
+        return base_fail(err, "data-loader state: bad \"map_style\" (0 or 1, with \"setup\", "
+                              "\"before\", \"name\" and \"size\")");
     *s = (data_loader_state){v[0], v[1], v[2], (int32_t)v[3], v[4], v[5], v[6], v[7],
-                             h,    c,    g[0], g[1],          g[2], size, w};
+                             h,    c,    g[0], g[1],          g[2], size, w,    map_style};
     return 0;
 }

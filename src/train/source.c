@@ -29,7 +29,8 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
                          .dp_size = mesh->dp_size,
                          .infinite = 1,
                          .pad_label = OPS_IGNORE_INDEX,
-                         .doc_shift = o->block_causal};
+                         .doc_shift = o->block_causal,
+                         .map_style = o->map_style};
     if (data_loader_open(&s->loader, &c, err)) {
         train_source_close(s);
         return -1;

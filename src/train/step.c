@@ -44,7 +44,8 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
                          .infinite = o->val.steps > 0,
                          .partial_last = 1,
                          .pad_label = OPS_IGNORE_INDEX,
-                         .doc_shift = o->block_causal};
+                         .doc_shift = o->block_causal,
+                         .map_style = o->map_style};
     /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
      * gathers whatever the documents' split. steps -1: one pass; the last batch may be short
      * (torchtitan's validation loader keeps it): its missing rows carry ignored labels, so the

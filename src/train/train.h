@@ -55,6 +55,7 @@ typedef struct {
     data_format data_format;
     const char *data_field; /* JSONL text field (NULL = "text") */
     int skip_bad_lines;
+    int map_style; /* training.dataset_streaming false (resolved): data_loader_cfg.map_style */
     int steps, batch, seq_len, grad_accum;
     int stop_after_step; /* > 0: exit cleanly after this step (the schedule still spans steps) */
     optim_adamw_cfg adamw;
@@ -183,6 +184,7 @@ typedef struct {
         int64_t local_batch_size, global_batch_size, seq_len, steps, seed, threads, ce_chunk,
             stop_after_step;
         int skip_bad_lines, ignore_memory_check;
+        train_opt_int dataset_streaming; /* unset: false with chat, else true */
         double max_norm;
         /* torchtitan keys for features titan does not have (train_config_compat) */
         int enable_cpu_offload, gc_debug;

@@ -238,6 +238,10 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
         return fail_field(c, "training", "dataset_format", err,
                           "chat without training.dataset_path: chat examples are read from a "
                           "JSON Lines file (random tokens have none)");
+    if (c->training.dataset_streaming.set && !c->training.dataset_path[0])
+        return fail_field(c, "training", "dataset_streaming", err,
+                          "set without training.dataset_path: random tokens are no dataset to "
+                          "read in either order");
     if (!strcmp(c->training.dataset_format, "chat") && !c->model.hf_assets_path[0])
         return fail_field(c, "training", "dataset_format", err,
                           "chat needs model.hf_assets_path: the tokenizer whose chat template "
@@ -593,6 +597,8 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */
     o->data_field = c->training.dataset_field;
     o->skip_bad_lines = c->training.skip_bad_lines;
+    o->map_style = c->training.dataset_streaming.set ? !c->training.dataset_streaming.v
+                                                     : o->data_format == DATA_FMT_CHAT;
     o->stop_after_step = (int)c->training.stop_after_step;
     o->dump_folder = NULL; /* output paths are joined here, by output_path */
     o->ckpt.enable = c->checkpoint.enable;

@@ -4,8 +4,8 @@ Face Rust tokenizer (PyPI `tokenizers`).
 
 Reference semantics (shared/research/torchtitan_qwen3.md §6.2, issue 3): document i goes to
 data-parallel rank i mod dp (HF split_dataset_by_node on an IterableDataset whose shard count
-the world size does not divide; a map-style Dataset is split into contiguous blocks instead,
-which titan does not do: docs/data.md, Packing); a document is [bos if the tokenizer config has one] + ids +
+the world size does not divide; a map-style Dataset, `--streaming false`, is split into
+contiguous blocks and reshuffled each epoch: rank_order); a document is [bos if the tokenizer config has one] + ids +
 [eos from tokenizer_config.json]; the stream is cut into disjoint windows of seq_len + 1;
 a batch is `batch` consecutive windows; at the end the data restarts from document 0 and
 the partial window carries over. Text documents are paragraphs (HF datasets' text loader,
@@ -58,6 +58,34 @@ class Tok:
             [self.eos] if self.eos is not None else [])
 
 
+def rank_order(n, dp_rank, dp_size, epoch=0, map_style=False, shuffle=False):
+    """Indices of this rank's documents of n, in epoch `epoch`'s order. Streaming: document i
+    on rank i mod dp_size, every epoch. map_style, as a map-style HF Dataset in torchtitan 0.3:
+    (shuffle, ChatDataset: `dataset.shuffle(seed=42)` first, which is
+    `np.random.default_rng(42).permutation(n)`, datasets' arrow_dataset.py) the rank's contiguous
+    block (`split_dataset_by_node` -> `Dataset.shard(contiguous=True)`: the first n % size ranks
+    one more), from epoch 1 in `shuffle(seed=42 + epoch)`'s order of that block (0.3's reloop,
+    of the rank's part)."""
+    if not map_style:
+        return [i for i in range(n) if i % dp_size == dp_rank]
+    import numpy as np
+    order = np.random.default_rng(42).permutation(n).tolist() if shuffle else list(range(n))
+    div, mod = divmod(n, dp_size)
+    start = div * dp_rank + min(dp_rank, mod)
+    block = order[start:start + div + (dp_rank < mod)]
+    if epoch > 0:
+        block = [block[i] for i in np.random.default_rng(42 + epoch).permutation(len(block))]
+    return block
+
+
+def rank_stream(n, dp_rank, dp_size, map_style=False, shuffle=False):
+    """rank_order's indices, epoch after epoch."""
+    e = 0
+    while True:
+        yield from rank_order(n, dp_rank, dp_size, e, map_style, shuffle)
+        e += 1
+
+
 def reference(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
     """docs: list of str or None (a bad slot). Returns `batches` lists of `batch` windows."""
     mine = [tok.doc(d) for i, d in enumerate(docs) if i % dp_size == dp_rank and d is not None]
@@ -72,17 +100,22 @@ def reference(docs, tok, seq_len, batch, batches, dp_rank=0, dp_size=1):
     return [out[b * batch:(b + 1) * batch] for b in range(batches)]
 
 
-def reference_documents(docs, tok, seq_len, batches, dp_rank=0, dp_size=1, start=(0, 0)):
+def reference_documents(docs, tok, seq_len, batches, dp_rank=0, dp_size=1, start=(0, 0),
+                        map_style=False):
     """torchtitan 0.3's packing (HuggingFaceTextDataset.__iter__): each document's tokens but
     its last are inputs, its tokens but its first their labels, positions count from 0 in each
     document and are normalised per window (the window's first document part from 0); windows
-    are the next seq_len of these, from token start[1] of document start[0] (one rank's, its
-    first epoch). Returns `batches` windows of (inputs, positions, labels)."""
-    mine = [tok.doc(d) for i, d in enumerate(docs) if i % dp_size == dp_rank and d is not None]
+    are the next seq_len of these, from token start[1] of the rank's document start[0] (its
+    first epoch), the rank's documents as rank_order gives them. Returns `batches` windows of
+    (inputs, positions, labels)."""
+    toks = [tok.doc(d) for d in docs]
+    order = rank_stream(len(docs), dp_rank, dp_size, map_style)
+    for _ in range(start[0]):
+        next(order)
     ins, labs, poss, out, i = [], [], [], [], start[0]
     while len(out) < batches:
         while len(ins) < seq_len:
-            d = mine[i % len(mine)]
+            d = toks[next(order)]
             skip = start[1] if i == start[0] else 0
             ins += d[skip:-1]
             labs += d[skip + 1:]
@@ -99,16 +132,19 @@ def reference_documents(docs, tok, seq_len, batches, dp_rank=0, dp_size=1, start
     return out
 
 
-def torchtitan_documents(docs, tok_dir, seq_len, batches, dp_rank=0, dp_size=1):
+def torchtitan_documents(docs, tok_dir, seq_len, batches, dp_rank=0, dp_size=1, map_style=False):
     """The same windows from torchtitan 0.3's own HuggingFaceTextDataset where torchtitan is
     installed (scripts/deps.sh --bench), else None. Its imports `datasets` and `torchdata` are
     stubbed (their pins conflict with this venv): a streaming dataset of `docs`, split as
-    split_dataset_by_node splits one of a single shard (example i to rank i mod world)."""
+    split_dataset_by_node splits one of a single shard (example i to rank i mod world), or
+    (map_style) a map-style Dataset (torchtitan_stubs)."""
     try:
         import torchtitan  # noqa: F401
     except ImportError:
         return None
-    Stream = torchtitan_stubs()
+    Stream, Map = torchtitan_stubs()
+    if map_style:
+        Stream = Map
     from torchtitan.hf_datasets import DatasetConfig
     from torchtitan.hf_datasets import text_datasets as td
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
@@ -125,12 +161,22 @@ def torchtitan_documents(docs, tok_dir, seq_len, batches, dp_rank=0, dp_size=1):
             return out
 
 
+STUBS = []  # torchtitan_stubs' classes: torchtitan imports the first ones
+
+
 def torchtitan_stubs():
     """torchtitan 0.3's hf_datasets imports `datasets` and `torchdata`, not installed (their
     pins conflict with this venv): stubbed with what its datasets use of them. Returns the
     streaming dataset stub (iterated in order; split_dataset_by_node deals example i to rank
-    i mod world, as HF splits a one-shard streaming dataset; shuffle leaves the order)."""
+    i mod world, as HF splits a one-shard streaming dataset; shuffle leaves the order) and the
+    map-style one (datasets' arrow_dataset.py: `shuffle(seed)` selects
+    `np.random.default_rng(seed).permutation(len(self))`; split_dataset_by_node is
+    `shard(world, rank, contiguous=True)`: the first len % world ranks one more row)."""
+    if STUBS:
+        return STUBS
     import types
+
+    import numpy as np
 
     class Stream:
         epoch = 0
@@ -149,29 +195,55 @@ def torchtitan_stubs():
         def shuffle(self, seed=None):
             return self
 
+    class Map:
+        split = "train"
+        info = types.SimpleNamespace(dataset_name="titan")
+
+        def __init__(self, rows):
+            self.rows = list(rows)
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __iter__(self):
+            return iter(self.rows)
+
+        def skip(self, n):
+            return Map(self.rows[n:])
+
+        def shuffle(self, seed=None):
+            return Map([self.rows[i] for i in np.random.default_rng(seed).permutation(len(self))])
+
+    def split(ds, r, w):
+        if isinstance(ds, Map):
+            div, mod = divmod(len(ds), w)
+            start = div * r + min(r, mod)
+            return Map(ds.rows[start:start + div + (r < mod)])
+        return Stream([x for k, x in enumerate(ds.rows) if k % w == r])
+
     stubs = {"datasets": types.ModuleType("datasets"),
              "datasets.distributed": types.ModuleType("datasets.distributed"),
              "torchdata": types.ModuleType("torchdata"),
              "torchdata.stateful_dataloader": types.ModuleType("torchdata.stateful_dataloader")}
-    stubs["datasets"].Dataset = type("Dataset", (), {})
+    stubs["datasets"].Dataset = Map
     stubs["datasets"].load_dataset = None
-    stubs["datasets.distributed"].split_dataset_by_node = lambda ds, r, w: Stream(
-        [x for k, x in enumerate(ds.rows) if k % w == r])
+    stubs["datasets.distributed"].split_dataset_by_node = split
     stubs["torchdata.stateful_dataloader"].StatefulDataLoader = type("StatefulDataLoader", (), {})
     for name, mod in stubs.items():
-        sys.modules.setdefault(name, mod)
-    return Stream
+        sys.modules[name] = mod
+    STUBS.extend((Stream, Map))
+    return Stream, Map
 
 
-def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
+def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1, map_style=True):
     """torchtitan 0.3's ChatDataset (_tokenize_sample, _iter_greedy_packed) written out over HF
     transformers' apply_chat_template and the HF Rust tokenizer: `rows` rows of (inputs,
-    positions, labels), this rank's examples (i mod dp_size) in order, epoch after epoch
-    (rows None: the rows of one pass, a finite loader's)."""
+    positions, labels), this rank's examples in rank_order's order (map_style: 0.3's, shuffled;
+    else streaming's, in file order), epoch after epoch (rows None: the rows of one pass, a
+    finite loader's). An example None is a malformed one, skipped."""
     from transformers import AutoTokenizer
     hf = AutoTokenizer.from_pretrained(tok_dir)
-    mine = [e for i, e in enumerate(examples) if i % dp_size == dp_rank]
-    out, ins, labs, poss = [], [], [], []
+    out, ins, labs, poss, epoch = [], [], [], [], 0
 
     def flush():
         pad = seq_len - len(ins)
@@ -179,7 +251,10 @@ def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
         ins.clear(), labs.clear(), poss.clear()
 
     while len(out) < (rows or 1):
-        for msgs in mine:
+        for i in rank_order(len(examples), dp_rank, dp_size, epoch, map_style, shuffle=True):
+            msgs = examples[i]
+            if msgs is None:
+                continue
             full = hf.apply_chat_template(msgs, tokenize=False).rstrip("\n")
             t = ([tok.bos] if tok.bos is not None else []) + tok.tk.encode(
                 full, add_special_tokens=False).ids
@@ -204,20 +279,22 @@ def reference_chat(examples, tok, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
             flush()
         if rows is None:
             return out
+        epoch += 1
     return out[:rows]
 
 
-def torchtitan_chat(examples, tok_dir, seq_len, rows, dp_rank=0, dp_size=1):
+def torchtitan_chat(examples, tok_dir, seq_len, rows, dp_rank=0, dp_size=1, map_style=True):
     """The same rows from torchtitan 0.3's own ChatDataset where torchtitan is installed
-    (scripts/deps.sh --bench), else None."""
+    (scripts/deps.sh --bench), else None: of a map-style Dataset (load_dataset's, 0.3's
+    default), or a streaming one (load_dataset_kwargs streaming=True)."""
     try:
         import torchtitan  # noqa: F401
     except ImportError:
         return None
-    Stream = torchtitan_stubs()
+    Stream, Map = torchtitan_stubs()
     from torchtitan.hf_datasets.text_datasets import ChatDataset
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
-    ds = ChatDataset(Stream(examples), HuggingFaceTokenizer(tokenizer_path=tok_dir), lambda m: m,
+    ds = ChatDataset((Map if map_style else Stream)(examples), HuggingFaceTokenizer(tokenizer_path=tok_dir), lambda m: m,
                      seq_len=seq_len, dp_rank=dp_rank, dp_world_size=dp_size, infinite=True)
     out = []
     for x, y in ds:
@@ -321,6 +398,50 @@ def main():
         else:
             check(got == tt, "--documents, dp rank %d of %d: equal to torchtitan 0.3's "
                   "HuggingFaceTextDataset" % (r, size))
+    # --streaming false: as 0.3 reads a map-style Dataset (its c4_test loader): a contiguous
+    # block of documents per rank, each epoch after the first in shuffle(42 + epoch)'s order of
+    # it; over 2.5 epochs, and resumed in the middle of a document of the second
+    m = per_epoch * 5 // 2
+    for r, size in ((0, 1), (2, 3)):
+        want = reference_documents(docs, qwen, T, m * B, r, size, map_style=True)
+        rows, _ = titan_data(["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
+                              str(B), "--batches", str(m), "--dp-rank", str(r), "--dp-size",
+                              str(size), "--documents", "--streaming", "false"])
+        got = [parse_documents(w) for w in rows]
+        check(got == want, "--documents --streaming false, dp rank %d of %d: %d windows equal "
+              "0.3's map-style order" % (r, size, len(want)))
+        tt = torchtitan_documents(docs, QWEN, T, m * B, r, size, map_style=True)
+        if tt is not None:
+            check(got == tt, "--documents --streaming false, dp rank %d of %d: equal to torchtitan "
+                  "0.3's HuggingFaceTextDataset of a map-style Dataset" % (r, size))
+    ms = ["--data", jsonl, "--tokenizer", QWEN, "--seq-len", str(T), "--batch", str(B),
+          "--documents", "--streaming", "false"]
+    k = per_epoch * 3 // 2
+    _, state = titan_data(ms + ["--batches", str(k)])
+    st = json.loads(state)
+    rows, _ = titan_data(ms + ["--batches", str(m - k), "--state", state])
+    want = reference_documents(docs, qwen, T, m * B, map_style=True)
+    check(st["epoch"] == 1 and st["doc_tokens"] > 0 and st.get("map_style") == 1 and
+          [parse_documents(w) for w in rows] == want[k * B:],
+          "--streaming false resumed in epoch 1 (document %d of its order, token %d) sees the rest"
+          % (st["doc"], st["doc_tokens"]))
+    p = titan_data(ms[:-2] + ["--state", state], expect_ok=False)
+    check(p.returncode != 0 and "read the data as a map-style dataset" in p.stderr and
+          "training.dataset_streaming = false" in p.stderr,
+          "a map-style state resumed streaming: refused, naming the setting: "
+          + p.stderr.strip()[-120:])
+    _, sstate = titan_data(ms[:-2] + ["--batches", "3"])
+    p = titan_data(ms + ["--state", sstate], expect_ok=False)
+    check(p.returncode != 0 and "read the data streaming" in p.stderr,
+          "a streaming state resumed map-style: refused: " + p.stderr.strip()[-100:])
+    grown = os.path.join(WORK, "grown.jsonl")
+    shutil.copy(jsonl, grown)
+    _, gstate = titan_data(ms[:1] + [grown] + ms[2:] + ["--batches", "3"])
+    with open(grown, "a") as f:
+        f.write(json.dumps({"text": "one more"}) + "\n")
+    p = titan_data(ms[:1] + [grown] + ms[2:] + ["--state", gstate], expect_ok=False)
+    check(p.returncode != 0 and "resumes on the same files only" in p.stderr,
+          "a map-style dataset grown since the checkpoint: refused: " + p.stderr.strip()[-100:])
     # a resume inside a document, and from a state saved by the other packing (the position is
     # the next input token either way): at a window that ends on a document's last token, which
     # 0.3's packing never takes as an input (it goes on at the next document), and in the middle
@@ -387,6 +508,9 @@ def main():
     rows, _ = titan_data(["--data", shards, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
                           str(B), "--batches", str(n)])
     check(rows == flat(ref), "token shards load to the same windows as the jsonl")
+    p = titan_data(["--data", shards, "--tokenizer", QWEN, "--streaming", "false"], expect_ok=False)
+    check(p.returncode != 0 and "token shards are read in order, not as a map-style dataset" in
+          p.stderr, "token shards --streaming false: refused: " + p.stderr.strip()[-100:])
     ref2 = reference(docs, qwen, T, B, 30, 1, 2)
     _, state = titan_data(["--data", shards, "--tokenizer", QWEN, "--seq-len", str(T), "--batch",
                            str(B), "--batches", "11", "--dp-rank", "1", "--dp-size", "2"])
@@ -599,18 +723,30 @@ def main():
             "--batch", str(CB)]
     for r, size in ((0, 1), (1, 3)):
         want = reference_chat(examples, qwen, QWEN, CT, 60 * CB, r, size)
-        rows, _ = titan_data(base + ["--batches", "60", "--dp-rank", str(r), "--dp-size",
-                                     str(size), "--documents"])
-        got = [parse_documents(w) for w in rows]
+        rows_map, _ = titan_data(base + ["--batches", "60", "--dp-rank", str(r), "--dp-size",
+                                         str(size), "--documents"])
+        got = [parse_documents(w) for w in rows_map]
         masked = sum(l.count(-100) for _, _, l in want)
         check(got == want, "chat, dp rank %d of %d: %d rows equal ChatDataset's packing over HF's "
-              "chat template (%d labels masked)" % (r, size, len(want), masked))
+              "chat template, in its order (shuffled, a contiguous block per rank, reshuffled "
+              "each epoch; %d labels masked)" % (r, size, len(want), masked))
         tt = torchtitan_chat(examples, QWEN, CT, 60 * CB, r, size)
         if tt is None:
             print("skip chat against torchtitan 0.3 itself (not installed: scripts/deps.sh --bench)")
         else:
             check(got == tt, "chat, dp rank %d of %d: equal to torchtitan 0.3's ChatDataset"
                   % (r, size))
+        # streaming (a JSON Lines file read in order, example i on rank i mod size)
+        want = reference_chat(examples, qwen, QWEN, CT, 60 * CB, r, size, map_style=False)
+        rows, _ = titan_data(base + ["--batches", "60", "--dp-rank", str(r), "--dp-size",
+                                     str(size), "--streaming", "true"])
+        got = [parse_documents(w) for w in rows]
+        check(got == want and got != [parse_documents(w) for w in rows_map],
+              "chat --streaming true, dp rank %d of %d: file order, i mod size" % (r, size))
+        tt = torchtitan_chat(examples, QWEN, CT, 60 * CB, r, size, map_style=False)
+        if tt is not None:
+            check(got == tt, "chat --streaming true, dp rank %d of %d: equal to 0.3's ChatDataset "
+                  "of a streaming dataset" % (r, size))
     p = titan_data(base + ["--batches", "40"], expect_ok=False)
     check(p.returncode == 0 and "more than seq_len + 1 = 97: dropped" in p.stderr and
           re.search(r"epoch 0, data-parallel rank 0; [1-9]\d* chat examples longer than seq_len "
@@ -628,12 +764,20 @@ def main():
         f.write(json.dumps({"messages": "not a list"}) + "\n")
         f.write(json.dumps({"messages": examples[3]}) + "\n")
     p = titan_data(["--data", bad, "--format", "chat", "--tokenizer", QWEN, "--seq-len", "64",
-                    "--batches", "2"], expect_ok=False)
+                    "--batches", "2", "--streaming", "true"], expect_ok=False)
     check(p.returncode != 0 and bad + ":2: a chat example is one user message" in p.stderr,
           "chat: a 4-message example refused naming file:line: " + p.stderr.strip()[-140:])
+    # map-style: every line is read at the start (the index), the non-list one first
+    p = titan_data(["--data", bad, "--format", "chat", "--tokenizer", QWEN, "--seq-len", "64",
+                    "--batches", "2"], expect_ok=False)
+    check(p.returncode != 0 and bad + ':3: field "messages" is not a JSON array' in p.stderr,
+          "chat, map-style: a non-list line refused at the start naming file:line: "
+          + p.stderr.strip()[-140:])
     rows, _ = titan_data(["--data", bad, "--format", "chat", "--tokenizer", QWEN, "--seq-len",
                           "64", "--batches", "2", "--skip-bad-lines", "--documents"])
-    want = reference_chat([examples[0], examples[3]], qwen, QWEN, 64, 2)
+    # (the 4-message line is an example of the dataset, skipped where its turn comes; the
+    # non-list one no example of it, as a line HF's loader could not read)
+    want = reference_chat([examples[0], None, examples[3]], qwen, QWEN, 64, 2)
     check([parse_documents(w) for w in rows] == want,
           "chat --skip-bad-lines: the malformed and the non-list lines skipped")
     # a system message before the pair (0.3 refuses it): its turn masked with the user's

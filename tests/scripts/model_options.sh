@@ -78,6 +78,11 @@ grep -q "training.dataset_format: chat needs model.hf_assets_path" "$out/c.log" 
 grep -q "training.dataset_format: chat without training.dataset_path" "$out/c.log" ||
   fail "chat without a dataset: the message" "$out/c.log"
 echo "ok chat: causal, a missing tokenizer and a missing dataset refused by name"
+"$titan" train "${small[@]}" --training.dataset_streaming false --job.dump_folder "$out/c" \
+  > "$out/c.log" 2>&1 && fail "dataset_streaming on random tokens accepted" "$out/c.log"
+grep -q "training.dataset_streaming: set without training.dataset_path" "$out/c.log" ||
+  fail "dataset_streaming without a dataset: the message" "$out/c.log"
+echo "ok training.dataset_streaming without a dataset refused by name"
 
 # 235B-A22B by name: its RoPE base (HF's 1e6, torchtitan's 5e6) said, not when overridden
 "$titan" plan --flavor 235B-A22B > "$out/p.log" 2>&1 || fail "plan 235B-A22B" "$out/p.log"

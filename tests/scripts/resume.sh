@@ -2,7 +2,7 @@
 # Exact resume: 12 steps straight against 6 steps, stop, resume from the step-6 checkpoint,
 # 6 more: the losses and gradient norms of steps 7..12 must be bitwise identical (%.17g).
 # Covered: JSONL + tokenizer data that restarts its epoch mid-run, with gradient
-# accumulation; random tokens; background and synchronous saves; keep_latest_k pruning;
+# accumulation, streaming and map-style (reshuffled each epoch); random tokens; background and synchronous saves; keep_latest_k pruning;
 # a last save that is weights-only (the default): a saving run from it refused, load_only
 # starting afresh from its weights; the full-state initial
 # load (checkpoint.initial_load_model_only = false: torchtitan's) from another run's step-6,
@@ -42,6 +42,9 @@ run() { # name, extra args...
 }
 run jsonl --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2
 run random --random-tokens --set vocab_size=300 --sync-checkpoint
+# map-style order (each epoch reshuffled: the state's epoch and place in its order)
+run jsonl_map --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
+  --training.dataset_streaming false
 # the full training state from another run's step-6 (saves go to this run's folder): steps 7..12
 # as the straight run's, and the source folder untouched
 "$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \

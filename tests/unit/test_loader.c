@@ -1350,21 +1350,22 @@ static void test_save_while_away(data_tok *tok) {
 /* The state's JSON fits DATA_LOADER_STATE_MAX whatever its values (callers' buffers, the
  * checkpoint's per-rank slot); the growth fields come together or not at all. */
 static void test_state_bounds(void) {
-    data_loader_state s = {INT64_MAX,  INT64_MAX,  INT64_MAX,  INT32_MAX,  INT64_MAX,
-                           INT64_MAX,  INT64_MAX,  INT64_MAX,  UINT64_MAX, UINT64_MAX,
-                           UINT64_MAX, UINT64_MAX, UINT64_MAX, INT64_MAX,  UINT64_MAX},
+    data_loader_state s = {INT64_MAX,  INT64_MAX, INT64_MAX,  INT32_MAX,  INT64_MAX,  INT64_MAX,
+                           INT64_MAX,  INT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX,
+                           UINT64_MAX, INT64_MAX, UINT64_MAX, 1},
                       t;
     char buf[DATA_LOADER_STATE_MAX];
     int ok = data_loader_state_format(&s, buf, sizeof buf) == 0;
     CHECK(ok, "the largest state does not fit");
-    CHECK(strlen(buf) == 454, "the largest state is %zu bytes (docs/data.md says 454)",
+    CHECK(strlen(buf) == 470, "the largest state is %zu bytes (docs/data.md says 470)",
           strlen(buf));
     ok = ok && data_loader_state_parse(buf, &t, &err_unused) == 0;
     CHECK(ok && t.epoch == s.epoch && t.doc == s.doc && t.doc_tokens == s.doc_tokens &&
               t.file == s.file && t.file_doc == s.file_doc && t.byte_off == s.byte_off &&
               t.line == s.line && t.bad_lines == s.bad_lines && t.fingerprint == s.fingerprint &&
               t.content == s.content && t.setup == s.setup && t.before == s.before &&
-              t.name == s.name && t.size == s.size && t.window == s.window,
+              t.name == s.name && t.size == s.size && t.window == s.window &&
+              t.map_style == s.map_style,
           "the largest state back: %s (%s)", buf, ok ? "differs" : err_unused.msg);
     const char *head = "{\"epoch\": 0, \"doc\": 0, \"doc_tokens\": 0, \"file\": 0, \"file_doc\": "
                        "0, \"byte_off\": 0, \"line\": 0, \"bad_lines\": 0, \"fingerprint\": "
@@ -1540,6 +1541,44 @@ static void test_documents(data_tok *tok) {
     data_loader_free(a);
 }
 
+/* Dataset.shuffle(seed)'s order: numpy's own permutations (numpy 2.4, the venv's), printed by
+ *   python -c "import numpy as np; print(np.random.default_rng(42).permutation(10).tolist())"
+ * and, for the million, p[:6], p[-3:] and sum((i + 1) * p[i]) of default_rng(44).permutation(
+ * 1000003) (64-bit wrap); a seed of 33 bits takes SeedSequence's second entropy word. The
+ * end-to-end orders (chat, text; epochs, ranks) are checked against numpy in check_loader.py. */
+static void test_shuffle_permutation(void) {
+    static const struct {
+        uint64_t seed;
+        int64_t n, want[12];
+    } small[] = {{42, 10, {5, 6, 0, 7, 3, 2, 4, 9, 1, 8}},
+                 {43, 7, {2, 6, 5, 1, 4, 0, 3}},
+                 {42, 1, {0}},
+                 {42, 2, {1, 0}},
+                 {4294967301ull, 12, {6, 9, 5, 8, 2, 4, 7, 0, 11, 10, 3, 1}}};
+    for (size_t c = 0; c < sizeof small / sizeof *small; c++) {
+        int64_t got[12];
+        data_shuffle_permutation(small[c].seed, small[c].n, got);
+        CHECK(!memcmp(got, small[c].want, (size_t)small[c].n * sizeof *got),
+              "permutation(seed %llu, n %lld) is not numpy's (first %lld, want %lld)",
+              (unsigned long long)small[c].seed, (long long)small[c].n, (long long)got[0],
+              (long long)small[c].want[0]);
+    }
+    const int64_t n = 1000003;
+    int64_t *p = malloc((size_t)n * sizeof *p);
+    CHECK(p != NULL, "out of memory");
+    if (!p) return;
+    data_shuffle_permutation(44, n, p);
+    static const int64_t head[6] = {507916, 639691, 955189, 137532, 623470, 240507},
+                         tail[3] = {924806, 29703, 439927};
+    uint64_t sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (uint64_t)(i + 1) * (uint64_t)p[i];
+    CHECK(!memcmp(p, head, sizeof head) && !memcmp(p + n - 3, tail, sizeof tail) &&
+              sum == 250097863606870479ull,
+          "permutation(seed 44, n 1000003) is not numpy's (p[0] %lld, weighted sum %llu)",
+          (long long)p[0], (unsigned long long)sum);
+    free(p);
+}
+
 int main(void) {
     check_tmpdir(dir, sizeof dir, "titan_test_loader");
     base_err err;
@@ -1571,6 +1610,7 @@ int main(void) {
     test_state_huge();
     test_grow_tokenize_marks(tok);
     test_documents(tok);
+    test_shuffle_permutation();
     data_tok_free(tok);
     check_tmpdir_remove(dir);
     return check_report("test_loader");
