@@ -117,8 +117,9 @@ static void sleep_beating(double s) {
 
 #ifdef TITAN_HAVE_MPI
 /* Reads the records of the group's ranks into recs[world] (ok[r] = 1 when read), waiting at
- * most `wait` seconds for them. */
-static void read_records(const dist_comm *c, wd_rec *recs, int *ok, MPI_Request *req, double wait) {
+ * most `wait` seconds for them. Returns 0 when all were read, 1 when some are still pending
+ * (their buffers may yet be written: never freed). */
+static int read_records(const dist_comm *c, wd_rec *recs, int *ok, MPI_Request *req, double wait) {
     for (int i = 0; i < c->size; i++) {
         const int r = c->members[i];
         ok[r] = 0;
@@ -136,7 +137,7 @@ static void read_records(const dist_comm *c, wd_rec *recs, int *ok, MPI_Request 
             else
                 pending = 1;
         }
-        if (!pending || base_now() - t0 > wait) break;
+        if (!pending || base_now() - t0 > wait) return pending;
         sleep_s(0.01);
         beat();
     }
@@ -154,22 +155,25 @@ static _Noreturn void fire(double waited, double timeout, double self_gap) {
     const int W = dist_world_size();
     wd_rec *a = calloc((size_t)W * 2, sizeof *a), *b = a ? a + W : NULL;
     int *oka = calloc((size_t)W * 2, sizeof(int)), *okb = oka ? oka + W : NULL;
-    MPI_Request *req = calloc((size_t)c->size, sizeof *req);
+    MPI_Request *req = calloc((size_t)c->size * 2, sizeof *req); /* a read's each */
+    int pending = 0;
     if (g_multiple && a && oka && req) {
         const double gap = 5 * TICK; /* heartbeats 5 ticks apart */
-        read_records(c, a, oka, req, 2.0);
+        /* both reads wait as long: the second one's 0.5 s ran out on a loaded machine, and a
+         * stopped rank whose record had landed but not completed was said to run */
+        pending = read_records(c, a, oka, req, 2.0);
         sleep_beating(gap);
-        read_records(c, b, okb, req, 0.5);
+        pending |= read_records(c, b, okb, req + c->size, 2.0);
         int missing = 0;
         for (int i = 0; i < c->size && at < sizeof who - 256; i++) {
             const int r = c->members[i];
             if (r == me) continue;
             const int still = oka[r] && okb[r] && a[r].beat == b[r].beat;
-            if (!oka[r]) {
+            if (!oka[r] || !okb[r]) { /* b[r] may hold part of a read: not said */
                 at += (size_t)snprintf(who + at, sizeof who - at,
-                                       "%s rank %d: its record could not be read (not "
+                                       "%s rank %d: its record could not be read%s (not "
                                        "responding)",
-                                       missing++ ? ";" : "", r);
+                                       missing++ ? ";" : "", r, oka[r] ? " again" : "");
             } else if (a[r].count[slot] < seq || still) {
                 const int arrived = a[r].count[slot] >= seq;
                 at += (size_t)snprintf(who + at, sizeof who - at,
@@ -198,9 +202,11 @@ static _Noreturn void fire(double waited, double timeout, double self_gap) {
                  " (the ranks that did not arrive cannot be named: MPI gave no "
                  "MPI_THREAD_MULTIPLE)");
     }
-    free(a);
-    free(oka);
-    free(req);
+    if (!pending) { /* else MPI may still write them: the job is stopping anyway */
+        free(a);
+        free(oka);
+        free(req);
+    }
 #endif
     char members[256] = "";
     size_t m = 0;

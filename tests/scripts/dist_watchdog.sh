@@ -55,7 +55,9 @@ kill -STOP $r1
 rc=0; wait $mp || rc=$?
 kill -KILL $r1 2>/dev/null || true
 false_stop=$(grep -oE "rank [013] (did not arrive|arrived but stalled) \([0-9]+ collectives started on this group\): its process has not run" "$out/stuck4.log" || true)
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "watchdog: .*rank 2 .*its process has not run" "$out/stuck4.log" &&
+# (rank 2's record not read within 2 s, on a loaded machine, is said as such: also right)
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+  grep -qE "watchdog: .*rank 2 .*(its process has not run|its record could not be read)" "$out/stuck4.log" &&
   [ -z "$false_stop" ] ||
   { echo "FAIL stuck4: exit $rc; running ranks called stopped: '$false_stop'"; cat "$out/stuck4.log"; exit 1; }
 echo "ok stuck4: 4 ranks, rank 2 stopped: named, no running rank called stopped"
