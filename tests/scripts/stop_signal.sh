@@ -22,6 +22,15 @@ start() {
   done
   echo "FAIL $name: no 3 steps in 60 s"; exit 1
 }
+# await NAME WHAT CMD...: polls CMD until it succeeds, up to 300 s (a count of polls ran out
+# under ASan on a loaded machine and the signal was sent anyway, too early); fails naming WHAT
+await() {
+  local name=$1 what=$2 end=$((SECONDS + 300)); shift 2
+  until "$@"; do
+    [ $SECONDS -lt $end ] || { kill -KILL $pid; echo "FAIL $name: no $what in 300 s"; cat "$out/$name.log"; exit 1; }
+    sleep 0.01
+  done
+}
 # finish NAME WANT_RC: waits for $pid, checks its exit status
 finish() {
   local rc=0; wait $pid || rc=$?
@@ -115,7 +124,7 @@ echo "ok clean: leftover step-7.tmp and step-3.deleting removed, a step-9.tmp li
 "$titan" train "${model[@]}" --steps 2 --metrics "$out/samp.jsonl" --dump-folder "$out/samp" \
   --checkpoint-interval 100000 --out "$out/samp/hf" --sample 100000000 > "$out/samp.log" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do grep -q "^sample (temperature" "$out/samp.log" && break; sleep 0.05; done
+await samp "sample" grep -q "^sample (temperature" "$out/samp.log"
 kill -TERM $pid
 for _ in $(seq 200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
 if kill -0 $pid 2>/dev/null; then
@@ -135,7 +144,8 @@ echo "ok samp: SIGTERM during the sample -> exit 143 at the next token; export a
   --batch 8 --steps 3 --metrics "$out/last.jsonl" --dump-folder "$out/last" \
   --checkpoint-interval 100000 --out "$out/last/hf" --sample 50 > "$out/last.log" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do [ "$(steps_in "$out/last.jsonl")" -ge 2 ] && break; sleep 0.01; done
+two_steps() { [ "$(steps_in "$out/last.jsonl")" -ge 2 ]; }
+await last "step 2" two_steps
 kill -STOP $pid; kill -TERM $pid; kill -CONT $pid
 finish last 143
 grep -q "SIGTERM: training had finished (step 3, the run's last); its checkpoint is $out/last/checkpoint/step-3; the Hugging Face export was written; the sample was skipped" \
@@ -153,7 +163,7 @@ head -c 1500000 /dev/urandom | base64 -w 100 > "$out/val.txt" # 2 MB of text
   --checkpoint-interval 100000 --validation.enable --validation.dataset_path "$out/val.txt" \
   --validation.seq_len 24 --validation.local_batch_size 2 > "$out/val.log" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do grep -q "GEMM peak" "$out/val.log" && break; sleep 0.05; done
+await val "header" grep -q "GEMM peak" "$out/val.log"
 kill -TERM $pid
 for _ in $(seq 200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
 if kill -0 $pid 2>/dev/null; then
