@@ -57,6 +57,25 @@ static int64_t map_doc(const data_loader *l, int64_t k) {
     return l->order ? l->order[j] : j;
 }
 
+static uint64_t file_content(const data_loader *l, int i, int64_t *size);
+
+/* map_style: the state's `content`, of every file (the epoch has read documents of all of them):
+ * their content hashes (first and last 64 KiB, size) and the index's document places (a file
+ * rewritten with its size, its lines reordered, has other line starts). Never 0. */
+static uint64_t map_content(const data_loader *l) {
+    uint64_t h = BASE_HASH_INIT;
+    for (int i = 0; i < l->rd.n_files; i++) {
+        int64_t size;
+        const uint64_t c = file_content(l, i, &size);
+        h = base_hash_bytes(h, &c, sizeof c);
+    }
+    for (int64_t i = 0; i < l->n_idx; i++) {
+        const int64_t at[2] = {l->idx[i].file, l->idx[i].byte_off};
+        h = base_hash_bytes(h, at, sizeof at);
+    }
+    return h + !h;
+}
+
 /* map_style: this epoch's order of the rank's block (0.3's reloop: shuffle(seed=42 + epoch) of
  * the rank's part; epoch 0 reads it as it is). */
 static int map_epoch(data_loader *l, base_err *err) {
@@ -425,11 +444,18 @@ static int read_doc(data_loader *l, base_err *err) {
         if (!l->cfg.map_style) {
             rc = data_reader_next(&l->rd, want_doc, l, &d, err);
         } else if (l->k < l->n_mine) {
-            data_reader_jump(&l->rd, &l->idx[map_doc(l, l->k)]);
+            const data_pos *want = &l->idx[map_doc(l, l->k)];
+            data_reader_jump(&l->rd, want);
             rc = data_reader_next(&l->rd, NULL, NULL, &d, err);
-            if (rc == 0) /* indexed at open: the file lost it since */
-                rc = base_fail(err, "%s: document %lld is gone (the file shrank during the run?)",
-                               l->path, (long long)map_doc(l, l->k));
+            /* indexed at open: a file that shrank or changed since reads on elsewhere (the next
+             * file's first document) */
+            if (rc >= 0 &&
+                (rc == 0 || d.pos.file != want->file || d.pos.byte_off != want->byte_off))
+                rc = base_fail(err,
+                               "%s: its document at byte %lld (line %lld) is gone: the file "
+                               "changed during the run, after the map-style loader indexed it",
+                               l->rd.files[want->file].path, (long long)want->byte_off,
+                               (long long)want->line + 1);
             d.pos.doc = l->k++; /* the state's count: this rank's, in the epoch's order */
         }
         if (rc < 0) return -1;
@@ -787,12 +813,20 @@ void data_loader_describe(const data_loader *l, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, ", %d text (a document per paragraph)",
                               count[DATA_FMT_TEXT]);
     if (count[DATA_FMT_JSONL] && k < n)
-        k += (size_t)snprintf(buf + k, n - k, ", %d JSONL (field \"%s\", streamed)",
-                              count[DATA_FMT_JSONL], l->rd.field);
+        k +=
+            (size_t)snprintf(buf + k, n - k, ", %d JSONL (field \"%s\", %s)", count[DATA_FMT_JSONL],
+                             l->rd.field, l->cfg.map_style ? "indexed" : "streamed");
     if (count[DATA_FMT_TOKENS] && k < n)
         k += (size_t)snprintf(buf + k, n - k, ", %d token shards (%llu documents, %llu tokens)",
                               count[DATA_FMT_TOKENS], (unsigned long long)docs,
                               (unsigned long long)toks);
+    if (l->cfg.map_style && k < n)
+        k +=
+            (size_t)snprintf(buf + k, n - k,
+                             "; map-style: %lld documents, %s, this rank's block of %lld, "
+                             "reshuffled each later epoch (seed 42 + epoch)",
+                             (long long)l->n_idx, l->order ? "shuffled (seed 42)" : "in file order",
+                             (long long)l->n_mine);
     if (k < n)
         snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
                  l->cfg.enc.tok ? "tokenizer" : "byte tokens", l->cfg.dp_rank, l->cfg.dp_size);
@@ -858,6 +892,7 @@ void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     s->bad_lines = l->rd.bad_lines;
     s->fingerprint = l->fingerprint;
     s->content = file_content(l, s->file, &s->size);
+    if (l->cfg.map_style) s->content = map_content(l);
     s->setup = l->setup;
     s->before = data_reader_files_hash(&l->rd, s->file);
     s->name = s->file < l->rd.n_files ? name_hash(&l->rd.files[s->file]) : 0;
@@ -1058,9 +1093,6 @@ static int map_set_position(data_loader *l, const data_loader_state *s, base_err
                                "rank or size changed: a map-style dataset's order is of all its "
                                "documents, so it resumes on the same files only",
                                err);
-    int64_t size;
-    if (s->content && s->file < l->rd.n_files && s->content != file_content(l, s->file, &size))
-        return changed_same_size(&l->rd.files[s->file], s, err);
     if (s->doc > l->n_mine)
         return base_fail(err,
                          "%s: data-loader state does not fit the data (document %lld of this "
@@ -1073,10 +1105,19 @@ static int map_set_position(data_loader *l, const data_loader_state *s, base_err
     if (p.file != s->file || p.file_doc != s->file_doc || p.byte_off != s->byte_off ||
         p.line != s->line)
         return base_fail(err,
-                         "%s: data-loader state does not fit the data (document %lld of this "
-                         "rank in epoch %lld is not at file %d, document %lld, byte %lld)",
+                         "%s: data-loader state does not fit the data (this rank's document "
+                         "%lld of epoch %lld is not at file %d of the listing, its document "
+                         "%lld, byte %lld)",
                          l->path, (long long)s->doc, (long long)s->epoch, s->file + 1,
-                         (long long)s->file_doc, (long long)s->byte_off);
+                         (long long)s->file_doc + 1, (long long)s->byte_off);
+    /* every file's: the epoch has read documents of all of them, and reads the rest from all */
+    if (s->content && s->content != map_content(l))
+        return base_fail(err,
+                         "%s: a file of the dataset changed since the checkpoint (the same "
+                         "names and sizes, other bytes at a file's start or end, or other line "
+                         "starts: regenerated or reshuffled?): the rest of the saved epoch's "
+                         "order would read other documents; restore the files, or %s",
+                         l->path, k_leave_out);
     if (s->file < l->rd.n_files && !window_same(&l->rd.files[s->file], s))
         return changed_same_size(&l->rd.files[s->file], s, err);
     l->k = s->doc;

@@ -144,8 +144,8 @@ const field g_fields[] = {
           "false = read as a map-style HF Dataset, as torchtitan 0.3's ChatDataset and c4_test: "
           "a contiguous block of documents per data-parallel rank, reshuffled each epoch after "
           "the first (chat: shuffled from the start); true = streamed in file order, document i "
-          "on rank i mod size; unset = false with dataset_format chat, else true "
-          "(docs/data.md; titan)"),
+          "on rank i mod size; unset = false with dataset_format chat, else true; validation "
+          "streams (docs/data.md; titan)"),
     INT(training, stop_after_step, 0, 0, BIG,
         "exit after this step; 0 = run all steps (the schedule still spans steps) (titan)"),
     INT(training, local_batch_size, 8, 1, BIG, "sequences per microbatch per rank"),

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -1541,6 +1542,65 @@ static void test_documents(data_tok *tok) {
     data_loader_free(a);
 }
 
+/* A map-style loader reads documents of every file in each epoch: a file that shrinks during the
+ * run stops it naming the file (the reader had gone on to the next file's first document in place
+ * of each missing one), and a resume after a same-size rewrite of a file other than the saved
+ * position's (its lines reordered) is refused (the position's own file alone was checked). */
+static void test_map_style_changes(void) {
+    char a[4096], b[4096];
+    size_t ka = 0, kb = 0;
+    for (int i = 0; i < 40; i++) {
+        ka += (size_t)snprintf(a + ka, sizeof a - ka, "{\"text\": \"a%02d%.*s\"}\n", i, i % 7,
+                               "xxxxxxx");
+        kb += (size_t)snprintf(b + kb, sizeof b - kb, "{\"text\": \"b%02d%.*s\"}\n", i, i % 5,
+                               "yyyyy");
+    }
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s", path_of("ms"));
+    mkdir(sub, 0755);
+    write_str("ms/a.jsonl", a);
+    write_str("ms/b.jsonl", b);
+    data_loader_cfg c = cfg("ms", 8, 2);
+    c.map_style = 1;
+    base_err err;
+    data_loader *l = NULL;
+    int32_t x[16], y[16];
+    int ok = data_loader_open(&l, &c, &err) == 0 && data_loader_next(l, x, y, NULL, &err) == 1;
+    CHECK(ok, "map-style open: %s", err.msg);
+    data_loader_state st;
+    if (l) data_loader_get_state(l, &st);
+    CHECK(ok && st.map_style == 1, "the state records map_style");
+    data_loader *m = NULL; /* the same files: resumed */
+    CHECK(ok && data_loader_open(&m, &c, &err) == 0 && data_loader_set_state(m, &st, &err) == 0,
+          "a map-style resume on the same files: %s", err.msg);
+    data_loader_free(m);
+    /* b.jsonl's lines in another order, the same bytes and size: refused at the resume */
+    char b2[4096];
+    size_t k2 = 0;
+    for (int i = 39; i >= 0; i--)
+        k2 += (size_t)snprintf(b2 + k2, sizeof b2 - k2, "{\"text\": \"b%02d%.*s\"}\n", i, i % 5,
+                               "yyyyy");
+    CHECK(k2 == kb, "the rewrite keeps the size");
+    write_str("ms/b.jsonl", b2);
+    m = NULL;
+    ok = data_loader_open(&m, &c, &err) == 0;
+    CHECK(ok && st.file == 0, "reopen: %s (the position is in a.jsonl: %d)", err.msg, st.file);
+    CHECK(ok && data_loader_set_state(m, &st, &err) < 0 &&
+              strstr(err.msg, "a file of the dataset changed since the checkpoint"),
+          "a same-size rewrite of another file resumed map-style: %s", err.msg);
+    data_loader_free(m);
+    write_str("ms/b.jsonl", b);
+    /* a.jsonl cut to 5 lines while read: the first document gone from where it was indexed
+     * stops the run, naming the file */
+    write_file("ms/a.jsonl", a, (size_t)(strchr(strstr(a, "a05"), '\n') - a + 1));
+    int rc = 1;
+    for (int i = 0; l && rc == 1 && i < 200; i++) rc = data_loader_next(l, x, y, NULL, &err);
+    CHECK(rc < 0 && strstr(err.msg, "a.jsonl: its document at byte") &&
+              strstr(err.msg, "is gone: the file changed during the run"),
+          "a file shrunk during a map-style run: rc %d (%s)", rc, err.msg);
+    data_loader_free(l);
+}
+
 /* Dataset.shuffle(seed)'s order: numpy's own permutations (numpy 2.4, the venv's), printed by
  *   python -c "import numpy as np; print(np.random.default_rng(42).permutation(10).tolist())"
  * and, for the million, p[:6], p[-3:] and sum((i + 1) * p[i]) of default_rng(44).permutation(
@@ -1611,6 +1671,7 @@ int main(void) {
     test_grow_tokenize_marks(tok);
     test_documents(tok);
     test_shuffle_permutation();
+    test_map_style_changes();
     data_tok_free(tok);
     check_tmpdir_remove(dir);
     return check_report("test_loader");
