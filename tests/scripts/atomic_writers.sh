@@ -15,11 +15,13 @@ m=(train --set n_layers=1 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set 
    --steps 30 --metrics.enable_jsonl)
 "$titan" "${m[@]}" --dump-folder "$out/a" > /dev/null 2>&1 &&
   "$titan" "${m[@]}" --dump-folder "$out/b" --lr 1e-3 > /dev/null 2>&1 || { echo "FAIL: train"; exit 1; }
-ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -e trace=write -e inject=write:delay_exit=50000 \
+# (each write held 0.3 s: the second report must reach its open within the first's ~2 s; at
+# 50 ms, 0.3 s in all, a slow start of the second could miss it)
+ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -e trace=write -e inject=write:delay_exit=300000 \
   "$titan" report "$out/b" --out "$out/x.html" > "$out/b.log" 2>&1 &
 first=$!
 undated='s/[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC//g' # the page's drawing time
-for _ in $(seq 100); do [ -e "$out/x.html.tmp" ] && break; sleep 0.02; done
+for _ in $(seq 1500); do [ -e "$out/x.html.tmp" ] && break; sleep 0.02; done
 "$titan" report "$out/a" --out "$out/x.html" > "$out/a.log" 2>&1; rc=$?
 wait $first; rc1=$?
 if [ $rc1 -eq 0 ] && [ $rc -eq 1 ] &&

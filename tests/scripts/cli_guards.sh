@@ -156,7 +156,13 @@ with open(sys.argv[1], 'w') as f:
     for i in range(3000000): f.write('word %d and more words here\\n\\n' % i)" "$out/big.txt"
 timeout 60 "$titan" data --data "$out/big.txt" --seq-len 64 --batches 100000000 > /dev/null 2> "$out/o" &
 pid=$!
-sleep 1; truncate -s 1000 "$out/big.txt"
+# truncated once titan (timeout's child) has it mapped (a fixed second could come first: it then
+# read the short file to the 60 s timeout)
+for _ in $(seq 600); do
+  c=$(pgrep -P $pid || true); [ -n "$c" ] && grep -q big.txt "/proc/$c/maps" 2>/dev/null && break
+  sleep 0.05
+done
+truncate -s 1000 "$out/big.txt"
 wait $pid; rc=$?
 [ $rc -eq 135 ] && grep -q "titan: SIGBUS: a memory-mapped file .* became shorter while titan read it (truncated in place" "$out/o" &&
   ok "a data file truncated while read: SIGBUS said" || bad "a data file truncated while read (rc $rc): $(head -c 300 "$out/o")"
