@@ -50,12 +50,15 @@ static void on_signal(int sig) {
         }
         _exit(128 + sig);
     }
-    __atomic_store_n(&g_first, sig, __ATOMIC_SEQ_CST);
     static const char msg[] = ": finishing this step, then stopping (a checkpoint of it when "
                               "checkpointing is on); send it again to exit at once\n";
     if (write(STDERR_FILENO, "titan: ", 7) < 0 || write(STDERR_FILENO, name, strlen(name)) < 0 ||
         write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
     }
+    /* the stop is seen by the training loop only now, after the writes: a second signal already
+     * pending is delivered as this handler returns, not after the loop has begun the stop's
+     * checkpoint (its writes had left that window open: a step-N.tmp behind) */
+    __atomic_store_n(&g_first, sig, __ATOMIC_SEQ_CST);
 }
 
 int train_stop_install(int extra_sig, base_err *err) {
