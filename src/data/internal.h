@@ -100,7 +100,7 @@ typedef struct {
     size_t norm_cap;
     void *json; /* current JSONL object (json_t *) */
     int chat;   /* DATA_FMT_CHAT: the files are JSON Lines whose field is an array of messages
-                   (data_doc.json) */
+                   (data_doc.chat) */
 } data_reader;
 
 int data_reader_open(data_reader *r, const char *path, data_format format, const char *field,

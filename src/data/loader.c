@@ -46,6 +46,7 @@ struct data_loader {
      * shuffle(42 + epoch); NULL in epoch 0: as is); the next of it to read (k) */
     data_pos *idx;
     int64_t n_idx, *order, blk0, n_mine, *sigma, k;
+    uint64_t idx_hash; /* of the index's document places (map_content's part that cannot change) */
 };
 
 /* torchtitan 0.3's seed of Dataset.shuffle: 42, and 42 + epoch at each reloop */
@@ -57,21 +58,25 @@ static int64_t map_doc(const data_loader *l, int64_t k) {
     return l->order ? l->order[j] : j;
 }
 
+/* map_style: the place of this rank's k-th document in this epoch, its doc that count k (the
+ * state's); k = n_mine (all read): past the last file. */
+static data_pos map_pos(const data_loader *l, int64_t k) {
+    data_pos p = k < l->n_mine ? l->idx[map_doc(l, k)] : (data_pos){0, l->rd.n_files, 0, 0, 0};
+    p.doc = k;
+    return p;
+}
+
 static uint64_t file_content(const data_loader *l, int i, int64_t *size);
 
 /* map_style: the state's `content`, of every file (the epoch has read documents of all of them):
- * their content hashes (first and last 64 KiB, size) and the index's document places (a file
- * rewritten with its size, its lines reordered, has other line starts). Never 0. */
+ * their content hashes (first and last 64 KiB, size) and the index's document places (idx_hash:
+ * a file rewritten with its size, its lines reordered, has other line starts). Never 0. */
 static uint64_t map_content(const data_loader *l) {
-    uint64_t h = BASE_HASH_INIT;
+    uint64_t h = l->idx_hash;
     for (int i = 0; i < l->rd.n_files; i++) {
         int64_t size;
         const uint64_t c = file_content(l, i, &size);
         h = base_hash_bytes(h, &c, sizeof c);
-    }
-    for (int64_t i = 0; i < l->n_idx; i++) {
-        const int64_t at[2] = {l->idx[i].file, l->idx[i].byte_off};
-        h = base_hash_bytes(h, at, sizeof at);
     }
     return h + !h;
 }
@@ -108,6 +113,11 @@ static int map_index(data_loader *l, base_err *err) {
     if (rc < 0) return -1;
     data_reader_rewind(&l->rd);
     l->rd.bad_counted = 1; /* counted (and said) in this pass */
+    l->idx_hash = BASE_HASH_INIT;
+    for (int64_t i = 0; i < l->n_idx; i++) {
+        const int64_t at[2] = {l->idx[i].file, l->idx[i].byte_off};
+        l->idx_hash = base_hash_bytes(l->idx_hash, at, sizeof at);
+    }
     const int64_t n = l->n_idx, dp = l->cfg.dp_size, r = l->cfg.dp_rank;
     if (l->chat && n > 0) {
         if (!(l->order = malloc((size_t)n * sizeof *l->order)))
@@ -122,7 +132,7 @@ static int map_index(data_loader *l, base_err *err) {
 
 /* Documents of the dataset read so far in this epoch's pass (all of them at its end). */
 static int64_t docs_read_pass(const data_loader *l) {
-    return l->idx ? l->n_idx : l->rd.next.doc;
+    return l->cfg.map_style ? l->n_idx : l->rd.next.doc;
 }
 
 /* File i's data_content_hash and the bytes it covers (*size): of the bytes the reader opened (the
@@ -444,19 +454,18 @@ static int read_doc(data_loader *l, base_err *err) {
         if (!l->cfg.map_style) {
             rc = data_reader_next(&l->rd, want_doc, l, &d, err);
         } else if (l->k < l->n_mine) {
-            const data_pos *want = &l->idx[map_doc(l, l->k)];
-            data_reader_jump(&l->rd, want);
+            const data_pos want = map_pos(l, l->k++);
+            data_reader_jump(&l->rd, &want);
             rc = data_reader_next(&l->rd, NULL, NULL, &d, err);
             /* indexed at open: a file that shrank or changed since reads on elsewhere (the next
              * file's first document) */
-            if (rc >= 0 &&
-                (rc == 0 || d.pos.file != want->file || d.pos.byte_off != want->byte_off))
+            if (rc >= 0 && (rc == 0 || d.pos.file != want.file || d.pos.byte_off != want.byte_off))
                 rc = base_fail(err,
                                "%s: its document at byte %lld (line %lld) is gone: the file "
                                "changed during the run, after the map-style loader indexed it",
-                               l->rd.files[want->file].path, (long long)want->byte_off,
-                               (long long)want->line + 1);
-            d.pos.doc = l->k++; /* the state's count: this rank's, in the epoch's order */
+                               l->rd.files[want.file].path, (long long)want.byte_off,
+                               (long long)want.line + 1);
+            d.pos.doc = want.doc; /* the state's count: this rank's, in the epoch's order */
         }
         if (rc < 0) return -1;
         if (rc > 0) return append_doc(l, &d, err) ? -1 : 1;
@@ -862,32 +871,17 @@ static int changed_same_size(const data_file *f, const data_loader_state *s, bas
 
 void data_loader_get_state(const data_loader *l, data_loader_state *s) {
     memset(s, 0, sizeof *s);
-    if (l->qh < l->qn) {
-        const seg *f = &l->q[l->qh];
-        s->epoch = f->epoch;
-        s->doc = f->pos.doc;
-        s->doc_tokens = l->front_used;
-        s->file = f->pos.file;
-        s->file_doc = f->pos.file_doc;
-        s->byte_off = f->pos.byte_off;
-        s->line = f->pos.line;
-    } else if (l->cfg.map_style) { /* the next document, or (all read) past the last file */
-        const data_pos p =
-            l->k < l->n_mine ? l->idx[map_doc(l, l->k)] : (data_pos){0, l->rd.n_files, 0, 0, 0};
-        s->epoch = l->epoch;
-        s->doc = l->k;
-        s->file = p.file;
-        s->file_doc = p.file_doc;
-        s->byte_off = p.byte_off;
-        s->line = p.line;
-    } else {
-        s->epoch = l->epoch;
-        s->doc = l->rd.next.doc;
-        s->file = l->rd.next.file;
-        s->file_doc = l->rd.next.file_doc;
-        s->byte_off = l->rd.next.byte_off;
-        s->line = l->rd.next.line;
-    }
+    /* the document holding the next token: the buffer's oldest, else the next to read */
+    const data_pos p = l->qh < l->qn      ? l->q[l->qh].pos
+                       : l->cfg.map_style ? map_pos(l, l->k)
+                                          : l->rd.next;
+    s->epoch = l->qh < l->qn ? l->q[l->qh].epoch : l->epoch;
+    s->doc = p.doc;
+    s->doc_tokens = l->qh < l->qn ? l->front_used : 0;
+    s->file = p.file;
+    s->file_doc = p.file_doc;
+    s->byte_off = p.byte_off;
+    s->line = p.line;
     s->map_style = l->cfg.map_style;
     s->bad_lines = l->rd.bad_lines;
     s->fingerprint = l->fingerprint;
@@ -1100,8 +1094,7 @@ static int map_set_position(data_loader *l, const data_loader_state *s, base_err
                          l->path, (long long)s->doc, (long long)l->n_mine);
     l->epoch = s->epoch;
     if (map_epoch(l, err)) return -1;
-    const data_pos p =
-        s->doc < l->n_mine ? l->idx[map_doc(l, s->doc)] : (data_pos){0, l->rd.n_files, 0, 0, 0};
+    const data_pos p = map_pos(l, s->doc);
     if (p.file != s->file || p.file_doc != s->file_doc || p.byte_off != s->byte_off ||
         p.line != s->line)
         return base_fail(err,

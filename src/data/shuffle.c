@@ -4,7 +4,7 @@
  * permutation(n) shuffles arange(n) from the last element down, each swap partner drawn by
  * rejection from the smallest all-ones mask above the bound (random_interval), with 32-bit
  * draws (two per 64-bit output, low half first) while the bound fits 32 bits. Checked
- * against numpy itself (tests/reference/check_loader.py). */
+ * against numpy's own output (test_loader) and, end to end, check_loader.py. */
 #include <stdint.h>
 
 #include "data/data.h"

@@ -45,10 +45,10 @@ int train_validate(train_job *j, model *ev, double *loss, int64_t *ntok, base_er
                          .partial_last = 1,
                          .pad_label = OPS_IGNORE_INDEX,
                          .doc_shift = o->block_causal};
-    /* streamed whatever training.dataset_streaming: a pass over the whole set (steps -1) has
+    /* Streamed whatever training.dataset_streaming: a pass over the whole set (steps -1) has
      * the same chat losses in any order (each example attended alone), and token shards, which
-     * a map-style loader refuses, stay a validation set */
-    /* Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
+     * a map-style loader refuses, stay a validation set.
+     * Every rank evaluates the whole set (dp_size 1): the ranks stay in step for FSDP's
      * gathers whatever the documents' split. steps -1: one pass; the last batch may be short
      * (torchtitan's validation loader keeps it): its missing rows carry ignored labels, so the
      * loss is the token mean over every whole window of the set. steps N: N whole batches of
