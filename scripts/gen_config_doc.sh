@@ -158,6 +158,12 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   shuffled with seed 42, a contiguous block per rank, reshuffled each epoch
   (`training.dataset_streaming = true` for a streaming dataset's); write the processor's output
   to the file beforehand.
+- **Data mixtures.** 0.3's `InterleavedHuggingFaceTextDataLoader` / `InterleavedChatDataLoader`
+  (`sources` with a `weight` each, `seed`) are `training.dataset_sources`, `dataset_weights` and
+  `dataset_mix_seed`: each window drawn from one source as 0.3 draws it (Python's
+  `random.Random(seed).choices`), each source split, packed and re-looped on its own
+  (docs/data.md "A mixture of datasets"). Its `stopping_strategy` acts on finite sources only;
+  training sources re-loop, so titan has none.
 - **MoE load balancing.** 0.3's Qwen3 MoE updates the expert bias after every step
   (`load_balance_coeff` 1e-3); v0.2.2's Qwen3 never did. titan's default is `none`:
   `model.moe_load_balance = "bias"` is 0.3's (`moe_bias_update_rate` 1e-3, the same rule).

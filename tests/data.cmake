@@ -7,6 +7,15 @@ add_test(NAME loader_reference
 set_tests_properties(loader_reference PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2;RAYON_NUM_THREADS=2" TIMEOUT 300)
 
+# A weighted mixture of datasets (training.dataset_sources) against torchtitan 0.3's
+# interleaved loaders: Python's random draws over the per-source references, and 0.3's own
+# InterleavedDataset where torchtitan is installed (tests/reference/check_mix.py).
+add_test(NAME loader_mix
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_mix.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED} ${CMAKE_BINARY_DIR}/loader_mix)
+set_tests_properties(loader_mix PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;RAYON_NUM_THREADS=2" TIMEOUT 300)
+
 if(TARGET test_loader)
   target_compile_definitions(test_loader PRIVATE TITAN_SHARED_DIR="${TITAN_SHARED}")
 endif()

@@ -240,6 +240,25 @@ int data_cmd_tokenize(int argc, char **argv, base_err *err) {
     return 0;
 }
 
+/* "0.7,0.3" -> w[*n] (each a finite number >= 0; the sum checked at open). */
+static int parse_weights(const char *v, double *w, int *n, base_err *err) {
+    *n = 0;
+    for (const char *p = v;;) {
+        const char *q = strchr(p, ',');
+        char item[64];
+        const size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len >= sizeof item || *n == DATA_MIX_MAX)
+            return base_fail(err, "data: --weights '%s': too long", v);
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (base_parse_f64(item, &w[*n]) || !(w[*n] >= 0) || w[*n] > 1e300)
+            return base_fail(err, "data: --weights: '%s' is no finite number >= 0", item);
+        ++*n;
+        if (!q) return 0;
+        p = q + 1;
+    }
+}
+
 void data_cmd_data_usage(FILE *f) {
     fprintf(f,
             "usage: titan data --data PATH [--tokenizer DIR] [options]\n"
@@ -261,7 +280,12 @@ void data_cmd_data_usage(FILE *f) {
             "                     chat examples: shuffled, a contiguous block per rank,\n"
             "                     reshuffled each epoch; docs/data.md); default true,\n"
             "                     chat false\n"
-            "  --state JSON       resume from a state printed by an earlier run\n",
+            "  --state JSON       resume from a state printed by an earlier run\n"
+            "  --data PATH ...    given more than once: a mixture of those sources, each\n"
+            "                     window drawn from one as torchtitan 0.3's interleaved\n"
+            "                     loaders draw it (docs/data.md)\n"
+            "  --weights W,W,...  the sources' sampling weights (1 each)\n"
+            "  --mix-seed S       the draws' seed (42)\n",
             data_opts_help);
 }
 
@@ -274,13 +298,30 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.dp_size = 1;
     c.infinite = 1;
     c.enc.vocab_size = INT32_MAX;
-    int batches = 1, documents = 0, streaming = -1;
-    const char *state = NULL;
+    int batches = 1, documents = 0, streaming = -1, n_paths = 0, n_weights = 0;
+    const char *state = NULL, *paths[DATA_MIX_MAX];
+    double weights[DATA_MIX_MAX];
+    int64_t mix_seed = 42;
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
         const char *a = argv[it.i];
         int st = 0;
-        if (parse_data_opt(&it, &d, &st)) {
+        if (!strcmp(a, "--data")) {
+            const char *v = base_args_value(&it);
+            st = !v ? -1
+                 : n_paths < DATA_MIX_MAX
+                     ? (paths[n_paths++] = v, 0)
+                     : base_fail(err, "data: at most %d --data sources", DATA_MIX_MAX);
+        } else if (!strcmp(a, "--weights")) {
+            const char *v = base_args_value(&it);
+            st = v ? parse_weights(v, weights, &n_weights, err) : -1;
+        } else if (!strcmp(a, "--mix-seed")) {
+            const char *v = base_args_value(&it);
+            st = !v ? -1
+                 : base_parse_i64(v, &mix_seed) || mix_seed < 0
+                     ? base_fail(err, "data: --mix-seed takes an integer >= 0, not '%s'", v)
+                     : 0;
+        } else if (parse_data_opt(&it, &d, &st)) {
         } else if (!strcmp(a, "--seq-len")) {
             st = base_args_int(&it, &c.seq_len, 1);
         } else if (!strcmp(a, "--batch")) {
@@ -314,9 +355,11 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         }
         if (st) return -1;
     }
-    if (!d.path) return base_fail(err, "data: --data PATH is required");
+    if (!n_paths) return base_fail(err, "data: --data PATH is required");
+    if (n_weights && n_weights != n_paths)
+        return base_fail(err, "data: --weights has %d weights for %d --data sources", n_weights,
+                         n_paths);
     base_log_all_to_stderr(1); /* stdout is the windows */
-    c.path = d.path;
     c.format = d.format;
     c.field = d.field;
     c.skip_bad_lines = d.skip_bad;
@@ -325,19 +368,16 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.map_style = streaming < 0 ? d.format == DATA_FMT_CHAT : !streaming;
     c.pad_label = -100; /* a masked label, printed as torchtitan's IGNORE_INDEX */
     if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
-    data_loader *l = NULL;
+    const data_mix_cfg mc = {c, paths, n_weights ? weights : NULL, n_paths, (uint64_t)mix_seed};
+    data_mix *l = NULL;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
     int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     int32_t *pos = documents ? malloc(n * sizeof *pos) : NULL;
     int rc = !x || !y || (documents && !pos) ? base_fail(err, "out of memory")
-                                             : data_loader_open(&l, &c, err);
-    if (!rc && state) {
-        data_loader_state s;
-        rc = data_loader_state_parse(state, &s, err);
-        if (!rc) rc = data_loader_set_state(l, &s, err);
-    }
+                                             : data_mix_open(&l, &mc, err);
+    if (!rc && state) rc = data_mix_state_restore(l, state, err);
     for (int b = 0; !rc && b < batches; b++) {
-        int got = data_loader_next(l, x, y, pos, err);
+        int got = data_mix_next(l, x, y, pos, err);
         if (got <= 0) {
             rc = got;
             break;
@@ -361,14 +401,18 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         }
     }
     if (!rc) {
-        data_loader_state s;
-        char buf[DATA_LOADER_STATE_MAX];
-        data_loader_get_state(l, &s);
-        data_loader_state_format(&s, buf, sizeof buf);
+        const size_t cap = data_mix_state_max(l);
+        char *buf = malloc(cap);
+        int64_t rows[DATA_MIX_MAX];
+        data_mix_rows(l, rows);
+        rc = !buf || data_mix_state_format(l, buf, cap) ? base_fail(err, "out of memory") : 0;
         fflush(stdout);
-        fprintf(stderr, "state: %s\n", buf);
+        for (int i = 0; !rc && n_paths > 1 && i < n_paths; i++)
+            fprintf(stderr, "source %d: %lld rows (%s)\n", i + 1, (long long)rows[i], paths[i]);
+        if (!rc) fprintf(stderr, "state: %s\n", buf);
+        free(buf);
     }
-    data_loader_free(l);
+    data_mix_free(l);
     data_tok_free(c.enc.tok);
     free(x);
     free(y);

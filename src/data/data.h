@@ -362,6 +362,51 @@ void data_loader_describe(const data_loader *l, char *buf, size_t n);
 int data_loader_state_format(const data_loader_state *s, char *buf, size_t n);
 int data_loader_state_parse(const char *json, data_loader_state *s, base_err *err);
 
+/* ---- a weighted mixture of datasets (src/data/mix.c) ----
+ * torchtitan 0.3's InterleavedHuggingFaceTextDataLoader / InterleavedChatDataLoader: n sources,
+ * each a loader of its own (the settings in data_mix_cfg.loader, its own path; each split over
+ * the data-parallel ranks and re-looped on its own, as 0.3's infinite sources), and every
+ * window (row) of a batch is the next window of one source, drawn as 0.3's InterleavedDataset
+ * draws it: Python's random.Random(seed).choices(range(n), weights = w / sum(w)), the same
+ * draws on every rank. With n == 1 it is that one loader (no draws; its state as before).
+ * The state: each source's position and the number of draws (the generator is the seed's after
+ * them), {"mix_seed": S, "mix_draws": D, "mix_weights": [...], "sources": [...]}. */
+#define DATA_MIX_MAX 64
+/* data_mix_state_max's largest (DATA_MIX_MAX sources) */
+#define DATA_MIX_STATE_CAP (DATA_MIX_MAX * (DATA_LOADER_STATE_MAX + 34) + 128)
+typedef struct {
+    data_loader_cfg loader;   /* every source's settings (path: paths[i]; infinite when n > 1) */
+    const char *const *paths; /* n of them */
+    const double *weights;    /* n sampling weights (>= 0, a finite sum > 0); NULL: 1 each */
+    int n;
+    uint64_t seed; /* torchtitan 0.3's interleaving seed (its default 42) */
+} data_mix_cfg;
+typedef struct data_mix data_mix;
+/* Errors name the source (n > 1) and its file. */
+int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err);
+void data_mix_free(data_mix *m);
+int data_mix_sources(const data_mix *m);
+/* data_loader_next over the mixture: `batch` rows, each from its drawn source. */
+int data_mix_next(data_mix *m, int32_t *inputs, int32_t *labels, int32_t *positions, base_err *err);
+/* data_loader_shard_tokenizer's of the first source that has one (sources whose shards record
+ * different tokenizers are refused at open when the run has none). */
+int data_mix_shard_tokenizer(const data_mix *m, const char **path, uint64_t *hash);
+void data_mix_describe(const data_mix *m, char *buf, size_t n);
+/* rows[n]: the rows each source gave since open. */
+void data_mix_rows(const data_mix *m, int64_t *rows);
+/* The state as one line of JSON into buf[data_mix_state_max(m)] (n == 1: the loader's, as
+ * data_loader_state_format), and back: the sources' positions must be this mixture's count
+ * (one dataset and a mixture never take each other's); each is checked as data_loader_set_state
+ * checks it. A state seeded otherwise than this run goes on from its own generator (said), as
+ * 0.3 restores its interleaver's RNG state. */
+size_t data_mix_state_max(const data_mix *m);
+int data_mix_state_format(const data_mix *m, char *buf, size_t n);
+int data_mix_state_restore(data_mix *m, const char *json, base_err *err);
+/* 0 when weights[n] are each finite and >= 0 with a finite sum above 0, else -1 with err. */
+int data_mix_weights_check(const double *weights, int n, base_err *err);
+/* The sources draws skip .. skip + count - 1 pick (out[count]): for tests. */
+void data_mix_draws(uint64_t seed, const double *weights, int n, int64_t skip, int count, int *out);
+
 /* ---- Subcommands (data/cli.c) -----------------------------------------------------------
  * titan encode, decode, tokenize and data: argv[1] is the subcommand, its options follow.
  * They return 0 or -1 with err filled; --help prints the usage to stdout and returns 0. */

@@ -45,6 +45,8 @@ static int check_ckpt_part(const base_toml_value *v, char *why, size_t n);
     { #sec, #key, T_STRS, 0, OFF(sec, key), NULL, 0, 0, 0, 0, NULL, check, help, P_USED }
 #define INTS(sec, key, lo, hi, help)                                                               \
     { #sec, #key, T_INTS, 0, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help, P_USED }
+#define FLTS(sec, key, lo, hi, help)                                                               \
+    { #sec, #key, T_FLOATS, 0, OFF(sec, key), NULL, 0, lo, hi, 0, NULL, NULL, help, P_USED }
 /* torchtitan keys with a policy (fpolicy): the same shapes, one more argument */
 #define PSTR(sec, key, def, choices, pol, help)                                                    \
     { #sec, #key, T_STR, 0, OFF(sec, key), def, 0, 0, 0, 0, choices, NULL, help, pol }
@@ -146,6 +148,17 @@ const field g_fields[] = {
           "the first (chat: shuffled from the start); true = streamed in file order, document i "
           "on rank i mod size; unset = false with dataset_format chat, else true; validation "
           "streams (docs/data.md; titan)"),
+    STRS(training, dataset_sources, NULL,
+         "a weighted mixture of datasets in place of dataset_path, torchtitan 0.3's interleaved "
+         "loaders (dataloader.sources): each a file, folder or glob, read as dataset_path is "
+         "(one dataset_format, dataset_field, dataset_streaming), split over the data-parallel "
+         "ranks and re-looped on its own; each window of a batch comes from one source, drawn "
+         "with 0.3's random.Random(dataset_mix_seed).choices (docs/data.md)"),
+    FLTS(training, dataset_weights, 0, 1e300,
+         "dataset_sources' sampling weights (0.3's HFDataSource.weight, normalised; a window's "
+         "chance, not a token share of documents); empty = 1 each"),
+    OINT(training, dataset_mix_seed, 0, 9.2e18,
+         "the seed of dataset_sources' draws (0.3's dataloader seed); unset = 42"),
     INT(training, stop_after_step, 0, 0, BIG,
         "exit after this step; 0 = run all steps (the schedule still spans steps) (titan)"),
     INT(training, local_batch_size, 8, 1, BIG, "sequences per microbatch per rank"),
@@ -688,6 +701,7 @@ void train_config_defaults(train_config *c) {
             break;
         case T_STRS:
         case T_INTS:
+        case T_FLOATS:
         case T_ANY:
             break; /* empty */
         }
@@ -719,6 +733,14 @@ void describe(const field *f, const char *where, int line, int col, char *out, s
         snprintf(out, n, "command line: %.100s (%s)", where, name);
 }
 
+int is_list_type(ftype t) {
+    return t == T_STRS || t == T_INTS || t == T_FLOATS;
+}
+
+ftype item_type(ftype t) {
+    return t == T_STRS ? T_STR : t == T_INTS ? T_INT : t == T_FLOATS ? T_FLOAT : t;
+}
+
 const char *type_name(const field *f) {
     switch (f->type) {
     case T_STR:
@@ -733,6 +755,8 @@ const char *type_name(const field *f) {
         return "an array of strings";
     case T_INTS:
         return "an array of integers";
+    case T_FLOATS:
+        return "an array of numbers";
     case T_ANY:
         return "any value";
     }
@@ -741,7 +765,7 @@ const char *type_name(const field *f) {
 
 /* "in [1, 1073741824]", "> 0", ">= 0", "in [0, 1)" */
 void range_text(const field *f, char *out, size_t n) {
-    const int int_like = f->type != T_FLOAT;
+    const int int_like = f->type != T_FLOAT && f->type != T_FLOATS;
     char lo[32], hi[32];
     snprintf(lo, sizeof lo, int_like ? "%.0f" : "%g", f->min);
     snprintf(hi, sizeof hi, int_like ? "%.0f" : "%g", f->max);
@@ -753,7 +777,7 @@ void range_text(const field *f, char *out, size_t n) {
 
 /* Checks one scalar against field f (for arrays: one item); fills why on failure. */
 static int check_scalar(const field *f, base_toml_value *v, char *why, size_t n) {
-    const ftype t = f->type == T_STRS ? T_STR : f->type == T_INTS ? T_INT : f->type;
+    const ftype t = item_type(f->type);
     const base_toml_type want = t == T_STR     ? BASE_TOML_STRING
                                 : t == T_INT   ? BASE_TOML_INT
                                 : t == T_FLOAT ? BASE_TOML_FLOAT
@@ -764,9 +788,10 @@ static int check_scalar(const field *f, base_toml_value *v, char *why, size_t n)
     }
     if (v->type != want) {
         snprintf(why, n, "expected %s, got %s",
-                 f->type == T_STRS   ? "strings"
-                 : f->type == T_INTS ? "integers"
-                                     : type_name(f),
+                 f->type == T_STRS     ? "strings"
+                 : f->type == T_INTS   ? "integers"
+                 : f->type == T_FLOATS ? "numbers"
+                                       : type_name(f),
                  base_toml_type_name(v->type));
         return -1;
     }
@@ -847,6 +872,13 @@ static int store(train_config *c, int fi, const base_toml_value *v) {
         *(train_int_list *)s = (train_int_list){items, v->n_items};
         break;
     }
+    case T_FLOATS: {
+        double *items = pool_keep(c, calloc((size_t)v->n_items + 1, sizeof *items));
+        if (!items) return -1;
+        for (int i = 0; i < v->n_items; i++) items[i] = v->items[i].f;
+        *(train_float_list *)s = (train_float_list){items, v->n_items};
+        break;
+    }
     case T_ANY:
         break; /* accepted, kept nowhere */
     }
@@ -858,7 +890,7 @@ int assign(train_config *c, int fi, base_toml_value *v, const char *where, int l
            base_err *err) {
     const field *f = &g_fields[fi];
     char why[600] = "", pre[300];
-    const int is_list = f->type == T_STRS || f->type == T_INTS;
+    const int is_list = is_list_type(f->type);
     if (f->type == T_ANY)
         ; /* any value */
     else if (is_list && v->type != BASE_TOML_ARRAY)

@@ -31,7 +31,7 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
         v->type = BASE_TOML_STRING;
     }
     if (f->type == T_STR || f->type == T_ANY) return (v->s = strdup(text)) ? 0 : -1;
-    if (f->type == T_STRS || f->type == T_INTS) {
+    if (is_list_type(f->type)) {
         if (text[0] == '[') {
             if (base_toml_parse_value(text, v, &e) == 0) return 0;
             snprintf(why, n, "not a TOML array: %.300s", e.msg);
@@ -52,12 +52,13 @@ static int cli_value(const field *f, const char *text, base_toml_value *v, char 
                 it->type = BASE_TOML_STRING;
                 it->s = item;
             } else {
-                it->type = BASE_TOML_INT;
-                int bad = base_parse_i64(item, &it->i);
+                const int ints = f->type == T_INTS;
+                it->type = ints ? BASE_TOML_INT : BASE_TOML_FLOAT;
+                int bad = ints ? base_parse_i64(item, &it->i) : base_parse_f64(item, &it->f);
                 free(item);
                 if (bad) {
-                    snprintf(why, n, "item %d: expected an integer, got '%.*s'", v->n_items,
-                             (int)len, p);
+                    snprintf(why, n, "item %d: expected %s, got '%.*s'", v->n_items,
+                             ints ? "an integer" : "a number", (int)len, p);
                     return -1;
                 }
             }

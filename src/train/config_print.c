@@ -72,6 +72,16 @@ static void print_value(FILE *out, const field *fd, const void *s) {
         fputc(']', out);
         break;
     }
+    case T_FLOATS: {
+        const train_float_list *l = s;
+        fputc('[', out);
+        for (int i = 0; i < l->n; i++) {
+            if (i) fputs(", ", out);
+            print_float(out, l->v[i]);
+        }
+        fputc(']', out);
+        break;
+    }
     case T_ANY:
         break; /* is_unset: printed as a comment */
     }
@@ -187,7 +197,8 @@ void train_config_usage(FILE *f) {
             if (refused[0])
                 snprintf(range + strlen(range), sizeof range - strlen(range), "; refused: %s",
                          refused);
-        } else if (fd->type == T_INT || fd->type == T_FLOAT || fd->type == T_INTS)
+        } else if (fd->type == T_INT || fd->type == T_FLOAT || fd->type == T_INTS ||
+                   fd->type == T_FLOATS)
             range_text(fd, range, sizeof range);
         static const char *const tag[] = {"", " [inert]", " [no effect: noted when set]",
                                           " [refused when set]"};

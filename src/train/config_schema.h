@@ -8,7 +8,7 @@
 
 /* T_ANY: any TOML value, checked and stored nowhere (torchtitan keys whose types titan has no
  * slot for, such as list[list[str]]; only ever P_INERT). */
-typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS, T_ANY } ftype;
+typedef enum { T_STR, T_INT, T_FLOAT, T_BOOL, T_STRS, T_INTS, T_FLOATS, T_ANY } ftype;
 
 /* What titan does with a field. torchtitan keys for features titan lacks are accepted at
  * their default (inert) value; set otherwise, P_NOTE logs that the setting has no effect on
@@ -46,6 +46,9 @@ int find_field(const char *section, const char *key);
 void *pool_keep(train_config *c, void *p);
 /* Where field f's value lives in c. */
 void *slot(const train_config *c, const field *f);
+/* Whether f is a list (T_STRS, T_INTS, T_FLOATS), and its items' scalar type. */
+int is_list_type(ftype t);
+ftype item_type(ftype t);
 /* Whether an optional field (or a string) holds no value. */
 int is_unset(const field *fd, const void *s);
 /* Field fd's value at s as TOML ("none" when unset), cut to n bytes: for messages. */

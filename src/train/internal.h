@@ -88,7 +88,7 @@ int train_state_check(const struct json_t *t, const char *dir, int64_t step, bas
 /* Positions loader l, data-parallel rank dp_rank of dp_size, where a checkpoint's "train"
  * object t says (train.data_loader; train.data_loaders[dp_rank] when dp_size > 1). Errors
  * name dir/step-N/metadata.json and the field. */
-int train_loader_state_restore(const struct json_t *t, data_loader *l, int dp_rank, int dp_size,
+int train_loader_state_restore(const struct json_t *t, data_mix *l, int dp_rank, int dp_size,
                                const char *dir, int64_t step, base_err *err);
 /* The checkpoint's model (train.model, decoded by model_args_from_json) is this run's
  * (model_args_equal); the error shows both identities. */
@@ -214,7 +214,7 @@ void train_phase_end(const char *what, double t0);
  * has} (a tokenizer; without one, the tokenizer token shards in loader record: no ids),
  * "bytes" (byte data) or null (random tokens); NULL when out of memory. */
 struct json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok,
-                                    const data_loader *loader);
+                                    const data_mix *loader);
 /* {bos, eos, pad} of tok (-1 for one it has not; all -1 without a tokenizer). */
 void train_token_ids(const data_tok *tok, int32_t ids[3]);
 
@@ -234,11 +234,11 @@ int train_full_model(model *full, const model *m, const train_opts *o, dist_comm
 /* This rank's slices (m->w, local layout) from the whole model's weights full. */
 int train_take_slices(model *m, float *full, base_err *err);
 
-/* The token source (source.c): the packing loader over a dataset, or uniformly random
- * tokens. */
+/* The token source (source.c): the packing loader over a dataset or a mixture of them, or
+ * uniformly random tokens. */
 typedef struct {
     data_tok *tok;
-    data_loader *loader;
+    data_mix *loader;
     uint64_t seed, counter;
     int vocab;
     int dp_rank, dp_size; /* this rank's share of the data */

@@ -537,9 +537,13 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     if (!rc) in = train_plan_in_of(&o, world);
     if (!rc) rc = train_plan_compute(&in, &p, err);
     if (!rc) train_plan_print(&in, &p, budget, stdout);
-    if (!rc)
-        train_plan_data(c.training.dataset_path, c.training.dataset_format,
-                        c.training.dataset_field, p.par.dp_replicate * p.par.dp_shard, stdout);
+    /* each source of a mixture is split over the ranks on its own */
+    for (int i = 0; !rc && i < (c.training.dataset_sources.n ? c.training.dataset_sources.n : 1);
+         i++)
+        train_plan_data(c.training.dataset_sources.n ? c.training.dataset_sources.v[i]
+                                                     : c.training.dataset_path,
+                        c.training.dataset_format, c.training.dataset_field,
+                        p.par.dp_replicate * p.par.dp_shard, stdout);
 done:
     train_config_free(&c);
     for (int i = 0; i < n_owned; i++) free(owned[i]);

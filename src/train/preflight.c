@@ -101,7 +101,12 @@ static int output_dir(const char *field, const char *dir, base_err *err) {
 static int paths(const train_opts *o, base_err *err) {
     char tok[4200]; /* the tokenizer folder's tokenizer.json */
     if (o->tokenizer_dir) snprintf(tok, sizeof tok, "%s/tokenizer.json", o->tokenizer_dir);
-    if (input_exists("training.dataset_path", o->data_path, err) ||
+    for (int i = 0; o->data_paths && i < o->n_data; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "training.dataset_sources, source %d", i + 1);
+        if (input_exists(field, o->data_paths[i], err)) return -1;
+    }
+    if ((!o->data_paths && input_exists("training.dataset_path", o->data_path, err)) ||
         input_exists("validation.dataset_path", o->val.path, err) ||
         input_exists("model.hf_assets_path", o->tokenizer_dir ? tok : NULL, err) ||
         (o->ckpt.enable &&

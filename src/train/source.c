@@ -5,7 +5,7 @@
 #include "train/internal.h"
 
 void train_source_close(train_source *s) {
-    data_loader_free(s->loader);
+    data_mix_free(s->loader);
     data_tok_free(s->tok);
     memset(s, 0, sizeof *s);
 }
@@ -18,8 +18,7 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
     s->dp_size = mesh->dp_size;
     if (!o->data_path) return 0;
     if (o->tokenizer_dir && data_tok_load(o->tokenizer_dir, &s->tok, err)) return -1;
-    data_loader_cfg c = {.path = o->data_path,
-                         .format = o->data_format,
+    data_loader_cfg c = {.format = o->data_format,
                          .field = o->data_field,
                          .skip_bad_lines = o->skip_bad_lines,
                          .enc = {s->tok, o->model.vocab_size},
@@ -31,7 +30,9 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
                          .pad_label = OPS_IGNORE_INDEX,
                          .doc_shift = o->block_causal,
                          .map_style = o->map_style};
-    if (data_loader_open(&s->loader, &c, err)) {
+    const data_mix_cfg mc = {c, o->data_paths ? o->data_paths : &o->data_path, o->data_weights,
+                             o->n_data, o->mix_seed};
+    if (data_mix_open(&s->loader, &mc, err)) {
         train_source_close(s);
         return -1;
     }
@@ -41,7 +42,7 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
 void train_source_describe(const train_source *s, const train_opts *o, char *buf, size_t n) {
     if (!n) return;
     snprintf(buf, n, "uniform random tokens");
-    if (s->loader) data_loader_describe(s->loader, buf, n);
+    if (s->loader) data_mix_describe(s->loader, buf, n);
     const size_t at = strlen(buf);
     if (o->block_causal)
         snprintf(buf + at, n - at,
@@ -52,7 +53,7 @@ void train_source_describe(const train_source *s, const train_opts *o, char *buf
 /* Random tokens: one counter stream of windows, this rank's B of each round's dp_size * B. */
 int train_source_next(train_source *s, int32_t *tok, int32_t *tgt, int32_t *pos, int B, int T,
                       base_err *err) {
-    if (s->loader) return data_loader_next(s->loader, tok, tgt, pos, err) == 1 ? 0 : -1;
+    if (s->loader) return data_mix_next(s->loader, tok, tgt, pos, err) == 1 ? 0 : -1;
     for (size_t i = 0; pos && i < (size_t)B * T; i++) pos[i] = (int32_t)(i % (size_t)T);
     const uint64_t window = (uint64_t)B * (uint64_t)(T + 1);
     uint64_t at = s->counter + (uint64_t)s->dp_rank * window;

@@ -229,10 +229,10 @@ void train_token_ids(const data_tok *tok, int32_t ids[3]) {
     ids[2] = tok ? data_tok_pad_id(tok) : -1;
 }
 
-json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok, const data_loader *loader) {
+json_t *train_tokenizer_json(const train_opts *o, const data_tok *tok, const data_mix *loader) {
     const char *shard_tok;
     uint64_t shard_hash;
-    if (!tok && loader && data_loader_shard_tokenizer(loader, &shard_tok, &shard_hash) == 0) {
+    if (!tok && loader && data_mix_shard_tokenizer(loader, &shard_tok, &shard_hash) == 0) {
         /* token shards trained on without a tokenizer: theirs (never "bytes") */
         char hex[17];
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)shard_hash);

@@ -8,9 +8,11 @@
 #include "checkpoint/checkpoint.h"
 #include "train/internal.h"
 
-/* The size of one rank's data-loader state as JSON text (data_loader_state_format: it always
- * fits). */
-#define LOADER_STATE_BYTES DATA_LOADER_STATE_MAX
+/* The size of one rank's data-loader state as JSON text (data_mix_state_format: it always
+ * fits; the same on every rank, whose loaders have the same sources). */
+static size_t loader_state_bytes(const train_source *src) {
+    return src->loader ? data_mix_state_max(src->loader) : DATA_LOADER_STATE_MAX;
+}
 
 /* optim_adamw_cfg's fields as the checkpoint names them (train.optimizer), and their values */
 static const char *const k_adamw_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
@@ -26,7 +28,7 @@ static json_int_t global_batch(const train_opts *o, const train_source *src) {
 }
 
 /* The trainer's part of a checkpoint (metadata.json "train"), as a JSON string. states: every
- * data-parallel rank's loader state (dp_size x LOADER_STATE_BYTES), or NULL. */
+ * data-parallel rank's loader state (dp_size x loader_state_bytes), or NULL. */
 /* The attention mask a run trains with (the train state records it; a resume says a change). */
 static const char *mask_name(const train_opts *o) {
     return o->block_causal ? "block_causal" : "causal";
@@ -73,8 +75,8 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
         if (src->dp_size > 1) {
             json_t *all = json_array();
             for (int r = 0; r < src->dp_size; r++)
-                json_array_append_new(all,
-                                      json_loads(states + (size_t)r * LOADER_STATE_BYTES, 0, NULL));
+                json_array_append_new(
+                    all, json_loads(states + (size_t)r * loader_state_bytes(src), 0, NULL));
             json_object_set_new(root, "data_loaders", all);
         }
     } else {
@@ -145,7 +147,7 @@ static int restore_data(const json_t *t, const train_opts *o, train_source *src,
     return train_loader_state_restore(t, src->loader, src->dp_rank, src->dp_size, dir, step, err);
 }
 
-int train_loader_state_restore(const json_t *t, data_loader *l, int dp_rank, int dp_size,
+int train_loader_state_restore(const json_t *t, data_mix *l, int dp_rank, int dp_size,
                                const char *dir, int64_t step, base_err *err) {
     json_t *dl = json_object_get(t, "data_loader"), *dls = json_object_get(t, "data_loaders");
     const int saved_dp = json_is_array(dls) ? (int)json_array_size(dls) : 1;
@@ -158,11 +160,10 @@ int train_loader_state_restore(const json_t *t, data_loader *l, int dp_rank, int
                          "from its start again",
                          dir, (long long)step, saved_dp, dp_size);
     if (dp_size > 1) dl = json_array_get(dls, (size_t)dp_rank);
-    data_loader_state ds;
     char *text = json_is_object(dl) ? json_dumps(dl, JSON_COMPACT) : NULL;
     if (!text) return base_fail(err, "%s/step-%lld has no data-loader state", dir, (long long)step);
     base_err e;
-    int bad = data_loader_state_parse(text, &ds, &e) || data_loader_set_state(l, &ds, &e);
+    int bad = data_mix_state_restore(l, text, &e);
     free(text);
     /* the loader's errors name the dataset; say which checkpoint's position it was */
     char field[48] = "data_loader";
@@ -173,15 +174,16 @@ int train_loader_state_restore(const json_t *t, data_loader *l, int dp_rank, int
     return bad ? -1 : 0;
 }
 
-/* Every data-parallel rank's loader position into states[dp_size][LOADER_STATE_BYTES]
+/* Every data-parallel rank's loader position into states[dp_size][loader_state_bytes]
  * (collective over dp); nothing for random tokens. */
-static void gather_loader_states(const train_source *src, dist_comm *dp, char *states) {
-    if (!src->loader) return;
-    char mine[LOADER_STATE_BYTES] = {0};
-    data_loader_state ds;
-    data_loader_get_state(src->loader, &ds);
-    data_loader_state_format(&ds, mine, sizeof mine);
-    dist_allgather_bytes(dp, mine, states, LOADER_STATE_BYTES);
+static int gather_loader_states(const train_source *src, dist_comm *dp, char *states) {
+    if (!src->loader) return 0;
+    const size_t n = loader_state_bytes(src);
+    char mine[DATA_MIX_STATE_CAP] = {0}; /* not the heap: every rank must reach the gather */
+    if (n > sizeof mine || data_mix_state_format(src->loader, mine, n))
+        base_log(BASE_LOG_ERROR, "data: the loader's state does not fit its %zu bytes", n);
+    dist_allgather_bytes(dp, mine, states, n);
+    return 0;
 }
 
 json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
@@ -435,7 +437,7 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
 
 int train_state_save(const train_job *j, train_saver *s, int64_t step, int model_only,
                      int64_t tokens_seen, base_err *err) {
-    char *states = calloc((size_t)j->mesh->dp_size, LOADER_STATE_BYTES);
+    char *states = calloc((size_t)j->mesh->dp_size, loader_state_bytes(j->src));
     if (!states) return base_fail(err, "out of memory");
     gather_loader_states(j->src, j->mesh->dp_comm, states);
     char *state =

@@ -50,7 +50,14 @@ typedef struct {
     model_args model;
     const char *dump_folder; /* job.dump_folder: checkpoints (and outputs) go under it */
     train_ckpt_opts ckpt;
-    const char *data_path;     /* dataset (file, folder, glob); NULL = random tokens */
+    const char *data_path; /* dataset (file, folder, glob); NULL = random tokens */
+    /* the sources read (data_mix_cfg): training.dataset_sources (data_paths[n_data]; data_path
+     * is the first), else data_path alone (data_paths NULL, n_data 1; 0: random tokens); weights
+     * NULL = 1 each */
+    const char *const *data_paths;
+    const double *data_weights;
+    int n_data;
+    uint64_t mix_seed;
     const char *tokenizer_dir; /* HF tokenizer folder; NULL = one token per byte */
     data_format data_format;
     const char *data_field; /* JSONL text field (NULL = "text") */
@@ -141,6 +148,10 @@ typedef struct {
     const int64_t *v;
     int n;
 } train_int_list;
+typedef struct {
+    const double *v;
+    int n;
+} train_float_list;
 
 #define TRAIN_CONFIG_MAX_FIELDS 256
 
@@ -185,6 +196,9 @@ typedef struct {
             stop_after_step;
         int skip_bad_lines, ignore_memory_check;
         train_opt_int dataset_streaming; /* unset: false with chat, else true */
+        train_str_list dataset_sources;  /* a mixture in place of dataset_path */
+        train_float_list dataset_weights;
+        train_opt_int dataset_mix_seed; /* unset: 42 */
         double max_norm;
         /* torchtitan keys for features titan does not have (train_config_compat) */
         int enable_cpu_offload, gc_debug;

@@ -47,14 +47,49 @@ static void raise_context(model_args *m, const char *what, int64_t seq_len) {
     m->max_seq_len = (int)seq_len;
 }
 
+/* training.dataset_sources (a mixture) against dataset_path and its own weights and seed. */
+static int mix_check(const train_config *c, base_err *err) {
+    const train_str_list *src = &c->training.dataset_sources;
+    const train_float_list *w = &c->training.dataset_weights;
+    if (src->n && c->training.dataset_path[0])
+        return fail_field(c, "training", "dataset_sources", err,
+                          "set beside training.dataset_path: give the data one way (a "
+                          "dataset_path alone, or every source of the mixture here)");
+    if (src->n > DATA_MIX_MAX)
+        return fail_field(c, "training", "dataset_sources", err, "%d sources; at most %d", src->n,
+                          DATA_MIX_MAX);
+    for (int i = 0; i < src->n; i++)
+        if (!src->v[i][0])
+            return fail_field(c, "training", "dataset_sources", err, "source %d is \"\"", i + 1);
+    if (w->n && !src->n)
+        return fail_field(c, "training", "dataset_weights", err,
+                          "set without training.dataset_sources: dataset_path is one dataset, "
+                          "nothing to weigh");
+    if (w->n && w->n != src->n)
+        return fail_field(c, "training", "dataset_weights", err,
+                          "%d weights for %d training.dataset_sources: one a source", w->n, src->n);
+    base_err e;
+    if (w->n && data_mix_weights_check(w->v, w->n, &e))
+        return fail_field(c, "training", "dataset_weights", err, "%s", e.msg);
+    if (c->training.dataset_mix_seed.set && src->n < 2)
+        return fail_field(c, "training", "dataset_mix_seed", err,
+                          "set without a mixture (training.dataset_sources of two or more): "
+                          "nothing is drawn");
+    return 0;
+}
+
 /* A dataset_path is read by its files' format (text, JSON Lines' dataset_field, token shards),
  * whatever training.dataset says (a label then: torchtitan's c4 loaders read the same "text"
  * field, docs/config.md). "random" asked for on the command line beside a path contradicts
  * it: said (a file's is not: a saved config.toml writes the default beside the path). */
+static int has_data(const train_config *c) {
+    return c->training.dataset_path[0] || c->training.dataset_sources.n;
+}
+
 static void dataset_random_note(const train_config *c) {
     const int f = find_field("training", "dataset");
-    if (c->training.dataset_path[0] && !strcmp(c->training.dataset, "random") &&
-        c->origin[f].where && !c->origin[f].line)
+    if (has_data(c) && !strcmp(c->training.dataset, "random") && c->origin[f].where &&
+        !c->origin[f].line)
         base_log(BASE_LOG_WARN,
                  "--training.dataset random is given, but training.dataset_path names files: "
                  "reading them (--random-tokens, or dataset_path = \"\", trains on random "
@@ -234,11 +269,12 @@ static int check_model(const train_config *c, const model_args *a, base_err *err
                           "'causal' with training.dataset_format = chat: chat examples are packed "
                           "several to a row and attended one by one (block_causal, the default "
                           "with chat)");
-    if (!strcmp(c->training.dataset_format, "chat") && !c->training.dataset_path[0])
+    if (mix_check(c, err)) return -1;
+    if (!strcmp(c->training.dataset_format, "chat") && !has_data(c))
         return fail_field(c, "training", "dataset_format", err,
                           "chat without training.dataset_path: chat examples are read from a "
                           "JSON Lines file (random tokens have none)");
-    if (c->training.dataset_streaming.set && !c->training.dataset_path[0])
+    if (c->training.dataset_streaming.set && !has_data(c))
         return fail_field(c, "training", "dataset_streaming", err,
                           "set without training.dataset_path: random tokens are no dataset to "
                           "read in either order");
@@ -402,6 +438,8 @@ static int at_default(const train_config *c, const field *f) {
         return ((const train_str_list *)s)->n == 0;
     case T_INTS:
         return ((const train_int_list *)s)->n == 0;
+    case T_FLOATS:
+        return ((const train_float_list *)s)->n == 0;
     case T_ANY:
         break;
     }
@@ -502,7 +540,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     if (c->model.mlp_only_layers.n)
         return NOT_YET(model, mlp_only_layers,
                        "MoE models with dense blocks are not implemented (every block is MoE)");
-    if (!c->training.dataset_path[0] && strcmp(c->training.dataset, "random"))
+    if (!has_data(c) && strcmp(c->training.dataset, "random"))
         return NOT_YET(training, dataset,
                        "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
                        c->training.dataset);
@@ -592,7 +630,15 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
         !strcmp(c->model.attn_mask_type, "block_causal") ||
         (!c->model.attn_mask_type[0] &&
          (!strcmp(c->model.attn_backend, "varlen") || !strcmp(c->training.dataset_format, "chat")));
-    o->data_path = c->training.dataset_path[0] ? c->training.dataset_path : NULL;
+    const train_str_list *mix = &c->training.dataset_sources;
+    o->data_path = mix->n                        ? mix->v[0]
+                   : c->training.dataset_path[0] ? c->training.dataset_path
+                                                 : NULL;
+    o->n_data = mix->n ? mix->n : o->data_path != NULL;
+    o->data_paths = mix->n ? mix->v : NULL;
+    o->data_weights =
+        mix->n > 1 && c->training.dataset_weights.n ? c->training.dataset_weights.v : NULL;
+    o->mix_seed = c->training.dataset_mix_seed.set ? (uint64_t)c->training.dataset_mix_seed.v : 42;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */
     o->data_field = c->training.dataset_field;

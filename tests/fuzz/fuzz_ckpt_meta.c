@@ -94,6 +94,24 @@ static data_loader *open_loader(int set, int dp_rank, int dp_size) {
     return l;
 }
 
+/* The same dataset as the trainer opens it (a mixture of one source). */
+static data_mix *open_mix(int set, int dp_rank, int dp_size) {
+    data_loader_cfg c = {0};
+    c.format = set_format[set];
+    c.enc.vocab_size = 1 << 20;
+    c.seq_len = 5;
+    c.batch = 2;
+    c.dp_rank = dp_rank;
+    c.dp_size = dp_size;
+    c.infinite = 1;
+    const char *path = set_dir[set];
+    const data_mix_cfg mc = {c, &path, NULL, 1, 42};
+    base_err err;
+    data_mix *l = NULL;
+    if (data_mix_open(&l, &mc, &err) != 0) broken("cannot open the test dataset", err.msg);
+    return l;
+}
+
 static void setup(void) {
     base_log_set_level(BASE_LOG_ERROR);
     snprintf(dir, sizeof dir, "/tmp/titan_fuzz_ckpt_meta_%d", (int)getpid());
@@ -203,18 +221,18 @@ int fuzz_target_run(const uint8_t *data, size_t size) {
     }
     const json_t *dls = json_object_get(t, "data_loaders");
     const int dp = json_is_array(dls) ? 2 : 1;
-    data_loader *l = open_loader(set, dp - 1, dp);
+    data_mix *l = open_mix(set, dp - 1, dp);
     int rc = train_loader_state_restore(t, l, dp - 1, dp, dir, 1, &err);
     json_decref(t);
     int32_t x[10], y[10];
     for (int b = 0; rc == 0 && b < 8; b++) {
-        int got = data_loader_next(l, x, y, NULL, &err);
+        int got = data_mix_next(l, x, y, NULL, &err);
         if (got != 1) broken("no batch after a restored position", err.msg);
         for (int i = 0; i < 10; i++)
             if (x[i] < 0 || x[i] >= 1 << 20 || y[i] < 0 || y[i] >= 1 << 20)
                 broken("id outside the vocabulary", "");
     }
-    data_loader_free(l);
+    data_mix_free(l);
     return rc == 0 ? 1 : rejected(&err);
 }
 

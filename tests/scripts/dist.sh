@@ -12,7 +12,8 @@
 #     the same losses and checkpoint, and the gathered bytes lower by exactly one embedding
 #     gather where it was released after forward (untied, default), unchanged elsewhere.
 #  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
-#     steps 6..10 match a straight 1-rank run within 1e-5.
+#     steps 6..10 match a straight 1-rank run within 1e-5. A weighted dataset mixture on 2
+#     ranks resumes bit for bit.
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
 #     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
@@ -188,6 +189,22 @@ OMP_NUM_THREADS=1 "$titan" train "${d[@]}" --checkpoint.exclude_from_loading dat
   > "$out/dp1x.log" 2>&1 && grep -q "not loaded: dataloader" "$out/dp1x.log" ||
   { echo "FAIL exclude_from_loading dataloader"; cat "$out/dp1x.log"; exit 1; }
 echo "ok a dataset position of 2 ranks on 1: refused, naming exclude_from_loading, which resumes"
+
+# a weighted mixture of two sources (each split over the ranks, the same draws on both): the
+# resumed steps 3..4 are the straight 2-rank run's, bit for bit
+printf '{"text": "alpha beta gamma delta"}\n{"text": "epsilon zeta"}\n{"text": "eta theta"}\n' \
+  > "$out/mixb.jsonl"
+x=("${model[@]}" --batch 2 --training.dataset_sources "$out/few.txt,$out/mixb.jsonl"
+   --training.dataset_weights 1,2 --steps 4 --checkpoint-interval 2)
+mpi 2 "${x[@]}" --metrics "$out/mx_full.jsonl" --dump-folder "$out/mx_full" > "$out/mx.log" 2>&1 ||
+  { cat "$out/mx.log"; exit 1; }
+mpi 2 "${x[@]}" --metrics "$out/mx_a.jsonl" --dump-folder "$out/mx" --stop-after-step 2 \
+  > "$out/mx.log" 2>&1 || { cat "$out/mx.log"; exit 1; }
+mpi 2 "${x[@]}" --metrics "$out/mx_b.jsonl" --dump-folder "$out/mx" > "$out/mx.log" 2>&1 ||
+  { cat "$out/mx.log"; exit 1; }
+grep -q "resumed from $out/mx/checkpoint/step-2" "$out/mx.log" || { cat "$out/mx.log"; exit 1; }
+identical_losses "a 2-rank mixture resumed at step 2" "$out/mx_full.jsonl" \
+  <(cat "$out/mx_a.jsonl" "$out/mx_b.jsonl")
 
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"

@@ -2,7 +2,8 @@
 # Exact resume: 12 steps straight against 6 steps, stop, resume from the step-6 checkpoint,
 # 6 more: the losses and gradient norms of steps 7..12 must be bitwise identical (%.17g).
 # Covered: JSONL + tokenizer data that restarts its epoch mid-run, with gradient
-# accumulation, streaming and map-style (reshuffled each epoch); random tokens; background and synchronous saves; keep_latest_k pruning;
+# accumulation, streaming and map-style (reshuffled each epoch), a weighted mixture of two
+# sources; random tokens; background and synchronous saves; keep_latest_k pruning;
 # a last save that is weights-only (the default): a saving run from it refused, load_only
 # starting afresh from its weights; the full-state initial
 # load (checkpoint.initial_load_model_only = false: torchtitan's) from another run's step-6,
@@ -45,6 +46,12 @@ run random --random-tokens --set vocab_size=300 --sync-checkpoint
 # map-style order (each epoch reshuffled: the state's epoch and place in its order)
 run jsonl_map --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
   --training.dataset_streaming false
+# a weighted mixture of two sources (torchtitan 0.3's interleaved loader): each source's place
+# and the draws made
+printf 'The second source, a text file.\n\nIts paragraphs are documents, longer than the first \
+ones.\n\nA third.\n' > "$out/more.txt"
+run mix --training.dataset_sources "$out/docs.jsonl,$out/more.txt" \
+  --training.dataset_weights 3,1 --tokenizer "$shared/data/test_tokenizer" --grad-accum 2
 # the full training state from another run's step-6 (saves go to this run's folder): steps 7..12
 # as the straight run's, and the source folder untouched
 "$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
@@ -78,6 +85,15 @@ refused "a newer non-titan step folder" "step-8 is not a titan checkpoint" \
   --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
   --dump-folder "$out/tk" --checkpoint.enable
 rm -rf "$out/tk/checkpoint/step-8"
+# a mixture's position is no single dataset's (nor one of other sources)
+mkdir -p "$out/mx/checkpoint" && cp -r "$out/mix/checkpoint/step-9" "$out/mx/checkpoint/"
+refused "a mixture's position with one dataset" "the position is of a mixture of 2 sources" \
+  --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
+  --dump-folder "$out/mx" --checkpoint.enable
+refused "a mixture's position with three sources" "a mixture of 2 sources; this run reads 3" \
+  --training.dataset_sources "$out/docs.jsonl,$out/more.txt,$out/more.txt" \
+  --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 --dump-folder "$out/mx" \
+  --checkpoint.enable
 "$titan" train "${model[@]}" --random-tokens --set vocab_size=300 --steps 2 --dump-folder "$out/lh" \
   --checkpoint.enable --checkpoint.last_save_in_hf > /dev/null
 refused "a last_save_in_hf export as the newest step" "step-2 is a Hugging Face folder" \

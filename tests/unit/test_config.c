@@ -217,6 +217,22 @@ static void errors(void) {
                                                  "is out of range"},
         {"[model]\nmlp_only_layers = 3\n", "x.toml:2:19: model.mlp_only_layers: expected an array "
                                            "of integers, got an integer"},
+        {"[training]\ndataset_sources = [\"a\", \"b\"]\ndataset_weights = [1, 2, 3]\n",
+         "x.toml:3:19: training.dataset_weights: 3 weights for 2 training.dataset_sources"},
+        {"[training]\ndataset_sources = [\"a\", \"b\"]\ndataset_weights = [0, 0.0]\n",
+         "x.toml:3:19: training.dataset_weights: the weights must have a finite sum above 0"},
+        {"[training]\ndataset_weights = [1, -2]\n",
+         "x.toml:2:23: training.dataset_weights: item 2: -2 is out of range (must be in [0, "},
+        {"[training]\ndataset_weights = [\"a\"]\n",
+         "x.toml:2:20: training.dataset_weights: item 1: expected numbers, got a string"},
+        {"[training]\ndataset_weights = [1.5]\n",
+         "x.toml:2:19: training.dataset_weights: set without training.dataset_sources"},
+        {"[training]\ndataset_sources = [\"a\"]\ndataset_path = \"b\"\n",
+         "x.toml:2:19: training.dataset_sources: set beside training.dataset_path"},
+        {"[training]\ndataset_sources = [\"a\", \"\"]\n",
+         "x.toml:2:19: training.dataset_sources: source 2 is \"\""},
+        {"[training]\ndataset_sources = [\"a\"]\ndataset_mix_seed = 3\n",
+         "x.toml:3:20: training.dataset_mix_seed: set without a mixture"},
         {"[checkpoint]\nkeep_latest_k = 1\n", "x.toml:2:17: checkpoint.keep_latest_k: must be 0 "
                                               "(keep all) or >= 2"},
         {"[checkpoint]\nenable = \"yes\"\n", "x.toml:2:10: checkpoint.enable: expected a boolean"},
@@ -366,6 +382,21 @@ static void command_line(void) {
           "refusal names the option: %s", err.msg);
     train_config_free(&c);
 
+    /* A list of numbers from the command line, comma-separated or a TOML array. */
+    char *a3[] = {"--training.dataset_sources", "a.txt,b.txt", "--training.dataset_weights",
+                  "0.25,3", NULL};
+    rc = from_args(&c, a3, &err);
+    CHECK(rc == 0 && c.training.dataset_weights.n == 2 && c.training.dataset_weights.v[0] == 0.25 &&
+              c.training.dataset_weights.v[1] == 3 && c.training.dataset_sources.n == 2,
+          "comma-separated numbers: %s", rc ? err.msg : "");
+    train_config_free(&c);
+    char *a4[] = {"--training.dataset_weights", "[1e-3, 2]", "--training.dataset_sources",
+                  "[\"a\", \"b\"]", NULL};
+    rc = from_args(&c, a4, &err);
+    CHECK(rc == 0 && c.training.dataset_weights.n == 2 && c.training.dataset_weights.v[0] == 1e-3,
+          "a TOML array of numbers: %s", rc ? err.msg : "");
+    train_config_free(&c);
+
     /* Old flags are aliases; --grad-accum uses the final local batch size. */
     char *a2[] = {"--grad-accum",
                   "3",
@@ -442,6 +473,8 @@ static void command_line(void) {
          "command line: --checkpoint.exclude_from_loading: item 2: '' is not a checkpoint part"},
         {{"--model.mlp_only_layers", "1,"},
          "command line: --model.mlp_only_layers: item 2: expected an integer, got ''"},
+        {{"--training.dataset_weights", "0.5,x"},
+         "command line: --training.dataset_weights: item 2: expected a number, got 'x'"},
         {{"--model.num_experts", "4", "--model.top_k", "8"},
          "command line: --model.top_k: 8 is more than model.num_experts (4)"},
     };

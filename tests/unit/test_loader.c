@@ -5,6 +5,7 @@
  * bad JSONL lines, bad shards and bad states get errors naming the file and line, never a crash.
  * The comparison with HF `tokenizers` and torchtitan's packing is tests/reference/check_loader.py.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
@@ -1606,6 +1607,44 @@ static void test_map_style_changes(void) {
  * and, for the million, p[:6], p[-3:] and sum((i + 1) * p[i]) of default_rng(44).permutation(
  * 1000003) (64-bit wrap); a seed of 33 bits takes SeedSequence's second entropy word. The
  * end-to-end orders (chat, text; epochs, ranks) are checked against numpy in check_loader.py. */
+/* torchtitan 0.3's interleaver draws: random.Random(seed).choices(range(n), weights=w / sum(w))
+ * as Python 3.11 computes them (its outputs below; seeds of one and two 32-bit words, draws
+ * after 1000 and 100000 others, a zero and a negligible weight). */
+static void test_mix_draws(void) {
+    static const struct {
+        uint64_t seed;
+        int n;
+        double w[4];
+        int64_t skip;
+        int k, want[24];
+    } cases[] = {
+        {42, 3, {0.5, 0.3, 0.2}, 0, 24, {1, 0, 0, 0, 1, 1, 2, 0, 0, 0, 0, 1,
+                                         0, 0, 1, 1, 0, 1, 2, 0, 2, 1, 0, 0}},
+        {0, 2, {1, 1}, 0, 24, {1, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1, 1,
+                               0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1}},
+        {4294967297ull, 4, {1, 2, 3, 4}, 0, 24, {1, 2, 2, 0, 3, 3, 3, 1, 3, 1, 2, 3,
+                                                 3, 3, 3, 3, 3, 1, 3, 0, 0, 3, 0, 3}},
+        {9223372036854788153ull, 3, {0.1, 0, 0.9}, 1000, 24, {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+                                                              2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 2}},
+        {7, 3, {1, 1e-12, 1}, 100000, 3, {0, 0, 2}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int got[24];
+        data_mix_draws(cases[c].seed, cases[c].w, cases[c].n, cases[c].skip, cases[c].k, got);
+        int bad = -1;
+        for (int i = 0; i < cases[c].k && bad < 0; i++)
+            if (got[i] != cases[c].want[i]) bad = i;
+        CHECK(bad < 0, "mixture draws (seed %llu, case %zu) differ from Python's at draw %d",
+              (unsigned long long)cases[c].seed, c, bad);
+    }
+    base_err e;
+    const double neg[2] = {1, -0.5}, zero[2] = {0, 0}, inf[2] = {1, INFINITY}, ok[2] = {0, 2};
+    CHECK(data_mix_weights_check(neg, 2, &e) && strstr(e.msg, "weight 2"), "a negative weight");
+    CHECK(data_mix_weights_check(zero, 2, &e) && strstr(e.msg, "sum"), "weights summing to 0");
+    CHECK(data_mix_weights_check(inf, 2, &e), "an infinite weight");
+    CHECK(!data_mix_weights_check(ok, 2, &e), "a zero weight beside a positive one");
+}
+
 static void test_shuffle_permutation(void) {
     static const struct {
         uint64_t seed;
@@ -1671,6 +1710,7 @@ int main(void) {
     test_grow_tokenize_marks(tok);
     test_documents(tok);
     test_shuffle_permutation();
+    test_mix_draws();
     test_map_style_changes();
     data_tok_free(tok);
     check_tmpdir_remove(dir);

@@ -1,0 +1,383 @@
+/* data: a weighted mixture of datasets, torchtitan 0.3's interleaved loaders (see the mixture
+ * section of data.h).
+ *
+ * 0.3's InterleavedDataset draws the source of every sample (one packed window) with
+ * random.Random(seed).choices(range(n), weights=probs, k=1), probs = [w / sum(weights)]:
+ * Python's Mersenne Twister (MT19937, seeded by init_by_array with the seed's 32-bit words),
+ * random() = 53 bits from two 32-bit outputs, and choices' bisect_right of random() * total
+ * into the running sums of probs (total their last). Written out here as CPython's
+ * _randommodule.c and random.py compute them, so the draws are Python's bit for bit (checked
+ * against Python in test_loader and check_mix.py). Python 3.12's sum() of floats is
+ * compensated (3.11's, torchtitan's minimum, adds left to right, as here): weights whose sum
+ * rounds differently move a probability by an ulp, which changes a draw with a chance of
+ * about 2^-52 each. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data.h"
+
+enum { MT_N = 624, MT_M = 397 };
+
+typedef struct {
+    uint32_t mt[MT_N];
+    int index;
+} mt19937;
+
+static void mt_init(mt19937 *g, uint32_t s) {
+    g->mt[0] = s;
+    for (int i = 1; i < MT_N; i++)
+        g->mt[i] = 1812433253u * (g->mt[i - 1] ^ (g->mt[i - 1] >> 30)) + (uint32_t)i;
+    g->index = MT_N;
+}
+
+/* random.seed(seed) for a non-negative int: init_by_array over its 32-bit words, least
+ * significant first (one word for seeds below 2^32, zero included). */
+static void mt_seed(mt19937 *g, uint64_t seed) {
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    const int n = seed >> 32 ? 2 : 1;
+    mt_init(g, 19650218u);
+    uint32_t *mt = g->mt;
+    int i = 1, j = 0;
+    for (int k = MT_N > n ? MT_N : n; k; k--) {
+        mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525u)) + key[j] + (uint32_t)j;
+        i++;
+        j++;
+        if (i >= MT_N) {
+            mt[0] = mt[MT_N - 1];
+            i = 1;
+        }
+        if (j >= n) j = 0;
+    }
+    for (int k = MT_N - 1; k; k--) {
+        mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1566083941u)) - (uint32_t)i;
+        i++;
+        if (i >= MT_N) {
+            mt[0] = mt[MT_N - 1];
+            i = 1;
+        }
+    }
+    mt[0] = 0x80000000u;
+    g->index = MT_N;
+}
+
+static uint32_t mt_next(mt19937 *g) {
+    uint32_t *mt = g->mt, y;
+    if (g->index >= MT_N) {
+        for (int k = 0; k < MT_N; k++) {
+            y = (mt[k] & 0x80000000u) | (mt[(k + 1) % MT_N] & 0x7fffffffu);
+            mt[k] = mt[(k + MT_M) % MT_N] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        g->index = 0;
+    }
+    y = mt[g->index++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+/* random.random(): [0, 1) from 27 + 26 bits of two outputs. */
+static double mt_random(mt19937 *g) {
+    const uint32_t a = mt_next(g) >> 5, b = mt_next(g) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+struct data_mix {
+    int n;
+    data_loader **src; /* n == 1: the one loader, at the caller's batch; else one row a call */
+    char **paths;
+    double *weights, *cum; /* as given; the running sums of weights / sum(weights) */
+    uint64_t seed;
+    int64_t draws; /* rows drawn so far: the generator's state is the seed's after 2 x draws */
+    int batch, seq_len;
+    int64_t *rows; /* rows each source gave this run (said at the end of titan data) */
+    mt19937 g;
+};
+
+int data_mix_weights_check(const double *w, int n, base_err *err) {
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(w[i]) || w[i] < 0)
+            return base_fail(err, "weight %d (%g) must be a finite number >= 0", i + 1, w[i]);
+        total += w[i];
+    }
+    if (!(total > 0) || !isfinite(total))
+        return base_fail(err, "the weights must have a finite sum above 0 (they sum to %g)", total);
+    return 0;
+}
+
+/* choices' index: bisect_right(cum, random() * total, 0, n - 1) */
+static int draw(data_mix *m) {
+    const double x = mt_random(&m->g) * m->cum[m->n - 1];
+    int i = 0;
+    while (i < m->n - 1 && !(x < m->cum[i])) i++;
+    return i;
+}
+
+void data_mix_draws(uint64_t seed, const double *weights, int n, int64_t skip, int count,
+                    int *out) {
+    data_mix m = {.n = n, .seed = seed};
+    double cum[DATA_MIX_MAX], total = 0, run = 0;
+    for (int i = 0; i < n; i++) total += weights[i];
+    for (int i = 0; i < n; i++) cum[i] = run += weights[i] / total;
+    m.cum = cum;
+    mt_seed(&m.g, seed);
+    for (int64_t i = 0; i < 2 * skip; i++) mt_next(&m.g);
+    for (int i = 0; i < count; i++) out[i] = draw(&m);
+}
+
+void data_mix_free(data_mix *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) {
+        if (m->src) data_loader_free(m->src[i]);
+        if (m->paths) free(m->paths[i]);
+    }
+    free(m->src);
+    free(m->paths);
+    free(m->weights);
+    free(m->cum);
+    free(m->rows);
+    free(m);
+}
+
+int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
+    *out = NULL;
+    const int n = cfg->n;
+    if (n < 1 || n > DATA_MIX_MAX)
+        return base_fail(err, "a dataset mixture has 1 to %d sources, not %d", DATA_MIX_MAX, n);
+    base_err e;
+    if (n > 1 && cfg->weights && data_mix_weights_check(cfg->weights, n, &e))
+        return base_fail(err, "dataset mixture: %s", e.msg);
+    if (n > 1 && !cfg->loader.infinite)
+        return base_fail(err, "a dataset mixture re-loops each of its sources (torchtitan 0.3's "
+                              "training sources, infinite); a finite loader reads one dataset");
+    data_mix *m = calloc(1, sizeof *m);
+    if (!m) return base_fail(err, "out of memory");
+    m->n = n;
+    m->seed = cfg->seed;
+    m->batch = cfg->loader.batch;
+    m->seq_len = cfg->loader.seq_len;
+    m->src = calloc((size_t)n, sizeof *m->src);
+    m->paths = calloc((size_t)n, sizeof *m->paths);
+    m->weights = malloc((size_t)n * sizeof *m->weights);
+    m->cum = malloc((size_t)n * sizeof *m->cum);
+    m->rows = calloc((size_t)n, sizeof *m->rows);
+    if (!m->src || !m->paths || !m->weights || !m->cum || !m->rows) {
+        data_mix_free(m);
+        return base_fail(err, "out of memory");
+    }
+    double total = 0, run = 0;
+    for (int i = 0; i < n; i++) total += m->weights[i] = cfg->weights ? cfg->weights[i] : 1.0;
+    for (int i = 0; i < n; i++) m->cum[i] = run += m->weights[i] / total;
+    mt_seed(&m->g, m->seed);
+    for (int i = 0; i < n; i++) {
+        data_loader_cfg c = cfg->loader;
+        c.path = cfg->paths[i];
+        if (n > 1) c.batch = 1; /* a source gives one window per draw */
+        if (!(m->paths[i] = strdup(c.path))) {
+            data_mix_free(m);
+            return base_fail(err, "out of memory");
+        }
+        if (data_loader_open(&m->src[i], &c, err)) {
+            if (n > 1) {
+                char msg[sizeof e.msg];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                base_fail(err, "dataset mixture, source %d: %s", i + 1, msg);
+            }
+            data_mix_free(m);
+            return -1;
+        }
+    }
+    /* token shards trained on without a tokenizer name theirs: one for the whole mixture */
+    const char *first = NULL, *p;
+    uint64_t h0 = 0, h;
+    int at = 0;
+    for (int i = 0; i < n && !cfg->loader.enc.tok; i++) {
+        if (data_loader_shard_tokenizer(m->src[i], &p, &h)) continue;
+        if (!first) {
+            first = p;
+            h0 = h;
+            at = i;
+        } else if (h != h0) {
+            base_fail(err,
+                      "dataset mixture: source %d (%s) holds token shards of the tokenizer %s, "
+                      "source %d (%s) of %s: one run encodes with one tokenizer (give it with "
+                      "model.hf_assets_path to have each source checked against it)",
+                      at + 1, m->paths[at], first, i + 1, m->paths[i], p);
+            data_mix_free(m);
+            return -1;
+        }
+    }
+    *out = m;
+    return 0;
+}
+
+int data_mix_sources(const data_mix *m) {
+    return m->n;
+}
+
+int data_mix_next(data_mix *m, int32_t *inputs, int32_t *labels, int32_t *positions,
+                  base_err *err) {
+    if (m->n == 1) {
+        const int rc = data_loader_next(m->src[0], inputs, labels, positions, err);
+        if (rc == 1) m->rows[0] += m->batch;
+        return rc;
+    }
+    const size_t T = (size_t)m->seq_len;
+    for (int b = 0; b < m->batch; b++) {
+        const int i = draw(m);
+        m->draws++;
+        const size_t at = (size_t)b * T;
+        const int rc = data_loader_next(m->src[i], inputs + at, labels + at,
+                                        positions ? positions + at : NULL, err);
+        if (rc < 0) return -1;
+        if (rc == 0) /* an infinite loader ends only on an error it reports */
+            return base_fail(err, "dataset mixture: source %d (%s) gave no window", i + 1,
+                             m->paths[i]);
+        m->rows[i]++;
+    }
+    return 1;
+}
+
+int data_mix_shard_tokenizer(const data_mix *m, const char **path, uint64_t *hash) {
+    for (int i = 0; i < m->n; i++)
+        if (!data_loader_shard_tokenizer(m->src[i], path, hash)) return 0;
+    return -1;
+}
+
+void data_mix_describe(const data_mix *m, char *buf, size_t n) {
+    if (!n) return;
+    if (m->n == 1) {
+        data_loader_describe(m->src[0], buf, n);
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, n,
+                                "a mixture of %d sources, each window's drawn as torchtitan 0.3's "
+                                "interleaved loader draws it (seed %llu, weights",
+                                m->n, (unsigned long long)m->seed);
+    for (int i = 0; i < m->n && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%g", i ? " / " : " ", m->weights[i]);
+    for (int i = 0; i < m->n && k < n; i++) {
+        k += (size_t)snprintf(buf + k, n - k, i ? "; [%d] " : "): [%d] ", i + 1);
+        if (k < n) data_loader_describe(m->src[i], buf + k, n - k);
+        k += strlen(buf + k);
+    }
+}
+
+void data_mix_rows(const data_mix *m, int64_t *rows) {
+    memcpy(rows, m->rows, (size_t)m->n * sizeof *rows);
+}
+
+size_t data_mix_state_max(const data_mix *m) {
+    /* the sources' states, their separators and the mixture's own keys (< 128 + 32 a weight) */
+    return m->n == 1 ? DATA_LOADER_STATE_MAX : (size_t)m->n * (DATA_LOADER_STATE_MAX + 34) + 128;
+}
+
+int data_mix_state_format(const data_mix *m, char *buf, size_t n) {
+    data_loader_state s;
+    if (m->n == 1) {
+        data_loader_get_state(m->src[0], &s);
+        return data_loader_state_format(&s, buf, n);
+    }
+    int k = snprintf(buf, n, "{\"mix_seed\": %llu, \"mix_draws\": %lld, \"mix_weights\": [",
+                     (unsigned long long)m->seed, (long long)m->draws);
+    for (int i = 0; i < m->n && k >= 0 && (size_t)k < n; i++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%.17g", i ? ", " : "", m->weights[i]);
+    if (k >= 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "], \"sources\": [");
+    for (int i = 0; i < m->n && k >= 0 && (size_t)k < n; i++) {
+        if (i) k += snprintf(buf + k, n - (size_t)k, ", ");
+        data_loader_get_state(m->src[i], &s);
+        if ((size_t)k >= n || data_loader_state_format(&s, buf + k, n - (size_t)k)) return -1;
+        k += (int)strlen(buf + k);
+    }
+    if (k >= 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "]}");
+    return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+/* One source's state (a JSON object) into loader l; errors say which source. */
+static int restore_source(data_loader *l, const json_t *j, int i, int n, const char *path,
+                          base_err *err) {
+    char *text = json_is_object(j) ? json_dumps(j, JSON_COMPACT) : NULL;
+    data_loader_state s;
+    base_err e;
+    int rc = !text ? base_fail(&e, "not a JSON object")
+                   : data_loader_state_parse(text, &s, &e) || data_loader_set_state(l, &s, &e);
+    free(text);
+    if (rc && n > 1) return base_fail(err, "source %d (%s): %s", i + 1, path, e.msg);
+    if (rc) *err = e;
+    return rc ? -1 : 0;
+}
+
+int data_mix_state_restore(data_mix *m, const char *text, base_err *err) {
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (!j || !json_is_object(j)) {
+        if (j) json_decref(j);
+        return base_fail(err, "data-loader state: not a JSON object (%s)", j ? "" : je.text);
+    }
+    json_t *srcs = json_object_get(j, "sources");
+    int rc = -1;
+    if (m->n == 1 && srcs) {
+        base_fail(err,
+                  "the position is of a mixture of %d sources (training.dataset_sources); this "
+                  "run reads one dataset: give it the same sources, or leave the position out "
+                  "(checkpoint.exclude_from_loading = [\"dataloader\"])",
+                  json_is_array(srcs) ? (int)json_array_size(srcs) : 0);
+    } else if (m->n == 1) {
+        rc = restore_source(m->src[0], j, 0, 1, m->paths[0], err);
+    } else if (!srcs) {
+        base_fail(err,
+                  "the position is of one dataset; this run reads a mixture of %d sources "
+                  "(training.dataset_sources): give it that dataset alone, or leave the position "
+                  "out (checkpoint.exclude_from_loading = [\"dataloader\"])",
+                  m->n);
+    } else {
+        const json_t *dr = json_object_get(j, "mix_draws"), *sd = json_object_get(j, "mix_seed");
+        const json_t *w = json_object_get(j, "mix_weights");
+        const int64_t draws = json_is_integer(dr) ? json_integer_value(dr) : -1;
+        const int ok_w = json_is_array(w) && json_array_size(w) == json_array_size(srcs);
+        if (!json_is_array(srcs) || json_array_size(srcs) != (size_t)m->n) {
+            base_fail(err,
+                      "the position is of a mixture of %d sources; this run reads %d: resume "
+                      "with the same training.dataset_sources, or leave the position out "
+                      "(checkpoint.exclude_from_loading = [\"dataloader\"])",
+                      json_is_array(srcs) ? (int)json_array_size(srcs) : 0, m->n);
+        } else if (draws < 0 || draws > ((int64_t)1 << 50) || !json_is_integer(sd) ||
+                   json_integer_value(sd) < 0 || !ok_w) {
+            base_fail(err, "data-loader state: a mixture's \"mix_draws\" (a count up to 2^50), "
+                           "\"mix_seed\" (>= 0) and \"mix_weights\" (a number a source) are "
+                           "missing or bad");
+        } else {
+            rc = 0;
+            for (int i = 0; i < m->n && !rc; i++)
+                rc = restore_source(m->src[i], json_array_get(srcs, (size_t)i), i, m->n,
+                                    m->paths[i], err);
+            const uint64_t seed = (uint64_t)json_integer_value(sd);
+            int same_w = 1;
+            for (int i = 0; i < m->n; i++) {
+                const json_t *x = json_array_get(w, (size_t)i);
+                same_w &= json_is_number(x) && json_number_value(x) == m->weights[i];
+            }
+            if (!rc && seed != m->seed)
+                base_log(BASE_LOG_WARN,
+                         "data: the position's source draws were seeded %llu; they go on from "
+                         "that generator's state (as torchtitan restores its interleaver's), "
+                         "not from this run's training.dataset_mix_seed %llu",
+                         (unsigned long long)seed, (unsigned long long)m->seed);
+            if (!rc && !same_w)
+                base_log(BASE_LOG_INFO, "data: the mixture's weights differ from the position's; "
+                                        "the draws from here use this run's");
+            if (!rc) { /* the generator after `draws` draws of two outputs each */
+                m->seed = seed;
+                mt_seed(&m->g, seed);
+                for (int64_t i = 0; i < 2 * draws; i++) mt_next(&m->g);
+                m->draws = draws;
+            }
+        }
+    }
+    json_decref(j);
+    return rc;
+}
