@@ -415,7 +415,9 @@ int base_parse_f64(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
+    /* ERANGE with a finite result is an underflow (1e-320: a subnormal or 0), a number still;
+     * an overflow is HUGE_VAL, refused as not finite */
+    if ((errno && errno != ERANGE) || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
 }

@@ -224,7 +224,8 @@ void base_escape(const char *s, size_t n, char *out, size_t cap);
  * ignored) fails as "writing NAME: reason". */
 int base_flush(FILE *f, const char *name, base_err *err);
 
-/* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input. */
+/* Parses a whole decimal integer / float; returns -1 on junk, overflow or empty input (a float
+ * that underflows is its subnormal or 0). */
 int base_parse_i64(const char *s, int64_t *out);
 int base_parse_f64(const char *s, double *out);
 

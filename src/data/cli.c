@@ -240,18 +240,21 @@ int data_cmd_tokenize(int argc, char **argv, base_err *err) {
     return 0;
 }
 
-/* "0.7,0.3" -> w[*n] (each a finite number >= 0; the sum checked at open). */
+/* "0.7,0.3" -> w[*n] (each a finite number >= 0, as the config's dataset_weights; the sum is
+ * checked at open). */
 static int parse_weights(const char *v, double *w, int *n, base_err *err) {
     *n = 0;
     for (const char *p = v;;) {
         const char *q = strchr(p, ',');
         char item[64];
         const size_t len = q ? (size_t)(q - p) : strlen(p);
-        if (len >= sizeof item || *n == DATA_MIX_MAX)
-            return base_fail(err, "data: --weights '%s': too long", v);
+        if (*n == DATA_MIX_MAX)
+            return base_fail(err, "data: --weights: more than %d weights", DATA_MIX_MAX);
+        if (len >= sizeof item)
+            return base_fail(err, "data: --weights: '%.20s...' is no number", p);
         memcpy(item, p, len);
         item[len] = 0;
-        if (base_parse_f64(item, &w[*n]) || !(w[*n] >= 0) || w[*n] > 1e300)
+        if (base_parse_f64(item, &w[*n]) || !(w[*n] >= 0))
             return base_fail(err, "data: --weights: '%s' is no finite number >= 0", item);
         ++*n;
         if (!q) return 0;
@@ -302,6 +305,7 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     const char *state = NULL, *paths[DATA_MIX_MAX];
     double weights[DATA_MIX_MAX];
     int64_t mix_seed = 42;
+    int mix_seed_set = 0;
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
         const char *a = argv[it.i];
@@ -319,8 +323,8 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
             const char *v = base_args_value(&it);
             st = !v ? -1
                  : base_parse_i64(v, &mix_seed) || mix_seed < 0
-                     ? base_fail(err, "data: --mix-seed takes an integer >= 0, not '%s'", v)
-                     : 0;
+                     ? base_fail(err, "data: --mix-seed takes an integer >= 0, not '%.40s'", v)
+                     : (mix_seed_set = 1, 0);
         } else if (parse_data_opt(&it, &d, &st)) {
         } else if (!strcmp(a, "--seq-len")) {
             st = base_args_int(&it, &c.seq_len, 1);
@@ -356,6 +360,9 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         if (st) return -1;
     }
     if (!n_paths) return base_fail(err, "data: --data PATH is required");
+    if ((n_weights || mix_seed_set) && n_paths < 2)
+        return base_fail(err, "data: --weights and --mix-seed need two or more --data sources "
+                              "(one dataset draws nothing)");
     if (n_weights && n_weights != n_paths)
         return base_fail(err, "data: --weights has %d weights for %d --data sources", n_weights,
                          n_paths);

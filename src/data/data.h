@@ -369,11 +369,17 @@ int data_loader_state_parse(const char *json, data_loader_state *s, base_err *er
  * window (row) of a batch is the next window of one source, drawn as 0.3's InterleavedDataset
  * draws it: Python's random.Random(seed).choices(range(n), weights = w / sum(w)), the same
  * draws on every rank. With n == 1 it is that one loader (no draws; its state as before).
- * The state: each source's position and the number of draws (the generator is the seed's after
- * them), {"mix_seed": S, "mix_draws": D, "mix_weights": [...], "sources": [...]}. */
+ * The state: the generator's (Python's getstate(): 624 words and an index, as 0.3 saves its
+ * interleaver's RNG state) and each source's position, with the seed, the draws made and the
+ * weights for the record: {"mix_seed": S, "mix_draws": D, "mix_rng_index": I, "mix_rng": "hex",
+ * "mix_weights": [...], "sources": [...]}. */
 #define DATA_MIX_MAX 64
-/* data_mix_state_max's largest (DATA_MIX_MAX sources) */
-#define DATA_MIX_STATE_CAP (DATA_MIX_MAX * (DATA_LOADER_STATE_MAX + 34) + 128)
+/* A mixture's state: its own keys and generator (624 words in hex: 4992 bytes; < 5200 in all),
+ * then per source its position, a weight (%.17g: <= 24 bytes) and separators (< 34 with it);
+ * DATA_MIX_STATE_CAP the largest (DATA_MIX_MAX sources), ~40 KB */
+#define DATA_MIX_STATE_FIXED 5200
+#define DATA_MIX_STATE_SOURCE (DATA_LOADER_STATE_MAX + 34)
+#define DATA_MIX_STATE_CAP (DATA_MIX_STATE_FIXED + DATA_MIX_MAX * DATA_MIX_STATE_SOURCE)
 typedef struct {
     data_loader_cfg loader;   /* every source's settings (path: paths[i]; infinite when n > 1) */
     const char *const *paths; /* n of them */

@@ -598,9 +598,8 @@ int data_loader_open(data_loader **out, const data_loader_cfg *cfg, base_err *er
     }
     /* without a tokenizer, text and JSONL are byte tokens: beside token shards (ids of the
      * tokenizer they record) that would pack two vocabularies into one stream */
-    const data_file *shard = NULL, *bytes = NULL;
-    for (int i = 0; !t && i < l->rd.n_files; i++)
-        *(l->rd.files[i].format == DATA_FMT_TOKENS ? &shard : &bytes) = &l->rd.files[i];
+    const data_file *shard = t ? NULL : data_loader_file_of(l, 1);
+    const data_file *bytes = t ? NULL : data_loader_file_of(l, 0);
     if (shard && bytes) {
         base_fail(err,
                   "%s: token shards (%s, ids of the tokenizer %s) and text or JSONL files (%s) "
@@ -803,6 +802,21 @@ int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_
 }
 
 void data_loader_describe(const data_loader *l, char *buf, size_t n) {
+    data_loader_describe_files(l, buf, n);
+    const size_t k = strlen(buf);
+    if (k < n)
+        snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
+                 l->cfg.enc.tok ? "tokenizer" : "byte tokens", l->cfg.dp_rank, l->cfg.dp_size);
+}
+
+const data_file *data_loader_file_of(const data_loader *l, int tokens) {
+    for (int i = 0; i < l->rd.n_files; i++)
+        if ((l->rd.files[i].format == DATA_FMT_TOKENS) == !!tokens) return &l->rd.files[i];
+    return NULL;
+}
+
+void data_loader_describe_files(const data_loader *l, char *buf, size_t n) {
+    if (!n) return;
     int count[DATA_FMT_COUNT] = {0};
     uint64_t docs = 0, toks = 0;
     for (int i = 0; i < l->rd.n_files; i++) {
@@ -836,9 +850,6 @@ void data_loader_describe(const data_loader *l, char *buf, size_t n) {
                              "reshuffled each later epoch (seed 42 + epoch)",
                              (long long)l->n_idx, l->order ? "shuffled (seed 42)" : "in file order",
                              (long long)l->n_mine);
-    if (k < n)
-        snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
-                 l->cfg.enc.tok ? "tokenizer" : "byte tokens", l->cfg.dp_rank, l->cfg.dp_size);
 }
 
 /* data_loader_state.name of a file: its base name and format, never 0 (0 is "past the last

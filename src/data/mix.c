@@ -11,13 +11,14 @@
  * compensated (3.11's, torchtitan's minimum, adds left to right, as here): weights whose sum
  * rounds differently move a probability by an ulp, which changes a draw with a chance of
  * about 2^-52 each. */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/data.h"
+#include "data/internal.h"
 
 enum { MT_N = 624, MT_M = 397 };
 
@@ -63,16 +64,19 @@ static void mt_seed(mt19937 *g, uint64_t seed) {
     g->index = MT_N;
 }
 
-static uint32_t mt_next(mt19937 *g) {
-    uint32_t *mt = g->mt, y;
-    if (g->index >= MT_N) {
-        for (int k = 0; k < MT_N; k++) {
-            y = (mt[k] & 0x80000000u) | (mt[(k + 1) % MT_N] & 0x7fffffffu);
-            mt[k] = mt[(k + MT_M) % MT_N] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        g->index = 0;
+/* The next 624 words, in place (each word reads ones already renewed, as the reference). */
+static void mt_twist(mt19937 *g) {
+    uint32_t *mt = g->mt;
+    for (int k = 0; k < MT_N; k++) {
+        const uint32_t y = (mt[k] & 0x80000000u) | (mt[(k + 1) % MT_N] & 0x7fffffffu);
+        mt[k] = mt[(k + MT_M) % MT_N] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
     }
-    y = mt[g->index++];
+    g->index = 0;
+}
+
+static uint32_t mt_next(mt19937 *g) {
+    if (g->index >= MT_N) mt_twist(g);
+    uint32_t y = g->mt[g->index++];
     y ^= y >> 11;
     y ^= (y << 7) & 0x9d2c5680u;
     y ^= (y << 15) & 0xefc60000u;
@@ -91,9 +95,10 @@ struct data_mix {
     char **paths;
     double *weights, *cum; /* as given; the running sums of weights / sum(weights) */
     uint64_t seed;
-    int64_t draws; /* rows drawn so far: the generator's state is the seed's after 2 x draws */
+    int64_t draws; /* rows drawn so far (the state says it; the generator's own state resumes) */
     int batch, seq_len;
-    int64_t *rows; /* rows each source gave this run (said at the end of titan data) */
+    int tok, dp_rank, dp_size; /* for the description */
+    int64_t *rows;             /* rows each source gave this run (said at the end of titan data) */
     mt19937 g;
 };
 
@@ -109,6 +114,14 @@ int data_mix_weights_check(const double *w, int n, base_err *err) {
     return 0;
 }
 
+/* choices' running sums of the probabilities w / sum(w), each a left-to-right sum (Python
+ * 3.11's sum() and itertools.accumulate) */
+static void mix_cum(const double *w, int n, double *cum) {
+    double total = 0, run = 0;
+    for (int i = 0; i < n; i++) total += w[i];
+    for (int i = 0; i < n; i++) cum[i] = run += w[i] / total;
+}
+
 /* choices' index: bisect_right(cum, random() * total, 0, n - 1) */
 static int draw(data_mix *m) {
     const double x = mt_random(&m->g) * m->cum[m->n - 1];
@@ -120,9 +133,8 @@ static int draw(data_mix *m) {
 void data_mix_draws(uint64_t seed, const double *weights, int n, int64_t skip, int count,
                     int *out) {
     data_mix m = {.n = n, .seed = seed};
-    double cum[DATA_MIX_MAX], total = 0, run = 0;
-    for (int i = 0; i < n; i++) total += weights[i];
-    for (int i = 0; i < n; i++) cum[i] = run += weights[i] / total;
+    double cum[DATA_MIX_MAX];
+    mix_cum(weights, n, cum);
     m.cum = cum;
     mt_seed(&m.g, seed);
     for (int64_t i = 0; i < 2 * skip; i++) mt_next(&m.g);
@@ -160,6 +172,9 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
     m->seed = cfg->seed;
     m->batch = cfg->loader.batch;
     m->seq_len = cfg->loader.seq_len;
+    m->tok = cfg->loader.enc.tok != NULL;
+    m->dp_rank = cfg->loader.dp_rank;
+    m->dp_size = cfg->loader.dp_size ? cfg->loader.dp_size : 1;
     m->src = calloc((size_t)n, sizeof *m->src);
     m->paths = calloc((size_t)n, sizeof *m->paths);
     m->weights = malloc((size_t)n * sizeof *m->weights);
@@ -169,9 +184,8 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
         data_mix_free(m);
         return base_fail(err, "out of memory");
     }
-    double total = 0, run = 0;
-    for (int i = 0; i < n; i++) total += m->weights[i] = cfg->weights ? cfg->weights[i] : 1.0;
-    for (int i = 0; i < n; i++) m->cum[i] = run += m->weights[i] / total;
+    for (int i = 0; i < n; i++) m->weights[i] = cfg->weights ? cfg->weights[i] : 1.0;
+    mix_cum(m->weights, n, m->cum);
     mt_seed(&m->g, m->seed);
     for (int i = 0; i < n; i++) {
         data_loader_cfg c = cfg->loader;
@@ -190,6 +204,25 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
             data_mix_free(m);
             return -1;
         }
+    }
+    /* without a tokenizer, text and JSONL are byte tokens: beside another source's token shards
+     * (ids of the tokenizer they record) two vocabularies would share the batches */
+    int at_shard = -1, at_bytes = -1;
+    for (int i = 0; i < n && !cfg->loader.enc.tok; i++) {
+        if (at_shard < 0 && data_loader_file_of(m->src[i], 1)) at_shard = i;
+        if (at_bytes < 0 && data_loader_file_of(m->src[i], 0)) at_bytes = i;
+    }
+    if (at_shard >= 0 && at_bytes >= 0) {
+        const data_file *sh = data_loader_file_of(m->src[at_shard], 1);
+        base_fail(err,
+                  "dataset mixture: source %d's token shards (%s, ids of the tokenizer %s) and "
+                  "source %d's text or JSONL files (%s) need that tokenizer to tokenize the text "
+                  "the same way (without one it would be byte tokens, another vocabulary in the "
+                  "same batches): set model.hf_assets_path, or train on them apart",
+                  at_shard + 1, sh->path, sh->tok_path ? sh->tok_path : "?", at_bytes + 1,
+                  data_loader_file_of(m->src[at_bytes], 0)->path);
+        data_mix_free(m);
+        return -1;
     }
     /* token shards trained on without a tokenizer name theirs: one for the whole mixture */
     const char *first = NULL, *p;
@@ -262,9 +295,12 @@ void data_mix_describe(const data_mix *m, char *buf, size_t n) {
         k += (size_t)snprintf(buf + k, n - k, "%s%g", i ? " / " : " ", m->weights[i]);
     for (int i = 0; i < m->n && k < n; i++) {
         k += (size_t)snprintf(buf + k, n - k, i ? "; [%d] " : "): [%d] ", i + 1);
-        if (k < n) data_loader_describe(m->src[i], buf + k, n - k);
-        k += strlen(buf + k);
+        if (k < n) data_loader_describe_files(m->src[i], buf + k, n - k);
+        k += k < n ? strlen(buf + k) : 0;
     }
+    if (k < n) /* the encoding and the rank, the same for every source */
+        snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
+                 m->tok ? "tokenizer" : "byte tokens", m->dp_rank, m->dp_size);
 }
 
 void data_mix_rows(const data_mix *m, int64_t *rows) {
@@ -272,8 +308,8 @@ void data_mix_rows(const data_mix *m, int64_t *rows) {
 }
 
 size_t data_mix_state_max(const data_mix *m) {
-    /* the sources' states, their separators and the mixture's own keys (< 128 + 32 a weight) */
-    return m->n == 1 ? DATA_LOADER_STATE_MAX : (size_t)m->n * (DATA_LOADER_STATE_MAX + 34) + 128;
+    return m->n == 1 ? DATA_LOADER_STATE_MAX
+                     : DATA_MIX_STATE_FIXED + (size_t)m->n * DATA_MIX_STATE_SOURCE;
 }
 
 int data_mix_state_format(const data_mix *m, char *buf, size_t n) {
@@ -282,19 +318,29 @@ int data_mix_state_format(const data_mix *m, char *buf, size_t n) {
         data_loader_get_state(m->src[0], &s);
         return data_loader_state_format(&s, buf, n);
     }
-    int k = snprintf(buf, n, "{\"mix_seed\": %llu, \"mix_draws\": %lld, \"mix_weights\": [",
-                     (unsigned long long)m->seed, (long long)m->draws);
-    for (int i = 0; i < m->n && k >= 0 && (size_t)k < n; i++)
-        k += snprintf(buf + k, n - (size_t)k, "%s%.17g", i ? ", " : "", m->weights[i]);
-    if (k >= 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "], \"sources\": [");
-    for (int i = 0; i < m->n && k >= 0 && (size_t)k < n; i++) {
-        if (i) k += snprintf(buf + k, n - (size_t)k, ", ");
+    /* k only grows while it is below n: each write is checked before the next */
+    size_t k = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        const int w_ = k < n ? snprintf(buf + k, n - k, __VA_ARGS__) : -1;                         \
+        if (w_ < 0 || (size_t)w_ >= n - k) return -1;                                              \
+        k += (size_t)w_;                                                                           \
+    } while (0)
+    PUT("{\"mix_seed\": %llu, \"mix_draws\": %lld, \"mix_rng_index\": %d, \"mix_rng\": \"",
+        (unsigned long long)m->seed, (long long)m->draws, m->g.index);
+    for (int i = 0; i < MT_N; i++) PUT("%08x", (unsigned)m->g.mt[i]);
+    PUT("\", \"mix_weights\": [");
+    for (int i = 0; i < m->n; i++) PUT("%s%.17g", i ? ", " : "", m->weights[i]);
+    PUT("], \"sources\": [");
+    for (int i = 0; i < m->n; i++) {
+        if (i) PUT(", ");
         data_loader_get_state(m->src[i], &s);
-        if ((size_t)k >= n || data_loader_state_format(&s, buf + k, n - (size_t)k)) return -1;
-        k += (int)strlen(buf + k);
+        if (data_loader_state_format(&s, buf + k, n - k)) return -1;
+        k += strlen(buf + k);
     }
-    if (k >= 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "]}");
-    return k < 0 || (size_t)k >= n ? -1 : 0;
+    PUT("]}");
+#undef PUT
+    return 0;
 }
 
 /* One source's state (a JSON object) into loader l; errors say which source. */
@@ -311,73 +357,110 @@ static int restore_source(data_loader *l, const json_t *j, int i, int n, const c
     return rc ? -1 : 0;
 }
 
+/* The generator of a mixture's state: "mix_rng" (624 words, 8 hex digits each) and
+ * "mix_rng_index" (0 .. 624). */
+static int parse_rng(const json_t *j, mt19937 *g, base_err *err) {
+    const json_t *r = json_object_get(j, "mix_rng"), *ix = json_object_get(j, "mix_rng_index");
+    const char *x = json_is_string(r) ? json_string_value(r) : "";
+    int ok = strlen(x) == 8 * MT_N && json_is_integer(ix) && json_integer_value(ix) >= 0 &&
+             json_integer_value(ix) <= MT_N;
+    for (int i = 0; ok && i < 8 * MT_N; i++) ok = isxdigit((unsigned char)x[i]) != 0;
+    if (!ok)
+        return base_fail(err,
+                         "data-loader state: a mixture's \"mix_rng\" (%d words, 8 hex digits "
+                         "each) and \"mix_rng_index\" (0 to %d) are missing or bad",
+                         MT_N, MT_N);
+    for (int i = 0; i < MT_N; i++) {
+        char w[9];
+        memcpy(w, x + 8 * i, 8);
+        w[8] = 0;
+        g->mt[i] = (uint32_t)strtoul(w, NULL, 16);
+    }
+    g->index = (int)json_integer_value(ix);
+    return 0;
+}
+
+/* A mixture's state j into m (n > 1): the keys checked first, then every source's position,
+ * then the generator. */
+static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_err *err) {
+    const json_t *dr = json_object_get(j, "mix_draws"), *sd = json_object_get(j, "mix_seed");
+    const json_t *w = json_object_get(j, "mix_weights");
+    if (!json_is_array(srcs))
+        return base_fail(err, "data-loader state: a mixture's \"sources\" must be an array of "
+                              "the sources' positions");
+    if (json_array_size(srcs) != (size_t)m->n)
+        return base_fail(err,
+                         "the position is of a mixture of %d sources; this run reads %d: resume "
+                         "with the same training.dataset_sources, or leave the position out "
+                         "(checkpoint.exclude_from_loading = [\"dataloader\"])",
+                         (int)json_array_size(srcs), m->n);
+    if (!json_is_integer(dr) || json_integer_value(dr) < 0)
+        return base_fail(err, "data-loader state: a mixture's \"mix_draws\" must be an integer "
+                              ">= 0");
+    if (!json_is_integer(sd) || json_integer_value(sd) < 0)
+        return base_fail(err, "data-loader state: a mixture's \"mix_seed\" must be an integer "
+                              ">= 0");
+    int ok_w = json_is_array(w) && json_array_size(w) == (size_t)m->n, same_w = 1;
+    for (int i = 0; ok_w && i < m->n; i++) {
+        const json_t *x = json_array_get(w, (size_t)i);
+        ok_w = json_is_number(x);
+        same_w &= ok_w && json_number_value(x) == m->weights[i];
+    }
+    if (!ok_w)
+        return base_fail(err,
+                         "data-loader state: a mixture's \"mix_weights\" must be %d numbers, "
+                         "one a source",
+                         m->n);
+    mt19937 g;
+    if (parse_rng(j, &g, err)) return -1;
+    for (int i = 0; i < m->n; i++)
+        if (restore_source(m->src[i], json_array_get(srcs, (size_t)i), i, m->n, m->paths[i], err))
+            return -1;
+    const uint64_t seed = (uint64_t)json_integer_value(sd);
+    if (seed != m->seed)
+        base_log(BASE_LOG_WARN,
+                 "data: the position's source draws were seeded %llu; they go on from that "
+                 "generator's state (as torchtitan restores its interleaver's), not from this "
+                 "run's training.dataset_mix_seed %llu",
+                 (unsigned long long)seed, (unsigned long long)m->seed);
+    if (!same_w)
+        base_log(BASE_LOG_INFO, "data: the mixture's weights differ from the position's; the "
+                                "draws from here use this run's");
+    m->seed = seed;
+    m->g = g;
+    m->draws = json_integer_value(dr);
+    return 0;
+}
+
 int data_mix_state_restore(data_mix *m, const char *text, base_err *err) {
     json_error_t je;
     json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
-    if (!j || !json_is_object(j)) {
-        if (j) json_decref(j);
-        return base_fail(err, "data-loader state: not a JSON object (%s)", j ? "" : je.text);
+    if (!j) return base_fail(err, "data-loader state: not JSON (%s)", je.text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return base_fail(err, "data-loader state: not a JSON object");
     }
-    json_t *srcs = json_object_get(j, "sources");
+    const json_t *srcs = json_object_get(j, "sources");
+    const int n_saved = json_is_array(srcs) ? (int)json_array_size(srcs) : -1;
+    char many[48] = "a mixture of sources";
+    if (n_saved >= 0) snprintf(many, sizeof many, "a mixture of %d sources", n_saved);
     int rc = -1;
-    if (m->n == 1 && srcs) {
+    if (m->n == 1 && srcs)
         base_fail(err,
-                  "the position is of a mixture of %d sources (training.dataset_sources); this "
-                  "run reads one dataset: give it the same sources, or leave the position out "
+                  "the position is of %s (training.dataset_sources); this run reads one dataset: "
+                  "give it the same sources, or leave the position out "
                   "(checkpoint.exclude_from_loading = [\"dataloader\"])",
-                  json_is_array(srcs) ? (int)json_array_size(srcs) : 0);
-    } else if (m->n == 1) {
+                  many);
+    else if (m->n == 1)
         rc = restore_source(m->src[0], j, 0, 1, m->paths[0], err);
-    } else if (!srcs) {
+    else if (!srcs)
         base_fail(err,
                   "the position is of one dataset; this run reads a mixture of %d sources "
                   "(training.dataset_sources): give it that dataset alone, or leave the position "
                   "out (checkpoint.exclude_from_loading = [\"dataloader\"])",
                   m->n);
-    } else {
-        const json_t *dr = json_object_get(j, "mix_draws"), *sd = json_object_get(j, "mix_seed");
-        const json_t *w = json_object_get(j, "mix_weights");
-        const int64_t draws = json_is_integer(dr) ? json_integer_value(dr) : -1;
-        const int ok_w = json_is_array(w) && json_array_size(w) == json_array_size(srcs);
-        if (!json_is_array(srcs) || json_array_size(srcs) != (size_t)m->n) {
-            base_fail(err,
-                      "the position is of a mixture of %d sources; this run reads %d: resume "
-                      "with the same training.dataset_sources, or leave the position out "
-                      "(checkpoint.exclude_from_loading = [\"dataloader\"])",
-                      json_is_array(srcs) ? (int)json_array_size(srcs) : 0, m->n);
-        } else if (draws < 0 || draws > ((int64_t)1 << 50) || !json_is_integer(sd) ||
-                   json_integer_value(sd) < 0 || !ok_w) {
-            base_fail(err, "data-loader state: a mixture's \"mix_draws\" (a count up to 2^50), "
-                           "\"mix_seed\" (>= 0) and \"mix_weights\" (a number a source) are "
-                           "missing or bad");
-        } else {
-            rc = 0;
-            for (int i = 0; i < m->n && !rc; i++)
-                rc = restore_source(m->src[i], json_array_get(srcs, (size_t)i), i, m->n,
-                                    m->paths[i], err);
-            const uint64_t seed = (uint64_t)json_integer_value(sd);
-            int same_w = 1;
-            for (int i = 0; i < m->n; i++) {
-                const json_t *x = json_array_get(w, (size_t)i);
-                same_w &= json_is_number(x) && json_number_value(x) == m->weights[i];
-            }
-            if (!rc && seed != m->seed)
-                base_log(BASE_LOG_WARN,
-                         "data: the position's source draws were seeded %llu; they go on from "
-                         "that generator's state (as torchtitan restores its interleaver's), "
-                         "not from this run's training.dataset_mix_seed %llu",
-                         (unsigned long long)seed, (unsigned long long)m->seed);
-            if (!rc && !same_w)
-                base_log(BASE_LOG_INFO, "data: the mixture's weights differ from the position's; "
-                                        "the draws from here use this run's");
-            if (!rc) { /* the generator after `draws` draws of two outputs each */
-                m->seed = seed;
-                mt_seed(&m->g, seed);
-                for (int64_t i = 0; i < 2 * draws; i++) mt_next(&m->g);
-                m->draws = draws;
-            }
-        }
-    }
+    else
+        rc = restore_mix(m, j, srcs, err);
     json_decref(j);
     return rc;
 }

@@ -154,9 +154,9 @@ const field g_fields[] = {
          "(one dataset_format, dataset_field, dataset_streaming), split over the data-parallel "
          "ranks and re-looped on its own; each window of a batch comes from one source, drawn "
          "with 0.3's random.Random(dataset_mix_seed).choices (docs/data.md)"),
-    FLTS(training, dataset_weights, 0, 1e300,
-         "dataset_sources' sampling weights (0.3's HFDataSource.weight, normalised; a window's "
-         "chance, not a token share of documents); empty = 1 each"),
+    FLTS(training, dataset_weights, 0, INFINITY,
+         "dataset_sources' sampling weights (0.3's HFDataSource.weight, normalised: each "
+         "window's chance, so a share of the tokens, not of the documents); empty = 1 each"),
     OINT(training, dataset_mix_seed, 0, 9.2e18,
          "the seed of dataset_sources' draws (0.3's dataloader seed); unset = 42"),
     INT(training, stop_after_step, 0, 0, BIG,

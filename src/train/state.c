@@ -176,14 +176,15 @@ int train_loader_state_restore(const json_t *t, data_mix *l, int dp_rank, int dp
 
 /* Every data-parallel rank's loader position into states[dp_size][loader_state_bytes]
  * (collective over dp); nothing for random tokens. */
-static int gather_loader_states(const train_source *src, dist_comm *dp, char *states) {
-    if (!src->loader) return 0;
+static void gather_loader_states(const train_source *src, dist_comm *dp, char *states) {
+    if (!src->loader) return;
     const size_t n = loader_state_bytes(src);
-    char mine[DATA_MIX_STATE_CAP] = {0}; /* not the heap: every rank must reach the gather */
-    if (n > sizeof mine || data_mix_state_format(src->loader, mine, n))
+    /* not the heap: every rank must reach the gather; n <= DATA_MIX_STATE_CAP (at most
+     * DATA_MIX_MAX sources) */
+    char mine[DATA_MIX_STATE_CAP] = {0};
+    if (data_mix_state_format(src->loader, mine, n))
         base_log(BASE_LOG_ERROR, "data: the loader's state does not fit its %zu bytes", n);
     dist_allgather_bytes(dp, mine, states, n);
-    return 0;
 }
 
 json_t *train_step_state(const char *folder, int64_t step, base_err *err) {

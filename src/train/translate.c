@@ -71,7 +71,14 @@ static int mix_check(const train_config *c, base_err *err) {
     base_err e;
     if (w->n && data_mix_weights_check(w->v, w->n, &e))
         return fail_field(c, "training", "dataset_weights", err, "%s", e.msg);
-    if (c->training.dataset_mix_seed.set && src->n < 2)
+    static const char *const mix_only[2] = {"dataset_weights", "dataset_mix_seed"};
+    const int set[2] = {w->n > 0, c->training.dataset_mix_seed.set};
+    for (int i = 0; i < 2; i++)
+        if (set[i] && src->n == 1)
+            return fail_field(c, "training", mix_only[i], err,
+                              "set for one source: nothing is drawn (a mixture is two or more "
+                              "training.dataset_sources)");
+    if (c->training.dataset_mix_seed.set && !src->n)
         return fail_field(c, "training", "dataset_mix_seed", err,
                           "set without a mixture (training.dataset_sources of two or more): "
                           "nothing is drawn");

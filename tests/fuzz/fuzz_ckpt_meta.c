@@ -94,8 +94,8 @@ static data_loader *open_loader(int set, int dp_rank, int dp_size) {
     return l;
 }
 
-/* The same dataset as the trainer opens it (a mixture of one source). */
-static data_mix *open_mix(int set, int dp_rank, int dp_size) {
+/* The same dataset as the trainer opens it: a mixture of n_src sources, each this set. */
+static data_mix *open_mix(int set, int dp_rank, int dp_size, int n_src) {
     data_loader_cfg c = {0};
     c.format = set_format[set];
     c.enc.vocab_size = 1 << 20;
@@ -104,8 +104,8 @@ static data_mix *open_mix(int set, int dp_rank, int dp_size) {
     c.dp_rank = dp_rank;
     c.dp_size = dp_size;
     c.infinite = 1;
-    const char *path = set_dir[set];
-    const data_mix_cfg mc = {c, &path, NULL, 1, 42};
+    const char *paths[4] = {set_dir[set], set_dir[set], set_dir[set], set_dir[set]};
+    const data_mix_cfg mc = {c, paths, NULL, n_src, 42};
     base_err err;
     data_mix *l = NULL;
     if (data_mix_open(&l, &mc, &err) != 0) broken("cannot open the test dataset", err.msg);
@@ -221,7 +221,12 @@ int fuzz_target_run(const uint8_t *data, size_t size) {
     }
     const json_t *dls = json_object_get(t, "data_loaders");
     const int dp = json_is_array(dls) ? 2 : 1;
-    data_mix *l = open_mix(set, dp - 1, dp);
+    /* a mixture's position (its "sources") is restored into a mixture of as many, up to 4 */
+    const json_t *dl = json_object_get(t, dp > 1 ? "data_loaders" : "data_loader");
+    if (dp > 1) dl = json_array_get(dl, (size_t)(dp - 1));
+    const json_t *srcs = json_object_get(dl, "sources");
+    const size_t ns = json_is_array(srcs) ? json_array_size(srcs) : 1;
+    data_mix *l = open_mix(set, dp - 1, dp, ns >= 2 && ns <= 4 ? (int)ns : 1);
     int rc = train_loader_state_restore(t, l, dp - 1, dp, dir, 1, &err);
     json_decref(t);
     int32_t x[10], y[10];

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -147,6 +148,14 @@ def main():
         st = json.loads(state)
         check(st["mix_draws"] == B * N and len(st["sources"]) == 3,
               "mixture state: %d draws, a position per source" % st["mix_draws"])
+        # the generator's state is Python's getstate() after those draws (0.3 saves that)
+        rng = random.Random(42 if seed is None else seed)
+        for _ in range(B * N):
+            rng.random()
+        mt = rng.getstate()[1]
+        check(st["mix_rng"] == "".join("%08x" % w for w in mt[:624])
+              and st["mix_rng_index"] == mt[624],
+              "mixture state: the generator is Python's getstate() after %d draws" % (B * N))
         if 0 in weights:
             check(picks.count(weights.index(0)) == 0, "a weight of 0 is never drawn")
 
@@ -219,6 +228,9 @@ def main():
               "ChatDatasets")
 
     # bad input, refused by name
+    shards = os.path.join(WORK, "shards")
+    subprocess.run([TITAN, "tokenize", "--tokenizer", cl.TEST_TOK, "--data", paths[0], "--out",
+                    shards, "--threads", "1"], check=True, capture_output=True)
     one_state = cl.titan_data(["--data", paths[0], "--seq-len", "8"])[1]
     mix_state = cl.titan_data(base + ["--seq-len", "8"])[1]
     for what, a, needle in (
@@ -239,7 +251,22 @@ def main():
              "source 4: "),
             ("a bad mix_draws", base + ["--state", mix_state.replace('"mix_draws": 1',
                                                                        '"mix_draws": -1')],
-             "\"mix_draws\"")):
+             "\"mix_draws\" must be an integer >= 0"),
+            ("a generator state of another length", base + ["--state", mix_state.replace('", "mix_weights"',
+                                                                                 '0", "mix_weights"')],
+             "\"mix_rng\" (624 words"),
+            ("weights that are no numbers", base + ["--state", mix_state.replace(
+                '"mix_weights": [1, 1, 1]', '"mix_weights": ["a", 1, 1]')], "must be 3 numbers"),
+            ("sources that are no array", base + ["--state", mix_state.replace(
+                '"sources": [', '"sources": {"x": [').replace(']}', ']}}')],
+             "\"sources\" must be an array"),
+            ("a state that is no object", base + ["--state", "[1, 2]"], "not a JSON object"),
+            ("token shards beside text without a tokenizer", ["--data", shards, "--data", paths[2]],
+             "source 1's token shards"),
+            ("--weights for one source", ["--data", paths[0], "--weights", "2"],
+             "need two or more --data sources"),
+            ("--mix-seed for one source", ["--data", paths[0], "--mix-seed", "3"],
+             "need two or more --data sources")):
         p = cl.titan_data(a, expect_ok=False)
         check(p.returncode != 0 and needle in p.stderr,
               "refused: %s: %s" % (what, p.stderr.strip().splitlines()[-1][:150]

@@ -61,11 +61,14 @@ done
 "$titan" train "${M[@]}" --steps 100000 --checkpoint-interval 100000 --dump-folder "$out/sg" \
   --keep-latest-k 2 --load-step 2 --metrics "$out/sig.jsonl" > "$out/sig.log" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do
-  [ "$(cat "$out/sig.jsonl" 2>/dev/null | grep -c . || true)" -ge 3 ] && break
+lines=0
+for _ in $(seq 6000); do # 300 s, however loaded the machine
+  lines=$(cat "$out/sig.jsonl" 2>/dev/null | grep -c . || true)
+  [ "$lines" -ge 3 ] && break
   kill -0 $pid 2>/dev/null || { cat "$out/sig.log"; fail "the signalled run exited early"; }
   sleep 0.05
 done
+[ "$lines" -ge 3 ] || { kill -9 $pid; cat "$out/sig.log"; fail "no third step in 300 s"; }
 kill -TERM $pid; rc=0; wait $pid || rc=$?
 [ $rc = 143 ] || { cat "$out/sig.log"; fail "exit status $rc after SIGTERM, want 143"; }
 named=$(grep -o "the last complete checkpoint is [^ ]*" "$out/sig.log" | cut -d' ' -f6)

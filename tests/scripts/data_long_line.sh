@@ -16,7 +16,16 @@ for i in $(seq 1 2000); do printf '{"text": "document %d of the measurement"}\n'
 mkfifo "$out/pipe"
 exec 4<> "$out/pipe" # opened for reading and writing: never blocks, never read
 "$titan" "${args[@]}" --batches 100000 --data "$out/small.jsonl" > "$out/pipe" 2> /dev/null & pid=$!
-sleep 2
+# blocked on the full pipe: it has written the pipe's 64 KiB and writes no more (polled; a fixed
+# sleep was a race on a loaded machine)
+prev=-1
+for _ in $(seq 600); do
+  now=$(awk '/^wchar:/ { print $2 }' "/proc/$pid/io" 2>/dev/null || echo -1)
+  [ "$now" -ge 65536 ] && [ "$now" = "$prev" ] && break
+  prev=$now
+  sleep 0.2
+done
+[ "$now" -ge 65536 ] && [ "$now" = "$prev" ] || { echo "FAIL: titan data never filled the pipe"; exit 1; }
 vm=$(awk '/^VmSize:/ { print $2 }' "/proc/$pid/status")
 kill "$pid"; wait "$pid" 2>/dev/null || true
 pid=

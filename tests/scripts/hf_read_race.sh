@@ -2,7 +2,7 @@
 # A Hugging Face folder re-exported while titan reads it: titan generate had taken the index
 # and first shard of one model and the second shard of the other, and sampled from the mix
 # with exit 0 (a concurrent-access audit's finding). strace holds generate's open of the second
-# shard 3 s while `titan convert` replaces the folder; generate must refuse, naming the file.
+# shard 10 s while `titan convert` replaces the folder; generate must refuse, naming the file.
 # Skipped (77) without strace or ptrace.
 set -uo pipefail
 titan=$1; out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -18,10 +18,20 @@ ck=$out/run/checkpoint
   [ -f "$out/hf/model.safetensors.index.json" ] || { echo "FAIL: no sharded export"; exit 1; }
 second=$(ls "$out/hf"/model-00002-of-*.safetensors) || { echo "FAIL: one shard only"; exit 1; }
 gen=(generate --model "$out/hf" --bytes --ids --prompt "ab" --max-new-tokens 4 --temperature 0)
-ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -P "$second" -e trace=openat -e inject=openat:delay_enter=3000000:when=1 \
+ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -P "$second" -e trace=openat -e inject=openat:delay_enter=10000000:when=1 \
   "$titan" "${gen[@]}" > "$out/gen.out" 2> "$out/gen.err" &
 g=$!
-sleep 1 # generate has read the index and opened the first shard, and waits at the second
+# generate has read the index and mapped the first shard (then it waits at the second's open):
+# its maps name the first shard (polled, however loaded the machine; a fixed sleep was a race)
+first=$(ls "$out/hf"/model-00001-of-*.safetensors)
+for _ in $(seq 600); do
+  kid=$(pgrep -P $g | head -1 || true)
+  [ -n "$kid" ] && grep -qF "$first" "/proc/$kid/maps" 2>/dev/null && break
+  kill -0 $g 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$kid" ] && grep -qF "$first" "/proc/$kid/maps" 2>/dev/null ||
+  { echo "FAIL: generate never mapped $first: $(tail -3 "$out/gen.err")"; exit 1; }
 "$titan" convert "$ck/step-2" "$out/hf" --max-shard-size 300KB > "$out/conv.log" 2>&1 ||
   { cat "$out/conv.log"; exit 1; }
 wait $g; rc=$?

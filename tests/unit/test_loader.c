@@ -1602,11 +1602,6 @@ static void test_map_style_changes(void) {
     data_loader_free(l);
 }
 
-/* Dataset.shuffle(seed)'s order: numpy's own permutations (numpy 2.4, the venv's), printed by
- *   python -c "import numpy as np; print(np.random.default_rng(42).permutation(10).tolist())"
- * and, for the million, p[:6], p[-3:] and sum((i + 1) * p[i]) of default_rng(44).permutation(
- * 1000003) (64-bit wrap); a seed of 33 bits takes SeedSequence's second entropy word. The
- * end-to-end orders (chat, text; epochs, ranks) are checked against numpy in check_loader.py. */
 /* torchtitan 0.3's interleaver draws: random.Random(seed).choices(range(n), weights=w / sum(w))
  * as Python 3.11 computes them (its outputs below; seeds of one and two 32-bit words, draws
  * after 1000 and 100000 others, a zero and a negligible weight). */
@@ -1645,6 +1640,11 @@ static void test_mix_draws(void) {
     CHECK(!data_mix_weights_check(ok, 2, &e), "a zero weight beside a positive one");
 }
 
+/* Dataset.shuffle(seed)'s order: numpy's own permutations (numpy 2.4, the venv's), printed by
+ *   python -c "import numpy as np; print(np.random.default_rng(42).permutation(10).tolist())"
+ * and, for the million, p[:6], p[-3:] and sum((i + 1) * p[i]) of default_rng(44).permutation(
+ * 1000003) (64-bit wrap); a seed of 33 bits takes SeedSequence's second entropy word. The
+ * end-to-end orders (chat, text; epochs, ranks) are checked against numpy in check_loader.py. */
 static void test_shuffle_permutation(void) {
     static const struct {
         uint64_t seed;
