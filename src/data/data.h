@@ -371,14 +371,16 @@ int data_loader_state_parse(const char *json, data_loader_state *s, base_err *er
  * draws on every rank. With n == 1 it is that one loader (no draws; its state as before).
  * The state: the generator's (Python's getstate(): 624 words and an index, as 0.3 saves its
  * interleaver's RNG state) and each source's position, with the seed, the draws made and the
- * weights for the record: {"mix_seed": S, "mix_draws": D, "mix_rng_index": I, "mix_rng": "hex",
- * "mix_weights": [...], "sources": [...]}. */
+ * weights for the record, and the rows each source gave since the start: {"mix_seed": S,
+ * "mix_draws": D, "mix_rng_index": I, "mix_rng": "hex", "mix_weights": [...], "mix_rows": [...],
+ * "sources": [...]}. */
 #define DATA_MIX_MAX 64
 /* A mixture's state: its own keys and generator (624 words in hex: 4992 bytes; < 5200 in all),
- * then per source its position, a weight (%.17g: <= 24 bytes) and separators (< 34 with it);
+ * then per source its position, a weight (%.17g: <= 24 bytes), its rows (<= 20) and separators
+ * (< 56 with them);
  * DATA_MIX_STATE_CAP the largest (DATA_MIX_MAX sources), ~40 KB */
 #define DATA_MIX_STATE_FIXED 5200
-#define DATA_MIX_STATE_SOURCE (DATA_LOADER_STATE_MAX + 34)
+#define DATA_MIX_STATE_SOURCE (DATA_LOADER_STATE_MAX + 56)
 #define DATA_MIX_STATE_CAP (DATA_MIX_STATE_FIXED + DATA_MIX_MAX * DATA_MIX_STATE_SOURCE)
 typedef struct {
     data_loader_cfg loader;   /* every source's settings (path: paths[i]; infinite when n > 1) */
@@ -398,7 +400,7 @@ int data_mix_next(data_mix *m, int32_t *inputs, int32_t *labels, int32_t *positi
  * different tokenizers are refused at open when the run has none). */
 int data_mix_shard_tokenizer(const data_mix *m, const char **path, uint64_t *hash);
 void data_mix_describe(const data_mix *m, char *buf, size_t n);
-/* rows[n]: the rows each source gave since open. */
+/* rows[n]: the rows each source gave since the start (since open, plus a restored state's). */
 void data_mix_rows(const data_mix *m, int64_t *rows);
 /* The state as one line of JSON into buf[data_mix_state_max(m)] (n == 1: the loader's, as
  * data_loader_state_format), and back: the sources' positions must be this mixture's count

@@ -98,7 +98,7 @@ struct data_mix {
     int64_t draws; /* rows drawn so far (the state says it; the generator's own state resumes) */
     int batch, seq_len;
     int tok, dp_rank, dp_size; /* for the description */
-    int64_t *rows;             /* rows each source gave this run (said at the end of titan data) */
+    int64_t *rows;             /* rows each source gave since the start (the state carries them) */
     mt19937 g;
 };
 
@@ -331,6 +331,8 @@ int data_mix_state_format(const data_mix *m, char *buf, size_t n) {
     for (int i = 0; i < MT_N; i++) PUT("%08x", (unsigned)m->g.mt[i]);
     PUT("\", \"mix_weights\": [");
     for (int i = 0; i < m->n; i++) PUT("%s%.17g", i ? ", " : "", m->weights[i]);
+    PUT("], \"mix_rows\": [");
+    for (int i = 0; i < m->n; i++) PUT("%s%lld", i ? ", " : "", (long long)m->rows[i]);
     PUT("], \"sources\": [");
     for (int i = 0; i < m->n; i++) {
         if (i) PUT(", ");
@@ -411,6 +413,17 @@ static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_er
                          "data-loader state: a mixture's \"mix_weights\" must be %d numbers, "
                          "one a source",
                          m->n);
+    const json_t *rw = json_object_get(j, "mix_rows");
+    int ok_r = json_is_array(rw) && json_array_size(rw) == (size_t)m->n;
+    for (int i = 0; ok_r && i < m->n; i++) {
+        const json_t *x = json_array_get(rw, (size_t)i);
+        ok_r = json_is_integer(x) && json_integer_value(x) >= 0;
+    }
+    if (!ok_r)
+        return base_fail(err,
+                         "data-loader state: a mixture's \"mix_rows\" must be %d integers "
+                         ">= 0, one a source",
+                         m->n);
     mt19937 g;
     if (parse_rng(j, &g, err)) return -1;
     for (int i = 0; i < m->n; i++)
@@ -429,6 +442,7 @@ static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_er
     m->seed = seed;
     m->g = g;
     m->draws = json_integer_value(dr);
+    for (int i = 0; i < m->n; i++) m->rows[i] = json_integer_value(json_array_get(rw, (size_t)i));
     return 0;
 }
 

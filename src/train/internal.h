@@ -158,6 +158,10 @@ typedef struct {
     double val_loss, val_s; /* validation: mean loss, seconds; val_tokens tokens */
     int64_t val_tokens;
     double gather_bytes, reduce_bytes; /* this rank's FSDP all-gathers / reduce-scatters */
+    /* a dataset mixture's windows from each source, per rank (every rank draws the same),
+     * since the run's step 1 (a resume carries them): src_windows[n_src]; n_src 0 otherwise */
+    const int64_t *src_windows;
+    int n_src;
 } train_step_metrics;
 /* start: the step resumed after (0 = a fresh run: a new metrics.jsonl; else the file keeps
  * its lines up to start and is appended to); last: the run's last step. TensorBoard goes to

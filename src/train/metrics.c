@@ -300,6 +300,10 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
                 ", \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_tps\": %.17g, \"val_s\": %.17g",
                 s->val_loss, (long long)s->val_tokens, val_tps(t, s), s->val_s);
     if (t->aux_on) fprintf(jl, ", \"aux_loss\": %.17g", s->aux);
+    for (int i = 0; i < s->n_src; i++)
+        fprintf(jl, i ? ", %lld" : ", \"data_source_windows\": [%lld",
+                (long long)s->src_windows[i]);
+    if (s->n_src) fprintf(jl, "]");
     train_moe_jsonl(m, jl);
     fprintf(jl, "}\n");
 }

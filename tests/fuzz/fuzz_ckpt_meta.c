@@ -78,7 +78,8 @@ static void put_shard(const char *p, const uint32_t *ids, const uint64_t *offs, 
     free(b);
 }
 
-static data_loader *open_loader(int set, int dp_rank, int dp_size) {
+/* The loader settings of dataset `set` on data-parallel rank dp_rank of dp_size. */
+static data_loader_cfg loader_cfg(int set, int dp_rank, int dp_size) {
     data_loader_cfg c = {0};
     c.path = set_dir[set];
     c.format = set_format[set];
@@ -88,6 +89,11 @@ static data_loader *open_loader(int set, int dp_rank, int dp_size) {
     c.dp_rank = dp_rank;
     c.dp_size = dp_size;
     c.infinite = 1;
+    return c;
+}
+
+static data_loader *open_loader(int set, int dp_rank, int dp_size) {
+    const data_loader_cfg c = loader_cfg(set, dp_rank, dp_size);
     base_err err;
     data_loader *l = NULL;
     if (data_loader_open(&l, &c, &err) != 0) broken("cannot open the test dataset", err.msg);
@@ -96,16 +102,8 @@ static data_loader *open_loader(int set, int dp_rank, int dp_size) {
 
 /* The same dataset as the trainer opens it: a mixture of n_src sources, each this set. */
 static data_mix *open_mix(int set, int dp_rank, int dp_size, int n_src) {
-    data_loader_cfg c = {0};
-    c.format = set_format[set];
-    c.enc.vocab_size = 1 << 20;
-    c.seq_len = 5;
-    c.batch = 2;
-    c.dp_rank = dp_rank;
-    c.dp_size = dp_size;
-    c.infinite = 1;
     const char *paths[4] = {set_dir[set], set_dir[set], set_dir[set], set_dir[set]};
-    const data_mix_cfg mc = {c, paths, NULL, n_src, 42};
+    const data_mix_cfg mc = {loader_cfg(set, dp_rank, dp_size), paths, NULL, n_src, 42};
     base_err err;
     data_mix *l = NULL;
     if (data_mix_open(&l, &mc, &err) != 0) broken("cannot open the test dataset", err.msg);

@@ -148,6 +148,8 @@ def main():
         st = json.loads(state)
         check(st["mix_draws"] == B * N and len(st["sources"]) == 3,
               "mixture state: %d draws, a position per source" % st["mix_draws"])
+        check(st["mix_rows"] == [picks.count(i) for i in range(3)],
+              "mixture state: the rows each source gave, %s" % st["mix_rows"])
         # the generator's state is Python's getstate() after those draws (0.3 saves that)
         rng = random.Random(42 if seed is None else seed)
         for _ in range(B * N):
@@ -198,6 +200,11 @@ def main():
     b, st = cl.titan_data(common + ["--batches", "3", "--state", st])
     c, _ = cl.titan_data(common + ["--batches", str(N - 6), "--state", st])
     check(a + b + c == straight, "mixture resumed twice: the same windows")
+    _, st_straight = cl.titan_data(common + ["--batches", str(N)])
+    check(json.loads(st)["mix_rows"] != json.loads(st_straight)["mix_rows"]
+          and cl.titan_data(common + ["--batches", str(N - 6), "--state", st])[1] == st_straight,
+          "mixture resumed twice: the final state (rows each source gave included) is the "
+          "straight run's")
 
     # chat sources: 0.3's InterleavedChatDataLoader (ChatDataset per source, map-style)
     chat_src = []

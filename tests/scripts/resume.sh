@@ -52,6 +52,14 @@ printf 'The second source, a text file.\n\nIts paragraphs are documents, longer 
 ones.\n\nA third.\n' > "$out/more.txt"
 run mix --training.dataset_sources "$out/docs.jsonl,$out/more.txt" \
   --training.dataset_weights 3,1 --tokenizer "$shared/data/test_tokenizer" --grad-accum 2
+# the windows each source gave, carried by the checkpoint: the resumed run's last step says the
+# straight run's, 48 in all (12 steps x 2 microbatches x 2 rows)
+w_full=$(tail -1 "$out/mix-full.jsonl" | grep -o '"data_source_windows": \[[0-9, ]*\]')
+w_res=$(tail -1 "$out/mix-b.jsonl" | grep -o '"data_source_windows": \[[0-9, ]*\]')
+[ -n "$w_full" ] && [ "$w_full" = "$w_res" ] &&
+  [ $(( $(echo "$w_full" | grep -o '[0-9]\+' | paste -sd+) )) = 48 ] ||
+  { echo "FAIL mix: data_source_windows '$w_full' straight, '$w_res' resumed"; exit 1; }
+echo "ok mix: $w_full at step 12, straight and resumed"
 # the full training state from another run's step-6 (saves go to this run's folder): steps 7..12
 # as the straight run's, and the source folder untouched
 "$titan" train "${model[@]}" --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" \
