@@ -132,6 +132,7 @@ static int draw(data_mix *m) {
 
 void data_mix_draws(uint64_t seed, const double *weights, int n, int64_t skip, int count,
                     int *out) {
+    if (n < 1 || n > DATA_MIX_MAX) return;
     data_mix m = {.n = n, .seed = seed};
     double cum[DATA_MIX_MAX];
     mix_cum(weights, n, cum);
@@ -382,6 +383,31 @@ static int parse_rng(const json_t *j, mt19937 *g, base_err *err) {
     return 0;
 }
 
+/* -1 with err when the saved positions are this run's sources in another order: source i's
+ * fingerprint (its files and setup) is not this run's i-th but is another's. */
+static int reordered(const data_mix *m, const json_t *srcs, base_err *err) {
+    uint64_t now[DATA_MIX_MAX];
+    for (int i = 0; i < m->n; i++) {
+        data_loader_state s;
+        data_loader_get_state(m->src[i], &s);
+        now[i] = s.fingerprint;
+    }
+    for (int i = 0; i < m->n; i++) {
+        const char *x =
+            json_string_value(json_object_get(json_array_get(srcs, (size_t)i), "fingerprint"));
+        const uint64_t saved = x && strlen(x) == 16 ? strtoull(x, NULL, 16) : 0;
+        if (!saved || saved == now[i]) continue;
+        for (int k = 0; k < m->n; k++)
+            if (k != i && saved == now[k])
+                return base_fail(err,
+                                 "the position's source %d is this run's source %d (%s): give "
+                                 "training.dataset_sources in the order the checkpoint was "
+                                 "trained with",
+                                 i + 1, k + 1, m->paths[k]);
+    }
+    return 0;
+}
+
 /* A mixture's state j into m (n > 1): the keys checked first, then every source's position,
  * then the generator. */
 static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_err *err) {
@@ -426,6 +452,7 @@ static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_er
                          m->n);
     mt19937 g;
     if (parse_rng(j, &g, err)) return -1;
+    if (reordered(m, srcs, err)) return -1;
     for (int i = 0; i < m->n; i++)
         if (restore_source(m->src[i], json_array_get(srcs, (size_t)i), i, m->n, m->paths[i], err))
             return -1;

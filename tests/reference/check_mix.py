@@ -234,10 +234,22 @@ def main():
         check(got == tt, "mixture of chat sources: torchtitan 0.3's own InterleavedDataset over "
               "ChatDatasets")
 
-    # bad input, refused by name
+    # a source of token shards (titan tokenize's of the first source) beside the text source,
+    # on rank 1 of 2: its windows are the first source's
     shards = os.path.join(WORK, "shards")
     subprocess.run([TITAN, "tokenize", "--tokenizer", cl.TEST_TOK, "--data", paths[0], "--out",
                     shards, "--threads", "1"], check=True, capture_output=True)
+    T, N, weights = 9, 30, [1, 2]
+    rows, _ = cl.titan_data(["--tokenizer", cl.TEST_TOK, "--data", shards, "--data", paths[2],
+                             "--weights", "1,2", "--seq-len", str(T), "--batches", str(N),
+                             "--dp-rank", "1", "--dp-size", "2"])
+    picks = draws(42, weights, N)
+    per = [cl.flat(cl.reference(docs, tok, T, 1, max(picks.count(i), 1), 1, 2))
+           for i, docs in enumerate((srcs[0], srcs[2]))]
+    check(rows == interleave(picks, per), "mixture of token shards and text (rank 1 of 2): the "
+          "reference's windows")
+
+    # bad input, refused by name
     one_state = cl.titan_data(["--data", paths[0], "--seq-len", "8"])[1]
     mix_state = cl.titan_data(base + ["--seq-len", "8"])[1]
     for what, a, needle in (
@@ -248,8 +260,10 @@ def main():
             ("a mixture's state for two sources", ["--data", paths[0], "--data", paths[1],
                                                    "--state", mix_state],
              "a mixture of 3 sources; this run reads 2"),
-            ("sources reordered", ["--data", paths[1], "--data", paths[0], "--data", paths[2],
-                                   "--seq-len", "8", "--state", mix_state], "source 1 ("),
+            ("sources reordered", ["--tokenizer", cl.TEST_TOK, "--data", paths[1], "--data",
+                                   paths[0], "--data", paths[2],
+                                   "--seq-len", "8", "--state", mix_state],
+             "the position's source 1 is this run's source 2"),
             ("weights for other sources", base + ["--weights", "1,2"], "2 weights for 3"),
             ("a negative weight", base + ["--weights", "1,-2,1"], "'-2' is no finite number"),
             ("weights summing to 0", base + ["--weights", "0,0,0"], "sum above 0"),
