@@ -482,25 +482,25 @@ static int run_steps(run *r, base_err *err) {
         int64_t windows[DATA_MIX_MAX];
         const int n_src = r->src.loader ? data_mix_sources(r->src.loader) : 0;
         if (n_src > 1) data_mix_rows(r->src.loader, windows);
-        const train_step_metrics sm = {step,
-                                       r->mesh.dp_size,
-                                       s.loss,
-                                       s.max_loss,
-                                       s.norm,
-                                       s.lr,
-                                       s.aux,
-                                       s.ntok,
-                                       r->tokens_seen,
-                                       s.step_s,
-                                       s.data_s,
-                                       s.comm_s,
-                                       val_loss,
-                                       val_s,
-                                       val_tok,
-                                       s.gather_bytes,
-                                       s.reduce_bytes,
-                                       windows,
-                                       n_src > 1 ? n_src : 0};
+        const train_step_metrics sm = {.step = step,
+                                       .dp_size = r->mesh.dp_size,
+                                       .loss = s.loss,
+                                       .max_loss = s.max_loss,
+                                       .grad_norm = s.norm,
+                                       .lr = s.lr,
+                                       .aux = s.aux,
+                                       .ntokens = s.ntok,
+                                       .tokens_seen = r->tokens_seen,
+                                       .step_s = s.step_s,
+                                       .data_s = s.data_s,
+                                       .comm_s = s.comm_s,
+                                       .val_loss = val_loss,
+                                       .val_s = val_s,
+                                       .val_tokens = val_tok,
+                                       .gather_bytes = s.gather_bytes,
+                                       .reduce_bytes = s.reduce_bytes,
+                                       .src_windows = windows,
+                                       .n_src = n_src > 1 ? n_src : 0};
         /* a stop signal: save this step and stop; it is the run's last logged step */
         const int stop_sig = train_stop_agree(r->mesh.world_comm);
         if (stop_sig) train_metrics_end_at(r->mx, step);

@@ -85,13 +85,15 @@ static int mix_check(const train_config *c, base_err *err) {
     return 0;
 }
 
+/* Whether the run reads files (a dataset_path or a mixture), not random tokens. */
+static int has_data(const train_config *c) {
+    return c->training.dataset_path[0] || c->training.dataset_sources.n;
+}
+
 /* A dataset_path is read by its files' format (text, JSON Lines' dataset_field, token shards),
  * whatever training.dataset says (a label then: torchtitan's c4 loaders read the same "text"
  * field, docs/config.md). "random" asked for on the command line beside a path contradicts
  * it: said (a file's is not: a saved config.toml writes the default beside the path). */
-static int has_data(const train_config *c) {
-    return c->training.dataset_path[0] || c->training.dataset_sources.n;
-}
 
 static void dataset_random_note(const train_config *c) {
     const int f = find_field("training", "dataset");
