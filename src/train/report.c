@@ -69,11 +69,17 @@ typedef struct {
     double v[R_NF];       /* NAN where the line has no such figure */
 } report_rec;
 
+#define REPORT_MAX_SOURCES 64 /* a dataset mixture's sources (DATA_MIX_MAX) */
+
 struct train_report_run {
     char *name;
     report_rec *rec;
     size_t n, cap;
     json_t *facts; /* [[label, text], ...], or NULL */
+    /* a dataset mixture: the windows each source gave, of the last line that says them */
+    int64_t src_windows[REPORT_MAX_SOURCES];
+    int n_src;
+    int64_t src_step;
 };
 
 static const char *g_version = "unknown";
@@ -104,6 +110,29 @@ void train_report_run_free(train_report_run *r) {
 
 void train_report_run_clear(train_report_run *r) {
     r->n = 0;
+    r->n_src = 0;
+}
+
+/* "data_source_windows" (a dataset mixture's windows per source) into r when the line has it. */
+static int rec_sources(train_report_run *r, const json_t *o, int64_t step, const char *where,
+                       base_err *err) {
+    const json_t *a = json_object_get(o, "data_source_windows");
+    if (!a) return 0;
+    int ok =
+        json_is_array(a) && json_array_size(a) >= 1 && json_array_size(a) <= REPORT_MAX_SOURCES;
+    for (size_t i = 0; ok && i < json_array_size(a); i++) {
+        const json_t *x = json_array_get(a, i);
+        ok = json_is_integer(x) && json_integer_value(x) >= 0;
+    }
+    if (!ok)
+        return base_fail(err,
+                         "%s: \"data_source_windows\" must be an array of 1 to %d integers >= 0",
+                         where, REPORT_MAX_SOURCES);
+    r->n_src = (int)json_array_size(a);
+    for (int i = 0; i < r->n_src; i++)
+        r->src_windows[i] = json_integer_value(json_array_get(a, (size_t)i));
+    r->src_step = step;
+    return 0;
 }
 
 /* The line's number at key into *v (NAN when absent); a present non-number fails. */
@@ -165,6 +194,7 @@ int train_report_add_line(train_report_run *r, const char *line, size_t len, con
         for (int f = 0; f < R_NF && !rc; f++)
             rc = f == R_MOE ? rec_moe(o, &rec.v[f], where, err)
                             : rec_number(o, g_field[f].key, &rec.v[f], where, err);
+        if (!rc) rc = rec_sources(r, o, rec.step, where, err);
     }
     json_decref(o);
     if (rc) return -1;
@@ -833,6 +863,20 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
     }
     fprintf(o, "</div>\n");
     if (!drawn) fprintf(o, "<div class=\"empty\">no steps logged yet</div>\n");
+    if (!multi && r0->n_src) { /* a dataset mixture: the windows each source gave so far */
+        int64_t total = 0;
+        for (int i = 0; i < r0->n_src; i++) total += r0->src_windows[i];
+        fprintf(
+            o,
+            "<section class=\"facts\" data-section=\"sources\" data-step=\"%lld\"><h2>Data "
+            "sources (windows drawn to step %lld; the data line below names them)</h2><table>\n",
+            (long long)r0->src_step, (long long)r0->src_step);
+        for (int i = 0; i < r0->n_src; i++)
+            fprintf(o, "<tr data-source=\"%d\"><th>source %d</th><td>%lld (%.1f%%)</td></tr>\n",
+                    i + 1, i + 1, (long long)r0->src_windows[i],
+                    total ? 100.0 * (double)r0->src_windows[i] / (double)total : 0.0);
+        fprintf(o, "</table></section>\n");
+    }
     if (!multi) {
         if (json_array_size(r0->facts)) {
             fprintf(o, "<section class=\"facts\"><h2>Run</h2><table>\n");

@@ -7,6 +7,7 @@
 # - a resumed run's page shows the whole history with a mark at the resume;
 # - `titan report DIR` draws the same page from metrics.jsonl and the facts file; several runs
 #   overlay on one page (--out); --log-steps; metrics.save_report_file "" writes none;
+# - a dataset mixture's page has a table of the windows each source gave;
 # - hostile metrics.jsonl / facts: an error naming FILE:LINE, a torn last line left out with a
 #   warning, absurd numbers drawn without a crash.
 set -euo pipefail
@@ -54,7 +55,15 @@ check "$out/log.html" "$out/a/metrics.jsonl" --log-steps
 grep -q 'data-chart="moe_imbalance"' "$out/moe/report.html" || fail "an MoE run's page has no expert-load chart"
 grep -q 'data-chart="moe_imbalance"' "$out/a/report.html" && fail "a dense run's page has an expert-load chart"
 check "$out/moe/report.html" "$out/moe/metrics.jsonl" --fact "model=4 experts (top 2"
-echo "ok: titan report DIR redraws the run's page; two runs overlaid; --log-steps; an MoE's expert load; none when off"
+# a dataset mixture's page: the windows each source gave (its last metrics line's), with shares
+printf 'alpha beta gamma\n\ndelta epsilon\n' > "$out/second.txt"
+"$titan" train "${m[@]}" --dump-folder "$out/mix" --steps 6 --checkpoint.enable=false \
+  --data "" --training.dataset_sources "$text,$out/second.txt" --training.dataset_weights 3,1 \
+  > /dev/null
+grep -q 'data-section="sources"' "$out/mix/report.html" || fail "a mixture's page has no sources table"
+grep -q 'data-section="sources"' "$out/a/report.html" && fail "one dataset's page has a sources table"
+check "$out/mix/report.html" "$out/mix/metrics.jsonl"
+echo "ok: titan report DIR redraws the run's page; two runs overlaid; --log-steps; an MoE's expert load; a mixture's sources; none when off"
 
 # --- hostile input ---
 bad() { # bad NAME EXPECTED-MESSAGE: titan report fails with it, no crash
@@ -71,6 +80,9 @@ bad h3 "h3/metrics.jsonl:4: step 1 after step 3"
 printf '{"step": 1, "tokens_per_expert_max": [3], "tokens_per_expert_mean": [1, 2]}\n' \
   > "$out/h4/metrics.jsonl"
 bad h4 "h4/metrics.jsonl:1: \"tokens_per_expert_max\" and"
+mkdir -p "$out/h7"
+printf '{"step": 1, "data_source_windows": [3, -1]}\n' > "$out/h7/metrics.jsonl"
+bad h7 "h7/metrics.jsonl:1: \"data_source_windows\" must be an array of 1 to 64 integers"
 head -3 "$out/a/metrics.jsonl" > "$out/h5/metrics.jsonl"; echo '[["model"]]' > "$out/h5/report.facts.json"
 bad h5 "h5/report.facts.json: fact 1 is not"
 bad nowhere "no such run folder or metrics file"

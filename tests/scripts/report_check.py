@@ -9,7 +9,8 @@ for run i (the i-th JSONL):
   val_loss;
 - every printed last value is Python's formatting of the last value in the file, at its step
   (MoE: the largest over blocks of tokens_per_expert_max / _mean);
-- one page: the headline figures likewise, a resume mark at each "resumed_from";
+- one page: the headline figures likewise, a resume mark at each "resumed_from", and a
+  dataset mixture's table the last "data_source_windows" (each source's windows and share);
 - nothing is fetched or run: no script element, no src/href attribute, no url() or @import;
   no nan or inf anywhere (coordinates or figures).
 --fact LABEL=TEXT: the facts table's row LABEL contains TEXT. --log-steps: x is linear in log10(step).
@@ -125,6 +126,19 @@ def main():
             charts = len([1 for t, a in p.tags if t == "section" and "data-chart" in a])
             if marks != sorted(want * charts):
                 fails.append("resume marks at %s, want %s on each of %d charts" % (marks, want, charts))
+    if len(jsonls) == 1:  # a dataset mixture: the last line's windows per source, and shares
+        rows = [json.loads(l) for l in open(jsonls[0]) if l.strip()]
+        have = [r for r in rows if "data_source_windows" in r]
+        srcs = sorted((int(a["data-source"]), k) for k, (t, a) in enumerate(p.tags)
+                      if t == "tr" and "data-source" in a)
+        if have:
+            w = have[-1]["data_source_windows"]
+            want = ["%d (%.1f%%)" % (n, 100.0 * n / sum(w) if sum(w) else 0.0) for n in w]
+            got = [p.text.get(k, "").split("source %d" % i, 1)[-1].strip() for i, k in srcs]
+            if [i for i, k in srcs] != list(range(1, len(w) + 1)) or got != want:
+                fails.append("data sources: %s, want %s" % (got, want))
+        elif srcs:
+            fails.append("a data sources table without data_source_windows")
     for label, text in facts:
         rows = [k for k, (t, a) in enumerate(p.tags) if t == "tr" and a.get("data-fact") == label]
         if not rows or text not in p.text.get(rows[0], ""):
