@@ -262,6 +262,23 @@ static int parse_weights(const char *v, double *w, int *n, base_err *err) {
     }
 }
 
+/* "text,content" -> fields[*n] (each may be empty: --field's), copied into buf[cap]. */
+static int split_fields(const char *v, char *buf, size_t cap, const char **fields, int *n,
+                        base_err *err) {
+    if (strlen(v) >= cap) return base_fail(err, "data: --fields: too long");
+    strcpy(buf, v);
+    *n = 0;
+    for (char *p = buf;;) {
+        if (*n == DATA_MIX_MAX)
+            return base_fail(err, "data: --fields: more than %d fields", DATA_MIX_MAX);
+        fields[(*n)++] = p;
+        char *q = strchr(p, ',');
+        if (!q) return 0;
+        *q = 0;
+        p = q + 1;
+    }
+}
+
 void data_cmd_data_usage(FILE *f) {
     fprintf(f,
             "usage: titan data --data PATH [--tokenizer DIR] [options]\n"
@@ -288,6 +305,7 @@ void data_cmd_data_usage(FILE *f) {
             "                     window drawn from one as torchtitan 0.3's interleaved\n"
             "                     loaders draw it (docs/data.md)\n"
             "  --weights W,W,...  the sources' sampling weights (1 each)\n"
+            "  --fields F,F,...   the sources' JSONL fields (\"\": --field's)\n"
             "  --mix-seed S       the draws' seed (42)\n",
             data_opts_help);
 }
@@ -305,7 +323,9 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     const char *state = NULL, *paths[DATA_MIX_MAX];
     double weights[DATA_MIX_MAX];
     int64_t mix_seed = 42;
-    int mix_seed_set = 0;
+    int mix_seed_set = 0, n_fields = 0;
+    char fields_buf[4096];
+    const char *fields[DATA_MIX_MAX];
     base_args it = {argc, argv, 0, err};
     for (it.i = 2; it.i < argc; it.i++) {
         const char *a = argv[it.i];
@@ -319,6 +339,9 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         } else if (!strcmp(a, "--weights")) {
             const char *v = base_args_value(&it);
             st = v ? parse_weights(v, weights, &n_weights, err) : -1;
+        } else if (!strcmp(a, "--fields")) { /* one a source, comma-separated */
+            const char *v = base_args_value(&it);
+            st = v ? split_fields(v, fields_buf, sizeof fields_buf, fields, &n_fields, err) : -1;
         } else if (!strcmp(a, "--mix-seed")) {
             const char *v = base_args_value(&it);
             st = !v ? -1
@@ -360,9 +383,12 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
         if (st) return -1;
     }
     if (!n_paths) return base_fail(err, "data: --data PATH is required");
-    if ((n_weights || mix_seed_set) && n_paths < 2)
-        return base_fail(err, "data: --weights and --mix-seed need two or more --data sources "
-                              "(one dataset draws nothing)");
+    if ((n_weights || mix_seed_set || n_fields) && n_paths < 2)
+        return base_fail(err, "data: --weights, --fields and --mix-seed need two or more --data "
+                              "sources (one dataset: --field)");
+    if (n_fields && n_fields != n_paths)
+        return base_fail(err, "data: --fields has %d fields for %d --data sources", n_fields,
+                         n_paths);
     if (n_weights && n_weights != n_paths)
         return base_fail(err, "data: --weights has %d weights for %d --data sources", n_weights,
                          n_paths);
@@ -375,7 +401,12 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
     c.map_style = streaming < 0 ? d.format == DATA_FMT_CHAT : !streaming;
     c.pad_label = -100; /* a masked label, printed as torchtitan's IGNORE_INDEX */
     if (d.tokenizer && data_tok_load(d.tokenizer, &c.enc.tok, err)) return -1;
-    const data_mix_cfg mc = {c, paths, n_weights ? weights : NULL, n_paths, (uint64_t)mix_seed};
+    const data_mix_cfg mc = {.loader = c,
+                             .paths = paths,
+                             .weights = n_weights ? weights : NULL,
+                             .fields = n_fields ? fields : NULL,
+                             .n = n_paths,
+                             .seed = (uint64_t)mix_seed};
     data_mix *l = NULL;
     const size_t n = (size_t)c.batch * (size_t)c.seq_len;
     int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);

@@ -386,6 +386,9 @@ typedef struct {
     data_loader_cfg loader;   /* every source's settings (path: paths[i]; infinite when n > 1) */
     const char *const *paths; /* n of them */
     const double *weights;    /* n sampling weights (>= 0, a finite sum > 0); NULL: 1 each */
+    /* n JSON Lines fields, one a source (0.3's sources each have their dataset's own
+     * sample_processor); NULL, or an item NULL or "": loader.field */
+    const char *const *fields;
     int n;
     uint64_t seed; /* torchtitan 0.3's interleaving seed (its default 42) */
 } data_mix_cfg;

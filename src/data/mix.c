@@ -191,6 +191,7 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
     for (int i = 0; i < n; i++) {
         data_loader_cfg c = cfg->loader;
         c.path = cfg->paths[i];
+        if (cfg->fields && cfg->fields[i] && cfg->fields[i][0]) c.field = cfg->fields[i];
         if (n > 1) c.batch = 1; /* a source gives one window per draw */
         if (!(m->paths[i] = strdup(c.path))) {
             data_mix_free(m);

@@ -157,6 +157,9 @@ const field g_fields[] = {
     FLTS(training, dataset_weights, 0, INFINITY,
          "dataset_sources' sampling weights (0.3's HFDataSource.weight, normalised: each "
          "window's chance, so a share of the tokens, not of the documents); empty = 1 each"),
+    STRS(training, dataset_fields, NULL,
+         "the JSONL field of each of dataset_sources (0.3's sources each have their dataset's "
+         "own sample_processor); \"\" = dataset_field; empty = dataset_field for all"),
     OINT(training, dataset_mix_seed, 0, 9.2e18,
          "the seed of dataset_sources' draws (0.3's dataloader seed); unset = 42"),
     INT(training, stop_after_step, 0, 0, BIG,

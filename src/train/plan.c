@@ -542,7 +542,10 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
          i++)
         train_plan_data(c.training.dataset_sources.n ? c.training.dataset_sources.v[i]
                                                      : c.training.dataset_path,
-                        c.training.dataset_format, c.training.dataset_field,
+                        c.training.dataset_format,
+                        i < c.training.dataset_fields.n && c.training.dataset_fields.v[i][0]
+                            ? c.training.dataset_fields.v[i]
+                            : c.training.dataset_field,
                         p.par.dp_replicate * p.par.dp_shard, stdout);
 done:
     train_config_free(&c);

@@ -30,8 +30,12 @@ int train_source_open(train_source *s, const train_opts *o, const dist_mesh *mes
                          .pad_label = OPS_IGNORE_INDEX,
                          .doc_shift = o->block_causal,
                          .map_style = o->map_style};
-    const data_mix_cfg mc = {c, o->data_paths ? o->data_paths : &o->data_path, o->data_weights,
-                             o->n_data, o->mix_seed};
+    const data_mix_cfg mc = {.loader = c,
+                             .paths = o->data_paths ? o->data_paths : &o->data_path,
+                             .weights = o->data_weights,
+                             .fields = o->data_fields,
+                             .n = o->n_data,
+                             .seed = o->mix_seed};
     if (data_mix_open(&s->loader, &mc, err)) {
         train_source_close(s);
         return -1;

@@ -56,6 +56,7 @@ typedef struct {
      * NULL = 1 each */
     const char *const *data_paths;
     const double *data_weights;
+    const char *const *data_fields; /* n_data of them (NULL: data_field for all) */
     int n_data;
     uint64_t mix_seed;
     const char *tokenizer_dir; /* HF tokenizer folder; NULL = one token per byte */
@@ -198,6 +199,7 @@ typedef struct {
         train_opt_int dataset_streaming; /* unset: false with chat, else true */
         train_str_list dataset_sources;  /* a mixture in place of dataset_path */
         train_float_list dataset_weights;
+        train_str_list dataset_fields;  /* a JSONL field a source; "" = dataset_field */
         train_opt_int dataset_mix_seed; /* unset: 42 */
         double max_norm;
         /* torchtitan keys for features titan does not have (train_config_compat) */

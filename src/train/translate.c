@@ -68,6 +68,12 @@ static int mix_check(const train_config *c, base_err *err) {
     if (w->n && w->n != src->n)
         return fail_field(c, "training", "dataset_weights", err,
                           "%d weights for %d training.dataset_sources: one a source", w->n, src->n);
+    const train_str_list *f = &c->training.dataset_fields;
+    if (f->n && f->n != src->n)
+        return fail_field(c, "training", "dataset_fields", err,
+                          "%d fields for %d training.dataset_sources: one a source (\"\" for "
+                          "dataset_field)",
+                          f->n, src->n);
     base_err e;
     if (w->n && data_mix_weights_check(w->v, w->n, &e))
         return fail_field(c, "training", "dataset_weights", err, "%s", e.msg);
@@ -647,6 +653,7 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
     o->data_paths = mix->n ? mix->v : NULL;
     o->data_weights =
         mix->n > 1 && c->training.dataset_weights.n ? c->training.dataset_weights.v : NULL;
+    o->data_fields = c->training.dataset_fields.n ? c->training.dataset_fields.v : NULL;
     o->mix_seed = c->training.dataset_mix_seed.set ? (uint64_t)c->training.dataset_mix_seed.v : 42;
     o->tokenizer_dir = c->model.hf_assets_path[0] ? c->model.hf_assets_path : NULL;
     data_format_parse(c->training.dataset_format, &o->data_format); /* checked by the schema */

@@ -103,7 +103,8 @@ static data_loader *open_loader(int set, int dp_rank, int dp_size) {
 /* The same dataset as the trainer opens it: a mixture of n_src sources, each this set. */
 static data_mix *open_mix(int set, int dp_rank, int dp_size, int n_src) {
     const char *paths[4] = {set_dir[set], set_dir[set], set_dir[set], set_dir[set]};
-    const data_mix_cfg mc = {loader_cfg(set, dp_rank, dp_size), paths, NULL, n_src, 42};
+    const data_mix_cfg mc = {
+        .loader = loader_cfg(set, dp_rank, dp_size), .paths = paths, .n = n_src, .seed = 42};
     base_err err;
     data_mix *l = NULL;
     if (data_mix_open(&l, &mc, &err) != 0) broken("cannot open the test dataset", err.msg);

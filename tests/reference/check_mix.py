@@ -187,6 +187,21 @@ def main():
         else:
             print("skip torchtitan 0.3 not installed (scripts/deps.sh --bench)")
 
+    # a JSON Lines source of another field (0.3's sources each have their own sample_processor):
+    # --fields ",content" reads the second source's "content" as the first one's "text"
+    p1c = os.path.join(WORK, "src1_content.jsonl")
+    with open(p1c, "w") as f:
+        for d in srcs[1]:
+            f.write(json.dumps({"content": d, "text": "not this"}) + "\n")
+    a = ["--tokenizer", cl.TEST_TOK, "--data", paths[0], "--data", p1c, "--data", paths[2],
+         "--weights", "0.5,0.3,0.2", "--seq-len", "12", "--batch", "3", "--batches", "14"]
+    check(cl.titan_data(a + ["--fields", ",content,"])[0] == cl.titan_data(base + [
+        "--weights", "0.5,0.3,0.2", "--seq-len", "12", "--batch", "3", "--batches", "14"])[0],
+          "mixture with a field a source (--fields): the windows of the sources' own fields")
+    p = cl.titan_data(a + ["--fields", "content"], expect_ok=False)
+    check(p.returncode != 0 and "--fields has 1 fields for 3" in p.stderr,
+          "refused: --fields of another count")
+
     # exact resume: the state printed after k batches, then the rest, is the straight run
     T, B, N = 8, 2, 12
     common = args([0.6, 0.25, 0.15], 11, "--seq-len", str(T), "--batch", str(B))

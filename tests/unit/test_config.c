@@ -229,6 +229,8 @@ static void errors(void) {
          "x.toml:2:19: training.dataset_weights: set without training.dataset_sources"},
         {"[training]\ndataset_sources = [\"a\"]\ndataset_path = \"b\"\n",
          "x.toml:2:19: training.dataset_sources: set beside training.dataset_path"},
+        {"[training]\ndataset_sources = [\"a\", \"b\"]\ndataset_fields = [\"text\"]\n",
+         "x.toml:3:18: training.dataset_fields: 1 fields for 2 training.dataset_sources"},
         {"[training]\ndataset_sources = [\"a\", \"\"]\n",
          "x.toml:2:19: training.dataset_sources: source 2 is \"\""},
         {"[training]\ndataset_sources = [\"a\"]\ndataset_mix_seed = 3\n",
