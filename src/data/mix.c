@@ -185,7 +185,8 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
         data_mix_free(m);
         return base_fail(err, "out of memory");
     }
-    for (int i = 0; i < n; i++) m->weights[i] = cfg->weights ? cfg->weights[i] : 1.0;
+    /* + 0.0: a -0 (an underflow of a negative) is kept and said as 0 */
+    for (int i = 0; i < n; i++) m->weights[i] = (cfg->weights ? cfg->weights[i] : 1.0) + 0.0;
     mix_cum(m->weights, n, m->cum);
     mt_seed(&m->g, m->seed);
     for (int i = 0; i < n; i++) {
@@ -399,7 +400,7 @@ static int reordered(const data_mix *m, const json_t *srcs, base_err *err) {
         const uint64_t saved = x && strlen(x) == 16 ? strtoull(x, NULL, 16) : 0;
         if (!saved || saved == now[i]) continue;
         for (int k = 0; k < m->n; k++)
-            if (k != i && saved == now[k])
+            if (k != i && saved == now[k] && strcmp(m->paths[i], m->paths[k]))
                 return base_fail(err,
                                  "the position's source %d is this run's source %d (%s): give "
                                  "training.dataset_sources in the order the checkpoint was "
@@ -423,9 +424,11 @@ static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_er
                          "with the same training.dataset_sources, or leave the position out "
                          "(checkpoint.exclude_from_loading = [\"dataloader\"])",
                          (int)json_array_size(srcs), m->n);
-    if (!json_is_integer(dr) || json_integer_value(dr) < 0)
+    /* counters below 2^62, as the loader's own: counting on from them never overflows */
+    if (!json_is_integer(dr) || json_integer_value(dr) < 0 ||
+        json_integer_value(dr) >= ((json_int_t)1 << 62))
         return base_fail(err, "data-loader state: a mixture's \"mix_draws\" must be an integer "
-                              ">= 0");
+                              "from 0 to 2^62");
     if (!json_is_integer(sd) || json_integer_value(sd) < 0)
         return base_fail(err, "data-loader state: a mixture's \"mix_seed\" must be an integer "
                               ">= 0");
@@ -444,12 +447,13 @@ static int restore_mix(data_mix *m, const json_t *j, const json_t *srcs, base_er
     int ok_r = json_is_array(rw) && json_array_size(rw) == (size_t)m->n;
     for (int i = 0; ok_r && i < m->n; i++) {
         const json_t *x = json_array_get(rw, (size_t)i);
-        ok_r = json_is_integer(x) && json_integer_value(x) >= 0;
+        ok_r = json_is_integer(x) && json_integer_value(x) >= 0 &&
+               json_integer_value(x) < ((json_int_t)1 << 62);
     }
     if (!ok_r)
         return base_fail(err,
                          "data-loader state: a mixture's \"mix_rows\" must be %d integers "
-                         ">= 0, one a source",
+                         "from 0 to 2^62, one a source",
                          m->n);
     mt19937 g;
     if (parse_rng(j, &g, err)) return -1;

@@ -864,17 +864,17 @@ static void page(FILE *o, train_report_run *const *runs, int nr, const train_rep
     fprintf(o, "</div>\n");
     if (!drawn) fprintf(o, "<div class=\"empty\">no steps logged yet</div>\n");
     if (!multi && r0->n_src) { /* a dataset mixture: the windows each source gave so far */
-        int64_t total = 0;
-        for (int i = 0; i < r0->n_src; i++) total += r0->src_windows[i];
-        fprintf(
-            o,
-            "<section class=\"facts\" data-section=\"sources\" data-step=\"%lld\"><h2>Data "
-            "sources (windows drawn to step %lld; the data line below names them)</h2><table>\n",
-            (long long)r0->src_step, (long long)r0->src_step);
+        double total = 0;      /* in double: 64 counts up to 2^63 would overflow an int64 sum */
+        for (int i = 0; i < r0->n_src; i++) total += (double)r0->src_windows[i];
+        fprintf(o,
+                "<section class=\"facts\" data-section=\"sources\" data-step=\"%lld\"><h2>Data "
+                "sources (windows drawn by step %lld, counted from the data's start or its last "
+                "restart; the data line below names them)</h2><table>\n",
+                (long long)r0->src_step, (long long)r0->src_step);
         for (int i = 0; i < r0->n_src; i++)
             fprintf(o, "<tr data-source=\"%d\"><th>source %d</th><td>%lld (%.1f%%)</td></tr>\n",
                     i + 1, i + 1, (long long)r0->src_windows[i],
-                    total ? 100.0 * (double)r0->src_windows[i] / (double)total : 0.0);
+                    total > 0 ? 100.0 * (double)r0->src_windows[i] / total : 0.0);
         fprintf(o, "</table></section>\n");
     }
     if (!multi) {

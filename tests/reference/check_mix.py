@@ -287,7 +287,12 @@ def main():
              "source 4: "),
             ("a bad mix_draws", base + ["--state", mix_state.replace('"mix_draws": 1',
                                                                        '"mix_draws": -1')],
-             "\"mix_draws\" must be an integer >= 0"),
+             "\"mix_draws\" must be an integer from 0 to 2^62"),
+            ("mix_rows at 2^62", base + ["--state", json.dumps(dict(
+                json.loads(mix_state), mix_rows=[2**62, 0, 0]))],
+             "\"mix_rows\" must be 3 integers from 0 to 2^62"),
+            ("mix_draws at 2^62", base + ["--state", json.dumps(dict(
+                json.loads(mix_state), mix_draws=2**62))], "from 0 to 2^62"),
             ("a generator state of another length", base + ["--state", mix_state.replace('", "mix_weights"',
                                                                                  '0", "mix_weights"')],
              "\"mix_rng\" (624 words"),

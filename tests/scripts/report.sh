@@ -94,7 +94,7 @@ head -3 "$out/a/metrics.jsonl" > "$out/h6/three.jsonl"; check "$out/h6/report.ht
 # absurd numbers, a step near 2^31, an MoE line, <script> in a fact: drawn, escaped
 printf '%s\n' '{"step": 1, "loss": 1e308, "lr": -1e308, "grad_norm": 0}' \
   '{"step": 2, "loss": -1e308, "lr": 5e-324, "grad_norm": 0, "resumed_from": 1}' \
-  '{"step": 2147483647, "loss": 3, "tokens_per_expert_max": [0, 9, 1e308], "tokens_per_expert_mean": [0, 3, 5e-324]}' \
+  '{"step": 2147483647, "loss": 3, "tokens_per_expert_max": [0, 9, 1e308], "tokens_per_expert_mean": [0, 3, 5e-324], "data_source_windows": [9223372036854775807, 9223372036854775807]}' \
   > "$out/h5/metrics.jsonl"
 echo '[["model", "<script>alert(1)</script>"]]' > "$out/h5/report.facts.json"
 "$titan" report "$out/h5" > /dev/null || fail "absurd numbers"
