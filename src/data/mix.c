@@ -269,7 +269,11 @@ int data_mix_next(data_mix *m, int32_t *inputs, int32_t *labels, int32_t *positi
         const size_t at = (size_t)b * T;
         const int rc = data_loader_next(m->src[i], inputs + at, labels + at,
                                         positions ? positions + at : NULL, err);
-        if (rc < 0) return -1;
+        if (rc < 0) { /* the loader's error names the file; say which source read it */
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return base_fail(err, "dataset mixture, source %d: %s", i + 1, msg);
+        }
         if (rc == 0) /* an infinite loader ends only on an error it reports */
             return base_fail(err, "dataset mixture: source %d (%s) gave no window", i + 1,
                              m->paths[i]);

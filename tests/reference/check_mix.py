@@ -201,6 +201,9 @@ def main():
     p = cl.titan_data(a + ["--fields", "content"], expect_ok=False)
     check(p.returncode != 0 and "--fields has 1 fields for 3" in p.stderr,
           "refused: --fields of another count")
+    p = cl.titan_data(a + ["--fields", ",nosuch,"], expect_ok=False)
+    check(p.returncode != 0 and 'dataset mixture, source 2: %s:1: no "nosuch" field' % p1c
+          in p.stderr, "a field missing in a source: the error names the source and the line")
 
     # exact resume: the state printed after k batches, then the rest, is the straight run
     T, B, N = 8, 2, 12
