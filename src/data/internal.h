@@ -27,16 +27,19 @@ typedef struct {
  * whole was when it had size bytes. One hash: a file regenerated with the same size (another
  * shuffle, an edit near either end) changes it. */
 uint64_t data_content_hash(const unsigned char *map, size_t size);
-/* data_loader_describe's line without its last part (the encoding and the rank): a mixture
- * says that once for all its sources. */
-void data_loader_describe_files(const data_loader *l, char *buf, size_t n);
-/* l's first token shard (tokens != 0), or its first text or JSON Lines file; NULL if none. */
-const data_file *data_loader_file_of(const data_loader *l, int tokens);
 uint64_t data_content_hash_fd(int fd, int64_t size);
 /* The same hash of the (up to) 64 KiB just before byte `end` (a resume position): of map when
  * non-NULL, else read through fd (1 when they cannot be read). A file's middle is in neither end
  * of its content hash; this covers the bytes that were read last before the position. */
 uint64_t data_window_hash(const unsigned char *map, int fd, int64_t end);
+
+/* data_loader_describe's line is its files' part (written to buf[n]), then its encoding and
+ * rank's (appended to the text buf[n] holds): a mixture says the first for each source, the
+ * second once for all. */
+void data_loader_describe_files(const data_loader *l, char *buf, size_t n);
+void data_loader_describe_rank(const data_loader *l, char *buf, size_t n);
+/* l's first token shard (tokens != 0), or its first text or JSON Lines file; NULL if none. */
+const data_file *data_loader_file_of(const data_loader *l, int tokens);
 
 /* A validated, mmap'ed token shard. */
 typedef struct {

@@ -803,8 +803,12 @@ int data_loader_shard_tokenizer(const data_loader *l, const char **path, uint64_
 
 void data_loader_describe(const data_loader *l, char *buf, size_t n) {
     data_loader_describe_files(l, buf, n);
-    const size_t k = strlen(buf);
-    if (k < n)
+    data_loader_describe_rank(l, buf, n);
+}
+
+void data_loader_describe_rank(const data_loader *l, char *buf, size_t n) {
+    const size_t k = strnlen(buf, n);
+    if (k + 1 < n)
         snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
                  l->cfg.enc.tok ? "tokenizer" : "byte tokens", l->cfg.dp_rank, l->cfg.dp_size);
 }

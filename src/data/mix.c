@@ -97,10 +97,16 @@ struct data_mix {
     uint64_t seed;
     int64_t draws; /* rows drawn so far (the state says it; the generator's own state resumes) */
     int batch, seq_len;
-    int tok, dp_rank, dp_size; /* for the description */
-    int64_t *rows;             /* rows each source gave since the start (the state carries them) */
+    int64_t *rows; /* rows each source gave since the start (the state carries them) */
     mt19937 g;
 };
+
+/* err's message prefixed with the source (1-based i) that gave it; -1. */
+static int source_fail(base_err *err, int i) {
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return base_fail(err, "dataset mixture, source %d: %s", i + 1, msg);
+}
 
 int data_mix_weights_check(const double *w, int n, base_err *err) {
     double total = 0;
@@ -173,9 +179,6 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
     m->seed = cfg->seed;
     m->batch = cfg->loader.batch;
     m->seq_len = cfg->loader.seq_len;
-    m->tok = cfg->loader.enc.tok != NULL;
-    m->dp_rank = cfg->loader.dp_rank;
-    m->dp_size = cfg->loader.dp_size ? cfg->loader.dp_size : 1;
     m->src = calloc((size_t)n, sizeof *m->src);
     m->paths = calloc((size_t)n, sizeof *m->paths);
     m->weights = malloc((size_t)n * sizeof *m->weights);
@@ -199,11 +202,7 @@ int data_mix_open(data_mix **out, const data_mix_cfg *cfg, base_err *err) {
             return base_fail(err, "out of memory");
         }
         if (data_loader_open(&m->src[i], &c, err)) {
-            if (n > 1) {
-                char msg[sizeof e.msg];
-                snprintf(msg, sizeof msg, "%s", err->msg);
-                base_fail(err, "dataset mixture, source %d: %s", i + 1, msg);
-            }
+            if (n > 1) source_fail(err, i);
             data_mix_free(m);
             return -1;
         }
@@ -269,11 +268,7 @@ int data_mix_next(data_mix *m, int32_t *inputs, int32_t *labels, int32_t *positi
         const size_t at = (size_t)b * T;
         const int rc = data_loader_next(m->src[i], inputs + at, labels + at,
                                         positions ? positions + at : NULL, err);
-        if (rc < 0) { /* the loader's error names the file; say which source read it */
-            char msg[sizeof err->msg];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            return base_fail(err, "dataset mixture, source %d: %s", i + 1, msg);
-        }
+        if (rc < 0) return source_fail(err, i); /* the loader's error names the file */
         if (rc == 0) /* an infinite loader ends only on an error it reports */
             return base_fail(err, "dataset mixture: source %d (%s) gave no window", i + 1,
                              m->paths[i]);
@@ -305,9 +300,7 @@ void data_mix_describe(const data_mix *m, char *buf, size_t n) {
         if (k < n) data_loader_describe_files(m->src[i], buf + k, n - k);
         k += k < n ? strlen(buf + k) : 0;
     }
-    if (k < n) /* the encoding and the rank, the same for every source */
-        snprintf(buf + k, n - k, "; %s; data-parallel rank %d of %d",
-                 m->tok ? "tokenizer" : "byte tokens", m->dp_rank, m->dp_size);
+    data_loader_describe_rank(m->src[0], buf, n); /* the same for every source */
 }
 
 void data_mix_rows(const data_mix *m, int64_t *rows) {
