@@ -240,43 +240,37 @@ int data_cmd_tokenize(int argc, char **argv, base_err *err) {
     return 0;
 }
 
-/* "0.7,0.3" -> w[*n] (each a finite number >= 0, as the config's dataset_weights; the sum is
- * checked at open). */
-static int parse_weights(const char *v, double *w, int *n, base_err *err) {
-    *n = 0;
-    for (const char *p = v;;) {
-        const char *q = strchr(p, ',');
-        char item[64];
-        const size_t len = q ? (size_t)(q - p) : strlen(p);
-        if (*n == DATA_MIX_MAX)
-            return base_fail(err, "data: --weights: more than %d weights", DATA_MIX_MAX);
-        if (len >= sizeof item)
-            return base_fail(err, "data: --weights: '%.20s...' is no number", p);
-        memcpy(item, p, len);
-        item[len] = 0;
-        if (base_parse_f64(item, &w[*n]) || !(w[*n] >= 0))
-            return base_fail(err, "data: --weights: '%s' is no finite number >= 0", item);
-        ++*n;
-        if (!q) return 0;
-        p = q + 1;
-    }
-}
-
-/* "text,content" -> fields[*n] (each may be empty: --field's), copied into buf[cap]. */
-static int split_fields(const char *v, char *buf, size_t cap, const char **fields, int *n,
-                        base_err *err) {
-    if (strlen(v) >= cap) return base_fail(err, "data: --fields: too long");
+/* The comma-separated items of option opt's value v (each may be empty), copied into buf[cap]:
+ * items[*n], at most DATA_MIX_MAX (one a source); `what` names them in the error. */
+static int split_list(const char *opt, const char *what, const char *v, char *buf, size_t cap,
+                      const char **items, int *n, base_err *err) {
+    if (strlen(v) >= cap) return base_fail(err, "data: %s: too long", opt);
     strcpy(buf, v);
     *n = 0;
     for (char *p = buf;;) {
         if (*n == DATA_MIX_MAX)
-            return base_fail(err, "data: --fields: more than %d fields", DATA_MIX_MAX);
-        fields[(*n)++] = p;
+            return base_fail(err, "data: %s: more than %d %s", opt, DATA_MIX_MAX, what);
+        items[(*n)++] = p;
         char *q = strchr(p, ',');
         if (!q) return 0;
         *q = 0;
         p = q + 1;
     }
+}
+
+/* "0.7,0.3" -> w[*n] (each a finite number >= 0, as the config's dataset_weights; the sum is
+ * checked at open). */
+static int parse_weights(const char *v, double *w, int *n, base_err *err) {
+    char buf[4096];
+    const char *items[DATA_MIX_MAX];
+    if (split_list("--weights", "weights", v, buf, sizeof buf, items, n, err)) return -1;
+    for (int i = 0; i < *n; i++) {
+        if (strlen(items[i]) >= 64)
+            return base_fail(err, "data: --weights: '%.20s...' is no number", items[i]);
+        if (base_parse_f64(items[i], &w[i]) || !(w[i] >= 0))
+            return base_fail(err, "data: --weights: '%s' is no finite number >= 0", items[i]);
+    }
+    return 0;
 }
 
 void data_cmd_data_usage(FILE *f) {
@@ -341,7 +335,9 @@ int data_cmd_data(int argc, char **argv, base_err *err) {
             st = v ? parse_weights(v, weights, &n_weights, err) : -1;
         } else if (!strcmp(a, "--fields")) { /* one a source, comma-separated */
             const char *v = base_args_value(&it);
-            st = v ? split_fields(v, fields_buf, sizeof fields_buf, fields, &n_fields, err) : -1;
+            st = v ? split_list("--fields", "fields", v, fields_buf, sizeof fields_buf, fields,
+                                &n_fields, err)
+                   : -1;
         } else if (!strcmp(a, "--mix-seed")) {
             const char *v = base_args_value(&it);
             st = !v ? -1
