@@ -250,21 +250,26 @@ int base_args_is_help(const base_args *it);
 
 /* ---- TOML subset (base/toml.c) --------------------------------------------------------
  * A strict parser for the part of TOML 1.0 that job configs use: comments, bare and quoted
- * keys, dotted keys, [table] headers, single-line basic strings (escapes \b \t \n \f \r
- * \" \\ \uXXXX \UXXXXXXXX) and literal strings, integers (decimal with '_' separators,
- * 0x / 0o / 0b), floats (fraction and/or exponent, inf, nan), booleans, and arrays of those
- * (nested up to 8 deep, may span lines). The rest of TOML (multi-line strings, dates and
- * times, inline tables, arrays of tables) is refused with "... is not supported by
- * titan's TOML subset", as is a quoted key part containing '.' anywhere but as the last
- * part of a key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not), and an empty
- * quoted key part ("" names the root table). Input is hostile: it
- * must be UTF-8 without NUL bytes, sizes are capped, and every error reads "FILE:LINE:COLUMN:
- * message" (columns count bytes from 1).
+ * keys, dotted keys, [table] headers, [[array of tables]] headers, single-line basic strings
+ * (escapes \b \t \n \f \r \" \\ \uXXXX \UXXXXXXXX) and literal strings, integers (decimal
+ * with '_' separators, 0x / 0o / 0b), floats (fraction and/or exponent, inf, nan), booleans,
+ * arrays of those (nested up to 8 deep, may span lines), and a key's inline table
+ * (`k = {a = 1, b = [2]}`: one line, single-part keys, values of the above). The rest of TOML
+ * (multi-line strings, dates and times, inline tables inside arrays or inline tables, dotted
+ * keys inside inline tables) is refused with "... is not supported by titan's TOML subset",
+ * as is a quoted key part containing '.', '[' or ']' anywhere but as the last part of a
+ * key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not), and an empty quoted key
+ * part ("" names the root table). Input is hostile: it must be UTF-8 without NUL bytes,
+ * sizes are capped, and every error reads "FILE:LINE:COLUMN: message" (columns count bytes
+ * from 1).
  *
  * The document is flattened into tables named by their dotted path ("" is the root,
- * "training" for [training], "a.b" for [a.b] or for the `b.x = 1` keys of [a]), each with
- * its key/value pairs in file order. TOML's definition rules are enforced: duplicate keys
- * and tables are errors, and a key is a value or a table, never both. */
+ * "training" for [training], "a.b" for [a.b], for the `b.x = 1` keys of [a] or for its
+ * `b = {x = 1}`), each with its key/value pairs in file order. An array of tables [[a.b]] is
+ * a table "a.b" without keys followed by its elements, tables "a.b[0]", "a.b[1]", ... in file
+ * order (a header or dotted key through a.b goes into its last element: "a.b[1].c"). TOML's
+ * definition rules are enforced: duplicate keys and tables are errors, a key is a value or a
+ * table, never both, and an inline table is closed. */
 typedef enum {
     BASE_TOML_STRING,
     BASE_TOML_INT,
@@ -292,7 +297,9 @@ typedef struct {
 typedef struct {
     char *name; /* dotted path; "" = root */
     int line, col;
-    int defined_by, owner; /* private: how the table was defined, and from which section */
+    /* private: how the table was defined, from which section, and (an array of tables'
+     * container) its elements so far */
+    int defined_by, owner, n_elems;
     base_toml_kv *kv;
     int n_kv, cap_kv;
 } base_toml_table;

@@ -18,7 +18,10 @@
 #define TOML_MAX_DEPTH 8 /* nested arrays */
 #define TOML_MAX_PARTS 8 /* key path components: a.b.c */
 
-enum { DEF_IMPLICIT, DEF_HEADER, DEF_DOTTED }; /* how a table came to exist */
+/* How a table came to exist: as the parent of another, by a [header], by dotted keys, as an
+ * array of tables' container (its elements are tables "name[i]", each made by a [[header]]),
+ * or as an inline table (closed: nothing adds to it afterwards). */
+enum { DEF_IMPLICIT, DEF_HEADER, DEF_DOTTED, DEF_AOT, DEF_INLINE };
 
 typedef struct {
     const char *p, *end, *line_start, *file;
@@ -120,6 +123,7 @@ static int add_table(parser *t, char *name, int line, int c, int how) {
     tb->col = c;
     tb->defined_by = how;
     tb->owner = t->header;
+    tb->n_elems = 0;
     return d->n_tables++;
 }
 
@@ -134,9 +138,19 @@ static int is_value(const base_toml_doc *d, const char *name, int *line) {
     return k >= 0;
 }
 
+/* "a.b" and 3 -> "a.b[3]" (malloc'ed): element 3 of the array of tables a.b. */
+static char *element_name(const char *aot, int i) {
+    const size_t n = strlen(aot) + 16;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s[%d]", aot, i);
+    return s;
+}
+
 /* Makes sure the table `name` exists, creating it and its parents as `how`; applies TOML's
- * rules: a table is defined once, by a header or by dotted keys in one section, and a key
- * is a value or a table, never both. Returns its index. */
+ * rules: a table is defined once, by a header, by dotted keys in one section or inline, and a
+ * key is a value or a table, never both. A path through an array of tables goes into its
+ * last element ([[a]] then [a.b]: b in that a). how DEF_IMPLICIT: every part is a parent (a
+ * [[header]]'s path before its last part). Returns its index. */
 static int open_table(parser *t, char **parts, int n, const char *base, int how, int line, int c) {
     char *name = NULL;
     int idx = find_table(t->doc, base);
@@ -144,7 +158,7 @@ static int open_table(parser *t, char **parts, int n, const char *base, int how,
         char *next = join(name ? name : base, parts[i]);
         free(name);
         if (!(name = next)) return FAIL(t, "out of memory");
-        const int last = i == n - 1;
+        const int last = i == n - 1 && how != DEF_IMPLICIT;
         int vline;
         if (is_value(t->doc, name, &vline)) {
             fail_at(t, line, c, "'%.200s' already has a value (line %d); it cannot also be a table",
@@ -153,14 +167,36 @@ static int open_table(parser *t, char **parts, int n, const char *base, int how,
             return -1;
         }
         idx = find_table(t->doc, name);
+        if (idx >= 0 && t->doc->tables[idx].defined_by == DEF_AOT) {
+            const base_toml_table *tb = &t->doc->tables[idx];
+            if (last || how == DEF_DOTTED) {
+                fail_at(t, line, c,
+                        how == DEF_HEADER ? "table [%.200s] is an array of tables (line %d): "
+                                            "[[%.200s]] adds an element to it"
+                                          : "'%.200s' is an array of tables (line %d); %.200s "
+                                            "cannot add to it",
+                        name, tb->line, how == DEF_HEADER ? name : "a dotted key");
+                free(name);
+                return -1;
+            }
+            next = element_name(name, tb->n_elems - 1);
+            free(name);
+            if (!(name = next)) return FAIL(t, "out of memory");
+            idx = find_table(t->doc, name);
+            continue;
+        }
         if (idx >= 0) {
             base_toml_table *tb = &t->doc->tables[idx];
-            const int mine = how == DEF_HEADER
-                                 ? last && tb->defined_by != DEF_IMPLICIT
+            const int mine = tb->defined_by == DEF_INLINE ? 1
+                             : how == DEF_HEADER          ? last && tb->defined_by != DEF_IMPLICIT
+                             : how == DEF_IMPLICIT
+                                 ? 0
                                  : tb->defined_by != DEF_DOTTED || tb->owner != t->header;
             if (mine) {
                 fail_at(t, line, c,
-                        how == DEF_HEADER && tb->defined_by == DEF_HEADER
+                        tb->defined_by == DEF_INLINE
+                            ? "table %.200s was defined inline (line %d); nothing can add to it"
+                        : how == DEF_HEADER && tb->defined_by == DEF_HEADER
                             ? "table [%.200s] is defined twice (first at line %d)"
                         : how == DEF_HEADER
                             ? "table [%.200s] was already defined by dotted keys (line %d)"
@@ -182,7 +218,10 @@ static int open_table(parser *t, char **parts, int n, const char *base, int how,
             free(name);
             return FAIL(t, "out of memory");
         }
-        idx = add_table(t, copy, line, c, how == DEF_HEADER && !last ? DEF_IMPLICIT : how);
+        idx = add_table(t, copy, line, c,
+                        how == DEF_IMPLICIT || (how == DEF_HEADER && !last) ? DEF_IMPLICIT
+                        : how == DEF_INLINE && !last                        ? DEF_DOTTED
+                                                                            : how);
         if (idx < 0) {
             free(name);
             return -1;
@@ -357,9 +396,10 @@ static int is_bare(char ch) {
 }
 
 /* key = part ('.' part)*, part = bare | "basic" | 'literal'. Parts are malloc'ed.
- * A quoted part may contain '.' only as the last part of a key/value key (last_may_dot):
- * tables are named by their dotted paths, so a dot inside a table-path part would be
- * ambiguous; a final key part is stored whole (e.g. [kernels] "layers.*.rope" = "x"). */
+ * A quoted part may contain '.', '[' or ']' only as the last part of a key/value key
+ * (last_may_dot): tables are named by their dotted paths, an array of tables' elements "a[i]",
+ * so those inside a table-path part would be ambiguous; a final key part is stored whole
+ * (e.g. [kernels] "layers.*.rope" = "x"). */
 static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
     *n = 0;
     int dot_line = 0, dot_col = 0, dot_part = -1;
@@ -374,7 +414,7 @@ static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
                 free(part);
                 return fail_at(t, t->line, c, "empty quoted keys ('' or \"\")" UNSUPPORTED);
             }
-            if (strchr(part, '.') && dot_part < 0) {
+            if (strpbrk(part, ".[]") && dot_part < 0) {
                 dot_line = t->line;
                 dot_col = c;
                 dot_part = *n;
@@ -396,7 +436,8 @@ static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
             if (dot_part >= 0 && (!last_may_dot || dot_part != *n - 1))
                 return fail_at(
                     t, dot_line, dot_col,
-                    "quoted keys containing '.' (except as the last part of a key)" UNSUPPORTED);
+                    "quoted keys containing '.', '[' or ']' (except as the last part of a "
+                    "key)" UNSUPPORTED);
             return 0;
         }
         t->p++;
@@ -572,7 +613,8 @@ static int value(parser *t, base_toml_value *v, int depth) {
             return FAIL(t, "arrays nested more than %d deep", TOML_MAX_DEPTH);
         return array(t, v, depth);
     }
-    if (ch == '{') return FAIL(t, "inline tables ({...})" UNSUPPORTED);
+    if (ch == '{') /* a key's inline table is key_value's */
+        return FAIL(t, "inline tables ({...}) inside arrays or inline tables" UNSUPPORTED);
     if ((ch >= '0' && ch <= '9') || ch == '+' || ch == '-' || word(t, "inf") || word(t, "nan"))
         return number(t, v);
     return FAIL(t, "expected a value (a quoted string, number, true/false or [array])");
@@ -618,7 +660,89 @@ static int check_utf8(parser *t) {
                    t->p[bad] ? "invalid UTF-8" : "NUL byte in the file");
 }
 
-/* One `key = value` line: the value lands in the table the key's dotted prefix names. */
+/* Appends key = *v to table ti, taking both (v is left zeroed) or neither. */
+static int add_kv(parser *t, int ti, char *key, int line, int c, base_toml_value *v) {
+    base_toml_table *tb = &t->doc->tables[ti];
+    if (++t->n_keys > TOML_MAX_KEYS) return fail_at(t, line, c, "more than %d keys", TOML_MAX_KEYS);
+    if (tb->n_kv == tb->cap_kv) {
+        int cap = tb->cap_kv ? tb->cap_kv * 2 : 8;
+        base_toml_kv *nk = realloc(tb->kv, sizeof *nk * (size_t)cap);
+        if (!nk) return FAIL(t, "out of memory");
+        tb->kv = nk;
+        tb->cap_kv = cap;
+    }
+    tb->kv[tb->n_kv++] = (base_toml_kv){key, line, c, *v};
+    memset(v, 0, sizeof *v);
+    return 0;
+}
+
+/* Is `key` already in table ti, as a value or as a table? Then it is said, as defined twice. */
+static int defined_twice(parser *t, int ti, const char *key, int line, int c) {
+    const base_toml_table *tb = &t->doc->tables[ti];
+    char *full = join(tb->name, key);
+    if (!full) return FAIL(t, "out of memory");
+    const int k = find_key(tb, key), tab = find_table(t->doc, full);
+    if (k >= 0 || tab >= 0)
+        fail_at(t, line, c, "'%.200s' is defined twice (first at line %d)", full,
+                k >= 0 ? tb->kv[k].line : t->doc->tables[tab].line);
+    free(full);
+    return k >= 0 || tab >= 0;
+}
+
+/* The rest of `key = {a = 1, b = "x"}` after the key, on one line (TOML 1.0): the table
+ * `name` (just made) gets the pairs. Its keys are single parts and its values those of the
+ * subset (arrays may span lines; no inline table inside). */
+static int inline_table(parser *t, int ti) {
+    t->p++; /* '{' */
+    skip_ws(t);
+    if (t->p < t->end && *t->p == '}') {
+        t->p++;
+        return 0;
+    }
+    for (;;) {
+        char *parts[TOML_MAX_PARTS];
+        int n;
+        const int line = t->line, c = col(t);
+        if (at_eol(t)) return FAIL(t, "an inline table must close ('}') on the line it opens");
+        if (key_path(t, parts, &n, 1)) {
+            free_parts(parts, n);
+            return -1;
+        }
+        base_toml_value v = {0};
+        int rc = -1;
+        if (n > 1) {
+            fail_at(t, line, c, "dotted keys inside inline tables" UNSUPPORTED);
+        } else if (t->p >= t->end || *t->p != '=') {
+            FAIL(t, "expected '=' after the key");
+        } else {
+            t->p++;
+            skip_ws(t);
+            if (!value(t, &v, 0) && !defined_twice(t, ti, parts[0], line, c) &&
+                !add_kv(t, ti, parts[0], line, c, &v)) {
+                parts[0] = NULL; /* the table's now */
+                rc = 0;
+            }
+        }
+        value_free(&v);
+        free_parts(parts, n);
+        if (rc) return -1;
+        skip_ws(t);
+        if (t->p < t->end && *t->p == '}') {
+            t->p++;
+            return 0;
+        }
+        if (t->p >= t->end || *t->p != ',')
+            return at_eol(t) ? FAIL(t, "an inline table must close ('}') on the line it opens")
+                             : FAIL(t, "expected ',' or '}' in an inline table");
+        t->p++;
+        skip_ws(t);
+        if (t->p < t->end && *t->p == '}')
+            return FAIL(t, "a trailing ',' in an inline table is not TOML");
+    }
+}
+
+/* One `key = value` line: the value lands in the table the key's dotted prefix names; an
+ * inline table `key = {...}` is the table the whole key names. */
 static int key_value(parser *t) {
     char *parts[TOML_MAX_PARTS];
     int n;
@@ -638,63 +762,70 @@ static int key_value(parser *t) {
     }
     t->p++;
     skip_ws(t);
-    if (value(t, &v, 0) || end_of_line(t, "a value")) goto out;
+    const int is_inline = t->p < t->end && *t->p == '{';
+    if (!is_inline && value(t, &v, 0)) goto out;
     if (n > 1 &&
         (ti = open_table(t, parts, n - 1, t->doc->tables[t->header].name, DEF_DOTTED, line, c)) < 0)
         goto out;
-    base_toml_table *tb = &t->doc->tables[ti];
-    char *full = join(tb->name, parts[n - 1]);
-    if (!full) {
-        FAIL(t, "out of memory");
+    if (defined_twice(t, ti, parts[n - 1], line, c)) goto out;
+    if (is_inline) {
+        const int it =
+            open_table(t, parts + n - 1, 1, t->doc->tables[ti].name, DEF_INLINE, line, c);
+        if (it < 0 || inline_table(t, it)) goto out;
+    } else if (add_kv(t, ti, parts[n - 1], line, c, &v)) {
         goto out;
+    } else {
+        parts[--n] = NULL;
     }
-    const int k = find_key(tb, parts[n - 1]), tab = find_table(t->doc, full);
-    if (k >= 0 || tab >= 0) {
-        fail_at(t, line, c, "'%.200s' is defined twice (first at line %d)", full,
-                k >= 0 ? tb->kv[k].line : t->doc->tables[tab].line);
-        free(full);
-        goto out;
-    }
-    free(full);
-    if (++t->n_keys > TOML_MAX_KEYS) {
-        fail_at(t, line, c, "more than %d keys", TOML_MAX_KEYS);
-        goto out;
-    }
-    if (tb->n_kv == tb->cap_kv) {
-        int cap = tb->cap_kv ? tb->cap_kv * 2 : 8;
-        base_toml_kv *nk = realloc(tb->kv, sizeof *nk * (size_t)cap);
-        if (!nk) {
-            FAIL(t, "out of memory");
-            goto out;
-        }
-        tb->kv = nk;
-        tb->cap_kv = cap;
-    }
-    tb->kv[tb->n_kv++] = (base_toml_kv){parts[n - 1], line, c, v};
-    parts[--n] = NULL;
-    memset(&v, 0, sizeof v);
-    rc = 0;
+    rc = end_of_line(t, is_inline ? "an inline table" : "a value");
 out:
     value_free(&v);
     free_parts(parts, n);
     return rc;
 }
 
+/* [a.b] opens table a.b; [[a.b]] adds an element "a.b[i]" to the array of tables a.b. */
 static int header(parser *t) {
     const int line = t->line, c = col(t);
-    if (t->p + 1 < t->end && t->p[1] == '[')
-        return FAIL(t, "arrays of tables ([[...]])" UNSUPPORTED);
-    t->p++;
+    const int aot = t->p + 1 < t->end && t->p[1] == '[';
+    t->p += 1 + aot;
     char *parts[TOML_MAX_PARTS];
     int n;
     int rc = key_path(t, parts, &n, 0);
-    if (!rc && (t->p >= t->end || *t->p != ']')) rc = FAIL(t, "expected ']' to close the header");
+    if (!rc && (t->end - t->p < 1 + aot || t->p[0] != ']' || (aot && t->p[1] != ']')))
+        rc =
+            FAIL(t, aot ? "expected ']]' to close the header" : "expected ']' to close the header");
     if (!rc) {
-        t->p++;
+        t->p += 1 + aot;
         rc = end_of_line(t, "a table header");
     }
     int ti = -1;
-    if (!rc && (ti = open_table(t, parts, n, "", DEF_HEADER, line, c)) < 0) rc = -1;
+    if (!rc && !aot && (ti = open_table(t, parts, n, "", DEF_HEADER, line, c)) < 0) rc = -1;
+    if (!rc && aot) {
+        /* the container: made on the first [[a.b]], then each element after the last */
+        const int pi = n > 1 ? open_table(t, parts, n - 1, "", DEF_IMPLICIT, line, c) : 0;
+        char *name = pi < 0 ? NULL : join(t->doc->tables[pi].name, parts[n - 1]), *elem = NULL;
+        int ci = name ? find_table(t->doc, name) : -1, vline;
+        if (pi < 0)
+            rc = -1;
+        else if (!name)
+            rc = FAIL(t, "out of memory");
+        else if (is_value(t->doc, name, &vline))
+            rc = fail_at(t, line, c, "'%.200s' already has a value (line %d)", name, vline);
+        else if (ci >= 0 && t->doc->tables[ci].defined_by != DEF_AOT)
+            rc = fail_at(t, line, c, "[[%.200s]]: '%.200s' is already a table (line %d)", name,
+                         name, t->doc->tables[ci].line);
+        else if (ci < 0) {
+            ci = add_table(t, name, line, c, DEF_AOT); /* takes the name, or frees it */
+            name = NULL;
+            if (ci < 0) rc = -1;
+        }
+        if (!rc && !(elem = element_name(t->doc->tables[ci].name, t->doc->tables[ci].n_elems)))
+            rc = FAIL(t, "out of memory");
+        if (!rc && (ti = add_table(t, elem, line, c, DEF_HEADER)) < 0) rc = -1;
+        if (!rc) t->doc->tables[ci].n_elems++;
+        free(name);
+    }
     free_parts(parts, n);
     if (!rc) t->header = ti;
     return rc;

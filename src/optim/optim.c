@@ -1,6 +1,7 @@
 #include "optim/optim.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 int optim_adamw_init(optim_adamw *o, size_t n, base_err *err) {
@@ -29,30 +30,54 @@ void optim_adamw_free(optim_adamw *o) {
  * not another read of every parameter. */
 #define ADAMW_BLOCK 65536
 
+/* The kernel over elements [lo, hi) of the vectors, span by span from span[k] on (the first
+ * that ends after lo). */
+static void step_range(optim_adamw *o, float *params, const float *grads, float gscale,
+                       const optim_span *span, int n_spans, int k, double lr_factor, size_t lo,
+                       size_t hi) {
+    for (; k < n_spans && span[k].lo < hi; k++) {
+        const optim_adamw_cfg *c = span[k].c;
+        const size_t s = span[k].lo > lo ? span[k].lo : lo, e = span[k].hi < hi ? span[k].hi : hi;
+        o->kernel(params + s, o->m + s, o->v + s, grads + s, gscale, e - s, c->lr * lr_factor,
+                  c->beta1, c->beta2, c->eps, c->weight_decay, o->step);
+    }
+}
+
+/* The index of the first of n sorted, disjoint ranges that ends after lo (n if none): arr is
+ * optim_range[n] or optim_span[n] (stride apart), both beginning {size_t lo, hi}. */
+_Static_assert(offsetof(optim_range, hi) == offsetof(optim_span, hi), "range and span layouts");
+static int first_ending_after(const void *arr, size_t stride, int n, size_t lo) {
+    int a = 0, z = n;
+    while (a < z) {
+        const int mid = a + (z - a) / 2;
+        size_t hi;
+        memcpy(&hi, (const char *)arr + (size_t)mid * stride + offsetof(optim_range, hi),
+               sizeof hi);
+        if (hi <= lo)
+            a = mid + 1;
+        else
+            z = mid;
+    }
+    return a;
+}
+
 void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float gscale,
-                      const optim_adamw_cfg *c, double lr, const optim_bf16_copy *c16) {
+                      const optim_span *span, int n_spans, double lr_factor,
+                      const optim_bf16_copy *c16) {
     o->step++;
     if (!c16 || !c16->n) {
-        o->kernel(params, o->m, o->v, grads, gscale, o->n, lr, c->beta1, c->beta2, c->eps,
-                  c->weight_decay, o->step);
+        step_range(o, params, grads, gscale, span, n_spans, 0, lr_factor, 0, o->n);
         return;
     }
     const size_t n = o->n, nb = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
         const size_t lo = b * ADAMW_BLOCK, hi = n - lo < ADAMW_BLOCK ? n : lo + ADAMW_BLOCK;
-        o->kernel(params + lo, o->m + lo, o->v + lo, grads + lo, gscale, hi - lo, lr, c->beta1,
-                  c->beta2, c->eps, c->weight_decay, o->step);
-        /* the first range ending after lo (binary search), then those starting before hi */
-        int a = 0, z = c16->n;
-        while (a < z) {
-            const int mid = a + (z - a) / 2;
-            if (c16->r[mid].hi <= lo)
-                a = mid + 1;
-            else
-                z = mid;
-        }
-        for (int k = a; k < c16->n && c16->r[k].lo < hi; k++) {
+        step_range(o, params, grads, gscale, span, n_spans,
+                   first_ending_after(span, sizeof *span, n_spans, lo), lr_factor, lo, hi);
+        /* then the copy's ranges starting before hi, from the first ending after lo */
+        for (int k = first_ending_after(c16->r, sizeof *c16->r, c16->n, lo);
+             k < c16->n && c16->r[k].lo < hi; k++) {
             const size_t s = c16->r[k].lo > lo ? c16->r[k].lo : lo,
                          e = c16->r[k].hi < hi ? c16->r[k].hi : hi;
             ops_bf16_mirror_convert(c16->copy, s, params + s, e - s);

@@ -37,12 +37,22 @@ typedef struct {
     int n;
 } optim_bf16_copy;
 
+/* Where the hyperparameters apply: elements [lo, hi) of the flat vector step with *c (a
+ * parameter group's, torchtitan's ParamGroupConfig; its lr the group's peak). */
+typedef struct {
+    size_t lo, hi;
+    const optim_adamw_cfg *c;
+} optim_span;
+
 /* One AdamW step on params[n] with the gradients grads[n] * gscale (optim_clip_coef's
  * coefficient, 1 for none: the scaling is folded into the step's one pass; grads are not
- * modified) at learning rate lr (weight decay on all). c16: NULL, or the bf16 copy to refresh
+ * modified); span[0, n_spans) covers [0, n) in order, each at learning rate c->lr x
+ * lr_factor (the schedule's factor, as torch's LambdaLR scales every group's initial lr).
+ * Elementwise: the same bits as one call per span. c16: NULL, or the bf16 copy to refresh
  * (the parameters' bits do not depend on it). */
 void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float gscale,
-                      const optim_adamw_cfg *c, double lr, const optim_bf16_copy *c16);
+                      const optim_span *span, int n_spans, double lr_factor,
+                      const optim_bf16_copy *c16);
 
 /* Sum of squares of g[n] in double, in a fixed order independent of the thread count. */
 double optim_sumsq(const float *g, size_t n);

@@ -1007,12 +1007,26 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
         return base_fail(err, "out of memory");
     base_toml_doc doc;
     if (base_toml_parse(text, len, c->file, &doc, err)) return -1;
-    int rc = 0;
     kern_pending pending = {NULL, 0}; /* [kernels] "pattern" = "impl" entries */
     unknowns unk = {"", 0, 0};
+    unsigned char *handled = calloc((size_t)doc.n_tables, 1); /* [[optimizer.param_groups]] */
+    int rc =
+        !handled ? base_fail(err, "out of memory") : train_param_groups_load(c, &doc, handled, err);
     for (int t = 0; t < doc.n_tables && !rc; t++) {
         base_toml_table *tb = &doc.tables[t];
         char hint[160];
+        if (handled[t]) continue;
+        const char *elem = strchr(tb->name, '['); /* another array of tables' element */
+        if (elem) {
+            if (!strcmp(elem, "[0]"))
+                unknown_add(&unk, "%s:%d:%d: unknown array of tables [[%.*s]]", c->file, tb->line,
+                            tb->col, (int)(elem - tb->name), tb->name);
+            continue;
+        }
+        if (!tb->n_kv && t + 1 < doc.n_tables &&
+            !strncmp(doc.tables[t + 1].name, tb->name, strlen(tb->name)) &&
+            !strcmp(doc.tables[t + 1].name + strlen(tb->name), "[0]"))
+            continue;       /* an array of tables' container: its elements are said */
         if (!tb->name[0]) { /* root: keys outside any [section] */
             for (int k = 0; k < tb->n_kv; k++) {
                 const base_toml_kv *kv = &tb->kv[k];
@@ -1040,6 +1054,13 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
             if (fi < 0 && (kern_sub || !strcmp(tb->name, "kernels")) &&
                 kv->val.type == BASE_TOML_STRING) {
                 rc = kernel_table_entry(c, kern_sub ? tb->name + 8 : NULL, kv, &pending, err);
+            } else if (fi < 0 && !strcmp(tb->name, "optimizer") &&
+                       !strcmp(kv->key, "param_groups")) {
+                unknown_add(&unk,
+                            "%s:%d:%d: optimizer.param_groups is an array of tables: "
+                            "[[optimizer.param_groups]] then pattern = ..., optimizer_name = "
+                            "..., optimizer_kwargs = {lr = ...}, once per group",
+                            c->file, kv->line, kv->col);
             } else if (fi < 0) {
                 const int gi = suggest_field(tb->name, kv->key);
                 const field *g = gi >= 0 ? &g_fields[gi] : NULL;
@@ -1057,6 +1078,7 @@ int train_config_load_text(train_config *c, const char *text, size_t len, const 
         }
     }
     base_toml_free(&doc);
+    free(handled);
     if (!rc && unk.n == 1) rc = base_fail(err, "%s", unk.text);
     if (!rc && unk.n > 1)
         rc = base_fail(err, "%s: %d unknown names:\n  %s%s", c->file, unk.n, unk.text,

@@ -114,10 +114,44 @@ void value_text(const field *fd, const void *s, char *out, size_t n) {
     free(buf);
 }
 
+/* [optimizer]'s own hyperparameters, which [[optimizer.param_groups]] replace (translate.c
+ * refuses both): printed as comments beside groups, so the output loads back. */
+static int replaced_by_groups(const train_config *c, const field *fd) {
+    static const char *const keys[] = {"name", "lr", "beta1", "beta2", "eps", "weight_decay"};
+    if (!c->optimizer.n_param_groups || strcmp(fd->section, "optimizer")) return 0;
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(fd->key, keys[i])) return 1;
+    return 0;
+}
+
+/* Each group with every kwarg (torch's defaults resolved), after [optimizer]'s keys. */
+static void print_param_groups(const train_config *c, FILE *f) {
+    for (int k = 0; k < c->optimizer.n_param_groups; k++) {
+        const train_param_group *g = &c->optimizer.param_groups[k];
+        fputs("\n[[optimizer.param_groups]]\npattern = ", f);
+        print_string(f, g->pattern);
+        fputs("\noptimizer_name = ", f);
+        print_string(f, g->optimizer_name);
+        fputs("\noptimizer_kwargs = {lr = ", f);
+        print_float(f, g->c.lr);
+        fputs(", betas = [", f);
+        print_float(f, g->c.beta1);
+        fputs(", ", f);
+        print_float(f, g->c.beta2);
+        fputs("], eps = ", f);
+        print_float(f, g->c.eps);
+        fputs(", weight_decay = ", f);
+        print_float(f, g->c.weight_decay);
+        fputs("}\n", f);
+    }
+}
+
 void train_config_print(const train_config *c, FILE *f) {
     fprintf(f, "# titan job config, resolved (titan train --print-config)\n");
     for (int i = 0; i < N_FIELDS; i++) {
         const field *fd = &g_fields[i];
+        if (i && !strcmp(g_fields[i - 1].section, "optimizer") && strcmp(fd->section, "optimizer"))
+            print_param_groups(c, f);
         if (i == 0 || strcmp(fd->section, g_fields[i - 1].section))
             fprintf(f, "%s[%s]\n", i ? "\n" : "", fd->section);
         const void *s = slot(c, fd);
@@ -127,6 +161,8 @@ void train_config_print(const train_config *c, FILE *f) {
         if (s == (const void *)&c->model.config_path && implied[0]) s = &implied;
         if (fd->type == T_ANY)
             fprintf(f, "# %s = (any value, not kept)  # %s\n", fd->key, fd->help);
+        else if (replaced_by_groups(c, fd))
+            fprintf(f, "# %s: each [[optimizer.param_groups]] sets its own\n", fd->key);
         else if (is_unset(fd, s))
             fprintf(f, "# %s = (unset)  # %s\n", fd->key, fd->help);
         else {
@@ -135,6 +171,7 @@ void train_config_print(const train_config *c, FILE *f) {
             fputc('\n', f);
         }
     }
+    if (!strcmp(g_fields[N_FIELDS - 1].section, "optimizer")) print_param_groups(c, f);
 }
 
 void train_config_usage(FILE *f) {

@@ -92,6 +92,10 @@ void consider(nearest *n, const char *cand);
 int suggest_field(const char *section, const char *key);
 /* "a string", "an integer", ... for messages. */
 const char *type_name(const field *f);
+/* The [[optimizer.param_groups]] of a parsed file (param_groups.c) into c (replacing any
+ * earlier file's), checked; marks the tables it read in handled[doc->n_tables]. */
+int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned char *handled,
+                            base_err *err);
 /* Checks and stores a value for field fi; errors start with the value's origin. */
 int assign(train_config *c, int fi, base_toml_value *v, const char *where, int line, int col,
            base_err *err);

@@ -315,8 +315,21 @@ typedef struct {
      * the last step's AdamW did, so the next step remakes no unit's copy */
     optim_bf16_copy c16;
     int w16_current;
+    optim_span *spans; /* [n_spans] the shard vector's parameter groups (train_optim_spans) */
+    int n_spans;
     int val_bad_said; /* a validation ran: the set's malformed lines were logged (once) */
 } train_job;
+
+/* Each of m's parameters' group (group_of[m->n_params]): the first of g[n] whose pattern
+ * finds its name (Python's re.search); counts[n] the parameters each took. A pattern that
+ * finds none, or a parameter none finds, is an error (as in torchtitan). */
+int train_param_groups_assign(const train_param_group *g, int n, const model *m, int *group_of,
+                              int64_t *counts, base_err *err);
+/* The spans of this rank's shard vector [0, dist_fsdp_shard_len) and the hyperparameters each
+ * steps with (o->param_groups', or o->adamw for all), in order, covering it (malloc'ed);
+ * counts: NULL, or [o->n_param_groups] the parameters of each group. */
+int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, optim_span **out,
+                      int *n_out, int64_t *counts, base_err *err);
 
 /* One training step (step.c): grad_accum microbatches of this rank's tokens, forward and
  * backward with the loss normalised by the valid targets of the whole step on all ranks;

@@ -285,8 +285,21 @@ int train_report_facts(train_report_run *r, const char *page, const train_opts *
     fact(f, "tokens per step", "%lld = %d x %d tokens x %d microbatches x %d data-parallel ranks",
          (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->batch, o->seq_len,
          o->grad_accum, mesh->dp_size);
-    fact(f, "steps", "%d (lr %.3g, warmup %lld, AdamW weight decay %.3g, max norm %.3g)", o->steps,
-         o->adamw.lr, (long long)o->lr.warmup_steps, o->adamw.weight_decay, o->max_norm);
+    if (!o->n_param_groups)
+        fact(f, "steps", "%d (lr %.3g, warmup %lld, AdamW weight decay %.3g, max norm %.3g)",
+             o->steps, o->adamw.lr, (long long)o->lr.warmup_steps, o->adamw.weight_decay,
+             o->max_norm);
+    else
+        fact(f, "steps", "%d (warmup %lld, max norm %.3g; %d parameter groups)", o->steps,
+             (long long)o->lr.warmup_steps, o->max_norm, o->n_param_groups);
+    for (int k = 0; k < o->n_param_groups; k++) {
+        const train_param_group *g = &o->param_groups[k];
+        char label[32];
+        snprintf(label, sizeof label, "param group %d", k);
+        fact(f, label, "%s [%.300s]: lr %.3g, betas (%.3g, %.3g), eps %.3g, weight decay %.3g",
+             g->optimizer_name, g->pattern, g->c.lr, g->c.beta1, g->c.beta2, g->c.eps,
+             g->c.weight_decay);
+    }
     if (mesh->world > 1)
         fact(f, "parallelism",
              "%d processes = dp_replicate %d x dp_shard %d x tp %d (ep %d), %d threads each",

@@ -22,6 +22,58 @@ static void adamw_values(const optim_adamw_cfg *c, double v[5]) {
     memcpy(v, x, sizeof x);
 }
 
+/* [[optimizer.param_groups]] as the checkpoint records them: [{"pattern", "optimizer_name",
+ * "lr", "beta1", "beta2", "eps", "weight_decay"}, ...] (a resume says a change). */
+static json_t *param_groups_json(const train_opts *o) {
+    json_t *a = json_array();
+    for (int k = 0; k < o->n_param_groups; k++) {
+        const train_param_group *g = &o->param_groups[k];
+        json_t *e = json_object();
+        json_object_set_new(e, "pattern", json_string(g->pattern));
+        json_object_set_new(e, "optimizer_name", json_string(g->optimizer_name));
+        double hp[5];
+        adamw_values(&g->c, hp);
+        for (int i = 0; i < 5; i++) json_object_set_new(e, k_adamw_keys[i], json_real(hp[i]));
+        json_array_append_new(a, e);
+    }
+    return a;
+}
+
+/* How the checkpoint's param_groups (NULL: one group, [optimizer]'s) and this run's differ:
+ * "" when alike, else the first difference into buf. */
+static void groups_diff(const json_t *saved, const train_opts *o, char *buf, size_t n) {
+    buf[0] = 0;
+    const int ns = json_is_array(saved) ? (int)json_array_size(saved) : 0;
+    if (!ns && !o->n_param_groups) return;
+    if (!ns || !o->n_param_groups || ns != o->n_param_groups) {
+        snprintf(buf, n, "%d parameter group%s (%s); this run has %d", ns ? ns : 1,
+                 ns > 1 ? "s" : "", ns ? "[[optimizer.param_groups]]" : "[optimizer]'s",
+                 o->n_param_groups ? o->n_param_groups : 1);
+        return;
+    }
+    for (int k = 0; k < ns; k++) {
+        const json_t *e = json_array_get(saved, (size_t)k);
+        const train_param_group *g = &o->param_groups[k];
+        const char *pat = json_string_value(json_object_get(e, "pattern")),
+                   *name = json_string_value(json_object_get(e, "optimizer_name"));
+        if (!pat || strcmp(pat, g->pattern) || !name || strcmp(name, g->optimizer_name)) {
+            snprintf(buf, n, "group %d %s '%.100s'; this run's is %s '%.100s'", k,
+                     name ? name : "?", pat ? pat : "?", g->optimizer_name, g->pattern);
+            return;
+        }
+        double hp[5];
+        adamw_values(&g->c, hp);
+        for (int i = 0; i < 5; i++) {
+            const json_t *v = json_object_get(e, k_adamw_keys[i]);
+            if (!json_is_number(v) || json_number_value(v) != hp[i]) {
+                snprintf(buf, n, "group %d ('%.100s') %s = %g; this run sets %g", k, g->pattern,
+                         k_adamw_keys[i], json_is_number(v) ? json_number_value(v) : NAN, hp[i]);
+                return;
+            }
+        }
+    }
+}
+
 /* Sequences per optimizer step over all data-parallel ranks (torchtitan's global batch). */
 static json_int_t global_batch(const train_opts *o, const train_source *src) {
     return (json_int_t)o->batch * o->grad_accum * src->dp_size;
@@ -61,6 +113,7 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5; i++) json_object_set_new(oj, k_adamw_keys[i], json_real(hp[i]));
     json_object_set_new(root, "optimizer", oj);
+    if (o->n_param_groups) json_object_set_new(root, "param_groups", param_groups_json(o));
     if (o->model.n_experts > 0)
         json_object_set_new(root, "moe_load_balance",
                             json_string(train_balance_name(o->moe_balance)));
@@ -216,10 +269,17 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                  !src->loader      ? ""
                  : o->block_causal ? "0.3 packs (labels within each document)"
                                    : "v0.2.2 packs");
-    const json_t *oj = json_object_get(t, "optimizer");
+    const json_t *oj = json_object_get(t, "optimizer"), *pg = json_object_get(t, "param_groups");
+    char gd[400];
+    groups_diff(pg, o, gd, sizeof gd);
+    if (gd[0])
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained with %s, which apply from here (the AdamW "
+                 "moments carry on; torchtitan would keep the checkpoint's hyperparameters)",
+                 (long long)step, gd);
     double hp[5];
     adamw_values(&o->adamw, hp);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 5 && !pg && !o->n_param_groups; i++) {
         const json_t *v = json_object_get(oj, k_adamw_keys[i]);
         if (json_is_number(v) && json_number_value(v) != hp[i])
             base_log(BASE_LOG_WARN,

@@ -214,14 +214,16 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
     max_loss += o->model.router_aux_loss_coef * aux * aux_on;
     double norm;
     const float clip = optim_clip_coef(sumsq, o->max_norm, &norm); /* applied by the step */
-    const double lr = o->adamw.lr * optim_lr_factor(&j->lr, step - 1 + j->lr_base);
+    const double lr_factor = optim_lr_factor(&j->lr, step - 1 + j->lr_base),
+                 lr = o->adamw.lr * lr_factor; /* the first group's, as torchtitan logs */
     if (m->moe_counts) /* the step's tokens per expert on all ranks: the bias update and the
                         * logged expert load count the global batch in every balance mode */
         dist_allreduce_i64(mesh->dp_comm, m->moe_counts,
                            (size_t)m->args.n_layers * m->args.n_experts);
     if (m->balance == MODEL_BALANCE_BIAS) model_moe_update_bias(m, NULL);
     const double t_opt = base_now();
-    optim_adamw_step(j->opt, ws, gs, clip, &o->adamw, lr, &j->c16); /* n 0: no copy */
+    optim_adamw_step(j->opt, ws, gs, clip, j->spans, j->n_spans, lr_factor,
+                     &j->c16); /* c16.n 0: no copy */
     /* (0 where the copy has no registration the GEMMs find it by: the next step remakes it) */
     if (j->c16.n) j->w16_current = model_bf16_copy_current(m);
     train_prof_phase("optimizer step", t_opt);

@@ -253,6 +253,24 @@ static int bf16_copy_ranges(train_job *j, base_err *err) {
     return 0;
 }
 
+/* The optimizer's parameter groups over this rank's shard (train_optim_spans), said once as
+ * torchtitan's OptimizersContainer logs them. */
+static int optim_groups(run *r, base_err *err) {
+    const train_opts *o = r->o;
+    int64_t counts[TRAIN_MAX_PARAM_GROUPS];
+    if (train_optim_spans(o, r->job.m, r->f, &r->job.spans, &r->job.n_spans, counts, err))
+        return -1;
+    for (int k = 0; k < o->n_param_groups && r->lead; k++) {
+        const train_param_group *g = &o->param_groups[k];
+        base_log(BASE_LOG_INFO,
+                 "optimizer: group %d, %s: %lld parameters [%s] lr %g, betas (%g, %g), eps %g, "
+                 "weight_decay %g",
+                 k, g->optimizer_name, (long long)counts[k], g->pattern, g->c.lr, g->c.beta1,
+                 g->c.beta2, g->c.eps, g->c.weight_decay);
+    }
+    return 0;
+}
+
 /* The model under FSDP (and TP / EP), its weights (initialised or loaded), the optimizer,
  * the header, the validation model and the saver. */
 static int run_setup(run *r, base_err *err) {
@@ -334,7 +352,7 @@ static int run_setup(run *r, base_err *err) {
                          o->block_causal ? base_alloc(NT * o->grad_accum * sizeof(int32_t)) : NULL};
     if (j->lr.total_steps <= 0) j->lr.total_steps = o->steps;
     if (!j->tok || !j->tgt || (o->block_causal && !j->pos)) return base_fail(err, "out of memory");
-    if (bf16_copy_ranges(j, err)) return -1;
+    if (bf16_copy_ranges(j, err) || optim_groups(r, err)) return -1;
     /* pk[0] the fp32 GEMM peak, pk[1] the bf16 one (bf16 runs): MFU divides by the peak of the
      * run's precision, as torchtitan uses the GPU's bf16 peak; a configured peak is that one.
      * A seed checkpoint trains nothing: no measurement (1 FLOP/s stands in). */
@@ -594,6 +612,7 @@ static int run_close(run *r, int rc, base_err *err) {
     train_stop_uninstall();
     dist_watchdog_stop();
     free((void *)r->job.c16.r);
+    free(r->job.spans);
     base_free(r->job.tok);
     base_free(r->job.tgt);
     base_free(r->job.pos);

@@ -13,6 +13,19 @@
 #include "model/model.h"
 #include "optim/optim.h"
 
+/* One [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig, train/param_groups.c):
+ * the parameters whose torchtitan FQN the pattern finds (Python's re.search; the first group
+ * whose pattern finds a parameter takes it) step with these hyperparameters. optimizer_name
+ * "AdamW" or "Adam" (Adam with weight_decay 0: the same step); kwargs not given take
+ * torch.optim's defaults (betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 AdamW / 0 Adam). */
+#define TRAIN_MAX_PARAM_GROUPS 64
+typedef struct {
+    const char *pattern, *optimizer_name;
+    optim_adamw_cfg c; /* c.lr: the group's peak learning rate */
+    const char *where; /* its [[header]]: file, line and column */
+    int line, col;
+} train_param_group;
+
 /* [checkpoint] as torchtitan v0.2.2 (shared/research/torchtitan_qwen3.md §4.1). */
 typedef struct {
     int enable;
@@ -65,8 +78,11 @@ typedef struct {
     int skip_bad_lines;
     int map_style; /* training.dataset_streaming false (resolved): data_loader_cfg.map_style */
     int steps, batch, seq_len, grad_accum;
-    int stop_after_step; /* > 0: exit cleanly after this step (the schedule still spans steps) */
-    optim_adamw_cfg adamw;
+    int stop_after_step;   /* > 0: exit cleanly after this step (the schedule still spans steps) */
+    optim_adamw_cfg adamw; /* with param_groups: the first group's (its lr the one logged) */
+    /* [[optimizer.param_groups]] (n_param_groups 0: every parameter steps with adamw) */
+    const train_param_group *param_groups;
+    int n_param_groups;
     optim_lr_cfg lr;
     double max_norm;
     uint64_t seed;
@@ -216,6 +232,8 @@ typedef struct {
         const char *name, *implementation;
         double lr, beta1, beta2, eps, weight_decay;
         int early_step_in_backward;
+        const train_param_group *param_groups; /* [n_param_groups] (the config's pool) */
+        int n_param_groups;
     } optimizer;
     struct {
         int64_t warmup_steps;

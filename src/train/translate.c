@@ -35,6 +35,23 @@ static int fail_field(const train_config *c, const char *section, const char *ke
 static int apply_model_overrides(const train_config *c, model_args *a, base_err *err);
 #define NOT_YET(sec, key, ...) fail_field(c, #sec, #key, err, __VA_ARGS__)
 
+/* [[optimizer.param_groups]] carry each group's whole optimizer (torchtitan: "no implicit
+ * inheritance"): [optimizer]'s own hyperparameters set beside them would be ignored, so they
+ * are refused by name. */
+static int param_groups_check(const train_config *c, base_err *err) {
+    if (!c->optimizer.n_param_groups) return 0;
+    static const char *const keys[] = {"name", "lr", "beta1", "beta2", "eps", "weight_decay"};
+    const train_param_group *g = c->optimizer.param_groups;
+    for (int i = 0; i < 6; i++)
+        if (c->origin[find_field("optimizer", keys[i])].where)
+            return fail_field(c, "optimizer", keys[i], err,
+                              "set beside [[optimizer.param_groups]] (%s:%d), whose groups each "
+                              "carry their own optimizer_name and optimizer_kwargs: set it in "
+                              "each group instead",
+                              g->where, g->line);
+    return 0;
+}
+
 /* A sequence longer than the model's max_seq_len (its RoPE context, recorded in checkpoints and
  * exported as max_position_embeddings) raises it, with torchtitan's warning (its model args
  * take max_seq_len = training.seq_len); RoPE itself has no limit, so nothing else changes. */
@@ -560,8 +577,14 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                        "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
                        c->training.dataset);
     dataset_random_note(c);
-    if (strcmp(c->optimizer.name, "AdamW"))
-        return NOT_YET(optimizer, name, "%s is not implemented (AdamW is)", c->optimizer.name);
+    if (!strcmp(c->optimizer.name, "Adam") && c->optimizer.weight_decay != 0)
+        return NOT_YET(optimizer, name,
+                       "Adam with optimizer.weight_decay = %g adds weight_decay x the parameter "
+                       "to its gradient (L2), which titan does not implement: use AdamW "
+                       "(decoupled weight decay) or optimizer.weight_decay = 0 (then Adam's step "
+                       "is AdamW's)",
+                       c->optimizer.weight_decay);
+    if (param_groups_check(c, err)) return -1;
     if (c->parallelism.pipeline_parallel_degree > 1)
         return NOT_YET(parallelism, pipeline_parallel_degree,
                        "%lld: pipeline parallelism is not supported (use 1)",
@@ -718,6 +741,9 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                                  .beta2 = c->optimizer.beta2,
                                  .eps = c->optimizer.eps,
                                  .weight_decay = c->optimizer.weight_decay};
+    o->param_groups = c->optimizer.param_groups;
+    o->n_param_groups = c->optimizer.n_param_groups;
+    if (o->n_param_groups) o->adamw = o->param_groups[0].c;
     o->lr.warmup_steps = c->lr_scheduler.warmup_steps;
     /* clamped by the schedule; torchtitan's warning, where warmup_steps was set (its default,
      * 200, is above any short run's steps) */

@@ -485,8 +485,9 @@ int main(int argc, char **argv) {
         double sumsq = optim_sumsq(m.g, m.n_floats);
         double norm;
         const float clip = optim_clip_coef(sumsq, max_norm, &norm);
-        double lr = cfg.lr * optim_lr_factor(&lrc, k - 1);
-        optim_adamw_step(&opt, m.w, m.g, clip, &cfg, lr, NULL);
+        const double f = optim_lr_factor(&lrc, k - 1), lr = cfg.lr * f;
+        const optim_span all = {0, m.n_floats, &cfg};
+        optim_adamw_step(&opt, m.w, m.g, clip, &all, 1, f, NULL);
         n_clipped += norm > max_norm;
 
         const double el = fabs(lk - r_loss[k - 1]) / fabs(r_loss[k - 1]);

@@ -275,8 +275,57 @@ static void errors(void) {
         {"[kernels]\noverrides = [1]\n", "x.toml:2:14: kernels.overrides: item 1: expected "
                                          "strings, got an integer"},
         {"[training]\nsteps = 1\nsteps = 2\n", "x.toml:3:1: 'training.steps' is defined twice"},
-        {"[[training]]\n", "x.toml:1:1: arrays of tables ([[...]]) is not supported by titan's "
-                           "TOML subset"},
+        {"[[training]]\n", "x.toml:1:1: unknown array of tables [[training]]"},
+        /* [[optimizer.param_groups]]: each entry checked where it is written */
+        {"[optimizer]\nparam_groups = []\n",
+         "x.toml:2:1: optimizer.param_groups is an array of tables: [[optimizer.param_groups]]"},
+        {"[[optimizer.param_groups]]\npattern = '.*'\noptimizer_name = 'AdamW'\n",
+         "x.toml:1:1: optimizer.param_groups[0] has no optimizer_kwargs.lr (torchtitan: \"Must "
+         "include all required kwargs (e.g. lr)\")"},
+        {"[[optimizer.param_groups]]\noptimizer_name = 'AdamW'\noptimizer_kwargs = {lr = 1}\n",
+         "x.toml:1:1: optimizer.param_groups[0] has no pattern"},
+        {"[[optimizer.param_groups]]\npattern = 'x'\noptimizer_kwargs = {lr = "
+         "1}\n[[optimizer.param_groups]]\n",
+         "x.toml:1:1: optimizer.param_groups[0] has no optimizer_name"},
+        {"[[optimizer.param_groups]]\npattern = '(x'\n",
+         "x.toml:2:1: optimizer.param_groups[0].pattern: '(x' is not a "
+         "regular expression: missing closing parenthesis (at character 2)"},
+        {"[[optimizer.param_groups]]\npattern = 3\n",
+         "x.toml:2:1: optimizer.param_groups[0].pattern: expected a string, "
+         "got an integer"},
+        {"[[optimizer.param_groups]]\noptimizer_name = 'DistMuon'\n",
+         "x.toml:2:1: optimizer.param_groups[0].optimizer_name: 'DistMuon' is not implemented "
+         "(AdamW and Adam are; torchtitan's DistMuon is not)"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {lr = -1}\n",
+         "x.toml:2:21: optimizer.param_groups[0]."
+         "optimizer_kwargs.lr: -1 is out of range: "
+         "torch.optim takes [0, inf)"},
+        {"[[optimizer.param_groups]]\n[[optimizer.param_groups]]\noptimizer_kwargs = {betas = "
+         "[0.9, 1.0]}\n",
+         "x.toml:3:21: optimizer.param_groups[1].optimizer_kwargs.betas: 1 is out of range: "
+         "torch.optim takes [0, 1)"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {betas = [0.9]}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.betas: expected two numbers"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {amsgrad = true}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.amsgrad: true is not "
+         "implemented"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {fused = 1}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.fused: expected true or false"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs.momentum = 0.9\n",
+         "x.toml:2:1: optimizer.param_groups[0].optimizer_kwargs.momentum: not a keyword argument "
+         "of torch.optim.AdamW / Adam that titan takes"},
+        {"[[optimizer.param_groups]]\nlr = 1\n",
+         "x.toml:2:1: optimizer.param_groups[0].lr: unknown key (a "
+         "[[optimizer.param_groups]] entry has pattern, optimizer_name and "
+         "optimizer_kwargs"},
+        {"[[optimizer.param_groups]]\n[optimizer.param_groups.extra]\n",
+         "x.toml:2:1: [optimizer.param_groups[0].extra]: a [[optimizer.param_groups]] entry has "
+         "pattern, optimizer_name and optimizer_kwargs (a table), nothing else"},
+        {"[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'Adam'\noptimizer_kwargs = "
+         "{lr = 1, "
+         "weight_decay = 0.1}\n",
+         "x.toml:1:1: optimizer.param_groups[0]: Adam with weight_decay 0.1 adds weight_decay x "
+         "the parameter to its gradient (L2), which titan does not implement"},
         {"[job]\ndescription = \"\"\"x\"\"\"\n", "x.toml:2:15: multi-line strings"},
         /* a torchtitan value titan refuses is listed as such, never suggested */
         {"[training]\nmixed_precision_reduce = \"float16\"\n",
@@ -515,7 +564,9 @@ static void command_line(void) {
         {{"--model.mlp_only_layers", "1"},
          "command line: --model.mlp_only_layers: MoE models with dense blocks"},
         {{"--training.dataset", "c4"}, "command line: --training.dataset: 'c4' is not built in"},
-        {{"--optimizer.name", "Adam"}, "command line: --optimizer.name: Adam is not implemented"},
+        {{"--optimizer.name", "Adam"},
+         "command line: --optimizer.name: Adam with optimizer.weight_decay = 0.1 adds "
+         "weight_decay x the parameter to its gradient (L2), which titan does not implement"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         rc = from_args(&c, (char **)refused[i].argv, &err);
@@ -1402,6 +1453,82 @@ static void model_args_every_front_end(void) {
     json_decref(full);
 }
 
+/* [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig): values as written,
+ * torch.optim's constructor defaults for the kwargs not given (AdamW: betas (0.9, 0.999), eps
+ * 1e-8, weight_decay 0.01; Adam: weight_decay 0), file order kept, the print round trip, the
+ * options refused beside them, and a later file's list replacing an earlier one's. */
+static void param_groups(void) {
+    const char *text = "[[optimizer.param_groups]]\n"
+                       "pattern = '(?:tok_embeddings|output)\\.'\n"
+                       "optimizer_name = \"AdamW\"\n"
+                       "optimizer_kwargs = {lr = 8e-4, betas = [0.9, 0.95], eps = 1e-7, "
+                       "weight_decay = 0, fused = true}\n"
+                       "[[optimizer.param_groups]]\n"
+                       "pattern = '\\.router\\.gate\\.'\n"
+                       "optimizer_name = \"Adam\"\n"
+                       "optimizer_kwargs.lr = 1e-4\n"
+                       "[[optimizer.param_groups]]\n"
+                       "pattern = '.*'\n"
+                       "optimizer_name = \"AdamW\"\n"
+                       "[optimizer.param_groups.optimizer_kwargs]\n"
+                       "lr = 3\n";
+    train_config c;
+    base_err err;
+    int rc = load(&c, text, &err);
+    CHECK(rc == 0, "param groups: %s", err.msg);
+    if (rc) return;
+    const train_param_group *g = c.optimizer.param_groups;
+    CHECK(c.optimizer.n_param_groups == 3, "param groups: %d", c.optimizer.n_param_groups);
+    CHECK(!strcmp(g[0].pattern, "(?:tok_embeddings|output)\\.") &&
+              !strcmp(g[0].optimizer_name, "AdamW") && g[0].c.lr == 8e-4 && g[0].c.beta1 == 0.9 &&
+              g[0].c.beta2 == 0.95 && g[0].c.eps == 1e-7 && g[0].c.weight_decay == 0 &&
+              g[0].line == 1,
+          "param group 0 as written");
+    CHECK(!strcmp(g[1].optimizer_name, "Adam") && g[1].c.lr == 1e-4 && g[1].c.beta1 == 0.9 &&
+              g[1].c.beta2 == 0.999 && g[1].c.eps == 1e-8 && g[1].c.weight_decay == 0 &&
+              g[1].line == 5,
+          "param group 1: Adam's defaults");
+    CHECK(g[2].c.lr == 3 && g[2].c.beta2 == 0.999 && g[2].c.weight_decay == 0.01 &&
+              !strcmp(g[2].pattern, ".*"),
+          "param group 2: AdamW's defaults, an integer lr");
+    check_round_trip(&c, "param groups");
+    train_opts o;
+    rc = train_config_to_opts(&c, &o, &err);
+    CHECK(rc == 0 && o.n_param_groups == 3 && o.param_groups == g && o.adamw.lr == 8e-4 &&
+              o.adamw.weight_decay == 0,
+          "param groups translated (the first group's hyperparameters logged): %s", err.msg);
+    /* [optimizer]'s own hyperparameters beside the groups are refused by name */
+    static const char *const beside[] = {"--optimizer.lr", "--lr", "--optimizer.weight_decay",
+                                         "--optimizer.name"};
+    static const char *const val[] = {"1e-3", "1e-3", "0", "AdamW"};
+    static const char *const field[] = {"--optimizer.lr", "--lr (optimizer.lr)",
+                                        "--optimizer.weight_decay", "--optimizer.name"};
+    for (int i = 0; i < 4; i++) {
+        train_config d;
+        char *argv[] = {(char *)beside[i], (char *)val[i], NULL};
+        rc = load(&d, text, &err) || train_config_from_args(&d, 2, argv, 0, &(train_cli){0}, &err);
+        CHECK(rc == 0, "beside %s: %s", beside[i], err.msg);
+        rc = train_config_to_opts(&d, &o, &err);
+        char want[300];
+        snprintf(want, sizeof want,
+                 "command line: %s: set beside [[optimizer.param_groups]] (x.toml:1), whose groups "
+                 "each carry their own optimizer_name and optimizer_kwargs",
+                 field[i]);
+        CHECK(rc != 0 && !strncmp(err.msg, want, strlen(want)), "beside %s:\n  got  %s\n  want %s",
+              beside[i], rc ? err.msg : "(accepted)", want);
+        train_config_free(&d);
+    }
+    /* a second file's groups replace the first's; a file without any keeps them */
+    const char *two = "[[optimizer.param_groups]]\npattern = 'w'\noptimizer_name = 'AdamW'\n"
+                      "optimizer_kwargs = {lr = 2}\n";
+    rc = train_config_load_text(&c, two, strlen(two), "y.toml", &err) ||
+         train_config_load_text(&c, "[training]\nsteps = 3\n", 20, "z.toml", &err);
+    CHECK(rc == 0 && c.optimizer.n_param_groups == 1 && c.optimizer.param_groups[0].c.lr == 2 &&
+              !strcmp(c.optimizer.param_groups[0].where, "y.toml"),
+          "later file's groups: %s", err.msg);
+    train_config_free(&c);
+}
+
 int main(void) {
     kernels_table();
     mutations();
@@ -1421,6 +1548,7 @@ int main(void) {
     saved_config_quiet();
     set_names();
     model_args_every_front_end();
+    param_groups();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
 }

@@ -29,7 +29,10 @@ static uint16_t bf16_bits(float x) {
 /* AdamW refreshing a bf16 copy (optim_bf16_copy): the parameters and moments are bitwise those
  * of the step without a copy; inside the ranges the copy holds each new parameter rounded to
  * bf16 in the engine's format (2-byte bits, or the rounded fp32 value), and not one byte
- * outside them is written. Ranges start and end inside and on the step's blocks. */
+ * outside them is written. Ranges start and end inside and on the step's blocks. The step has
+ * three parameter groups (optim_span: other lr, betas, eps, weight decay; one of one element,
+ * boundaries inside a block), each stepped as its own optimizer over its own elements would
+ * step them, at lr x the schedule's factor. */
 static void check_adamw_copy(void) {
     const size_t n = 100003;
     const optim_range r[] = {{3, 16390}, {16390, 16391}, {40000, 40001}, {49152, 98000}};
@@ -45,13 +48,35 @@ static void check_adamw_copy(void) {
         for (size_t i = 0; i < n; i++) p[k][i] = (float)sin(0.001 * (double)i) * 0.02f;
     }
     memset(copy, 0xA5, n * es);
-    const optim_adamw_cfg cfg = {1e-3, 0.9, 0.95, 1e-8, 0.1};
+    const optim_adamw_cfg cfg[3] = {
+        {1e-3, 0.9, 0.95, 1e-8, 0.1}, {3e-3, 0.8, 0.99, 1e-6, 0.0}, {1e-4, 0.9, 0.999, 1e-8, 0.01}};
+    const optim_span span[3] = {{0, 70000, &cfg[0]}, {70000, 70001, &cfg[1]}, {70001, n, &cfg[2]}};
+    const double factor = 0.7;
+    /* the reference: each group its own optimizer over its own elements, lr pre-multiplied */
+    optim_adamw ref[3];
+    float *pr = malloc(n * sizeof(float));
+    memcpy(pr, p[0], n * sizeof(float));
+    optim_adamw_cfg rc[3];
+    for (int k = 0; k < 3; k++) {
+        CHECK(!optim_adamw_init(&ref[k], span[k].hi - span[k].lo, &err), "adamw init: %s", err.msg);
+        rc[k] = cfg[k];
+        rc[k].lr = cfg[k].lr * factor;
+    }
+    size_t bad_groups = 0;
     const optim_bf16_copy c16 = {copy, r, nr};
     size_t bad_p = 0, bad_copy = 0, bad_outside = 0;
     for (int step = 1; step <= 3; step++) {
         for (size_t i = 0; i < n; i++) g[i] = (float)cos(0.37 * (double)(i + step)) * 1e-2f;
-        optim_adamw_step(&o[0], p[0], g, 0.5f, &cfg, 1e-3, NULL);
-        optim_adamw_step(&o[1], p[1], g, 0.5f, &cfg, 1e-3, &c16);
+        optim_adamw_step(&o[0], p[0], g, 0.5f, span, 3, factor, NULL);
+        optim_adamw_step(&o[1], p[1], g, 0.5f, span, 3, factor, &c16);
+        for (int k = 0; k < 3; k++) {
+            const size_t lo = span[k].lo, len = span[k].hi - lo;
+            const optim_span one = {0, len, &rc[k]};
+            optim_adamw_step(&ref[k], pr + lo, g + lo, 0.5f, &one, 1, 1.0, NULL);
+            bad_groups += memcmp(pr + lo, p[0] + lo, len * sizeof(float)) != 0;
+            bad_groups += memcmp(ref[k].m, o[0].m + lo, len * sizeof(float)) != 0;
+            bad_groups += memcmp(ref[k].v, o[0].v + lo, len * sizeof(float)) != 0;
+        }
         bad_p += memcmp(p[0], p[1], n * sizeof(float)) != 0;
         bad_p += memcmp(o[0].m, o[1].m, n * sizeof(float)) != 0;
         bad_p += memcmp(o[0].v, o[1].v, n * sizeof(float)) != 0;
@@ -76,10 +101,17 @@ static void check_adamw_copy(void) {
         }
     }
     CHECK(bad_p == 0, "adamw with a bf16 copy: parameters or moments differ (%zu)", bad_p);
+    CHECK(bad_groups == 0,
+          "adamw parameter groups: %zu group-steps differ from the group's own "
+          "optimizer",
+          bad_groups);
     CHECK(bad_copy == 0, "adamw bf16 copy: %zu elements not the new parameter in bf16", bad_copy);
     CHECK(bad_outside == 0, "adamw bf16 copy: %zu bytes written outside the ranges", bad_outside);
-    printf("adamw bf16 copy (%zu-byte elements, engine %s): 3 steps bitwise, copy exact\n", es,
-           ops_bf16_engine());
+    printf("adamw bf16 copy (%zu-byte elements, engine %s), 3 parameter groups: 3 steps bitwise, "
+           "copy exact\n",
+           es, ops_bf16_engine());
+    for (int k = 0; k < 3; k++) optim_adamw_free(&ref[k]);
+    free(pr);
     for (int k = 0; k < 2; k++) {
         optim_adamw_free(&o[k]);
         free(p[k]);

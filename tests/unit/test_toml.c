@@ -18,6 +18,12 @@ static const base_toml_value *get(const base_toml_doc *d, const char *table, con
     return NULL;
 }
 
+static int table_at(const base_toml_doc *d, const char *name) {
+    for (int i = 0; i < d->n_tables; i++)
+        if (!strcmp(d->tables[i].name, name)) return i;
+    return -1;
+}
+
 static void valid_subset(void) {
     const char *text = "\xef\xbb\xbf# a job config, after a byte order mark\n"
                        "top = 1 # root key\n"
@@ -53,7 +59,19 @@ static void valid_subset(void) {
                        "x = 1\n"
                        "[a]\n"
                        "c.d = 2\n"
-                       "c.e = 3\n";
+                       "c.e = 3\n"
+                       "inl = { s = 'x', n = 2 , arr = [1,\n 2] } # inline\n"
+                       "nil = {}\n"
+                       "[[p.g]]\n"
+                       "pattern = '\\.bias$'\n"
+                       "kw = {lr = 1e-4}\n"
+                       "[[p.g]]\n"
+                       "kw.lr = 2e-4\n"
+                       "[p.g.sub]\n"
+                       "z = 5\n"
+                       "[[p.g.deep]]\n"
+                       "y = 6\n"
+                       "[[p.g]]\n";
     base_toml_doc d;
     base_err err = {{0}};
     int rc = base_toml_parse(text, strlen(text), "t.toml", &d, &err);
@@ -107,6 +125,25 @@ static void valid_subset(void) {
     EXPECT_INT("a.b", "x", 1);
     EXPECT_INT("a.c", "d", 2);
     EXPECT_INT("a.c", "e", 3);
+    EXPECT_STR("a.inl", "s", "x");
+    EXPECT_INT("a.inl", "n", 2);
+    v = get(&d, "a.inl", "arr");
+    CHECK(v && v->n_items == 2 && v->items[1].i == 2 && v->items[1].line == 40, "inline array");
+    CHECK(table_at(&d, "a.nil") >= 0, "empty inline table");
+    EXPECT_STR("p.g[0]", "pattern", "\\.bias$");
+    EXPECT_FLOAT("p.g[0].kw", "lr", 1e-4);
+    EXPECT_FLOAT("p.g[1].kw", "lr", 2e-4);
+    EXPECT_INT("p.g[1].sub", "z", 5);
+    EXPECT_INT("p.g[1].deep[0]", "y", 6);
+    /* the container has no keys; the third element none either; nothing past it */
+    const int pg = table_at(&d, "p.g");
+    CHECK(pg >= 0 && d.tables[pg].n_kv == 0 && table_at(&d, "p.g[2]") >= 0 &&
+              d.tables[table_at(&d, "p.g[2]")].n_kv == 0 && table_at(&d, "p.g[3]") < 0 &&
+              table_at(&d, "p.g[1].deep[1]") < 0,
+          "arrays of tables' elements");
+    CHECK(table_at(&d, "p.g[0]") < table_at(&d, "p.g[1]") &&
+              table_at(&d, "p.g[1]") < table_at(&d, "p.g[2]"),
+          "elements in file order");
     v = get(&d, "training", "steps");
     CHECK(v && v->line == 10 && v->col == 9, "position of training.steps: %d:%d", v ? v->line : 0,
           v ? v->col : 0);
@@ -138,8 +175,35 @@ static void malformed(void) {
         {"a = '''x'''\n", "t.toml:1:5: multi-line strings (''')"},
         {"a = 1979-05-27\n", "t.toml:1:5: dates and times is not supported"},
         {"a = 07:32:00\n", "t.toml:1:5: dates and times"},
-        {"a = {x = 1}\n", "t.toml:1:5: inline tables ({...}) is not supported"},
-        {"[[runs]]\n", "t.toml:1:1: arrays of tables ([[...]]) is not supported"},
+        /* inline tables: one line, single-part keys, no trailing comma, closed after */
+        {"a = [{x = 1}]\n", "t.toml:1:6: inline tables ({...}) inside arrays or inline tables "
+                            "is not supported"},
+        {"a = {x = {y = 1}}\n", "t.toml:1:10: inline tables ({...}) inside arrays"},
+        {"a = {x.y = 1}\n", "t.toml:1:6: dotted keys inside inline tables is not supported"},
+        {"a = {x = 1,}\n", "t.toml:1:12: a trailing ',' in an inline table is not TOML"},
+        {"a = {x = 1\n}\n", "t.toml:1:11: an inline table must close ('}') on the line"},
+        {"a = {x = 1 y = 2}\n", "t.toml:1:12: expected ',' or '}' in an inline table"},
+        {"a = {x = 1, x = 2}\n", "t.toml:1:13: 'a.x' is defined twice (first at line 1)"},
+        {"a = {x = 1}\na.y = 2\n", "t.toml:2:1: table a was defined inline (line 1); nothing "
+                                   "can add to it"},
+        {"a = {x = 1}\n[a]\n", "t.toml:2:1: table a was defined inline"},
+        {"a = {x = 1}\n[a.b]\n", "t.toml:2:1: table a was defined inline"},
+        {"a = 1\na = {x = 1}\n", "t.toml:2:1: 'a' is defined twice (first at line 1)"},
+        {"[a.b]\n[x]\na = {}\n[a]\nb = {y = 1}\n", "t.toml:5:1: 'a.b' is defined twice"},
+        {"a = {x = 1} y\n", "t.toml:1:13: unexpected 'y' after an inline table"},
+        /* arrays of tables */
+        {"[[a]\n", "t.toml:1:4: expected ']]' to close the header"},
+        {"[a]\n[[a]]\n", "t.toml:2:1: [[a]]: 'a' is already a table (line 1)"},
+        {"[[a]]\n[a]\n", "t.toml:2:1: table [a] is an array of tables (line 1): [[a]] adds an "
+                         "element to it"},
+        {"a = 1\n[[a]]\n", "t.toml:2:1: 'a' already has a value (line 1)"},
+        {"[[a.b]]\n[a]\nb = 1\n", "t.toml:3:1: 'a.b' is defined twice (first at line 1)"},
+        {"[[a.b]]\n[a]\nb.c = 1\n", "t.toml:3:1: 'a.b' is an array of tables (line 1); a "
+                                    "dotted key cannot add to it"},
+        {"[[a]]\nx = 1\n[[a]]\nx = 1\nx = 2\n", "t.toml:5:1: 'a[1].x' is defined twice"},
+        {"[[a]]\n[a.b]\n[[a]]\n[a.b]\n[a.b]\n", "t.toml:5:1: table [a[1].b] is defined twice"},
+        {"[\"a[0]\"]\n", "t.toml:1:2: quoted keys containing '.', '[' or ']' (except as the last "
+                         "part of a key) is not supported"},
         {"a = [[[[[[[[[1]]]]]]]]]\n", "t.toml:1:13: arrays nested more than 8 deep"},
         {"a = 1\na = 2\n", "t.toml:2:1: 'a' is defined twice (first at line 1)"},
         {"[x]\n[x]\n", "t.toml:2:1: table [x] is defined twice (first at line 1)"},
@@ -183,9 +247,9 @@ static void malformed(void) {
         {"a = \"\xe0\x80\xaf\"\n", "t.toml:1:6: invalid UTF-8"}, /* overlong */
         {"a = \"\xf8\x88\x80\x80\"\n", "t.toml:1:6: invalid UTF-8"},
         {"\n\na = \"\xff\"\n", "t.toml:3:6: invalid UTF-8"},
-        {"\"a.b\".c = 1\n", "t.toml:1:1: quoted keys containing '.' (except as the last part "
-                            "of a key) is not supported"},
-        {"[x.\"a.b\"]\n", "t.toml:1:4: quoted keys containing '.' (except as the last part"},
+        {"\"a.b\".c = 1\n", "t.toml:1:1: quoted keys containing '.', '[' or ']' (except as the "
+                            "last part of a key) is not supported"},
+        {"[x.\"a.b\"]\n", "t.toml:1:4: quoted keys containing '.', '[' or ']' (except as"},
         {"a.b.c.d.e.f.g.h.i = 1\n", "t.toml:1:17: key has more than 8 parts"},
         /* valid TOML, but "" names the root table: said as unsupported, not "defined twice" */
         {"\"\" = 1\n", "t.toml:1:1: empty quoted keys ('' or \"\") is not supported"},
@@ -219,7 +283,8 @@ static void malformed(void) {
  * without touching memory they should not (run under ASan by `make asan`). */
 static void truncations_and_flips(void) {
     const char *text = "[job]\ndump_folder = \"a\\u00e9\" # c\n[training]\nsteps = 1_0\n"
-                       "lr = -3.5e-4\nxs = ['a', \"b\",\n]\nok = true\n";
+                       "lr = -3.5e-4\nxs = ['a', \"b\",\n]\nok = true\n[[g.h]]\nk = {a = 1, "
+                       "b = [2]}\n[g.h.i]\n[[g.h]]\n";
     const size_t n = strlen(text);
     int ok = 0;
     for (size_t len = 0; len <= n; len++) {
@@ -234,7 +299,8 @@ static void truncations_and_flips(void) {
         free(copy);
     }
     CHECK(ok > 0, "no prefix parsed");
-    const char flips[] = {'"', '\'', '[', ']', '=', '\\', '\n', '#', '.', ',', 0, '\r', (char)0xc3};
+    const char flips[] = {'"', '\'', '[', ']',  '=', '\\', '\n',      '#',
+                          '.', ',',  0,   '\r', '{', '}',  (char)0xc3};
     char *copy = malloc(n);
     for (size_t i = 0; i < n; i++) {
         for (size_t f = 0; f < sizeof flips; f++) {

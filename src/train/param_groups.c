@@ -1,0 +1,333 @@
+/* train: per-parameter-group optimizers, torchtitan 0.3's OptimizersContainer.Config.param_groups
+ * (a list of ParamGroupConfig(pattern, optimizer_name, optimizer_kwargs)): their TOML form
+ * [[optimizer.param_groups]], and each parameter's group and the spans of this rank's shard
+ * vector each group steps. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <math.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/config_schema.h"
+#include "train/internal.h"
+
+#define PG "optimizer.param_groups"
+
+/* ---- the config: [[optimizer.param_groups]] ----------------------------------------- */
+
+/* Compiles a group's pattern (PCRE2: Python re's syntax for what patterns over FQNs use);
+ * *err names the pattern and where it fails. */
+static pcre2_code *compile(const char *pattern, base_err *err) {
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        base_fail(err, "'%.200s' is not a regular expression: %s (at character %zu)", pattern,
+                  (const char *)msg, (size_t)eo);
+    }
+    return re;
+}
+
+/* A number in [0, hi) (hi_open) or [0, hi]: TOML's integers count as numbers. */
+static int number(const base_toml_value *v, double hi, int hi_open, double *out, char *why,
+                  size_t n) {
+    if (v->type != BASE_TOML_FLOAT && v->type != BASE_TOML_INT) {
+        snprintf(why, n, "expected a number, got %s", base_toml_type_name(v->type));
+        return -1;
+    }
+    const double x = v->type == BASE_TOML_INT ? (double)v->i : v->f;
+    if (!(x >= 0) || (hi_open ? !(x < hi) : !(x <= hi))) {
+        snprintf(why, n, "%g is out of range: torch.optim takes [0, %s%s", x,
+                 isinf(hi) ? "inf" : "1",
+                 hi_open     ? ")"
+                 : isinf(hi) ? ")"
+                             : "]");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* One key of optimizer_kwargs into g (set: a mask of those given, bit i = k_kwargs[i]). */
+static const char *const k_kwargs[] = {"lr",         "betas",         "eps",     "weight_decay",
+                                       "fused",      "foreach",       "amsgrad", "maximize",
+                                       "capturable", "differentiable"};
+enum { KW_LR, KW_BETAS, KW_EPS, KW_WD, KW_FUSED, KW_FOREACH, N_KW = 10 };
+
+static int kwarg(train_param_group *g, const base_toml_kv *kv, unsigned *set, char *why, size_t n) {
+    int k = 0;
+    while (k < N_KW && strcmp(kv->key, k_kwargs[k])) k++;
+    if (k == N_KW) {
+        snprintf(why, n,
+                 "not a keyword argument of torch.optim.AdamW / Adam that titan takes (lr, betas, "
+                 "eps, weight_decay; fused and foreach are accepted and change nothing: titan has "
+                 "one AdamW kernel)");
+        return -1;
+    }
+    *set |= 1u << k;
+    const base_toml_value *v = &kv->val;
+    switch (k) {
+    case KW_LR:
+        return number(v, INFINITY, 1, &g->c.lr, why, n);
+    case KW_EPS:
+        return number(v, INFINITY, 1, &g->c.eps, why, n);
+    case KW_WD:
+        return number(v, INFINITY, 1, &g->c.weight_decay, why, n);
+    case KW_BETAS:
+        if (v->type != BASE_TOML_ARRAY || v->n_items != 2) {
+            snprintf(why, n, "expected two numbers, [beta1, beta2]");
+            return -1;
+        }
+        return number(&v->items[0], 1, 1, &g->c.beta1, why, n) ||
+               number(&v->items[1], 1, 1, &g->c.beta2, why, n);
+    default: /* booleans: fused / foreach choose torch's implementation; the rest change it */
+        if (v->type != BASE_TOML_BOOL) {
+            snprintf(why, n, "expected true or false, got %s", base_toml_type_name(v->type));
+            return -1;
+        }
+        if (k > KW_FOREACH && v->i) {
+            snprintf(why, n, "true is not implemented (titan's AdamW is torch's with false)");
+            return -1;
+        }
+        return 0;
+    }
+}
+
+/* The element's index from "optimizer.param_groups[3]..." and what follows it ("" for the
+ * element itself); -1 for other names. */
+static int element_of(const char *name, const char **rest) {
+    const size_t n = strlen(PG);
+    if (strncmp(name, PG, n) || name[n] != '[') return -1;
+    char *end;
+    const long i = strtol(name + n + 1, &end, 10);
+    if (*end != ']' || i < 0 || i > 1 << 20) return -1;
+    *rest = end + 1;
+    return (int)i;
+}
+
+int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned char *handled,
+                            base_err *err) {
+    int n = 0;
+    for (int t = 0; t < doc->n_tables; t++) {
+        const char *rest;
+        const int i = element_of(doc->tables[t].name, &rest);
+        if (!strcmp(doc->tables[t].name, PG)) handled[t] = 1;
+        if (i >= 0 && !rest[0]) n = i + 1;
+    }
+    if (!n) return 0;
+    if (n > TRAIN_MAX_PARAM_GROUPS)
+        return base_fail(err, "%s: %d [[" PG "]] entries: at most %d", c->file, n,
+                         TRAIN_MAX_PARAM_GROUPS);
+    train_param_group *g = pool_keep(c, calloc((size_t)n, sizeof *g));
+    unsigned *set = calloc((size_t)n, sizeof *set);
+    if (!g || !set) {
+        free(set);
+        return base_fail(err, "out of memory");
+    }
+    char why[400];
+    int rc = 0;
+    for (int t = 0; t < doc->n_tables && !rc; t++) {
+        const base_toml_table *tb = &doc->tables[t];
+        const char *rest;
+        const int i = element_of(tb->name, &rest);
+        if (i < 0) continue;
+        handled[t] = 1;
+        const int kw = !strcmp(rest, ".optimizer_kwargs");
+        if (rest[0] && !kw) {
+            rc = base_fail(err,
+                           "%s:%d:%d: [%s]: a [[" PG "]] entry has pattern, optimizer_name and "
+                           "optimizer_kwargs (a table), nothing else",
+                           c->file, tb->line, tb->col, tb->name);
+            break;
+        }
+        if (!rest[0]) {
+            g[i].where = c->file;
+            g[i].line = tb->line;
+            g[i].col = tb->col;
+        }
+        for (int k = 0; k < tb->n_kv && !rc; k++) {
+            const base_toml_kv *kv = &tb->kv[k];
+            why[0] = 0;
+            if (kw) {
+                kwarg(&g[i], kv, &set[i], why, sizeof why);
+            } else if (!strcmp(kv->key, "pattern") || !strcmp(kv->key, "optimizer_name")) {
+                const int pat = kv->key[0] == 'p';
+                if (kv->val.type != BASE_TOML_STRING) {
+                    snprintf(why, sizeof why, "expected a string, got %s",
+                             base_toml_type_name(kv->val.type));
+                } else if (!pat && strcmp(kv->val.s, "AdamW") && strcmp(kv->val.s, "Adam")) {
+                    snprintf(why, sizeof why,
+                             "'%.100s' is not implemented (AdamW and Adam are; torchtitan's "
+                             "DistMuon is not)",
+                             kv->val.s);
+                } else {
+                    char *s = pool_keep(c, strdup(kv->val.s));
+                    if (!s) {
+                        rc = base_fail(err, "out of memory");
+                        break;
+                    }
+                    *(pat ? &g[i].pattern : &g[i].optimizer_name) = s;
+                    base_err re_err;
+                    pcre2_code *re = pat ? compile(s, &re_err) : NULL;
+                    if (pat && !re) snprintf(why, sizeof why, "%.390s", re_err.msg);
+                    pcre2_code_free(re);
+                }
+            } else {
+                snprintf(why, sizeof why,
+                         "unknown key (a [[" PG "]] entry has pattern, optimizer_name and "
+                         "optimizer_kwargs = {lr = ..., betas = [..., ...], eps = ..., "
+                         "weight_decay = ...})");
+            }
+            if (why[0])
+                rc = base_fail(err, "%s:%d:%d: " PG "[%d]%s.%s: %s", c->file, kv->line, kv->col, i,
+                               kw ? ".optimizer_kwargs" : "", kv->key, why);
+        }
+    }
+    /* torch.optim's defaults where not given; what is required */
+    for (int i = 0; i < n && !rc; i++) {
+        const char *miss = !g[i].where               ? "is missing (a gap in the array?)"
+                           : !g[i].pattern           ? "has no pattern"
+                           : !g[i].optimizer_name    ? "has no optimizer_name"
+                           : !(set[i] & 1u << KW_LR) ? "has no optimizer_kwargs.lr (torchtitan: "
+                                                       "\"Must include all required kwargs (e.g. "
+                                                       "lr)\")"
+                                                     : NULL;
+        if (miss) {
+            rc = base_fail(err, "%s:%d:%d: " PG "[%d] %s", c->file, g[i].line, g[i].col, i, miss);
+            break;
+        }
+        const int adam = !strcmp(g[i].optimizer_name, "Adam");
+        if (!(set[i] & 1u << KW_BETAS)) g[i].c.beta1 = 0.9, g[i].c.beta2 = 0.999;
+        if (!(set[i] & 1u << KW_EPS)) g[i].c.eps = 1e-8;
+        if (!(set[i] & 1u << KW_WD)) g[i].c.weight_decay = adam ? 0.0 : 0.01;
+        if (adam && g[i].c.weight_decay != 0)
+            rc = base_fail(err,
+                           "%s:%d:%d: " PG "[%d]: Adam with weight_decay %g adds weight_decay x "
+                           "the parameter to its gradient (L2), which titan does not implement: "
+                           "use AdamW (decoupled weight decay) or weight_decay = 0",
+                           c->file, g[i].line, g[i].col, i, g[i].c.weight_decay);
+    }
+    free(set);
+    if (!rc) {
+        c->optimizer.param_groups = g;
+        c->optimizer.n_param_groups = n;
+    }
+    return rc;
+}
+
+/* ---- the groups over the model and this rank's shard ---------------------------------- */
+
+int train_param_groups_assign(const train_param_group *g, int n, const model *m, int *group_of,
+                              int64_t *counts, base_err *err) {
+    for (int p = 0; p < m->n_params; p++) group_of[p] = -1;
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) {
+        pcre2_code *re = compile(g[k].pattern, err);
+        pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
+        if (!md) {
+            pcre2_code_free(re);
+            return re ? base_fail(err, "out of memory") : -1;
+        }
+        counts[k] = 0;
+        for (int p = 0; p < m->n_params; p++) {
+            const char *name = m->params[p].name;
+            if (group_of[p] >= 0 ||
+                pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, NULL) < 0)
+                continue;
+            group_of[p] = k;
+            counts[k]++;
+        }
+        if (!counts[k]) /* torchtitan's ValueError */
+            rc = base_fail(err,
+                           "%s:%d:%d: optimizer param_groups pattern '%s' matched no parameters "
+                           "(of those earlier patterns left; titan's parameter names are "
+                           "torchtitan's: tok_embeddings.weight, layers.0.attention.wq.weight, "
+                           "layers.0.moe.router.gate.weight, norm.weight, output.weight, ...)",
+                           g[k].where, g[k].line, g[k].col, g[k].pattern);
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+    }
+    for (int p = 0; p < m->n_params && !rc; p++)
+        if (group_of[p] < 0) /* torchtitan asserts every trainable parameter has an optimizer */
+            rc = base_fail(err,
+                           "[[optimizer.param_groups]]: no pattern matches parameter %s: every "
+                           "parameter needs a group (end with a catch-all pattern such as '.*')",
+                           m->params[p].name);
+    return rc;
+}
+
+int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, optim_span **out,
+                      int *n_out, int64_t *counts, base_err *err) {
+    *out = NULL;
+    *n_out = 0;
+    const size_t ns = dist_fsdp_shard_len(f);
+    if (!o->n_param_groups) {
+        optim_span *s = malloc(sizeof *s);
+        if (!s) return base_fail(err, "out of memory");
+        *s = (optim_span){0, ns, &o->adamw};
+        *out = s;
+        *n_out = 1;
+        return 0;
+    }
+    int *group_of = malloc(sizeof *group_of * (size_t)(m->n_params ? m->n_params : 1));
+    int64_t *mine = counts ? NULL : malloc(sizeof *mine * (size_t)o->n_param_groups);
+    if (!counts) counts = mine;
+    int nr;
+    const dist_range *r = dist_fsdp_ranges(f, &nr);
+    /* at most one span a parameter piece, plus the padding */
+    const size_t cap = (size_t)m->n_params * (size_t)(nr + 1) + 1;
+    optim_span *s = malloc(sizeof *s * cap);
+    if (!group_of || !counts || !s) {
+        free(group_of);
+        free(mine);
+        free(s);
+        return base_fail(err, "out of memory");
+    }
+    if (train_param_groups_assign(o->param_groups, o->n_param_groups, m, group_of, counts, err)) {
+        free(group_of);
+        free(mine);
+        free(s);
+        return -1;
+    }
+    /* each range of the shard vector (shard_off, global_off = the model's offset, len) over
+     * the parameters it holds; m->params is in offset order (model.h) */
+    int n = 0;
+    for (int k = 0; k < nr; k++) {
+        const size_t g0 = r[k].global_off, g1 = g0 + r[k].len;
+        for (int p = 0; p < m->n_params; p++) {
+            const model_param *q = &m->params[p];
+            const size_t lo = q->offset > g0 ? q->offset : g0,
+                         hi = q->offset + q->numel < g1 ? q->offset + q->numel : g1;
+            if (lo >= hi) continue;
+            const optim_adamw_cfg *c = &o->param_groups[group_of[p]].c;
+            const size_t slo = r[k].shard_off + (lo - g0), shi = slo + (hi - lo);
+            if (n && s[n - 1].c == c && s[n - 1].hi == slo)
+                s[n - 1].hi = shi;
+            else
+                s[n++] = (optim_span){slo, shi, c};
+        }
+    }
+    /* the shard vector's padding (elements no parameter holds: zero weights and gradients,
+     * which AdamW leaves zero whatever its hyperparameters) joins the span before it */
+    int ok = 1;
+    for (int k = 1; k < n; k++) ok &= s[k].lo >= s[k - 1].hi;
+    for (int k = 0; k + 1 < n && ok; k++) s[k].hi = s[k + 1].lo;
+    if (n) {
+        s[0].lo = 0;
+        s[n - 1].hi = ns;
+    } else {
+        s[n++] = (optim_span){0, ns, &o->param_groups[0].c};
+    }
+    free(group_of);
+    free(mine);
+    if (!ok) {
+        free(s);
+        return base_fail(err, "internal error: the shard vector's ranges are not in order");
+    }
+    *out = s;
+    *n_out = n;
+    return 0;
+}
