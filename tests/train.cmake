@@ -59,6 +59,14 @@ add_test(NAME finetune_from_hf_e2e
           ${CMAKE_BINARY_DIR}/finetune_e2e)
 set_tests_properties(finetune_from_hf_e2e PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+# The same with [[optimizer.param_groups]] against the optimizers torchtitan 0.3 builds from
+# them (a group per pattern, AdamW and Adam, torch's defaults for kwargs not given).
+add_test(NAME finetune_param_groups
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+          ${CMAKE_BINARY_DIR}/finetune_param_groups groups)
+set_tests_properties(finetune_param_groups PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
 # Bad job inputs are one-line errors before any step runs.
 add_test(NAME train_bad_input

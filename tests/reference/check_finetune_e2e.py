@@ -6,8 +6,16 @@ PyTorch training of the same steps (same windows, AdamW, torchtitan's LR schedul
 clipping) within 1e-5 relative, and the exported weights the PyTorch-trained weights within
 1e-5 relative L2 over all parameters (1e-4 per tensor, see below).
 
-usage: check_finetune_e2e.py TITAN TEXT WORK
+With `groups`, titan trains with [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig:
+other lr, betas, eps and weight decay per group, an Adam group, torch's defaults for kwargs not
+given) and PyTorch with the optimizers torchtitan's OptimizersContainer builds from the same
+list: each pattern re.search-ed over the parameters' torchtitan names in order, the first match
+taking a parameter, one torch.optim optimizer per optimizer_name with a group per pattern and a
+LambdaLR each.
+
+usage: check_finetune_e2e.py TITAN TEXT WORK [groups]
 """
+import re
 import json
 import os
 import shutil
@@ -21,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_reference import lr_factor, torch_train_step  # noqa: E402  (the schedule's formula, §4.3)
 
 titan, text, work = sys.argv[1:4]
+GROUPS = len(sys.argv) > 4 and sys.argv[4] == "groups"
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 torch.manual_seed(0)
@@ -43,6 +52,26 @@ cmd = [titan, "train", "--model.config_path", os.path.join(work, "hf_in"),
        "--min-lr-factor", str(MINF), "--max-norm", str(NORM), "--peak-tflops", "1",
        "--dump-folder", os.path.join(work, "run"), "--metrics.enable_jsonl",
        "--out", "hf_out", "--checkpoint.export_dtype", "float32"]
+# (pattern, optimizer_name, optimizer_kwargs) as torchtitan's ParamGroupConfig list; the TOML
+# form of each is written below
+PARAM_GROUPS = [
+    (r"(?:tok_embeddings|output)\.", "AdamW",
+     dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)),
+    (r"norm\.weight$", "Adam", dict(lr=1e-2)),  # torch's betas (0.9, 0.999), weight_decay 0
+    (r"\.attention\.w[qk]\.", "AdamW", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6)),  # wd 0.01
+    (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
+]
+if GROUPS:
+    def toml_kwargs(kw):
+        return ", ".join("%s = %s" % (k, "[%r, %r]" % v if k == "betas" else repr(v))
+                         for k, v in kw.items())
+    with open(os.path.join(work, "groups.toml"), "w") as f:
+        for pat, name, kw in PARAM_GROUPS:
+            f.write("[[optimizer.param_groups]]\npattern = '%s'\noptimizer_name = \"%s\"\n"
+                    "optimizer_kwargs = {%s}\n\n" % (pat, name, toml_kwargs(kw)))
+    i = cmd.index("--lr")
+    del cmd[i:i + 2]  # the groups carry their own
+    cmd[2:2] = ["--config", os.path.join(work, "groups.toml")]
 p = subprocess.run(cmd, capture_output=True, text=True)
 if p.returncode:
     sys.exit("titan train failed:\n" + p.stdout + p.stderr)
@@ -52,10 +81,45 @@ losses = [json.loads(l)["loss"] for l in open(os.path.join(work, "run", "metrics
 # PyTorch: the same model (bf16 weights widened to fp32), the same windows and optimizer.
 ref = Qwen3ForCausalLM.from_pretrained(os.path.join(work, "hf_in"), torch_dtype=torch.float32)
 params = [p for p in ref.parameters()]
-opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
-                        foreach=False, fused=False)
-sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, STEPS, WARM, DECAY,
-                                                                  "linear", MINF))
+
+
+def torchtitan_name(hf):
+    """The torchtitan FQN of a HF Qwen3 (dense) parameter (spec: the key map)."""
+    n = hf.replace("model.embed_tokens.", "tok_embeddings.").replace("lm_head.", "output.")
+    n = n.replace("model.norm.", "norm.").replace("model.layers.", "layers.")
+    for a, b in (("input_layernorm", "attention_norm"), ("post_attention_layernorm", "ffn_norm"),
+                 ("self_attn.q_proj", "attention.wq"), ("self_attn.k_proj", "attention.wk"),
+                 ("self_attn.v_proj", "attention.wv"), ("self_attn.o_proj", "attention.wo"),
+                 ("self_attn.q_norm", "attention.q_norm"), ("self_attn.k_norm", "attention.k_norm"),
+                 ("mlp.gate_proj", "feed_forward.w1"), ("mlp.up_proj", "feed_forward.w3"),
+                 ("mlp.down_proj", "feed_forward.w2")):
+        n = n.replace(a, b)
+    return n
+
+
+def schedule(o):
+    return torch.optim.lr_scheduler.LambdaLR(o, lambda s: lr_factor(s, STEPS, WARM, DECAY,
+                                                                    "linear", MINF))
+
+
+if GROUPS:  # torchtitan's OptimizersContainer._build_param_groups, then one optimizer a name
+    named = [(torchtitan_name(n), p) for n, p in ref.named_parameters()]
+    claimed, by_name = set(), {}
+    for pat, name, kw in PARAM_GROUPS:
+        rx = re.compile(pat)
+        mine = [p for n, p in named if n not in claimed and rx.search(n)]
+        claimed |= {n for n, p in named if rx.search(n)}
+        assert mine, pat
+        by_name.setdefault(name, []).append(dict(params=mine, foreach=False, fused=False, **kw))
+    assert claimed == {n for n, _ in named}
+    print("torch groups: " + "; ".join("%s %d params" % (n, len(g["params"]))
+                                       for n, gs in by_name.items() for g in gs))
+    opt = [getattr(torch.optim, name)(gs) for name, gs in by_name.items()]
+    sched = [schedule(o) for o in opt]
+else:
+    opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            foreach=False, fused=False)
+    sched = schedule(opt)
 ref_losses, pos = [], 0
 for step in range(STEPS):
     w = torch.tensor([list(data[pos + i * (T + 1):pos + (i + 1) * (T + 1)]) for i in range(B)])

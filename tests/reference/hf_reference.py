@@ -106,12 +106,19 @@ TRAIN = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
 
 def torch_train_step(opt, sched, params, loss, max_norm):
     """One torchtitan training step on a PyTorch model: backward, clip the total norm (not
-    foreach), the optimizer and the LR schedule; returns the loss as a float."""
-    opt.zero_grad()
+    foreach), the optimizer and the LR schedule; returns the loss as a float. opt / sched may
+    be lists (torchtitan's OptimizersContainer / LRSchedulersContainer: an optimizer per
+    optimizer_name of its param_groups, a LambdaLR each)."""
+    opts = opt if isinstance(opt, (list, tuple)) else [opt]
+    scheds = sched if isinstance(sched, (list, tuple)) else [sched]
+    for o in opts:
+        o.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False)
-    opt.step()
-    sched.step()
+    for o in opts:
+        o.step()
+    for s in scheds:
+        s.step()
     return loss.item()
 
 

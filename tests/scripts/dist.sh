@@ -13,7 +13,8 @@
 #     gather where it was released after forward (untied, default), unchanged elsewhere.
 #  2. Resharding: a checkpoint written by 2 ranks at step 5 resumes on 1 rank and on 4 ranks;
 #     steps 6..10 match a straight 1-rank run within 1e-5. A weighted dataset mixture on 2
-#     ranks resumes bit for bit.
+#     ranks resumes bit for bit. Parameter groups (other hyperparameters per group): 2 ranks
+#     resumed on 1 against 1 rank x 2 microbatches.
 #     The 2-rank save is written in the background (the commit waits for every rank's shard);
 #     the HSDP run saves synchronously; both are compared with the 1-rank checkpoint.
 #  3. A rank that fails alone stops every rank with its error (no hang); so does a checkpoint
@@ -205,6 +206,43 @@ mpi 2 "${x[@]}" --metrics "$out/mx_b.jsonl" --dump-folder "$out/mx" > "$out/mx.l
 grep -q "resumed from $out/mx/checkpoint/step-2" "$out/mx.log" || { cat "$out/mx.log"; exit 1; }
 identical_losses "a 2-rank mixture resumed at step 2" "$out/mx_full.jsonl" \
   <(cat "$out/mx_a.jsonl" "$out/mx_b.jsonl")
+
+# [[optimizer.param_groups]] (other lr, betas and weight decay per group, an Adam group): each
+# rank steps its shard's pieces of every parameter with that parameter's group. 2 ranks saving
+# at step 3, resumed on 1 rank (the spans made again over another sharding), against 1 rank x 2
+# microbatches throughout: the losses within 1e-5, the final parameters within 1e-5 relative L2
+cat > "$out/groups.toml" <<'EOF'
+[[optimizer.param_groups]]
+pattern = '(?:tok_embeddings|output)\.'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], weight_decay = 0.0}
+[[optimizer.param_groups]]
+pattern = 'norm'
+optimizer_name = "Adam"
+optimizer_kwargs = {lr = 1e-2}
+[[optimizer.param_groups]]
+pattern = '.*'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 1e-3, betas = [0.8, 0.95], weight_decay = 0.3}
+EOF
+g=()
+for ((i = 0; i < ${#model[@]}; i++)); do # the groups carry their own lr
+  if [ "${model[i]}" = --lr ]; then i=$((i + 1)); else g+=("${model[i]}"); fi
+done
+g+=(--config "$out/groups.toml" --set tie_embeddings=0 --steps 5 --checkpoint-interval 3
+    --training.mixed_precision_param=float32)
+"$titan" train "${g[@]}" --batch 2 --grad-accum 2 --metrics "$out/pg_ref.jsonl" \
+  --dump-folder "$out/pg_ref" > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }
+grep -q "optimizer: group 1, Adam: 9 parameters \[norm\]" "$out/pg.log" || { cat "$out/pg.log"; exit 1; }
+mpi 2 "${g[@]}" --batch 2 --metrics "$out/pg_a.jsonl" --dump-folder "$out/pg" --stop-after-step 3 \
+  > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }
+OMP_NUM_THREADS=1 "$titan" train "${g[@]}" --batch 2 --grad-accum 2 --metrics "$out/pg_b.jsonl" \
+  --dump-folder "$out/pg" > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }
+grep -q "resumed from $out/pg/checkpoint/step-3" "$out/pg.log" && ! grep -q "trained with" "$out/pg.log" ||
+  { echo "FAIL param groups resumed"; cat "$out/pg.log"; exit 1; }
+same_losses "param groups: 2 ranks, resumed on 1, vs 1 rank x 2 microbatches" "$out/pg_ref.jsonl" \
+  <(cat "$out/pg_a.jsonl" "$out/pg_b.jsonl")
+"$diff_tool" "$out/pg/checkpoint/step-5" "$out/pg_ref/checkpoint/step-5" 1e-5
 
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"
