@@ -47,9 +47,14 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
   ...) remain, each an alias of a config field (`titan train --help` lists them).
 - Mistakes are errors, never ignored: `configs/x.toml:12:1: unknown key 'stpes' in
   [training]; did you mean 'steps'?` (all of a file's unknown names in one error), wrong types and out-of-range values name the file,
-  line, column, field and allowed range. The parser takes a strict TOML subset and says
-  "not supported by titan's TOML subset" for multi-line strings, dates, inline tables,
-  arrays of tables, empty quoted keys and quoted keys with a '.' (other than a last part).
+  line, column, field and allowed range. The parser takes a strict TOML subset (arrays of
+  tables `[[...]]` and a key's one-line inline table `k = {a = 1, b = [2]}` included) and says
+  "not supported by titan's TOML subset" for multi-line strings, dates, inline tables inside
+  arrays or inline tables, dotted keys inside inline tables, empty quoted keys and quoted keys
+  with a '.', '[' or ']' (other than a last part).
+- Per-parameter-group optimizers, torchtitan 0.3's `param_groups`: one `[[optimizer.param_groups]]`
+  table per group, with `pattern`, `optimizer_name` and `optimizer_kwargs` (see
+  [Parameter groups](training.md#optimizer-parameter-groups-optimizerparam_groups)).
 - Relative input paths are relative to the working directory (run from the repository
   root); output paths (`metrics.save_jsonl_file`, `checkpoint.hf_export_folder`) are joined
   to `job.dump_folder`.
