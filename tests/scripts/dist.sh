@@ -225,11 +225,8 @@ pattern = '.*'
 optimizer_name = "AdamW"
 optimizer_kwargs = {lr = 1e-3, betas = [0.8, 0.95], weight_decay = 0.3}
 EOF
-g=()
-for ((i = 0; i < ${#model[@]}; i++)); do # the groups carry their own lr
-  if [ "${model[i]}" = --lr ]; then i=$((i + 1)); else g+=("${model[i]}"); fi
-done
-g+=(--config "$out/groups.toml" --set tie_embeddings=0 --steps 5 --checkpoint-interval 3
+without model --lr
+g=("${kept[@]}" --config "$out/groups.toml" --set tie_embeddings=0 --steps 5 --checkpoint-interval 3
     --training.mixed_precision_param=float32)
 "$titan" train "${g[@]}" --batch 2 --grad-accum 2 --metrics "$out/pg_ref.jsonl" \
   --dump-folder "$out/pg_ref" > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }

@@ -6,6 +6,8 @@
 #     mode (none, the HF aux loss, the expert bias) and with full activation checkpointing:
 #     the losses of 5 steps within 1e-5 relative, the final parameters (checkpoints, full
 #     layout) within 1e-5 relative L2.
+#  1a. Parameter groups (the router with Adam, the experts a group of their own) on ep=2 x
+#      efsdp=2 against 1 rank x 4 microbatches: the bounds of 1.
 #  1c. The end-of-run sample of an ep=2 run balanced by bias: one rank's ids.
 #  2. An ep=2 checkpoint written at step 5 resumes on 1 rank; steps 6..10 match a straight
 #     1-rank run x 2 microbatches within 1e-5.
@@ -43,6 +45,39 @@ for mode in none aux_loss bias full_ac; do
       "$out/ep_$mode.jsonl"
   "$diff_tool" "$out/ep_$mode/checkpoint" "$out/ref_$mode/checkpoint" 1e-5
 done
+
+# 1a. [[optimizer.param_groups]] as torchtitan's qwen3_debugmodel_moe_param_groups (the router
+# with Adam at its own lr), the experts a group of their own: ep=2 x efsdp=2 (4 ranks: each
+# expert stack's local part sharded over efsdp) against 1 rank x 4 microbatches, as 3 below
+cat > "$out/groups.toml" <<'EOF'
+[[optimizer.param_groups]]
+pattern = '(?:tok_embeddings|output)\.'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], eps = 1e-6, weight_decay = 0.0}
+[[optimizer.param_groups]]
+pattern = '\.router\.gate\.'
+optimizer_name = "Adam"
+optimizer_kwargs = {lr = 1e-2, betas = [0.9, 0.95], eps = 1e-6}
+[[optimizer.param_groups]]
+pattern = '\.moe\.experts\.'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 5e-3, betas = [0.8, 0.95], eps = 1e-6, weight_decay = 0.3}
+[[optimizer.param_groups]]
+pattern = '.*'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 1e-3, betas = [0.9, 0.95], eps = 1e-6, weight_decay = 0.1}
+EOF
+without model --lr --optimizer.eps
+m=("${kept[@]}" --config "$out/groups.toml" --model.moe_load_balance aux_loss
+   --model.router_aux_loss_coef 0.01 --steps 5 --checkpoint-interval 5 --batch 1)
+"$titan" train "${m[@]}" --grad-accum 4 --metrics "$out/pg_ref.jsonl" --dump-folder "$out/pg_ref" \
+  > "$out/pg.log"
+mpi 4 "${m[@]}" "${ep2[@]}" --metrics "$out/pg_ep.jsonl" --dump-folder "$out/pg_ep" > "$out/pg.log"
+grep -q "optimizer: group 1, Adam: 2 parameters .*group 2, AdamW: 6 parameters" \
+  <(tr '\n' ' ' < "$out/pg.log") || { cat "$out/pg.log"; exit 1; }
+same_losses "param groups: ep=2 x efsdp=2 vs 1 rank x 4 microbatches" "$out/pg_ref.jsonl" \
+  "$out/pg_ep.jsonl"
+"$diff_tool" "$out/pg_ep/checkpoint" "$out/pg_ref/checkpoint" 1e-5
 
 # 1b. an initial load on ep=2 (the whole model loaded, then each rank's slices taken) restores
 # the expert bias of a titan checkpoint (it restarted from zeros): the bias after one step at

@@ -11,6 +11,8 @@
 #     straight 1-rank run within 1e-5. Its shards hold one tensor per parameter and buffer
 #     at most (a column slice of wo / w2 is one strided tensor, not one per row).
 #  4. n_kv_heads that tp does not divide is refused by name.
+#  6. (before 1.) parameter groups (other hyperparameters per group, row- and column-split
+#     weights among them): tp=2 against 1 rank, the bounds of 1.
 #  5. (in 1.) loss parallel off (parallelism.disable_loss_parallel: every rank gathers the
 #     lm_head weight and computes the CE over the whole vocabulary) meets the same bounds
 #     against the same 1-rank runs; the untied one with selective activation checkpointing
@@ -26,6 +28,34 @@ py=${4:-python3} # wire_check's (tests/dist.cmake passes the venv's)
 model=("${small[@]}" --optimizer.eps 1e-6)
 tp2=(--parallelism.tensor_parallel_degree 2)
 # 1. tp=2 against one rank
+# (first: [[optimizer.param_groups]] under tp=2: each rank steps the pieces of its slices with
+# their parameters' groups; the same bounds against 1 rank)
+cat > "$out/groups.toml" <<'EOF'
+[[optimizer.param_groups]]
+pattern = '(?:tok_embeddings|output)\.'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], eps = 1e-6, weight_decay = 0.0}
+[[optimizer.param_groups]]
+pattern = 'norm'
+optimizer_name = "Adam"
+optimizer_kwargs = {lr = 1e-2, eps = 1e-6}
+[[optimizer.param_groups]]
+pattern = '\.w[o2]\.'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 5e-3, betas = [0.8, 0.95], eps = 1e-6, weight_decay = 0.3}
+[[optimizer.param_groups]]
+pattern = '.*'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 1e-3, betas = [0.9, 0.95], eps = 1e-6}
+EOF
+without model --lr --optimizer.eps
+m=("${kept[@]}" --config "$out/groups.toml" --set tie_embeddings=0 --steps 5 --batch 2
+   --checkpoint-interval 5)
+"$titan" train "${m[@]}" --metrics "$out/pg_ref.jsonl" --dump-folder "$out/pg_ref" > "$out/pg.log"
+mpi 2 "${m[@]}" "${tp2[@]}" --metrics "$out/pg_tp.jsonl" --dump-folder "$out/pg_tp" > "$out/pg.log"
+grep -q "optimizer: group 2, AdamW: 4 parameters" "$out/pg.log" || { cat "$out/pg.log"; exit 1; }
+same_losses "param groups: tp=2 vs 1 rank" "$out/pg_ref.jsonl" "$out/pg_tp.jsonl"
+"$diff_tool" "$out/pg_tp/checkpoint" "$out/pg_ref/checkpoint" 1e-5
 for tie in 1 0; do
   ac=none; [ $tie = 0 ] && ac=full
   m=("${model[@]}" --set tie_embeddings=$tie --steps 5 --batch 2 --checkpoint-interval 5 --ac $ac)
