@@ -73,7 +73,27 @@ write("config", "bad_int_overflow", "[training]\nsteps = 99999999999999999999\n"
 write("config", "bad_duplicate_key", "[training]\nsteps = 3\nsteps = 4\n")
 write("config", "bad_duplicate_table", "[training]\nsteps = 3\n[training]\nseed = 1\n")
 write("config", "bad_key_and_table", "[training]\nsteps = 3\n[training.steps]\nx = 1\n")
-write("config", "bad_inline_table", "[training]\nx = {a = 1}\n")
+write("config", "bad_inline_table", "[training]\nx = {a = 1}\n")  # an unknown table [training.x]
+write("config", "bad_inline_table_in_array", "[kernels]\noverrides = [{a = 1}]\n")
+write("config", "good_param_groups", """[training]
+steps = 3
+[[optimizer.param_groups]]
+pattern = '(?:tok_embeddings|output)\\.'
+optimizer_name = "AdamW"
+optimizer_kwargs = {lr = 8e-4, betas = [0.9, 0.95], eps = 1e-8, weight_decay = 0.0, fused = true}
+[[optimizer.param_groups]]
+pattern = '\\.router\\.gate\\.'
+optimizer_name = "Adam"
+optimizer_kwargs.lr = 1e-4
+[[optimizer.param_groups]]
+pattern = '.*'
+optimizer_name = "AdamW"
+[optimizer.param_groups.optimizer_kwargs]
+lr = 8e-4
+weight_decay = 0.1
+""")
+write("config", "bad_param_groups_regex", "[[optimizer.param_groups]]\npattern = '(x'\n"
+      "optimizer_name = 'AdamW'\noptimizer_kwargs = {lr = 1}\n")
 write("config", "bad_multiline_string", '[job]\ndescription = """a\nb"""\n')
 write("config", "bad_array_of_tables", "[[training]]\nsteps = 3\n")
 write("config", "bad_date", "[job]\ndescription = 1979-05-27\n")
