@@ -320,11 +320,13 @@ typedef struct {
     int val_bad_said; /* a validation ran: the set's malformed lines were logged (once) */
 } train_job;
 
-/* Each of m's parameters' group (group_of[m->n_params]): the first of g[n] whose pattern
- * finds its name (Python's re.search); counts[n] the parameters each took. A pattern that
- * finds none, or a parameter none finds, is an error (as in torchtitan). */
-int train_param_groups_assign(const train_param_group *g, int n, const model *m, int *group_of,
-                              int64_t *counts, base_err *err);
+/* Each named parameter's group (group_of[n_names]): the first of g[n] whose pattern finds its
+ * name (Python's re.search); counts[n] the parameters each took. A pattern that finds none,
+ * or a parameter none finds, is an error (as in torchtitan). */
+int train_param_groups_assign(const train_param_group *g, int n, const char *const *names,
+                              int n_names, int *group_of, int64_t *counts, base_err *err);
+/* The same over the parameters of o->model, before anything is built (train_preflight). */
+int train_param_groups_check(const train_opts *o, base_err *err);
 /* The spans of this rank's shard vector [0, dist_fsdp_shard_len) and the hyperparameters each
  * steps with (o->param_groups', or o->adamw for all), in order, covering it (malloc'ed);
  * counts: NULL, or [o->n_param_groups] the parameters of each group. */

@@ -220,9 +220,9 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
 
 /* ---- the groups over the model and this rank's shard ---------------------------------- */
 
-int train_param_groups_assign(const train_param_group *g, int n, const model *m, int *group_of,
-                              int64_t *counts, base_err *err) {
-    for (int p = 0; p < m->n_params; p++) group_of[p] = -1;
+int train_param_groups_assign(const train_param_group *g, int n, const char *const *names,
+                              int n_names, int *group_of, int64_t *counts, base_err *err) {
+    for (int p = 0; p < n_names; p++) group_of[p] = -1;
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) {
         pcre2_code *re = compile(g[k].pattern, err);
@@ -232,10 +232,9 @@ int train_param_groups_assign(const train_param_group *g, int n, const model *m,
             return re ? base_fail(err, "out of memory") : -1;
         }
         counts[k] = 0;
-        for (int p = 0; p < m->n_params; p++) {
-            const char *name = m->params[p].name;
+        for (int p = 0; p < n_names; p++) {
             if (group_of[p] >= 0 ||
-                pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, NULL) < 0)
+                pcre2_match(re, (PCRE2_SPTR)names[p], strlen(names[p]), 0, 0, md, NULL) < 0)
                 continue;
             group_of[p] = k;
             counts[k]++;
@@ -250,12 +249,60 @@ int train_param_groups_assign(const train_param_group *g, int n, const model *m,
         pcre2_match_data_free(md);
         pcre2_code_free(re);
     }
-    for (int p = 0; p < m->n_params && !rc; p++)
+    for (int p = 0; p < n_names && !rc; p++)
         if (group_of[p] < 0) /* torchtitan asserts every trainable parameter has an optimizer */
             rc = base_fail(err,
-                           "[[optimizer.param_groups]]: no pattern matches parameter %s: every "
-                           "parameter needs a group (end with a catch-all pattern such as '.*')",
-                           m->params[p].name);
+                           "%s: [[optimizer.param_groups]]: no pattern matches parameter %s: "
+                           "every parameter needs a group (end with a catch-all pattern such as "
+                           "'.*')",
+                           g[0].where, names[p]);
+    return rc;
+}
+
+/* model_param_names' callback: appends to a growing list (NULL items once out of memory). */
+typedef struct {
+    const char **v;
+    char **own;
+    int n, cap, oom;
+} name_list;
+
+static void add_name(void *ctx, const char *name) {
+    name_list *l = ctx;
+    if (l->oom) return;
+    if (l->n == l->cap) {
+        const int cap = l->cap ? l->cap * 2 : 64;
+        char **own = realloc(l->own, sizeof *own * (size_t)cap);
+        if (own) l->own = own;
+        const char **v = own ? realloc(l->v, sizeof *v * (size_t)cap) : NULL;
+        if (!v) {
+            l->oom = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->own[l->n] = strdup(name))) {
+        l->oom = 1;
+        return;
+    }
+    l->v[l->n] = l->own[l->n];
+    l->n++;
+}
+
+int train_param_groups_check(const train_opts *o, base_err *err) {
+    if (!o->n_param_groups) return 0;
+    name_list l = {0};
+    model_param_names(&o->model, add_name, &l);
+    int *group_of = malloc(sizeof *group_of * (size_t)(l.n ? l.n : 1));
+    int64_t counts[TRAIN_MAX_PARAM_GROUPS];
+    const int rc = l.oom || !group_of
+                       ? base_fail(err, "out of memory")
+                       : train_param_groups_assign(o->param_groups, o->n_param_groups, l.v, l.n,
+                                                   group_of, counts, err);
+    for (int i = 0; i < l.n; i++) free(l.own[i]);
+    free(l.own);
+    free(l.v);
+    free(group_of);
     return rc;
 }
 
@@ -273,6 +320,7 @@ int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, o
         return 0;
     }
     int *group_of = malloc(sizeof *group_of * (size_t)(m->n_params ? m->n_params : 1));
+    const char **names = malloc(sizeof *names * (size_t)(m->n_params ? m->n_params : 1));
     int64_t *mine = counts ? NULL : malloc(sizeof *mine * (size_t)o->n_param_groups);
     if (!counts) counts = mine;
     int nr;
@@ -280,13 +328,13 @@ int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, o
     /* at most one span a parameter piece, plus the padding */
     const size_t cap = (size_t)m->n_params * (size_t)(nr + 1) + 1;
     optim_span *s = malloc(sizeof *s * cap);
-    if (!group_of || !counts || !s) {
-        free(group_of);
-        free(mine);
-        free(s);
-        return base_fail(err, "out of memory");
-    }
-    if (train_param_groups_assign(o->param_groups, o->n_param_groups, m, group_of, counts, err)) {
+    int rc = !group_of || !names || !counts || !s ? base_fail(err, "out of memory") : 0;
+    for (int p = 0; p < m->n_params && !rc; p++) names[p] = m->params[p].name;
+    if (!rc)
+        rc = train_param_groups_assign(o->param_groups, o->n_param_groups, names, m->n_params,
+                                       group_of, counts, err);
+    free(names);
+    if (rc) {
         free(group_of);
         free(mine);
         free(s);

@@ -35,6 +35,19 @@ expect "global batch that does not divide" "global_batch_size: 3 is not a multip
 expect "checkpoint folder under a regular file" \
   "checkpoint.folder: .*/t.txt/run/checkpoint: cannot be created: .*/t.txt is not a folder" \
   --checkpoint.enable --dump-folder "$out/t.txt/run"
+# [[optimizer.param_groups]] that do not cover the model: before it is built (train_preflight)
+pg() { printf '[[optimizer.param_groups]]\npattern = "%s"\noptimizer_name = "AdamW"\noptimizer_kwargs = {lr = 1e-3}\n' "$@"; }
+pg nomatch '.*' > "$out/pg1.toml"
+pg norm > "$out/pg2.toml"
+pg '.*' 'norm' > "$out/pg3.toml"
+expect "a param group matching nothing" \
+  "pg1.toml:1:1: optimizer param_groups pattern 'nomatch' matched no parameters" --config "$out/pg1.toml"
+expect "a parameter in no param group" \
+  "pg2.toml: \\[\\[optimizer.param_groups\\]\\]: no pattern matches parameter tok_embeddings.weight: every" \
+  --config "$out/pg2.toml"
+expect "a param group after a catch-all" \
+  "pg3.toml:5:1: optimizer param_groups pattern 'norm' matched no parameters \(of those earlier patterns left" \
+  --config "$out/pg3.toml"
 # torchtitan strips it before its "cannot be empty" ("" said "out of memory", " " was a folder)
 expect "empty checkpoint folder" "checkpoint.folder: cannot be empty" \
   --checkpoint.enable --checkpoint.folder ""
