@@ -50,8 +50,8 @@ A job is a TOML file with torchtitan v0.2.2's `JobConfig` sections and field nam
   line, column, field and allowed range. The parser takes a strict TOML subset (arrays of
   tables `[[...]]` and a key's one-line inline table `k = {a = 1, b = [2]}` included) and says
   "not supported by titan's TOML subset" for multi-line strings, dates, inline tables inside
-  arrays or inline tables, dotted keys inside inline tables, empty quoted keys and quoted keys
-  with a '.', '[' or ']' (other than a last part).
+  arrays or inline tables, dotted keys inside inline tables, empty quoted keys, quoted keys
+  with a '[' or ']', and quoted keys with a '.' (other than a value's last part).
 - Per-parameter-group optimizers, torchtitan 0.3's `param_groups`: one `[[optimizer.param_groups]]`
   table per group, with `pattern`, `optimizer_name` and `optimizer_kwargs` (see
   [Parameter groups](training.md#optimizer-parameter-groups-optimizerparam_groups)).

@@ -257,9 +257,10 @@ int base_args_is_help(const base_args *it);
  * (`k = {a = 1, b = [2]}`: one line, single-part keys, values of the above). The rest of TOML
  * (multi-line strings, dates and times, inline tables inside arrays or inline tables, dotted
  * keys inside inline tables) is refused with "... is not supported by titan's TOML subset",
- * as is a quoted key part containing '.', '[' or ']' anywhere but as the last part of a
- * key = value key ("layers.*.rope" = "x" is fine; ["a.b"] is not), and an empty quoted key
- * part ("" names the root table). Input is hostile: it must be UTF-8 without NUL bytes,
+ * as is a quoted key part containing '.' anywhere but as the last part of a key = value key
+ * ("layers.*.rope" = "x" is fine; ["a.b"] and "a.b" = {...} are not), one containing '[' or
+ * ']' anywhere (they name arrays of tables' elements), and an empty quoted key part ("" names
+ * the root table). Input is hostile: it must be UTF-8 without NUL bytes,
  * sizes are capped, and every error reads "FILE:LINE:COLUMN: message" (columns count bytes
  * from 1).
  *

@@ -396,10 +396,10 @@ static int is_bare(char ch) {
 }
 
 /* key = part ('.' part)*, part = bare | "basic" | 'literal'. Parts are malloc'ed.
- * A quoted part may contain '.', '[' or ']' only as the last part of a key/value key
- * (last_may_dot): tables are named by their dotted paths, an array of tables' elements "a[i]",
- * so those inside a table-path part would be ambiguous; a final key part is stored whole
- * (e.g. [kernels] "layers.*.rope" = "x"). */
+ * A quoted part may contain '.' only as the last part of a key/value key (last_may_dot):
+ * tables are named by their dotted paths, so a dot inside a table-path part would be
+ * ambiguous; a final key part is stored whole (e.g. [kernels] "layers.*.rope" = "x"). '[' and
+ * ']' never: an array of tables' elements are tables "a[i]". */
 static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
     *n = 0;
     int dot_line = 0, dot_col = 0, dot_part = -1;
@@ -414,7 +414,11 @@ static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
                 free(part);
                 return fail_at(t, t->line, c, "empty quoted keys ('' or \"\")" UNSUPPORTED);
             }
-            if (strpbrk(part, ".[]") && dot_part < 0) {
+            if (strpbrk(part, "[]")) { /* "a.b[0]" names an array of tables' element */
+                free(part);
+                return fail_at(t, t->line, c, "quoted keys containing '[' or ']'" UNSUPPORTED);
+            }
+            if (strchr(part, '.') && dot_part < 0) {
                 dot_line = t->line;
                 dot_col = c;
                 dot_part = *n;
@@ -436,8 +440,7 @@ static int key_path(parser *t, char **parts, int *n, int last_may_dot) {
             if (dot_part >= 0 && (!last_may_dot || dot_part != *n - 1))
                 return fail_at(
                     t, dot_line, dot_col,
-                    "quoted keys containing '.', '[' or ']' (except as the last part of a "
-                    "key)" UNSUPPORTED);
+                    "quoted keys containing '.' (except as the last part of a key)" UNSUPPORTED);
             return 0;
         }
         t->p++;
@@ -768,6 +771,11 @@ static int key_value(parser *t) {
         (ti = open_table(t, parts, n - 1, t->doc->tables[t->header].name, DEF_DOTTED, line, c)) < 0)
         goto out;
     if (defined_twice(t, ti, parts[n - 1], line, c)) goto out;
+    if (is_inline && strchr(parts[n - 1], '.')) { /* the key names a table: as in a path */
+        fail_at(t, line, c,
+                "an inline table's key containing '.' in quotes (a table path)" UNSUPPORTED);
+        goto out;
+    }
     if (is_inline) {
         const int it =
             open_table(t, parts + n - 1, 1, t->doc->tables[ti].name, DEF_INLINE, line, c);

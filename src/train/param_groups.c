@@ -16,16 +16,70 @@
 
 /* ---- the config: [[optimizer.param_groups]] ----------------------------------------- */
 
-/* Compiles a group's pattern (PCRE2: Python re's syntax for what patterns over FQNs use);
- * *err names the pattern and where it fails. */
+/* A Python re pattern as PCRE2 reads it the same (into out, 2 x strlen + 1 bytes): Python's
+ * `{,n}` / `{,}` (min 0) is literal text to PCRE2 10.42, so it is written `{0,n}`; a POSIX
+ * class `[[:digit:]]` (a PCRE2 class, a set of characters to Python) is refused. The rest
+ * of what patterns over parameter names use reads alike. Returns 0, or -1 with why. */
+static int python_re(const char *p, char *out, char *why, size_t n) {
+    int in_class = 0, class_start = 0;
+    for (; *p; p++) {
+        if (*p == '\\' && p[1]) {
+            *out++ = *p++;
+            *out++ = *p;
+            class_start = 0;
+            continue;
+        }
+        if (in_class) {
+            if (*p == '[' && p[1] == ':') {
+                snprintf(why, n,
+                         "a POSIX class ([:name:]) inside [...] is a class to PCRE2 but characters "
+                         "to Python's re: write it as Python reads it (e.g. \\d, [0-9])");
+                return -1;
+            }
+            if (*p == ']' && !class_start) in_class = 0;
+            class_start = 0;
+        } else if (*p == '[') {
+            in_class = class_start = 1;
+            *out++ = *p;
+            if (p[1] == '^') *out++ = *++p;
+            continue;
+        } else if (*p == '{' && p[1] == ',') {
+            size_t d = 2;
+            while (p[d] >= '0' && p[d] <= '9') d++;
+            if (p[d] == '}') { /* `{0` here, then the ',' onwards as they are */
+                *out++ = '{';
+                *out++ = '0';
+                p++;
+            }
+        }
+        *out++ = *p;
+    }
+    *out = 0;
+    return 0;
+}
+
+/* Compiles a group's pattern (Python re syntax, read by PCRE2 through python_re); *err names
+ * the pattern and where it fails. */
 static pcre2_code *compile(const char *pattern, base_err *err) {
     int ec;
     PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    char why[200];
+    char *pcre = malloc(2 * strlen(pattern) + 1);
+    if (!pcre) {
+        base_fail(err, "out of memory");
+        return NULL;
+    }
+    if (python_re(pattern, pcre, why, sizeof why)) {
+        base_fail(err, "'%.200s': %s", pattern, why);
+        free(pcre);
+        return NULL;
+    }
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    free(pcre);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        base_fail(err, "'%.200s' is not a regular expression: %s (at character %zu)", pattern,
+        base_fail(err, "'%.200s' is not a regular expression: %s (near character %zu)", pattern,
                   (const char *)msg, (size_t)eo);
     }
     return re;
@@ -88,6 +142,8 @@ static int kwarg(train_param_group *g, const base_toml_kv *kv, unsigned *set, ch
             snprintf(why, n, "expected true or false, got %s", base_toml_type_name(v->type));
             return -1;
         }
+        if (k == KW_FUSED) g->fused = (int)v->i;
+        if (k == KW_FOREACH) g->foreach = (int)v->i;
         if (k > KW_FOREACH && v->i) {
             snprintf(why, n, "true is not implemented (titan's AdamW is torch's with false)");
             return -1;
@@ -110,23 +166,33 @@ static int element_of(const char *name, const char **rest) {
 
 int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned char *handled,
                             base_err *err) {
-    int n = 0;
+    int n = 0, container = -1;
     for (int t = 0; t < doc->n_tables; t++) {
         const char *rest;
         const int i = element_of(doc->tables[t].name, &rest);
-        if (!strcmp(doc->tables[t].name, PG)) handled[t] = 1;
-        if (i >= 0 && !rest[0]) n = i + 1;
+        if (!strcmp(doc->tables[t].name, PG)) container = t;
+        if (i >= 0 && !rest[0] && (n = i + 1) == TRAIN_MAX_PARAM_GROUPS + 1)
+            return base_fail(err, "%s:%d:%d: [[" PG "]]: more than %d groups", c->file,
+                             doc->tables[t].line, doc->tables[t].col, TRAIN_MAX_PARAM_GROUPS);
+    }
+    if (container >= 0) { /* only an array of tables' container: no keys, elements after it */
+        const base_toml_table *tb = &doc->tables[container];
+        if (tb->n_kv || !n)
+            return base_fail(
+                err,
+                "%s:%d:%d: " PG " is an array of tables: one [[" PG "]] per group "
+                "(then pattern, optimizer_name, optimizer_kwargs), not [" PG "] or dotted keys",
+                c->file, tb->n_kv ? tb->kv[0].line : tb->line, tb->n_kv ? tb->kv[0].col : tb->col);
+        handled[container] = 1;
     }
     if (!n) return 0;
-    if (n > TRAIN_MAX_PARAM_GROUPS)
-        return base_fail(err, "%s: %d [[" PG "]] entries: at most %d", c->file, n,
-                         TRAIN_MAX_PARAM_GROUPS);
     train_param_group *g = pool_keep(c, calloc((size_t)n, sizeof *g));
     unsigned *set = calloc((size_t)n, sizeof *set);
     if (!g || !set) {
         free(set);
         return base_fail(err, "out of memory");
     }
+    for (int i = 0; i < n; i++) g[i].fused = g[i].foreach = -1;
     char why[400];
     int rc = 0;
     for (int t = 0; t < doc->n_tables && !rc; t++) {
@@ -175,6 +241,11 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
                     if (pat && !re) snprintf(why, sizeof why, "%.390s", re_err.msg);
                     pcre2_code_free(re);
                 }
+            } else if (!strcmp(kv->key, "optimizer_kwargs")) {
+                snprintf(why, sizeof why,
+                         "expected a table, got %s: optimizer_kwargs = {lr = ..., betas = [..., "
+                         "...], eps = ..., weight_decay = ...}",
+                         base_toml_type_name(kv->val.type));
             } else {
                 snprintf(why, sizeof why,
                          "unknown key (a [[" PG "]] entry has pattern, optimizer_name and "

@@ -21,8 +21,9 @@
 #define TRAIN_MAX_PARAM_GROUPS 64
 typedef struct {
     const char *pattern, *optimizer_name;
-    optim_adamw_cfg c; /* c.lr: the group's peak learning rate */
-    const char *where; /* its [[header]]: file, line and column */
+    optim_adamw_cfg c;  /* c.lr: the group's peak learning rate */
+    int fused, foreach; /* optimizer_kwargs' (-1: not given): no effect, but torch refuses both */
+    const char *where;  /* its [[header]]: file, line and column */
     int line, col;
 } train_param_group;
 

@@ -58,7 +58,8 @@ PARAM_GROUPS = [
     (r"(?:tok_embeddings|output)\.", "AdamW",
      dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)),
     (r"norm\.weight$", "Adam", dict(lr=1e-2)),  # torch's betas (0.9, 0.999), weight_decay 0
-    (r"\.attention\.w[qk]\.", "AdamW", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6)),  # wd 0.01
+    # wd 0.01; Python's {,1} is {0,1} (PCRE2 10.42 reads it as text: titan rewrites it)
+    (r"\.attention\.w[qk]{,1}\.", "AdamW", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6)),
     (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
 ]
 if GROUPS:

@@ -289,7 +289,20 @@ static void errors(void) {
          "x.toml:1:1: optimizer.param_groups[0] has no optimizer_name"},
         {"[[optimizer.param_groups]]\npattern = '(x'\n",
          "x.toml:2:1: optimizer.param_groups[0].pattern: '(x' is not a "
-         "regular expression: missing closing parenthesis (at character 2)"},
+         "regular expression: missing closing parenthesis (near character 2)"},
+        {"[[optimizer.param_groups]]\npattern = '[[:digit:]]'\n",
+         "x.toml:2:1: optimizer.param_groups[0].pattern: "
+         "'[[:digit:]]': a POSIX class ([:name:]) inside [...] is "
+         "a class to PCRE2 but characters to Python's re"},
+        {"[optimizer.param_groups]\npattern = 'x'\n",
+         "x.toml:2:1: optimizer.param_groups is an array of tables: one [[optimizer.param_groups]] "
+         "per group (then pattern, optimizer_name, optimizer_kwargs), not [optimizer.param_groups] "
+         "or dotted keys"},
+        {"[optimizer]\nparam_groups.pattern = 'x'\n",
+         "x.toml:2:1: optimizer.param_groups is an array of tables"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = 3\n",
+         "x.toml:2:1: optimizer.param_groups[0].optimizer_kwargs: "
+         "expected a table, got an integer"},
         {"[[optimizer.param_groups]]\npattern = 3\n",
          "x.toml:2:1: optimizer.param_groups[0].pattern: expected a string, "
          "got an integer"},
@@ -1516,6 +1529,28 @@ static void param_groups(void) {
                  field[i]);
         CHECK(rc != 0 && !strncmp(err.msg, want, strlen(want)), "beside %s:\n  got  %s\n  want %s",
               beside[i], rc ? err.msg : "(accepted)", want);
+        train_config_free(&d);
+    }
+    /* torchtitan's implementation kwargs under the group's: fused (the default
+     * implementation) and a group's foreach = true are refused together, as torch does */
+    static const char *const impl[] = {"", "fused = false, ", "", ""};
+    static const char *const impl_cli[] = {NULL, NULL, "foreach", "for-loop"};
+    static const int refused[] = {1, 0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        char t[300];
+        snprintf(t, sizeof t,
+                 "[[optimizer.param_groups]]\npattern = '.*'\noptimizer_name = 'AdamW'\n"
+                 "optimizer_kwargs = {lr = 1, %sforeach = true}\n",
+                 impl[i]);
+        train_config d;
+        char *argv[] = {"--optimizer.implementation", (char *)impl_cli[i], NULL};
+        rc = load(&d, t, &err) ||
+             (impl_cli[i] && train_config_from_args(&d, 2, argv, 0, &(train_cli){0}, &err)) ||
+             train_config_to_opts(&d, &o, &err);
+        CHECK(refused[i] ? rc && strstr(err.msg, "x.toml:1:1: optimizer.param_groups[0]: fused "
+                                                 "and foreach both true")
+                         : !rc,
+              "fused + foreach case %d: %s", i, rc ? err.msg : "(accepted)");
         train_config_free(&d);
     }
     /* a second file's groups replace the first's; a file without any keeps them */
