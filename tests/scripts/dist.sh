@@ -207,26 +207,13 @@ grep -q "resumed from $out/mx/checkpoint/step-2" "$out/mx.log" || { cat "$out/mx
 identical_losses "a 2-rank mixture resumed at step 2" "$out/mx_full.jsonl" \
   <(cat "$out/mx_a.jsonl" "$out/mx_b.jsonl")
 
-# [[optimizer.param_groups]] (other lr, betas and weight decay per group, an Adam group): each
+# [[optimizer.param_groups]] (tests/fixtures/param_groups/dense.toml: other lr, betas and weight
+# decay per group, an Adam group): each
 # rank steps its shard's pieces of every parameter with that parameter's group. 2 ranks saving
 # at step 3, resumed on 1 rank (the spans made again over another sharding), against 1 rank x 2
 # microbatches throughout: the losses within 1e-5, the final parameters within 1e-5 relative L2
-cat > "$out/groups.toml" <<'EOF'
-[[optimizer.param_groups]]
-pattern = '(?:tok_embeddings|output)\.'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], weight_decay = 0.0}
-[[optimizer.param_groups]]
-pattern = 'norm'
-optimizer_name = "Adam"
-optimizer_kwargs = {lr = 1e-2}
-[[optimizer.param_groups]]
-pattern = '.*'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 1e-3, betas = [0.8, 0.95], weight_decay = 0.3}
-EOF
 without model --lr
-g=("${kept[@]}" --config "$out/groups.toml" --set tie_embeddings=0 --steps 5 --checkpoint-interval 3
+g=("${kept[@]}" --config "$fixtures/param_groups/dense.toml" --set tie_embeddings=0 --steps 5 --checkpoint-interval 3
     --training.mixed_precision_param=float32)
 "$titan" train "${g[@]}" --batch 2 --grad-accum 2 --metrics "$out/pg_ref.jsonl" \
   --dump-folder "$out/pg_ref" > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }

@@ -12,16 +12,7 @@ export OMP_NUM_THREADS=1
 # mpi NP ARGS...: titan train on NP ranks, one thread each, killed after 120 s (never a hang)
 mpi() { local np=$1; shift; timeout 120 "$mpirun" -np "$np" -x OMP_NUM_THREADS "$titan" train "$@"; }
 losses() { grep -o '"loss": [^,}]*' "$1" | cut -d' ' -f2; }
-# without ARRAY OPT...: ARRAY's arguments without each OPT and the value after it, into kept
-# (a run with [[optimizer.param_groups]] takes no --lr or --optimizer.eps: its groups carry them)
-without() {
-  local -n arr=$1; shift
-  local i o drop; kept=()
-  for ((i = 0; i < ${#arr[@]}; i++)); do
-    drop=0; for o in "$@"; do [ "${arr[i]}" = "$o" ] && drop=1; done
-    if ((drop)); then i=$((i + 1)); else kept+=("${arr[i]}"); fi
-  done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/args.sh" # without, fixtures
 # same_losses NAME A B [FIRST_STEP_OF_B [TOL]]: every loss of B equals A's same step within
 # TOL relative (1e-5)
 same_losses() {

@@ -47,28 +47,10 @@ for mode in none aux_loss bias full_ac; do
 done
 
 # 1a. [[optimizer.param_groups]] as torchtitan's qwen3_debugmodel_moe_param_groups (the router
-# with Adam at its own lr), the experts a group of their own: ep=2 x efsdp=2 (4 ranks: each
+# with Adam at its own lr), the experts a group of their own (tests/fixtures/param_groups/moe.toml): ep=2 x efsdp=2 (4 ranks: each
 # expert stack's local part sharded over efsdp) against 1 rank x 4 microbatches, as 3 below
-cat > "$out/groups.toml" <<'EOF'
-[[optimizer.param_groups]]
-pattern = '(?:tok_embeddings|output)\.'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], eps = 1e-6, weight_decay = 0.0}
-[[optimizer.param_groups]]
-pattern = '\.router\.gate\.'
-optimizer_name = "Adam"
-optimizer_kwargs = {lr = 1e-2, betas = [0.9, 0.95], eps = 1e-6}
-[[optimizer.param_groups]]
-pattern = '\.moe\.experts\.'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 5e-3, betas = [0.8, 0.95], eps = 1e-6, weight_decay = 0.3}
-[[optimizer.param_groups]]
-pattern = '.*'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 1e-3, betas = [0.9, 0.95], eps = 1e-6, weight_decay = 0.1}
-EOF
 without model --lr --optimizer.eps
-m=("${kept[@]}" --config "$out/groups.toml" --model.moe_load_balance aux_loss
+m=("${kept[@]}" --config "$fixtures/param_groups/moe.toml" --model.moe_load_balance aux_loss
    --model.router_aux_loss_coef 0.01 --steps 5 --checkpoint-interval 5 --batch 1)
 "$titan" train "${m[@]}" --grad-accum 4 --metrics "$out/pg_ref.jsonl" --dump-folder "$out/pg_ref" \
   > "$out/pg.log"

@@ -28,28 +28,10 @@ py=${4:-python3} # wire_check's (tests/dist.cmake passes the venv's)
 model=("${small[@]}" --optimizer.eps 1e-6)
 tp2=(--parallelism.tensor_parallel_degree 2)
 # 1. tp=2 against one rank
-# (first: [[optimizer.param_groups]] under tp=2: each rank steps the pieces of its slices with
-# their parameters' groups; the same bounds against 1 rank)
-cat > "$out/groups.toml" <<'EOF'
-[[optimizer.param_groups]]
-pattern = '(?:tok_embeddings|output)\.'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], eps = 1e-6, weight_decay = 0.0}
-[[optimizer.param_groups]]
-pattern = 'norm'
-optimizer_name = "Adam"
-optimizer_kwargs = {lr = 1e-2, eps = 1e-6}
-[[optimizer.param_groups]]
-pattern = '\.w[o2]\.'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 5e-3, betas = [0.8, 0.95], eps = 1e-6, weight_decay = 0.3}
-[[optimizer.param_groups]]
-pattern = '.*'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 1e-3, betas = [0.9, 0.95], eps = 1e-6}
-EOF
+# (first: [[optimizer.param_groups]] (tests/fixtures/param_groups/dense.toml) under tp=2: each
+# rank steps the pieces of its slices with their parameters' groups; the same bounds as below)
 without model --lr --optimizer.eps
-m=("${kept[@]}" --config "$out/groups.toml" --set tie_embeddings=0 --steps 5 --batch 2
+m=("${kept[@]}" --config "$fixtures/param_groups/dense.toml" --set tie_embeddings=0 --steps 5 --batch 2
    --checkpoint-interval 5)
 "$titan" train "${m[@]}" --metrics "$out/pg_ref.jsonl" --dump-folder "$out/pg_ref" > "$out/pg.log"
 mpi 2 "${m[@]}" "${tp2[@]}" --metrics "$out/pg_tp.jsonl" --dump-folder "$out/pg_tp" > "$out/pg.log"

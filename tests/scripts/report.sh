@@ -65,18 +65,13 @@ grep -q 'data-section="sources"' "$out/mix/report.html" || fail "a mixture's pag
 grep -q 'data-section="sources"' "$out/a/report.html" && fail "one dataset's page has a sources table"
 check "$out/mix/report.html" "$out/mix/metrics.jsonl"
 # [[optimizer.param_groups]]: a facts row each (optimizer, pattern, resolved hyperparameters)
-printf '[[optimizer.param_groups]]\npattern = "norm"\noptimizer_name = "Adam"\noptimizer_kwargs = {lr = 1e-3}
-[[optimizer.param_groups]]\npattern = ".*"\noptimizer_name = "AdamW"
-optimizer_kwargs = {lr = 3e-3, weight_decay = 0.2}\n' > "$out/pg.toml"
-nolr=()
-for ((i = 0; i < ${#m[@]}; i++)); do # the groups carry their own lr
-  if [ "${m[i]}" = --lr ]; then i=$((i + 1)); else nolr+=("${m[i]}"); fi
-done
-"$titan" train "${nolr[@]}" --config "$out/pg.toml" --dump-folder "$out/pg" --steps 2 \
+source "$here/args.sh" # without, fixtures
+without m --lr
+"$titan" train "${kept[@]}" --config "$fixtures/param_groups/dense.toml" --dump-folder "$out/pg" --steps 2 \
   --checkpoint.enable=false > /dev/null 2>&1 || fail "a run with parameter groups"
-check "$out/pg/report.html" "$out/pg/metrics.jsonl" --fact "param group 0=Adam [norm]: lr 0.001" \
-  --fact "param group 1=AdamW [.*]: lr 0.003, betas (0.9, 0.999), eps 1e-08, weight decay 0.2" \
-  --fact "steps=2 (warmup 3, max norm 1; 2 parameter groups)"
+check "$out/pg/report.html" "$out/pg/metrics.jsonl" --fact "param group 1=Adam [norm]: lr 0.01" \
+  --fact "param group 3=AdamW [.*]: lr 0.001, betas (0.9, 0.95), eps 1e-06, weight decay 0.01" \
+  --fact "steps=2 (warmup 3, max norm 1; 4 parameter groups)"
 echo "ok: titan report DIR redraws the run's page; two runs overlaid; --log-steps; an MoE's expert load; a mixture's sources; parameter groups; none when off"
 
 # --- hostile input ---

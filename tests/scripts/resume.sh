@@ -250,32 +250,21 @@ done
 echo "ok a resume with changed AdamW settings or seed (random tokens) says each"
 # [[optimizer.param_groups]] at a resume: groups where the checkpoint had none, and a group's
 # changed lr, are said (this run's apply); the same groups silent
-cat > "$out/g2.toml" <<'EOF'
-[[optimizer.param_groups]]
-pattern = 'norm'
-optimizer_name = "Adam"
-optimizer_kwargs = {lr = 1e-2}
-[[optimizer.param_groups]]
-pattern = '.*'
-optimizer_name = "AdamW"
-optimizer_kwargs = {lr = 3e-3, betas = [0.9, 0.95], weight_decay = 0.1}
-EOF
-sed 's/lr = 1e-2/lr = 2e-2/' "$out/g2.toml" > "$out/g3.toml"
-nolr=()
-for ((i = 0; i < ${#model[@]}; i++)); do # the groups carry their own lr
-  if [ "${model[i]}" = --lr ]; then i=$((i + 1)); else nolr+=("${model[i]}"); fi
-done
+source "$(dirname "$0")/args.sh" # without, fixtures
+sed 's/lr = 1e-2/lr = 2e-2/' "$fixtures/param_groups/dense.toml" > "$out/g3.toml"
+without model --lr
+nolr=("${kept[@]}")
 cp -r "$out/random" "$out/rg" && rm -rf "$out/rg/checkpoint/step-12" # (weights only)
 g=("${nolr[@]}" --random-tokens --set vocab_size=300 --dump-folder "$out/rg" --checkpoint-interval 1)
-"$titan" train "${g[@]}" --config "$out/g2.toml" --checkpoint.load_step 9 --stop-after-step 10 \
+"$titan" train "${g[@]}" --config "$fixtures/param_groups/dense.toml" --checkpoint.load_step 9 --stop-after-step 10 \
   > "$out/rg.log" 2>&1 || { cat "$out/rg.log"; exit 1; }
 "$titan" train "${g[@]}" --config "$out/g3.toml" --stop-after-step 11 > "$out/rg3.log" 2>&1 ||
   { cat "$out/rg3.log"; exit 1; }
 "$titan" train "${g[@]}" --config "$out/g3.toml" --stop-after-step 12 > "$out/rg4.log" 2>&1 ||
   { cat "$out/rg4.log"; exit 1; }
-grep -q "step-9 was trained with 1 parameter group (\[optimizer\]'s); this run has 2, which apply from here" \
+grep -q "step-9 was trained with 1 parameter group (\[optimizer\]'s); this run has 4, which apply from here" \
   "$out/rg.log" &&
-  grep -q "step-10 was trained with group 0 ('norm') lr = 0.01; this run sets 0.02, which apply" \
+  grep -q "step-10 was trained with group 1 ('norm') lr = 0.01; this run sets 0.02, which apply" \
   "$out/rg3.log" && ! grep -q "was trained with .*group" "$out/rg4.log" ||
   { echo "FAIL param groups at a resume"; cat "$out/rg.log" "$out/rg3.log" "$out/rg4.log"; exit 1; }
 echo "ok a resume with other parameter groups says so; the same groups are silent"
