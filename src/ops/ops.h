@@ -37,6 +37,10 @@ typedef struct {
 
 #include "oplist.h"
 
+/* The adamw op's calls on at most this many elements run on the calling thread (oplist.h): the
+ * optimizer's blocks are this size, inside its own parallel loop. */
+#define OPS_ADAMW_SERIAL_MAX 65536
+
 /* ops_name_fwd_fn / ops_name_bwd_fn for every FB op, ops_name_fn for every F op. */
 #define OPS_TYPEDEF_FB(K, name, sub, plg, fp, fa, bp, ba)                                          \
     typedef void(*ops_##name##_fwd_fn) fp;                                                         \

@@ -28,7 +28,7 @@ void optim_adamw_free(optim_adamw *o) {
  * on the calling thread (under the kernel's parallel threshold; elementwise, so the same bits as
  * one call over all n), span by span, and then converted while its parameters are in cache: the
  * copy costs its writes only, not another read of every parameter. */
-#define ADAMW_BLOCK 65536
+#define ADAMW_BLOCK OPS_ADAMW_SERIAL_MAX /* a block's calls run on its thread */
 
 /* The kernel over elements [lo, hi) of the vectors, span by span from span[k] on (the first
  * that ends after lo). */

@@ -16,41 +16,120 @@
 
 /* ---- the config: [[optimizer.param_groups]] ----------------------------------------- */
 
-/* A Python re pattern as PCRE2 reads it the same (into out, 2 x strlen + 1 bytes): Python's
- * `{,n}` / `{,}` (min 0) is literal text to PCRE2 10.42, so it is written `{0,n}`; a POSIX
- * class `[[:digit:]]` (a PCRE2 class, a set of characters to Python) is refused. The rest
- * of what patterns over parameter names use reads alike. Returns 0, or -1 with why. */
-static int python_re(const char *p, char *out, char *why, size_t n) {
+/* Python re's escapes that are ASCII letters, outside and inside [...]: to Python every other
+ * letter is a "bad escape", where PCRE2 has meanings (\K \Q \p \h \z \e \g \R ...). */
+static const char k_esc_out[] = "aAbBdDfnrsStvwWZ", k_esc_in[] = "abdDfnrsStvwW";
+
+/* Refuses, into why, Python syntax titan's PCRE2 reading would not match alike. */
+static int unlike(char *why, size_t n, const char *what, size_t at) {
+    snprintf(why, n, "%s (at character %zu) is not read alike by Python's re and PCRE2", what, at);
+    return -1;
+}
+
+/* A Python re pattern as PCRE2 (any version) reads it the same, into out (2 x strlen + 1
+ * bytes); Python's rules where the two differ:
+ * - `{`: a quantifier to Python only as {m}, {m,}, {,n}, {m,n}, {,} (digits, no spaces) and
+ *   then written {m,n} with m's 0 spelled out; any other `{` is text, written `\{` (PCRE2 10.42
+ *   reads {,n} as text, 10.43 reads {1, 2} as a quantifier);
+ * - escapes: an ASCII letter Python does not know is its error, not PCRE2's meaning; \x takes
+ *   two hex digits; \u, \U, \N (Python's character names) are refused (write the character);
+ * - groups: (?#...) copied as it is; inline flags i, m, s only (x, verbose, refused; a global
+ *   flag group only at the start, as Python 3.11 requires); PCRE2's own (?<name>, (?|, (?R,
+ *   (?&, (?P>, (?C, (?1, (*VERB) refused;
+ * - [...]: a POSIX class or collating element ([:name:], [.x.], [=x=]) refused (characters
+ *   to Python).
+ * The pattern is compiled in UTF mode with Unicode properties (PCRE2_UTF | PCRE2_UCP), as
+ * Python's str patterns are. Returns 0, or -1 with why. */
+static int python_re(const char *pat, char *out, char *why, size_t n) {
     int in_class = 0, class_start = 0;
-    for (; *p; p++) {
-        if (*p == '\\' && p[1]) {
+    for (const char *p = pat; *p; p++) {
+        const size_t at = (size_t)(p - pat);
+        if (*p == '\\') {
+            const char e = p[1];
+            if (!e) return unlike(why, n, "a trailing backslash", at);
+            if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
+                if (e == 'x') {
+                    const int h1 = p[2] && strchr("0123456789abcdefABCDEF", p[2]),
+                              h2 = h1 && p[3] && strchr("0123456789abcdefABCDEF", p[3]);
+                    if (!h2) return unlike(why, n, "\\x without two hex digits", at);
+                } else if (!strchr(in_class ? k_esc_in : k_esc_out, e)) {
+                    char what[64];
+                    snprintf(what, sizeof what, "the escape \\%c%s", e,
+                             strchr("uUN", e) ? " (write the character itself)" : "");
+                    return unlike(why, n, what, at);
+                }
+            }
             *out++ = *p++;
             *out++ = *p;
             class_start = 0;
             continue;
         }
         if (in_class) {
-            if (*p == '[' && p[1] == ':') {
-                snprintf(why, n,
-                         "a POSIX class ([:name:]) inside [...] is a class to PCRE2 but characters "
-                         "to Python's re: write it as Python reads it (e.g. \\d, [0-9])");
-                return -1;
-            }
+            if (*p == '[' && (p[1] == ':' || p[1] == '.' || p[1] == '='))
+                return unlike(why, n, "a POSIX class or collating element inside [...]", at);
             if (*p == ']' && !class_start) in_class = 0;
             class_start = 0;
-        } else if (*p == '[') {
+            *out++ = *p;
+            continue;
+        }
+        if (*p == '[') {
             in_class = class_start = 1;
             *out++ = *p;
             if (p[1] == '^') *out++ = *++p;
             continue;
-        } else if (*p == '{' && p[1] == ',') {
-            size_t d = 2;
-            while (p[d] >= '0' && p[d] <= '9') d++;
-            if (p[d] == '}') { /* `{0` here, then the ',' onwards as they are */
-                *out++ = '{';
-                *out++ = '0';
-                p++;
+        }
+        if (*p == '(' && p[1] == '*') return unlike(why, n, "a PCRE2 verb (*...)", at);
+        if (*p == '(' && p[1] == '?') {
+            const char g = p[2];
+            if (g == '#') { /* a comment: to the first ')', as both read it */
+                const char *e = strchr(p, ')');
+                if (!e) return unlike(why, n, "an unclosed (?#", at);
+                memcpy(out, p, (size_t)(e - p + 1));
+                out += e - p + 1;
+                p = e;
+                continue;
             }
+            if (strchr("aiLmsux-", g) && g) {
+                const char *f = p + 2;
+                while (*f && strchr("aiLmsux-", *f)) f++;
+                for (const char *q = p + 2; q < f; q++)
+                    if (!strchr("ims-", *q)) {
+                        char what[48];
+                        snprintf(what, sizeof what, "the inline flag %c", *q);
+                        return unlike(why, n, what, at);
+                    }
+                if (*f == ')' && at != 0)
+                    return unlike(why, n, "a global flag group not at the start", at);
+            } else if ((g == '<' && p[3] != '=' && p[3] != '!') || g == '|' || g == '\'' ||
+                       g == 'R' || g == '&' || g == '+' || g == 'C' || (g >= '0' && g <= '9') ||
+                       (g == 'P' && p[3] == '>')) {
+                return unlike(why, n, "PCRE2's own group syntax", at);
+            }
+        }
+        if (*p == '{') {
+            const char *q = p + 1, *lo = q;
+            while (*q >= '0' && *q <= '9') q++;
+            const char *lo_end = q, *hi = NULL, *hi_end = NULL;
+            if (*q == ',') {
+                hi = ++q;
+                while (*q >= '0' && *q <= '9') q++;
+                hi_end = q;
+            }
+            if (*q == '}' && q != p + 1) { /* Python's quantifier: {m,n} with m spelled out */
+                *out++ = '{';
+                if (lo == lo_end) *out++ = '0';
+                memcpy(out, lo, (size_t)(lo_end - lo));
+                out += lo_end - lo;
+                if (hi) {
+                    *out++ = ',';
+                    memcpy(out, hi, (size_t)(hi_end - hi));
+                    out += hi_end - hi;
+                }
+                *out++ = '}';
+                p = q;
+                continue;
+            }
+            *out++ = '\\'; /* text to Python */
         }
         *out++ = *p;
     }
@@ -74,7 +153,8 @@ static pcre2_code *compile(const char *pattern, base_err *err) {
         free(pcre);
         return NULL;
     }
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                   &ec, &eo, NULL);
     free(pcre);
     if (!re) {
         PCRE2_UCHAR msg[160];
@@ -303,12 +383,25 @@ int train_param_groups_assign(const train_param_group *g, int n, const char *con
             return re ? base_fail(err, "out of memory") : -1;
         }
         counts[k] = 0;
-        for (int p = 0; p < n_names; p++) {
-            if (group_of[p] >= 0 ||
-                pcre2_match(re, (PCRE2_SPTR)names[p], strlen(names[p]), 0, 0, md, NULL) < 0)
-                continue;
+        for (int p = 0; p < n_names && !rc; p++) {
+            if (group_of[p] >= 0) continue;
+            const int m = pcre2_match(re, (PCRE2_SPTR)names[p], strlen(names[p]), 0, 0, md, NULL);
+            if (m == PCRE2_ERROR_NOMATCH) continue;
+            if (m < 0) { /* a match limit (runaway backtracking): no answer is not "no" */
+                PCRE2_UCHAR msg[160];
+                pcre2_get_error_message(m, msg, sizeof msg);
+                rc = base_fail(err, "%s:%d:%d: optimizer param_groups pattern '%s' on %s: %s",
+                               g[k].where, g[k].line, g[k].col, g[k].pattern, names[p],
+                               (const char *)msg);
+                break;
+            }
             group_of[p] = k;
             counts[k]++;
+        }
+        if (rc) {
+            pcre2_match_data_free(md);
+            pcre2_code_free(re);
+            break;
         }
         if (!counts[k]) /* torchtitan's ValueError */
             rc = base_fail(err,

@@ -270,6 +270,7 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                  : o->block_causal ? "0.3 packs (labels within each document)"
                                    : "v0.2.2 packs");
     const json_t *oj = json_object_get(t, "optimizer"), *pg = json_object_get(t, "param_groups");
+    if (!json_is_array(pg) || !json_array_size(pg)) pg = NULL; /* (a hostile null, {} or []) */
     char gd[400];
     groups_diff(pg, o, gd, sizeof gd);
     if (gd[0])

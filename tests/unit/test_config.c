@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "train/internal.h"
 #include "train/train.h"
 
 #include "check.h"
@@ -292,8 +293,8 @@ static void errors(void) {
          "regular expression: missing closing parenthesis (near character 2)"},
         {"[[optimizer.param_groups]]\npattern = '[[:digit:]]'\n",
          "x.toml:2:1: optimizer.param_groups[0].pattern: "
-         "'[[:digit:]]': a POSIX class ([:name:]) inside [...] is "
-         "a class to PCRE2 but characters to Python's re"},
+         "'[[:digit:]]': a POSIX class or collating element inside [...] (at character 1) is "
+         "not read alike by Python's re and PCRE2"},
         {"[optimizer.param_groups]\npattern = 'x'\n",
          "x.toml:2:1: optimizer.param_groups is an array of tables: one [[optimizer.param_groups]] "
          "per group (then pattern, optimizer_name, optimizer_kwargs), not [optimizer.param_groups] "
@@ -1466,11 +1467,111 @@ static void model_args_every_front_end(void) {
     json_decref(full);
 }
 
+/* Group patterns are Python re's (torchtitan's re.search), run by PCRE2: over 141 names of a
+ * 12-layer model (dense blocks and MoE ones alternating), each pattern, as the first of two
+ * groups (then '.*'), takes the names Python 3.11's re.search finds: the rows below (count,
+ * first and last index) are Python's, printed once over the same names. The patterns cover the
+ * rewrites ({,n} {,} {1, 2} {} as Python reads them, a comment holding '['), flags, classes,
+ * escapes, lookaround and non-ASCII text (UTF mode); syntax the two read differently is
+ * refused by name; a match past PCRE2's backtracking limit is an error, not a miss. */
+static void param_group_patterns(void) {
+    static char store[141][48];
+    const char *names[141];
+    int n = 0;
+    snprintf(store[n++], 48, "tok_embeddings.weight");
+    static const char *const attn[] = {"attention_norm.weight",   "attention.wq.weight",
+                                       "attention.wk.weight",     "attention.wv.weight",
+                                       "attention.q_norm.weight", "attention.k_norm.weight",
+                                       "attention.wo.weight",     "ffn_norm.weight"};
+    for (int l = 0; l < 12; l++) {
+        for (int t = 0; t < 8; t++) snprintf(store[n++], 48, "layers.%d.%s", l, attn[t]);
+        if (l % 2) {
+            snprintf(store[n++], 48, "layers.%d.moe.router.gate.weight", l);
+            for (int w = 0; w < 3; w++)
+                snprintf(store[n++], 48, "layers.%d.moe.experts.w%d", l, "132"[w] - '0');
+        } else {
+            for (int w = 0; w < 3; w++)
+                snprintf(store[n++], 48, "layers.%d.feed_forward.w%d.weight", l, "132"[w] - '0');
+        }
+    }
+    snprintf(store[n++], 48, "norm.weight");
+    snprintf(store[n++], 48, "output.weight");
+    for (int i = 0; i < n; i++) names[i] = store[i];
+    static const struct {
+        const char *pattern;
+        int count, first, last;
+    } py[] = {
+        {"(?:tok_embeddings|output)\\.", 2, 0, 140},
+        {"\\.router\\.gate\\.", 6, 20, 135},
+        {"_norm", 48, 1, 134},
+        {"^norm", 1, 139, 139},
+        {"\\.w[qk]{,1}\\.", 24, 2, 129},
+        {"layers\\.\\d{,1}\\.attention\\.", 60, 2, 110},
+        {"layers\\.\\d{1, 2}\\.|norm\\.weight$", 49, 1, 139},
+        {"layers\\.1\\d\\.", 23, 116, 138},
+        {"w{,}q", 24, 2, 131},
+        {"w{}|wq", 12, 2, 128},
+        {"(?i)NORM", 49, 1, 139},
+        {"(?i:NORM)|wk", 61, 1, 139},
+        {"(?#[)^norm|layers\\.\\d{,1}\\.attention\\.", 61, 2, 139},
+        {"\\bq_norm\\b", 12, 5, 131},
+        {"\\Anorm", 1, 139, 139},
+        {"(?P<n>n)(?P=n)?orm", 49, 1, 139},
+        {"(?<=\\.)wq", 12, 2, 128},
+        {"experts\\.w[13]$", 12, 21, 137},
+        {"[\\]]|experts", 18, 21, 138},
+        {"[]a]|wv", 138, 1, 138},
+        {"\\x6eorm", 49, 1, 139},
+        {"\xc3\xa9?norm", 49, 1, 139},
+        {"norm++", 49, 1, 139},
+        {"(?>norm)\\.", 49, 1, 139},
+        {"(?s)norm", 49, 1, 139},
+        {"(?-i:norm)", 49, 1, 139},
+    };
+    base_err err;
+    int go[141];
+    int64_t counts[2];
+    for (size_t k = 0; k < sizeof py / sizeof py[0]; k++) {
+        const train_param_group g[2] = {{.pattern = py[k].pattern, .where = "x.toml", .line = 1},
+                                        {.pattern = ".*", .where = "x.toml", .line = 5}};
+        const int rc = train_param_groups_assign(g, 2, names, n, go, counts, &err);
+        int first = -1, last = -1;
+        for (int i = 0; i < n && !rc; i++)
+            if (go[i] == 0) last = i, first = first < 0 ? i : first;
+        CHECK(!rc && counts[0] == py[k].count && first == py[k].first && last == py[k].last,
+              "pattern '%s': titan %lld names (%d..%d), Python %d (%d..%d): %s", py[k].pattern,
+              rc ? -1LL : (long long)counts[0], first, last, py[k].count, py[k].first, py[k].last,
+              rc ? err.msg : "");
+    }
+    /* read otherwise by PCRE2 (or by another PCRE2 version) than by Python: refused */
+    static const char *const unlike[] = {
+        "(?x)norm",   "[[:digit:]]", "[[.a.]]",   "\\u006eorm", "\\N{LATIN SMALL LETTER N}orm",
+        "\\Qnorm\\E", "norm\\K",     "\\p{L}orm", "\\x{6e}orm", "\\horm",
+        "norm\\z",    "(?<n>norm)",  "(?|a|b)",   "norm(?i)al", "(*UTF)norm",
+        "\\e",        "(?R)",        "(?P>n)",    "(?#x",       "\\x6",
+    };
+    for (size_t k = 0; k < sizeof unlike / sizeof unlike[0]; k++) {
+        const train_param_group g[2] = {{.pattern = unlike[k], .where = "x.toml", .line = 1},
+                                        {.pattern = ".*", .where = "x.toml", .line = 5}};
+        const int rc = train_param_groups_assign(g, 2, names, n, go, counts, &err);
+        CHECK(rc && strstr(err.msg, "is not read alike by Python's re and PCRE2"),
+              "pattern '%s' should be refused: %s", unlike[k], rc ? err.msg : "(accepted)");
+    }
+    /* a match that runs out of PCRE2's backtracking limit is an error, not a miss */
+    const train_param_group slow[2] = {
+        {.pattern = "(?:(?:\\w|\\.)+)+z|norm", .where = "x.toml", .line = 1},
+        {.pattern = ".*", .where = "x.toml", .line = 5}};
+    CHECK(train_param_groups_assign(slow, 2, names, n, go, counts, &err) &&
+              strstr(err.msg, "x.toml:1:0: optimizer param_groups pattern"),
+          "a match limit: %s", err.msg);
+}
+
 /* [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig): values as written,
  * torch.optim's constructor defaults for the kwargs not given (AdamW: betas (0.9, 0.999), eps
  * 1e-8, weight_decay 0.01; Adam: weight_decay 0), file order kept, the print round trip, the
  * options refused beside them, and a later file's list replacing an earlier one's. */
 static void param_groups(void) {
+    train_config c2;
     const char *text = "[[optimizer.param_groups]]\n"
                        "pattern = '(?:tok_embeddings|output)\\.'\n"
                        "optimizer_name = \"AdamW\"\n"
@@ -1553,6 +1654,26 @@ static void param_groups(void) {
               "fused + foreach case %d: %s", i, rc ? err.msg : "(accepted)");
         train_config_free(&d);
     }
+    /* an empty [optimizer.param_groups] (single brackets) is refused, as with keys; 64 groups
+     * are the most (the step keeps per-group arrays of that size) */
+    rc = load(&c2, "[optimizer.param_groups]\n", &err);
+    CHECK(rc && strstr(err.msg, "x.toml:1:1: optimizer.param_groups is an array of tables"),
+          "an empty [optimizer.param_groups]: %s", rc ? err.msg : "(accepted)");
+    train_config_free(&c2);
+    char many[65 * 96 + 1] = "";
+    for (int k = 0; k < 65; k++)
+        snprintf(many + strlen(many), sizeof many - strlen(many),
+                 "[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'AdamW'\n"
+                 "optimizer_kwargs.lr = 1\n");
+    rc = load(&c2, many, &err);
+    CHECK(rc && strstr(err.msg, "x.toml:257:1: [[optimizer.param_groups]]: more than 64 groups"),
+          "65 groups: %s", rc ? err.msg : "(accepted)");
+    train_config_free(&c2);
+    many[64 * strlen("[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'AdamW'\n"
+                     "optimizer_kwargs.lr = 1\n")] = 0;
+    rc = load(&c2, many, &err);
+    CHECK(!rc && c2.optimizer.n_param_groups == 64, "64 groups: %s", err.msg);
+    train_config_free(&c2);
     /* a second file's groups replace the first's; a file without any keeps them */
     const char *two = "[[optimizer.param_groups]]\npattern = 'w'\noptimizer_name = 'AdamW'\n"
                       "optimizer_kwargs = {lr = 2}\n";
@@ -1584,6 +1705,7 @@ int main(void) {
     set_names();
     model_args_every_front_end();
     param_groups();
+    param_group_patterns();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
 }

@@ -59,10 +59,10 @@ void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gsca
                        .neg_step = (float)(-(dlr / bc1)),
                        .small = small};
     const ptrdiff_t len = (ptrdiff_t)n;
-    /* up to 65536 elements on the calling thread with no parallel region at all:
+    /* up to OPS_ADAMW_SERIAL_MAX elements on the calling thread with no parallel region at all:
      * optim_adamw_step calls it per block from its own parallel loop, where even an `if`-ed
      * nested region costs libgomp bookkeeping (futex calls) per block */
-    if (len > 65536) {
+    if (len > OPS_ADAMW_SERIAL_MAX) {
 #pragma omp parallel for simd schedule(static)
         for (ptrdiff_t i = 0; i < len; i++) adamw_elem(&k, p + i, m + i, v + i, g + i);
     } else {
