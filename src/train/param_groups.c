@@ -165,20 +165,16 @@ static pcre2_code *compile(const char *pattern, base_err *err) {
     return re;
 }
 
-/* A number in [0, hi) (hi_open) or [0, hi]: TOML's integers count as numbers. */
-static int number(const base_toml_value *v, double hi, int hi_open, double *out, char *why,
-                  size_t n) {
+/* A number in [0, hi) (hi 1: betas; INFINITY: finite): TOML's integers count as numbers. */
+static int number(const base_toml_value *v, double hi, double *out, char *why, size_t n) {
     if (v->type != BASE_TOML_FLOAT && v->type != BASE_TOML_INT) {
         snprintf(why, n, "expected a number, got %s", base_toml_type_name(v->type));
         return -1;
     }
     const double x = v->type == BASE_TOML_INT ? (double)v->i : v->f;
-    if (!(x >= 0) || (hi_open ? !(x < hi) : !(x <= hi))) {
-        snprintf(why, n, "%g is out of range: torch.optim takes [0, %s%s", x,
-                 isinf(hi) ? "inf" : "1",
-                 hi_open     ? ")"
-                 : isinf(hi) ? ")"
-                             : "]");
+    if (!(x >= 0 && x < hi)) {
+        snprintf(why, n, "%g is out of range: torch.optim takes [0, %s)", x,
+                 isinf(hi) ? "inf" : "1");
         return -1;
     }
     *out = x;
@@ -205,18 +201,18 @@ static int kwarg(train_param_group *g, const base_toml_kv *kv, unsigned *set, ch
     const base_toml_value *v = &kv->val;
     switch (k) {
     case KW_LR:
-        return number(v, INFINITY, 1, &g->c.lr, why, n);
+        return number(v, INFINITY, &g->c.lr, why, n);
     case KW_EPS:
-        return number(v, INFINITY, 1, &g->c.eps, why, n);
+        return number(v, INFINITY, &g->c.eps, why, n);
     case KW_WD:
-        return number(v, INFINITY, 1, &g->c.weight_decay, why, n);
+        return number(v, INFINITY, &g->c.weight_decay, why, n);
     case KW_BETAS:
         if (v->type != BASE_TOML_ARRAY || v->n_items != 2) {
             snprintf(why, n, "expected two numbers, [beta1, beta2]");
             return -1;
         }
-        return number(&v->items[0], 1, 1, &g->c.beta1, why, n) ||
-               number(&v->items[1], 1, 1, &g->c.beta2, why, n);
+        return number(&v->items[0], 1, &g->c.beta1, why, n) ||
+               number(&v->items[1], 1, &g->c.beta2, why, n);
     default: /* booleans: fused / foreach choose torch's implementation; the rest change it */
         if (v->type != BASE_TOML_BOOL) {
             snprintf(why, n, "expected true or false, got %s", base_toml_type_name(v->type));
