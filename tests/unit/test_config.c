@@ -1674,6 +1674,15 @@ static void param_groups(void) {
     rc = load(&c2, many, &err);
     CHECK(!rc && c2.optimizer.n_param_groups == 64, "64 groups: %s", err.msg);
     train_config_free(&c2);
+    /* [optimizer] name = "Adam" alone: its step is AdamW's when weight_decay is 0 (refused
+     * otherwise: the "refused" table above) */
+    {
+        char *argv[] = {"--optimizer.name", "Adam", "--optimizer.weight_decay", "0", NULL};
+        rc = from_args(&c2, argv, &err) || train_config_to_opts(&c2, &o, &err);
+        CHECK(!rc && o.adamw.weight_decay == 0 && !o.n_param_groups, "Adam, weight decay 0: %s",
+              err.msg);
+        train_config_free(&c2);
+    }
     /* a second file's groups replace the first's; a file without any keeps them */
     const char *two = "[[optimizer.param_groups]]\npattern = 'w'\noptimizer_name = 'AdamW'\n"
                       "optimizer_kwargs = {lr = 2}\n";
