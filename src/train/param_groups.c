@@ -100,6 +100,9 @@ static int python_re(const char *pat, char *out, char *why, size_t n) {
                     }
                 if (*f == ')' && at != 0)
                     return unlike(why, n, "a global flag group not at the start", at);
+                if (*f == ')' && memchr(p + 2, '-', (size_t)(f - p - 2)))
+                    return unlike(why, n,
+                                  "a global flag group turning flags off (Python: (?-i:...))", at);
             } else if ((g == '<' && p[3] != '=' && p[3] != '!') || g == '|' || g == '\'' ||
                        g == 'R' || g == '&' || g == '+' || g == 'C' || (g >= '0' && g <= '9') ||
                        (g == 'P' && p[3] == '>')) {

@@ -1549,6 +1549,7 @@ static void param_group_patterns(void) {
         "\\Qnorm\\E", "norm\\K",     "\\p{L}orm", "\\x{6e}orm", "\\horm",
         "norm\\z",    "(?<n>norm)",  "(?|a|b)",   "norm(?i)al", "(*UTF)norm",
         "\\e",        "(?R)",        "(?P>n)",    "(?#x",       "\\x6",
+        "(?-i)norm",  "(?i-s)norm",
     };
     for (size_t k = 0; k < sizeof unlike / sizeof unlike[0]; k++) {
         const train_param_group g[2] = {{.pattern = unlike[k], .where = "x.toml", .line = 1},
