@@ -222,9 +222,11 @@ typedef struct {
     int64_t active; /* per token: total minus the experts a token does not use (MoE) */
 } model_counts;
 void model_count_params(const model_args *a, model_counts *c);
-/* The names (torchtitan FQNs, model_param.name) of a's parameters in their fixed order, one
- * call of fn each: what a model built from a holds, without building it. */
-void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *name), void *ctx);
+/* The names (torchtitan FQNs, model_param.name) and element counts (the whole tensor, every
+ * expert) of a's parameters in their fixed order, one call of fn each: what a model built
+ * from a holds, without building it. */
+void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *name, int64_t numel),
+                       void *ctx);
 
 /* Activation checkpointing: a checkpointed block keeps only its input and recomputes its
  * forward in backward (bitwise the same values). FULL: every block. SELECTIVE: torchtitan's

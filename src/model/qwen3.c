@@ -281,17 +281,18 @@ void model_count_params(const model_args *a, model_counts *c) {
 }
 
 typedef struct {
-    void (*fn)(void *ctx, const char *name);
+    void (*fn)(void *ctx, const char *name, int64_t numel);
     void *ctx;
 } names_ctx;
 
 static void names_emit(void *ctx, int unit, const char *name, const char *hf, int64_t d0,
                        int64_t d1, int64_t d2, int is_norm, unsigned readers) {
     const names_ctx *nc = ctx;
-    nc->fn(nc->ctx, name);
+    nc->fn(nc->ctx, name, d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1));
 }
 
-void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *name), void *ctx) {
+void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *name, int64_t numel),
+                       void *ctx) {
     names_ctx nc = {fn, ctx};
     walk_params(a, names_emit, &nc);
 }

@@ -327,6 +327,8 @@ int train_param_groups_assign(const train_param_group *g, int n, const char *con
                               int n_names, int *group_of, int64_t *counts, base_err *err);
 /* The same over the parameters of o->model, before anything is built (train_preflight). */
 int train_param_groups_check(const train_opts *o, base_err *err);
+/* ... and with each group's parameters, elements and hyperparameters printed to f (titan plan). */
+int train_param_groups_print(const train_opts *o, FILE *f, base_err *err);
 /* The spans of this rank's shard vector [0, dist_fsdp_shard_len) and the hyperparameters each
  * steps with (o->param_groups', or o->adamw for all), in order, covering it (malloc'ed);
  * counts: NULL, or [o->n_param_groups] the parameters of each group. */

@@ -422,14 +422,15 @@ int train_param_groups_assign(const train_param_group *g, int n, const char *con
     return rc;
 }
 
-/* model_param_names' callback: appends to a growing list (NULL items once out of memory). */
+/* model_param_names' callback: appends to a growing list (oom once out of memory). */
 typedef struct {
     const char **v;
     char **own;
+    int64_t *numel;
     int n, cap, oom;
 } name_list;
 
-static void add_name(void *ctx, const char *name) {
+static void add_name(void *ctx, const char *name, int64_t numel) {
     name_list *l = ctx;
     if (l->oom) return;
     if (l->n == l->cap) {
@@ -437,11 +438,13 @@ static void add_name(void *ctx, const char *name) {
         char **own = realloc(l->own, sizeof *own * (size_t)cap);
         if (own) l->own = own;
         const char **v = own ? realloc(l->v, sizeof *v * (size_t)cap) : NULL;
-        if (!v) {
+        if (v) l->v = v;
+        int64_t *ne = v ? realloc(l->numel, sizeof *ne * (size_t)cap) : NULL;
+        if (!ne) {
             l->oom = 1;
             return;
         }
-        l->v = v;
+        l->numel = ne;
         l->cap = cap;
     }
     if (!(l->own[l->n] = strdup(name))) {
@@ -449,24 +452,51 @@ static void add_name(void *ctx, const char *name) {
         return;
     }
     l->v[l->n] = l->own[l->n];
-    l->n++;
+    l->numel[l->n++] = numel;
 }
 
-int train_param_groups_check(const train_opts *o, base_err *err) {
+/* Each of o->model's parameters' group (as train_param_groups_assign), and f NULL or where to
+ * print the groups: their parameters and elements (the whole model's), and hyperparameters. */
+static int groups_of_model(const train_opts *o, FILE *f, base_err *err) {
     if (!o->n_param_groups) return 0;
     name_list l = {0};
     model_param_names(&o->model, add_name, &l);
     int *group_of = malloc(sizeof *group_of * (size_t)(l.n ? l.n : 1));
-    int64_t counts[TRAIN_MAX_PARAM_GROUPS];
+    int64_t counts[TRAIN_MAX_PARAM_GROUPS], elems[TRAIN_MAX_PARAM_GROUPS] = {0}, total = 0;
     const int rc = l.oom || !group_of
                        ? base_fail(err, "out of memory")
                        : train_param_groups_assign(o->param_groups, o->n_param_groups, l.v, l.n,
                                                    group_of, counts, err);
+    for (int i = 0; i < l.n && !rc; i++) {
+        elems[group_of[i]] += l.numel[i];
+        total += l.numel[i];
+    }
+    if (!rc && f) {
+        fprintf(f, "optimizer parameter groups ([[optimizer.param_groups]], first match wins)\n");
+        for (int k = 0; k < o->n_param_groups; k++) {
+            const train_param_group *g = &o->param_groups[k];
+            fprintf(f,
+                    "  %d %-5s [%s]: %lld parameters, %lld elements (%.1f%%); lr %g, betas (%g, "
+                    "%g), eps %g, weight_decay %g\n",
+                    k, g->optimizer_name, g->pattern, (long long)counts[k], (long long)elems[k],
+                    total ? 100.0 * (double)elems[k] / (double)total : 0.0, g->c.lr, g->c.beta1,
+                    g->c.beta2, g->c.eps, g->c.weight_decay);
+        }
+    }
     for (int i = 0; i < l.n; i++) free(l.own[i]);
     free(l.own);
     free(l.v);
+    free(l.numel);
     free(group_of);
     return rc;
+}
+
+int train_param_groups_check(const train_opts *o, base_err *err) {
+    return groups_of_model(o, NULL, err);
+}
+
+int train_param_groups_print(const train_opts *o, FILE *f, base_err *err) {
+    return groups_of_model(o, f, err);
 }
 
 int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, optim_span **out,

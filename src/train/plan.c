@@ -537,6 +537,7 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     if (!rc) in = train_plan_in_of(&o, world);
     if (!rc) rc = train_plan_compute(&in, &p, err);
     if (!rc) train_plan_print(&in, &p, budget, stdout);
+    if (!rc) rc = train_param_groups_print(&o, stdout, err);
     /* each source of a mixture is split over the ranks on its own */
     for (int i = 0; !rc && i < (c.training.dataset_sources.n ? c.training.dataset_sources.n : 1);
          i++)

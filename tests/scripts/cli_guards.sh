@@ -189,4 +189,18 @@ done
 comm=$(cat /proc/$pid/comm 2>/dev/null)
 kill $pid 2>/dev/null; wait $pid 2>/dev/null
 [ "$comm" = titan ] && ok "process name: $comm" || { echo "FAIL process name '$comm'"; fail=1; }
+# titan plan lists the [[optimizer.param_groups]]: each group's parameters and elements (the
+# whole model's: debugmodel's 8 blocks of wo [256, 16 x 128] and w2 [256, 3072]), and refuses a
+# pattern that matches nothing as train does
+source "$(dirname "$0")/args.sh" # fixtures
+"$titan" plan --config "$fixtures/param_groups/dense.toml" > "$out/o" 2>&1 &&
+  grep -qF "2 AdamW [\.w[o2]\.]: 16 parameters, $((8 * (256 * 16 * 128 + 256 * 3072))) elements" \
+    "$out/o" && grep -qF "1 Adam  [norm]: 33 parameters" "$out/o" &&
+  ok "plan lists the parameter groups" || bad "plan's parameter groups"
+printf '[[optimizer.param_groups]]\npattern = "nomatch"\noptimizer_name = "AdamW"\noptimizer_kwargs = {lr = 1}\n' \
+  > "$out/nomatch.toml"
+"$titan" plan --config "$out/nomatch.toml" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "nomatch.toml:1:1: optimizer param_groups pattern 'nomatch' matched no" "$out/o" &&
+  ok "plan refuses a parameter group matching nothing" || bad "plan, a group matching nothing (rc $rc)"
+
 exit $fail
