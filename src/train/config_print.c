@@ -118,13 +118,8 @@ void value_text(const field *fd, const void *s, char *out, size_t n) {
  * refuses both): their defaults printed as comments beside groups, so the output loads back
  * (a value set stays, refused as the input is). */
 static int replaced_by_groups(const train_config *c, const field *fd) {
-    static const char *const keys[] = {"name", "lr", "beta1", "beta2", "eps", "weight_decay"};
-    if (!c->optimizer.n_param_groups || strcmp(fd->section, "optimizer") ||
-        c->origin[fd - g_fields].where)
-        return 0;
-    for (int i = 0; i < 6; i++)
-        if (!strcmp(fd->key, keys[i])) return 1;
-    return 0;
+    return c->optimizer.n_param_groups && train_param_groups_replace(fd) &&
+           !c->origin[fd - g_fields].where;
 }
 
 /* Each group with every kwarg (torch's defaults resolved), after [optimizer]'s keys. */

@@ -96,6 +96,9 @@ const char *type_name(const field *f);
  * earlier file's), checked; marks the tables it read in handled[doc->n_tables]. */
 int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned char *handled,
                             base_err *err);
+/* Whether f is one of [optimizer]'s own hyperparameters (name, lr, beta1, beta2, eps,
+ * weight_decay), which each [[optimizer.param_groups]] entry carries instead. */
+int train_param_groups_replace(const field *f);
 /* Checks and stores a value for field fi; errors start with the value's origin. */
 int assign(train_config *c, int fi, base_toml_value *v, const char *where, int line, int col,
            base_err *err);

@@ -327,6 +327,9 @@ int train_param_groups_assign(const train_param_group *g, int n, const char *con
                               int n_names, int *group_of, int64_t *counts, base_err *err);
 /* The same over the parameters of o->model, before anything is built (train_preflight). */
 int train_param_groups_check(const train_opts *o, base_err *err);
+/* A group's hyperparameters as the start-up log and titan plan say them ("lr 0.001, betas
+ * (0.9, 0.95), eps 1e-08, weight_decay 0.1") into buf[n]. */
+void train_param_group_hyper(const train_param_group *g, char *buf, size_t n);
 /* ... and with each group's parameters, elements and hyperparameters printed to f (titan plan). */
 int train_param_groups_print(const train_opts *o, FILE *f, base_err *err);
 /* The spans of this rank's shard vector [0, dist_fsdp_shard_len) and the hyperparameters each

@@ -188,7 +188,8 @@ static int number(const base_toml_value *v, double hi, double *out, char *why, s
 static const char *const k_kwargs[] = {"lr",         "betas",         "eps",     "weight_decay",
                                        "fused",      "foreach",       "amsgrad", "maximize",
                                        "capturable", "differentiable"};
-enum { KW_LR, KW_BETAS, KW_EPS, KW_WD, KW_FUSED, KW_FOREACH, N_KW = 10 };
+enum { KW_LR, KW_BETAS, KW_EPS, KW_WD, KW_FUSED, KW_FOREACH };
+#define N_KW ((int)(sizeof k_kwargs / sizeof k_kwargs[0]))
 
 static int kwarg(train_param_group *g, const base_toml_kv *kv, unsigned *set, char *why, size_t n) {
     int k = 0;
@@ -229,6 +230,19 @@ static int kwarg(train_param_group *g, const base_toml_kv *kv, unsigned *set, ch
         }
         return 0;
     }
+}
+
+int train_param_groups_replace(const field *f) {
+    static const char *const keys[] = {"name", "lr", "beta1", "beta2", "eps", "weight_decay"};
+    if (strcmp(f->section, "optimizer")) return 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(f->key, keys[i])) return 1;
+    return 0;
+}
+
+void train_param_group_hyper(const train_param_group *g, char *buf, size_t n) {
+    snprintf(buf, n, "lr %g, betas (%g, %g), eps %g, weight_decay %g", g->c.lr, g->c.beta1,
+             g->c.beta2, g->c.eps, g->c.weight_decay);
 }
 
 /* The element's index from "optimizer.param_groups[3]..." and what follows it ("" for the
@@ -475,12 +489,11 @@ static int groups_of_model(const train_opts *o, FILE *f, base_err *err) {
         fprintf(f, "optimizer parameter groups ([[optimizer.param_groups]], first match wins)\n");
         for (int k = 0; k < o->n_param_groups; k++) {
             const train_param_group *g = &o->param_groups[k];
-            fprintf(f,
-                    "  %d %-5s [%s]: %lld parameters, %lld elements (%.1f%%); lr %g, betas (%g, "
-                    "%g), eps %g, weight_decay %g\n",
-                    k, g->optimizer_name, g->pattern, (long long)counts[k], (long long)elems[k],
-                    total ? 100.0 * (double)elems[k] / (double)total : 0.0, g->c.lr, g->c.beta1,
-                    g->c.beta2, g->c.eps, g->c.weight_decay);
+            char hyper[160];
+            train_param_group_hyper(g, hyper, sizeof hyper);
+            fprintf(f, "  %d %-5s [%s]: %lld parameters, %lld elements (%.1f%%); %s\n", k,
+                    g->optimizer_name, g->pattern, (long long)counts[k], (long long)elems[k],
+                    total ? 100.0 * (double)elems[k] / (double)total : 0.0, hyper);
         }
     }
     for (int i = 0; i < l.n; i++) free(l.own[i]);

@@ -262,11 +262,10 @@ static int optim_groups(run *r, base_err *err) {
         return -1;
     for (int k = 0; k < o->n_param_groups && r->lead; k++) {
         const train_param_group *g = &o->param_groups[k];
-        base_log(BASE_LOG_INFO,
-                 "optimizer: group %d, %s: %lld parameters [%s] lr %g, betas (%g, %g), eps %g, "
-                 "weight_decay %g",
-                 k, g->optimizer_name, (long long)counts[k], g->pattern, g->c.lr, g->c.beta1,
-                 g->c.beta2, g->c.eps, g->c.weight_decay);
+        char hyper[160];
+        train_param_group_hyper(g, hyper, sizeof hyper);
+        base_log(BASE_LOG_INFO, "optimizer: group %d, %s: %lld parameters [%s] %s", k,
+                 g->optimizer_name, (long long)counts[k], g->pattern, hyper);
     }
     return 0;
 }

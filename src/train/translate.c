@@ -40,11 +40,10 @@ static int apply_model_overrides(const train_config *c, model_args *a, base_err 
  * are refused by name. */
 static int param_groups_check(const train_config *c, base_err *err) {
     if (!c->optimizer.n_param_groups) return 0;
-    static const char *const keys[] = {"name", "lr", "beta1", "beta2", "eps", "weight_decay"};
     const train_param_group *g = c->optimizer.param_groups;
-    for (int i = 0; i < 6; i++)
-        if (c->origin[find_field("optimizer", keys[i])].where)
-            return fail_field(c, "optimizer", keys[i], err,
+    for (int fi = 0; fi < N_FIELDS; fi++) /* (in the schema's order: name, lr, beta1, ...) */
+        if (train_param_groups_replace(&g_fields[fi]) && c->origin[fi].where)
+            return fail_field(c, g_fields[fi].section, g_fields[fi].key, err,
                               "set beside [[optimizer.param_groups]] (%s:%d), whose groups each "
                               "carry their own optimizer_name and optimizer_kwargs: set it in "
                               "each group instead",
