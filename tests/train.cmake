@@ -67,6 +67,13 @@ add_test(NAME finetune_param_groups
           ${CMAKE_BINARY_DIR}/finetune_param_groups groups)
 set_tests_properties(finetune_param_groups PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+# optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam.
+add_test(NAME finetune_adam
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+          ${CMAKE_BINARY_DIR}/finetune_adam adam)
+set_tests_properties(finetune_adam PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
 # Bad job inputs are one-line errors before any step runs.
 add_test(NAME train_bad_input

@@ -372,8 +372,10 @@ static int cf_adamw(const ops_table *x, const ops_table *y, const ops_ctx *c, ui
     for (size_t i = 0; i < n; i++) v1[i] = fabsf(v1[i]);
     if (!(v2 = cf_dup(v1, n))) return -1;
     const float gscale = (float)cf_int(s, 1, 4) / 4.0f; /* a clipping coefficient, or 1 */
-    x->adamw(p1, m1, v1, g, gscale, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-    y->adamw(p2, m2, v2, g, gscale, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+    /* AdamW's decoupled decay, or Adam's coupled one (each implementation must take both) */
+    const double wd = cf_int(s, 0, 1) ? 0.1 : 0.0, l2 = wd != 0 ? 0.0 : 0.05;
+    x->adamw(p1, m1, v1, g, gscale, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, t);
+    y->adamw(p2, m2, v2, g, gscale, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, t);
     cf_cmp(r, "p", p1, p2, n, 1e-5);
     cf_cmp(r, "m", m1, m2, n, 1e-5);
     cf_cmp(r, "v", v1, v2, n, 1e-5);
@@ -720,7 +722,8 @@ static size_t cf_adamw_n(const ops_ctx *c) {
 
 static void cf_run_adamw(const cf_bench *b) {
     float *const *f = b->buf;
-    b->t->adamw(f[0], f[1], f[2], f[3], 1.0f, cf_adamw_n(&b->c), 1e-4, 0.9, 0.95, 1e-8, 0.1, 3);
+    b->t->adamw(f[0], f[1], f[2], f[3], 1.0f, cf_adamw_n(&b->c), 1e-4, 0.9, 0.95, 1e-8, 0.1, 0.0,
+                3);
 }
 
 /* one decode step at the last position of the window */

@@ -65,9 +65,11 @@
  *   target, 0 elsewhere) are all-reduced (sum): every rank returns the same total loss, dw
  *   is the gradient of its shard, and dx receives this shard's PART of the input gradient
  *   (the caller sums it over the group). vs NULL: the whole vocabulary, no reductions.
- * adamw: AdamW (torch.optim.AdamW semantics, decoupled decay) on n elements, step t >= 1, with
- *   the gradient g * gscale (fp32 product; gradient clipping's coefficient, 1 = none: clipping
- *   then costs no pass of its own over the gradients, which stay unscaled in memory):
+ * adamw: AdamW (torch.optim.AdamW semantics, decoupled decay wd) on n elements, step t >= 1,
+ *   with the gradient g * gscale (fp32 product; gradient clipping's coefficient, 1 = none:
+ *   clipping then costs no pass of its own over the gradients, which stay unscaled in memory);
+ *   l2 != 0: torch.optim.Adam's coupled weight decay, g += l2 * p (the parameter before the
+ *   step) ahead of the moments (torch never sets both: Adam passes wd 0, AdamW l2 0):
  *   p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward.
  *   Hyperparameters are doubles, as Python holds them: the kernel derives its fp32 scalars
@@ -139,8 +141,8 @@
       (dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk, n_valid, vs, dw_acc))           \
     F(ADAMW, adamw, NULL, 0, void,                                                                 \
       (float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,            \
-       double beta1, double beta2, double eps, double wd, int64_t t),                              \
-      (p, m, v, g, gscale, n, lr, beta1, beta2, eps, wd, t))                                       \
+       double beta1, double beta2, double eps, double wd, double l2, int64_t t),                   \
+      (p, m, v, g, gscale, n, lr, beta1, beta2, eps, wd, l2, t))                                   \
     F(ATTENTION_KV, attention_kv, "attention.kv", 0, void,                                         \
       (float *out, const float *q, const float *k, const float *v, int T, int pos0, int H, int G,  \
        int hd),                                                                                    \

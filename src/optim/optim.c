@@ -39,7 +39,8 @@ static void step_range(optim_adamw *o, float *params, const float *grads, float 
         const optim_adamw_cfg *c = span[k].c;
         const size_t s = span[k].lo > lo ? span[k].lo : lo, e = span[k].hi < hi ? span[k].hi : hi;
         o->kernel(params + s, o->m + s, o->v + s, grads + s, gscale, e - s, c->lr * lr_factor,
-                  c->beta1, c->beta2, c->eps, c->weight_decay, o->step);
+                  c->beta1, c->beta2, c->eps, c->adam ? 0.0 : c->weight_decay,
+                  c->adam ? c->weight_decay : 0.0, o->step);
     }
 }
 

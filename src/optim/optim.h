@@ -1,4 +1,4 @@
-/* optim: AdamW over flat buffers, global-norm gradient clipping, and torchtitan's
+/* optim: AdamW (and Adam) over flat buffers, global-norm gradient clipping, and torchtitan's
  * warmup-stable-decay LR schedule. */
 #ifndef TITAN_OPTIM_H
 #define TITAN_OPTIM_H
@@ -9,8 +9,11 @@
 #include "base/base.h"
 #include "ops/ops.h"
 
+/* adam 0: torch.optim.AdamW (weight_decay decoupled: p *= 1 - lr wd); 1: torch.optim.Adam
+ * (weight_decay coupled, an L2 penalty: g += wd p before the moments; wd 0 is AdamW's step). */
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
+    int adam;
 } optim_adamw_cfg;
 
 typedef struct {

@@ -197,14 +197,15 @@ const field g_fields[] = {
     POINT(training.dataloader, prefetch_factor, 1, BIG, P_INERT, "torch DataLoader option"),
 
     STR(optimizer, name, "AdamW", "AdamW|Adam",
-        "optimizer (Adam: with weight_decay 0, AdamW's step; per-parameter groups: "
-        "[[optimizer.param_groups]])"),
+        "optimizer (Adam: weight_decay is an L2 penalty added to the gradient, as "
+        "torch.optim.Adam; per-parameter groups: [[optimizer.param_groups]])"),
     FLT(optimizer, lr, 8e-4, 0, INFINITY, 0, "peak learning rate"),
     FLT(optimizer, beta1, 0.9, 0, 1, 2, "AdamW beta1"),
     FLT(optimizer, beta2, 0.95, 0, 1, 2, "AdamW beta2"),
     FLT(optimizer, eps, 1e-8, 0, INFINITY, 1, "AdamW epsilon"),
     FLT(optimizer, weight_decay, 0.1, 0, INFINITY, 0,
-        "decoupled weight decay (all params; per group: [[optimizer.param_groups]])"),
+        "weight decay, AdamW's decoupled or Adam's L2 (all params; per group: "
+        "[[optimizer.param_groups]])"),
     STR(optimizer, implementation, "fused", "fused|foreach|for-loop|!fused_opt_states_bf16",
         "torch's variants; titan has one AdamW kernel for all three"),
     PBOOL(optimizer, early_step_in_backward, 0, P_REFUSE,

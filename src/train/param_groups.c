@@ -367,12 +367,7 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
         if (!(set[i] & 1u << KW_BETAS)) g[i].c.beta1 = 0.9, g[i].c.beta2 = 0.999;
         if (!(set[i] & 1u << KW_EPS)) g[i].c.eps = 1e-8;
         if (!(set[i] & 1u << KW_WD)) g[i].c.weight_decay = adam ? 0.0 : 0.01;
-        if (adam && g[i].c.weight_decay != 0)
-            rc = base_fail(err,
-                           "%s:%d:%d: " PG "[%d]: Adam with weight_decay %g adds weight_decay x "
-                           "the parameter to its gradient (L2), which titan does not implement: "
-                           "use AdamW (decoupled weight decay) or weight_decay = 0",
-                           c->file, g[i].line, g[i].col, i, g[i].c.weight_decay);
+        g[i].c.adam = adam;
     }
     free(set);
     if (!rc) {

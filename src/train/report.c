@@ -286,9 +286,9 @@ int train_report_facts(train_report_run *r, const char *page, const train_opts *
          (long long)o->batch * o->seq_len * o->grad_accum * mesh->dp_size, o->batch, o->seq_len,
          o->grad_accum, mesh->dp_size);
     if (!o->n_param_groups)
-        fact(f, "steps", "%d (lr %.3g, warmup %lld, AdamW weight decay %.3g, max norm %.3g)",
-             o->steps, o->adamw.lr, (long long)o->lr.warmup_steps, o->adamw.weight_decay,
-             o->max_norm);
+        fact(f, "steps", "%d (lr %.3g, warmup %lld, %s weight decay %.3g, max norm %.3g)", o->steps,
+             o->adamw.lr, (long long)o->lr.warmup_steps, o->adamw.adam ? "Adam (L2)" : "AdamW",
+             o->adamw.weight_decay, o->max_norm);
     else
         fact(f, "steps", "%d (warmup %lld, max norm %.3g; %d parameter groups)", o->steps,
              (long long)o->lr.warmup_steps, o->max_norm, o->n_param_groups);

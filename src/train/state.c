@@ -22,6 +22,11 @@ static void adamw_values(const optim_adamw_cfg *c, double v[5]) {
     memcpy(v, x, sizeof x);
 }
 
+/* optimizer.name, as train.optimizer records it (checkpoints before Adam's L2 decay have none) */
+static const char *adamw_name(const optim_adamw_cfg *c) {
+    return c->adam ? "Adam" : "AdamW";
+}
+
 /* [[optimizer.param_groups]] as the checkpoint records them: [{"pattern", "optimizer_name",
  * "lr", "beta1", "beta2", "eps", "weight_decay"}, ...] (a resume says a change). */
 static json_t *param_groups_json(const train_opts *o) {
@@ -112,6 +117,7 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     double hp[5];
     adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5; i++) json_object_set_new(oj, k_adamw_keys[i], json_real(hp[i]));
+    json_object_set_new(oj, "name", json_string(adamw_name(&o->adamw)));
     json_object_set_new(root, "optimizer", oj);
     if (o->n_param_groups) json_object_set_new(root, "param_groups", param_groups_json(o));
     if (o->model.n_experts > 0)
@@ -278,6 +284,13 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                  "checkpoint: step-%lld was trained with %s, which apply from here (the AdamW "
                  "moments carry on; torchtitan would keep the checkpoint's hyperparameters)",
                  (long long)step, gd);
+    const char *name = json_string_value(json_object_get(oj, "name"));
+    if (name && !pg && !o->n_param_groups && strcmp(name, adamw_name(&o->adamw)))
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld was trained with optimizer.name = %.20s; this run's %s "
+                 "applies from here (the moments carry on; torchtitan would keep the "
+                 "checkpoint's decoupled_weight_decay)",
+                 (long long)step, name, adamw_name(&o->adamw));
     double hp[5];
     adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5 && !pg && !o->n_param_groups; i++) {

@@ -16,7 +16,7 @@
 /* One [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig, train/param_groups.c):
  * the parameters whose torchtitan FQN the pattern finds (Python's re.search; the first group
  * whose pattern finds a parameter takes it) step with these hyperparameters. optimizer_name
- * "AdamW" or "Adam" (Adam with weight_decay 0: the same step); kwargs not given take
+ * "AdamW" or "Adam" (c.adam: weight_decay coupled, torch.optim.Adam's); kwargs not given take
  * torch.optim's defaults (betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 AdamW / 0 Adam). */
 #define TRAIN_MAX_PARAM_GROUPS 64
 typedef struct {

@@ -590,13 +590,6 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                        "'%s' is not built in: set training.dataset_path (or dataset = 'random')",
                        c->training.dataset);
     dataset_random_note(c);
-    if (!strcmp(c->optimizer.name, "Adam") && c->optimizer.weight_decay != 0)
-        return NOT_YET(optimizer, name,
-                       "Adam with optimizer.weight_decay = %g adds weight_decay x the parameter "
-                       "to its gradient (L2), which titan does not implement: use AdamW "
-                       "(decoupled weight decay) or optimizer.weight_decay = 0 (then Adam's step "
-                       "is AdamW's)",
-                       c->optimizer.weight_decay);
     if (param_groups_check(c, err)) return -1;
     if (c->parallelism.pipeline_parallel_degree > 1)
         return NOT_YET(parallelism, pipeline_parallel_degree,
@@ -753,7 +746,8 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                                  .beta1 = c->optimizer.beta1,
                                  .beta2 = c->optimizer.beta2,
                                  .eps = c->optimizer.eps,
-                                 .weight_decay = c->optimizer.weight_decay};
+                                 .weight_decay = c->optimizer.weight_decay,
+                                 .adam = !strcmp(c->optimizer.name, "Adam")};
     o->param_groups = c->optimizer.param_groups;
     o->n_param_groups = c->optimizer.n_param_groups;
     if (o->n_param_groups) o->adamw = o->param_groups[0].c;

@@ -7,13 +7,17 @@ clipping) within 1e-5 relative, and the exported weights the PyTorch-trained wei
 1e-5 relative L2 over all parameters (1e-4 per tensor, see below).
 
 With `groups`, titan trains with [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig:
-other lr, betas, eps and weight decay per group, an Adam group, torch's defaults for kwargs not
-given) and PyTorch with the optimizers torchtitan's OptimizersContainer builds from the same
-list: each pattern re.search-ed over the parameters' torchtitan names in order, the first match
-taking a parameter, one torch.optim optimizer per optimizer_name with a group per pattern and a
-LambdaLR each.
+other lr, betas, eps and weight decay per group, Adam groups with and without its coupled (L2)
+weight decay, torch's defaults for kwargs not given) and PyTorch with the optimizers
+torchtitan's OptimizersContainer builds from the same list: each pattern re.search-ed over the
+parameters' torchtitan names in order, the first match taking a parameter, one torch.optim
+optimizer per optimizer_name with a group per pattern and a LambdaLR each.
 
-usage: check_finetune_e2e.py TITAN TEXT WORK [groups]
+With `adam`, titan trains with optimizer.name = "Adam" (torchtitan's other choice; its
+weight_decay, 0.1 here, is torch.optim.Adam's L2 penalty added to the gradient) and PyTorch
+with torch.optim.Adam.
+
+usage: check_finetune_e2e.py TITAN TEXT WORK [groups|adam]
 """
 import re
 import json
@@ -29,7 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_reference import lr_factor, torch_train_step  # noqa: E402  (the schedule's formula, §4.3)
 
 titan, text, work = sys.argv[1:4]
-GROUPS = len(sys.argv) > 4 and sys.argv[4] == "groups"
+MODE = sys.argv[4] if len(sys.argv) > 4 else ""
+assert MODE in ("", "groups", "adam"), MODE
+GROUPS = MODE == "groups"
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 torch.manual_seed(0)
@@ -58,6 +64,8 @@ PARAM_GROUPS = [
     (r"(?:tok_embeddings|output)\.", "AdamW",
      dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)),
     (r"norm\.weight$", "Adam", dict(lr=1e-2)),  # torch's betas (0.9, 0.999), weight_decay 0
+    # Adam's coupled decay: g += 0.1 p before the moments (AdamW's would be p *= 1 - lr 0.1)
+    (r"feed_forward\.w2\.", "Adam", dict(lr=LR, betas=(0.9, 0.95), weight_decay=0.1)),
     # wd 0.01; Python's {,1} is {0,1} (PCRE2 10.42 reads it as text: titan rewrites it)
     (r"\.attention\.w[qk]{,1}\.", "AdamW", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6)),
     (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
@@ -73,6 +81,8 @@ if GROUPS:
     i = cmd.index("--lr")
     del cmd[i:i + 2]  # the groups carry their own
     cmd[2:2] = ["--config", os.path.join(work, "groups.toml")]
+if MODE == "adam":
+    cmd += ["--optimizer.name", "Adam", "--optimizer.weight_decay", "0.1"]
 p = subprocess.run(cmd, capture_output=True, text=True)
 if p.returncode:
     sys.exit("titan train failed:\n" + p.stdout + p.stderr)
@@ -118,8 +128,8 @@ if GROUPS:  # torchtitan's OptimizersContainer._build_param_groups, then one opt
     opt = [getattr(torch.optim, name)(gs) for name, gs in by_name.items()]
     sched = [schedule(o) for o in opt]
 else:
-    opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
-                            foreach=False, fused=False)
+    opt = getattr(torch.optim, "Adam" if MODE == "adam" else "AdamW")(
+        params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, foreach=False, fused=False)
     sched = schedule(opt)
 ref_losses, pos = [], 0
 for step in range(STEPS):

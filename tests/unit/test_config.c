@@ -335,11 +335,6 @@ static void errors(void) {
         {"[[optimizer.param_groups]]\n[optimizer.param_groups.extra]\n",
          "x.toml:2:1: [optimizer.param_groups[0].extra]: a [[optimizer.param_groups]] entry has "
          "pattern, optimizer_name and optimizer_kwargs (a table), nothing else"},
-        {"[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'Adam'\noptimizer_kwargs = "
-         "{lr = 1, "
-         "weight_decay = 0.1}\n",
-         "x.toml:1:1: optimizer.param_groups[0]: Adam with weight_decay 0.1 adds weight_decay x "
-         "the parameter to its gradient (L2), which titan does not implement"},
         {"[job]\ndescription = \"\"\"x\"\"\"\n", "x.toml:2:15: multi-line strings"},
         /* a torchtitan value titan refuses is listed as such, never suggested */
         {"[training]\nmixed_precision_reduce = \"float16\"\n",
@@ -578,9 +573,6 @@ static void command_line(void) {
         {{"--model.mlp_only_layers", "1"},
          "command line: --model.mlp_only_layers: MoE models with dense blocks"},
         {{"--training.dataset", "c4"}, "command line: --training.dataset: 'c4' is not built in"},
-        {{"--optimizer.name", "Adam"},
-         "command line: --optimizer.name: Adam with optimizer.weight_decay = 0.1 adds "
-         "weight_decay x the parameter to its gradient (L2), which titan does not implement"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         rc = from_args(&c, (char **)refused[i].argv, &err);
@@ -1601,7 +1593,7 @@ static void param_groups(void) {
           "param group 0 as written");
     CHECK(!strcmp(g[1].optimizer_name, "Adam") && g[1].c.lr == 1e-4 && g[1].c.beta1 == 0.9 &&
               g[1].c.beta2 == 0.999 && g[1].c.eps == 1e-8 && g[1].c.weight_decay == 0 &&
-              g[1].line == 5,
+              g[1].line == 5 && g[1].c.adam && !g[0].c.adam && !g[2].c.adam,
           "param group 1: Adam's defaults");
     CHECK(g[2].c.lr == 3 && g[2].c.beta2 == 0.999 && g[2].c.weight_decay == 0.01 &&
               !strcmp(g[2].pattern, ".*"),
@@ -1675,13 +1667,26 @@ static void param_groups(void) {
     rc = load(&c2, many, &err);
     CHECK(!rc && c2.optimizer.n_param_groups == 64, "64 groups: %s", err.msg);
     train_config_free(&c2);
-    /* [optimizer] name = "Adam" alone: its step is AdamW's when weight_decay is 0 (refused
-     * otherwise: the "refused" table above) */
+    /* [optimizer] name = "Adam": torch.optim.Adam's coupled (L2) weight decay, torchtitan's
+     * default 0.1 included; AdamW's decoupled one otherwise */
+    for (int k = 0; k < 3; k++) {
+        char *argv[][5] = {{"--optimizer.name", "Adam", NULL},
+                           {"--optimizer.name", "Adam", "--optimizer.weight_decay", "0", NULL},
+                           {"--optimizer.name", "AdamW", NULL}};
+        rc = from_args(&c2, argv[k], &err) || train_config_to_opts(&c2, &o, &err);
+        CHECK(!rc && o.adamw.weight_decay == (k == 1 ? 0 : 0.1) && o.adamw.adam == (k < 2) &&
+                  !o.n_param_groups,
+              "optimizer.name %s, weight decay %s: %s", argv[k][1], k == 1 ? "0" : "0.1", err.msg);
+        train_config_free(&c2);
+    }
+    /* a group's Adam with weight decay: coupled, as torch.optim.Adam's */
     {
-        char *argv[] = {"--optimizer.name", "Adam", "--optimizer.weight_decay", "0", NULL};
-        rc = from_args(&c2, argv, &err) || train_config_to_opts(&c2, &o, &err);
-        CHECK(!rc && o.adamw.weight_decay == 0 && !o.n_param_groups, "Adam, weight decay 0: %s",
-              err.msg);
+        const char *adam = "[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'Adam'\n"
+                           "optimizer_kwargs = {lr = 1, weight_decay = 0.1}\n";
+        rc = load(&c2, adam, &err);
+        CHECK(!rc && c2.optimizer.param_groups[0].c.adam &&
+                  c2.optimizer.param_groups[0].c.weight_decay == 0.1,
+              "an Adam group with weight decay 0.1: %s", err.msg);
         train_config_free(&c2);
     }
     /* a second file's groups replace the first's; a file without any keeps them */

@@ -129,9 +129,10 @@ static void compare_copies(void) {
         float *g = rnd(n, 1), *pa = rnd(n, 1), *ma = rnd(n, 0.1f), *va = rnd(n, 0.01f);
         for (size_t i = 0; i < n; i++) va[i] = fabsf(va[i]);
         float *pb = dup(pa, n), *mb = dup(ma, n), *vb = dup(va, n);
-        for (int64_t t = 1; t <= 3; t++) {
-            ops_cpu_adamw_avx512(pa, ma, va, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-            ops_cpu_adamw_default(pb, mb, vb, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+        for (int64_t t = 1; t <= 3; t++) { /* AdamW's decay, then Adam's coupled one (t 3) */
+            const double wd = t < 3 ? 0.1 : 0.0, l2 = t < 3 ? 0.0 : 0.05;
+            ops_cpu_adamw_avx512(pa, ma, va, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, t);
+            ops_cpu_adamw_default(pb, mb, vb, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, t);
         }
         check("adamw p", pa, pb, n, 1);
         check("adamw m", ma, mb, n, 1), check("adamw v", va, vb, n, 1);

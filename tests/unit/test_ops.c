@@ -492,10 +492,14 @@ static void test_lmhead_ce(void) {
 
 /* ---- adamw ----------------------------------------------------------------------- */
 
-static void test_adamw(void) {
+/* torch.optim.AdamW (wd: decoupled decay) or, l2 != 0, torch.optim.Adam (its weight_decay:
+ * coupled, grad.add(param, alpha=l2) before the moments) */
+static void test_adamw(double wd, double l2) {
     enum { NP = 1003 };
     /* doubles, as Python holds them; torch rounds each derived scalar to fp32 once */
-    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8;
+    const char *name = l2 != 0 ? "adam (L2 decay)" : "adamw";
+    char what[96];
     float *p = randn(NP, 16, 1, 0), *m = zeros(NP), *v = zeros(NP);
     float *pf = zeros(NP), *mf = zeros(NP), *vf = zeros(NP);
     double *pd = malloc(sizeof(double) * NP), *md = malloc(sizeof(double) * NP);
@@ -506,13 +510,14 @@ static void test_adamw(void) {
         float *g = randn(NP, 100 + (uint64_t)t, 0.1f, 0);
         g[0] = 0; /* denom == eps path */
         g[1] = 1e-3f * (float)t;
-        ops_cpu_adamw(p, m, v, g, 1.0f, NP, lr, b1, b2, eps, wd, t);
-        /* (1) torch.optim.AdamW, literally, in double from the same hyperparameters */
+        ops_cpu_adamw(p, m, v, g, 1.0f, NP, lr, b1, b2, eps, wd, l2, t);
+        /* (1) torch.optim.AdamW / Adam, literally, in double from the same hyperparameters */
         double bc1 = 1 - pow(b1, (double)t), bc2 = 1 - pow(b2, (double)t);
         for (int i = 0; i < NP; i++) {
+            const double gd = g[i] + l2 * pd[i];
             pd[i] *= 1 - (double)lr * wd;
-            md[i] = (double)b1 * md[i] + (1 - (double)b1) * g[i];
-            vd[i] = (double)b2 * vd[i] + (1 - (double)b2) * g[i] * g[i];
+            md[i] = (double)b1 * md[i] + (1 - (double)b1) * gd;
+            vd[i] = (double)b2 * vd[i] + (1 - (double)b2) * gd * gd;
             double denom = sqrt(vd[i]) / sqrt(bc2) + eps;
             pd[i] -= (double)lr / bc1 * md[i] / denom;
         }
@@ -521,24 +526,35 @@ static void test_adamw(void) {
         float w2 = (float)(1 - (double)b2), nstep = (float)(-((double)lr / bc1));
         float bc2s = (float)sqrt(bc2);
         for (int i = 0; i < NP; i++) {
+            float gi = g[i];
+#ifdef __FMA__
+            if (l2 != 0) gi = fmaf(pf[i], (float)l2, gi); /* add(alpha): vec::fmadd */
+#else
+            if (l2 != 0) gi = pf[i] * (float)l2 + gi;
+#endif
             pf[i] = pf[i] * decay;
 #ifdef __FMA__
-            mf[i] = fmaf(w1, g[i] - mf[i], mf[i]); /* lerp_, weight < 0.5 */
+            mf[i] = fmaf(w1, gi - mf[i], mf[i]); /* lerp_, weight < 0.5 */
 #else
-            mf[i] = w1 * (g[i] - mf[i]) + mf[i];
+            mf[i] = w1 * (gi - mf[i]) + mf[i];
 #endif
             vf[i] = vf[i] * (float)b2;
-            vf[i] = vf[i] + w2 * g[i] * g[i];
+            vf[i] = vf[i] + w2 * gi * gi;
             float denom = sqrtf(vf[i]) / bc2s + (float)eps;
             pf[i] = pf[i] + nstep * mf[i] / denom;
         }
         base_free(g);
     }
-    check(E_ADAMW, "adamw 3 steps: p vs double torch formula", rel_err_d(p, pd, NP), 1e-6);
-    check(E_ADAMW, "adamw 3 steps: m vs double torch formula", rel_err_d(m, md, NP), 1e-6);
-    check(E_ADAMW, "adamw 3 steps: v vs double torch formula", rel_err_d(v, vd, NP), 1e-6);
+    static const char *const st[3] = {"p", "m", "v"};
+    const float *got[3] = {p, m, v};
+    const double *want[3] = {pd, md, vd};
+    for (int k = 0; k < 3; k++) {
+        snprintf(what, sizeof what, "%s 3 steps: %s vs double torch formula", name, st[k]);
+        check(E_ADAMW, what, rel_err_d(got[k], want[k], NP), 1e-6);
+    }
     double e = max_nan(rel_err_f(p, pf, NP), max_nan(rel_err_f(m, mf, NP), rel_err_f(v, vf, NP)));
-    check(E_ADAMW, "adamw 3 steps: p, m, v == fp32 torch-order restatement", e, 0);
+    snprintf(what, sizeof what, "%s 3 steps: p, m, v == fp32 torch-order restatement", name);
+    check(E_ADAMW, what, e, 0);
     base_free(p), base_free(m), base_free(v), base_free(pf), base_free(mf), base_free(vf);
     free(pd), free(md), free(vd);
 }
@@ -554,8 +570,10 @@ static void test_adamw_gscale(void) {
     for (int64_t t = 1; t <= 3; t++) {
         float *g = randn(NP, 200 + (uint64_t)t, 0.1f, 0), *gc = zeros(NP), *g0 = zeros(NP);
         for (int i = 0; i < NP; i++) gc[i] = g[i] * c, g0[i] = g[i];
-        ops_cpu_adamw(p1, m1, v1, g, c, NP, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
-        ops_cpu_adamw(p2, m2, v2, gc, 1.0f, NP, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
+        /* step 3 with Adam's coupled decay: the scale applies before it, as clipping does */
+        const double wd = t < 3 ? 0.1 : 0.0, l2 = t < 3 ? 0.0 : 0.05;
+        ops_cpu_adamw(p1, m1, v1, g, c, NP, 1e-2, 0.9, 0.95, 1e-8, wd, l2, t);
+        ops_cpu_adamw(p2, m2, v2, gc, 1.0f, NP, 1e-2, 0.9, 0.95, 1e-8, wd, l2, t);
         same = same && !memcmp(p1, p2, sizeof(float) * NP) && !memcmp(m1, m2, sizeof(float) * NP) &&
                !memcmp(v1, v2, sizeof(float) * NP);
         kept = kept && !memcmp(g, g0, sizeof(float) * NP);
@@ -888,7 +906,7 @@ static uint64_t run_all_ops(void) {
     h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3;
     float *m = zeros(N * D), *v = zeros(N * D);
     for (int t = 1; t <= 2; t++)
-        ops_cpu_adamw(x, m, v, dy, 1.0f, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
+        ops_cpu_adamw(x, m, v, dy, 1.0f, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.0, t);
     h = h * 31 + hash_f(x, N * D) + hash_f(m, N * D) * 3 + hash_f(v, N * D) * 5;
     base_free(x), base_free(dy), base_free(w), base_free(out), base_free(rstd), base_free(dx);
     base_free(dw), base_free(g), base_free(u), base_free(dyf), base_free(o2), base_free(dg);
@@ -1371,7 +1389,8 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_lmhead_ce();
-    test_adamw();
+    test_adamw(0.1, 0.0);
+    test_adamw(0.0, 0.05);
     test_adamw_gscale();
     test_vm_expf();
     test_grouped_mm();

@@ -30,9 +30,9 @@ static uint16_t bf16_bits(float x) {
  * of the step without a copy; inside the ranges the copy holds each new parameter rounded to
  * bf16 in the engine's format (2-byte bits, or the rounded fp32 value), and not one byte
  * outside them is written. Ranges start and end inside and on the step's blocks. The step has
- * three parameter groups (optim_span: other lr, betas, eps, weight decay; one of one element,
- * boundaries inside a block), each stepped as its own optimizer over its own elements would
- * step them, at lr x the schedule's factor. */
+ * three parameter groups (optim_span: other lr, betas, eps, weight decay, one Adam's; one of one
+ * element, boundaries inside a block), each stepped as its own optimizer over its own elements
+ * would step them, at lr x the schedule's factor. */
 static void check_adamw_copy(void) {
     const size_t n = 100003;
     const optim_range r[] = {{3, 16390}, {16390, 16391}, {40000, 40001}, {49152, 98000}};
@@ -49,7 +49,9 @@ static void check_adamw_copy(void) {
     }
     memset(copy, 0xA5, n * es);
     const optim_adamw_cfg cfg[3] = {
-        {1e-3, 0.9, 0.95, 1e-8, 0.1}, {3e-3, 0.8, 0.99, 1e-6, 0.0}, {1e-4, 0.9, 0.999, 1e-8, 0.01}};
+        {1e-3, 0.9, 0.95, 1e-8, 0.1, 0},
+        {3e-3, 0.8, 0.99, 1e-6, 0.0, 0},
+        {1e-4, 0.9, 0.999, 1e-8, 0.01, 1}}; /* the last: Adam, coupled (L2) decay */
     const optim_span span[3] = {{0, 70000, &cfg[0]}, {70000, 70001, &cfg[1]}, {70001, n, &cfg[2]}};
     const double factor = 0.7;
     /* the reference: each group its own optimizer over its own elements, lr pre-multiplied */

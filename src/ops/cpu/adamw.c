@@ -1,6 +1,8 @@
 /* AdamW, the arithmetic of torch.optim.AdamW (foreach=False, fused=False, capturable=False,
- * amsgrad=False, maximize=False) in fp32, element by element:
+ * amsgrad=False, maximize=False) in fp32, element by element; with l2 != 0 torch.optim.Adam's
+ * weight decay (its `weight_decay`, coupled: an L2 penalty's gradient) as well:
  *   param.mul_(1 - lr * wd)
+ *   grad = grad.add(param, alpha=l2)           (l2 != 0) torch's vectorised add: fma(p, l2, g)
  *   exp_avg.lerp_(grad, 1 - beta1)            torch's vectorised lerp for weight < 0.5:
  *                                             fma(weight, grad - m, m)
  *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -23,12 +25,15 @@
 
 /* One element; the constants are torch's, as computed below. */
 typedef struct {
-    float gscale, decay, lerp_coeff, fb2, w2, bc2_sqrt, feps, neg_step;
-    int small;
+    float gscale, decay, l2, lerp_coeff, fb2, w2, bc2_sqrt, feps, neg_step;
+    int small, coupled;
 } adamw_k;
 
 static inline void adamw_elem(const adamw_k *k, float *p, float *m, float *v, const float *g) {
     float gi = *g * k->gscale; /* clip_grad_norm_'s g.mul_(coef) */
+    /* on the parameter before this step's update (torch adds it first); l2 == 0 skips it, as
+     * torch does, so AdamW's bits do not see it (p * 0 + g could turn g = -0 into +0) */
+    if (k->coupled) gi = ADAMW_FMA(*p, k->l2, gi);
     float pi = *p * k->decay;
     float mi = *m;
     float base = k->small ? mi : gi;
@@ -42,7 +47,8 @@ static inline void adamw_elem(const adamw_k *k, float *p, float *m, float *v, co
 }
 
 void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gscale, size_t n,
-                        double lr, double beta1, double beta2, double eps, double wd, int64_t t) {
+                        double lr, double beta1, double beta2, double eps, double wd, double l2,
+                        int64_t t) {
     const double dlr = lr, db1 = beta1, db2 = beta2;
     const float w1 = (float)(1.0 - db1); /* lerp weight */
     const double bc1 = 1.0 - pow(db1, (double)t);
@@ -51,13 +57,15 @@ void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gsca
     const int small = fabsf(w1) < 0.5f;
     const adamw_k k = {.gscale = gscale,
                        .decay = (float)(1.0 - dlr * wd),
+                       .l2 = (float)l2, /* alpha: a Python float cast to the tensor's fp32 */
                        .lerp_coeff = small ? w1 : w1 - 1.0f,
                        .fb2 = (float)db2,
                        .w2 = (float)(1.0 - db2),
                        .bc2_sqrt = (float)sqrt(bc2),
                        .feps = (float)eps,
                        .neg_step = (float)(-(dlr / bc1)),
-                       .small = small};
+                       .small = small,
+                       .coupled = l2 != 0};
     const ptrdiff_t len = (ptrdiff_t)n;
     /* up to OPS_ADAMW_SERIAL_MAX elements on the calling thread with no parallel region at all:
      * optim_adamw_step calls it per block from its own parallel loop, where even an `if`-ed

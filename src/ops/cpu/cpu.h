@@ -353,7 +353,7 @@ void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, con
                                   int dw_acc);
 
 void ops_cpu_adamw(float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,
-                   double beta1, double beta2, double eps, double wd, int64_t t);
+                   double beta1, double beta2, double eps, double wd, double l2, int64_t t);
 
 /* Registers the CPU implementations through reg (table.c): the defaults of every op and the
  * alternatives ("grouped", "unfused"), then ops_cpu_register_reference's. */

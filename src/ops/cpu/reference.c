@@ -294,12 +294,15 @@ static double ref_lmhead_ce(float *dx, float *dw, const float *x, const float *w
     return total;
 }
 
-/* torch.optim.AdamW's update in double, rounded once per state element. */
+/* torch.optim.AdamW's update (and Adam's coupled decay l2) in double, rounded once per state
+ * element. */
 static void ref_adamw(float *p, float *m, float *v, const float *g, float gscale, size_t n,
-                      double lr, double beta1, double beta2, double eps, double wd, int64_t t) {
+                      double lr, double beta1, double beta2, double eps, double wd, double l2,
+                      int64_t t) {
     const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
     for (size_t i = 0; i < n; i++) {
-        const double gi = (double)(g[i] * gscale); /* g.mul_(coef): an fp32 product */
+        /* g.mul_(coef): an fp32 product; then grad.add(param, alpha=l2) */
+        const double gi = (double)(g[i] * gscale) + l2 * p[i];
         const double mi = beta1 * m[i] + (1.0 - beta1) * gi;
         const double vi = beta2 * v[i] + (1.0 - beta2) * gi * gi;
         const double pi = p[i] * (1.0 - lr * wd);
