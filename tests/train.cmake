@@ -67,6 +67,14 @@ add_test(NAME finetune_param_groups
           ${CMAKE_BINARY_DIR}/finetune_param_groups groups)
 set_tests_properties(finetune_param_groups PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+# The same for a Qwen3MoeForCausalLM with torchtitan's MoE groups (the routers with Adam, the
+# experts a group of their own): titan's MoE parameter names against HF's, through PyTorch.
+add_test(NAME finetune_moe_param_groups
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+          ${CMAKE_BINARY_DIR}/finetune_moe_param_groups moe_groups)
+set_tests_properties(finetune_moe_param_groups PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 # optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam.
 add_test(NAME finetune_adam
   COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py

@@ -227,6 +227,12 @@ void model_count_params(const model_args *a, model_counts *c);
  * from a holds, without building it. */
 void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *name, int64_t numel),
                        void *ctx);
+/* torchtitan 0.3's FQN of the parameter titan names name (titan's names are torchtitan
+ * v0.2.2's, as its checkpoints': 0.3 renamed output.weight lm_head.weight, fused attention's
+ * wq / wk / wv into one attention.qkv_linear.wqkv.weight and calls the stacked experts
+ * moe.routed_experts.inner_experts.w1_EFD / w3_EFD / w2_EDF), into buf[n]; other names as
+ * they are. Several titan parameters share one 0.3 name (wq, wk, wv). Returns buf. */
+const char *model_param_name_03(const char *name, char *buf, size_t n);
 
 /* Activation checkpointing: a checkpointed block keeps only its input and recomputes its
  * forward in backward (bitwise the same values). FULL: every block. SELECTIVE: torchtitan's

@@ -297,6 +297,34 @@ void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *na
     walk_params(a, names_emit, &nc);
 }
 
+const char *model_param_name_03(const char *name, char *buf, size_t n) {
+    /* a name's last parts (after "layers.N.") and 0.3's for them; its Qwen3 module tree:
+     * models/common/attention.py (qkv_linear, fuse_qkv = True in every registry flavor),
+     * models/common/moe.py (routed_experts.inner_experts, the dims in the names) */
+    static const char *const map[][2] = {
+        {"attention.wq.weight", "attention.qkv_linear.wqkv.weight"},
+        {"attention.wk.weight", "attention.qkv_linear.wqkv.weight"},
+        {"attention.wv.weight", "attention.qkv_linear.wqkv.weight"},
+        {"moe.experts.w1", "moe.routed_experts.inner_experts.w1_EFD"},
+        {"moe.experts.w3", "moe.routed_experts.inner_experts.w3_EFD"},
+        {"moe.experts.w2", "moe.routed_experts.inner_experts.w2_EDF"},
+    };
+    const size_t len = strlen(name);
+    if (!strcmp(name, "output.weight")) {
+        snprintf(buf, n, "lm_head.weight");
+        return buf;
+    }
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        const size_t k = strlen(map[i][0]);
+        if (len > k && name[len - k - 1] == '.' && !strcmp(name + len - k, map[i][0])) {
+            snprintf(buf, n, "%.*s%s", (int)(len - k), name, map[i][1]);
+            return buf;
+        }
+    }
+    snprintf(buf, n, "%s", name);
+    return buf;
+}
+
 typedef struct {
     model *m;
     size_t offset;

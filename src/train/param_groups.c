@@ -379,8 +379,10 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
 
 /* ---- the groups over the model and this rank's shard ---------------------------------- */
 
-int train_param_groups_assign(const train_param_group *g, int n, const char *const *names,
-                              int n_names, int *group_of, int64_t *counts, base_err *err) {
+/* train_param_groups_assign's matching; strict 0: a pattern that finds no name is no error
+ * (group_of -1 where none finds a name, never an error). */
+static int match_groups(const train_param_group *g, int n, const char *const *names, int n_names,
+                        int *group_of, int64_t *counts, int strict, base_err *err) {
     for (int p = 0; p < n_names; p++) group_of[p] = -1;
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) {
@@ -411,16 +413,25 @@ int train_param_groups_assign(const train_param_group *g, int n, const char *con
             pcre2_code_free(re);
             break;
         }
-        if (!counts[k]) /* torchtitan's ValueError */
+        if (!counts[k] && strict) /* torchtitan's ValueError */
             rc = base_fail(err,
                            "%s:%d:%d: optimizer param_groups pattern '%s' matched no parameters "
-                           "(of those earlier patterns left; titan's parameter names are "
-                           "torchtitan's: tok_embeddings.weight, layers.0.attention.wq.weight, "
-                           "layers.0.moe.router.gate.weight, norm.weight, output.weight, ...)",
+                           "(of those earlier patterns left; patterns see torchtitan 0.3's "
+                           "names: tok_embeddings.weight, layers.0.attention.qkv_linear.wqkv."
+                           "weight, layers.0.attention.wo.weight, layers.0.feed_forward.w1."
+                           "weight, layers.0.moe.router.gate.weight, layers.0.moe."
+                           "routed_experts.inner_experts.w1_EFD, norm.weight, lm_head.weight, "
+                           "...)",
                            g[k].where, g[k].line, g[k].col, g[k].pattern);
         pcre2_match_data_free(md);
         pcre2_code_free(re);
     }
+    return rc;
+}
+
+int train_param_groups_assign(const train_param_group *g, int n, const char *const *names,
+                              int n_names, int *group_of, int64_t *counts, base_err *err) {
+    int rc = match_groups(g, n, names, n_names, group_of, counts, 1, err);
     for (int p = 0; p < n_names && !rc; p++)
         if (group_of[p] < 0) /* torchtitan asserts every trainable parameter has an optimizer */
             rc = base_fail(err,
@@ -428,6 +439,82 @@ int train_param_groups_assign(const train_param_group *g, int n, const char *con
                            "every parameter needs a group (end with a catch-all pattern such as "
                            "'.*')",
                            g[0].where, names[p]);
+    return rc;
+}
+
+/* torchtitan 0.3's parameters for titan's names[n] (model_param_name_03): the distinct 0.3
+ * names u[nu] in first-occurrence order and each titan parameter's index idx[n] among them. */
+typedef struct {
+    char **u;
+    int nu, *idx;
+} names03;
+
+static void names03_free(names03 *v) {
+    for (int i = 0; i < v->nu; i++) free(v->u[i]);
+    free(v->u);
+    free(v->idx);
+}
+
+static int names03_init(names03 *v, const char *const *names, int n) {
+    *v = (names03){malloc(sizeof *v->u * (size_t)(n ? n : 1)), 0,
+                   malloc(sizeof *v->idx * (size_t)(n ? n : 1))};
+    if (!v->u || !v->idx) return -1;
+    for (int i = 0; i < n; i++) {
+        char b[sizeof((model_param *)0)->name + 64];
+        model_param_name_03(names[i], b, sizeof b);
+        int j = v->nu; /* a fused tensor's parts are neighbours: look back from the last */
+        while (j > 0 && strcmp(v->u[j - 1], b)) j--;
+        if (j == 0 || strcmp(v->u[j - 1], b)) {
+            if (!(v->u[v->nu] = strdup(b))) return -1;
+            j = ++v->nu;
+        }
+        v->idx[i] = j - 1;
+    }
+    return 0;
+}
+
+/* Each of titan's parameters names[n]'s group (group_of[n]) as torchtitan 0.3 groups them: the
+ * patterns see 0.3's names (train_param_groups_assign over them; counts[k]: the 0.3
+ * parameters group k took, as its log counts them). warn: say where a pattern finds a
+ * parameter's titan (v0.2.2) name and not its 0.3 name (a pattern written for the old names:
+ * `output`, `\.wq\.`, `experts\.w1`), and would so have taken it before the group 0.3's name
+ * falls in. */
+static int assign03(const train_opts *o, const char *const *names, int n, int *group_of,
+                    int64_t *counts, int warn, base_err *err) {
+    names03 v;
+    int *gu = NULL, *old = NULL;
+    int64_t oc[TRAIN_MAX_PARAM_GROUPS];
+    int rc = names03_init(&v, names, n) || !(gu = malloc(sizeof *gu * (size_t)(v.nu ? v.nu : 1)))
+                 ? base_fail(err, "out of memory")
+                 : train_param_groups_assign(o->param_groups, o->n_param_groups,
+                                             (const char *const *)v.u, v.nu, gu, counts, err);
+    for (int i = 0; i < n && !rc; i++) group_of[i] = gu[v.idx[i]];
+    if (!rc && warn && !(old = malloc(sizeof *old * (size_t)(n ? n : 1))))
+        rc = base_fail(err, "out of memory");
+    if (!rc && warn)
+        rc = match_groups(o->param_groups, o->n_param_groups, names, n, old, oc, 0, err);
+    int said = 0, more = 0;
+    for (int i = 0; i < n && !rc && warn; i++) {
+        const int k = old[i], now = group_of[i];
+        if (k < 0 || k >= now || !strcmp(names[i], v.u[v.idx[i]])) continue;
+        if (said == 3) {
+            more++;
+            continue;
+        }
+        said++;
+        base_log(BASE_LOG_WARN,
+                 "[[optimizer.param_groups]]: group %d's pattern '%s' finds %s (titan's and "
+                 "torchtitan v0.2.2's name) but not %s, torchtitan 0.3's name of it, which "
+                 "patterns are matched against (as 0.3's param_groups are): it steps with group "
+                 "%d ('%s')",
+                 k, o->param_groups[k].pattern, names[i], v.u[v.idx[i]], now,
+                 o->param_groups[now].pattern);
+    }
+    if (more)
+        base_log(BASE_LOG_WARN, "[[optimizer.param_groups]]: and %d more parameters alike", more);
+    free(old);
+    free(gu);
+    names03_free(&v);
     return rc;
 }
 
@@ -472,10 +559,8 @@ static int groups_of_model(const train_opts *o, FILE *f, base_err *err) {
     model_param_names(&o->model, add_name, &l);
     int *group_of = malloc(sizeof *group_of * (size_t)(l.n ? l.n : 1));
     int64_t counts[TRAIN_MAX_PARAM_GROUPS], elems[TRAIN_MAX_PARAM_GROUPS] = {0}, total = 0;
-    const int rc = l.oom || !group_of
-                       ? base_fail(err, "out of memory")
-                       : train_param_groups_assign(o->param_groups, o->n_param_groups, l.v, l.n,
-                                                   group_of, counts, err);
+    const int rc = l.oom || !group_of ? base_fail(err, "out of memory")
+                                      : assign03(o, l.v, l.n, group_of, counts, 1, err);
     for (int i = 0; i < l.n && !rc; i++) {
         elems[group_of[i]] += l.numel[i];
         total += l.numel[i];
@@ -531,9 +616,7 @@ int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, o
     optim_span *s = malloc(sizeof *s * cap);
     int rc = !group_of || !names || !counts || !s ? base_fail(err, "out of memory") : 0;
     for (int p = 0; p < m->n_params && !rc; p++) names[p] = m->params[p].name;
-    if (!rc)
-        rc = train_param_groups_assign(o->param_groups, o->n_param_groups, names, m->n_params,
-                                       group_of, counts, err);
+    if (!rc) rc = assign03(o, names, m->n_params, group_of, counts, 0, err);
     free(names);
     if (rc) {
         free(group_of);

@@ -13,11 +13,17 @@ torchtitan's OptimizersContainer builds from the same list: each pattern re.sear
 parameters' torchtitan names in order, the first match taking a parameter, one torch.optim
 optimizer per optimizer_name with a group per pattern and a LambdaLR each.
 
+With `moe_groups`, the model is a Qwen3MoeForCausalLM (every block MoE, experts fused as
+transformers 5 holds them) and the groups torchtitan's registry gives its MoE debug model
+(`qwen3_debugmodel_moe_param_groups`: no weight decay on the embedding and output, the routers
+with Adam at a lower lr, the rest AdamW) plus the experts at a lr of their own; titan trains
+without load balancing (HF has none in the loss here).
+
 With `adam`, titan trains with optimizer.name = "Adam" (torchtitan's other choice; its
 weight_decay, 0.1 here, is torch.optim.Adam's L2 penalty added to the gradient) and PyTorch
 with torch.optim.Adam.
 
-usage: check_finetune_e2e.py TITAN TEXT WORK [groups|adam]
+usage: check_finetune_e2e.py TITAN TEXT WORK [groups|moe_groups|adam]
 """
 import re
 import json
@@ -27,23 +33,27 @@ import subprocess
 import sys
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_reference import lr_factor, torch_train_step  # noqa: E402  (the schedule's formula, §4.3)
 
 titan, text, work = sys.argv[1:4]
 MODE = sys.argv[4] if len(sys.argv) > 4 else ""
-assert MODE in ("", "groups", "adam"), MODE
-GROUPS = MODE == "groups"
+assert MODE in ("", "groups", "moe_groups", "adam"), MODE
+GROUPS, MOE = MODE in ("groups", "moe_groups"), MODE == "moe_groups"
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 torch.manual_seed(0)
-cfg = Qwen3Config(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6,
-                  tie_word_embeddings=False)
-src = Qwen3ForCausalLM(cfg).to(torch.bfloat16)  # stored as bf16, trained in fp32
+ARGS = dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6,
+            tie_word_embeddings=False)
+HF = Qwen3MoeForCausalLM if MOE else Qwen3ForCausalLM
+cfg = (Qwen3MoeConfig(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      norm_topk_prob=True, router_aux_loss_coef=0.0, **ARGS)
+       if MOE else Qwen3Config(**ARGS))
+src = HF(cfg).to(torch.bfloat16)  # stored as bf16, trained in fp32
 src.save_pretrained(os.path.join(work, "hf_in"), max_shard_size="100KB")
 assert os.path.exists(os.path.join(work, "hf_in", "model.safetensors.index.json"))
 
@@ -61,15 +71,24 @@ cmd = [titan, "train", "--model.config_path", os.path.join(work, "hf_in"),
 # (pattern, optimizer_name, optimizer_kwargs) as torchtitan's ParamGroupConfig list; the TOML
 # form of each is written below
 PARAM_GROUPS = [
-    (r"(?:tok_embeddings|output)\.", "AdamW",
+    (r"(?:tok_embeddings|lm_head)\.", "AdamW",
      dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)),
     (r"norm\.weight$", "Adam", dict(lr=1e-2)),  # torch's betas (0.9, 0.999), weight_decay 0
     # Adam's coupled decay: g += 0.1 p before the moments (AdamW's would be p *= 1 - lr 0.1)
     (r"feed_forward\.w2\.", "Adam", dict(lr=LR, betas=(0.9, 0.95), weight_decay=0.1)),
     # wd 0.01; Python's {,1} is {0,1} (PCRE2 10.42 reads it as text: titan rewrites it)
-    (r"\.attention\.w[qk]{,1}\.", "AdamW", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6)),
+    (r"\.attention\.qkv_linear\.wqkv{,1}\.", "AdamW", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6)),
     (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
 ]
+if MOE:  # torchtitan's qwen3_debugmodel_moe_param_groups, the experts a group of their own
+    PARAM_GROUPS = [  # its first pattern verbatim: `output` is not a 0.3 name (lm_head is)
+        (r"(?:tok_embeddings|output)\.", "AdamW",
+         dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)),
+        (r"\.router\.gate\.", "Adam", dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8)),
+        (r"\.moe\.routed_experts\.inner_experts\.w[123]_E", "AdamW",
+         dict(lr=1e-3, betas=(0.8, 0.99), weight_decay=0.05)),
+        (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
+    ]
 if GROUPS:
     def toml_kwargs(kw):
         return ", ".join("%s = %s" % (k, "[%r, %r]" % v if k == "betas" else repr(v))
@@ -81,6 +100,8 @@ if GROUPS:
     i = cmd.index("--lr")
     del cmd[i:i + 2]  # the groups carry their own
     cmd[2:2] = ["--config", os.path.join(work, "groups.toml")]
+if MOE:  # HF's loss here has no balancing term; titan's default would steer the routing
+    cmd += ["--model.moe_load_balance", "none"]
 if MODE == "adam":
     cmd += ["--optimizer.name", "Adam", "--optimizer.weight_decay", "0.1"]
 p = subprocess.run(cmd, capture_output=True, text=True)
@@ -90,22 +111,32 @@ assert "initial weights from" in p.stdout + p.stderr, p.stdout
 losses = [json.loads(l)["loss"] for l in open(os.path.join(work, "run", "metrics.jsonl"))]
 
 # PyTorch: the same model (bf16 weights widened to fp32), the same windows and optimizer.
-ref = Qwen3ForCausalLM.from_pretrained(os.path.join(work, "hf_in"), torch_dtype=torch.float32)
+ref = HF.from_pretrained(os.path.join(work, "hf_in"), torch_dtype=torch.float32)
 params = [p for p in ref.parameters()]
 
 
-def torchtitan_name(hf):
-    """The torchtitan FQN of a HF Qwen3 (dense) parameter (spec: the key map)."""
-    n = hf.replace("model.embed_tokens.", "tok_embeddings.").replace("lm_head.", "output.")
+def torchtitan_names(hf):
+    """The torchtitan 0.3 FQNs of a HF Qwen3 / Qwen3-MoE parameter, as 0.3's own
+    `named_parameters()` gives them (listed from the torchtitan 0.3.0 wheel's debugmodel,
+    debugmodel_moe, 0.6B and 30B-A3B: q / k / v fused into qkv_linear.wqkv, lm_head, the
+    experts routed_experts.inner_experts.w1_EFD / w2_EDF / w3_EFD); two for transformers 5's
+    fused gate_up_proj, which holds w1 and w3."""
+    if hf.endswith("mlp.experts.gate_up_proj"):
+        return [torchtitan_names(hf.replace("gate_up_proj", w))[0] for w in ("w1_EFD", "w3_EFD")]
+    n = hf.replace("model.embed_tokens.", "tok_embeddings.")
+    n = n.replace("mlp.experts.down_proj", "mlp.experts.w2_EDF")
+    n = n.replace("mlp.experts.", "moe.routed_experts.inner_experts.")
+    n = n.replace("mlp.gate.", "moe.router.gate.")
     n = n.replace("model.norm.", "norm.").replace("model.layers.", "layers.")
     for a, b in (("input_layernorm", "attention_norm"), ("post_attention_layernorm", "ffn_norm"),
-                 ("self_attn.q_proj", "attention.wq"), ("self_attn.k_proj", "attention.wk"),
-                 ("self_attn.v_proj", "attention.wv"), ("self_attn.o_proj", "attention.wo"),
+                 ("self_attn.q_proj", "attention.qkv_linear.wqkv"),
+                 ("self_attn.k_proj", "attention.qkv_linear.wqkv"),
+                 ("self_attn.v_proj", "attention.qkv_linear.wqkv"), ("self_attn.o_proj", "attention.wo"),
                  ("self_attn.q_norm", "attention.q_norm"), ("self_attn.k_norm", "attention.k_norm"),
                  ("mlp.gate_proj", "feed_forward.w1"), ("mlp.up_proj", "feed_forward.w3"),
                  ("mlp.down_proj", "feed_forward.w2")):
         n = n.replace(a, b)
-    return n
+    return [n]
 
 
 def schedule(o):
@@ -114,15 +145,18 @@ def schedule(o):
 
 
 if GROUPS:  # torchtitan's OptimizersContainer._build_param_groups, then one optimizer a name
-    named = [(torchtitan_name(n), p) for n, p in ref.named_parameters()]
+    named = [(torchtitan_names(n), p) for n, p in ref.named_parameters()]
     claimed, by_name = set(), {}
     for pat, name, kw in PARAM_GROUPS:
         rx = re.compile(pat)
-        mine = [p for n, p in named if n not in claimed and rx.search(n)]
-        claimed |= {n for n, p in named if rx.search(n)}
+        # a fused HF tensor's torchtitan names must fall in one group (w1 and w3 alike)
+        mine = [p for ns, p in named if not claimed & set(ns) and any(rx.search(n) for n in ns)]
+        assert all(all(rx.search(n) for n in ns) for ns, p in named
+                   if not claimed & set(ns) and any(rx.search(n) for n in ns)), pat
+        claimed |= {n for ns, p in named for n in ns if rx.search(n)}
         assert mine, pat
         by_name.setdefault(name, []).append(dict(params=mine, foreach=False, fused=False, **kw))
-    assert claimed == {n for n, _ in named}
+    assert claimed == {n for ns, _ in named for n in ns}
     print("torch groups: " + "; ".join("%s %d params" % (n, len(g["params"]))
                                        for n, gs in by_name.items() for g in gs))
     opt = [getattr(torch.optim, name)(gs) for name, gs in by_name.items()]
@@ -145,8 +179,7 @@ for s, (a, b) in enumerate(zip(losses, ref_losses), 1):
     fails += not ok
     print("%s step %d: titan %.9f torch %.9f" % ("ok  " if ok else "FAIL", s, a, b))
 fails += len(losses) != STEPS
-out = Qwen3ForCausalLM.from_pretrained(os.path.join(work, "run", "hf_out"),
-                                       torch_dtype=torch.float32)
+out = HF.from_pretrained(os.path.join(work, "run", "hf_out"), torch_dtype=torch.float32)
 ref_sd, out_sd = ref.state_dict(), out.state_dict()
 assert set(ref_sd) == set(out_sd), set(ref_sd) ^ set(out_sd)
 rel = {k: ((out_sd[k] - ref_sd[k]).norm() / ref_sd[k].norm()).item() for k in ref_sd}

@@ -190,13 +190,24 @@ comm=$(cat /proc/$pid/comm 2>/dev/null)
 kill $pid 2>/dev/null; wait $pid 2>/dev/null
 [ "$comm" = titan ] && ok "process name: $comm" || { echo "FAIL process name '$comm'"; fail=1; }
 # titan plan lists the [[optimizer.param_groups]]: each group's parameters and elements (the
-# whole model's: debugmodel's 8 blocks of wo [256, 16 x 128] and w2 [256, 3072]), and refuses a
-# pattern that matches nothing as train does
+# whole model's: debugmodel's 8 blocks of wo [256, 16 x 128] and w2 [256, 3072]), counted as
+# torchtitan 0.3 counts them (wq, wk and wv one wqkv: the catch-all's 8 x (wqkv, w1, w3)), and
+# refuses a pattern that matches nothing as train does
 source "$(dirname "$0")/args.sh" # fixtures
 "$titan" plan --config "$fixtures/param_groups/dense.toml" > "$out/o" 2>&1 &&
   grep -qF "2 AdamW [\.w[o2]\.]: 16 parameters, $((8 * (256 * 16 * 128 + 256 * 3072))) elements" \
     "$out/o" && grep -qF "1 Adam  [norm]: 33 parameters" "$out/o" &&
+  grep -qF "3 AdamW [.*]: 24 parameters, $((8 * (256 * 32 * 128 + 2 * 3072 * 256))) elements" "$out/o" &&
   ok "plan lists the parameter groups" || bad "plan's parameter groups"
+# a pattern written for titan's (v0.2.2's) names, which 0.3's names miss: torchtitan's own
+# registry example says `output` (0.3: lm_head), so the output steps with the catch-all, said
+sed 's/lm_head)/output)/' "$fixtures/param_groups/dense.toml" > "$out/output.toml"
+"$titan" plan --config "$out/output.toml" --set tie_embeddings=0 > "$out/o" 2>&1 &&
+  grep -qF "group 0's pattern '(?:tok_embeddings|output)\.' finds output.weight (titan's and torchtitan v0.2.2's name) but not lm_head.weight" "$out/o" &&
+  grep -qF "it steps with group 3 ('.*')" "$out/o" &&
+  grep -qF "0 AdamW [(?:tok_embeddings|output)\.]: 1 parameters" "$out/o" &&
+  ! grep -q "finds .*wq" "$out/o" && ok "a pattern finding titan's name but not 0.3's is said" ||
+  bad "a v0.2.2-name pattern not said"
 printf '[[optimizer.param_groups]]\npattern = "nomatch"\noptimizer_name = "AdamW"\noptimizer_kwargs = {lr = 1}\n' \
   > "$out/nomatch.toml"
 "$titan" plan --config "$out/nomatch.toml" > "$out/o" 2>&1; rc=$?

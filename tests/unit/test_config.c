@@ -1559,6 +1559,93 @@ static void param_group_patterns(void) {
           "a match limit: %s", err.msg);
 }
 
+/* model_param_name_03: the patterns of [[optimizer.param_groups]] see torchtitan 0.3's names.
+ * The reference: the names torchtitan 0.3.0's own models give (PyPI wheel
+ * torchtitan-0.3.0, `model_registry(flavor).model.build()` on the meta device,
+ * `named_parameters()`, layer numbers as N) for debugmodel (tied: no lm_head), 0.6B (the same
+ * set) and debugmodel_moe / 30B-A3B (untied), against titan's flavors' names mapped. */
+static void names_03_collect(void *ctx, const char *name, int64_t numel) {
+    (void)numel;
+    char(*set)[200] = ctx, b[160], norm[200];
+    model_param_name_03(name, b, sizeof b);
+    /* layers.<digits>. -> layers.N. */
+    const char *d = strncmp(b, "layers.", 7) ? NULL : b + 7;
+    if (d) {
+        while (*d >= '0' && *d <= '9') d++;
+        snprintf(norm, sizeof norm, "layers.N%s", d);
+    } else {
+        snprintf(norm, sizeof norm, "%s", b);
+    }
+    int i = 0;
+    while (set[i][0] && strcmp(set[i], norm)) i++;
+    if (!set[i][0] && i < 31) snprintf(set[i], sizeof set[i], "%s", norm);
+}
+
+static void param_names_03(void) {
+    static const char *const dense[] = {"tok_embeddings.weight",
+                                        "layers.N.attention.qkv_linear.wqkv.weight",
+                                        "layers.N.attention.wo.weight",
+                                        "layers.N.attention.q_norm.weight",
+                                        "layers.N.attention.k_norm.weight",
+                                        "layers.N.feed_forward.w1.weight",
+                                        "layers.N.feed_forward.w2.weight",
+                                        "layers.N.feed_forward.w3.weight",
+                                        "layers.N.attention_norm.weight",
+                                        "layers.N.ffn_norm.weight",
+                                        "norm.weight",
+                                        NULL};
+    static const char *const moe[] = {"tok_embeddings.weight",
+                                      "layers.N.attention.qkv_linear.wqkv.weight",
+                                      "layers.N.attention.wo.weight",
+                                      "layers.N.attention.q_norm.weight",
+                                      "layers.N.attention.k_norm.weight",
+                                      "layers.N.moe.routed_experts.inner_experts.w1_EFD",
+                                      "layers.N.moe.routed_experts.inner_experts.w2_EDF",
+                                      "layers.N.moe.routed_experts.inner_experts.w3_EFD",
+                                      "layers.N.moe.router.gate.weight",
+                                      "layers.N.attention_norm.weight",
+                                      "layers.N.ffn_norm.weight",
+                                      "norm.weight",
+                                      "lm_head.weight",
+                                      NULL};
+    static const struct {
+        const char *flavor;
+        int untie;
+        const char *const *want;
+    } cases[] = {{"debugmodel", 0, dense},
+                 {"0.6B", 0, dense},
+                 {"debugmodel_moe", 1, moe},
+                 {"30B-A3B", 1, moe}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        model_args a;
+        base_err err;
+        CHECK(model_flavor(cases[c].flavor, &a, &err) == 0, "flavor: %s", err.msg);
+        if (cases[c].untie) a.tie_embeddings = 0;
+        char set[32][200] = {{0}};
+        model_param_names(&a, names_03_collect, set);
+        int n = 0, same = 1;
+        while (set[n][0]) n++;
+        int w = 0;
+        for (; cases[c].want[w]; w++) {
+            int i = 0;
+            while (i < n && strcmp(set[i], cases[c].want[w])) i++;
+            if (i == n)
+                same = 0,
+                printf("  %s: torchtitan 0.3's %s missing\n", cases[c].flavor, cases[c].want[w]);
+        }
+        CHECK(same && n == w, "%s: titan's parameters under 0.3's names: %d distinct, 0.3 has %d",
+              cases[c].flavor, n, w);
+    }
+    char b[64];
+    CHECK(!strcmp(model_param_name_03("layers.12.attention.wk.weight", b, sizeof b),
+                  "layers.12.attention.qkv_linear.wqkv.weight") &&
+              !strcmp(model_param_name_03("output.weight", b, sizeof b), "lm_head.weight") &&
+              !strcmp(model_param_name_03("xoutput.weight", b, sizeof b), "xoutput.weight") &&
+              !strcmp(model_param_name_03("layers.1.xmoe.experts.w1", b, sizeof b),
+                      "layers.1.xmoe.experts.w1"),
+          "model_param_name_03 rewrites whole name parts only");
+}
+
 /* [[optimizer.param_groups]] (torchtitan 0.3's ParamGroupConfig): values as written,
  * torch.optim's constructor defaults for the kwargs not given (AdamW: betas (0.9, 0.999), eps
  * 1e-8, weight_decay 0.01; Adam: weight_decay 0), file order kept, the print round trip, the
@@ -1721,6 +1808,7 @@ int main(void) {
     model_args_every_front_end();
     param_groups();
     param_group_patterns();
+    param_names_03();
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;
 }
