@@ -494,7 +494,29 @@ static int at_default(const train_config *c, const field *f) {
 /* torchtitan keys for features titan lacks: a P_REFUSE field away from its default is refused
  * by name, a P_NOTE one is logged (the run goes on); torchtitan's deprecated and renamed keys
  * are applied with its warnings. */
+/* A file or folder setting (its key ends in path, folder or file) given as a URL: torchtitan
+ * 0.3 reads and writes any "scheme://" path through fsspec (tools/filesystem.py), titan only
+ * local ones, where "s3://b/ck" would silently be a local folder "s3:/b/ck". */
+static int remote_path_check(train_config *c, base_err *err) {
+    static const char *const ends[] = {"path", "folder", "file"};
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &g_fields[i];
+        const char *v = f->type == T_STR ? *(const char *const *)slot(c, f) : NULL;
+        const size_t k = strlen(f->key);
+        if (!v || !strstr(v, "://")) continue;
+        for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++)
+            if (k >= strlen(ends[e]) && !strcmp(f->key + k - strlen(ends[e]), ends[e]))
+                return fail_field(c, f->section, f->key, err,
+                                  "'%.200s' is a URL: torchtitan 0.3 reads and writes those "
+                                  "through fsspec, titan local paths only (mount the storage, "
+                                  "or copy to and from it)",
+                                  v);
+    }
+    return 0;
+}
+
 static int compat_check(train_config *c, base_err *err) {
+    if (remote_path_check(c, err)) return -1;
     if (strcmp(c->model.name, "qwen3"))
         return NOT_YET(model, name, "'%s' is not implemented (qwen3 is)", c->model.name);
     if (!strcmp(c->activation_checkpoint.mode, "memory_budget"))

@@ -573,6 +573,14 @@ static void command_line(void) {
         {{"--model.mlp_only_layers", "1"},
          "command line: --model.mlp_only_layers: MoE models with dense blocks"},
         {{"--training.dataset", "c4"}, "command line: --training.dataset: 'c4' is not built in"},
+        /* torchtitan 0.3 reads and writes URLs through fsspec; titan would make a local
+         * folder "s3:" of one */
+        {{"--checkpoint.folder", "s3://bucket/ck"},
+         "command line: --checkpoint.folder: 's3://bucket/ck' is a URL: torchtitan 0.3"},
+        {{"--metrics.save_jsonl_file", "gs://b/m.jsonl"},
+         "command line: --metrics.save_jsonl_file: 'gs://b/m.jsonl' is a URL"},
+        {{"--checkpoint.initial_load_path", "hf://Qwen/Qwen3-0.6B"},
+         "command line: --checkpoint.initial_load_path: 'hf://Qwen/Qwen3-0.6B' is a URL"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         rc = from_args(&c, (char **)refused[i].argv, &err);
