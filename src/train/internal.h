@@ -153,6 +153,7 @@ typedef struct train_metrics train_metrics;
 typedef struct {
     int step, dp_size;
     double loss, max_loss, grad_norm, lr, aux;
+    double lr_factor; /* the schedule's factor: every group's lr is its own x it */
     int64_t ntokens, tokens_seen;
     double step_s, data_s, comm_s;
     double val_loss, val_s; /* validation: mean loss, seconds; val_tokens tokens */
@@ -348,6 +349,7 @@ typedef struct {
     double loss;     /* token mean over all ranks, plus the MoE aux loss when on */
     double max_loss; /* the max over data-parallel ranks of their own mean (+ aux) */
     double norm, lr, aux;
+    double lr_factor;                  /* the schedule's: each group's lr x it (lr: the first's) */
     int64_t ntok;                      /* this rank's tokens */
     double step_s, data_s, comm_s;     /* this rank's seconds: the step, loading, collectives */
     double gather_bytes, reduce_bytes; /* this rank's FSDP traffic in the step (dist_fsdp_stats) */

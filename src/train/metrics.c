@@ -267,8 +267,41 @@ int train_metrics_open(train_metrics **out, const train_opts *o, const dist_mesh
     return 0;
 }
 
+/* Each optimizer's learning rates as torchtitan 0.3 logs them (LRSchedulersContainer.
+ * get_metrics): an optimizer per optimizer_name, in the order the groups first name them, its
+ * groups in file order; "lr/NAME" for an optimizer of one group, else "lr/NAME/i" (i its
+ * group's index among NAME's). Without [[optimizer.param_groups]] one group, [optimizer]'s.
+ * Returns the count; key[k][24], val[k]. */
+#define LR_KEYS (TRAIN_MAX_PARAM_GROUPS > 1 ? TRAIN_MAX_PARAM_GROUPS : 1)
+static int lr_metrics(const train_opts *o, double factor, char key[][24], double *val) {
+    if (!o->n_param_groups) {
+        snprintf(key[0], 24, "lr/%s", o->adamw.adam ? "Adam" : "AdamW");
+        val[0] = o->adamw.lr * factor;
+        return 1;
+    }
+    const train_param_group *g = o->param_groups;
+    int n = 0;
+    for (int a = 0; a < o->n_param_groups; a++) {
+        int first = 1, of = 0;
+        for (int b = 0; b < a; b++) first &= strcmp(g[b].optimizer_name, g[a].optimizer_name) != 0;
+        if (!first) continue; /* this name's optimizer is listed already */
+        for (int b = a; b < o->n_param_groups; b++)
+            of += !strcmp(g[b].optimizer_name, g[a].optimizer_name);
+        for (int b = a, i = 0; b < o->n_param_groups; b++) {
+            if (strcmp(g[b].optimizer_name, g[a].optimizer_name)) continue;
+            if (of == 1)
+                snprintf(key[n], 24, "lr/%.8s", g[b].optimizer_name);
+            else
+                snprintf(key[n], 24, "lr/%.8s/%d", g[b].optimizer_name, i++);
+            val[n++] = g[b].c.lr * factor;
+        }
+    }
+    return n;
+}
+
 /* The JSONL line's fields for step s: this step's own figures (bitwise as before), the
- * window's averages on logged steps, validation when it ran. */
+ * window's averages on logged steps, validation when it ran, each optimizer's learning rates
+ * under torchtitan 0.3's names (lr_metrics; "lr" is the first group's, as v0.2.2's). */
 /* Validation tokens/s per rank: every data-parallel rank scores the whole set, a
  * tensor-parallel group's ranks share it (as the step's tps). */
 static double val_tps(const train_metrics *t, const train_step_metrics *s) {
@@ -283,6 +316,10 @@ static void jsonl_line(train_metrics *t, FILE *jl, const train_step_metrics *s, 
             "\"data_s\": %.17g, \"max_loss\": %.17g, \"ntokens\": %lld, \"step_s\": %.17g",
             s->step, s->loss, s->grad_norm, s->lr, tps, t->fpt * tps / 1e12, mfu, mem, s->data_s,
             s->max_loss, (long long)s->ntokens, s->step_s);
+    char key[LR_KEYS][24];
+    double val[LR_KEYS];
+    for (int k = 0, n = lr_metrics(t->o, s->lr_factor, key, val); k < n; k++)
+        fprintf(jl, ", \"%s\": %.17g", key[k], val[k]);
     if (t->start > 0 && s->step == t->start + 1) /* the report page marks resumes */
         fprintf(jl, ", \"resumed_from\": %lld", (long long)t->start);
     if (t->world > 1)
@@ -469,27 +506,32 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
         if (t->rep) report_step(t, line, len, log_now || val, s->step);
         free(line);
     }
-    if (t->tb && log_now) { /* torchtitan's tag names */
-        const char *tags[] = {"loss_metrics/global_avg_loss",
-                              "loss_metrics/global_max_loss",
-                              "grad_norm",
-                              "lr",
-                              "throughput(tps)",
-                              "tflops",
-                              "mfu(%)",
-                              "memory/max_active(GiB)",
-                              "memory/max_active(%)",
-                              "memory/max_reserved(GiB)",
-                              "memory/max_reserved(%)",
-                              "time_metrics/data_loading(s)",
-                              "time_metrics/data_loading(%)",
-                              "time_metrics/end_to_end(s)",
-                              "n_tokens_seen",
-                              "loss_metrics/aux_loss"};
-        const double vals[] = {s->loss, s->max_loss, s->grad_norm,           s->lr, win[0],  win[1],
-                               win[2],  win[6],      100.0 * t->w_rss / ram, mem,   mem_pct, win[3],
-                               win[4],  win[5],      (double)s->tokens_seen, s->aux};
-        if (train_tb_scalars(t->tb, s->step, tags, vals, t->aux_on ? 16 : 15, err)) return -1;
+    if (t->tb && log_now) { /* torchtitan's tag names; one event a step, the lrs' after */
+        const char *tags[16 + LR_KEYS] = {"loss_metrics/global_avg_loss",
+                                          "loss_metrics/global_max_loss",
+                                          "grad_norm",
+                                          "lr",
+                                          "throughput(tps)",
+                                          "tflops",
+                                          "mfu(%)",
+                                          "memory/max_active(GiB)",
+                                          "memory/max_active(%)",
+                                          "memory/max_reserved(GiB)",
+                                          "memory/max_reserved(%)",
+                                          "time_metrics/data_loading(s)",
+                                          "time_metrics/data_loading(%)",
+                                          "time_metrics/end_to_end(s)",
+                                          "n_tokens_seen",
+                                          "loss_metrics/aux_loss"};
+        double vals[16 + LR_KEYS] = {
+            s->loss, s->max_loss, s->grad_norm,           s->lr, win[0],  win[1],
+            win[2],  win[6],      100.0 * t->w_rss / ram, mem,   mem_pct, win[3],
+            win[4],  win[5],      (double)s->tokens_seen, s->aux};
+        const int base = t->aux_on ? 16 : 15;
+        char key[LR_KEYS][24];
+        const int n = lr_metrics(t->o, s->lr_factor, key, vals + base);
+        for (int k = 0; k < n; k++) tags[base + k] = key[k];
+        if (train_tb_scalars(t->tb, s->step, tags, vals, base + n, err)) return -1;
     }
     if (t->tb && val) {
         const char *tags[] = {"validation_metrics/loss",

@@ -233,6 +233,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
                              .max_loss = max_loss,
                              .norm = norm,
                              .lr = lr,
+                             .lr_factor = lr_factor,
                              .aux = aux,
                              .ntok = (int64_t)NT * o->grad_accum,
                              .step_s = dt,

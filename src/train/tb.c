@@ -26,9 +26,12 @@ static uint32_t masked(uint32_t c) {
 }
 
 /* A small protobuf encoder into a fixed buffer (events here are < 1 KiB). */
+/* 4 KiB: a step's 16 scalars and up to 64 parameter groups' learning rates take ~2.1 KiB.
+ * over: something did not fit (the message is not written: an error, never a cut one). */
 typedef struct {
-    unsigned char b[1024];
+    unsigned char b[4096];
     size_t n;
+    int over;
 } pb;
 
 static void pb_varint(pb *p, uint64_t v) {
@@ -36,7 +39,10 @@ static void pb_varint(pb *p, uint64_t v) {
         p->b[p->n++] = (unsigned char)(v | 0x80);
         v >>= 7;
     }
-    if (p->n < sizeof p->b) p->b[p->n++] = (unsigned char)v;
+    if (p->n < sizeof p->b)
+        p->b[p->n++] = (unsigned char)v;
+    else
+        p->over = 1;
 }
 
 static void pb_bytes(pb *p, int field, const void *data, size_t len) {
@@ -45,6 +51,8 @@ static void pb_bytes(pb *p, int field, const void *data, size_t len) {
     if (p->n + len <= sizeof p->b) {
         memcpy(p->b + p->n, data, len);
         p->n += len;
+    } else {
+        p->over = 1;
     }
 }
 
@@ -53,6 +61,8 @@ static void pb_fixed(pb *p, int field, const void *v, int bytes) { /* double: 1,
     if (p->n + (size_t)bytes <= sizeof p->b) {
         memcpy(p->b + p->n, v, (size_t)bytes); /* x86-64 is little endian, as protobuf */
         p->n += (size_t)bytes;
+    } else {
+        p->over = 1;
     }
 }
 
@@ -117,6 +127,7 @@ int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const d
         pb_bytes(&v, 1, tags[i], strlen(tags[i]));
         pb_fixed(&v, 2, &f, 4);
         pb_bytes(&summary, 1, v.b, v.n);
+        summary.over |= v.over;
     }
     pb e = {.n = 0};
     const double now = wall_time();
@@ -124,7 +135,7 @@ int train_tb_scalars(train_tb *t, int64_t step, const char *const *tags, const d
     pb_varint(&e, 2 << 3 | 0);
     pb_varint(&e, (uint64_t)step);
     pb_bytes(&e, 5, summary.b, summary.n);
-    if (e.n >= sizeof e.b) return base_fail(err, "%s: event too large", t->path);
+    if (summary.over || e.over) return base_fail(err, "%s: event too large", t->path);
     /* deleted during the run (a cleanup of the tb folder): written anew, said (the scalars
      * had gone to the unlinked file in silence) */
     int empty = 0;

@@ -505,6 +505,7 @@ static int run_steps(run *r, base_err *err) {
                                        .max_loss = s.max_loss,
                                        .grad_norm = s.norm,
                                        .lr = s.lr,
+                                       .lr_factor = s.lr_factor,
                                        .aux = s.aux,
                                        .ntokens = s.ntok,
                                        .tokens_seen = r->tokens_seen,

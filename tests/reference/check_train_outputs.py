@@ -6,12 +6,21 @@ at the validation steps, and the last validation loss must equal the
 mean cross-entropy that Hugging Face transformers computes with the exported model on the
 same held-out windows (byte tokens: windows of seq_len + 1 consecutive bytes).
 
+Each optimizer's learning rates are logged as torchtitan 0.3 logs them
+(LRSchedulersContainer.get_metrics: "lr/NAME", or "lr/NAME/i" for an optimizer of several
+groups): the names come from real torch.optim optimizers built as 0.3 builds them from
+GROUPS_TOML's [[optimizer.param_groups]] (one optimizer per optimizer_name in order of first
+appearance, a group per entry) or, without it, one AdamW; the values are each group's lr times
+the schedule's factor, in metrics.jsonl and TensorBoard alike.
+
 usage: check_train_outputs.py DUMP_DIR VAL_FILE SEQ_LEN BATCH VAL_STEPS LOG_FREQ VAL_FREQ STEPS
+       [GROUPS_TOML]
 """
 import json
 import math
 import os
 import sys
+import tomllib
 
 import numpy as np
 import torch
@@ -57,6 +66,31 @@ for tag, key in [("loss_metrics/global_avg_loss", "loss"), ("grad_norm", "grad_n
     check([e.step for e in ev] == logged, "%s logged at steps %s" % (tag, [e.step for e in ev]))
     ok = all(np.float32(e.value) == np.float32(by_step[e.step][key]) for e in ev)
     check(ok, "%s values equal metrics.jsonl %s (float32)" % (tag, key))
+
+# learning rates per optimizer, torchtitan 0.3's names
+groups = (tomllib.load(open(sys.argv[9], "rb"))["optimizer"]["param_groups"] if len(sys.argv) > 9
+          else [dict(optimizer_name="AdamW", optimizer_kwargs=dict(lr=lr1))])
+by_name = {}
+for g in groups:
+    by_name.setdefault(g["optimizer_name"], []).append(g["optimizer_kwargs"]["lr"])
+want_lr = {}
+for name, lrs in by_name.items():  # torchtitan's get_metrics over real optimizers
+    opt = getattr(torch.optim, name)([dict(params=[torch.zeros(1, requires_grad=True)], lr=l)
+                                      for l in lrs])
+    for i, pg in enumerate(opt.param_groups):
+        want_lr["lr/%s" % type(opt).__name__ if len(opt.param_groups) == 1
+                else "lr/%s/%d" % (type(opt).__name__, i)] = pg["lr"]
+first = groups[0]["optimizer_kwargs"]["lr"]
+got_lr = {k for k in rows[0] if k.startswith("lr/")}
+check(got_lr == set(want_lr), "metrics.jsonl's learning rates %s, torchtitan 0.3's %s"
+      % (sorted(got_lr), sorted(want_lr)))
+check(all(abs(r[k] - want_lr[k] * r["lr"] / first) <= 1e-12 * want_lr[k] for r in rows
+          for k in want_lr if k in r), "each group's lr = its lr x the schedule's factor")
+for k in sorted(want_lr):
+    ev = acc.Scalars(k) if k in tags else []
+    check([e.step for e in ev] == logged and
+          all(np.float32(e.value) == np.float32(by_step[e.step][k]) for e in ev),
+          "TensorBoard %s at the logged steps, equal to metrics.jsonl" % k)
 vev = acc.Scalars("validation_metrics/loss")
 # torchtitan validates at step 1 and every val_freq-th step; titan at the last one too
 vsteps_logged = [s for s in range(1, steps + 1) if s == 1 or s % val_freq == 0 or s == steps]

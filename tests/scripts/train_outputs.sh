@@ -15,6 +15,38 @@ model=(--set n_layers=2 --set dim=64 --set n_heads=4 --set n_kv_heads=2 --set he
     --validation.dataset_path "$out/val.txt" --validation.freq 3 --validation.steps 5 \
     --validation.seq_len 32 --validation.local_batch_size 2 --out hf > "$out/log"
 "$python" "$here/reference/check_train_outputs.py" "$out/run" "$out/val.txt" 32 2 5 2 3 6
+# with [[optimizer.param_groups]] (two AdamW groups and an Adam one): each group's lr under
+# torchtitan 0.3's names
+groups=$here/fixtures/param_groups/dense.toml
+"$titan" train "${model[@]}" --config "$groups" --steps 3 --log-freq 1 --dump-folder "$out/rung" \
+    --metrics.enable_tensorboard --metrics.enable_jsonl --validation.enable \
+    --validation.dataset_path "$out/val.txt" --validation.freq 3 --validation.steps 1 \
+    --validation.seq_len 32 --validation.local_batch_size 2 --out hf > "$out/logg"
+"$python" "$here/reference/check_train_outputs.py" "$out/rung" "$out/val.txt" 32 2 1 1 3 3 "$groups"
+# the most groups titan takes (64): a step's TensorBoard event holds every learning rate (its
+# record had room for ~16 scalars)
+for i in $(seq 0 62); do
+  printf "[[optimizer.param_groups]]\npattern = '^layers\\\\.%d\\\\.'\noptimizer_name = \"%s\"\n" $i \
+    "$([ $((i % 2)) = 1 ] && echo AdamW || echo Adam)"
+  printf "optimizer_kwargs = {lr = %d.0e-4}\n" $((i + 1))
+done > "$out/g64.toml"
+printf "[[optimizer.param_groups]]\npattern = '.*'\noptimizer_name = \"AdamW\"\noptimizer_kwargs = {lr = 1e-3}\n" >> "$out/g64.toml"
+"$titan" train --config "$out/g64.toml" --random-tokens --steps 2 --set n_layers=63 --set dim=32 \
+  --set n_heads=2 --set n_kv_heads=1 --set head_dim=16 --set ffn_dim=32 --set vocab_size=64 \
+  --seq-len 16 --batch 1 --log-freq 1 --dump-folder "$out/g64" --metrics.enable_tensorboard \
+  > "$out/g64.log" 2>&1 || { cat "$out/g64.log"; echo "FAIL: 64 parameter groups"; exit 1; }
+"$python" - "$out/g64/tb" <<'PY'
+import glob, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(glob.glob(sys.argv[1] + "/*")[0]); acc.Reload()
+lr = sorted(t for t in acc.Tags()["scalars"] if t.startswith("lr/"))
+assert len(lr) == 64 and "lr/Adam/31" in lr and "lr/AdamW/31" in lr, lr
+assert [e.step for e in acc.Scalars("lr/Adam/31")] == [1, 2], "steps"
+# Adam's group 31 is entry 62 (lr 6.3e-3); AdamW's 31 the catch-all (1e-3): the same factor
+r = acc.Scalars("lr/Adam/31")[-1].value / acc.Scalars("lr/AdamW/31")[-1].value
+assert abs(r - 6.3) < 1e-5, r
+print("ok: 64 parameter groups' learning rates in each step's TensorBoard event")
+PY
 # the whole validation set, 5 windows of 33 tokens and 3 spare bytes, in batches of 2: the
 # short last batch counts (it was dropped: 4 windows scored)
 head -c $((5 * 33 + 3)) "$out/val.txt" > "$out/val5.txt"
