@@ -282,7 +282,8 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
     if (gd[0])
         base_log(BASE_LOG_WARN,
                  "checkpoint: step-%lld was trained with %s, which apply from here (the AdamW "
-                 "moments carry on; torchtitan would keep the checkpoint's hyperparameters)",
+                 "moments carry on; torchtitan 0.3 would keep the checkpoint's betas, eps and "
+                 "weight decay, and take this run's lr after one step at the checkpoint's)",
                  (long long)step, gd);
     const char *name = json_string_value(json_object_get(oj, "name"));
     if (name && !pg && !o->n_param_groups && strcmp(name, adamw_name(&o->adamw)))
@@ -298,8 +299,10 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
         if (json_is_number(v) && json_number_value(v) != hp[i])
             base_log(BASE_LOG_WARN,
                      "checkpoint: step-%lld was trained with optimizer.%s = %g; this run sets "
-                     "%g, which applies from here (torchtitan would keep the checkpoint's)",
-                     (long long)step, k_adamw_keys[i], json_number_value(v), hp[i]);
+                     "%g, which applies from here (torchtitan would keep the checkpoint's%s)",
+                     (long long)step, k_adamw_keys[i], json_number_value(v), hp[i],
+                     /* 0.3 restores the groups' settings but not LambdaLR's base_lrs */
+                     i == 0 ? " (0.3: for one step, then this run's)" : "");
     }
     const json_t *seed = json_object_get(t, "seed");
     if (!src->loader && json_is_integer(seed) && (uint64_t)json_integer_value(seed) != o->seed)
