@@ -75,6 +75,14 @@ add_test(NAME finetune_moe_param_groups
           ${CMAKE_BINARY_DIR}/finetune_moe_param_groups moe_groups)
 set_tests_properties(finetune_moe_param_groups PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+# optimizer.implementation = "fused_opt_states_bf16" (AdamW's moments in bf16) against PyTorch's
+# AdamW with its moments rounded to bf16 after every step.
+add_test(NAME finetune_adam_bf16_states
+  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
+          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+          ${CMAKE_BINARY_DIR}/finetune_adam_bf16_states bf16_states)
+set_tests_properties(finetune_adam_bf16_states PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 # optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam.
 add_test(NAME finetune_adam
   COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py

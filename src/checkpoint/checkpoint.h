@@ -368,17 +368,20 @@ int ckpt_convert(const char *src, const char *dst, const ckpt_export_opts *opts,
  * tensor) writes them as buffers "NAME", "NAME@1", "NAME@2", ... (each with its own offset);
  * loading NAME reads all of them. */
 typedef struct {
-    const char *name;  /* "model", "adam_m", ... */
-    const float *data; /* save: this rank's slice (numel contiguous elements) */
-    float *dst;        /* load: where this rank's slice goes (numel contiguous elements) */
-    size_t offset;     /* slice start within the whole buffer (elements) */
-    size_t numel;      /* slice length: rows x (numel / rows) */
+    const char *name; /* "model", "adam_m", ... */
+    const void *data; /* save: this rank's slice (numel contiguous elements: float, or bf16) */
+    void *dst;        /* load: where this rank's slice goes (numel contiguous elements) */
+    size_t offset;    /* slice start within the whole buffer (elements) */
+    size_t numel;     /* slice length: rows x (numel / rows) */
     size_t global_numel;
     size_t rows;      /* 0 or 1: contiguous; else numel / rows elements per row */
     size_t stride;    /* rows > 1: distance between row starts in the whole buffer */
     ckpt_dtype dtype; /* save: how the fp32 data is stored: CKPT_F32 (0, the default), or
                        * rounded to CKPT_BF16 / CKPT_F16 (the last model-only save in
                        * checkpoint.export_dtype); load: any of them, expanded to fp32 */
+    int bf16;         /* data / dst hold bf16 bits (uint16_t), not floats (AdamW's moments
+                       * in bf16): saved as BF16 as they are (dtype ignored); loaded from any
+                       * stored dtype, BF16 as it is, F32 / F16 rounded to nearest even */
 } ckpt_step_buf;
 
 /* Save, in three parts so many ranks can share it: rank 0 creates step-N.tmp/ (removing one

@@ -134,17 +134,18 @@ int ckpt_step_write_shard(const char *folder, int64_t step, int rank, const ckpt
         piece p;
         if (buf_piece(&bufs[i], &p, path, err)) goto done;
         /* strided: [rows, row_len] and its stride; contiguous: 1-D as in version 1 */
-        t[i] =
-            p.rows > 1
-                ? (ckpt_wtensor){bufs[i].name,
-                                 bufs[i].dtype,
-                                 2,
-                                 {(int64_t)p.rows, (int64_t)p.row_len},
-                                 bufs[i].data,
-                                 1,
-                                 1}
-                : (ckpt_wtensor){
-                      bufs[i].name, bufs[i].dtype, 1, {(int64_t)bufs[i].numel}, bufs[i].data, 1, 1};
+        /* bf16 memory: its bits as they are; fp32: converted to dtype as written */
+        const ckpt_dtype dt = bufs[i].bf16 ? CKPT_BF16 : bufs[i].dtype;
+        t[i] = p.rows > 1
+                   ? (ckpt_wtensor){bufs[i].name,
+                                    dt,
+                                    2,
+                                    {(int64_t)p.rows, (int64_t)p.row_len},
+                                    bufs[i].data,
+                                    !bufs[i].bf16,
+                                    1}
+                   : (ckpt_wtensor){bufs[i].name,  dt, 1, {(int64_t)bufs[i].numel}, bufs[i].data,
+                                    !bufs[i].bf16, 1};
         const char *what[3] = {"offset", "global_numel", "stride"};
         const size_t val[3] = {p.off, p.gn, p.stride};
         for (int k = 0; k < (p.rows > 1 ? 3 : 2); k++, nkv++) {
@@ -666,10 +667,28 @@ static int spans_add(spans *s, size_t lo, size_t hi, int src) {
     return 0;
 }
 
+/* Elements [0, n) of a stored piece's data (dtype dt) into bf16 bits: BF16 as it is, F32 /
+ * F16 rounded to nearest even (through fp32: exact for F16). */
+static void to_bf16_n(const unsigned char *data, ckpt_dtype dt, uint16_t *out, size_t n) {
+    if (dt == CKPT_BF16) {
+        memcpy(out, data, 2 * n);
+        return;
+    }
+    float f[256];
+    for (size_t c = 0; c < n; c += 256) {
+        const size_t k = n - c < 256 ? n - c : 256;
+        if (dt == CKPT_F32)
+            memcpy(f, data + 4 * c, 4 * k);
+        else
+            ckpt_half_to_f32_n(data + 2 * c, f, k, 0);
+        ckpt_f32_to_half_n(f, out + c, k, 1);
+    }
+}
+
 /* Copies the overlap of shard piece a (data: its rows, row after row) into wanted piece b
- * (dst), recording the elements of b it filled in s. */
-static int copy_overlap(const piece *a, const unsigned char *data, const piece *b, float *dst,
-                        spans *s, int src) {
+ * (dst: floats, or bf16 bits when bf16), recording the elements of b it filled in s. */
+static int copy_overlap(const piece *a, const unsigned char *data, const piece *b, void *dst,
+                        int bf16, spans *s, int src) {
     const size_t blo = b->off, bhi = b->off + (b->rows - 1) * b->stride + b->row_len;
     size_t ra0, ra1;
     rows_within(a, blo, bhi, &ra0, &ra1);
@@ -684,10 +703,13 @@ static int copy_overlap(const piece *a, const unsigned char *data, const piece *
             if (lo >= hi) continue;
             const size_t at = rb * b->row_len + (lo - b0);
             const size_t from = ra * a->row_len + (lo - a0);
-            if (a->dtype == CKPT_F32)
-                memcpy(dst + at, data + 4 * from, 4 * (hi - lo));
+            const unsigned char *in = data + (a->dtype == CKPT_F32 ? 4 : 2) * from;
+            if (bf16)
+                to_bf16_n(in, a->dtype, (uint16_t *)dst + at, hi - lo);
+            else if (a->dtype == CKPT_F32)
+                memcpy((float *)dst + at, in, 4 * (hi - lo));
             else
-                ckpt_half_to_f32_n(data + 2 * from, dst + at, hi - lo, a->dtype == CKPT_BF16);
+                ckpt_half_to_f32_n(in, (float *)dst + at, hi - lo, a->dtype == CKPT_BF16);
             if (spans_add(s, at, at + (hi - lo), src)) return -1;
         }
     }
@@ -789,7 +811,7 @@ int ckpt_step_load(const char *folder, int64_t step, const ckpt_step_buf *bufs, 
                     rc = -1;
                     break;
                 }
-                if (copy_overlap(&a, t->data, b, bufs[i].dst, &got[i], n_srcs - 1))
+                if (copy_overlap(&a, t->data, b, bufs[i].dst, bufs[i].bf16, &got[i], n_srcs - 1))
                     rc = base_fail(err, "out of memory");
             }
         }

@@ -79,7 +79,7 @@ const ops_impl *ops_default_impl(ops_kind op);
 #define OPS_WORK_CALL_lmhead_ce(dx_, dw_, x_, w_, tgt_, n_, d_, v_, scale_, scratch_, chunk_,      \
                                 n_valid_, vs_, acc_)                                               \
     OPS_WORK_(LMHEAD_CE, 0, .rows = (n_), .width = (d_), .out = (v_), .grad_in = (dx_) != NULL)
-#define OPS_WORK_CALL_adamw(p_, m_, v_, g_, gs_, n_, lr_, b1_, b2_, eps_, wd_, l2_, t_)            \
+#define OPS_WORK_CALL_adamw(p_, m_, v_, g_, gs_, n_, lr_, b1_, b2_, eps_, wd_, l2_, bf_, t_)       \
     OPS_WORK_(ADAMW, 0, .elems = (double)(n_))
 #define OPS_WORK_CALL_attention_kv(out_, q_, k_, v_, t_, pos0_, h_, g_, hd_)                       \
     OPS_WORK_(ATTENTION_KV, 0, .seq = (t_), .pos0 = (pos0_), .heads = (h_), .kv_heads = (g_),      \

@@ -71,7 +71,9 @@
  *   l2 != 0: torch.optim.Adam's coupled weight decay, g += l2 * p (the parameter before the
  *   step) ahead of the moments (torch never sets both: Adam passes wd 0, AdamW l2 0):
  *   p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- *   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward.
+ *   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). No backward. mv_bf16: m and v
+ *   are bf16 (uint16_t bits): widened, stepped in fp32, stored rounded to nearest even
+ *   (torchtitan 0.3's fused_opt_states_bf16); else fp32.
  *   Hyperparameters are doubles, as Python holds them: the kernel derives its fp32 scalars
  *   from them exactly as torch does (1 - 0.9 in double, then rounded once). A call on at most
  *   65536 elements runs on the calling thread (the optimizer calls it per block from its own
@@ -140,9 +142,9 @@
        const ops_vocab_shard *vs, int dw_acc),                                                     \
       (dx, dw, x, w, targets, N, D, V, grad_scale, scratch, chunk, n_valid, vs, dw_acc))           \
     F(ADAMW, adamw, NULL, 0, void,                                                                 \
-      (float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,            \
-       double beta1, double beta2, double eps, double wd, double l2, int64_t t),                   \
-      (p, m, v, g, gscale, n, lr, beta1, beta2, eps, wd, l2, t))                                   \
+      (float *p, void *m, void *v, const float *g, float gscale, size_t n, double lr,              \
+       double beta1, double beta2, double eps, double wd, double l2, int mv_bf16, int64_t t),      \
+      (p, m, v, g, gscale, n, lr, beta1, beta2, eps, wd, l2, mv_bf16, t))                          \
     F(ATTENTION_KV, attention_kv, "attention.kv", 0, void,                                         \
       (float *out, const float *q, const float *k, const float *v, int T, int pos0, int H, int G,  \
        int hd),                                                                                    \

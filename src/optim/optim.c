@@ -4,11 +4,12 @@
 #include <stddef.h>
 #include <string.h>
 
-int optim_adamw_init(optim_adamw *o, size_t n, base_err *err) {
+int optim_adamw_init(optim_adamw *o, size_t n, int bf16, base_err *err) {
     memset(o, 0, sizeof *o);
     o->n = n;
-    o->m = base_alloc(n * sizeof(float));
-    o->v = base_alloc(n * sizeof(float));
+    o->bf16 = bf16;
+    o->m = base_alloc(n * optim_moment_bytes(o));
+    o->v = base_alloc(n * optim_moment_bytes(o));
     if (!o->m || !o->v) {
         optim_adamw_free(o);
         return base_fail(err, "out of memory: AdamW state for %zu parameters", n);
@@ -38,9 +39,11 @@ static void step_range(optim_adamw *o, float *params, const float *grads, float 
     for (; k < n_spans && span[k].lo < hi; k++) {
         const optim_adamw_cfg *c = span[k].c;
         const size_t s = span[k].lo > lo ? span[k].lo : lo, e = span[k].hi < hi ? span[k].hi : hi;
-        o->kernel(params + s, o->m + s, o->v + s, grads + s, gscale, e - s, c->lr * lr_factor,
-                  c->beta1, c->beta2, c->eps, c->adam ? 0.0 : c->weight_decay,
-                  c->adam ? c->weight_decay : 0.0, o->step);
+        const size_t es = optim_moment_bytes(o);
+        o->kernel(params + s, (char *)o->m + s * es, (char *)o->v + s * es, grads + s, gscale,
+                  e - s, c->lr * lr_factor, c->beta1, c->beta2, c->eps,
+                  c->adam ? 0.0 : c->weight_decay, c->adam ? c->weight_decay : 0.0, o->bf16,
+                  o->step);
     }
 }
 

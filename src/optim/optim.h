@@ -18,12 +18,21 @@ typedef struct {
 
 typedef struct {
     size_t n;
-    float *m, *v; /* [n] first and second moments, mirroring the (sharded) parameters */
+    /* [n] first and second moments, mirroring the (sharded) parameters: float, or with bf16
+     * (torchtitan 0.3's optimizer.implementation = "fused_opt_states_bf16") uint16_t bf16 bits,
+     * stepped in fp32 and stored rounded to nearest even */
+    void *m, *v;
+    int bf16;
     int64_t step; /* optimizer steps taken */
     ops_adamw_fn kernel;
 } optim_adamw;
 
-int optim_adamw_init(optim_adamw *o, size_t n, base_err *err);
+/* bf16: the moments in bf16 (2 bytes an element instead of 4). */
+int optim_adamw_init(optim_adamw *o, size_t n, int bf16, base_err *err);
+/* Bytes of one moment element (4, or 2 in bf16). */
+static inline size_t optim_moment_bytes(const optim_adamw *o) {
+    return o->bf16 ? 2 : 4;
+}
 void optim_adamw_free(optim_adamw *o);
 
 /* bf16 mixed precision: the bf16 copy of the parameters that the step refreshes as it writes

@@ -206,8 +206,9 @@ const field g_fields[] = {
     FLT(optimizer, weight_decay, 0.1, 0, INFINITY, 0,
         "weight decay, AdamW's decoupled or Adam's L2 (all params; per group: "
         "[[optimizer.param_groups]])"),
-    STR(optimizer, implementation, "fused", "fused|foreach|for-loop|!fused_opt_states_bf16",
-        "torch's variants; titan has one AdamW kernel for all three"),
+    STR(optimizer, implementation, "fused", "fused|foreach|for-loop|fused_opt_states_bf16",
+        "torch's variants (titan has one AdamW kernel for all); fused_opt_states_bf16: the AdamW "
+        "moments in bf16 (stepped in fp32, stored rounded), 2 bytes each instead of 4"),
     PBOOL(optimizer, early_step_in_backward, 0, P_REFUSE,
           "step each parameter during backward (not implemented)"),
 

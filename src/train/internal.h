@@ -19,10 +19,11 @@ typedef struct train_saver train_saver;
 /* One checkpoint buffer per (name, piece) for nb buffers x np pieces of the shard vector
  * (malloc'ed, free()): names[i], or "names[i]@k" for piece k > 0 when piece_names
  * ([nb * np][32], filled here) is given (a save's shard tensors); data = src[i] + shard_off
- * (src may be NULL) and dst = dst[i] + shard_off (dst may be NULL). */
+ * (src may be NULL) and dst = dst[i] + shard_off (dst may be NULL) elements: floats, or bf16
+ * bits for the buffers whose bit i is set in bf16 (AdamW's moments in bf16). */
 ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_piece *p, int np,
-                                size_t global_n, const float *const *src, float *const *dst,
-                                char (*piece_names)[32]);
+                                size_t global_n, const void *const *src, void *const *dst,
+                                unsigned bf16, char (*piece_names)[32]);
 
 /* Where this rank's buffers go in a checkpoint: the pieces of its shard vector (n elements)
  * in the global buffers of global_n elements; rank 0 creates and commits the step, every
@@ -36,18 +37,19 @@ typedef struct {
     size_t global_n;
 } train_saver_layout;
 
-/* dir: the checkpoint folder; n: elements per buffer (the shard vector); async: use the
- * thread when every rank's snapshot fits in memory (ranks x 3 n floats <= a quarter of this
- * machine's RAM); otherwise saves are synchronous. */
-int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
-                     int async, int keep_latest_k, base_err *err);
+/* dir: the checkpoint folder; n: elements per buffer (the shard vector); mv_bf16: AdamW's
+ * moments are bf16 (saved as BF16 tensors); async: use the thread when every rank's snapshot
+ * fits in memory (ranks x (4 + 2 x 4 or 2 x 2) n bytes <= a quarter of this machine's RAM);
+ * otherwise saves are synchronous. */
+int train_saver_init(train_saver **out, const char *dir, size_t n, int mv_bf16,
+                     const train_saver_layout *lay, int async, int keep_latest_k, base_err *err);
 /* Whether async saves keep their snapshot: bytes per rank (3 n floats) x ranks within a quarter
  * of this machine's RAM (the saver's rule; titan plan counts the snapshot by it). */
 int train_saver_async_fits(double bytes, int ranks);
 /* Saves step: model weights w, and AdamW moments m, v unless model_only (NULL ok then; the
  * weights are then stored as model_dtype: F32, or BF16 / F16 rounded to nearest even, as
  * torchtitan's last save in export_dtype). train_json is the trainer's state object (copied). */
-int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
+int train_saver_save(train_saver *s, int64_t step, const float *w, const void *m, const void *v,
                      int model_only, ckpt_dtype model_dtype, const char *train_json, base_err *err);
 /* Every rank calls these at the same points (they are collective while a save is in flight).
  * finish: waits for the save in flight and commits it; returns its error if it failed.
@@ -360,10 +362,11 @@ typedef struct {
 #define TRAIN_STEP_DIVERGED (-2)
 int train_step(train_job *j, int step, train_step_result *r, base_err *err);
 /* The first parameter of x, one of this rank's shard vectors (weights, gradients, AdamW m or
- * v: all laid out as the weights' shard), holding a NaN or an infinity (nonneg: or a negative
- * value): by parameter when the shard is the whole buffer, else by FSDP unit; NULL when none
- * does. */
-const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, int nonneg);
+ * v: all laid out as the weights' shard; bf16: x holds bf16 bits, AdamW's moments in bf16), holding
+ * a NaN or an infinity (nonneg: or a negative value): by parameter when the shard is the whole
+ * buffer, else by FSDP unit; NULL when none does. */
+const char *train_first_bad(const model *m, const dist_fsdp *f, const void *x, int bf16,
+                            int nonneg);
 /* Mean loss over the validation set (or its first o->val.steps batches) with the weights of
  * the training model: on it when the shapes match (ev NULL), else on ev, a forward-only model
  * of the validation shape. Fills *loss and *ntok. A stop signal (the ranks agree before each

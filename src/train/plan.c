@@ -85,7 +85,7 @@ int train_plan_compute(const train_plan_in *in, train_plan *p, base_err *err) {
     model_count_params(&in->model, &cnt);
     p->n_params = cnt.total;
     p->params = p->grads = shard * F;
-    p->adam = 2 * shard * F;
+    p->adam = 2 * shard * (in->adam_bf16 ? 2 : F);
     if (ds > 1) {
         const double pin = tied ? 2 * emb : 0; /* tied embedding: parameters + gradients */
         double peak;
@@ -295,7 +295,8 @@ void train_plan_print(const train_plan_in *in, const train_plan *p, double budge
     fprintf(f, "memory per rank                          GiB\n");
     fprintf(f, "  parameters (fp32 shard)          %10.3f\n", p->params / G);
     fprintf(f, "  gradients (fp32 shard)           %10.3f\n", p->grads / G);
-    fprintf(f, "  AdamW m + v (fp32 shard)         %10.3f\n", p->adam / G);
+    fprintf(f, "  AdamW m + v (%s shard)         %10.3f\n", in->adam_bf16 ? "bf16" : "fp32",
+            p->adam / G);
     if (p->par.ep > 1)
         fprintf(f, "    of which own experts (EP)      %10.3f   (parameters; sharded over efsdp)\n",
                 p->ep_experts / G);
@@ -401,6 +402,7 @@ train_plan_in train_plan_in_of(const train_opts *o, int world) {
                            .prec = o->prec,
                            .prec_why = o->prec_why,
                            .ckpt_async = o->ckpt.enable && o->ckpt.async && !o->ckpt.load_only,
+                           .adam_bf16 = o->adam_bf16,
                            .acts_in_grads = o->acts_in_grads};
 }
 

@@ -12,14 +12,15 @@ struct train_saver {
     size_t n;
     train_saver_layout lay;
     int async, keep;
-    float *snap[3]; /* model, adam_m, adam_v copies (async only) */
+    int mv_bf16;   /* adam_m, adam_v hold bf16 bits */
+    void *snap[3]; /* model, adam_m, adam_v copies (async only) */
     pthread_t thread;
     int running;
     /* the job of the thread */
     int64_t step;
     int model_only;
     ckpt_dtype model_dtype; /* how the weights are stored (a model-only save's export_dtype) */
-    const float *buf[3];
+    const void *buf[3];
     char *train_json;
     int rc, written; /* written: the thread's write is done (atomic) */
     base_err err;
@@ -27,8 +28,8 @@ struct train_saver {
 };
 
 ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_piece *p, int np,
-                                size_t global_n, const float *const *src, float *const *dst,
-                                char (*piece_names)[32]) {
+                                size_t global_n, const void *const *src, void *const *dst,
+                                unsigned bf16, char (*piece_names)[32]) {
     ckpt_step_buf *b = calloc((size_t)nb * (size_t)np + 1, sizeof *b);
     if (!b) return NULL;
     for (int i = 0; i < nb; i++)
@@ -42,15 +43,18 @@ ckpt_step_buf *train_piece_bufs(const char *const *names, int nb, const dist_pie
                     snprintf(piece_names[j], 32, "%s", names[i]);
                 name = piece_names[j];
             }
+            const int h = bf16 >> i & 1;
+            const size_t at = p[k].shard_off * (h ? 2 : 4); /* bytes */
             b[j] = (ckpt_step_buf){name,
-                                   src ? src[i] + p[k].shard_off : NULL,
-                                   dst ? dst[i] + p[k].shard_off : NULL,
+                                   src ? (const char *)src[i] + at : NULL,
+                                   dst ? (char *)dst[i] + at : NULL,
                                    p[k].global_off,
                                    p[k].row_len * p[k].rows,
                                    global_n,
                                    p[k].rows,
                                    p[k].stride,
-                                   CKPT_F32};
+                                   CKPT_F32,
+                                   h};
         }
     return b;
 }
@@ -77,8 +81,9 @@ static int save_write(train_saver *s) {
     if (L->writer < 0) return 0; /* an HSDP replica other than the first */
     const int nb = s->model_only ? 1 : 3, np = L->n_pieces;
     char(*nm)[32] = calloc((size_t)(nb * np) + 1, 32);
-    ckpt_step_buf *b =
-        nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL, nm) : NULL;
+    ckpt_step_buf *b = nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL,
+                                             s->mv_bf16 ? 6u : 0u, nm)
+                          : NULL;
     for (int k = 0; b && k < np; k++) b[k].dtype = s->model_dtype; /* buffer 0: the weights */
     int rc = !b || !nm ? base_fail(&s->err, "out of memory")
                        : ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * np, &s->err);
@@ -108,8 +113,13 @@ int train_saver_async_fits(double bytes, int ranks) {
     return bytes * ranks <= (double)base_total_ram() / 4;
 }
 
-int train_saver_init(train_saver **out, const char *dir, size_t n, const train_saver_layout *lay,
-                     int async, int keep_latest_k, base_err *err) {
+/* Bytes of buffer i (0 the weights, 1-2 the moments) of n elements. */
+static size_t buf_bytes(const train_saver *s, int i) {
+    return s->n * (i && s->mv_bf16 ? 2 : sizeof(float));
+}
+
+int train_saver_init(train_saver **out, const char *dir, size_t n, int mv_bf16,
+                     const train_saver_layout *lay, int async, int keep_latest_k, base_err *err) {
     *out = NULL;
     train_saver *s = calloc(1, sizeof *s);
     if (!s || !(s->dir = strdup(dir))) {
@@ -117,12 +127,13 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
         return base_fail(err, "out of memory");
     }
     s->n = n;
+    s->mv_bf16 = mv_bf16;
     s->lay = *lay;
     s->keep = keep_latest_k;
     /* every rank keeps a snapshot of its shard; ranks may share a machine, so the budget is a
      * quarter of this machine's RAM split over all of them (conservative across machines) */
     const int ranks = dist_comm_size(lay->comm);
-    const double bytes = 3.0 * (double)n * sizeof(float);
+    const double bytes = (double)(buf_bytes(s, 0) + 2 * buf_bytes(s, 1));
     s->async = async && train_saver_async_fits(bytes, ranks);
     if (async && !s->async)
         base_log(BASE_LOG_INFO,
@@ -131,7 +142,7 @@ int train_saver_init(train_saver **out, const char *dir, size_t n, const train_s
                  ranks, bytes / (1 << 30));
     /* untouched until the first save copies into them: no resident memory before it */
     for (int i = 0; s->async && i < 3; i++)
-        if (!(s->snap[i] = base_alloc_uninit(n * sizeof(float)))) {
+        if (!(s->snap[i] = base_alloc_uninit(buf_bytes(s, i)))) {
             train_saver_free(s);
             return base_fail(err, "out of memory for the checkpoint snapshot");
         }
@@ -172,7 +183,7 @@ int train_saver_abandon(train_saver *s, base_err *err) {
                      (long long)s->step, s->dir, (long long)s->step);
 }
 
-int train_saver_save(train_saver *s, int64_t step, const float *w, const float *m, const float *v,
+int train_saver_save(train_saver *s, int64_t step, const float *w, const void *m, const void *v,
                      int model_only, ckpt_dtype model_dtype, const char *train_json,
                      base_err *err) {
     if (train_saver_finish(s, err)) return -1;
@@ -181,12 +192,12 @@ int train_saver_save(train_saver *s, int64_t step, const float *w, const float *
     s->step = step;
     s->model_only = model_only;
     s->model_dtype = model_only ? model_dtype : CKPT_F32; /* a resumable state stays fp32 */
-    const float *src[3] = {w, m, v};
+    const void *src[3] = {w, m, v};
     if (save_begin(s))
         return base_fail(err, "checkpoint at step %lld failed: %s", (long long)step, s->err.msg);
     if (s->async) {
         for (int i = 0; i < (model_only ? 1 : 3); i++) {
-            memcpy(s->snap[i], src[i], s->n * sizeof(float));
+            memcpy(s->snap[i], src[i], buf_bytes(s, i));
             s->buf[i] = s->snap[i];
         }
         s->written = 0;

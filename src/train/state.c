@@ -118,6 +118,9 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
     adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5; i++) json_object_set_new(oj, k_adamw_keys[i], json_real(hp[i]));
     json_object_set_new(oj, "name", json_string(adamw_name(&o->adamw)));
+    /* the moments' dtype (optimizer.implementation = "fused_opt_states_bf16": bfloat16), as
+     * the shard files store them; a resume says a change */
+    json_object_set_new(oj, "states", json_string(o->adam_bf16 ? "bfloat16" : "float32"));
     json_object_set_new(root, "optimizer", oj);
     if (o->n_param_groups) json_object_set_new(root, "param_groups", param_groups_json(o));
     if (o->model.n_experts > 0)
@@ -147,10 +150,12 @@ static char *train_state_json(const train_opts *o, const train_source *src, cons
 }
 
 /* Loads buffers names[nb] of dir/step-N into this rank's pieces p[np] of the shard vectors
- * dst[nb] (global offsets in the full layout of n_floats). */
-static int load_pieces(const char *dir, int64_t step, const char *const *names, float *const *dst,
-                       int nb, const dist_piece *p, int np, size_t n_floats, base_err *err) {
-    ckpt_step_buf *b = train_piece_bufs(names, nb, p, np, n_floats, NULL, dst, NULL);
+ * dst[nb] (global offsets in the full layout of n_floats; bf16: the buffers, by bit, that
+ * hold bf16 bits). */
+static int load_pieces(const char *dir, int64_t step, const char *const *names, void *const *dst,
+                       int nb, const dist_piece *p, int np, size_t n_floats, unsigned bf16,
+                       base_err *err) {
+    ckpt_step_buf *b = train_piece_bufs(names, nb, p, np, n_floats, NULL, dst, bf16, NULL);
     if (!b) return base_fail(err, "out of memory");
     int rc = ckpt_step_load(dir, step, b, nb * np, err);
     free(b);
@@ -262,7 +267,7 @@ json_t *train_step_state(const char *folder, int64_t step, base_err *err) {
  * it draws the data (random tokens), an MoE's balancing (the learned expert bias steers
  * routing in "bias" only). */
 static void said_changes(const json_t *t, const train_opts *o, const train_source *src,
-                         int64_t step) {
+                         int64_t step, unsigned load) {
     const char *mask = json_string_value(json_object_get(t, "attn_mask_type"));
     if (mask && strcmp(mask, mask_name(o))) /* absent in older checkpoints */
         base_log(BASE_LOG_WARN,
@@ -292,6 +297,15 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                  "applies from here (the moments carry on; torchtitan would keep the "
                  "checkpoint's decoupled_weight_decay)",
                  (long long)step, name, adamw_name(&o->adamw));
+    const char *states = json_string_value(json_object_get(oj, "states")), /* absent: older */
+        *mine = o->adam_bf16 ? "bfloat16" : "float32";
+    if (states && strcmp(states, mine) && (load & TRAIN_CKPT_OPTIMIZER))
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld keeps the AdamW moments in %.10s; this run in %s "
+                 "(optimizer.implementation = \"%s\"): %s",
+                 (long long)step, states, mine, o->adam_bf16 ? "fused_opt_states_bf16" : "fused",
+                 o->adam_bf16 ? "rounded to bf16 (nearest even) as loaded"
+                              : "widened to fp32 as loaded (exact)");
     double hp[5];
     adamw_values(&o->adamw, hp);
     for (int i = 0; i < 5 && !pg && !o->n_param_groups; i++) {
@@ -340,7 +354,8 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     if (train_model_check(t, &o->model, dir, step, err)) goto out;
     /* this rank's shard of every buffer it loads, from any number of shard files */
     const char *names[3];
-    float *dst[3];
+    void *dst[3];
+    unsigned bf16 = 0; /* AdamW's moments in bf16: their buffers' bits */
     int nb = 0;
     if (load & TRAIN_CKPT_MODEL) {
         names[nb] = "model";
@@ -348,11 +363,13 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     }
     if (load & TRAIN_CKPT_OPTIMIZER) {
         names[nb] = "adam_m";
+        bf16 |= (unsigned)opt->bf16 << nb;
         dst[nb++] = opt->m;
         names[nb] = "adam_v";
+        bf16 |= (unsigned)opt->bf16 << nb;
         dst[nb++] = opt->v;
     }
-    if (nb && load_pieces(dir, step, names, dst, nb, pieces, n_pieces, m->full_floats, err))
+    if (nb && load_pieces(dir, step, names, dst, nb, pieces, n_pieces, m->full_floats, bf16, err))
         goto out;
     if ((load & TRAIN_CKPT_MODEL) && train_moe_bias_load(m, t, dir, err)) goto out;
     if (model_only) { /* weights only: a fresh start from them */
@@ -405,7 +422,7 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
                  (long long)step, kwas[0] ? "'" : "", kwas[0] ? kwas : "none (the defaults)",
                  kwas[0] ? "'" : "", kern[0] ? "'" : "", kern[0] ? kern : "none (the defaults)",
                  kern[0] ? "'" : "");
-    said_changes(t, o, src, step);
+    said_changes(t, o, src, step, load);
     rc = plan->start;
 out:
     json_decref(t);
@@ -491,7 +508,8 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
          * parameter and the source (files with checksums fail earlier, on a changed byte) */
         const int loaded =
             (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_MODEL)) || plan->initial;
-        const char *bad = loaded ? train_first_bad(m, j->f, dist_fsdp_shard_params(j->f), 0) : NULL;
+        const char *bad =
+            loaded ? train_first_bad(m, j->f, dist_fsdp_shard_params(j->f), 0, 0) : NULL;
         if (bad) {
             if (plan->initial)
                 return base_fail(err, "%s: weight %s holds a NaN or an infinity", plan->initial,
@@ -500,8 +518,8 @@ int train_state_load(train_job *j, const train_start *plan, int64_t *start, int6
                              (long long)plan->resume_step, bad);
         }
         if (plan->resume_step >= 0 && (plan->load & TRAIN_CKPT_OPTIMIZER)) {
-            const char *bm = train_first_bad(m, j->f, j->opt->m, 0);
-            const char *bv = bm ? NULL : train_first_bad(m, j->f, j->opt->v, 1);
+            const char *bm = train_first_bad(m, j->f, j->opt->m, j->opt->bf16, 0);
+            const char *bv = bm ? NULL : train_first_bad(m, j->f, j->opt->v, j->opt->bf16, 1);
             if (bm || bv)
                 return base_fail(err, "%s/step-%lld: %s of %s holds a NaN or an infinity%s",
                                  plan->from, (long long)plan->resume_step, bm ? "adam_m" : "adam_v",

@@ -4,25 +4,33 @@
 
 #include "train/internal.h"
 
-const char *train_first_bad(const model *m, const dist_fsdp *f, const float *x, int nonneg) {
+/* Element i of a shard vector of floats, or of bf16 bits (widened: exact). */
+static inline float shard_elem(const void *x, size_t i, int bf16) {
+    if (!bf16) return ((const float *)x)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+const char *train_first_bad(const model *m, const dist_fsdp *f, const void *x, int bf16,
+                            int nonneg) {
 #define BAD(v) (!isfinite(v) || (nonneg && (v) < 0))
     /* one parallel pass decides (loads check every weight and moment); the search that names
      * the parameter runs only when something is bad */
     const size_t n = dist_fsdp_shard_len(f);
     int any = 0;
 #pragma omp parallel for reduction(| : any) schedule(static)
-    for (size_t i = 0; i < n; i++) any |= BAD(x[i]);
+    for (size_t i = 0; i < n; i++) any |= BAD(shard_elem(x, i, bf16));
     if (!any) return NULL;
     if (dist_fsdp_shard_params(f) != m->w) { /* sharded: by FSDP unit */
         for (size_t i = 0; i < dist_fsdp_shard_len(f); i++)
-            if (BAD(x[i])) return m->units[dist_fsdp_unit_of(f, i)].name;
+            if (BAD(shard_elem(x, i, bf16))) return m->units[dist_fsdp_unit_of(f, i)].name;
         return NULL;
     }
-    for (int i = 0; i < m->n_params; i++) {
-        const float *p = x + m->params[i].offset;
+    for (int i = 0; i < m->n_params; i++)
         for (size_t k = 0; k < m->params[i].numel; k++)
-            if (BAD(p[k])) return m->params[i].name;
-    }
+            if (BAD(shard_elem(x, m->params[i].offset + k, bf16))) return m->params[i].name;
     return NULL;
 #undef BAD
 }
@@ -178,7 +186,7 @@ int train_step(train_job *j, int step, train_step_result *r, base_err *err) {
             return TRAIN_STEP_DIVERGED;
         }
         if (diverged) {
-            const char *bad = train_first_bad(m, f, dist_fsdp_shard_grads(f), 0);
+            const char *bad = train_first_bad(m, f, dist_fsdp_shard_grads(f), 0, 0);
             /* the first non-finite gradient is where a NaN arrives in backward, not which
              * kernel made it: with kernel overrides the kernels are the first suspects, named
              * with where they run */

@@ -330,7 +330,7 @@ static int run_setup(run *r, base_err *err) {
         train_phase_end("initialising the weights", t0);
     }
     const size_t ns = dist_fsdp_shard_len(r->f);
-    if (optim_adamw_init(&r->opt, ns, err)) return -1;
+    if (optim_adamw_init(&r->opt, ns, o->adam_bf16, err)) return -1;
     /* MoE aux loss: the step's is the mean over its microbatches and data-parallel ranks */
     if (m->balance == MODEL_BALANCE_AUX_LOSS)
         m->aux_scale = (float)(o->model.router_aux_loss_coef / (o->grad_accum * mesh->dp_size));
@@ -394,7 +394,7 @@ static int run_setup(run *r, base_err *err) {
             r->tpp.save,
             r->tpp.n_save,
             m->full_floats};
-        if (train_saver_init(&r->saver, r->plan.ckdir, ns, &lay, o->ckpt.async,
+        if (train_saver_init(&r->saver, r->plan.ckdir, ns, r->opt.bf16, &lay, o->ckpt.async,
                              o->ckpt.keep_latest_k, err))
             return -1;
     }

@@ -81,6 +81,7 @@ typedef struct {
     int steps, batch, seq_len, grad_accum;
     int stop_after_step;   /* > 0: exit cleanly after this step (the schedule still spans steps) */
     optim_adamw_cfg adamw; /* with param_groups: the first group's (its lr the one logged) */
+    int adam_bf16;         /* optimizer.implementation "fused_opt_states_bf16": moments in bf16 */
     /* [[optimizer.param_groups]] (n_param_groups 0: every parameter steps with adamw) */
     const train_param_group *param_groups;
     int n_param_groups;
@@ -542,6 +543,7 @@ typedef struct {
     ops_prec prec;         /* training.mixed_precision_param (resolved) */
     const char *prec_why;  /* how prec was chosen (train_opts.prec_why), printed; NULL: not */
     int ckpt_async;        /* checkpoint.enable with async saves: the saver's snapshot (saver.c) */
+    int adam_bf16;         /* AdamW's moments in bf16 (fused_opt_states_bf16): 2 bytes each */
     int acts_in_grads;     /* train_opts.acts_in_grads (taking effect where world is 1) */
 } train_plan_in;
 

@@ -523,10 +523,6 @@ static int compat_check(train_config *c, base_err *err) {
         return NOT_YET(activation_checkpoint, mode,
                        "memory_budget (torch's min-cut recomputation) is not implemented (none, "
                        "full or selective)");
-    if (!strcmp(c->optimizer.implementation, "fused_opt_states_bf16")) /* torchtitan 0.3 */
-        return NOT_YET(optimizer, implementation,
-                       "fused_opt_states_bf16 (AdamW's moments in bf16) is not implemented: "
-                       "titan keeps them fp32 (fused, foreach and for-loop name its one kernel)");
     for (int i = 0; i < N_FIELDS; i++) {
         const field *f = &g_fields[i];
         if ((f->policy != P_REFUSE && f->policy != P_NOTE) || at_default(c, f)) continue;
@@ -770,6 +766,9 @@ int train_config_translate(train_config *c, int world, train_opts *o, base_err *
                                  .eps = c->optimizer.eps,
                                  .weight_decay = c->optimizer.weight_decay,
                                  .adam = !strcmp(c->optimizer.name, "Adam")};
+    /* torchtitan 0.3: Adam / AdamW moments created in bf16 for torch's fused mixed-precision
+     * kernel (fp32 parameters, bf16 states) */
+    o->adam_bf16 = !strcmp(c->optimizer.implementation, "fused_opt_states_bf16");
     o->param_groups = c->optimizer.param_groups;
     o->n_param_groups = c->optimizer.n_param_groups;
     if (o->n_param_groups) o->adamw = o->param_groups[0].c;

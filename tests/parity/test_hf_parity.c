@@ -463,7 +463,7 @@ int main(int argc, char **argv) {
 
     if (ckpt_load_model(&m, m.w, w_path, &err) != 0) die("reload weights", &err);
     optim_adamw opt;
-    if (optim_adamw_init(&opt, m.n_floats, &err) != 0) die("optim_adamw_init", &err);
+    if (optim_adamw_init(&opt, m.n_floats, 0, &err) != 0) die("optim_adamw_init", &err);
     printf("train: lr %g betas %g/%g eps %g wd %g max_norm %g warmup %lld decay %g %s min %g\n",
            cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, max_norm,
            (long long)lrc.warmup_steps, lrc.decay_ratio, meta(&ref, "decay_type"),

@@ -227,6 +227,24 @@ grep -q "resumed from $out/pg/checkpoint/step-3" "$out/pg.log" && ! grep -q "tra
 same_losses "param groups: 2 ranks, resumed on 1, vs 1 rank x 2 microbatches" "$out/pg_ref.jsonl" \
   <(cat "$out/pg_a.jsonl" "$out/pg_b.jsonl")
 "$diff_tool" "$out/pg/checkpoint/step-5" "$out/pg_ref/checkpoint/step-5" 1e-5
+# the same with the AdamW moments in bf16 (optimizer.implementation = "fused_opt_states_bf16"):
+# each rank's shard of them saved as BF16 tensors, loaded again over another sharding
+gb=("${g[@]}" --optimizer.implementation fused_opt_states_bf16)
+"$titan" train "${gb[@]}" --batch 2 --grad-accum 2 --metrics "$out/pb_ref.jsonl" \
+  --dump-folder "$out/pb_ref" > "$out/pb.log" 2>&1 || { cat "$out/pb.log"; exit 1; }
+mpi 2 "${gb[@]}" --batch 2 --metrics "$out/pb_a.jsonl" --dump-folder "$out/pb" --stop-after-step 3 \
+  > "$out/pb.log" 2>&1 || { cat "$out/pb.log"; exit 1; }
+OMP_NUM_THREADS=1 "$titan" train "${gb[@]}" --batch 2 --grad-accum 2 --metrics "$out/pb_b.jsonl" \
+  --dump-folder "$out/pb" > "$out/pb.log" 2>&1 || { cat "$out/pb.log"; exit 1; }
+grep -q "resumed from $out/pb/checkpoint/step-3" "$out/pb.log" && ! grep -q "moments" "$out/pb.log" ||
+  { echo "FAIL bf16 moments resumed"; cat "$out/pb.log"; exit 1; }
+"$titan" inspect "$out/pb/checkpoint/step-3/rank-00001.safetensors" > "$out/pb.ins" 2>&1 &&
+  [ "$(grep -cE "^  adam_[mv](@[0-9]+)? +BF16 " "$out/pb.ins")" -ge 2 ] &&
+  ! grep -qE "^  adam_[mv](@[0-9]+)? +F32 " "$out/pb.ins" ||
+  { echo "FAIL bf16 moments stored"; cat "$out/pb.ins"; exit 1; }
+same_losses "bf16 moments: 2 ranks, resumed on 1, vs 1 rank x 2 microbatches" "$out/pb_ref.jsonl" \
+  <(cat "$out/pb_a.jsonl" "$out/pb_b.jsonl")
+"$diff_tool" "$out/pb/checkpoint/step-5" "$out/pb_ref/checkpoint/step-5" 1e-5
 
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"

@@ -239,17 +239,19 @@ echo "ok a resume with another global batch size is said"
 cp -r "$out/random" "$out/rh"
 "$titan" train "${model[@]}" --random-tokens --set vocab_size=300 --dump-folder "$out/rh" \
   --checkpoint-interval 3 --checkpoint.load_step 9 --stop-after-step 10 --lr 1e-2 --seed 8 \
-  --optimizer.weight_decay 0.3 --optimizer.eps 1e-6 --optimizer.name Adam > "$out/rh.log" 2>&1 ||
+  --optimizer.weight_decay 0.3 --optimizer.eps 1e-6 --optimizer.name Adam \
+  --optimizer.implementation fused_opt_states_bf16 > "$out/rh.log" 2>&1 ||
   { cat "$out/rh.log"; exit 1; }
 for w in "optimizer.lr = 0.003; this run sets 0.01" "optimizer.weight_decay = 0.1; this run sets 0.3" \
          "optimizer.name = AdamW; this run's Adam applies from here" \
+         "keeps the AdamW moments in float32; this run in bfloat16 .*rounded to bf16" \
          "optimizer.eps = 1e-08; this run sets 1e-06" "random tokens drawn with seed 7; this run's seed 8"; do
-  grep -q "step-9 was trained with $w\|step-9 was trained on $w" "$out/rh.log" ||
+  grep -q "step-9 was trained with $w\|step-9 was trained on $w\|step-9 $w" "$out/rh.log" ||
     { echo "FAIL a resume with a changed setting not said: $w"; cat "$out/rh.log"; exit 1; }
 done
-[ "$(grep -c "step-9 was trained" "$out/rh.log")" = 5 ] && ! grep -q "was trained with optimizer" "$out/rb.log" ||
+[ "$(grep -c "step-9 was trained\|step-9 keeps" "$out/rh.log")" = 6 ] && ! grep -q "was trained with optimizer\|moments" "$out/rb.log" ||
   { echo "FAIL: resume warnings for unchanged settings"; grep "was trained" "$out/rh.log" "$out/rb.log"; exit 1; }
-echo "ok a resume with changed AdamW settings, Adam for AdamW or seed (random tokens) says each"
+echo "ok a resume with changed AdamW settings, Adam for AdamW, bf16 moments or seed (random tokens) says each"
 # [[optimizer.param_groups]] at a resume: groups where the checkpoint had none, and a group's
 # changed lr, are said (this run's apply); the same groups silent
 source "$(dirname "$0")/args.sh" # without, fixtures

@@ -32,7 +32,7 @@ static int save(const char *folder, int64_t step, size_t n, int world, int keep)
     int rc = ckpt_step_begin(folder, step, 0, &err);
     for (int r = 0; rc == 0 && r < world; r++) {
         size_t lo = n * (size_t)r / (size_t)world, hi = n * (size_t)(r + 1) / (size_t)world;
-        ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo, CKPT_F32};
+        ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo, CKPT_F32, 0};
         rc = ckpt_step_write_shard(folder, step, r, &b, 1, &err);
     }
     if (rc == 0) rc = ckpt_step_commit(folder, step, world, "{\"x\": 1}", keep, &err);
@@ -47,7 +47,7 @@ static int load_check(const char *folder, int64_t step, size_t n, int world) {
     int ok = 1;
     for (int r = 0; r < world; r++) {
         size_t lo = n * (size_t)r / (size_t)world, hi = n * (size_t)(r + 1) / (size_t)world;
-        ckpt_step_buf b = {"a", NULL, a + lo, lo, hi - lo, n, 1, hi - lo, CKPT_F32};
+        ckpt_step_buf b = {"a", NULL, a + lo, lo, hi - lo, n, 1, hi - lo, CKPT_F32, 0};
         base_err err;
         if (ckpt_step_load(folder, step, &b, 1, &err)) {
             printf("load step %lld as %d ranks: %s\n", (long long)step, world, err.msg);
@@ -57,6 +57,61 @@ static int load_check(const char *folder, int64_t step, size_t n, int world) {
     for (size_t i = 0; ok && i < n; i++) ok = a[i] == (float)i + (float)step;
     free(a);
     return ok;
+}
+
+/* bf16 memory (AdamW's moments in bf16): saved as BF16 as it is, over 2 ranks; loaded as 3
+ * ranks into bf16 (the bits back) and into fp32 (widened, exact); an F32 buffer loaded into
+ * bf16 is rounded to nearest even (0x3f808000: a tie, to even 0x3f80; 0x3f818000: up). */
+static void bf16_buffers(const char *folder) {
+    enum { N = 301 };
+    uint16_t h[N], back[N];
+    float f[N], wide[N];
+    for (int i = 0; i < N; i++) {
+        h[i] = (uint16_t)(0x3f80 + i * 37 % 4000); /* 1.0 upward, bf16 bits */
+        const uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&f[i], &u, 4);
+    }
+    base_err err;
+    int rc = ckpt_step_begin(folder, 40, 0, &err);
+    for (int r = 0; rc == 0 && r < 2; r++) {
+        const size_t lo = (size_t)N * r / 2, hi = (size_t)N * (r + 1) / 2;
+        ckpt_step_buf b = {"m", h + lo, NULL, lo, hi - lo, N, 1, hi - lo, CKPT_F32, 1};
+        rc = ckpt_step_write_shard(folder, 40, r, &b, 1, &err);
+    }
+    if (!rc) rc = ckpt_step_commit(folder, 40, 2, "{}", 0, &err);
+    CHECK(rc == 0, "save bf16 memory: %s", err.msg);
+    char path[400];
+    snprintf(path, sizeof path, "%s/step-40/rank-00000.safetensors", folder);
+    ckpt_file cf;
+    const ckpt_tensor *t = ckpt_open(&cf, path, &err) == 0 ? ckpt_find(&cf, "m") : NULL;
+    CHECK(t && t->dtype == CKPT_BF16, "bf16 memory stored as BF16");
+    ckpt_close(&cf);
+    int same = 1;
+    for (int into = 0; into < 2; into++)
+        for (int r = 0; r < 3; r++) {
+            const size_t lo = (size_t)N * r / 3, hi = (size_t)N * (r + 1) / 3;
+            ckpt_step_buf b = {"m",  NULL,    into ? (void *)(wide + lo) : (void *)(back + lo),
+                               lo,   hi - lo, N,
+                               1,    hi - lo, CKPT_F32,
+                               !into};
+            same &= ckpt_step_load(folder, 40, &b, 1, &err) == 0;
+        }
+    CHECK(same && !memcmp(back, h, sizeof h) && !memcmp(wide, f, sizeof f),
+          "BF16 loaded into bf16 (bits) and into fp32 (widened): %s", same ? "values" : err.msg);
+    /* an F32 buffer into bf16 memory: rounded to nearest even */
+    float x[4];
+    const uint32_t xb[4] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0xbf808001u};
+    const uint16_t want[4] = {0x3f80, 0x3f82, 0x3f81, 0xbf81};
+    memcpy(x, xb, sizeof x);
+    ckpt_step_buf w = {"x", x, NULL, 0, 4, 4, 1, 4, CKPT_F32, 0};
+    rc = ckpt_step_begin(folder, 41, 0, &err) ||
+         ckpt_step_write_shard(folder, 41, 0, &w, 1, &err) ||
+         ckpt_step_commit(folder, 41, 1, "{}", 0, &err);
+    uint16_t got[4] = {0};
+    ckpt_step_buf l = {"x", NULL, got, 0, 4, 4, 1, 4, CKPT_F32, 1};
+    CHECK(rc == 0 && ckpt_step_load(folder, 41, &l, 1, &err) == 0 && !memcmp(got, want, sizeof got),
+          "F32 into bf16 memory rounds to nearest even: %04x %04x %04x %04x", got[0], got[1],
+          got[2], got[3]);
 }
 
 static void write_str(const char *path, const char *s) {
@@ -157,7 +212,8 @@ static int rank_bufs(const trank *tr, ckpt_step_buf *b, char (*names)[16], float
                                GN,
                                p->rows,
                                p->stride,
-                               CKPT_F32};
+                               CKPT_F32,
+                               0};
         m += p->rows * p->row_len;
     }
     return 0;
@@ -197,9 +253,10 @@ static int load_layout(const char *folder, int64_t step, const tlayout *L, base_
             const tpiece *p = &L->r[r].p[k];
             for (size_t i = 0; ok && i < p->rows; i++)
                 for (size_t c = 0; ok && c < p->row_len; c++)
-                    if (b[k].dst[i * p->row_len + c] != ref(p->off + i * p->stride + c)) {
+                    if (((float *)b[k].dst)[i * p->row_len + c] !=
+                        ref(p->off + i * p->stride + c)) {
                         printf("%s rank %d: element %zu is %g\n", L->name, r,
-                               p->off + i * p->stride + c, b[k].dst[i * p->row_len + c]);
+                               p->off + i * p->stride + c, ((float *)b[k].dst)[i * p->row_len + c]);
                         ok = 0;
                     }
         }
@@ -263,8 +320,8 @@ static void test_strided(const char *folder) {
     /* the writer refuses what the reader would */
     {
         float d[12] = {0};
-        ckpt_step_buf w[2] = {{"a", d, NULL, 0, 12, GN, 2, 5, CKPT_F32},
-                              {"b", d, NULL, 80, 6, GN, 1, 0, CKPT_F32}};
+        ckpt_step_buf w[2] = {{"a", d, NULL, 0, 12, GN, 2, 5, CKPT_F32, 0},
+                              {"b", d, NULL, 80, 6, GN, 1, 0, CKPT_F32, 0}};
         CHECK(ckpt_step_begin(folder, 130, 0, &err) == 0, "begin: %s", err.msg);
         for (int i = 0; i < 2; i++) {
             CHECK(ckpt_step_write_shard(folder, 130, 0, &w[i], 1, &err) != 0 &&
@@ -373,7 +430,7 @@ static void test_half_pieces(const char *folder) {
         int rc = ckpt_step_begin(folder, step, 0, &err);
         for (int r = 0; rc == 0 && r < 2; r++) {
             const size_t lo = n * (size_t)r / 2, hi = n * (size_t)(r + 1) / 2;
-            ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo, dt};
+            ckpt_step_buf b = {"a", a + lo, NULL, lo, hi - lo, n, 1, hi - lo, dt, 0};
             rc = ckpt_step_write_shard(folder, step, r, &b, 1, &err);
         }
         if (rc == 0) rc = ckpt_step_commit(folder, step, 2, "{}", 0, &err);
@@ -387,7 +444,7 @@ static void test_half_pieces(const char *folder) {
         memset(back, 0, n * sizeof *back);
         for (int r = 0; r < 3; r++) {
             const size_t lo = n * (size_t)r / 3, hi = n * (size_t)(r + 1) / 3;
-            ckpt_step_buf b = {"a", NULL, back + lo, lo, hi - lo, n, 1, hi - lo, CKPT_F32};
+            ckpt_step_buf b = {"a", NULL, back + lo, lo, hi - lo, n, 1, hi - lo, CKPT_F32, 0};
             CHECK(ckpt_step_load(folder, step, &b, 1, &err) == 0, "load %s pieces: %s",
                   ckpt_dtype_name(dt), err.msg);
         }
@@ -501,7 +558,7 @@ static void test_checksums(const char *folder, size_t n) {
         snprintf(keep, sizeof keep, "%s.keep", path);
         CHECK(rename(path, keep) == 0 && link(other, path) == 0, "swap in step 50's shard");
         float *x = calloc(n, sizeof *x);
-        ckpt_step_buf bx = {"a", NULL, x, 0, n, n, 0, 0, CKPT_F32};
+        ckpt_step_buf bx = {"a", NULL, x, 0, n, n, 0, 0, CKPT_F32, 0};
         CHECK(ckpt_step_load(folder, 40, &bx, 1, &err) != 0 &&
                   has(err.msg, path, "not the shard", "metadata.json recorded"),
               "a shard of another step loaded or was not named: %s", err.msg);
@@ -518,7 +575,7 @@ static void test_checksums(const char *folder, size_t n) {
     /* one flipped byte of rank 1's data: the load names the file and the tensor */
     flip_byte(path, at);
     float *a = calloc(n, sizeof *a);
-    ckpt_step_buf b = {"a", NULL, a, 0, n, n, 0, 0, CKPT_F32};
+    ckpt_step_buf b = {"a", NULL, a, 0, n, n, 0, 0, CKPT_F32, 0};
     CHECK(ckpt_step_load(folder, 40, &b, 1, &err) != 0 && has(err.msg, path, "\"a\"", "corrupt"),
           "a corrupt shard loaded or was not named: %s", err.msg);
     flip_byte(path, at); /* restored: loads again */
@@ -576,6 +633,11 @@ int main(void) {
     base_err err;
     const size_t n = 1001;
 
+    {
+        char bf[320];
+        snprintf(bf, sizeof bf, "%s/bf16", dir);
+        bf16_buffers(bf);
+    }
     CHECK(save(folder, 10, n, 2, 0) == 0, "save as 2 ranks");
     for (int w = 1; w <= 3; w++) CHECK(load_check(folder, 10, n, w), "reshard 2 -> %d ranks", w);
     int64_t latest;
@@ -635,12 +697,12 @@ int main(void) {
     float *a = calloc(n, sizeof *a);
     int rc = ckpt_step_begin(folder, 14, 0, &err);
     for (int r = 0; rc == 0 && r < 2; r++) {
-        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n, 0, 0, CKPT_F32};
+        ckpt_step_buf b = {"a", a, NULL, 0, ends[r], n, 0, 0, CKPT_F32, 0};
         rc = ckpt_step_write_shard(folder, 14, r, &b, 1, &err);
     }
     if (rc == 0) rc = ckpt_step_commit(folder, 14, 2, "{}", 0, &err);
     CHECK(rc == 0, "save overlapping: %s", err.msg);
-    ckpt_step_buf want = {"a", NULL, a, 0, n, n, 0, 0, CKPT_F32};
+    ckpt_step_buf want = {"a", NULL, a, 0, n, n, 0, 0, CKPT_F32, 0};
     CHECK(ckpt_step_load(folder, 14, &want, 1, &err) != 0 && strstr(err.msg, "step-14") &&
               strstr(err.msg, "overlap: both hold element 0"),
           "overlapping pieces accepted or unclear: %s", err.msg);

@@ -131,11 +131,23 @@ static void compare_copies(void) {
         float *pb = dup(pa, n), *mb = dup(ma, n), *vb = dup(va, n);
         for (int64_t t = 1; t <= 3; t++) { /* AdamW's decay, then Adam's coupled one (t 3) */
             const double wd = t < 3 ? 0.1 : 0.0, l2 = t < 3 ? 0.0 : 0.05;
-            ops_cpu_adamw_avx512(pa, ma, va, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, t);
-            ops_cpu_adamw_default(pb, mb, vb, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, t);
+            ops_cpu_adamw_avx512(pa, ma, va, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, 0, t);
+            ops_cpu_adamw_default(pb, mb, vb, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, wd, l2, 0, t);
         }
         check("adamw p", pa, pb, n, 1);
         check("adamw m", ma, mb, n, 1), check("adamw v", va, vb, n, 1);
+        /* then a step on bf16 moments (fused_opt_states_bf16), compared widened */
+        uint16_t *h = malloc(4 * n * sizeof *h); /* ma, va, mb, vb */
+        ops_bf16_from_f32(h, ma, n), ops_bf16_from_f32(h + n, va, n);
+        memcpy(h + 2 * n, h, 2 * n * sizeof *h);
+        ops_cpu_adamw_avx512(pa, h, h + n, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.0, 1, 4);
+        ops_cpu_adamw_default(pb, h + 2 * n, h + 3 * n, g, 0.75f, n, 1e-3, 0.9, 0.95, 1e-8, 0.1,
+                              0.0, 1, 4);
+        ops_bf16_to_f32(ma, h, n), ops_bf16_to_f32(va, h + n, n);
+        ops_bf16_to_f32(mb, h + 2 * n, n), ops_bf16_to_f32(vb, h + 3 * n, n);
+        check("adamw bf16 moments p", pa, pb, n, 1);
+        check("adamw bf16 moments m", ma, mb, n, 1), check("adamw bf16 moments v", va, vb, n, 1);
+        free(h);
         free(g), free(pa), free(ma), free(va), free(pb), free(mb), free(vb);
     }
     {

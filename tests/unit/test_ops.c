@@ -493,13 +493,30 @@ static void test_lmhead_ce(void) {
 /* ---- adamw ----------------------------------------------------------------------- */
 
 /* torch.optim.AdamW (wd: decoupled decay) or, l2 != 0, torch.optim.Adam (its weight_decay:
- * coupled, grad.add(param, alpha=l2) before the moments) */
-static void test_adamw(double wd, double l2) {
+ * coupled, grad.add(param, alpha=l2) before the moments); bf: the moments stored in bf16
+ * (torchtitan 0.3's fused_opt_states_bf16: stepped in fp32, stored rounded to nearest even;
+ * both references round theirs so after every step) */
+static uint16_t bf16_bits(float f) {
+    uint16_t h;
+    ops_bf16_from_f32(&h, &f, 1);
+    return h;
+}
+static float bf16_round(float f) {
+    const uint16_t h = bf16_bits(f);
+    float r;
+    ops_bf16_to_f32(&r, &h, 1);
+    return r;
+}
+
+static void test_adamw(double wd, double l2, int bf) {
     enum { NP = 1003 };
     /* doubles, as Python holds them; torch rounds each derived scalar to fp32 once */
     const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8;
-    const char *name = l2 != 0 ? "adam (L2 decay)" : "adamw";
-    char what[96];
+    char name[48];
+    snprintf(name, sizeof name, "%s%s", l2 != 0 ? "adam (L2 decay)" : "adamw",
+             bf ? ", bf16 moments" : "");
+    char what[160];
+    uint16_t mh[NP] = {0}, vh[NP] = {0};
     float *p = randn(NP, 16, 1, 0), *m = zeros(NP), *v = zeros(NP);
     float *pf = zeros(NP), *mf = zeros(NP), *vf = zeros(NP);
     double *pd = malloc(sizeof(double) * NP), *md = malloc(sizeof(double) * NP);
@@ -510,7 +527,9 @@ static void test_adamw(double wd, double l2) {
         float *g = randn(NP, 100 + (uint64_t)t, 0.1f, 0);
         g[0] = 0; /* denom == eps path */
         g[1] = 1e-3f * (float)t;
-        ops_cpu_adamw(p, m, v, g, 1.0f, NP, lr, b1, b2, eps, wd, l2, t);
+        ops_cpu_adamw(p, bf ? (void *)mh : m, bf ? (void *)vh : v, g, 1.0f, NP, lr, b1, b2, eps, wd,
+                      l2, bf, t);
+        if (bf) ops_bf16_to_f32(m, mh, NP), ops_bf16_to_f32(v, vh, NP);
         /* (1) torch.optim.AdamW / Adam, literally, in double from the same hyperparameters */
         double bc1 = 1 - pow(b1, (double)t), bc2 = 1 - pow(b2, (double)t);
         for (int i = 0; i < NP; i++) {
@@ -520,6 +539,7 @@ static void test_adamw(double wd, double l2) {
             vd[i] = (double)b2 * vd[i] + (1 - (double)b2) * gd * gd;
             double denom = sqrt(vd[i]) / sqrt(bc2) + eps;
             pd[i] -= (double)lr / bc1 * md[i] / denom;
+            if (bf) md[i] = bf16_round((float)md[i]), vd[i] = bf16_round((float)vd[i]);
         }
         /* (2) the same statements in torch's fp32 operation order, scalars cast as torch does */
         float decay = (float)(1 - (double)lr * wd), w1 = (float)(1 - (double)b1);
@@ -542,6 +562,7 @@ static void test_adamw(double wd, double l2) {
             vf[i] = vf[i] + w2 * gi * gi;
             float denom = sqrtf(vf[i]) / bc2s + (float)eps;
             pf[i] = pf[i] + nstep * mf[i] / denom;
+            if (bf) mf[i] = bf16_round(mf[i]), vf[i] = bf16_round(vf[i]);
         }
         base_free(g);
     }
@@ -550,7 +571,8 @@ static void test_adamw(double wd, double l2) {
     const double *want[3] = {pd, md, vd};
     for (int k = 0; k < 3; k++) {
         snprintf(what, sizeof what, "%s 3 steps: %s vs double torch formula", name, st[k]);
-        check(E_ADAMW, what, rel_err_d(got[k], want[k], NP), 1e-6);
+        /* bf16 moments: the double and fp32 values may round to neighbouring bf16s */
+        check(E_ADAMW, what, rel_err_d(got[k], want[k], NP), bf && k ? 8e-3 : 1e-6);
     }
     double e = max_nan(rel_err_f(p, pf, NP), max_nan(rel_err_f(m, mf, NP), rel_err_f(v, vf, NP)));
     snprintf(what, sizeof what, "%s 3 steps: p, m, v == fp32 torch-order restatement", name);
@@ -572,8 +594,8 @@ static void test_adamw_gscale(void) {
         for (int i = 0; i < NP; i++) gc[i] = g[i] * c, g0[i] = g[i];
         /* step 3 with Adam's coupled decay: the scale applies before it, as clipping does */
         const double wd = t < 3 ? 0.1 : 0.0, l2 = t < 3 ? 0.0 : 0.05;
-        ops_cpu_adamw(p1, m1, v1, g, c, NP, 1e-2, 0.9, 0.95, 1e-8, wd, l2, t);
-        ops_cpu_adamw(p2, m2, v2, gc, 1.0f, NP, 1e-2, 0.9, 0.95, 1e-8, wd, l2, t);
+        ops_cpu_adamw(p1, m1, v1, g, c, NP, 1e-2, 0.9, 0.95, 1e-8, wd, l2, 0, t);
+        ops_cpu_adamw(p2, m2, v2, gc, 1.0f, NP, 1e-2, 0.9, 0.95, 1e-8, wd, l2, 0, t);
         same = same && !memcmp(p1, p2, sizeof(float) * NP) && !memcmp(m1, m2, sizeof(float) * NP) &&
                !memcmp(v1, v2, sizeof(float) * NP);
         kept = kept && !memcmp(g, g0, sizeof(float) * NP);
@@ -906,7 +928,7 @@ static uint64_t run_all_ops(void) {
     h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3;
     float *m = zeros(N * D), *v = zeros(N * D);
     for (int t = 1; t <= 2; t++)
-        ops_cpu_adamw(x, m, v, dy, 1.0f, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.0, t);
+        ops_cpu_adamw(x, m, v, dy, 1.0f, N * D, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.0, 0, t);
     h = h * 31 + hash_f(x, N * D) + hash_f(m, N * D) * 3 + hash_f(v, N * D) * 5;
     base_free(x), base_free(dy), base_free(w), base_free(out), base_free(rstd), base_free(dx);
     base_free(dw), base_free(g), base_free(u), base_free(dyf), base_free(o2), base_free(dg);
@@ -1389,8 +1411,10 @@ int main(void) {
     test_rope();
     test_swiglu();
     test_lmhead_ce();
-    test_adamw(0.1, 0.0);
-    test_adamw(0.0, 0.05);
+    test_adamw(0.1, 0.0, 0);
+    test_adamw(0.0, 0.05, 0);
+    test_adamw(0.1, 0.0, 1);
+    test_adamw(0.0, 0.05, 1);
     test_adamw_gscale();
     test_vm_expf();
     test_grouped_mm();

@@ -33,7 +33,7 @@ static uint16_t bf16_bits(float x) {
  * three parameter groups (optim_span: other lr, betas, eps, weight decay, one Adam's; one of one
  * element, boundaries inside a block), each stepped as its own optimizer over its own elements
  * would step them, at lr x the schedule's factor. */
-static void check_adamw_copy(void) {
+static void check_adamw_copy(int bf16) {
     const size_t n = 100003;
     const optim_range r[] = {{3, 16390}, {16390, 16391}, {40000, 40001}, {49152, 98000}};
     const int nr = 4;
@@ -44,7 +44,7 @@ static void check_adamw_copy(void) {
     base_err err;
     for (int k = 0; k < 2; k++) {
         p[k] = malloc(n * sizeof(float));
-        CHECK(!optim_adamw_init(&o[k], n, &err), "adamw init: %s", err.msg);
+        CHECK(!optim_adamw_init(&o[k], n, bf16, &err), "adamw init: %s", err.msg);
         for (size_t i = 0; i < n; i++) p[k][i] = (float)sin(0.001 * (double)i) * 0.02f;
     }
     memset(copy, 0xA5, n * es);
@@ -60,11 +60,13 @@ static void check_adamw_copy(void) {
     memcpy(pr, p[0], n * sizeof(float));
     optim_adamw_cfg rc[3];
     for (int k = 0; k < 3; k++) {
-        CHECK(!optim_adamw_init(&ref[k], span[k].hi - span[k].lo, &err), "adamw init: %s", err.msg);
+        CHECK(!optim_adamw_init(&ref[k], span[k].hi - span[k].lo, bf16, &err), "adamw init: %s",
+              err.msg);
         rc[k] = cfg[k];
         rc[k].lr = cfg[k].lr * factor;
     }
     size_t bad_groups = 0;
+    const size_t ms = optim_moment_bytes(&o[0]); /* a moment element's bytes */
     const optim_bf16_copy c16 = {copy, r, nr};
     size_t bad_p = 0, bad_copy = 0, bad_outside = 0;
     for (int step = 1; step <= 3; step++) {
@@ -76,12 +78,12 @@ static void check_adamw_copy(void) {
             const optim_span one = {0, len, &rc[k]};
             optim_adamw_step(&ref[k], pr + lo, g + lo, 0.5f, &one, 1, 1.0, NULL);
             bad_groups += memcmp(pr + lo, p[0] + lo, len * sizeof(float)) != 0;
-            bad_groups += memcmp(ref[k].m, o[0].m + lo, len * sizeof(float)) != 0;
-            bad_groups += memcmp(ref[k].v, o[0].v + lo, len * sizeof(float)) != 0;
+            bad_groups += memcmp(ref[k].m, (char *)o[0].m + lo * ms, len * ms) != 0;
+            bad_groups += memcmp(ref[k].v, (char *)o[0].v + lo * ms, len * ms) != 0;
         }
         bad_p += memcmp(p[0], p[1], n * sizeof(float)) != 0;
-        bad_p += memcmp(o[0].m, o[1].m, n * sizeof(float)) != 0;
-        bad_p += memcmp(o[0].v, o[1].v, n * sizeof(float)) != 0;
+        bad_p += memcmp(o[0].m, o[1].m, n * ms) != 0;
+        bad_p += memcmp(o[0].v, o[1].v, n * ms) != 0;
         for (size_t i = 0, k = 0; i < n; i++) {
             while (k < (size_t)nr && r[k].hi <= i) k++;
             const int in = k < (size_t)nr && r[k].lo <= i;
@@ -109,9 +111,9 @@ static void check_adamw_copy(void) {
           bad_groups);
     CHECK(bad_copy == 0, "adamw bf16 copy: %zu elements not the new parameter in bf16", bad_copy);
     CHECK(bad_outside == 0, "adamw bf16 copy: %zu bytes written outside the ranges", bad_outside);
-    printf("adamw bf16 copy (%zu-byte elements, engine %s), 3 parameter groups: 3 steps bitwise, "
-           "copy exact\n",
-           es, ops_bf16_engine());
+    printf("adamw bf16 copy (%zu-byte elements, engine %s), 3 parameter groups, %s moments: 3 "
+           "steps bitwise, copy exact\n",
+           es, ops_bf16_engine(), bf16 ? "bf16" : "fp32");
     for (int k = 0; k < 3; k++) optim_adamw_free(&ref[k]);
     free(pr);
     for (int k = 0; k < 2; k++) {
@@ -186,7 +188,8 @@ int main(void) {
     CHECK(fabs(s1 - ref) / ref < 1e-12, "sumsq %.17g vs %.17g", s1, ref);
     free(v);
 
-    check_adamw_copy();
+    check_adamw_copy(0);
+    check_adamw_copy(1); /* fused_opt_states_bf16 */
 
     printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
     return failures != 0;

@@ -98,7 +98,8 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
         t->lmhead_ce(f[2], f[3], f[0], f[1], tok, N, D, V, 1.0f / N, f[4], N, NULL, NULL, 1);
         break;
     case OPS_ADAMW:
-        t->adamw(f[0], f[1], f[2], f[3], 1.0f, (size_t)V * D, 1e-4, 0.9, 0.95, 1e-8, 0.1, 0.0, 3);
+        t->adamw(f[0], f[1], f[2], f[3], 1.0f, (size_t)V * D, 1e-4, 0.9, 0.95, 1e-8, 0.1, 0.0, 0,
+                 3);
         break;
     case OPS_ATTENTION_KV: /* a decode step at the window's last position */
         t->attention_kv(f[0], f[1], f[2], f[3], 1, T - 1, H, G, hd);

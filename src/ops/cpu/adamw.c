@@ -11,7 +11,8 @@
  *   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)
  *   param.addcdiv_(exp_avg, denom, value=-step_size)
  * Python computes the scalars in double; torch casts each to float where it meets an fp32
- * tensor, and so does this kernel. Elementwise, so bitwise independent of the thread count. */
+ * tensor, and so does this kernel. mv_bf16: the moments are stored as bf16 (adamw_math16).
+ * Elementwise, so bitwise independent of the thread count. */
 #include "ops/cpu/isa.h"
 
 #include <math.h>
@@ -29,7 +30,8 @@ typedef struct {
     int small, coupled;
 } adamw_k;
 
-static inline void adamw_elem(const adamw_k *k, float *p, float *m, float *v, const float *g) {
+/* One element's step on fp32 moments *m, *v (the stored ones, or their bf16 values widened). */
+static inline void adamw_math(const adamw_k *k, float *p, float *m, float *v, const float *g) {
     float gi = *g * k->gscale; /* clip_grad_norm_'s g.mul_(coef) */
     /* on the parameter before this step's update (torch adds it first); l2 == 0 skips it, as
      * torch does, so AdamW's bits do not see it (p * 0 + g could turn g = -0 into +0) */
@@ -46,9 +48,20 @@ static inline void adamw_elem(const adamw_k *k, float *p, float *m, float *v, co
     *p = pi;
 }
 
-void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gscale, size_t n,
+/* The same on bf16 moments: read widened, stepped in fp32 (the parameter's update with the
+ * fp32 values), stored rounded to nearest even, as torch's fused mixed-precision Adam
+ * (fp32 parameters, bf16 states: torchtitan 0.3's fused_opt_states_bf16) keeps them. */
+static inline void adamw_math16(const adamw_k *k, float *p, uint16_t *m, uint16_t *v,
+                                const float *g) {
+    float mi = ops_cpu_bf16_value(*m), vi = ops_cpu_bf16_value(*v);
+    adamw_math(k, p, &mi, &vi, g);
+    *m = ops_cpu_bf16_bits(mi);
+    *v = ops_cpu_bf16_bits(vi);
+}
+
+void KFN(ops_cpu_adamw)(float *p, void *m, void *v, const float *g, float gscale, size_t n,
                         double lr, double beta1, double beta2, double eps, double wd, double l2,
-                        int64_t t) {
+                        int mv_bf16, int64_t t) {
     const double dlr = lr, db1 = beta1, db2 = beta2;
     const float w1 = (float)(1.0 - db1); /* lerp weight */
     const double bc1 = 1.0 - pow(db1, (double)t);
@@ -70,11 +83,19 @@ void KFN(ops_cpu_adamw)(float *p, float *m, float *v, const float *g, float gsca
     /* up to OPS_ADAMW_SERIAL_MAX elements on the calling thread with no parallel region at all:
      * optim_adamw_step calls it per block from its own parallel loop, where even an `if`-ed
      * nested region costs libgomp bookkeeping (futex calls) per block */
-    if (len > OPS_ADAMW_SERIAL_MAX) {
+    float *m32 = m, *v32 = v;
+    uint16_t *m16 = m, *v16 = v;
+    if (len > OPS_ADAMW_SERIAL_MAX && !mv_bf16) {
 #pragma omp parallel for simd schedule(static)
-        for (ptrdiff_t i = 0; i < len; i++) adamw_elem(&k, p + i, m + i, v + i, g + i);
+        for (ptrdiff_t i = 0; i < len; i++) adamw_math(&k, p + i, m32 + i, v32 + i, g + i);
+    } else if (len > OPS_ADAMW_SERIAL_MAX) {
+#pragma omp parallel for simd schedule(static)
+        for (ptrdiff_t i = 0; i < len; i++) adamw_math16(&k, p + i, m16 + i, v16 + i, g + i);
+    } else if (!mv_bf16) {
+#pragma omp simd
+        for (ptrdiff_t i = 0; i < len; i++) adamw_math(&k, p + i, m32 + i, v32 + i, g + i);
     } else {
 #pragma omp simd
-        for (ptrdiff_t i = 0; i < len; i++) adamw_elem(&k, p + i, m + i, v + i, g + i);
+        for (ptrdiff_t i = 0; i < len; i++) adamw_math16(&k, p + i, m16 + i, v16 + i, g + i);
     }
 }

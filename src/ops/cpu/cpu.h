@@ -352,8 +352,9 @@ void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, con
                                   const float *w, const int32_t *offs, int E, int C, int OC,
                                   int dw_acc);
 
-void ops_cpu_adamw(float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,
-                   double beta1, double beta2, double eps, double wd, double l2, int64_t t);
+void ops_cpu_adamw(float *p, void *m, void *v, const float *g, float gscale, size_t n, double lr,
+                   double beta1, double beta2, double eps, double wd, double l2, int mv_bf16,
+                   int64_t t);
 
 /* Registers the CPU implementations through reg (table.c): the defaults of every op and the
  * alternatives ("grouped", "unfused"), then ops_cpu_register_reference's. */

@@ -78,9 +78,9 @@
        int F),                                                                                     \
       (dgate, dup, dout, gate, up, N, F))                                                          \
     X(ops_cpu_adamw,                                                                               \
-      (float *p, float *m, float *v, const float *g, float gscale, size_t n, double lr,            \
-       double beta1, double beta2, double eps, double wd, double l2, int64_t t),                   \
-      (p, m, v, g, gscale, n, lr, beta1, beta2, eps, wd, l2, t))
+      (float *p, void *m, void *v, const float *g, float gscale, size_t n, double lr,              \
+       double beta1, double beta2, double eps, double wd, double l2, int mv_bf16, int64_t t),      \
+      (p, m, v, g, gscale, n, lr, beta1, beta2, eps, wd, l2, mv_bf16, t))
 
 #define OPS_CPU_LMHEAD_CE_PARAMS                                                                   \
     (float *dx, float *dw, const float *x, const float *w, const int32_t *targets, int N, int D,   \

@@ -295,20 +295,29 @@ static double ref_lmhead_ce(float *dx, float *dw, const float *x, const float *w
 }
 
 /* torch.optim.AdamW's update (and Adam's coupled decay l2) in double, rounded once per state
- * element. */
-static void ref_adamw(float *p, float *m, float *v, const float *g, float gscale, size_t n,
-                      double lr, double beta1, double beta2, double eps, double wd, double l2,
+ * element (bf16 moments: to fp32, then to bf16). */
+static void ref_adamw(float *p, void *m, void *v, const float *g, float gscale, size_t n, double lr,
+                      double beta1, double beta2, double eps, double wd, double l2, int mv_bf16,
                       int64_t t) {
     const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+    float *m32 = m, *v32 = v;
+    uint16_t *m16 = m, *v16 = v;
     for (size_t i = 0; i < n; i++) {
         /* g.mul_(coef): an fp32 product; then grad.add(param, alpha=l2) */
         const double gi = (double)(g[i] * gscale) + l2 * p[i];
-        const double mi = beta1 * m[i] + (1.0 - beta1) * gi;
-        const double vi = beta2 * v[i] + (1.0 - beta2) * gi * gi;
+        const double m0 = mv_bf16 ? ops_cpu_bf16_value(m16[i]) : m32[i],
+                     v0 = mv_bf16 ? ops_cpu_bf16_value(v16[i]) : v32[i];
+        const double mi = beta1 * m0 + (1.0 - beta1) * gi;
+        const double vi = beta2 * v0 + (1.0 - beta2) * gi * gi;
         const double pi = p[i] * (1.0 - lr * wd);
         p[i] = (float)(pi - lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + eps));
-        m[i] = (float)mi;
-        v[i] = (float)vi;
+        if (mv_bf16) {
+            m16[i] = ops_cpu_bf16_bits((float)mi);
+            v16[i] = ops_cpu_bf16_bits((float)vi);
+        } else {
+            m32[i] = (float)mi;
+            v32[i] = (float)vi;
+        }
     }
 }
 
