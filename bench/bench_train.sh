@@ -23,6 +23,7 @@
 #   BATCH= SEQ=           override the shape's batch x seq (bench 4 x 512, others 1 x 2048)
 #   RUNS="titan titan-bf16 eager eager-bf16 compile compile-bf16 torchtitan torchtitan-compile"
 #                         which runs, in order (-bf16: bf16 mixed precision); also:
+#                         titan-bf16-states (bf16 and the AdamW moments in bf16),
 #                         eager-untuned (no tcmalloc, default OMP wait policy), compile-untuned,
 #                         torchtitan-compile, torchtitan-flex (torchtitan's default attention:
 #                         fails on CPU, FlexAttention has no CPU backward). A name may repeat
@@ -149,14 +150,17 @@ have_torchtitan() { "$PY" -c "import torchtitan.models.qwen3" >/dev/null 2>&1; }
 
 for run in $RUNS; do
   case $run in
-  titan | titan-bf16)
+  titan | titan-bf16 | titan-bf16-states)
     [ "$run" = titan ] && prec=float32 || prec=bfloat16
+    # titan-bf16-states: and the AdamW moments in bf16 (torchtitan 0.3's fused_opt_states_bf16)
+    states=()
+    [ "$run" = titan-bf16-states ] && states=(--optimizer.implementation fused_opt_states_bf16)
     say "running $run"
     check_quiet
     if [ -x "$BUILD/titan" ] && "$BUILD/titan" train --flavor debugmodel --set dim=$DIM --set n_layers=$LAYERS \
       --set n_heads=$HEADS --set n_kv_heads=$KV_HEADS --set head_dim=$HEAD_DIM --set ffn_dim=$FFN \
       --set vocab_size=$VOCAB --set tie_embeddings=$TIED --random-tokens --batch $BATCH --seq-len $SEQ \
-      --training.mixed_precision_param=$prec --dump-folder "$LOGDIR/$run" \
+      --training.mixed_precision_param=$prec "${states[@]}" --dump-folder "$LOGDIR/$run" \
       --steps $((STEPS + WARMUP)) --log-freq 1 --threads "$THREADS" >"$LOGDIR/$run.out" 2>"$LOGDIR/$run.err"; then
       line=$(grep -h '^summary:' "$LOGDIR/$run.out" "$LOGDIR/$run.err" | tail -1)
       tps=$(echo "$line" | grep -o 'tokens_per_s=[0-9.eE+-]*' | cut -d= -f2)

@@ -185,6 +185,20 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   docs/moe.md): `--model.rope_theta 5e6` for torchtitan's.
 - **Checkpoint paths**: 0.3 refuses `exclude_from_loading = ["model"]` and a relative
   `initial_load_path`; titan accepts both, as v0.2.2 did.
+- **Remote paths**: 0.3 reads and writes any `scheme://` path (`s3://`, `gs://`, `hf://`, ...)
+  through fsspec; titan reads and writes local paths only and refuses a URL in any setting
+  whose key ends in `path`, `folder` or `file`, naming it (`checkpoint.folder = "s3://b/ck"` had
+  been a local folder `s3:/b/ck`).
+- **Parameter names.** 0.3's models name some parameters otherwise than v0.2.2's (and titan's
+  checkpoints): one `attention.qkv_linear.wqkv.weight` for wq, wk and wv, `lm_head.weight`,
+  `moe.routed_experts.inner_experts.w1_EFD`. `[[optimizer.param_groups]]` patterns, a 0.3
+  feature, are matched against 0.3's names, as 0.3 matches them (docs/training.md, "Optimizer
+  parameter groups"); checkpoints, exports and `[kernels]` layer paths keep titan's.
+- **bf16 optimizer states**: `optimizer.implementation = "fused_opt_states_bf16"` (0.3's) keeps
+  the AdamW moments in bf16, as torch's fused mixed-precision kernel does (docs/training.md,
+  "AdamW's moments in bf16").
+- **Learning-rate metrics**: 0.3 logs each optimizer's rates as `lr/AdamW`, `lr/AdamW/0`, ...;
+  titan logs those and v0.2.2's `lr` (the first group's).
 - **Command-line spellings** 0.3 renamed: `--validator.*` is `--validation.*`, `--profiler.*`
   `--profiling.*`, `--dataloader.dataset` / `dataset_path` `--training.dataset` /
   `dataset_path`, `--optimizer.param-groups.0.optimizer-kwargs.lr` (and `eps`, `weight_decay`,

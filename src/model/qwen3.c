@@ -299,7 +299,8 @@ void model_param_names(const model_args *a, void (*fn)(void *ctx, const char *na
 
 const char *model_param_name_03(const char *name, char *buf, size_t n) {
     /* a name's last parts (after "layers.N.") and 0.3's for them; its Qwen3 module tree:
-     * models/common/attention.py (qkv_linear, fuse_qkv = True in every registry flavor),
+     * models/common/attention.py (qkv_linear, fuse_qkv = True in every registry flavor but
+     * debugmodel_non_fused_qkv, which titan has no counterpart of),
      * models/common/moe.py (routed_experts.inner_experts, the dims in the names) */
     static const char *const map[][2] = {
         {"attention.wq.weight", "attention.qkv_linear.wqkv.weight"},

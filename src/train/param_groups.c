@@ -496,19 +496,33 @@ static int assign03(const train_opts *o, const char *const *names, int n, int *g
     int said = 0, more = 0;
     for (int i = 0; i < n && !rc && warn; i++) {
         const int k = old[i], now = group_of[i];
-        if (k < 0 || k >= now || !strcmp(names[i], v.u[v.idx[i]])) continue;
+        /* a part of a fused 0.3 tensor whose own name no pattern before `now` finds, while a
+         * sibling part's name is found by now's: regrouped with it (`\.wq` takes wk, wv) */
+        int sib = -1;
+        for (int j = 0; j < n && k != now && sib < 0; j++)
+            if (j != i && v.idx[j] == v.idx[i] && old[j] == now) sib = j;
+        const int renamed = k >= 0 && k < now && strcmp(names[i], v.u[v.idx[i]]);
+        if (!renamed && sib < 0) continue;
         if (said == 3) {
             more++;
             continue;
         }
         said++;
-        base_log(BASE_LOG_WARN,
-                 "[[optimizer.param_groups]]: group %d's pattern '%s' finds %s (titan's and "
-                 "torchtitan v0.2.2's name) but not %s, torchtitan 0.3's name of it, which "
-                 "patterns are matched against (as 0.3's param_groups are): it steps with group "
-                 "%d ('%s')",
-                 k, o->param_groups[k].pattern, names[i], v.u[v.idx[i]], now,
-                 o->param_groups[now].pattern);
+        if (renamed)
+            base_log(BASE_LOG_WARN,
+                     "[[optimizer.param_groups]]: group %d's pattern '%s' finds %s (titan's and "
+                     "torchtitan v0.2.2's name) but not %s, torchtitan 0.3's name of it, which "
+                     "patterns are matched against (as 0.3's param_groups are): it steps with "
+                     "group %d ('%s')",
+                     k, o->param_groups[k].pattern, names[i], v.u[v.idx[i]], now,
+                     o->param_groups[now].pattern);
+        else
+            base_log(BASE_LOG_WARN,
+                     "[[optimizer.param_groups]]: group %d's pattern '%s' finds titan's %s, which "
+                     "torchtitan 0.3 holds in one tensor with %s (%s), matched as one (as 0.3's "
+                     "param_groups are): %s steps with group %d too",
+                     now, o->param_groups[now].pattern, names[sib], names[i], v.u[v.idx[i]],
+                     names[i], now);
     }
     if (more)
         base_log(BASE_LOG_WARN, "[[optimizer.param_groups]]: and %d more parameters alike", more);

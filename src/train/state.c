@@ -290,13 +290,22 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                  "moments carry on; torchtitan 0.3 would keep the checkpoint's betas, eps and "
                  "weight decay, and take this run's lr after one step at the checkpoint's)",
                  (long long)step, gd);
+    /* no name: a checkpoint from before Adam's coupled decay, when every run stepped as AdamW
+     * (Adam was taken with weight_decay 0 only: AdamW's step) */
     const char *name = json_string_value(json_object_get(oj, "name"));
-    if (name && !pg && !o->n_param_groups && strcmp(name, adamw_name(&o->adamw)))
+    if (!name && json_is_object(oj)) name = "AdamW";
+    /* without weight decay on both sides the two are one step: nothing to say */
+    const double wd0 = json_number_value(json_object_get(oj, "weight_decay"));
+    if (name && !pg && !o->n_param_groups && strcmp(name, adamw_name(&o->adamw)) &&
+        (wd0 != 0 || o->adamw.weight_decay != 0))
         base_log(BASE_LOG_WARN,
                  "checkpoint: step-%lld was trained with optimizer.name = %.20s; this run's %s "
-                 "applies from here (the moments carry on; torchtitan would keep the "
-                 "checkpoint's decoupled_weight_decay)",
-                 (long long)step, name, adamw_name(&o->adamw));
+                 "applies from here (the moments carry on; %s)",
+                 (long long)step, name, adamw_name(&o->adamw),
+                 /* torch's AdamW.__setstate__ forces decoupled_weight_decay on any state it
+                  * loads; Adam keeps what the checkpoint's groups say */
+                 o->adamw.adam ? "torchtitan would keep the checkpoint's decoupled weight decay"
+                               : "as in torchtitan, whose AdamW loads any state as decoupled");
     const char *states = json_string_value(json_object_get(oj, "states")), /* absent: older */
         *mine = o->adam_bf16 ? "bfloat16" : "float32";
     if (states && strcmp(states, mine) && (load & TRAIN_CKPT_OPTIMIZER))

@@ -494,23 +494,28 @@ static int at_default(const train_config *c, const field *f) {
 /* torchtitan keys for features titan lacks: a P_REFUSE field away from its default is refused
  * by name, a P_NOTE one is logged (the run goes on); torchtitan's deprecated and renamed keys
  * are applied with its warnings. */
-/* A file or folder setting (its key ends in path, folder or file) given as a URL: torchtitan
- * 0.3 reads and writes any "scheme://" path through fsspec (tools/filesystem.py), titan only
- * local ones, where "s3://b/ck" would silently be a local folder "s3:/b/ck". */
+/* A file or folder setting titan uses (its key ends in path, folder or file; not one it
+ * accepts and ignores) given as a URL: titan reads and writes local paths only, where
+ * "s3://b/ck" would silently be a local folder "s3:/b/ck" (torchtitan 0.3's checkpointer
+ * takes any "scheme://" folder through fsspec, tools/filesystem.py). */
 static int remote_path_check(train_config *c, base_err *err) {
     static const char *const ends[] = {"path", "folder", "file"};
     for (int i = 0; i < N_FIELDS; i++) {
         const field *f = &g_fields[i];
-        const char *v = f->type == T_STR ? *(const char *const *)slot(c, f) : NULL;
+        const char *v =
+            f->type == T_STR && f->policy == P_USED ? *(const char *const *)slot(c, f) : NULL;
         const size_t k = strlen(f->key);
         if (!v || !strstr(v, "://")) continue;
         for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++)
             if (k >= strlen(ends[e]) && !strcmp(f->key + k - strlen(ends[e]), ends[e]))
                 return fail_field(c, f->section, f->key, err,
-                                  "'%.200s' is a URL: torchtitan 0.3 reads and writes those "
-                                  "through fsspec, titan local paths only (mount the storage, "
-                                  "or copy to and from it)",
-                                  v);
+                                  "'%.200s' is a URL; titan reads and writes local paths only "
+                                  "(%s)",
+                                  v,
+                                  !strncmp(v, "file://", 7)
+                                      ? "give the path itself, without file://"
+                                      : "mount the storage, or copy to and from it; torchtitan "
+                                        "0.3's checkpointer takes fsspec URLs");
     }
     return 0;
 }

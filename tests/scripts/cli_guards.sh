@@ -208,6 +208,13 @@ sed 's/lm_head)/output)/' "$fixtures/param_groups/dense.toml" > "$out/output.tom
   grep -qF "0 AdamW [(?:tok_embeddings|output)\.]: 1 parameters" "$out/o" &&
   ! grep -q "finds .*wq" "$out/o" && ok "a pattern finding titan's name but not 0.3's is said" ||
   bad "a v0.2.2-name pattern not said"
+# a pattern finding wq alone takes wk and wv too (0.3 matches their one wqkv tensor): said
+printf '[[optimizer.param_groups]]\npattern = "\\\\.wq"\noptimizer_name = "AdamW"\noptimizer_kwargs = {lr = 1}\n[[optimizer.param_groups]]\npattern = ".*"\noptimizer_name = "AdamW"\noptimizer_kwargs = {lr = 1}\n' \
+  > "$out/wq.toml"
+"$titan" plan --config "$out/wq.toml" > "$out/o" 2>&1 &&
+  grep -qF "group 0's pattern '\.wq' finds titan's layers.0.attention.wq.weight, which torchtitan 0.3 holds in one tensor with layers.0.attention.wk.weight" "$out/o" &&
+  grep -qF "0 AdamW [\.wq]: 8 parameters" "$out/o" && ok "a fused tensor's part taken by its sibling's pattern is said" ||
+  bad "wq's pattern taking wk, wv not said"
 printf '[[optimizer.param_groups]]\npattern = "nomatch"\noptimizer_name = "AdamW"\noptimizer_kwargs = {lr = 1}\n' \
   > "$out/nomatch.toml"
 "$titan" plan --config "$out/nomatch.toml" > "$out/o" 2>&1; rc=$?

@@ -576,7 +576,11 @@ static void command_line(void) {
         /* torchtitan 0.3 reads and writes URLs through fsspec; titan would make a local
          * folder "s3:" of one */
         {{"--checkpoint.folder", "s3://bucket/ck"},
-         "command line: --checkpoint.folder: 's3://bucket/ck' is a URL: torchtitan 0.3"},
+         "command line: --checkpoint.folder: 's3://bucket/ck' is a URL; titan reads and writes "
+         "local paths only (mount the storage"},
+        {{"--job.dump_folder", "file:///tmp/x"},
+         "command line: --job.dump_folder: 'file:///tmp/x' is a URL; titan reads and writes "
+         "local paths only (give the path itself, without file://)"},
         {{"--metrics.save_jsonl_file", "gs://b/m.jsonl"},
          "command line: --metrics.save_jsonl_file: 'gs://b/m.jsonl' is a URL"},
         {{"--checkpoint.initial_load_path", "hf://Qwen/Qwen3-0.6B"},
@@ -589,6 +593,14 @@ static void command_line(void) {
         CHECK(rc != 0 && !strncmp(err.msg, refused[i].want, strlen(refused[i].want)),
               "refused %zu:\n  got  %s\n  want %s...", i, rc ? err.msg : "(accepted)",
               refused[i].want);
+        train_config_free(&c);
+    }
+    /* a URL in a setting titan accepts and ignores (torchtitan's flight recorder folder) is
+     * left alone: titan never writes there */
+    {
+        char *argv[] = {"--comm.save_traces_folder", "gs://b/t", NULL};
+        rc = from_args(&c, argv, &err) || train_config_to_opts(&c, &o, &err);
+        CHECK(rc == 0, "a URL in an ignored setting: %s", err.msg);
         train_config_free(&c);
     }
     /* tensor parallelism on 2 ranks: the tokens of a microbatch (training's, validation's) must

@@ -541,7 +541,8 @@ static void test_adamw(double wd, double l2, int bf) {
             pd[i] -= (double)lr / bc1 * md[i] / denom;
             if (bf) md[i] = bf16_round((float)md[i]), vd[i] = bf16_round((float)vd[i]);
         }
-        /* (2) the same statements in torch's fp32 operation order, scalars cast as torch does */
+        /* (2) the kernel's statements in fp32: torch's operations and scalar casts (not its
+         * fma placement in addcmul_ nor its sqrt: see cpu/adamw.c) */
         float decay = (float)(1 - (double)lr * wd), w1 = (float)(1 - (double)b1);
         float w2 = (float)(1 - (double)b2), nstep = (float)(-((double)lr / bc1));
         float bc2s = (float)sqrt(bc2);
@@ -575,7 +576,9 @@ static void test_adamw(double wd, double l2, int bf) {
         check(E_ADAMW, what, rel_err_d(got[k], want[k], NP), bf && k ? 8e-3 : 1e-6);
     }
     double e = max_nan(rel_err_f(p, pf, NP), max_nan(rel_err_f(m, mf, NP), rel_err_f(v, vf, NP)));
-    snprintf(what, sizeof what, "%s 3 steps: p, m, v == fp32 torch-order restatement", name);
+    /* the kernel's own statement order, restated: its vector and scalar paths and every ISA
+     * copy compute these bits (torch itself: within the double formula's bound above) */
+    snprintf(what, sizeof what, "%s 3 steps: p, m, v == fp32 restatement of the kernel", name);
     check(E_ADAMW, what, e, 0);
     base_free(p), base_free(m), base_free(v), base_free(pf), base_free(mf), base_free(vf);
     free(pd), free(md), free(vd);
