@@ -52,44 +52,28 @@ add_test(NAME train_outputs
 set_tests_properties(train_outputs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
 
 # End to end: an HF folder saved by transformers -> titan train (config_path +
-# initial_load_path) -> HF export -> transformers; losses and weights equal PyTorch's.
-add_test(NAME finetune_from_hf_e2e
-  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
-          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
-          ${CMAKE_BINARY_DIR}/finetune_e2e)
-set_tests_properties(finetune_from_hf_e2e PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
-# The same with [[optimizer.param_groups]] against the optimizers torchtitan 0.3 builds from
-# them (a group per pattern, AdamW and Adam, torch's defaults for kwargs not given).
-add_test(NAME finetune_param_groups
-  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
-          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
-          ${CMAKE_BINARY_DIR}/finetune_param_groups groups)
-set_tests_properties(finetune_param_groups PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
-# The same for a Qwen3MoeForCausalLM with torchtitan's MoE groups (the routers with Adam, the
-# experts a group of their own): titan's MoE parameter names against HF's, through PyTorch.
-add_test(NAME finetune_moe_param_groups
-  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
-          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
-          ${CMAKE_BINARY_DIR}/finetune_moe_param_groups moe_groups)
-set_tests_properties(finetune_moe_param_groups PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
-# optimizer.implementation = "fused_opt_states_bf16" (AdamW's moments in bf16) against PyTorch's
-# AdamW with its moments rounded to bf16 after every step.
-add_test(NAME finetune_adam_bf16_states
-  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
-          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
-          ${CMAKE_BINARY_DIR}/finetune_adam_bf16_states bf16_states)
-set_tests_properties(finetune_adam_bf16_states PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
-# optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam.
-add_test(NAME finetune_adam
-  COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
-          $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
-          ${CMAKE_BINARY_DIR}/finetune_adam adam)
-set_tests_properties(finetune_adam PROPERTIES
-  ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+# initial_load_path) -> HF export -> transformers; losses and weights equal PyTorch's
+# (reference/check_finetune_e2e.py; MODE selects what both sides train with).
+function(titan_finetune_test name mode)
+  add_test(NAME ${name}
+    COMMAND ${TITAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/check_finetune_e2e.py
+            $<TARGET_FILE:titan> ${TITAN_SHARED}/data/tinyshakespeare/input.txt
+            ${CMAKE_BINARY_DIR}/${name} ${mode})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600)
+endfunction()
+# AdamW as torchtitan's default
+titan_finetune_test(finetune_from_hf_e2e "")
+# [[optimizer.param_groups]] against the optimizers torchtitan 0.3 builds from them (a group
+# per pattern, AdamW and Adam, torch's defaults for kwargs not given)
+titan_finetune_test(finetune_param_groups groups)
+# the same for a Qwen3MoeForCausalLM with torchtitan's MoE groups (the routers with Adam, the
+# experts a group of their own): titan's MoE parameter names against HF's, through PyTorch
+titan_finetune_test(finetune_moe_param_groups moe_groups)
+# optimizer.implementation = "fused_opt_states_bf16" (AdamW's moments in bf16) against
+# PyTorch's AdamW with its moments rounded to bf16 after every step
+titan_finetune_test(finetune_adam_bf16_states bf16_states)
+# optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam
+titan_finetune_test(finetune_adam adam)
 
 # Bad job inputs are one-line errors before any step runs.
 add_test(NAME train_bad_input

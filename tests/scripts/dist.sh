@@ -215,36 +215,34 @@ identical_losses "a 2-rank mixture resumed at step 2" "$out/mx_full.jsonl" \
 without model --lr
 g=("${kept[@]}" --config "$fixtures/param_groups/dense.toml" --set tie_embeddings=0 --steps 5 --checkpoint-interval 3
     --training.mixed_precision_param=float32)
-"$titan" train "${g[@]}" --batch 2 --grad-accum 2 --metrics "$out/pg_ref.jsonl" \
-  --dump-folder "$out/pg_ref" > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }
-grep -q "optimizer: group 1, Adam: 9 parameters \[norm\]" "$out/pg.log" || { cat "$out/pg.log"; exit 1; }
-mpi 2 "${g[@]}" --batch 2 --metrics "$out/pg_a.jsonl" --dump-folder "$out/pg" --stop-after-step 3 \
-  > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }
-OMP_NUM_THREADS=1 "$titan" train "${g[@]}" --batch 2 --grad-accum 2 --metrics "$out/pg_b.jsonl" \
-  --dump-folder "$out/pg" > "$out/pg.log" 2>&1 || { cat "$out/pg.log"; exit 1; }
-grep -q "resumed from $out/pg/checkpoint/step-3" "$out/pg.log" && ! grep -q "trained with" "$out/pg.log" ||
-  { echo "FAIL param groups resumed"; cat "$out/pg.log"; exit 1; }
-same_losses "param groups: 2 ranks, resumed on 1, vs 1 rank x 2 microbatches" "$out/pg_ref.jsonl" \
-  <(cat "$out/pg_a.jsonl" "$out/pg_b.jsonl")
-"$diff_tool" "$out/pg/checkpoint/step-5" "$out/pg_ref/checkpoint/step-5" 1e-5
+# groups_2to1 TAG WHAT ARGS...: ARGS on 1 rank x 2 microbatches (TAG_ref), and on 2 ranks saving
+# at step 3 then resumed on 1 rank (TAG): the same losses and final parameters, nothing said
+groups_2to1() {
+  local tag=$1 what=$2
+  shift 2
+  "$titan" train "$@" --batch 2 --grad-accum 2 --metrics "$out/${tag}_ref.jsonl" \
+    --dump-folder "$out/${tag}_ref" > "$out/$tag.log" 2>&1 || { cat "$out/$tag.log"; exit 1; }
+  grep -q "optimizer: group 1, Adam: 9 parameters \[norm\]" "$out/$tag.log" ||
+    { cat "$out/$tag.log"; exit 1; }
+  mpi 2 "$@" --batch 2 --metrics "$out/${tag}_a.jsonl" --dump-folder "$out/$tag" \
+    --stop-after-step 3 > "$out/$tag.log" 2>&1 || { cat "$out/$tag.log"; exit 1; }
+  OMP_NUM_THREADS=1 "$titan" train "$@" --batch 2 --grad-accum 2 --metrics "$out/${tag}_b.jsonl" \
+    --dump-folder "$out/$tag" > "$out/$tag.log" 2>&1 || { cat "$out/$tag.log"; exit 1; }
+  grep -q "resumed from $out/$tag/checkpoint/step-3" "$out/$tag.log" &&
+    ! grep -q "trained with\|moments" "$out/$tag.log" ||
+    { echo "FAIL $what resumed"; cat "$out/$tag.log"; exit 1; }
+  same_losses "$what: 2 ranks, resumed on 1, vs 1 rank x 2 microbatches" "$out/${tag}_ref.jsonl" \
+    <(cat "$out/${tag}_a.jsonl" "$out/${tag}_b.jsonl")
+  "$diff_tool" "$out/$tag/checkpoint/step-5" "$out/${tag}_ref/checkpoint/step-5" 1e-5
+}
+groups_2to1 pg "param groups" "${g[@]}"
 # the same with the AdamW moments in bf16 (optimizer.implementation = "fused_opt_states_bf16"):
 # each rank's shard of them saved as BF16 tensors, loaded again over another sharding
-gb=("${g[@]}" --optimizer.implementation fused_opt_states_bf16)
-"$titan" train "${gb[@]}" --batch 2 --grad-accum 2 --metrics "$out/pb_ref.jsonl" \
-  --dump-folder "$out/pb_ref" > "$out/pb.log" 2>&1 || { cat "$out/pb.log"; exit 1; }
-mpi 2 "${gb[@]}" --batch 2 --metrics "$out/pb_a.jsonl" --dump-folder "$out/pb" --stop-after-step 3 \
-  > "$out/pb.log" 2>&1 || { cat "$out/pb.log"; exit 1; }
-OMP_NUM_THREADS=1 "$titan" train "${gb[@]}" --batch 2 --grad-accum 2 --metrics "$out/pb_b.jsonl" \
-  --dump-folder "$out/pb" > "$out/pb.log" 2>&1 || { cat "$out/pb.log"; exit 1; }
-grep -q "resumed from $out/pb/checkpoint/step-3" "$out/pb.log" && ! grep -q "moments" "$out/pb.log" ||
-  { echo "FAIL bf16 moments resumed"; cat "$out/pb.log"; exit 1; }
+groups_2to1 pb "bf16 moments" "${g[@]}" --optimizer.implementation fused_opt_states_bf16
 "$titan" inspect "$out/pb/checkpoint/step-3/rank-00001.safetensors" > "$out/pb.ins" 2>&1 &&
   [ "$(grep -cE "^  adam_[mv](@[0-9]+)? +BF16 " "$out/pb.ins")" -ge 2 ] &&
   ! grep -qE "^  adam_[mv](@[0-9]+)? +F32 " "$out/pb.ins" ||
   { echo "FAIL bf16 moments stored"; cat "$out/pb.ins"; exit 1; }
-same_losses "bf16 moments: 2 ranks, resumed on 1, vs 1 rank x 2 microbatches" "$out/pb_ref.jsonl" \
-  <(cat "$out/pb_a.jsonl" "$out/pb_b.jsonl")
-"$diff_tool" "$out/pb/checkpoint/step-5" "$out/pb_ref/checkpoint/step-5" 1e-5
 
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"
