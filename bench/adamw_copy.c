@@ -4,7 +4,9 @@
  * all threads; alternating, each the median of R runs. Then the fp32 step over S spans of two
  * parameter groups' hyperparameters ([[optimizer.param_groups]]: a span a parameter at most;
  * default 200, more than the bench model's or 0.6B's groups of norms / the rest make) against
- * the one-span step, alternating. Prints the CPU's note-worthy figures.
+ * the one-span step, alternating. Then the step with the moments in bf16
+ * (optimizer.implementation = "fused_opt_states_bf16") against fp32 moments, alternating.
+ * Prints the CPU's note-worthy figures.
  *   cmake --build build --target bench_adamw_copy && build/bench_adamw_copy [N] [R] [S] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +28,13 @@ int main(int argc, char **argv) {
     void *copy = malloc(ops_bf16_mirror_bytes(n));
     optim_adamw o;
     base_err err;
-    if (!p || !g || !copy || optim_adamw_init(&o, n, &err))
+    if (!p || !g || !copy || optim_adamw_init(&o, n, 0, &err))
         return fprintf(stderr, "out of memory\n"), 1;
     for (size_t i = 0; i < n; i++) p[i] = 0.01f * (float)(i % 100), g[i] = 1e-3f * (float)(i % 7);
     memset(copy, 0, ops_bf16_mirror_bytes(n));
     const optim_range all = {0, n};
     const optim_bf16_copy c16 = {copy, &all, 1};
-    const optim_adamw_cfg cfg = {1e-3, 0.9, 0.95, 1e-8, 0.1};
+    const optim_adamw_cfg cfg = {1e-3, 0.9, 0.95, 1e-8, 0.1, 0};
     const optim_span span = {0, n, &cfg};
     double sep[100], fused[100];
     for (int r = 0; r < R; r++) {
@@ -53,7 +55,7 @@ int main(int argc, char **argv) {
            fused[R / 2] * 1e3, fused[0] * 1e3, sep[R / 2] / fused[R / 2]);
     /* S spans, alternately two groups' hyperparameters (equal lengths: the worst case for the
      * calls' overhead is many short spans; the layout's norms are one-thread calls) */
-    const optim_adamw_cfg other = {1e-4, 0.9, 0.999, 1e-8, 0.0};
+    const optim_adamw_cfg other = {1e-4, 0.9, 0.999, 1e-8, 0.0, 0};
     optim_span *spans = malloc(sizeof *spans * (size_t)S);
     if (!spans) return fprintf(stderr, "out of memory\n"), 1;
     for (int k = 0; k < S; k++)
@@ -76,6 +78,24 @@ int main(int argc, char **argv) {
            n, R, sep[R / 2] * 1e3, sep[0] * 1e3, S, fused[R / 2] * 1e3, fused[0] * 1e3,
            fused[R / 2] / sep[R / 2]);
     free(spans);
+    optim_adamw o16;
+    if (optim_adamw_init(&o16, n, 1, &err)) return fprintf(stderr, "out of memory\n"), 1;
+    for (int r = 0; r < R; r++) {
+        const double t0 = base_now();
+        optim_adamw_step(&o, p, g, 1.0f, &span, 1, 1.0, NULL);
+        const double t1 = base_now();
+        optim_adamw_step(&o16, p, g, 1.0f, &span, 1, 1.0, NULL);
+        fused[r] = base_now() - t1; /* reused: bf16 moments' times */
+        sep[r] = t1 - t0;           /* fp32 moments' */
+    }
+    qsort(sep, (size_t)R, sizeof *sep, cmp);
+    qsort(fused, (size_t)R, sizeof *fused, cmp);
+    printf("AdamW of %zu parameters, moments fp32 / bf16 (fused_opt_states_bf16), median of %d:\n"
+           "  fp32 moments:                 %7.1f ms (min %7.1f)\n"
+           "  bf16 moments:                 %7.1f ms (min %7.1f)  %.3fx\n",
+           n, R, sep[R / 2] * 1e3, sep[0] * 1e3, fused[R / 2] * 1e3, fused[0] * 1e3,
+           fused[R / 2] / sep[R / 2]);
+    optim_adamw_free(&o16);
     optim_adamw_free(&o);
     free(p);
     free(g);

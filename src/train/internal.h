@@ -184,6 +184,8 @@ void train_metrics_end_at(train_metrics *t, int step);
 /* The run ends with an error (why): the report page is drawn once more, final (no refresh),
  * with every step logged so far and the error. A failed write is a warning. */
 void train_metrics_failed(train_metrics *t, const char *why);
+/* The step whose TensorBoard scalars this rank could not write (0: none, or no TensorBoard). */
+int train_metrics_tb_failed(const train_metrics *t);
 /* The report page's run of these metrics (rank 0 with metrics.save_report_file), else NULL. */
 struct train_report_run *train_metrics_report(train_metrics *t);
 /* Closes the files (NULL ok); err (may be NULL) gets a failed final write. */
@@ -321,6 +323,9 @@ typedef struct {
     optim_span *spans; /* [n_spans] the shard vector's parameter groups (train_optim_spans) */
     int n_spans;
     int val_bad_said; /* a validation ran: the set's malformed lines were logged (once) */
+    /* the step whose TensorBoard scalars could not be written (the run stops after saving it:
+     * its checkpoint records it, and a resume says so); 0: none */
+    int tb_lost;
 } train_job;
 
 /* Each named parameter's group (group_of[n_names]): the first of g[n] whose pattern finds its

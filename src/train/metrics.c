@@ -36,7 +36,12 @@ struct train_metrics {
     double w_step_s, w_data_s, w_rss;
     int w_steps;
     double rss_peak; /* the run's peak RSS (bytes): never below any RSS sample (max_active) */
+    int tb_failed;   /* the step whose TensorBoard write failed (0: none) */
 };
+
+int train_metrics_tb_failed(const train_metrics *t) {
+    return t ? t->tb_failed : 0;
+}
 
 /* "[titan] 2026-12-01 12:03:38,123 - " (local time, torchtitan's logger's prefix), into buf. */
 static void stamp(char *buf, size_t n) {
@@ -531,7 +536,8 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
         char key[LR_KEYS][24];
         const int n = lr_metrics(t->o, s->lr_factor, key, vals + base);
         for (int k = 0; k < n; k++) tags[base + k] = key[k];
-        if (train_tb_scalars(t->tb, s->step, tags, vals, base + n, err)) return -1;
+        if (train_tb_scalars(t->tb, s->step, tags, vals, base + n, err))
+            return t->tb_failed = s->step, -1;
     }
     if (t->tb && val) {
         const char *tags[] = {"validation_metrics/loss",
@@ -543,7 +549,7 @@ int train_metrics_log_step(train_metrics *t, const train_step_metrics *s, const 
                               "validation_metrics/memory/max_reserved(%)"};
         const double vals[] = {s->val_loss, exp(s->val_loss), vtps, rss / gib, 100.0 * rss / ram,
                                mem,         mem_pct};
-        if (train_tb_scalars(t->tb, s->step, tags, vals, 7, err)) return -1;
+        if (train_tb_scalars(t->tb, s->step, tags, vals, 7, err)) return t->tb_failed = s->step, -1;
     }
     if (log_now) { /* a new window */
         t->w_tokens = 0;

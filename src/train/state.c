@@ -93,8 +93,12 @@ static const char *mask_name(const train_opts *o) {
 
 static char *train_state_json(const train_opts *o, const train_source *src, const optim_adamw *opt,
                               const model *m, int64_t step, int model_only, int64_t tokens_seen,
-                              const char *states) {
+                              const char *states, int tb_lost) {
     json_t *root = json_object();
+    /* TensorBoard's scalars of this step were not written (a full disk stopped the run after
+     * this save): the resumed run's series starts in a new run folder without them, said then
+     * (metrics.jsonl's missing line is found in the file itself) */
+    if (tb_lost) json_object_set_new(root, "tensorboard_lost_step", json_integer(tb_lost));
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "model_only", json_boolean(model_only));
     json_object_set_new(root, "adam_step", json_integer(opt->step));
@@ -306,6 +310,13 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                   * loads; Adam keeps what the checkpoint's groups say */
                  o->adamw.adam ? "torchtitan would keep the checkpoint's decoupled weight decay"
                                : "as in torchtitan, whose AdamW loads any state as decoupled");
+    const json_t *lost = json_object_get(t, "tensorboard_lost_step");
+    if (json_is_integer(lost))
+        base_log(BASE_LOG_WARN,
+                 "checkpoint: step-%lld's run could not write TensorBoard's scalars of step "
+                 "%lld (the write failed, and the run stopped after saving it): they are in no "
+                 "event file, and this run's series starts in a new run folder",
+                 (long long)step, (long long)json_integer_value(lost));
     const char *states = json_string_value(json_object_get(oj, "states")), /* absent: older */
         *mine = o->adam_bf16 ? "bfloat16" : "float32";
     if (states && strcmp(states, mine) && (load & TRAIN_CKPT_OPTIMIZER))
@@ -545,8 +556,8 @@ int train_state_save(const train_job *j, train_saver *s, int64_t step, int model
     char *states = calloc((size_t)j->mesh->dp_size, loader_state_bytes(j->src));
     if (!states) return base_fail(err, "out of memory");
     gather_loader_states(j->src, j->mesh->dp_comm, states);
-    char *state =
-        train_state_json(j->o, j->src, j->opt, j->m, step, model_only, tokens_seen, states);
+    char *state = train_state_json(j->o, j->src, j->opt, j->m, step, model_only, tokens_seen,
+                                   states, j->tb_lost);
     free(states);
     int rc = state ? train_saver_save(s, step, dist_fsdp_shard_params(j->f), j->opt->m, j->opt->v,
                                       model_only, j->o->export_dtype, state, err)

@@ -445,6 +445,10 @@ static int run_stop_failed(run *r, int step, int sig, base_err *err) {
     if (!r->saver)
         return base_fail(err, "%s; stopped after step %d (%s, so nothing was saved)%s", why.msg,
                          step, no_saves_why(r->o), also);
+    /* a TensorBoard write that failed on any rank: the checkpoint records its step */
+    double lost = train_metrics_tb_failed(r->mx);
+    dist_allreduce_max_f64(r->mesh.world_comm, &lost, 1);
+    r->job.tb_lost = (int)lost;
     base_err e;
     if (train_saver_poll(r->saver, &e) || run_checkpoint(r, step, 1, &e) ||
         train_saver_finish(r->saver, &e))

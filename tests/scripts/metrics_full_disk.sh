@@ -81,7 +81,10 @@ rm -f "$fs/filler"
 "$titan" "${args[@]}" --stop-after-step $((bad + 1)) > "$out/resume2" 2>&1 ||
   { cat "$out/resume2"; fail "tb: step-$bad does not resume"; }
 grep -q "resumed from .*step-$bad\$" "$out/resume2" || fail "tb: not resumed from step-$bad"
-echo "ok: the event file full at step $bad: step-$bad saved, whole records, resumed"
+# the lost step is said again at the resume (it had been said only when it happened)
+grep -q "titan warn\] checkpoint: step-$bad's run could not write TensorBoard's scalars of step $bad" \
+  "$out/resume2" || { cat "$out/resume2"; fail "tb: the resume does not say step $bad's scalars are missing"; }
+echo "ok: the event file full at step $bad: step-$bad saved, whole records, resumed, the lost step said"
 
 # 3. two ranks (when an mpirun is given), each writing its own file (save_for_all_ranks): the
 # rank whose file fills stops both after the step is saved, each naming it; both resume
