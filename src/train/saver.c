@@ -81,9 +81,9 @@ static int save_write(train_saver *s) {
     if (L->writer < 0) return 0; /* an HSDP replica other than the first */
     const int nb = s->model_only ? 1 : 3, np = L->n_pieces;
     char(*nm)[32] = calloc((size_t)(nb * np) + 1, 32);
-    ckpt_step_buf *b = nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL,
-                                             s->mv_bf16 ? 6u : 0u, nm)
-                          : NULL;
+    const unsigned bf16 = s->mv_bf16 ? 1u << 1 | 1u << 2 : 0u; /* adam_m, adam_v */
+    ckpt_step_buf *b =
+        nm ? train_piece_bufs(names, nb, L->pieces, np, L->global_n, s->buf, NULL, bf16, nm) : NULL;
     for (int k = 0; b && k < np; k++) b[k].dtype = s->model_dtype; /* buffer 0: the weights */
     int rc = !b || !nm ? base_fail(&s->err, "out of memory")
                        : ckpt_step_write_shard(s->dir, s->step, L->writer, b, nb * np, &s->err);

@@ -496,16 +496,8 @@ static void test_lmhead_ce(void) {
  * coupled, grad.add(param, alpha=l2) before the moments); bf: the moments stored in bf16
  * (torchtitan 0.3's fused_opt_states_bf16: stepped in fp32, stored rounded to nearest even;
  * both references round theirs so after every step) */
-static uint16_t bf16_bits(float f) {
-    uint16_t h;
-    ops_bf16_from_f32(&h, &f, 1);
-    return h;
-}
 static float bf16_round(float f) {
-    const uint16_t h = bf16_bits(f);
-    float r;
-    ops_bf16_to_f32(&r, &h, 1);
-    return r;
+    return ops_cpu_bf16_value(ops_cpu_bf16_bits(f));
 }
 
 static void test_adamw(double wd, double l2, int bf) {
