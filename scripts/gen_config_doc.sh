@@ -204,8 +204,14 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   `dataset_path`, `--optimizer.param-groups.0.optimizer-kwargs.lr` (and `eps`, `weight_decay`,
   `betas`) `--optimizer.lr` (`eps`, `weight_decay`, `beta1` / `beta2`), the subcommand
   `activation-checkpoint:full` `--activation_checkpoint.mode full`, the top-level
-  `--hf-assets-path` `--model.hf_assets_path`; the top-level `--dump-folder` is titan's too. 0.3's per-parameter-group optimizers,
-  Muon and bf16 optimizer states have no titan counterpart.
+  `--hf-assets-path` `--model.hf_assets_path`; the top-level `--dump-folder` is titan's too;
+  any other unknown option is refused with the nearest name.
+- **Not in titan**: 0.3's `DistMuon` optimizer (refused by name) and its LoRA model
+  converter (`model.converters`, refused by name); its per-parameter-group optimizers and
+  bf16 optimizer states are titan's (above). Its checkpoints (DCP: `.metadata`, `*.distcp`)
+  are not read: a DCP folder given as a model or met in a checkpoint folder is named as
+  such, with the conversion torchtitan ships (`scripts/checkpoint_conversion/convert_to_hf.py`
+  to a Hugging Face folder, which titan loads: `checkpoint.initial_load_in_hf`).
 MD
   cat <<'EOF'
 

@@ -94,6 +94,29 @@ int ckpt_source_open(ckpt_source *s, const char *path, base_err *err) {
     if (ckpt_step_folder_check(path, -1, err) ||
         (base_is_dir(ck) && ckpt_step_folder_check(ck, -1, err)))
         return -1;
+    /* torchtitan's own checkpoints (DCP: .metadata and __R_0.distcp files), as the folder or its
+     * newest step-N (or its checkpoint/'s): the conversion torchtitan ships */
+    char dcp[4200] = "";
+    if (base_has_file(path, ".metadata"))
+        snprintf(dcp, sizeof dcp, "%.4000s", path);
+    else
+        for (int i = 0; i < 2 && !dcp[0]; i++) {
+            const char *dir = i ? ck : path;
+            char step[4200];
+            int64_t foreign = -1;
+            if (base_is_dir(dir) && !ckpt_step_foreign_latest(dir, &foreign) && foreign >= 0) {
+                snprintf(step, sizeof step, "%.4000s/step-%lld", dir, (long long)foreign);
+                if (base_has_file(step, ".metadata")) snprintf(dcp, sizeof dcp, "%s", step);
+            }
+        }
+    if (dcp[0])
+        return base_fail(
+            err,
+            "%s: a torchtitan (DCP) checkpoint (.metadata), which titan does not read; "
+            "convert it to a Hugging Face folder with torchtitan's "
+            "scripts/checkpoint_conversion/convert_to_hf.py (or save it so in "
+            "torchtitan: checkpoint.last_save_in_hf) and give that folder",
+            dcp);
     return base_fail(err,
                      "%s: not a model: no config.json (Hugging Face), metadata.json or complete "
                      "step-N (titan checkpoint, also under checkpoint/: a run folder), "

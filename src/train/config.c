@@ -128,8 +128,8 @@ const field g_fields[] = {
     PSTR(model, tokenizer_path, "", NULL, P_USED,
          "deprecated (torchtitan): sets hf_assets_path, with torchtitan's warning"),
     PSTRS(model, converters, P_REFUSE,
-          "torchtitan model converters (float8, mx): not implemented; titan's GEMMs run in fp32 "
-          "or bf16 (training.mixed_precision_param)"),
+          "torchtitan model converters (float8, mx; 0.3's lora): not implemented; titan's GEMMs "
+          "run in fp32 or bf16 (training.mixed_precision_param) and it trains every weight"),
     PBOOL(model, print_after_conversion, 0, P_INERT, "print the model after converters"),
 
     STR(training, dataset, "random", NULL,

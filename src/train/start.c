@@ -45,6 +45,15 @@ static int check_foreign_steps(const char *dir, int64_t newest, base_err *err) {
                          "checkpoint.initial_load_path to it with checkpoint.initial_load_in_hf = "
                          "true and another checkpoint.folder (or job.dump_folder)",
                          sub);
+    if (foreign > newest && base_has_file(sub, ".metadata"))
+        return base_fail(err,
+                         "%s is a torchtitan (DCP) checkpoint (.metadata), which titan cannot "
+                         "resume and does not read: it is newer than any titan checkpoint in %s. "
+                         "To train on from its weights, convert it to a Hugging Face folder with "
+                         "torchtitan's scripts/checkpoint_conversion/convert_to_hf.py and set "
+                         "checkpoint.initial_load_path to that with checkpoint.initial_load_in_hf "
+                         "= true and another checkpoint.folder (or job.dump_folder)",
+                         sub, dir);
     if (foreign > newest)
         return base_fail(err,
                          "%s/step-%lld is not a titan checkpoint (no metadata.json: torchtitan's "

@@ -92,6 +92,12 @@ mkdir -p "$out/tk/checkpoint/step-8" && touch "$out/tk/checkpoint/step-8/__0_0.d
 refused "a newer non-titan step folder" "step-8 is not a titan checkpoint" \
   --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
   --dump-folder "$out/tk" --checkpoint.enable
+# torchtitan's own checkpoint (DCP: .metadata) there: named as such, with the conversion
+touch "$out/tk/checkpoint/step-8/.metadata"
+refused "a newer torchtitan (DCP) step folder" \
+  "step-8 is a torchtitan \(DCP\) checkpoint .*checkpoint_conversion/convert_to_hf.py" \
+  --data "$out/docs.jsonl" --tokenizer "$shared/data/test_tokenizer" --grad-accum 2 \
+  --dump-folder "$out/tk" --checkpoint.enable
 rm -rf "$out/tk/checkpoint/step-8"
 # a mixture's position is no single dataset's (nor one of other sources)
 mkdir -p "$out/mx/checkpoint" && cp -r "$out/mix/checkpoint/step-9" "$out/mx/checkpoint/"

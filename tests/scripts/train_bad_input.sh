@@ -27,6 +27,13 @@ expect "HF folder without config.json" "nocfg/config.json: no such file" \
   --model.config_path "$out/nocfg"
 expect "initial load from a folder that is no model" "nocfg: not a model" \
   --checkpoint.enable --checkpoint.initial_load_path "$out/nocfg"
+mkdir -p "$out/dcp/step-20" && touch "$out/dcp/step-20/.metadata" "$out/dcp/step-20/__0_0.distcp"
+expect "initial load from torchtitan's DCP step folder" \
+  "dcp/step-20: a torchtitan \(DCP\) checkpoint .*convert_to_hf.py" \
+  --checkpoint.enable --checkpoint.initial_load_path "$out/dcp/step-20"
+expect "initial load from torchtitan's DCP checkpoint folder" \
+  "dcp/step-20: a torchtitan \(DCP\) checkpoint" \
+  --checkpoint.enable --checkpoint.initial_load_path "$out/dcp"
 expect "tokenizer vocab larger than the model's" "the tokenizer has 151669 ids but the model's vocab_size is 2048" \
   --tokenizer "$shared/data/qwen3_tokenizer"
 expect "global batch that does not divide" "global_batch_size: 3 is not a multiple" \
