@@ -34,8 +34,9 @@ int main(int argc, char **argv) {
     memset(copy, 0, ops_bf16_mirror_bytes(n));
     const optim_range all = {0, n};
     const optim_bf16_copy c16 = {copy, &all, 1};
-    const optim_adamw_cfg cfg = {1e-3, 0.9, 0.95, 1e-8, 0.1, 0};
-    const optim_span span = {0, n, &cfg};
+    const optim_adamw_cfg cfg = {
+        .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    const optim_span span = {.lo = 0, .hi = n, .c = &cfg};
     double sep[100], fused[100];
     for (int r = 0; r < R; r++) {
         const double t0 = base_now();
@@ -55,13 +56,13 @@ int main(int argc, char **argv) {
            fused[R / 2] * 1e3, fused[0] * 1e3, sep[R / 2] / fused[R / 2]);
     /* S spans, alternately two groups' hyperparameters (equal lengths: the worst case for the
      * calls' overhead is many short spans; the layout's norms are one-thread calls) */
-    const optim_adamw_cfg other = {1e-4, 0.9, 0.999, 1e-8, 0.0, 0};
+    const optim_adamw_cfg other = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
     optim_span *spans = malloc(sizeof *spans * (size_t)S);
     if (!spans) return fprintf(stderr, "out of memory\n"), 1;
     for (int k = 0; k < S; k++)
-        spans[k] =
-            (optim_span){n / (size_t)S * (size_t)k,
-                         k == S - 1 ? n : n / (size_t)S * (size_t)(k + 1), k % 2 ? &other : &cfg};
+        spans[k] = (optim_span){.lo = n / (size_t)S * (size_t)k,
+                                .hi = k == S - 1 ? n : n / (size_t)S * (size_t)(k + 1),
+                                .c = k % 2 ? &other : &cfg};
     for (int r = 0; r < R; r++) {
         const double t0 = base_now();
         optim_adamw_step(&o, p, g, 1.0f, &span, 1, 1.0, NULL);

@@ -206,9 +206,11 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   `activation-checkpoint:full` `--activation_checkpoint.mode full`, the top-level
   `--hf-assets-path` `--model.hf_assets_path`; the top-level `--dump-folder` is titan's too;
   any other unknown option is refused with the nearest name.
-- **Not in titan**: 0.3's `DistMuon` optimizer (refused by name) and its LoRA model
-  converter (`model.converters`, refused by name); its per-parameter-group optimizers and
-  bf16 optimizer states are titan's (above). Its checkpoints (DCP: `.metadata`, `*.distcp`)
+- **Muon**: 0.3's `DistMuon` is a `[[optimizer.param_groups]]` optimizer in titan too
+  (`optimizer_name = "DistMuon"`, its kwargs and defaults; docs/training.md, "Muon"), on
+  whole matrices: not yet with FSDP or TP sharding (refused by name), and without 0.3's
+  per-head compute layouts (Python objects of its recipes).
+- **Not in titan**: 0.3's LoRA model converter (`model.converters`, refused by name). Its checkpoints (DCP: `.metadata`, `*.distcp`)
   are not read: a DCP folder given as a model or met in a checkpoint folder is named as
   such, with the conversion torchtitan ships (`scripts/checkpoint_conversion/convert_to_hf.py`
   to a Hugging Face folder, which titan loads: `checkpoint.initial_load_in_hf`).

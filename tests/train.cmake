@@ -74,6 +74,10 @@ titan_finetune_test(finetune_moe_param_groups moe_groups)
 titan_finetune_test(finetune_adam_bf16_states bf16_states)
 # optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam
 titan_finetune_test(finetune_adam adam)
+# torchtitan 0.3's DistMuon groups against torch's Muon functions: without Newton-Schulz
+# products (exact bounds), and with them (bf16 rounding noise's bounds)
+titan_finetune_test(finetune_muon_ns0 muon_ns0)
+titan_finetune_test(finetune_muon muon)
 
 # Bad job inputs are one-line errors before any step runs.
 add_test(NAME train_bad_input

@@ -229,6 +229,13 @@ const char *ops_cpu_isa(void);
  * 2048 tokens, since ops accumulate into their gradients. */
 void ops_zero(float *x, size_t n);
 
+/* ---- the one SGEMM (ops/cpu/gemm.c) ---------------------------------------------------- */
+/* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C (op(X) = X or X^T as ta / tb say), on
+ * the library the ops' fp32 products use: for code outside the ops (the Muon step's
+ * Newton-Schulz products). */
+void ops_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc);
+
 /* ---- bf16 (ops/cpu/bf16.c) -----------------------------------------------------------
  * bf16 values are uint16_t bit patterns (the top half of an fp32). */
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept quiet (torch's rounding). */

@@ -22,7 +22,10 @@ int optim_adamw_init(optim_adamw *o, size_t n, int bf16, base_err *err) {
 void optim_adamw_free(optim_adamw *o) {
     base_free(o->m);
     base_free(o->v);
+    base_free(o->muon_work);
     o->m = o->v = NULL;
+    o->muon_work = NULL;
+    o->muon_work_n = 0;
 }
 
 /* With a bf16 copy or several spans: blocks of ADAMW_BLOCK elements, each updated by the kernel
@@ -38,6 +41,7 @@ static void step_range(optim_adamw *o, float *params, const float *grads, float 
                        size_t hi) {
     for (; k < n_spans && span[k].lo < hi; k++) {
         const optim_adamw_cfg *c = span[k].c;
+        if (c->muon) continue; /* whole matrices: optim_muon_step_spans */
         const size_t s = span[k].lo > lo ? span[k].lo : lo, e = span[k].hi < hi ? span[k].hi : hi;
         const size_t es = optim_moment_bytes(o);
         o->kernel(params + s, (char *)o->m + s * es, (char *)o->v + s * es, grads + s, gscale,
@@ -69,6 +73,8 @@ void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float g
                       const optim_span *span, int n_spans, double lr_factor,
                       const optim_bf16_copy *c16) {
     o->step++;
+    /* Muon's matrices first: the bf16 copy below is then made from their new values */
+    optim_muon_step_spans(o, params, grads, gscale, span, n_spans, lr_factor);
     const int copy = c16 && c16->n;
     if (!copy && n_spans == 1) { /* the kernel's own threads over the whole vector */
         step_range(o, params, grads, gscale, span, n_spans, 0, lr_factor, 0, o->n);

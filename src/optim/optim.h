@@ -10,10 +10,19 @@
 #include "ops/ops.h"
 
 /* adam 0: torch.optim.AdamW (weight_decay decoupled: p *= 1 - lr wd); 1: torch.optim.Adam
- * (weight_decay coupled, an L2 penalty: g += wd p before the moments; wd 0 is AdamW's step). */
+ * (weight_decay coupled, an L2 penalty: g += wd p before the moments; wd 0 is AdamW's step).
+ * muon 1: torchtitan 0.3's DistMuon, torch.optim.Muon's arithmetic (optim/muon.c) on whole
+ * matrices (optim_span's rows, cols, mats): the momentum buffer (in the state's m) lerps toward
+ * the gradient by 1 - momentum; the update is the buffer, or with nesterov the gradient lerped
+ * toward it by momentum; its Newton-Schulz orthogonalisation in bf16 (ns_steps iterations of
+ * the quintic with coefficients ns[3], after dividing by its Frobenius norm floored at eps);
+ * p *= 1 - lr wd, p -= lr ratio * it, ratio by adjust (OPTIM_MUON_*). beta1 / beta2 unused. */
+enum { OPTIM_MUON_ORIGINAL, OPTIM_MUON_MATCH_RMS_ADAMW, OPTIM_MUON_SPECTRAL_UNCLAMPED };
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     int adam;
+    int muon, nesterov, ns_steps, adjust;
+    double momentum, ns[3];
 } optim_adamw_cfg;
 
 typedef struct {
@@ -25,6 +34,8 @@ typedef struct {
     int bf16;
     int64_t step; /* optimizer steps taken */
     ops_adamw_fn kernel;
+    float *muon_work; /* optim_muon_reserve's */
+    size_t muon_work_n;
 } optim_adamw;
 
 /* bf16: the moments in bf16 (2 bytes an element instead of 4). */
@@ -54,9 +65,14 @@ typedef struct {
 typedef struct {
     size_t lo, hi;
     const optim_adamw_cfg *c;
+    /* c->muon: the span's parameter, whole, is mats matrices [rows, cols] one after another
+     * from element at (lo <= at; [lo, hi) may hold padding around it, which Muon leaves) */
+    size_t at;
+    int rows, cols, mats;
 } optim_span;
 
-/* One AdamW step on params[n] with the gradients grads[n] * gscale (optim_clip_coef's
+/* One AdamW step (Adam's, Muon's where a span's c says) on params[n] with the gradients
+ * grads[n] * gscale (optim_clip_coef's
  * coefficient, 1 for none: the scaling is folded into the step's one pass; grads are not
  * modified); span[0, n_spans) covers [0, n) in order, each at learning rate c->lr x
  * lr_factor (the schedule's factor, as torch's LambdaLR scales every group's initial lr).
@@ -65,6 +81,16 @@ typedef struct {
 void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float gscale,
                       const optim_span *span, int n_spans, double lr_factor,
                       const optim_bf16_copy *c16);
+
+/* Muon's scratch (optim_adamw.muon_work) for the largest matrix of span[0, n_spans)'s Muon
+ * spans; call before a step with Muon spans (the step cannot report an allocation failure). */
+int optim_muon_reserve(optim_adamw *o, const optim_span *span, int n_spans, base_err *err);
+/* The Muon spans' step (optim_adamw_step calls it first; each matrix's elementwise parts and
+ * products on the pool's threads). */
+void optim_muon_step_spans(optim_adamw *o, float *params, const float *grads, float gscale,
+                           const optim_span *span, int n_spans, double lr_factor);
+/* The learning rate's ratio Muon applies for a [rows, cols] matrix (torch's _adjust_lr). */
+double optim_muon_lr_ratio(int adjust, int rows, int cols);
 
 /* Sum of squares of g[n] in double, in a fixed order independent of the thread count. */
 double optim_sumsq(const float *g, size_t n);

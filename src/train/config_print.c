@@ -132,6 +132,24 @@ static void print_param_groups(const train_config *c, FILE *f) {
         print_string(f, g->optimizer_name);
         fputs("\noptimizer_kwargs = {lr = ", f);
         print_float(f, g->c.lr);
+        if (g->c.muon) { /* DistMuon's */
+            static const char *const adjust[] = {"original", "match_rms_adamw",
+                                                 "spectral_unclamped"};
+            fputs(", weight_decay = ", f);
+            print_float(f, g->c.weight_decay);
+            fputs(", momentum = ", f);
+            print_float(f, g->c.momentum);
+            fprintf(f, ", nesterov = %s, ns_coefficients = [", g->c.nesterov ? "true" : "false");
+            for (int i = 0; i < 3; i++) {
+                if (i) fputs(", ", f);
+                print_float(f, g->c.ns[i]);
+            }
+            fputs("], eps = ", f);
+            print_float(f, g->c.eps);
+            fprintf(f, ", ns_steps = %d, adjust_lr_fn = \"%s\"}\n", g->c.ns_steps,
+                    adjust[g->c.adjust]);
+            continue;
+        }
         fputs(", betas = [", f);
         print_float(f, g->c.beta1);
         fputs(", ", f);

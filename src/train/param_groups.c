@@ -184,25 +184,100 @@ static int number(const base_toml_value *v, double hi, double *out, char *why, s
     return 0;
 }
 
-/* One key of optimizer_kwargs into g (set: a mask of those given, bit i = k_kwargs[i]). */
-static const char *const k_kwargs[] = {"lr",         "betas",         "eps",     "weight_decay",
-                                       "fused",      "foreach",       "amsgrad", "maximize",
-                                       "capturable", "differentiable"};
-enum { KW_LR, KW_BETAS, KW_EPS, KW_WD, KW_FUSED, KW_FOREACH };
+/* One key of optimizer_kwargs into g (set: a mask of those given, bit i = k_kwargs[i]). The
+ * AdamW / Adam keys, then DistMuon's (torchtitan 0.3's); whether a key belongs to the group's
+ * optimizer is checked once the entry's optimizer_name is read too (train_param_groups_load's
+ * defaults pass). */
+static const char *const k_kwargs[] = {
+    "lr",       "betas",    "eps",      "weight_decay",    "fused",
+    "foreach",  "amsgrad",  "maximize", "capturable",      "differentiable",
+    "momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn"};
+enum {
+    KW_LR,
+    KW_BETAS,
+    KW_EPS,
+    KW_WD,
+    KW_FUSED,
+    KW_FOREACH,
+    KW_MOMENTUM = 10,
+    KW_NESTEROV,
+    KW_NS_STEPS,
+    KW_NS_COEF,
+    KW_ADJUST
+};
 #define N_KW ((int)(sizeof k_kwargs / sizeof k_kwargs[0]))
+/* the keys of AdamW / Adam (betas, the four torch flags) and of DistMuon alone */
+#define KW_ADAM_ONLY (1u << KW_BETAS | 0xfu << 6)
+#define KW_MUON_ONLY (0x1fu << KW_MOMENTUM)
+static const char *const k_adjust[] = {"original", "match_rms_adamw", "spectral_unclamped"};
+
+/* A number of any sign, finite (ns_coefficients). */
+static int real(const base_toml_value *v, double *out, char *why, size_t n) {
+    if (v->type != BASE_TOML_FLOAT && v->type != BASE_TOML_INT) {
+        snprintf(why, n, "expected a number, got %s", base_toml_type_name(v->type));
+        return -1;
+    }
+    *out = v->type == BASE_TOML_INT ? (double)v->i : v->f;
+    if (isfinite(*out)) return 0;
+    snprintf(why, n, "%g is not finite", *out);
+    return -1;
+}
 
 static int kwarg(train_param_group *g, const base_toml_kv *kv, unsigned *set, char *why, size_t n) {
     int k = 0;
     while (k < N_KW && strcmp(kv->key, k_kwargs[k])) k++;
     if (k == N_KW) {
         snprintf(why, n,
-                 "not a keyword argument of torch.optim.AdamW / Adam that titan takes (lr, betas, "
-                 "eps, weight_decay; fused and foreach are accepted and change nothing: titan has "
-                 "one AdamW kernel)");
+                 "not a keyword argument of torch.optim.AdamW / Adam or torchtitan's DistMuon "
+                 "that titan takes (AdamW / Adam: lr, betas, eps, weight_decay; DistMuon: lr, "
+                 "weight_decay, momentum, nesterov, ns_coefficients, eps, ns_steps, adjust_lr_fn; "
+                 "fused and foreach are accepted and change nothing)");
         return -1;
     }
     *set |= 1u << k;
     const base_toml_value *v = &kv->val;
+    double x;
+    switch (k) {
+    case KW_MOMENTUM:
+        return number(v, INFINITY, &g->c.momentum, why, n);
+    case KW_NESTEROV:
+        if (v->type != BASE_TOML_BOOL) {
+            snprintf(why, n, "expected true or false, got %s", base_toml_type_name(v->type));
+            return -1;
+        }
+        g->c.nesterov = (int)v->i;
+        return 0;
+    case KW_NS_STEPS: /* DistMuon's _validate_groups: an int in [0, 100) */
+        if (v->type != BASE_TOML_INT || v->i < 0 || v->i >= 100) {
+            snprintf(why, n, "expected an integer in [0, 100) (DistMuon's bound)");
+            return -1;
+        }
+        g->c.ns_steps = (int)v->i;
+        return 0;
+    case KW_NS_COEF:
+        if (v->type != BASE_TOML_ARRAY || v->n_items != 3) {
+            snprintf(why, n, "expected three numbers, [a, b, c]");
+            return -1;
+        }
+        for (int i = 0; i < 3; i++)
+            if (real(&v->items[i], &x, why, n))
+                return -1;
+            else
+                g->c.ns[i] = x;
+        return 0;
+    case KW_ADJUST:
+        for (int i = 0; v->type == BASE_TOML_STRING && i < 3; i++)
+            if (!strcmp(v->s, k_adjust[i])) {
+                g->c.adjust = i;
+                return 0;
+            }
+        snprintf(why, n,
+                 "expected \"original\", \"match_rms_adamw\" or \"spectral_unclamped\" "
+                 "(DistMuon's; leave it out for None, which is \"original\")");
+        return -1;
+    default:
+        break;
+    }
     switch (k) {
     case KW_LR:
         return number(v, INFINITY, &g->c.lr, why, n);
@@ -241,8 +316,16 @@ int train_param_groups_replace(const field *f) {
 }
 
 void train_param_group_hyper(const train_param_group *g, char *buf, size_t n) {
-    snprintf(buf, n, "lr %g, betas (%g, %g), eps %g, weight_decay %g", g->c.lr, g->c.beta1,
-             g->c.beta2, g->c.eps, g->c.weight_decay);
+    if (g->c.muon)
+        snprintf(buf, n,
+                 "lr %g, weight_decay %g, momentum %g, nesterov %s, ns_coefficients (%g, %g, %g), "
+                 "eps %g, ns_steps %d, adjust_lr_fn %s",
+                 g->c.lr, g->c.weight_decay, g->c.momentum, g->c.nesterov ? "True" : "False",
+                 g->c.ns[0], g->c.ns[1], g->c.ns[2], g->c.eps, g->c.ns_steps,
+                 k_adjust[g->c.adjust]);
+    else
+        snprintf(buf, n, "lr %g, betas (%g, %g), eps %g, weight_decay %g", g->c.lr, g->c.beta1,
+                 g->c.beta2, g->c.eps, g->c.weight_decay);
 }
 
 /* The element's index from "optimizer.param_groups[3]..." and what follows it ("" for the
@@ -317,10 +400,11 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
                 if (kv->val.type != BASE_TOML_STRING) {
                     snprintf(why, sizeof why, "expected a string, got %s",
                              base_toml_type_name(kv->val.type));
-                } else if (!pat && strcmp(kv->val.s, "AdamW") && strcmp(kv->val.s, "Adam")) {
+                } else if (!pat && strcmp(kv->val.s, "AdamW") && strcmp(kv->val.s, "Adam") &&
+                           strcmp(kv->val.s, "DistMuon")) {
                     snprintf(why, sizeof why,
-                             "'%.100s' is not implemented (AdamW and Adam are; torchtitan's "
-                             "DistMuon is not)",
+                             "'%.100s' is not an optimizer torchtitan 0.3 builds (AdamW, Adam, "
+                             "DistMuon)",
                              kv->val.s);
                 } else {
                     char *s = pool_keep(c, strdup(kv->val.s));
@@ -363,11 +447,33 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
             rc = base_fail(err, "%s:%d:%d: " PG "[%d] %s", c->file, g[i].line, g[i].col, i, miss);
             break;
         }
-        const int adam = !strcmp(g[i].optimizer_name, "Adam");
+        const int adam = !strcmp(g[i].optimizer_name, "Adam"),
+                  muon = !strcmp(g[i].optimizer_name, "DistMuon");
+        const unsigned wrong = set[i] & (muon ? KW_ADAM_ONLY : KW_MUON_ONLY);
+        if (wrong) {
+            int k = 0;
+            while (!(wrong & 1u << k)) k++;
+            rc = base_fail(err,
+                           "%s:%d:%d: " PG "[%d].optimizer_kwargs.%s: not a keyword argument of "
+                           "%s (%s)",
+                           c->file, g[i].line, g[i].col, i, k_kwargs[k], g[i].optimizer_name,
+                           muon ? "DistMuon takes lr, weight_decay, momentum, nesterov, "
+                                  "ns_coefficients, eps, ns_steps, adjust_lr_fn"
+                                : "momentum, nesterov, ns_steps, ns_coefficients and "
+                                  "adjust_lr_fn are DistMuon's");
+            break;
+        }
         if (!(set[i] & 1u << KW_BETAS)) g[i].c.beta1 = 0.9, g[i].c.beta2 = 0.999;
-        if (!(set[i] & 1u << KW_EPS)) g[i].c.eps = 1e-8;
-        if (!(set[i] & 1u << KW_WD)) g[i].c.weight_decay = adam ? 0.0 : 0.01;
+        /* torch.optim's defaults, DistMuon's for its groups */
+        if (!(set[i] & 1u << KW_EPS)) g[i].c.eps = muon ? 1e-7 : 1e-8;
+        if (!(set[i] & 1u << KW_WD)) g[i].c.weight_decay = muon ? 0.1 : adam ? 0.0 : 0.01;
         g[i].c.adam = adam;
+        g[i].c.muon = muon;
+        if (muon && !(set[i] & 1u << KW_MOMENTUM)) g[i].c.momentum = 0.95;
+        if (muon && !(set[i] & 1u << KW_NESTEROV)) g[i].c.nesterov = 1;
+        if (muon && !(set[i] & 1u << KW_NS_STEPS)) g[i].c.ns_steps = 5;
+        if (muon && !(set[i] & 1u << KW_NS_COEF))
+            g[i].c.ns[0] = 3.4445, g[i].c.ns[1] = -4.7750, g[i].c.ns[2] = 2.0315;
     }
     free(set);
     if (!rc) {
@@ -583,7 +689,7 @@ static int groups_of_model(const train_opts *o, FILE *f, base_err *err) {
         fprintf(f, "optimizer parameter groups ([[optimizer.param_groups]], first match wins)\n");
         for (int k = 0; k < o->n_param_groups; k++) {
             const train_param_group *g = &o->param_groups[k];
-            char hyper[160];
+            char hyper[320];
             train_param_group_hyper(g, hyper, sizeof hyper);
             fprintf(f, "  %d %-5s [%s]: %lld parameters, %lld elements (%.1f%%); %s\n", k,
                     g->optimizer_name, g->pattern, (long long)counts[k], (long long)elems[k],
@@ -606,6 +712,59 @@ int train_param_groups_print(const train_opts *o, FILE *f, base_err *err) {
     return groups_of_model(o, f, err);
 }
 
+/* A DistMuon group's parameter q (its shard elements [slo, shi)) as a span of whole matrices
+ * [rows, cols] (mats of them: an expert stack's experts, as 0.3's per-expert compute layout),
+ * or its rows appended to the span before it where 0.3 holds both in one tensor (wq, wk, wv:
+ * one qkv_linear.wqkv matrix, prev03 the last Muon parameter's 0.3 name). Refused: a parameter
+ * not 2D or 3D (DistMuon's error), and one this rank holds in part (FSDP's shards, TP's
+ * slices): Newton-Schulz needs the whole matrix. */
+static int muon_span(const train_opts *o, const model *m, const dist_fsdp *f, const model_param *q,
+                     int group, const optim_adamw_cfg *c, size_t slo, size_t shi, char *prev03,
+                     size_t n03, optim_span *s, int *n, base_err *err) {
+    char n03_[sizeof q->name + 64];
+    model_param_name_03(q->name, n03_, sizeof n03_);
+    const train_param_group *g = &o->param_groups[group];
+    if (q->ndim != 2 && q->ndim != 3)
+        return base_fail(err,
+                         "%s:%d:%d: [[optimizer.param_groups]] %d (DistMuon, '%s') takes %s, "
+                         "whose shape has %d dimensions: a Muon parameter must be 2D or "
+                         "batch-first 3D (torchtitan's DistMuon refuses it too); give it to "
+                         "an earlier AdamW group",
+                         g->where, g->line, g->col, group, g->pattern, n03_, q->ndim);
+    if (o->adam_bf16)
+        return base_fail(err,
+                         "[[optimizer.param_groups]] %d (DistMuon): optimizer.implementation = "
+                         "\"fused_opt_states_bf16\" (AdamW's moments in bf16) with DistMuon "
+                         "groups is not implemented (Muon's momentum buffer stays fp32): use "
+                         "\"for-loop\" (or \"foreach\" / \"fused\")",
+                         group);
+    if (dist_fsdp_shard_params(f) != m->w || shi - slo != q->numel ||
+        q->tp_split == MODEL_TP_ROWS || q->tp_split == MODEL_TP_COLS)
+        return base_fail(
+            err,
+            "[[optimizer.param_groups]] %d (DistMuon): %s is not whole on each "
+            "rank (%s): titan's DistMuon orthogonalises whole matrices on each rank and "
+            "does not yet gather them (torchtitan redistributes them), so it needs "
+            "data_parallel_shard_degree = 1 and tensor_parallel_degree = 1 "
+            "(data_parallel_replicate_degree may be larger)",
+            group, n03_,
+            q->tp_split == MODEL_TP_ROWS || q->tp_split == MODEL_TP_COLS
+                ? "tensor parallelism slices it"
+                : "FSDP shards it");
+    const int rows = (int)q->shape[q->ndim - 2], cols = (int)q->shape[q->ndim - 1],
+              mats = q->ndim == 3 ? (int)q->shape[0] : 1;
+    optim_span *last = *n ? &s[*n - 1] : NULL;
+    if (last && last->c == c && !strcmp(prev03, n03_) && mats == 1 && last->mats == 1 &&
+        last->cols == cols && last->hi == slo) { /* wk after wq, wv after wk: one matrix */
+        last->rows += rows;
+        last->hi = shi;
+        return 0;
+    }
+    snprintf(prev03, n03, "%s", n03_);
+    s[(*n)++] = (optim_span){slo, shi, c, slo, rows, cols, mats};
+    return 0;
+}
+
 int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, optim_span **out,
                       int *n_out, int64_t *counts, base_err *err) {
     *out = NULL;
@@ -614,7 +773,7 @@ int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, o
     if (!o->n_param_groups) {
         optim_span *s = malloc(sizeof *s);
         if (!s) return base_fail(err, "out of memory");
-        *s = (optim_span){0, ns, &o->adamw};
+        *s = (optim_span){0, ns, &o->adamw, 0, 0, 0, 0};
         *out = s;
         *n_out = 1;
         return 0;
@@ -641,20 +800,32 @@ int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, o
     /* each range of the shard vector (shard_off, global_off = the model's offset, len) over
      * the parameters it holds; m->params is in offset order (model.h) */
     int n = 0;
-    for (int k = 0; k < nr; k++) {
+    char prev03[sizeof m->params[0].name + 64] = "";
+    for (int k = 0; k < nr && !rc; k++) {
         const size_t g0 = r[k].global_off, g1 = g0 + r[k].len;
-        for (int p = 0; p < m->n_params; p++) {
+        for (int p = 0; p < m->n_params && !rc; p++) {
             const model_param *q = &m->params[p];
             const size_t lo = q->offset > g0 ? q->offset : g0,
                          hi = q->offset + q->numel < g1 ? q->offset + q->numel : g1;
             if (lo >= hi) continue;
             const optim_adamw_cfg *c = &o->param_groups[group_of[p]].c;
             const size_t slo = r[k].shard_off + (lo - g0), shi = slo + (hi - lo);
+            if (c->muon) {
+                rc = muon_span(o, m, f, q, group_of[p], c, slo, shi, prev03, sizeof prev03, s, &n,
+                               err);
+                continue;
+            }
             if (n && s[n - 1].c == c && s[n - 1].hi == slo)
                 s[n - 1].hi = shi;
             else
-                s[n++] = (optim_span){slo, shi, c};
+                s[n++] = (optim_span){slo, shi, c, 0, 0, 0, 0};
         }
+    }
+    if (rc) {
+        free(group_of);
+        free(mine);
+        free(s);
+        return -1;
     }
     /* the shard vector's padding (elements no parameter holds: zero weights and gradients,
      * which AdamW leaves zero whatever its hyperparameters) joins the span before it */
@@ -665,7 +836,7 @@ int train_optim_spans(const train_opts *o, const model *m, const dist_fsdp *f, o
         s[0].lo = 0;
         s[n - 1].hi = ns;
     } else {
-        s[n++] = (optim_span){0, ns, &o->param_groups[0].c};
+        s[n++] = (optim_span){0, ns, &o->param_groups[0].c, 0, 0, 0, 0};
     }
     free(group_of);
     free(mine);

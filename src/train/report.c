@@ -296,9 +296,9 @@ int train_report_facts(train_report_run *r, const char *page, const train_opts *
         const train_param_group *g = &o->param_groups[k];
         char label[32];
         snprintf(label, sizeof label, "param group %d", k);
-        fact(f, label, "%s [%.300s]: lr %.3g, betas (%.3g, %.3g), eps %.3g, weight decay %.3g",
-             g->optimizer_name, g->pattern, g->c.lr, g->c.beta1, g->c.beta2, g->c.eps,
-             g->c.weight_decay);
+        char hyper[320];
+        train_param_group_hyper(g, hyper, sizeof hyper);
+        fact(f, label, "%s [%.300s]: %s", g->optimizer_name, g->pattern, hyper);
     }
     if (mesh->world > 1)
         fact(f, "parallelism",

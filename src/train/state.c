@@ -22,6 +22,26 @@ static void adamw_values(const optim_adamw_cfg *c, double v[5]) {
     memcpy(v, x, sizeof x);
 }
 
+/* A parameter group's hyperparameters as the checkpoint names them: AdamW's / Adam's
+ * (k_adamw_keys), or DistMuon's; returns how many. */
+#define GROUP_KEYS_MAX 10
+static int group_values(const optim_adamw_cfg *c, const char **keys, double *v) {
+    static const char *const muon[GROUP_KEYS_MAX] = {
+        "lr",       "eps",  "weight_decay", "momentum", "nesterov",
+        "ns_steps", "ns_a", "ns_b",         "ns_c",     "adjust_lr_fn"};
+    if (!c->muon) {
+        adamw_values(c, v);
+        memcpy(keys, k_adamw_keys, sizeof k_adamw_keys);
+        return 5;
+    }
+    const double x[GROUP_KEYS_MAX] = {c->lr,       c->eps,      c->weight_decay, c->momentum,
+                                      c->nesterov, c->ns_steps, c->ns[0],        c->ns[1],
+                                      c->ns[2],    c->adjust};
+    memcpy(v, x, sizeof x);
+    memcpy(keys, muon, sizeof muon);
+    return GROUP_KEYS_MAX;
+}
+
 /* optimizer.name, as train.optimizer records it (checkpoints before Adam's L2 decay have none) */
 static const char *adamw_name(const optim_adamw_cfg *c) {
     return c->adam ? "Adam" : "AdamW";
@@ -36,9 +56,10 @@ static json_t *param_groups_json(const train_opts *o) {
         json_t *e = json_object();
         json_object_set_new(e, "pattern", json_string(g->pattern));
         json_object_set_new(e, "optimizer_name", json_string(g->optimizer_name));
-        double hp[5];
-        adamw_values(&g->c, hp);
-        for (int i = 0; i < 5; i++) json_object_set_new(e, k_adamw_keys[i], json_real(hp[i]));
+        double hp[GROUP_KEYS_MAX];
+        const char *keys[GROUP_KEYS_MAX];
+        const int nk = group_values(&g->c, keys, hp);
+        for (int i = 0; i < nk; i++) json_object_set_new(e, keys[i], json_real(hp[i]));
         json_array_append_new(a, e);
     }
     return a;
@@ -66,13 +87,14 @@ static void groups_diff(const json_t *saved, const train_opts *o, char *buf, siz
                      name ? name : "?", pat ? pat : "?", g->optimizer_name, g->pattern);
             return;
         }
-        double hp[5];
-        adamw_values(&g->c, hp);
-        for (int i = 0; i < 5; i++) {
-            const json_t *v = json_object_get(e, k_adamw_keys[i]);
+        double hp[GROUP_KEYS_MAX];
+        const char *keys[GROUP_KEYS_MAX];
+        const int nk = group_values(&g->c, keys, hp);
+        for (int i = 0; i < nk; i++) {
+            const json_t *v = json_object_get(e, keys[i]);
             if (!json_is_number(v) || json_number_value(v) != hp[i]) {
                 snprintf(buf, n, "group %d ('%.100s') %s = %g; this run sets %g", k, g->pattern,
-                         k_adamw_keys[i], json_is_number(v) ? json_number_value(v) : NAN, hp[i]);
+                         keys[i], json_is_number(v) ? json_number_value(v) : NAN, hp[i]);
                 return;
             }
         }

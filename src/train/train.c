@@ -258,11 +258,12 @@ static int bf16_copy_ranges(train_job *j, base_err *err) {
 static int optim_groups(run *r, base_err *err) {
     const train_opts *o = r->o;
     int64_t counts[TRAIN_MAX_PARAM_GROUPS];
-    if (train_optim_spans(o, r->job.m, r->f, &r->job.spans, &r->job.n_spans, counts, err))
+    if (train_optim_spans(o, r->job.m, r->f, &r->job.spans, &r->job.n_spans, counts, err) ||
+        optim_muon_reserve(&r->opt, r->job.spans, r->job.n_spans, err))
         return -1;
     for (int k = 0; k < o->n_param_groups && r->lead; k++) {
         const train_param_group *g = &o->param_groups[k];
-        char hyper[160];
+        char hyper[320];
         train_param_group_hyper(g, hyper, sizeof hyper);
         base_log(BASE_LOG_INFO, "optimizer: group %d, %s: %lld parameters [%s] %s", k,
                  g->optimizer_name, (long long)counts[k], g->pattern, hyper);

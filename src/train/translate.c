@@ -49,13 +49,15 @@ static int param_groups_check(const train_config *c, base_err *err) {
                               "each group instead",
                               g->where, g->line);
     /* torchtitan passes {fused, foreach} from optimizer.implementation, then the group's
-     * kwargs over them, and torch refuses both true */
+     * kwargs over them, and torch refuses both true (torch.optim's AdamW / Adam: DistMuon
+     * takes neither) */
     const char *impl = c->optimizer.implementation;
     const int fused0 = !strcmp(impl, "fused") || !strcmp(impl, "fused_opt_states_bf16"),
               foreach0 = !strcmp(impl, "foreach");
     for (int k = 0; k < c->optimizer.n_param_groups; k++) {
         const train_param_group *e = &g[k];
-        if ((e->fused >= 0 ? e->fused : fused0) && (e->foreach >= 0 ? e->foreach : foreach0))
+        if (!e->c.muon && (e->fused >= 0 ? e->fused : fused0) &&
+            (e->foreach >= 0 ? e->foreach : foreach0))
             return base_fail(err,
                              "%s:%d:%d: optimizer.param_groups[%d]: fused and foreach both true "
                              "(optimizer.implementation = \"%s\" and the group's "

@@ -486,7 +486,7 @@ int main(int argc, char **argv) {
         double norm;
         const float clip = optim_clip_coef(sumsq, max_norm, &norm);
         const double f = optim_lr_factor(&lrc, k - 1), lr = cfg.lr * f;
-        const optim_span all = {0, m.n_floats, &cfg};
+        const optim_span all = {.lo = 0, .hi = m.n_floats, .c = &cfg};
         optim_adamw_step(&opt, m.w, m.g, clip, &all, 1, f, NULL);
         n_clipped += norm > max_norm;
 

@@ -220,5 +220,21 @@ printf '[[optimizer.param_groups]]\npattern = "nomatch"\noptimizer_name = "AdamW
 "$titan" plan --config "$out/nomatch.toml" > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "nomatch.toml:1:1: optimizer param_groups pattern 'nomatch' matched no" "$out/o" &&
   ok "plan refuses a parameter group matching nothing" || bad "plan, a group matching nothing (rc $rc)"
+# DistMuon groups (torchtitan 0.3's): plan lists their hyperparameters (DistMuon's defaults) and
+# 0.3's matrices (wqkv one a block: 8 x (wqkv, wo, w1, w2, w3)); a DistMuon group taking a norm
+# weight (1D) is refused as DistMuon refuses it, and so are bf16 AdamW states beside it
+"$titan" plan --config "$fixtures/param_groups/muon.toml" > "$out/o" 2>&1 &&
+  grep -qF "0 DistMuon [\.(?:attention\.(?:qkv_linear\.wqkv|wo)|feed_forward\.w[123])\.]: 40 parameters" "$out/o" &&
+  grep -qF "lr 0.02, weight_decay 0.1, momentum 0.95, nesterov True, ns_coefficients (3.4445, -4.775, 2.0315), eps 1e-07, ns_steps 5, adjust_lr_fn original" "$out/o" &&
+  ok "plan lists DistMuon groups" || bad "plan's DistMuon groups"
+sed "s/^pattern = '/pattern = '_norm|/" "$fixtures/param_groups/muon.toml" > "$out/muon1d.toml"
+"$titan" train --config "$out/muon1d.toml" --random-tokens --steps 1 --batch 1 --seq-len 64 \
+  --dump-folder "$out/muon1d" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -qF "takes layers.0.attention_norm.weight, whose shape has 1 dimensions: a Muon parameter must be 2D or batch-first 3D" "$out/o" &&
+  ok "a DistMuon group taking a norm weight is refused" || { cat "$out/o"; bad "DistMuon on a 1D weight (rc $rc)"; }
+"$titan" train --config "$fixtures/param_groups/muon.toml" --random-tokens --steps 1 --batch 1 \
+  --seq-len 64 --optimizer.implementation fused_opt_states_bf16 --dump-folder "$out/muon16" > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -qF '(DistMuon): optimizer.implementation = "fused_opt_states_bf16"' "$out/o" &&
+  ok "DistMuon with bf16 AdamW states refused" || { cat "$out/o"; bad "DistMuon + bf16 states (rc $rc)"; }
 
 exit $fail

@@ -243,6 +243,29 @@ groups_2to1 pb "bf16 moments" "${g[@]}" --optimizer.implementation fused_opt_sta
   [ "$(grep -cE "^  adam_[mv](@[0-9]+)? +BF16 " "$out/pb.ins")" -ge 2 ] &&
   ! grep -qE "^  adam_[mv](@[0-9]+)? +F32 " "$out/pb.ins" ||
   { echo "FAIL bf16 moments stored"; cat "$out/pb.ins"; exit 1; }
+# torchtitan 0.3's DistMuon groups (tests/fixtures/param_groups/muon.toml): titan orthogonalises
+# whole matrices on each rank, so 2 HSDP replicas (dp_shard 1: each holds every matrix, the
+# gradients summed over them first) follow 1 rank x 2 microbatches (saved at step 3, the
+# momentum in the checkpoint, resumed on 1 rank); under FSDP (dp_shard 2) it is refused by name
+mu=("${kept[@]}" --config "$fixtures/param_groups/muon.toml" --set tie_embeddings=0 --steps 5
+    --checkpoint-interval 3 --training.mixed_precision_param=float32)
+"$titan" train "${mu[@]}" --batch 2 --grad-accum 2 --metrics "$out/mu_ref.jsonl" \
+  --dump-folder "$out/mu_ref" > "$out/mu.log" 2>&1 || { cat "$out/mu.log"; exit 1; }
+mpi 2 "${mu[@]}" --batch 2 --parallelism.data_parallel_replicate_degree 2 \
+  --parallelism.data_parallel_shard_degree 1 --metrics "$out/mu_a.jsonl" --dump-folder "$out/mu" \
+  --stop-after-step 3 > "$out/mu.log" 2>&1 || { cat "$out/mu.log"; exit 1; }
+grep -q "dp_replicate 2 x dp_shard 1" "$out/mu.log" || { cat "$out/mu.log"; exit 1; }
+OMP_NUM_THREADS=1 "$titan" train "${mu[@]}" --batch 2 --grad-accum 2 --metrics "$out/mu_b.jsonl" \
+  --dump-folder "$out/mu" > "$out/mu.log" 2>&1 || { cat "$out/mu.log"; exit 1; }
+grep -q "resumed from $out/mu/checkpoint/step-3" "$out/mu.log" || { cat "$out/mu.log"; exit 1; }
+same_losses "DistMuon: 2 HSDP replicas, resumed on 1, vs 1 rank x 2 microbatches" \
+  "$out/mu_ref.jsonl" <(cat "$out/mu_a.jsonl" "$out/mu_b.jsonl")
+"$diff_tool" "$out/mu/checkpoint/step-5" "$out/mu_ref/checkpoint/step-5" 1e-5
+if mpi 2 "${mu[@]}" --batch 1 --dump-folder "$out/mu_fsdp" > "$out/mu_fsdp.log" 2>&1; then
+  echo "FAIL DistMuon under FSDP accepted"; cat "$out/mu_fsdp.log"; exit 1; fi
+grep -q "(DistMuon): .* is not whole on each rank (FSDP shards it)" "$out/mu_fsdp.log" ||
+  { cat "$out/mu_fsdp.log"; exit 1; }
+echo "ok DistMuon under FSDP refused: $(grep -o "(DistMuon): .* is not whole on each rank (FSDP shards it)" "$out/mu_fsdp.log" | head -1)"
 
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"

@@ -70,7 +70,7 @@ without m --lr
 "$titan" train "${kept[@]}" --config "$fixtures/param_groups/dense.toml" --dump-folder "$out/pg" --steps 2 \
   --checkpoint.enable=false > /dev/null 2>&1 || fail "a run with parameter groups"
 check "$out/pg/report.html" "$out/pg/metrics.jsonl" --fact "param group 1=Adam [norm]: lr 0.01" \
-  --fact "param group 3=AdamW [.*]: lr 0.001, betas (0.9, 0.95), eps 1e-06, weight decay 0.01" \
+  --fact "param group 3=AdamW [.*]: lr 0.001, betas (0.9, 0.95), eps 1e-06, weight_decay 0.01" \
   --fact "steps=2 (warmup 3, max norm 1; 4 parameter groups)"
 echo "ok: titan report DIR redraws the run's page; two runs overlaid; --log-steps; an MoE's expert load; a mixture's sources; parameter groups; none when off"
 

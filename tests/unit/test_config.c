@@ -307,9 +307,32 @@ static void errors(void) {
         {"[[optimizer.param_groups]]\npattern = 3\n",
          "x.toml:2:1: optimizer.param_groups[0].pattern: expected a string, "
          "got an integer"},
-        {"[[optimizer.param_groups]]\noptimizer_name = 'DistMuon'\n",
-         "x.toml:2:1: optimizer.param_groups[0].optimizer_name: 'DistMuon' is not implemented "
-         "(AdamW and Adam are; torchtitan's DistMuon is not)"},
+        {"[[optimizer.param_groups]]\noptimizer_name = 'Muon'\n",
+         "x.toml:2:1: optimizer.param_groups[0].optimizer_name: 'Muon' is not an optimizer "
+         "torchtitan 0.3 builds (AdamW, Adam, DistMuon)"},
+        /* DistMuon's kwargs: theirs alone, each checked as torchtitan's DistMuon checks it */
+        {"[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'AdamW'\n"
+         "optimizer_kwargs = {lr = 1, momentum = 0.9}\n",
+         "x.toml:1:1: optimizer.param_groups[0].optimizer_kwargs.momentum: not a keyword "
+         "argument of AdamW (momentum, nesterov, ns_steps, ns_coefficients and adjust_lr_fn are "
+         "DistMuon's)"},
+        {"[[optimizer.param_groups]]\npattern = 'x'\noptimizer_name = 'DistMuon'\n"
+         "optimizer_kwargs = {lr = 1, betas = [0.9, 0.95]}\n",
+         "x.toml:1:1: optimizer.param_groups[0].optimizer_kwargs.betas: not a keyword argument "
+         "of DistMuon (DistMuon takes lr, weight_decay, momentum, nesterov, ns_coefficients, eps, "
+         "ns_steps, adjust_lr_fn)"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {ns_steps = 100}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.ns_steps: expected an integer "
+         "in [0, 100)"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {ns_coefficients = [3.4, -4.7]}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.ns_coefficients: expected three "
+         "numbers"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {adjust_lr_fn = 'none'}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.adjust_lr_fn: expected "
+         "\"original\", \"match_rms_adamw\" or \"spectral_unclamped\""},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs = {nesterov = 1}\n",
+         "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.nesterov: expected true or "
+         "false"},
         {"[[optimizer.param_groups]]\noptimizer_kwargs = {lr = -1}\n",
          "x.toml:2:21: optimizer.param_groups[0]."
          "optimizer_kwargs.lr: -1 is out of range: "
@@ -325,9 +348,9 @@ static void errors(void) {
          "implemented"},
         {"[[optimizer.param_groups]]\noptimizer_kwargs = {fused = 1}\n",
          "x.toml:2:21: optimizer.param_groups[0].optimizer_kwargs.fused: expected true or false"},
-        {"[[optimizer.param_groups]]\noptimizer_kwargs.momentum = 0.9\n",
-         "x.toml:2:1: optimizer.param_groups[0].optimizer_kwargs.momentum: not a keyword argument "
-         "of torch.optim.AdamW / Adam that titan takes"},
+        {"[[optimizer.param_groups]]\noptimizer_kwargs.dampening = 0.9\n",
+         "x.toml:2:1: optimizer.param_groups[0].optimizer_kwargs.dampening: not a keyword argument "
+         "of torch.optim.AdamW / Adam or torchtitan's DistMuon that titan takes"},
         {"[[optimizer.param_groups]]\nlr = 1\n",
          "x.toml:2:1: optimizer.param_groups[0].lr: unknown key (a "
          "[[optimizer.param_groups]] entry has pattern, optimizer_name and "
@@ -1706,6 +1729,39 @@ static void param_groups(void) {
               !strcmp(g[2].pattern, ".*"),
           "param group 2: AdamW's defaults, an integer lr");
     check_round_trip(&c, "param groups");
+    /* DistMuon: its defaults (DistMuon's, torch.optim.Muon's), and every kwarg as written */
+    {
+        const char *mu = "[[optimizer.param_groups]]\npattern = 'w[123]'\n"
+                         "optimizer_name = \"DistMuon\"\noptimizer_kwargs = {lr = 0.02}\n"
+                         "[[optimizer.param_groups]]\npattern = 'wo'\n"
+                         "optimizer_name = \"DistMuon\"\noptimizer_kwargs = {lr = 0.01, "
+                         "weight_decay = 0, momentum = 0.9, nesterov = false, ns_steps = 3, "
+                         "ns_coefficients = [1.875, -1.25, 0.375], eps = 1e-6, "
+                         "adjust_lr_fn = \"match_rms_adamw\", fused = true}\n"
+                         "[[optimizer.param_groups]]\npattern = '.*'\n"
+                         "optimizer_name = \"AdamW\"\noptimizer_kwargs = {lr = 1e-3}\n";
+        train_config d;
+        rc = load(&d, mu, &err);
+        CHECK(rc == 0, "DistMuon groups: %s", err.msg);
+        if (!rc) {
+            const optim_adamw_cfg *a = &d.optimizer.param_groups[0].c,
+                                  *b = &d.optimizer.param_groups[1].c,
+                                  *w = &d.optimizer.param_groups[2].c;
+            CHECK(a->muon && a->lr == 0.02 && a->weight_decay == 0.1 && a->momentum == 0.95 &&
+                      a->nesterov && a->ns_steps == 5 && a->ns[0] == 3.4445 &&
+                      a->ns[1] == -4.7750 && a->ns[2] == 2.0315 && a->eps == 1e-7 &&
+                      a->adjust == OPTIM_MUON_ORIGINAL && !a->adam,
+                  "DistMuon's defaults");
+            CHECK(b->muon && b->lr == 0.01 && b->weight_decay == 0 && b->momentum == 0.9 &&
+                      !b->nesterov && b->ns_steps == 3 && b->ns[0] == 1.875 && b->ns[1] == -1.25 &&
+                      b->ns[2] == 0.375 && b->eps == 1e-6 &&
+                      b->adjust == OPTIM_MUON_MATCH_RMS_ADAMW,
+                  "DistMuon's kwargs as written");
+            CHECK(!w->muon && w->eps == 1e-8 && w->weight_decay == 0.01, "AdamW beside DistMuon");
+            check_round_trip(&d, "DistMuon groups");
+            train_config_free(&d);
+        }
+    }
     train_opts o;
     rc = train_config_to_opts(&c, &o, &err);
     CHECK(rc == 0 && o.n_param_groups == 3 && o.param_groups == g && o.adamw.lr == 8e-4 &&

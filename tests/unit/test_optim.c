@@ -49,10 +49,13 @@ static void check_adamw_copy(int bf16) {
     }
     memset(copy, 0xA5, n * es);
     const optim_adamw_cfg cfg[3] = {
-        {1e-3, 0.9, 0.95, 1e-8, 0.1, 0},
-        {3e-3, 0.8, 0.99, 1e-6, 0.0, 0},
-        {1e-4, 0.9, 0.999, 1e-8, 0.01, 1}}; /* the last: Adam, coupled (L2) decay */
-    const optim_span span[3] = {{0, 70000, &cfg[0]}, {70000, 70001, &cfg[1]}, {70001, n, &cfg[2]}};
+        {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
+        {.lr = 3e-3, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6},
+        {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .adam = 1}};
+    /* the last: Adam, coupled (L2) decay */
+    const optim_span span[3] = {{.lo = 0, .hi = 70000, .c = &cfg[0]},
+                                {.lo = 70000, .hi = 70001, .c = &cfg[1]},
+                                {.lo = 70001, .hi = n, .c = &cfg[2]}};
     const double factor = 0.7;
     /* the reference: each group its own optimizer over its own elements, lr pre-multiplied */
     optim_adamw ref[3];
@@ -75,7 +78,7 @@ static void check_adamw_copy(int bf16) {
         optim_adamw_step(&o[1], p[1], g, 0.5f, span, 3, factor, &c16);
         for (int k = 0; k < 3; k++) {
             const size_t lo = span[k].lo, len = span[k].hi - lo;
-            const optim_span one = {0, len, &rc[k]};
+            const optim_span one = {.lo = 0, .hi = len, .c = &rc[k]};
             optim_adamw_step(&ref[k], pr + lo, g + lo, 0.5f, &one, 1, 1.0, NULL);
             bad_groups += memcmp(pr + lo, p[0] + lo, len * sizeof(float)) != 0;
             bad_groups += memcmp(ref[k].m, (char *)o[0].m + lo * ms, len * ms) != 0;

@@ -53,3 +53,8 @@ void ops_cpu_sgemm_task(int ta, int tb, int M, int N, int K, const float *A, int
 #endif
     ops_cpu_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
 }
+
+void ops_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+    ops_cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
