@@ -78,6 +78,8 @@ titan_finetune_test(finetune_adam adam)
 # products (exact bounds), and with them (bf16 rounding noise's bounds)
 titan_finetune_test(finetune_muon_ns0 muon_ns0)
 titan_finetune_test(finetune_muon muon)
+# the same (no products) for a Qwen3MoeForCausalLM: its expert stacks a matrix per expert
+titan_finetune_test(finetune_moe_muon_ns0 moe_muon_ns0)
 
 # Bad job inputs are one-line errors before any step runs.
 add_test(NAME train_bad_input

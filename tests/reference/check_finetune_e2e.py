@@ -34,7 +34,13 @@ and adjust_lr_fn "match_rms_adamw") and the rest with AdamW; PyTorch steps them 
 own Muon functions (torch.optim._muon's _zeropower_via_newtonschulz and _adjust_lr, the step of
 torch.optim.Muon) on 0.3's matrices: q, k and v as one qkv_linear.wqkv.
 
-usage: check_finetune_e2e.py TITAN TEXT WORK [groups|moe_groups|adam|bf16_states|muon]
+With `muon_ns0` the same without Newton-Schulz iterations (ns_steps = 0: the update is the
+normalised momentum update, no products), so the bounds are the usual ones; `moe_muon_ns0` so
+for a Qwen3MoeForCausalLM whose expert stacks are DistMuon's (a matrix per expert, as 0.3's
+per-expert layout; transformers 5's fused gate_up_proj holds w1 and w3 as two).
+
+usage: check_finetune_e2e.py TITAN TEXT WORK
+       [groups|moe_groups|adam|bf16_states|muon|muon_ns0|moe_muon_ns0]
 """
 import re
 import json
@@ -51,8 +57,10 @@ from hf_reference import lr_factor, torch_train_step  # noqa: E402  (the schedul
 
 titan, text, work = sys.argv[1:4]
 MODE = sys.argv[4] if len(sys.argv) > 4 else ""
-assert MODE in ("", "groups", "moe_groups", "adam", "bf16_states", "muon", "muon_ns0"), MODE
-GROUPS, MOE = MODE in ("groups", "moe_groups", "muon", "muon_ns0"), MODE == "moe_groups"
+assert MODE in ("", "groups", "moe_groups", "adam", "bf16_states", "muon", "muon_ns0",
+                "moe_muon_ns0"), MODE
+GROUPS = MODE in ("groups", "moe_groups", "muon", "muon_ns0", "moe_muon_ns0")
+MOE = MODE in ("moe_groups", "moe_muon_ns0")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 torch.manual_seed(0)
@@ -108,6 +116,13 @@ if MODE.startswith("muon"):  # torchtitan 0.3's names: wqkv is one matrix
          dict(dict(lr=0.01, weight_decay=0.05, momentum=0.9, nesterov=False, ns_steps=4,
                    ns_coefficients=(1.875, -1.25, 0.375), eps=1e-6,
                    adjust_lr_fn="match_rms_adamw"), **NS0)),
+        (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
+    ]
+if MODE == "moe_muon_ns0":  # the experts a matrix per expert (0.3's per-expert layout)
+    PARAM_GROUPS = [
+        (r"\.moe\.routed_experts\.inner_experts\.w[123]_E", "DistMuon",
+         dict(lr=0.02, adjust_lr_fn="match_rms_adamw", ns_steps=0)),
+        (r"\.attention\.(?:qkv_linear\.wqkv|wo)\.", "DistMuon", dict(lr=0.02, ns_steps=0)),
         (r".*", "AdamW", dict(lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)),
     ]
 if GROUPS:
@@ -185,15 +200,28 @@ class RefDistMuon(torch.optim.Optimizer):
                  adjust_lr_fn=None, foreach=False, fused=False)
         super().__init__(groups, d)
 
+    @staticmethod
+    def matrices(g):
+        """0.3's matrices of a group: (0.3 name, expert) -> the HF pieces (param, index) that
+        make it, stacked by rows: q, k, v one wqkv; an expert stack a matrix per expert, the
+        fused gate_up_proj's halves w1 and w3."""
+        out = {}
+        for p, ns in zip(g["params"], g["names"]):
+            if p.dim() == 3:
+                rows = p.shape[1] // len(ns)
+                for e in range(p.shape[0]):
+                    for i, n in enumerate(ns):
+                        out[(n, e)] = [(p, (e, slice(i * rows, (i + 1) * rows)))]
+            else:
+                out.setdefault((ns[0], None), []).append((p, ()))
+        return out
+
     @torch.no_grad()
     def step(self):
         for g in self.param_groups:
-            mats = {}
-            for p, n in zip(g["params"], g["names"]):
-                mats.setdefault(n, []).append(p)
-            for ps in mats.values():
-                grad = torch.cat([p.grad for p in ps])
-                st = self.state[ps[0]]
+            for key, pieces in self.matrices(g).items():
+                grad = torch.cat([p.grad[i] for p, i in pieces])
+                st = self.state.setdefault(key, {})
                 buf = st.setdefault("momentum_buffer", torch.zeros_like(grad))
                 buf.lerp_(grad, 1 - g["momentum"])
                 upd = grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
@@ -201,10 +229,11 @@ class RefDistMuon(torch.optim.Optimizer):
                                                              g["ns_steps"], g["eps"])
                 lr = RefDistMuon._adjust_lr(g["lr"], g["adjust_lr_fn"], grad.shape)
                 row = 0
-                for p in ps:
-                    p.mul_(1 - g["lr"] * g["weight_decay"])
-                    p.add_(upd[row:row + p.shape[0]], alpha=-lr)
-                    row += p.shape[0]
+                for p, i in pieces:
+                    w = p.data[i]
+                    w.mul_(1 - g["lr"] * g["weight_decay"])
+                    w.add_(upd[row:row + w.shape[0]], alpha=-lr)
+                    row += w.shape[0]
 
 
 if GROUPS:  # torchtitan's OptimizersContainer._build_param_groups, then one optimizer a name
@@ -214,7 +243,7 @@ if GROUPS:  # torchtitan's OptimizersContainer._build_param_groups, then one opt
         rx = re.compile(pat)
         # a fused HF tensor's torchtitan names must fall in one group (w1 and w3 alike)
         mine = [p for ns, p in named if not claimed & set(ns) and any(rx.search(n) for n in ns)]
-        names = [ns[0] for ns, p in named
+        names = [ns for ns, p in named
                  if not claimed & set(ns) and any(rx.search(n) for n in ns)]
         assert all(all(rx.search(n) for n in ns) for ns, p in named
                    if not claimed & set(ns) and any(rx.search(n) for n in ns)), pat
