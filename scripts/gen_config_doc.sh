@@ -207,9 +207,10 @@ Where 0.3 trains differently from v0.2.2, and so from titan (titan follows v0.2.
   `--hf-assets-path` `--model.hf_assets_path`; the top-level `--dump-folder` is titan's too;
   any other unknown option is refused with the nearest name.
 - **Muon**: 0.3's `DistMuon` is a `[[optimizer.param_groups]]` optimizer in titan too
-  (`optimizer_name = "DistMuon"`, its kwargs and defaults; docs/training.md, "Muon"), on
-  whole matrices: not yet with FSDP or TP sharding (refused by name), and without 0.3's
-  per-head compute layouts (Python objects of its recipes).
+  (`optimizer_name = "DistMuon"`, its kwargs and defaults, one such group with `fused =
+  false` as 0.3 requires; docs/training.md, "Muon"), on whole matrices: not yet with FSDP or
+  TP sharding (refused by name), and without 0.3's per-head compute layouts (Python objects
+  of its recipes).
 - **Not in titan**: 0.3's LoRA model converter (`model.converters`, refused by name). Its checkpoints (DCP: `.metadata`, `*.distcp`)
   are not read: a DCP folder given as a model or met in a checkpoint folder is named as
   such, with the conversion torchtitan ships (`scripts/checkpoint_conversion/convert_to_hf.py`

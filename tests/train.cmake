@@ -74,9 +74,9 @@ titan_finetune_test(finetune_moe_param_groups moe_groups)
 titan_finetune_test(finetune_adam_bf16_states bf16_states)
 # optimizer.name = "Adam" (its weight_decay coupled, an L2 penalty) against torch.optim.Adam
 titan_finetune_test(finetune_adam adam)
-# torchtitan 0.3's DistMuon groups against torch's Muon functions: without Newton-Schulz
-# products (exact bounds), and with them (bf16 rounding noise's bounds)
-titan_finetune_test(finetune_muon_ns0 muon_ns0)
+# torchtitan 0.3's DistMuon group against torch's Muon functions: one Newton-Schulz iteration
+# (tight bounds), and DistMuon's five (bf16 rounding noise's bounds)
+titan_finetune_test(finetune_muon_ns1 muon_ns1)
 titan_finetune_test(finetune_muon muon)
 # the same (no products) for a Qwen3MoeForCausalLM: its expert stacks a matrix per expert
 titan_finetune_test(finetune_moe_muon_ns0 moe_muon_ns0)

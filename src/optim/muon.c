@@ -100,10 +100,8 @@ static void muon_matrix(const optim_adamw_cfg *c, float *p, const float *g, floa
     }
     /* the norm: fp32 accumulation of a bf16 tensor, the result a bf16 scalar, clamped to eps
      * (bf16(eps): clamp_min on a bf16 tensor) */
-    double ss = 0;
-#pragma omp parallel for reduction(+ : ss) schedule(static)
-    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float nrm = bf16r((float)sqrt(ss));
+    /* (optim_sumsq: fixed blocks, the same bits for any thread count) */
+    float nrm = bf16r((float)sqrt(optim_sumsq(x, n)));
     const float feps = bf16r((float)c->eps);
     if (!(nrm >= feps)) nrm = nrm != nrm ? nrm : feps;
 #pragma omp parallel for simd schedule(static)

@@ -66,8 +66,9 @@ static json_t *param_groups_json(const train_opts *o) {
 }
 
 /* How the checkpoint's param_groups (NULL: one group, [optimizer]'s) and this run's differ:
- * "" when alike, else the first difference into buf. */
-static void groups_diff(const json_t *saved, const train_opts *o, char *buf, size_t n) {
+ * "" when alike, else the first difference into buf; shape: in the groups' count, patterns or
+ * optimizers only (not their hyperparameters). */
+static void groups_diff(const json_t *saved, const train_opts *o, char *buf, size_t n, int shape) {
     buf[0] = 0;
     const int ns = json_is_array(saved) ? (int)json_array_size(saved) : 0;
     if (!ns && !o->n_param_groups) return;
@@ -87,6 +88,7 @@ static void groups_diff(const json_t *saved, const train_opts *o, char *buf, siz
                      name ? name : "?", pat ? pat : "?", g->optimizer_name, g->pattern);
             return;
         }
+        if (shape) continue;
         double hp[GROUP_KEYS_MAX];
         const char *keys[GROUP_KEYS_MAX];
         const int nk = group_values(&g->c, keys, hp);
@@ -309,7 +311,7 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
     const json_t *oj = json_object_get(t, "optimizer"), *pg = json_object_get(t, "param_groups");
     if (!json_is_array(pg) || !json_array_size(pg)) pg = NULL; /* (a hostile null, {} or []) */
     char gd[400];
-    groups_diff(pg, o, gd, sizeof gd);
+    groups_diff(pg, o, gd, sizeof gd, 0);
     if (gd[0])
         base_log(BASE_LOG_WARN,
                  "checkpoint: step-%lld was trained with %s, which apply from here (the AdamW "
@@ -382,6 +384,35 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
 
 /* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
  * Returns the step to continue after, or -1 with err. */
+/* DistMuon keeps a momentum buffer where AdamW / Adam keep two moments (in adam_m; adam_v stays
+ * zero): a resume whose groups put parameters under another kind of optimizer than the
+ * checkpoint's would take one for the other (AdamW after DistMuon would divide by a zero second
+ * moment: steps ~30x too large). Refused when DistMuon is on either side and the groups'
+ * patterns or optimizers differ, as torchtitan fails a load whose optimizer states do not
+ * match; the optimizer can be left out (checkpoint.exclude_from_loading). */
+static int muon_state_check(const json_t *t, const train_opts *o, const char *dir, int64_t step,
+                            base_err *err) {
+    const json_t *pg = json_object_get(t, "param_groups");
+    if (!json_is_array(pg) || !json_array_size(pg)) pg = NULL;
+    int muon = 0;
+    for (int k = 0; k < o->n_param_groups; k++) muon |= o->param_groups[k].c.muon;
+    for (size_t k = 0; pg && k < json_array_size(pg); k++) {
+        const char *name =
+            json_string_value(json_object_get(json_array_get(pg, k), "optimizer_name"));
+        muon |= name && !strcmp(name, "DistMuon");
+    }
+    char gd[400];
+    if (muon) groups_diff(pg, o, gd, sizeof gd, 1);
+    if (!muon || !gd[0]) return 0;
+    return base_fail(err,
+                     "checkpoint: %s/step-%lld was trained with %s: with DistMuon on either side "
+                     "the optimizer state would pass to another kind of optimizer (DistMuon keeps "
+                     "a momentum buffer, AdamW / Adam two moments), which torchtitan refuses too; "
+                     "keep the checkpoint's groups, or set checkpoint.exclude_from_loading = "
+                     "[\"optimizer\"] to start the optimizer afresh",
+                     dir, (long long)step, gd);
+}
+
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
                       const dist_piece *pieces, int n_pieces, optim_adamw *opt, train_source *src,
                       int64_t *tokens_seen, base_err *err) {
@@ -394,6 +425,7 @@ static int64_t resume(const train_opts *o, const train_start *plan, model *m, co
     if (train_state_check(t, dir, step, err)) goto out;
     const int model_only = json_is_true(json_object_get(t, "model_only"));
     if (train_model_check(t, &o->model, dir, step, err)) goto out;
+    if ((load & TRAIN_CKPT_OPTIMIZER) && muon_state_check(t, o, dir, step, err)) goto out;
     /* this rank's shard of every buffer it loads, from any number of shard files */
     const char *names[3];
     void *dst[3];

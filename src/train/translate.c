@@ -54,10 +54,35 @@ static int param_groups_check(const train_config *c, base_err *err) {
     const char *impl = c->optimizer.implementation;
     const int fused0 = !strcmp(impl, "fused") || !strcmp(impl, "fused_opt_states_bf16"),
               foreach0 = !strcmp(impl, "foreach");
+    int muon = -1;
     for (int k = 0; k < c->optimizer.n_param_groups; k++) {
         const train_param_group *e = &g[k];
-        if (!e->c.muon && (e->fused >= 0 ? e->fused : fused0) &&
-            (e->foreach >= 0 ? e->foreach : foreach0))
+        const int fused = e->fused >= 0 ? e->fused : fused0,
+                  foreach = e->foreach >= 0 ? e->foreach : foreach0;
+        /* DistMuon's _validate_groups: one group, neither flag true */
+        if (e->c.muon && muon >= 0)
+            return base_fail(err,
+                             "%s:%d:%d: optimizer.param_groups[%d]: a second DistMuon group "
+                             "(the first is [%d]): torchtitan's DistMuon takes exactly one "
+                             "parameter group (\"DistMuon requires exactly one parameter group\")",
+                             e->where, e->line, e->col, k, muon);
+        if (e->c.muon) muon = k;
+        if (e->c.muon && (fused || foreach))
+            return base_fail(err,
+                             "%s:%d:%d: optimizer.param_groups[%d]: DistMuon with %s true "
+                             "(torchtitan gives every group optimizer.implementation's fused / "
+                             "foreach, \"%s\" here, and DistMuon refuses either): set "
+                             "optimizer_kwargs %s, or optimizer.implementation = \"for-loop\"",
+                             e->where, e->line, e->col, k,
+                             fused && foreach ? "fused and foreach"
+                             : fused          ? "fused"
+                                              : "foreach",
+                             impl,
+                             fused && foreach ? "fused = false, foreach = false"
+                             : fused          ? "fused = false"
+                                              : "foreach = false");
+        if (e->c.muon) continue;
+        if (fused && foreach)
             return base_fail(err,
                              "%s:%d:%d: optimizer.param_groups[%d]: fused and foreach both true "
                              "(optimizer.implementation = \"%s\" and the group's "

@@ -236,5 +236,17 @@ sed "s/^pattern = '/pattern = '_norm|/" "$fixtures/param_groups/muon.toml" > "$o
   --seq-len 64 --optimizer.implementation fused_opt_states_bf16 --dump-folder "$out/muon16" > "$out/o" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -qF '(DistMuon): optimizer.implementation = "fused_opt_states_bf16"' "$out/o" &&
   ok "DistMuon with bf16 AdamW states refused" || { cat "$out/o"; bad "DistMuon + bf16 states (rc $rc)"; }
+# a resume that would hand DistMuon's momentum to AdamW (or AdamW's moments to DistMuon) is
+# refused, naming the groups that differ; leaving the optimizer out of the load takes it
+mu=(--random-tokens --batch 1 --seq-len 64 --checkpoint.enable --checkpoint.interval 2
+  --dump-folder "$out/muonsw")
+"$titan" train --config "$fixtures/param_groups/muon.toml" "${mu[@]}" --steps 2 \
+  --checkpoint.no_last_save_model_only > "$out/o" 2>&1 &&
+  { "$titan" train "${mu[@]}" --steps 3 > "$out/o" 2>&1; rc=$?; } &&
+  [ $rc -eq 1 ] && grep -qF "step-2 was trained with 2 parameter groups ([[optimizer.param_groups]]); this run has 1: with DistMuon on either side the optimizer state would pass to another kind of optimizer" "$out/o" &&
+  "$titan" train "${mu[@]}" --steps 3 --checkpoint.exclude_from_loading optimizer > "$out/o" 2>&1 &&
+  grep -q "not loaded: optimizer" "$out/o" &&
+  ok "a resume switching DistMuon's state to AdamW refused (loads without the optimizer)" ||
+  { cat "$out/o"; bad "DistMuon -> AdamW resume"; }
 
 exit $fail

@@ -1731,15 +1731,16 @@ static void param_groups(void) {
     check_round_trip(&c, "param groups");
     /* DistMuon: its defaults (DistMuon's, torch.optim.Muon's), and every kwarg as written */
     {
-        const char *mu = "[[optimizer.param_groups]]\npattern = 'w[123]'\n"
-                         "optimizer_name = \"DistMuon\"\noptimizer_kwargs = {lr = 0.02}\n"
-                         "[[optimizer.param_groups]]\npattern = 'wo'\n"
-                         "optimizer_name = \"DistMuon\"\noptimizer_kwargs = {lr = 0.01, "
-                         "weight_decay = 0, momentum = 0.9, nesterov = false, ns_steps = 3, "
-                         "ns_coefficients = [1.875, -1.25, 0.375], eps = 1e-6, "
-                         "adjust_lr_fn = \"match_rms_adamw\", fused = true}\n"
-                         "[[optimizer.param_groups]]\npattern = '.*'\n"
-                         "optimizer_name = \"AdamW\"\noptimizer_kwargs = {lr = 1e-3}\n";
+        const char *mu =
+            "[[optimizer.param_groups]]\npattern = 'w[123]'\n"
+            "optimizer_name = \"DistMuon\"\noptimizer_kwargs = {lr = 0.02, fused = false}\n"
+            "[[optimizer.param_groups]]\npattern = 'wo'\n"
+            "optimizer_name = \"DistMuon\"\noptimizer_kwargs = {lr = 0.01, "
+            "weight_decay = 0, momentum = 0.9, nesterov = false, ns_steps = 3, "
+            "ns_coefficients = [1.875, -1.25, 0.375], eps = 1e-6, "
+            "adjust_lr_fn = \"match_rms_adamw\", fused = true}\n"
+            "[[optimizer.param_groups]]\npattern = '.*'\n"
+            "optimizer_name = \"AdamW\"\noptimizer_kwargs = {lr = 1e-3}\n";
         train_config d;
         rc = load(&d, mu, &err);
         CHECK(rc == 0, "DistMuon groups: %s", err.msg);
@@ -1759,7 +1760,38 @@ static void param_groups(void) {
                   "DistMuon's kwargs as written");
             CHECK(!w->muon && w->eps == 1e-8 && w->weight_decay == 0.01, "AdamW beside DistMuon");
             check_round_trip(&d, "DistMuon groups");
+            train_opts mo;
+            rc = train_config_to_opts(&d, &mo, &err);
+            CHECK(rc && strstr(err.msg, "x.toml:5:1: optimizer.param_groups[1]: a second DistMuon "
+                                        "group (the first is [0])"),
+                  "two DistMuon groups: %s", rc ? err.msg : "(accepted)");
             train_config_free(&d);
+        }
+        /* DistMuon refuses a group with fused or foreach true, and torchtitan gives every group
+         * optimizer.implementation's ("fused" by default) */
+        static const char *const kw[] = {"", ", fused = false", "", ", fused = false"};
+        static const char *const impl[] = {NULL, NULL, "for-loop", "foreach"};
+        static const char *const want[] = {
+            "x.toml:1:1: optimizer.param_groups[0]: DistMuon with fused true (torchtitan gives "
+            "every group optimizer.implementation's fused / foreach, \"fused\" here, and DistMuon "
+            "refuses either): set optimizer_kwargs fused = false, or optimizer.implementation = "
+            "\"for-loop\"",
+            NULL, NULL, "DistMuon with foreach true"};
+        for (int i = 0; i < 4; i++) {
+            char t[300];
+            snprintf(t, sizeof t,
+                     "[[optimizer.param_groups]]\npattern = 'w'\noptimizer_name = 'DistMuon'\n"
+                     "optimizer_kwargs = {lr = 1%s}\n",
+                     kw[i]);
+            train_config e;
+            train_opts eo;
+            char *argv[] = {"--optimizer.implementation", (char *)impl[i], NULL};
+            rc = load(&e, t, &err) ||
+                 (impl[i] && train_config_from_args(&e, 2, argv, 0, &(train_cli){0}, &err)) ||
+                 train_config_to_opts(&e, &eo, &err);
+            CHECK(want[i] ? rc && strstr(err.msg, want[i]) : !rc, "DistMuon flags case %d: %s", i,
+                  rc ? err.msg : "(accepted)");
+            train_config_free(&e);
         }
     }
     train_opts o;
