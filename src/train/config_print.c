@@ -146,18 +146,22 @@ static void print_param_groups(const train_config *c, FILE *f) {
             }
             fputs("], eps = ", f);
             print_float(f, g->c.eps);
-            fprintf(f, ", ns_steps = %d, adjust_lr_fn = \"%s\"}\n", g->c.ns_steps,
+            fprintf(f, ", ns_steps = %d, adjust_lr_fn = \"%s\"", g->c.ns_steps,
                     adjust[g->c.adjust]);
-            continue;
+        } else {
+            fputs(", betas = [", f);
+            print_float(f, g->c.beta1);
+            fputs(", ", f);
+            print_float(f, g->c.beta2);
+            fputs("], eps = ", f);
+            print_float(f, g->c.eps);
+            fputs(", weight_decay = ", f);
+            print_float(f, g->c.weight_decay);
         }
-        fputs(", betas = [", f);
-        print_float(f, g->c.beta1);
-        fputs(", ", f);
-        print_float(f, g->c.beta2);
-        fputs("], eps = ", f);
-        print_float(f, g->c.eps);
-        fputs(", weight_decay = ", f);
-        print_float(f, g->c.weight_decay);
+        /* the implementation flags as given (they decide what translate refuses: DistMuon's
+         * fused = false over optimizer.implementation's "fused") */
+        if (g->fused >= 0) fprintf(f, ", fused = %s", g->fused ? "true" : "false");
+        if (g->foreach >= 0) fprintf(f, ", foreach = %s", g->foreach ? "true" : "false");
         fputs("}\n", f);
     }
 }

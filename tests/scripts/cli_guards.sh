@@ -248,5 +248,18 @@ mu=(--random-tokens --batch 1 --seq-len 64 --checkpoint.enable --checkpoint.inte
   grep -q "not loaded: optimizer" "$out/o" &&
   ok "a resume switching DistMuon's state to AdamW refused (loads without the optimizer)" ||
   { cat "$out/o"; bad "DistMuon -> AdamW resume"; }
+# the other way (AdamW's moments to DistMuon) likewise; the same groups with another lr resume,
+# the change said
+"$titan" train "${mu[@]/muonsw/muonsw2}" --steps 2 --checkpoint.no_last_save_model_only > "$out/o" 2>&1 &&
+  { "$titan" train --config "$fixtures/param_groups/muon.toml" "${mu[@]/muonsw/muonsw2}" --steps 3 > "$out/o" 2>&1; rc=$?; } &&
+  [ $rc -eq 1 ] && grep -qF "step-2 was trained with 1 parameter group ([optimizer]'s); this run has 2: with DistMuon on either side" "$out/o" &&
+  ok "a resume switching AdamW's moments to DistMuon refused" || { cat "$out/o"; bad "AdamW -> DistMuon resume"; }
+sed 's/lr = 0.02/lr = 0.01/' "$fixtures/param_groups/muon.toml" > "$out/muon_lr.toml"
+"$titan" train --config "$fixtures/param_groups/muon.toml" "${mu[@]/muonsw/muonsw3}" --steps 2 \
+  --checkpoint.no_last_save_model_only > "$out/o" 2>&1 &&
+  "$titan" train --config "$out/muon_lr.toml" "${mu[@]/muonsw/muonsw3}" --steps 3 > "$out/o" 2>&1 &&
+  grep -q "resumed from $out/muonsw3/checkpoint/step-2" "$out/o" &&
+  grep -qF "group 0 ('\.(?:attention" "$out/o" && grep -qF "lr = 0.02; this run sets 0.01" "$out/o" &&
+  ok "a DistMuon resume with another lr resumes, the change said" || { cat "$out/o"; bad "DistMuon lr change at resume"; }
 
 exit $fail

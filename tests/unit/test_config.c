@@ -1768,16 +1768,17 @@ static void param_groups(void) {
             train_config_free(&d);
         }
         /* DistMuon refuses a group with fused or foreach true, and torchtitan gives every group
-         * optimizer.implementation's ("fused" by default) */
-        static const char *const kw[] = {"", ", fused = false", "", ", fused = false"};
-        static const char *const impl[] = {NULL, NULL, "for-loop", "foreach"};
+         * optimizer.implementation's ("fused" by default); the group's own flags win */
+        static const char *const kw[] = {"", ", fused = false", "", ", fused = false",
+                                         ", foreach = false"};
+        static const char *const impl[] = {NULL, NULL, "for-loop", "foreach", "foreach"};
         static const char *const want[] = {
             "x.toml:1:1: optimizer.param_groups[0]: DistMuon with fused true (torchtitan gives "
             "every group optimizer.implementation's fused / foreach, \"fused\" here, and DistMuon "
             "refuses either): set optimizer_kwargs fused = false, or optimizer.implementation = "
             "\"for-loop\"",
-            NULL, NULL, "DistMuon with foreach true"};
-        for (int i = 0; i < 4; i++) {
+            NULL, NULL, "DistMuon with foreach true", NULL};
+        for (int i = 0; i < 5; i++) {
             char t[300];
             snprintf(t, sizeof t,
                      "[[optimizer.param_groups]]\npattern = 'w'\noptimizer_name = 'DistMuon'\n"
@@ -1791,6 +1792,21 @@ static void param_groups(void) {
                  train_config_to_opts(&e, &eo, &err);
             CHECK(want[i] ? rc && strstr(err.msg, want[i]) : !rc, "DistMuon flags case %d: %s", i,
                   rc ? err.msg : "(accepted)");
+            /* and what --print-config writes loads back and translates alike (the flags kept) */
+            if (!want[i]) {
+                char *buf = NULL;
+                size_t len = 0;
+                FILE *pf = open_memstream(&buf, &len);
+                train_config_print(&e, pf);
+                fclose(pf);
+                train_config r;
+                train_opts ro;
+                rc = load(&r, buf, &err) || train_config_to_opts(&r, &ro, &err);
+                CHECK(!rc, "DistMuon flags case %d printed and loaded back: %s", i,
+                      rc ? err.msg : "");
+                train_config_free(&r);
+                free(buf);
+            }
             train_config_free(&e);
         }
     }
