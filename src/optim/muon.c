@@ -98,9 +98,8 @@ static void muon_matrix(const optim_adamw_cfg *c, float *p, const float *g, floa
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) x[i] = bf16r(u[i]);
     }
-    /* the norm: fp32 accumulation of a bf16 tensor, the result a bf16 scalar, clamped to eps
-     * (bf16(eps): clamp_min on a bf16 tensor) */
-    /* (optim_sumsq: fixed blocks, the same bits for any thread count) */
+    /* the norm: a bf16 tensor's, accumulated wider (optim_sumsq: double, fixed blocks, the
+     * same bits for any thread count), the result a bf16 scalar clamped to bf16(eps) */
     float nrm = bf16r((float)sqrt(optim_sumsq(x, n)));
     const float feps = bf16r((float)c->eps);
     if (!(nrm >= feps)) nrm = nrm != nrm ? nrm : feps;

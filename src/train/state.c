@@ -382,8 +382,6 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
                                                         : "");
 }
 
-/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
- * Returns the step to continue after, or -1 with err. */
 /* DistMuon keeps a momentum buffer where AdamW / Adam keep two moments (in adam_m; adam_v stays
  * zero): a resume whose groups put parameters under another kind of optimizer than the
  * checkpoint's would take one for the other (AdamW after DistMuon would divide by a zero second
@@ -413,6 +411,8 @@ static int muon_state_check(const json_t *t, const train_opts *o, const char *di
                      dir, (long long)step, gd);
 }
 
+/* Restores a run from dir/step-N: weights, AdamW moments and step, data position, RNG.
+ * Returns the step to continue after, or -1 with err. */
 static int64_t resume(const train_opts *o, const train_start *plan, model *m, const dist_fsdp *f,
                       const dist_piece *pieces, int n_pieces, optim_adamw *opt, train_source *src,
                       int64_t *tokens_seen, base_err *err) {
