@@ -314,10 +314,13 @@ static void said_changes(const json_t *t, const train_opts *o, const train_sourc
     groups_diff(pg, o, gd, sizeof gd, 0);
     if (gd[0])
         base_log(BASE_LOG_WARN,
-                 "checkpoint: step-%lld was trained with %s, which apply from here (the AdamW "
-                 "moments carry on; torchtitan 0.3 would keep the checkpoint's betas, eps and "
-                 "weight decay, and take this run's lr after one step at the checkpoint's)",
-                 (long long)step, gd);
+                 "checkpoint: step-%lld was trained with %s, which apply from here (%s; "
+                 "torchtitan 0.3 would keep the checkpoint's group hyperparameters, AdamW's betas, "
+                 "eps and weight decay or DistMuon's, and take this run's lr after one step at "
+                 "the checkpoint's)",
+                 (long long)step, gd,
+                 (load & TRAIN_CKPT_OPTIMIZER) ? "the optimizer state carries on"
+                                               : "the optimizer state is not loaded");
     /* no name: a checkpoint from before Adam's coupled decay, when every run stepped as AdamW
      * (Adam was taken with weight_decay 0 only: AdamW's step) */
     const char *name = json_string_value(json_object_get(oj, "name"));
