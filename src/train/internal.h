@@ -340,6 +340,10 @@ int train_param_groups_check(const train_opts *o, base_err *err);
 void train_param_group_hyper(const train_param_group *g, char *buf, size_t n);
 /* ... and with each group's parameters, elements and hyperparameters printed to f (titan plan). */
 int train_param_groups_print(const train_opts *o, FILE *f, base_err *err);
+/* A DistMuon group under the mesh's FSDP sharding or tensor parallelism (dp_shard, tp > 1):
+ * refused by name (titan's DistMuon needs whole matrices on each rank), before the model is
+ * built (train_preflight, titan plan). */
+int train_param_groups_mesh_check(const train_opts *o, int dp_shard, int tp, base_err *err);
 /* The spans of this rank's shard vector [0, dist_fsdp_shard_len) and the hyperparameters each
  * steps with (o->param_groups', or o->adamw for all), in order, covering it (malloc'ed);
  * counts: NULL, or [o->n_param_groups] the parameters of each group. */

@@ -712,6 +712,22 @@ int train_param_groups_print(const train_opts *o, FILE *f, base_err *err) {
     return groups_of_model(o, f, err);
 }
 
+int train_param_groups_mesh_check(const train_opts *o, int dp_shard, int tp, base_err *err) {
+    for (int k = 0; k < o->n_param_groups && (dp_shard > 1 || tp > 1); k++) {
+        const train_param_group *g = &o->param_groups[k];
+        if (g->c.muon)
+            return base_fail(err,
+                             "%s:%d:%d: [[optimizer.param_groups]] %d (DistMuon) with "
+                             "data_parallel_shard_degree %d and tensor_parallel_degree %d: "
+                             "titan's DistMuon orthogonalises whole matrices on each rank and "
+                             "does not yet gather FSDP shards or TP slices (torchtitan "
+                             "redistributes them), so it needs both 1 "
+                             "(data_parallel_replicate_degree may be larger)",
+                             g->where, g->line, g->col, k, dp_shard, tp);
+    }
+    return 0;
+}
+
 /* A DistMuon group's parameter q (its shard elements [slo, shi)) as a span of whole matrices
  * [rows, cols] (mats of them: an expert stack's experts, as 0.3's per-expert compute layout),
  * or its rows appended to the span before it where 0.3 holds both in one tensor (wq, wk, wv:

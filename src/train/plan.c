@@ -538,6 +538,7 @@ int train_cmd_plan(int argc, char **argv, base_err *err) {
     if (!rc) rc = model_args_validate(&o.model, err);
     if (!rc) in = train_plan_in_of(&o, world);
     if (!rc) rc = train_plan_compute(&in, &p, err);
+    if (!rc) rc = train_param_groups_mesh_check(&o, p.par.dp_shard, p.par.tp, err);
     if (!rc) train_plan_print(&in, &p, budget, stdout);
     if (!rc) rc = train_param_groups_print(&o, stdout, err);
     /* each source of a mixture is split over the ranks on its own */

@@ -221,6 +221,7 @@ static int memory(const train_opts *o, int world, base_err *err) {
 
 int train_preflight(const train_opts *o, const dist_mesh *mesh, base_err *err) {
     if (same_config(o, mesh, err) || paths(o, err) || train_param_groups_check(o, err) ||
+        train_param_groups_mesh_check(o, mesh->dp_shard, mesh->tp, err) ||
         memory(o, mesh->world, err))
         return -1;
     return 0;

@@ -227,6 +227,13 @@ printf '[[optimizer.param_groups]]\npattern = "nomatch"\noptimizer_name = "AdamW
   grep -qF "0 DistMuon [\.(?:attention\.(?:qkv_linear\.wqkv|wo)|feed_forward\.w[123])\.]: 40 parameters" "$out/o" &&
   grep -qF "lr 0.02, weight_decay 0.1, momentum 0.95, nesterov True, ns_coefficients (3.4445, -4.775, 2.0315), eps 1e-07, ns_steps 5, adjust_lr_fn original" "$out/o" &&
   ok "plan lists DistMuon groups" || bad "plan's DistMuon groups"
+# ... and refuses it on 2 FSDP ranks, as train does before building the model; 2 HSDP replicas
+# (whole matrices on each) plan
+"$titan" plan --config "$fixtures/param_groups/muon.toml" --world 2 > "$out/o" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -qF "muon.toml:5:1: [[optimizer.param_groups]] 0 (DistMuon) with data_parallel_shard_degree 2 and tensor_parallel_degree 1" "$out/o" &&
+  "$titan" plan --config "$fixtures/param_groups/muon.toml" --world 2 \
+    --parallelism.data_parallel_replicate_degree 2 > "$out/o" 2>&1 &&
+  ok "plan refuses DistMuon under FSDP, takes it on HSDP replicas" || { cat "$out/o"; bad "plan, DistMuon under FSDP (rc $rc)"; }
 sed "s/^pattern = '/pattern = '_norm|/" "$fixtures/param_groups/muon.toml" > "$out/muon1d.toml"
 "$titan" train --config "$out/muon1d.toml" --random-tokens --steps 1 --batch 1 --seq-len 64 \
   --dump-folder "$out/muon1d" > "$out/o" 2>&1; rc=$?

@@ -263,9 +263,9 @@ same_losses "DistMuon: 2 HSDP replicas, resumed on 1, vs 1 rank x 2 microbatches
 "$diff_tool" "$out/mu/checkpoint/step-5" "$out/mu_ref/checkpoint/step-5" 1e-5
 if mpi 2 "${mu[@]}" --batch 1 --dump-folder "$out/mu_fsdp" > "$out/mu_fsdp.log" 2>&1; then
   echo "FAIL DistMuon under FSDP accepted"; cat "$out/mu_fsdp.log"; exit 1; fi
-grep -q "(DistMuon): .* is not whole on each rank (FSDP shards it)" "$out/mu_fsdp.log" ||
+grep -q "(DistMuon) with data_parallel_shard_degree 2 and tensor_parallel_degree 1: titan's DistMuon orthogonalises whole matrices" "$out/mu_fsdp.log" ||
   { cat "$out/mu_fsdp.log"; exit 1; }
-echo "ok DistMuon under FSDP refused: $(grep -o "(DistMuon): .* is not whole on each rank (FSDP shards it)" "$out/mu_fsdp.log" | head -1)"
+echo "ok DistMuon under FSDP refused: $(grep -o "(DistMuon) with data_parallel_shard_degree 2[^:]*" "$out/mu_fsdp.log" | head -1)"
 
 # 3. one rank fails alone (rank 1 has no document of a one-document dataset): all stop
 printf '{"text": "only one document here"}\n' > "$out/one.jsonl"
