@@ -18,24 +18,6 @@
 
 #include "optim/optim.h"
 
-/* fp32 value rounded to bf16, nearest even (NaN kept a NaN), as an fp32 value */
-static inline float bf16r(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        u |= 0x00400000u;
-    else
-        u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static void round_all(float *x, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = bf16r(x[i]);
-}
-
 /* torch's lerp(start, end, weight) for a float weight, vectorised form */
 static inline float lerp(float start, float end, float w) {
     return fabsf(w) < 0.5f ? fmaf(w, end - start, start) : fmaf(w - 1.0f, end - start, end);
@@ -89,33 +71,34 @@ static void muon_matrix(const optim_adamw_cfg *c, float *p, const float *g, floa
         buf[i] = bi;
         u[i] = nest ? lerp(gi, bi, wm) : bi;
     }
-    /* X = bf16(update), [m, k] */
+    /* X = bf16(update), [m, k] (every bf16 value here: ops_bf16_round_store, torch's rounding) */
     if (tr) {
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < m; i++)
-            for (int j = 0; j < k; j++) x[(size_t)i * k + j] = bf16r(u[(size_t)j * m + i]);
+            for (int j = 0; j < k; j++) x[(size_t)i * k + j] = u[(size_t)j * m + i];
     } else {
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) x[i] = bf16r(u[i]);
+        memcpy(x, u, n * sizeof(float));
     }
+    ops_bf16_round_store(x, NULL, n);
     /* the norm: a bf16 tensor's, accumulated wider (optim_sumsq: double, fixed blocks, the
      * same bits for any thread count), the result a bf16 scalar clamped to bf16(eps) */
-    float nrm = bf16r((float)sqrt(optim_sumsq(x, n)));
-    const float feps = bf16r((float)c->eps);
-    if (!(nrm >= feps)) nrm = nrm != nrm ? nrm : feps;
+    float ne[2] = {(float)sqrt(optim_sumsq(x, n)), (float)c->eps};
+    ops_bf16_round_store(ne, NULL, 2);
+    const float nrm = ne[0] >= ne[1] || ne[0] != ne[0] ? ne[0] : ne[1];
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = bf16r(x[i] / nrm);
+    for (size_t i = 0; i < n; i++) x[i] /= nrm;
+    ops_bf16_round_store(x, NULL, n);
     const float ca = (float)c->ns[0], cb = (float)c->ns[1], cc = (float)c->ns[2];
     for (int it = 0; it < c->ns_steps; it++) {
         /* A = X X^T; B = b A + c A A; X = a X + B X: each rounded to bf16 */
         ops_sgemm(0, 1, m, m, k, 1.0f, x, k, x, k, 0.0f, a, m);
-        round_all(a, (size_t)m * m);
+        ops_bf16_round_store(a, NULL, (size_t)m * m);
         memcpy(b, a, (size_t)m * m * sizeof(float));
         ops_sgemm(0, 0, m, m, m, cc, a, m, a, m, cb, b, m);
-        round_all(b, (size_t)m * m);
+        ops_bf16_round_store(b, NULL, (size_t)m * m);
         memcpy(y, x, n * sizeof(float));
         ops_sgemm(0, 0, m, k, m, 1.0f, b, m, x, k, ca, y, k);
-        round_all(y, n);
+        ops_bf16_round_store(y, NULL, n);
         float *t = x;
         x = y;
         y = t;

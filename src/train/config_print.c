@@ -133,8 +133,6 @@ static void print_param_groups(const train_config *c, FILE *f) {
         fputs("\noptimizer_kwargs = {lr = ", f);
         print_float(f, g->c.lr);
         if (g->c.muon) { /* DistMuon's */
-            static const char *const adjust[] = {"original", "match_rms_adamw",
-                                                 "spectral_unclamped"};
             fputs(", weight_decay = ", f);
             print_float(f, g->c.weight_decay);
             fputs(", momentum = ", f);
@@ -147,7 +145,7 @@ static void print_param_groups(const train_config *c, FILE *f) {
             fputs("], eps = ", f);
             print_float(f, g->c.eps);
             fprintf(f, ", ns_steps = %d, adjust_lr_fn = \"%s\"", g->c.ns_steps,
-                    adjust[g->c.adjust]);
+                    train_muon_adjust_name(g->c.adjust));
         } else {
             fputs(", betas = [", f);
             print_float(f, g->c.beta1);

@@ -99,6 +99,8 @@ int train_param_groups_load(train_config *c, const base_toml_doc *doc, unsigned 
 /* Whether f is one of [optimizer]'s own hyperparameters (name, lr, beta1, beta2, eps,
  * weight_decay), which each [[optimizer.param_groups]] entry carries instead. */
 int train_param_groups_replace(const field *f);
+/* DistMuon's adjust_lr_fn name of an OPTIM_MUON_* value ("original", ...) (param_groups.c). */
+const char *train_muon_adjust_name(int adjust);
 /* Checks and stores a value for field fi; errors start with the value's origin. */
 int assign(train_config *c, int fi, base_toml_value *v, const char *where, int line, int col,
            base_err *err);

@@ -211,6 +211,10 @@ enum {
 #define KW_MUON_ONLY (0x1fu << KW_MOMENTUM)
 static const char *const k_adjust[] = {"original", "match_rms_adamw", "spectral_unclamped"};
 
+const char *train_muon_adjust_name(int adjust) {
+    return k_adjust[adjust];
+}
+
 /* A number of any sign, finite (ns_coefficients). */
 static int real(const base_toml_value *v, double *out, char *why, size_t n) {
     if (v->type != BASE_TOML_FLOAT && v->type != BASE_TOML_INT) {
