@@ -44,9 +44,13 @@ static size_t work_floats(int rows, int cols) {
 
 int optim_muon_reserve(optim_adamw *o, const optim_span *span, int n_spans, base_err *err) {
     size_t need = 0;
-    for (int k = 0; k < n_spans; k++)
-        if (span[k].c->muon && work_floats(span[k].rows, span[k].cols) > need)
+    for (int k = 0; k < n_spans; k++) {
+        if (!span[k].c->muon) continue;
+        /* the momentum buffer is the fp32 m (train refuses bf16 states beside DistMuon) */
+        if (o->bf16) return base_fail(err, "Muon with the moments in bf16: not implemented");
+        if (work_floats(span[k].rows, span[k].cols) > need)
             need = work_floats(span[k].rows, span[k].cols);
+    }
     if (need <= o->muon_work_n) return 0;
     base_free(o->muon_work);
     o->muon_work_n = 0;

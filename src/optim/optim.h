@@ -83,7 +83,8 @@ void optim_adamw_step(optim_adamw *o, float *params, const float *grads, float g
                       const optim_bf16_copy *c16);
 
 /* Muon's scratch (optim_adamw.muon_work) for the largest matrix of span[0, n_spans)'s Muon
- * spans; call before a step with Muon spans (the step cannot report an allocation failure). */
+ * spans; call before a step with Muon spans (the step cannot report an allocation failure).
+ * Refuses Muon spans over bf16 moments (o->bf16: the momentum buffer is an fp32 m). */
 int optim_muon_reserve(optim_adamw *o, const optim_span *span, int n_spans, base_err *err);
 /* The Muon spans' step (optim_adamw_step calls it first; each matrix's elementwise parts and
  * products on the pool's threads). */

@@ -751,13 +751,6 @@ static int muon_span(const train_opts *o, const model *m, const dist_fsdp *f, co
                          "batch-first 3D (torchtitan's DistMuon refuses it too); give it to "
                          "an earlier AdamW group",
                          g->where, g->line, g->col, group, g->pattern, n03_, q->ndim);
-    if (o->adam_bf16)
-        return base_fail(err,
-                         "[[optimizer.param_groups]] %d (DistMuon): optimizer.implementation = "
-                         "\"fused_opt_states_bf16\" (AdamW's moments in bf16) with DistMuon "
-                         "groups is not implemented (Muon's momentum buffer stays fp32): use "
-                         "\"for-loop\" (or \"foreach\" / \"fused\")",
-                         group);
     if (dist_fsdp_shard_params(f) != m->w || shi - slo != q->numel ||
         q->tp_split == MODEL_TP_ROWS || q->tp_split == MODEL_TP_COLS)
         return base_fail(

@@ -81,6 +81,14 @@ static int param_groups_check(const train_config *c, base_err *err) {
                              fused && foreach ? "fused = false, foreach = false"
                              : fused          ? "fused = false"
                                               : "foreach = false");
+        if (e->c.muon && !strcmp(impl, "fused_opt_states_bf16"))
+            return base_fail(err,
+                             "%s:%d:%d: optimizer.param_groups[%d] (DistMuon): "
+                             "optimizer.implementation = \"fused_opt_states_bf16\" (AdamW's "
+                             "moments in bf16) beside a DistMuon group is not implemented "
+                             "(titan's moment buffer is bf16 for every parameter or for none, and "
+                             "Muon's momentum stays fp32): use \"for-loop\"",
+                             e->where, e->line, e->col, k);
         if (e->c.muon) continue;
         if (fused && foreach)
             return base_fail(err,

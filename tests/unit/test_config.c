@@ -1769,16 +1769,20 @@ static void param_groups(void) {
         }
         /* DistMuon refuses a group with fused or foreach true, and torchtitan gives every group
          * optimizer.implementation's ("fused" by default); the group's own flags win */
-        static const char *const kw[] = {"", ", fused = false", "", ", fused = false",
-                                         ", foreach = false"};
-        static const char *const impl[] = {NULL, NULL, "for-loop", "foreach", "foreach"};
+        static const char *const kw[] = {
+            "", ", fused = false", "", ", fused = false", ", foreach = false", ", fused = false"};
+        static const char *const impl[] = {NULL,      NULL,      "for-loop",
+                                           "foreach", "foreach", "fused_opt_states_bf16"};
         static const char *const want[] = {
             "x.toml:1:1: optimizer.param_groups[0]: DistMuon with fused true (torchtitan gives "
             "every group optimizer.implementation's fused / foreach, \"fused\" here, and DistMuon "
             "refuses either): set optimizer_kwargs fused = false, or optimizer.implementation = "
             "\"for-loop\"",
-            NULL, NULL, "DistMuon with foreach true", NULL};
-        for (int i = 0; i < 5; i++) {
+            NULL, NULL, "DistMuon with foreach true", NULL,
+            /* and the bf16 AdamW states beside it (titan's moments are bf16 for all or none) */
+            "x.toml:1:1: optimizer.param_groups[0] (DistMuon): optimizer.implementation = "
+            "\"fused_opt_states_bf16\""};
+        for (int i = 0; i < 6; i++) {
             char t[300];
             snprintf(t, sizeof t,
                      "[[optimizer.param_groups]]\npattern = 'w'\noptimizer_name = 'DistMuon'\n"
