@@ -7,8 +7,12 @@
 #include "model/internal.h"
 
 /* Rows per forward call: prefill runs in chunks of this many tokens, which bounds the
- * scratch (about chunk * (4 D + 4 H hd + 3 F) floats) while keeping the GEMMs wide. */
-#define INFER_CHUNK 256
+ * scratch (about chunk * (4 D + 4 H hd + 3 F) floats: 176 MB at Qwen3-0.6B, ~1 GB at 32B, as
+ * much as 2048 positions' KV cache there) while keeping the GEMMs wide. The first chunk's
+ * attention is training's tiled kernel, a later chunk's attention_kv (a query at a time over
+ * the cache): with 256-row chunks a 2059-token prompt took 41 s at 0.6B in bf16, 2.96 s with
+ * one chunk (bench/RESULTS.md "Session 46"). */
+#define INFER_CHUNK 2048
 
 struct model_infer {
     const model *m;

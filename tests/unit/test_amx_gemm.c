@@ -3,7 +3,8 @@
  * shapes with edges in M, N and K, several K blocks, both ways of splitting the work between
  * threads, padded and misaligned leading dimensions and pointers (the packed paths) and whole
  * 64-byte rows (the direct ones); C's padding must stay untouched, and the result must be
- * bitwise the same on one thread (inside a parallel region) as on two. Skipped (77) where the
+ * bitwise the same on one thread (inside a parallel region) as on two; products of fewer than
+ * 32 rows (computed transposed) bitwise the rows of a 64-row product. Skipped (77) where the
  * CPU has no AMX-BF16 or the build no AMX kernel. */
 #include <math.h>
 #include <omp.h>
@@ -125,6 +126,33 @@ static void one(shape s, int ta, int tb, int acc, int c16, int misalign) {
     free(pristine);
 }
 
+/* A product of M < 32 rows with B stored [N][K] (x W^T: decode, a short prompt, an expert's few
+ * rows) runs as C^T = B A^T (amx_gemm_few_rows): its rows must be bitwise those of the same rows
+ * in a 64-row product, which takes the usual path (an element's sum does not depend on the
+ * other rows), and C's rows past M untouched. ldc odd: C is staged on both paths. */
+static void few_rows(int M, int N, int K, int acc, int c16) {
+    const int R = 64, ld = K + 5, ldc = N + 3;
+    const size_t es = c16 ? sizeof(uint16_t) : sizeof(float), cb = es * (size_t)R * ldc;
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)R * ld),
+             *b = malloc(sizeof(uint16_t) * (size_t)N * ld);
+    float *c = malloc(sizeof(float) * (size_t)R * ldc), *cf = malloc(cb), *c0 = malloc(cb);
+    if (!a || !b || !c || !cf || !c0) exit(2);
+    for (size_t i = 0; i < (size_t)R * ld; i++) a[i] = ops_cpu_bf16_bits(uniform());
+    for (size_t i = 0; i < (size_t)N * ld; i++) b[i] = ops_cpu_bf16_bits(uniform());
+    for (size_t i = 0; i < (size_t)R * ldc; i++) c[i] = uniform(); /* acc: partial sums */
+    memcpy(cf, c, cb);
+    memcpy(c0, c, cb);
+    const int rc = ops_cpu_amx_gemm(0, 1, R, N, K, a, ld, b, ld, acc, c16, c, ldc),
+              rf = ops_cpu_amx_gemm(0, 1, M, N, K, a, ld, b, ld, acc, c16, cf, ldc);
+    const size_t rows = es * (size_t)M * ldc; /* rows [0, M) with their padding */
+    CHECK(rc == 0 && rf == 0 && !memcmp(c, cf, rows) &&
+              !memcmp((char *)cf + rows, (char *)c0 + rows, cb - rows),
+          "%d rows x %d x %d acc %d c16 %d: not bitwise the rows of a %d-row product, or rows "
+          "past %d written",
+          M, N, K, acc, c16, R, M);
+    free(a), free(b), free(c), free(cf), free(c0);
+}
+
 int main(void) {
     if (!ops_cpu_amx_usable()) {
         printf("skipped: no AMX-BF16 here (or no AMX kernel in this build)\n");
@@ -133,8 +161,9 @@ int main(void) {
     /* tiny; edges in all three; K over 512 (several K blocks, the last partial); N split
      * between threads; M split; the lm_head's chunk with an odd K; several column groups
      * (1024 columns at K blocks of 512: B's next group prefetched) */
-    static const shape shapes[] = {{1, 1, 1},     {37, 45, 70},    {64, 96, 1100}, {33, 700, 64},
-                                   {700, 33, 64}, {96, 200, 2065}, {40, 2100, 600}};
+    static const shape shapes[] = {{1, 1, 1},       {37, 45, 70},   {64, 96, 1100},
+                                   {33, 700, 64},   {700, 33, 64},  {96, 200, 2065},
+                                   {40, 2100, 600}, {1, 100, 1100}, {7, 70, 600}};
     int n = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
@@ -146,6 +175,12 @@ int main(void) {
     uint16_t x[32] = {0}, cc[4] = {7, 7, 7, 7};
     CHECK(ops_cpu_amx_gemm(0, 0, 2, 2, 2, x, 2, x, 2, 1, 1, cc, 2) == -1 && cc[0] == 7,
           "c16 with acc not refused");
+    for (int acc = 0; acc <= 1; acc++)
+        for (int c16 = 0; c16 <= !acc; c16++) {
+            few_rows(1, 100, 1100, acc, c16); /* three K blocks, an edge in N */
+            few_rows(7, 2100, 64, acc, c16);
+            few_rows(31, 96, 600, acc, c16);
+        }
     printf("%d products checked\n", n);
     return check_report("test_amx_gemm");
 }

@@ -344,6 +344,12 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                     for (int i0 = 0; i0 < mg; i0 += 32) {
                         const int rows = mg - i0 < 32 ? mg - i0 : 32;
                         const char *ai = (const char *)a + i0 * as;
+                        /* A read once, from memory (one panel of B: amx_gemm_few_rows' weight
+                         * rows): the next block's lines asked for over this block's products */
+                        if (a != ap && ngp == 32)
+                            for (int r = 32; r < 64 && i0 + r < mg; r++)
+                                for (int k = 0; k < 2 * kb; k += 64)
+                                    _mm_prefetch(ai + (size_t)r * as + k, _MM_HINT_T1);
                         /* whole fp32 blocks to add to: C's own rows as the tiles' */
                         const int direct = !c16 && rows == 32 && cols == 32 && load && c_aligned;
                         float *cd = direct ? (float *)C + (size_t)(h0 + i0) * ldc + jn : stage;
@@ -413,10 +419,38 @@ static void *ws_get(size_t bytes) {
     return tl_ws;
 }
 
+/* C[M, N] (+)= A B^T for M < 32 rows (a decode step's, a short prompt's, an expert's few rows;
+ * B stored [N][K]: a weight) as C^T = B A^T: B's rows are the A tiles, read where they lie, and
+ * only A's M rows are packed, where C = A B^T packs all of B per call for one row block of C
+ * (decode at Qwen3-0.6B in bf16 spent more time in that pack than in the products: bench/
+ * RESULTS.md "Session 46"). The same C bit for bit: each element is the same TDPBF16PS sum of
+ * the same k pairs' products in the same order (a bf16 product is commutative), the K blocks
+ * and C's reloads as before. M > 1: C^T in a [N][M] buffer, C transposed in (acc) and out. */
+static int amx_gemm_few_rows(int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                             int ldb, int acc, int c16, void *C, int ldc) {
+    if (M == 1) /* C^T [N][1] with row stride 1 is C's row itself */
+        return ops_cpu_amx_gemm(0, 1, N, 1, K, B, ldb, A, lda, acc, c16, C, 1);
+    const size_t es = c16 ? sizeof(uint16_t) : sizeof(float);
+    char *t = malloc(es * (size_t)N * M), *c = C;
+    if (!t) return -1;
+    if (acc) /* (c16 refused with acc) */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++)
+                ((float *)t)[(size_t)j * M + i] = ((const float *)C)[(size_t)i * ldc + j];
+    const int rc = ops_cpu_amx_gemm(0, 1, N, M, K, B, ldb, A, lda, acc, c16, t, M);
+    for (int i = 0; !rc && i < M; i++)
+        for (int j = 0; j < N; j++)
+            memcpy(c + es * ((size_t)i * ldc + j), t + es * ((size_t)j * M + i), es);
+    free(t);
+    return rc;
+}
+
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
     if (M <= 0 || N <= 0 || K <= 0 || (c16 && acc) || !ops_cpu_amx_usable()) return -1;
     if (c16 && K > 8192) return -1; /* one K block for bf16 results: a model dimension */
+    if (M < 32 && !ta && tb && N >= 32)
+        return amx_gemm_few_rows(M, N, K, A, lda, B, ldb, acc, c16, C, ldc);
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     const blocking bl = blocking_for(K, c16);
     /* per thread, in u32s: B's group, A's group */

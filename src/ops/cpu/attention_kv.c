@@ -5,8 +5,9 @@
  * of its pos0 + t + 1 visible keys go into a per-thread row, then exp(s - max) in place, their
  * sum, and the weighted sum of V rows, divided by the sum at the end. There is no tiling: a
  * decode step (T = 1) reads each cached K and V row once per query head, which is the whole
- * cost, and prefill chunks are short. Results do not depend on the thread count (each output
- * row is computed by one thread in a fixed order). Requires H % G == 0.
+ * cost; a prompt's chunks after its first 2048 rows (model/generate.c) are the only longer calls.
+ * Results do not depend on the thread count (each output row is computed by one thread in a fixed
+ * order). Requires H % G == 0.
  *
  * prec OPS_PREC_BF16 (attention_kv/bf16, whose caller has rounded q, k and v): the normalised
  * probabilities are rounded to bf16 before P.V, as training's bf16 attention (attention_gemm.c)

@@ -204,8 +204,9 @@ int ops_cpu_env_switch(const char *var, const char *keeps);
 /* 1 when grouped_mm/bf16 runs on grouped_dpbf16.c: where attention's forward runs on
  * attention_dpbf16.c (below), or with AMX where ops_cpu_bf16_grouped_amx() (then its products
  * on tiles where their shapes allow); unless TITAN_GROUPED_DPBF16=0 (then oneDNN's per-expert
- * products). ops_cpu_bf16_grouped_amx (bf16.c): 1 where TITAN_GROUPED_AMX=1 (opt-in: not yet
- * measured on an AMX machine), the onednn engine and titan's AMX GEMM on. Decided once. */
+ * products). ops_cpu_bf16_grouped_amx (bf16.c): 1 where TITAN_GROUPED_AMX=1 (opt-in: measured
+ * slower there than the per-expert products), the onednn engine and titan's AMX GEMM on. Decided
+ * once. */
 int ops_cpu_grouped_dpbf16_usable(void);
 int ops_cpu_bf16_grouped_amx(void);
 /* 1 when attention/bf16's forward runs on attention_dpbf16.c (dispatch.c): built in, the CPU

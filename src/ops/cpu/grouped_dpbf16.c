@@ -13,8 +13,8 @@
  * ops_cpu_grouped_dpbf16_usable() (dispatch.c) says the CPU has AVX512_BF16 and no AMX, or AMX
  * and TITAN_GROUPED_AMX=1: then every product's rows and columns in 32s run on AMX tiles
  * (gd_gemm; the panels below are the tiles' B as stored, 256 bytes a row of pairs), the edges
- * on vdpbf16ps. Opt-in: written and tested on emulated tiles (-DTITAN_AMX_EMULATE=ON), its
- * speed not yet measured on an AMX machine.
+ * on vdpbf16ps. Opt-in: written on emulated tiles (-DTITAN_AMX_EMULATE=ON), measured slower
+ * than titan's AMX GEMM per expert on an AMX Xeon (backward 1.5x; docs/kernels.md).
  *
  * Products of expert e (rows [o_e, o_e + n) of the routed rows, W_e [OC, C]), K in pairs:
  *   forward  out[n, OC]  = x[n, C] W_e^T:  A = x's rows, B = W_e^T by pairs of C: a panel of 64
