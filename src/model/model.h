@@ -578,7 +578,7 @@ void model_logits(model *m, const int32_t *tokens, float *logits);
  * An inference state runs ONE sequence through the same block forward as training
  * (model_block_forward with a KV-cache geometry), keeping k (after q/k norm + RoPE) and v of
  * every past position per layer: [L, max_len, G, hd] fp32 each. Tokens are appended in calls
- * of any length (split internally into chunks of at most 256 rows); the logits of a position
+ * of any length (split internally into chunks of at most 2048 rows); the logits of a position
  * equal model_logits' at that position up to fp32 summation order (GEMMs of other row counts,
  * attention_kv instead of the tiled kernel). The model must stay alive and unchanged; its
  * own activations are not used (a model built with batch 1, seq_len 1 is enough). */

@@ -130,11 +130,13 @@ static void one(shape s, int ta, int tb, int acc, int c16, int misalign) {
  * rows) runs as C^T = B A^T (amx_gemm_few_rows): its rows must be bitwise those of the same rows
  * in a 64-row product, which takes the usual path (an element's sum does not depend on the
  * other rows), and C's rows past M untouched. ldc odd: C is staged on both paths. */
-static void few_rows(int M, int N, int K, int acc, int c16) {
-    const int R = 64, ld = K + 5, ldc = N + 3;
+static void few_rows(int M, int N, int K, int acc, int c16, int aligned) {
+    /* aligned: 64-byte rows and pointers, K a multiple of 32, so that B's rows are read as tiles
+     * where they lie (a weight's case; the next rows prefetched); else packed first */
+    const int R = 64, ld = aligned ? (K + 31) / 32 * 32 : K + 5, ldc = N + 3;
     const size_t es = c16 ? sizeof(uint16_t) : sizeof(float), cb = es * (size_t)R * ldc;
-    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)R * ld),
-             *b = malloc(sizeof(uint16_t) * (size_t)N * ld);
+    uint16_t *a = aligned_alloc(64, (sizeof(uint16_t) * (size_t)R * ld + 63) / 64 * 64),
+             *b = aligned_alloc(64, (sizeof(uint16_t) * (size_t)N * ld + 63) / 64 * 64);
     float *c = malloc(sizeof(float) * (size_t)R * ldc), *cf = malloc(cb), *c0 = malloc(cb);
     if (!a || !b || !c || !cf || !c0) exit(2);
     for (size_t i = 0; i < (size_t)R * ld; i++) a[i] = ops_cpu_bf16_bits(uniform());
@@ -147,9 +149,9 @@ static void few_rows(int M, int N, int K, int acc, int c16) {
     const size_t rows = es * (size_t)M * ldc; /* rows [0, M) with their padding */
     CHECK(rc == 0 && rf == 0 && !memcmp(c, cf, rows) &&
               !memcmp((char *)cf + rows, (char *)c0 + rows, cb - rows),
-          "%d rows x %d x %d acc %d c16 %d: not bitwise the rows of a %d-row product, or rows "
-          "past %d written",
-          M, N, K, acc, c16, R, M);
+          "%d rows x %d x %d acc %d c16 %d aligned %d: not bitwise the rows of a %d-row product, "
+          "or rows past %d written",
+          M, N, K, acc, c16, aligned, R, M);
     free(a), free(b), free(c), free(cf), free(c0);
 }
 
@@ -177,9 +179,12 @@ int main(void) {
           "c16 with acc not refused");
     for (int acc = 0; acc <= 1; acc++)
         for (int c16 = 0; c16 <= !acc; c16++) {
-            few_rows(1, 100, 1100, acc, c16); /* three K blocks, an edge in N */
-            few_rows(7, 2100, 64, acc, c16);
-            few_rows(31, 96, 600, acc, c16);
+            few_rows(1, 100, 1100, acc, c16, 0); /* three K blocks, an edge in N */
+            few_rows(7, 2100, 64, acc, c16, 0);
+            few_rows(31, 96, 600, acc, c16, 0);
+            few_rows(1, 2100, 1024, acc, c16, 1); /* two K blocks, rows from B as they lie */
+            few_rows(5, 96, 64, acc, c16, 1);
+            few_rows(31, 4096, 512, acc, c16, 1);
         }
     printf("%d products checked\n", n);
     return check_report("test_amx_gemm");

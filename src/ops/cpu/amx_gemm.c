@@ -408,16 +408,25 @@ static size_t round64(size_t bytes) {
     return (bytes + 63) / 64 * 64;
 }
 
-static void *ws_get(size_t bytes) {
+/* a buffer of at least bytes kept in *p (*size bytes) between calls */
+static void *kept(void **p, size_t *size, size_t bytes) {
     bytes = round64(bytes); /* aligned_alloc's size: a multiple of the alignment */
-    if (tl_ws_size < bytes) {
-        free(tl_ws);
-        tl_ws = aligned_alloc(64, bytes);
-        if (!tl_ws) abort(); /* out of memory in a void op (bf16.c's callers) */
-        tl_ws_size = bytes;
+    if (*size < bytes) {
+        free(*p);
+        *p = aligned_alloc(64, bytes);
+        if (!*p) abort(); /* out of memory in a void op (bf16.c's callers) */
+        *size = bytes;
     }
-    return tl_ws;
+    return *p;
 }
+
+static void *ws_get(size_t bytes) {
+    return kept(&tl_ws, &tl_ws_size, bytes);
+}
+
+/* amx_gemm_few_rows' C^T, apart from the pack buffers its product's threads take */
+static _Thread_local void *tl_ct;
+static _Thread_local size_t tl_ct_size;
 
 /* C[M, N] (+)= A B^T for M < 32 rows (a decode step's, a short prompt's, an expert's few rows;
  * B stored [N][K]: a weight) as C^T = B A^T: B's rows are the A tiles, read where they lie, and
@@ -431,8 +440,7 @@ static int amx_gemm_few_rows(int M, int N, int K, const uint16_t *A, int lda, co
     if (M == 1) /* C^T [N][1] with row stride 1 is C's row itself */
         return ops_cpu_amx_gemm(0, 1, N, 1, K, B, ldb, A, lda, acc, c16, C, 1);
     const size_t es = c16 ? sizeof(uint16_t) : sizeof(float);
-    char *t = malloc(es * (size_t)N * M), *c = C;
-    if (!t) return -1;
+    char *t = kept(&tl_ct, &tl_ct_size, es * (size_t)N * M), *c = C;
     if (acc) /* (c16 refused with acc) */
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++)
@@ -441,7 +449,6 @@ static int amx_gemm_few_rows(int M, int N, int K, const uint16_t *A, int lda, co
     for (int i = 0; !rc && i < M; i++)
         for (int j = 0; j < N; j++)
             memcpy(c + es * ((size_t)i * ldc + j), t + es * ((size_t)j * M + i), es);
-    free(t);
     return rc;
 }
 
