@@ -62,6 +62,11 @@
 /* K block (elements); C is reloaded once per block. 1024 and 2048 measured no faster at
  * titan's shapes (bench/RESULTS.md "Session 21"). */
 enum { KB = 512 };
+/* amx_gemm_few_rows' K block: its A (a weight's rows, read once) walked along whole rows of up
+ * to 8 KiB, not 1 KiB pieces of each: decode at Qwen3-0.6B in bf16 11.3-11.6 -> 13.0 tokens/s
+ * (bench/RESULTS.md "Session 46"). A K block only stores and reloads C's fp32 sums exactly, so
+ * it does not change C. */
+enum { KB_FEW = 4096 };
 
 /* Linux's tile-data permission (arch/x86/include/uapi/asm/prctl.h) */
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -300,10 +305,10 @@ typedef struct {
     int kbp, ng, mg;
 } blocking;
 
-static blocking blocking_for(int K, int c16) {
+static blocking blocking_for(int K, int c16, int kb) {
     blocking b;
     const int kp = (K + 31) / 32 * 32;
-    b.kbp = c16 || kp < KB ? kp : KB;
+    b.kbp = c16 || kp < kb ? kp : kb;
     b.ng = (1 << 20) / (2 * b.kbp) / 32 * 32;
     b.mg = (1 << 18) / (2 * b.kbp) / 32 * 32;
     if (b.ng < 32) b.ng = 32;
@@ -433,19 +438,23 @@ static _Thread_local size_t tl_ct_size;
  * only A's M rows are packed, where C = A B^T packs all of B per call for one row block of C
  * (decode at Qwen3-0.6B in bf16 spent more time in that pack than in the products: bench/
  * RESULTS.md "Session 46"). The same C bit for bit: each element is the same TDPBF16PS sum of
- * the same k pairs' products in the same order (a bf16 product is commutative), the K blocks
- * and C's reloads as before. M > 1: C^T in a [N][M] buffer, C transposed in (acc) and out. */
+ * the same k pairs' products in the same order (a bf16 product is commutative; K blocks of
+ * KB_FEW, which store and reload C's sums exactly). M > 1: C^T in a [N][M] buffer, C transposed in
+ * (acc) and out. */
+static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                        const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int kb);
+
 static int amx_gemm_few_rows(int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
                              int ldb, int acc, int c16, void *C, int ldc) {
     if (M == 1) /* C^T [N][1] with row stride 1 is C's row itself */
-        return ops_cpu_amx_gemm(0, 1, N, 1, K, B, ldb, A, lda, acc, c16, C, 1);
+        return amx_gemm_run(0, 1, N, 1, K, B, ldb, A, lda, acc, c16, C, 1, KB_FEW);
     const size_t es = c16 ? sizeof(uint16_t) : sizeof(float);
     char *t = kept(&tl_ct, &tl_ct_size, es * (size_t)N * M), *c = C;
     if (acc) /* (c16 refused with acc) */
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++)
                 ((float *)t)[(size_t)j * M + i] = ((const float *)C)[(size_t)i * ldc + j];
-    const int rc = ops_cpu_amx_gemm(0, 1, N, M, K, B, ldb, A, lda, acc, c16, t, M);
+    const int rc = amx_gemm_run(0, 1, N, M, K, B, ldb, A, lda, acc, c16, t, M, KB_FEW);
     for (int i = 0; !rc && i < M; i++)
         for (int j = 0; j < N; j++)
             memcpy(c + es * ((size_t)i * ldc + j), t + es * ((size_t)j * M + i), es);
@@ -458,8 +467,14 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     if (c16 && K > 8192) return -1; /* one K block for bf16 results: a model dimension */
     if (M < 32 && !ta && tb && N >= 32)
         return amx_gemm_few_rows(M, N, K, A, lda, B, ldb, acc, c16, C, ldc);
+    return amx_gemm_run(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, KB);
+}
+
+/* ops_cpu_amx_gemm's product (arguments checked) in K blocks of at most kb */
+static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                        const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int kb) {
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    const blocking bl = blocking_for(K, c16);
+    const blocking bl = blocking_for(K, c16, kb);
     /* per thread, in u32s: B's group, A's group */
     const size_t bn = (size_t)bl.ng * bl.kbp / 2, per = bn + (size_t)bl.mg * bl.kbp / 2;
     const int split_n = N >= M; /* the larger dimension goes to the threads, in 32s */
