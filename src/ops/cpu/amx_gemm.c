@@ -63,7 +63,7 @@
  * titan's shapes (bench/RESULTS.md "Session 21"). */
 enum { KB = 512 };
 /* amx_gemm_few_rows' K block: its A (a weight's rows, read once) walked along whole rows of up
- * to 8 KiB, not 1 KiB pieces of each: decode at Qwen3-0.6B in bf16 11.3-11.6 -> 13.0 tokens/s
+ * to 8 KiB, not 1 KiB pieces of each: decode at Qwen3-0.6B in bf16 11.3-11.6 -> 13.3 tokens/s
  * (bench/RESULTS.md "Session 46"). A K block only stores and reloads C's fp32 sums exactly, so
  * it does not change C. */
 enum { KB_FEW = 4096 };
