@@ -160,12 +160,14 @@ int main(void) {
         printf("skipped: no AMX-BF16 here (or no AMX kernel in this build)\n");
         return 77;
     }
-    /* tiny; edges in all three; K over 512 (several K blocks, the last partial); N split
-     * between threads; M split; the lm_head's chunk with an odd K; several column groups
-     * (1024 columns at K blocks of 512: B's next group prefetched) */
-    static const shape shapes[] = {{1, 1, 1},       {37, 45, 70},   {64, 96, 1100},
-                                   {33, 700, 64},   {700, 33, 64},  {96, 200, 2065},
-                                   {40, 2100, 600}, {1, 100, 1100}, {7, 70, 600}};
+    /* tiny; edges in all three; K over 512 (several K blocks of a packed A^T, the last
+     * partial); N split between threads; M split; the lm_head's chunk with an odd K, and K over
+     * 2048 and 4096 (two and three K blocks of A's rows read in place: the partial sums of the
+     * blocks before the last stored in C itself, whole 32 x 32 blocks of it, and reloaded);
+     * several column groups (B's next group prefetched) */
+    static const shape shapes[] = {{1, 1, 1},     {37, 45, 70},    {64, 96, 1100},  {33, 700, 64},
+                                   {700, 33, 64}, {96, 200, 2065}, {40, 2100, 600}, {1, 100, 1100},
+                                   {7, 70, 600},  {64, 70, 4200}};
     int n = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)

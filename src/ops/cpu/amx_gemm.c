@@ -59,9 +59,15 @@
 #define _tile_dpbf16ps(c, a, b) ops_cpu_amx_emu_dpbf16ps(c, a, b)
 #endif
 
-/* K block (elements); C is reloaded once per block. 1024 and 2048 measured no faster at
- * titan's shapes (bench/RESULTS.md "Session 21"). */
-enum { KB = 512 };
+/* K blocks (elements); C is stored and reloaded once per block, exactly (a K block does not
+ * change C). KB: products whose A is packed per block (op(A) = A^T: the weight gradients) and
+ * ops_cpu_amx_gemm_packed's. KB_ROWS: products reading A's rows where they lie (x W^T, dy W):
+ * fewer passes over C, which at 0.6B x 2048 is 8-24 MB, from memory each pass. Measured on the
+ * AMX Xeon, 2 threads, GFLOP/s at KB 512 / 1024 / 2048 (bench/RESULTS.md "Session 47"): x W^T
+ * 2048 x 3072 x 1024 1571 / 1817 / 1808, 2048 x 512 x 1536 1765 / 1801 / 1868; dy W level
+ * (1530-1840 at each); dy^T x 3072 x 1024 x 2048 1491 / 1283 / 956: A^T's pack per block
+ * wants short blocks. */
+enum { KB = 512, KB_ROWS = 2048 };
 /* amx_gemm_few_rows' K block: its A (a weight's rows, read once) walked along whole rows of up
  * to 8 KiB, not 1 KiB pieces of each: decode at Qwen3-0.6B in bf16 11.3-11.6 -> 13.3 tokens/s
  * (bench/RESULTS.md "Session 46"). A K block only stores and reloads C's fp32 sums exactly, so
@@ -263,13 +269,41 @@ static void prefetch_b(int tb, const uint16_t *B, int ldb, int N, int k0, int kb
     }
 }
 
+/* Vector work done beside tile products: the tile unit and the vector units run side by side
+ * when their instructions come close together in the program (out of order), not when a tile
+ * loop and the vector loop over its results follow each other. fn(ctx, u) does unit u of n (a row
+ * of a block of results); side_step, called once per k step of the tile loops it is spread over
+ * (steps of them in all), does the units due by then, side_finish the rest. Measured on the
+ * Xeon: a 64-product tile block and the exps of another block's 32 x 32 results took 1735 TSC
+ * cycles alone, 2447 one after the other, 1985 interleaved a k step at a time. */
+typedef struct {
+    void (*fn)(void *ctx, int u);
+    void *ctx;
+    int n, done, steps, step;
+} side_job;
+
+static inline void side_step(side_job *sj) {
+    const int due = (int)((long)++sj->step * sj->n / sj->steps);
+    while (sj->done < due && sj->done < sj->n) sj->fn(sj->ctx, sj->done++);
+}
+
+static void side_finish(side_job *sj) {
+    while (sj->done < sj->n) sj->fn(sj->ctx, sj->done++);
+}
+
+/* a side job of n units over steps k steps, starting */
+static side_job side_start(void (*fn)(void *, int), void *ctx, int n, int steps) {
+    return (side_job){fn, ctx, n, 0, steps > 0 ? steps : 1, 0};
+}
+
 /* C[32, 32] fp32 (+)= A[32, kbp] B[kbp, 32] on tiles 0-7 (the configuration loaded): A's rows
  * at a (byte stride as, each kbp bf16), B as two 16-column blocks of k pairs b0, b1 (kbp/2 rows
  * of 16 32-bit pairs, bs bytes apart: 64 in pack_b's layout, 256 in dpbf16.h's 64-column
  * panels), C at c (byte stride cs), added to when load, else overwritten. kbp: a multiple of
- * 32. */
-static inline void tile_block(const void *a, size_t as, const void *b0, const void *b1, size_t bs,
-                              int kbp, float *c, size_t cs, int load) {
+ * 32. sj (or NULL): a side job stepped once per k step. */
+static inline void tile_block_with(const void *a, size_t as, const void *b0, const void *b1,
+                                   size_t bs, int kbp, float *c, size_t cs, int load,
+                                   side_job *sj) {
     const char *ai = a;
     if (load) {
         _tile_loadd(0, c, cs);
@@ -289,6 +323,7 @@ static inline void tile_block(const void *a, size_t as, const void *b0, const vo
         _tile_loadd(7, (const char *)b1 + (size_t)k * (bs / 2), bs);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
+        if (sj) side_step(sj);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
@@ -296,6 +331,11 @@ static inline void tile_block(const void *a, size_t as, const void *b0, const vo
     _tile_stored(1, c + 16, cs);
     _tile_stored(2, (char *)c + 16 * cs, cs);
     _tile_stored(3, (char *)c + 16 * cs + 64, cs);
+}
+
+static inline void tile_block(const void *a, size_t as, const void *b0, const void *b1, size_t bs,
+                              int kbp, float *c, size_t cs, int load) {
+    tile_block_with(a, as, b0, b1, bs, kbp, c, cs, load, NULL);
 }
 
 /* the blocking: K blocks of kbp (one block for c16), B packed per group of ng columns (about
@@ -355,8 +395,12 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                             for (int r = 32; r < 64 && i0 + r < mg; r++)
                                 for (int k = 0; k < 2 * kb; k += 64)
                                     _mm_prefetch(ai + (size_t)r * as + k, _MM_HINT_T1);
-                        /* whole fp32 blocks to add to: C's own rows as the tiles' */
-                        const int direct = !c16 && rows == 32 && cols == 32 && load && c_aligned;
+                        /* whole fp32 blocks to add to, or to be added to by the next K block:
+                         * C's own rows as the tiles' (a partial sum streamed to memory past the
+                         * caches came back from there: x W^T at 2048 x 512 x 1536 1244 -> 1765
+                         * GFLOP/s in 512 blocks) */
+                        const int direct =
+                            !c16 && rows == 32 && cols == 32 && c_aligned && (load || k0 + kb < K);
                         float *cd = direct ? (float *)C + (size_t)(h0 + i0) * ldc + jn : stage;
                         const size_t cs = sizeof(float) * (direct ? (size_t)ldc : 32);
                         if (!direct && load) { /* stage the partial sums (zero outside C) */
@@ -467,7 +511,7 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     if (c16 && K > 8192) return -1; /* one K block for bf16 results: a model dimension */
     if (M < 32 && !ta && tb && N >= 32)
         return amx_gemm_few_rows(M, N, K, A, lda, B, ldb, acc, c16, C, ldc);
-    return amx_gemm_run(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, KB);
+    return amx_gemm_run(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, ta ? KB : KB_ROWS);
 }
 
 /* ops_cpu_amx_gemm's product (arguments checked) in K blocks of at most kb */
@@ -816,13 +860,44 @@ static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
     }
 }
 
+/* pass 2's side job: G^T's rows for a 32 x 32 block of l^T (vocabulary rows v, v + 1, ...;
+ * 32 tokens, each's M, scale and target at M, sc, tg) */
+typedef struct {
+    const float *l;      /* [32][32] fp32 */
+    uint16_t *g;         /* the block's first row in G^T (row stride gs16) */
+    const float *M, *sc; /* [32] */
+    const int32_t *tg;   /* [32] */
+    int v, rows, gs16;   /* row 0's vocabulary row, valid rows (zero past them) */
+    float gs;
+} ce_grad;
+
+static void ce_grad_row(void *ctx, int r) {
+    const ce_grad *c = ctx;
+    uint16_t *restrict g = c->g + (size_t)r * c->gs16;
+    if (r >= c->rows) { /* past V: zero, so dw's products add nothing */
+        memset(g, 0, sizeof(uint16_t) * 32);
+        return;
+    }
+    const float *restrict l = c->l + r * 32;
+    for (int t = 0; t < 32; t += 16) {
+        const __m512 s16 = _mm512_loadu_ps(c->sc + t);
+        __m512 e = _mm512_mul_ps(
+            ce_exp16(_mm512_sub_ps(_mm512_load_ps(l + t), _mm512_loadu_ps(c->M + t))), s16);
+        e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s16, _mm512_setzero_ps(), _CMP_NEQ_OQ), e);
+        e = _mm512_mask_sub_ps(
+            e, _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(c->tg + t), _mm512_set1_epi32(c->v + r)),
+            e, _mm512_set1_ps(c->gs));
+        _mm256_storeu_si256((__m256i *)(g + t), (__m256i)_mm512_cvtneps_pbh(e));
+    }
+}
+
 /* pass 2 for vocabulary rows [v0, v0 + vr) */
 static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
     const int D = j->D, Np = j->Np, vp = (vr + 31) / 32 * 32;
-    uint16_t *wa = (uint16_t *)ws;                               /* [CE_VD][D] */
-    float *lst = (float *)(ws + round64((size_t)CE_VD * D * 2)); /* [CE_VD][CE_TK] */
-    uint16_t *gt = (uint16_t *)(lst + (size_t)CE_VD * CE_TK);    /* [CE_VD][CE_TK] */
-    float *stage = (float *)(gt + (size_t)CE_VD * CE_TK);        /* [32][32] */
+    uint16_t *wa = (uint16_t *)ws;                              /* [CE_VD][D] */
+    float *lb = (float *)(ws + round64((size_t)CE_VD * D * 2)); /* [2][32][32]: l^T blocks */
+    uint16_t *gt = (uint16_t *)(lb + 2 * 32 * 32);              /* [CE_VD][CE_TK] */
+    float *stage = (float *)(gt + (size_t)CE_VD * CE_TK);       /* [32][32] */
     /* w's rows as A tiles: a copy, 64-byte aligned and zero past V */
     memcpy(wa, j->w16 + (size_t)v0 * D, sizeof(uint16_t) * (size_t)vr * D);
     memset(wa + (size_t)vr * D, 0, sizeof(uint16_t) * (size_t)(vp - vr) * D);
@@ -830,35 +905,24 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
     for (int c0 = 0; c0 < Np; c0 += CE_TK) {
         const int kc = Np - c0 < CE_TK ? Np - c0 : CE_TK;
         const int load = j->dw_acc || c0 > 0; /* dw holds a sum to add to */
+        /* l^T a 32 x 32 block at a time, each block's G^T rows computed over the next block's
+         * products (side job), the last after them */
+        ce_grad g = {.gs16 = CE_TK, .gs = j->gs};
+        side_job sj = side_start(ce_grad_row, &g, 0, 1);
+        int nb = 0;
         for (int t0 = 0; t0 < kc; t0 += 32)
-            for (int i0 = 0; i0 < vp; i0 += 32)
-                tile_block(wa + (size_t)i0 * D, sizeof(uint16_t) * D,
-                           j->xb1 + (size_t)(c0 + t0) * D / 2,
-                           j->xb1 + (size_t)(c0 + t0 + 16) * D / 2, 64, D,
-                           lst + (size_t)i0 * CE_TK + t0, sizeof(float) * CE_TK, 0);
-        const float *restrict M = j->M + c0, *restrict sc = j->scale + c0;
-        const int32_t *restrict tg = j->tg + c0;
-        const float gs = j->gs;
-        for (int i = 0; i < vp; i++) {
-            uint16_t *restrict g = gt + (size_t)i * CE_TK;
-            const float *restrict l = lst + (size_t)i * CE_TK;
-            const int v = v0 + i;
-            if (i >= vr) {
-                memset(g, 0, sizeof(uint16_t) * kc);
-                continue;
+            for (int i0 = 0; i0 < vp; i0 += 32, nb++) {
+                float *l = lb + (nb & 1) * 32 * 32;
+                tile_block_with(
+                    wa + (size_t)i0 * D, sizeof(uint16_t) * D, j->xb1 + (size_t)(c0 + t0) * D / 2,
+                    j->xb1 + (size_t)(c0 + t0 + 16) * D / 2, 64, D, l, sizeof(float) * 32, 0, &sj);
+                side_finish(&sj);
+                g.l = l, g.g = gt + (size_t)i0 * CE_TK + t0;
+                g.M = j->M + c0 + t0, g.sc = j->scale + c0 + t0, g.tg = j->tg + c0 + t0;
+                g.v = v0 + i0, g.rows = vr - i0 < 32 ? vr - i0 : 32;
+                sj = side_start(ce_grad_row, &g, 32, D / 32);
             }
-            for (int t = 0; t < kc; t += 16) { /* (kc: a multiple of 32) */
-                const __m512 s16 = _mm512_loadu_ps(sc + t);
-                __m512 e = _mm512_mul_ps(
-                    ce_exp16(_mm512_sub_ps(_mm512_load_ps(l + t), _mm512_loadu_ps(M + t))), s16);
-                e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s16, _mm512_setzero_ps(), _CMP_NEQ_OQ),
-                                        e);
-                e = _mm512_mask_sub_ps(
-                    e, _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(tg + t), _mm512_set1_epi32(v)), e,
-                    _mm512_set1_ps(gs));
-                _mm256_store_si256((__m256i *)(g + t), (__m256i)_mm512_cvtneps_pbh(e));
-            }
-        }
+        side_finish(&sj);
         const uint32_t *xb2 = j->xb2 + (size_t)c0 * D / 2; /* [D/16][kc/2][16] */
         for (int i0 = 0; i0 < vp; i0 += 32) {
             const int rows = vr - i0 < 32 ? vr - i0 : 32;
@@ -906,9 +970,8 @@ int ops_cpu_amx_lmhead_ce(float *dx, float *dw, int dw_acc, const uint16_t *x16,
     const size_t ws1 = 2 * round64((size_t)vb * D * 2) + sizeof(float) * (size_t)Tb * D +
                        sizeof(float) * 32 * vb + sizeof(uint16_t) * 32 * vb +
                        (sizeof(float) * 2 + sizeof(double)) * (size_t)(Tb + 2),
-                 ws2 = round64((size_t)CE_VD * D * 2) +
-                       (sizeof(float) + sizeof(uint16_t)) * (size_t)CE_VD * CE_TK +
-                       sizeof(float) * 32 * 32;
+                 ws2 = round64((size_t)CE_VD * D * 2) + sizeof(float) * 2 * 32 * 32 +
+                       sizeof(uint16_t) * (size_t)CE_VD * CE_TK + sizeof(float) * 32 * 32;
     ce_job j = {xa,         w16, tg, N,       Np, D,    V,    grad, vb,
                 grad_scale, dx,  Mf, Mf + Np, ls, NULL, NULL, dw,   dw_acc};
     if (xb) j.xb1 = xb, j.xb2 = xb + xbytes / sizeof(uint32_t);
