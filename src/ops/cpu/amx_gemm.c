@@ -233,13 +233,17 @@ static void pack_b(uint32_t *dst, int tb, const void *B, int f32, int ldb, int N
 }
 
 /* op(A)[m0 .. m0+rows, k0 .. k0+kb] into dst [rows rounded up to 32][kbp], zero past M and K;
- * A stored [K][M] (ta): 16 columns' pairs, transposed */
+ * A stored [K][M] (ta): 16 columns' pairs, transposed. Both ways A is read along its rows: per
+ * 16 rows the k pairs in order, or (ta) per 32 rows of A^T's k all the columns in order (a
+ * 16-column strip down all kbp rows first read half of each 64-byte line at a time, a row every
+ * lda elements, and took as long as the products: dy^T x at 3072 x 1024 x 2048, session 47) */
 static void pack_a(uint16_t *dst, int ta, const uint16_t *A, int lda, int M, int k0, int kb,
                    int kbp, int m0, int rows) {
     const int rp = (rows + 31) / 32 * 32;
     if (m0 + rows > M) rows = M - m0;
-    for (int i0 = 0; i0 < rp; i0 += 16)
-        for (int q = 0; q < kbp; q += 32) {
+    for (int o = 0; o < (ta ? kbp : rp); o += ta ? 32 : 16)
+        for (int n = 0; n < (ta ? rp : kbp); n += ta ? 16 : 32) {
+            const int i0 = ta ? n : o, q = ta ? o : n;
             __m512i r[16];
             if (ta) {
                 pairs_rows(r, A + (size_t)k0 * lda + m0 + i0, 0, (size_t)lda, q, kb, rows - i0);
