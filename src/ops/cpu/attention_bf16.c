@@ -1,8 +1,8 @@
-/* "bf16" attention over a KV cache (inference: titan generate): q and the cache rows rounded
- * to bf16 here, the probabilities P by the kernel (attention_kv.c, OPS_PREC_BF16) after the
- * fp32 softmax, so Q.K^T and P.V multiply bf16 values with fp32 accumulation, as training's
- * bf16 attention (the bf16 engine's GEMMs: attention_gemm.c) does. The rounded copies are
- * transient buffers. */
+/* "bf16" attention over a KV cache (inference: titan generate): q rounded to bf16 here, the
+ * cache rows as the kernel reads them and the probabilities P after its fp32 softmax
+ * (attention_kv.c, OPS_PREC_BF16), so Q.K^T and P.V multiply bf16 values with fp32
+ * accumulation, as training's bf16 attention (the bf16 engine's GEMMs: attention_gemm.c) does.
+ * q's rounded copy is a transient buffer. */
 #include "ops/cpu/cpu.h"
 
 #include <stdlib.h>
@@ -26,9 +26,9 @@ static void free_copies(float **p, int k) {
 /* Inference over a KV cache of pos0 + T rows. */
 void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const float *v, int T,
                                int pos0, int H, int G, int hd) {
-    const size_t nq = (size_t)T * H * hd, nk = (size_t)(pos0 + T) * G * hd;
-    float *r[3];
-    if (round_copies(r, (const float *const[]){q, k, v}, (const size_t[]){nq, nk, nk}, 3)) abort();
-    ops_cpu_attention_kv_prec(out, r[0], r[1], r[2], T, pos0, H, G, hd, OPS_PREC_BF16);
-    free_copies(r, 3);
+    const size_t nq = (size_t)T * H * hd;
+    float *r[1];
+    if (round_copies(r, (const float *const[]){q}, (const size_t[]){nq}, 1)) abort();
+    ops_cpu_attention_kv_prec(out, r[0], k, v, T, pos0, H, G, hd, OPS_PREC_BF16);
+    free_copies(r, 1);
 }
