@@ -6,7 +6,7 @@
  * per-thread row, then exp(s - max) in place, their sum, and the weighted sum of V rows, divided
  * by the sum at the end. There is no tiling: a decode step (T = 1) reads each cached K and V row
  * once per kv head (once per query head until session 47: 7.7 -> 8.8 tokens/s with the rows
- * prefetched, then ? with them shared, a 2059-token prompt at Qwen3-0.6B in bf16 on the AMX
+ * prefetched, 10.0 with them shared, a 2059-token prompt at Qwen3-0.6B in bf16 on the AMX
  * Xeon), which is the whole cost; a prompt's chunks after its first 2048 rows (model/generate.c)
  * are the only longer calls.
  * Results do not depend on the thread count (each output row is computed by one thread in a fixed
