@@ -181,10 +181,10 @@ int main(void) {
           "c16 with acc not refused");
     for (int acc = 0; acc <= 1; acc++)
         for (int c16 = 0; c16 <= !acc; c16++) {
-            few_rows(1, 100, 1100, acc, c16, 0); /* three K blocks, an edge in N */
+            few_rows(1, 100, 1100, acc, c16, 0); /* an edge in N */
             few_rows(7, 2100, 64, acc, c16, 0);
             few_rows(31, 96, 600, acc, c16, 0);
-            few_rows(1, 2100, 1024, acc, c16, 1); /* two K blocks, rows from B as they lie */
+            few_rows(1, 2100, 1024, acc, c16, 1); /* rows from B as they lie */
             few_rows(5, 96, 64, acc, c16, 1);
             few_rows(31, 4096, 512, acc, c16, 1);
         }

@@ -9,6 +9,7 @@
  *    Without AVX-512 these comparisons are skipped (the fallback is then what runs anyway).
  * Exit status 0 when every check passes. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,35 @@ static void compare_copies(void) {
         ops_cpu_attention_kv_prec_avx512(oa, q, k, v, t1, p0, H, G, hd, OPS_PREC_BF16);
         ops_cpu_attention_kv_prec_default(ob, q, k, v, t1, p0, H, G, hd, OPS_PREC_BF16);
         check("attention_kv bf16", oa, ob, (size_t)t1 * H * hd, 0);
+        /* bf16 rounds k and v as it reads them: the same as on copies rounded beforehand, and a
+         * NaN in a k row stays a NaN (its kv head's query rows NaN, the other heads' not) */
+        float *kr = malloc(sizeof(float) * nk), *vr = malloc(sizeof(float) * nk);
+        ops_cpu_bf16_round(kr, k, nk);
+        ops_cpu_bf16_round(vr, v, nk);
+        ops_cpu_attention_kv_prec_avx512(ob, q, kr, vr, t1, p0, H, G, hd, OPS_PREC_BF16);
+        check("attention_kv bf16 = on rounded k, v", oa, ob, (size_t)t1 * H * hd, 1);
+        uint32_t nan_bits = 0x7fffffffu;             /* rounding it as a finite value gives -0 */
+        memcpy(&kr[hd], &nan_bits, sizeof nan_bits); /* position 0, kv head 1 */
+        ops_cpu_attention_kv_prec_default(ob, q, kr, vr, t1, p0, H, G, hd, OPS_PREC_BF16);
+        int nan_ok = 1;
+        for (int t = 0; t < t1; t++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < hd; d++)
+                    nan_ok &= isnan(ob[((size_t)t * H + h) * hd + d]) == (h / (H / G) == 1);
+        printf("%-4s attention_kv bf16: a NaN in k kept\n", nan_ok ? "ok" : "FAIL");
+        if (!nan_ok) g_failures++;
+        free(kr), free(vr);
+        /* a decode step of 4 query heads on 1 kv head: one task for all 4 on one thread, a task
+         * per 2 heads on 2 threads (attention_kv.c); the same values either way */
+        float *o1 = rnd((size_t)H * hd, 1), *o4 = dup(o1, (size_t)H * hd);
+        const int nthr = omp_get_max_threads();
+        omp_set_num_threads(1);
+        ops_cpu_attention_kv_prec_avx512(o1, q, k, v, 1, p0, H, 1, hd, OPS_PREC_BF16);
+        omp_set_num_threads(2);
+        ops_cpu_attention_kv_prec_avx512(o4, q, k, v, 1, p0, H, 1, hd, OPS_PREC_BF16);
+        omp_set_num_threads(nthr);
+        check("attention_kv 1 kv head, 1 / 2 threads", o1, o4, (size_t)H * hd, 1);
+        free(o1), free(o4);
         free(q), free(k), free(v), free(dy), free(oa), free(ob), free(la), free(lb);
         free(qa), free(qb), free(ka), free(kb), free(wa), free(wb);
     }

@@ -12,7 +12,8 @@
  * 0-3 hold a 32 x 32 block of C, 4-5 two 16-row A tiles, 6-7 two 16-column B tiles.
  *
  * Blocking (per thread; the larger of M and N is split between threads in 32s; blocking_for):
- *   for each K block (512, or all of K for a bf16 C, K being a model dimension there):
+ *   for each K block (2048 where A is not transposed, 512 where A^T is packed per block, or
+ *   all of K for a bf16 C, K being a model dimension there):
  *     for each group of columns (about 1 MiB of packed B): pack op(B)[K block, group] into
  *       k pairs, per 16 columns a [kbp/2][16] block (zero past K and N), while the next
  *       group's B is prefetched to L2 over this group's panels;
@@ -60,8 +61,9 @@
 #endif
 
 /* K blocks (elements); C is stored and reloaded once per block, exactly (a K block does not
- * change C). KB: products whose A is packed per block (op(A) = A^T: the weight gradients) and
- * ops_cpu_amx_gemm_packed's. KB_ROWS: products reading A's rows where they lie (x W^T, dy W):
+ * change C). KB: products whose A^T is packed per block (the weight gradients) and
+ * ops_cpu_amx_gemm_packed's. KB_ROWS: products of A not transposed (x W^T, dy W; its rows read
+ * where they lie when they are whole 64-byte lines):
  * fewer passes over C, which at 0.6B x 2048 is 8-24 MB, from memory each pass. Measured on the
  * AMX Xeon, 2 threads, GFLOP/s at KB 512 / 1024 / 2048 (bench/RESULTS.md "Session 47"): x W^T
  * 2048 x 3072 x 1024 1571 / 1817 / 1808, 2048 x 512 x 1536 1765 / 1801 / 1868; dy W level
@@ -642,9 +644,10 @@ void ops_cpu_amx_gemm_panels(int M, int N, int k2, const uint16_t *A, size_t lda
  * w[target]: the normalisation is applied once, after the sum, as FlashAttention's output.
  * Pass 2, per block of CE_VD vocabulary rows (a thread's: dw's rows are its own): per chunk of
  * CE_TK tokens (fixed: dw's sums run over them in order), l^T [CE_VD, CE_TK] = w_block x^T on
- * tiles (w's rows read as tiles as they are), G^T = bf16(exp(l - M_t) grad_scale / S_t), minus
- * grad_scale at the target, then dw_block += G^T x_chunk on tiles (x packed in k pairs once per
- * call, both ways).
+ * tiles a 32 x 32 block at a time (w's rows read as tiles as they are), each block's G^T =
+ * bf16(exp(l - M_t) grad_scale / S_t), minus grad_scale at the target, computed over the next
+ * block's products (a side job), then dw_block += G^T x_chunk on tiles (x packed in k pairs once
+ * per call, both ways).
  * Each result is one fixed-order sum per element: bitwise the same for any thread count.
  * Logits stay fp32 in the caches (the other paths round them to bf16, as autocast's bf16
  * lm_head output: this keeps them exact). */

@@ -847,9 +847,9 @@ static int amx_gemm_mode(void) {
                   all = sw == 1, none = sw == 0;
         if (sw != -2 && !none && ops_cpu_amx_usable()) {
             char why[160];
-            /* 37 x 45: edges in both; K 2100: two K blocks of rows read in place, five of a
-             * packed A^T, the last a partial one; 3 rows: the few-rows path (computed
-             * transposed) */
+            /* 37 x 45: edges in both; K 2100: two K blocks (A not transposed; padded, so packed
+             * per block) and five (A^T), the last a partial one; 3 rows: the few-rows path
+             * (computed transposed). test_amx_gemm covers rows read in place. */
             if (gemm_selfcheck(ops_cpu_amx_gemm, 37, 45, 2100, why, sizeof why) ||
                 gemm_selfcheck(ops_cpu_amx_gemm, 3, 45, 1100, why, sizeof why))
                 base_log(BASE_LOG_WARN,

@@ -135,8 +135,8 @@ void ops_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, c
 /* Attention of new queries over a KV cache (inference; attention_kv.c). */
 void ops_cpu_attention_kv(float *out, const float *q, const float *k, const float *v, int T,
                           int pos0, int H, int G, int hd);
-/* The one kernel of both precisions (ISA-dispatched): OPS_PREC_BF16 rounds the probabilities
- * to bf16 before P.V (q, k, v are the caller's to round). */
+/* The one kernel of both precisions (ISA-dispatched): OPS_PREC_BF16 rounds k and v to bf16 as it
+ * reads them and the probabilities before P.V (q is the caller's to round). */
 void ops_cpu_attention_kv_prec(float *out, const float *q, const float *k, const float *v, int T,
                                int pos0, int H, int G, int hd, ops_prec prec);
 
