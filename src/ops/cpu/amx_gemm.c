@@ -871,16 +871,16 @@ static void ce_pass1(const ce_job *j, int t0, int tn, char *ws) {
  * 32 tokens, each's M, scale and target at M, sc, tg) */
 typedef struct {
     const float *l;      /* [32][32] fp32 */
-    uint16_t *g;         /* the block's first row in G^T (row stride gs16) */
+    uint16_t *g;         /* the block's first row in G^T (row stride CE_TK) */
     const float *M, *sc; /* [32] */
     const int32_t *tg;   /* [32] */
-    int v, rows, gs16;   /* row 0's vocabulary row, valid rows (zero past them) */
+    int v, rows;         /* row 0's vocabulary row, valid rows (zero past them) */
     float gs;
 } ce_grad;
 
 static void ce_grad_row(void *ctx, int r) {
     const ce_grad *c = ctx;
-    uint16_t *restrict g = c->g + (size_t)r * c->gs16;
+    uint16_t *restrict g = c->g + (size_t)r * CE_TK;
     if (r >= c->rows) { /* past V: zero, so dw's products add nothing */
         memset(g, 0, sizeof(uint16_t) * 32);
         return;
@@ -914,7 +914,7 @@ static void ce_pass2(const ce_job *j, int v0, int vr, char *ws) {
         const int load = j->dw_acc || c0 > 0; /* dw holds a sum to add to */
         /* l^T a 32 x 32 block at a time, each block's G^T rows computed over the next block's
          * products (side job), the last after them */
-        ce_grad g = {.gs16 = CE_TK, .gs = j->gs};
+        ce_grad g = {.gs = j->gs};
         side_job sj = side_start(ce_grad_row, &g, 0, 1);
         int nb = 0;
         for (int t0 = 0; t0 < kc; t0 += 32)
