@@ -189,7 +189,7 @@ static void ag_store_row(ag_mode m, void *dst, float *src, int n) {
     } else {
         float *f = dst; /* may be src itself (rounded in place): no restrict */
 #pragma omp simd
-        for (int j = 0; j < n; j++) f[j] = ops_cpu_bf16_rounded(src[j]);
+        for (int j = 0; j < n; j++) f[j] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[j]));
     }
 }
 
@@ -360,7 +360,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
 #pragma omp simd reduction(+ : d)
                 for (int c = 0; c < hd; c++) {
                     const float g = dout[o + c];
-                    d += (bf ? ops_cpu_bf16_rounded(g) : g) * out[o + c];
+                    d += (bf ? ops_cpu_bf16_value(ops_cpu_bf16_bits(g)) : g) * out[o + c];
                 }
                 D[((size_t)b * H + h) * T + t] = d;
             }

@@ -34,9 +34,18 @@ static inline void kv_prefetch(const float *row, int hd) {
     for (int d = 0; d < hd; d += 16) __builtin_prefetch(row + d, 0, 1);
 }
 
-/* a k or v value as the product reads it: rounded to bf16 when r16 */
+/* a k or v value as the product reads it: rounded to bf16 when r16, as ops_cpu_bf16_bits rounds
+ * (a NaN stays a quiet NaN), written as a select so that the loops stay vectorised (with
+ * ops_cpu_bf16_bits' early return they ran scalar: 5.55 against 7.82 tokens/s) */
 static inline float kv_value(float x, int r16) {
-    return r16 ? ops_cpu_bf16_rounded(x) : x;
+    if (!r16) return x;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u,
+                   quiet = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+    memcpy(&x, &u, sizeof u);
+    return x;
 }
 
 /* One task: rep query heads of kv head g (their rows qr, o [rep][hd]) over keys and values
@@ -70,7 +79,7 @@ static inline __attribute__((always_inline)) void attend(float *o, const float *
         }
         const float inv = 1.0f / sum;
         if (r16) /* P normalised, then rounded; no division after P.V */
-            for (int j = 0; j < n; j++) sr[j] = ops_cpu_bf16_rounded(sr[j] * inv);
+            for (int j = 0; j < n; j++) sr[j] = ops_cpu_bf16_value(ops_cpu_bf16_bits(sr[j] * inv));
         else
             sr[n] = inv; /* (ld > n) for after P.V */
     }

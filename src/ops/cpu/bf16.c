@@ -61,7 +61,7 @@ void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
 }
 
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
-    CONVERT(n, i, dst[i] = ops_cpu_bf16_rounded(src[i]));
+    CONVERT(n, i, dst[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[i])));
 }
 
 /* ---- CPU and engine ------------------------------------------------------------------ */
