@@ -69,6 +69,12 @@
  * packs its operands afresh, and twice the rows amortise that (0.6B x 2048 on a Zen 4:
  * forward 71 -> 65 ms, the two-pass backward 258 -> 226; 256 was slower again). */
 #define AG_BQ 128
+/* query rows of an amx forward task: its operands are packed once per call, so a block's size
+ * no longer amortises packing, and 32 rows keep its [rows, n] fp32 scores and bf16 P within L2
+ * beside the packed K and V (0.6B x 2048 on the AMX Xeon, forward ms a layer, 128 / 32 rows
+ * alternated: 18.9 / 16.2, 18.1 / 15.7, 17.3 / 16.2; 64 rows 17.3-17.7). The same values: a
+ * row's softmax and P V only add exact zeros for the masked keys past it. */
+#define AG_FQ_AMX 32
 
 typedef struct {
     ops_prec prec;
@@ -235,10 +241,10 @@ static void ag_ws_free(ag_ws *w) {
     free(w->t16);
 }
 
-/* Blocks of AG_BQ rows in T. The forward hands out the costliest blocks first (the last query
+/* Blocks of bq rows in T. The forward hands out the costliest blocks first (the last query
  * blocks, which see the most keys) so that dynamic scheduling ends evenly. */
-static int ag_blocks(int T) {
-    return (T + AG_BQ - 1) / AG_BQ;
+static int ag_blocks(int T, int bq) {
+    return (T + bq - 1) / bq;
 }
 
 /* Task t of the forward: query rows [r0, r0 + M) of head h of
@@ -247,9 +253,9 @@ typedef struct {
     int b, h, g, r0, M, n;
 } ag_qblock;
 
-static ag_qblock ag_qblock_of(long t, int nb, int T, int H, int rep) {
+static ag_qblock ag_qblock_of(long t, int nb, int bq, int T, int H, int rep) {
     const int qb = nb - 1 - (int)(t % nb), h = (int)(t / nb % H), b = (int)(t / nb / H);
-    const int r0 = qb * AG_BQ, r1 = r0 + AG_BQ < T ? r0 + AG_BQ : T;
+    const int r0 = qb * bq, r1 = r0 + bq < T ? r0 + bq : T;
     return (ag_qblock){b, h, h / rep, r0, r1 - r0, r1};
 }
 
@@ -261,9 +267,9 @@ static void ag_rows_by_keys(ag_mode md, const ag_qblock *x, int hd, ag_op q, ag_
 
 static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const float *k,
                    const float *v, int B, int T, int H, int G, int hd) {
-    const int rep = H / G, nb = ag_blocks(T);
+    const int amx = ag_amx(md, T, hd), bq = amx ? AG_FQ_AMX : AG_BQ;
+    const int rep = H / G, nb = ag_blocks(T, bq);
     const float scale = 1.0f / sqrtf((float)hd);
-    const int amx = ag_amx(md, T, hd);
     void *own[3] = {NULL, NULL, NULL};
     /* amx: K and V are only packed, straight from k and v */
     const ag_op q16 = ag_operand(md, q, B, T, H, hd, &own[0]),
@@ -288,7 +294,7 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
         ag_ws w = ag_ws_new(md, T, hd, 0);
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < (long)B * H * nb; task++) {
-            const ag_qblock x = ag_qblock_of(task, nb, T, H, rep);
+            const ag_qblock x = ag_qblock_of(task, nb, bq, T, H, rep);
             const int b = x.b, h = x.h, g = x.g, r0 = x.r0, M = x.M, n = x.n;
             const size_t bg = (size_t)b * G + g;
             if (amx) /* the 16-key blocks of K^T are hd * 8 words apart */
@@ -336,7 +342,7 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
 static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dout, const float *out,
                    const float *lse, const float *q, const float *k, const float *v, int B, int T,
                    int H, int G, int hd) {
-    const int rep = H / G, nb = ag_blocks(T);
+    const int rep = H / G, nb = ag_blocks(T, AG_BQ);
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t nq = (size_t)B * T * H * hd;
     const int amx = ag_amx(md, T, hd);
