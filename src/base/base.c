@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -247,10 +248,30 @@ void *base_alloc_uninit(size_t bytes) {
     return alloc_aligned(bytes, &rounded);
 }
 
+/* Zeroes a fresh allocation; one of 64 MiB or more (weights, gradients, AdamW's moments) on
+ * every thread of the pool, a piece each, so that its first touch, and the kernel's zeroing of
+ * each fresh page behind it, runs on all of them: a Qwen3-0.6B start spent ~6 s zeroing the
+ * AdamW moments on one thread (2 GiB on 2 MiB pages, AMX Xeon VM: 6.7 GB/s on one thread, 12.4
+ * on two). */
+static void zero_fresh(void *p, size_t bytes) {
+    if (bytes < ((size_t)64 << 20) || omp_in_parallel()) {
+        memset(p, 0, bytes);
+        return;
+    }
+#pragma omp parallel
+    {
+        const size_t T = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+        const size_t piece = (bytes / T + BASE_HUGE - 1) / BASE_HUGE * BASE_HUGE;
+        const size_t lo = t * piece < bytes ? t * piece : bytes,
+                     hi = t + 1 == T || lo + piece > bytes ? bytes : lo + piece;
+        memset((char *)p + lo, 0, hi - lo);
+    }
+}
+
 void *base_alloc(size_t bytes) {
     size_t rounded;
     void *p = alloc_aligned(bytes, &rounded);
-    if (p) memset(p, 0, rounded);
+    if (p) zero_fresh(p, rounded);
     return p;
 }
 
