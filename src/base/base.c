@@ -252,7 +252,8 @@ void *base_alloc_uninit(size_t bytes) {
  * every thread of the pool, a piece each, so that its first touch, and the kernel's zeroing of
  * each fresh page behind it, runs on all of them: a Qwen3-0.6B start spent ~6 s zeroing the
  * AdamW moments on one thread (2 GiB on 2 MiB pages, AMX Xeon VM: 6.7 GB/s on one thread, 12.4
- * on two). */
+ * on two). Called from a thread that is not the pool's (none does), libgomp would start a pool
+ * of its own for it, sized by the process default rather than training.threads. */
 static void zero_fresh(void *p, size_t bytes) {
     if (bytes < ((size_t)64 << 20) || omp_in_parallel()) {
         memset(p, 0, bytes);
