@@ -26,19 +26,20 @@ void dist_ep_alltoallv(void *ctx, const void *send, const int32_t *scount, void 
     dist_alltoallv_rows(ctx, send, scount, recv, rcount, row);
 }
 
-/* Appends piece *x to v[*n], merged into the last one when both are single rows that are
- * adjacent in both layouts. x by pointer: passed by value, GCC 12 (x86-64-v3) built the
- * 40-byte argument in a ymm register and left dist_tp_pieces_init without a vzeroupper, and the
- * dirty upper halves then made every later call of glibc's SSE-encoded log() wrapper 40x slower
- * (the random init: base_rng_normal). */
-static inline void piece_add(dist_piece *v, int *n, const dist_piece *x) {
+/* Appends piece x to v[*n], merged into the last one when both are single rows that are
+ * adjacent in both layouts. Inlined: called out of line, GCC 12 (x86-64-v3) built each 40-byte
+ * argument in a ymm register and emitted no vzeroupper anywhere in dist_tp_pieces_init, and the
+ * dirty upper halves made every later call of glibc's SSE-encoded log() wrapper 40x slower (the
+ * random init after it: base_rng_normal; tests/unit/test_upper_state.c). Inlined, the loop ends
+ * in a vzeroupper. */
+static inline __attribute__((always_inline)) void piece_add(dist_piece *v, int *n, dist_piece x) {
     dist_piece *p = *n ? &v[*n - 1] : NULL;
-    if (p && p->rows == 1 && x->rows == 1 && p->shard_off + p->row_len == x->shard_off &&
-        p->global_off + p->row_len == x->global_off) {
-        p->row_len += x->row_len;
+    if (p && p->rows == 1 && x.rows == 1 && p->shard_off + p->row_len == x.shard_off &&
+        p->global_off + p->row_len == x.global_off) {
+        p->row_len += x.row_len;
         p->stride = p->row_len;
     } else {
-        v[(*n)++] = *x;
+        v[(*n)++] = x;
     }
 }
 
@@ -52,12 +53,12 @@ int dist_tp_pieces_init(dist_tp_pieces *t, const dist_tp_run *runs, size_t n, in
     for (size_t i = 0; i < n; i++) {
         const dist_tp_run *u = &runs[i];
         const dist_piece x = {u->shard_off, u->full_offset, u->row_len, u->rows, u->full_stride};
-        piece_add(t->all, &t->n_all, &x);
+        piece_add(t->all, &t->n_all, x);
         if (tp_size == 1) continue;
-        if (!u->replicated || tp_rank == 0) piece_add(t->save, &t->n_save, &x);
+        if (!u->replicated || tp_rank == 0) piece_add(t->save, &t->n_save, x);
         if (u->replicated) { /* norm weights: never column-split, so one row */
             piece_add(t->rep, &t->n_rep,
-                      &(dist_piece){u->shard_off, u->offset, u->row_len, 1, u->row_len});
+                      (dist_piece){u->shard_off, u->offset, u->row_len, 1, u->row_len});
             t->rep_len += u->row_len;
         }
     }
