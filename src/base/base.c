@@ -248,21 +248,15 @@ void *base_alloc_uninit(size_t bytes) {
     return alloc_aligned(bytes, &rounded);
 }
 
-/* Zeroes a fresh allocation; one of 64 MiB or more (weights, gradients, AdamW's moments) on
- * every thread of the pool, a piece each, so that its first touch, and the kernel's zeroing of
- * each fresh page behind it, runs on all of them: a Qwen3-0.6B start spent ~6 s zeroing the
- * AdamW moments on one thread (2 GiB on 2 MiB pages, AMX Xeon VM: 6.7 GB/s on one thread, 12.4
- * on two). Called from a thread that is not the pool's (none does), libgomp would start a pool
- * of its own for it, sized by the process default rather than training.threads. */
-static void zero_fresh(void *p, size_t bytes) {
-    if (bytes < ((size_t)64 << 20) || omp_in_parallel()) {
+void base_zero(void *p, size_t bytes) {
+    if (bytes <= ((size_t)1 << 20) || omp_in_parallel()) {
         memset(p, 0, bytes);
         return;
     }
 #pragma omp parallel
     {
         const size_t T = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-        const size_t piece = (bytes / T + BASE_HUGE - 1) / BASE_HUGE * BASE_HUGE;
+        const size_t piece = (bytes / T + 63) & ~(size_t)63; /* whole 64-byte lines */
         const size_t lo = t * piece < bytes ? t * piece : bytes,
                      hi = t + 1 == T || lo + piece > bytes ? bytes : lo + piece;
         memset((char *)p + lo, 0, hi - lo);
@@ -272,7 +266,7 @@ static void zero_fresh(void *p, size_t bytes) {
 void *base_alloc(size_t bytes) {
     size_t rounded;
     void *p = alloc_aligned(bytes, &rounded);
-    if (p) zero_fresh(p, rounded);
+    if (p) base_zero(p, rounded);
     return p;
 }
 
