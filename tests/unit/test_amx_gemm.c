@@ -1,7 +1,8 @@
 /* titan's own AMX GEMM (src/ops/cpu/amx_gemm.c) against sums in double of the same bf16
  * products: every transpose combination, with and without accumulation, the bf16 result,
  * shapes with edges in M, N and K, several K blocks, both ways of splitting the work between
- * threads, padded and misaligned leading dimensions and pointers (the packed paths) and whole
+ * threads (the operands packed once for both, several groups of B), padded and misaligned
+ * leading dimensions and pointers (the packed paths) and whole
  * 64-byte rows (the direct ones); C's padding must stay untouched, and the result must be
  * bitwise the same on one thread (inside a parallel region) as on two; products of fewer than
  * 32 rows (computed transposed) bitwise the rows of a 64-row product. Skipped (77) where the
@@ -175,6 +176,11 @@ int main(void) {
                 for (int c16 = 0; c16 <= !acc; c16++)
                     for (int mis = 0; mis <= 1; mis++, n++)
                         one(shapes[s], t >> 1, t & 1, acc, c16, mis);
+    /* M split between threads over several groups of B's columns (each packed by both threads
+     * into one buffer between barriers: amx_gemm.c's amx_shared), with K blocks of 512 (A^T) or
+     * one (A's rows) */
+    for (int t = 0; t < 4; t++, n++)
+        one((shape){1100, 1060, 520}, t >> 1, t & 1, t == 3, 0, t == 2);
     /* refused, C untouched: bf16 result with accumulation */
     uint16_t x[32] = {0}, cc[4] = {7, 7, 7, 7};
     CHECK(ops_cpu_amx_gemm(0, 0, 2, 2, 2, x, 2, x, 2, 1, 1, cc, 2) == -1 && cc[0] == 7,

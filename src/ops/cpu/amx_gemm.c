@@ -362,26 +362,70 @@ static blocking blocking_for(int K, int c16, int kb) {
     return b;
 }
 
-/* one thread's rows [m0, m1) x columns [n0, n1) of C; bp, ap: its pack buffers */
+/* Operands packed once for all the threads of a product (amx_gemm_run): where they split C's
+ * rows each reads all of B, where they split its columns all of A. Packed by each thread for
+ * itself, a Qwen3-0.6B x 2048 bf16 step packed 5.5 G elements (A^T of the weight gradients,
+ * B of every product) where one copy of each is about half of that. Each thread packs its share
+ * (whole 32s) between two barriers; every thread runs the loops that hold them, its share of C
+ * empty or not. */
+typedef struct {
+    uint32_t *b; /* B's group, [ngp / 16][kbp / 2][16] (threads splitting C's rows), or NULL */
+    uint16_t
+        *a; /* A's K block, all M rows [Mp][kbp] (threads splitting C's columns, A^T), or NULL */
+    int t, nth;
+} amx_shared;
+
+/* thread t's share [*lo, *hi) of n (a multiple of 32) in whole 32s */
+static void share32(int n, int t, int nth, int *lo, int *hi) {
+    const int blocks = n / 32;
+    *lo = (int)((long)blocks * t / nth) * 32;
+    *hi = (int)((long)blocks * (t + 1) / nth) * 32;
+}
+
+/* one thread's rows [m0, m1) x columns [n0, n1) of C; bp, ap: its pack buffers; sh: the shared
+ * ones (NULL: none) */
 static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int m0, int m1,
-                     int n0, int n1, blocking bl, uint32_t *bp, uint16_t *ap) {
+                     int n0, int n1, blocking bl, uint32_t *bp, uint16_t *ap,
+                     const amx_shared *sh) {
     float stage[32 * 32] __attribute__((aligned(64)));
     const int c_aligned = !(((uintptr_t)C | (uintptr_t)ldc * 4) % 64);
     ops_cpu_amx_tiles_configure();
     for (int k0 = 0; k0 < K; k0 += bl.kbp) {
         const int kb = K - k0 < bl.kbp ? K - k0 : bl.kbp, kbp = (kb + 31) / 32 * 32;
         const int load = acc || k0 > 0; /* C holds a partial sum to add to */
+        if (sh && sh->a) {              /* A's K block, every row, between the threads */
+            int lo, hi;
+            share32((M + 31) / 32 * 32, sh->t, sh->nth, &lo, &hi);
+#pragma omp barrier
+            if (hi > lo) pack_a(sh->a + (size_t)lo * kbp, ta, A, lda, M, k0, kb, kbp, lo, hi - lo);
+#pragma omp barrier
+        }
         for (int g0 = n0; g0 < n1; g0 += bl.ng) {
             const int ng = n1 - g0 < bl.ng ? n1 - g0 : bl.ng, ngp = (ng + 31) / 32 * 32;
-            pack_b(bp, tb, B, 0, ldb, N, k0, kb, kbp, g0, ngp);
+            uint32_t *bg = bp;
+            if (sh && sh->b) { /* B's group between the threads */
+                int lo, hi;
+                share32(ngp, sh->t, sh->nth, &lo, &hi);
+#pragma omp barrier
+                if (hi > lo)
+                    pack_b(sh->b + (size_t)lo * kbp / 2, tb, B, 0, ldb, N, k0, kb, kbp, g0 + lo,
+                           hi - lo);
+#pragma omp barrier
+                bg = sh->b;
+            } else {
+                pack_b(bp, tb, B, 0, ldb, N, k0, kb, kbp, g0, ngp);
+            }
             for (int h0 = m0; h0 < m1; h0 += bl.mg) {
                 const int mg = m1 - h0 < bl.mg ? m1 - h0 : bl.mg;
                 const uint16_t *a = A + (size_t)h0 * lda + k0;
                 size_t as = sizeof(uint16_t) * (size_t)lda; /* A tile row stride, bytes */
                 /* straight from A only for whole 64-byte rows: a tile row across two cache
                  * lines halves the loads' rate (measured: 0.6x at 2048 x 1536 x 512) */
-                if (ta || kb % 32 || mg % 32 || ((uintptr_t)a | as) % 64) {
+                if (sh && sh->a) {
+                    a = sh->a + (size_t)h0 * kbp;
+                    as = sizeof(uint16_t) * (size_t)kbp;
+                } else if (ta || kb % 32 || mg % 32 || ((uintptr_t)a | as) % 64) {
                     pack_a(ap, ta, A, lda, M, k0, kb, kbp, h0, mg);
                     a = ap;
                     as = sizeof(uint16_t) * (size_t)kbp;
@@ -391,7 +435,7 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                     if (h0 == m0 && g0 + ng < n1) /* the next group's B, over this one's panels */
                         prefetch_b(tb, B, ldb, N, k0, kb, g0 + ng,
                                    n1 - g0 - ng < bl.ng ? n1 - g0 - ng : bl.ng, j0 / 32, ngp / 32);
-                    const uint32_t *b0 = bp + (size_t)j0 * kbp / 2, *b1 = b0 + (size_t)8 * kbp;
+                    const uint32_t *b0 = bg + (size_t)j0 * kbp / 2, *b1 = b0 + (size_t)8 * kbp;
                     for (int i0 = 0; i0 < mg; i0 += 32) {
                         const int rows = mg - i0 < 32 ? mg - i0 : 32;
                         const char *ai = (const char *)a + i0 * as;
@@ -479,6 +523,10 @@ static void *ws_get(size_t bytes) {
     return kept(&tl_ws, &tl_ws_size, bytes);
 }
 
+/* amx_gemm_run's shared packs (amx_shared), the calling thread's */
+static _Thread_local void *tl_shared;
+static _Thread_local size_t tl_shared_size;
+
 /* amx_gemm_few_rows' C^T, apart from the pack buffers its product's threads take */
 static _Thread_local void *tl_ct;
 static _Thread_local size_t tl_ct_size;
@@ -529,19 +577,29 @@ static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, 
     const size_t bn = (size_t)bl.ng * bl.kbp / 2, per = bn + (size_t)bl.mg * bl.kbp / 2;
     const int split_n = N >= M; /* the larger dimension goes to the threads, in 32s */
     const int blocks = ((split_n ? N : M) + 31) / 32;
+    /* the shared packs (amx_shared): all of B's group where the threads split the rows; A's K
+     * block where they split the columns and A is packed anyway (transposed; at most 8 MiB) */
+    const size_t a_sh = (size_t)(M + 31) / 32 * 32 * bl.kbp;
+    const int share_b = nt > 1 && !split_n, share_a = nt > 1 && split_n && ta && a_sh <= 1 << 22;
+    void *sh_buf = NULL;
+    if (share_b || share_a)
+        sh_buf = kept(&tl_shared, &tl_shared_size,
+                      share_b ? sizeof(uint32_t) * bn : sizeof(uint16_t) * a_sh);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int t = omp_get_thread_num(), nth = omp_get_num_threads();
         const int b0 = (int)((long)blocks * t / nth), b1 = (int)((long)blocks * (t + 1) / nth);
-        if (b1 > b0) {
+        const amx_shared sh = {share_b ? sh_buf : NULL, share_a ? sh_buf : NULL, t, nth};
+        if (b1 > b0 || sh_buf) { /* with shared packs every thread packs its share */
             uint32_t *bp = ws_get(sizeof(uint32_t) * per);
             uint16_t *ap = (uint16_t *)(bp + bn);
+            const int e = b1 > b0 ? b1 * 32 : b0 * 32; /* an empty share: [b0 * 32, b0 * 32) */
             if (split_n)
                 amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, 0, M, b0 * 32,
-                         b1 * 32 < N ? b1 * 32 : N, bl, bp, ap);
+                         e < N ? e : N, bl, bp, ap, sh_buf ? &sh : NULL);
             else
-                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, b0 * 32,
-                         b1 * 32 < M ? b1 * 32 : M, 0, N, bl, bp, ap);
+                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, b0 * 32, e < M ? e : M,
+                         0, N, bl, bp, ap, sh_buf ? &sh : NULL);
         }
     }
     return 0;
