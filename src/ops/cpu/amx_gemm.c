@@ -369,9 +369,8 @@ static blocking blocking_for(int K, int c16, int kb) {
  * (whole 32s) between two barriers; every thread runs the loops that hold them, its share of C
  * empty or not. */
 typedef struct {
-    uint32_t *b; /* B's group, [ngp / 16][kbp / 2][16] (threads splitting C's rows), or NULL */
-    uint16_t
-        *a; /* A's K block, all M rows [Mp][kbp] (threads splitting C's columns, A^T), or NULL */
+    uint32_t *b; /* B's group [ngp / 16][kbp / 2][16] (threads splitting C's rows), or NULL */
+    uint16_t *a; /* A^T's K block, every row, [Mp][kbp] (threads splitting columns), or NULL */
     int t, nth;
 } amx_shared;
 
@@ -593,13 +592,12 @@ static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, 
         if (b1 > b0 || sh_buf) { /* with shared packs every thread packs its share */
             uint32_t *bp = ws_get(sizeof(uint32_t) * per);
             uint16_t *ap = (uint16_t *)(bp + bn);
-            const int e = b1 > b0 ? b1 * 32 : b0 * 32; /* an empty share: [b0 * 32, b0 * 32) */
-            if (split_n)
+            if (split_n) /* (an empty share: [b0 * 32, b0 * 32) or past N) */
                 amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, 0, M, b0 * 32,
-                         e < N ? e : N, bl, bp, ap, sh_buf ? &sh : NULL);
+                         b1 * 32 < N ? b1 * 32 : N, bl, bp, ap, sh_buf ? &sh : NULL);
             else
-                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, b0 * 32, e < M ? e : M,
-                         0, N, bl, bp, ap, sh_buf ? &sh : NULL);
+                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, b0 * 32,
+                         b1 * 32 < M ? b1 * 32 : M, 0, N, bl, bp, ap, sh_buf ? &sh : NULL);
         }
     }
     return 0;
