@@ -575,7 +575,7 @@ static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, 
     /* per thread, in u32s: B's group, A's group */
     const size_t bn = (size_t)bl.ng * bl.kbp / 2, per = bn + (size_t)bl.mg * bl.kbp / 2;
     const int split_n = N >= M; /* the larger dimension goes to the threads, in 32s */
-    const int blocks = ((split_n ? N : M) + 31) / 32;
+    const int span = ((split_n ? N : M) + 31) / 32 * 32; /* the split dimension, in 32s */
     /* the shared packs (amx_shared): all of B's group where the threads split the rows; A's K
      * block where they split the columns and A is packed anyway (transposed; at most 8 MiB) */
     const size_t a_sh = (size_t)(M + 31) / 32 * 32 * bl.kbp;
@@ -587,17 +587,18 @@ static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, 
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int t = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int b0 = (int)((long)blocks * t / nth), b1 = (int)((long)blocks * (t + 1) / nth);
+        int lo, hi; /* this thread's share of the split dimension (may pass its end) */
+        share32(span, t, nth, &lo, &hi);
         const amx_shared sh = {share_b ? sh_buf : NULL, share_a ? sh_buf : NULL, t, nth};
-        if (b1 > b0 || sh_buf) { /* with shared packs every thread packs its share */
+        if (hi > lo || sh_buf) { /* with shared packs every thread packs its share */
             uint32_t *bp = ws_get(sizeof(uint32_t) * per);
             uint16_t *ap = (uint16_t *)(bp + bn);
-            if (split_n) /* (an empty share: [b0 * 32, b0 * 32) or past N) */
-                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, 0, M, b0 * 32,
-                         b1 * 32 < N ? b1 * 32 : N, bl, bp, ap, sh_buf ? &sh : NULL);
+            if (split_n) /* (an empty share: [lo, lo)) */
+                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, 0, M, lo,
+                         hi < N ? hi : N, bl, bp, ap, sh_buf ? &sh : NULL);
             else
-                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, b0 * 32,
-                         b1 * 32 < M ? b1 * 32 : M, 0, N, bl, bp, ap, sh_buf ? &sh : NULL);
+                amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, lo, hi < M ? hi : M, 0,
+                         N, bl, bp, ap, sh_buf ? &sh : NULL);
         }
     }
     return 0;
