@@ -62,9 +62,9 @@ static void call(const job *j, int phase) {
     if (phase == 0)
         ((ops_matmul_fwd_fn)j->impl->fwd)(j->out, j->x, j->w, j->N, j->C, j->OC);
     else if (phase == 1)
-        ((ops_matmul_bwd_fn)j->impl->bwd)(j->dx, NULL, j->dy, j->x, j->w, j->N, j->C, j->OC, 1);
+        ((ops_matmul_bwd_fn)j->impl->bwd)(j->dx, NULL, j->dy, j->x, j->w, j->N, j->C, j->OC, 1, 1);
     else
-        ((ops_matmul_bwd_fn)j->impl->bwd)(NULL, j->dw, j->dy, j->x, j->w, j->N, j->C, j->OC, 1);
+        ((ops_matmul_bwd_fn)j->impl->bwd)(NULL, j->dw, j->dy, j->x, j->w, j->N, j->C, j->OC, 1, 1);
 }
 
 static void titan_call(const void *j, int phase) {

@@ -746,9 +746,9 @@ int model_set_positions(model *m, const int32_t *pos, base_err *err) {
     return 0;
 }
 
-/* Causal attention over la's q, k, v (its backward into dq, dk, dv from dout when dq): each
- * window whole, or each document segment alone (batch 1; its lse rows the [H, len] block at
- * H * its start within its window's [H, T]). */
+/* Causal attention over la's q, k, v (its backward written into dq, dk, dv from dout when dq):
+ * each window whole, or each document segment alone (batch 1; its lse rows the [H, len] block at
+ * H * its start within its window's [H, T]; the segments tile the rows, so each is written). */
 static void attention_run(const ops_table *t, const layer_acts *la, const block_geom *g, int H,
                           int G, int hd, float *dq, float *dk, float *dv, const float *dout) {
     const int whole = !g->seg, n = whole ? 1 : g->n_seg;
@@ -758,7 +758,7 @@ static void attention_run(const ops_table *t, const layer_acts *la, const block_
         const int B = whole ? g->B : 1, T = whole ? g->T : g->seg[i + 1] - g->seg[i];
         if (dq)
             t->attention_bwd(dq + qo, dk + ko, dv + ko, dout + qo, la->o + qo, la->lse + lo,
-                             la->q + qo, la->k + ko, la->v + ko, B, T, H, G, hd);
+                             la->q + qo, la->k + ko, la->v + ko, B, T, H, G, hd, 0);
         else
             t->attention_fwd(la->o + qo, la->lse + lo, la->q + qo, la->k + ko, la->v + ko, B, T, H,
                              G, hd);
@@ -889,8 +889,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     model_acts *A = m->acts;
     const int B = m->batch, T = m->seq_len, N = B * T, D = a->dim, H = a->n_heads,
               G = a->n_kv_heads, hd = a->head_dim, F = a->ffn_dim, n = N / m->tp.size;
-    const size_t ND = (size_t)N * D, nD = (size_t)n * D, NF = (size_t)N * F,
-                 NQ = (size_t)N * H * hd, NKV = (size_t)N * G * hd;
+    const size_t nD = (size_t)n * D, NQ = (size_t)N * H * hd, NKV = (size_t)N * G * hd;
     /* [N,D] views: the gathered norm output, the gathered dres, the partial d(norm output);
      * the [n,D] buffers themselves when tp = 1 */
     float *nf = A->norm_full ? A->norm_full : A->norm_out, *df = A->dfull ? A->dfull : A->dres,
@@ -914,8 +913,7 @@ static void block_backward(model *m, int l, layer_acts *la) {
     /* (TP: the mirror of forward: all-gather dres where forward reduce-scattered, and
      * reduce-scatter the norm-input gradient where forward all-gathered the norm output) */
     t->rmsnorm_fwd(A->norm_out, la->rstd2, la->xm, w.ffn_norm, n, D, eps);
-    if (a->n_experts > 0) { /* MoE (tp = 1, n = N) */
-        ops_zero(A->dnorm, ND);
+    if (a->n_experts > 0) { /* MoE (tp = 1, n = N; it writes dnorm) */
         const model_moe_scratch s = {
             A->xs,
             A->dy,
@@ -931,32 +929,24 @@ static void block_backward(model *m, int l, layer_acts *la) {
         tp_gather(m, nf, A->norm_out, nD, wire16);
         t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
         tp_gather(m, df, dres, nD, wire16);
-        ops_zero(A->dhact, NF);
-        t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D, acc);
-        ops_zero(A->dgate, NF);
-        ops_zero(A->dup, NF);
-        t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F);
-        ops_zero(dnf, ND);
+        t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D, 0, acc);
+        t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F, 0);
         const int held = hold_norm(m, t, nf, (size_t)N * D);
-        t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F, acc);
-        t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F, acc);
+        t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F, 0, acc);
+        t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F, 1, acc);
         if (held) ops_bf16_release(nf);
         tp_scatter(m, A->dnorm, dnf, nD);
     }
     /* dres: dL/d(out) on entry, dL/dxm after; the add passes it on to x unchanged */
-    t->add_rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D, acc);
+    t->add_rmsnorm_bwd(dres, g.ffn_norm, A->dnorm, la->xm, w.ffn_norm, la->rstd2, n, D, 1, acc);
 
     /* Attention: xm = x + wo(attn(rope(qnorm(wq a)), rope(knorm(wk a)), wv a)), a = rmsnorm(x). */
     tp_gather(m, df, dres, nD, wire16);
-    ops_zero(A->dqk_o, NQ);
     const int held_o = hold_kept(m, t, la, MODEL_ACT16_O, NQ),
               held_v = hold_kept(m, t, la, MODEL_ACT16_V, NKV);
-    t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D, acc);
+    t->matmul_bwd(A->dqk_o, g.wo, df, la->o, w.wo, N, H * hd, D, 0, acc);
     /* q and k after norm + RoPE, recomputed from the saved projections (same bits). */
     qk_norm_rope(m, t, la, &w, &geom);
-    ops_zero(A->dq, NQ);
-    ops_zero(A->dk, NKV);
-    ops_zero(A->dv, NKV);
     attention_run(t, la, &geom, H, G, hd, A->dq, A->dk, A->dv, A->dqk_o);
     if (held_o) ops_bf16_release(la->o);
     if (held_v) ops_bf16_release(la->v);
@@ -964,20 +954,17 @@ static void block_backward(model *m, int l, layer_acts *la) {
      * q/k norms' into dqn, dkn: d(qp), d(kp) */
     t->rope_bwd(A->dq, A->dq, m->rope_cos, m->rope_sin, B, T, H, hd);
     t->rope_bwd(A->dk, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
-    ops_zero(A->dqn, NQ);
-    ops_zero(A->dkn, NKV);
-    t->rmsnorm_bwd(A->dqn, g.q_norm, A->dq, la->qp, w.q_norm, la->q_rstd, N * H, hd, acc);
-    t->rmsnorm_bwd(A->dkn, g.k_norm, A->dk, la->kp, w.k_norm, la->k_rstd, N * G, hd, acc);
+    t->rmsnorm_bwd(A->dqn, g.q_norm, A->dq, la->qp, w.q_norm, la->q_rstd, N * H, hd, 0, acc);
+    t->rmsnorm_bwd(A->dkn, g.k_norm, A->dk, la->kp, w.k_norm, la->k_rstd, N * G, hd, 0, acc);
     t->rmsnorm_fwd(A->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, A->norm_out, nD, wire16);
-    ops_zero(dnf, ND);
     const int held = hold_norm(m, t, nf, (size_t)N * D);
-    t->matmul_bwd(dnf, g.wq, A->dqn, nf, w.wq, N, D, H * hd, acc);
-    t->matmul_bwd(dnf, g.wk, A->dkn, nf, w.wk, N, D, G * hd, acc);
-    t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd, acc);
+    t->matmul_bwd(dnf, g.wq, A->dqn, nf, w.wq, N, D, H * hd, 0, acc);
+    t->matmul_bwd(dnf, g.wk, A->dkn, nf, w.wk, N, D, G * hd, 1, acc);
+    t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd, 1, acc);
     if (held) ops_bf16_release(nf);
     tp_scatter(m, A->dnorm, dnf, nD);
-    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, n, D, acc);
+    t->rmsnorm_bwd(dres, g.attn_norm, A->dnorm, la->x, w.attn_norm, la->rstd1, n, D, 1, acc);
 }
 
 /* Vocab-parallel embedding: A->tok_local[N] = the tokens' ids in this rank's shard, 0 for
@@ -1091,9 +1078,8 @@ double model_step_microbatch(model *m, const int32_t *tokens, const int32_t *tar
     } else {
         tp_scatter(m, A->dxn, dxn, (size_t)n * D);
     }
-    ops_zero(A->dres, (size_t)n * D);
     th->rmsnorm_bwd(A->dres, final_norm_at(m, m->g), A->dxn, A->xf, final_norm_at(m, m->w),
-                    A->rstd_f, n, D, acc);
+                    A->rstd_f, n, D, 0, acc);
     hook(m, L + 1, MODEL_BWD_END);
     for (int l = L - 1; l >= 0; l--) {
         hook(m, 1 + l, MODEL_BWD_BEGIN);

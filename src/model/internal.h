@@ -207,7 +207,7 @@ typedef struct {
     float *dlog;                       /* [N,E] */
     const double *aux_grad;            /* [E] d aux / d p (model_moe_aux_finish); NULL: no aux */
 } model_moe_scratch;
-/* Given dout[N,D] = dL/d(MoE output) and h the block's normed input: dh[N,D] += dL/dh, and the
+/* Given dout[N,D] = dL/d(MoE output) and h the block's normed input: dh[N,D] = dL/dh, and the
  * router and expert gradients accumulate into m->g (plus m->aux_scale * d aux when
  * s->aux_grad is set). */
 void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const float *dout,

@@ -96,17 +96,13 @@ static void experts_bwd(const ops_table *t, const block_view *w, const block_vie
                         const float *x, const int32_t *offs, int nE, int R, int D, int Fe,
                         const float *gate, const float *up, float *dy, const model_moe_scratch *s,
                         int acc) {
-    const size_t RF = (size_t)R * Fe;
     t->swiglu_fwd(s->hact, gate, up, R, Fe);
-    ops_zero(s->dhact, RF);
-    t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D, acc);
-    ops_zero(s->dgate, RF);
-    ops_zero(s->dup, RF);
-    t->swiglu_bwd(s->dgate, s->dup, s->dhact, gate, up, R, Fe);
+    /* the input gradients written by their first op (dx_acc 0), the up projection's added */
+    t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D, 0, acc);
+    t->swiglu_bwd(s->dgate, s->dup, s->dhact, gate, up, R, Fe, 0);
     float *dx = dy; /* dy is consumed: reuse it for d(x) */
-    ops_zero(dx, (size_t)R * D);
-    t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe, acc);
-    t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe, acc);
+    t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe, 0, acc);
+    t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe, 1, acc);
 }
 
 /* EP dispatch plan of block state ma, from the global group offsets offs[E+1] of this rank's
@@ -362,17 +358,19 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
             memcpy(s->xs + (size_t)i * D, h + (size_t)ma->tok[i] * D, sizeof(float) * (size_t)D);
         experts_bwd(t, &w, &gw, s->xs, ma->offs, E, R, D, Fe, la->gate, la->up, s->dy, s, acc);
     }
-    /* dispatch's transpose: dh[n] += sum_k dxs[slot[n,k]], in k order, one thread per token */
+    /* dispatch's transpose: dh[n] = sum_k dxs[slot[n,k]], in k order from zero, one thread per
+     * token (dh is written here: the caller does not zero it) */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = dh + (size_t)n * D;
+        memset(o, 0, sizeof(float) * (size_t)D);
         for (int k = 0; k < K; k++) {
             const float *x = dxs + (size_t)ma->slot[(size_t)n * K + k] * D;
             for (int d = 0; d < D; d++) o[d] += x[d];
         }
     }
     /* router */
-    t->matmul_bwd(dh, gw.router, dlog, h, w.router, N, D, E, acc);
+    t->matmul_bwd(dh, gw.router, dlog, h, w.router, N, D, E, 1, acc);
 }
 
 void model_moe_aux_finish(model *m, const double *acc, double *aux_grad) {

@@ -6,8 +6,9 @@
  * state exactly as in training). Per implementation, `shapes` random shapes are drawn until
  * each satisfies the constraints of both implementations (their check functions, via
  * ops_resolve); inputs are uniform in [-1, 1) from a seeded generator, gradient buffers start
- * from the same random values in both runs (so += accumulation is checked too), and every
- * forward output and every input gradient is compared:
+ * from the same random values in both runs (so += accumulation is checked too), then, asked
+ * written (dx_acc / dw_acc 0), from NaN (so a kernel that reads them or leaves an element
+ * unwritten fails), and every forward output and every input gradient is compared:
  *     err = max |cand - base| / max(max |base|, 1e-30)   must be <= the op's tolerance
  * Tolerances (relative to the tensor's largest magnitude; fp32 kernels against fp32 or
  * double-accumulated baselines, shapes up to T = 130, K up to ~300):
@@ -69,8 +70,8 @@ static float *cf_dup(const float *x, size_t n) {
     return p;
 }
 
-/* x[0, n) = NaN: a weight gradient asked written (dw_acc 0) starts as this on both sides, so an
- * implementation that reads it, or leaves an element unwritten, is caught as non-finite. */
+/* x[0, n) = NaN: a gradient asked written (dx_acc or dw_acc 0) starts as this on both sides, so
+ * an implementation that reads it, or leaves an element unwritten, is caught as non-finite. */
 static void cf_nan(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = NAN;
 }
@@ -176,15 +177,20 @@ static int cf_norm(const ops_table *x, const ops_table *y, const ops_ctx *c, uin
     cf_cmp(r, "rstd", r1, r2, (size_t)N, 1e-5);
     const ops_rmsnorm_bwd_fn bx = fused ? x->add_rmsnorm_bwd : x->rmsnorm_bwd,
                              by = fused ? y->add_rmsnorm_bwd : y->rmsnorm_bwd;
-    bx(dx1, dw1, dy, h1, w, r1, N, C, 1);
-    by(dx2, dw2, dy, h2, w, r2, N, C, 1);
+    bx(dx1, dw1, dy, h1, w, r1, N, C, 1, 1);
+    by(dx2, dw2, dy, h2, w, r2, N, C, 1, 1);
     cf_cmp(r, fused ? "dh" : "dinp", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw", dw1, dw2, (size_t)C, 1e-4);
     cf_nan(dw1, (size_t)C), cf_nan(dw2, (size_t)C);
-    bx(dx1, dw1, dy, h1, w, r1, N, C, 0);
-    by(dx2, dw2, dy, h2, w, r2, N, C, 0);
+    bx(dx1, dw1, dy, h1, w, r1, N, C, 1, 0);
+    by(dx2, dw2, dy, h2, w, r2, N, C, 1, 0);
     cf_cmp(r, fused ? "dh, dw written" : "dinp, dw written", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)C, 1e-4);
+    cf_nan(dx1, n), cf_nan(dx2, n);
+    bx(dx1, dw1, dy, h1, w, r1, N, C, 0, 1);
+    by(dx2, dw2, dy, h2, w, r2, N, C, 0, 1);
+    cf_cmp(r, fused ? "dh written" : "dinp written", dx1, dx2, n, 1e-4);
+    cf_cmp(r, "dw, dinp written", dw1, dw2, (size_t)C, 1e-4);
     CF_FREE(h1, h2, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2, b);
     return 0;
 }
@@ -211,15 +217,20 @@ static int cf_matmul(const ops_table *x, const ops_table *y, const ops_ctx *c, u
     x->matmul_fwd(o1, in, w, N, C, OC);
     y->matmul_fwd(o2, in, w, N, C, OC);
     cf_cmp(r, "out", o1, o2, (size_t)N * OC, 1e-5);
-    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 1);
-    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 1);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 1, 1);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 1, 1);
     cf_cmp(r, "dinp", dx1, dx2, (size_t)N * C, 1e-5);
     cf_cmp(r, "dw", dw1, dw2, (size_t)OC * C, 1e-5);
     cf_nan(dw1, (size_t)OC * C), cf_nan(dw2, (size_t)OC * C);
-    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 0);
-    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 0);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 1, 0);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 1, 0);
     cf_cmp(r, "dinp, dw written", dx1, dx2, (size_t)N * C, 1e-5);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)OC * C, 1e-5);
+    cf_nan(dx1, (size_t)N * C), cf_nan(dx2, (size_t)N * C);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 0, 1);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 0, 1);
+    cf_cmp(r, "dinp written", dx1, dx2, (size_t)N * C, 1e-5);
+    cf_cmp(r, "dw, dinp written", dw1, dw2, (size_t)OC * C, 1e-5);
     CF_FREE(in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
     return 0;
 }
@@ -270,11 +281,18 @@ static int cf_attention(const ops_table *x, const ops_table *y, const ops_ctx *c
     y->attention_fwd(o2, l2, q, k, v, B, T, H, G, hd);
     cf_cmp(r, "out", o1, o2, nq, 2e-5);
     cf_cmp(r, "lse", l1, l2, nl, 2e-5);
-    x->attention_bwd(dq1, dk1, dv1, dy, o1, l1, q, k, v, B, T, H, G, hd);
-    y->attention_bwd(dq2, dk2, dv2, dy, o2, l2, q, k, v, B, T, H, G, hd);
+    x->attention_bwd(dq1, dk1, dv1, dy, o1, l1, q, k, v, B, T, H, G, hd, 1);
+    y->attention_bwd(dq2, dk2, dv2, dy, o2, l2, q, k, v, B, T, H, G, hd, 1);
     cf_cmp(r, "dq", dq1, dq2, nq, 1e-4);
     cf_cmp(r, "dk", dk1, dk2, nkv, 1e-4);
     cf_cmp(r, "dv", dv1, dv2, nkv, 1e-4);
+    cf_nan(dq1, nq), cf_nan(dq2, nq), cf_nan(dk1, nkv), cf_nan(dk2, nkv);
+    cf_nan(dv1, nkv), cf_nan(dv2, nkv);
+    x->attention_bwd(dq1, dk1, dv1, dy, o1, l1, q, k, v, B, T, H, G, hd, 0);
+    y->attention_bwd(dq2, dk2, dv2, dy, o2, l2, q, k, v, B, T, H, G, hd, 0);
+    cf_cmp(r, "dq written", dq1, dq2, nq, 1e-4);
+    cf_cmp(r, "dk written", dk1, dk2, nkv, 1e-4);
+    cf_cmp(r, "dv written", dv1, dv2, nkv, 1e-4);
     CF_FREE(q, k, v, o1, o2, l1, l2, dy, dq1, dq2, dk1, dk2, dv1, dv2);
     return 0;
 }
@@ -305,10 +323,15 @@ static int cf_swiglu(const ops_table *x, const ops_table *y, const ops_ctx *c, u
     x->swiglu_fwd(o1, g, u, N, F);
     y->swiglu_fwd(o2, g, u, N, F);
     cf_cmp(r, "out", o1, o2, n, 1e-5);
-    x->swiglu_bwd(dg1, du1, dy, g, u, N, F);
-    y->swiglu_bwd(dg2, du2, dy, g, u, N, F);
+    x->swiglu_bwd(dg1, du1, dy, g, u, N, F, 1);
+    y->swiglu_bwd(dg2, du2, dy, g, u, N, F, 1);
     cf_cmp(r, "dgate", dg1, dg2, n, 1e-5);
     cf_cmp(r, "dup", du1, du2, n, 1e-5);
+    cf_nan(dg1, n), cf_nan(dg2, n), cf_nan(du1, n), cf_nan(du2, n);
+    x->swiglu_bwd(dg1, du1, dy, g, u, N, F, 0);
+    y->swiglu_bwd(dg2, du2, dy, g, u, N, F, 0);
+    cf_cmp(r, "dgate written", dg1, dg2, n, 1e-5);
+    cf_cmp(r, "dup written", du1, du2, n, 1e-5);
     CF_FREE(g, u, o1, o2, dy, dg1, dg2, du1, du2);
     return 0;
 }
@@ -425,15 +448,20 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     x->grouped_mm_fwd(o1, in, w, offs, E, C, OC);
     y->grouped_mm_fwd(o2, in, w, offs, E, C, OC);
     cf_cmp(r, "out", o1, o2, (size_t)R * OC, 1e-5);
-    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 1);
-    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 1);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 1, 1);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 1, 1);
     cf_cmp(r, "dinp", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw", dw1, dw2, (size_t)E * OC * C, 1e-5);
     cf_nan(dw1, (size_t)E * OC * C), cf_nan(dw2, (size_t)E * OC * C);
-    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 0);
-    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 0);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 1, 0);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 1, 0);
     cf_cmp(r, "dinp, dw written", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)E * OC * C, 1e-5);
+    cf_nan(dx1, (size_t)R * C), cf_nan(dx2, (size_t)R * C);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 0, 1);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 0, 1);
+    cf_cmp(r, "dinp written", dx1, dx2, (size_t)R * C, 1e-5);
+    cf_cmp(r, "dw, dinp written", dw1, dw2, (size_t)E * OC * C, 1e-5);
     CF_FREE(offs, in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
     return 0;
 }
@@ -648,7 +676,8 @@ typedef struct {
 
 /* cf_run_NAME: one call of op NAME's forward (phase 0) or backward (1) on b's buffers, as the
  * model makes it (every op of the list, oplist.h, has one); its work is counted from these
- * calls (cf_bench_work). */
+ * calls (cf_bench_work). Input gradients as the block's: the norms' added into the residual
+ * stream's (dx_acc 1), the others written (0), grouped_mm's up projection added to the gate's. */
 #define CF_DIMS(c)                                                                                 \
     const int B = (c)->batch, T = (c)->seq_len, N = B * T, D = (c)->dim, H = (c)->n_heads,         \
               G = (c)->n_kv_heads, hd = (c)->head_dim, F = (c)->ffn_dim, V = (c)->vocab;           \
@@ -668,7 +697,7 @@ static void cf_run_rmsnorm(const cf_bench *b) {
     if (!b->phase)
         b->t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
     else
-        b->t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 0);
+        b->t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1, 0);
 }
 
 /* in place over the residual stream f[2], as the model calls it */
@@ -678,7 +707,7 @@ static void cf_run_add_rmsnorm(const cf_bench *b) {
     if (!b->phase)
         b->t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
     else
-        b->t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 0);
+        b->t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1, 0);
 }
 
 static void cf_run_matmul(const cf_bench *b) {
@@ -687,7 +716,7 @@ static void cf_run_matmul(const cf_bench *b) {
     if (!b->phase)
         b->t->matmul_fwd(f[0], f[1], f[2], N, D, F);
     else
-        b->t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F, 0);
+        b->t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F, 0, 0);
 }
 
 static void cf_run_rope(const cf_bench *b) {
@@ -705,7 +734,8 @@ static void cf_run_attention(const cf_bench *b) {
     if (!b->phase)
         b->t->attention_fwd(f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
     else
-        b->t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
+        b->t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd,
+                            0);
 }
 
 static void cf_run_swiglu(const cf_bench *b) {
@@ -714,7 +744,7 @@ static void cf_run_swiglu(const cf_bench *b) {
     if (!b->phase)
         b->t->swiglu_fwd(f[0], f[1], f[2], N, F);
     else
-        b->t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
+        b->t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F, 0);
 }
 
 static void cf_run_lmhead_ce(const cf_bench *b) {
@@ -759,9 +789,9 @@ static void cf_run_grouped_mm(const cf_bench *b) {
         b->t->grouped_mm_fwd(f[2], f[0], b->w, b->offs, E, D, Fe);
         b->t->grouped_mm_fwd(f[4], f[3], b->w + w2, b->offs, E, Fe, D);
     } else {
-        b->t->grouped_mm_bwd(f[7], b->dw + w2, f[4], f[3], b->w + w2, b->offs, E, Fe, D, 0);
-        b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe, 0);
-        b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe, 0);
+        b->t->grouped_mm_bwd(f[7], b->dw + w2, f[4], f[3], b->w + w2, b->offs, E, Fe, D, 0, 0);
+        b->t->grouped_mm_bwd(f[5], b->dw, f[6], f[0], b->w, b->offs, E, D, Fe, 0, 0);
+        b->t->grouped_mm_bwd(f[5], b->dw, f[7], f[0], b->w, b->offs, E, D, Fe, 1, 0);
     }
 }
 

@@ -54,11 +54,11 @@ const ops_impl *ops_default_impl(ops_kind op);
     OPS_WORK_(EMBEDDING, 1, .rows = (n_), .width = (d_))
 #define OPS_WORK_CALL_rmsnorm_fwd(out_, rstd_, inp_, w_, n_, c_, eps_)                             \
     OPS_WORK_(RMSNORM, 0, .rows = (n_), .width = (c_))
-#define OPS_WORK_CALL_rmsnorm_bwd(dinp_, dw_, dout_, inp_, w_, rstd_, n_, c_, acc_)                \
-    OPS_WORK_(RMSNORM, 1, .rows = (n_), .width = (c_))
+#define OPS_WORK_CALL_rmsnorm_bwd(dinp_, dw_, dout_, inp_, w_, rstd_, n_, c_, xacc_, acc_)         \
+    OPS_WORK_(RMSNORM, 1, .rows = (n_), .width = (c_), .grad_written = !(xacc_))
 #define OPS_WORK_CALL_matmul_fwd(out_, inp_, w_, n_, c_, oc_)                                      \
     OPS_WORK_(MATMUL, 0, .rows = (n_), .width = (c_), .out = (oc_))
-#define OPS_WORK_CALL_matmul_bwd(dinp_, dw_, dout_, inp_, w_, n_, c_, oc_, acc_)                   \
+#define OPS_WORK_CALL_matmul_bwd(dinp_, dw_, dout_, inp_, w_, n_, c_, oc_, xacc_, acc_)            \
     OPS_WORK_(MATMUL, 1, .rows = (n_), .width = (c_), .out = (oc_), .grad_in = (dinp_) != NULL)
 #define OPS_WORK_CALL_rope_fwd(out_, inp_, cos_, sin_, b_, t_, nh_, hd_)                           \
     OPS_WORK_(ROPE, 0, .batch = (b_), .seq = (t_), .heads = (nh_), .head_dim = (hd_))
@@ -69,13 +69,13 @@ const ops_impl *ops_default_impl(ops_kind op);
     OPS_WORK_(ATTENTION, 0, .batch = (b_), .seq = (t_), .heads = (h_), .kv_heads = (g_),           \
               .head_dim = (hd_))
 #define OPS_WORK_CALL_attention_bwd(dq_, dk_, dv_, dout_, out_, lse_, q_, k_, v_, b_, t_, h_, g_,  \
-                                    hd_)                                                           \
+                                    hd_, xacc_)                                                    \
     OPS_WORK_(ATTENTION, 1, .batch = (b_), .seq = (t_), .heads = (h_), .kv_heads = (g_),           \
               .head_dim = (hd_))
 #define OPS_WORK_CALL_swiglu_fwd(out_, gate_, up_, n_, f_)                                         \
     OPS_WORK_(SWIGLU, 0, .rows = (n_), .width = (f_))
-#define OPS_WORK_CALL_swiglu_bwd(dgate_, dup_, dout_, gate_, up_, n_, f_)                          \
-    OPS_WORK_(SWIGLU, 1, .rows = (n_), .width = (f_))
+#define OPS_WORK_CALL_swiglu_bwd(dgate_, dup_, dout_, gate_, up_, n_, f_, xacc_)                   \
+    OPS_WORK_(SWIGLU, 1, .rows = (n_), .width = (f_), .grad_written = !(xacc_))
 #define OPS_WORK_CALL_lmhead_ce(dx_, dw_, x_, w_, tgt_, n_, d_, v_, scale_, scratch_, chunk_,      \
                                 n_valid_, vs_, acc_)                                               \
     OPS_WORK_(LMHEAD_CE, 0, .rows = (n_), .width = (d_), .out = (v_), .grad_in = (dx_) != NULL)
@@ -86,12 +86,12 @@ const ops_impl *ops_default_impl(ops_kind op);
               .head_dim = (hd_))
 #define OPS_WORK_CALL_grouped_mm_fwd(out_, inp_, w_, offs_, e_, c_, oc_)                           \
     OPS_WORK_(GROUPED_MM, 0, .rows = (offs_)[e_], .width = (c_), .out = (oc_))
-#define OPS_WORK_CALL_grouped_mm_bwd(dinp_, dw_, dout_, inp_, w_, offs_, e_, c_, oc_, acc_)        \
+#define OPS_WORK_CALL_grouped_mm_bwd(dinp_, dw_, dout_, inp_, w_, offs_, e_, c_, oc_, xacc_, acc_) \
     OPS_WORK_(GROUPED_MM, 1, .rows = (offs_)[e_], .width = (c_), .out = (oc_),                     \
               .grad_in = (dinp_) != NULL)
 #define OPS_WORK_CALL_add_rmsnorm_fwd(h_, out_, rstd_, x_, y_, w_, n_, c_, eps_)                   \
     OPS_WORK_(ADD_RMSNORM, 0, .rows = (n_), .width = (c_))
-#define OPS_WORK_CALL_add_rmsnorm_bwd(dinp_, dw_, dout_, inp_, w_, rstd_, n_, c_, acc_)            \
-    OPS_WORK_(ADD_RMSNORM, 1, .rows = (n_), .width = (c_))
+#define OPS_WORK_CALL_add_rmsnorm_bwd(dinp_, dw_, dout_, inp_, w_, rstd_, n_, c_, xacc_, acc_)     \
+    OPS_WORK_(ADD_RMSNORM, 1, .rows = (n_), .width = (c_), .grad_written = !(xacc_))
 
 #endif

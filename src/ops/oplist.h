@@ -25,8 +25,13 @@
  * accumulates) is documented at its entry below.
  *
  * Conventions (llm.c style): outputs first, then saved activations, inputs, weights, sizes.
- * Row-major, fp32. Backward ACCUMULATES (+=) into every input gradient it writes (dinp, dx,
- * dq, ...: the caller zeroes those or sums several ops into one). A parameter gradient dw
+ * Row-major, fp32. A backward with the argument dx_acc writes its input gradients (dinp, dq, dk,
+ * dv, dgate, dup) by it: 1, += (several ops summed into one buffer); 0, = (the contents never read,
+ * garbage or NaN included; every element written, zeros where nothing reaches it), so the first
+ * op to write a buffer needs no zeroing pass before it (4.7 GB of memset a Qwen3-0.6B x 2048
+ * step, bench/RESULTS.md session 50). The others accumulate (+=) always: rope's dinp (unless in
+ * place), lmhead_ce's dx. The result of 0 is bitwise that of 1 on a zeroed buffer (kernels start
+ * from +0.0f where they would have read the buffer). A parameter gradient dw
  * (embedding's dwte excepted) follows the call's last argument dw_acc: 1, dw += the gradient; 0, dw
  * = the gradient, dw's contents never read (garbage or NaN included), every element written (zeros
  * where the call adds nothing: an expert without rows, a vocabulary row without a token). The model
@@ -42,31 +47,29 @@
  * against these signatures by test_ops). rmsnorm: out[N,C] = inp * rsqrt(mean(inp^2) + eps) * w[C];
  * rstd[N] saved for backward. Used for the block norms (C = dim) and per-head q/k norms (N =
  * tokens*heads, C = head_dim). matmul: out[N,OC] = inp[N,C] @ w[OC,C]^T (nn.Linear, no bias). bwd:
- * dinp[N,C] += dout @ w (skipped when dinp is NULL); dw[OC,C] (+)= dout^T @ inp. rope: RoPE, HF
+ * dinp[N,C] (+)= dout @ w (skipped when dinp is NULL); dw[OC,C] (+)= dout^T @ inp. rope: RoPE, HF
  * rotate_half convention, on x[B,T,nh,hd] at positions 0..T-1 of each window. cos/sin: [T, hd/2]
  * tables (ops_rope_table). out may alias inp. bwd: dinp += R^T dout (the rotation by -angle). When
  * dinp == dout the rotated gradient replaces dout in place. attention: causal GQA attention, scale
  * 1/sqrt(hd). q[B,T,H,hd], k,v[B,T,G,hd], out[B,T,H,hd]; query head h uses kv head h / (H/G).
  * lse[B,H,T] = log-sum-exp of each scaled score row, saved so backward can recompute probabilities
- * tile by tile (no [T,T] matrix is kept). bwd: dq, dk, dv += gradients. swiglu: out[N,F] =
- * silu(gate) * up.  bwd: dgate, dup += . lmhead_ce: fused lm_head + fp32 cross-entropy over x[N,D],
- * w[V,D], targets[N] (OPS_IGNORE_INDEX skipped). Returns the SUM of the per-token losses (double).
- * Logits are computed `chunk` tokens at a time into scratch (ops_lmhead_ce_scratch_floats(chunk, V,
- *   prec) floats), so [N, V] logits never exist; or, where ops_lmhead_ce_fused(D) says the bf16
- *   implementation runs fused (no vocabulary shard), with chunk 0 and no scratch at all.
- *   When dx is non-NULL, also dx[N,D] += grad_scale * (softmax - onehot) @ w and
- *   dw[V,D] (+)= grad_scale * (...)^T @ x (dw_acc), where grad_scale is 1 / (global count of valid
- *   tokens), supplied by the caller. *n_valid (if non-NULL) receives the number of
- *   non-ignored targets.
- *   Loss-parallel (vs non-NULL): w[V,D] is this rank's shard, vocabulary ids
- *   [vs->v0, vs->v0 + V) of vs->v_total; targets are global ids (valid: 0 <= t < v_total)
- *   and x holds the same N rows on every rank of the group. Per chunk the row maxima are
- *   all-reduced (max), then the exp sums and the target logits (from the rank owning the
- *   target, 0 elsewhere) are all-reduced (sum): every rank returns the same total loss, dw
- *   is the gradient of its shard, and dx receives this shard's PART of the input gradient
- *   (the caller sums it over the group). vs NULL: the whole vocabulary, no reductions.
- * adamw: AdamW (torch.optim.AdamW semantics, decoupled decay wd) on n elements, step t >= 1,
- *   with the gradient g * gscale (fp32 product; gradient clipping's coefficient, 1 = none:
+ * tile by tile (no [T,T] matrix is kept). bwd: dq, dk, dv (+)= gradients. swiglu: out[N,F] =
+ * silu(gate) * up.  bwd: dgate, dup (+)= . lmhead_ce: fused lm_head + fp32 cross-entropy over
+ * x[N,D], w[V,D], targets[N] (OPS_IGNORE_INDEX skipped). Returns the SUM of the per-token losses
+ * (double). Logits are computed `chunk` tokens at a time into scratch
+ * (ops_lmhead_ce_scratch_floats(chunk, V, prec) floats), so [N, V] logits never exist; or, where
+ * ops_lmhead_ce_fused(D) says the bf16 implementation runs fused (no vocabulary shard), with chunk
+ * 0 and no scratch at all. When dx is non-NULL, also dx[N,D] += grad_scale * (softmax - onehot) @ w
+ * and dw[V,D] (+)= grad_scale * (...)^T @ x (dw_acc), where grad_scale is 1 / (global count of
+ * valid tokens), supplied by the caller. *n_valid (if non-NULL) receives the number of non-ignored
+ * targets. Loss-parallel (vs non-NULL): w[V,D] is this rank's shard, vocabulary ids [vs->v0, vs->v0
+ * + V) of vs->v_total; targets are global ids (valid: 0 <= t < v_total) and x holds the same N rows
+ * on every rank of the group. Per chunk the row maxima are all-reduced (max), then the exp sums and
+ * the target logits (from the rank owning the target, 0 elsewhere) are all-reduced (sum): every
+ * rank returns the same total loss, dw is the gradient of its shard, and dx receives this shard's
+ * PART of the input gradient (the caller sums it over the group). vs NULL: the whole vocabulary, no
+ * reductions. adamw: AdamW (torch.optim.AdamW semantics, decoupled decay wd) on n elements, step t
+ * >= 1, with the gradient g * gscale (fp32 product; gradient clipping's coefficient, 1 = none:
  *   clipping then costs no pass of its own over the gradients, which stay unscaled in memory);
  *   l2 != 0: torch.optim.Adam's coupled weight decay, g += l2 * p (the parameter before the
  *   step) ahead of the moments (torch never sets both: Adam passes wd 0, AdamW l2 0):
@@ -87,7 +90,7 @@
  * grouped_mm: grouped expert GEMM (MoE): the rows of inp are sorted by expert, expert e
  *   owning rows [offs[e], offs[e+1]) (offs[E+1], offs[0] = 0, non-decreasing; a group may be
  *   empty). out[r, OC] = inp[r, C] @ w[e]^T for r in group e, w [E, OC, C] (one nn.Linear
- *   per expert). bwd: dinp[r] += dout[r] @ w[e] (skipped when dinp is NULL);
+ *   per expert). bwd: dinp[r] (+)= dout[r] @ w[e] (skipped when dinp is NULL);
  *   dw[e] (+)= dout_e^T @ inp_e (dw_acc 0: dw[e] = 0 for an empty group). Results must not depend
  * on the thread count's scheduling: each output element is written by one thread with a fixed
  * reduction order (the reduction over a group's rows included). add_rmsnorm: fused residual add +
@@ -96,7 +99,7 @@
  * place). The block calls it where attention's output joins the residual, before the FFN norm. out
  * must equal rmsnorm_fwd(h) of the same ISA copy bitwise (backward recomputes the norm with
  *   rmsnorm_fwd from the saved h). bwd: an add passes its output gradient unchanged to both
- *   inputs, so the only work is the norm's: dh += d(rmsnorm)/dh . dout, dw += ..., exactly
+ *   inputs, so the only work is the norm's: dh (+)= d(rmsnorm)/dh . dout, dw (+)= ..., exactly
  *   rmsnorm_bwd's contract; the caller passes the residual stream's gradient as dh (it
  *   already holds dL/dh from downstream). */
 #define OPS_LIST(FB, F)                                                                            \
@@ -109,14 +112,14 @@
        (float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps),       \
        (out, rstd, inp, w, N, C, eps),                                                             \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
-        const float *rstd, int N, int C, int dw_acc),                                              \
-       (dinp, dw, dout, inp, w, rstd, N, C, dw_acc))                                               \
+        const float *rstd, int N, int C, int dx_acc, int dw_acc),                                  \
+       (dinp, dw, dout, inp, w, rstd, N, C, dx_acc, dw_acc))                                       \
     FB(MATMUL, matmul, NULL, 1,                                                                    \
        (float *out, const float *inp, const float *w, int N, int C, int OC),                       \
        (out, inp, w, N, C, OC),                                                                    \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w, int N, int C, \
-        int OC, int dw_acc),                                                                       \
-       (dinp, dw, dout, inp, w, N, C, OC, dw_acc))                                                 \
+        int OC, int dx_acc, int dw_acc),                                                           \
+       (dinp, dw, dout, inp, w, N, C, OC, dx_acc, dw_acc))                                         \
     FB(ROPE, rope, "attention.rope", 1,                                                            \
        (float *out, const float *inp, const float *cos, const float *sin, int B, int T, int nh,    \
         int hd),                                                                                   \
@@ -129,13 +132,14 @@
         int H, int G, int hd),                                                                     \
        (out, lse, q, k, v, B, T, H, G, hd),                                                        \
        (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,    \
-        const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),       \
-       (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                      \
+        const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd,        \
+        int dx_acc),                                                                               \
+       (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd, dx_acc))                              \
     FB(SWIGLU, swiglu, "feed_forward.swiglu", 1,                                                   \
        (float *out, const float *gate, const float *up, int N, int F), (out, gate, up, N, F),      \
        (float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,    \
-        int F),                                                                                    \
-       (dgate, dup, dout, gate, up, N, F))                                                         \
+        int F, int dx_acc),                                                                        \
+       (dgate, dup, dout, gate, up, N, F, dx_acc))                                                 \
     F(LMHEAD_CE, lmhead_ce, NULL, 0, double,                                                       \
       (float *dx, float *dw, const float *x, const float *w, const int32_t *targets, int N, int D, \
        int V, float grad_scale, float *scratch, int chunk, int64_t *n_valid,                       \
@@ -153,15 +157,15 @@
        (float *out, const float *inp, const float *w, const int32_t *offs, int E, int C, int OC),  \
        (out, inp, w, offs, E, C, OC),                                                              \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
-        const int32_t *offs, int E, int C, int OC, int dw_acc),                                    \
-       (dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc))                                           \
+        const int32_t *offs, int E, int C, int OC, int dx_acc, int dw_acc),                        \
+       (dinp, dw, dout, inp, w, offs, E, C, OC, dx_acc, dw_acc))                                   \
     FB(ADD_RMSNORM, add_rmsnorm, "ffn_norm", 1,                                                    \
        (float *h, float *out, float *rstd, const float *x, const float *y, const float *w, int N,  \
         int C, float eps),                                                                         \
        (h, out, rstd, x, y, w, N, C, eps),                                                         \
        (float *dinp, float *dw, const float *dout, const float *inp, const float *w,               \
-        const float *rstd, int N, int C, int dw_acc),                                              \
-       (dinp, dw, dout, inp, w, rstd, N, C, dw_acc))
+        const float *rstd, int N, int C, int dx_acc, int dw_acc),                                  \
+       (dinp, dw, dout, inp, w, rstd, N, C, dx_acc, dw_acc))
 
 /* Removes the parentheses of a list: OPS_UNPAREN (a, b) -> a, b. */
 #define OPS_UNPAREN(...) __VA_ARGS__

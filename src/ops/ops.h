@@ -356,7 +356,8 @@ typedef struct {
     /* the backward also forms the input gradient (matmul/grouped_mm: dinp non-NULL);
      * lmhead_ce: the gradients are formed (dx non-NULL: dx and dw) */
     int grad_in;
-    int in_place; /* rope_bwd: dinp == dout (the rotated gradient replaces dout) */
+    int in_place;     /* rope_bwd: dinp == dout (the rotated gradient replaces dout) */
+    int grad_written; /* a backward's dx_acc 0: its input gradients written, never read */
 } ops_work_args;
 /* Whether op k's work is counted in FLOPs (1) or bytes (0). */
 int ops_work_flops(ops_kind k);

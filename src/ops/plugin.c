@@ -317,12 +317,12 @@ static void plg_attention_fwd(int slot, float *out, float *lse, const float *q, 
 
 static void plg_attention_bwd(int slot, float *dq, float *dk, float *dv, const float *dout,
                               const float *out, const float *lse, const float *q, const float *k,
-                              const float *v, int B, int T, int H, int G, int hd) {
+                              const float *v, int B, int T, int H, int G, int hd, int dx_acc) {
     const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * G * hd;
     const int dims[8] = {B, T, H, G, hd};
     const plg_in in[] = {{dout, nq, H}, {out, nq, H}, {lse, (size_t)B * H * T, 0},
                          {q, nq, H},    {k, nkv, G},  {v, nkv, G}};
-    const plg_out o[] = {{dq, nq, H, 1}, {dk, nkv, G, 1}, {dv, nkv, G, 1}};
+    const plg_out o[] = {{dq, nq, H, dx_acc}, {dk, nkv, G, dx_acc}, {dv, nkv, G, dx_acc}};
     plg_call(OPS_ATTENTION, slot, 1, dims, 0, NULL, B, T, hd, in, 6, o, 3);
 }
 
@@ -335,29 +335,31 @@ static void plg_rmsnorm_fwd(int slot, float *out, float *rstd, const float *inp,
     plg_call(OPS_RMSNORM, slot, 0, dims, eps, NULL, 0, 0, 0, in, 2, o, 2);
 }
 
-/* rmsnorm's backward, also add_rmsnorm's (kind): the same call. A weight gradient titan asks
- * written (dw_acc 0: the output's acc 0) needs nothing of the plugin, whose backward always
- * accumulates or always writes (TITAN_KERNEL_BWD_ACCUMULATES): plg_call zeroes dw before an
- * accumulating kernel adds into it, or copies a writing kernel's result over it. */
+/* rmsnorm's backward, also add_rmsnorm's (kind): the same call. A gradient titan asks written
+ * (dx_acc or dw_acc 0: the output's acc 0) needs nothing of the plugin, whose backward always
+ * accumulates or always writes (TITAN_KERNEL_BWD_ACCUMULATES): plg_call zeroes it before an
+ * accumulating kernel adds into it, or copies a writing kernel's result over it. So in every
+ * adapter. */
 static void plg_norm_bwd(ops_kind kind, int slot, float *dinp, float *dw, const float *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
-                         int dw_acc) {
+                         int dx_acc, int dw_acc) {
     const size_t n = (size_t)N * C;
     const int dims[8] = {N, C};
     const plg_in in[] = {{dout, n, 0}, {inp, n, 0}, {w, (size_t)C, 0}, {rstd, (size_t)N, 0}};
-    const plg_out o[] = {{dinp, n, 0, 1}, {dw, (size_t)C, 0, dw_acc}};
+    const plg_out o[] = {{dinp, n, 0, dx_acc}, {dw, (size_t)C, 0, dw_acc}};
     plg_call(kind, slot, 1, dims, 0, NULL, 0, 0, 0, in, 4, o, 2);
 }
 
 static void plg_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const float *rstd, int N, int C, int dw_acc) {
-    plg_norm_bwd(OPS_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C, dw_acc);
+                            const float *w, const float *rstd, int N, int C, int dx_acc,
+                            int dw_acc) {
+    plg_norm_bwd(OPS_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C, dx_acc, dw_acc);
 }
 
 static void plg_add_rmsnorm_bwd(int slot, float *dinp, float *dw, const float *dout,
                                 const float *inp, const float *w, const float *rstd, int N, int C,
-                                int dw_acc) {
-    plg_norm_bwd(OPS_ADD_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C, dw_acc);
+                                int dx_acc, int dw_acc) {
+    plg_norm_bwd(OPS_ADD_RMSNORM, slot, dinp, dw, dout, inp, w, rstd, N, C, dx_acc, dw_acc);
 }
 
 static void plg_add_rmsnorm_fwd(int slot, float *h, float *out, float *rstd, const float *x,
@@ -378,11 +380,11 @@ static void plg_swiglu_fwd(int slot, float *out, const float *gate, const float 
 }
 
 static void plg_swiglu_bwd(int slot, float *dgate, float *dup, const float *dout, const float *gate,
-                           const float *up, int N, int F) {
+                           const float *up, int N, int F, int dx_acc) {
     const size_t n = (size_t)N * F;
     const int dims[8] = {N, F};
     const plg_in in[] = {{dout, n, 0}, {gate, n, 0}, {up, n, 0}};
-    const plg_out o[] = {{dgate, n, 0, 1}, {dup, n, 0, 1}};
+    const plg_out o[] = {{dgate, n, 0, dx_acc}, {dup, n, 0, dx_acc}};
     plg_call(OPS_SWIGLU, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
 }
 
@@ -395,11 +397,11 @@ static void plg_matmul_fwd(int slot, float *out, const float *inp, const float *
 }
 
 static void plg_matmul_bwd(int slot, float *dinp, float *dw, const float *dout, const float *inp,
-                           const float *w, int N, int C, int OC, int dw_acc) {
+                           const float *w, int N, int C, int OC, int dx_acc, int dw_acc) {
     const int dims[8] = {N, C, OC};
     const plg_in in[] = {
         {dout, (size_t)N * OC, 0}, {inp, (size_t)N * C, 0}, {w, (size_t)OC * C, 0}};
-    const plg_out o[] = {{dinp, (size_t)N * C, 0, 1}, {dw, (size_t)OC * C, 0, dw_acc}};
+    const plg_out o[] = {{dinp, (size_t)N * C, 0, dx_acc}, {dw, (size_t)OC * C, 0, dw_acc}};
     plg_call(OPS_MATMUL, slot, 1, dims, 0, NULL, 0, 0, 0, in, 3, o, 2);
 }
 
@@ -415,11 +417,11 @@ static void plg_grouped_mm_fwd(int slot, float *out, const float *inp, const flo
 
 static void plg_grouped_mm_bwd(int slot, float *dinp, float *dw, const float *dout,
                                const float *inp, const float *w, const int32_t *offs, int E, int C,
-                               int OC, int dw_acc) {
+                               int OC, int dx_acc, int dw_acc) {
     const size_t R = (size_t)offs[E];
     const int dims[8] = {(int)R, C, OC, E};
     const plg_in in[] = {{dout, R * OC, 0}, {inp, R * C, 0}, {w, (size_t)E * OC * C, 0}};
-    const plg_out o[] = {{dinp, R * C, 0, 1}, {dw, (size_t)E * OC * C, 0, dw_acc}};
+    const plg_out o[] = {{dinp, R * C, 0, dx_acc}, {dw, (size_t)E * OC * C, 0, dw_acc}};
     plg_call(OPS_GROUPED_MM, slot, 1, dims, 0, offs, 0, 0, 0, in, 3, o, 2);
 }
 

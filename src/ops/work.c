@@ -6,7 +6,8 @@
  * out, as every FLOP count of a model does. Memory-bound ops count bytes: the minimum each
  * must read and write, every tensor touched once, 4 bytes per element (every buffer at the ops
  * interface is fp32, and token ids are int32; bf16 implementations take fp32 too). A gradient
- * the backward ACCUMULATES into (+=, oplist.h) is read and written: 2 passes.
+ * the backward ACCUMULATES into (+=, oplist.h) is read and written: 2 passes; one written
+ * (dx_acc 0: grad_written) 1.
  *
  * Attention counts the causal half of its T x T products, as the flash-attention papers do
  * and as the kernels compute (masked tiles are skipped). This is the work executed per call,
@@ -44,14 +45,15 @@ ops_work ops_work_of(ops_kind k, int bwd, const ops_work_args *a) {
     case OPS_RMSNORM:
         /* fwd: reads inp [N,C] and w [C], writes out [N,C] and rstd [N]: 2 N C + N + C.
          * bwd: reads dout, inp [N,C], w [C], rstd [N]; dinp [N,C] and dw [C] accumulate
-         * (read + write): 4 N C + N + 3 C. */
-        w = F32 * (bwd ? 4 * N * C + N + 3 * C : 2 * N * C + N + C);
+         * (read + write): 4 N C + N + 3 C; dinp written: 3 N C + N + 3 C. */
+        w = F32 * (bwd ? (a->grad_written ? 3 : 4) * N * C + N + 3 * C : 2 * N * C + N + C);
         break;
     case OPS_ADD_RMSNORM:
         /* fwd: reads x, y [N,C] and w [C], writes h, out [N,C] and rstd [N] (h may alias x:
          * the stream is still read once and written once): 4 N C + N + C.
-         * bwd: rmsnorm's (the add passes its gradient through): 4 N C + N + 3 C. */
-        w = F32 * (4 * N * C + N + (bwd ? 3 : 1) * C);
+         * bwd: rmsnorm's (the add passes its gradient through): 4 N C + N + 3 C (dh written:
+         * 3 N C + N + 3 C). */
+        w = F32 * ((bwd && a->grad_written ? 3 : 4) * N * C + N + (bwd ? 3 : 1) * C);
         break;
     case OPS_ROPE: {
         /* x [B,T,nh,hd] (heads = nh), tables cos, sin [T, hd/2] each: T hd together.
@@ -66,8 +68,9 @@ ops_work ops_work_of(ops_kind k, int bwd, const ops_work_args *a) {
     }
     case OPS_SWIGLU:
         /* fwd: reads gate, up [N,F], writes out [N,F]: 3 N F (F = width).
-         * bwd: reads dout, gate, up; dgate and dup accumulate (read + write): 7 N F. */
-        w = F32 * (bwd ? 7 : 3) * N * C;
+         * bwd: reads dout, gate, up; dgate and dup accumulate (read + write): 7 N F; written:
+         * 5 N F. */
+        w = F32 * (bwd ? (a->grad_written ? 5 : 7) : 3) * N * C;
         break;
     case OPS_ADAMW:
         /* p, m, v read and written, g read: 7 n. */

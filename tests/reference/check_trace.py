@@ -137,8 +137,9 @@ def main():
             "tok_embeddings/embedding_bwd": [4 * (N + 3 * N * D)],
             # inp, out [N,D]; rstd [N]; w [D]
             "head/rmsnorm_fwd": [4 * (2 * N * D + N + D)],
-            # dout, inp, dinp twice [N,D]; rstd [N]; w, dw twice [D]
-            "head/rmsnorm_bwd": [4 * (4 * N * D + N + 3 * D)],
+            # dout, inp [N,D], dinp written (the residual gradient's first op: dx_acc 0)
+            # [N,D]; rstd [N]; w, dw twice [D]
+            "head/rmsnorm_bwd": [4 * (3 * N * D + N + 3 * D)],
         }
         for l in range(L):
             # x, y, h, out [N,D]; rstd [N]; w [D]

@@ -273,7 +273,7 @@ static void check_op(const ops_impl *bf, const ops_impl *ref, int B, int T, int 
         memset(dq[r], 0, 4 * nq), memset(dk[r], 0, 4 * nkv), memset(dv[r], 0, 4 * nkv);
         ((ops_attention_fwd_fn)im->fwd)(o[r], l[r], q, k, v, B, T, H, G, hd);
         ((ops_attention_bwd_fn)im->bwd)(dq[r], dk[r], dv[r], dy, o[r], l[r], q, k, v, B, T, H, G,
-                                        hd);
+                                        hd, 1);
         omp_set_num_threads(threads);
     }
     const double eo = rel(o[1], o[0], nq), el = rel(l[1], l[0], nl), eq = rel(dq[1], dq[0], nq),

@@ -45,7 +45,7 @@ typedef struct {
                 int T, int H, int G, int hd);
     void (*bwd)(float *dq, float *dk, float *dv, const float *dout, const float *out,
                 const float *lse, const float *q, const float *k, const float *v, int B, int T,
-                int H, int G, int hd);
+                int H, int G, int hd, int dx_acc);
     double tol;
 } impl;
 static const impl *g_impl;
@@ -217,7 +217,7 @@ static void run_problem(problem *p) {
     memset(p->dk, 0, sizeof(float) * nkv_of(s));
     memset(p->dv, 0, sizeof(float) * nkv_of(s));
     g_impl->bwd(p->dq, p->dk, p->dv, p->dout, p->out, p->lse, p->q, p->k, p->v, s.B, s.T, s.H, s.G,
-                s.hd);
+                s.hd, 1);
 }
 
 static void shape_name(char *buf, size_t n, const char *what, shape s) {
@@ -339,7 +339,7 @@ static void test_accumulate(shape s) {
     memcpy(g1[0], p.dq, sizeof(float) * nq_of(s));
     memcpy(g1[1], p.dk, sizeof(float) * nkv_of(s));
     memcpy(g1[2], p.dv, sizeof(float) * nkv_of(s));
-    g_impl->bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd);
+    g_impl->bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd, 1);
     double e = scaled_diff(g1[0], p.dq, nq_of(s), 2.0);
     double ek = scaled_diff(g1[1], p.dk, nkv_of(s), 2.0);
     double ev = scaled_diff(g1[2], p.dv, nkv_of(s), 2.0);
@@ -386,8 +386,8 @@ static void bench(void) {
         double t0 = base_now();
         g_impl->fwd(p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd);
         double t1 = base_now();
-        g_impl->bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G,
-                    s.hd);
+        g_impl->bwd(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, s.B, s.T, s.H, s.G, s.hd,
+                    1);
         double t2 = base_now();
         if (t1 - t0 < tf) tf = t1 - t0;
         if (t2 - t1 < tb) tb = t2 - t1;

@@ -84,8 +84,8 @@ static void compare_copies(void) {
         ops_cpu_rmsnorm_fwd_default(ob, rb, x, w, N, C, 1e-6f);
         check("rmsnorm fwd", oa, ob, n, 0);
         float *da = rnd(n, 1), *db = dup(da, n), *wa = rnd((size_t)C, 1), *wb = dup(wa, (size_t)C);
-        ops_cpu_rmsnorm_bwd_avx512(da, wa, dy, x, w, rb, N, C, 1);
-        ops_cpu_rmsnorm_bwd_default(db, wb, dy, x, w, rb, N, C, 1);
+        ops_cpu_rmsnorm_bwd_avx512(da, wa, dy, x, w, rb, N, C, 1, 1);
+        ops_cpu_rmsnorm_bwd_default(db, wb, dy, x, w, rb, N, C, 1, 1);
         check("rmsnorm bwd dinp", da, db, n, 0);
         check("rmsnorm bwd dw", wa, wb, (size_t)C, 0);
         /* each copy's fused add + norm equals its own rmsnorm of the sum, bit for bit */
@@ -119,8 +119,8 @@ static void compare_copies(void) {
         ops_cpu_swiglu_fwd_avx512(a, g, u, N, F);
         ops_cpu_swiglu_fwd_default(b, g, u, N, F);
         check("swiglu fwd", a, b, n, 1);
-        ops_cpu_swiglu_bwd_avx512(a, a2, dy, g, u, N, F);
-        ops_cpu_swiglu_bwd_default(b, b2, dy, g, u, N, F);
+        ops_cpu_swiglu_bwd_avx512(a, a2, dy, g, u, N, F, 1);
+        ops_cpu_swiglu_bwd_default(b, b2, dy, g, u, N, F, 1);
         check("swiglu bwd dgate", a, b, n, 1);
         check("swiglu bwd dup", a2, b2, n, 1);
         free(g), free(u), free(dy), free(a), free(b), free(a2), free(b2);
@@ -161,8 +161,8 @@ static void compare_copies(void) {
         check("attention fwd lse", la, lb, nl, 1);
         float *qa = rnd(nq, 1), *qb = dup(qa, nq), *ka = rnd(nk, 1), *kb = dup(ka, nk);
         float *wa = rnd(nk, 1), *wb = dup(wa, nk);
-        ops_cpu_attention_bwd_avx512(qa, ka, wa, dy, ob, lb, q, k, v, B, T, H, G, hd);
-        ops_cpu_attention_bwd_default(qb, kb, wb, dy, ob, lb, q, k, v, B, T, H, G, hd);
+        ops_cpu_attention_bwd_avx512(qa, ka, wa, dy, ob, lb, q, k, v, B, T, H, G, hd, 1);
+        ops_cpu_attention_bwd_default(qb, kb, wb, dy, ob, lb, q, k, v, B, T, H, G, hd, 1);
         check("attention bwd dq", qa, qb, nq, 1);
         check("attention bwd dk", ka, kb, nk, 1);
         check("attention bwd dv", wa, wb, nk, 1);

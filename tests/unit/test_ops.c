@@ -181,7 +181,7 @@ static void test_rmsnorm(void) {
         for (int i = 0; i < C; i++) ref[n * C + i] = (double)w[i] * inp[n * C + i] * r;
     }
     check(E_RMS, "rmsnorm fwd vs double formula", rel_err_d(out, ref, N * C), 1e-6);
-    ops_cpu_rmsnorm_bwd(dinp, dw, R, inp, w, rstd, N, C, 1);
+    ops_cpu_rmsnorm_bwd(dinp, dw, R, inp, w, rstd, N, C, 1, 1);
     check(E_RMS, "rmsnorm bwd dinp finite differences",
           fd_check(inp, N * C, dinp, rms_loss, &c, FD_EPS), FD_TOL);
     check(E_RMS, "rmsnorm bwd dw finite differences", fd_check(w, C, dw, rms_loss, &c, FD_EPS),
@@ -190,7 +190,7 @@ static void test_rmsnorm(void) {
     float *dinp2 = zeros(N * C), *dw2 = zeros(C);
     memcpy(dinp2, dinp, sizeof(float) * N * C);
     memcpy(dw2, dw, sizeof(float) * C);
-    ops_cpu_rmsnorm_bwd(dinp2, dw2, R, inp, w, rstd, N, C, 1);
+    ops_cpu_rmsnorm_bwd(dinp2, dw2, R, inp, w, rstd, N, C, 1, 1);
     for (int i = 0; i < N * C; i++) dinp[i] *= 2;
     for (int i = 0; i < C; i++) dw[i] *= 2;
     check(E_RMS, "rmsnorm bwd dinp accumulates", rel_err_f(dinp2, dinp, N * C), 1e-6);
@@ -257,7 +257,7 @@ static void test_matmul(void) {
         }
     }
     check(E_MM, "matmul fwd vs double formula", rel_err_d(out, ref, N * OC), 1e-6);
-    ops_cpu_matmul_bwd(dinp, dw, R, inp, w, N, C, OC, 1);
+    ops_cpu_matmul_bwd(dinp, dw, R, inp, w, N, C, OC, 1, 1);
     check(E_MM, "matmul bwd dinp finite differences",
           fd_check(inp, N * C, dinp, mm_loss, &c, FD_EPS), FD_TOL);
     check(E_MM, "matmul bwd dw finite differences", fd_check(w, OC * C, dw, mm_loss, &c, FD_EPS),
@@ -265,8 +265,8 @@ static void test_matmul(void) {
     float *dinp2 = zeros(N * C), *dw2 = zeros(OC * C), *dw3 = zeros(OC * C);
     memcpy(dinp2, dinp, sizeof(float) * N * C);
     memcpy(dw2, dw, sizeof(float) * OC * C);
-    ops_cpu_matmul_bwd(dinp2, dw2, R, inp, w, N, C, OC, 1);
-    ops_cpu_matmul_bwd(NULL, dw3, R, inp, w, N, C, OC, 1); /* dinp NULL: dw only */
+    ops_cpu_matmul_bwd(dinp2, dw2, R, inp, w, N, C, OC, 1, 1);
+    ops_cpu_matmul_bwd(NULL, dw3, R, inp, w, N, C, OC, 1, 1); /* dinp NULL: dw only */
     check(E_MM, "matmul bwd dinp == NULL skips dinp, dw still right", rel_err_f(dw3, dw, OC * C),
           0);
     for (int i = 0; i < N * C; i++) dinp[i] *= 2;
@@ -378,7 +378,7 @@ static void test_swiglu(void) {
     double ref[NE];
     for (int i = 0; i < NE; i++) ref[i] = (double)gate[i] / (1 + exp(-(double)gate[i])) * up[i];
     check(E_SWIGLU, "swiglu fwd vs double formula", rel_err_d(out, ref, NE), 1e-6);
-    ops_cpu_swiglu_bwd(dg, du, R, gate, up, N, F);
+    ops_cpu_swiglu_bwd(dg, du, R, gate, up, N, F, 1);
     check(E_SWIGLU, "swiglu bwd dgate finite differences",
           fd_check(gate, NE, dg, sw_loss, &c, FD_EPS), FD_TOL);
     check(E_SWIGLU, "swiglu bwd dup finite differences", fd_check(up, NE, du, sw_loss, &c, FD_EPS),
@@ -386,7 +386,7 @@ static void test_swiglu(void) {
     float *dg2 = zeros(NE), *du2 = zeros(NE);
     memcpy(dg2, dg, sizeof(float) * NE);
     memcpy(du2, du, sizeof(float) * NE);
-    ops_cpu_swiglu_bwd(dg2, du2, R, gate, up, N, F);
+    ops_cpu_swiglu_bwd(dg2, du2, R, gate, up, N, F, 1);
     for (int i = 0; i < NE; i++) dg[i] *= 2, du[i] *= 2;
     check(E_SWIGLU, "swiglu bwd dgate accumulates", rel_err_f(dg2, dg, NE), 1e-6);
     check(E_SWIGLU, "swiglu bwd dup accumulates", rel_err_f(du2, du, NE), 1e-6);
@@ -706,7 +706,7 @@ static void test_grouped_mm(void) {
             continue;
         }
         ((ops_grouped_mm_fwd_fn)impl->fwd)(out[k], x, w, offs, E, C, OC);
-        ((ops_grouped_mm_bwd_fn)impl->bwd)(dx[k], dw[k], dy, x, w, offs, E, C, OC, 1);
+        ((ops_grouped_mm_bwd_fn)impl->bwd)(dx[k], dw[k], dy, x, w, offs, E, C, OC, 1, 1);
         char what[96];
         snprintf(what, sizeof what, "grouped_mm/%s forward vs fp64 (groups 0,300,1,0,37,513)",
                  names[k]);
@@ -749,7 +749,7 @@ static void dummy_attn_fwd(float *out, float *lse, const float *q, const float *
                            int B, int T, int H, int G, int hd) {}
 static void dummy_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, int B,
-                           int T, int H, int G, int hd) {}
+                           int T, int H, int G, int hd, int dx_acc) {}
 
 static void test_registry(void) {
     ops_ctx ctx = {.batch = 2,
@@ -909,12 +909,12 @@ static uint64_t run_all_ops(void) {
     h = h * 31 + hash_f(dw, V * D);
     ops_cpu_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-6f);
     memset(dw, 0, sizeof(float) * D);
-    ops_cpu_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, D, 1);
+    ops_cpu_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, D, 1, 1);
     h = h * 31 + hash_f(out, N * D) + hash_f(dx, N * D) * 3 + hash_f(dw, D) * 5;
     float *g = randn(N * F, 23, 2, 0), *u = randn(N * F, 24, 1, 0), *dyf = randn(N * F, 25, 1, 0);
     float *o2 = zeros(N * F), *dg = zeros(N * F), *du = zeros(N * F);
     ops_cpu_swiglu_fwd(o2, g, u, N, F);
-    ops_cpu_swiglu_bwd(dg, du, dyf, g, u, N, F);
+    ops_cpu_swiglu_bwd(dg, du, dyf, g, u, N, F, 1);
     h = h * 31 + hash_f(o2, N * F) + hash_f(dg, N * F) * 3 + hash_f(du, N * F) * 5;
     float *cs = zeros(10 * 20), *sn = zeros(10 * 20);
     ops_rope_table(cs, sn, 10, 40, 1e4);
@@ -989,7 +989,7 @@ static uint64_t rmsnorm_dw_order(void) {
         }
     }
     for (int c = 0; c < C; c++) w[c] = 1.0f;
-    ops_cpu_rmsnorm_bwd(NULL, dw, dy, x, w, r, N, C, 1);
+    ops_cpu_rmsnorm_bwd(NULL, dw, dy, x, w, r, N, C, 1, 1);
     const uint64_t h = hash_f(dw, C);
     base_free(x), base_free(dy), base_free(w), base_free(r), base_free(dw);
     return h;
@@ -1159,7 +1159,7 @@ static void test_grouped_bf16_reference(void) {
         for (size_t i = 0; i < (size_t)E * OC * C; i++) dw[i] = NAN; /* dw_acc 0: never read */
         const long tiles0 = ops_cpu_amx_gemm_panels_calls();
         ops_cpu_grouped_mm_bf16_fwd(o, x, w, offs, E, C, OC);
-        ops_cpu_grouped_mm_bf16_bwd(dx, dw, dy, x, w, offs, E, C, OC, 0);
+        ops_cpu_grouped_mm_bf16_bwd(dx, dw, dy, x, w, offs, E, C, OC, 1, 0);
         const long tiles = ops_cpu_amx_gemm_panels_calls() - tiles0;
         long bad[3] = {0, 0, 0};
         for (int e = 0; e < E; e++) {
@@ -1207,16 +1207,16 @@ static void test_bf16_held(void) {
           *dy = randn((size_t)N * OC, 63, 1, 0);
     float *dx2 = zeros((size_t)N * C), *dw2 = zeros((size_t)E * OC * C),
           *dx1 = zeros((size_t)N * C), *dw1 = zeros((size_t)E * OC * C);
-    ops_cpu_matmul_bf16_bwd(dx2, dw2, dy, x, w, N, C, OC, 1);
-    ops_cpu_matmul_bf16_bwd(dx1, NULL, dy, x, w, N, C, OC, 1);
-    ops_cpu_matmul_bf16_bwd(NULL, dw1, dy, x, w, N, C, OC, 1);
+    ops_cpu_matmul_bf16_bwd(dx2, dw2, dy, x, w, N, C, OC, 1, 1);
+    ops_cpu_matmul_bf16_bwd(dx1, NULL, dy, x, w, N, C, OC, 1, 1);
+    ops_cpu_matmul_bf16_bwd(NULL, dw1, dy, x, w, N, C, OC, 1, 1);
     check_true("bf16 matmul_bwd: dY held for both products = converted per product (bitwise)",
                same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)OC * C), NULL);
     memset(dx1, 0, sizeof(float) * N * C), memset(dw1, 0, sizeof(float) * E * OC * C);
     memset(dx2, 0, sizeof(float) * N * C), memset(dw2, 0, sizeof(float) * E * OC * C);
-    ops_cpu_grouped_mm_bf16_bwd(dx2, dw2, dy, x, w, offs, E, C, OC, 1);
-    ops_cpu_grouped_mm_bf16_bwd(dx1, NULL, dy, x, w, offs, E, C, OC, 1);
-    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 1);
+    ops_cpu_grouped_mm_bf16_bwd(dx2, dw2, dy, x, w, offs, E, C, OC, 1, 1);
+    ops_cpu_grouped_mm_bf16_bwd(dx1, NULL, dy, x, w, offs, E, C, OC, 1, 1);
+    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 1, 1);
     check_true("bf16 grouped_mm_bwd: dY held for both products = converted per product",
                same_bits(dx2, dx1, (size_t)N * C) && same_bits(dw2, dw1, (size_t)E * OC * C), NULL);
     /* x held by the caller (ops.h's mirrors: the products read its copy) = converted per call,
@@ -1226,7 +1226,7 @@ static void test_bf16_held(void) {
     memset(dw1, 0, sizeof(float) * E * OC * C);
     const int hx = !ops_bf16_hold_copy(x, (size_t)N * C);
     ops_cpu_grouped_mm_bf16_fwd(o2, x, w, offs, E, C, OC);
-    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 0);
+    ops_cpu_grouped_mm_bf16_bwd(NULL, dw1, dy, x, w, offs, E, C, OC, 1, 0);
     if (hx) ops_bf16_release(x);
     check_true("bf16 grouped_mm: x held = converted per call (forward, dW; bitwise)",
                hx && same_bits(o1, o2, (size_t)N * OC) && same_bits(dw2, dw1, (size_t)E * OC * C),
@@ -1345,7 +1345,7 @@ static void test_grouped_layout(void) {
             }
             o[k] = zeros((size_t)N * OC), dx[k] = zeros((size_t)N * C), dw[k] = zeros(nw);
             ops_cpu_grouped_mm_bf16_fwd(o[k], x, w, offs, E, C, OC);
-            ops_cpu_grouped_mm_bf16_bwd(dx[k], dw[k], dy, x, w, offs, E, C, OC, 0);
+            ops_cpu_grouped_mm_bf16_bwd(dx[k], dw[k], dy, x, w, offs, E, C, OC, 1, 0);
             if (!reg) continue;
             ops_bf16_mirror_layouts_clear(m, sizeof(uint16_t) * n); /* row-major again */
             snprintf(what, sizeof what, "grouped layout [%d, %d, %d]: cleared", E, OC, C);

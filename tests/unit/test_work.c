@@ -62,19 +62,19 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
         if (!bwd)
             t->rmsnorm_fwd(f[0], f[1], f[2], f[3], N, D, 1e-6f);
         else
-            t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1);
+            t->rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1, 1);
         break;
     case OPS_ADD_RMSNORM:
         if (!bwd)
             t->add_rmsnorm_fwd(f[2], f[0], f[1], f[2], f[6], f[3], N, D, 1e-6f);
         else
-            t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1);
+            t->add_rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], N, D, 1, 1);
         break;
     case OPS_MATMUL:
         if (!bwd)
             t->matmul_fwd(f[0], f[1], f[2], N, D, F);
         else
-            t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F, 1);
+            t->matmul_bwd(f[3], f[4], f[0], f[1], f[2], N, D, F, 0, 1);
         break;
     case OPS_ROPE:
         if (!bwd)
@@ -86,13 +86,14 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
         if (!bwd)
             t->attention_fwd(f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
         else
-            t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd);
+            t->attention_bwd(f[5], f[6], f[7], f[8], f[0], f[1], f[2], f[3], f[4], B, T, H, G, hd,
+                             0);
         break;
     case OPS_SWIGLU:
         if (!bwd)
             t->swiglu_fwd(f[0], f[1], f[2], N, F);
         else
-            t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F);
+            t->swiglu_bwd(f[3], f[4], f[0], f[1], f[2], N, F, 0);
         break;
     case OPS_LMHEAD_CE:
         t->lmhead_ce(f[2], f[3], f[0], f[1], tok, N, D, V, 1.0f / N, f[4], N, NULL, NULL, 1);
@@ -110,9 +111,9 @@ static void bench_calls(const ops_table *t, ops_kind k, int bwd, float **f, cons
             t->grouped_mm_fwd(f[2], f[0], w, offs, E, D, Fe);
             t->grouped_mm_fwd(f[4], f[3], w, offs, E, Fe, D);
         } else {
-            t->grouped_mm_bwd(f[7], dw, f[4], f[3], w, offs, E, Fe, D, 1);
-            t->grouped_mm_bwd(f[5], dw, f[6], f[0], w, offs, E, D, Fe, 1);
-            t->grouped_mm_bwd(f[5], dw, f[7], f[0], w, offs, E, D, Fe, 1);
+            t->grouped_mm_bwd(f[7], dw, f[4], f[3], w, offs, E, Fe, D, 0, 1);
+            t->grouped_mm_bwd(f[5], dw, f[6], f[0], w, offs, E, D, Fe, 0, 1);
+            t->grouped_mm_bwd(f[5], dw, f[7], f[0], w, offs, E, D, Fe, 1, 1);
         }
         break;
     default:
@@ -158,8 +159,8 @@ int main(void) {
         {OPS_ATTENTION, 1, 4 * (5 * 64 * 64 * 16 / 2) * 2.0, 1},
         /* gate, up, out [64,128] */
         {OPS_SWIGLU, 0, 4.0 * 3 * 8192, 0},
-        /* dout, gate, up, dgate x2, dup x2 */
-        {OPS_SWIGLU, 1, 4.0 * 7 * 8192, 0},
+        /* dout, gate, up, dgate, dup (written: dx_acc 0, as the block and the bench call it) */
+        {OPS_SWIGLU, 1, 4.0 * 5 * 8192, 0},
         /* logits, dx, dw: 3 x 64*64*512 MACs */
         {OPS_LMHEAD_CE, 0, 3 * 2.0 * 64 * 64 * 512, 1},
         /* p, m, v twice, g once, over the embedding's 512 x 64 (the largest tensor) */
@@ -223,11 +224,11 @@ int main(void) {
     /* ---- 3. what the arguments change ---------------------------------------------------- */
     int n_ev;
     base_trace_start(); /* matmul backward without dinp: dW only */
-    t.matmul_bwd(NULL, f[4], f[0], f[1], f[2], 64, 64, 128, 1);
+    t.matmul_bwd(NULL, f[4], f[0], f[1], f[2], 64, 64, 128, 1, 1);
     base_trace_stop();
     CHECK(recorded(&n_ev).value == 1048576, "matmul_bwd without dinp: the dW product only");
     base_trace_start(); /* grouped_mm likewise */
-    t.grouped_mm_bwd(NULL, dw, f[4], f[3], w, offs, E, 32, 64, 1);
+    t.grouped_mm_bwd(NULL, dw, f[4], f[3], w, offs, E, 32, 64, 1, 1);
     base_trace_stop();
     CHECK(recorded(&n_ev).value == 2.0 * 128 * 32 * 64, "grouped_mm_bwd without dinp");
     base_trace_start(); /* lmhead_ce without gradients: the logits only */
@@ -238,6 +239,14 @@ int main(void) {
     t.rope_bwd(f[0], f[0], f[2], f[3], 1, 64, 4, 16);
     base_trace_stop();
     CHECK(recorded(&n_ev).value == 4.0 * (2 * 4096 + 1024), "rope_bwd in place");
+    base_trace_start(); /* input gradients written (dx_acc 0): written only, not read */
+    t.rmsnorm_bwd(f[4], f[5], f[0], f[2], f[3], f[1], 64, 64, 0, 1);
+    base_trace_stop();
+    CHECK(recorded(&n_ev).value == 4.0 * (3 * 4096 + 64 + 3 * 64), "rmsnorm_bwd, dinp written");
+    base_trace_start();
+    t.swiglu_bwd(f[3], f[4], f[0], f[1], f[2], 64, 128, 1);
+    base_trace_stop();
+    CHECK(recorded(&n_ev).value == 4.0 * 7 * 8192, "swiglu_bwd, dgate and dup added");
     base_trace_start(); /* a prefill chunk: 16 queries at positions 100..115 */
     t.attention_kv(f[0], f[1], f[2], f[3], 16, 100, 4, 2, 16);
     base_trace_stop();

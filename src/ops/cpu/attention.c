@@ -375,10 +375,10 @@ static size_t att_bwd_ws_floats(int hd) {
            2 * ATT_BQ;
 }
 
-/* Gradients of query head h of batch b over all T queries. dq is accumulated in place; dk/dv
- * are accumulated into the rows dkh + t*dks, dvh + t*dks (dk/dv themselves or a scratch
- * slice). */
-static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_direct,
+/* Gradients of query head h of batch b over all T queries. dq is accumulated in place (acc 0:
+ * written); dk/dv are accumulated into the rows dkh + t*dks, dvh + t*dks (dk/dv themselves when
+ * kv_acc, or written: a scratch slice, or dk/dv asked written). */
+static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_acc, int acc,
                          const float *dout, const float *out, const float *lse, const float *q,
                          const float *k, const float *v, int b, int h, int T, int H, int G, int hd,
                          float scale, float *ws) {
@@ -423,7 +423,7 @@ static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_d
             const int off = q0 - k0; /* query i sees key j (tile-local) iff i >= j - off */
             /* A scratch slice is uninitialised: a key tile's first contributions, from the
              * diagonal query tile (q0 == k0, the first to reach it), overwrite it. */
-            const int acc_kv = kv_direct || k0 != q0;
+            const int acc_kv = kv_acc || k0 != q0;
             /* S^T and dP^T, left unwritten below the diagonal */
             att_gemm(st, ATT_BQ, kt0, kvs, 1, qt, ATT_BQ, nk, nc, hd, 0, -ATT_ALL, ATT_ALL, -off);
             att_gemm(dst, ATT_BQ, vt0, kvs, 1, dot, ATT_BQ, nk, nc, hd, 0, -ATT_ALL, ATT_ALL, -off);
@@ -455,14 +455,14 @@ static void att_bwd_head(float *dq, float *dkh, float *dvh, size_t dks, int kv_d
             float *restrict dqi = dq + row0 + (size_t)i * qs;
             const float *restrict src = dqa + (size_t)i * hd;
 #pragma omp simd
-            for (int d = 0; d < hd; d++) dqi[d] += src[d];
+            for (int d = 0; d < hd; d++) dqi[d] = (acc ? dqi[d] : 0.0f) + src[d];
         }
     }
 }
 
 void KFN(ops_cpu_attention_bwd)(float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k,
-                                const float *v, int B, int T, int H, int G, int hd) {
+                                const float *v, int B, int T, int H, int G, int hd, int dx_acc) {
     if (B <= 0 || T <= 0 || H <= 0 || hd <= 0) return;
     const float scale = 1.0f / sqrtf((float)hd);
     const int rep = H / G;
@@ -493,8 +493,8 @@ void KFN(ops_cpu_attention_bwd)(float *dq, float *dk, float *dv, const float *do
                     dvh = dv + ((size_t)b * T * G + g) * hd;
                     dks = (size_t)G * hd;
                 }
-                att_bwd_head(dq, dkh, dvh, dks, r == 0, dout, out, lse, q, k, v, b, h, T, H, G, hd,
-                             scale, ws);
+                att_bwd_head(dq, dkh, dvh, dks, r == 0 && dx_acc, dx_acc, dout, out, lse, q, k, v,
+                             b, h, T, H, G, hd, scale, ws);
             }
         free(ws);
         if (rep > 1) {

@@ -339,9 +339,12 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
     for (int i = 0; i < 3; i++) ops_cpu_scratch_give(own[i]);
 }
 
+/* dq, dk, dv (+)= the gradients (acc: += or =). Written, dQ's first key block (it spans all T
+ * queries) and each key block's dK / dV rows (one product each) start from zeros, the bits of
+ * += on zeroed buffers. */
 static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dout, const float *out,
                    const float *lse, const float *q, const float *k, const float *v, int B, int T,
-                   int H, int G, int hd) {
+                   int H, int G, int hd, int acc) {
     const int rep = H / G, nb = ag_blocks(T, AG_BQ);
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t nq = (size_t)B * T * H * hd;
@@ -416,8 +419,10 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
              * into and back from (the same sums in the same order) */
             float *dqh = md.dense ? w.o : dq + row * ldq + (size_t)h * hd;
             const size_t ldqh = md.dense ? (size_t)hd : ldq;
-            if (md.dense) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
+            if (md.dense && acc) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
             for (int kb = 0; kb < nb; kb++) {
+                /* dV, dK rows of this key block: summed in or written; dQ: its first block */
+                const int acc_kv = !part && acc, acc_q = kb > 0 || acc;
                 const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
                           n = T - c0; /* queries c0 .. T-1 */
                 const void *kc = ag_row(md, k16, b, g, c0), *vc = ag_row(md, v16, b, g, c0),
@@ -452,36 +457,37 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 }
                 /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
                 if (amx) {
-                    ops_cpu_amx_gemm_packed(M, hd, n, p16, n, P.dout + bh + p0, ls, !part,
+                    ops_cpu_amx_gemm_packed(M, hd, n, p16, n, P.dout + bh + p0, ls, acc_kv,
                                             dvh + (size_t)c0 * ldp, (int)ldp);
-                    ops_cpu_amx_gemm_packed(M, hd, n, ds16, n, P.q + bh + p0, ls, !part,
+                    ops_cpu_amx_gemm_packed(M, hd, n, ds16, n, P.q + bh + p0, ls, acc_kv,
                                             dkh + (size_t)c0 * ldp, (int)ldp);
                     ops_cpu_amx_transpose(w.t16, ds16, n, M, n); /* dS [n, M] */
                     ops_cpu_amx_gemm_packed(n, hd, M, w.t16, M, P.k + ((size_t)b * G + g) * hw + p0,
-                                            ls, 1, dqh + (size_t)c0 * ldqh, (int)ldqh);
+                                            ls, acc_q, dqh + (size_t)c0 * ldqh, (int)ldqh);
                     continue;
                 }
-                ag_gemm(md, 0, 0, M, hd, n, p16, n, doc, (int)do16.ld, !part,
+                ag_gemm(md, 0, 0, M, hd, n, p16, n, doc, (int)do16.ld, acc_kv,
                         dvh + (size_t)c0 * ldp, (int)ldp);
-                ag_gemm(md, 0, 0, M, hd, n, ds16, n, qc, (int)q16.ld, !part, dkh + (size_t)c0 * ldp,
-                        (int)ldp);
-                ag_gemm(md, 1, 0, n, hd, M, ds16, n, kc, (int)k16.ld, 1, dqh + (size_t)c0 * ldqh,
-                        (int)ldqh);
+                ag_gemm(md, 0, 0, M, hd, n, ds16, n, qc, (int)q16.ld, acc_kv,
+                        dkh + (size_t)c0 * ldp, (int)ldp);
+                ag_gemm(md, 1, 0, n, hd, M, ds16, n, kc, (int)k16.ld, acc_q,
+                        dqh + (size_t)c0 * ldqh, (int)ldqh);
             }
             if (md.dense) ag_rows_copy(dq, w.o, 1, b, T, H, h, 0, T, hd);
         }
         ag_ws_free(&w);
-        if (part) { /* dk, dv[b, t, g] += the group's heads' slices, in head order */
+        if (part) { /* dk, dv[b, t, g] (+)= the group's heads' slices, in head order */
 #pragma omp for collapse(2) schedule(static)
             for (int b = 0; b < B; b++)
                 for (int t = 0; t < T; t++)
                     for (int h = 0; h < H; h++) {
                         const size_t src = (((size_t)b * H + h) * T + t) * hd,
                                      dst = ((size_t)b * T + t) * ldk + (size_t)(h / rep) * hd;
+                        const int add = acc || h % rep; /* the group's first head: written */
 #pragma omp simd
                         for (int c = 0; c < hd; c++) {
-                            dk[dst + c] += part[src + c];
-                            dv[dst + c] += part[nq + src + c];
+                            dk[dst + c] = (add ? dk[dst + c] : 0.0f) + part[src + c];
+                            dv[dst + c] = (add ? dv[dst + c] : 0.0f) + part[nq + src + c];
                         }
                     }
         }
@@ -500,8 +506,8 @@ void KFN(ops_cpu_attention_gemm_fwd)(float *out, float *lse, const float *q, con
 void KFN(ops_cpu_attention_gemm_bwd)(float *dq, float *dk, float *dv, const float *dout,
                                      const float *out, const float *lse, const float *q,
                                      const float *k, const float *v, int B, int T, int H, int G,
-                                     int hd) {
-    ag_bwd(ag_mode_of(OPS_PREC_F32), dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd);
+                                     int hd, int dx_acc) {
+    ag_bwd(ag_mode_of(OPS_PREC_F32), dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd, dx_acc);
 }
 
 void KFN(ops_cpu_attention_bf16_fwd)(float *out, float *lse, const float *q, const float *k,
@@ -520,6 +526,6 @@ void KFN(ops_cpu_attention_bf16_fwd)(float *out, float *lse, const float *q, con
 void KFN(ops_cpu_attention_bf16_bwd)(float *dq, float *dk, float *dv, const float *dout,
                                      const float *out, const float *lse, const float *q,
                                      const float *k, const float *v, int B, int T, int H, int G,
-                                     int hd) {
-    ag_bwd(ag_mode_of(OPS_PREC_BF16), dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd);
+                                     int hd, int dx_acc) {
+    ag_bwd(ag_mode_of(OPS_PREC_BF16), dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd, dx_acc);
 }

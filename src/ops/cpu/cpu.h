@@ -108,17 +108,17 @@ void ops_cpu_embedding_bwd(float *dwte, const float *dout, const int32_t *tokens
 void ops_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                          float eps);
 void ops_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                         const float *w, const float *rstd, int N, int C, int dw_acc);
+                         const float *w, const float *rstd, int N, int C, int dx_acc, int dw_acc);
 void ops_cpu_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *x, const float *y,
                              const float *w, int N, int C, float eps);
 
 void ops_cpu_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
 void ops_cpu_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC, int dw_acc);
+                        int N, int C, int OC, int dx_acc, int dw_acc);
 /* "bf16": the same products with bf16 operands (ops_cpu_gemm's bf16 path). */
 void ops_cpu_matmul_bf16_fwd(float *out, const float *inp, const float *w, int N, int C, int OC);
 void ops_cpu_matmul_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, int N, int C, int OC, int dw_acc);
+                             const float *w, int N, int C, int OC, int dx_acc, int dw_acc);
 
 void ops_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin, int B,
                       int T, int nh, int hd);
@@ -130,7 +130,7 @@ void ops_cpu_attention_fwd(float *out, float *lse, const float *q, const float *
                            int B, int T, int H, int G, int hd);
 void ops_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, int B,
-                           int T, int H, int G, int hd);
+                           int T, int H, int G, int hd, int dx_acc);
 
 /* Attention of new queries over a KV cache (inference; attention_kv.c). */
 void ops_cpu_attention_kv(float *out, const float *q, const float *k, const float *v, int T,
@@ -142,7 +142,7 @@ void ops_cpu_attention_kv_prec(float *out, const float *q, const float *k, const
 
 void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F);
 void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                        const float *up, int N, int F);
+                        const float *up, int N, int F, int dx_acc);
 
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,
@@ -166,12 +166,12 @@ void ops_cpu_attention_gemm_fwd(float *out, float *lse, const float *q, const fl
                                 const float *v, int B, int T, int H, int G, int hd);
 void ops_cpu_attention_gemm_bwd(float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k,
-                                const float *v, int B, int T, int H, int G, int hd);
+                                const float *v, int B, int T, int H, int G, int hd, int dx_acc);
 void ops_cpu_attention_bf16_fwd(float *out, float *lse, const float *q, const float *k,
                                 const float *v, int B, int T, int H, int G, int hd);
 void ops_cpu_attention_bf16_bwd(float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k,
-                                const float *v, int B, int T, int H, int G, int hd);
+                                const float *v, int B, int T, int H, int G, int hd, int dx_acc);
 /* attention/bf16's forward on AVX512_BF16 instructions (attention_dpbf16.c, built for x86-64
  * only): call only when ops_cpu_attention_dpbf16_usable(). ws: ops_cpu_attention_dpbf16_ws
  * bytes (64-byte aligned; sized for omp_get_max_threads() at the call) for the operands packed
@@ -187,7 +187,7 @@ void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, co
                                 int E, int C, int OC);
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const int32_t *offs, int E, int C, int OC,
-                                int dw_acc);
+                                int dx_acc, int dw_acc);
 /* Elements [i0, i0 + n) (row-major order) of an expert stack [E, OC, C] (OC even, C a multiple
  * of 64) rounded to bf16 into P in the panel layout: expert e's element (r, c) at
  * e OC C + (c / 64) 64 OC + (r / 2) 128 + 2 (c % 64) + r % 2, i.e. for each 64 columns of C the
@@ -341,17 +341,18 @@ void ops_cpu_attention_kv_bf16(float *out, const float *q, const float *k, const
 void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                             int E, int C, int OC);
 void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc);
+                            const float *w, const int32_t *offs, int E, int C, int OC, int dx_acc,
+                            int dw_acc);
 void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                  int E, int C, int OC);
 void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                  const float *w, const int32_t *offs, int E, int C, int OC,
-                                 int dw_acc);
+                                 int dx_acc, int dw_acc);
 void ops_cpu_grouped_mm_tiled_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                   int E, int C, int OC);
 void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                   const float *w, const int32_t *offs, int E, int C, int OC,
-                                  int dw_acc);
+                                  int dx_acc, int dw_acc);
 
 void ops_cpu_adamw(float *p, void *m, void *v, const float *g, float gscale, size_t n, double lr,
                    double beta1, double beta2, double eps, double wd, double l2, int mv_bf16,

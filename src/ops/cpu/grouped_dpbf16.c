@@ -187,7 +187,8 @@ static dp_src gd_weights(const float *w, size_t n, int cols) {
 
 /* One pass: forward (out non-NULL) or backward (dinp and / or dw non-NULL). */
 static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const float *inp,
-                    const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
+                    const float *w, const int32_t *offs, int E, int C, int OC, int dx_acc,
+                    int dw_acc) {
     const int R = offs[E] - offs[0], fwd = out != NULL, amx = ops_cpu_bf16_grouped_amx();
     if (R <= 0) return;
     const int C2 = dp_up(C, 2), OC2 = dp_up(OC, 2);
@@ -262,7 +263,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
                     dp_pack_transposed(panel, We, C, k.c0, OC, C, C2 / 2);
                 gd_gemm(amx, n, nc, C2 / 2, A + (size_t)r0 * lda, lda, (const uint16_t *)panel,
                         2 * DP_NC, 0, out + (size_t)offs[k.e] * OC + k.c0, OC, 0);
-            } else if (k.kind == 1) { /* dx[n, 256] += dy W_e[:, c0 .. c0 + 256] */
+            } else if (k.kind == 1) { /* dx[n, 256] (+)= dy W_e[:, c0 .. c0 + 256] */
                 const int nc = C - k.c0 < GD_NP * DP_NC ? C - k.c0 : GD_NP * DP_NC,
                           np = (nc + DP_NC - 1) / DP_NC, k2 = OC2 / 2;
                 const uint16_t *B = (const uint16_t *)panel;
@@ -271,7 +272,7 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
                 else
                     gd_pack_pairs(panel, We, C, k.c0, np, OC, C, k2);
                 gd_gemm(amx, n, nc, k2, A + (size_t)r0 * lda, lda, B, 2 * DP_NC,
-                        2 * (size_t)k2 * DP_NC, dinp + (size_t)offs[k.e] * C + k.c0, C, 1);
+                        2 * (size_t)k2 * DP_NC, dinp + (size_t)offs[k.e] * C + k.c0, C, dx_acc);
             } else { /* dW_e[OC, 256] (+)= dy^T x[:, c0 .. c0 + 256] */
                 /* K: the expert's rows; on tiles rounded up to 16 pairs, past n zeros in both
                  * operands (A's rows are padded so already) */
@@ -294,11 +295,11 @@ static void gd_pass(float *out, float *dinp, float *dw, const float *dout, const
 
 void ops_cpu_grouped_dpbf16_fwd(float *out, const float *inp, const float *w, const int32_t *offs,
                                 int E, int C, int OC) {
-    gd_pass(out, NULL, NULL, NULL, inp, w, offs, E, C, OC, 0);
+    gd_pass(out, NULL, NULL, NULL, inp, w, offs, E, C, OC, 0, 0);
 }
 
 void ops_cpu_grouped_dpbf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const int32_t *offs, int E, int C, int OC,
-                                int dw_acc) {
-    if (dinp || dw) gd_pass(NULL, dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
+                                int dx_acc, int dw_acc) {
+    if (dinp || dw) gd_pass(NULL, dinp, dw, dout, inp, w, offs, E, C, OC, dx_acc, dw_acc);
 }

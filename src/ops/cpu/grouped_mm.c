@@ -42,7 +42,8 @@ static void zero_idle_experts(float *dw, const int32_t *offs, int E, int C, int 
 }
 
 static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, const float *inp,
-                    const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
+                    const float *w, const int32_t *offs, int E, int C, int OC, int dx_acc,
+                    int dw_acc) {
     zero_idle_experts(dw, offs, E, C, OC, dw_acc);
     /* every group's dy rows are both its products' operand: in bf16 converted once */
     const int held =
@@ -53,7 +54,8 @@ static void gmm_bwd(ops_prec prec, float *dinp, float *dw, const float *dout, co
         if (n <= 0) continue;
         const float *we = w + (size_t)e * OC * C, *dy = dout + (size_t)r0 * OC;
         if (dinp)
-            ops_cpu_gemm(prec, 0, 0, n, C, OC, 1.0f, dy, OC, we, C, 1.0f, dinp + (size_t)r0 * C, C);
+            ops_cpu_gemm(prec, 0, 0, n, C, OC, 1.0f, dy, OC, we, C, dx_acc ? 1.0f : 0.0f,
+                         dinp + (size_t)r0 * C, C);
         if (dw)
             ops_cpu_gemm(prec, 1, 0, OC, C, n, 1.0f, dy, OC, inp + (size_t)r0 * C, C,
                          dw_acc ? 1.0f : 0.0f, dw + (size_t)e * OC * C, C);
@@ -66,8 +68,9 @@ void ops_cpu_grouped_mm_fwd(float *out, const float *inp, const float *w, const 
     gmm_fwd(OPS_PREC_F32, out, inp, w, offs, E, C, OC);
 }
 void ops_cpu_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const int32_t *offs, int E, int C, int OC, int dw_acc) {
-    gmm_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
+                            const float *w, const int32_t *offs, int E, int C, int OC, int dx_acc,
+                            int dw_acc) {
+    gmm_bwd(OPS_PREC_F32, dinp, dw, dout, inp, w, offs, E, C, OC, dx_acc, dw_acc);
 }
 /* "bf16": one GEMM per group on bf16 operands (the expert stacks from the weight mirror); on
  * AVX512_BF16 without AMX all groups in one pass of grouped_dpbf16.c instead. */
@@ -83,15 +86,15 @@ void ops_cpu_grouped_mm_bf16_fwd(float *out, const float *inp, const float *w, c
 }
 void ops_cpu_grouped_mm_bf16_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                  const float *w, const int32_t *offs, int E, int C, int OC,
-                                 int dw_acc) {
+                                 int dx_acc, int dw_acc) {
 #ifdef TITAN_HAVE_DPBF16
     if (ops_cpu_grouped_dpbf16_usable()) {
         zero_idle_experts(dw, offs, E, C, OC, dw_acc); /* its tasks are the experts with rows */
-        ops_cpu_grouped_dpbf16_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
+        ops_cpu_grouped_dpbf16_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dx_acc, dw_acc);
         return;
     }
 #endif
-    gmm_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
+    gmm_bwd(OPS_PREC_BF16, dinp, dw, dout, inp, w, offs, E, C, OC, dx_acc, dw_acc);
 }
 
 /* ---- grouped: one pass over tiles of all groups --------------------------------------- */
@@ -154,12 +157,12 @@ void ops_cpu_grouped_mm_tiled_fwd(float *out, const float *inp, const float *w, 
 
 void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                   const float *w, const int32_t *offs, int E, int C, int OC,
-                                  int dw_acc) {
+                                  int dx_acc, int dw_acc) {
     gmm_tile *t;
     int n;
-    if (dinp) { /* dinp_e[rows, C-block] += dout_e[rows, OC] @ w_e[OC, C-block] */
+    if (dinp) { /* dinp_e[rows, C-block] (+)= dout_e[rows, OC] @ w_e[OC, C-block] */
         if ((n = make_tiles(&t, offs, E, 1, 0, C, TILE_ROWS, tile_cols(OC, C))) < 0) {
-            ops_cpu_grouped_mm_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dw_acc);
+            ops_cpu_grouped_mm_bwd(dinp, dw, dout, inp, w, offs, E, C, OC, dx_acc, dw_acc);
             return;
         }
 #pragma omp parallel for schedule(dynamic, 1)
@@ -167,14 +170,15 @@ void ops_cpu_grouped_mm_tiled_bwd(float *dinp, float *dw, const float *dout, con
             const gmm_tile *x = &t[i];
             const size_t r0 = (size_t)offs[x->e] + (size_t)x->m0;
             ops_cpu_sgemm(0, 0, x->m1 - x->m0, x->n1 - x->n0, OC, 1.0f, dout + r0 * OC, OC,
-                          w + (size_t)x->e * OC * C + x->n0, C, 1.0f, dinp + r0 * C + x->n0, C);
+                          w + (size_t)x->e * OC * C + x->n0, C, dx_acc ? 1.0f : 0.0f,
+                          dinp + r0 * C + x->n0, C);
         }
         free(t);
     }
     if (dw) { /* dw_e[OC-block, C-block] (+)= dout_e[:, OC-block]^T @ inp_e[:, C-block] */
         const int nb = C < 512 ? C : 512;
         if ((n = make_tiles(&t, offs, E, 0, OC, C, tile_cols(nb, OC), nb)) < 0) {
-            ops_cpu_grouped_mm_bwd(NULL, dw, dout, inp, w, offs, E, C, OC, dw_acc);
+            ops_cpu_grouped_mm_bwd(NULL, dw, dout, inp, w, offs, E, C, OC, 1, dw_acc);
             return;
         }
         zero_idle_experts(dw, offs, E, C, OC, dw_acc);

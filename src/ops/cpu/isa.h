@@ -29,8 +29,8 @@
       (out, rstd, inp, w, N, C, eps))                                                              \
     X(ops_cpu_rmsnorm_bwd,                                                                         \
       (float *dinp, float *dw, const float *dout, const float *inp, const float *w,                \
-       const float *rstd, int N, int C, int dw_acc),                                               \
-      (dinp, dw, dout, inp, w, rstd, N, C, dw_acc))                                                \
+       const float *rstd, int N, int C, int dx_acc, int dw_acc),                                   \
+      (dinp, dw, dout, inp, w, rstd, N, C, dx_acc, dw_acc))                                        \
     X(ops_cpu_add_rmsnorm_fwd,                                                                     \
       (float *h, float *out, float *rstd, const float *x, const float *y, const float *w, int N,   \
        int C, float eps),                                                                          \
@@ -49,24 +49,27 @@
       (out, lse, q, k, v, B, T, H, G, hd))                                                         \
     X(ops_cpu_attention_bwd,                                                                       \
       (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
-       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
-      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
+       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd,         \
+       int dx_acc),                                                                                \
+      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd, dx_acc))                               \
     X(ops_cpu_attention_gemm_fwd,                                                                  \
       (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,       \
        int H, int G, int hd),                                                                      \
       (out, lse, q, k, v, B, T, H, G, hd))                                                         \
     X(ops_cpu_attention_gemm_bwd,                                                                  \
       (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
-       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
-      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
+       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd,         \
+       int dx_acc),                                                                                \
+      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd, dx_acc))                               \
     X(ops_cpu_attention_bf16_fwd,                                                                  \
       (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,       \
        int H, int G, int hd),                                                                      \
       (out, lse, q, k, v, B, T, H, G, hd))                                                         \
     X(ops_cpu_attention_bf16_bwd,                                                                  \
       (float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,     \
-       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd),        \
-      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd))                                       \
+       const float *q, const float *k, const float *v, int B, int T, int H, int G, int hd,         \
+       int dx_acc),                                                                                \
+      (dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hd, dx_acc))                               \
     X(ops_cpu_attention_kv_prec,                                                                   \
       (float *out, const float *q, const float *k, const float *v, int T, int pos0, int H, int G,  \
        int hd, ops_prec prec),                                                                     \
@@ -75,8 +78,8 @@
       (out, gate, up, N, F))                                                                       \
     X(ops_cpu_swiglu_bwd,                                                                          \
       (float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,     \
-       int F),                                                                                     \
-      (dgate, dup, dout, gate, up, N, F))                                                          \
+       int F, int dx_acc),                                                                         \
+      (dgate, dup, dout, gate, up, N, F, dx_acc))                                                  \
     X(ops_cpu_adamw,                                                                               \
       (float *p, void *m, void *v, const float *g, float gscale, size_t n, double lr,              \
        double beta1, double beta2, double eps, double wd, double l2, int mv_bf16, int64_t t),      \

@@ -40,10 +40,18 @@ static void ref_add_rmsnorm_fwd(float *h, float *out, float *rstd, const float *
     ref_rmsnorm_fwd(out, rstd, h, w, N, C, eps);
 }
 
-/* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w; dw = sum_n dy * xhat. A parameter's
- * gradient written rather than accumulated (dw_acc 0) is the textbook zero-then-add here. */
+/* x[0, n) = 0; nothing when n (a product of the call's sizes) is not positive */
+static void ref_zero(float *x, long n) {
+    if (n > 0) memset(x, 0, sizeof(float) * (size_t)n);
+}
+
+/* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w; dw = sum_n dy * xhat. A gradient
+ * written rather than accumulated (dx_acc or dw_acc 0) is the textbook zero-then-add here, as in
+ * every reference backward. */
 static void ref_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const float *rstd, int N, int C, int dw_acc) {
+                            const float *w, const float *rstd, int N, int C, int dx_acc,
+                            int dw_acc) {
+    if (dinp && !dx_acc) ref_zero(dinp, (long)N * C);
     if (dw && !dw_acc) memset(dw, 0, sizeof(float) * (size_t)(C > 0 ? C : 0));
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -69,7 +77,8 @@ static void ref_matmul_fwd(float *out, const float *inp, const float *w, int N, 
 }
 
 static void ref_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                           const float *w, int N, int C, int OC, int dw_acc) {
+                           const float *w, int N, int C, int OC, int dx_acc, int dw_acc) {
+    if (dinp && !dx_acc) ref_zero(dinp, (long)N * C);
     if (dw && !dw_acc && OC > 0 && C > 0) memset(dw, 0, sizeof(float) * (size_t)OC * C);
     if (dinp) {
 #pragma omp parallel for schedule(static)
@@ -178,7 +187,12 @@ static void ref_attention_fwd(float *out, float *lse, const float *q, const floa
  * by the query heads of a group. */
 static void ref_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                               const float *lse, const float *q, const float *k, const float *v,
-                              int B, int T, int H, int G, int hd) {
+                              int B, int T, int H, int G, int hd, int dx_acc) {
+    if (!dx_acc) {
+        ref_zero(dq, (long)B * T * H * hd);
+        ref_zero(dk, (long)B * T * G * hd);
+        ref_zero(dv, (long)B * T * G * hd);
+    }
     const double scale = 1.0 / sqrt((double)hd);
     double *p = malloc(sizeof(double) * (size_t)T * 2);
     if (!p) abort();
@@ -245,7 +259,11 @@ static void ref_swiglu_fwd(float *out, const float *gate, const float *up, int N
 }
 
 static void ref_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                           const float *up, int N, int F) {
+                           const float *up, int N, int F, int dx_acc) {
+    if (!dx_acc) {
+        ref_zero(dgate, (long)N * F);
+        ref_zero(dup, (long)N * F);
+    }
     for (size_t i = 0; i < (size_t)N * F; i++) {
         const double g = gate[i], sig = 1.0 / (1.0 + exp(-g));
         dgate[i] += (float)(dout[i] * up[i] * sig * (1.0 + g * (1.0 - sig)));
@@ -336,7 +354,8 @@ static void ref_grouped_mm_fwd(float *out, const float *inp, const float *w, con
 
 static void ref_grouped_mm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                                const float *w, const int32_t *offs, int E, int C, int OC,
-                               int dw_acc) {
+                               int dx_acc, int dw_acc) {
+    if (dinp && !dx_acc) ref_zero(dinp, (long)offs[E] * C);
     if (dw && !dw_acc && E > 0 && OC > 0 && C > 0)
         memset(dw, 0, sizeof(float) * (size_t)E * OC * C);
     for (int e = 0; e < E; e++) {

@@ -50,9 +50,11 @@ void KFN(ops_cpu_add_rmsnorm_fwd)(float *h, float *out, float *rstd, const float
  * count), so dw's summation order, and with it its bits, is the same on any number of threads. */
 #define RMS_BWD_BLOCKS 128
 
-/* dinp of one row: dinp += rstd * (g - xhat * mean(g * xhat)). */
+/* dinp of one row: dinp (+)= rstd * (g - xhat * mean(g * xhat)) (acc: += or =; = adds to +0.0f,
+ * the bits of += on a zeroed row). */
 static inline void rms_bwd_row(float *restrict dx, const float *restrict dy,
-                               const float *restrict x, const float *restrict w, float r, int C) {
+                               const float *restrict x, const float *restrict w, float r, int C,
+                               int acc) {
     double dot = 0.0; /* sum of g * xhat */
 #pragma omp simd reduction(+ : dot)
     for (int c = 0; c < C; c++) dot += (double)(dy[c] * w[c]) * (double)(x[c] * r);
@@ -61,12 +63,12 @@ static inline void rms_bwd_row(float *restrict dx, const float *restrict dy,
     for (int c = 0; c < C; c++) {
         float xhat = x[c] * r;
         float g = dy[c] * w[c];
-        dx[c] += r * (g - xhat * mean);
+        dx[c] = (acc ? dx[c] : 0.0f) + r * (g - xhat * mean);
     }
 }
 
 /* With xhat = x * rstd and g = dout * w:
- *   dinp += rstd * (g - xhat * mean(g * xhat)),   dw += sum over rows of dout * xhat.
+ *   dinp (+)= rstd * (g - xhat * mean(g * xhat)),   dw += sum over rows of dout * xhat.
  * One pass over memory: the rows are cut into RMS_BWD_BLOCKS fixed blocks; a thread takes a
  * block's rows one at a time, writes their dinp and adds their dw terms into the block's partial
  * sums (double, C per block) while the row is still in L1. dw is then each column's block partials
@@ -76,7 +78,8 @@ static inline void rms_bwd_row(float *restrict dx, const float *restrict dy,
  * of the thread count. (Two passes, dinp by rows then dw by column tiles over all rows, read dout
  * and inp twice: 24 instead of 16 bytes an element, and the second read from DRAM.) */
 void KFN(ops_cpu_rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const float *inp,
-                              const float *w, const float *rstd, int N, int C, int dw_acc) {
+                              const float *w, const float *rstd, int N, int C, int dx_acc,
+                              int dw_acc) {
     if (C <= 0 || (!dinp && !dw)) return;
     if (N <= 0) { /* an empty sum */
         if (dw && !dw_acc) memset(dw, 0, sizeof(float) * (size_t)C);
@@ -101,7 +104,7 @@ void KFN(ops_cpu_rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const f
             const float *restrict x = inp + (size_t)n * C;
             const float *restrict dy = dout + (size_t)n * C;
             const float r = rstd[n];
-            if (dinp) rms_bwd_row(dinp + (size_t)n * C, dy, x, w, r, C);
+            if (dinp) rms_bwd_row(dinp + (size_t)n * C, dy, x, w, r, C, dx_acc);
             if (acc) {
 #pragma omp simd
                 for (int c = 0; c < C; c++) acc[c] += (double)dy[c] * (double)(x[c] * r);

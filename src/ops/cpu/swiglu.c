@@ -14,9 +14,10 @@ void KFN(ops_cpu_swiglu_fwd)(float *out, const float *gate, const float *up, int
 }
 
 /* sig = sigmoid(g), silu = g * sig, silu' = sig * (1 + g * (1 - sig)):
- * dgate += dout * up * silu',  dup += dout * silu. */
+ * dgate (+)= dout * up * silu',  dup (+)= dout * silu (dx_acc 0: added to +0.0f, the bits of +=
+ * on zeroed buffers, neither read). */
 void KFN(ops_cpu_swiglu_bwd)(float *dgate, float *dup, const float *dout, const float *gate,
-                             const float *up, int N, int F) {
+                             const float *up, int N, int F, int dx_acc) {
     long n = (long)N * F;
 #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) {
@@ -26,7 +27,7 @@ void KFN(ops_cpu_swiglu_bwd)(float *dgate, float *dup, const float *dout, const 
         float silu = g / den; /* the forward's silu, bit for bit */
         float dsilu = sig * (1.0f + g * (1.0f - sig));
         float dy = dout[i];
-        dgate[i] += dy * up[i] * dsilu;
-        dup[i] += dy * silu;
+        dgate[i] = (dx_acc ? dgate[i] : 0.0f) + dy * up[i] * dsilu;
+        dup[i] = (dx_acc ? dup[i] : 0.0f) + dy * silu;
     }
 }
