@@ -186,9 +186,9 @@ static int cf_norm(const ops_table *x, const ops_table *y, const ops_ctx *c, uin
     by(dx2, dw2, dy, h2, w, r2, N, C, 1, 0);
     cf_cmp(r, fused ? "dh, dw written" : "dinp, dw written", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)C, 1e-4);
-    cf_nan(dx1, n), cf_nan(dx2, n);
-    bx(dx1, dw1, dy, h1, w, r1, N, C, 0, 1);
-    by(dx2, dw2, dy, h2, w, r2, N, C, 0, 1);
+    cf_nan(dx1, n), cf_nan(dx2, n), cf_nan(dw1, (size_t)C), cf_nan(dw2, (size_t)C);
+    bx(dx1, dw1, dy, h1, w, r1, N, C, 0, 0);
+    by(dx2, dw2, dy, h2, w, r2, N, C, 0, 0);
     cf_cmp(r, fused ? "dh written" : "dinp written", dx1, dx2, n, 1e-4);
     cf_cmp(r, "dw, dinp written", dw1, dw2, (size_t)C, 1e-4);
     CF_FREE(h1, h2, w, o1, o2, r1, r2, dy, dx1, dx2, dw1, dw2, b);
@@ -227,8 +227,9 @@ static int cf_matmul(const ops_table *x, const ops_table *y, const ops_ctx *c, u
     cf_cmp(r, "dinp, dw written", dx1, dx2, (size_t)N * C, 1e-5);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)OC * C, 1e-5);
     cf_nan(dx1, (size_t)N * C), cf_nan(dx2, (size_t)N * C);
-    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 0, 1);
-    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 0, 1);
+    cf_nan(dw1, (size_t)OC * C), cf_nan(dw2, (size_t)OC * C);
+    x->matmul_bwd(dx1, dw1, dy, in, w, N, C, OC, 0, 0);
+    y->matmul_bwd(dx2, dw2, dy, in, w, N, C, OC, 0, 0);
     cf_cmp(r, "dinp written", dx1, dx2, (size_t)N * C, 1e-5);
     cf_cmp(r, "dw, dinp written", dw1, dw2, (size_t)OC * C, 1e-5);
     CF_FREE(in, w, o1, o2, dy, dx1, dx2, dw1, dw2);
@@ -458,8 +459,9 @@ static int cf_grouped_mm(const ops_table *x, const ops_table *y, const ops_ctx *
     cf_cmp(r, "dinp, dw written", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw written", dw1, dw2, (size_t)E * OC * C, 1e-5);
     cf_nan(dx1, (size_t)R * C), cf_nan(dx2, (size_t)R * C);
-    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 0, 1);
-    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 0, 1);
+    cf_nan(dw1, (size_t)E * OC * C), cf_nan(dw2, (size_t)E * OC * C);
+    x->grouped_mm_bwd(dx1, dw1, dy, in, w, offs, E, C, OC, 0, 0);
+    y->grouped_mm_bwd(dx2, dw2, dy, in, w, offs, E, C, OC, 0, 0);
     cf_cmp(r, "dinp written", dx1, dx2, (size_t)R * C, 1e-5);
     cf_cmp(r, "dw, dinp written", dw1, dw2, (size_t)E * OC * C, 1e-5);
     CF_FREE(offs, in, w, o1, o2, dy, dx1, dx2, dw1, dw2);

@@ -263,17 +263,21 @@ static void check_op(const ops_impl *bf, const ops_impl *ref, int B, int T, int 
     const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * G * hd, nl = (size_t)B * H * T;
     float *q = rand16(nq, 2.0f), *k = rand16(nkv, 2.0f), *v = rand16(nkv, 1.0f),
           *dy = rand16(nq, 1.0f);
-    float *o[3], *l[3], *dq[3], *dk[3], *dv[3]; /* [0] the reference, [1] bf16, [2] one thread */
+    /* [0] the reference, [1] bf16, [2] bf16 on one thread writing its gradients (dx_acc 0) over
+     * NaN: bitwise [1], which adds them to zeros */
+    float *o[3], *l[3], *dq[3], *dk[3], *dv[3];
     for (int r = 0; r < 3; r++) {
         o[r] = xalloc(4 * nq), l[r] = xalloc(4 * nl);
         dq[r] = xalloc(4 * nq), dk[r] = xalloc(4 * nkv), dv[r] = xalloc(4 * nkv);
         const ops_impl *im = r ? bf : ref;
         const int threads = omp_get_max_threads();
         if (r == 2) omp_set_num_threads(1);
-        memset(dq[r], 0, 4 * nq), memset(dk[r], 0, 4 * nkv), memset(dv[r], 0, 4 * nkv);
+        const int written = r == 2;
+        memset(dq[r], written ? 0xff : 0, 4 * nq), memset(dk[r], written ? 0xff : 0, 4 * nkv),
+            memset(dv[r], written ? 0xff : 0, 4 * nkv); /* 0xffffffff: a NaN */
         ((ops_attention_fwd_fn)im->fwd)(o[r], l[r], q, k, v, B, T, H, G, hd);
         ((ops_attention_bwd_fn)im->bwd)(dq[r], dk[r], dv[r], dy, o[r], l[r], q, k, v, B, T, H, G,
-                                        hd, 1);
+                                        hd, !written);
         omp_set_num_threads(threads);
     }
     const double eo = rel(o[1], o[0], nq), el = rel(l[1], l[0], nl), eq = rel(dq[1], dq[0], nq),
@@ -287,7 +291,9 @@ static void check_op(const ops_impl *bf, const ops_impl *ref, int B, int T, int 
     CHECK(!memcmp(o[1], o[2], 4 * nq) && !memcmp(l[1], l[2], 4 * nl) &&
               !memcmp(dq[1], dq[2], 4 * nq) && !memcmp(dk[1], dk[2], 4 * nkv) &&
               !memcmp(dv[1], dv[2], 4 * nkv),
-          "attention/bf16 at T %d hd %d: one thread differs from two", T, hd);
+          "attention/bf16 at T %d hd %d: one thread writing its gradients differs from two adding "
+          "them to zeros",
+          T, hd);
     for (int r = 0; r < 3; r++) free(o[r]), free(l[r]), free(dq[r]), free(dk[r]), free(dv[r]);
     free(q), free(k), free(v), free(dy);
 }

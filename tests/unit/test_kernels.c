@@ -651,8 +651,8 @@ static void test_plugins_in_training(void) {
 
 /* The harness must catch a wrong kernel: silu(g) * up with the wrong sign of the gradient. */
 static void wrong_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                      const float *up, int N, int F) {
-    ops_cpu_swiglu_bwd(dgate, dup, dout, gate, up, N, F, 1);
+                      const float *up, int N, int F, int dx_acc) {
+    ops_cpu_swiglu_bwd(dgate, dup, dout, gate, up, N, F, dx_acc);
     dgate[0] += 1.0f;
 }
 

@@ -720,6 +720,17 @@ static void test_grouped_mm(void) {
           rel_err_f(out[1], out[0], (size_t)R * OC), 1e-6);
     check(E_GMM, "grouped_mm grouped vs default: d(weight) of the empty expert untouched",
           rel_err_f(dw[1] + (size_t)3 * OC * C, init_dw + (size_t)3 * OC * C, (size_t)OC * C), 0);
+    /* inputs without features (C 0): nothing to write, and no tile of width 0 (it divided by
+     * zero); the outputs of a reduction over nothing written as zeros */
+    for (int k = 0; k < 2; k++) {
+        const ops_impl *impl = ops_find(OPS_GROUPED_MM, names[k]);
+        if (!impl) continue;
+        out[k][0] = 1.0f;
+        ((ops_grouped_mm_fwd_fn)impl->fwd)(out[k], x, w, offs, E, 0, OC);
+        ((ops_grouped_mm_bwd_fn)impl->bwd)(dx[k], dw[k], dy, x, w, offs, E, 0, OC, 0, 0);
+        check_true("grouped_mm with C 0: the forward's sums over nothing are 0", out[k][0] == 0.0f,
+                   names[k]);
+    }
     for (int k = 0; k < 2; k++) {
         base_free(out[k]);
         base_free(dx[k]);

@@ -113,20 +113,21 @@ static int tile_cols(int k, int n) {
 
 /* Tiles of every expert's [M_e, N] output in blocks of mb x nb, where M_e is the group's row
  * count (by_rows) or the fixed M. Returns the count, -1 when out of memory. Groups whose
- * reduction or rows are empty have no tiles. */
+ * reduction or rows are empty have no tiles, nor has an output without columns (N 0, where
+ * tile_cols gives nb 0). */
 static int make_tiles(gmm_tile **out, const int32_t *offs, int E, int by_rows, int M, int N, int mb,
                       int nb) {
     long n = 0;
     for (int e = 0; e < E; e++) {
         const int g = offs[e + 1] - offs[e], m = by_rows ? g : M;
-        if (g > 0 && m > 0) n += (long)((m + mb - 1) / mb) * ((N + nb - 1) / nb);
+        if (g > 0 && m > 0 && N > 0) n += (long)((m + mb - 1) / mb) * ((N + nb - 1) / nb);
     }
     gmm_tile *t = malloc(sizeof *t * (size_t)(n > 0 ? n : 1));
     if (!t) return -1;
     long k = 0;
     for (int e = 0; e < E; e++) {
         const int g = offs[e + 1] - offs[e], m = by_rows ? g : M;
-        if (g <= 0 || m <= 0) continue;
+        if (g <= 0 || m <= 0 || N <= 0) continue;
         for (int m0 = 0; m0 < m; m0 += mb)
             for (int n0 = 0; n0 < N; n0 += nb)
                 t[k++] =
