@@ -193,6 +193,23 @@ void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act1
     la->n16[s] = n;
 }
 
+/* out = inp w^T into the model_act16 tensor s, kept as model_keep16 keeps it: the keep fused into
+ * the product where its GEMM allows (ops_bf16_keep_begin: the same bits, without a pass over out)
+ */
+static void matmul_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s,
+                          const float *inp, const float *w, int N, int C, int OC) {
+    float *out = act16_f32(la, s);
+    if (!model_block16(m, t)) {
+        t->matmul_fwd(out, inp, w, N, C, OC);
+        return;
+    }
+    const size_t n = (size_t)N * OC;
+    ops_bf16_keep_begin(out, la->b16[s], n);
+    t->matmul_fwd(out, inp, w, N, C, OC);
+    ops_bf16_keep_end(out);
+    la->n16[s] = n;
+}
+
 /* Backward of a bf16-stored block: its tensors back into the fp32 working set (exact). */
 static void unkeep16(layer_acts *la) {
     for (int s = 0; s < MODEL_ACT16_N; s++)
@@ -830,13 +847,10 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     t->rmsnorm_fwd(g->norm_out, la->rstd1, la->x, w.attn_norm, n, D, eps);
     tp_gather(m, nf, g->norm_out, nD, wire16);
     int held = hold_norm(m, t, nf, (size_t)N * D);
-    t->matmul_fwd(la->qp, nf, w.wq, N, D, H * hd);
-    t->matmul_fwd(la->kp, nf, w.wk, N, D, G * hd);
-    t->matmul_fwd(la->v, nf, w.wv, N, D, G * hd);
+    matmul_keep16(m, t, la, MODEL_ACT16_QP, nf, w.wq, N, D, H * hd);
+    matmul_keep16(m, t, la, MODEL_ACT16_KP, nf, w.wk, N, D, G * hd);
+    matmul_keep16(m, t, la, MODEL_ACT16_V, nf, w.wv, N, D, G * hd);
     if (held) ops_bf16_release(nf);
-    model_keep16(m, t, la, MODEL_ACT16_QP, (size_t)N * H * hd);
-    model_keep16(m, t, la, MODEL_ACT16_KP, (size_t)N * G * hd);
-    model_keep16(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
     qk_norm_rope(m, t, la, &w, g);
     if (!g->k_cache || g->pos0 == 0) { /* windows from position 0: the cache rows are [1,T,G,hd] */
         held = hold_kept(m, t, la, MODEL_ACT16_V, (size_t)N * G * hd);
@@ -859,11 +873,9 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     } else {
         tp_gather(m, nf, g->norm_out, nD, wire16);
         held = hold_norm(m, t, nf, (size_t)N * D);
-        t->matmul_fwd(la->gate, nf, w.w1, N, D, F);
-        t->matmul_fwd(la->up, nf, w.w3, N, D, F);
+        matmul_keep16(m, t, la, MODEL_ACT16_GATE, nf, w.w1, N, D, F);
+        matmul_keep16(m, t, la, MODEL_ACT16_UP, nf, w.w3, N, D, F);
         if (held) ops_bf16_release(nf);
-        model_keep16(m, t, la, MODEL_ACT16_GATE, (size_t)N * F);
-        model_keep16(m, t, la, MODEL_ACT16_UP, (size_t)N * F);
         t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
         float *pf = g->part ? g->part : out;
         t->matmul_fwd(pf, g->hact, w.w2, N, F, D);

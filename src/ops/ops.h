@@ -244,6 +244,13 @@ void ops_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 /* x[i] = bf16(x[i]) in place (as an fp32 value), and dst[i] = its bits when dst is not NULL:
  * one pass for an activation that is used rounded now and stored for backward. */
 void ops_bf16_round_store(float *x, uint16_t *dst, size_t n);
+/* ops_bf16_round_store(x, dst, n) fused into the op that writes x: begin before that op, end
+ * after it. Where the op writes x[0, n) whole as one fp32 product of titan's AMX GEMM (the bf16
+ * matmul's forward), the product rounds its sums and stores their bits as it stores them (the
+ * same bits, without a pass over x in memory); end does the pass itself otherwise. One keep
+ * pending per thread, begun and ended on the thread that runs the op. */
+void ops_bf16_keep_begin(float *x, uint16_t *dst, size_t n);
+void ops_bf16_keep_end(float *x);
 /* Whether the CPU has native bf16 dot products (AMX-BF16 or AVX512_BF16). */
 int ops_bf16_native(void);
 /* The engine the bf16 GEMMs run on in this process: "onednn" (oneDNN's matmul primitive,

@@ -118,6 +118,29 @@ static void one(shape s, int ta, int tb, int acc, int c16, int misalign) {
           "terms' magnitude), padding %s",
           M, N, K, ta, tb, acc, c16, misalign, bad, M * N, worst,
           untouched ? "untouched" : "WRITTEN");
+    if (!acc && !c16 && M >= 32) {
+        /* the keep fused into the product (ops_cpu_amx_gemm_keep): C and the bits bit for bit
+         * ops_bf16_round_store's over the plain product's rows, padding untouched (misaligned:
+         * without bits, C rounded only) */
+        float *ck = aligned_alloc(64, (csz * 4 + 63) / 64 * 64);
+        const size_t nb = (size_t)M * ldc;
+        uint16_t *bits = malloc(sizeof(uint16_t) * nb), *wantb = malloc(sizeof(uint16_t) * nb);
+        if (!ck || !bits || !wantb) exit(2);
+        memcpy(ck, pristine, csz * 4);
+        for (size_t i = 0; i < nb; i++) bits[i] = wantb[i] = 0xabcd;
+        const int rk = ops_cpu_amx_gemm_keep(ta, tb, M, N, K, A, lda, B, ldb, ck + off, ldc,
+                                             misalign ? NULL : bits);
+        for (int i = 0; i < M; i++)
+            ops_bf16_round_store(c + off + (size_t)i * ldc,
+                                 misalign ? NULL : wantb + (size_t)i * ldc, (size_t)N);
+        CHECK(rk == 0 && !memcmp(ck, c, csz * 4) && !memcmp(bits, wantb, sizeof(uint16_t) * nb),
+              "%dx%dx%d ta %d tb %d misalign %d: the kept product differs from the product kept "
+              "after it",
+              M, N, K, ta, tb, misalign);
+        free(ck);
+        free(bits);
+        free(wantb);
+    }
     free(a);
     free(b);
     free(c);

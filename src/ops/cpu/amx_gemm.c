@@ -374,6 +374,12 @@ typedef struct {
     int t, nth;
 } amx_shared;
 
+/* A keep fused into the product (ops_cpu_amx_gemm_keep): the fp32 C's final sums rounded to bf16
+ * values, their bits into bits [M][ldc] unless NULL. */
+typedef struct {
+    uint16_t *bits;
+} amx_keep;
+
 /* thread t's share [*lo, *hi) of n (a multiple of 32) in whole 32s */
 static void share32(int n, int t, int nth, int *lo, int *hi) {
     const int blocks = n / 32;
@@ -383,17 +389,47 @@ static void share32(int n, int t, int nth, int *lo, int *hi) {
 
 /* one thread's rows [m0, m1) x columns [n0, n1) of C; bp, ap: its pack buffers; sh: the shared
  * ones (NULL: none) */
+/* A keep fused into the product (ops_cpu_amx_gemm_keep): rows x cols of final fp32 sums at c
+ * (stride cs floats) rounded to bf16 values in place, and their bits to b (stride bs) unless b is
+ * NULL, while the block is in L1: ops_bf16_round_store's values bit for bit, without its pass
+ * over C in memory. A whole 64-byte line of bits goes out by a streaming store: stored normally,
+ * each line's read for ownership made the forward's products 25% slower (0.6B x 2048). */
+static void keep_block(float *c, size_t cs, int rows, int cols, uint16_t *b, size_t bs) {
+    for (int i = 0; i < rows; i++) {
+        float *x = c + (size_t)i * cs;
+        uint16_t *bi = b ? b + (size_t)i * bs : NULL;
+        if (cols == 32 && bi && !((uintptr_t)bi & 63)) {
+            const __m512i h0 = ops_cpu_bf16_bits16(_mm512_loadu_ps(x)),
+                          h1 = ops_cpu_bf16_bits16(_mm512_loadu_ps(x + 16));
+            _mm512_storeu_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(h0, 16)));
+            _mm512_storeu_ps(x + 16, _mm512_castsi512_ps(_mm512_slli_epi32(h1, 16)));
+            _mm512_stream_si512(
+                (void *)bi, _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h0)),
+                                               _mm512_cvtepi32_epi16(h1), 1));
+            continue;
+        }
+        for (int j = 0; j < cols; j += 16) {
+            const __mmask16 m = mask16(cols - j);
+            const __m512i h = ops_cpu_bf16_bits16(_mm512_maskz_loadu_ps(m, x + j));
+            _mm512_mask_storeu_ps(x + j, m, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+            if (bi) _mm256_mask_storeu_epi16(bi + j, m, _mm512_cvtepi32_epi16(h));
+        }
+    }
+}
+
+/* keep: NULL, or C's final sums kept (keep_block; keep->bits [M][ldc] or NULL) */
 static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int m0, int m1,
-                     int n0, int n1, blocking bl, uint32_t *bp, uint16_t *ap,
-                     const amx_shared *sh) {
+                     int n0, int n1, blocking bl, uint32_t *bp, uint16_t *ap, const amx_shared *sh,
+                     const amx_keep *keep) {
     float stage[32 * 32] __attribute__((aligned(64)));
     const int c_aligned = !(((uintptr_t)C | (uintptr_t)ldc * 4) % 64);
     ops_cpu_amx_tiles_configure();
     for (int k0 = 0; k0 < K; k0 += bl.kbp) {
         const int kb = K - k0 < bl.kbp ? K - k0 : bl.kbp, kbp = (kb + 31) / 32 * 32;
-        const int load = acc || k0 > 0; /* C holds a partial sum to add to */
-        if (sh && sh->a) {              /* A's K block, every row, between the threads */
+        const int load = acc || k0 > 0;        /* C holds a partial sum to add to */
+        const int kept = keep && k0 + kb >= K; /* the final sums: kept as they are stored */
+        if (sh && sh->a) {                     /* A's K block, every row, between the threads */
             int lo, hi;
             share32((M + 31) / 32 * 32, sh->t, sh->nth, &lo, &hi);
 #pragma omp barrier
@@ -460,6 +496,9 @@ static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int
                                        sizeof(float) * cols);
                         }
                         tile_block(ai, as, b0, b1, 64, kbp, cd, cs, load);
+                        uint16_t *kb16 =
+                            kept && keep->bits ? keep->bits + (size_t)(h0 + i0) * ldc + jn : NULL;
+                        if (kept) keep_block(cd, cs / sizeof(float), rows, cols, kb16, (size_t)ldc);
                         if (direct) continue;
                         for (int i = 0; i < rows; i++) {
                             const size_t r = (size_t)(h0 + i0 + i) * ldc + jn;
@@ -539,19 +578,20 @@ static _Thread_local size_t tl_ct_size;
  * KB_FEW, which store and reload C's sums exactly). M > 1: C^T in a [N][M] buffer, C transposed in
  * (acc) and out. */
 static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                        const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int kb);
+                        const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int kb,
+                        const amx_keep *keep);
 
 static int amx_gemm_few_rows(int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
                              int ldb, int acc, int c16, void *C, int ldc) {
     if (M == 1) /* C^T [N][1] with row stride 1 is C's row itself */
-        return amx_gemm_run(0, 1, N, 1, K, B, ldb, A, lda, acc, c16, C, 1, KB_FEW);
+        return amx_gemm_run(0, 1, N, 1, K, B, ldb, A, lda, acc, c16, C, 1, KB_FEW, NULL);
     const size_t es = c16 ? sizeof(uint16_t) : sizeof(float);
     char *t = kept(&tl_ct, &tl_ct_size, es * (size_t)N * M), *c = C;
     if (acc) /* (c16 refused with acc) */
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++)
                 ((float *)t)[(size_t)j * M + i] = ((const float *)C)[(size_t)i * ldc + j];
-    const int rc = amx_gemm_run(0, 1, N, M, K, B, ldb, A, lda, acc, c16, t, M, KB_FEW);
+    const int rc = amx_gemm_run(0, 1, N, M, K, B, ldb, A, lda, acc, c16, t, M, KB_FEW, NULL);
     for (int i = 0; !rc && i < M; i++)
         for (int j = 0; j < N; j++)
             memcpy(c + es * ((size_t)i * ldc + j), t + es * ((size_t)j * M + i), es);
@@ -564,12 +604,20 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     if (c16 && K > 8192) return -1; /* one K block for bf16 results: a model dimension */
     if (M < 32 && !ta && tb && N >= 32)
         return amx_gemm_few_rows(M, N, K, A, lda, B, ldb, acc, c16, C, ldc);
-    return amx_gemm_run(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, ta ? KB : KB_ROWS);
+    return amx_gemm_run(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, ta ? KB : KB_ROWS, NULL);
+}
+
+int ops_cpu_amx_gemm_keep(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float *C, int ldc, uint16_t *bits) {
+    if (M < 32 || N <= 0 || K <= 0 || !ops_cpu_amx_usable()) return -1; /* (few rows: not) */
+    const amx_keep keep = {bits};
+    return amx_gemm_run(ta, tb, M, N, K, A, lda, B, ldb, 0, 0, C, ldc, ta ? KB : KB_ROWS, &keep);
 }
 
 /* ops_cpu_amx_gemm's product (arguments checked) in K blocks of at most kb */
 static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                        const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int kb) {
+                        const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int kb,
+                        const amx_keep *keep) {
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     const blocking bl = blocking_for(K, c16, kb);
     /* per thread, in u32s: B's group, A's group */
@@ -595,10 +643,10 @@ static int amx_gemm_run(int ta, int tb, int M, int N, int K, const uint16_t *A, 
             uint16_t *ap = (uint16_t *)(bp + bn);
             if (split_n) /* (an empty share: [lo, lo)) */
                 amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, 0, M, lo,
-                         hi < N ? hi : N, bl, bp, ap, sh_buf ? &sh : NULL);
+                         hi < N ? hi : N, bl, bp, ap, sh_buf ? &sh : NULL, keep);
             else
                 amx_part(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc, lo, hi < M ? hi : M, 0,
-                         N, bl, bp, ap, sh_buf ? &sh : NULL);
+                         N, bl, bp, ap, sh_buf ? &sh : NULL, keep);
         }
     }
     return 0;

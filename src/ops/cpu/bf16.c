@@ -75,6 +75,25 @@ void ops_bf16_round_store(float *x, uint16_t *dst, size_t n) {
     CONVERT(n, x, i, x[i] = ops_cpu_bf16_value(dst[i] = ops_cpu_bf16_bits(x[i])));
 }
 
+/* The pending keep of this thread (ops_bf16_keep_begin): x [n] to be rounded, its bits into
+ * bits (or NULL); done once a product stored it kept. */
+static _Thread_local struct {
+    float *x;
+    uint16_t *bits;
+    size_t n;
+    int done;
+} tl_keep;
+
+void ops_bf16_keep_begin(float *x, uint16_t *bits, size_t n) {
+    tl_keep.x = x, tl_keep.bits = bits, tl_keep.n = n, tl_keep.done = 0;
+}
+
+void ops_bf16_keep_end(float *x) {
+    if (tl_keep.x != x) base_fatal("ops_bf16_keep_end: no keep of this buffer begun");
+    if (!tl_keep.done) ops_bf16_round_store(x, tl_keep.bits, tl_keep.n);
+    tl_keep.x = NULL;
+}
+
 void ops_cpu_bf16_round(float *dst, const float *src, size_t n) {
     CONVERT(n, src, i, dst[i] = ops_cpu_bf16_value(ops_cpu_bf16_bits(src[i])));
 }
@@ -895,15 +914,23 @@ static int amx_gemm_measured(int c16) {
 }
 #endif
 
+/* Whether titan's AMX kernel takes a product with a bf16 (c16) or fp32 result here */
+static int amx_takes(int c16) {
+#ifdef TITAN_HAVE_AMX_GEMM
+    const int mode = amx_gemm_mode();
+    return mode == AMX_GEMM_ALL || (mode == AMX_GEMM_MEASURED && amx_gemm_measured(c16));
+#else
+    (void)c16;
+    return 0;
+#endif
+}
+
 /* C[M,N] (+)= op(A) op(B) on the engine's bf16 GEMM: titan's AMX kernel for the products it
  * takes, oneDNN's matmul for the rest; 0 on success (the caller falls back otherwise). */
 static int bf16_engine_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                             const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc) {
-#ifdef TITAN_HAVE_AMX_GEMM
-    const int mode = amx_gemm_mode();
-    if (mode == AMX_GEMM_ALL || (mode == AMX_GEMM_MEASURED && amx_gemm_measured(c16)))
-        if (!ops_cpu_amx_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc)) return 0;
-#endif
+    if (amx_takes(c16) && !ops_cpu_amx_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc))
+        return 0;
     return onednn_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, c16, C, ldc);
 }
 
@@ -1044,6 +1071,13 @@ int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int
     return -1;
 }
 
+int ops_cpu_amx_gemm_keep(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float *C, int ldc, uint16_t *bits) {
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)C, (void)ldc, (void)bits;
+    return -1;
+}
+
 void ops_cpu_amx_pack(uint32_t *dst, int tb, const void *B, int f32, int ldb, int K, int N) {
     (void)dst, (void)tb, (void)B, (void)f32, (void)ldb, (void)K, (void)N;
     abort(); /* ops_cpu_bf16_amx_attention() is 0 here: never called */
@@ -1105,8 +1139,15 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const fl
         if (!operand_get(&a, A, ar, ac, lda, 0)) {
             int done = 0;
             if (!operand_get(&b, B, br, bc, ldb, 0)) {
-                done = !bf16_engine_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, 0, C,
-                                         ldc);
+                /* the keep asked for C (ops_bf16_keep_begin) as the AMX kernel stores it */
+                if (tl_keep.x == C && !tl_keep.done && beta == 0.0f && ldc == N &&
+                    (size_t)M * (size_t)N == tl_keep.n && amx_takes(0) &&
+                    !ops_cpu_amx_gemm_keep(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, C, ldc,
+                                           tl_keep.bits))
+                    done = tl_keep.done = 1;
+                else
+                    done = !bf16_engine_gemm(ta, tb, M, N, K, a.h, a.ld, b.h, b.ld, beta != 0.0f, 0,
+                                             C, ldc);
                 free(b.own);
             }
             free(a.own);

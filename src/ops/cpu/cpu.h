@@ -244,6 +244,12 @@ void ops_cpu_amx_tiles_configure(void);
 const void *ops_cpu_amx_tiles_config(void);
 int ops_cpu_amx_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc);
+/* ops_cpu_amx_gemm's product into an fp32 C (no acc) whose final sums are kept as they are stored:
+ * rounded to bf16 values in place and their bits written to bits [M][ldc] (unless NULL), bit for
+ * bit ops_bf16_round_store's after the product, without that pass over C (ops_bf16_keep_begin).
+ * -1 where it does not run (no AMX, M < 32): the caller keeps C itself. */
+int ops_cpu_amx_gemm_keep(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float *C, int ldc, uint16_t *bits);
 /* Products on operands packed once, for a caller that reuses them (attention_gemm.c; only in
  * builds with the AMX kernel, after ops_cpu_amx_usable() said yes; single-threaded, on the
  * calling thread). ops_cpu_amx_pack: op(B) [K, N] (B stored [K][N], or tb: [N][K]; ldb in
