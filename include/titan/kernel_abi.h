@@ -39,8 +39,9 @@
  * it chooses; an fp32 plugin therefore works unchanged in a bf16 run.
  *
  * Forward writes (=) its outputs. Backward WRITES (=) the gradients of its inputs; titan adds
- * them into its accumulated gradients. An output pointer may be NULL: that result is not
- * wanted (e.g. matmul's input gradient for the first layer); skip it. A kernel whose
+ * them into its accumulated gradients (or copies them over a gradient that titan's op writes
+ * rather than adds to: dw_acc / dx_acc 0, docs/kernels.md). An output pointer may be NULL: that
+ * result is not wanted (e.g. matmul's input gradient for the first layer); skip it. A kernel whose
  * descriptor sets TITAN_KERNEL_BWD_ACCUMULATES (v2) instead ADDS (+=) into its backward
  * outputs, and titan passes its accumulated gradients themselves where it can (no scratch
  * copy, no add pass: for grouped_mm's dw [E,OC,C], the largest tensor of an MoE layer, that
