@@ -387,8 +387,6 @@ static void share32(int n, int t, int nth, int *lo, int *hi) {
     *hi = (int)((long)blocks * (t + 1) / nth) * 32;
 }
 
-/* one thread's rows [m0, m1) x columns [n0, n1) of C; bp, ap: its pack buffers; sh: the shared
- * ones (NULL: none) */
 /* A keep fused into the product (ops_cpu_amx_gemm_keep): rows x cols of final fp32 sums at c
  * (stride cs floats) rounded to bf16 values in place, and their bits to b (stride bs) unless b is
  * NULL, while the block is in L1: ops_bf16_round_store's values bit for bit, without its pass
@@ -417,7 +415,8 @@ static void keep_block(float *c, size_t cs, int rows, int cols, uint16_t *b, siz
     }
 }
 
-/* keep: NULL, or C's final sums kept (keep_block; keep->bits [M][ldc] or NULL) */
+/* one thread's rows [m0, m1) x columns [n0, n1) of C; bp, ap: its pack buffers; sh: the shared
+ * ones (NULL: none); keep: NULL, or C's final sums kept as they are stored (keep_block) */
 static void amx_part(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                      const uint16_t *B, int ldb, int acc, int c16, void *C, int ldc, int m0, int m1,
                      int n0, int n1, blocking bl, uint32_t *bp, uint16_t *ap, const amx_shared *sh,
