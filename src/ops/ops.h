@@ -326,7 +326,8 @@ void ops_bf16_mirror_layouts_clear(const void *mirror, size_t bytes);
  * values, so every reader of x until the release must be a bf16 GEMM or not care) and makes a
  * bf16 copy for onednn; ops_bf16_hold_copy leaves x as it is (one converted copy). Every bf16
  * GEMM rounds its operands anyway: the products are bitwise the same. 0, or -1 (out of memory,
- * or 64 ranges registered): the GEMMs then convert per call. ops_bf16_release(x) ends a hold,
+ * or 64 ranges registered: the GEMMs then convert per call; or a mirror holds x already, an
+ * emitted output: its holder releases it). ops_bf16_release(x) ends a hold,
  * before x is written again. Not for concurrent GEMMs of other threads on a range being held
  * or released. */
 int ops_bf16_hold(float *x, size_t n);
@@ -337,6 +338,21 @@ int ops_bf16_hold_copy(const float *x, size_t n);
  * ops_bf16_hold_copy. Neither x nor bits may change until the release. */
 int ops_bf16_hold_rounded(const float *x, size_t n, const uint16_t *bits);
 void ops_bf16_release(const float *x);
+/* 1 where ops_bf16_hold_rounded holds the bits it is given (the engine's format is bf16: onednn),
+ * so x's fp32 values are not read through the hold and need not be there; 0 (emulated) where it
+ * holds x itself. */
+int ops_bf16_holds_bits(void);
+/* Outputs asked for in bf16: x[0, n), which the next op writes whole and nothing but bf16 GEMMs
+ * and bf16 ops (reading mirrors) reads until its release, held as their operand. Begin before
+ * the op, end after it. Where that op writes x as bf16 (the bf16 swiglu, on the onednn engine:
+ * ops_cpu_bf16_emit_take) it stores only the bits, into the held mirror, and leaves x's fp32
+ * values unwritten; otherwise end converts x as a hold does (ops_bf16_hold_copy's copy, the
+ * emulated engine's rounding in place). The same bits either way. End answers 1 when x is held
+ * (the caller releases it, ops_bf16_release, before x is written again), 0 when not (out of
+ * memory: x's fp32 values were written). Up to four pending per thread, begun and ended on the
+ * thread that runs the op. */
+void ops_bf16_emit_begin(float *x, size_t n);
+int ops_bf16_emit_end(float *x);
 
 /* ---- cost model (ops/work.c) ------------------------------------------------------------
  * The work of one op call, the one count the profiler's events (ops/prof.c) and `titan

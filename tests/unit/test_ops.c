@@ -792,11 +792,11 @@ static void test_registry(void) {
              "references, %d bf16, %d duplicates",
              n, n_first, n_default, n_ref, n_bf16, n_dup);
     /* counted from the registry, not a number to raise with each new variant: a second call
-     * adds nothing, every op has one default and a reference, the five bf16 GEMM ops their
-     * bf16 implementation */
+     * adds nothing, every op has one default and a reference, the five bf16 GEMM ops and swiglu
+     * their bf16 implementation */
     check_true("registry: builtins registered once (one default per op, plus references)",
                n == n_first && n_dup == 0 && n_default == OPS_COUNT && n_ref == OPS_COUNT &&
-                   n_bf16 == 5,
+                   n_bf16 == 6,
                buf);
     { /* a bf16 model's defaults: the bf16 implementations where there is one, fp32 elsewhere */
         ops_ctx bc = ctx;
@@ -807,10 +807,10 @@ static void test_registry(void) {
                  ok ? tb.impl[OPS_MATMUL]->name : "?", ok ? tb.impl[OPS_ATTENTION]->name : "?",
                  ok ? tb.impl[OPS_LMHEAD_CE]->name : "?", ok ? tb.impl[OPS_RMSNORM]->name : "?",
                  ok ? tb.impl[OPS_SWIGLU]->name : "?");
-        check_true("registry: bf16 precision resolves the bf16 GEMM ops, fp32 norms",
+        check_true("registry: bf16 precision resolves the bf16 GEMM ops and swiglu, fp32 norms",
                    ok &&
                        !strcmp(buf, "matmul bf16, attention bf16, lmhead_ce bf16, rmsnorm default, "
-                                    "swiglu default"),
+                                    "swiglu bf16"),
                    buf);
         if (ok) ops_release(&tb);
     }
@@ -1095,6 +1095,111 @@ static void test_bwd_weights(void) {
  * any engine (the same products in the same calls). */
 static int same_bits(const float *a, const float *b, size_t n) {
     return !memcmp(a, b, n * sizeof(float));
+}
+
+/* The bf16 swiglu (swiglu_bf16.c) on gate and up held from their bits and with its outputs
+ * asked for in bf16 (ops_bf16_emit_begin): each output's held copy must be bitwise the default's
+ * fp32 result on the same (rounded) inputs, rounded to bf16 -- what the GEMMs' conversion of
+ * that result gave before. Where the engine holds bits (onednn), the fp32 inputs are NaN while
+ * held (the op must read the bits) and the fp32 outputs must stay NaN (written as bits only);
+ * on the emulated engine the outputs are rounded in place. An output added to (dx_acc 1) stays
+ * fp32 and is converted after. n = 3700: three spans of 1024 and a partial one. */
+static void mirror_values(float *dst, const float *x, size_t n) {
+    const void *m = ops_cpu_bf16_mirror_of(x, n);
+    if (!m) {
+        for (size_t i = 0; i < n; i++) dst[i] = -1.0f; /* not held: fails the comparison */
+    } else if (ops_bf16_holds_bits()) {
+        ops_bf16_to_f32(dst, m, n);
+    } else {
+        memcpy(dst, m, n * sizeof(float));
+    }
+}
+
+static void test_swiglu_bf16_mirrors(void) {
+    enum { N = 37, F = 100 };
+    const size_t n = (size_t)N * F;
+    const int bits = ops_bf16_holds_bits();
+    float *gate = randn(n, 71, 2, 0), *up = randn(n, 72, 1, 0), *dy = randn(n, 73, 1, 0);
+    ops_cpu_bf16_round(gate, gate, n), ops_cpu_bf16_round(up, up, n);
+    uint16_t *g16 = malloc(n * 2), *u16 = malloc(n * 2);
+    ops_bf16_from_f32(g16, gate, n), ops_bf16_from_f32(u16, up, n);
+    float *o_ref = zeros(n), *dg_ref = zeros(n), *du_ref = zeros(n), *o = zeros(n), *dg = zeros(n),
+          *du = zeros(n), *got = zeros(n), *gate_f = zeros(n), *up_f = zeros(n);
+    memcpy(gate_f, gate, n * 4), memcpy(up_f, up, n * 4);
+    ops_cpu_swiglu_fwd(o_ref, gate, up, N, F);
+    ops_cpu_swiglu_bwd(dg_ref, du_ref, dy, gate, up, N, F, 0);
+    ops_cpu_bf16_round(o_ref, o_ref, n), ops_cpu_bf16_round(dg_ref, dg_ref, n),
+        ops_cpu_bf16_round(du_ref, du_ref, n);
+
+    const int hg = !ops_bf16_hold_rounded(gate, n, g16), hu = !ops_bf16_hold_rounded(up, n, u16);
+    if (bits)
+        for (size_t i = 0; i < n; i++) gate[i] = up[i] = NAN;
+    for (size_t i = 0; i < n; i++) o[i] = dg[i] = du[i] = NAN;
+    ops_bf16_emit_begin(o, n);
+    ops_cpu_swiglu_bf16_fwd(o, gate, up, N, F);
+    const int ho = ops_bf16_emit_end(o);
+    mirror_values(got, o, n);
+    int fwd_ok = ho && same_bits(got, o_ref, n) && (bits ? isnan(o[0]) && isnan(o[n - 1]) : 1);
+    const int again = ops_bf16_hold_copy(o, n); /* held already: -1, nothing to release */
+    if (ho) ops_bf16_release(o);
+    check_true("bf16 swiglu fwd: held bits in, output emitted as bf16 = default rounded (bitwise)",
+               fwd_ok && again == -1 && !ops_cpu_bf16_mirror_of(o, n), NULL);
+
+    ops_bf16_emit_begin(dg, n), ops_bf16_emit_begin(du, n);
+    ops_cpu_swiglu_bf16_bwd(dg, du, dy, gate, up, N, F, 0);
+    const int hdg = ops_bf16_emit_end(dg), hdu = ops_bf16_emit_end(du);
+    int bwd_ok = hdg && hdu && (bits ? isnan(dg[0]) && isnan(du[n - 1]) : 1);
+    mirror_values(got, dg, n);
+    bwd_ok = bwd_ok && same_bits(got, dg_ref, n);
+    mirror_values(got, du, n);
+    bwd_ok = bwd_ok && same_bits(got, du_ref, n);
+    if (hdg) ops_bf16_release(dg);
+    if (hdu) ops_bf16_release(du);
+    check_true("bf16 swiglu bwd: dgate, dup emitted as bf16 = default rounded (bitwise)", bwd_ok,
+               NULL);
+
+    /* dx_acc 1: the outputs are added to in fp32, then converted at the end */
+    float *acc_ref_g = randn(n, 74, 1, 0), *acc_ref_u = randn(n, 75, 1, 0);
+    memcpy(dg, acc_ref_g, n * 4), memcpy(du, acc_ref_u, n * 4);
+    ops_cpu_swiglu_bwd(acc_ref_g, acc_ref_u, dy, gate_f, up_f, N, F, 1);
+    ops_bf16_emit_begin(dg, n), ops_bf16_emit_begin(du, n);
+    ops_cpu_swiglu_bf16_bwd(dg, du, dy, gate, up, N, F, 1);
+    const int ag = ops_bf16_emit_end(dg), au = ops_bf16_emit_end(du);
+    int acc_ok = ag && au;
+    ops_cpu_bf16_round(acc_ref_g, acc_ref_g, n), ops_cpu_bf16_round(acc_ref_u, acc_ref_u, n);
+    mirror_values(got, dg, n);
+    acc_ok = acc_ok && same_bits(got, acc_ref_g, n);
+    mirror_values(got, du, n);
+    acc_ok = acc_ok && same_bits(got, acc_ref_u, n);
+    if (ag) ops_bf16_release(dg);
+    if (au) ops_bf16_release(du);
+    if (hg) ops_bf16_release(gate);
+    if (hu) ops_bf16_release(up);
+    check_true("bf16 swiglu bwd, dx_acc 1: added in fp32, held after (bitwise)", acc_ok && hg && hu,
+               NULL);
+
+    /* half-held: gate's bits alone (up not held) and dgate alone asked for in bf16. The loop
+     * reads and writes both alike, so it must read both fp32 inputs and write both fp32
+     * outputs, dgate converted after: each output still the default's */
+    memcpy(gate, gate_f, n * 4), memcpy(up, up_f, n * 4);
+    ops_cpu_swiglu_bwd(dg_ref, du_ref, dy, gate, up, N, F, 0); /* fp32, unrounded */
+    const int h1 = !ops_bf16_hold_rounded(gate, n, g16);
+    for (size_t i = 0; i < n; i++) dg[i] = du[i] = NAN;
+    ops_bf16_emit_begin(dg, n);
+    ops_cpu_swiglu_bf16_bwd(dg, du, dy, gate, up, N, F, 0);
+    const int h2 = ops_bf16_emit_end(dg);
+    int half_ok = h1 && h2 && same_bits(du, du_ref, n);
+    ops_cpu_bf16_round(dg_ref, dg_ref, n);
+    mirror_values(got, dg, n);
+    half_ok = half_ok && same_bits(got, dg_ref, n);
+    if (h2) ops_bf16_release(dg);
+    if (h1) ops_bf16_release(gate);
+    check_true("bf16 swiglu bwd, one input held and one output asked for: both alike (bitwise)",
+               half_ok, NULL);
+    free(g16), free(u16);
+    base_free(gate), base_free(up), base_free(dy), base_free(o_ref), base_free(dg_ref),
+        base_free(du_ref), base_free(o), base_free(dg), base_free(du), base_free(got),
+        base_free(gate_f), base_free(up_f), base_free(acc_ref_g), base_free(acc_ref_u);
 }
 
 /* ops_cpu_gemm16 on more distinct shapes than the oneDNN engine caches (1024): every product
@@ -1425,6 +1530,7 @@ int main(void) {
     test_vm_expf();
     test_grouped_mm();
     test_bf16_held();
+    test_swiglu_bf16_mirrors();
     test_grouped_bf16_reference();
     test_grouped_layout();
     test_gemm16_shapes();

@@ -348,9 +348,13 @@ void ops_bf16_mirror_remove(const float *base) {
     if (r.owned) ops_cpu_scratch_give((void *)r.mirror);
 }
 
+static const void *mirror_find(const float *p, size_t n);
+
 /* x[0, n) held as a bf16 operand: rounded in place when writable is x (emulated engine),
- * otherwise converted into an owned copy in the engine's format. */
+ * otherwise converted into an owned copy in the engine's format. -1 where a mirror holds it
+ * already (an emitted output, ops_bf16_emit_begin): its holder releases it. */
 static int hold(const float *x, float *writable, size_t n) {
+    if (mirror_find(x, n)) return -1;
     const int dnnl = engine() == ENGINE_ONEDNN;
     void *m = writable;
     if (dnnl || !writable) {
@@ -388,6 +392,57 @@ void ops_bf16_release(const float *x) {
     ops_bf16_mirror_remove(x);
 }
 
+int ops_bf16_holds_bits(void) {
+    return engine() == ENGINE_ONEDNN;
+}
+
+/* The outputs this thread's next op is asked for in bf16 (ops_bf16_emit_begin): x [n], its bits
+ * into the held mirror m (NULL: none made, x is held after the op), taken by the op that
+ * writes them. Two for swiglu's backward (dgate, dup). */
+enum { EMITS = 4 };
+static _Thread_local struct {
+    float *x;
+    uint16_t *m;
+    size_t n;
+    int taken;
+} tl_emit[EMITS];
+
+void ops_bf16_emit_begin(float *x, size_t n) {
+    int i = 0;
+    while (i < EMITS && tl_emit[i].x) i++;
+    if (i == EMITS) base_fatal("ops_bf16_emit_begin: more than %d outputs pending", EMITS);
+    uint16_t *m = NULL;
+    base_err e;
+    if (engine() == ENGINE_ONEDNN && !mirror_find(x, n) &&
+        (m = ops_cpu_scratch_try(sizeof(uint16_t) * (n ? n : 1))) && mirror_add(x, n, m, 1, &e)) {
+        ops_cpu_scratch_give(m);
+        m = NULL;
+    }
+    tl_emit[i].x = x, tl_emit[i].m = m, tl_emit[i].n = n, tl_emit[i].taken = 0;
+}
+
+uint16_t *ops_cpu_bf16_emit_take(const float *x, size_t n, int take) {
+    for (int i = 0; i < EMITS; i++)
+        if (tl_emit[i].x == x && tl_emit[i].m && tl_emit[i].n == n && !tl_emit[i].taken) {
+            tl_emit[i].taken = take;
+            return tl_emit[i].m;
+        }
+    return NULL;
+}
+
+int ops_bf16_emit_end(float *x) {
+    int i = 0;
+    while (i < EMITS && tl_emit[i].x != x) i++;
+    if (i == EMITS) base_fatal("ops_bf16_emit_end: no output of this buffer asked for");
+    int held = 1;
+    if (tl_emit[i].m && !tl_emit[i].taken) /* the op wrote x: the copy a hold makes */
+        ops_bf16_from_f32(tl_emit[i].m, x, tl_emit[i].n);
+    else if (!tl_emit[i].m)
+        held = !hold(x, x, tl_emit[i].n);
+    tl_emit[i].x = NULL;
+    return held;
+}
+
 /* p's place in a registered mirror, whatever its layout there; NULL when none holds it. */
 static const void *mirror_find(const float *p, size_t n) {
     const void *m = NULL;
@@ -409,6 +464,10 @@ const void *ops_cpu_bf16_mirror_of(const float *p, size_t n) {
         layout_first((uintptr_t)m, (uintptr_t)((const uint16_t *)m + n), &r))
         return NULL;
     return m;
+}
+
+const uint16_t *ops_cpu_bf16_bits_of(const float *p, size_t n) {
+    return engine() == ENGINE_ONEDNN ? ops_cpu_bf16_mirror_of(p, n) : NULL;
 }
 
 const uint16_t *ops_cpu_bf16_grouped_of(const float *w, int E, int OC, int C) {

@@ -97,6 +97,13 @@ void ops_cpu_bf16_round(float *dst, const float *src, size_t n);
 /* The registered bf16 copy of p[0, n) (a weight mirror or a hold; the engine's format, at p's
  * offset), or NULL. */
 const void *ops_cpu_bf16_mirror_of(const float *p, size_t n);
+/* The bf16 bits of p[0, n) where a mirror holds them (the onednn engine's format), or NULL. */
+const uint16_t *ops_cpu_bf16_bits_of(const float *p, size_t n);
+/* The bits to write x[0, n) into, where ops_bf16_emit_begin(x, n) asked this thread's next op
+ * for them (the onednn engine), NULL otherwise. take 1: the op will write them instead of x's
+ * fp32 values, which it leaves as they are (ops_bf16_emit_end then converts nothing); take 0
+ * only asks (an op with several outputs takes them all or none). */
+uint16_t *ops_cpu_bf16_emit_take(const float *x, size_t n, int take);
 /* The registered bf16 copy of the expert stack w [E, OC, C] when the copy keeps it in
  * grouped_dpbf16.c's panel layout (ops_bf16_mirror_layout_grouped), or NULL. (mirror_of
  * answers NULL for such a range: it is no row-major operand.) */
@@ -143,6 +150,21 @@ void ops_cpu_attention_kv_prec(float *out, const float *q, const float *k, const
 void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F);
 void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                         const float *up, int N, int F, int dx_acc);
+/* The one SwiGLU loop of both (swiglu.c): any of gate, up, out (fwd) and dgate, dup (bwd) as bf16
+ * bits where its 16-bit pointer is not NULL (the fp32 pointer then unused; a bf16 output is
+ * written, never added to), each value the fp32 result's rounded as ops_bf16_from_f32 rounds. */
+void ops_cpu_swiglu16_fwd(float *out, uint16_t *out16, const float *gate, const uint16_t *gate16,
+                          const float *up, const uint16_t *up16, int N, int F);
+void ops_cpu_swiglu16_bwd(float *dgate, uint16_t *dgate16, float *dup, uint16_t *dup16,
+                          const float *dout, const float *gate, const uint16_t *gate16,
+                          const float *up, const uint16_t *up16, int N, int F, int dx_acc);
+/* "bf16" (swiglu_bf16.c): gate and up read from their bf16 mirrors where both are held (a caller
+ * holding one alone keeps both fp32 values in place), out / dgate and dup written as bf16
+ * mirrors where asked for (ops_bf16_emit_begin; dgate and dup both or neither), otherwise the
+ * default. */
+void ops_cpu_swiglu_bf16_fwd(float *out, const float *gate, const float *up, int N, int F);
+void ops_cpu_swiglu_bf16_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, int N, int F, int dx_acc);
 
 double ops_cpu_lmhead_ce(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int N, int D, int V, float grad_scale,

@@ -76,6 +76,15 @@
       (out, q, k, v, T, pos0, H, G, hd, prec))                                                     \
     X(ops_cpu_swiglu_fwd, (float *out, const float *gate, const float *up, int N, int F),          \
       (out, gate, up, N, F))                                                                       \
+    X(ops_cpu_swiglu16_fwd,                                                                        \
+      (float *out, uint16_t *out16, const float *gate, const uint16_t *gate16, const float *up,    \
+       const uint16_t *up16, int N, int F),                                                        \
+      (out, out16, gate, gate16, up, up16, N, F))                                                  \
+    X(ops_cpu_swiglu16_bwd,                                                                        \
+      (float *dgate, uint16_t *dgate16, float *dup, uint16_t *dup16, const float *dout,            \
+       const float *gate, const uint16_t *gate16, const float *up, const uint16_t *up16, int N,    \
+       int F, int dx_acc),                                                                         \
+      (dgate, dgate16, dup, dup16, dout, gate, gate16, up, up16, N, F, dx_acc))                    \
     X(ops_cpu_swiglu_bwd,                                                                          \
       (float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,     \
        int F, int dx_acc),                                                                         \

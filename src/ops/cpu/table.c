@@ -60,7 +60,7 @@ void ops_cpu_register(int (*reg)(const ops_impl *impl, base_err *err)) {
         {OPS_ADD_RMSNORM, "unfused", "", NULL, (ops_fn)add_rmsnorm_unfused,
          (ops_fn)ops_cpu_rmsnorm_bwd, OPS_PREC_F32},
         /* bf16 mixed precision: the defaults of these ops in a bf16 model (ops_ctx.prec); the
-         * other ops keep their fp32 defaults there (norms, RoPE, SwiGLU, embedding, AdamW) */
+         * other ops keep their fp32 defaults there (norms, RoPE, embedding, AdamW) */
         {OPS_MATMUL, "bf16", "", NULL, (ops_fn)ops_cpu_matmul_bf16_fwd,
          (ops_fn)ops_cpu_matmul_bf16_bwd, OPS_PREC_BF16},
         {OPS_ATTENTION, "bf16", "n_heads % n_kv_heads == 0", check_attention_default,
@@ -70,6 +70,8 @@ void ops_cpu_register(int (*reg)(const ops_impl *impl, base_err *err)) {
          (ops_fn)ops_cpu_attention_kv_bf16, NULL, OPS_PREC_BF16},
         {OPS_GROUPED_MM, "bf16", "", NULL, (ops_fn)ops_cpu_grouped_mm_bf16_fwd,
          (ops_fn)ops_cpu_grouped_mm_bf16_bwd, OPS_PREC_BF16},
+        {OPS_SWIGLU, "bf16", "", NULL, (ops_fn)ops_cpu_swiglu_bf16_fwd,
+         (ops_fn)ops_cpu_swiglu_bf16_bwd, OPS_PREC_BF16},
     };
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         /* cannot fail: distinct ops, valid fields, an empty table */
