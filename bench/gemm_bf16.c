@@ -17,12 +17,14 @@
  * and x / dy converted per call (as titan's bf16 path), its result checked against the
  * emulated bf16 product (both multiply the same bf16 values exactly and sum in fp32).
  *
- * usage: bench_gemm_bf16 [REPEATS] [small|calls]   (cmake --build build --target bench_gemm_bf16)
- * Prints GFLOP/s per (shape, product, path) and bf16 / fp32 ratios. `calls`: the time of one
- * call at a 1x1x1 product (the engine's overhead per call alone) and at attention/bf16's task
- * shapes at 0.6B x 2048 (64 query rows, ~1024 keys, head_dim 128: S = Q K^T and O = P V, as
- * x W^T products), which it calls ~1.3e5 times a step: whether that overhead matters beside
- * the products on bf16 units. */
+ * usage: bench_gemm_bf16 [REPEATS] [small|calls|step]   (cmake --build build --target
+ * bench_gemm_bf16; step: Qwen3-0.6B's projections at 1 x 2048 tokens)
+ * Prints GFLOP/s per (shape, product, path) and bf16 / fp32 ratios; "bf16 held" with x and dy
+ * held too (ops_bf16_hold_copy, as the model holds them): the products without conversions.
+ * `calls`: the time of one call at a 1x1x1 product (the engine's overhead per call alone) and at
+ * attention/bf16's task shapes at 0.6B x 2048 (64 query rows, ~1024 keys, head_dim 128: S = Q K^T
+ * and O = P V, as x W^T products), which it calls ~1.3e5 times a step: whether that overhead
+ * matters beside the products on bf16 units. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +44,12 @@ static const shape g_shapes[] = {
     {"bench FFN", 2048, 1536, 512},
 };
 static const shape g_small[] = {{"small", 256, 1024, 512}};
+/* `step`: Qwen3-0.6B's projections at 1 x 2048 tokens, the products of its profiled step */
+static const shape g_step[] = {{"0.6B x 2048 wq", 2048, 2048, 1024},
+                               {"0.6B x 2048 wk, wv", 2048, 1024, 1024},
+                               {"0.6B x 2048 wo", 2048, 1024, 2048},
+                               {"0.6B x 2048 w1, w3", 2048, 3072, 1024},
+                               {"0.6B x 2048 w2", 2048, 1024, 3072}};
 static const shape g_calls[] = {
     {"1x1x1", 1, 1, 1}, {"attention S", 64, 1024, 128}, {"attention O", 64, 128, 1024}};
 
@@ -135,7 +143,8 @@ static double mkl_check(const mkl_job *k, const ops_impl *b16) {
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     const int small = argc > 2 && !strcmp(argv[2], "small"),
-              calls = argc > 2 && !strcmp(argv[2], "calls");
+              calls = argc > 2 && !strcmp(argv[2], "calls"),
+              step = argc > 2 && !strcmp(argv[2], "step");
     ops_register_builtin();
     const ops_impl *f32 = ops_find(OPS_MATMUL, "default"), *b16 = ops_find(OPS_MATMUL, "bf16");
     printf("bf16 engine: %s; CPU bf16 units: %s; CPU kernels ISA %s\n", ops_bf16_engine(),
@@ -153,8 +162,11 @@ int main(int argc, char **argv) {
                getenv("MKL_THREADING_LAYER") ? getenv("MKL_THREADING_LAYER") : "unset");
     }
     static const char *const prod[] = {"fwd x W^T", "dx = dy W", "dW = dy^T x"};
-    const shape *sh = small ? g_small : calls ? g_calls : g_shapes;
-    const int ns = small ? 1 : calls ? 3 : (int)(sizeof g_shapes / sizeof g_shapes[0]);
+    const shape *sh = small ? g_small : calls ? g_calls : step ? g_step : g_shapes;
+    const int ns = small   ? 1
+                   : calls ? 3
+                   : step  ? (int)(sizeof g_step / sizeof g_step[0])
+                           : (int)(sizeof g_shapes / sizeof g_shapes[0]);
     for (int s = 0; s < ns; s++) {
         const int N = sh[s].N, OC = sh[s].OC, C = sh[s].C;
         job j = {f32,
@@ -193,9 +205,18 @@ int main(int argc, char **argv) {
             base_err err;
             if (ops_bf16_mirror_add(j.w, (size_t)OC * C, mirror, &err)) return 2;
             const double tm = best(titan_call, &j, p, reps);
+            /* x and dy held as well (converted once, outside the timing): the products alone,
+             * as the model calls them (its norm outputs and output gradients held) */
+            const int hx = !ops_bf16_hold_copy(j.x, (size_t)N * C),
+                      hy = !ops_bf16_hold_copy(j.dy, (size_t)N * OC);
+            const double th = best(titan_call, &j, p, reps);
+            if (hx) ops_bf16_release(j.x);
+            if (hy) ops_bf16_release(j.dy);
             ops_bf16_mirror_remove(j.w);
-            printf("  %-12s fp32 %8.1f GFLOP/s | bf16 %8.1f (%.2fx) | bf16 cold %8.1f (%.2fx)",
-                   prod[p], flops / tf / 1e9, flops / tm / 1e9, tf / tm, flops / tc / 1e9, tf / tc);
+            printf("  %-12s fp32 %8.1f GFLOP/s | bf16 %8.1f (%.2fx) | bf16 held %8.1f | bf16 cold "
+                   "%8.1f (%.2fx)",
+                   prod[p], flops / tf / 1e9, flops / tm / 1e9, tf / tm, flops / th / 1e9,
+                   flops / tc / 1e9, tf / tc);
             if (calls) printf(" | us per call: fp32 %.2f, bf16 %.2f", tf * 1e6, tm * 1e6);
             if (mkl.c) {
                 const double tk = best(mkl_call_any, &mkl, p, reps);
