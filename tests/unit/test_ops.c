@@ -1115,6 +1115,12 @@ static void mirror_values(float *dst, const float *x, size_t n) {
     }
 }
 
+/* whether x's held copy is want bitwise (got: scratch [n]) */
+static int held_is(float *got, const float *x, const float *want, size_t n) {
+    mirror_values(got, x, n);
+    return same_bits(got, want, n);
+}
+
 static void test_swiglu_bf16_mirrors(void) {
     enum { N = 37, F = 100 };
     const size_t n = (size_t)N * F;
@@ -1138,8 +1144,7 @@ static void test_swiglu_bf16_mirrors(void) {
     ops_bf16_emit_begin(o, n);
     ops_cpu_swiglu_bf16_fwd(o, gate, up, N, F);
     const int ho = ops_bf16_emit_end(o);
-    mirror_values(got, o, n);
-    int fwd_ok = ho && same_bits(got, o_ref, n) && (bits ? isnan(o[0]) && isnan(o[n - 1]) : 1);
+    int fwd_ok = ho && held_is(got, o, o_ref, n) && (bits ? isnan(o[0]) && isnan(o[n - 1]) : 1);
     const int again = ops_bf16_hold_copy(o, n); /* held already: -1, nothing to release */
     if (ho) ops_bf16_release(o);
     check_true("bf16 swiglu fwd: held bits in, output emitted as bf16 = default rounded (bitwise)",
@@ -1149,10 +1154,8 @@ static void test_swiglu_bf16_mirrors(void) {
     ops_cpu_swiglu_bf16_bwd(dg, du, dy, gate, up, N, F, 0);
     const int hdg = ops_bf16_emit_end(dg), hdu = ops_bf16_emit_end(du);
     int bwd_ok = hdg && hdu && (bits ? isnan(dg[0]) && isnan(du[n - 1]) : 1);
-    mirror_values(got, dg, n);
-    bwd_ok = bwd_ok && same_bits(got, dg_ref, n);
-    mirror_values(got, du, n);
-    bwd_ok = bwd_ok && same_bits(got, du_ref, n);
+    bwd_ok = bwd_ok && held_is(got, dg, dg_ref, n);
+    bwd_ok = bwd_ok && held_is(got, du, du_ref, n);
     if (hdg) ops_bf16_release(dg);
     if (hdu) ops_bf16_release(du);
     check_true("bf16 swiglu bwd: dgate, dup emitted as bf16 = default rounded (bitwise)", bwd_ok,
@@ -1167,10 +1170,8 @@ static void test_swiglu_bf16_mirrors(void) {
     const int ag = ops_bf16_emit_end(dg), au = ops_bf16_emit_end(du);
     int acc_ok = ag && au;
     ops_cpu_bf16_round(acc_ref_g, acc_ref_g, n), ops_cpu_bf16_round(acc_ref_u, acc_ref_u, n);
-    mirror_values(got, dg, n);
-    acc_ok = acc_ok && same_bits(got, acc_ref_g, n);
-    mirror_values(got, du, n);
-    acc_ok = acc_ok && same_bits(got, acc_ref_u, n);
+    acc_ok = acc_ok && held_is(got, dg, acc_ref_g, n);
+    acc_ok = acc_ok && held_is(got, du, acc_ref_u, n);
     if (ag) ops_bf16_release(dg);
     if (au) ops_bf16_release(du);
     if (hg) ops_bf16_release(gate);
@@ -1190,8 +1191,7 @@ static void test_swiglu_bf16_mirrors(void) {
     const int h2 = ops_bf16_emit_end(dg);
     int half_ok = h1 && h2 && same_bits(du, du_ref, n);
     ops_cpu_bf16_round(dg_ref, dg_ref, n);
-    mirror_values(got, dg, n);
-    half_ok = half_ok && same_bits(got, dg_ref, n);
+    half_ok = half_ok && held_is(got, dg, dg_ref, n);
     if (h2) ops_bf16_release(dg);
     if (h1) ops_bf16_release(gate);
     check_true("bf16 swiglu bwd, one input held and one output asked for: both alike (bitwise)",
