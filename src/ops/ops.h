@@ -349,7 +349,8 @@ int ops_bf16_holds_bits(void);
  * values unwritten; otherwise end converts x as a hold does (ops_bf16_hold_copy's copy, the
  * emulated engine's rounding in place). The same bits either way. End answers 1 when x is held
  * (the caller releases it, ops_bf16_release, before x is written again), 0 when not (out of
- * memory: x's fp32 values were written). Up to four pending per thread, begun and ended on the
+ * memory: x's fp32 values were written). x must not be held already (fatal: a hold not released
+ * would be read for the op's fresh values). Up to four pending per thread, begun and ended on the
  * thread that runs the op. */
 void ops_bf16_emit_begin(float *x, size_t n);
 int ops_bf16_emit_end(float *x);

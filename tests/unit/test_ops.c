@@ -1121,6 +1121,52 @@ static int held_is(float *got, const float *x, const float *want, size_t n) {
     return same_bits(got, want, n);
 }
 
+/* The loop itself (ops_cpu_swiglu16_*, engine-independent: the mirror tests below reach its bf16
+ * paths only where the engine holds bits) in its four instantiations, bf16 or fp32 inputs by
+ * bf16 or fp32 outputs: each output bitwise the fp32 default's on the same values, rounded where
+ * stored as bf16; a bf16-output run leaves every fp32 output element as it was (NaN). */
+static void test_swiglu16_loops(void) {
+    enum { N = 37, F = 100 };
+    const size_t n = (size_t)N * F;
+    float *gate = randn(n, 91, 2, 0), *up = randn(n, 92, 1, 0), *dy = randn(n, 93, 1, 0),
+          *o_ref = zeros(n), *dg_ref = zeros(n), *du_ref = zeros(n), *o = zeros(n), *dg = zeros(n),
+          *du = zeros(n), *v = zeros(n);
+    ops_cpu_bf16_round(gate, gate, n), ops_cpu_bf16_round(up, up, n);
+    uint16_t *g16 = malloc(n * 2), *u16 = malloc(n * 2), *o16 = malloc(n * 2),
+             *dg16 = malloc(n * 2), *du16 = malloc(n * 2);
+    ops_bf16_from_f32(g16, gate, n), ops_bf16_from_f32(u16, up, n);
+    ops_cpu_swiglu_fwd(o_ref, gate, up, N, F);
+    ops_cpu_swiglu_bwd(dg_ref, du_ref, dy, gate, up, N, F, 0);
+    int bad = 0;
+    for (int in16 = 0; in16 < 2; in16++)
+        for (int out16 = 0; out16 < 2; out16++) {
+            for (size_t i = 0; i < n; i++) o[i] = dg[i] = du[i] = NAN;
+            ops_cpu_swiglu16_fwd(o, out16 ? o16 : NULL, gate, in16 ? g16 : NULL, up,
+                                 in16 ? u16 : NULL, N, F);
+            ops_cpu_swiglu16_bwd(dg, out16 ? dg16 : NULL, du, out16 ? du16 : NULL, dy, gate,
+                                 in16 ? g16 : NULL, up, in16 ? u16 : NULL, N, F, 0);
+            const float *ref[3] = {o_ref, dg_ref, du_ref}, *got32[3] = {o, dg, du};
+            const uint16_t *got16[3] = {o16, dg16, du16};
+            for (int k = 0; k < 3; k++) {
+                if (out16) {
+                    ops_bf16_to_f32(v, got16[k], n);
+                    float *want = zeros(n);
+                    ops_cpu_bf16_round(want, ref[k], n);
+                    bad += !same_bits(v, want, n);
+                    for (size_t i = 0; i < n; i++) bad += !isnan(got32[k][i]);
+                    base_free(want);
+                } else {
+                    bad += !same_bits(got32[k], ref[k], n);
+                }
+            }
+        }
+    check_true("swiglu16 loops: bf16 / fp32 inputs x bf16 / fp32 outputs = the default (bitwise)",
+               bad == 0, NULL);
+    free(g16), free(u16), free(o16), free(dg16), free(du16);
+    base_free(gate), base_free(up), base_free(dy), base_free(o_ref), base_free(dg_ref),
+        base_free(du_ref), base_free(o), base_free(dg), base_free(du), base_free(v);
+}
+
 static void test_swiglu_bf16_mirrors(void) {
     enum { N = 37, F = 100 };
     const size_t n = (size_t)N * F;
@@ -1530,6 +1576,7 @@ int main(void) {
     test_vm_expf();
     test_grouped_mm();
     test_bf16_held();
+    test_swiglu16_loops();
     test_swiglu_bf16_mirrors();
     test_grouped_bf16_reference();
     test_grouped_layout();

@@ -411,10 +411,12 @@ void ops_bf16_emit_begin(float *x, size_t n) {
     int i = 0;
     while (i < EMITS && tl_emit[i].x) i++;
     if (i == EMITS) base_fatal("ops_bf16_emit_begin: more than %d outputs pending", EMITS);
+    /* a mirror over x now would be read for the op's fresh values: a hold not released */
+    if (mirror_find(x, n)) base_fatal("ops_bf16_emit_begin: the output is held already");
     uint16_t *m = NULL;
     base_err e;
-    if (engine() == ENGINE_ONEDNN && !mirror_find(x, n) &&
-        (m = ops_cpu_scratch_try(sizeof(uint16_t) * (n ? n : 1))) && mirror_add(x, n, m, 1, &e)) {
+    if (engine() == ENGINE_ONEDNN && (m = ops_cpu_scratch_try(sizeof(uint16_t) * (n ? n : 1))) &&
+        mirror_add(x, n, m, 1, &e)) {
         ops_cpu_scratch_give(m);
         m = NULL;
     }

@@ -150,9 +150,11 @@ void ops_cpu_attention_kv_prec(float *out, const float *q, const float *k, const
 void ops_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int N, int F);
 void ops_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                         const float *up, int N, int F, int dx_acc);
-/* The one SwiGLU loop of both (swiglu.c): any of gate, up, out (fwd) and dgate, dup (bwd) as bf16
- * bits where its 16-bit pointer is not NULL (the fp32 pointer then unused; a bf16 output is
- * written, never added to), each value the fp32 result's rounded as ops_bf16_from_f32 rounds. */
+/* The one SwiGLU loop of both (swiglu.c), in pairs: gate and up read as bf16 bits where gate16 and
+ * up16 are both not NULL, else both fp32; the outputs (bwd: dgate and dup, both 16-bit pointers
+ * not NULL) written as bf16 bits, never added to, else both fp32 (a lone 16-bit pointer is
+ * ignored). Each value the fp32 result's, rounded as ops_bf16_from_f32 rounds where stored as
+ * bf16. */
 void ops_cpu_swiglu16_fwd(float *out, uint16_t *out16, const float *gate, const uint16_t *gate16,
                           const float *up, const uint16_t *up16, int N, int F);
 void ops_cpu_swiglu16_bwd(float *dgate, uint16_t *dgate16, float *dup, uint16_t *dup16,
