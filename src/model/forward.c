@@ -210,47 +210,44 @@ static void matmul_keep16(const model *m, const ops_table *t, layer_acts *la, mo
     la->n16[s] = n;
 }
 
-/* Whether a dense block's SwiGLU runs on bf16 operands: it reads gate and up from their kept
- * bits (held) and writes its outputs (hact; dgate, dup) as bf16 for the GEMMs that alone read
- * them (w2; w1, w3), none of them then in fp32 (swiglu_bf16.c). An MoE block's expert GEMMs may
- * read their activations in fp32 (grouped_dpbf16.c): not there. */
-static int swiglu16(const model *m, const ops_table *t) {
-    return m->args.n_experts == 0 && model_runs16(m, t, OPS_SWIGLU) &&
-           model_runs16(m, t, OPS_MATMUL) && ops_bf16_holds_bits();
+int model_swiglu16(const model *m, const ops_table *t) {
+    const int moe = m->args.n_experts > 0;
+    return model_runs16(m, t, OPS_SWIGLU) &&
+           model_runs16(m, t, moe ? OPS_GROUPED_MM : OPS_MATMUL) && ops_bf16_holds_bits() &&
+           (!moe || ops_bf16_grouped_mirrors());
 }
 
 /* Backward of a bf16-stored block: its tensors back into the fp32 working set (exact); gate and
- * up stay bits where swiglu16 reads them so (hold_gate_up). */
+ * up stay bits where model_swiglu16 reads them so (model_hold_gate_up). */
 static void unkeep16(const model *m, const ops_table *t, layer_acts *la) {
     for (int s = 0; s < MODEL_ACT16_N; s++)
-        if (la->b16[s] && !(swiglu16(m, t) && (s == MODEL_ACT16_GATE || s == MODEL_ACT16_UP)))
+        if (la->b16[s] && !(model_swiglu16(m, t) && (s == MODEL_ACT16_GATE || s == MODEL_ACT16_UP)))
             ops_bf16_to_f32(act16_f32(la, (model_act16)s), la->b16[s], la->n16[s]);
 }
 
-/* gate and up [n] held from their kept bits for a swiglu16 SwiGLU, both or neither (it reads
- * both alike): 1 when held (release_gate_up releases them). Not held, they are read from their
- * fp32 buffers: expanded there first when expand (backward, where unkeep16 left them). */
-static int hold_gate_up(const model *m, const ops_table *t, layer_acts *la, size_t n, int expand) {
+int model_hold_gate_up(const model *m, const ops_table *t, layer_acts *la, size_t n, int expand) {
     const uint16_t *g16 = la->b16[MODEL_ACT16_GATE], *u16 = la->b16[MODEL_ACT16_UP];
-    if (!swiglu16(m, t) || !g16 || !u16) return 0; /* a recomputed block's: in fp32 */
-    if (!ops_bf16_hold_rounded(la->gate, n, g16)) {
+    if (!model_swiglu16(m, t) || !g16 || !u16) return 0; /* a recomputed block's: in fp32 */
+    if (la->n16[MODEL_ACT16_GATE] == n && la->n16[MODEL_ACT16_UP] == n &&
+        !ops_bf16_hold_rounded(la->gate, n, g16)) {
         if (!ops_bf16_hold_rounded(la->up, n, u16)) return 1;
         ops_bf16_release(la->gate);
     }
-    if (expand) ops_bf16_to_f32(la->gate, g16, n), ops_bf16_to_f32(la->up, u16, n);
+    if (expand) /* what unkeep16 left */
+        ops_bf16_to_f32(la->gate, g16, la->n16[MODEL_ACT16_GATE]),
+            ops_bf16_to_f32(la->up, u16, la->n16[MODEL_ACT16_UP]);
     return 0;
 }
 
-static void release_gate_up(layer_acts *la, int held) {
+void model_release_gate_up(layer_acts *la, int held) {
     if (held) ops_bf16_release(la->gate), ops_bf16_release(la->up);
 }
 
-/* x [n], the output of the op between them, asked for in bf16 when on (ops_bf16_emit_begin):
- * emit_end answers 1 when x is held (released after its readers) */
-static void emit_begin(int on, float *x, size_t n) {
+void model_emit_begin(int on, float *x, size_t n) {
     if (on) ops_bf16_emit_begin(x, n);
 }
-static int emit_end(int on, float *x) {
+
+int model_emit_end(int on, float *x) {
     return on && ops_bf16_emit_end(x);
 }
 
@@ -915,11 +912,11 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
         matmul_keep16(m, t, la, MODEL_ACT16_UP, nf, w.w3, N, D, F);
         if (held) ops_bf16_release(nf);
         const size_t NF = (size_t)N * F;
-        const int s16 = swiglu16(m, t), gu = hold_gate_up(m, t, la, NF, 0);
-        emit_begin(s16, g->hact, NF);
+        const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, NF, 0);
+        model_emit_begin(s16, g->hact, NF);
         t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
-        held = emit_end(s16, g->hact);
-        release_gate_up(la, gu);
+        held = model_emit_end(s16, g->hact);
+        model_release_gate_up(la, gu);
         float *pf = g->part ? g->part : out;
         t->matmul_fwd(pf, g->hact, w.w2, N, F, D);
         if (held) ops_bf16_release(g->hact);
@@ -984,18 +981,18 @@ static void block_backward(model *m, int l, layer_acts *la) {
     } else {
         tp_gather(m, nf, A->norm_out, nD, wire16);
         const size_t NF = (size_t)N * F;
-        const int s16 = swiglu16(m, t), gu = hold_gate_up(m, t, la, NF, 1);
-        emit_begin(s16, A->hact, NF);
+        const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, NF, 1);
+        model_emit_begin(s16, A->hact, NF);
         t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
-        const int held_h = emit_end(s16, A->hact);
+        const int held_h = model_emit_end(s16, A->hact);
         tp_gather(m, df, dres, nD, wire16);
         t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D, 0, acc);
         if (held_h) ops_bf16_release(A->hact);
-        emit_begin(s16, A->dgate, NF);
-        emit_begin(s16, A->dup, NF);
+        model_emit_begin(s16, A->dgate, NF);
+        model_emit_begin(s16, A->dup, NF);
         t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F, 0);
-        const int held_g = emit_end(s16, A->dgate), held_u = emit_end(s16, A->dup);
-        release_gate_up(la, gu);
+        const int held_g = model_emit_end(s16, A->dgate), held_u = model_emit_end(s16, A->dup);
+        model_release_gate_up(la, gu);
         const int held = hold_norm(m, t, nf, (size_t)N * D);
         t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F, 0, acc);
         t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F, 1, acc);

@@ -85,24 +85,41 @@ static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, cons
     if (held) ops_bf16_release(x);
     model_keep16(m, t, la, MODEL_ACT16_GATE, RF);
     model_keep16(m, t, la, MODEL_ACT16_UP, RF);
+    /* gate, up from their bits and hact as bf16, where the SwiGLU runs so (model_swiglu16) */
+    const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, RF, 0);
+    model_emit_begin(s16, hact, RF);
     t->swiglu_fwd(hact, la->gate, la->up, R, Fe);
+    const int hh = model_emit_end(s16, hact);
+    model_release_gate_up(la, gu);
     t->grouped_mm_fwd(y, hact, w->ew2, offs, nE, Fe, D);
+    if (hh) ops_bf16_release(hact);
 }
 
 /* Their backward: dy[R,D] = dL/dy on entry, dL/dx on exit (dy is consumed first); the expert
  * gradients go into gw (added, or written: acc is the ops' dw_acc). x: the rows the forward ran
  * on. */
-static void experts_bwd(const ops_table *t, const block_view *w, const block_view *gw,
-                        const float *x, const int32_t *offs, int nE, int R, int D, int Fe,
-                        const float *gate, const float *up, float *dy, const model_moe_scratch *s,
-                        int acc) {
-    t->swiglu_fwd(s->hact, gate, up, R, Fe);
+static void experts_bwd(const model *m, layer_acts *la, const ops_table *t, const block_view *w,
+                        const block_view *gw, const float *x, const int32_t *offs, int nE, int R,
+                        int D, int Fe, float *dy, const model_moe_scratch *s, int acc) {
+    const size_t RF = (size_t)R * Fe;
+    /* gate, up from their bits; hact, dgate, dup as bf16 (model_swiglu16) */
+    const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, RF, 1);
+    model_emit_begin(s16, s->hact, RF);
+    t->swiglu_fwd(s->hact, la->gate, la->up, R, Fe);
+    const int hh = model_emit_end(s16, s->hact);
     /* the input gradients written by their first op (dx_acc 0), the up projection's added */
     t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D, 0, acc);
-    t->swiglu_bwd(s->dgate, s->dup, s->dhact, gate, up, R, Fe, 0);
+    if (hh) ops_bf16_release(s->hact);
+    model_emit_begin(s16, s->dgate, RF);
+    model_emit_begin(s16, s->dup, RF);
+    t->swiglu_bwd(s->dgate, s->dup, s->dhact, la->gate, la->up, R, Fe, 0);
+    const int hg = model_emit_end(s16, s->dgate), hu = model_emit_end(s16, s->dup);
+    model_release_gate_up(la, gu);
     float *dx = dy; /* dy is consumed: reuse it for d(x) */
     t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe, 0, acc);
     t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe, 1, acc);
+    if (hg) ops_bf16_release(s->dgate);
+    if (hu) ops_bf16_release(s->dup);
 }
 
 /* EP dispatch plan of block state ma, from the global group offsets offs[E+1] of this rank's
@@ -347,7 +364,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
         /* d y is grouped_mm_bwd's dY only (both its products): bf16 where that rounds it;
          * dyl is the staging until the rows arrive */
         ep_dispatch(m, ma, s->dy, R, dyl, arrived, dyl, model_bf16_wire(m, t, OPS_GROUPED_MM));
-        experts_bwd(t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, la->gate, la->up, dyl, s, acc);
+        experts_bwd(m, la, t, &w, &gw, ma->xl, ma->loffs, El, Rl, D, Fe, dyl, s, acc);
         /* d xs: fp32. Its rows are summed per token after they arrive (the dispatch's
          * transpose below, into dh, which the fp32 norm backward reads): no GEMM rounds them,
          * and bf16(a) + bf16(b) is not a + b */
@@ -356,7 +373,7 @@ void model_moe_backward(model *m, int l, layer_acts *la, const float *h, const f
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < R; i++)
             memcpy(s->xs + (size_t)i * D, h + (size_t)ma->tok[i] * D, sizeof(float) * (size_t)D);
-        experts_bwd(t, &w, &gw, s->xs, ma->offs, E, R, D, Fe, la->gate, la->up, s->dy, s, acc);
+        experts_bwd(m, la, t, &w, &gw, s->xs, ma->offs, E, R, D, Fe, s->dy, s, acc);
     }
     /* dispatch's transpose: dh[n] = sum_k dxs[slot[n,k]], in k order from zero, one thread per
      * token (dh is written here: the caller does not zero it) */

@@ -342,6 +342,10 @@ void ops_bf16_release(const float *x);
  * so x's fp32 values are not read through the hold and need not be there; 0 (emulated) where it
  * holds x itself. */
 int ops_bf16_holds_bits(void);
+/* 1 where grouped_mm/bf16 reads its activations (inp, dout) through mirrors, held or emitted: its
+ * per-expert products (oneDNN, titan's AMX GEMM) on the onednn engine; 0 where its one-pass
+ * AVX512_BF16 kernel (grouped_dpbf16.c, a CPU without AMX) reads them in fp32. */
+int ops_bf16_grouped_mirrors(void);
 /* Outputs asked for in bf16: x[0, n), which the next op writes whole and nothing but bf16 GEMMs
  * and bf16 ops (reading mirrors) reads until its release, held as their operand. Begin before
  * the op, end after it. Where that op writes x as bf16 (the bf16 swiglu, on the onednn engine:

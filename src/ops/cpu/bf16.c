@@ -396,6 +396,10 @@ int ops_bf16_holds_bits(void) {
     return engine() == ENGINE_ONEDNN;
 }
 
+int ops_bf16_grouped_mirrors(void) {
+    return engine() == ENGINE_ONEDNN && !ops_cpu_grouped_dpbf16_usable();
+}
+
 /* The outputs this thread's next op is asked for in bf16 (ops_bf16_emit_begin): x [n], its bits
  * into the held mirror m (NULL: none made, x is held after the op), taken by the op that
  * writes them. Two for swiglu's backward (dgate, dup). */
