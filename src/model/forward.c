@@ -210,7 +210,8 @@ static void matmul_keep16(const model *m, const ops_table *t, layer_acts *la, mo
     la->n16[s] = n;
 }
 
-int model_swiglu16(const model *m, const ops_table *t) {
+/* Whether a block's SwiGLU runs on bf16 operands (model_swiglu_fwd) */
+static int swiglu16(const model *m, const ops_table *t) {
     const int moe = m->args.n_experts > 0;
     return model_runs16(m, t, OPS_SWIGLU) &&
            model_runs16(m, t, moe ? OPS_GROUPED_MM : OPS_MATMUL) && ops_bf16_holds_bits() &&
@@ -218,16 +219,19 @@ int model_swiglu16(const model *m, const ops_table *t) {
 }
 
 /* Backward of a bf16-stored block: its tensors back into the fp32 working set (exact); gate and
- * up stay bits where model_swiglu16 reads them so (model_hold_gate_up). */
+ * up stay bits where swiglu16 reads them so (hold_gate_up). */
 static void unkeep16(const model *m, const ops_table *t, layer_acts *la) {
     for (int s = 0; s < MODEL_ACT16_N; s++)
-        if (la->b16[s] && !(model_swiglu16(m, t) && (s == MODEL_ACT16_GATE || s == MODEL_ACT16_UP)))
+        if (la->b16[s] && !(swiglu16(m, t) && (s == MODEL_ACT16_GATE || s == MODEL_ACT16_UP)))
             ops_bf16_to_f32(act16_f32(la, (model_act16)s), la->b16[s], la->n16[s]);
 }
 
-int model_hold_gate_up(const model *m, const ops_table *t, layer_acts *la, size_t n, int expand) {
+/* gate and up [n] of la held from their kept bits for a swiglu16 SwiGLU, both or neither
+ * (it reads both alike): 1 when held. Not held, they are read from their fp32 buffers: expanded
+ * there first when expand (backward, where unkeep16 left them). */
+static int hold_gate_up(const model *m, const ops_table *t, layer_acts *la, size_t n, int expand) {
     const uint16_t *g16 = la->b16[MODEL_ACT16_GATE], *u16 = la->b16[MODEL_ACT16_UP];
-    if (!model_swiglu16(m, t) || !g16 || !u16) return 0; /* a recomputed block's: in fp32 */
+    if (!swiglu16(m, t) || !g16 || !u16) return 0; /* a recomputed block's: in fp32 */
     if (la->n16[MODEL_ACT16_GATE] == n && la->n16[MODEL_ACT16_UP] == n &&
         !ops_bf16_hold_rounded(la->gate, n, g16)) {
         if (!ops_bf16_hold_rounded(la->up, n, u16)) return 1;
@@ -239,16 +243,46 @@ int model_hold_gate_up(const model *m, const ops_table *t, layer_acts *la, size_
     return 0;
 }
 
-void model_release_gate_up(layer_acts *la, int held) {
+static void release_gate_up(layer_acts *la, int held) {
     if (held) ops_bf16_release(la->gate), ops_bf16_release(la->up);
 }
 
-void model_emit_begin(int on, float *x, size_t n) {
+/* x [n], the output of the op between them, asked for in bf16 when on (ops_bf16_emit_begin):
+ * emit_end answers 1 when x is held (released after its readers) */
+static void emit_begin(int on, float *x, size_t n) {
     if (on) ops_bf16_emit_begin(x, n);
 }
 
-int model_emit_end(int on, float *x) {
+static int emit_end(int on, float *x) {
     return on && ops_bf16_emit_end(x);
+}
+
+int model_swiglu_fwd(const model *m, const ops_table *t, layer_acts *la, float *hact, int R, int F,
+                     int expand) {
+    const size_t n = (size_t)R * F;
+    const int s16 = swiglu16(m, t), gu = hold_gate_up(m, t, la, n, expand);
+    emit_begin(s16, hact, n);
+    t->swiglu_fwd(hact, la->gate, la->up, R, F);
+    const int held = emit_end(s16, hact);
+    release_gate_up(la, gu);
+    return held;
+}
+
+int model_swiglu_bwd(const model *m, const ops_table *t, layer_acts *la, float *dgate, float *dup,
+                     const float *dhact, int R, int F) {
+    const size_t n = (size_t)R * F;
+    const int s16 = swiglu16(m, t), gu = hold_gate_up(m, t, la, n, 1);
+    emit_begin(s16, dgate, n);
+    emit_begin(s16, dup, n);
+    t->swiglu_bwd(dgate, dup, dhact, la->gate, la->up, R, F, 0);
+    const int held = emit_end(s16, dgate) | emit_end(s16, dup) << 1;
+    release_gate_up(la, gu);
+    return held;
+}
+
+void model_swiglu_release(float *dgate, float *dup, int held) {
+    if (held & 1) ops_bf16_release(dgate);
+    if (held & 2) ops_bf16_release(dup);
 }
 
 static void carve_all(carver *c, model_acts *A, const model *m, int with_grads) {
@@ -911,12 +945,7 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
         matmul_keep16(m, t, la, MODEL_ACT16_GATE, nf, w.w1, N, D, F);
         matmul_keep16(m, t, la, MODEL_ACT16_UP, nf, w.w3, N, D, F);
         if (held) ops_bf16_release(nf);
-        const size_t NF = (size_t)N * F;
-        const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, NF, 0);
-        model_emit_begin(s16, g->hact, NF);
-        t->swiglu_fwd(g->hact, la->gate, la->up, N, F);
-        held = model_emit_end(s16, g->hact);
-        model_release_gate_up(la, gu);
+        held = model_swiglu_fwd(m, t, la, g->hact, N, F, 0);
         float *pf = g->part ? g->part : out;
         t->matmul_fwd(pf, g->hact, w.w2, N, F, D);
         if (held) ops_bf16_release(g->hact);
@@ -980,25 +1009,16 @@ static void block_backward(model *m, int l, layer_acts *la) {
         model_moe_backward(m, l, la, A->norm_out, dres, A->dnorm, &s);
     } else {
         tp_gather(m, nf, A->norm_out, nD, wire16);
-        const size_t NF = (size_t)N * F;
-        const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, NF, 1);
-        model_emit_begin(s16, A->hact, NF);
-        t->swiglu_fwd(A->hact, la->gate, la->up, N, F);
-        const int held_h = model_emit_end(s16, A->hact);
+        const int held_h = model_swiglu_fwd(m, t, la, A->hact, N, F, 1);
         tp_gather(m, df, dres, nD, wire16);
         t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D, 0, acc);
         if (held_h) ops_bf16_release(A->hact);
-        model_emit_begin(s16, A->dgate, NF);
-        model_emit_begin(s16, A->dup, NF);
-        t->swiglu_bwd(A->dgate, A->dup, A->dhact, la->gate, la->up, N, F, 0);
-        const int held_g = model_emit_end(s16, A->dgate), held_u = model_emit_end(s16, A->dup);
-        model_release_gate_up(la, gu);
+        const int held_d = model_swiglu_bwd(m, t, la, A->dgate, A->dup, A->dhact, N, F);
         const int held = hold_norm(m, t, nf, (size_t)N * D);
         t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F, 0, acc);
         t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F, 1, acc);
         if (held) ops_bf16_release(nf);
-        if (held_g) ops_bf16_release(A->dgate);
-        if (held_u) ops_bf16_release(A->dup);
+        model_swiglu_release(A->dgate, A->dup, held_d);
         tp_scatter(m, A->dnorm, dnf, nD);
     }
     /* dres: dL/d(out) on entry, dL/dxm after; the add passes it on to x unchanged */

@@ -104,21 +104,21 @@ int model_block16(const model *m, const ops_table *t);
  * la's tensor s in place and stores them in la->b16[s] (when there is a store: training, a
  * block not checkpointed); nothing otherwise. */
 void model_keep16(const model *m, const ops_table *t, layer_acts *la, model_act16 s, size_t n);
-/* Whether a block's SwiGLU runs on bf16 operands (swiglu/bf16, ops/cpu/swiglu_bf16.c): it reads
- * gate and up as their kept bits (held: backward does not expand them) and writes its outputs
- * (hact; dgate, dup) as bf16 for the GEMMs that alone read them (w2; w1, w3 or the expert stacks),
- * which must read their activations through mirrors (matmul/bf16; grouped_mm/bf16 where
- * ops_bf16_grouped_mirrors), on an engine whose holds read bits (ops_bf16_holds_bits). */
-int model_swiglu16(const model *m, const ops_table *t);
-/* gate and up [n] of la held from their kept bits for a model_swiglu16 SwiGLU, both or neither:
- * 1 when held (model_release_gate_up releases them). Not held, they are read from their fp32
- * buffers: expanded there first when expand (backward, where the unkeep left them). */
-int model_hold_gate_up(const model *m, const ops_table *t, layer_acts *la, size_t n, int expand);
-void model_release_gate_up(layer_acts *la, int held);
-/* x [n], the output of the op between them, asked for in bf16 when on (ops_bf16_emit_begin):
- * model_emit_end answers 1 when x is held (released after its readers) */
-void model_emit_begin(int on, float *x, size_t n);
-int model_emit_end(int on, float *x);
+/* A block's SwiGLU on la's gate and up [R, F]. Where it runs on bf16 operands (swiglu/bf16,
+ * ops/cpu/swiglu_bf16.c; a bf16 block whose GEMMs beside it read their activations through
+ * mirrors: matmul/bf16, grouped_mm/bf16 where ops_bf16_grouped_mirrors, on an engine whose holds
+ * read bits, ops_bf16_holds_bits) it reads gate and up as their kept bits (held: backward does not
+ * expand them; expand: expanded where they cannot be held, as backward needs) and writes its
+ * outputs as bf16 for the GEMMs that alone read them (w2 / the expert down stack; w1, w3 / the
+ * expert gate and up stacks), leaving their fp32 buffers unwritten. model_swiglu_fwd: hact; 1
+ * when held (the caller releases it, ops_bf16_release, after its reader). model_swiglu_bwd:
+ * dgate, dup from dhact (written, dx_acc 0); which are held (model_swiglu_release releases them
+ * after their readers). */
+int model_swiglu_fwd(const model *m, const ops_table *t, layer_acts *la, float *hact, int R, int F,
+                     int expand);
+int model_swiglu_bwd(const model *m, const ops_table *t, layer_acts *la, float *dgate, float *dup,
+                     const float *dhact, int R, int F);
+void model_swiglu_release(float *dgate, float *dup, int held);
 
 /* Pointers to one block's parameters (or gradients) inside a flat buffer. Dense blocks use
  * w1, w3, w2 [F,D], [F,D], [D,F]; MoE blocks router [E,D] and the expert stacks ew1, ew3

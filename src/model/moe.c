@@ -85,12 +85,7 @@ static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, cons
     if (held) ops_bf16_release(x);
     model_keep16(m, t, la, MODEL_ACT16_GATE, RF);
     model_keep16(m, t, la, MODEL_ACT16_UP, RF);
-    /* gate, up from their bits and hact as bf16, where the SwiGLU runs so (model_swiglu16) */
-    const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, RF, 0);
-    model_emit_begin(s16, hact, RF);
-    t->swiglu_fwd(hact, la->gate, la->up, R, Fe);
-    const int hh = model_emit_end(s16, hact);
-    model_release_gate_up(la, gu);
+    const int hh = model_swiglu_fwd(m, t, la, hact, R, Fe, 0);
     t->grouped_mm_fwd(y, hact, w->ew2, offs, nE, Fe, D);
     if (hh) ops_bf16_release(hact);
 }
@@ -101,25 +96,15 @@ static void experts_fwd(const model *m, layer_acts *la, const ops_table *t, cons
 static void experts_bwd(const model *m, layer_acts *la, const ops_table *t, const block_view *w,
                         const block_view *gw, const float *x, const int32_t *offs, int nE, int R,
                         int D, int Fe, float *dy, const model_moe_scratch *s, int acc) {
-    const size_t RF = (size_t)R * Fe;
-    /* gate, up from their bits; hact, dgate, dup as bf16 (model_swiglu16) */
-    const int s16 = model_swiglu16(m, t), gu = model_hold_gate_up(m, t, la, RF, 1);
-    model_emit_begin(s16, s->hact, RF);
-    t->swiglu_fwd(s->hact, la->gate, la->up, R, Fe);
-    const int hh = model_emit_end(s16, s->hact);
+    const int hh = model_swiglu_fwd(m, t, la, s->hact, R, Fe, 1);
     /* the input gradients written by their first op (dx_acc 0), the up projection's added */
     t->grouped_mm_bwd(s->dhact, gw->ew2, dy, s->hact, w->ew2, offs, nE, Fe, D, 0, acc);
     if (hh) ops_bf16_release(s->hact);
-    model_emit_begin(s16, s->dgate, RF);
-    model_emit_begin(s16, s->dup, RF);
-    t->swiglu_bwd(s->dgate, s->dup, s->dhact, la->gate, la->up, R, Fe, 0);
-    const int hg = model_emit_end(s16, s->dgate), hu = model_emit_end(s16, s->dup);
-    model_release_gate_up(la, gu);
+    const int hd = model_swiglu_bwd(m, t, la, s->dgate, s->dup, s->dhact, R, Fe);
     float *dx = dy; /* dy is consumed: reuse it for d(x) */
     t->grouped_mm_bwd(dx, gw->ew1, s->dgate, x, w->ew1, offs, nE, D, Fe, 0, acc);
     t->grouped_mm_bwd(dx, gw->ew3, s->dup, x, w->ew3, offs, nE, D, Fe, 1, acc);
-    if (hg) ops_bf16_release(s->dgate);
-    if (hu) ops_bf16_release(s->dup);
+    model_swiglu_release(s->dgate, s->dup, hd);
 }
 
 /* EP dispatch plan of block state ma, from the global group offsets offs[E+1] of this rank's
