@@ -125,6 +125,20 @@ uint64_t base_rng_u64(uint64_t seed, uint64_t stream, uint64_t index);
 float base_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 /* Standard normal (Box-Muller on two 32-bit halves of one u64). */
 float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
+/* The standard normal base_rng_normal makes of one 64-bit draw r: Box-Muller on its halves,
+ * u1 = (r_hi + 1) 2^-32, u2 = r_lo 2^-32, sqrt(-2 ln u1) cos(2 pi u2) in double (glibc's log
+ * and cos), rounded to float. base_normals_of_bits: the same for n draws, bit for bit,
+ * vectorised: where its double result lies too near a float rounding boundary for its own log
+ * and cos to decide the float, base_normal_of_bits does (about 1 draw in 30000, and every draw
+ * within 2^-40 of zero); returns how many. */
+float base_normal_of_bits(uint64_t r);
+size_t base_normals_of_bits(float *out, const uint64_t *r, size_t n);
+/* out[i] = scale * base_rng_normal(seed, stream, index0 + i) for i < n, bit for bit, drawn
+ * again at index + k 2^40 (k = 1, 2, ...) while |out[i]| > cut (cut > 0: a truncated normal;
+ * cut <= 0: none); vectorised, ~10x faster than the calls one by one. Serial: callers split
+ * large fills between threads. */
+void base_rng_normal_fill(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t index0,
+                          float scale, double cut);
 /* FNV-1a of a string: the stream id of a named parameter. */
 uint64_t base_hash_str(const char *s);
 /* FNV-1a continued over n more bytes (start from BASE_HASH_INIT): fingerprints. */

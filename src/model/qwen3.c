@@ -576,13 +576,17 @@ void model_init_unit(model *m, int unit, uint64_t seed, const model_init *init) 
         double std_d, cut;
         init_rule(m, p, init, &std_d, &cut);
         const float std = (float)std_d;
+        /* each element drawn at its index in the full tensor (TP), which runs on contiguously
+         * for a whole row of a column-split tensor and for all of any other: pieces of at most
+         * PIECE elements within those runs, filled by the threads */
+        enum { PIECE = 16384 };
+        const size_t run = p->tp_split == MODEL_TP_COLS ? (size_t)p->shape[1] : n,
+                     per_run = (run + PIECE - 1) / PIECE, pieces = n / run * per_run;
 #pragma omp parallel for schedule(static)
-        for (size_t e = 0; e < n; e++) { /* drawn at its index in the full tensor (TP) */
-            const uint64_t at = full_index(m, p, e);
-            float x = std * base_rng_normal(seed, stream, at);
-            for (uint64_t k = 1; cut > 0 && fabs(x) > cut; k++)
-                x = std * base_rng_normal(seed, stream, at + (k << 40));
-            w[e] = x;
+        for (size_t i = 0; i < pieces; i++) {
+            const size_t j = i % per_run * PIECE, e = i / per_run * run + j,
+                         len = run - j < PIECE ? run - j : PIECE;
+            base_rng_normal_fill(w + e, len, seed, stream, full_index(m, p, e), std, cut);
         }
     }
 }
