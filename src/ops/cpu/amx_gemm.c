@@ -61,11 +61,10 @@
 #endif
 
 /* K blocks (elements); C is stored and reloaded once per block, exactly (a K block does not
- * change C). KB: products whose A^T is packed per block (the weight gradients) and
- * ops_cpu_amx_gemm_packed's. KB_ROWS: products of A not transposed (x W^T, dy W; its rows read
- * where they lie when they are whole 64-byte lines):
- * fewer passes over C, which at 0.6B x 2048 is 8-24 MB, from memory each pass. Measured on the
- * AMX Xeon, 2 threads, GFLOP/s at KB 512 / 1024 / 2048 (bench/RESULTS.md "Session 47"): x W^T
+ * change C). KB: products whose A^T is packed per block (the weight gradients). KB_ROWS: products
+ * of A not transposed (x W^T, dy W; its rows read where they lie when they are whole 64-byte
+ * lines): fewer passes over C, which at 0.6B x 2048 is 8-24 MB, from memory each pass. Measured on
+ * the AMX Xeon, 2 threads, GFLOP/s at KB 512 / 1024 / 2048 (bench/RESULTS.md "Session 47"): x W^T
  * 2048 x 3072 x 1024 1571 / 1817 / 1808, 2048 x 512 x 1536 1765 / 1801 / 1868; dy W level
  * (1530-1840 at each); dy^T x 3072 x 1024 x 2048 1491 / 1283 / 956: A^T's pack per block
  * wants short blocks. */
@@ -75,6 +74,12 @@ enum { KB = 512, KB_ROWS = 2048 };
  * (bench/RESULTS.md "Session 46"). A K block only stores and reloads C's fp32 sums exactly, so
  * it does not change C. */
 enum { KB_FEW = 4096 };
+/* ops_cpu_amx_gemm_packed's K block (attention's products, K a sequence length): 256, where a
+ * 32-row block of A and a 32-column panel of B (16 KiB each) fit L1 together; at 512 (32 KiB
+ * each) they do not. Measured on the AMX Xeon, one thread, attention's dK = dS^T Q at 0.6B x 2048
+ * shapes (M 128, N 128, K T - c0): 39.0-39.6 TSC cycles a TDPBF16PS at 512, 35.1-35.8 at 256,
+ * 39.9 at 128 (bench/RESULTS.md "Session 52"). */
+enum { KB_PACKED = 256 };
 
 /* Linux's tile-data permission (arch/x86/include/uapi/asm/prctl.h) */
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -692,10 +697,10 @@ void ops_cpu_amx_transpose(uint16_t *dst, const uint16_t *A, int lda, int rows, 
 void ops_cpu_amx_gemm_packed(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp,
                              size_t bs, int acc, float *C, int ldc) {
     ops_cpu_amx_tiles_configure();
-    /* K blocks of KB: A's 32 rows and B's 32 columns of one block stay within L1 and L2 (K is
+    /* K blocks of KB_PACKED: A's 32 rows and B's 32 columns of one block stay within L1 (K is
      * a sequence length in P V, up to T); C is reloaded once per block */
-    for (int k0 = 0; k0 < K; k0 += KB) {
-        const int kb = K - k0 < KB ? K - k0 : KB, load = acc || k0 > 0;
+    for (int k0 = 0; k0 < K; k0 += KB_PACKED) {
+        const int kb = K - k0 < KB_PACKED ? K - k0 : KB_PACKED, load = acc || k0 > 0;
         for (int j0 = 0; j0 < N; j0 += 32) {
             const uint32_t *b0 = Bp + (size_t)(j0 / 16) * bs + (size_t)k0 * 8, *b1 = b0 + bs;
             for (int i0 = 0; i0 < M; i0 += 32)
