@@ -378,9 +378,10 @@ float base_normal_of_bits(uint64_t r) {
  * thread count and layout). glibc's doubles are not known here, only that they lie within an ulp
  * or so of the exact values, as these lie within a few: the two doubles R differ by less than
  * |R| 2^-48 + 2^-48. Where R lies within 2^-40 (|R| + 1) of a float rounding boundary (about 1
- * value in 30000, and every value within 2^-40 of zero) the floats could differ, and that value
- * is base_normal_of_bits's own. tests/unit/test_rng.c compares the two over millions of draws,
- * at the edges (u1 = 1, u2 at the quadrants) and counts the guard's recomputations. */
+ * value in 4400, most of them small: the floats' spacing falls with |R|, the guard does not, so
+ * every |R| < 2^-16) the floats could differ, and that value is base_normal_of_bits's own.
+ * tests/unit/test_rng.c compares the two over millions of draws, at the edges (u1 = 1, u2 at the
+ * quadrants) and counts the guard's recomputations. */
 
 /* cond ? a : b by bits: both computed, no branch for GCC to sink either into (which, with
  * trapping math, it then cannot vectorise); m all ones or zero */

@@ -129,8 +129,8 @@ float base_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
  * u1 = (r_hi + 1) 2^-32, u2 = r_lo 2^-32, sqrt(-2 ln u1) cos(2 pi u2) in double (glibc's log
  * and cos), rounded to float. base_normals_of_bits: the same for n draws, bit for bit,
  * vectorised: where its double result lies too near a float rounding boundary for its own log
- * and cos to decide the float, base_normal_of_bits does (about 1 draw in 30000, and every draw
- * within 2^-40 of zero); returns how many. */
+ * and cos to decide the float, base_normal_of_bits does (about 1 draw in 4400, most of them small:
+ * every |value| < 2^-16); returns how many. */
 float base_normal_of_bits(uint64_t r);
 size_t base_normals_of_bits(float *out, const uint64_t *r, size_t n);
 /* out[i] = scale * base_rng_normal(seed, stream, index0 + i) for i < n, bit for bit, drawn

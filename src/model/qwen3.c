@@ -580,11 +580,12 @@ void model_init_unit(model *m, int unit, uint64_t seed, const model_init *init) 
          * for a whole row of a column-split tensor and for all of any other: pieces of at most
          * PIECE elements within those runs, filled by the threads */
         enum { PIECE = 16384 };
-        const size_t run = p->tp_split == MODEL_TP_COLS ? (size_t)p->shape[1] : n,
-                     per_run = (run + PIECE - 1) / PIECE, pieces = n / run * per_run;
+        const size_t run = p->tp_split == MODEL_TP_COLS ? (size_t)p->shape[1] : n;
+        if (!run) continue;
+        const size_t per_run = (run + PIECE - 1) / PIECE, pieces = n / run * per_run;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < pieces; i++) {
-            const size_t j = i % per_run * PIECE, e = i / per_run * run + j,
+        for (size_t q = 0; q < pieces; q++) {
+            const size_t j = q % per_run * PIECE, e = q / per_run * run + j,
                          len = run - j < PIECE ? run - j : PIECE;
             base_rng_normal_fill(w + e, len, seed, stream, full_index(m, p, e), std, cut);
         }

@@ -310,7 +310,7 @@ int main(void) {
         return 77;
     }
     check_packed(64, 96, 128, 1, 32, 0, 0);  /* K^T, Q^T: from a 16-column block on */
-    check_packed(96, 64, 1088, 0, 0, 64, 0); /* P V's: K over two 512 blocks, from row 64 */
+    check_packed(96, 64, 1088, 0, 0, 64, 0); /* P V's: K over five 256 blocks, from row 64 */
     check_packed(32, 128, 160, 0, 0, 96, 1); /* dQ's: accumulated */
     check_pack_f32(128, 96, 1);
     check_pack_f32(70, 45, 0);
