@@ -158,6 +158,50 @@ int main(void) {
             }
         }
     }
+    /* Tensor parallelism: each rank's init of its slice is the full model's init sliced (every
+     * element drawn at its full-tensor index): rows [r d0, (r+1) d0) of a row-split tensor,
+     * columns [r d1, (r+1) d1) of every row of a column-split one; torchtitan's rule, so that the
+     * lm_head's redraws past the cut are in it. No collective runs: model_tp's size and rank. */
+    {
+        const model_init tt = {MODEL_INIT_TORCHTITAN, 0};
+        for (int u = 0; u < m.n_units; u++) model_init_unit(&m, u, 7, &tt);
+        int splits[3] = {0, 0, 0};
+        for (int r = 0; r < 2; r++) {
+            model_tp tp = {.size = 2, .rank = r};
+            model_build_opts tbo = {.batch = 2, .seq_len = 8, .tp = &tp};
+            model tm;
+            CHECK(model_build(&tm, &a, &tbo, &e) == 0, "tp build: %s", e.msg);
+            for (int u = 0; u < tm.n_units; u++) model_init_unit(&tm, u, 7, &tt);
+            for (int i = 0; i < tm.n_params; i++) {
+                const model_param *p = &tm.params[i], *f = model_find_param(&m, p->name);
+                CHECK(f != NULL, "tp rank %d: %s not in the full model", r, p->name);
+                if (!f) continue;
+                const int64_t d0 = p->shape[0], d1 = p->ndim > 1 ? p->shape[1] : 1;
+                const int k = p->tp_split == MODEL_TP_ROWS   ? 1
+                              : p->tp_split == MODEL_TP_COLS ? 2
+                                                             : 0;
+                splits[k] += r == 0;
+                size_t bad = 0;
+                for (int64_t row = 0; row < d0; row++)
+                    for (int64_t c = 0; c < d1; c++) {
+                        const size_t at = k == 1   ? (size_t)((r * d0 + row) * d1 + c)
+                                          : k == 2 ? (size_t)(row * 2 * d1 + r * d1 + c)
+                                                   : (size_t)(row * d1 + c);
+                        bad += memcmp(&tm.w[p->offset + (size_t)(row * d1 + c)],
+                                      &m.w[f->offset + at], sizeof(float)) != 0;
+                    }
+                CHECK(!bad && p->numel == (size_t)(d0 * d1) && f->numel == (k ? 2 : 1) * p->numel,
+                      "tp rank %d: %s (split %d): %zu of %zu elements differ from the full init", r,
+                      p->name, p->tp_split, bad, p->numel);
+            }
+            model_free(&tm);
+        }
+        CHECK(splits[1] > 0 && splits[2] > 0, "tp: row-split %d and column-split %d tensors",
+              splits[1], splits[2]);
+        printf("tp init: %d replicated, %d row-split, %d column-split tensors equal the full "
+               "init's slices on both ranks\n",
+               splits[0], splits[1], splits[2]);
+    }
     /* torchtitan 0.3 init on a dense model: normal's weights bit for bit. */
     const model_init t03 = {MODEL_INIT_TORCHTITAN_03, 0};
     for (int u = 0; u < m.n_units; u++) model_init_unit(&m, u, 7, &t03);
