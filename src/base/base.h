@@ -135,7 +135,7 @@ float base_normal_of_bits(uint64_t r);
 size_t base_normals_of_bits(float *out, const uint64_t *r, size_t n);
 /* out[i] = scale * base_rng_normal(seed, stream, index0 + i) for i < n, bit for bit, drawn
  * again at index + k 2^40 (k = 1, 2, ...) while |out[i]| > cut (cut > 0: a truncated normal;
- * cut <= 0: none); vectorised, ~10x faster than the calls one by one. Serial: callers split
+ * cut <= 0: none); vectorised, ~3.7x faster than the calls one by one. Serial: callers split
  * large fills between threads. */
 void base_rng_normal_fill(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t index0,
                           float scale, double cut);
