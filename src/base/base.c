@@ -342,16 +342,24 @@ size_t base_total_ram(void) {
 
 /* splitmix64 finaliser: a bijective mixer with full avalanche. Three rounds over the
  * (seed, stream, index) triple give a stateless generator in the spirit of Philox. */
-static uint64_t mix64(uint64_t z) {
+static inline uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
+/* base_rng_u64 in two parts: the (seed, stream) rounds, which a run of draws shares, and the
+ * index round */
+static inline uint64_t rng_key(uint64_t seed, uint64_t stream) {
+    return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ (stream + 0x632be59bd9b4e019ULL));
+}
+
+static inline uint64_t rng_draw(uint64_t key, uint64_t index) {
+    return mix64(key ^ (index * 0x9e3779b97f4a7c15ULL + 0x8cb92ba72f3d8dd7ULL));
+}
+
 uint64_t base_rng_u64(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint64_t z = mix64(seed + 0x9e3779b97f4a7c15ULL);
-    z = mix64(z ^ (stream + 0x632be59bd9b4e019ULL));
-    return mix64(z ^ (index * 0x9e3779b97f4a7c15ULL + 0x8cb92ba72f3d8dd7ULL));
+    return rng_draw(rng_key(seed, stream), index);
 }
 
 float base_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -489,17 +497,13 @@ size_t base_normals_of_bits(float *out, const uint64_t *r, size_t n) {
 
 void base_rng_normal_fill(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t index0,
                           float scale, double cut) {
-    /* base_rng_u64's (seed, stream) rounds, once */
-    const uint64_t zs =
-        mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ (stream + 0x632be59bd9b4e019ULL));
+    const uint64_t key = rng_key(seed, stream); /* once for the run */
     enum { BLOCK = 512 };
     uint64_t r[BLOCK];
     for (size_t b0 = 0; b0 < n; b0 += BLOCK) {
         const int m = n - b0 < BLOCK ? (int)(n - b0) : BLOCK;
 #pragma omp simd
-        for (int i = 0; i < m; i++)
-            r[i] = mix64(
-                zs ^ ((index0 + b0 + (uint64_t)i) * 0x9e3779b97f4a7c15ULL + 0x8cb92ba72f3d8dd7ULL));
+        for (int i = 0; i < m; i++) r[i] = rng_draw(key, index0 + b0 + (uint64_t)i);
         base_normals_of_bits(out + b0, r, (size_t)m);
         for (int i = 0; i < m; i++) {
             float x = scale * out[b0 + i];
