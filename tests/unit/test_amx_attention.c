@@ -194,7 +194,7 @@ static void check_rows(int M, int n, int r0) {
  * head), against double: S^T = K Q^T, dP^T = V dO^T summed exactly, P = exp(S^T scale - lse[j])
  * and dS = P (dP^T - D[j]) scale within one bf16 rounding (and dP's fp32 sum error), zero where
  * the query is before the key. */
-static void check_grad_scores(int M, int n, int hd, int q0) {
+static void check_grad_scores(int M, int n, int hd, int q0, int qk) {
     const float scale = 1.0f / sqrtf((float)hd);
     const int T = q0 + n; /* the packed head's queries */
     uint16_t *kc = xalloc(2ul * M * hd), *vc = xalloc(2ul * M * hd), *q = xalloc(2ul * T * hd),
@@ -215,7 +215,7 @@ static void check_grad_scores(int M, int n, int hd, int q0) {
     ops_cpu_amx_pack(dot, 1, dO, 0, hd, hd, T);
     const size_t t0 = (size_t)q0 * hd / 2; /* query q0 of the packed heads */
     ops_cpu_amx_attn_grad_scores(p16, ds16, kc, vc, hd, qt + t0, dot + t0, (size_t)hd * 8, M, n, hd,
-                                 scale, lq, D);
+                                 scale, lq, D, qk);
     int bad = 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < n; j++) {
@@ -228,15 +228,18 @@ static void check_grad_scores(int M, int n, int hd, int q0) {
                 dm += fabs(t);
             }
             const size_t o = (size_t)i * n + j;
-            const double p = j >= i ? exp(sv * scale - lq[j]) : 0.0, d = p * (dv - D[j]) * scale;
+            const int seen = qk + j >= i; /* the query at or after the key */
+            const double p = seen ? exp(sv * scale - lq[j]) : 0.0, d = p * (dv - D[j]) * scale;
             /* dS: dP's fp32 sum (hd terms) and the fp32 steps before the rounding */
             bad += !near16(bf(p16[o]), p) ||
                    !(fabs(bf(ds16[o]) - d) <=
                      0x1p-8 * fabs(d) + (hd * 0x1p-24 * dm + 1e-6) * p * scale) ||
-                   (j < i && (bf(p16[o]) != 0.0f || bf(ds16[o]) != 0.0f));
+                   (!seen && (bf(p16[o]) != 0.0f || bf(ds16[o]) != 0.0f));
         }
-    CHECK(!bad, "gradient scores M %d n %d hd %d (from query %d): %d values wrong", M, n, hd, q0,
-          bad);
+    CHECK(
+        !bad,
+        "gradient scores M %d n %d hd %d (from query %d, %d after the first key): %d values wrong",
+        M, n, hd, q0, qk, bad);
     free(kc), free(vc), free(q), free(dO), free(p16), free(ds16), free(qt), free(dot), free(lq),
         free(D);
 }
@@ -321,9 +324,14 @@ int main(void) {
     check_transpose(64, 1000);
     check_rows(64, 128, 0);
     check_rows(32, 256, 200);
-    check_grad_scores(128, 256, 64, 0); /* a whole block, its diagonal square */
-    check_grad_scores(64, 96, 128, 32); /* hd 128, queries from a later packed block */
-    check_grad_scores(32, 32, 32, 64);  /* one 32 x 32 block */
+    check_grad_scores(128, 256, 64, 0, 0); /* a whole block, its diagonal square */
+    check_grad_scores(64, 96, 128, 32, 0); /* hd 128, queries from a later packed block */
+    check_grad_scores(32, 32, 32, 64, 0);  /* one 32 x 32 block */
+    /* a later chunk of queries (attention's backward in chunks): the diagonal crossing the
+     * chunk's first blocks (qk 32, 16 after a 16-lane vector), then past every key */
+    check_grad_scores(128, 128, 64, 32, 32);
+    check_grad_scores(96, 64, 32, 32, 16);
+    check_grad_scores(64, 64, 128, 256, 256);
     const ops_impl *bf = ops_find(OPS_ATTENTION, "bf16"), *ref = ops_find(OPS_ATTENTION, "default");
     CHECK(bf && ref, "attention's bf16 and default implementations are registered");
     if (bf && ref) {

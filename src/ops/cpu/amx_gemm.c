@@ -818,22 +818,23 @@ void ops_cpu_amx_softmax_rows(uint16_t *p16, const float *s, int M, int n, int r
 }
 
 /* P and dS of keys [i0, i0 + 32) x queries [j0, j0 + 32) of a key block (key i seen by queries
- * j >= i; zero elsewhere) into p16, ds16 ([., n] bf16) from the block's S^T and dP^T (s, dp:
- * [32][32] fp32): P = exp(S^T scale - lse[j]), dS = P (dP^T - D[j]) scale */
-static void grad_block(uint16_t *p16, uint16_t *ds16, size_t n, int i0, int j0, const float *s,
-                       const float *dp, float scale, const float *lse, const float *D) {
+ * j with qk + j >= i; zero elsewhere) into p16, ds16 ([., n] bf16) from the block's S^T and dP^T
+ * (s, dp: [32][32] fp32): P = exp(S^T scale - lse[j]), dS = P (dP^T - D[j]) scale */
+static void grad_block(uint16_t *p16, uint16_t *ds16, size_t n, int i0, int j0, int qk,
+                       const float *s, const float *dp, float scale, const float *lse,
+                       const float *D) {
     const __m512 sc = _mm512_set1_ps(scale);
     for (int r = 0; r < 32; r++) {
         const int i = i0 + r;
         uint16_t *p = p16 + (size_t)i * n + j0, *ds = ds16 + (size_t)i * n + j0;
         for (int c = 0; c < 32; c += 16) {
-            const int j = j0 + c;
-            if (j + 16 <= i) { /* a whole vector of queries before the key */
+            const int j = j0 + c, jq = qk + j; /* jq: the query, counted from the first key */
+            if (jq + 16 <= i) {                /* a whole vector of queries before the key */
                 _mm256_storeu_si256((__m256i *)(p + c), _mm256_setzero_si256());
                 _mm256_storeu_si256((__m256i *)(ds + c), _mm256_setzero_si256());
                 continue;
             }
-            const __mmask16 k = (__mmask16)~mask16(i - j); /* lanes j + l >= i */
+            const __mmask16 k = (__mmask16)~mask16(i - jq); /* lanes jq + l >= i */
             const __m512 pj =
                 _mm512_maskz_mov_ps(k, ce_exp16(_mm512_fmsub_ps(_mm512_load_ps(s + r * 32 + c), sc,
                                                                 _mm512_loadu_ps(lse + j))));
@@ -850,7 +851,7 @@ static void grad_block(uint16_t *p16, uint16_t *ds16, size_t n, int i0, int j0, 
 void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
                                   const uint16_t *vc, int lda, const uint32_t *qt,
                                   const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
-                                  const float *lse, const float *D) {
+                                  const float *lse, const float *D, int qk) {
     /* one 32 x 32 block of S^T and of dP^T at a time, in L1 (not [M, n] fp32 blocks through L2,
      * read back by a pass of their own) */
     float s[32 * 32] __attribute__((aligned(64))), dp[32 * 32] __attribute__((aligned(64)));
@@ -859,7 +860,7 @@ void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t 
     for (int j0 = 0; j0 < n; j0 += 32) {
         const uint32_t *q0 = qt + (size_t)(j0 / 16) * bs, *d0 = dot + (size_t)(j0 / 16) * bs;
         for (int i0 = 0; i0 < M; i0 += 32) {
-            if (j0 + 32 <= i0) { /* every query of the block before every key */
+            if (qk + j0 + 32 <= i0) { /* every query of the block before every key */
                 for (int r = 0; r < 32; r++) {
                     memset(p16 + (size_t)(i0 + r) * n + j0, 0, 64);
                     memset(ds16 + (size_t)(i0 + r) * n + j0, 0, 64);
@@ -868,7 +869,7 @@ void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t 
             }
             tile_block(kc + (size_t)i0 * lda, as, q0, q0 + bs, 64, hd, s, 128, 0);
             tile_block(vc + (size_t)i0 * lda, as, d0, d0 + bs, 64, hd, dp, 128, 0);
-            grad_block(p16, ds16, (size_t)n, i0, j0, s, dp, scale, lse, D);
+            grad_block(p16, ds16, (size_t)n, i0, j0, qk, s, dp, scale, lse, D);
         }
     }
     _tile_release();

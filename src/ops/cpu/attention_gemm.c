@@ -19,7 +19,7 @@
  *   S = Q[r0:r1] K[0:r1]^T,  P = softmax(S * scale) (fp32; masked keys 0),  lse,
  *   O[r0:r1] = bf16(P) V[0:r1]  (amx mode: bf16(exp(S scale - max)) V / sum, below).
  * Backward in one pass of 5 products, one task per (b, h), its key blocks [c0, c1) in order,
- * each over the queries [c0, T) that see it:
+ * each over the queries [c0, T) that see it (amx mode: in chunks of AG_BK_AMX queries):
  *   D = rowsum(bf16(dO) * O) (fp32, before the pass; the dO dP is made of, so that
  *       sum_j P_ij dP_ij = D_i holds but for P's rounding: from the fp32 dO, D carried its
  *       2^-9 relative difference into every dS of the row, where the true dS can be far
@@ -75,6 +75,14 @@
  * alternated: 18.9 / 16.2, 18.1 / 15.7, 17.3 / 16.2; 64 rows 17.3-17.7). The same values: a
  * row's softmax and P V only add exact zeros for the masked keys past it. */
 #define AG_FQ_AMX 32
+/* queries of an amx backward task's chunk: a key block's P^T and dS^T are made and used a chunk
+ * at a time ([128, 256] bf16, 64 KiB each, within L2 beside their products' operands) rather
+ * than over all T - c0 queries at once (1 MiB at T = 2048, written out of L2 and read back by
+ * three products): 0.6B x 2048 backward 48-50 -> 43-45 ms a layer (AMX Xeon, 2 threads; 128 and
+ * 512 level with 256). 256 = the packed products' K block (KB_PACKED), so that dV and dK store and
+ * reload their sums where they did; any multiple of 32 gives the same bits (a chunk only splits
+ * fp32 sums at a store and a reload). */
+#define AG_BK_AMX 256
 
 typedef struct {
     ops_prec prec;
@@ -223,7 +231,8 @@ typedef struct {
 } ag_ws;
 
 static ag_ws ag_ws_new(ag_mode m, int T, int hd, int t16) {
-    const size_t n = (size_t)AG_BQ * T, h = m.es == sizeof(uint16_t) ? n * m.es : 0;
+    const size_t n = (size_t)AG_BQ * (t16 && T > AG_BK_AMX ? AG_BK_AMX : T),
+                 h = m.es == sizeof(uint16_t) ? n * m.es : 0;
     return (ag_ws){t16 ? NULL : ops_cpu_alloc("attention", n * sizeof(float)),
                    t16 ? NULL : ops_cpu_alloc("attention", n * sizeof(float)),
                    m.dense ? ops_cpu_alloc("attention", sizeof(float) * (size_t)T * hd) : NULL,
@@ -429,43 +438,46 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                            *qc = ag_row(md, q16, b, h, c0), *doc = ag_row(md, do16, b, h, c0);
                 /* amx: this head's packed operands, from query (or key) c0 on: the 16-query
                  * blocks of Q^T, dO^T hd * 8 words apart, the k pairs of Q, dO, K 16 words */
-                const size_t bh = ((size_t)b * H + h) * hw, t0 = (size_t)c0 * hd / 2,
-                             p0 = (size_t)c0 * 8, ls = (size_t)T * 8;
+                const size_t bh = ((size_t)b * H + h) * hw, p0 = (size_t)c0 * 8, ls = (size_t)T * 8;
                 const float *restrict lrow = lse + ((size_t)b * H + h) * T + c0,
                                       *restrict drow = D + ((size_t)b * H + h) * T + c0;
                 void *p16 = ag_block(md, w.s, w.s16), *ds16 = ag_block(md, w.d, w.d16);
                 if (amx) {
-                    ops_cpu_amx_attn_grad_scores(p16, ds16, kc, vc, hd, P.qt + bh + t0,
-                                                 P.dot + bh + t0, (size_t)hd * 8, M, n, hd, scale,
-                                                 lrow, drow);
-                } else {
-                    ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
-                    ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
-                    for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
-                        /* rounded in place below: no restrict */
-                        float *p = w.s + (size_t)i * n, *ds = w.d + (size_t)i * n;
-                        for (int j = 0; j < i; j++) p[j] = ds[j] = 0.0f;
-#pragma omp simd
-                        for (int j = i; j < n; j++) {
-                            const float pj = vm_expf(p[j] * scale - lrow[j]);
-                            ds[j] = pj * (ds[j] - drow[j]) * scale;
-                            p[j] = pj;
-                        }
-                        ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, p, n);
-                        ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
+                    /* per chunk of AG_BK_AMX queries [j0, j0 + nn): P^T, dS^T [M, nn], dV and
+                     * dK's next K block, dQ[j0 : j0 + nn] += dS K[c0:c1] */
+                    for (int j0 = c0; j0 < T; j0 += AG_BK_AMX) {
+                        const int nn = T - j0 < AG_BK_AMX ? T - j0 : AG_BK_AMX, fst = j0 == c0;
+                        const size_t tq = (size_t)j0 * hd / 2, pq = (size_t)j0 * 8;
+                        ops_cpu_amx_attn_grad_scores(
+                            p16, ds16, kc, vc, hd, P.qt + bh + tq, P.dot + bh + tq, (size_t)hd * 8,
+                            M, nn, hd, scale, lrow + (j0 - c0), drow + (j0 - c0), j0 - c0);
+                        ops_cpu_amx_gemm_packed(M, hd, nn, p16, nn, P.dout + bh + pq, ls,
+                                                acc_kv || !fst, dvh + (size_t)c0 * ldp, (int)ldp);
+                        ops_cpu_amx_gemm_packed(M, hd, nn, ds16, nn, P.q + bh + pq, ls,
+                                                acc_kv || !fst, dkh + (size_t)c0 * ldp, (int)ldp);
+                        ops_cpu_amx_transpose(w.t16, ds16, nn, M, nn); /* dS [nn, M] */
+                        ops_cpu_amx_gemm_packed(nn, hd, M, w.t16, M,
+                                                P.k + ((size_t)b * G + g) * hw + p0, ls, acc_q,
+                                                dqh + (size_t)j0 * ldqh, (int)ldqh);
                     }
-                }
-                /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
-                if (amx) {
-                    ops_cpu_amx_gemm_packed(M, hd, n, p16, n, P.dout + bh + p0, ls, acc_kv,
-                                            dvh + (size_t)c0 * ldp, (int)ldp);
-                    ops_cpu_amx_gemm_packed(M, hd, n, ds16, n, P.q + bh + p0, ls, acc_kv,
-                                            dkh + (size_t)c0 * ldp, (int)ldp);
-                    ops_cpu_amx_transpose(w.t16, ds16, n, M, n); /* dS [n, M] */
-                    ops_cpu_amx_gemm_packed(n, hd, M, w.t16, M, P.k + ((size_t)b * G + g) * hw + p0,
-                                            ls, acc_q, dqh + (size_t)c0 * ldqh, (int)ldqh);
                     continue;
                 }
+                ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
+                ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
+                for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
+                    /* rounded in place below: no restrict */
+                    float *p = w.s + (size_t)i * n, *ds = w.d + (size_t)i * n;
+                    for (int j = 0; j < i; j++) p[j] = ds[j] = 0.0f;
+#pragma omp simd
+                    for (int j = i; j < n; j++) {
+                        const float pj = vm_expf(p[j] * scale - lrow[j]);
+                        ds[j] = pj * (ds[j] - drow[j]) * scale;
+                        p[j] = pj;
+                    }
+                    ag_store_row(md, (char *)p16 + (size_t)i * n * md.es, p, n);
+                    ag_store_row(md, (char *)ds16 + (size_t)i * n * md.es, ds, n);
+                }
+                /* dV[c0:c1] (+)= P^T dO, dK[c0:c1] (+)= dS^T Q, dQ[c0:T] += dS K[c0:c1] */
                 ag_gemm(md, 0, 0, M, hd, n, p16, n, doc, (int)do16.ld, acc_kv,
                         dvh + (size_t)c0 * ldp, (int)ldp);
                 ag_gemm(md, 0, 0, M, hd, n, ds16, n, qc, (int)q16.ld, acc_kv,

@@ -1174,9 +1174,9 @@ void ops_cpu_amx_softmax_rows(uint16_t *p16, const float *s, int M, int n, int r
 void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
                                   const uint16_t *vc, int lda, const uint32_t *qt,
                                   const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
-                                  const float *lse, const float *D) {
+                                  const float *lse, const float *D, int qk) {
     (void)p16, (void)ds16, (void)kc, (void)vc, (void)lda, (void)qt, (void)dot, (void)bs, (void)M;
-    (void)n, (void)hd, (void)scale, (void)lse, (void)D;
+    (void)n, (void)hd, (void)scale, (void)lse, (void)D, (void)qk;
     abort();
 }
 

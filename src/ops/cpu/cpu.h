@@ -309,18 +309,19 @@ long ops_cpu_amx_gemm_panels_calls(void);
  * of exp(s * scale - the row's maximum), the unnormalised softmax (zero past the query), lse[i]
  * the row's natural log-sum-exp and rl[i] 1 / the sum of its exponentials (fp32 sums), by which
  * the caller scales the row's P V (FlashAttention's order, as PyTorch's CPU flash attention).
- * attn_grad_scores: the backward's scores for a block of M keys whose first query is its first key,
- * n queries (M, n, hd multiples of 32): S^T = kc Q^T, dP^T = vc dO^T (kc, vc [M, hd] bf16 rows lda
- * apart; qt, dot: Q^T and dO^T packed as ops_cpu_amx_pack packs them, from the block's first query,
- * 16-query blocks bs words apart), then for key i and query j, P = exp(S^T scale - lse[j]) and dS =
- * P (dP^T - D[j]) scale, both bf16 into p16, ds16 [M, n] (zero where j < i); single-threaded, AMX
- * tiles. */
+ * attn_grad_scores: the backward's scores for a block of M keys and n queries whose first query is
+ * qk (>= 0) positions after the first key (M, n, hd multiples of 32): S^T = kc Q^T, dP^T = vc dO^T
+ * (kc, vc [M, hd] bf16 rows lda apart; qt, dot: Q^T and dO^T packed as ops_cpu_amx_pack packs
+ * them, from the block's first query, 16-query blocks bs words apart), then for key i and query j
+ * (both counted from the block's first), P = exp(S^T scale - lse[j]) and dS = P (dP^T - D[j])
+ * scale, both bf16 into p16, ds16 [M, n] (zero where qk + j < i: the query before the key);
+ * single-threaded, AMX tiles. */
 void ops_cpu_amx_softmax_rows(uint16_t *p16, const float *s, int M, int n, int r0, float scale,
                               float *lse, float *rl);
 void ops_cpu_amx_attn_grad_scores(uint16_t *p16, uint16_t *ds16, const uint16_t *kc,
                                   const uint16_t *vc, int lda, const uint32_t *qt,
                                   const uint32_t *dot, size_t bs, int M, int n, int hd, float scale,
-                                  const float *lse, const float *D);
+                                  const float *lse, const float *D, int qk);
 /* lmhead_ce/bf16 fused on AMX tiles (amx_gemm.c): *loss = the sum over tokens with a target in
  * [0, V) of lse - logit[target], logits = x16 w16^T (x16 [N, D], w16 [V, D] bf16 bits, fp32
  * sums, kept fp32); with dx: dx += G w, and with dw: dw += G^T x (dw_acc 1) or dw = G^T x (dw_acc
