@@ -19,7 +19,8 @@
  *   S = Q[r0:r1] K[0:r1]^T,  P = softmax(S * scale) (fp32; masked keys 0),  lse,
  *   O[r0:r1] = bf16(P) V[0:r1]  (amx mode: bf16(exp(S scale - max)) V / sum, below).
  * Backward in one pass of 5 products, one task per (b, h), its key blocks [c0, c1) in order,
- * each over the queries [c0, T) that see it (amx mode: in chunks of AG_BK_AMX queries):
+ * each over the queries [c0, T) that see it (amx mode: per chunk of AG_BK_AMX queries, in
+ * order, the key blocks they see, in order; the same sums, split at other K blocks):
  *   D = rowsum(bf16(dO) * O) (fp32, before the pass; the dO dP is made of, so that
  *       sum_j P_ij dP_ij = D_i holds but for P's rounding: from the fp32 dO, D carried its
  *       2^-9 relative difference into every dS of the row, where the true dS can be far
@@ -56,8 +57,10 @@
  * through a per-thread block), so that oneDNN's brgemm takes it.
  *
  * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
- * BQ = 128: 2 MiB, 3 MiB; dense: T x hd floats more); per call the converted q, k, v (and
- * dout), D [B,H,T] and, in the backward with H > G (or dense), the per-head dK and dV slices. */
+ * BQ = 128: 2 MiB, 3 MiB; dense: T x hd floats more in backward, BQ x hd in forward; amx mode:
+ * a forward's 32 x T floats and bf16, a backward's three 128 x 256 bf16 blocks and 256 x hd
+ * floats); per call the converted q, k, v (and dout), D [B,H,T] and, in the backward with H > G
+ * (or dense), the per-head dK and dV slices. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,9 +82,11 @@
  * at a time ([128, 256] bf16, 64 KiB each, within L2 beside their products' operands) rather
  * than over all T - c0 queries at once (1 MiB at T = 2048, written out of L2 and read back by
  * three products): 0.6B x 2048 backward 48-50 -> 43-45 ms a layer (AMX Xeon, 2 threads; 128 and
- * 512 level with 256). 256 = the packed products' K block (KB_PACKED), so that dV and dK store and
- * reload their sums where they did; any multiple of 32 gives the same bits (a chunk only splits
- * fp32 sums at a store and a reload). */
+ * 512 level with 256). The chunks in the outer loop, each with all the key blocks it sees (not
+ * each key block over all its chunks): the chunk's packed Q, dO and its dQ rows stay in L2
+ * across the key blocks, dK and dV rows stream instead: -5-8% again (-7-10% at T = 4096, level
+ * at 1024). Any chunk size or order gives the same bits: a chunk only splits fp32 sums at a store
+ * and a reload, at multiples of 32 queries, and every sum keeps its order. */
 #define AG_BK_AMX 256
 
 typedef struct {
@@ -221,23 +226,23 @@ static void ag_gemm(ag_mode m, int ta, int tb, int M, int N, int K, const void *
         ops_cpu_sgemm_task(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
 }
 
-/* A thread's workspace: two [BQ, T] fp32 blocks and, for bf16 bits, their operand copies;
- * in dense mode a [T, hd] fp32 block for one head's O rows or dQ; for an amx backward (t16)
- * dS^T [T, BQ] and no fp32 blocks (its scores never leave L1: ops_cpu_amx_attn_grad_scores). */
+/* A thread's workspace: [rows, n] score blocks (s, and d in backward: fp32, and for bf16 bits
+ * their operand copies; an amx backward (t16) only the copies and dS^T [n, rows], its scores
+ * never leaving L1: ops_cpu_amx_attn_grad_scores), and in dense mode an [orows, hd] fp32 block
+ * for a task's O rows or dQ. */
 typedef struct {
     float *s, *d, *o;
     void *s16, *d16;
     uint16_t *t16;
 } ag_ws;
 
-static ag_ws ag_ws_new(ag_mode m, int T, int hd, int t16) {
-    const size_t n = (size_t)AG_BQ * (t16 && T > AG_BK_AMX ? AG_BK_AMX : T),
-                 h = m.es == sizeof(uint16_t) ? n * m.es : 0;
-    return (ag_ws){t16 ? NULL : ops_cpu_alloc("attention", n * sizeof(float)),
-                   t16 ? NULL : ops_cpu_alloc("attention", n * sizeof(float)),
-                   m.dense ? ops_cpu_alloc("attention", sizeof(float) * (size_t)T * hd) : NULL,
+static ag_ws ag_ws_new(ag_mode m, int rows, int n, int bwd, int t16, int orows, int hd) {
+    const size_t e = (size_t)rows * n, h = m.es == sizeof(uint16_t) ? e * m.es : 0;
+    return (ag_ws){t16 ? NULL : ops_cpu_alloc("attention", e * sizeof(float)),
+                   bwd && !t16 ? ops_cpu_alloc("attention", e * sizeof(float)) : NULL,
+                   m.dense ? ops_cpu_alloc("attention", sizeof(float) * (size_t)orows * hd) : NULL,
                    h ? ops_cpu_alloc("attention", h) : NULL,
-                   h ? ops_cpu_alloc("attention", h) : NULL,
+                   h && bwd ? ops_cpu_alloc("attention", h) : NULL,
                    t16 ? ops_cpu_alloc("attention", h) : NULL};
 }
 
@@ -300,7 +305,7 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
     }
 #pragma omp parallel
     {
-        ag_ws w = ag_ws_new(md, T, hd, 0);
+        ag_ws w = ag_ws_new(md, bq, T, 0, 0, bq, hd);
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < (long)B * H * nb; task++) {
             const ag_qblock x = ag_qblock_of(task, nb, bq, T, H, rep);
@@ -412,7 +417,9 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         rep > 1 || md.dense ? ops_cpu_scratch_take("attention", sizeof(float) * 2 * nq) : NULL;
 #pragma omp parallel
     {
-        ag_ws w = ag_ws_new(md, T, hd, amx);
+        /* amx: P^T, dS^T per chunk of queries, dQ per chunk */
+        const int bk = amx && T > AG_BK_AMX ? AG_BK_AMX : T;
+        ag_ws w = ag_ws_new(md, AG_BQ, bk, 1, amx, bk, hd);
         /* one task per (b, h): its key blocks in order, each over the queries [c0, T) that see
          * it; dQ of head h accumulates over the key blocks in this task alone */
 #pragma omp for schedule(dynamic, 1)
@@ -428,40 +435,52 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
              * into and back from (the same sums in the same order) */
             float *dqh = md.dense ? w.o : dq + row * ldq + (size_t)h * hd;
             const size_t ldqh = md.dense ? (size_t)hd : ldq;
-            if (md.dense && acc) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
-            for (int kb = 0; kb < nb; kb++) {
+            if (md.dense && acc && !amx) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
+            if (amx) {
+                /* this head's packed operands: the 16-query blocks of Q^T, dO^T hd * 8 words
+                 * apart, the k pairs of Q, dO, K 16 words; 16-column blocks T * 8 words apart */
+                const size_t bh = ((size_t)b * H + h) * hw, ls = (size_t)T * 8;
+                const uint32_t *pkh = P.k + ((size_t)b * G + g) * hw;
+                const float *lh = lse + ((size_t)b * H + h) * T, *dh = D + ((size_t)b * H + h) * T;
+                uint16_t *p16 = w.s16, *ds16 = w.d16;
+                /* per chunk of queries [j0, j1), the key blocks [c0, c1) they see, in order:
+                 * P^T, dS^T [M, nn] for the block's queries in the chunk [q0, j1), dV and dK's
+                 * next K block, dQ[q0 : j1] += dS K[c0:c1] */
+                for (int j0 = 0; j0 < T; j0 += AG_BK_AMX) {
+                    const int j1 = j0 + AG_BK_AMX < T ? j0 + AG_BK_AMX : T;
+                    if (acc) ag_rows_copy(dq, w.o, 0, b, T, H, h, j0, j1 - j0, hd);
+                    for (int c0 = 0; c0 < j1; c0 += AG_BQ) {
+                        const int c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
+                                  q0 = j0 > c0 ? j0 : c0, nn = j1 - q0;
+                        /* dV, dK rows: written by the key block's first chunk (but with acc);
+                         * dQ rows: by the first key block (but with acc) */
+                        const int acc_kv = (!part && acc) || q0 > c0, acc_q = c0 > 0 || acc;
+                        ops_cpu_amx_attn_grad_scores(
+                            p16, ds16, ag_row(md, k16, b, g, c0), ag_row(md, v16, b, g, c0), hd,
+                            P.qt + bh + (size_t)q0 * hd / 2, P.dot + bh + (size_t)q0 * hd / 2,
+                            (size_t)hd * 8, M, nn, hd, scale, lh + q0, dh + q0, q0 - c0);
+                        ops_cpu_amx_gemm_packed(M, hd, nn, p16, nn, P.dout + bh + (size_t)q0 * 8,
+                                                ls, acc_kv, dvh + (size_t)c0 * ldp, (int)ldp);
+                        ops_cpu_amx_gemm_packed(M, hd, nn, ds16, nn, P.q + bh + (size_t)q0 * 8, ls,
+                                                acc_kv, dkh + (size_t)c0 * ldp, (int)ldp);
+                        ops_cpu_amx_transpose(w.t16, ds16, nn, M, nn); /* dS [nn, M] */
+                        ops_cpu_amx_gemm_packed(nn, hd, M, w.t16, M, pkh + (size_t)c0 * 8, ls,
+                                                acc_q, w.o + (size_t)(q0 - j0) * hd, hd);
+                    }
+                    ag_rows_copy(dq, w.o, 1, b, T, H, h, j0, j1 - j0, hd);
+                }
+                continue;
+            }
+            for (int kb = 0; kb < nb && !amx; kb++) {
                 /* dV, dK rows of this key block: summed in or written; dQ: its first block */
                 const int acc_kv = !part && acc, acc_q = kb > 0 || acc;
                 const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
                           n = T - c0; /* queries c0 .. T-1 */
                 const void *kc = ag_row(md, k16, b, g, c0), *vc = ag_row(md, v16, b, g, c0),
                            *qc = ag_row(md, q16, b, h, c0), *doc = ag_row(md, do16, b, h, c0);
-                /* amx: this head's packed operands, from query (or key) c0 on: the 16-query
-                 * blocks of Q^T, dO^T hd * 8 words apart, the k pairs of Q, dO, K 16 words */
-                const size_t bh = ((size_t)b * H + h) * hw, p0 = (size_t)c0 * 8, ls = (size_t)T * 8;
                 const float *restrict lrow = lse + ((size_t)b * H + h) * T + c0,
                                       *restrict drow = D + ((size_t)b * H + h) * T + c0;
                 void *p16 = ag_block(md, w.s, w.s16), *ds16 = ag_block(md, w.d, w.d16);
-                if (amx) {
-                    /* per chunk of AG_BK_AMX queries [j0, j0 + nn): P^T, dS^T [M, nn], dV and
-                     * dK's next K block, dQ[j0 : j0 + nn] += dS K[c0:c1] */
-                    for (int j0 = c0; j0 < T; j0 += AG_BK_AMX) {
-                        const int nn = T - j0 < AG_BK_AMX ? T - j0 : AG_BK_AMX, fst = j0 == c0;
-                        const size_t tq = (size_t)j0 * hd / 2, pq = (size_t)j0 * 8;
-                        ops_cpu_amx_attn_grad_scores(
-                            p16, ds16, kc, vc, hd, P.qt + bh + tq, P.dot + bh + tq, (size_t)hd * 8,
-                            M, nn, hd, scale, lrow + (j0 - c0), drow + (j0 - c0), j0 - c0);
-                        ops_cpu_amx_gemm_packed(M, hd, nn, p16, nn, P.dout + bh + pq, ls,
-                                                acc_kv || !fst, dvh + (size_t)c0 * ldp, (int)ldp);
-                        ops_cpu_amx_gemm_packed(M, hd, nn, ds16, nn, P.q + bh + pq, ls,
-                                                acc_kv || !fst, dkh + (size_t)c0 * ldp, (int)ldp);
-                        ops_cpu_amx_transpose(w.t16, ds16, nn, M, nn); /* dS [nn, M] */
-                        ops_cpu_amx_gemm_packed(nn, hd, M, w.t16, M,
-                                                P.k + ((size_t)b * G + g) * hw + p0, ls, acc_q,
-                                                dqh + (size_t)j0 * ldqh, (int)ldqh);
-                    }
-                    continue;
-                }
                 ag_gemm(md, 0, 1, M, n, hd, kc, (int)k16.ld, qc, (int)q16.ld, 0, w.s, n);
                 ag_gemm(md, 0, 1, M, n, hd, vc, (int)v16.ld, doc, (int)do16.ld, 0, w.d, n);
                 for (int i = 0; i < M; i++) { /* key c0 + i, seen by queries j >= i */
