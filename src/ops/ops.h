@@ -348,9 +348,9 @@ int ops_bf16_holds_bits(void);
 int ops_bf16_grouped_mirrors(void);
 /* Outputs asked for in bf16: x[0, n), which the next op writes whole and nothing but bf16 GEMMs
  * and bf16 ops (reading mirrors) reads until its release, held as their operand. Begin before
- * the op, end after it. Where that op writes x as bf16 (the bf16 swiglu, on the onednn engine:
- * ops_cpu_bf16_emit_take) it stores only the bits, into the held mirror, and leaves x's fp32
- * values unwritten; otherwise end converts x as a hold does (ops_bf16_hold_copy's copy, the
+ * the op, end after it. Where that op writes x as bf16 (the bf16 swiglu, the norms, on the onednn
+ * engine: ops_cpu_bf16_emit_take) it stores only the bits, into the held mirror, and leaves x's
+ * fp32 values unwritten; otherwise end converts x as a hold does (ops_bf16_hold_copy's copy, the
  * emulated engine's rounding in place). The same bits either way. End answers 1 when x is held
  * (the caller releases it, ops_bf16_release, before x is written again), 0 when not (out of
  * memory: x's fp32 values were written). x must not be held already (fatal: a hold not released

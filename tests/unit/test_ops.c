@@ -1248,6 +1248,44 @@ static void test_swiglu_bf16_mirrors(void) {
         base_free(gate_f), base_free(up_f), base_free(acc_ref_g), base_free(acc_ref_u);
 }
 
+/* The norms with their output asked for in bf16 (a dense bf16 block's attention and FFN norms,
+ * model_block_forward / _backward): the held copy bitwise the fp32 output rounded, rstd and
+ * add_rmsnorm's sum h bitwise the plain call's; where the engine holds bits the fp32 output stays
+ * NaN (only the bits written), on the emulated engine it is rounded in place. C 100 (a partial
+ * vector) and 1024 (the 0.6B dim). */
+static void test_rmsnorm_emit(int N, int C) {
+    const size_t n = (size_t)N * C;
+    const int bits = ops_bf16_holds_bits();
+    float *x = randn(n, 81, 1, 0), *y = randn(n, 82, 1, 0), *w = randn((size_t)C, 83, 1, 0),
+          *ref = zeros(n), *out = zeros(n), *got = zeros(n), *h_ref = zeros(n), *h = zeros(n),
+          *r_ref = zeros((size_t)N), *r = zeros((size_t)N);
+    int ok = 1;
+    for (int add = 0; add < 2; add++) {
+        if (add)
+            ops_cpu_add_rmsnorm_fwd(h_ref, ref, r_ref, x, y, w, N, C, 1e-6f);
+        else
+            ops_cpu_rmsnorm_fwd(ref, r_ref, x, w, N, C, 1e-6f);
+        ops_cpu_bf16_round(ref, ref, n);
+        for (size_t i = 0; i < n; i++) out[i] = NAN;
+        ops_bf16_emit_begin(out, n);
+        if (add)
+            ops_cpu_add_rmsnorm_fwd(h, out, r, x, y, w, N, C, 1e-6f);
+        else
+            ops_cpu_rmsnorm_fwd(out, r, x, w, N, C, 1e-6f);
+        const int held = ops_bf16_emit_end(out);
+        ok = ok && held && held_is(got, out, ref, n) && same_bits(r, r_ref, (size_t)N) &&
+             (!add || same_bits(h, h_ref, n)) && (bits ? isnan(out[0]) && isnan(out[n - 1]) : 1);
+        if (held) ops_bf16_release(out);
+    }
+    char d[32];
+    snprintf(d, sizeof d, "N %d C %d", N, C);
+    check_true("rmsnorm, add_rmsnorm with the output asked for in bf16 = the output rounded "
+               "(bitwise; the fp32 output unwritten where bits are held)",
+               ok, d);
+    base_free(x), base_free(y), base_free(w), base_free(ref), base_free(out), base_free(got),
+        base_free(h_ref), base_free(h), base_free(r_ref), base_free(r);
+}
+
 /* ops_cpu_gemm16 on more distinct shapes than the oneDNN engine caches (1024): every product
  * exact (small integers: bf16 operands, products and sums exact in fp32), the first shapes
  * again after they were evicted, with and without accumulation. On the emulated engine this
@@ -1578,6 +1616,8 @@ int main(void) {
     test_bf16_held();
     test_swiglu16_loops();
     test_swiglu_bf16_mirrors();
+    test_rmsnorm_emit(37, 100);
+    test_rmsnorm_emit(20, 1024);
     test_grouped_bf16_reference();
     test_grouped_layout();
     test_gemm16_shapes();
