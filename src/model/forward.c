@@ -891,12 +891,13 @@ static int hold_norm(const model *m, const ops_table *t, float *nf, size_t n) {
     return model_runs16(m, t, OPS_MATMUL) && !ops_bf16_hold(nf, n);
 }
 
-/* A dense block's norm into out (rmsnorm, or add_rmsnorm with h) where nf is out itself (no
- * all-gather between): asked for in bf16 (emit_begin) where hold_norm would hold it, so that a
- * norm that writes bf16 (the CPU kernels on the onednn engine) stores only the bits, into the
- * held mirror, and no conversion follows; the same bits and the same hold as the norm and
- * hold_norm. 1 when held (the caller releases nf after its GEMMs), as hold_norm; -1 when not
- * asked (the caller holds nf itself, after the gather). */
+/* A block's norm into out (rmsnorm, or add_rmsnorm with h) whose output only the q, k, v (or a
+ * dense FFN's w1, w3) GEMMs read, where nf is out itself (no all-gather between): asked for in
+ * bf16 (emit_begin) where hold_norm would hold it, so that a norm that writes bf16 (the CPU
+ * kernels on the onednn engine) stores only the bits, into the held mirror, and no conversion
+ * follows; the same bits and the same hold as the norm and hold_norm. 1 when held (the caller
+ * releases nf after its GEMMs), as hold_norm; -1 when not asked (the caller holds nf itself, after
+ * the gather). */
 static int norm_held(const model *m, const ops_table *t, const float *nf, float *h, float *out,
                      float *rstd, const float *x, const float *y, const float *w, int n, int D,
                      float eps) {

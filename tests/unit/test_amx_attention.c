@@ -297,6 +297,25 @@ static void check_op(const ops_impl *bf, const ops_impl *ref, int B, int T, int 
           "attention/bf16 at T %d hd %d: one thread writing its gradients differs from two adding "
           "them to zeros",
           T, hd);
+    /* dx_acc 1 onto gradients already there (a chunk's dQ rows read in, dK / dV added to):
+     * [1]'s gradients plus those, up to the fp32 sums' order */
+    float *g0[3] = {rand16(nq, 1.0f), rand16(nkv, 1.0f), rand16(nkv, 1.0f)},
+          *ga[3] = {xalloc(4 * nq), xalloc(4 * nkv), xalloc(4 * nkv)},
+          *g1[3] = {dq[1], dk[1], dv[1]};
+    const size_t gn[3] = {nq, nkv, nkv};
+    for (int i = 0; i < 3; i++) memcpy(ga[i], g0[i], 4 * gn[i]);
+    ((ops_attention_bwd_fn)bf->bwd)(ga[0], ga[1], ga[2], dy, o[1], l[1], q, k, v, B, T, H, G, hd,
+                                    1);
+    double ea = 0.0;
+    for (int i = 0; i < 3; i++) {
+        for (size_t e = 0; e < gn[i]; e++) g0[i][e] += g1[i][e];
+        const double r = rel(ga[i], g0[i], gn[i]);
+        ea = r > ea ? r : ea;
+    }
+    CHECK(ea <= 1e-5,
+          "attention/bf16 at B %d T %d H %d G %d: added onto gradients there, off by %.3g", B, T, H,
+          G, ea);
+    for (int i = 0; i < 3; i++) free(g0[i]), free(ga[i]);
     for (int r = 0; r < 3; r++) free(o[r]), free(l[r]), free(dq[r]), free(dk[r]), free(dv[r]);
     free(q), free(k), free(v), free(dy);
 }
@@ -340,6 +359,7 @@ int main(void) {
         check_op(bf, ref, 1, 160, 3, 3, 128); /* a last block of 32 rows */
         check_op(bf, ref, 1, 256, 8, 1, 64);
         check_op(bf, ref, 1, 544, 2, 2, 64); /* P V over two K blocks */
+        check_op(bf, ref, 2, 608, 4, 2, 64); /* backward: three query chunks, the last of 96 */
     }
     return check_report("test_amx_attention");
 }

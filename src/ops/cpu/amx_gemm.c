@@ -74,7 +74,9 @@ enum { KB = 512, KB_ROWS = 2048 };
  * (bench/RESULTS.md "Session 46"). A K block only stores and reloads C's fp32 sums exactly, so
  * it does not change C. */
 enum { KB_FEW = 4096 };
-/* ops_cpu_amx_gemm_packed's K block (attention's products, K a sequence length): 256, where a
+/* ops_cpu_amx_gemm_packed's K block (attention's products, K a sequence length: the forward's
+ * P V over all the keys a query sees; the backward's products since session 53 take K <= 256
+ * queries a chunk, one block): 256, where a
  * 32-row block of A and a 32-column panel of B (16 KiB each) fit L1 together; at 512 (32 KiB
  * each) they do not. Measured on the AMX Xeon, one thread, attention's dK = dS^T Q at 0.6B x 2048
  * shapes (M 128, N 128, K T - c0): 39.0-39.6 TSC cycles a TDPBF16PS at 512, 35.1-35.8 at 256,

@@ -56,11 +56,11 @@
  * product is made dense instead (ag_mode's `dense`: head-major copies of q, k, v and dout, O and dQ
  * through a per-thread block), so that oneDNN's brgemm takes it.
  *
- * Memory: per thread 2 x BQ x T floats (and as many bf16 for the onednn engine; T = 2048,
- * BQ = 128: 2 MiB, 3 MiB; dense: T x hd floats more in backward, BQ x hd in forward; amx mode:
- * a forward's 32 x T floats and bf16, a backward's three 128 x 256 bf16 blocks and 256 x hd
- * floats); per call the converted q, k, v (and dout), D [B,H,T] and, in the backward with H > G
- * (or dense), the per-head dK and dV slices. */
+ * Memory: per thread BQ x T floats in forward, 2 x BQ x T in backward (and as many bf16 for the
+ * onednn engine; T = 2048, BQ = 128: 1 or 2 MiB, and 0.5 or 1 MiB; dense: T x hd floats more in
+ * backward, BQ x hd in forward; amx mode: a forward's 32 x T floats and bf16, a backward's three
+ * 128 x 256 bf16 blocks and 256 x hd floats); per call the converted q, k, v (and dout), D [B,H,T]
+ * and, in the backward with H > G (or dense), the per-head dK and dV slices. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +104,12 @@ typedef struct {
     /* Dense, and every product on titan's AMX tiles (ops_cpu_amx_gemm_packed) where T and hd
      * are multiples of 32: the B operands (K^T, V; in backward Q^T, Q, dO^T, dO, K) packed in
      * k pairs once per call, so that no product packs anything (dS^T for dQ is transposed per
-     * key block); q, dout (backward), k, v (forward) packed straight from the fp32 tensors,
-     * without head-major copies. The forward rounds P unnormalised and divides O by the row's
-     * sum after P V (FlashAttention's order, and PyTorch's CPU flash attention's; one pass over
-     * the scores fewer). The backward's S^T and dP^T are made and turned into P and dS one
-     * 32 x 32 block at a time in L1 (ops_cpu_amx_attn_grad_scores), never stored as fp32: 0.6B
-     * x 2048 forward 17.3 -> 16.0, backward 55-58 -> 44.5 ms a layer (Xeon AMX, 2 threads,
-     * session 24).
+     * key block and query chunk); q, dout (backward), k, v (forward) packed straight from the fp32
+     * tensors, without head-major copies. The forward rounds P unnormalised and divides O by the
+     * row's sum after P V (FlashAttention's order, and PyTorch's CPU flash attention's; one pass
+     * over the scores fewer). The backward's S^T and dP^T are made and turned into P and dS one 32
+     * x 32 block at a time in L1 (ops_cpu_amx_attn_grad_scores), never stored as fp32: 0.6B x 2048
+     * forward 17.3 -> 16.0, backward 55-58 -> 44.5 ms a layer (Xeon AMX, 2 threads, session 24).
      * ops_cpu_bf16_amx_attention(), the default with AMX-BF16. */
     int amx;
 } ag_mode;
@@ -354,8 +353,8 @@ static void ag_fwd(ag_mode md, float *out, float *lse, const float *q, const flo
 }
 
 /* dq, dk, dv (+)= the gradients (acc: += or =). Written, dQ's first key block (it spans all T
- * queries) and each key block's dK / dV rows (one product each) start from zeros, the bits of
- * += on zeroed buffers. */
+ * queries) and each key block's dK / dV rows (their first product: the amx mode's first chunk)
+ * start from zeros, the bits of += on zeroed buffers. */
 static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dout, const float *out,
                    const float *lse, const float *q, const float *k, const float *v, int B, int T,
                    int H, int G, int hd, int acc) {
@@ -411,8 +410,9 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
             }
     }
     /* With several query heads per kv head (or dense results), each head's dK and dV go to its
-     * own [T, hd] slice first (written once per key block: no accumulation), summed per group
-     * in head order below; with one, straight into dk and dv. */
+     * own [T, hd] slice first (written by the key block's first product, added to by the amx
+     * mode's later chunks: never read before), summed per group in head order below; with one,
+     * straight into dk and dv. */
     float *part =
         rep > 1 || md.dense ? ops_cpu_scratch_take("attention", sizeof(float) * 2 * nq) : NULL;
 #pragma omp parallel
@@ -421,7 +421,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
         const int bk = amx && T > AG_BK_AMX ? AG_BK_AMX : T;
         ag_ws w = ag_ws_new(md, AG_BQ, bk, 1, amx, bk, hd);
         /* one task per (b, h): its key blocks in order, each over the queries [c0, T) that see
-         * it; dQ of head h accumulates over the key blocks in this task alone */
+         * it (amx mode: its query chunks in order, each over the key blocks it sees); dQ of head
+         * h accumulates over the key blocks in this task alone */
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < (long)B * H; task++) {
             const int h = (int)(task % H), b = (int)(task / H), g = h / rep;
@@ -432,7 +433,8 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                               : dv + row * ldk + (size_t)g * hd;
             const size_t ldp = part ? (size_t)hd : ldk;
             /* dQ of head h: dq's rows themselves, or (dense) a [T, hd] block they are copied
-             * into and back from (the same sums in the same order) */
+             * into and back from (the same sums in the same order; amx mode: a chunk's [256,
+             * hd] block, copied per chunk) */
             float *dqh = md.dense ? w.o : dq + row * ldq + (size_t)h * hd;
             const size_t ldqh = md.dense ? (size_t)hd : ldq;
             if (md.dense && acc && !amx) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
@@ -471,7 +473,7 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 }
                 continue;
             }
-            for (int kb = 0; kb < nb && !amx; kb++) {
+            for (int kb = 0; kb < nb; kb++) {
                 /* dV, dK rows of this key block: summed in or written; dQ: its first block */
                 const int acc_kv = !part && acc, acc_q = kb > 0 || acc;
                 const int c0 = kb * AG_BQ, c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
