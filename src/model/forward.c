@@ -891,23 +891,24 @@ static int hold_norm(const model *m, const ops_table *t, float *nf, size_t n) {
     return model_runs16(m, t, OPS_MATMUL) && !ops_bf16_hold(nf, n);
 }
 
-/* A block's norm into out (rmsnorm, or add_rmsnorm with h) whose output only the q, k, v (or a
- * dense FFN's w1, w3) GEMMs read, where nf is out itself (no all-gather between): asked for in
- * bf16 (emit_begin) where hold_norm would hold it, so that a norm that writes bf16 (the CPU
- * kernels on the onednn engine) stores only the bits, into the held mirror, and no conversion
- * follows; the same bits and the same hold as the norm and hold_norm. 1 when held (the caller
- * releases nf after its GEMMs), as hold_norm; -1 when not asked (the caller holds nf itself, after
- * the gather). */
-static int norm_held(const model *m, const ops_table *t, const float *nf, float *h, float *out,
-                     float *rstd, const float *x, const float *y, const float *w, int n, int D,
-                     float eps) {
+/* A block's norm into out (rmsnorm, or add_rmsnorm with h; n rows), all-gathered into nf (N
+ * rows), whose only readers are the q, k, v (or a dense FFN's w1, w3) GEMMs, held for them as
+ * hold_norm holds it. Where nf is out itself (no all-gather between) it is asked for in bf16
+ * instead (emit_begin), so that a norm that writes bf16 (the CPU kernels on the onednn engine)
+ * stores only the bits, into the held mirror, and no conversion follows: the same bits and the
+ * same hold. 1 when held (the caller releases nf after its GEMMs). */
+static int norm_held(const model *m, const ops_table *t, float *nf, float *h, float *out,
+                     float *rstd, const float *x, const float *y, const float *w, int n, int N,
+                     int D, float eps, int wire16) {
     const int e16 = nf == out && model_runs16(m, t, OPS_MATMUL);
     emit_begin(e16, out, (size_t)n * D);
     if (h)
         t->add_rmsnorm_fwd(h, out, rstd, x, y, w, n, D, eps);
     else
         t->rmsnorm_fwd(out, rstd, x, w, n, D, eps);
-    return e16 ? emit_end(1, out) : -1;
+    if (e16) return emit_end(1, out);
+    tp_gather(m, nf, out, (size_t)n * D, wire16);
+    return hold_norm(m, t, nf, (size_t)N * D);
 }
 
 /* A model_act16 tensor of a bf16 block after model_keep16 (rounded in place, its bits stored
@@ -932,10 +933,8 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
     const int wire16 = model_bf16_wire(m, t, OPS_MATMUL);
 
     /* x[n] -> norm -> all-gather -> column-parallel q, k, v over all N rows (local heads) */
-    int held =
-        norm_held(m, t, nf, NULL, g->norm_out, la->rstd1, la->x, NULL, w.attn_norm, n, D, eps);
-    tp_gather(m, nf, g->norm_out, nD, wire16);
-    if (held < 0) held = hold_norm(m, t, nf, (size_t)N * D);
+    int held = norm_held(m, t, nf, NULL, g->norm_out, la->rstd1, la->x, NULL, w.attn_norm, n, N, D,
+                         eps, wire16);
     matmul_keep16(m, t, la, MODEL_ACT16_QP, nf, w.wq, N, D, H * hd);
     matmul_keep16(m, t, la, MODEL_ACT16_KP, nf, w.wk, N, D, G * hd);
     matmul_keep16(m, t, la, MODEL_ACT16_V, nf, w.wv, N, D, G * hd);
@@ -960,10 +959,8 @@ void model_block_forward(const model *m, int l, layer_acts *la, const block_geom
         t->add_rmsnorm_fwd(la->xm, g->norm_out, la->rstd2, la->xm, la->x, w.ffn_norm, n, D, eps);
         model_moe_forward(m, l, la, g, g->norm_out, out);
     } else {
-        held = norm_held(m, t, nf, la->xm, g->norm_out, la->rstd2, la->xm, la->x, w.ffn_norm, n, D,
-                         eps);
-        tp_gather(m, nf, g->norm_out, nD, wire16);
-        if (held < 0) held = hold_norm(m, t, nf, (size_t)N * D);
+        held = norm_held(m, t, nf, la->xm, g->norm_out, la->rstd2, la->xm, la->x, w.ffn_norm, n, N,
+                         D, eps, wire16);
         matmul_keep16(m, t, la, MODEL_ACT16_GATE, nf, w.w1, N, D, F);
         matmul_keep16(m, t, la, MODEL_ACT16_UP, nf, w.w3, N, D, F);
         if (held) ops_bf16_release(nf);
@@ -1030,15 +1027,13 @@ static void block_backward(model *m, int l, layer_acts *la) {
             m->balance == MODEL_BALANCE_AUX_LOSS ? A->aux + 2 * (size_t)a->n_experts : NULL};
         model_moe_backward(m, l, la, A->norm_out, dres, A->dnorm, &s);
     } else {
-        int held =
-            norm_held(m, t, nf, NULL, A->norm_out, la->rstd2, la->xm, NULL, w.ffn_norm, n, D, eps);
-        tp_gather(m, nf, A->norm_out, nD, wire16);
+        const int held = norm_held(m, t, nf, NULL, A->norm_out, la->rstd2, la->xm, NULL, w.ffn_norm,
+                                   n, N, D, eps, wire16);
         const int held_h = model_swiglu_fwd(m, t, la, A->hact, N, F, 1);
         tp_gather(m, df, dres, nD, wire16);
         t->matmul_bwd(A->dhact, g.w2, df, A->hact, w.w2, N, F, D, 0, acc);
         if (held_h) ops_bf16_release(A->hact);
         const int held_d = model_swiglu_bwd(m, t, la, A->dgate, A->dup, A->dhact, N, F);
-        if (held < 0) held = hold_norm(m, t, nf, (size_t)N * D);
         t->matmul_bwd(dnf, g.w1, A->dgate, nf, w.w1, N, D, F, 0, acc);
         t->matmul_bwd(dnf, g.w3, A->dup, nf, w.w3, N, D, F, 1, acc);
         if (held) ops_bf16_release(nf);
@@ -1064,10 +1059,8 @@ static void block_backward(model *m, int l, layer_acts *la) {
     t->rope_bwd(A->dk, A->dk, m->rope_cos, m->rope_sin, B, T, G, hd);
     t->rmsnorm_bwd(A->dqn, g.q_norm, A->dq, la->qp, w.q_norm, la->q_rstd, N * H, hd, 0, acc);
     t->rmsnorm_bwd(A->dkn, g.k_norm, A->dk, la->kp, w.k_norm, la->k_rstd, N * G, hd, 0, acc);
-    int held =
-        norm_held(m, t, nf, NULL, A->norm_out, la->rstd1, la->x, NULL, w.attn_norm, n, D, eps);
-    tp_gather(m, nf, A->norm_out, nD, wire16);
-    if (held < 0) held = hold_norm(m, t, nf, (size_t)N * D);
+    const int held = norm_held(m, t, nf, NULL, A->norm_out, la->rstd1, la->x, NULL, w.attn_norm, n,
+                               N, D, eps, wire16);
     t->matmul_bwd(dnf, g.wq, A->dqn, nf, w.wq, N, D, H * hd, 0, acc);
     t->matmul_bwd(dnf, g.wk, A->dkn, nf, w.wk, N, D, G * hd, 1, acc);
     t->matmul_bwd(dnf, g.wv, A->dv, nf, w.wv, N, D, G * hd, 1, acc);

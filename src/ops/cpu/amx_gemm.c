@@ -76,12 +76,21 @@ enum { KB = 512, KB_ROWS = 2048 };
 enum { KB_FEW = 4096 };
 /* ops_cpu_amx_gemm_packed's K block (attention's products, K a sequence length: the forward's
  * P V over all the keys a query sees; the backward's products since session 53 take K <= 256
- * queries a chunk, one block): 256, where a
- * 32-row block of A and a 32-column panel of B (16 KiB each) fit L1 together; at 512 (32 KiB
- * each) they do not. Measured on the AMX Xeon, one thread, attention's dK = dS^T Q at 0.6B x 2048
- * shapes (M 128, N 128, K T - c0): 39.0-39.6 TSC cycles a TDPBF16PS at 512, 35.1-35.8 at 256,
- * 39.9 at 128 (bench/RESULTS.md "Session 52"). */
+ * queries a chunk, one block): 256, where a 32-row block of A and a 32-column panel of B (16 KiB
+ * each) fit L1 together; at 512 (32 KiB each) they do not. Measured on the AMX Xeon, one thread,
+ * attention's dK = dS^T Q at 0.6B x 2048 shapes (M 128, N 128, K T - c0): 39.0-39.6 TSC cycles a
+ * TDPBF16PS at 512, 35.1-35.8 at 256, 39.9 at 128 (bench/RESULTS.md "Session 52"). */
 enum { KB_PACKED = 256 };
+
+/* Attention's fp32 operands are token-major tensors whose rows (a head's, or a kv head's) lie in
+ * other 4 KiB pages (8 KB apart at 0.6B), where the hardware's prefetchers do not follow: their
+ * packs ask for the row ROWS_AHEAD rows on as they read one (session 53, AMX Xeon, 2 threads,
+ * 0.6B x 2048: pack_both's q and dout, attention backward -5%; pack_bs's k and v, forward -3-4%;
+ * 32 rows ahead level with 64). n floats of row, a line per 16. */
+enum { ROWS_AHEAD = 64 };
+static inline void prefetch_row(const float *row, int n) {
+    for (int c = 0; c < n; c += 16) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
+}
 
 /* Linux's tile-data permission (arch/x86/include/uapi/asm/prctl.h) */
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -217,16 +226,12 @@ static void pack_bs(uint32_t *dst, size_t dbs, int nt, int tb, const void *B, in
      * a token-major tensor's, 8 KB apart, a TLB miss a row) */
     const int outer = tb ? ng : kbp, inner = tb ? kbp : ng;
     for (int o = 0; o < outer; o += tb ? 16 : 32) {
-        if (f32) { /* fp32 sources are attention's token-major tensors (ops_cpu_amx_pack), whose
-                    * rows lie in other 4 KiB pages, where the hardware's prefetchers do not
-                    * follow: the rows 64 ahead asked for now (the forward's K^T and V packs at
-                    * 0.6B x 2048: forward -3-4%, session 53) */
-            const int rows = tb ? 16 : 32, len = tb ? kb : ng, last = tb ? N - n0 : kb;
-            for (int r = o + 64; r < o + 64 + rows && r < last; r++) {
-                const char *row =
-                    elem(B, 1, tb ? (size_t)(n0 + r) * ldb + k0 : (size_t)(k0 + r) * ldb + n0);
-                for (int c = 0; c < len; c += 16) _mm_prefetch(row + 4 * c, _MM_HINT_T0);
-            }
+        if (f32) { /* (attention's: ops_cpu_amx_pack) the rows ROWS_AHEAD on */
+            const int rows = tb ? 16 : 32, last = tb ? N - n0 : kb;
+            for (int r = o + ROWS_AHEAD; r < o + ROWS_AHEAD + rows && r < last; r++)
+                prefetch_row(
+                    elem(B, 1, tb ? (size_t)(n0 + r) * ldb + k0 : (size_t)(k0 + r) * ldb + n0),
+                    tb ? kb : ng);
         }
         for (int i = 0; i < inner; i += tb ? 32 : 16) {
             const int j0 = tb ? o : i, q = tb ? i : o, n = n0 + j0, cols = N - n;
@@ -689,12 +694,7 @@ void ops_cpu_amx_pack_both(uint32_t *xt, uint32_t *xn, const float *x, int ld, i
     for (int t0 = 0; t0 < T; t0 += 32) {
         const int rows = T - t0 < 32 ? T - t0 : 32;
         for (int r = 0; r < 32; r++) {
-            /* row t0 + r + 64 asked for now: x's rows lie in other 4 KiB pages (8 KB apart at
-             * 0.6B), where the hardware's prefetchers do not follow; 0.6B x 2048 backward -5%
-             * (AMX Xeon, 2 threads, session 53; 32 rows ahead level with 64) */
-            if (t0 + r + 64 < T)
-                for (int c = 0; c < hd; c += 16)
-                    _mm_prefetch((const char *)(x + (size_t)(t0 + r + 64) * ld + c), _MM_HINT_T0);
+            if (t0 + r + ROWS_AHEAD < T) prefetch_row(x + (size_t)(t0 + r + ROWS_AHEAD) * ld, hd);
             for (int c = 0; c < hd; c += 16) {
                 const __mmask16 m = r < rows ? mask16(hd - c) : 0; /* zero rows past T */
                 _mm256_mask_storeu_epi16(tmp + r * hd + c, mask16(hd - c),

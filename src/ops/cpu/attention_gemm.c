@@ -432,12 +432,6 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                   *dvh = part ? part + nq + ((size_t)b * H + h) * T * hd
                               : dv + row * ldk + (size_t)g * hd;
             const size_t ldp = part ? (size_t)hd : ldk;
-            /* dQ of head h: dq's rows themselves, or (dense) a [T, hd] block they are copied
-             * into and back from (the same sums in the same order; amx mode: a chunk's [256,
-             * hd] block, copied per chunk) */
-            float *dqh = md.dense ? w.o : dq + row * ldq + (size_t)h * hd;
-            const size_t ldqh = md.dense ? (size_t)hd : ldq;
-            if (md.dense && acc && !amx) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
             if (amx) {
                 /* this head's packed operands: the 16-query blocks of Q^T, dO^T hd * 8 words
                  * apart, the k pairs of Q, dO, K 16 words; 16-column blocks T * 8 words apart */
@@ -447,16 +441,18 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 uint16_t *p16 = w.s16, *ds16 = w.d16;
                 /* per chunk of queries [j0, j1), the key blocks [c0, c1) they see, in order:
                  * P^T, dS^T [M, nn] for the block's queries in the chunk [q0, j1), dV and dK's
-                 * next K block, dQ[q0 : j1] += dS K[c0:c1] */
+                 * next K block, dQ[q0 : j1] += dS K[c0:c1] (the chunk's dQ rows in a [256, hd]
+                 * block, copied in with acc and out after the chunk) */
                 for (int j0 = 0; j0 < T; j0 += AG_BK_AMX) {
                     const int j1 = j0 + AG_BK_AMX < T ? j0 + AG_BK_AMX : T;
                     if (acc) ag_rows_copy(dq, w.o, 0, b, T, H, h, j0, j1 - j0, hd);
                     for (int c0 = 0; c0 < j1; c0 += AG_BQ) {
                         const int c1 = c0 + AG_BQ < T ? c0 + AG_BQ : T, M = c1 - c0,
                                   q0 = j0 > c0 ? j0 : c0, nn = j1 - q0;
-                        /* dV, dK rows: written by the key block's first chunk (but with acc);
-                         * dQ rows: by the first key block (but with acc) */
-                        const int acc_kv = (!part && acc) || q0 > c0, acc_q = c0 > 0 || acc;
+                        /* dV, dK rows: written by the key block's first chunk (amx is dense:
+                         * into the slices, whatever acc); dQ rows: by the first key block (but
+                         * with acc, onto the rows copied in) */
+                        const int acc_kv = q0 > c0, acc_q = c0 > 0 || acc;
                         ops_cpu_amx_attn_grad_scores(
                             p16, ds16, ag_row(md, k16, b, g, c0), ag_row(md, v16, b, g, c0), hd,
                             P.qt + bh + (size_t)q0 * hd / 2, P.dot + bh + (size_t)q0 * hd / 2,
@@ -473,6 +469,11 @@ static void ag_bwd(ag_mode md, float *dq, float *dk, float *dv, const float *dou
                 }
                 continue;
             }
+            /* dQ of head h: dq's rows themselves, or (dense) a [T, hd] block they are copied
+             * into and back from (the same sums in the same order) */
+            float *dqh = md.dense ? w.o : dq + row * ldq + (size_t)h * hd;
+            const size_t ldqh = md.dense ? (size_t)hd : ldq;
+            if (md.dense && acc) ag_rows_copy(dq, w.o, 0, b, T, H, h, 0, T, hd);
             for (int kb = 0; kb < nb; kb++) {
                 /* dV, dK rows of this key block: summed in or written; dQ: its first block */
                 const int acc_kv = !part && acc, acc_q = kb > 0 || acc;

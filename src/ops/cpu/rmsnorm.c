@@ -31,10 +31,10 @@ static inline float rms_row(float *restrict o, uint16_t *restrict o16, const flo
     return r;
 }
 
-/* The norm's output where the model asked for it in bf16 (a dense bf16 block's norm, read only
- * by the q, k, v or w1, w3 GEMMs): its bits straight into the held mirror, 2 bytes an element
- * written instead of 4 written, 4 read and 2 written again by the conversion (0.6B x 2048: 16 MB
- * a norm, four norms a layer). NULL otherwise. */
+/* The norm's output where the model asked for it in bf16 (a norm read only by bf16 GEMMs: a
+ * block's attention norm, a dense block's FFN norm; model's norm_held): its bits straight into the
+ * held mirror, 2 bytes an element written instead of 4 written, 4 read and 2 written again by the
+ * conversion (0.6B x 2048: 16 MB a norm, four norms a layer). NULL otherwise. */
 static uint16_t *rms_out16(const float *out, int N, int C) {
     return ops_cpu_bf16_emit_take(out, (size_t)N * C, 1);
 }
